@@ -1,0 +1,38 @@
+"""mismatchctl: forensics for the training-inference logprob mismatch of LLM RL.
+
+Python API::
+
+    import mismatchctl
+    store = mismatchctl.open_store()          # or open_store("path/to/store")
+    store.runs()                              # [RunInfo(name=..., tags=..., steps=...), ...]
+    store.scan("v1-a100").collect()           # canonical token rows as a Polars frame
+    mismatchctl.ingest(["dumps/"], run="v1-a100", tags={"gpu": "A100"})
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from mismatchctl.api import ingest, remove_run, run_info, runs
+from mismatchctl.errors import InputError, MismatchError, StoreError, UsageError
+from mismatchctl.store import RunInfo, Store, open_store
+
+try:
+    __version__ = version("mismatchctl")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+unknown"
+
+__all__ = [
+    "InputError",
+    "MismatchError",
+    "RunInfo",
+    "Store",
+    "StoreError",
+    "UsageError",
+    "__version__",
+    "ingest",
+    "open_store",
+    "remove_run",
+    "run_info",
+    "runs",
+]

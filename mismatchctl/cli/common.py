@@ -1,0 +1,68 @@
+"""What every command shares: consoles, the error boundary, and common options."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from mismatchctl.errors import MismatchError
+from mismatchctl.render.jsonout import dumps
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+EXIT_ERROR = 1
+
+
+def out_console() -> Console:
+    """Data goes to stdout (so `--json - | jq` works); soft-wrapped, never truncated."""
+    return Console(soft_wrap=False)
+
+
+def err_console() -> Console:
+    """Messages and progress go to stderr."""
+    return Console(stderr=True)
+
+
+def handle_errors(func: F) -> F:
+    """The one place where library errors become a short message and an exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except MismatchError as exc:
+            console = err_console()
+            console.print(f"[bold red]Error:[/] {exc.message}", highlight=False, markup=True)
+            if exc.hint:
+                console.print(f"\n[bold]Hint:[/] {exc.hint}", highlight=False)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def emit_json(payload: Any, target: str) -> None:
+    """Write JSON to a file, or to stdout for `-`."""
+    text = dumps(payload)
+    if target == "-":
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    else:
+        with open(target, "w", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+
+
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar="MISMATCHCTL_STORE",
+        help="Store directory [default: $MISMATCHCTL_STORE, else ~/.local/share/mismatchctl/store].",
+        show_default=False,
+    ),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of tables.")]

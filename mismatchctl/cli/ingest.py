@@ -1,0 +1,76 @@
+"""`mismatchctl ingest`: read dump files into a run of the store."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mismatchctl import api
+from mismatchctl.cli.common import JsonFlag, StoreOpt, emit_json, err_console, handle_errors
+from mismatchctl.cli.progress import IngestProgress
+from mismatchctl.ingest.source import FORMATS
+from mismatchctl.render.catalog import ingest_json, ingest_summary
+
+HELP = f"""Read dump files (files, directories or globs) into a run of the store.
+
+Formats are detected from columns and keys: {", ".join(FORMATS)}. All files are ingested or none is: on any error the store is left as it was. Ingesting the same content again is a no-op.
+
+[bold]Examples[/]
+
+  mismatchctl ingest dumps/ --run v1-a100 --tag gpu=A100 --tag engine=vllm-0.18.1
+
+  mismatchctl ingest 'slime_debug/train_*.pt' --run slime-h20 --tag gpu=H20
+
+  mismatchctl ingest batch.parquet --run x --map rollout=gen_lp --map trainer=fsdp_lp --map mask=keep
+"""
+
+
+@handle_errors
+def ingest(
+    inputs: Annotated[list[str], typer.Argument(help="Dump files, directories or globs.")],
+    run: Annotated[str, typer.Option("--run", "-r", help="Name of the run to add the data to.")],
+    tag: Annotated[
+        list[str] | None,
+        typer.Option("--tag", "-t", help="KEY=VALUE tag for the run (repeatable), e.g. gpu=H20."),
+    ] = None,
+    fmt: Annotated[
+        str | None, typer.Option("--format", "-f", help=f"Force a format: {', '.join(FORMATS)}.")
+    ] = None,
+    map_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--map",
+            "-m",
+            help="ROLE=COLUMN for other column names (roles: rollout, trainer, mask, tokens, "
+            "step, sample_id, gpu, turn, position, reward, weight_version).",
+        ),
+    ] = None,
+    skip_bad: Annotated[
+        bool,
+        typer.Option(
+            "--skip-bad", help="Drop bad samples (counted and listed) instead of failing."
+        ),
+    ] = False,
+    store: StoreOpt = None,
+    json: JsonFlag = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    with IngestProgress(enabled=not quiet) as progress:
+        result = api.ingest(
+            inputs,
+            run,
+            tags=tag or [],
+            fmt=fmt,
+            mapping=map_ or [],
+            skip_bad=skip_bad,
+            store=store,
+            progress=progress,
+        )
+    if json:
+        emit_json(ingest_json(result), "-")
+    else:
+        err_console().print(ingest_summary(result))
+
+
+ingest.__doc__ = HELP

@@ -1,0 +1,53 @@
+"""The `mismatchctl` command: one module per subcommand, registered here."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mismatchctl.cli import ingest as ingest_cmd
+from mismatchctl.cli import runs as runs_cmd
+
+app = typer.Typer(
+    name="mismatchctl",
+    help="""Forensics for the training-inference logprob mismatch of LLM reinforcement learning.
+
+Load per-step dumps of rollout (inference) and trainer logprobs into a local store, then dissect the mismatch.
+
+[bold]Examples[/]
+
+  mismatchctl ingest dumps/ --run v1-a100 --tag gpu=A100
+
+  mismatchctl runs
+""",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="rich",
+    pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.command("ingest", help=ingest_cmd.HELP)(ingest_cmd.ingest)
+app.add_typer(runs_cmd.app, name="runs")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from mismatchctl import __version__
+
+        typer.echo(f"mismatchctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version."),
+    ] = False,
+) -> None:
+    """Forensics for the training-inference logprob mismatch of LLM reinforcement learning."""
+
+
+def run() -> None:
+    app()

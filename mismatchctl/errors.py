@@ -1,0 +1,35 @@
+"""Errors raised by the library. Only ``mismatchctl.cli`` turns them into messages and exit codes."""
+
+from __future__ import annotations
+
+
+class MismatchError(Exception):
+    """Base class: a problem the user can fix. ``hint`` says how."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\n\nHint: {self.hint}"
+        return self.message
+
+
+class InputError(MismatchError):
+    """A dump file is missing, unreadable, of an unknown format, or holds bad values."""
+
+
+class StoreError(MismatchError):
+    """The store is missing, locked, corrupt, or does not hold what was asked for."""
+
+
+class UsageError(MismatchError):
+    """An option or argument has a value the tool cannot use."""
+
+
+class MissingDependencyError(MismatchError):
+    """An optional extra (torch, ray) is needed for this operation and is not installed."""

@@ -1,0 +1,39 @@
+"""Readers for the dump formats practitioners have on disk (see docs/formats.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from mismatchctl.ingest.detect import detect_format, expand_inputs
+from mismatchctl.ingest.source import (
+    FORMAT_NEMO,
+    FORMAT_SEQUENCE,
+    FORMAT_SLIME,
+    FORMAT_TOKEN,
+    FORMATS,
+    Source,
+)
+
+__all__ = ["FORMATS", "Source", "detect_format", "expand_inputs", "open_source"]
+
+
+def open_source(path: Path, fmt: str, mapping: Mapping[str, str]) -> Source:
+    """Open one dump file with the reader of its format (readers are imported on demand)."""
+    if fmt == FORMAT_SEQUENCE:
+        from mismatchctl.ingest.parquet_sequence import open_sequence
+
+        return open_sequence(path, mapping)
+    if fmt == FORMAT_TOKEN:
+        from mismatchctl.ingest.parquet_token import open_token
+
+        return open_token(path, mapping)
+    if fmt == FORMAT_SLIME:
+        from mismatchctl.ingest.slime import open_slime
+
+        return open_slime(path, mapping)
+    if fmt == FORMAT_NEMO:
+        from mismatchctl.ingest.nemo import open_nemo
+
+        return open_nemo(path, mapping)
+    raise ValueError(fmt)

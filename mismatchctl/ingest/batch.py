@@ -1,0 +1,62 @@
+"""The one shape every reader produces: a batch of whole sequences as flat arrays plus offsets.
+
+Readers only *read*; everything they have in common (validation, turn derivation, keeping only model
+tokens, counting prompt/tool/padding positions) happens once, in :mod:`mismatchctl.ingest.canonical`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class RaggedBatch:
+    """``n`` sequences; sequence ``i`` owns the flat positions ``offsets[i]:offsets[i+1]``.
+
+    ``mask`` is None when the dump has no mask (every listed token then counts as a model token).
+    ``turn`` is None when the dump has no turn index (it is then derived from the mask runs).
+    ``position`` is None when positions are simply 0..len-1 within each sequence.
+    """
+
+    steps: np.ndarray  # int64 [n]
+    sample_ids: list[str]  # [n]
+    offsets: np.ndarray  # int64 [n + 1]
+    rollout: np.ndarray  # float64 [total]
+    trainer: np.ndarray  # float64 [total]
+    mask: np.ndarray | None = None  # bool [total]
+    token_ids: np.ndarray | None = None  # int64 [total]
+    turn: np.ndarray | None = None  # int32 [total]
+    position: np.ndarray | None = None  # int32 [total]
+    gpus: list[str | None] | None = None  # [n]
+    rewards: np.ndarray | None = None  # float64 [n], NaN = unknown
+    weight_versions: np.ndarray | None = None  # float64 [n] (NaN = unknown), integral values
+    # where each sequence came from, for error messages ("row 17", "line 3", "sample 5")
+    locations: list[str] = field(default_factory=list)
+    # per-sequence lengths of each per-token role whose arrays were read separately; canonicalisation
+    # checks them against the rollout lengths (a mismatch is an error naming the sample)
+    role_lengths: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.sample_ids)
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def location(self, i: int) -> str:
+        return self.locations[i] if self.locations else f"sequence {i}"
+
+
+def offsets_from_lengths(lengths: np.ndarray) -> np.ndarray:
+    """Exclusive prefix sum: lengths [3, 2] -> offsets [0, 3, 5]."""
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=out[1:])
+    return out
+
+
+def sequence_index(offsets: np.ndarray) -> np.ndarray:
+    """For every flat position, the index of the sequence that owns it."""
+    lengths = np.diff(offsets)
+    return np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)

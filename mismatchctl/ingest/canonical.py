@@ -1,0 +1,281 @@
+"""From a reader's :class:`RaggedBatch` to canonical token and sequence rows.
+
+Everything every format shares lives here: the length check between the two sides and the mask,
+finite / <= 1e-4 logprobs among model tokens, turn derivation from mask runs, keeping only model
+tokens, and the per-sequence counts of prompt, tool and padding positions.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from mismatchctl import schema as S
+from mismatchctl.errors import InputError
+from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths, sequence_index
+
+MAX_LISTED_DROPS = 50  # how many dropped sample ids are kept by name in the provenance
+
+
+@dataclass
+class Tally:
+    """What one source contributed, and what was excluded and why."""
+
+    sequences: int = 0
+    empty_sequences: int = 0
+    model_tokens: int = 0
+    prompt_tokens: int = 0
+    tool_tokens: int = 0
+    pad_tokens: int = 0
+    steps: set[int] = field(default_factory=set)
+    gpus: set[str] = field(default_factory=set)
+    dropped: Counter[str] = field(default_factory=Counter)  # reason -> sequences dropped
+    dropped_ids: list[str] = field(default_factory=list)
+
+    def add(self, other: Tally) -> None:
+        for name in ("sequences", "empty_sequences", "model_tokens", "prompt_tokens"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.tool_tokens += other.tool_tokens
+        self.pad_tokens += other.pad_tokens
+        self.steps |= other.steps
+        self.gpus |= other.gpus
+        self.dropped.update(other.dropped)
+        room = MAX_LISTED_DROPS - len(self.dropped_ids)
+        self.dropped_ids.extend(other.dropped_ids[: max(room, 0)])
+
+    @property
+    def dropped_sequences(self) -> int:
+        return sum(self.dropped.values())
+
+
+@dataclass
+class Context:
+    source: str  # file name shown in messages
+    gpu_tag: str | None
+    skip_bad: bool
+    seq_base: int  # first free sequence id of the run
+
+
+def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, Tally]:
+    """Validate a batch and turn it into (token rows, sequence rows, tally)."""
+    tally = Tally()
+    batch = _drop(batch, _misaligned(batch, ctx), ctx, tally)
+    batch = _drop(batch, _bad_values(batch, ctx), ctx, tally)
+    model = batch.mask if batch.mask is not None else np.ones(len(batch.rollout), dtype=bool)
+    seq_of = sequence_index(batch.offsets)
+    turn = batch.turn if batch.turn is not None else derive_turns(model, batch.offsets)
+    counts = _position_counts(model, batch.offsets, seq_of)
+    seq_ids = ctx.seq_base + np.arange(batch.n, dtype=np.int64)
+    gpus = _gpus(batch, ctx)
+    tokens = _token_table(batch, model, turn, seq_of, seq_ids, gpus)
+    seqs = _sequence_table(batch, seq_ids, gpus, counts, turn, model, seq_of)
+    _tally(tally, batch, counts, gpus)
+    return tokens, seqs, tally
+
+
+def derive_turns(model: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Turn index of every position: a turn is a maximal run of model tokens within a sequence.
+
+    Mask ``1110011100`` gives turns ``0,0,0,1,1,1`` on its model tokens. Values at masked positions
+    are meaningless (they are never stored).
+    """
+    prev = np.zeros_like(model)
+    prev[1:] = model[:-1]
+    starts_of_seq = offsets[:-1][np.diff(offsets) > 0]
+    prev[starts_of_seq] = False
+    run_start = model & ~prev
+    cum = np.cumsum(run_start, dtype=np.int64)
+    before = np.concatenate([[0], cum])[offsets[:-1]]
+    return (cum - np.repeat(before, np.diff(offsets)) - 1).astype(np.int32)
+
+
+# A problem with one sequence: (reason counted in the tally, detail for the message).
+Problem = tuple[str, str]
+
+
+def _misaligned(batch: RaggedBatch, ctx: Context) -> dict[int, Problem]:
+    lengths = batch.lengths()
+    bad: dict[int, Problem] = {}
+    for role, other in batch.role_lengths.items():
+        for i in np.flatnonzero(other != lengths):
+            bad.setdefault(
+                int(i),
+                (
+                    f"{role} length differs from {S.ROLE_ROLLOUT}",
+                    f"{S.ROLE_ROLLOUT} has {lengths[i]} values, {role} has {other[i]}",
+                ),
+            )
+    return bad
+
+
+def _bad_values(batch: RaggedBatch, ctx: Context) -> dict[int, Problem]:
+    model = batch.mask if batch.mask is not None else np.ones(len(batch.rollout), dtype=bool)
+    bad: dict[int, Problem] = {}
+    for role, values in ((S.ROLE_ROLLOUT, batch.rollout), (S.ROLE_TRAINER, batch.trainer)):
+        with np.errstate(invalid="ignore"):
+            wrong = model & ~(np.isfinite(values) & (values <= S.LOGPROB_MAX))
+        if not wrong.any():
+            continue
+        where = np.flatnonzero(wrong)
+        seqs = sequence_index(batch.offsets)[where]
+        for pos, i in zip(where, seqs, strict=True):
+            if int(i) not in bad:
+                value = float(values[pos])
+                kind = "not finite" if not np.isfinite(value) else f"> {S.LOGPROB_MAX:g}"
+                bad[int(i)] = (
+                    f"{role} logprob {kind}",
+                    f"{role} logprob {value!r} at position {int(pos - batch.offsets[i])} of a "
+                    f"model token (expected a finite value <= {S.LOGPROB_MAX:g})",
+                )
+    return bad
+
+
+def _drop(batch: RaggedBatch, bad: dict[int, Problem], ctx: Context, tally: Tally) -> RaggedBatch:
+    if not bad:
+        return batch
+    first = min(bad)
+    if not ctx.skip_bad:
+        raise InputError(
+            f"{ctx.source}: sample `{batch.sample_ids[first]}` ({batch.location(first)}): "
+            f"{bad[first][1]}; {len(bad)} bad sample(s) in this batch",
+            "fix the dump, or pass --skip-bad to drop bad samples (they are counted and listed).",
+        )
+    for i in sorted(bad):
+        reason, detail = bad[i]
+        tally.dropped[reason] += 1
+        if len(tally.dropped_ids) < MAX_LISTED_DROPS:
+            tally.dropped_ids.append(f"{batch.sample_ids[i]}: {detail}")
+    keep = np.ones(batch.n, dtype=bool)
+    keep[list(bad)] = False
+    return _keep(batch, keep)
+
+
+def _keep(batch: RaggedBatch, keep: np.ndarray) -> RaggedBatch:
+    """The batch without the sequences where ``keep`` is False (every role re-aligned)."""
+    pos = np.repeat(keep, batch.lengths())
+
+    def flat(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a[pos]
+
+    def per_seq(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else a[keep]
+
+    idx = np.flatnonzero(keep)
+    return RaggedBatch(
+        steps=batch.steps[keep],
+        sample_ids=[batch.sample_ids[i] for i in idx],
+        offsets=offsets_from_lengths(batch.lengths()[keep]),
+        rollout=batch.rollout[pos],
+        trainer=batch.trainer[pos],
+        mask=flat(batch.mask),
+        token_ids=flat(batch.token_ids),
+        turn=flat(batch.turn),
+        position=flat(batch.position),
+        gpus=None if batch.gpus is None else [batch.gpus[i] for i in idx],
+        rewards=per_seq(batch.rewards),
+        weight_versions=per_seq(batch.weight_versions),
+        locations=[batch.locations[i] for i in idx] if batch.locations else [],
+        role_lengths={},
+    )
+
+
+def _position_counts(model: np.ndarray, offsets: np.ndarray, seq_of: np.ndarray) -> dict:
+    n = len(offsets) - 1
+    lengths = np.diff(offsets)
+    where = np.flatnonzero(model)
+    owner = seq_of[where]
+    t = np.bincount(owner, minlength=n).astype(np.int64)
+    first = np.zeros(n, dtype=np.int64)
+    last = np.full(n, -1, dtype=np.int64)
+    if len(where):
+        uniq, first_idx = np.unique(owner, return_index=True)
+        last_idx = len(owner) - 1 - np.unique(owner[::-1], return_index=True)[1]
+        first[uniq] = where[first_idx] - offsets[uniq]
+        last[uniq] = where[last_idx] - offsets[uniq]
+    empty = t == 0
+    prompt = np.where(empty, 0, first)
+    pad = np.where(empty, lengths, lengths - 1 - last)
+    tool = lengths - t - prompt - pad
+    return {"model": t, "prompt": prompt, "pad": pad, "tool": tool}
+
+
+def _gpus(batch: RaggedBatch, ctx: Context) -> list[str | None]:
+    """Per sequence: the dump's own gpu value wins over the run's ``gpu`` tag."""
+    if batch.gpus is None:
+        return [ctx.gpu_tag] * batch.n
+    return [g if g not in (None, "") else ctx.gpu_tag for g in batch.gpus]
+
+
+def _token_table(batch, model, turn, seq_of, seq_ids, gpus) -> pa.Table:
+    where = np.flatnonzero(model)
+    owner = seq_of[where]
+    if batch.position is not None:
+        position = batch.position[where]
+    else:
+        position = (where - batch.offsets[owner]).astype(np.int32)
+    token_ids = None if batch.token_ids is None else pa.array(batch.token_ids[where], pa.int64())
+    owner_arr = pa.array(owner)
+    cols = {
+        S.STEP: pa.array(batch.steps[owner], pa.int64()),
+        S.SEQ: pa.array(seq_ids[owner], pa.int64()),
+        S.SAMPLE_ID: pa.array(batch.sample_ids, pa.string()).take(owner_arr),
+        S.TURN: pa.array(turn[where], pa.int32()),
+        S.POSITION: pa.array(position, pa.int32()),
+        S.TOKEN_ID: token_ids if token_ids is not None else pa.nulls(len(where), pa.int64()),
+        S.ROLLOUT: pa.array(batch.rollout[where], pa.float64()),
+        S.TRAINER: pa.array(batch.trainer[where], pa.float64()),
+        S.GPU: pa.array(gpus, pa.string()).take(owner_arr),
+    }
+    return pa.table(cols, schema=S.TOKEN_SCHEMA)
+
+
+def _sequence_table(batch, seq_ids, gpus, counts, turn, model, seq_of) -> pa.Table:
+    n = batch.n
+    turns = np.zeros(n, dtype=np.int32)
+    where = np.flatnonzero(model)
+    if len(where):
+        np.maximum.at(turns, seq_of[where], turn[where] + 1)
+    versions = batch.weight_versions
+    lag = None if versions is None else batch.steps - versions
+    cols = {
+        S.STEP: pa.array(batch.steps, pa.int64()),
+        S.SEQ: pa.array(seq_ids, pa.int64()),
+        S.SAMPLE_ID: pa.array(batch.sample_ids, pa.string()),
+        S.GPU: pa.array(gpus, pa.string()),
+        S.MODEL_TOKENS: pa.array(counts["model"], pa.int64()),
+        S.TURNS: pa.array(turns, pa.int32()),
+        S.PROMPT_TOKENS: pa.array(counts["prompt"], pa.int64()),
+        S.TOOL_TOKENS: pa.array(counts["tool"], pa.int64()),
+        S.PAD_TOKENS: pa.array(counts["pad"], pa.int64()),
+        S.REWARD: _nullable_float(batch.rewards, n),
+        S.WEIGHT_VERSION: _nullable_int(versions, n),
+        S.WEIGHT_LAG: _nullable_int(lag, n),
+    }
+    return pa.table(cols, schema=S.SEQUENCE_SCHEMA)
+
+
+def _nullable_float(a: np.ndarray | None, n: int) -> pa.Array:
+    if a is None:
+        return pa.nulls(n, pa.float64())
+    return pa.array(a, pa.float64(), mask=np.isnan(a))
+
+
+def _nullable_int(a: np.ndarray | None, n: int) -> pa.Array:
+    if a is None:
+        return pa.nulls(n, pa.int64())
+    missing = np.isnan(a)
+    return pa.array(np.where(missing, 0, a).astype(np.int64), pa.int64(), mask=missing)
+
+
+def _tally(tally: Tally, batch: RaggedBatch, counts: dict, gpus: list[str | None]) -> None:
+    tally.sequences = batch.n
+    tally.empty_sequences = int((counts["model"] == 0).sum())
+    tally.model_tokens = int(counts["model"].sum())
+    tally.prompt_tokens = int(counts["prompt"].sum())
+    tally.tool_tokens = int(counts["tool"].sum())
+    tally.pad_tokens = int(counts["pad"].sum())
+    tally.steps = {int(s) for s in np.unique(batch.steps)}
+    tally.gpus = {g for g in set(gpus) if g is not None}

@@ -1,0 +1,116 @@
+"""Finding the dump files behind the inputs, and telling their formats apart."""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pyarrow.parquet as pq
+
+from mismatchctl import schema as S
+from mismatchctl.errors import InputError, UsageError
+from mismatchctl.ingest.arrow_values import is_list_type
+from mismatchctl.ingest.columns import SEQUENCE_NAMES, TOKEN_NAMES
+from mismatchctl.ingest.source import (
+    FORMAT_NEMO,
+    FORMAT_SEQUENCE,
+    FORMAT_SLIME,
+    FORMAT_TOKEN,
+    FORMATS,
+)
+
+SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".pt": "pt", ".pth": "pt", ".jsonl": "jsonl"}
+
+
+def expand_inputs(inputs: Iterable[str]) -> list[Path]:
+    """Files, directories (searched recursively for known suffixes) and globs -> sorted files."""
+    files: list[Path] = []
+    for item in inputs:
+        path = Path(item)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+            if not found:
+                raise InputError(
+                    f"directory {item} holds no dump files (looked for {', '.join(SUFFIXES)})",
+                    "point at the files themselves, or pass --format with explicit files.",
+                )
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        elif glob.has_magic(item):
+            matched = sorted(Path(p) for p in glob.glob(item, recursive=True) if Path(p).is_file())
+            if not matched:
+                raise InputError(f"no file matches {item}", "check the pattern.")
+            files.extend(matched)
+        else:
+            raise InputError(f"no such file or directory: {item}", "check the path.")
+    if not files:
+        raise InputError("no input files given", "name dump files, directories or globs.")
+    return list(dict.fromkeys(files))
+
+
+def detect_format(path: Path, mapping: Mapping[str, str], forced: str | None) -> str:
+    if forced is not None:
+        if forced not in FORMATS:
+            raise UsageError(
+                f"unknown format `{forced}` (known: {', '.join(FORMATS)})",
+                "pass one of the known formats to --format, or leave it out to detect it.",
+            )
+        return forced
+    kind = SUFFIXES.get(path.suffix.lower())
+    if kind == "parquet":
+        return _parquet_layout(path, mapping)
+    if kind == "pt":
+        return FORMAT_SLIME
+    if kind == "jsonl":
+        return _jsonl_kind(path)
+    raise InputError(
+        f"cannot tell the format of {path.name} (suffix `{path.suffix}`)",
+        f"pass --format (one of {', '.join(FORMATS)}).",
+    )
+
+
+def _parquet_layout(path: Path, mapping: Mapping[str, str]) -> str:
+    """Sequence layout when the rollout logprob column is a list, token layout when scalar."""
+    try:
+        schema = pq.read_schema(path)
+    except Exception as exc:
+        raise unreadable(path, "Parquet", exc) from None
+    names = schema.names
+    candidates = [mapping[S.ROLE_ROLLOUT]] if S.ROLE_ROLLOUT in mapping else []
+    candidates += list(SEQUENCE_NAMES[S.ROLE_ROLLOUT]) + list(TOKEN_NAMES[S.ROLE_ROLLOUT])
+    for name in candidates:
+        if name in names:
+            return FORMAT_SEQUENCE if is_list_type(schema.field(name).type) else FORMAT_TOKEN
+    raise InputError(
+        f"no rollout logprob column in {path.name} (found: {', '.join(names)})",
+        "name it with --map rollout=<column> (and the trainer side with --map trainer=<column>).",
+    )
+
+
+def _jsonl_kind(path: Path) -> str:
+    with path.open("rb") as fh:
+        for raw in fh:
+            if raw.strip():
+                try:
+                    obj = json.loads(raw)
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    raise unreadable(path, "JSON lines", exc) from None
+                if isinstance(obj, dict) and "generation_logprobs" in obj:
+                    return FORMAT_NEMO
+                keys = ", ".join(obj) if isinstance(obj, dict) else type(obj).__name__
+                raise InputError(
+                    f"{path.name}: JSON lines without `generation_logprobs` (found: {keys})",
+                    "for NeMo-RL dumps with other key names pass --format nemo-jsonl and --map.",
+                )
+    raise InputError(f"{path.name} is empty", "remove it from the inputs.")
+
+
+def unreadable(path: Path, what: str, exc: Exception) -> InputError:
+    first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+    return InputError(
+        f"cannot read {path.name} as {what}: {first}",
+        "the file is truncated or corrupt; re-export it, or leave it out of the inputs.",
+    )

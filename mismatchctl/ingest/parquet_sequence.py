@@ -1,0 +1,144 @@
+"""Parquet sequence layout: one row per response, list columns (ragged or right-padded).
+
+verl's trainer batch is the model: ``responses`` right-padded with 0, ``response_mask`` 1 on
+LLM-generated tokens and 0 on tool tokens and padding, ``rollout_log_probs`` and ``old_log_probs``
+0.0 at masked positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mismatchctl import schema as S
+from mismatchctl.errors import InputError
+from mismatchctl.ingest import arrow_values as av
+from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
+from mismatchctl.ingest.columns import SEQUENCE_NAMES, require, resolve
+from mismatchctl.ingest.source import FORMAT_SEQUENCE, Source, step_from_name, tags_from_metadata
+
+PER_TOKEN = (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, S.ROLE_TOKENS)
+
+
+def open_sequence(path: Path, mapping: Mapping[str, str]) -> Source:
+    pf = pq.ParquetFile(path)
+    names = pf.schema_arrow.names
+    found = resolve(names, SEQUENCE_NAMES, mapping, path.name)
+    require(found, (S.ROLE_ROLLOUT, S.ROLE_TRAINER), names, path.name)
+    meta = pf.schema_arrow.metadata or {}
+    source = Source(path, FORMAT_SEQUENCE, iter(()), found, tags_from_metadata(meta))
+    _drop_list_scalars(pf.schema_arrow, found, source.notes)
+    step = _default_step(path, meta, found, source.notes)
+    if S.ROLE_MASK not in found:
+        source.notes.append("no mask column: every listed token counted as a model token")
+    source.batches = _batches(pf, path, found, step)
+    return source
+
+
+PER_SEQUENCE = (S.ROLE_STEP, S.ROLE_SAMPLE_ID, S.ROLE_GPU, S.ROLE_REWARD, S.ROLE_WEIGHT_VERSION)
+
+
+def _drop_list_scalars(schema: pa.Schema, found: dict[str, str], notes: list[str]) -> None:
+    """Optional per-response roles found as list columns (token-level scores) are not used."""
+    for role in PER_SEQUENCE:
+        if role in found and av.is_list_type(schema.field(found[role]).type):
+            notes.append(
+                f"column `{found.pop(role)}` is a list, not one {role} per response: unused"
+            )
+
+
+def _default_step(path: Path, meta: dict, found: Mapping[str, str], notes: list[str]) -> int:
+    """The step for rows without a step column: metadata, then the file name, else 0 (noted)."""
+    if S.ROLE_STEP in found:
+        return 0
+    if b"step" in meta and meta[b"step"].decode(errors="replace").strip().isdigit():
+        return int(meta[b"step"])
+    from_name = step_from_name(path)
+    if from_name is not None:
+        return from_name
+    notes.append("no step column, metadata or step in the file name: rows counted as step 0")
+    return 0
+
+
+def _batches(
+    pf: pq.ParquetFile, path: Path, found: Mapping[str, str], step: int
+) -> Iterator[RaggedBatch]:
+    rows_done = 0
+    columns = list(dict.fromkeys(found.values()))
+    avg = max(1, pf.metadata.num_rows and _avg_len(pf, found[S.ROLE_ROLLOUT]))
+    rows_per_batch = max(16, min(65536, 1_000_000 // avg))
+    for record in pf.iter_batches(batch_size=rows_per_batch, columns=columns):
+        yield _to_batch(record, path, found, step, rows_done)
+        rows_done += record.num_rows
+
+
+def _avg_len(pf: pq.ParquetFile, column: str) -> int:
+    """Average list length from the first row group (to size batches near 1M tokens)."""
+    if pf.metadata.num_row_groups == 0:
+        return 1
+    first = pf.read_row_group(0, columns=[column]).column(0)
+    _, lengths = av.list_values(first, column)
+    return int(lengths.mean()) if len(lengths) else 1
+
+
+def _to_batch(
+    record: pa.RecordBatch, path: Path, found: Mapping[str, str], step: int, row0: int
+) -> RaggedBatch:
+    n = record.num_rows
+
+    def col(role: str) -> pa.Array:
+        return record.column(found[role])
+
+    def what(role: str) -> str:
+        return f"{path.name}: column `{found[role]}`"
+
+    flat: dict[str, tuple[pa.Array, np.ndarray]] = {}
+    for role in PER_TOKEN:
+        if role in found:
+            if not av.is_list_type(col(role).type):
+                raise _not_a_list(path, found[role], col(role).type)
+            flat[role] = av.list_values(col(role), what(role))
+    values, lengths = flat[S.ROLE_ROLLOUT]
+    batch = RaggedBatch(
+        steps=av.ints(col(S.ROLE_STEP), what(S.ROLE_STEP))
+        if S.ROLE_STEP in found
+        else np.full(n, step, dtype=np.int64),
+        sample_ids=av.strings(col(S.ROLE_SAMPLE_ID))
+        if S.ROLE_SAMPLE_ID in found
+        else [f"{path.stem}#{row0 + i}" for i in range(n)],
+        offsets=offsets_from_lengths(lengths),
+        rollout=av.floats(values, what(S.ROLE_ROLLOUT)),
+        trainer=av.floats(flat[S.ROLE_TRAINER][0], what(S.ROLE_TRAINER)),
+        locations=[f"row {row0 + i}" for i in range(n)],
+    )
+    batch.role_lengths[S.ROLE_TRAINER] = flat[S.ROLE_TRAINER][1]
+    if S.ROLE_MASK in flat:
+        batch.mask = av.mask01(flat[S.ROLE_MASK][0], what(S.ROLE_MASK))
+        batch.role_lengths[S.ROLE_MASK] = flat[S.ROLE_MASK][1]
+    if S.ROLE_TOKENS in flat:
+        batch.token_ids = av.ints(flat[S.ROLE_TOKENS][0], what(S.ROLE_TOKENS))
+        batch.role_lengths[S.ROLE_TOKENS] = flat[S.ROLE_TOKENS][1]
+    _per_sequence_extras(batch, col, what, found)
+    return batch
+
+
+def _per_sequence_extras(batch: RaggedBatch, col, what, found: Mapping[str, str]) -> None:
+    if S.ROLE_GPU in found:
+        batch.gpus = [g or None for g in av.strings(col(S.ROLE_GPU))]
+    if S.ROLE_REWARD in found:
+        batch.rewards = av.optional_floats(col(S.ROLE_REWARD), what(S.ROLE_REWARD))
+    if S.ROLE_WEIGHT_VERSION in found:
+        batch.weight_versions = av.optional_floats(
+            col(S.ROLE_WEIGHT_VERSION), what(S.ROLE_WEIGHT_VERSION)
+        )
+
+
+def _not_a_list(path: Path, column: str, t: pa.DataType) -> Exception:
+    return InputError(
+        f"{path.name}: column `{column}` is {t}, expected a list column (one list per response)",
+        "for one row per token use --format parquet-token.",
+    )

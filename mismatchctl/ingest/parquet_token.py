@@ -1,0 +1,135 @@
+"""Parquet token layout: one row per token (``step, sample_id, position, turn, ...``).
+
+A sample's rows may be scattered through the file, so the needed columns of one file are read and
+sorted by (step, sample id, position) before being cut into batches of whole sequences. Memory is
+therefore bounded by the largest single file, not by the dump.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mismatchctl import schema as S
+from mismatchctl.errors import InputError
+from mismatchctl.ingest import arrow_values as av
+from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
+from mismatchctl.ingest.columns import TOKEN_NAMES, require, resolve
+from mismatchctl.ingest.source import (
+    BATCH_TOKENS,
+    FORMAT_TOKEN,
+    Source,
+    step_from_name,
+    tags_from_metadata,
+)
+
+
+def open_token(path: Path, mapping: Mapping[str, str]) -> Source:
+    pf = pq.ParquetFile(path)
+    names = pf.schema_arrow.names
+    found = resolve(names, TOKEN_NAMES, mapping, path.name)
+    require(found, (S.ROLE_ROLLOUT, S.ROLE_TRAINER), names, path.name)
+    if S.ROLE_SAMPLE_ID not in found:
+        raise InputError(
+            f"no sample id column in {path.name} (found: {', '.join(names)}); one row per token "
+            "needs it to know which tokens form a sequence",
+            "name it with --map sample_id=<column>.",
+        )
+    source = Source(
+        path, FORMAT_TOKEN, iter(()), found, tags_from_metadata(pf.schema_arrow.metadata)
+    )
+    step = 0
+    if S.ROLE_STEP not in found:
+        named = step_from_name(path)
+        step = named if named is not None else 0
+        if named is None:
+            source.notes.append("no step column or step in the file name: rows counted as step 0")
+    if S.ROLE_MASK not in found:
+        source.notes.append("no mask column: every row counted as a model token")
+    if S.ROLE_POSITION not in found:
+        source.notes.append("no position column: tokens taken in file order within each sample")
+    source.batches = _batches(pf, path, found, step)
+    return source
+
+
+def _batches(
+    pf: pq.ParquetFile, path: Path, found: Mapping[str, str], step: int
+) -> Iterator[RaggedBatch]:
+    table = pf.read(columns=list(dict.fromkeys(found.values())))
+    table = _sorted(table, found, step)
+    keys = _sequence_starts(table)
+    starts = np.append(keys, table.num_rows)
+    first = 0
+    while first < len(keys):
+        last = int(np.searchsorted(starts, starts[first] + BATCH_TOKENS, side="right")) - 1
+        last = max(last, first + 1)
+        lo, hi = int(starts[first]), int(starts[last])
+        yield _to_batch(table.slice(lo, hi - lo), starts[first : last + 1] - lo, path, found, lo)
+        first = last
+
+
+def _sorted(table: pa.Table, found: Mapping[str, str], step: int) -> pa.Table:
+    """Canonical column names, sample ids as text, rows in (step, sample, position) order."""
+    cols = {role: table.column(name) for role, name in found.items()}
+    if S.ROLE_STEP not in cols:
+        cols[S.ROLE_STEP] = pa.array(np.full(table.num_rows, step, dtype=np.int64))
+    cols[S.ROLE_SAMPLE_ID] = pc.cast(cols[S.ROLE_SAMPLE_ID], pa.string())
+    cols["_row"] = pa.array(np.arange(table.num_rows, dtype=np.int64))
+    out = pa.table(cols)
+    order = [(S.ROLE_STEP, "ascending"), (S.ROLE_SAMPLE_ID, "ascending")]
+    order.append((S.ROLE_POSITION if S.ROLE_POSITION in cols else "_row", "ascending"))
+    return out.sort_by(order)
+
+
+def _sequence_starts(table: pa.Table) -> np.ndarray:
+    """Row indices where a new (step, sample id) begins."""
+    if table.num_rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    step = av.ints(table.column(S.ROLE_STEP).combine_chunks(), S.ROLE_STEP)
+    sample = table.column(S.ROLE_SAMPLE_ID).combine_chunks()
+    codes = pc.dictionary_encode(sample).indices.to_numpy(zero_copy_only=False)
+    change = np.ones(len(step), dtype=bool)
+    change[1:] = (step[1:] != step[:-1]) | (codes[1:] != codes[:-1])
+    return np.flatnonzero(change)
+
+
+def _to_batch(
+    t: pa.Table, starts: np.ndarray, path: Path, found: Mapping[str, str], row0: int
+) -> RaggedBatch:
+    lengths = np.diff(starts)
+    heads = starts[:-1]
+
+    def col(role: str) -> pa.Array:
+        return t.column(role).combine_chunks()
+
+    def what(role: str) -> str:
+        return f"{path.name}: column `{found[role]}`"
+
+    sample_ids = col(S.ROLE_SAMPLE_ID).take(pa.array(heads)).to_pylist()
+    batch = RaggedBatch(
+        steps=av.ints(col(S.ROLE_STEP), S.ROLE_STEP)[heads],
+        sample_ids=sample_ids,
+        offsets=offsets_from_lengths(lengths),
+        rollout=av.floats(col(S.ROLE_ROLLOUT), what(S.ROLE_ROLLOUT)),
+        trainer=av.floats(col(S.ROLE_TRAINER), what(S.ROLE_TRAINER)),
+        locations=[f"rows of sample {s}" for s in sample_ids],
+    )
+    if S.ROLE_MASK in found:
+        batch.mask = av.mask01(col(S.ROLE_MASK), what(S.ROLE_MASK))
+    if S.ROLE_TOKENS in found:
+        batch.token_ids = av.ints(col(S.ROLE_TOKENS), what(S.ROLE_TOKENS))
+    if S.ROLE_POSITION in found:
+        batch.position = av.ints(col(S.ROLE_POSITION), what(S.ROLE_POSITION)).astype(np.int32)
+    if S.ROLE_TURN in found:
+        batch.turn = av.ints(col(S.ROLE_TURN), what(S.ROLE_TURN)).astype(np.int32)
+    if S.ROLE_GPU in found:
+        batch.gpus = [g or None for g in av.strings(col(S.ROLE_GPU).take(pa.array(heads)))]
+    for role, attr in ((S.ROLE_REWARD, "rewards"), (S.ROLE_WEIGHT_VERSION, "weight_versions")):
+        if role in found:
+            setattr(batch, attr, av.floats(col(role).take(pa.array(heads)), what(role)))
+    return batch

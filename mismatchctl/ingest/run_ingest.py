@@ -1,0 +1,185 @@
+"""Ingest: dump files -> canonical rows -> staged parts -> one catalog commit (or nothing)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import pyarrow as pa
+
+from mismatchctl import schema as S
+from mismatchctl.errors import InputError, UsageError
+from mismatchctl.ingest import detect_format, expand_inputs, open_source
+from mismatchctl.ingest.canonical import Context, Tally, canonicalize
+from mismatchctl.ingest.detect import unreadable
+from mismatchctl.store.catalog import PartRecord, SourceRecord
+from mismatchctl.store.parts import PART_TOKENS, SEQUENCES, TOKENS, PartWriter
+from mismatchctl.store.store import Store, Transaction, check_run_name, now
+
+TAG_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+
+
+class Progress(Protocol):
+    def file(self, path: Path, index: int, total: int) -> None: ...
+    def tokens(self, count: int) -> None: ...
+
+
+class _Silent:
+    def file(self, path: Path, index: int, total: int) -> None:
+        pass
+
+    def tokens(self, count: int) -> None:
+        pass
+
+
+@dataclass
+class FileResult:
+    path: Path
+    format: str | None
+    status: str  # "ingested" | "already ingested" | "duplicate input"
+    record: SourceRecord | None = None
+    same_as: str | None = None
+
+
+@dataclass
+class IngestResult:
+    run: str
+    store: Path
+    files: list[FileResult]
+    tally: Tally = field(default_factory=Tally)
+
+    @property
+    def ingested(self) -> list[FileResult]:
+        return [f for f in self.files if f.status == "ingested"]
+
+
+def parse_tags(items: Iterable[str]) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not TAG_KEY.match(key) or not value or "\n" in value:
+            raise UsageError(
+                f"--tag `{item}` is not KEY=VALUE",
+                "write e.g. --tag gpu=A100 --tag engine=vllm-0.18.1 (keys: letters, digits, "
+                "`_`, `.`, `-`).",
+            )
+        tags[key] = value
+    return tags
+
+
+def fingerprint(path: Path) -> str:
+    with path.open("rb") as fh:
+        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
+
+
+@dataclass
+class Options:
+    run: str
+    tags: dict[str, str]
+    fmt: str | None
+    mapping: Mapping[str, str]
+    skip_bad: bool
+
+
+def ingest_files(
+    store: Store, inputs: Iterable[str], opts: Options, progress: Progress | None = None
+) -> IngestResult:
+    check_run_name(opts.run)
+    files = expand_inputs(inputs)
+    progress = progress or _Silent()
+    result = IngestResult(opts.run, store.root, [])
+    with store.transaction() as txn:
+        staged: list[tuple[SourceRecord, list[PartRecord]]] = []
+        seen: dict[str, Path] = {}
+        seq = txn.next_seq(opts.run)
+        for index, path in enumerate(files):
+            progress.file(path, index, len(files))
+            fp = _fingerprint(path)
+            skipped = _skip(txn, path, fp, opts.run, seen)
+            if skipped is not None:
+                result.files.append(skipped)
+                continue
+            record, parts, tally = _ingest_one(txn, path, fp, opts, seq, progress)
+            seen[fp] = path
+            seq += record.sequences
+            staged.append((record, parts))
+            result.files.append(FileResult(path, record.format, "ingested", record))
+            result.tally.add(tally)
+        if staged:
+            txn.commit(opts.run, staged)
+    return result
+
+
+def _fingerprint(path: Path) -> str:
+    try:
+        return fingerprint(path)
+    except OSError as exc:
+        raise InputError(
+            f"cannot read {path}: {exc.strerror}", "check the file's permissions."
+        ) from None
+
+
+def _skip(
+    txn: Transaction, path: Path, fp: str, run: str, seen: dict[str, Path]
+) -> FileResult | None:
+    if fp in seen:
+        return FileResult(path, None, "duplicate input", same_as=str(seen[fp]))
+    known = txn.known_fingerprint(run, fp)
+    if known is not None:
+        return FileResult(path, known.format, "already ingested", known, same_as=known.path)
+    return None
+
+
+def _ingest_one(
+    txn: Transaction, path: Path, fp: str, opts: Options, seq: int, progress: Progress
+) -> tuple[SourceRecord, list[PartRecord], Tally]:
+    fmt = detect_format(path, opts.mapping, opts.fmt)
+    try:
+        source = open_source(path, fmt, opts.mapping)
+        tags = {**source.tags, **opts.tags}
+        ctx = Context(path.name, tags.get(S.TAG_GPU), opts.skip_bad, seq)
+        tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, PART_TOKENS)
+        seqs = PartWriter(txn.staging, SEQUENCES, opts.run, S.SEQUENCE_SCHEMA, 1 << 62)
+        tally = Tally()
+        for batch in source.batches:
+            tok_table, seq_table, part_tally = canonicalize(batch, ctx)
+            ctx.seq_base += seq_table.num_rows
+            tokens.write(tok_table)
+            seqs.write(seq_table)
+            tally.add(part_tally)
+            progress.tokens(tok_table.num_rows)
+    except (pa.ArrowException, OSError, EOFError) as exc:
+        raise unreadable(path, fmt, exc) from None
+    if tally.sequences + tally.dropped_sequences == 0:
+        raise InputError(f"{path.name} holds no samples", "leave empty dumps out of the inputs.")
+    record = _record(path, fp, fmt, source.columns, tags, source.notes, tally)
+    return record, tokens.close() + seqs.close(), tally
+
+
+def _record(path: Path, fp: str, fmt: str, columns, tags, notes, tally: Tally) -> SourceRecord:
+    return SourceRecord(
+        path=str(path.resolve()),
+        format=fmt,
+        size=path.stat().st_size,
+        fingerprint=fp,
+        ingested_at=now(),
+        columns=dict(columns),
+        tags=dict(tags),
+        notes=list(notes),
+        sequences=tally.sequences,
+        empty_sequences=tally.empty_sequences,
+        model_tokens=tally.model_tokens,
+        prompt_tokens=tally.prompt_tokens,
+        tool_tokens=tally.tool_tokens,
+        pad_tokens=tally.pad_tokens,
+        dropped_sequences=tally.dropped_sequences,
+        dropped=dict(tally.dropped),
+        dropped_ids=list(tally.dropped_ids),
+        steps=sorted(tally.steps),
+        gpus=sorted(tally.gpus),
+    )

@@ -1,0 +1,66 @@
+"""What a reader returns for one file, and facts that live in file names and metadata."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mismatchctl.ingest.batch import RaggedBatch
+
+FORMAT_SEQUENCE = "parquet-sequence"
+FORMAT_TOKEN = "parquet-token"
+FORMAT_SLIME = "slime-pt"
+FORMAT_NEMO = "nemo-jsonl"
+FORMATS = (FORMAT_SEQUENCE, FORMAT_TOKEN, FORMAT_SLIME, FORMAT_NEMO)
+
+# Rows per batch handed to canonicalisation: bounds memory whatever the file size.
+BATCH_TOKENS = 1_000_000
+
+
+@dataclass
+class Source:
+    """An opened dump file: its format, the columns used for each role, tags, notes, batches."""
+
+    path: Path
+    format: str
+    batches: Iterator[RaggedBatch]
+    columns: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+_STEP_PATTERNS = (
+    re.compile(r"(?:global_step|step|rollout_id|rollout|iter|iteration)[_\-]?(\d+)", re.I),
+)
+
+
+def step_from_name(path: Path) -> int | None:
+    """The training step written in a file name (``train_data_step12.jsonl``, ``step_0003``)."""
+    for part in (path.name, path.parent.name):
+        for pattern in _STEP_PATTERNS:
+            match = pattern.search(part)
+            if match:
+                return int(match.group(1))
+    return None
+
+
+_TAG_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+_RESERVED_META = {"pandas", "huggingface", "step"}
+
+
+def tags_from_metadata(meta: dict[bytes, bytes] | None) -> dict[str, str]:
+    """Parquet key-value metadata that reads as a tag: a simple key with a short text value."""
+    tags: dict[str, str] = {}
+    for raw_key, raw_value in (meta or {}).items():
+        try:
+            key, value = raw_key.decode(), raw_value.decode()
+        except UnicodeDecodeError:
+            continue
+        if key in _RESERVED_META or not _TAG_KEY.match(key) or len(value) > 256:
+            continue
+        if "\n" in value or not value.strip():
+            continue
+        tags[key] = value.strip()
+    return tags

@@ -1,0 +1,143 @@
+"""Terminal views of the catalog: the runs table, one run's provenance, an ingest summary."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from mismatchctl.ingest.run_ingest import IngestResult
+from mismatchctl.store import RunInfo
+
+
+def steps_text(steps: list[int]) -> str:
+    if not steps:
+        return "-"
+    if steps == list(range(steps[0], steps[-1] + 1)):
+        return f"{len(steps)} ({steps[0]}-{steps[-1]})" if len(steps) > 1 else str(steps[0])
+    return f"{len(steps)} ({steps[0]}..{steps[-1]})"
+
+
+def tags_text(tags: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in tags.items()) or "-"
+
+
+def runs_table(runs: list[RunInfo]) -> RenderableType:
+    if not runs:
+        return Text("No runs in the store yet. Add one with `mismatchctl ingest DUMPS --run NAME`.")
+    table = Table(title="Runs", title_justify="left")
+    for name, kw in (
+        ("run", {"style": "bold"}),
+        ("tags", {"overflow": "fold"}),
+        ("steps", {}),
+        ("sequences", {"justify": "right"}),
+        ("model tokens", {"justify": "right"}),
+        ("sources", {"justify": "right"}),
+        ("ingested at", {}),
+    ):
+        table.add_column(name, **kw)
+    for r in runs:
+        table.add_row(
+            Text(r.name),
+            Text(tags_text(r.tags)),
+            steps_text(r.steps),
+            f"{r.sequences:,}",
+            f"{r.model_tokens:,}",
+            str(len(r.sources)),
+            r.ingested_at,
+        )
+    return table
+
+
+def run_detail(r: RunInfo) -> RenderableType:
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    for label, value in (
+        ("run", r.name),
+        ("tags", tags_text(r.tags)),
+        ("gpus (rows)", ", ".join(r.gpus) or "-"),
+        ("steps", steps_text(r.steps)),
+        ("sequences", f"{r.sequences:,} ({r.empty_sequences:,} empty)"),
+        ("model tokens", f"{r.model_tokens:,}"),
+        ("tool tokens", f"{r.tool_tokens:,}"),
+        ("dropped sequences", f"{r.dropped_sequences:,}"),
+        ("created at", r.created_at),
+    ):
+        head.add_row(label, Text(value))
+    prov = Table(title="Provenance", title_justify="left")
+    for name in ("source", "format", "fingerprint", "kept", "dropped", "empty", "model tokens"):
+        prov.add_column(name, overflow="fold")
+    notes: list[Text] = []
+    for s in r.sources:
+        prov.add_row(
+            Text(s.path),
+            s.format,
+            s.fingerprint.split(":")[-1][:16],
+            f"{s.sequences:,}",
+            f"{s.dropped_sequences:,}",
+            f"{s.empty_sequences:,}",
+            f"{s.model_tokens:,}",
+        )
+        notes += [Text(f"{s.path}: {n}", style="yellow") for n in s.notes]
+        notes += [Text(f"{s.path}: dropped {k}: {v}", style="yellow") for k, v in s.dropped.items()]
+    return Group(head, Text(""), prov, *notes)
+
+
+def ingest_summary(result: IngestResult) -> RenderableType:
+    t = result.tally
+    ingested = result.ingested
+    if not ingested:
+        skipped = [
+            Text(f"  {f.path}: {f.status} (same content as {f.same_as})") for f in result.files
+        ]
+        return Group(
+            Text(
+                f"Nothing new for run `{result.run}`: every input is already there.", style="bold"
+            ),
+            *skipped,
+        )
+    table = Table(
+        title=f"Ingested into run `{result.run}`", title_justify="left", show_header=False
+    )
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    rows: list[tuple[str, str]] = [
+        ("files ingested", str(len(ingested))),
+        ("files skipped (same content)", str(len(result.files) - len(ingested))),
+        ("sequences", f"{t.sequences:,}"),
+        ("model tokens", f"{t.model_tokens:,}"),
+        ("tool tokens", f"{t.tool_tokens:,}"),
+        ("prompt tokens", f"{t.prompt_tokens:,}"),
+        ("padding tokens", f"{t.pad_tokens:,}"),
+        ("empty sequences (no model token)", f"{t.empty_sequences:,}"),
+        ("steps", steps_text(sorted(t.steps))),
+        ("gpus", ", ".join(sorted(t.gpus)) or "-"),
+        ("dropped sequences", f"{t.dropped_sequences:,}"),
+    ]
+    rows += [(f"  dropped: {reason}", f"{n:,}") for reason, n in sorted(t.dropped.items())]
+    for label, value in rows:
+        table.add_row(label, value)
+    lines: list[RenderableType] = [table]
+    for f in result.files:
+        if f.status != "ingested":
+            lines.append(Text(f"skipped {f.path}: {f.status} (same content as {f.same_as})"))
+        elif f.record and f.record.notes:
+            lines += [Text(f"note: {f.path.name}: {n}", style="yellow") for n in f.record.notes]
+    if t.dropped_ids:
+        lines.append(Text("dropped samples: " + "; ".join(t.dropped_ids), style="yellow"))
+    return Group(*lines)
+
+
+def ingest_json(result: IngestResult) -> dict[str, Any]:
+    return {
+        "run": result.run,
+        "store": str(result.store),
+        "files": [
+            {"path": str(f.path), "format": f.format, "status": f.status, "same_as": f.same_as}
+            for f in result.files
+        ],
+        "totals": result.tally,
+    }

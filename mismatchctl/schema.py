@@ -1,0 +1,98 @@
+"""Canonical columns of the store: the one place where their names live.
+
+A *token row* is one model-generated token (mask = 1) of one sequence. Prompt, tool-response and
+padding positions are never stored as rows; their counts are kept per sequence in the *sequence
+rows*. Both tables carry ``seq``, a dense integer id of the sequence within its run, assigned at
+ingest, so that sequence boundaries are cheap to find.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+# --- token rows ---------------------------------------------------------------------------
+RUN = "run"  # not stored inside part files: it is the hive partition key (run=<name>)
+STEP = "step"
+SEQ = "seq"
+SAMPLE_ID = "sample_id"
+TURN = "turn"
+POSITION = "position"
+TOKEN_ID = "token_id"
+ROLLOUT = "rollout_logprob"
+TRAINER = "trainer_logprob"
+GPU = "gpu"
+
+TOKEN_SCHEMA = pa.schema(
+    [
+        pa.field(STEP, pa.int64(), nullable=False),
+        pa.field(SEQ, pa.int64(), nullable=False),
+        pa.field(SAMPLE_ID, pa.string(), nullable=False),
+        pa.field(TURN, pa.int32(), nullable=False),
+        pa.field(POSITION, pa.int32(), nullable=False),
+        pa.field(TOKEN_ID, pa.int64(), nullable=True),
+        pa.field(ROLLOUT, pa.float64(), nullable=False),
+        pa.field(TRAINER, pa.float64(), nullable=False),
+        pa.field(GPU, pa.string(), nullable=True),
+    ]
+)
+
+# --- sequence rows ------------------------------------------------------------------------
+MODEL_TOKENS = "model_tokens"  # T_i
+TURNS = "turns"  # number of model turns (maximal runs of model tokens)
+PROMPT_TOKENS = "prompt_tokens"  # masked positions before the first model token
+TOOL_TOKENS = "tool_tokens"  # masked positions between model tokens (tool responses)
+PAD_TOKENS = "pad_tokens"  # masked positions after the last model token (padding)
+REWARD = "reward"
+WEIGHT_VERSION = "weight_version"
+WEIGHT_LAG = "weight_lag"  # step - weight_version when both are known
+
+SEQUENCE_SCHEMA = pa.schema(
+    [
+        pa.field(STEP, pa.int64(), nullable=False),
+        pa.field(SEQ, pa.int64(), nullable=False),
+        pa.field(SAMPLE_ID, pa.string(), nullable=False),
+        pa.field(GPU, pa.string(), nullable=True),
+        pa.field(MODEL_TOKENS, pa.int64(), nullable=False),
+        pa.field(TURNS, pa.int32(), nullable=False),
+        pa.field(PROMPT_TOKENS, pa.int64(), nullable=False),
+        pa.field(TOOL_TOKENS, pa.int64(), nullable=False),
+        pa.field(PAD_TOKENS, pa.int64(), nullable=False),
+        pa.field(REWARD, pa.float64(), nullable=True),
+        pa.field(WEIGHT_VERSION, pa.int64(), nullable=True),
+        pa.field(WEIGHT_LAG, pa.int64(), nullable=True),
+    ]
+)
+
+# --- input roles (what ``--map ROLE=COLUMN`` names) ---------------------------------------
+ROLE_ROLLOUT = "rollout"
+ROLE_TRAINER = "trainer"
+ROLE_MASK = "mask"
+ROLE_TOKENS = "tokens"
+ROLE_STEP = "step"
+ROLE_SAMPLE_ID = "sample_id"
+ROLE_GPU = "gpu"
+ROLE_TURN = "turn"
+ROLE_POSITION = "position"
+ROLE_REWARD = "reward"
+ROLE_WEIGHT_VERSION = "weight_version"
+ROLES = (
+    ROLE_ROLLOUT,
+    ROLE_TRAINER,
+    ROLE_MASK,
+    ROLE_TOKENS,
+    ROLE_STEP,
+    ROLE_SAMPLE_ID,
+    ROLE_GPU,
+    ROLE_TURN,
+    ROLE_POSITION,
+    ROLE_REWARD,
+    ROLE_WEIGHT_VERSION,
+)
+
+# Logprobs above this are rounding noise at most; anything larger is an error.
+LOGPROB_MAX = 1e-4
+
+# Tag names with a meaning of their own.
+TAG_GPU = "gpu"

@@ -1,0 +1,5 @@
+"""Parquet parts plus a SQLite run catalog (see docs/store.md for the layout)."""
+
+from mismatchctl.store.store import RunInfo, Store, check_run_name, open_store
+
+__all__ = ["RunInfo", "Store", "check_run_name", "open_store"]

@@ -1,0 +1,163 @@
+"""The run catalog: a SQLite file that is the source of truth for which parts belong to which run.
+
+Parts are immutable Parquet files; a run is whatever its committed ``parts`` rows name. Ingest
+writes parts first and commits their rows in one transaction, so a crash leaves no half run.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mismatchctl.errors import StoreError
+from mismatchctl.schema import SCHEMA_VERSION
+
+CATALOG_NAME = "catalog.sqlite"
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (name TEXT PRIMARY KEY, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sources (
+    id INTEGER PRIMARY KEY,
+    run TEXT NOT NULL REFERENCES runs(name) ON DELETE CASCADE,
+    path TEXT NOT NULL, format TEXT NOT NULL, size INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL, ingested_at TEXT NOT NULL,
+    columns TEXT NOT NULL, tags TEXT NOT NULL, notes TEXT NOT NULL,
+    sequences INTEGER NOT NULL, empty_sequences INTEGER NOT NULL,
+    model_tokens INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL,
+    tool_tokens INTEGER NOT NULL, pad_tokens INTEGER NOT NULL,
+    dropped_sequences INTEGER NOT NULL, dropped TEXT NOT NULL, dropped_ids TEXT NOT NULL,
+    steps TEXT NOT NULL, gpus TEXT NOT NULL,
+    UNIQUE (run, fingerprint)
+);
+CREATE TABLE IF NOT EXISTS parts (
+    id INTEGER PRIMARY KEY,
+    run TEXT NOT NULL REFERENCES runs(name) ON DELETE CASCADE,
+    source_id INTEGER NOT NULL REFERENCES sources(id) ON DELETE CASCADE,
+    kind TEXT NOT NULL, path TEXT NOT NULL UNIQUE, rows INTEGER NOT NULL,
+    min_step INTEGER, max_step INTEGER, min_seq INTEGER, max_seq INTEGER
+);
+CREATE INDEX IF NOT EXISTS parts_run ON parts (run, kind);
+"""
+
+JSON_FIELDS = ("columns", "tags", "notes", "dropped", "dropped_ids", "steps", "gpus")
+
+
+@dataclass
+class SourceRecord:
+    """One ingested file: where it came from and what it contributed (the provenance)."""
+
+    path: str
+    format: str
+    size: int
+    fingerprint: str
+    ingested_at: str
+    columns: dict[str, str]
+    tags: dict[str, str]
+    notes: list[str]
+    sequences: int
+    empty_sequences: int
+    model_tokens: int
+    prompt_tokens: int
+    tool_tokens: int
+    pad_tokens: int
+    dropped_sequences: int
+    dropped: dict[str, int]
+    dropped_ids: list[str]
+    steps: list[int]
+    gpus: list[str]
+    id: int | None = None
+    run: str = ""
+
+
+@dataclass
+class PartRecord:
+    kind: str  # "tokens" | "sequences"
+    path: str  # relative to the store root
+    rows: int
+    min_step: int | None
+    max_step: int | None
+    min_seq: int | None
+    max_seq: int | None
+    source_id: int | None = None
+    run: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def connect(root: Path, create: bool = False) -> sqlite3.Connection:
+    path = root / CATALOG_NAME
+    if not path.exists() and not create:
+        raise StoreError(
+            f"no store at {root} (no {CATALOG_NAME})",
+            "ingest something first (mismatchctl ingest ...), or point --store at your store.",
+        )
+    try:
+        con = sqlite3.connect(path, timeout=30, isolation_level=None)
+        con.row_factory = sqlite3.Row
+        con.execute("PRAGMA foreign_keys = ON")
+        if create:
+            con.executescript(_DDL)
+            con.execute(
+                "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            )
+        _check_version(con, root)
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(
+            f"the catalog {path} is not a readable SQLite database ({exc})",
+            "point --store at a mismatchctl store, or move the damaged store away.",
+        ) from None
+    return con
+
+
+def _check_version(con: sqlite3.Connection, root: Path) -> None:
+    row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    found = int(row[0]) if row else None
+    if found != SCHEMA_VERSION:
+        raise StoreError(
+            f"the store {root} has schema version {found}, this mismatchctl reads {SCHEMA_VERSION}",
+            "use the mismatchctl version that wrote the store, or re-ingest into a new store.",
+        )
+
+
+def insert_source(con: sqlite3.Connection, run: str, rec: SourceRecord) -> int:
+    values = {k: v for k, v in rec.__dict__.items() if k not in ("id", "run")}
+    for key in JSON_FIELDS:
+        values[key] = json.dumps(values[key], sort_keys=True)
+    cols = ", ".join(["run", *values])
+    marks = ", ".join("?" * (len(values) + 1))
+    cur = con.execute(f"INSERT INTO sources ({cols}) VALUES ({marks})", [run, *values.values()])
+    return int(cur.lastrowid or 0)
+
+
+def insert_part(con: sqlite3.Connection, run: str, source_id: int, part: PartRecord) -> None:
+    con.execute(
+        "INSERT INTO parts (run, source_id, kind, path, rows, min_step, max_step, min_seq, "
+        "max_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            run,
+            source_id,
+            part.kind,
+            part.path,
+            part.rows,
+            part.min_step,
+            part.max_step,
+            part.min_seq,
+            part.max_seq,
+        ),
+    )
+
+
+def source_from_row(row: sqlite3.Row) -> SourceRecord:
+    data = dict(row)
+    for key in JSON_FIELDS:
+        data[key] = json.loads(data[key])
+    return SourceRecord(**data)
+
+
+def part_from_row(row: sqlite3.Row) -> PartRecord:
+    data = dict(row)
+    data.pop("id")
+    return PartRecord(**data)
