@@ -37,9 +37,12 @@ def handle_errors(func: F) -> F:
             return func(*args, **kwargs)
         except MismatchError as exc:
             console = err_console()
-            console.print(f"[bold red]Error:[/] {exc.message}", highlight=False, markup=True)
+            # soft_wrap: paths and column names in a message must never be broken across lines
+            console.print("[bold red]Error:[/] ", end="", soft_wrap=True)
+            console.print(exc.message, highlight=False, markup=False, soft_wrap=True)
             if exc.hint:
-                console.print(f"\n[bold]Hint:[/] {exc.hint}", highlight=False)
+                console.print("\n[bold]Hint:[/] ", end="", soft_wrap=True)
+                console.print(exc.hint, highlight=False, markup=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper  # type: ignore[return-value]

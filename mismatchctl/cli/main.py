@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from mismatchctl.cli import demo as demo_cmd
 from mismatchctl.cli import ingest as ingest_cmd
 from mismatchctl.cli import runs as runs_cmd
 
@@ -20,6 +21,8 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
   mismatchctl ingest dumps/ --run v1-a100 --tag gpu=A100
 
   mismatchctl runs
+
+  mismatchctl demo
 """,
     no_args_is_help=True,
     add_completion=False,
@@ -29,6 +32,7 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 )
 app.command("ingest", help=ingest_cmd.HELP)(ingest_cmd.ingest)
 app.add_typer(runs_cmd.app, name="runs")
+app.command("demo", help=demo_cmd.HELP)(demo_cmd.demo)
 
 
 def _version(value: bool) -> None:

@@ -55,7 +55,7 @@ def show(
     if json:
         emit_json(info, "-")
     else:
-        console().print(run_detail(info))
+        console().print(run_detail(info), soft_wrap=True)
 
 
 @app.command("rm")

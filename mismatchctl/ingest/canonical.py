@@ -154,11 +154,20 @@ def _drop(batch: RaggedBatch, bad: dict[int, Problem], ctx: Context, tally: Tall
 
 
 def _keep(batch: RaggedBatch, keep: np.ndarray) -> RaggedBatch:
-    """The batch without the sequences where ``keep`` is False (every role re-aligned)."""
-    pos = np.repeat(keep, batch.lengths())
+    """The batch without the sequences where ``keep`` is False (every role re-aligned).
 
-    def flat(a: np.ndarray | None) -> np.ndarray | None:
-        return None if a is None else a[pos]
+    Each per-token role is cut with its own lengths: a dropped sequence may be dropped precisely
+    because its roles have different lengths.
+    """
+    lengths = batch.lengths()
+    role_of = {"trainer": S.ROLE_TRAINER, "mask": S.ROLE_MASK, "token_ids": S.ROLE_TOKENS}
+
+    def flat(name: str) -> np.ndarray | None:
+        a = getattr(batch, name)
+        if a is None:
+            return None
+        own = batch.role_lengths.get(role_of.get(name, ""), lengths)
+        return a[np.repeat(keep, own)]
 
     def per_seq(a: np.ndarray | None) -> np.ndarray | None:
         return None if a is None else a[keep]
@@ -167,13 +176,13 @@ def _keep(batch: RaggedBatch, keep: np.ndarray) -> RaggedBatch:
     return RaggedBatch(
         steps=batch.steps[keep],
         sample_ids=[batch.sample_ids[i] for i in idx],
-        offsets=offsets_from_lengths(batch.lengths()[keep]),
-        rollout=batch.rollout[pos],
-        trainer=batch.trainer[pos],
-        mask=flat(batch.mask),
-        token_ids=flat(batch.token_ids),
-        turn=flat(batch.turn),
-        position=flat(batch.position),
+        offsets=offsets_from_lengths(lengths[keep]),
+        rollout=batch.rollout[np.repeat(keep, lengths)],
+        trainer=flat("trainer"),  # type: ignore[arg-type]
+        mask=flat("mask"),
+        token_ids=flat("token_ids"),
+        turn=flat("turn"),
+        position=flat("position"),
         gpus=None if batch.gpus is None else [batch.gpus[i] for i in idx],
         rewards=per_seq(batch.rewards),
         weight_versions=per_seq(batch.weight_versions),

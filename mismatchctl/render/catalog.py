@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -68,22 +69,26 @@ def run_detail(r: RunInfo) -> RenderableType:
     ):
         head.add_row(label, Text(value))
     prov = Table(title="Provenance", title_justify="left")
-    for name in ("source", "format", "fingerprint", "kept", "dropped", "empty", "model tokens"):
-        prov.add_column(name, overflow="fold")
-    notes: list[Text] = []
-    for s in r.sources:
+    for name in ("#", "file", "format", "fingerprint", "kept", "dropped", "empty", "model tokens"):
+        prov.add_column(
+            name, justify="right" if name in ("#", "kept", "dropped", "empty") else "left"
+        )
+    lines: list[Text] = [Text("Sources:", style="bold")]
+    for i, s in enumerate(r.sources, start=1):
         prov.add_row(
-            Text(s.path),
+            str(i),
+            Text(Path(s.path).name),
             s.format,
-            s.fingerprint.split(":")[-1][:16],
+            s.fingerprint.split(":")[-1][:12],
             f"{s.sequences:,}",
             f"{s.dropped_sequences:,}",
             f"{s.empty_sequences:,}",
             f"{s.model_tokens:,}",
         )
-        notes += [Text(f"{s.path}: {n}", style="yellow") for n in s.notes]
-        notes += [Text(f"{s.path}: dropped {k}: {v}", style="yellow") for k, v in s.dropped.items()]
-    return Group(head, Text(""), prov, *notes)
+        lines.append(Text(f"  {i}. {s.path} ({s.size:,} bytes, {tags_text(s.tags)})"))
+        lines += [Text(f"     note: {n}", style="yellow") for n in s.notes]
+        lines += [Text(f"     dropped {k}: {v}", style="yellow") for k, v in s.dropped.items()]
+    return Group(head, Text(""), prov, *lines)
 
 
 def ingest_summary(result: IngestResult) -> RenderableType:

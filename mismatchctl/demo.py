@@ -1,0 +1,67 @@
+"""The bundled sample data: find it and ingest every run of its manifest into a store."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from mismatchctl.errors import InputError
+from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files
+from mismatchctl.store import Store
+
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class DemoRun:
+    name: str
+    path: Path
+    format: str | None
+    tags: dict[str, str]
+    captured: bool
+    shows: str
+
+
+def default_data_dir() -> Path:
+    """``sample_data/`` of the source tree this package runs from."""
+    return Path(__file__).resolve().parents[1] / "sample_data"
+
+
+def load_manifest(data_dir: str | os.PathLike[str] | None = None) -> list[DemoRun]:
+    base = Path(data_dir) if data_dir else default_data_dir()
+    path = base / MANIFEST
+    if not path.is_file():
+        raise InputError(
+            f"no sample data manifest at {path}",
+            "run from a source checkout of mismatchctl, or pass --data <dir with manifest.json>.",
+        )
+    try:
+        entries = json.loads(path.read_text())["runs"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise InputError(
+            f"{path} is not a valid manifest ({exc})", "regenerate the sample data."
+        ) from None
+    return [
+        DemoRun(
+            name=e["name"],
+            path=base / e["path"],
+            format=e.get("format"),
+            tags=dict(e.get("tags", {})),
+            captured=bool(e.get("captured", True)),
+            shows=e.get("shows", ""),
+        )
+        for e in entries
+    ]
+
+
+def ingest_demo(
+    store: Store, runs: list[DemoRun], progress: Progress | None = None
+) -> list[IngestResult]:
+    """Ingest every sample run (an already ingested run is a no-op)."""
+    results = []
+    for run in runs:
+        opts = Options(run=run.name, tags=run.tags, fmt=run.format, mapping={}, skip_bad=False)
+        results.append(ingest_files(store, [str(run.path)], opts, progress))
+    return results

@@ -1,0 +1,66 @@
+"""The command line as a user meets it: help everywhere, fast startup without torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from mismatchctl.cli.main import app
+from tests.helpers import cli
+
+
+def _commands() -> list[list[str]]:
+    import typer.main
+
+    group = typer.main.get_command(app)
+    paths: list[list[str]] = []
+
+    def walk(cmd, prefix: list[str]) -> None:
+        for name, sub in getattr(cmd, "commands", {}).items():
+            paths.append([*prefix, name])
+            walk(sub, [*prefix, name])
+
+    walk(group, [])
+    return paths
+
+
+@pytest.mark.parametrize("path", _commands(), ids=lambda p: " ".join(p))
+def test_every_command_has_help_with_an_example(path: list[str]) -> None:
+    ran = cli(*path, "--help")
+    assert ran.code == 0
+    assert "mismatchctl " + path[0] in ran.out  # an example invocation
+    assert len(ran.out.strip().splitlines()) > 5
+
+
+def test_every_command_is_documented_in_the_readme() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for path in _commands():
+        assert f"mismatchctl {' '.join(path)}" in readme, path
+
+
+def test_version() -> None:
+    ran = cli("--version")
+    assert ran.code == 0 and ran.out.startswith("mismatchctl ")
+
+
+def test_help_does_not_import_torch() -> None:
+    code = (
+        "import sys\n"
+        "from mismatchctl.cli.main import app\n"
+        "try:\n"
+        "    app(['ingest', '--help'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_no_color_is_respected(store) -> None:  # the store fixture sets NO_COLOR=1
+    ran = cli("runs", "show", "missing")
+    assert "\x1b[" not in ran.err

@@ -1,0 +1,239 @@
+"""Every bad input: exit code 1, the exact message with a hint, and the store byte-for-byte unchanged."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.helpers import FIXTURES, cli, tree_digest
+
+GOOD = FIXTURES / "sequence.parquet"
+
+
+def _seq_file(path: Path, roll: list, train: list, mask: list | None = None, **extra) -> Path:
+    cols = {
+        "uid": [f"s{i}" for i in range(len(roll))],
+        "rollout_log_probs": pa.array(roll, pa.list_(pa.float64())),
+        "old_log_probs": pa.array(train, pa.list_(pa.float64())),
+        **extra,
+    }
+    if mask is not None:
+        cols["response_mask"] = pa.array(mask, pa.list_(pa.int8()))
+    pq.write_table(pa.table(cols), path)
+    return path
+
+
+@pytest.fixture
+def seeded(store: Path) -> Path:
+    """A store that already holds one run, so that 'unchanged' is a real check."""
+    assert cli("ingest", str(GOOD), "--run", "base", "-q").code == 0
+    return store
+
+
+def _fails(store: Path, *args: str) -> str:
+    before = tree_digest(store)
+    ran = cli("ingest", *args, "--run", "new", "-q")
+    assert ran.code == 1, ran.err
+    assert tree_digest(store) == before
+    assert ran.out == ""
+    return ran.err
+
+
+def test_corrupt_parquet(seeded: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "dump.parquet"
+    bad.write_bytes(b"PAR1 this is not really parquet")
+    err = _fails(seeded, str(bad))
+    assert err.startswith("Error: cannot read dump.parquet as Parquet: ")
+    assert err.endswith(
+        "\n\nHint: the file is truncated or corrupt; re-export it, or leave it out of the inputs.\n"
+    )
+
+
+def test_truncated_parquet_among_good_files(seeded: Path, tmp_path: Path) -> None:
+    """The good file before the bad one is not committed either."""
+    data = GOOD.read_bytes()
+    cut = tmp_path / "step_9.parquet"
+    cut.write_bytes(data[: len(data) // 2])
+    other = tmp_path / "a_good.parquet"
+    other.write_bytes(data)
+    err = _fails(seeded, str(other), str(cut))
+    assert err.startswith("Error: cannot read step_9.parquet as Parquet: ")
+
+
+def test_unknown_format(seeded: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "dump.csv"
+    bad.write_text("a,b\n1,2\n")
+    assert _fails(seeded, str(bad)) == (
+        "Error: cannot tell the format of dump.csv (suffix `.csv`)\n\n"
+        "Hint: pass --format (one of parquet-sequence, parquet-token, slime-pt, nemo-jsonl).\n"
+    )
+
+
+def test_missing_trainer_column(seeded: Path, tmp_path: Path) -> None:
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"step": [1], "rollout_log_probs": [[-0.1]], "foo": [[-0.2]]}), path)
+    assert _fails(seeded, str(path)) == (
+        "Error: no trainer logprob column in x.parquet (found: step, rollout_log_probs, foo)\n\n"
+        "Hint: name it with --map trainer=<column>.\n"
+    )
+
+
+def test_missing_rollout_column(seeded: Path, tmp_path: Path) -> None:
+    path = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"step": [1], "old_log_probs": [[-0.1]]}), path)
+    assert _fails(seeded, str(path)) == (
+        "Error: no rollout logprob column in x.parquet (found: step, old_log_probs)\n\n"
+        "Hint: name it with --map rollout=<column> (and the trainer side with "
+        "--map trainer=<column>).\n"
+    )
+
+
+def test_length_mismatch_names_the_sample(seeded: Path, tmp_path: Path) -> None:
+    path = _seq_file(
+        tmp_path / "x.parquet", [[-0.1, -0.2], [-0.1, -0.2, -0.3]], [[-0.1, -0.2], [-0.1, -0.2]]
+    )
+    assert _fails(seeded, str(path)) == (
+        "Error: x.parquet: sample `s1` (row 1): rollout has 3 values, trainer has 2; "
+        "1 bad sample(s) in this batch\n\n"
+        "Hint: fix the dump, or pass --skip-bad to drop bad samples (they are counted and "
+        "listed).\n"
+    )
+
+
+def test_mask_length_mismatch(seeded: Path, tmp_path: Path) -> None:
+    path = _seq_file(tmp_path / "x.parquet", [[-0.1, -0.2]], [[-0.1, -0.2]], mask=[[1, 1, 0]])
+    err = _fails(seeded, str(path))
+    assert err.startswith(
+        "Error: x.parquet: sample `s0` (row 0): rollout has 2 values, mask has 3; "
+    )
+
+
+def test_non_finite_logprob(seeded: Path, tmp_path: Path) -> None:
+    path = _seq_file(tmp_path / "x.parquet", [[-0.1, float("nan")]], [[-0.1, -0.2]])
+    err = _fails(seeded, str(path))
+    assert err.startswith(
+        "Error: x.parquet: sample `s0` (row 0): rollout logprob nan at position 1 of a model "
+        "token (expected a finite value <= 0.0001); 1 bad sample(s) in this batch\n"
+    )
+
+
+def test_positive_logprob(seeded: Path, tmp_path: Path) -> None:
+    path = _seq_file(tmp_path / "x.parquet", [[-0.1, -0.2]], [[0.5, -0.2]])
+    err = _fails(seeded, str(path))
+    assert err.startswith(
+        "Error: x.parquet: sample `s0` (row 0): trainer logprob 0.5 at position 0 of a model "
+        "token (expected a finite value <= 0.0001)"
+    )
+
+
+def test_sentinels_at_masked_positions_are_fine(store: Path, tmp_path: Path) -> None:
+    """SkyRL writes -9999 at masked positions: only model tokens are checked."""
+    path = _seq_file(
+        tmp_path / "x.parquet", [[-0.1, -9999.0]], [[-0.1, float("-inf")]], mask=[[1, 0]]
+    )
+    assert cli("ingest", str(path), "--run", "ok", "-q").code == 0
+
+
+def test_empty_inputs(seeded: Path, tmp_path: Path) -> None:
+    empty_dir = tmp_path / "nothing"
+    empty_dir.mkdir()
+    assert _fails(seeded, str(empty_dir)).startswith(
+        f"Error: directory {empty_dir} holds no dump files"
+    )
+    assert _fails(seeded, str(tmp_path / "missing.parquet")) == (
+        f"Error: no such file or directory: {tmp_path / 'missing.parquet'}\n\n"
+        "Hint: check the path.\n"
+    )
+    no_rows = tmp_path / "empty.parquet"
+    pq.write_table(pq.read_table(GOOD).slice(0, 0), no_rows)
+    assert _fails(seeded, str(no_rows)) == (
+        "Error: empty.parquet holds no samples\n\nHint: leave empty dumps out of the inputs.\n"
+    )
+
+
+def test_bad_json_line(seeded: Path, tmp_path: Path) -> None:
+    path = tmp_path / "train_data_step2.jsonl"
+    good = (FIXTURES / "train_data_step3.jsonl").read_text().splitlines()[0]
+    path.write_text(good + "\n{not json\n")
+    err = _fails(seeded, str(path))
+    assert err.startswith("Error: train_data_step2.jsonl: line 2 is not valid JSON")
+
+
+def test_unsafe_pickle_is_refused(seeded: Path, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    path = tmp_path / "train_0.pt"
+    torch.save({"rollout_id": 0, "samples": [{"x": Path("evil")}]}, path)
+    err = _fails(seeded, str(path))
+    assert err.startswith("Error: cannot load train_0.pt as a torch file with weights_only=True")
+    assert "no code from a dump is ever run" in err
+
+
+def test_missing_torch_gives_install_hint(seeded: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    err = _fails(seeded, str(FIXTURES / "slime_train_3.pt"))
+    assert err == (
+        "Error: reading slime_train_3.pt (a torch .pt file) needs torch, which is not installed\n\n"
+        "Hint: pip install 'mismatchctl[torch]'\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--format", "csv"],
+            "Error: unknown format `csv` (known: parquet-sequence, "
+            "parquet-token, slime-pt, nemo-jsonl)",
+        ),
+        (["--tag", "gpu"], "Error: --tag `gpu` is not KEY=VALUE"),
+        (["--map", "logits=x"], "Error: --map `logits=x`: unknown role `logits`"),
+        (
+            ["--map", "rollout=nope"],
+            "Error: column `nope` (from --map rollout=nope) not found in sequence.parquet",
+        ),
+    ],
+)
+def test_bad_options(seeded: Path, args: list[str], message: str) -> None:
+    assert _fails(seeded, str(GOOD), *args).startswith(message)
+
+
+def test_bad_run_name(seeded: Path) -> None:
+    before = tree_digest(seeded)
+    ran = cli("ingest", str(GOOD), "--run", "a=b", "-q")
+    assert ran.code == 1
+    assert ran.err.startswith("Error: run name `a=b` is not allowed")
+    assert tree_digest(seeded) == before
+
+
+def test_failed_first_ingest_creates_no_store(store: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "x.parquet"
+    bad.write_bytes(b"garbage")
+    assert cli("ingest", str(bad), "--run", "r", "-q").code == 1
+    assert not store.exists()
+
+
+def test_skip_bad_drops_and_reports(store: Path, tmp_path: Path) -> None:
+    path = _seq_file(
+        tmp_path / "x.parquet",
+        [[-0.1, -0.2], [-0.1, 0.3], [-0.3], [-0.1, float("inf")]],
+        [[-0.1, -0.2], [-0.1, -0.2], [-0.3, -0.1], [-0.1, -0.2]],
+    )
+    ran = cli("ingest", str(path), "--run", "r", "--skip-bad", "--json")
+    assert ran.code == 0, ran.err
+    totals = json.loads(ran.out)["totals"]
+    assert totals["sequences"] == 1 and totals["model_tokens"] == 2
+    assert totals["dropped"] == {
+        "trainer length differs from rollout": 1,
+        "rollout logprob > 0.0001": 1,
+        "rollout logprob not finite": 1,
+    }
+    assert [d.split(":")[0] for d in totals["dropped_ids"]] == ["s2", "s1", "s3"]
+    shown = cli("runs", "show", "r")
+    assert "dropped rollout logprob not finite: 1" in shown.out
+    assert np.isfinite(1.0)
