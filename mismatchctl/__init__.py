@@ -7,13 +7,14 @@ Python API::
     store.runs()                              # [RunInfo(name=..., tags=..., steps=...), ...]
     store.scan("v1-a100").collect()           # canonical token rows as a Polars frame
     mismatchctl.ingest(["dumps/"], run="v1-a100", tags={"gpu": "A100"})
+    rep = mismatchctl.report(["v1-a100"], by_gpu=True)   # rep.whole().metrics["vllm_kl"]
 """
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from mismatchctl.api import ingest, remove_run, run_info, runs
+from mismatchctl.api import ingest, remove_run, report, run_info, runs
 from mismatchctl.errors import InputError, MismatchError, StoreError, UsageError
 from mismatchctl.store import RunInfo, Store, open_store
 
@@ -33,6 +34,7 @@ __all__ = [
     "ingest",
     "open_store",
     "remove_run",
+    "report",
     "run_info",
     "runs",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
@@ -18,9 +19,15 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_ERROR = 1
 
 
+PIPE_WIDTH = 140  # tables written to a file or a pipe are not squeezed into 80 columns
+
+
 def out_console() -> Console:
-    """Data goes to stdout (so `--json - | jq` works); soft-wrapped, never truncated."""
-    return Console(soft_wrap=False)
+    """Data goes to stdout (so `--json - | jq` works)."""
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=PIPE_WIDTH)
+    return console
 
 
 def err_console() -> Console:

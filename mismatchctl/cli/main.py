@@ -8,6 +8,7 @@ import typer
 
 from mismatchctl.cli import demo as demo_cmd
 from mismatchctl.cli import ingest as ingest_cmd
+from mismatchctl.cli import report as report_cmd
 from mismatchctl.cli import runs as runs_cmd
 
 app = typer.Typer(
@@ -22,6 +23,8 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 
   mismatchctl runs
 
+  mismatchctl report --by-gpu
+
   mismatchctl demo
 """,
     no_args_is_help=True,
@@ -32,6 +35,7 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 )
 app.command("ingest", help=ingest_cmd.HELP)(ingest_cmd.ingest)
 app.add_typer(runs_cmd.app, name="runs")
+app.command("report", help=report_cmd.HELP)(report_cmd.report)
 app.command("demo", help=demo_cmd.HELP)(demo_cmd.demo)
 
 

@@ -43,3 +43,32 @@ class IngestProgress:
     def tokens(self, count: int) -> None:
         self._tokens += count
         self._bar.update(self._task, tokens=self._tokens)
+
+
+class TokenProgress:
+    """Model tokens processed out of all tokens of the selection (for report and compare)."""
+
+    def __init__(self, total: int, enabled: bool = True) -> None:
+        console = err_console()
+        self._bar = Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed:,} / {task.total:,} tokens"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+            disable=not enabled or not console.is_terminal,
+        )
+        self._task = self._bar.add_task("report", total=total)
+
+    def __enter__(self) -> TokenProgress:
+        self._bar.__enter__()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._bar.__exit__(kind, exc, tb)
+
+    def advance(self, tokens: int) -> None:
+        self._bar.advance(self._task, tokens)

@@ -1,0 +1,170 @@
+"""Build a report: select, plan, run the engine, roll up, and derive shares, bands and the
+per-hardware summary. Everything a renderer shows is computed here or in ``stats``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mismatchctl import schema as S
+from mismatchctl.analysis import splits as K
+from mismatchctl.analysis.rollup import Groups, rollup, sort_key
+from mismatchctl.analysis.selection import Selection, StepRange, select
+from mismatchctl.engines.local import DEFAULT_WORKERS, run_passes
+from mismatchctl.errors import UsageError
+from mismatchctl.stats import (
+    QUANTILE_METRICS,
+    TOKEN_METRICS,
+    Partial,
+    band,
+    parse_bins,
+    shares,
+    step_summary,
+)
+from mismatchctl.store import Store
+
+AGGREGATION = "token-mean"
+BIN_METRICS = ("tokens", *TOKEN_METRICS, *QUANTILE_METRICS)
+# Beyond the per-run splits, the whole selection by bin and by turn kind: the terminal tables.
+SELECTION_SPLITS: list[K.Split] = [(K.TURN_KIND,), (K.BIN,)]
+
+
+@dataclass
+class Group:
+    by: dict[str, Any]
+    partial: Partial
+    metrics: dict[str, Any]
+    band: str | None = None
+
+
+@dataclass
+class Report:
+    selection: Selection
+    bin_edges: np.ndarray
+    splits: list[K.Split]
+    groups: dict[K.Split, list[Group]]
+    excluded: dict[str, int]
+    hardware: list[dict[str, Any]] | None = None
+    aggregation: str = AGGREGATION
+    notes: list[str] = field(default_factory=list)
+
+    def split(self, *keys: str) -> list[Group]:
+        return self.groups.get(K.canonical(list(keys)), [])
+
+    def whole(self) -> Group | None:
+        found = self.groups.get((), [])
+        return found[0] if found else None
+
+
+def build_report(
+    store: Store,
+    runs: list[str] | None = None,
+    *,
+    bins: str = "log",
+    by: list[K.Split] | None = None,
+    by_gpu: bool = False,
+    steps: StepRange | None = None,
+    workers: int = DEFAULT_WORKERS,
+    on_part: Callable[[int], None] | None = None,
+) -> Report:
+    try:
+        edges = parse_bins(bins)
+    except ValueError as exc:
+        raise UsageError(
+            f"--bins: {exc}", "use log, linear:N or edges such as 0,1e-3,0.5,1."
+        ) from None
+    selection = select(store, runs, steps)
+    wanted = list(dict.fromkeys([*K.default_splits(by_gpu), *SELECTION_SPLITS, *(by or [])]))
+    internal = [(K.RUN, K.GPU, K.STEP), (K.GPU, K.TURN_KIND)] if by_gpu else []
+    passes = K.plan(wanted + internal)
+    finest, _ = run_passes(selection.tasks, passes, edges, steps, workers, on_part)
+    rolled = {}
+    for split in wanted + internal:
+        p = K.pass_for(split, passes)
+        rolled[split] = rollup(split, p, finest[passes.index(p)])
+    groups = {s: _groups(s, rolled[s]) for s in wanted}
+    report = Report(selection, edges, wanted, groups, _excluded(selection, steps))
+    if by_gpu:
+        report.hardware = _hardware(rolled)
+    return report
+
+
+def _groups(split: K.Split, rolled: Groups) -> list[Group]:
+    """Finalized groups of one split; bin groups carry token metrics, shares and quantiles only
+    (a sequence cut by probability bins is not a meaningful unit)."""
+    parents: Groups = {}
+    if K.BIN in split:
+        parent_split = tuple(k for k in split if k != K.BIN)
+        parents = rollup(parent_split, K.Pass((K.BIN,), split), rolled)
+    out = []
+    for key in sorted(rolled, key=sort_key):
+        partial = rolled[key]
+        by = dict(zip(split, key, strict=True))
+        metrics = partial.finalize()
+        if K.BIN in split:
+            metrics = {k: v for k, v in metrics.items() if k in BIN_METRICS}
+            parent = parents[tuple(v for k, v in by.items() if k != K.BIN)]
+            metrics.update(shares(partial, parent))
+        group_band = band(metrics.get("vllm_kl")) if K.STEP in split else None
+        out.append(Group(by, partial, metrics, group_band))
+    return out
+
+
+def _excluded(selection: Selection, steps: StepRange | None) -> dict[str, int]:
+    empty = 0
+    for paths in selection.sequence_paths.values():
+        for path in paths:
+            table = pq.read_table(path, columns=[S.STEP, S.MODEL_TOKENS])
+            mask = pc.equal(table.column(S.MODEL_TOKENS), 0)
+            if steps is not None:
+                step = table.column(S.STEP)
+                if steps.lo is not None:
+                    mask = pc.and_(mask, pc.greater_equal(step, steps.lo))
+                if steps.hi is not None:
+                    mask = pc.and_(mask, pc.less_equal(step, steps.hi))
+            empty += int(pc.sum(mask).as_py() or 0)
+    dropped = sum(r.dropped_sequences for r in selection.runs)
+    return {"empty_sequences": empty, "dropped_sequences": dropped}
+
+
+def _hardware(rolled: dict[K.Split, Groups]) -> list[dict[str, Any]]:
+    """Per gpu: runs, batches, tokens, vllm_kl, the per-batch series summary, later/first ratio,
+    and the share of tokens with p_infer < 1e-3."""
+    per_gpu = rolled[(K.GPU,)]
+    batches = rolled[(K.RUN, K.GPU, K.STEP)]
+    kinds = rolled[(K.GPU, K.TURN_KIND)]
+    rows = []
+    for (gpu,) in sorted(per_gpu, key=sort_key):
+        partial = per_gpu[(gpu,)]
+        series = {(r, s): p for (r, g, s), p in batches.items() if g == gpu}
+        first, later = kinds.get((gpu, "first")), kinds.get((gpu, "later"))
+        row: dict[str, Any] = {
+            "gpu": gpu,
+            "runs": sorted({r for r, _ in series}),
+            "batches": len(series),
+            "tokens": partial.tokens,
+            "vllm_kl": partial.finalize()["vllm_kl"],
+        }
+        row.update(step_summary(p.finalize()["vllm_kl"] for p in series.values()))
+        row.pop("steps", None)
+        row["later_first_vllm_kl_ratio"] = _ratio(later, first)
+        row["low_prob_token_share"] = (
+            partial.low_prob_tokens / partial.tokens if partial.tokens else None
+        )
+        rows.append(row)
+    return rows
+
+
+def _ratio(later: Partial | None, first: Partial | None) -> float | None:
+    if later is None or first is None:
+        return None
+    a, b = later.finalize()["vllm_kl"], first.finalize()["vllm_kl"]
+    if a is None or b is None or b == 0 or math.isinf(b):
+        return None
+    return a / b

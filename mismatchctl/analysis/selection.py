@@ -1,0 +1,92 @@
+"""What a report reads: runs, an optional step range, and the parts (with their source tags)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from mismatchctl.errors import StoreError, UsageError
+from mismatchctl.store import RunInfo, Store
+from mismatchctl.store.parts import SEQUENCES, TOKENS
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """Inclusive bounds; None means open."""
+
+    lo: int | None = None
+    hi: int | None = None
+
+    def overlaps(self, lo: int | None, hi: int | None) -> bool:
+        if lo is None or hi is None:
+            return True
+        return (self.lo is None or hi >= self.lo) and (self.hi is None or lo <= self.hi)
+
+    def __str__(self) -> str:
+        return f"{'' if self.lo is None else self.lo}-{'' if self.hi is None else self.hi}"
+
+
+_RANGE = re.compile(r"^\s*(\d*)\s*-\s*(\d*)\s*$|^\s*(\d+)\s*$")
+
+
+def parse_steps(text: str | None) -> StepRange | None:
+    """``0-200``, ``150-``, ``-99`` or ``42``."""
+    if text is None:
+        return None
+    match = _RANGE.match(text)
+    if not match:
+        raise UsageError(
+            f"step range `{text}` is not understood",
+            "write A-B (inclusive), A- or -B, or a single step.",
+        )
+    if match.group(3) is not None:
+        step = int(match.group(3))
+        return StepRange(step, step)
+    lo, hi = (int(g) if g else None for g in match.group(1, 2))
+    if lo is not None and hi is not None and lo > hi:
+        raise UsageError(f"step range `{text}` is empty ({lo} > {hi})", "write A-B with A <= B.")
+    return StepRange(lo, hi)
+
+
+@dataclass(frozen=True)
+class PartTask:
+    """One token part to read, with what is constant over it."""
+
+    run: str
+    path: str
+    tags: tuple[tuple[str, str], ...]
+    rows: int
+
+
+@dataclass
+class Selection:
+    runs: list[RunInfo]
+    steps: StepRange | None = None
+    tasks: list[PartTask] = field(default_factory=list)
+    sequence_paths: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.runs]
+
+
+def select(store: Store, runs: list[str] | None, steps: StepRange | None = None) -> Selection:
+    """The named runs (every run when none is named) and the parts that hold them."""
+    names = list(dict.fromkeys(runs)) if runs else store.run_names()
+    if not names:
+        raise StoreError(
+            f"the store {store.root} holds no runs",
+            "ingest dumps first: mismatchctl ingest DUMPS --run NAME",
+        )
+    infos = [store.run(n) for n in names]
+    sel = Selection(infos, steps)
+    for info in infos:
+        tags = {s.id: tuple(sorted(s.tags.items())) for s in info.sources}
+        for part in store.parts(info.name, TOKENS):
+            if steps is None or steps.overlaps(part.min_step, part.max_step):
+                path = str(store.part_path(part))
+                sel.tasks.append(PartTask(info.name, path, tags[part.source_id], part.rows))
+        sel.sequence_paths[info.name] = [
+            str(store.part_path(p)) for p in store.parts(info.name, SEQUENCES)
+        ]
+    return sel

@@ -1,0 +1,100 @@
+"""`mismatchctl report`: every metric of one or more runs, in the terminal, JSON and HTML."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mismatchctl import api
+from mismatchctl.cli.common import StoreOpt, emit_json, err_console, handle_errors, out_console
+from mismatchctl.cli.progress import TokenProgress
+from mismatchctl.engines.local import DEFAULT_WORKERS
+from mismatchctl.render.report_json import report_json
+from mismatchctl.render.report_terminal import render_report
+
+HELP = """Every metric of the selected runs (all runs when none is named): vllm_kl and the others, by inference-probability bin, first turn vs turns after tool responses, per step, per gpu.
+
+Metric definitions and JSON names: docs/metrics.md. With [bold]--json -[/] only JSON goes to stdout.
+
+[bold]Examples[/]
+
+  mismatchctl report v1-a100
+
+  mismatchctl report --by-gpu
+
+  mismatchctl report v1-a100 --html report.html --json report.json
+
+  mismatchctl report v1-a100 --bins linear:20 --by step --by tag:logprobs_mode
+
+  mismatchctl report v0-ref v1-a100 --by run,turn_kind --json - | jq .
+"""
+
+
+@handle_errors
+def report(
+    runs: Annotated[
+        list[str] | None, typer.Argument(help="Runs to report on (default: all).")
+    ] = None,
+    by_gpu: Annotated[
+        bool,
+        typer.Option("--by-gpu", help="Add the per-hardware table and gpu, gpu x step groups."),
+    ] = False,
+    by: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--by",
+            help="Add a split (repeatable): run, gpu, step, turn_kind, turn, bin or tag:<name>; "
+            "commas combine keys, e.g. step,turn_kind.",
+        ),
+    ] = None,
+    bins: Annotated[
+        str,
+        typer.Option("--bins", help="Probability bins: log, linear:N, or edges like 0,1e-3,0.5,1."),
+    ] = "log",
+    steps: Annotated[
+        str | None, typer.Option("--steps", help="Only steps in this inclusive range, e.g. 0-200.")
+    ] = None,
+    json_out: Annotated[
+        str | None,
+        typer.Option("--json", help="Write the JSON report to FILE, or to stdout with -."),
+    ] = None,
+    html_out: Annotated[
+        str | None, typer.Option("--html", help="Write the HTML report to FILE.")
+    ] = None,
+    workers: Annotated[int, typer.Option("--workers", help="Parallel workers.")] = DEFAULT_WORKERS,
+    store: StoreOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    total = sum(r.model_tokens for r in _runs(runs, store))
+    with TokenProgress(total, enabled=not quiet) as progress:
+        rep = api.report(
+            runs,
+            bins=bins,
+            by=by or [],
+            by_gpu=by_gpu,
+            steps=steps,
+            workers=workers,
+            store=store,
+            on_part=progress.advance,
+        )
+    if json_out is not None:
+        emit_json(report_json(rep), json_out)
+    if json_out != "-":
+        out_console().print(render_report(rep))
+    if html_out is not None:
+        from mismatchctl.render.report_html import write_report_html
+
+        write_report_html(rep, html_out)
+        err_console().print(f"Wrote {html_out}", highlight=False, markup=False)
+    if json_out not in (None, "-"):
+        err_console().print(f"Wrote {json_out}", highlight=False, markup=False)
+
+
+def _runs(names: list[str] | None, store: str | None) -> list[api.RunInfo]:
+    if names:
+        return [api.run_info(n, store) for n in names]
+    return api.runs(store)
+
+
+report.__doc__ = HELP

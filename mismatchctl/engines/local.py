@@ -1,0 +1,108 @@
+"""The local engine: reads token parts (a few at a time, one part in memory per worker) and
+folds them into mergeable partials, one dictionary of groups per planned pass.
+
+Memory is bounded by ``workers`` x the largest part (parts hold at most about 2M tokens), never by
+the number of tokens in the selection. Parts are processed by a thread pool: Parquet decoding and
+the numpy kernels release the GIL for most of their time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mismatchctl import schema as S
+from mismatchctl.analysis.selection import PartTask, StepRange
+from mismatchctl.analysis.splits import GPU, Pass
+from mismatchctl.engines.keys import Label, PartKeys, decode, group_codes
+from mismatchctl.stats import Partial, chunk_partials
+
+Groups = dict[tuple[Label, ...], Partial]
+DEFAULT_WORKERS = 2
+
+
+class PartExtra(Protocol):
+    """Something else computed from every part in the same read (e.g. figure densities): a
+    mergeable state per part, folded with ``merge``."""
+
+    columns: tuple[str, ...]
+
+    def compute(self, table: pa.Table, keys: PartKeys) -> Any: ...
+
+    def merge(self, a: Any, b: Any) -> Any: ...
+
+
+def run_passes(
+    tasks: list[PartTask],
+    passes: list[Pass],
+    edges: np.ndarray,
+    steps: StepRange | None = None,
+    workers: int = DEFAULT_WORKERS,
+    on_part: Callable[[int], None] | None = None,
+    extras: Sequence[PartExtra] = (),
+) -> tuple[list[Groups], list[Any]]:
+    """For every pass, the merged partial of each group present in the selection; and the merged
+    state of every extra (None when no part was read)."""
+    totals: list[Groups] = [{} for _ in passes]
+    extra_totals: list[Any] = [None] * len(extras)
+
+    def one(task: PartTask) -> tuple[list[Groups], list[Any], int]:
+        return (*part_groups(task, passes, edges, steps, extras), task.rows)
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for groups, states, rows in pool.map(one, tasks):
+            for total, part in zip(totals, groups, strict=True):
+                merge_into(total, part)
+            for i, (extra, state) in enumerate(zip(extras, states, strict=True)):
+                extra_totals[i] = (
+                    state if extra_totals[i] is None else extra.merge(extra_totals[i], state)
+                )
+            if on_part:
+                on_part(rows)
+    return totals, extra_totals
+
+
+def merge_into(total: Groups, part: Groups) -> None:
+    for key, partial in part.items():
+        total[key] = total[key].merge(partial) if key in total else partial
+
+
+def part_groups(
+    task: PartTask,
+    passes: list[Pass],
+    edges: np.ndarray,
+    steps: StepRange | None,
+    extras: Sequence[PartExtra] = (),
+) -> tuple[list[Groups], list[Any]]:
+    columns = [S.STEP, S.SEQ, S.TURN, S.ROLLOUT, S.TRAINER]
+    if any(GPU in p.keys for p in passes) or any(S.GPU in e.columns for e in extras):
+        columns.append(S.GPU)
+    table = pq.read_table(task.path, columns=columns, read_dictionary=[S.GPU])
+    if steps is not None:
+        table = table.filter(_step_mask(table, steps))
+    keys = PartKeys(table, task.run, dict(task.tags), edges)
+    lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
+    seq = keys.column(S.SEQ)
+    out = []
+    for p in passes:
+        code, size, labels = group_codes(keys, p.keys)
+        partials = chunk_partials(lr, lt, seq, code, size, with_hist=p.with_hist)
+        out.append({decode(i, labels): part for i, part in enumerate(partials) if part.tokens > 0})
+    return out, [extra.compute(table, keys) for extra in extras]
+
+
+def _step_mask(table, steps: StepRange):
+    col = table.column(S.STEP)
+    mask = None
+    if steps.lo is not None:
+        mask = pc.greater_equal(col, steps.lo)
+    if steps.hi is not None:
+        upper = pc.less_equal(col, steps.hi)
+        mask = upper if mask is None else pc.and_(mask, upper)
+    return mask

@@ -1,0 +1,42 @@
+"""Number formatting and severity styles shared by the terminal renderers."""
+
+from __future__ import annotations
+
+import math
+
+from rich.text import Text
+
+BAND_STYLE = {"low": "green", "medium": "yellow", "high": "bold dark_orange", "severe": "bold red"}
+
+
+def num(x: float | int | None, digits: int = 4) -> str:
+    """Integers with separators; floats in 4 significant digits, scientific when small or large."""
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == 0:
+        return "0"
+    if 1e-3 <= abs(x) < 1e4:
+        return f"{x:.{digits}g}"
+    return f"{x:.{digits - 1}e}"
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def band_text(name: str | None) -> Text:
+    return Text(name or "-", style=BAND_STYLE.get(name or "", ""))
+
+
+def kl_text(x: float | None, name: str | None) -> Text:
+    return Text(num(x), style=BAND_STYLE.get(name or "", ""))
+
+
+def label(value: object) -> str:
+    return "(none)" if value is None else str(value)

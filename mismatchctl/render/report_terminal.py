@@ -1,0 +1,291 @@
+"""The terminal report: headline, probability bins, first vs later turns, steps, hardware."""
+
+from __future__ import annotations
+
+from rich.console import Group as RGroup
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from mismatchctl.analysis import splits as K
+from mismatchctl.analysis.report import Group, Report
+from mismatchctl.render.fmt import band_text, kl_text, label, num, pct
+from mismatchctl.stats import band, bin_label
+
+MAX_STEP_ROWS = 30
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def render_report(report: Report) -> RenderableType:
+    parts: list[RenderableType] = [_headline(report)]
+    if len(report.selection.runs) > 1:
+        parts.append(_runs_table(report))
+    parts += [_bins_table(report), _turns_table(report), *_steps(report)]
+    if report.hardware is not None:
+        parts.append(_hardware_table(report))
+    for split in report.splits:
+        if split not in K.default_splits(True) and split not in [(K.TURN_KIND,), (K.BIN,)]:
+            parts.append(_generic_table(report, split))
+    return RGroup(*[RGroup(p, Text("")) for p in parts])
+
+
+def _headline(report: Report) -> RenderableType:
+    whole = report.whole()
+    runs = report.selection.runs
+    title = (
+        f"Run {runs[0].name}"
+        if len(runs) == 1
+        else f"{len(runs)} runs: " + ", ".join(r.name for r in runs)
+    )
+    if report.selection.steps is not None:
+        title += f", steps {report.selection.steps}"
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    if len(runs) == 1 and runs[0].tags:
+        grid.add_row("tags", " ".join(f"{k}={v}" for k, v in runs[0].tags.items()))
+    if whole is None:
+        grid.add_row("tokens", "0 model tokens in the selection")
+        return RGroup(Text(title, style="bold underline"), grid)
+    m = whole.metrics
+    kinds = {g.by[K.TURN_KIND]: g.metrics for g in report.split(K.TURN_KIND)}
+    steps = sorted({g.by[K.STEP] for g in report.split(K.RUN, K.STEP)})
+    vband = band(m["vllm_kl"])
+    grid.add_row(
+        "tokens / sequences / steps", f"{num(m['tokens'])} / {num(m['sequences'])} / {len(steps)}"
+    )
+    grid.add_row(
+        "vllm_kl", Text.assemble(kl_text(m["vllm_kl"], vband), "  (", band_text(vband), ")")
+    )
+    grid.add_row("kl_k1", num(m["kl_k1"]))
+    grid.add_row("abs_log_ratio_mean", num(m["abs_log_ratio_mean"]))
+    grid.add_row("prob_pearson", num(m["prob_pearson"], 6))
+    grid.add_row(
+        "log_ppl_pearson first / later",
+        f"{num(kinds.get('first', {}).get('log_ppl_pearson'), 6)} / "
+        f"{num(kinds.get('later', {}).get('log_ppl_pearson'), 6)}",
+    )
+    ex = report.excluded
+    grid.add_row(
+        "excluded",
+        f"{num(ex['empty_sequences'])} empty sequences, {num(ex['dropped_sequences'])} dropped at ingest",
+    )
+    grid.add_row("aggregation", report.aggregation)
+    return RGroup(Text(title, style="bold underline"), grid)
+
+
+def _runs_table(report: Report) -> RenderableType:
+    table = Table(title="Runs", title_justify="left")
+    for col in (
+        "run",
+        "tokens",
+        "seqs",
+        "vllm_kl",
+        "band",
+        "kl_k1",
+        "|r| mean",
+        "prob ρ",
+        "log-ppl ρ",
+    ):
+        table.add_column(col, justify="left" if col in ("run", "band") else "right")
+    for g in report.split(K.RUN):
+        m = g.metrics
+        b = band(m["vllm_kl"])
+        table.add_row(
+            Text(str(g.by[K.RUN])),
+            num(m["tokens"]),
+            num(m["sequences"]),
+            kl_text(m["vllm_kl"], b),
+            band_text(b),
+            num(m["kl_k1"]),
+            num(m["abs_log_ratio_mean"]),
+            num(m["prob_pearson"]),
+            num(m["log_ppl_pearson"]),
+        )
+    return table
+
+
+def _bins_table(report: Report) -> RenderableType:
+    table = Table(
+        title="By inference probability p_infer = exp(rollout logprob)", title_justify="left"
+    )
+    for col in (
+        "p_infer bin",
+        "tokens",
+        "token share",
+        "vllm_kl",
+        "kl share",
+        "mean r",
+        "p01 r",
+        "p50 r",
+        "p99 r",
+    ):
+        table.add_column(col, justify="left" if col == "p_infer bin" else "right")
+    for g in report.split(K.BIN):
+        m = g.metrics
+        hot = (m.get("kl_share") or 0) > 2 * (m.get("token_share") or 0) and (
+            m.get("kl_share") or 0
+        ) > 0.05
+        table.add_row(
+            bin_label(report.bin_edges, int(g.by[K.BIN])),
+            num(m["tokens"]),
+            pct(m.get("token_share")),
+            num(m["vllm_kl"]),
+            Text(pct(m.get("kl_share")), style="bold red" if hot else ""),
+            num(m["log_ratio_mean"]),
+            num(m.get("log_ratio_p01")),
+            num(m.get("log_ratio_p50")),
+            num(m.get("log_ratio_p99")),
+        )
+    return table
+
+
+TURN_ROWS = (
+    "tokens",
+    "sequences",
+    "vllm_kl",
+    "kl_k1",
+    "abs_log_ratio_mean",
+    "prob_abs_diff_mean",
+    "prob_pearson",
+    "rollout_log_ppl",
+    "trainer_log_ppl",
+    "log_ppl_abs_diff",
+    "log_ppl_pearson",
+    "trainer_ppl",
+)
+
+
+def _turns_table(report: Report) -> RenderableType:
+    kinds = {g.by[K.TURN_KIND]: g.metrics for g in report.split(K.TURN_KIND)}
+    table = Table(title="First turn vs turns after a tool response", title_justify="left")
+    table.add_column("metric")
+    table.add_column("first", justify="right")
+    table.add_column("later", justify="right")
+    table.add_column("later / first", justify="right")
+    first, later = kinds.get("first", {}), kinds.get("later", {})
+    for name in TURN_ROWS:
+        a, b = first.get(name), later.get(name)
+        ratio = b / a if isinstance(a, int | float) and isinstance(b, int | float) and a else None
+        table.add_row("segments" if name == "sequences" else name, num(a), num(b), num(ratio))
+    return table
+
+
+def _steps(report: Report) -> list[RenderableType]:
+    out: list[RenderableType] = []
+    for run in report.selection.names:
+        groups = [g for g in report.split(K.RUN, K.STEP) if g.by[K.RUN] == run]
+        if not groups:
+            continue
+        if len(groups) <= MAX_STEP_ROWS:
+            out.append(_step_table(f"Per step: {run}", groups))
+        else:
+            out.append(_step_spark(run, groups))
+    return out
+
+
+def _step_table(title: str, groups: list[Group]) -> RenderableType:
+    table = Table(title=title, title_justify="left")
+    for col in ("step", "tokens", "vllm_kl", "band", "kl_k1", "|r| mean", "trainer_ppl"):
+        table.add_column(col, justify="left" if col == "band" else "right")
+    for g in groups:
+        m = g.metrics
+        table.add_row(
+            str(g.by[K.STEP]),
+            num(m["tokens"]),
+            kl_text(m["vllm_kl"], g.band),
+            band_text(g.band),
+            num(m["kl_k1"]),
+            num(m["abs_log_ratio_mean"]),
+            num(m["trainer_ppl"]),
+        )
+    return table
+
+
+def _step_spark(run: str, groups: list[Group]) -> RenderableType:
+    import math
+
+    values = [g.metrics["vllm_kl"] for g in groups]
+    logs = [math.log10(v) if v and v > 0 and math.isfinite(v) else None for v in values]
+    finite = [v for v in logs if v is not None]
+    lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    spark = Text()
+    for g, v in zip(groups, logs, strict=True):
+        i = 0 if v is None or hi == lo else round((v - lo) / (hi - lo) * (len(SPARK) - 1))
+        spark.append(SPARK[i], style=band_text(g.band).style)
+    worst = sorted(groups, key=lambda g: -(g.metrics["vllm_kl"] or 0))[:10]
+    head = Text(
+        f"Per step: {run} ({len(groups)} steps {groups[0].by[K.STEP]}..{groups[-1].by[K.STEP]}, "
+        "log vllm_kl; full series in --json / --html)",
+        style="bold",
+    )
+    return RGroup(
+        head,
+        spark,
+        _step_table(f"Worst 10 steps: {run}", sorted(worst, key=lambda g: g.by[K.STEP])),
+    )
+
+
+def _hardware_table(report: Report) -> RenderableType:
+    table = Table(
+        title="By hardware (per-batch vllm_kl over each gpu's batches; bands: share of batches)",
+        title_justify="left",
+    )
+    cols = (
+        "gpu",
+        "runs",
+        "batches",
+        "tokens",
+        "vllm_kl",
+        "median",
+        "p90",
+        "max",
+        "low/medium/high/severe",
+        "later/first",
+        "p<1e-3",
+    )
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("gpu", "runs") else "right")
+    for row in report.hardware or []:
+        b = band(row["vllm_kl"])
+        shares = "/".join(
+            pct(row[f"band_share_{name}"]) for name in ("low", "medium", "high", "severe")
+        )
+        table.add_row(
+            Text(label(row["gpu"])),
+            Text(", ".join(row["runs"])),
+            num(row["batches"]),
+            num(row["tokens"]),
+            kl_text(row["vllm_kl"], b),
+            num(row["vllm_kl_step_median"]),
+            num(row["vllm_kl_step_p90"]),
+            num(row["vllm_kl_step_max"]),
+            shares,
+            num(row["later_first_vllm_kl_ratio"]),
+            pct(row["low_prob_token_share"]),
+        )
+    return table
+
+
+def _generic_table(report: Report, split: K.Split) -> RenderableType:
+    table = Table(title="By " + " x ".join(split), title_justify="left")
+    for key in split:
+        table.add_column(key)
+    for col in ("tokens", "vllm_kl", "kl_k1", "|r| mean", "prob ρ", "log-ppl ρ"):
+        table.add_column(col, justify="right")
+    for g in report.groups[split]:
+        m = g.metrics
+        keys = [
+            bin_label(report.bin_edges, int(v)) if k == K.BIN else label(v) for k, v in g.by.items()
+        ]
+        b = band(m["vllm_kl"])
+        table.add_row(
+            *[Text(k) for k in keys],
+            num(m["tokens"]),
+            kl_text(m["vllm_kl"], b),
+            num(m["kl_k1"]),
+            num(m["abs_log_ratio_mean"]),
+            num(m.get("prob_pearson")),
+            num(m.get("log_ppl_pearson")),
+        )
+    return table
