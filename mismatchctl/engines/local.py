@@ -1,7 +1,7 @@
 """The local engine: reads token parts (a few at a time, one part in memory per worker) and
 folds them into mergeable partials, one dictionary of groups per planned pass.
 
-Memory is bounded by ``workers`` x the largest part (parts hold at most about 2M tokens), never by
+Memory is bounded by ``workers`` x the largest part (parts hold about 1M tokens), never by
 the number of tokens in the selection. Parts are processed by a thread pool: Parquet decoding and
 the numpy kernels release the GIL for most of their time.
 """

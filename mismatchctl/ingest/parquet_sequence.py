@@ -19,6 +19,7 @@ from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
 from mismatchctl.ingest.columns import SEQUENCE_NAMES, require, resolve
+from mismatchctl.ingest import source as src
 from mismatchctl.ingest.source import FORMAT_SEQUENCE, Source, step_from_name, tags_from_metadata
 
 PER_TOKEN = (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, S.ROLE_TOKENS)
@@ -70,7 +71,7 @@ def _batches(
     rows_done = 0
     columns = list(dict.fromkeys(found.values()))
     avg = max(1, pf.metadata.num_rows and _avg_len(pf, found[S.ROLE_ROLLOUT]))
-    rows_per_batch = max(16, min(65536, 1_000_000 // avg))
+    rows_per_batch = max(1, min(65536, src.BATCH_TOKENS // avg))
     for record in pf.iter_batches(batch_size=rows_per_batch, columns=columns):
         yield _to_batch(record, path, found, step, rows_done)
         rows_done += record.num_rows

@@ -17,7 +17,8 @@ from mismatchctl.ingest import detect_format, expand_inputs, open_source
 from mismatchctl.ingest.canonical import Context, Tally, canonicalize
 from mismatchctl.ingest.detect import unreadable
 from mismatchctl.store.catalog import PartRecord, SourceRecord
-from mismatchctl.store.parts import PART_TOKENS, SEQUENCES, TOKENS, PartWriter
+from mismatchctl.store import parts as store_parts
+from mismatchctl.store.parts import SEQUENCES, TOKENS, PartWriter
 from mismatchctl.store.store import Store, Transaction, check_run_name, now
 
 TAG_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
@@ -143,7 +144,7 @@ def _ingest_one(
         source = open_source(path, fmt, opts.mapping)
         tags = {**source.tags, **opts.tags}
         ctx = Context(path.name, tags.get(S.TAG_GPU), opts.skip_bad, seq)
-        tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, PART_TOKENS)
+        tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, store_parts.PART_TOKENS)
         seqs = PartWriter(txn.staging, SEQUENCES, opts.run, S.SEQUENCE_SCHEMA, 1 << 62)
         tally = Tally()
         for batch in source.batches:

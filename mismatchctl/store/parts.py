@@ -1,7 +1,8 @@
 """Writing immutable Parquet parts into a staging directory, a source at a time.
 
-Token parts are cut at sequence boundaries (a sequence's tokens stay together and in order) once they
-hold ``PART_TOKENS`` rows, so a reader can compute per-sequence metrics part by part.
+Token parts are cut at sequence boundaries (a sequence's tokens stay together and in order) before
+they would exceed ``PART_TOKENS`` rows (a single larger batch still makes one part), so a reader can
+compute per-sequence metrics part by part with bounded memory.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import pyarrow.parquet as pq
 from mismatchctl import schema as S
 from mismatchctl.store.catalog import PartRecord
 
-PART_TOKENS = 2_000_000
+PART_TOKENS = 1_000_000
 ROW_GROUP_ROWS = 1_000_000
 COMPRESSION = "zstd"
 TOKENS = "tokens"
@@ -48,7 +49,7 @@ class PartWriter:
         """Append whole sequences; start a new part first when the current one is full."""
         if table.num_rows == 0:
             return
-        if self._writer is not None and self._stats["rows"] >= self.limit:
+        if self._writer is not None and self._stats["rows"] + table.num_rows > self.limit:
             self._close()
         if self._writer is None:
             self._open()

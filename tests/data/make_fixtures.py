@@ -139,8 +139,23 @@ def write_nemo(rows: list[dict]) -> None:
                 fh.write(json.dumps(obj, sort_keys=True) + "\n")
 
 
+def write_golden() -> None:
+    """The golden vector of the metric definitions: two sequences, one masked token."""
+    table = pa.table(
+        {
+            "step": pa.array([0, 0], pa.int64()),
+            "uid": ["A", "B"],
+            "old_log_probs": [[-0.1, -1.0, -2.0], [-0.5, 0.0, -0.2]],
+            "rollout_log_probs": [[-0.1, -0.9, -2.5], [-0.7, 0.0, -0.2]],
+            "response_mask": pa.array([[1, 1, 1], [1, 0, 1]], pa.list_(pa.int8())),
+        }
+    )
+    pq.write_table(table, OUT / "golden.parquet")
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
+    write_golden()
     rows = samples()
     write_sequence(rows)
     write_token(rows)

@@ -1,0 +1,216 @@
+"""report: numbers equal the exact references, through the CLI and the Python API."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import mismatchctl
+from mismatchctl.stats import assign_bins, reference_metrics, reference_quantiles
+from mismatchctl.stats.bins import LOG_EDGES
+from mismatchctl.ingest import source as ingest_source
+from mismatchctl.store import parts as store_parts
+from tests.helpers import FIXTURES, cli
+
+GOLDEN = {
+    "tokens": 5,
+    "sequences": 2,
+    "vllm_kl": 0.0349923,
+    "vllm_kl_seq_mean": 0.0309438,
+    "kl_k1": -0.12,
+    "kl_k2": 0.03,
+    "chi2_token": 0.405767,
+    "ratio_dev_1e4": 1549.92,
+    "abs_log_ratio_mean": 0.16,
+    "abs_log_ratio_max": 0.5,
+    "trainer_log_ppl": 0.691667,
+    "rollout_log_ppl": 0.808333,
+    "trainer_ppl": 2.114743,
+    "rollout_ppl": 2.389791,
+    "log_ppl_diff": -0.116667,
+    "ppl_ratio": 0.890005,
+    "chi2_seq": 0.858683,
+    "prob_pearson": 0.985090,
+    "prob_abs_diff_mean": 0.040377,
+    "prob_abs_diff_max": 0.109945,
+}
+
+
+def close(a: float | None, b: float | None, rel: float = 1e-9) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+
+
+def test_golden_vector_through_the_cli_json(store: Path) -> None:
+    assert cli("ingest", str(FIXTURES / "golden.parquet"), "--run", "golden", "-q").code == 0
+    ran = cli("report", "golden", "--json", "-", "-q")
+    assert ran.code == 0, ran.err
+    doc = json.loads(ran.out)
+    whole = next(g for g in doc["groups"] if g["by"] == {})["metrics"]
+    for name, value in GOLDEN.items():
+        assert whole[name] == pytest.approx(value, rel=1e-5, abs=1e-6), name
+
+
+def _random_dump(path: Path, seed: int = 3) -> list[dict]:
+    """Multi-step, multi-turn, two gpus; returns the per-sequence truth for the references."""
+    rng = np.random.default_rng(seed)
+    rows, truth = [], []
+    for step in range(4):
+        for i in range(25):
+            n = int(rng.integers(5, 60))
+            mask = (rng.random(n) < 0.8).astype(np.int8)
+            lr = -rng.exponential(1.5, n) * (rng.random(n) < 0.9)
+            lt = np.minimum(lr + rng.normal(0, 0.05 + 0.02 * step, n), 0.0)
+            gpu = "A100" if i % 2 else "H20"
+            rows.append(
+                dict(
+                    step=step,
+                    uid=f"{step}-{i}",
+                    gpu=gpu,
+                    rollout_log_probs=lr.tolist(),
+                    old_log_probs=lt.tolist(),
+                    response_mask=mask.tolist(),
+                )
+            )
+            turn = np.cumsum(np.diff(np.concatenate([[0], mask])) == 1) - 1
+            keep = mask == 1
+            truth.append(dict(step=step, gpu=gpu, lr=lr[keep], lt=lt[keep], turn=turn[keep]))
+    table = pa.table({k: [r[k] for r in rows] for k in rows[0]})
+    pq.write_table(table, path)
+    return truth
+
+
+def _groups(doc: dict, *keys: str) -> dict[tuple, dict]:
+    return {
+        tuple(g["by"][k] for k in keys): g["metrics"]
+        for g in doc["groups"]
+        if set(g["by"]) == set(keys)
+    }
+
+
+def _assert_metrics(got: dict, want: dict) -> None:
+    for name, value in want.items():
+        assert close(got[name], value), (name, got[name], value)
+
+
+@pytest.fixture
+def random_run(store: Path, tmp_path: Path) -> list[dict]:
+    truth = _random_dump(tmp_path / "dump.parquet")
+    mismatchctl.ingest([tmp_path / "dump.parquet"], run="r", store=store)
+    return truth
+
+
+def test_every_group_equals_the_reference(store: Path, random_run: list[dict]) -> None:
+    doc = json.loads(cli("report", "r", "--by-gpu", "--json", "-", "-q").out)
+    truth = random_run
+    _assert_metrics(_groups(doc)[()], reference_metrics([(t["lr"], t["lt"]) for t in truth]))
+    for (_, step), got in _groups(doc, "run", "step").items():
+        want = reference_metrics([(t["lr"], t["lt"]) for t in truth if t["step"] == step])
+        _assert_metrics(got, want)
+    for (gpu,), got in _groups(doc, "gpu").items():
+        _assert_metrics(
+            got, reference_metrics([(t["lr"], t["lt"]) for t in truth if t["gpu"] == gpu])
+        )
+    for (_, kind), got in _groups(doc, "run", "turn_kind").items():
+        segs = []
+        for t in truth:
+            sel = (t["turn"] == 0) if kind == "first" else (t["turn"] >= 1)
+            if sel.any():
+                segs.append((t["lr"][sel], t["lt"][sel]))
+        _assert_metrics(got, reference_metrics(segs))
+
+
+def test_bin_groups_equal_the_reference(store: Path, random_run: list[dict]) -> None:
+    doc = json.loads(cli("report", "r", "--json", "-", "-q").out)
+    lr = np.concatenate([t["lr"] for t in random_run])
+    lt = np.concatenate([t["lt"] for t in random_run])
+    bins = assign_bins(np.exp(lr), LOG_EDGES)
+    k3 = np.exp(lt - lr) - 1 - (lt - lr)
+    for (_, b), got in _groups(doc, "run", "bin").items():
+        sel = bins == b
+        want = reference_metrics([(lr[sel], lt[sel])])
+        for name in (
+            "tokens",
+            "vllm_kl",
+            "kl_k1",
+            "log_ratio_mean",
+            "abs_log_ratio_mean",
+            "prob_pearson",
+        ):
+            assert close(got[name], want[name]), name
+        assert close(got["token_share"], sel.sum() / len(lr))
+        assert close(got["kl_share"], k3[sel].sum() / k3.sum())
+        exact = reference_quantiles((lt - lr)[sel])
+        for q in ("log_ratio_p01", "log_ratio_p50", "log_ratio_p99"):
+            # the histogram's documented resolution: within 1% of |r| (or 1e-9 absolute)
+            assert abs(got[q] - exact[q]) <= 0.01 * abs(exact[q]) + 1e-9, q
+
+
+def test_streamed_equals_one_shot(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tiny parts (many partials merged, 1 or 2 workers) give the numbers of one big part."""
+    _random_dump(tmp_path / "dump.parquet")
+    mismatchctl.ingest([tmp_path / "dump.parquet"], run="one", store=store)
+    monkeypatch.setattr(store_parts, "PART_TOKENS", 40)
+    monkeypatch.setattr(ingest_source, "BATCH_TOKENS", 40)
+    mismatchctl.ingest([tmp_path / "dump.parquet"], run="many", store=store)
+    assert len(mismatchctl.open_store(store).parts("many")) > 20
+    one = mismatchctl.report(["one"], by_gpu=True, store=store)
+    for workers in (1, 2):
+        many = mismatchctl.report(["many"], by_gpu=True, store=store, workers=workers)
+        for split, groups in one.groups.items():
+            other = many.groups[split]
+            assert [g.by.get("step") for g in groups] == [g.by.get("step") for g in other]
+            for a, b in zip(groups, other, strict=True):
+                for name, value in a.metrics.items():
+                    assert close(value, b.metrics[name], rel=1e-12), (split, name)
+
+
+def test_steps_range_and_unknown_run(store: Path, random_run: list[dict]) -> None:
+    doc = json.loads(cli("report", "r", "--steps", "1-2", "--json", "-", "-q").out)
+    assert doc["runs"]["r"]["steps"] == [1, 2]
+    want = reference_metrics([(t["lr"], t["lt"]) for t in random_run if 1 <= t["step"] <= 2])
+    _assert_metrics(_groups(doc)[()], want)
+    bad = cli("report", "nope", "-q")
+    assert bad.code == 1 and bad.err.startswith("Error: no run `nope` in the store")
+
+
+def test_by_splits_and_tags(store: Path, random_run: list[dict], tmp_path: Path) -> None:
+    mismatchctl.ingest([FIXTURES / "sequence.parquet"], run="s", store=store)
+    doc = json.loads(
+        cli(
+            "report", "--by", "step,turn_kind", "--by", "tag:logprobs_mode", "--json", "-", "-q"
+        ).out
+    )
+    tagged = _groups(doc, "tag:logprobs_mode")
+    assert set(tagged) == {("processed",), (None,)}
+    assert tagged[("processed",)]["tokens"] == 21
+    assert (
+        sum(g["tokens"] for g in _groups(doc, "step", "turn_kind").values())
+        == doc["groups"][0]["metrics"]["tokens"]
+    )
+    bad = cli("report", "--by", "colour", "-q")
+    assert bad.code == 1 and "unknown split key `colour`" in bad.err
+    bad = cli("report", "--bins", "linear:0", "-q")
+    assert bad.code == 1 and bad.err.startswith("Error: --bins: ")
+
+
+def test_json_is_plain_json(store: Path, random_run: list[dict], tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    ran = cli("report", "--by-gpu", "--json", str(out), "-q")
+    assert ran.code == 0 and f"Wrote {out}" in ran.err
+    text = out.read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    doc = json.loads(text)
+    assert doc["schema_version"] == 1 and doc["aggregation"] == "token-mean"
+    assert {h["gpu"] for h in doc["hardware"]} == {"A100", "H20"}
+    assert doc["excluded"]["empty_sequences"] >= 0
+    assert "By hardware" in ran.out  # the terminal report still printed
