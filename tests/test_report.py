@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
+from mismatchctl.ingest import source as ingest_source
 from mismatchctl.stats import assign_bins, reference_metrics, reference_quantiles
 from mismatchctl.stats.bins import LOG_EDGES
-from mismatchctl.ingest import source as ingest_source
 from mismatchctl.store import parts as store_parts
 from tests.helpers import FIXTURES, cli
 

@@ -16,8 +16,8 @@ from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest import detect_format, expand_inputs, open_source
 from mismatchctl.ingest.canonical import Context, Tally, canonicalize
 from mismatchctl.ingest.detect import unreadable
-from mismatchctl.store.catalog import PartRecord, SourceRecord
 from mismatchctl.store import parts as store_parts
+from mismatchctl.store.catalog import PartRecord, SourceRecord
 from mismatchctl.store.parts import SEQUENCES, TOKENS, PartWriter
 from mismatchctl.store.store import Store, Transaction, check_run_name, now
 
