@@ -4,7 +4,7 @@ per-hardware summary. Everything a renderer shows is computed here or in ``stats
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +16,7 @@ from mismatchctl import schema as S
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.rollup import Groups, rollup, sort_key
 from mismatchctl.analysis.selection import Selection, StepRange, select
-from mismatchctl.engines.local import DEFAULT_WORKERS, run_passes
+from mismatchctl.engines.local import DEFAULT_WORKERS, PartExtra, row_mask, run_passes
 from mismatchctl.errors import UsageError
 from mismatchctl.stats import (
     QUANTILE_METRICS,
@@ -53,6 +53,7 @@ class Report:
     hardware: list[dict[str, Any]] | None = None
     aggregation: str = AGGREGATION
     notes: list[str] = field(default_factory=list)
+    extra_states: list[Any] = field(default_factory=list)
 
     def split(self, *keys: str) -> list[Group]:
         return self.groups.get(K.canonical(list(keys)), [])
@@ -73,23 +74,45 @@ def build_report(
     workers: int = DEFAULT_WORKERS,
     on_part: Callable[[int], None] | None = None,
 ) -> Report:
+    selection = select(store, runs, steps)
+    return report_on(selection, bins=bins, by=by, by_gpu=by_gpu, workers=workers, on_part=on_part)
+
+
+def parse_edges(bins: str) -> np.ndarray:
     try:
-        edges = parse_bins(bins)
+        return parse_bins(bins)
     except ValueError as exc:
         raise UsageError(
             f"--bins: {exc}", "use log, linear:N or edges such as 0,1e-3,0.5,1."
         ) from None
-    selection = select(store, runs, steps)
+
+
+def report_on(
+    selection: Selection,
+    *,
+    bins: str = "log",
+    by: list[K.Split] | None = None,
+    by_gpu: bool = False,
+    workers: int = DEFAULT_WORKERS,
+    on_part: Callable[[int], None] | None = None,
+    extras: Sequence[PartExtra] = (),
+) -> Report:
+    """The report of an explicit selection (runs, or a slice of the store); ``extras`` are
+    computed in the same read of every part and left in ``Report.extra_states``."""
+    edges = parse_edges(bins)
     wanted = list(dict.fromkeys([*K.default_splits(by_gpu), *SELECTION_SPLITS, *(by or [])]))
     internal = [(K.RUN, K.GPU, K.STEP), (K.GPU, K.TURN_KIND)] if by_gpu else []
     passes = K.plan(wanted + internal)
-    finest, _ = run_passes(selection.tasks, passes, edges, steps, workers, on_part)
+    finest, extra_states = run_passes(
+        selection.tasks, passes, edges, selection.rows, workers, on_part, extras
+    )
     rolled = {}
     for split in wanted + internal:
         p = K.pass_for(split, passes)
         rolled[split] = rollup(split, p, finest[passes.index(p)])
     groups = {s: _groups(s, rolled[s]) for s in wanted}
-    report = Report(selection, edges, wanted, groups, _excluded(selection, steps))
+    report = Report(selection, edges, wanted, groups, _excluded(selection))
+    report.extra_states = extra_states
     if by_gpu:
         report.hardware = _hardware(rolled)
     return report
@@ -116,18 +139,14 @@ def _groups(split: K.Split, rolled: Groups) -> list[Group]:
     return out
 
 
-def _excluded(selection: Selection, steps: StepRange | None) -> dict[str, int]:
+def _excluded(selection: Selection) -> dict[str, int]:
     empty = 0
     for paths in selection.sequence_paths.values():
         for path in paths:
-            table = pq.read_table(path, columns=[S.STEP, S.MODEL_TOKENS])
+            table = pq.read_table(path, columns=[S.STEP, S.MODEL_TOKENS, S.GPU])
             mask = pc.equal(table.column(S.MODEL_TOKENS), 0)
-            if steps is not None:
-                step = table.column(S.STEP)
-                if steps.lo is not None:
-                    mask = pc.and_(mask, pc.greater_equal(step, steps.lo))
-                if steps.hi is not None:
-                    mask = pc.and_(mask, pc.less_equal(step, steps.hi))
+            if selection.rows.active:
+                mask = pc.and_(mask, row_mask(table, selection.rows))
             empty += int(pc.sum(mask).as_py() or 0)
     dropped = sum(r.dropped_sequences for r in selection.runs)
     return {"empty_sequences": empty, "dropped_sequences": dropped}

@@ -58,10 +58,24 @@ class PartTask:
     rows: int
 
 
+@dataclass(frozen=True)
+class RowFilter:
+    """What is kept inside a part: a step range and/or one gpu (gpu is a per-row value)."""
+
+    steps: StepRange | None = None
+    gpu: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.steps is not None or self.gpu is not None
+
+
 @dataclass
 class Selection:
     runs: list[RunInfo]
-    steps: StepRange | None = None
+    rows: RowFilter = field(default_factory=RowFilter)
+    tags: dict[str, str] = field(default_factory=dict)  # source-level tag filter
+    label: str = ""
     tasks: list[PartTask] = field(default_factory=list)
     sequence_paths: dict[str, list[str]] = field(default_factory=dict)
 
@@ -69,9 +83,22 @@ class Selection:
     def names(self) -> list[str]:
         return [r.name for r in self.runs]
 
+    @property
+    def steps(self) -> StepRange | None:
+        return self.rows.steps
 
-def select(store: Store, runs: list[str] | None, steps: StepRange | None = None) -> Selection:
-    """The named runs (every run when none is named) and the parts that hold them."""
+
+def select(
+    store: Store,
+    runs: list[str] | None,
+    steps: StepRange | None = None,
+    *,
+    gpu: str | None = None,
+    tags: dict[str, str] | None = None,
+    label: str = "",
+) -> Selection:
+    """The named runs (every run when none is named), narrowed to the sources whose tags match
+    ``tags`` and to the rows of ``gpu`` and ``steps``; the parts that hold them."""
     names = list(dict.fromkeys(runs)) if runs else store.run_names()
     if not names:
         raise StoreError(
@@ -79,14 +106,25 @@ def select(store: Store, runs: list[str] | None, steps: StepRange | None = None)
             "ingest dumps first: mismatchctl ingest DUMPS --run NAME",
         )
     infos = [store.run(n) for n in names]
-    sel = Selection(infos, steps)
+    sel = Selection(infos, RowFilter(steps, gpu), dict(tags or {}), label)
     for info in infos:
-        tags = {s.id: tuple(sorted(s.tags.items())) for s in info.sources}
+        wanted = {s.id: s for s in info.sources if _matches(s.tags, sel.tags)}
         for part in store.parts(info.name, TOKENS):
-            if steps is None or steps.overlaps(part.min_step, part.max_step):
-                path = str(store.part_path(part))
-                sel.tasks.append(PartTask(info.name, path, tags[part.source_id], part.rows))
+            if part.source_id in wanted and (
+                steps is None or steps.overlaps(part.min_step, part.max_step)
+            ):
+                source_tags = tuple(sorted(wanted[part.source_id].tags.items()))
+                sel.tasks.append(
+                    PartTask(info.name, str(store.part_path(part)), source_tags, part.rows)
+                )
         sel.sequence_paths[info.name] = [
-            str(store.part_path(p)) for p in store.parts(info.name, SEQUENCES)
+            str(store.part_path(p))
+            for p in store.parts(info.name, SEQUENCES)
+            if p.source_id in wanted
         ]
+    sel.runs = [r for r in infos if sel.sequence_paths[r.name]]
     return sel
+
+
+def _matches(source_tags: dict[str, str], wanted: dict[str, str]) -> bool:
+    return all(source_tags.get(k) == v for k, v in wanted.items())

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
-from mismatchctl.analysis.selection import PartTask, StepRange
+from mismatchctl.analysis.selection import PartTask, RowFilter
 from mismatchctl.analysis.splits import GPU, Pass
 from mismatchctl.engines.keys import Label, PartKeys, decode, group_codes
 from mismatchctl.stats import Partial, chunk_partials
@@ -42,7 +42,7 @@ def run_passes(
     tasks: list[PartTask],
     passes: list[Pass],
     edges: np.ndarray,
-    steps: StepRange | None = None,
+    rows: RowFilter | None = None,
     workers: int = DEFAULT_WORKERS,
     on_part: Callable[[int], None] | None = None,
     extras: Sequence[PartExtra] = (),
@@ -53,10 +53,10 @@ def run_passes(
     extra_totals: list[Any] = [None] * len(extras)
 
     def one(task: PartTask) -> tuple[list[Groups], list[Any], int]:
-        return (*part_groups(task, passes, edges, steps, extras), task.rows)
+        return (*part_groups(task, passes, edges, rows, extras), task.rows)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for groups, states, rows in pool.map(one, tasks):
+        for groups, states, n_rows in pool.map(one, tasks):
             for total, part in zip(totals, groups, strict=True):
                 merge_into(total, part)
             for i, (extra, state) in enumerate(zip(extras, states, strict=True)):
@@ -64,7 +64,7 @@ def run_passes(
                     state if extra_totals[i] is None else extra.merge(extra_totals[i], state)
                 )
             if on_part:
-                on_part(rows)
+                on_part(n_rows)
     return totals, extra_totals
 
 
@@ -77,15 +77,16 @@ def part_groups(
     task: PartTask,
     passes: list[Pass],
     edges: np.ndarray,
-    steps: StepRange | None,
+    rows: RowFilter | None,
     extras: Sequence[PartExtra] = (),
 ) -> tuple[list[Groups], list[Any]]:
     columns = [S.STEP, S.SEQ, S.TURN, S.ROLLOUT, S.TRAINER]
-    if any(GPU in p.keys for p in passes) or any(S.GPU in e.columns for e in extras):
+    needs_gpu = any(GPU in p.keys for p in passes) or any(S.GPU in e.columns for e in extras)
+    if needs_gpu or (rows is not None and rows.gpu is not None):
         columns.append(S.GPU)
     table = pq.read_table(task.path, columns=columns, read_dictionary=[S.GPU])
-    if steps is not None:
-        table = table.filter(_step_mask(table, steps))
+    if rows is not None and rows.active:
+        table = table.filter(row_mask(table, rows))
     keys = PartKeys(table, task.run, dict(task.tags), edges)
     lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
     seq = keys.column(S.SEQ)
@@ -97,12 +98,16 @@ def part_groups(
     return out, [extra.compute(table, keys) for extra in extras]
 
 
-def _step_mask(table, steps: StepRange):
-    col = table.column(S.STEP)
-    mask = None
-    if steps.lo is not None:
-        mask = pc.greater_equal(col, steps.lo)
-    if steps.hi is not None:
-        upper = pc.less_equal(col, steps.hi)
-        mask = upper if mask is None else pc.and_(mask, upper)
+def row_mask(table: pa.Table, rows: RowFilter) -> pa.ChunkedArray:
+    """Rows inside the step range and of the gpu (tables hold ``step`` and, if needed, ``gpu``)."""
+    mask = pc.is_valid(table.column(S.STEP))
+    if rows.steps is not None and rows.steps.lo is not None:
+        mask = pc.and_(mask, pc.greater_equal(table.column(S.STEP), rows.steps.lo))
+    if rows.steps is not None and rows.steps.hi is not None:
+        mask = pc.and_(mask, pc.less_equal(table.column(S.STEP), rows.steps.hi))
+    if rows.gpu is not None:
+        gpu = table.column(S.GPU)
+        if pa.types.is_dictionary(gpu.type):
+            gpu = gpu.cast(pa.string())
+        mask = pc.and_(mask, pc.fill_null(pc.equal(gpu, rows.gpu), False))
     return mask
