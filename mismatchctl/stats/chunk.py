@@ -1,0 +1,231 @@
+"""Vectorized computation of one ``Partial`` per group from one chunk of model tokens.
+
+Every per-group quantity is a sum, a count, a centred second moment (second pass around the group
+mean) or an extreme, computed by ``GroupReducer``: O(tokens) numpy work with no Python loop over
+tokens or sequences. Only groups present in the chunk are computed (codes are compacted first),
+so a chunk touching 3 of 10,000 step groups costs the same as one with 3 groups.
+
+Segments (the tokens of one sequence that fall in one group) must be contiguous runs. They are
+already when each sequence visits its groups in increasing code order and groups come in long runs
+(one group per sequence, turn kinds, turn indices: the common cases). Otherwise (e.g. probability
+bins, which interleave) the tokens are first stably sorted by group with a 16-bit radix sort: that
+makes every group and every segment contiguous, and the reductions run on long runs.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from mismatchctl.stats import histogram
+from mismatchctl.stats.partial import Partial
+from mismatchctl.stats.reduce import MIN_MEAN_RUN, GroupReducer, run_starts
+from mismatchctl.stats.state import LOW_PROB_THRESHOLD, RATIO_CLAMP, Col, empty_state
+
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+class Layout(NamedTuple):
+    """Tokens in an order where every segment is one run, and where those runs start."""
+
+    lr: np.ndarray
+    lt: np.ndarray
+    seq: np.ndarray
+    code: np.ndarray
+    seg_starts: np.ndarray
+
+
+def chunk_partials(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    group: np.ndarray,
+    n_groups: int,
+    *,
+    with_hist: bool = False,
+) -> list[Partial]:
+    """One Partial per group code ``0..n_groups-1`` from one chunk of model tokens.
+
+    ``lr``/``lt``: rollout/trainer logprobs (finite); ``seq``: sequence id per token (a sequence's
+    tokens are contiguous and the chunk holds whole sequences); ``group``: group code per token.
+    Sequence metrics are computed over segments = the tokens of one sequence in one group.
+    """
+    lr, lt, seq, group = _checked(lr, lt, seq, group, n_groups)
+    if len(lr) == 0:
+        return [Partial.empty(with_hist) for _ in range(n_groups)]
+    present, code = _compact(group, n_groups)
+    g = len(present)
+    table = empty_state(g)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported as inf, by design
+        lay = _layout(lr, lt, seq, code, g)
+        r, k3 = _token_columns(table, lay.lr, lay.lt, GroupReducer.from_index(lay.code, g))
+        m = len(lay.seg_starts)
+        segments = GroupReducer(lay.seg_starts, np.arange(m), len(lay.code), m)
+        _segment_columns(table, lay, r, k3, segments)
+    hists = histogram.histogram(r, lay.code, g) if with_hist else None
+    return _expand(table, hists, present, n_groups, with_hist)
+
+
+def _checked(
+    lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, group: np.ndarray, n_groups: int
+) -> Arrays:
+    lr, lt = np.asarray(lr, dtype=np.float64), np.asarray(lt, dtype=np.float64)
+    seq, group = np.asarray(seq, dtype=np.int64), np.asarray(group, dtype=np.int64)
+    if any(a.ndim != 1 or len(a) != len(lr) for a in (lt, seq, group)):
+        shapes = ", ".join(str(a.shape) for a in (lr, lt, seq, group))
+        raise ValueError(f"lr, lt, seq and group must be 1-D of one length (found {shapes})")
+    if n_groups < 1:
+        raise ValueError(f"n_groups must be at least 1 (found {n_groups})")
+    if len(group) and (group.min() < 0 or group.max() >= n_groups):
+        found = f"{group.min()}..{group.max()}"
+        raise ValueError(f"group codes must lie in 0..{n_groups - 1} (found {found})")
+    if not (np.isfinite(lr).all() and np.isfinite(lt).all()):
+        raise ValueError("logprobs must be finite (found NaN or infinity)")
+    return lr, lt, seq, group
+
+
+def _compact(group: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Codes of the groups present, and every token's code renumbered to 0..len(present)-1."""
+    present = np.flatnonzero(np.bincount(group, minlength=n_groups))
+    if len(present) == n_groups:
+        return present, group
+    remap = np.zeros(n_groups, dtype=np.int64)
+    remap[present] = np.arange(len(present))
+    return present, remap[group]
+
+
+def _token_columns(
+    t: np.ndarray, lr: np.ndarray, lt: np.ndarray, red: GroupReducer
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fill the token columns of table ``t``; return ``r`` and ``k3`` for the segment pass."""
+    r = lt - lr
+    rho_m1 = np.expm1(r)  # expm1, not exp - 1: keeps K3 accurate when |r| is tiny
+    k3 = rho_m1 - r
+    pr, pt = np.exp(lr), np.exp(lt)
+    dp = np.subtract(pt, pr)
+    np.abs(dp, out=dp)
+    n = t[:, Col.TOKENS] = red.counts()
+    t[:, Col.K3_SUM] = red.sum(k3)
+    t[:, Col.R_SUM] = red.sum(r)
+    t[:, Col.ABS_R_SUM] = red.sum(np.abs(r))
+    t[:, Col.CHI2_SUM] = red.sum(_chi2_terms(r))
+    t[:, Col.RHO_M1_SUM] = red.sum(rho_m1)
+    t[:, Col.DP_SUM] = red.sum(dp)
+    t[:, Col.LOW_PROB] = red.sum((pr < LOW_PROB_THRESHOLD).astype(np.float64))
+    t[:, Col.PR_SUM] = red.sum(pr)
+    t[:, Col.PT_SUM] = red.sum(pt)
+    t[:, Col.R_M2] = red.centred(r, t[:, Col.R_SUM], n)[1]
+    _pair_moments(t, red, pr, pt, (Col.PR_SUM, Col.PT_SUM, Col.PR_M2, Col.PT_M2, Col.PRPT_C))
+    _extremes(t, red, [(Col.R_MIN, r), (Col.R_MAX, r), (Col.DP_MAX, dp)])
+    _extremes(t, red, [(Col.PR_MIN, pr), (Col.PR_MAX, pr), (Col.PT_MIN, pt), (Col.PT_MAX, pt)])
+    return r, k3
+
+
+def _chi2_terms(x: np.ndarray) -> np.ndarray:
+    """``exp(2 clamp(x, -20, 20)) - 1``, via expm1 for accuracy near 0."""
+    terms = np.clip(x, -RATIO_CLAMP, RATIO_CLAMP)
+    terms *= 2.0
+    return np.expm1(terms, out=terms)
+
+
+def _pair_moments(
+    t: np.ndarray, red: GroupReducer, x: np.ndarray, y: np.ndarray, cols: tuple[Col, ...]
+) -> None:
+    """Centred M2 of x and y and their co-moment, for a Pearson correlation."""
+    sum_x, sum_y, m2_x, m2_y, c_xy = cols
+    n = red.counts()
+    dx, t[:, m2_x] = red.centred(x, t[:, sum_x], n)
+    dy, t[:, m2_y] = red.centred(y, t[:, sum_y], n)
+    t[:, c_xy] = red.sum(dx * dy)
+
+
+def _extremes(t: np.ndarray, red: GroupReducer, cols: list[tuple[Col, np.ndarray]]) -> None:
+    """Per-group min or max, as the column's name says."""
+    for col, values in cols:
+        t[:, col] = red.extreme(np.minimum if col.name.endswith("_MIN") else np.maximum, values)
+
+
+def _segment_runs(seq: np.ndarray, code: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Starts of the runs of equal (sequence, group), and whether each run is a whole segment."""
+    new_seq = np.concatenate(([True], seq[1:] != seq[:-1]))
+    starts = np.flatnonzero(new_seq | np.concatenate(([True], code[1:] != code[:-1])))
+    run_code = code[starts]
+    # A run is a whole segment when no sequence comes back to a group it left.
+    return starts, bool(np.all(new_seq[starts[1:]] | (run_code[1:] > run_code[:-1])))
+
+
+def _layout(
+    lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, code: np.ndarray, n_codes: int
+) -> Layout:
+    """Keep the token order if groups come in long runs and segments are runs; else sort."""
+    if len(run_starts(code)) * MIN_MEAN_RUN <= len(code):
+        starts, whole = _segment_runs(seq, code)
+        if whole:
+            return Layout(lr, lt, seq, code, starts)
+    order = group_order(code, n_codes)
+    seq = seq[order]
+    # sorted codes are just each code repeated by its count: cheaper than a gather
+    code = np.repeat(np.arange(n_codes), np.bincount(code, minlength=n_codes))
+    return Layout(lr[order], lt[order], seq, code, _segment_runs(seq, code)[0])
+
+
+def group_order(code: np.ndarray, n_codes: int) -> np.ndarray:
+    """Stable permutation sorting tokens by code: LSD radix sort on 16-bit digits (O(tokens)).
+
+    Stability keeps each sequence's tokens in order inside a group, so segments stay contiguous.
+    """
+    order = np.argsort((code & 0xFFFF).astype(np.uint16), kind="stable")
+    shift = 16
+    while n_codes > 1 << shift:
+        digit = ((code[order] >> shift) & 0xFFFF).astype(np.uint16)
+        order = order[np.argsort(digit, kind="stable")]
+        shift += 16
+    return order
+
+
+def _segment_columns(
+    t: np.ndarray, lay: Layout, r: np.ndarray, k3: np.ndarray, segments: GroupReducer
+) -> None:
+    """Fill the segment columns of table ``t`` from per-segment sums."""
+    length = segments.counts()
+    rlp = -segments.sum(lay.lr) / length  # rollout_log_ppl_i
+    tlp = -segments.sum(lay.lt) / length
+    r_total = segments.sum(r)  # S_i
+    d = -r_total / length  # trainer_log_ppl_i - rollout_log_ppl_i, without their cancellation
+    red = GroupReducer.from_index(lay.code[lay.seg_starts], len(t))
+    t[:, Col.SEGMENTS] = red.counts()
+    t[:, Col.SEG_K3_MEAN_SUM] = red.sum(segments.sum(k3) / length)
+    t[:, Col.RLP_SUM] = red.sum(rlp)
+    t[:, Col.TLP_SUM] = red.sum(tlp)
+    t[:, Col.RPPL_SUM] = red.sum(np.exp(rlp))
+    t[:, Col.TPPL_SUM] = red.sum(np.exp(tlp))
+    t[:, Col.D_SUM] = red.sum(d)
+    t[:, Col.ABS_D_SUM] = red.sum(np.abs(d))
+    t[:, Col.PPL_RATIO_SUM] = red.sum(np.exp(d))
+    t[:, Col.CHI2_SEQ_SUM] = red.sum(_chi2_terms(r_total))
+    cols = (Col.RLP_SUM, Col.TLP_SUM, Col.RLP_M2, Col.TLP_M2, Col.RLPTLP_C)
+    _pair_moments(t, red, rlp, tlp, cols)
+    extremes = [(Col.RLP_MIN, rlp), (Col.RLP_MAX, rlp), (Col.TLP_MIN, tlp), (Col.TLP_MAX, tlp)]
+    _extremes(t, red, extremes)
+
+
+def _expand(
+    table: np.ndarray,
+    hists: np.ndarray | None,
+    present: np.ndarray,
+    n_groups: int,
+    with_hist: bool,
+) -> list[Partial]:
+    """Partials for all ``n_groups`` codes; absent groups share one read-only empty partial."""
+    table.flags.writeable = False
+    if hists is not None:
+        hists.flags.writeable = False
+    empty = Partial.empty(with_hist)
+    empty.state.flags.writeable = False
+    if empty.hist is not None:
+        empty.hist.flags.writeable = False
+    parts = [empty] * n_groups
+    for row, code in enumerate(present.tolist()):
+        parts[code] = Partial(table[row], None if hists is None else hists[row])
+    return parts

@@ -1,0 +1,214 @@
+"""``Partial``: the mergeable state of one group, and how it turns into the metrics of METRICS.md.
+
+A partial holds only sums, counts, extremes, centred co-moments and (optionally) a fixed-edge
+histogram of ``r``, never values, so it can be computed on any slice of whole sequences and merged
+in any order. ``finalize`` applies the definitions of METRICS.md.
+
+Output conventions of ``finalize``: ``tokens`` and ``sequences`` are ints; every other metric is a
+float, or None when it cannot be computed (no tokens; a Pearson correlation with fewer than two
+points or a constant variable; a NaN from e.g. ``inf - inf``). An overflow (``exp`` of a log ratio
+above ~709) is returned as ``float('inf')``: keeping it out of JSON is the renderer's job.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+from mismatchctl.stats import histogram
+from mismatchctl.stats.state import Col, empty_state, merge_states
+
+TOKEN_METRICS = (
+    "vllm_kl",
+    "kl_k1",
+    "kl_k2",
+    "log_ratio_mean",
+    "log_ratio_std",
+    "abs_log_ratio_mean",
+    "abs_log_ratio_max",
+    "chi2_token",
+    "ratio_dev_1e4",
+    "prob_abs_diff_mean",
+    "prob_abs_diff_max",
+    "prob_pearson",
+)
+SEQUENCE_METRICS = (
+    "vllm_kl_seq_mean",
+    "rollout_log_ppl",
+    "trainer_log_ppl",
+    "rollout_ppl",
+    "trainer_ppl",
+    "log_ppl_diff",
+    "log_ppl_abs_diff",
+    "ppl_ratio",
+    "log_ppl_pearson",
+    "chi2_seq",
+)
+QUANTILE_METRICS = tuple(histogram.QUANTILES)
+METRIC_NAMES = ("tokens", "sequences", *TOKEN_METRICS, *SEQUENCE_METRICS)
+
+Value = float | int | None
+
+
+class Partial:
+    """Mergeable state of ONE group: token metrics, segment metrics, optional r-histogram.
+
+    Immutable by convention: ``merge`` returns a new object. The raw sums that reports need for
+    shares are exposed as attributes (``tokens``, ``sequences``, ``k3_sum``, ``low_prob_tokens``).
+    A partial without a histogram that holds tokens makes any merge it enters histogram-less
+    (quantiles are then None rather than silently computed from part of the tokens).
+    """
+
+    __slots__ = ("_hist", "_state")
+
+    def __init__(self, state: np.ndarray, hist: np.ndarray | None = None) -> None:
+        self._state = state
+        self._hist = hist
+
+    @classmethod
+    def empty(cls, with_hist: bool = False) -> Partial:
+        """The identity of ``merge``."""
+        hist = np.zeros(histogram.N_BINS, dtype=np.int64) if with_hist else None
+        return cls(empty_state(), hist)
+
+    @property
+    def state(self) -> np.ndarray:
+        """The raw state vector (columns in ``mismatchctl.stats.state.Col``); do not mutate."""
+        return self._state
+
+    @property
+    def hist(self) -> np.ndarray | None:
+        """Counts of the r-histogram (``mismatchctl.stats.histogram`` layout), or None."""
+        return self._hist
+
+    @property
+    def tokens(self) -> int:
+        return int(self._state[Col.TOKENS])
+
+    @property
+    def sequences(self) -> int:
+        """Segments with at least one token (sequences, when the group does not split them)."""
+        return int(self._state[Col.SEGMENTS])
+
+    @property
+    def k3_sum(self) -> float:
+        """Sum over tokens of ``rho - 1 - r``: the numerator of ``vllm_kl`` and of ``kl_share``."""
+        return float(self._state[Col.K3_SUM])
+
+    @property
+    def low_prob_tokens(self) -> int:
+        """Tokens with ``exp(lr) < 1e-3``."""
+        return int(self._state[Col.LOW_PROB])
+
+    def merge(self, other: Partial) -> Partial:
+        """Associative, commutative; ``Partial.empty()`` is the identity."""
+        return Partial(merge_states(self._state, other._state), _merge_hists(self, other))
+
+    def finalize(self) -> dict[str, Value]:
+        """Metric name -> value, names exactly as in METRICS.md (quantiles only with a histogram)."""
+        out: dict[str, Value] = {"tokens": self.tokens, "sequences": self.sequences}
+        out.update(_token_metrics(self._state))
+        out.update(_sequence_metrics(self._state))
+        if self._hist is not None:
+            s = self._state
+            out.update(histogram.quantiles(self._hist, s[Col.R_MIN], s[Col.R_MAX]))
+        return {k: _clean(v) for k, v in out.items()}
+
+    def __repr__(self) -> str:
+        return f"Partial(tokens={self.tokens}, sequences={self.sequences}, hist={self.has_hist})"
+
+    @property
+    def has_hist(self) -> bool:
+        return self._hist is not None
+
+
+def merge_all(parts: Iterable[Partial], with_hist: bool = False) -> Partial:
+    """Merge any number of partials (``Partial.empty(with_hist)`` when there are none)."""
+    total = Partial.empty(with_hist)
+    for part in parts:
+        total = total.merge(part)
+    return total
+
+
+def shares(part: Partial, total: Partial) -> dict[str, float | None]:
+    """``token_share`` and ``kl_share`` of a group within a total (None when the total is 0)."""
+    return {
+        "token_share": part.tokens / total.tokens if total.tokens else None,
+        "kl_share": part.k3_sum / total.k3_sum if total.k3_sum else None,
+    }
+
+
+def _merge_hists(a: Partial, b: Partial) -> np.ndarray | None:
+    if a._hist is not None and b._hist is not None:
+        return a._hist + b._hist
+    if a._hist is None and a.tokens == 0:
+        return b._hist
+    if b._hist is None and b.tokens == 0:
+        return a._hist
+    return None
+
+
+def _token_metrics(s: np.ndarray) -> dict[str, Value]:
+    n = s[Col.TOKENS]
+    if n == 0:
+        return dict.fromkeys(TOKEN_METRICS)
+    r_sum = s[Col.R_SUM]
+    return {
+        "vllm_kl": s[Col.K3_SUM] / n,
+        "kl_k1": -r_sum / n,
+        "kl_k2": (s[Col.R_M2] + r_sum * (r_sum / n)) / (2 * n),
+        "log_ratio_mean": r_sum / n,
+        "log_ratio_std": math.sqrt(max(s[Col.R_M2], 0.0) / n),
+        "abs_log_ratio_mean": s[Col.ABS_R_SUM] / n,
+        "abs_log_ratio_max": max(s[Col.R_MAX], -s[Col.R_MIN]),
+        "chi2_token": s[Col.CHI2_SUM] / n,
+        "ratio_dev_1e4": s[Col.RHO_M1_SUM] / n * 10_000,
+        "prob_abs_diff_mean": s[Col.DP_SUM] / n,
+        "prob_abs_diff_max": s[Col.DP_MAX],
+        "prob_pearson": pearson(
+            s[Col.PR_M2], s[Col.PT_M2], s[Col.PRPT_C],
+            constant=s[Col.PR_MIN] == s[Col.PR_MAX] or s[Col.PT_MIN] == s[Col.PT_MAX],
+        ),
+    }  # fmt: skip
+
+
+def _sequence_metrics(s: np.ndarray) -> dict[str, Value]:
+    m = s[Col.SEGMENTS]
+    if m == 0:
+        return dict.fromkeys(SEQUENCE_METRICS)
+    return {
+        "vllm_kl_seq_mean": s[Col.SEG_K3_MEAN_SUM] / m,
+        "rollout_log_ppl": s[Col.RLP_SUM] / m,
+        "trainer_log_ppl": s[Col.TLP_SUM] / m,
+        "rollout_ppl": s[Col.RPPL_SUM] / m,
+        "trainer_ppl": s[Col.TPPL_SUM] / m,
+        "log_ppl_diff": s[Col.D_SUM] / m,
+        "log_ppl_abs_diff": s[Col.ABS_D_SUM] / m,
+        "ppl_ratio": s[Col.PPL_RATIO_SUM] / m,
+        "log_ppl_pearson": pearson(
+            s[Col.RLP_M2], s[Col.TLP_M2], s[Col.RLPTLP_C],
+            constant=s[Col.RLP_MIN] == s[Col.RLP_MAX] or s[Col.TLP_MIN] == s[Col.TLP_MAX],
+        ),
+        "chi2_seq": s[Col.CHI2_SEQ_SUM] / m,
+    }  # fmt: skip
+
+
+def pearson(m2x: float, m2y: float, cxy: float, *, constant: bool) -> float | None:
+    """Pearson correlation from centred moments, clamped to [-1, 1]; None when undefined.
+
+    ``constant`` comes from the exact min/max of each variable: a constant variable has zero
+    variance in exact arithmetic, but its rounded moments may not, and would give a random r.
+    """
+    if constant or m2x <= 0 or m2y <= 0:
+        return None
+    return min(1.0, max(-1.0, cxy / (math.sqrt(m2x) * math.sqrt(m2y))))
+
+
+def _clean(value: Value | np.floating | np.integer) -> Value:
+    """Plain Python numbers; NaN becomes None (inf is kept, see the module docstring)."""
+    if value is None or isinstance(value, int):
+        return value
+    x = float(value)
+    return None if math.isnan(x) else x

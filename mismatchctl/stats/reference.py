@@ -1,0 +1,100 @@
+"""Exact float64 reference of every metric, written straight from METRICS.md.
+
+Used by the tests to check the partial aggregates; it favours clarity over speed and keeps whole
+arrays in memory. It follows the same output conventions as ``Partial.finalize`` (None when not
+computable, NaN -> None, inf kept).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mismatchctl.stats.histogram import QUANTILES
+from mismatchctl.stats.partial import METRIC_NAMES
+
+Segment = tuple[np.ndarray, np.ndarray]
+
+
+def reference_metrics(seqs: list[Segment]) -> dict[str, float | int | None]:
+    """Every metric of METRICS.md from ``(lr, lt)`` model-token arrays of each sequence/segment."""
+    segs = [(np.asarray(lr, np.float64), np.asarray(lt, np.float64)) for lr, lt in seqs]
+    segs = [(lr, lt) for lr, lt in segs if len(lr) > 0]  # T_i = 0: excluded
+    out: dict[str, float | int | None] = dict.fromkeys(METRIC_NAMES)
+    out["tokens"] = sum(len(lr) for lr, _ in segs)
+    out["sequences"] = len(segs)
+    if segs:
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow gives inf, as in Partial
+            out.update(_token_metrics(segs))
+            out.update(_sequence_metrics(segs))
+    return {k: _clean(v) for k, v in out.items()}
+
+
+def _token_metrics(segs: list[Segment]) -> dict[str, float | None]:
+    lr = np.concatenate([lr for lr, _ in segs])
+    lt = np.concatenate([lt for _, lt in segs])
+    r = lt - lr
+    rho = np.exp(r)
+    pr, pt = np.exp(lr), np.exp(lt)
+    values = {
+        "vllm_kl": np.mean(rho - 1 - r),
+        "kl_k1": np.mean(-r),
+        "kl_k2": np.mean(r**2 / 2),
+        "log_ratio_mean": np.mean(r),
+        "log_ratio_std": np.std(r),
+        "abs_log_ratio_mean": np.mean(np.abs(r)),
+        "abs_log_ratio_max": np.max(np.abs(r)),
+        "chi2_token": np.mean(np.exp(2 * np.clip(r, -20, 20))) - 1,
+        "ratio_dev_1e4": (np.mean(rho) - 1) * 10000,
+        "prob_abs_diff_mean": np.mean(np.abs(pt - pr)),
+        "prob_abs_diff_max": np.max(np.abs(pt - pr)),
+        "prob_pearson": _pearson(pr, pt),
+    }
+    return values
+
+
+def _sequence_metrics(segs: list[Segment]) -> dict[str, float | None]:
+    rollout = np.array([-np.mean(lr) for lr, _ in segs])  # rollout_log_ppl_i
+    trainer = np.array([-np.mean(lt) for _, lt in segs])  # trainer_log_ppl_i
+    s = np.array([np.sum(lt - lr) for lr, lt in segs])  # S_i
+    values = {
+        "vllm_kl_seq_mean": np.mean([np.mean(np.exp(t - r) - 1 - (t - r)) for r, t in segs]),
+        "rollout_log_ppl": np.mean(rollout),
+        "trainer_log_ppl": np.mean(trainer),
+        "rollout_ppl": np.mean(np.exp(rollout)),
+        "trainer_ppl": np.mean(np.exp(trainer)),
+        "log_ppl_diff": np.mean(trainer - rollout),
+        "log_ppl_abs_diff": np.mean(np.abs(trainer - rollout)),
+        "ppl_ratio": np.mean(np.exp(trainer - rollout)),
+        "log_ppl_pearson": _pearson(rollout, trainer),
+        "chi2_seq": np.mean(np.exp(2 * np.clip(s, -20, 20))) - 1,
+    }
+    return values
+
+
+def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
+    """Textbook Pearson; None for fewer than two points or a constant (or underflowing) variable."""
+    if len(x) < 2 or x.min() == x.max() or y.min() == y.max():
+        return None
+    dx, dy = x - x.mean(), y - y.mean()
+    sxx, syy = np.sum(dx * dx), np.sum(dy * dy)
+    if sxx <= 0 or syy <= 0:
+        return None
+    value = np.sum(dx * dy) / (math.sqrt(sxx) * math.sqrt(syy))
+    return float(np.clip(value, -1.0, 1.0))
+
+
+def reference_quantiles(r: np.ndarray) -> dict[str, float | None]:
+    """Exact quantiles of ``r`` (numpy ``method='linear'``) under the names of METRICS.md."""
+    r = np.asarray(r, dtype=np.float64)
+    if len(r) == 0:
+        return dict.fromkeys(QUANTILES)
+    return {name: float(np.quantile(r, p, method="linear")) for name, p in QUANTILES.items()}
+
+
+def _clean(value: float | int | None) -> float | int | None:
+    if value is None or isinstance(value, int):
+        return value
+    x = float(value)
+    return None if math.isnan(x) else x

@@ -1,0 +1,121 @@
+"""Quantiles of r from the mergeable histogram vs exact np.quantile, within the documented bound."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from stats_helpers import make_sequences, one_group
+
+from mismatchctl.stats import QUANTILES, chunk_partials, reference_quantiles
+from mismatchctl.stats import histogram as h
+
+
+def _bound(r: np.ndarray, p: float) -> float:
+    """Documented error bound: RELATIVE_ERROR * max(|x_(j)|, |x_(j+1)|) + 1e-9 (+ rounding)."""
+    xs = np.sort(r)
+    j = int(np.floor((len(xs) - 1) * p))
+    scale = max(abs(xs[j]), abs(xs[min(j + 1, len(xs) - 1)]))
+    return h.RELATIVE_ERROR * scale + h.ABSOLUTE_FLOOR + 1e-14 * scale
+
+
+def _logprobs(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Logprobs <= 0 whose difference lt - lr is exactly r."""
+    return np.where(r > 0, -r, 0.0), np.where(r > 0, 0.0, r)
+
+
+def _hist_quantiles(r: np.ndarray) -> dict:
+    lr, lt = _logprobs(r)
+    seq = np.arange(len(r))
+    part = chunk_partials(lr, lt, seq, np.zeros(len(r), dtype=np.int64), 1, with_hist=True)[0]
+    got = part.finalize()
+    return {name: got[name] for name in QUANTILES}
+
+
+def _check(r: np.ndarray) -> None:
+    got, want = _hist_quantiles(r), reference_quantiles(r)
+    for name, p in QUANTILES.items():
+        err = abs(got[name] - want[name])
+        assert err <= _bound(r, p), (name, got[name], want[name])
+
+
+def test_resolution_constants() -> None:
+    assert h.RELATIVE_ERROR < 0.01
+    assert h.N_BINS == 5765
+    assert h.hist_index(np.array([0.0, -0.0]))[0] == h.ZERO_BIN
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_realistic_r_within_bound(seed) -> None:
+    rng = np.random.default_rng(seed)
+    seqs = make_sequences(rng, 300, max_len=80)
+    part = one_group(seqs, with_hist=True)
+    r = np.concatenate([lt - lr for lr, lt in seqs])
+    got, want = part.finalize(), reference_quantiles(r)
+    for name, p in QUANTILES.items():
+        assert abs(got[name] - want[name]) <= _bound(r, p), name
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda rng, n: rng.normal(0.0, 1e-3, n),
+        lambda rng, n: rng.standard_cauchy(n) * 1e-2,
+        lambda rng, n: np.exp(rng.uniform(np.log(1e-9), np.log(999.0), n)),
+        lambda rng, n: -np.exp(rng.uniform(np.log(1e-9), np.log(999.0), n)),
+        lambda rng, n: rng.choice([-1.0, 0.0, 1e-12, 3.0], n),
+        lambda rng, n: rng.normal(0.0, 1e-10, n),
+    ],
+)
+@pytest.mark.parametrize("n", [1, 2, 3, 101, 5000])
+def test_distributions_within_bound(make, n) -> None:
+    rng = np.random.default_rng(n)
+    r = np.clip(make(rng, n), -999.0, 999.0)
+    _check(r)
+
+
+def test_values_on_bin_edges_within_bound() -> None:
+    edges = 10.0 ** (h.LOG10_LO + np.arange(0, h.N_LOG + 1, 7) / h.PER_DECADE)
+    r = np.concatenate([edges[edges < 999], -edges[edges < 999]])
+    _check(r)
+
+
+def test_all_zero_is_exactly_zero() -> None:
+    got = _hist_quantiles(np.zeros(50))
+    assert got == dict.fromkeys(QUANTILES, 0.0)
+
+
+def test_overflow_is_clamped_to_exact_extremes() -> None:
+    r = np.array([-5000.0, 2.0, 2.0, 2.0, 8000.0])
+    got, want = _hist_quantiles(r), reference_quantiles(r)
+    assert got["log_ratio_p50"] == pytest.approx(2.0, rel=h.RELATIVE_ERROR)
+    for name in ("log_ratio_p01", "log_ratio_p99"):
+        assert got[name] == pytest.approx(want[name], rel=h.RELATIVE_ERROR)
+    two = np.array([-5000.0, 8000.0])  # one overflow value per side: each is an exact extreme
+    assert _hist_quantiles(two) == pytest.approx(reference_quantiles(two), rel=1e-12)
+
+
+def test_single_value_is_exact() -> None:
+    got = _hist_quantiles(np.array([0.0123]))
+    assert got == dict.fromkeys(QUANTILES, pytest.approx(0.0123, rel=1e-12))
+
+
+def test_index_is_monotone() -> None:
+    r = np.sort(np.random.default_rng(0).standard_cauchy(20000))
+    r = np.concatenate([r, [0.0, 1e-300, -1e-300, 1e9, -1e9]])
+    r.sort()
+    assert np.all(np.diff(h.hist_index(r)) >= 0)
+    assert h.hist_index(r).min() >= 0 and h.hist_index(r).max() < h.N_BINS
+
+
+def test_empty_histogram_gives_none() -> None:
+    assert h.quantiles(np.zeros(h.N_BINS, np.int64), np.inf, -np.inf) == dict.fromkeys(QUANTILES)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_rank_interpolation_inside_a_bin(sign) -> None:
+    """Dense values inside one bin: ranks place them far better than the bin width."""
+    lo = 10.0 ** (h.LOG10_LO + 2400 / h.PER_DECADE)  # 1e1, a bin edge
+    r = sign * lo * (1.0 + h.RELATIVE_ERROR * np.linspace(0.001, 0.999, 2001))
+    got, want = _hist_quantiles(r), reference_quantiles(r)
+    for name in QUANTILES:
+        assert abs(got[name] - want[name]) <= 0.01 * h.RELATIVE_ERROR * lo, name
