@@ -1,0 +1,1 @@
+"""Helpers of the sample-data generator (model, engines, rollouts, writers)."""

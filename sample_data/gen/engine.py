@@ -1,0 +1,131 @@
+"""Inference engine (bf16, KV cache, batched sampling) and trainer scorer (fp32, full forward)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from gen.model import AttentionKernel, ModelConfig, TinyLM
+
+NEWLINE = 10
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The knobs of the inference path; each run of the sample data changes one of them."""
+
+    temperature: float = 0.9
+    top_p: float = 1.0
+    logprobs_mode: str = "processed"  # "raw": log_softmax of the logits before temperature/top-p
+    dtype: torch.dtype = torch.bfloat16
+    lm_head_fp32: bool = False
+    kernel: AttentionKernel = field(default_factory=AttentionKernel)
+
+
+@dataclass(frozen=True)
+class TurnLimits:
+    max_new: int  # hard limit of one model turn
+    min_new: int  # a newline after this many tokens ends the turn (the stop byte)
+
+
+def build_model(cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: torch.dtype) -> TinyLM:
+    model = TinyLM(cfg)
+    model.load_state_dict(state)
+    model.eval()
+    return model.to(dtype)
+
+
+def sample_tokens(
+    logits: torch.Tensor, cfg: EngineConfig, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row; return it and the logprob the engine reports for it.
+
+    Like vLLM's sampler, logits are upcast to fp32 before temperature and softmax. Top-p keeps the
+    smallest prefix of the sorted distribution whose mass reaches top_p and renormalises it.
+    """
+    logits = logits.float()
+    processed = torch.log_softmax(logits / cfg.temperature, dim=-1)
+    if cfg.top_p < 1.0:
+        probs = processed.exp()
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        before = sorted_p.cumsum(dim=-1) - sorted_p  # mass strictly before each token
+        keep_sorted = before < cfg.top_p
+        keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+        processed = torch.log_softmax(processed.masked_fill(~keep, float("-inf")), dim=-1)
+    cdf = processed.double().exp().cumsum(dim=-1)
+    u = torch.rand(logits.shape[0], 1, generator=gen, dtype=torch.float64) * cdf[:, -1:]
+    tokens = torch.searchsorted(cdf, u, right=True).clamp_max(logits.shape[-1] - 1).squeeze(1)
+    reported = torch.log_softmax(logits, dim=-1) if cfg.logprobs_mode == "raw" else processed
+    return tokens, reported.gather(1, tokens[:, None]).squeeze(1)
+
+
+class InferenceEngine:
+    """Batched generation of one model turn for many contexts at once (left padding, KV cache)."""
+
+    def __init__(
+        self, model_cfg: ModelConfig, state: dict[str, torch.Tensor], cfg: EngineConfig
+    ) -> None:
+        self.cfg = cfg
+        self.model = build_model(model_cfg, state, cfg.dtype)
+        if cfg.lm_head_fp32:
+            self.model.lm_head_fp32 = state["lm_head.weight"].float().clone()
+
+    @torch.no_grad()
+    def generate(
+        self, contexts: list[list[int]], limits: TurnLimits, gen: torch.Generator
+    ) -> list[tuple[list[int], list[float]]]:
+        """One turn for each context: the generated tokens and their reported logprobs."""
+        n = len(contexts)
+        length = max(len(c) for c in contexts)
+        tokens = torch.zeros(n, length, dtype=torch.long)
+        valid = torch.zeros(n, length, dtype=torch.bool)
+        for i, ctx in enumerate(contexts):
+            tokens[i, length - len(ctx) :] = torch.tensor(ctx)
+            valid[i, length - len(ctx) :] = True
+        logits, cache = self.model.prefill(tokens, valid, capacity=length + limits.max_new)
+        out: list[tuple[list[int], list[float]]] = [([], []) for _ in range(n)]
+        active = torch.arange(n)
+        for t in range(limits.max_new):
+            new, lps = sample_tokens(logits, self.cfg, gen)
+            done = []
+            for row, (tok, lp) in enumerate(zip(new.tolist(), lps.tolist(), strict=True)):
+                seq = out[int(active[row])]
+                seq[0].append(tok)
+                seq[1].append(lp)
+                done.append(t + 1 >= limits.max_new or (tok == NEWLINE and t + 1 >= limits.min_new))
+            keep = torch.tensor([not d for d in done])
+            if not keep.any():
+                break
+            if not keep.all():
+                # finished sequences leave the decode batch (continuous batching)
+                rows = keep.nonzero().squeeze(1)
+                active, new, cache = active[rows], new[rows], cache.select(rows)
+            logits = self.model.decode(new, cache, self.cfg.kernel)
+        return out
+
+
+class TrainerScorer:
+    """fp32 teacher-forced scoring of full sequences under the sampling temperature."""
+
+    def __init__(
+        self, model_cfg: ModelConfig, state: dict[str, torch.Tensor], temperature: float
+    ) -> None:
+        self.model = build_model(model_cfg, state, torch.float32)
+        self.temperature = temperature
+
+    @torch.no_grad()
+    def score(self, sequences: list[list[int]], chunk: int = 16) -> list[list[float]]:
+        """Per sequence, logprob of token j at index j (index 0 is a dummy 0.0)."""
+        result: list[list[float]] = []
+        for start in range(0, len(sequences), chunk):
+            part = sequences[start : start + chunk]
+            length = max(len(s) for s in part)
+            tokens = torch.zeros(len(part), length, dtype=torch.long)
+            for i, seq in enumerate(part):
+                tokens[i, : len(seq)] = torch.tensor(seq)  # right padding: causal, never attended
+            logp = torch.log_softmax(self.model(tokens).float() / self.temperature, dim=-1)
+            picked = logp[:, :-1].gather(2, tokens[:, 1:, None]).squeeze(2)
+            for i, seq in enumerate(part):
+                result.append([0.0, *picked[i, : len(seq) - 1].tolist()])
+        return result

@@ -1,0 +1,104 @@
+"""Multi-turn rollouts: model turn, tool response (masked), model turn, ... then trainer scoring."""
+
+from __future__ import annotations
+
+import random
+import zlib
+from dataclasses import dataclass, field
+
+import torch
+
+from gen.corpus import sample_prompt
+from gen.engine import NEWLINE, InferenceEngine, TrainerScorer, TurnLimits
+from gen.tools import tool_response
+
+
+@dataclass(frozen=True)
+class RolloutShape:
+    """Size of one RL step's batch and of its rollouts."""
+
+    n_prompts: int
+    group_size: int  # responses per prompt (GRPO group)
+    prompt_min: int = 32
+    prompt_max: int = 80
+    limits: TurnLimits = field(default_factory=lambda: TurnLimits(max_new=40, min_new=12))
+    min_turns: int = 2
+    max_turns: int = 3
+
+
+@dataclass
+class Sample:
+    """One response. Lists over response positions; mask 1 = model token, 0 = tool response."""
+
+    uid: str
+    prompt: list[int]
+    n_turns: int
+    tool_rng: random.Random
+    response: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    rollout_lp: list[float] = field(default_factory=list)
+    trainer_lp: list[float] = field(default_factory=list)
+    stopped: list[bool] = field(default_factory=list)  # per model turn: ended at the stop byte
+
+    @property
+    def sequence(self) -> list[int]:
+        return self.prompt + self.response
+
+    @property
+    def reward(self) -> float:
+        # a simple, honest format reward: the share of model turns that finished their line
+        return sum(self.stopped) / len(self.stopped)
+
+
+def stable_seed(*parts: object) -> int:
+    """A seed from readable parts that does not depend on PYTHONHASHSEED."""
+    return zlib.crc32("/".join(map(str, parts)).encode())
+
+
+def make_samples(shape: RolloutShape, prompts: list[bytes], step: int, seed: int) -> list[Sample]:
+    """The step's batch: same prompts, turn counts and tool calls in every run (seeded loader)."""
+    rng = random.Random(stable_seed(seed, "prompts", step))
+    samples = []
+    for p in range(shape.n_prompts):
+        prompt = list(sample_prompt(prompts, rng, shape.prompt_min, shape.prompt_max))
+        for j in range(shape.group_size):
+            samples.append(
+                Sample(
+                    uid=f"step{step}-p{p:02d}-r{j}",
+                    prompt=prompt,
+                    n_turns=rng.randint(shape.min_turns, shape.max_turns),
+                    tool_rng=random.Random(stable_seed(seed, "tool", step, p, j)),
+                )
+            )
+    return samples
+
+
+def append(sample: Sample, tokens: list[int], logprobs: list[float], mask: int) -> None:
+    sample.response.extend(tokens)
+    sample.mask.extend([mask] * len(tokens))
+    sample.rollout_lp.extend(logprobs)
+
+
+def roll_out(
+    engine: InferenceEngine, samples: list[Sample], limits: TurnLimits, gen: torch.Generator
+) -> None:
+    """Generate every model turn batch by batch, inserting a tool response between turns."""
+    for turn in range(max(s.n_turns for s in samples)):
+        batch = [s for s in samples if s.n_turns > turn]
+        outputs = engine.generate([s.sequence for s in batch], limits, gen)
+        for sample, (tokens, logprobs) in zip(batch, outputs, strict=True):
+            append(sample, tokens, logprobs, 1)
+            stopped = tokens[-1] == NEWLINE and len(tokens) >= limits.min_new
+            sample.stopped.append(stopped)
+            if sample.n_turns > turn + 1:
+                # the tool output starts on its own line even if the turn was cut mid-line
+                tool = (b"" if tokens[-1] == NEWLINE else b"\n") + tool_response(sample.tool_rng)
+                append(sample, list(tool), [0.0] * len(tool), 0)
+
+
+def score(scorer: TrainerScorer, samples: list[Sample]) -> None:
+    """Trainer logprobs of the response tokens (0.0 on tool positions, as verl stores them)."""
+    full = scorer.score([s.sequence for s in samples])
+    for sample, lps in zip(samples, full, strict=True):
+        resp = lps[len(sample.prompt) :]
+        sample.trainer_lp = [lp if m else 0.0 for lp, m in zip(resp, sample.mask, strict=True)]

@@ -1,0 +1,332 @@
+"""Tests of the sample-data generator and of the phenomena the committed sample runs must show.
+
+(a) runs the generator at --size ci (twice, same seed) and checks the files are well-formed and
+    bit-for-bit identical; (b) reads the committed files under sample_data/runs with pyarrow/json
+    and numpy only (not the mismatchctl package) and checks each run shows what the manifest says.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "sample_data"
+LOGPROB_TOL = 1e-4
+
+
+@dataclass
+class Tokens:
+    """Model tokens of a run, flattened: log ratio, rollout logprob, turn index, step, sequence."""
+
+    r: np.ndarray
+    lr: np.ndarray
+    turn: np.ndarray
+    step: np.ndarray
+    seq: np.ndarray
+
+
+def turn_index(mask: np.ndarray) -> np.ndarray:
+    """Turn number per position: a turn is a maximal run of 1s in the mask; -1 elsewhere."""
+    starts = (mask == 1) & (np.concatenate(([0], mask[:-1])) == 0)
+    return np.where(mask == 1, np.cumsum(starts) - 1, -1)
+
+
+def read_rows(run_dir: Path, fmt: str) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
+    """(step, mask, rollout, trainer) per sample, as stored (padded / full-sequence)."""
+    rows = []
+    if fmt == "parquet-sequence":
+        for path in sorted(run_dir.glob("step_*.parquet")):
+            table = pq.read_table(path).to_pydict()
+            for i in range(len(table["uid"])):
+                rows.append(
+                    (
+                        table["step"][i],
+                        np.asarray(table["response_mask"][i], dtype=np.int8),
+                        np.asarray(table["rollout_log_probs"][i], dtype=np.float32),
+                        np.asarray(table["old_log_probs"][i], dtype=np.float32),
+                    )
+                )
+    else:
+        for path in sorted(run_dir.glob("train_data_step*.jsonl")):
+            step = int(path.stem.removeprefix("train_data_step"))
+            for line in path.read_text().splitlines():
+                obj = json.loads(line)
+                rows.append(
+                    (
+                        step,
+                        np.asarray(obj["token_loss_mask"], dtype=np.int8),
+                        np.asarray(obj["generation_logprobs"], dtype=np.float32),
+                        np.asarray(obj["prev_logprobs"], dtype=np.float32),
+                    )
+                )
+    return rows
+
+
+def model_tokens(run_dir: Path, fmt: str) -> Tokens:
+    r, lr, turn, step, seq = [], [], [], [], []
+    for i, (st, mask, roll, train) in enumerate(read_rows(run_dir, fmt)):
+        sel = mask == 1
+        r.append(train[sel].astype(np.float64) - roll[sel].astype(np.float64))
+        lr.append(roll[sel].astype(np.float64))
+        turn.append(turn_index(mask)[sel])
+        step.append(np.full(int(sel.sum()), st))
+        seq.append(np.full(int(sel.sum()), i))
+    return Tokens(*(np.concatenate(x) for x in (r, lr, turn, step, seq)))
+
+
+def k3(r: np.ndarray) -> np.ndarray:
+    return np.expm1(r) - r
+
+
+def vllm_kl(r: np.ndarray) -> float:
+    return float(np.mean(k3(r)))
+
+
+def sha256_tree(root: Path) -> dict[str, str]:
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_fp32_inference_path_matches_trainer() -> None:
+    """With fp32 weights the KV-cache, left-padded, batched path must equal the full forward."""
+    import random
+
+    import torch
+
+    sys.path.insert(0, str(SAMPLE))
+    from gen.engine import EngineConfig, InferenceEngine, TrainerScorer
+    from gen.model import ModelConfig, TinyLM
+    from gen.rollout import RolloutShape, make_samples, roll_out, score
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(n_layers=2)
+    state = TinyLM(cfg).state_dict()
+    rng = random.Random(0)
+    lines = [
+        bytes(rng.randrange(32, 127) for _ in range(rng.randint(5, 40))) + b"\n" for _ in range(50)
+    ]
+    shape = RolloutShape(3, 3)
+    samples = make_samples(shape, lines, step=1, seed=0)
+    engine = InferenceEngine(cfg, state, EngineConfig(dtype=torch.float32))
+    roll_out(engine, samples, shape.limits, torch.Generator().manual_seed(0))
+    score(TrainerScorer(cfg, state, EngineConfig().temperature), samples)
+    for s in samples:
+        model = np.asarray(s.mask) == 1
+        diff = np.asarray(s.trainer_lp)[model] - np.asarray(s.rollout_lp)[model]
+        assert np.abs(diff).max() < 1e-4, s.uid
+
+
+# ---------------------------------------------------------------- (a) the generator at --size ci
+
+
+def generate(out: Path) -> None:
+    cmd = [sys.executable, str(SAMPLE / "generate.py"), "--out", str(out / "runs"), "--size", "ci"]
+    subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def ci_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    first, second = tmp_path_factory.mktemp("ci_a"), tmp_path_factory.mktemp("ci_b")
+    generate(first)
+    generate(second)
+    return first, second
+
+
+def check_row(mask: np.ndarray, roll: np.ndarray, train: np.ndarray, where: str) -> None:
+    assert len(mask) == len(roll) == len(train), where
+    assert set(np.unique(mask).tolist()) <= {0, 1}, where
+    assert np.all(roll[mask == 0] == 0.0) and np.all(train[mask == 0] == 0.0), where
+    for side in (roll, train):
+        assert np.all(np.isfinite(side)), where
+        assert np.all(side[mask == 1] <= LOGPROB_TOL), where
+    assert mask.sum() > 0, where
+
+
+def check_parquet_run(run_dir: Path, tags: dict[str, str]) -> None:
+    files = sorted(run_dir.glob("step_*.parquet"))
+    assert files, run_dir
+    for path in files:
+        table = pq.read_table(path)
+        meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+        assert {k: meta.get(k) for k in tags} == tags, path
+        types = {f.name: f.type for f in table.schema}
+        assert types["step"] == pa.int64() and types["reward"] == pa.float64()
+        assert types["uid"] == pa.string()
+        lists = {"responses": pa.int64(), "response_mask": pa.int8()}
+        lists |= {"rollout_log_probs": pa.float32(), "old_log_probs": pa.float32()}
+        for name, value_type in lists.items():
+            assert pa.types.is_list(types[name]) and types[name].value_type == value_type, name
+        data = table.to_pydict()
+        assert len(set(data["uid"])) == table.num_rows, path
+        assert set(data["step"]) == {int(path.stem.split("_")[1])}, path
+        widths = {len(x) for x in data["responses"]}
+        assert len(widths) == 1, f"{path}: responses are right-padded to one length"
+        for i in range(table.num_rows):
+            mask = np.asarray(data["response_mask"][i])
+            assert len(data["responses"][i]) == len(mask)
+            check_row(
+                mask,
+                np.asarray(data["rollout_log_probs"][i]),
+                np.asarray(data["old_log_probs"][i]),
+                f"{path}:{i}",
+            )
+
+
+def check_nemo_run(run_dir: Path) -> None:
+    files = sorted(run_dir.glob("train_data_step*.jsonl"))
+    assert files, run_dir
+    for path in files:
+        for n, line in enumerate(path.read_text().splitlines()):
+            obj = json.loads(line)
+            mask = np.asarray(obj["token_loss_mask"])
+            assert len(obj["token_ids"]) == obj["input_lengths"] == len(mask), f"{path}:{n}"
+            roll, train = np.asarray(obj["generation_logprobs"]), np.asarray(obj["prev_logprobs"])
+            assert mask[0] == 0 and roll[0] == 0.0 and train[0] == 0.0
+            check_row(mask, roll, train, f"{path}:{n}")
+
+
+def test_ci_generation_is_well_formed(ci_dirs: tuple[Path, Path]) -> None:
+    out = ci_dirs[0]
+    manifest = json.loads((out / "manifest.json").read_text())
+    names = {run["name"] for run in manifest["runs"]}
+    assert {
+        "ref",
+        "raw-logprobs",
+        "stale-weights",
+        "faulty-attn",
+        "fp32-head",
+        "synthetic-gpus",
+    } <= names
+    for run in manifest["runs"]:
+        run_dir = out / run["path"]
+        if run["format"] == "parquet-sequence":
+            check_parquet_run(run_dir, run["tags"])
+        else:
+            assert run["format"] == "nemo-jsonl"
+            check_nemo_run(run_dir)
+    stale = pq.read_table(next((out / "runs" / "stale-weights").glob("step_*.parquet"))).to_pydict()
+    assert all(v == s - 1 for v, s in zip(stale["weight_version"], stale["step"], strict=True))
+    gpus = pq.read_table(next((out / "runs" / "synthetic-gpus").glob("step_*.parquet"))).to_pydict()
+    assert set(gpus["gpu"]) == {"H20", "L20", "A100"}
+
+
+def test_ci_generation_is_reproducible(ci_dirs: tuple[Path, Path]) -> None:
+    first, second = (sha256_tree(d) for d in ci_dirs)
+    assert first == second
+
+
+# ------------------------------------------------------- (b) phenomena in the committed runs
+
+
+@pytest.fixture(scope="module")
+def committed() -> dict[str, Tokens]:
+    manifest_path = SAMPLE / "manifest.json"
+    if not manifest_path.is_file():
+        pytest.skip("no committed sample data")
+    manifest = json.loads(manifest_path.read_text())
+    return {
+        run["name"]: model_tokens(SAMPLE / run["path"], run["format"]) for run in manifest["runs"]
+    }
+
+
+def test_committed_files_are_well_formed() -> None:
+    manifest_path = SAMPLE / "manifest.json"
+    if not manifest_path.is_file():
+        pytest.skip("no committed sample data")
+    manifest = json.loads(manifest_path.read_text())
+    for run in manifest["runs"]:
+        if run["format"] == "parquet-sequence":
+            check_parquet_run(SAMPLE / run["path"], run["tags"])
+        else:
+            check_nemo_run(SAMPLE / run["path"])
+    total = sum(
+        p.stat().st_size for p in SAMPLE.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+    )
+    assert total < 10 * 1024 * 1024
+
+
+def test_later_turns_mismatch_more_than_first_turns(committed: dict[str, Tokens]) -> None:
+    ref = committed["ref"]
+    first, later = ref.r[ref.turn == 0], ref.r[ref.turn >= 1]
+    assert later.size and first.size
+    assert vllm_kl(later) > vllm_kl(first)
+
+
+def test_faulty_attention_exceeds_reference(committed: dict[str, Tokens]) -> None:
+    faulty, ref = committed["faulty-attn"], committed["ref"]
+    assert vllm_kl(faulty.r) > 5 * vllm_kl(ref.r)
+    # only some steps take the faulty split-KV path
+    per_step = [vllm_kl(faulty.r[faulty.step == s]) for s in np.unique(faulty.step)]
+    ref_level = vllm_kl(ref.r)
+    assert any(v > 20 * ref_level for v in per_step)
+    assert any(v < 3 * ref_level for v in per_step)
+
+
+def test_raw_logprobs_show_a_mean_offset(committed: dict[str, Tokens]) -> None:
+    r = committed["raw-logprobs"].r
+    sem = r.std() / np.sqrt(r.size)
+    assert abs(r.mean()) > 8 * sem
+    ref = committed["ref"].r
+    assert abs(r.mean()) > 10 * abs(ref.mean())
+
+
+def test_low_probability_tokens_carry_the_kl(committed: dict[str, Tokens]) -> None:
+    ref = committed["ref"]
+    low = np.exp(ref.lr) < 1e-2
+    contributions = k3(ref.r)
+    token_share = low.mean()
+    kl_share = contributions[low].sum() / contributions.sum()
+    assert kl_share > 2 * token_share
+
+
+def test_stale_weights_exceed_reference(committed: dict[str, Tokens]) -> None:
+    assert vllm_kl(committed["stale-weights"].r) > 5 * vllm_kl(committed["ref"].r)
+
+
+def test_top_p_mean_ratio_is_the_kept_mass(committed: dict[str, Tokens]) -> None:
+    if "top-p" not in committed:
+        pytest.skip("no top-p run")
+    ratio = float(np.mean(np.exp(committed["top-p"].r)))
+    assert 0.8 < ratio < 0.99
+
+
+def test_synthetic_gpus_follow_published_magnitudes() -> None:
+    run_dir = SAMPLE / "runs" / "synthetic-gpus"
+    if not run_dir.is_dir():
+        pytest.skip("no committed sample data")
+    per_gpu: dict[str, list[float]] = {}
+    for path in sorted(run_dir.glob("step_*.parquet")):
+        data = pq.read_table(path).to_pydict()
+        for gpu in ("H20", "L20", "A100"):
+            rs = [
+                np.asarray(t, np.float64)[np.asarray(m) == 1]
+                - np.asarray(o, np.float64)[np.asarray(m) == 1]
+                for g, m, o, t in zip(
+                    data["gpu"],
+                    data["response_mask"],
+                    data["rollout_log_probs"],
+                    data["old_log_probs"],
+                    strict=True,
+                )
+                if g == gpu
+            ]
+            per_gpu.setdefault(gpu, []).append(vllm_kl(np.concatenate(rs)))
+    assert all(4e-4 < v < 1.2e-3 for v in per_gpu["H20"])
+    assert all(8e-4 < v < 1.2e-2 for v in per_gpu["L20"])
+    assert all(8e-3 < v < 1.5 for v in per_gpu["A100"])
+    assert per_gpu["A100"][-1] > per_gpu["A100"][0]
