@@ -8,13 +8,16 @@ Python API::
     store.scan("v1-a100").collect()           # canonical token rows as a Polars frame
     mismatchctl.ingest(["dumps/"], run="v1-a100", tags={"gpu": "A100"})
     rep = mismatchctl.report(["v1-a100"], by_gpu=True)   # rep.whole().metrics["vllm_kl"]
+    cmp = mismatchctl.compare("v0-ref", "gpu=A100")      # cmp.headline, cmp.bins, cmp.gap ...
+    dia = mismatchctl.diagnose("v1-a100")                # checks with verdicts, evidence, next steps
+    wif = mismatchctl.whatif("v1-a100", methods=["seq-mis:2"])
 """
 
 from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from mismatchctl.api import ingest, remove_run, report, run_info, runs
+from mismatchctl.api import compare, diagnose, ingest, remove_run, report, run_info, runs, whatif
 from mismatchctl.errors import InputError, MismatchError, StoreError, UsageError
 from mismatchctl.store import RunInfo, Store, open_store
 
@@ -31,10 +34,13 @@ __all__ = [
     "StoreError",
     "UsageError",
     "__version__",
+    "compare",
+    "diagnose",
     "ingest",
     "open_store",
     "remove_run",
     "report",
     "run_info",
     "runs",
+    "whatif",
 ]

@@ -6,12 +6,16 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from mismatchctl.analysis.compare import Comparison, build_comparison
+from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.report import Report, build_report
 from mismatchctl.analysis.selection import parse_steps
 from mismatchctl.analysis.splits import parse_by
+from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.ingest.columns import parse_mapping
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files, parse_tags
+from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from mismatchctl.store import RunInfo, Store, open_store
 
 StorePath = str | os.PathLike[str] | None
@@ -57,9 +61,11 @@ def report(
     workers: int = DEFAULT_WORKERS,
     store: StorePath = None,
     on_part: Callable[[int], None] | None = None,
+    figures: bool = False,
 ) -> Report:
     """Every metric of the selected runs (all runs when none is named), grouped by the default
-    splits plus each ``by`` split (``"step"``, ``"step,turn_kind"``, ``"tag:engine"``...)."""
+    splits plus each ``by`` split (``"step"``, ``"step,turn_kind"``, ``"tag:engine"``...).
+    ``figures=True`` also computes the figure data of the HTML report (``Report.figures``)."""
     return build_report(
         open_store(store),
         list(runs or []),
@@ -69,7 +75,83 @@ def report(
         steps=parse_steps(steps),
         workers=workers,
         on_part=on_part,
+        figures=figures,
     )
 
 
-__all__ = ["Report", "Store", "ingest", "open_store", "remove_run", "report", "run_info", "runs"]
+def compare(
+    a: str,
+    b: str,
+    *,
+    bins: str = "log",
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    workers: int = DEFAULT_WORKERS,
+    store: StorePath = None,
+    on_part: Callable[[int], None] | None = None,
+    figures: bool = False,
+) -> Comparison:
+    """Two selectors (``"v0-ref"``, ``"gpu=H20"``, ``"v1@steps=0-200"``) side by side."""
+    return build_comparison(
+        open_store(store),
+        a,
+        b,
+        bins=bins,
+        resamples=resamples,
+        seed=seed,
+        workers=workers,
+        on_part=on_part,
+        figures=figures,
+    )
+
+
+def diagnose(
+    selector: str,
+    *,
+    workers: int = DEFAULT_WORKERS,
+    store: StorePath = None,
+    on_part: Callable[[int], None] | None = None,
+) -> Diagnosis:
+    """Every check of ``diagnose`` on a selector (``"v1-a100"``, ``"gpu=A100"``,
+    ``"v1@steps=0-200"``): ``Diagnosis.checks`` with verdicts ok / warn / fail / n/a."""
+    return build_diagnosis(open_store(store), selector, workers=workers, on_part=on_part)
+
+
+def whatif(
+    selector: str,
+    *,
+    methods: Iterable[str] = (),
+    threshold: str | float | None = None,
+    sweep: str | Iterable[str | float] | None = None,
+    workers: int = DEFAULT_WORKERS,
+    store: StorePath = None,
+    on_part: Callable[[int], None] | None = None,
+) -> Whatif:
+    """What corrections would do on a selector: ``methods`` such as ``["seq-mis:2", "veto"]``
+    (all at their defaults when empty), one ``threshold`` for a single method, or a ``sweep``
+    (``"1.5,2,3"`` or a list) of thresholds of a single method."""
+    methods = [methods] if isinstance(methods, str) else list(methods)
+    if sweep is not None and not isinstance(sweep, str):
+        sweep = ",".join(str(v) for v in sweep)
+    parsed, is_sweep = parse_methods(methods, None if threshold is None else str(threshold), sweep)
+    return build_whatif(
+        open_store(store), selector, parsed, sweep=is_sweep, workers=workers, on_part=on_part
+    )
+
+
+__all__ = [
+    "Comparison",
+    "Diagnosis",
+    "Report",
+    "Store",
+    "Whatif",
+    "compare",
+    "diagnose",
+    "ingest",
+    "open_store",
+    "remove_run",
+    "report",
+    "run_info",
+    "runs",
+    "whatif",
+]

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
+from mismatchctl.engines import local as engine_local
 from mismatchctl.ingest import source as ingest_source
 from mismatchctl.stats import assign_bins, reference_metrics, reference_quantiles
 from mismatchctl.stats.bins import LOG_EDGES
@@ -164,6 +165,7 @@ def test_streamed_equals_one_shot(
     mismatchctl.ingest([tmp_path / "dump.parquet"], run="many", store=store)
     assert len(mismatchctl.open_store(store).parts("many")) > 20
     one = mismatchctl.report(["one"], by_gpu=True, store=store)
+    monkeypatch.setattr(engine_local, "SLICE_TOKENS", 7)  # and parts folded in tiny slices
     for workers in (1, 2):
         many = mismatchctl.report(["many"], by_gpu=True, store=store, workers=workers)
         for split, groups in one.groups.items():
@@ -214,3 +216,15 @@ def test_json_is_plain_json(store: Path, random_run: list[dict], tmp_path: Path)
     assert {h["gpu"] for h in doc["hardware"]} == {"A100", "H20"}
     assert doc["excluded"]["empty_sequences"] >= 0
     assert "By hardware" in ran.out  # the terminal report still printed
+
+
+def test_sequence_slices_never_split_a_sequence() -> None:
+    seq = np.repeat(np.arange(10), [5, 1, 7, 3, 9, 2, 2, 8, 1, 4])
+    table = pa.table({"seq": seq})
+    for size in (1, 3, 6, 10, 100):
+        pieces = engine_local.sequence_slices(table, size)
+        joined = np.concatenate([p.column("seq").to_numpy() for p in pieces])
+        assert (joined == seq).all()
+        owners = [set(p.column("seq").to_numpy().tolist()) for p in pieces]
+        assert sum(len(o) for o in owners) == 10  # no sequence in two slices
+        assert all(p.num_rows < size + 9 for p in pieces)  # 9 = the longest sequence

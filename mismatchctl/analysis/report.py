@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.analysis import splits as K
+from mismatchctl.analysis.figures import FigureData, FigureExtra, figure_data
 from mismatchctl.analysis.rollup import Groups, rollup, sort_key
 from mismatchctl.analysis.selection import Selection, StepRange, select
 from mismatchctl.engines.local import DEFAULT_WORKERS, PartExtra, row_mask, run_passes
@@ -54,6 +55,7 @@ class Report:
     aggregation: str = AGGREGATION
     notes: list[str] = field(default_factory=list)
     extra_states: list[Any] = field(default_factory=list)
+    figures: FigureData | None = None  # densities and samples of the HTML report
 
     def split(self, *keys: str) -> list[Group]:
         return self.groups.get(K.canonical(list(keys)), [])
@@ -73,9 +75,18 @@ def build_report(
     steps: StepRange | None = None,
     workers: int = DEFAULT_WORKERS,
     on_part: Callable[[int], None] | None = None,
+    figures: bool = False,
 ) -> Report:
     selection = select(store, runs, steps)
-    return report_on(selection, bins=bins, by=by, by_gpu=by_gpu, workers=workers, on_part=on_part)
+    return report_on(
+        selection,
+        bins=bins,
+        by=by,
+        by_gpu=by_gpu,
+        workers=workers,
+        on_part=on_part,
+        figures=figures,
+    )
 
 
 def parse_edges(bins: str) -> np.ndarray:
@@ -96,10 +107,15 @@ def report_on(
     workers: int = DEFAULT_WORKERS,
     on_part: Callable[[int], None] | None = None,
     extras: Sequence[PartExtra] = (),
+    figures: bool = False,
 ) -> Report:
     """The report of an explicit selection (runs, or a slice of the store); ``extras`` are
-    computed in the same read of every part and left in ``Report.extra_states``."""
+    computed in the same read of every part and left in ``Report.extra_states``; ``figures``
+    adds the densities and samples of the HTML page."""
     edges = parse_edges(bins)
+    figure_extra = FigureExtra() if figures else None
+    if figure_extra is not None:
+        extras = [*extras, figure_extra]
     wanted = list(dict.fromkeys([*K.default_splits(by_gpu), *SELECTION_SPLITS, *(by or [])]))
     internal = [(K.RUN, K.GPU, K.STEP), (K.GPU, K.TURN_KIND)] if by_gpu else []
     passes = K.plan(wanted + internal)
@@ -113,6 +129,8 @@ def report_on(
     groups = {s: _groups(s, rolled[s]) for s in wanted}
     report = Report(selection, edges, wanted, groups, _excluded(selection))
     report.extra_states = extra_states
+    if figure_extra is not None:
+        report.figures = figure_data(extra_states[-1], figure_extra)
     if by_gpu:
         report.hardware = _hardware(rolled)
     return report

@@ -6,10 +6,13 @@ from typing import Annotated
 
 import typer
 
+from mismatchctl.cli import compare as compare_cmd
 from mismatchctl.cli import demo as demo_cmd
+from mismatchctl.cli import diagnose as diagnose_cmd
 from mismatchctl.cli import ingest as ingest_cmd
 from mismatchctl.cli import report as report_cmd
 from mismatchctl.cli import runs as runs_cmd
+from mismatchctl.cli import whatif as whatif_cmd
 
 app = typer.Typer(
     name="mismatchctl",
@@ -25,6 +28,12 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 
   mismatchctl report --by-gpu
 
+  mismatchctl compare v0-ref v1-a100
+
+  mismatchctl diagnose v1-a100
+
+  mismatchctl whatif v1-a100 --method seq-mis --threshold 2
+
   mismatchctl demo
 """,
     no_args_is_help=True,
@@ -36,6 +45,9 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 app.command("ingest", help=ingest_cmd.HELP)(ingest_cmd.ingest)
 app.add_typer(runs_cmd.app, name="runs")
 app.command("report", help=report_cmd.HELP)(report_cmd.report)
+app.command("compare", help=compare_cmd.HELP)(compare_cmd.compare)
+app.command("diagnose", help=diagnose_cmd.HELP)(diagnose_cmd.diagnose)
+app.command("whatif", help=whatif_cmd.HELP)(whatif_cmd.whatif)
 app.command("demo", help=demo_cmd.HELP)(demo_cmd.demo)
 
 

@@ -48,7 +48,7 @@ class IngestProgress:
 class TokenProgress:
     """Model tokens processed out of all tokens of the selection (for report and compare)."""
 
-    def __init__(self, total: int, enabled: bool = True) -> None:
+    def __init__(self, total: int | None, enabled: bool = True) -> None:
         console = err_console()
         self._bar = Progress(
             TextColumn("[progress.description]{task.description}"),

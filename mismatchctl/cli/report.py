@@ -77,6 +77,7 @@ def report(
             workers=workers,
             store=store,
             on_part=progress.advance,
+            figures=html_out is not None,
         )
     if json_out is not None:
         emit_json(report_json(rep), json_out)

@@ -8,6 +8,7 @@ the numpy kernels release the GIL for most of their time.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -25,6 +26,8 @@ from mismatchctl.stats import Partial, chunk_partials
 
 Groups = dict[tuple[Label, ...], Partial]
 DEFAULT_WORKERS = 2
+# Rows handed to the kernels at once (whole sequences): bounds their temporaries (~130 B/token).
+SLICE_TOKENS = 262_144
 
 
 class PartExtra(Protocol):
@@ -60,9 +63,10 @@ def run_passes(
             for total, part in zip(totals, groups, strict=True):
                 merge_into(total, part)
             for i, (extra, state) in enumerate(zip(extras, states, strict=True)):
-                extra_totals[i] = (
-                    state if extra_totals[i] is None else extra.merge(extra_totals[i], state)
-                )
+                if state is None:
+                    continue
+                total = extra_totals[i]
+                extra_totals[i] = state if total is None else extra.merge(total, state)
             if on_part:
                 on_part(n_rows)
     return totals, extra_totals
@@ -80,6 +84,7 @@ def part_groups(
     rows: RowFilter | None,
     extras: Sequence[PartExtra] = (),
 ) -> tuple[list[Groups], list[Any]]:
+    """Read one part (only the needed columns) and fold it, a slice of whole sequences at a time."""
     columns = [S.STEP, S.SEQ, S.TURN, S.ROLLOUT, S.TRAINER]
     needs_gpu = any(GPU in p.keys for p in passes) or any(S.GPU in e.columns for e in extras)
     if needs_gpu or (rows is not None and rows.gpu is not None):
@@ -87,6 +92,38 @@ def part_groups(
     table = pq.read_table(task.path, columns=columns, read_dictionary=[S.GPU])
     if rows is not None and rows.active:
         table = table.filter(row_mask(table, rows))
+    out: list[Groups] = [{} for _ in passes]
+    states: list[Any] = [None for _ in extras]
+    for piece in sequence_slices(table):
+        groups, piece_states = _slice_groups(piece, task, passes, edges, extras)
+        for total, part in zip(out, groups, strict=True):
+            merge_into(total, part)
+        for i, (extra, state) in enumerate(zip(extras, piece_states, strict=True)):
+            states[i] = state if states[i] is None else extra.merge(states[i], state)
+    return out, states
+
+
+def sequence_slices(table: pa.Table, size: int | None = None) -> list[pa.Table]:
+    """Zero-copy slices of about ``size`` rows, cut where a sequence ends: the numpy temporaries
+    of the kernels then scale with the slice, not with the part."""
+    size = size or SLICE_TOKENS
+    if table.num_rows <= size:
+        return [table] if table.num_rows else []
+    seq = table.column(S.SEQ).to_numpy()
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    first_after = np.searchsorted(starts, np.arange(size, len(seq), size))  # a start at/after each mark
+    cuts = np.unique(starts[first_after[first_after < len(starts)]])
+    bounds = [0, *cuts.tolist(), len(seq)]
+    return [table.slice(a, b - a) for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def _slice_groups(
+    table: pa.Table,
+    task: PartTask,
+    passes: list[Pass],
+    edges: np.ndarray,
+    extras: Sequence[PartExtra],
+) -> tuple[list[Groups], list[Any]]:
     keys = PartKeys(table, task.run, dict(task.tags), edges)
     lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
     seq = keys.column(S.SEQ)

@@ -1,0 +1,101 @@
+"""Peak memory of `mismatchctl report` as the dump grows: it must stay flat (streamed parts).
+
+    python bench/report_memory.py --sizes 1,10,50          # millions of response positions
+
+For each size: generate dumps, ingest them into a fresh store, then run the full report
+(`report --by-gpu --json`) and record wall time and peak RSS of each command (measured with
+wait4 on the child process). Prints a Markdown table; `--write docs/benchmarks.md` also replaces
+the "Report memory" section there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gen_dumps import write_dumps
+
+SECTION = "## Report memory"
+
+
+def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MB) of one command."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if status != 0:
+        raise SystemExit(
+            f"{' '.join(cmd)} failed: {proc.stderr.read().decode() if proc.stderr else ''}"
+        )
+    return wall, usage.ru_maxrss / 1024
+
+
+def run_size(millions: float, workdir: Path) -> dict[str, float]:
+    dumps, store = workdir / f"dumps_{millions:g}M", workdir / f"store_{millions:g}M"
+    written = write_dumps(dumps, int(millions * 1e6))
+    env = {**os.environ, "MISMATCHCTL_STORE": str(store)}
+    mctl = [sys.executable, "-m", "mismatchctl"]
+    ingest = measure([*mctl, "ingest", str(dumps), "--run", "bench", "-q"], env)
+    report = measure([*mctl, "report", "--by-gpu", "--json", os.devnull, "-q"], env)
+    return {
+        "positions": written,
+        "ingest_s": ingest[0],
+        "ingest_mb": ingest[1],
+        "report_s": report[0],
+        "report_mb": report[1],
+    }
+
+
+def table(rows: list[dict[str, float]]) -> str:
+    lines = [
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
+        "",
+        "| response positions | ingest wall | ingest peak RSS | report wall | report peak RSS |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['positions'] / 1e6:.1f}M | {r['ingest_s']:.1f} s | {r['ingest_mb']:.0f} MB | "
+            f"{r['report_s']:.1f} s | {r['report_mb']:.0f} MB |"
+        )
+    return "\n".join(lines)
+
+
+def write_section(path: Path, body: str) -> None:
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    start = text.find(SECTION)
+    if start >= 0:
+        end = text.find("\n## ", start + len(SECTION))
+        text = text[:start] + text[end + 1 :] if end >= 0 else text[:start]
+    intro = (
+        "`python bench/report_memory.py` on this machine. The report reads the store part by part "
+        "(about 1M tokens each), so peak memory does not grow with the dump."
+    )
+    path.write_text(text.rstrip() + f"\n\n{SECTION}\n\n{intro}\n\n{body}\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="1,10,50", help="millions of response positions")
+    parser.add_argument("--write", type=Path, help="update this Markdown file's section")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [run_size(float(s), Path(tmp)) for s in args.sizes.split(",")]
+    body = table(rows)
+    print(body)
+    if args.write:
+        write_section(args.write, body)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""What `diagnose` computes in the report's read of every part, beyond the report itself: lag
+co-moments (alignment, temperature), offset sums (systematic offset, top-p), sentinel counts and
+the K3 mass per weight lag (staleness, joined from the store's sequence rows)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mismatchctl import schema as S
+from mismatchctl.analysis.selection import Selection
+from mismatchctl.engines.keys import PartKeys
+from mismatchctl.stats.comoments import lag_states, merge_pairs
+from mismatchctl.stats.offset import offset_state
+from mismatchctl.stats.sentinels import SentinelState, sentinel_state
+
+NO_LAG = np.iinfo(np.int64).min  # stands for a sequence without a known weight lag
+
+
+@dataclass
+class LagSums:
+    """Per weight lag (None: unknown): tokens, sequences and the sum of K3."""
+
+    tokens: dict[int | None, float] = field(default_factory=dict)
+    sequences: dict[int | None, float] = field(default_factory=dict)
+    k3: dict[int | None, float] = field(default_factory=dict)
+
+    def merge(self, other: LagSums) -> LagSums:
+        out = LagSums()
+        for name in ("tokens", "sequences", "k3"):
+            total = dict(getattr(self, name))
+            for lag, value in getattr(other, name).items():
+                total[lag] = total.get(lag, 0.0) + value
+            setattr(out, name, total)
+        return out
+
+
+@dataclass
+class DiagnoseState:
+    lags: np.ndarray  # (3, 6) pair states, see stats.comoments.LAG_NAMES
+    offset: np.ndarray  # stats.offset state
+    sentinels: SentinelState
+    weight_lags: LagSums
+
+    def merge(self, other: DiagnoseState) -> DiagnoseState:
+        return DiagnoseState(
+            merge_pairs(self.lags, other.lags),
+            self.offset + other.offset,
+            self.sentinels.merge(other.sentinels),
+            self.weight_lags.merge(other.weight_lags),
+        )
+
+
+class DiagnoseExtra:
+    """Engine extra of `diagnose`; reads each run's (seq, weight_lag) once, on first use."""
+
+    columns: tuple[str, ...] = ()
+
+    def __init__(self, selection: Selection) -> None:
+        self._paths = selection.sequence_paths
+        self._lags: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self._lock = threading.Lock()  # parts are computed on a thread pool
+
+    def compute(self, table: pa.Table, keys: PartKeys) -> DiagnoseState:
+        lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
+        seq, turn, step = keys.column(S.SEQ), keys.column(S.TURN), keys.column(S.STEP)
+        return DiagnoseState(
+            lag_states(lr, lt, seq, turn),
+            offset_state(lr, lt, seq),
+            sentinel_state(lr, lt, seq, turn, step, keys.run),
+            self._lag_sums(keys.run, lr, lt, seq),
+        )
+
+    def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:
+        return a.merge(b)
+
+    def _lag_sums(self, run: str, lr: np.ndarray, lt: np.ndarray, seq: np.ndarray) -> LagSums:
+        seqs, lags = self._run_lags(run)
+        if len(seqs) == 0:
+            return LagSums({None: float(len(lr))}, {None: float(len(np.unique(seq)))}, {})
+        pos = np.clip(np.searchsorted(seqs, seq), 0, len(seqs) - 1)
+        token_lag = np.where(seqs[pos] == seq, lags[pos], NO_LAG)
+        values, inverse = np.unique(token_lag, return_inverse=True)
+        r = lt - lr
+        with np.errstate(over="ignore"):
+            k3 = np.bincount(inverse, weights=np.expm1(r) - r, minlength=len(values))
+        tokens = np.bincount(inverse, minlength=len(values))
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+        sequences = np.bincount(inverse[starts], minlength=len(values))
+        label = [None if v == NO_LAG else int(v) for v in values]
+        return LagSums(
+            dict(zip(label, tokens.astype(float).tolist(), strict=True)),
+            dict(zip(label, sequences.astype(float).tolist(), strict=True)),
+            dict(zip(label, k3.tolist(), strict=True)),
+        )
+
+    def _run_lags(self, run: str) -> tuple[np.ndarray, np.ndarray]:
+        """Sorted seq ids with a known weight lag, and their lags."""
+        with self._lock:
+            if run not in self._lags:
+                self._lags[run] = _read_lags(self._paths.get(run, []))
+            return self._lags[run]
+
+
+def _read_lags(paths: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    seqs, lags = [], []
+    for path in paths:
+        if S.WEIGHT_LAG not in pq.read_schema(path).names:
+            continue
+        table = pq.read_table(path, columns=[S.SEQ, S.WEIGHT_LAG])
+        table = table.filter(pc.is_valid(table.column(S.WEIGHT_LAG)))
+        seqs.append(table.column(S.SEQ).to_numpy())
+        lags.append(table.column(S.WEIGHT_LAG).to_numpy())
+    if not seqs:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    s, lag = np.concatenate(seqs).astype(np.int64), np.concatenate(lags).astype(np.int64)
+    order = np.argsort(s, kind="stable")
+    return s[order], lag[order]

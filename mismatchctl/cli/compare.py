@@ -1,0 +1,77 @@
+"""`mismatchctl compare A B`: two runs, or two slices of the store, side by side."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mismatchctl import api
+from mismatchctl.cli.common import StoreOpt, emit_json, err_console, handle_errors, out_console
+from mismatchctl.cli.progress import TokenProgress
+from mismatchctl.engines.local import DEFAULT_WORKERS
+from mismatchctl.render.compare_json import comparison_json
+from mismatchctl.render.compare_terminal import render_comparison
+from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
+
+HELP = """Compare two runs, or two slices of the store: the tags that differ, every headline metric side by side with 95% bootstrap intervals (whole sequences resampled, fixed seed), and where they differ: probability bins, turn kinds, gpus, steps.
+
+A selector is a run name, KEY=VALUE filters (run, gpu, or any tag; commas combine), and an optional @steps=A-B.
+
+[bold]Examples[/]
+
+  mismatchctl compare v0-ref v1-initial
+
+  mismatchctl compare gpu=H20 gpu=L20
+
+  mismatchctl compare v0-ref 'v1-final@steps=0-200' --html cmp.html --json cmp.json
+"""
+
+
+@handle_errors
+def compare(
+    a: Annotated[str, typer.Argument(help="Side A: run, KEY=VALUE[,...], optional @steps=A-B.")],
+    b: Annotated[str, typer.Argument(help="Side B, same syntax.")],
+    bins: Annotated[
+        str, typer.Option("--bins", help="Probability bins: log, linear:N or edges.")
+    ] = "log",
+    resamples: Annotated[
+        int, typer.Option("--resamples", help="Bootstrap resamples for the intervals.")
+    ] = DEFAULT_RESAMPLES,
+    seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = DEFAULT_SEED,
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Write JSON to FILE, or stdout with -.")
+    ] = None,
+    html_out: Annotated[
+        str | None, typer.Option("--html", help="Write the HTML comparison to FILE.")
+    ] = None,
+    workers: Annotated[int, typer.Option("--workers", help="Parallel workers.")] = DEFAULT_WORKERS,
+    store: StoreOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    with TokenProgress(None, enabled=not quiet) as progress:
+        cmp = api.compare(
+            a,
+            b,
+            bins=bins,
+            resamples=resamples,
+            seed=seed,
+            workers=workers,
+            store=store,
+            on_part=progress.advance,
+            figures=html_out is not None,
+        )
+    if json_out is not None:
+        emit_json(comparison_json(cmp), json_out)
+    if json_out != "-":
+        out_console().print(render_comparison(cmp))
+    if html_out is not None:
+        from mismatchctl.render.compare_html import write_comparison_html
+
+        write_comparison_html(cmp, html_out)
+        err_console().print(f"Wrote {html_out}", highlight=False, markup=False)
+    if json_out not in (None, "-"):
+        err_console().print(f"Wrote {json_out}", highlight=False, markup=False)
+
+
+compare.__doc__ = HELP

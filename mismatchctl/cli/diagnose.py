@@ -1,0 +1,78 @@
+"""`mismatchctl diagnose SELECTOR`: every check, layer by layer; exit code 3 when one fails."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from mismatchctl import api
+from mismatchctl.cli.common import StoreOpt, emit_json, err_console, handle_errors, out_console
+from mismatchctl.cli.progress import TokenProgress
+from mismatchctl.engines.local import DEFAULT_WORKERS
+from mismatchctl.render.diagnose_json import diagnose_json
+from mismatchctl.render.diagnose_terminal import render_diagnosis
+
+EXIT_CHECK_FAILED = 3  # documented in README "Exit codes": lets CI gate on a diagnosis
+
+HELP = """Run every check of the mismatch, layer by layer, each with a verdict (ok, warn, fail, or n/a when it cannot apply), its evidence and what to try next:
+
+data integrity (alignment of the two sides, sentinel values, empty masks), semantic (systematic offset, temperature on one side, top-p renormalised on one side), inference path (low-probability tokens, tool responses, hardware), trajectory (spikes, trend, vllm_kl/trainer_ppl spiral, severe batches, stale weights), objective (is a correction warranted, and which).
+
+Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one warns), so it can gate the CI of a training stack.
+
+[bold]Examples[/]
+
+  mismatchctl diagnose v1-a100
+
+  mismatchctl diagnose 'v1-a100@steps=200-' --html diagnosis.html
+
+  mismatchctl diagnose gpu=A100 --json - | jq '.diagnosis.checks[] | select(.verdict == "fail")'
+
+  mismatchctl diagnose v1-a100 -q --fail-on warn || echo "mismatch checks did not pass"
+"""
+
+
+class FailOn(StrEnum):
+    fail = "fail"
+    warn = "warn"
+
+
+@handle_errors
+def diagnose(
+    selector: Annotated[
+        str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A-B.")
+    ],
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Write JSON to FILE, or stdout with -.")
+    ] = None,
+    html_out: Annotated[
+        str | None, typer.Option("--html", help="Write a standalone HTML page to FILE.")
+    ] = None,
+    fail_on: Annotated[
+        FailOn, typer.Option("--fail-on", help="Exit 3 on a failing check, or also on a warning.")
+    ] = FailOn.fail,
+    workers: Annotated[int, typer.Option("--workers", help="Parallel workers.")] = DEFAULT_WORKERS,
+    store: StoreOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    with TokenProgress(None, enabled=not quiet) as progress:
+        result = api.diagnose(selector, workers=workers, store=store, on_part=progress.advance)
+    if json_out is not None:
+        emit_json(diagnose_json(result), json_out)
+    if json_out != "-":
+        out_console().print(render_diagnosis(result))
+    if html_out is not None:
+        from mismatchctl.render.diagnose_html import write_diagnose_html
+
+        write_diagnose_html(result, html_out)
+        err_console().print(f"Wrote {html_out}", highlight=False, markup=False)
+    if json_out not in (None, "-"):
+        err_console().print(f"Wrote {json_out}", highlight=False, markup=False)
+    gate = ("fail",) if fail_on is FailOn.fail else ("fail", "warn")
+    if any(c.verdict in gate for c in result.checks):
+        raise typer.Exit(EXIT_CHECK_FAILED)
+
+
+diagnose.__doc__ = HELP

@@ -1,0 +1,82 @@
+"""`mismatchctl whatif SELECTOR`: what importance-sampling and rejection corrections would do."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mismatchctl import api
+from mismatchctl.cli.common import StoreOpt, emit_json, err_console, handle_errors, out_console
+from mismatchctl.cli.progress import TokenProgress
+from mismatchctl.engines.local import DEFAULT_WORKERS
+from mismatchctl.render.whatif_json import whatif_json
+from mismatchctl.render.whatif_terminal import render_whatif
+
+HELP = """What a correction would do to the selection: the share of tokens and sequences each method clips or rejects, the raw and applied weights (mean, std, min, max) and the effective sample size, for the whole selection, each run, turn kind, gpu and step.
+
+Methods (default threshold): token-tis (2), token-mis (2), seq-tis (2), seq-mis (2), geo-rs (0.999_1.001), k3-rs (0.01), veto (1e-4), batch-filter (0.1). Without --method, all of them. Definitions: docs/metrics.md, "Correction what-if".
+
+[bold]Examples[/]
+
+  mismatchctl whatif v1-a100 --method seq-mis --threshold 2
+
+  mismatchctl whatif v1-a100 --method seq-mis:2 --method geo-rs:0.999_1.001 --method veto
+
+  mismatchctl whatif v1-a100 --method seq-mis --sweep 1.5,2,3,5 --html whatif.html
+
+  mismatchctl whatif 'gpu=A100@steps=100-' --json - | jq .whatif.methods
+"""
+
+
+@handle_errors
+def whatif(
+    selector: Annotated[
+        str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A-B.")
+    ],
+    method: Annotated[
+        list[str] | None,
+        typer.Option("--method", "-m", help="A method, or METHOD:THRESHOLD (repeatable)."),
+    ] = None,
+    threshold: Annotated[
+        str | None,
+        typer.Option("--threshold", "-t", help="Threshold of the one --method (geo-rs: LO_HI)."),
+    ] = None,
+    sweep: Annotated[
+        str | None,
+        typer.Option("--sweep", help="Comma-separated thresholds of the one --method."),
+    ] = None,
+    json_out: Annotated[
+        str | None, typer.Option("--json", help="Write JSON to FILE, or stdout with -.")
+    ] = None,
+    html_out: Annotated[
+        str | None, typer.Option("--html", help="Write a standalone HTML page to FILE.")
+    ] = None,
+    workers: Annotated[int, typer.Option("--workers", help="Parallel workers.")] = DEFAULT_WORKERS,
+    store: StoreOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+) -> None:
+    with TokenProgress(None, enabled=not quiet) as progress:
+        result = api.whatif(
+            selector,
+            methods=method or [],
+            threshold=threshold,
+            sweep=sweep,
+            workers=workers,
+            store=store,
+            on_part=progress.advance,
+        )
+    if json_out is not None:
+        emit_json(whatif_json(result), json_out)
+    if json_out != "-":
+        out_console().print(render_whatif(result))
+    if html_out is not None:
+        from mismatchctl.render.whatif_html import write_whatif_html
+
+        write_whatif_html(result, html_out)
+        err_console().print(f"Wrote {html_out}", highlight=False, markup=False)
+    if json_out not in (None, "-"):
+        err_console().print(f"Wrote {json_out}", highlight=False, markup=False)
+
+
+whatif.__doc__ = HELP

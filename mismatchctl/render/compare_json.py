@@ -1,0 +1,33 @@
+"""A comparison as JSON: the METRICS.md shape with a ``side`` key in each group's ``by``, and a
+``comparison`` section."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mismatchctl.analysis.compare import Comparison
+from mismatchctl.render.report_json import report_json
+
+
+def comparison_json(c: Comparison) -> dict[str, Any]:
+    sides = {"a": report_json(c.a), "b": report_json(c.b)}
+    out = {k: sides["a"][k] for k in ("schema_version", "tool", "aggregation", "bin_edges")}
+    out["runs"] = {**sides["a"]["runs"], **sides["b"]["runs"]}
+    out["excluded"] = {side: doc["excluded"] for side, doc in sides.items()}
+    out["groups"] = [
+        {**g, "by": {"side": side, **g["by"]}} for side, doc in sides.items() for g in doc["groups"]
+    ]
+    out["comparison"] = {
+        "a": c.a.selection.label,
+        "b": c.b.selection.label,
+        "config_diff": c.config,
+        "headline": c.headline,
+        "gap": c.gap,
+        "bins": c.bins,
+        "turn_kind": c.turn_kinds,
+        "gpu": c.gpus,
+        "steps": c.steps,
+        "hardware": {side: doc.get("hardware") for side, doc in sides.items()},
+        "notes": c.notes,
+    }
+    return out

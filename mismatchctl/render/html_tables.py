@@ -1,0 +1,243 @@
+"""The terminal report's tables as HTML: headline, runs, bins, turns, steps, hardware, --by splits.
+
+Formatting only: the numbers are the report's. Every cell goes through ``html.escape``.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from mismatchctl.analysis import splits as K
+from mismatchctl.analysis.report import Group, Report
+from mismatchctl.render.fmt import label, num, pct
+from mismatchctl.render.report_terminal import TURN_ROWS
+from mismatchctl.stats import BAND_NAMES, band, bin_label
+
+MAX_STEP_ROWS = 200  # beyond this, a run's step table shows its worst steps only
+WORST_STEPS = 20
+
+
+@dataclass(frozen=True)
+class Cell:
+    text: str
+    cls: str = ""
+
+
+CellLike = Cell | str
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[CellLike]], left: int = 1) -> str:
+    """An HTML table; the first ``left`` columns are text, the others right-aligned numbers."""
+    head = "".join(
+        f'<th class="{"l" if i < left else "n"}">{html.escape(h)}</th>'
+        for i, h in enumerate(headers)
+    )
+    body = "".join(
+        "<tr>" + "".join(_td(c, i < left) for i, c in enumerate(row)) + "</tr>" for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _td(cell: CellLike, is_text: bool) -> str:
+    c = cell if isinstance(cell, Cell) else Cell(cell)
+    cls = " ".join(x for x in ("l" if is_text else "n", c.cls) if x)
+    return f'<td class="{cls}">{html.escape(c.text)}</td>'
+
+
+def band_cell(name: str | None) -> Cell:
+    return Cell(name or "-", f"band band-{name}" if name else "")
+
+
+def kl_cell(x: float | None, name: str | None) -> Cell:
+    return Cell(num(x), f"kl-{name}" if name else "")
+
+
+def headline(report: Report) -> str:
+    """The key numbers of the whole selection, as a two-column table."""
+    whole = report.whole()
+    runs = report.selection.runs
+    rows: list[list[CellLike]] = []
+    for r in runs:
+        tags = " ".join(f"{k}={v}" for k, v in r.tags.items()) or "(no tags)"
+        rows.append([f"run {r.name}", tags])
+    if whole is None:
+        rows.append(["tokens", "0 model tokens in the selection"])
+        return table(["", ""], rows, left=2)
+    m = whole.metrics
+    kinds = {g.by[K.TURN_KIND]: g.metrics for g in report.split(K.TURN_KIND)}
+    steps = sorted({g.by[K.STEP] for g in report.split(K.RUN, K.STEP)})
+    vband = band(m["vllm_kl"])
+    ex = report.excluded
+    rows += [
+        [
+            "tokens / sequences / steps",
+            f"{num(m['tokens'])} / {num(m['sequences'])} / {len(steps)}",
+        ],
+        ["vllm_kl", Cell(f"{num(m['vllm_kl'])}  ({vband or '-'})", f"kl-{vband}" if vband else "")],
+        ["kl_k1", num(m["kl_k1"])],
+        ["abs_log_ratio_mean", num(m["abs_log_ratio_mean"])],
+        ["prob_pearson", num(m["prob_pearson"], 6)],
+        [
+            "log_ppl_pearson first / later",
+            f"{num(kinds.get('first', {}).get('log_ppl_pearson'), 6)} / "
+            f"{num(kinds.get('later', {}).get('log_ppl_pearson'), 6)}",
+        ],
+        [
+            "excluded",
+            f"{num(ex.get('empty_sequences'))} empty sequences, "
+            f"{num(ex.get('dropped_sequences'))} dropped at ingest",
+        ],
+        ["aggregation", report.aggregation],
+    ]
+    if report.selection.steps is not None:
+        rows.append(["step range", str(report.selection.steps)])
+    return table(["", ""], rows, left=2)
+
+
+def runs_table(report: Report) -> str:
+    rows = []
+    for g in report.split(K.RUN):
+        m = g.metrics
+        b = band(m["vllm_kl"])
+        rows.append(
+            [
+                label(g.by[K.RUN]),
+                num(m["tokens"]),
+                num(m["sequences"]),
+                kl_cell(m["vllm_kl"], b),
+                band_cell(b),
+                num(m["kl_k1"]),
+                num(m["abs_log_ratio_mean"]),
+                num(m["prob_pearson"]),
+                num(m["log_ppl_pearson"]),
+            ]
+        )
+    headers = ["run", "tokens", "seqs", "vllm_kl", "band", "kl_k1", "|r| mean", "prob ρ"]
+    return table([*headers, "log-ppl ρ"], rows)
+
+
+def bins_table(report: Report) -> str:
+    rows = []
+    for g in report.split(K.BIN):
+        m = g.metrics
+        kl_share, token_share = m.get("kl_share") or 0, m.get("token_share") or 0
+        hot = kl_share > 2 * token_share and kl_share > 0.05  # the terminal table's highlight
+        rows.append(
+            [
+                bin_label(report.bin_edges, int(g.by[K.BIN])),
+                num(m["tokens"]),
+                pct(m.get("token_share")),
+                num(m["vllm_kl"]),
+                Cell(pct(m.get("kl_share")), "hot" if hot else ""),
+                num(m["log_ratio_mean"]),
+                num(m.get("log_ratio_p01")),
+                num(m.get("log_ratio_p50")),
+                num(m.get("log_ratio_p99")),
+            ]
+        )
+    headers = ["p_infer bin", "tokens", "token share", "vllm_kl", "kl share", "mean r"]
+    return table([*headers, "p01 r", "p50 r", "p99 r"], rows)
+
+
+def turns_table(report: Report) -> str:
+    kinds = {g.by[K.TURN_KIND]: g.metrics for g in report.split(K.TURN_KIND)}
+    first, later = kinds.get("first", {}), kinds.get("later", {})
+    rows = []
+    for name in TURN_ROWS:
+        a, b = first.get(name), later.get(name)
+        ratio = b / a if isinstance(a, int | float) and isinstance(b, int | float) and a else None
+        rows.append(["segments" if name == "sequences" else name, num(a), num(b), num(ratio)])
+    return table(["metric", "first", "later", "later / first"], rows)
+
+
+def step_tables(report: Report) -> list[tuple[str, str, str]]:
+    """Per run: (title, note, table); long runs show their worst steps."""
+    out = []
+    for run in report.selection.names:
+        groups = [g for g in report.split(K.RUN, K.STEP) if g.by[K.RUN] == run]
+        if not groups:
+            continue
+        note = ""
+        if len(groups) > MAX_STEP_ROWS:
+            note = (
+                f"{len(groups):,} steps ({groups[0].by[K.STEP]}..{groups[-1].by[K.STEP]}): the "
+                f"{WORST_STEPS} with the largest vllm_kl, in step order; every step is in the "
+                "per-step figure and in --json."
+            )
+            worst = sorted(groups, key=lambda g: -(g.metrics["vllm_kl"] or 0))[:WORST_STEPS]
+            groups = sorted(worst, key=lambda g: g.by[K.STEP])
+        out.append((run, note, _step_table(groups)))
+    return out
+
+
+def _step_table(groups: list[Group]) -> str:
+    rows = [
+        [
+            str(g.by[K.STEP]),
+            num(g.metrics["tokens"]),
+            kl_cell(g.metrics["vllm_kl"], g.band),
+            band_cell(g.band),
+            num(g.metrics["kl_k1"]),
+            num(g.metrics["abs_log_ratio_mean"]),
+            num(g.metrics["trainer_ppl"]),
+        ]
+        for g in groups
+    ]
+    return table(["step", "tokens", "vllm_kl", "band", "kl_k1", "|r| mean", "trainer_ppl"], rows)
+
+
+def hardware_table(report: Report) -> str:
+    rows = []
+    for row in report.hardware or []:
+        b = band(row["vllm_kl"])
+        shares = "/".join(pct(row[f"band_share_{name}"]) for name in BAND_NAMES)
+        rows.append(
+            [
+                label(row["gpu"]),
+                ", ".join(row["runs"]),
+                num(row["batches"]),
+                num(row["tokens"]),
+                kl_cell(row["vllm_kl"], b),
+                num(row["vllm_kl_step_median"]),
+                num(row["vllm_kl_step_p90"]),
+                num(row["vllm_kl_step_max"]),
+                shares,
+                num(row["later_first_vllm_kl_ratio"]),
+                pct(row["low_prob_token_share"]),
+            ]
+        )
+    headers = ["gpu", "runs", "batches", "tokens", "vllm_kl", "median", "p90", "max"]
+    return table([*headers, "low/medium/high/severe", "later/first", "p<1e-3"], rows, left=2)
+
+
+def extra_splits(report: Report) -> list[tuple[str, str]]:
+    """(title, table) of each --by split that the fixed tables do not show."""
+    fixed = [*K.default_splits(True), (K.TURN_KIND,), (K.BIN,)]
+    out = []
+    for split in report.splits:
+        if split in fixed:
+            continue
+        rows = []
+        for g in report.groups[split]:
+            m = g.metrics
+            keys = [
+                bin_label(report.bin_edges, int(v)) if k == K.BIN else label(v)
+                for k, v in g.by.items()
+            ]
+            b = band(m["vllm_kl"])
+            rows.append(
+                [
+                    *keys,
+                    num(m["tokens"]),
+                    kl_cell(m["vllm_kl"], b),
+                    num(m["kl_k1"]),
+                    num(m["abs_log_ratio_mean"]),
+                    num(m.get("prob_pearson")),
+                    num(m.get("log_ppl_pearson")),
+                ]
+            )
+        headers = [*split, "tokens", "vllm_kl", "kl_k1", "|r| mean", "prob ρ", "log-ppl ρ"]
+        out.append(("By " + " × ".join(split), table(headers, rows, left=len(split))))
+    return out

@@ -1,0 +1,127 @@
+"""Bootstrap confidence intervals for comparing two slices, resampling whole sequences.
+
+Per sequence we keep sufficient statistics (token count, sums of K3, |r|, and of both logprobs);
+a resample draws sequences with replacement (a fixed seed makes it reproducible) and recomputes the
+token-mean metrics and the log-ppl Pearson correlation from weighted sums. The two sides are
+resampled independently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+FIELDS = ("tokens", "k3", "abs_r", "lr", "lt")
+DEFAULT_RESAMPLES = 1000
+DEFAULT_SEED = 0
+
+
+@dataclass
+class SeqStats:
+    """Per-sequence sums: ``tokens``, ``k3`` (sum of rho - 1 - r), ``abs_r`` (sum of |r|),
+    ``lr`` and ``lt`` (sums of the rollout and trainer logprobs)."""
+
+    tokens: np.ndarray
+    k3: np.ndarray
+    abs_r: np.ndarray
+    lr: np.ndarray
+    lt: np.ndarray
+
+    @classmethod
+    def empty(cls) -> SeqStats:
+        return cls(*(np.zeros(0) for _ in FIELDS))
+
+    @classmethod
+    def from_tokens(cls, lr: np.ndarray, lt: np.ndarray, seq: np.ndarray) -> SeqStats:
+        """From model tokens whose sequences are contiguous runs of ``seq``."""
+        if len(seq) == 0:
+            return cls.empty()
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+        r = lt - lr
+        with np.errstate(over="ignore"):
+            k3 = np.expm1(r) - r
+        add = np.add.reduceat
+        return cls(
+            np.diff(np.r_[starts, len(seq)]).astype(np.float64),
+            add(k3, starts),
+            add(np.abs(r), starts),
+            add(lr, starts),
+            add(lt, starts),
+        )
+
+    def merge(self, other: SeqStats) -> SeqStats:
+        return SeqStats(*(np.concatenate([getattr(self, f), getattr(other, f)]) for f in FIELDS))
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def _weighted(s: SeqStats, ppl: tuple[np.ndarray, np.ndarray], w: np.ndarray) -> dict[str, float]:
+    tokens = w @ s.tokens
+    return {
+        "vllm_kl": (w @ s.k3) / tokens,
+        "abs_log_ratio_mean": (w @ s.abs_r) / tokens,
+        "log_ppl_pearson": _pearson(ppl[0], ppl[1], w),
+    }
+
+
+def _log_ppl(s: SeqStats) -> tuple[np.ndarray, np.ndarray]:
+    """Per-sequence rollout and trainer log-ppl."""
+    return -s.lr / s.tokens, -s.lt / s.tokens
+
+
+def _pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
+    n = w.sum()
+    if n < 2:
+        return float("nan")
+    mx, my = (w @ x) / n, (w @ y) / n
+    dx, dy = x - mx, y - my
+    sxx, syy, sxy = w @ (dx * dx), w @ (dy * dy), w @ (dx * dy)
+    if sxx <= 0 or syy <= 0:
+        return float("nan")
+    return float(np.clip(sxy / np.sqrt(sxx * syy), -1.0, 1.0))
+
+
+def point(s: SeqStats) -> dict[str, float]:
+    return _weighted(s, _log_ppl(s), np.ones(len(s)))
+
+
+@dataclass
+class Interval:
+    metric: str
+    kind: str  # "ratio" (B / A) or "difference" (B - A)
+    low: float | None
+    high: float | None
+    resamples: int
+
+
+KINDS = {"vllm_kl": "ratio", "abs_log_ratio_mean": "ratio", "log_ppl_pearson": "difference"}
+
+
+def compare_intervals(
+    a: SeqStats, b: SeqStats, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
+) -> dict[str, Interval]:
+    """95% percentile intervals of B/A (ratios) and B-A (differences) over ``resamples`` draws."""
+    rng = np.random.default_rng(seed)
+    draws: dict[str, list[float]] = {m: [] for m in KINDS}
+    ppl_a, ppl_b = _log_ppl(a), _log_ppl(b)
+    for _ in range(resamples):
+        wa = np.bincount(rng.integers(0, len(a), len(a)), minlength=len(a)).astype(np.float64)
+        wb = np.bincount(rng.integers(0, len(b), len(b)), minlength=len(b)).astype(np.float64)
+        va, vb = _weighted(a, ppl_a, wa), _weighted(b, ppl_b, wb)
+        for metric, kind in KINDS.items():
+            with np.errstate(divide="ignore", invalid="ignore"):
+                value = vb[metric] / va[metric] if kind == "ratio" else vb[metric] - va[metric]
+            draws[metric].append(float(value))
+    out = {}
+    for metric, kind in KINDS.items():
+        values = np.array(draws[metric])
+        values = values[np.isfinite(values)]
+        low, high = np.percentile(values, [2.5, 97.5]) if len(values) else (None, None)
+        out[metric] = Interval(metric, kind, _f(low), _f(high), len(values))
+    return out
+
+
+def _f(x: float | None) -> float | None:
+    return None if x is None else float(x)

@@ -1,0 +1,115 @@
+"""Sentinel values among model tokens: fills that a writer put where a logprob should be.
+
+Two kinds survive ingest (which rejects NaN and infinities):
+
+- *very low* values, ``<= SENTINEL_MAX`` (-1000): SkyRL writes -9999 at masked positions, so one
+  among model tokens means a mask and a value array disagree; no sampled token has a logprob
+  anywhere near that (it would be a probability of e^-1000);
+- *one-sided zero runs*: ``ZERO_RUN_MIN`` or more consecutive tokens of a turn where one side is
+  exactly 0.0 and the other is not, and where the other side says at least once that the token
+  was not near-certain (``<= FILL_OTHER_MAX``, p <= 0.5). verl and slime write 0.0 at masked
+  positions; a shifted or truncated mask leaves such fills in a row. Real tokens also have
+  logprob 0.0: a probability that rounds to 1 (the other side is then near 0 too), or a top-p
+  nucleus of one token renormalised to 1 (the other side is then log p >= log top_p, above
+  log 0.5 for any top_p >= 0.5). Neither reaches the other-side test.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+SENTINEL_MAX = -1000.0
+FILL_OTHER_MAX = math.log(0.5)
+ZERO_RUN_MIN = 4
+MAX_EXAMPLES = 10  # offending sequences kept as evidence: (label, step, seq, what)
+
+
+@dataclass
+class SentinelState:
+    tokens: int = 0
+    low_rollout: int = 0
+    low_trainer: int = 0
+    zero_rollout: int = 0  # one-sided exact zeros (fills or not)
+    zero_trainer: int = 0
+    zero_run_tokens: int = 0  # tokens of one-sided zero runs that look like fills
+    steps: dict[int, int] = field(default_factory=dict)  # step -> offending tokens
+    examples: list[tuple[str, int, int, str]] = field(default_factory=list)
+
+    @property
+    def offending(self) -> int:
+        return self.low_rollout + self.low_trainer + self.zero_run_tokens
+
+    def merge(self, other: SentinelState) -> SentinelState:
+        steps = dict(self.steps)
+        for step, count in other.steps.items():
+            steps[step] = steps.get(step, 0) + count
+        examples = sorted({*self.examples, *other.examples})[:MAX_EXAMPLES]
+        return SentinelState(
+            self.tokens + other.tokens,
+            self.low_rollout + other.low_rollout,
+            self.low_trainer + other.low_trainer,
+            self.zero_rollout + other.zero_rollout,
+            self.zero_trainer + other.zero_trainer,
+            self.zero_run_tokens + other.zero_run_tokens,
+            steps,
+            examples,
+        )
+
+
+def sentinel_state(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    turn: np.ndarray,
+    step: np.ndarray,
+    label: str = "",
+) -> SentinelState:
+    """Counts over one chunk of whole sequences (tokens of a turn contiguous and in order);
+    ``label`` (e.g. the run) goes into the examples."""
+    low_r, low_t = lr <= SENTINEL_MAX, lt <= SENTINEL_MAX
+    zero_r, zero_t = (lr == 0.0) & (lt != 0.0), (lt == 0.0) & (lr != 0.0)
+    in_run = _fill_runs(zero_r | zero_t, np.where(zero_r, lt, lr), seq, turn)
+    bad = low_r | low_t | in_run
+    state = SentinelState(
+        len(lr),
+        int(low_r.sum()),
+        int(low_t.sum()),
+        int(zero_r.sum()),
+        int(zero_t.sum()),
+        int(in_run.sum()),
+    )
+    if bad.any():
+        steps, counts = np.unique(step[bad], return_counts=True)
+        state.steps = {int(s): int(c) for s, c in zip(steps, counts, strict=True)}
+        state.examples = _examples(bad, low_r | low_t, step, seq, label)
+    return state
+
+
+def _fill_runs(
+    flag: np.ndarray, other: np.ndarray, seq: np.ndarray, turn: np.ndarray
+) -> np.ndarray:
+    """Flagged tokens in runs of >= ZERO_RUN_MIN flagged tokens of one turn whose other-side
+    value drops to FILL_OTHER_MAX or below somewhere in the run."""
+    n = len(flag)
+    if n == 0:
+        return flag
+    new = np.ones(n, dtype=bool)
+    new[1:] = (flag[1:] != flag[:-1]) | (seq[1:] != seq[:-1]) | (turn[1:] != turn[:-1])
+    starts = np.flatnonzero(new)
+    lengths = np.diff(starts, append=n)
+    lowest = np.minimum.reduceat(other, starts)
+    fill = flag[starts] & (lengths >= ZERO_RUN_MIN) & (lowest <= FILL_OTHER_MAX)
+    return np.repeat(fill, lengths)
+
+
+def _examples(
+    bad: np.ndarray, low: np.ndarray, step: np.ndarray, seq: np.ndarray, label: str
+) -> list[tuple[str, int, int, str]]:
+    out: set[tuple[str, int, int, str]] = set()
+    for i in np.flatnonzero(bad)[: MAX_EXAMPLES * 64]:  # bounded: offenders often fill a whole row
+        what = f"<= {SENTINEL_MAX:g}" if low[i] else "0.0 run"
+        out.add((label, int(step[i]), int(seq[i]), what))
+    return sorted(out)[:MAX_EXAMPLES]

@@ -1,0 +1,187 @@
+"""compare: selectors and their errors, exact side-by-side numbers, bootstrap intervals."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import mismatchctl
+from mismatchctl.analysis.selectors import parse_selector
+from mismatchctl.errors import UsageError
+from mismatchctl.stats import reference_metrics
+from tests.helpers import FIXTURES, cli
+
+
+def _k3(r: np.ndarray) -> np.ndarray:
+    return np.expm1(r) - r
+
+
+def _double_k3(r: np.ndarray) -> np.ndarray:
+    """r' > 0 with K3(r') = 2 K3(r), by Newton's method (K3 is increasing for r > 0)."""
+    target, x = 2 * _k3(r), r * np.sqrt(2)
+    for _ in range(50):
+        x = x - (_k3(x) - target) / np.expm1(x)
+    return x
+
+
+def _pair(tmp: Path, n_seq: int = 300, steps: tuple[int, int] = (0, 0), seed: int = 1):
+    """Runs a and b with identical rollout logprobs; b's per-token K3 is exactly twice a's."""
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(5, 40, n_seq)
+    lr = [-(1.0 + rng.exponential(1.0, n)) for n in lens]
+    ra = [rng.uniform(0.01, 0.3, n) for n in lens]
+    sides = {
+        "a": [x + r for x, r in zip(lr, ra, strict=True)],
+        "b": [x + _double_k3(r) for x, r in zip(lr, ra, strict=True)],
+    }
+    paths = {}
+    for side, lt in sides.items():
+        table = pa.table(
+            {
+                "step": [steps[0] if side == "a" else steps[1]] * n_seq,
+                "uid": [f"s{i}" for i in range(n_seq)],
+                "rollout_log_probs": [x.tolist() for x in lr],
+                "old_log_probs": [x.tolist() for x in lt],
+            }
+        )
+        paths[side] = tmp / f"{side}.parquet"
+        pq.write_table(table.replace_schema_metadata({"engine": f"vllm-{side}"}), paths[side])
+    truth = {side: reference_metrics(list(zip(lr, lt, strict=True))) for side, lt in sides.items()}
+    return paths, truth
+
+
+@pytest.fixture
+def pair(store: Path, tmp_path: Path) -> dict:
+    paths, truth = _pair(tmp_path)
+    for side, path in paths.items():
+        mismatchctl.ingest(
+            [path], run=side, tags={"gpu": "H20" if side == "a" else "L20"}, store=store
+        )
+    return truth
+
+
+def _doc(*args: str) -> dict:
+    ran = cli("compare", *args, "--json", "-", "-q", "--resamples", "300")
+    assert ran.code == 0, ran.err
+    return json.loads(ran.out)
+
+
+def _row(doc: dict, metric: str) -> dict:
+    return next(r for r in doc["comparison"]["headline"] if r["metric"] == metric)
+
+
+def test_planted_double_is_exact_and_detected(pair: dict) -> None:
+    doc = _doc("a", "b")
+    kl = _row(doc, "vllm_kl")
+    assert kl["a"] == pytest.approx(pair["a"]["vllm_kl"], rel=1e-12)
+    assert kl["ratio"] == pytest.approx(2.0, rel=1e-12)
+    assert kl["significant"] is True and kl["ci_low"] < 2.0 < kl["ci_high"]
+    assert kl["ci_low"] > 1.0
+    assert kl["verdict"].startswith("b's vllm_kl is 2x a's (95% CI ")
+    diff = {r["key"]: (r["a"], r["b"]) for r in doc["comparison"]["config_diff"]}
+    assert diff == {"engine": ("vllm-a", "vllm-b"), "gpu (rows)": ("H20", "L20"), "run": ("a", "b")}
+    for row in doc["comparison"]["bins"]:
+        if row["a_tokens"]:
+            assert row["vllm_kl_ratio"] == pytest.approx(2.0, rel=1e-9)
+    gap = doc["comparison"]["gap"]
+    assert sum(c["share_of_gap"] for c in gap) == pytest.approx(1.0, abs=1e-9) or len(gap) == 5
+    sides = {g["by"]["side"] for g in doc["groups"]}
+    assert sides == {"a", "b"}
+
+
+def test_identical_sides(pair: dict) -> None:
+    doc = _doc("a", "a")
+    for metric in ("vllm_kl", "abs_log_ratio_mean", "log_ppl_pearson"):
+        row = _row(doc, metric)
+        assert row["significant"] is False
+        assert row["verdict"].startswith(f"{metric}: no significant difference")
+    assert _row(doc, "vllm_kl")["ratio"] == 1.0
+    assert _row(doc, "log_ppl_pearson")["difference"] == 0.0
+    assert doc["comparison"]["config_diff"] == []
+
+
+def test_bootstrap_is_seeded(pair: dict) -> None:
+    one, two = _doc("a", "b"), _doc("a", "b")
+    assert _row(one, "vllm_kl")["ci_low"] == _row(two, "vllm_kl")["ci_low"]
+
+
+def test_slices_by_gpu_tag(pair: dict) -> None:
+    doc = _doc("gpu=H20", "gpu=L20")
+    assert _row(doc, "vllm_kl")["ratio"] == pytest.approx(2.0, rel=1e-12)
+
+
+def test_disjoint_steps(store: Path, tmp_path: Path) -> None:
+    paths, _ = _pair(tmp_path, n_seq=50, steps=(1, 2))
+    for side, path in paths.items():
+        mismatchctl.ingest([path], run=side, store=store)
+    doc = _doc("a", "b")
+    assert [s["step"] for s in doc["comparison"]["steps"]] == [1, 2]
+    assert doc["comparison"]["notes"][0].startswith("the two sides share no step")
+    assert _row(doc, "vllm_kl")["ratio"] == pytest.approx(2.0, rel=1e-12)
+    ran = cli("compare", "a", "b", "-q", "--resamples", "50")
+    assert "note: the two sides share no step" in ran.out
+
+
+def test_step_range_suffix(store: Path) -> None:
+    mismatchctl.ingest([FIXTURES / "sequence.parquet"], run="s", store=store)
+    doc = _doc("s@steps=3", "s@steps=4-")
+    assert doc["comparison"]["a"] == "s@steps=3"
+    assert [s["step"] for s in doc["comparison"]["steps"]] == [3, 4]
+    diff = {r["key"]: (r["a"], r["b"]) for r in doc["comparison"]["config_diff"]}
+    assert diff == {"steps": ("3-3", "4-")}
+
+
+@pytest.mark.parametrize(
+    ("text", "run", "gpu", "tags", "steps"),
+    [
+        ("v0-ref", "v0-ref", None, {}, None),
+        ("gpu=A100", None, "A100", {}, None),
+        ("run=x,gpu=y,engine=vllm", "x", "y", {"engine": "vllm"}, None),
+        ("v1@steps=0-200", "v1", None, {}, (0, 200)),
+        ("gpu=H20@steps=5", None, "H20", {}, (5, 5)),
+    ],
+)
+def test_parse_selector(text, run, gpu, tags, steps) -> None:
+    sel = parse_selector(text)
+    assert (sel.run, sel.gpu, sel.tags) == (run, gpu, tags)
+    assert (None if sel.steps is None else (sel.steps.lo, sel.steps.hi)) == steps
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("gpu", None),
+        ("gpu=", "selector `gpu=`: `gpu=` is not KEY=VALUE"),
+        ("a@step=1", "selector `a@step=1`: unknown modifier `@step=1`"),
+        ("a@steps=9-1", "step range `9-1` is empty (9 > 1)"),
+        ("@steps=1", "selector `@steps=1` names no run"),
+    ],
+)
+def test_bad_selectors(text: str, message: str | None) -> None:
+    if message is None:
+        assert parse_selector(text).run == "gpu"  # a bare word is a run name
+        return
+    with pytest.raises(UsageError) as err:
+        parse_selector(text)
+    assert err.value.message == message
+
+
+def test_unknown_things_list_what_exists(pair: dict) -> None:
+    cases = {
+        ("nope", "a"): "Error: selector `nope`: no run `nope` (runs: a, b)",
+        ("gpu=A100", "a"): "Error: selector `gpu=A100`: no rows with gpu=A100 (gpus: H20, L20)",
+        ("engine=sglang", "a"): "Error: selector `engine=sglang`: no data with engine=sglang "
+        "(values: vllm-a, vllm-b)",
+        ("colour=red", "a"): "Error: selector `colour=red`: no source has a tag `colour` "
+        "(tags: run, gpu, engine)",
+        ("a@steps=50-60", "b"): "Error: selector `a@steps=50-60` matches no model tokens",
+    }
+    for args, message in cases.items():
+        ran = cli("compare", *args, "-q")
+        assert ran.code == 1
+        assert ran.err.splitlines()[0] == message

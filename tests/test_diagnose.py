@@ -1,0 +1,153 @@
+"""diagnose: every check fires on its planted cause and stays quiet on clean data; exit codes,
+JSON and HTML through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from plotly.offline import get_plotlyjs
+
+import mismatchctl
+from mismatchctl import api
+from mismatchctl.render.diagnose_html import diagnose_html
+from tests.helpers import FIXTURES, cli
+from tests.planted import SPIKE_STEPS, Plan, write
+
+CAUSES = (
+    "clean", "shift", "temperature", "top_p", "sentinel", "spike", "trend", "spiral", "gpu",
+    "stale", "tool", "lowprob",
+)  # fmt: skip
+
+# check -> {fixture: verdict it must have}; "quiet" lists fixtures where it must be ok (causes
+# that garble every number, shift and sentinel, are left out where they legitimately spill over).
+FIRES = {
+    "alignment": ({"shift": "fail"}, ("clean", "temperature", "top_p", "gpu", "stale", "trend")),
+    "sentinels": ({"sentinel": "fail"}, ("clean", "top_p", "shift", "gpu", "trend")),
+    "offset": ({"temperature": "fail", "top_p": "fail"}, ("clean", "gpu", "stale", "tool")),
+    "temperature": ({"temperature": "fail"}, ("clean", "gpu", "stale", "lowprob", "trend")),
+    "top_p": ({"top_p": "fail"}, ("clean", "temperature", "gpu", "stale", "lowprob")),
+    "low_probability": ({"lowprob": "warn"}, ("clean", "gpu", "tool", "stale", "top_p")),
+    "tool_responses": ({"tool": "fail"}, ("clean", "gpu", "lowprob", "stale", "temperature")),
+    "hardware": ({"gpu": "fail"}, ("clean", "tool", "stale", "trend", "lowprob")),
+    "spikes": ({"spike": "fail"}, ("clean", "gpu", "trend", "stale", "tool")),
+    "trend": ({"trend": "fail", "spiral": "fail"}, ("clean", "spike", "gpu", "stale")),
+    "spiral": ({"spiral": "fail"}, ("clean", "spike", "gpu", "stale", "tool")),
+    "severe_batches": ({"gpu": "fail", "trend": "fail"}, ("clean", "lowprob", "top_p")),
+    "staleness": ({"stale": "fail"}, ("clean", "gpu", "tool", "spike", "trend")),
+}
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One store holding one run per planted cause (run name = cause)."""
+    root = tmp_path_factory.mktemp("planted")
+    store = root / "store"
+    for cause in CAUSES:
+        path = write(Plan(cause), root / f"{cause}.parquet")
+        mismatchctl.ingest([path], run=cause, store=store)
+    return store
+
+
+@pytest.fixture(scope="module")
+def verdicts(planted: Path) -> dict[str, dict[str, str]]:
+    out = {}
+    for cause in CAUSES:
+        d = api.diagnose(cause, store=planted)
+        out[cause] = {c.name: c.verdict for c in d.checks}
+    return out
+
+
+@pytest.mark.parametrize("check", list(FIRES))
+def test_check_fires_on_its_cause_only(check: str, verdicts: dict) -> None:
+    fires, quiet = FIRES[check]
+    for cause, verdict in fires.items():
+        assert verdicts[cause][check] == verdict, (check, cause)
+    for cause in quiet:
+        assert verdicts[cause][check] == "ok", (check, cause)
+
+
+def test_clean_data_raises_no_alarm(verdicts: dict) -> None:
+    assert {v for v in verdicts["clean"].values()} == {"ok", "n/a"}
+    na = {name for name, v in verdicts["clean"].items() if v == "n/a"}
+    assert na == {"token_ids"}
+
+
+def test_semantic_checks_are_skipped_when_misaligned(verdicts: dict) -> None:
+    assert [verdicts["shift"][c] for c in ("offset", "temperature", "top_p")] == ["n/a"] * 3
+
+
+def test_evidence_names_what_is_concerned(planted: Path) -> None:
+    checks = {c.name: c for c in api.diagnose("spike", store=planted).checks}
+    spikes = checks["spikes"].evidence["runs"]["spike"]["spikes"]
+    assert sorted(s["step"] for s in spikes) == sorted(SPIKE_STEPS)
+    checks = {c.name: c for c in api.diagnose("gpu", store=planted).checks}
+    assert "A100" in checks["hardware"].finding
+    assert checks["hardware"].evidence["concentrated_on"] == "A100"
+    assert "disable_cascade_attn" in checks["hardware"].next
+    checks = {c.name: c for c in api.diagnose("sentinel", store=planted).checks}
+    samples = checks["sentinels"].evidence["samples"]
+    assert samples and all(s["sample_id"].startswith(f"s{s['step']}-") for s in samples)
+    assert checks["sentinels"].evidence["values_le_-1000"]["trainer"] == 1
+    checks = {c.name: c for c in api.diagnose("temperature", store=planted).checks}
+    assert 0.8 < checks["temperature"].evidence["implied_temperature"] < 0.95
+    assert "logprobs-mode=processed_logprobs" in checks["temperature"].next
+    checks = {c.name: c for c in api.diagnose("top_p", store=planted).checks}
+    assert checks["top_p"].evidence["ratio_mean"] == pytest.approx(0.87, abs=0.03)
+
+
+def test_objective_points_at_whatif(planted: Path) -> None:
+    checks = {c.name: c for c in api.diagnose("gpu", store=planted).checks}
+    objective = checks["objective"]
+    assert objective.verdict == "warn" and objective.finding.startswith("yes:")
+    assert "mismatchctl whatif gpu --method seq-mis --threshold 2" in objective.next
+    assert 0 < objective.evidence["seq_mis_2"]["sequence_fraction"] < 1
+    checks = {c.name: c for c in api.diagnose("top_p", store=planted).checks}
+    assert checks["objective"].finding.startswith("not yet: offset, top_p failed")
+
+
+def test_staleness_not_applicable_without_versions(store: Path, tmp_path: Path) -> None:
+    path = write(Plan("clean", steps=4, per_step=8), tmp_path / "x.parquet", weight_version=False)
+    mismatchctl.ingest([path], run="x", store=store)
+    checks = {c.name: c for c in api.diagnose("x").checks}
+    assert checks["staleness"].verdict == "n/a"
+    assert checks["spikes"].verdict == "n/a"  # 4 steps: too few for a trajectory
+
+
+def test_cli_exit_codes_and_json(planted: Path) -> None:
+    ran = cli("diagnose", "clean", "--store", str(planted), "-q")
+    assert ran.code == 0, ran.err
+    assert "Data integrity" in ran.out and "Objective" in ran.out
+    ran = cli("diagnose", "gpu", "--store", str(planted), "-q", "--json", "-")
+    assert ran.code == 3
+    doc = json.loads(ran.out)
+    assert doc["schema_version"] == 1 and doc["tool"].startswith("mismatchctl ")
+    assert doc["diagnosis"]["verdict"] == "fail" and doc["diagnosis"]["selection"] == "gpu"
+    hardware = next(c for c in doc["diagnosis"]["checks"] if c["name"] == "hardware")
+    assert hardware["layer"] == "inference path" and hardware["verdict"] == "fail"
+    assert {"by": {}} in [{"by": g["by"]} for g in doc["groups"]]
+    ran = cli("diagnose", "clean", "--store", str(planted), "-q", "--fail-on", "warn")
+    assert ran.code == 0
+    ran = cli("diagnose", "tool", "--store", str(planted), "-q", "--fail-on", "fail")
+    assert ran.code == 3
+
+
+def test_cli_html(planted: Path, tmp_path: Path) -> None:
+    out = tmp_path / "d.html"
+    ran = cli("diagnose", "stale", "--store", str(planted), "-q", "--html", str(out))
+    assert ran.code == 3 and f"Wrote {out}" in ran.err
+    page = out.read_text()
+    assert page.startswith("<!DOCTYPE html>") and page.count("<h2>Diagnosis</h2>") == 1
+    assert page.count(get_plotlyjs()) == 1 and "<script src" not in page  # inline, no CDN
+    assert 'id="check-staleness"' in page
+    fragment = diagnose_html(api.diagnose("stale", store=planted))
+    assert fragment.startswith('<section id="diagnosis"') and "<html" not in fragment
+
+
+def test_errors(store: Path) -> None:
+    mismatchctl.ingest([FIXTURES / "golden.parquet"], run="g", store=store)
+    ran = cli("diagnose", "nope", "-q")
+    assert ran.code == 1 and "no run `nope`" in ran.err and "Hint:" in ran.err
+    ran = cli("diagnose", "g", "-q")  # two sequences, one step: runs, says what it cannot do
+    assert ran.code in (0, 3) and "Trajectory" in ran.out
