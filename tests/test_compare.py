@@ -185,3 +185,16 @@ def test_unknown_things_list_what_exists(pair: dict) -> None:
         ran = cli("compare", *args, "-q")
         assert ran.code == 1
         assert ran.err.splitlines()[0] == message
+
+
+def test_html_comparison(pair: dict, tmp_path: Path) -> None:
+    out = tmp_path / "cmp.html"
+    ran = cli("compare", "a", "b", "--html", str(out), "-q", "--resamples", "50")
+    assert ran.code == 0, ran.err
+    page = out.read_text()
+    for anchor in ("verdict", "config", "steps", "bins", "gap", "turns", "scatter"):
+        assert f'<section id="{anchor}">' in page
+    assert page.count("* plotly.js v") == 1  # plotly.js inlined exactly once
+    assert "b&#x27;s vllm_kl is 2x a&#x27;s" in page
+    assert 'src="http' not in page
+    assert len(page) < 10_000_000
