@@ -1,0 +1,152 @@
+"""The HTML report: structure, escaping, size, and a real load in headless Chromium."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import mismatchctl
+from mismatchctl.render.report_html import report_html
+from tests.helpers import FIXTURES, cli
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FIGURES = ("fig-mismatch", "fig-probs", "fig-log-ppl")
+EVIL = '<script>alert("x")</script>'
+
+
+def _multi_gpu_dump(path: Path, seed: int = 5) -> None:
+    rng = np.random.default_rng(seed)
+    rows: dict[str, list] = {
+        k: [] for k in ("step", "uid", "gpu", "rollout_log_probs", "old_log_probs", "response_mask")
+    }
+    for step in range(12):
+        for i in range(30):
+            gpu = ("H20", "A100", f"L20{EVIL}")[i % 3]
+            n = int(rng.integers(20, 200))
+            mask = np.ones(n, dtype=np.int8)
+            mask[n // 2 : n // 2 + 5] = 0
+            lr = -rng.exponential(1.0, n)
+            noise = 0.01 * (1 + 10 * (gpu == "A100")) * (1 + step / 4) * (1 + np.sqrt(-lr))
+            lt = np.minimum(lr + rng.normal(0, 1, n) * noise, 0.0)
+            for key, value in zip(
+                rows,
+                (step, f"{step}-{i}", gpu, lr.tolist(), lt.tolist(), mask.tolist()),
+                strict=True,
+            ):
+                rows[key].append(value)
+    table = pa.table(
+        {**rows, "response_mask": pa.array(rows["response_mask"], pa.list_(pa.int8()))}
+    )
+    pq.write_table(table, path)
+
+
+@pytest.fixture
+def page(store: Path, tmp_path: Path) -> Path:
+    _multi_gpu_dump(tmp_path / "dump.parquet")
+    assert (
+        cli(
+            "ingest",
+            str(tmp_path / "dump.parquet"),
+            "--run",
+            "multi",
+            "--tag",
+            f"note={EVIL}",
+            "-q",
+        ).code
+        == 0
+    )
+    assert cli("ingest", str(FIXTURES / "sequence.parquet"), "--run", "seq", "-q").code == 0
+    out = tmp_path / "report.html"
+    ran = cli("report", "--by-gpu", "--html", str(out), "-q")
+    assert ran.code == 0, ran.err
+    return out
+
+
+def test_structure_size_and_escaping(page: Path) -> None:
+    text = page.read_text()
+    assert text.count("* plotly.js v") == 1  # plotly.js inlined exactly once
+    assert not re.search(r"""<script[^>]+src=|<link[^>]+href=["']https?:""", text)  # offline
+    for fig in FIGURES:
+        assert f'id="{fig}"' in text
+    assert "fig-steps-run" in text and "fig-steps-gpu" in text
+    assert EVIL not in text  # every tag, gpu and run string is escaped
+    assert "&lt;script&gt;alert" in text or "\\u003cscript\\u003ealert" in text
+    assert len(text.encode()) < 10_000_000
+
+
+def test_page_size_does_not_grow_with_tokens(store: Path, tmp_path: Path) -> None:
+    sizes = []
+    for n, seed in ((1, 1), (4, 2)):
+        run = f"r{n}"
+        for k in range(n):
+            _multi_gpu_dump(tmp_path / f"{run}-{k}.parquet", seed=seed * 10 + k)
+        mismatchctl.ingest(sorted(tmp_path.glob(f"{run}-*.parquet")), run=run, store=store)
+        rep = mismatchctl.report([run], store=store, figures=True)
+        sizes.append(len(report_html(rep)))
+    assert sizes[1] < 1.3 * sizes[0]
+
+
+def _png_pixels(path: Path) -> np.ndarray:
+    """Decode an 8-bit RGB(A) PNG (what Chromium writes) with zlib: the rows' raw bytes."""
+    data = path.read_bytes()
+    pos, idat, width, height, channels = 8, b"", 0, 0, 4
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos : pos + 8])
+        chunk = data[pos + 8 : pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, _, colour = struct.unpack(">IIBB", chunk[:10])
+            channels = 4 if colour == 6 else 3
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8)
+    return raw.reshape(height, 1 + width * channels)[:, 1:]  # drop each row's filter byte
+
+
+def _chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess:
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp / 'chromium-profile'}",
+        "--virtual-time-budget=10000",
+    ]
+    return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (CI installs it)")
+def test_loads_in_chromium_without_errors(page: Path, tmp_path: Path) -> None:
+    dom = _chromium("--dump-dom", page.as_uri(), tmp=tmp_path).stdout
+    assert not re.search(r"<html[^>]*data-js-errors", dom), dom[:500]  # no script error
+    assert not re.search(r'class="[^"]*fig-error', dom)  # every figure drew
+    # plotly drew every figure: each gets its own <svg class="main-svg">
+    drawn = dom.count('class="main-svg"')
+    assert drawn >= 2 * (len(FIGURES) + 2), drawn
+
+
+@pytest.mark.browser
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (CI installs it)")
+def test_screenshot_is_not_blank(page: Path, tmp_path: Path) -> None:
+    shot = tmp_path / "shot.png"
+    _chromium(f"--screenshot={shot}", "--window-size=1400,2200", page.as_uri(), tmp=tmp_path)
+    pixels = _png_pixels(shot)
+    plots = pixels[600:1400]  # below the header: the first figures
+    assert (
+        plots < 200
+    ).mean() > 0.01  # coloured/dark pixels of heatmaps and axes, not a white page
+    assert len(np.unique(plots)) > 50
