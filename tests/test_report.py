@@ -228,3 +228,15 @@ def test_sequence_slices_never_split_a_sequence() -> None:
         owners = [set(p.column("seq").to_numpy().tolist()) for p in pieces]
         assert sum(len(o) for o in owners) == 10  # no sequence in two slices
         assert all(p.num_rows < size + 9 for p in pieces)  # 9 = the longest sequence
+
+
+def test_report_with_diagnosis(store: Path, tmp_path: Path) -> None:
+    mismatchctl.ingest([FIXTURES / "sequence.parquet"], run="s", store=store)
+    html_path = tmp_path / "r.html"
+    ran = cli("report", "s", "--diagnose", "--json", "-", "--html", str(html_path), "-q")
+    assert ran.code == 0, ran.err
+    doc = json.loads(ran.out)
+    assert doc["diagnosis"]["s"]["verdict"] in ("ok", "warn", "fail")
+    names = {c["name"] for c in doc["diagnosis"]["s"]["checks"]}
+    assert {"alignment", "offset"} <= names
+    assert '<section id="diagnosis">' in html_path.read_text()

@@ -66,6 +66,11 @@ def emit_json(payload: Any, target: str) -> None:
             fh.write(text + "\n")
 
 
+def wrote(path: str) -> None:
+    """Say on stderr where an output file went (never wrapped: paths are copied from here)."""
+    err_console().print(f"Wrote {path}", highlight=False, markup=False, soft_wrap=True)
+
+
 StoreOpt = Annotated[
     str | None,
     typer.Option(

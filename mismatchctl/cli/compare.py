@@ -7,7 +7,13 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import StoreOpt, emit_json, err_console, handle_errors, out_console
+from mismatchctl.cli.common import (
+    StoreOpt,
+    emit_json,
+    handle_errors,
+    out_console,
+    wrote,
+)
 from mismatchctl.cli.progress import TokenProgress
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.render.compare_json import comparison_json
@@ -69,9 +75,9 @@ def compare(
         from mismatchctl.render.compare_html import write_comparison_html
 
         write_comparison_html(cmp, html_out)
-        err_console().print(f"Wrote {html_out}", highlight=False, markup=False)
+        wrote(html_out)
     if json_out not in (None, "-"):
-        err_console().print(f"Wrote {json_out}", highlight=False, markup=False)
+        wrote(json_out)
 
 
 compare.__doc__ = HELP

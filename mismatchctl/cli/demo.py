@@ -10,11 +10,13 @@ import typer
 from mismatchctl import api
 from mismatchctl.cli.common import err_console, handle_errors, out_console
 from mismatchctl.cli.progress import IngestProgress, TokenProgress
+from mismatchctl.cli.report import run_diagnoses
 from mismatchctl.demo import ingest_demo, load_manifest
+from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.render.report_terminal import render_report
 from mismatchctl.store import open_store
 
-HELP = """Ingest the bundled sample data (sample_data/) into a store, print `report --by-gpu` for all its runs and write the HTML report.
+HELP = """Ingest the bundled sample data (sample_data/) into a store, print `report --by-gpu` for all its runs and write the HTML report (with a diagnosis of each run).
 
 Which runs are captured from a real model's two numeric paths and which are synthetic is said in the output and in sample_data/README.md. Running it again reuses the runs already ingested.
 
@@ -51,14 +53,14 @@ def demo(
     from mismatchctl.render.report_html import write_report_html
 
     target = Path(html) if html else st.root.parent / "report.html"
-    write_report_html(rep, str(target))
+    write_report_html(rep, str(target), run_diagnoses(names, None, DEFAULT_WORKERS, str(st.root)))
     console = err_console()
     console.print("Sample runs:", style="bold")
     for run in runs:
         kind = "captured" if run.captured else "SYNTHETIC"
         console.print(f"  {run.name:<16} {kind:<9} {run.shows}", highlight=False, markup=False)
-    console.print(f"Store: {st.root}", highlight=False, markup=False)
-    console.print(f"HTML report: {target.resolve()}", highlight=False, markup=False)
+    console.print(f"Store: {st.root}", highlight=False, markup=False, soft_wrap=True)
+    console.print(f"HTML report: {target.resolve()}", highlight=False, markup=False, soft_wrap=True)
 
 
 demo.__doc__ = HELP

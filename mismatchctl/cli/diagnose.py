@@ -8,7 +8,13 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import StoreOpt, emit_json, err_console, handle_errors, out_console
+from mismatchctl.cli.common import (
+    StoreOpt,
+    emit_json,
+    handle_errors,
+    out_console,
+    wrote,
+)
 from mismatchctl.cli.progress import TokenProgress
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.render.diagnose_json import diagnose_json
@@ -67,9 +73,9 @@ def diagnose(
         from mismatchctl.render.diagnose_html import write_diagnose_html
 
         write_diagnose_html(result, html_out)
-        err_console().print(f"Wrote {html_out}", highlight=False, markup=False)
+        wrote(html_out)
     if json_out not in (None, "-"):
-        err_console().print(f"Wrote {json_out}", highlight=False, markup=False)
+        wrote(json_out)
     gate = ("fail",) if fail_on is FailOn.fail else ("fail", "warn")
     if any(c.verdict in gate for c in result.checks):
         raise typer.Exit(EXIT_CHECK_FAILED)

@@ -7,9 +7,17 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import StoreOpt, emit_json, err_console, handle_errors, out_console
+from mismatchctl.cli.common import (
+    StoreOpt,
+    emit_json,
+    handle_errors,
+    out_console,
+    wrote,
+)
 from mismatchctl.cli.progress import TokenProgress
 from mismatchctl.engines.local import DEFAULT_WORKERS
+from mismatchctl.render.diagnose_json import diagnosis_section
+from mismatchctl.render.diagnose_terminal import render_diagnosis
 from mismatchctl.render.report_json import report_json
 from mismatchctl.render.report_terminal import render_report
 
@@ -24,6 +32,8 @@ Metric definitions and JSON names: docs/metrics.md. With [bold]--json -[/] only 
   mismatchctl report --by-gpu
 
   mismatchctl report v1-a100 --html report.html --json report.json
+
+  mismatchctl report v1-a100 --diagnose --html report.html
 
   mismatchctl report v1-a100 --bins linear:20 --by step --by tag:logprobs_mode
 
@@ -62,6 +72,10 @@ def report(
     html_out: Annotated[
         str | None, typer.Option("--html", help="Write the HTML report to FILE.")
     ] = None,
+    diagnose: Annotated[
+        bool,
+        typer.Option("--diagnose", help="Also run `diagnose` on each run (terminal, JSON, HTML)."),
+    ] = False,
     workers: Annotated[int, typer.Option("--workers", help="Parallel workers.")] = DEFAULT_WORKERS,
     store: StoreOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
@@ -79,17 +93,29 @@ def report(
             on_part=progress.advance,
             figures=html_out is not None,
         )
+    diagnoses = run_diagnoses(rep.selection.names, steps, workers, store) if diagnose else []
     if json_out is not None:
-        emit_json(report_json(rep), json_out)
+        doc = report_json(rep)
+        if diagnoses:
+            doc["diagnosis"] = {d.report.selection.label: diagnosis_section(d) for d in diagnoses}
+        emit_json(doc, json_out)
     if json_out != "-":
-        out_console().print(render_report(rep))
+        out_console().print(render_report(rep), *[render_diagnosis(d) for d in diagnoses])
     if html_out is not None:
         from mismatchctl.render.report_html import write_report_html
 
-        write_report_html(rep, html_out)
-        err_console().print(f"Wrote {html_out}", highlight=False, markup=False)
+        write_report_html(rep, html_out, diagnoses)
+        wrote(html_out)
     if json_out not in (None, "-"):
-        err_console().print(f"Wrote {json_out}", highlight=False, markup=False)
+        wrote(json_out)
+
+
+def run_diagnoses(
+    runs: list[str], steps: str | None, workers: int, store: str | None
+) -> list[api.Diagnosis]:
+    """One diagnosis per run (of the same step range)."""
+    suffix = f"@steps={steps}" if steps else ""
+    return [api.diagnose(run + suffix, workers=workers, store=store) for run in runs]
 
 
 def _runs(names: list[str] | None, store: str | None) -> list[api.RunInfo]:

@@ -7,7 +7,13 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import StoreOpt, emit_json, err_console, handle_errors, out_console
+from mismatchctl.cli.common import (
+    StoreOpt,
+    emit_json,
+    handle_errors,
+    out_console,
+    wrote,
+)
 from mismatchctl.cli.progress import TokenProgress
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.render.whatif_json import whatif_json
@@ -74,9 +80,9 @@ def whatif(
         from mismatchctl.render.whatif_html import write_whatif_html
 
         write_whatif_html(result, html_out)
-        err_console().print(f"Wrote {html_out}", highlight=False, markup=False)
+        wrote(html_out)
     if json_out not in (None, "-"):
-        err_console().print(f"Wrote {json_out}", highlight=False, markup=False)
+        wrote(json_out)
 
 
 whatif.__doc__ = HELP

@@ -50,6 +50,13 @@ def _row(c: Check) -> str:
 
 def diagnose_html(d: Diagnosis) -> str:
     """The fragment: a section titled "Diagnosis"."""
+    return (
+        f'<section id="diagnosis" class="diagnosis"><h2>Diagnosis</h2>{diagnosis_body(d)}</section>'
+    )
+
+
+def diagnosis_body(d: Diagnosis) -> str:
+    """The diagnosis without a heading (the report puts one per run under its own heading)."""
     verdicts = [c.verdict for c in d.checks]
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("fail", "warn", "ok", "n/a"))
     body = "".join(
@@ -59,10 +66,10 @@ def diagnose_html(d: Diagnosis) -> str:
         for layer, checks in layers(d)
     )
     return (
-        f'<section id="diagnosis" class="diagnosis"><style>{STYLE}</style><h2>Diagnosis</h2>'
+        f'<div class="diagnosis"><style>{STYLE}</style>'
         f"<p>Overall: {_verdict(d.verdict)} ({html.escape(counts)}). Checks run from data "
         "integrity to the objective: fix the first layer that fails before the ones after it."
-        f"</p>{body}</section>"
+        f"</p>{body}</div>"
     )
 
 

@@ -11,11 +11,15 @@ from mismatchctl.render.report_json import report_json
 
 def diagnose_json(d: Diagnosis) -> dict[str, Any]:
     out = report_json(d.report)
+    out["diagnosis"] = diagnosis_section(d)
+    return out
+
+
+def diagnosis_section(d: Diagnosis) -> dict[str, Any]:
     verdicts = [c.verdict for c in d.checks]
-    out["diagnosis"] = {
+    return {
         "selection": d.report.selection.label,
         "verdict": d.verdict,
         "counts": {v: verdicts.count(v) for v in ("fail", "warn", "ok", "n/a")},
         "checks": [asdict(c) for c in d.checks],
     }
-    return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,9 +20,11 @@ from plotly.offline import get_plotlyjs
 
 from mismatchctl import __version__
 from mismatchctl.analysis import splits as K
+from mismatchctl.analysis.diagnose import Diagnosis
 from mismatchctl.analysis.report import Report
 from mismatchctl.render import figures as F
 from mismatchctl.render import html_tables as T
+from mismatchctl.render.diagnose_html import diagnosis_body
 from mismatchctl.render.report_html_style import CSS, LOADER, ONERROR
 
 
@@ -32,12 +35,22 @@ class Section:
     body: str
 
 
-def write_report_html(report: Report, path: str | Path) -> None:
-    Path(path).write_text(report_html(report), encoding="utf-8")
+def write_report_html(
+    report: Report, path: str | Path, diagnoses: Sequence[Diagnosis] = ()
+) -> None:
+    Path(path).write_text(report_html(report, diagnoses), encoding="utf-8")
 
 
-def report_html(report: Report) -> str:
+def report_html(report: Report, diagnoses: Sequence[Diagnosis] = ()) -> str:
+    """The page; ``diagnoses`` (one per run, from ``diagnose``) add a "Diagnosis" section."""
     sections = [*_figure_sections(report), *_table_sections(report)]
+    if diagnoses:
+        body = "".join(
+            f"<h3>{html.escape(d.report.selection.label or ', '.join(d.report.selection.names))}</h3>"
+            + diagnosis_body(d)
+            for d in diagnoses
+        )
+        sections.insert(0, Section("diagnosis", "Diagnosis", body))
     nav = "".join(f'<a href="#{s.anchor}">{html.escape(s.title)}</a>' for s in sections)
     body = "".join(
         f'<section id="{s.anchor}"><h2>{html.escape(s.title)}</h2>{s.body}</section>'

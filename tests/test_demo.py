@@ -1,0 +1,32 @@
+"""The demo: the bundled sample data ingested, reported on, and written as HTML."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.helpers import cli
+
+ROOT = Path(__file__).parents[1]
+
+
+def test_demo_runs_on_the_bundled_sample_data(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    store, page = tmp_path / "store", tmp_path / "demo.html"
+    ran = cli("demo", "--store", str(store), "--html", str(page), "-q")
+    assert ran.code == 0, ran.err
+    manifest = json.loads((ROOT / "sample_data" / "manifest.json").read_text())
+    for run in manifest["runs"]:
+        assert run["name"] in ran.out
+    assert "SYNTHETIC" in ran.err and "By hardware" in ran.out
+    assert f"HTML report: {page.resolve()}" in ran.err
+    text = page.read_text()
+    assert '<section id="diagnosis">' in text and "synthetic-gpus" in text
+    again = cli("demo", "--store", str(store), "--html", str(page), "-q")  # reuses the store
+    assert again.code == 0
+
+
+def test_demo_without_sample_data(tmp_path: Path) -> None:
+    ran = cli("demo", "--store", str(tmp_path / "s"), "--data", str(tmp_path), "-q")
+    assert ran.code == 1
+    assert ran.err.startswith(f"Error: no sample data manifest at {tmp_path / 'manifest.json'}")
