@@ -152,7 +152,7 @@ def _headline(ra: Report, rb: Report, intervals: dict[str, Interval]) -> list[di
 def verdict(name: str, row: dict[str, Any], a: str, b: str) -> str:
     """One plain sentence: B's metric relative to A's, with its 95% interval, or no difference."""
     lo, hi = row.get("ci_low"), row.get("ci_high")
-    ci = "" if lo is None or hi is None else f" (95% CI {lo:.3g}-{hi:.3g})"
+    ci = "" if lo is None or hi is None else f" (95% CI {lo:.3g} to {hi:.3g})"
     if row["a"] is None or row["b"] is None:
         return f"{name}: not computable on both sides"
     if row["ci_of"] == "ratio":

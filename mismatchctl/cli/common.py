@@ -71,6 +71,26 @@ def wrote(path: str) -> None:
     err_console().print(f"Wrote {path}", highlight=False, markup=False, soft_wrap=True)
 
 
+def emit_outputs(
+    json_out: str | None,
+    html_out: str | None,
+    to_json: Callable[[], Any],
+    to_terminal: Callable[[], Any],
+    write_html: Callable[[str], None],
+) -> None:
+    """The output options every analysis command shares: JSON to a file or to stdout (then
+    nothing else goes to stdout), the terminal view otherwise, and an HTML file."""
+    if json_out is not None:
+        emit_json(to_json(), json_out)
+    if json_out != "-":
+        out_console().print(to_terminal())
+    if html_out is not None:
+        write_html(html_out)
+        wrote(html_out)
+    if json_out not in (None, "-"):
+        wrote(json_out)
+
+
 StoreOpt = Annotated[
     str | None,
     typer.Option(

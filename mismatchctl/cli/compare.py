@@ -9,10 +9,8 @@ import typer
 from mismatchctl import api
 from mismatchctl.cli.common import (
     StoreOpt,
-    emit_json,
+    emit_outputs,
     handle_errors,
-    out_console,
-    wrote,
 )
 from mismatchctl.cli.progress import TokenProgress
 from mismatchctl.engines.local import DEFAULT_WORKERS
@@ -67,17 +65,15 @@ def compare(
             on_part=progress.advance,
             figures=html_out is not None,
         )
-    if json_out is not None:
-        emit_json(comparison_json(cmp), json_out)
-    if json_out != "-":
-        out_console().print(render_comparison(cmp))
-    if html_out is not None:
-        from mismatchctl.render.compare_html import write_comparison_html
+    from mismatchctl.render.compare_html import write_comparison_html
 
-        write_comparison_html(cmp, html_out)
-        wrote(html_out)
-    if json_out not in (None, "-"):
-        wrote(json_out)
+    emit_outputs(
+        json_out,
+        html_out,
+        lambda: comparison_json(cmp),
+        lambda: render_comparison(cmp),
+        lambda path: write_comparison_html(cmp, path),
+    )
 
 
 compare.__doc__ = HELP

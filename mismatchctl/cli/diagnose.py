@@ -10,10 +10,8 @@ import typer
 from mismatchctl import api
 from mismatchctl.cli.common import (
     StoreOpt,
-    emit_json,
+    emit_outputs,
     handle_errors,
-    out_console,
-    wrote,
 )
 from mismatchctl.cli.progress import TokenProgress
 from mismatchctl.engines.local import DEFAULT_WORKERS
@@ -65,17 +63,15 @@ def diagnose(
 ) -> None:
     with TokenProgress(None, enabled=not quiet) as progress:
         result = api.diagnose(selector, workers=workers, store=store, on_part=progress.advance)
-    if json_out is not None:
-        emit_json(diagnose_json(result), json_out)
-    if json_out != "-":
-        out_console().print(render_diagnosis(result))
-    if html_out is not None:
-        from mismatchctl.render.diagnose_html import write_diagnose_html
+    from mismatchctl.render.diagnose_html import write_diagnose_html
 
-        write_diagnose_html(result, html_out)
-        wrote(html_out)
-    if json_out not in (None, "-"):
-        wrote(json_out)
+    emit_outputs(
+        json_out,
+        html_out,
+        lambda: diagnose_json(result),
+        lambda: render_diagnosis(result),
+        lambda path: write_diagnose_html(result, path),
+    )
     gate = ("fail",) if fail_on is FailOn.fail else ("fail", "warn")
     if any(c.verdict in gate for c in result.checks):
         raise typer.Exit(EXIT_CHECK_FAILED)

@@ -9,10 +9,8 @@ import typer
 from mismatchctl import api
 from mismatchctl.cli.common import (
     StoreOpt,
-    emit_json,
+    emit_outputs,
     handle_errors,
-    out_console,
-    wrote,
 )
 from mismatchctl.cli.progress import TokenProgress
 from mismatchctl.engines.local import DEFAULT_WORKERS
@@ -72,17 +70,15 @@ def whatif(
             store=store,
             on_part=progress.advance,
         )
-    if json_out is not None:
-        emit_json(whatif_json(result), json_out)
-    if json_out != "-":
-        out_console().print(render_whatif(result))
-    if html_out is not None:
-        from mismatchctl.render.whatif_html import write_whatif_html
+    from mismatchctl.render.whatif_html import write_whatif_html
 
-        write_whatif_html(result, html_out)
-        wrote(html_out)
-    if json_out not in (None, "-"):
-        wrote(json_out)
+    emit_outputs(
+        json_out,
+        html_out,
+        lambda: whatif_json(result),
+        lambda: render_whatif(result),
+        lambda path: write_whatif_html(result, path),
+    )
 
 
 whatif.__doc__ = HELP

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from mismatchctl.analysis.compare import Comparison
 from mismatchctl.render import figures as F
-from mismatchctl.render.fmt import label, num, pct
+from mismatchctl.render.compare_rows import bins_rows, gap_rows, headline_rows, keyed_rows
 from mismatchctl.render.html_tables import Cell, table
 from mismatchctl.render.report_html import figure_block
 from mismatchctl.render.standalone_html import standalone_page
@@ -141,24 +141,12 @@ def _verdicts(c: Comparison) -> str:
 
 
 def _headline(c: Comparison) -> str:
-    rows = []
-    for r in c.headline:
-        ci = (
-            ""
-            if r.get("ci_low") is None
-            else f"{num(r['ci_low'], 3)} .. {num(r['ci_high'], 3)} ({r['ci_of']})"
-        )
-        rows.append(
-            [
-                Cell(r["metric"], "sig" if r.get("significant") else ""),
-                num(r["a"]),
-                num(r["b"]),
-                num(r["difference"]),
-                num(r["ratio"]),
-                ci,
-            ]
-        )
-    return table(["metric", "A", "B", "B - A", "B / A", "95% CI"], rows)
+    headers, rows = headline_rows(c)
+    cells = [
+        [Cell(row[0], "sig" if r.get("significant") else ""), *row[1:]]
+        for row, r in zip(rows, c.headline, strict=True)
+    ]
+    return table(headers, cells)
 
 
 def _config(c: Comparison) -> str:
@@ -170,75 +158,15 @@ def _config(c: Comparison) -> str:
 
 
 def _bins_table(c: Comparison) -> str:
-    rows = [
-        [
-            bin_label(c.a.bin_edges, int(r["bin"])),
-            pct(r["a_token_share"]),
-            pct(r["b_token_share"]),
-            num(r["a_vllm_kl"]),
-            num(r["b_vllm_kl"]),
-            num(r["vllm_kl_ratio"]),
-            pct(r["a_kl_share"]),
-            pct(r["b_kl_share"]),
-        ]
-        for r in c.bins
-    ]
-    return table(
-        [
-            "p_infer bin",
-            "A token share",
-            "B token share",
-            "A vllm_kl",
-            "B vllm_kl",
-            "B / A",
-            "A kl share",
-            "B kl share",
-        ],
-        rows,
-    )
+    return table(*bins_rows(c))
 
 
 def _gap(c: Comparison) -> str:
-    rows = [
-        [
-            str(g["turn_kind"]),
-            bin_label(c.a.bin_edges, int(g["bin"])),
-            num(g["contribution"]),
-            pct(g["share_of_gap"]),
-        ]
-        for g in c.gap
-    ]
     return (
         "<p class='how'>Each (turn kind, p_infer bin) cell's K3 sum per token of its side, B minus A: "
-        "the contributions add up to vllm_kl(B) − vllm_kl(A).</p>"
-        + table(["turn kind", "p_infer bin", "contribution to B - A", "share of gap"], rows, left=2)
+        "the contributions add up to vllm_kl(B) − vllm_kl(A).</p>" + table(*gap_rows(c), left=2)
     )
 
 
 def _keyed(rows: list[dict], key: str) -> str:
-    body = [
-        [
-            label(r[key]),
-            num(r["a_tokens"]),
-            num(r["b_tokens"]),
-            num(r["a_vllm_kl"]),
-            num(r["b_vllm_kl"]),
-            num(r["vllm_kl_ratio"]),
-            num(r["a_log_ppl_pearson"]),
-            num(r["b_log_ppl_pearson"]),
-        ]
-        for r in rows
-    ]
-    return table(
-        [
-            key,
-            "A tokens",
-            "B tokens",
-            "A vllm_kl",
-            "B vllm_kl",
-            "B / A",
-            "A log-ppl ρ",
-            "B log-ppl ρ",
-        ],
-        body,
-    )
+    return table(*keyed_rows(rows, key))

@@ -11,8 +11,8 @@ from rich.text import Text
 
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.compare import Comparison
-from mismatchctl.render.fmt import label, num, pct
-from mismatchctl.stats import bin_label
+from mismatchctl.render.compare_rows import Rows, bins_rows, gap_rows, headline_rows, keyed_rows
+from mismatchctl.render.fmt import num
 
 MAX_STEP_ROWS = 30
 
@@ -46,27 +46,20 @@ def _config(c: Comparison) -> RenderableType:
     return table
 
 
-def _ci(row: dict[str, Any]) -> str:
-    if row.get("ci_low") is None:
-        return ""
-    return f"{num(row['ci_low'], 3)} .. {num(row['ci_high'], 3)} ({row['ci_of']})"
+def _table(title: str, rows: Rows, left: int = 1, bold: list[bool] | None = None) -> Table:
+    headers, body = rows
+    table = Table(title=title, title_justify="left")
+    for i, col in enumerate(headers):
+        table.add_column(col, justify="left" if i < left else "right")
+    for i, row in enumerate(body):
+        style = "bold" if bold and bold[i] else ""
+        table.add_row(*[Text(cell, style=style if j == 0 else "") for j, cell in enumerate(row)])
+    return table
 
 
 def _headline(c: Comparison) -> RenderableType:
-    table = Table(title="Headline", title_justify="left")
-    for col in ("metric", "A", "B", "B - A", "B / A", "95% CI"):
-        table.add_column(col, justify="left" if col in ("metric", "95% CI") else "right")
-    for row in c.headline:
-        style = "bold" if row.get("significant") else ""
-        table.add_row(
-            Text(row["metric"], style=style),
-            num(row["a"]),
-            num(row["b"]),
-            num(row["difference"]),
-            num(row["ratio"]),
-            _ci(row),
-        )
-    return table
+    bold = [bool(r.get("significant")) for r in c.headline]
+    return _table("Headline", headline_rows(c), bold=bold)
 
 
 def _verdicts(c: Comparison) -> RenderableType:
@@ -79,75 +72,15 @@ def _verdicts(c: Comparison) -> RenderableType:
 
 
 def _gap(c: Comparison) -> RenderableType:
-    table = Table(
-        title="Where the vllm_kl gap lives (turn kind x p_infer bin)", title_justify="left"
-    )
-    for col in ("turn kind", "p_infer bin", "contribution to B - A", "share of gap"):
-        table.add_column(
-            col, justify="right" if "contribution" in col or "share" in col else "left"
-        )
-    for cell in c.gap:
-        table.add_row(
-            str(cell[K.TURN_KIND]),
-            bin_label(c.a.bin_edges, int(cell[K.BIN])),
-            num(cell["contribution"]),
-            pct(cell["share_of_gap"]),
-        )
-    return table
+    return _table("Where the vllm_kl gap lives (turn kind x p_infer bin)", gap_rows(c), left=2)
 
 
 def _bins(c: Comparison) -> RenderableType:
-    table = Table(title="By inference probability", title_justify="left")
-    for col in (
-        "p_infer bin",
-        "A tokens",
-        "B tokens",
-        "A vllm_kl",
-        "B vllm_kl",
-        "B / A",
-        "A kl share",
-        "B kl share",
-    ):
-        table.add_column(col, justify="left" if col == "p_infer bin" else "right")
-    for row in c.bins:
-        table.add_row(
-            bin_label(c.a.bin_edges, int(row["bin"])),
-            pct(row["a_token_share"]),
-            pct(row["b_token_share"]),
-            num(row["a_vllm_kl"]),
-            num(row["b_vllm_kl"]),
-            num(row["vllm_kl_ratio"]),
-            pct(row["a_kl_share"]),
-            pct(row["b_kl_share"]),
-        )
-    return table
+    return _table("By inference probability", bins_rows(c))
 
 
 def _keyed(title: str, rows: list[dict[str, Any]], key: str) -> RenderableType:
-    table = Table(title=title, title_justify="left")
-    for col in (
-        key,
-        "A tokens",
-        "B tokens",
-        "A vllm_kl",
-        "B vllm_kl",
-        "B / A",
-        "A log-ppl ρ",
-        "B log-ppl ρ",
-    ):
-        table.add_column(col, justify="left" if col == key else "right")
-    for row in rows:
-        table.add_row(
-            Text(label(row[key])),
-            num(row["a_tokens"]),
-            num(row["b_tokens"]),
-            num(row["a_vllm_kl"]),
-            num(row["b_vllm_kl"]),
-            num(row["vllm_kl_ratio"]),
-            num(row["a_log_ppl_pearson"]),
-            num(row["b_log_ppl_pearson"]),
-        )
-    return table
+    return _table(title, keyed_rows(rows, key))
 
 
 def _steps(c: Comparison) -> RenderableType:

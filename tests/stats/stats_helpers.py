@@ -85,3 +85,29 @@ def assert_metrics_close(
         if not close(got[k], want[k], rel, abs_ * ABS_SCALE.get(k, 1.0))
     }
     assert not bad, f"{context}: metrics differ (got, want): {bad}"
+
+
+# The golden vector of the metric definitions (hand-checked with numpy): two sequences,
+# A and B, with B's middle token masked.
+GOLDEN = {
+    "tokens": 5,
+    "sequences": 2,
+    "vllm_kl": 0.0349923,
+    "vllm_kl_seq_mean": 0.0309438,
+    "kl_k1": -0.12,
+    "kl_k2": 0.03,
+    "chi2_token": 0.405767,
+    "ratio_dev_1e4": 1549.92,
+    "abs_log_ratio_mean": 0.16,
+    "abs_log_ratio_max": 0.5,
+    "trainer_log_ppl": 0.691667,
+    "rollout_log_ppl": 0.808333,
+    "trainer_ppl": 2.114743,
+    "rollout_ppl": 2.389791,
+    "log_ppl_diff": -0.116667,
+    "ppl_ratio": 0.890005,
+    "chi2_seq": 0.858683,
+    "prob_pearson": 0.985090,
+    "prob_abs_diff_mean": 0.040377,
+    "prob_abs_diff_max": 0.109945,
+}

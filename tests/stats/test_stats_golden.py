@@ -4,36 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from stats_helpers import assert_metrics_close
+from stats_helpers import GOLDEN, assert_metrics_close
 
 from mismatchctl.stats import chunk_partials, reference_metrics
 
 # Sequences A and B of METRICS.md, mask applied (B's masked middle token dropped).
 A_TRAINER, A_ROLLOUT = [-0.1, -1.0, -2.0], [-0.1, -0.9, -2.5]
 B_TRAINER, B_ROLLOUT = [-0.5, -0.2], [-0.7, -0.2]
-
-GOLDEN = {
-    "tokens": 5,
-    "sequences": 2,
-    "vllm_kl": 0.0349923,
-    "vllm_kl_seq_mean": 0.0309438,
-    "kl_k1": -0.12,
-    "kl_k2": 0.03,
-    "chi2_token": 0.405767,
-    "ratio_dev_1e4": 1549.92,
-    "abs_log_ratio_mean": 0.16,
-    "abs_log_ratio_max": 0.5,
-    "trainer_log_ppl": 0.691667,
-    "rollout_log_ppl": 0.808333,
-    "trainer_ppl": 2.114743,
-    "rollout_ppl": 2.389791,
-    "log_ppl_diff": -0.116667,
-    "ppl_ratio": 0.890005,
-    "chi2_seq": 0.858683,
-    "prob_pearson": 0.985090,
-    "prob_abs_diff_mean": 0.040377,
-    "prob_abs_diff_max": 0.109945,
-}
 
 
 def _golden_partial_metrics() -> dict:
