@@ -128,3 +128,12 @@ def test_html(golden: None, tmp_path: Path) -> None:
     fragment = whatif_html(api.whatif("g", methods=["seq-mis"]))
     assert fragment.startswith('<section id="whatif"') and "<html" not in fragment
     assert len(page_json_blocks(fragment)) == 2
+
+
+def test_method_threshold_and_sweep_conflict() -> None:
+    from mismatchctl.analysis.whatif import parse_methods
+    from mismatchctl.errors import UsageError
+
+    with pytest.raises(UsageError) as err:
+        parse_methods(["seq-mis:2"], sweep="1.5,2,3")
+    assert err.value.message == "--method `seq-mis:2` names a threshold and --sweep gives others"

@@ -45,6 +45,13 @@ def parse_methods(
         )
     if threshold is not None and sweep is not None:
         raise UsageError("--threshold and --sweep exclude each other", "use one of them.")
+    given = [m for m in methods if ":" in m]
+    if given and (threshold is not None or sweep is not None):
+        option = "--threshold" if threshold is not None else "--sweep"
+        raise UsageError(
+            f"--method `{given[0]}` names a threshold and {option} gives others",
+            f"write the method without `:THRESHOLD` when using {option}.",
+        )
     if sweep is not None:
         values = [v.strip() for v in sweep.split(",") if v.strip()]
         if not values:
