@@ -64,3 +64,21 @@ def test_help_does_not_import_torch() -> None:
 def test_no_color_is_respected(store) -> None:  # the store fixture sets NO_COLOR=1
     ran = cli("runs", "show", "missing")
     assert "\x1b[" not in ran.err
+
+
+def test_progress_bars_on_a_terminal(store, tmp_path, monkeypatch) -> None:
+    """With a terminal on stderr the progress bars are live: every long command must render them."""
+    from tests.helpers import FIXTURES
+
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich then treats the output as a terminal
+    seq = str(FIXTURES / "sequence.parquet")
+    for args in (
+        ["ingest", seq, "--run", "a"],
+        ["ingest", str(FIXTURES / "golden.parquet"), "--run", "b"],
+        ["report", "--by-gpu"],
+        ["compare", "a", "b", "--resamples", "20"],
+        ["diagnose", "a"],
+        ["whatif", "a"],
+    ):
+        ran = cli(*args)
+        assert ran.code in (0, 3), (args, ran.err)
