@@ -101,3 +101,11 @@ StoreOpt = Annotated[
     ),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of tables.")]
+JsonOut = Annotated[
+    str | None, typer.Option("--json", help="Write JSON to FILE, or to stdout with -.")
+]
+HtmlOut = Annotated[
+    str | None, typer.Option("--html", help="Write a self-contained HTML page to FILE.")
+]
+WorkersOpt = Annotated[int, typer.Option("--workers", help="Parallel workers (threads).")]
+QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]

@@ -8,7 +8,11 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.cli.common import (
+    HtmlOut,
+    JsonOut,
+    QuietFlag,
     StoreOpt,
+    WorkersOpt,
     emit_outputs,
     handle_errors,
 )
@@ -43,15 +47,11 @@ def compare(
         int, typer.Option("--resamples", help="Bootstrap resamples for the intervals.")
     ] = DEFAULT_RESAMPLES,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = DEFAULT_SEED,
-    json_out: Annotated[
-        str | None, typer.Option("--json", help="Write JSON to FILE, or stdout with -.")
-    ] = None,
-    html_out: Annotated[
-        str | None, typer.Option("--html", help="Write the HTML comparison to FILE.")
-    ] = None,
-    workers: Annotated[int, typer.Option("--workers", help="Parallel workers.")] = DEFAULT_WORKERS,
+    json_out: JsonOut = None,
+    html_out: HtmlOut = None,
+    workers: WorkersOpt = DEFAULT_WORKERS,
     store: StoreOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: QuietFlag = False,
 ) -> None:
     with TokenProgress(None, enabled=not quiet) as progress:
         cmp = api.compare(

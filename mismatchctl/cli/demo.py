@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import err_console, handle_errors, out_console
+from mismatchctl.cli.common import QuietFlag, err_console, handle_errors, out_console
 from mismatchctl.cli.progress import IngestProgress, TokenProgress
 from mismatchctl.cli.report import run_diagnoses
 from mismatchctl.demo import ingest_demo, load_manifest
@@ -40,7 +40,7 @@ def demo(
     data: Annotated[
         str | None, typer.Option("--data", help="Sample data directory (holds manifest.json).")
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: QuietFlag = False,
 ) -> None:
     runs = load_manifest(data)
     st = open_store(store)

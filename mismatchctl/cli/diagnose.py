@@ -9,7 +9,11 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.cli.common import (
+    HtmlOut,
+    JsonOut,
+    QuietFlag,
     StoreOpt,
+    WorkersOpt,
     emit_outputs,
     handle_errors,
 )
@@ -48,18 +52,14 @@ def diagnose(
     selector: Annotated[
         str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A-B.")
     ],
-    json_out: Annotated[
-        str | None, typer.Option("--json", help="Write JSON to FILE, or stdout with -.")
-    ] = None,
-    html_out: Annotated[
-        str | None, typer.Option("--html", help="Write a standalone HTML page to FILE.")
-    ] = None,
+    json_out: JsonOut = None,
+    html_out: HtmlOut = None,
     fail_on: Annotated[
         FailOn, typer.Option("--fail-on", help="Exit 3 on a failing check, or also on a warning.")
     ] = FailOn.fail,
-    workers: Annotated[int, typer.Option("--workers", help="Parallel workers.")] = DEFAULT_WORKERS,
+    workers: WorkersOpt = DEFAULT_WORKERS,
     store: StoreOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: QuietFlag = False,
 ) -> None:
     with TokenProgress(None, enabled=not quiet) as progress:
         result = api.diagnose(selector, workers=workers, store=store, on_part=progress.advance)

@@ -7,7 +7,14 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import JsonFlag, StoreOpt, emit_json, err_console, handle_errors
+from mismatchctl.cli.common import (
+    JsonFlag,
+    QuietFlag,
+    StoreOpt,
+    emit_json,
+    err_console,
+    handle_errors,
+)
 from mismatchctl.cli.progress import IngestProgress
 from mismatchctl.ingest.source import FORMATS
 from mismatchctl.render.catalog import ingest_json, ingest_summary
@@ -54,7 +61,7 @@ def ingest(
     ] = False,
     store: StoreOpt = None,
     json: JsonFlag = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: QuietFlag = False,
 ) -> None:
     with IngestProgress(enabled=not quiet) as progress:
         result = api.ingest(

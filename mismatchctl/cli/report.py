@@ -8,7 +8,11 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.cli.common import (
+    HtmlOut,
+    JsonOut,
+    QuietFlag,
     StoreOpt,
+    WorkersOpt,
     emit_json,
     handle_errors,
     out_console,
@@ -65,20 +69,15 @@ def report(
     steps: Annotated[
         str | None, typer.Option("--steps", help="Only steps in this inclusive range, e.g. 0-200.")
     ] = None,
-    json_out: Annotated[
-        str | None,
-        typer.Option("--json", help="Write the JSON report to FILE, or to stdout with -."),
-    ] = None,
-    html_out: Annotated[
-        str | None, typer.Option("--html", help="Write the HTML report to FILE.")
-    ] = None,
+    json_out: JsonOut = None,
+    html_out: HtmlOut = None,
     diagnose: Annotated[
         bool,
         typer.Option("--diagnose", help="Also run `diagnose` on each run (terminal, JSON, HTML)."),
     ] = False,
-    workers: Annotated[int, typer.Option("--workers", help="Parallel workers.")] = DEFAULT_WORKERS,
+    workers: WorkersOpt = DEFAULT_WORKERS,
     store: StoreOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: QuietFlag = False,
 ) -> None:
     total = sum(r.model_tokens for r in _runs(runs, store))
     with TokenProgress(total, enabled=not quiet) as progress:

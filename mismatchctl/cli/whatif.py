@@ -8,7 +8,11 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.cli.common import (
+    HtmlOut,
+    JsonOut,
+    QuietFlag,
     StoreOpt,
+    WorkersOpt,
     emit_outputs,
     handle_errors,
 )
@@ -50,15 +54,11 @@ def whatif(
         str | None,
         typer.Option("--sweep", help="Comma-separated thresholds of the one --method."),
     ] = None,
-    json_out: Annotated[
-        str | None, typer.Option("--json", help="Write JSON to FILE, or stdout with -.")
-    ] = None,
-    html_out: Annotated[
-        str | None, typer.Option("--html", help="Write a standalone HTML page to FILE.")
-    ] = None,
-    workers: Annotated[int, typer.Option("--workers", help="Parallel workers.")] = DEFAULT_WORKERS,
+    json_out: JsonOut = None,
+    html_out: HtmlOut = None,
+    workers: WorkersOpt = DEFAULT_WORKERS,
     store: StoreOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")] = False,
+    quiet: QuietFlag = False,
 ) -> None:
     with TokenProgress(None, enabled=not quiet) as progress:
         result = api.whatif(
