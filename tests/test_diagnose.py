@@ -151,3 +151,21 @@ def test_errors(store: Path) -> None:
     assert ran.code == 1 and "no run `nope`" in ran.err and "Hint:" in ran.err
     ran = cli("diagnose", "g", "-q")  # two sequences, one step: runs, says what it cannot do
     assert ran.code in (0, 3) and "Trajectory" in ran.out
+
+
+def test_staleness_without_fresh_rollouts_is_judged_on_its_band(tmp_path) -> None:
+    """Every rollout one version behind (the sample stale-weights run): no lag-0 baseline, and a
+    vllm_kl in the high band fails the check instead of reading as fine."""
+    from pathlib import Path
+
+    import mismatchctl
+
+    runs = Path(__file__).parents[1] / "sample_data" / "runs" / "stale-weights"
+    mismatchctl.ingest([runs], run="stale", store=tmp_path / "s")
+    check = next(
+        c
+        for c in mismatchctl.diagnose("stale", store=tmp_path / "s").checks
+        if c.name == "staleness"
+    )
+    assert check.verdict == "fail"
+    assert check.finding.startswith("every rollout came from older weights (lag up to 1)")

@@ -200,6 +200,14 @@ def staleness(ctx: Context) -> Check:
         finding = (
             f"every rollout with a known version used the current weights (vllm_kl {fmt(fresh)})"
         )
+    if fresh is None:  # nothing to compare with: judge the stale mismatch on the severity bands
+        lag_max = max(known)
+        finding = (
+            f"every rollout came from older weights (lag up to {lag_max}): vllm_kl {fmt(stale)}, "
+            "no lag-0 rollouts to compare with"
+        )
+        fail = (stale or 0.0) > T.MEDIUM_MAX
+        warn = warn or (stale or 0.0) > T.LOW_MAX
     if negative:
         finding += "; some weight versions are ahead of their step"
     advice = (

@@ -20,7 +20,7 @@ STYLE = """
 .diagnosis .verdict-fail { color:#cf222e; }
 .diagnosis .verdict-na { color:#59636e; font-weight:400; text-transform:none; }
 .diagnosis table { width:100%; max-width:1200px; table-layout:fixed; }
-.diagnosis th:nth-child(1) { width:72px; }
+.diagnosis th:nth-child(1) { width:96px; }
 .diagnosis th:nth-child(2) { width:300px; }
 .diagnosis td { white-space:normal; vertical-align:top; }
 .diagnosis .next { font-style:italic; margin-top:4px; }
