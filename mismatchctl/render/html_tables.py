@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Group, Report
+from mismatchctl.render import report_rows as R
 from mismatchctl.render.fmt import label, num, pct
 from mismatchctl.render.report_terminal import TURN_ROWS
 from mismatchctl.stats import BAND_NAMES, band, bin_label
@@ -214,30 +215,13 @@ def hardware_table(report: Report) -> str:
 
 def extra_splits(report: Report) -> list[tuple[str, str]]:
     """(title, table) of each --by split that the fixed tables do not show."""
-    fixed = [*K.default_splits(True), (K.TURN_KIND,), (K.BIN,)]
     out = []
-    for split in report.splits:
-        if split in fixed:
-            continue
-        rows = []
-        for g in report.groups[split]:
-            m = g.metrics
-            keys = [
-                bin_label(report.bin_edges, int(v)) if k == K.BIN else label(v)
-                for k, v in g.by.items()
-            ]
-            b = band(m["vllm_kl"])
-            rows.append(
-                [
-                    *keys,
-                    num(m["tokens"]),
-                    kl_cell(m["vllm_kl"], b),
-                    num(m["kl_k1"]),
-                    num(m["abs_log_ratio_mean"]),
-                    num(m.get("prob_pearson")),
-                    num(m.get("log_ppl_pearson")),
-                ]
-            )
-        headers = [*split, "tokens", "vllm_kl", "kl_k1", "|r| mean", "prob ρ", "log-ppl ρ"]
-        out.append(("By " + " × ".join(split), table(headers, rows, left=len(split))))
+    for split in R.extra_splits(report):
+        headers, rows, bands = R.split_rows(report, split)
+        at = len(split) + 1  # the vllm_kl column
+        cells = [
+            [*row[:at], Cell(row[at], f"kl-{b}" if b else ""), *row[at + 1 :]]
+            for row, b in zip(rows, bands, strict=True)
+        ]
+        out.append(("By " + " × ".join(split), table(headers, cells, left=len(split))))
     return out

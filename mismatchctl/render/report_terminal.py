@@ -9,6 +9,7 @@ from rich.text import Text
 
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Group, Report
+from mismatchctl.render import report_rows as R
 from mismatchctl.render.fmt import band_text, kl_text, label, num, pct
 from mismatchctl.stats import band, bin_label
 
@@ -23,9 +24,7 @@ def render_report(report: Report) -> RenderableType:
     parts += [_bins_table(report), _turns_table(report), *_steps(report)]
     if report.hardware is not None:
         parts.append(_hardware_table(report))
-    for split in report.splits:
-        if split not in K.default_splits(True) and split not in [(K.TURN_KIND,), (K.BIN,)]:
-            parts.append(_generic_table(report, split))
+    parts += [_generic_table(report, split) for split in R.extra_splits(report)]
     return RGroup(*[RGroup(p, Text("")) for p in parts])
 
 
@@ -268,24 +267,13 @@ def _hardware_table(report: Report) -> RenderableType:
 
 
 def _generic_table(report: Report, split: K.Split) -> RenderableType:
+    headers, rows, bands = R.split_rows(report, split)
     table = Table(title="By " + " x ".join(split), title_justify="left")
-    for key in split:
-        table.add_column(key)
-    for col in ("tokens", "vllm_kl", "kl_k1", "|r| mean", "prob ρ", "log-ppl ρ"):
-        table.add_column(col, justify="right")
-    for g in report.groups[split]:
-        m = g.metrics
-        keys = [
-            bin_label(report.bin_edges, int(v)) if k == K.BIN else label(v) for k, v in g.by.items()
-        ]
-        b = band(m["vllm_kl"])
-        table.add_row(
-            *[Text(k) for k in keys],
-            num(m["tokens"]),
-            kl_text(m["vllm_kl"], b),
-            num(m["kl_k1"]),
-            num(m["abs_log_ratio_mean"]),
-            num(m.get("prob_pearson")),
-            num(m.get("log_ppl_pearson")),
-        )
+    for i, col in enumerate(headers):
+        table.add_column(col, justify="left" if i < len(split) else "right")
+    at = len(split) + 1  # the vllm_kl column
+    for row, b in zip(rows, bands, strict=True):
+        cells = [Text(c) for c in row]
+        cells[at] = Text(row[at], style=band_text(b).style)
+        table.add_row(*cells)
     return table

@@ -1,0 +1,42 @@
+"""Rows shared by the terminal and HTML views of a report: the tables of extra ``--by`` splits."""
+
+from __future__ import annotations
+
+from mismatchctl.analysis import splits as K
+from mismatchctl.analysis.report import Report
+from mismatchctl.render.fmt import label, num
+from mismatchctl.stats import band, bin_label
+
+# Splits that have their own fixed tables; every other split gets a generic table.
+FIXED: list[K.Split] = [*K.default_splits(True), (K.TURN_KIND,), (K.BIN,)]
+METRIC_HEADERS = ["tokens", "vllm_kl", "kl_k1", "|r| mean", "prob ρ", "log-ppl ρ"]
+
+
+def extra_splits(report: Report) -> list[K.Split]:
+    return [s for s in report.splits if s not in FIXED]
+
+
+def split_rows(
+    report: Report, split: K.Split
+) -> tuple[list[str], list[list[str]], list[str | None]]:
+    """(headers, rows of text, band of each row's vllm_kl) of one split's generic table; the
+    vllm_kl cell is column ``len(split) + 1``."""
+    rows, bands = [], []
+    for g in report.groups[split]:
+        m = g.metrics
+        keys = [
+            bin_label(report.bin_edges, int(v)) if k == K.BIN else label(v) for k, v in g.by.items()
+        ]
+        rows.append(
+            [
+                *keys,
+                num(m["tokens"]),
+                num(m["vllm_kl"]),
+                num(m["kl_k1"]),
+                num(m["abs_log_ratio_mean"]),
+                num(m.get("prob_pearson")),
+                num(m.get("log_ppl_pearson")),
+            ]
+        )
+        bands.append(band(m["vllm_kl"]))
+    return [*split, *METRIC_HEADERS], rows, bands
