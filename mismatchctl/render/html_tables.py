@@ -14,7 +14,7 @@ from mismatchctl.analysis.report import Group, Report
 from mismatchctl.render import report_rows as R
 from mismatchctl.render.fmt import label, num, pct
 from mismatchctl.render.report_terminal import TURN_ROWS
-from mismatchctl.stats import BAND_NAMES, band, bin_label
+from mismatchctl.stats import band, bin_label
 
 MAX_STEP_ROWS = 200  # beyond this, a run's step table shows its worst steps only
 WORST_STEPS = 20
@@ -190,27 +190,12 @@ def _step_table(groups: list[Group]) -> str:
 
 
 def hardware_table(report: Report) -> str:
-    rows = []
-    for row in report.hardware or []:
-        b = band(row["vllm_kl"])
-        shares = "/".join(pct(row[f"band_share_{name}"]) for name in BAND_NAMES)
-        rows.append(
-            [
-                label(row["gpu"]),
-                ", ".join(row["runs"]),
-                num(row["batches"]),
-                num(row["tokens"]),
-                kl_cell(row["vllm_kl"], b),
-                num(row["vllm_kl_step_median"]),
-                num(row["vllm_kl_step_p90"]),
-                num(row["vllm_kl_step_max"]),
-                shares,
-                num(row["later_first_vllm_kl_ratio"]),
-                pct(row["low_prob_token_share"]),
-            ]
-        )
-    headers = ["gpu", "runs", "batches", "tokens", "vllm_kl", "median", "p90", "max"]
-    return table([*headers, "low/medium/high/severe", "later/first", "p<1e-3"], rows, left=2)
+    headers, rows, bands = R.hardware_rows(report)
+    cells = [
+        [*row[:4], Cell(row[4], f"kl-{b}" if b else ""), *row[5:]]
+        for row, b in zip(rows, bands, strict=True)
+    ]
+    return table(headers, cells, left=2)
 
 
 def extra_splits(report: Report) -> list[tuple[str, str]]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Report
-from mismatchctl.render.fmt import label, num
-from mismatchctl.stats import band, bin_label
+from mismatchctl.render.fmt import label, num, pct
+from mismatchctl.stats import BAND_NAMES, band, bin_label
 
 # Splits that have their own fixed tables; every other split gets a generic table.
 FIXED: list[K.Split] = [*K.default_splits(True), (K.TURN_KIND,), (K.BIN,)]
@@ -40,3 +40,42 @@ def split_rows(
         )
         bands.append(band(m["vllm_kl"]))
     return [*split, *METRIC_HEADERS], rows, bands
+
+
+HARDWARE_HEADERS = [
+    "gpu",
+    "runs",
+    "batches",
+    "tokens",
+    "vllm_kl",
+    "median",
+    "p90",
+    "max",
+    "low/medium/high/severe",
+    "later/first",
+    "p<1e-3",
+]
+
+
+def hardware_rows(report: Report) -> tuple[list[str], list[list[str]], list[str | None]]:
+    """(headers, rows, band of each gpu's vllm_kl) of the hardware table; vllm_kl is column 4."""
+    rows, bands = [], []
+    for row in report.hardware or []:
+        shares = "/".join(pct(row[f"band_share_{name}"]) for name in BAND_NAMES)
+        rows.append(
+            [
+                label(row["gpu"]),
+                ", ".join(row["runs"]),
+                num(row["batches"]),
+                num(row["tokens"]),
+                num(row["vllm_kl"]),
+                num(row["vllm_kl_step_median"]),
+                num(row["vllm_kl_step_p90"]),
+                num(row["vllm_kl_step_max"]),
+                shares,
+                num(row["later_first_vllm_kl_ratio"]),
+                pct(row["low_prob_token_share"]),
+            ]
+        )
+        bands.append(band(row["vllm_kl"]))
+    return HARDWARE_HEADERS, rows, bands

@@ -10,7 +10,7 @@ from rich.text import Text
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Group, Report
 from mismatchctl.render import report_rows as R
-from mismatchctl.render.fmt import band_text, kl_text, label, num, pct
+from mismatchctl.render.fmt import band_text, kl_text, num, pct
 from mismatchctl.stats import band, bin_label
 
 MAX_STEP_ROWS = 30
@@ -230,39 +230,13 @@ def _hardware_table(report: Report) -> RenderableType:
         title="By hardware (per-batch vllm_kl over each gpu's batches; bands: share of batches)",
         title_justify="left",
     )
-    cols = (
-        "gpu",
-        "runs",
-        "batches",
-        "tokens",
-        "vllm_kl",
-        "median",
-        "p90",
-        "max",
-        "low/medium/high/severe",
-        "later/first",
-        "p<1e-3",
-    )
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("gpu", "runs") else "right")
-    for row in report.hardware or []:
-        b = band(row["vllm_kl"])
-        shares = "/".join(
-            pct(row[f"band_share_{name}"]) for name in ("low", "medium", "high", "severe")
-        )
-        table.add_row(
-            Text(label(row["gpu"])),
-            Text(", ".join(row["runs"])),
-            num(row["batches"]),
-            num(row["tokens"]),
-            kl_text(row["vllm_kl"], b),
-            num(row["vllm_kl_step_median"]),
-            num(row["vllm_kl_step_p90"]),
-            num(row["vllm_kl_step_max"]),
-            shares,
-            num(row["later_first_vllm_kl_ratio"]),
-            pct(row["low_prob_token_share"]),
-        )
+    headers, rows, bands = R.hardware_rows(report)
+    for i, col in enumerate(headers):
+        table.add_column(col, justify="left" if i < 2 else "right")
+    for row, b in zip(rows, bands, strict=True):
+        cells = [Text(c) for c in row]
+        cells[4] = Text(row[4], style=band_text(b).style)
+        table.add_row(*cells)
     return table
 
 
