@@ -6,11 +6,15 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
 from mismatchctl.cli.main import app
 
 FIXTURES = Path(__file__).parent / "data" / "fixtures"
+EVIL = '<script>alert("x")</script>'  # a user string that must come out escaped
 
 
 @dataclass
@@ -36,3 +40,31 @@ def tree_digest(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+def multi_gpu_dump(path: Path, seed: int = 5) -> None:
+    """12 steps x 30 responses on three gpus (one named with markup, for escaping tests),
+    mismatch growing with the step and on A100."""
+    rng = np.random.default_rng(seed)
+    rows: dict[str, list] = {
+        k: [] for k in ("step", "uid", "gpu", "rollout_log_probs", "old_log_probs", "response_mask")
+    }
+    for step in range(12):
+        for i in range(30):
+            gpu = ("H20", "A100", f"L20{EVIL}")[i % 3]
+            n = int(rng.integers(20, 200))
+            mask = np.ones(n, dtype=np.int8)
+            mask[n // 2 : n // 2 + 5] = 0
+            lr = -rng.exponential(1.0, n)
+            noise = 0.01 * (1 + 10 * (gpu == "A100")) * (1 + step / 4) * (1 + np.sqrt(-lr))
+            lt = np.minimum(lr + rng.normal(0, 1, n) * noise, 0.0)
+            for key, value in zip(
+                rows,
+                (step, f"{step}-{i}", gpu, lr.tolist(), lt.tolist(), mask.tolist()),
+                strict=True,
+            ):
+                rows[key].append(value)
+    table = pa.table(
+        {**rows, "response_mask": pa.array(rows["response_mask"], pa.list_(pa.int8()))}
+    )
+    pq.write_table(table, path)

@@ -8,48 +8,19 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
 from mismatchctl.render.report_html import report_html
-from tests.helpers import FIXTURES, cli
+from tests.helpers import EVIL, FIXTURES, cli, multi_gpu_dump
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FIGURES = ("fig-mismatch", "fig-probs", "fig-log-ppl")
-EVIL = '<script>alert("x")</script>'
-
-
-def _multi_gpu_dump(path: Path, seed: int = 5) -> None:
-    rng = np.random.default_rng(seed)
-    rows: dict[str, list] = {
-        k: [] for k in ("step", "uid", "gpu", "rollout_log_probs", "old_log_probs", "response_mask")
-    }
-    for step in range(12):
-        for i in range(30):
-            gpu = ("H20", "A100", f"L20{EVIL}")[i % 3]
-            n = int(rng.integers(20, 200))
-            mask = np.ones(n, dtype=np.int8)
-            mask[n // 2 : n // 2 + 5] = 0
-            lr = -rng.exponential(1.0, n)
-            noise = 0.01 * (1 + 10 * (gpu == "A100")) * (1 + step / 4) * (1 + np.sqrt(-lr))
-            lt = np.minimum(lr + rng.normal(0, 1, n) * noise, 0.0)
-            for key, value in zip(
-                rows,
-                (step, f"{step}-{i}", gpu, lr.tolist(), lt.tolist(), mask.tolist()),
-                strict=True,
-            ):
-                rows[key].append(value)
-    table = pa.table(
-        {**rows, "response_mask": pa.array(rows["response_mask"], pa.list_(pa.int8()))}
-    )
-    pq.write_table(table, path)
 
 
 @pytest.fixture
 def page(store: Path, tmp_path: Path) -> Path:
-    _multi_gpu_dump(tmp_path / "dump.parquet")
+    multi_gpu_dump(tmp_path / "dump.parquet")
     assert (
         cli(
             "ingest",
@@ -86,7 +57,7 @@ def test_page_size_does_not_grow_with_tokens(store: Path, tmp_path: Path) -> Non
     for n, seed in ((1, 1), (4, 2)):
         run = f"r{n}"
         for k in range(n):
-            _multi_gpu_dump(tmp_path / f"{run}-{k}.parquet", seed=seed * 10 + k)
+            multi_gpu_dump(tmp_path / f"{run}-{k}.parquet", seed=seed * 10 + k)
         mismatchctl.ingest(sorted(tmp_path.glob(f"{run}-*.parquet")), run=run, store=store)
         rep = mismatchctl.report([run], store=store, figures=True)
         sizes.append(len(report_html(rep)))

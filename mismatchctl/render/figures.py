@@ -126,7 +126,7 @@ def mismatch_figure(fd: FigureData, report: Report) -> go.Figure:
     fig.add_hline(y=0, line=dict(color="#888", width=1))
     fig.update_xaxes(
         title="inference probability p_infer (log scale)",
-        range=[P_INFER_LOG.lo, P_INFER_LOG.hi],
+        range=[P_INFER_LOG.lo, P_INFER_LOG.hi + 0.15],
         **_log_ticks(P_INFER_LOG),
     )
     fig.update_yaxes(
@@ -334,7 +334,11 @@ def steps_figure(report: Report, key: str) -> go.Figure:
     _band_shapes(fig, lo, hi)
     fig.update_xaxes(title="step")
     fig.update_yaxes(
-        title="vllm_kl per batch (log scale)", type="log", range=[lo, hi], exponentformat="power"
+        title="vllm_kl per batch (log scale)",
+        type="log",
+        range=[lo, hi],
+        dtick=1,
+        exponentformat="power",
     )
     return _base(fig, 460)
 
