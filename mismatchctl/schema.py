@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: sequence rows gained `entropy`
 
 # --- token rows ---------------------------------------------------------------------------
 RUN = "run"  # not stored inside part files: it is the hive partition key (run=<name>)
@@ -45,6 +45,7 @@ PROMPT_TOKENS = "prompt_tokens"  # masked positions before the first model token
 TOOL_TOKENS = "tool_tokens"  # masked positions between model tokens (tool responses)
 PAD_TOKENS = "pad_tokens"  # masked positions after the last model token (padding)
 REWARD = "reward"
+ENTROPY = "entropy"  # mean per-token entropy (nats) over the model tokens
 WEIGHT_VERSION = "weight_version"
 WEIGHT_LAG = "weight_lag"  # step - weight_version when both are known
 
@@ -60,6 +61,7 @@ SEQUENCE_SCHEMA = pa.schema(
         pa.field(TOOL_TOKENS, pa.int64(), nullable=False),
         pa.field(PAD_TOKENS, pa.int64(), nullable=False),
         pa.field(REWARD, pa.float64(), nullable=True),
+        pa.field(ENTROPY, pa.float64(), nullable=True),
         pa.field(WEIGHT_VERSION, pa.int64(), nullable=True),
         pa.field(WEIGHT_LAG, pa.int64(), nullable=True),
     ]
@@ -76,6 +78,7 @@ ROLE_GPU = "gpu"
 ROLE_TURN = "turn"
 ROLE_POSITION = "position"
 ROLE_REWARD = "reward"
+ROLE_ENTROPY = "entropy"
 ROLE_WEIGHT_VERSION = "weight_version"
 ROLES = (
     ROLE_ROLLOUT,
@@ -88,11 +91,14 @@ ROLES = (
     ROLE_TURN,
     ROLE_POSITION,
     ROLE_REWARD,
+    ROLE_ENTROPY,
     ROLE_WEIGHT_VERSION,
 )
 
 # Logprobs above this are rounding noise at most; anything larger is an error.
 LOGPROB_MAX = 1e-4
+# Entropies below this are an error (an entropy is >= 0; allow rounding noise).
+ENTROPY_MIN = -1e-6
 
 # Tag names with a meaning of their own.
 TAG_GPU = "gpu"

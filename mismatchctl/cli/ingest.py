@@ -50,7 +50,7 @@ def ingest(
             "--map",
             "-m",
             help="ROLE=COLUMN for other column names (roles: rollout, trainer, mask, tokens, "
-            "step, sample_id, gpu, turn, position, reward, weight_version).",
+            "step, sample_id, gpu, turn, position, reward, entropy, weight_version).",
         ),
     ] = None,
     skip_bad: Annotated[

@@ -18,6 +18,8 @@ class RaggedBatch:
     ``mask`` is None when the dump has no mask (every listed token then counts as a model token).
     ``turn`` is None when the dump has no turn index (it is then derived from the mask runs).
     ``position`` is None when positions are simply 0..len-1 within each sequence.
+    ``entropy`` / ``entropies`` are None when the dump has no entropy (the sequence rows then hold
+    null).
     """
 
     steps: np.ndarray  # int64 [n]
@@ -31,6 +33,13 @@ class RaggedBatch:
     position: np.ndarray | None = None  # int32 [total]
     gpus: list[str | None] | None = None  # [n]
     rewards: np.ndarray | None = None  # float64 [n], NaN = unknown
+    # per-token entropy (nats), aligned with the logprobs; only model tokens are read
+    entropy: np.ndarray | None = None  # float64 [total]
+    # per-sequence entropy given by the dump as one mean per response (used when ``entropy`` is
+    # None); NaN = unknown, unless ``entropies_given`` says the dump holds a value there (a NaN
+    # the dump wrote is bad data, a null is an unknown)
+    entropies: np.ndarray | None = None  # float64 [n]
+    entropies_given: np.ndarray | None = None  # bool [n]; None = every non-NaN value
     weight_versions: np.ndarray | None = None  # float64 [n] (NaN = unknown), integral values
     # where each sequence came from, for error messages ("row 17", "line 3", "sample 5")
     locations: list[str] = field(default_factory=list)

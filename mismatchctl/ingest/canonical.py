@@ -1,8 +1,9 @@
 """From a reader's :class:`RaggedBatch` to canonical token and sequence rows.
 
 Everything every format shares lives here: the length check between the two sides and the mask,
-finite / <= 1e-4 logprobs among model tokens, turn derivation from mask runs, keeping only model
-tokens, and the per-sequence counts of prompt, tool and padding positions.
+finite / <= 1e-4 logprobs (and finite, non-negative entropies) among model tokens, turn derivation
+from mask runs, keeping only model tokens, the per-sequence counts of prompt, tool and padding
+positions, and the per-sequence mean entropy over the model tokens.
 """
 
 from __future__ import annotations
@@ -112,25 +113,72 @@ def _misaligned(batch: RaggedBatch, ctx: Context) -> dict[int, Problem]:
 
 
 def _bad_values(batch: RaggedBatch, ctx: Context) -> dict[int, Problem]:
+    """Values at model tokens: logprobs finite and <= LOGPROB_MAX, entropies finite and >=
+    ENTROPY_MIN (masked positions may hold anything). The first problem of a sequence is named."""
     model = batch.mask if batch.mask is not None else np.ones(len(batch.rollout), dtype=bool)
     bad: dict[int, Problem] = {}
+    high, low = f"> {S.LOGPROB_MAX:g}", f"< {S.ENTROPY_MIN:g}"
     for role, values in ((S.ROLE_ROLLOUT, batch.rollout), (S.ROLE_TRAINER, batch.trainer)):
         with np.errstate(invalid="ignore"):
             wrong = model & ~(np.isfinite(values) & (values <= S.LOGPROB_MAX))
-        if not wrong.any():
-            continue
-        where = np.flatnonzero(wrong)
-        seqs = sequence_index(batch.offsets)[where]
-        for pos, i in zip(where, seqs, strict=True):
+        _flag_tokens(bad, batch, wrong, values, f"{role} logprob", high, f"<= {S.LOGPROB_MAX:g}")
+    if batch.entropy is not None:
+        values = batch.entropy
+        with np.errstate(invalid="ignore"):
+            wrong = model & ~(np.isfinite(values) & (values >= S.ENTROPY_MIN))
+        _flag_tokens(bad, batch, wrong, values, S.ROLE_ENTROPY, low, f">= {S.ENTROPY_MIN:g}")
+    elif batch.entropies is not None:
+        values = batch.entropies
+        has_model = np.bincount(sequence_index(batch.offsets)[model], minlength=batch.n) > 0
+        with np.errstate(invalid="ignore"):
+            wrong = (
+                has_model
+                & _entropies_given(batch)
+                & ~(np.isfinite(values) & (values >= S.ENTROPY_MIN))
+            )
+        for i in np.flatnonzero(wrong):
             if int(i) not in bad:
-                value = float(values[pos])
-                kind = "not finite" if not np.isfinite(value) else f"> {S.LOGPROB_MAX:g}"
+                value = float(values[i])
+                kind = "not finite" if not np.isfinite(value) else low
                 bad[int(i)] = (
-                    f"{role} logprob {kind}",
-                    f"{role} logprob {value!r} at position {int(pos - batch.offsets[i])} of a "
-                    f"model token (expected a finite value <= {S.LOGPROB_MAX:g})",
+                    f"{S.ROLE_ENTROPY} {kind}",
+                    f"{S.ROLE_ENTROPY} {value!r} of the response (expected a finite value "
+                    f">= {S.ENTROPY_MIN:g})",
                 )
     return bad
+
+
+def _flag_tokens(
+    bad: dict[int, Problem],
+    batch: RaggedBatch,
+    wrong: np.ndarray,
+    values: np.ndarray,
+    name: str,
+    beyond: str,
+    expected: str,
+) -> None:
+    """Add the first wrong model token of each sequence not already flagged."""
+    if not wrong.any():
+        return
+    where = np.flatnonzero(wrong)
+    seqs = sequence_index(batch.offsets)[where]
+    for pos, i in zip(where, seqs, strict=True):
+        if int(i) not in bad:
+            value = float(values[pos])
+            kind = "not finite" if not np.isfinite(value) else beyond
+            bad[int(i)] = (
+                f"{name} {kind}",
+                f"{name} {value!r} at position {int(pos - batch.offsets[i])} of a "
+                f"model token (expected a finite value {expected})",
+            )
+
+
+def _entropies_given(batch: RaggedBatch) -> np.ndarray:
+    """Where the dump holds a per-sequence entropy (a NaN it wrote counts; a null does not)."""
+    assert batch.entropies is not None
+    if batch.entropies_given is not None:
+        return batch.entropies_given
+    return ~np.isnan(batch.entropies)
 
 
 def _drop(batch: RaggedBatch, bad: dict[int, Problem], ctx: Context, tally: Tally) -> RaggedBatch:
@@ -160,7 +208,12 @@ def _keep(batch: RaggedBatch, keep: np.ndarray) -> RaggedBatch:
     because its roles have different lengths.
     """
     lengths = batch.lengths()
-    role_of = {"trainer": S.ROLE_TRAINER, "mask": S.ROLE_MASK, "token_ids": S.ROLE_TOKENS}
+    role_of = {
+        "trainer": S.ROLE_TRAINER,
+        "mask": S.ROLE_MASK,
+        "token_ids": S.ROLE_TOKENS,
+        "entropy": S.ROLE_ENTROPY,
+    }
 
     def flat(name: str) -> np.ndarray | None:
         a = getattr(batch, name)
@@ -185,6 +238,9 @@ def _keep(batch: RaggedBatch, keep: np.ndarray) -> RaggedBatch:
         position=flat("position"),
         gpus=None if batch.gpus is None else [batch.gpus[i] for i in idx],
         rewards=per_seq(batch.rewards),
+        entropy=flat("entropy"),
+        entropies=per_seq(batch.entropies),
+        entropies_given=per_seq(batch.entropies_given),
         weight_versions=per_seq(batch.weight_versions),
         locations=[batch.locations[i] for i in idx] if batch.locations else [],
         role_lengths={},
@@ -260,10 +316,24 @@ def _sequence_table(batch, seq_ids, gpus, counts, turn, model, seq_of) -> pa.Tab
         S.TOOL_TOKENS: pa.array(counts["tool"], pa.int64()),
         S.PAD_TOKENS: pa.array(counts["pad"], pa.int64()),
         S.REWARD: _nullable_float(batch.rewards, n),
+        S.ENTROPY: _nullable_float(_entropy_means(batch, counts["model"], model, seq_of), n),
         S.WEIGHT_VERSION: _nullable_int(versions, n),
         S.WEIGHT_LAG: _nullable_int(lag, n),
     }
     return pa.table(cols, schema=S.SEQUENCE_SCHEMA)
+
+
+def _entropy_means(batch, model_tokens, model, seq_of) -> np.ndarray | None:
+    """Per sequence: mean entropy over its model tokens (NaN = null when it has none), or the
+    dump's own per-response mean where it gives one."""
+    has_model = model_tokens > 0
+    if batch.entropy is not None:
+        where = np.flatnonzero(model)
+        sums = np.bincount(seq_of[where], weights=batch.entropy[where], minlength=batch.n)
+        return np.where(has_model, sums / np.maximum(model_tokens, 1), np.nan)
+    if batch.entropies is not None:
+        return np.where(has_model & _entropies_given(batch), batch.entropies, np.nan)
+    return None
 
 
 def _nullable_float(a: np.ndarray | None, n: int) -> pa.Array:

@@ -29,6 +29,8 @@ SEQUENCE_NAMES: dict[str, tuple[str, ...]] = {
     S.ROLE_SAMPLE_ID: ("sample_id", "uid", "index", "sample_index", "request_id"),
     S.ROLE_GPU: ("gpu", "hardware", "device"),
     S.ROLE_REWARD: ("reward", "rewards", "score", "scores"),
+    # a list column (per token, aligned with the logprobs) or one mean per response
+    S.ROLE_ENTROPY: ("entropy", "entropys", "entropies", "token_entropy"),
     S.ROLE_WEIGHT_VERSION: ("weight_version", "model_version", "policy_version"),
 }
 
@@ -67,6 +69,7 @@ TOKEN_NAMES: dict[str, tuple[str, ...]] = {
     S.ROLE_TURN: ("turn", "turn_index", "turn_idx"),
     S.ROLE_GPU: SEQUENCE_NAMES[S.ROLE_GPU],
     S.ROLE_REWARD: SEQUENCE_NAMES[S.ROLE_REWARD],
+    S.ROLE_ENTROPY: SEQUENCE_NAMES[S.ROLE_ENTROPY],  # per token
     S.ROLE_WEIGHT_VERSION: SEQUENCE_NAMES[S.ROLE_WEIGHT_VERSION],
 }
 

@@ -123,8 +123,22 @@ def _to_batch(
     if S.ROLE_TOKENS in flat:
         batch.token_ids = av.ints(flat[S.ROLE_TOKENS][0], what(S.ROLE_TOKENS))
         batch.role_lengths[S.ROLE_TOKENS] = flat[S.ROLE_TOKENS][1]
+    if S.ROLE_ENTROPY in found:
+        _entropy(batch, col(S.ROLE_ENTROPY), what(S.ROLE_ENTROPY))
     _per_sequence_extras(batch, col, what, found)
     return batch
+
+
+def _entropy(batch: RaggedBatch, column: pa.Array, what: str) -> None:
+    """A list column is per token (aligned with the logprobs, like the mask); a scalar column is
+    one mean per response, taken as is (a null there is an unknown, a NaN is bad data)."""
+    if av.is_list_type(column.type):
+        values, lengths = av.list_values(column, what)
+        batch.entropy = av.floats(values, what)
+        batch.role_lengths[S.ROLE_ENTROPY] = lengths
+    else:
+        batch.entropies = av.optional_floats(column, what)
+        batch.entropies_given = column.is_valid().to_numpy(zero_copy_only=False)
 
 
 def _per_sequence_extras(batch: RaggedBatch, col, what, found: Mapping[str, str]) -> None:

@@ -127,6 +127,8 @@ def _to_batch(
         batch.position = av.ints(col(S.ROLE_POSITION), what(S.ROLE_POSITION)).astype(np.int32)
     if S.ROLE_TURN in found:
         batch.turn = av.ints(col(S.ROLE_TURN), what(S.ROLE_TURN)).astype(np.int32)
+    if S.ROLE_ENTROPY in found:
+        batch.entropy = av.floats(col(S.ROLE_ENTROPY), what(S.ROLE_ENTROPY))
     if S.ROLE_GPU in found:
         batch.gpus = [g or None for g in av.strings(col(S.ROLE_GPU).take(pa.array(heads)))]
     for role, attr in ((S.ROLE_REWARD, "rewards"), (S.ROLE_WEIGHT_VERSION, "weight_versions")):
