@@ -12,6 +12,8 @@ from mismatchctl.analysis.report import Report, build_report
 from mismatchctl.analysis.selection import parse_steps
 from mismatchctl.analysis.splits import parse_by
 from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
+from mismatchctl.curves.ingest import MetricsIngest
+from mismatchctl.curves.ingest import ingest_metrics as ingest_metrics_file
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.ingest.columns import parse_mapping
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files, parse_tags
@@ -37,6 +39,29 @@ def ingest(
     col_map = dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(mapping)
     opts = Options(run=run, tags=tag_map, fmt=fmt, mapping=col_map, skip_bad=skip_bad)
     return ingest_files(open_store(store), [str(i) for i in inputs], opts, progress)
+
+
+def ingest_metrics(
+    path: str | Path,
+    run: str,
+    *,
+    metrics: Iterable[str] = (),
+    step_column: str | None = None,
+    fmt: str | None = None,
+    replace: bool = False,
+    store: StorePath = None,
+) -> MetricsIngest:
+    """Attach a training log (W&B CSV, JSON lines, TensorBoard) to ``run``: its per-step
+    metrics, selected or renamed by ``metrics`` (``["grad_norm=actor/grad_norm", "critic/*"]``)."""
+    return ingest_metrics_file(
+        open_store(store),
+        path,
+        run,
+        fmt=fmt,
+        step_column=step_column,
+        metrics=list(metrics),
+        replace=replace,
+    )
 
 
 def runs(store: StorePath = None) -> list[RunInfo]:
@@ -148,6 +173,7 @@ __all__ = [
     "compare",
     "diagnose",
     "ingest",
+    "ingest_metrics",
     "open_store",
     "remove_run",
     "report",

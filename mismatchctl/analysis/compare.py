@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mismatchctl.analysis import splits as K
+from mismatchctl.analysis.compare_curves import CurvePair, compare_curves
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import Selection
 from mismatchctl.analysis.selectors import parse_selector, resolve
@@ -46,6 +47,7 @@ class Comparison:
     steps: list[dict[str, Any]]
     gap: list[dict[str, Any]]
     notes: list[str] = field(default_factory=list)
+    curves: list[CurvePair] = field(default_factory=list)  # training curves, aligned on step
 
 
 def build_comparison(
@@ -82,7 +84,13 @@ def build_comparison(
     ra, rb = reports
     intervals = compare_intervals(ra.extra_states[0], rb.extra_states[0], resamples, seed)
     steps, notes = _steps(ra, rb)
-    return Comparison(
+    for sel, rep in zip(sides, reports, strict=True):
+        if len(rep.curves) > 1:
+            notes.append(
+                f"training curves: `{sel.label}` holds {len(rep.curves)} runs; its curves are "
+                f"compared on its first run, {next(iter(rep.curves))}"
+            )
+    comparison = Comparison(
         ra,
         rb,
         config_diff(sides[0], sides[1]),
@@ -94,6 +102,8 @@ def build_comparison(
         gap_decomposition(ra, rb),
         notes,
     )
+    comparison.curves = compare_curves(ra, rb, sides[0].label, sides[1].label)
+    return comparison
 
 
 def config_diff(a: Selection, b: Selection) -> list[dict[str, Any]]:

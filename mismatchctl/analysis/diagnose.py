@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from mismatchctl.analysis import checks_curves as CC
 from mismatchctl.analysis import checks_data as D
 from mismatchctl.analysis import checks_path as P
 from mismatchctl.analysis import checks_trajectory as R
@@ -57,6 +58,8 @@ CHECKS: list[Callable[[Context], Check]] = [
     R.spiral,
     R.severe_batches,
     R.staleness,
+    CC.coincident_spikes,
+    CC.rise_before_drop,
 ]
 SUGGESTED = WI.Method("seq-mis", 2.0)  # the study's best correction (BACKGROUND.md)
 

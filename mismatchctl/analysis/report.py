@@ -17,6 +17,7 @@ from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.figures import FigureData, FigureExtra, figure_data
 from mismatchctl.analysis.rollup import Groups, rollup, sort_key
 from mismatchctl.analysis.selection import Selection, StepRange, select
+from mismatchctl.curves.analysis import RunCurves, selection_curves
 from mismatchctl.engines.local import DEFAULT_WORKERS, PartExtra, row_mask, run_passes
 from mismatchctl.errors import UsageError
 from mismatchctl.stats import (
@@ -56,6 +57,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     extra_states: list[Any] = field(default_factory=list)
     figures: FigureData | None = None  # densities and samples of the HTML report
+    curves: dict[str, RunCurves] = field(default_factory=dict)  # per run, training curves
 
     def split(self, *keys: str) -> list[Group]:
         return self.groups.get(K.canonical(list(keys)), [])
@@ -129,6 +131,7 @@ def report_on(
     groups = {s: _groups(s, rolled[s]) for s in wanted}
     report = Report(selection, edges, wanted, groups, _excluded(selection))
     report.extra_states = extra_states
+    report.curves = selection_curves(selection, groups.get((K.RUN, K.STEP), []))
     if figure_extra is not None:
         report.figures = figure_data(extra_states[-1], figure_extra)
     if by_gpu:

@@ -78,6 +78,7 @@ class Selection:
     label: str = ""
     tasks: list[PartTask] = field(default_factory=list)
     sequence_paths: dict[str, list[str]] = field(default_factory=dict)
+    store: Store | None = None  # where the runs' training-log metrics are read from
 
     @property
     def names(self) -> list[str]:
@@ -106,7 +107,7 @@ def select(
             "ingest dumps first: mismatchctl ingest DUMPS --run NAME",
         )
     infos = [store.run(n) for n in names]
-    sel = Selection(infos, RowFilter(steps, gpu), dict(tags or {}), label)
+    sel = Selection(infos, RowFilter(steps, gpu), dict(tags or {}), label, store=store)
     for info in infos:
         wanted = {s.id: s for s in info.sources if _matches(s.tags, sel.tags)}
         for part in store.parts(info.name, TOKENS):

@@ -10,6 +10,7 @@ from mismatchctl.cli import compare as compare_cmd
 from mismatchctl.cli import demo as demo_cmd
 from mismatchctl.cli import diagnose as diagnose_cmd
 from mismatchctl.cli import ingest as ingest_cmd
+from mismatchctl.cli import ingest_metrics as ingest_metrics_cmd
 from mismatchctl.cli import report as report_cmd
 from mismatchctl.cli import runs as runs_cmd
 from mismatchctl.cli import whatif as whatif_cmd
@@ -23,6 +24,8 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 [bold]Examples[/]
 
   mismatchctl ingest dumps/ --run v1-a100 --tag gpu=A100
+
+  mismatchctl ingest-metrics wandb_export.csv --run v1-a100
 
   mismatchctl runs
 
@@ -43,6 +46,7 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.command("ingest", help=ingest_cmd.HELP)(ingest_cmd.ingest)
+app.command("ingest-metrics", help=ingest_metrics_cmd.HELP)(ingest_metrics_cmd.ingest_metrics)
 app.add_typer(runs_cmd.app, name="runs")
 app.command("report", help=report_cmd.HELP)(report_cmd.report)
 app.command("compare", help=compare_cmd.HELP)(compare_cmd.compare)

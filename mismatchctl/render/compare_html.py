@@ -10,6 +10,9 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from mismatchctl.analysis.compare import Comparison
+from mismatchctl.curves.series import KL
+from mismatchctl.render import curves_figures as CF
+from mismatchctl.render import curves_rows as CR
 from mismatchctl.render import figures as F
 from mismatchctl.render.compare_rows import bins_rows, gap_rows, headline_rows, keyed_rows
 from mismatchctl.render.html_tables import Cell, table
@@ -71,10 +74,39 @@ def comparison_html(c: Comparison) -> str:
                 f'<div class="cols">{scatters}</div>',
             )
         )
+    if c.curves:
+        parts.append(_section("curves", "Training curves, both sides", _curves(c)))
     notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in c.notes)
     return standalone_page(
         f"mismatchctl compare: {a} vs {b}", f"A = {a}, B = {b}", notes + "".join(parts)
     )
+
+
+MAX_CURVE_FIGURES = 12
+
+
+def _curves(c: Comparison) -> str:
+    """vllm_kl, the role curves and the training-log curves of both sides (up to
+    MAX_CURVE_FIGURES figures), then the table of every paired curve."""
+    figures = [
+        p
+        for p in c.curves
+        if p.a is not None
+        and p.b is not None
+        and (p.metric == KL or not (p.a.series.from_dumps and p.b.series.from_dumps))
+    ]
+    body = ""
+    for i, p in enumerate(figures[:MAX_CURVE_FIGURES]):
+        traces = [(f"A: {p.a.label}", p.a.series), (f"B: {p.b.label}", p.b.series)]
+        body += f"<h3>{html.escape(p.metric)}</h3>" + figure_block(
+            f"cmp-curve-{i}", CF.compare_figure(p.metric, traces), ""
+        )
+    if len(figures) > MAX_CURVE_FIGURES:
+        body += (
+            f'<p class="note">{len(figures) - MAX_CURVE_FIGURES} more paired curves in the '
+            "table below and in --json.</p>"
+        )
+    return body + table(list(CR.CURVE_PAIR_HEADERS), CR.curve_pair_rows(c.curves))
 
 
 def _section(anchor: str, title: str, body: str) -> str:

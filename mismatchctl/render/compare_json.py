@@ -29,5 +29,21 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
         "steps": c.steps,
         "hardware": {side: doc.get("hardware") for side, doc in sides.items()},
         "notes": c.notes,
+        "curves": [
+            {
+                "metric": p.metric,
+                "a": None if p.a is None else p.a.series.name,
+                "b": None if p.b is None else p.b.series.name,
+                "common_steps": p.common_steps,
+                "only_a_steps": p.only_a_steps,
+                "only_b_steps": p.only_b_steps,
+                "mean_a": p.mean_a,
+                "mean_b": p.mean_b,
+                "pearson_with_vllm_kl_a": None if p.a is None else p.a.pearson,
+                "pearson_with_vllm_kl_b": None if p.b is None else p.b.pearson,
+            }
+            for p in c.curves
+        ],
     }
+    out["curves"] = {side: doc.get("curves", {}) for side, doc in sides.items()}
     return out

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.compare import Comparison
+from mismatchctl.render import curves_rows as CR
 from mismatchctl.render.compare_rows import Rows, bins_rows, gap_rows, headline_rows, keyed_rows
 from mismatchctl.render.fmt import num
 
@@ -31,8 +32,20 @@ def render_comparison(c: Comparison) -> RenderableType:
     if len(c.gpus) > 1 or any(r["a_tokens"] == 0 or r["b_tokens"] == 0 for r in c.gpus):
         parts.append(_keyed("By gpu", c.gpus, K.GPU))
     parts.append(_steps(c))
+    parts.append(_curves(c))
     parts += [Text(f"note: {n}", style="yellow") for n in c.notes]
     return RGroup(*[RGroup(p, Text("")) for p in parts])
+
+
+def _curves(c: Comparison) -> RenderableType:
+    if not CR.has_logs(c.curves):
+        return Text(
+            "Training curves: neither side has training logs attached (mismatchctl "
+            "ingest-metrics FILE --run RUN); dump-derived curves are in --json and --html.",
+            style="dim",
+        )
+    rows = (list(CR.CURVE_PAIR_HEADERS), CR.curve_pair_rows(c.curves))
+    return _table("Training curves, aligned on step (means over the common steps)", rows)
 
 
 def _config(c: Comparison) -> RenderableType:

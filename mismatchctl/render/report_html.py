@@ -24,6 +24,7 @@ from mismatchctl.analysis.diagnose import Diagnosis
 from mismatchctl.analysis.report import Report
 from mismatchctl.render import figures as F
 from mismatchctl.render import html_tables as T
+from mismatchctl.render.curves_html import curves_body
 from mismatchctl.render.diagnose_html import diagnosis_body
 from mismatchctl.render.report_html_style import CSS, LOADER, ONERROR
 
@@ -162,6 +163,8 @@ def _figure_sections(report: Report) -> list[Section]:
             figure_block("steps-run", F.steps_figure(report, K.RUN), HOW_STEPS),
         )
     )
+    if report.curves:
+        out.append(Section("curves", "Training curves", curves_body(report.curves, figure_block)))
     if report.hardware is not None:
         out.append(
             Section(

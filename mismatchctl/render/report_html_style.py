@@ -38,6 +38,8 @@ td.n, th.n { text-align:right; }
 .band-high, .kl-high { color:#bc4c00; font-weight:600; }
 .band-severe, .kl-severe { color:#cf222e; font-weight:700; }
 .hot { color:#cf222e; font-weight:700; }
+.scroll { max-height:520px; overflow:auto; border:1px solid var(--line); }
+ul.events { margin:4px 0 10px; padding-left:20px; }
 footer { padding:16px 32px 32px; font-size:12px; }
 """
 

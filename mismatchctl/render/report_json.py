@@ -7,7 +7,11 @@ from typing import Any
 from mismatchctl import __version__
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Report
-from mismatchctl.schema import SCHEMA_VERSION
+from mismatchctl.render.curves_json import curves_json
+
+# The version of this JSON shape (METRICS.md "JSON shape"), not of the store: additions such as
+# the ``curves`` section keep it; renaming or removing a key raises it.
+REPORT_SCHEMA_VERSION = 1
 
 
 def report_json(report: Report) -> dict[str, Any]:
@@ -16,7 +20,7 @@ def report_json(report: Report) -> dict[str, Any]:
     for g in report.split(K.RUN, K.STEP):
         steps.setdefault(g.by[K.RUN], []).append(g.by[K.STEP])
     out: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": REPORT_SCHEMA_VERSION,
         "tool": f"mismatchctl {__version__}",
         "aggregation": report.aggregation,
         "bin_edges": [float(e) for e in report.bin_edges],
@@ -36,6 +40,8 @@ def report_json(report: Report) -> dict[str, Any]:
         out["step_range"] = str(report.selection.steps)
     if report.hardware is not None:
         out["hardware"] = report.hardware
+    if report.curves:
+        out["curves"] = curves_json(report.curves)
     return out
 
 

@@ -10,6 +10,7 @@ from rich.text import Text
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Group, Report
 from mismatchctl.render import report_rows as R
+from mismatchctl.render.curves_terminal import curves_view
 from mismatchctl.render.fmt import band_text, kl_text, num, pct
 from mismatchctl.stats import band, bin_label
 
@@ -22,6 +23,7 @@ def render_report(report: Report) -> RenderableType:
     if len(report.selection.runs) > 1:
         parts.append(_runs_table(report))
     parts += [_bins_table(report), _turns_table(report), *_steps(report)]
+    parts += curves_view(report.curves)
     if report.hardware is not None:
         parts.append(_hardware_table(report))
     parts += [_generic_table(report, split) for split in R.extra_splits(report)]

@@ -41,8 +41,23 @@ CREATE TABLE IF NOT EXISTS parts (
     min_step INTEGER, max_step INTEGER, min_seq INTEGER, max_seq INTEGER
 );
 CREATE INDEX IF NOT EXISTS parts_run ON parts (run, kind);
+CREATE TABLE IF NOT EXISTS metric_sources (
+    id INTEGER PRIMARY KEY,
+    run TEXT NOT NULL REFERENCES runs(name) ON DELETE CASCADE,
+    path TEXT NOT NULL, format TEXT NOT NULL, size INTEGER NOT NULL,
+    fingerprint TEXT NOT NULL, ingested_at TEXT NOT NULL, step_column TEXT NOT NULL,
+    options TEXT NOT NULL, renamed TEXT NOT NULL, notes TEXT NOT NULL, excluded TEXT NOT NULL,
+    metrics TEXT NOT NULL, "values" INTEGER NOT NULL, replaced INTEGER NOT NULL,
+    min_step INTEGER, max_step INTEGER,
+    UNIQUE (run, fingerprint)
+);
+CREATE TABLE IF NOT EXISTS metric_tables (
+    run TEXT PRIMARY KEY REFERENCES runs(name) ON DELETE CASCADE,
+    path TEXT NOT NULL UNIQUE, rows INTEGER NOT NULL
+);
 """
 
+METRIC_JSON_FIELDS = ("options", "renamed", "notes", "excluded", "metrics")
 JSON_FIELDS = ("columns", "tags", "notes", "dropped", "dropped_ids", "steps", "gpus")
 
 
@@ -69,6 +84,29 @@ class SourceRecord:
     dropped_ids: list[str]
     steps: list[int]
     gpus: list[str]
+    id: int | None = None
+    run: str = ""
+
+
+@dataclass
+class MetricSource:
+    """One ingested metrics file (or TensorBoard directory): where it came from, what it gave."""
+
+    path: str
+    format: str
+    size: int
+    fingerprint: str
+    step_column: str
+    options: dict[str, Any]
+    renamed: dict[str, str]
+    notes: list[str]
+    excluded: dict[str, int]
+    metrics: list[str] = field(default_factory=list)
+    values: int = 0  # values this source holds in the run's table now
+    replaced: int = 0  # earlier values of the run that this source replaced
+    min_step: int | None = None
+    max_step: int | None = None
+    ingested_at: str = ""
     id: int | None = None
     run: str = ""
 
@@ -161,3 +199,22 @@ def part_from_row(row: sqlite3.Row) -> PartRecord:
     data = dict(row)
     data.pop("id")
     return PartRecord(**data)
+
+
+def insert_metric_source(con: sqlite3.Connection, run: str, src: MetricSource) -> int:
+    values = {k: v for k, v in src.__dict__.items() if k not in ("id", "run")}
+    for key in METRIC_JSON_FIELDS:
+        values[key] = json.dumps(values[key], sort_keys=True)
+    cols = ", ".join(f'"{k}"' for k in ["run", *values])
+    marks = ", ".join("?" * (len(values) + 1))
+    cur = con.execute(
+        f"INSERT INTO metric_sources ({cols}) VALUES ({marks})", [run, *values.values()]
+    )
+    return int(cur.lastrowid or 0)
+
+
+def metric_source_from_row(row: sqlite3.Row) -> MetricSource:
+    data = dict(row)
+    for key in METRIC_JSON_FIELDS:
+        data[key] = json.loads(data[key])
+    return MetricSource(**data)

@@ -22,6 +22,7 @@ ROW_GROUP_ROWS = 1_000_000
 COMPRESSION = "zstd"
 TOKENS = "tokens"
 SEQUENCES = "sequences"
+METRICS = "metrics"
 
 
 def part_dir(kind: str, run: str) -> str:

@@ -5,6 +5,7 @@ Layout (documented in docs/store.md so DuckDB, Polars or Spark can read it direc
     <store>/catalog.sqlite                        runs, sources (provenance), parts
     <store>/tokens/run=<name>/part-*.parquet      canonical token rows (model tokens only)
     <store>/sequences/run=<name>/part-*.parquet   one row per sequence, empty ones included
+    <store>/metrics/run=<name>/metrics-*.parquet  the run's training-log metrics (one file per run)
     <store>/.staging/<id>/...                     parts of an ingest not yet committed
     <store>/.lock                                 held by the one writer at a time
 """
@@ -28,10 +29,10 @@ import polars as pl
 from mismatchctl import schema as S
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import catalog
-from mismatchctl.store.catalog import PartRecord, SourceRecord
+from mismatchctl.store.catalog import MetricSource, PartRecord, SourceRecord
 from mismatchctl.store.location import resolve_store_path
 from mismatchctl.store.lock import LOCK_NAME, write_lock
-from mismatchctl.store.parts import SEQUENCES, TOKENS
+from mismatchctl.store.parts import METRICS, SEQUENCES, TOKENS
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-]{0,127}$")
 STAGING = ".staging"
@@ -67,6 +68,7 @@ class RunInfo:
     dropped_sequences: int
     ingested_at: str
     sources: list[SourceRecord] = field(default_factory=list)
+    metric_sources: list[MetricSource] = field(default_factory=list)  # training logs
 
 
 class Store:
@@ -102,9 +104,13 @@ class Store:
                 raise self._unknown_run(name, con)
             rows = con.execute("SELECT * FROM sources WHERE run = ? ORDER BY id", (name,))
             sources = [catalog.source_from_row(r) for r in rows]
+            rows = con.execute("SELECT * FROM metric_sources WHERE run = ? ORDER BY id", (name,))
+            metric_sources = [catalog.metric_source_from_row(r) for r in rows]
         finally:
             con.close()
-        return _run_info(name, row["created_at"], sources)
+        info = _run_info(name, row["created_at"], sources)
+        info.metric_sources = metric_sources
+        return info
 
     def parts(self, run: str, kind: str = TOKENS) -> list[PartRecord]:
         con = self._connect()
@@ -198,9 +204,10 @@ class Store:
         con = self._connect()
         try:
             known = {r[0] for r in con.execute("SELECT path FROM parts")}
+            known |= {r[0] for r in con.execute("SELECT path FROM metric_tables")}
         finally:
             con.close()
-        for kind in (TOKENS, SEQUENCES):
+        for kind in (TOKENS, SEQUENCES, METRICS):
             base = self.root / kind
             if not base.is_dir():
                 continue

@@ -1,0 +1,1 @@
+"""Statistics of per-step training curves: joins, correlations, lead-lag, spikes and drops."""

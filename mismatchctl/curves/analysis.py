@@ -1,0 +1,167 @@
+"""The training-curve view of a run: its per-step curves joined to per-step vllm_kl.
+
+For every curve other than vllm_kl: Pearson and Spearman correlation with vllm_kl over the steps
+both have, the lead-lag cross-correlation at lags -5..5, and the steps only one of them has. The
+events the studies describe are looked for by role: vllm_kl spikes that coincide with spikes of the
+gradient norm, the entropy or the trainer perplexity, and vllm_kl rises that precede a reward drop.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mismatchctl.curves import correlate as C
+from mismatchctl.curves import events as E
+from mismatchctl.curves.series import DUMPS, ENTROPY_MEAN, KL, REWARD_MEAN, Series
+
+# Roles of training-log metrics, found by name (the last path component, then the whole name);
+# the first pattern that matches any metric wins, and among its matches the shortest name.
+ROLE_PATTERNS: dict[str, tuple[str, ...]] = {
+    "grad_norm": ("grad_norm", "grad-norm", "gradnorm", "grad_norm*", "*grad_norm*"),
+    "entropy": ("entropy", "entropy_mean", "entropy*", "*entropy*"),
+    "reward": ("reward", "reward_mean", "score", "rewards", "raw_reward", "*reward*", "*score*"),
+}
+# Dump-derived curves that stand in for a role when the training log has none.
+DUMP_ROLES = {"reward": REWARD_MEAN, "entropy": ENTROPY_MEAN, "trainer_ppl": "trainer_ppl"}
+# Spikes of these roles are looked for on a log scale (multiplicative quantities).
+LOG_ROLES = {"grad_norm", "trainer_ppl"}
+
+
+@dataclass
+class Link:
+    """One curve against per-step vllm_kl."""
+
+    metric: str
+    origin: str
+    n: int
+    pearson: float | None
+    spearman: float | None
+    lags: list[C.LagPoint]
+    best: C.LagPoint | None
+    only_kl_steps: list[int]
+    only_metric_steps: list[int]
+    nonfinite_steps: list[int]
+
+
+@dataclass
+class SpikeMatch:
+    role: str
+    metric: str
+    kl_spikes: int
+    matches: list[E.Coincidence]  # step_a: vllm_kl spike, step_b: the metric's spike
+
+
+@dataclass
+class RunCurves:
+    run: str
+    series: dict[str, Series]
+    links: list[Link]
+    roles: dict[str, str]  # role -> the curve that plays it
+    dump_steps: list[int]
+    log_steps: list[int]
+    only_dump_steps: list[int]  # steps with dump data but no training-log value at all
+    only_log_steps: list[int]  # steps in the training logs with no dump data
+    kl_spikes: list[int]
+    spike_matches: list[SpikeMatch] = field(default_factory=list)
+    reward_drops: list[E.Drop] = field(default_factory=list)
+    rises: list[E.Precedence] = field(default_factory=list)
+
+    @property
+    def has_logs(self) -> bool:
+        return any(not s.from_dumps for s in self.series.values())
+
+
+def find_roles(series: dict[str, Series]) -> dict[str, str]:
+    """Which curve is the gradient norm, the entropy and the reward: a training-log metric by
+    name (ROLE_PATTERNS), else the dump-derived mean (reward, entropy)."""
+    logs = [name for name, s in series.items() if not s.from_dumps]
+    roles: dict[str, str] = {}
+    for role, patterns in ROLE_PATTERNS.items():
+        for pattern in patterns:
+            hits = [n for n in logs if _matches(n, pattern)]
+            if hits:
+                roles[role] = min(hits, key=lambda n: (len(n), n))
+                break
+    for role, name in DUMP_ROLES.items():
+        if role not in roles and name in series and np.isfinite(series[name].values).any():
+            roles[role] = name
+    return roles
+
+
+def _matches(name: str, pattern: str) -> bool:
+    low = name.lower()
+    return fnmatch.fnmatchcase(low.rsplit("/", 1)[-1], pattern) or fnmatch.fnmatchcase(low, pattern)
+
+
+def run_curves(run: str, series: dict[str, Series]) -> RunCurves:
+    kl = series[KL]
+    dump_steps = sorted({int(s) for c in series.values() if c.from_dumps for s in c.steps})
+    log_steps = sorted({int(s) for c in series.values() if not c.from_dumps for s in c.steps})
+    links = [_link(kl, s) for name, s in series.items() if name != KL]
+    roles = find_roles(series)
+    curves = RunCurves(
+        run=run,
+        series=series,
+        links=links,
+        roles=roles,
+        dump_steps=dump_steps,
+        log_steps=log_steps,
+        only_dump_steps=sorted(set(dump_steps) - set(log_steps)) if log_steps else [],
+        only_log_steps=sorted(set(log_steps) - set(dump_steps)),
+        kl_spikes=E.spikes(kl.steps, kl.values, log=True),
+    )
+    for role in ("grad_norm", "entropy", "trainer_ppl"):
+        if role in roles:
+            curves.spike_matches.append(_spike_match(kl, series[roles[role]], role, curves))
+    if "reward" in roles:
+        reward = series[roles["reward"]]
+        steps, k, r = C.outer_join(kl.steps, kl.values, reward.steps, reward.values)
+        curves.reward_drops = E.reward_drops(reward.steps, reward.values)
+        curves.rises = E.rise_before_drop(steps, k, r)
+    return curves
+
+
+def _link(kl: Series, other: Series) -> Link:
+    a = C.align(kl.steps, kl.values, other.steps, other.values)
+    lags = C.lead_lag(a.steps, a.x, a.y)
+    return Link(
+        metric=other.name,
+        origin=other.origin,
+        n=a.n,
+        pearson=C.pearson(a.x, a.y),
+        spearman=C.spearman(a.x, a.y),
+        lags=lags,
+        best=C.best_lag(lags),
+        only_kl_steps=a.only_x_steps,
+        only_metric_steps=a.only_y_steps,
+        nonfinite_steps=a.nonfinite_steps,
+    )
+
+
+def _spike_match(kl: Series, other: Series, role: str, curves: RunCurves) -> SpikeMatch:
+    steps, k, m = C.outer_join(kl.steps, kl.values, other.steps, other.values)
+    matches = E.coincident_spikes(steps, k, m, log_a=True, log_b=role in LOG_ROLES)
+    return SpikeMatch(role, other.name, len(curves.kl_spikes), matches)
+
+
+def is_dump(origin: str) -> bool:
+    return origin == DUMPS
+
+
+def selection_curves(selection, step_groups: list) -> dict[str, RunCurves]:
+    """Per run of the selection: its dump-derived curves (from the report's per-(run, step)
+    groups) joined to its training-log curves."""
+    from mismatchctl.curves.series import dump_series, log_series
+
+    out = {}
+    for run in selection.names:
+        series = dump_series(run, step_groups, selection)
+        if not len(series[KL].steps):
+            continue
+        if selection.store is not None:
+            series.update(log_series(selection.store, run, selection.rows))
+        out[run] = run_curves(run, series)
+    return out

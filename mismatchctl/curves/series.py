@@ -1,0 +1,150 @@
+"""Per-step series of a run: those derived from the dumps and those of its training logs.
+
+The dump side comes from the report's per-(run, step) groups (``vllm_kl``, ``trainer_ppl``,
+``abs_log_ratio_mean``) and from the sequence rows (``reward_mean``, ``entropy_mean``); the log side
+is the run's ``ingest-metrics`` table. Both are restricted to the selection's step range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mismatchctl import schema as S
+from mismatchctl.analysis import splits as K
+from mismatchctl.analysis.selection import RowFilter, Selection
+from mismatchctl.engines.local import row_mask
+from mismatchctl.store import Store
+from mismatchctl.store.metrics import METRIC, STEP, VALUE, read_metrics_table
+
+KL = "vllm_kl"
+REWARD_MEAN = "reward_mean"
+ENTROPY_MEAN = "entropy_mean"
+REPORT_METRICS = (KL, "trainer_ppl", "abs_log_ratio_mean")
+DUMP_METRICS = (*REPORT_METRICS, REWARD_MEAN, ENTROPY_MEAN)
+DUMPS = "dumps"
+
+
+@dataclass
+class Series:
+    """One per-step curve: ``steps`` ascending and unique, ``values`` float64 (NaN allowed)."""
+
+    name: str
+    origin: str  # "dumps" or the path of the training log it came from
+    steps: np.ndarray
+    values: np.ndarray
+
+    @property
+    def from_dumps(self) -> bool:
+        return self.origin == DUMPS
+
+
+def value_at(s: Series, step: int) -> float | None:
+    """The curve's value at ``step`` (NaN when logged so), None when it has no value there."""
+    i = int(np.searchsorted(s.steps, step))
+    if i < len(s.steps) and s.steps[i] == step:
+        return float(s.values[i])
+    return None
+
+
+def dump_series(run: str, step_groups: list, selection: Selection) -> dict[str, Series]:
+    """The dump-derived curves of ``run``: the report's per-step groups (a list of groups with
+    ``by[run]``, ``by[step]`` and ``metrics``) plus reward and entropy means of its sequences."""
+    mine = sorted((g for g in step_groups if g.by[K.RUN] == run), key=lambda g: g.by[K.STEP])
+    steps = np.array([g.by[K.STEP] for g in mine], dtype=np.int64)
+    out = {
+        name: Series(name, DUMPS, steps, _floats(g.metrics.get(name) for g in mine))
+        for name in REPORT_METRICS
+    }
+    out.update(_sequence_means(selection.sequence_paths.get(run, []), selection.rows))
+    return out
+
+
+def _floats(values) -> np.ndarray:
+    return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
+
+
+def _sequence_means(paths: list[str], rows: RowFilter) -> dict[str, Series]:
+    """Per step: mean reward over the sequences that have one (empty sequences included: a
+    reward belongs to the sample), and entropy averaged over model tokens (sequence means
+    weighted by their model tokens)."""
+    sums: dict[str, dict[int, list[float]]] = {REWARD_MEAN: {}, ENTROPY_MEAN: {}}
+    for path in paths:
+        names = pq.read_schema(path).names
+        cols = [S.STEP, S.GPU, S.MODEL_TOKENS, S.REWARD]
+        has_entropy = "entropy" in names
+        table = pq.read_table(path, columns=cols + (["entropy"] if has_entropy else []))
+        if rows.active:
+            table = table.filter(row_mask(table, rows))
+        step = table.column(S.STEP).to_numpy()
+        reward = table.column(S.REWARD).to_numpy(zero_copy_only=False)
+        _accumulate(sums[REWARD_MEAN], step, reward, np.ones(len(step)))
+        if has_entropy:
+            entropy = table.column("entropy").to_numpy(zero_copy_only=False)
+            weight = table.column(S.MODEL_TOKENS).to_numpy().astype(np.float64)
+            _accumulate(sums[ENTROPY_MEAN], step, entropy, weight)
+    out = {}
+    for name, per_step in sums.items():
+        if per_step:
+            steps = np.array(sorted(per_step), dtype=np.int64)
+            values = np.array([per_step[s][0] / per_step[s][1] for s in steps.tolist()])
+            out[name] = Series(name, DUMPS, steps, values)
+    return out
+
+
+def _accumulate(
+    acc: dict[int, list[float]], step: np.ndarray, value: np.ndarray, weight: np.ndarray
+) -> None:
+    """Add weighted sums of the known (non-null) values per step; weights of 0 add nothing."""
+    value = np.asarray(value, dtype=np.float64)
+    keep = ~np.isnan(value) & (weight > 0)
+    if not keep.any():
+        return
+    uniq, inverse = np.unique(step[keep], return_inverse=True)
+    num = np.bincount(inverse, weights=value[keep] * weight[keep])
+    den = np.bincount(inverse, weights=weight[keep])
+    for s, a, b in zip(uniq.tolist(), num.tolist(), den.tolist(), strict=True):
+        cell = acc.setdefault(int(s), [0.0, 0.0])
+        cell[0] += a
+        cell[1] += b
+
+
+def log_series(store: Store, run: str, rows: RowFilter) -> dict[str, Series]:
+    """The run's training-log curves, in the selection's step range; origin = their source."""
+    table = read_metrics_table(store, run)
+    if table.num_rows == 0:
+        return {}
+    if rows.steps is not None:
+        table = table.filter(row_mask(table.select([STEP]), RowFilter(rows.steps)))
+    paths = {s.id: s.path for s in store.run(run).metric_sources}
+    out: dict[str, Series] = {}
+    metric = table.column(METRIC)
+    for name in pc.unique(metric).to_pylist():
+        part = table.filter(pc.equal(metric, name))  # sorted by (metric, step) in the store
+        ids = pc.unique(part.column("source_id")).to_pylist()
+        out[name] = Series(
+            name,
+            ", ".join(paths.get(i, "training log") for i in sorted(ids)),
+            part.column(STEP).to_numpy(),
+            part.column(VALUE).to_numpy(),
+        )
+    return out
+
+
+def selection_table(series: dict[str, Series]) -> pa.Table:
+    """All curves as one wide table: a ``step`` column (the union of steps) and one column per
+    curve, null where the curve has no value at that step."""
+    steps = np.unique(np.concatenate([s.steps for s in series.values()] or [np.array([], "i8")]))
+    cols: dict[str, pa.Array] = {"step": pa.array(steps, pa.int64())}
+    for name, s in series.items():
+        at = np.searchsorted(steps, s.steps)
+        values = np.full(len(steps), np.nan)
+        values[at] = s.values
+        present = np.zeros(len(steps), dtype=bool)
+        present[at] = True
+        cols[name] = pa.array(values, pa.float64(), mask=~present)
+    return pa.table(cols)

@@ -1,0 +1,207 @@
+"""Rows and sentences of the training-curve view, shared by the terminal and HTML renderers."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from mismatchctl.curves.analysis import Link, RunCurves
+from mismatchctl.curves.series import KL, value_at
+from mismatchctl.render.fmt import num
+from mismatchctl.stats import band
+
+LINK_COLUMNS = ("curve", "from", "steps", "pearson", "spearman", "lead-lag (best |r|)")
+MAX_TABLE_STEPS = 30
+MAX_LISTED_STEPS = 12
+
+
+def origin_text(origin: str) -> str:
+    return "dumps" if origin == "dumps" else ", ".join(Path(p).name for p in origin.split(", "))
+
+
+def lag_text(link: Link) -> str:
+    best = link.best
+    if best is None or best.r is None:
+        return "-"
+    r = f"r {best.r:+.2f}"
+    if best.lag > 0:
+        return f"vllm_kl leads by {best.lag} ({r})"
+    if best.lag < 0:
+        return f"vllm_kl follows by {-best.lag} ({r})"
+    return f"same step ({r})"
+
+
+def corr_text(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.3f}"
+
+
+def link_rows(c: RunCurves) -> list[list[str]]:
+    return [
+        [
+            link.metric,
+            origin_text(link.origin),
+            f"{link.n}",
+            corr_text(link.pearson),
+            corr_text(link.spearman),
+            lag_text(link),
+        ]
+        for link in c.links
+    ]
+
+
+def steps_list(steps: list[int]) -> str:
+    """``0-4, 7, 9-10`` (runs of consecutive steps), cut after MAX_LISTED_STEPS pieces."""
+    pieces: list[str] = []
+    i = 0
+    while i < len(steps):
+        j = i
+        while j + 1 < len(steps) and steps[j + 1] == steps[j] + 1:
+            j += 1
+        pieces.append(str(steps[i]) if i == j else f"{steps[i]}-{steps[j]}")
+        i = j + 1
+    more = len(pieces) - MAX_LISTED_STEPS
+    text = ", ".join(pieces[:MAX_LISTED_STEPS])
+    return text + (f", ... ({more} more ranges)" if more > 0 else "")
+
+
+def join_notes(c: RunCurves) -> list[str]:
+    """The steps one table has and the other lacks, and values that could not be used."""
+    out = []
+    if not c.has_logs:
+        out.append(
+            "no training logs attached: add them with `mismatchctl ingest-metrics FILE "
+            f"--run {c.run}`; the curves below come from the dumps only"
+        )
+    if c.only_log_steps:
+        out.append(
+            f"{len(c.only_log_steps)} step(s) in the training logs have no dumps: "
+            + steps_list(c.only_log_steps)
+        )
+    if c.only_dump_steps:
+        out.append(
+            f"{len(c.only_dump_steps)} dumped step(s) have no training-log value: "
+            + steps_list(c.only_dump_steps)
+        )
+    for link in c.links:
+        if link.nonfinite_steps:
+            out.append(
+                f"{link.metric}: {len(link.nonfinite_steps)} step(s) with a NaN or infinite "
+                "value left out of its correlation: " + steps_list(link.nonfinite_steps)
+            )
+    return out
+
+
+def event_lines(c: RunCurves) -> list[str]:
+    """What the studies look for, with the steps."""
+    out = [
+        "vllm_kl spikes: "
+        + (steps_list(c.kl_spikes) if c.kl_spikes else "none (robust z > 3.5 vs the last 10 steps)")
+    ]
+    for m in c.spike_matches:
+        if m.matches:
+            pairs = ", ".join(
+                f"{x.step_a}" + (f" ({m.metric} at {x.step_b})" if x.step_b != x.step_a else "")
+                for x in m.matches
+            )
+            out.append(
+                f"{len(m.matches)} of {m.kl_spikes} vllm_kl spikes coincide with {m.role} "
+                f"({m.metric}) spikes: steps {pairs}"
+            )
+        elif m.kl_spikes:
+            out.append(f"no vllm_kl spike coincides with a spike of {m.role} ({m.metric})")
+    reward = c.roles.get("reward")
+    if reward is not None:
+        for p in c.rises:
+            out.append(
+                f"reward ({reward}) drops at step {p.drop_step} ({num(p.reward_before)} -> "
+                f"{num(p.reward_after)}), {p.lead} step(s) after vllm_kl rose "
+                f"{p.kl_factor:.1f}x over its baseline (from step {p.kl_rise_step})"
+            )
+        quiet = len(c.reward_drops) - len(c.rises)
+        if quiet > 0:
+            out.append(
+                f"{quiet} reward drop(s) without a vllm_kl rise before them: steps "
+                + steps_list(
+                    sorted({d.step for d in c.reward_drops} - {p.drop_step for p in c.rises})
+                )
+            )
+    return out
+
+
+def table_steps(c: RunCurves) -> tuple[list[int], str | None]:
+    """The steps of the per-step table: all of them, or (when many) the event steps and the
+    largest vllm_kl, with a note."""
+    kl = c.series[KL]
+    steps = sorted({int(s) for s in kl.steps} | set(c.log_steps))
+    if len(steps) <= MAX_TABLE_STEPS:
+        return steps, None
+    pick = set(c.kl_spikes) | {p.drop_step for p in c.rises} | {d.step for d in c.reward_drops}
+    finite = np.where(np.isfinite(kl.values), kl.values, -np.inf)
+    for i in np.argsort(-finite, kind="stable")[:10]:
+        pick.add(int(kl.steps[i]))
+    chosen = sorted(pick)[:MAX_TABLE_STEPS]
+    return chosen, (
+        f"{len(chosen)} of {len(steps)} steps: vllm_kl spikes, reward drops and the 10 largest "
+        "vllm_kl; every step in --json and --html"
+    )
+
+
+def table_columns(c: RunCurves) -> list[str]:
+    """vllm_kl, then the curves that play a role, then trainer_ppl; the rest stay in the JSON."""
+    cols = [KL]
+    for role in ("reward", "grad_norm", "entropy"):
+        name = c.roles.get(role)
+        if name is not None and name not in cols:
+            cols.append(name)
+    if "trainer_ppl" not in cols:
+        cols.append("trainer_ppl")
+    return cols
+
+
+def cell(v: float | None) -> str:
+    return "" if v is None else num(v)
+
+
+def step_band(c: RunCurves, step: int) -> str | None:
+    v = value_at(c.series[KL], step)
+    return None if v is None or math.isnan(v) else band(v)
+
+
+CURVE_PAIR_HEADERS = (
+    "curve",
+    "steps A",
+    "steps B",
+    "common",
+    "mean A",
+    "mean B",
+    "B / A",
+    "r(vllm_kl) A",
+    "r(vllm_kl) B",
+)
+
+
+def curve_pair_rows(pairs: list) -> list[list[str]]:
+    """One row per paired curve of a comparison (means over the steps both sides have)."""
+    rows = []
+    for p in pairs:
+        ratio = p.mean_b / p.mean_a if p.mean_a not in (None, 0) and p.mean_b is not None else None
+        rows.append(
+            [
+                p.metric,
+                "-" if p.a is None else str(len(p.a.series.steps)),
+                "-" if p.b is None else str(len(p.b.series.steps)),
+                str(p.common_steps),
+                num(p.mean_a),
+                num(p.mean_b),
+                num(ratio),
+                "-" if p.a is None else corr_text(p.a.pearson),
+                "-" if p.b is None else corr_text(p.b.pearson),
+            ]
+        )
+    return rows
+
+
+def has_logs(pairs: list) -> bool:
+    return any(t is not None and not t.series.from_dumps for p in pairs for t in (p.a, p.b))
