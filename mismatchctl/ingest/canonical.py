@@ -64,6 +64,7 @@ def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, 
     tally = Tally()
     batch = _drop(batch, _misaligned(batch, ctx), ctx, tally)
     batch = _drop(batch, _bad_values(batch, ctx), ctx, tally)
+    batch = _drop(batch, _bad_versions(batch), ctx, tally)
     model = batch.mask if batch.mask is not None else np.ones(len(batch.rollout), dtype=bool)
     seq_of = sequence_index(batch.offsets)
     turn = batch.turn if batch.turn is not None else derive_turns(model, batch.offsets)
@@ -131,6 +132,22 @@ def _bad_values(batch: RaggedBatch, ctx: Context) -> dict[int, Problem]:
                     f"model token (expected a finite value <= {S.LOGPROB_MAX:g})",
                 )
     return bad
+
+
+def _bad_versions(batch: RaggedBatch) -> dict[int, Problem]:
+    """A weight version is an integer: 1.5, inf or 1e30 would be truncated into a wrong lag."""
+    v = batch.weight_versions
+    if v is None:
+        return {}
+    with np.errstate(invalid="ignore"):
+        wrong = ~np.isnan(v) & (~np.isfinite(v) | (v != np.round(v)) | (np.abs(v) > 2**53))
+    return {
+        int(i): (
+            "weight_version not an integer",
+            f"weight_version {float(v[i])!r} (expected an integer)",
+        )
+        for i in np.flatnonzero(wrong)
+    }
 
 
 def _drop(batch: RaggedBatch, bad: dict[int, Problem], ctx: Context, tally: Tally) -> RaggedBatch:
