@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ SETTINGS = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 VALID = st.floats(-60.0, 0.0, allow_nan=False)
 HOSTILE = st.sampled_from(
     [math.nan, math.inf, -math.inf, 0.5, 1e-4, 2e-4, -700.0, -1e-300, 0.0, -0.0, 3.0]
@@ -101,6 +103,7 @@ def oracle(dump: list[Sample], dtype: str, skip_bad: bool) -> dict | str:
         ok = lengths_ok and all(
             np.all(np.isfinite(v[model]) & (v[model] <= S.LOGPROB_MAX)) for v in (roll, train)
         )
+        ok = ok and not CONTROL.search(s.sample_id)  # ids are shown in terminals
         if ok:
             kept.append((s, roll[model], train[model]))
         elif not skip_bad:

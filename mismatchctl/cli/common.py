@@ -11,6 +11,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from mismatchctl.display import printable
 from mismatchctl.errors import MismatchError
 from mismatchctl.render.jsonout import dumps
 
@@ -46,10 +47,11 @@ def handle_errors(func: F) -> F:
             console = err_console()
             # soft_wrap: paths and column names in a message must never be broken across lines
             console.print("[bold red]Error:[/] ", end="", soft_wrap=True)
-            console.print(exc.message, highlight=False, markup=False, soft_wrap=True)
+            # messages quote file contents and user input: never send their control codes raw
+            console.print(printable(exc.message), highlight=False, markup=False, soft_wrap=True)
             if exc.hint:
                 console.print("\n[bold]Hint:[/] ", end="", soft_wrap=True)
-                console.print(exc.hint, highlight=False, markup=False, soft_wrap=True)
+                console.print(printable(exc.hint), highlight=False, markup=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper  # type: ignore[return-value]
