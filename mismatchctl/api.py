@@ -31,11 +31,23 @@ def ingest(
     skip_bad: bool = False,
     store: StorePath = None,
     progress: Progress | None = None,
+    trust_pickle: bool = False,
 ) -> IngestResult:
-    """Read dump files into ``run`` of the store: all of them, or nothing on any error."""
+    """Read dump files into ``run`` of the store: all of them, or nothing on any error.
+
+    ``trust_pickle=True`` loads torch ``.pt`` files with full unpickling, which runs any code
+    the file contains: only for files from a source you trust. By default they are loaded with
+    ``weights_only=True`` and a file that needs more is refused."""
     tag_map = dict(tags) if isinstance(tags, Mapping) else parse_tags(tags)
     col_map = dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(mapping)
-    opts = Options(run=run, tags=tag_map, fmt=fmt, mapping=col_map, skip_bad=skip_bad)
+    opts = Options(
+        run=run,
+        tags=tag_map,
+        fmt=fmt,
+        mapping=col_map,
+        skip_bad=skip_bad,
+        trust_pickle=trust_pickle,
+    )
     return ingest_files(open_store(store), [str(i) for i in inputs], opts, progress)
 
 

@@ -94,6 +94,7 @@ class Options:
     fmt: str | None
     mapping: Mapping[str, str]
     skip_bad: bool
+    trust_pickle: bool = False  # full unpickling of .pt files: runs any code in them
 
 
 def ingest_files(
@@ -150,7 +151,7 @@ def _ingest_one(
 ) -> tuple[SourceRecord, list[PartRecord], Tally]:
     fmt = detect_format(path, opts.mapping, opts.fmt)
     try:
-        source = open_source(path, fmt, opts.mapping)
+        source = open_source(path, fmt, opts.mapping, opts.trust_pickle)
         tags = {**source.tags, **opts.tags}
         ctx = Context(path.name, tags.get(S.TAG_GPU), opts.skip_bad, seq)
         tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, store_parts.PART_TOKENS)

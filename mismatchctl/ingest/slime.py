@@ -5,11 +5,13 @@ Two shapes are read: ``{"format_version": 2, "rollout_id", "rank", "samples": [ 
 Per sample: ``tokens`` (prompt + response; the response is the last ``response_lengths`` tokens),
 ``loss_masks``, ``rollout_log_probs``, ``log_probs`` (trainer), optionally ``rewards``,
 ``sample_index``. Values may be lists or tensors. The file is loaded with ``weights_only=True``:
-it never runs code from the file.
+it never runs code from the file. A file that needs full unpickling (custom classes, numpy
+objects) is refused unless the user passes ``--trust-pickle``, which runs whatever the file says.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -32,7 +34,13 @@ KEYS = {
 }
 
 
-def load_pt(path: Path) -> Any:
+TRUST_FLAG = "--trust-pickle"
+# weights_only loading names the first global it refuses; other failures mean a corrupt file
+_UNSAFE = re.compile(r"Unsupported global: GLOBAL (\S+)")
+
+
+def load_pt(path: Path, trust_pickle: bool = False) -> Any:
+    """The content of a ``.pt`` file: tensors, lists, dicts and numbers only, unless trusted."""
     try:
         import torch
     except ImportError as exc:
@@ -41,18 +49,31 @@ def load_pt(path: Path) -> Any:
             "pip install 'mismatchctl[torch]'",
         ) from exc
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=not trust_pickle)
     except Exception as exc:  # torch raises many types for corrupt or unsafe pickles
+        unsafe = None if trust_pickle else _UNSAFE.search(str(exc))
+        if unsafe is not None:
+            raise _refused(path, unsafe.group(1)) from None
+        first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+        how = "with full unpickling (--trust-pickle)" if trust_pickle else "with weights_only=True"
         raise InputError(
-            f"cannot load {path.name} as a torch file with weights_only=True: "
-            f"{str(exc).splitlines()[0][:300]}",
-            "the file is corrupt, or holds objects other than tensors, lists, dicts and "
-            "numbers (only those are loaded, so that no code from a dump is ever run).",
+            f"cannot load {path.name} as a torch file {how}: {first}",
+            "the file is truncated or corrupt; re-export it, or leave it out of the inputs.",
         ) from None
 
 
-def open_slime(path: Path, mapping: Mapping[str, str]) -> Source:
-    data = load_pt(path)
+def _refused(path: Path, name: str) -> InputError:
+    return InputError(
+        f"{path.name} needs full unpickling to load (it refers to `{name}`, which "
+        "weights_only=True loading does not allow); refused, so that no code from a dump runs",
+        f"if you trust the file and whoever wrote it, pass {TRUST_FLAG}: full unpickling runs "
+        "any code the file contains, with your permissions. Otherwise re-save the dump with "
+        "plain tensors, lists and numbers.",
+    )
+
+
+def open_slime(path: Path, mapping: Mapping[str, str], trust_pickle: bool = False) -> Source:
+    data = load_pt(path, trust_pickle)
     keys = {**KEYS, **mapping}
     samples = _samples(data, path)
     step = _step(data, path)
@@ -64,6 +85,8 @@ def open_slime(path: Path, mapping: Mapping[str, str]) -> Source:
                 f"{path.name}: sample 0 has no `{keys[role]}` (found: {', '.join(map(str, first))})",
                 f"name the {role} logprob key with --map {role}=<key>.",
             )
+    if trust_pickle:
+        source.notes.append(f"loaded with {TRUST_FLAG} (full unpickling)")
     if samples and keys[S.ROLE_MASK] not in first:
         source.notes.append("no loss_masks: every response token counted as a model token")
     source.batches = _batches(samples, keys, step, path)
