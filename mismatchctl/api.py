@@ -17,6 +17,7 @@ from mismatchctl.ingest.columns import parse_mapping
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files, parse_tags
 from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from mismatchctl.store import RunInfo, Store, open_store
+from mismatchctl.store.integrity import Damage, run_damage
 
 StorePath = str | os.PathLike[str] | None
 
@@ -61,6 +62,15 @@ def run_info(name: str, store: StorePath = None) -> RunInfo:
 
 def remove_run(name: str, store: StorePath = None) -> RunInfo:
     return open_store(store).remove(name)
+
+
+def check_runs(
+    names: Iterable[str] = (), *, deep: bool = False, store: StorePath = None
+) -> dict[str, list[Damage]]:
+    """Every part of the named runs (all runs when none is named) checked against the catalog:
+    run -> its damaged parts (missing, truncated, wrong row count; ``deep`` decodes every page)."""
+    st = open_store(store)
+    return {name: run_damage(st, name, deep) for name in (list(names) or st.run_names())}
 
 
 def report(
@@ -157,6 +167,7 @@ __all__ = [
     "Report",
     "Store",
     "Whatif",
+    "check_runs",
     "compare",
     "diagnose",
     "ingest",
