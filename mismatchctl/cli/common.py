@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -18,6 +19,7 @@ from mismatchctl.render.jsonout import dumps
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_ERROR = 1
+_NUMPY_FP = "(overflow|invalid value|divide by zero|underflow) encountered"
 
 
 PIPE_WIDTH = 140  # tables written to a file or a pipe are not squeezed into 80 columns
@@ -42,7 +44,11 @@ def handle_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with warnings.catch_warnings():
+                # float64 overflow of extreme logprob ratios is defined: the metric is null
+                # (docs/reliability.md); numpy's warning about it is noise on the user's terminal
+                warnings.filterwarnings("ignore", _NUMPY_FP, RuntimeWarning)
+                return func(*args, **kwargs)
         except MismatchError as exc:
             console = err_console()
             # soft_wrap: paths and column names in a message must never be broken across lines
