@@ -19,6 +19,7 @@ from mismatchctl.ingest.columns import parse_mapping
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files, parse_tags
 from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from mismatchctl.store import RunInfo, Store, open_store
+from mismatchctl.store.integrity import Damage, run_damage
 
 StorePath = str | os.PathLike[str] | None
 
@@ -33,11 +34,23 @@ def ingest(
     skip_bad: bool = False,
     store: StorePath = None,
     progress: Progress | None = None,
+    trust_pickle: bool = False,
 ) -> IngestResult:
-    """Read dump files into ``run`` of the store: all of them, or nothing on any error."""
+    """Read dump files into ``run`` of the store: all of them, or nothing on any error.
+
+    ``trust_pickle=True`` loads torch ``.pt`` files with full unpickling, which runs any code
+    the file contains: only for files from a source you trust. By default they are loaded with
+    ``weights_only=True`` and a file that needs more is refused."""
     tag_map = dict(tags) if isinstance(tags, Mapping) else parse_tags(tags)
     col_map = dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(mapping)
-    opts = Options(run=run, tags=tag_map, fmt=fmt, mapping=col_map, skip_bad=skip_bad)
+    opts = Options(
+        run=run,
+        tags=tag_map,
+        fmt=fmt,
+        mapping=col_map,
+        skip_bad=skip_bad,
+        trust_pickle=trust_pickle,
+    )
     return ingest_files(open_store(store), [str(i) for i in inputs], opts, progress)
 
 
@@ -74,6 +87,15 @@ def run_info(name: str, store: StorePath = None) -> RunInfo:
 
 def remove_run(name: str, store: StorePath = None) -> RunInfo:
     return open_store(store).remove(name)
+
+
+def check_runs(
+    names: Iterable[str] = (), *, deep: bool = False, store: StorePath = None
+) -> dict[str, list[Damage]]:
+    """Every part of the named runs (all runs when none is named) checked against the catalog:
+    run -> its damaged parts (missing, truncated, wrong row count; ``deep`` decodes every page)."""
+    st = open_store(store)
+    return {name: run_damage(st, name, deep) for name in (list(names) or st.run_names())}
 
 
 def report(
@@ -170,6 +192,7 @@ __all__ = [
     "Report",
     "Store",
     "Whatif",
+    "check_runs",
     "compare",
     "diagnose",
     "ingest",

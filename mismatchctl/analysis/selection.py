@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import RunInfo, Store
+from mismatchctl.store.integrity import check_run
 from mismatchctl.store.parts import SEQUENCES, TOKENS
 
 
@@ -109,6 +110,7 @@ def select(
     infos = [store.run(n) for n in names]
     sel = Selection(infos, RowFilter(steps, gpu), dict(tags or {}), label, store=store)
     for info in infos:
+        check_run(store, info.name)  # a missing or truncated part is an error naming the fix
         wanted = {s.id: s for s in info.sources if _matches(s.tags, sel.tags)}
         for part in store.parts(info.name, TOKENS):
             if part.source_id in wanted and (

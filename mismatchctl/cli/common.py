@@ -5,18 +5,21 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
 
+from mismatchctl.display import printable
 from mismatchctl.errors import MismatchError
 from mismatchctl.render.jsonout import dumps
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_ERROR = 1
+_NUMPY_FP = "(overflow|invalid value|divide by zero|underflow) encountered"
 
 
 PIPE_WIDTH = 140  # tables written to a file or a pipe are not squeezed into 80 columns
@@ -41,15 +44,20 @@ def handle_errors(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return func(*args, **kwargs)
+            with warnings.catch_warnings():
+                # float64 overflow of extreme logprob ratios is defined: the metric is null
+                # (docs/reliability.md); numpy's warning about it is noise on the user's terminal
+                warnings.filterwarnings("ignore", _NUMPY_FP, RuntimeWarning)
+                return func(*args, **kwargs)
         except MismatchError as exc:
             console = err_console()
             # soft_wrap: paths and column names in a message must never be broken across lines
             console.print("[bold red]Error:[/] ", end="", soft_wrap=True)
-            console.print(exc.message, highlight=False, markup=False, soft_wrap=True)
+            # messages quote file contents and user input: never send their control codes raw
+            console.print(printable(exc.message), highlight=False, markup=False, soft_wrap=True)
             if exc.hint:
                 console.print("\n[bold]Hint:[/] ", end="", soft_wrap=True)
-                console.print(exc.hint, highlight=False, markup=False, soft_wrap=True)
+                console.print(printable(exc.hint), highlight=False, markup=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
 
     return wrapper  # type: ignore[return-value]

@@ -23,6 +23,8 @@ HELP = f"""Read dump files (files, directories or globs) into a run of the store
 
 Formats are detected from columns and keys: {", ".join(FORMATS)}. All files are ingested or none is: on any error the store is left as it was. Ingesting the same content again is a no-op.
 
+Torch .pt files are loaded with weights_only=True: a file that needs full unpickling is refused. --trust-pickle loads it anyway, and that RUNS ANY CODE THE FILE CONTAINS with your permissions: use it only for files from a source you trust.
+
 [bold]Examples[/]
 
   mismatchctl ingest dumps/ --run v1-a100 --tag gpu=A100 --tag engine=vllm-0.18.1
@@ -59,6 +61,14 @@ def ingest(
             "--skip-bad", help="Drop bad samples (counted and listed) instead of failing."
         ),
     ] = False,
+    trust_pickle: Annotated[
+        bool,
+        typer.Option(
+            "--trust-pickle",
+            help="Load .pt files with full unpickling. RISK: a pickle can run any code with "
+            "your permissions; only for files from a source you trust.",
+        ),
+    ] = False,
     store: StoreOpt = None,
     json: JsonFlag = False,
     quiet: QuietFlag = False,
@@ -71,6 +81,7 @@ def ingest(
             fmt=fmt,
             mapping=map_ or [],
             skip_bad=skip_bad,
+            trust_pickle=trust_pickle,
             store=store,
             progress=progress,
         )

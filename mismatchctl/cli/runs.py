@@ -10,6 +10,8 @@ from mismatchctl import api
 from mismatchctl.cli.common import JsonFlag, StoreOpt, emit_json, err_console, handle_errors
 from mismatchctl.cli.common import out_console as console
 from mismatchctl.render.catalog import run_detail, runs_table
+from mismatchctl.render.integrity import check_table
+from mismatchctl.store.integrity import damage_error
 
 app = typer.Typer(
     help="""List the runs of the store (with no subcommand), show one, or remove one.
@@ -21,6 +23,8 @@ app = typer.Typer(
   mismatchctl runs show v1-a100
 
   mismatchctl runs rm v1-a100
+
+  mismatchctl runs check
 """,
     invoke_without_command=True,
     no_args_is_help=False,
@@ -75,6 +79,34 @@ def rm(
         highlight=False,
         markup=False,
     )
+
+
+@app.command("check")
+@handle_errors
+def check(
+    runs: Annotated[
+        list[str] | None, typer.Argument(help="Run names (default: every run).")
+    ] = None,
+    deep: Annotated[
+        bool, typer.Option("--deep", help="Also decode every page (reads the whole run).")
+    ] = False,
+    store: StoreOpt = None,
+    json: JsonFlag = False,
+) -> None:
+    """Check that every part of the runs is on disk, whole, and holds the rows the catalog says.
+
+    Exit code 1 when a part is missing, truncated or corrupt (the message says how to repair it).
+
+    Example: mismatchctl runs check v1-a100 --deep
+    """
+    found = api.check_runs(runs or [], deep=deep, store=store)
+    if json:
+        emit_json({run: damage for run, damage in found.items()}, "-")
+    else:
+        console().print(check_table(found))
+    damaged = [d for damage in found.values() for d in damage]
+    if damaged:
+        raise damage_error(damaged)
 
 
 def _summary(r: api.RunInfo) -> dict:

@@ -23,6 +23,7 @@ from mismatchctl.analysis.selection import PartTask, RowFilter
 from mismatchctl.analysis.splits import GPU, Pass
 from mismatchctl.engines.keys import Label, PartKeys, decode, group_codes
 from mismatchctl.stats import Partial, chunk_partials
+from mismatchctl.store.integrity import read_error
 
 Groups = dict[tuple[Label, ...], Partial]
 DEFAULT_WORKERS = 2
@@ -89,7 +90,10 @@ def part_groups(
     needs_gpu = any(GPU in p.keys for p in passes) or any(S.GPU in e.columns for e in extras)
     if needs_gpu or (rows is not None and rows.gpu is not None):
         columns.append(S.GPU)
-    table = pq.read_table(task.path, columns=columns, read_dictionary=[S.GPU])
+    try:
+        table = pq.read_table(task.path, columns=columns, read_dictionary=[S.GPU])
+    except (OSError, pa.ArrowException) as exc:  # damaged or removed since it was checked
+        raise read_error(task.run, task.path, exc) from None
     if rows is not None and rows.active:
         table = table.filter(row_mask(table, rows))
     out: list[Groups] = [{} for _ in passes]

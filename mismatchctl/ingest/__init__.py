@@ -18,8 +18,11 @@ from mismatchctl.ingest.source import (
 __all__ = ["FORMATS", "Source", "detect_format", "expand_inputs", "open_source"]
 
 
-def open_source(path: Path, fmt: str, mapping: Mapping[str, str]) -> Source:
-    """Open one dump file with the reader of its format (readers are imported on demand)."""
+def open_source(
+    path: Path, fmt: str, mapping: Mapping[str, str], trust_pickle: bool = False
+) -> Source:
+    """Open one dump file with the reader of its format (readers are imported on demand).
+    ``trust_pickle`` lets a torch file be fully unpickled (which can run code from it)."""
     if fmt == FORMAT_SEQUENCE:
         from mismatchctl.ingest.parquet_sequence import open_sequence
 
@@ -31,7 +34,7 @@ def open_source(path: Path, fmt: str, mapping: Mapping[str, str]) -> Source:
     if fmt == FORMAT_SLIME:
         from mismatchctl.ingest.slime import open_slime
 
-        return open_slime(path, mapping)
+        return open_slime(path, mapping, trust_pickle)
     if fmt == FORMAT_NEMO:
         from mismatchctl.ingest.nemo import open_nemo
 

@@ -55,7 +55,7 @@ def mask01(values: pa.Array, what: str) -> np.ndarray:
     wrong = (arr != 0) & (arr != 1)
     if wrong.any():
         raise InputError(
-            f"{what}: mask value {arr[np.flatnonzero(wrong)[0]]!r} "
+            f"{what}: mask value {arr[np.flatnonzero(wrong)[0]].item()!r} "
             f"({int(wrong.sum())} values are neither 0 nor 1)",
             "map a 0/1 response mask (attention_mask is not one: it includes tool tokens).",
         )
@@ -68,7 +68,13 @@ def ints(values: pa.Array, what: str) -> np.ndarray:
         raise InputError(f"{what}: {values.null_count} null values", "fill or map another column.")
     t = values.type
     if pa.types.is_integer(t):
-        return values.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        try:
+            return values.cast(pa.int64()).to_numpy(zero_copy_only=False)
+        except pa.ArrowInvalid:  # uint64 beyond int64
+            raise InputError(
+                f"{what}: expected integers in the int64 range, found {pc.max(values).as_py()}",
+                "map an integer column with values below 2**63.",
+            ) from None
     if pa.types.is_floating(t):
         arr = values.to_numpy(zero_copy_only=False)
         if np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):

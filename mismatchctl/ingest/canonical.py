@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.display import has_control, shown
 from mismatchctl.errors import InputError
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths, sequence_index
 
@@ -65,6 +66,8 @@ def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, 
     tally = Tally()
     batch = _drop(batch, _misaligned(batch, ctx), ctx, tally)
     batch = _drop(batch, _bad_values(batch, ctx), ctx, tally)
+    batch = _drop(batch, _bad_versions(batch), ctx, tally)
+    batch = _drop(batch, _bad_names(batch), ctx, tally)
     model = batch.mask if batch.mask is not None else np.ones(len(batch.rollout), dtype=bool)
     seq_of = sequence_index(batch.offsets)
     turn = batch.turn if batch.turn is not None else derive_turns(model, batch.offsets)
@@ -179,6 +182,35 @@ def _entropies_given(batch: RaggedBatch) -> np.ndarray:
     if batch.entropies_given is not None:
         return batch.entropies_given
     return ~np.isnan(batch.entropies)
+
+
+def _bad_versions(batch: RaggedBatch) -> dict[int, Problem]:
+    """A weight version is an integer: 1.5, inf or 1e30 would be truncated into a wrong lag."""
+    v = batch.weight_versions
+    if v is None:
+        return {}
+    with np.errstate(invalid="ignore"):
+        wrong = ~np.isnan(v) & (~np.isfinite(v) | (v != np.round(v)) | (np.abs(v) > 2**53))
+    return {
+        int(i): (
+            "weight_version not an integer",
+            f"weight_version {float(v[i])!r} (expected an integer)",
+        )
+        for i in np.flatnonzero(wrong)
+    }
+
+
+def _bad_names(batch: RaggedBatch) -> dict[int, Problem]:
+    """Sample ids and gpu names are shown in terminals: control characters are refused."""
+    bad: dict[int, Problem] = {}
+    for role, values in ((S.ROLE_SAMPLE_ID, batch.sample_ids), (S.ROLE_GPU, batch.gpus or [])):
+        for i, value in enumerate(values):
+            if value is not None and i not in bad and has_control(value):
+                bad[i] = (
+                    f"{role} with control characters",
+                    f"{role} {shown(value, 60)} holds control characters (expected printable text)",
+                )
+    return bad
 
 
 def _drop(batch: RaggedBatch, bad: dict[int, Problem], ctx: Context, tally: Tally) -> RaggedBatch:

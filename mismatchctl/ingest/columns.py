@@ -131,3 +131,15 @@ def require(found: Mapping[str, str], roles: Iterable[str], present: Iterable[st
                 f"no {role} logprob column in {source} (found: {', '.join(present)})",
                 f"name it with --map {role}=<column>.",
             )
+
+
+def unique_names(names: list[str], source: str) -> None:
+    """Two columns with one name make every role lookup ambiguous: refuse the file."""
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise InputError(
+                f"{source} has two columns named `{name}` (expected unique column names)",
+                "re-export the dump with distinct column names.",
+            )
+        seen.add(name)

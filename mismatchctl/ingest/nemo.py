@@ -15,6 +15,7 @@ import numpy as np
 
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError
+from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
 from mismatchctl.ingest.source import BATCH_TOKENS, FORMAT_NEMO, Source, step_from_name
 
@@ -52,7 +53,11 @@ def _lines(path: Path, keys: dict) -> Iterator[tuple[int, dict]]:
                     "the file is truncated or corrupt; repair or remove that line.",
                 ) from None
             if not isinstance(obj, dict):
-                raise InputError(f"{path.name}: line {number} is not a JSON object", None)
+                raise InputError(
+                    f"{path.name}: line {number} is not a JSON object "
+                    f"(found {type(obj).__name__}; expected one object per sample)",
+                    "write one JSON object per line, or leave the file out of the inputs.",
+                )
             for role in (S.ROLE_ROLLOUT, S.ROLE_TRAINER):
                 if keys[role] not in obj:
                     raise InputError(
@@ -60,7 +65,31 @@ def _lines(path: Path, keys: dict) -> Iterator[tuple[int, dict]]:
                         f"(found: {', '.join(obj)})",
                         f"name the {role} logprob key with --map {role}=<key>.",
                     )
-            yield number, obj
+            yield number, _converted(obj, keys, path, number)
+
+
+def _where(path: Path, number: int, key: str) -> str:
+    return f"{path.name}: line {number}: `{key}`"
+
+
+_HINT = "repair that line, or name another key with --map {role}=<key>."
+
+
+def _converted(obj: dict, keys: dict, path: Path, number: int) -> dict:
+    """The line's values for every role as numpy arrays (or a float / text), strictly checked."""
+    out: dict = {}
+    for role, convert in (
+        (S.ROLE_ROLLOUT, pv.floats),
+        (S.ROLE_TRAINER, pv.floats),
+        (S.ROLE_MASK, pv.mask),
+        (S.ROLE_TOKENS, pv.ints),
+        (S.ROLE_REWARD, pv.scalar),
+        (S.ROLE_SAMPLE_ID, pv.text),
+    ):
+        if keys[role] in obj:
+            where = _where(path, number, keys[role])
+            out[role] = convert(obj[keys[role]], where, _HINT.format(role=role))
+    return out
 
 
 def _batches(path: Path, keys: dict, step: int) -> Iterator[RaggedBatch]:
@@ -68,7 +97,7 @@ def _batches(path: Path, keys: dict, step: int) -> Iterator[RaggedBatch]:
     tokens = 0
     for number, obj in _lines(path, keys):
         chunk.append((number, obj))
-        tokens += len(obj[keys[S.ROLE_ROLLOUT]])
+        tokens += len(obj[S.ROLE_ROLLOUT])
         if tokens >= BATCH_TOKENS:
             yield _to_batch(chunk, keys, step, path)
             chunk, tokens = [], 0
@@ -76,44 +105,26 @@ def _batches(path: Path, keys: dict, step: int) -> Iterator[RaggedBatch]:
         yield _to_batch(chunk, keys, step, path)
 
 
-def _floats(values: list, path: Path, number: int, key: str) -> np.ndarray:
-    try:
-        return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
-    except (TypeError, ValueError):
-        raise InputError(f"{path.name}: line {number}: `{key}` holds non-numbers", None) from None
-
-
 def _to_batch(chunk: list[tuple[int, dict]], keys: dict, step: int, path: Path) -> RaggedBatch:
-    roll = [_floats(o[keys[S.ROLE_ROLLOUT]], path, n, keys[S.ROLE_ROLLOUT]) for n, o in chunk]
-    train = [_floats(o[keys[S.ROLE_TRAINER]], path, n, keys[S.ROLE_TRAINER]) for n, o in chunk]
+    roll = [o[S.ROLE_ROLLOUT] for _, o in chunk]
+    train = [o[S.ROLE_TRAINER] for _, o in chunk]
     batch = RaggedBatch(
         steps=np.full(len(chunk), step, dtype=np.int64),
-        sample_ids=[str(o.get(keys[S.ROLE_SAMPLE_ID], f"{path.stem}#{n}")) for n, o in chunk],
+        sample_ids=[o.get(S.ROLE_SAMPLE_ID, f"{path.stem}#{n}") for n, o in chunk],
         offsets=offsets_from_lengths(np.array([len(a) for a in roll], dtype=np.int64)),
         rollout=np.concatenate(roll),
         trainer=np.concatenate(train),
         locations=[f"line {n}" for n, _ in chunk],
     )
     batch.role_lengths[S.ROLE_TRAINER] = np.array([len(a) for a in train], dtype=np.int64)
-    if keys[S.ROLE_MASK] in chunk[0][1]:
-        masks = [np.asarray(o.get(keys[S.ROLE_MASK], []), dtype=np.float64) for _, o in chunk]
-        flat = np.concatenate(masks)
-        if not np.isin(flat, (0, 1)).all():
-            raise InputError(
-                f"{path.name}: `{keys[S.ROLE_MASK]}` holds values other than 0/1", None
-            )
-        batch.mask = flat == 1
+    if S.ROLE_MASK in chunk[0][1]:
+        masks = [o.get(S.ROLE_MASK, np.zeros(0, dtype=bool)) for _, o in chunk]
+        batch.mask = np.concatenate(masks)
         batch.role_lengths[S.ROLE_MASK] = np.array([len(m) for m in masks], dtype=np.int64)
-    if keys[S.ROLE_TOKENS] in chunk[0][1]:
-        ids = [np.asarray(o.get(keys[S.ROLE_TOKENS], []), dtype=np.int64) for _, o in chunk]
+    if S.ROLE_TOKENS in chunk[0][1]:
+        ids = [o.get(S.ROLE_TOKENS, np.zeros(0, dtype=np.int64)) for _, o in chunk]
         batch.token_ids = np.concatenate(ids)
         batch.role_lengths[S.ROLE_TOKENS] = np.array([len(a) for a in ids], dtype=np.int64)
-    if keys[S.ROLE_REWARD] in chunk[0][1]:
-        batch.rewards = np.array([_scalar(o.get(keys[S.ROLE_REWARD])) for _, o in chunk])
+    if S.ROLE_REWARD in chunk[0][1]:
+        batch.rewards = np.array([o.get(S.ROLE_REWARD, np.nan) for _, o in chunk])
     return batch
-
-
-def _scalar(value: object) -> float:
-    if isinstance(value, list):
-        return float(value[0]) if len(value) == 1 else float("nan")
-    return float("nan") if value is None else float(value)  # type: ignore[arg-type]

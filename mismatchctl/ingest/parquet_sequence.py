@@ -19,7 +19,7 @@ from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
 from mismatchctl.ingest import source as src
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
-from mismatchctl.ingest.columns import SEQUENCE_NAMES, require, resolve
+from mismatchctl.ingest.columns import SEQUENCE_NAMES, require, resolve, unique_names
 from mismatchctl.ingest.source import FORMAT_SEQUENCE, Source, step_from_name, tags_from_metadata
 
 PER_TOKEN = (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, S.ROLE_TOKENS)
@@ -28,6 +28,7 @@ PER_TOKEN = (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, S.ROLE_TOKENS)
 def open_sequence(path: Path, mapping: Mapping[str, str]) -> Source:
     pf = pq.ParquetFile(path)
     names = pf.schema_arrow.names
+    unique_names(names, path.name)
     found = resolve(names, SEQUENCE_NAMES, mapping, path.name)
     require(found, (S.ROLE_ROLLOUT, S.ROLE_TRAINER), names, path.name)
     meta = pf.schema_arrow.metadata or {}
@@ -70,19 +71,21 @@ def _batches(
 ) -> Iterator[RaggedBatch]:
     rows_done = 0
     columns = list(dict.fromkeys(found.values()))
-    avg = max(1, pf.metadata.num_rows and _avg_len(pf, found[S.ROLE_ROLLOUT]))
+    avg = max(1, pf.metadata.num_rows and _avg_len(pf, found[S.ROLE_ROLLOUT], path))
     rows_per_batch = max(1, min(65536, src.BATCH_TOKENS // avg))
     for record in pf.iter_batches(batch_size=rows_per_batch, columns=columns):
         yield _to_batch(record, path, found, step, rows_done)
         rows_done += record.num_rows
 
 
-def _avg_len(pf: pq.ParquetFile, column: str) -> int:
+def _avg_len(pf: pq.ParquetFile, column: str, path: Path) -> int:
     """Average list length from the first row group (to size batches near 1M tokens)."""
     if pf.metadata.num_row_groups == 0:
         return 1
     first = pf.read_row_group(0, columns=[column]).column(0)
-    _, lengths = av.list_values(first, column)
+    if not av.is_list_type(first.type):
+        raise _not_a_list(path, column, first.type)
+    _, lengths = av.list_values(first, f"{path.name}: column `{column}`")
     return int(lengths.mean()) if len(lengths) else 1
 
 

@@ -19,7 +19,7 @@ from mismatchctl import schema as S
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
-from mismatchctl.ingest.columns import TOKEN_NAMES, require, resolve
+from mismatchctl.ingest.columns import TOKEN_NAMES, require, resolve, unique_names
 from mismatchctl.ingest.source import (
     BATCH_TOKENS,
     FORMAT_TOKEN,
@@ -32,6 +32,7 @@ from mismatchctl.ingest.source import (
 def open_token(path: Path, mapping: Mapping[str, str]) -> Source:
     pf = pq.ParquetFile(path)
     names = pf.schema_arrow.names
+    unique_names(names, path.name)
     found = resolve(names, TOKEN_NAMES, mapping, path.name)
     require(found, (S.ROLE_ROLLOUT, S.ROLE_TRAINER), names, path.name)
     if S.ROLE_SAMPLE_ID not in found:

@@ -12,6 +12,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.display import has_control, shown
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest import detect_format, expand_inputs, open_source
 from mismatchctl.ingest.canonical import Context, Tally, canonicalize
@@ -21,7 +22,8 @@ from mismatchctl.store.catalog import PartRecord, SourceRecord
 from mismatchctl.store.parts import SEQUENCES, TOKENS, PartWriter
 from mismatchctl.store.store import Store, Transaction, check_run_name, now
 
-TAG_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+TAG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
+MAX_TAG_VALUE = 256
 
 
 class Progress(Protocol):
@@ -63,11 +65,18 @@ def parse_tags(items: Iterable[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         key, value = key.strip(), value.strip()
-        if not sep or not TAG_KEY.match(key) or not value or "\n" in value:
+        if not sep or not TAG_KEY.fullmatch(key) or not value:
             raise UsageError(
-                f"--tag `{item}` is not KEY=VALUE",
+                f"--tag `{shown(item, 80)}` is not KEY=VALUE",
                 "write e.g. --tag gpu=A100 --tag engine=vllm-0.18.1 (keys: letters, digits, "
                 "`_`, `.`, `-`).",
+            )
+        if has_control(value) or len(value) > MAX_TAG_VALUE:
+            raise UsageError(
+                f"--tag `{shown(item, 80)}`: the value has {len(value)} characters"
+                + (" and control characters" if has_control(value) else ""),
+                f"use printable text of at most {MAX_TAG_VALUE} characters (tags are shown in "
+                "terminals and HTML reports).",
             )
         tags[key] = value
     return tags
@@ -85,6 +94,7 @@ class Options:
     fmt: str | None
     mapping: Mapping[str, str]
     skip_bad: bool
+    trust_pickle: bool = False  # full unpickling of .pt files: runs any code in them
 
 
 def ingest_files(
@@ -141,7 +151,7 @@ def _ingest_one(
 ) -> tuple[SourceRecord, list[PartRecord], Tally]:
     fmt = detect_format(path, opts.mapping, opts.fmt)
     try:
-        source = open_source(path, fmt, opts.mapping)
+        source = open_source(path, fmt, opts.mapping, opts.trust_pickle)
         tags = {**source.tags, **opts.tags}
         ctx = Context(path.name, tags.get(S.TAG_GPU), opts.skip_bad, seq)
         tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, store_parts.PART_TOKENS)

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mismatchctl.display import has_control
 from mismatchctl.ingest.batch import RaggedBatch
 
 FORMAT_SEQUENCE = "parquet-sequence"
@@ -46,7 +47,7 @@ def step_from_name(path: Path) -> int | None:
     return None
 
 
-_TAG_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
+_TAG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
 _RESERVED_META = {"pandas", "huggingface", "step"}
 
 
@@ -58,9 +59,9 @@ def tags_from_metadata(meta: dict[bytes, bytes] | None) -> dict[str, str]:
             key, value = raw_key.decode(), raw_value.decode()
         except UnicodeDecodeError:
             continue
-        if key in _RESERVED_META or not _TAG_KEY.match(key) or len(value) > 256:
+        if key in _RESERVED_META or not _TAG_KEY.fullmatch(key) or len(value) > 256:
             continue
-        if "\n" in value or not value.strip():
+        if has_control(value) or not value.strip():
             continue
         tags[key] = value.strip()
     return tags

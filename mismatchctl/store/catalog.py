@@ -7,7 +7,9 @@ writes parts first and commits their rows in one transaction, so a crash leaves 
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -132,6 +134,8 @@ def connect(root: Path, create: bool = False) -> sqlite3.Connection:
             f"no store at {root} (no {CATALOG_NAME})",
             "ingest something first (mismatchctl ingest ...), or point --store at your store.",
         )
+    if create and not path.exists():
+        _create(root)
     try:
         con = sqlite3.connect(path, timeout=30, isolation_level=None)
         con.row_factory = sqlite3.Row
@@ -148,6 +152,20 @@ def connect(root: Path, create: bool = False) -> sqlite3.Connection:
             "point --store at a mismatchctl store, or move the damaged store away.",
         ) from None
     return con
+
+
+def _create(root: Path) -> None:
+    """Build a new catalog beside the store and rename it into place: a reader (or a writer
+    killed half-way) never sees a catalog without its tables or its schema version."""
+    tmp = root / ".staging" / f"catalog-{uuid.uuid4().hex}.sqlite"  # swept if we are killed
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    con = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        con.executescript(_DDL)
+        con.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+    finally:
+        con.close()
+    os.replace(tmp, root / CATALOG_NAME)
 
 
 def _check_version(con: sqlite3.Connection, root: Path) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 import polars as pl
 
 from mismatchctl import schema as S
+from mismatchctl.display import shown
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import catalog
 from mismatchctl.store.catalog import MetricSource, PartRecord, SourceRecord
@@ -39,9 +40,10 @@ STAGING = ".staging"
 
 
 def check_run_name(name: str) -> str:
-    if not RUN_NAME.match(name):
+    """A run name is a directory name in the store: no path, no control character, no `=`."""
+    if not RUN_NAME.fullmatch(name):  # fullmatch: `$` would accept a trailing newline
         raise UsageError(
-            f"run name `{name}` is not allowed",
+            f"run name `{shown(name, 80)}` is not allowed",
             "use letters, digits, `.`, `_`, `+` and `-` (no spaces, `=`, `,`, `@` or `/`), "
             "starting with a letter or digit, at most 128 characters.",
         )
@@ -150,7 +152,7 @@ class Store:
     def _unknown_run(self, name: str, con: sqlite3.Connection) -> StoreError:
         known = [r[0] for r in con.execute("SELECT name FROM runs ORDER BY name")]
         return StoreError(
-            f"no run `{name}` in the store {self.root} (runs: {', '.join(known) or 'none'})",
+            f"no run `{shown(name, 80)}` in the store {self.root} (runs: {', '.join(known) or 'none'})",
             "list the runs with `mismatchctl runs`.",
         )
 

@@ -1,0 +1,35 @@
+"""Text from dumps and users shown safely: control characters never reach a terminal raw.
+
+A run name, tag, gpu name or sample id can come from a file someone else wrote. Printed as it is,
+an escape sequence in it could rewrite the user's terminal (or hide part of an error message), and
+a right-to-left override could make it read differently. Names with such characters are rejected
+at ingest; error messages (which quote whatever the user typed) show them escaped.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 and C1 control characters, DEL, and the bidirectional overrides and isolates.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_KEEP = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # not \t, \n
+
+
+def has_control(text: str) -> bool:
+    return CONTROL.search(text) is not None
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(text: str, limit: int = 200) -> str:
+    """``text`` for a one-line message: control characters escaped, cut at ``limit`` characters."""
+    cut = text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+    return CONTROL.sub(_escape, cut)
+
+
+def printable(message: str) -> str:
+    """A multi-line message with every control character but newline and tab escaped."""
+    return _KEEP.sub(_escape, message)

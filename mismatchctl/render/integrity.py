@@ -1,0 +1,22 @@
+"""The table of `mismatchctl runs check`."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+
+from mismatchctl.store.integrity import Damage
+
+
+def check_table(found: dict[str, list[Damage]]) -> Table | Text:
+    if not found:
+        return Text("No runs in the store yet.")
+    table = Table(show_edge=False, pad_edge=False)
+    for name in ("run", "status", "part", "problem"):
+        table.add_column(name, overflow="fold")
+    for run, damage in found.items():
+        if not damage:
+            table.add_row(Text(run), Text("ok", style="green"), "", "")
+        for d in damage:
+            table.add_row(Text(run), Text("damaged", style="red"), Text(d.part), Text(d.problem))
+    return table

@@ -1,0 +1,125 @@
+"""A damaged store: a deleted, truncated or replaced part is found when a command reads the run,
+with an error naming the part, the run and the repair; `runs check` finds it up front."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import mismatchctl
+from tests.helpers import FIXTURES, cli, multi_gpu_dump
+
+GOOD = FIXTURES / "sequence.parquet"
+
+HINT = (
+    "\n\nHint: re-ingest the run: `mismatchctl runs rm x`, then ingest its sources again "
+    "(`mismatchctl runs show x` lists them); `mismatchctl runs check` checks every run.\n"
+)
+COMMANDS = [
+    ["report", "x", "--quiet"],
+    ["compare", "x", "base", "--quiet"],
+    ["diagnose", "x", "--quiet"],
+    ["whatif", "x", "--quiet"],
+]
+
+
+@pytest.fixture
+def two_runs(store: Path, tmp_path: Path) -> Path:
+    dump = tmp_path / "gpus.parquet"
+    multi_gpu_dump(dump)
+    assert cli("ingest", str(dump), "--run", "x", "-q").code == 0
+    assert cli("ingest", str(GOOD), "--run", "base", "-q").code == 0
+    return store
+
+
+def _part(store: Path, kind: str = "tokens"):
+    return mismatchctl.open_store(store).parts("x", kind)[0]
+
+
+def _fails_everywhere(store: Path, message: str) -> None:
+    for command in COMMANDS:
+        ran = cli(*command)
+        assert ran.code == 1, command
+        assert ran.err == f"Error: {message}{HINT}", command
+    assert cli("report", "base", "--quiet").code == 0  # other runs stay readable
+
+
+def test_deleted_token_part(two_runs: Path) -> None:
+    part = _part(two_runs)
+    (two_runs / part.path).unlink()
+    _fails_everywhere(
+        two_runs, f"part {part.path} of run `x` is missing (expected {part.rows:,} rows)"
+    )
+
+
+def test_deleted_sequence_part(two_runs: Path) -> None:
+    part = _part(two_runs, "sequences")
+    (two_runs / part.path).unlink()
+    _fails_everywhere(
+        two_runs, f"part {part.path} of run `x` is missing (expected {part.rows:,} rows)"
+    )
+
+
+def test_truncated_part(two_runs: Path) -> None:
+    part = _part(two_runs)
+    path = two_runs / part.path
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    for command in COMMANDS:
+        ran = cli(*command)
+        assert ran.code == 1
+        assert ran.err.startswith(f"Error: part {part.path} of run `x` is truncated or corrupt (")
+        assert ran.err.endswith(f"; expected {part.rows:,} rows){HINT}")
+
+
+def test_part_replaced_by_other_rows(two_runs: Path) -> None:
+    part = _part(two_runs)
+    path = two_runs / part.path
+    pq.write_table(pq.read_table(path).slice(0, 10), path)
+    _fails_everywhere(
+        two_runs, f"part {part.path} of run `x` holds 10 rows, the catalog expects {part.rows:,}"
+    )
+
+
+def test_runs_check_and_the_repair(two_runs: Path, tmp_path: Path) -> None:
+    assert cli("runs", "check").code == 0
+    part = _part(two_runs)
+    (two_runs / part.path).unlink()
+    ran = cli("runs", "check")
+    assert ran.code == 1
+    assert "damaged" in ran.out and "ok" in ran.out
+    assert ran.err.startswith(f"Error: part {part.path} of run `x` is missing")
+    listed = json.loads(cli("runs", "check", "--json").out)
+    assert listed["base"] == [] and listed["x"][0]["part"] == part.path
+    assert cli("runs", "check", "base").code == 0
+    # the repair the hint names
+    assert cli("runs", "rm", "x").code == 0
+    dump = tmp_path / "gpus.parquet"
+    assert cli("ingest", str(dump), "--run", "x", "-q").code == 0
+    assert cli("runs", "check", "--deep").code == 0
+    assert cli("report", "x", "--quiet").code == 0
+
+
+def test_deep_check_decodes_pages(two_runs: Path) -> None:
+    part = _part(two_runs)
+    path = two_runs / part.path
+    data = bytearray(path.read_bytes())
+    footer = int.from_bytes(data[-8:-4], "little") + 8
+    middle = (len(data) - footer) // 2
+    data[middle - 2000 : middle + 2000] = b"\0" * 4000  # page bytes; the footer is intact
+    path.write_bytes(bytes(data))
+    assert cli("runs", "check", "x").code == 0  # the footer check cannot see inside pages
+    ran = cli("runs", "check", "x", "--deep")
+    assert ran.code == 1
+    assert ran.err.startswith(f"Error: part {part.path} of run `x` is truncated or corrupt (")
+
+
+def test_damaged_catalog(two_runs: Path) -> None:
+    catalog = two_runs / "catalog.sqlite"
+    catalog.write_bytes(catalog.read_bytes()[:1000])
+    ran = cli("runs")
+    assert ran.code == 1
+    assert ran.err.startswith(f"Error: the catalog {catalog} is not a readable SQLite database")
+    assert "Hint: point --store at a mismatchctl store, or move the damaged store away." in ran.err
