@@ -20,9 +20,11 @@ import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.analysis.selection import PartTask, RowFilter
-from mismatchctl.analysis.splits import GPU, Pass
+from mismatchctl.analysis.splits import BIN, GPU, Pass
 from mismatchctl.engines.keys import Label, PartKeys, decode, group_codes
-from mismatchctl.stats import Partial, chunk_partials
+from mismatchctl.stats import Partial, assign_bins
+from mismatchctl.stats.chunk import token_columns
+from mismatchctl.stats.turnruns import bin_cells, bin_partials, run_partials, turn_runs
 from mismatchctl.store.integrity import read_error
 
 Groups = dict[tuple[Label, ...], Partial]
@@ -115,7 +117,9 @@ def sequence_slices(table: pa.Table, size: int | None = None) -> list[pa.Table]:
         return [table] if table.num_rows else []
     seq = table.column(S.SEQ).to_numpy()
     starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-    first_after = np.searchsorted(starts, np.arange(size, len(seq), size))  # a start at/after each mark
+    first_after = np.searchsorted(
+        starts, np.arange(size, len(seq), size)
+    )  # a start at/after each mark
     cuts = np.unique(starts[first_after[first_after < len(starts)]])
     bounds = [0, *cuts.tolist(), len(seq)]
     return [table.slice(a, b - a) for a, b in itertools.pairwise(bounds) if b > a]
@@ -128,13 +132,33 @@ def _slice_groups(
     edges: np.ndarray,
     extras: Sequence[PartExtra],
 ) -> tuple[list[Groups], list[Any]]:
+    """Every pass's groups of one slice: per-token columns computed once, groupings that follow
+    turn runs reduced through the runs, probability-bin groupings from the tokens."""
     keys = PartKeys(table, task.run, dict(task.tags), edges)
     lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
-    seq = keys.column(S.SEQ)
+    seq, turn = keys.column(S.SEQ), keys.column(S.TURN)
+    nb = len(edges) - 1
+    cells = None
+    if any(p.with_hist for p in passes):
+        pr = np.exp(lr)
+        bins = assign_bins(pr, edges)
+        cells = bin_cells(lr, lt, seq, turn, bins, nb, pr)
+        runs = cells.runs
+    else:
+        runs = turn_runs(token_columns(lr, lt), seq, turn)
+    # every key but the probability bin is constant along a turn run (step and gpu are per
+    # sequence in the store): its codes are those of each run's first token
+    run_keys = PartKeys(table.take(pa.array(runs.starts)), task.run, dict(task.tags), edges)
     out = []
     for p in passes:
-        code, size, labels = group_codes(keys, p.keys)
-        partials = chunk_partials(lr, lt, seq, code, size, with_hist=p.with_hist)
+        if p.with_hist:
+            assert cells is not None and p.keys[-1] == BIN
+            code, size, labels = group_codes(run_keys, p.keys[:-1])
+            partials = bin_partials(cells, code, size, nb)
+            labels = [*labels, list(range(nb))]
+        else:
+            code, size, labels = group_codes(run_keys, p.keys)
+            partials = run_partials(runs, code, size)
         out.append({decode(i, labels): part for i, part in enumerate(partials) if part.tokens > 0})
     return out, [extra.compute(table, keys) for extra in extras]
 

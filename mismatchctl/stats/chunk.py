@@ -64,7 +64,7 @@ def chunk_partials(
         segments = GroupReducer(lay.seg_starts, np.arange(m), len(lay.code), m)
         _segment_columns(table, lay, r, k3, segments)
     hists = histogram.histogram(r, lay.code, g) if with_hist else None
-    return _expand(table, hists, present, n_groups, with_hist)
+    return expand(table, hists, present, n_groups, with_hist)
 
 
 def _checked(
@@ -95,31 +95,79 @@ def _compact(group: np.ndarray, n_groups: int) -> tuple[np.ndarray, np.ndarray]:
     return present, remap[group]
 
 
+class TokenColumns(NamedTuple):
+    """Per-token values every grouping reduces, computed once per slice of tokens."""
+
+    lr: np.ndarray
+    lt: np.ndarray
+    r: np.ndarray
+    k3: np.ndarray
+    pr: np.ndarray
+    pt: np.ndarray
+    dp: np.ndarray
+    sums: dict[Col, np.ndarray]  # the summed columns of the state, per token
+
+
+def token_columns(lr: np.ndarray, lt: np.ndarray, pr: np.ndarray | None = None) -> TokenColumns:
+    """``r = lt - lr`` and everything derived from it and from the probabilities (``pr``:
+    ``exp(lr)`` when the caller has it already)."""
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported as inf, by design
+        r = lt - lr
+        rho_m1 = np.expm1(r)  # expm1, not exp - 1: keeps K3 accurate when |r| is tiny
+        k3 = rho_m1 - r
+        pr = np.exp(lr) if pr is None else pr
+        pt = np.exp(lt)
+        dp = np.subtract(pt, pr)
+        np.abs(dp, out=dp)
+        abs_r = np.abs(r)
+        sums = {
+            Col.K3_SUM: k3,
+            Col.R_SUM: r,
+            Col.ABS_R_SUM: abs_r,
+            Col.CHI2_SUM: _chi2_from_rho(r, rho_m1, abs_r),
+            Col.RHO_M1_SUM: rho_m1,
+            Col.DP_SUM: dp,
+            Col.LOW_PROB: (pr < LOW_PROB_THRESHOLD).astype(np.float64),
+            Col.PR_SUM: pr,
+            Col.PT_SUM: pt,
+        }
+    return TokenColumns(lr, lt, r, k3, pr, pt, dp, sums)
+
+
+def fill_token_state(t: np.ndarray, c: TokenColumns, red: GroupReducer) -> None:
+    """The token columns of state table ``t``: counts, sums, centred moments, extremes."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        n = t[:, Col.TOKENS] = red.counts()
+        for col, values in c.sums.items():
+            t[:, col] = red.sum(values)
+        t[:, Col.R_M2] = red.centred(c.r, t[:, Col.R_SUM], n)[1]
+        _pair_moments(
+            t, red, c.pr, c.pt, (Col.PR_SUM, Col.PT_SUM, Col.PR_M2, Col.PT_M2, Col.PRPT_C)
+        )
+        _extremes(t, red, [(Col.R_MIN, c.r), (Col.R_MAX, c.r), (Col.DP_MAX, c.dp)])
+        _extremes(
+            t, red, [(Col.PR_MIN, c.pr), (Col.PR_MAX, c.pr), (Col.PT_MIN, c.pt), (Col.PT_MAX, c.pt)]
+        )
+
+
 def _token_columns(
     t: np.ndarray, lr: np.ndarray, lt: np.ndarray, red: GroupReducer
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the token columns of table ``t``; return ``r`` and ``k3`` for the segment pass."""
-    r = lt - lr
-    rho_m1 = np.expm1(r)  # expm1, not exp - 1: keeps K3 accurate when |r| is tiny
-    k3 = rho_m1 - r
-    pr, pt = np.exp(lr), np.exp(lt)
-    dp = np.subtract(pt, pr)
-    np.abs(dp, out=dp)
-    n = t[:, Col.TOKENS] = red.counts()
-    t[:, Col.K3_SUM] = red.sum(k3)
-    t[:, Col.R_SUM] = red.sum(r)
-    t[:, Col.ABS_R_SUM] = red.sum(np.abs(r))
-    t[:, Col.CHI2_SUM] = red.sum(_chi2_terms(r))
-    t[:, Col.RHO_M1_SUM] = red.sum(rho_m1)
-    t[:, Col.DP_SUM] = red.sum(dp)
-    t[:, Col.LOW_PROB] = red.sum((pr < LOW_PROB_THRESHOLD).astype(np.float64))
-    t[:, Col.PR_SUM] = red.sum(pr)
-    t[:, Col.PT_SUM] = red.sum(pt)
-    t[:, Col.R_M2] = red.centred(r, t[:, Col.R_SUM], n)[1]
-    _pair_moments(t, red, pr, pt, (Col.PR_SUM, Col.PT_SUM, Col.PR_M2, Col.PT_M2, Col.PRPT_C))
-    _extremes(t, red, [(Col.R_MIN, r), (Col.R_MAX, r), (Col.DP_MAX, dp)])
-    _extremes(t, red, [(Col.PR_MIN, pr), (Col.PR_MAX, pr), (Col.PT_MIN, pt), (Col.PT_MAX, pt)])
-    return r, k3
+    c = token_columns(lr, lt)
+    fill_token_state(t, c, red)
+    return c.r, c.k3
+
+
+def _chi2_from_rho(r: np.ndarray, rho_m1: np.ndarray, abs_r: np.ndarray) -> np.ndarray:
+    """``exp(2 clamp(r, -20, 20)) - 1`` as ``(rho - 1)(rho + 1)`` (exact algebra, no second
+    exponential) where ``|r| <= 20``, and from the clamped ratio beyond."""
+    terms = rho_m1 + 2.0
+    terms *= rho_m1
+    big = abs_r > RATIO_CLAMP
+    if big.any():
+        terms[big] = _chi2_terms(r[big])
+    return terms
 
 
 def _chi2_terms(x: np.ndarray) -> np.ndarray:
@@ -188,14 +236,34 @@ def _segment_columns(
     t: np.ndarray, lay: Layout, r: np.ndarray, k3: np.ndarray, segments: GroupReducer
 ) -> None:
     """Fill the segment columns of table ``t`` from per-segment sums."""
-    length = segments.counts()
-    rlp = -segments.sum(lay.lr) / length  # rollout_log_ppl_i
-    tlp = -segments.sum(lay.lt) / length
-    r_total = segments.sum(r)  # S_i
-    d = -r_total / length  # trainer_log_ppl_i - rollout_log_ppl_i, without their cancellation
-    red = GroupReducer.from_index(lay.code[lay.seg_starts], len(t))
+    fill_segment_state(
+        t,
+        segments.counts(),
+        segments.sum(lay.lr),
+        segments.sum(lay.lt),
+        segments.sum(r),
+        segments.sum(k3),
+        lay.code[lay.seg_starts],
+    )
+
+
+def fill_segment_state(
+    t: np.ndarray,
+    length: np.ndarray,
+    lr_sum: np.ndarray,
+    lt_sum: np.ndarray,
+    r_sum: np.ndarray,
+    k3_sum: np.ndarray,
+    seg_code: np.ndarray,
+) -> None:
+    """The segment columns of state table ``t`` from each segment's token count and sums of
+    ``lr``, ``lt``, ``r`` (``S_i``) and K3; ``seg_code`` is each segment's group."""
+    rlp = -lr_sum / length  # rollout_log_ppl_i
+    tlp = -lt_sum / length
+    d = -r_sum / length  # trainer_log_ppl_i - rollout_log_ppl_i, without their cancellation
+    red = GroupReducer.from_index(seg_code, len(t))
     t[:, Col.SEGMENTS] = red.counts()
-    t[:, Col.SEG_K3_MEAN_SUM] = red.sum(segments.sum(k3) / length)
+    t[:, Col.SEG_K3_MEAN_SUM] = red.sum(k3_sum / length)
     t[:, Col.RLP_SUM] = red.sum(rlp)
     t[:, Col.TLP_SUM] = red.sum(tlp)
     t[:, Col.RPPL_SUM] = red.sum(np.exp(rlp))
@@ -203,14 +271,14 @@ def _segment_columns(
     t[:, Col.D_SUM] = red.sum(d)
     t[:, Col.ABS_D_SUM] = red.sum(np.abs(d))
     t[:, Col.PPL_RATIO_SUM] = red.sum(np.exp(d))
-    t[:, Col.CHI2_SEQ_SUM] = red.sum(_chi2_terms(r_total))
+    t[:, Col.CHI2_SEQ_SUM] = red.sum(_chi2_terms(r_sum))
     cols = (Col.RLP_SUM, Col.TLP_SUM, Col.RLP_M2, Col.TLP_M2, Col.RLPTLP_C)
     _pair_moments(t, red, rlp, tlp, cols)
     extremes = [(Col.RLP_MIN, rlp), (Col.RLP_MAX, rlp), (Col.TLP_MIN, tlp), (Col.TLP_MAX, tlp)]
     _extremes(t, red, extremes)
 
 
-def _expand(
+def expand(
     table: np.ndarray,
     hists: np.ndarray | None,
     present: np.ndarray,

@@ -1,0 +1,107 @@
+"""The engine's two-stage kernel (tokens -> turn runs -> groups) equals the one-stage kernel
+``chunk_partials`` on the same tokens, for every kind of grouping the engine makes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mismatchctl.stats import chunk_partials
+from mismatchctl.stats.chunk import token_columns
+from mismatchctl.stats.state import Col
+from mismatchctl.stats.turnruns import bin_cells, bin_partials, run_partials, turn_runs
+
+SEGMENT_COLS = [c for c in Col if c >= Col.SEGMENTS]
+
+
+def _tokens(seed: int, n_seqs: int = 40) -> tuple[np.ndarray, ...]:
+    """Sequences of 1-3 turns, turn lengths 1-60, logprobs with small and large mismatch."""
+    rng = np.random.default_rng(seed)
+    seq, turn, steps = [], [], []
+    for i in range(n_seqs):
+        for t in range(int(rng.integers(1, 4))):
+            k = int(rng.integers(1, 61))
+            seq += [i] * k
+            turn += [t] * k
+        steps += [i % 5] * (len(seq) - len(steps))
+    n = len(seq)
+    lr = -rng.exponential(1.0, n) * (rng.random(n) < 0.8)
+    lt = np.minimum(lr + rng.normal(0, 0.05, n) * (1 + 5 * (rng.random(n) < 0.05)), 0.0)
+    return lr, lt, np.array(seq), np.array(turn, dtype=np.int32), np.array(steps)
+
+
+def _assert_same(fast, slow, cols=None) -> None:
+    assert len(fast) == len(slow)
+    for a, b in zip(fast, slow, strict=True):
+        x, y = a.state, b.state
+        if cols is not None:
+            x, y = x[cols], y[cols]
+        np.testing.assert_allclose(x, y, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("kind", ["sequence", "turn", "turn_kind", "returning"])
+def test_run_partials_equal_chunk_partials(seed: int, kind: str) -> None:
+    lr, lt, seq, turn, step = _tokens(seed)
+    code, size = {
+        "sequence": (step, 5),  # constant per sequence (step, gpu, run, tags)
+        "turn": (np.minimum(turn, 3), 4),
+        "turn_kind": ((turn > 0).astype(np.int64), 2),
+        # a sequence that comes back to a group it left (turns 0 and 2 in group 0)
+        "returning": ((turn % 2).astype(np.int64), 2),
+    }[kind]
+    code = np.asarray(code, dtype=np.int64)
+    cols = token_columns(lr, lt)
+    runs = turn_runs(cols, seq, turn)
+    fast = run_partials(runs, code[runs.starts], size)
+    slow = chunk_partials(lr, lt, seq, code, size)
+    _assert_same(fast, slow)
+    for a, b in zip(fast, slow, strict=True):
+        fa, fb = a.finalize(), b.finalize()
+        assert fa.keys() == fb.keys()
+        for name, value in fa.items():
+            if value is None or fb[name] is None:
+                assert value is None and fb[name] is None, name
+            else:
+                assert value == pytest.approx(fb[name], rel=1e-9, abs=1e-12, nan_ok=True), name
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_bin_cells_equal_chunk_partials(seed: int) -> None:
+    """(run key x bin) groups from the cells equal the token-level kernel (token columns and
+    histograms), and the runs merged from the cells equal the runs reduced from the tokens."""
+    lr, lt, seq, turn, step = _tokens(seed)
+    nb = 6
+    bins = np.digitize(np.exp(lr), [1e-3, 0.1, 0.5, 0.9, 0.99]).astype(np.int64)  # interleaving
+    cells = bin_cells(lr, lt, seq, turn, bins, nb)
+    run_code = step[cells.runs.starts].astype(np.int64)
+    fast = bin_partials(cells, run_code, 5, nb)
+    slow = chunk_partials(lr, lt, seq, step * nb + bins, 5 * nb, with_hist=True)
+    _assert_same(fast, slow, [c for c in Col if c < Col.SEGMENTS])
+    for a, b in zip(fast, slow, strict=True):
+        np.testing.assert_array_equal(a.hist, b.hist)
+        assert a.sequences == 0  # no segment columns: a bin does not cut sequences into units
+    direct = turn_runs(token_columns(lr, lt), seq, turn)
+    np.testing.assert_allclose(cells.runs.state, direct.state, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(cells.runs.lr_sum, direct.lr_sum, rtol=1e-12)
+    np.testing.assert_array_equal(cells.runs.starts, direct.starts)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=12),
+    seed=st.integers(0, 2**16),
+)
+def test_single_token_runs_and_tiny_slices(lengths: list[int], seed: int) -> None:
+    """Runs of one token, one run per sequence, many turns: the merge formula stays exact."""
+    rng = np.random.default_rng(seed)
+    seq = np.repeat(np.arange(len(lengths)), lengths)
+    turn = np.concatenate([np.arange(k) % 3 for k in lengths]).astype(np.int32)
+    lr = -rng.exponential(1.0, len(seq))
+    lt = lr + rng.normal(0, 0.1, len(seq))
+    code = (seq % 3).astype(np.int64)
+    cols = token_columns(lr, lt)
+    runs = turn_runs(cols, seq, turn)
+    _assert_same(run_partials(runs, code[runs.starts], 3), chunk_partials(lr, lt, seq, code, 3))
