@@ -7,7 +7,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mismatchctl.curves.ingest import ingest_metrics
 from mismatchctl.errors import InputError
+from mismatchctl.ingest.detect import expand_inputs
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files
 from mismatchctl.store import Store
 
@@ -22,6 +24,7 @@ class DemoRun:
     tags: dict[str, str]
     captured: bool
     shows: str
+    metrics: Path | None = None  # the run's training log (manifest key "metrics"), if any
 
 
 def default_data_dir() -> Path:
@@ -51,6 +54,7 @@ def load_manifest(data_dir: str | os.PathLike[str] | None = None) -> list[DemoRu
             tags=dict(e.get("tags", {})),
             captured=bool(e.get("captured", True)),
             shows=e.get("shows", ""),
+            metrics=base / e["metrics"] if e.get("metrics") else None,
         )
         for e in entries
     ]
@@ -59,9 +63,21 @@ def load_manifest(data_dir: str | os.PathLike[str] | None = None) -> list[DemoRu
 def ingest_demo(
     store: Store, runs: list[DemoRun], progress: Progress | None = None
 ) -> list[IngestResult]:
-    """Ingest every sample run (an already ingested run is a no-op)."""
+    """Ingest every sample run and its training log, if it has one (an already ingested run or
+    log is a no-op)."""
     results = []
     for run in runs:
         opts = Options(run=run.name, tags=run.tags, fmt=run.format, mapping={}, skip_bad=False)
-        results.append(ingest_files(store, [str(run.path)], opts, progress))
+        results.append(ingest_files(store, _dump_inputs(run), opts, progress))
+        if run.metrics is not None:
+            ingest_metrics(store, run.metrics, run.name)
     return results
+
+
+def _dump_inputs(run: DemoRun) -> list[str]:
+    """The run's dump files: its directory, less the training log when that lies inside it (a
+    .jsonl file there would be taken for a dump)."""
+    if run.metrics is None or not run.path.is_dir():
+        return [str(run.path)]
+    log = run.metrics.resolve()
+    return [str(p) for p in expand_inputs([str(run.path)]) if p.resolve() != log]

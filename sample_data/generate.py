@@ -6,7 +6,7 @@ A small byte-level transformer is trained briefly on CPU on Python standard-libr
 checkpoints along training are the RL training steps. Each run samples multi-turn rollouts with a
 bf16 KV-cache inference path and rescores them with an fp32 full-forward trainer path; one knob of
 the inference path differs per run. The synthetic multi-GPU run is derived from `ref` and labelled
-so.
+so, as is the synthetic training log written for it (gen/training_log.py).
 Bit-for-bit reproducible for a seed on one machine (same Python, torch and pyarrow versions).
 """
 
@@ -32,6 +32,8 @@ from gen.rollout import RolloutShape, Sample, make_samples, roll_out, score, sta
 from gen.runs import RUNS, SYNTHETIC_SHOWS, SYNTHETIC_TAGS, RunSpec
 from gen.synthetic import synthesize_step
 from gen.train import TrainConfig, train
+from gen.training_log import FILE_NAME as TRAINING_LOG
+from gen.training_log import write_training_log
 from gen.writers import write_manifest, write_nemo_step, write_parquet_step
 
 THREADS = 2  # fixed: CPU reductions depend on the thread count
@@ -169,17 +171,23 @@ def main(argv: list[str] | None = None) -> int:
         write_parquet_step(
             run_dir / f"step_{step:04d}.parquet", step, samples, SYNTHETIC_TAGS, extra
         )
-    entries.append(
-        manifest_entry(
-            "synthetic-gpus",
-            args.out,
-            manifest_path.parent,
-            "parquet-sequence",
-            SYNTHETIC_TAGS,
-            False,
-            SYNTHETIC_SHOWS,
-        )
+    # a SYNTHETIC training log for the synthetic run (gen/training_log.py), from its dumps
+    log = write_training_log(
+        sorted(run_dir.glob("step_*.parquet")),
+        run_dir / TRAINING_LOG,
+        np.random.default_rng(stable_seed(args.seed, "synthetic-gpus-log")),
     )
+    entry = manifest_entry(
+        "synthetic-gpus",
+        args.out,
+        manifest_path.parent,
+        "parquet-sequence",
+        SYNTHETIC_TAGS,
+        False,
+        SYNTHETIC_SHOWS,
+    )
+    entry["metrics"] = log.resolve().relative_to(manifest_path.parent.resolve()).as_posix()
+    entries.append(entry)
 
     manifest = {
         "runs": entries,

@@ -22,6 +22,18 @@ def test_demo_runs_on_the_bundled_sample_data(tmp_path: Path, monkeypatch) -> No
     assert f"HTML report: {page.resolve()}" in ran.err
     text = page.read_text()
     assert '<section id="diagnosis">' in text and "synthetic-gpus" in text
+    # the synthetic run's (synthetic) training log is attached: its curves are joined to vllm_kl
+    assert "Training curves: synthetic-gpus" in ran.out and "actor/grad_norm" in ran.out
+    assert "3 step(s) in the training logs have no dumps: 9-11" in ran.out
+    assert "actor/grad_norm" in text and "critic/score/mean" in text
+    report = tmp_path / "report.json"
+    assert cli("report", "synthetic-gpus", "--store", str(store), "--json", str(report)).code == 0
+    curves = json.loads(report.read_text())["curves"]["synthetic-gpus"]
+    assert curves["roles"]["grad_norm"] == "actor/grad_norm"
+    assert curves["only_log_steps"] == [9, 10, 11]
+    pearson = {c["metric"]: c["pearson"] for c in curves["correlations"]}
+    assert pearson["actor/grad_norm"] > 0.5 and pearson["critic/score/mean"] < 0
+    assert [d["step"] for d in curves["events"]["reward_drops"]] == [7]
     again = cli("demo", "--store", str(store), "--html", str(page), "-q")  # reuses the store
     assert again.code == 0
 
