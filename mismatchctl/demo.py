@@ -9,7 +9,6 @@ from pathlib import Path
 
 from mismatchctl.curves.ingest import ingest_metrics
 from mismatchctl.errors import InputError
-from mismatchctl.ingest.detect import expand_inputs
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files
 from mismatchctl.store import Store
 
@@ -68,16 +67,7 @@ def ingest_demo(
     results = []
     for run in runs:
         opts = Options(run=run.name, tags=run.tags, fmt=run.format, mapping={}, skip_bad=False)
-        results.append(ingest_files(store, _dump_inputs(run), opts, progress))
+        results.append(ingest_files(store, [str(run.path)], opts, progress))
         if run.metrics is not None:
             ingest_metrics(store, run.metrics, run.name)
     return results
-
-
-def _dump_inputs(run: DemoRun) -> list[str]:
-    """The run's dump files: its directory, less the training log when that lies inside it (a
-    .jsonl file there would be taken for a dump)."""
-    if run.metrics is None or not run.path.is_dir():
-        return [str(run.path)]
-    log = run.metrics.resolve()
-    return [str(p) for p in expand_inputs([str(run.path)]) if p.resolve() != log]

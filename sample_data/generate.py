@@ -32,7 +32,6 @@ from gen.rollout import RolloutShape, Sample, make_samples, roll_out, score, sta
 from gen.runs import RUNS, SYNTHETIC_SHOWS, SYNTHETIC_TAGS, RunSpec
 from gen.synthetic import synthesize_step
 from gen.train import TrainConfig, train
-from gen.training_log import FILE_NAME as TRAINING_LOG
 from gen.training_log import write_training_log
 from gen.writers import write_manifest, write_nemo_step, write_parquet_step
 
@@ -172,9 +171,11 @@ def main(argv: list[str] | None = None) -> int:
             run_dir / f"step_{step:04d}.parquet", step, samples, SYNTHETIC_TAGS, extra
         )
     # a SYNTHETIC training log for the synthetic run (gen/training_log.py), from its dumps
+    logs_dir = args.out / "logs"
+    logs_dir.mkdir(parents=True, exist_ok=True)
     log = write_training_log(
         sorted(run_dir.glob("step_*.parquet")),
-        run_dir / TRAINING_LOG,
+        logs_dir / "synthetic-gpus.jsonl",
         np.random.default_rng(stable_seed(args.seed, "synthetic-gpus-log")),
     )
     entry = manifest_entry(

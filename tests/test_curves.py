@@ -263,3 +263,18 @@ def test_compare_overlays_both_runs_curves(run12: Path, tmp_path: Path) -> None:
     assert cli("compare", "r", "r2", "--html", str(out)).code == 0
     page = out.read_text()
     assert 'id="curves"' in page and "cmp-curve-" in page
+
+
+def test_a_reward_drop_too_early_to_judge_is_not_assessed(run12: Path, tmp_path: Path) -> None:
+    """12 steps: a drop at step 8 has no vllm_kl history before its 10-step look-back, so it is
+    'not assessed', neither a rise nor 'no rise'."""
+    rows = [{"step": s, "reward": 0.3 if s >= 8 else 0.8 + 0.001 * (s % 2)} for s in range(12)]
+    assert cli("ingest-metrics", str(_log(tmp_path / "m.jsonl", rows)), "--run", "r").code == 0
+    ev = _report("r")["curves"]["r"]["events"]
+    assert [d["step"] for d in ev["reward_drops"]] == [8]
+    assert ev["reward_drops_not_assessed"] == [8]
+    assert ev["vllm_kl_rise_before_reward_drop"] == []
+    assert "1 reward drop(s) not assessed for a vllm_kl rise" in cli("report", "r").out
+    doc = json.loads(cli("diagnose", "r", "--json", "-").out)
+    rise = next(c for c in doc["diagnosis"]["checks"] if c["name"] == "rise_before_drop")
+    assert rise["verdict"] == "n/a" and "could not be assessed" in rise["finding"]

@@ -126,6 +126,15 @@ def _rises(c: RunCurves) -> tuple[str, str, dict[str, Any]]:
             finding += f", and {len(c.rises) - 1} more such drop(s)"
         high = any(r.kl_peak > T.MEDIUM_MAX for r in c.rises)
         return grade(high, True), finding, evidence
+    evidence["not_assessed"] = c.unassessed_drops[:MAX_LISTED]
+    assessed = len(c.reward_drops) - len(c.unassessed_drops)
+    if c.reward_drops and not assessed:
+        return (
+            NA,
+            f"reward drop(s) at step(s) {', '.join(map(str, c.unassessed_drops[:6]))} could not "
+            "be assessed: a rise needs 5 vllm_kl steps before the 10-step look-back",
+            evidence,
+        )
     if c.reward_drops:
-        return OK, f"{len(c.reward_drops)} reward drop(s), none after a vllm_kl rise", evidence
+        return OK, f"{assessed} reward drop(s), none after a vllm_kl rise", evidence
     return OK, f"no reward drop in {reward}", evidence

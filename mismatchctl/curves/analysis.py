@@ -26,6 +26,8 @@ ROLE_PATTERNS: dict[str, tuple[str, ...]] = {
 }
 # Dump-derived curves that stand in for a role when the training log has none.
 DUMP_ROLES = {"reward": REWARD_MEAN, "entropy": ENTROPY_MEAN, "trainer_ppl": "trainer_ppl"}
+# A best lag needs this many pairs at its lag (fewer, and any lag can look perfect).
+MIN_LAG_PAIRS = 5
 # Spikes of these roles are looked for on a log scale (multiplicative quantities).
 LOG_ROLES = {"grad_norm", "trainer_ppl"}
 
@@ -68,6 +70,7 @@ class RunCurves:
     spike_matches: list[SpikeMatch] = field(default_factory=list)
     reward_drops: list[E.Drop] = field(default_factory=list)
     rises: list[E.Precedence] = field(default_factory=list)
+    unassessed_drops: list[int] = field(default_factory=list)  # too few vllm_kl steps before
 
     @property
     def has_logs(self) -> bool:
@@ -121,6 +124,11 @@ def run_curves(run: str, series: dict[str, Series]) -> RunCurves:
         steps, k, r = C.outer_join(kl.steps, kl.values, reward.steps, reward.values)
         curves.reward_drops = E.reward_drops(reward.steps, reward.values)
         curves.rises = E.rise_before_drop(steps, k, r)
+        curves.unassessed_drops = [
+            d.step
+            for d in curves.reward_drops
+            if not E.rise_assessable(kl.steps, kl.values, d.step)
+        ]
     return curves
 
 
@@ -134,7 +142,7 @@ def _link(kl: Series, other: Series) -> Link:
         pearson=C.pearson(a.x, a.y),
         spearman=C.spearman(a.x, a.y),
         lags=lags,
-        best=C.best_lag(lags),
+        best=C.best_lag(p for p in lags if p.n >= MIN_LAG_PAIRS),
         only_kl_steps=a.only_x_steps,
         only_metric_steps=a.only_y_steps,
         nonfinite_steps=a.nonfinite_steps,

@@ -188,9 +188,7 @@ def rise_before_drop(
     than ``min_window`` of them, or no usable kl in the look-back window, the drop is not assessed.
     vllm_kl rose when the look-back window's largest usable value is ``>= factor x baseline``.
     Only the drops where it rose are returned; :func:`reward_drops` lists all of them."""
-    s, k = check_series(steps, kl)
-    ok = np.isfinite(k) & (k > 0)
-    s, k = s[ok], k[ok]
+    s, k = _usable_kl(steps, kl)
     out = []
     for drop in reward_drops(steps, reward, drop_z, window, min_window):
         start = drop.step - horizon
@@ -215,3 +213,23 @@ def rise_before_drop(
             )
         )
     return out
+
+
+def _usable_kl(steps: np.ndarray, kl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    s, k = check_series(steps, kl)
+    ok = np.isfinite(k) & (k > 0)
+    return s[ok], k[ok]
+
+
+def rise_assessable(
+    steps: np.ndarray,
+    kl: np.ndarray,
+    drop_step: int,
+    horizon: int = RISE_HORIZON,
+    min_window: int = SPIKE_MIN_WINDOW,
+) -> bool:
+    """Whether :func:`rise_before_drop` can judge a drop at ``drop_step``: at least
+    ``min_window`` usable vllm_kl values before the look-back window, and one inside it."""
+    s, _ = _usable_kl(steps, kl)
+    start = drop_step - horizon
+    return int((s < start).sum()) >= min_window and bool(((s >= start) & (s < drop_step)).any())

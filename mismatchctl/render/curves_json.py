@@ -53,6 +53,7 @@ def run_curves_json(c: RunCurves) -> dict[str, Any]:
                 for m in c.spike_matches
             ],
             "reward_drops": c.reward_drops,
+            "reward_drops_not_assessed": c.unassessed_drops,
             "vllm_kl_rise_before_reward_drop": [{**p.__dict__, "lead": p.lead} for p in c.rises],
         },
     }

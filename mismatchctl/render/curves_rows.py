@@ -119,13 +119,18 @@ def event_lines(c: RunCurves) -> list[str]:
                 f"{num(p.reward_after)}), {p.lead} step(s) after vllm_kl rose "
                 f"{p.kl_factor:.1f}x over its baseline (from step {p.kl_rise_step})"
             )
-        quiet = len(c.reward_drops) - len(c.rises)
-        if quiet > 0:
+        risen = {p.drop_step for p in c.rises}
+        quiet = sorted({d.step for d in c.reward_drops} - risen - set(c.unassessed_drops))
+        if quiet:
             out.append(
-                f"{quiet} reward drop(s) without a vllm_kl rise before them: steps "
-                + steps_list(
-                    sorted({d.step for d in c.reward_drops} - {p.drop_step for p in c.rises})
-                )
+                f"{len(quiet)} reward drop(s) without a vllm_kl rise before them: steps "
+                + steps_list(quiet)
+            )
+        if c.unassessed_drops:
+            out.append(
+                f"{len(c.unassessed_drops)} reward drop(s) not assessed for a vllm_kl rise (it "
+                "needs 5 vllm_kl steps before the 10-step look-back): steps "
+                + steps_list(c.unassessed_drops)
             )
     return out
 

@@ -39,7 +39,6 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-FILE_NAME = "training_log.jsonl"
 STEP, ROLLOUT, TRAINER, MASK = "step", "rollout_log_probs", "old_log_probs", "response_mask"
 KL_UNIT = 1e-3  # vllm_kl at which the grad norm is GRAD_NORM_BASE
 GRAD_NORM_BASE, GRAD_NORM_EXPONENT, GRAD_NORM_SIGMA = 0.3, 0.4, 0.12
