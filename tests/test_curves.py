@@ -278,3 +278,15 @@ def test_a_reward_drop_too_early_to_judge_is_not_assessed(run12: Path, tmp_path:
     doc = json.loads(cli("diagnose", "r", "--json", "-").out)
     rise = next(c for c in doc["diagnosis"]["checks"] if c["name"] == "rise_before_drop")
     assert rise["verdict"] == "n/a" and "could not be assessed" in rise["finding"]
+
+
+def test_runs_check_finds_a_damaged_metrics_file(run12: Path, tmp_path: Path) -> None:
+    log = _log(tmp_path / "m.jsonl", [{"step": s, "loss": 1.0} for s in range(3)])
+    assert cli("ingest-metrics", str(log), "--run", "r").code == 0
+    (part,) = list((run12 / "metrics").rglob("*.parquet"))
+    part.write_bytes(part.read_bytes()[:20])
+    ran = cli("runs", "check")
+    assert ran.code != 0 and "metrics/run=r/" in ran.err + ran.out
+    assert "ingest-metrics FILE --run r --replace" in ran.err + ran.out
+    report = cli("report", "r")
+    assert report.code != 0 and "metrics/run=r/" in report.err and "--replace" in report.err

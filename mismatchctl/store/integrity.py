@@ -13,8 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mismatchctl.errors import StoreError
-from mismatchctl.store.catalog import PartRecord
-from mismatchctl.store.parts import SEQUENCES, TOKENS
+from mismatchctl.store.catalog import PartRecord, connect
+from mismatchctl.store.parts import METRICS, SEQUENCES, TOKENS
 from mismatchctl.store.store import Store
 
 
@@ -43,20 +43,37 @@ def part_problem(store: Store, part: PartRecord, deep: bool = False) -> str | No
 
 
 def run_damage(store: Store, run: str, deep: bool = False) -> list[Damage]:
+    parts = [part for kind in (TOKENS, SEQUENCES) for part in store.parts(run, kind)]
+    metrics = metrics_part(store, run)
     return [
         Damage(run, part.path, problem)
-        for kind in (TOKENS, SEQUENCES)
-        for part in store.parts(run, kind)
+        for part in [*parts, *([metrics] if metrics else [])]
         if (problem := part_problem(store, part, deep)) is not None
     ]
+
+
+def metrics_part(store: Store, run: str) -> PartRecord | None:
+    """The run's training-log metrics file as a part (None when it has none)."""
+    con = connect(store.root)
+    try:
+        row = con.execute("SELECT path, rows FROM metric_tables WHERE run = ?", (run,)).fetchone()
+    finally:
+        con.close()
+    if row is None:
+        return None
+    return PartRecord(METRICS, row["path"], row["rows"], None, None, None, None, run=run)
 
 
 def damage_error(damage: list[Damage]) -> StoreError:
     first = damage[0]
     more = f" ({len(damage) - 1} more damaged part(s))" if len(damage) > 1 else ""
-    return StoreError(
-        f"part {first.part} of run `{first.run}` {first.problem}{more}", repair_hint(first.run)
-    )
+    hint = repair_hint(first.run)
+    if first.part.startswith(f"{METRICS}/"):
+        hint = (
+            f"ingest the run's training logs again: `mismatchctl ingest-metrics FILE --run "
+            f"{first.run} --replace` (`mismatchctl runs show {first.run}` lists them)."
+        )
+    return StoreError(f"part {first.part} of run `{first.run}` {first.problem}{more}", hint)
 
 
 def repair_hint(run: str) -> str:
