@@ -157,19 +157,24 @@ def _ingest_one(
         tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, store_parts.PART_TOKENS)
         seqs = PartWriter(txn.staging, SEQUENCES, opts.run, S.SEQUENCE_SCHEMA, 1 << 62)
         tally = Tally()
-        for batch in source.batches:
-            tok_table, seq_table, part_tally = canonicalize(batch, ctx)
-            ctx.seq_base += seq_table.num_rows
-            tokens.write(tok_table)
-            seqs.write(seq_table)
-            tally.add(part_tally)
-            progress.tokens(tok_table.num_rows)
+        try:
+            for batch in source.batches:
+                tok_table, seq_table, part_tally = canonicalize(batch, ctx)
+                ctx.seq_base += seq_table.num_rows
+                tokens.write(tok_table)
+                seqs.write(seq_table)
+                tally.add(part_tally)
+                progress.tokens(tok_table.num_rows)
+            parts = tokens.close() + seqs.close()
+        finally:
+            tokens.shutdown()
+            seqs.shutdown()
     except (pa.ArrowException, OSError, EOFError) as exc:
         raise unreadable(path, fmt, exc) from None
     if tally.sequences + tally.dropped_sequences == 0:
         raise InputError(f"{path.name} holds no samples", "leave empty dumps out of the inputs.")
     record = _record(path, fp, fmt, source.columns, tags, source.notes, tally)
-    return record, tokens.close() + seqs.close(), tally
+    return record, parts, tally
 
 
 def _record(path: Path, fp: str, fmt: str, columns, tags, notes, tally: Tally) -> SourceRecord:
