@@ -22,7 +22,7 @@ from mismatchctl.render.compare_json import comparison_json
 from mismatchctl.render.compare_terminal import render_comparison
 from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 
-HELP = """Compare two runs, or two slices of the store: the tags that differ, every headline metric side by side with 95% bootstrap intervals (whole sequences resampled, fixed seed), and where they differ: probability bins, turn kinds, gpus, steps.
+HELP = """Compare two runs, or two slices of the store: the tags that differ, every headline metric side by side with 95% bootstrap intervals (whole sequences resampled, fixed seed), and where they differ: probability bins, turn kinds, gpus, steps; and both sides' training curves (from `mismatchctl ingest-metrics`) aligned on step.
 
 A selector is a run name, KEY=VALUE filters (run, gpu, or any tag; commas combine), and an optional @steps=A-B.
 

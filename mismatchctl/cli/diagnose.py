@@ -26,7 +26,7 @@ EXIT_CHECK_FAILED = 3  # documented in README "Exit codes": lets CI gate on a di
 
 HELP = """Run every check of the mismatch, layer by layer, each with a verdict (ok, warn, fail, or n/a when it cannot apply), its evidence and what to try next:
 
-data integrity (alignment of the two sides, sentinel values, empty masks), semantic (systematic offset, temperature on one side, top-p renormalised on one side), inference path (low-probability tokens, tool responses, hardware), trajectory (spikes, trend, vllm_kl/trainer_ppl spiral, severe batches, stale weights), objective (is a correction warranted, and which).
+data integrity (alignment of the two sides, sentinel values, empty masks), semantic (systematic offset, temperature on one side, top-p renormalised on one side), inference path (low-probability tokens, tool responses, hardware), trajectory (spikes, trend, vllm_kl/trainer_ppl spiral, severe batches, stale weights; with training curves from `mismatchctl ingest-metrics`: vllm_kl spikes together with grad-norm or entropy spikes, a vllm_kl rise before a reward drop), objective (is a correction warranted, and which).
 
 Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one warns), so it can gate the CI of a training stack.
 

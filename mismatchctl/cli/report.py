@@ -25,9 +25,9 @@ from mismatchctl.render.diagnose_terminal import render_diagnosis
 from mismatchctl.render.report_json import report_json
 from mismatchctl.render.report_terminal import render_report
 
-HELP = """Every metric of the selected runs (all runs when none is named): vllm_kl and the others, by inference-probability bin, first turn vs turns after tool responses, per step, per gpu.
+HELP = """Every metric of the selected runs (all runs when none is named): vllm_kl and the others, by inference-probability bin, first turn vs turns after tool responses, per step, per gpu, and the training curves (attached with `mismatchctl ingest-metrics`) against per-step vllm_kl.
 
-Metric definitions and JSON names: docs/metrics.md. With [bold]--json -[/] only JSON goes to stdout.
+Metric definitions and JSON names: docs/metrics.md; training curves: docs/curves.md. With [bold]--json -[/] only JSON goes to stdout.
 
 [bold]Examples[/]
 
