@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -34,6 +35,14 @@ def page(store: Path, tmp_path: Path) -> Path:
         == 0
     )
     assert cli("ingest", str(FIXTURES / "sequence.parquet"), "--run", "seq", "-q").code == 0
+    log = tmp_path / "log.jsonl"  # training curves, one metric named with markup
+    log.write_text(
+        "".join(
+            json.dumps({"step": s, "actor/grad_norm": 1 + s / 10, EVIL: s % 3}) + "\n"
+            for s in range(14)
+        )
+    )
+    assert cli("ingest-metrics", str(log), "--run", "multi").code == 0
     out = tmp_path / "report.html"
     ran = cli("report", "--by-gpu", "--html", str(out), "-q")
     assert ran.code == 0, ran.err
@@ -47,6 +56,7 @@ def test_structure_size_and_escaping(page: Path) -> None:
     for fig in FIGURES:
         assert f'id="{fig}"' in text
     assert "fig-steps-run" in text and "fig-steps-gpu" in text
+    assert 'id="curves"' in text and "fig-curves-0" in text and "fig-lags-0" in text
     assert EVIL not in text  # every tag, gpu and run string is escaped
     assert "&lt;script&gt;alert" in text or "\\u003cscript\\u003ealert" in text
     assert len(text.encode()) < 10_000_000

@@ -92,7 +92,7 @@ def overlay_figure(c: RunCurves) -> go.Figure:
             for i, name in enumerate(names)
         ]
         fig.update_layout(
-            updatemenus=[dict(buttons=buttons, x=0.0, xanchor="left", y=1.18, yanchor="top")]
+            updatemenus=[dict(buttons=buttons, x=1.0, xanchor="right", y=1.2, yanchor="top")]
         )
     fig = _base(fig, 440)
     fig.update_layout(margin=dict(t=70, r=70))
