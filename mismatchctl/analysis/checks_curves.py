@@ -4,6 +4,7 @@ of the collapses in the studies). Definitions of spikes, drops and rises: ``curv
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mismatchctl.analysis import diagnose_thresholds as T
@@ -25,38 +26,49 @@ SPIKE_ROLES = ("grad_norm", "entropy")
 ATTACH = "attach the training logs: `mismatchctl ingest-metrics FILE --run RUN`"
 
 
+RunResult = tuple[str, str, dict[str, Any]]  # verdict, finding, evidence
+
+
+def _per_run(
+    name: str,
+    title: str,
+    runs: dict[str, RunCurves],
+    missing: str,
+    judge: Callable[[RunCurves], RunResult],
+    advice: str,
+) -> Check:
+    """One check over the runs that have the curves it needs: the worst run decides."""
+    if not runs:
+        return Check(TRAJECTORY, name, title, NA, missing, {}, ATTACH)
+    results = {run: judge(c) for run, c in runs.items()}
+    verdict = worst([v for v, _, _ in results.values()])
+    finding = "; ".join(f"{run}: {f}" for run, (v, f, _) in results.items() if v == verdict)
+    evidence = {"runs": {run: e for run, (_, _, e) in results.items()}}
+    return Check(TRAJECTORY, name, title, verdict, finding, evidence, advice_if(verdict, advice))
+
+
 def coincident_spikes(ctx: Context) -> Check:
-    title = "vllm_kl spikes together with grad-norm or entropy spikes"
     runs = {
         run: c
         for run, c in ctx.report.curves.items()
         if any(m.role in SPIKE_ROLES for m in c.spike_matches)
     }
-    if not runs:
-        return Check(
-            TRAJECTORY, "curve_spikes", title, NA,
-            "no run has a gradient-norm or entropy curve", {}, ATTACH,
-        )  # fmt: skip
-    results = {run: _spikes(c) for run, c in runs.items()}
-    verdict = worst([v for v, _, _ in results.values()])
-    finding = "; ".join(f"{run}: {f}" for run, (v, f, _) in results.items() if v == verdict)
     advice = (
         "mismatch and optimisation blow up at the same steps: inspect those batches "
         f"(`mismatchctl report {ctx.label} --steps A-B --by-gpu`), and consider a sequence-level "
         "correction (`mismatchctl whatif`) before the instability compounds"
     )
-    return Check(
-        TRAJECTORY,
+    return _per_run(
         "curve_spikes",
-        title,
-        verdict,
-        finding,
-        {"runs": {run: e for run, (_, _, e) in results.items()}},
-        advice_if(verdict, advice),
+        "vllm_kl spikes together with grad-norm or entropy spikes",
+        runs,
+        "no run has a gradient-norm or entropy curve",
+        _spikes,
+        advice,
     )
 
 
-def _spikes(c: RunCurves) -> tuple[str, str, dict[str, Any]]:
+def _spikes(c: RunCurves) -> RunResult:
     found: list[dict[str, Any]] = []
     for m in c.spike_matches:
         if m.role not in SPIKE_ROLES:
@@ -82,34 +94,23 @@ def _spikes(c: RunCurves) -> tuple[str, str, dict[str, Any]]:
 
 
 def rise_before_drop(ctx: Context) -> Check:
-    title = "vllm_kl rises before a reward drop"
-    runs = {run: c for run, c in ctx.report.curves.items() if "reward" in c.roles}
-    if not runs:
-        return Check(
-            TRAJECTORY, "rise_before_drop", title, NA,
-            "no run has a reward curve (in its training logs or its dumps)", {}, ATTACH,
-        )  # fmt: skip
-    results = {run: _rises(c) for run, c in runs.items()}
-    verdict = worst([v for v, _, _ in results.values()])
-    finding = "; ".join(f"{run}: {f}" for run, (v, f, _) in results.items() if v == verdict)
     advice = (
         "the reward fell after the mismatch grew, the collapse pattern of the studies: fix the "
         "mismatch before the drop (compare the steps before it with "
         f"`mismatchctl compare '{ctx.label}@steps=A-B' '{ctx.label}@steps=C-D'`) and correct "
         "for it (`mismatchctl whatif`)"
     )
-    return Check(
-        TRAJECTORY,
+    return _per_run(
         "rise_before_drop",
-        title,
-        verdict,
-        finding,
-        {"runs": {run: e for run, (_, _, e) in results.items()}},
-        advice_if(verdict, advice),
+        "vllm_kl rises before a reward drop",
+        {run: c for run, c in ctx.report.curves.items() if "reward" in c.roles},
+        "no run has a reward curve (in its training logs or its dumps)",
+        _rises,
+        advice,
     )
 
 
-def _rises(c: RunCurves) -> tuple[str, str, dict[str, Any]]:
+def _rises(c: RunCurves) -> RunResult:
     reward = c.roles["reward"]
     evidence = {
         "reward": reward,

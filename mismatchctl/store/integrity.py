@@ -13,7 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mismatchctl.errors import StoreError
-from mismatchctl.store.catalog import PartRecord, connect
+from mismatchctl.store.catalog import PartRecord
+from mismatchctl.store.metrics import metric_table_row
 from mismatchctl.store.parts import METRICS, SEQUENCES, TOKENS
 from mismatchctl.store.store import Store
 
@@ -54,11 +55,7 @@ def run_damage(store: Store, run: str, deep: bool = False) -> list[Damage]:
 
 def metrics_part(store: Store, run: str) -> PartRecord | None:
     """The run's training-log metrics file as a part (None when it has none)."""
-    con = connect(store.root)
-    try:
-        row = con.execute("SELECT path, rows FROM metric_tables WHERE run = ?", (run,)).fetchone()
-    finally:
-        con.close()
+    row = metric_table_row(store, run)
     if row is None:
         return None
     return PartRecord(METRICS, row["path"], row["rows"], None, None, None, None, run=run)

@@ -68,13 +68,18 @@ def metric_sources(store: Store, run: str) -> list[MetricSource]:
         con.close()
 
 
-def read_metrics_table(store: Store, run: str) -> pa.Table:
-    """The run's metric rows (``METRIC_SCHEMA``), empty when it has none."""
+def metric_table_row(store: Store, run: str) -> sqlite3.Row | None:
+    """The catalog row (``path``, ``rows``) of the run's metrics file, None when it has none."""
     con = connect(store.root)
     try:
-        row = con.execute("SELECT path, rows FROM metric_tables WHERE run = ?", (run,)).fetchone()
+        return con.execute("SELECT path, rows FROM metric_tables WHERE run = ?", (run,)).fetchone()
     finally:
         con.close()
+
+
+def read_metrics_table(store: Store, run: str) -> pa.Table:
+    """The run's metric rows (``METRIC_SCHEMA``), empty when it has none."""
+    row = metric_table_row(store, run)
     if row is None:
         return METRIC_SCHEMA.empty_table()
     path = store.root / row["path"]
