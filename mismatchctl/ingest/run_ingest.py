@@ -17,6 +17,7 @@ from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest import detect_format, expand_inputs, open_source
 from mismatchctl.ingest.canonical import Context, Tally, canonicalize
 from mismatchctl.ingest.detect import unreadable
+from mismatchctl.ingest.prefetch import prefetch
 from mismatchctl.store import parts as store_parts
 from mismatchctl.store.catalog import PartRecord, SourceRecord
 from mismatchctl.store.parts import SEQUENCES, TOKENS, PartWriter
@@ -158,7 +159,7 @@ def _ingest_one(
         seqs = PartWriter(txn.staging, SEQUENCES, opts.run, S.SEQUENCE_SCHEMA, 1 << 62)
         tally = Tally()
         try:
-            for batch in source.batches:
+            for batch in prefetch(source.batches):
                 tok_table, seq_table, part_tally = canonicalize(batch, ctx)
                 ctx.seq_base += seq_table.num_rows
                 tokens.write(tok_table)
