@@ -200,7 +200,8 @@ def test_sequence_slices_never_split_a_sequence() -> None:
     seq = np.repeat(np.arange(10), [5, 1, 7, 3, 9, 2, 2, 8, 1, 4])
     table = pa.table({"seq": seq})
     for size in (1, 3, 6, 10, 100):
-        pieces = engine_local.sequence_slices(table, size)
+        batches = table.to_batches(max_chunksize=size)
+        pieces = list(engine_local.sequence_slices(batches))
         joined = np.concatenate([p.column("seq").to_numpy() for p in pieces])
         assert (joined == seq).all()
         owners = [set(p.column("seq").to_numpy().tolist()) for p in pieces]

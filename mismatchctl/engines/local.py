@@ -8,8 +8,7 @@ the numpy kernels release the GIL for most of their time.
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
@@ -87,42 +86,51 @@ def part_groups(
     rows: RowFilter | None,
     extras: Sequence[PartExtra] = (),
 ) -> tuple[list[Groups], list[Any]]:
-    """Read one part (only the needed columns) and fold it, a slice of whole sequences at a time."""
+    """Stream one part (only the needed columns) in batches of about ``SLICE_TOKENS`` rows and
+    fold it a slice of whole sequences at a time: memory follows the slice, not the part."""
     columns = [S.STEP, S.SEQ, S.TURN, S.ROLLOUT, S.TRAINER]
     needs_gpu = any(GPU in p.keys for p in passes) or any(S.GPU in e.columns for e in extras)
     if needs_gpu or (rows is not None and rows.gpu is not None):
         columns.append(S.GPU)
-    try:
-        table = pq.read_table(task.path, columns=columns, read_dictionary=[S.GPU])
-    except (OSError, pa.ArrowException) as exc:  # damaged or removed since it was checked
-        raise read_error(task.run, task.path, exc) from None
-    if rows is not None and rows.active:
-        table = table.filter(row_mask(table, rows))
     out: list[Groups] = [{} for _ in passes]
     states: list[Any] = [None for _ in extras]
-    for piece in sequence_slices(table):
-        groups, piece_states = _slice_groups(piece, task, passes, edges, extras)
-        for total, part in zip(out, groups, strict=True):
-            merge_into(total, part)
-        for i, (extra, state) in enumerate(zip(extras, piece_states, strict=True)):
-            states[i] = state if states[i] is None else extra.merge(states[i], state)
+    try:
+        pf = pq.ParquetFile(task.path, read_dictionary=[S.GPU])
+        batches = pf.iter_batches(batch_size=SLICE_TOKENS, columns=columns)
+        for piece in sequence_slices(batches):
+            if rows is not None and rows.active:
+                piece = piece.filter(row_mask(piece, rows))
+            if piece.num_rows == 0:
+                continue
+            groups, piece_states = _slice_groups(piece, task, passes, edges, extras)
+            for total, part in zip(out, groups, strict=True):
+                merge_into(total, part)
+            for i, (extra, state) in enumerate(zip(extras, piece_states, strict=True)):
+                states[i] = state if states[i] is None else extra.merge(states[i], state)
+    except (OSError, pa.ArrowException) as exc:  # damaged or removed since it was checked
+        raise read_error(task.run, task.path, exc) from None
     return out, states
 
 
-def sequence_slices(table: pa.Table, size: int | None = None) -> list[pa.Table]:
-    """Zero-copy slices of about ``size`` rows, cut where a sequence ends: the numpy temporaries
-    of the kernels then scale with the slice, not with the part."""
-    size = size or SLICE_TOKENS
-    if table.num_rows <= size:
-        return [table] if table.num_rows else []
-    seq = table.column(S.SEQ).to_numpy()
-    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-    first_after = np.searchsorted(
-        starts, np.arange(size, len(seq), size)
-    )  # a start at/after each mark
-    cuts = np.unique(starts[first_after[first_after < len(starts)]])
-    bounds = [0, *cuts.tolist(), len(seq)]
-    return [table.slice(a, b - a) for a, b in itertools.pairwise(bounds) if b > a]
+def sequence_slices(batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[pa.Table]:
+    """Tables of whole sequences from consecutive batches of a part: each batch's rows up to
+    the start of its last sequence, which waits for the next batch (a sequence never spans two
+    parts, so the last one is whole at the end)."""
+    carry: pa.Table | None = None
+    for batch in batches:
+        table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+        if carry is not None and carry.num_rows:
+            table = pa.concat_tables([carry, table])
+        if table.num_rows == 0:
+            carry = table
+            continue
+        seq = table.column(S.SEQ).to_numpy()
+        last = int(np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])[-1])
+        if last:
+            yield table.slice(0, last)
+        carry = table.slice(last)
+    if carry is not None and carry.num_rows:
+        yield carry
 
 
 def _slice_groups(

@@ -169,7 +169,7 @@ def _token_metrics(s: np.ndarray) -> dict[str, Value]:
         "prob_abs_diff_max": s[Col.DP_MAX],
         "prob_pearson": pearson(
             s[Col.PR_M2], s[Col.PT_M2], s[Col.PRPT_C],
-            constant=s[Col.PR_MIN] == s[Col.PR_MAX] or s[Col.PT_MIN] == s[Col.PT_MAX],
+            constant=flat(s[Col.PR_MIN], s[Col.PR_MAX]) or flat(s[Col.PT_MIN], s[Col.PT_MAX]),
         ),
     }  # fmt: skip
 
@@ -189,10 +189,20 @@ def _sequence_metrics(s: np.ndarray) -> dict[str, Value]:
         "ppl_ratio": s[Col.PPL_RATIO_SUM] / m,
         "log_ppl_pearson": pearson(
             s[Col.RLP_M2], s[Col.TLP_M2], s[Col.RLPTLP_C],
-            constant=s[Col.RLP_MIN] == s[Col.RLP_MAX] or s[Col.TLP_MIN] == s[Col.TLP_MAX],
+            constant=flat(s[Col.RLP_MIN], s[Col.RLP_MAX]) or flat(s[Col.TLP_MIN], s[Col.TLP_MAX]),
         ),
         "chi2_seq": s[Col.CHI2_SEQ_SUM] / m,
     }  # fmt: skip
+
+
+FLAT_SPREAD = 1e-6  # relative spread below which a variable counts as constant (see flat)
+
+
+def flat(lo: float, hi: float) -> bool:
+    """A variable whose values all agree to 6 significant digits: its centred moments, merged
+    from means near its magnitude, keep only ~1e-10 of relative precision per merge and less
+    below that, so a correlation with it would depend on the order of merges: undefined."""
+    return hi - lo <= FLAT_SPREAD * max(abs(lo), abs(hi))
 
 
 def pearson(m2x: float, m2y: float, cxy: float, *, constant: bool) -> float | None:

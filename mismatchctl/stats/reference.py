@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from mismatchctl.stats.histogram import QUANTILES
-from mismatchctl.stats.partial import METRIC_NAMES
+from mismatchctl.stats.partial import METRIC_NAMES, flat
 
 Segment = tuple[np.ndarray, np.ndarray]
 
@@ -74,8 +74,9 @@ def _sequence_metrics(segs: list[Segment]) -> dict[str, float | None]:
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float | None:
-    """Textbook Pearson; None for fewer than two points or a constant (or underflowing) variable."""
-    if len(x) < 2 or x.min() == x.max() or y.min() == y.max():
+    """Textbook Pearson; None for fewer than two points or a constant (to 6 significant digits,
+    see ``partial.flat``) or underflowing variable."""
+    if len(x) < 2 or flat(float(x.min()), float(x.max())) or flat(float(y.min()), float(y.max())):
         return None
     dx, dy = x - x.mean(), y - y.mean()
     sxx, syy = np.sum(dx * dx), np.sum(dy * dy)

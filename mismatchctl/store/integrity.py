@@ -2,7 +2,8 @@
 
 The catalog records each part's row count. A part that was deleted, truncated (its Parquet footer
 is at the end, so a cut file has none) or replaced by other data is found by reading its footer,
-which costs one small read per part; ``deep`` also decodes every page.
+which costs one small read per part; ``deep`` also decodes every page and verifies its CRC
+(parts are written with page checksums).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def part_problem(store: Store, part: PartRecord, deep: bool = False) -> str | No
     try:
         rows = pq.ParquetFile(path).metadata.num_rows
         if deep:
-            rows = pq.read_table(path).num_rows
+            rows = pq.read_table(path, page_checksum_verification=True).num_rows
     except (OSError, pa.ArrowException) as exc:
         first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         return f"is truncated or corrupt ({first}; expected {part.rows:,} rows)"

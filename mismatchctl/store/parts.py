@@ -21,7 +21,7 @@ from mismatchctl import schema as S
 from mismatchctl.store.catalog import PartRecord
 
 PART_TOKENS = 1_000_000
-ROW_GROUP_ROWS = 1_000_000
+ROW_GROUP_ROWS = 262_144  # readers stream a part a row group at a time
 COMPRESSION = "zstd"
 DICTIONARY_COLUMNS = {S.STEP, S.SEQ, S.SAMPLE_ID, S.TURN, S.GPU}
 TOKENS = "tokens"
@@ -109,6 +109,7 @@ class PartWriter:
             # than plain; floats byte-stream-split (exponent bytes together): both measured
             use_dictionary=[f.name for f in self.schema if f.name in DICTIONARY_COLUMNS],
             use_byte_stream_split=[f.name for f in self.schema if pa.types.is_floating(f.type)],
+            write_page_checksum=True,  # `runs check --deep` verifies every page's CRC
         )
         self._stats = {"path": rel, "rows": 0, "steps": [], "seqs": []}
 
