@@ -19,8 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from gen_dumps import write_dumps
+GEN_DUMPS = Path(__file__).parent / "gen_dumps.py"
 
 SECTION = "## Report memory"
 
@@ -40,7 +39,12 @@ def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
 
 def run_size(millions: float, workdir: Path) -> dict[str, float]:
     dumps, store = workdir / f"dumps_{millions:g}M", workdir / f"store_{millions:g}M"
-    written = write_dumps(dumps, int(millions * 1e6))
+    # in a child process: a child's ru_maxrss starts at the high-water RSS of the process that
+    # spawned it, so generating the dumps here would inflate every measurement below
+    gen = [sys.executable, str(GEN_DUMPS), str(dumps), "--tokens", str(int(millions * 1e6))]
+    written = int(
+        subprocess.run(gen, check=True, capture_output=True, text=True).stdout.split()[-1]
+    )
     env = {**os.environ, "MISMATCHCTL_STORE": str(store)}
     mctl = [sys.executable, "-m", "mismatchctl"]
     ingest = measure([*mctl, "ingest", str(dumps), "--run", "bench", "-q"], env)
