@@ -13,6 +13,10 @@ class MismatchError(Exception):
         self.message = message
         self.hint = hint
 
+    def __reduce__(self) -> tuple:
+        """Pickle with the hint (errors cross from worker processes to the CLI)."""
+        return (self.__class__, (self.message, self.hint))
+
     def __str__(self) -> str:
         if self.hint:
             return f"{self.message}\n\nHint: {self.hint}"
@@ -33,3 +37,8 @@ class UsageError(MismatchError):
 
 class MissingDependencyError(MismatchError):
     """An optional extra (torch, ray) is needed for this operation and is not installed."""
+
+
+class EngineError(MismatchError):
+    """The compute engine cannot run the work: a Ray cluster that cannot be reached, a task that
+    was lost (a worker died), or a store that the cluster's workers cannot see."""

@@ -123,3 +123,14 @@ def test_damaged_catalog(two_runs: Path) -> None:
     assert ran.code == 1
     assert ran.err.startswith(f"Error: the catalog {catalog} is not a readable SQLite database")
     assert "Hint: point --store at a mismatchctl store, or move the damaged store away." in ran.err
+
+
+def test_errors_keep_their_hint_across_worker_processes() -> None:
+    """Parts are read in worker processes: an error raised there is pickled to the CLI."""
+    import pickle
+
+    from mismatchctl.errors import StoreError
+
+    err = pickle.loads(pickle.dumps(StoreError("part x of run `r` is missing", "re-ingest it")))
+    assert isinstance(err, StoreError)
+    assert (err.message, err.hint) == ("part x of run `r` is missing", "re-ingest it")
