@@ -70,11 +70,22 @@ def _edge(part: str, spec: str) -> float:
     return value
 
 
+FEW_EDGES = 64  # up to this many edges, bins are assigned by comparisons (see assign_bins)
+
+
 def assign_bins(pr: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Bin index (int64) of every probability; 1 and values just above it go to the last bin."""
     edges = np.asarray(edges, dtype=np.float64)
-    idx = np.searchsorted(edges, np.asarray(pr, dtype=np.float64), side="right") - 1
-    return np.clip(idx, 0, len(edges) - 2).astype(np.int64)
+    pr = np.asarray(pr, dtype=np.float64)
+    if len(edges) > FEW_EDGES:
+        idx = np.searchsorted(edges, pr, side="right") - 1
+        return np.clip(idx, 0, len(edges) - 2).astype(np.int64)
+    # the same count of edges <= pr, as one comparison per interior edge: several times faster
+    # than a binary search per token for the dozen edges of the usual binnings
+    idx = np.zeros(len(pr), dtype=np.int16)
+    for edge in edges[1:-1]:
+        idx += pr >= edge
+    return idx.astype(np.int64)
 
 
 def bin_label(edges: np.ndarray, k: int) -> str:

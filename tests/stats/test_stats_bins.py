@@ -87,3 +87,19 @@ def test_labels() -> None:
     assert bin_label(LOG_EDGES, 11) == "[0.99, 1]"
     with pytest.raises(ValueError, match=r"0\.\.11 \(found 12\)"):
         bin_label(LOG_EDGES, 12)
+
+
+@pytest.mark.parametrize(
+    "edges",
+    [LOG_EDGES, [0.0, 1e-3, 0.5, 1.0], [0.1, 0.5, 1.0], [0.2, 0.3], np.linspace(0, 1, 70)],
+)
+def test_assign_bins_is_a_binary_search_on_edges(edges) -> None:
+    """Both ways of assigning bins (comparisons for a few edges, a binary search for many) give
+    searchsorted's bin, edges and values beyond the ends included."""
+    rng = np.random.default_rng(3)
+    edges = np.asarray(edges, dtype=np.float64)
+    pr = np.concatenate(
+        [rng.random(5000), edges, np.nextafter(edges, -1), [0.0, 1e-300, 1.0, 1.0001]]
+    )
+    want = np.clip(np.searchsorted(edges, pr, side="right") - 1, 0, len(edges) - 2)
+    np.testing.assert_array_equal(assign_bins(pr, edges), want)
