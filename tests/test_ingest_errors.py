@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+import mismatchctl
 from tests.helpers import FIXTURES, cli, tree_digest
 
 GOOD = FIXTURES / "sequence.parquet"
@@ -239,3 +240,39 @@ def test_skip_bad_drops_and_reports(store: Path, tmp_path: Path) -> None:
     shown = cli("runs", "show", "r")
     assert "dropped rollout logprob not finite: 1" in shown.out
     assert np.isfinite(1.0)
+
+
+def test_null_sample_ids(store: Path, tmp_path: Path) -> None:
+    """Sequence layout: a null id is named `<file>#<row>` (never an empty id that would merge
+    samples); token layout: a null id cannot say which sequence a token is in, an error."""
+    seq = tmp_path / "seq.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "uid": pa.array(["a", None, "c"]),
+                "rollout_log_probs": [[-0.1, -0.2], [-0.3], [-0.5, -0.6]],
+                "old_log_probs": [[-0.1, -0.25], [-0.3], [-0.5, -0.7]],
+            }
+        ),
+        seq,
+    )
+    assert cli("ingest", str(seq), "--run", "s", "-q").code == 0
+    ids = mismatchctl.open_store(store).scan("s", kind="sequences").collect()["sample_id"]
+    assert ids.to_list() == ["a", "seq#1", "c"]
+    tok = tmp_path / "tok.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "step": [0, 0, 0],
+                "sample_id": pa.array(["a", None, "a"]),
+                "rollout_logprob": [-0.1, -0.2, -0.3],
+                "trainer_logprob": [-0.1, -0.2, -0.3],
+            }
+        ),
+        tok,
+    )
+    before = tree_digest(store)
+    ran = cli("ingest", str(tok), "--run", "t")
+    assert ran.code == 1
+    assert "tok.parquet: column `sample_id`: 1 row(s) have no sample id (first: row 1)" in ran.err
+    assert "Hint:" in ran.err and tree_digest(store) == before

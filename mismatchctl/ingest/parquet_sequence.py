@@ -111,7 +111,7 @@ def _to_batch(
         steps=av.ints(col(S.ROLE_STEP), what(S.ROLE_STEP))
         if S.ROLE_STEP in found
         else np.full(n, step, dtype=np.int64),
-        sample_ids=av.strings(col(S.ROLE_SAMPLE_ID))
+        sample_ids=_sample_ids(col(S.ROLE_SAMPLE_ID), path, row0)
         if S.ROLE_SAMPLE_ID in found
         else [f"{path.stem}#{row0 + i}" for i in range(n)],
         offsets=offsets_from_lengths(lengths),
@@ -153,6 +153,16 @@ def _per_sequence_extras(batch: RaggedBatch, col, what, found: Mapping[str, str]
         batch.weight_versions = av.optional_floats(
             col(S.ROLE_WEIGHT_VERSION), what(S.ROLE_WEIGHT_VERSION)
         )
+
+
+def _sample_ids(values: pa.Array, path: Path, row0: int) -> list[str]:
+    """The column's ids; a row whose id is null is named ``<file>#<row>``, as in a dump without
+    ids (an empty id would merge unrelated samples in every per-sample listing)."""
+    ids = av.strings(values)
+    if values.null_count:
+        for i in np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False)).tolist():
+            ids[i] = f"{path.stem}#{row0 + i}"
+    return ids
 
 
 def _not_a_list(path: Path, column: str, t: pa.DataType) -> Exception:

@@ -62,7 +62,7 @@ def _batches(
     pf: pq.ParquetFile, path: Path, found: Mapping[str, str], step: int
 ) -> Iterator[RaggedBatch]:
     table = pf.read(columns=list(dict.fromkeys(found.values())))
-    table = _sorted(table, found, step)
+    table = _sorted(table, found, step, path)
     keys = _sequence_starts(table)
     starts = np.append(keys, table.num_rows)
     first = 0
@@ -74,12 +74,21 @@ def _batches(
         first = last
 
 
-def _sorted(table: pa.Table, found: Mapping[str, str], step: int) -> pa.Table:
+def _sorted(table: pa.Table, found: Mapping[str, str], step: int, path: Path) -> pa.Table:
     """Canonical column names, sample ids as text, rows in (step, sample, position) order."""
     cols = {role: table.column(name) for role, name in found.items()}
     if S.ROLE_STEP not in cols:
         cols[S.ROLE_STEP] = pa.array(np.full(table.num_rows, step, dtype=np.int64))
     cols[S.ROLE_SAMPLE_ID] = pc.cast(cols[S.ROLE_SAMPLE_ID], pa.string())
+    nulls = cols[S.ROLE_SAMPLE_ID].null_count
+    if nulls:
+        first = int(np.flatnonzero(cols[S.ROLE_SAMPLE_ID].is_null().to_numpy())[0])
+        raise InputError(
+            f"{path.name}: column `{found[S.ROLE_SAMPLE_ID]}`: {nulls} row(s) have no sample id "
+            f"(first: row "
+            f"{first}); in the token layout the sample id says which tokens form a sequence",
+            "fill the ids, or name another id column with --map sample_id=COLUMN.",
+        )
     cols["_row"] = pa.array(np.arange(table.num_rows, dtype=np.int64))
     out = pa.table(cols)
     order = [(S.ROLE_STEP, "ascending"), (S.ROLE_SAMPLE_ID, "ascending")]
