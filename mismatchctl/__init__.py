@@ -18,7 +18,14 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from mismatchctl.api import compare, diagnose, ingest, remove_run, report, run_info, runs, whatif
-from mismatchctl.errors import InputError, MismatchError, StoreError, UsageError
+from mismatchctl.errors import (
+    EngineError,
+    InputError,
+    MismatchError,
+    MissingDependencyError,
+    StoreError,
+    UsageError,
+)
 from mismatchctl.store import RunInfo, Store, open_store
 
 try:
@@ -27,8 +34,10 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
 __all__ = [
+    "EngineError",
     "InputError",
     "MismatchError",
+    "MissingDependencyError",
     "RunInfo",
     "Store",
     "StoreError",

@@ -14,8 +14,10 @@ from mismatchctl.analysis.splits import parse_by
 from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
 from mismatchctl.curves.ingest import MetricsIngest
 from mismatchctl.curves.ingest import ingest_metrics as ingest_metrics_file
+from mismatchctl.engines.choice import choose_engine
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.ingest.columns import parse_mapping
+from mismatchctl.ingest.remote import is_remote
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files, parse_tags
 from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from mismatchctl.store import RunInfo, Store, open_store
@@ -35,12 +37,22 @@ def ingest(
     store: StorePath = None,
     progress: Progress | None = None,
     trust_pickle: bool = False,
+    engine: str = "local",
+    ray_address: str | None = None,
+    workers: int = DEFAULT_WORKERS,
 ) -> IngestResult:
     """Read dump files into ``run`` of the store: all of them, or nothing on any error.
 
     ``trust_pickle=True`` loads torch ``.pt`` files with full unpickling, which runs any code
     the file contains: only for files from a source you trust. By default they are loaded with
-    ``weights_only=True`` and a file that needs more is refused."""
+    ``weights_only=True`` and a file that needs more is refused.
+
+    ``engine="ray"`` reads the files in parallel Ray tasks (a local Ray with ``workers`` CPUs, or
+    the cluster at ``ray_address``; the store must be on a filesystem every node sees); the
+    rows stored are those of a local ingest. Inputs may be ``s3://`` or ``gs://`` URIs (objects,
+    prefixes or globs; credentials from the environment): each object is copied to a local
+    temporary file by the task that reads it (``workers`` threads with the local engine)."""
+    eng = choose_engine(engine, ray_address)
     tag_map = dict(tags) if isinstance(tags, Mapping) else parse_tags(tags)
     col_map = dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(mapping)
     opts = Options(
@@ -51,7 +63,15 @@ def ingest(
         skip_bad=skip_bad,
         trust_pickle=trust_pickle,
     )
-    return ingest_files(open_store(store), [str(i) for i in inputs], opts, progress)
+    files = [str(i) for i in inputs]
+    if eng.is_ray or any(is_remote(f) for f in files):
+        from mismatchctl.ingest import staged
+
+        tasks = (
+            staged.ray_tasks(eng.address, workers) if eng.is_ray else staged.thread_tasks(workers)
+        )
+        return staged.ingest_staged(open_store(store), files, opts, tasks, progress)
+    return ingest_files(open_store(store), files, opts, progress)
 
 
 def ingest_metrics(
@@ -109,10 +129,15 @@ def report(
     store: StorePath = None,
     on_part: Callable[[int], None] | None = None,
     figures: bool = False,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> Report:
     """Every metric of the selected runs (all runs when none is named), grouped by the default
     splits plus each ``by`` split (``"step"``, ``"step,turn_kind"``, ``"tag:engine"``...).
-    ``figures=True`` also computes the figure data of the HTML report (``Report.figures``)."""
+    ``figures=True`` also computes the figure data of the HTML report (``Report.figures``).
+    ``engine="ray"`` reads the parts in Ray tasks (a local Ray with ``workers`` CPUs, or the
+    cluster at ``ray_address``); the numbers are the same as with ``"local"``."""
+    eng = choose_engine(engine, ray_address)
     return build_report(
         open_store(store),
         list(runs or []),
@@ -123,6 +148,7 @@ def report(
         workers=workers,
         on_part=on_part,
         figures=figures,
+        engine=eng,
     )
 
 
@@ -137,8 +163,11 @@ def compare(
     store: StorePath = None,
     on_part: Callable[[int], None] | None = None,
     figures: bool = False,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> Comparison:
     """Two selectors (``"v0-ref"``, ``"gpu=H20"``, ``"v1@steps=0-200"``) side by side."""
+    eng = choose_engine(engine, ray_address)
     return build_comparison(
         open_store(store),
         a,
@@ -149,6 +178,7 @@ def compare(
         workers=workers,
         on_part=on_part,
         figures=figures,
+        engine=eng,
     )
 
 
@@ -158,10 +188,15 @@ def diagnose(
     workers: int = DEFAULT_WORKERS,
     store: StorePath = None,
     on_part: Callable[[int], None] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> Diagnosis:
     """Every check of ``diagnose`` on a selector (``"v1-a100"``, ``"gpu=A100"``,
     ``"v1@steps=0-200"``): ``Diagnosis.checks`` with verdicts ok / warn / fail / n/a."""
-    return build_diagnosis(open_store(store), selector, workers=workers, on_part=on_part)
+    eng = choose_engine(engine, ray_address)
+    return build_diagnosis(
+        open_store(store), selector, workers=workers, on_part=on_part, engine=eng
+    )
 
 
 def whatif(
@@ -173,16 +208,25 @@ def whatif(
     workers: int = DEFAULT_WORKERS,
     store: StorePath = None,
     on_part: Callable[[int], None] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> Whatif:
     """What corrections would do on a selector: ``methods`` such as ``["seq-mis:2", "veto"]``
     (all at their defaults when empty), one ``threshold`` for a single method, or a ``sweep``
     (``"1.5,2,3"`` or a list) of thresholds of a single method."""
+    eng = choose_engine(engine, ray_address)
     methods = [methods] if isinstance(methods, str) else list(methods)
     if sweep is not None and not isinstance(sweep, str):
         sweep = ",".join(str(v) for v in sweep)
     parsed, is_sweep = parse_methods(methods, None if threshold is None else str(threshold), sweep)
     return build_whatif(
-        open_store(store), selector, parsed, sweep=is_sweep, workers=workers, on_part=on_part
+        open_store(store),
+        selector,
+        parsed,
+        sweep=is_sweep,
+        workers=workers,
+        on_part=on_part,
+        engine=eng,
     )
 
 

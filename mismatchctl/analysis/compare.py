@@ -14,6 +14,7 @@ from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import Selection
 from mismatchctl.analysis.selectors import parse_selector, resolve
 from mismatchctl.analysis.sequences import SequenceSums
+from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.errors import StoreError
 from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, compare_intervals
@@ -61,6 +62,7 @@ def build_comparison(
     workers: int = DEFAULT_WORKERS,
     on_part: Callable[[int], None] | None = None,
     figures: bool = False,
+    engine: Engine = LOCAL_ENGINE,
 ) -> Comparison:
     sides = [resolve(store, parse_selector(text)) for text in (a, b)]
     reports = [
@@ -73,6 +75,7 @@ def build_comparison(
             on_part=on_part,
             extras=[SequenceSums()],
             figures=figures,
+            engine=engine,
         )
         for s in sides
     ]

@@ -37,6 +37,7 @@ from mismatchctl.analysis.diagnose_extra import DiagnoseExtra
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selectors import parse_selector, resolve
 from mismatchctl.analysis.whatif import SEQ_CELLS, WhatifExtra
+from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.errors import StoreError
 from mismatchctl.stats import whatif as WI
@@ -87,6 +88,7 @@ def build_diagnosis(
     *,
     workers: int = DEFAULT_WORKERS,
     on_part: Callable[[int], None] | None = None,
+    engine: Engine = LOCAL_ENGINE,
 ) -> Diagnosis:
     selection = resolve(store, parse_selector(selector))
     whatif = WhatifExtra([SUGGESTED])
@@ -96,6 +98,7 @@ def build_diagnosis(
         workers=workers,
         on_part=on_part,
         extras=[DiagnoseExtra(selection), whatif],
+        engine=engine,
     )
     if report.whole() is None:
         raise StoreError(f"selector `{selector}` matches no model tokens", "widen the selector.")

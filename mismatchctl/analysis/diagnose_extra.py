@@ -4,6 +4,7 @@ the K3 mass per weight lag (staleness, joined from the store's sequence rows).""
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 
@@ -78,6 +79,17 @@ class DiagnoseExtra:
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:
         return a.merge(b)
+
+    def __getstate__(self) -> dict:
+        """Shipped to another process (a Ray task): the paths, absolute (the worker's directory
+        is not the driver's); not the lock, nor the cache (the worker reads what it needs)."""
+        paths = {run: [os.path.abspath(p) for p in ps] for run, ps in self._paths.items()}
+        return {"_paths": paths}
+
+    def __setstate__(self, state: dict) -> None:
+        self._paths = state["_paths"]
+        self._lags = {}
+        self._lock = threading.Lock()
 
     def _lag_sums(self, run: str, lr: np.ndarray, lt: np.ndarray, seq: np.ndarray) -> LagSums:
         seqs, lags = self._run_lags(run)

@@ -18,7 +18,8 @@ from mismatchctl.analysis.figures import FigureData, FigureExtra, figure_data
 from mismatchctl.analysis.rollup import Groups, rollup, sort_key
 from mismatchctl.analysis.selection import Selection, StepRange, select
 from mismatchctl.curves.analysis import RunCurves, selection_curves
-from mismatchctl.engines.local import DEFAULT_WORKERS, PartExtra, row_mask, run_passes
+from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
+from mismatchctl.engines.local import DEFAULT_WORKERS, PartExtra, row_mask
 from mismatchctl.errors import UsageError
 from mismatchctl.stats import (
     QUANTILE_METRICS,
@@ -78,6 +79,7 @@ def build_report(
     workers: int = DEFAULT_WORKERS,
     on_part: Callable[[int], None] | None = None,
     figures: bool = False,
+    engine: Engine = LOCAL_ENGINE,
 ) -> Report:
     selection = select(store, runs, steps)
     return report_on(
@@ -88,6 +90,7 @@ def build_report(
         workers=workers,
         on_part=on_part,
         figures=figures,
+        engine=engine,
     )
 
 
@@ -110,10 +113,11 @@ def report_on(
     on_part: Callable[[int], None] | None = None,
     extras: Sequence[PartExtra] = (),
     figures: bool = False,
+    engine: Engine = LOCAL_ENGINE,
 ) -> Report:
     """The report of an explicit selection (runs, or a slice of the store); ``extras`` are
     computed in the same read of every part and left in ``Report.extra_states``; ``figures``
-    adds the densities and samples of the HTML page."""
+    adds the densities and samples of the HTML page; ``engine`` says where parts are read."""
     edges = parse_edges(bins)
     figure_extra = FigureExtra() if figures else None
     if figure_extra is not None:
@@ -121,7 +125,7 @@ def report_on(
     wanted = list(dict.fromkeys([*K.default_splits(by_gpu), *SELECTION_SPLITS, *(by or [])]))
     internal = [(K.RUN, K.GPU, K.STEP), (K.GPU, K.TURN_KIND)] if by_gpu else []
     passes = K.plan(wanted + internal)
-    finest, extra_states = run_passes(
+    finest, extra_states = engine.runner()(
         selection.tasks, passes, edges, selection.rows, workers, on_part, extras
     )
     rolled = {}

@@ -17,6 +17,7 @@ from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.rollup import sort_key
 from mismatchctl.analysis.selectors import parse_selector, resolve
+from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.keys import PartKeys, decode, group_codes
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.errors import StoreError, UsageError
@@ -137,10 +138,11 @@ def build_whatif(
     sweep: bool = False,
     workers: int = DEFAULT_WORKERS,
     on_part: Callable[[int], None] | None = None,
+    engine: Engine = LOCAL_ENGINE,
 ) -> Whatif:
     selection = resolve(store, parse_selector(selector))
     extra = WhatifExtra(methods)
-    report = report_on(selection, workers=workers, on_part=on_part, extras=[extra])
+    report = report_on(selection, workers=workers, on_part=on_part, extras=[extra], engine=engine)
     if report.whole() is None:
         raise StoreError(f"selector `{selector}` matches no model tokens", "widen the selector.")
     cells: Cells = report.extra_states[0] or {}

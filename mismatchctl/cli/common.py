@@ -115,5 +115,28 @@ JsonOut = Annotated[
 HtmlOut = Annotated[
     str | None, typer.Option("--html", help="Write a self-contained HTML page to FILE.")
 ]
-WorkersOpt = Annotated[int, typer.Option("--workers", help="Parallel workers (threads).")]
+WorkersOpt = Annotated[
+    int,
+    typer.Option(
+        "--workers", help="Parallel workers: threads, or the CPUs of a local Ray (--engine ray)."
+    ),
+]
+EngineOpt = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Where parts are read: local (threads in this process) or ray (Ray tasks, on a "
+        "local Ray or the cluster of --ray-address; needs the ray extra).",
+    ),
+]
+RayAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        help="Ray cluster for --engine ray: auto (started on this machine with `ray start "
+        "--head`) or ray://HOST:10001 [default: $RAY_ADDRESS, else a local Ray with --workers "
+        "CPUs]. The store must be on a filesystem every node sees.",
+        show_default=False,
+    ),
+]
 QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]

@@ -8,9 +8,11 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.cli.common import (
+    EngineOpt,
     HtmlOut,
     JsonOut,
     QuietFlag,
+    RayAddressOpt,
     StoreOpt,
     WorkersOpt,
     emit_outputs,
@@ -33,6 +35,8 @@ A selector is a run name, KEY=VALUE filters (run, gpu, or any tag; commas combin
   mismatchctl compare gpu=H20 gpu=L20
 
   mismatchctl compare v0-ref 'v1-final@steps=0-200' --html cmp.html --json cmp.json
+
+  mismatchctl compare v0-ref v1-initial --engine ray --ray-address ray://head:10001
 """
 
 
@@ -50,6 +54,8 @@ def compare(
     json_out: JsonOut = None,
     html_out: HtmlOut = None,
     workers: WorkersOpt = DEFAULT_WORKERS,
+    engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
     store: StoreOpt = None,
     quiet: QuietFlag = False,
 ) -> None:
@@ -64,6 +70,8 @@ def compare(
             store=store,
             on_part=progress.advance,
             figures=html_out is not None,
+            engine=engine,
+            ray_address=ray_address,
         )
     from mismatchctl.render.compare_html import write_comparison_html
 

@@ -9,9 +9,11 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.cli.common import (
+    EngineOpt,
     HtmlOut,
     JsonOut,
     QuietFlag,
+    RayAddressOpt,
     StoreOpt,
     WorkersOpt,
     emit_outputs,
@@ -39,6 +41,8 @@ Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one 
   mismatchctl diagnose gpu=A100 --json - | jq '.diagnosis.checks[] | select(.verdict == "fail")'
 
   mismatchctl diagnose v1-a100 -q --fail-on warn || echo "mismatch checks did not pass"
+
+  mismatchctl diagnose v1-a100 --engine ray --ray-address auto
 """
 
 
@@ -58,11 +62,20 @@ def diagnose(
         FailOn, typer.Option("--fail-on", help="Exit 3 on a failing check, or also on a warning.")
     ] = FailOn.fail,
     workers: WorkersOpt = DEFAULT_WORKERS,
+    engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
     store: StoreOpt = None,
     quiet: QuietFlag = False,
 ) -> None:
     with TokenProgress(None, enabled=not quiet) as progress:
-        result = api.diagnose(selector, workers=workers, store=store, on_part=progress.advance)
+        result = api.diagnose(
+            selector,
+            workers=workers,
+            store=store,
+            on_part=progress.advance,
+            engine=engine,
+            ray_address=ray_address,
+        )
     from mismatchctl.render.diagnose_html import write_diagnose_html
 
     emit_outputs(

@@ -8,18 +8,23 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.cli.common import (
+    EngineOpt,
     JsonFlag,
     QuietFlag,
+    RayAddressOpt,
     StoreOpt,
     emit_json,
     err_console,
     handle_errors,
 )
 from mismatchctl.cli.progress import IngestProgress
+from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.ingest.source import FORMATS
 from mismatchctl.render.catalog import ingest_json, ingest_summary
 
 HELP = f"""Read dump files (files, directories or globs) into a run of the store.
+
+Inputs may also be on object storage: s3:// or gs:// URIs of objects, prefixes or globs, with credentials from the environment (AWS_PROFILE, AWS_ENDPOINT_URL...); each object is copied to a temporary file while it is read. --engine ray reads the files in parallel Ray tasks (the store must be on a filesystem every node sees).
 
 Formats are detected from columns and keys: {", ".join(FORMATS)}. All files are ingested or none is: on any error the store is left as it was. Ingesting the same content again is a no-op.
 
@@ -32,12 +37,19 @@ Torch .pt files are loaded with weights_only=True: a file that needs full unpick
   mismatchctl ingest 'slime_debug/train_*.pt' --run slime-h20 --tag gpu=H20
 
   mismatchctl ingest batch.parquet --run x --map rollout=gen_lp --map trainer=fsdp_lp --map mask=keep
+
+  mismatchctl ingest /shared/dumps/ --run v2 --engine ray --ray-address auto --store /shared/store
+
+  mismatchctl ingest 's3://bucket/rl/dumps/step_*.parquet' --run v3 --tag gpu=H20
 """
 
 
 @handle_errors
 def ingest(
-    inputs: Annotated[list[str], typer.Argument(help="Dump files, directories or globs.")],
+    inputs: Annotated[
+        list[str],
+        typer.Argument(help="Dump files, directories or globs; or s3:// / gs:// URIs of them."),
+    ],
     run: Annotated[str, typer.Option("--run", "-r", help="Name of the run to add the data to.")],
     tag: Annotated[
         list[str] | None,
@@ -69,6 +81,14 @@ def ingest(
             "your permissions; only for files from a source you trust.",
         ),
     ] = False,
+    engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers", help="With --engine ray and no cluster: the CPUs of the local Ray."
+        ),
+    ] = DEFAULT_WORKERS,
     store: StoreOpt = None,
     json: JsonFlag = False,
     quiet: QuietFlag = False,
@@ -84,6 +104,9 @@ def ingest(
             trust_pickle=trust_pickle,
             store=store,
             progress=progress,
+            engine=engine,
+            ray_address=ray_address,
+            workers=workers,
         )
     if json:
         emit_json(ingest_json(result), "-")

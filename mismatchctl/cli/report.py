@@ -8,9 +8,11 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.cli.common import (
+    EngineOpt,
     HtmlOut,
     JsonOut,
     QuietFlag,
+    RayAddressOpt,
     StoreOpt,
     WorkersOpt,
     emit_json,
@@ -42,6 +44,8 @@ Metric definitions and JSON names: docs/metrics.md; training curves: docs/curves
   mismatchctl report v1-a100 --bins linear:20 --by step --by tag:logprobs_mode
 
   mismatchctl report v0-ref v1-a100 --by run,turn_kind --json - | jq .
+
+  mismatchctl report v1-a100 --engine ray --ray-address auto --json report.json
 """
 
 
@@ -76,6 +80,8 @@ def report(
         typer.Option("--diagnose", help="Also run `diagnose` on each run (terminal, JSON, HTML)."),
     ] = False,
     workers: WorkersOpt = DEFAULT_WORKERS,
+    engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
     store: StoreOpt = None,
     quiet: QuietFlag = False,
 ) -> None:
@@ -91,8 +97,14 @@ def report(
             store=store,
             on_part=progress.advance,
             figures=html_out is not None,
+            engine=engine,
+            ray_address=ray_address,
         )
-    diagnoses = run_diagnoses(rep.selection.names, steps, workers, store) if diagnose else []
+    diagnoses = (
+        run_diagnoses(rep.selection.names, steps, workers, store, engine, ray_address)
+        if diagnose
+        else []
+    )
     if json_out is not None:
         doc = report_json(rep)
         if diagnoses:
@@ -110,11 +122,21 @@ def report(
 
 
 def run_diagnoses(
-    runs: list[str], steps: str | None, workers: int, store: str | None
+    runs: list[str],
+    steps: str | None,
+    workers: int,
+    store: str | None,
+    engine: str = "local",
+    ray_address: str | None = None,
 ) -> list[api.Diagnosis]:
     """One diagnosis per run (of the same step range)."""
     suffix = f"@steps={steps}" if steps else ""
-    return [api.diagnose(run + suffix, workers=workers, store=store) for run in runs]
+    return [
+        api.diagnose(
+            run + suffix, workers=workers, store=store, engine=engine, ray_address=ray_address
+        )
+        for run in runs
+    ]
 
 
 def _runs(names: list[str] | None, store: str | None) -> list[api.RunInfo]:

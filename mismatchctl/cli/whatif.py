@@ -8,9 +8,11 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.cli.common import (
+    EngineOpt,
     HtmlOut,
     JsonOut,
     QuietFlag,
+    RayAddressOpt,
     StoreOpt,
     WorkersOpt,
     emit_outputs,
@@ -34,6 +36,8 @@ Methods (default threshold): token-tis (2), token-mis (2), seq-tis (2), seq-mis 
   mismatchctl whatif v1-a100 --method seq-mis --sweep 1.5,2,3,5 --html whatif.html
 
   mismatchctl whatif 'gpu=A100@steps=100-' --json - | jq .whatif.methods
+
+  mismatchctl whatif v1-a100 --method seq-mis --engine ray --workers 8
 """
 
 
@@ -57,6 +61,8 @@ def whatif(
     json_out: JsonOut = None,
     html_out: HtmlOut = None,
     workers: WorkersOpt = DEFAULT_WORKERS,
+    engine: EngineOpt = "local",
+    ray_address: RayAddressOpt = None,
     store: StoreOpt = None,
     quiet: QuietFlag = False,
 ) -> None:
@@ -69,6 +75,8 @@ def whatif(
             workers=workers,
             store=store,
             on_part=progress.advance,
+            engine=engine,
+            ray_address=ray_address,
         )
     from mismatchctl.render.whatif_html import write_whatif_html
 

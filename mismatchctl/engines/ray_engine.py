@@ -1,0 +1,78 @@
+"""The Ray engine: the local engine's ``part_groups`` run per token part as Ray tasks, and the
+mergeable partials merged in the driver exactly as the local engine merges them.
+
+No metric is implemented here: a task is ``part_groups`` (the same function the local thread pool
+maps), and the driver folds the results with ``merge_into`` and each extra's ``merge``, in the
+order of the tasks (not of their completion), so that a report is the same whichever task ends
+first. Every worker must see the store's part files under the same paths as the driver (a
+shared filesystem); paths are made absolute before they are shipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from mismatchctl.analysis.selection import PartTask, RowFilter
+from mismatchctl.analysis.splits import Pass
+from mismatchctl.engines.local import DEFAULT_WORKERS, Groups, PartExtra, merge_into, part_groups
+from mismatchctl.engines.ray_support import Failure, connect, ordered, remote
+from mismatchctl.errors import MismatchError
+
+Shared = tuple[list[Pass], np.ndarray, RowFilter | None, list[PartExtra]]
+
+
+def fold_part(task: PartTask, shared: Shared) -> tuple[list[Groups], list[Any]] | Failure:
+    """The body of one Ray task: one part's groups and extra states (``part_groups``)."""
+    passes, edges, rows, extras = shared
+    try:
+        return part_groups(task, passes, edges, rows, extras)
+    except MismatchError as exc:
+        return Failure(exc)
+
+
+def run_passes_ray(
+    tasks: list[PartTask],
+    passes: list[Pass],
+    edges: np.ndarray,
+    rows: RowFilter | None = None,
+    workers: int = DEFAULT_WORKERS,
+    on_part: Callable[[int], None] | None = None,
+    extras: Sequence[PartExtra] = (),
+    *,
+    address: str | None = None,
+) -> tuple[list[Groups], list[Any]]:
+    """``run_passes`` of the local engine, with one Ray task per part. ``workers`` is the CPU
+    count of a local Ray started here; on a cluster (``address``, ``$RAY_ADDRESS`` or an earlier
+    ``ray.init``) the cluster's CPUs run the tasks."""
+    ray = connect(address, workers)
+    totals: list[Groups] = [{} for _ in passes]
+    extra_totals: list[Any] = [None] * len(extras)
+    if not tasks:
+        return totals, extra_totals
+    shared = ray.put((list(passes), edges, rows, list(extras)))  # stored once, read by every task
+    fold = remote(fold_part)
+    refs = [fold.remote(_absolute(task), shared) for task in tasks]
+
+    def done(i: int, _: Any) -> None:
+        if on_part:
+            on_part(tasks[i].rows)
+
+    for groups, states in ordered(ray, refs, done):
+        for total, part in zip(totals, groups, strict=True):
+            merge_into(total, part)
+        for i, (extra, state) in enumerate(zip(extras, states, strict=True)):
+            if state is None:
+                continue
+            total = extra_totals[i]
+            extra_totals[i] = state if total is None else extra.merge(total, state)
+    return totals, extra_totals
+
+
+def _absolute(task: PartTask) -> PartTask:
+    """Workers do not share the driver's working directory: a relative store path is resolved."""
+    return dataclasses.replace(task, path=os.path.abspath(task.path))
