@@ -287,9 +287,10 @@ def _position_counts(model: np.ndarray, offsets: np.ndarray, seq_of: np.ndarray)
     t = np.bincount(owner, minlength=n).astype(np.int64)
     first = np.zeros(n, dtype=np.int64)
     last = np.full(n, -1, dtype=np.int64)
-    if len(where):
-        uniq, first_idx = np.unique(owner, return_index=True)
-        last_idx = len(owner) - 1 - np.unique(owner[::-1], return_index=True)[1]
+    if len(where):  # owner is non-decreasing: each sequence's model tokens are one run of it
+        first_idx = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+        last_idx = np.r_[first_idx[1:] - 1, len(owner) - 1]
+        uniq = owner[first_idx]
         first[uniq] = where[first_idx] - offsets[uniq]
         last[uniq] = where[last_idx] - offsets[uniq]
     empty = t == 0
