@@ -80,9 +80,10 @@ def write_section(path: Path, body: str) -> None:
         end = text.find("\n## ", start + len(SECTION))
         text = text[:start] + text[end + 1 :] if end >= 0 else text[:start]
     intro = (
-        "`python bench/report_memory.py` on this machine. The report reads the store part by part "
-        "(parts of about 1M tokens, folded in slices of whole sequences), so its peak memory is "
-        "bounded by the number of workers, not by the size of the dump. Ingest memory follows the "
+        "`python bench/report_memory.py` on this machine. The report reads the store a batch of "
+        "about 262k tokens at a time (a row group of a part, sequences stitched across batches), "
+        "at most 2 parts per worker in flight, so its peak memory is bounded by the number of "
+        "workers, not by the size of the dump. Ingest memory follows the "
         "row groups of the input files, which pyarrow decodes whole: the 50M dumps here have row "
         "groups of about 2M positions (1,024 responses), the 10M ones about 0.5M."
     )

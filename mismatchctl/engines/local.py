@@ -8,8 +8,9 @@ the numpy kernels release the GIL for most of their time.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
@@ -61,7 +62,7 @@ def run_passes(
         return (*part_groups(task, passes, edges, rows, extras), task.rows)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for groups, states, n_rows in pool.map(one, tasks):
+        for groups, states, n_rows in _in_order(pool, one, tasks, 2 * max(1, workers)):
             for total, part in zip(totals, groups, strict=True):
                 merge_into(total, part)
             for i, (extra, state) in enumerate(zip(extras, states, strict=True)):
@@ -72,6 +73,18 @@ def run_passes(
             if on_part:
                 on_part(n_rows)
     return totals, extra_totals
+
+
+def _in_order(pool: Executor, fn: Callable[[Any], Any], items: list, window: int) -> Iterator[Any]:
+    """``pool.map(fn, items)`` with at most ``window`` items submitted and not yet consumed:
+    results of fast parts do not pile up behind a slow one (memory stays flat)."""
+    pending: deque[Future] = deque()
+    for item in items:
+        if len(pending) >= window:
+            yield pending.popleft().result()
+        pending.append(pool.submit(fn, item))
+    while pending:
+        yield pending.popleft().result()
 
 
 def merge_into(total: Groups, part: Groups) -> None:
