@@ -23,8 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-
-import polars as pl
+from typing import TYPE_CHECKING
 
 from mismatchctl import schema as S
 from mismatchctl.display import shown
@@ -34,6 +33,9 @@ from mismatchctl.store.catalog import MetricSource, PartRecord, SourceRecord
 from mismatchctl.store.location import resolve_store_path
 from mismatchctl.store.lock import LOCK_NAME, write_lock
 from mismatchctl.store.parts import METRICS, SEQUENCES, TOKENS
+
+if TYPE_CHECKING:
+    import polars as pl
 
 RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+\-]{0,127}$")
 STAGING = ".staging"
@@ -131,6 +133,8 @@ class Store:
 
     def scan(self, run: str | None = None, kind: str = TOKENS) -> pl.LazyFrame:
         """Canonical rows of one run (or of every run) as a Polars LazyFrame with a ``run`` column."""
+        import polars as pl  # only here: the commands never need it, and it is slow to import
+
         names = [run] if run is not None else self.run_names()
         frames = []
         for name in names:
