@@ -16,6 +16,7 @@ from mismatchctl.stats import (
     turn_index,
     turn_kind,
 )
+from mismatchctl.stats.turnruns import TurnRuns
 
 Label = str | int | None
 
@@ -33,6 +34,7 @@ class PartKeys:
         self.table, self.run, self.tags, self.edges = table, run, tags, edges
         self.n = table.num_rows
         self._cache: dict[str, KeyCodes] = {}
+        self.runs: TurnRuns | None = None  # the slice's turn runs, once the engine made them
 
     def get(self, key: str) -> KeyCodes:
         if key not in self._cache:

@@ -181,6 +181,7 @@ def _slice_groups(
             code, size, labels = group_codes(run_keys, p.keys)
             partials = run_partials(runs, code, size)
         out.append({decode(i, labels): part for i, part in enumerate(partials) if part.tokens > 0})
+    keys.runs = runs  # extras may reuse the turn runs' sums instead of re-reading the tokens
     return out, [extra.compute(table, keys) for extra in extras]
 
 

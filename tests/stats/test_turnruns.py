@@ -105,3 +105,16 @@ def test_single_token_runs_and_tiny_slices(lengths: list[int], seed: int) -> Non
     cols = token_columns(lr, lt)
     runs = turn_runs(cols, seq, turn)
     _assert_same(run_partials(runs, code[runs.starts], 3), chunk_partials(lr, lt, seq, code, 3))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_sequence_sums_from_runs_equal_those_from_tokens(seed: int) -> None:
+    """compare's bootstrap takes its per-sequence sums from the engine's turn runs."""
+    from mismatchctl.analysis.sequences import _from_runs
+    from mismatchctl.stats.bootstrap import FIELDS, SeqStats
+
+    lr, lt, seq, turn, _ = _tokens(seed)
+    runs = turn_runs(token_columns(lr, lt), seq, turn)
+    got, want = _from_runs(runs), SeqStats.from_tokens(lr, lt, seq)
+    for field in FIELDS:
+        np.testing.assert_allclose(getattr(got, field), getattr(want, field), rtol=1e-12)
