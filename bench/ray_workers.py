@@ -24,6 +24,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from sections import replace_section
+
 GEN_DUMPS = Path(__file__).parent / "gen_dumps.py"
 SECTION = "## Ray: 1 vs 2 local workers"
 
@@ -137,19 +139,6 @@ def table(rows: list[dict[str, Any]], repeats: int) -> str:
     return "\n".join(lines)
 
 
-def write_section(path: Path, body: str) -> None:
-    """Replace (or append) this script's section only; read the file just before writing."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"{SECTION}\n\n{body}\n"
-    start = text.find(SECTION)
-    if start < 0:
-        path.write_text(text.rstrip() + "\n\n" + block)
-        return
-    end = text.find("\n## ", start + len(SECTION))
-    rest = text[end + 1 :] if end >= 0 else ""
-    path.write_text(text[:start] + block + ("\n" + rest if rest else ""))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -170,7 +159,7 @@ def main() -> None:
     body = table(rows, args.repeats)
     print(body)
     if args.write:
-        write_section(args.write, body)
+        replace_section(args.write, SECTION, body)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from sections import replace_section
+
 GEN_DUMPS = Path(__file__).parent / "gen_dumps.py"
 
 SECTION = "## Report memory"
@@ -74,11 +76,6 @@ def table(rows: list[dict[str, float]]) -> str:
 
 
 def write_section(path: Path, body: str) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = text.find(SECTION)
-    if start >= 0:
-        end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + text[end + 1 :] if end >= 0 else text[:start]
     intro = (
         "`python bench/report_memory.py` on this machine. The report reads the store a batch of "
         "about 262k tokens at a time (a row group of a part, sequences stitched across batches), "
@@ -87,7 +84,7 @@ def write_section(path: Path, body: str) -> None:
         "row groups of the input files, which pyarrow decodes whole: the 50M dumps here have row "
         "groups of about 2M positions (1,024 responses), the 10M ones about 0.5M."
     )
-    path.write_text(text.rstrip() + f"\n\n{SECTION}\n\n{intro}\n\n{body}\n")
+    replace_section(path, SECTION, f"{intro}\n\n{body}")
 
 
 def main() -> None:

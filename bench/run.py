@@ -44,6 +44,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+from sections import replace_section
+
 # The driver imports nothing heavy (no numpy, pyarrow): Python starts children with vfork, and a
 # child's ru_maxrss starts from the high-water RSS of the process it was forked from.
 
@@ -658,22 +660,6 @@ def section(results: list[dict[str, Any]], info: dict[str, Any], argv: list[str]
     return "\n".join(lines)
 
 
-def write_section(path: Path, body: str) -> None:
-    """Replace the section in ``path`` (or append it); every other section is kept."""
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    start = text.find(SECTION)
-    if start >= 0:
-        end = text.find("\n## ", start + len(SECTION))
-        rest = text[end + 1 :] if end >= 0 else ""
-        text = text[:start].rstrip() + "\n\n" + body + ("\n\n" + rest if rest else "\n")
-    else:
-        text = text.rstrip() + "\n\n" + body + "\n"
-    path.write_text(text)
-
-
-# ---------------------------------------------------------------------------------------------
-
-
 def parse_sizes(text: str) -> list[float]:
     try:
         sizes = [float(s) for s in text.split(",") if s.strip()]
@@ -731,7 +717,7 @@ def main() -> None:
     print(body)
     log(f"raw results in {raw}")
     if args.write:
-        write_section(args.write, body)
+        replace_section(args.write, SECTION, body.removeprefix(SECTION))
         log(f"wrote the section {SECTION!r} of {args.write}")
 
 
