@@ -255,6 +255,7 @@ def test_compare_overlays_both_runs_curves(run12: Path, tmp_path: Path) -> None:
     g = pairs["grad_norm"]
     assert g["common_steps"] == 9
     assert g["mean_b"] == pytest.approx(2 * g["mean_a"], rel=1e-12)
+    assert g["ratio"] == pytest.approx(2.0, rel=1e-12)
     assert pairs["vllm_kl"]["common_steps"] == 12
     assert set(doc["curves"]) == {"a", "b"} and "grad_norm" in doc["curves"]["b"]["r2"]["columns"]
     text = cli("compare", "r", "r2").out

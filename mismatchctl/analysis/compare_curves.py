@@ -37,6 +37,13 @@ class CurvePair:
     mean_a: float | None = None  # over the common steps with finite values on both sides
     mean_b: float | None = None
 
+    @property
+    def ratio(self) -> float | None:
+        """``mean_b / mean_a`` over the common steps (None when undefined)."""
+        if self.mean_a in (None, 0) or self.mean_b is None:
+            return None
+        return self.mean_b / self.mean_a
+
 
 def side_curves(report: Report, label: str) -> list[tuple[str, RunCurves]]:
     runs = list(report.curves.values())

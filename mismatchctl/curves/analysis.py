@@ -15,7 +15,7 @@ import numpy as np
 
 from mismatchctl.curves import correlate as C
 from mismatchctl.curves import events as E
-from mismatchctl.curves.series import DUMPS, ENTROPY_MEAN, KL, REWARD_MEAN, Series
+from mismatchctl.curves.series import ENTROPY_MEAN, KL, REWARD_MEAN, Series
 
 # Roles of training-log metrics, found by name (the last path component, then the whole name);
 # the first pattern that matches any metric wins, and among its matches the shortest name.
@@ -153,10 +153,6 @@ def _spike_match(kl: Series, other: Series, role: str, curves: RunCurves) -> Spi
     steps, k, m = C.outer_join(kl.steps, kl.values, other.steps, other.values)
     matches = E.coincident_spikes(steps, k, m, log_a=True, log_b=role in LOG_ROLES)
     return SpikeMatch(role, other.name, len(curves.kl_spikes), matches)
-
-
-def is_dump(origin: str) -> bool:
-    return origin == DUMPS
 
 
 def selection_curves(selection, step_groups: list) -> dict[str, RunCurves]:

@@ -54,24 +54,37 @@ def run_passes(
     extras: Sequence[PartExtra] = (),
 ) -> tuple[list[Groups], list[Any]]:
     """For every pass, the merged partial of each group present in the selection; and the merged
-    state of every extra (None when no part was read)."""
-    totals: list[Groups] = [{} for _ in passes]
-    extra_totals: list[Any] = [None] * len(extras)
+    state of every extra (None when no part was read). Parts are merged in task order, and
+    ``on_part`` is called from this thread."""
 
-    def one(task: PartTask) -> tuple[list[Groups], list[Any], int]:
-        return (*part_groups(task, passes, edges, rows, extras), task.rows)
+    def one(task: PartTask) -> tuple[list[Groups], list[Any]]:
+        return part_groups(task, passes, edges, rows, extras)
+
+    def results(pool: Executor) -> Iterator[tuple[list[Groups], list[Any]]]:
+        done = _in_order(pool, one, tasks, 2 * max(1, workers))
+        for task, result in zip(tasks, done, strict=True):
+            yield result
+            if on_part:
+                on_part(task.rows)
 
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for groups, states, n_rows in _in_order(pool, one, tasks, 2 * max(1, workers)):
-            for total, part in zip(totals, groups, strict=True):
-                merge_into(total, part)
-            for i, (extra, state) in enumerate(zip(extras, states, strict=True)):
-                if state is None:
-                    continue
+        return fold(results(pool), len(passes), extras)
+
+
+def fold(
+    results: Iterable[tuple[list[Groups], list[Any]]], n_passes: int, extras: Sequence[PartExtra]
+) -> tuple[list[Groups], list[Any]]:
+    """Merge the parts' results, in the order given: every pass's groups, every extra's state
+    (None when no part gave one). Shared by the local and the Ray engine."""
+    totals: list[Groups] = [{} for _ in range(n_passes)]
+    extra_totals: list[Any] = [None] * len(extras)
+    for groups, states in results:
+        for total, part in zip(totals, groups, strict=True):
+            merge_into(total, part)
+        for i, (extra, state) in enumerate(zip(extras, states, strict=True)):
+            if state is not None:
                 total = extra_totals[i]
                 extra_totals[i] = state if total is None else extra.merge(total, state)
-            if on_part:
-                on_part(n_rows)
     return totals, extra_totals
 
 

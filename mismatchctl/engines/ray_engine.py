@@ -2,7 +2,7 @@
 mergeable partials merged in the driver exactly as the local engine merges them.
 
 No metric is implemented here: a task is ``part_groups`` (the same function the local thread pool
-maps), and the driver folds the results with ``merge_into`` and each extra's ``merge``, in the
+maps), and the driver folds the results with ``engines.local.fold`` and each extra's ``merge``, in the
 order of the tasks (not of their completion), so that a report is the same whichever task ends
 first. Every worker must see the store's part files under the same paths as the driver (a
 shared filesystem); paths are made absolute before they are shipped.
@@ -19,7 +19,7 @@ import numpy as np
 
 from mismatchctl.analysis.selection import PartTask, RowFilter
 from mismatchctl.analysis.splits import Pass
-from mismatchctl.engines.local import DEFAULT_WORKERS, Groups, PartExtra, merge_into, part_groups
+from mismatchctl.engines.local import DEFAULT_WORKERS, Groups, PartExtra, fold, part_groups
 from mismatchctl.engines.ray_support import Failure, connect, ordered, remote
 from mismatchctl.errors import MismatchError
 
@@ -50,27 +50,17 @@ def run_passes_ray(
     count of a local Ray started here; on a cluster (``address``, ``$RAY_ADDRESS`` or an earlier
     ``ray.init``) the cluster's CPUs run the tasks."""
     ray = connect(address, workers)
-    totals: list[Groups] = [{} for _ in passes]
-    extra_totals: list[Any] = [None] * len(extras)
     if not tasks:
-        return totals, extra_totals
+        return fold([], len(passes), extras)
     shared = ray.put((list(passes), edges, rows, list(extras)))  # stored once, read by every task
-    fold = remote(fold_part)
-    refs = [fold.remote(_absolute(task), shared) for task in tasks]
+    fold_task = remote(fold_part)
+    refs = [fold_task.remote(_absolute(task), shared) for task in tasks]
 
     def done(i: int, _: Any) -> None:
         if on_part:
             on_part(tasks[i].rows)
 
-    for groups, states in ordered(ray, refs, done):
-        for total, part in zip(totals, groups, strict=True):
-            merge_into(total, part)
-        for i, (extra, state) in enumerate(zip(extras, states, strict=True)):
-            if state is None:
-                continue
-            total = extra_totals[i]
-            extra_totals[i] = state if total is None else extra.merge(total, state)
-    return totals, extra_totals
+    return fold(ordered(ray, refs, done), len(passes), extras)
 
 
 def _absolute(task: PartTask) -> PartTask:

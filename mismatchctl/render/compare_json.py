@@ -39,6 +39,7 @@ def comparison_json(c: Comparison) -> dict[str, Any]:
                 "only_b_steps": p.only_b_steps,
                 "mean_a": p.mean_a,
                 "mean_b": p.mean_b,
+                "ratio": p.ratio,
                 "pearson_with_vllm_kl_a": None if p.a is None else p.a.pearson,
                 "pearson_with_vllm_kl_b": None if p.b is None else p.b.pearson,
             }

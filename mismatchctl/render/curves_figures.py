@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import plotly.graph_objects as go
 
 from mismatchctl.curves.analysis import RunCurves
@@ -154,8 +153,3 @@ def compare_figure(metric: str, sides: list[tuple[str, Series]]) -> go.Figure:
     else:
         fig.update_yaxes(title=esc(metric))
     return _base(fig, 320)
-
-
-def step_range(c: RunCurves) -> tuple[int, int] | None:
-    steps = np.concatenate([s.steps for s in c.series.values()])
-    return (int(steps.min()), int(steps.max())) if len(steps) else None

@@ -191,7 +191,6 @@ def curve_pair_rows(pairs: list) -> list[list[str]]:
     """One row per paired curve of a comparison (means over the steps both sides have)."""
     rows = []
     for p in pairs:
-        ratio = p.mean_b / p.mean_a if p.mean_a not in (None, 0) and p.mean_b is not None else None
         rows.append(
             [
                 p.metric,
@@ -200,7 +199,7 @@ def curve_pair_rows(pairs: list) -> list[list[str]]:
                 str(p.common_steps),
                 num(p.mean_a),
                 num(p.mean_b),
-                num(ratio),
+                num(p.ratio),
                 "-" if p.a is None else corr_text(p.a.pearson),
                 "-" if p.b is None else corr_text(p.b.pearson),
             ]

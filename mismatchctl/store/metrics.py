@@ -56,18 +56,6 @@ class MetricsCommit:
     same_as: MetricSource | None = None
 
 
-def metric_sources(store: Store, run: str) -> list[MetricSource]:
-    """The metric sources of ``run`` (after :meth:`Store.run` has checked it exists)."""
-    if not store.exists():
-        return []
-    con = connect(store.root)
-    try:
-        rows = con.execute("SELECT * FROM metric_sources WHERE run = ? ORDER BY id", (run,))
-        return [metric_source_from_row(r) for r in rows]
-    finally:
-        con.close()
-
-
 def metric_table_row(store: Store, run: str) -> sqlite3.Row | None:
     """The catalog row (``path``, ``rows``) of the run's metrics file, None when it has none."""
     con = connect(store.root)
@@ -233,6 +221,5 @@ __all__ = [
     "MetricSource",
     "MetricsCommit",
     "commit_metrics",
-    "metric_sources",
     "read_metrics_table",
 ]
