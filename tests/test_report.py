@@ -106,8 +106,10 @@ def test_every_group_equals_the_reference(store: Path, random_run: list[dict]) -
         _assert_metrics(got, reference_metrics(segs))
 
 
-def test_bin_groups_equal_the_reference(store: Path, random_run: list[dict]) -> None:
-    doc = json.loads(cli("report", "r", "--json", "-", "-q").out)
+@pytest.mark.parametrize("by", [[], ["--by", "turn_kind,bin"]])
+def test_bin_groups_equal_the_reference(store: Path, random_run: list[dict], by: list) -> None:
+    """Also when ``run x bin`` rolls up from the one binned pass of ``run x turn_kind x bin``."""
+    doc = json.loads(cli("report", "r", "--json", "-", "-q", *by).out)
     lr = np.concatenate([t["lr"] for t in random_run])
     lt = np.concatenate([t["lt"] for t in random_run])
     bins = assign_bins(np.exp(lr), LOG_EDGES)
@@ -219,3 +221,13 @@ def test_report_with_diagnosis(store: Path, tmp_path: Path) -> None:
     names = {c["name"] for c in doc["diagnosis"]["s"]["checks"]}
     assert {"alignment", "offset"} <= names
     assert '<section id="diagnosis">' in html_path.read_text()
+
+
+def test_binned_splits_share_one_pass() -> None:
+    from mismatchctl.analysis.splits import BIN, RUN, TURN_KIND, pass_for, plan
+
+    passes = plan([(RUN, BIN), (TURN_KIND, BIN), (RUN, TURN_KIND)])
+    binned = [p for p in passes if p.with_hist]
+    assert [p.keys for p in binned] == [(RUN, TURN_KIND, BIN)]
+    assert pass_for((RUN, BIN), passes) is binned[0]
+    assert pass_for((RUN, TURN_KIND), passes).keys == (RUN, TURN_KIND)

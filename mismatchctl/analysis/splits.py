@@ -77,9 +77,18 @@ class Pass:
 
 
 def plan(splits: list[Split]) -> list[Pass]:
+    """One pass per set of segment keys, at the union of the splits' sequence-level keys.
+
+    Probability-bin splits share one pass (segment keys: the union of theirs): bin groups carry
+    token columns only, which merge exactly over any key, so e.g. ``run x bin`` rolls up from
+    ``run x turn_kind x bin``.
+    """
     by_segment: dict[tuple[str, ...], list[str]] = {}
+    binned = [k for split in splits if BIN in split for k in segment_keys(split)]
     for split in splits:
         seg = segment_keys(split)
+        if BIN in seg:
+            seg = canonical(binned)
         by_segment.setdefault(seg, [])
         by_segment[seg] += [k for k in split if k not in SEGMENT_KEYS]
     return [Pass(seg, canonical([*keys, *seg])) for seg, keys in by_segment.items()]
@@ -87,4 +96,6 @@ def plan(splits: list[Split]) -> list[Pass]:
 
 def pass_for(split: Split, passes: list[Pass]) -> Pass:
     seg = segment_keys(split)
+    if BIN in seg:
+        return next(p for p in passes if p.with_hist and set(seg) <= set(p.segment))
     return next(p for p in passes if p.segment == seg)

@@ -22,8 +22,7 @@ from mismatchctl import schema as S
 from mismatchctl.analysis.selection import PartTask, RowFilter
 from mismatchctl.analysis.splits import BIN, GPU, Pass
 from mismatchctl.engines.keys import Label, PartKeys, decode, group_codes
-from mismatchctl.stats import Partial, assign_bins
-from mismatchctl.stats.chunk import token_columns
+from mismatchctl.stats import Partial
 from mismatchctl.stats.turnruns import bin_cells, bin_partials, run_partials, turn_runs
 from mismatchctl.store.integrity import read_error
 
@@ -174,12 +173,10 @@ def _slice_groups(
     nb = len(edges) - 1
     cells = None
     if any(p.with_hist for p in passes):
-        pr = np.exp(lr)
-        bins = assign_bins(pr, edges)
-        cells = bin_cells(lr, lt, seq, turn, bins, nb, pr)
+        cells = bin_cells(lr, lt, seq, turn, edges)
         runs = cells.runs
     else:
-        runs = turn_runs(token_columns(lr, lt), seq, turn)
+        runs = turn_runs(lr, lt, seq, turn)
     # every key but the probability bin is constant along a turn run (step and gpu are per
     # sequence in the store): its codes are those of each run's first token
     run_keys = PartKeys(table.take(pa.array(runs.starts)), task.run, dict(task.tags), edges)

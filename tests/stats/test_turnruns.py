@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mismatchctl.stats import chunk_partials
-from mismatchctl.stats.chunk import token_columns
+from mismatchctl.stats.bins import assign_bins
 from mismatchctl.stats.state import Col
 from mismatchctl.stats.turnruns import bin_cells, bin_partials, run_partials, turn_runs
 
@@ -53,8 +53,7 @@ def test_run_partials_equal_chunk_partials(seed: int, kind: str) -> None:
         "returning": ((turn % 2).astype(np.int64), 2),
     }[kind]
     code = np.asarray(code, dtype=np.int64)
-    cols = token_columns(lr, lt)
-    runs = turn_runs(cols, seq, turn)
+    runs = turn_runs(lr, lt, seq, turn)
     fast = run_partials(runs, code[runs.starts], size)
     slow = chunk_partials(lr, lt, seq, code, size)
     _assert_same(fast, slow)
@@ -73,9 +72,10 @@ def test_bin_cells_equal_chunk_partials(seed: int) -> None:
     """(run key x bin) groups from the cells equal the token-level kernel (token columns and
     histograms), and the runs merged from the cells equal the runs reduced from the tokens."""
     lr, lt, seq, turn, step = _tokens(seed)
-    nb = 6
-    bins = np.digitize(np.exp(lr), [1e-3, 0.1, 0.5, 0.9, 0.99]).astype(np.int64)  # interleaving
-    cells = bin_cells(lr, lt, seq, turn, bins, nb)
+    edges = np.array([0.0, 1e-3, 0.1, 0.5, 0.9, 0.99, 1.0])
+    nb = len(edges) - 1
+    bins = assign_bins(np.exp(lr), edges)  # interleaving within turns
+    cells = bin_cells(lr, lt, seq, turn, edges)
     run_code = step[cells.runs.starts].astype(np.int64)
     fast = bin_partials(cells, run_code, 5, nb)
     slow = chunk_partials(lr, lt, seq, step * nb + bins, 5 * nb, with_hist=True)
@@ -83,10 +83,14 @@ def test_bin_cells_equal_chunk_partials(seed: int) -> None:
     for a, b in zip(fast, slow, strict=True):
         np.testing.assert_array_equal(a.hist, b.hist)
         assert a.sequences == 0  # no segment columns: a bin does not cut sequences into units
-    direct = turn_runs(token_columns(lr, lt), seq, turn)
+    direct = turn_runs(lr, lt, seq, turn)  # one bin: cells are the runs
     np.testing.assert_allclose(cells.runs.state, direct.state, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(cells.runs.lr_sum, direct.lr_sum, rtol=1e-12)
     np.testing.assert_array_equal(cells.runs.starts, direct.starts)
+    whole = chunk_partials(lr, lt, seq, np.zeros(len(seq), dtype=np.int64), 1)[0]
+    merged = direct.state.sum(axis=0)
+    for col in (Col.TOKENS, Col.K3_SUM, Col.R_SUM, Col.CHI2_SUM, Col.PR_SUM):
+        assert merged[col] == pytest.approx(whole.state[col], rel=1e-12)
 
 
 @settings(max_examples=40, deadline=None)
@@ -102,8 +106,7 @@ def test_single_token_runs_and_tiny_slices(lengths: list[int], seed: int) -> Non
     lr = -rng.exponential(1.0, len(seq))
     lt = lr + rng.normal(0, 0.1, len(seq))
     code = (seq % 3).astype(np.int64)
-    cols = token_columns(lr, lt)
-    runs = turn_runs(cols, seq, turn)
+    runs = turn_runs(lr, lt, seq, turn)
     _assert_same(run_partials(runs, code[runs.starts], 3), chunk_partials(lr, lt, seq, code, 3))
 
 
@@ -114,7 +117,21 @@ def test_sequence_sums_from_runs_equal_those_from_tokens(seed: int) -> None:
     from mismatchctl.stats.bootstrap import FIELDS, SeqStats
 
     lr, lt, seq, turn, _ = _tokens(seed)
-    runs = turn_runs(token_columns(lr, lt), seq, turn)
+    runs = turn_runs(lr, lt, seq, turn)
     got, want = _from_runs(runs), SeqStats.from_tokens(lr, lt, seq)
     for field in FIELDS:
         np.testing.assert_allclose(getattr(got, field), getattr(want, field), rtol=1e-12)
+
+
+@pytest.mark.parametrize("n_edges", [3, 13, 200])
+def test_kernel_bins_equal_assign_bins(n_edges: int) -> None:
+    """The compiled kernel puts every token in the bin of ``assign_bins``, values on an edge,
+    0 and 1 included, for few edges (comparisons) and many (binary search) alike."""
+    rng = np.random.default_rng(n_edges)
+    edges = np.concatenate(([0.0], np.sort(rng.random(n_edges - 2)), [1.0]))
+    pr = np.concatenate((edges, rng.random(500), [0.0, 1.0, 1e-300]))
+    lr = np.log(np.maximum(pr, 1e-300))
+    pr = np.exp(lr)  # what the kernel bins: exp of the logprob
+    seq = np.arange(len(lr)) // 7
+    cells = bin_cells(lr, lr + 0.01, seq, np.zeros(len(lr), dtype=np.int32), edges)
+    np.testing.assert_array_equal(cells.cell_bin[cells.tok_cell], assign_bins(pr, edges))

@@ -1,0 +1,239 @@
+"""Compiled per-token loops (numba): the one place where every token of a report is touched.
+
+:func:`cell_sums` walks a slice of model tokens once per turn run (the contiguous tokens of one
+sequence in one turn) and reduces it to (turn run x probability bin) cells: counts, sums,
+centred second moments (a second pass over the run's tokens around each cell's mean) and
+extremes of every token column of the state (``Col.TOKENS`` .. ``Col.PT_MAX``), plus each run's
+sums of both logprobs. Everything a report, a comparison or a figure derives from tokens merges
+from these cells (see ``stats/turnruns.py``). The arithmetic is the numpy kernel's
+(``stats/chunk.py``), token by token; the tests check the two agree.
+
+Compiled on first use and cached next to this file (or in ``NUMBA_CACHE_DIR``); ``nogil`` lets
+the engine's worker threads run it in parallel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from mismatchctl.stats.bins import FEW_EDGES
+from mismatchctl.stats.histogram import N_BINS
+from mismatchctl.stats.state import LOW_PROB_THRESHOLD, RATIO_CLAMP, Col
+
+TOKEN_FIELDS = int(Col.PT_MAX) + 1  # the token columns come first in the state vector
+# numba freezes module-level ints at compile time: plain ints, not enum members
+_N, _K3, _R, _R_M2, _R_MIN, _R_MAX = (
+    int(c) for c in (Col.TOKENS, Col.K3_SUM, Col.R_SUM, Col.R_M2, Col.R_MIN, Col.R_MAX)
+)
+_ABS_R, _CHI2, _RHO_M1, _DP, _DP_MAX, _LOW = (
+    int(c)
+    for c in (Col.ABS_R_SUM, Col.CHI2_SUM, Col.RHO_M1_SUM, Col.DP_SUM, Col.DP_MAX, Col.LOW_PROB)
+)
+_PR, _PT, _PR_M2, _PT_M2, _PRPT_C = (
+    int(c) for c in (Col.PR_SUM, Col.PT_SUM, Col.PR_M2, Col.PT_M2, Col.PRPT_C)
+)
+_PR_MIN, _PR_MAX, _PT_MIN, _PT_MAX = (
+    int(c) for c in (Col.PR_MIN, Col.PR_MAX, Col.PT_MIN, Col.PT_MAX)
+)
+_MIN_COLS = (_R_MIN, _PR_MIN, _PT_MIN)
+_MAX_COLS = (_R_MAX, _DP_MAX, _PR_MAX, _PT_MAX)
+_LOW_PROB = float(LOW_PROB_THRESHOLD)
+_CLAMP = float(RATIO_CLAMP)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def run_starts(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
+    """Where each turn run (equal sequence and turn) starts."""
+    n = seq.shape[0]
+    m = 0
+    for i in range(n):
+        if i == 0 or seq[i] != seq[i - 1] or turn[i] != turn[i - 1]:
+            m += 1
+    starts = np.empty(m, np.int64)
+    j = 0
+    for i in range(n):
+        if i == 0 or seq[i] != seq[i - 1] or turn[i] != turn[i - 1]:
+            starts[j] = i
+            j += 1
+    return starts
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _bin(p: float, inner: np.ndarray) -> int:
+    """Count of interior edges ``<= p``: the bin of ``stats.bins.assign_bins``."""
+    hi = inner.shape[0]
+    if hi <= FEW_EDGES:  # branch-free comparisons: no mispredicted jumps on random data
+        b = 0
+        for j in range(hi):
+            b += p >= inner[j]
+        return b
+    lo = 0
+    while lo < hi:  # binary search for the first edge > p
+        mid = (lo + hi) >> 1
+        if inner[mid] <= p:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _reset(acc: np.ndarray) -> None:
+    acc[:, :] = 0.0
+    for col in _MIN_COLS:
+        acc[:, col] = np.inf
+    for col in _MAX_COLS:
+        acc[:, col] = -np.inf
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def cell_sums(
+    lr: np.ndarray, lt: np.ndarray, pr_in: np.ndarray, starts: np.ndarray, inner: np.ndarray
+) -> tuple[np.ndarray, ...]:
+    """Cells of (turn run, bin) of one slice.
+
+    ``lr``/``lt``: float64 logprobs (finite); ``pr_in``: ``np.exp(lr)`` (numpy's, so that
+    tokens on a bin edge land where ``assign_bins`` puts them); ``starts``: the runs;
+    ``inner``: the interior bin edges of the inference probability, ascending. Returns
+    ``cell_run, cell_bin, cell_len, cell_state`` (cells ordered by run, then bin; state: the
+    ``TOKEN_FIELDS`` token columns), ``lr_sum, lt_sum`` per run, and per token ``r`` and its
+    cell (``tok_cell``).
+    """
+    n = lr.shape[0]
+    m = starts.shape[0]
+    nbins = inner.shape[0] + 1
+    cap = min(n, m * nbins)
+    cell_run = np.empty(cap, np.int64)
+    cell_bin = np.empty(cap, np.int64)
+    cell_len = np.empty(cap, np.int64)
+    state = np.empty((cap, TOKEN_FIELDS), np.float64)
+    lr_sum = np.zeros(m, np.float64)
+    lt_sum = np.zeros(m, np.float64)
+    r_out = np.empty(n, np.float64)
+    pr_t = np.empty(n, np.float64)
+    pt_t = np.empty(n, np.float64)
+    tok_bin = np.empty(n, np.int16)
+    tok_cell = np.empty(n, np.int32)
+    acc = np.empty((nbins, TOKEN_FIELDS), np.float64)
+    cell_of_bin = np.empty(nbins, np.int64)
+    c = 0
+    for k in range(m):
+        s = starts[k]
+        e = starts[k + 1] if k + 1 < m else n
+        _reset(acc)
+        a_sum = 0.0
+        t_sum = 0.0
+        for i in range(s, e):
+            a = lr[i]
+            t = lt[i]
+            a_sum += a
+            t_sum += t
+            pr = pr_in[i]
+            pt = math.exp(t)
+            r = t - a
+            rm1 = math.expm1(r)
+            ar = abs(r)
+            if ar > _CLAMP:
+                chi2 = math.expm1(2.0 * min(max(r, -_CLAMP), _CLAMP))
+            else:
+                chi2 = (rm1 + 2.0) * rm1
+            dp = abs(pt - pr)
+            b = _bin(pr, inner)
+            r_out[i] = r
+            pr_t[i] = pr
+            pt_t[i] = pt
+            tok_bin[i] = b
+            row = acc[b]
+            row[_N] += 1.0
+            row[_K3] += rm1 - r
+            row[_R] += r
+            row[_ABS_R] += ar
+            row[_CHI2] += chi2
+            row[_RHO_M1] += rm1
+            row[_DP] += dp
+            if pr < _LOW_PROB:
+                row[_LOW] += 1.0
+            row[_PR] += pr
+            row[_PT] += pt
+            row[_R_MIN] = min(row[_R_MIN], r)
+            row[_R_MAX] = max(row[_R_MAX], r)
+            row[_DP_MAX] = max(row[_DP_MAX], dp)
+            row[_PR_MIN] = min(row[_PR_MIN], pr)
+            row[_PR_MAX] = max(row[_PR_MAX], pr)
+            row[_PT_MIN] = min(row[_PT_MIN], pt)
+            row[_PT_MAX] = max(row[_PT_MAX], pt)
+        lr_sum[k] = a_sum
+        lt_sum[k] = t_sum
+        for i in range(s, e):  # centred moments around each cell's mean
+            row = acc[tok_bin[i]]
+            cnt = row[_N]
+            dr = r_out[i] - row[_R] / cnt
+            dx = pr_t[i] - row[_PR] / cnt
+            dy = pt_t[i] - row[_PT] / cnt
+            row[_R_M2] += dr * dr
+            row[_PR_M2] += dx * dx
+            row[_PT_M2] += dy * dy
+            row[_PRPT_C] += dx * dy
+        for b in range(nbins):
+            if acc[b, _N] > 0:
+                cell_of_bin[b] = c
+                state[c] = acc[b]
+                cell_run[c] = k
+                cell_bin[c] = b
+                cell_len[c] = int(acc[b, _N])
+                c += 1
+        for i in range(s, e):
+            tok_cell[i] = cell_of_bin[tok_bin[i]]
+    return (
+        cell_run[:c],
+        cell_bin[:c],
+        cell_len[:c],
+        state[:c],
+        lr_sum,
+        lt_sum,
+        r_out,
+        tok_cell,
+    )
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def histogram_counts(
+    bucket: np.ndarray, tok_cell: np.ndarray, cell_group: np.ndarray, n_groups: int
+) -> np.ndarray:
+    """Counts per (group, histogram bin) of tokens whose cell belongs to ``cell_group``."""
+    out = np.zeros((n_groups, N_BINS), np.int64)
+    for i in range(bucket.shape[0]):
+        out[cell_group[tok_cell[i]], bucket[i]] += 1
+    return out
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def merge_token_rows(s: np.ndarray, code: np.ndarray, t: np.ndarray) -> None:
+    """Merge the token columns of the rows of state table ``s`` into the rows ``code`` of ``t``
+    (an empty state table): sums add, extremes take min/max, centred moments by the parallel
+    formula ``M2 = sum of (M2_row + n_row (mean_row - mean)^2)`` (co-moment alike)."""
+    m = s.shape[0]
+    for i in range(m):
+        g = code[i]
+        for col in (_N, _K3, _R, _ABS_R, _CHI2, _RHO_M1, _DP, _LOW, _PR, _PT):
+            t[g, col] += s[i, col]
+        for col in _MIN_COLS:
+            t[g, col] = min(t[g, col], s[i, col])
+        for col in _MAX_COLS:
+            t[g, col] = max(t[g, col], s[i, col])
+    for i in range(m):
+        g = code[i]
+        n = s[i, _N]
+        if n == 0:
+            continue
+        ng = t[g, _N]
+        dr = s[i, _R] / n - t[g, _R] / ng
+        dx = s[i, _PR] / n - t[g, _PR] / ng
+        dy = s[i, _PT] / n - t[g, _PT] / ng
+        t[g, _R_M2] += s[i, _R_M2] + n * dr * dr
+        t[g, _PR_M2] += s[i, _PR_M2] + n * dx * dx
+        t[g, _PT_M2] += s[i, _PT_M2] + n * dy * dy
+        t[g, _PRPT_C] += s[i, _PRPT_C] + n * dx * dy
