@@ -38,6 +38,24 @@ TOKEN_SCHEMA = pa.schema(
     ]
 )
 
+
+def dictionary_strings(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with its string columns as dictionaries: how rows reach the part writer."""
+    return pa.schema(
+        [
+            pa.field(f.name, pa.dictionary(pa.int32(), pa.string()), f.nullable)
+            if pa.types.is_string(f.type)
+            else f
+            for f in schema
+        ]
+    )
+
+
+# Token rows as ingest hands them to the part writer: each token's copy of its sequence's sample id
+# and gpu is a dictionary index (no string copied, hashed or compared per token). Part files are
+# written without the Arrow schema, so every reader sees the plain strings of TOKEN_SCHEMA.
+TOKEN_ROWS_SCHEMA = dictionary_strings(TOKEN_SCHEMA)
+
 # --- sequence rows ------------------------------------------------------------------------
 MODEL_TOKENS = "model_tokens"  # T_i
 TURNS = "turns"  # number of model turns (maximal runs of model tokens)

@@ -86,14 +86,22 @@ def derive_turns(model: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     Mask ``1110011100`` gives turns ``0,0,0,1,1,1`` on its model tokens. Values at masked positions
     are meaningless (they are never stored).
     """
+    n = len(model)
     prev = np.zeros_like(model)
     prev[1:] = model[:-1]
     starts_of_seq = offsets[:-1][np.diff(offsets) > 0]
     prev[starts_of_seq] = False
-    run_start = model & ~prev
-    cum = np.cumsum(run_start, dtype=np.int64)
-    before = np.concatenate([[0], cum])[offsets[:-1]]
-    return (cum - np.repeat(before, np.diff(offsets)) - 1).astype(np.int32)
+    run_starts = np.flatnonzero(model & ~prev)
+    turns = np.zeros(n, dtype=np.int32)
+    if len(run_starts) == 0:
+        return turns
+    # each run's index within its sequence, spread forward to the next run's start
+    run_seq = np.searchsorted(offsets, run_starts, side="right") - 1
+    idx = np.arange(len(run_starts))
+    first = np.r_[True, run_seq[1:] != run_seq[:-1]]
+    run_turn = idx - np.maximum.accumulate(np.where(first, idx, 0))
+    turns[run_starts[0] :] = np.repeat(run_turn.astype(np.int32), np.diff(run_starts, append=n))
+    return turns
 
 
 # A problem with one sequence: (reason counted in the tally, detail for the message).
@@ -297,7 +305,7 @@ def _position_counts(model: np.ndarray, offsets: np.ndarray, seq_of: np.ndarray)
     prompt = np.where(empty, 0, first)
     pad = np.where(empty, lengths, lengths - 1 - last)
     tool = lengths - t - prompt - pad
-    return {"model": t, "prompt": prompt, "pad": pad, "tool": tool}
+    return {"model": t, "prompt": prompt, "pad": pad, "tool": tool, "last": last}
 
 
 def _gpus(batch: RaggedBatch, ctx: Context) -> list[str | None]:
@@ -315,26 +323,37 @@ def _token_table(batch, model, turn, seq_of, seq_ids, gpus) -> pa.Table:
     else:
         position = (where - batch.offsets[owner]).astype(np.int32)
     token_ids = None if batch.token_ids is None else pa.array(batch.token_ids[where], pa.int64())
-    owner_arr = pa.array(owner)
+    owner32 = owner.astype(np.int32)
+    owner_arr = pa.array(owner32)
+    no_gpu = np.array([g is None for g in gpus], dtype=bool)
     cols = {
         S.STEP: pa.array(batch.steps[owner], pa.int64()),
         S.SEQ: pa.array(seq_ids[owner], pa.int64()),
-        S.SAMPLE_ID: pa.array(batch.sample_ids, pa.string()).take(owner_arr),
+        S.SAMPLE_ID: pa.DictionaryArray.from_arrays(
+            owner_arr, pa.array(batch.sample_ids, pa.string())
+        ),
         S.TURN: pa.array(turn[where], pa.int32()),
         S.POSITION: pa.array(position, pa.int32()),
         S.TOKEN_ID: token_ids if token_ids is not None else pa.nulls(len(where), pa.int64()),
         S.ROLLOUT: pa.array(batch.rollout[where], pa.float64()),
         S.TRAINER: pa.array(batch.trainer[where], pa.float64()),
-        S.GPU: pa.array(gpus, pa.string()).take(owner_arr),
+        S.GPU: pa.DictionaryArray.from_arrays(
+            owner32 if no_gpu.any() else owner_arr,
+            pa.array([g or "" for g in gpus], pa.string()),
+            mask=no_gpu[owner] if no_gpu.any() else None,
+        ),
     }
-    return pa.table(cols, schema=S.TOKEN_SCHEMA)
+    return pa.table(cols, schema=S.TOKEN_ROWS_SCHEMA)
 
 
 def _sequence_table(batch, seq_ids, gpus, counts, turn, model, seq_of) -> pa.Table:
     n = batch.n
     turns = np.zeros(n, dtype=np.int32)
-    where = np.flatnonzero(model)
-    if len(where):
+    has = np.flatnonzero(counts["model"] > 0)
+    if batch.turn is None:  # derived turns never decrease: the last model token's turn + 1
+        turns[has] = turn[batch.offsets[has] + counts["last"][has]] + 1
+    elif len(has):  # turns as given by the dump
+        where = np.flatnonzero(model)
         np.maximum.at(turns, seq_of[where], turn[where] + 1)
     versions = batch.weight_versions
     lag = None if versions is None else batch.steps - versions

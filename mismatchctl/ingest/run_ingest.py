@@ -20,7 +20,7 @@ from mismatchctl.ingest.detect import unreadable
 from mismatchctl.ingest.prefetch import prefetch
 from mismatchctl.store import parts as store_parts
 from mismatchctl.store.catalog import PartRecord, SourceRecord
-from mismatchctl.store.parts import SEQUENCES, TOKENS, PartWriter
+from mismatchctl.store.parts import SEQUENCES, TOKENS, Lanes, PartWriter
 from mismatchctl.store.store import Store, Transaction, check_run_name, now
 
 TAG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
@@ -105,7 +105,7 @@ def ingest_files(
     files = expand_inputs(inputs)
     progress = progress or _Silent()
     result = IngestResult(opts.run, store.root, [])
-    with store.transaction() as txn:
+    with store.transaction() as txn, Lanes() as lanes:
         staged: list[tuple[SourceRecord, list[PartRecord]]] = []
         seen: dict[str, Path] = {}
         seq = txn.next_seq(opts.run)
@@ -116,12 +116,13 @@ def ingest_files(
             if skipped is not None:
                 result.files.append(skipped)
                 continue
-            record, parts, tally = _ingest_one(txn, path, fp, opts, seq, progress)
+            record, parts, tally = _ingest_one(txn, path, fp, opts, seq, progress, lanes)
             seen[fp] = path
             seq += record.sequences
             staged.append((record, parts))
             result.files.append(FileResult(path, record.format, "ingested", record))
             result.tally.add(tally)
+        lanes.wait()  # every part written
         if staged:
             txn.commit(opts.run, staged)
     return result
@@ -148,15 +149,24 @@ def _skip(
 
 
 def _ingest_one(
-    txn: Transaction, path: Path, fp: str, opts: Options, seq: int, progress: Progress
+    txn: Transaction,
+    path: Path,
+    fp: str,
+    opts: Options,
+    seq: int,
+    progress: Progress,
+    lanes: Lanes | None = None,
 ) -> tuple[SourceRecord, list[PartRecord], Tally]:
+    """Read, canonicalise and queue the writing of one source's parts (on ``lanes``: the
+    files are complete once they are waited for; with none, when this returns)."""
     fmt = detect_format(path, opts.mapping, opts.fmt)
     try:
         source = open_source(path, fmt, opts.mapping, opts.trust_pickle)
         tags = {**source.tags, **opts.tags}
         ctx = Context(path.name, tags.get(S.TAG_GPU), opts.skip_bad, seq)
-        tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, store_parts.PART_TOKENS)
-        seqs = PartWriter(txn.staging, SEQUENCES, opts.run, S.SEQUENCE_SCHEMA, 1 << 62)
+        limit = store_parts.PART_TOKENS
+        tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, limit, lanes)
+        seqs = PartWriter(txn.staging, SEQUENCES, opts.run, S.SEQUENCE_SCHEMA, 1 << 62, lanes)
         tally = Tally()
         try:
             for batch in prefetch(source.batches):
@@ -167,6 +177,10 @@ def _ingest_one(
                 tally.add(part_tally)
                 progress.tokens(tok_table.num_rows)
             parts = tokens.close() + seqs.close()
+        except BaseException:
+            if lanes is not None:
+                lanes.stop()  # before the open files are closed under a writing thread
+            raise
         finally:
             tokens.shutdown()
             seqs.shutdown()

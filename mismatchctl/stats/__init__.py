@@ -1,6 +1,7 @@
 """Metric definitions as mergeable partial aggregates, plus exact references (METRICS.md).
 
-Imports numpy and the standard library only: the engines (local or Ray) run these definitions.
+Imports numpy, numba (the compiled per-token loops of ``kernels``, loaded on first use) and the
+standard library only: the engines (local or Ray) run these definitions.
 """
 
 from __future__ import annotations
