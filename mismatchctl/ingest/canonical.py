@@ -69,13 +69,13 @@ def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, 
     batch = _drop(batch, _bad_versions(batch), ctx, tally)
     batch = _drop(batch, _bad_names(batch), ctx, tally)
     model = batch.mask if batch.mask is not None else np.ones(len(batch.rollout), dtype=bool)
-    seq_of = sequence_index(batch.offsets)
     turn = batch.turn if batch.turn is not None else derive_turns(model, batch.offsets)
-    counts = _position_counts(model, batch.offsets, seq_of)
+    where = np.flatnonzero(model)
+    counts = _position_counts(where, batch.offsets)
     seq_ids = ctx.seq_base + np.arange(batch.n, dtype=np.int64)
     gpus = _gpus(batch, ctx)
-    tokens = _token_table(batch, model, turn, seq_of, seq_ids, gpus)
-    seqs = _sequence_table(batch, seq_ids, gpus, counts, turn, model, seq_of)
+    tokens = _token_table(batch, where, counts["model"], turn, seq_ids, gpus)
+    seqs = _sequence_table(batch, seq_ids, gpus, counts, turn, model)
     _tally(tally, batch, counts, gpus)
     return tokens, seqs, tally
 
@@ -123,6 +123,16 @@ def _misaligned(batch: RaggedBatch, ctx: Context) -> dict[int, Problem]:
     return bad
 
 
+def _all_within(values: np.ndarray, lo: float, hi: float, lo_closed: bool = False) -> bool:
+    """Whether every value (at any position) is finite and within the bounds: two reductions,
+    the fast path of the checks below (NaN propagates through min and max: never within)."""
+    if len(values) == 0:
+        return True
+    low, high = values.min(), values.max()
+    above = low >= lo if lo_closed else low > lo
+    return bool(above and high <= hi and np.isfinite(low) and np.isfinite(high))
+
+
 def _bad_values(batch: RaggedBatch, ctx: Context) -> dict[int, Problem]:
     """Values at model tokens: logprobs finite and <= LOGPROB_MAX, entropies finite and >=
     ENTROPY_MIN (masked positions may hold anything). The first problem of a sequence is named."""
@@ -130,14 +140,17 @@ def _bad_values(batch: RaggedBatch, ctx: Context) -> dict[int, Problem]:
     bad: dict[int, Problem] = {}
     high, low = f"> {S.LOGPROB_MAX:g}", f"< {S.ENTROPY_MIN:g}"
     for role, values in ((S.ROLE_ROLLOUT, batch.rollout), (S.ROLE_TRAINER, batch.trainer)):
+        if _all_within(values, -np.inf, S.LOGPROB_MAX):
+            continue
         with np.errstate(invalid="ignore"):
             wrong = model & ~(np.isfinite(values) & (values <= S.LOGPROB_MAX))
         _flag_tokens(bad, batch, wrong, values, f"{role} logprob", high, f"<= {S.LOGPROB_MAX:g}")
     if batch.entropy is not None:
         values = batch.entropy
-        with np.errstate(invalid="ignore"):
-            wrong = model & ~(np.isfinite(values) & (values >= S.ENTROPY_MIN))
-        _flag_tokens(bad, batch, wrong, values, S.ROLE_ENTROPY, low, f">= {S.ENTROPY_MIN:g}")
+        if not _all_within(values, S.ENTROPY_MIN, np.inf, lo_closed=True):
+            with np.errstate(invalid="ignore"):
+                wrong = model & ~(np.isfinite(values) & (values >= S.ENTROPY_MIN))
+            _flag_tokens(bad, batch, wrong, values, S.ROLE_ENTROPY, low, f">= {S.ENTROPY_MIN:g}")
     elif batch.entropies is not None:
         values = batch.entropies
         has_model = np.bincount(sequence_index(batch.offsets)[model], minlength=batch.n) > 0
@@ -287,21 +300,18 @@ def _keep(batch: RaggedBatch, keep: np.ndarray) -> RaggedBatch:
     )
 
 
-def _position_counts(model: np.ndarray, offsets: np.ndarray, seq_of: np.ndarray) -> dict:
-    n = len(offsets) - 1
+def _position_counts(where: np.ndarray, offsets: np.ndarray) -> dict:
+    """Per sequence: model, prompt, tool and padding positions, and its last model position
+    (``-1`` when it has none); ``where``: the model positions, ascending."""
     lengths = np.diff(offsets)
-    where = np.flatnonzero(model)
-    owner = seq_of[where]
-    t = np.bincount(owner, minlength=n).astype(np.int64)
-    first = np.zeros(n, dtype=np.int64)
-    last = np.full(n, -1, dtype=np.int64)
-    if len(where):  # owner is non-decreasing: each sequence's model tokens are one run of it
-        first_idx = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
-        last_idx = np.r_[first_idx[1:] - 1, len(owner) - 1]
-        uniq = owner[first_idx]
-        first[uniq] = where[first_idx] - offsets[uniq]
-        last[uniq] = where[last_idx] - offsets[uniq]
+    bounds = np.searchsorted(where, offsets)  # each sequence's model positions: where[b0:b1]
+    t = np.diff(bounds)
     empty = t == 0
+    lo = np.minimum(bounds[:-1], max(len(where) - 1, 0))
+    hi = np.maximum(bounds[1:] - 1, 0)
+    start = offsets[:-1]
+    first = where[lo] - start if len(where) else np.zeros_like(t)
+    last = np.where(empty, -1, (where[hi] - start) if len(where) else 0)
     prompt = np.where(empty, 0, first)
     pad = np.where(empty, lengths, lengths - 1 - last)
     tool = lengths - t - prompt - pad
@@ -315,20 +325,19 @@ def _gpus(batch: RaggedBatch, ctx: Context) -> list[str | None]:
     return [g if g not in (None, "") else ctx.gpu_tag for g in batch.gpus]
 
 
-def _token_table(batch, model, turn, seq_of, seq_ids, gpus) -> pa.Table:
-    where = np.flatnonzero(model)
-    owner = seq_of[where]
+def _token_table(batch, where, model_tokens, turn, seq_ids, gpus) -> pa.Table:
+    """One row per model position (``where``); ``model_tokens``: their count per sequence."""
+    owner = np.repeat(np.arange(batch.n, dtype=np.int32), model_tokens)
     if batch.position is not None:
         position = batch.position[where]
     else:
-        position = (where - batch.offsets[owner]).astype(np.int32)
+        position = (where - np.repeat(batch.offsets[:-1], model_tokens)).astype(np.int32)
     token_ids = None if batch.token_ids is None else pa.array(batch.token_ids[where], pa.int64())
-    owner32 = owner.astype(np.int32)
-    owner_arr = pa.array(owner32)
+    owner_arr = pa.array(owner)
     no_gpu = np.array([g is None for g in gpus], dtype=bool)
     cols = {
-        S.STEP: pa.array(batch.steps[owner], pa.int64()),
-        S.SEQ: pa.array(seq_ids[owner], pa.int64()),
+        S.STEP: pa.array(np.repeat(batch.steps, model_tokens), pa.int64()),
+        S.SEQ: pa.array(np.repeat(seq_ids, model_tokens), pa.int64()),
         S.SAMPLE_ID: pa.DictionaryArray.from_arrays(
             owner_arr, pa.array(batch.sample_ids, pa.string())
         ),
@@ -338,7 +347,7 @@ def _token_table(batch, model, turn, seq_of, seq_ids, gpus) -> pa.Table:
         S.ROLLOUT: pa.array(batch.rollout[where], pa.float64()),
         S.TRAINER: pa.array(batch.trainer[where], pa.float64()),
         S.GPU: pa.DictionaryArray.from_arrays(
-            owner32 if no_gpu.any() else owner_arr,
+            owner if no_gpu.any() else owner_arr,
             pa.array([g or "" for g in gpus], pa.string()),
             mask=no_gpu[owner] if no_gpu.any() else None,
         ),
@@ -346,7 +355,7 @@ def _token_table(batch, model, turn, seq_of, seq_ids, gpus) -> pa.Table:
     return pa.table(cols, schema=S.TOKEN_ROWS_SCHEMA)
 
 
-def _sequence_table(batch, seq_ids, gpus, counts, turn, model, seq_of) -> pa.Table:
+def _sequence_table(batch, seq_ids, gpus, counts, turn, model) -> pa.Table:
     n = batch.n
     turns = np.zeros(n, dtype=np.int32)
     has = np.flatnonzero(counts["model"] > 0)
@@ -354,7 +363,7 @@ def _sequence_table(batch, seq_ids, gpus, counts, turn, model, seq_of) -> pa.Tab
         turns[has] = turn[batch.offsets[has] + counts["last"][has]] + 1
     elif len(has):  # turns as given by the dump
         where = np.flatnonzero(model)
-        np.maximum.at(turns, seq_of[where], turn[where] + 1)
+        np.maximum.at(turns, sequence_index(batch.offsets)[where], turn[where] + 1)
     versions = batch.weight_versions
     lag = None if versions is None else batch.steps - versions
     cols = {
@@ -368,20 +377,21 @@ def _sequence_table(batch, seq_ids, gpus, counts, turn, model, seq_of) -> pa.Tab
         S.TOOL_TOKENS: pa.array(counts["tool"], pa.int64()),
         S.PAD_TOKENS: pa.array(counts["pad"], pa.int64()),
         S.REWARD: _nullable_float(batch.rewards, n),
-        S.ENTROPY: _nullable_float(_entropy_means(batch, counts["model"], model, seq_of), n),
+        S.ENTROPY: _nullable_float(_entropy_means(batch, counts["model"], model), n),
         S.WEIGHT_VERSION: _nullable_int(versions, n),
         S.WEIGHT_LAG: _nullable_int(lag, n),
     }
     return pa.table(cols, schema=S.SEQUENCE_SCHEMA)
 
 
-def _entropy_means(batch, model_tokens, model, seq_of) -> np.ndarray | None:
+def _entropy_means(batch, model_tokens, model) -> np.ndarray | None:
     """Per sequence: mean entropy over its model tokens (NaN = null when it has none), or the
     dump's own per-response mean where it gives one."""
     has_model = model_tokens > 0
     if batch.entropy is not None:
         where = np.flatnonzero(model)
-        sums = np.bincount(seq_of[where], weights=batch.entropy[where], minlength=batch.n)
+        owner = sequence_index(batch.offsets)[where]
+        sums = np.bincount(owner, weights=batch.entropy[where], minlength=batch.n)
         return np.where(has_model, sums / np.maximum(model_tokens, 1), np.nan)
     if batch.entropies is not None:
         return np.where(has_model & _entropies_given(batch), batch.entropies, np.nan)

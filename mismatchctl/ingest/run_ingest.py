@@ -109,9 +109,10 @@ def ingest_files(
         staged: list[tuple[SourceRecord, list[PartRecord]]] = []
         seen: dict[str, Path] = {}
         seq = txn.next_seq(opts.run)
-        for index, path in enumerate(files):
+        # files are hashed a little ahead, on a thread (hashlib releases the GIL)
+        prints = prefetch(_fingerprint(path) for path in files)
+        for index, (path, fp) in enumerate(zip(files, prints, strict=True)):
             progress.file(path, index, len(files))
-            fp = _fingerprint(path)
             skipped = _skip(txn, path, fp, opts.run, seen)
             if skipped is not None:
                 result.files.append(skipped)
@@ -165,7 +166,7 @@ def _ingest_one(
         tags = {**source.tags, **opts.tags}
         ctx = Context(path.name, tags.get(S.TAG_GPU), opts.skip_bad, seq)
         limit = store_parts.PART_TOKENS
-        tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, limit, lanes)
+        tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, limit, lanes, slots=2)
         seqs = PartWriter(txn.staging, SEQUENCES, opts.run, S.SEQUENCE_SCHEMA, 1 << 62, lanes)
         tally = Tally()
         try:
