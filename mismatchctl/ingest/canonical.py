@@ -334,7 +334,9 @@ def _token_table(batch, where, model_tokens, turn, seq_ids, gpus) -> pa.Table:
         position = (where - np.repeat(batch.offsets[:-1], model_tokens)).astype(np.int32)
     token_ids = None if batch.token_ids is None else pa.array(batch.token_ids[where], pa.int64())
     owner_arr = pa.array(owner)
+    gpu_names, gpu_of = np.unique([g or "" for g in gpus], return_inverse=True)
     no_gpu = np.array([g is None for g in gpus], dtype=bool)
+    gpu_idx = np.repeat(gpu_of.astype(np.int32), model_tokens)
     cols = {
         S.STEP: pa.array(np.repeat(batch.steps, model_tokens), pa.int64()),
         S.SEQ: pa.array(np.repeat(seq_ids, model_tokens), pa.int64()),
@@ -346,10 +348,10 @@ def _token_table(batch, where, model_tokens, turn, seq_ids, gpus) -> pa.Table:
         S.TOKEN_ID: token_ids if token_ids is not None else pa.nulls(len(where), pa.int64()),
         S.ROLLOUT: pa.array(batch.rollout[where], pa.float64()),
         S.TRAINER: pa.array(batch.trainer[where], pa.float64()),
-        S.GPU: pa.DictionaryArray.from_arrays(
-            owner if no_gpu.any() else owner_arr,
-            pa.array([g or "" for g in gpus], pa.string()),
-            mask=no_gpu[owner] if no_gpu.any() else None,
+        S.GPU: pa.DictionaryArray.from_arrays(  # a small dictionary: the distinct gpus
+            gpu_idx,
+            pa.array(gpu_names.tolist(), pa.string()),
+            mask=np.repeat(no_gpu, model_tokens) if no_gpu.any() else None,
         ),
     }
     return pa.table(cols, schema=S.TOKEN_ROWS_SCHEMA)
