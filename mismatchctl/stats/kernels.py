@@ -237,3 +237,20 @@ def merge_token_rows(s: np.ndarray, code: np.ndarray, t: np.ndarray) -> None:
         t[g, _PR_M2] += s[i, _PR_M2] + n * dx * dx
         t[g, _PT_M2] += s[i, _PT_M2] + n * dy * dy
         t[g, _PRPT_C] += s[i, _PRPT_C] + n * dx * dy
+
+
+@numba.njit(cache=True, nogil=True)
+def resample_sums(values: np.ndarray, picks: np.ndarray) -> np.ndarray:
+    """Per resample (a row of ``picks``: indices drawn with replacement), the column sums of
+    the picked rows of ``values``: ``out[k] = values[picks[k]].sum(axis=0)``, without
+    materialising the gathered rows."""
+    k, n = picks.shape
+    m = values.shape[1]
+    out = np.zeros((k, m), np.float64)
+    for j in range(k):
+        row = out[j]
+        for i in range(n):
+            v = values[picks[j, i]]
+            for c in range(m):
+                row[c] += v[c]
+    return out
