@@ -1,5 +1,6 @@
 """Report speed vs what users reach for (issue #7): one command, from dumps to docs/benchmarks.md.
 
+    pip install -e '.[bench]'     # pandas and DuckDB for the baselines
     python bench/run.py --sizes 10,100 --repeats 3 --write docs/benchmarks.md [--workdir DIR] [--keep]
 
 For each size (millions of response positions): generate realistic dumps (bench/gen_dumps.py:

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
+from mismatchctl.allocator import keep_freed_memory
 from mismatchctl.analysis.selection import PartTask, RowFilter
 from mismatchctl.analysis.splits import BIN, GPU, Pass
 from mismatchctl.engines.keys import Label, PartKeys, decode, group_codes
@@ -55,6 +56,8 @@ def run_passes(
     """For every pass, the merged partial of each group present in the selection; and the merged
     state of every extra (None when no part was read). Parts are merged in task order, and
     ``on_part`` is called from this thread."""
+
+    keep_freed_memory()
 
     def one(task: PartTask) -> tuple[list[Groups], list[Any]]:
         return part_groups(task, passes, edges, rows, extras)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from mismatchctl.allocator import keep_freed_memory
 from mismatchctl.analysis.selection import PartTask, RowFilter
 from mismatchctl.analysis.splits import Pass
 from mismatchctl.engines.local import DEFAULT_WORKERS, Groups, PartExtra, fold, part_groups
@@ -29,6 +30,7 @@ Shared = tuple[list[Pass], np.ndarray, RowFilter | None, list[PartExtra]]
 def fold_part(task: PartTask, shared: Shared) -> tuple[list[Groups], list[Any]] | Failure:
     """The body of one Ray task: one part's groups and extra states (``part_groups``)."""
     passes, edges, rows, extras = shared
+    keep_freed_memory()  # once per worker process
     try:
         return part_groups(task, passes, edges, rows, extras)
     except MismatchError as exc:

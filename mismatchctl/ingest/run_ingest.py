@@ -12,6 +12,7 @@ from typing import Protocol
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.allocator import keep_freed_memory
 from mismatchctl.display import has_control, shown
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest import detect_format, expand_inputs, open_source
@@ -102,6 +103,7 @@ def ingest_files(
     store: Store, inputs: Iterable[str], opts: Options, progress: Progress | None = None
 ) -> IngestResult:
     check_run_name(opts.run)
+    keep_freed_memory()
     files = expand_inputs(inputs)
     progress = progress or _Silent()
     result = IngestResult(opts.run, store.root, [])

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
+from mismatchctl.allocator import keep_freed_memory
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.engines.ray_support import Failure
 from mismatchctl.errors import MismatchError, StoreError
@@ -85,6 +86,7 @@ def _stage(root: str, staging: str, file: Path, opts: Options, known: frozenset[
     if fp in known:
         return Staged(fp)
     txn = Transaction(Store(Path(root)), Path(staging))
+    keep_freed_memory()  # once per worker process
     record, parts, tally = _ingest_one(txn, file, fp, opts, 0, _Silent())
     return Staged(fp, record, parts, tally)
 
