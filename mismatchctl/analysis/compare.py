@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,14 @@ from mismatchctl.analysis.sequences import SequenceSums
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.errors import StoreError
-from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, Interval, compare_intervals
+from mismatchctl.stats.bootstrap import (
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    Interval,
+    draws,
+    side_generators,
+)
+from mismatchctl.stats.bootstrap import intervals as bootstrap_intervals
 from mismatchctl.store import Store
 
 HEADLINE = (
@@ -65,9 +73,10 @@ def build_comparison(
     engine: Engine = LOCAL_ENGINE,
 ) -> Comparison:
     sides = [resolve(store, parse_selector(text)) for text in (a, b)]
-    reports = [
-        report_on(
-            s,
+
+    def side(sel: Selection) -> Report:
+        rep = report_on(
+            sel,
             bins=bins,
             by=[CROSS],
             by_gpu=True,
@@ -77,17 +86,22 @@ def build_comparison(
             figures=figures,
             engine=engine,
         )
-        for s in sides
-    ]
-    for sel, rep in zip(sides, reports, strict=True):
         if rep.whole() is None:
             raise StoreError(
                 f"selector `{sel.label}` matches no model tokens", "widen the selector."
             )
-    ra, rb = reports
-    intervals = compare_intervals(ra.extra_states[0], rb.extra_states[0], resamples, seed)
+        return rep
+
+    rng_a, rng_b = side_generators(seed)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        ra = side(sides[0])
+        # side A's bootstrap runs while side B is read (the engine leaves a core partly idle)
+        draws_a = pool.submit(draws, ra.extra_states[0], resamples, rng_a)
+        rb = side(sides[1])
+        draws_b = draws(rb.extra_states[0], resamples, rng_b)
+        intervals = bootstrap_intervals(draws_a.result(), draws_b)
     steps, notes = _steps(ra, rb)
-    for sel, rep in zip(sides, reports, strict=True):
+    for sel, rep in zip(sides, (ra, rb), strict=True):
         if len(rep.curves) > 1:
             notes.append(
                 f"training curves: `{sel.label}` holds {len(rep.curves)} runs; its curves are "

@@ -103,18 +103,31 @@ KINDS = {"vllm_kl": "ratio", "abs_log_ratio_mean": "ratio", "log_ppl_pearson": "
 CHUNK = 50  # resamples drawn and evaluated at once (memory: CHUNK x sequences weights)
 
 
+Draws = dict[str, np.ndarray]  # metric -> its value in every resample of one side
+
+
+def side_generators(seed: int = DEFAULT_SEED) -> tuple[np.random.Generator, np.random.Generator]:
+    """The generators of side A and side B, both spawned from ``seed``."""
+    rng_a, rng_b = np.random.default_rng(seed).spawn(2)
+    return rng_a, rng_b
+
+
 def compare_intervals(
     a: SeqStats, b: SeqStats, resamples: int = DEFAULT_RESAMPLES, seed: int = DEFAULT_SEED
 ) -> dict[str, Interval]:
     """95% percentile intervals of B/A (ratios) and B-A (differences) over ``resamples`` draws.
 
-    Each side draws from its own generator (both spawned from ``seed``), ``CHUNK`` resamples at
-    a time evaluated in one compiled pass, the two sides on two threads."""
-    rng_a, rng_b = np.random.default_rng(seed).spawn(2)
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        draws_a = pool.submit(_draws, a, resamples, rng_a)
-        vb = _draws(b, resamples, rng_b)
-        va = draws_a.result()
+    Each side draws from its own generator (:func:`side_generators`), ``CHUNK`` resamples at a
+    time evaluated in one compiled pass, the two sides on two threads."""
+    rng_a, rng_b = side_generators(seed)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        draws_a = pool.submit(draws, a, resamples, rng_a)
+        vb = draws(b, resamples, rng_b)
+        return intervals(draws_a.result(), vb)
+
+
+def intervals(va: Draws, vb: Draws) -> dict[str, Interval]:
+    """The intervals from both sides' draws (equal numbers of resamples)."""
     out = {}
     for metric, kind in KINDS.items():
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -125,7 +138,7 @@ def compare_intervals(
     return out
 
 
-def _draws(s: SeqStats, resamples: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def draws(s: SeqStats, resamples: int, rng: np.random.Generator) -> Draws:
     """The metrics of ``resamples`` resamples of one side."""
     chunks = [
         _resampled(s, min(CHUNK, resamples - done), rng) for done in range(0, resamples, CHUNK)
