@@ -211,6 +211,34 @@ def test_sequence_slices_never_split_a_sequence() -> None:
         assert all(p.num_rows < size + 9 for p in pieces)  # 9 = the longest sequence
 
 
+@pytest.mark.parametrize("limit", [1, 3, 8, 9, 100])
+def test_row_groups_hold_whole_sequences(tmp_path: Path, limit: int) -> None:
+    """Parts are written in row groups cut at sequence starts (at most ``limit`` rows unless one
+    sequence is longer); the reader then takes them as they are, and stitches older parts."""
+    from mismatchctl.store.parts import whole_sequence_groups
+
+    seq = np.repeat(np.arange(10), [5, 1, 7, 3, 9, 2, 2, 8, 1, 4])
+    table = pa.table({"seq": seq, "x": np.arange(len(seq), dtype=np.float64)})
+    groups = whole_sequence_groups(table, limit)
+    assert np.concatenate([g.column("seq").to_numpy() for g in groups]).tolist() == seq.tolist()
+    for g in groups:
+        assert g.num_rows <= limit or len(set(g.column("seq").to_pylist())) == 1
+    aligned, straddling = tmp_path / "aligned.parquet", tmp_path / "straddling.parquet"
+    with pq.ParquetWriter(aligned, table.schema) as w:
+        for g in groups:
+            w.write_table(g, row_group_size=len(g))
+    pq.write_table(table, straddling, row_group_size=limit)
+    for path, whole in ((aligned, True), (straddling, limit >= len(seq))):
+        pf = pq.ParquetFile(path)
+        assert engine_local.whole_sequence_row_groups(pf.metadata) is whole
+        pieces = list(engine_local.part_slices(pf, ["seq", "x"]))
+        joined = np.concatenate([p.column("seq").to_numpy() for p in pieces])
+        assert joined.tolist() == seq.tolist()
+        assert sum(len(set(p.column("seq").to_pylist())) for p in pieces) == 10  # none split
+        if whole:
+            assert [p.num_rows for p in pieces] == [g.num_rows for g in groups]
+
+
 def test_report_with_diagnosis(store: Path, tmp_path: Path) -> None:
     mismatchctl.ingest([FIXTURES / "sequence.parquet"], run="s", store=store)
     html_path = tmp_path / "r.html"

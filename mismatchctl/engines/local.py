@@ -8,6 +8,7 @@ the numpy kernels release the GIL for most of their time.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -124,8 +125,7 @@ def part_groups(
     states: list[Any] = [None for _ in extras]
     try:
         pf = pq.ParquetFile(task.path, read_dictionary=[S.GPU])
-        batches = pf.iter_batches(batch_size=SLICE_TOKENS, columns=columns)
-        for piece in sequence_slices(batches):
+        for piece in part_slices(pf, columns):
             if rows is not None and rows.active:
                 piece = piece.filter(row_mask(piece, rows))
             if piece.num_rows == 0:
@@ -138,6 +138,34 @@ def part_groups(
     except (OSError, pa.ArrowException) as exc:  # damaged or removed since it was checked
         raise read_error(task.run, task.path, exc) from None
     return out, states
+
+
+def part_slices(pf: pq.ParquetFile, columns: list[str]) -> Iterator[pa.Table]:
+    """Tables of whole sequences from a part, about ``SLICE_TOKENS`` rows each: its row groups
+    as they are when none splits a sequence (parts written since row groups were cut at
+    sequence starts; told by the ``seq`` statistics), else batches stitched by
+    :func:`sequence_slices`. A row group read alone is one chunk per column: no copies."""
+    if whole_sequence_row_groups(pf.metadata):
+        for i in range(pf.num_row_groups):
+            yield pf.read_row_group(i, columns=columns)
+        return
+    yield from sequence_slices(pf.iter_batches(batch_size=SLICE_TOKENS, columns=columns))
+
+
+def whole_sequence_row_groups(meta: pq.FileMetaData) -> bool:
+    """Whether no sequence spans two row groups: sequences are in ascending ``seq`` within a
+    part, so it is when each row group's largest ``seq`` is below the next one's smallest."""
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    if S.SEQ not in names:
+        return False
+    col = names.index(S.SEQ)
+    bounds = []
+    for i in range(meta.num_row_groups):
+        stats = meta.row_group(i).column(col).statistics
+        if stats is None or not stats.has_min_max:
+            return False
+        bounds.append((stats.min, stats.max))
+    return all(hi < lo for (_, hi), (lo, _) in itertools.pairwise(bounds))
 
 
 def sequence_slices(batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[pa.Table]:

@@ -8,12 +8,14 @@ compute per-sequence metrics part by part with bounded memory.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import uuid
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -36,6 +38,27 @@ METRICS = "metrics"
 def part_dir(kind: str, run: str) -> str:
     """Relative directory of a run's parts: hive-style, so DuckDB and Polars see a ``run`` column."""
     return f"{kind}/{S.RUN}={run}"
+
+
+def whole_sequence_groups(table: pa.Table, limit: int = ROW_GROUP_ROWS) -> list[pa.Table]:
+    """``table`` (whole sequences, each contiguous) cut at sequence starts into row groups of at
+    most ``limit`` rows (a longer sequence is a row group of its own): a reader then gets whole
+    sequences from every row group, without stitching (see ``engines.local.part_slices``)."""
+    n = table.num_rows
+    if n <= limit:
+        return [table]
+    seq = table.column(S.SEQ).to_numpy()
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    cuts = [0]
+    while n - cuts[-1] > limit:
+        j = int(np.searchsorted(starts, cuts[-1] + limit, side="right")) - 1
+        cut = int(starts[j])
+        if cut <= cuts[-1]:  # one sequence longer than a row group: it ends the group
+            nxt = int(np.searchsorted(starts, cuts[-1], side="right"))
+            cut = int(starts[nxt]) if nxt < len(starts) else n
+        cuts.append(cut)
+    cuts.append(n)
+    return [table.slice(a, b - a) for a, b in itertools.pairwise(cuts) if b > a]
 
 
 class Lanes:
@@ -165,7 +188,8 @@ class PartWriter:
             part = self._open[slot] = self._start(slot)
         if table.schema != self._file_schema:
             table = table.cast(self._file_schema)
-        self.lanes.submit(part.lane, part.writer.write_table, table, row_group_size=ROW_GROUP_ROWS)
+        for group in whole_sequence_groups(table):
+            self.lanes.submit(part.lane, part.writer.write_table, group, len(group) or 1)
         part.update(table)
 
     def close(self) -> list[PartRecord]:
