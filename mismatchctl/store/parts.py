@@ -70,7 +70,7 @@ class Lanes:
     bounds memory. Errors surface at the next ``submit`` or at ``wait``.
     """
 
-    PENDING = 2
+    PENDING = 4
 
     def __init__(self, n: int = 2) -> None:
         self._pools = [
