@@ -591,12 +591,25 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _public(argv: list[str]) -> list[str]:
+    """The arguments that shape the results: without --workdir (a local path) and --keep."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--workdir":
+            skip = True
+        elif not (arg.startswith("--workdir=") or arg == "--keep"):
+            out.append(arg)
+    return out
+
+
 def section(results: list[dict[str, Any]], info: dict[str, Any], argv: list[str], note: str) -> str:
     repeats = len(results[0]["impls"]["report"]["runs"])
     lines = [
         SECTION,
         "",
-        "Written by `" + shlex.join(["python", "bench/run.py", *argv]) + "`.",
+        "Written by `" + shlex.join(["python", "bench/run.py", *_public(argv)]) + "`.",
         "",
         "Workload W is what a user computes by hand from the store: per gpu×step K3 and count; per "
         "probability bin × turn kind count, mean r, mean |r| and sum r²; per turn kind the Pearson "
