@@ -144,7 +144,8 @@ class PartWriter:
 
     ``slots`` parts are open at once and consecutive batches go to them in turn, each part on
     its own lane, so that one source's parts are encoded in parallel (a part holds whole
-    sequences in order; with several slots, the parts' sequence ranges interleave).
+    sequences in order; with several slots, the parts' sequence ranges interleave). The other
+    slots open once the first part holds half a part, so a small source still makes one part.
     """
 
     def __init__(
@@ -178,8 +179,12 @@ class PartWriter:
         is full."""
         if table.num_rows == 0:
             return
-        slot = self._turn
-        self._turn = (slot + 1) % len(self._open)
+        first = self._open[0]
+        if self._made == 1 and first is not None and first.rows < self.limit // 2:
+            slot = 0  # a small source stays one part: the other slots open past half a part
+        else:
+            slot = self._turn
+            self._turn = (slot + 1) % len(self._open)
         part = self._open[slot]
         if part is not None and part.rows + table.num_rows > self.limit:
             self._close(slot)
