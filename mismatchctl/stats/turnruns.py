@@ -121,7 +121,9 @@ def bin_cells(
     merged to runs. ``edges``: the bin edges of ``exp(lr)``, as for ``assign_bins``."""
     lr = np.ascontiguousarray(lr, dtype=np.float64)
     lt = np.ascontiguousarray(lt, dtype=np.float64)
-    seq, turn = np.ascontiguousarray(seq), np.ascontiguousarray(turn)
+    # one signature per compiled function: the store's own dtypes (no copy for store data)
+    seq = np.ascontiguousarray(seq, dtype=np.int64)
+    turn = np.ascontiguousarray(turn, dtype=np.int32)
     from mismatchctl.stats import kernels  # numba: imported (~0.5 s) only when tokens are read
 
     n = len(seq)
