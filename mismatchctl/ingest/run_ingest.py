@@ -168,7 +168,8 @@ def _ingest_one(
         tags = {**source.tags, **opts.tags}
         ctx = Context(path.name, tags.get(S.TAG_GPU), opts.skip_bad, seq)
         limit = store_parts.PART_TOKENS
-        tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, limit, lanes, slots=2)
+        slots = 1 if lanes is None else 2  # two open parts only when two lanes write them
+        tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, limit, lanes, slots)
         seqs = PartWriter(txn.staging, SEQUENCES, opts.run, S.SEQUENCE_SCHEMA, 1 << 62, lanes)
         tally = Tally()
         try:
