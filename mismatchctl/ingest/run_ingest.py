@@ -33,7 +33,9 @@ class Progress(Protocol):
     def tokens(self, count: int) -> None: ...
 
 
-class _Silent:
+class SilentProgress:
+    """A Progress that shows nothing (library calls, Ray tasks)."""
+
     def file(self, path: Path, index: int, total: int) -> None:
         pass
 
@@ -105,21 +107,21 @@ def ingest_files(
     check_run_name(opts.run)
     keep_freed_memory()
     files = expand_inputs(inputs)
-    progress = progress or _Silent()
+    progress = progress or SilentProgress()
     result = IngestResult(opts.run, store.root, [])
     with store.transaction() as txn, Lanes() as lanes:
         staged: list[tuple[SourceRecord, list[PartRecord]]] = []
         seen: dict[str, Path] = {}
         seq = txn.next_seq(opts.run)
         # files are hashed a little ahead, on a thread (hashlib releases the GIL)
-        prints = prefetch(_fingerprint(path) for path in files)
+        prints = prefetch(checked_fingerprint(path) for path in files)
         for index, (path, fp) in enumerate(zip(files, prints, strict=True)):
             progress.file(path, index, len(files))
             skipped = _skip(txn, path, fp, opts.run, seen)
             if skipped is not None:
                 result.files.append(skipped)
                 continue
-            record, parts, tally = _ingest_one(txn, path, fp, opts, seq, progress, lanes)
+            record, parts, tally = ingest_source(txn, path, fp, opts, seq, progress, lanes)
             seen[fp] = path
             seq += record.sequences
             staged.append((record, parts))
@@ -131,7 +133,8 @@ def ingest_files(
     return result
 
 
-def _fingerprint(path: Path) -> str:
+def checked_fingerprint(path: Path) -> str:
+    """The source's content fingerprint; an unreadable file is an InputError naming it."""
     try:
         return fingerprint(path)
     except OSError as exc:
@@ -151,7 +154,7 @@ def _skip(
     return None
 
 
-def _ingest_one(
+def ingest_source(
     txn: Transaction,
     path: Path,
     fp: str,
@@ -161,7 +164,10 @@ def _ingest_one(
     lanes: Lanes | None = None,
 ) -> tuple[SourceRecord, list[PartRecord], Tally]:
     """Read, canonicalise and queue the writing of one source's parts (on ``lanes``: the
-    files are complete once they are waited for; with none, when this returns)."""
+    files are complete once they are waited for; with none, when this returns).
+
+    The seam the staged (Ray) ingest builds on: one source into one transaction's staging
+    directory, sequence ids from ``seq``; the caller commits."""
     fmt = detect_format(path, opts.mapping, opts.fmt)
     try:
         source = open_source(path, fmt, opts.mapping, opts.trust_pickle)

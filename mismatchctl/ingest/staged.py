@@ -39,9 +39,9 @@ from mismatchctl.ingest.run_ingest import (
     IngestResult,
     Options,
     Progress,
-    _fingerprint,
-    _ingest_one,
-    _Silent,
+    SilentProgress,
+    checked_fingerprint,
+    ingest_source,
 )
 from mismatchctl.store.catalog import PartRecord, SourceRecord
 from mismatchctl.store.parts import TOKENS, PartWriter
@@ -82,12 +82,12 @@ def stage_file(
 
 
 def _stage(root: str, staging: str, file: Path, opts: Options, known: frozenset[str]) -> Staged:
-    fp = _fingerprint(file)
+    fp = checked_fingerprint(file)
     if fp in known:
         return Staged(fp)
     txn = Transaction(Store(Path(root)), Path(staging))
     keep_freed_memory()  # once per worker process
-    record, parts, tally = _ingest_one(txn, file, fp, opts, 0, _Silent())
+    record, parts, tally = ingest_source(txn, file, fp, opts, 0, SilentProgress())
     return Staged(fp, record, parts, tally)
 
 
@@ -144,7 +144,7 @@ def ingest_staged(
     """``ingest_files`` with one task per input file (see the module doc)."""
     check_run_name(opts.run)
     files = expand_all(inputs)
-    progress = progress or _Silent()
+    progress = progress or SilentProgress()
     result = IngestResult(opts.run, store.root, [])
     with store.transaction() as txn:
         root, staging = os.path.abspath(store.root), os.path.abspath(txn.staging)
