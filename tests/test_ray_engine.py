@@ -249,6 +249,24 @@ def test_ingest_on_ray_from_object_storage(
         assert a.equals(mismatchctl.open_store(distributed).scan("r", kind).collect()), kind
 
 
+def test_report_on_ray_over_a_bucket_store(
+    ray_local: dict[str, str] | None, dumps: list[Path], tmp_path: Path
+) -> None:
+    """Workers read the parts of a store in a bucket (moto on loopback) in place."""
+    if ray_local is None:
+        pytest.skip("moto (dev extra) is not installed")
+    bucket_store, local = f"s3://{BUCKET}/ray-store", tmp_path / "local"
+    for store in (bucket_store, local):
+        mismatchctl.ingest(dumps, run="r", store=store)
+    docs = []
+    for store, engine in ((local, "local"), (bucket_store, "ray")):
+        args = ("report", "--by-gpu", "--engine", engine, "--store", str(store), "--json", "-")
+        ran = cli(*args, "-q")
+        assert ran.code == 0, ran.err
+        docs.append(json.loads(ran.out))
+    assert_same(docs[0]["groups"], docs[1]["groups"])
+
+
 @needs_ray
 def test_an_unreachable_cluster_is_named(multi_part: Path) -> None:
     """In a fresh process (no Ray yet): a cluster address where nothing listens fails at once

@@ -104,7 +104,8 @@ StoreOpt = Annotated[
     typer.Option(
         "--store",
         envvar="MISMATCHCTL_STORE",
-        help="Store directory [default: $MISMATCHCTL_STORE, else ~/.local/share/mismatchctl/store].",
+        help="Store directory, or an s3:// or gs:// URI [default: $MISMATCHCTL_STORE, else "
+        "~/.local/share/mismatchctl/store].",
         show_default=False,
     ),
 ]

@@ -66,5 +66,7 @@ def run_passes_ray(
 
 
 def _absolute(task: PartTask) -> PartTask:
-    """Workers do not share the driver's working directory: a relative store path is resolved."""
+    """The task with an absolute local path (a URI of a store in a bucket is left as it is)."""
+    if "://" in task.path:
+        return task
     return dataclasses.replace(task, path=os.path.abspath(task.path))

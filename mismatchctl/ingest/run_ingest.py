@@ -55,7 +55,7 @@ class FileResult:
 @dataclass
 class IngestResult:
     run: str
-    store: Path
+    store: str  # the store's directory or URI
     files: list[FileResult]
     tally: Tally = field(default_factory=Tally)
 
@@ -108,7 +108,7 @@ def ingest_files(
     keep_freed_memory()
     files = expand_inputs(inputs)
     progress = progress or SilentProgress()
-    result = IngestResult(opts.run, store.root, [])
+    result = IngestResult(opts.run, str(store), [])
     with store.transaction() as txn, Lanes() as lanes:
         staged: list[tuple[SourceRecord, list[PartRecord]]] = []
         seen: dict[str, Path] = {}

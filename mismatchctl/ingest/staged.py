@@ -30,7 +30,7 @@ from mismatchctl import schema as S
 from mismatchctl.allocator import keep_freed_memory
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.engines.ray_support import Failure
-from mismatchctl.errors import MismatchError, StoreError
+from mismatchctl.errors import MismatchError, StoreError, UsageError
 from mismatchctl.ingest import expand_inputs
 from mismatchctl.ingest.canonical import Tally
 from mismatchctl.ingest.remote import ObjectPath, expand_remote, fetch, is_remote
@@ -143,9 +143,16 @@ def ingest_staged(
 ) -> IngestResult:
     """``ingest_files`` with one task per input file (see the module doc)."""
     check_run_name(opts.run)
+    if store.publishes:
+        raise UsageError(
+            f"`ingest --engine ray` writes into a store on a shared filesystem; {store} is in a "
+            "bucket (workers cannot stage their parts there)",
+            "ingest into it with the local engine (leave out --engine ray), or into a store on "
+            "a shared filesystem.",
+        )
     files = expand_all(inputs)
     progress = progress or SilentProgress()
-    result = IngestResult(opts.run, store.root, [])
+    result = IngestResult(opts.run, str(store), [])
     with store.transaction() as txn:
         root, staging = os.path.abspath(store.root), os.path.abspath(txn.staging)
         known = frozenset(_known_fingerprints(store, opts.run))

@@ -30,7 +30,7 @@ class Damage:
 def part_problem(store: Store, part: PartRecord, deep: bool = False) -> str | None:
     """What is wrong with one part, or None when it is whole."""
     path = store.part_path(part)
-    if not path.is_file():
+    if not store.has_file(part.path):
         return f"is missing (expected {part.rows:,} rows)"
     try:
         rows = pq.ParquetFile(path).metadata.num_rows

@@ -70,7 +70,7 @@ def read_metrics_table(store: Store, run: str) -> pa.Table:
     row = metric_table_row(store, run)
     if row is None:
         return METRIC_SCHEMA.empty_table()
-    path = store.root / row["path"]
+    path = store.location(row["path"])
     try:
         table = pq.read_table(path, schema=METRIC_SCHEMA)
     except (OSError, pa.ArrowException) as exc:
@@ -191,6 +191,7 @@ def _swap(store: Store, run: str, merged: _Merged, src: MetricSource) -> Metrics
     finally:
         con.close()
     store.sweep()
+    store.publish()
     return MetricsCommit("ingested", src, merged.add.num_rows, merged.unchanged, merged.replaced)
 
 

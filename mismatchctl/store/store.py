@@ -30,7 +30,7 @@ from mismatchctl.display import shown
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import catalog
 from mismatchctl.store.catalog import MetricSource, PartRecord, SourceRecord
-from mismatchctl.store.location import resolve_store_path
+from mismatchctl.store.location import ENV_VAR, resolve_store_path
 from mismatchctl.store.lock import LOCK_NAME, write_lock
 from mismatchctl.store.parts import METRICS, SEQUENCES, TOKENS
 
@@ -78,8 +78,13 @@ class RunInfo:
 class Store:
     """A mismatchctl store at ``root``. Reading needs no lock; every write takes the store lock."""
 
+    publishes = False  # a store in a bucket publishes its writes (``store/remote.py``)
+
     def __init__(self, root: Path) -> None:
         self.root = root
+
+    def __str__(self) -> str:
+        return str(self.root)
 
     def exists(self) -> bool:
         return (self.root / catalog.CATALOG_NAME).exists()
@@ -129,7 +134,18 @@ class Store:
             con.close()
 
     def part_path(self, part: PartRecord) -> Path:
-        return self.root / part.path
+        return self.location(part.path)
+
+    def location(self, rel: str) -> Path:
+        """Where a file of the store is, given its path relative to the store."""
+        return self.root / rel
+
+    def has_file(self, rel: str) -> bool:
+        return self.location(rel).is_file()
+
+    def publish(self) -> None:
+        """Make a committed write visible: nothing to do for a store on a filesystem (the catalog
+        commit did it); a store in a bucket uploads (``store/remote.py``)."""
 
     def scan(self, run: str | None = None, kind: str = TOKENS) -> pl.LazyFrame:
         """Canonical rows of one run (or of every run) as a Polars LazyFrame with a ``run`` column."""
@@ -311,7 +327,13 @@ def _run_info(name: str, created_at: str, sources: list[SourceRecord]) -> RunInf
 
 
 def open_store(path: str | os.PathLike[str] | None = None) -> Store:
-    """The store at ``path`` (default: ``$MISMATCHCTL_STORE`` or the user data directory)."""
+    """The store at ``path`` (default: ``$MISMATCHCTL_STORE`` or the user data directory): a
+    directory, or an ``s3://`` / ``gs://`` URI (``store/remote.py``)."""
+    from mismatchctl.store import remote
+
+    uri = path if path else os.environ.get(ENV_VAR)
+    if remote.is_store_uri(uri):
+        return remote.RemoteStore(str(uri))
     return Store(resolve_store_path(path))
 
 
