@@ -138,12 +138,7 @@ class RemoteStore(Store):
         """Part objects no catalog row names (left by a killed writer), relative paths."""
         if not self.exists():
             return []
-        con = self._connect()
-        try:
-            known = {r[0] for r in con.execute("SELECT path FROM parts")}
-            known |= {r[0] for r in con.execute("SELECT path FROM metric_tables")}
-        finally:
-            con.close()
+        known = self.known_files()
         now = time.time()
         found = []
         for kind in (TOKENS, SEQUENCES, METRICS):

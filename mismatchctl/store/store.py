@@ -217,18 +217,23 @@ class Store:
             self.sweep()
         return info
 
-    def sweep(self) -> None:
-        """Remove what no committed run refers to: stale staging dirs and orphan parts left by a
-        writer that was killed. Call with the write lock held."""
-        shutil.rmtree(self.root / STAGING, ignore_errors=True)
-        if not self.exists():
-            return
+    def known_files(self) -> set[str]:
+        """The paths (relative to the store) of every file the catalog refers to."""
         con = self._connect()
         try:
             known = {r[0] for r in con.execute("SELECT path FROM parts")}
             known |= {r[0] for r in con.execute("SELECT path FROM metric_tables")}
         finally:
             con.close()
+        return known
+
+    def sweep(self) -> None:
+        """Remove what no committed run refers to: stale staging dirs and orphan parts left by a
+        writer that was killed. Call with the write lock held."""
+        shutil.rmtree(self.root / STAGING, ignore_errors=True)
+        if not self.exists():
+            return
+        known = self.known_files()
         for kind in (TOKENS, SEQUENCES, METRICS):
             base = self.root / kind
             if not base.is_dir():
