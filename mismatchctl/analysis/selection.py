@@ -104,7 +104,7 @@ def select(
     names = list(dict.fromkeys(runs)) if runs else store.run_names()
     if not names:
         raise StoreError(
-            f"the store {store.root} holds no runs",
+            f"the store {store} holds no runs",
             "ingest dumps first: mismatchctl ingest DUMPS --run NAME",
         )
     infos = [store.run(n) for n in names]

@@ -172,7 +172,7 @@ class Store:
     def _unknown_run(self, name: str, con: sqlite3.Connection) -> StoreError:
         known = [r[0] for r in con.execute("SELECT name FROM runs ORDER BY name")]
         return StoreError(
-            f"no run `{shown(name, 80)}` in the store {self.root} (runs: {', '.join(known) or 'none'})",
+            f"no run `{shown(name, 80)}` in the store {self} (runs: {', '.join(known) or 'none'})",
             "list the runs with `mismatchctl runs`.",
         )
 
