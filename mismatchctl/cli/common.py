@@ -104,8 +104,8 @@ StoreOpt = Annotated[
     typer.Option(
         "--store",
         envvar="MISMATCHCTL_STORE",
-        help="Store directory, or an s3:// or gs:// URI [default: $MISMATCHCTL_STORE, else "
-        "~/.local/share/mismatchctl/store].",
+        help="Store directory, or an s3:// or gs:// URI (default: $MISMATCHCTL_STORE, else "
+        "~/.local/share/mismatchctl/store).",
         show_default=False,
     ),
 ]
@@ -135,8 +135,8 @@ RayAddressOpt = Annotated[
     typer.Option(
         "--ray-address",
         help="Ray cluster for --engine ray: auto (started on this machine with `ray start "
-        "--head`) or ray://HOST:10001 [default: $RAY_ADDRESS, else a local Ray with --workers "
-        "CPUs]. The store must be on a filesystem every node sees.",
+        "--head`) or ray://HOST:10001 (default: $RAY_ADDRESS, else a local Ray with --workers "
+        "CPUs). The store must be on a filesystem every node sees, or in a bucket.",
         show_default=False,
     ),
 ]

@@ -35,7 +35,7 @@ def demo(
     ] = "mismatchctl-demo/store",
     html: Annotated[
         str | None,
-        typer.Option("--html", help="HTML report path [default: report.html beside the store]."),
+        typer.Option("--html", help="HTML report path (default: report.html beside the store)."),
     ] = None,
     data: Annotated[
         str | None, typer.Option("--data", help="Sample data directory (holds manifest.json).")
