@@ -82,3 +82,12 @@ def test_progress_bars_on_a_terminal(store, tmp_path, monkeypatch) -> None:
     ):
         ran = cli(*args)
         assert ran.code in (0, 3), (args, ran.err)
+
+
+def test_option_help_keeps_its_defaults() -> None:
+    """Help texts are rich markup: a `[default: ...]` in them vanished; they use parentheses."""
+    from tests.helpers import cli
+
+    text = " ".join(cli("report", "--help").out.replace("│", " ").split())
+    assert "(default: $MISMATCHCTL_STORE" in text
+    assert "(default: $RAY_ADDRESS" in text
