@@ -3,7 +3,7 @@ folds them into mergeable partials, one dictionary of groups per planned pass.
 
 Memory is bounded by ``workers`` x the largest part (parts hold about 1M tokens), never by
 the number of tokens in the selection. Parts are processed by a thread pool: Parquet decoding and
-the numpy kernels release the GIL for most of their time.
+the compiled kernels (``stats/kernels.py``, ``nogil``) release the GIL for most of their time.
 """
 
 from __future__ import annotations

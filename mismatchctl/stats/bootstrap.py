@@ -8,7 +8,6 @@ resampled independently.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,34 +57,9 @@ class SeqStats:
         return len(self.tokens)
 
 
-def _weighted(s: SeqStats, ppl: tuple[np.ndarray, np.ndarray], w: np.ndarray) -> dict[str, float]:
-    tokens = w @ s.tokens
-    return {
-        "vllm_kl": (w @ s.k3) / tokens,
-        "abs_log_ratio_mean": (w @ s.abs_r) / tokens,
-        "log_ppl_pearson": _pearson(ppl[0], ppl[1], w),
-    }
-
-
 def _log_ppl(s: SeqStats) -> tuple[np.ndarray, np.ndarray]:
     """Per-sequence rollout and trainer log-ppl."""
     return -s.lr / s.tokens, -s.lt / s.tokens
-
-
-def _pearson(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> float:
-    n = w.sum()
-    if n < 2:
-        return float("nan")
-    mx, my = (w @ x) / n, (w @ y) / n
-    dx, dy = x - mx, y - my
-    sxx, syy, sxy = w @ (dx * dx), w @ (dy * dy), w @ (dx * dy)
-    if sxx <= 0 or syy <= 0:
-        return float("nan")
-    return float(np.clip(sxy / np.sqrt(sxx * syy), -1.0, 1.0))
-
-
-def point(s: SeqStats) -> dict[str, float]:
-    return _weighted(s, _log_ppl(s), np.ones(len(s)))
 
 
 @dataclass
@@ -100,7 +74,7 @@ class Interval:
 KINDS = {"vllm_kl": "ratio", "abs_log_ratio_mean": "ratio", "log_ppl_pearson": "difference"}
 
 
-CHUNK = 50  # resamples drawn and evaluated at once (memory: CHUNK x sequences weights)
+CHUNK = 50  # resamples drawn and evaluated at once (memory: CHUNK x sequences int32 picks)
 
 
 Draws = dict[str, np.ndarray]  # metric -> its value in every resample of one side
@@ -118,12 +92,10 @@ def compare_intervals(
     """95% percentile intervals of B/A (ratios) and B-A (differences) over ``resamples`` draws.
 
     Each side draws from its own generator (:func:`side_generators`), ``CHUNK`` resamples at a
-    time evaluated in one compiled pass, the two sides on two threads."""
+    time evaluated in one compiled pass. ``compare`` calls the steps itself, to overlap side A's
+    draws with the reading of side B."""
     rng_a, rng_b = side_generators(seed)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        draws_a = pool.submit(draws, a, resamples, rng_a)
-        vb = draws(b, resamples, rng_b)
-        return intervals(draws_a.result(), vb)
+    return intervals(draws(a, resamples, rng_a), draws(b, resamples, rng_b))
 
 
 def intervals(va: Draws, vb: Draws) -> dict[str, Interval]:

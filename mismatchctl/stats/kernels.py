@@ -21,7 +21,7 @@ import numpy as np
 
 from mismatchctl.stats.bins import FEW_EDGES
 from mismatchctl.stats.histogram import N_BINS
-from mismatchctl.stats.state import LOW_PROB_THRESHOLD, RATIO_CLAMP, Col
+from mismatchctl.stats.state import LOW_PROB_THRESHOLD, MAX_COLS, MIN_COLS, RATIO_CLAMP, Col
 
 TOKEN_FIELDS = int(Col.PT_MAX) + 1  # the token columns come first in the state vector
 # numba freezes module-level ints at compile time: plain ints, not enum members
@@ -38,8 +38,8 @@ _PR, _PT, _PR_M2, _PT_M2, _PRPT_C = (
 _PR_MIN, _PR_MAX, _PT_MIN, _PT_MAX = (
     int(c) for c in (Col.PR_MIN, Col.PR_MAX, Col.PT_MIN, Col.PT_MAX)
 )
-_MIN_COLS = (_R_MIN, _PR_MIN, _PT_MIN)
-_MAX_COLS = (_R_MAX, _DP_MAX, _PR_MAX, _PT_MAX)
+_MIN_COLS = tuple(int(c) for c in MIN_COLS if c < TOKEN_FIELDS)  # the token columns' extremes
+_MAX_COLS = tuple(int(c) for c in MAX_COLS if c < TOKEN_FIELDS)
 _LOW_PROB = float(LOW_PROB_THRESHOLD)
 _CLAMP = float(RATIO_CLAMP)
 
