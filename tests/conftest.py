@@ -1,10 +1,28 @@
-"""Shared fixtures: a fresh store per test (helpers live in tests/helpers.py)."""
+"""Shared fixtures: a fresh store per test (helpers live in tests/helpers.py); the slow tests.
+
+Tests marked ``slow`` (long end-to-end runs: a second sample-data generation, wall-clock kills of
+a large ingest) are skipped unless ``MISMATCHCTL_SLOW_TESTS=1`` is set, which ``.ci/run`` does; the
+skip and its reason appear in pytest's summary.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+SLOW_ENV = "MISMATCHCTL_SLOW_TESTS"
+pytest_plugins = ("pytester",)  # tests/test_suite_setup.py runs small suites of its own
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(SLOW_ENV) == "1":
+        return
+    skip = pytest.mark.skip(reason=f"slow end-to-end test: run with {SLOW_ENV}=1 (.ci/run does)")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture

@@ -16,6 +16,11 @@ from mismatchctl.render.report_html import report_html
 from tests.helpers import EVIL, FIXTURES, cli, multi_gpu_dump
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+NEEDS_CHROMIUM = pytest.mark.skipif(
+    CHROMIUM is None,
+    reason="browser test: needs a headless Chromium, not found on PATH "
+    "(install it with `apt-get install chromium`; .ci/run does)",
+)
 FIGURES = ("fig-mismatch", "fig-probs", "fig-log-ppl")
 
 
@@ -99,7 +104,7 @@ def _chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (CI installs it)")
+@NEEDS_CHROMIUM
 def test_loads_in_chromium_without_errors(page: Path, tmp_path: Path) -> None:
     dom = _chromium("--dump-dom", page.as_uri(), tmp=tmp_path).stdout
     assert not re.search(r"<html[^>]*data-js-errors", dom), dom[:500]  # no script error
@@ -110,7 +115,7 @@ def test_loads_in_chromium_without_errors(page: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (CI installs it)")
+@NEEDS_CHROMIUM
 def test_screenshot_is_not_blank(page: Path, tmp_path: Path) -> None:
     shot = tmp_path / "shot.png"
     _chromium(f"--screenshot={shot}", "--window-size=1400,2200", page.as_uri(), tmp=tmp_path)
