@@ -23,7 +23,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).parent))
 from make_fixtures import OUT, PROMPT, samples
 
-PROMPT_WIDTH = 5  # max_prompt_length: PROMPT left-padded with two 0s
+PROMPT_WIDTH = 5  # rollout.prompt_length: PROMPT left-padded with two 0s
+RESPONSE_WIDTH = 10  # rollout.response_length: every batch is padded to it
 
 
 def _padded(rows: list[dict], width: int) -> dict[str, np.ndarray]:
@@ -74,8 +75,8 @@ def data_proto(rows: list[dict], step: int, drop: tuple[str, ...] = ()):
     from tensordict import TensorDict
     from verl.protocol import DataProto
 
-    width = max(len(r["ids"]) for r in rows)
-    tensors = {k: torch.from_numpy(v) for k, v in _padded(rows, width).items() if k not in drop}
+    padded = _padded(rows, RESPONSE_WIDTH)
+    tensors = {k: torch.from_numpy(v) for k, v in padded.items() if k not in drop}
     batch = TensorDict(tensors, batch_size=[len(rows)])
     meta = {"global_steps": step, "temperature": 1.0, "global_token_num": [5] * len(rows)}
     return DataProto(batch=batch, non_tensor_batch=_non_tensor(rows), meta_info=meta)
