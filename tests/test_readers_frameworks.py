@@ -522,3 +522,77 @@ def test_help_names_the_formats() -> None:
     text = " ".join(cli("ingest", "--help").out.split())
     assert "verl-dataproto" in text and "prime-jsonl" in text
     assert "DataProto" in text and "restricted unpickler" in text
+
+
+def _fake_module(monkeypatch: pytest.MonkeyPatch, name: str, **attrs: object) -> None:
+    """A module of that name for pickle to find (it checks ``sys.modules[module].<name>``)."""
+    import types
+
+    module = types.ModuleType(name)
+    for key, value in attrs.items():
+        value.__module__ = name  # type: ignore[attr-defined]
+        value.__qualname__ = key  # type: ignore[attr-defined]
+        setattr(module, key, value)
+    monkeypatch.setitem(sys.modules, name, module)
+
+
+def _unconsolidated(monkeypatch: pytest.MonkeyPatch, old: bool, batch: dict) -> bytes:
+    """Batch bytes in tensordict's other two layouts (written here, not by tensordict, which
+    does not import with this torch for < 0.5): ``_make_td(TensorDict, state)`` (>= 0.5,
+    unconsolidated) and a plain object whose state holds ``_tensordict`` (< 0.5)."""
+
+    class TensorDict:
+        def __init__(self, tensors: dict) -> None:
+            self._tensordict = tensors
+            self._batch_size = torch.Size([2])
+            self._device = None
+            self._is_locked = False
+
+        def __reduce_ex__(self, protocol: int) -> tuple:
+            if old:
+                return super().__reduce_ex__(protocol)
+            return (_make_td, (TensorDict, dict(self.__dict__)))
+
+    def _make_td(cls: object, state: dict) -> None:
+        raise AssertionError("never called when reading")
+
+    _fake_module(monkeypatch, "tensordict")
+    _fake_module(monkeypatch, "tensordict._td", TensorDict=TensorDict)
+    _fake_module(monkeypatch, "tensordict._reductions", _make_td=_make_td)
+    buffer = io.BytesIO()
+    torch.save(TensorDict({k: torch.as_tensor(v) for k, v in batch.items()}), buffer)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("old", [False, True])
+def test_verl_unconsolidated_batches(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, old: bool
+) -> None:
+    batch = _batch(2, 3)
+    raw = _unconsolidated(monkeypatch, old, batch)
+    monkeypatch.undo()  # tensordict is not importable while the file is read
+    path = write_dataproto(tmp_path / "step_1.pkl", raw, {"uid": uids(2)})
+    mismatchctl.ingest([path], run="u", store=store, trust_pickle=True)
+    rows = _rows(store, "u")
+    expected = batch["rollout_log_probs"].astype(np.float64).reshape(-1)
+    assert np.array_equal(rows[S.ROLLOUT].to_numpy(), expected)
+
+
+def test_verl_mapped_key_must_exist(seeded: Path) -> None:
+    ran = cli("ingest", str(VERL[0]), "--run", "x", "-q", "--trust-pickle", "-m", "mask=keep")
+    assert ran.code == 1
+    assert ran.err.startswith(
+        f"Error: {VERL[0]}: `keep` (from --map mask=keep) is not in the DataProto (batch keys: "
+    )
+
+
+def test_verl_sample_ids_must_be_text(seeded: Path, tmp_path: Path) -> None:
+    """A uid the restricted reader did not load (an object of a class) is no sample id."""
+    ids = np.array(["a", Payload(tmp_path / "m")], dtype=object)
+    path = write_dataproto(tmp_path / "step_1.pkl", _batch(), {"uid": ids})
+    ran = cli("ingest", str(path), "--run", "x", "-q", "--trust-pickle")
+    assert ran.err.startswith(
+        f"Error: {path}: non_tensor_batch `uid`: row 1 is <not loaded: io.open>, expected text "
+        "or an integer"
+    )
+    assert not (tmp_path / "m").exists()

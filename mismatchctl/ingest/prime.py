@@ -57,11 +57,12 @@ def open_prime(path: Path, mapping: Mapping[str, str]) -> Source:
         )
     keys = {**KEYS, **mapping}
     source = Source(path, FORMAT_PRIME, iter(()), dict(keys))
-    source.batches = _batches(path, keys, source.notes)
+    source.batches = _batches(path, keys, mapping, source.notes)
     return source
 
 
-def _records(path: Path, keys: dict) -> Iterator[tuple[int, dict]]:
+def _records(path: Path, keys: dict, mapping: Mapping[str, str]) -> Iterator[tuple[int, dict]]:
+    """The lines as objects; each must have both sides, the mask and every mapped key."""
     with path.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
             if not raw.strip():
@@ -79,7 +80,7 @@ def _records(path: Path, keys: dict) -> Iterator[tuple[int, dict]]:
                     f"{type(obj).__name__}; expected one object per sequence)",
                     "leave the file out of the inputs, or pass the right --format.",
                 )
-            for role in (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK):
+            for role in (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, *mapping):
                 if keys[role] not in obj:
                     raise InputError(
                         f"{path}: line {number} has no `{keys[role]}` (found: {', '.join(obj)})",
@@ -138,13 +139,15 @@ def _members(obj: dict, n: int, path: Path, number: int) -> np.ndarray | None:
     return members
 
 
-def _batches(path: Path, keys: dict, notes: list[str]) -> Iterator[RaggedBatch]:
+def _batches(
+    path: Path, keys: dict, mapping: Mapping[str, str], notes: list[str]
+) -> Iterator[RaggedBatch]:
     """Batches of about BATCH_TOKENS tokens. What only the whole file tells (ce-only tokens left
     out, other schema versions) is noted at the end: notes are recorded after every batch."""
     chunk: list[tuple[int, dict]] = []
     tokens = ce_only = 0
     versions: set[Any] = set()
-    for number, obj in _records(path, keys):
+    for number, obj in _records(path, keys, mapping):
         values = _converted(obj, keys, path, number)
         versions.add(obj.get("schema_version"))
         if values["members"] is not None:

@@ -6,7 +6,8 @@ makes the pickled state a tuple ``(batch, non_tensor_batch, meta_info)`` where
 - ``batch`` is the bytes of ``torch.save(td)`` of the consolidated ``TensorDict`` (tensordict >=
   0.5 pickles it as ``_rebuild_tensordict_files_consolidated(metadata, storage)``: one uint8
   storage and, per key, ``(dtype, shape, start, stop, pad)``; without consolidation, as
-  ``_make_td(TensorDict, state)`` with the tensors in ``state["_tensordict"]``), or, with
+  ``_make_td(TensorDict, state)``, and before 0.5 as a plain object, the tensors in
+  ``state["_tensordict"]``), or, with
   ``VERL_DATAPROTO_SERIALIZATION_METHOD=numpy``, ``(batch_size, device, {key: (dtype, shape,
   uint8 array)})``; or None;
 - ``non_tensor_batch`` is a dict of numpy arrays (``dtype=object`` for ``uid`` and the like);
@@ -42,7 +43,14 @@ class DataProtoState:
 
 
 class TensorDictName:
-    """Stands for ``tensordict._td.TensorDict`` where a pickle names the class (never built)."""
+    """Stands for ``tensordict._td.TensorDict``: named by ``_make_td``'s first argument, or
+    rebuilt by plain pickling (tensordict < 0.5: the instance ``__dict__`` as state, the tensors
+    in ``_tensordict``)."""
+
+    leaves: Leaves | None = None
+
+    def __setstate__(self, state: Any) -> None:
+        self.leaves = _make_td(type(self), state)
 
 
 @dataclass
@@ -174,6 +182,8 @@ def _batch(torch: Any, batch: Any, path: Path) -> Leaves:
             leaves = torch.load(io.BytesIO(bytes(batch)), map_location="cpu", weights_only=True)
     except Exception as exc:
         raise _batch_unreadable(path, exc) from None
+    if isinstance(leaves, TensorDictName) and leaves.leaves is not None:
+        return leaves.leaves
     if leaves is None or isinstance(leaves, Leaves):
         return leaves or Leaves()
     raise InputError(

@@ -78,6 +78,14 @@ def open_verl(path: Path, mapping: Mapping[str, str], trust_pickle: bool = False
         )
     keys = {**KEYS, **mapping}
     content = load_dataproto(path)
+    for role, key in mapping.items():
+        if not _present(content, role, key):
+            raise InputError(
+                f"{path}: `{key}` (from --map {role}={key}) is not in the DataProto (batch keys: "
+                f"{', '.join(content.batch)}; non_tensor_batch: {', '.join(content.non_tensor)}; "
+                f"meta_info: {', '.join(map(str, content.meta))})",
+                f"name an existing key with --map {role}=<key>.",
+            )
     source = Source(path, FORMAT_VERL, iter(()), {r: keys[r] for r in keys})
     source.notes.append(
         f"loaded with {TRUST_FLAG} by a restricted unpickler (no code from the file was run)"
@@ -278,6 +286,9 @@ def _sample_ids(content: DataProtoContent, key: str, path: Path, rows: int) -> l
             "re-save the batch, or name another key with --map sample_id=<key>.",
         )
     hint = "name another key with --map sample_id=<key>."
+    for i, v in enumerate(values.tolist()):
+        if not isinstance(v, str | int | np.integer) or isinstance(v, bool):
+            raise InputError(f"{where}: row {i} is {v!r}, expected text or an integer", hint)
     return [pv.text(v, f"{where}: row {i}", hint) for i, v in enumerate(values.tolist())]
 
 
@@ -316,9 +327,12 @@ def _rewards(content: DataProtoContent, key: str, path: Path, rows: int) -> np.n
     if key in content.non_tensor:
         values = np.asarray(content.non_tensor[key], dtype=object).reshape(-1)
         where = f"{path}: non_tensor_batch `{key}`"
-        if len(values) == rows:
-            hint = "name another key with --map reward=<key>."
-            return np.array([pv.scalar(v, where, hint) for v in values.tolist()])
+        hint = "name another key with --map reward=<key>."
+        if len(values) != rows:
+            raise InputError(
+                f"{where} has {len(values)} values, expected one per row ({rows})", hint
+            )
+        return np.array([pv.scalar(v, where, hint) for v in values.tolist()])
     return None
 
 
