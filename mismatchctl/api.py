@@ -46,6 +46,8 @@ def ingest(
     ``trust_pickle=True`` loads torch ``.pt`` files with full unpickling, which runs any code
     the file contains: only for files from a source you trust. By default they are loaded with
     ``weights_only=True`` and a file that needs more is refused.
+    It also lets verl ``DataProto.save_to_disk`` pickles be read, by a restricted unpickler that
+    rebuilds numpy arrays and torch tensors only; without it they are refused.
 
     ``engine="ray"`` reads the files in parallel Ray tasks (a local Ray with ``workers`` CPUs, or
     the cluster at ``ray_address``; the store must be on a filesystem every node sees); the

@@ -72,7 +72,8 @@ def test_unknown_format(seeded: Path, tmp_path: Path) -> None:
     bad.write_text("a,b\n1,2\n")
     assert _fails(seeded, str(bad)) == (
         "Error: cannot tell the format of dump.csv (suffix `.csv`)\n\n"
-        "Hint: pass --format (one of parquet-sequence, parquet-token, slime-pt, nemo-jsonl).\n"
+        "Hint: pass --format (one of parquet-sequence, parquet-token, slime-pt, nemo-jsonl, "
+        "verl-dataproto, prime-jsonl).\n"
     )
 
 
@@ -192,7 +193,7 @@ def test_missing_torch_gives_install_hint(seeded: Path, monkeypatch: pytest.Monk
         (
             ["--format", "csv"],
             "Error: unknown format `csv` (known: parquet-sequence, "
-            "parquet-token, slime-pt, nemo-jsonl)",
+            "parquet-token, slime-pt, nemo-jsonl, verl-dataproto, prime-jsonl)",
         ),
         (["--tag", "gpu"], "Error: --tag `gpu` is not KEY=VALUE"),
         (["--map", "logits=x"], "Error: --map `logits=x`: unknown role `logits`"),

@@ -30,11 +30,17 @@ Formats are detected from columns and keys: {", ".join(FORMATS)}. All files are 
 
 Torch .pt files are loaded with weights_only=True: a file that needs full unpickling is refused. --trust-pickle loads it anyway, and that RUNS ANY CODE THE FILE CONTAINS with your permissions: use it only for files from a source you trust.
 
+verl DataProto pickles (DataProto.save_to_disk: .pkl, .dp, or .pt) are refused too unless you pass --trust-pickle; they are then read by a restricted unpickler that rebuilds only numpy arrays and torch tensors (verl and tensordict need not be installed). TRL completions tables and prime-rl inference Parquet hold one logprob side or none: they are refused with what is missing.
+
 [bold]Examples[/]
 
   mismatchctl ingest dumps/ --run v1-a100 --tag gpu=A100 --tag engine=vllm-0.18.1
 
   mismatchctl ingest 'slime_debug/train_*.pt' --run slime-h20 --tag gpu=H20
+
+  mismatchctl ingest 'verl_dumps/step_*.pkl' --run verl-h20 --trust-pickle
+
+  mismatchctl ingest outputs/token_exports/ --run prime-a100 --tag gpu=A100
 
   mismatchctl ingest batch.parquet --run x --map rollout=gen_lp --map trainer=fsdp_lp --map mask=keep
 
@@ -77,8 +83,9 @@ def ingest(
         bool,
         typer.Option(
             "--trust-pickle",
-            help="Load .pt files with full unpickling. RISK: a pickle can run any code with "
-            "your permissions; only for files from a source you trust.",
+            help="Load .pt files with full unpickling, and read verl DataProto pickles (with a "
+            "restricted unpickler). RISK: a pickle can run any code with your permissions; "
+            "only for files from a source you trust.",
         ),
     ] = False,
     engine: EngineOpt = "local",

@@ -8,9 +8,11 @@ from pathlib import Path
 from mismatchctl.ingest.detect import detect_format, expand_inputs
 from mismatchctl.ingest.source import (
     FORMAT_NEMO,
+    FORMAT_PRIME,
     FORMAT_SEQUENCE,
     FORMAT_SLIME,
     FORMAT_TOKEN,
+    FORMAT_VERL,
     FORMATS,
     Source,
 )
@@ -22,7 +24,8 @@ def open_source(
     path: Path, fmt: str, mapping: Mapping[str, str], trust_pickle: bool = False
 ) -> Source:
     """Open one dump file with the reader of its format (readers are imported on demand).
-    ``trust_pickle`` lets a torch file be fully unpickled (which can run code from it)."""
+    ``trust_pickle`` lets a torch file be fully unpickled (which can run code from it), and a
+    verl DataProto pickle be read (by a restricted unpickler)."""
     if fmt == FORMAT_SEQUENCE:
         from mismatchctl.ingest.parquet_sequence import open_sequence
 
@@ -39,4 +42,12 @@ def open_source(
         from mismatchctl.ingest.nemo import open_nemo
 
         return open_nemo(path, mapping)
+    if fmt == FORMAT_VERL:
+        from mismatchctl.ingest.verl_pickle import open_verl
+
+        return open_verl(path, mapping, trust_pickle)
+    if fmt == FORMAT_PRIME:
+        from mismatchctl.ingest.prime import open_prime
+
+        return open_prime(path, mapping)
     raise ValueError(fmt)

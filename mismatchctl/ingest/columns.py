@@ -15,6 +15,7 @@ SEQUENCE_NAMES: dict[str, tuple[str, ...]] = {
         "generation_logprobs",
         "sampling_logprobs",
         "inference_logprobs",
+        "output_logprobs",
     ),
     S.ROLE_TRAINER: (
         "old_log_probs",

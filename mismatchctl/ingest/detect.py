@@ -13,15 +13,21 @@ from mismatchctl import schema as S
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest.arrow_values import is_list_type
 from mismatchctl.ingest.columns import SEQUENCE_NAMES, TOKEN_NAMES
+from mismatchctl.ingest.one_sided import refuse_one_sided
+from mismatchctl.ingest.restricted_pickle import first_global
 from mismatchctl.ingest.source import (
     FORMAT_NEMO,
+    FORMAT_PRIME,
     FORMAT_SEQUENCE,
     FORMAT_SLIME,
     FORMAT_TOKEN,
+    FORMAT_VERL,
     FORMATS,
 )
+from mismatchctl.ingest.verl_dataproto import DATAPROTO
 
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".pt": "pt", ".pth": "pt", ".jsonl": "jsonl"}
+SUFFIXES |= {".pkl": "pickle", ".pickle": "pickle", ".dp": "pickle"}
 
 
 def expand_inputs(inputs: Iterable[str]) -> list[Path]:
@@ -62,8 +68,10 @@ def detect_format(path: Path, mapping: Mapping[str, str], forced: str | None) ->
     kind = SUFFIXES.get(path.suffix.lower())
     if kind == "parquet":
         return _parquet_layout(path, mapping)
-    if kind == "pt":
-        return FORMAT_SLIME
+    if kind == "pt":  # a torch archive, or a raw pickle (verl's save_to_disk)
+        return FORMAT_VERL if first_global(path) == DATAPROTO else FORMAT_SLIME
+    if kind == "pickle":
+        return _pickle_kind(path)
     if kind == "jsonl":
         return _jsonl_kind(path)
     raise InputError(
@@ -79,6 +87,7 @@ def _parquet_layout(path: Path, mapping: Mapping[str, str]) -> str:
     except Exception as exc:
         raise unreadable(path, "Parquet", exc) from None
     names = schema.names
+    refuse_one_sided(path, names, mapping)
     candidates = [mapping[S.ROLE_ROLLOUT]] if S.ROLE_ROLLOUT in mapping else []
     candidates += list(SEQUENCE_NAMES[S.ROLE_ROLLOUT]) + list(TOKEN_NAMES[S.ROLE_ROLLOUT])
     for name in candidates:
@@ -100,12 +109,26 @@ def _jsonl_kind(path: Path) -> str:
                     raise unreadable(path, "JSON lines", exc) from None
                 if isinstance(obj, dict) and "generation_logprobs" in obj:
                     return FORMAT_NEMO
+                if isinstance(obj, dict) and {"inference_logprobs", "trainer_logprobs"} <= set(obj):
+                    return FORMAT_PRIME
                 keys = ", ".join(obj) if isinstance(obj, dict) else type(obj).__name__
                 raise InputError(
                     f"{path.name}: JSON lines without `generation_logprobs` (found: {keys})",
                     "for NeMo-RL dumps with other key names pass --format nemo-jsonl and --map.",
                 )
     raise InputError(f"{path.name} is empty", "remove it from the inputs.")
+
+
+def _pickle_kind(path: Path) -> str:
+    name = first_global(path)
+    if name == DATAPROTO:
+        return FORMAT_VERL
+    found = f"it names `{name}` first" if name else "no class found near its start"
+    raise InputError(
+        f"{path} is not a verl DataProto pickle ({found}; expected `{DATAPROTO}`)",
+        "pickles are read only as verl's DataProto.save_to_disk files; export other dumps to "
+        "Parquet, or pass --format if this is one of the known formats.",
+    )
 
 
 def unreadable(path: Path, what: str, exc: Exception) -> InputError:

@@ -98,7 +98,7 @@ class Options:
     fmt: str | None
     mapping: Mapping[str, str]
     skip_bad: bool
-    trust_pickle: bool = False  # full unpickling of .pt files: runs any code in them
+    trust_pickle: bool = False  # full unpickling of .pt files (runs any code in them); verl pickles
 
 
 def ingest_files(

@@ -14,7 +14,9 @@ FORMAT_SEQUENCE = "parquet-sequence"
 FORMAT_TOKEN = "parquet-token"
 FORMAT_SLIME = "slime-pt"
 FORMAT_NEMO = "nemo-jsonl"
-FORMATS = (FORMAT_SEQUENCE, FORMAT_TOKEN, FORMAT_SLIME, FORMAT_NEMO)
+FORMAT_VERL = "verl-dataproto"
+FORMAT_PRIME = "prime-jsonl"
+FORMATS = (FORMAT_SEQUENCE, FORMAT_TOKEN, FORMAT_SLIME, FORMAT_NEMO, FORMAT_VERL, FORMAT_PRIME)
 
 # Rows per batch handed to canonicalisation: bounds memory whatever the file size.
 BATCH_TOKENS = 1_000_000
