@@ -24,29 +24,53 @@ class StepRange:
         return (self.lo is None or hi >= self.lo) and (self.hi is None or lo <= self.hi)
 
     def __str__(self) -> str:
-        return f"{'' if self.lo is None else self.lo}-{'' if self.hi is None else self.hi}"
+        """The range as ``--steps`` reads it back: ``42``, ``0..200``, ``150..``, ``..99``."""
+        if self.lo is not None and self.lo == self.hi and self.lo >= 0:
+            return str(self.lo)
+        return f"{'' if self.lo is None else self.lo}..{'' if self.hi is None else self.hi}"
 
 
-_RANGE = re.compile(r"^\s*(\d*)\s*-\s*(\d*)\s*$|^\s*(\d+)\s*$")
+_DOTS = re.compile(r"^\s*(-?\d+)?\s*\.\.\s*(-?\d+)?\s*$")  # A..B, A.., ..B; may be negative
+_DASH = re.compile(r"^\s*(\d+)\s*-\s*(\d+)?\s*$")  # A-B, A- (the older syntax; steps >= 0)
+_ONE = re.compile(r"^\s*(-?\d+)\s*$")
+STEPS_SYNTAX = (
+    "write A..B (inclusive; steps may be negative, e.g. -6..-5), A.. or ..B, or one step N; "
+    "A-B and A- still work for steps >= 0."
+)
 
 
 def parse_steps(text: str | None) -> StepRange | None:
-    """``0-200``, ``150-``, ``-99`` or ``42``."""
+    """``0..200``, ``150..``, ``..99``, ``-6..-5``, ``42``; and the older ``0-200``, ``150-``.
+
+    A text that the older syntax read differently (``-99`` was "up to 99") is refused, never
+    reinterpreted: ``-6`` could be step -6 or steps up to 6."""
     if text is None:
         return None
-    match = _RANGE.match(text)
-    if not match:
-        raise UsageError(
-            f"step range `{text}` is not understood",
-            "write A-B (inclusive), A- or -B, or a single step.",
-        )
-    if match.group(3) is not None:
-        step = int(match.group(3))
-        return StepRange(step, step)
-    lo, hi = (int(g) if g else None for g in match.group(1, 2))
+    lo, hi = _bounds(text)
+    if lo is None and hi is None:
+        raise UsageError(f"step range `{text}` names no step", STEPS_SYNTAX)
     if lo is not None and hi is not None and lo > hi:
-        raise UsageError(f"step range `{text}` is empty ({lo} > {hi})", "write A-B with A <= B.")
+        raise UsageError(f"step range `{text}` is empty ({lo} > {hi})", "write A..B with A <= B.")
     return StepRange(lo, hi)
+
+
+def _bounds(text: str) -> tuple[int | None, int | None]:
+    for pattern in (_DOTS, _DASH):
+        match = pattern.match(text)
+        if match:
+            lo, hi = (None if g is None else int(g) for g in match.groups())
+            return lo, hi
+    match = _ONE.match(text)
+    if match is None:
+        raise UsageError(f"step range `{text}` is not understood", STEPS_SYNTAX)
+    step = int(match.group(1))
+    if step < 0:
+        raise UsageError(
+            f"step range `{text}` is ambiguous: step {step}, or steps up to {-step} "
+            "(what `-B` meant before steps could be negative)",
+            f"write {step}..{step} for step {step} alone, or ..{-step} for steps up to {-step}.",
+        )
+    return step, step
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 v1-a100                      a run
 gpu=A100                     every row whose gpu is A100 (gpu is per row)
 run=x,engine=vllm-0.18.1     run x, sources tagged engine=vllm-0.18.1
-v1-final@steps=0-200         a run, steps 0 to 200 inclusive
+v1-final@steps=0..200        a run, steps 0 to 200 inclusive (``--steps`` syntax: ``-6..-5``,
+                             ``150..``, ``..99``, ``42``; ``0-200`` still works for steps >= 0)
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ def parse_selector(text: str) -> Selector:
     if "=" not in base:
         if not base.strip():
             raise UsageError(
-                f"selector `{text}` names no run", "write RUN, KEY=VALUE[,...] or RUN@steps=A-B."
+                f"selector `{text}` names no run", "write RUN, KEY=VALUE[,...] or RUN@steps=A..B."
             )
         return Selector(text, run=base.strip(), steps=steps)
     pairs: dict[str, str] = {}
@@ -54,7 +55,7 @@ def _modifiers(mods: str, text: str) -> StepRange | None:
     if key.strip() != "steps" or not eq:
         raise UsageError(
             f"selector `{text}`: unknown modifier `@{mods}`",
-            "the only modifier is @steps=A-B (e.g. v1-final@steps=0-200).",
+            "the only modifier is @steps=A..B (e.g. v1-final@steps=0..200).",
         )
     return parse_steps(value)
 

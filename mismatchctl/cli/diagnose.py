@@ -36,7 +36,7 @@ Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one 
 
   mismatchctl diagnose v1-a100
 
-  mismatchctl diagnose 'v1-a100@steps=200-' --html diagnosis.html
+  mismatchctl diagnose 'v1-a100@steps=200..' --html diagnosis.html
 
   mismatchctl diagnose gpu=A100 --json - | jq '.diagnosis.checks[] | select(.verdict == "fail")'
 
@@ -54,7 +54,7 @@ class FailOn(StrEnum):
 @handle_errors
 def diagnose(
     selector: Annotated[
-        str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A-B.")
+        str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A..B.")
     ],
     json_out: JsonOut = None,
     html_out: HtmlOut = None,

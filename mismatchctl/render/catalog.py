@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mismatchctl.ingest.run_ingest import IngestResult
+from mismatchctl.render.fmt import step_span
 from mismatchctl.store import RunInfo
 
 
@@ -17,7 +18,9 @@ def steps_text(steps: list[int]) -> str:
     if not steps:
         return "-"
     if steps == list(range(steps[0], steps[-1] + 1)):
-        return f"{len(steps)} ({steps[0]}-{steps[-1]})" if len(steps) > 1 else str(steps[0])
+        return (
+            f"{len(steps)} ({step_span(steps[0], steps[-1])})" if len(steps) > 1 else str(steps[0])
+        )
     return f"{len(steps)} ({steps[0]}..{steps[-1]})"
 
 

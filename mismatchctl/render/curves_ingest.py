@@ -9,6 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mismatchctl.curves.ingest import MetricsIngest
+from mismatchctl.render.fmt import step_span
 
 
 def metrics_ingest_summary(result: MetricsIngest) -> RenderableType:
@@ -25,7 +26,7 @@ def metrics_ingest_summary(result: MetricsIngest) -> RenderableType:
     )
     table.add_column(style="bold")
     table.add_column()
-    steps = f"{src.min_step}-{src.max_step}" if src.min_step is not None else "-"
+    steps = step_span(src.min_step, src.max_step) if src.min_step is not None else "-"
     rows = [
         ("source", f"{src.path} ({src.format})"),
         ("step column", src.step_column),

@@ -9,7 +9,7 @@ import numpy as np
 
 from mismatchctl.curves.analysis import Link, RunCurves
 from mismatchctl.curves.series import KL, value_at
-from mismatchctl.render.fmt import num
+from mismatchctl.render.fmt import num, step_span
 from mismatchctl.stats import band
 
 LINK_COLUMNS = ("curve", "from", "steps", "pearson", "spearman", "lead-lag (best |r|)")
@@ -59,7 +59,7 @@ def steps_list(steps: list[int]) -> str:
         j = i
         while j + 1 < len(steps) and steps[j + 1] == steps[j] + 1:
             j += 1
-        pieces.append(str(steps[i]) if i == j else f"{steps[i]}-{steps[j]}")
+        pieces.append(str(steps[i]) if i == j else step_span(steps[i], steps[j]))
         i = j + 1
     more = len(pieces) - MAX_LISTED_STEPS
     text = ", ".join(pieces[:MAX_LISTED_STEPS])

@@ -26,6 +26,11 @@ def num(x: float | int | None, digits: int = 4) -> str:
     return f"{x:.{digits - 1}e}"
 
 
+def step_span(lo: int, hi: int) -> str:
+    """Steps ``lo`` to ``hi`` as ``--steps`` reads them: ``3-8``, or ``-6..-5`` with a negative."""
+    return f"{lo}-{hi}" if lo >= 0 else f"{lo}..{hi}"
+
+
 def pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 

@@ -161,7 +161,7 @@ def step_tables(report: Report) -> list[tuple[str, str, str]]:
         if not groups:
             continue
         note = ""
-        if len(groups) > MAX_STEP_ROWS:
+        if len(groups) > MAX_STEP_ROWS and not R.every_step(report):
             note = (
                 f"{len(groups):,} steps ({groups[0].by[K.STEP]}..{groups[-1].by[K.STEP]}): the "
                 f"{WORST_STEPS} with the largest vllm_kl, in step order; every step is in the "

@@ -13,7 +13,15 @@ METRIC_HEADERS = ["tokens", "vllm_kl", "kl_k1", "|r| mean", "prob ρ", "log-ppl 
 
 
 def extra_splits(report: Report) -> list[K.Split]:
-    return [s for s in report.splits if s not in FIXED]
+    """The ``--by`` splits without a fixed table. ``--by step`` of one run is that run's per-step
+    table (then shown with every step, see :func:`every_step`), not a second table."""
+    single = len(report.selection.runs) == 1
+    return [s for s in report.splits if s not in FIXED and not (single and s == (K.STEP,))]
+
+
+def every_step(report: Report) -> bool:
+    """``--by step`` asks for every step in the per-step tables (not only the worst ones)."""
+    return (K.STEP,) in report.splits
 
 
 def split_rows(

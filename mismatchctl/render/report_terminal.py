@@ -178,7 +178,7 @@ def _steps(report: Report) -> list[RenderableType]:
         groups = [g for g in report.split(K.RUN, K.STEP) if g.by[K.RUN] == run]
         if not groups:
             continue
-        if len(groups) <= MAX_STEP_ROWS:
+        if len(groups) <= MAX_STEP_ROWS or R.every_step(report):
             out.append(_step_table(f"Per step: {run}", groups))
         else:
             out.append(_step_spark(run, groups))
