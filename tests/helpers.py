@@ -24,8 +24,8 @@ class Ran:
     err: str
 
 
-def cli(*args: str) -> Ran:
-    result = CliRunner().invoke(app, list(args))
+def cli(*args: str, input: str | None = None) -> Ran:
+    result = CliRunner().invoke(app, list(args), input=input)
     if result.exception and not isinstance(result.exception, SystemExit):
         raise result.exception
     return Ran(result.exit_code, result.stdout, result.stderr)

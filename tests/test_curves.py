@@ -117,7 +117,7 @@ def test_runs_rm_removes_the_metrics_file(run12: Path, tmp_path: Path) -> None:
     log = _log(tmp_path / "m.jsonl", [{"step": s, "loss": 1.0} for s in range(3)])
     assert cli("ingest-metrics", str(log), "--run", "r").code == 0
     assert list((run12 / "metrics").rglob("*.parquet"))
-    assert cli("runs", "rm", "r").code == 0
+    assert cli("runs", "rm", "r", "--yes").code == 0
     assert not list((run12 / "metrics").rglob("*.parquet"))
 
 

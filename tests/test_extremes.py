@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import cli
+from tests.helpers import FIXTURES, cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +35,9 @@ def _metrics(run: str) -> dict:
 
 
 def _all_commands_ok(run: str) -> None:
-    for command in (["diagnose", run], ["whatif", run], ["compare", run, run]):
+    """diagnose, whatif and compare (against an ordinary run) answer with valid JSON."""
+    assert cli("ingest", str(FIXTURES / "sequence.parquet"), "--run", "base", "-q").code == 0
+    for command in (["diagnose", run], ["whatif", run], ["compare", "base", run]):
         ran = cli(*command, "--json", "-", "--quiet")
         assert ran.code in (0, 3), ran.err  # 3: a diagnose check failed, which is an answer
         json.loads(ran.out)

@@ -92,7 +92,7 @@ def test_appends_noops_and_removal(uri: str, dumps: list[Path]) -> None:
     cli("ingest", str(dumps[1]), "--run", "r", "-q", "--store", uri)
     cli("ingest", str(dumps[1]), "--run", "other", "-q", "--store", uri)
     assert open_store(uri).run("r").sequences == 2 * open_store(uri).run("other").sequences
-    cli("runs", "rm", "other", "--store", uri)
+    cli("runs", "rm", "other", "--yes", "--store", uri)
     assert open_store(uri).run_names() == ["r"]
     assert not [n for n in _objects(uri) if "run=other" in n]
 

@@ -12,12 +12,12 @@ from typing import Any
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.compare_curves import CurvePair, compare_curves
 from mismatchctl.analysis.report import Report, report_on
-from mismatchctl.analysis.selection import Selection
+from mismatchctl.analysis.selection import Selection, reread
 from mismatchctl.analysis.selectors import parse_selector, resolve
 from mismatchctl.analysis.sequences import SequenceSums
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.local import DEFAULT_WORKERS
-from mismatchctl.errors import StoreError
+from mismatchctl.errors import UsageError
 from mismatchctl.stats.bootstrap import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -72,10 +72,10 @@ def build_comparison(
     figures: bool = False,
     engine: Engine = LOCAL_ENGINE,
 ) -> Comparison:
-    sides = [resolve(store, parse_selector(text)) for text in (a, b)]
+    """Selectors ``a`` and ``b`` side by side; a UsageError when both hold the same data."""
 
     def side(sel: Selection) -> Report:
-        rep = report_on(
+        return report_on(
             sel,
             bins=bins,
             by=[CROSS],
@@ -86,20 +86,57 @@ def build_comparison(
             figures=figures,
             engine=engine,
         )
-        if rep.whole() is None:
-            raise StoreError(
-                f"selector `{sel.label}` matches no model tokens", "widen the selector."
-            )
-        return rep
 
+    def build() -> Comparison:
+        sides = (resolve(store, parse_selector(a)), resolve(store, parse_selector(b)))
+        if same_selection(*sides):
+            raise same_data_error(*sides)
+        ra, rb, intervals = _read_sides(sides, side, resamples, seed)
+        return _comparison(sides, ra, rb, intervals)
+
+    return reread(build)
+
+
+def same_selection(a: Selection, b: Selection) -> bool:
+    """Both sides read the same parts with the same row filter (known before reading)."""
+    return (a.tasks, a.sequence_paths, a.rows) == (b.tasks, b.sequence_paths, b.rows)
+
+
+def same_data_error(a: Selection, b: Selection, sequences: int | None = None) -> UsageError:
+    held = f", {sequences:,} sequences" if sequences is not None else ""
+    return UsageError(
+        f"`{a.label}` and `{b.label}` hold the same data (run {', '.join(a.names)}{held}): "
+        "a comparison with itself has no difference to show",
+        "compare two different runs or slices (e.g. `mismatchctl compare RUN_A RUN_B`, "
+        "`mismatchctl compare gpu=H20 gpu=L20`); `mismatchctl report RUN` describes one.",
+    )
+
+
+def _read_sides(
+    sides: tuple[Selection, Selection],
+    side: Callable[[Selection], Report],
+    resamples: int,
+    seed: int,
+) -> tuple[Report, Report, dict[str, Interval]]:
+    """Both sides read, and the bootstrap intervals of their difference (none when they turn
+    out to hold the same sequences: a UsageError)."""
     rng_a, rng_b = side_generators(seed)
     with ThreadPoolExecutor(max_workers=1) as pool:
         ra = side(sides[0])
         # side A's bootstrap runs while side B is read (the engine leaves a core partly idle)
         draws_a = pool.submit(draws, ra.extra_states[0], resamples, rng_a)
         rb = side(sides[1])
+        if ra.extra_states[0].same(rb.extra_states[0]):
+            draws_a.cancel()
+            raise same_data_error(*sides, len(rb.extra_states[0]))
         draws_b = draws(rb.extra_states[0], resamples, rng_b)
         intervals = bootstrap_intervals(draws_a.result(), draws_b)
+    return ra, rb, intervals
+
+
+def _comparison(
+    sides: tuple[Selection, Selection], ra: Report, rb: Report, intervals: dict[str, Interval]
+) -> Comparison:
     steps, notes = _steps(ra, rb)
     for sel, rep in zip(sides, (ra, rb), strict=True):
         if len(rep.curves) > 1:

@@ -11,9 +11,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mismatchctl.analysis.selection import Selection, StepRange, parse_steps, select
+from mismatchctl.analysis.selection import (
+    Selection,
+    StepRange,
+    empty_selection_error,
+    parse_steps,
+    select,
+)
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import Store
+from mismatchctl.store.location import demo_store_hint
 
 RUN_KEY, GPU_KEY = "run", "gpu"
 
@@ -65,11 +72,11 @@ def resolve(store: Store, sel: Selector) -> Selection:
     names = store.run_names()
     if sel.run is not None and sel.run not in names:
         raise StoreError(
-            f"selector `{sel.text}`: no run `{sel.run}` (runs: {', '.join(names) or 'none'})",
-            "list the runs with `mismatchctl runs`.",
+            f"selector `{sel.text}`: no run `{sel.run}` in the store {store} "
+            f"(runs: {', '.join(names) or 'none'})",
+            "list the runs with `mismatchctl runs`." + demo_store_hint(str(store)),
         )
-    runs = [sel.run] if sel.run else names
-    infos = [store.run(n) for n in runs]
+    infos = [store.run(sel.run)] if sel.run else store.runs()
     _check_tags(sel, infos)
     if sel.gpu is not None:
         gpus = sorted({g for r in infos for g in r.gpus})
@@ -78,9 +85,11 @@ def resolve(store: Store, sel: Selector) -> Selection:
                 f"selector `{sel.text}`: no rows with gpu={sel.gpu} (gpus: {', '.join(gpus) or 'none'})",
                 "tag runs with --tag gpu=NAME at ingest, or pick one of the gpus listed.",
             )
-    selection = select(store, runs, sel.steps, gpu=sel.gpu, tags=sel.tags, label=sel.text)
+    selection = select(
+        store, [sel.run] if sel.run else None, sel.steps, gpu=sel.gpu, tags=sel.tags, label=sel.text
+    )
     if not selection.tasks:
-        raise StoreError(f"selector `{sel.text}` matches no model tokens", "widen the selector.")
+        raise empty_selection_error(selection)
     return selection
 
 

@@ -12,6 +12,7 @@ from rich.text import Text
 from mismatchctl.ingest.run_ingest import IngestResult
 from mismatchctl.render.fmt import step_span
 from mismatchctl.store import RunInfo
+from mismatchctl.store.location import demo_store_hint
 
 
 def steps_text(steps: list[int]) -> str:
@@ -28,9 +29,18 @@ def tags_text(tags: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in tags.items()) or "-"
 
 
-def runs_table(runs: list[RunInfo]) -> RenderableType:
+def no_runs_text(store: str) -> Text:
+    """What `runs` says about an empty store: which store it looked in, how to fill it, and
+    how to point at the demo's store when ``mismatchctl demo`` left one here."""
+    return Text(
+        f"No runs in the store {store} yet. Add one with `mismatchctl ingest DUMPS --run NAME`."
+        + demo_store_hint(store)
+    )
+
+
+def runs_table(runs: list[RunInfo], store: str) -> RenderableType:
     if not runs:
-        return Text("No runs in the store yet. Add one with `mismatchctl ingest DUMPS --run NAME`.")
+        return no_runs_text(store)
     table = Table(title="Runs", title_justify="left")
     for name, kw in (
         ("run", {"style": "bold"}),

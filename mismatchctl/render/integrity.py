@@ -5,12 +5,13 @@ from __future__ import annotations
 from rich.table import Table
 from rich.text import Text
 
+from mismatchctl.render.catalog import no_runs_text
 from mismatchctl.store.integrity import Damage
 
 
-def check_table(found: dict[str, list[Damage]]) -> Table | Text:
+def check_table(found: dict[str, list[Damage]], store: str) -> Table | Text:
     if not found:
-        return Text("No runs in the store yet.")
+        return no_runs_text(store)
     table = Table(show_edge=False, pad_edge=False)
     for name in ("run", "status", "part", "problem"):
         table.add_column(name, overflow="fold")
