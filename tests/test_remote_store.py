@@ -77,8 +77,9 @@ def test_a_bucket_store_reports_what_a_local_store_does(
     listed = json.loads(cli("runs", "--json", "--store", uri).out)
     assert [r["run"] for r in listed] == ["r"]
     assert cli("runs", "check", "r", "--deep", "--store", uri).code == 0  # every part whole
+    cli("ingest", str(dumps[0]), "--run", "s", "-q", "--store", uri)
     compared = json.loads(
-        cli("compare", "r", "r", "--json", "-", "-q", "--resamples", "50", "--store", uri).out
+        cli("compare", "r", "s", "--json", "-", "-q", "--resamples", "50", "--store", uri).out
     )
     assert compared["comparison"]["headline"]
 
