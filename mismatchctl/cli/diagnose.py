@@ -12,7 +12,6 @@ from mismatchctl.cli.common import (
     EngineOpt,
     HtmlOut,
     JsonOut,
-    QuietFlag,
     RayAddressOpt,
     StoreOpt,
     WorkersOpt,
@@ -22,7 +21,7 @@ from mismatchctl.cli.common import (
 from mismatchctl.cli.progress import TokenProgress
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.render.diagnose_json import diagnose_json
-from mismatchctl.render.diagnose_terminal import render_diagnosis
+from mismatchctl.render.diagnose_terminal import render_brief, render_diagnosis
 
 EXIT_CHECK_FAILED = 3  # documented in README "Exit codes": lets CI gate on a diagnosis
 
@@ -41,6 +40,8 @@ Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one 
   mismatchctl diagnose gpu=A100 --json - | jq '.diagnosis.checks[] | select(.verdict == "fail")'
 
   mismatchctl diagnose v1-a100 -q --fail-on warn || echo "mismatch checks did not pass"
+
+With -q (as in every command: no progress bar) only the verdict line and the checks that fail or warn are printed, one line each: the CI gate above prints what failed and nothing else.
 
   mismatchctl diagnose v1-a100 --engine ray --ray-address auto
 """
@@ -65,7 +66,14 @@ def diagnose(
     engine: EngineOpt = "local",
     ray_address: RayAddressOpt = None,
     store: StoreOpt = None,
-    quiet: QuietFlag = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="No progress bar, and only the verdict and the checks that fail or warn.",
+        ),
+    ] = False,
 ) -> None:
     with TokenProgress(None, enabled=not quiet) as progress:
         result = api.diagnose(
@@ -82,7 +90,7 @@ def diagnose(
         json_out,
         html_out,
         lambda: diagnose_json(result),
-        lambda: render_diagnosis(result),
+        lambda: render_brief(result) if quiet else render_diagnosis(result),
         lambda path: write_diagnose_html(result, path),
     )
     gate = ("fail",) if fail_on is FailOn.fail else ("fail", "warn")

@@ -16,15 +16,32 @@ def verdict_text(verdict: str) -> Text:
     return Text(verdict.upper() if verdict != "n/a" else verdict, style=VERDICT_STYLE[verdict])
 
 
-def render_diagnosis(d: Diagnosis) -> RenderableType:
+def verdict_line(d: Diagnosis) -> Text:
+    """``Diagnosis: SELECTION   FAIL  (2 fail, 1 warn, 9 ok, 6 n/a)``."""
     sel = d.report.selection.label or ", ".join(d.report.selection.names)
     verdicts = [c.verdict for c in d.checks]
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("fail", "warn", "ok", "n/a"))
-    parts: list[RenderableType] = [
-        Text.assemble(
-            (f"Diagnosis: {sel}", "bold underline"), "   ", verdict_text(d.verdict), f"  ({counts})"
-        )
-    ]
+    return Text.assemble(
+        (f"Diagnosis: {sel}", "bold underline"), "   ", verdict_text(d.verdict), f"  ({counts})"
+    )
+
+
+def render_brief(d: Diagnosis) -> RenderableType:
+    """`diagnose -q`: the verdict line, then one line per check that fails or warns (failures
+    first) with its finding and what to try next; nothing else."""
+    lines: list[RenderableType] = [verdict_line(d)]
+    for verdict in ("fail", "warn"):
+        for c in d.checks:
+            if c.verdict == verdict:
+                line = Text.assemble(verdict_text(c.verdict), f" {c.name} ({c.layer}): {c.finding}")
+                if c.next:
+                    line.append(f" → {c.next}", style="italic")
+                lines.append(line)
+    return RGroup(*lines)
+
+
+def render_diagnosis(d: Diagnosis) -> RenderableType:
+    parts: list[RenderableType] = [verdict_line(d)]
     for layer, checks in layers(d):
         table = Table(title=layer.capitalize(), title_justify="left", expand=True)
         table.add_column("verdict", no_wrap=True)
