@@ -192,7 +192,5 @@ def test_quiet_prints_the_verdict_and_what_fails_or_warns(planted: Path) -> None
     hardware = next(c for c in failing if c.name == "hardware")
     assert f"FAIL hardware (inference path): {hardware.finding}" in " ".join(brief.out.split())
     clean = cli("diagnose", "clean", "--store", str(planted), "-q")
-    assert clean.code == 0 and clean.out.strip().splitlines() == [
-        clean.out.strip().splitlines()[0]
-    ]
+    assert clean.code == 0 and clean.out.strip().splitlines() == [clean.out.strip().splitlines()[0]]
     assert clean.out.startswith("Diagnosis: clean   OK  (0 fail, 0 warn")

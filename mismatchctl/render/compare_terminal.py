@@ -11,6 +11,7 @@ from rich.text import Text
 
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.compare import Comparison
+from mismatchctl.display import visible
 from mismatchctl.render import curves_rows as CR
 from mismatchctl.render.compare_rows import Rows, bins_rows, gap_rows, headline_rows, keyed_rows
 from mismatchctl.render.fmt import num
@@ -19,7 +20,7 @@ MAX_STEP_ROWS = 30
 
 
 def render_comparison(c: Comparison) -> RenderableType:
-    a, b = c.a.selection.label, c.b.selection.label
+    a, b = visible(c.a.selection.label), visible(c.b.selection.label)
     parts: list[RenderableType] = [
         Text(f"Compare  A: {a}   B: {b}", style="bold underline"),
         _config(c),
@@ -33,7 +34,7 @@ def render_comparison(c: Comparison) -> RenderableType:
         parts.append(_keyed("By gpu", c.gpus, K.GPU))
     parts.append(_steps(c))
     parts.append(_curves(c))
-    parts += [Text(f"note: {n}", style="yellow") for n in c.notes]
+    parts += [Text(f"note: {visible(n)}", style="yellow") for n in c.notes]
     return RGroup(*[RGroup(p, Text("")) for p in parts])
 
 
@@ -55,7 +56,7 @@ def _config(c: Comparison) -> RenderableType:
     for col in ("tag", "A", "B"):
         table.add_column(col)
     for row in c.config:
-        table.add_row(Text(row["key"]), Text(row["a"] or "-"), Text(row["b"] or "-"))
+        table.add_row(*(Text(visible(row[k] or "-")) for k in ("key", "a", "b")))
     return table
 
 
@@ -77,7 +78,7 @@ def _headline(c: Comparison) -> RenderableType:
 
 def _verdicts(c: Comparison) -> RenderableType:
     lines = [
-        Text(("• " + row["verdict"]), style="bold" if row.get("significant") else "")
+        Text(("• " + visible(row["verdict"])), style="bold" if row.get("significant") else "")
         for row in c.headline
         if "verdict" in row
     ]

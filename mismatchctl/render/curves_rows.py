@@ -9,6 +9,7 @@ import numpy as np
 
 from mismatchctl.curves.analysis import Link, RunCurves
 from mismatchctl.curves.series import KL, value_at
+from mismatchctl.display import visible
 from mismatchctl.render.fmt import num, step_span
 from mismatchctl.stats import band
 
@@ -18,7 +19,10 @@ MAX_LISTED_STEPS = 12
 
 
 def origin_text(origin: str) -> str:
-    return "dumps" if origin == "dumps" else ", ".join(Path(p).name for p in origin.split(", "))
+    """Where a curve comes from: the dumps, or the training logs' file names."""
+    if origin == "dumps":
+        return "dumps"
+    return visible(", ".join(Path(p).name for p in origin.split(", ")))
 
 
 def lag_text(link: Link) -> str:
@@ -40,7 +44,7 @@ def corr_text(x: float | None) -> str:
 def link_rows(c: RunCurves) -> list[list[str]]:
     return [
         [
-            link.metric,
+            visible(link.metric),
             origin_text(link.origin),
             f"{link.n}",
             corr_text(link.pearson),
@@ -67,7 +71,12 @@ def steps_list(steps: list[int]) -> str:
 
 
 def join_notes(c: RunCurves) -> list[str]:
-    """The steps one table has and the other lacks, and values that could not be used."""
+    """The steps one table has and the other lacks, and values that could not be used (metric
+    names escaped, ``display.visible``)."""
+    return [visible(line) for line in _join_notes(c)]
+
+
+def _join_notes(c: RunCurves) -> list[str]:
     out = []
     if not c.has_logs:
         out.append(
@@ -94,7 +103,11 @@ def join_notes(c: RunCurves) -> list[str]:
 
 
 def event_lines(c: RunCurves) -> list[str]:
-    """What the studies look for, with the steps."""
+    """What the studies look for, with the steps (metric names escaped)."""
+    return [visible(line) for line in _event_lines(c)]
+
+
+def _event_lines(c: RunCurves) -> list[str]:
     out = [
         "vllm_kl spikes: "
         + (steps_list(c.kl_spikes) if c.kl_spikes else "none (robust z > 3.5 vs the last 10 steps)")
@@ -193,7 +206,7 @@ def curve_pair_rows(pairs: list) -> list[list[str]]:
     for p in pairs:
         rows.append(
             [
-                p.metric,
+                visible(p.metric),
                 "-" if p.a is None else str(len(p.a.series.steps)),
                 "-" if p.b is None else str(len(p.b.series.steps)),
                 str(p.common_steps),

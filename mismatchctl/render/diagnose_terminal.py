@@ -8,6 +8,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mismatchctl.analysis.diagnose import Diagnosis, layers
+from mismatchctl.display import visible
 
 VERDICT_STYLE = {"ok": "green", "warn": "bold yellow", "fail": "bold red", "n/a": "dim"}
 
@@ -18,7 +19,7 @@ def verdict_text(verdict: str) -> Text:
 
 def verdict_line(d: Diagnosis) -> Text:
     """``Diagnosis: SELECTION   FAIL  (2 fail, 1 warn, 9 ok, 6 n/a)``."""
-    sel = d.report.selection.label or ", ".join(d.report.selection.names)
+    sel = visible(d.report.selection.label or ", ".join(d.report.selection.names))
     verdicts = [c.verdict for c in d.checks]
     counts = ", ".join(f"{verdicts.count(v)} {v}" for v in ("fail", "warn", "ok", "n/a"))
     return Text.assemble(
@@ -33,9 +34,11 @@ def render_brief(d: Diagnosis) -> RenderableType:
     for verdict in ("fail", "warn"):
         for c in d.checks:
             if c.verdict == verdict:
-                line = Text.assemble(verdict_text(c.verdict), f" {c.name} ({c.layer}): {c.finding}")
+                line = Text.assemble(
+                    verdict_text(c.verdict), f" {c.name} ({c.layer}): {visible(c.finding)}"
+                )
                 if c.next:
-                    line.append(f" → {c.next}", style="italic")
+                    line.append(f" → {visible(c.next)}", style="italic")
                 lines.append(line)
     return RGroup(*lines)
 
@@ -48,9 +51,9 @@ def render_diagnosis(d: Diagnosis) -> RenderableType:
         table.add_column("check", ratio=1)
         table.add_column("finding and next step", ratio=3)
         for c in checks:
-            cell = Text(c.finding)
+            cell = Text(visible(c.finding))
             if c.next:
-                cell.append("\n→ " + c.next, style="italic")
+                cell.append("\n→ " + visible(c.next), style="italic")
             table.add_row(verdict_text(c.verdict), Text(c.title), cell)
         parts.append(table)
     parts.append(Text("Evidence of every check: --json or --html.", style="dim"))

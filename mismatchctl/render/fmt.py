@@ -6,6 +6,8 @@ import math
 
 from rich.text import Text
 
+from mismatchctl.display import visible
+
 BAND_STYLE = {"low": "green", "medium": "yellow", "high": "bold dark_orange", "severe": "bold red"}
 
 
@@ -44,4 +46,6 @@ def kl_text(x: float | None, name: str | None) -> Text:
 
 
 def label(value: object) -> str:
-    return "(none)" if value is None else str(value)
+    """A group's key (a run, gpu or tag value from the data) as shown: control characters
+    escaped (``display.visible``)."""
+    return "(none)" if value is None else visible(value)

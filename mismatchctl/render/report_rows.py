@@ -47,7 +47,7 @@ def split_rows(
             ]
         )
         bands.append(band(m["vllm_kl"]))
-    return [*split, *METRIC_HEADERS], rows, bands
+    return [*(label(k) for k in split), *METRIC_HEADERS], rows, bands
 
 
 HARDWARE_HEADERS = [
@@ -73,7 +73,7 @@ def hardware_rows(report: Report) -> tuple[list[str], list[list[str]], list[str 
         rows.append(
             [
                 label(row["gpu"]),
-                ", ".join(row["runs"]),
+                ", ".join(label(r) for r in row["runs"]),
                 num(row["batches"]),
                 num(row["tokens"]),
                 num(row["vllm_kl"]),

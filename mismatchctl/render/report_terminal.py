@@ -9,9 +9,10 @@ from rich.text import Text
 
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Group, Report
+from mismatchctl.display import visible
 from mismatchctl.render import report_rows as R
 from mismatchctl.render.curves_terminal import curves_view
-from mismatchctl.render.fmt import band_text, kl_text, num, pct
+from mismatchctl.render.fmt import band_text, kl_text, label, num, pct
 from mismatchctl.stats import band, bin_label
 
 MAX_STEP_ROWS = 30
@@ -34,9 +35,9 @@ def _headline(report: Report) -> RenderableType:
     whole = report.whole()
     runs = report.selection.runs
     title = (
-        f"Run {runs[0].name}"
+        f"Run {visible(runs[0].name)}"
         if len(runs) == 1
-        else f"{len(runs)} runs: " + ", ".join(r.name for r in runs)
+        else f"{len(runs)} runs: " + ", ".join(visible(r.name) for r in runs)
     )
     if report.selection.steps is not None:
         title += f", steps {report.selection.steps}"
@@ -44,7 +45,7 @@ def _headline(report: Report) -> RenderableType:
     grid.add_column(style="bold")
     grid.add_column()
     if len(runs) == 1 and runs[0].tags:
-        grid.add_row("tags", " ".join(f"{k}={v}" for k, v in runs[0].tags.items()))
+        grid.add_row("tags", visible(" ".join(f"{k}={v}" for k, v in runs[0].tags.items())))
     if whole is None:
         grid.add_row("tokens", "0 model tokens in the selection")
         return RGroup(Text(title, style="bold underline"), grid)
@@ -93,7 +94,7 @@ def _runs_table(report: Report) -> RenderableType:
         m = g.metrics
         b = band(m["vllm_kl"])
         table.add_row(
-            Text(str(g.by[K.RUN])),
+            Text(label(g.by[K.RUN])),
             num(m["tokens"]),
             num(m["sequences"]),
             kl_text(m["vllm_kl"], b),
@@ -179,7 +180,7 @@ def _steps(report: Report) -> list[RenderableType]:
         if not groups:
             continue
         if len(groups) <= MAX_STEP_ROWS or R.every_step(report):
-            out.append(_step_table(f"Per step: {run}", groups))
+            out.append(_step_table(f"Per step: {visible(run)}", groups))
         else:
             out.append(_step_spark(run, groups))
     return out
@@ -216,14 +217,14 @@ def _step_spark(run: str, groups: list[Group]) -> RenderableType:
         spark.append(SPARK[i], style=band_text(g.band).style)
     worst = sorted(groups, key=lambda g: -(g.metrics["vllm_kl"] or 0))[:10]
     head = Text(
-        f"Per step: {run} ({len(groups)} steps {groups[0].by[K.STEP]}..{groups[-1].by[K.STEP]}, "
+        f"Per step: {visible(run)} ({len(groups)} steps {groups[0].by[K.STEP]}..{groups[-1].by[K.STEP]}, "
         "log vllm_kl; full series in --json / --html)",
         style="bold",
     )
     return RGroup(
         head,
         spark,
-        _step_table(f"Worst 10 steps: {run}", sorted(worst, key=lambda g: g.by[K.STEP])),
+        _step_table(f"Worst 10 steps: {visible(run)}", sorted(worst, key=lambda g: g.by[K.STEP])),
     )
 
 
@@ -244,7 +245,7 @@ def _hardware_table(report: Report) -> RenderableType:
 
 def _generic_table(report: Report, split: K.Split) -> RenderableType:
     headers, rows, bands = R.split_rows(report, split)
-    table = Table(title="By " + " x ".join(split), title_justify="left")
+    table = Table(title="By " + " x ".join(visible(k) for k in split), title_justify="left")
     for i, col in enumerate(headers):
         table.add_column(col, justify="left" if i < len(split) else "right")
     at = len(split) + 1  # the vllm_kl column

@@ -29,7 +29,7 @@ def unit_fraction(m: Method, metrics: dict[str, Any]) -> float | None:
 
 
 def render_whatif(w: Whatif) -> RenderableType:
-    sel = w.report.selection.label or ", ".join(w.report.selection.names)
+    sel = label(w.report.selection.label or ", ".join(w.report.selection.names))
     parts: list[RenderableType] = [
         Text(f"What-if corrections: {sel}", style="bold underline"),
         Text(
