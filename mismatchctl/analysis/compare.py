@@ -206,8 +206,11 @@ def _headline(ra: Report, rb: Report, intervals: dict[str, Interval]) -> list[di
         }
         if name in intervals:
             iv = intervals[name]
-            row.update({"ci_of": iv.kind, "ci_low": iv.low, "ci_high": iv.high})
-            row["significant"] = _significant(iv)
+            # a side beyond float64 (overflow) has no interval: its resamples are not numbers
+            finite = x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
+            low, high = (iv.low, iv.high) if finite else (None, None)
+            row.update({"ci_of": iv.kind, "ci_low": low, "ci_high": high})
+            row["significant"] = _significant(iv) if finite else None
             row["verdict"] = verdict(name, row, ra.selection.label, rb.selection.label)
         rows.append(row)
     return rows
@@ -219,6 +222,9 @@ def verdict(name: str, row: dict[str, Any], a: str, b: str) -> str:
     ci = "" if lo is None or hi is None else f" (95% CI {lo:.3g} to {hi:.3g})"
     if row["a"] is None or row["b"] is None:
         return f"{name}: not computable on both sides"
+    beyond = [side for side, x in ((a, row["a"]), (b, row["b"])) if not math.isfinite(x)]
+    if beyond:
+        return f"{name}: no comparison: overflow (beyond float64) in {' and '.join(beyond)}"
     if row["ci_of"] == "ratio":
         if row["ratio"] is None:
             return f"{name}: no ratio ({a}'s is 0)"

@@ -41,7 +41,7 @@ from mismatchctl.stats import (
 from mismatchctl.store import Store
 
 AGGREGATION = "token-mean"
-BIN_METRICS = ("tokens", *TOKEN_METRICS, *QUANTILE_METRICS)
+BIN_METRICS = ("tokens", "overflow_tokens", *TOKEN_METRICS, *QUANTILE_METRICS)
 # Beyond the per-run splits, the whole selection by bin and by turn kind: the terminal tables.
 SELECTION_SPLITS: list[K.Split] = [(K.TURN_KIND,), (K.BIN,)]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Group, Report
 from mismatchctl.render import report_rows as R
-from mismatchctl.render.fmt import label, num, pct
+from mismatchctl.render.fmt import label, num, overflow_text, pct
 from mismatchctl.render.report_terminal import TURN_ROWS
 from mismatchctl.stats import band, bin_label
 
@@ -76,7 +76,13 @@ def headline(report: Report) -> str:
             "tokens / sequences / steps",
             f"{num(m['tokens'])} / {num(m['sequences'])} / {len(steps)}",
         ],
-        ["vllm_kl", Cell(f"{num(m['vllm_kl'])}  ({vband or '-'})", f"kl-{vband}" if vband else "")],
+        [
+            "vllm_kl",
+            Cell(
+                f"{overflow_text(m) or num(m['vllm_kl'])}  ({vband or '-'})",
+                f"kl-{vband}" if vband else "",
+            ),
+        ],
         ["kl_k1", num(m["kl_k1"])],
         ["abs_log_ratio_mean", num(m["abs_log_ratio_mean"])],
         ["prob_pearson", num(m["prob_pearson"], 6)],

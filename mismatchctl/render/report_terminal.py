@@ -12,7 +12,7 @@ from mismatchctl.analysis.report import Group, Report
 from mismatchctl.display import visible
 from mismatchctl.render import report_rows as R
 from mismatchctl.render.curves_terminal import curves_view
-from mismatchctl.render.fmt import band_text, kl_text, label, num, pct
+from mismatchctl.render.fmt import band_text, kl_text, label, num, overflow_text, pct
 from mismatchctl.stats import band, bin_label
 
 MAX_STEP_ROWS = 30
@@ -56,9 +56,9 @@ def _headline(report: Report) -> RenderableType:
     grid.add_row(
         "tokens / sequences / steps", f"{num(m['tokens'])} / {num(m['sequences'])} / {len(steps)}"
     )
-    grid.add_row(
-        "vllm_kl", Text.assemble(kl_text(m["vllm_kl"], vband), "  (", band_text(vband), ")")
-    )
+    why = overflow_text(m)
+    value = kl_text(m["vllm_kl"], vband) if why is None else Text(why)
+    grid.add_row("vllm_kl", Text.assemble(value, "  (", band_text(vband), ")"))
     grid.add_row("kl_k1", num(m["kl_k1"]))
     grid.add_row("abs_log_ratio_mean", num(m["abs_log_ratio_mean"]))
     grid.add_row("prob_pearson", num(m["prob_pearson"], 6))
