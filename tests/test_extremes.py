@@ -7,8 +7,8 @@ from __future__ import annotations
 import html
 import json
 import math
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -145,6 +145,8 @@ def test_overflow_is_said_the_same_way_everywhere(store: Path, tmp_path: Path) -
     assert said in " ".join(report.split())
     assert html.escape(said) in page.read_text()
     verdicts = cli("compare", "base", "huge", "--json", "-", "-q", "--resamples", "50").out
-    row = next(r for r in json.loads(verdicts)["comparison"]["headline"] if r["metric"] == "vllm_kl")
+    row = next(
+        r for r in json.loads(verdicts)["comparison"]["headline"] if r["metric"] == "vllm_kl"
+    )
     assert row["b"] is None and row["ci_low"] is None and row["significant"] is None
     assert row["verdict"] == "vllm_kl: no comparison: overflow (beyond float64) in huge"

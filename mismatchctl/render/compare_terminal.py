@@ -13,7 +13,14 @@ from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.compare import Comparison
 from mismatchctl.display import visible
 from mismatchctl.render import curves_rows as CR
-from mismatchctl.render.compare_rows import Rows, bins_rows, gap_rows, headline_rows, keyed_rows
+from mismatchctl.render.compare_rows import (
+    Rows,
+    bins_rows,
+    gap_rows,
+    headline_rows,
+    keyed_rows,
+)
+from mismatchctl.render.fit import fit
 from mismatchctl.render.fmt import num
 
 MAX_STEP_ROWS = 30
@@ -57,10 +64,10 @@ def _config(c: Comparison) -> RenderableType:
         table.add_column(col)
     for row in c.config:
         table.add_row(*(Text(visible(row[k] or "-")) for k in ("key", "a", "b")))
-    return table
+    return fit(table)
 
 
-def _table(title: str, rows: Rows, left: int = 1, bold: list[bool] | None = None) -> Table:
+def _table(title: str, rows: Rows, left: int = 1, bold: list[bool] | None = None) -> RenderableType:
     headers, body = rows
     table = Table(title=title, title_justify="left")
     for i, col in enumerate(headers):
@@ -68,7 +75,7 @@ def _table(title: str, rows: Rows, left: int = 1, bold: list[bool] | None = None
     for i, row in enumerate(body):
         style = "bold" if bold and bold[i] else ""
         table.add_row(*[Text(cell, style=style if j == 0 else "") for j, cell in enumerate(row)])
-    return table
+    return fit(table, left)
 
 
 def _headline(c: Comparison) -> RenderableType:
@@ -119,4 +126,4 @@ def _steps(c: Comparison) -> RenderableType:
             num(row["b_vllm_kl"]),
             num(row["vllm_kl_ratio"]),
         )
-    return table
+    return fit(table)

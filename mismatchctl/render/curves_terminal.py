@@ -11,6 +11,7 @@ from mismatchctl.curves.analysis import RunCurves
 from mismatchctl.curves.series import KL
 from mismatchctl.display import visible
 from mismatchctl.render import curves_rows as R
+from mismatchctl.render.fit import fit
 from mismatchctl.render.fmt import band_text, kl_text
 
 
@@ -45,7 +46,7 @@ def run_block(c: RunCurves) -> RenderableType:
         )
     for row in R.link_rows(c):
         links.add_row(*[Text(x) for x in row])
-    parts: list[RenderableType] = [links]
+    parts: list[RenderableType] = [fit(links)]
     parts += [Text(f"  {line}") for line in R.event_lines(c)]
     parts += [Text(f"  note: {line}", style="yellow") for line in R.join_notes(c)]
     parts.append(step_table(c))
@@ -72,4 +73,4 @@ def step_table(c: RunCurves) -> RenderableType:
         table.add_row(*row)
     if note:
         table.caption = note
-    return table
+    return fit(table)

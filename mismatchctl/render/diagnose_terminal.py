@@ -48,8 +48,9 @@ def render_diagnosis(d: Diagnosis) -> RenderableType:
     for layer, checks in layers(d):
         table = Table(title=layer.capitalize(), title_justify="left", expand=True)
         table.add_column("verdict", no_wrap=True)
-        table.add_column("check", ratio=1)
-        table.add_column("finding and next step", ratio=3)
+        # a narrow terminal wraps the text onto more lines (a long word is folded, never elided)
+        table.add_column("check", ratio=1, overflow="fold")
+        table.add_column("finding and next step", ratio=3, overflow="fold")
         for c in checks:
             cell = Text(visible(c.finding))
             if c.next:

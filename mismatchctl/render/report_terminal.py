@@ -12,6 +12,7 @@ from mismatchctl.analysis.report import Group, Report
 from mismatchctl.display import visible
 from mismatchctl.render import report_rows as R
 from mismatchctl.render.curves_terminal import curves_view
+from mismatchctl.render.fit import fit
 from mismatchctl.render.fmt import band_text, kl_text, label, num, overflow_text, pct
 from mismatchctl.stats import band, bin_label
 
@@ -43,7 +44,7 @@ def _headline(report: Report) -> RenderableType:
         title += f", steps {report.selection.steps}"
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
-    grid.add_column()
+    grid.add_column(overflow="fold")  # tags and notes wrap, never elided
     if len(runs) == 1 and runs[0].tags:
         grid.add_row("tags", visible(" ".join(f"{k}={v}" for k, v in runs[0].tags.items())))
     if whole is None:
@@ -104,7 +105,7 @@ def _runs_table(report: Report) -> RenderableType:
             num(m["prob_pearson"]),
             num(m["log_ppl_pearson"]),
         )
-    return table
+    return fit(table)
 
 
 def _bins_table(report: Report) -> RenderableType:
@@ -139,7 +140,7 @@ def _bins_table(report: Report) -> RenderableType:
             num(m.get("log_ratio_p50")),
             num(m.get("log_ratio_p99")),
         )
-    return table
+    return fit(table)
 
 
 TURN_ROWS = (
@@ -170,7 +171,7 @@ def _turns_table(report: Report) -> RenderableType:
         a, b = first.get(name), later.get(name)
         ratio = b / a if isinstance(a, int | float) and isinstance(b, int | float) and a else None
         table.add_row("segments" if name == "sequences" else name, num(a), num(b), num(ratio))
-    return table
+    return fit(table)
 
 
 def _steps(report: Report) -> list[RenderableType]:
@@ -201,7 +202,7 @@ def _step_table(title: str, groups: list[Group]) -> RenderableType:
             num(m["abs_log_ratio_mean"]),
             num(m["trainer_ppl"]),
         )
-    return table
+    return fit(table)
 
 
 def _step_spark(run: str, groups: list[Group]) -> RenderableType:
@@ -240,7 +241,7 @@ def _hardware_table(report: Report) -> RenderableType:
         cells = [Text(c) for c in row]
         cells[4] = Text(row[4], style=band_text(b).style)
         table.add_row(*cells)
-    return table
+    return fit(table)
 
 
 def _generic_table(report: Report, split: K.Split) -> RenderableType:
@@ -253,4 +254,4 @@ def _generic_table(report: Report, split: K.Split) -> RenderableType:
         cells = [Text(c) for c in row]
         cells[at] = Text(row[at], style=band_text(b).style)
         table.add_row(*cells)
-    return table
+    return fit(table, len(split))
