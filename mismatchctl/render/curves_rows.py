@@ -8,12 +8,20 @@ from pathlib import Path
 import numpy as np
 
 from mismatchctl.curves.analysis import Link, RunCurves
+from mismatchctl.curves.correlate import MIN_LAG_PAIRS
 from mismatchctl.curves.series import KL, value_at
 from mismatchctl.display import visible
 from mismatchctl.render.fmt import num, step_span
 from mismatchctl.stats import band
 
-LINK_COLUMNS = ("curve", "from", "steps", "pearson", "spearman", "lead-lag (best |r|)")
+LINK_COLUMNS = (
+    "curve",
+    "from",
+    "steps",
+    "pearson",
+    "spearman",
+    "lead-lag of the changes (best |r|)",
+)
 MAX_TABLE_STEPS = 30
 MAX_LISTED_STEPS = 12
 
@@ -26,10 +34,15 @@ def origin_text(origin: str) -> str:
 
 
 def lag_text(link: Link) -> str:
+    """The best lag of the step-to-step changes with its r, 95% interval and pairs; or why
+    there is none (too few pairs of consecutive steps)."""
     best = link.best
     if best is None or best.r is None:
-        return "-"
-    r = f"r {best.r:+.2f}"
+        pairs = max((p.n for p in link.lags), default=0)
+        if pairs < MIN_LAG_PAIRS:
+            return f"n/a: {pairs} step changes, need {MIN_LAG_PAIRS}"
+        return "n/a: a curve does not change"
+    r = f"r {best.r:+.2f}, 95% CI {best.ci_low:+.2f}..{best.ci_high:+.2f}, n {best.n}"
     if best.lag > 0:
         return f"vllm_kl leads by {best.lag} ({r})"
     if best.lag < 0:
