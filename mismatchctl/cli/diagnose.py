@@ -29,7 +29,7 @@ HELP = """Run every check of the mismatch, layer by layer, each with a verdict (
 
 data integrity (alignment of the two sides, sentinel values, empty masks), semantic (systematic offset, temperature on one side, top-p renormalised on one side), inference path (low-probability tokens, tool responses, hardware), trajectory (spikes, trend, vllm_kl/trainer_ppl spiral, severe batches, stale weights; with training curves from `mismatchctl ingest-metrics`: vllm_kl spikes together with grad-norm or entropy spikes, a vllm_kl rise before a reward drop), objective (is a correction warranted, and which).
 
-Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one warns), so it can gate the CI of a training stack.
+Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one warns), so it can gate the CI of a training stack. With -q (as in every command: no progress bar) only the verdict line and the checks that fail or warn are printed, one line each.
 
 [bold]Examples[/]
 
@@ -40,8 +40,6 @@ Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one 
   mismatchctl diagnose gpu=A100 --json - | jq '.diagnosis.checks[] | select(.verdict == "fail")'
 
   mismatchctl diagnose v1-a100 -q --fail-on warn || echo "mismatch checks did not pass"
-
-With -q (as in every command: no progress bar) only the verdict line and the checks that fail or warn are printed, one line each: the CI gate above prints what failed and nothing else.
 
   mismatchctl diagnose v1-a100 --engine ray --ray-address auto
 """

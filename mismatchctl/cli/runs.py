@@ -85,7 +85,7 @@ def rm(
     On a terminal it asks first; --yes removes without asking. Without a terminal (a script, a
     pipe) and without --yes it refuses (exit code 1) rather than wait for an answer.
 
-    Example: mismatchctl runs rm v1-a100
+    Examples: mismatchctl runs rm v1-a100; in a script: mismatchctl runs rm v1-a100 --yes
     """
     if not yes and not _confirmed(api.run_info(run, store), store):
         err_console().print("Nothing removed.", highlight=False, markup=False)
