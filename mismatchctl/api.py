@@ -168,7 +168,7 @@ def compare(
     engine: str = "local",
     ray_address: str | None = None,
 ) -> Comparison:
-    """Two selectors (``"v0-ref"``, ``"gpu=H20"``, ``"v1@steps=0-200"``) side by side."""
+    """Two selectors (``"v0-ref"``, ``"gpu=H20"``, ``"v1@steps=0..200"``) side by side."""
     eng = choose_engine(engine, ray_address)
     return build_comparison(
         open_store(store),
@@ -194,7 +194,7 @@ def diagnose(
     ray_address: str | None = None,
 ) -> Diagnosis:
     """Every check of ``diagnose`` on a selector (``"v1-a100"``, ``"gpu=A100"``,
-    ``"v1@steps=0-200"``): ``Diagnosis.checks`` with verdicts ok / warn / fail / n/a."""
+    ``"v1@steps=0..200"``): ``Diagnosis.checks`` with verdicts ok / warn / fail / n/a."""
     eng = choose_engine(engine, ray_address)
     return build_diagnosis(
         open_store(store), selector, workers=workers, on_part=on_part, engine=eng

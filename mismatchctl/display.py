@@ -1,9 +1,12 @@
 """Text from dumps and users shown safely: control characters never reach a terminal raw.
 
-A run name, tag, gpu name or sample id can come from a file someone else wrote. Printed as it is,
-an escape sequence in it could rewrite the user's terminal (or hide part of an error message), and
-a right-to-left override could make it read differently. Names with such characters are rejected
-at ingest; error messages (which quote whatever the user typed) show them escaped.
+A run name, tag, gpu name, sample id, file name or metric name can come from a file someone else
+wrote. Printed as it is, an escape sequence in it could rewrite the user's terminal (or hide part of
+an error message), and a right-to-left override could make it read differently. Run names, tags,
+gpus and sample ids with such characters are rejected at ingest; file names and metric names from
+training logs are kept as they are. Everything shown on a terminal goes through :func:`visible`
+(data strings, by the renderers) or :func:`printable` (messages; and every console of the CLI
+escapes what reaches it, ``cli/common.py``); JSON output escapes them as ``\\uXXXX``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,12 @@ def _escape(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
+def visible(text: object) -> str:
+    """A data string for the terminal: every control character escaped, newline and tab too (it
+    is one value on one line); nothing cut."""
+    return CONTROL.sub(_escape, str(text))
+
+
 def shown(text: str, limit: int = 200) -> str:
     """``text`` for a one-line message: control characters escaped, cut at ``limit`` characters."""
     cut = text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
@@ -33,3 +42,13 @@ def shown(text: str, limit: int = 200) -> str:
 def printable(message: str) -> str:
     """A multi-line message with every control character but newline and tab escaped."""
     return _KEEP.sub(_escape, message)
+
+
+# What json.dumps(ensure_ascii=False) leaves raw: DEL, C1 controls, bidirectional controls. JSON
+# itself escapes C0 (and never writes these characters outside strings).
+_JSON_RAW = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def json_safe(text: str) -> str:
+    """JSON text with the control characters json leaves raw written as ``\\uXXXX`` escapes."""
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)

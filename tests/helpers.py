@@ -24,8 +24,8 @@ class Ran:
     err: str
 
 
-def cli(*args: str) -> Ran:
-    result = CliRunner().invoke(app, list(args))
+def cli(*args: str, input: str | None = None) -> Ran:
+    result = CliRunner().invoke(app, list(args), input=input)
     if result.exception and not isinstance(result.exception, SystemExit):
         raise result.exception
     return Ran(result.exit_code, result.stdout, result.stderr)
@@ -68,3 +68,20 @@ def multi_gpu_dump(path: Path, seed: int = 5) -> None:
         {**rows, "response_mask": pa.array(rows["response_mask"], pa.list_(pa.int8()))}
     )
     pq.write_table(table, path)
+
+
+def step_dump(path: Path, steps: list[int], seed: int = 3, per_step: int = 4) -> Path:
+    """``per_step`` short responses at each of ``steps`` (any integers, negative ones included),
+    mismatch growing with the position in ``steps``."""
+    rng = np.random.default_rng(seed)
+    rows: dict[str, list] = {k: [] for k in ("step", "uid", "rollout_log_probs", "old_log_probs")}
+    for k, step in enumerate(steps):
+        for i in range(per_step):
+            lr = -rng.exponential(1.0, 6)
+            lt = np.minimum(lr + rng.normal(0, 0.01 * (1 + k), 6), 0.0)
+            for key, value in zip(
+                rows, (step, f"{step}-{i}", lr.tolist(), lt.tolist()), strict=True
+            ):
+                rows[key].append(value)
+    pq.write_table(pa.table(rows), path)
+    return path

@@ -91,3 +91,46 @@ def test_option_help_keeps_its_defaults() -> None:
     text = " ".join(cli("report", "--help").out.replace("│", " ").split())
     assert "(default: $MISMATCHCTL_STORE" in text
     assert "(default: $RAY_ADDRESS" in text
+
+
+def test_an_empty_selection_is_the_same_error_everywhere(store, tmp_path) -> None:
+    """README "Exit codes": a selection without model tokens is exit code 1 with a message
+    saying what was selected and what exists, for every command, with nothing on stdout."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.helpers import FIXTURES
+
+    assert cli("ingest", str(FIXTURES / "sequence.parquet"), "--run", "a", "-q").code == 0
+    masked = tmp_path / "masked.parquet"  # every token masked: a run without model tokens
+    pq.write_table(
+        pa.table(
+            {
+                "step": [0, 0],
+                "uid": ["x", "y"],
+                "rollout_log_probs": [[-0.1, -0.2], [-0.3]],
+                "old_log_probs": [[-0.1, -0.2], [-0.3]],
+                "response_mask": [[0, 0], [0]],
+            }
+        ),
+        masked,
+    )
+    assert cli("ingest", str(masked), "--run", "e", "--tag", "kind=masked", "-q").code == 0
+    cases = {
+        ("report", "a", "--steps", "100..200"): "the selection (a; steps 100..200) matches no "
+        "model tokens (run a holds steps 3..4)",
+        ("report", "a", "--steps", "100..200", "--json", "-"): "the selection (a; steps",
+        ("report", "e"): "the selection (e) matches no model tokens",
+        ("compare", "a@steps=100..200", "a"): "selector `a@steps=100..200` matches no model "
+        "tokens (run a holds steps 3..4)",
+        ("diagnose", "a@steps=..2"): "selector `a@steps=..2` matches no model tokens",
+        ("diagnose", "kind=masked"): "selector `kind=masked` matches no model tokens",
+        ("whatif", "a@steps=5.."): "selector `a@steps=5..` matches no model tokens",
+        ("whatif", "e"): "selector `e` matches no model tokens",
+    }
+    for args, message in cases.items():
+        ran = cli(*args, "-q")
+        assert ran.code == 1, (args, ran.code, ran.out)
+        assert ran.out == "", args
+        assert ran.err.startswith(f"Error: {message}"), (args, ran.err)
+        assert "Hint: widen the selection" in ran.err, args

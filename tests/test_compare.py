@@ -94,15 +94,25 @@ def test_planted_double_is_exact_and_detected(pair: dict) -> None:
     assert sides == {"a", "b"}
 
 
-def test_identical_sides(pair: dict) -> None:
-    doc = _doc("a", "a")
-    for metric in ("vllm_kl", "abs_log_ratio_mean", "log_ppl_pearson"):
-        row = _row(doc, metric)
-        assert row["significant"] is False
-        assert row["verdict"].startswith(f"{metric}: no significant difference")
-    assert _row(doc, "vllm_kl")["ratio"] == 1.0
-    assert _row(doc, "log_ppl_pearson")["difference"] == 0.0
-    assert doc["comparison"]["config_diff"] == []
+def test_identical_sides_are_said_so(pair: dict, store: Path) -> None:
+    """Both sides holding the same data have nothing to compare: no bootstrap interval."""
+    read: list[int] = []
+    with pytest.raises(UsageError) as same:
+        mismatchctl.compare("a", "a", store=store, on_part=read.append)
+    assert read == []  # known from the selections, before any part is read
+    assert same.value.message.startswith("`a` and `a` hold the same data (run a")
+    # other selectors that resolve to the same rows: found once both are read
+    cases = [("a", "run=a"), ("a", "gpu=H20"), ("a@steps=0..", "a"), ("b", "run=b,gpu=L20")]
+    for x, y in cases:
+        ran = cli("compare", x, y, "-q", "--resamples", "50")
+        assert ran.code == 1 and ran.out == "", (x, y)
+        assert ran.err.startswith(f"Error: `{x}` and `{y}` hold the same data"), ran.err
+        assert "CI" not in ran.err and "Hint: compare two different runs or slices" in ran.err
+    # a second run of the same file holds the same data too
+    mismatchctl.ingest([store.parent / "a.parquet"], run="a2", store=store)
+    ran = cli("compare", "a", "a2", "-q", "--resamples", "50")
+    assert ran.code == 1 and "hold the same data (run a, " in ran.err
+    assert cli("compare", "a", "b", "-q", "--resamples", "50").code == 0
 
 
 def test_bootstrap_is_seeded(pair: dict) -> None:
@@ -133,7 +143,7 @@ def test_step_range_suffix(store: Path) -> None:
     assert doc["comparison"]["a"] == "s@steps=3"
     assert [s["step"] for s in doc["comparison"]["steps"]] == [3, 4]
     diff = {r["key"]: (r["a"], r["b"]) for r in doc["comparison"]["config_diff"]}
-    assert diff == {"steps": ("3-3", "4-")}
+    assert diff == {"steps": ("3", "4..")}
 
 
 @pytest.mark.parametrize(
@@ -171,15 +181,16 @@ def test_bad_selectors(text: str, message: str | None) -> None:
     assert err.value.message == message
 
 
-def test_unknown_things_list_what_exists(pair: dict) -> None:
+def test_unknown_things_list_what_exists(pair: dict, store: Path) -> None:
     cases = {
-        ("nope", "a"): "Error: selector `nope`: no run `nope` (runs: a, b)",
+        ("nope", "a"): f"Error: selector `nope`: no run `nope` in the store {store} (runs: a, b)",
         ("gpu=A100", "a"): "Error: selector `gpu=A100`: no rows with gpu=A100 (gpus: H20, L20)",
         ("engine=sglang", "a"): "Error: selector `engine=sglang`: no data with engine=sglang "
         "(values: vllm-a, vllm-b)",
         ("colour=red", "a"): "Error: selector `colour=red`: no source has a tag `colour` "
         "(tags: run, gpu, engine)",
-        ("a@steps=50-60", "b"): "Error: selector `a@steps=50-60` matches no model tokens",
+        ("a@steps=50-60", "b"): "Error: selector `a@steps=50-60` matches no model tokens "
+        "(run a holds steps 0)",
     }
     for args, message in cases.items():
         ran = cli("compare", *args, "-q")

@@ -9,9 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import mismatchctl
 from mismatchctl import schema as S
-from tests.helpers import FIXTURES, cli, multi_gpu_dump
+from tests.helpers import FIXTURES, cli, multi_gpu_dump, step_dump
 
 ROOT = Path(__file__).resolve().parent.parent
 NEMO = sorted(FIXTURES.glob("train_data_step*.jsonl"))
@@ -90,3 +92,75 @@ def test_report_during_an_ingest_sees_old_or_new(store: Path, tmp_path: Path) ->
     new = mismatchctl.report(store=store).whole().metrics["tokens"]
     assert new == old + mismatchctl.open_store(store).run("r").sources[1].model_tokens
     assert set(seen) <= {old, new}, seen
+
+
+@pytest.fixture
+def three(store: Path, tmp_path: Path) -> Path:
+    for seed, run in enumerate(("a", "b", "c")):
+        path = step_dump(tmp_path / f"{run}.parquet", [0, 1, 2], seed=seed)
+        assert cli("ingest", str(path), "--run", run, "--tag", "kind=x", "-q").code == 0
+    return store
+
+
+def _remove_c_when(store: Path, monkeypatch: pytest.MonkeyPatch, module, name: str) -> None:
+    """`runs rm c` lands when ``module.name`` first touches run c (a deterministic race)."""
+    real = getattr(module, name)
+    done: list[bool] = []
+
+    def racing(*args, **kwargs):
+        run = args[1] if name == "check_run" else args[0].run  # (store, run) or (task, ...)
+        if run == "c" and not done:
+            done.append(True)
+            mismatchctl.open_store(store).remove("c")  # what `mismatchctl runs rm c` does
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, racing)
+
+
+def _groups(doc: dict) -> list:
+    return [(g["by"], g["metrics"]) for g in doc["groups"]]
+
+
+@pytest.mark.parametrize("phase", ["while its parts are read", "before its parts are listed"])
+def test_a_run_removed_during_a_report_of_every_run(
+    three: Path, monkeypatch: pytest.MonkeyPatch, phase: str
+) -> None:
+    """The report of every run is the report of the runs that remain; never "damaged"."""
+    from mismatchctl.analysis import selection
+    from mismatchctl.engines import local
+
+    expected = json.loads(cli("report", "a", "b", "--json", "-", "-q").out)
+    if phase == "while its parts are read":
+        _remove_c_when(three, monkeypatch, local, "part_groups")
+    else:
+        _remove_c_when(three, monkeypatch, selection, "check_run")
+    ran = cli("report", "--json", "-", "-q", "--workers", "1")
+    assert ran.code == 0, ran.err
+    doc = json.loads(ran.out)
+    assert sorted(doc["runs"]) == ["a", "b"]
+    assert _groups(doc) == _groups(expected)
+
+
+def test_a_run_removed_during_a_command_on_other_runs(
+    three: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mismatchctl.engines import local
+
+    _remove_c_when(three, monkeypatch, local, "part_groups")
+    ran = cli("diagnose", "kind=x", "--json", "-", "-q", "--workers", "1")  # every run, by tag
+    assert ran.code in (0, 3), ran.err
+    assert sorted(json.loads(ran.out)["runs"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize("command", [["report", "a", "c"], ["diagnose", "c"], ["whatif", "c"]])
+def test_a_named_run_removed_while_it_is_read(
+    three: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    from mismatchctl.engines import local
+
+    _remove_c_when(three, monkeypatch, local, "part_groups")
+    ran = cli(*command, "-q", "--workers", "1")
+    assert ran.code == 1 and ran.out == ""
+    assert ran.err.startswith("Error: run `c` was removed while it was being read"), ran.err
+    assert "Hint: run the command again" in ran.err
+    assert "damaged" not in ran.err and "re-ingest" not in ran.err and "corrupt" not in ran.err

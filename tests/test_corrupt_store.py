@@ -95,7 +95,7 @@ def test_runs_check_and_the_repair(two_runs: Path, tmp_path: Path) -> None:
     assert listed["base"] == [] and listed["x"][0]["part"] == part.path
     assert cli("runs", "check", "base").code == 0
     # the repair the hint names
-    assert cli("runs", "rm", "x").code == 0
+    assert cli("runs", "rm", "x", "--yes").code == 0
     dump = tmp_path / "gpus.parquet"
     assert cli("ingest", str(dump), "--run", "x", "-q").code == 0
     assert cli("runs", "check", "--deep").code == 0

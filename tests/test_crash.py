@@ -75,7 +75,7 @@ def test_killed_removal(store: Path, dump: Path) -> None:
     gone, its files are orphans that no run lists, and the next write removes them."""
     assert cli("ingest", str(dump), "--run", "k", "-q").code == 0
     assert cli("ingest", str(FIXTURES / "sequence.parquet"), "--run", "base", "-q").code == 0
-    _killed(store, "sweep", 1, "runs", "rm", "k")
+    _killed(store, "sweep", 1, "runs", "rm", "k", "--yes")
     assert mismatchctl.open_store(store).run_names() == ["base"]
     assert (store / "tokens" / "run=k").is_dir()  # the orphans are still there...
     assert cli("runs", "check").code == 0

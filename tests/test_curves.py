@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import EVIL, cli, multi_gpu_dump, tree_digest
+from helpers import EVIL, cli, multi_gpu_dump, step_dump, tree_digest
 from planted import Plan, write
 
 from mismatchctl import open_store
@@ -117,7 +117,7 @@ def test_runs_rm_removes_the_metrics_file(run12: Path, tmp_path: Path) -> None:
     log = _log(tmp_path / "m.jsonl", [{"step": s, "loss": 1.0} for s in range(3)])
     assert cli("ingest-metrics", str(log), "--run", "r").code == 0
     assert list((run12 / "metrics").rglob("*.parquet"))
-    assert cli("runs", "rm", "r").code == 0
+    assert cli("runs", "rm", "r", "--yes").code == 0
     assert not list((run12 / "metrics").rglob("*.parquet"))
 
 
@@ -141,31 +141,55 @@ def test_join_reports_steps_missing_on_either_side(run12: Path, tmp_path: Path) 
     assert "grad_norm: 1 step(s) with a NaN or infinite value" in text
 
 
-def test_correlations_and_lead_lag_are_exact(run12: Path, tmp_path: Path) -> None:
-    """The log is per-step vllm_kl two steps earlier, affinely mapped: r = 1 at lag +2 exactly
-    (vllm_kl leads), and Pearson / Spearman at lag 0 equal a reference computed here."""
+def test_correlations_and_lead_lag_are_exact(store: Path, tmp_path: Path) -> None:
+    """The log is per-step vllm_kl two steps earlier, affinely mapped: its step-to-step changes
+    are those of vllm_kl two steps earlier, so r = 1 at lag +2 exactly (vllm_kl leads), over the
+    pairs of consecutive steps; Pearson / Spearman at lag 0 equal a reference computed here."""
+    dump = step_dump(tmp_path / "d.parquet", list(range(30)), seed=11)
+    assert cli("ingest", str(dump), "--run", "r").code == 0
     kl = _kl_by_step(_report("r"))
     lagged = {s + 2: 3.0 * v + 1.0 for s, v in kl.items()}
-    noise = {s: math.sin(s) for s in range(12)}
+    noise = {s: math.sin(s) for s in range(30)}
     log = _log(
         tmp_path / "m.jsonl",
-        [{"step": s, "lagged": lagged.get(s), "noise": noise[s]} for s in range(12)],
+        [{"step": s, "lagged": lagged.get(s), "noise": noise[s]} for s in range(30)],
     )
     assert cli("ingest-metrics", str(log), "--run", "r").code == 0
     c = _report("r")["curves"]["r"]
     links = {x["metric"]: x for x in c["correlations"]}
+    assert links["lagged"]["lead_lag_of"] == "step-to-step changes"
     assert links["lagged"]["best_lag"] == 2
     assert links["lagged"]["best_lag_r"] == pytest.approx(1.0, abs=1e-12)
     at2 = next(p for p in links["lagged"]["lead_lag"] if p["lag"] == 2)
-    assert at2["n"] == 8  # steps 2..9 of vllm_kl meet the log at 4..11
-    x = np.array([kl[s] for s in range(12)])
-    y = np.array([noise[s] for s in range(12)])
+    # changes of the log at steps 3..29 (it starts at 2) meet those of vllm_kl two steps earlier
+    assert at2["n"] == links["lagged"]["best_lag_n"] == 25
+    x = np.array([kl[s] for s in range(30)])
+    y = np.array([noise[s] for s in range(30)])
     assert links["noise"]["pearson"] == pytest.approx(np.corrcoef(x, y)[0, 1], rel=1e-9)
     rank = lambda a: np.argsort(np.argsort(a)).astype(float)  # noqa: E731 (no ties here)
     ref = np.corrcoef(rank(x), rank(y))[0, 1]
     assert links["noise"]["spearman"] == pytest.approx(ref, rel=1e-9)
-    text = cli("report", "r").out
-    assert "vllm_kl leads by 2 (r +1.00)" in text
+    dx, dy = np.diff(x), np.diff(y)  # the lead-lag of the changes at lag 0, and its interval
+    at0 = next(p for p in links["noise"]["lead_lag"] if p["lag"] == 0)
+    r0 = np.corrcoef(dx, dy)[0, 1]
+    assert at0["n"] == 29 and at0["r"] == pytest.approx(r0, rel=1e-9)
+    half = 1.959963984540054 / math.sqrt(29 - 3)
+    assert at0["ci_low"] == pytest.approx(math.tanh(math.atanh(r0) - half), rel=1e-9)
+    assert at0["ci_high"] == pytest.approx(math.tanh(math.atanh(r0) + half), rel=1e-9)
+    text = " ".join(cli("report", "r").out.split())
+    assert "vllm_kl leads by 2 (r +1.00, 95% CI +1.00..+1.00, n 25)" in text
+
+
+def test_too_few_steps_give_no_lead_lag(run12: Path, tmp_path: Path) -> None:
+    """Eight logged steps have seven step-to-step changes: the lead-lag says it needs 10 rather
+    than report a correlation of a few points (two rising curves once gave r = +1.00)."""
+    log = _log(tmp_path / "m.jsonl", [{"step": s, "rising": 2.0**s} for s in range(4, 12)])
+    assert cli("ingest-metrics", str(log), "--run", "r").code == 0
+    link = next(x for x in _report("r")["curves"]["r"]["correlations"] if x["metric"] == "rising")
+    assert link["n"] == 8 and link["lead_lag_min_pairs"] == 10
+    assert link["best_lag"] is None and all(p["r"] is None for p in link["lead_lag"])
+    assert max(p["n"] for p in link["lead_lag"]) == 7
+    assert "n/a: 7 step changes, need 10" in " ".join(cli("report", "r").out.split())
 
 
 def _spike_run(store: Path, tmp_path: Path) -> None:

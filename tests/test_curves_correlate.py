@@ -10,9 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mismatchctl.curves.correlate import (
+    MIN_LAG_PAIRS,
     LagPoint,
     align,
     best_lag,
+    change_lead_lag,
+    first_differences,
+    fisher_interval,
     lead_lag,
     outer_join,
     pearson,
@@ -49,6 +53,28 @@ def ref_ranks(x: list[float]) -> list[float]:
 
 def ref_spearman(x: list[float], y: list[float]) -> float:
     return ref_pearson(ref_ranks(x), ref_ranks(y))
+
+
+Z95 = 1.959963984540054  # the 0.975 quantile of the standard normal
+
+
+def ref_fisher(r: float, n: int) -> tuple[float, float]:
+    """95% interval of a Pearson r of n pairs: tanh(atanh(r) -+ z / sqrt(n - 3))."""
+    half = Z95 / math.sqrt(n - 3)
+    return math.tanh(math.atanh(r) - half), math.tanh(math.atanh(r) + half)
+
+
+def ref_changes(steps: list[int], values: list[float]) -> dict[int, float]:
+    """value(s) - value(s - 1) at every step whose previous step is there too."""
+    at = dict(zip(steps, values, strict=True))
+    return {s: at[s] - at[s - 1] for s in steps if s - 1 in at}
+
+
+def ref_change_lag(steps: list[int], x: list[float], y: list[float], k: int) -> tuple[float, int]:
+    """Pearson r and n of (change of x at s, change of y at s + k), plain Python."""
+    dx, dy = ref_changes(steps, x), ref_changes(steps, y)
+    pairs = [(dx[s], dy[s + k]) for s in sorted(dx) if s + k in dy]
+    return ref_pearson([a for a, _ in pairs], [b for _, b in pairs]), len(pairs)
 
 
 def steps_of(n: int, start: int = 0) -> np.ndarray:
@@ -219,6 +245,76 @@ def test_best_lag_ties_and_none() -> None:
     assert best_lag(tie) == LagPoint(-2, 0.8, 10)  # smallest |lag|, then the negative one
     near = [LagPoint(4, 1.0, 10), LagPoint(1, 1.0 - 1e-14, 10)]
     assert best_lag(near) == LagPoint(1, 1.0 - 1e-14, 10)  # within BEST_LAG_TIE: shortest lag
+
+
+# --- lead-lag of the step-to-step changes ------------------------------------------------------
+
+
+def test_monotone_curves_do_not_correlate_through_their_trends() -> None:
+    """Two curves that both rise over a run correlate almost fully in levels, at every lag; their
+    step-to-step changes, drawn independently, do not: no lead is reported from the trends."""
+    rng = np.random.default_rng(7)
+    steps = steps_of(40)
+    x = np.cumsum(rng.uniform(0.5, 1.5, 40))  # strictly increasing
+    y = np.cumsum(rng.uniform(0.5, 1.5, 40)) ** 1.3
+    assert pearson(x, y) > 0.99  # levels: the trend
+    assert all(p.r > 0.99 for p in lead_lag(steps, x, y))  # levels at every lag: the trend again
+    points = change_lead_lag(steps, x, y)
+    for p in points:
+        want, n = ref_change_lag(steps.tolist(), x.tolist(), y.tolist(), p.lag)
+        assert p.n == n and p.r == pytest.approx(want, abs=1e-12)
+        lo, hi = ref_fisher(want, n)
+        assert p.ci_low == pytest.approx(lo, abs=1e-12) and p.ci_high == pytest.approx(
+            hi, abs=1e-12
+        )
+    assert all(abs(p.r) < 0.5 for p in points)  # the trends are gone
+    same_step = next(p for p in points if p.lag == 0)
+    assert same_step.ci_low < 0 < same_step.ci_high
+
+
+def test_three_points_give_no_lead_lag() -> None:
+    """The report once gave "r = +1.00" from 3 points of two monotone curves."""
+    steps = steps_of(3)
+    points = change_lead_lag(steps, np.array([1.0, 2.0, 4.0]), np.array([0.1, 0.5, 0.7]))
+    assert all(p.r is None and p.ci_low is None for p in points)
+    assert max(p.n for p in points) == 2 and best_lag(points) is None
+
+
+def test_lead_lag_needs_min_pairs_of_changes() -> None:
+    x_all, y_all = signal(steps_of(40)), signal(steps_of(40) - 1)  # y(s) = x(s - 1)
+    for n_steps in (MIN_LAG_PAIRS, MIN_LAG_PAIRS + 1):
+        steps = steps_of(n_steps)
+        at = {p.lag: p for p in change_lead_lag(steps, x_all[:n_steps], y_all[:n_steps])}
+        # lag 0 has n_steps - 1 pairs of changes, lag 1 one fewer
+        assert at[0].n == n_steps - 1 and at[1].n == n_steps - 2
+        assert (at[0].r is None) == (n_steps - 1 < MIN_LAG_PAIRS)
+    long = {p.lag: p for p in change_lead_lag(steps_of(40), x_all, y_all)}
+    assert long[1].r == pytest.approx(1.0, abs=1e-12) and long[1].n == 38
+    assert (long[1].ci_low, long[1].ci_high) == (long[1].r, long[1].r)  # |r| = 1
+
+
+def test_changes_are_taken_by_step() -> None:
+    steps = np.array([0, 1, 2, 4, 5, 7], dtype=np.int64)
+    values = np.array([1.0, 3.0, 6.0, 10.0, 15.0, 21.0])
+    changed, delta = first_differences(steps, values)
+    assert changed.tolist() == [1, 2, 5] and delta.tolist() == [
+        2.0,
+        3.0,
+        5.0,
+    ]  # no change over a gap
+    assert ref_changes(steps.tolist(), values.tolist()) == {1: 2.0, 2: 3.0, 5: 5.0}
+    empty = first_differences(steps_of(1), np.array([1.0]))
+    assert len(empty[0]) == 0 and len(empty[1]) == 0
+
+
+def test_fisher_interval() -> None:
+    assert fisher_interval(None, 20) == (None, None)
+    assert fisher_interval(0.5, 3) == (None, None)
+    assert fisher_interval(-1.0, 12) == (-1.0, -1.0)
+    lo, hi = fisher_interval(0.0, 10)
+    assert (lo, hi) == pytest.approx(ref_fisher(0.0, 10), abs=1e-15)
+    assert hi == pytest.approx(0.6296, abs=1e-4)  # why MIN_LAG_PAIRS = 10: r = 0 is -0.63..+0.63
+    assert fisher_interval(0.8, 25) == pytest.approx(ref_fisher(0.8, 25), abs=1e-15)
 
 
 # --- spikes ------------------------------------------------------------------------------------

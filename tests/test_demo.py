@@ -20,6 +20,9 @@ def test_demo_runs_on_the_bundled_sample_data(tmp_path: Path, monkeypatch) -> No
         assert run["name"] in ran.out
     assert "SYNTHETIC" in ran.err and "By hardware" in ran.out
     assert f"HTML report: {page.resolve()}" in ran.err
+    # the demo's store is not the default one: it says how to point the other commands at it
+    said = " ".join(ran.err.split())
+    assert f"add --store {store} to each command, or `export MISMATCHCTL_STORE={store}`" in said
     text = page.read_text()
     assert '<section id="diagnosis">' in text and "synthetic-gpus" in text
     # the synthetic run's (synthetic) training log is attached: its curves are joined to vllm_kl

@@ -117,7 +117,7 @@ def test_staleness_not_applicable_without_versions(store: Path, tmp_path: Path) 
 
 
 def test_cli_exit_codes_and_json(planted: Path) -> None:
-    ran = cli("diagnose", "clean", "--store", str(planted), "-q")
+    ran = cli("diagnose", "clean", "--store", str(planted))
     assert ran.code == 0, ran.err
     assert "Data integrity" in ran.out and "Objective" in ran.out
     ran = cli("diagnose", "gpu", "--store", str(planted), "-q", "--json", "-")
@@ -150,7 +150,7 @@ def test_errors(store: Path) -> None:
     mismatchctl.ingest([FIXTURES / "golden.parquet"], run="g", store=store)
     ran = cli("diagnose", "nope", "-q")
     assert ran.code == 1 and "no run `nope`" in ran.err and "Hint:" in ran.err
-    ran = cli("diagnose", "g", "-q")  # two sequences, one step: runs, says what it cannot do
+    ran = cli("diagnose", "g")  # two sequences, one step: runs, says what it cannot do
     assert ran.code in (0, 3) and "Trajectory" in ran.out
 
 
@@ -170,3 +170,27 @@ def test_staleness_without_fresh_rollouts_is_judged_on_its_band(tmp_path) -> Non
     )
     assert check.verdict == "fail"
     assert check.finding.startswith("every rollout came from older weights (lag up to 1)")
+
+
+def test_quiet_prints_the_verdict_and_what_fails_or_warns(planted: Path) -> None:
+    """`diagnose -q --fail-on warn` is the CI gate of --help: the verdict line and one line per
+    failing or warning check, failures first; an all-clear run prints the verdict line alone."""
+    full = cli("diagnose", "gpu", "--store", str(planted))
+    brief = cli("diagnose", "gpu", "--store", str(planted), "-q", "--fail-on", "warn")
+    assert full.code == brief.code == 3
+    checks = api.diagnose("gpu", store=planted).checks
+    failing = [c for c in checks if c.verdict == "fail"]
+    warning = [c for c in checks if c.verdict == "warn"]
+    lines = brief.out.strip().splitlines()
+    assert lines[0] == full.out.splitlines()[0]  # the verdict line, with the counts
+    assert lines[0].startswith("Diagnosis: gpu   FAIL  (")
+    listed = [line.split()[1] for line in lines[1:] if line.startswith(("FAIL ", "WARN "))]
+    assert listed == [c.name for c in failing + warning]
+    assert len(lines) <= 1 + 3 * len(listed)  # a long finding may wrap, nothing else is printed
+    assert "Data integrity" not in brief.out and " OK " not in brief.out
+    assert len(lines) < len(full.out.strip().splitlines()) / 3
+    hardware = next(c for c in failing if c.name == "hardware")
+    assert f"FAIL hardware (inference path): {hardware.finding}" in " ".join(brief.out.split())
+    clean = cli("diagnose", "clean", "--store", str(planted), "-q")
+    assert clean.code == 0 and clean.out.strip().splitlines() == [clean.out.strip().splitlines()[0]]
+    assert clean.out.startswith("Diagnosis: clean   OK  (0 fail, 0 warn")

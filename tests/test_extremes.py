@@ -4,18 +4,21 @@ where it does not (docs/reliability.md, "Numeric extremes")."""
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import cli
+from tests.helpers import FIXTURES, cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,7 +38,9 @@ def _metrics(run: str) -> dict:
 
 
 def _all_commands_ok(run: str) -> None:
-    for command in (["diagnose", run], ["whatif", run], ["compare", run, run]):
+    """diagnose, whatif and compare (against an ordinary run) answer with valid JSON."""
+    assert cli("ingest", str(FIXTURES / "sequence.parquet"), "--run", "base", "-q").code == 0
+    for command in (["diagnose", run], ["whatif", run], ["compare", "base", run]):
         ran = cli(*command, "--json", "-", "--quiet")
         assert ran.code in (0, 3), ran.err  # 3: a diagnose check failed, which is an answer
         json.loads(ran.out)
@@ -101,5 +106,47 @@ def test_beyond_float64_is_null_and_quiet(store: Path, tmp_path: Path) -> None:
     assert "Warning" not in proc.stderr, proc.stderr
     m = json.loads(proc.stdout)["groups"][0]["metrics"]
     assert m["vllm_kl"] is None and m["ratio_dev_1e4"] is None
+    assert m["overflow_tokens"] == 1  # why they are null: one token with exp(r) beyond float64
     assert m["kl_k1"] == pytest.approx(-5e299) and m["abs_log_ratio_max"] == 1e300
     _all_commands_ok("huge")
+
+
+def test_overflow_is_said_the_same_way_everywhere(store: Path, tmp_path: Path) -> None:
+    """Where JSON has null because exp(r) is beyond float64, the terminal and the HTML say
+    "overflow" with the count of such tokens; never `inf`, `nan` or `nan%`."""
+    path = _dump(
+        tmp_path / "d.parquet",
+        [[-1e300, -0.1], [-0.3, -0.2], [-800.0, -0.1]],
+        [[0.0, -0.2], [-0.1, -0.2], [-0.05, -0.1]],
+    )
+    assert cli("ingest", str(path), "--run", "huge", "-q").code == 0
+    assert cli("ingest", str(FIXTURES / "sequence.parquet"), "--run", "base", "-q").code == 0
+    r = [1e300, -0.1, 0.2, 0.0, 799.95, 0.0]
+    with np.errstate(over="ignore"):
+        want = int(np.isinf(np.exp(np.array(r))).sum())
+    assert want == 2
+    doc = json.loads(cli("report", "huge", "--json", "-", "-q").out)
+    whole = next(g["metrics"] for g in doc["groups"] if g["by"] == {})
+    assert whole["overflow_tokens"] == want and whole["vllm_kl"] is None
+    said = f"overflow: exp(r) is beyond float64 (r > 709.78) in {want} tokens"
+    page = tmp_path / "r.html"
+    for command in (
+        ["report", "huge", "--by-gpu", "--html", str(page)],
+        ["compare", "base", "huge", "--resamples", "50"],
+        ["diagnose", "huge"],
+        ["whatif", "huge"],
+    ):
+        ran = cli(*command)
+        assert ran.code in (0, 3), (command, ran.err)
+        words = re.findall(r"[\w%]+", ran.out)
+        assert not {"inf", "nan", "nan%"} & set(words), (command, ran.out)
+        assert "overflow" in ran.out, command
+    report = cli("report", "huge", "-q").out
+    assert said in " ".join(report.split())
+    assert html.escape(said) in page.read_text()
+    verdicts = cli("compare", "base", "huge", "--json", "-", "-q", "--resamples", "50").out
+    row = next(
+        r for r in json.loads(verdicts)["comparison"]["headline"] if r["metric"] == "vllm_kl"
+    )
+    assert row["b"] is None and row["ci_low"] is None and row["significant"] is None
+    assert row["verdict"] == "vllm_kl: no comparison: overflow (beyond float64) in huge"

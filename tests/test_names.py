@@ -5,6 +5,7 @@ valid whatever the names in the data."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -12,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
-from tests.helpers import EVIL, FIXTURES, cli, tree_digest
+from tests.helpers import EVIL, FIXTURES, cli, multi_gpu_dump, tree_digest
 
 GOOD = FIXTURES / "sequence.parquet"
 
@@ -150,3 +151,69 @@ def test_json_output_is_valid_for_any_names(store: Path, tmp_path: Path) -> None
     assert gpus == set(NASTY)  # stored and reported exactly, not mangled
     info = mismatchctl.open_store(store).run("n")
     assert set(info.tags.values()) == set(TAG_VALUES)
+
+
+# What a hostile file name, tag or metric name could carry: ESC sequences (CSI: clear screen,
+# OSC: set the window title, ended by BEL), a bare BEL, C1 CSI, DEL, and bidirectional overrides.
+HOSTILE = "\x1b[2J\x1b]0;pwned\x07\x07\x9b31m\x7f\u202egnp.\u2066x\u2069"
+RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def test_no_raw_control_character_reaches_the_terminal(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Data strings reach stdout and stderr of every command with their control characters
+    escaped: a file name (shown by runs show, ingest), a metric name from a training log (report,
+    compare, diagnose, ingest-metrics), a tag value (refused at ingest, quoted in the message)."""
+    monkeypatch.setenv("COLUMNS", "200")
+    dump = tmp_path / f"dump{HOSTILE}.parquet"
+    multi_gpu_dump(dump)
+    refused = tmp_path / f"log{HOSTILE}.jsonl"  # a metric name with C0 controls: refused
+    refused.write_text(json.dumps({"step": 0, f"grad_norm{HOSTILE}": 1.0}) + "\n")
+    bidi = "\u202egnp.\u2066x\u2069"  # bidirectional controls only: a name ingest keeps
+    log = tmp_path / f"log{HOSTILE}-2.jsonl"
+    log.write_text(
+        "".join(
+            json.dumps({"step": s, f"grad_norm{bidi}": 1.0 + s % 3, f"reward{bidi}": 1 - s / 20})
+            + "\n"
+            for s in range(12)
+        )
+    )
+    runs = [
+        ["ingest", str(dump), "--run", "evil"],
+        ["ingest", str(dump), "--run", "evil"],  # "already there": names the file again
+        ["ingest", str(GOOD), "--run", "base"],
+        ["ingest", str(GOOD), "--run", "t", "--tag", f"engine={HOSTILE}"],  # refused, quoted
+        ["ingest-metrics", str(refused), "--run", "evil"],
+        ["ingest-metrics", str(log), "--run", "evil"],
+        ["ingest-metrics", str(log), "--run", "evil"],
+        ["runs"],
+        ["runs", "show", "evil"],
+        ["runs", "show", f"x{HOSTILE}"],  # an error quoting the name
+        ["runs", "check"],
+        ["report", "--by-gpu"],
+        ["report", "evil", "--diagnose"],
+        ["compare", "evil", "base", "--resamples", "20"],
+        ["diagnose", "evil"],
+        ["whatif", "evil"],
+        ["runs", "--json"],
+        ["runs", "show", "evil", "--json"],
+        ["report", "evil", "--json", "-"],
+        ["compare", "evil", "base", "--resamples", "20", "--json", "-"],
+    ]
+    shown = []
+    for args in runs:
+        ran = cli(*args)
+        assert ran.code in (0, 1, 3), (args, ran.err)
+        for stream in (ran.out, ran.err):
+            raw = RAW.search(stream)
+            assert raw is None, (args, repr(raw.group()), stream[max(0, raw.start() - 80) :][:200])
+        shown.append(ran.out + ran.err)
+    everything = "".join(shown)
+    assert (
+        "dump\\x1b[2J\\x1b]0;pwned\\x07\\x07\\x9b31m\\x7f\\u202egnp.\\u2066x\\u2069" in everything
+    )
+    assert "grad_norm\\x1b[2J" in everything  # the refused name, quoted in the error
+    for name in ("grad_norm", "reward"):  # the kept names, in report, compare and diagnose
+        assert everything.count(f"{name}\\u202egnp.\\u2066x\\u2069") >= 3, name
+    assert "--tag `engine=\\x1b[2J" in everything

@@ -77,8 +77,9 @@ def test_a_bucket_store_reports_what_a_local_store_does(
     listed = json.loads(cli("runs", "--json", "--store", uri).out)
     assert [r["run"] for r in listed] == ["r"]
     assert cli("runs", "check", "r", "--deep", "--store", uri).code == 0  # every part whole
+    cli("ingest", str(dumps[0]), "--run", "s", "-q", "--store", uri)
     compared = json.loads(
-        cli("compare", "r", "r", "--json", "-", "-q", "--resamples", "50", "--store", uri).out
+        cli("compare", "r", "s", "--json", "-", "-q", "--resamples", "50", "--store", uri).out
     )
     assert compared["comparison"]["headline"]
 
@@ -92,7 +93,7 @@ def test_appends_noops_and_removal(uri: str, dumps: list[Path]) -> None:
     cli("ingest", str(dumps[1]), "--run", "r", "-q", "--store", uri)
     cli("ingest", str(dumps[1]), "--run", "other", "-q", "--store", uri)
     assert open_store(uri).run("r").sequences == 2 * open_store(uri).run("other").sequences
-    cli("runs", "rm", "other", "--store", uri)
+    cli("runs", "rm", "other", "--yes", "--store", uri)
     assert open_store(uri).run_names() == ["r"]
     assert not [n for n in _objects(uri) if "run=other" in n]
 

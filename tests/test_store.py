@@ -62,7 +62,7 @@ def test_runs_table_show_and_rm(store: Path) -> None:
     assert listed[0]["model_tokens"] == 21 and listed[1]["sources"] == 2
     shown = cli("runs", "show", "b")
     assert "nemo-jsonl" in shown.out and "train_data_step3.jsonl" in shown.out
-    gone = cli("runs", "rm", "a")
+    gone = cli("runs", "rm", "a", "--yes")
     assert gone.code == 0 and "Removed run `a`" in gone.err
     assert [r["run"] for r in json.loads(cli("runs", "--json").out)] == ["b"]
     assert not (store / "tokens" / "run=a").exists()
@@ -76,7 +76,62 @@ def test_runs_table_show_and_rm(store: Path) -> None:
 
 def test_runs_on_a_missing_store(store: Path) -> None:
     ran = cli("runs")
-    assert ran.code == 0 and "No runs in the store yet" in ran.out
+    assert ran.code == 0 and "No runs in the store" in ran.out
+    assert f"No runs in the store {store} yet." in " ".join(ran.out.split())
+    check = cli("runs", "check")
+    assert check.code == 0 and f"No runs in the store {store} yet." in " ".join(check.out.split())
+
+
+def test_commands_that_find_no_runs_name_the_store(store: Path) -> None:
+    for args in (["report"], ["diagnose", "x"], ["whatif", "x"], ["compare", "x", "y"]):
+        ran = cli(*args, "-q")
+        assert ran.code == 1, args
+        assert str(store) in ran.err.splitlines()[0], (args, ran.err)
+    assert str(store) in cli("runs", "show", "x").err.splitlines()[0]
+
+
+def test_an_empty_store_points_at_the_demo_store_beside_it(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After `mismatchctl demo` the runs are in ./mismatchctl-demo/store, not in the default
+    store: a command that finds no runs says how to point at it."""
+    here = tmp_path / "here"
+    demo_store = here / "mismatchctl-demo" / "store"
+    assert cli("ingest", str(GOOD), "--run", "d", "--store", str(demo_store), "-q").code == 0
+    monkeypatch.chdir(here)
+    hint = (
+        "The demo's runs are in mismatchctl-demo/store: add --store mismatchctl-demo/store to "
+        f"each command, or `export MISMATCHCTL_STORE={demo_store.resolve()}`."
+    )
+    for args in (["runs"], ["report", "-q"], ["diagnose", "d", "-q"], ["runs", "show", "d"]):
+        ran = cli(*args)
+        assert hint in " ".join((ran.out + ran.err).split()), args
+    listed = cli("runs", "--store", "mismatchctl-demo/store")  # there: no hint, the run
+    assert "demo's runs" not in listed.out and "│ d " in listed.out
+
+
+def test_runs_rm_asks_on_a_terminal(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mismatchctl.cli import runs as runs_cmd
+
+    assert cli("ingest", str(GOOD), "--run", "a", "-q").code == 0
+    # no terminal and no --yes: refused with the fix, nothing removed, no wait for input
+    ran = cli("runs", "rm", "a")
+    assert ran.code == 1 and ran.err.startswith(
+        "Error: `mismatchctl runs rm a` asks for confirmation, and stdin is not a terminal"
+    )
+    assert "Hint: add --yes to remove it without asking: mismatchctl runs rm a --yes" in ran.err
+    assert mismatchctl.open_store(store).run_names() == ["a"]
+    monkeypatch.setattr(runs_cmd, "_interactive", lambda: True)
+    kept = cli("runs", "rm", "a", input="n\n")
+    assert kept.code == 0 and "Remove run `a` (21 model tokens, 1 sources)" in kept.err
+    assert "Nothing removed." in kept.err
+    assert mismatchctl.open_store(store).run_names() == ["a"]
+    gone = cli("runs", "rm", "a", input="y\n")
+    assert gone.code == 0 and "Removed run `a`" in gone.err
+    assert mismatchctl.open_store(store).run_names() == []
+    missing = cli("runs", "rm", "a", input="y\n")  # an unknown run is an error before asking
+    assert missing.code == 1 and "Remove run" not in missing.err
+    assert missing.err.startswith("Error: no run `a` in the store")
 
 
 def test_layout_is_readable_without_mismatchctl(store: Path) -> None:
@@ -131,7 +186,7 @@ def test_killed_ingest_leaves_no_partial_run(store: Path, tmp_path: Path) -> Non
         names = [r.name for r in mismatchctl.open_store(store).runs()]
         if "k" in names:
             assert mismatchctl.open_store(store).run("k").model_tokens == 3_000_000
-            assert cli("runs", "rm", "k").code == 0
+            assert cli("runs", "rm", "k", "--yes").code == 0
     # the next write sweeps what the killed writers left behind
     assert cli("ingest", str(NEMO[0]), "--run", "after", "-q").code == 0
     assert not (store / ".staging").exists()

@@ -55,7 +55,7 @@ def coincident_spikes(ctx: Context) -> Check:
     }
     advice = (
         "mismatch and optimisation blow up at the same steps: inspect those batches "
-        f"(`mismatchctl report {ctx.label} --steps A-B --by-gpu`), and consider a sequence-level "
+        f"(`mismatchctl report {ctx.label} --steps A..B --by-gpu`), and consider a sequence-level "
         "correction (`mismatchctl whatif`) before the instability compounds"
     )
     return _per_run(
@@ -97,7 +97,7 @@ def rise_before_drop(ctx: Context) -> Check:
     advice = (
         "the reward fell after the mismatch grew, the collapse pattern of the studies: fix the "
         "mismatch before the drop (compare the steps before it with "
-        f"`mismatchctl compare '{ctx.label}@steps=A-B' '{ctx.label}@steps=C-D'`) and correct "
+        f"`mismatchctl compare '{ctx.label}@steps=A..B' '{ctx.label}@steps=C..D'`) and correct "
         "for it (`mismatchctl whatif`)"
     )
     return _per_run(

@@ -60,7 +60,7 @@ def _logs(s: StepSeries) -> tuple[np.ndarray, np.ndarray]:
 
 def spikes(ctx: Context) -> Check:
     advice = (
-        "look at the spike steps (`mismatchctl report RUN --steps A-B --by-gpu`): which gpu and "
+        "look at the spike steps (`mismatchctl report RUN --steps A..B --by-gpu`): which gpu and "
         "turn kind carry them, and whether entropy, perplexity and gradient norm spike with them"
     )
     return _per_run(ctx, "spikes", "Spikes of per-step vllm_kl", _spikes, advice, T.MIN_STEPS)

@@ -12,12 +12,12 @@ from typing import Any
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.compare_curves import CurvePair, compare_curves
 from mismatchctl.analysis.report import Report, report_on
-from mismatchctl.analysis.selection import Selection
+from mismatchctl.analysis.selection import Selection, reread
 from mismatchctl.analysis.selectors import parse_selector, resolve
 from mismatchctl.analysis.sequences import SequenceSums
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.local import DEFAULT_WORKERS
-from mismatchctl.errors import StoreError
+from mismatchctl.errors import UsageError
 from mismatchctl.stats.bootstrap import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -72,10 +72,10 @@ def build_comparison(
     figures: bool = False,
     engine: Engine = LOCAL_ENGINE,
 ) -> Comparison:
-    sides = [resolve(store, parse_selector(text)) for text in (a, b)]
+    """Selectors ``a`` and ``b`` side by side; a UsageError when both hold the same data."""
 
     def side(sel: Selection) -> Report:
-        rep = report_on(
+        return report_on(
             sel,
             bins=bins,
             by=[CROSS],
@@ -86,20 +86,57 @@ def build_comparison(
             figures=figures,
             engine=engine,
         )
-        if rep.whole() is None:
-            raise StoreError(
-                f"selector `{sel.label}` matches no model tokens", "widen the selector."
-            )
-        return rep
 
+    def build() -> Comparison:
+        sides = (resolve(store, parse_selector(a)), resolve(store, parse_selector(b)))
+        if same_selection(*sides):
+            raise same_data_error(*sides)
+        ra, rb, intervals = _read_sides(sides, side, resamples, seed)
+        return _comparison(sides, ra, rb, intervals)
+
+    return reread(build)
+
+
+def same_selection(a: Selection, b: Selection) -> bool:
+    """Both sides read the same parts with the same row filter (known before reading)."""
+    return (a.tasks, a.sequence_paths, a.rows) == (b.tasks, b.sequence_paths, b.rows)
+
+
+def same_data_error(a: Selection, b: Selection, sequences: int | None = None) -> UsageError:
+    held = f", {sequences:,} sequences" if sequences is not None else ""
+    return UsageError(
+        f"`{a.label}` and `{b.label}` hold the same data (run {', '.join(a.names)}{held}): "
+        "a comparison with itself has no difference to show",
+        "compare two different runs or slices (e.g. `mismatchctl compare RUN_A RUN_B`, "
+        "`mismatchctl compare gpu=H20 gpu=L20`); `mismatchctl report RUN` describes one.",
+    )
+
+
+def _read_sides(
+    sides: tuple[Selection, Selection],
+    side: Callable[[Selection], Report],
+    resamples: int,
+    seed: int,
+) -> tuple[Report, Report, dict[str, Interval]]:
+    """Both sides read, and the bootstrap intervals of their difference (none when they turn
+    out to hold the same sequences: a UsageError)."""
     rng_a, rng_b = side_generators(seed)
     with ThreadPoolExecutor(max_workers=1) as pool:
         ra = side(sides[0])
         # side A's bootstrap runs while side B is read (the engine leaves a core partly idle)
         draws_a = pool.submit(draws, ra.extra_states[0], resamples, rng_a)
         rb = side(sides[1])
+        if ra.extra_states[0].same(rb.extra_states[0]):
+            draws_a.cancel()
+            raise same_data_error(*sides, len(rb.extra_states[0]))
         draws_b = draws(rb.extra_states[0], resamples, rng_b)
         intervals = bootstrap_intervals(draws_a.result(), draws_b)
+    return ra, rb, intervals
+
+
+def _comparison(
+    sides: tuple[Selection, Selection], ra: Report, rb: Report, intervals: dict[str, Interval]
+) -> Comparison:
     steps, notes = _steps(ra, rb)
     for sel, rep in zip(sides, (ra, rb), strict=True):
         if len(rep.curves) > 1:
@@ -169,8 +206,11 @@ def _headline(ra: Report, rb: Report, intervals: dict[str, Interval]) -> list[di
         }
         if name in intervals:
             iv = intervals[name]
-            row.update({"ci_of": iv.kind, "ci_low": iv.low, "ci_high": iv.high})
-            row["significant"] = _significant(iv)
+            # a side beyond float64 (overflow) has no interval: its resamples are not numbers
+            finite = x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
+            low, high = (iv.low, iv.high) if finite else (None, None)
+            row.update({"ci_of": iv.kind, "ci_low": low, "ci_high": high})
+            row["significant"] = _significant(iv) if finite else None
             row["verdict"] = verdict(name, row, ra.selection.label, rb.selection.label)
         rows.append(row)
     return rows
@@ -182,6 +222,9 @@ def verdict(name: str, row: dict[str, Any], a: str, b: str) -> str:
     ci = "" if lo is None or hi is None else f" (95% CI {lo:.3g} to {hi:.3g})"
     if row["a"] is None or row["b"] is None:
         return f"{name}: not computable on both sides"
+    beyond = [side for side, x in ((a, row["a"]), (b, row["b"])) if not math.isfinite(x)]
+    if beyond:
+        return f"{name}: no comparison: overflow (beyond float64) in {' and '.join(beyond)}"
     if row["ci_of"] == "ratio":
         if row["ratio"] is None:
             return f"{name}: no ratio ({a}'s is 0)"

@@ -35,11 +35,11 @@ from mismatchctl.analysis.diagnose_base import (
 )
 from mismatchctl.analysis.diagnose_extra import DiagnoseExtra
 from mismatchctl.analysis.report import Report, report_on
+from mismatchctl.analysis.selection import reread
 from mismatchctl.analysis.selectors import parse_selector, resolve
 from mismatchctl.analysis.whatif import SEQ_CELLS, WhatifExtra
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.local import DEFAULT_WORKERS
-from mismatchctl.errors import StoreError
 from mismatchctl.stats import whatif as WI
 from mismatchctl.store import Store
 
@@ -90,19 +90,15 @@ def build_diagnosis(
     on_part: Callable[[int], None] | None = None,
     engine: Engine = LOCAL_ENGINE,
 ) -> Diagnosis:
-    selection = resolve(store, parse_selector(selector))
-    whatif = WhatifExtra([SUGGESTED])
-    report = report_on(
-        selection,
-        by_gpu=True,
-        workers=workers,
-        on_part=on_part,
-        extras=[DiagnoseExtra(selection), whatif],
-        engine=engine,
-    )
-    if report.whole() is None:
-        raise StoreError(f"selector `{selector}` matches no model tokens", "widen the selector.")
-    state, cells = report.extra_states
+    def read() -> tuple[Report, list]:
+        selection = resolve(store, parse_selector(selector))
+        extras = [DiagnoseExtra(selection), WhatifExtra([SUGGESTED])]
+        report = report_on(
+            selection, by_gpu=True, workers=workers, on_part=on_part, extras=extras, engine=engine
+        )
+        return report, report.extra_states
+
+    report, (state, cells) = reread(read)
     ctx = Context(report, state, _whole(cells), selector, step_series(report))
     for check in CHECKS:
         result = check(ctx)

@@ -106,11 +106,17 @@ def _nan(x: float | None) -> float:
 
 
 def fmt(x: float | None, digits: int = 3) -> str:
-    """Numbers inside findings: 3 significant digits, 'n/a' for missing."""
+    """Numbers inside findings: 3 significant digits, 'n/a' for missing, 'overflow' for a value
+    beyond float64 (e.g. vllm_kl with exp(r) beyond it)."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
+    if math.isinf(x):
+        return "overflow (beyond float64)"
     return f"{x:.{digits}g}"
 
 
 def pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
+    """A share inside findings; a share of an overflowing sum (inf / inf) is 'overflow'."""
+    if x is None:
+        return "n/a"
+    return f"{100 * x:.1f}%" if math.isfinite(x) else "overflow (beyond float64)"

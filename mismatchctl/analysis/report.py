@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -16,11 +17,18 @@ from mismatchctl import schema as S
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.figures import FigureData, FigureExtra, figure_data
 from mismatchctl.analysis.rollup import Groups, rollup, sort_key
-from mismatchctl.analysis.selection import Selection, StepRange, select
+from mismatchctl.analysis.selection import (
+    Selection,
+    StepRange,
+    empty_selection_error,
+    removed_while_reading,
+    reread,
+    select,
+)
 from mismatchctl.curves.analysis import RunCurves, selection_curves
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.local import DEFAULT_WORKERS, PartExtra, row_mask
-from mismatchctl.errors import UsageError
+from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.stats import (
     QUANTILE_METRICS,
     TOKEN_METRICS,
@@ -33,7 +41,7 @@ from mismatchctl.stats import (
 from mismatchctl.store import Store
 
 AGGREGATION = "token-mean"
-BIN_METRICS = ("tokens", *TOKEN_METRICS, *QUANTILE_METRICS)
+BIN_METRICS = ("tokens", "overflow_tokens", *TOKEN_METRICS, *QUANTILE_METRICS)
 # Beyond the per-run splits, the whole selection by bin and by turn kind: the terminal tables.
 SELECTION_SPLITS: list[K.Split] = [(K.TURN_KIND,), (K.BIN,)]
 
@@ -81,16 +89,17 @@ def build_report(
     figures: bool = False,
     engine: Engine = LOCAL_ENGINE,
 ) -> Report:
-    selection = select(store, runs, steps)
-    return report_on(
-        selection,
-        bins=bins,
-        by=by,
-        by_gpu=by_gpu,
-        workers=workers,
-        on_part=on_part,
-        figures=figures,
-        engine=engine,
+    return reread(
+        lambda: report_on(
+            select(store, runs, steps),
+            bins=bins,
+            by=by,
+            by_gpu=by_gpu,
+            workers=workers,
+            on_part=on_part,
+            figures=figures,
+            engine=engine,
+        )
     )
 
 
@@ -117,8 +126,35 @@ def report_on(
 ) -> Report:
     """The report of an explicit selection (runs, or a slice of the store); ``extras`` are
     computed in the same read of every part and left in ``Report.extra_states``; ``figures``
-    adds the densities and samples of the HTML page; ``engine`` says where parts are read."""
+    adds the densities and samples of the HTML page; ``engine`` says where parts are read.
+
+    A selection without model tokens is an error (the same for every command); so is a run of
+    it removed while it is read (RunRemovedError, which ``reread`` retries when the run was not
+    named)."""
     edges = parse_edges(bins)
+    try:
+        report = _read(selection, edges, by, by_gpu, workers, on_part, extras, figures, engine)
+    except (StoreError, OSError, pa.ArrowException):
+        removed = removed_while_reading(selection)
+        if removed is None:
+            raise
+        raise removed from None
+    if report.whole() is None:
+        raise empty_selection_error(selection)
+    return report
+
+
+def _read(
+    selection: Selection,
+    edges: np.ndarray,
+    by: list[K.Split] | None,
+    by_gpu: bool,
+    workers: int,
+    on_part: Callable[[int], None] | None,
+    extras: Sequence[PartExtra],
+    figures: bool,
+    engine: Engine,
+) -> Report:
     figure_extra = FigureExtra() if figures else None
     if figure_extra is not None:
         extras = [*extras, figure_extra]

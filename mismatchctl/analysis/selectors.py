@@ -3,16 +3,24 @@
 v1-a100                      a run
 gpu=A100                     every row whose gpu is A100 (gpu is per row)
 run=x,engine=vllm-0.18.1     run x, sources tagged engine=vllm-0.18.1
-v1-final@steps=0-200         a run, steps 0 to 200 inclusive
+v1-final@steps=0..200        a run, steps 0 to 200 inclusive (``--steps`` syntax: ``-6..-5``,
+                             ``150..``, ``..99``, ``42``; ``0-200`` still works for steps >= 0)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mismatchctl.analysis.selection import Selection, StepRange, parse_steps, select
+from mismatchctl.analysis.selection import (
+    Selection,
+    StepRange,
+    empty_selection_error,
+    parse_steps,
+    select,
+)
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import Store
+from mismatchctl.store.location import demo_store_hint
 
 RUN_KEY, GPU_KEY = "run", "gpu"
 
@@ -32,7 +40,7 @@ def parse_selector(text: str) -> Selector:
     if "=" not in base:
         if not base.strip():
             raise UsageError(
-                f"selector `{text}` names no run", "write RUN, KEY=VALUE[,...] or RUN@steps=A-B."
+                f"selector `{text}` names no run", "write RUN, KEY=VALUE[,...] or RUN@steps=A..B."
             )
         return Selector(text, run=base.strip(), steps=steps)
     pairs: dict[str, str] = {}
@@ -54,7 +62,7 @@ def _modifiers(mods: str, text: str) -> StepRange | None:
     if key.strip() != "steps" or not eq:
         raise UsageError(
             f"selector `{text}`: unknown modifier `@{mods}`",
-            "the only modifier is @steps=A-B (e.g. v1-final@steps=0-200).",
+            "the only modifier is @steps=A..B (e.g. v1-final@steps=0..200).",
         )
     return parse_steps(value)
 
@@ -64,11 +72,11 @@ def resolve(store: Store, sel: Selector) -> Selection:
     names = store.run_names()
     if sel.run is not None and sel.run not in names:
         raise StoreError(
-            f"selector `{sel.text}`: no run `{sel.run}` (runs: {', '.join(names) or 'none'})",
-            "list the runs with `mismatchctl runs`.",
+            f"selector `{sel.text}`: no run `{sel.run}` in the store {store} "
+            f"(runs: {', '.join(names) or 'none'})",
+            "list the runs with `mismatchctl runs`." + demo_store_hint(str(store)),
         )
-    runs = [sel.run] if sel.run else names
-    infos = [store.run(n) for n in runs]
+    infos = [store.run(sel.run)] if sel.run else store.runs()
     _check_tags(sel, infos)
     if sel.gpu is not None:
         gpus = sorted({g for r in infos for g in r.gpus})
@@ -77,9 +85,11 @@ def resolve(store: Store, sel: Selector) -> Selection:
                 f"selector `{sel.text}`: no rows with gpu={sel.gpu} (gpus: {', '.join(gpus) or 'none'})",
                 "tag runs with --tag gpu=NAME at ingest, or pick one of the gpus listed.",
             )
-    selection = select(store, runs, sel.steps, gpu=sel.gpu, tags=sel.tags, label=sel.text)
+    selection = select(
+        store, [sel.run] if sel.run else None, sel.steps, gpu=sel.gpu, tags=sel.tags, label=sel.text
+    )
     if not selection.tasks:
-        raise StoreError(f"selector `{sel.text}` matches no model tokens", "widen the selector.")
+        raise empty_selection_error(selection)
     return selection
 
 

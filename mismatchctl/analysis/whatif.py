@@ -16,11 +16,12 @@ from mismatchctl import schema as S
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.rollup import sort_key
+from mismatchctl.analysis.selection import reread
 from mismatchctl.analysis.selectors import parse_selector, resolve
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.keys import PartKeys, decode, group_codes
 from mismatchctl.engines.local import DEFAULT_WORKERS
-from mismatchctl.errors import StoreError, UsageError
+from mismatchctl.errors import UsageError
 from mismatchctl.stats import whatif as WI
 from mismatchctl.stats.whatif import Method
 from mismatchctl.store import Store
@@ -140,11 +141,13 @@ def build_whatif(
     on_part: Callable[[int], None] | None = None,
     engine: Engine = LOCAL_ENGINE,
 ) -> Whatif:
-    selection = resolve(store, parse_selector(selector))
-    extra = WhatifExtra(methods)
-    report = report_on(selection, workers=workers, on_part=on_part, extras=[extra], engine=engine)
-    if report.whole() is None:
-        raise StoreError(f"selector `{selector}` matches no model tokens", "widen the selector.")
+
+    def read() -> Report:
+        selection = resolve(store, parse_selector(selector))
+        extra = WhatifExtra(methods)
+        return report_on(selection, workers=workers, on_part=on_part, extras=[extra], engine=engine)
+
+    report = reread(read)
     cells: Cells = report.extra_states[0] or {}
     batches = batch_vllm_kl(cells)
     cells = apply_batch_filter(cells, methods, batches)

@@ -6,13 +6,14 @@ import functools
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderableType, RenderHook
+from rich.segment import Segment
 
-from mismatchctl.display import printable
+from mismatchctl.display import printable, visible
 from mismatchctl.errors import MismatchError
 from mismatchctl.render.jsonout import dumps
 
@@ -25,17 +26,43 @@ _NUMPY_FP = "(overflow|invalid value|divide by zero|underflow) encountered"
 PIPE_WIDTH = 140  # tables written to a file or a pipe are not squeezed into 80 columns
 
 
+class _Escaped:
+    """A renderable whose text reaches the terminal with its control characters escaped (the
+    cursor and style codes rich adds are control segments, and pass)."""
+
+    def __init__(self, inner: RenderableType) -> None:
+        self.inner = inner
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        for segment in console.render(self.inner, options):
+            text = segment.text if segment.control else printable(segment.text)
+            yield segment if text is segment.text else Segment(text, segment.style)
+
+
+class _EscapeControls(RenderHook):
+    """On every console of the CLI: what the renderers missed of `display.visible` (data
+    strings: paths, names, tags, metric names from training logs) is still shown escaped."""
+
+    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
+        return [_Escaped(r) for r in renderables]
+
+
+def _guarded(console: Console) -> Console:
+    console.push_render_hook(_EscapeControls())
+    return console
+
+
 def out_console() -> Console:
     """Data goes to stdout (so `--json - | jq` works)."""
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=PIPE_WIDTH)
-    return console
+    return _guarded(console)
 
 
 def err_console() -> Console:
     """Messages and progress go to stderr."""
-    return Console(stderr=True)
+    return _guarded(Console(stderr=True))
 
 
 def handle_errors(func: F) -> F:
@@ -76,7 +103,7 @@ def emit_json(payload: Any, target: str) -> None:
 
 def wrote(path: str) -> None:
     """Say on stderr where an output file went (never wrapped: paths are copied from here)."""
-    err_console().print(f"Wrote {path}", highlight=False, markup=False, soft_wrap=True)
+    err_console().print(f"Wrote {visible(path)}", highlight=False, markup=False, soft_wrap=True)
 
 
 def emit_outputs(

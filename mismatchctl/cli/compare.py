@@ -26,7 +26,7 @@ from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 HELP = """Compare two runs, or two slices of the store: the tags that differ, every headline metric side by side with 95% bootstrap intervals (whole sequences resampled, fixed seed), and where they differ: probability bins, turn kinds, gpus, steps; and both sides' training curves (from `mismatchctl ingest-metrics`) aligned on step.
 
-A selector is a run name, KEY=VALUE filters (run, gpu, or any tag; commas combine), and an optional @steps=A-B.
+A selector is a run name, KEY=VALUE filters (run, gpu, or any tag; commas combine), and an optional @steps=A..B.
 
 [bold]Examples[/]
 
@@ -34,7 +34,7 @@ A selector is a run name, KEY=VALUE filters (run, gpu, or any tag; commas combin
 
   mismatchctl compare gpu=H20 gpu=L20
 
-  mismatchctl compare v0-ref 'v1-final@steps=0-200' --html cmp.html --json cmp.json
+  mismatchctl compare v0-ref 'v1-final@steps=0..200' --html cmp.html --json cmp.json
 
   mismatchctl compare v0-ref v1-initial --engine ray --ray-address ray://head:10001
 """
@@ -42,7 +42,7 @@ A selector is a run name, KEY=VALUE filters (run, gpu, or any tag; commas combin
 
 @handle_errors
 def compare(
-    a: Annotated[str, typer.Argument(help="Side A: run, KEY=VALUE[,...], optional @steps=A-B.")],
+    a: Annotated[str, typer.Argument(help="Side A: run, KEY=VALUE[,...], optional @steps=A..B.")],
     b: Annotated[str, typer.Argument(help="Side B, same syntax.")],
     bins: Annotated[
         str, typer.Option("--bins", help="Probability bins: log, linear:N or edges.")

@@ -15,8 +15,11 @@ from mismatchctl.demo import ingest_demo, load_manifest
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.render.report_terminal import render_report
 from mismatchctl.store import open_store
+from mismatchctl.store.location import DEMO_STORE, point_at
 
 HELP = """Ingest the bundled sample data (sample_data/) into a store, print `report --by-gpu` for all its runs and write the HTML report (with a diagnosis of each run).
+
+The demo's store is not the default store of the other commands: point them at it with --store mismatchctl-demo/store, or export MISMATCHCTL_STORE=$PWD/mismatchctl-demo/store.
 
 Which runs are captured from a real model's two numeric paths and which are synthetic is said in the output and in sample_data/README.md. Running it again reuses the runs already ingested.
 
@@ -30,9 +33,9 @@ Which runs are captured from a real model's two numeric paths and which are synt
 
 @handle_errors
 def demo(
-    store: Annotated[
-        str, typer.Option("--store", help="Store directory for the demo runs.")
-    ] = "mismatchctl-demo/store",
+    store: Annotated[str, typer.Option("--store", help="Store directory for the demo runs.")] = str(
+        DEMO_STORE
+    ),
     html: Annotated[
         str | None,
         typer.Option("--html", help="HTML report path (default: report.html beside the store)."),
@@ -61,6 +64,13 @@ def demo(
         console.print(f"  {run.name:<16} {kind:<9} {run.shows}", highlight=False, markup=False)
     console.print(f"Store: {st.root}", highlight=False, markup=False, soft_wrap=True)
     console.print(f"HTML report: {target.resolve()}", highlight=False, markup=False, soft_wrap=True)
+    console.print(
+        f"The other commands read another store unless told: {point_at(store)} "
+        f"(e.g. `mismatchctl runs --store {store}`).",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 demo.__doc__ = HELP

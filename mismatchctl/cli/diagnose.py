@@ -12,7 +12,6 @@ from mismatchctl.cli.common import (
     EngineOpt,
     HtmlOut,
     JsonOut,
-    QuietFlag,
     RayAddressOpt,
     StoreOpt,
     WorkersOpt,
@@ -22,7 +21,7 @@ from mismatchctl.cli.common import (
 from mismatchctl.cli.progress import TokenProgress
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.render.diagnose_json import diagnose_json
-from mismatchctl.render.diagnose_terminal import render_diagnosis
+from mismatchctl.render.diagnose_terminal import render_brief, render_diagnosis
 
 EXIT_CHECK_FAILED = 3  # documented in README "Exit codes": lets CI gate on a diagnosis
 
@@ -30,13 +29,13 @@ HELP = """Run every check of the mismatch, layer by layer, each with a verdict (
 
 data integrity (alignment of the two sides, sentinel values, empty masks), semantic (systematic offset, temperature on one side, top-p renormalised on one side), inference path (low-probability tokens, tool responses, hardware), trajectory (spikes, trend, vllm_kl/trainer_ppl spiral, severe batches, stale weights; with training curves from `mismatchctl ingest-metrics`: vllm_kl spikes together with grad-norm or entropy spikes, a vllm_kl rise before a reward drop), objective (is a correction warranted, and which).
 
-Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one warns), so it can gate the CI of a training stack.
+Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one warns), so it can gate the CI of a training stack. With -q (as in every command: no progress bar) only the verdict line and the checks that fail or warn are printed, one line each.
 
 [bold]Examples[/]
 
   mismatchctl diagnose v1-a100
 
-  mismatchctl diagnose 'v1-a100@steps=200-' --html diagnosis.html
+  mismatchctl diagnose 'v1-a100@steps=200..' --html diagnosis.html
 
   mismatchctl diagnose gpu=A100 --json - | jq '.diagnosis.checks[] | select(.verdict == "fail")'
 
@@ -54,7 +53,7 @@ class FailOn(StrEnum):
 @handle_errors
 def diagnose(
     selector: Annotated[
-        str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A-B.")
+        str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A..B.")
     ],
     json_out: JsonOut = None,
     html_out: HtmlOut = None,
@@ -65,7 +64,14 @@ def diagnose(
     engine: EngineOpt = "local",
     ray_address: RayAddressOpt = None,
     store: StoreOpt = None,
-    quiet: QuietFlag = False,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="No progress bar, and only the verdict and the checks that fail or warn.",
+        ),
+    ] = False,
 ) -> None:
     with TokenProgress(None, enabled=not quiet) as progress:
         result = api.diagnose(
@@ -82,7 +88,7 @@ def diagnose(
         json_out,
         html_out,
         lambda: diagnose_json(result),
-        lambda: render_diagnosis(result),
+        lambda: render_brief(result) if quiet else render_diagnosis(result),
         lambda path: write_diagnose_html(result, path),
     )
     gate = ("fail",) if fail_on is FailOn.fail else ("fail", "warn")

@@ -8,6 +8,7 @@ from types import TracebackType
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
 
 from mismatchctl.cli.common import err_console
+from mismatchctl.display import visible
 
 
 class _Bar:
@@ -54,7 +55,11 @@ class IngestProgress(_Bar):
 
     def file(self, path: Path, index: int, total: int) -> None:
         self._bar.update(
-            self._task, total=total, completed=index, files=total, description=path.name[-40:]
+            self._task,
+            total=total,
+            completed=index,
+            files=total,
+            description=visible(path.name)[-40:],
         )
 
     def tokens(self, count: int) -> None:

@@ -71,7 +71,12 @@ def report(
         typer.Option("--bins", help="Probability bins: log, linear:N, or edges like 0,1e-3,0.5,1."),
     ] = "log",
     steps: Annotated[
-        str | None, typer.Option("--steps", help="Only steps in this inclusive range, e.g. 0-200.")
+        str | None,
+        typer.Option(
+            "--steps",
+            help="Only steps in this inclusive range: A..B (e.g. 0..200, or -6..-5: steps may be "
+            "negative), A.., ..B or one step N; A-B still works for steps >= 0.",
+        ),
     ] = None,
     json_out: JsonOut = None,
     html_out: HtmlOut = None,

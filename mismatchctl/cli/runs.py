@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -9,6 +10,8 @@ import typer
 from mismatchctl import api
 from mismatchctl.cli.common import JsonFlag, StoreOpt, emit_json, err_console, handle_errors
 from mismatchctl.cli.common import out_console as console
+from mismatchctl.display import shown
+from mismatchctl.errors import UsageError
 from mismatchctl.render.catalog import run_detail, runs_table
 from mismatchctl.render.integrity import check_table
 from mismatchctl.store.integrity import damage_error
@@ -24,6 +27,8 @@ app = typer.Typer(
 
   mismatchctl runs rm v1-a100
 
+  mismatchctl runs rm v1-a100 --yes
+
   mismatchctl runs check
 """,
     invoke_without_command=True,
@@ -37,11 +42,12 @@ def list_runs(ctx: typer.Context, store: StoreOpt = None, json: JsonFlag = False
     """A table of runs: tags, steps, sequences, model tokens, sources, ingested at."""
     if ctx.invoked_subcommand is not None:
         return
-    runs = api.runs(store)
+    st = api.open_store(store)
+    runs = st.runs()
     if json:
         emit_json([_summary(r) for r in runs], "-")
     else:
-        console().print(runs_table(runs))
+        console().print(runs_table(runs, str(st)))
 
 
 @app.command("show")
@@ -66,12 +72,24 @@ def show(
 @handle_errors
 def rm(
     run: Annotated[str, typer.Argument(help="Run name.")],
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help="Remove without asking (needed when stdin is not a terminal)."
+        ),
+    ] = False,
     store: StoreOpt = None,
 ) -> None:
     """Remove a run: its catalog entry and its data files.
 
-    Example: mismatchctl runs rm v1-a100
+    On a terminal it asks first; --yes removes without asking. Without a terminal (a script, a
+    pipe) and without --yes it refuses (exit code 1) rather than wait for an answer.
+
+    Examples: mismatchctl runs rm v1-a100; in a script: mismatchctl runs rm v1-a100 --yes
     """
+    if not yes and not _confirmed(api.run_info(run, store), store):
+        err_console().print("Nothing removed.", highlight=False, markup=False)
+        return
     info = api.remove_run(run, store)
     err_console().print(
         f"Removed run `{info.name}` ({info.model_tokens:,} model tokens, "
@@ -103,10 +121,30 @@ def check(
     if json:
         emit_json({run: damage for run, damage in found.items()}, "-")
     else:
-        console().print(check_table(found))
+        console().print(check_table(found, str(api.open_store(store))))
     damaged = [d for damage in found.values() for d in damage]
     if damaged:
         raise damage_error(damaged)
+
+
+def _confirmed(info: api.RunInfo, store: str | None) -> bool:
+    """Ask on the terminal whether to remove the run; refuse when there is no terminal."""
+    name = shown(info.name, 80)
+    if not _interactive():
+        raise UsageError(
+            f"`mismatchctl runs rm {name}` asks for confirmation, and stdin is not a terminal",
+            f"add --yes to remove it without asking: mismatchctl runs rm {name} --yes",
+        )
+    where = shown(str(api.open_store(store)), 200)
+    question = (
+        f"Remove run `{name}` ({info.model_tokens:,} model tokens, {len(info.sources)} sources) "
+        f"from the store {where}?"
+    )
+    return typer.confirm(question, default=False, err=True)
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty()
 
 
 def _summary(r: api.RunInfo) -> dict:

@@ -35,7 +35,7 @@ Methods (default threshold): token-tis (2), token-mis (2), seq-tis (2), seq-mis 
 
   mismatchctl whatif v1-a100 --method seq-mis --sweep 1.5,2,3,5 --html whatif.html
 
-  mismatchctl whatif 'gpu=A100@steps=100-' --json - | jq .whatif.methods
+  mismatchctl whatif 'gpu=A100@steps=100..' --json - | jq .whatif.methods
 
   mismatchctl whatif v1-a100 --method seq-mis --engine ray --workers 8
 """
@@ -44,7 +44,7 @@ Methods (default threshold): token-tis (2), token-mis (2), seq-tis (2), seq-mis 
 @handle_errors
 def whatif(
     selector: Annotated[
-        str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A-B.")
+        str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A..B.")
     ],
     method: Annotated[
         list[str] | None,

@@ -1,7 +1,8 @@
 """The training-curve view of a run: its per-step curves joined to per-step vllm_kl.
 
 For every curve other than vllm_kl: Pearson and Spearman correlation with vllm_kl over the steps
-both have, the lead-lag cross-correlation at lags -5..5, and the steps only one of them has. The
+both have, the lead-lag cross-correlation at lags -5..5 of their step-to-step changes (with n and
+a 95% interval; none below ``correlate.MIN_LAG_PAIRS`` pairs), and the steps only one of them has. The
 events the studies describe are looked for by role: vllm_kl spikes that coincide with spikes of the
 gradient norm, the entropy or the trainer perplexity, and vllm_kl rises that precede a reward drop.
 """
@@ -26,8 +27,6 @@ ROLE_PATTERNS: dict[str, tuple[str, ...]] = {
 }
 # Dump-derived curves that stand in for a role when the training log has none.
 DUMP_ROLES = {"reward": REWARD_MEAN, "entropy": ENTROPY_MEAN, "trainer_ppl": "trainer_ppl"}
-# A best lag needs this many pairs at its lag (fewer, and any lag can look perfect).
-MIN_LAG_PAIRS = 5
 # Spikes of these roles are looked for on a log scale (multiplicative quantities).
 LOG_ROLES = {"grad_norm", "trainer_ppl"}
 
@@ -134,7 +133,7 @@ def run_curves(run: str, series: dict[str, Series]) -> RunCurves:
 
 def _link(kl: Series, other: Series) -> Link:
     a = C.align(kl.steps, kl.values, other.steps, other.values)
-    lags = C.lead_lag(a.steps, a.x, a.y)
+    lags = C.change_lead_lag(a.steps, a.x, a.y)
     return Link(
         metric=other.name,
         origin=other.origin,
@@ -142,7 +141,7 @@ def _link(kl: Series, other: Series) -> Link:
         pearson=C.pearson(a.x, a.y),
         spearman=C.spearman(a.x, a.y),
         lags=lags,
-        best=C.best_lag(p for p in lags if p.n >= MIN_LAG_PAIRS),
+        best=C.best_lag(lags),
         only_kl_steps=a.only_x_steps,
         only_metric_steps=a.only_y_steps,
         nonfinite_steps=a.nonfinite_steps,

@@ -1,5 +1,6 @@
 """Correlation of two per-step training curves (issue #10): the join on step, Pearson and Spearman
-correlation, and the lead-lag view (cross-correlation at lags -5..5).
+correlation, and the lead-lag view (cross-correlation at lags -5..5, of the step-to-step changes
+of both curves, with its number of pairs and a 95% Fisher-z interval).
 
 Pure numeric: numpy and the standard library only. A series is a pair ``(steps, values)``: int64
 steps, unique and ascending, and float64 values that may be NaN or +-inf (excluded and counted,
@@ -9,8 +10,10 @@ does not shift one curve against the other.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from statistics import NormalDist
 
 import numpy as np
 
@@ -18,6 +21,11 @@ from mismatchctl.stats.robust import ranks
 
 MIN_POINTS = 3  # fewer pairs than this: no correlation (r is None)
 DEFAULT_LAGS = range(-5, 6)  # the lead-lag view of issue #10: lags -5..5 steps
+# A lead-lag correlation needs this many pairs of step-to-step changes: with fewer, even r = 0
+# has a 95% interval wider than -0.63..+0.63, and any lag can look like a lead.
+MIN_LAG_PAIRS = 10
+CONFIDENCE = 0.95
+_Z = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)  # 1.96
 BEST_LAG_TIE = 1e-12  # |r| within this of the largest |r| counts as a tie in best_lag
 
 
@@ -143,23 +151,53 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
 
 @dataclass(frozen=True)
 class LagPoint:
-    """Cross-correlation at one lag: ``r`` over ``n`` pairs (None when n < 3 or a side is
-    constant). ``lag > 0``: x leads y by ``lag`` steps (see :func:`lead_lag`)."""
+    """Cross-correlation at one lag: ``r`` over ``n`` pairs, with its 95% interval (None when
+    there are too few pairs or a side is constant). ``lag > 0``: x leads y by ``lag`` steps (see
+    :func:`lead_lag`)."""
 
     lag: int
     r: float | None
     n: int
+    ci_low: float | None = None
+    ci_high: float | None = None
+
+
+def fisher_interval(r: float | None, n: int) -> tuple[float | None, float | None]:
+    """The 95% interval of a Pearson ``r`` of ``n`` pairs: ``tanh(atanh(r) -+ 1.96 / sqrt(n -
+    3))`` (Fisher's z, exact for a bivariate normal, approximate otherwise); (None, None) for no
+    ``r`` or ``n <= 3``; ``(r, r)`` when ``|r| = 1``."""
+    if r is None or n <= 3:
+        return None, None
+    if abs(r) >= 1.0:
+        return r, r
+    z, half = math.atanh(r), _Z / math.sqrt(n - 3)
+    return math.tanh(z - half), math.tanh(z + half)
+
+
+def first_differences(steps: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, changes)``: ``values(s) - values(s - 1)`` at every step ``s`` whose previous step
+    ``s - 1`` is there too (by step, never by position: a missing step leaves no change on either
+    side of it); non-finite where either value is."""
+    s, v = check_series(steps, values)
+    if len(s) < 2:
+        return s[:0], v[:0]
+    has_previous = np.diff(s) == 1
+    return s[1:][has_previous], (v[1:] - v[:-1])[has_previous]
 
 
 def lead_lag(
-    steps: np.ndarray, x: np.ndarray, y: np.ndarray, lags: Iterable[int] = DEFAULT_LAGS
+    steps: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    lags: Iterable[int] = DEFAULT_LAGS,
+    min_pairs: int = MIN_POINTS,
 ) -> list[LagPoint]:
     """Cross-correlation of x and y at each lag ``k``, by step.
 
     At lag ``k``: the Pearson correlation over the pairs ``(x at step s, y at step s + k)`` for
     every step ``s`` such that both ``s`` and ``s + k`` are in ``steps`` and both values are finite
     (so an inner join from :func:`align` or an outer join with NaN both work; a missing step
-    removes the pairs that need it and shifts nothing).
+    removes the pairs that need it and shifts nothing); None with fewer than ``min_pairs`` pairs.
 
     Sign convention: ``k > 0`` compares x with y ``k`` steps later, so a peak at ``k > 0`` reads
     "x leads y by k steps" (x moves first); ``k < 0`` reads "y leads x by -k steps"; ``k = 0`` is
@@ -175,8 +213,21 @@ def lead_lag(
         a, b = vx[hit], vy[idx[hit]]
         ok = np.isfinite(a) & np.isfinite(b)
         a, b = a[ok], b[ok]
-        out.append(LagPoint(lag=int(k), r=_pearson(a, b), n=len(a)))
+        r = _pearson(a, b) if len(a) >= min_pairs else None
+        out.append(LagPoint(int(k), r, len(a), *fisher_interval(r, len(a))))
     return out
+
+
+def change_lead_lag(
+    steps: np.ndarray, x: np.ndarray, y: np.ndarray, lags: Iterable[int] = DEFAULT_LAGS
+) -> list[LagPoint]:
+    """:func:`lead_lag` of the step-to-step changes of x and y (:func:`first_differences`), with
+    at least ``MIN_LAG_PAIRS`` pairs per lag. Differencing removes the trends: two curves that
+    both drift over a run (monotone, say) correlate fully in levels at every lag, while their
+    changes correlate only when one moves with, before or after the other."""
+    changed, dx = first_differences(steps, x)
+    _, dy = first_differences(steps, y)
+    return lead_lag(changed, dx, dy, lags, min_pairs=MIN_LAG_PAIRS)
 
 
 def best_lag(points: Iterable[LagPoint]) -> LagPoint | None:

@@ -9,25 +9,39 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from mismatchctl.display import visible
 from mismatchctl.ingest.run_ingest import IngestResult
+from mismatchctl.render.fmt import step_span
 from mismatchctl.store import RunInfo
+from mismatchctl.store.location import demo_store_hint
 
 
 def steps_text(steps: list[int]) -> str:
     if not steps:
         return "-"
     if steps == list(range(steps[0], steps[-1] + 1)):
-        return f"{len(steps)} ({steps[0]}-{steps[-1]})" if len(steps) > 1 else str(steps[0])
+        return (
+            f"{len(steps)} ({step_span(steps[0], steps[-1])})" if len(steps) > 1 else str(steps[0])
+        )
     return f"{len(steps)} ({steps[0]}..{steps[-1]})"
 
 
 def tags_text(tags: dict[str, str]) -> str:
-    return " ".join(f"{k}={v}" for k, v in tags.items()) or "-"
+    return visible(" ".join(f"{k}={v}" for k, v in tags.items())) or "-"
 
 
-def runs_table(runs: list[RunInfo]) -> RenderableType:
+def no_runs_text(store: str) -> Text:
+    """What `runs` says about an empty store: which store it looked in, how to fill it, and
+    how to point at the demo's store when ``mismatchctl demo`` left one here."""
+    return Text(
+        f"No runs in the store {visible(store)} yet. Add one with `mismatchctl ingest DUMPS --run NAME`."
+        + demo_store_hint(store)
+    )
+
+
+def runs_table(runs: list[RunInfo], store: str) -> RenderableType:
     if not runs:
-        return Text("No runs in the store yet. Add one with `mismatchctl ingest DUMPS --run NAME`.")
+        return no_runs_text(store)
     table = Table(title="Runs", title_justify="left")
     for name, kw in (
         ("run", {"style": "bold"}),
@@ -41,7 +55,7 @@ def runs_table(runs: list[RunInfo]) -> RenderableType:
         table.add_column(name, **kw)
     for r in runs:
         table.add_row(
-            Text(r.name),
+            Text(visible(r.name)),
             Text(tags_text(r.tags)),
             steps_text(r.steps),
             f"{r.sequences:,}",
@@ -57,9 +71,9 @@ def run_detail(r: RunInfo) -> RenderableType:
     head.add_column(style="bold")
     head.add_column()
     for label, value in (
-        ("run", r.name),
+        ("run", visible(r.name)),
         ("tags", tags_text(r.tags)),
-        ("gpus (rows)", ", ".join(r.gpus) or "-"),
+        ("gpus (rows)", visible(", ".join(r.gpus)) or "-"),
         ("steps", steps_text(r.steps)),
         ("sequences", f"{r.sequences:,} ({r.empty_sequences:,} empty)"),
         ("model tokens", f"{r.model_tokens:,}"),
@@ -71,13 +85,15 @@ def run_detail(r: RunInfo) -> RenderableType:
     prov = Table(title="Provenance", title_justify="left")
     for name in ("#", "file", "format", "fingerprint", "kept", "dropped", "empty", "model tokens"):
         prov.add_column(
-            name, justify="right" if name in ("#", "kept", "dropped", "empty") else "left"
+            name,
+            justify="right" if name in ("#", "kept", "dropped", "empty") else "left",
+            overflow="fold",  # a file name is cut into lines, never elided
         )
     lines: list[Text] = [Text("Sources:", style="bold")]
     for i, s in enumerate(r.sources, start=1):
         prov.add_row(
             str(i),
-            Text(Path(s.path).name),
+            Text(visible(Path(s.path).name)),
             s.format,
             s.fingerprint.split(":")[-1][:12],
             f"{s.sequences:,}",
@@ -85,9 +101,11 @@ def run_detail(r: RunInfo) -> RenderableType:
             f"{s.empty_sequences:,}",
             f"{s.model_tokens:,}",
         )
-        lines.append(Text(f"  {i}. {s.path} ({s.size:,} bytes, {tags_text(s.tags)})"))
-        lines += [Text(f"     note: {n}", style="yellow") for n in s.notes]
-        lines += [Text(f"     dropped {k}: {v}", style="yellow") for k, v in s.dropped.items()]
+        lines.append(Text(f"  {i}. {visible(s.path)} ({s.size:,} bytes, {tags_text(s.tags)})"))
+        lines += [Text(f"     note: {visible(n)}", style="yellow") for n in s.notes]
+        lines += [
+            Text(f"     dropped {visible(k)}: {v}", style="yellow") for k, v in s.dropped.items()
+        ]
     return Group(head, Text(""), prov, *lines)
 
 
@@ -96,16 +114,18 @@ def ingest_summary(result: IngestResult) -> RenderableType:
     ingested = result.ingested
     if not ingested:
         skipped = [
-            Text(f"  {f.path}: {f.status} (same content as {f.same_as})") for f in result.files
+            Text(f"  {visible(f.path)}: {f.status} (same content as {visible(f.same_as)})")
+            for f in result.files
         ]
         return Group(
             Text(
-                f"Nothing new for run `{result.run}`: every input is already there.", style="bold"
+                f"Nothing new for run `{visible(result.run)}`: every input is already there.",
+                style="bold",
             ),
             *skipped,
         )
     table = Table(
-        title=f"Ingested into run `{result.run}`", title_justify="left", show_header=False
+        title=f"Ingested into run `{visible(result.run)}`", title_justify="left", show_header=False
     )
     table.add_column(style="bold")
     table.add_column(justify="right")
@@ -119,20 +139,27 @@ def ingest_summary(result: IngestResult) -> RenderableType:
         ("padding tokens", f"{t.pad_tokens:,}"),
         ("empty sequences (no model token)", f"{t.empty_sequences:,}"),
         ("steps", steps_text(sorted(t.steps))),
-        ("gpus", ", ".join(sorted(t.gpus)) or "-"),
+        ("gpus", visible(", ".join(sorted(t.gpus))) or "-"),
         ("dropped sequences", f"{t.dropped_sequences:,}"),
     ]
-    rows += [(f"  dropped: {reason}", f"{n:,}") for reason, n in sorted(t.dropped.items())]
+    rows += [(f"  dropped: {visible(reason)}", f"{n:,}") for reason, n in sorted(t.dropped.items())]
     for label, value in rows:
         table.add_row(label, value)
     lines: list[RenderableType] = [table]
     for f in result.files:
         if f.status != "ingested":
-            lines.append(Text(f"skipped {f.path}: {f.status} (same content as {f.same_as})"))
+            lines.append(
+                Text(
+                    f"skipped {visible(f.path)}: {f.status} (same content as {visible(f.same_as)})"
+                )
+            )
         elif f.record and f.record.notes:
-            lines += [Text(f"note: {f.path.name}: {n}", style="yellow") for n in f.record.notes]
+            lines += [
+                Text(f"note: {visible(f.path.name)}: {visible(n)}", style="yellow")
+                for n in f.record.notes
+            ]
     if t.dropped_ids:
-        lines.append(Text("dropped samples: " + "; ".join(t.dropped_ids), style="yellow"))
+        lines.append(Text("dropped samples: " + visible("; ".join(t.dropped_ids)), style="yellow"))
     return Group(*lines)
 
 

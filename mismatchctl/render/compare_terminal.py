@@ -11,15 +11,23 @@ from rich.text import Text
 
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.compare import Comparison
+from mismatchctl.display import visible
 from mismatchctl.render import curves_rows as CR
-from mismatchctl.render.compare_rows import Rows, bins_rows, gap_rows, headline_rows, keyed_rows
+from mismatchctl.render.compare_rows import (
+    Rows,
+    bins_rows,
+    gap_rows,
+    headline_rows,
+    keyed_rows,
+)
+from mismatchctl.render.fit import fit
 from mismatchctl.render.fmt import num
 
 MAX_STEP_ROWS = 30
 
 
 def render_comparison(c: Comparison) -> RenderableType:
-    a, b = c.a.selection.label, c.b.selection.label
+    a, b = visible(c.a.selection.label), visible(c.b.selection.label)
     parts: list[RenderableType] = [
         Text(f"Compare  A: {a}   B: {b}", style="bold underline"),
         _config(c),
@@ -33,7 +41,7 @@ def render_comparison(c: Comparison) -> RenderableType:
         parts.append(_keyed("By gpu", c.gpus, K.GPU))
     parts.append(_steps(c))
     parts.append(_curves(c))
-    parts += [Text(f"note: {n}", style="yellow") for n in c.notes]
+    parts += [Text(f"note: {visible(n)}", style="yellow") for n in c.notes]
     return RGroup(*[RGroup(p, Text("")) for p in parts])
 
 
@@ -55,11 +63,11 @@ def _config(c: Comparison) -> RenderableType:
     for col in ("tag", "A", "B"):
         table.add_column(col)
     for row in c.config:
-        table.add_row(Text(row["key"]), Text(row["a"] or "-"), Text(row["b"] or "-"))
-    return table
+        table.add_row(*(Text(visible(row[k] or "-")) for k in ("key", "a", "b")))
+    return fit(table)
 
 
-def _table(title: str, rows: Rows, left: int = 1, bold: list[bool] | None = None) -> Table:
+def _table(title: str, rows: Rows, left: int = 1, bold: list[bool] | None = None) -> RenderableType:
     headers, body = rows
     table = Table(title=title, title_justify="left")
     for i, col in enumerate(headers):
@@ -67,7 +75,7 @@ def _table(title: str, rows: Rows, left: int = 1, bold: list[bool] | None = None
     for i, row in enumerate(body):
         style = "bold" if bold and bold[i] else ""
         table.add_row(*[Text(cell, style=style if j == 0 else "") for j, cell in enumerate(row)])
-    return table
+    return fit(table, left)
 
 
 def _headline(c: Comparison) -> RenderableType:
@@ -77,7 +85,7 @@ def _headline(c: Comparison) -> RenderableType:
 
 def _verdicts(c: Comparison) -> RenderableType:
     lines = [
-        Text(("• " + row["verdict"]), style="bold" if row.get("significant") else "")
+        Text(("• " + visible(row["verdict"])), style="bold" if row.get("significant") else "")
         for row in c.headline
         if "verdict" in row
     ]
@@ -118,4 +126,4 @@ def _steps(c: Comparison) -> RenderableType:
             num(row["b_vllm_kl"]),
             num(row["vllm_kl_ratio"]),
         )
-    return table
+    return fit(table)

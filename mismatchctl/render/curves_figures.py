@@ -10,6 +10,7 @@ import math
 import plotly.graph_objects as go
 
 from mismatchctl.curves.analysis import RunCurves
+from mismatchctl.curves.correlate import MIN_LAG_PAIRS, LagPoint
 from mismatchctl.curves.series import KL, Series
 from mismatchctl.render.figures import _band_shapes, _base, esc
 from mismatchctl.render.fmt import num
@@ -99,7 +100,8 @@ def overlay_figure(c: RunCurves) -> go.Figure:
 
 
 def lead_lag_figure(c: RunCurves) -> go.Figure:
-    """Per curve, its correlation with vllm_kl at lags -5..5 (positive lag: vllm_kl leads)."""
+    """Per curve, the correlation of its step-to-step changes with those of vllm_kl at lags
+    -5..5 (positive lag: vllm_kl leads), with the 95% interval and pairs in the hover."""
     fig = go.Figure()
     shown = set(overlay_order(c)[:3])
     for link in c.links:
@@ -110,15 +112,21 @@ def lead_lag_figure(c: RunCurves) -> go.Figure:
                 name=esc(link.metric),
                 mode="lines+markers",
                 visible=True if link.metric in shown else "legendonly",
-                text=[f"n = {p.n}" for p in link.lags],
+                text=[_lag_hover(p) for p in link.lags],
                 hovertemplate=f"{esc(link.metric)}<br>lag %{{x}}: r %{{y:.3f}} (%{{text}})"
                 "<extra></extra>",
             )
         )
     fig.add_hline(y=0, line_width=1, line_color="#999")
     fig.update_xaxes(title="lag k (steps): vllm_kl at step s vs the curve at step s + k", dtick=1)
-    fig.update_yaxes(title="Pearson r", range=[-1.05, 1.05])
+    fig.update_yaxes(title="Pearson r of the step-to-step changes", range=[-1.05, 1.05])
     return _base(fig, 380)
+
+
+def _lag_hover(p: LagPoint) -> str:
+    if p.r is None:
+        return f"n = {p.n}; none below {MIN_LAG_PAIRS} pairs"
+    return f"n = {p.n}, 95% CI {p.ci_low:+.2f}..{p.ci_high:+.2f}"
 
 
 def compare_figure(metric: str, sides: list[tuple[str, Series]]) -> go.Figure:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mismatchctl.curves.analysis import RunCurves
+from mismatchctl.curves.analysis import Link, RunCurves
+from mismatchctl.curves.correlate import MIN_LAG_PAIRS
 from mismatchctl.curves.series import selection_table
 
 
@@ -33,9 +34,13 @@ def run_curves_json(c: RunCurves) -> dict[str, Any]:
                 "n": link.n,
                 "pearson": link.pearson,
                 "spearman": link.spearman,
-                "lead_lag": [{"lag": p.lag, "r": p.r, "n": p.n} for p in link.lags],
-                "best_lag": None if link.best is None else link.best.lag,
-                "best_lag_r": None if link.best is None else link.best.r,
+                "lead_lag_of": "step-to-step changes",
+                "lead_lag_min_pairs": MIN_LAG_PAIRS,
+                "lead_lag": [
+                    {"lag": p.lag, "r": p.r, "n": p.n, "ci_low": p.ci_low, "ci_high": p.ci_high}
+                    for p in link.lags
+                ],
+                **_best(link),
                 "only_vllm_kl_steps": link.only_kl_steps,
                 "only_metric_steps": link.only_metric_steps,
                 "nonfinite_steps": link.nonfinite_steps,
@@ -56,4 +61,15 @@ def run_curves_json(c: RunCurves) -> dict[str, Any]:
             "reward_drops_not_assessed": c.unassessed_drops,
             "vllm_kl_rise_before_reward_drop": [{**p.__dict__, "lead": p.lead} for p in c.rises],
         },
+    }
+
+
+def _best(link: Link) -> dict[str, Any]:
+    best = link.best
+    return {
+        "best_lag": None if best is None else best.lag,
+        "best_lag_r": None if best is None else best.r,
+        "best_lag_n": None if best is None else best.n,
+        "best_lag_ci_low": None if best is None else best.ci_low,
+        "best_lag_ci_high": None if best is None else best.ci_high,
     }

@@ -8,24 +8,41 @@ from pathlib import Path
 import numpy as np
 
 from mismatchctl.curves.analysis import Link, RunCurves
+from mismatchctl.curves.correlate import MIN_LAG_PAIRS
 from mismatchctl.curves.series import KL, value_at
-from mismatchctl.render.fmt import num
+from mismatchctl.display import visible
+from mismatchctl.render.fmt import num, step_span
 from mismatchctl.stats import band
 
-LINK_COLUMNS = ("curve", "from", "steps", "pearson", "spearman", "lead-lag (best |r|)")
+LINK_COLUMNS = (
+    "curve",
+    "from",
+    "steps",
+    "pearson",
+    "spearman",
+    "lead-lag of the changes (best |r|)",
+)
 MAX_TABLE_STEPS = 30
 MAX_LISTED_STEPS = 12
 
 
 def origin_text(origin: str) -> str:
-    return "dumps" if origin == "dumps" else ", ".join(Path(p).name for p in origin.split(", "))
+    """Where a curve comes from: the dumps, or the training logs' file names."""
+    if origin == "dumps":
+        return "dumps"
+    return visible(", ".join(Path(p).name for p in origin.split(", ")))
 
 
 def lag_text(link: Link) -> str:
+    """The best lag of the step-to-step changes with its r, 95% interval and pairs; or why
+    there is none (too few pairs of consecutive steps)."""
     best = link.best
     if best is None or best.r is None:
-        return "-"
-    r = f"r {best.r:+.2f}"
+        pairs = max((p.n for p in link.lags), default=0)
+        if pairs < MIN_LAG_PAIRS:
+            return f"n/a: {pairs} step changes, need {MIN_LAG_PAIRS}"
+        return "n/a: a curve does not change"
+    r = f"r {best.r:+.2f}, 95% CI {best.ci_low:+.2f}..{best.ci_high:+.2f}, n {best.n}"
     if best.lag > 0:
         return f"vllm_kl leads by {best.lag} ({r})"
     if best.lag < 0:
@@ -40,7 +57,7 @@ def corr_text(x: float | None) -> str:
 def link_rows(c: RunCurves) -> list[list[str]]:
     return [
         [
-            link.metric,
+            visible(link.metric),
             origin_text(link.origin),
             f"{link.n}",
             corr_text(link.pearson),
@@ -59,7 +76,7 @@ def steps_list(steps: list[int]) -> str:
         j = i
         while j + 1 < len(steps) and steps[j + 1] == steps[j] + 1:
             j += 1
-        pieces.append(str(steps[i]) if i == j else f"{steps[i]}-{steps[j]}")
+        pieces.append(str(steps[i]) if i == j else step_span(steps[i], steps[j]))
         i = j + 1
     more = len(pieces) - MAX_LISTED_STEPS
     text = ", ".join(pieces[:MAX_LISTED_STEPS])
@@ -67,7 +84,12 @@ def steps_list(steps: list[int]) -> str:
 
 
 def join_notes(c: RunCurves) -> list[str]:
-    """The steps one table has and the other lacks, and values that could not be used."""
+    """The steps one table has and the other lacks, and values that could not be used (metric
+    names escaped, ``display.visible``)."""
+    return [visible(line) for line in _join_notes(c)]
+
+
+def _join_notes(c: RunCurves) -> list[str]:
     out = []
     if not c.has_logs:
         out.append(
@@ -94,7 +116,11 @@ def join_notes(c: RunCurves) -> list[str]:
 
 
 def event_lines(c: RunCurves) -> list[str]:
-    """What the studies look for, with the steps."""
+    """What the studies look for, with the steps (metric names escaped)."""
+    return [visible(line) for line in _event_lines(c)]
+
+
+def _event_lines(c: RunCurves) -> list[str]:
     out = [
         "vllm_kl spikes: "
         + (steps_list(c.kl_spikes) if c.kl_spikes else "none (robust z > 3.5 vs the last 10 steps)")
@@ -193,7 +219,7 @@ def curve_pair_rows(pairs: list) -> list[list[str]]:
     for p in pairs:
         rows.append(
             [
-                p.metric,
+                visible(p.metric),
                 "-" if p.a is None else str(len(p.a.series.steps)),
                 "-" if p.b is None else str(len(p.b.series.steps)),
                 str(p.common_steps),

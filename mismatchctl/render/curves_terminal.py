@@ -9,7 +9,9 @@ from rich.text import Text
 
 from mismatchctl.curves.analysis import RunCurves
 from mismatchctl.curves.series import KL
+from mismatchctl.display import visible
 from mismatchctl.render import curves_rows as R
+from mismatchctl.render.fit import fit
 from mismatchctl.render.fmt import band_text, kl_text
 
 
@@ -24,7 +26,7 @@ def curves_view(curves: dict[str, RunCurves]) -> list[RenderableType]:
         out.append(
             Text(
                 "Training curves: no training logs attached to "
-                + ", ".join(bare)
+                + ", ".join(visible(run) for run in bare)
                 + " (add them with `mismatchctl ingest-metrics FILE --run RUN`; per-step "
                 "correlations with the dump-derived curves are in --json and --html).",
                 style="dim",
@@ -35,7 +37,7 @@ def curves_view(curves: dict[str, RunCurves]) -> list[RenderableType]:
 
 def run_block(c: RunCurves) -> RenderableType:
     links = Table(
-        title=f"Training curves: {c.run} (each curve against per-step vllm_kl)",
+        title=f"Training curves: {visible(c.run)} (each curve against per-step vllm_kl)",
         title_justify="left",
     )
     for col in R.LINK_COLUMNS:
@@ -44,7 +46,7 @@ def run_block(c: RunCurves) -> RenderableType:
         )
     for row in R.link_rows(c):
         links.add_row(*[Text(x) for x in row])
-    parts: list[RenderableType] = [links]
+    parts: list[RenderableType] = [fit(links)]
     parts += [Text(f"  {line}") for line in R.event_lines(c)]
     parts += [Text(f"  note: {line}", style="yellow") for line in R.join_notes(c)]
     parts.append(step_table(c))
@@ -54,12 +56,12 @@ def run_block(c: RunCurves) -> RenderableType:
 def step_table(c: RunCurves) -> RenderableType:
     steps, note = R.table_steps(c)
     cols = R.table_columns(c)
-    table = Table(title=f"Per step: {c.run}, training curves", title_justify="left")
+    table = Table(title=f"Per step: {visible(c.run)}, training curves", title_justify="left")
     table.add_column("step", justify="right")
     table.add_column(KL, justify="right")
     table.add_column("band")
     for name in cols[1:]:
-        table.add_column(name, justify="right", overflow="fold")
+        table.add_column(visible(name), justify="right", overflow="fold")
     for step in steps:
         b = R.step_band(c, step)
         row: list[Text | str] = [
@@ -71,4 +73,4 @@ def step_table(c: RunCurves) -> RenderableType:
         table.add_row(*row)
     if note:
         table.caption = note
-    return table
+    return fit(table)

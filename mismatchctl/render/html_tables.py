@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Group, Report
 from mismatchctl.render import report_rows as R
-from mismatchctl.render.fmt import label, num, pct
+from mismatchctl.render.fmt import label, num, overflow_text, pct
 from mismatchctl.render.report_terminal import TURN_ROWS
 from mismatchctl.stats import band, bin_label
 
@@ -76,7 +76,13 @@ def headline(report: Report) -> str:
             "tokens / sequences / steps",
             f"{num(m['tokens'])} / {num(m['sequences'])} / {len(steps)}",
         ],
-        ["vllm_kl", Cell(f"{num(m['vllm_kl'])}  ({vband or '-'})", f"kl-{vband}" if vband else "")],
+        [
+            "vllm_kl",
+            Cell(
+                f"{overflow_text(m) or num(m['vllm_kl'])}  ({vband or '-'})",
+                f"kl-{vband}" if vband else "",
+            ),
+        ],
         ["kl_k1", num(m["kl_k1"])],
         ["abs_log_ratio_mean", num(m["abs_log_ratio_mean"])],
         ["prob_pearson", num(m["prob_pearson"], 6)],
@@ -161,7 +167,7 @@ def step_tables(report: Report) -> list[tuple[str, str, str]]:
         if not groups:
             continue
         note = ""
-        if len(groups) > MAX_STEP_ROWS:
+        if len(groups) > MAX_STEP_ROWS and not R.every_step(report):
             note = (
                 f"{len(groups):,} steps ({groups[0].by[K.STEP]}..{groups[-1].by[K.STEP]}): the "
                 f"{WORST_STEPS} with the largest vllm_kl, in step order; every step is in the "

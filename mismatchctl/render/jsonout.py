@@ -8,6 +8,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mismatchctl.display import json_safe
+
 
 def to_jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -27,4 +29,5 @@ def to_jsonable(value: Any) -> Any:
 
 
 def dumps(value: Any) -> str:
-    return json.dumps(to_jsonable(value), indent=2, allow_nan=False, ensure_ascii=False)
+    """Indented JSON, non-ASCII text as it is, but no raw control character (``display``)."""
+    return json_safe(json.dumps(to_jsonable(value), indent=2, allow_nan=False, ensure_ascii=False))

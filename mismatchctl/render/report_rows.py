@@ -13,7 +13,15 @@ METRIC_HEADERS = ["tokens", "vllm_kl", "kl_k1", "|r| mean", "prob ρ", "log-ppl 
 
 
 def extra_splits(report: Report) -> list[K.Split]:
-    return [s for s in report.splits if s not in FIXED]
+    """The ``--by`` splits without a fixed table. ``--by step`` of one run is that run's per-step
+    table (then shown with every step, see :func:`every_step`), not a second table."""
+    single = len(report.selection.runs) == 1
+    return [s for s in report.splits if s not in FIXED and not (single and s == (K.STEP,))]
+
+
+def every_step(report: Report) -> bool:
+    """``--by step`` asks for every step in the per-step tables (not only the worst ones)."""
+    return (K.STEP,) in report.splits
 
 
 def split_rows(
@@ -39,7 +47,7 @@ def split_rows(
             ]
         )
         bands.append(band(m["vllm_kl"]))
-    return [*split, *METRIC_HEADERS], rows, bands
+    return [*(label(k) for k in split), *METRIC_HEADERS], rows, bands
 
 
 HARDWARE_HEADERS = [
@@ -65,7 +73,7 @@ def hardware_rows(report: Report) -> tuple[list[str], list[list[str]], list[str 
         rows.append(
             [
                 label(row["gpu"]),
-                ", ".join(row["runs"]),
+                ", ".join(label(r) for r in row["runs"]),
                 num(row["batches"]),
                 num(row["tokens"]),
                 num(row["vllm_kl"]),

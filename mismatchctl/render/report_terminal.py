@@ -9,9 +9,11 @@ from rich.text import Text
 
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Group, Report
+from mismatchctl.display import visible
 from mismatchctl.render import report_rows as R
 from mismatchctl.render.curves_terminal import curves_view
-from mismatchctl.render.fmt import band_text, kl_text, num, pct
+from mismatchctl.render.fit import fit
+from mismatchctl.render.fmt import band_text, kl_text, label, num, overflow_text, pct
 from mismatchctl.stats import band, bin_label
 
 MAX_STEP_ROWS = 30
@@ -34,17 +36,17 @@ def _headline(report: Report) -> RenderableType:
     whole = report.whole()
     runs = report.selection.runs
     title = (
-        f"Run {runs[0].name}"
+        f"Run {visible(runs[0].name)}"
         if len(runs) == 1
-        else f"{len(runs)} runs: " + ", ".join(r.name for r in runs)
+        else f"{len(runs)} runs: " + ", ".join(visible(r.name) for r in runs)
     )
     if report.selection.steps is not None:
         title += f", steps {report.selection.steps}"
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
-    grid.add_column()
+    grid.add_column(overflow="fold")  # tags and notes wrap, never elided
     if len(runs) == 1 and runs[0].tags:
-        grid.add_row("tags", " ".join(f"{k}={v}" for k, v in runs[0].tags.items()))
+        grid.add_row("tags", visible(" ".join(f"{k}={v}" for k, v in runs[0].tags.items())))
     if whole is None:
         grid.add_row("tokens", "0 model tokens in the selection")
         return RGroup(Text(title, style="bold underline"), grid)
@@ -55,9 +57,9 @@ def _headline(report: Report) -> RenderableType:
     grid.add_row(
         "tokens / sequences / steps", f"{num(m['tokens'])} / {num(m['sequences'])} / {len(steps)}"
     )
-    grid.add_row(
-        "vllm_kl", Text.assemble(kl_text(m["vllm_kl"], vband), "  (", band_text(vband), ")")
-    )
+    why = overflow_text(m)
+    value = kl_text(m["vllm_kl"], vband) if why is None else Text(why)
+    grid.add_row("vllm_kl", Text.assemble(value, "  (", band_text(vband), ")"))
     grid.add_row("kl_k1", num(m["kl_k1"]))
     grid.add_row("abs_log_ratio_mean", num(m["abs_log_ratio_mean"]))
     grid.add_row("prob_pearson", num(m["prob_pearson"], 6))
@@ -93,7 +95,7 @@ def _runs_table(report: Report) -> RenderableType:
         m = g.metrics
         b = band(m["vllm_kl"])
         table.add_row(
-            Text(str(g.by[K.RUN])),
+            Text(label(g.by[K.RUN])),
             num(m["tokens"]),
             num(m["sequences"]),
             kl_text(m["vllm_kl"], b),
@@ -103,7 +105,7 @@ def _runs_table(report: Report) -> RenderableType:
             num(m["prob_pearson"]),
             num(m["log_ppl_pearson"]),
         )
-    return table
+    return fit(table)
 
 
 def _bins_table(report: Report) -> RenderableType:
@@ -138,7 +140,7 @@ def _bins_table(report: Report) -> RenderableType:
             num(m.get("log_ratio_p50")),
             num(m.get("log_ratio_p99")),
         )
-    return table
+    return fit(table)
 
 
 TURN_ROWS = (
@@ -169,7 +171,7 @@ def _turns_table(report: Report) -> RenderableType:
         a, b = first.get(name), later.get(name)
         ratio = b / a if isinstance(a, int | float) and isinstance(b, int | float) and a else None
         table.add_row("segments" if name == "sequences" else name, num(a), num(b), num(ratio))
-    return table
+    return fit(table)
 
 
 def _steps(report: Report) -> list[RenderableType]:
@@ -178,8 +180,8 @@ def _steps(report: Report) -> list[RenderableType]:
         groups = [g for g in report.split(K.RUN, K.STEP) if g.by[K.RUN] == run]
         if not groups:
             continue
-        if len(groups) <= MAX_STEP_ROWS:
-            out.append(_step_table(f"Per step: {run}", groups))
+        if len(groups) <= MAX_STEP_ROWS or R.every_step(report):
+            out.append(_step_table(f"Per step: {visible(run)}", groups))
         else:
             out.append(_step_spark(run, groups))
     return out
@@ -200,7 +202,7 @@ def _step_table(title: str, groups: list[Group]) -> RenderableType:
             num(m["abs_log_ratio_mean"]),
             num(m["trainer_ppl"]),
         )
-    return table
+    return fit(table)
 
 
 def _step_spark(run: str, groups: list[Group]) -> RenderableType:
@@ -216,14 +218,14 @@ def _step_spark(run: str, groups: list[Group]) -> RenderableType:
         spark.append(SPARK[i], style=band_text(g.band).style)
     worst = sorted(groups, key=lambda g: -(g.metrics["vllm_kl"] or 0))[:10]
     head = Text(
-        f"Per step: {run} ({len(groups)} steps {groups[0].by[K.STEP]}..{groups[-1].by[K.STEP]}, "
+        f"Per step: {visible(run)} ({len(groups)} steps {groups[0].by[K.STEP]}..{groups[-1].by[K.STEP]}, "
         "log vllm_kl; full series in --json / --html)",
         style="bold",
     )
     return RGroup(
         head,
         spark,
-        _step_table(f"Worst 10 steps: {run}", sorted(worst, key=lambda g: g.by[K.STEP])),
+        _step_table(f"Worst 10 steps: {visible(run)}", sorted(worst, key=lambda g: g.by[K.STEP])),
     )
 
 
@@ -239,12 +241,12 @@ def _hardware_table(report: Report) -> RenderableType:
         cells = [Text(c) for c in row]
         cells[4] = Text(row[4], style=band_text(b).style)
         table.add_row(*cells)
-    return table
+    return fit(table)
 
 
 def _generic_table(report: Report, split: K.Split) -> RenderableType:
     headers, rows, bands = R.split_rows(report, split)
-    table = Table(title="By " + " x ".join(split), title_justify="left")
+    table = Table(title="By " + " x ".join(visible(k) for k in split), title_justify="left")
     for i, col in enumerate(headers):
         table.add_column(col, justify="left" if i < len(split) else "right")
     at = len(split) + 1  # the vllm_kl column
@@ -252,4 +254,4 @@ def _generic_table(report: Report, split: K.Split) -> RenderableType:
         cells = [Text(c) for c in row]
         cells[at] = Text(row[at], style=band_text(b).style)
         table.add_row(*cells)
-    return table
+    return fit(table, len(split))

@@ -12,6 +12,7 @@ from rich.text import Text
 
 from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.whatif import Whatif, WhatifGroup
+from mismatchctl.render.fit import fit
 from mismatchctl.render.fmt import label, num, pct
 from mismatchctl.stats.whatif import Method
 
@@ -29,7 +30,7 @@ def unit_fraction(m: Method, metrics: dict[str, Any]) -> float | None:
 
 
 def render_whatif(w: Whatif) -> RenderableType:
-    sel = w.report.selection.label or ", ".join(w.report.selection.names)
+    sel = label(w.report.selection.label or ", ".join(w.report.selection.names))
     parts: list[RenderableType] = [
         Text(f"What-if corrections: {sel}", style="bold underline"),
         Text(
@@ -65,7 +66,7 @@ def _summary(w: Whatif) -> RenderableType:
             num(r["ess"]),
             num(r["ess_raw"]),
         )
-    return table
+    return fit(table)
 
 
 def _weights(w: Whatif) -> RenderableType:
@@ -81,7 +82,7 @@ def _weights(w: Whatif) -> RenderableType:
             for stat in ("mean", "std", "min", "max")
         ]
         table.add_row(method_label(m), *cells)
-    return table
+    return fit(table)
 
 
 def _keyed(w: Whatif, title: str, key: str) -> RenderableType:
@@ -92,7 +93,7 @@ def _keyed(w: Whatif, title: str, key: str) -> RenderableType:
         table.add_column(label(g.by[key]), justify="right")
     for j, m in enumerate(w.methods):
         table.add_row(method_label(m), *(pct(unit_fraction(m, g.results[j])) for g in groups))
-    return table
+    return fit(table)
 
 
 def _steps(w: Whatif) -> RenderableType:
@@ -115,4 +116,4 @@ def _steps(w: Whatif) -> RenderableType:
         cells = [pct(unit_fraction(m, r)) for m, r in zip(w.methods, g.results, strict=True)]
         lead = [Text(label(run))] if multi else []
         table.add_row(*lead, str(step), num(w.batch_vllm_kl.get((run, step))), *cells)
-    return table
+    return fit(table, 2 if multi else 1)

@@ -11,6 +11,7 @@ from mismatchctl.stats.bins import LOG_EDGES, assign_bins, bin_label, parse_bins
 from mismatchctl.stats.chunk import chunk_partials
 from mismatchctl.stats.histogram import QUANTILES
 from mismatchctl.stats.partial import (
+    COUNT_METRICS,
     METRIC_NAMES,
     QUANTILE_METRICS,
     SEQUENCE_METRICS,
@@ -21,11 +22,13 @@ from mismatchctl.stats.partial import (
 )
 from mismatchctl.stats.reference import reference_metrics, reference_quantiles
 from mismatchctl.stats.splits import TURN_INDEX_LABELS, TURN_KIND_LABELS, turn_index, turn_kind
-from mismatchctl.stats.state import LOW_PROB_THRESHOLD
+from mismatchctl.stats.state import EXP_MAX, LOW_PROB_THRESHOLD
 
 __all__ = [
     "BANDS",
     "BAND_NAMES",
+    "COUNT_METRICS",
+    "EXP_MAX",
     "LOG_EDGES",
     "LOW_PROB_THRESHOLD",
     "METRIC_NAMES",

@@ -56,6 +56,15 @@ class SeqStats:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def same(self, other: SeqStats) -> bool:
+        """The same sequences' sums, in any order: two slices that hold the same data."""
+        if len(self) != len(other):
+            return False
+        mine, theirs = (np.stack([getattr(s, f) for f in FIELDS], axis=1) for s in (self, other))
+        for rows in (mine, theirs):
+            rows[:] = rows[np.lexsort(rows.T[::-1])]
+        return bool(np.array_equal(mine, theirs, equal_nan=True))
+
 
 def _log_ppl(s: SeqStats) -> tuple[np.ndarray, np.ndarray]:
     """Per-sequence rollout and trainer log-ppl."""

@@ -21,7 +21,7 @@ import numpy as np
 from mismatchctl.stats import histogram
 from mismatchctl.stats.partial import Partial
 from mismatchctl.stats.reduce import MIN_MEAN_RUN, GroupReducer, run_starts
-from mismatchctl.stats.state import LOW_PROB_THRESHOLD, RATIO_CLAMP, Col, empty_state
+from mismatchctl.stats.state import EXP_MAX, LOW_PROB_THRESHOLD, RATIO_CLAMP, Col, empty_state
 
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -128,6 +128,7 @@ def token_columns(lr: np.ndarray, lt: np.ndarray, pr: np.ndarray | None = None) 
             Col.RHO_M1_SUM: rho_m1,
             Col.DP_SUM: dp,
             Col.LOW_PROB: (pr < LOW_PROB_THRESHOLD).astype(np.float64),
+            Col.R_OVERFLOW: (r > EXP_MAX).astype(np.float64),
             Col.PR_SUM: pr,
             Col.PT_SUM: pt,
         }

@@ -3,7 +3,7 @@
 :func:`cell_sums` walks a slice of model tokens once per turn run (the contiguous tokens of one
 sequence in one turn) and reduces it to (turn run x probability bin) cells: counts, sums,
 centred second moments (a second pass over the run's tokens around each cell's mean) and
-extremes of every token column of the state (``Col.TOKENS`` .. ``Col.PT_MAX``), plus each run's
+extremes of every token column of the state (``Col.TOKENS`` .. ``Col.R_OVERFLOW``), plus each run's
 sums of both logprobs. Everything a report, a comparison or a figure derives from tokens merges
 from these cells (see ``stats/turnruns.py``). The arithmetic is the numpy kernel's
 (``stats/chunk.py``), token by token; the tests check the two agree.
@@ -21,9 +21,16 @@ import numpy as np
 
 from mismatchctl.stats.bins import FEW_EDGES
 from mismatchctl.stats.histogram import N_BINS
-from mismatchctl.stats.state import LOW_PROB_THRESHOLD, MAX_COLS, MIN_COLS, RATIO_CLAMP, Col
+from mismatchctl.stats.state import (
+    EXP_MAX,
+    LOW_PROB_THRESHOLD,
+    MAX_COLS,
+    MIN_COLS,
+    RATIO_CLAMP,
+    Col,
+)
 
-TOKEN_FIELDS = int(Col.PT_MAX) + 1  # the token columns come first in the state vector
+TOKEN_FIELDS = int(Col.R_OVERFLOW) + 1  # the token columns come first in the state vector
 # numba freezes module-level ints at compile time: plain ints, not enum members
 _N, _K3, _R, _R_M2, _R_MIN, _R_MAX = (
     int(c) for c in (Col.TOKENS, Col.K3_SUM, Col.R_SUM, Col.R_M2, Col.R_MIN, Col.R_MAX)
@@ -38,6 +45,8 @@ _PR, _PT, _PR_M2, _PT_M2, _PRPT_C = (
 _PR_MIN, _PR_MAX, _PT_MIN, _PT_MAX = (
     int(c) for c in (Col.PR_MIN, Col.PR_MAX, Col.PT_MIN, Col.PT_MAX)
 )
+_OVF = int(Col.R_OVERFLOW)
+_EXP_MAX = float(EXP_MAX)
 _MIN_COLS = tuple(int(c) for c in MIN_COLS if c < TOKEN_FIELDS)  # the token columns' extremes
 _MAX_COLS = tuple(int(c) for c in MAX_COLS if c < TOKEN_FIELDS)
 _LOW_PROB = float(LOW_PROB_THRESHOLD)
@@ -156,6 +165,8 @@ def cell_sums(
             row[_DP] += dp
             if pr < _LOW_PROB:
                 row[_LOW] += 1.0
+            if r > _EXP_MAX:
+                row[_OVF] += 1.0
             row[_PR] += pr
             row[_PT] += pt
             row[_R_MIN] = min(row[_R_MIN], r)
@@ -218,7 +229,7 @@ def merge_token_rows(s: np.ndarray, code: np.ndarray, t: np.ndarray) -> None:
     m = s.shape[0]
     for i in range(m):
         g = code[i]
-        for col in (_N, _K3, _R, _ABS_R, _CHI2, _RHO_M1, _DP, _LOW, _PR, _PT):
+        for col in (_N, _K3, _R, _ABS_R, _CHI2, _RHO_M1, _DP, _LOW, _PR, _PT, _OVF):
             t[g, col] += s[i, col]
         for col in _MIN_COLS:
             t[g, col] = min(t[g, col], s[i, col])

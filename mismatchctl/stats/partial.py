@@ -7,7 +7,8 @@ in any order. ``finalize`` applies the definitions of METRICS.md.
 Output conventions of ``finalize``: ``tokens`` and ``sequences`` are ints; every other metric is a
 float, or None when it cannot be computed (no tokens; a Pearson correlation with fewer than two
 points or a constant variable; a NaN from e.g. ``inf - inf``). An overflow (``exp`` of a log ratio
-above ~709) is returned as ``float('inf')``: keeping it out of JSON is the renderer's job.
+above ~709) is returned as ``float('inf')``: keeping it out of JSON is the renderer's job;
+``overflow_tokens`` counts the tokens whose ``r`` is beyond ``EXP_MAX``, so it can say why.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ SEQUENCE_METRICS = (
     "chi2_seq",
 )
 QUANTILE_METRICS = tuple(histogram.QUANTILES)
-METRIC_NAMES = ("tokens", "sequences", *TOKEN_METRICS, *SEQUENCE_METRICS)
+COUNT_METRICS = ("tokens", "sequences", "overflow_tokens")  # ints; 0 in an empty group
+METRIC_NAMES = (*COUNT_METRICS, *TOKEN_METRICS, *SEQUENCE_METRICS)
 
 Value = float | int | None
 
@@ -98,6 +100,11 @@ class Partial:
         return float(self._state[Col.K3_SUM])
 
     @property
+    def overflow_tokens(self) -> int:
+        """Tokens with ``r > EXP_MAX`` (~709.78): ``exp(r)`` is beyond float64 (inf)."""
+        return int(self._state[Col.R_OVERFLOW])
+
+    @property
     def low_prob_tokens(self) -> int:
         """Tokens with ``exp(lr) < 1e-3``."""
         return int(self._state[Col.LOW_PROB])
@@ -108,7 +115,11 @@ class Partial:
 
     def finalize(self) -> dict[str, Value]:
         """Metric name -> value, names exactly as in METRICS.md (quantiles only with a histogram)."""
-        out: dict[str, Value] = {"tokens": self.tokens, "sequences": self.sequences}
+        out: dict[str, Value] = {
+            "tokens": self.tokens,
+            "sequences": self.sequences,
+            "overflow_tokens": self.overflow_tokens,
+        }
         out.update(_token_metrics(self._state))
         out.update(_sequence_metrics(self._state))
         if self._hist is not None:

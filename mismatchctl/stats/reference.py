@@ -24,8 +24,10 @@ def reference_metrics(seqs: list[Segment]) -> dict[str, float | int | None]:
     out: dict[str, float | int | None] = dict.fromkeys(METRIC_NAMES)
     out["tokens"] = sum(len(lr) for lr, _ in segs)
     out["sequences"] = len(segs)
-    if segs:
-        with np.errstate(over="ignore", invalid="ignore"):  # overflow gives inf, as in Partial
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow gives inf, as in Partial
+        # exp(r) is inf exactly when r exceeds log(float64 max)
+        out["overflow_tokens"] = sum(int(np.sum(np.isinf(np.exp(lt - lr)))) for lr, lt in segs)
+        if segs:
             out.update(_token_metrics(segs))
             out.update(_sequence_metrics(segs))
     return {k: _clean(v) for k, v in out.items()}

@@ -42,27 +42,29 @@ class Col(IntEnum):
     PR_MAX = 18
     PT_MIN = 19
     PT_MAX = 20
-    SEGMENTS = 21
-    SEG_K3_MEAN_SUM = 22  # sum over segments of their mean K3
-    RLP_SUM = 23  # sum over segments of rollout_log_ppl_i
-    TLP_SUM = 24
-    RLP_M2 = 25
-    TLP_M2 = 26
-    RLPTLP_C = 27
-    RLP_MIN = 28
-    RLP_MAX = 29
-    TLP_MIN = 30
-    TLP_MAX = 31
-    RPPL_SUM = 32  # sum of exp(rollout_log_ppl_i)
-    TPPL_SUM = 33
-    D_SUM = 34  # sum of trainer_log_ppl_i - rollout_log_ppl_i
-    ABS_D_SUM = 35
-    PPL_RATIO_SUM = 36  # sum of exp(d_i)
-    CHI2_SEQ_SUM = 37  # sum of exp(2 clamp(S_i)) - 1
+    R_OVERFLOW = 21  # tokens with r > EXP_MAX: exp(r) is beyond float64
+    SEGMENTS = 22
+    SEG_K3_MEAN_SUM = 23  # sum over segments of their mean K3
+    RLP_SUM = 24  # sum over segments of rollout_log_ppl_i
+    TLP_SUM = 25
+    RLP_M2 = 26
+    TLP_M2 = 27
+    RLPTLP_C = 28
+    RLP_MIN = 29
+    RLP_MAX = 30
+    TLP_MIN = 31
+    TLP_MAX = 32
+    RPPL_SUM = 33  # sum of exp(rollout_log_ppl_i)
+    TPPL_SUM = 34
+    D_SUM = 35  # sum of trainer_log_ppl_i - rollout_log_ppl_i
+    ABS_D_SUM = 36
+    PPL_RATIO_SUM = 37  # sum of exp(d_i)
+    CHI2_SEQ_SUM = 38  # sum of exp(2 clamp(S_i)) - 1
 
 
 N_FIELDS = len(Col)
 LOW_PROB_THRESHOLD = 1e-3
+EXP_MAX = float(np.log(np.finfo(np.float64).max))  # 709.78...: exp(r) overflows above it
 RATIO_CLAMP = 20.0  # chi2 ratios are formed from clamp(r, -20, 20), as METRICS.md defines
 
 MIN_COLS = np.array([Col.R_MIN, Col.PR_MIN, Col.PT_MIN, Col.RLP_MIN, Col.TLP_MIN])

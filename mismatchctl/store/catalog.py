@@ -16,6 +16,7 @@ from typing import Any
 
 from mismatchctl.errors import StoreError
 from mismatchctl.schema import SCHEMA_VERSION
+from mismatchctl.store.location import demo_store_hint
 
 CATALOG_NAME = "catalog.sqlite"
 
@@ -132,7 +133,8 @@ def connect(root: Path, create: bool = False) -> sqlite3.Connection:
     if not path.exists() and not create:
         raise StoreError(
             f"no store at {root} (no {CATALOG_NAME})",
-            "ingest something first (mismatchctl ingest ...), or point --store at your store.",
+            "ingest something first (mismatchctl ingest ...), or point --store at your store."
+            + demo_store_hint(root),
         )
     if create and not path.exists():
         _create(root)

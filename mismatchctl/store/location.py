@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 ENV_VAR = "MISMATCHCTL_STORE"
+DEMO_STORE = Path("mismatchctl-demo") / "store"  # where `mismatchctl demo` puts its runs
 
 
 def default_store_path() -> Path:
@@ -19,3 +20,22 @@ def default_store_path() -> Path:
 
 def resolve_store_path(path: str | os.PathLike[str] | None) -> Path:
     return Path(path).expanduser() if path else default_store_path()
+
+
+def point_at(store: str | os.PathLike[str]) -> str:
+    """How to make every command use ``store``: the option, or the environment variable."""
+    where = str(store)
+    absolute = where if "://" in where else str(Path(where).expanduser().resolve())
+    return f"add --store {where} to each command, or `export {ENV_VAR}={absolute}`"
+
+
+def demo_store_hint(looked_in: str | os.PathLike[str]) -> str:
+    """A sentence saying how to point at the demo's store, when ``mismatchctl demo`` left one
+    in this directory and a command looked in another store; empty otherwise."""
+    from mismatchctl.store.catalog import CATALOG_NAME
+
+    if not (DEMO_STORE / CATALOG_NAME).is_file():
+        return ""
+    if "://" not in str(looked_in) and Path(looked_in).resolve() == DEMO_STORE.resolve():
+        return ""
+    return f" The demo's runs are in {DEMO_STORE}: {point_at(DEMO_STORE)}."

@@ -30,7 +30,7 @@ from mismatchctl.display import shown
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import catalog
 from mismatchctl.store.catalog import MetricSource, PartRecord, SourceRecord
-from mismatchctl.store.location import ENV_VAR, resolve_store_path
+from mismatchctl.store.location import ENV_VAR, demo_store_hint, resolve_store_path
 from mismatchctl.store.lock import LOCK_NAME, write_lock
 from mismatchctl.store.parts import METRICS, SEQUENCES, TOKENS
 
@@ -103,7 +103,15 @@ class Store:
             con.close()
 
     def runs(self) -> list[RunInfo]:
-        return [self.run(name) for name in self.run_names()]
+        """Every run (one removed between the listing and its reading is left out)."""
+        out = []
+        for name in self.run_names():
+            try:
+                out.append(self.run(name))
+            except StoreError:
+                if name in self.run_names():
+                    raise
+        return out
 
     def run(self, name: str) -> RunInfo:
         con = self._connect()
@@ -173,7 +181,7 @@ class Store:
         known = [r[0] for r in con.execute("SELECT name FROM runs ORDER BY name")]
         return StoreError(
             f"no run `{shown(name, 80)}` in the store {self} (runs: {', '.join(known) or 'none'})",
-            "list the runs with `mismatchctl runs`.",
+            "list the runs with `mismatchctl runs`." + demo_store_hint(str(self)),
         )
 
     # --- writing ------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from stats_helpers import assert_metrics_close, flatten, make_sequences, one_group
 
 from mismatchctl.stats import (
+    COUNT_METRICS,
     METRIC_NAMES,
     QUANTILE_METRICS,
     Partial,
@@ -24,8 +25,8 @@ from mismatchctl.stats.state import Col, merge_states
 def test_empty_finalize() -> None:
     got = Partial.empty(with_hist=True).finalize()
     assert list(got) == [*METRIC_NAMES, *QUANTILE_METRICS]
-    assert got["tokens"] == 0 and got["sequences"] == 0
-    assert all(got[k] is None for k in got if k not in ("tokens", "sequences"))
+    assert got["tokens"] == 0 and got["sequences"] == 0 and got["overflow_tokens"] == 0
+    assert all(got[k] is None for k in got if k not in COUNT_METRICS)
     assert set(Partial.empty().finalize()) == set(METRIC_NAMES)
     assert reference_metrics([]) == Partial.empty().finalize()
     assert reference_metrics([(np.zeros(0), np.zeros(0))]) == Partial.empty().finalize()
@@ -87,6 +88,29 @@ def test_overflow_is_inf_not_nan() -> None:
     assert got["rollout_ppl"] == math.inf
     assert math.isfinite(got["chi2_token"]) and math.isfinite(got["kl_k2"])
     assert_metrics_close(got, reference_metrics(seqs))
+
+
+def test_overflow_tokens_are_counted_and_merge() -> None:
+    """Tokens whose exp(r) is beyond float64 are counted (a mergeable count): r just above and
+    just below log(float64 max) = 709.78..., spread over groups, merged in any order."""
+    edge = float(np.log(np.finfo(np.float64).max))
+    above, below = np.nextafter(edge, np.inf), edge
+    seqs = [
+        (np.array([-above, -0.1]), np.array([0.0, -0.1])),  # r just above: overflow
+        (np.array([-below, -750.0]), np.array([0.0, 0.0])),  # r = edge: finite; r = 750
+        (np.array([-1.0, -2.0]), np.array([-1.0, -1.5])),
+        (np.array([-720.0]), np.array([-5.0])),  # r = 715
+        (np.array([-0.5]), np.array([-800.0])),  # r = -799.5: exp(r) = 0, not an overflow
+    ]
+    with np.errstate(over="ignore"):
+        want = int(sum(np.isinf(np.exp(lt - lr)).sum() for lr, lt in seqs))
+    assert want == 3
+    assert reference_metrics(seqs)["overflow_tokens"] == want
+    parts = [one_group([s]) for s in seqs]
+    assert [p.overflow_tokens for p in parts] == [1, 1, 0, 1, 0]
+    assert merge_all(parts).finalize()["overflow_tokens"] == want
+    assert merge_all(reversed(parts)).finalize()["overflow_tokens"] == want
+    assert one_group(seqs).overflow_tokens == want
 
 
 def test_histogram_presence_rules() -> None:
