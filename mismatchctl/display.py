@@ -8,6 +8,7 @@ at ingest; error messages (which quote whatever the user typed) show them escape
 
 from __future__ import annotations
 
+import os
 import re
 
 # C0 and C1 control characters, DEL, and the bidirectional overrides and isolates.
@@ -33,3 +34,10 @@ def shown(text: str, limit: int = 200) -> str:
 def printable(message: str) -> str:
     """A multi-line message with every control character but newline and tab escaped."""
     return _KEEP.sub(_escape, message)
+
+
+def file_label(path: str | os.PathLike[str] | object) -> str:
+    """A file as messages name it: its path as the user gave it (a relative path stays relative;
+    a file found inside a directory input is that directory, as given, joined with its path
+    inside), so that two ``step_3/data.parquet`` are told apart; control characters escaped."""
+    return shown(os.fspath(path) if isinstance(path, os.PathLike) else str(path), 400)
