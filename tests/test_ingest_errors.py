@@ -359,3 +359,23 @@ def test_token_layout_refuses_a_shared_sample_id(seeded: Path, tmp_path: Path) -
         "Hint: name a column that is unique per response with --map sample_id=<column> (e.g. "
         "the row index of the response in its batch).\n"
     )
+
+
+def test_staged_ingest_names_the_path_as_given(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Tasks (Ray, or threads for object storage) read an absolute path, but name the input as
+    the user gave it."""
+    from mismatchctl.errors import InputError
+    from mismatchctl.ingest import staged
+    from mismatchctl.ingest.run_ingest import Options
+
+    (tmp_path / "step_2").mkdir()
+    _seq_file(tmp_path / "step_2" / "data.parquet", [[-0.1, 0.5]], [[-0.1, -0.2]])
+    monkeypatch.chdir(tmp_path)
+    opts = Options(run="r", tags={}, fmt=None, mapping={}, skip_bad=False)
+    with pytest.raises(InputError) as info:
+        staged.ingest_staged(
+            mismatchctl.open_store(store), ["step_2"], opts, staged.thread_tasks(1)
+        )
+    assert info.value.message.startswith("step_2/data.parquet: sample `s0` (row 0): rollout")

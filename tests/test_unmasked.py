@@ -166,6 +166,9 @@ def test_response_part_of_attention_mask(store: Path, tmp_path: Path) -> None:
     prompts = [sum(row[:-width]) for row in cols["attention_mask"]]
     seqs = mismatchctl.open_store(store).scan("attn", kind="sequences").collect().sort(S.SEQ)
     assert seqs[S.PROMPT_TOKENS].to_list() == prompts == [3, 4, 5, 6]
+    # with its response_mask, the prompt lengths still come from attention_mask
+    seqs = mismatchctl.open_store(store).scan("with", kind="sequences").collect().sort(S.SEQ)
+    assert seqs[S.PROMPT_TOKENS].to_list() == prompts
     rows = mismatchctl.open_store(store).scan("attn").collect()
     ref = mismatchctl.open_store(store).scan("with").collect()
     assert rows[S.ROLLOUT].to_list() == ref[S.ROLLOUT].to_list()

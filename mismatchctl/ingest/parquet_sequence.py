@@ -50,7 +50,10 @@ def open_sequence(path: Path, mapping: Mapping[str, str], label: str) -> Source:
         )
     elif S.ROLE_MASK not in found:
         source.notes.append("no mask column: every listed token counted as a model token")
-    source.batches = _batches(pf, path, label, found, step)
+    attention = ATTENTION_MASK in names and av.is_list_type(
+        pf.schema_arrow.field(ATTENTION_MASK).type
+    )
+    source.batches = _batches(pf, path, label, found, step, attention)
     return source
 
 
@@ -80,10 +83,17 @@ def _default_step(path: Path, meta: dict, found: Mapping[str, str], notes: list[
 
 
 def _batches(
-    pf: pq.ParquetFile, path: Path, label: str, found: Mapping[str, str], step: int
+    pf: pq.ParquetFile,
+    path: Path,
+    label: str,
+    found: Mapping[str, str],
+    step: int,
+    attention: bool,
 ) -> Iterator[RaggedBatch]:
+    """``attention``: the file has an attention_mask list column, read for the prompt lengths
+    (and as the mask when it is the mask's column)."""
     rows_done = 0
-    columns = list(dict.fromkeys(found.values()))
+    columns = list(dict.fromkeys([*found.values(), *([ATTENTION_MASK] if attention else [])]))
     avg = max(1, pf.metadata.num_rows and _avg_len(pf, found[S.ROLE_ROLLOUT], label))
     rows_per_batch = max(1, min(65536, src.BATCH_TOKENS // avg))
     for record in pf.iter_batches(batch_size=rows_per_batch, columns=columns):
@@ -143,6 +153,10 @@ def _to_batch(
         batch.role_lengths[S.ROLE_MASK] = flat[S.ROLE_MASK][1]
         if found[S.ROLE_MASK] == ATTENTION_MASK:
             _response_part(batch, lengths)
+    if found.get(S.ROLE_MASK) != ATTENTION_MASK and ATTENTION_MASK in record.schema.names:
+        attention, full = av.list_values(record.column(ATTENTION_MASK), _attention(label))
+        ones = av.mask01(attention, _attention(label))
+        batch.prompt_outside = _response_and_prompt(ones, full, lengths)[2]
     if S.ROLE_TOKENS in flat:
         batch.token_ids = av.ints(flat[S.ROLE_TOKENS][0], what(S.ROLE_TOKENS))
         batch.role_lengths[S.ROLE_TOKENS] = flat[S.ROLE_TOKENS][1]
@@ -152,18 +166,33 @@ def _to_batch(
     return batch
 
 
-def _response_part(batch: RaggedBatch, lengths: np.ndarray) -> None:
-    """The mask becomes the last entries of each row's attention mask, as many as its logprobs
-    (a shorter row is left whole: its length mismatch is reported); the entries before them,
-    the prompt's, give its length (the prompt is left-padded with 0s)."""
-    assert batch.mask is not None
-    full = batch.role_lengths[S.ROLE_MASK]
+def _attention(label: str) -> str:
+    return f"{label}: column `{ATTENTION_MASK}`"
+
+
+def _response_and_prompt(
+    mask: np.ndarray, full: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of attention masks (flat, rows ``full`` long) over prompt + response: where the response
+    part of each row is in ``mask`` (its last entries, as many as the row's ``lengths`` of
+    logprobs; a shorter row is taken whole, and its length mismatch reported), how long each
+    part is, and each prompt's length (the ones before it: the prompt is left-padded)."""
     take = np.where(full >= lengths, lengths, full)
     row_ends = offsets_from_lengths(full)[1:]
     starts = row_ends - take
     index = np.repeat(starts - offsets_from_lengths(take)[:-1], take) + np.arange(take.sum())
-    ones = np.concatenate([[0], np.cumsum(batch.mask, dtype=np.int64)])
-    batch.prompt_outside = ones[starts] - ones[row_ends - full]
+    ones = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])
+    return index, take, ones[starts] - ones[row_ends - full]
+
+
+def _response_part(batch: RaggedBatch, lengths: np.ndarray) -> None:
+    """The mask becomes the response part of each row's attention mask; the prompt part gives
+    the prompt's length."""
+    assert batch.mask is not None
+    index, take, prompts = _response_and_prompt(
+        batch.mask, batch.role_lengths[S.ROLE_MASK], lengths
+    )
+    batch.prompt_outside = prompts
     batch.mask = batch.mask[index]
     batch.role_lengths[S.ROLE_MASK] = take
     batch.partial_mask = ATTENTION_MASK
