@@ -1,9 +1,11 @@
 """From a reader's :class:`RaggedBatch` to canonical token and sequence rows.
 
 Everything every format shares lives here: the length check between the two sides and the mask,
-finite / <= 1e-4 logprobs (and finite, non-negative entropies) among model tokens, turn derivation
-from mask runs, keeping only model tokens, the per-sequence counts of prompt, tool and padding
-positions, and the per-sequence mean entropy over the model tokens.
+finite / <= 1e-4 logprobs (and finite, non-negative entropies) among model tokens, what a missing
+or partial mask would let in (``unmasked``: trailing padding, tool responses), each sequence's
+content key for the duplicate count (``duplicates``), turn derivation from mask runs, keeping only
+model tokens, the per-sequence counts of prompt, tool and padding positions, and the per-sequence
+mean entropy over the model tokens.
 """
 
 from __future__ import annotations

@@ -2,7 +2,10 @@
 
 One logical dataset (two steps, multi-turn masks, an all-masked sample, right padding) is written in
 every format mismatchctl reads, so the tests can check that each reader yields the same canonical
-rows. Values are float32-representable so that every format stores them exactly.
+rows. Values are float32-representable so that every format stores them exactly. The slime and
+NeMo-RL files reproduce what those frameworks' writers produce (the comments above each writer name
+the commit and file they follow); slime's rollout-only dump and two verl batches (with and without
+tool responses, with prompts, attention_mask and response_mask) complete the set.
 """
 
 from __future__ import annotations
