@@ -40,8 +40,13 @@ def ingest(
     engine: str = "local",
     ray_address: str | None = None,
     workers: int = DEFAULT_WORKERS,
+    allow_padding: bool = False,
 ) -> IngestResult:
     """Read dump files into ``run`` of the store: all of them, or nothing on any error.
+
+    A dump without a mask whose sequences end in padding (runs of exact 0.0 on both sides) is
+    refused; ``allow_padding=True`` keeps those positions as model tokens (counted in
+    ``tally.padding_kept`` and noted in the provenance).
 
     ``trust_pickle=True`` loads torch ``.pt`` files with full unpickling, which runs any code
     the file contains: only for files from a source you trust. By default they are loaded with
@@ -64,6 +69,7 @@ def ingest(
         mapping=col_map,
         skip_bad=skip_bad,
         trust_pickle=trust_pickle,
+        allow_padding=allow_padding,
     )
     files = [str(i) for i in inputs]
     if eng.is_ray or any(is_remote(f) for f in files):

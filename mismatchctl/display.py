@@ -11,6 +11,7 @@ escapes what reaches it, ``cli/common.py``); JSON output escapes them as ``\\uXX
 
 from __future__ import annotations
 
+import os
 import re
 
 # C0 and C1 control characters, DEL, and the bidirectional overrides and isolates.
@@ -52,3 +53,10 @@ _JSON_RAW = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 def json_safe(text: str) -> str:
     """JSON text with the control characters json leaves raw written as ``\\uXXXX`` escapes."""
     return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def file_label(path: str | os.PathLike[str] | object) -> str:
+    """A file as messages name it: its path as the user gave it (a relative path stays relative;
+    a file found inside a directory input is that directory, as given, joined with its path
+    inside), so that two ``step_3/data.parquet`` are told apart; control characters escaped."""
+    return shown(os.fspath(path) if isinstance(path, os.PathLike) else str(path), 400)

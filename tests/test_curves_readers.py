@@ -41,10 +41,17 @@ def fails(exc: type[Exception], path: Path | str, **options: object) -> str:
     return str(info.value)
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test runs in its own directory: files written there are named by relative paths,
+    as messages name them (the path as given)."""
+    monkeypatch.chdir(tmp_path)
+
+
 def write(tmp_path: Path, name: str, text: str) -> Path:
-    path = tmp_path / name
-    path.write_text(text, encoding="utf-8")
-    return path
+    """``name`` written in the test's directory; its path relative to it (as a user gives it)."""
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    return Path(name)
 
 
 # ---------------------------------------------------------------------------------------- CSV
@@ -156,11 +163,11 @@ def test_metric_spec_errors() -> None:
         "actor/lr, train/phase"
     )
     assert fails(InputError, HISTORY, metrics=["gn=actor/gradnorm"]) == (
-        f"--metric gn=actor/gradnorm: no metric `actor/gradnorm` in wandb_history.csv ({found})"
+        f"--metric gn=actor/gradnorm: no metric `actor/gradnorm` in {HISTORY} ({found})"
         "\n\nHint: name an existing metric on the right of `=` (names are case-sensitive)."
     )
     assert fails(InputError, HISTORY, metrics=["Actor/*"]) == (
-        f"--metric Actor/*: no metric in wandb_history.csv matches `Actor/*` ({found})\n\n"
+        f"--metric Actor/*: no metric in {HISTORY} matches `Actor/*` ({found})\n\n"
         "Hint: patterns use shell wildcards (e.g. 'actor/*') and are case-sensitive."
     )
     assert fails(UsageError, HISTORY, metrics=["actor/lr=actor/grad_norm", "actor/*"]) == (
@@ -191,7 +198,7 @@ def test_available_names_are_listed_up_to_twenty(tmp_path: Path) -> None:
 
 def test_rename_of_a_non_numeric_column_is_an_error() -> None:
     assert fails(InputError, HISTORY, metrics=["phase=train/phase"]) == (
-        "--metric phase=train/phase: `train/phase` in wandb_history.csv is a non-numeric "
+        f"--metric phase=train/phase: `train/phase` in {HISTORY} is a non-numeric "
         "column (e.g. 'warmup' in data row 1)\n\nHint: name a metric that holds numbers."
     )
 
@@ -470,8 +477,9 @@ def test_format_option_errors(tmp_path: Path) -> None:
         "unknown format `parquet` (known: csv, jsonl, tensorboard)\n\n"
         "Hint: pass one of the known formats to --format, or leave it out to detect it."
     )
-    assert fails(UsageError, tmp_path, fmt="csv") == (
-        f"{tmp_path.name} is a directory, and --format csv reads one file\n\n"
+    (tmp_path / "logs").mkdir()
+    assert fails(UsageError, Path("logs"), fmt="csv") == (
+        "logs is a directory, and --format csv reads one file\n\n"
         "Hint: point at the file, or pass --format tensorboard for a TensorBoard log directory."
     )
     assert fails(UsageError, HISTORY, step_column=" ") == (
@@ -540,7 +548,7 @@ def test_tensorboard_single_directory(tmp_path: Path, summary_writer: type) -> N
     assert read.notes == [
         "excluded 2 non-scalar tags: `sample/text_summary` (text tensor), `weights` (histogram)"
     ]
-    assert fails(InputError, tmp_path / "run", metrics=["w=weights"]) == (
+    assert fails(InputError, Path("run"), metrics=["w=weights"]) == (
         "--metric w=weights: `weights` in run is a non-scalar tag (histogram)\n\n"
         "Hint: name a metric that holds numbers."
     )
@@ -590,19 +598,19 @@ def test_tensorboard_damaged_and_empty_files(tmp_path: Path, summary_writer: typ
     (run / "events.out.tfevents.2.host").write_bytes(b"")
     logger = logging.getLogger("tensorboard")
     level, filters = logger.level, list(logger.filters)
-    read = read_metrics(run)
+    read = read_metrics(Path("run"))  # as given: files inside are named run/<file>
     assert (logger.level, logger.filters) == (level, filters)  # no logging state left behind
     assert rows(read) == [("loss", 1, 0.5), ("loss", 2, 0.25)]
     assert read.excluded == {"event file read up to a damaged record": 1, "empty event file": 1}
     assert read.notes == [
-        "events.out.tfevents.1.host: reading stopped at a damaged or truncated record; the "
+        "run/events.out.tfevents.1.host: reading stopped at a damaged or truncated record; the "
         "events after it in that file, if any, are not read (a writer killed mid-write leaves "
         "a truncated record)",
-        "skipped the empty event file events.out.tfevents.2.host (a writer that never flushed)",
+        "skipped the empty event file run/events.out.tfevents.2.host (a writer that never flushed)",
     ]
     (run / "events.out.tfevents.3.host").write_bytes(b"not an event file at all")
-    assert fails(InputError, run) == (
-        "events.out.tfevents.3.host: no TensorBoard event could be read from it (not an event "
+    assert fails(InputError, Path("run")) == (
+        "run/events.out.tfevents.3.host: no TensorBoard event could be read from it (not an event "
         "file, or damaged from its first record)\n\n"
         "Hint: remove it from the log directory, or point at the good event files."
     )
@@ -611,13 +619,13 @@ def test_tensorboard_damaged_and_empty_files(tmp_path: Path, summary_writer: typ
 def test_tensorboard_directory_errors(tmp_path: Path, summary_writer: type) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert fails(InputError, empty) == (
-        f"empty: no TensorBoard event files (names containing `tfevents`) in {empty} or below\n\n"
+    assert fails(InputError, Path("empty")) == (
+        "no TensorBoard event files (names containing `tfevents`) in empty or below\n\n"
         "Hint: point at the log directory a SummaryWriter wrote, or pass --format csv|jsonl."
     )
     _torch_log(summary_writer, tmp_path / "clash", {"train/loss": [(1, 0.5)]})
     _torch_log(summary_writer, tmp_path / "clash" / "train", {"loss": [(1, 0.25)]})
-    assert fails(InputError, tmp_path / "clash") == (
+    assert fails(InputError, Path("clash")) == (
         "clash: the tag `train/loss` comes from both the log directory itself and `train/`\n\n"
         "Hint: read the sub-directories one at a time."
     )

@@ -194,3 +194,55 @@ def test_quiet_prints_the_verdict_and_what_fails_or_warns(planted: Path) -> None
     clean = cli("diagnose", "clean", "--store", str(planted), "-q")
     assert clean.code == 0 and clean.out.strip().splitlines() == [clean.out.strip().splitlines()[0]]
     assert clean.out.startswith("Diagnosis: clean   OK  (0 fail, 0 warn")
+
+
+def test_padding_stored_as_tokens_is_flagged(store: Path, tmp_path: Path) -> None:
+    """The planted fixture: a clean dump right-padded to each step's longest response, its
+    mask left out, ingested with --allow-padding (as a run ingested without its mask is)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    clean = write(Plan("clean", steps=6, per_step=8), tmp_path / "clean.parquet")
+    table = pq.read_table(clean)
+    width = max(len(x) for x in table["rollout_log_probs"].to_pylist())
+
+    def padded(column: str) -> pa.Array:
+        return pa.array([x + [0.0] * (width - len(x)) for x in table[column].to_pylist()])
+
+    masks = table["response_mask"].to_pylist()
+    table = table.drop_columns(["response_mask"])
+    for column in ("rollout_log_probs", "old_log_probs"):
+        table = table.set_column(table.schema.get_field_index(column), column, padded(column))
+    path = tmp_path / "padded.parquet"
+    pq.write_table(table, path)
+    # the clean run: every third response ends in 3 tokens at p = 1 on both sides (exact 0.0)
+    rows = pq.read_table(clean).to_pylist()
+    for row in rows[::3]:
+        for column in ("rollout_log_probs", "old_log_probs"):
+            row[column][-3:] = [0.0] * 3
+    pq.write_table(pa.Table.from_pylist(rows, pq.read_schema(clean)), clean)
+    mismatchctl.ingest([clean], run="clean", store=store)
+    mismatchctl.ingest([path], run="padded", store=store, allow_padding=True)
+    pads = np.array([width - len(m) for m in masks])
+    checks = {c.name: c for c in api.diagnose("padded", store=store).checks}
+    check = checks["trailing_padding"]
+    assert check.verdict == "fail" and check.layer == "data integrity"
+    assert check.evidence["padded_sequences"] == int((pads >= 8).sum()) > 0
+    assert check.evidence["padded_tokens"] == int(pads[pads >= 8].sum())
+    assert check.evidence["samples"] and "--map mask=" in check.next
+    assert {c.name: c for c in api.diagnose("clean", store=store).checks}[
+        "trailing_padding"
+    ].verdict == "ok"
+
+
+def test_sample_data_raises_no_data_integrity_alarm(tmp_path: Path) -> None:
+    """The committed sample runs (healthy data as the frameworks write it): no padding stored
+    as tokens, no duplicate sequences."""
+    runs = Path(__file__).parents[1] / "sample_data" / "runs"
+    store = tmp_path / "s"
+    for run in sorted(p.name for p in runs.iterdir()):
+        mismatchctl.ingest([runs / run], run=run, store=store)
+        checks = {c.name: c for c in mismatchctl.diagnose(run, store=store).checks}
+        assert checks["trailing_padding"].verdict == "ok", (run, checks["trailing_padding"])
+        assert checks["duplicates"].verdict == "ok", (run, checks["duplicates"])

@@ -198,7 +198,7 @@ def test_length_mismatch_names_the_sample(store: Path, tmp_path: Path) -> None:
         entropy=pa.array([[0.1, 0.2], [0.1, 0.2, 0.3]], pa.list_(pa.float64())),
     )
     assert _fails(store, path) == (
-        "Error: x.parquet: sample `s1` (row 1): rollout has 2 values, entropy has 3; "
+        f"Error: {path}: sample `s1` (row 1): rollout has 2 values, entropy has 3; "
         "1 bad sample(s) in this batch" + HINT
     )
 
@@ -221,7 +221,7 @@ def test_bad_entropy_at_a_model_token(
         entropy=pa.array([[0.1, value, 0.3]], pa.list_(pa.float64())),
     )
     err = _fails(store, path)
-    assert err.startswith(f"Error: x.parquet: sample `s0` (row 0): {message}")
+    assert err.startswith(f"Error: {path}: sample `s0` (row 0): {message}")
     assert err.endswith("; 1 bad sample(s) in this batch" + HINT)
 
 
@@ -250,7 +250,7 @@ def test_bad_scalar_entropy(store: Path, tmp_path: Path, value: float, message: 
         entropy=pa.array([0.3, value], pa.float64()),
     )
     err = _fails(store, path)
-    assert err.startswith(f"Error: x.parquet: sample `s1` (row 1): {message}")
+    assert err.startswith(f"Error: {path}: sample `s1` (row 1): {message}")
 
 
 def test_skip_bad_drops_and_counts(store: Path, tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def test_probability_zero_is_refused_at_ingest(store: Path, tmp_path: Path) -> N
     ran = cli("ingest", str(path), "--run", "zero", "-q")
     assert ran.code == 1
     assert ran.err.startswith(
-        "Error: d.parquet: sample `d#0` (row 0): rollout logprob -inf at position 0 of a model "
+        f"Error: {path}: sample `d#0` (row 0): rollout logprob -inf at position 0 of a model "
         "token (expected a finite value <= 0.0001)"
     )
     assert "Hint: fix the dump, or pass --skip-bad" in ran.err

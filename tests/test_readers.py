@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 import mismatchctl
 from mismatchctl import schema as S
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, cli
 
 FILES = {
     "parquet-sequence": [FIXTURES / "sequence.parquet"],
@@ -114,15 +115,131 @@ def test_mapping_other_column_names(store: Path, tmp_path: Path) -> None:
 
 
 def test_no_mask_counts_every_token_and_says_so(store: Path, tmp_path: Path) -> None:
+    """A ragged dump without mask (no padding: the responses as long as they are)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pq.read_table(FILES["parquet-sequence"][0]).drop_columns(["response_mask"])
+    table = pq.read_table(FILES["parquet-sequence"][0])
+    masks = table.column("response_mask").to_pylist()
+
+    def ragged(column: str) -> pa.Array:
+        values = table.column(column).to_pylist()
+        return pa.array(
+            [v[: len(m) - m[::-1].index(1)] for v, m in zip(values, masks, strict=True) if 1 in m]
+        )
+
+    cut = pa.table({c: ragged(c) for c in ("responses", "rollout_log_probs", "old_log_probs")})
     path = tmp_path / "step_7.parquet"
-    pq.write_table(table.drop_columns(["step"]), path)
+    pq.write_table(cut, path)
     result = mismatchctl.ingest([path], run="nomask", store=store)
-    assert result.tally.model_tokens == 50  # 5 rows x 10 padded positions
+    assert result.tally.model_tokens == 8 + 4 + 9 + 6  # each response up to its last model token
     assert result.tally.steps == {7}  # from the file name
     assert any("no mask" in n for n in result.files[0].record.notes)
+
+
+def test_slime_train_dump_as_slime_writes_it(store: Path) -> None:
+    """The fixture follows slime's save_debug_train_data (format_version 2, tensors, dp_shards):
+    the response is the last response_lengths tokens, the rest is the prompt."""
+    torch = pytest.importorskip("torch")
+    mismatchctl.ingest(FILES["slime-pt"], run="s", store=store)
+    seqs = mismatchctl.open_store(store).scan("s", kind="sequences").collect().sort(S.SEQ)
+    expected_prompts, expected_ids = [], []
+    for path in FILES["slime-pt"]:
+        for sample in torch.load(path, weights_only=True)["samples"]:
+            n = sample["response_lengths"]
+            expected_prompts.append(len(sample["tokens"]) - n)
+            expected_ids.append(str(sample["sample_index"]))
+    assert seqs[S.PROMPT_TOKENS].to_list() == expected_prompts == [3] * 5
+    assert seqs[S.SAMPLE_ID].to_list() == expected_ids == ["0", "1", "2", "0", "1"]
+    assert seqs[S.MODEL_TOKENS].to_list() == [6, 4, 0, 6, 5]
+
+
+def test_slime_sample_without_response_lengths(store: Path, tmp_path: Path) -> None:
+    """tokens without response_lengths: the response is the last as many tokens as logprobs
+    (the fallback length was a numpy integer the reader refused)."""
+    torch = pytest.importorskip("torch")
+    samples = [
+        {
+            "tokens": torch.tensor([101, 102, 103, 7, 8, 9]),
+            "loss_masks": [1, 0, 1],
+            "rollout_log_probs": torch.tensor([-0.5, 0.0, -1.25]),
+            "log_probs": torch.tensor([-0.5, 0.0, -1.0]),
+        }
+    ]
+    path = tmp_path / "train_4.pt"
+    torch.save({"format_version": 2, "rollout_id": 4, "rank": 0, "samples": samples}, path)
+    mismatchctl.ingest([path], run="s", store=store)
+    rows = mismatchctl.open_store(store).scan("s").collect()
+    assert rows[S.TOKEN_ID].to_list() == [7, 9]
+    seqs = mismatchctl.open_store(store).scan("s", kind="sequences").collect()
+    assert seqs[S.PROMPT_TOKENS].to_list() == [3]
+
+
+def _nemo_lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_nemo_files_are_what_nemo_rl_writes(store: Path) -> None:
+    """Every value in an outer list of one, plus idx: the sample id; the arrays right-padded
+    past input_lengths, which counts as padding."""
+    lines = _nemo_lines(FILES["nemo-jsonl"][0])
+    assert all(
+        isinstance(x["generation_logprobs"][0], list) and x["rewards"] == [x["rewards"][0]]
+        for x in lines
+    )
+    mismatchctl.ingest(FILES["nemo-jsonl"], run="n", store=store)
+    seqs = mismatchctl.open_store(store).scan("n", kind="sequences").collect().sort(S.SEQ)
+    assert seqs[S.SAMPLE_ID].to_list() == ["0", "1", "2", "0", "1"]
+    expected_pad = []
+    for path in FILES["nemo-jsonl"]:
+        for x in _nemo_lines(path):
+            mask = np.array(x["token_loss_mask"][0])
+            last = np.flatnonzero(mask)[-1] if mask.any() else -1
+            expected_pad.append(len(mask) - 1 - last if mask.any() else len(mask))
+            assert len(mask) - x["input_lengths"][0] <= expected_pad[-1]
+    assert seqs[S.PAD_TOKENS].to_list() == expected_pad
+
+
+def test_nemo_multi_turn_line_counts(store: Path, tmp_path: Path) -> None:
+    """One GRPO sample: prompt 38, a turn of 40, a tool response of 24, a turn of 62, padded to
+    a multiple of 64 (192): 102 model tokens, prompt 38, tool 24, padding 28."""
+    from tests.data.make_fixtures import log_batched_dict_as_jsonl, nemo_log_data
+
+    rng = np.random.default_rng(1)
+    segments = [(38, 0), (40, 1), (24, 0), (62, 1)]
+    mask = [m for n, m in segments for _ in range(n)]
+    gen = [
+        float(np.float32(-v)) if m else 0.0
+        for v, m in zip(rng.exponential(0.7, len(mask)), mask, strict=True)
+    ]
+    prev = [
+        g * 1.01 if m else float(np.float32(-rng.exponential(1.0)))
+        for g, m in zip(gen, mask, strict=True)
+    ]
+    prev[0] = 0.0  # the dummy slot
+    sample = {
+        "tokens": [int(t) for t in rng.integers(1, 5000, len(mask))],
+        "mask": mask, "gen": gen, "prev": prev, "reward": 1.0, "content": ["q", "a", "tool", "b"],
+    }  # fmt: skip
+    path = tmp_path / "train_data_step12.jsonl"
+    log_batched_dict_as_jsonl(nemo_log_data([sample], width=192), path)
+    result = mismatchctl.ingest([path], run="n", store=store)
+    t = result.tally
+    assert (t.model_tokens, t.prompt_tokens, t.tool_tokens, t.pad_tokens) == (102, 38, 24, 28)
+    assert t.steps == {12}
+    rows = mismatchctl.open_store(store).scan("n").collect()
+    keep = np.array(mask) == 1
+    np.testing.assert_array_equal(rows[S.ROLLOUT].to_numpy(), np.array(gen)[keep])
+    np.testing.assert_array_equal(rows[S.POSITION].to_numpy(), np.flatnonzero(keep))
+    # the same line without the outer lists (a flat file) gives the same rows
+    line = _nemo_lines(path)[0]
+    flat = {k: (v if k == "idx" else v[0]) for k, v in line.items()}
+    flat_path = tmp_path / "train_data_step13.jsonl"
+    flat_path.write_text(json.dumps(flat) + "\n")
+    again = mismatchctl.ingest([flat_path], run="flat", store=store).tally
+    assert (again.model_tokens, again.prompt_tokens, again.tool_tokens, again.pad_tokens) == (
+        102, 38, 24, 28,
+    )  # fmt: skip
 
 
 def test_long_sequence_layout_is_streamed_in_batches(store: Path, tmp_path: Path) -> None:
@@ -150,3 +267,30 @@ def test_long_sequence_layout_is_streamed_in_batches(store: Path, tmp_path: Path
     assert rows.height == int(mask.sum())
     assert rows[S.SEQ].is_sorted() and rows[S.SEQ].n_unique() == n_rows
     np.testing.assert_array_equal(rows[S.ROLLOUT].to_numpy(), lp[mask == 1].astype(np.float64))
+
+
+def test_an_ingest_without_model_tokens_warns(store: Path, tmp_path: Path) -> None:
+    """An all-masked file is ingested (its sequences are counted) with a warning, per file and
+    for the whole call, on stderr and in the JSON summary."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(FILES["parquet-sequence"][0])
+    masks = [[0] * len(m) for m in table.column("response_mask").to_pylist()]
+    index = table.schema.get_field_index("response_mask")
+    masked = table.set_column(index, "response_mask", pa.array(masks, pa.list_(pa.int8())))
+    path = tmp_path / "step_3.parquet"
+    pq.write_table(masked, path)
+    ran = cli("ingest", str(path), "--run", "m", "-q", "--json")
+    assert ran.code == 0, ran.err
+    warnings = [
+        f"{path} adds no model token (every position of its 5 sequences is masked)",
+        "this ingest adds no model token to run `m`: there is nothing to report on; check the "
+        "mask (`--map mask=<column>`, 1 = model token)",
+    ]
+    assert json.loads(ran.out)["warnings"] == warnings
+    assert ran.err == "".join(f"Warning: {w}\n" for w in warnings)
+    ran = cli("ingest", str(FILES["parquet-sequence"][0]), str(path), "--run", "n", "-q")
+    assert ran.code == 0
+    assert f"Warning: {path} adds no model token" in " ".join(ran.err.split())
+    assert "this ingest adds no model token" not in ran.err  # the other file has some

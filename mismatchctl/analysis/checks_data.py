@@ -14,6 +14,7 @@ from mismatchctl import schema as S
 from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.diagnose_base import (
     DATA,
+    MAX_LISTED,
     NA,
     SEMANTIC,
     Check,
@@ -148,6 +149,80 @@ def empty_sequences(ctx: Context) -> Check:
         f"{empty} of {total} sequences ({pct(share)}) have no model token", evidence,
         advice_if(verdict, advice),
     )  # fmt: skip
+
+
+def trailing_padding(ctx: Context) -> Check:
+    title = "Padding stored as model tokens"
+    t = ctx.state.trailing
+    share = t.padded_tokens / t.tokens if t.tokens else 0.0
+    examples = [(run, step, seq, f"ends in {n} tokens at 0.0") for run, step, seq, n in t.examples]
+    evidence = {
+        "sequences": t.sequences,
+        "padded_sequences": t.padded,
+        "padded_tokens": t.padded_tokens,
+        "token_share": share,
+        "min_run": T.TRAILING_ZERO_RUN,
+        "samples": _samples(ctx.report.selection, examples),
+    }
+    verdict = grade(share >= T.TRAILING_ZERO_FAIL_SHARE, t.padded > 0)
+    finding = (
+        f"{t.padded} of {t.sequences} sequences end in >= {T.TRAILING_ZERO_RUN} tokens at exact "
+        f"0.0 on both sides ({t.padded_tokens} tokens, {pct(share)} of the tokens)"
+    )
+    advice = (
+        "right padding was stored as model tokens (a dump ingested without its mask): re-ingest "
+        "it with the mask (`--map mask=<column>`); `mismatchctl runs show RUN` lists the columns "
+        "used and the notes of each source"
+    )
+    return Check(
+        DATA, "trailing_padding", title, verdict, finding, evidence, advice_if(verdict, advice)
+    )
+
+
+def duplicates(ctx: Context) -> Check:
+    """Exact duplicate sequences, as counted at ingest (per source file, whatever the step
+    range of the selection); n/a for sources ingested before they were counted."""
+    title = "Exact duplicate sequences (double writes)"
+    sel = ctx.report.selection
+    sources = [
+        (run.name, s)
+        for run in sel.runs
+        for s in run.sources
+        if all(s.tags.get(k) == v for k, v in sel.tags.items())
+    ]
+    counted = [(run, s) for run, s in sources if s.duplicate_sequences is not None]
+    if not counted:
+        return Check(
+            DATA, "duplicates", title, NA,
+            "not counted: the sources were ingested before duplicate sequences were counted "
+            "(re-ingest them into a new run to count)",
+        )  # fmt: skip
+    dup = sum(s.duplicate_sequences or 0 for _, s in counted)
+    total = sum(s.sequences for _, s in counted)
+    share = dup / total if total else 0.0
+    evidence: dict[str, Any] = {
+        "duplicate_sequences": dup,
+        "sequences": total,
+        "share": share,
+        "sources": [
+            {"run": run, "path": s.path, "duplicate_sequences": s.duplicate_sequences}
+            for run, s in counted
+            if s.duplicate_sequences
+        ][:MAX_LISTED],
+        "sources_not_counted": len(sources) - len(counted),
+    }
+    verdict = grade(share >= T.DUPLICATE_FAIL_SHARE, dup > 0)
+    finding = (
+        f"{dup} of {total} sequences ({pct(share)}) repeat an earlier sequence of the same step "
+        "exactly (sample id, tokens and both logprob vectors)"
+    )
+    if len(counted) < len(sources):
+        finding += f"; not counted in {len(sources) - len(counted)} source(s) ingested before"
+    advice = (
+        "a batch was written twice (a dump function called twice, or several ranks writing the "
+        "same samples): ingest one copy; `mismatchctl runs show RUN` lists each source's count"
+    )
+    return Check(DATA, "duplicates", title, verdict, finding, evidence, advice_if(verdict, advice))
 
 
 def _not_assessed(ctx: Context, name: str, title: str) -> Check | None:

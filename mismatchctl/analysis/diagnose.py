@@ -48,6 +48,8 @@ CHECKS: list[Callable[[Context], Check]] = [
     D.token_ids,
     D.sentinels,
     D.empty_sequences,
+    D.trailing_padding,
+    D.duplicates,
     D.offset,
     D.temperature,
     D.top_p,

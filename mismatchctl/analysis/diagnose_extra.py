@@ -1,6 +1,7 @@
 """What `diagnose` computes in the report's read of every part, beyond the report itself: lag
 co-moments (alignment, temperature), offset sums (systematic offset, top-p), sentinel counts and
-the K3 mass per weight lag (staleness, joined from the store's sequence rows)."""
+the K3 mass per weight lag (staleness, joined from the store's sequence rows), and the
+sequences that end in padding-like runs of 0.0 on both sides."""
 
 from __future__ import annotations
 
@@ -18,7 +19,12 @@ from mismatchctl.analysis.selection import Selection
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.stats.comoments import lag_states, merge_pairs
 from mismatchctl.stats.offset import offset_state
-from mismatchctl.stats.sentinels import SentinelState, sentinel_state
+from mismatchctl.stats.sentinels import (
+    SentinelState,
+    TrailingZeroState,
+    sentinel_state,
+    trailing_zero_state,
+)
 
 NO_LAG = np.iinfo(np.int64).min  # stands for a sequence without a known weight lag
 
@@ -47,6 +53,7 @@ class DiagnoseState:
     offset: np.ndarray  # stats.offset state
     sentinels: SentinelState
     weight_lags: LagSums
+    trailing: TrailingZeroState = field(default_factory=TrailingZeroState)
 
     def merge(self, other: DiagnoseState) -> DiagnoseState:
         return DiagnoseState(
@@ -54,6 +61,7 @@ class DiagnoseState:
             self.offset + other.offset,
             self.sentinels.merge(other.sentinels),
             self.weight_lags.merge(other.weight_lags),
+            self.trailing.merge(other.trailing),
         )
 
 
@@ -75,6 +83,7 @@ class DiagnoseExtra:
             offset_state(lr, lt, seq),
             sentinel_state(lr, lt, seq, turn, step, keys.run),
             self._lag_sums(keys.run, lr, lt, seq),
+            trailing_zero_state(lr, lt, seq, step, keys.run),
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:

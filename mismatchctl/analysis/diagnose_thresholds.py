@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from mismatchctl.stats import BANDS
+from mismatchctl.stats.sentinels import PAD_RUN_MIN
 
 LOW_MAX: float = BANDS[0][1]
 """1e-3: upper edge of the ``low`` band of a batch's vllm_kl (the study's group 1; healthy stacks
@@ -43,6 +44,23 @@ samples are normal in small numbers; a fifth of them is worth checking the mask 
 
 EMPTY_FAIL_SHARE = 0.5
 """More than half the sequences empty: the mask column is most likely not a response mask."""
+
+TRAILING_ZERO_RUN: int = PAD_RUN_MIN
+"""8 (``stats.sentinels.PAD_RUN_MIN``): a sequence whose last 8 or more stored tokens are exactly
+0.0 on both sides ends in right padding stored as model tokens (a dump ingested without its
+mask). Real responses end in at most a few tokens that round to probability 1 on both sides (a
+closing tag, the end-of-sequence token after a stop string); right padding runs for tens to
+thousands of positions. Any such sequence warns."""
+
+TRAILING_ZERO_FAIL_SHARE = 1e-3
+"""Tokens inside such trailing runs above this share of all tokens: fail. Padding enters every
+per-token mean with r = 0 (vllm_kl, mean |r|, the perplexities), pulling it down by its share;
+from 0.1% that bias reaches the third significant digit the report prints."""
+
+DUPLICATE_FAIL_SHARE = 1e-3
+"""Exact duplicate sequences (a double write) above this share of the sequences: fail (any:
+warn). A repeated sequence weighs twice in every mean; from 0.1% that reaches the third
+significant digit the report prints, and a real double write repeats a whole batch or file."""
 
 # --- semantic ---------------------------------------------------------------------------------
 OFFSET_Z = 5.0

@@ -28,6 +28,8 @@ Inputs may also be on object storage: s3:// or gs:// URIs of objects, prefixes o
 
 Formats are detected from columns and keys: {", ".join(FORMATS)}. All files are ingested or none is: on any error the store is left as it was. Ingesting the same content again is a no-op.
 
+Only model tokens are stored (mask = 1). Without a response mask, verl's attention_mask is used by its response part (it excludes padding, not tool responses: a file whose kept positions show tool-response fills is refused); without any mask every listed position counts, and a file whose sequences end in padding (8 or more positions at exact 0.0 on both sides) is refused unless --allow-padding. An ingest that adds no model token is reported with a warning.
+
 Torch .pt files are loaded with weights_only=True: a file that needs full unpickling is refused. --trust-pickle loads it anyway, and that RUNS ANY CODE THE FILE CONTAINS with your permissions: use it only for files from a source you trust.
 
 verl DataProto pickles (DataProto.save_to_disk: .pkl, .dp, or .pt) are refused too unless you pass --trust-pickle; they are then read by a restricted unpickler that rebuilds only numpy arrays and torch tensors (verl and tensordict need not be installed). TRL completions tables and prime-rl inference Parquet hold one logprob side or none: they are refused with what is missing.
@@ -88,6 +90,15 @@ def ingest(
             "only for files from a source you trust.",
         ),
     ] = False,
+    allow_padding: Annotated[
+        bool,
+        typer.Option(
+            "--allow-padding",
+            help="For dumps without a mask: keep trailing runs that look like padding (8 or "
+            "more positions at exact 0.0 on both sides) as model tokens, counted and reported, "
+            "instead of refusing the file.",
+        ),
+    ] = False,
     engine: EngineOpt = "local",
     ray_address: RayAddressOpt = None,
     workers: Annotated[
@@ -109,6 +120,7 @@ def ingest(
             mapping=map_ or [],
             skip_bad=skip_bad,
             trust_pickle=trust_pickle,
+            allow_padding=allow_padding,
             store=store,
             progress=progress,
             engine=engine,
@@ -117,6 +129,10 @@ def ingest(
         )
     if json:
         emit_json(ingest_json(result), "-")
+        for warning in result.warnings:  # the summary says them; with --json, stderr does
+            err_console().print(
+                f"Warning: {warning}", style="yellow", markup=False, highlight=False, soft_wrap=True
+            )
     else:
         err_console().print(ingest_summary(result))
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mismatchctl.display import file_label
 from mismatchctl.errors import InputError, UsageError
 
 # The step column, first match wins.
@@ -140,7 +141,7 @@ def unreadable(path: Path, what: str, exc: Exception) -> InputError:
     """The error for a file that opens but does not parse as ``what``."""
     first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
     return InputError(
-        f"cannot read {path.name} as {what}: {first}",
+        f"cannot read {file_label(path)} as {what}: {first}",
         "the file is truncated or not what its name says; re-export it, or pass --format.",
     )
 

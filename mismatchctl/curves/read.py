@@ -42,6 +42,7 @@ from mismatchctl.curves.names import (
 from mismatchctl.curves.read_csv import read_csv_metrics
 from mismatchctl.curves.read_jsonl import read_jsonl_metrics
 from mismatchctl.curves.read_tensorboard import EVENT_FILE_MARK, read_tensorboard_metrics
+from mismatchctl.display import file_label
 from mismatchctl.errors import InputError, UsageError
 
 FORMAT_CSV = "csv"
@@ -93,7 +94,7 @@ def read_metrics(
         found = read_csv_metrics(source, step_column)
     else:
         found = read_jsonl_metrics(source, step_column)
-    return build(found, kind, specs, source.name)
+    return build(found, kind, specs, file_label(source))
 
 
 def _step_option(step_column: str | None) -> str | None:
@@ -116,7 +117,7 @@ def detect_metrics_format(path: Path, fmt: str | None) -> str:
             )
         if path.is_dir() and fmt != FORMAT_TENSORBOARD:
             raise UsageError(
-                f"{path.name} is a directory, and --format {fmt} reads one file",
+                f"{file_label(path)} is a directory, and --format {fmt} reads one file",
                 "point at the file, or pass --format tensorboard for a TensorBoard log directory.",
             )
         return fmt
@@ -129,7 +130,7 @@ def detect_metrics_format(path: Path, fmt: str | None) -> str:
         _check_json_lines(path)
         return FORMAT_JSONL
     raise InputError(
-        f"cannot tell the format of {path.name} "
+        f"cannot tell the format of {file_label(path)} "
         f"({f'suffix `{path.suffix}`' if path.suffix else 'no suffix'})",
         FORMAT_HINT,
     )
@@ -144,7 +145,7 @@ def _check_json_lines(path: Path) -> None:
         obj = None
     if not isinstance(obj, dict):
         raise InputError(
-            f"cannot tell the format of {path.name}: line {number} is not a JSON object, "
+            f"cannot tell the format of {file_label(path)}: line {number} is not a JSON object, "
             "so this is not JSON lines",
             f"JSON lines hold one object per line; {FORMAT_HINT}",
         )
@@ -159,7 +160,7 @@ def _first_line(path: Path) -> tuple[int, bytes]:
                     return number, raw
     except OSError as exc:
         raise cannot_open(path, exc) from None
-    raise InputError(f"{path.name} is empty", "point at the metrics log.")
+    raise InputError(f"{file_label(path)} is empty", "point at the metrics log.")
 
 
 def build(found: Found, fmt: str, specs: Sequence[MetricSpec], label: str) -> MetricsRead:

@@ -39,6 +39,7 @@ from mismatchctl.curves.names import (
     shorten,
     unreadable,
 )
+from mismatchctl.display import file_label
 from mismatchctl.errors import InputError
 
 # The same pattern for Python's re and Arrow's RE2 (ASCII digits on purpose).
@@ -55,10 +56,12 @@ INT64_LIMIT = 2**63
 
 def read_csv_metrics(path: Path, step_column: str | None) -> Found:
     """Read ``path``; see the module docstring."""
-    names = [clean_name(h, f"{path.name}: column {i}") for i, h in enumerate(_header(path), 1)]
+    names = [
+        clean_name(h, f"{file_label(path)}: column {i}") for i, h in enumerate(_header(path), 1)
+    ]
     _check_unique(names, path)
     cells = dict(zip(names, _cells(path, len(names)), strict=True))
-    step = find_step_column(names, step_column, path.name, "column")
+    step = find_step_column(names, step_column, file_label(path), "column")
     found = Found(step, {})
     steps, has_step = _steps(cells[step], path, step, names)
     _note_stepless(has_step, step, found)
@@ -78,7 +81,9 @@ def _header(path: Path) -> list[str]:
     except (UnicodeDecodeError, csv.Error) as exc:
         raise unreadable(path, "CSV", exc) from None
     if not row:
-        raise InputError(f"{path.name} is empty (no header line)", "point at the CSV export.")
+        raise InputError(
+            f"{file_label(path)} is empty (no header line)", "point at the CSV export."
+        )
     return row
 
 
@@ -87,7 +92,7 @@ def _check_unique(names: list[str], path: Path) -> None:
     for i, name in enumerate(names, 1):
         if name in seen:
             raise InputError(
-                f"{path.name}: columns {seen[name]} and {i} are both named `{name}`",
+                f"{file_label(path)}: columns {seen[name]} and {i} are both named `{name}`",
                 "rename one of them in the header.",
             )
         seen[name] = i
@@ -150,7 +155,7 @@ def _steps(
         value = parse_step(text)
         if value is None:
             raise InputError(
-                f"{path.name}: data row {i + 1}: step column `{step}` holds {shorten(text)}, "
+                f"{file_label(path)}: data row {i + 1}: step column `{step}` holds {shorten(text)}, "
                 "expected a whole number",
                 "the step column must hold whole numbers; name another one with --step-column.",
             )
@@ -158,7 +163,7 @@ def _steps(
     if not has_step.any():
         what = "has no data rows" if not texts else f"has no value in column `{step}` in any row"
         raise InputError(
-            f"{path.name} {what}, so no step",
+            f"{file_label(path)} {what}, so no step",
             f"name the column that holds the step with --step-column (columns: {listing(names)}).",
         )
     return steps, has_step
@@ -187,7 +192,7 @@ def _layout(others: list[str], step: str, path: Path, found: Found) -> dict[str,
         )
     if step in names.values():
         raise InputError(
-            f"{path.name}: column `{step}` appears twice once the prefix `{prefix}` is stripped",
+            f"{file_label(path)}: column `{step}` appears twice once the prefix `{prefix}` is stripped",
             "name the step column with --step-column, or rename the columns in the header.",
         )
     companions = companion_columns(list(names.values()))

@@ -32,6 +32,7 @@ from mismatchctl.curves.names import (
     listing,
     numbers,
 )
+from mismatchctl.display import file_label
 from mismatchctl.errors import InputError
 
 INT64_LIMIT = 2**63
@@ -48,13 +49,13 @@ def read_jsonl_metrics(path: Path, step_column: str | None) -> Found:
     """Read ``path``; see the module docstring."""
     records = _records(path)
     keys = list(dict.fromkeys(key for _, flat in records for key in flat))
-    step = find_step_column(keys, step_column, path.name, "key")
+    step = find_step_column(keys, step_column, file_label(path), "key")
     found = Found(step, {})
     steps = [_step_of(flat.get(step), line, path, step) for line, flat in records]
     stepless = [line for (line, _), s in zip(records, steps, strict=True) if s is None]
     if len(stepless) == len(records):
         raise InputError(
-            f"{path.name}: no line has a value for the step key `{step}`",
+            f"{file_label(path)}: no line has a value for the step key `{step}`",
             f"name the key that holds the step with --step-column (keys: {listing(keys)}).",
         )
     if stepless:
@@ -78,7 +79,7 @@ def _records(path: Path) -> list[Record]:
     except OSError as exc:
         raise cannot_open(path, exc) from None
     if not records:
-        raise InputError(f"{path.name} holds no JSON lines", "point at the metrics log.")
+        raise InputError(f"{file_label(path)} holds no JSON lines", "point at the metrics log.")
     return records
 
 
@@ -87,22 +88,22 @@ def _parse(raw: bytes, path: Path, number: int) -> dict[str, Any]:
         obj = json.loads(raw.rstrip(b"\r\n"), object_pairs_hook=_object)
     except json.JSONDecodeError as exc:
         raise InputError(
-            f"{path.name}: line {number} is not valid JSON ({exc.msg} at column {exc.pos + 1})",
+            f"{file_label(path)}: line {number} is not valid JSON ({exc.msg} at column {exc.pos + 1})",
             "the file is truncated or corrupt; repair or remove that line.",
         ) from None
     except UnicodeDecodeError as exc:
         raise InputError(
-            f"{path.name}: line {number} is not UTF-8 text ({exc.reason})",
+            f"{file_label(path)}: line {number} is not UTF-8 text ({exc.reason})",
             "the file is truncated or corrupt; repair or remove that line.",
         ) from None
     except _DuplicateKey as exc:
         raise InputError(
-            f"{path.name}: line {number} holds the key `{exc.key}` twice in one object",
+            f"{file_label(path)}: line {number} holds the key `{exc.key}` twice in one object",
             "fix the logger so that each key appears once.",
         ) from None
     if not isinstance(obj, dict):
         raise InputError(
-            f"{path.name}: line {number} is a JSON {_kind(obj)}, expected an object",
+            f"{file_label(path)}: line {number} is a JSON {_kind(obj)}, expected an object",
             'every line must be one JSON object, e.g. {"step": 1, "loss": 0.5}.',
         )
     return obj
@@ -137,10 +138,10 @@ def _flatten(obj: dict[str, Any], path: Path, number: int) -> dict[str, Any]:
             if isinstance(value, dict) and value:
                 walk(raw, value)
                 continue
-            name = clean_name(raw, f"{path.name}: line {number}")
+            name = clean_name(raw, f"{file_label(path)}: line {number}")
             if name in flat:
                 raise InputError(
-                    f"{path.name}: line {number}: the key `{name}` appears twice once nested "
+                    f"{file_label(path)}: line {number}: the key `{name}` appears twice once nested "
                     "objects are flattened with `/`",
                     "fix the logger so that each metric has one name.",
                 )
@@ -162,7 +163,7 @@ def _step_of(value: Any, line: int, path: Path, step: str) -> int | None:
     if whole is not None and -INT64_LIMIT <= whole < INT64_LIMIT:
         return whole
     raise InputError(
-        f"{path.name}: line {line}: step `{step}` is {cut(json.dumps(value))}, "
+        f"{file_label(path)}: line {line}: step `{step}` is {cut(json.dumps(value))}, "
         "expected a whole number",
         "the step key must hold whole numbers; name another one with --step-column.",
     )

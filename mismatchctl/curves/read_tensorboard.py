@@ -38,6 +38,7 @@ from mismatchctl.curves.names import (
     listing,
     unreadable,
 )
+from mismatchctl.display import file_label
 from mismatchctl.errors import InputError, MissingDependencyError
 
 STEP_COLUMN = "(tensorboard step)"
@@ -74,7 +75,7 @@ def read_tensorboard_metrics(path: Path) -> Found:
     origin: dict[str, str] = {}
     for prefix, files in groups.items():
         for file in files:
-            label = file.relative_to(path).as_posix() if path.is_dir() else file.name
+            label = file_label(file)
             acc = _load(file, label, ea, found)
             for tag, item in _tags(acc, ea, tensor_util) if acc is not None else ():
                 name = clean_name(prefix + tag, f"{label}: tag")
@@ -91,8 +92,8 @@ def _event_files(path: Path) -> dict[str, list[Path]]:
     files = sorted(p for p in path.rglob(f"*{EVENT_FILE_MARK}*") if p.is_file())
     if not files:
         raise InputError(
-            f"{path.name}: no TensorBoard event files (names containing `{EVENT_FILE_MARK}`) "
-            f"in {path} or below",
+            f"no TensorBoard event files (names containing `{EVENT_FILE_MARK}`) in "
+            f"{file_label(path)} or below",
             "point at the log directory a SummaryWriter wrote, or pass --format csv|jsonl.",
         )
     by_dir: dict[Path, list[Path]] = {}
@@ -203,7 +204,7 @@ def _check_origin(origin: dict[str, str], name: str, prefix: str, root: Path) ->
             f"`{p.rstrip('/')}/`" if p else "the log directory itself" for p in (first, prefix)
         ]
         raise InputError(
-            f"{root.name}: the tag `{name}` comes from both {where[0]} and {where[1]}",
+            f"{file_label(root)}: the tag `{name}` comes from both {where[0]} and {where[1]}",
             "read the sub-directories one at a time.",
         )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from mismatchctl.display import file_label
 from mismatchctl.ingest.detect import detect_format, expand_inputs
 from mismatchctl.ingest.source import (
     FORMAT_NEMO,
@@ -21,33 +22,39 @@ __all__ = ["FORMATS", "Source", "detect_format", "expand_inputs", "open_source"]
 
 
 def open_source(
-    path: Path, fmt: str, mapping: Mapping[str, str], trust_pickle: bool = False
+    path: Path,
+    fmt: str,
+    mapping: Mapping[str, str],
+    trust_pickle: bool = False,
+    label: str | None = None,
 ) -> Source:
     """Open one dump file with the reader of its format (readers are imported on demand).
     ``trust_pickle`` lets a torch file be fully unpickled (which can run code from it), and a
-    verl DataProto pickle be read (by a restricted unpickler)."""
+    verl DataProto pickle be read (by a restricted unpickler); ``label`` names the file in
+    messages (default: its path as given, ``file_label``)."""
+    label = label or file_label(path)
     if fmt == FORMAT_SEQUENCE:
         from mismatchctl.ingest.parquet_sequence import open_sequence
 
-        return open_sequence(path, mapping)
+        return open_sequence(path, mapping, label)
     if fmt == FORMAT_TOKEN:
         from mismatchctl.ingest.parquet_token import open_token
 
-        return open_token(path, mapping)
+        return open_token(path, mapping, label)
     if fmt == FORMAT_SLIME:
         from mismatchctl.ingest.slime import open_slime
 
-        return open_slime(path, mapping, trust_pickle)
+        return open_slime(path, mapping, trust_pickle, label)
     if fmt == FORMAT_NEMO:
         from mismatchctl.ingest.nemo import open_nemo
 
-        return open_nemo(path, mapping)
+        return open_nemo(path, mapping, label)
     if fmt == FORMAT_VERL:
         from mismatchctl.ingest.verl_pickle import open_verl
 
-        return open_verl(path, mapping, trust_pickle)
+        return open_verl(path, mapping, trust_pickle, label)
     if fmt == FORMAT_PRIME:
         from mismatchctl.ingest.prime import open_prime
 
-        return open_prime(path, mapping)
+        return open_prime(path, mapping, label)
     raise ValueError(fmt)

@@ -41,6 +41,14 @@ class RaggedBatch:
     entropies: np.ndarray | None = None  # float64 [n]
     entropies_given: np.ndarray | None = None  # bool [n]; None = every non-NaN value
     weight_versions: np.ndarray | None = None  # float64 [n] (NaN = unknown), integral values
+    # positions of each sequence that the dump describes but the arrays leave out: the prompt
+    # before a response-only array (slime's tokens, verl's attention_mask), and the padding cut
+    # off past a stated length (NeMo-RL's input_lengths); added to the sequence row's counts
+    prompt_outside: np.ndarray | None = None  # int64 [n]
+    pad_outside: np.ndarray | None = None  # int64 [n]
+    # the name of the column the mask came from when it does not mark tool responses (the
+    # response part of an attention mask): its kept positions are checked for tool fills
+    partial_mask: str | None = None
     # where each sequence came from, for error messages ("row 17", "line 3", "sample 5")
     locations: list[str] = field(default_factory=list)
     # per-sequence lengths of each per-token role whose arrays were read separately; canonicalisation

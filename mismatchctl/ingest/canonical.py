@@ -1,9 +1,11 @@
 """From a reader's :class:`RaggedBatch` to canonical token and sequence rows.
 
 Everything every format shares lives here: the length check between the two sides and the mask,
-finite / <= 1e-4 logprobs (and finite, non-negative entropies) among model tokens, turn derivation
-from mask runs, keeping only model tokens, the per-sequence counts of prompt, tool and padding
-positions, and the per-sequence mean entropy over the model tokens.
+finite / <= 1e-4 logprobs (and finite, non-negative entropies) among model tokens, what a missing
+or partial mask would let in (``unmasked``: trailing padding, tool responses), each sequence's
+content key for the duplicate count (``duplicates``), turn derivation from mask runs, keeping only
+model tokens, the per-sequence counts of prompt, tool and padding positions, and the per-sequence
+mean entropy over the model tokens.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from mismatchctl import schema as S
 from mismatchctl.display import has_control, shown
 from mismatchctl.errors import InputError
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths, sequence_index
+from mismatchctl.ingest.duplicates import sequence_keys
+from mismatchctl.ingest.unmasked import check_padding, check_tool_fills
 
 MAX_LISTED_DROPS = 50  # how many dropped sample ids are kept by name in the provenance
 
@@ -32,6 +36,8 @@ class Tally:
     prompt_tokens: int = 0
     tool_tokens: int = 0
     pad_tokens: int = 0
+    padding_kept: int = 0  # trailing padding kept as model tokens (--allow-padding)
+    duplicate_sequences: int = 0  # exact repeats of an earlier sequence of the same step
     steps: set[int] = field(default_factory=set)
     gpus: set[str] = field(default_factory=set)
     dropped: Counter[str] = field(default_factory=Counter)  # reason -> sequences dropped
@@ -42,6 +48,8 @@ class Tally:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.tool_tokens += other.tool_tokens
         self.pad_tokens += other.pad_tokens
+        self.padding_kept += other.padding_kept
+        self.duplicate_sequences += other.duplicate_sequences
         self.steps |= other.steps
         self.gpus |= other.gpus
         self.dropped.update(other.dropped)
@@ -55,10 +63,12 @@ class Tally:
 
 @dataclass
 class Context:
-    source: str  # file name shown in messages
+    source: str  # the file as messages name it (display.file_label)
     gpu_tag: str | None
     skip_bad: bool
     seq_base: int  # first free sequence id of the run
+    allow_padding: bool = False  # keep trailing padding of a dump without mask as tokens
+    keys: list[np.ndarray] | None = None  # collects each kept sequence's content key
 
 
 def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, Tally]:
@@ -68,10 +78,19 @@ def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, 
     batch = _drop(batch, _bad_values(batch, ctx), ctx, tally)
     batch = _drop(batch, _bad_versions(batch), ctx, tally)
     batch = _drop(batch, _bad_names(batch), ctx, tally)
+    if batch.mask is None:
+        tally.padding_kept = check_padding(batch, ctx.source, ctx.allow_padding).positions
+    elif batch.partial_mask is not None:
+        check_tool_fills(batch, ctx.source, batch.partial_mask)
+    if ctx.keys is not None:
+        ctx.keys.append(sequence_keys(batch))
     model = batch.mask if batch.mask is not None else np.ones(len(batch.rollout), dtype=bool)
     turn = batch.turn if batch.turn is not None else derive_turns(model, batch.offsets)
     where = np.flatnonzero(model)
     counts = _position_counts(where, batch.offsets)
+    for name, outside in (("prompt", batch.prompt_outside), ("pad", batch.pad_outside)):
+        if outside is not None:
+            counts[name] = counts[name] + outside
     seq_ids = ctx.seq_base + np.arange(batch.n, dtype=np.int64)
     gpus = _gpus(batch, ctx)
     tokens = _token_table(batch, where, counts["model"], turn, seq_ids, gpus)
@@ -295,8 +314,11 @@ def _keep(batch: RaggedBatch, keep: np.ndarray) -> RaggedBatch:
         entropies=per_seq(batch.entropies),
         entropies_given=per_seq(batch.entropies_given),
         weight_versions=per_seq(batch.weight_versions),
+        prompt_outside=per_seq(batch.prompt_outside),
+        pad_outside=per_seq(batch.pad_outside),
         locations=[batch.locations[i] for i in idx] if batch.locations else [],
         role_lengths={},
+        partial_mask=batch.partial_mask,
     )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
+from mismatchctl.display import file_label
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest.arrow_values import is_list_type
 from mismatchctl.ingest.columns import SEQUENCE_NAMES, TOKEN_NAMES
@@ -57,7 +58,11 @@ def expand_inputs(inputs: Iterable[str]) -> list[Path]:
     return list(dict.fromkeys(files))
 
 
-def detect_format(path: Path, mapping: Mapping[str, str], forced: str | None) -> str:
+def detect_format(
+    path: Path, mapping: Mapping[str, str], forced: str | None, label: str | None = None
+) -> str:
+    """The format of ``path``; ``label`` names it in messages (default: the path as given)."""
+    label = label or file_label(path)
     if forced is not None:
         if forced not in FORMATS:
             raise UsageError(
@@ -67,25 +72,25 @@ def detect_format(path: Path, mapping: Mapping[str, str], forced: str | None) ->
         return forced
     kind = SUFFIXES.get(path.suffix.lower())
     if kind == "parquet":
-        return _parquet_layout(path, mapping)
+        return _parquet_layout(path, mapping, label)
     if kind == "pt":  # a torch archive, or a raw pickle (verl's save_to_disk)
         return FORMAT_VERL if first_global(path) == DATAPROTO else FORMAT_SLIME
     if kind == "pickle":
-        return _pickle_kind(path)
+        return _pickle_kind(path, label)
     if kind == "jsonl":
-        return _jsonl_kind(path)
+        return _jsonl_kind(path, label)
     raise InputError(
-        f"cannot tell the format of {path.name} (suffix `{path.suffix}`)",
+        f"cannot tell the format of {label} (suffix `{path.suffix}`)",
         f"pass --format (one of {', '.join(FORMATS)}).",
     )
 
 
-def _parquet_layout(path: Path, mapping: Mapping[str, str]) -> str:
+def _parquet_layout(path: Path, mapping: Mapping[str, str], label: str) -> str:
     """Sequence layout when the rollout logprob column is a list, token layout when scalar."""
     try:
         schema = pq.read_schema(path)
     except Exception as exc:
-        raise unreadable(path, "Parquet", exc) from None
+        raise unreadable(label, "Parquet", exc) from None
     names = schema.names
     refuse_one_sided(path, names, mapping)
     candidates = [mapping[S.ROLE_ROLLOUT]] if S.ROLE_ROLLOUT in mapping else []
@@ -94,46 +99,47 @@ def _parquet_layout(path: Path, mapping: Mapping[str, str]) -> str:
         if name in names:
             return FORMAT_SEQUENCE if is_list_type(schema.field(name).type) else FORMAT_TOKEN
     raise InputError(
-        f"no rollout logprob column in {path.name} (found: {', '.join(names)})",
+        f"no rollout logprob column in {label} (found: {', '.join(names)})",
         "name it with --map rollout=<column> (and the trainer side with --map trainer=<column>).",
     )
 
 
-def _jsonl_kind(path: Path) -> str:
+def _jsonl_kind(path: Path, label: str) -> str:
     with path.open("rb") as fh:
         for raw in fh:
             if raw.strip():
                 try:
                     obj = json.loads(raw)
                 except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    raise unreadable(path, "JSON lines", exc) from None
+                    raise unreadable(label, "JSON lines", exc) from None
                 if isinstance(obj, dict) and "generation_logprobs" in obj:
                     return FORMAT_NEMO
                 if isinstance(obj, dict) and {"inference_logprobs", "trainer_logprobs"} <= set(obj):
                     return FORMAT_PRIME
                 keys = ", ".join(obj) if isinstance(obj, dict) else type(obj).__name__
                 raise InputError(
-                    f"{path.name}: JSON lines without `generation_logprobs` (found: {keys})",
+                    f"{label}: JSON lines without `generation_logprobs` (found: {keys})",
                     "for NeMo-RL dumps with other key names pass --format nemo-jsonl and --map.",
                 )
-    raise InputError(f"{path.name} is empty", "remove it from the inputs.")
+    raise InputError(f"{label} is empty", "remove it from the inputs.")
 
 
-def _pickle_kind(path: Path) -> str:
+def _pickle_kind(path: Path, label: str) -> str:
     name = first_global(path)
     if name == DATAPROTO:
         return FORMAT_VERL
     found = f"it names `{name}` first" if name else "no class found near its start"
     raise InputError(
-        f"{path} is not a verl DataProto pickle ({found}; expected `{DATAPROTO}`)",
+        f"{label} is not a verl DataProto pickle ({found}; expected `{DATAPROTO}`)",
         "pickles are read only as verl's DataProto.save_to_disk files; export other dumps to "
         "Parquet, or pass --format if this is one of the known formats.",
     )
 
 
-def unreadable(path: Path, what: str, exc: Exception) -> InputError:
+def unreadable(label: str, what: str, exc: Exception) -> InputError:
+    """``label``: the file as messages name it (``display.file_label``)."""
     first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
     return InputError(
-        f"cannot read {path.name} as {what}: {first}",
+        f"cannot read {label} as {what}: {first}",
         "the file is truncated or corrupt; re-export it, or leave it out of the inputs.",
     )

@@ -3,6 +3,14 @@
 Arrays are aligned to the *full* sequence (prompt + response), with a dummy entry at index 0: the
 logprob of token j sits at index j. Prompt and environment positions have mask 0. The step is in
 the file name.
+
+The GRPO loop writes these files with ``Logger.log_batched_dict_as_jsonl``
+(``nemo_rl/utils/logger.py``): the batch's tensors become lists, then each sample is a slice of
+one, so every value keeps an outer list of one (``"generation_logprobs": [[...]]``,
+``"rewards": [1.0]``, ``"input_lengths": [38]``), plus ``"idx": i`` (the sample's index in the
+step), which is the sample id. The arrays are right-padded to the batch's longest sequence;
+``input_lengths`` is each sequence's length before that padding, so positions past it are
+padding (counted as such, never read). Flat files (no outer list) are read too.
 """
 
 from __future__ import annotations
@@ -10,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -25,22 +34,36 @@ KEYS = {
     S.ROLE_MASK: "token_loss_mask",
     S.ROLE_TOKENS: "token_ids",
     S.ROLE_REWARD: "rewards",
-    S.ROLE_SAMPLE_ID: "sample_id",
+    S.ROLE_SAMPLE_ID: "idx",
 }
+LENGTH_KEY = "input_lengths"  # each sequence's length before the batch's right padding
+OTHER_ID_KEY = "sample_id"  # the id of hand-written files without `idx`
+PER_TOKEN = (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, S.ROLE_TOKENS)
+CONVERT = {
+    S.ROLE_ROLLOUT: pv.floats,
+    S.ROLE_TRAINER: pv.floats,
+    S.ROLE_MASK: pv.mask,
+    S.ROLE_TOKENS: pv.ints,
+    S.ROLE_REWARD: pv.scalar,
+    S.ROLE_SAMPLE_ID: pv.text,
+}
+LENGTH = "length"  # where a line's converted input length is kept
+CUT = "cut"  # how many padding positions past input_lengths were cut off
 
 
-def open_nemo(path: Path, mapping: Mapping[str, str]) -> Source:
+def open_nemo(path: Path, mapping: Mapping[str, str], label: str) -> Source:
+    """``label``: the file as messages name it."""
     keys = {**KEYS, **mapping}
     step = step_from_name(path)
     source = Source(path, FORMAT_NEMO, iter(()), dict(keys))
     if step is None:
         step = 0
         source.notes.append("no step in the file name (train_data_step{N}.jsonl): step 0")
-    source.batches = _batches(path, keys, step)
+    source.batches = _batches(path, label, keys, step)
     return source
 
 
-def _lines(path: Path, keys: dict) -> Iterator[tuple[int, dict]]:
+def _lines(path: Path, label: str, keys: dict) -> Iterator[tuple[int, dict]]:
     with path.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
             if not raw.strip():
@@ -49,63 +72,107 @@ def _lines(path: Path, keys: dict) -> Iterator[tuple[int, dict]]:
                 obj = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise InputError(
-                    f"{path.name}: line {number} is not valid JSON ({exc})",
+                    f"{label}: line {number} is not valid JSON ({exc})",
                     "the file is truncated or corrupt; repair or remove that line.",
                 ) from None
             if not isinstance(obj, dict):
                 raise InputError(
-                    f"{path.name}: line {number} is not a JSON object "
+                    f"{label}: line {number} is not a JSON object "
                     f"(found {type(obj).__name__}; expected one object per sample)",
                     "write one JSON object per line, or leave the file out of the inputs.",
                 )
             for role in (S.ROLE_ROLLOUT, S.ROLE_TRAINER):
                 if keys[role] not in obj:
                     raise InputError(
-                        f"{path.name}: line {number} has no `{keys[role]}` "
-                        f"(found: {', '.join(obj)})",
+                        f"{label}: line {number} has no `{keys[role]}` (found: {', '.join(obj)})",
                         f"name the {role} logprob key with --map {role}=<key>.",
                     )
-            yield number, _converted(obj, keys, path, number)
+            yield number, _converted(obj, keys, label, number)
 
 
-def _where(path: Path, number: int, key: str) -> str:
-    return f"{path.name}: line {number}: `{key}`"
+def _where(label: str, number: int, key: str) -> str:
+    return f"{label}: line {number}: `{key}`"
 
 
 _HINT = "repair that line, or name another key with --map {role}=<key>."
 
 
-def _converted(obj: dict, keys: dict, path: Path, number: int) -> dict:
-    """The line's values for every role as numpy arrays (or a float / text), strictly checked."""
+def _unwrapped(value: Any, per_token: bool, where: str, hint: str) -> Any:
+    """The value without the writer's outer list of one: ``[[...]]`` is a per-token array,
+    ``[x]`` a per-sample value. A per-token array holding several lists is a batch, not a
+    sample; a flat array is taken as it is."""
+    if not isinstance(value, list) or not value or not isinstance(value[0], list | dict):
+        if not per_token and isinstance(value, list) and len(value) == 1:
+            return value[0]
+        return value
+    if len(value) != 1:
+        raise InputError(
+            f"{where}: expected one sample's values (NeMo-RL writes them in an outer list of "
+            f"one), found {len(value)} lists",
+            "write one sample per line, as Logger.log_batched_dict_as_jsonl does.",
+        )
+    return value[0]
+
+
+def _converted(obj: dict, keys: dict, label: str, number: int) -> dict:
+    """The line's values for every role as numpy arrays (or a float / text), strictly checked,
+    the arrays cut at the line's input length."""
     out: dict = {}
-    for role, convert in (
-        (S.ROLE_ROLLOUT, pv.floats),
-        (S.ROLE_TRAINER, pv.floats),
-        (S.ROLE_MASK, pv.mask),
-        (S.ROLE_TOKENS, pv.ints),
-        (S.ROLE_REWARD, pv.scalar),
-        (S.ROLE_SAMPLE_ID, pv.text),
-    ):
+    id_key = keys[S.ROLE_SAMPLE_ID]
+    if id_key not in obj and id_key == KEYS[S.ROLE_SAMPLE_ID] and OTHER_ID_KEY in obj:
+        keys = {**keys, S.ROLE_SAMPLE_ID: OTHER_ID_KEY}
+    for role, convert in CONVERT.items():
         if keys[role] in obj:
-            where = _where(path, number, keys[role])
-            out[role] = convert(obj[keys[role]], where, _HINT.format(role=role))
+            where, hint = _where(label, number, keys[role]), _HINT.format(role=role)
+            value = _unwrapped(obj[keys[role]], role in PER_TOKEN, where, hint)
+            out[role] = convert(value, where, hint)
+    if LENGTH_KEY in obj and LENGTH_KEY not in keys.values():
+        _cut(out, obj[LENGTH_KEY], keys, _where(label, number, LENGTH_KEY))
     return out
 
 
-def _batches(path: Path, keys: dict, step: int) -> Iterator[RaggedBatch]:
+def _cut(out: dict, raw: Any, keys: dict, where: str) -> None:
+    """Keep the positions before the input length; the rest is the batch's right padding (a
+    length beyond the arrays, or a model token in the padding, is an error)."""
+    hint = "repair that line; input_lengths is the sequence length before padding."
+    value = _unwrapped(raw, False, where, hint)
+    lengths = pv.ints([value] if not isinstance(value, list) else value, where, hint)
+    if lengths.size != 1 or lengths[0] < 0:
+        raise InputError(f"{where}: expected one length >= 0, found {lengths.tolist()}", hint)
+    length, width = int(lengths[0]), len(out[S.ROLE_ROLLOUT])
+    if length > width:
+        raise InputError(
+            f"{where}: {length} is more than the {width} values of `{keys[S.ROLE_ROLLOUT]}`",
+            hint,
+        )
+    mask = out.get(S.ROLE_MASK)
+    if mask is not None and len(mask) == width and mask[length:].any():
+        first = length + int(np.flatnonzero(mask[length:])[0])
+        raise InputError(
+            f"{where}: the sequence is {length} long, but `{keys[S.ROLE_MASK]}` marks a model "
+            f"token at position {first}, in the padding past it",
+            hint,
+        )
+    for role in PER_TOKEN:
+        if role in out and len(out[role]) == width:
+            out[role] = out[role][:length]
+    out[CUT] = width - length
+
+
+def _batches(path: Path, label: str, keys: dict, step: int) -> Iterator[RaggedBatch]:
     chunk: list[tuple[int, dict]] = []
     tokens = 0
-    for number, obj in _lines(path, keys):
+    for number, obj in _lines(path, label, keys):
         chunk.append((number, obj))
         tokens += len(obj[S.ROLE_ROLLOUT])
         if tokens >= BATCH_TOKENS:
-            yield _to_batch(chunk, keys, step, path)
+            yield _to_batch(chunk, path, step)
             chunk, tokens = [], 0
     if chunk:
-        yield _to_batch(chunk, keys, step, path)
+        yield _to_batch(chunk, path, step)
 
 
-def _to_batch(chunk: list[tuple[int, dict]], keys: dict, step: int, path: Path) -> RaggedBatch:
+def _to_batch(chunk: list[tuple[int, dict]], path: Path, step: int) -> RaggedBatch:
     roll = [o[S.ROLE_ROLLOUT] for _, o in chunk]
     train = [o[S.ROLE_TRAINER] for _, o in chunk]
     batch = RaggedBatch(
@@ -117,6 +184,8 @@ def _to_batch(chunk: list[tuple[int, dict]], keys: dict, step: int, path: Path) 
         locations=[f"line {n}" for n, _ in chunk],
     )
     batch.role_lengths[S.ROLE_TRAINER] = np.array([len(a) for a in train], dtype=np.int64)
+    if any(CUT in o for _, o in chunk):
+        batch.pad_outside = np.array([o.get(CUT, 0) for _, o in chunk], dtype=np.int64)
     if S.ROLE_MASK in chunk[0][1]:
         masks = [o.get(S.ROLE_MASK, np.zeros(0, dtype=bool)) for _, o in chunk]
         batch.mask = np.concatenate(masks)

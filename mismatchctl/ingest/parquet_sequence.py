@@ -23,21 +23,37 @@ from mismatchctl.ingest.columns import SEQUENCE_NAMES, require, resolve, unique_
 from mismatchctl.ingest.source import FORMAT_SEQUENCE, Source, step_from_name, tags_from_metadata
 
 PER_TOKEN = (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, S.ROLE_TOKENS)
+# verl's attention_mask covers prompt + response (left-padded prompt, right-padded response):
+# its last entries, as many as the logprobs, mark the response without its padding, but cover
+# tool responses too (verl's own debug metrics fall back to it the same way)
+ATTENTION_MASK = "attention_mask"
 
 
-def open_sequence(path: Path, mapping: Mapping[str, str]) -> Source:
+def open_sequence(path: Path, mapping: Mapping[str, str], label: str) -> Source:
+    """``label``: the file as messages name it."""
     pf = pq.ParquetFile(path)
     names = pf.schema_arrow.names
-    unique_names(names, path.name)
-    found = resolve(names, SEQUENCE_NAMES, mapping, path.name)
-    require(found, (S.ROLE_ROLLOUT, S.ROLE_TRAINER), names, path.name)
+    unique_names(names, label)
+    found = resolve(names, SEQUENCE_NAMES, mapping, label)
+    require(found, (S.ROLE_ROLLOUT, S.ROLE_TRAINER), names, label)
     meta = pf.schema_arrow.metadata or {}
     source = Source(path, FORMAT_SEQUENCE, iter(()), found, tags_from_metadata(meta))
     _drop_list_scalars(pf.schema_arrow, found, source.notes)
     step = _default_step(path, meta, found, source.notes)
-    if S.ROLE_MASK not in found:
+    if S.ROLE_MASK not in found and ATTENTION_MASK in names:
+        found[S.ROLE_MASK] = ATTENTION_MASK
+    if found.get(S.ROLE_MASK) == ATTENTION_MASK:
+        source.notes.append(
+            f"mask: the response part of `{ATTENTION_MASK}` (its last entries, as many as the "
+            "logprobs): padding excluded, prompt lengths kept; it covers tool responses too, "
+            "so its positions were checked for tool-response fills (a response mask is better)"
+        )
+    elif S.ROLE_MASK not in found:
         source.notes.append("no mask column: every listed token counted as a model token")
-    source.batches = _batches(pf, path, found, step)
+    attention = ATTENTION_MASK in names and av.is_list_type(
+        pf.schema_arrow.field(ATTENTION_MASK).type
+    )
+    source.batches = _batches(pf, path, label, found, step, attention)
     return source
 
 
@@ -67,30 +83,42 @@ def _default_step(path: Path, meta: dict, found: Mapping[str, str], notes: list[
 
 
 def _batches(
-    pf: pq.ParquetFile, path: Path, found: Mapping[str, str], step: int
+    pf: pq.ParquetFile,
+    path: Path,
+    label: str,
+    found: Mapping[str, str],
+    step: int,
+    attention: bool,
 ) -> Iterator[RaggedBatch]:
+    """``attention``: the file has an attention_mask list column, read for the prompt lengths
+    (and as the mask when it is the mask's column)."""
     rows_done = 0
-    columns = list(dict.fromkeys(found.values()))
-    avg = max(1, pf.metadata.num_rows and _avg_len(pf, found[S.ROLE_ROLLOUT], path))
+    columns = list(dict.fromkeys([*found.values(), *([ATTENTION_MASK] if attention else [])]))
+    avg = max(1, pf.metadata.num_rows and _avg_len(pf, found[S.ROLE_ROLLOUT], label))
     rows_per_batch = max(1, min(65536, src.BATCH_TOKENS // avg))
     for record in pf.iter_batches(batch_size=rows_per_batch, columns=columns):
-        yield _to_batch(record, path, found, step, rows_done)
+        yield _to_batch(record, path, label, found, step, rows_done)
         rows_done += record.num_rows
 
 
-def _avg_len(pf: pq.ParquetFile, column: str, path: Path) -> int:
+def _avg_len(pf: pq.ParquetFile, column: str, label: str) -> int:
     """Average list length from the first row group (to size batches near 1M tokens)."""
     if pf.metadata.num_row_groups == 0:
         return 1
     first = pf.read_row_group(0, columns=[column]).column(0)
     if not av.is_list_type(first.type):
-        raise _not_a_list(path, column, first.type)
-    _, lengths = av.list_values(first, f"{path.name}: column `{column}`")
+        raise _not_a_list(label, column, first.type)
+    _, lengths = av.list_values(first, f"{label}: column `{column}`")
     return int(lengths.mean()) if len(lengths) else 1
 
 
 def _to_batch(
-    record: pa.RecordBatch, path: Path, found: Mapping[str, str], step: int, row0: int
+    record: pa.RecordBatch,
+    path: Path,
+    label: str,
+    found: Mapping[str, str],
+    step: int,
+    row0: int,
 ) -> RaggedBatch:
     n = record.num_rows
 
@@ -98,13 +126,13 @@ def _to_batch(
         return record.column(found[role])
 
     def what(role: str) -> str:
-        return f"{path.name}: column `{found[role]}`"
+        return f"{label}: column `{found[role]}`"
 
     flat: dict[str, tuple[pa.Array, np.ndarray]] = {}
     for role in PER_TOKEN:
         if role in found:
             if not av.is_list_type(col(role).type):
-                raise _not_a_list(path, found[role], col(role).type)
+                raise _not_a_list(label, found[role], col(role).type)
             flat[role] = av.list_values(col(role), what(role))
     values, lengths = flat[S.ROLE_ROLLOUT]
     batch = RaggedBatch(
@@ -123,6 +151,12 @@ def _to_batch(
     if S.ROLE_MASK in flat:
         batch.mask = av.mask01(flat[S.ROLE_MASK][0], what(S.ROLE_MASK))
         batch.role_lengths[S.ROLE_MASK] = flat[S.ROLE_MASK][1]
+        if found[S.ROLE_MASK] == ATTENTION_MASK:
+            _response_part(batch, lengths)
+    if found.get(S.ROLE_MASK) != ATTENTION_MASK and ATTENTION_MASK in record.schema.names:
+        attention, full = av.list_values(record.column(ATTENTION_MASK), _attention(label))
+        ones = av.mask01(attention, _attention(label))
+        batch.prompt_outside = _response_and_prompt(ones, full, lengths)[2]
     if S.ROLE_TOKENS in flat:
         batch.token_ids = av.ints(flat[S.ROLE_TOKENS][0], what(S.ROLE_TOKENS))
         batch.role_lengths[S.ROLE_TOKENS] = flat[S.ROLE_TOKENS][1]
@@ -130,6 +164,38 @@ def _to_batch(
         _entropy(batch, col(S.ROLE_ENTROPY), what(S.ROLE_ENTROPY))
     _per_sequence_extras(batch, col, what, found)
     return batch
+
+
+def _attention(label: str) -> str:
+    return f"{label}: column `{ATTENTION_MASK}`"
+
+
+def _response_and_prompt(
+    mask: np.ndarray, full: np.ndarray, lengths: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of attention masks (flat, rows ``full`` long) over prompt + response: where the response
+    part of each row is in ``mask`` (its last entries, as many as the row's ``lengths`` of
+    logprobs; a shorter row is taken whole, and its length mismatch reported), how long each
+    part is, and each prompt's length (the ones before it: the prompt is left-padded)."""
+    take = np.where(full >= lengths, lengths, full)
+    row_ends = offsets_from_lengths(full)[1:]
+    starts = row_ends - take
+    index = np.repeat(starts - offsets_from_lengths(take)[:-1], take) + np.arange(take.sum())
+    ones = np.concatenate([[0], np.cumsum(mask, dtype=np.int64)])
+    return index, take, ones[starts] - ones[row_ends - full]
+
+
+def _response_part(batch: RaggedBatch, lengths: np.ndarray) -> None:
+    """The mask becomes the response part of each row's attention mask; the prompt part gives
+    the prompt's length."""
+    assert batch.mask is not None
+    index, take, prompts = _response_and_prompt(
+        batch.mask, batch.role_lengths[S.ROLE_MASK], lengths
+    )
+    batch.prompt_outside = prompts
+    batch.mask = batch.mask[index]
+    batch.role_lengths[S.ROLE_MASK] = take
+    batch.partial_mask = ATTENTION_MASK
 
 
 def _entropy(batch: RaggedBatch, column: pa.Array, what: str) -> None:
@@ -165,8 +231,8 @@ def _sample_ids(values: pa.Array, path: Path, row0: int) -> list[str]:
     return ids
 
 
-def _not_a_list(path: Path, column: str, t: pa.DataType) -> Exception:
+def _not_a_list(label: str, column: str, t: pa.DataType) -> Exception:
     return InputError(
-        f"{path.name}: column `{column}` is {t}, expected a list column (one list per response)",
+        f"{label}: column `{column}` is {t}, expected a list column (one list per response)",
         "for one row per token use --format parquet-token.",
     )

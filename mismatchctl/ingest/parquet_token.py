@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
-from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
+from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths, sequence_index
 from mismatchctl.ingest.columns import TOKEN_NAMES, require, resolve, unique_names
 from mismatchctl.ingest.source import (
     BATCH_TOKENS,
@@ -29,15 +29,16 @@ from mismatchctl.ingest.source import (
 )
 
 
-def open_token(path: Path, mapping: Mapping[str, str]) -> Source:
+def open_token(path: Path, mapping: Mapping[str, str], label: str) -> Source:
+    """``label``: the file as messages name it."""
     pf = pq.ParquetFile(path)
     names = pf.schema_arrow.names
-    unique_names(names, path.name)
-    found = resolve(names, TOKEN_NAMES, mapping, path.name)
-    require(found, (S.ROLE_ROLLOUT, S.ROLE_TRAINER), names, path.name)
+    unique_names(names, label)
+    found = resolve(names, TOKEN_NAMES, mapping, label)
+    require(found, (S.ROLE_ROLLOUT, S.ROLE_TRAINER), names, label)
     if S.ROLE_SAMPLE_ID not in found:
         raise InputError(
-            f"no sample id column in {path.name} (found: {', '.join(names)}); one row per token "
+            f"no sample id column in {label} (found: {', '.join(names)}); one row per token "
             "needs it to know which tokens form a sequence",
             "name it with --map sample_id=<column>.",
         )
@@ -54,27 +55,27 @@ def open_token(path: Path, mapping: Mapping[str, str]) -> Source:
         source.notes.append("no mask column: every row counted as a model token")
     if S.ROLE_POSITION not in found:
         source.notes.append("no position column: tokens taken in file order within each sample")
-    source.batches = _batches(pf, path, found, step)
+    source.batches = _batches(pf, label, found, step)
     return source
 
 
 def _batches(
-    pf: pq.ParquetFile, path: Path, found: Mapping[str, str], step: int
+    pf: pq.ParquetFile, label: str, found: Mapping[str, str], step: int
 ) -> Iterator[RaggedBatch]:
     table = pf.read(columns=list(dict.fromkeys(found.values())))
-    table = _sorted(table, found, step, path)
-    keys = _sequence_starts(table)
+    table = _sorted(table, found, step, label)
+    keys = _sequence_starts(table, _step_what(label, found))
     starts = np.append(keys, table.num_rows)
     first = 0
     while first < len(keys):
         last = int(np.searchsorted(starts, starts[first] + BATCH_TOKENS, side="right")) - 1
         last = max(last, first + 1)
         lo, hi = int(starts[first]), int(starts[last])
-        yield _to_batch(table.slice(lo, hi - lo), starts[first : last + 1] - lo, path, found, lo)
+        yield _to_batch(table.slice(lo, hi - lo), starts[first : last + 1] - lo, label, found, lo)
         first = last
 
 
-def _sorted(table: pa.Table, found: Mapping[str, str], step: int, path: Path) -> pa.Table:
+def _sorted(table: pa.Table, found: Mapping[str, str], step: int, label: str) -> pa.Table:
     """Canonical column names, sample ids as text, rows in (step, sample, position) order."""
     cols = {role: table.column(name) for role, name in found.items()}
     if S.ROLE_STEP not in cols:
@@ -84,7 +85,7 @@ def _sorted(table: pa.Table, found: Mapping[str, str], step: int, path: Path) ->
     if nulls:
         first = int(np.flatnonzero(cols[S.ROLE_SAMPLE_ID].is_null().to_numpy())[0])
         raise InputError(
-            f"{path.name}: column `{found[S.ROLE_SAMPLE_ID]}`: {nulls} row(s) have no sample id "
+            f"{label}: column `{found[S.ROLE_SAMPLE_ID]}`: {nulls} row(s) have no sample id "
             f"(first: row "
             f"{first}); in the token layout the sample id says which tokens form a sequence",
             "fill the ids, or name another id column with --map sample_id=COLUMN.",
@@ -96,11 +97,16 @@ def _sorted(table: pa.Table, found: Mapping[str, str], step: int, path: Path) ->
     return out.sort_by(order)
 
 
-def _sequence_starts(table: pa.Table) -> np.ndarray:
+def _step_what(label: str, found: Mapping[str, str]) -> str:
+    column = found.get(S.ROLE_STEP)
+    return f"{label}: column `{column}`" if column else f"{label}: step"
+
+
+def _sequence_starts(table: pa.Table, step_what: str) -> np.ndarray:
     """Row indices where a new (step, sample id) begins."""
     if table.num_rows == 0:
         return np.zeros(0, dtype=np.int64)
-    step = av.ints(table.column(S.ROLE_STEP).combine_chunks(), S.ROLE_STEP)
+    step = av.ints(table.column(S.ROLE_STEP).combine_chunks(), step_what)
     sample = table.column(S.ROLE_SAMPLE_ID).combine_chunks()
     codes = pc.dictionary_encode(sample).indices.to_numpy(zero_copy_only=False)
     change = np.ones(len(step), dtype=bool)
@@ -109,7 +115,7 @@ def _sequence_starts(table: pa.Table) -> np.ndarray:
 
 
 def _to_batch(
-    t: pa.Table, starts: np.ndarray, path: Path, found: Mapping[str, str], row0: int
+    t: pa.Table, starts: np.ndarray, label: str, found: Mapping[str, str], row0: int
 ) -> RaggedBatch:
     lengths = np.diff(starts)
     heads = starts[:-1]
@@ -118,11 +124,11 @@ def _to_batch(
         return t.column(role).combine_chunks()
 
     def what(role: str) -> str:
-        return f"{path.name}: column `{found[role]}`"
+        return f"{label}: column `{found[role]}`"
 
     sample_ids = col(S.ROLE_SAMPLE_ID).take(pa.array(heads)).to_pylist()
     batch = RaggedBatch(
-        steps=av.ints(col(S.ROLE_STEP), S.ROLE_STEP)[heads],
+        steps=av.ints(col(S.ROLE_STEP), _step_what(label, found))[heads],
         sample_ids=sample_ids,
         offsets=offsets_from_lengths(lengths),
         rollout=av.floats(col(S.ROLE_ROLLOUT), what(S.ROLE_ROLLOUT)),
@@ -135,6 +141,7 @@ def _to_batch(
         batch.token_ids = av.ints(col(S.ROLE_TOKENS), what(S.ROLE_TOKENS))
     if S.ROLE_POSITION in found:
         batch.position = av.ints(col(S.ROLE_POSITION), what(S.ROLE_POSITION)).astype(np.int32)
+        _positions_once(batch, label, found)
     if S.ROLE_TURN in found:
         batch.turn = av.ints(col(S.ROLE_TURN), what(S.ROLE_TURN)).astype(np.int32)
     if S.ROLE_ENTROPY in found:
@@ -145,3 +152,24 @@ def _to_batch(
         if role in found:
             setattr(batch, attr, av.floats(col(role).take(pa.array(heads)), what(role)))
     return batch
+
+
+def _positions_once(batch: RaggedBatch, label: str, found: Mapping[str, str]) -> None:
+    """A sequence is the rows of one (step, sample id): a position met twice means the id is
+    shared by several sequences (verl's ``uid`` is one per prompt group, shared by its n
+    responses), whose tokens would interleave into one. Refused, never merged."""
+    assert batch.position is not None
+    same = np.diff(batch.position) == 0
+    same &= np.diff(sequence_index(batch.offsets)) == 0
+    if not same.any():
+        return
+    at = int(np.flatnonzero(same)[0])
+    i = int(sequence_index(batch.offsets)[at])
+    raise InputError(
+        f"{label}: sample `{batch.sample_ids[i]}` of step {int(batch.steps[i])} has position "
+        f"{int(batch.position[at])} twice (column `{found[S.ROLE_POSITION]}`): the sample id "
+        f"`{found[S.ROLE_SAMPLE_ID]}` is shared by several sequences (verl's `uid` is one per "
+        "prompt group), and their tokens would be merged into one",
+        "name a column that is unique per response with --map sample_id=<column> (e.g. the "
+        "row index of the response in its batch).",
+    )

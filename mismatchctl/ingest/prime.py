@@ -47,7 +47,8 @@ PER_TOKEN = (
 )
 
 
-def open_prime(path: Path, mapping: Mapping[str, str]) -> Source:
+def open_prime(path: Path, mapping: Mapping[str, str], label: str | None = None) -> Source:
+    """``label``: the file as messages name it (default: its path)."""
     unused = sorted(set(mapping) - set(KEYS))
     if unused:
         raise InputError(
@@ -57,11 +58,13 @@ def open_prime(path: Path, mapping: Mapping[str, str]) -> Source:
         )
     keys = {**KEYS, **mapping}
     source = Source(path, FORMAT_PRIME, iter(()), dict(keys))
-    source.batches = _batches(path, keys, mapping, source.notes)
+    source.batches = _batches(path, label or str(path), keys, mapping, source.notes)
     return source
 
 
-def _records(path: Path, keys: dict, mapping: Mapping[str, str]) -> Iterator[tuple[int, dict]]:
+def _records(
+    path: Path, name: str, keys: dict, mapping: Mapping[str, str]
+) -> Iterator[tuple[int, dict]]:
     """The lines as objects; each must have both sides, the mask and every mapped key."""
     with path.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
@@ -71,54 +74,54 @@ def _records(path: Path, keys: dict, mapping: Mapping[str, str]) -> Iterator[tup
                 obj = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:
                 raise InputError(
-                    f"{path}: line {number} is not valid JSON ({exc})",
+                    f"{name}: line {number} is not valid JSON ({exc})",
                     "the file is truncated or corrupt; repair or remove that line.",
                 ) from None
             if not isinstance(obj, dict):
                 raise InputError(
-                    f"{path}: line {number} is not a JSON object (found "
+                    f"{name}: line {number} is not a JSON object (found "
                     f"{type(obj).__name__}; expected one object per sequence)",
                     "leave the file out of the inputs, or pass the right --format.",
                 )
             for role in (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, *mapping):
                 if keys[role] not in obj:
                     raise InputError(
-                        f"{path}: line {number} has no `{keys[role]}` (found: {', '.join(obj)})",
+                        f"{name}: line {number} has no `{keys[role]}` (found: {', '.join(obj)})",
                         f"name the {role} key with --map {role}=<key>.",
                     )
             yield number, obj
 
 
-def _where(path: Path, number: int, key: str) -> str:
-    return f"{path}: line {number}: `{key}`"
+def _where(name: str, number: int, key: str) -> str:
+    return f"{name}: line {number}: `{key}`"
 
 
-def _converted(obj: dict, keys: dict, path: Path, number: int) -> dict[str, Any]:
+def _converted(obj: dict, keys: dict, name: str, number: int) -> dict[str, Any]:
     """The line's per-token arrays by role, its step and sample id, and its member mask."""
     out: dict[str, Any] = {}
     for role, convert in PER_TOKEN:
         if keys[role] in obj:
             hint = f"repair that line, or name another key with --map {role}=<key>."
-            out[role] = convert(obj[keys[role]], _where(path, number, keys[role]), hint)
-    out[S.ROLE_STEP] = _step(obj, keys[S.ROLE_STEP], path, number)
+            out[role] = convert(obj[keys[role]], _where(name, number, keys[role]), hint)
+    out[S.ROLE_STEP] = _step(obj, keys[S.ROLE_STEP], name, number)
     rank, index = obj.get("rank"), obj.get("export_sequence_idx")
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, index))
-    out[S.ROLE_SAMPLE_ID] = f"rank{rank}-{index}" if ints else f"{path.stem}#{number}"
-    out["members"] = _members(obj, len(out[S.ROLE_MASK]), path, number)
+    out[S.ROLE_SAMPLE_ID] = f"rank{rank}-{index}" if ints else f"{Path(name).stem}#{number}"
+    out["members"] = _members(obj, len(out[S.ROLE_MASK]), name, number)
     return out
 
 
-def _step(obj: dict, key: str, path: Path, number: int) -> int:
+def _step(obj: dict, key: str, name: str, number: int) -> int:
     value = obj.get(key)
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     raise InputError(
-        f"{_where(path, number, key)}: expected the step as an integer, found {value!r}",
+        f"{_where(name, number, key)}: expected the step as an integer, found {value!r}",
         "repair that line, or name the step key with --map step=<key>.",
     )
 
 
-def _members(obj: dict, n: int, path: Path, number: int) -> np.ndarray | None:
+def _members(obj: dict, n: int, name: str, number: int) -> np.ndarray | None:
     """Tokens that are rl or ref_kl members (nonzero weight); None when both streams are
     absent (every loss-mask token is then an rl member)."""
     members = None
@@ -127,10 +130,10 @@ def _members(obj: dict, n: int, path: Path, number: int) -> np.ndarray | None:
         if values is None or (isinstance(values, list) and all(v is None for v in values)):
             continue
         hint = "repair that line (a weight stream has one weight per token, or only nulls)."
-        weights = pv.floats(values, _where(path, number, key), hint)
+        weights = pv.floats(values, _where(name, number, key), hint)
         if len(weights) != n or np.isnan(weights).any():
             raise InputError(
-                f"{_where(path, number, key)}: expected {n} weights (one per token, no null), "
+                f"{_where(name, number, key)}: expected {n} weights (one per token, no null), "
                 f"found {len(weights)} with {int(np.isnan(weights).sum())} null",
                 hint,
             )
@@ -140,25 +143,25 @@ def _members(obj: dict, n: int, path: Path, number: int) -> np.ndarray | None:
 
 
 def _batches(
-    path: Path, keys: dict, mapping: Mapping[str, str], notes: list[str]
+    path: Path, name: str, keys: dict, mapping: Mapping[str, str], notes: list[str]
 ) -> Iterator[RaggedBatch]:
     """Batches of about BATCH_TOKENS tokens. What only the whole file tells (ce-only tokens left
     out, other schema versions) is noted at the end: notes are recorded after every batch."""
     chunk: list[tuple[int, dict]] = []
     tokens = ce_only = 0
     versions: set[Any] = set()
-    for number, obj in _records(path, keys, mapping):
-        values = _converted(obj, keys, path, number)
+    for number, obj in _records(path, name, keys, mapping):
+        values = _converted(obj, keys, name, number)
         versions.add(obj.get("schema_version"))
         if values["members"] is not None:
             ce_only += int((values[S.ROLE_MASK] & ~values["members"]).sum())
         chunk.append((number, values))
         tokens += len(values[S.ROLE_ROLLOUT])
         if tokens >= BATCH_TOKENS:
-            yield _to_batch(chunk, path, keys)
+            yield _to_batch(chunk, name, keys)
             chunk, tokens = [], 0
     if chunk:
-        yield _to_batch(chunk, path, keys)
+        yield _to_batch(chunk, name, keys)
     if ce_only:
         notes.append(
             f"{ce_only} loss-mask tokens of the ce component only (no sampling logprobs) are "
@@ -169,7 +172,7 @@ def _batches(
         notes.append(f"schema_version {', '.join(other)} (this reader follows {SCHEMA_VERSION})")
 
 
-def _to_batch(chunk: list[tuple[int, dict]], path: Path, keys: dict) -> RaggedBatch:
+def _to_batch(chunk: list[tuple[int, dict]], name: str, keys: dict) -> RaggedBatch:
     def cat(role: str) -> tuple[np.ndarray, np.ndarray]:
         arrays = [v[role] for _, v in chunk]
         return np.concatenate(arrays), np.array([len(a) for a in arrays], dtype=np.int64)
@@ -193,7 +196,7 @@ def _to_batch(chunk: list[tuple[int, dict]], path: Path, keys: dict) -> RaggedBa
             continue
         if lacking:
             raise InputError(
-                f"{path}: line {lacking[0]} has no `{keys[role]}`, which other lines have",
+                f"{name}: line {lacking[0]} has no `{keys[role]}`, which other lines have",
                 "repair the file; every line of a token export has the same keys.",
             )
         values, role_lengths = cat(role)

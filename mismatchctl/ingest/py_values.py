@@ -109,6 +109,8 @@ def scalar(value: Any, where: str, hint: str) -> float:
     (NaN); text is an error."""
     if value is None or isinstance(value, dict):
         return float("nan")
+    if isinstance(value, np.generic):  # a numpy number, as a full unpickling may give
+        value = value.item()
     if isinstance(value, _NUMBER) and not isinstance(value, bool):
         return float(value)
     arr = floats(value, where, hint)

@@ -9,16 +9,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
 from mismatchctl.allocator import keep_freed_memory
-from mismatchctl.display import has_control, shown
+from mismatchctl.display import file_label, has_control, shown
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest import detect_format, expand_inputs, open_source
 from mismatchctl.ingest.canonical import Context, Tally, canonicalize
 from mismatchctl.ingest.detect import unreadable
+from mismatchctl.ingest.duplicates import KEY, repeats_in_order
 from mismatchctl.ingest.prefetch import prefetch
+from mismatchctl.ingest.unmasked import ALLOW_FLAG
 from mismatchctl.store import parts as store_parts
 from mismatchctl.store.catalog import PartRecord, SourceRecord
 from mismatchctl.store.parts import SEQUENCES, TOKENS, Lanes, PartWriter
@@ -63,6 +66,29 @@ class IngestResult:
     def ingested(self) -> list[FileResult]:
         return [f for f in self.files if f.status == "ingested"]
 
+    @property
+    def warnings(self) -> list[str]:
+        """What the user should know although the ingest succeeded: a file, or the whole call,
+        that adds no model token (every position masked, or every sample dropped)."""
+        out = [
+            f"{file_label(f.path)} adds no model token ({_nothing(f.record)})"
+            for f in self.ingested
+            if f.record is not None and f.record.model_tokens == 0
+        ]
+        if self.ingested and self.tally.model_tokens == 0:
+            out.append(
+                f"this ingest adds no model token to run `{self.run}`: there is nothing to "
+                "report on; check the mask (`--map mask=<column>`, 1 = model token)"
+            )
+        return out
+
+
+def _nothing(record: SourceRecord) -> str:
+    if record.sequences == 0:
+        return f"all {record.dropped_sequences:,} samples dropped as bad"
+    what = f"every position of its {record.sequences:,} sequences is masked"
+    return what + (f"; {record.dropped_sequences:,} dropped" if record.dropped_sequences else "")
+
 
 def parse_tags(items: Iterable[str]) -> dict[str, str]:
     tags: dict[str, str] = {}
@@ -99,6 +125,7 @@ class Options:
     mapping: Mapping[str, str]
     skip_bad: bool
     trust_pickle: bool = False  # full unpickling of .pt files (runs any code in them); verl pickles
+    allow_padding: bool = False  # keep trailing padding of a dump without mask as tokens
 
 
 def ingest_files(
@@ -111,6 +138,7 @@ def ingest_files(
     result = IngestResult(opts.run, str(store), [])
     with store.transaction() as txn, Lanes() as lanes:
         staged: list[tuple[SourceRecord, list[PartRecord]]] = []
+        keys: list[np.ndarray] = []
         seen: dict[str, Path] = {}
         seq = txn.next_seq(opts.run)
         # files are hashed a little ahead, on a thread (hashlib releases the GIL)
@@ -121,25 +149,37 @@ def ingest_files(
             if skipped is not None:
                 result.files.append(skipped)
                 continue
-            record, parts, tally = ingest_source(txn, path, fp, opts, seq, progress, lanes)
+            done = ingest_source(txn, path, fp, opts, seq, progress, lanes)
             seen[fp] = path
-            seq += record.sequences
-            staged.append((record, parts))
-            result.files.append(FileResult(path, record.format, "ingested", record))
-            result.tally.add(tally)
+            seq += done.record.sequences
+            staged.append((done.record, done.parts))
+            keys.append(done.keys)
+            result.files.append(FileResult(path, done.record.format, "ingested", done.record))
+            result.tally.add(done.tally)
         lanes.wait()  # every part written
+        count_repeats([record for record, _ in staged], keys, result.tally)
         if staged:
             txn.commit(opts.run, staged)
     return result
 
 
-def checked_fingerprint(path: Path) -> str:
-    """The source's content fingerprint; an unreadable file is an InputError naming it."""
+def count_repeats(records: list[SourceRecord], keys: list[np.ndarray], tally: Tally) -> None:
+    """Each source's exact duplicate sequences: repeats of a sequence of the same step met
+    earlier in that file or in an earlier file of this ingest (``ingest.duplicates``)."""
+    for record, count in zip(records, repeats_in_order(keys), strict=True):
+        record.duplicate_sequences = count
+    tally.duplicate_sequences = sum(r.duplicate_sequences or 0 for r in records)
+
+
+def checked_fingerprint(path: Path, label: str | None = None) -> str:
+    """The source's content fingerprint; an unreadable file is an InputError naming it (by
+    ``label``, default its path as given)."""
     try:
         return fingerprint(path)
     except OSError as exc:
         raise InputError(
-            f"cannot read {path}: {exc.strerror}", "check the file's permissions."
+            f"cannot read {label or file_label(path)}: {exc.strerror}",
+            "check the file's permissions.",
         ) from None
 
 
@@ -154,6 +194,17 @@ def _skip(
     return None
 
 
+@dataclass
+class Ingested:
+    """One source read into the staging directory: its record, parts and tally, and the content
+    key of each sequence (``ingest.duplicates``), for the duplicate count of the whole ingest."""
+
+    record: SourceRecord
+    parts: list[PartRecord]
+    tally: Tally
+    keys: np.ndarray
+
+
 def ingest_source(
     txn: Transaction,
     path: Path,
@@ -162,17 +213,20 @@ def ingest_source(
     seq: int,
     progress: Progress,
     lanes: Lanes | None = None,
-) -> tuple[SourceRecord, list[PartRecord], Tally]:
+    label: str | None = None,
+) -> Ingested:
     """Read, canonicalise and queue the writing of one source's parts (on ``lanes``: the
-    files are complete once they are waited for; with none, when this returns).
+    files are complete once they are waited for; with none, when this returns). ``label``
+    names the file in messages (default: its path as given).
 
     The seam the staged (Ray) ingest builds on: one source into one transaction's staging
     directory, sequence ids from ``seq``; the caller commits."""
-    fmt = detect_format(path, opts.mapping, opts.fmt)
+    label = label or file_label(path)
+    fmt = detect_format(path, opts.mapping, opts.fmt, label)
     try:
-        source = open_source(path, fmt, opts.mapping, opts.trust_pickle)
+        source = open_source(path, fmt, opts.mapping, opts.trust_pickle, label)
         tags = {**source.tags, **opts.tags}
-        ctx = Context(path.name, tags.get(S.TAG_GPU), opts.skip_bad, seq)
+        ctx = Context(label, tags.get(S.TAG_GPU), opts.skip_bad, seq, opts.allow_padding, [])
         limit = store_parts.PART_TOKENS
         slots = 1 if lanes is None else 2  # two open parts only when two lanes write them
         tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, limit, lanes, slots)
@@ -195,11 +249,17 @@ def ingest_source(
             tokens.shutdown()
             seqs.shutdown()
     except (pa.ArrowException, OSError, EOFError) as exc:
-        raise unreadable(path, fmt, exc) from None
+        raise unreadable(label, fmt, exc) from None
     if tally.sequences + tally.dropped_sequences == 0:
-        raise InputError(f"{path.name} holds no samples", "leave empty dumps out of the inputs.")
+        raise InputError(f"{label} holds no samples", "leave empty dumps out of the inputs.")
+    if tally.padding_kept:
+        source.notes.append(
+            f"{tally.padding_kept:,} trailing positions that look like padding kept as model "
+            f"tokens ({ALLOW_FLAG})"
+        )
     record = _record(path, fp, fmt, source.columns, tags, source.notes, tally)
-    return record, parts, tally
+    keys = np.concatenate(ctx.keys) if ctx.keys else np.zeros(0, KEY)
+    return Ingested(record, parts, tally, keys)
 
 
 def _record(path: Path, fp: str, fmt: str, columns, tags, notes, tally: Tally) -> SourceRecord:

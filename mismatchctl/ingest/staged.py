@@ -22,17 +22,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.allocator import keep_freed_memory
+from mismatchctl.display import file_label
 from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.engines.ray_support import Failure
 from mismatchctl.errors import MismatchError, StoreError, UsageError
 from mismatchctl.ingest import expand_inputs
 from mismatchctl.ingest.canonical import Tally
+from mismatchctl.ingest.duplicates import KEY
 from mismatchctl.ingest.remote import ObjectPath, expand_remote, fetch, is_remote
 from mismatchctl.ingest.run_ingest import (
     FileResult,
@@ -41,6 +44,7 @@ from mismatchctl.ingest.run_ingest import (
     Progress,
     SilentProgress,
     checked_fingerprint,
+    count_repeats,
     ingest_source,
 )
 from mismatchctl.store.catalog import PartRecord, SourceRecord
@@ -62,18 +66,20 @@ class Staged:
     record: SourceRecord | None = None
     parts: list[PartRecord] = field(default_factory=list)
     tally: Tally = field(default_factory=Tally)
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, KEY))  # sequence content keys
 
 
 def stage_file(
-    root: str, staging: str, item: str, opts: Options, known: frozenset[str]
+    root: str, staging: str, item: str, opts: Options, known: frozenset[str], label: str
 ) -> Staged | Failure:
     """The body of one task: fingerprint one input and, if new to the run, stage its parts. An
-    object-storage input is first copied to a local temporary file; its record keeps the URI."""
+    object-storage input is first copied to a local temporary file; its record keeps the URI.
+    ``label`` names the input in messages (its path as given, or its URI)."""
     try:
         if not is_remote(item):
-            return _stage(root, staging, Path(item), opts, known)
+            return _stage(root, staging, Path(item), opts, known, label)
         with tempfile.TemporaryDirectory(prefix="mismatchctl-") as tmp:
-            staged = _stage(root, staging, fetch(item, tmp), opts, known)
+            staged = _stage(root, staging, fetch(item, tmp), opts, known, label)
         if staged.record is not None:
             staged.record = dataclasses.replace(staged.record, path=item)
         return staged
@@ -81,14 +87,16 @@ def stage_file(
         return Failure(exc)
 
 
-def _stage(root: str, staging: str, file: Path, opts: Options, known: frozenset[str]) -> Staged:
-    fp = checked_fingerprint(file)
+def _stage(
+    root: str, staging: str, file: Path, opts: Options, known: frozenset[str], label: str
+) -> Staged:
+    fp = checked_fingerprint(file, label)
     if fp in known:
         return Staged(fp)
     txn = Transaction(Store(Path(root)), Path(staging))
     keep_freed_memory()  # once per worker process
-    record, parts, tally = ingest_source(txn, file, fp, opts, 0, SilentProgress())
-    return Staged(fp, record, parts, tally)
+    done = ingest_source(txn, file, fp, opts, 0, SilentProgress(), label=label)
+    return Staged(fp, done.record, done.parts, done.tally, done.keys)
 
 
 def shift_parts(
@@ -156,7 +164,7 @@ def ingest_staged(
     with store.transaction() as txn:
         root, staging = os.path.abspath(store.root), os.path.abspath(txn.staging)
         known = frozenset(_known_fingerprints(store, opts.run))
-        calls = [(root, staging, _task_input(f), opts, known) for f in files]
+        calls = [(root, staging, _task_input(f), opts, known, file_label(f)) for f in files]
         finished = 0
 
         def done(i: int, staged: Any) -> None:
@@ -188,6 +196,8 @@ def ingest_staged(
                         FileResult(shown, staged.record.format, "ingested", staged.record)
                     )
                     result.tally.add(staged.tally)
+        records = [s.record for s in kept if s.record is not None]
+        count_repeats(records, [s.keys for s in kept], result.tally)
         if kept:
             parts = _renumber(map_tasks, staging, opts.run, kept, txn.next_seq(opts.run))
             txn.commit(opts.run, [(s.record, p) for s, p in zip(kept, parts, strict=True)])

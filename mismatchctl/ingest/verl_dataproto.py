@@ -113,44 +113,46 @@ def _make_td(cls: Any, state: Any) -> Leaves:
     return out
 
 
-def _torch(path: Path) -> Any:
+def _torch(name: str) -> Any:
     try:
         import torch
     except ImportError as exc:
         raise MissingDependencyError(
-            f"reading {path} (a verl DataProto pickle) needs torch, which is not installed",
+            f"reading {name} (a verl DataProto pickle) needs torch, which is not installed",
             "pip install 'mismatchctl[torch]'",
         ) from exc
     major, minor = (int(part) for part in torch.__version__.split(".")[:2])
     if (major, minor) < (2, 6):  # safe_globals with (object, name) pairs
         raise MissingDependencyError(
-            f"reading {path} (a verl DataProto pickle) needs torch >= 2.6 (found "
+            f"reading {name} (a verl DataProto pickle) needs torch >= 2.6 (found "
             f"{torch.__version__})",
             "pip install -U 'mismatchctl[torch]'",
         )
     return torch
 
 
-def load_dataproto(path: Path) -> DataProtoContent:
-    """The batch tensors, non-tensor batch and meta info of a ``save_to_disk`` file."""
-    torch = _torch(path)
+def load_dataproto(path: Path, name: str | None = None) -> DataProtoContent:
+    """The batch tensors, non-tensor batch and meta info of a ``save_to_disk`` file; ``name``:
+    the file as messages name it (default: its path)."""
+    name = name or str(path)
+    torch = _torch(name)
     stand_ins = {DATAPROTO: DataProtoState, "torch.Size": torch.Size}
     try:
         with path.open("rb") as fh:
             obj, replaced = restricted_load(fh, stand_ins)
     except Exception as exc:  # a corrupt pickle raises many types
-        raise _corrupt(path, exc) from None
+        raise _corrupt(name, exc) from None
     state = obj.state if isinstance(obj, DataProtoState) else None
     if not (isinstance(state, tuple) and len(state) == 3):
         found = type(obj).__name__ if state is None else f"a state of {type(state).__name__}"
         raise InputError(
-            f"{path}: the pickle holds {found}, expected a verl DataProto (whose state is "
+            f"{name}: the pickle holds {found}, expected a verl DataProto (whose state is "
             "(batch, non_tensor_batch, meta_info))",
             "pass --format to name the right format, or re-save the batch with "
             "DataProto.save_to_disk.",
         )
     batch, non_tensor, meta = state
-    leaves = _batch(torch, batch, path)
+    leaves = _batch(torch, batch, name)
     return DataProtoContent(
         batch=leaves.tensors,
         non_tensor=non_tensor if isinstance(non_tensor, dict) else {},
@@ -161,14 +163,14 @@ def load_dataproto(path: Path) -> DataProtoContent:
     )
 
 
-def _batch(torch: Any, batch: Any, path: Path) -> Leaves:
+def _batch(torch: Any, batch: Any, name: str) -> Leaves:
     if batch is None:
         return Leaves()
     if isinstance(batch, tuple) and len(batch) == 3:
-        return _numpy_serialized(torch, batch, path)
+        return _numpy_serialized(torch, batch, name)
     if not isinstance(batch, bytes | bytearray):
         raise InputError(
-            f"{path}: the DataProto batch is a {type(batch).__name__}, expected the bytes of "
+            f"{name}: the DataProto batch is a {type(batch).__name__}, expected the bytes of "
             "a saved TensorDict or verl's numpy serialization",
             "re-save the batch with DataProto.save_to_disk.",
         )
@@ -181,18 +183,18 @@ def _batch(torch: Any, batch: Any, path: Path) -> Leaves:
         with torch.serialization.safe_globals(names):
             leaves = torch.load(io.BytesIO(bytes(batch)), map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise _batch_unreadable(path, exc) from None
+        raise _batch_unreadable(name, exc) from None
     if isinstance(leaves, TensorDictName) and leaves.leaves is not None:
         return leaves.leaves
     if leaves is None or isinstance(leaves, Leaves):
         return leaves or Leaves()
     raise InputError(
-        f"{path}: the DataProto batch holds a {type(leaves).__name__}, expected a TensorDict",
+        f"{name}: the DataProto batch holds a {type(leaves).__name__}, expected a TensorDict",
         "re-save the batch with DataProto.save_to_disk.",
     )
 
 
-def _numpy_serialized(torch: Any, batch: tuple, path: Path) -> Leaves:
+def _numpy_serialized(torch: Any, batch: tuple, name: str) -> Leaves:
     """verl's ``serialize_tensordict``: ``{key: (dtype, shape, uint8 array)}`` per tensor, or
     ``(layout, [...])`` for a nested tensor; decoded as ``deserialize_single_tensor`` does."""
     out = Leaves()
@@ -207,7 +209,7 @@ def _numpy_serialized(torch: Any, batch: tuple, path: Path) -> Leaves:
             out.tensors[str(key)] = raw.view(_dtype(torch, dtype)).view(tuple(shape))
         except (TypeError, ValueError, RuntimeError) as exc:
             raise InputError(
-                f"{path}: batch key `{key}` cannot be decoded ({exc})",
+                f"{name}: batch key `{key}` cannot be decoded ({exc})",
                 "the file is truncated or corrupt; re-export it, or leave it out of the inputs.",
             ) from None
     return out
@@ -218,25 +220,25 @@ def _first_line(exc: Exception) -> str:
     return text.replace("\x1b", "")
 
 
-def _corrupt(path: Path, exc: Exception) -> InputError:
+def _corrupt(name: str, exc: Exception) -> InputError:
     return InputError(
-        f"cannot read {path} as a verl DataProto pickle: {_first_line(exc)}",
+        f"cannot read {name} as a verl DataProto pickle: {_first_line(exc)}",
         "the file is truncated or corrupt; re-export it, or leave it out of the inputs.",
     )
 
 
-def _batch_unreadable(path: Path, exc: Exception) -> InputError:
+def _batch_unreadable(name: str, exc: Exception) -> InputError:
     text = _first_line(exc)
     marker = "Unsupported global: GLOBAL "
     if marker in str(exc):
         name = str(exc).split(marker, 1)[1].split()[0]
         return InputError(
-            f"{path}: the DataProto batch refers to `{name}`, which the restricted reader does "
+            f"{name}: the DataProto batch refers to `{name}`, which the restricted reader does "
             "not load (it reads tensors and tensordict's own layout only)",
             "re-save the batch with plain tensors in DataProto.batch (non-tensor values belong "
             "in non_tensor_batch), or export it to Parquet.",
         )
     return InputError(
-        f"cannot read the batch of {path} (a TensorDict saved by torch): {text}",
+        f"cannot read the batch of {name} (a TensorDict saved by torch): {text}",
         "the file is truncated or corrupt; re-export it, or leave it out of the inputs.",
     )

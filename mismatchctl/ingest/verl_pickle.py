@@ -66,9 +66,13 @@ class VerlBatch:
     prompt_lengths: np.ndarray | None = None
 
 
-def open_verl(path: Path, mapping: Mapping[str, str], trust_pickle: bool = False) -> Source:
+def open_verl(
+    path: Path, mapping: Mapping[str, str], trust_pickle: bool = False, label: str | None = None
+) -> Source:
+    """``label``: the file as messages name it (default: its path)."""
+    name = label or str(path)
     if not trust_pickle:
-        raise _refused(path)
+        raise _refused(name)
     unused = sorted(set(mapping) - set(MAPPABLE))
     if unused:
         raise InputError(
@@ -77,11 +81,11 @@ def open_verl(path: Path, mapping: Mapping[str, str], trust_pickle: bool = False
             "leave that --map out for this file.",
         )
     keys = {**KEYS, **mapping}
-    content = load_dataproto(path)
+    content = load_dataproto(path, name)
     for role, key in mapping.items():
         if not _present(content, role, key):
             raise InputError(
-                f"{path}: `{key}` (from --map {role}={key}) is not in the DataProto (batch keys: "
+                f"{name}: `{key}` (from --map {role}={key}) is not in the DataProto (batch keys: "
                 f"{', '.join(content.batch)}; non_tensor_batch: {', '.join(content.non_tensor)}; "
                 f"meta_info: {', '.join(map(str, content.meta))})",
                 f"name an existing key with --map {role}=<key>.",
@@ -90,17 +94,17 @@ def open_verl(path: Path, mapping: Mapping[str, str], trust_pickle: bool = False
     source.notes.append(
         f"loaded with {TRUST_FLAG} by a restricted unpickler (no code from the file was run)"
     )
-    data = _read(content, keys, path, source.notes)
+    data = _read(content, keys, name, source.notes)
     source.columns = {r: k for r, k in keys.items() if _present(content, r, k)}
     if S.ROLE_MASK not in source.columns:
         source.columns[S.ROLE_MASK] = f"{ATTENTION} (response part)"
-    source.batches = _batches(data, path)
+    source.batches = _batches(data, name)
     return source
 
 
-def _refused(path: Path) -> InputError:
+def _refused(name: str) -> InputError:
     return InputError(
-        f"{path} is a verl DataProto pickle (DataProto.save_to_disk); reading it means "
+        f"{name} is a verl DataProto pickle (DataProto.save_to_disk); reading it means "
         "unpickling it, which is refused unless you opt in, so that no code from a dump runs",
         f"if you trust the file and whoever wrote it, pass {TRUST_FLAG}: the file is then read "
         "by a restricted unpickler that rebuilds only numpy arrays and torch tensors and calls "
@@ -117,51 +121,51 @@ def _present(content: DataProtoContent, role: str, key: str) -> bool:
     return key in content.batch or (role == S.ROLE_REWARD and key in content.non_tensor)
 
 
-def _read(content: DataProtoContent, keys: dict, path: Path, notes: list[str]) -> VerlBatch:
-    _require_sides(content, keys, path)
-    rollout = _matrix(content, keys, S.ROLE_ROLLOUT, path)
+def _read(content: DataProtoContent, keys: dict, name: str, notes: list[str]) -> VerlBatch:
+    _require_sides(content, keys, name)
+    rollout = _matrix(content, keys, S.ROLE_ROLLOUT, name)
     shape = rollout.shape
     data = VerlBatch(
         rollout=rollout,
-        trainer=_matrix(content, keys, S.ROLE_TRAINER, path, shape),
-        mask=_mask(content, keys, path, shape, notes),
-        sample_ids=_sample_ids(content, keys[S.ROLE_SAMPLE_ID], path, shape[0]),
-        step=_step(content, keys[S.ROLE_STEP], path, notes),
+        trainer=_matrix(content, keys, S.ROLE_TRAINER, name, shape),
+        mask=_mask(content, keys, name, shape, notes),
+        sample_ids=_sample_ids(content, keys[S.ROLE_SAMPLE_ID], name, shape[0]),
+        step=_step(content, keys[S.ROLE_STEP], name, notes),
     )
     if keys[S.ROLE_TOKENS] in content.batch:
-        data.tokens = _matrix(content, keys, S.ROLE_TOKENS, path, shape, ints=True)
+        data.tokens = _matrix(content, keys, S.ROLE_TOKENS, name, shape, ints=True)
     if keys[S.ROLE_ENTROPY] in content.batch:
-        data.entropy = _matrix(content, keys, S.ROLE_ENTROPY, path, shape)
-    data.rewards = _rewards(content, keys[S.ROLE_REWARD], path, shape[0])
+        data.entropy = _matrix(content, keys, S.ROLE_ENTROPY, name, shape)
+    data.rewards = _rewards(content, keys[S.ROLE_REWARD], name, shape[0])
     if ATTENTION in content.batch:
         data.prompt_lengths = prompt_lengths(
-            response_attention(content, path, shape, whole=True), shape[1]
+            response_attention(content, name, shape, whole=True), shape[1]
         )
     if keys[S.ROLE_MASK] not in content.batch:
-        _refuse_tool_runs(data, path)
+        _refuse_tool_runs(data, name)
     _notes(content, data, notes)
     return data
 
 
-def _require_sides(content: DataProtoContent, keys: dict, path: Path) -> None:
+def _require_sides(content: DataProtoContent, keys: dict, name: str) -> None:
     found = ", ".join(content.batch) or "none"
     rollout, trainer = keys[S.ROLE_ROLLOUT], keys[S.ROLE_TRAINER]
     for key in (rollout, trainer):
         if key in content.jagged:
             raise InputError(
-                f"{path}: batch key `{key}` is a nested (jagged) tensor; this reader reads "
+                f"{name}: batch key `{key}` is a nested (jagged) tensor; this reader reads "
                 "padded [batch, response_length] tensors",
                 "save the batch with padded tensors (verl's default), or export it to Parquet.",
             )
     if rollout not in content.batch:
         raise InputError(
-            f"{path}: the DataProto batch has no `{rollout}` (batch keys: {found})",
+            f"{name}: the DataProto batch has no `{rollout}` (batch keys: {found})",
             "verl records the inference side with actor_rollout_ref.rollout."
             "calculate_log_probs=True; or name its key with --map rollout=<key>.",
         )
     if trainer not in content.batch:
         raise InputError(
-            f"{path} holds only the inference side: `{rollout}` but no `{trainer}` (batch "
+            f"{name} holds only the inference side: `{rollout}` but no `{trainer}` (batch "
             f"keys: {found}). This is a generation batch (such as verl's rollout-skip "
             "gen_batch.dp), saved before the actor recomputes the logprobs",
             "save the batch after the actor's compute_log_prob has added old_log_probs (in the "
@@ -183,14 +187,14 @@ def _matrix(
     content: DataProtoContent,
     keys: dict,
     role: str,
-    path: Path,
+    name: str,
     shape: tuple[int, ...] | None = None,
     ints: bool = False,
 ) -> np.ndarray:
     """A role's batch tensor as a 2-D array, of ``shape`` (the rollout side's) when given."""
     key = keys[role]
     arr = _numpy(content.batch[key])
-    where = f"{path}: batch key `{key}`"
+    where = f"{name}: batch key `{key}`"
     hint = f"re-save the batch, or name another key with --map {role}=<key>."
     if arr.ndim != 2 or (shape is not None and arr.shape != shape):
         expected = "[batch, response_length]"
@@ -202,12 +206,12 @@ def _matrix(
 
 
 def _mask(
-    content: DataProtoContent, keys: dict, path: Path, shape: tuple[int, int], notes: list[str]
+    content: DataProtoContent, keys: dict, name: str, shape: tuple[int, int], notes: list[str]
 ) -> np.ndarray:
     key = keys[S.ROLE_MASK]
     if key in content.batch:
         arr = _numpy(content.batch[key])
-        where = f"{path}: batch key `{key}`"
+        where = f"{name}: batch key `{key}`"
         if arr.shape != shape:
             raise InputError(
                 f"{where} has shape {list(arr.shape)}, expected {list(shape)} (like the logprobs)",
@@ -216,7 +220,7 @@ def _mask(
         return pv.mask(arr, where, "name a 0/1 mask with --map mask=<key>.").reshape(shape)
     if ATTENTION not in content.batch:
         raise InputError(
-            f"{path}: the batch has neither `{key}` nor `{ATTENTION}` (batch keys: "
+            f"{name}: the batch has neither `{key}` nor `{ATTENTION}` (batch keys: "
             f"{', '.join(content.batch)})",
             "name a 0/1 mask of the response tokens with --map mask=<key>.",
         )
@@ -224,16 +228,16 @@ def _mask(
         f"no `{key}`: the response part of `{ATTENTION}` is the mask (padding excluded; "
         "tool tokens would count)"
     )
-    return response_attention(content, path, shape)
+    return response_attention(content, name, shape)
 
 
 def response_attention(
-    content: DataProtoContent, path: Path, shape: tuple[int, int], whole: bool = False
+    content: DataProtoContent, name: str, shape: tuple[int, int], whole: bool = False
 ) -> np.ndarray:
     """The last ``response_length`` columns of ``attention_mask`` as a bool mask (``whole``:
     prompt and response)."""
     arr = _numpy(content.batch[ATTENTION])
-    where = f"{path}: batch key `{ATTENTION}`"
+    where = f"{name}: batch key `{ATTENTION}`"
     if arr.ndim != 2 or arr.shape[0] != shape[0] or arr.shape[1] < shape[1]:
         raise InputError(
             f"{where} has shape {list(arr.shape)}, expected [{shape[0]}, prompt_length + "
@@ -250,7 +254,7 @@ def prompt_lengths(attention: np.ndarray, response_length: int) -> np.ndarray:
     return attention[:, : attention.shape[1] - response_length].sum(axis=1).astype(np.int64)
 
 
-def _refuse_tool_runs(data: VerlBatch, path: Path) -> None:
+def _refuse_tool_runs(data: VerlBatch, name: str) -> None:
     """With the attention mask as the mask, tool tokens count as model tokens: where verl wrote
     0.0 for them on the rollout side, runs of one-sided exact zeros show them."""
     rows, width = data.rollout.shape
@@ -264,7 +268,7 @@ def _refuse_tool_runs(data: VerlBatch, path: Path) -> None:
         return
     first = min(seq for _, _, seq, what in state.examples if what == "0.0 run")
     raise InputError(
-        f"{path}: the batch has no `response_mask`, and the response part of `{ATTENTION}` "
+        f"{name}: the batch has no `response_mask`, and the response part of `{ATTENTION}` "
         f"(the mask then) counts {state.zero_run_tokens} tokens in runs of >= {ZERO_RUN_MIN} "
         "where one side is exactly 0.0 and the other drops to p <= "
         f"{np.exp(FILL_OTHER_MAX):g} (first in sample `{data.sample_ids[first]}`, row "
@@ -275,11 +279,11 @@ def _refuse_tool_runs(data: VerlBatch, path: Path) -> None:
     )
 
 
-def _sample_ids(content: DataProtoContent, key: str, path: Path, rows: int) -> list[str]:
+def _sample_ids(content: DataProtoContent, key: str, name: str, rows: int) -> list[str]:
     if key not in content.non_tensor:
-        return [f"{path.stem}#{i}" for i in range(rows)]
+        return [f"{Path(name).stem}#{i}" for i in range(rows)]
     values = np.asarray(content.non_tensor[key], dtype=object).reshape(-1)
-    where = f"{path}: non_tensor_batch `{key}`"
+    where = f"{name}: non_tensor_batch `{key}`"
     if len(values) != rows:
         raise InputError(
             f"{where} has {len(values)} values, expected one per row ({rows})",
@@ -292,41 +296,41 @@ def _sample_ids(content: DataProtoContent, key: str, path: Path, rows: int) -> l
     return [pv.text(v, f"{where}: row {i}", hint) for i, v in enumerate(values.tolist())]
 
 
-def _step(content: DataProtoContent, key: str, path: Path, notes: list[str]) -> int:
+def _step(content: DataProtoContent, key: str, name: str, notes: list[str]) -> int:
     if key in content.meta:
         value = content.meta[key]
         if isinstance(value, int | np.integer) and not isinstance(value, bool):
             return int(value)
         raise InputError(
-            f"{path}: meta_info `{key}` is {value!r}, expected the step as an integer",
+            f"{name}: meta_info `{key}` is {value!r}, expected the step as an integer",
             "re-save the batch, or name another meta_info key with --map step=<key>.",
         )
-    named = step_from_name(path)
+    named = step_from_name(Path(name))
     if named is not None:
         return named
     notes.append(f"no meta_info `{key}` and no step in the file name: step 0")
     return 0
 
 
-def _rewards(content: DataProtoContent, key: str, path: Path, rows: int) -> np.ndarray | None:
+def _rewards(content: DataProtoContent, key: str, name: str, rows: int) -> np.ndarray | None:
     """verl's sequence score: the row sum of ``token_level_scores``; or one number per row from
     ``non_tensor_batch``."""
     if key in content.batch:
         scores = _numpy(content.batch[key])
         if scores.ndim != 2 or scores.shape[0] != rows:
             raise InputError(
-                f"{path}: batch key `{key}` has shape {list(scores.shape)}, expected [{rows}, "
+                f"{name}: batch key `{key}` has shape {list(scores.shape)}, expected [{rows}, "
                 "response_length] (per-token scores)",
                 "name per-token scores with --map reward=<key>.",
             )
         return (
-            pv.floats(scores, f"{path}: batch key `{key}`", "re-save the batch.")
+            pv.floats(scores, f"{name}: batch key `{key}`", "re-save the batch.")
             .reshape(scores.shape)
             .sum(axis=1)
         )
     if key in content.non_tensor:
         values = np.asarray(content.non_tensor[key], dtype=object).reshape(-1)
-        where = f"{path}: non_tensor_batch `{key}`"
+        where = f"{name}: non_tensor_batch `{key}`"
         hint = "name another key with --map reward=<key>."
         if len(values) != rows:
             raise InputError(
@@ -348,7 +352,7 @@ def _notes(content: DataProtoContent, data: VerlBatch, notes: list[str]) -> None
         )
 
 
-def _batches(data: VerlBatch, path: Path) -> Iterator[RaggedBatch]:
+def _batches(data: VerlBatch, name: str) -> Iterator[RaggedBatch]:
     rows, width = data.rollout.shape
     per_batch = max(1, BATCH_TOKENS // max(width, 1))
     for start in range(0, rows, per_batch):

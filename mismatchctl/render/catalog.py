@@ -9,10 +9,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from mismatchctl.display import visible
+from mismatchctl.display import file_label, visible
 from mismatchctl.ingest.run_ingest import IngestResult
 from mismatchctl.render.fmt import step_span
 from mismatchctl.store import RunInfo
+from mismatchctl.store.catalog import SourceRecord
 from mismatchctl.store.location import demo_store_hint
 
 
@@ -79,6 +80,7 @@ def run_detail(r: RunInfo) -> RenderableType:
         ("model tokens", f"{r.model_tokens:,}"),
         ("tool tokens", f"{r.tool_tokens:,}"),
         ("dropped sequences", f"{r.dropped_sequences:,}"),
+        ("duplicate sequences", duplicates_text(r.sources)),
         ("created at", r.created_at),
     ):
         head.add_row(label, Text(value))
@@ -106,7 +108,24 @@ def run_detail(r: RunInfo) -> RenderableType:
         lines += [
             Text(f"     dropped {visible(k)}: {v}", style="yellow") for k, v in s.dropped.items()
         ]
+        if s.duplicate_sequences:
+            lines.append(
+                Text(f"     duplicate sequences: {s.duplicate_sequences:,}", style="yellow")
+            )
     return Group(head, Text(""), prov, *lines)
+
+
+def duplicates_text(sources: list[SourceRecord]) -> str:
+    """Exact repeats of a sequence of the same step, over the sources that counted them."""
+    counted = [s.duplicate_sequences for s in sources if s.duplicate_sequences is not None]
+    if not counted:
+        return "n/a (ingested before they were counted)"
+    text = f"{sum(counted):,}"
+    if len(counted) < len(sources):
+        text += (
+            f" (n/a for {len(sources) - len(counted)} sources ingested before they were counted)"
+        )
+    return text
 
 
 def ingest_summary(result: IngestResult) -> RenderableType:
@@ -138,11 +157,14 @@ def ingest_summary(result: IngestResult) -> RenderableType:
         ("prompt tokens", f"{t.prompt_tokens:,}"),
         ("padding tokens", f"{t.pad_tokens:,}"),
         ("empty sequences (no model token)", f"{t.empty_sequences:,}"),
+        ("duplicate sequences (exact repeats in a step)", f"{t.duplicate_sequences:,}"),
         ("steps", steps_text(sorted(t.steps))),
         ("gpus", visible(", ".join(sorted(t.gpus))) or "-"),
         ("dropped sequences", f"{t.dropped_sequences:,}"),
     ]
     rows += [(f"  dropped: {visible(reason)}", f"{n:,}") for reason, n in sorted(t.dropped.items())]
+    if t.padding_kept:
+        rows.append(("padding kept as model tokens (--allow-padding)", f"{t.padding_kept:,}"))
     for label, value in rows:
         table.add_row(label, value)
     lines: list[RenderableType] = [table]
@@ -155,11 +177,12 @@ def ingest_summary(result: IngestResult) -> RenderableType:
             )
         elif f.record and f.record.notes:
             lines += [
-                Text(f"note: {visible(f.path.name)}: {visible(n)}", style="yellow")
+                Text(f"note: {file_label(f.path)}: {visible(n)}", style="yellow")
                 for n in f.record.notes
             ]
     if t.dropped_ids:
         lines.append(Text("dropped samples: " + visible("; ".join(t.dropped_ids)), style="yellow"))
+    lines += [Text(f"Warning: {visible(w)}", style="bold yellow") for w in result.warnings]
     return Group(*lines)
 
 
@@ -172,4 +195,5 @@ def ingest_json(result: IngestResult) -> dict[str, Any]:
             for f in result.files
         ],
         "totals": result.tally,
+        "warnings": result.warnings,
     }

@@ -24,6 +24,13 @@ import numpy as np
 SENTINEL_MAX = -1000.0
 FILL_OTHER_MAX = math.log(0.5)
 ZERO_RUN_MIN = 4
+PAD_RUN_MIN = 8
+"""Padding stored as tokens: this many positions or more at the end of a sequence, each exactly
+0.0 on both sides. Right padding fills every response shorter than the batch's longest (usually
+by tens to thousands of positions), and verl and slime write 0.0 on both sides there. A real
+response can end in exact 0.0 on both sides too: a token whose probability rounds to 1 in
+float32 on both sides (a closing tag, the end-of-sequence token after a stop string), one to three
+of them in a row; eight in a row at exactly 0.0 on both sides is not seen in sampled text."""
 MAX_EXAMPLES = 10  # offending sequences kept as evidence: (label, step, seq, what)
 
 
@@ -113,3 +120,67 @@ def _examples(
         what = f"<= {SENTINEL_MAX:g}" if low[i] else "0.0 run"
         out.add((label, int(step[i]), int(seq[i]), what))
     return sorted(out)[:MAX_EXAMPLES]
+
+
+def trailing_runs(flag: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per sequence (the sequences start at ``starts``, ascending; the last one ends at the end
+    of ``flag``): how many of its last positions are flagged, in a row."""
+    n = len(flag)
+    ends = np.append(starts[1:], n).astype(np.int64)
+    lengths = ends - starts
+    out = np.zeros(len(starts), dtype=np.int64)
+    full = lengths > 0
+    if not full.any():
+        return out
+    index = np.where(flag, -1, np.arange(n, dtype=np.int64))
+    last = np.maximum.reduceat(index, starts[full])  # last unflagged position (-1: none)
+    s, e = starts[full], ends[full]
+    out[full] = np.where(last >= s, e - 1 - last, e - s)
+    return out
+
+
+def fill_run_tokens(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Per token: whether it is in a one-sided zero run that looks like a fill (the definition
+    of the module doc, within each sequence: ``seq`` is contiguous and ordered)."""
+    zero_r, zero_t = (lr == 0.0) & (lt != 0.0), (lt == 0.0) & (lr != 0.0)
+    return _fill_runs(zero_r | zero_t, np.where(zero_r, lt, lr), seq, np.zeros_like(seq))
+
+
+@dataclass
+class TrailingZeroState:
+    """Sequences that end in ``PAD_RUN_MIN`` or more tokens at exact 0.0 on both sides:
+    padding stored as model tokens (a dump ingested without its mask)."""
+
+    sequences: int = 0
+    padded: int = 0  # sequences ending in such a run
+    padded_tokens: int = 0  # tokens in those runs
+    tokens: int = 0
+    examples: list[tuple[str, int, int, int]] = field(default_factory=list)  # label, step, seq, run
+
+    def merge(self, other: TrailingZeroState) -> TrailingZeroState:
+        return TrailingZeroState(
+            self.sequences + other.sequences,
+            self.padded + other.padded,
+            self.padded_tokens + other.padded_tokens,
+            self.tokens + other.tokens,
+            sorted({*self.examples, *other.examples})[:MAX_EXAMPLES],
+        )
+
+
+def trailing_zero_state(
+    lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, step: np.ndarray, label: str = ""
+) -> TrailingZeroState:
+    """Counts over one chunk of whole sequences (each sequence's tokens contiguous, in order)."""
+    n = len(lr)
+    if n == 0:
+        return TrailingZeroState()
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    runs = trailing_runs((lr == 0.0) & (lt == 0.0), starts)
+    padded = runs >= PAD_RUN_MIN
+    examples = [
+        (label, int(step[s]), int(seq[s]), int(r))
+        for s, r in zip(starts[padded][:MAX_EXAMPLES], runs[padded][:MAX_EXAMPLES], strict=True)
+    ]
+    return TrailingZeroState(
+        len(starts), int(padded.sum()), int(runs[padded].sum()), n, sorted(examples)
+    )

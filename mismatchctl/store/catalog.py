@@ -33,7 +33,7 @@ CREATE TABLE IF NOT EXISTS sources (
     model_tokens INTEGER NOT NULL, prompt_tokens INTEGER NOT NULL,
     tool_tokens INTEGER NOT NULL, pad_tokens INTEGER NOT NULL,
     dropped_sequences INTEGER NOT NULL, dropped TEXT NOT NULL, dropped_ids TEXT NOT NULL,
-    steps TEXT NOT NULL, gpus TEXT NOT NULL,
+    steps TEXT NOT NULL, gpus TEXT NOT NULL, duplicate_sequences INTEGER,
     UNIQUE (run, fingerprint)
 );
 CREATE TABLE IF NOT EXISTS parts (
@@ -87,6 +87,9 @@ class SourceRecord:
     dropped_ids: list[str]
     steps: list[int]
     gpus: list[str]
+    # exact repeats of an earlier sequence of the same step (ingest.duplicates); None for a
+    # source ingested before they were counted
+    duplicate_sequences: int | None = None
     id: int | None = None
     run: str = ""
 
@@ -147,6 +150,7 @@ def connect(root: Path, create: bool = False) -> sqlite3.Connection:
             con.execute(
                 "INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )
+            _add_columns(con)
         _check_version(con, root)
     except sqlite3.DatabaseError as exc:
         raise StoreError(
@@ -168,6 +172,19 @@ def _create(root: Path) -> None:
     finally:
         con.close()
     os.replace(tmp, root / CATALOG_NAME)
+
+
+# Columns added to a table after the first stores were written: a writer adds them to an older
+# catalog (its rows hold NULL there: unknown), readers take a missing column as unknown.
+_ADDED_COLUMNS = {"sources": (("duplicate_sequences", "INTEGER"),)}
+
+
+def _add_columns(con: sqlite3.Connection) -> None:
+    for table, columns in _ADDED_COLUMNS.items():
+        have = {row[1] for row in con.execute(f"PRAGMA table_info({table})")}
+        for name, kind in columns:
+            if name not in have:
+                con.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
 
 
 def _check_version(con: sqlite3.Connection, root: Path) -> None:

@@ -1,0 +1,104 @@
+"""Exact duplicate sequences within a step: the sign of a double write.
+
+Sample ids are not unique (verl's ``uid`` is one per prompt group, shared by its n responses),
+so nothing rests on them; but two sequences of one step with the same sample id, the same token
+ids, the same mask and the same two logprob vectors (every listed position, bit for bit) are one
+sequence written twice. Each sequence gets a 128-bit content key at ingest (a few vectorised
+passes over its values; with the step, 24 bytes per sequence); after the last file of an ingest,
+one sort says which keys repeat an earlier one, in input order (the first copy is kept as the
+original), and each file is charged with its repeats. Sequences are only counted, never dropped:
+the numbers say how much of the data is doubled.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from mismatchctl.ingest.batch import RaggedBatch
+
+KEY = np.dtype("V24")  # step, two 64-bit content hashes
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_LANES = (
+    np.uint64(0x9E3779B97F4A7C15),
+    np.uint64(0xD6E8FEB86659FD93),
+    np.uint64(0xA0761D6478BD642F),
+)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, in place: every input bit moves every output bit."""
+    x ^= x >> np.uint64(30)
+    x *= _M1
+    x ^= x >> np.uint64(27)
+    x *= _M2
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def _bits(values: np.ndarray, dtype: type) -> np.ndarray:
+    return np.ascontiguousarray(values, dtype=dtype).view(np.uint64)
+
+
+def _token_hashes(batch: RaggedBatch) -> np.ndarray:
+    """One 64-bit value per position, of its values and its index in its sequence."""
+    lengths = batch.lengths()
+    position = np.arange(len(batch.rollout), dtype=np.uint64)
+    position -= np.repeat(batch.offsets[:-1].astype(np.uint64), lengths)
+    v = _mix(_bits(batch.rollout, np.float64) + _LANES[0])
+    v ^= _mix(_bits(batch.trainer, np.float64) + _LANES[1])
+    if batch.mask is not None:
+        v += batch.mask.astype(np.uint64)
+    if batch.token_ids is not None and len(batch.token_ids) == len(v):
+        v ^= _mix(_bits(batch.token_ids, np.int64) + _LANES[2])
+    v ^= position * _LANES[2]
+    return _mix(v)
+
+
+def _hashes(batch: RaggedBatch) -> np.ndarray:
+    """Two 64-bit hashes per sequence: sums (mod 2**64) of its positions' values, mixed two
+    ways; the position inside the sequence is part of each value, so order counts."""
+    out = np.zeros((batch.n, 2), np.uint64)
+    lengths = batch.lengths()
+    full = lengths > 0
+    out[:, 0] = _mix(lengths.astype(np.uint64) + _LANES[0])
+    out[:, 1] = _mix(lengths.astype(np.uint64) + _LANES[1])
+    if full.any():
+        v = _token_hashes(batch)
+        starts = batch.offsets[:-1][full]
+        out[full, 0] += np.add.reduceat(v, starts)
+        out[full, 1] += np.add.reduceat(_mix(v ^ _LANES[1]), starts)
+    return out
+
+
+def sequence_keys(batch: RaggedBatch) -> np.ndarray:
+    """One key per sequence of the batch: step, and a 128-bit hash of its sample id, token ids,
+    mask and both logprob vectors."""
+    hashes = _hashes(batch)
+    ids = np.array(
+        [
+            int.from_bytes(hashlib.blake2b(s.encode(), digest_size=8).digest())
+            for s in batch.sample_ids
+        ],
+        dtype=np.uint64,
+    ).reshape(-1)
+    rows = np.empty((batch.n, 3), np.uint64)
+    rows[:, 0] = batch.steps.astype(np.int64).view(np.uint64)
+    rows[:, 1] = hashes[:, 0] ^ ids
+    rows[:, 2] = hashes[:, 1] + ids
+    return rows.view(KEY).reshape(-1)
+
+
+def repeats_in_order(keys: list[np.ndarray]) -> list[int]:
+    """For each file's keys, in input order: how many of its sequences repeat a sequence met
+    before (earlier in that file, or in an earlier file)."""
+    if not keys:
+        return []
+    everything = np.concatenate(keys) if len(keys) > 1 else keys[0]
+    owner = np.repeat(np.arange(len(keys)), [len(k) for k in keys])
+    repeat = np.ones(len(everything), dtype=bool)
+    if len(everything):
+        _, first = np.unique(everything, return_index=True)
+        repeat[first] = False
+    return np.bincount(owner[repeat], minlength=len(keys)).tolist()
