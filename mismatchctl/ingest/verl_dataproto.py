@@ -231,9 +231,9 @@ def _batch_unreadable(name: str, exc: Exception) -> InputError:
     text = _first_line(exc)
     marker = "Unsupported global: GLOBAL "
     if marker in str(exc):
-        name = str(exc).split(marker, 1)[1].split()[0]
+        global_name = str(exc).split(marker, 1)[1].split()[0]
         return InputError(
-            f"{name}: the DataProto batch refers to `{name}`, which the restricted reader does "
+            f"{name}: the DataProto batch refers to `{global_name}`, which the restricted reader does "
             "not load (it reads tensors and tensordict's own layout only)",
             "re-save the batch with plain tensors in DataProto.batch (non-tensor values belong "
             "in non_tensor_batch), or export it to Parquet.",
