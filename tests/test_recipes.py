@@ -556,3 +556,12 @@ def test_switched_on_dumps_ingest_as_the_page_says(
         assert ran.code == 0, ran.err
     info = api.runs(store=store)
     assert len(info) == 1 and info[0].steps == [3, 4] and info[0].model_tokens > 0
+
+
+def test_readme_and_the_writer_page_link_every_recipe() -> None:
+    pages = sorted(p.name for p in (ROOT / "docs" / "recipes").glob("*.md"))
+    assert pages == ["nemo-rl.md", "openrlhf.md", "slime.md", "trl.md", "verl.md"]
+    readme = (ROOT / "README.md").read_text()
+    for page in pages:
+        assert f"(docs/recipes/{page})" in readme
+    assert "(recipes/)" in (ROOT / "docs" / "dump.md").read_text()
