@@ -11,6 +11,8 @@ Python API::
     cmp = mismatchctl.compare("v0-ref", "gpu=A100")      # cmp.headline, cmp.bins, cmp.gap ...
     dia = mismatchctl.diagnose("v1-a100")                # checks with verdicts, evidence, next steps
     wif = mismatchctl.whatif("v1-a100", methods=["seq-mis:2"])
+    with mismatchctl.DumpWriter("dumps/") as w:       # in the trainer: one Parquet file per step
+        w.add(step, rollout_logprobs, trainer_logprobs, response_mask)
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from mismatchctl.api import compare, diagnose, ingest, remove_run, report, run_info, runs, whatif
+from mismatchctl.dump import DumpWriter
 from mismatchctl.errors import (
     EngineError,
     InputError,
@@ -34,6 +37,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+unknown"
 
 __all__ = [
+    "DumpWriter",
     "EngineError",
     "InputError",
     "MismatchError",
