@@ -1,0 +1,82 @@
+"""The JSON of `report`, `compare`, `diagnose` and `whatif` on the sample data, pinned.
+
+The golden files under tests/golden/json/ were written before the results were rebuilt as typed
+sections; a refactoring must not change a number. A new output may *add* keys (documented in the
+CHANGELOG), never drop or change one. Regenerate after a deliberate change of the numbers with
+``MISMATCHCTL_UPDATE_GOLDEN=1 pytest tests/test_golden_json.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mismatchctl.demo import ingest_demo, load_manifest
+from mismatchctl.store import open_store
+from tests.helpers import cli
+
+ROOT = Path(__file__).parents[1]
+GOLDEN = ROOT / "tests" / "golden" / "json"
+RUNS = ("ref", "faulty-attn", "fp32-head", "synthetic-gpus")
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "report_by_gpu": ("report", *RUNS, "--by-gpu"),
+    "report_ref_by": ("report", "ref", "--by", "step,turn_kind", "--by", "tag:attention"),
+    "report_steps_bins": ("report", "faulty-attn", "--steps", "2..6", "--bins", "linear:5"),
+    "compare": ("compare", "ref", "faulty-attn"),
+    "compare_gpus": ("compare", "gpu=H20", "gpu=A100"),
+    "diagnose_faulty": ("diagnose", "faulty-attn"),
+    "diagnose_synthetic": ("diagnose", "synthetic-gpus"),
+    "whatif": ("whatif", "synthetic-gpus"),
+    "whatif_sweep": ("whatif", "faulty-attn", "--method", "seq-mis", "--sweep", "1.5,2,3"),
+}
+# Keys whose value may change without any number changing.
+VOLATILE = {"tool"}
+RELATIVE = 1e-12  # floats: the same arithmetic, but a merge order may move the last bit
+
+
+@pytest.fixture(scope="module")
+def sample_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("golden") / "store"
+    wanted = [r for r in load_manifest() if r.name in RUNS]
+    ingest_demo(open_store(path), wanted)
+    return path
+
+
+def _json(store: Path, args: tuple[str, ...]) -> Any:
+    ran = cli(*args, "--store", str(store), "--json", "-", "-q")
+    assert ran.code in (0, 3), ran.err
+    return json.loads(ran.out)
+
+
+def _contains(old: Any, new: Any, where: str) -> None:
+    """Every key and value of ``old`` is in ``new`` (new keys may be added)."""
+    if isinstance(old, dict):
+        assert isinstance(new, dict), where
+        for key, value in old.items():
+            if key in VOLATILE:
+                continue
+            assert key in new, f"{where}: `{key}` is missing"
+            _contains(value, new[key], f"{where}.{key}")
+    elif isinstance(old, list):
+        assert isinstance(new, list) and len(new) == len(old), f"{where}: length"
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
+            _contains(a, b, f"{where}[{i}]")
+    elif isinstance(old, float) and isinstance(new, float):
+        assert math.isclose(old, new, rel_tol=RELATIVE, abs_tol=1e-300), f"{where}: {old} != {new}"
+    else:
+        assert old == new, f"{where}: {old!r} != {new!r}"
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_json_keeps_every_number(sample_store: Path, name: str) -> None:
+    out = _json(sample_store, COMMANDS[name])
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("MISMATCHCTL_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    _contains(json.loads(path.read_text(encoding="utf-8")), out, name)
