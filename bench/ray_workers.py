@@ -48,7 +48,7 @@ def _warm() -> None:
 def child(workers: int, dumps: Path, workdir: Path, repeats: int) -> dict[str, Any]:
     """One worker count, in its own process (one Ray per process)."""
     import mismatchctl
-    from mismatchctl.engines.ray_support import connect, remote
+    from mismatchctl.parallel import connect, remote
 
     start = time.perf_counter()
     ray = connect(None, workers)

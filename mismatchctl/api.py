@@ -10,15 +10,15 @@ from mismatchctl.analysis.compare import Comparison, build_comparison
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.report import Report, build_report
 from mismatchctl.analysis.selection import parse_steps
-from mismatchctl.analysis.splits import parse_by
 from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
 from mismatchctl.curves.ingest import MetricsIngest
 from mismatchctl.curves.ingest import ingest_metrics as ingest_metrics_file
 from mismatchctl.engines.choice import choose_engine
-from mismatchctl.engines.local import DEFAULT_WORKERS
+from mismatchctl.engines.plan import parse_by
 from mismatchctl.ingest.columns import parse_mapping
 from mismatchctl.ingest.remote import is_remote
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files, parse_tags
+from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from mismatchctl.store import RunInfo, Store, open_store
 from mismatchctl.store.integrity import Damage, run_damage

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
-from mismatchctl.analysis.selectors import parse_selector
+from mismatchctl.analysis.selection import parse_selector
 from mismatchctl.errors import UsageError
 from mismatchctl.stats import reference_metrics
 from tests.helpers import FIXTURES, cli

@@ -21,8 +21,7 @@ import pytest
 
 import mismatchctl
 from mismatchctl import api
-from mismatchctl.analysis.selection import PartTask
-from mismatchctl.analysis.splits import plan
+from mismatchctl.engines.plan import PartTask, plan
 from mismatchctl.errors import MissingDependencyError, StoreError, UsageError
 from mismatchctl.ingest import source as ingest_source
 from mismatchctl.stats.bins import LOG_EDGES
@@ -61,7 +60,7 @@ def ray_local() -> Iterator[dict[str, str] | None]:
         pytest.skip("the ray extra is not installed")
     import ray
 
-    from mismatchctl.engines.ray_support import connect
+    from mismatchctl.parallel import connect
 
     assert not ray.is_initialized()
     with contextlib.ExitStack() as stack:

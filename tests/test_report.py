@@ -252,7 +252,7 @@ def test_report_with_diagnosis(store: Path, tmp_path: Path) -> None:
 
 
 def test_binned_splits_share_one_pass() -> None:
-    from mismatchctl.analysis.splits import BIN, RUN, TURN_KIND, pass_for, plan
+    from mismatchctl.engines.plan import BIN, RUN, TURN_KIND, pass_for, plan
 
     passes = plan([(RUN, BIN), (TURN_KIND, BIN), (RUN, TURN_KIND)])
     binned = [p for p in passes if p.with_hist]

@@ -25,7 +25,7 @@ from mismatchctl.analysis.diagnose_base import (
     misaligned,
     pct,
 )
-from mismatchctl.analysis.selection import Selection
+from mismatchctl.engines.plan import Selection
 from mismatchctl.stats.comoments import LAG_NAMES, correlation, regression
 from mismatchctl.stats.offset import offset_summary
 from mismatchctl.stats.sentinels import FILL_OTHER_MAX, SENTINEL_MAX, ZERO_RUN_MIN

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 
 from mismatchctl.analysis import diagnose_thresholds as T
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.diagnose_base import NA, PATH, Check, Context, advice_if, fmt, grade, pct
 from mismatchctl.analysis.report import Group
+from mismatchctl.engines import plan as K
 from mismatchctl.stats import bin_label
 
 

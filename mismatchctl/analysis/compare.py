@@ -9,15 +9,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.compare_curves import CurvePair, compare_curves
 from mismatchctl.analysis.report import Report, report_on
-from mismatchctl.analysis.selection import Selection, reread
-from mismatchctl.analysis.selectors import parse_selector, resolve
+from mismatchctl.analysis.selection import parse_selector, reread, resolve
 from mismatchctl.analysis.sequences import SequenceSums
+from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
-from mismatchctl.engines.local import DEFAULT_WORKERS
+from mismatchctl.engines.plan import Selection
 from mismatchctl.errors import UsageError
+from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats.bootstrap import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,

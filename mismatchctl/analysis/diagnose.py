@@ -35,11 +35,10 @@ from mismatchctl.analysis.diagnose_base import (
 )
 from mismatchctl.analysis.diagnose_extra import DiagnoseExtra
 from mismatchctl.analysis.report import Report, report_on
-from mismatchctl.analysis.selection import reread
-from mismatchctl.analysis.selectors import parse_selector, resolve
+from mismatchctl.analysis.selection import parse_selector, reread, resolve
 from mismatchctl.analysis.whatif import SEQ_CELLS, WhatifExtra
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
-from mismatchctl.engines.local import DEFAULT_WORKERS
+from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import whatif as WI
 from mismatchctl.store import Store
 

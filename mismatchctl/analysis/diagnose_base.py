@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.diagnose_extra import DiagnoseState
 from mismatchctl.analysis.report import Report
+from mismatchctl.engines import plan as K
 
 OK, WARN, FAIL, NA = "ok", "warn", "fail", "n/a"
 SEVERITY = {NA: 0, OK: 1, WARN: 2, FAIL: 3}

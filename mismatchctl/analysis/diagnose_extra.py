@@ -15,8 +15,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
-from mismatchctl.analysis.selection import Selection
 from mismatchctl.engines.keys import PartKeys
+from mismatchctl.engines.plan import Selection
 from mismatchctl.stats.comoments import lag_states, merge_pairs
 from mismatchctl.stats.offset import offset_state
 from mismatchctl.stats.sentinels import (

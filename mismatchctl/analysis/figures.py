@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
-from mismatchctl.analysis import splits as K
+from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.stats import TURN_KIND_LABELS
 from mismatchctl.stats.density import Axis, Density2D

@@ -14,21 +14,21 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.figures import FigureData, FigureExtra, figure_data
-from mismatchctl.analysis.rollup import Groups, rollup, sort_key
 from mismatchctl.analysis.selection import (
-    Selection,
-    StepRange,
     empty_selection_error,
     removed_while_reading,
     reread,
     select,
 )
 from mismatchctl.curves.analysis import RunCurves, selection_curves
+from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
-from mismatchctl.engines.local import DEFAULT_WORKERS, PartExtra, row_mask
+from mismatchctl.engines.local import PartExtra
+from mismatchctl.engines.plan import Selection, StepRange, row_mask
+from mismatchctl.engines.rollup import Groups, rollup, sort_key
 from mismatchctl.errors import StoreError, UsageError
+from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import (
     QUANTILE_METRICS,
     TOKEN_METRICS,

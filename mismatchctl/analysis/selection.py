@@ -1,4 +1,14 @@
-"""What a report reads: runs, an optional step range, and the parts (with their source tags)."""
+"""What a command reads, from what the user wrote: step ranges, selectors, and the store slice
+(runs, parts) they name.
+
+Selectors (``compare``, ``diagnose``, ``whatif``):
+
+v1-a100                      a run
+gpu=A100                     every row whose gpu is A100 (gpu is per row)
+run=x,engine=vllm-0.18.1     run x, sources tagged engine=vllm-0.18.1
+v1-final@steps=0..200        a run, steps 0 to 200 inclusive (``--steps`` syntax: ``-6..-5``,
+                             ``150..``, ``..99``, ``42``; ``0-200`` still works for steps >= 0)
+"""
 
 from __future__ import annotations
 
@@ -7,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from mismatchctl.engines.plan import PartTask, RowFilter, Selection, StepRange
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import RunInfo, Store
 from mismatchctl.store.integrity import check_run
@@ -14,25 +25,6 @@ from mismatchctl.store.location import demo_store_hint
 from mismatchctl.store.parts import SEQUENCES, TOKENS
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class StepRange:
-    """Inclusive bounds; None means open."""
-
-    lo: int | None = None
-    hi: int | None = None
-
-    def overlaps(self, lo: int | None, hi: int | None) -> bool:
-        if lo is None or hi is None:
-            return True
-        return (self.lo is None or hi >= self.lo) and (self.hi is None or lo <= self.hi)
-
-    def __str__(self) -> str:
-        """The range as ``--steps`` reads it back: ``42``, ``0..200``, ``150..``, ``..99``."""
-        if self.lo is not None and self.lo == self.hi and self.lo >= 0:
-            return str(self.lo)
-        return f"{'' if self.lo is None else self.lo}..{'' if self.hi is None else self.hi}"
 
 
 _DOTS = re.compile(r"^\s*(-?\d+)?\s*\.\.\s*(-?\d+)?\s*$")  # A..B, A.., ..B; may be negative
@@ -76,48 +68,6 @@ def _bounds(text: str) -> tuple[int | None, int | None]:
             f"write {step}..{step} for step {step} alone, or ..{-step} for steps up to {-step}.",
         )
     return step, step
-
-
-@dataclass(frozen=True)
-class PartTask:
-    """One token part to read, with what is constant over it."""
-
-    run: str
-    path: str
-    tags: tuple[tuple[str, str], ...]
-    rows: int
-
-
-@dataclass(frozen=True)
-class RowFilter:
-    """What is kept inside a part: a step range and/or one gpu (gpu is a per-row value)."""
-
-    steps: StepRange | None = None
-    gpu: str | None = None
-
-    @property
-    def active(self) -> bool:
-        return self.steps is not None or self.gpu is not None
-
-
-@dataclass
-class Selection:
-    runs: list[RunInfo]
-    rows: RowFilter = field(default_factory=RowFilter)
-    tags: dict[str, str] = field(default_factory=dict)  # source-level tag filter
-    label: str = ""
-    tasks: list[PartTask] = field(default_factory=list)
-    sequence_paths: dict[str, list[str]] = field(default_factory=dict)
-    store: Store | None = None  # where the runs' training-log metrics are read from
-    named: bool = True  # the runs were named (not every run of the store, as found)
-
-    @property
-    def names(self) -> list[str]:
-        return [r.name for r in self.runs]
-
-    @property
-    def steps(self) -> StepRange | None:
-        return self.rows.steps
 
 
 class RunRemovedError(StoreError):
@@ -257,3 +207,93 @@ def _span(steps: list[int]) -> str:
 
 def _matches(source_tags: dict[str, str], wanted: dict[str, str]) -> bool:
     return all(source_tags.get(k) == v for k, v in wanted.items())
+
+
+RUN_KEY, GPU_KEY = "run", "gpu"
+
+
+@dataclass(frozen=True)
+class Selector:
+    text: str
+    run: str | None = None
+    gpu: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+    steps: StepRange | None = None
+
+
+def parse_selector(text: str) -> Selector:
+    base, at, mods = text.partition("@")
+    steps = _modifiers(mods, text) if at else None
+    if "=" not in base:
+        if not base.strip():
+            raise UsageError(
+                f"selector `{text}` names no run", "write RUN, KEY=VALUE[,...] or RUN@steps=A..B."
+            )
+        return Selector(text, run=base.strip(), steps=steps)
+    pairs: dict[str, str] = {}
+    for item in base.split(","):
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not key or not value:
+            raise UsageError(
+                f"selector `{text}`: `{item}` is not KEY=VALUE",
+                "write e.g. gpu=A100 or run=x,engine=vllm-0.18.1.",
+            )
+        pairs[key] = value
+    run, gpu = pairs.pop(RUN_KEY, None), pairs.pop(GPU_KEY, None)
+    return Selector(text, run=run, gpu=gpu, tags=pairs, steps=steps)
+
+
+def _modifiers(mods: str, text: str) -> StepRange | None:
+    key, eq, value = mods.partition("=")
+    if key.strip() != "steps" or not eq:
+        raise UsageError(
+            f"selector `{text}`: unknown modifier `@{mods}`",
+            "the only modifier is @steps=A..B (e.g. v1-final@steps=0..200).",
+        )
+    return parse_steps(value)
+
+
+def resolve(store: Store, sel: Selector) -> Selection:
+    """The store slice a selector names, or an error saying what exists."""
+    names = store.run_names()
+    if sel.run is not None and sel.run not in names:
+        raise StoreError(
+            f"selector `{sel.text}`: no run `{sel.run}` in the store {store} "
+            f"(runs: {', '.join(names) or 'none'})",
+            "list the runs with `mismatchctl runs`." + demo_store_hint(str(store)),
+        )
+    infos = [store.run(sel.run)] if sel.run else store.runs()
+    _check_tags(sel, infos)
+    if sel.gpu is not None:
+        gpus = sorted({g for r in infos for g in r.gpus})
+        if sel.gpu not in gpus:
+            raise StoreError(
+                f"selector `{sel.text}`: no rows with gpu={sel.gpu} (gpus: {', '.join(gpus) or 'none'})",
+                "tag runs with --tag gpu=NAME at ingest, or pick one of the gpus listed.",
+            )
+    selection = select(
+        store, [sel.run] if sel.run else None, sel.steps, gpu=sel.gpu, tags=sel.tags, label=sel.text
+    )
+    if not selection.tasks:
+        raise empty_selection_error(selection)
+    return selection
+
+
+def _check_tags(sel: Selector, infos: list) -> None:
+    for key, value in sel.tags.items():
+        values = sorted({s.tags[key] for r in infos for s in r.sources if key in s.tags})
+        if not values:
+            known = sorted(
+                {k for r in infos for s in r.sources for k in s.tags} - {RUN_KEY, GPU_KEY}
+            )
+            raise StoreError(
+                f"selector `{sel.text}`: no source has a tag `{key}` "
+                f"(tags: {', '.join([RUN_KEY, GPU_KEY, *known])})",
+                "`mismatchctl runs` lists each run's tags.",
+            )
+        if value not in values:
+            raise StoreError(
+                f"selector `{sel.text}`: no data with {key}={value} (values: {', '.join(values)})",
+                "`mismatchctl runs` lists each run's tags.",
+            )

@@ -13,15 +13,14 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Report, report_on
-from mismatchctl.analysis.rollup import sort_key
-from mismatchctl.analysis.selection import reread
-from mismatchctl.analysis.selectors import parse_selector, resolve
+from mismatchctl.analysis.selection import parse_selector, reread, resolve
+from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.keys import PartKeys, decode, group_codes
-from mismatchctl.engines.local import DEFAULT_WORKERS
+from mismatchctl.engines.rollup import sort_key
 from mismatchctl.errors import UsageError
+from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import whatif as WI
 from mismatchctl.stats.whatif import Method
 from mismatchctl.store import Store

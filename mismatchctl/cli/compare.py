@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
+from mismatchctl.api import DEFAULT_WORKERS
 from mismatchctl.cli.common import (
     EngineOpt,
     HtmlOut,
@@ -19,7 +20,6 @@ from mismatchctl.cli.common import (
     handle_errors,
 )
 from mismatchctl.cli.progress import TokenProgress
-from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.render.compare_json import comparison_json
 from mismatchctl.render.compare_terminal import render_comparison
 from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED

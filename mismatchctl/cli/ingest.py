@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
+from mismatchctl.api import DEFAULT_WORKERS
 from mismatchctl.cli.common import (
     EngineOpt,
     JsonFlag,
@@ -18,7 +19,6 @@ from mismatchctl.cli.common import (
     handle_errors,
 )
 from mismatchctl.cli.progress import IngestProgress
-from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.ingest.source import FORMATS
 from mismatchctl.render.catalog import ingest_json, ingest_summary
 

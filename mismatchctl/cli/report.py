@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
+from mismatchctl.api import DEFAULT_WORKERS
 from mismatchctl.cli.common import (
     EngineOpt,
     HtmlOut,
@@ -21,7 +22,6 @@ from mismatchctl.cli.common import (
     wrote,
 )
 from mismatchctl.cli.progress import TokenProgress
-from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.render.diagnose_json import diagnosis_section
 from mismatchctl.render.diagnose_terminal import render_diagnosis
 from mismatchctl.render.report_json import report_json

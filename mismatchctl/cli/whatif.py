@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
+from mismatchctl.api import DEFAULT_WORKERS
 from mismatchctl.cli.common import (
     EngineOpt,
     HtmlOut,
@@ -19,7 +20,6 @@ from mismatchctl.cli.common import (
     handle_errors,
 )
 from mismatchctl.cli.progress import TokenProgress
-from mismatchctl.engines.local import DEFAULT_WORKERS
 from mismatchctl.render.whatif_json import whatif_json
 from mismatchctl.render.whatif_terminal import render_whatif
 

@@ -15,9 +15,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
-from mismatchctl.analysis import splits as K
-from mismatchctl.analysis.selection import RowFilter, Selection
-from mismatchctl.engines.local import row_mask
+from mismatchctl.engines import plan as K
+from mismatchctl.engines.plan import RowFilter, Selection, row_mask
 from mismatchctl.store import Store
 from mismatchctl.store.metrics import METRIC, STEP, VALUE, read_metrics_table
 

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
-from mismatchctl.analysis import splits as K
+from mismatchctl.engines import plan as K
 from mismatchctl.stats import (
     TURN_INDEX_LABELS,
     TURN_KIND_LABELS,

@@ -16,20 +16,18 @@ from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.allocator import keep_freed_memory
-from mismatchctl.analysis.selection import PartTask, RowFilter
-from mismatchctl.analysis.splits import BIN, GPU, Pass
 from mismatchctl.engines.keys import Label, PartKeys, decode, group_codes
+from mismatchctl.engines.plan import BIN, GPU, PartTask, Pass, RowFilter, row_mask
+from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import Partial
 from mismatchctl.stats.turnruns import bin_cells, bin_partials, run_partials, turn_runs
 from mismatchctl.store.integrity import read_error
 
 Groups = dict[tuple[Label, ...], Partial]
-DEFAULT_WORKERS = 2
 # Rows handed to the kernels at once (whole sequences): bounds their temporaries (~130 B/token).
 SLICE_TOKENS = 262_144
 
@@ -224,18 +222,3 @@ def _slice_groups(
         out.append({decode(i, labels): part for i, part in enumerate(partials) if part.tokens > 0})
     keys.runs = runs  # extras may reuse the turn runs' sums instead of re-reading the tokens
     return out, [extra.compute(table, keys) for extra in extras]
-
-
-def row_mask(table: pa.Table, rows: RowFilter) -> pa.ChunkedArray:
-    """Rows inside the step range and of the gpu (tables hold ``step`` and, if needed, ``gpu``)."""
-    mask = pc.is_valid(table.column(S.STEP))
-    if rows.steps is not None and rows.steps.lo is not None:
-        mask = pc.and_(mask, pc.greater_equal(table.column(S.STEP), rows.steps.lo))
-    if rows.steps is not None and rows.steps.hi is not None:
-        mask = pc.and_(mask, pc.less_equal(table.column(S.STEP), rows.steps.hi))
-    if rows.gpu is not None:
-        gpu = table.column(S.GPU)
-        if pa.types.is_dictionary(gpu.type):
-            gpu = gpu.cast(pa.string())
-        mask = pc.and_(mask, pc.fill_null(pc.equal(gpu, rows.gpu), False))
-    return mask

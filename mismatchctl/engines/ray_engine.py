@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 
 from mismatchctl.allocator import keep_freed_memory
-from mismatchctl.analysis.selection import PartTask, RowFilter
-from mismatchctl.analysis.splits import Pass
-from mismatchctl.engines.local import DEFAULT_WORKERS, Groups, PartExtra, fold, part_groups
-from mismatchctl.engines.ray_support import Failure, connect, ordered, remote
+from mismatchctl.engines.local import Groups, PartExtra, fold, part_groups
+from mismatchctl.engines.plan import PartTask, Pass, RowFilter
 from mismatchctl.errors import MismatchError
+from mismatchctl.parallel import DEFAULT_WORKERS, Failure, connect, ordered, remote
 
 Shared = tuple[list[Pass], np.ndarray, RowFilter | None, list[PartExtra]]
 

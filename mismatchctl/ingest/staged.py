@@ -30,8 +30,6 @@ import pyarrow.parquet as pq
 from mismatchctl import schema as S
 from mismatchctl.allocator import keep_freed_memory
 from mismatchctl.display import file_label
-from mismatchctl.engines.local import DEFAULT_WORKERS
-from mismatchctl.engines.ray_support import Failure
 from mismatchctl.errors import MismatchError, StoreError, UsageError
 from mismatchctl.ingest import expand_inputs
 from mismatchctl.ingest.canonical import Tally
@@ -47,6 +45,7 @@ from mismatchctl.ingest.run_ingest import (
     count_repeats,
     ingest_source,
 )
+from mismatchctl.parallel import DEFAULT_WORKERS, Failure
 from mismatchctl.store.catalog import PartRecord, SourceRecord
 from mismatchctl.store.parts import TOKENS, PartWriter
 from mismatchctl.store.store import Store, Transaction, check_run_name
@@ -243,7 +242,7 @@ def _discard(staging: Path, parts: list[PartRecord]) -> None:
 
 def ray_tasks(address: str | None, workers: int = DEFAULT_WORKERS) -> MapTasks:
     """Tasks on Ray (a local Ray with ``workers`` CPUs, or the cluster at ``address``)."""
-    from mismatchctl.engines.ray_support import connect, ordered, remote
+    from mismatchctl.parallel import connect, ordered, remote
 
     ray = connect(address, workers)
 

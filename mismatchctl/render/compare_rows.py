@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.compare import Comparison
+from mismatchctl.engines import plan as K
 from mismatchctl.render.fmt import label, num, pct
 from mismatchctl.stats import bin_label
 

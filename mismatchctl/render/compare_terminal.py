@@ -9,9 +9,9 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.compare import Comparison
 from mismatchctl.display import visible
+from mismatchctl.engines import plan as K
 from mismatchctl.render import curves_rows as CR
 from mismatchctl.render.compare_rows import (
     Rows,

@@ -15,9 +15,9 @@ import math
 import numpy as np
 import plotly.graph_objects as go
 
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.figures import LOG_PPL, LOG_RATIO, P_INFER_LOG, FigureData
 from mismatchctl.analysis.report import Group, Report
+from mismatchctl.engines import plan as K
 from mismatchctl.render.fmt import label, num
 from mismatchctl.stats import BANDS, bin_label
 from mismatchctl.stats.density import Axis, Density2D

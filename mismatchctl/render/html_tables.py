@@ -9,8 +9,8 @@ import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Group, Report
+from mismatchctl.engines import plan as K
 from mismatchctl.render import report_rows as R
 from mismatchctl.render.fmt import label, num, overflow_text, pct
 from mismatchctl.render.report_terminal import TURN_ROWS

@@ -19,9 +19,9 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from mismatchctl import __version__
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.diagnose import Diagnosis
 from mismatchctl.analysis.report import Report
+from mismatchctl.engines import plan as K
 from mismatchctl.render import figures as F
 from mismatchctl.render import html_tables as T
 from mismatchctl.render.curves_html import curves_body

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from mismatchctl import __version__
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Report
+from mismatchctl.engines import plan as K
 from mismatchctl.render.curves_json import curves_json
 
 # The version of this JSON shape (METRICS.md "JSON shape"), not of the store: additions such as

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Report
+from mismatchctl.engines import plan as K
 from mismatchctl.render.fmt import label, num, pct
 from mismatchctl.stats import BAND_NAMES, band, bin_label
 

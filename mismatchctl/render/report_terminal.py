@@ -7,9 +7,9 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.report import Group, Report
 from mismatchctl.display import visible
+from mismatchctl.engines import plan as K
 from mismatchctl.render import report_rows as R
 from mismatchctl.render.curves_terminal import curves_view
 from mismatchctl.render.fit import fit

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.whatif import Whatif
+from mismatchctl.engines import plan as K
 from mismatchctl.render import html_tables as T
 from mismatchctl.render.figures import FONT
 from mismatchctl.render.fmt import num, pct

@@ -10,8 +10,8 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from mismatchctl.analysis import splits as K
 from mismatchctl.analysis.whatif import Whatif, WhatifGroup
+from mismatchctl.engines import plan as K
 from mismatchctl.render.fit import fit
 from mismatchctl.render.fmt import label, num, pct
 from mismatchctl.stats.whatif import Method

@@ -1,4 +1,6 @@
-"""Splits (what a report groups by) and the plan of engine passes that computes them all.
+"""What the engine is asked to compute: the split keys and the plan of passes that computes them,
+the parts to read (``PartTask``), what is kept inside a part (``RowFilter``) and the whole
+``Selection`` a command reads.
 
 A *split* is a tuple of keys such as ``("run", "turn_kind")``. Keys that are constant within a
 sequence (run, gpu, step, tags) can be merged across groups exactly; keys that cut sequences into
@@ -9,9 +11,14 @@ split of that set needs, and every split is then a merge of that pass's groups.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from mismatchctl import schema as S
 from mismatchctl.errors import UsageError
+from mismatchctl.store import RunInfo, Store
 
 RUN, GPU, STEP, TURN_KIND, TURN, BIN = "run", "gpu", "step", "turn_kind", "turn", "bin"
 TAG_PREFIX = "tag:"
@@ -99,3 +106,82 @@ def pass_for(split: Split, passes: list[Pass]) -> Pass:
     if BIN in seg:
         return next(p for p in passes if p.with_hist and set(seg) <= set(p.segment))
     return next(p for p in passes if p.segment == seg)
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """Inclusive bounds; None means open."""
+
+    lo: int | None = None
+    hi: int | None = None
+
+    def overlaps(self, lo: int | None, hi: int | None) -> bool:
+        if lo is None or hi is None:
+            return True
+        return (self.lo is None or hi >= self.lo) and (self.hi is None or lo <= self.hi)
+
+    def __str__(self) -> str:
+        """The range as ``--steps`` reads it back: ``42``, ``0..200``, ``150..``, ``..99``."""
+        if self.lo is not None and self.lo == self.hi and self.lo >= 0:
+            return str(self.lo)
+        return f"{'' if self.lo is None else self.lo}..{'' if self.hi is None else self.hi}"
+
+
+@dataclass(frozen=True)
+class PartTask:
+    """One token part to read, with what is constant over it."""
+
+    run: str
+    path: str
+    tags: tuple[tuple[str, str], ...]
+    rows: int
+
+
+@dataclass(frozen=True)
+class RowFilter:
+    """What is kept inside a part: a step range and/or one gpu (gpu is a per-row value)."""
+
+    steps: StepRange | None = None
+    gpu: str | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.steps is not None or self.gpu is not None
+
+
+@dataclass
+class Selection:
+    """What a command reads: runs, the row filter, the source-tag filter, the token parts (one
+    task each) and the sequence parts of each run."""
+
+    runs: list[RunInfo]
+    rows: RowFilter = field(default_factory=RowFilter)
+    tags: dict[str, str] = field(default_factory=dict)  # source-level tag filter
+    label: str = ""
+    tasks: list[PartTask] = field(default_factory=list)
+    sequence_paths: dict[str, list[str]] = field(default_factory=dict)
+    store: Store | None = None  # where the runs' training-log metrics are read from
+    named: bool = True  # the runs were named (not every run of the store, as found)
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.runs]
+
+    @property
+    def steps(self) -> StepRange | None:
+        return self.rows.steps
+
+
+def row_mask(table: pa.Table, rows: RowFilter) -> pa.ChunkedArray:
+    """Rows inside the step range and of the gpu (tables hold ``step`` and, if needed, ``gpu``)."""
+    mask = pc.is_valid(table.column(S.STEP))
+    if rows.steps is not None and rows.steps.lo is not None:
+        mask = pc.and_(mask, pc.greater_equal(table.column(S.STEP), rows.steps.lo))
+    if rows.steps is not None and rows.steps.hi is not None:
+        mask = pc.and_(mask, pc.less_equal(table.column(S.STEP), rows.steps.hi))
+    if rows.gpu is not None:
+        gpu = table.column(S.GPU)
+        if pa.types.is_dictionary(gpu.type):
+            gpu = gpu.cast(pa.string())
+        mask = pc.and_(mask, pc.fill_null(pc.equal(gpu, rows.gpu), False))
+    return mask

@@ -1,5 +1,6 @@
-"""Ray, an optional extra: importing it with an install hint, connecting to a cluster (or starting
-a local one), and collecting task results in submission order.
+"""How work runs in parallel: the default number of workers, and Ray (an optional extra):
+importing it with an install hint, connecting to a cluster (or starting a local one), and
+collecting task results in submission order. Used by the engines and by the staged ingest.
 
 Library errors raised inside a task (a damaged part, an unreadable dump) are returned as a
 ``Failure`` value rather than raised, so that the driver re-raises the very ``MismatchError``
@@ -22,6 +23,7 @@ from typing import Any
 import mismatchctl
 from mismatchctl.errors import EngineError, MismatchError, MissingDependencyError
 
+DEFAULT_WORKERS = 2  # threads of the local engine and of ingest; CPUs of a local Ray
 INSTALL_HINT = "pip install 'mismatchctl[ray]'"
 ADDRESS_ENV = "RAY_ADDRESS"  # Ray's own variable: ray.init() connects to it when set
 LOCAL_ADDRESSES = {"local"}  # start a Ray on this machine, like no address at all

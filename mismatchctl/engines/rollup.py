@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mismatchctl.analysis.splits import Pass, Split
 from mismatchctl.engines.keys import Label
+from mismatchctl.engines.plan import Pass, Split
 from mismatchctl.stats import Partial
 
 Groups = dict[tuple[Label, ...], Partial]
