@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from mismatchctl.demo import ingest_demo, load_manifest
+from mismatchctl.sample_runs import ingest_demo, load_manifest
 from mismatchctl.store import open_store
 from tests.helpers import cli
 

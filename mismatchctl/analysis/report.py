@@ -10,10 +10,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from mismatchctl import schema as S
 from mismatchctl.analysis.figures import FigureData, FigureExtra, figure_data
 from mismatchctl.analysis.selection import (
     empty_selection_error,
@@ -25,8 +22,9 @@ from mismatchctl.curves.analysis import RunCurves, selection_curves
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.local import PartExtra
-from mismatchctl.engines.plan import Selection, StepRange, row_mask
+from mismatchctl.engines.plan import Selection, StepRange
 from mismatchctl.engines.rollup import Groups, rollup, sort_key
+from mismatchctl.engines.sequences import empty_sequences
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import (
@@ -201,16 +199,8 @@ def _groups(split: K.Split, rolled: Groups) -> list[Group]:
 
 
 def _excluded(selection: Selection) -> dict[str, int]:
-    empty = 0
-    for paths in selection.sequence_paths.values():
-        for path in paths:
-            table = pq.read_table(path, columns=[S.STEP, S.MODEL_TOKENS, S.GPU])
-            mask = pc.equal(table.column(S.MODEL_TOKENS), 0)
-            if selection.rows.active:
-                mask = pc.and_(mask, row_mask(table, selection.rows))
-            empty += int(pc.sum(mask).as_py() or 0)
     dropped = sum(r.dropped_sequences for r in selection.runs)
-    return {"empty_sequences": empty, "dropped_sequences": dropped}
+    return {"empty_sequences": empty_sequences(selection), "dropped_sequences": dropped}
 
 
 def _hardware(rolled: dict[K.Split, Groups]) -> list[dict[str, Any]]:

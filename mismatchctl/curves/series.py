@@ -12,17 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from mismatchctl import schema as S
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.plan import RowFilter, Selection, row_mask
+from mismatchctl.engines.sequences import ENTROPY_MEAN, REWARD_MEAN, step_means
 from mismatchctl.store import Store
 from mismatchctl.store.metrics import METRIC, STEP, VALUE, read_metrics_table
 
 KL = "vllm_kl"
-REWARD_MEAN = "reward_mean"
-ENTROPY_MEAN = "entropy_mean"
 REPORT_METRICS = (KL, "trainer_ppl", "abs_log_ratio_mean")
 DUMP_METRICS = (*REPORT_METRICS, REWARD_MEAN, ENTROPY_MEAN)
 DUMPS = "dumps"
@@ -59,57 +56,13 @@ def dump_series(run: str, step_groups: list, selection: Selection) -> dict[str, 
         name: Series(name, DUMPS, steps, _floats(g.metrics.get(name) for g in mine))
         for name in REPORT_METRICS
     }
-    out.update(_sequence_means(selection.sequence_paths.get(run, []), selection.rows))
+    means = step_means(selection.sequence_paths.get(run, []), selection.rows)
+    out.update({name: Series(name, DUMPS, s, v) for name, (s, v) in means.items()})
     return out
 
 
 def _floats(values) -> np.ndarray:
     return np.array([np.nan if v is None else float(v) for v in values], dtype=np.float64)
-
-
-def _sequence_means(paths: list[str], rows: RowFilter) -> dict[str, Series]:
-    """Per step: mean reward over the sequences that have one (empty sequences included: a
-    reward belongs to the sample), and entropy averaged over model tokens (sequence means
-    weighted by their model tokens)."""
-    sums: dict[str, dict[int, list[float]]] = {REWARD_MEAN: {}, ENTROPY_MEAN: {}}
-    for path in paths:
-        names = pq.read_schema(path).names
-        cols = [S.STEP, S.GPU, S.MODEL_TOKENS, S.REWARD]
-        has_entropy = "entropy" in names
-        table = pq.read_table(path, columns=cols + (["entropy"] if has_entropy else []))
-        if rows.active:
-            table = table.filter(row_mask(table, rows))
-        step = table.column(S.STEP).to_numpy()
-        reward = table.column(S.REWARD).to_numpy(zero_copy_only=False)
-        _accumulate(sums[REWARD_MEAN], step, reward, np.ones(len(step)))
-        if has_entropy:
-            entropy = table.column("entropy").to_numpy(zero_copy_only=False)
-            weight = table.column(S.MODEL_TOKENS).to_numpy().astype(np.float64)
-            _accumulate(sums[ENTROPY_MEAN], step, entropy, weight)
-    out = {}
-    for name, per_step in sums.items():
-        if per_step:
-            steps = np.array(sorted(per_step), dtype=np.int64)
-            values = np.array([per_step[s][0] / per_step[s][1] for s in steps.tolist()])
-            out[name] = Series(name, DUMPS, steps, values)
-    return out
-
-
-def _accumulate(
-    acc: dict[int, list[float]], step: np.ndarray, value: np.ndarray, weight: np.ndarray
-) -> None:
-    """Add weighted sums of the known (non-null) values per step; weights of 0 add nothing."""
-    value = np.asarray(value, dtype=np.float64)
-    keep = ~np.isnan(value) & (weight > 0)
-    if not keep.any():
-        return
-    uniq, inverse = np.unique(step[keep], return_inverse=True)
-    num = np.bincount(inverse, weights=value[keep] * weight[keep])
-    den = np.bincount(inverse, weights=weight[keep])
-    for s, a, b in zip(uniq.tolist(), num.tolist(), den.tolist(), strict=True):
-        cell = acc.setdefault(int(s), [0.0, 0.0])
-        cell[0] += a
-        cell[1] += b
 
 
 def log_series(store: Store, run: str, rows: RowFilter) -> dict[str, Series]:

@@ -1,0 +1,72 @@
+"""Reads of the sequence rows (one row per response) of a selection: what the reports need
+beside the token rows (empty sequences, per-step reward and entropy means)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mismatchctl import schema as S
+from mismatchctl.engines.plan import RowFilter, Selection, row_mask
+
+REWARD_MEAN = "reward_mean"
+ENTROPY_MEAN = "entropy_mean"
+
+
+def empty_sequences(selection: Selection) -> int:
+    """Sequences of the selection without a model token (all masked)."""
+    empty = 0
+    for paths in selection.sequence_paths.values():
+        for path in paths:
+            table = pq.read_table(path, columns=[S.STEP, S.MODEL_TOKENS, S.GPU])
+            mask = pc.equal(table.column(S.MODEL_TOKENS), 0)
+            if selection.rows.active:
+                mask = pc.and_(mask, row_mask(table, selection.rows))
+            empty += int(pc.sum(mask).as_py() or 0)
+    return empty
+
+
+def step_means(paths: list[str], rows: RowFilter) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per step, ``REWARD_MEAN`` and ``ENTROPY_MEAN`` as (steps, means): the mean reward over the
+    sequences that have one (empty sequences included: a reward belongs to the sample), and the
+    entropy averaged over model tokens (sequence means weighted by their model tokens)."""
+    sums: dict[str, dict[int, list[float]]] = {REWARD_MEAN: {}, ENTROPY_MEAN: {}}
+    for path in paths:
+        names = pq.read_schema(path).names
+        cols = [S.STEP, S.GPU, S.MODEL_TOKENS, S.REWARD]
+        has_entropy = S.ENTROPY in names
+        table = pq.read_table(path, columns=cols + ([S.ENTROPY] if has_entropy else []))
+        if rows.active:
+            table = table.filter(row_mask(table, rows))
+        step = table.column(S.STEP).to_numpy()
+        reward = table.column(S.REWARD).to_numpy(zero_copy_only=False)
+        _accumulate(sums[REWARD_MEAN], step, reward, np.ones(len(step)))
+        if has_entropy:
+            entropy = table.column(S.ENTROPY).to_numpy(zero_copy_only=False)
+            weight = table.column(S.MODEL_TOKENS).to_numpy().astype(np.float64)
+            _accumulate(sums[ENTROPY_MEAN], step, entropy, weight)
+    out = {}
+    for name, per_step in sums.items():
+        if per_step:
+            steps = np.array(sorted(per_step), dtype=np.int64)
+            values = np.array([per_step[s][0] / per_step[s][1] for s in steps.tolist()])
+            out[name] = (steps, values)
+    return out
+
+
+def _accumulate(
+    acc: dict[int, list[float]], step: np.ndarray, value: np.ndarray, weight: np.ndarray
+) -> None:
+    """Add weighted sums of the known (non-null) values per step; weights of 0 add nothing."""
+    value = np.asarray(value, dtype=np.float64)
+    keep = ~np.isnan(value) & (weight > 0)
+    if not keep.any():
+        return
+    uniq, inverse = np.unique(step[keep], return_inverse=True)
+    num = np.bincount(inverse, weights=value[keep] * weight[keep])
+    den = np.bincount(inverse, weights=weight[keep])
+    for s, a, b in zip(uniq.tolist(), num.tolist(), den.tolist(), strict=True):
+        cell = acc.setdefault(int(s), [0.0, 0.0])
+        cell[0] += a
+        cell[1] += b
