@@ -21,6 +21,7 @@ from mismatchctl.analysis.diagnose_base import (
 )
 from mismatchctl.curves.analysis import RunCurves
 from mismatchctl.curves.series import value_at
+from mismatchctl.stats import registry as M
 
 SPIKE_ROLES = ("grad_norm", "entropy")
 ATTACH = "attach the training logs: `mismatchctl ingest-metrics FILE --run RUN`"
@@ -74,12 +75,12 @@ def _spikes(c: RunCurves) -> RunResult:
         if m.role not in SPIKE_ROLES:
             continue
         for x in m.matches[:MAX_LISTED]:
-            kl = value_at(c.series["vllm_kl"], x.step_a)
+            kl = value_at(c.series[M.VLLM_KL], x.step_a)
             found.append(
                 {"role": m.role, "metric": m.metric, "step": x.step_a, "metric_step": x.step_b,
-                 "vllm_kl": kl}
+                 M.VLLM_KL: kl}
             )  # fmt: skip
-    high = any(f["vllm_kl"] is not None and f["vllm_kl"] > T.MEDIUM_MAX for f in found)
+    high = any(f[M.VLLM_KL] is not None and f[M.VLLM_KL] > T.MEDIUM_MAX for f in found)
     verdict = grade(high, bool(found))
     if found:
         finding = f"{len(found)} coincident spike(s): " + ", ".join(

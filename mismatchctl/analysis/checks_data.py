@@ -26,6 +26,7 @@ from mismatchctl.analysis.diagnose_base import (
     pct,
 )
 from mismatchctl.engines.plan import Selection
+from mismatchctl.stats import registry as M
 from mismatchctl.stats.comoments import LAG_NAMES, correlation, regression
 from mismatchctl.stats.offset import offset_summary
 from mismatchctl.stats.sentinels import FILL_OTHER_MAX, SENTINEL_MAX, ZERO_RUN_MIN
@@ -135,7 +136,7 @@ def empty_sequences(ctx: Context) -> Check:
     share = empty / total if total else 0.0
     evidence = {
         "empty_sequences": empty,
-        "sequences": total,
+        M.SEQUENCES: total,
         "share": share,
         "dropped_sequences": ctx.report.excluded.get("dropped_sequences", 0),
     }
@@ -157,10 +158,10 @@ def trailing_padding(ctx: Context) -> Check:
     share = t.padded_tokens / t.tokens if t.tokens else 0.0
     examples = [(run, step, seq, f"ends in {n} tokens at 0.0") for run, step, seq, n in t.examples]
     evidence = {
-        "sequences": t.sequences,
+        M.SEQUENCES: t.sequences,
         "padded_sequences": t.padded,
         "padded_tokens": t.padded_tokens,
-        "token_share": share,
+        M.TOKEN_SHARE: share,
         "min_run": T.TRAILING_ZERO_RUN,
         "samples": _samples(ctx.report.selection, examples),
     }
@@ -202,7 +203,7 @@ def duplicates(ctx: Context) -> Check:
     share = dup / total if total else 0.0
     evidence: dict[str, Any] = {
         "duplicate_sequences": dup,
-        "sequences": total,
+        M.SEQUENCES: total,
         "share": share,
         "sources": [
             {"run": run, "path": s.path, "duplicate_sequences": s.duplicate_sequences}
@@ -239,9 +240,9 @@ def offset(ctx: Context) -> Check:
     if skipped := _not_assessed(ctx, "offset", title):
         return skipped
     o = offset_summary(ctx.state.offset)
-    m, z, neg = o["log_ratio_mean"], o["log_ratio_z"], o["negative_share"]
+    m, z, neg = o[M.LOG_RATIO_MEAN], o["log_ratio_z"], o["negative_share"]
     evidence = {
-        k: o[k] for k in ("log_ratio_mean", "log_ratio_se", "log_ratio_z", "negative_share")
+        k: o[k] for k in (M.LOG_RATIO_MEAN, "log_ratio_se", "log_ratio_z", "negative_share")
     }
     if m is None or z is None or neg is None:
         return Check(

@@ -12,22 +12,23 @@ from mismatchctl.analysis.diagnose_base import NA, PATH, Check, Context, advice_
 from mismatchctl.analysis.report import Group
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import bin_label
+from mismatchctl.stats import registry as M
 
 
 def low_probability(ctx: Context) -> Check:
     title = "KL concentrated in low-probability tokens"
     edges = ctx.report.bin_edges
     low = [g for g in ctx.report.split(K.BIN) if edges[g.by[K.BIN] + 1] <= T.LOW_PROB]
-    token_share = sum(g.metrics.get("token_share") or 0.0 for g in low)
-    kl_share = sum(g.metrics.get("kl_share") or 0.0 for g in low)
+    token_share = sum(g.metrics.get(M.TOKEN_SHARE) or 0.0 for g in low)
+    kl_share = sum(g.metrics.get(M.KL_SHARE) or 0.0 for g in low)
     concentration = kl_share / token_share if token_share else None
     vk = ctx.vllm_kl
     evidence: dict[str, Any] = {
         "p_infer_below": T.LOW_PROB,
-        "token_share": token_share,
-        "kl_share": kl_share,
+        M.TOKEN_SHARE: token_share,
+        M.KL_SHARE: kl_share,
         "concentration": concentration,
-        "vllm_kl": vk,
+        M.VLLM_KL: vk,
         "bins": [_bin(edges, g) for g in low],
     }
     pattern = (
@@ -54,7 +55,7 @@ def _bin(edges: np.ndarray, g: Group) -> dict[str, Any]:
     m = g.metrics
     return {
         "bin": bin_label(edges, g.by[K.BIN]),
-        **{k: m.get(k) for k in ("token_share", "kl_share")},
+        **{k: m.get(k) for k in (M.TOKEN_SHARE, M.KL_SHARE)},
     }
 
 
@@ -62,11 +63,11 @@ def tool_responses(ctx: Context) -> Check:
     title = "Amplification after tool responses"
     kinds = {g.by[K.TURN_KIND]: g.metrics for g in ctx.report.split(K.TURN_KIND)}
     first, later = kinds.get("first"), kinds.get("later")
-    if not later or not later.get("tokens") or not first:
+    if not later or not later.get(M.TOKENS) or not first:
         return Check(PATH, "tool_responses", title, NA, "no model tokens after a tool response")
-    a, b = first.get("vllm_kl"), later.get("vllm_kl")
+    a, b = first.get(M.VLLM_KL), later.get(M.VLLM_KL)
     ratio = b / a if a and b is not None else None
-    pa, pb = first.get("log_ppl_pearson"), later.get("log_ppl_pearson")
+    pa, pb = first.get(M.LOG_PPL_PEARSON), later.get(M.LOG_PPL_PEARSON)
     drop = pa - pb if pa is not None and pb is not None else None
     evidence = {
         "first_vllm_kl": a,
@@ -75,7 +76,7 @@ def tool_responses(ctx: Context) -> Check:
         "first_log_ppl_pearson": pa,
         "later_log_ppl_pearson": pb,
         "pearson_drop": drop,
-        "later_token_share": later["tokens"] / (later["tokens"] + first["tokens"]),
+        "later_token_share": later[M.TOKENS] / (later[M.TOKENS] + first[M.TOKENS]),
     }
     big = (b or 0) > T.LOW_MAX
     fail = ratio is not None and ratio >= T.TOOL_RATIO_FAIL and (b or 0) > T.MEDIUM_MAX
@@ -101,9 +102,9 @@ def tool_responses(ctx: Context) -> Check:
 def hardware(ctx: Context) -> Check:
     title = "A gpu with a higher mismatch"
     gpus = {
-        g.by[K.GPU]: g.metrics.get("vllm_kl")
+        g.by[K.GPU]: g.metrics.get(M.VLLM_KL)
         for g in ctx.report.split(K.GPU)
-        if g.by[K.GPU] is not None and g.metrics.get("vllm_kl") is not None
+        if g.by[K.GPU] is not None and g.metrics.get(M.VLLM_KL) is not None
     }
     if len(gpus) < 2:
         return Check(
@@ -118,7 +119,7 @@ def hardware(ctx: Context) -> Check:
     vk, factor = gpus[top], factors[top] or 0.0
     fail = factor >= T.GPU_FACTOR_FAIL and vk > T.LOW_MAX
     warn = (factor >= T.GPU_FACTOR_WARN and vk > T.LOW_MAX) or severe["concentrated_on"] is not None
-    evidence = {"vllm_kl": gpus, "factor_over_others_median": factors, **severe}
+    evidence = {M.VLLM_KL: gpus, "factor_over_others_median": factors, **severe}
     finding = f"{top}: vllm_kl {fmt(vk)}, {fmt(factor)}x the median of the other gpus"
     if severe["concentrated_on"] is not None:
         finding += f"; {severe['concentrated_on']} holds most severe batches"
@@ -143,9 +144,9 @@ def _other(gpus: dict[str, float], top: str) -> str:
 
 def _severe_concentration(ctx: Context) -> dict[str, Any]:
     """Severe batches (run x gpu x step) per gpu, and the gpu holding most of them, if any."""
-    rows = [h for h in ctx.report.hardware or [] if h["gpu"] is not None and h["batches"]]
-    severe = {h["gpu"]: round((h.get("band_share_severe") or 0.0) * h["batches"]) for h in rows}
-    batches = {h["gpu"]: h["batches"] for h in rows}
+    rows = [h for h in ctx.report.hardware or [] if h["gpu"] is not None and h[M.BATCHES]]
+    severe = {h["gpu"]: round((h.get(M.BAND_SHARE["severe"]) or 0.0) * h[M.BATCHES]) for h in rows}
+    batches = {h["gpu"]: h[M.BATCHES] for h in rows}
     total, all_batches = sum(severe.values()), sum(batches.values())
     holder = None
     if total >= T.MIN_SEVERE_FOR_CONCENTRATION:
@@ -155,4 +156,4 @@ def _severe_concentration(ctx: Context) -> dict[str, Any]:
             and batches[gpu] / all_batches < T.SEVERE_GPU_SHARE
         ):
             holder = gpu
-    return {"severe_batches": severe, "batches": batches, "concentrated_on": holder}
+    return {"severe_batches": severe, M.BATCHES: batches, "concentrated_on": holder}

@@ -23,6 +23,7 @@ from mismatchctl.analysis.diagnose_base import (
     worst,
 )
 from mismatchctl.analysis.diagnose_extra import LagSums
+from mismatchctl.stats import registry as M
 from mismatchctl.stats.robust import robust_z, spearman, theil_sen
 
 RunResult = tuple[str, str, dict[str, Any]]  # verdict, finding, evidence
@@ -73,10 +74,10 @@ def _spikes(s: StepSeries) -> RunResult:
     hit = (z >= T.SPIKE_Z) & (kl >= T.SPIKE_FACTOR * 10**median) & (kl > T.LOW_MAX)
     order = np.argsort(-kl[hit])[:MAX_LISTED]
     found = [
-        {"step": int(steps[hit][i]), "vllm_kl": float(kl[hit][i]), "robust_z": float(z[hit][i])}
+        {"step": int(steps[hit][i]), M.VLLM_KL: float(kl[hit][i]), "robust_z": float(z[hit][i])}
         for i in order
     ]
-    verdict = grade(any(f["vllm_kl"] > T.MEDIUM_MAX for f in found), bool(found))
+    verdict = grade(any(f[M.VLLM_KL] > T.MEDIUM_MAX for f in found), bool(found))
     finding = f"{int(hit.sum())} spike step(s) over a median of {fmt(10**median)}"
     if found:
         finding += " (steps " + ", ".join(str(f["step"]) for f in found[:5]) + ")"
@@ -226,9 +227,9 @@ def _lag_rows(lags: LagSums, known: dict[int, float]) -> list[dict[str, Any]]:
     return [
         {
             "lag": lag,
-            "tokens": int(n),
-            "sequences": int(lags.sequences.get(lag, 0)),
-            "vllm_kl": lags.k3.get(lag, 0.0) / n,
+            M.TOKENS: int(n),
+            M.SEQUENCES: int(lags.sequences.get(lag, 0)),
+            M.VLLM_KL: lags.k3.get(lag, 0.0) / n,
         }
         for lag, n in sorted(known.items())
     ]

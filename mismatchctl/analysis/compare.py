@@ -18,6 +18,7 @@ from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.plan import Selection
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
+from mismatchctl.stats import registry as M
 from mismatchctl.stats.bootstrap import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
@@ -29,17 +30,17 @@ from mismatchctl.stats.bootstrap import intervals as bootstrap_intervals
 from mismatchctl.store import Store
 
 HEADLINE = (
-    "tokens",
-    "sequences",
-    "vllm_kl",
-    "kl_k1",
-    "log_ratio_mean",
-    "abs_log_ratio_mean",
-    "prob_abs_diff_mean",
-    "prob_pearson",
-    "log_ppl_pearson",
-    "trainer_ppl",
-    "vllm_kl_seq_mean",
+    M.TOKENS,
+    M.SEQUENCES,
+    M.VLLM_KL,
+    M.KL_K1,
+    M.LOG_RATIO_MEAN,
+    M.ABS_LOG_RATIO_MEAN,
+    M.PROB_ABS_DIFF_MEAN,
+    M.PROB_PEARSON,
+    M.LOG_PPL_PEARSON,
+    M.TRAINER_PPL,
+    M.VLLM_KL_SEQ_MEAN,
 )
 CROSS: K.Split = (K.TURN_KIND, K.BIN)
 
@@ -253,15 +254,15 @@ def _bins(ra: Report, rb: Report) -> list[dict[str, Any]]:
         rows.append(
             {
                 "bin": k,
-                "a_tokens": x.get("tokens", 0),
-                "b_tokens": y.get("tokens", 0),
-                "a_token_share": x.get("token_share"),
-                "b_token_share": y.get("token_share"),
-                "a_vllm_kl": x.get("vllm_kl"),
-                "b_vllm_kl": y.get("vllm_kl"),
-                "a_kl_share": x.get("kl_share"),
-                "b_kl_share": y.get("kl_share"),
-                "vllm_kl_ratio": ratio(x.get("vllm_kl"), y.get("vllm_kl")),
+                "a_tokens": x.get(M.TOKENS, 0),
+                "b_tokens": y.get(M.TOKENS, 0),
+                "a_token_share": x.get(M.TOKEN_SHARE),
+                "b_token_share": y.get(M.TOKEN_SHARE),
+                "a_vllm_kl": x.get(M.VLLM_KL),
+                "b_vllm_kl": y.get(M.VLLM_KL),
+                "a_kl_share": x.get(M.KL_SHARE),
+                "b_kl_share": y.get(M.KL_SHARE),
+                "vllm_kl_ratio": ratio(x.get(M.VLLM_KL), y.get(M.VLLM_KL)),
             }
         )
     return rows
@@ -276,13 +277,13 @@ def _keyed(ra: Report, rb: Report, key: str) -> list[dict[str, Any]]:
         rows.append(
             {
                 key: k,
-                "a_tokens": x.get("tokens", 0),
-                "b_tokens": y.get("tokens", 0),
-                "a_vllm_kl": x.get("vllm_kl"),
-                "b_vllm_kl": y.get("vllm_kl"),
-                "vllm_kl_ratio": ratio(x.get("vllm_kl"), y.get("vllm_kl")),
-                "a_log_ppl_pearson": x.get("log_ppl_pearson"),
-                "b_log_ppl_pearson": y.get("log_ppl_pearson"),
+                "a_tokens": x.get(M.TOKENS, 0),
+                "b_tokens": y.get(M.TOKENS, 0),
+                "a_vllm_kl": x.get(M.VLLM_KL),
+                "b_vllm_kl": y.get(M.VLLM_KL),
+                "vllm_kl_ratio": ratio(x.get(M.VLLM_KL), y.get(M.VLLM_KL)),
+                "a_log_ppl_pearson": x.get(M.LOG_PPL_PEARSON),
+                "b_log_ppl_pearson": y.get(M.LOG_PPL_PEARSON),
             }
         )
     return rows
@@ -296,7 +297,7 @@ def _steps(ra: Report, rb: Report) -> tuple[list[dict[str, Any]], list[str]]:
         for g in rep.split(K.RUN, K.STEP):
             step = g.by[K.STEP]
             per_step[step] = per_step[step].merge(g.partial) if step in per_step else g.partial
-        return {s: p.finalize()["vllm_kl"] for s, p in per_step.items()}
+        return {s: p.finalize()[M.VLLM_KL] for s, p in per_step.items()}
 
     a, b = series(ra), series(rb)
     notes = []

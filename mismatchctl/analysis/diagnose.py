@@ -39,6 +39,7 @@ from mismatchctl.analysis.selection import parse_selector, reread, resolve
 from mismatchctl.analysis.whatif import SEQ_CELLS, WhatifExtra
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.parallel import DEFAULT_WORKERS
+from mismatchctl.stats import registry as M
 from mismatchctl.stats import whatif as WI
 from mismatchctl.store import Store
 
@@ -129,7 +130,7 @@ def objective(ctx: Context, checks: list[Check]) -> Check:
     shares = [e["severe_share"] for e in severe.evidence.get("runs", {}).values()]
     severe_share = max(shares, default=0.0)
     vk = ctx.vllm_kl or 0.0
-    evidence = {"vllm_kl": vk, "severe_share_max": severe_share, "seq_mis_2": ctx.seq_mis}
+    evidence = {M.VLLM_KL: vk, "severe_share_max": severe_share, "seq_mis_2": ctx.seq_mis}
     if upstream:
         names = ", ".join(c.name for c in upstream)
         return Check(
@@ -159,8 +160,8 @@ def _needed_finding(ctx: Context, vk: float, severe_share: float) -> str:
     )
     if ctx.seq_mis is not None:
         text += (
-            f"; seq-mis at C = 2 would reject {pct(ctx.seq_mis['sequence_fraction'])} of the "
-            f"sequences (ESS {fmt(ctx.seq_mis['ess'])})"
+            f"; seq-mis at C = 2 would reject {pct(ctx.seq_mis[M.SEQUENCE_FRACTION])} of the "
+            f"sequences (ESS {fmt(ctx.seq_mis[M.ESS])})"
         )
     return text
 

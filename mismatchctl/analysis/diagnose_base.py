@@ -12,6 +12,7 @@ import numpy as np
 from mismatchctl.analysis.diagnose_extra import DiagnoseState
 from mismatchctl.analysis.report import Report
 from mismatchctl.engines import plan as K
+from mismatchctl.stats import registry as M
 
 OK, WARN, FAIL, NA = "ok", "warn", "fail", "n/a"
 SEVERITY = {NA: 0, OK: 1, WARN: 2, FAIL: 3}
@@ -79,7 +80,7 @@ class Context:
     @property
     def vllm_kl(self) -> float | None:
         whole = self.report.whole()
-        return None if whole is None else whole.metrics.get("vllm_kl")
+        return None if whole is None else whole.metrics.get(M.VLLM_KL)
 
 
 def step_series(report: Report) -> dict[str, StepSeries]:
@@ -87,7 +88,7 @@ def step_series(report: Report) -> dict[str, StepSeries]:
     for g in report.split(K.RUN, K.STEP):
         m = g.metrics
         rows.setdefault(g.by[K.RUN], []).append(
-            (g.by[K.STEP], _nan(m.get("vllm_kl")), _nan(m.get("trainer_ppl")), g.band)
+            (g.by[K.STEP], _nan(m.get(M.VLLM_KL)), _nan(m.get(M.TRAINER_PPL)), g.band)
         )
     out = {}
     for run, items in rows.items():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pyarrow as pa
@@ -39,7 +39,7 @@ class LagSums:
 
     def merge(self, other: LagSums) -> LagSums:
         out = LagSums()
-        for name in ("tokens", "sequences", "k3"):
+        for name in (f.name for f in fields(self)):
             total = dict(getattr(self, name))
             for lag, value in getattr(other, name).items():
                 total[lag] = total.get(lag, 0.0) + value

@@ -36,10 +36,11 @@ from mismatchctl.stats import (
     shares,
     step_summary,
 )
+from mismatchctl.stats import registry as M
 from mismatchctl.store import Store
 
 AGGREGATION = "token-mean"
-BIN_METRICS = ("tokens", "overflow_tokens", *TOKEN_METRICS, *QUANTILE_METRICS)
+BIN_METRICS = (M.TOKENS, M.OVERFLOW_TOKENS, *TOKEN_METRICS, *QUANTILE_METRICS)
 # Beyond the per-run splits, the whole selection by bin and by turn kind: the terminal tables.
 SELECTION_SPLITS: list[K.Split] = [(K.TURN_KIND,), (K.BIN,)]
 
@@ -193,7 +194,7 @@ def _groups(split: K.Split, rolled: Groups) -> list[Group]:
             metrics = {k: v for k, v in metrics.items() if k in BIN_METRICS}
             parent = parents[tuple(v for k, v in by.items() if k != K.BIN)]
             metrics.update(shares(partial, parent))
-        group_band = band(metrics.get("vllm_kl")) if K.STEP in split else None
+        group_band = band(metrics.get(M.VLLM_KL)) if K.STEP in split else None
         out.append(Group(by, partial, metrics, group_band))
     return out
 
@@ -217,14 +218,14 @@ def _hardware(rolled: dict[K.Split, Groups]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {
             "gpu": gpu,
             "runs": sorted({r for r, _ in series}),
-            "batches": len(series),
-            "tokens": partial.tokens,
-            "vllm_kl": partial.finalize()["vllm_kl"],
+            M.BATCHES: len(series),
+            M.TOKENS: partial.tokens,
+            M.VLLM_KL: partial.finalize()[M.VLLM_KL],
         }
-        row.update(step_summary(p.finalize()["vllm_kl"] for p in series.values()))
+        row.update(step_summary(p.finalize()[M.VLLM_KL] for p in series.values()))
         row.pop("steps", None)
-        row["later_first_vllm_kl_ratio"] = _ratio(later, first)
-        row["low_prob_token_share"] = (
+        row[M.LATER_FIRST_VLLM_KL_RATIO] = _ratio(later, first)
+        row[M.LOW_PROB_TOKEN_SHARE] = (
             partial.low_prob_tokens / partial.tokens if partial.tokens else None
         )
         rows.append(row)
@@ -234,7 +235,7 @@ def _hardware(rolled: dict[K.Split, Groups]) -> list[dict[str, Any]]:
 def _ratio(later: Partial | None, first: Partial | None) -> float | None:
     if later is None or first is None:
         return None
-    a, b = later.finalize()["vllm_kl"], first.finalize()["vllm_kl"]
+    a, b = later.finalize()[M.VLLM_KL], first.finalize()[M.VLLM_KL]
     if a is None or b is None or b == 0 or math.isinf(b):
         return None
     return a / b

@@ -12,8 +12,8 @@ from mismatchctl.api import DEFAULT_WORKERS
 from mismatchctl.cli.common import QuietFlag, err_console, handle_errors, out_console
 from mismatchctl.cli.progress import IngestProgress, TokenProgress
 from mismatchctl.cli.report import run_diagnoses
-from mismatchctl.sample_runs import ingest_demo, load_manifest
 from mismatchctl.render.report_terminal import render_report
+from mismatchctl.sample_runs import ingest_demo, load_manifest
 from mismatchctl.store import open_store
 from mismatchctl.store.location import DEMO_STORE, point_at
 

@@ -17,18 +17,19 @@ import numpy as np
 from mismatchctl.curves import correlate as C
 from mismatchctl.curves import events as E
 from mismatchctl.curves.series import ENTROPY_MEAN, KL, REWARD_MEAN, Series
+from mismatchctl.stats import registry as M
 
 # Roles of training-log metrics, found by name (the last path component, then the whole name);
 # the first pattern that matches any metric wins, and among its matches the shortest name.
 ROLE_PATTERNS: dict[str, tuple[str, ...]] = {
     "grad_norm": ("grad_norm", "grad-norm", "gradnorm", "grad_norm*", "*grad_norm*"),
-    "entropy": ("entropy", "entropy_mean", "entropy*", "*entropy*"),
-    "reward": ("reward", "reward_mean", "score", "rewards", "raw_reward", "*reward*", "*score*"),
+    "entropy": ("entropy", M.ENTROPY_MEAN, "entropy*", "*entropy*"),
+    "reward": ("reward", M.REWARD_MEAN, "score", "rewards", "raw_reward", "*reward*", "*score*"),
 }
 # Dump-derived curves that stand in for a role when the training log has none.
-DUMP_ROLES = {"reward": REWARD_MEAN, "entropy": ENTROPY_MEAN, "trainer_ppl": "trainer_ppl"}
+DUMP_ROLES = {"reward": REWARD_MEAN, "entropy": ENTROPY_MEAN, M.TRAINER_PPL: M.TRAINER_PPL}
 # Spikes of these roles are looked for on a log scale (multiplicative quantities).
-LOG_ROLES = {"grad_norm", "trainer_ppl"}
+LOG_ROLES = {"grad_norm", M.TRAINER_PPL}
 
 
 @dataclass
@@ -115,7 +116,7 @@ def run_curves(run: str, series: dict[str, Series]) -> RunCurves:
         only_log_steps=sorted(set(log_steps) - set(dump_steps)),
         kl_spikes=E.spikes(kl.steps, kl.values, log=True),
     )
-    for role in ("grad_norm", "entropy", "trainer_ppl"):
+    for role in ("grad_norm", "entropy", M.TRAINER_PPL):
         if role in roles:
             curves.spike_matches.append(_spike_match(kl, series[roles[role]], role, curves))
     if "reward" in roles:

@@ -16,11 +16,12 @@ import pyarrow.compute as pc
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.plan import RowFilter, Selection, row_mask
 from mismatchctl.engines.sequences import ENTROPY_MEAN, REWARD_MEAN, step_means
+from mismatchctl.stats import registry as M
 from mismatchctl.store import Store
 from mismatchctl.store.metrics import METRIC, STEP, VALUE, read_metrics_table
 
-KL = "vllm_kl"
-REPORT_METRICS = (KL, "trainer_ppl", "abs_log_ratio_mean")
+KL = M.VLLM_KL
+REPORT_METRICS = (KL, M.TRAINER_PPL, M.ABS_LOG_RATIO_MEAN)
 DUMP_METRICS = (*REPORT_METRICS, REWARD_MEAN, ENTROPY_MEAN)
 DUMPS = "dumps"
 

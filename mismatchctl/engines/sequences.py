@@ -9,9 +9,10 @@ import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.engines.plan import RowFilter, Selection, row_mask
+from mismatchctl.stats import registry as M
 
-REWARD_MEAN = "reward_mean"
-ENTROPY_MEAN = "entropy_mean"
+REWARD_MEAN = M.REWARD_MEAN
+ENTROPY_MEAN = M.ENTROPY_MEAN
 
 
 def empty_sequences(selection: Selection) -> int:

@@ -14,6 +14,7 @@ from mismatchctl.curves.correlate import MIN_LAG_PAIRS, LagPoint
 from mismatchctl.curves.series import KL, Series
 from mismatchctl.render.figures import _band_shapes, _base, esc
 from mismatchctl.render.fmt import num
+from mismatchctl.stats import registry as M
 
 KL_COLOUR = "#d62728"
 CURVE_COLOUR = "#1f77b4"
@@ -46,7 +47,7 @@ def overlay_figure(c: RunCurves) -> go.Figure:
         go.Scatter(
             x=kx,
             y=ky,
-            name="vllm_kl",
+            name=M.VLLM_KL,
             mode="lines+markers",
             marker=dict(size=4, color=KL_COLOUR),
             line=dict(width=1.5, color=KL_COLOUR),

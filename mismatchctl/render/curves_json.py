@@ -8,6 +8,7 @@ from typing import Any
 from mismatchctl.curves.analysis import Link, RunCurves
 from mismatchctl.curves.correlate import MIN_LAG_PAIRS
 from mismatchctl.curves.series import selection_table
+from mismatchctl.stats import registry as M
 
 
 def curves_json(curves: dict[str, RunCurves]) -> dict[str, Any]:
@@ -53,7 +54,7 @@ def run_curves_json(c: RunCurves) -> dict[str, Any]:
                 {
                     "role": m.role,
                     "metric": m.metric,
-                    "steps": [{"vllm_kl": x.step_a, "metric": x.step_b} for x in m.matches],
+                    "steps": [{M.VLLM_KL: x.step_a, "metric": x.step_b} for x in m.matches],
                 }
                 for m in c.spike_matches
             ],

@@ -13,6 +13,7 @@ from mismatchctl.curves.series import KL, value_at
 from mismatchctl.display import visible
 from mismatchctl.render.fmt import num, step_span
 from mismatchctl.stats import band
+from mismatchctl.stats import registry as M
 
 LINK_COLUMNS = (
     "curve",
@@ -186,8 +187,8 @@ def table_columns(c: RunCurves) -> list[str]:
         name = c.roles.get(role)
         if name is not None and name not in cols:
             cols.append(name)
-    if "trainer_ppl" not in cols:
-        cols.append("trainer_ppl")
+    if M.TRAINER_PPL not in cols:
+        cols.append(M.TRAINER_PPL)
     return cols
 
 

@@ -20,6 +20,7 @@ from mismatchctl.analysis.report import Group, Report
 from mismatchctl.engines import plan as K
 from mismatchctl.render.fmt import label, num
 from mismatchctl.stats import BANDS, bin_label
+from mismatchctl.stats import registry as M
 from mismatchctl.stats.density import Axis, Density2D
 
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
@@ -151,11 +152,11 @@ def _bin_traces(report: Report) -> list[go.Scatter]:
         x0, x1 = (
             float(np.clip(P_INFER_LOG.forward(e), P_INFER_LOG.lo, 0.0)) for e in edges[k : k + 2]
         )
-        if None in (m.get("log_ratio_mean"), m.get("log_ratio_p01"), m.get("log_ratio_p99")):
+        if None in (m.get(M.LOG_RATIO_MEAN), m.get(M.LOG_RATIO_P01), m.get(M.LOG_RATIO_P99)):
             continue
         lo, hi, mean = (
             float(LOG_RATIO.forward(m[n]))
-            for n in ("log_ratio_p01", "log_ratio_p99", "log_ratio_mean")
+            for n in (M.LOG_RATIO_P01, M.LOG_RATIO_P99, M.LOG_RATIO_MEAN)
         )
         box_x += [x0, x1, x1, x0, x0, None]
         box_y += [lo, lo, hi, hi, lo, None]
@@ -199,10 +200,10 @@ def _bin_hover(report: Report, g: Group) -> str:
     m = g.metrics
     rows = [
         f"<b>p_infer in {bin_label(report.bin_edges, int(g.by[K.BIN]))}</b>",
-        f"tokens {num(m['tokens'])} ({_pct(m.get('token_share'))})",
-        f"vllm_kl {num(m['vllm_kl'])} (kl share {_pct(m.get('kl_share'))})",
-        f"mean r {num(m['log_ratio_mean'])}",
-        f"p01 / p50 / p99 r {num(m.get('log_ratio_p01'))} / {num(m.get('log_ratio_p50'))} / {num(m.get('log_ratio_p99'))}",
+        f"tokens {num(m['tokens'])} ({_pct(m.get(M.TOKEN_SHARE))})",
+        f"vllm_kl {num(m[M.VLLM_KL])} (kl share {_pct(m.get(M.KL_SHARE))})",
+        f"mean r {num(m[M.LOG_RATIO_MEAN])}",
+        f"p01 / p50 / p99 r {num(m.get(M.LOG_RATIO_P01))} / {num(m.get(M.LOG_RATIO_P50))} / {num(m.get(M.LOG_RATIO_P99))}",
     ]
     return "<br>".join(rows)
 
@@ -217,7 +218,7 @@ def _pct(x: float | None) -> str:
 def probs_figure(fd: FigureData, report: Report) -> go.Figure:
     fig = go.Figure(_heatmap(fd.probs, BLUES, "p_infer %{x:.3f}<br>p_train %{y:.3f}", "tokens"))
     whole = report.whole()
-    pearson = whole.metrics.get("prob_pearson") if whole else None
+    pearson = whole.metrics.get(M.PROB_PEARSON) if whole else None
     fig.add_trace(
         go.Scatter(
             x=[0, 1],
@@ -285,7 +286,7 @@ def _sample_trace(fd: FigureData, kind: str, metrics: dict) -> go.Scattergl:
         for i in idx.tolist()
     ]
     name = (
-        f"{KIND_NAMES[kind]}: Pearson r = {num(metrics.get('log_ppl_pearson'), 6)} "
+        f"{KIND_NAMES[kind]}: Pearson r = {num(metrics.get(M.LOG_PPL_PEARSON), 6)} "
         f"({num(metrics.get('sequences'))} segments, {len(idx):,} drawn)"
     )
     return go.Scatter(
@@ -312,7 +313,7 @@ def steps_figure(report: Report, key: str) -> go.Figure:
     values = []
     for name, groups in series.items():
         shown = thin(groups, budget)
-        ys = [_positive(g.metrics.get("vllm_kl")) for g in shown]
+        ys = [_positive(g.metrics.get(M.VLLM_KL)) for g in shown]
         values += [v for v in ys if v is not None]
         fig.add_trace(
             go.Scatter(
@@ -323,7 +324,7 @@ def steps_figure(report: Report, key: str) -> go.Figure:
                 marker=dict(size=5),
                 line=dict(width=1.5),
                 text=[
-                    f"{key} {esc(name)}<br>step {g.by[K.STEP]}<br>vllm_kl {num(g.metrics.get('vllm_kl'))} ({g.band or '-'})"
+                    f"{key} {esc(name)}<br>step {g.by[K.STEP]}<br>vllm_kl {num(g.metrics.get(M.VLLM_KL))} ({g.band or '-'})"
                     for g in shown
                 ],
                 hovertemplate="%{text}<extra></extra>",
@@ -350,7 +351,7 @@ def thin(groups: list[Group], budget: int) -> list[Group]:
         return groups
     keep = []
     for bucket in np.array_split(np.arange(len(groups)), budget):
-        keep.append(max(bucket.tolist(), key=lambda i: _sortable(groups[i].metrics.get("vllm_kl"))))
+        keep.append(max(bucket.tolist(), key=lambda i: _sortable(groups[i].metrics.get(M.VLLM_KL))))
     return [groups[i] for i in keep]
 
 

@@ -8,6 +8,7 @@ from rich.text import Text
 
 from mismatchctl.display import visible
 from mismatchctl.stats import EXP_MAX
+from mismatchctl.stats import registry as M
 
 BAND_STYLE = {"low": "green", "medium": "yellow", "high": "bold dark_orange", "severe": "bold red"}
 
@@ -46,10 +47,10 @@ def pct(x: float | None) -> str:
 def overflow_text(metrics: dict) -> str | None:
     """Why a group's ``vllm_kl`` is not a number, or None when it is: the tokens whose ``exp(r)``
     is beyond float64, or (without one) a sum beyond it. The same words in terminal and HTML."""
-    kl = metrics.get("vllm_kl")
+    kl = metrics.get(M.VLLM_KL)
     if kl is None or math.isfinite(kl):
         return None
-    n = metrics.get("overflow_tokens") or 0
+    n = metrics.get(M.OVERFLOW_TOKENS) or 0
     if n:
         return (
             f"overflow: exp(r) is beyond float64 (r > {EXP_MAX:.2f}) in {n:,} "

@@ -15,6 +15,7 @@ from mismatchctl.render import report_rows as R
 from mismatchctl.render.fmt import label, num, overflow_text, pct
 from mismatchctl.render.report_terminal import TURN_ROWS
 from mismatchctl.stats import band, bin_label
+from mismatchctl.stats import registry as M
 
 MAX_STEP_ROWS = 200  # beyond this, a run's step table shows its worst steps only
 WORST_STEPS = 20
@@ -69,7 +70,7 @@ def headline(report: Report) -> str:
     m = whole.metrics
     kinds = {g.by[K.TURN_KIND]: g.metrics for g in report.split(K.TURN_KIND)}
     steps = sorted({g.by[K.STEP] for g in report.split(K.RUN, K.STEP)})
-    vband = band(m["vllm_kl"])
+    vband = band(m[M.VLLM_KL])
     ex = report.excluded
     rows += [
         [
@@ -77,19 +78,19 @@ def headline(report: Report) -> str:
             f"{num(m['tokens'])} / {num(m['sequences'])} / {len(steps)}",
         ],
         [
-            "vllm_kl",
+            M.VLLM_KL,
             Cell(
-                f"{overflow_text(m) or num(m['vllm_kl'])}  ({vband or '-'})",
+                f"{overflow_text(m) or num(m[M.VLLM_KL])}  ({vband or '-'})",
                 f"kl-{vband}" if vband else "",
             ),
         ],
-        ["kl_k1", num(m["kl_k1"])],
-        ["abs_log_ratio_mean", num(m["abs_log_ratio_mean"])],
-        ["prob_pearson", num(m["prob_pearson"], 6)],
+        [M.KL_K1, num(m[M.KL_K1])],
+        [M.ABS_LOG_RATIO_MEAN, num(m[M.ABS_LOG_RATIO_MEAN])],
+        [M.PROB_PEARSON, num(m[M.PROB_PEARSON], 6)],
         [
             "log_ppl_pearson first / later",
-            f"{num(kinds.get('first', {}).get('log_ppl_pearson'), 6)} / "
-            f"{num(kinds.get('later', {}).get('log_ppl_pearson'), 6)}",
+            f"{num(kinds.get('first', {}).get(M.LOG_PPL_PEARSON), 6)} / "
+            f"{num(kinds.get('later', {}).get(M.LOG_PPL_PEARSON), 6)}",
         ],
         [
             "excluded",
@@ -107,21 +108,21 @@ def runs_table(report: Report) -> str:
     rows = []
     for g in report.split(K.RUN):
         m = g.metrics
-        b = band(m["vllm_kl"])
+        b = band(m[M.VLLM_KL])
         rows.append(
             [
                 label(g.by[K.RUN]),
                 num(m["tokens"]),
                 num(m["sequences"]),
-                kl_cell(m["vllm_kl"], b),
+                kl_cell(m[M.VLLM_KL], b),
                 band_cell(b),
-                num(m["kl_k1"]),
-                num(m["abs_log_ratio_mean"]),
-                num(m["prob_pearson"]),
-                num(m["log_ppl_pearson"]),
+                num(m[M.KL_K1]),
+                num(m[M.ABS_LOG_RATIO_MEAN]),
+                num(m[M.PROB_PEARSON]),
+                num(m[M.LOG_PPL_PEARSON]),
             ]
         )
-    headers = ["run", "tokens", "seqs", "vllm_kl", "band", "kl_k1", "|r| mean", "prob ρ"]
+    headers = ["run", "tokens", "seqs", M.VLLM_KL, "band", M.KL_K1, "|r| mean", "prob ρ"]
     return table([*headers, "log-ppl ρ"], rows)
 
 
@@ -129,22 +130,22 @@ def bins_table(report: Report) -> str:
     rows = []
     for g in report.split(K.BIN):
         m = g.metrics
-        kl_share, token_share = m.get("kl_share") or 0, m.get("token_share") or 0
+        kl_share, token_share = m.get(M.KL_SHARE) or 0, m.get(M.TOKEN_SHARE) or 0
         hot = kl_share > 2 * token_share and kl_share > 0.05  # the terminal table's highlight
         rows.append(
             [
                 bin_label(report.bin_edges, int(g.by[K.BIN])),
                 num(m["tokens"]),
-                pct(m.get("token_share")),
-                num(m["vllm_kl"]),
-                Cell(pct(m.get("kl_share")), "hot" if hot else ""),
-                num(m["log_ratio_mean"]),
-                num(m.get("log_ratio_p01")),
-                num(m.get("log_ratio_p50")),
-                num(m.get("log_ratio_p99")),
+                pct(m.get(M.TOKEN_SHARE)),
+                num(m[M.VLLM_KL]),
+                Cell(pct(m.get(M.KL_SHARE)), "hot" if hot else ""),
+                num(m[M.LOG_RATIO_MEAN]),
+                num(m.get(M.LOG_RATIO_P01)),
+                num(m.get(M.LOG_RATIO_P50)),
+                num(m.get(M.LOG_RATIO_P99)),
             ]
         )
-    headers = ["p_infer bin", "tokens", "token share", "vllm_kl", "kl share", "mean r"]
+    headers = ["p_infer bin", "tokens", "token share", M.VLLM_KL, "kl share", "mean r"]
     return table([*headers, "p01 r", "p50 r", "p99 r"], rows)
 
 
@@ -173,7 +174,7 @@ def step_tables(report: Report) -> list[tuple[str, str, str]]:
                 f"{WORST_STEPS} with the largest vllm_kl, in step order; every step is in the "
                 "per-step figure and in --json."
             )
-            worst = sorted(groups, key=lambda g: -(g.metrics["vllm_kl"] or 0))[:WORST_STEPS]
+            worst = sorted(groups, key=lambda g: -(g.metrics[M.VLLM_KL] or 0))[:WORST_STEPS]
             groups = sorted(worst, key=lambda g: g.by[K.STEP])
         out.append((run, note, _step_table(groups)))
     return out
@@ -184,15 +185,15 @@ def _step_table(groups: list[Group]) -> str:
         [
             str(g.by[K.STEP]),
             num(g.metrics["tokens"]),
-            kl_cell(g.metrics["vllm_kl"], g.band),
+            kl_cell(g.metrics[M.VLLM_KL], g.band),
             band_cell(g.band),
-            num(g.metrics["kl_k1"]),
-            num(g.metrics["abs_log_ratio_mean"]),
-            num(g.metrics["trainer_ppl"]),
+            num(g.metrics[M.KL_K1]),
+            num(g.metrics[M.ABS_LOG_RATIO_MEAN]),
+            num(g.metrics[M.TRAINER_PPL]),
         ]
         for g in groups
     ]
-    return table(["step", "tokens", "vllm_kl", "band", "kl_k1", "|r| mean", "trainer_ppl"], rows)
+    return table(["step", "tokens", M.VLLM_KL, "band", M.KL_K1, "|r| mean", M.TRAINER_PPL], rows)
 
 
 def hardware_table(report: Report) -> str:

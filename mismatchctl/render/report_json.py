@@ -8,6 +8,7 @@ from mismatchctl import __version__
 from mismatchctl.analysis.report import Report
 from mismatchctl.engines import plan as K
 from mismatchctl.render.curves_json import curves_json
+from mismatchctl.stats import registry as M
 
 # The version of this JSON shape (METRICS.md "JSON shape"), not of the store: additions such as
 # the ``curves`` section keep it; renaming or removing a key raises it.
@@ -27,8 +28,8 @@ def report_json(report: Report) -> dict[str, Any]:
         "runs": {
             r.name: {
                 "tags": r.tags,
-                "tokens": run_groups.get(r.name, {}).get("tokens", 0),
-                "sequences": run_groups.get(r.name, {}).get("sequences", 0),
+                M.TOKENS: run_groups.get(r.name, {}).get(M.TOKENS, 0),
+                M.SEQUENCES: run_groups.get(r.name, {}).get(M.SEQUENCES, 0),
                 "steps": steps.get(r.name, []),
             }
             for r in report.selection.runs

@@ -6,10 +6,11 @@ from mismatchctl.analysis.report import Report
 from mismatchctl.engines import plan as K
 from mismatchctl.render.fmt import label, num, pct
 from mismatchctl.stats import BAND_NAMES, band, bin_label
+from mismatchctl.stats import registry as M
 
 # Splits that have their own fixed tables; every other split gets a generic table.
 FIXED: list[K.Split] = [*K.default_splits(True), (K.TURN_KIND,), (K.BIN,)]
-METRIC_HEADERS = ["tokens", "vllm_kl", "kl_k1", "|r| mean", "prob ρ", "log-ppl ρ"]
+METRIC_HEADERS = ["tokens", M.VLLM_KL, M.KL_K1, "|r| mean", "prob ρ", "log-ppl ρ"]
 
 
 def extra_splits(report: Report) -> list[K.Split]:
@@ -39,14 +40,14 @@ def split_rows(
             [
                 *keys,
                 num(m["tokens"]),
-                num(m["vllm_kl"]),
-                num(m["kl_k1"]),
-                num(m["abs_log_ratio_mean"]),
-                num(m.get("prob_pearson")),
-                num(m.get("log_ppl_pearson")),
+                num(m[M.VLLM_KL]),
+                num(m[M.KL_K1]),
+                num(m[M.ABS_LOG_RATIO_MEAN]),
+                num(m.get(M.PROB_PEARSON)),
+                num(m.get(M.LOG_PPL_PEARSON)),
             ]
         )
-        bands.append(band(m["vllm_kl"]))
+        bands.append(band(m[M.VLLM_KL]))
     return [*(label(k) for k in split), *METRIC_HEADERS], rows, bands
 
 
@@ -55,7 +56,7 @@ HARDWARE_HEADERS = [
     "runs",
     "batches",
     "tokens",
-    "vllm_kl",
+    M.VLLM_KL,
     "median",
     "p90",
     "max",
@@ -76,14 +77,14 @@ def hardware_rows(report: Report) -> tuple[list[str], list[list[str]], list[str 
                 ", ".join(label(r) for r in row["runs"]),
                 num(row["batches"]),
                 num(row["tokens"]),
-                num(row["vllm_kl"]),
-                num(row["vllm_kl_step_median"]),
-                num(row["vllm_kl_step_p90"]),
-                num(row["vllm_kl_step_max"]),
+                num(row[M.VLLM_KL]),
+                num(row[M.VLLM_KL_STEP_MEDIAN]),
+                num(row[M.VLLM_KL_STEP_P90]),
+                num(row[M.VLLM_KL_STEP_MAX]),
                 shares,
-                num(row["later_first_vllm_kl_ratio"]),
-                pct(row["low_prob_token_share"]),
+                num(row[M.LATER_FIRST_VLLM_KL_RATIO]),
+                pct(row[M.LOW_PROB_TOKEN_SHARE]),
             ]
         )
-        bands.append(band(row["vllm_kl"]))
+        bands.append(band(row[M.VLLM_KL]))
     return HARDWARE_HEADERS, rows, bands

@@ -15,6 +15,7 @@ from mismatchctl.render.curves_terminal import curves_view
 from mismatchctl.render.fit import fit
 from mismatchctl.render.fmt import band_text, kl_text, label, num, overflow_text, pct
 from mismatchctl.stats import band, bin_label
+from mismatchctl.stats import registry as M
 
 MAX_STEP_ROWS = 30
 SPARK = "▁▂▃▄▅▆▇█"
@@ -53,20 +54,20 @@ def _headline(report: Report) -> RenderableType:
     m = whole.metrics
     kinds = {g.by[K.TURN_KIND]: g.metrics for g in report.split(K.TURN_KIND)}
     steps = sorted({g.by[K.STEP] for g in report.split(K.RUN, K.STEP)})
-    vband = band(m["vllm_kl"])
+    vband = band(m[M.VLLM_KL])
     grid.add_row(
         "tokens / sequences / steps", f"{num(m['tokens'])} / {num(m['sequences'])} / {len(steps)}"
     )
     why = overflow_text(m)
-    value = kl_text(m["vllm_kl"], vband) if why is None else Text(why)
-    grid.add_row("vllm_kl", Text.assemble(value, "  (", band_text(vband), ")"))
-    grid.add_row("kl_k1", num(m["kl_k1"]))
-    grid.add_row("abs_log_ratio_mean", num(m["abs_log_ratio_mean"]))
-    grid.add_row("prob_pearson", num(m["prob_pearson"], 6))
+    value = kl_text(m[M.VLLM_KL], vband) if why is None else Text(why)
+    grid.add_row(M.VLLM_KL, Text.assemble(value, "  (", band_text(vband), ")"))
+    grid.add_row(M.KL_K1, num(m[M.KL_K1]))
+    grid.add_row(M.ABS_LOG_RATIO_MEAN, num(m[M.ABS_LOG_RATIO_MEAN]))
+    grid.add_row(M.PROB_PEARSON, num(m[M.PROB_PEARSON], 6))
     grid.add_row(
         "log_ppl_pearson first / later",
-        f"{num(kinds.get('first', {}).get('log_ppl_pearson'), 6)} / "
-        f"{num(kinds.get('later', {}).get('log_ppl_pearson'), 6)}",
+        f"{num(kinds.get('first', {}).get(M.LOG_PPL_PEARSON), 6)} / "
+        f"{num(kinds.get('later', {}).get(M.LOG_PPL_PEARSON), 6)}",
     )
     ex = report.excluded
     grid.add_row(
@@ -83,9 +84,9 @@ def _runs_table(report: Report) -> RenderableType:
         "run",
         "tokens",
         "seqs",
-        "vllm_kl",
+        M.VLLM_KL,
         "band",
-        "kl_k1",
+        M.KL_K1,
         "|r| mean",
         "prob ρ",
         "log-ppl ρ",
@@ -93,17 +94,17 @@ def _runs_table(report: Report) -> RenderableType:
         table.add_column(col, justify="left" if col in ("run", "band") else "right")
     for g in report.split(K.RUN):
         m = g.metrics
-        b = band(m["vllm_kl"])
+        b = band(m[M.VLLM_KL])
         table.add_row(
             Text(label(g.by[K.RUN])),
             num(m["tokens"]),
             num(m["sequences"]),
-            kl_text(m["vllm_kl"], b),
+            kl_text(m[M.VLLM_KL], b),
             band_text(b),
-            num(m["kl_k1"]),
-            num(m["abs_log_ratio_mean"]),
-            num(m["prob_pearson"]),
-            num(m["log_ppl_pearson"]),
+            num(m[M.KL_K1]),
+            num(m[M.ABS_LOG_RATIO_MEAN]),
+            num(m[M.PROB_PEARSON]),
+            num(m[M.LOG_PPL_PEARSON]),
         )
     return fit(table)
 
@@ -116,7 +117,7 @@ def _bins_table(report: Report) -> RenderableType:
         "p_infer bin",
         "tokens",
         "token share",
-        "vllm_kl",
+        M.VLLM_KL,
         "kl share",
         "mean r",
         "p01 r",
@@ -126,19 +127,19 @@ def _bins_table(report: Report) -> RenderableType:
         table.add_column(col, justify="left" if col == "p_infer bin" else "right")
     for g in report.split(K.BIN):
         m = g.metrics
-        hot = (m.get("kl_share") or 0) > 2 * (m.get("token_share") or 0) and (
-            m.get("kl_share") or 0
+        hot = (m.get(M.KL_SHARE) or 0) > 2 * (m.get(M.TOKEN_SHARE) or 0) and (
+            m.get(M.KL_SHARE) or 0
         ) > 0.05
         table.add_row(
             bin_label(report.bin_edges, int(g.by[K.BIN])),
             num(m["tokens"]),
-            pct(m.get("token_share")),
-            num(m["vllm_kl"]),
-            Text(pct(m.get("kl_share")), style="bold red" if hot else ""),
-            num(m["log_ratio_mean"]),
-            num(m.get("log_ratio_p01")),
-            num(m.get("log_ratio_p50")),
-            num(m.get("log_ratio_p99")),
+            pct(m.get(M.TOKEN_SHARE)),
+            num(m[M.VLLM_KL]),
+            Text(pct(m.get(M.KL_SHARE)), style="bold red" if hot else ""),
+            num(m[M.LOG_RATIO_MEAN]),
+            num(m.get(M.LOG_RATIO_P01)),
+            num(m.get(M.LOG_RATIO_P50)),
+            num(m.get(M.LOG_RATIO_P99)),
         )
     return fit(table)
 
@@ -146,16 +147,16 @@ def _bins_table(report: Report) -> RenderableType:
 TURN_ROWS = (
     "tokens",
     "sequences",
-    "vllm_kl",
-    "kl_k1",
-    "abs_log_ratio_mean",
-    "prob_abs_diff_mean",
-    "prob_pearson",
-    "rollout_log_ppl",
-    "trainer_log_ppl",
-    "log_ppl_abs_diff",
-    "log_ppl_pearson",
-    "trainer_ppl",
+    M.VLLM_KL,
+    M.KL_K1,
+    M.ABS_LOG_RATIO_MEAN,
+    M.PROB_ABS_DIFF_MEAN,
+    M.PROB_PEARSON,
+    M.ROLLOUT_LOG_PPL,
+    M.TRAINER_LOG_PPL,
+    M.LOG_PPL_ABS_DIFF,
+    M.LOG_PPL_PEARSON,
+    M.TRAINER_PPL,
 )
 
 
@@ -189,18 +190,18 @@ def _steps(report: Report) -> list[RenderableType]:
 
 def _step_table(title: str, groups: list[Group]) -> RenderableType:
     table = Table(title=title, title_justify="left")
-    for col in ("step", "tokens", "vllm_kl", "band", "kl_k1", "|r| mean", "trainer_ppl"):
+    for col in ("step", "tokens", M.VLLM_KL, "band", M.KL_K1, "|r| mean", M.TRAINER_PPL):
         table.add_column(col, justify="left" if col == "band" else "right")
     for g in groups:
         m = g.metrics
         table.add_row(
             str(g.by[K.STEP]),
             num(m["tokens"]),
-            kl_text(m["vllm_kl"], g.band),
+            kl_text(m[M.VLLM_KL], g.band),
             band_text(g.band),
-            num(m["kl_k1"]),
-            num(m["abs_log_ratio_mean"]),
-            num(m["trainer_ppl"]),
+            num(m[M.KL_K1]),
+            num(m[M.ABS_LOG_RATIO_MEAN]),
+            num(m[M.TRAINER_PPL]),
         )
     return fit(table)
 
@@ -208,7 +209,7 @@ def _step_table(title: str, groups: list[Group]) -> RenderableType:
 def _step_spark(run: str, groups: list[Group]) -> RenderableType:
     import math
 
-    values = [g.metrics["vllm_kl"] for g in groups]
+    values = [g.metrics[M.VLLM_KL] for g in groups]
     logs = [math.log10(v) if v and v > 0 and math.isfinite(v) else None for v in values]
     finite = [v for v in logs if v is not None]
     lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
@@ -216,7 +217,7 @@ def _step_spark(run: str, groups: list[Group]) -> RenderableType:
     for g, v in zip(groups, logs, strict=True):
         i = 0 if v is None or hi == lo else round((v - lo) / (hi - lo) * (len(SPARK) - 1))
         spark.append(SPARK[i], style=band_text(g.band).style)
-    worst = sorted(groups, key=lambda g: -(g.metrics["vllm_kl"] or 0))[:10]
+    worst = sorted(groups, key=lambda g: -(g.metrics[M.VLLM_KL] or 0))[:10]
     head = Text(
         f"Per step: {visible(run)} ({len(groups)} steps {groups[0].by[K.STEP]}..{groups[-1].by[K.STEP]}, "
         "log vllm_kl; full series in --json / --html)",

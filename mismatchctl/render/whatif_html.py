@@ -19,6 +19,7 @@ from mismatchctl.render.fmt import num, pct
 from mismatchctl.render.report_html import figure_block
 from mismatchctl.render.standalone_html import standalone_page
 from mismatchctl.render.whatif_terminal import method_label, unit_fraction
+from mismatchctl.stats import registry as M
 
 HOW_SWEEP = (
     "Share of tokens and of sequences clipped or rejected (left axis) and the effective sample "
@@ -64,8 +65,8 @@ def _table(w: Whatif) -> str:
     rows = [
         [
             method_label(m), m.info.unit, m.info.action,
-            pct(r["token_fraction"]), pct(r["sequence_fraction"]), num(r["ess"]),
-            num(r["raw_mean"]), num(r["raw_max"]), num(r["weight_mean"]), num(r["weight_max"]),
+            pct(r[M.TOKEN_FRACTION]), pct(r[M.SEQUENCE_FRACTION]), num(r[M.ESS]),
+            num(r[M.RAW_MEAN]), num(r[M.RAW_MAX]), num(r[M.WEIGHT_MEAN]), num(r[M.WEIGHT_MAX]),
         ]
         for m, r in zip(w.methods, w.whole().results, strict=True)
     ]  # fmt: skip
@@ -88,11 +89,11 @@ def _sweep_figure(w: Whatif) -> go.Figure:
     results = w.whole().results
     x = [m.threshold_text() for m in w.methods]
     fig = go.Figure()
-    for key, name in (("token_fraction", "tokens"), ("sequence_fraction", "sequences")):
+    for key, name in ((M.TOKEN_FRACTION, "tokens"), (M.SEQUENCE_FRACTION, "sequences")):
         fig.add_trace(go.Scatter(x=x, y=[r[key] for r in results], name=name, mode="lines+markers"))
     fig.add_trace(
         go.Scatter(
-            x=x, y=[r["ess"] for r in results], name="ESS", yaxis="y2",
+            x=x, y=[r[M.ESS] for r in results], name="ESS", yaxis="y2",
             mode="lines+markers", line=dict(dash="dot", color="#555"),
         )
     )  # fmt: skip
@@ -108,7 +109,7 @@ def _methods_figure(w: Whatif) -> go.Figure:
     results = w.whole().results
     x = [method_label(m) for m in w.methods]
     fig = go.Figure()
-    for key, name in (("token_fraction", "tokens"), ("sequence_fraction", "sequences")):
+    for key, name in ((M.TOKEN_FRACTION, "tokens"), (M.SEQUENCE_FRACTION, "sequences")):
         fig.add_trace(go.Bar(x=x, y=[r[key] for r in results], name=name))
     _base(fig, "share clipped or rejected")
     fig.update_layout(barmode="group", xaxis=dict(type="category"))
@@ -131,13 +132,13 @@ def _steps_figure(w: Whatif) -> go.Figure:
         kl = [w.batch_vllm_kl.get((run, s)) for s in steps]
         fig.add_trace(
             go.Scatter(
-                x=steps, y=[k if k and k > 0 else None for k in kl], name=prefix + "vllm_kl",
+                x=steps, y=[k if k and k > 0 else None for k in kl], name=prefix + M.VLLM_KL,
                 yaxis="y2", mode="lines", line=dict(color="#999", dash="dot"),
             )
         )  # fmt: skip
     _base(fig, "share of units clipped or rejected")
     fig.update_layout(
         xaxis=dict(title="step"),
-        yaxis2=dict(title="vllm_kl", overlaying="y", side="right", type="log"),
+        yaxis2=dict(title=M.VLLM_KL, overlaying="y", side="right", type="log"),
     )
     return fig

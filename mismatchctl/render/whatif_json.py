@@ -6,6 +6,7 @@ from typing import Any
 
 from mismatchctl.analysis.whatif import Whatif
 from mismatchctl.render.report_json import report_json
+from mismatchctl.stats import registry as M
 from mismatchctl.stats.whatif import Method
 
 
@@ -33,7 +34,7 @@ def whatif_json(w: Whatif) -> dict[str, Any]:
         "methods": [method_json(m) for m in w.methods],
         "groups": groups,
         "batches": [
-            {"run": run, "step": step, "vllm_kl": float(kl)}
+            {"run": run, "step": step, M.VLLM_KL: float(kl)}
             for (run, step), kl in sorted(w.batch_vllm_kl.items())
         ],
     }

@@ -14,6 +14,7 @@ from mismatchctl.analysis.whatif import Whatif, WhatifGroup
 from mismatchctl.engines import plan as K
 from mismatchctl.render.fit import fit
 from mismatchctl.render.fmt import label, num, pct
+from mismatchctl.stats import registry as M
 from mismatchctl.stats.whatif import Method
 
 MAX_STEP_ROWS = 30
@@ -25,7 +26,7 @@ def method_label(m: Method) -> str:
 
 def unit_fraction(m: Method, metrics: dict[str, Any]) -> float | None:
     """The share of the method's own unit that it clipped or rejected."""
-    key = "sequence_fraction" if m.info.unit == "sequence" else "token_fraction"
+    key = M.SEQUENCE_FRACTION if m.info.unit == "sequence" else M.TOKEN_FRACTION
     return metrics.get(key)
 
 
@@ -61,10 +62,10 @@ def _summary(w: Whatif) -> RenderableType:
             method_label(m),
             m.info.unit,
             m.info.action,
-            pct(r["token_fraction"]),
-            pct(r["sequence_fraction"]),
-            num(r["ess"]),
-            num(r["ess_raw"]),
+            pct(r[M.TOKEN_FRACTION]),
+            pct(r[M.SEQUENCE_FRACTION]),
+            num(r[M.ESS]),
+            num(r[M.ESS_RAW]),
         )
     return fit(table)
 
@@ -108,7 +109,7 @@ def _steps(w: Whatif) -> RenderableType:
     if multi:
         table.add_column("run")
     table.add_column("step", justify="right")
-    table.add_column("vllm_kl", justify="right")
+    table.add_column(M.VLLM_KL, justify="right")
     for m in w.methods:
         table.add_column(method_label(m), justify="right")
     for g in shown:

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from mismatchctl.stats import registry as M
+
 # (name, inclusive upper edge), in increasing order.
 BANDS: tuple[tuple[str, float], ...] = (
     ("low", 1e-3),
@@ -41,13 +43,13 @@ def step_summary(values: Iterable[float | None]) -> dict[str, float | int | None
     xs = np.array([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
     out: dict[str, float | int | None] = {"steps": len(xs)}
     if len(xs) == 0:
-        out.update(dict.fromkeys(["vllm_kl_step_median", "vllm_kl_step_p90", "vllm_kl_step_max"]))
+        out.update(dict.fromkeys([M.VLLM_KL_STEP_MEDIAN, M.VLLM_KL_STEP_P90, M.VLLM_KL_STEP_MAX]))
         out.update({f"band_share_{name}": None for name in BAND_NAMES})
         return out
     median, p90 = np.percentile(xs, [50, 90], method="linear")
-    out["vllm_kl_step_median"] = _finite_or_inf(median)
-    out["vllm_kl_step_p90"] = _finite_or_inf(p90)
-    out["vllm_kl_step_max"] = float(xs.max())
+    out[M.VLLM_KL_STEP_MEDIAN] = _finite_or_inf(median)
+    out[M.VLLM_KL_STEP_P90] = _finite_or_inf(p90)
+    out[M.VLLM_KL_STEP_MAX] = float(xs.max())
     counts = dict.fromkeys(BAND_NAMES, 0)
     for x in xs.tolist():
         counts[band(x)] += 1

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mismatchctl.stats import registry as M
+
 FIELDS = ("tokens", "k3", "abs_r", "lr", "lt")
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 0
@@ -80,7 +82,7 @@ class Interval:
     resamples: int
 
 
-KINDS = {"vllm_kl": "ratio", "abs_log_ratio_mean": "ratio", "log_ppl_pearson": "difference"}
+KINDS = {M.VLLM_KL: "ratio", M.ABS_LOG_RATIO_MEAN: "ratio", M.LOG_PPL_PEARSON: "difference"}
 
 
 CHUNK = 50  # resamples drawn and evaluated at once (memory: CHUNK x sequences int32 picks)
@@ -146,9 +148,9 @@ def _resampled(s: SeqStats, k: int, rng: np.random.Generator) -> dict[str, np.nd
         ok = (count >= 2) & (sxx > 0) & (syy > 0)
         r = np.where(ok, sxy / np.sqrt(np.where(ok, sxx * syy, 1.0)), np.nan)
         return {
-            "vllm_kl": k3 / tokens,
-            "abs_log_ratio_mean": abs_r / tokens,
-            "log_ppl_pearson": np.clip(r, -1.0, 1.0),
+            M.VLLM_KL: k3 / tokens,
+            M.ABS_LOG_RATIO_MEAN: abs_r / tokens,
+            M.LOG_PPL_PEARSON: np.clip(r, -1.0, 1.0),
         }
 
 

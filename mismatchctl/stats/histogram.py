@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mismatchctl.stats import registry as M
+
 LOG10_LO = -9  # smallest |r| with a relative bound: 1e-9
 LOG10_HI = 3  # |r| >= 1e3 goes to the overflow bins
 PER_DECADE = 240
@@ -41,9 +43,9 @@ ABSOLUTE_FLOOR = 10.0**LOG10_LO
 OVERFLOW = 10.0**LOG10_HI
 
 QUANTILES: dict[str, float] = {
-    "log_ratio_p01": 0.01,
-    "log_ratio_p50": 0.50,
-    "log_ratio_p99": 0.99,
+    M.LOG_RATIO_P01: 0.01,
+    M.LOG_RATIO_P50: 0.50,
+    M.LOG_RATIO_P99: 0.99,
 }
 
 

@@ -17,6 +17,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from mismatchctl.stats import registry as M
 from mismatchctl.stats.reduce import run_starts
 from mismatchctl.stats.whatif import RATIO_LOG_CLAMP
 
@@ -69,9 +70,9 @@ def offset_summary(s: np.ndarray) -> dict[str, float | int | None]:
     """``log_ratio_mean`` and ``ratio_mean`` with their standard errors and z-scores (z of the
     ratio against 1), and ``negative_share``: the share of tokens with r < 0 among those with
     r != 0 (0.5 for symmetric noise)."""
-    keys = ("log_ratio_mean", "log_ratio_se", "log_ratio_z", "ratio_mean", "ratio_se", "ratio_z")
+    keys = (M.LOG_RATIO_MEAN, "log_ratio_se", "log_ratio_z", "ratio_mean", "ratio_se", "ratio_z")
     out: dict[str, float | int | None] = dict.fromkeys(keys)
-    out["tokens"], out["sequences"] = int(s[OC.TOKENS]), int(s[OC.SEQS])
+    out[M.TOKENS], out[M.SEQUENCES] = int(s[OC.TOKENS]), int(s[OC.SEQS])
     signed = s[OC.NEG] + s[OC.POS]
     out["negative_share"] = float(s[OC.NEG] / signed) if signed else None
     if s[OC.TOKENS] == 0:

@@ -19,36 +19,37 @@ from collections.abc import Iterable
 import numpy as np
 
 from mismatchctl.stats import histogram
+from mismatchctl.stats import registry as M
 from mismatchctl.stats.state import Col, empty_state, merge_states
 
 TOKEN_METRICS = (
-    "vllm_kl",
-    "kl_k1",
-    "kl_k2",
-    "log_ratio_mean",
-    "log_ratio_std",
-    "abs_log_ratio_mean",
-    "abs_log_ratio_max",
-    "chi2_token",
-    "ratio_dev_1e4",
-    "prob_abs_diff_mean",
-    "prob_abs_diff_max",
-    "prob_pearson",
+    M.VLLM_KL,
+    M.KL_K1,
+    M.KL_K2,
+    M.LOG_RATIO_MEAN,
+    M.LOG_RATIO_STD,
+    M.ABS_LOG_RATIO_MEAN,
+    M.ABS_LOG_RATIO_MAX,
+    M.CHI2_TOKEN,
+    M.RATIO_DEV_1E4,
+    M.PROB_ABS_DIFF_MEAN,
+    M.PROB_ABS_DIFF_MAX,
+    M.PROB_PEARSON,
 )
 SEQUENCE_METRICS = (
-    "vllm_kl_seq_mean",
-    "rollout_log_ppl",
-    "trainer_log_ppl",
-    "rollout_ppl",
-    "trainer_ppl",
-    "log_ppl_diff",
-    "log_ppl_abs_diff",
-    "ppl_ratio",
-    "log_ppl_pearson",
-    "chi2_seq",
+    M.VLLM_KL_SEQ_MEAN,
+    M.ROLLOUT_LOG_PPL,
+    M.TRAINER_LOG_PPL,
+    M.ROLLOUT_PPL,
+    M.TRAINER_PPL,
+    M.LOG_PPL_DIFF,
+    M.LOG_PPL_ABS_DIFF,
+    M.PPL_RATIO,
+    M.LOG_PPL_PEARSON,
+    M.CHI2_SEQ,
 )
 QUANTILE_METRICS = tuple(histogram.QUANTILES)
-COUNT_METRICS = ("tokens", "sequences", "overflow_tokens")  # ints; 0 in an empty group
+COUNT_METRICS = (M.TOKENS, M.SEQUENCES, M.OVERFLOW_TOKENS)  # ints; 0 in an empty group
 METRIC_NAMES = (*COUNT_METRICS, *TOKEN_METRICS, *SEQUENCE_METRICS)
 
 Value = float | int | None
@@ -116,9 +117,9 @@ class Partial:
     def finalize(self) -> dict[str, Value]:
         """Metric name -> value, names exactly as in METRICS.md (quantiles only with a histogram)."""
         out: dict[str, Value] = {
-            "tokens": self.tokens,
-            "sequences": self.sequences,
-            "overflow_tokens": self.overflow_tokens,
+            M.TOKENS: self.tokens,
+            M.SEQUENCES: self.sequences,
+            M.OVERFLOW_TOKENS: self.overflow_tokens,
         }
         out.update(_token_metrics(self._state))
         out.update(_sequence_metrics(self._state))
@@ -146,8 +147,8 @@ def merge_all(parts: Iterable[Partial], with_hist: bool = False) -> Partial:
 def shares(part: Partial, total: Partial) -> dict[str, float | None]:
     """``token_share`` and ``kl_share`` of a group within a total (None when the total is 0)."""
     return {
-        "token_share": part.tokens / total.tokens if total.tokens else None,
-        "kl_share": part.k3_sum / total.k3_sum if total.k3_sum else None,
+        M.TOKEN_SHARE: part.tokens / total.tokens if total.tokens else None,
+        M.KL_SHARE: part.k3_sum / total.k3_sum if total.k3_sum else None,
     }
 
 
@@ -167,18 +168,18 @@ def _token_metrics(s: np.ndarray) -> dict[str, Value]:
         return dict.fromkeys(TOKEN_METRICS)
     r_sum = s[Col.R_SUM]
     return {
-        "vllm_kl": s[Col.K3_SUM] / n,
-        "kl_k1": -r_sum / n,
-        "kl_k2": (s[Col.R_M2] + r_sum * (r_sum / n)) / (2 * n),
-        "log_ratio_mean": r_sum / n,
-        "log_ratio_std": math.sqrt(max(s[Col.R_M2], 0.0) / n),
-        "abs_log_ratio_mean": s[Col.ABS_R_SUM] / n,
-        "abs_log_ratio_max": max(s[Col.R_MAX], -s[Col.R_MIN]),
-        "chi2_token": s[Col.CHI2_SUM] / n,
-        "ratio_dev_1e4": s[Col.RHO_M1_SUM] / n * 10_000,
-        "prob_abs_diff_mean": s[Col.DP_SUM] / n,
-        "prob_abs_diff_max": s[Col.DP_MAX],
-        "prob_pearson": pearson(
+        M.VLLM_KL: s[Col.K3_SUM] / n,
+        M.KL_K1: -r_sum / n,
+        M.KL_K2: (s[Col.R_M2] + r_sum * (r_sum / n)) / (2 * n),
+        M.LOG_RATIO_MEAN: r_sum / n,
+        M.LOG_RATIO_STD: math.sqrt(max(s[Col.R_M2], 0.0) / n),
+        M.ABS_LOG_RATIO_MEAN: s[Col.ABS_R_SUM] / n,
+        M.ABS_LOG_RATIO_MAX: max(s[Col.R_MAX], -s[Col.R_MIN]),
+        M.CHI2_TOKEN: s[Col.CHI2_SUM] / n,
+        M.RATIO_DEV_1E4: s[Col.RHO_M1_SUM] / n * 10_000,
+        M.PROB_ABS_DIFF_MEAN: s[Col.DP_SUM] / n,
+        M.PROB_ABS_DIFF_MAX: s[Col.DP_MAX],
+        M.PROB_PEARSON: pearson(
             s[Col.PR_M2], s[Col.PT_M2], s[Col.PRPT_C],
             constant=flat(s[Col.PR_MIN], s[Col.PR_MAX]) or flat(s[Col.PT_MIN], s[Col.PT_MAX]),
         ),
@@ -190,19 +191,19 @@ def _sequence_metrics(s: np.ndarray) -> dict[str, Value]:
     if m == 0:
         return dict.fromkeys(SEQUENCE_METRICS)
     return {
-        "vllm_kl_seq_mean": s[Col.SEG_K3_MEAN_SUM] / m,
-        "rollout_log_ppl": s[Col.RLP_SUM] / m,
-        "trainer_log_ppl": s[Col.TLP_SUM] / m,
-        "rollout_ppl": s[Col.RPPL_SUM] / m,
-        "trainer_ppl": s[Col.TPPL_SUM] / m,
-        "log_ppl_diff": s[Col.D_SUM] / m,
-        "log_ppl_abs_diff": s[Col.ABS_D_SUM] / m,
-        "ppl_ratio": s[Col.PPL_RATIO_SUM] / m,
-        "log_ppl_pearson": pearson(
+        M.VLLM_KL_SEQ_MEAN: s[Col.SEG_K3_MEAN_SUM] / m,
+        M.ROLLOUT_LOG_PPL: s[Col.RLP_SUM] / m,
+        M.TRAINER_LOG_PPL: s[Col.TLP_SUM] / m,
+        M.ROLLOUT_PPL: s[Col.RPPL_SUM] / m,
+        M.TRAINER_PPL: s[Col.TPPL_SUM] / m,
+        M.LOG_PPL_DIFF: s[Col.D_SUM] / m,
+        M.LOG_PPL_ABS_DIFF: s[Col.ABS_D_SUM] / m,
+        M.PPL_RATIO: s[Col.PPL_RATIO_SUM] / m,
+        M.LOG_PPL_PEARSON: pearson(
             s[Col.RLP_M2], s[Col.TLP_M2], s[Col.RLPTLP_C],
             constant=flat(s[Col.RLP_MIN], s[Col.RLP_MAX]) or flat(s[Col.TLP_MIN], s[Col.TLP_MAX]),
         ),
-        "chi2_seq": s[Col.CHI2_SEQ_SUM] / m,
+        M.CHI2_SEQ: s[Col.CHI2_SEQ_SUM] / m,
     }  # fmt: skip
 
 

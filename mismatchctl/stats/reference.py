@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from mismatchctl.stats import registry as M
 from mismatchctl.stats.histogram import QUANTILES
 from mismatchctl.stats.partial import METRIC_NAMES, flat
 
@@ -22,11 +23,11 @@ def reference_metrics(seqs: list[Segment]) -> dict[str, float | int | None]:
     segs = [(np.asarray(lr, np.float64), np.asarray(lt, np.float64)) for lr, lt in seqs]
     segs = [(lr, lt) for lr, lt in segs if len(lr) > 0]  # T_i = 0: excluded
     out: dict[str, float | int | None] = dict.fromkeys(METRIC_NAMES)
-    out["tokens"] = sum(len(lr) for lr, _ in segs)
-    out["sequences"] = len(segs)
+    out[M.TOKENS] = sum(len(lr) for lr, _ in segs)
+    out[M.SEQUENCES] = len(segs)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow gives inf, as in Partial
         # exp(r) is inf exactly when r exceeds log(float64 max)
-        out["overflow_tokens"] = sum(int(np.sum(np.isinf(np.exp(lt - lr)))) for lr, lt in segs)
+        out[M.OVERFLOW_TOKENS] = sum(int(np.sum(np.isinf(np.exp(lt - lr)))) for lr, lt in segs)
         if segs:
             out.update(_token_metrics(segs))
             out.update(_sequence_metrics(segs))
@@ -40,18 +41,18 @@ def _token_metrics(segs: list[Segment]) -> dict[str, float | None]:
     rho = np.exp(r)
     pr, pt = np.exp(lr), np.exp(lt)
     values = {
-        "vllm_kl": np.mean(rho - 1 - r),
-        "kl_k1": np.mean(-r),
-        "kl_k2": np.mean(r**2 / 2),
-        "log_ratio_mean": np.mean(r),
-        "log_ratio_std": np.std(r),
-        "abs_log_ratio_mean": np.mean(np.abs(r)),
-        "abs_log_ratio_max": np.max(np.abs(r)),
-        "chi2_token": np.mean(np.exp(2 * np.clip(r, -20, 20))) - 1,
-        "ratio_dev_1e4": (np.mean(rho) - 1) * 10000,
-        "prob_abs_diff_mean": np.mean(np.abs(pt - pr)),
-        "prob_abs_diff_max": np.max(np.abs(pt - pr)),
-        "prob_pearson": _pearson(pr, pt),
+        M.VLLM_KL: np.mean(rho - 1 - r),
+        M.KL_K1: np.mean(-r),
+        M.KL_K2: np.mean(r**2 / 2),
+        M.LOG_RATIO_MEAN: np.mean(r),
+        M.LOG_RATIO_STD: np.std(r),
+        M.ABS_LOG_RATIO_MEAN: np.mean(np.abs(r)),
+        M.ABS_LOG_RATIO_MAX: np.max(np.abs(r)),
+        M.CHI2_TOKEN: np.mean(np.exp(2 * np.clip(r, -20, 20))) - 1,
+        M.RATIO_DEV_1E4: (np.mean(rho) - 1) * 10000,
+        M.PROB_ABS_DIFF_MEAN: np.mean(np.abs(pt - pr)),
+        M.PROB_ABS_DIFF_MAX: np.max(np.abs(pt - pr)),
+        M.PROB_PEARSON: _pearson(pr, pt),
     }
     return values
 
@@ -61,16 +62,16 @@ def _sequence_metrics(segs: list[Segment]) -> dict[str, float | None]:
     trainer = np.array([-np.mean(lt) for _, lt in segs])  # trainer_log_ppl_i
     s = np.array([np.sum(lt - lr) for lr, lt in segs])  # S_i
     values = {
-        "vllm_kl_seq_mean": np.mean([np.mean(np.exp(t - r) - 1 - (t - r)) for r, t in segs]),
-        "rollout_log_ppl": np.mean(rollout),
-        "trainer_log_ppl": np.mean(trainer),
-        "rollout_ppl": np.mean(np.exp(rollout)),
-        "trainer_ppl": np.mean(np.exp(trainer)),
-        "log_ppl_diff": np.mean(trainer - rollout),
-        "log_ppl_abs_diff": np.mean(np.abs(trainer - rollout)),
-        "ppl_ratio": np.mean(np.exp(trainer - rollout)),
-        "log_ppl_pearson": _pearson(rollout, trainer),
-        "chi2_seq": np.mean(np.exp(2 * np.clip(s, -20, 20))) - 1,
+        M.VLLM_KL_SEQ_MEAN: np.mean([np.mean(np.exp(t - r) - 1 - (t - r)) for r, t in segs]),
+        M.ROLLOUT_LOG_PPL: np.mean(rollout),
+        M.TRAINER_LOG_PPL: np.mean(trainer),
+        M.ROLLOUT_PPL: np.mean(np.exp(rollout)),
+        M.TRAINER_PPL: np.mean(np.exp(trainer)),
+        M.LOG_PPL_DIFF: np.mean(trainer - rollout),
+        M.LOG_PPL_ABS_DIFF: np.mean(np.abs(trainer - rollout)),
+        M.PPL_RATIO: np.mean(np.exp(trainer - rollout)),
+        M.LOG_PPL_PEARSON: _pearson(rollout, trainer),
+        M.CHI2_SEQ: np.mean(np.exp(2 * np.clip(s, -20, 20))) - 1,
     }
     return values
 

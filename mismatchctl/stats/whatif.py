@@ -38,6 +38,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from mismatchctl.stats import registry as M
 from mismatchctl.stats.reduce import GroupReducer, run_starts
 
 RATIO_LOG_CLAMP = 20.0  # METRICS.md: ratios are formed from clamp(r, -20, 20)
@@ -350,21 +351,21 @@ def _moments(out: np.ndarray, red: GroupReducer, raw: np.ndarray, applied: np.nd
 
 
 FIELDS_OUT = (
-    "units",
-    "tokens",
-    "sequences",
-    "token_fraction",
-    "sequence_fraction",
-    "raw_mean",
-    "raw_std",
-    "raw_min",
-    "raw_max",
-    "weight_mean",
-    "weight_std",
-    "weight_min",
-    "weight_max",
-    "ess",
-    "ess_raw",
+    M.UNITS,
+    M.TOKENS,
+    M.SEQUENCES,
+    M.TOKEN_FRACTION,
+    M.SEQUENCE_FRACTION,
+    M.RAW_MEAN,
+    M.RAW_STD,
+    M.RAW_MIN,
+    M.RAW_MAX,
+    M.WEIGHT_MEAN,
+    M.WEIGHT_STD,
+    M.WEIGHT_MIN,
+    M.WEIGHT_MAX,
+    M.ESS,
+    M.ESS_RAW,
 )
 
 
@@ -374,19 +375,19 @@ def finalize(state: np.ndarray) -> dict[str, float | int | None]:
     ``(sum w)^2 / (n sum w^2)`` over the units (None when no unit or every weight is 0)."""
     n = state[W.UNITS]
     out: dict[str, float | int | None] = {
-        "units": int(n),
-        "tokens": int(state[W.TOKENS]),
-        "sequences": int(state[W.SEQS]),
-        "token_fraction": _div(state[W.TOKENS_HIT], state[W.TOKENS]),
-        "sequence_fraction": _div(state[W.SEQS_HIT], state[W.SEQS]),
+        M.UNITS: int(n),
+        M.TOKENS: int(state[W.TOKENS]),
+        M.SEQUENCES: int(state[W.SEQS]),
+        M.TOKEN_FRACTION: _div(state[W.TOKENS_HIT], state[W.TOKENS]),
+        M.SEQUENCE_FRACTION: _div(state[W.SEQS_HIT], state[W.SEQS]),
     }
     for prefix, (s, m2, lo, hi) in zip(("raw", "weight"), _MOMENTS, strict=True):
         out[f"{prefix}_mean"] = _div(state[s], n)
         out[f"{prefix}_std"] = math.sqrt(max(state[m2], 0.0) / n) if n else None
         out[f"{prefix}_min"] = float(state[lo]) if n else None
         out[f"{prefix}_max"] = float(state[hi]) if n else None
-    out["ess"] = _ess(state[W.APP_SUM], state[W.APP_M2], n)
-    out["ess_raw"] = _ess(state[W.RAW_SUM], state[W.RAW_M2], n)
+    out[M.ESS] = _ess(state[W.APP_SUM], state[W.APP_M2], n)
+    out[M.ESS_RAW] = _ess(state[W.RAW_SUM], state[W.RAW_M2], n)
     return out
 
 
