@@ -19,6 +19,11 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+try:  # first: the modules below name the version in what they write
+    __version__ = version("mismatchctl")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.0.0+unknown"
+
 from mismatchctl.api import compare, diagnose, ingest, remove_run, report, run_info, runs, whatif
 from mismatchctl.dump import DumpWriter
 from mismatchctl.errors import (
@@ -30,11 +35,6 @@ from mismatchctl.errors import (
     UsageError,
 )
 from mismatchctl.store import RunInfo, Store, open_store
-
-try:
-    __version__ = version("mismatchctl")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0+unknown"
 
 __all__ = [
     "DumpWriter",

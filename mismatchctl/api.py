@@ -1,4 +1,5 @@
-"""The verbs the CLI calls. They return objects; they never print and never exit."""
+"""The verbs the CLI calls. They return objects (results with ``sections()``, ``to_dict()`` and
+``to_polars()``); they never print and never exit."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from mismatchctl.analysis import catalog_view as views
 from mismatchctl.analysis.compare import Comparison, build_comparison
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.report import Report, build_report
@@ -18,10 +20,13 @@ from mismatchctl.engines.plan import parse_by
 from mismatchctl.ingest.columns import parse_mapping
 from mismatchctl.ingest.remote import is_remote
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files, parse_tags
+from mismatchctl.ingest.source import FORMATS
 from mismatchctl.parallel import DEFAULT_WORKERS
+from mismatchctl.sample_runs import DemoRun, ingest_demo, load_manifest
 from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from mismatchctl.store import RunInfo, Store, open_store
-from mismatchctl.store.integrity import Damage, run_damage
+from mismatchctl.store.integrity import Damage, damage_error, run_damage
+from mismatchctl.store.location import DEMO_STORE, point_at
 
 StorePath = str | os.PathLike[str] | None
 
@@ -139,14 +144,16 @@ def report(
     figures: bool = False,
     engine: str = "local",
     ray_address: str | None = None,
+    diagnose: bool = False,
 ) -> Report:
     """Every metric of the selected runs (all runs when none is named), grouped by the default
     splits plus each ``by`` split (``"step"``, ``"step,turn_kind"``, ``"tag:engine"``...).
     ``figures=True`` also computes the figure data of the HTML report (``Report.figures``).
     ``engine="ray"`` reads the parts in Ray tasks (a local Ray with ``workers`` CPUs, or the
-    cluster at ``ray_address``); the numbers are the same as with ``"local"``."""
+    cluster at ``ray_address``); the numbers are the same as with ``"local"``. ``diagnose``
+    also runs ``diagnose`` on each run (``Report.diagnoses``)."""
     eng = choose_engine(engine, ray_address)
-    return build_report(
+    rep = build_report(
         open_store(store),
         list(runs or []),
         bins=bins,
@@ -158,6 +165,13 @@ def report(
         figures=figures,
         engine=eng,
     )
+    if diagnose:  # one diagnosis per run, of the same step range
+        suffix = f"@steps={steps}" if steps else ""
+        rep.diagnoses = {
+            n: build_diagnosis(open_store(store), n + suffix, workers=workers, engine=eng)
+            for n in rep.selection.names
+        }
+    return rep
 
 
 def compare(
@@ -238,21 +252,58 @@ def whatif(
     )
 
 
+def demo(
+    store: StorePath = DEMO_STORE,
+    *,
+    data: str | None = None,
+    progress: Progress | None = None,
+    on_part: Callable[[int], None] | None = None,
+) -> tuple[list[DemoRun], Report]:
+    """The bundled sample data ingested into ``store`` (runs already there are kept), and its
+    report with figures, per-gpu tables and a diagnosis of each run."""
+    runs = load_manifest(data)
+    st = open_store(store)
+    ingest_demo(st, runs, progress)
+    names = [r.name for r in runs]
+    rep = report(names, by_gpu=True, store=st.root, on_part=on_part, figures=True, diagnose=True)
+    return runs, rep
+
+
+def check_failed(found: dict[str, list[Damage]]) -> None:
+    """The error of a `runs check` that found damaged parts (naming the repair), if any."""
+    damaged = [d for damage in found.values() for d in damage]
+    if damaged:
+        raise damage_error(damaged)
+
+
 __all__ = [
+    "DEFAULT_RESAMPLES",
+    "DEFAULT_SEED",
+    "DEFAULT_WORKERS",
+    "DEMO_STORE",
+    "FORMATS",
     "Comparison",
+    "DemoRun",
     "Diagnosis",
+    "IngestResult",
+    "MetricsIngest",
     "Report",
+    "RunInfo",
     "Store",
     "Whatif",
+    "check_failed",
     "check_runs",
     "compare",
+    "demo",
     "diagnose",
     "ingest",
     "ingest_metrics",
     "open_store",
+    "point_at",
     "remove_run",
     "report",
     "run_info",
     "runs",
+    "views",
     "whatif",
 ]

@@ -11,6 +11,7 @@ escapes what reaches it, ``cli/common.py``); JSON output escapes them as ``\\uXX
 
 from __future__ import annotations
 
+import math
 import os
 import re
 
@@ -60,3 +61,30 @@ def file_label(path: str | os.PathLike[str] | object) -> str:
     a file found inside a directory input is that directory, as given, joined with its path
     inside), so that two ``step_3/data.parquet`` are told apart; control characters escaped."""
     return shown(os.fspath(path) if isinstance(path, os.PathLike) else str(path), 400)
+
+
+OVERFLOW = "overflow"  # a value beyond float64 (null in JSON), e.g. exp(r) for r > 709.78
+
+
+def number(x: float | int | None, digits: int = 4) -> str:
+    """A number as every output writes it: integers with separators; floats in ``digits``
+    significant digits, scientific when small or large; ``-`` when missing; ``overflow`` for a
+    value beyond float64 (inf, or the NaN of inf - inf; null in JSON)."""
+    if x is None:
+        return "-"
+    if isinstance(x, int):
+        return f"{x:,}"
+    if not math.isfinite(x):
+        return OVERFLOW
+    if x == 0:
+        return "0"
+    if 1e-3 <= abs(x) < 1e4:
+        return f"{x:.{digits}g}"
+    return f"{x:.{digits - 1}e}"
+
+
+def percent(x: float | None) -> str:
+    """A fraction as a percentage with one decimal; ``-`` when missing."""
+    if x is None:
+        return "-"
+    return f"{100 * x:.1f}%" if math.isfinite(x) else OVERFLOW

@@ -203,8 +203,9 @@ def test_html_comparison(pair: dict, tmp_path: Path) -> None:
     ran = cli("compare", "a", "b", "--html", str(out), "-q", "--resamples", "50")
     assert ran.code == 0, ran.err
     page = out.read_text()
-    for anchor in ("verdict", "config", "steps", "bins", "gap", "turns", "scatter"):
-        assert f'<section id="{anchor}">' in page
+    for anchor in ("headline", "verdicts", "config", "fig-steps", "by-turn_kind", "bins", "gap"):
+        assert f'id="{anchor}"' in page
+    assert 'id="scatter-a"' in page and 'id="scatter-b"' in page
     assert page.count("* plotly.js v") == 1  # plotly.js inlined exactly once
     assert "b&#x27;s vllm_kl is 2x a&#x27;s" in page
     assert 'src="http' not in page

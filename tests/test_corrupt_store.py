@@ -89,7 +89,7 @@ def test_runs_check_and_the_repair(two_runs: Path, tmp_path: Path) -> None:
     (two_runs / part.path).unlink()
     ran = cli("runs", "check")
     assert ran.code == 1
-    assert "damaged" in ran.out and "ok" in ran.out
+    assert "damaged" in ran.out and "whole" in ran.out
     assert ran.err.startswith(f"Error: part {part.path} of run `x` is missing")
     listed = json.loads(cli("runs", "check", "--json").out)
     assert listed["base"] == [] and listed["x"][0]["part"] == part.path

@@ -13,7 +13,7 @@ from helpers import EVIL, cli, multi_gpu_dump, step_dump, tree_digest
 from planted import Plan, write
 
 from mismatchctl import open_store
-from mismatchctl.render.report_html import page_json_blocks
+from mismatchctl.render.html import page_json_blocks
 
 
 def _log(path: Path, rows: list[dict]) -> Path:
@@ -258,7 +258,7 @@ def test_html_report_overlays_and_escapes_metric_names(run12: Path, tmp_path: Pa
     out = tmp_path / "r.html"
     assert cli("report", "r", "--html", str(out)).code == 0
     page = out.read_text()
-    assert 'id="curves"' in page and EVIL not in page
+    assert 'id="curves-r"' in page and 'id="fig-curves-r"' in page and EVIL not in page
     figures = page_json_blocks(page)
     overlay = next(f for f in figures if any(t.get("name") == "vllm_kl" for t in f["data"]))
     names = [t["name"] for t in overlay["data"]]
@@ -287,7 +287,7 @@ def test_compare_overlays_both_runs_curves(run12: Path, tmp_path: Path) -> None:
     out = tmp_path / "c.html"
     assert cli("compare", "r", "r2", "--html", str(out)).code == 0
     page = out.read_text()
-    assert 'id="curves"' in page and "cmp-curve-" in page
+    assert 'id="curve-pairs"' in page and 'id="fig-curve-0"' in page
 
 
 def test_a_reward_drop_too_early_to_judge_is_not_assessed(run12: Path, tmp_path: Path) -> None:

@@ -24,7 +24,8 @@ def test_demo_runs_on_the_bundled_sample_data(tmp_path: Path, monkeypatch) -> No
     said = " ".join(ran.err.split())
     assert f"add --store {store} to each command, or `export MISMATCHCTL_STORE={store}`" in said
     text = page.read_text()
-    assert '<section id="diagnosis">' in text and "synthetic-gpus" in text
+    for run in manifest["runs"]:  # each run's block, its diagnosis folded under it
+        assert f'id="run-{run["name"]}"' in text and f'id="diagnosis-{run["name"]}"' in text
     # the synthetic run's (synthetic) training log is attached: its curves are joined to vllm_kl
     assert "Training curves: synthetic-gpus" in ran.out and "actor/grad_norm" in ran.out
     assert "3 step(s) in the training logs have no dumps: 9-11" in ran.out

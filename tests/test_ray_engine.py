@@ -140,8 +140,8 @@ def test_report_figures_and_progress(ray_local: Any, multi_part: Path) -> None:
     )
     assert sum(seen) == sum(t.rows for t in local.selection.tasks)
     assert len(seen) == len(local.selection.tasks)
-    a, b = local.figures, distributed.figures
-    assert a is not None and b is not None
+    assert local.figures is not None and distributed.figures is not None
+    a, b = local.figures["a"], distributed.figures["a"]
     for name in ("mismatch", "probs", "log_ppl"):
         np.testing.assert_array_equal(getattr(a, name).counts, getattr(b, name).counts)
     np.testing.assert_array_equal(a.sample.seq, b.sample.seq)

@@ -248,7 +248,9 @@ def test_report_with_diagnosis(store: Path, tmp_path: Path) -> None:
     assert doc["diagnosis"]["s"]["verdict"] in ("ok", "warn", "fail")
     names = {c["name"] for c in doc["diagnosis"]["s"]["checks"]}
     assert {"alignment", "offset"} <= names
-    assert '<section id="diagnosis">' in html_path.read_text()
+    page = html_path.read_text()
+    assert '<details id="diagnosis-s" class="block">' in page  # folded under the run's block
+    assert page.index('id="run-s"') < page.index('id="diagnosis-s"')
 
 
 def test_binned_splits_share_one_pass() -> None:

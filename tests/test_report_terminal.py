@@ -60,7 +60,7 @@ def test_by_step_of_one_run_prints_one_step_table(store: Path, tmp_path: Path) -
     assert all(_step_rows(every, s) == 1 for s in range(40))
     # with two runs, --by step pools them per step: a table of its own
     both = cli("report", "--by", "step", "-q").out
-    assert "By step" in both and "Per step: seq" in both
+    assert "By step" in both and "vllm_kl per step, per run" in both
 
 
 @pytest.mark.parametrize("columns", [80, 60])

@@ -144,9 +144,11 @@ def _other(gpus: dict[str, float], top: str) -> str:
 
 def _severe_concentration(ctx: Context) -> dict[str, Any]:
     """Severe batches (run x gpu x step) per gpu, and the gpu holding most of them, if any."""
-    rows = [h for h in ctx.report.hardware or [] if h["gpu"] is not None and h[M.BATCHES]]
-    severe = {h["gpu"]: round((h.get(M.BAND_SHARE["severe"]) or 0.0) * h[M.BATCHES]) for h in rows}
-    batches = {h["gpu"]: h[M.BATCHES] for h in rows}
+    rows = [h for h in ctx.report.hardware or [] if h.gpu is not None and h.batches]
+    severe = {
+        h.gpu: round((h.step_summary.get(M.BAND_SHARE["severe"]) or 0.0) * h.batches) for h in rows
+    }
+    batches = {h.gpu: h.batches for h in rows}
     total, all_batches = sum(severe.values()), sum(batches.values())
     holder = None
     if total >= T.MIN_SEVERE_FOR_CONCENTRATION:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mismatchctl.analysis.compare_curves import CurvePair, compare_curves
@@ -46,18 +46,121 @@ CROSS: K.Split = (K.TURN_KIND, K.BIN)
 
 
 @dataclass
+class ConfigRow:
+    """A tag (or run, gpu, step range) whose values differ between the sides."""
+
+    key: str
+    a: str | None
+    b: str | None
+
+
+@dataclass
+class HeadlineRow:
+    """A headline metric of both sides; for vllm_kl, |r| mean and log-ppl Pearson also the 95%
+    bootstrap interval of B/A (or B-A), whether it excludes no difference, and a sentence."""
+
+    metric: str
+    a: float | int | None
+    b: float | int | None
+    difference: float | None
+    ratio: float | None
+    ci_of: str | None = None  # "ratio" or "difference"; None: no interval for this metric
+    ci_low: float | None = None
+    ci_high: float | None = None
+    significant: bool | None = None
+    verdict: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        if self.ci_of is None:
+            for k in ("ci_of", "ci_low", "ci_high", "significant", "verdict"):
+                del out[k]
+        return out
+
+
+@dataclass
+class BinRow:
+    bin: int
+    a_tokens: int
+    b_tokens: int
+    a_token_share: float | None
+    b_token_share: float | None
+    a_vllm_kl: float | None
+    b_vllm_kl: float | None
+    a_kl_share: float | None
+    b_kl_share: float | None
+    vllm_kl_ratio: float | None
+
+
+@dataclass
+class KeyedRow:
+    """Both sides per value of a key (turn kind, gpu)."""
+
+    key: str  # the key's name: the JSON names its value by it
+    value: Any
+    a_tokens: int
+    b_tokens: int
+    a_vllm_kl: float | None
+    b_vllm_kl: float | None
+    vllm_kl_ratio: float | None
+    a_log_ppl_pearson: float | None
+    b_log_ppl_pearson: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        del out["key"], out["value"]
+        return {self.key: self.value, **out}
+
+
+@dataclass
+class StepRow:
+    step: int
+    a_vllm_kl: float | None
+    b_vllm_kl: float | None
+    vllm_kl_ratio: float | None
+
+
+@dataclass
+class GapCell:
+    """A (turn kind, bin) cell's part of vllm_kl(B) - vllm_kl(A)."""
+
+    turn_kind: str
+    bin: int
+    contribution: float
+    share_of_gap: float | None
+
+
+@dataclass
 class Comparison:
     a: Report
     b: Report
-    config: list[dict[str, Any]]
-    headline: list[dict[str, Any]]
-    bins: list[dict[str, Any]]
-    turn_kinds: list[dict[str, Any]]
-    gpus: list[dict[str, Any]]
-    steps: list[dict[str, Any]]
-    gap: list[dict[str, Any]]
+    config: list[ConfigRow]
+    headline: list[HeadlineRow]
+    bins: list[BinRow]
+    turn_kinds: list[KeyedRow]
+    gpus: list[KeyedRow]
+    steps: list[StepRow]
+    gap: list[GapCell]
     notes: list[str] = field(default_factory=list)
     curves: list[CurvePair] = field(default_factory=list)  # training curves, aligned on step
+
+    def sections(self) -> list[Any]:
+        from mismatchctl.analysis.compare_view import comparison_sections
+
+        return comparison_sections(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report shape with ``"side": "a"|"b"`` in every group's ``by``, and a
+        ``comparison`` section."""
+        from mismatchctl.analysis.compare_view import comparison_dict
+
+        return comparison_dict(self)
+
+    def to_polars(self) -> Any:
+        """The headline of both sides: one row per metric (a, b, difference, ratio, interval)."""
+        import polars as pl
+
+        return pl.DataFrame([row.to_dict() for row in self.headline], infer_schema_length=None)
 
 
 def build_comparison(
@@ -161,7 +264,7 @@ def _comparison(
     return comparison
 
 
-def config_diff(a: Selection, b: Selection) -> list[dict[str, Any]]:
+def config_diff(a: Selection, b: Selection) -> list[ConfigRow]:
     """Tags whose values differ between the two sides (a side's values joined when several)."""
 
     def values(sel: Selection) -> dict[str, str]:
@@ -181,7 +284,7 @@ def config_diff(a: Selection, b: Selection) -> list[dict[str, Any]]:
 
     va, vb = values(a), values(b)
     return [
-        {"key": key, "a": va.get(key), "b": vb.get(key)}
+        ConfigRow(key, va.get(key), vb.get(key))
         for key in sorted(set(va) | set(vb))
         if va.get(key) != vb.get(key)
     ]
@@ -193,49 +296,50 @@ def ratio(a: float | int | None, b: float | int | None) -> float | None:
     return b / a
 
 
-def _headline(ra: Report, rb: Report, intervals: dict[str, Interval]) -> list[dict[str, Any]]:
+def _headline(ra: Report, rb: Report, intervals: dict[str, Interval]) -> list[HeadlineRow]:
     ma, mb = ra.whole().metrics, rb.whole().metrics  # type: ignore[union-attr]
     rows = []
     for name in HEADLINE:
         x, y = ma.get(name), mb.get(name)
-        row: dict[str, Any] = {
-            "metric": name,
-            "a": x,
-            "b": y,
-            "difference": None if x is None or y is None else y - x,
-            "ratio": 1.0 if x == y and x is not None else ratio(x, y),
-        }
+        row = HeadlineRow(
+            name,
+            x,
+            y,
+            None if x is None or y is None else y - x,
+            1.0 if x == y and x is not None else ratio(x, y),
+        )
         if name in intervals:
             iv = intervals[name]
             # a side beyond float64 (overflow) has no interval: its resamples are not numbers
             finite = x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
-            low, high = (iv.low, iv.high) if finite else (None, None)
-            row.update({"ci_of": iv.kind, "ci_low": low, "ci_high": high})
-            row["significant"] = _significant(iv) if finite else None
-            row["verdict"] = verdict(name, row, ra.selection.label, rb.selection.label)
+            row.ci_of = iv.kind
+            row.ci_low, row.ci_high = (iv.low, iv.high) if finite else (None, None)
+            row.significant = _significant(iv) if finite else None
+            row.verdict = verdict(row, ra.selection.label, rb.selection.label)
         rows.append(row)
     return rows
 
 
-def verdict(name: str, row: dict[str, Any], a: str, b: str) -> str:
+def verdict(row: HeadlineRow, a: str, b: str) -> str:
     """One plain sentence: B's metric relative to A's, with its 95% interval, or no difference."""
-    lo, hi = row.get("ci_low"), row.get("ci_high")
+    name, lo, hi = row.metric, row.ci_low, row.ci_high
     ci = "" if lo is None or hi is None else f" (95% CI {lo:.3g} to {hi:.3g})"
-    if row["a"] is None or row["b"] is None:
+    if row.a is None or row.b is None:
         return f"{name}: not computable on both sides"
-    beyond = [side for side, x in ((a, row["a"]), (b, row["b"])) if not math.isfinite(x)]
+    beyond = [side for side, x in ((a, row.a), (b, row.b)) if not math.isfinite(x)]
     if beyond:
         return f"{name}: no comparison: overflow (beyond float64) in {' and '.join(beyond)}"
-    if row["ci_of"] == "ratio":
-        if row["ratio"] is None:
+    if row.ci_of == "ratio":
+        if row.ratio is None:
             return f"{name}: no ratio ({a}'s is 0)"
-        if not row["significant"]:
-            return f"{name}: no significant difference (B/A = {row['ratio']:.3g}{ci})"
-        return f"{b}'s {name} is {row['ratio']:.3g}x {a}'s{ci}"
-    if not row["significant"]:
-        return f"{name}: no significant difference (B-A = {row['difference']:+.3g}{ci})"
-    word = "higher" if row["difference"] > 0 else "lower"
-    return f"{b}'s {name} is {abs(row['difference']):.3g} {word} than {a}'s{ci}"
+        if not row.significant:
+            return f"{name}: no significant difference (B/A = {row.ratio:.3g}{ci})"
+        return f"{b}'s {name} is {row.ratio:.3g}x {a}'s{ci}"
+    assert row.difference is not None
+    if not row.significant:
+        return f"{name}: no significant difference (B-A = {row.difference:+.3g}{ci})"
+    word = "higher" if row.difference > 0 else "lower"
+    return f"{b}'s {name} is {abs(row.difference):.3g} {word} than {a}'s{ci}"
 
 
 def _significant(iv: Interval) -> bool | None:
@@ -245,51 +349,52 @@ def _significant(iv: Interval) -> bool | None:
     return not (iv.low <= null <= iv.high)
 
 
-def _bins(ra: Report, rb: Report) -> list[dict[str, Any]]:
+def _bins(ra: Report, rb: Report) -> list[BinRow]:
     a = {g.by[K.BIN]: g.metrics for g in ra.split(K.BIN)}
     b = {g.by[K.BIN]: g.metrics for g in rb.split(K.BIN)}
     rows = []
     for k in sorted(set(a) | set(b)):
         x, y = a.get(k, {}), b.get(k, {})
         rows.append(
-            {
-                "bin": k,
-                "a_tokens": x.get(M.TOKENS, 0),
-                "b_tokens": y.get(M.TOKENS, 0),
-                "a_token_share": x.get(M.TOKEN_SHARE),
-                "b_token_share": y.get(M.TOKEN_SHARE),
-                "a_vllm_kl": x.get(M.VLLM_KL),
-                "b_vllm_kl": y.get(M.VLLM_KL),
-                "a_kl_share": x.get(M.KL_SHARE),
-                "b_kl_share": y.get(M.KL_SHARE),
-                "vllm_kl_ratio": ratio(x.get(M.VLLM_KL), y.get(M.VLLM_KL)),
-            }
+            BinRow(
+                k,
+                x.get(M.TOKENS, 0),
+                y.get(M.TOKENS, 0),
+                x.get(M.TOKEN_SHARE),
+                y.get(M.TOKEN_SHARE),
+                x.get(M.VLLM_KL),
+                y.get(M.VLLM_KL),
+                x.get(M.KL_SHARE),
+                y.get(M.KL_SHARE),
+                ratio(x.get(M.VLLM_KL), y.get(M.VLLM_KL)),
+            )
         )
     return rows
 
 
-def _keyed(ra: Report, rb: Report, key: str) -> list[dict[str, Any]]:
+def _keyed(ra: Report, rb: Report, key: str) -> list[KeyedRow]:
     a = {g.by[key]: g.metrics for g in ra.split(key)}
     b = {g.by[key]: g.metrics for g in rb.split(key)}
     rows = []
     for k in sorted(set(a) | set(b), key=lambda v: (v is None, str(v))):
         x, y = a.get(k, {}), b.get(k, {})
         rows.append(
-            {
-                key: k,
-                "a_tokens": x.get(M.TOKENS, 0),
-                "b_tokens": y.get(M.TOKENS, 0),
-                "a_vllm_kl": x.get(M.VLLM_KL),
-                "b_vllm_kl": y.get(M.VLLM_KL),
-                "vllm_kl_ratio": ratio(x.get(M.VLLM_KL), y.get(M.VLLM_KL)),
-                "a_log_ppl_pearson": x.get(M.LOG_PPL_PEARSON),
-                "b_log_ppl_pearson": y.get(M.LOG_PPL_PEARSON),
-            }
+            KeyedRow(
+                key,
+                k,
+                x.get(M.TOKENS, 0),
+                y.get(M.TOKENS, 0),
+                x.get(M.VLLM_KL),
+                y.get(M.VLLM_KL),
+                ratio(x.get(M.VLLM_KL), y.get(M.VLLM_KL)),
+                x.get(M.LOG_PPL_PEARSON),
+                y.get(M.LOG_PPL_PEARSON),
+            )
         )
     return rows
 
 
-def _steps(ra: Report, rb: Report) -> tuple[list[dict[str, Any]], list[str]]:
+def _steps(ra: Report, rb: Report) -> tuple[list[StepRow], list[str]]:
     """Per-step vllm_kl of both sides aligned on step numbers (runs of a side merged per step)."""
 
     def series(rep: Report) -> dict[int, Any]:
@@ -307,18 +412,12 @@ def _steps(ra: Report, rb: Report) -> tuple[list[dict[str, Any]], list[str]]:
             "pooled metrics are still compared"
         )
     rows = [
-        {
-            "step": s,
-            "a_vllm_kl": a.get(s),
-            "b_vllm_kl": b.get(s),
-            "vllm_kl_ratio": ratio(a.get(s), b.get(s)),
-        }
-        for s in sorted(set(a) | set(b))
+        StepRow(s, a.get(s), b.get(s), ratio(a.get(s), b.get(s))) for s in sorted(set(a) | set(b))
     ]
     return rows, notes
 
 
-def gap_decomposition(ra: Report, rb: Report, top: int = 5) -> list[dict[str, Any]]:
+def gap_decomposition(ra: Report, rb: Report, top: int = 5) -> list[GapCell]:
     """Where the vllm_kl gap lives: each (turn kind, bin) cell's K3 mass per token of its side,
     B minus A; the cells' contributions add up to vllm_kl(B) - vllm_kl(A)."""
     ta, tb = ra.whole().partial.tokens, rb.whole().partial.tokens  # type: ignore[union-attr]
@@ -328,13 +427,6 @@ def gap_decomposition(ra: Report, rb: Report, top: int = 5) -> list[dict[str, An
     cells = []
     for key in set(a) | set(b):
         contribution = b.get(key, 0.0) - a.get(key, 0.0)
-        cells.append(
-            {
-                K.TURN_KIND: key[0],
-                K.BIN: key[1],
-                "contribution": contribution,
-                "share_of_gap": contribution / gap if gap else None,
-            }
-        )
-    cells.sort(key=lambda c: -abs(c["contribution"]))
+        cells.append(GapCell(key[0], key[1], contribution, contribution / gap if gap else None))
+    cells.sort(key=lambda c: -abs(c.contribution))
     return cells[:top]

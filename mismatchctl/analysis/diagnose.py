@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from mismatchctl.analysis import checks_curves as CC
 from mismatchctl.analysis import checks_data as D
@@ -21,6 +22,7 @@ from mismatchctl.analysis.diagnose_base import (
     DATA,
     FAIL,
     LAYERS,
+    NA,
     OBJECTIVE,
     OK,
     PATH,
@@ -82,6 +84,48 @@ class Diagnosis:
 
     def layer(self, name: str) -> list[Check]:
         return [c for c in self.checks if c.layer == name]
+
+    @property
+    def label(self) -> str:
+        sel = self.report.selection
+        return sel.label or ", ".join(sel.names)
+
+    def counts(self) -> dict[str, int]:
+        verdicts = [c.verdict for c in self.checks]
+        return {v: verdicts.count(v) for v in (FAIL, WARN, OK, NA)}
+
+    def top_finding(self) -> str:
+        """The first failing check's finding, else the first warning's, else "no problem"."""
+        for verdict in (FAIL, WARN):
+            for c in self.checks:
+                if c.verdict == verdict:
+                    return f"{c.name}: {c.finding}"
+        return "no check fails or warns"
+
+    def sections(self, brief: bool = False) -> list[Any]:
+        """The diagnosis as sections; ``brief``: the verdict and what fails or warns only."""
+        from mismatchctl.analysis.diagnose_view import diagnosis_sections
+
+        return diagnosis_sections(self, brief)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report's JSON plus a ``diagnosis`` section."""
+        return {**self.report.to_dict(), "diagnosis": self.section_dict()}
+
+    def section_dict(self) -> dict[str, Any]:
+        return {
+            "selection": self.report.selection.label,
+            "verdict": self.verdict,
+            "counts": self.counts(),
+            "checks": [asdict(c) for c in self.checks],
+        }
+
+    def to_polars(self) -> Any:
+        """One row per check: layer, name, title, verdict, finding, next."""
+        import polars as pl
+
+        keys = ("layer", "name", "title", "verdict", "finding", "next")
+        return pl.DataFrame([{k: getattr(c, k) for k in keys} for c in self.checks])
 
 
 def build_diagnosis(

@@ -1,5 +1,6 @@
 """Build a report: select, plan, run the engine, roll up, and derive shares, bands and the
-per-hardware summary. Everything a renderer shows is computed here or in ``stats``."""
+per-hardware summary. Everything a writer shows is computed here, in ``report_view`` (the
+sections) or in ``stats``; ``Report.to_dict`` is the JSON of METRICS.md ("JSON shape")."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mismatchctl.analysis.figures import FigureData, FigureExtra, figure_data
+from mismatchctl import __version__
+from mismatchctl.analysis.figure_data import FigureData, FigureExtra, figure_data
 from mismatchctl.analysis.selection import (
     empty_selection_error,
     removed_while_reading,
@@ -45,12 +47,57 @@ BIN_METRICS = (M.TOKENS, M.OVERFLOW_TOKENS, *TOKEN_METRICS, *QUANTILE_METRICS)
 SELECTION_SPLITS: list[K.Split] = [(K.TURN_KIND,), (K.BIN,)]
 
 
+# The version of the JSON shape (METRICS.md "JSON shape"), not of the store: additions keep it;
+# renaming or removing a key raises it.
+REPORT_SCHEMA_VERSION = 1
+
+
 @dataclass
 class Group:
+    """One group of a split: its keys (``by``), its mergeable state and its metrics (keyed by
+    the registry's metrics), and the severity band of its vllm_kl when it is a batch."""
+
     by: dict[str, Any]
     partial: Partial
     metrics: dict[str, Any]
     band: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        item: dict[str, Any] = {"by": self.by, "metrics": self.metrics}
+        if self.band is not None:
+            item["band"] = self.band
+        return item
+
+
+@dataclass
+class HardwareRow:
+    """Per gpu (``report --by-gpu``): its runs and batches, the per-batch vllm_kl summary, the
+    later/first ratio and the share of low-probability tokens."""
+
+    gpu: str | None
+    runs: list[str]
+    batches: int
+    tokens: int
+    vllm_kl: float | None
+    step_summary: dict[str, Any]  # registry keys: step median / p90 / max, band shares
+    later_first_vllm_kl_ratio: float | None
+    low_prob_token_share: float | None
+
+    @property
+    def band(self) -> str | None:
+        return band(self.vllm_kl)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "gpu": self.gpu,
+            "runs": self.runs,
+            M.BATCHES: self.batches,
+            M.TOKENS: self.tokens,
+            M.VLLM_KL: self.vllm_kl,
+            **self.step_summary,
+            M.LATER_FIRST_VLLM_KL_RATIO: self.later_first_vllm_kl_ratio,
+            M.LOW_PROB_TOKEN_SHARE: self.low_prob_token_share,
+        }
 
 
 @dataclass
@@ -60,12 +107,14 @@ class Report:
     splits: list[K.Split]
     groups: dict[K.Split, list[Group]]
     excluded: dict[str, int]
-    hardware: list[dict[str, Any]] | None = None
+    hardware: list[HardwareRow] | None = None
     aggregation: str = AGGREGATION
     notes: list[str] = field(default_factory=list)
     extra_states: list[Any] = field(default_factory=list)
-    figures: FigureData | None = None  # densities and samples of the HTML report
+    figures: dict[str, FigureData] | None = None  # per run: densities and samples of the HTML
     curves: dict[str, RunCurves] = field(default_factory=dict)  # per run, training curves
+    empty_by_run: dict[str, int] = field(default_factory=dict)  # all-masked sequences per run
+    diagnoses: dict[str, Any] = field(default_factory=dict)  # per run, when asked (``--diagnose``)
 
     def split(self, *keys: str) -> list[Group]:
         return self.groups.get(K.canonical(list(keys)), [])
@@ -73,6 +122,72 @@ class Report:
     def whole(self) -> Group | None:
         found = self.groups.get((), [])
         return found[0] if found else None
+
+    def run(self, name: str) -> Group | None:
+        """The whole-run group of one run of the selection."""
+        return next((g for g in self.split(K.RUN) if g.by[K.RUN] == name), None)
+
+    def sections(self, pool: bool = False) -> list[Any]:
+        """The report as sections (``analysis.sections``) for the terminal and HTML writers;
+        ``pool``: the distributions of every run together rather than per run."""
+        from mismatchctl.analysis.report_view import report_sections
+
+        return report_sections(self, pool=pool, diagnoses=self.diagnoses)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of METRICS.md ("JSON shape")."""
+        steps: dict[str, list[int]] = {}
+        for g in self.split(K.RUN, K.STEP):
+            steps.setdefault(g.by[K.RUN], []).append(g.by[K.STEP])
+        runs = {}
+        for r in self.selection.runs:
+            metrics = g.metrics if (g := self.run(r.name)) else {}
+            runs[r.name] = {
+                "tags": r.tags,
+                M.TOKENS: metrics.get(M.TOKENS, 0),
+                M.SEQUENCES: metrics.get(M.SEQUENCES, 0),
+                "steps": steps.get(r.name, []),
+            }
+        out: dict[str, Any] = {
+            "schema_version": REPORT_SCHEMA_VERSION,
+            "tool": f"mismatchctl {__version__}",
+            "aggregation": self.aggregation,
+            "bin_edges": [float(e) for e in self.bin_edges],
+            "runs": runs,
+            "excluded": self.excluded,
+            "groups": [g.to_dict() for split in self.splits for g in self.groups[split]],
+        }
+        if self.selection.steps is not None:
+            out["step_range"] = str(self.selection.steps)
+        if self.hardware is not None:
+            out["hardware"] = [row.to_dict() for row in self.hardware]
+        if self.curves:
+            out["curves"] = {run: c.to_dict() for run, c in self.curves.items()}
+        if self.diagnoses:
+            out["diagnosis"] = {
+                d.report.selection.label: d.section_dict() for d in self.diagnoses.values()
+            }
+        return out
+
+    def to_polars(self) -> Any:
+        """Every group as one row of a Polars frame: ``split`` (its keys joined by ``x``), one
+        column per key of any split (null where the group has no such key), one per metric."""
+        return groups_frame(g for split in self.splits for g in self.groups[split])
+
+
+def groups_frame(groups: Any, **constant: Any) -> Any:
+    """Groups as a Polars frame (``constant`` columns added to every row)."""
+    import polars as pl
+
+    rows = []
+    for g in groups:
+        row: dict[str, Any] = {**constant, "split": " x ".join(g.by) or "(whole)"}
+        row.update({f"by_{k}": None if v is None else str(v) for k, v in g.by.items()})
+        row.update({str(k): v for k, v in g.metrics.items()})
+        if g.band is not None:
+            row["band"] = g.band
+        rows.append(row)
+    return pl.DataFrame(rows, infer_schema_length=None)
 
 
 def build_report(
@@ -168,7 +283,9 @@ def _read(
         p = K.pass_for(split, passes)
         rolled[split] = rollup(split, p, finest[passes.index(p)])
     groups = {s: _groups(s, rolled[s]) for s in wanted}
-    report = Report(selection, edges, wanted, groups, _excluded(selection))
+    empty = empty_sequences(selection)
+    report = Report(selection, edges, wanted, groups, _excluded(selection, empty))
+    report.empty_by_run = empty
     report.extra_states = extra_states
     report.curves = selection_curves(selection, groups.get((K.RUN, K.STEP), []))
     if figure_extra is not None:
@@ -199,12 +316,12 @@ def _groups(split: K.Split, rolled: Groups) -> list[Group]:
     return out
 
 
-def _excluded(selection: Selection) -> dict[str, int]:
+def _excluded(selection: Selection, empty: dict[str, int]) -> dict[str, int]:
     dropped = sum(r.dropped_sequences for r in selection.runs)
-    return {"empty_sequences": empty_sequences(selection), "dropped_sequences": dropped}
+    return {"empty_sequences": sum(empty.values()), "dropped_sequences": dropped}
 
 
-def _hardware(rolled: dict[K.Split, Groups]) -> list[dict[str, Any]]:
+def _hardware(rolled: dict[K.Split, Groups]) -> list[HardwareRow]:
     """Per gpu: runs, batches, tokens, vllm_kl, the per-batch series summary, later/first ratio,
     and the share of tokens with p_infer < 1e-3."""
     per_gpu = rolled[(K.GPU,)]
@@ -215,20 +332,20 @@ def _hardware(rolled: dict[K.Split, Groups]) -> list[dict[str, Any]]:
         partial = per_gpu[(gpu,)]
         series = {(r, s): p for (r, g, s), p in batches.items() if g == gpu}
         first, later = kinds.get((gpu, "first")), kinds.get((gpu, "later"))
-        row: dict[str, Any] = {
-            "gpu": gpu,
-            "runs": sorted({r for r, _ in series}),
-            M.BATCHES: len(series),
-            M.TOKENS: partial.tokens,
-            M.VLLM_KL: partial.finalize()[M.VLLM_KL],
-        }
-        row.update(step_summary(p.finalize()[M.VLLM_KL] for p in series.values()))
-        row.pop("steps", None)
-        row[M.LATER_FIRST_VLLM_KL_RATIO] = _ratio(later, first)
-        row[M.LOW_PROB_TOKEN_SHARE] = (
-            partial.low_prob_tokens / partial.tokens if partial.tokens else None
+        rows.append(
+            HardwareRow(
+                gpu=gpu,
+                runs=sorted({r for r, _ in series}),
+                batches=len(series),
+                tokens=partial.tokens,
+                vllm_kl=partial.finalize()[M.VLLM_KL],
+                step_summary=step_summary(p.finalize()[M.VLLM_KL] for p in series.values()),
+                later_first_vllm_kl_ratio=_ratio(later, first),
+                low_prob_token_share=(
+                    partial.low_prob_tokens / partial.tokens if partial.tokens else None
+                ),
+            )
         )
-        rows.append(row)
     return rows
 
 

@@ -21,6 +21,7 @@ from mismatchctl.engines.keys import PartKeys, decode, group_codes
 from mismatchctl.engines.rollup import sort_key
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
+from mismatchctl.stats import registry as M
 from mismatchctl.stats import whatif as WI
 from mismatchctl.stats.whatif import Method
 from mismatchctl.store import Store
@@ -128,6 +129,62 @@ class Whatif:
 
     def whole(self) -> WhatifGroup:
         return self.groups[()][0]
+
+    @property
+    def label(self) -> str:
+        sel = self.report.selection
+        return sel.label or ", ".join(sel.names)
+
+    def sections(self) -> list[Any]:
+        from mismatchctl.analysis.whatif_view import whatif_sections
+
+        return whatif_sections(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report's JSON plus a ``whatif`` section."""
+        groups = []
+        for items in self.groups.values():
+            for g in items:
+                for m, metrics in zip(self.methods, g.results, strict=True):
+                    groups.append({"by": g.by, **method_dict(m), "metrics": metrics})
+        return {
+            **self.report.to_dict(),
+            "whatif": {
+                "selection": self.report.selection.label,
+                "sweep": self.sweep,
+                "methods": [method_dict(m) for m in self.methods],
+                "groups": groups,
+                "batches": [
+                    {K.RUN: run, K.STEP: step, M.VLLM_KL: float(kl)}
+                    for (run, step), kl in sorted(self.batch_vllm_kl.items())
+                ],
+            },
+        }
+
+    def to_polars(self) -> Any:
+        """One row per group and method: its keys, the method and threshold, its metrics."""
+        import polars as pl
+
+        rows = []
+        for items in self.groups.values():
+            for g in items:
+                for m, metrics in zip(self.methods, g.results, strict=True):
+                    row = {f"by_{k}": None if v is None else str(v) for k, v in g.by.items()}
+                    rows.append(
+                        {**row, "method": m.name, "threshold": m.threshold_text(), **metrics}
+                    )
+        return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def method_dict(m: Method) -> dict[str, Any]:
+    t = m.threshold
+    return {
+        "method": m.name,
+        "threshold": list(t) if isinstance(t, tuple) else t,
+        "unit": m.info.unit,
+        "action": m.info.action,
+        "definition": m.info.describes,
+    }
 
 
 def build_whatif(

@@ -1,55 +1,31 @@
-"""What every command shares: consoles, the error boundary, and common options."""
+"""What every command shares: consoles, the error boundary, the options, and how a result is
+written (terminal, JSON, HTML). Commands call the api and hand its result to ``Common.emit``."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator
-from typing import Annotated, Any, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
-from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderableType, RenderHook
-from rich.segment import Segment
+from rich.console import Console
 
-from mismatchctl.display import printable, visible
+from mismatchctl.api import DEFAULT_WORKERS
+from mismatchctl.display import printable
 from mismatchctl.errors import MismatchError
-from mismatchctl.render.jsonout import dumps
+from mismatchctl.render import html, terminal
+from mismatchctl.render.json import dumps
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_ERROR = 1
 _NUMPY_FP = "(overflow|invalid value|divide by zero|underflow) encountered"
-
-
 PIPE_WIDTH = 140  # tables written to a file or a pipe are not squeezed into 80 columns
-
-
-class _Escaped:
-    """A renderable whose text reaches the terminal with its control characters escaped (the
-    cursor and style codes rich adds are control segments, and pass)."""
-
-    def __init__(self, inner: RenderableType) -> None:
-        self.inner = inner
-
-    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
-        for segment in console.render(self.inner, options):
-            text = segment.text if segment.control else printable(segment.text)
-            yield segment if text is segment.text else Segment(text, segment.style)
-
-
-class _EscapeControls(RenderHook):
-    """On every console of the CLI: what the renderers missed of `display.visible` (data
-    strings: paths, names, tags, metric names from training logs) is still shown escaped."""
-
-    def process_renderables(self, renderables: list[ConsoleRenderable]) -> list[ConsoleRenderable]:
-        return [_Escaped(r) for r in renderables]
-
-
-def _guarded(console: Console) -> Console:
-    console.push_render_hook(_EscapeControls())
-    return console
 
 
 def out_console() -> Console:
@@ -57,12 +33,12 @@ def out_console() -> Console:
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(width=PIPE_WIDTH)
-    return _guarded(console)
+    return console
 
 
 def err_console() -> Console:
     """Messages and progress go to stderr."""
-    return _guarded(Console(stderr=True))
+    return Console(stderr=True)
 
 
 def handle_errors(func: F) -> F:
@@ -101,30 +77,17 @@ def emit_json(payload: Any, target: str) -> None:
             fh.write(text + "\n")
 
 
-def wrote(path: str) -> None:
-    """Say on stderr where an output file went (never wrapped: paths are copied from here)."""
-    err_console().print(f"Wrote {visible(path)}", highlight=False, markup=False, soft_wrap=True)
+def say(message: str, style: str = "") -> None:
+    """A message on stderr, never wrapped (paths are copied from here) nor read as markup."""
+    err_console().print(message, style=style, highlight=False, markup=False, soft_wrap=True)
 
 
-def emit_outputs(
-    json_out: str | None,
-    html_out: str | None,
-    to_json: Callable[[], Any],
-    to_terminal: Callable[[], Any],
-    write_html: Callable[[str], None],
-) -> None:
-    """The output options every analysis command shares: JSON to a file or to stdout (then
-    nothing else goes to stdout), the terminal view otherwise, and an HTML file."""
-    if json_out is not None:
-        emit_json(to_json(), json_out)
-    if json_out != "-":
-        out_console().print(to_terminal())
-    if html_out is not None:
-        write_html(html_out)
-        wrote(html_out)
-    if json_out not in (None, "-"):
-        wrote(json_out)
+def show(sections: Sequence[Any], stderr: bool = False) -> None:
+    """Sections in the terminal (stdout, or stderr for messages such as an ingest summary)."""
+    (err_console() if stderr else out_console()).print(terminal.render(sections))
 
+
+# --- options ----------------------------------------------------------------------------------
 
 StoreOpt = Annotated[
     str | None,
@@ -168,3 +131,82 @@ RayAddressOpt = Annotated[
     ),
 ]
 QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+SelectorArg = Annotated[
+    str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A..B.")
+]
+BinsOpt = Annotated[
+    str, typer.Option("--bins", help="Probability bins: log, linear:N, or edges like 0,1e-3,0.5,1.")
+]
+
+
+@dataclass
+class Common:
+    """The options every analysis command shares (declared once, in ``analysis_command``)."""
+
+    json_out: JsonOut = None
+    html_out: HtmlOut = None
+    workers: WorkersOpt = DEFAULT_WORKERS
+    engine: EngineOpt = "local"
+    ray_address: RayAddressOpt = None
+    store: StoreOpt = None
+    quiet: QuietFlag = False
+
+    def read(self, on_part: Callable[[int], None] | None = None) -> dict[str, Any]:
+        """The api keywords of where and how to read."""
+        return {
+            "workers": self.workers,
+            "store": self.store,
+            "on_part": on_part,
+            "engine": self.engine,
+            "ray_address": self.ray_address,
+        }
+
+    def progress(self, total: int | None = None) -> Any:
+        from mismatchctl.cli.progress import TokenProgress
+
+        return TokenProgress(total, enabled=not self.quiet)
+
+    def emit(self, result: Any, sections: Sequence[Any], title: str, subtitle: str) -> None:
+        """JSON to a file or stdout (then nothing else goes to stdout), the terminal view
+        otherwise, and the HTML page."""
+        if self.json_out is not None:
+            emit_json(result.to_dict(), self.json_out)
+        if self.json_out != "-":
+            show(sections)
+        if self.html_out is not None:
+            html.write(self.html_out, title, subtitle, sections)
+            say(f"Wrote {self.html_out}")
+        if self.json_out not in (None, "-"):
+            say(f"Wrote {self.json_out}")
+
+
+def analysis_command(help_text: str) -> Callable[[F], F]:
+    """A command that reads the store: the options of ``Common`` are added to its signature
+    (a parameter of the command with the same name replaces the shared one) and handed to it
+    as ``common``; errors go through the error boundary."""
+
+    def decorate(func: F) -> F:
+        own = inspect.signature(func, eval_str=True).parameters
+        shared = {f.name: f for f in fields(Common)}
+        hints = get_type_hints(Common, include_extras=True)
+        params = [p for name, p in own.items() if name != "common"]
+        params += [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                              annotation=hints[name])
+            for name, f in shared.items()
+            if name not in own
+        ]  # fmt: skip
+
+        @functools.wraps(func)
+        def wrapper(**kwargs: Any) -> Any:
+            common = Common(**{k: kwargs[k] for k in shared})
+            mine = {k: v for k, v in kwargs.items() if k in own}
+            return func(**mine, common=common)
+
+        wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        del wrapper.__wrapped__  # type: ignore[attr-defined]
+        wrapper.__doc__ = help_text
+        return handle_errors(wrapper)  # type: ignore[return-value]
+
+    return decorate

@@ -8,14 +8,10 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.api import DEFAULT_WORKERS
-from mismatchctl.cli.common import QuietFlag, err_console, handle_errors, out_console
+from mismatchctl.cli.common import QuietFlag, handle_errors, say, show
 from mismatchctl.cli.progress import IngestProgress, TokenProgress
-from mismatchctl.cli.report import run_diagnoses
-from mismatchctl.render.report_terminal import render_report
-from mismatchctl.sample_runs import ingest_demo, load_manifest
-from mismatchctl.store import open_store
-from mismatchctl.store.location import DEMO_STORE, point_at
+from mismatchctl.cli.report import SUBTITLE
+from mismatchctl.render.html import write
 
 HELP = """Ingest the bundled sample data (sample_data/) into a store, print `report --by-gpu` for all its runs and write the HTML report (with a diagnosis of each run).
 
@@ -34,9 +30,9 @@ Which runs are captured from a real model's two numeric paths and which are synt
 @handle_errors
 def demo(
     store: Annotated[str, typer.Option("--store", help="Store directory for the demo runs.")] = str(
-        DEMO_STORE
+        api.DEMO_STORE
     ),
-    html: Annotated[
+    html_out: Annotated[
         str | None,
         typer.Option("--html", help="HTML report path (default: report.html beside the store)."),
     ] = None,
@@ -45,31 +41,23 @@ def demo(
     ] = None,
     quiet: QuietFlag = False,
 ) -> None:
-    runs = load_manifest(data)
-    st = open_store(store)
-    with IngestProgress(enabled=not quiet) as progress:
-        ingest_demo(st, runs, progress)
-    names = [r.name for r in runs]
-    with TokenProgress(sum(st.run(n).model_tokens for n in names), enabled=not quiet) as progress:
-        rep = api.report(names, by_gpu=True, store=st.root, on_part=progress.advance, figures=True)
-    out_console().print(render_report(rep))
-    from mismatchctl.render.report_html import write_report_html
-
-    target = Path(html) if html else st.root.parent / "report.html"
-    write_report_html(rep, str(target), run_diagnoses(names, None, DEFAULT_WORKERS, str(st.root)))
-    console = err_console()
-    console.print("Sample runs:", style="bold")
+    with (
+        IngestProgress(enabled=not quiet) as ingesting,
+        TokenProgress(None, enabled=not quiet) as reading,
+    ):
+        runs, rep = api.demo(store, data=data, progress=ingesting, on_part=reading.advance)
+    show(rep.sections())
+    target = Path(html_out) if html_out else Path(store).parent / "report.html"
+    write(target, "mismatchctl demo: the bundled sample runs", SUBTITLE, rep.sections())
+    say("Sample runs:", "bold")
     for run in runs:
         kind = "captured" if run.captured else "SYNTHETIC"
-        console.print(f"  {run.name:<16} {kind:<9} {run.shows}", highlight=False, markup=False)
-    console.print(f"Store: {st.root}", highlight=False, markup=False, soft_wrap=True)
-    console.print(f"HTML report: {target.resolve()}", highlight=False, markup=False, soft_wrap=True)
-    console.print(
-        f"The other commands read another store unless told: {point_at(store)} "
-        f"(e.g. `mismatchctl runs --store {store}`).",
-        highlight=False,
-        markup=False,
-        soft_wrap=True,
+        say(f"  {run.name:<16} {kind:<9} {run.shows}")
+    say(f"Store: {Path(store).resolve()}")
+    say(f"HTML report: {target.resolve()}")
+    say(
+        f"The other commands read another store unless told: {api.point_at(store)} "
+        f"(e.g. `mismatchctl runs --store {store}`)."
     )
 
 

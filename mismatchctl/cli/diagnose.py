@@ -8,26 +8,13 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.api import DEFAULT_WORKERS
-from mismatchctl.cli.common import (
-    EngineOpt,
-    HtmlOut,
-    JsonOut,
-    RayAddressOpt,
-    StoreOpt,
-    WorkersOpt,
-    emit_outputs,
-    handle_errors,
-)
-from mismatchctl.cli.progress import TokenProgress
-from mismatchctl.render.diagnose_json import diagnose_json
-from mismatchctl.render.diagnose_terminal import render_brief, render_diagnosis
+from mismatchctl.cli.common import Common, SelectorArg, analysis_command
 
 EXIT_CHECK_FAILED = 3  # documented in README "Exit codes": lets CI gate on a diagnosis
 
 HELP = """Run every check of the mismatch, layer by layer, each with a verdict (ok, warn, fail, or n/a when it cannot apply), its evidence and what to try next:
 
-data integrity (alignment of the two sides, sentinel values, empty masks), semantic (systematic offset, temperature on one side, top-p renormalised on one side), inference path (low-probability tokens, tool responses, hardware), trajectory (spikes, trend, vllm_kl/trainer_ppl spiral, severe batches, stale weights; with training curves from `mismatchctl ingest-metrics`: vllm_kl spikes together with grad-norm or entropy spikes, a vllm_kl rise before a reward drop), objective (is a correction warranted, and which).
+data integrity (alignment of the two sides, sentinel values, empty masks, trailing padding, duplicate sequences), semantic (systematic offset, temperature on one side, top-p renormalised on one side), inference path (low-probability tokens, tool responses, hardware), trajectory (spikes, trend, vllm_kl/trainer_ppl spiral, severe batches, stale weights; with training curves from `mismatchctl ingest-metrics`: vllm_kl spikes together with grad-norm or entropy spikes, a vllm_kl rise before a reward drop), objective (is a correction warranted, and which).
 
 Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one warns), so it can gate the CI of a training stack. With -q (as in every command: no progress bar) only the verdict line and the checks that fail or warn are printed, one line each.
 
@@ -50,50 +37,24 @@ class FailOn(StrEnum):
     warn = "warn"
 
 
-@handle_errors
+QUIET_HELP = "No progress bar, and only the verdict and the checks that fail or warn."
+
+
+@analysis_command(HELP)
 def diagnose(
-    selector: Annotated[
-        str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A..B.")
-    ],
-    json_out: JsonOut = None,
-    html_out: HtmlOut = None,
+    selector: SelectorArg,
     fail_on: Annotated[
         FailOn, typer.Option("--fail-on", help="Exit 3 on a failing check, or also on a warning.")
     ] = FailOn.fail,
-    workers: WorkersOpt = DEFAULT_WORKERS,
-    engine: EngineOpt = "local",
-    ray_address: RayAddressOpt = None,
-    store: StoreOpt = None,
-    quiet: Annotated[
-        bool,
-        typer.Option(
-            "--quiet",
-            "-q",
-            help="No progress bar, and only the verdict and the checks that fail or warn.",
-        ),
-    ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP)] = False,
+    *,
+    common: Common,
 ) -> None:
-    with TokenProgress(None, enabled=not quiet) as progress:
-        result = api.diagnose(
-            selector,
-            workers=workers,
-            store=store,
-            on_part=progress.advance,
-            engine=engine,
-            ray_address=ray_address,
-        )
-    from mismatchctl.render.diagnose_html import write_diagnose_html
-
-    emit_outputs(
-        json_out,
-        html_out,
-        lambda: diagnose_json(result),
-        lambda: render_brief(result) if quiet else render_diagnosis(result),
-        lambda path: write_diagnose_html(result, path),
-    )
+    with common.progress() as progress:
+        result = api.diagnose(selector, **common.read(progress.advance))
+    title = f"mismatchctl diagnosis: {result.label}"
+    subtitle = "Every check of the training-inference mismatch, layer by layer, with its evidence."
+    common.emit(result, result.sections(brief=quiet), title, subtitle)
     gate = ("fail",) if fail_on is FailOn.fail else ("fail", "warn")
     if any(c.verdict in gate for c in result.checks):
         raise typer.Exit(EXIT_CHECK_FAILED)
-
-
-diagnose.__doc__ = HELP

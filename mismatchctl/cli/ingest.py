@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.api import DEFAULT_WORKERS
+from mismatchctl.api import DEFAULT_WORKERS, FORMATS
 from mismatchctl.cli.common import (
     EngineOpt,
     JsonFlag,
@@ -15,12 +15,11 @@ from mismatchctl.cli.common import (
     RayAddressOpt,
     StoreOpt,
     emit_json,
-    err_console,
     handle_errors,
+    say,
+    show,
 )
 from mismatchctl.cli.progress import IngestProgress
-from mismatchctl.ingest.source import FORMATS
-from mismatchctl.render.catalog import ingest_json, ingest_summary
 
 HELP = f"""Read dump files (files, directories or globs) into a run of the store.
 
@@ -128,13 +127,11 @@ def ingest(
             workers=workers,
         )
     if json:
-        emit_json(ingest_json(result), "-")
+        emit_json(api.views.ingest_dict(result), "-")
         for warning in result.warnings:  # the summary says them; with --json, stderr does
-            err_console().print(
-                f"Warning: {warning}", style="yellow", markup=False, highlight=False, soft_wrap=True
-            )
+            say(f"Warning: {warning}", "yellow")
     else:
-        err_console().print(ingest_summary(result))
+        show(api.views.ingest_sections(result), stderr=True)
 
 
 ingest.__doc__ = HELP

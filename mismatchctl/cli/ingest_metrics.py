@@ -7,8 +7,7 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import JsonFlag, StoreOpt, emit_json, err_console, handle_errors
-from mismatchctl.render.curves_ingest import metrics_ingest_json, metrics_ingest_summary
+from mismatchctl.cli.common import JsonFlag, StoreOpt, emit_json, handle_errors, show
 
 HELP = """Attach per-step training metrics (the training curves) to a run of the store.
 
@@ -68,9 +67,9 @@ def ingest_metrics(
         store=store,
     )
     if json:
-        emit_json(metrics_ingest_json(result), "-")
+        emit_json(api.views.metrics_ingest_dict(result), "-")
     else:
-        err_console().print(metrics_ingest_summary(result))
+        show(api.views.metrics_ingest_sections(result), stderr=True)
 
 
 ingest_metrics.__doc__ = HELP

@@ -7,27 +7,11 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.api import DEFAULT_WORKERS
-from mismatchctl.cli.common import (
-    EngineOpt,
-    HtmlOut,
-    JsonOut,
-    QuietFlag,
-    RayAddressOpt,
-    StoreOpt,
-    WorkersOpt,
-    emit_json,
-    handle_errors,
-    out_console,
-    wrote,
-)
-from mismatchctl.cli.progress import TokenProgress
-from mismatchctl.render.diagnose_json import diagnosis_section
-from mismatchctl.render.diagnose_terminal import render_diagnosis
-from mismatchctl.render.report_json import report_json
-from mismatchctl.render.report_terminal import render_report
+from mismatchctl.cli.common import BinsOpt, Common, analysis_command
 
 HELP = """Every metric of the selected runs (all runs when none is named): vllm_kl and the others, by inference-probability bin, first turn vs turns after tool responses, per step, per gpu, and the training curves (attached with `mismatchctl ingest-metrics`) against per-step vllm_kl.
+
+One run: its headline, bins, turns and steps. Several runs are not pooled unless you ask (--pool): a summary row per run, the bins and turns side by side per run; the HTML page adds each run's own section with its distributions (a run selector picks one).
 
 Metric definitions and JSON names: docs/metrics.md; training curves: docs/curves.md. With [bold]--json -[/] only JSON goes to stdout.
 
@@ -47,107 +31,42 @@ Metric definitions and JSON names: docs/metrics.md; training curves: docs/curves
 
   mismatchctl report v1-a100 --engine ray --ray-address auto --json report.json
 """
+BY_HELP = (
+    "Add a split (repeatable): run, gpu, step, turn_kind, turn, bin or tag:<name>; commas "
+    "combine keys, e.g. step,turn_kind."
+)
+STEPS_HELP = (
+    "Only steps in this inclusive range: A..B (e.g. 0..200, or -6..-5: steps may be negative), "
+    "A.., ..B or one step N; A-B still works for steps >= 0."
+)
 
 
-@handle_errors
+@analysis_command(HELP)
 def report(
-    runs: Annotated[
-        list[str] | None, typer.Argument(help="Runs to report on (default: all).")
-    ] = None,
+    runs: Annotated[list[str] | None, typer.Argument(help="Runs (default: all).")] = None,
     by_gpu: Annotated[
-        bool,
-        typer.Option("--by-gpu", help="Add the per-hardware table and gpu, gpu x step groups."),
+        bool, typer.Option("--by-gpu", help="Add the per-hardware table and gpu x step groups.")
     ] = False,
-    by: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--by",
-            help="Add a split (repeatable): run, gpu, step, turn_kind, turn, bin or tag:<name>; "
-            "commas combine keys, e.g. step,turn_kind.",
-        ),
-    ] = None,
-    bins: Annotated[
-        str,
-        typer.Option("--bins", help="Probability bins: log, linear:N, or edges like 0,1e-3,0.5,1."),
-    ] = "log",
-    steps: Annotated[
-        str | None,
-        typer.Option(
-            "--steps",
-            help="Only steps in this inclusive range: A..B (e.g. 0..200, or -6..-5: steps may be "
-            "negative), A.., ..B or one step N; A-B still works for steps >= 0.",
-        ),
-    ] = None,
-    json_out: JsonOut = None,
-    html_out: HtmlOut = None,
+    by: Annotated[list[str] | None, typer.Option("--by", help=BY_HELP)] = None,
+    bins: BinsOpt = "log",
+    steps: Annotated[str | None, typer.Option("--steps", help=STEPS_HELP)] = None,
+    pool: Annotated[
+        bool, typer.Option("--pool", help="Pool the runs' distributions and tables.")
+    ] = False,
     diagnose: Annotated[
-        bool,
-        typer.Option("--diagnose", help="Also run `diagnose` on each run (terminal, JSON, HTML)."),
+        bool, typer.Option("--diagnose", help="Also diagnose each run (terminal, JSON, HTML).")
     ] = False,
-    workers: WorkersOpt = DEFAULT_WORKERS,
-    engine: EngineOpt = "local",
-    ray_address: RayAddressOpt = None,
-    store: StoreOpt = None,
-    quiet: QuietFlag = False,
+    *,
+    common: Common,
 ) -> None:
-    total = sum(r.model_tokens for r in _runs(runs, store))
-    with TokenProgress(total, enabled=not quiet) as progress:
+    infos = [api.run_info(n, common.store) for n in runs] if runs else api.runs(common.store)
+    with common.progress(sum(r.model_tokens for r in infos)) as progress:
         rep = api.report(
-            runs,
-            bins=bins,
-            by=by or [],
-            by_gpu=by_gpu,
-            steps=steps,
-            workers=workers,
-            store=store,
-            on_part=progress.advance,
-            figures=html_out is not None,
-            engine=engine,
-            ray_address=ray_address,
-        )
-    diagnoses = (
-        run_diagnoses(rep.selection.names, steps, workers, store, engine, ray_address)
-        if diagnose
-        else []
-    )
-    if json_out is not None:
-        doc = report_json(rep)
-        if diagnoses:
-            doc["diagnosis"] = {d.report.selection.label: diagnosis_section(d) for d in diagnoses}
-        emit_json(doc, json_out)
-    if json_out != "-":
-        out_console().print(render_report(rep), *[render_diagnosis(d) for d in diagnoses])
-    if html_out is not None:
-        from mismatchctl.render.report_html import write_report_html
-
-        write_report_html(rep, html_out, diagnoses)
-        wrote(html_out)
-    if json_out not in (None, "-"):
-        wrote(json_out)
+            runs, bins=bins, by=by or [], by_gpu=by_gpu, steps=steps, diagnose=diagnose,
+            figures=common.html_out is not None, **common.read(progress.advance),
+        )  # fmt: skip
+    title = f"mismatchctl report: {', '.join(rep.selection.names)}"
+    common.emit(rep, rep.sections(pool), title, SUBTITLE)
 
 
-def run_diagnoses(
-    runs: list[str],
-    steps: str | None,
-    workers: int,
-    store: str | None,
-    engine: str = "local",
-    ray_address: str | None = None,
-) -> list[api.Diagnosis]:
-    """One diagnosis per run (of the same step range)."""
-    suffix = f"@steps={steps}" if steps else ""
-    return [
-        api.diagnose(
-            run + suffix, workers=workers, store=store, engine=engine, ray_address=ray_address
-        )
-        for run in runs
-    ]
-
-
-def _runs(names: list[str] | None, store: str | None) -> list[api.RunInfo]:
-    if names:
-        return [api.run_info(n, store) for n in names]
-    return api.runs(store)
-
-
-report.__doc__ = HELP
+SUBTITLE = "Training–inference logprob mismatch: trainer logprobs recomputed by the trainer vs rollout logprobs of the inference engine"

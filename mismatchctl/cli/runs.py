@@ -8,13 +8,10 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import JsonFlag, StoreOpt, emit_json, err_console, handle_errors
-from mismatchctl.cli.common import out_console as console
+from mismatchctl.cli import common as C
+from mismatchctl.cli.common import JsonFlag, StoreOpt, emit_json, handle_errors, say
 from mismatchctl.display import shown
 from mismatchctl.errors import UsageError
-from mismatchctl.render.catalog import run_detail, runs_table
-from mismatchctl.render.integrity import check_table
-from mismatchctl.store.integrity import damage_error
 
 app = typer.Typer(
     help="""List the runs of the store (with no subcommand), show one, or remove one.
@@ -47,7 +44,7 @@ def list_runs(ctx: typer.Context, store: StoreOpt = None, json: JsonFlag = False
     if json:
         emit_json([_summary(r) for r in runs], "-")
     else:
-        console().print(runs_table(runs, str(st)))
+        C.show(api.views.runs_sections(runs, str(st)))
 
 
 @app.command("show")
@@ -65,7 +62,7 @@ def show(
     if json:
         emit_json(info, "-")
     else:
-        console().print(run_detail(info), soft_wrap=True)
+        C.show(api.views.run_sections(info))
 
 
 @app.command("rm")
@@ -88,14 +85,12 @@ def rm(
     Examples: mismatchctl runs rm v1-a100; in a script: mismatchctl runs rm v1-a100 --yes
     """
     if not yes and not _confirmed(api.run_info(run, store), store):
-        err_console().print("Nothing removed.", highlight=False, markup=False)
+        say("Nothing removed.")
         return
     info = api.remove_run(run, store)
-    err_console().print(
-        f"Removed run `{info.name}` ({info.model_tokens:,} model tokens, "
-        f"{len(info.sources)} sources).",
-        highlight=False,
-        markup=False,
+    say(
+        f"Removed run `{shown(info.name, 200)}` ({info.model_tokens:,} model tokens, "
+        f"{len(info.sources)} sources)."
     )
 
 
@@ -121,10 +116,8 @@ def check(
     if json:
         emit_json({run: damage for run, damage in found.items()}, "-")
     else:
-        console().print(check_table(found, str(api.open_store(store))))
-    damaged = [d for damage in found.values() for d in damage]
-    if damaged:
-        raise damage_error(damaged)
+        C.show(api.views.check_sections(found, str(api.open_store(store))))
+    api.check_failed(found)
 
 
 def _confirmed(info: api.RunInfo, store: str | None) -> bool:

@@ -7,21 +7,7 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.api import DEFAULT_WORKERS
-from mismatchctl.cli.common import (
-    EngineOpt,
-    HtmlOut,
-    JsonOut,
-    QuietFlag,
-    RayAddressOpt,
-    StoreOpt,
-    WorkersOpt,
-    emit_outputs,
-    handle_errors,
-)
-from mismatchctl.cli.progress import TokenProgress
-from mismatchctl.render.whatif_json import whatif_json
-from mismatchctl.render.whatif_terminal import render_whatif
+from mismatchctl.cli.common import Common, SelectorArg, analysis_command
 
 HELP = """What a correction would do to the selection: the share of tokens and sequences each method clips or rejects, the raw and applied weights (mean, std, min, max) and the effective sample size, for the whole selection, each run, turn kind, gpu and step.
 
@@ -41,11 +27,9 @@ Methods (default threshold): token-tis (2), token-mis (2), seq-tis (2), seq-mis 
 """
 
 
-@handle_errors
+@analysis_command(HELP)
 def whatif(
-    selector: Annotated[
-        str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A..B.")
-    ],
+    selector: SelectorArg,
     method: Annotated[
         list[str] | None,
         typer.Option("--method", "-m", help="A method, or METHOD:THRESHOLD (repeatable)."),
@@ -58,35 +42,17 @@ def whatif(
         str | None,
         typer.Option("--sweep", help="Comma-separated thresholds of the one --method."),
     ] = None,
-    json_out: JsonOut = None,
-    html_out: HtmlOut = None,
-    workers: WorkersOpt = DEFAULT_WORKERS,
-    engine: EngineOpt = "local",
-    ray_address: RayAddressOpt = None,
-    store: StoreOpt = None,
-    quiet: QuietFlag = False,
+    *,
+    common: Common,
 ) -> None:
-    with TokenProgress(None, enabled=not quiet) as progress:
+    with common.progress() as progress:
         result = api.whatif(
-            selector,
-            methods=method or [],
-            threshold=threshold,
-            sweep=sweep,
-            workers=workers,
-            store=store,
-            on_part=progress.advance,
-            engine=engine,
-            ray_address=ray_address,
-        )
-    from mismatchctl.render.whatif_html import write_whatif_html
-
-    emit_outputs(
-        json_out,
-        html_out,
-        lambda: whatif_json(result),
-        lambda: render_whatif(result),
-        lambda path: write_whatif_html(result, path),
+            selector, methods=method or [], threshold=threshold, sweep=sweep,
+            **common.read(progress.advance),
+        )  # fmt: skip
+    title = f"mismatchctl what-if: {result.label}"
+    subtitle = (
+        "What importance-sampling and rejection corrections would do to the tokens and "
+        "sequences of the selection (docs/metrics.md, Correction what-if)."
     )
-
-
-whatif.__doc__ = HELP
+    common.emit(result, result.sections(), title, subtitle)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -75,6 +76,12 @@ class RunCurves:
     @property
     def has_logs(self) -> bool:
         return any(not s.from_dumps for s in self.series.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The run's entry of the JSON ``curves`` section (docs/curves.md)."""
+        from mismatchctl.curves.export import run_curves_json
+
+        return run_curves_json(self)
 
 
 def find_roles(series: dict[str, Series]) -> dict[str, str]:

@@ -108,6 +108,11 @@ def pass_for(split: Split, passes: list[Pass]) -> Pass:
     return next(p for p in passes if p.segment == seg)
 
 
+def step_span(lo: int, hi: int) -> str:
+    """Steps ``lo`` to ``hi`` as ``--steps`` reads them: ``3-8``, or ``-6..-5`` with a negative."""
+    return f"{lo}-{hi}" if lo >= 0 else f"{lo}..{hi}"
+
+
 @dataclass(frozen=True)
 class StepRange:
     """Inclusive bounds; None means open."""

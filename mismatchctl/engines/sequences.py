@@ -15,17 +15,19 @@ REWARD_MEAN = M.REWARD_MEAN
 ENTROPY_MEAN = M.ENTROPY_MEAN
 
 
-def empty_sequences(selection: Selection) -> int:
-    """Sequences of the selection without a model token (all masked)."""
-    empty = 0
-    for paths in selection.sequence_paths.values():
+def empty_sequences(selection: Selection) -> dict[str, int]:
+    """Per run: sequences of the selection without a model token (all masked)."""
+    out: dict[str, int] = {}
+    for run, paths in selection.sequence_paths.items():
+        empty = 0
         for path in paths:
             table = pq.read_table(path, columns=[S.STEP, S.MODEL_TOKENS, S.GPU])
             mask = pc.equal(table.column(S.MODEL_TOKENS), 0)
             if selection.rows.active:
                 mask = pc.and_(mask, row_mask(table, selection.rows))
             empty += int(pc.sum(mask).as_py() or 0)
-    return empty
+        out[run] = empty
+    return out
 
 
 def step_means(paths: list[str], rows: RowFilter) -> dict[str, tuple[np.ndarray, np.ndarray]]:

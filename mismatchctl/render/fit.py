@@ -2,10 +2,11 @@
 
 Rich fits a table that is wider than the console by shrinking its columns, and a number that no
 longer fits its column is cut to ``1.3…``. :func:`fit` wraps a table in a renderable that, at
-render time, measures every column at its natural width and, when they do not all fit, prints the
-table as consecutive tables: each repeats the ``keys`` leading columns (the row labels) and takes
-as many of the other columns as fit. A column too wide even alone with the keys is folded onto
-more lines, never elided.
+render time, measures every column at its natural width (a column of sentences is bounded by its
+``max_width`` and wraps within it) and, when they do not all fit, prints the table as consecutive
+tables: each repeats the ``keys`` leading columns (the row labels) and takes as many of the other
+columns as fit. A column too wide even alone with the keys is folded onto more lines, never
+elided.
 """
 
 from __future__ import annotations

@@ -36,15 +36,15 @@ def band(x: float | None) -> str | None:
 def step_summary(values: Iterable[float | None]) -> dict[str, float | int | None]:
     """Median, p90 (numpy 'linear'), max of per-step ``vllm_kl`` and the share of steps per band.
 
-    Keys: ``steps`` (steps with a value), ``vllm_kl_step_median``, ``vllm_kl_step_p90``,
+    Keys (registry metrics): ``vllm_kl_step_median``, ``vllm_kl_step_p90``,
     ``vllm_kl_step_max``, ``band_share_<band>``. Missing or NaN values are skipped; with no
     value left every statistic is None.
     """
     xs = np.array([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
-    out: dict[str, float | int | None] = {"steps": len(xs)}
+    out: dict[str, float | int | None] = {}
     if len(xs) == 0:
         out.update(dict.fromkeys([M.VLLM_KL_STEP_MEDIAN, M.VLLM_KL_STEP_P90, M.VLLM_KL_STEP_MAX]))
-        out.update({f"band_share_{name}": None for name in BAND_NAMES})
+        out.update({M.BAND_SHARE[name]: None for name in BAND_NAMES})
         return out
     median, p90 = np.percentile(xs, [50, 90], method="linear")
     out[M.VLLM_KL_STEP_MEDIAN] = _finite_or_inf(median)
@@ -53,7 +53,7 @@ def step_summary(values: Iterable[float | None]) -> dict[str, float | int | None
     counts = dict.fromkeys(BAND_NAMES, 0)
     for x in xs.tolist():
         counts[band(x)] += 1
-    out.update({f"band_share_{name}": counts[name] / len(xs) for name in BAND_NAMES})
+    out.update({M.BAND_SHARE[name]: counts[name] / len(xs) for name in BAND_NAMES})
     return out
 
 

@@ -3,16 +3,13 @@ curve, each curve's correlation and lead-lag with vllm_kl, the steps one side la
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mismatchctl.curves.analysis import Link, RunCurves
+if TYPE_CHECKING:
+    from mismatchctl.curves.analysis import Link, RunCurves
 from mismatchctl.curves.correlate import MIN_LAG_PAIRS
 from mismatchctl.curves.series import selection_table
 from mismatchctl.stats import registry as M
-
-
-def curves_json(curves: dict[str, RunCurves]) -> dict[str, Any]:
-    return {run: run_curves_json(c) for run, c in curves.items()}
 
 
 def run_curves_json(c: RunCurves) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""Rows and sentences of the training-curve view, shared by the terminal and HTML renderers."""
+"""A run's training curves as sections: the correlation of each curve with per-step vllm_kl, the
+events the studies look for, what the join of the two tables left out, the figures and the
+per-step table (docs/curves.md)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,22 @@ from pathlib import Path
 
 import numpy as np
 
+from mismatchctl.analysis.sections import (
+    Block,
+    Column,
+    Figure,
+    Kind,
+    Line,
+    Lines,
+    Section,
+    Table,
+    slug,
+)
 from mismatchctl.curves.analysis import Link, RunCurves
 from mismatchctl.curves.correlate import MIN_LAG_PAIRS
 from mismatchctl.curves.series import KL, value_at
-from mismatchctl.display import visible
-from mismatchctl.render.fmt import num, step_span
+from mismatchctl.display import number as num
+from mismatchctl.engines.plan import step_span
 from mismatchctl.stats import band
 from mismatchctl.stats import registry as M
 
@@ -31,7 +44,7 @@ def origin_text(origin: str) -> str:
     """Where a curve comes from: the dumps, or the training logs' file names."""
     if origin == "dumps":
         return "dumps"
-    return visible(", ".join(Path(p).name for p in origin.split(", ")))
+    return ", ".join(Path(p).name for p in origin.split(", "))
 
 
 def lag_text(link: Link) -> str:
@@ -51,22 +64,34 @@ def lag_text(link: Link) -> str:
     return f"same step ({r})"
 
 
-def corr_text(x: float | None) -> str:
-    return "-" if x is None else f"{x:+.3f}"
-
-
-def link_rows(c: RunCurves) -> list[list[str]]:
-    return [
-        [
-            visible(link.metric),
-            origin_text(link.origin),
-            f"{link.n}",
-            corr_text(link.pearson),
-            corr_text(link.spearman),
-            lag_text(link),
-        ]
+def links_table(c: RunCurves) -> Table:
+    """Each curve against per-step vllm_kl: over how many steps, Pearson and Spearman of the
+    values, and the best lead-lag of the step-to-step changes."""
+    rows = [
+        {
+            "curve": link.metric,
+            "from": origin_text(link.origin),
+            "steps": link.n,
+            "pearson": link.pearson,
+            "spearman": link.spearman,
+            "lag": lag_text(link),
+        }
         for link in c.links
     ]
+    columns = [
+        Column("curve", "curve", Kind.LABEL),
+        Column("from", "from", Kind.LABEL),
+        Column("steps", "steps", Kind.COUNT),
+        Column("pearson", "pearson", Kind.SIGNED),
+        Column("spearman", "spearman", Kind.SIGNED),
+        Column("lag", "lead-lag of the changes (best |r|)", Kind.TEXT),
+    ]
+    return Table(
+        slug("curve-links", c.run),
+        f"Training curves: {c.run} (each curve against per-step vllm_kl)",
+        columns,
+        rows,
+    )
 
 
 def steps_list(steps: list[int]) -> str:
@@ -85,12 +110,7 @@ def steps_list(steps: list[int]) -> str:
 
 
 def join_notes(c: RunCurves) -> list[str]:
-    """The steps one table has and the other lacks, and values that could not be used (metric
-    names escaped, ``display.visible``)."""
-    return [visible(line) for line in _join_notes(c)]
-
-
-def _join_notes(c: RunCurves) -> list[str]:
+    """The steps one table has and the other lacks, and values that could not be used."""
     out = []
     if not c.has_logs:
         out.append(
@@ -117,11 +137,7 @@ def _join_notes(c: RunCurves) -> list[str]:
 
 
 def event_lines(c: RunCurves) -> list[str]:
-    """What the studies look for, with the steps (metric names escaped)."""
-    return [visible(line) for line in _event_lines(c)]
-
-
-def _event_lines(c: RunCurves) -> list[str]:
+    """What the studies look for, with the steps."""
     out = [
         "vllm_kl spikes: "
         + (steps_list(c.kl_spikes) if c.kl_spikes else "none (robust z > 3.5 vs the last 10 steps)")
@@ -176,7 +192,7 @@ def table_steps(c: RunCurves) -> tuple[list[int], str | None]:
     chosen = sorted(pick)[:MAX_TABLE_STEPS]
     return chosen, (
         f"{len(chosen)} of {len(steps)} steps: vllm_kl spikes, reward drops and the 10 largest "
-        "vllm_kl; every step in --json and --html"
+        "vllm_kl; every step in --json and the figure"
     )
 
 
@@ -192,46 +208,93 @@ def table_columns(c: RunCurves) -> list[str]:
     return cols
 
 
-def cell(v: float | None) -> str:
-    return "" if v is None else num(v)
-
-
 def step_band(c: RunCurves, step: int) -> str | None:
     v = value_at(c.series[KL], step)
     return None if v is None or math.isnan(v) else band(v)
 
 
-CURVE_PAIR_HEADERS = (
-    "curve",
-    "steps A",
-    "steps B",
-    "common",
-    "mean A",
-    "mean B",
-    "B / A",
-    "r(vllm_kl) A",
-    "r(vllm_kl) B",
+def step_table(c: RunCurves) -> Table:
+    steps, note = table_steps(c)
+    names = table_columns(c)
+    rows = []
+    for step in steps:
+        row: dict = {"step": step, "band": step_band(c, step)}
+        for i, name in enumerate(names):
+            row[f"c{i}"] = value_at(c.series[name], step)
+        rows.append(row)
+    columns = [
+        Column("step", "step", Kind.ID),
+        Column("c0", KL, Kind.VALUE, M.VLLM_KL, band_key="band"),
+        Column("band", "band", Kind.BAND, band_key="band"),
+        *[Column(f"c{i}", name, Kind.VALUE) for i, name in enumerate(names) if i],
+    ]
+    return Table(
+        slug("curve-steps", c.run), f"Per step: {c.run}, training curves", columns, rows, note=note
+    )
+
+
+HOW_OVERLAY = (
+    "vllm_kl of each batch (red, left axis, log scale, over the severity bands) and one training "
+    "curve (blue, right axis): pick the curve in the menu. The studies read spikes of vllm_kl "
+    "against spikes of entropy, trainer perplexity and gradient norm, and a vllm_kl rise before "
+    "the reward collapses."
+)
+HOW_LAGS = (
+    "Pearson correlation of the step-to-step changes of vllm_kl at step s with those of each "
+    "curve at step s + k. A peak at k > 0 means vllm_kl moves first (it leads the curve by k "
+    "steps); k < 0 means the curve moves first. Click a legend entry to show or hide a curve."
 )
 
 
-def curve_pair_rows(pairs: list) -> list[list[str]]:
+def curves_block(c: RunCurves) -> Block:
+    """A run's training curves: with training logs, everything; without, one line saying how to
+    attach them (the dump-derived curves are in the JSON and the figure)."""
+    notes = Lines(slug("curve-notes", c.run), None, [Line(n, "note") for n in join_notes(c)])
+    if not c.has_logs:
+        return Block(slug("curves", c.run), f"Training curves: {c.run}", [notes], collapsed=True,
+                     summary="no training logs attached")  # fmt: skip
+    sections: list[Section] = [links_table(c), notes]
+    sections.append(Lines(slug("curve-events", c.run), None, [Line(x) for x in event_lines(c)]))
+    sections.append(Figure(slug("fig-curves", c.run), "vllm_kl and the training curves",
+                           "curves_overlay", c, HOW_OVERLAY))  # fmt: skip
+    if c.links:
+        sections.append(Figure(slug("fig-lags", c.run), "Lead-lag of the step-to-step changes",
+                               "curves_lags", c, HOW_LAGS))  # fmt: skip
+    sections.append(step_table(c))
+    return Block(slug("curves", c.run), f"Training curves: {c.run}", sections)
+
+
+def curve_pairs_table(pairs: list) -> Table:
     """One row per paired curve of a comparison (means over the steps both sides have)."""
-    rows = []
-    for p in pairs:
-        rows.append(
-            [
-                visible(p.metric),
-                "-" if p.a is None else str(len(p.a.series.steps)),
-                "-" if p.b is None else str(len(p.b.series.steps)),
-                str(p.common_steps),
-                num(p.mean_a),
-                num(p.mean_b),
-                num(p.ratio),
-                "-" if p.a is None else corr_text(p.a.pearson),
-                "-" if p.b is None else corr_text(p.b.pearson),
-            ]
-        )
-    return rows
+    rows = [
+        {
+            "curve": p.metric,
+            "steps_a": None if p.a is None else len(p.a.series.steps),
+            "steps_b": None if p.b is None else len(p.b.series.steps),
+            "common": p.common_steps,
+            "mean_a": p.mean_a,
+            "mean_b": p.mean_b,
+            "ratio": p.ratio,
+            "r_a": None if p.a is None else p.a.pearson,
+            "r_b": None if p.b is None else p.b.pearson,
+        }
+        for p in pairs
+    ]
+    columns = [
+        Column("curve", "curve", Kind.LABEL),
+        Column("steps_a", "steps A", Kind.COUNT),
+        Column("steps_b", "steps B", Kind.COUNT),
+        Column("common", "common", Kind.COUNT),
+        Column("mean_a", "mean A", Kind.VALUE),
+        Column("mean_b", "mean B", Kind.VALUE),
+        Column("ratio", "B / A", Kind.RATIO),
+        Column("r_a", "r(vllm_kl) A", Kind.SIGNED),
+        Column("r_b", "r(vllm_kl) B", Kind.SIGNED),
+    ]
+    return Table(
+        "curve-pairs", "Training curves, aligned on step (means over the common steps)",
+        columns, rows,
+    )  # fmt: skip
 
 
 def has_logs(pairs: list) -> bool:

@@ -2,9 +2,10 @@
 
 ``FigureExtra`` is a ``PartExtra`` of the local engine: from each part it computes fixed-size
 densities and a bottom-k sample of segments, which merge exactly (``stats.density``,
-``stats.sample``). ``figure_data`` turns the merged state into what the figures draw. Memory and
-page size are bounded whatever the number of tokens: the grids are fixed and the sample holds at
-most ``k`` segments per turn kind.
+``stats.sample``), per run (a part belongs to one run), so that every distribution is drawn per
+run and pooled only when asked. ``figure_data`` turns a merged state into what the figures draw.
+Memory and page size are bounded whatever the number of tokens: the grids are fixed and the
+sample holds at most ``k`` segments per turn kind and run.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class FigureExtra:
     def __init__(self, k: int = DEFAULT_K, seed: int = 0) -> None:
         self.k, self.seed = k, seed
 
-    def compute(self, table: pa.Table, keys: PartKeys) -> FigureState:
+    def compute(self, table: pa.Table, keys: PartKeys) -> dict[str, FigureState]:
         lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
         kind = keys.get(K.TURN_KIND).codes
         pr, pt = np.exp(lr), np.exp(lt)
@@ -73,15 +74,19 @@ class FigureExtra:
             )
             for code in range(len(TURN_KIND_LABELS))
         )
-        return FigureState(
+        state = FigureState(
             Density2D.of(P_INFER_LOG, LOG_RATIO, pr, lt - lr),
             Density2D.of(PROB, PROB, pr, pt),
             log_ppl,
             SegmentSample.of(keys.run, segs, self.k, self.seed),
         )
+        return {keys.run: state}
 
-    def merge(self, a: FigureState, b: FigureState) -> FigureState:
-        return a.merge(b)
+    def merge(self, a: dict[str, FigureState], b: dict[str, FigureState]) -> dict[str, FigureState]:
+        out = dict(a)
+        for run, state in b.items():
+            out[run] = out[run].merge(state) if run in out else state
+        return out
 
     def empty(self) -> FigureState:
         return FigureState(
@@ -108,9 +113,29 @@ class FigureData:
         return np.flatnonzero(self.sample.kind == self.kind_labels.index(label))
 
 
-def figure_data(state: FigureState | None, extra: FigureExtra) -> FigureData:
-    """Finalize the merged state (None when no part was read: empty figures)."""
-    state = state if state is not None else extra.empty()
+def figure_data(states: dict[str, FigureState] | None, extra: FigureExtra) -> dict[str, FigureData]:
+    """Per run, what its figures draw (no run when no part was read)."""
+    return {run: _finalize(state) for run, state in (states or {}).items()}
+
+
+def pooled(states: dict[str, FigureData]) -> FigureData:
+    """The figure data of every run together (``--pool``)."""
+    items = list(states.values())
+    if not items:
+        return _finalize(FigureExtra().empty())
+    out = items[0]
+    for other in items[1:]:
+        out = FigureData(
+            out.mismatch.merge(other.mismatch),
+            out.probs.merge(other.probs),
+            out.log_ppl.merge(other.log_ppl),
+            {k: d.merge(other.log_ppl_by_kind[k]) for k, d in out.log_ppl_by_kind.items()},
+            out.sample.merge(other.sample),
+        )
+    return out
+
+
+def _finalize(state: FigureState) -> FigureData:
     combined = state.log_ppl[0]
     for density in state.log_ppl[1:]:
         combined = combined.merge(density)
@@ -121,3 +146,61 @@ def figure_data(state: FigureState | None, extra: FigureExtra) -> FigureData:
         log_ppl_by_kind=dict(zip(TURN_KIND_LABELS, state.log_ppl, strict=True)),
         sample=state.sample,
     )
+
+
+# --- what each figure of the page draws (built by the views, drawn by render/figures.py) -------
+
+
+@dataclass(frozen=True)
+class BinBox:
+    """A probability bin of the report: its label, edges and metrics (mean and p01-p99 of r)."""
+
+    label: str
+    lo: float
+    hi: float
+    metrics: dict
+
+
+@dataclass(frozen=True)
+class MismatchPlot:
+    density: Density2D  # log10 p_infer x asinh(r)
+    bins: list[BinBox]
+
+
+@dataclass(frozen=True)
+class ProbsPlot:
+    density: Density2D  # p_infer x p_train
+    pearson: float | None
+
+
+@dataclass(frozen=True)
+class LogPplPlot:
+    data: FigureData
+    kinds: dict[str, dict]  # turn kind -> its metrics (Pearson r, segments)
+
+
+@dataclass
+class StepLine:
+    name: object  # the run or gpu
+    steps: list
+    values: list
+    bands: list
+
+
+@dataclass(frozen=True)
+class StepsPlot:
+    key: str  # "run" or "gpu"
+    lines: list[StepLine]
+
+
+@dataclass(frozen=True)
+class CompareSide:
+    label: str
+    values: list  # vllm_kl per bin (None where the side has no token)
+    sparse: list  # per bin: holds almost no token of the side (drawn faint)
+
+
+@dataclass(frozen=True)
+class CompareBins:
+    labels: list[str]
+    sides: list[CompareSide]

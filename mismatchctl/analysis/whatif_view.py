@@ -1,0 +1,131 @@
+"""A what-if as sections: what each correction clips or rejects, its weights, and where (turn
+kind, gpu, run, step); the HTML adds the threshold (or method) chart and the per-step chart."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mismatchctl.analysis.sections import Column, Figure, Kind, Line, Lines, Section, Table
+from mismatchctl.engines import plan as K
+from mismatchctl.stats import registry as M
+from mismatchctl.stats.whatif import Method
+
+if TYPE_CHECKING:
+    from mismatchctl.analysis.whatif import Whatif
+
+MAX_STEP_ROWS = 30
+HOW = (
+    "Ratios exp(clamp(log ratio, -20, 20)); raw = the unit's untruncated ratio; applied = what the "
+    "method multiplies the loss by (0 when rejected); ESS = (Σw)² / (n Σw²). Tables by turn "
+    "kind, gpu, run and step give the share of the method's unit (token or sequence) clipped or "
+    "rejected."
+)
+HOW_SWEEP = (
+    "Share of tokens and of sequences clipped or rejected (left axis) and the effective sample "
+    "size of the applied weights (right axis) at each threshold of the sweep."
+)
+HOW_METHODS = (
+    "Share of tokens and of sequences each method clips or rejects on the whole selection; the "
+    "effective sample size of its applied weights is in the table."
+)
+HOW_STEPS = (
+    "Per batch (step): the share of each method's units (tokens or sequences) clipped or "
+    "rejected, and the batch's vllm_kl (grey, right axis, log scale)."
+)
+
+
+def method_label(m: Method) -> str:
+    return f"{m.name} {m.threshold_text()}"
+
+
+def unit_fraction(m: Method, metrics: dict[str, Any]) -> float | None:
+    """The share of the method's own unit that it clipped or rejected."""
+    key = M.SEQUENCE_FRACTION if m.info.unit == "sequence" else M.TOKEN_FRACTION
+    return metrics.get(key)
+
+
+def steps_by_run(w: Whatif) -> dict[Any, list[tuple[Any, Any]]]:
+    """Per run, its batches in step order: (step, group)."""
+    out: dict[Any, list[tuple[Any, Any]]] = {}
+    for g in w.split(K.RUN, K.STEP):
+        out.setdefault(g.by[K.RUN], []).append((g.by[K.STEP], g))
+    return out
+
+
+def whatif_sections(w: Whatif) -> list[Section]:
+    out: list[Section] = [
+        Lines("whatif", f"What-if corrections: {w.label}", [Line(HOW)]),
+        summary_table(w),
+        weights_table(w),
+        Figure("fig-whatif", "Share clipped or rejected", "whatif_sweep" if w.sweep else
+               "whatif_methods", w, HOW_SWEEP if w.sweep else HOW_METHODS),
+        keyed_table(w, "By turn kind", K.TURN_KIND),
+    ]  # fmt: skip
+    if len(w.split(K.GPU)) > 1:
+        out.append(keyed_table(w, "By gpu", K.GPU))
+    if len(w.split(K.RUN)) > 1:
+        out.append(keyed_table(w, "By run", K.RUN))
+    out += [steps_table(w), Figure("fig-whatif-steps", "Per step", "whatif_steps", w, HOW_STEPS)]
+    return out
+
+
+def summary_table(w: Whatif) -> Table:
+    rows = [
+        {"method": method_label(m), "unit": m.info.unit, "action": m.info.action, **r}
+        for m, r in zip(w.methods, w.whole().results, strict=True)
+    ]
+    columns = [
+        Column("method", "method", Kind.LABEL),
+        Column("unit", "unit", Kind.LABEL),
+        Column("action", "action", Kind.LABEL),
+        Column.of(M.TOKEN_FRACTION),
+        Column.of(M.SEQUENCE_FRACTION),
+        Column.of(M.ESS),
+        Column.of(M.ESS_RAW),
+    ]
+    return Table("whatif-summary", "Whole selection", columns, rows, keys=3)
+
+
+WEIGHTS = (M.RAW_MEAN, M.RAW_STD, M.RAW_MIN, M.RAW_MAX, M.WEIGHT_MEAN, M.WEIGHT_STD, M.WEIGHT_MIN, M.WEIGHT_MAX)  # fmt: skip
+
+
+def weights_table(w: Whatif) -> Table:
+    rows = [{"method": method_label(m), **r} for m, r in zip(w.methods, w.whole().results, strict=True)]  # fmt: skip
+    columns = [Column("method", "method", Kind.LABEL), *[Column.of(k) for k in WEIGHTS]]
+    return Table("whatif-weights", "Weights (raw -> applied)", columns, rows)
+
+
+def keyed_table(w: Whatif, title: str, key: str) -> Table:
+    groups = w.split(key)
+    columns = [Column("method", "method", Kind.LABEL)]
+    columns += [Column(f"g{i}", str(g.by[key]), Kind.SHARE) for i, g in enumerate(groups)]
+    rows = [
+        {"method": method_label(m), **{f"g{i}": unit_fraction(m, g.results[j]) for i, g in enumerate(groups)}}
+        for j, m in enumerate(w.methods)
+    ]  # fmt: skip
+    return Table(f"whatif-{key}", title, columns, rows)
+
+
+def steps_table(w: Whatif) -> Table:
+    groups = w.split(K.RUN, K.STEP)
+    half = MAX_STEP_ROWS // 2
+    note = None
+    if len(groups) > MAX_STEP_ROWS:
+        note = f"first and last {half} of {len(groups)} batches; all in --json / --html"
+        groups = groups[:half] + groups[-half:]
+    multi = len(w.split(K.RUN)) > 1
+    columns = [Column("run", "run", Kind.LABEL)] if multi else []
+    columns += [Column("step", "step", Kind.ID), Column.of(M.VLLM_KL)]
+    columns += [Column(f"m{j}", method_label(m), Kind.SHARE) for j, m in enumerate(w.methods)]
+    rows = []
+    for g in groups:
+        run, step = g.by[K.RUN], g.by[K.STEP]
+        row = {"run": run, "step": step, M.VLLM_KL: w.batch_vllm_kl.get((run, step))}
+        row.update(
+            {
+                f"m{j}": unit_fraction(m, r)
+                for j, (m, r) in enumerate(zip(w.methods, g.results, strict=True))
+            }
+        )
+        rows.append(row)
+    return Table("whatif-steps", "Per step", columns, rows, keys=2 if multi else 1, note=note)

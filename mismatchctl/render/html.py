@@ -1,0 +1,263 @@
+"""The HTML writer: a result's sections as one self-contained page (plotly.js inlined once, no
+network access needed).
+
+The page: the title, the summary (a result's first table when it is a summary), a sticky table
+of contents (with a run selector when the page holds several runs' blocks), then every section.
+Blocks are ``<section>``s, folded (``<details>``) when collapsed. Every data string goes through
+``html.escape`` after ``display.visible``; figures travel as JSON in ``<script
+type="application/json">`` blocks, with ``<`` written as ``\\u003c`` so that no data (a run
+called ``</script>``) can close the block. A figure that fails to draw says so in its place, and
+any script error is recorded on ``<html data-js-errors=...>`` (the browser tests look for both).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from mismatchctl import __version__
+from mismatchctl.analysis.sections import (
+    Block,
+    Checks,
+    Column,
+    Facts,
+    Figure,
+    Kind,
+    Lines,
+    Section,
+    StepSeries,
+    Table,
+)
+from mismatchctl.display import visible
+from mismatchctl.render import figures as F
+from mismatchctl.render.json import dumps
+from mismatchctl.render.style import CSS, LOADER, ONERROR
+from mismatchctl.render.text import cell_text
+
+MAX_STEP_ROWS = 200  # beyond this, a run's step table shows its worst steps only
+WORST_STEPS = 20
+TONE = {"bold": "bold-line", "note": "note", "warn": "warn-line", "dim": "dim", "": ""}
+
+
+def esc(value: object) -> str:
+    return html.escape(visible(value), quote=True)
+
+
+def page(title: str, subtitle: str, sections: Sequence[Section]) -> str:
+    """The whole page around the sections."""
+    sections = [s for s in sections if not (isinstance(s, Block) and s.media == "terminal")]
+    lead: list[Section] = []
+    if sections and isinstance(sections[0], Table) and sections[0].id == "summary":
+        lead, sections = [sections[0]], list(sections[1:])
+    body = "".join(section(s, 0) for s in lead) + toc(sections)
+    body += "".join(section(s, 0) for s in sections)
+    return (
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{CSS}</style>"
+        f"<script>{ONERROR}</script><script>{get_plotlyjs()}</script></head><body>"
+        f"<header><h1>{esc(title)}</h1><p class='sub'>{esc(subtitle)}</p></header>"
+        f"<main>{body}</main>"
+        f"<footer>mismatchctl {esc(__version__)}. Metric definitions: docs/metrics.md."
+        f"</footer><script>{LOADER}</script></body></html>"
+    )
+
+
+def write(path: str | Path, title: str, subtitle: str, sections: Sequence[Section]) -> None:
+    Path(path).write_text(page(title, subtitle, sections), encoding="utf-8")
+
+
+def toc(sections: Sequence[Section]) -> str:
+    links = [
+        f'<a href="#{esc(s.id)}">{esc(s.title)}</a>'
+        for s in sections
+        if getattr(s, "title", None) and not (isinstance(s, Block) and s.bare)
+    ]
+    runs = [s for s in sections if isinstance(s, Block) and s.id.startswith("run-")]
+    pick = ""
+    if len(runs) > 1:
+        options = "".join(f'<option value="{esc(b.id)}">{esc(b.title)}</option>' for b in runs)
+        pick = (
+            '<label>Run: <select id="run-select"><option value="">all runs</option>'
+            f"{options}</select></label>"
+        )
+    if not links and not pick:
+        return ""
+    return f'<nav class="toc">{pick}{"".join(links)}</nav>'
+
+
+def section(s: Section, depth: int) -> str:
+    if isinstance(s, Block):
+        return block(s, depth)
+    if isinstance(s, Table):
+        return _titled(s.title, depth, table(s), s.id)
+    if isinstance(s, Facts):
+        return facts(s, depth)
+    if isinstance(s, Lines):
+        return lines(s, depth)
+    if isinstance(s, StepSeries):
+        return step_series(s, depth)
+    if isinstance(s, Checks):
+        return checks(s, depth)
+    if isinstance(s, Figure):
+        return figure(s, depth)
+    raise TypeError(f"no HTML writer for {type(s).__name__}")
+
+
+def _heading(title: str, depth: int) -> str:
+    tag = "h2" if depth == 0 else "h3"
+    return f"<{tag}>{esc(title)}</{tag}>" if title else ""
+
+
+def _titled(title: str, depth: int, body: str, anchor: str) -> str:
+    """A top-level section gets its own ``<section>`` (the contents link to it)."""
+    if depth == 0:
+        return f'<section id="{esc(anchor)}">{_heading(title, 0)}{body}</section>'
+    return f'<div id="{esc(anchor)}">{_heading(title, depth)}{body}</div>'
+
+
+def block(b: Block, depth: int) -> str:
+    if b.media == "terminal":
+        return ""
+    inner = "".join(section(s, depth + 1) for s in b.sections)
+    if b.bare:
+        return f'<div id="{esc(b.id)}">{inner}</div>'
+    cls = "block run-block" if b.id.startswith("run-") else "block"
+    if b.collapsed:
+        summary = f'<span class="sum">{esc(b.summary)}</span>' if b.summary else ""
+        tag = "h2" if depth == 0 else "h3"
+        return (
+            f'<details id="{esc(b.id)}" class="{cls}"><summary><{tag}>{esc(b.title)}</{tag}>'
+            f"{summary}</summary>{inner}</details>"
+        )
+    return f'<section id="{esc(b.id)}" class="{cls}">{_heading(b.title, depth)}{inner}</section>'
+
+
+def _cell(value: object, column: Column, row: dict) -> str:
+    text = esc(cell_text(value, column.kind))
+    classes = []
+    if column.band_key is not None and row.get(column.band_key):
+        classes.append(f"band-{esc(row[column.band_key])}")
+    if column.kind == Kind.BAND and value:
+        classes.append("band")
+    if column.hot_key is not None and row.get(column.hot_key):
+        classes.append("hot")
+    if column.kind == Kind.VERDICT:
+        text = _verdict(str(value))
+    align = "n" if column.numeric else ("t" if column.kind == Kind.TEXT else "l")
+    return f'<td class="{" ".join([align, *classes])}">{text}</td>'
+
+
+def _verdict(verdict: str) -> str:
+    cls = "na" if verdict == "n/a" else verdict
+    return f'<span class="verdict verdict-{esc(cls)}">{esc(verdict)}</span>'
+
+
+def table(t: Table, rows: list[dict] | None = None) -> str:
+    head = "".join(
+        f'<th class="{"n" if c.numeric else ("t" if c.kind == Kind.TEXT else "l")}"'
+        + (f' title="{esc(c.metric.description)}"' if c.metric is not None else "")
+        + f">{esc(c.header)}</th>"
+        for c in t.columns
+    )
+    body = "".join(
+        f"<tr{' class=bold' if t.bold_key and row.get(t.bold_key) else ''}>"
+        + "".join(_cell(row.get(c.key), c, row) for c in t.columns)
+        + "</tr>"
+        for row in (t.rows if rows is None else rows)
+    )
+    note = f'<p class="note">{esc(t.note)}</p>' if t.note else ""
+    return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{note}'
+
+
+def facts(f: Facts, depth: int) -> str:
+    if not f.facts:
+        return _titled(f.title, depth, "", f.id)
+    if len(f.facts) == 1 and f.facts[0].kind == Kind.VERDICT:
+        x = f.facts[0]
+        body = f"<p>{_verdict(str(x.value))} {esc(x.remark or '')}</p>"
+        return _titled(f.title, depth, body, f.id)
+    rows = []
+    for x in f.facts:
+        value = esc(cell_text(x.value, x.kind))
+        if x.band is not None:
+            value = f'<span class="band-{esc(x.band)}">{value}  ({esc(x.band)})</span>'
+        if x.remark:
+            value += f' <span class="warn-line">{esc(x.remark)}</span>'
+        rows.append(f"<tr><td>{esc(x.label)}</td><td>{value}</td></tr>")
+    body = f'<table class="facts"><tbody>{"".join(rows)}</tbody></table>'
+    return _titled(f.title, depth, body, f.id)
+
+
+def lines(ls: Lines, depth: int) -> str:
+    if not ls.lines:
+        return ""
+    items = "".join(f'<li class="{TONE.get(x.tone, "")}">{esc(x.text)}</li>' for x in ls.lines)
+    body = f'<ul class="lines">{items}</ul>'
+    return (
+        _titled(ls.title or "", depth, body, ls.id)
+        if ls.title
+        else f'<div id="{esc(ls.id)}">{body}</div>'
+    )
+
+
+def step_series(s: StepSeries, depth: int) -> str:
+    rows = s.table.rows
+    if len(rows) <= MAX_STEP_ROWS or s.every:
+        return _titled(s.title, depth, table(s.table), s.id)
+    worst = sorted(s.worst[:WORST_STEPS])
+    note = (
+        f'<p class="note">{len(rows):,} steps: the {len(worst)} with the largest '
+        f"{esc(s.value_key)}, in step order; every step is in the per-step figure and in --json.</p>"
+    )
+    return _titled(s.title, depth, note + table(s.table, [rows[i] for i in worst]), s.id)
+
+
+def checks(c: Checks, depth: int) -> str:
+    rows = []
+    for x in c.checks:
+        nxt = f'<div class="next">→ {esc(x.next)}</div>' if x.next else ""
+        evidence = (
+            f"<details><summary>evidence</summary><pre>{esc(dumps(x.evidence))}</pre></details>"
+            if x.evidence
+            else ""
+        )
+        rows.append(
+            f'<tr id="{esc(x.anchor)}"><td class="l">{_verdict(x.verdict)}</td>'
+            f'<td class="t">{esc(x.title)}</td><td class="t">{esc(x.finding)}{nxt}{evidence}</td></tr>'
+        )
+    body = (
+        '<div class="table-wrap checks"><table><thead><tr><th class="l">verdict</th>'
+        '<th class="t">check</th><th class="t">finding and next step</th></tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
+    return _titled(c.title, depth, body, c.id)
+
+
+def figure(f: Figure, depth: int) -> str:
+    """A figure's div, its JSON and its 'how to read' line."""
+    data = pio.to_json(F.build(f), validate=False, engine="json")
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    div = f"{f.id}-plot"
+    how = f'<p class="how">{esc(f.how)}</p>' if f.how else ""
+    body = (
+        f'<figure id="{esc(f.id)}">{_heading(f.title, max(depth, 1))}{how}'
+        f'<div class="figure" id="{esc(div)}"></div>'
+        f'<script type="application/json" data-figure="{esc(div)}">{data}</script></figure>'
+    )
+    return f'<section id="{esc(f.id)}-s">{body}</section>' if depth == 0 else body
+
+
+def page_json_blocks(text: str) -> list[dict]:
+    """The figures embedded in a page (for tests and tooling)."""
+    out = []
+    marker = '<script type="application/json" data-figure="'
+    for chunk in text.split(marker)[1:]:
+        body = chunk.split('">', 1)[1].split("</script>", 1)[0]
+        out.append(json.loads(body))
+    return out

@@ -1,0 +1,46 @@
+"""How a cell is written, the same in the terminal and in the HTML page: numbers by their kind,
+data strings with their control characters made visible."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mismatchctl.analysis.sections import Kind
+from mismatchctl.display import OVERFLOW, number, percent, visible
+
+BAND_STYLE = {"low": "green", "medium": "yellow", "high": "bold dark_orange", "severe": "bold red"}
+VERDICT_STYLE = {
+    "ok": "green",
+    "warn": "bold yellow",
+    "fail": "bold red",
+    "damaged": "bold red",
+    "n/a": "dim",
+}
+
+
+def cell_text(value: Any, kind: Kind) -> str:
+    """A cell as text: ``-`` when missing, numbers by kind, strings escaped."""
+    if value is None and kind == Kind.LABEL:
+        return "(none)"
+    if value is None or value == "":
+        return "-" if kind != Kind.TEXT else ""
+    if kind == Kind.COUNT:
+        return number(int(value)) if _finite(value) else OVERFLOW
+    if kind == Kind.ID:
+        return str(value)
+    if kind == Kind.SHARE:
+        return percent(float(value))
+    if kind == Kind.CORR:
+        return number(value, 6)
+    if kind == Kind.SIGNED:
+        return f"{value:+.3f}" if _finite(value) else OVERFLOW
+    if kind == Kind.VERDICT:  # the verdicts of the checks stand out; other states do not
+        return str(value).upper() if value in ("ok", "warn", "fail") else visible(value)
+    if kind in (Kind.VALUE, Kind.RATIO):
+        return number(value) if isinstance(value, int | float) else visible(value)
+    return visible(value)
+
+
+def _finite(x: Any) -> bool:
+    return not isinstance(x, float) or math.isfinite(x)

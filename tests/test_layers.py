@@ -1,0 +1,93 @@
+"""Imports point one way: cli -> api -> analysis (curves beside it) -> engines -> store -> stats.
+
+Every module of the package is parsed (not imported) and each of its imports of another part of
+the package is checked against the layer order below: a module may import its own package and the
+layers below its own, never one above. ``render`` writes results: it reads result types (analysis,
+curves, and what the api returns) and the metric registry, and computes nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+PACKAGE = ROOT / "mismatchctl"
+
+# Higher layers may import lower ones. Names are the first component under mismatchctl.
+LAYERS: list[set[str]] = [
+    {"schema", "errors", "display"},
+    {"allocator", "parallel"},
+    {"stats"},
+    {"store"},
+    {"engines", "ingest"},
+    {"curves"},
+    {"analysis", "dump", "sample_runs"},
+    {"api"},
+    {"render"},
+    {"cli"},
+    {"__main__"},
+]
+# What render may read: results (analysis, curves, what the api returns), and of stats only the
+# registry of metric names and formats and the densities' grids (the data figures draw).
+RENDER_MAY_IMPORT = {"analysis", "curves", "api", "schema", "errors", "display"}
+RENDER_MAY_IMPORT_STATS = {"mismatchctl.stats.registry", "mismatchctl.stats.density"}
+# The command line calls the api and writes its results: nothing else of the package.
+CLI_MAY_IMPORT = {"api", "render", "errors", "display"}
+
+
+def _layer(name: str) -> int:
+    for i, names in enumerate(LAYERS):
+        if name in names:
+            return i
+    raise AssertionError(f"mismatchctl.{name} is in no layer of tests/test_layers.py")
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every import of the package in a file (``from mismatchctl import x``
+    counts as an import of ``mismatchctl.x``)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module == "mismatchctl":
+                out += [(node.lineno, f"mismatchctl.{a.name}") for a in node.names]
+            elif node.module.startswith("mismatchctl."):
+                for a in node.names:  # `from mismatchctl.stats import registry`: the submodule
+                    sub = f"{node.module}.{a.name}"
+                    is_module = (PACKAGE.parent / sub.replace(".", "/")).with_suffix(".py").exists()
+                    out.append((node.lineno, sub if is_module else node.module))
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name) for a in node.names if a.name.startswith("mismatchctl.")]
+    return out
+
+
+def _part(path: Path) -> str:
+    rel = path.relative_to(PACKAGE).with_suffix("")
+    return rel.parts[0] if len(rel.parts) > 1 or rel.parts[0] != "__init__" else "__init__"
+
+
+def test_imports_point_one_way() -> None:
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        part = _part(path)
+        if part == "__init__":  # the package's public surface re-exports the api
+            continue
+        for line, module in _imports(path):
+            target = module.split(".")[1]
+            if target == part or target == "__version__":
+                continue
+            if part == "render":
+                ok = target in RENDER_MAY_IMPORT or module in RENDER_MAY_IMPORT_STATS
+            elif part == "cli":
+                ok = target in CLI_MAY_IMPORT
+            else:
+                ok = _layer(target) < _layer(part)
+            if not ok:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert not wrong, "imports against the layer order:\n" + "\n".join(wrong)
+
+
+def test_every_part_of_the_package_has_a_layer() -> None:
+    parts = {_part(p) for p in PACKAGE.rglob("*.py")} - {"__init__"}
+    for part in parts:
+        _layer(part)
