@@ -1,7 +1,7 @@
 """Run `mismatchctl ARGS...` and SIGKILL the process at the N-th call of a chosen function
-(N = 0: never; tests/test_concurrency.py uses that for many-part ingests in a subprocess).
+(N = 0: never; tests/store/test_concurrency.py uses that for many-part ingests in a subprocess).
 
-Used by tests/test_crash.py: ``python -m tests.crash_driver POINT N ARGS...``. Parts are made
+Used by tests/store/test_crash.py: ``python -m tests.crash_driver POINT N ARGS...``. Parts are made
 tiny (PART_TOKENS) so that a small dump is written as many parts and every phase of an ingest
 (staging, moving parts into place, the catalog transaction) has many points to die at.
 """

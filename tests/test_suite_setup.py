@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import test_report_html
+from tests.render import test_report_html
 
 CONFTEST = Path(__file__).with_name("conftest.py")
 SUITE = """

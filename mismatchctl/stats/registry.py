@@ -4,7 +4,7 @@ formatted, its unit and what it means.
 A :class:`Metric` *is* its JSON key (a ``str``), so results are keyed by these constants and
 written as plain JSON, while every writer finds the header, the format and the description here.
 No other module spells a metric name (``tests/test_registry.py`` checks it), and the tables of
-docs/metrics.md are generated from this module (``python -m mismatchctl.stats.registry``).
+docs/metrics.md are generated from this module (``docs_tables``).
 """
 
 from __future__ import annotations
@@ -337,10 +337,15 @@ def markdown_table(level: Level) -> str:
     for m in ALL:
         if m.level == level:
             unit = f" ({m.unit})" if m.unit else ""
-            lines.append(f"| `{m.key}` | {m.header} | {m.description}{unit} |")
+            cells = (f"`{m.key}`", m.header, f"{m.description}{unit}")
+            lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(lines)
 
 
-if __name__ == "__main__":
-    for level in Level:
-        print(f"\n<!-- registry:{level} -->\n{markdown_table(level)}\n<!-- /registry:{level} -->")
+def docs_tables() -> str:
+    """Every table of docs/metrics.md, between the markers the tests look for:
+    ``python -c 'from mismatchctl.stats import registry; print(registry.docs_tables())'``."""
+    return "\n\n".join(
+        f"<!-- registry:{level} -->\n{markdown_table(level)}\n<!-- /registry:{level} -->"
+        for level in Level
+    )

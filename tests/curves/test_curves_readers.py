@@ -17,7 +17,7 @@ import pytest
 from mismatchctl.curves.read import MetricsRead, read_metrics
 from mismatchctl.errors import InputError, MissingDependencyError, UsageError
 
-DATA = Path(__file__).parent / "data" / "metrics"
+DATA = Path(__file__).parents[1] / "data" / "metrics"
 HISTORY = DATA / "wandb_history.csv"
 CHART = DATA / "wandb_chart.csv"
 CONSOLE = DATA / "console.jsonl"

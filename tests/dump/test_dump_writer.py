@@ -519,7 +519,7 @@ def test_importing_the_writer_loads_no_command_line_or_plotting_stack() -> None:
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
     )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 

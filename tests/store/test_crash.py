@@ -1,6 +1,6 @@
 """kill -9 at chosen points of an ingest and of a removal (several seeds per phase): the store
 still opens, no partial run is visible, the other runs are whole, and the same ingest then
-succeeds. (tests/test_store.py also kills a real-size ingest at wall-clock moments.)"""
+succeeds. (tests/store/test_store.py also kills a real-size ingest at wall-clock moments.)"""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import mismatchctl
 from tests.helpers import FIXTURES, cli, multi_gpu_dump
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _killed(store: Path, point: str, n: int, *args: str) -> None:

@@ -158,7 +158,7 @@ def test_staleness_without_fresh_rollouts_is_judged_on_its_band(tmp_path) -> Non
 
     import mismatchctl
 
-    runs = Path(__file__).parents[1] / "sample_data" / "runs" / "stale-weights"
+    runs = Path(__file__).parents[2] / "sample_data" / "runs" / "stale-weights"
     mismatchctl.ingest([runs], run="stale", store=tmp_path / "s")
     check = next(
         c
@@ -236,7 +236,7 @@ def test_padding_stored_as_tokens_is_flagged(store: Path, tmp_path: Path) -> Non
 def test_sample_data_raises_no_data_integrity_alarm(tmp_path: Path) -> None:
     """The committed sample runs (healthy data as the frameworks write it): no padding stored
     as tokens, no duplicate sequences."""
-    runs = Path(__file__).parents[1] / "sample_data" / "runs"
+    runs = Path(__file__).parents[2] / "sample_data" / "runs"
     store = tmp_path / "s"
     for run in sorted(p.name for p in runs.iterdir()):
         mismatchctl.ingest([runs / run], run=run, store=store)

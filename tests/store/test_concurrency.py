@@ -15,7 +15,7 @@ import mismatchctl
 from mismatchctl import schema as S
 from tests.helpers import FIXTURES, cli, multi_gpu_dump, step_dump
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NEMO = sorted(FIXTURES.glob("train_data_step*.jsonl"))
 
 

@@ -37,7 +37,7 @@ def test_every_command_has_help_with_an_example(path: list[str]) -> None:
 def test_every_command_is_documented_in_the_readme() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     for path in _commands():
         assert f"mismatchctl {' '.join(path)}" in readme, path
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.helpers import cli
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def test_demo_runs_on_the_bundled_sample_data(tmp_path: Path, monkeypatch) -> None:

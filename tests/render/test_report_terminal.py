@@ -1,6 +1,6 @@
 """The terminal report on a fixed fixture, compared with a reviewed golden file.
 
-Regenerate after a deliberate change with ``MISMATCHCTL_UPDATE_GOLDEN=1 pytest tests/test_report_terminal.py``
+Regenerate after a deliberate change with ``MISMATCHCTL_UPDATE_GOLDEN=1 pytest tests/render/test_report_terminal.py``
 and review the diff.
 """
 
@@ -15,7 +15,7 @@ from rich.cells import cell_len
 
 from tests.helpers import FIXTURES, cli, multi_gpu_dump, step_dump
 
-GOLDEN_DIR = Path(__file__).parent / "golden"
+GOLDEN_DIR = Path(__file__).parents[1] / "golden"
 
 
 def _check(name: str, text: str) -> None:

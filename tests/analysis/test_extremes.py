@@ -20,7 +20,7 @@ import pytest
 
 from tests.helpers import FIXTURES, cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _dump(path: Path, rollout: list[list[float]], trainer: list[list[float]]) -> Path:

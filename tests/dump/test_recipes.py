@@ -32,7 +32,7 @@ from tests.helpers import FIXTURES, cli
 
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 RECIPES = ROOT / "tests" / "recipes"
 MARKED = re.compile(r"# --8<-- \[start:recipe\]\n(.*?)\n# --8<-- \[end:recipe\]", re.S)
 
