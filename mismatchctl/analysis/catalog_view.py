@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mismatchctl.analysis.sections import Column, Fact, Facts, Kind, Line, Lines, Section, Table
+from mismatchctl.analysis import sections as S
 from mismatchctl.curves.ingest import MetricsIngest
 from mismatchctl.display import file_label
 from mismatchctl.engines.plan import step_span
@@ -31,14 +31,14 @@ def tags_text(tags: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in tags.items()) or "-"
 
 
-def no_runs(store: str) -> Lines:
+def no_runs(store: str) -> S.Lines:
     """What an empty store says: which store it is, how to fill it, and how to point at the
     demo's store when ``mismatchctl demo`` left one here."""
     text = f"No runs in the store {store} yet. Add one with `mismatchctl ingest DUMPS --run NAME`."
-    return Lines("no-runs", None, [Line(text + demo_store_hint(store))])
+    return S.Lines("no-runs", None, [S.Line(text + demo_store_hint(store))])
 
 
-def runs_sections(runs: list[RunInfo], store: str) -> list[Section]:
+def runs_sections(runs: list[RunInfo], store: str) -> list[S.Section]:
     if not runs:
         return [no_runs(store)]
     rows = [
@@ -47,29 +47,26 @@ def runs_sections(runs: list[RunInfo], store: str) -> list[Section]:
         for r in runs
     ]  # fmt: skip
     columns = [
-        Column("run", "run", Kind.LABEL),
-        Column("tags", "tags", Kind.TEXT),
-        Column("steps", "steps", Kind.LABEL),
-        Column("sequences", "sequences", Kind.COUNT),
-        Column("tokens", "model tokens", Kind.COUNT),
-        Column("sources", "sources", Kind.COUNT),
-        Column("at", "ingested at", Kind.LABEL),
-    ]
-    return [Table("runs", "Runs", columns, rows)]
+        S.Column("run", "run", S.Kind.LABEL), S.Column("tags", "tags", S.Kind.TEXT),
+        S.Column("steps", "steps", S.Kind.LABEL), S.Column("sequences", "sequences", S.Kind.COUNT),
+        S.Column("tokens", "model tokens", S.Kind.COUNT),
+        S.Column("sources", "sources", S.Kind.COUNT), S.Column("at", "ingested at", S.Kind.LABEL),
+    ]  # fmt: skip
+    return [S.Table("runs", "Runs", columns, rows)]
 
 
-def run_sections(r: RunInfo) -> list[Section]:
+def run_sections(r: RunInfo) -> list[S.Section]:
     facts = [
-        Fact("run", r.name, Kind.LABEL),
-        Fact("tags", tags_text(r.tags), Kind.TEXT),
-        Fact("gpus (rows)", ", ".join(r.gpus) or "-", Kind.TEXT),
-        Fact("steps", steps_text(r.steps), Kind.TEXT),
-        Fact("sequences", f"{r.sequences:,} ({r.empty_sequences:,} empty)", Kind.TEXT),
-        Fact("model tokens", r.model_tokens, Kind.COUNT),
-        Fact("tool tokens", r.tool_tokens, Kind.COUNT),
-        Fact("dropped sequences", r.dropped_sequences, Kind.COUNT),
-        Fact("duplicate sequences", duplicates_text(r.sources), Kind.TEXT),
-        Fact("created at", r.created_at, Kind.TEXT),
+        S.Fact("run", r.name, S.Kind.LABEL),
+        S.Fact("tags", tags_text(r.tags), S.Kind.TEXT),
+        S.Fact("gpus (rows)", ", ".join(r.gpus) or "-", S.Kind.TEXT),
+        S.Fact("steps", steps_text(r.steps), S.Kind.TEXT),
+        S.Fact("sequences", f"{r.sequences:,} ({r.empty_sequences:,} empty)", S.Kind.TEXT),
+        S.Fact("model tokens", r.model_tokens, S.Kind.COUNT),
+        S.Fact("tool tokens", r.tool_tokens, S.Kind.COUNT),
+        S.Fact("dropped sequences", r.dropped_sequences, S.Kind.COUNT),
+        S.Fact("duplicate sequences", duplicates_text(r.sources), S.Kind.TEXT),
+        S.Fact("created at", r.created_at, S.Kind.TEXT),
     ]
     rows = [
         {"i": i, "file": Path(s.path).name, "format": s.format,
@@ -78,26 +75,23 @@ def run_sections(r: RunInfo) -> list[Section]:
         for i, s in enumerate(r.sources, start=1)
     ]  # fmt: skip
     columns = [
-        Column("i", "#", Kind.COUNT),
-        Column("file", "file", Kind.LABEL),
-        Column("format", "format", Kind.LABEL),
-        Column("fingerprint", "fingerprint", Kind.LABEL),
-        Column("kept", "kept", Kind.COUNT),
-        Column("dropped", "dropped", Kind.COUNT),
-        Column("empty", "empty", Kind.COUNT),
-        Column("tokens", "model tokens", Kind.COUNT),
-    ]
+        S.Column("i", "#", S.Kind.COUNT), S.Column("file", "file", S.Kind.LABEL),
+        S.Column("format", "format", S.Kind.LABEL),
+        S.Column("fingerprint", "fingerprint", S.Kind.LABEL),
+        S.Column("kept", "kept", S.Kind.COUNT), S.Column("dropped", "dropped", S.Kind.COUNT),
+        S.Column("empty", "empty", S.Kind.COUNT), S.Column("tokens", "model tokens", S.Kind.COUNT),
+    ]  # fmt: skip
     lines = []
     for i, s in enumerate(r.sources, start=1):
-        lines.append(Line(f"  {i}. {s.path} ({s.size:,} bytes, {tags_text(s.tags)})"))
-        lines += [Line(f"     note: {n}", "warn") for n in s.notes]
-        lines += [Line(f"     dropped {k}: {v}", "warn") for k, v in s.dropped.items()]
+        lines.append(S.Line(f"  {i}. {s.path} ({s.size:,} bytes, {tags_text(s.tags)})"))
+        lines += [S.Line(f"     note: {n}", "warn") for n in s.notes]
+        lines += [S.Line(f"     dropped {k}: {v}", "warn") for k, v in s.dropped.items()]
         if s.duplicate_sequences:
-            lines.append(Line(f"     duplicate sequences: {s.duplicate_sequences:,}", "warn"))
+            lines.append(S.Line(f"     duplicate sequences: {s.duplicate_sequences:,}", "warn"))
     return [
-        Facts("run", f"Run {r.name}", facts),
-        Table("provenance", "Provenance", columns, rows),
-        Lines("sources", "Sources:", lines),
+        S.Facts("run", f"Run {r.name}", facts),
+        S.Table("provenance", "Provenance", columns, rows),
+        S.Lines("sources", "Sources:", lines),
     ]
 
 
@@ -114,47 +108,53 @@ def duplicates_text(sources: list[SourceRecord]) -> str:
     return text
 
 
-def ingest_sections(result: IngestResult) -> list[Section]:
+def ingest_sections(result: IngestResult) -> list[S.Section]:
     t = result.tally
     skipped = [
-        Line(f"skipped {f.path}: {f.status} (same content as {f.same_as})")
+        S.Line(f"skipped {f.path}: {f.status} (same content as {f.same_as})")
         for f in result.files
         if f.status != "ingested"
     ]
     if not result.ingested:
         title = f"Nothing new for run `{result.run}`: every input is already there."
-        return [Lines("ingest", title, [Line(x.text.removeprefix("skipped ")) for x in skipped])]
+        return [
+            S.Lines("ingest", title, [S.Line(x.text.removeprefix("skipped ")) for x in skipped])
+        ]
     facts = [
-        Fact("files ingested", len(result.ingested), Kind.COUNT),
-        Fact("files skipped (same content)", len(result.files) - len(result.ingested), Kind.COUNT),
-        Fact("sequences", t.sequences, Kind.COUNT),
-        Fact("model tokens", t.model_tokens, Kind.COUNT),
-        Fact("tool tokens", t.tool_tokens, Kind.COUNT),
-        Fact("prompt tokens", t.prompt_tokens, Kind.COUNT),
-        Fact("padding tokens", t.pad_tokens, Kind.COUNT),
-        Fact("empty sequences (no model token)", t.empty_sequences, Kind.COUNT),
-        Fact("duplicate sequences (exact repeats in a step)", t.duplicate_sequences, Kind.COUNT),
-        Fact("steps", steps_text(sorted(t.steps)), Kind.TEXT),
-        Fact("gpus", ", ".join(sorted(t.gpus)) or "-", Kind.TEXT),
-        Fact("dropped sequences", t.dropped_sequences, Kind.COUNT),
+        S.Fact("files ingested", len(result.ingested), S.Kind.COUNT),
+        S.Fact(
+            "files skipped (same content)", len(result.files) - len(result.ingested), S.Kind.COUNT
+        ),
+        S.Fact("sequences", t.sequences, S.Kind.COUNT),
+        S.Fact("model tokens", t.model_tokens, S.Kind.COUNT),
+        S.Fact("tool tokens", t.tool_tokens, S.Kind.COUNT),
+        S.Fact("prompt tokens", t.prompt_tokens, S.Kind.COUNT),
+        S.Fact("padding tokens", t.pad_tokens, S.Kind.COUNT),
+        S.Fact("empty sequences (no model token)", t.empty_sequences, S.Kind.COUNT),
+        S.Fact(
+            "duplicate sequences (exact repeats in a step)", t.duplicate_sequences, S.Kind.COUNT
+        ),
+        S.Fact("steps", steps_text(sorted(t.steps)), S.Kind.TEXT),
+        S.Fact("gpus", ", ".join(sorted(t.gpus)) or "-", S.Kind.TEXT),
+        S.Fact("dropped sequences", t.dropped_sequences, S.Kind.COUNT),
     ]
     facts += [
-        Fact(f"  dropped: {reason}", n, Kind.COUNT) for reason, n in sorted(t.dropped.items())
+        S.Fact(f"  dropped: {reason}", n, S.Kind.COUNT) for reason, n in sorted(t.dropped.items())
     ]
     if t.padding_kept:
         facts.append(
-            Fact("padding kept as model tokens (--allow-padding)", t.padding_kept, Kind.COUNT)
+            S.Fact("padding kept as model tokens (--allow-padding)", t.padding_kept, S.Kind.COUNT)
         )
     lines = list(skipped)
     for f in result.files:
         if f.status == "ingested" and f.record and f.record.notes:
-            lines += [Line(f"note: {file_label(f.path)}: {n}", "warn") for n in f.record.notes]
+            lines += [S.Line(f"note: {file_label(f.path)}: {n}", "warn") for n in f.record.notes]
     if t.dropped_ids:
-        lines.append(Line("dropped samples: " + "; ".join(t.dropped_ids), "warn"))
-    lines += [Line(f"Warning: {w}", "bold") for w in result.warnings]
-    out: list[Section] = [Facts("ingest", f"Ingested into run `{result.run}`", facts)]
+        lines.append(S.Line("dropped samples: " + "; ".join(t.dropped_ids), "warn"))
+    lines += [S.Line(f"Warning: {w}", "bold") for w in result.warnings]
+    out: list[S.Section] = [S.Facts("ingest", f"Ingested into run `{result.run}`", facts)]
     if lines:
-        out.append(Lines("ingest-notes", None, lines))
+        out.append(S.Lines("ingest-notes", None, lines))
     return out
 
 
@@ -171,33 +171,35 @@ def ingest_dict(result: IngestResult) -> dict[str, Any]:
     }
 
 
-def metrics_ingest_sections(result: MetricsIngest) -> list[Section]:
+def metrics_ingest_sections(result: MetricsIngest) -> list[S.Section]:
     commit, src = result.commit, result.commit.source
     if commit.status != "ingested":
         same = commit.same_as
         when = f" (on {same.ingested_at})" if same else ""
         text = f"Nothing new for run `{result.run}`: {src.path} was already ingested with these options{when}."
-        return [Lines("metrics", None, [Line(text, "bold")])]
+        return [S.Lines("metrics", None, [S.Line(text, "bold")])]
     steps = step_span(src.min_step, src.max_step) if src.min_step is not None else "-"
     facts = [
-        Fact("source", f"{src.path} ({src.format})", Kind.TEXT),
-        Fact("step column", src.step_column, Kind.TEXT),
-        Fact("metrics", f"{len(src.metrics)}: " + ", ".join(src.metrics), Kind.TEXT),
-        Fact("steps", steps, Kind.TEXT),
-        Fact("values added", commit.added, Kind.COUNT),
-        Fact("values already in the run (equal)", commit.unchanged, Kind.COUNT),
-        Fact("earlier values replaced", commit.replaced, Kind.COUNT),
+        S.Fact("source", f"{src.path} ({src.format})", S.Kind.TEXT),
+        S.Fact("step column", src.step_column, S.Kind.TEXT),
+        S.Fact("metrics", f"{len(src.metrics)}: " + ", ".join(src.metrics), S.Kind.TEXT),
+        S.Fact("steps", steps, S.Kind.TEXT),
+        S.Fact("values added", commit.added, S.Kind.COUNT),
+        S.Fact("values already in the run (equal)", commit.unchanged, S.Kind.COUNT),
+        S.Fact("earlier values replaced", commit.replaced, S.Kind.COUNT),
     ]
     facts += [
-        Fact(f"excluded: {reason}", n, Kind.COUNT) for reason, n in sorted(src.excluded.items())
+        S.Fact(f"excluded: {reason}", n, S.Kind.COUNT) for reason, n in sorted(src.excluded.items())
     ]
     facts += [
-        Fact(f"renamed: {new}", f"from {old}", Kind.TEXT)
+        S.Fact(f"renamed: {new}", f"from {old}", S.Kind.TEXT)
         for new, old in sorted(src.renamed.items())
     ]
-    out: list[Section] = [Facts("metrics", f"Training metrics of run `{result.run}`", facts)]
+    out: list[S.Section] = [S.Facts("metrics", f"Training metrics of run `{result.run}`", facts)]
     if src.notes:
-        out.append(Lines("metrics-notes", None, [Line(f"note: {n}", "warn") for n in src.notes]))
+        out.append(
+            S.Lines("metrics-notes", None, [S.Line(f"note: {n}", "warn") for n in src.notes])
+        )
     return out
 
 
@@ -214,7 +216,7 @@ def metrics_ingest_dict(result: MetricsIngest) -> dict[str, Any]:
     }
 
 
-def check_sections(found: dict[str, list[Damage]], store: str) -> list[Section]:
+def check_sections(found: dict[str, list[Damage]], store: str) -> list[S.Section]:
     if not found:
         return [no_runs(store)]
     rows: list[dict[str, Any]] = []
@@ -225,9 +227,7 @@ def check_sections(found: dict[str, list[Damage]], store: str) -> list[Section]:
             {"run": run, "status": "damaged", "part": d.part, "problem": d.problem} for d in damage
         ]
     columns = [
-        Column("run", "run", Kind.LABEL),
-        Column("status", "status", Kind.VERDICT),
-        Column("part", "part", Kind.TEXT),
-        Column("problem", "problem", Kind.TEXT),
-    ]
-    return [Table("check", "", columns, rows)]
+        S.Column("run", "run", S.Kind.LABEL), S.Column("status", "status", S.Kind.VERDICT),
+        S.Column("part", "part", S.Kind.TEXT), S.Column("problem", "problem", S.Kind.TEXT),
+    ]  # fmt: skip
+    return [S.Table("check", "", columns, rows)]

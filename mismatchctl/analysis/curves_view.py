@@ -6,20 +6,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from mismatchctl.analysis.sections import (
-    Block,
-    Column,
-    Figure,
-    Kind,
-    Line,
-    Lines,
-    Section,
-    Table,
-    slug,
-)
+from mismatchctl.analysis import sections as S
 from mismatchctl.curves.analysis import Link, RunCurves
 from mismatchctl.curves.correlate import MIN_LAG_PAIRS
 from mismatchctl.curves.series import KL, value_at
@@ -64,7 +55,7 @@ def lag_text(link: Link) -> str:
     return f"same step ({r})"
 
 
-def links_table(c: RunCurves) -> Table:
+def links_table(c: RunCurves) -> S.Table:
     """Each curve against per-step vllm_kl: over how many steps, Pearson and Spearman of the
     values, and the best lead-lag of the step-to-step changes."""
     rows = [
@@ -79,15 +70,13 @@ def links_table(c: RunCurves) -> Table:
         for link in c.links
     ]
     columns = [
-        Column("curve", "curve", Kind.LABEL),
-        Column("from", "from", Kind.LABEL),
-        Column("steps", "steps", Kind.COUNT),
-        Column("pearson", "pearson", Kind.SIGNED),
-        Column("spearman", "spearman", Kind.SIGNED),
-        Column("lag", "lead-lag of the changes (best |r|)", Kind.TEXT),
-    ]
-    return Table(
-        slug("curve-links", c.run),
+        S.Column("curve", "curve", S.Kind.LABEL), S.Column("from", "from", S.Kind.LABEL),
+        S.Column("steps", "steps", S.Kind.COUNT), S.Column("pearson", "pearson", S.Kind.SIGNED),
+        S.Column("spearman", "spearman", S.Kind.SIGNED),
+        S.Column("lag", "lead-lag of the changes (best |r|)", S.Kind.TEXT),
+    ]  # fmt: skip
+    return S.Table(
+        S.slug("curve-links", c.run),
         f"Training curves: {c.run} (each curve against per-step vllm_kl)",
         columns,
         rows,
@@ -213,7 +202,7 @@ def step_band(c: RunCurves, step: int) -> str | None:
     return None if v is None or math.isnan(v) else band(v)
 
 
-def step_table(c: RunCurves) -> Table:
+def step_table(c: RunCurves) -> S.Table:
     steps, note = table_steps(c)
     names = table_columns(c)
     rows = []
@@ -223,13 +212,17 @@ def step_table(c: RunCurves) -> Table:
             row[f"c{i}"] = value_at(c.series[name], step)
         rows.append(row)
     columns = [
-        Column("step", "step", Kind.ID),
-        Column("c0", KL, Kind.VALUE, M.VLLM_KL, band_key="band"),
-        Column("band", "band", Kind.BAND, band_key="band"),
-        *[Column(f"c{i}", name, Kind.VALUE) for i, name in enumerate(names) if i],
+        S.Column("step", "step", S.Kind.ID),
+        S.Column("c0", KL, S.Kind.VALUE, M.VLLM_KL, band_key="band"),
+        S.Column("band", "band", S.Kind.BAND, band_key="band"),
+        *[S.Column(f"c{i}", name, S.Kind.VALUE) for i, name in enumerate(names) if i],
     ]
-    return Table(
-        slug("curve-steps", c.run), f"Per step: {c.run}, training curves", columns, rows, note=note
+    return S.Table(
+        S.slug("curve-steps", c.run),
+        f"Per step: {c.run}, training curves",
+        columns,
+        rows,
+        note=note,
     )
 
 
@@ -246,52 +239,59 @@ HOW_LAGS = (
 )
 
 
-def curves_block(c: RunCurves) -> Block:
+def curves_block(c: RunCurves) -> S.Block:
     """A run's training curves: with training logs, everything; without, one line saying how to
     attach them (the dump-derived curves are in the JSON and the figure)."""
-    notes = Lines(slug("curve-notes", c.run), None, [Line(n, "note") for n in join_notes(c)])
+    notes = S.Lines(S.slug("curve-notes", c.run), None, [S.Line(n, "note") for n in join_notes(c)])
     if not c.has_logs:
-        return Block(slug("curves", c.run), f"Training curves: {c.run}", [notes], collapsed=True,
+        return S.Block(S.slug("curves", c.run), f"Training curves: {c.run}", [notes], collapsed=True,
                      summary="no training logs attached")  # fmt: skip
-    sections: list[Section] = [links_table(c), notes]
-    sections.append(Lines(slug("curve-events", c.run), None, [Line(x) for x in event_lines(c)]))
-    sections.append(Figure(slug("fig-curves", c.run), "vllm_kl and the training curves",
+    sections: list[S.Section] = [links_table(c), notes]
+    sections.append(
+        S.Lines(S.slug("curve-events", c.run), None, [S.Line(x) for x in event_lines(c)])
+    )
+    sections.append(S.Figure(S.slug("fig-curves", c.run), "vllm_kl and the training curves",
                            "curves_overlay", c, HOW_OVERLAY))  # fmt: skip
     if c.links:
-        sections.append(Figure(slug("fig-lags", c.run), "Lead-lag of the step-to-step changes",
+        sections.append(S.Figure(S.slug("fig-lags", c.run), "Lead-lag of the step-to-step changes",
                                "curves_lags", c, HOW_LAGS))  # fmt: skip
     sections.append(step_table(c))
-    return Block(slug("curves", c.run), f"Training curves: {c.run}", sections)
+    return S.Block(S.slug("curves", c.run), f"Training curves: {c.run}", sections)
 
 
-def curve_pairs_table(pairs: list) -> Table:
+def pair_dict(p: Any) -> dict[str, Any]:
+    """A paired curve of a comparison as its JSON (``comparison.curves``)."""
+    return {
+        "metric": p.metric,
+        "a": None if p.a is None else p.a.series.name,
+        "b": None if p.b is None else p.b.series.name,
+        "common_steps": p.common_steps,
+        "only_a_steps": p.only_a_steps,
+        "only_b_steps": p.only_b_steps,
+        "mean_a": p.mean_a,
+        "mean_b": p.mean_b,
+        "ratio": p.ratio,
+        "pearson_with_vllm_kl_a": None if p.a is None else p.a.pearson,
+        "pearson_with_vllm_kl_b": None if p.b is None else p.b.pearson,
+    }
+
+
+def curve_pairs_table(pairs: list) -> S.Table:
     """One row per paired curve of a comparison (means over the steps both sides have)."""
     rows = [
-        {
-            "curve": p.metric,
-            "steps_a": None if p.a is None else len(p.a.series.steps),
-            "steps_b": None if p.b is None else len(p.b.series.steps),
-            "common": p.common_steps,
-            "mean_a": p.mean_a,
-            "mean_b": p.mean_b,
-            "ratio": p.ratio,
-            "r_a": None if p.a is None else p.a.pearson,
-            "r_b": None if p.b is None else p.b.pearson,
-        }
+        {**pair_dict(p), "steps_a": None if p.a is None else len(p.a.series.steps),
+         "steps_b": None if p.b is None else len(p.b.series.steps)}
         for p in pairs
-    ]
+    ]  # fmt: skip
     columns = [
-        Column("curve", "curve", Kind.LABEL),
-        Column("steps_a", "steps A", Kind.COUNT),
-        Column("steps_b", "steps B", Kind.COUNT),
-        Column("common", "common", Kind.COUNT),
-        Column("mean_a", "mean A", Kind.VALUE),
-        Column("mean_b", "mean B", Kind.VALUE),
-        Column("ratio", "B / A", Kind.RATIO),
-        Column("r_a", "r(vllm_kl) A", Kind.SIGNED),
-        Column("r_b", "r(vllm_kl) B", Kind.SIGNED),
-    ]
-    return Table(
+        S.Column("metric", "curve", S.Kind.LABEL), S.Column("steps_a", "steps A", S.Kind.COUNT),
+        S.Column("steps_b", "steps B", S.Kind.COUNT), S.Column("common_steps", "common", S.Kind.COUNT),
+        S.Column("mean_a", "mean A", S.Kind.VALUE), S.Column("mean_b", "mean B", S.Kind.VALUE),
+        S.Column("ratio", "B / A", S.Kind.RATIO),
+        S.Column("pearson_with_vllm_kl_a", "r(vllm_kl) A", S.Kind.SIGNED),
+        S.Column("pearson_with_vllm_kl_b", "r(vllm_kl) B", S.Kind.SIGNED),
+    ]  # fmt: skip
+    return S.Table(
         "curve-pairs", "Training curves, aligned on step (means over the common steps)",
         columns, rows,
     )  # fmt: skip

@@ -3,20 +3,9 @@ to fix them (each check with its finding, what to try next and its evidence)."""
 
 from __future__ import annotations
 
+from mismatchctl.analysis import sections as S
 from mismatchctl.analysis.diagnose import Diagnosis, layers
 from mismatchctl.analysis.diagnose_base import FAIL, WARN
-from mismatchctl.analysis.sections import (
-    Block,
-    CheckRow,
-    Checks,
-    Fact,
-    Facts,
-    Kind,
-    Line,
-    Lines,
-    Section,
-    slug,
-)
 
 LAYER_ORDER_NOTE = (
     "Checks run from data integrity to the objective: fix the first layer that fails before "
@@ -24,46 +13,46 @@ LAYER_ORDER_NOTE = (
 )
 
 
-def verdict_facts(d: Diagnosis) -> Facts:
+def verdict_facts(d: Diagnosis) -> S.Facts:
     counts = ", ".join(f"{n} {v}" for v, n in d.counts().items())
-    return Facts(
-        slug("verdict", d.label),
+    return S.Facts(
+        S.slug("verdict", d.label),
         f"Diagnosis: {d.label}",
-        [Fact("verdict", d.verdict, Kind.VERDICT, remark=f"({counts})")],
+        [S.Fact("verdict", d.verdict, S.Kind.VERDICT, remark=f"({counts})")],
     )
 
 
-def _row(c, label: str) -> CheckRow:  # a diagnose_base.Check
-    anchor = slug("check", label, c.name)
-    return CheckRow(c.layer, c.verdict, c.name, c.title, c.finding, c.next, c.evidence, anchor)
+def _row(c, label: str) -> S.CheckRow:  # a diagnose_base.Check
+    anchor = S.slug("check", label, c.name)
+    return S.CheckRow(c.layer, c.verdict, c.name, c.title, c.finding, c.next, c.evidence, anchor)
 
 
-def diagnosis_sections(d: Diagnosis, brief: bool = False) -> list[Section]:
+def diagnosis_sections(d: Diagnosis, brief: bool = False) -> list[S.Section]:
     """Every layer's checks; ``brief`` (``diagnose -q``): the verdict and the checks that fail
     or warn, failures first, nothing else."""
-    out: list[Section] = [verdict_facts(d)]
+    out: list[S.Section] = [verdict_facts(d)]
     if brief:
         rows = [_row(c, d.label) for v in (FAIL, WARN) for c in d.checks if c.verdict == v]
         if rows:
-            out.append(Checks(slug("failing", d.label), "", rows, brief=True))
+            out.append(S.Checks(S.slug("failing", d.label), "", rows, brief=True))
         return out
     for layer, checks in layers(d):
         out.append(
-            Checks(
-                slug("layer", d.label, layer),
+            S.Checks(
+                S.slug("layer", d.label, layer),
                 layer.capitalize(),
                 [_row(c, d.label) for c in checks],
             )
         )
-    out.append(Lines(slug("diagnosis-note", d.label), None, [Line(LAYER_ORDER_NOTE, "dim")]))
+    out.append(S.Lines(S.slug("diagnosis-note", d.label), None, [S.Line(LAYER_ORDER_NOTE, "dim")]))
     return out
 
 
-def diagnosis_block(d: Diagnosis, collapsed: bool = False) -> Block:
+def diagnosis_block(d: Diagnosis, collapsed: bool = False) -> S.Block:
     """The diagnosis as one block (the report's HTML page folds it under each run)."""
     counts = ", ".join(f"{n} {v}" for v, n in d.counts().items())
-    return Block(
-        slug("diagnosis", d.label),
+    return S.Block(
+        S.slug("diagnosis", d.label),
         f"Diagnosis: {d.label}",
         diagnosis_sections(d),
         collapsed=collapsed,

@@ -14,22 +14,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from mismatchctl.analysis import figure_data as FD
+from mismatchctl.analysis import sections as S
 from mismatchctl.analysis.curves_view import curves_block
 from mismatchctl.analysis.report import Group, Report
-from mismatchctl.analysis.sections import (
-    Block,
-    Column,
-    Fact,
-    Facts,
-    Figure,
-    Kind,
-    Line,
-    Lines,
-    Section,
-    StepSeries,
-    Table,
-    slug,
-)
 from mismatchctl.display import number
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import BAND_NAMES, EXP_MAX, band, bin_label
@@ -60,12 +47,12 @@ POOLED = "all runs"
 
 def report_sections(
     report: Report, pool: bool = False, diagnoses: Mapping[str, Diagnosis] | None = None
-) -> list[Section]:
+) -> list[S.Section]:
     """The report's sections; ``diagnoses`` (per run, from ``diagnose``) add a verdict to each
     run's summary row and the checks, collapsed, to its block."""
     runs = report.selection.names
     diagnoses = diagnoses or {}
-    out: list[Section] = []
+    out: list[S.Section] = []
     if len(runs) > 1 and not pool:
         out += [summary_table(report, diagnoses), bins_by_run(report), turns_by_run(report)]
         out += [steps_by_run(report), steps_figure(report, K.RUN)]
@@ -84,33 +71,28 @@ def report_sections(
     fixed = [*FIXED, (K.STEP,)] if len(runs) == 1 else FIXED
     out += [split_table(report, split) for split in report.splits if split not in fixed]
     if report.notes:
-        out.append(Lines("notes", "Notes", [Line(n, "note") for n in report.notes]))
+        out.append(S.Lines("notes", "Notes", [S.Line(n, "note") for n in report.notes]))
     return out
 
 
 # --- summary --------------------------------------------------------------------------------
 
 
-def summary_table(report: Report, diagnoses: Mapping[str, Diagnosis]) -> Table:
+def summary_table(report: Report, diagnoses: Mapping[str, Diagnosis]) -> S.Table:
     """One row per run: its size, vllm_kl with its band, and (with a diagnosis) the verdict and
     the top finding."""
     later_first = _later_first(report)
     columns = [
-        Column("run", "run", Kind.LABEL),
-        Column.of(M.TOKENS),
-        Column.of(M.SEQUENCES),
-        Column("steps", "steps", Kind.COUNT),
-        Column.of(M.VLLM_KL, band_key="band"),
-        Column("band", "band", Kind.BAND, band_key="band"),
-        Column.of(M.KL_K1),
-        Column.of(M.ABS_LOG_RATIO_MEAN),
-        Column.of(M.PROB_PEARSON),
-        Column("later_first", "later/first", Kind.RATIO),
-    ]
+        S.Column("run", "run", S.Kind.LABEL), S.Column.of(M.TOKENS), S.Column.of(M.SEQUENCES),
+        S.Column("steps", "steps", S.Kind.COUNT), S.Column.of(M.VLLM_KL, band_key="band"),
+        S.Column("band", "band", S.Kind.BAND, band_key="band"), S.Column.of(M.KL_K1),
+        S.Column.of(M.ABS_LOG_RATIO_MEAN), S.Column.of(M.PROB_PEARSON),
+        S.Column("later_first", "later/first", S.Kind.RATIO),
+    ]  # fmt: skip
     if diagnoses:
         columns += [
-            Column("verdict", "verdict", Kind.VERDICT),
-            Column("finding", "top finding", Kind.TEXT),
+            S.Column("verdict", "verdict", S.Kind.VERDICT),
+            S.Column("finding", "top finding", S.Kind.TEXT),
         ]
     rows = []
     for run in report.selection.names:
@@ -135,7 +117,7 @@ def summary_table(report: Report, diagnoses: Mapping[str, Diagnosis]) -> Table:
             row["verdict"], row["finding"] = d.verdict, d.top_finding()
         rows.append(row)
     title = "Runs" if len(rows) > 1 else "Run"
-    return Table("summary", title, columns, rows)
+    return S.Table("summary", title, columns, rows)
 
 
 def _later_first(report: Report) -> dict[str, float | None]:
@@ -165,11 +147,11 @@ def run_block(
     diagnosis: Diagnosis | None = None,
     media: str = "all",
     steps: bool = True,
-) -> Block:
+) -> S.Block:
     pooled = run == POOLED
     whole = report.whole() if pooled else report.run(run)
     assert whole is not None
-    sections: list[Section] = [headline(report, run, whole)]
+    sections: list[S.Section] = [headline(report, run, whole)]
     if diagnosis is not None:
         from mismatchctl.analysis.diagnose_view import diagnosis_block
 
@@ -186,22 +168,22 @@ def run_block(
         summary = f"vllm_kl {number(m[M.VLLM_KL])} ({band(m[M.VLLM_KL]) or '-'})"
         if diagnosis is not None:
             summary += f"; {diagnosis.verdict}: {diagnosis.top_finding()}"
-        return Block(
-            slug("run", run), title, sections, collapsed=True, summary=summary, media=media
+        return S.Block(
+            S.slug("run", run), title, sections, collapsed=True, summary=summary, media=media
         )
-    return Block(slug("run", run), title, sections, media=media)
+    return S.Block(S.slug("run", run), title, sections, media=media)
 
 
-def headline(report: Report, run: str, whole: Group) -> Facts:
+def headline(report: Report, run: str, whole: Group) -> S.Facts:
     """The key numbers of one run (or of the pooled selection)."""
     m = whole.metrics
     pooled = run == POOLED
     names = report.selection.names if pooled else [run]
     infos = [r for r in report.selection.runs if r.name in names]
-    facts: list[Fact] = []
+    facts: list[S.Fact] = []
     if not pooled and infos and infos[0].tags:
         tags = " ".join(f"{k}={v}" for k, v in infos[0].tags.items())
-        facts.append(Fact("tags", tags, Kind.LABEL))
+        facts.append(S.Fact("tags", tags, S.Kind.LABEL))
     kinds = {
         g.by[K.TURN_KIND]: g.metrics
         for g in (
@@ -213,33 +195,33 @@ def headline(report: Report, run: str, whole: Group) -> Facts:
     steps = sorted({s for name in names for s in _run_steps(report, name)})
     vband = band(m[M.VLLM_KL])
     facts += [
-        Fact(M.TOKENS.header, m[M.TOKENS], Kind.COUNT),
-        Fact(M.SEQUENCES.description.split(" with")[0], m[M.SEQUENCES], Kind.COUNT),
-        Fact("steps", len(steps), Kind.COUNT),
-        Fact(M.VLLM_KL, m[M.VLLM_KL], Kind.VALUE, vband, overflow_text(m)),
-        Fact(M.KL_K1, m[M.KL_K1]),
-        Fact(M.ABS_LOG_RATIO_MEAN, m[M.ABS_LOG_RATIO_MEAN]),
-        Fact(M.PROB_PEARSON, m[M.PROB_PEARSON], Kind.CORR),
-        Fact(
+        S.Fact(M.TOKENS.header, m[M.TOKENS], S.Kind.COUNT),
+        S.Fact(M.SEQUENCES.description.split(" with")[0], m[M.SEQUENCES], S.Kind.COUNT),
+        S.Fact("steps", len(steps), S.Kind.COUNT),
+        S.Fact(M.VLLM_KL, m[M.VLLM_KL], S.Kind.VALUE, vband, overflow_text(m)),
+        S.Fact(M.KL_K1, m[M.KL_K1]),
+        S.Fact(M.ABS_LOG_RATIO_MEAN, m[M.ABS_LOG_RATIO_MEAN]),
+        S.Fact(M.PROB_PEARSON, m[M.PROB_PEARSON], S.Kind.CORR),
+        S.Fact(
             f"{M.LOG_PPL_PEARSON} first turn",
             kinds.get("first", {}).get(M.LOG_PPL_PEARSON),
-            Kind.CORR,
+            S.Kind.CORR,
         ),
-        Fact(
+        S.Fact(
             f"{M.LOG_PPL_PEARSON} later turns",
             kinds.get("later", {}).get(M.LOG_PPL_PEARSON),
-            Kind.CORR,
+            S.Kind.CORR,
         ),
     ]
     empty = sum(report.empty_by_run.get(n, 0) for n in names)
     dropped = sum(r.dropped_sequences for r in infos)
     facts.append(
-        Fact("excluded", f"{empty:,} empty sequences, {dropped:,} dropped at ingest", Kind.TEXT)
+        S.Fact("excluded", f"{empty:,} empty sequences, {dropped:,} dropped at ingest", S.Kind.TEXT)
     )
-    facts.append(Fact("aggregation", report.aggregation, Kind.TEXT))
+    facts.append(S.Fact("aggregation", report.aggregation, S.Kind.TEXT))
     if report.selection.steps is not None:
-        facts.append(Fact("step range", str(report.selection.steps), Kind.TEXT))
-    return Facts(slug("headline", run), "", facts)  # under its run's title
+        facts.append(S.Fact("step range", str(report.selection.steps), S.Kind.TEXT))
+    return S.Facts(S.slug("headline", run), "", facts)  # under its run's title
 
 
 def overflow_text(metrics: Mapping[str, Any]) -> str | None:
@@ -266,7 +248,7 @@ def _bin_groups(report: Report, run: str) -> list[Group]:
     return [g for g in report.split(K.RUN, K.BIN) if g.by[K.RUN] == run]
 
 
-def bins_table(report: Report, run: str) -> Table:
+def bins_table(report: Report, run: str) -> S.Table:
     rows = []
     for g in _bin_groups(report, run):
         m = g.metrics
@@ -278,10 +260,10 @@ def bins_table(report: Report, run: str) -> Table:
                 "hot": kl_share > HOT_FACTOR * token_share and kl_share > HOT_SHARE,
             }
         )
-    columns = [Column("bin", "p_infer bin", Kind.LABEL)]
-    columns += [Column.of(k, hot_key="hot" if k == M.KL_SHARE else None) for k in BIN_COLUMNS]
-    return Table(
-        slug("bins", run),
+    columns = [S.Column("bin", "p_infer bin", S.Kind.LABEL)]
+    columns += [S.Column.of(k, hot_key="hot" if k == M.KL_SHARE else None) for k in BIN_COLUMNS]
+    return S.Table(
+        S.slug("bins", run),
         "By inference probability p_infer = exp(rollout logprob)",
         columns,
         rows,
@@ -302,7 +284,7 @@ BIN_COLUMNS = (
 )
 
 
-def turns_table(report: Report, run: str) -> Table:
+def turns_table(report: Report, run: str) -> S.Table:
     groups = (
         report.split(K.TURN_KIND)
         if run == POOLED
@@ -319,22 +301,20 @@ def turns_table(report: Report, run: str) -> Table:
                 "first": a,
                 "later": b,
                 "ratio": ratio(a, b),
-                "kind": Kind.COUNT if name in (M.TOKENS, M.SEQUENCES) else Kind.VALUE,
+                "kind": S.Kind.COUNT if name in (M.TOKENS, M.SEQUENCES) else S.Kind.VALUE,
             }
         )
     columns = [
-        Column("metric", "metric", Kind.LABEL),
-        Column("first", "first", Kind.VALUE),
-        Column("later", "later", Kind.VALUE),
-        Column("ratio", "later / first", Kind.RATIO),
-    ]
-    return Table(slug("turns", run), "First turn vs turns after a tool response", columns, rows)
+        S.Column("metric", "metric", S.Kind.LABEL), S.Column("first", "first", S.Kind.VALUE),
+        S.Column("later", "later", S.Kind.VALUE), S.Column("ratio", "later / first", S.Kind.RATIO),
+    ]  # fmt: skip
+    return S.Table(S.slug("turns", run), "First turn vs turns after a tool response", columns, rows)
 
 
 # --- several runs side by side ----------------------------------------------------------------
 
 
-def bins_by_run(report: Report) -> Table:
+def bins_by_run(report: Report) -> S.Table:
     """vllm_kl of each probability bin, one column per run (each run's kl shares are in its own
     bins table)."""
     runs = report.selection.names
@@ -343,9 +323,9 @@ def bins_by_run(report: Report) -> Table:
         k, run = int(g.by[K.BIN]), g.by[K.RUN]
         row = per.setdefault(k, {"bin": bin_label(report.bin_edges, k)})
         row[run] = g.metrics.get(M.VLLM_KL)
-    columns = [Column("bin", "p_infer bin", Kind.LABEL)]
-    columns += [Column(run, run, Kind.VALUE, M.VLLM_KL) for run in runs]
-    return Table(
+    columns = [S.Column("bin", "p_infer bin", S.Kind.LABEL)]
+    columns += [S.Column(run, run, S.Kind.VALUE, M.VLLM_KL) for run in runs]
+    return S.Table(
         "bins-by-run",
         "vllm_kl by inference probability p_infer, per run",
         columns,
@@ -353,7 +333,7 @@ def bins_by_run(report: Report) -> Table:
     )
 
 
-def turns_by_run(report: Report) -> Table:
+def turns_by_run(report: Report) -> S.Table:
     """First turn vs turns after a tool response, one row per run."""
     kinds: dict[str, dict[str, Any]] = {}
     for g in report.split(K.RUN, K.TURN_KIND):
@@ -374,15 +354,15 @@ def turns_by_run(report: Report) -> Table:
             }
         )
     columns = [
-        Column("run", "run", Kind.LABEL),
-        Column("first_kl", f"first {M.VLLM_KL}", Kind.VALUE, M.VLLM_KL),
-        Column("later_kl", f"later {M.VLLM_KL}", Kind.VALUE, M.VLLM_KL),
-        Column("ratio", "later / first", Kind.RATIO),
-        Column("first_rho", "first log-ppl ρ", Kind.CORR, M.LOG_PPL_PEARSON),
-        Column("later_rho", "later log-ppl ρ", Kind.CORR, M.LOG_PPL_PEARSON),
-        Column("later_share", "later token share", Kind.SHARE),
-    ]
-    return Table(
+        S.Column("run", "run", S.Kind.LABEL),
+        S.Column("first_kl", f"first {M.VLLM_KL}", S.Kind.VALUE, M.VLLM_KL),
+        S.Column("later_kl", f"later {M.VLLM_KL}", S.Kind.VALUE, M.VLLM_KL),
+        S.Column("ratio", "later / first", S.Kind.RATIO),
+        S.Column("first_rho", "first log-ppl ρ", S.Kind.CORR, M.LOG_PPL_PEARSON),
+        S.Column("later_rho", "later log-ppl ρ", S.Kind.CORR, M.LOG_PPL_PEARSON),
+        S.Column("later_share", "later token share", S.Kind.SHARE),
+    ]  # fmt: skip
+    return S.Table(
         "turns-by-run", "First turn vs turns after a tool response, per run", columns, rows
     )
 
@@ -390,7 +370,7 @@ def turns_by_run(report: Report) -> Table:
 # --- steps --------------------------------------------------------------------------------------
 
 
-def steps_by_run(report: Report) -> Table:
+def steps_by_run(report: Report) -> S.Table:
     """Per-batch vllm_kl, one column per run, coloured by band; with many steps, the steps where
     some run has its largest values (every step is in the figure and the JSON)."""
     runs = report.selection.names
@@ -408,9 +388,9 @@ def steps_by_run(report: Report) -> Table:
             "every step in --json and the HTML figure"
         )
         steps = sorted(top[:MAX_STEP_ROWS])
-    columns = [Column("step", "step", Kind.ID)]
-    columns += [Column(r, r, Kind.VALUE, M.VLLM_KL, band_key=f"{r}\0band") for r in runs]
-    return Table("steps-by-run", "vllm_kl per step, per run", columns, [per[s] for s in steps],
+    columns = [S.Column("step", "step", S.Kind.ID)]
+    columns += [S.Column(r, r, S.Kind.VALUE, M.VLLM_KL, band_key=f"{r}\0band") for r in runs]
+    return S.Table("steps-by-run", "vllm_kl per step, per run", columns, [per[s] for s in steps],
                  note=note)  # fmt: skip
 
 
@@ -419,7 +399,7 @@ MAX_STEP_ROWS = 30
 STEP_COLUMNS = (M.TOKENS, M.VLLM_KL, "band", M.KL_K1, M.ABS_LOG_RATIO_MEAN, M.TRAINER_PPL)
 
 
-def _steps(report: Report, run: str) -> list[Section]:
+def _steps(report: Report, run: str) -> list[S.Section]:
     groups = [g for g in report.split(K.RUN, K.STEP) if g.by[K.RUN] == run]
     if not groups:
         return []
@@ -431,25 +411,25 @@ def _steps(report: Report, run: str) -> list[Section]:
         }
         for g in groups
     ]
-    columns = [Column("step", "step", Kind.ID)]
+    columns = [S.Column("step", "step", S.Kind.ID)]
     for k in STEP_COLUMNS:
         if k == "band":
-            columns.append(Column("band", "band", Kind.BAND, band_key="band"))
+            columns.append(S.Column("band", "band", S.Kind.BAND, band_key="band"))
         else:
-            columns.append(Column.of(M.by_key(k), band_key="band" if k == M.VLLM_KL else None))
+            columns.append(S.Column.of(M.by_key(k), band_key="band" if k == M.VLLM_KL else None))
     worst = sorted(range(len(rows)), key=lambda i: -_sortable(rows[i][M.VLLM_KL]))
-    table = Table(slug("steps", run), f"Per step: {run}", columns, rows)
+    table = S.Table(S.slug("steps", run), f"Per step: {run}", columns, rows)
     every = (K.STEP,) in report.splits
-    return [StepSeries(slug("steps", run), f"Per step: {run}", table, M.VLLM_KL, worst, every)]
+    return [S.StepSeries(S.slug("steps", run), f"Per step: {run}", table, M.VLLM_KL, worst, every)]
 
 
 def _sortable(x: float | None) -> float:
     return -math.inf if x is None or math.isnan(x) else x
 
 
-def curves_sections(report: Report) -> list[Section]:
+def curves_sections(report: Report) -> list[S.Section]:
     """Each run's training curves (with training logs); one line naming the runs without."""
-    out: list[Section] = [curves_block(c) for c in report.curves.values() if c.has_logs]
+    out: list[S.Section] = [curves_block(c) for c in report.curves.values() if c.has_logs]
     bare = [run for run, c in report.curves.items() if not c.has_logs]
     if bare:
         text = (
@@ -457,14 +437,14 @@ def curves_sections(report: Report) -> list[Section]:
             "with `mismatchctl ingest-metrics FILE --run RUN`; their dump-derived per-step "
             "curves are in --json)"
         )
-        out.append(Lines("curves-none", None, [Line(text, "dim")]))
+        out.append(S.Lines("curves-none", None, [S.Line(text, "dim")]))
     return out
 
 
 # --- hardware and generic splits --------------------------------------------------------------
 
 
-def hardware_table(report: Report) -> Table:
+def hardware_table(report: Report) -> S.Table:
     rows = []
     for h in report.hardware or []:
         shares = "/".join(_pct(h.step_summary.get(M.BAND_SHARE[b])) for b in BAND_NAMES)
@@ -483,17 +463,17 @@ def hardware_table(report: Report) -> Table:
             }
         )
     columns = [
-        Column("gpu", "gpu", Kind.LABEL),
-        Column("runs", "runs", Kind.TEXT),
-        Column.of(M.BATCHES),
-        Column.of(M.TOKENS),
-        Column.of(M.VLLM_KL, band_key="band"),
-        *[Column.of(k) for k in STEP_STATS],
-        Column("shares", "/".join(BAND_NAMES), Kind.LABEL),
-        Column.of(M.LATER_FIRST_VLLM_KL_RATIO),
-        Column.of(M.LOW_PROB_TOKEN_SHARE),
+        S.Column("gpu", "gpu", S.Kind.LABEL),
+        S.Column("runs", "runs", S.Kind.TEXT),
+        S.Column.of(M.BATCHES),
+        S.Column.of(M.TOKENS),
+        S.Column.of(M.VLLM_KL, band_key="band"),
+        *[S.Column.of(k) for k in STEP_STATS],
+        S.Column("shares", "/".join(BAND_NAMES), S.Kind.LABEL),
+        S.Column.of(M.LATER_FIRST_VLLM_KL_RATIO),
+        S.Column.of(M.LOW_PROB_TOKEN_SHARE),
     ]
-    return Table(
+    return S.Table(
         "hardware",
         "By hardware (per-batch vllm_kl over each gpu's batches; bands: share of batches)",
         columns,
@@ -520,7 +500,7 @@ SPLIT_COLUMNS = (
 )
 
 
-def split_table(report: Report, split: K.Split) -> Table:
+def split_table(report: Report, split: K.Split) -> S.Table:
     rows = []
     for g in report.groups[split]:
         row: dict[str, Any] = {
@@ -530,11 +510,13 @@ def split_table(report: Report, split: K.Split) -> Table:
         row.update({k: g.metrics.get(k) for k in SPLIT_COLUMNS})
         row["band"] = band(g.metrics.get(M.VLLM_KL))
         rows.append(row)
-    columns = [Column(key, key, Kind.LABEL) for key in split]
+    columns = [S.Column(key, key, S.Kind.LABEL) for key in split]
     columns += [
-        Column.of(M.by_key(k), band_key="band" if k == M.VLLM_KL else None) for k in SPLIT_COLUMNS
+        S.Column.of(M.by_key(k), band_key="band" if k == M.VLLM_KL else None) for k in SPLIT_COLUMNS
     ]
-    return Table(slug("split", *split), "By " + " x ".join(split), columns, rows, keys=len(split))
+    return S.Table(
+        S.slug("split", *split), "By " + " x ".join(split), columns, rows, keys=len(split)
+    )
 
 
 # --- figures --------------------------------------------------------------------------------------
@@ -565,7 +547,7 @@ HOW_STEPS = (
 )
 
 
-def distribution_figures(report: Report, run: str) -> list[Section]:
+def distribution_figures(report: Report, run: str) -> list[S.Section]:
     """The three distributions of one run (or of every run pooled), when figure data was
     computed (the HTML writer asks for it)."""
     if report.figures is None:
@@ -593,17 +575,17 @@ def distribution_figures(report: Report, run: str) -> list[Section]:
     ]
     pearson = whole.metrics.get(M.PROB_PEARSON) if whole else None
     return [
-        Figure(slug("fig-mismatch", run), "Mismatch vs inference probability", "mismatch",
+        S.Figure(S.slug("fig-mismatch", run), "Mismatch vs inference probability", "mismatch",
                FD.MismatchPlot(data.mismatch, bins), HOW_MISMATCH),
-        Figure(slug("fig-probs", run), "Token probabilities: p_infer vs p_train", "probs",
+        S.Figure(S.slug("fig-probs", run), "Token probabilities: p_infer vs p_train", "probs",
                FD.ProbsPlot(data.probs, pearson), HOW_PROBS),
-        Figure(slug("fig-log-ppl", run), "Log-perplexity of segments: first vs later turns",
+        S.Figure(S.slug("fig-log-ppl", run), "Log-perplexity of segments: first vs later turns",
                "log_ppl", FD.LogPplPlot(data, {k: dict(v) for k, v in kinds.items()}),
                HOW_LOG_PPL),
     ]  # fmt: skip
 
 
-def steps_figure(report: Report, key: str) -> Figure:
+def steps_figure(report: Report, key: str) -> S.Figure:
     """Per-batch vllm_kl of each run (or gpu), for the HTML page."""
     lines: dict[Any, FD.StepLine] = {}
     for g in report.split(key, K.STEP):
@@ -612,6 +594,6 @@ def steps_figure(report: Report, key: str) -> Figure:
         line.values.append(g.metrics.get(M.VLLM_KL))
         line.bands.append(g.band)
     title = f"vllm_kl per step, per {key} (figure)"
-    return Figure(
+    return S.Figure(
         f"fig-steps-{key}", title, "steps", FD.StepsPlot(key, list(lines.values())), HOW_STEPS
     )

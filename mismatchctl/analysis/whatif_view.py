@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mismatchctl.analysis.sections import Column, Figure, Kind, Line, Lines, Section, Table
+from mismatchctl.analysis import sections as S
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.whatif import Method
@@ -52,12 +52,12 @@ def steps_by_run(w: Whatif) -> dict[Any, list[tuple[Any, Any]]]:
     return out
 
 
-def whatif_sections(w: Whatif) -> list[Section]:
-    out: list[Section] = [
-        Lines("whatif", f"What-if corrections: {w.label}", [Line(HOW)]),
+def whatif_sections(w: Whatif) -> list[S.Section]:
+    out: list[S.Section] = [
+        S.Lines("whatif", f"What-if corrections: {w.label}", [S.Line(HOW)]),
         summary_table(w),
         weights_table(w),
-        Figure("fig-whatif", "Share clipped or rejected", "whatif_sweep" if w.sweep else
+        S.Figure("fig-whatif", "Share clipped or rejected", "whatif_sweep" if w.sweep else
                "whatif_methods", w, HOW_SWEEP if w.sweep else HOW_METHODS),
         keyed_table(w, "By turn kind", K.TURN_KIND),
     ]  # fmt: skip
@@ -65,48 +65,44 @@ def whatif_sections(w: Whatif) -> list[Section]:
         out.append(keyed_table(w, "By gpu", K.GPU))
     if len(w.split(K.RUN)) > 1:
         out.append(keyed_table(w, "By run", K.RUN))
-    out += [steps_table(w), Figure("fig-whatif-steps", "Per step", "whatif_steps", w, HOW_STEPS)]
+    out += [steps_table(w), S.Figure("fig-whatif-steps", "Per step", "whatif_steps", w, HOW_STEPS)]
     return out
 
 
-def summary_table(w: Whatif) -> Table:
+def summary_table(w: Whatif) -> S.Table:
     rows = [
         {"method": method_label(m), "unit": m.info.unit, "action": m.info.action, **r}
         for m, r in zip(w.methods, w.whole().results, strict=True)
     ]
     columns = [
-        Column("method", "method", Kind.LABEL),
-        Column("unit", "unit", Kind.LABEL),
-        Column("action", "action", Kind.LABEL),
-        Column.of(M.TOKEN_FRACTION),
-        Column.of(M.SEQUENCE_FRACTION),
-        Column.of(M.ESS),
-        Column.of(M.ESS_RAW),
-    ]
-    return Table("whatif-summary", "Whole selection", columns, rows, keys=3)
+        S.Column("method", "method", S.Kind.LABEL), S.Column("unit", "unit", S.Kind.LABEL),
+        S.Column("action", "action", S.Kind.LABEL), S.Column.of(M.TOKEN_FRACTION),
+        S.Column.of(M.SEQUENCE_FRACTION), S.Column.of(M.ESS), S.Column.of(M.ESS_RAW),
+    ]  # fmt: skip
+    return S.Table("whatif-summary", "Whole selection", columns, rows, keys=3)
 
 
 WEIGHTS = (M.RAW_MEAN, M.RAW_STD, M.RAW_MIN, M.RAW_MAX, M.WEIGHT_MEAN, M.WEIGHT_STD, M.WEIGHT_MIN, M.WEIGHT_MAX)  # fmt: skip
 
 
-def weights_table(w: Whatif) -> Table:
+def weights_table(w: Whatif) -> S.Table:
     rows = [{"method": method_label(m), **r} for m, r in zip(w.methods, w.whole().results, strict=True)]  # fmt: skip
-    columns = [Column("method", "method", Kind.LABEL), *[Column.of(k) for k in WEIGHTS]]
-    return Table("whatif-weights", "Weights (raw -> applied)", columns, rows)
+    columns = [S.Column("method", "method", S.Kind.LABEL), *[S.Column.of(k) for k in WEIGHTS]]
+    return S.Table("whatif-weights", "Weights (raw -> applied)", columns, rows)
 
 
-def keyed_table(w: Whatif, title: str, key: str) -> Table:
+def keyed_table(w: Whatif, title: str, key: str) -> S.Table:
     groups = w.split(key)
-    columns = [Column("method", "method", Kind.LABEL)]
-    columns += [Column(f"g{i}", str(g.by[key]), Kind.SHARE) for i, g in enumerate(groups)]
+    columns = [S.Column("method", "method", S.Kind.LABEL)]
+    columns += [S.Column(f"g{i}", str(g.by[key]), S.Kind.SHARE) for i, g in enumerate(groups)]
     rows = [
         {"method": method_label(m), **{f"g{i}": unit_fraction(m, g.results[j]) for i, g in enumerate(groups)}}
         for j, m in enumerate(w.methods)
     ]  # fmt: skip
-    return Table(f"whatif-{key}", title, columns, rows)
+    return S.Table(f"whatif-{key}", title, columns, rows)
 
 
-def steps_table(w: Whatif) -> Table:
+def steps_table(w: Whatif) -> S.Table:
     groups = w.split(K.RUN, K.STEP)
     half = MAX_STEP_ROWS // 2
     note = None
@@ -114,9 +110,9 @@ def steps_table(w: Whatif) -> Table:
         note = f"first and last {half} of {len(groups)} batches; all in --json / --html"
         groups = groups[:half] + groups[-half:]
     multi = len(w.split(K.RUN)) > 1
-    columns = [Column("run", "run", Kind.LABEL)] if multi else []
-    columns += [Column("step", "step", Kind.ID), Column.of(M.VLLM_KL)]
-    columns += [Column(f"m{j}", method_label(m), Kind.SHARE) for j, m in enumerate(w.methods)]
+    columns = [S.Column("run", "run", S.Kind.LABEL)] if multi else []
+    columns += [S.Column("step", "step", S.Kind.ID), S.Column.of(M.VLLM_KL)]
+    columns += [S.Column(f"m{j}", method_label(m), S.Kind.SHARE) for j, m in enumerate(w.methods)]
     rows = []
     for g in groups:
         run, step = g.by[K.RUN], g.by[K.STEP]
@@ -128,4 +124,4 @@ def steps_table(w: Whatif) -> Table:
             }
         )
         rows.append(row)
-    return Table("whatif-steps", "Per step", columns, rows, keys=2 if multi else 1, note=note)
+    return S.Table("whatif-steps", "Per step", columns, rows, keys=2 if multi else 1, note=note)

@@ -144,3 +144,14 @@ def unique_names(names: list[str], source: str) -> None:
                 "re-export the dump with distinct column names.",
             )
         seen.add(name)
+
+
+def refuse_unread_roles(mapping: Mapping[str, str], read: Iterable[str], what: str) -> None:
+    """A ``--map ROLE=...`` for a role that a format does not read is an error, not ignored."""
+    roles = list(read)
+    unused = sorted(set(mapping) - set(roles))
+    if unused:
+        raise InputError(
+            f"--map {unused[0]}=... is not read from {what} (roles read: {', '.join(roles)})",
+            "leave that --map out for this file.",
+        )

@@ -17,24 +17,14 @@ import hashlib
 import numpy as np
 
 from mismatchctl.ingest.batch import RaggedBatch
+from mismatchctl.stats.sample import mix64
 
 KEY = np.dtype("V24")  # step, two 64-bit content hashes
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 _LANES = (
     np.uint64(0x9E3779B97F4A7C15),
     np.uint64(0xD6E8FEB86659FD93),
     np.uint64(0xA0761D6478BD642F),
 )
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser, in place: every input bit moves every output bit."""
-    x ^= x >> np.uint64(30)
-    x *= _M1
-    x ^= x >> np.uint64(27)
-    x *= _M2
-    x ^= x >> np.uint64(31)
-    return x
 
 
 def _bits(values: np.ndarray, dtype: type) -> np.ndarray:
@@ -46,14 +36,14 @@ def _token_hashes(batch: RaggedBatch) -> np.ndarray:
     lengths = batch.lengths()
     position = np.arange(len(batch.rollout), dtype=np.uint64)
     position -= np.repeat(batch.offsets[:-1].astype(np.uint64), lengths)
-    v = _mix(_bits(batch.rollout, np.float64) + _LANES[0])
-    v ^= _mix(_bits(batch.trainer, np.float64) + _LANES[1])
+    v = _mixed(_bits(batch.rollout, np.float64) + _LANES[0])
+    v ^= _mixed(_bits(batch.trainer, np.float64) + _LANES[1])
     if batch.mask is not None:
         v += batch.mask.astype(np.uint64)
     if batch.token_ids is not None and len(batch.token_ids) == len(v):
-        v ^= _mix(_bits(batch.token_ids, np.int64) + _LANES[2])
+        v ^= _mixed(_bits(batch.token_ids, np.int64) + _LANES[2])
     v ^= position * _LANES[2]
-    return _mix(v)
+    return _mixed(v)
 
 
 def _hashes(batch: RaggedBatch) -> np.ndarray:
@@ -62,13 +52,13 @@ def _hashes(batch: RaggedBatch) -> np.ndarray:
     out = np.zeros((batch.n, 2), np.uint64)
     lengths = batch.lengths()
     full = lengths > 0
-    out[:, 0] = _mix(lengths.astype(np.uint64) + _LANES[0])
-    out[:, 1] = _mix(lengths.astype(np.uint64) + _LANES[1])
+    out[:, 0] = _mixed(lengths.astype(np.uint64) + _LANES[0])
+    out[:, 1] = _mixed(lengths.astype(np.uint64) + _LANES[1])
     if full.any():
         v = _token_hashes(batch)
         starts = batch.offsets[:-1][full]
         out[full, 0] += np.add.reduceat(v, starts)
-        out[full, 1] += np.add.reduceat(_mix(v ^ _LANES[1]), starts)
+        out[full, 1] += np.add.reduceat(_mixed(v ^ _LANES[1]), starts)
     return out
 
 
@@ -102,3 +92,8 @@ def repeats_in_order(keys: list[np.ndarray]) -> list[int]:
         _, first = np.unique(everything, return_index=True)
         repeat[first] = False
     return np.bincount(owner[repeat], minlength=len(keys)).tolist()
+
+
+def _mixed(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, in place (``x`` is a fresh array of the caller's)."""
+    return mix64(x, in_place=True)

@@ -15,7 +15,6 @@ padding (counted as such, never read). Flat files (no outer list) are read too.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from mismatchctl import schema as S
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
+from mismatchctl.ingest.jsonl import json_objects, require_keys
 from mismatchctl.ingest.source import BATCH_TOKENS, FORMAT_NEMO, Source, step_from_name
 
 KEYS = {
@@ -64,30 +64,10 @@ def open_nemo(path: Path, mapping: Mapping[str, str], label: str) -> Source:
 
 
 def _lines(path: Path, label: str, keys: dict) -> Iterator[tuple[int, dict]]:
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise InputError(
-                    f"{label}: line {number} is not valid JSON ({exc})",
-                    "the file is truncated or corrupt; repair or remove that line.",
-                ) from None
-            if not isinstance(obj, dict):
-                raise InputError(
-                    f"{label}: line {number} is not a JSON object "
-                    f"(found {type(obj).__name__}; expected one object per sample)",
-                    "write one JSON object per line, or leave the file out of the inputs.",
-                )
-            for role in (S.ROLE_ROLLOUT, S.ROLE_TRAINER):
-                if keys[role] not in obj:
-                    raise InputError(
-                        f"{label}: line {number} has no `{keys[role]}` (found: {', '.join(obj)})",
-                        f"name the {role} logprob key with --map {role}=<key>.",
-                    )
-            yield number, _converted(obj, keys, label, number)
+    hint = "write one JSON object per line, or leave the file out of the inputs."
+    for number, obj in json_objects(path, label, "sample", hint):
+        require_keys(obj, (S.ROLE_ROLLOUT, S.ROLE_TRAINER), keys, label, number, " logprob")
+        yield number, _converted(obj, keys, label, number)
 
 
 def _where(label: str, number: int, key: str) -> str:

@@ -15,7 +15,6 @@ frozen model, without sampling logprobs) are not, and are counted in a note.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,8 @@ from mismatchctl import schema as S
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
+from mismatchctl.ingest.columns import refuse_unread_roles
+from mismatchctl.ingest.jsonl import json_objects, require_keys
 from mismatchctl.ingest.source import BATCH_TOKENS, FORMAT_PRIME, Source
 
 SCHEMA_VERSION = 1
@@ -49,13 +50,7 @@ PER_TOKEN = (
 
 def open_prime(path: Path, mapping: Mapping[str, str], label: str | None = None) -> Source:
     """``label``: the file as messages name it (default: its path)."""
-    unused = sorted(set(mapping) - set(KEYS))
-    if unused:
-        raise InputError(
-            f"--map {unused[0]}=... is not read from prime-rl token exports (roles read: "
-            f"{', '.join(KEYS)})",
-            "leave that --map out for this file.",
-        )
+    refuse_unread_roles(mapping, KEYS, "prime-rl token exports")
     keys = {**KEYS, **mapping}
     source = Source(path, FORMAT_PRIME, iter(()), dict(keys))
     source.batches = _batches(path, label or str(path), keys, mapping, source.notes)
@@ -66,30 +61,12 @@ def _records(
     path: Path, name: str, keys: dict, mapping: Mapping[str, str]
 ) -> Iterator[tuple[int, dict]]:
     """The lines as objects; each must have both sides, the mask and every mapped key."""
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise InputError(
-                    f"{name}: line {number} is not valid JSON ({exc})",
-                    "the file is truncated or corrupt; repair or remove that line.",
-                ) from None
-            if not isinstance(obj, dict):
-                raise InputError(
-                    f"{name}: line {number} is not a JSON object (found "
-                    f"{type(obj).__name__}; expected one object per sequence)",
-                    "leave the file out of the inputs, or pass the right --format.",
-                )
-            for role in (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, *mapping):
-                if keys[role] not in obj:
-                    raise InputError(
-                        f"{name}: line {number} has no `{keys[role]}` (found: {', '.join(obj)})",
-                        f"name the {role} key with --map {role}=<key>.",
-                    )
-            yield number, obj
+    hint = "leave the file out of the inputs, or pass the right --format."
+    for number, obj in json_objects(path, name, "sequence", hint):
+        require_keys(
+            obj, (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, *mapping), keys, name, number, ""
+        )
+        yield number, obj
 
 
 def _where(name: str, number: int, key: str) -> str:

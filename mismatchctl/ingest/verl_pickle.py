@@ -30,6 +30,7 @@ from mismatchctl.errors import InputError
 from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch
 from mismatchctl.ingest.canonical import derive_turns
+from mismatchctl.ingest.columns import refuse_unread_roles
 from mismatchctl.ingest.source import BATCH_TOKENS, FORMAT_VERL, Source, step_from_name
 from mismatchctl.ingest.verl_dataproto import DataProtoContent, load_dataproto
 from mismatchctl.stats.sentinels import FILL_OTHER_MAX, ZERO_RUN_MIN, sentinel_state
@@ -73,13 +74,7 @@ def open_verl(
     name = label or str(path)
     if not trust_pickle:
         raise _refused(name)
-    unused = sorted(set(mapping) - set(MAPPABLE))
-    if unused:
-        raise InputError(
-            f"--map {unused[0]}=... is not read from verl DataProto pickles (roles read: "
-            f"{', '.join(MAPPABLE)})",
-            "leave that --map out for this file.",
-        )
+    refuse_unread_roles(mapping, MAPPABLE, "verl DataProto pickles")
     keys = {**KEYS, **mapping}
     content = load_dataproto(path, name)
     for role, key in mapping.items():

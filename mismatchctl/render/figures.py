@@ -19,9 +19,9 @@ import numpy as np
 import plotly.graph_objects as go
 
 from mismatchctl.analysis import figure_data as FD
+from mismatchctl.analysis import sections as S
 from mismatchctl.analysis.compare import Comparison
 from mismatchctl.analysis.compare_curves import CurvePair
-from mismatchctl.analysis.sections import Figure
 from mismatchctl.analysis.whatif import Whatif
 from mismatchctl.analysis.whatif_view import method_label, steps_by_run, unit_fraction
 from mismatchctl.curves.analysis import RunCurves
@@ -59,7 +59,7 @@ def colour(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
 
 
-def build(fig: Figure) -> go.Figure:
+def build(fig: S.Figure) -> go.Figure:
     """The plotly figure of a ``Figure`` section."""
     return BUILDERS[fig.kind](fig.data)
 

@@ -21,18 +21,7 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from mismatchctl import __version__
-from mismatchctl.analysis.sections import (
-    Block,
-    Checks,
-    Column,
-    Facts,
-    Figure,
-    Kind,
-    Lines,
-    Section,
-    StepSeries,
-    Table,
-)
+from mismatchctl.analysis import sections as S
 from mismatchctl.display import visible
 from mismatchctl.render import figures as F
 from mismatchctl.render.json import dumps
@@ -48,11 +37,11 @@ def esc(value: object) -> str:
     return html.escape(visible(value), quote=True)
 
 
-def page(title: str, subtitle: str, sections: Sequence[Section]) -> str:
+def page(title: str, subtitle: str, sections: Sequence[S.Section]) -> str:
     """The whole page around the sections."""
-    sections = [s for s in sections if not (isinstance(s, Block) and s.media == "terminal")]
-    lead: list[Section] = []
-    if sections and isinstance(sections[0], Table) and sections[0].id == "summary":
+    sections = [s for s in sections if not (isinstance(s, S.Block) and s.media == "terminal")]
+    lead: list[S.Section] = []
+    if sections and isinstance(sections[0], S.Table) and sections[0].id == "summary":
         lead, sections = [sections[0]], list(sections[1:])
     body = "".join(section(s, 0) for s in lead) + toc(sections)
     body += "".join(section(s, 0) for s in sections)
@@ -68,17 +57,17 @@ def page(title: str, subtitle: str, sections: Sequence[Section]) -> str:
     )
 
 
-def write(path: str | Path, title: str, subtitle: str, sections: Sequence[Section]) -> None:
+def write(path: str | Path, title: str, subtitle: str, sections: Sequence[S.Section]) -> None:
     Path(path).write_text(page(title, subtitle, sections), encoding="utf-8")
 
 
-def toc(sections: Sequence[Section]) -> str:
+def toc(sections: Sequence[S.Section]) -> str:
     links = [
         f'<a href="#{esc(s.id)}">{esc(s.title)}</a>'
         for s in sections
-        if getattr(s, "title", None) and not (isinstance(s, Block) and s.bare)
+        if getattr(s, "title", None) and not (isinstance(s, S.Block) and s.bare)
     ]
-    runs = [s for s in sections if isinstance(s, Block) and s.id.startswith("run-")]
+    runs = [s for s in sections if isinstance(s, S.Block) and s.id.startswith("run-")]
     pick = ""
     if len(runs) > 1:
         options = "".join(f'<option value="{esc(b.id)}">{esc(b.title)}</option>' for b in runs)
@@ -91,20 +80,20 @@ def toc(sections: Sequence[Section]) -> str:
     return f'<nav class="toc">{pick}{"".join(links)}</nav>'
 
 
-def section(s: Section, depth: int) -> str:
-    if isinstance(s, Block):
+def section(s: S.Section, depth: int) -> str:
+    if isinstance(s, S.Block):
         return block(s, depth)
-    if isinstance(s, Table):
+    if isinstance(s, S.Table):
         return _titled(s.title, depth, table(s), s.id)
-    if isinstance(s, Facts):
+    if isinstance(s, S.Facts):
         return facts(s, depth)
-    if isinstance(s, Lines):
+    if isinstance(s, S.Lines):
         return lines(s, depth)
-    if isinstance(s, StepSeries):
+    if isinstance(s, S.StepSeries):
         return step_series(s, depth)
-    if isinstance(s, Checks):
+    if isinstance(s, S.Checks):
         return checks(s, depth)
-    if isinstance(s, Figure):
+    if isinstance(s, S.Figure):
         return figure(s, depth)
     raise TypeError(f"no HTML writer for {type(s).__name__}")
 
@@ -121,7 +110,7 @@ def _titled(title: str, depth: int, body: str, anchor: str) -> str:
     return f'<div id="{esc(anchor)}">{_heading(title, depth)}{body}</div>'
 
 
-def block(b: Block, depth: int) -> str:
+def block(b: S.Block, depth: int) -> str:
     if b.media == "terminal":
         return ""
     inner = "".join(section(s, depth + 1) for s in b.sections)
@@ -138,18 +127,18 @@ def block(b: Block, depth: int) -> str:
     return f'<section id="{esc(b.id)}" class="{cls}">{_heading(b.title, depth)}{inner}</section>'
 
 
-def _cell(value: object, column: Column, row: dict) -> str:
+def _cell(value: object, column: S.Column, row: dict) -> str:
     text = esc(cell_text(value, column.kind))
     classes = []
     if column.band_key is not None and row.get(column.band_key):
         classes.append(f"band-{esc(row[column.band_key])}")
-    if column.kind == Kind.BAND and value:
+    if column.kind == S.Kind.BAND and value:
         classes.append("band")
     if column.hot_key is not None and row.get(column.hot_key):
         classes.append("hot")
-    if column.kind == Kind.VERDICT:
+    if column.kind == S.Kind.VERDICT:
         text = _verdict(str(value))
-    align = "n" if column.numeric else ("t" if column.kind == Kind.TEXT else "l")
+    align = "n" if column.numeric else ("t" if column.kind == S.Kind.TEXT else "l")
     return f'<td class="{" ".join([align, *classes])}">{text}</td>'
 
 
@@ -158,9 +147,9 @@ def _verdict(verdict: str) -> str:
     return f'<span class="verdict verdict-{esc(cls)}">{esc(verdict)}</span>'
 
 
-def table(t: Table, rows: list[dict] | None = None) -> str:
+def table(t: S.Table, rows: list[dict] | None = None) -> str:
     head = "".join(
-        f'<th class="{"n" if c.numeric else ("t" if c.kind == Kind.TEXT else "l")}"'
+        f'<th class="{"n" if c.numeric else ("t" if c.kind == S.Kind.TEXT else "l")}"'
         + (f' title="{esc(c.metric.description)}"' if c.metric is not None else "")
         + f">{esc(c.header)}</th>"
         for c in t.columns
@@ -175,10 +164,10 @@ def table(t: Table, rows: list[dict] | None = None) -> str:
     return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{note}'
 
 
-def facts(f: Facts, depth: int) -> str:
+def facts(f: S.Facts, depth: int) -> str:
     if not f.facts:
         return _titled(f.title, depth, "", f.id)
-    if len(f.facts) == 1 and f.facts[0].kind == Kind.VERDICT:
+    if len(f.facts) == 1 and f.facts[0].kind == S.Kind.VERDICT:
         x = f.facts[0]
         body = f"<p>{_verdict(str(x.value))} {esc(x.remark or '')}</p>"
         return _titled(f.title, depth, body, f.id)
@@ -194,7 +183,7 @@ def facts(f: Facts, depth: int) -> str:
     return _titled(f.title, depth, body, f.id)
 
 
-def lines(ls: Lines, depth: int) -> str:
+def lines(ls: S.Lines, depth: int) -> str:
     if not ls.lines:
         return ""
     items = "".join(f'<li class="{TONE.get(x.tone, "")}">{esc(x.text)}</li>' for x in ls.lines)
@@ -206,7 +195,7 @@ def lines(ls: Lines, depth: int) -> str:
     )
 
 
-def step_series(s: StepSeries, depth: int) -> str:
+def step_series(s: S.StepSeries, depth: int) -> str:
     rows = s.table.rows
     if len(rows) <= MAX_STEP_ROWS or s.every:
         return _titled(s.title, depth, table(s.table), s.id)
@@ -218,7 +207,7 @@ def step_series(s: StepSeries, depth: int) -> str:
     return _titled(s.title, depth, note + table(s.table, [rows[i] for i in worst]), s.id)
 
 
-def checks(c: Checks, depth: int) -> str:
+def checks(c: S.Checks, depth: int) -> str:
     rows = []
     for x in c.checks:
         nxt = f'<div class="next">→ {esc(x.next)}</div>' if x.next else ""
@@ -239,7 +228,7 @@ def checks(c: Checks, depth: int) -> str:
     return _titled(c.title, depth, body, c.id)
 
 
-def figure(f: Figure, depth: int) -> str:
+def figure(f: S.Figure, depth: int) -> str:
     """A figure's div, its JSON and its 'how to read' line."""
     data = pio.to_json(F.build(f), validate=False, engine="json")
     data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

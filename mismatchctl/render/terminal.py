@@ -15,18 +15,7 @@ from rich.console import RenderableType
 from rich.table import Table as RTable
 from rich.text import Text
 
-from mismatchctl.analysis.sections import (
-    Block,
-    Checks,
-    Column,
-    Facts,
-    Figure,
-    Kind,
-    Lines,
-    Section,
-    StepSeries,
-    Table,
-)
+from mismatchctl.analysis import sections as S
 from mismatchctl.display import visible
 from mismatchctl.render.fit import fit
 from mismatchctl.render.text import BAND_STYLE, VERDICT_STYLE, cell_text
@@ -38,31 +27,31 @@ TEXT_WIDTH = 64  # a column of sentences wraps at this width
 TONE = {"bold": "bold", "note": "yellow", "warn": "yellow", "dim": "dim", "": ""}
 
 
-def render(sections: Iterable[Section]) -> RenderableType:
+def render(sections: Iterable[S.Section]) -> RenderableType:
     """Every section the terminal shows, a blank line after each."""
     parts = [r for s in sections if (r := section(s)) is not None]
     return RGroup(*[RGroup(p, Text("")) for p in parts])
 
 
-def section(s: Section) -> RenderableType | None:
-    if isinstance(s, Figure):
+def section(s: S.Section) -> RenderableType | None:
+    if isinstance(s, S.Figure):
         return None
-    if isinstance(s, Block):
+    if isinstance(s, S.Block):
         return block(s)
-    if isinstance(s, Table):
+    if isinstance(s, S.Table):
         return table(s)
-    if isinstance(s, Facts):
+    if isinstance(s, S.Facts):
         return facts(s)
-    if isinstance(s, Lines):
+    if isinstance(s, S.Lines):
         return lines(s)
-    if isinstance(s, StepSeries):
+    if isinstance(s, S.StepSeries):
         return step_series(s)
-    if isinstance(s, Checks):
+    if isinstance(s, S.Checks):
         return checks(s)
     raise TypeError(f"no terminal writer for {type(s).__name__}")
 
 
-def block(b: Block) -> RenderableType | None:
+def block(b: S.Block) -> RenderableType | None:
     if b.media == "html":
         return None
     inner = [r for s in b.sections if (r := section(s)) is not None]
@@ -81,23 +70,23 @@ def _spaced(parts: list[RenderableType]) -> list[RenderableType]:
     return out
 
 
-def cell(value: object, column: Column, row: dict) -> Text:
+def cell(value: object, column: S.Column, row: dict) -> Text:
     text = cell_text(value, column.kind)
     style = ""
     if column.band_key is not None:
         style = BAND_STYLE.get(row.get(column.band_key) or "", "")
-    if column.kind == Kind.VERDICT:
+    if column.kind == S.Kind.VERDICT:
         style = VERDICT_STYLE.get(str(value), "")
     if column.hot_key is not None and row.get(column.hot_key):
         style = "bold red"
     return Text(text, style=style)
 
 
-def table(t: Table) -> RenderableType:
+def table(t: S.Table) -> RenderableType:
     rt = RTable(title=visible(t.title) if t.title else None, title_justify="left")
     for c in t.columns:
         left = not c.numeric
-        wrap = c.kind == Kind.TEXT  # sentences wrap; labels and numbers never do
+        wrap = c.kind == S.Kind.TEXT  # sentences wrap; labels and numbers never do
         rt.add_column(visible(c.header), justify="left" if left else "right",
                       no_wrap=not wrap, overflow="fold", max_width=TEXT_WIDTH if wrap else None)  # fmt: skip
     for row in t.rows:
@@ -110,13 +99,15 @@ def table(t: Table) -> RenderableType:
     return fit(rt, t.keys)
 
 
-def facts(f: Facts) -> RenderableType:
+def facts(f: S.Facts) -> RenderableType:
     title = Text(visible(f.title), style="bold underline") if f.title else Text("")
     if not f.facts:
         return title
-    if len(f.facts) == 1 and f.facts[0].kind == Kind.VERDICT:
+    if len(f.facts) == 1 and f.facts[0].kind == S.Kind.VERDICT:
         x = f.facts[0]  # the verdict line of a diagnosis
-        verdict = Text(cell_text(x.value, Kind.VERDICT), style=VERDICT_STYLE.get(str(x.value), ""))
+        verdict = Text(
+            cell_text(x.value, S.Kind.VERDICT), style=VERDICT_STYLE.get(str(x.value), "")
+        )
         return Text.assemble(title, "   ", verdict, f"  {visible(x.remark or '')}")
     grid = RTable.grid(padding=(0, 2))
     grid.add_column(style="bold")
@@ -133,7 +124,7 @@ def facts(f: Facts) -> RenderableType:
     return RGroup(title, grid) if f.title else grid
 
 
-def lines(ls: Lines) -> RenderableType:
+def lines(ls: S.Lines) -> RenderableType:
     out: list[RenderableType] = []
     if ls.title:
         out.append(Text(visible(ls.title), style="bold"))
@@ -141,7 +132,7 @@ def lines(ls: Lines) -> RenderableType:
     return RGroup(*out)
 
 
-def step_series(s: StepSeries) -> RenderableType:
+def step_series(s: S.StepSeries) -> RenderableType:
     if len(s.table.rows) <= MAX_STEP_ROWS or s.every:
         return table(s.table)
     rows = s.table.rows
@@ -160,17 +151,17 @@ def step_series(s: StepSeries) -> RenderableType:
         style="bold",
     )
     worst = sorted(s.worst[:WORST_STEPS])
-    top = Table(s.id, f"Worst {len(worst)} steps: {s.title.removeprefix('Per step: ')}",
+    top = S.Table(s.id, f"Worst {len(worst)} steps: {s.title.removeprefix('Per step: ')}",
                 s.table.columns, [rows[i] for i in worst], s.table.keys)  # fmt: skip
     return RGroup(head, spark, table(top))
 
 
-def checks(c: Checks) -> RenderableType:
+def checks(c: S.Checks) -> RenderableType:
     if c.brief:
         out = []
         for x in c.checks:
             line = Text.assemble(
-                (cell_text(x.verdict, Kind.VERDICT), VERDICT_STYLE.get(x.verdict, "")),
+                (cell_text(x.verdict, S.Kind.VERDICT), VERDICT_STYLE.get(x.verdict, "")),
                 f" {x.name} ({x.layer}): {visible(x.finding)}",
             )
             if x.next:
@@ -186,6 +177,6 @@ def checks(c: Checks) -> RenderableType:
         text = Text(visible(x.finding))
         if x.next:
             text.append("\n→ " + visible(x.next), style="italic")
-        verdict = Text(cell_text(x.verdict, Kind.VERDICT), style=VERDICT_STYLE.get(x.verdict, ""))
+        verdict = Text(cell_text(x.verdict, S.Kind.VERDICT), style=VERDICT_STYLE.get(x.verdict, ""))
         rt.add_row(verdict, Text(visible(x.title)), text)
     return rt

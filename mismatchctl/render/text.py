@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mismatchctl.analysis.sections import Kind
+from mismatchctl.analysis import sections as S
 from mismatchctl.display import OVERFLOW, number, percent, visible
 
 BAND_STYLE = {"low": "green", "medium": "yellow", "high": "bold dark_orange", "severe": "bold red"}
@@ -19,25 +19,25 @@ VERDICT_STYLE = {
 }
 
 
-def cell_text(value: Any, kind: Kind) -> str:
+def cell_text(value: Any, kind: S.Kind) -> str:
     """A cell as text: ``-`` when missing, numbers by kind, strings escaped."""
-    if value is None and kind == Kind.LABEL:
+    if value is None and kind == S.Kind.LABEL:
         return "(none)"
     if value is None or value == "":
-        return "-" if kind != Kind.TEXT else ""
-    if kind == Kind.COUNT:
+        return "-" if kind != S.Kind.TEXT else ""
+    if kind == S.Kind.COUNT:
         return number(int(value)) if _finite(value) else OVERFLOW
-    if kind == Kind.ID:
+    if kind == S.Kind.ID:
         return str(value)
-    if kind == Kind.SHARE:
+    if kind == S.Kind.SHARE:
         return percent(float(value))
-    if kind == Kind.CORR:
+    if kind == S.Kind.CORR:
         return number(value, 6)
-    if kind == Kind.SIGNED:
+    if kind == S.Kind.SIGNED:
         return f"{value:+.3f}" if _finite(value) else OVERFLOW
-    if kind == Kind.VERDICT:  # the verdicts of the checks stand out; other states do not
+    if kind == S.Kind.VERDICT:  # the verdicts of the checks stand out; other states do not
         return str(value).upper() if value in ("ok", "warn", "fail") else visible(value)
-    if kind in (Kind.VALUE, Kind.RATIO):
+    if kind in (S.Kind.VALUE, S.Kind.RATIO):
         return number(value) if isinstance(value, int | float) else visible(value)
     return visible(value)
 

@@ -24,9 +24,10 @@ _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
 
-def mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finalizer on a uint64 array (wrapping arithmetic)."""
-    x = np.asarray(x, dtype=np.uint64).copy()
+def mix64(x: np.ndarray, in_place: bool = False) -> np.ndarray:
+    """splitmix64's finalizer on a uint64 array (wrapping arithmetic): every input bit moves
+    every output bit; ``in_place`` overwrites ``x`` (a uint64 array) instead of copying it."""
+    x = x if in_place else np.asarray(x, dtype=np.uint64).copy()
     x ^= x >> np.uint64(30)
     x *= _M1
     x ^= x >> np.uint64(27)
