@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from mismatchctl.stats.bins import LOG_EDGES, assign_bins
-from mismatchctl.stats.cube import Cube
+from mismatchctl.stats.cube import N_FIELDS, Cube
 from mismatchctl.stats.cube_spec import CubeSpec, Dim
 from mismatchctl.stats.turnruns import bin_cells
 
@@ -123,7 +123,7 @@ def main() -> None:
     )
     for steps, cap in ((8, 128), (100, 128), (1000, 128), (1000, 64), (5000, 128)):
         s = spec_for(steps, cap)
-        mb = s.n_cells * 6 * 8 / 1e6
+        mb = s.n_cells * N_FIELDS * 8 / 1e6
         print(f"| {steps} | {cap} | {len(s.tables)} | {s.n_cells} | {mb:.1f} |")
 
 

@@ -1,11 +1,13 @@
 """The K3 cube: a mergeable state holding, for every conjunction of up to three dimensions, the
 table of K3 mass over the product of their values (layout: ``stats/cube_spec.py``).
 
-Per cell, six float64 fields (``Field``): the tokens ``n`` and the K3 sum ``A`` of the cell, and,
+Per cell, ten float64 fields (``Field``): the tokens ``n`` and the K3 sum ``A`` of the cell, and,
 over the sequences with tokens in the cell (``y_i`` = the sequence's K3 sum in the cell, ``x_i``
-its tokens there), ``sum y_i^2``, ``sum x_i^2``, ``sum x_i y_i`` and their count: the clustered
-second moments of a sandwich (cluster-robust) variance of the cell's rate ``A / n``, sequences
-being the clusters. K3 per token is ``expm1(r) - r`` with ``r = lt - lr`` (METRICS.md; never
+its tokens there, ``Y_i``/``X_i`` the sequence's K3 sum and tokens overall), ``sum y_i^2``,
+``sum x_i^2``, ``sum x_i y_i``, their count, and the cross moments ``sum Y_i y_i``,
+``sum X_i y_i``, ``sum Y_i x_i``, ``sum X_i x_i``: the clustered second moments of a sandwich
+(cluster-robust) variance of the cell's rate ``A / n`` and of its contrast with the rest of the
+selection (the cell and its rest share sequences), sequences being the clusters. K3 per token is ``expm1(r) - r`` with ``r = lt - lr`` (METRICS.md; never
 clamped: an overflow is ``inf``).
 
 Merge is addition (associative and commutative up to float rounding; the empty cube is its
@@ -35,13 +37,17 @@ class Field(IntEnum):
     XX = 3  # sum over sequences of x_i^2 (x_i: the sequence's tokens in the cell)
     XY = 4  # sum over sequences of x_i y_i
     SEQS = 5  # sequences with tokens in the cell
+    CYY = 6  # sum over sequences of Y_i y_i (Y_i: the sequence's K3 sum overall)
+    CXY = 7  # sum over sequences of X_i y_i (X_i: the sequence's tokens overall)
+    CYX = 8  # sum over sequences of Y_i x_i
+    CXX = 9  # sum over sequences of X_i x_i
 
 
 N_FIELDS = len(Field)
 
 
 class Cube:
-    """The cube state of one selection of tokens: ``state`` is (``spec.n_cells``, 6) float64."""
+    """The cube state of one selection of tokens: ``state`` is (``spec.n_cells``, 10) float64."""
 
     __slots__ = ("spec", "state")
 
@@ -105,7 +111,7 @@ class Cube:
         return Cube(self.spec, self.state + other.state)
 
     def table(self, dims: Sequence[str | int], exact: bool = False) -> np.ndarray:
-        """View of one table as an array of shape (*table shape, 6), dimensions in ascending
+        """View of one table as an array of shape (*table shape, 10), dimensions in ascending
         index order; ``exact``: the exact 1-d table of a blocked dimension."""
         t = self.table_info(dims, exact)
         return self.state[t.offset : t.offset + t.cells].reshape(*t.shape, N_FIELDS)

@@ -22,12 +22,13 @@ import math
 import numba
 import numpy as np
 
-N_FIELDS = 6
-_N, _A, _YY, _XX, _XY, _G = range(N_FIELDS)
+N_FIELDS = 10
+_N, _A, _YY, _XX, _XY, _G, _CYY, _CXY, _CYX, _CXX = range(N_FIELDS)
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
-def _add_cell(state: np.ndarray, cell: int, x: float, y: float) -> None:
+def _add_cell(state: np.ndarray, cell: int, x: float, y: float, tx: float, ty: float) -> None:
+    """One sequence's tokens ``x`` and K3 ``y`` in a cell; ``tx``/``ty``: its totals."""
     row = state[cell]
     row[_N] += x
     row[_A] += y
@@ -35,6 +36,10 @@ def _add_cell(state: np.ndarray, cell: int, x: float, y: float) -> None:
     row[_XX] += x * x
     row[_XY] += x * y
     row[_G] += 1.0
+    row[_CYY] += ty * y
+    row[_CXY] += tx * y
+    row[_CYX] += ty * x
+    row[_CXX] += tx * x
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
@@ -70,8 +75,9 @@ def cube_accumulate(
     layout: tuple,
     max_touch: int,
 ) -> None:
-    """Add whole sequences to ``state`` (cells x 6: tokens, K3 sum, and the per-sequence
-    moments y^2, x^2, x y and count). ``starts``: first token of each sequence plus the end;
+    """Add whole sequences to ``state`` (cells x 10: tokens, K3 sum, the per-sequence moments
+    y^2, x^2, x y, their count, and the cross moments with the sequence's totals X, Y:
+    Y y, X y, Y x, X x). ``starts``: first token of each sequence plus the end;
     ``rows``: each sequence's row of ``seqc``; ``tok``: tokens x token-dimension codes;
     ``layout``: :func:`mismatchctl.stats.cube.kernel_layout`; ``max_touch``: the most
     token-code combinations one sequence can visit (its length, at most ``combo_size``)."""
@@ -110,7 +116,7 @@ def cube_accumulate(
         for qi in range(qonly.shape[0]):
             tb = qonly[qi]
             cell = _seq_base(tb, row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
-            _add_cell(state, cell, tot_n, tot_a)
+            _add_cell(state, cell, tot_n, tot_a, tot_n, tot_a)
         for j in range(pdims.shape[0]):
             pm = 0
             for t in range(m):
@@ -136,7 +142,7 @@ def cube_accumulate(
                 for u in range(pm):
                     pc = ptouch[u]
                     cell = base + pcv[u, 0] * s0 + pcv[u, 1] * s1 + pcv[u, 2] * s2
-                    _add_cell(state, cell, pn[pc], pa[pc])
+                    _add_cell(state, cell, pn[pc], pa[pc], tot_n, tot_a)
             for u in range(pm):
                 pn[ptouch[u]] = 0.0
                 pa[ptouch[u]] = 0.0

@@ -202,12 +202,14 @@ class CubeSpec:
 
 _INT = re.compile(r"^-?\d+$")
 _RANGE = re.compile(r"^(-?\d+)-(-?\d+)$")
+_OPEN = re.compile(r"^-?\d+\+$")
 
 
 def codes_label(dim: Dim, codes: np.ndarray | list[int]) -> str:
     """Label of a set of codes: a single label, ranges of consecutive codes of an ordered
     dimension (``2-3,6``; integer-range labels such as ``1024-2047`` and ``2048-4095`` join as
-    ``1024-4095``), or the labels joined by commas."""
+    ``1024-4095``, a range up to an open last value ``3+`` as ``1+``), or the labels joined by
+    commas."""
     codes = sorted(int(c) for c in codes)
     if not dim.ordered:
         return ",".join(dim.labels[c] for c in codes)
@@ -227,6 +229,8 @@ def _run_label(dim: Dim, a: int, b: int) -> str:
     lo, hi = _bounds(first), _bounds(last)
     if lo is not None and hi is not None:
         return f"{lo[0]}-{hi[1]}"
+    if lo is not None and b == dim.size - 1 and _OPEN.match(last):
+        return f"{lo[0]}+"  # up to an open last value (``3+``, ``131072+``)
     return f"{first}..{last}"
 
 

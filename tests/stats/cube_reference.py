@@ -34,9 +34,10 @@ def reference_state(
         inverse = inverse.ravel()
         x = np.bincount(inverse, minlength=len(pairs)).astype(float)
         y = np.bincount(inverse, weights=k3, minlength=len(pairs))
-        for (_, c), xi, yi in zip(pairs, x, y, strict=True):
+        for (s, c), xi, yi in zip(pairs, x, y, strict=True):
+            tx, ty = float(np.sum(seq == s)), float(np.sum(k3[seq == s]))
             row = state[t.offset + c]
-            row += (xi, yi, yi * yi, xi * xi, xi * yi, 1.0)
+            row += (xi, yi, yi * yi, xi * xi, xi * yi, 1.0, ty * yi, tx * yi, ty * xi, tx * xi)
     return state
 
 

@@ -97,7 +97,8 @@ def test_empty_cube_is_the_identity_and_single_tokens_merge() -> None:
     assert one.tokens == 1 and one.sequences == 1
     r = lt[0] - lr[0]
     k3 = np.expm1(r) - r
-    np.testing.assert_allclose(one.state[0], [1, k3, k3 * k3, 1, k3, 1], rtol=1e-15)
+    want = [1, k3, k3 * k3, 1, k3, 1, k3 * k3, k3, k3, 1]
+    np.testing.assert_allclose(one.state[0], want, rtol=1e-15)
 
 
 def test_blocked_dimension_has_an_exact_table_that_sums_to_its_blocks() -> None:
@@ -107,14 +108,14 @@ def test_blocked_dimension_has_an_exact_table_that_sums_to_its_blocks() -> None:
     lr, lt, seq, tok, seqc = random_tokens(spec, np.random.default_rng(5), 80)
     cube = Cube.from_tokens(spec, lr, lt, seq, tok, seqc)
     exact, blocked = cube.table(["step"], exact=True), cube.table(["step"])
-    assert exact.shape == (7, 6) and blocked.shape == (3, 6)
+    assert exact.shape == (7, 10) and blocked.shape == (3, 10)
     summed = np.zeros_like(blocked)
     np.add.at(summed, spec.block_of(spec.index("step")), exact)
     np.testing.assert_allclose(summed, blocked, rtol=1e-12)
     assert list(spec.block_of(spec.index("step"))) == [0, 0, 0, 1, 1, 2, 2]
     both = cube.table(["turn", "step"])
-    assert both.shape == (3, 3, 6)  # sequence dims outermost, then token dims
-    assert cube.table(["bin"], exact=True).shape == (4, 6)  # a blocked token dimension
+    assert both.shape == (3, 3, 10)  # sequence dims outermost, then token dims
+    assert cube.table(["bin"], exact=True).shape == (4, 10)  # a blocked token dimension
 
 
 def test_function_of_dimensions_are_never_conjoined() -> None:
@@ -182,7 +183,7 @@ def test_spec_checks_and_sizes() -> None:
     # step and bin
     assert len(spec.tables) == 1 + 5 + 9 + 7 + 2
     assert spec.n_cells == sum(t.cells for t in spec.tables)
-    assert Cube(spec).nbytes == spec.n_cells * 6 * 8
+    assert Cube(spec).nbytes == spec.n_cells * 10 * 8
 
 
 def test_labels_of_code_sets() -> None:

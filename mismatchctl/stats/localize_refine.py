@@ -1,0 +1,381 @@
+"""Parsimony of a finding: from the candidate the search picked to the region reported.
+
+Regions hold a set of values per dimension. Three moves, under the search's current model:
+
+- *up*: to a coarser region (one dimension dropped) that passes the search's criteria itself,
+  unless the finding is significantly purer than the rest of it (one-sided at
+  ``refine_alpha``) and that rest is not itself hot (``_anomalous``): report the coarsest cell
+  unless a finer one is significantly purer (HotSpot's ripple effect: if the coarser cell is
+  the cause, its parts deviate alike; where two causes overlap, their intersection is purer
+  but each cause still covers the rest of its own region);
+- *down*: to a finer region, one more dimension fixed to a value or, for an ordered dimension,
+  to a range from either end (``kv_position >= 1024``, ``turn_position < 8``), or a sub-range of
+  a range already fixed, when it is significantly purer than the rest of the region (one-sided
+  at ``refine_alpha / k`` over the ``k`` finer regions examined), at least
+  ``min_specificity`` times hotter, and the rest of the region is not itself hot
+  (``_anomalous``: two overlapping causes make their intersection purer, but the rest of either
+  still carries its cause: that is no reason to narrow either); of those, the purest that keeps ``refine_keep`` of the
+  largest specific excess among them (a range that takes in healthy values is less pure, a
+  part of the cause carries less);
+- *prune*: the value of a dimension with several that is significantly colder than the rest
+  of the region (one-sided at ``refine_alpha / k`` over the values tested) is dropped: a range
+  or set that took in values outside the cause gives them back;
+- *widen*: sibling values of each fixed dimension whose regions are as specific (significant at
+  ``refine_alpha / k``) and consistent with the finding (their log specificities within
+  ``merge_z`` standard errors) join it: several steps, several KV bins of one fault.
+
+The reported region must pass the search's criteria itself; otherwise the candidate stands.
+
+Sums come from a region's own table (``localize_regions``): exact across values of sequence
+dimensions, interpolated across values of token dimensions. A part of a region is tested
+against the rest of the region as independent of it (conservative: a sequence's parts co-vary
+positively); a region against the rest of the selection as ``localize_regions`` describes, plus
+the baseline's share (its own region's contrast, times its shrinkage weight squared).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mismatchctl.stats.cube import Field
+from mismatchctl.stats.localize_math import div, norm_ppf, own_var, relvar
+from mismatchctl.stats.localize_regions import (
+    complement_var,
+    log_contrast_var,
+    region_moments,
+    restrict,
+)
+from mismatchctl.stats.localize_search import (
+    MIN_B_SUPPORT,
+    Search,
+    Selected,
+    effective_sequences,
+    excess_lower_bound,
+    log_z,
+    specific_excess,
+    specificity,
+)
+from mismatchctl.stats.localize_tables import Masks
+
+
+@dataclass
+class Stat:
+    """Sums of one region: ``mom`` the cube fields, ``vsum``/``sdsum``/``cbar`` the
+    interpolation of its own variance (``cbar`` None: exact), ``g`` its sequences (a lower
+    bound across token values), ``m``/``f`` its model and predicted masses, ``bsup`` the share
+    of its tokens in cells the baseline supports."""
+
+    region: Masks
+    mom: np.ndarray
+    vsum: float
+    sdsum: float
+    cbar: float | None
+    g: float
+    m: float
+    f: float
+    bsup: float
+    cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def a(self) -> float:
+        return float(self.mom[Field.K3])
+
+    @property
+    def n(self) -> float:
+        return float(self.mom[Field.TOKENS])
+
+    def own(self) -> float:
+        if self.cbar is None:
+            return float(own_var(self.mom))
+        return self.vsum + self.cbar * max(self.sdsum**2 - self.vsum, 0.0)
+
+
+class Refiner:
+    def __init__(self, search: Search) -> None:
+        self.s = search
+        self.t = search.t
+        self.th = search.th
+
+    # --- sums ---------------------------------------------------------------------------
+
+    def along(self, region: Masks, d: int, initial: bool = False) -> dict:
+        """Per value of ``d``: the sums of the region with ``d`` fixed to that value (the
+        region's other masks applied), from the table of the region's dimensions and ``d``;
+        ``initial``: under the model before any finding was explained away."""
+        t, ref, s, spec = self.t, self.s.ref, self.s, self.t.spec
+        dims = tuple(sorted({*region, d}))
+        shape = t.shape(dims)
+        w = np.ones(shape, bool)
+        for e, mask in region.items():
+            if e != d:
+                w = w & t.lift(mask, (e,), dims)
+        m = np.broadcast_to((s.initial if initial else s.model)[dims], shape)
+        f = m if s.e_tb is None else np.broadcast_to(s.e_tb[dims] * ref.q[dims], shape)
+        k = dims.index(d)
+        other = tuple(i for i in range(len(dims)) if i != k)
+        tok = tuple(i for i in other if spec.is_token_dim(dims[i]))
+        multi = [dims[i] for i in tok if np.count_nonzero(region[dims[i]]) > 1]
+
+        def total(x: np.ndarray) -> np.ndarray:
+            x = np.where(w.reshape(w.shape + (1,) * (np.ndim(x) - w.ndim)), x, 0.0)
+            return x.sum(axis=other)
+
+        g = np.where(w, t.g[dims], 0.0)
+        g = g.max(axis=tok, keepdims=True) if tok else g
+        v = t.v[dims]
+        return {
+            "region": region, "mom": total(t.mom[dims]), "m": total(m), "f": total(f),
+            "vsum": total(v), "sdsum": total(np.sqrt(v)), "g": g.sum(axis=other),
+            "cbar": max((t.cbar[e] for e in multi), default=None),
+            "supn": total(np.broadcast_to(ref.supported[dims], shape) * t.n[dims]),
+        }  # fmt: skip
+
+    def combine(self, col: dict, d: int, values: np.ndarray) -> Stat:
+        """The sums of the region with ``d`` fixed to a set of values."""
+        token = self.t.spec.is_token_dim(d) and len(values) > 1
+        cbar = col["cbar"]
+        if token:
+            cbar = max(cbar if cbar is not None else 0.0, self.t.cbar[d])
+        n = float(col["mom"][values, Field.TOKENS].sum())
+        region = {**col["region"], d: self._mask(d, values)}
+        return Stat(
+            region, col["mom"][values].sum(axis=0), float(col["vsum"][values].sum()),
+            float(col["sdsum"][values].sum()), cbar,
+            float(col["g"][values].max(initial=0.0) if token else col["g"][values].sum()),
+            float(col["m"][values].sum()), float(col["f"][values].sum()),
+            float(div(col["supn"][values].sum(), n)),
+        )  # fmt: skip
+
+    def stat(self, region: Masks, initial: bool = False) -> Stat:
+        d = next(iter(region))
+        return self.combine(self.along(region, d, initial), d, np.flatnonzero(region[d]))
+
+    # --- tests --------------------------------------------------------------------------
+
+    def baseline_parts(self, st: Stat) -> tuple[float, float]:
+        """The baseline's shares of the variances of log S and of the log rate ratio."""
+        if "b" not in st.cache:
+            st.cache["b"] = self._baseline_parts(st.region)
+        return st.cache["b"]
+
+    def _baseline_parts(self, region: Masks) -> tuple[float, float]:
+        base = self.s.baseline
+        if base is None:
+            return 0.0, 0.0
+        shared = restrict(region, base.compared)
+        rm = region_moments(base.b, shared)
+        q_var = relvar(rm.own(), float(rm.mom[Field.K3]))
+        if not any(d != self.s.stratum for d in shared):
+            return 0.0, float(q_var)
+        w = float(self.s.ref.weight(tuple(shared), q_var))
+        return w * w * log_contrast_var(base.b, shared), float(w * w * q_var)
+
+    def global_s(self, st: Stat) -> tuple[float, float]:
+        """S of a region against the rest of the selection and the variance of log S."""
+        if "s" not in st.cache:
+            m_all = float(self.s.model[tuple(sorted(st.region))].sum())
+            s = float(specificity(np.array(st.a), st.m, self.t.total_a, m_all))
+            var = log_contrast_var(self.t, st.region) + self.baseline_parts(st)[0]
+            st.cache["s"] = (s, var)
+        return st.cache["s"]
+
+    def within(self, part: Stat, rest: Stat, with_baseline: bool) -> float:
+        """z of a part of a region against the rest of the region (independent parts)."""
+        s = float(div(div(part.a, part.m, np.nan), div(rest.a, rest.m, np.nan), np.nan))
+        var = float(relvar(part.own(), part.a) + relvar(rest.own(), rest.a))
+        if with_baseline:  # both parts' baseline contrasts: conservative
+            var += self.baseline_parts(part)[0] + self.baseline_parts(rest)[0]
+        return float(log_z(np.array(s), np.array(var))) if s >= self.th.min_specificity else -1.0
+
+    def supported(self, st: Stat, rest_n: float) -> bool:
+        th = self.th
+        return (
+            st.n >= th.min_tokens
+            and st.g >= th.min_sequences
+            and rest_n >= th.min_tokens
+            and st.bsup >= MIN_B_SUPPORT
+            and float(effective_sequences(st.mom)) >= th.min_effective_sequences
+        )
+
+    def passes(self, st: Stat) -> tuple[bool, float]:
+        """Whether a region passes the search's criteria, and its specific excess."""
+        s, var = self.global_s(st)
+        ok = self.supported(st, self.t.total_n - st.n) and bool(self.s.significant(st.a, s, var))
+        if ok and self.s.e_tb is not None:
+            qv = float(relvar(st.own(), st.a)) + self.baseline_parts(st)[1]
+            ok = bool(excess_lower_bound(np.array(st.a), st.f, qv, self.s.z_ci))
+        return ok, float(specific_excess(np.array(st.a), s))
+
+    # --- moves --------------------------------------------------------------------------
+
+    def parsimonious(self, start: Masks) -> Selected:
+        region, n_dims = start, len(self.t.spec.dims)
+        for move in (self._up, self._down, self._prune):
+            for _ in range(2 * n_dims):
+                moved = move(region)
+                if moved is None:
+                    break
+                region = moved
+        region = self._drop_full(self._widen(self._drop_full(region)))
+        st = self.stat(region)
+        if not self.passes(st)[0]:
+            region, st = start, self.stat(start)
+        s, var = self.global_s(st)
+        return Selected(region, s, float(log_z(np.array(s), np.array(var))))
+
+    def _drop_full(self, region: Masks) -> Masks:
+        """Dimensions whose values cover every value the target has constrain nothing."""
+        present = {d: self.t.n[(d,)] > 0 for d in region}
+        kept = {d: m for d, m in region.items() if not np.all(m[present[d]])}
+        return kept if kept else region
+
+    def _trivial(self, region: Masks) -> bool:
+        return not any(d != self.s.stratum for d in region)
+
+    def _split(self, region: Masks, d: int, values: np.ndarray) -> tuple[Stat, Stat] | None:
+        """The region with ``d`` in ``values``, and the rest of the region (the values ``d``
+        allowed before, or all it has, outside ``values``)."""
+        col = self.along(region, d)
+        allowed = region[d] if d in region else np.ones(self.t.spec.levels(d), bool)
+        rest = np.flatnonzero(allowed & ~self._mask(d, values) & (col["mom"][:, 0] > 0))
+        if not len(rest):
+            return None
+        return self.combine(col, d, values), self.combine(col, d, rest)
+
+    def _up(self, region: Masks) -> Masks | None:
+        z_refine = norm_ppf(1.0 - self.th.refine_alpha)
+        best: tuple[float, Masks] | None = None
+        for d in region:
+            parent = {e: m for e, m in region.items() if e != d}
+            if self._trivial(parent) or not self.t.has(tuple(parent)):
+                continue
+            ok, lam = self.passes(self.stat(parent))
+            split = self._split(parent, d, np.flatnonzero(region[d])) if ok else None
+            if split is None:
+                continue
+            purer = self.within(*split, with_baseline=True) >= z_refine
+            if (not purer or self._anomalous(split[1], parent, z_refine)) and (
+                best is None or lam > best[0]
+            ):
+                best = (lam, parent)
+        return None if best is None else best[1]
+
+    def _down(self, region: Masks) -> Masks | None:
+        found: list[tuple[float, Stat, Stat]] = []
+        for d in range(len(self.t.spec.dims)):
+            if not self.t.has((*region, d)):
+                continue
+            col = self.along(region, d)
+            for values in self._subsets(region, d, col):
+                split = self._split(region, d, values)
+                if split is not None and self.supported(split[0], split[1].n):
+                    found.append((self.within(*split, with_baseline=False), *split))
+        if not found:
+            return None
+        z_refine = norm_ppf(1.0 - self.th.refine_alpha / len(found))
+        purer = []
+        for z, part, rest in found:
+            if z < z_refine or self.within(part, rest, with_baseline=True) < z_refine:
+                continue
+            if self._anomalous(rest, region, z_refine):
+                continue  # the rest carries excess too: the cause is not (only) in the part
+            s = self.global_s(part)[0]
+            lam = float(specific_excess(np.array(part.a), s))
+            if lam > 0:
+                purer.append((s, lam, part.region))
+        if not purer:
+            return None
+        keep = self.th.refine_keep * max(lam for _, lam, _ in purer)
+        return max((p for p in purer if p[1] >= keep), key=lambda p: p[0])[2]
+
+    def _anomalous(self, rest: Stat, parent: Masks, z_refine: float) -> bool:
+        """Whether the rest of a region is itself hot: significantly hotter (by at least
+        ``min_specificity``), under the model before any explain-away, than everything outside
+        the region. A rest that still carries a cause is no reason to narrow a finding to its
+        other part, wherever other causes (found or not) sit; a uniform excess over both
+        (a policy) does not count."""
+        th = self.th
+        if rest.n < th.min_tokens or rest.g < th.min_sequences:
+            return False
+        r0, p0 = self.stat(rest.region, initial=True), self.stat(parent, initial=True)
+        table = float(self.s.initial[tuple(sorted(parent))].sum())
+        out_a, out_m = self.t.total_a - p0.a, table - p0.m
+        s = float(div(div(r0.a, r0.m, np.nan), div(out_a, out_m, np.nan), np.nan))
+        var = float(relvar(r0.own(), r0.a) + relvar(complement_var(self.t, parent), out_a))
+        z = float(log_z(np.array(s), np.array(var)))
+        return s >= th.min_specificity and z >= z_refine
+
+    def _prune(self, region: Masks) -> Masks | None:
+        """Drop the coldest value of a dimension with several, when it is significantly colder
+        than the rest of the region (one-sided at ``refine_alpha / k`` over the ``k`` values
+        tested) by at least ``min_specificity``: it is not part of the cause."""
+        tests = []
+        for d, mask in region.items():
+            values = np.flatnonzero(mask)
+            if len(values) < 2:
+                continue
+            for v in values:
+                split = self._split(region, d, np.array([v]))
+                if split is not None and split[0].n > 0 and split[1].n > 0:
+                    tests.append((self._colder(*split), d, int(v)))
+        if not tests:
+            return None
+        z_prune = norm_ppf(1.0 - self.th.refine_alpha / len(tests))
+        z, d, v = max(tests)
+        if z < z_prune:
+            return None
+        mask = region[d].copy()
+        mask[v] = False
+        return {**region, d: mask}
+
+    def _colder(self, part: Stat, rest: Stat) -> float:
+        """z of the rest of a region being hotter than a part of it (the part is colder)."""
+        return self.within(rest, part, with_baseline=True)
+
+    def _subsets(self, region: Masks, d: int, col: dict) -> list[np.ndarray]:
+        """Single values, and ranges from either end for an ordered dimension (within the
+        values already fixed, when ``d`` is)."""
+        if d in region:
+            allowed = np.flatnonzero(region[d])
+            if len(allowed) < 2:
+                return []
+        else:
+            allowed = np.flatnonzero(col["mom"][:, 0] > 0)
+        out = [np.array([v]) for v in allowed]
+        if self.t.spec.dims[d].ordered and d != self.s.stratum and len(allowed) > 2:
+            out += [allowed[: j + 1] for j in range(1, len(allowed) - 1)]
+            out += [allowed[j:] for j in range(1, len(allowed) - 1)]
+        return out
+
+    def _mask(self, d: int, values: np.ndarray) -> np.ndarray:
+        mask = np.zeros(self.t.spec.levels(d), bool)
+        mask[values] = True
+        return mask
+
+    def _widen(self, region: Masks) -> Masks:
+        s_r, var_r = self.global_s(self.stat(region))
+        if not (s_r > 0 and math.isfinite(var_r)):
+            return region
+        trials = []
+        for d in list(region):
+            col = self.along(region, d)
+            for v in np.flatnonzero((col["mom"][:, 0] > 0) & ~region[d]):
+                st = self.combine(col, d, np.array([v]))
+                if self.supported(st, self.t.total_n - st.n):
+                    trials.append((d, int(v), st))
+        if not trials:
+            return region
+        z_w = norm_ppf(1.0 - self.th.refine_alpha / len(trials))
+        grown = {d: m.copy() for d, m in region.items()}
+        for d, v, st in trials:
+            s, var = self.global_s(st)
+            if not (s >= self.th.min_specificity and math.isfinite(var)):
+                continue
+            z = float(log_z(np.array(s), np.array(var)))
+            close = abs(math.log(s) - math.log(s_r)) <= self.th.merge_z * math.sqrt(var + var_r)
+            if z >= z_w and close:
+                grown[d][v] = True
+        return grown
