@@ -147,6 +147,8 @@ def _explanation(
     tested = sorted({d for dims in search.candidates for d in dims} - used)
     if sides.b is not None and sides.stratum is not None and sides.stratum not in used:
         tested = sorted({*tested, sides.stratum})
+    if sides.b is None:  # the stratum defines the internal expectation: trivially uniform
+        tested = [d for d in tested if d != sides.stratum]
     ratio, ci, excess = _overall(sides)
     return Explanation(
         mode=sides.mode,
@@ -171,6 +173,9 @@ def _explanation(
         baseline_vllm_kl=None
         if sides.b is None
         else float(div(sides.b.total_a, sides.b.total_n, math.nan)),
+        level=th.rate_ci_level,
+        bootstrap_replicates=th.bootstrap_replicates,
+        stratum_index=sides.stratum,
     )
 
 

@@ -17,10 +17,22 @@ from mismatchctl.stats.localize_estimates import (
     versus_baseline,
     versus_rest,
 )
-from mismatchctl.stats.localize_math import contrast_var, div, norm_ppf, relvar
+from mismatchctl.stats.localize_math import div, norm_ppf, relvar
 from mismatchctl.stats.localize_reference import Reference
-from mismatchctl.stats.localize_regions import region_moments, region_sums, restrict
-from mismatchctl.stats.localize_result import BASELINE, INTERNAL, Finding, sentence
+from mismatchctl.stats.localize_regions import (
+    log_contrast_var,
+    region_moments,
+    region_sums,
+    restrict,
+)
+from mismatchctl.stats.localize_result import (
+    BASELINE,
+    INTERNAL,
+    BaselineRegions,
+    Finding,
+    Region,
+    sentence,
+)
 from mismatchctl.stats.localize_search import Selected
 from mismatchctl.stats.localize_tables import Masks, SideTables
 from mismatchctl.stats.localize_thresholds import LocalizeThresholds
@@ -55,12 +67,19 @@ def baseline_regions(sides: Sides, region: Masks) -> tuple[Masks | None, list[Ma
 
 def estimate(sides: Sides, region: Masks) -> tuple[Estimate, float]:
     """The region's estimate and the variance of its log rate ratio (delta method)."""
+    est, var, _ = estimate_with_regions(sides, region)
+    return est, var
+
+
+def estimate_with_regions(
+    sides: Sides, region: Masks
+) -> tuple[Estimate, float, BaselineRegions | None]:
+    """:func:`estimate`, and the baseline's regions and weights behind it."""
     t, s = sides.t, sides.stratum
     sums_r, all_t = region_sums(t, region, s), region_sums(t, {}, s)
     mom_r = region_moments(t, region)
     if sides.b is None:
-        var = float(contrast_var(mom_r.mom, t.total, mom_r.union()))
-        return versus_rest(sums_r, all_t), var
+        return versus_rest(sums_r, all_t), log_contrast_var(t, region), None
     b = sides.b
     shared, marginals = baseline_regions(sides, region)
     b_r = None if shared is None else region_sums(b, shared, s)
@@ -70,7 +89,14 @@ def estimate(sides: Sides, region: Masks) -> tuple[Estimate, float]:
     mom_b = region_moments(b, shared or {})
     w = 1.0 if b_r is None else weights[0]
     a_r, a_b = float(mom_r.mom[Field.K3]), float(mom_b.mom[Field.K3])
-    return est, float(relvar(mom_r.own(), a_r) + w * w * relvar(mom_b.own(), a_b))
+    var = float(relvar(mom_r.own(), a_r) + w * w * relvar(mom_b.own(), a_b))
+    spec = t.spec
+    regions = BaselineRegions(
+        None if shared is None else exact_codes(spec, shared),
+        [exact_codes(spec, m) for m in marginals],
+        weights,
+    )
+    return est, var, regions
 
 
 def baseline_weights(
@@ -126,7 +152,7 @@ def _union(sides: Sides, a: Masks, b: Masks) -> Masks | None:
 
 def finding(sides: Sides, region: Masks, picked: Selected) -> Finding:
     t, spec = sides.t, sides.t.spec
-    est, var = estimate(sides, region)
+    est, var, baseline = estimate_with_regions(sides, region)
     sums_r = region_sums(t, region, sides.stratum)
     seqs = region_moments(t, region).g
     n_r, a_r = float(sums_r.n.sum()), float(sums_r.a.sum())
@@ -149,7 +175,8 @@ def finding(sides: Sides, region: Masks, picked: Selected) -> Finding:
         specificity=picked.specificity,
         z=picked.z,
         surprise=surprise(float(est.expected) / f_all, a_r / t.total_a),
-        region={d: tuple(int(c) for c in _codes(spec, d, m)) for d, m in region.items()},
+        region=exact_codes(spec, region),
+        baseline=baseline,
     )
     out.sentence = sentence(out, sides.mode, sides.th.rate_ci_level)
     return out
@@ -162,8 +189,12 @@ def _expected_total(sides: Sides) -> float:
     return float(expected(t_all, rates(b_all)))
 
 
-def _codes(spec: CubeSpec, d: int, mask: np.ndarray) -> np.ndarray:
-    return np.concatenate([spec.members(d, int(v)) for v in np.flatnonzero(mask)])
+def exact_codes(spec: CubeSpec, region: Masks) -> Region:
+    """A region of search-level values as the exact codes of each dimension."""
+    return {
+        d: tuple(int(c) for v in np.flatnonzero(m) for c in spec.members(d, int(v)))
+        for d, m in sorted(region.items())
+    }
 
 
 def _where(sides: Sides, region: Masks) -> dict[str, str]:

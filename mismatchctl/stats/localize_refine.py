@@ -12,14 +12,17 @@ Regions hold a set of values per dimension. Three moves, under the search's curr
   to a range from either end (``kv_position >= 1024``, ``turn_position < 8``), or a sub-range of
   a range already fixed, when it is significantly purer than the rest of the region (one-sided
   at ``refine_alpha / k`` over the ``k`` finer regions examined), at least
-  ``min_specificity`` times hotter, and the rest of the region is not itself hot
+  ``min_specificity`` times hotter, leaves out at least ``min_refine_share`` of the region's
+  model mass, and the rest of the region is not itself hot
   (``_anomalous``: two overlapping causes make their intersection purer, but the rest of either
   still carries its cause: that is no reason to narrow either); of those, the purest that keeps ``refine_keep`` of the
   largest specific excess among them (a range that takes in healthy values is less pure, a
   part of the cause carries less);
-- *prune*: the value of a dimension with several that is significantly colder than the rest
-  of the region (one-sided at ``refine_alpha / k`` over the values tested) is dropped: a range
-  or set that took in values outside the cause gives them back;
+- *prune*: the coldest value of a dimension with several is dropped when it is
+  ``min_specificity`` times colder than the rest of the region and either significantly so
+  (one-sided at ``refine_alpha / k`` over the values tested) or not itself significantly
+  hotter than everything outside the region (one-sided at ``keep_alpha``): a range or set that
+  took in values outside the cause gives them back;
 - *widen*: sibling values of each fixed dimension whose regions are as specific (significant at
   ``refine_alpha / k``) and consistent with the finding (their log specificities within
   ``merge_z`` standard errors) join it: several steps, several KV bins of one fault.
@@ -59,6 +62,12 @@ from mismatchctl.stats.localize_search import (
     specificity,
 )
 from mismatchctl.stats.localize_tables import Masks
+
+MAX_ROUNDS = 4  # rounds of the parsimony moves (each a handful of moves at most)
+
+
+def _same_region(a: Masks, b: Masks) -> bool:
+    return set(a) == set(b) and all(np.array_equal(a[d], b[d]) for d in a)
 
 
 @dataclass
@@ -182,13 +191,16 @@ class Refiner:
             st.cache["s"] = (s, var)
         return st.cache["s"]
 
-    def within(self, part: Stat, rest: Stat, with_baseline: bool) -> float:
-        """z of a part of a region against the rest of the region (independent parts)."""
-        s = float(div(div(part.a, part.m, np.nan), div(rest.a, rest.m, np.nan), np.nan))
+    def within(self, part: Stat, rest: Stat, with_baseline: bool, spec_min: bool = True) -> float:
+        """z of a part of a region against the rest of the region (independent parts); -1
+        when the part is not ``min_specificity`` times hotter (unless ``spec_min`` is off)."""
+        s = self._ratio(part, rest)
         var = float(relvar(part.own(), part.a) + relvar(rest.own(), rest.a))
         if with_baseline:  # both parts' baseline contrasts: conservative
             var += self.baseline_parts(part)[0] + self.baseline_parts(rest)[0]
-        return float(log_z(np.array(s), np.array(var))) if s >= self.th.min_specificity else -1.0
+        if spec_min and not s >= self.th.min_specificity:
+            return -1.0
+        return float(log_z(np.array(s), np.array(var)))
 
     def supported(self, st: Stat, rest_n: float) -> bool:
         th = self.th
@@ -212,13 +224,19 @@ class Refiner:
     # --- moves --------------------------------------------------------------------------
 
     def parsimonious(self, start: Masks) -> Selected:
+        """The moves in turn (up, down, prune) until none applies (a bounded number of
+        rounds), then widen."""
         region, n_dims = start, len(self.t.spec.dims)
-        for move in (self._up, self._down, self._prune):
-            for _ in range(2 * n_dims):
-                moved = move(region)
-                if moved is None:
-                    break
-                region = moved
+        for _ in range(MAX_ROUNDS):
+            before = region
+            for move in (self._up, self._down, self._prune):
+                for _ in range(2 * n_dims):
+                    moved = move(region)
+                    if moved is None:
+                        break
+                    region = moved
+            if _same_region(region, before):
+                break
         region = self._drop_full(self._widen(self._drop_full(region)))
         st = self.stat(region)
         if not self.passes(st)[0]:
@@ -271,8 +289,11 @@ class Refiner:
             col = self.along(region, d)
             for values in self._subsets(region, d, col):
                 split = self._split(region, d, values)
-                if split is not None and self.supported(split[0], split[1].n):
-                    found.append((self.within(*split, with_baseline=False), *split))
+                if split is None or not self.supported(split[0], split[1].n):
+                    continue
+                if split[1].m < self.th.min_refine_share * (split[0].m + split[1].m):
+                    continue  # shaving a sliver off is no simpler explanation
+                found.append((self.within(*split, with_baseline=False), *split))
         if not found:
             return None
         z_refine = norm_ppf(1.0 - self.th.refine_alpha / len(found))
@@ -293,25 +314,31 @@ class Refiner:
 
     def _anomalous(self, rest: Stat, parent: Masks, z_refine: float) -> bool:
         """Whether the rest of a region is itself hot: significantly hotter (by at least
-        ``min_specificity``), under the model before any explain-away, than everything outside
-        the region. A rest that still carries a cause is no reason to narrow a finding to its
-        other part, wherever other causes (found or not) sit; a uniform excess over both
-        (a policy) does not count."""
+        ``min_specificity``), under the current model (the causes found so far explained
+        away), than everything outside the region. A rest that still carries a cause is no
+        reason to narrow a finding to its other part; a uniform excess over both (a policy)
+        does not count."""
         th = self.th
         if rest.n < th.min_tokens or rest.g < th.min_sequences:
             return False
-        r0, p0 = self.stat(rest.region, initial=True), self.stat(parent, initial=True)
-        table = float(self.s.initial[tuple(sorted(parent))].sum())
-        out_a, out_m = self.t.total_a - p0.a, table - p0.m
-        s = float(div(div(r0.a, r0.m, np.nan), div(out_a, out_m, np.nan), np.nan))
-        var = float(relvar(r0.own(), r0.a) + relvar(complement_var(self.t, parent), out_a))
+        # the parent's sums from the rest's own table: one table's model throughout
+        table = tuple(sorted(rest.region))
+        d = next(e for e in table if e not in parent or e == table[-1])
+        col = self.along(parent, d)
+        allowed = parent[d] if d in parent else np.ones(self.t.spec.levels(d), bool)
+        p0 = self.combine(col, d, np.flatnonzero(allowed))
+        out_a, out_m = self.t.total_a - p0.a, float(self.s.model[table].sum()) - p0.m
+        s = float(div(div(rest.a, rest.m, np.nan), div(out_a, out_m, np.nan), np.nan))
+        var = float(relvar(rest.own(), rest.a) + relvar(complement_var(self.t, parent), out_a))
         z = float(log_z(np.array(s), np.array(var)))
         return s >= th.min_specificity and z >= z_refine
 
     def _prune(self, region: Masks) -> Masks | None:
-        """Drop the coldest value of a dimension with several, when it is significantly colder
-        than the rest of the region (one-sided at ``refine_alpha / k`` over the ``k`` values
-        tested) by at least ``min_specificity``: it is not part of the cause."""
+        """Drop the coldest value of a dimension with several when it is not part of the cause:
+        at least ``min_specificity`` times colder than the rest of the region, and either
+        significantly so (one-sided at ``refine_alpha / k`` over the ``k`` values tested) or
+        not itself significantly hotter than everything outside the region (one-sided at
+        ``keep_alpha``)."""
         tests = []
         for d, mask in region.items():
             values = np.flatnonzero(mask)
@@ -320,20 +347,36 @@ class Refiner:
             for v in values:
                 split = self._split(region, d, np.array([v]))
                 if split is not None and split[0].n > 0 and split[1].n > 0:
-                    tests.append((self._colder(*split), d, int(v)))
+                    tests.append((self._ratio(*split), d, int(v), split))
         if not tests:
             return None
         z_prune = norm_ppf(1.0 - self.th.refine_alpha / len(tests))
-        z, d, v = max(tests)
-        if z < z_prune:
-            return None
-        mask = region[d].copy()
-        mask[v] = False
-        return {**region, d: mask}
+        z_keep = norm_ppf(1.0 - self.th.keep_alpha)
+        for ratio, d, v, (part, rest) in sorted(tests, key=lambda x: x[0]):
+            if not ratio <= 1.0 / self.th.min_specificity:
+                break
+            colder = self.within(rest, part, with_baseline=True, spec_min=False) >= z_prune
+            if colder or self._hot_outside(part, region) < z_keep:
+                mask = region[d].copy()
+                mask[v] = False
+                return {**region, d: mask}
+        return None
 
-    def _colder(self, part: Stat, rest: Stat) -> float:
-        """z of the rest of a region being hotter than a part of it (the part is colder)."""
-        return self.within(rest, part, with_baseline=True)
+    @staticmethod
+    def _ratio(part: Stat, rest: Stat) -> float:
+        """A part's rate relative to the model, over the rest of its region's."""
+        return float(div(div(part.a, part.m, np.nan), div(rest.a, rest.m, np.nan), np.nan))
+
+    def _hot_outside(self, part: Stat, region: Masks) -> float:
+        """z of a part of a region being hotter than everything outside the region."""
+        table = tuple(sorted(region))
+        outer = self.stat(region)
+        out_a = self.t.total_a - outer.a
+        out_m = float(self.s.model[table].sum()) - outer.m
+        s = float(div(div(part.a, part.m, np.nan), div(out_a, out_m, np.nan), np.nan))
+        var = float(relvar(part.own(), part.a) + relvar(complement_var(self.t, region), out_a))
+        var += self.baseline_parts(part)[0]
+        return float(log_z(np.array(s), np.array(var)))
 
     def _subsets(self, region: Masks, d: int, col: dict) -> list[np.ndarray]:
         """Single values, and ranges from either end for an ordered dimension (within the

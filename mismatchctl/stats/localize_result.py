@@ -11,6 +11,20 @@ from mismatchctl.stats.decompose import Decomposition
 BASELINE, INTERNAL = "baseline", "internal"
 
 
+Region = dict[int, tuple[int, ...]]  # dimension index -> its codes
+
+
+@dataclass
+class BaselineRegions:
+    """The baseline's side of a finding's estimate, for the bootstrap pass: its region on the
+    shared dimensions (None: the stratum only), that region's one-dimension marginals (the
+    shrinkage prior) and the shrinkage weights."""
+
+    region: Region | None
+    marginals: list[Region]
+    weights: tuple[float, list[float]]
+
+
 @dataclass
 class Finding:
     """One localized cause: a conjunction of up to three dimensions, each with a set of values.
@@ -37,7 +51,8 @@ class Finding:
     z: float
     surprise: float
     sentence: str = ""
-    region: dict[int, tuple[int, ...]] = field(default_factory=dict, repr=False)
+    region: Region = field(default_factory=dict, repr=False)
+    baseline: BaselineRegions | None = field(default=None, repr=False)
     rate_ratio_ci_method: str = "delta"
 
 
@@ -87,14 +102,17 @@ class Explanation:
     baseline_spread: dict[str, float]  # per shared dimension, exp(tau) of its cells
     baseline_tokens: int | None = None
     baseline_vllm_kl: float | None = None
-    notes: list[str] = field(default_factory=list)
+    level: float = 0.95  # of the intervals
+    bootstrap_replicates: int = 200
+    stratum_index: int | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (NaN and infinities become None)."""
         out = asdict(self)
+        out.pop("stratum_index")
         for f in out["findings"]:
             f.pop("region")
-            f["where"] = dict(f["where"])
+            f.pop("baseline")
         return _clean(out)
 
 

@@ -112,7 +112,7 @@ class Search:
         baseline's; ``baseline``: its tables (both None without a baseline)."""
         self.t, self.ref, self.stratum, self.th, self.e_tb = t, ref, stratum, th, e_tb
         self.baseline = baseline
-        self.model = {d: e_t[d] * np.broadcast_to(ref.beta[d], t.shape(d)) for d in t.tables}
+        self.model = {d: _scaled(e_t[d] * ref.beta[d], float(e_t[()])) for d in t.tables}
         self.initial = dict(self.model)  # before any explain-away
         self.candidates = candidates
         self.z_ci = norm_ppf(0.5 + th.rate_ci_level / 2)
@@ -300,6 +300,14 @@ def effective_sequences(mom: np.ndarray) -> np.ndarray:
     """``A^2 / sum_i y_i^2``: how many sequences' worth of the mass there is (the sum of the
     cells' own squares across token values, which can only overstate it)."""
     return div(mom[..., Field.K3] ** 2, mom[..., Field.YY])
+
+
+def _scaled(m: np.ndarray, total: float) -> np.ndarray:
+    """A table's model rescaled to the selection's expected total: the baseline's contrasts
+    differ between tables, and comparisons across tables (a region's part and the rest of the
+    selection) must not see that as excess."""
+    s = float(np.sum(m))
+    return m * (total / s) if s > 0 else np.asarray(m, np.float64)
 
 
 def specificity(

@@ -174,17 +174,34 @@ def _mask_product(side: SideTables, region: Masks, dims: Dims) -> np.ndarray:
 def overlap(side: SideTables, arr: dict[Dims, np.ndarray], region: Masks, dims: Dims) -> np.ndarray:
     """For every cell ``c`` of table ``dims``: the quantity (an additive one such as an expected
     mass) in ``c`` and the region. Exact from the table of both conjunctions when the cube has
-    it; otherwise ``X(c) X(region | c's shared values) / X(c's shared values)`` (the region's
-    other dimensions taken as independent of the cell's given the dimensions they share)."""
+    it; otherwise ``X(c)`` times the share of ``c`` inside the region, modelled log-linearly:
+    the share given the dimensions ``c`` and the region share, times, for each other dimension
+    of ``c`` whose table with the region the cube holds, how much its value moves that share
+    (a long-KV finding covers later turns more than first turns)."""
     rdims = tuple(sorted(region))
     union = tuple(sorted(set(dims) | set(rdims)))
     if side.has(union):
-        inside = arr[union] * _mask_product(side, region, union)
-        extra = tuple(union.index(d) for d in union if d not in dims)
-        return inside.sum(axis=extra) if extra else inside
+        return _exact_overlap(side, arr, region, dims)
     shared = tuple(d for d in dims if d in region)
-    inside = arr[rdims] * _mask_product(side, region, rdims)
-    extra = tuple(rdims.index(d) for d in rdims if d not in shared)
-    given = inside.sum(axis=extra) if extra else inside
-    ratio = div(given, arr[shared])
-    return arr[dims] * side.lift(ratio, shared, dims)
+    base = div(_exact_overlap(side, arr, region, shared), arr[shared], np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_share = np.log(side.lift(base, shared, dims)) * np.ones(side.shape(dims))
+        for d in dims:
+            sub = tuple(sorted((*shared, d)))
+            if d in shared or not side.has(tuple(sorted({*sub, *rdims}))):
+                continue
+            share = div(_exact_overlap(side, arr, region, sub), arr[sub], np.nan)
+            moved = np.log(side.lift(share, sub, dims)) - np.log(side.lift(base, shared, dims))
+            log_share = log_share + np.where(np.isfinite(moved), moved, 0.0)
+        share = np.clip(np.nan_to_num(np.exp(log_share), nan=0.0), 0.0, 1.0)
+    return arr[dims] * share
+
+
+def _exact_overlap(
+    side: SideTables, arr: dict[Dims, np.ndarray], region: Masks, dims: Dims
+) -> np.ndarray:
+    """The quantity in each cell of ``dims`` and the region, from their joint table."""
+    union = tuple(sorted(set(dims) | set(region)))
+    inside = arr[union] * _mask_product(side, region, union)
+    extra = tuple(union.index(d) for d in union if d not in dims)
+    return inside.sum(axis=extra) if extra else inside

@@ -51,6 +51,17 @@ class LocalizeThresholds:
     significantly purer than the rest of the coarser cell, one-sided at ``refine_alpha / k``
     over the ``k`` finer cells examined; otherwise the coarser cell is reported."""
 
+    min_refine_share: float = 0.05
+    """A finer region replaces a finding only if what it leaves out holds at least this share of
+    the finding's expected mass: dropping the 1% of tokens in the shortest sequences is no
+    simpler explanation, whatever its significance on large data."""
+
+    keep_alpha: float = 0.05
+    """A value of a finding's range or set that is ``min_specificity`` times colder than the
+    rest of the finding stays only if it is itself significantly hotter (one-sided at this
+    level) than everything outside the finding: a range that took in healthy steps between two
+    faulty ones gives them back, a weak cause spread over many values keeps them."""
+
     refine_keep: float = 0.8
     """Of the finer regions significantly purer than a finding, the purest one carrying at
     least this share of the largest specific excess among them replaces it: ``kv >= 1024``
