@@ -17,7 +17,7 @@ from mismatchctl.stats.localize_estimates import (
     versus_baseline,
     versus_rest,
 )
-from mismatchctl.stats.localize_math import div, norm_ppf, relvar
+from mismatchctl.stats.localize_math import div, norm_ppf, relvar, weighted
 from mismatchctl.stats.localize_reference import Reference
 from mismatchctl.stats.localize_regions import (
     log_contrast_var,
@@ -89,7 +89,7 @@ def estimate_with_regions(
     mom_b = region_moments(b, shared or {})
     w = 1.0 if b_r is None else weights[0]
     a_r, a_b = float(mom_r.mom[Field.K3]), float(mom_b.mom[Field.K3])
-    var = float(relvar(mom_r.own(), a_r) + w * w * relvar(mom_b.own(), a_b))
+    var = float(relvar(mom_r.own(), a_r) + weighted(w, relvar(mom_b.own(), a_b)))
     spec = t.spec
     regions = BaselineRegions(
         None if shared is None else exact_codes(spec, shared),

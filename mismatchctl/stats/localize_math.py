@@ -24,9 +24,13 @@ def norm_sf(z: float) -> float:
 def div(a: np.ndarray | float, b: np.ndarray | float, fill: float = 0.0) -> np.ndarray:
     """``a / b`` with ``fill`` where ``b`` is 0 (or the quotient is not finite)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    out = np.full(np.broadcast_shapes(a.shape, b.shape), fill)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        out = a / b
-    return np.where(np.isfinite(out) & (b != 0), out, fill)
+        np.divide(a, b, out=out, where=b != 0)
+    bad = ~np.isfinite(out)
+    if bad.any():
+        out[bad] = fill
+    return out
 
 
 def sandwich_var(
@@ -89,6 +93,15 @@ def contrast_var(
         var = relvar(v_c, a) + relvar(v_r, a_r) - 2 * div(cov, a * a_r)
         indep = relvar(v_c, a) + relvar(v_r, a_r)
     return np.where(np.isfinite(var) & (var > 0), var, indep)
+
+
+def weighted(w: np.ndarray | float, var: np.ndarray | float) -> np.ndarray:
+    """``w^2 var``: a variance scaled by a shrinkage weight, 0 where the weight is 0 (even for
+    an infinite variance: a cell without data contributes its prior, not its noise)."""
+    w, var = np.asarray(w, np.float64), np.asarray(var, np.float64)
+    out = np.zeros(np.broadcast_shapes(w.shape, var.shape))
+    np.multiply(w * w, var, out=out, where=w > 0)
+    return out
 
 
 def relvar(var: np.ndarray, mass: np.ndarray) -> np.ndarray:

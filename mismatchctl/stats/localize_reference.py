@@ -23,6 +23,7 @@ from mismatchctl.stats.localize_math import (
     relvar,
     shrink_weight,
     shrunk_ratio,
+    weighted,
 )
 from mismatchctl.stats.localize_tables import Dims, SideTables
 
@@ -116,8 +117,8 @@ def _own(
     ok = (rest_a > 0) & (rest_e > 0) & np.isfinite(rest_q)
     beta = np.where(ok, div(q, np.where(ok, rest_q, 1.0)), q)
     contrast = contrast_var(b.mom[sub], b.total)
-    beta_var = np.where(w > 0, w * w * np.where(ok, contrast, own_var), 0.0)
-    q_var = np.where(w > 0, w * w * own_var, 0.0)
+    beta_var = weighted(w, np.where(ok, contrast, own_var))
+    q_var = weighted(w, own_var)
     return beta, beta_var, q, q_var, supported, tau2
 
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mismatchctl.stats.cube import Field
-from mismatchctl.stats.localize_math import div, norm_ppf, own_var, relvar
+from mismatchctl.stats.localize_math import div, norm_ppf, own_var, relvar, weighted
 from mismatchctl.stats.localize_regions import (
     complement_var,
     log_contrast_var,
@@ -180,7 +180,7 @@ class Refiner:
         if not any(d != self.s.stratum for d in shared):
             return 0.0, float(q_var)
         w = float(self.s.ref.weight(tuple(shared), q_var))
-        return w * w * log_contrast_var(base.b, shared), float(w * w * q_var)
+        return float(weighted(w, log_contrast_var(base.b, shared))), float(weighted(w, q_var))
 
     def global_s(self, st: Stat) -> tuple[float, float]:
         """S of a region against the rest of the selection and the variance of log S."""
@@ -210,6 +210,7 @@ class Refiner:
             and rest_n >= th.min_tokens
             and st.bsup >= MIN_B_SUPPORT
             and float(effective_sequences(st.mom)) >= th.min_effective_sequences
+            and st.n <= th.max_token_share * self.t.total_n
         )
 
     def passes(self, st: Stat) -> tuple[bool, float]:
@@ -224,8 +225,8 @@ class Refiner:
     # --- moves --------------------------------------------------------------------------
 
     def parsimonious(self, start: Masks) -> Selected:
-        """The moves in turn (up, down, prune) until none applies (a bounded number of
-        rounds), then widen."""
+        """The moves in turn (up, down, prune, widen) until none applies (a bounded number of
+        rounds): widening a finding can make a refinement significant, and the reverse."""
         region, n_dims = start, len(self.t.spec.dims)
         for _ in range(MAX_ROUNDS):
             before = region
@@ -235,9 +236,9 @@ class Refiner:
                     if moved is None:
                         break
                     region = moved
+            region = self._drop_full(self._widen(self._drop_full(region)))
             if _same_region(region, before):
                 break
-        region = self._drop_full(self._widen(self._drop_full(region)))
         st = self.stat(region)
         if not self.passes(st)[0]:
             region, st = start, self.stat(start)

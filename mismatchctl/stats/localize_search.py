@@ -35,7 +35,14 @@ from typing import NamedTuple
 import numpy as np
 
 from mismatchctl.stats.cube import Field
-from mismatchctl.stats.localize_math import contrast_var, div, norm_ppf, own_var, relvar
+from mismatchctl.stats.localize_math import (
+    contrast_var,
+    div,
+    norm_ppf,
+    own_var,
+    relvar,
+    weighted,
+)
 from mismatchctl.stats.localize_pieces import accumulate, token_range_vars
 from mismatchctl.stats.localize_reference import Reference
 from mismatchctl.stats.localize_tables import Dims, Masks, SideTables, overlap
@@ -217,16 +224,17 @@ class Search:
         else:
             own, contrast = own_var(mom), contrast_var(mom, b.total)
         w = np.ones(shape) if trivial else self.ref.weight(sub, relvar(own, a))
-        qvar = np.broadcast_to(w * w * relvar(own, a), shape)
+        qvar = np.broadcast_to(weighted(w, relvar(own, a)), shape)
         if trivial:
             return np.zeros(shape), qvar
-        return np.broadcast_to(w * w * contrast, shape), qvar
+        return np.broadcast_to(weighted(w, contrast), shape), qvar
 
     def _supported(self, view: View) -> np.ndarray:
         th = self.th
         n = view.n
         ok = view.valid & (n >= th.min_tokens) & (view.g >= th.min_sequences)
         ok &= effective_sequences(view.mom) >= th.min_effective_sequences
+        ok &= n <= th.max_token_share * self.t.total_n
         return ok & (self.t.total_n - n >= th.min_tokens) & (div(view.supn, n) >= MIN_B_SUPPORT)
 
     def evaluate(self, e: Eligible) -> tuple[np.ndarray, np.ndarray]:

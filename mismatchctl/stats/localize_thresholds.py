@@ -27,6 +27,12 @@ class LocalizeThresholds:
     """Tokens a cell needs on each side to be tested (and the rest of the selection):
     below that a cell's K3 is a handful of tokens whatever the number of sequences."""
 
+    max_token_share: float = 0.9
+    """A finding holds at most this share of the selection's tokens: a cell covering nearly
+    everything is compared with a sliver (a few sequences' worth, whose sandwich variance is
+    least reliable), and an excess over 90% of the tokens is not localized anyway (the uniform
+    dimensions and the overall rate ratio speak for it)."""
+
     min_effective_sequences: float = 10.0
     """A finding's K3 mass must be spread over at least this many sequences' worth
     (``A^2 / sum_i y_i^2``, the inverse Herfindahl index of its sequences' shares): K3 is
