@@ -63,6 +63,74 @@ def _seq_base(
     return cell
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _buffer_sequence(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    tok: np.ndarray,
+    start: int,
+    stop: int,
+    tmul: np.ndarray,
+    cn: np.ndarray,
+    ca: np.ndarray,
+    ctouch: np.ndarray,
+) -> int:
+    """The sequence's tokens and K3 per combination of token codes (``cn``, ``ca``, the
+    combinations touched in ``ctouch``); returns how many were touched."""
+    m = 0
+    for i in range(start, stop):
+        r = lt[i] - lr[i]
+        c = 0
+        for k in range(tok.shape[1]):
+            c += tok[i, k] * tmul[k]
+        if cn[c] == 0.0:
+            ctouch[m] = c
+            m += 1
+        cn[c] += 1.0
+        ca[c] += math.expm1(r) - r
+    return m
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _project(
+    j: int,
+    m: int,
+    ctouch: np.ndarray,
+    cvals: np.ndarray,
+    cn: np.ndarray,
+    ca: np.ndarray,
+    vmap: np.ndarray,
+    pdims: np.ndarray,
+    pmaps: np.ndarray,
+    pmul: np.ndarray,
+    pn: np.ndarray,
+    pa: np.ndarray,
+    ptouch: np.ndarray,
+    pcv: np.ndarray,
+) -> int:
+    """The sequence's buffer summed onto projection ``j`` (its token dimensions, each exact or
+    in blocks): ``pn``/``pa`` per projected cell, the cells touched in ``ptouch`` with their
+    codes in ``pcv``; returns how many were touched."""
+    pm = 0
+    for t in range(m):
+        pc = 0
+        for k in range(3):
+            d = pdims[j, k]
+            if d < 0:
+                break
+            pc += vmap[pmaps[j, k] + cvals[t, d]] * pmul[j, k]
+        if pn[pc] == 0.0:
+            ptouch[pm] = pc
+            for k in range(3):
+                d = pdims[j, k]
+                pcv[pm, k] = 0 if d < 0 else vmap[pmaps[j, k] + cvals[t, d]]
+            pm += 1
+        c = ctouch[t]
+        pn[pc] += cn[c]
+        pa[pc] += ca[c]
+    return pm
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def cube_accumulate(
     state: np.ndarray,
@@ -94,17 +162,7 @@ def cube_accumulate(
     pcv = np.zeros((min(psize_max, max_touch), 3), np.int64)
     for si in range(starts.shape[0] - 1):
         row = rows[si]
-        m = 0
-        for i in range(starts[si], starts[si + 1]):
-            r = lt[i] - lr[i]
-            c = 0
-            for k in range(n_dt):
-                c += tok[i, k] * tmul[k]
-            if cn[c] == 0.0:
-                ctouch[m] = c
-                m += 1
-            cn[c] += 1.0
-            ca[c] += math.expm1(r) - r
+        m = _buffer_sequence(lr, lt, tok, starts[si], starts[si + 1], tmul, cn, ca, ctouch)
         tot_n = 0.0
         tot_a = 0.0
         for t in range(m):
@@ -113,28 +171,13 @@ def cube_accumulate(
                 cvals[t, k] = (c // tmul[k]) % tcard[k]
             tot_n += cn[c]
             tot_a += ca[c]
-        for qi in range(qonly.shape[0]):
-            tb = qonly[qi]
-            cell = _seq_base(tb, row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
+        for qi in range(qonly.shape[0]):  # tables of sequence dimensions only
+            cell = _seq_base(qonly[qi], row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
             _add_cell(state, cell, tot_n, tot_a, tot_n, tot_a)
         for j in range(pdims.shape[0]):
-            pm = 0
-            for t in range(m):
-                pc = 0
-                for k in range(3):
-                    d = pdims[j, k]
-                    if d < 0:
-                        break
-                    pc += vmap[pmaps[j, k] + cvals[t, d]] * pmul[j, k]
-                if pn[pc] == 0.0:
-                    ptouch[pm] = pc
-                    for k in range(3):
-                        d = pdims[j, k]
-                        pcv[pm, k] = 0 if d < 0 else vmap[pmaps[j, k] + cvals[t, d]]
-                    pm += 1
-                c = ctouch[t]
-                pn[pc] += cn[c]
-                pa[pc] += ca[c]
+            pm = _project(
+                j, m, ctouch, cvals, cn, ca, vmap, pdims, pmaps, pmul, pn, pa, ptouch, pcv
+            )
             for ti in range(ptab_ptr[j], ptab_ptr[j + 1]):
                 tb = ptab_idx[ti]
                 base = _seq_base(tb, row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
@@ -200,6 +243,16 @@ def poisson_weight(key: np.uint64, replicate: int, cdf: np.ndarray) -> int:
     return k
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _in_region(codes: np.ndarray, allowed: np.ndarray, offsets: np.ndarray) -> bool:
+    """Whether every constrained code lies in the region (``offsets < 0``: unconstrained)."""
+    for d in range(offsets.shape[0]):
+        o = offsets[d]
+        if o >= 0 and not allowed[o + codes[d]]:
+            return False
+    return True
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def region_accumulate(
     acc: np.ndarray,
@@ -218,10 +271,9 @@ def region_accumulate(
     """Add whole sequences to ``acc`` (replicates x regions x strata x 2: weighted tokens and
     K3). ``allowed[roff[r, d] + code]`` says whether code of dimension ``d`` (token dimensions
     first, then sequence dimensions) lies in region ``r``; ``roff[r, d] < 0``: unconstrained.
-    ``stratum``: the global index of the stratum dimension (-1: one stratum)."""
+    ``stratum``: the stratum dimension in that order (-1: one stratum)."""
     n_rep, n_reg, n_str = acc.shape[0], acc.shape[1], acc.shape[2]
     n_dt = tok.shape[1]
-    n_dims = roff.shape[1]
     buf = np.zeros((n_reg, n_str, 2), np.float64)
     seen = np.zeros((n_reg, n_str), np.bool_)
     touched = np.empty((n_reg * n_str, 2), np.int64)
@@ -229,33 +281,16 @@ def region_accumulate(
     for si in range(starts.shape[0] - 1):
         row = rows[si]
         for r in range(n_reg):
-            ok = True
-            for d in range(n_dt, n_dims):
-                o = roff[r, d]
-                if o >= 0 and not allowed[o + seqc[row, d - n_dt]]:
-                    ok = False
-                    break
-            seq_ok[r] = ok
-        s_seq = 0
-        if stratum >= n_dt:
-            s_seq = seqc[row, stratum - n_dt]
+            seq_ok[r] = _in_region(seqc[row], allowed, roff[r, n_dt:])
+        s = seqc[row, stratum - n_dt] if stratum >= n_dt else 0
         m = 0
         for i in range(starts[si], starts[si + 1]):
             x = lt[i] - lr[i]
             k3 = math.expm1(x) - x
-            s = s_seq
             if 0 <= stratum < n_dt:
                 s = tok[i, stratum]
             for r in range(n_reg):
-                if not seq_ok[r]:
-                    continue
-                inside = True
-                for d in range(n_dt):
-                    o = roff[r, d]
-                    if o >= 0 and not allowed[o + tok[i, d]]:
-                        inside = False
-                        break
-                if not inside:
+                if not seq_ok[r] or not _in_region(tok[i], allowed, roff[r, :n_dt]):
                     continue
                 if not seen[r, s]:
                     seen[r, s] = True
@@ -264,19 +299,14 @@ def region_accumulate(
                     m += 1
                 buf[r, s, 0] += 1.0
                 buf[r, s, 1] += k3
-        if m == 0:
-            continue
-        key = keys[row]
-        for b in range(n_rep):
-            w = poisson_weight(key, b, cdf)
-            if w == 0:
-                continue
-            for t in range(m):
-                r, s = touched[t, 0], touched[t, 1]
-                acc[b, r, s, 0] += w * buf[r, s, 0]
-                acc[b, r, s, 1] += w * buf[r, s, 1]
+        for b in range(n_rep if m else 0):
+            w = poisson_weight(keys[row], b, cdf)
+            for t in range(m if w else 0):
+                r, s2 = touched[t, 0], touched[t, 1]
+                acc[b, r, s2, 0] += w * buf[r, s2, 0]
+                acc[b, r, s2, 1] += w * buf[r, s2, 1]
         for t in range(m):
-            r, s = touched[t, 0], touched[t, 1]
-            buf[r, s, 0] = 0.0
-            buf[r, s, 1] = 0.0
-            seen[r, s] = False
+            r, s2 = touched[t, 0], touched[t, 1]
+            buf[r, s2, 0] = 0.0
+            buf[r, s2, 1] = 0.0
+            seen[r, s2] = False

@@ -16,11 +16,6 @@ def norm_ppf(p: float) -> float:
     return _NORMAL.inv_cdf(p)
 
 
-def norm_sf(z: float) -> float:
-    """Upper tail of the standard normal."""
-    return 1.0 - _NORMAL.cdf(z)
-
-
 def div(a: np.ndarray | float, b: np.ndarray | float, fill: float = 0.0) -> np.ndarray:
     """``a / b`` with ``fill`` where ``b`` is 0 (or the quotient is not finite)."""
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)

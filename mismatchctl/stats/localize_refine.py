@@ -20,12 +20,13 @@ Regions hold a set of values per dimension. Three moves, under the search's curr
   part of the cause carries less);
 - *prune*: the coldest value of a dimension with several is dropped when it is
   ``min_specificity`` times colder than the rest of the region and either significantly so
-  (one-sided at ``refine_alpha / k`` over the values tested) or not itself significantly
-  hotter than everything outside the region (one-sided at ``keep_alpha``): a range or set that
-  took in values outside the cause gives them back;
+  (one-sided at ``refine_alpha / k`` over the values tested), or not itself significantly
+  hotter than everything outside the region (one-sided at ``keep_alpha``), or hot only by a
+  few sequences: a range or set that took in values outside the cause gives them back;
 - *widen*: sibling values of each fixed dimension whose regions are as specific (significant at
   ``refine_alpha / k``) and consistent with the finding (their log specificities within
-  ``merge_z`` standard errors) join it: several steps, several KV bins of one fault.
+  ``merge_z`` standard errors) join it: several steps, several KV bins of one fault; a value
+  that joined so must still be supported on its own with the finding's final values.
 
 The reported region must pass the search's criteria itself; otherwise the candidate stands.
 
@@ -52,7 +53,6 @@ from mismatchctl.stats.localize_regions import (
     restrict,
 )
 from mismatchctl.stats.localize_search import (
-    MIN_B_SUPPORT,
     Search,
     Selected,
     effective_sequences,
@@ -63,7 +63,8 @@ from mismatchctl.stats.localize_search import (
 )
 from mismatchctl.stats.localize_tables import Masks
 
-MAX_ROUNDS = 4  # rounds of the parsimony moves (each a handful of moves at most)
+MAX_ROUNDS = 4  # rounds of the parsimony moves
+MAX_MOVES = 256  # moves of one kind in a round (pruning a range of blocked steps value by value)
 
 
 def _same_region(a: Masks, b: Masks) -> bool:
@@ -74,8 +75,7 @@ def _same_region(a: Masks, b: Masks) -> bool:
 class Stat:
     """Sums of one region: ``mom`` the cube fields, ``vsum``/``sdsum``/``cbar`` the
     interpolation of its own variance (``cbar`` None: exact), ``g`` its sequences (a lower
-    bound across token values), ``m``/``f`` its model and predicted masses, ``bsup`` the share
-    of its tokens in cells the baseline supports."""
+    bound across token values), ``m``/``f`` its model and predicted masses."""
 
     region: Masks
     mom: np.ndarray
@@ -85,7 +85,6 @@ class Stat:
     g: float
     m: float
     f: float
-    bsup: float
     cache: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -139,7 +138,6 @@ class Refiner:
             "region": region, "mom": total(t.mom[dims]), "m": total(m), "f": total(f),
             "vsum": total(v), "sdsum": total(np.sqrt(v)), "g": g.sum(axis=other),
             "cbar": max((t.cbar[e] for e in multi), default=None),
-            "supn": total(np.broadcast_to(ref.supported[dims], shape) * t.n[dims]),
         }  # fmt: skip
 
     def combine(self, col: dict, d: int, values: np.ndarray) -> Stat:
@@ -148,14 +146,12 @@ class Refiner:
         cbar = col["cbar"]
         if token:
             cbar = max(cbar if cbar is not None else 0.0, self.t.cbar[d])
-        n = float(col["mom"][values, Field.TOKENS].sum())
         region = {**col["region"], d: self._mask(d, values)}
         return Stat(
             region, col["mom"][values].sum(axis=0), float(col["vsum"][values].sum()),
             float(col["sdsum"][values].sum()), cbar,
             float(col["g"][values].max(initial=0.0) if token else col["g"][values].sum()),
             float(col["m"][values].sum()), float(col["f"][values].sum()),
-            float(div(col["supn"][values].sum(), n)),
         )  # fmt: skip
 
     def stat(self, region: Masks, initial: bool = False) -> Stat:
@@ -164,23 +160,25 @@ class Refiner:
 
     # --- tests --------------------------------------------------------------------------
 
-    def baseline_parts(self, st: Stat) -> tuple[float, float]:
-        """The baseline's shares of the variances of log S and of the log rate ratio."""
+    def baseline_parts(self, st: Stat) -> tuple[float, float, bool]:
+        """The baseline's shares of the variances of log S and of the log rate ratio, and
+        whether its region has ``min_sequences``."""
         if "b" not in st.cache:
             st.cache["b"] = self._baseline_parts(st.region)
         return st.cache["b"]
 
-    def _baseline_parts(self, region: Masks) -> tuple[float, float]:
+    def _baseline_parts(self, region: Masks) -> tuple[float, float, bool]:
         base = self.s.baseline
         if base is None:
-            return 0.0, 0.0
+            return 0.0, 0.0, True
         shared = restrict(region, base.compared)
         rm = region_moments(base.b, shared)
         q_var = relvar(rm.own(), float(rm.mom[Field.K3]))
         if not any(d != self.s.stratum for d in shared):
-            return 0.0, float(q_var)
+            return 0.0, float(q_var), True
         w = float(self.s.ref.weight(tuple(shared), q_var))
-        return float(weighted(w, log_contrast_var(base.b, shared))), float(weighted(w, q_var))
+        b_var = float(weighted(w, log_contrast_var(base.b, shared)))
+        return b_var, float(weighted(w, q_var)), rm.g >= self.th.min_sequences
 
     def global_s(self, st: Stat) -> tuple[float, float]:
         """S of a region against the rest of the selection and the variance of log S."""
@@ -208,7 +206,7 @@ class Refiner:
             st.n >= th.min_tokens
             and st.g >= th.min_sequences
             and rest_n >= th.min_tokens
-            and st.bsup >= MIN_B_SUPPORT
+            and self.baseline_parts(st)[2]
             and float(effective_sequences(st.mom)) >= th.min_effective_sequences
             and st.n <= th.max_token_share * self.t.total_n
         )
@@ -227,11 +225,12 @@ class Refiner:
     def parsimonious(self, start: Masks) -> Selected:
         """The moves in turn (up, down, prune, widen) until none applies (a bounded number of
         rounds): widening a finding can make a refinement significant, and the reverse."""
-        region, n_dims = start, len(self.t.spec.dims)
+        region = start
+        self._widened: set[tuple[int, int]] = set()
         for _ in range(MAX_ROUNDS):
             before = region
             for move in (self._up, self._down, self._prune):
-                for _ in range(2 * n_dims):
+                for _ in range(MAX_MOVES):
                     moved = move(region)
                     if moved is None:
                         break
@@ -239,6 +238,7 @@ class Refiner:
             region = self._drop_full(self._widen(self._drop_full(region)))
             if _same_region(region, before):
                 break
+        region = self._drop_full(self._recheck_widened(region))
         st = self.stat(region)
         if not self.passes(st)[0]:
             region, st = start, self.stat(start)
@@ -337,9 +337,10 @@ class Refiner:
     def _prune(self, region: Masks) -> Masks | None:
         """Drop the coldest value of a dimension with several when it is not part of the cause:
         at least ``min_specificity`` times colder than the rest of the region, and either
-        significantly so (one-sided at ``refine_alpha / k`` over the ``k`` values tested) or
+        significantly so (one-sided at ``refine_alpha / k`` over the ``k`` values tested), or
         not itself significantly hotter than everything outside the region (one-sided at
-        ``keep_alpha``)."""
+        ``keep_alpha``), or hot only by a few sequences (fewer than
+        ``min_effective_sequences``)."""
         tests = []
         for d, mask in region.items():
             values = np.flatnonzero(mask)
@@ -357,7 +358,8 @@ class Refiner:
             if not ratio <= 1.0 / self.th.min_specificity:
                 break
             colder = self.within(rest, part, with_baseline=True, spec_min=False) >= z_prune
-            if colder or self._hot_outside(part, region) < z_keep:
+            few = float(effective_sequences(part.mom)) < self.th.min_effective_sequences
+            if colder or few or self._hot_outside(part, region) < z_keep:
                 mask = region[d].copy()
                 mask[v] = False
                 return {**region, d: mask}
@@ -399,6 +401,18 @@ class Refiner:
         mask[values] = True
         return mask
 
+    def _recheck_widened(self, region: Masks) -> Masks:
+        """Values that joined by widening, when the finding's other values were different, must
+        still be supported on their own with the final ones (a block of steps whose mass at
+        the final KV positions is one sequence's goes)."""
+        for d, v in sorted(self._widened):
+            if d not in region or not region[d][v] or np.count_nonzero(region[d]) < 2:
+                continue
+            split = self._split(region, d, np.array([v]))
+            if split is not None and not self.supported(split[0], split[1].n):
+                region = {**region, d: region[d] & ~self._mask(d, np.array([v]))}
+        return region
+
     def _widen(self, region: Masks) -> Masks:
         s_r, var_r = self.global_s(self.stat(region))
         if not (s_r > 0 and math.isfinite(var_r)):
@@ -422,4 +436,5 @@ class Refiner:
             close = abs(math.log(s) - math.log(s_r)) <= self.th.merge_z * math.sqrt(var + var_r)
             if z >= z_w and close:
                 grown[d][v] = True
+                self._widened.add((d, v))
         return grown

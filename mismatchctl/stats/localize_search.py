@@ -48,8 +48,6 @@ from mismatchctl.stats.localize_reference import Reference
 from mismatchctl.stats.localize_tables import Dims, Masks, SideTables, overlap
 from mismatchctl.stats.localize_thresholds import LocalizeThresholds
 
-MIN_B_SUPPORT = 0.5  # share of a region's tokens in cells the baseline supports
-
 
 @dataclass
 class Selected:
@@ -66,7 +64,7 @@ class View(NamedTuple):
 
     ``mom``: the cube fields summed over the region's cells; ``m``/``f``: its model and
     predicted masses; ``bvar``/``qvar``: the baseline's shares of the variances of log S and of
-    the log rate ratio; ``supn``: tokens in cells the baseline supports."""
+    the log rate ratio; ``bok``: the baseline's region has ``min_sequences``."""
 
     dims: Dims
     axis: int | None
@@ -76,7 +74,7 @@ class View(NamedTuple):
     f: np.ndarray
     bvar: np.ndarray
     qvar: np.ndarray
-    supn: np.ndarray
+    bok: np.ndarray
     valid: np.ndarray
 
     @property
@@ -176,10 +174,10 @@ class Search:
         t, ref, shape = self.t, self.ref, self.t.shape(dims)
         m = np.broadcast_to(self.model[dims], shape)
         f = m if self.e_tb is None else np.broadcast_to(self.e_tb[dims] * ref.q[dims], shape)
-        supn = np.broadcast_to(ref.supported[dims], shape) * t.n[dims]
+        bok = np.broadcast_to(ref.supported[dims], shape)
         return View(
             dims, None, None, t.mom[dims], m, f, np.broadcast_to(ref.beta_var[dims], shape),
-            np.broadcast_to(ref.q_var[dims], shape), supn, np.ones(shape, bool),
+            np.broadcast_to(ref.q_var[dims], shape), bok, np.ones(shape, bool),
         )  # fmt: skip
 
     def _ranged(self, base: View, k: int, kind: str) -> View:
@@ -193,28 +191,35 @@ class Search:
         shape = base.mom.shape[:-1]
         j = np.arange(shape[k]).reshape([-1 if i == k else 1 for i in range(len(shape))])
         valid = np.broadcast_to((j >= 1) & (j <= shape[k] - 2), shape)
-        bvar, qvar = self._baseline_vars(base.dims, k, kind)
+        bvar, qvar, bok = self._baseline_vars(base.dims, k, kind)
         mom = acc(base.mom)
         if self.t.spec.is_token_dim(base.dims[k]):  # sequences: a lower bound, the largest value's
             mom[..., Field.SEQS] = accumulate(
                 np.broadcast_to(base.g, shape), k, kind, np.maximum.accumulate
             )
-        return View(
-            base.dims, k, kind, mom, acc(base.m), acc(base.f), bvar, qvar, acc(base.supn), valid
-        )
+        return View(base.dims, k, kind, mom, acc(base.m), acc(base.f), bvar, qvar, bok, valid)
 
-    def _baseline_vars(self, dims: Dims, k: int, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    def _baseline_vars(
+        self, dims: Dims, k: int, kind: str
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The baseline's variance shares for ranges along axis ``k``, from its own region on
         the shared dimensions (shrinkage weight squared): exact for a sequence dimension's
-        ranges, by pieces (``localize_pieces``) for a token dimension's."""
+        ranges, by pieces (``localize_pieces``) for a token dimension's; and whether that
+        region has ``min_sequences`` (a lower bound across token values)."""
         shape = self.t.shape(dims)
         if self.baseline is None:
-            return np.zeros(shape), np.zeros(shape)
+            return np.zeros(shape), np.zeros(shape), np.ones(shape, bool)
         b, compared = self.baseline.b, self.baseline.compared
         sub = tuple(d for d in dims if d in compared)
         lifted = b.mom[sub].reshape([b.spec.levels(d) if d in sub else 1 for d in dims] + [-1])
         ranged = dims[k] in sub
         mom = accumulate(lifted, k, kind) if ranged else lifted
+        g = lifted[..., Field.SEQS]
+        if ranged and b.spec.is_token_dim(dims[k]):
+            g = accumulate(g, k, kind, np.maximum.accumulate)
+        elif ranged:
+            g = mom[..., Field.SEQS]
+        bok = np.broadcast_to(g >= self.th.min_sequences, shape)
         a = mom[..., Field.K3]
         trivial = not any(d != self.stratum for d in sub)
         if ranged and b.spec.is_token_dim(dims[k]):
@@ -226,8 +231,8 @@ class Search:
         w = np.ones(shape) if trivial else self.ref.weight(sub, relvar(own, a))
         qvar = np.broadcast_to(weighted(w, relvar(own, a)), shape)
         if trivial:
-            return np.zeros(shape), qvar
-        return np.broadcast_to(weighted(w, contrast), shape), qvar
+            return np.zeros(shape), qvar, np.ones(shape, bool)
+        return np.broadcast_to(weighted(w, contrast), shape), qvar, bok
 
     def _supported(self, view: View) -> np.ndarray:
         th = self.th
@@ -235,7 +240,7 @@ class Search:
         ok = view.valid & (n >= th.min_tokens) & (view.g >= th.min_sequences)
         ok &= effective_sequences(view.mom) >= th.min_effective_sequences
         ok &= n <= th.max_token_share * self.t.total_n
-        return ok & (self.t.total_n - n >= th.min_tokens) & (div(view.supn, n) >= MIN_B_SUPPORT)
+        return ok & (self.t.total_n - n >= th.min_tokens) & view.bok
 
     def evaluate(self, e: Eligible) -> tuple[np.ndarray, np.ndarray]:
         """(passes, specific excess) of the eligible regions of a view, under the current

@@ -21,7 +21,6 @@ import numpy as np
 from mismatchctl.stats.localize_math import cochran, div, norm_ppf, relvar
 from mismatchctl.stats.localize_result import UniformDim
 from mismatchctl.stats.localize_search import Search
-from mismatchctl.stats.localize_tables import Dims
 
 
 def uniform_dims(search: Search, dims: list[int]) -> list[UniformDim]:
@@ -79,11 +78,3 @@ def _test(search: Search, d: int) -> UniformDim | None:
         q=q,
         p_value=p,
     )
-
-
-def finding_dims(regions: list[dict[int, np.ndarray]]) -> set[int]:
-    return {d for r in regions for d in r}
-
-
-def dims_of(tables: list[Dims]) -> list[int]:
-    return sorted({d for dims in tables for d in dims})

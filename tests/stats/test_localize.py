@@ -11,8 +11,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from localize_data import Plan, cube_of, generate, pair
+from localize_data import spec as spec_of
 
 from mismatchctl.stats.cube import Cube
+from mismatchctl.stats.cube_spec import CubeSpec
 from mismatchctl.stats.localize import explain
 from mismatchctl.stats.localize_result import BASELINE, INTERNAL, Explanation, Finding
 
@@ -203,6 +205,31 @@ def test_earlier_steps_as_baseline_share_no_step() -> None:
     assert ex.findings
     top = ex.findings[0]
     assert _codes(top, spec, STEP) == {6} and min(_codes(top, spec, KV)) == LONG_KV, top.sentence
+
+
+def test_many_steps_are_searched_in_blocks() -> None:
+    """300 steps seen in 64 blocks inside conjunctions: a long-KV fault over steps 120-149 is
+    found as the blocks it fills (a block half in the fault is left out)."""
+    plan = Plan(
+        cause="kv", magnitude=5.0, steps=300, seqs_per_step=8, fault_steps=tuple(range(120, 150)),
+        seed=1,
+    )  # fmt: skip
+
+    def blocked(p: Plan) -> Cube:
+        t = generate(p)
+        base = spec_of(p)
+        spec = CubeSpec(base.token_dims, base.seq_dims, block_cap=64)
+        return Cube.from_tokens(spec, t.lr, t.lt, t.seq, t.tok, t.seqc)
+
+    target = blocked(plan)
+    base = blocked(replace(plan, cause="healthy", seed=99))
+    for ex in (explain(target, base), explain(target)):
+        assert len(ex.findings) == 1, [f.sentence for f in ex.findings]
+        f = ex.findings[0]
+        steps = _codes(f, target.spec, STEP)
+        assert min(_codes(f, target.spec, KV)) == LONG_KV
+        assert set(range(122, 150)) <= steps <= set(range(117, 150)), sorted(steps)
+    assert ex.findings[0].where["step"] == "122-149"
 
 
 def test_new_values_are_reported_not_predicted() -> None:

@@ -75,7 +75,7 @@ def test_sandwich_and_contrast_variances_equal_the_per_sequence_computation(seed
 def test_expected_mass_is_the_sum_of_every_tokens_stratum_rate() -> None:
     """E(c) = sum over the cell's tokens of its stratum's mean K3: exact for one and two
     dimensions with the stratum."""
-    spec, cube, seq, k3, codes = _data(4)
+    spec, cube, _seq, k3, codes = _data(4)
     side = SideTables(cube)
     s = spec.index("bin")
     rates = stratum_rates(side, s)
@@ -189,7 +189,7 @@ def test_shrinkage_and_between_cell_variance() -> None:
     q = np.sum(w * (spread - np.sum(w * spread) / w.sum()) ** 2)
     want = (q - 3) / (w.sum() - np.sum(w * w) / w.sum())
     assert dl_tau2(spread, var) == pytest.approx(want)
-    pooled, q2, p, tau = cochran(spread, var)
+    _pooled, q2, p, tau = cochran(spread, var)
     assert q2 == pytest.approx(q) and tau == pytest.approx(math.sqrt(want)) and p < 1e-10
 
 
@@ -209,5 +209,11 @@ def test_chi_square_tail(x: float, df: int, want: float) -> None:
 
 
 def test_numbers_in_sentences() -> None:
-    assert [_num(x) for x in (9.34, 14.2, 1000.4, 0.123, 6.1)] == ["9.3", "14", "1000", "0.12", "6.1"]
+    assert [_num(x) for x in (9.34, 14.2, 1000.4, 0.123, 6.1)] == [
+        "9.3",
+        "14",
+        "1000",
+        "0.12",
+        "6.1",
+    ]
     assert [_pct(x) for x in (0.71, 0.06, 0.004, None)] == ["71%", "6.0%", "0.4%", "n/a"]
