@@ -15,6 +15,7 @@ selection at the same token probabilities, so a localized fault is found whateve
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -25,7 +26,7 @@ from mismatchctl.stats.localize_math import div, norm_ppf, relvar
 from mismatchctl.stats.localize_reference import baseline_reference, no_reference
 from mismatchctl.stats.localize_refine import Refiner
 from mismatchctl.stats.localize_result import CellShare, Explanation, Finding
-from mismatchctl.stats.localize_search import Baseline, Search, Selected
+from mismatchctl.stats.localize_search import Baseline, Search, Selected, effective_sequences
 from mismatchctl.stats.localize_tables import Dims, SideTables, expected_mass, stratum_rates
 from mismatchctl.stats.localize_thresholds import LocalizeThresholds
 from mismatchctl.stats.localize_uniform import uniform_dims
@@ -50,14 +51,41 @@ def explain(
     if t.total_n == 0:
         raise ValueError("the target selection has no tokens")
     e_t = expected_mass(t, stratum_rates(t, s), s)
-    if baseline is None:
+    b = None if baseline is None else SideTables(baseline)
+    notes = _notes(t, b, th)
+    if b is None or effective_sequences(b.total) < th.min_baseline_sequences:
         sides = Sides(t, None, s, frozenset(), None, th)
         search = Search(t, e_t, no_reference(t), s, candidate_tables(t, s), th)
     else:
-        sides, search = _baseline_search(t, SideTables(baseline), e_t, s, th)
+        sides, search = _baseline_search(t, b, e_t, s, th)
     picked = _select(search, th)
     findings = [finding(sides, region, p) for region, p in merge_siblings(sides, picked)]
-    return _explanation(sides, search, findings, target, baseline)
+    out = _explanation(sides, search, findings, target, baseline)
+    out.notes = notes
+    if b is not None and sides.b is None:  # the overall ratio and the split stay the baseline's
+        out.rate_ratio, out.rate_ratio_ci, out.excess = _overall(replace(sides, b=b))
+        out.baseline_tokens, out.baseline_vllm_kl = int(b.total_n), float(div(b.total_a, b.total_n))
+    return out
+
+
+def _notes(t: SideTables, b: SideTables | None, th: LocalizeThresholds) -> list[str]:
+    """Plain warnings about selections whose K3 mass is a few sequences' worth."""
+    out = []
+    n_t = float(effective_sequences(t.total))
+    if n_t < th.min_baseline_sequences:
+        out.append(
+            f"the target's K3 mass is {n_t:.1f} sequences' worth: a few sequences carry it, "
+            "findings cannot be held by fewer than "
+            f"{th.min_effective_sequences:g}"
+        )
+    if b is not None:
+        n_b = float(effective_sequences(b.total))
+        if n_b < th.min_baseline_sequences:
+            out.append(
+                f"the baseline's K3 mass is {n_b:.1f} sequences' worth: its rates predict "
+                "nothing, so the target was localized against itself"
+            )
+    return out
 
 
 def _baseline_search(

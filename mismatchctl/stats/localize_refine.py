@@ -109,10 +109,9 @@ class Refiner:
 
     # --- sums ---------------------------------------------------------------------------
 
-    def along(self, region: Masks, d: int, initial: bool = False) -> dict:
+    def along(self, region: Masks, d: int) -> dict:
         """Per value of ``d``: the sums of the region with ``d`` fixed to that value (the
-        region's other masks applied), from the table of the region's dimensions and ``d``;
-        ``initial``: under the model before any finding was explained away."""
+        region's other masks applied), from the table of the region's dimensions and ``d``."""
         t, ref, s, spec = self.t, self.s.ref, self.s, self.t.spec
         dims = tuple(sorted({*region, d}))
         shape = t.shape(dims)
@@ -120,7 +119,7 @@ class Refiner:
         for e, mask in region.items():
             if e != d:
                 w = w & t.lift(mask, (e,), dims)
-        m = np.broadcast_to((s.initial if initial else s.model)[dims], shape)
+        m = np.broadcast_to(s.model[dims], shape)
         f = m if s.e_tb is None else np.broadcast_to(s.e_tb[dims] * ref.q[dims], shape)
         k = dims.index(d)
         other = tuple(i for i in range(len(dims)) if i != k)
@@ -154,9 +153,9 @@ class Refiner:
             float(col["m"][values].sum()), float(col["f"][values].sum()),
         )  # fmt: skip
 
-    def stat(self, region: Masks, initial: bool = False) -> Stat:
+    def stat(self, region: Masks) -> Stat:
         d = next(iter(region))
-        return self.combine(self.along(region, d, initial), d, np.flatnonzero(region[d]))
+        return self.combine(self.along(region, d), d, np.flatnonzero(region[d]))
 
     # --- tests --------------------------------------------------------------------------
 
@@ -177,7 +176,9 @@ class Refiner:
         if not any(d != self.s.stratum for d in shared):
             return 0.0, float(q_var), True
         w = float(self.s.ref.weight(tuple(shared), q_var))
-        b_var = float(weighted(w, log_contrast_var(base.b, shared)))
+        contrast = log_contrast_var(base.b, shared)
+        w_beta = float(self.s.ref.weight(tuple(shared), contrast, contrast=True))
+        b_var = float(weighted(w_beta, contrast))
         return b_var, float(weighted(w, q_var)), rm.g >= self.th.min_sequences
 
     def global_s(self, st: Stat) -> tuple[float, float]:

@@ -104,6 +104,7 @@ class Explanation:
     baseline_vllm_kl: float | None = None
     level: float = 0.95  # of the intervals
     bootstrap_replicates: int = 200
+    notes: list[str] = field(default_factory=list)
     stratum_index: int | None = field(default=None, repr=False)
 
     def to_dict(self) -> dict[str, Any]:

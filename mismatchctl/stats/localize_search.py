@@ -118,7 +118,6 @@ class Search:
         self.t, self.ref, self.stratum, self.th, self.e_tb = t, ref, stratum, th, e_tb
         self.baseline = baseline
         self.model = {d: _scaled(e_t[d] * ref.beta[d], float(e_t[()])) for d in t.tables}
-        self.initial = dict(self.model)  # before any explain-away
         self.candidates = candidates
         self.z_ci = norm_ppf(0.5 + th.rate_ci_level / 2)
         self.tested = 0
@@ -232,7 +231,8 @@ class Search:
         qvar = np.broadcast_to(weighted(w, relvar(own, a)), shape)
         if trivial:
             return np.zeros(shape), qvar, np.ones(shape, bool)
-        return np.broadcast_to(weighted(w, contrast), shape), qvar, bok
+        w_beta = self.ref.weight(sub, contrast, contrast=True)
+        return np.broadcast_to(weighted(w_beta, contrast), shape), qvar, bok
 
     def _supported(self, view: View) -> np.ndarray:
         th = self.th

@@ -40,6 +40,12 @@ class LocalizeThresholds:
     (``mismatchctl tokens`` shows it), not a localized cause; the delta method is also least
     reliable there."""
 
+    min_baseline_sequences: float = 30.0
+    """A baseline whose K3 mass is fewer sequences' worth than this (``A^2 / sum_i Y_i^2``
+    over its sequences) cannot predict anything: its per-bin rates and its cells' contrasts
+    are one monster sequence's. The target is then localized against itself (as without a
+    baseline), and a note says so."""
+
     min_specificity: float = 1.25
     """A finding's rate must exceed its complement's (relative to the baseline) by at least this
     factor: significance alone would, on 100M tokens, report 5% differences no one acts on."""
