@@ -60,6 +60,8 @@ def explain(
         sides, search = _baseline_search(t, b, e_t, s, th)
     picked = _select(search, th)
     findings = [finding(sides, region, p) for region, p in merge_siblings(sides, picked)]
+    # the reported interval (of the final, merged region) must exclude 1, as the search's did
+    findings = [f for f in findings if f.rate_ratio_ci[0] > 1]
     out = _explanation(sides, search, findings, target, baseline)
     out.notes = notes
     if b is not None and sides.b is None:  # the overall ratio and the split stay the baseline's

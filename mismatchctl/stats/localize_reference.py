@@ -7,7 +7,7 @@ docs/explain.md.
 ``c'`` than in the rest of it, at the same token probabilities. A target cell is *specific* when
 it is hotter than its rest by more than that. The variance of ``log beta`` is the baseline's
 exact cell-versus-rest contrast variance (``localize_math.contrast_var``), times the square of
-the weight the shrinkage gives the cell's own contrast (``_own``).
+the weight the shrinkage gives the cell's own data (``_own``).
 """
 
 from __future__ import annotations
@@ -39,14 +39,12 @@ class Reference:
     q: Arrays = field(default_factory=dict)  # shrunk Q_B(c')
     q_var: Arrays = field(default_factory=dict)  # variance of log Q_B(c')
     supported: Arrays = field(default_factory=dict)  # the baseline has enough sequences
-    tau2: dict[Dims, float] = field(default_factory=dict)  # of Q, per baseline table
-    tau2_beta: dict[Dims, float] = field(default_factory=dict)  # of beta, per baseline table
+    tau2: dict[Dims, float] = field(default_factory=dict)  # per baseline table (shared dims)
 
-    def weight(self, sub: Dims, var: np.ndarray | float, contrast: bool = False) -> np.ndarray:
+    def weight(self, sub: Dims, var: np.ndarray | float) -> np.ndarray:
         """Shrinkage weight of a baseline region on the shared dimensions ``sub`` whose log
-        ratio (``contrast``: log contrast) has variance ``var``."""
-        taus = self.tau2_beta if contrast else self.tau2
-        return shrink_weight(var, taus.get(tuple(sorted(sub)), 0.0))
+        ratio has variance ``var``."""
+        return shrink_weight(var, self.tau2.get(tuple(sorted(sub)), 0.0))
 
 
 def no_reference(t: SideTables) -> Reference:
@@ -75,7 +73,7 @@ def baseline_reference(
         sub = tuple(d for d in dims if d in compared)
         if sub not in own:
             own[sub] = _own(b, e_b, sub, stratum, own, min_sequences)
-            ref.tau2[sub], ref.tau2_beta[sub] = float(own[sub][5]), float(own[sub][6])
+            ref.tau2[sub] = float(own[sub][5])
         for store, value in zip(
             (ref.beta, ref.beta_var, ref.q, ref.q_var, ref.supported), own[sub][:5], strict=True
         ):
@@ -91,49 +89,37 @@ def _own(
     done: dict[Dims, tuple],
     min_sequences: int,
 ) -> tuple:
-    """(beta, var log beta, Q, var log Q, supported, tau^2 of Q, tau^2 of beta) of the
-    baseline's table ``sub``.
+    """(beta, var log beta, Q, var log Q, supported, tau^2) of the baseline's table ``sub``.
 
-    Both the cells' ratios ``Q`` and their contrasts ``beta`` (the ratio over the rest of the
-    baseline's) are shrunk, empirical Bayes on the log scale, toward their priors: the product
-    of their one-dimension marginals' shrunk values (1 for a one-dimension table), with the
-    table's between-cell variance ``tau^2`` estimated by DerSimonian-Laird over its cells with
-    ``min_sequences``. A healthy baseline's cells differ by noise only: ``tau^2`` near 0, its
-    noise is not taken for structure; a baseline with a real pattern keeps it. Shrinking the
-    contrast itself (not only ``Q``) matters when the rest of the baseline is one monster
-    sequence: every contrast then moves together, and is shrunk back together."""
+    ``Q``: the cells' ratios shrunk (empirical Bayes on the log scale) toward their prior, the
+    product of their one-dimension marginals' shrunk ratios (1 for a one-dimension table), with
+    the table's between-cell variance ``tau^2`` estimated by DerSimonian-Laird over its cells
+    with ``min_sequences`` (a healthy baseline's cells differ by noise only: ``tau^2`` near 0,
+    its noise is not taken for structure; a baseline with a real pattern keeps it)."""
     others = tuple(d for d in sub if d != stratum)
     if not others:  # nothing but the stratum: B's own stratum rates define the expectation
         one = np.ones(b.shape(sub))
-        return one, 0 * one, one, _var_q(b, sub, one), np.ones(b.shape(sub), bool), 0.0, 0.0
-    prior_q, prior_beta = np.ones([1] * len(sub)), np.ones([1] * len(sub))
+        return one, 0 * one, one, _var_q(b, sub, one), np.ones(b.shape(sub), bool), 0.0
+    prior = np.ones([1] * len(sub))
     if len(sub) >= 2:
         for d in others:
-            prior_q = prior_q * b.lift(done[(d,)][2], (d,), sub)
-            prior_beta = prior_beta * b.lift(done[(d,)][0], (d,), sub)
+            prior = prior * b.lift(done[(d,)][2], (d,), sub)
     a, v = b.a[sub], b.v[sub]
     own_q, own_var = div(a, e_b[sub], np.nan), relvar(v, a)
     supported = b.g[sub] >= min_sequences
-    q, w_q, tau2_q = _shrunk(own_q, own_var, prior_q, supported)
-    rest_q = div(b.total_a - a, float(e_b[()]) - e_b[sub], np.nan)
-    ok = (b.total_a - a > 0) & np.isfinite(rest_q) & (rest_q > 0)
-    own_beta = np.where(ok, div(own_q, np.where(ok, rest_q, 1.0), np.nan), own_q)
-    contrast = np.where(ok, contrast_var(b.mom[sub], b.total), own_var)
-    beta, w_beta, tau2_beta = _shrunk(own_beta, contrast, prior_beta, supported)
-    return (
-        beta, weighted(w_beta, contrast), q, weighted(w_q, own_var), supported, tau2_q, tau2_beta,
-    )  # fmt: skip
-
-
-def _shrunk(
-    own: np.ndarray, var: np.ndarray, prior: np.ndarray, supported: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, float]:
-    """Ratios shrunk toward their prior: (shrunk, weights, tau^2)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        x = np.log(own) - np.log(np.broadcast_to(prior, own.shape))
-    tau2 = dl_tau2(x[supported], var[supported])
-    w = shrink_weight(var, tau2)
-    return shrunk_ratio(own, w, prior), w, tau2
+        x = np.log(own_q) - np.log(np.broadcast_to(prior, own_q.shape))
+    tau2 = dl_tau2(x[supported], own_var[supported])
+    w = shrink_weight(own_var, tau2)
+    q = shrunk_ratio(own_q, w, prior)
+    rest_a, rest_e = b.total_a - a, float(e_b[()]) - e_b[sub]
+    rest_q = div(rest_a, rest_e, np.nan)
+    ok = (rest_a > 0) & (rest_e > 0) & np.isfinite(rest_q)
+    beta = np.where(ok, div(q, np.where(ok, rest_q, 1.0)), q)
+    contrast = contrast_var(b.mom[sub], b.total)
+    beta_var = weighted(w, np.where(ok, contrast, own_var))
+    q_var = weighted(w, own_var)
+    return beta, beta_var, q, q_var, supported, tau2
 
 
 def _var_q(b: SideTables, sub: Dims, one: np.ndarray) -> np.ndarray:

@@ -176,9 +176,7 @@ class Refiner:
         if not any(d != self.s.stratum for d in shared):
             return 0.0, float(q_var), True
         w = float(self.s.ref.weight(tuple(shared), q_var))
-        contrast = log_contrast_var(base.b, shared)
-        w_beta = float(self.s.ref.weight(tuple(shared), contrast, contrast=True))
-        b_var = float(weighted(w_beta, contrast))
+        b_var = float(weighted(w, log_contrast_var(base.b, shared)))
         return b_var, float(weighted(w, q_var)), rm.g >= self.th.min_sequences
 
     def global_s(self, st: Stat) -> tuple[float, float]:

@@ -231,8 +231,7 @@ class Search:
         qvar = np.broadcast_to(weighted(w, relvar(own, a)), shape)
         if trivial:
             return np.zeros(shape), qvar, np.ones(shape, bool)
-        w_beta = self.ref.weight(sub, contrast, contrast=True)
-        return np.broadcast_to(weighted(w_beta, contrast), shape), qvar, bok
+        return np.broadcast_to(weighted(w, contrast), shape), qvar, bok
 
     def _supported(self, view: View) -> np.ndarray:
         th = self.th
