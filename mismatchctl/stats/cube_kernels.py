@@ -1,0 +1,312 @@
+"""Compiled loops of the K3 cube (numba): the per-token pass and the region bootstrap pass.
+
+:func:`cube_accumulate` touches every token once: it adds the token to its sequence's sparse
+buffer keyed by the combination of its token-dimension codes. At the end of the sequence, the
+buffer is projected once per subset of token dimensions a table uses, and each projected cell
+(the sequence's tokens ``x`` and K3 sum ``y`` in it) is added to every table with that subset,
+at the sequence's codes of the table's sequence dimensions. So the per-token work is O(1) and
+the combinatorics cost O(cells the sequence visits) per sequence.
+
+:func:`region_accumulate` is the second, cheap pass of the findings' bootstrap
+(``stats/cube_bootstrap.py``): per sequence, its tokens and K3 per (region, stratum), added to
+every replicate with a Poisson(1) weight drawn from a hash of (sequence key, replicate).
+
+Compiled on first use and cached (``cache=True``); ``nogil`` lets worker threads run them in
+parallel on separate states.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+N_FIELDS = 10
+_N, _A, _YY, _XX, _XY, _G, _CYY, _CXY, _CYX, _CXX = range(N_FIELDS)
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _add_cell(state: np.ndarray, cell: int, x: float, y: float, tx: float, ty: float) -> None:
+    """One sequence's tokens ``x`` and K3 ``y`` in a cell; ``tx``/``ty``: its totals."""
+    row = state[cell]
+    row[_N] += x
+    row[_A] += y
+    row[_YY] += y * y
+    row[_XX] += x * x
+    row[_XY] += x * y
+    row[_G] += 1.0
+    row[_CYY] += ty * y
+    row[_CXY] += tx * y
+    row[_CYX] += ty * x
+    row[_CXX] += tx * x
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _seq_base(
+    tb: int,
+    row: int,
+    seqc: np.ndarray,
+    vmap: np.ndarray,
+    toff: np.ndarray,
+    tqdims: np.ndarray,
+    tqmaps: np.ndarray,
+    tqstride: np.ndarray,
+) -> int:
+    """The table's first cell for this sequence's codes of the table's sequence dimensions."""
+    cell = toff[tb]
+    for k in range(3):
+        q = tqdims[tb, k]
+        if q < 0:
+            break
+        cell += vmap[tqmaps[tb, k] + seqc[row, q]] * tqstride[tb, k]
+    return cell
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _buffer_sequence(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    tok: np.ndarray,
+    start: int,
+    stop: int,
+    tmul: np.ndarray,
+    cn: np.ndarray,
+    ca: np.ndarray,
+    ctouch: np.ndarray,
+) -> int:
+    """The sequence's tokens and K3 per combination of token codes (``cn``, ``ca``, the
+    combinations touched in ``ctouch``); returns how many were touched."""
+    m = 0
+    for i in range(start, stop):
+        r = lt[i] - lr[i]
+        c = 0
+        for k in range(tok.shape[1]):
+            c += tok[i, k] * tmul[k]
+        if cn[c] == 0.0:
+            ctouch[m] = c
+            m += 1
+        cn[c] += 1.0
+        ca[c] += math.expm1(r) - r
+    return m
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _project(
+    j: int,
+    m: int,
+    ctouch: np.ndarray,
+    cvals: np.ndarray,
+    cn: np.ndarray,
+    ca: np.ndarray,
+    vmap: np.ndarray,
+    pdims: np.ndarray,
+    pmaps: np.ndarray,
+    pmul: np.ndarray,
+    pn: np.ndarray,
+    pa: np.ndarray,
+    ptouch: np.ndarray,
+    pcv: np.ndarray,
+) -> int:
+    """The sequence's buffer summed onto projection ``j`` (its token dimensions, each exact or
+    in blocks): ``pn``/``pa`` per projected cell, the cells touched in ``ptouch`` with their
+    codes in ``pcv``; returns how many were touched."""
+    pm = 0
+    for t in range(m):
+        pc = 0
+        for k in range(3):
+            d = pdims[j, k]
+            if d < 0:
+                break
+            pc += vmap[pmaps[j, k] + cvals[t, d]] * pmul[j, k]
+        if pn[pc] == 0.0:
+            ptouch[pm] = pc
+            for k in range(3):
+                d = pdims[j, k]
+                pcv[pm, k] = 0 if d < 0 else vmap[pmaps[j, k] + cvals[t, d]]
+            pm += 1
+        c = ctouch[t]
+        pn[pc] += cn[c]
+        pa[pc] += ca[c]
+    return pm
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def cube_accumulate(
+    state: np.ndarray,
+    lr: np.ndarray,
+    lt: np.ndarray,
+    starts: np.ndarray,
+    rows: np.ndarray,
+    tok: np.ndarray,
+    seqc: np.ndarray,
+    layout: tuple,
+    max_touch: int,
+) -> None:
+    """Add whole sequences to ``state`` (cells x 10: tokens, K3 sum, the per-sequence moments
+    y^2, x^2, x y, their count, and the cross moments with the sequence's totals X, Y:
+    Y y, X y, Y x, X x). ``starts``: first token of each sequence plus the end;
+    ``rows``: each sequence's row of ``seqc``; ``tok``: tokens x token-dimension codes;
+    ``layout``: :func:`mismatchctl.stats.cube.kernel_layout`; ``max_touch``: the most
+    token-code combinations one sequence can visit (its length, at most ``combo_size``)."""
+    (tmul, tcard, combo_size, vmap, pdims, pmaps, pmul, psize_max,
+     ptab_ptr, ptab_idx, qonly, toff, tpstride, tqdims, tqmaps, tqstride) = layout  # fmt: skip
+    n_dt = tok.shape[1]
+    cn = np.zeros(combo_size, np.float64)
+    ca = np.zeros(combo_size, np.float64)
+    ctouch = np.empty(max_touch, np.int64)
+    cvals = np.empty((max_touch, max(n_dt, 1)), np.int64)
+    pn = np.zeros(psize_max, np.float64)
+    pa = np.zeros(psize_max, np.float64)
+    ptouch = np.empty(min(psize_max, max_touch), np.int64)
+    pcv = np.zeros((min(psize_max, max_touch), 3), np.int64)
+    for si in range(starts.shape[0] - 1):
+        row = rows[si]
+        m = _buffer_sequence(lr, lt, tok, starts[si], starts[si + 1], tmul, cn, ca, ctouch)
+        tot_n = 0.0
+        tot_a = 0.0
+        for t in range(m):
+            c = ctouch[t]
+            for k in range(n_dt):
+                cvals[t, k] = (c // tmul[k]) % tcard[k]
+            tot_n += cn[c]
+            tot_a += ca[c]
+        for qi in range(qonly.shape[0]):  # tables of sequence dimensions only
+            cell = _seq_base(qonly[qi], row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
+            _add_cell(state, cell, tot_n, tot_a, tot_n, tot_a)
+        for j in range(pdims.shape[0]):
+            pm = _project(
+                j, m, ctouch, cvals, cn, ca, vmap, pdims, pmaps, pmul, pn, pa, ptouch, pcv
+            )
+            for ti in range(ptab_ptr[j], ptab_ptr[j + 1]):
+                tb = ptab_idx[ti]
+                base = _seq_base(tb, row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
+                s0, s1, s2 = tpstride[tb, 0], tpstride[tb, 1], tpstride[tb, 2]
+                for u in range(pm):
+                    pc = ptouch[u]
+                    cell = base + pcv[u, 0] * s0 + pcv[u, 1] * s1 + pcv[u, 2] * s2
+                    _add_cell(state, cell, pn[pc], pa[pc], tot_n, tot_a)
+            for u in range(pm):
+                pn[ptouch[u]] = 0.0
+                pa[ptouch[u]] = 0.0
+        for t in range(m):
+            cn[ctouch[t]] = 0.0
+            ca[ctouch[t]] = 0.0
+
+
+@numba.njit(cache=True, nogil=True)
+def column_ranges(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Minimum and maximum of every column, in one pass over the rows (numpy's axis-0
+    reductions of a narrow int16 matrix cost ~40 ns a row)."""
+    w = codes.shape[1]
+    lo = np.empty(w, np.int64)
+    hi = np.empty(w, np.int64)
+    for k in range(w):
+        lo[k] = codes[0, k]
+        hi[k] = codes[0, k]
+    for i in range(1, codes.shape[0]):
+        for k in range(w):
+            v = codes[i, k]
+            if v < lo[k]:
+                lo[k] = v
+            if v > hi[k]:
+                hi[k] = v
+    return lo, hi
+
+
+# --- the region bootstrap -------------------------------------------------------------------
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def splitmix64(x: np.uint64) -> np.uint64:
+    """SplitMix64's finaliser (Steele, Lea & Flood 2014): a bijective 64-bit mix."""
+    z = x + _GOLDEN
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def poisson_weight(key: np.uint64, replicate: int, cdf: np.ndarray) -> int:
+    """Poisson(1) draw of (sequence key, replicate): the uniform from the hash's top 53 bits,
+    inverted through ``cdf`` (the Poisson(1) CDF): the count of CDF values below it."""
+    h = splitmix64(key ^ (np.uint64(replicate + 1) * _GOLDEN))
+    u = float(h >> _S11) * (1.0 / 9007199254740992.0)
+    k = 0
+    while k < cdf.shape[0] and cdf[k] < u:
+        k += 1
+    return k
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _in_region(codes: np.ndarray, allowed: np.ndarray, offsets: np.ndarray) -> bool:
+    """Whether every constrained code lies in the region (``offsets < 0``: unconstrained)."""
+    for d in range(offsets.shape[0]):
+        o = offsets[d]
+        if o >= 0 and not allowed[o + codes[d]]:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def region_accumulate(
+    acc: np.ndarray,
+    lr: np.ndarray,
+    lt: np.ndarray,
+    starts: np.ndarray,
+    rows: np.ndarray,
+    keys: np.ndarray,
+    tok: np.ndarray,
+    seqc: np.ndarray,
+    allowed: np.ndarray,
+    roff: np.ndarray,
+    stratum: int,
+    cdf: np.ndarray,
+) -> None:
+    """Add whole sequences to ``acc`` (replicates x regions x strata x 2: weighted tokens and
+    K3). ``allowed[roff[r, d] + code]`` says whether code of dimension ``d`` (token dimensions
+    first, then sequence dimensions) lies in region ``r``; ``roff[r, d] < 0``: unconstrained.
+    ``stratum``: the stratum dimension in that order (-1: one stratum)."""
+    n_rep, n_reg, n_str = acc.shape[0], acc.shape[1], acc.shape[2]
+    n_dt = tok.shape[1]
+    buf = np.zeros((n_reg, n_str, 2), np.float64)
+    seen = np.zeros((n_reg, n_str), np.bool_)
+    touched = np.empty((n_reg * n_str, 2), np.int64)
+    seq_ok = np.empty(n_reg, np.bool_)
+    for si in range(starts.shape[0] - 1):
+        row = rows[si]
+        for r in range(n_reg):
+            seq_ok[r] = _in_region(seqc[row], allowed, roff[r, n_dt:])
+        s = seqc[row, stratum - n_dt] if stratum >= n_dt else 0
+        m = 0
+        for i in range(starts[si], starts[si + 1]):
+            x = lt[i] - lr[i]
+            k3 = math.expm1(x) - x
+            if 0 <= stratum < n_dt:
+                s = tok[i, stratum]
+            for r in range(n_reg):
+                if not seq_ok[r] or not _in_region(tok[i], allowed, roff[r, :n_dt]):
+                    continue
+                if not seen[r, s]:
+                    seen[r, s] = True
+                    touched[m, 0] = r
+                    touched[m, 1] = s
+                    m += 1
+                buf[r, s, 0] += 1.0
+                buf[r, s, 1] += k3
+        for b in range(n_rep if m else 0):
+            w = poisson_weight(keys[row], b, cdf)
+            for t in range(m if w else 0):
+                r, s2 = touched[t, 0], touched[t, 1]
+                acc[b, r, s2, 0] += w * buf[r, s2, 0]
+                acc[b, r, s2, 1] += w * buf[r, s2, 1]
+        for t in range(m):
+            r, s2 = touched[t, 0], touched[t, 1]
+            buf[r, s2, 0] = 0.0
+            buf[r, s2, 1] = 0.0
+            seen[r, s2] = False

@@ -1,0 +1,218 @@
+"""From the cells the search picked to reported findings: sibling merges, the estimates of each
+region (``localize_estimates``, sums from the cube), delta-method intervals and sentences."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mismatchctl.stats.cube import Field
+from mismatchctl.stats.cube_spec import CubeSpec
+from mismatchctl.stats.localize_estimates import (
+    Estimate,
+    expected,
+    rates,
+    versus_baseline,
+    versus_rest,
+)
+from mismatchctl.stats.localize_math import div, norm_ppf, relvar, weighted
+from mismatchctl.stats.localize_reference import Reference
+from mismatchctl.stats.localize_regions import (
+    log_contrast_var,
+    region_moments,
+    region_sums,
+    restrict,
+)
+from mismatchctl.stats.localize_result import (
+    BASELINE,
+    INTERNAL,
+    BaselineRegions,
+    Finding,
+    Region,
+    sentence,
+)
+from mismatchctl.stats.localize_search import Selected
+from mismatchctl.stats.localize_tables import Masks, SideTables
+from mismatchctl.stats.localize_thresholds import LocalizeThresholds
+
+
+@dataclass
+class Sides:
+    """What the estimates of a region need: both sides' tables and the search's settings."""
+
+    t: SideTables
+    b: SideTables | None
+    stratum: int | None
+    compared: frozenset[int]
+    ref: Reference | None
+    th: LocalizeThresholds
+
+    @property
+    def mode(self) -> str:
+        return INTERNAL if self.b is None else BASELINE
+
+
+def baseline_regions(sides: Sides, region: Masks) -> tuple[Masks | None, list[Masks]]:
+    """The region on the shared dimensions (None when it fixes no shared dimension but the
+    stratum) and its one-dimension marginals (when it has two dimensions or more)."""
+    shared = restrict(region, sides.compared)
+    if not any(d != sides.stratum for d in shared):
+        return None, []
+    if len(shared) < 2:
+        return shared, []
+    return shared, [{d: m} for d, m in shared.items() if d != sides.stratum]
+
+
+def estimate(sides: Sides, region: Masks) -> tuple[Estimate, float]:
+    """The region's estimate and the variance of its log rate ratio (delta method)."""
+    est, var, _ = estimate_with_regions(sides, region)
+    return est, var
+
+
+def estimate_with_regions(
+    sides: Sides, region: Masks
+) -> tuple[Estimate, float, BaselineRegions | None]:
+    """:func:`estimate`, and the baseline's regions and weights behind it."""
+    t, s = sides.t, sides.stratum
+    sums_r, all_t = region_sums(t, region, s), region_sums(t, {}, s)
+    mom_r = region_moments(t, region)
+    if sides.b is None:
+        return versus_rest(sums_r, all_t), log_contrast_var(t, region), None
+    b = sides.b
+    shared, marginals = baseline_regions(sides, region)
+    b_r = None if shared is None else region_sums(b, shared, s)
+    b_m = [region_sums(b, m, s) for m in marginals]
+    weights = baseline_weights(sides, shared, marginals)
+    est = versus_baseline(sums_r, all_t, b_r, b_m, region_sums(b, {}, s), weights)
+    mom_b = region_moments(b, shared or {})
+    w = 1.0 if b_r is None else weights[0]
+    a_r, a_b = float(mom_r.mom[Field.K3]), float(mom_b.mom[Field.K3])
+    var = float(relvar(mom_r.own(), a_r) + weighted(w, relvar(mom_b.own(), a_b)))
+    spec = t.spec
+    regions = BaselineRegions(
+        None if shared is None else exact_codes(spec, shared),
+        [exact_codes(spec, m) for m in marginals],
+        weights,
+    )
+    return est, var, regions
+
+
+def baseline_weights(
+    sides: Sides, shared: Masks | None, marginals: list[Masks]
+) -> tuple[float, list[float]]:
+    """Shrinkage weights of the baseline's region and of its marginals (``localize_reference``)."""
+    b, ref = sides.b, sides.ref
+    if b is None or ref is None or shared is None:
+        return 1.0, []
+
+    def weight(region: Masks) -> float:
+        rm = region_moments(b, region)
+        return float(ref.weight(tuple(region), relvar(rm.own(), float(rm.mom[Field.K3]))))
+
+    return weight(shared), [weight(m) for m in marginals]
+
+
+def merge_siblings(sides: Sides, picked: list[Selected]) -> list[tuple[Masks, Selected]]:
+    """Findings on the same dimensions, one value apart, whose rate ratios agree within
+    ``merge_z`` standard errors, become one finding with a set of values (repeatedly)."""
+    groups = [(p.region, p) for p in picked]
+    merged = True
+    while merged:
+        merged = False
+        for i in range(len(groups)):
+            for j in range(i + 1, len(groups)):
+                union = _union(sides, groups[i][0], groups[j][0])
+                if union is not None:
+                    groups[i] = (union, groups[i][1])
+                    del groups[j]
+                    merged = True
+                    break
+            if merged:
+                break
+    return groups
+
+
+def _union(sides: Sides, a: Masks, b: Masks) -> Masks | None:
+    if set(a) != set(b):
+        return None
+    differ = [d for d in a if not np.array_equal(a[d], b[d])]
+    if len(differ) != 1:
+        return None
+    (ea, va), (eb, vb) = estimate(sides, a), estimate(sides, b)
+    la, lb = float(ea.rate_ratio), float(eb.rate_ratio)
+    if not (la > 0 and lb > 0) or abs(math.log(la) - math.log(lb)) > sides.th.merge_z * math.sqrt(
+        va + vb
+    ):
+        return None
+    d = differ[0]
+    return {**a, d: a[d] | b[d]}
+
+
+def finding(sides: Sides, region: Masks, picked: Selected) -> Finding:
+    t, spec = sides.t, sides.t.spec
+    est, var, baseline = estimate_with_regions(sides, region)
+    sums_r = region_sums(t, region, sides.stratum)
+    seqs = region_moments(t, region).g
+    n_r, a_r = float(sums_r.n.sum()), float(sums_r.a.sum())
+    rr = float(est.rate_ratio)
+    z = norm_ppf(0.5 + sides.th.rate_ci_level / 2)
+    half = z * math.sqrt(var) if math.isfinite(var) else math.inf
+    ci = (rr * math.exp(-half), rr * math.exp(half)) if rr > 0 else (math.nan, math.nan)
+    f_all = _expected_total(sides)
+    out = Finding(
+        where=_where(sides, region),
+        tokens=round(n_r),
+        sequences=seqs,
+        token_share=n_r / t.total_n,
+        mass_share=float(div(a_r, t.total_a, math.nan)),
+        expected=float(est.expected),
+        excess=float(est.excess),
+        excess_share=_finite(est.excess_share),
+        rate_ratio=rr,
+        rate_ratio_ci=ci,
+        specificity=picked.specificity,
+        z=picked.z,
+        surprise=surprise(float(est.expected) / f_all, a_r / t.total_a),
+        region=exact_codes(spec, region),
+        baseline=baseline,
+    )
+    out.sentence = sentence(out, sides.mode, sides.th.rate_ci_level)
+    return out
+
+
+def _expected_total(sides: Sides) -> float:
+    if sides.b is None:
+        return sides.t.total_a
+    t_all, b_all = (region_sums(x, {}, sides.stratum) for x in (sides.t, sides.b))
+    return float(expected(t_all, rates(b_all)))
+
+
+def exact_codes(spec: CubeSpec, region: Masks) -> Region:
+    """A region of search-level values as the exact codes of each dimension."""
+    return {
+        d: tuple(int(c) for v in np.flatnonzero(m) for c in spec.members(d, int(v)))
+        for d, m in sorted(region.items())
+    }
+
+
+def _where(sides: Sides, region: Masks) -> dict[str, str]:
+    """Dimension name -> label of its values, token dimensions first (as the caller listed)."""
+    spec = sides.t.spec
+    order = sorted(region, key=lambda d: (not spec.is_token_dim(d), d))
+    return {spec.dims[d].name: spec.level_label(d, np.flatnonzero(region[d])) for d in order}
+
+
+def surprise(p: float, q: float) -> float:
+    """Adtributor's Jensen-Shannon term of a cell whose share of the expected mass is ``p`` and
+    of the actual mass ``q``."""
+    if not (p > 0 and q > 0):
+        return 0.5 * (p if p > 0 else q) * math.log(2) if (p > 0 or q > 0) else 0.0
+    m = p + q
+    return 0.5 * (p * math.log(2 * p / m) + q * math.log(2 * q / m))
+
+
+def _finite(x: np.ndarray | float) -> float | None:
+    v = float(x)
+    return v if math.isfinite(v) else None

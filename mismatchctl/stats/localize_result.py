@@ -1,0 +1,173 @@
+"""The typed result of ``explain`` and its plain sentences (the analysis layer renders them)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from mismatchctl.stats.decompose import Decomposition
+
+BASELINE, INTERNAL = "baseline", "internal"
+
+
+Region = dict[int, tuple[int, ...]]  # dimension index -> its codes
+
+
+@dataclass
+class BaselineRegions:
+    """The baseline's side of a finding's estimate, for the bootstrap pass: its region on the
+    shared dimensions (None: the stratum only), that region's one-dimension marginals (the
+    shrinkage prior) and the shrinkage weights."""
+
+    region: Region | None
+    marginals: list[Region]
+    weights: tuple[float, list[float]]
+
+
+@dataclass
+class Finding:
+    """One localized cause: a conjunction of up to three dimensions, each with a set of values.
+
+    ``rate_ratio``: with a baseline, the cell's mean K3 over the baseline's in the same cell at
+    the same token mix (probability bins); without, over the rest of the selection at the same
+    token probabilities. ``excess_share``: of the selection's excess over the baseline (with a
+    baseline; None when there is no overall excess), of the selection's K3 mass (without).
+    ``specificity``/``z``: how much hotter than the rest of the selection the cell was, relative
+    to the baseline, when the search picked it, and the z of that test. ``region``: dimension
+    index -> exact codes (for the bootstrap pass)."""
+
+    where: dict[str, str]
+    tokens: int
+    sequences: int
+    token_share: float
+    mass_share: float
+    expected: float
+    excess: float
+    excess_share: float | None
+    rate_ratio: float
+    rate_ratio_ci: tuple[float, float]
+    specificity: float
+    z: float
+    surprise: float
+    sentence: str = ""
+    region: Region = field(default_factory=dict, repr=False)
+    baseline: BaselineRegions | None = field(default=None, repr=False)
+    rate_ratio_ci_method: str = "delta"
+
+
+@dataclass
+class UniformDim:
+    """The homogeneity test of one dimension's cells (``uniform``: it explains nothing)."""
+
+    dim: str
+    uniform: bool
+    cells: int
+    coverage: float
+    rate_ratio: float
+    rate_ratio_ci: tuple[float, float]
+    spread: float  # DerSimonian-Laird between-cell factor, exp(tau)
+    q: float
+    p_value: float
+
+
+@dataclass
+class CellShare:
+    """A cell's share of the tokens and of the K3 mass (the lift table; new cells)."""
+
+    where: dict[str, str]
+    tokens: int
+    token_share: float
+    mass_share: float
+    lift: float
+
+
+@dataclass
+class Explanation:
+    mode: str  # "baseline" or "internal"
+    tokens: int
+    vllm_kl: float
+    rate_ratio: float | None  # the whole selection's, mix-adjusted (with a baseline)
+    rate_ratio_ci: tuple[float, float] | None
+    excess: float | None
+    findings: list[Finding]
+    uniform: list[UniformDim]
+    decomposition: list[Decomposition]
+    new: list[CellShare]
+    unshared: list[str]  # dimensions the baseline's rate is not conditioned on
+    lift: list[CellShare]
+    tested: int  # candidate cells tested (the Bonferroni count)
+    z_family: float
+    stratum: str | None
+    baseline_spread: dict[str, float]  # per shared dimension, exp(tau) of its cells
+    baseline_tokens: int | None = None
+    baseline_vllm_kl: float | None = None
+    level: float = 0.95  # of the intervals
+    bootstrap_replicates: int = 200
+    notes: list[str] = field(default_factory=list)
+    stratum_index: int | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready values (NaN and infinities become None)."""
+        out = asdict(self)
+        out.pop("stratum_index")
+        for f in out["findings"]:
+            f.pop("region")
+            f.pop("baseline")
+        return _clean(out)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def where_text(where: dict[str, str]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in where.items())
+
+
+def sentence(f: Finding, mode: str, level: float) -> str:
+    """One plain sentence, e.g. ``kv_position 1024-2047, step 2,6: 6% of tokens carry 71% of
+    the excess; 9.3x the baseline's rate (95% CI 6.1-14)``."""
+    lo, hi = f.rate_ratio_ci
+    ci = f"{level:.0%} CI {_num(lo)}-{_num(hi)}"
+    head = f"{where_text(f.where)}: {_pct(f.token_share)} of tokens carry "
+    if mode == BASELINE:
+        carried = (
+            f"{_pct(f.excess_share)} of the excess"
+            if f.excess_share is not None and math.isfinite(f.excess_share)
+            else f"{_pct(f.mass_share)} of the K3 mass"
+        )
+        return f"{head}{carried}; {_num(f.rate_ratio)}x the baseline's rate ({ci})"
+    return (
+        f"{head}{_pct(f.mass_share)} of the K3 mass; {_num(f.rate_ratio)}x the rate of the rest "
+        f"at the same token probabilities ({ci})"
+    )
+
+
+def uniform_sentence(u: UniformDim, mode: str) -> str:
+    ratio = f"{_num(u.rate_ratio)}x the baseline's rate" if mode == BASELINE else "one rate"
+    if u.uniform:
+        return f"{u.dim} explains nothing: its {u.cells} values are consistent with {ratio}"
+    return f"{u.dim} is not uniform (its values' rates spread by a factor {_num(u.spread)})"
+
+
+def _pct(x: float | None) -> str:
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    return f"{x:.0%}" if abs(x) >= 0.095 else f"{x:.1%}" if abs(x) >= 0.001 else f"{x:.2g}"
+
+
+def _num(x: float | None) -> str:
+    """Two significant digits (``9.3``, ``14``, ``1000``)."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    if x == 0:
+        return "0"
+    digits = max(0, 1 - math.floor(math.log10(abs(x))))
+    return f"{round(x, digits):.{digits}f}"
