@@ -10,6 +10,7 @@ from pathlib import Path
 from mismatchctl.analysis import catalog_view as views
 from mismatchctl.analysis.compare import Comparison, build_comparison
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
+from mismatchctl.analysis.explain import Explain, build_explain
 from mismatchctl.analysis.report import Report, build_report
 from mismatchctl.analysis.selection import parse_steps
 from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
@@ -204,6 +205,29 @@ def compare(
     )
 
 
+def explain(
+    target: str,
+    baseline: str | None = None,
+    *,
+    bins: str = "log",
+    bootstrap: bool = True,
+    workers: int = DEFAULT_WORKERS,
+    store: StorePath = None,
+    on_part: Callable[[int], None] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+) -> Explain:
+    """Where the mismatch of ``target`` (a selector) lives: against ``baseline`` (a run, a slice,
+    the same run's earlier steps ``run@steps=0..50``), the excess over what the baseline's rates
+    predict; without one, where the K3 mass concentrates at the same token probabilities.
+    ``bootstrap``: a second read for the findings' sequence-bootstrap intervals."""
+    eng = choose_engine(engine, ray_address)
+    return build_explain(
+        open_store(store), target, baseline, bins=bins, workers=workers, on_part=on_part,
+        engine=eng, bootstrap_intervals=bootstrap,
+    )  # fmt: skip
+
+
 def diagnose(
     selector: str,
     *,
@@ -285,6 +309,7 @@ __all__ = [
     "Comparison",
     "DemoRun",
     "Diagnosis",
+    "Explain",
     "IngestResult",
     "MetricsIngest",
     "Report",
@@ -296,6 +321,7 @@ __all__ = [
     "compare",
     "demo",
     "diagnose",
+    "explain",
     "ingest",
     "ingest_metrics",
     "open_store",

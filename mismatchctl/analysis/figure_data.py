@@ -204,3 +204,15 @@ class CompareSide:
 class CompareBins:
     labels: list[str]
     sides: list[CompareSide]
+
+
+@dataclass(frozen=True)
+class RatePlot:
+    """Mean K3 per value of one dimension, target (and baseline): explain's finding plots."""
+
+    dim: str
+    labels: list[str]
+    target: list  # per value, None where the side has no token
+    baseline: list | None
+    tokens: list[int]
+    highlighted: list[str]  # the values the finding names

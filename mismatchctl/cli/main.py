@@ -9,6 +9,7 @@ import typer
 from mismatchctl.cli import compare as compare_cmd
 from mismatchctl.cli import demo as demo_cmd
 from mismatchctl.cli import diagnose as diagnose_cmd
+from mismatchctl.cli import explain as explain_cmd
 from mismatchctl.cli import ingest as ingest_cmd
 from mismatchctl.cli import ingest_metrics as ingest_metrics_cmd
 from mismatchctl.cli import report as report_cmd
@@ -33,6 +34,8 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 
   mismatchctl compare v0-ref v1-a100
 
+  mismatchctl explain v1-a100 --baseline v0-ref
+
   mismatchctl diagnose v1-a100
 
   mismatchctl whatif v1-a100 --method seq-mis --threshold 2
@@ -50,6 +53,7 @@ app.command("ingest-metrics", help=ingest_metrics_cmd.HELP)(ingest_metrics_cmd.i
 app.add_typer(runs_cmd.app, name="runs")
 app.command("report", help=report_cmd.HELP)(report_cmd.report)
 app.command("compare", help=compare_cmd.HELP)(compare_cmd.compare)
+app.command("explain", help=explain_cmd.HELP)(explain_cmd.explain)
 app.command("diagnose", help=diagnose_cmd.HELP)(diagnose_cmd.diagnose)
 app.command("whatif", help=whatif_cmd.HELP)(whatif_cmd.whatif)
 app.command("demo", help=demo_cmd.HELP)(demo_cmd.demo)

@@ -197,6 +197,8 @@ def _slice_groups(
     """Every pass's groups of one slice: per-token columns computed once, groupings that follow
     turn runs reduced through the runs, probability-bin groupings from the tokens."""
     keys = PartKeys(table, task.run, dict(task.tags), edges)
+    if not passes:  # only the extras (explain's cube): no turn runs to reduce
+        return [], [extra.compute(table, keys) for extra in extras]
     lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
     seq, turn = keys.column(S.SEQ), keys.column(S.TURN)
     nb = len(edges) - 1

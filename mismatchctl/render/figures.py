@@ -529,7 +529,27 @@ def whatif_steps_figure(w: Whatif) -> go.Figure:
     return fig
 
 
+def explain_rates_figure(p: FD.RatePlot) -> go.Figure:
+    """Mean K3 per value of a finding's dimension, target and baseline; the finding's values
+    drawn solid, the others faint."""
+    fig = go.Figure()
+    named = set(p.highlighted)
+    sides = [("target", p.target)] + ([("baseline", p.baseline)] if p.baseline is not None else [])
+    for i, (name, values) in enumerate(sides):
+        fig.add_trace(go.Bar(
+            x=[esc(lab) for lab in p.labels], y=[_positive(v) for v in values], name=name,
+            marker_color=colour(i), marker_opacity=[1.0 if lab in named else 0.45 for lab in p.labels],
+            text=[f"{number(v)} ({number(n)} target tokens)" for v, n in zip(values, p.tokens, strict=True)],
+            hovertemplate="%{x}<br>vllm_kl %{text}<extra>" + name + "</extra>", textposition="none",
+        ))  # fmt: skip
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title=esc(p.dim), type="category")
+    fig.update_yaxes(title="vllm_kl (log scale)", type="log", exponentformat="power")
+    return _base(fig, 380)
+
+
 BUILDERS: dict[str, Callable[[Any], go.Figure]] = {
+    "explain_rates": explain_rates_figure,
     "mismatch": mismatch_figure,
     "probs": probs_figure,
     "log_ppl": log_ppl_figure,

@@ -1,0 +1,274 @@
+"""`explain`: where the mismatch of a selection lives, against a baseline or within itself.
+
+The selection (and the baseline) are read once by the engine into a K3 cube (``stats/cube.py``:
+every conjunction of up to three dimensions), the search runs on the cube's cell aggregates
+(``stats/localize.py``), and a second, cheap pass over the same tokens draws the sequence
+bootstrap of the findings' intervals (``stats/cube_bootstrap.py``). docs/explain.md describes the
+algorithm and every constant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from mismatchctl import schema as S
+from mismatchctl.analysis.figure_data import RatePlot
+from mismatchctl.analysis.selection import parse_selector, resolve
+from mismatchctl.engines import plan as K
+from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
+from mismatchctl.engines.keys import PartKeys
+from mismatchctl.engines.plan import Selection
+from mismatchctl.errors import UsageError
+from mismatchctl.parallel import DEFAULT_WORKERS
+from mismatchctl.stats import TURN_INDEX_LABELS, TURN_KIND_LABELS, bin_label, parse_bins
+from mismatchctl.stats.cube import Cube, Field
+from mismatchctl.stats.cube_bootstrap import (
+    FindingInterval,
+    RegionAccumulator,
+    finalize,
+    plan_bootstrap,
+    sequence_keys,
+)
+from mismatchctl.stats.cube_spec import CubeSpec, Dim
+from mismatchctl.stats.localize import explain as localize
+from mismatchctl.stats.localize_result import Explanation
+from mismatchctl.store import Store
+
+NONE_LABEL = "(none)"
+# Token dimensions of the cube (vary inside a sequence) and sequence dimensions (constant on it).
+TOKEN_DIMS = (K.TURN, K.TURN_KIND, K.BIN)
+SEQ_DIMS = (K.RUN, K.STEP, K.GPU)
+
+
+def cube_spec(selections: Sequence[Selection], edges: np.ndarray) -> CubeSpec:
+    """The dimensions of the cube shared by every side, labels from the selections' metadata
+    (the union of their runs, steps and gpus), so that the sides' cubes merge and compare."""
+    runs = sorted({r.name for sel in selections for r in sel.runs})
+    steps = sorted({s for sel in selections for r in sel.runs for s in r.steps if _in(sel, s)})
+    gpus = sorted({g for sel in selections for r in sel.runs for g in r.gpus})
+    bins = tuple(bin_label(edges, k) for k in range(len(edges) - 1))
+    token = (
+        Dim(K.TURN, len(TURN_INDEX_LABELS), TURN_INDEX_LABELS),
+        Dim(K.TURN_KIND, len(TURN_KIND_LABELS), TURN_KIND_LABELS, function_of=K.TURN),
+        Dim(K.BIN, len(bins), bins),
+    )
+    seq = (
+        Dim(K.RUN, len(runs), tuple(runs), ordered=False),
+        Dim(K.STEP, max(1, len(steps)), tuple(str(s) for s in steps) or ("-",)),
+        Dim(K.GPU, len(gpus) + 1, (*gpus, NONE_LABEL), ordered=False),
+    )
+    return CubeSpec(token_dims=token, seq_dims=seq)
+
+
+def _in(sel: Selection, step: int) -> bool:
+    r = sel.rows.steps
+    return r is None or ((r.lo is None or step >= r.lo) and (r.hi is None or step <= r.hi))
+
+
+class _Coder:
+    """Per-slice codes of the cube's dimensions, from the engine's per-part keys (whose codes are
+    local to a part: each is mapped to the cube's code of its label)."""
+
+    def __init__(self, spec: CubeSpec) -> None:
+        self.spec = spec
+        self.maps = {d.name: {lab: i for i, lab in enumerate(d.labels)} for d in spec.dims}
+
+    def _lut(self, name: str, labels: list[Any]) -> np.ndarray:
+        if name == K.BIN:  # the engine's bin codes are the bins' indices, as the cube's
+            return np.arange(len(labels), dtype=np.int32)
+        found = self.maps[name]
+        return np.array([found[NONE_LABEL if v is None else str(v)] for v in labels], np.int32)
+
+    def codes(self, keys: PartKeys, names: Sequence[str], at: np.ndarray | None) -> np.ndarray:
+        out = np.empty((keys.n if at is None else len(at), len(names)), dtype=np.int32)
+        for j, name in enumerate(names):
+            kc = keys.get(name)
+            codes = np.broadcast_to(kc.codes, (keys.n,)) if np.ndim(kc.codes) == 0 else kc.codes
+            out[:, j] = self._lut(name, kc.labels)[codes if at is None else codes[at]]
+        return out
+
+    def slice(self, table: pa.Table, keys: PartKeys) -> tuple[np.ndarray, ...]:
+        """lr, lt, each token's sequence row, token codes, sequence codes."""
+        seq = keys.column(S.SEQ)
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
+        rows = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(seq)]))
+        tok = self.codes(keys, [d.name for d in self.spec.token_dims], None)
+        seqc = self.codes(keys, [d.name for d in self.spec.seq_dims], starts)
+        return keys.column(S.ROLLOUT), keys.column(S.TRAINER), rows, tok, seqc, seq[starts]
+
+
+class CubeExtra:
+    """The engine's ``PartExtra`` computing a K3 cube of every part (merged by addition)."""
+
+    columns: tuple[str, ...] = (S.GPU,)
+
+    def __init__(self, spec: CubeSpec) -> None:
+        self.spec, self.coder = spec, _Coder(spec)
+
+    def compute(self, table: pa.Table, keys: PartKeys) -> Cube:
+        lr, lt, rows, tok, seqc, _ = self.coder.slice(table, keys)
+        return Cube.from_tokens(self.spec, lr, lt, rows, tok, seqc)
+
+    def merge(self, a: Cube, b: Cube) -> Cube:
+        return a.merge(b)
+
+
+class BootstrapExtra:
+    """The second pass: the findings' regions, each sequence weighted by Poisson(1) draws keyed
+    by (run, sequence id, replicate), so parts merge exactly."""
+
+    columns: tuple[str, ...] = (S.GPU,)
+
+    def __init__(self, spec: CubeSpec, make: Callable[[], RegionAccumulator]) -> None:
+        self.coder, self.make = _Coder(spec), make
+
+    def compute(self, table: pa.Table, keys: PartKeys) -> RegionAccumulator:
+        lr, lt, rows, tok, seqc, seq_ids = self.coder.slice(table, keys)
+        acc = self.make()
+        acc.add(lr, lt, rows, tok, seqc, sequence_keys(keys.run, seq_ids))
+        return acc
+
+    def merge(self, a: RegionAccumulator, b: RegionAccumulator) -> RegionAccumulator:
+        return a.merge(b)
+
+
+@dataclass
+class Explain:
+    """What explains the selection's mismatch: findings, uniform dimensions, the mix/rate split
+    (with a baseline), the lift table, and the findings' bootstrap intervals."""
+
+    target: str
+    baseline: str | None
+    explanation: Explanation
+    intervals: list[FindingInterval] = field(default_factory=list)
+    plots: list[RatePlot] = field(default_factory=list)  # per top finding (the HTML figures)
+
+    def sections(self) -> list[Any]:
+        from mismatchctl.analysis.explain_view import explain_sections
+
+        return explain_sections(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self.explanation.to_dict()
+        for f, iv in zip(out["findings"], self.intervals, strict=False):
+            f["rate_ratio_ci_bootstrap"] = iv.rate_ratio_ci
+            f["excess_share_ci_bootstrap"] = iv.excess_share_ci
+        return {"explain": {"target": self.target, "baseline": self.baseline, **out}}
+
+    def to_polars(self) -> Any:
+        """One row per finding: where, token and excess shares, rate ratio and its intervals."""
+        import polars as pl
+
+        rows = []
+        for f in self.to_dict()["explain"]["findings"]:
+            rows.append({"where": f["sentence"], **{k: v for k, v in f.items() if k != "where"}})
+        return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def read_cubes(
+    sides: Sequence[Selection],
+    spec: CubeSpec,
+    edges: np.ndarray,
+    workers: int,
+    on_part: Callable[[int], None] | None,
+    engine: Engine,
+) -> list[Cube]:
+    """Each side's cube, from one read of its parts."""
+    out = []
+    for sel in sides:
+        extra = CubeExtra(spec)
+        _, states = engine.runner()(sel.tasks, [], edges, sel.rows, workers, on_part, [extra])
+        out.append(states[0] if states[0] is not None else Cube(spec))
+    return out
+
+
+def bootstrap(
+    expl: Explanation,
+    sides: Sequence[Selection],
+    spec: CubeSpec,
+    edges: np.ndarray,
+    workers: int,
+    engine: Engine,
+) -> list[FindingInterval]:
+    """The findings' sequence-bootstrap intervals (a second read, of the regions only)."""
+    if not expl.findings:
+        return []
+    plan = plan_bootstrap(expl)
+    accs: list[RegionAccumulator | None] = []
+    for i, sel in enumerate(sides):
+        if plan.accumulators(spec)[i] is None:  # the baseline of an internal explanation
+            accs.append(None)
+            continue
+
+        def make(i: int = i) -> RegionAccumulator:
+            return plan.accumulators(spec)[i]  # type: ignore[return-value]
+
+        extra = BootstrapExtra(spec, make)
+        _, states = engine.runner()(sel.tasks, [], edges, sel.rows, workers, None, [extra])
+        accs.append(states[0] if states[0] is not None else make())
+    assert accs[0] is not None
+    return finalize(plan, accs[0], accs[1] if len(accs) > 1 else None)
+
+
+def build_explain(
+    store: Store,
+    target: str,
+    baseline: str | None = None,
+    *,
+    bins: str = "log",
+    workers: int = DEFAULT_WORKERS,
+    on_part: Callable[[int], None] | None = None,
+    engine: Engine = LOCAL_ENGINE,
+    bootstrap_intervals: bool = True,
+) -> Explain:
+    sides = [resolve(store, parse_selector(target))]
+    if baseline is not None:
+        sides.append(resolve(store, parse_selector(baseline)))
+    edges = _edges(bins)
+    spec = cube_spec(sides, edges)
+    cubes = read_cubes(sides, spec, edges, workers, on_part, engine)
+    if cubes[0].tokens == 0:
+        from mismatchctl.analysis.selection import empty_selection_error
+
+        raise empty_selection_error(sides[0])
+    expl = localize(cubes[0], cubes[1] if len(cubes) > 1 else None)
+    result = Explain(target, baseline, expl, plots=rate_plots(expl, cubes))
+    if bootstrap_intervals:
+        result.intervals = bootstrap(expl, sides, spec, edges, workers, engine)
+    return result
+
+
+def rate_plots(expl: Explanation, cubes: Sequence[Cube], top: int = 3) -> list[RatePlot]:
+    """Per top finding, the mean K3 at every value of its first dimension, on both sides."""
+    out = []
+    for f in expl.findings[:top]:
+        dim = next(iter(f.where))
+        spec = cubes[0].spec
+        d = spec.dims[spec.index(dim)]
+        sides = []
+        for cube in cubes:
+            t = cube.table([dim], exact=True)
+            n, a = t[:, Field.TOKENS], t[:, Field.K3]
+            sides.append([float(a[i] / n[i]) if n[i] else None for i in range(d.size)])
+        tokens = cubes[0].table([dim], exact=True)[:, Field.TOKENS].astype(int).tolist()
+        named = [lab for i, lab in enumerate(d.labels) if i in f.region.get(spec.index(dim), ())]
+        base = sides[1] if len(sides) > 1 else None
+        out.append(RatePlot(dim, list(d.labels), sides[0], base, tokens, named))
+    return out
+
+
+def _edges(bins: str) -> np.ndarray:
+    try:
+        return parse_bins(bins)
+    except ValueError as exc:
+        raise UsageError(
+            f"--bins: {exc}", "use log, linear:N or edges such as 0,1e-3,0.5,1."
+        ) from None
+
+
+__all__ = ["Explain", "build_explain", "cube_spec"]

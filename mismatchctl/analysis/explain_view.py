@@ -1,0 +1,137 @@
+"""An explanation as sections: the selection and its baseline, the findings (each with its
+sentence, shares, rate ratio and intervals), the dimensions that explain nothing, the mix / rate
+split of the change, the lift table, and (HTML) a plot per top finding: the rate by the values of
+its dimension, target against baseline."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mismatchctl.analysis import sections as S
+from mismatchctl.engines import plan as K
+from mismatchctl.stats.localize_result import BASELINE, uniform_sentence
+
+if TYPE_CHECKING:
+    from mismatchctl.analysis.explain import Explain
+
+MAX_FIGURES = 3
+MAX_LIFT = 12
+
+
+def explain_sections(e: Explain) -> list[S.Section]:
+    x = e.explanation
+    title = f"Explain: {e.target}" + (f" against {e.baseline}" if e.baseline else "")
+    facts = [
+        S.Fact("target tokens", x.tokens, S.Kind.COUNT),
+        S.Fact("target vllm_kl", x.vllm_kl),
+    ]
+    if x.mode == BASELINE:
+        facts += [
+            S.Fact("baseline tokens", x.baseline_tokens, S.Kind.COUNT),
+            S.Fact("baseline vllm_kl", x.baseline_vllm_kl),
+            S.Fact("rate ratio at the same token mix", x.rate_ratio, S.Kind.RATIO,
+                   remark=_ci(x.rate_ratio_ci)),
+        ]  # fmt: skip
+    else:
+        facts.append(S.Fact("reference", "the rest of the selection at the same token probabilities", S.Kind.TEXT))  # fmt: skip
+    facts.append(S.Fact("cells tested", x.tested, S.Kind.COUNT))
+    out: list[S.Section] = [S.Facts("explain", title, facts), findings_table(e)]
+    out += [S.Figure(f"fig-finding-{i}", f"Finding {i + 1}: rate by {p.dim}", "explain_rates", p,
+                     HOW_RATES) for i, p in enumerate(e.plots[:MAX_FIGURES])]  # fmt: skip
+    uniform = [S.Line(uniform_sentence(u, x.mode)) for u in x.uniform]
+    if uniform:
+        out.append(S.Lines("uniform", "Dimensions", uniform))
+    if x.decomposition:
+        out.append(decomposition_table(e))
+    if x.new:
+        new = [S.Line(f"{_where(c.where)}: {c.tokens:,} tokens the baseline does not have "
+                      f"({c.token_share:.1%} of the target's)") for c in x.new]  # fmt: skip
+        out.append(S.Lines("new-cells", "Cells only the target has", new))
+    if x.mode != BASELINE and x.lift:
+        out.append(lift_table(e))
+    if x.notes:
+        out.append(S.Lines("explain-notes", None, [S.Line(f"note: {n}", "note") for n in x.notes]))
+    return out
+
+
+HOW_RATES = (
+    "Mean K3 (vllm_kl) of the tokens at each value of the finding's dimension: the target and, "
+    "with a baseline, the baseline; the bars' width follows nothing, the hover gives the tokens."
+)
+
+
+def _ci(ci: tuple[float, float] | None) -> str | None:
+    return None if ci is None else f"95% CI {ci[0]:.3g} to {ci[1]:.3g}"
+
+
+def _where(where: dict[str, str]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in where.items())
+
+
+def findings_table(e: Explain) -> S.Section:
+    x = e.explanation
+    if not x.findings:
+        what = "no cell of the selection is significantly hotter than its reference"
+        return S.Lines("findings", "Findings", [S.Line(what)])
+    rows = []
+    for i, f in enumerate(x.findings):
+        boot = e.intervals[i].rate_ratio_ci if i < len(e.intervals) else None
+        rows.append({"rank": i + 1, "where": _where(f.where), "token_share": f.token_share,
+                     "share": f.excess_share if x.mode == BASELINE else f.mass_share,
+                     "ratio": f.rate_ratio, "ci": _pair(f.rate_ratio_ci), "boot": _pair(boot)})  # fmt: skip
+    share = "excess share" if x.mode == BASELINE else "K3 share"
+    columns = [
+        S.Column("rank", "#", S.Kind.ID), S.Column("where", "where", S.Kind.TEXT),
+        S.Column("token_share", "token share", S.Kind.SHARE), S.Column("share", share, S.Kind.SHARE),
+        S.Column("ratio", "rate ratio", S.Kind.RATIO), S.Column("ci", "95% CI", S.Kind.LABEL),
+        S.Column("boot", "bootstrap CI", S.Kind.LABEL),
+    ]  # fmt: skip
+    sentences = S.Lines("finding-sentences", None, [S.Line(f.sentence) for f in x.findings])
+    table = S.Table("findings", "Findings", columns, rows)
+    return S.Block("findings-block", "Findings", [table, sentences], bare=True)
+
+
+def _pair(ci: tuple[float, float] | None) -> str | None:
+    return None if ci is None else f"{ci[0]:.3g} .. {ci[1]:.3g}"
+
+
+def decomposition_table(e: Explain) -> S.Table:
+    rows = [
+        {"dim": d.dim, "total": d.total, "mix": d.mix, "rate": d.rate, "inter": d.interaction,
+         "top": ", ".join(c[0] for c in d.cells[:3])}
+        for d in e.explanation.decomposition
+        if d.dim != K.RUN  # the sides themselves
+    ]  # fmt: skip
+    columns = [
+        S.Column("dim", "dimension", S.Kind.LABEL), S.Column("total", "change of vllm_kl"),
+        S.Column("mix", "mix"), S.Column("rate", "rate"), S.Column("inter", "interaction"),
+        S.Column("top", "largest cells", S.Kind.TEXT),
+    ]  # fmt: skip
+    return S.Table(
+        "decomposition",
+        "Why it changed: mix (the tokens moved between cells) vs rate (the cells got worse)",
+        columns,
+        rows,
+        note="mix + rate + interaction = the change of vllm_kl, exactly, along each dimension; "
+        "CI: delta method on the cube's sequence-clustered variances; bootstrap CI: a second read "
+        "resampling whole sequences (Poisson weights).",
+    )
+
+
+def lift_table(e: Explain) -> S.Table:
+    rows = [
+        {"where": _where(c.where), "tokens": c.tokens, "token_share": c.token_share,
+         "mass_share": c.mass_share, "lift": c.lift}
+        for c in e.explanation.lift[:MAX_LIFT]
+    ]  # fmt: skip
+    columns = [
+        S.Column("where", "cell", S.Kind.LABEL), S.Column("tokens", "tokens", S.Kind.COUNT),
+        S.Column("token_share", "token share", S.Kind.SHARE),
+        S.Column("mass_share", "K3 share", S.Kind.SHARE), S.Column("lift", "lift", S.Kind.RATIO),
+    ]  # fmt: skip
+    return S.Table(
+        "lift",
+        "Where the K3 mass is, against the token share (lift; raw, not mix-adjusted)",
+        columns,
+        rows,
+    )

@@ -1,0 +1,51 @@
+"""`mismatchctl explain TARGET [--baseline REF]`: where the mismatch lives, and what explains it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mismatchctl import api
+from mismatchctl.cli.common import BinsOpt, Common, SelectorArg, analysis_command
+
+HELP = """Where the mismatch of a selection lives, and what explains its difference from a baseline.
+
+With --baseline (a run, a slice such as gpu=H20, or the same run's earlier steps such as 'v1@steps=0..50'): the target's K3 excess over what the baseline's per-cell rates predict at the same token mix, localized to cells (conjunctions of up to three values of run, step, gpu, turn, turn kind, probability bin), each with its token share, its share of the excess, its rate ratio against the baseline and 95% intervals (delta method, and a bootstrap over whole sequences); the dimensions that explain nothing (an excess spread over every value points at the policy, e.g. stale weights, not at a code path); and the change of vllm_kl split into mix (the tokens moved between cells) and rate (the cells themselves got worse) along each dimension.
+
+Without a baseline: where the K3 mass concentrates, each cell against the rest of the selection at the same token probabilities (low-probability tokens always carry more K3: the comparison takes that out), and the raw lift table.
+
+Algorithm and constants: docs/explain.md.
+
+[bold]Examples[/]
+
+  mismatchctl explain v1-a100 --baseline v0-ref
+
+  mismatchctl explain 'v1@steps=200..' --baseline 'v1@steps=0..50'
+
+  mismatchctl explain gpu=A100 --baseline gpu=H20 --html explain.html
+
+  mismatchctl explain v1-a100 --json - | jq '.explain.findings[].sentence'
+"""
+
+
+@analysis_command(HELP)
+def explain(
+    target: SelectorArg,
+    baseline: Annotated[
+        str | None,
+        typer.Option("--baseline", "-b", help="The reference: a selector (same syntax)."),
+    ] = None,
+    bins: BinsOpt = "log",
+    no_bootstrap: Annotated[
+        bool, typer.Option("--no-bootstrap", help="Skip the second read (delta intervals only).")
+    ] = False,
+    *,
+    common: Common,
+) -> None:
+    with common.progress() as progress:
+        result = api.explain(
+            target, baseline, bins=bins, bootstrap=not no_bootstrap, **common.read(progress.advance)
+        )
+    title = f"mismatchctl explain: {target}" + (f" against {baseline}" if baseline else "")
+    common.emit(result, result.sections(), title, "Where the training-inference mismatch lives")
