@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING
 
 from mismatchctl.analysis import sections as S
 from mismatchctl.engines import plan as K
+from mismatchctl.stats import registry as M
 from mismatchctl.stats.localize_result import BASELINE, uniform_sentence
+
+SHARE = M.TOKEN_SHARE.key
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.explain import Explain
@@ -76,13 +79,13 @@ def findings_table(e: Explain) -> S.Section:
     rows = []
     for i, f in enumerate(x.findings):
         boot = e.intervals[i].rate_ratio_ci if i < len(e.intervals) else None
-        rows.append({"rank": i + 1, "where": _where(f.where), "token_share": f.token_share,
+        rows.append({"rank": i + 1, "where": _where(f.where), SHARE: f.token_share,
                      "share": f.excess_share if x.mode == BASELINE else f.mass_share,
                      "ratio": f.rate_ratio, "ci": _pair(f.rate_ratio_ci), "boot": _pair(boot)})  # fmt: skip
     share = "excess share" if x.mode == BASELINE else "K3 share"
     columns = [
         S.Column("rank", "#", S.Kind.ID), S.Column("where", "where", S.Kind.TEXT),
-        S.Column("token_share", "token share", S.Kind.SHARE), S.Column("share", share, S.Kind.SHARE),
+        S.Column(SHARE, "token share", S.Kind.SHARE), S.Column("share", share, S.Kind.SHARE),
         S.Column("ratio", "rate ratio", S.Kind.RATIO), S.Column("ci", "95% CI", S.Kind.LABEL),
         S.Column("boot", "bootstrap CI", S.Kind.LABEL),
     ]  # fmt: skip
@@ -120,13 +123,13 @@ def decomposition_table(e: Explain) -> S.Table:
 
 def lift_table(e: Explain) -> S.Table:
     rows = [
-        {"where": _where(c.where), "tokens": c.tokens, "token_share": c.token_share,
+        {"where": _where(c.where), "tokens": c.tokens, SHARE: c.token_share,
          "mass_share": c.mass_share, "lift": c.lift}
         for c in e.explanation.lift[:MAX_LIFT]
     ]  # fmt: skip
     columns = [
         S.Column("where", "cell", S.Kind.LABEL), S.Column("tokens", "tokens", S.Kind.COUNT),
-        S.Column("token_share", "token share", S.Kind.SHARE),
+        S.Column(SHARE, "token share", S.Kind.SHARE),
         S.Column("mass_share", "K3 share", S.Kind.SHARE), S.Column("lift", "lift", S.Kind.RATIO),
     ]  # fmt: skip
     return S.Table(
