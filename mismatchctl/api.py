@@ -231,6 +231,7 @@ def explain(
 def diagnose(
     selector: str,
     *,
+    baseline: str | None = None,
     workers: int = DEFAULT_WORKERS,
     store: StorePath = None,
     on_part: Callable[[int], None] | None = None,
@@ -238,11 +239,13 @@ def diagnose(
     ray_address: str | None = None,
 ) -> Diagnosis:
     """Every check of ``diagnose`` on a selector (``"v1-a100"``, ``"gpu=A100"``,
-    ``"v1@steps=0..200"``): ``Diagnosis.checks`` with verdicts ok / warn / fail / n/a."""
+    ``"v1@steps=0..200"``): ``Diagnosis.checks`` with verdicts ok / warn / fail / n/a;
+    ``baseline``: a known-good selector every relative check also judges against."""
     eng = choose_engine(engine, ray_address)
     return build_diagnosis(
-        open_store(store), selector, workers=workers, on_part=on_part, engine=eng
-    )
+        open_store(store), selector, baseline=baseline, workers=workers, on_part=on_part,
+        engine=eng,
+    )  # fmt: skip
 
 
 def whatif(

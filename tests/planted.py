@@ -12,12 +12,22 @@ and lt stays <= 0). Each cause changes one thing:
 - ``top_p``: the rollout side renormalised over the top-p = 0.8 nucleus;
 - ``sentinel``: trainer values overwritten with 0.0 on the last 8 tokens of some sequences,
   and with -9999 once;
-- ``spike``: sigma x 15 on two steps; ``trend``: sigma growing 30-fold over the run;
+- ``spike``: sigma x sqrt(factor) on two steps (``spike_steps``); ``trend``: sigma growing 30-fold over the run;
 - ``gpu``: sigma x 15 on the sequences of gpu A100; ``stale``: sigma x 12 on the sequences made
   with the previous weights (weight_version = step - 1);
 - ``tool``: sigma x 8 on the turns after a tool response;
 - ``lowprob``: tokens sampled with p < 1e-3 get a trainer probability 3 to 20 times smaller;
-- ``spiral``: the trend, while the contexts flatten over the run (both perplexities climb).
+- ``spiral``: the trend, while the contexts flatten over the run (both perplexities climb);
+- ``path``: a code path fault: sigma x sqrt(factor) on the tokens at KV position >= ``LONG_KV``
+  (prompt-free: tokens before them in the sequence, tool tokens included) in the steps
+  ``PATH_STEPS`` (a kernel that only long contexts in some batch shapes take);
+- ``policy``: stale or wrong weights with no version column: the trainer scores under logits
+  perturbed by N(0, eps^2) per vocabulary entry (another policy; every token, both signs);
+- ``improved``: sigma x 0.7 everywhere (a benign improvement over ``clean``).
+
+``factor`` sets the size of ``spike``, ``gpu``, ``stale``, ``tool``, ``path`` and ``policy``:
+about the ratio of the affected tokens' vllm_kl to the clean run's (K3 ~ r^2 / 2, so sigma
+scales by its square root); the defaults are the loud values the first tests were built on.
 """
 
 from __future__ import annotations
@@ -31,7 +41,12 @@ import pyarrow.parquet as pq
 
 VOCAB = 64
 SIGMA = 0.02
-SPIKE_STEPS = (7, 15)
+SPIKE_STEPS = (7, 15)  # in runs of 16 steps or more; shorter runs spike at their middle step
+LONG_KV = 48
+PATH_STEPS = frozenset(range(1, 24, 3))  # every third step
+POLICY_EPS = 0.02  # logit perturbation of ``policy`` at factor 2 (measured: ~2x clean vllm_kl)
+DEFAULT_FACTOR = {"spike": 225.0, "gpu": 225.0, "stale": 144.0, "tool": 64.0, "path": 100.0,
+                  "policy": 10.0}  # fmt: skip
 
 
 @dataclass
@@ -40,6 +55,13 @@ class Plan:
     steps: int = 24
     per_step: int = 16
     seed: int = 0
+    factor: float | None = None  # None: DEFAULT_FACTOR of the cause
+
+    @property
+    def boost(self) -> float:
+        """The sigma multiplier of the affected tokens."""
+        f = self.factor if self.factor is not None else DEFAULT_FACTOR.get(self.cause, 1.0)
+        return float(np.sqrt(f))
 
 
 def _log_softmax(z: np.ndarray) -> np.ndarray:
@@ -66,11 +88,13 @@ def _top_p(logp: np.ndarray, p: float) -> np.ndarray:
 
 
 def token_logprobs(
-    rng: np.random.Generator, n: int, cause: str, sharpness: float = 1.0
+    rng: np.random.Generator, n: int, cause: str, sharpness: float = 1.0, eps: float = 0.0
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(rollout, noiseless trainer) logprobs of n sampled tokens."""
+    """(rollout, noiseless trainer) logprobs of n sampled tokens; ``eps``: the trainer's logits
+    perturbed by N(0, eps^2) per vocabulary entry (another policy)."""
     scale = rng.choice([1.0, 3.0, 6.0, 10.0], n, p=[0.2, 0.3, 0.3, 0.2]) * sharpness
-    base = _log_softmax(rng.normal(0.0, 1.0, (n, VOCAB)) * scale[:, None])
+    logits = rng.normal(0.0, 1.0, (n, VOCAB)) * scale[:, None]
+    base = _log_softmax(logits)
     sampler = base
     if cause == "temperature":
         sampler = _log_softmax(base / 0.7)
@@ -78,19 +102,29 @@ def token_logprobs(
         sampler = _top_p(base, 0.8)
     tok = _sample(rng, sampler)
     rows = np.arange(n)
-    return sampler[rows, tok], base[rows, tok]
+    trainer = base
+    if eps > 0:
+        trainer = _log_softmax(logits + rng.normal(0.0, eps, (n, VOCAB)))
+    return sampler[rows, tok], trainer[rows, tok]
+
+
+def spike_steps(steps: int) -> tuple[int, ...]:
+    """The steps ``spike`` plants its spikes in, for a run of ``steps`` steps."""
+    return tuple(s for s in SPIKE_STEPS if s < steps - 1) or (steps // 2,)
 
 
 def _sigma(plan: Plan, step: int, gpu: str, stale: bool) -> float:
     sigma = SIGMA
-    if plan.cause == "spike" and step in SPIKE_STEPS:
-        sigma *= 15
+    if plan.cause == "spike" and step in spike_steps(plan.steps):
+        sigma *= plan.boost
     if plan.cause in ("trend", "spiral"):
         sigma *= 30 ** (step / (plan.steps - 1))
     if plan.cause == "gpu" and gpu == "A100":
-        sigma *= 15
+        sigma *= plan.boost
     if plan.cause == "stale" and stale:
-        sigma *= 12
+        sigma *= plan.boost
+    if plan.cause == "improved":
+        sigma *= 0.7
     return sigma
 
 
@@ -114,10 +148,14 @@ def _row(rng: np.random.Generator, plan: Plan, step: int, i: int, gpu: str, stal
     mask = np.r_[np.ones(first), np.zeros(tool), np.ones(later)].astype(np.int8)
     n = first + later
     sharpness = 1.0 - 0.6 * step / (plan.steps - 1) if plan.cause == "spiral" else 1.0
-    lr, lt = token_logprobs(rng, n, plan.cause, sharpness)
+    eps = POLICY_EPS * np.sqrt(max(plan.boost**2 - 1.0, 0.0)) if plan.cause == "policy" else 0.0
+    lr, lt = token_logprobs(rng, n, plan.cause, sharpness, eps)
     sigma = np.full(n, _sigma(plan, step, gpu, stale))
     if plan.cause == "tool":
-        sigma[first:] *= 8
+        sigma[first:] *= plan.boost
+    if plan.cause == "path" and step in PATH_STEPS:
+        kv = np.r_[np.arange(first), first + tool + np.arange(later)]  # tokens before each
+        sigma[kv >= LONG_KV] *= plan.boost
     lt = lt * np.exp(sigma * rng.standard_normal(n))
     if plan.cause == "lowprob":
         rare = lr < np.log(1e-3)

@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
 import numpy as np
 
 from mismatchctl.analysis import diagnose_thresholds as T
-from mismatchctl.analysis.diagnose_base import NA, PATH, Check, Context, advice_if, fmt, grade, pct
+from mismatchctl.analysis.checks_localize import localized_run
+from mismatchctl.analysis.checks_trajectory import split_kind
+from mismatchctl.analysis.diagnose_base import (
+    FAIL,
+    NA,
+    OK,
+    PATH,
+    WARN,
+    Check,
+    Context,
+    advice_if,
+    ci_text,
+    fmt,
+    grade,
+    pct,
+    relative,
+    worst,
+)
 from mismatchctl.analysis.report import Group
 from mismatchctl.engines import plan as K
-from mismatchctl.stats import bin_label
+from mismatchctl.stats import TURN_KIND_LABELS, bin_label
 from mismatchctl.stats import registry as M
+from mismatchctl.stats.localize_result import ratio_text
 
 
 def low_probability(ctx: Context) -> Check:
@@ -66,37 +85,69 @@ def tool_responses(ctx: Context) -> Check:
     if not later or not later.get(M.TOKENS) or not first:
         return Check(PATH, "tool_responses", title, NA, "no model tokens after a tool response")
     a, b = first.get(M.VLLM_KL), later.get(M.VLLM_KL)
-    ratio = b / a if a and b is not None else None
+    found = ctx.contrast({K.TURN_KIND: [TURN_KIND_LABELS.index("later")]}, stratum=None)
+    ratio, ci = found if found is not None else (b / a if a and b is not None else None, None)
     pa, pb = first.get(M.LOG_PPL_PEARSON), later.get(M.LOG_PPL_PEARSON)
     drop = pa - pb if pa is not None and pb is not None else None
+    later_sequences = later.get(M.SEQUENCES) or 0
     evidence = {
         "first_vllm_kl": a,
         "later_vllm_kl": b,
         "later_first_ratio": ratio,
+        "later_first_ratio_ci": None if ci is None else list(ci),
         "first_log_ppl_pearson": pa,
         "later_log_ppl_pearson": pb,
         "pearson_drop": drop,
         "later_token_share": later[M.TOKENS] / (later[M.TOKENS] + first[M.TOKENS]),
     }
-    big = (b or 0) > T.LOW_MAX
-    fail = ratio is not None and ratio >= T.TOOL_RATIO_FAIL and (b or 0) > T.MEDIUM_MAX
-    warn = big and (
-        (ratio is not None and ratio >= T.TOOL_RATIO_WARN)
-        or (drop is not None and drop >= T.PEARSON_DROP_WARN)
-    )
-    verdict = grade(fail, warn)
+    verdict = relative(ratio, ci, T.TOOL_RATIO_WARN, T.TOOL_CI_LOW, T.TOOL_RATIO_FAIL, b)
+    if (
+        verdict == OK
+        and drop is not None
+        and drop >= T.PEARSON_DROP_WARN
+        and later_sequences >= T.PEARSON_MIN_SEQUENCES
+    ):
+        verdict = WARN
     finding = (
-        f"vllm_kl later/first = {fmt(ratio)} ({fmt(b)} vs {fmt(a)}); log-ppl Pearson "
-        f"{fmt(pa)} first vs {fmt(pb)} later"
+        f"vllm_kl later/first = {ratio_text(ratio)} ({fmt(b)} vs {fmt(a)}; {ci_text(ci)}); "
+        f"log-ppl Pearson {fmt(pa)} first vs {fmt(pb)} later"
     )
     advice = (
         "turns after tool responses sample more low-probability tokens: use a sequence-level "
         "correction (token-level ones still collapsed in multi-turn runs), and look at the tool "
         "outputs of the worst sequences; fewer tool calls per rollout delay collapse"
     )
+    path = code_path_signal(ctx)
+    if path is not None:
+        evidence["code_path"] = path
+        advice = (
+            f"{path}: fix that path first, the later turns' excess may be its doing (long KV "
+            "lengths live in later turns), and diagnose again; a correction would only "
+            "reweight it"
+        )
     return Check(
         PATH, "tool_responses", title, verdict, finding, evidence, advice_if(verdict, advice)
     )
+
+
+HARDWARE_ADVICE = (
+    "kernels differ between gpu generations (vLLM's cascade attention hit a FlashAttention-2 "
+    "split-KV bug on non-Hopper GPUs such as A100 and L20): try disable_cascade_attn=True or "
+    "batch-invariant kernels, or move the run to the gpus that match the baseline"
+)
+
+
+def code_path_signal(ctx: Context) -> str | None:
+    """What points at a code path in the selection (a localized part of a run, or steps that
+    split into spikes or regimes), or None."""
+    for name, view in ctx.runs.items():
+        verdict, _, _ = localized_run(view.local)
+        if verdict in (WARN, FAIL):
+            return f"a code path is localized in {name} (the localized check)"
+        kind = split_kind(view)
+        if kind in ("spikes", "regimes"):
+            return f"{name}'s steps split into {kind} (the {kind} check)"
+    return None
 
 
 def hardware(ctx: Context) -> Check:
@@ -117,19 +168,31 @@ def hardware(ctx: Context) -> Check:
     top = max(factors, key=lambda g: factors[g] or 0.0)
     severe = _severe_concentration(ctx)
     vk, factor = gpus[top], factors[top] or 0.0
-    fail = factor >= T.GPU_FACTOR_FAIL and vk > T.LOW_MAX
-    warn = (factor >= T.GPU_FACTOR_WARN and vk > T.LOW_MAX) or severe["concentrated_on"] is not None
-    evidence = {M.VLLM_KL: gpus, "factor_over_others_median": factors, **severe}
-    finding = f"{top}: vllm_kl {fmt(vk)}, {fmt(factor)}x the median of the other gpus"
+    found = ctx.contrast({K.GPU: [ctx.gpu_code(top)]})
+    ci = None if found is None else found[1]
+    verdict = relative(factor, ci, T.GPU_FACTOR_WARN, T.LOCAL_CI_LOW, math.inf, vk)
+    if verdict != OK and ci is not None and ci[0] >= T.GPU_FACTOR_FAIL:
+        verdict = FAIL
+    if severe["concentrated_on"] is not None:
+        verdict = worst([verdict, WARN])
+    evidence = {
+        M.VLLM_KL: gpus,
+        "factor_over_others_median": factors,
+        "rate_ratio_vs_rest": None if found is None else found[0],
+        "rate_ratio_vs_rest_ci": None if ci is None else list(ci),
+        **severe,
+    }
+    finding = (
+        f"{top}: vllm_kl {fmt(vk)}, {fmt(factor)}x the median of the other gpus "
+        f"({ratio_text(None if found is None else found[0])}x the rest at the same token "
+        f"probabilities, {ci_text(ci)})"
+    )
     if severe["concentrated_on"] is not None:
         finding += f"; {severe['concentrated_on']} holds most severe batches"
     advice = (
-        f"the mismatch follows the hardware ({top}): vLLM's cascade attention hit a "
-        "FlashAttention-2 split-KV bug on non-Hopper GPUs (A100, L20): try "
-        "disable_cascade_attn=True, or move the run to Hopper GPUs; "
+        f"the mismatch follows the hardware ({top}): {HARDWARE_ADVICE}; "
         f"`mismatchctl compare gpu={_other(gpus, top)} gpu={top}` shows where they differ"
     )
-    verdict = grade(fail, warn)
     return Check(PATH, "hardware", title, verdict, finding, evidence, advice_if(verdict, advice))
 
 
@@ -151,11 +214,16 @@ def _severe_concentration(ctx: Context) -> dict[str, Any]:
     batches = {h.gpu: h.batches for h in rows}
     total, all_batches = sum(severe.values()), sum(batches.values())
     holder = None
-    if total >= T.MIN_SEVERE_FOR_CONCENTRATION:
+    if total:
         gpu = max(severe, key=severe.__getitem__)
-        if (
-            severe[gpu] / total >= T.SEVERE_GPU_SHARE
-            and batches[gpu] / all_batches < T.SEVERE_GPU_SHARE
-        ):
-            holder = gpu
+        share = batches[gpu] / all_batches
+        p = binomial_tail(severe[gpu], total, share)
+        if severe[gpu] / total >= T.SEVERE_GPU_SHARE and share < T.SEVERE_GPU_SHARE:
+            holder = gpu if p < T.SEVERE_GPU_ALPHA else None
     return {"severe_batches": severe, M.BATCHES: batches, "concentrated_on": holder}
+
+
+def binomial_tail(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, p): the chance that one gpu holding a share p of the
+    batches holds k or more of n severe ones."""
+    return float(sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k, n + 1)))

@@ -3,6 +3,7 @@ whether stale weights carry more of it. Per-run results are combined: the worst 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -10,28 +11,41 @@ import numpy as np
 
 from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.diagnose_base import (
+    FAIL,
     MAX_LISTED,
     NA,
+    OK,
     TRAJECTORY,
+    WARN,
     Check,
     Context,
+    RunView,
     StepSeries,
     advice_if,
+    ci_text,
     fmt,
     grade,
     pct,
+    relative,
     worst,
 )
 from mismatchctl.analysis.diagnose_extra import LagSums
+from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.robust import robust_z, spearman, theil_sen
+from mismatchctl.stats.localize_math import norm_ppf, relvar, sandwich_var
+from mismatchctl.stats.localize_result import ratio_text
+from mismatchctl.stats.robust import spearman, theil_sen
 
 RunResult = tuple[str, str, dict[str, Any]]  # verdict, finding, evidence
-PerRun = Callable[[StepSeries], RunResult]
+PerRun = Callable[[RunView, StepSeries], RunResult]
 
 
 def _per_run(ctx: Context, name: str, title: str, fn: PerRun, advice: str, need: int) -> Check:
-    results = {run: fn(s) for run, s in ctx.series.items() if len(s.steps) >= need}
+    results = {
+        run: fn(view, ctx.series[run])
+        for run, view in ctx.runs.items()
+        if run in ctx.series and len(view.rates) >= need
+    }
     if not results:
         return Check(
             TRAJECTORY, name, title, NA,
@@ -39,7 +53,8 @@ def _per_run(ctx: Context, name: str, title: str, fn: PerRun, advice: str, need:
         )  # fmt: skip
     verdict = worst([v for v, _, _ in results.values()])
     shown = [run for run, (v, _, _) in results.items() if v == verdict]
-    finding = "; ".join(f"{run}: {results[run][1]}" for run in shown[:3])
+    many = len(results) > 1
+    finding = "; ".join((f"{run}: " if many else "") + results[run][1] for run in shown[:3])
     if len(shown) > 3:
         finding += f"; and {len(shown) - 3} more run(s)"
     evidence = {"runs": {run: e for run, (_, _, e) in results.items()}}
@@ -59,66 +74,145 @@ def _logs(s: StepSeries) -> tuple[np.ndarray, np.ndarray]:
     return s.steps[ok], np.log10(np.maximum(s.vllm_kl[ok], T.VLLM_KL_FLOOR))
 
 
+def split_kind(view: RunView) -> str | None:
+    """``spikes``, ``regimes`` (or ``step change``: the elevated steps run from one step to the
+    last) for a split that passes its tests (diagnose_thresholds), None when the steps are one
+    regime."""
+    sp = view.split
+    if sp is None or len(view.rates) < T.MIN_STEPS or sp.p_value >= T.REGIME_ALPHA:
+        return None
+    if relative(sp.ratio, sp.ci, T.REGIME_FACTOR, T.REGIME_CI_LOW, math.inf) == OK:
+        return None
+    n = len(view.rates)
+    if len(sp.elevated) <= max(1, math.floor(T.SPIKE_MAX_SHARE * n)):
+        return "spikes"
+    tail = list(range(n - len(sp.elevated), n))
+    return "step change" if sp.elevated == tail else "regimes"
+
+
+def _split_result(view: RunView, kinds: tuple[str, ...]) -> RunResult:
+    sp, rates = view.split, view.rates
+    kind = split_kind(view)
+    evidence: dict[str, Any] = {"steps": _step_rows(view)}
+    if sp is None:
+        return OK, "one regime: no step differs from the others", evidence
+    steps = [rates.labels[i] for i in sp.elevated]
+    evidence.update(
+        {
+            "kind": kind,
+            "elevated_steps": steps[:MAX_LISTED],
+            "rate_ratio": sp.ratio,
+            "rate_ratio_ci": list(sp.ci),
+            "elevated_vllm_kl": sp.elevated_level,
+            "other_vllm_kl": sp.rest_level,
+            "homogeneity_p": sp.p_value,
+            "spread": sp.spread,
+        }
+    )
+    listed = ", ".join(steps[:8]) + (f" and {len(steps) - 8} more" if len(steps) > 8 else "")
+    body = (
+        f"step{'s' if len(steps) > 1 else ''} {listed} at {ratio_text(sp.ratio)}x the other "
+        f"steps' rate at the same token mix ({ci_text(sp.ci)}; vllm_kl {fmt(sp.elevated_level)} "
+        f"vs {fmt(sp.rest_level)})"
+    )
+    if kind not in kinds:
+        if kind is None:
+            return (
+                OK,
+                f"one regime: the steps differ by a factor {fmt(sp.spread, 2)} at most",
+                evidence,
+            )
+        return (
+            OK,
+            f"none isolated: {body} form a {kind} (see {'regimes' if kind != 'spikes' else 'spikes'})",
+            evidence,
+        )
+    verdict = relative(
+        sp.ratio, sp.ci, T.REGIME_FACTOR, T.REGIME_CI_LOW, T.REGIME_FAIL, sp.elevated_level
+    )
+    if kind == "step change":
+        body = f"from step {steps[0]} on, {body}"
+    return verdict, f"{kind}: {body}", evidence
+
+
+def _step_rows(view: RunView) -> list[dict[str, Any]]:
+    r = view.rates
+    return [
+        {
+            "step": r.labels[i],
+            M.TOKENS: int(r.tokens[i]),
+            "rate_ratio": float(r.ratio[i]),
+            "log_sd": float(np.sqrt(r.log_var[i])),
+        }
+        for i in range(min(len(r), MAX_LISTED * 10))
+    ]
+
+
 def spikes(ctx: Context) -> Check:
     advice = (
-        "look at the spike steps (`mismatchctl report RUN --steps A..B --by-gpu`): which gpu and "
-        "turn kind carry them, and whether entropy, perplexity and gradient norm spike with them"
+        "look at the spike steps (`mismatchctl report RUN --steps A..B --by-gpu`, `mismatchctl "
+        "explain RUN`): which gpu, turn kind or position carries them, and whether entropy, "
+        "perplexity and gradient norm spike with them"
     )
-    return _per_run(ctx, "spikes", "Spikes of per-step vllm_kl", _spikes, advice, T.MIN_STEPS)
+    return _per_run(
+        ctx, "spikes", "Isolated steps above the others", lambda v, _: _split_result(v, ("spikes",)),
+        advice, T.MIN_STEPS,
+    )  # fmt: skip
 
 
-def _spikes(s: StepSeries) -> RunResult:
-    steps, logs = _logs(s)
-    z, median, _ = robust_z(logs)
-    kl = 10**logs
-    hit = (z >= T.SPIKE_Z) & (kl >= T.SPIKE_FACTOR * 10**median) & (kl > T.LOW_MAX)
-    order = np.argsort(-kl[hit])[:MAX_LISTED]
-    found = [
-        {"step": int(steps[hit][i]), M.VLLM_KL: float(kl[hit][i]), "robust_z": float(z[hit][i])}
-        for i in order
-    ]
-    verdict = grade(any(f[M.VLLM_KL] > T.MEDIUM_MAX for f in found), bool(found))
-    finding = f"{int(hit.sum())} spike step(s) over a median of {fmt(10**median)}"
-    if found:
-        finding += " (steps " + ", ".join(str(f["step"]) for f in found[:5]) + ")"
-    return verdict, finding, {"median_vllm_kl": 10**median, "spikes": found}
+def regimes(ctx: Context) -> Check:
+    advice = (
+        "two regimes: some steps run at the healthy level, others far above it; a code path only "
+        "some steps take (a kernel chosen by batch shape or KV length, one engine instance, a "
+        "gpu) has this signature: `mismatchctl explain RUN` says what the elevated steps share"
+    )
+    return _per_run(
+        ctx, "regimes", "Steps in a healthy and an elevated regime",
+        lambda v, _: _split_result(v, ("regimes", "step change")), advice, T.MIN_STEPS,
+    )  # fmt: skip
 
 
 def trend(ctx: Context) -> Check:
     advice = (
         "the mismatch grows as training goes on: a run entering a numerically sensitive region "
         "keeps producing high-mismatch batches; find the step it starts at and check what "
-        "changed there (learning rate, data, gpus), and consider a correction"
+        "changed there (learning rate, data, gpus), and `mismatchctl explain 'RUN@steps=LATE' "
+        "--baseline 'RUN@steps=EARLY'` (mix or rate?)"
     )
-    return _per_run(ctx, "trend", "Upward trend of per-step vllm_kl", _trend, advice, T.MIN_STEPS)
+    return _per_run(ctx, "trend", "Upward trend of the per-step rate", _trend, advice, T.MIN_STEPS)
+
+
+def rising(view: RunView) -> bool:
+    """The run's per-step rate rises by the trend check's factor, significantly."""
+    tr = view.trend
+    return tr is not None and tr.rise >= T.TREND_RISE_WARN and tr.ci[0] >= T.TREND_CI_LOW
+
+
+def _trend(view: RunView, _: StepSeries) -> RunResult:
+    tr = view.trend
+    if tr is None:
+        return OK, "too few steps with a rate to fit a line", {}
+    evidence = {
+        "rise": tr.rise,
+        "rise_ci": list(tr.ci),
+        "start_vllm_kl": tr.start,
+        "end_vllm_kl": tr.end,
+        "spread": tr.spread,
+        "steps": tr.steps,
+    }
+    verdict = relative(tr.rise, tr.ci, T.TREND_RISE_WARN, T.TREND_CI_LOW, T.TREND_RISE_FAIL, tr.end)
+    finding = (
+        f"fitted rate x{ratio_text(tr.rise)} from the first to the last step ({ci_text(tr.ci)}; "
+        f"vllm_kl {fmt(tr.start)} -> {fmt(tr.end)} at the run's token mix)"
+    )
+    return verdict, finding, evidence
 
 
 def _fit(steps: np.ndarray, logs: np.ndarray) -> dict[str, Any]:
     ts = theil_sen(steps, logs)
     if ts["slope"] is None:
-        return {"rise_decades": 0.0, "positive_share": 0.5, "start": None, "end": None}
-    start = ts["intercept"] + ts["slope"] * steps[0]
-    end = ts["intercept"] + ts["slope"] * steps[-1]
-    return {
-        "slope_decades_per_100_steps": 100 * ts["slope"],
-        "rise_decades": end - start,
-        "positive_share": ts["positive_share"],
-        "start": 10**start,
-        "end": 10**end,
-    }
-
-
-def _trend(s: StepSeries) -> RunResult:
-    fit = _fit(*_logs(s))
-    rising = fit["positive_share"] >= T.TREND_POSITIVE_SHARE
-    end = fit["end"] or 0.0
-    fail = rising and fit["rise_decades"] >= T.TREND_RISE_FAIL and end > T.MEDIUM_MAX
-    warn = rising and fit["rise_decades"] >= T.TREND_RISE_WARN and end > T.LOW_MAX
-    finding = (
-        f"fitted vllm_kl {fmt(fit['start'])} -> {fmt(fit['end'])} "
-        f"(x{fmt(10 ** fit['rise_decades'])}; {pct(fit['positive_share'])} of step pairs rise)"
-    )
-    return grade(fail, warn), finding, fit
+        return {"positive_share": 0.5}
+    return {"positive_share": ts["positive_share"]}
 
 
 def spiral(ctx: Context) -> Check:
@@ -132,23 +226,29 @@ def spiral(ctx: Context) -> Check:
     )
 
 
-def _spiral(s: StepSeries) -> RunResult:
+def _spiral(view: RunView, s: StepSeries) -> RunResult:
     ok = ~np.isnan(s.vllm_kl) & ~np.isnan(s.trainer_ppl) & (s.trainer_ppl > 0)
     steps = s.steps[ok]
     logs = np.log10(np.maximum(s.vllm_kl[ok], T.VLLM_KL_FLOOR))
     ppl = np.log10(s.trainer_ppl[ok])
     rho = spearman(logs, ppl) if len(steps) >= 3 else None
-    kl_fit, ppl_fit = _fit(steps, logs), _fit(steps, ppl)
-    both = min(kl_fit["positive_share"], ppl_fit["positive_share"]) >= T.TREND_POSITIVE_SHARE
-    together = rho is not None and rho >= T.SPIRAL_RHO and both
-    fail = together and (kl_fit["end"] or 0.0) > T.MEDIUM_MAX
+    ppl_fit = _fit(steps, ppl)
+    kl_up = rising(view)
+    together = (
+        rho is not None
+        and rho >= T.SPIRAL_RHO
+        and kl_up
+        and ppl_fit["positive_share"] >= T.TREND_POSITIVE_SHARE
+    )
+    fail = together and view.trend is not None and view.trend.end > T.MEDIUM_MAX
     finding = (
-        f"Spearman {fmt(rho)} between per-step vllm_kl and trainer_ppl; rising pairs "
-        f"{pct(kl_fit['positive_share'])} and {pct(ppl_fit['positive_share'])}"
+        f"Spearman {fmt(rho)} between per-step vllm_kl and trainer_ppl; vllm_kl "
+        f"{'rising' if kl_up else 'not rising'} (trend check), trainer_ppl rising on "
+        f"{pct(ppl_fit['positive_share'])} of step pairs"
     )
     evidence = {
         "spearman": rho,
-        "vllm_kl_positive_share": kl_fit["positive_share"],
+        "vllm_kl_rising": kl_up,
         "trainer_ppl_positive_share": ppl_fit["positive_share"],
     }
     return grade(fail, together), finding, evidence
@@ -159,7 +259,9 @@ def severe_batches(ctx: Context) -> Check:
         f"batches above vllm_kl {T.HIGH_MAX:g} were filtered out in the study; see the objective "
         "check and `mismatchctl whatif` for what a filter or a correction would remove"
     )
-    return _per_run(ctx, "severe_batches", "Batches in the severe band", _severe, advice, 1)
+    return _per_run(
+        ctx, "severe_batches", "Batches in the severe band", lambda _, s: _severe(s), advice, 1
+    )
 
 
 def _severe(s: StepSeries) -> RunResult:
@@ -179,48 +281,92 @@ def _severe(s: StepSeries) -> RunResult:
     return verdict, finding, evidence
 
 
+STALE_ADVICE = (
+    "rollouts from older weights are a policy mismatch, not a numeric one: check the weight "
+    "sync path (the engine must receive this step's weights before sampling; vLLM: pause with "
+    "mode='keep', clear_cache=False; no prefix caching across updates) and bound the staleness; "
+    "if the lag is intended (asynchronous RL), correct it as off-policy data (decoupled PPO with "
+    "the behaviour policy's logprobs), not as training-inference mismatch"
+)
+
+
 def staleness(ctx: Context) -> Check:
-    title = "Mismatch of rollouts made with older weights"
+    title = "Rollouts made with older weights"
     lags = ctx.state.weight_lags
     known = {lag: n for lag, n in lags.tokens.items() if lag is not None and n > 0}
+    tagged = tagged_lags(ctx)
     if not known:
-        return Check(
-            TRAJECTORY, "staleness", title, NA,
-            "no weight version in the dumps, so no weight lag",
-            {}, "keep a weight_version (or model_version) column in the dumps to check staleness",
-        )  # fmt: skip
-    fresh = _pooled(lags, [lag for lag in known if lag == 0])
-    stale = _pooled(lags, [lag for lag in known if lag >= 1])
+        if not tagged:
+            return Check(
+                TRAJECTORY, "staleness", title, NA,
+                "no weight version in the dumps and no weight_lag tag, so no weight lag",
+                {}, "keep a weight_version (or model_version) column in the dumps, or tag the run "
+                "--tag weight_lag=N, to check staleness",
+            )  # fmt: skip
+        return _tagged(ctx, title, tagged)
+    fresh = _rate(lags, [lag for lag in known if lag == 0])
+    stale = _rate(lags, [lag for lag in known if lag >= 1])
     negative = any(lag < 0 for lag in known)
-    factor = stale / fresh if stale is not None and fresh else None
-    worse = factor or 0.0
-    fail = worse >= T.STALE_FACTOR_FAIL and (stale or 0.0) > T.MEDIUM_MAX
-    warn = negative or (worse >= T.STALE_FACTOR_WARN and (stale or 0.0) > T.LOW_MAX)
-    finding = f"vllm_kl {fmt(fresh)} at lag 0 vs {fmt(stale)} at lag >= 1 (x{fmt(factor)})"
+    evidence: dict[str, Any] = {"lags": _lag_rows(lags, known)}
     if stale is None:
-        finding = (
-            f"every rollout with a known version used the current weights (vllm_kl {fmt(fresh)})"
-        )
-    if fresh is None:  # nothing to compare with: judge the stale mismatch on the severity bands
+        finding = f"every rollout with a known version used the current weights (vllm_kl {fmt(fresh and fresh[0])})"
+        verdict = WARN if negative else OK
+    elif fresh is None:
         lag_max = max(known)
         finding = (
-            f"every rollout came from older weights (lag up to {lag_max}): vllm_kl {fmt(stale)}, "
-            "no lag-0 rollouts to compare with"
+            f"every rollout came from older weights (lag up to {lag_max}, vllm_kl "
+            f"{fmt(stale[0])}): a policy mismatch by construction"
         )
-        fail = (stale or 0.0) > T.MEDIUM_MAX
-        warn = warn or (stale or 0.0) > T.LOW_MAX
+        verdict = FAIL if stale[0] > T.MEDIUM_MAX else WARN
+    else:
+        ratio = stale[0] / fresh[0] if fresh[0] > 0 else math.inf
+        half = norm_ppf(1 - (1 - T.LEVEL) / 2) * math.sqrt(stale[1] + fresh[1])
+        ci = (ratio * math.exp(-half), ratio * math.exp(half)) if math.isfinite(ratio) else None
+        evidence.update({"factor": ratio, "factor_ci": None if ci is None else list(ci)})
+        verdict = relative(ratio, ci, T.STALE_FACTOR, T.STALE_CI_LOW, T.STALE_FAIL, stale[0])
+        finding = (
+            f"vllm_kl {fmt(fresh[0])} at lag 0 vs {fmt(stale[0])} at lag >= 1 "
+            f"(x{ratio_text(ratio)}, {ci_text(ci)})"
+        )
+        if negative:
+            verdict = worst([verdict, WARN])
     if negative:
         finding += "; some weight versions are ahead of their step"
-    advice = (
-        "rollouts from older weights carry more mismatch: check the in-flight weight update "
-        "(vLLM: pause with mode='keep', clear_cache=False; no prefix caching across updates) "
-        "and the version column; bound the staleness"
-    )
-    verdict = grade(fail, warn)
-    evidence = {"lags": _lag_rows(lags, known), "factor": factor}
     return Check(
-        TRAJECTORY, "staleness", title, verdict, finding, evidence, advice_if(verdict, advice)
+        TRAJECTORY, "staleness", title, verdict, finding, evidence, advice_if(verdict, STALE_ADVICE)
     )
+
+
+def tagged_lags(ctx: Context) -> dict[str, int]:
+    """Runs of the selection tagged with a weight lag (``STALE_TAGS``), and the lag."""
+    out = {}
+    for run in ctx.report.selection.runs:
+        for tag in T.STALE_TAGS:
+            value = run.tags.get(tag)
+            if value is not None and value.strip().lstrip("-").isdigit():
+                out[run.name] = int(value)
+                break
+    return out
+
+
+def _tagged(ctx: Context, title: str, tagged: dict[str, int]) -> Check:
+    stale = {run: lag for run, lag in tagged.items() if lag != 0}
+    evidence: dict[str, Any] = {"tagged_lags": tagged}
+    if not stale:
+        finding = "the runs are tagged with weight lag 0 (no version column to confirm it)"
+        return Check(TRAJECTORY, "staleness", title, OK, finding, evidence)
+    levels = {
+        g.by[K.RUN]: g.metrics.get(M.VLLM_KL)
+        for g in ctx.report.split(K.RUN)
+        if g.by[K.RUN] in stale
+    }
+    worst_level = max((v or 0.0 for v in levels.values()), default=0.0)
+    listed = ", ".join(
+        f"{run} (weight_lag={lag}, vllm_kl {fmt(levels.get(run))})" for run, lag in stale.items()
+    )
+    finding = f"rollouts made with weights behind the trainer's: {listed}: a policy mismatch"
+    verdict = FAIL if worst_level > T.MEDIUM_MAX else WARN
+    return Check(TRAJECTORY, "staleness", title, verdict, finding, evidence, STALE_ADVICE)
 
 
 def _lag_rows(lags: LagSums, known: dict[int, float]) -> list[dict[str, Any]]:
@@ -235,6 +381,13 @@ def _lag_rows(lags: LagSums, known: dict[int, float]) -> list[dict[str, Any]]:
     ]
 
 
-def _pooled(lags: LagSums, which: list[int]) -> float | None:
+def _rate(lags: LagSums, which: list[int]) -> tuple[float, float] | None:
+    """The pooled rate of the lags and the sequence-clustered variance of its log."""
     n = sum(lags.tokens[lag] for lag in which)
-    return sum(lags.k3.get(lag, 0.0) for lag in which) / n if n else None
+    if not n:
+        return None
+    a = sum(lags.k3.get(lag, 0.0) for lag in which)
+    moments = [sum(getattr(lags, f).get(lag, 0.0) for lag in which) for f in ("yy", "xx", "xy")]
+    g = sum(lags.sequences.get(lag, 0.0) for lag in which)
+    var = sandwich_var(np.array(n), np.array(a), *(np.array(m) for m in moments), np.array(g))
+    return a / n, float(relvar(var, np.array(a)))

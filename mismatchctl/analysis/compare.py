@@ -11,7 +11,7 @@ from typing import Any
 
 from mismatchctl.analysis.compare_curves import CurvePair, compare_curves
 from mismatchctl.analysis.report import Report, report_on
-from mismatchctl.analysis.selection import parse_selector, reread, resolve
+from mismatchctl.analysis.selection import parse_selector, reread, resolve, same_selection
 from mismatchctl.analysis.sequences import SequenceSums
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
@@ -199,11 +199,6 @@ def build_comparison(
         return _comparison(sides, ra, rb, intervals)
 
     return reread(build)
-
-
-def same_selection(a: Selection, b: Selection) -> bool:
-    """Both sides read the same parts with the same row filter (known before reading)."""
-    return (a.tasks, a.sequence_paths, a.rows) == (b.tasks, b.sequence_paths, b.rows)
 
 
 def same_data_error(a: Selection, b: Selection, sequences: int | None = None) -> UsageError:

@@ -8,41 +8,43 @@ whether an *objective*-side correction is warranted. Thresholds: ``diagnose_thre
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from mismatchctl.analysis import checks_cause as C
 from mismatchctl.analysis import checks_curves as CC
 from mismatchctl.analysis import checks_data as D
+from mismatchctl.analysis import checks_localize as L
 from mismatchctl.analysis import checks_path as P
 from mismatchctl.analysis import checks_trajectory as R
-from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.diagnose_base import (
-    DATA,
     FAIL,
     LAYERS,
     NA,
-    OBJECTIVE,
     OK,
-    PATH,
-    SEMANTIC,
     WARN,
+    BaselineView,
     Check,
     Context,
-    fmt,
-    pct,
+    RunView,
     step_series,
     worst,
 )
 from mismatchctl.analysis.diagnose_extra import DiagnoseExtra
+from mismatchctl.analysis.explain import RunCubeExtra, cube_spec, read_run_cubes, refuse_same
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import parse_selector, reread, resolve
 from mismatchctl.analysis.whatif import SEQ_CELLS, WhatifExtra
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
+from mismatchctl.engines.plan import Selection
 from mismatchctl.parallel import DEFAULT_WORKERS
-from mismatchctl.stats import registry as M
+from mismatchctl.stats import parse_bins
 from mismatchctl.stats import whatif as WI
+from mismatchctl.stats.cube import Cube
+from mismatchctl.stats.cube_spec import CubeSpec
+from mismatchctl.stats.localize import explain as localize
+from mismatchctl.stats.step_regimes import split_steps, step_rates, trend
 from mismatchctl.store import Store
 
 CHECKS: list[Callable[[Context], Check]] = [
@@ -55,24 +57,31 @@ CHECKS: list[Callable[[Context], Check]] = [
     D.offset,
     D.temperature,
     D.top_p,
+    L.baseline,
+    L.localized,
     P.low_probability,
     P.tool_responses,
     P.hardware,
     R.spikes,
+    R.regimes,
     R.trend,
     R.spiral,
     R.severe_batches,
     R.staleness,
     CC.coincident_spikes,
     CC.rise_before_drop,
+    C.cause,
+    C.objective,
 ]
 SUGGESTED = WI.Method("seq-mis", 2.0)  # the study's best correction (BACKGROUND.md)
+EDGES = parse_bins("log")  # the report's default bins: the token-mix strata of the cubes
 
 
 @dataclass
 class Diagnosis:
     report: Report
     checks: list[Check]
+    baseline: str | None = None  # the --baseline selector, if any
 
     @property
     def verdict(self) -> str:
@@ -115,6 +124,7 @@ class Diagnosis:
     def section_dict(self) -> dict[str, Any]:
         return {
             "selection": self.report.selection.label,
+            "baseline": self.baseline,
             "verdict": self.verdict,
             "counts": self.counts(),
             "checks": [asdict(c) for c in self.checks],
@@ -132,26 +142,56 @@ def build_diagnosis(
     store: Store,
     selector: str,
     *,
+    baseline: str | None = None,
     workers: int = DEFAULT_WORKERS,
     on_part: Callable[[int], None] | None = None,
     engine: Engine = LOCAL_ENGINE,
 ) -> Diagnosis:
-    def read() -> tuple[Report, list]:
+    """Every check on the selection; ``baseline``: a selector every relative check also judges
+    the selection against (``explain --baseline``)."""
+
+    def read() -> tuple[Report, list, Selection | None, CubeSpec]:
         selection = resolve(store, parse_selector(selector))
-        extras = [DiagnoseExtra(selection), WhatifExtra([SUGGESTED])]
+        base = None if baseline is None else resolve(store, parse_selector(baseline))
+        if base is not None:
+            refuse_same(selection, base)
+        spec = cube_spec([selection] if base is None else [selection, base], EDGES, with_run=False)
+        extras = [DiagnoseExtra(selection), WhatifExtra([SUGGESTED]), RunCubeExtra(spec)]
         report = report_on(
             selection, by_gpu=True, workers=workers, on_part=on_part, extras=extras, engine=engine
         )
-        return report, report.extra_states
+        return report, report.extra_states, base, spec
 
-    report, (state, cells) = reread(read)
+    report, (state, cells, cubes), base, spec = reread(read)
     ctx = Context(report, state, _whole(cells), selector, step_series(report))
+    ctx.runs = {run: run_view(report, run, cube) for run, cube in sorted((cubes or {}).items())}
+    if base is not None:
+        ctx.baseline = _baseline_view(ctx, base, spec, workers, engine)
     for check in CHECKS:
         result = check(ctx)
         ctx.done[result.name] = result
-    checks = list(ctx.done.values())
-    checks.append(objective(ctx, checks))
-    return Diagnosis(report, checks)
+    return Diagnosis(report, list(ctx.done.values()), baseline)
+
+
+def run_view(report: Report, run: str, cube: Cube) -> RunView:
+    """A run's cube, its steps' rates, split and trend, and its internal localization."""
+    rates = step_rates(cube)
+    tags = next((r.tags for r in report.selection.runs if r.name == run), {})
+    return RunView(
+        run, dict(tags), cube, rates, split_steps(cube, rates), trend(cube, rates), localize(cube)
+    )
+
+
+def _baseline_view(
+    ctx: Context, base: Selection, spec: CubeSpec, workers: int, engine: Engine
+) -> BaselineView:
+    target = ctx.cube
+    (found,) = read_run_cubes([base], spec, EDGES, workers, engine)
+    if target is None or found.tokens == 0:
+        from mismatchctl.analysis.selection import empty_selection_error
+
+        raise empty_selection_error(base)
+    return BaselineView(base.label or ", ".join(base.names), localize(target, found))
 
 
 def _whole(cells: dict | None) -> dict | None:
@@ -163,63 +203,6 @@ def _whole(cells: dict | None) -> dict | None:
         if key[0] == SEQ_CELLS:
             total = state if total is None else WI.merge(total, state)
     return None if total is None else WI.finalize(total[0])
-
-
-def objective(ctx: Context, checks: list[Check]) -> Check:
-    """Is an objective-side correction warranted, given what the other layers found?"""
-    title = "Is a correction warranted?"
-    upstream = [c for c in checks if c.layer in (DATA, SEMANTIC) and c.verdict == FAIL]
-    causes = [c for c in checks if c.layer == PATH and c.verdict in (WARN, FAIL)]
-    severe = next(c for c in checks if c.name == "severe_batches")
-    shares = [e["severe_share"] for e in severe.evidence.get("runs", {}).values()]
-    severe_share = max(shares, default=0.0)
-    vk = ctx.vllm_kl or 0.0
-    evidence = {M.VLLM_KL: vk, "severe_share_max": severe_share, "seq_mis_2": ctx.seq_mis}
-    if upstream:
-        names = ", ".join(c.name for c in upstream)
-        return Check(
-            OBJECTIVE, "objective", title, WARN,
-            f"not yet: {names} failed; a correction would hide a data or semantic problem",
-            evidence, "fix the data and semantic problems first, then diagnose again",
-        )  # fmt: skip
-    needed = vk > T.MEDIUM_MAX or severe_share >= T.SEVERE_FAIL_SHARE
-    if not needed:
-        word = "optional" if vk > T.LOW_MAX else "not needed"
-        finding = (
-            f"{word}: vllm_kl {fmt(vk)}, at most {pct(severe_share)} of a run's batches severe"
-        )
-        names = ", ".join(c.name for c in causes)
-        advice = f"the inference-path findings still deserve a look: {names}" if causes else None
-        return Check(OBJECTIVE, "objective", title, OK, finding, evidence, advice)
-    return Check(
-        OBJECTIVE, "objective", title, WARN, _needed_finding(ctx, vk, severe_share), evidence,
-        _advice(ctx, causes, severe_share),
-    )  # fmt: skip
-
-
-def _needed_finding(ctx: Context, vk: float, severe_share: float) -> str:
-    text = (
-        f"yes: vllm_kl {fmt(vk)}, up to {pct(severe_share)} of a run's batches severe, "
-        "with no data or semantic problem found"
-    )
-    if ctx.seq_mis is not None:
-        text += (
-            f"; seq-mis at C = 2 would reject {pct(ctx.seq_mis[M.SEQUENCE_FRACTION])} of the "
-            f"sequences (ESS {fmt(ctx.seq_mis[M.ESS])})"
-        )
-    return text
-
-
-def _advice(ctx: Context, causes: list[Check], severe_share: float) -> str:
-    label = shlex.quote(ctx.label)
-    text = f"try `mismatchctl whatif {label} --method seq-mis --threshold 2`"
-    if 0 < severe_share < T.SEVERE_FAIL_SHARE * 3:
-        text += f", or a batch filter: `mismatchctl whatif {label} --method batch-filter:0.1`"
-    if causes:
-        text += (
-            "; removing the cause found first is better (" + ", ".join(c.name for c in causes) + ")"
-        )
-    return text
 
 
 def layers(d: Diagnosis) -> list[tuple[str, list[Check]]]:

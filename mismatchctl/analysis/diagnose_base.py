@@ -3,16 +3,22 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.diagnose_extra import DiagnoseState
 from mismatchctl.analysis.report import Report
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
+from mismatchctl.stats.cube import Cube, merge_all
+from mismatchctl.stats.localize import contrast
+from mismatchctl.stats.localize_result import Explanation, ratio_text
+from mismatchctl.stats.step_regimes import StepRates, StepSplit, StepTrend
 
 OK, WARN, FAIL, NA = "ok", "warn", "fail", "n/a"
 SEVERITY = {NA: 0, OK: 1, WARN: 2, FAIL: 3}
@@ -54,6 +60,32 @@ def grade(fail: bool, warn: bool) -> str:
     return FAIL if fail else WARN if warn else OK
 
 
+def relative(
+    ratio: float | None,
+    ci: tuple[float, float] | None,
+    factor: float,
+    ci_low: float,
+    fail_low: float,
+    level: float | None = None,
+) -> str:
+    """The verdict of a relative finding (diagnose_thresholds: "relative findings"): warn when
+    the point reaches ``factor`` and the interval's low end ``ci_low``; fail when the low end
+    reaches ``fail_low``, or the pattern is there and ``level`` (the affected part's vllm_kl)
+    is above ``MEDIUM_MAX``."""
+    if ratio is None or ci is None or not math.isfinite(ratio):
+        return OK
+    pattern = ratio >= factor and ci[0] >= ci_low
+    fail = pattern and (ci[0] >= fail_low or (level is not None and level > T.MEDIUM_MAX))
+    return grade(fail, pattern)
+
+
+def ci_text(ci: tuple[float, float] | None, level: float = T.LEVEL) -> str:
+    """``95% CI 6.1-14`` (two significant digits)."""
+    if ci is None:
+        return f"{level:.0%} CI n/a"
+    return f"{level:.0%} CI {ratio_text(ci[0])}-{ratio_text(ci[1])}"
+
+
 def worst(verdicts: list[str]) -> str:
     return max(verdicts, key=SEVERITY.__getitem__, default=NA)
 
@@ -69,18 +101,65 @@ class StepSeries:
 
 
 @dataclass
+class RunView:
+    """One run of the selection as the relative checks see it: its K3 cube, its steps' rates,
+    their split into two groups and their trend (``stats/step_regimes.py``), and where its
+    mismatch concentrates (``explain`` without a baseline)."""
+
+    name: str
+    tags: dict[str, str]
+    cube: Cube
+    rates: StepRates
+    split: StepSplit | None
+    trend: StepTrend | None
+    local: Explanation
+
+
+@dataclass
+class BaselineView:
+    """The selection against ``--baseline``: the explanation of its excess (``explain``)."""
+
+    label: str
+    explanation: Explanation
+
+
+@dataclass
 class Context:
     report: Report
     state: DiagnoseState
     seq_mis: dict[str, Any] | None  # whatif metrics of seq-mis at C = 2 on the whole selection
     label: str  # the selector, for commands suggested in the advice
     series: dict[str, StepSeries] = field(default_factory=dict)
+    runs: dict[str, RunView] = field(default_factory=dict)
+    baseline: BaselineView | None = None
     done: dict[str, Check] = field(default_factory=dict)  # checks already run, by name
 
     @property
     def vllm_kl(self) -> float | None:
         whole = self.report.whole()
         return None if whole is None else whole.metrics.get(M.VLLM_KL)
+
+    @functools.cached_property
+    def cube(self) -> Cube | None:
+        """The K3 cube of the whole selection (the runs' cubes merged)."""
+        cubes = [v.cube for v in self.runs.values()]
+        return merge_all(cubes, cubes[0].spec) if cubes else None
+
+    def contrast(
+        self, region: dict[str, list[int]], stratum: str | None = K.BIN
+    ) -> tuple[float, tuple[float, float]] | None:
+        """A region of the selection (dimension -> codes) against the rest: its rate ratio at
+        the same token mix over ``stratum`` and its interval (``stats.localize.contrast``)."""
+        if self.cube is None or self.cube.tokens == 0:
+            return None
+        return contrast(self.cube, region, stratum, T.LEVEL)
+
+    def gpu_code(self, gpu: str) -> int:
+        """The cube's code of a gpu label."""
+        spec = self.cube.spec if self.cube is not None else None
+        if spec is None:
+            raise ValueError("no cube")
+        return spec.dims[spec.index(K.GPU)].labels.index(gpu)
 
 
 def step_series(report: Report) -> dict[str, StepSeries]:

@@ -31,11 +31,16 @@ NO_LAG = np.iinfo(np.int64).min  # stands for a sequence without a known weight 
 
 @dataclass
 class LagSums:
-    """Per weight lag (None: unknown): tokens, sequences and the sum of K3."""
+    """Per weight lag (None: unknown): tokens, sequences and the sum of K3, and over the
+    sequences (``y_i`` a sequence's K3 sum, ``x_i`` its tokens) ``sum y_i^2``, ``sum x_i^2``
+    and ``sum x_i y_i``: the moments of a sequence-clustered variance of each lag's rate."""
 
     tokens: dict[int | None, float] = field(default_factory=dict)
     sequences: dict[int | None, float] = field(default_factory=dict)
     k3: dict[int | None, float] = field(default_factory=dict)
+    yy: dict[int | None, float] = field(default_factory=dict)
+    xx: dict[int | None, float] = field(default_factory=dict)
+    xy: dict[int | None, float] = field(default_factory=dict)
 
     def merge(self, other: LagSums) -> LagSums:
         out = LagSums()
@@ -113,12 +118,24 @@ class DiagnoseExtra:
         tokens = np.bincount(inverse, minlength=len(values))
         starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
         sequences = np.bincount(inverse[starts], minlength=len(values))
+        with np.errstate(over="ignore", invalid="ignore"):
+            y = np.add.reduceat(np.expm1(r) - r, starts) if len(r) else r[:0]
+        x = np.diff(np.r_[starts, len(r)]).astype(np.float64)
+        lag_of = inverse[starts]
         label = [None if v == NO_LAG else int(v) for v in values]
-        return LagSums(
-            dict(zip(label, tokens.astype(float).tolist(), strict=True)),
-            dict(zip(label, sequences.astype(float).tolist(), strict=True)),
-            dict(zip(label, k3.tolist(), strict=True)),
-        )
+
+        def per_lag(w: np.ndarray, where: np.ndarray = inverse) -> dict[int | None, float]:
+            return dict(zip(label, np.bincount(where, w, len(values)).tolist(), strict=True))
+
+        with np.errstate(over="ignore", invalid="ignore"):
+            return LagSums(
+                per_lag(tokens.astype(float), np.arange(len(values))),
+                per_lag(sequences.astype(float), np.arange(len(values))),
+                dict(zip(label, k3.tolist(), strict=True)),
+                per_lag(y * y, lag_of),
+                per_lag(x * x, lag_of),
+                per_lag(x * y, lag_of),
+            )
 
     def _run_lags(self, run: str) -> tuple[np.ndarray, np.ndarray]:
         """Sorted seq ids with a known weight lag, and their lags."""

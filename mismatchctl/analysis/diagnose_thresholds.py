@@ -8,8 +8,6 @@ keeps a healthy run quiet: each such choice says so.
 
 from __future__ import annotations
 
-import math
-
 from mismatchctl.stats import BANDS
 from mismatchctl.stats.sentinels import PAD_RUN_MIN
 
@@ -99,6 +97,57 @@ TOPP_NEGATIVE_SHARE = 0.9
 """Share of tokens with r < 0 (rollout higher) that goes with a renormalised rollout side: every
 kept token's probability is divided by the kept mass (~1.0 in simulation, 0.5 for noise)."""
 
+# --- relative findings: judged on intervals, whatever the absolute level ---------------------
+# A fault of a code path (an attention kernel at long KV lengths, one engine batch shape, one gpu,
+# some steps) can sit far below the severity bands and still be a fault: these checks compare a
+# part of the run with the rest of it, or the run with a baseline, at the same token
+# probabilities (the probability bin is the stratum; docs/explain.md), with sequence-clustered
+# 95% intervals. A pattern warns when its point estimate reaches the factor AND its interval
+# excludes the lower bound; it fails when the interval's low end reaches the fail factor, or the
+# pattern is there and the affected part is above ``MEDIUM_MAX``.
+
+LEVEL = 0.95
+"""Level of every interval of a relative finding."""
+
+LOCAL_FACTOR = 2.0
+"""A localized cell (``explain`` without a baseline: a conjunction of up to three dimensions
+against the rest of the run at the same token probabilities) at twice the rest's rate... The
+localization's own gates (family-wise significance, 1.25x specificity, 1% of the mass) let
+through cells a few tens of percent hotter on large data: real runs drift that much between
+steps and data sources without a fault. Twice is the smallest excess of the faults we know
+(2x-1000x for kernel faults, BACKGROUND.md) and the top of healthy drift."""
+
+LOCAL_CI_LOW = 1.5
+"""...with the 95% interval's low end at 1.5 or more (tight enough that the cell is hotter by a
+margin, not only significantly)."""
+
+LOCAL_FAIL = 10.0
+"""The interval's low end a decade above the rest: fail whatever the level."""
+
+BASELINE_FACTOR = 1.5
+"""The target's rate over the baseline's at the target's token mix (``explain --baseline``):
+1.5x with the interval's low end above ``BASELINE_CI_LOW`` warns. Two healthy runs of one stack
+differ by their prompts and seeds: the sample data's two healthy captures differ by 1.1x, and
+different data mixes by up to 1.3x at the same token probabilities."""
+
+BASELINE_CI_LOW = 1.2
+"""...the low end of the interval of that ratio (above the healthy differences just named)."""
+
+BASELINE_FAIL = 5.0
+"""The interval's low end at 5x the baseline: fail (half a decade above a known-good run)."""
+
+IMPROVED_CI_HIGH = 1.0
+"""The interval's high end below 1: the target is better than the baseline, reported as such."""
+
+LOCALIZED_EXCESS_SHARE = 0.5
+"""With a baseline, an excess is *localized* when one finding carries at least half of it;
+otherwise it is spread (the signature of a policy mismatch when the dimensions are uniform)."""
+
+UNIFORM_DIMS_MIN = 2
+"""A spread excess is called uniform when at least this many dimensions explain nothing (turn,
+probability bin, step, gpu...): stale or wrong weights change every token's distribution, not one
+code path's."""
+
 # --- inference path ---------------------------------------------------------------------------
 LOW_PROB = 1e-3
 """p_infer below this is a low-probability token (the report's ``low_prob_token_share``)."""
@@ -107,49 +156,84 @@ LOWPROB_KL_SHARE = 0.5
 """The low-probability tokens hold at least half the K3 mass..."""
 
 LOWPROB_CONCENTRATION = 10.0
-"""...and at least 10x their share of tokens: the "low-probability trap" of BACKGROUND.md."""
+"""...and at least 10x their share of tokens: the "low-probability trap" of BACKGROUND.md. This
+one stays gated on the level (above ``LOW_MAX``): K3 always concentrates on unlikely tokens, and
+the trap is a matter of how much mass that is."""
 
 TOOL_RATIO_WARN, TOOL_RATIO_FAIL = 2.0, 5.0
 """later/first vllm_kl ratio. The tool-response amplification of BACKGROUND.md; 2x is a clear
-gap between two token populations of one run, 5x a dominant one."""
+gap between two token populations of one run (warn, with the interval's low end above
+``TOOL_CI_LOW``), an interval above 5x a dominant one (fail; also 2x with later turns above
+``MEDIUM_MAX``)."""
+
+TOOL_CI_LOW = 1.25
+"""Low end of the 95% interval of the later/first ratio needed to warn (sequence-clustered: the
+two turn kinds share sequences, which the interval accounts for)."""
 
 PEARSON_DROP_WARN = 0.05
 """Drop of the log-ppl Pearson correlation from first to later turns (healthy correlations sit
 near 0.99: a 0.05 drop is the gap between a bf16 and an fp32 head, five times over)."""
 
+PEARSON_MIN_SEQUENCES = 30
+"""Sequences with later turns needed to judge the Pearson drop (a correlation of fewer is noise)."""
+
 GPU_FACTOR_WARN, GPU_FACTOR_FAIL = 3.0, 10.0
 """A gpu's vllm_kl over the median of the other gpus'. BACKGROUND.md: H20 5e-4..1e-3, L20
-1e-3..1e-2, A100 1e-2..1 for the same code: 3x is one band apart, 10x a decade."""
+1e-3..1e-2, A100 1e-2..1 for the same code: 3x is one band apart (warn, with its interval against
+the other gpus at the same token probabilities above ``LOCAL_CI_LOW``), an interval above 10x a
+decade (fail)."""
 
 SEVERE_GPU_SHARE = 0.8
-"""Severe batches are concentrated on a gpu when it holds this share of them (with at least
-``MIN_SEVERE_FOR_CONCENTRATION``) while holding less of all batches."""
+"""Severe batches are concentrated on a gpu when it holds this share of them while holding less
+of all batches ..."""
 
-MIN_SEVERE_FOR_CONCENTRATION = 3
+SEVERE_GPU_ALPHA = 0.01
+"""... and the binomial chance of that many on a gpu with its share of the batches is below
+this: three severe batches out of three on one of two gpus happen by chance one time in eight,
+seven out of seven one time in 128."""
 
 # --- trajectory -------------------------------------------------------------------------------
-MIN_STEPS = 8
-"""Fewer steps than this: spikes, trend and spiral are not assessed (a median/MAD and a
-Theil-Sen slope need a few points to mean anything)."""
+MIN_STEPS = 4
+"""Fewer steps than this: spikes, regimes, trend and spiral are not assessed. Each step's rate
+comes with its own sequence-clustered variance (``stats/step_regimes.py``), so four steps are
+enough for an interval; the split into two groups needs two on each side to tell a regime from
+a spike."""
 
-SPIKE_Z = 5.0
-"""Robust z-score (median/MAD of log10 vllm_kl over the run's steps) of a spike."""
+REGIME_ALPHA = 0.01
+"""The steps differ at all: Cochran's homogeneity test of their log rate ratios rejects at this
+level (a healthy run's steps pass it: their rates differ by sampling noise only)."""
 
-SPIKE_FACTOR = 3.0
-"""...and at least 3x the run's median vllm_kl (a band apart): small series have small MADs."""
+REGIME_FACTOR = 2.0
+"""The elevated group of steps at twice the others' rate at the same token mix (the same factor
+as a localized cell, ``LOCAL_FACTOR``)..."""
 
-TREND_RISE_WARN = math.log10(3.0)
-"""Fitted rise of log10 vllm_kl from the first to the last step (Theil-Sen): 3x warns..."""
+REGIME_CI_LOW = 1.5
+"""...with the low end of its 95% interval (Bonferroni over the cuts tried) at 1.5 or more."""
 
-TREND_RISE_FAIL = 1.0
-"""...a decade fails (the "not static" mismatch of BACKGROUND.md: once it climbs, it keeps going)."""
+REGIME_FAIL = 10.0
+"""The interval's low end a decade above the other steps: fail whatever the level."""
+
+SPIKE_MAX_SHARE = 0.25
+"""Elevated steps are *spikes* when they are at most a quarter of the steps (isolated events);
+more, and they are a second *regime* (a code path some steps take, or a change from a step on)."""
+
+TREND_RISE_WARN = 3.0
+"""Fitted rise of the per-step rate from the first to the last step: 3x warns (a band apart)..."""
+
+TREND_CI_LOW = 1.5
+"""...when the rise's 95% interval (random-effects line over the steps) starts at 1.5x or more."""
+
+TREND_RISE_FAIL = 10.0
+"""The interval's low end a decade up: fail (the "not static" mismatch of BACKGROUND.md: once it
+climbs, it keeps going); also any rise that ends above ``MEDIUM_MAX``."""
 
 TREND_POSITIVE_SHARE = 0.7
-"""Share of positive pairwise slopes needed to call a series rising (0.5 when trendless)."""
+"""Share of positive pairwise slopes needed to call the trainer's perplexity rising (0.5 when
+trendless), for the spiral."""
 
 SPIRAL_RHO = 0.7
 """Spearman correlation of per-step vllm_kl and trainer_ppl, both rising: the vllm-kl / fsdp-ppl
-spiral of BACKGROUND.md."""
+spiral of BACKGROUND.md (the vllm_kl rise must pass the trend check's test)."""
 
 SEVERE_FAIL_SHARE = 0.1
 """Share of batches in the severe band (vllm_kl > 0.1, the study's batch filter) that fails."""
@@ -157,8 +241,24 @@ SEVERE_FAIL_SHARE = 0.1
 HIGH_WARN_SHARE = 0.25
 """Share of batches in the high band or worse that warns (a quarter of training in group 3)."""
 
-STALE_FACTOR_WARN, STALE_FACTOR_FAIL = 2.0, 5.0
-"""vllm_kl of rollouts made with older weights (lag >= 1) over that of current ones."""
+STALE_FACTOR = 2.0
+"""vllm_kl of rollouts made with older weights (lag >= 1) over that of current ones: 2x warns
+when the interval's low end reaches ``STALE_CI_LOW``; an interval above ``STALE_FAIL`` fails."""
+
+STALE_CI_LOW = 1.5
+STALE_FAIL = 5.0
+
+STALE_TAGS = ("weight_lag", "staleness", "policy_lag")
+"""Run tags naming how many weight versions the rollouts lag behind the trainer (an integer):
+``--tag weight_lag=1`` at ingest. A lag of 1 or more is a policy mismatch by construction."""
 
 VLLM_KL_FLOOR = 1e-12
 """Per-step vllm_kl values are floored here before taking logs (bitwise-aligned steps are 0)."""
+
+# --- objective --------------------------------------------------------------------------------
+MIN_CORRECTION_ESS = 0.5
+"""A correction whose effective sample size (share of the batch) falls below one half discards
+most of the signal: it is never advised; fix the cause instead."""
+
+MAX_CORRECTION_REJECTED = 0.5
+"""Nor one that rejects (masks) more than half the sequences."""

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from mismatchctl import schema as S
 from mismatchctl.analysis.figure_data import RatePlot
-from mismatchctl.analysis.selection import parse_selector, resolve
+from mismatchctl.analysis.selection import parse_selector, resolve, same_selection
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.keys import PartKeys
@@ -26,7 +26,7 @@ from mismatchctl.engines.plan import Selection
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import TURN_INDEX_LABELS, TURN_KIND_LABELS, bin_label, parse_bins
-from mismatchctl.stats.cube import Cube, Field
+from mismatchctl.stats.cube import Cube, Field, merge_all
 from mismatchctl.stats.cube_bootstrap import (
     FindingInterval,
     RegionAccumulator,
@@ -45,9 +45,12 @@ TOKEN_DIMS = (K.TURN, K.TURN_KIND, K.BIN)
 SEQ_DIMS = (K.RUN, K.STEP, K.GPU)
 
 
-def cube_spec(selections: Sequence[Selection], edges: np.ndarray) -> CubeSpec:
+def cube_spec(
+    selections: Sequence[Selection], edges: np.ndarray, *, with_run: bool = True
+) -> CubeSpec:
     """The dimensions of the cube shared by every side, labels from the selections' metadata
-    (the union of their runs, steps and gpus), so that the sides' cubes merge and compare."""
+    (the union of their runs, steps and gpus), so that the sides' cubes merge and compare;
+    ``with_run`` False: no run dimension (one cube per run, :class:`RunCubeExtra`)."""
     runs = sorted({r.name for sel in selections for r in sel.runs})
     steps = sorted({s for sel in selections for r in sel.runs for s in r.steps if _in(sel, s)})
     gpus = sorted({g for sel in selections for r in sel.runs for g in r.gpus})
@@ -57,8 +60,9 @@ def cube_spec(selections: Sequence[Selection], edges: np.ndarray) -> CubeSpec:
         Dim(K.TURN_KIND, len(TURN_KIND_LABELS), TURN_KIND_LABELS, function_of=K.TURN),
         Dim(K.BIN, len(bins), bins),
     )
+    run = (Dim(K.RUN, len(runs), tuple(runs), ordered=False),) if with_run else ()
     seq = (
-        Dim(K.RUN, len(runs), tuple(runs), ordered=False),
+        *run,
         Dim(K.STEP, max(1, len(steps)), tuple(str(s) for s in steps) or ("-",)),
         Dim(K.GPU, len(gpus) + 1, (*gpus, NONE_LABEL), ordered=False),
     )
@@ -82,7 +86,9 @@ class _Coder:
         if name == K.BIN:  # the engine's bin codes are the bins' indices, as the cube's
             return np.arange(len(labels), dtype=np.int32)
         found = self.maps[name]
-        return np.array([found[NONE_LABEL if v is None else str(v)] for v in labels], np.int32)
+        return np.array(
+            [found[NONE_LABEL if v in (None, "") else str(v)] for v in labels], np.int32
+        )
 
     def codes(self, keys: PartKeys, names: Sequence[str], at: np.ndarray | None) -> np.ndarray:
         out = np.empty((keys.n if at is None else len(at), len(names)), dtype=np.int32)
@@ -116,6 +122,26 @@ class CubeExtra:
 
     def merge(self, a: Cube, b: Cube) -> Cube:
         return a.merge(b)
+
+
+class RunCubeExtra:
+    """The engine's ``PartExtra`` computing one K3 cube per run (a spec without a run
+    dimension): `diagnose` localizes each run on its own."""
+
+    columns: tuple[str, ...] = (S.GPU,)
+
+    def __init__(self, spec: CubeSpec) -> None:
+        self.spec, self.coder = spec, _Coder(spec)
+
+    def compute(self, table: pa.Table, keys: PartKeys) -> dict[str, Cube]:
+        lr, lt, rows, tok, seqc, _ = self.coder.slice(table, keys)
+        return {keys.run: Cube.from_tokens(self.spec, lr, lt, rows, tok, seqc)}
+
+    def merge(self, a: dict[str, Cube], b: dict[str, Cube]) -> dict[str, Cube]:
+        out = dict(a)
+        for run, cube in b.items():
+            out[run] = out[run].merge(cube) if run in out else cube
+        return out
 
 
 class BootstrapExtra:
@@ -187,6 +213,19 @@ def read_cubes(
     return out
 
 
+def read_run_cubes(
+    sides: Sequence[Selection], spec: CubeSpec, edges: np.ndarray, workers: int, engine: Engine
+) -> list[Cube]:
+    """Each side's cube without a run dimension (its runs' cubes merged), from one read."""
+    out = []
+    for sel in sides:
+        _, states = engine.runner()(
+            sel.tasks, [], edges, sel.rows, workers, None, [RunCubeExtra(spec)]
+        )
+        out.append(merge_all((states[0] or {}).values(), spec))
+    return out
+
+
 def bootstrap(
     expl: Explanation,
     sides: Sequence[Selection],
@@ -229,6 +268,7 @@ def build_explain(
     sides = [resolve(store, parse_selector(target))]
     if baseline is not None:
         sides.append(resolve(store, parse_selector(baseline)))
+        refuse_same(*sides)
     edges = _edges(bins)
     spec = cube_spec(sides, edges)
     cubes = read_cubes(sides, spec, edges, workers, on_part, engine)
@@ -241,6 +281,18 @@ def build_explain(
     if bootstrap_intervals:
         result.intervals = bootstrap(expl, sides, spec, edges, workers, engine)
     return result
+
+
+def refuse_same(target: Selection, baseline: Selection) -> None:
+    """A UsageError when the baseline reads the same data as the target: nothing can exceed
+    itself."""
+    if same_selection(target, baseline):
+        raise UsageError(
+            f"`{target.label}` and its baseline `{baseline.label}` hold the same data (run "
+            f"{', '.join(target.names)}): against itself a selection has no excess to find",
+            "give a known-good run or another slice as the baseline, e.g. the same run's "
+            "early steps `RUN@steps=0..50`",
+        )
 
 
 def rate_plots(expl: Explanation, cubes: Sequence[Cube], top: int = 3) -> list[RatePlot]:

@@ -297,3 +297,8 @@ def _check_tags(sel: Selector, infos: list) -> None:
                 f"selector `{sel.text}`: no data with {key}={value} (values: {', '.join(values)})",
                 "`mismatchctl runs` lists each run's tags.",
             )
+
+
+def same_selection(a: Selection, b: Selection) -> bool:
+    """Both sides read the same parts with the same row filter (known before reading)."""
+    return (a.tasks, a.sequence_paths, a.rows) == (b.tasks, b.sequence_paths, b.rows)

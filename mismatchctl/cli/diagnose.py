@@ -14,7 +14,9 @@ EXIT_CHECK_FAILED = 3  # documented in README "Exit codes": lets CI gate on a di
 
 HELP = """Run every check of the mismatch, layer by layer, each with a verdict (ok, warn, fail, or n/a when it cannot apply), its evidence and what to try next:
 
-data integrity (alignment of the two sides, sentinel values, empty masks, trailing padding, duplicate sequences), semantic (systematic offset, temperature on one side, top-p renormalised on one side), inference path (low-probability tokens, tool responses, hardware), trajectory (spikes, trend, vllm_kl/trainer_ppl spiral, severe batches, stale weights; with training curves from `mismatchctl ingest-metrics`: vllm_kl spikes together with grad-norm or entropy spikes, a vllm_kl rise before a reward drop), objective (is a correction warranted, and which).
+data integrity (alignment of the two sides, sentinel values, empty masks, trailing padding, duplicate sequences), semantic (systematic offset, temperature on one side, top-p renormalised on one side), inference path (against the baseline, a code path localized to part of the run, low-probability tokens, tool responses, hardware), trajectory (spikes, regimes, trend, vllm_kl/trainer_ppl spiral, severe batches, stale weights; with training curves from `mismatchctl ingest-metrics`: vllm_kl spikes together with grad-norm or entropy spikes, a vllm_kl rise before a reward drop), objective (the most likely cause and its remedy; is a correction warranted, and would it help).
+
+Parts of a run (steps, gpus, turns, positions) are judged against the rest of it at the same token probabilities, with intervals, however small the absolute level; with --baseline REF (a known-good run, a slice, or the same run's early steps) the whole selection is also judged against it, and an improvement is reported as one.
 
 Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one warns), so it can gate the CI of a training stack. With -q (as in every command: no progress bar) only the verdict line and the checks that fail or warn are printed, one line each.
 
@@ -23,6 +25,8 @@ Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one 
   mismatchctl diagnose v1-a100
 
   mismatchctl diagnose 'v1-a100@steps=200..' --html diagnosis.html
+
+  mismatchctl diagnose v2-a100 --baseline v1-h20
 
   mismatchctl diagnose gpu=A100 --json - | jq '.diagnosis.checks[] | select(.verdict == "fail")'
 
@@ -47,11 +51,20 @@ def diagnose(
         FailOn, typer.Option("--fail-on", help="Exit 3 on a failing check, or also on a warning.")
     ] = FailOn.fail,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help=QUIET_HELP)] = False,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            "--baseline",
+            metavar="REF",
+            help="A known-good selector (run, slice, RUN@steps=A..B) to judge the selection "
+            "against.",
+        ),
+    ] = None,
     *,
     common: Common,
 ) -> None:
     with common.progress() as progress:
-        result = api.diagnose(selector, **common.read(progress.advance))
+        result = api.diagnose(selector, baseline=baseline, **common.read(progress.advance))
     title = f"mismatchctl diagnosis: {result.label}"
     subtitle = "Every check of the training-inference mismatch, layer by layer, with its evidence."
     common.emit(result, result.sections(brief=quiet), title, subtitle)

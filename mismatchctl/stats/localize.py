@@ -21,7 +21,7 @@ import numpy as np
 
 from mismatchctl.stats.cube import Cube
 from mismatchctl.stats.decompose import decompose
-from mismatchctl.stats.localize_findings import Sides, finding, merge_siblings
+from mismatchctl.stats.localize_findings import Sides, estimate, finding, merge_siblings
 from mismatchctl.stats.localize_math import div, norm_ppf, relvar
 from mismatchctl.stats.localize_reference import baseline_reference, no_reference
 from mismatchctl.stats.localize_refine import Refiner
@@ -273,3 +273,28 @@ def _share(t: SideTables, d: int, v: int) -> CellShare:
         mass_share=mass_share,
         lift=float(div(mass_share, token_share, math.nan)),
     )
+
+
+def contrast(
+    cube: Cube, region: dict[str, list[int]], stratum: str | None = "bin", level: float = 0.95
+) -> tuple[float, tuple[float, float]] | None:
+    """A region (dimension name -> its search-level codes) against the rest of the selection:
+    its rate ratio at the same token mix over ``stratum`` (None: the plain ratio of mean K3) and
+    the delta-method interval at ``level`` (sequence-clustered, covariance included for regions
+    on sequence dimensions). None when either side has no mass."""
+    t = SideTables(cube)
+    spec = cube.spec
+    masks = {}
+    for name, codes in region.items():
+        d = spec.index(name)
+        mask = np.zeros(spec.levels(d), bool)
+        mask[list(codes)] = True
+        masks[d] = mask
+    s = None if stratum is None else spec.index(stratum)
+    sides = Sides(t, None, s, frozenset(), None, LocalizeThresholds())
+    est, var = estimate(sides, masks)
+    ratio = float(est.rate_ratio)
+    if not (ratio > 0 and math.isfinite(ratio) and math.isfinite(var) and var >= 0):
+        return None
+    half = norm_ppf(1 - (1 - level) / 2) * math.sqrt(var)
+    return ratio, (ratio * math.exp(-half), ratio * math.exp(half))

@@ -198,10 +198,17 @@ def exact_codes(spec: CubeSpec, region: Masks) -> Region:
 
 
 def _where(sides: Sides, region: Masks) -> dict[str, str]:
-    """Dimension name -> label of its values, token dimensions first (as the caller listed)."""
+    """Dimension name -> label of its values, token dimensions first (as the caller listed);
+    values the target has no tokens in are left out of the label (a region may span them)."""
     spec = sides.t.spec
     order = sorted(region, key=lambda d: (not spec.is_token_dim(d), d))
-    return {spec.dims[d].name: spec.level_label(d, np.flatnonzero(region[d])) for d in order}
+    out = {}
+    for d in order:
+        held = region[d] & (sides.t.n[(d,)] > 0)
+        out[spec.dims[d].name] = spec.level_label(
+            d, np.flatnonzero(held if held.any() else region[d])
+        )
+    return out
 
 
 def surprise(p: float, q: float) -> float:

@@ -339,7 +339,8 @@ class Refiner:
         significantly so (one-sided at ``refine_alpha / k`` over the ``k`` values tested), or
         not itself significantly hotter than everything outside the region (one-sided at
         ``keep_alpha``), or hot only by a few sequences (fewer than
-        ``min_effective_sequences``)."""
+        ``min_effective_sequences``) and not hotter than outside at the stricter
+        ``refine_alpha / k``: a faulty step whose excess sits in a few long sequences stays)."""
         tests = []
         for d, mask in region.items():
             values = np.flatnonzero(mask)
@@ -357,8 +358,9 @@ class Refiner:
             if not ratio <= 1.0 / self.th.min_specificity:
                 break
             colder = self.within(rest, part, with_baseline=True, spec_min=False) >= z_prune
+            hot = self._hot_outside(part, region)
             few = float(effective_sequences(part.mom)) < self.th.min_effective_sequences
-            if colder or few or self._hot_outside(part, region) < z_keep:
+            if colder or hot < z_keep or (few and hot < z_prune):
                 mask = region[d].copy()
                 mask[v] = False
                 return {**region, d: mask}

@@ -135,7 +135,7 @@ def sentence(f: Finding, mode: str, level: float) -> str:
     """One plain sentence, e.g. ``kv_position 1024-2047, step 2,6: 6% of tokens carry 71% of
     the excess; 9.3x the baseline's rate (95% CI 6.1-14)``."""
     lo, hi = f.rate_ratio_ci
-    ci = f"{level:.0%} CI {_num(lo)}-{_num(hi)}"
+    ci = f"{level:.0%} CI {ratio_text(lo)}-{ratio_text(hi)}"
     head = f"{where_text(f.where)}: {_pct(f.token_share)} of tokens carry "
     if mode == BASELINE:
         carried = (
@@ -143,18 +143,18 @@ def sentence(f: Finding, mode: str, level: float) -> str:
             if f.excess_share is not None and math.isfinite(f.excess_share)
             else f"{_pct(f.mass_share)} of the K3 mass"
         )
-        return f"{head}{carried}; {_num(f.rate_ratio)}x the baseline's rate ({ci})"
+        return f"{head}{carried}; {ratio_text(f.rate_ratio)}x the baseline's rate ({ci})"
     return (
-        f"{head}{_pct(f.mass_share)} of the K3 mass; {_num(f.rate_ratio)}x the rate of the rest "
+        f"{head}{_pct(f.mass_share)} of the K3 mass; {ratio_text(f.rate_ratio)}x the rate of the rest "
         f"at the same token probabilities ({ci})"
     )
 
 
 def uniform_sentence(u: UniformDim, mode: str) -> str:
-    ratio = f"{_num(u.rate_ratio)}x the baseline's rate" if mode == BASELINE else "one rate"
+    ratio = f"{ratio_text(u.rate_ratio)}x the baseline's rate" if mode == BASELINE else "one rate"
     if u.uniform:
         return f"{u.dim} explains nothing: its {u.cells} values are consistent with {ratio}"
-    return f"{u.dim} is not uniform (its values' rates spread by a factor {_num(u.spread)})"
+    return f"{u.dim} is not uniform (its values' rates spread by a factor {ratio_text(u.spread)})"
 
 
 def _pct(x: float | None) -> str:
@@ -163,7 +163,7 @@ def _pct(x: float | None) -> str:
     return f"{x:.0%}" if abs(x) >= 0.095 else f"{x:.1%}" if abs(x) >= 0.001 else f"{x:.2g}"
 
 
-def _num(x: float | None) -> str:
+def ratio_text(x: float | None) -> str:
     """Two significant digits (``9.3``, ``14``, ``1000``)."""
     if x is None or not math.isfinite(x):
         return "n/a"

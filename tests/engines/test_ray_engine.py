@@ -122,6 +122,9 @@ def test_compare_diagnose_whatif_json_equal_local(ray_local: Any, multi_part: Pa
         ("compare", "gpu=A100", "gpu=H20", "--resamples", "50"),
         ("diagnose", "a"),
         ("diagnose", "c"),
+        ("diagnose", "a", "--baseline", "b"),
+        ("explain", "a", "--baseline", "b"),
+        ("explain", "c"),
         ("whatif", "a@steps=2-", "--method", "seq-mis", "--sweep", "1.5,2,3"),
         ("whatif", "b"),
     ):

@@ -23,7 +23,7 @@ from mismatchctl.stats.localize_math import (
     shrunk_ratio,
 )
 from mismatchctl.stats.localize_regions import region_moments, region_sums
-from mismatchctl.stats.localize_result import _num, _pct
+from mismatchctl.stats.localize_result import _pct, ratio_text
 from mismatchctl.stats.localize_tables import SideTables, expected_mass, stratum_rates
 
 
@@ -209,7 +209,7 @@ def test_chi_square_tail(x: float, df: int, want: float) -> None:
 
 
 def test_numbers_in_sentences() -> None:
-    assert [_num(x) for x in (9.34, 14.2, 1000.4, 0.123, 6.1)] == [
+    assert [ratio_text(x) for x in (9.34, 14.2, 1000.4, 0.123, 6.1)] == [
         "9.3",
         "14",
         "1000",

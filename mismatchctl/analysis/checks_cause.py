@@ -1,0 +1,231 @@
+"""Checks of the objective layer: the most likely cause, named from what the other layers found,
+with its remedy; then whether an objective-side correction is warranted and would help."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from mismatchctl.analysis import diagnose_thresholds as T
+from mismatchctl.analysis.checks_data import PROCESSED_HINT
+from mismatchctl.analysis.checks_localize import CODE_PATH_ADVICE
+from mismatchctl.analysis.checks_path import HARDWARE_ADVICE
+from mismatchctl.analysis.checks_trajectory import STALE_ADVICE
+from mismatchctl.analysis.diagnose_base import (
+    DATA,
+    FAIL,
+    OBJECTIVE,
+    OK,
+    SEMANTIC,
+    WARN,
+    Check,
+    Context,
+    fmt,
+    pct,
+    worst,
+)
+from mismatchctl.engines import plan as K
+from mismatchctl.stats import registry as M
+
+CODE_PATH_CHECKS = ("localized", "regimes", "spikes", "hardware")
+
+
+@dataclass
+class Cause:
+    key: str  # data, semantic, policy, code path, tool responses, low probability, growth, none
+    verdict: str
+    finding: str
+    remedy: str | None
+    checks: list[str]
+
+
+def _hits(ctx: Context, names: tuple[str, ...] | list[str]) -> list[Check]:
+    return [ctx.done[n] for n in names if n in ctx.done and ctx.done[n].verdict in (WARN, FAIL)]
+
+
+def _layer_hits(ctx: Context, layer: str, verdicts: tuple[str, ...]) -> list[Check]:
+    return [c for c in ctx.done.values() if c.layer == layer and c.verdict in verdicts]
+
+
+def name_cause(ctx: Context) -> Cause:
+    """The first cause whose checks fire, in the order to fix them (BACKGROUND.md): data, the
+    two sides' distributions, the policy, a code path, the tool turns, the unlikely tokens,
+    a growth with no other explanation."""
+    data = _layer_hits(ctx, DATA, (FAIL,))
+    if data:
+        return _cause("data", data, "fix the data problems first; every other number mixes them in")
+    semantic = _layer_hits(ctx, SEMANTIC, (WARN, FAIL))
+    if semantic:
+        return _cause("semantic", semantic, PROCESSED_HINT)
+    stale = _hits(ctx, ["staleness"])
+    if stale:
+        return _cause("policy", stale, STALE_ADVICE, "stale weights")
+    base = ctx.done.get("baseline")
+    shape = base.evidence.get("excess_shape") if base is not None else None
+    paths = _hits(ctx, CODE_PATH_CHECKS)
+    if base is not None and base.verdict in (WARN, FAIL) and shape == "uniform" and not paths:
+        return _cause(
+            "policy", [base],
+            "the excess over the baseline is the same everywhere: the rollouts' policy is not "
+            "the trainer's (stale or wrong weights, a weight sync that did not land, another "
+            "checkpoint or LoRA state): compare the weight versions of both sides; importance "
+            "sampling would not fix it",
+            "uniform excess over the baseline",
+        )  # fmt: skip
+    if paths:
+        if _gpu_only(paths):
+            hardware = next((c for c in paths if c.name == "hardware"), paths[0])
+            return _cause(
+                "hardware", [hardware, *(c for c in paths if c is not hardware)],
+                hardware.next or HARDWARE_ADVICE,
+            )  # fmt: skip
+        return _cause("code path", paths, CODE_PATH_ADVICE)
+    for key, names in (
+        ("tool responses", ["tool_responses"]),
+        ("low probability", ["low_probability"]),
+        ("growth", ["trend", "spiral"]),
+    ):
+        hits = _hits(ctx, names)
+        if hits:
+            return _cause(key, hits, hits[0].next)
+    if base is not None and base.verdict in (WARN, FAIL):
+        return _cause(
+            "unlocalized", [base],
+            f"`mismatchctl explain {shlex.quote(ctx.label)} --baseline "
+            f"{shlex.quote(str(base.evidence.get('baseline')))}` shows where the excess is",
+        )  # fmt: skip
+    data_warn = _layer_hits(ctx, DATA, (WARN,))
+    if data_warn:
+        return _cause("data", data_warn, data_warn[0].next)
+    vk = ctx.vllm_kl or 0.0
+    if vk > T.MEDIUM_MAX:
+        return Cause(
+            "unlocalized", WARN,
+            f"vllm_kl {fmt(vk)} with no localized part, no semantic sign and no weight lag: a "
+            "policy mismatch or a uniformly imprecise numeric path",
+            "give a known-good run with --baseline to tell them apart, and check the weight "
+            "versions of both sides",
+            [],
+        )  # fmt: skip
+    return Cause(
+        "none", OK, "no cause found: nothing localized, no semantic or policy sign", None, []
+    )
+
+
+def _gpu_only(paths: list[Check]) -> bool:
+    """Every code-path finding is about gpus alone: the hardware check, and localized cells
+    on the gpu dimension only."""
+    names = {c.name for c in paths}
+    if names - {"hardware", "localized"}:
+        return False
+    local = next((c for c in paths if c.name == "localized"), None)
+    if local is None:
+        return True
+    rows = [f for run in local.evidence["runs"].values() for f in run["code_path_findings"]]
+    return bool(rows) and all(set(f["where"]) == {K.GPU} for f in rows)
+
+
+def _cause(key: str, checks: list[Check], remedy: str | None, label: str | None = None) -> Cause:
+    verdict = worst([c.verdict for c in checks])
+    top = next(c for c in checks if c.verdict == verdict)
+    detail = top.finding if top.finding.startswith(top.name) else f"{top.name}: {top.finding}"
+    finding = f"{label or key}: {detail}"
+    return Cause(key, verdict, finding, remedy, [c.name for c in checks])
+
+
+def cause(ctx: Context) -> Check:
+    found = name_cause(ctx)
+    evidence = {"cause": found.key, "checks": found.checks}
+    return Check(
+        OBJECTIVE, "cause", "Most likely cause", found.verdict, found.finding, evidence,
+        found.remedy if found.verdict in (WARN, FAIL) else None,
+    )  # fmt: skip
+
+
+FIXABLE = ("policy", "code path", "hardware", "semantic", "data")
+
+
+def objective(ctx: Context) -> Check:
+    """Is an objective-side correction warranted, and would it help?"""
+    title = "Is a correction warranted?"
+    severe = ctx.done.get("severe_batches")
+    shares = [
+        e["severe_share"] for e in (severe.evidence if severe else {}).get("runs", {}).values()
+    ]
+    severe_share = max(shares, default=0.0)
+    vk = ctx.vllm_kl or 0.0
+    found = ctx.done["cause"].evidence["cause"]
+    evidence: dict[str, Any] = {
+        M.VLLM_KL: vk,
+        "severe_share_max": severe_share,
+        "seq_mis_2": ctx.seq_mis,
+        "cause": found,
+    }
+    upstream = [c for c in ctx.done.values() if c.layer in (DATA, SEMANTIC) and c.verdict == FAIL]
+    if upstream:
+        names = ", ".join(c.name for c in upstream)
+        return Check(
+            OBJECTIVE, "objective", title, WARN,
+            f"not yet: {names} failed; a correction would hide a data or semantic problem",
+            evidence, "fix the data and semantic problems first, then diagnose again",
+        )  # fmt: skip
+    needed = vk > T.MEDIUM_MAX or severe_share >= T.SEVERE_FAIL_SHARE
+    sane, why = _sane(ctx)
+    evidence["correction_sane"] = sane
+    fix = f"fix the cause ({found}, see the cause check)" if found in FIXABLE else None
+    if not needed:
+        word = "optional" if vk > T.LOW_MAX else "not needed"
+        finding = (
+            f"{word}: vllm_kl {fmt(vk)}, at most {pct(severe_share)} of a run's batches severe"
+        )
+        if fix:
+            finding += f"; {fix}: a correction would only reweight it"
+        return Check(OBJECTIVE, "objective", title, OK, finding, evidence, None)
+    head = f"vllm_kl {fmt(vk)}, up to {pct(severe_share)} of a run's batches severe"
+    if not sane:
+        return Check(
+            OBJECTIVE, "objective", title, WARN,
+            f"{head}, but a correction would discard the signal ({why})",
+            evidence, (fix or "find the cause (`mismatchctl explain`)")
+            + ": no correction keeps enough of the batch to learn from",
+        )  # fmt: skip
+    finding = f"yes: {head}{_seq_mis_text(ctx)}"
+    advice = _advice(ctx, severe_share)
+    if fix:
+        finding = f"as a stopgap: {head}{_seq_mis_text(ctx)}"
+        advice = f"{fix}; until then, {advice}"
+    return Check(OBJECTIVE, "objective", title, WARN, finding, evidence, advice)
+
+
+def _sane(ctx: Context) -> tuple[bool, str]:
+    """Whether seq-mis at C = 2 keeps enough of the batch (diagnose_thresholds: objective)."""
+    m = ctx.seq_mis
+    if m is None:
+        return True, ""
+    ess, rejected = m.get(M.ESS), m.get(M.SEQUENCE_FRACTION)
+    if ess is not None and ess < T.MIN_CORRECTION_ESS:
+        return False, f"seq-mis at C = 2 leaves an ESS of {pct(ess)}"
+    if rejected is not None and rejected > T.MAX_CORRECTION_REJECTED:
+        return False, f"seq-mis at C = 2 rejects {pct(rejected)} of the sequences"
+    return True, ""
+
+
+def _seq_mis_text(ctx: Context) -> str:
+    if ctx.seq_mis is None:
+        return ""
+    return (
+        f"; seq-mis at C = 2 would reject {pct(ctx.seq_mis[M.SEQUENCE_FRACTION])} of the "
+        f"sequences (ESS {pct(ctx.seq_mis[M.ESS])})"
+    )
+
+
+def _advice(ctx: Context, severe_share: float) -> str:
+    label = shlex.quote(ctx.label)
+    text = f"try `mismatchctl whatif {label} --method seq-mis --threshold 2`"
+    if 0 < severe_share < T.SEVERE_FAIL_SHARE * 3:
+        text += f", or a batch filter: `mismatchctl whatif {label} --method batch-filter:0.1`"
+    return text
+
+
+__all__ = ["cause", "name_cause", "objective"]

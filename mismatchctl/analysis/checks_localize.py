@@ -1,0 +1,202 @@
+"""Checks of the inference-path layer that judge parts of a run against the rest of it, or the
+selection against a baseline, at the same token probabilities (``explain``; docs/explain.md):
+relative findings with intervals, whatever the absolute level (diagnose_thresholds)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mismatchctl.analysis import diagnose_thresholds as T
+from mismatchctl.analysis.checks_trajectory import tagged_lags
+from mismatchctl.analysis.diagnose_base import (
+    NA,
+    OK,
+    PATH,
+    Check,
+    Context,
+    advice_if,
+    ci_text,
+    fmt,
+    relative,
+    worst,
+)
+from mismatchctl.engines import plan as K
+from mismatchctl.stats import registry as M
+from mismatchctl.stats.localize_result import Explanation, Finding, ratio_text, where_text
+
+TOOL_DIMS = frozenset({K.TURN, K.TURN_KIND})
+"""Dimensions whose findings speak of the turns after tool responses (``tool_responses``); a
+finding on any other dimension (steps, gpus, positions, engine order, sequence attributes) is
+a code path that only part of the run takes."""
+
+CODE_PATH_ADVICE = (
+    "fix or disable that path, not the objective: the attention backend or its split-KV / "
+    "cascade kernels (vLLM disable_cascade_attn=True), batch-invariant kernels, the engine "
+    "version; importance sampling would only reweight the damage"
+)
+
+
+def code_path(f: Finding) -> bool:
+    """A finding on something other than the turns (and the probability bin)."""
+    return any(d not in TOOL_DIMS and d != K.BIN for d in f.where)
+
+
+def cell_level(expl: Explanation, f: Finding) -> float:
+    """The finding's own vllm_kl (its K3 mass over its tokens)."""
+    return f.mass_share * expl.vllm_kl * expl.tokens / f.tokens if f.tokens else math.nan
+
+
+def finding_row(expl: Explanation, f: Finding) -> dict[str, Any]:
+    return {
+        "where": f.where,
+        "sentence": f.sentence,
+        M.TOKEN_SHARE.key: f.token_share,
+        "mass_share": f.mass_share,
+        "excess_share": f.excess_share,
+        "rate_ratio": f.rate_ratio,
+        "rate_ratio_ci": list(f.rate_ratio_ci),
+        M.VLLM_KL.key: cell_level(expl, f),
+    }
+
+
+def localized(ctx: Context) -> Check:
+    """A part of a run (steps, a gpu, positions, an engine batch...) hotter than the rest."""
+    title = "A code path localized to part of a run"
+    if not ctx.runs:
+        return Check(PATH, "localized", title, NA, "no run to localize")
+    results = {name: localized_run(view.local) for name, view in ctx.runs.items()}
+    verdict = worst([v for v, _, _ in results.values()])
+    shown = [run for run, (v, _, _) in results.items() if v == verdict]
+    many = len(results) > 1
+    finding = "; ".join((f"{run}: " if many else "") + results[run][1] for run in shown[:3])
+    evidence = {"runs": {run: e for run, (_, _, e) in results.items()}}
+    advice = STALE_LOCAL_ADVICE if stale(ctx) else CODE_PATH_ADVICE
+    return Check(PATH, "localized", title, verdict, finding, evidence, advice_if(verdict, advice))
+
+
+STALE_LOCAL_ADVICE = (
+    "the rollouts were made with older weights (the staleness check): a part of the run hotter "
+    "than the rest may be where the policy moved most between versions (a larger update, a "
+    "learning-rate change), not a code path; fix the weight lag first, then diagnose again"
+)
+
+
+def stale(ctx: Context) -> bool:
+    """Some rollouts of the selection came from older weights (a weight version column or a
+    weight-lag tag)."""
+    lags = ctx.state.weight_lags.tokens
+    return any(lag for lag, n in lags.items() if lag and n > 0) or any(tagged_lags(ctx).values())
+
+
+def localized_run(expl: Explanation) -> tuple[str, str, dict[str, Any]]:
+    paths = [f for f in expl.findings if code_path(f)]
+    graded = [
+        (
+            relative(
+                f.rate_ratio, f.rate_ratio_ci, T.LOCAL_FACTOR, T.LOCAL_CI_LOW, T.LOCAL_FAIL,
+                cell_level(expl, f),
+            ),
+            f,
+        )
+        for f in paths
+    ]  # fmt: skip
+    hits = [(v, f) for v, f in graded if v != OK]
+    evidence: dict[str, Any] = {
+        "findings": [finding_row(expl, f) for f in expl.findings],
+        "code_path_findings": [finding_row(expl, f) for _, f in hits],
+    }
+    if not hits:
+        finding = "no part of the run is hotter than the rest at the same token probabilities"
+        if paths:
+            f = paths[0]
+            finding = (
+                f"the hottest part, {where_text(f.where)}, is {ratio_text(f.rate_ratio)}x the "
+                f"rest ({ci_text(f.rate_ratio_ci)}): under the {T.LOCAL_FACTOR:g}x that marks "
+                "a code path"
+            )
+        return OK, finding, evidence
+    verdict = worst([v for v, _ in hits])
+    top = next(f for v, f in hits if v == verdict)
+    finding = (
+        f"{where_text(top.where)}: {ratio_text(top.rate_ratio)}x the rest of the run at the same "
+        f"token probabilities ({ci_text(top.rate_ratio_ci)}), {_share(top.token_share)} of "
+        f"the tokens carrying {_share(top.mass_share)} of the K3 mass"
+    )
+    if len(hits) > 1:
+        finding += f"; {len(hits) - 1} more part(s)"
+    return verdict, finding, evidence
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.0f}%"
+
+
+def baseline(ctx: Context) -> Check:
+    """The selection's mismatch against ``--baseline`` at its own token mix."""
+    title = "Against the baseline"
+    view = ctx.baseline
+    if view is None:
+        return Check(
+            PATH, "baseline", title, NA, "no baseline given", {},
+            "give a known-good run (or the same run's early steps) with --baseline REF: every "
+            "excess is then judged against it",
+        )  # fmt: skip
+    e = view.explanation
+    ratio, ci = e.rate_ratio, e.rate_ratio_ci
+    evidence = {
+        "baseline": view.label,
+        M.VLLM_KL.key: e.vllm_kl,
+        "baseline_vllm_kl": e.baseline_vllm_kl,
+        "rate_ratio": ratio,
+        "rate_ratio_ci": None if ci is None else list(ci),
+        "findings": [finding_row(e, f) for f in e.findings],
+        "uniform": [u.dim for u in e.uniform if u.uniform],
+        "decomposition": [
+            {"dim": d.dim, "mix": d.mix, "rate": d.rate, "interaction": d.interaction}
+            for d in e.decomposition
+        ],
+        "notes": e.notes,
+    }
+    head = (
+        f"vllm_kl {fmt(e.vllm_kl)} vs {fmt(e.baseline_vllm_kl)} on {view.label}: "
+        f"{ratio_text(ratio)}x its rate at the same token mix ({ci_text(ci)})"
+    )
+    if ratio is None or ci is None:
+        return Check(PATH, "baseline", title, NA, head + "; no rate ratio", evidence)
+    if ci[1] < T.IMPROVED_CI_HIGH:
+        evidence["improved"] = True
+        return Check(PATH, "baseline", title, OK, head + ": an improvement", evidence)
+    verdict = relative(ratio, ci, T.BASELINE_FACTOR, T.BASELINE_CI_LOW, T.BASELINE_FAIL, e.vllm_kl)
+    if verdict == OK:
+        return Check(PATH, "baseline", title, OK, head + ": no excess to speak of", evidence)
+    shape = excess_shape(e)
+    evidence["excess_shape"] = shape
+    advice = (
+        "the excess is localized: see the localized finding and `mismatchctl explain "
+        f"{ctx.label} --baseline {view.label}`"
+        if shape == "localized"
+        else "the excess is spread over every part of the run: compare the weights the engine "
+        "sampled with against the trainer's (see the cause check)"
+    )
+    where = ""
+    if e.findings and shape == "localized":
+        where = f"; most of it in {where_text(e.findings[0].where)}"
+    elif shape == "uniform":
+        names = ", ".join(u.dim for u in e.uniform if u.uniform)
+        where = f"; spread uniformly ({names} explain nothing)"
+    return Check(PATH, "baseline", title, verdict, head + where, evidence, advice)
+
+
+def excess_shape(e: Explanation) -> str:
+    """``localized`` when one finding carries ``LOCALIZED_EXCESS_SHARE`` of the excess,
+    ``uniform`` when at least ``UNIFORM_DIMS_MIN`` dimensions explain nothing, else ``mixed``."""
+    top = max((f.excess_share or 0.0 for f in e.findings), default=0.0)
+    if top >= T.LOCALIZED_EXCESS_SHARE:
+        return "localized"
+    if sum(u.uniform for u in e.uniform) >= T.UNIFORM_DIMS_MIN:
+        return "uniform"
+    return "mixed"
+
+
+__all__ = ["baseline", "code_path", "excess_shape", "localized", "localized_run"]

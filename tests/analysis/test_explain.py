@@ -1,0 +1,91 @@
+"""`mismatchctl explain` end to end: the numbers against numpy on the raw dumps, the findings
+on planted causes, the terminal, JSON and HTML outputs and the errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import mismatchctl
+from mismatchctl import api
+from tests.helpers import cli
+from tests.planted import Plan, write
+
+REL = 1e-9
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("explain")
+    for name, plan in {
+        "base": Plan("clean", per_step=24, seed=2),
+        "hot": Plan("gpu", per_step=24, seed=7, factor=30),
+    }.items():
+        mismatchctl.ingest([write(plan, root / f"{name}.parquet", weight_version=False)],
+                           run=name, store=root / "store")  # fmt: skip
+    return root / "store"
+
+
+def _k3(store: Path, run: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every model token's K3 and its gpu, from the dump as written (numpy, not our reader)."""
+    table = pq.read_table(store.parent / f"{run}.parquet").to_pylist()
+    k3, gpu = [], []
+    for row in table:
+        m = np.array(row["response_mask"], bool)
+        r = np.array(row["old_log_probs"])[m] - np.array(row["rollout_log_probs"])[m]
+        k3.append(np.expm1(r) - r)
+        gpu += [row["gpu"]] * int(m.sum())
+    return np.concatenate(k3), np.array(gpu)
+
+
+def test_levels_and_decomposition_agree_with_numpy(store: Path) -> None:
+    e = api.explain("hot", "base", store=store, bootstrap=False).explanation
+    hot, _ = _k3(store, "hot")
+    base, _ = _k3(store, "base")
+    assert e.vllm_kl == pytest.approx(hot.mean(), rel=REL)
+    assert e.baseline_vllm_kl == pytest.approx(base.mean(), rel=REL)
+    assert e.tokens == len(hot)
+    for d in e.decomposition:  # mix + rate + interaction = the change, exactly, on every dim
+        assert d.total == pytest.approx(hot.mean() - base.mean(), rel=REL)
+        assert d.mix + d.rate + d.interaction == pytest.approx(d.total, rel=1e-9, abs=1e-15)
+
+
+def test_the_hot_gpu_is_the_top_finding(store: Path) -> None:
+    ex = api.explain("hot", "base", store=store)
+    top = ex.explanation.findings[0]
+    assert top.where == {"gpu": "A100"}
+    k3, gpu = _k3(store, "hot")
+    assert top.tokens == int((gpu == "A100").sum())
+    assert top.rate_ratio_ci[0] > 3 and top.excess_share > 0.8
+    lo, hi = ex.intervals[0].rate_ratio_ci  # the bootstrap interval of the second read
+    assert lo < top.rate_ratio < hi
+    internal = api.explain("hot", store=store, bootstrap=False).explanation
+    assert internal.findings[0].where == {"gpu": "A100"}
+    assert internal.findings[0].mass_share == pytest.approx(k3[gpu == "A100"].sum() / k3.sum())
+
+
+def test_cli_terminal_json_html(store: Path, tmp_path: Path) -> None:
+    ran = cli("explain", "hot", "--baseline", "base", "--store", str(store), "-q")
+    assert ran.code == 0, ran.err
+    assert "gpu A100" in ran.out and "mix" in ran.out
+    ran = cli("explain", "hot", "-b", "base", "--store", str(store), "--json", "-", "-q",
+              "--no-bootstrap", "--html", str(tmp_path / "e.html"))  # fmt: skip
+    out = json.loads(ran.out)["explain"]
+    assert out["target"] == "hot" and out["baseline"] == "base" and out["mode"] == "baseline"
+    f = out["findings"][0]
+    assert f["where"] == {"gpu": "A100"} and f["rate_ratio_ci"][0] > 1
+    assert {"token_share", "excess_share", "rate_ratio", "sentence"} <= set(f)
+    assert {d["dim"] for d in out["decomposition"]} >= {"step", "gpu", "bin"}
+    html = (tmp_path / "e.html").read_text()
+    assert "A100" in html and "<script" in html
+
+
+def test_errors_name_the_selector(store: Path) -> None:
+    bad = cli("explain", "hot", "--baseline", "nope", "--store", str(store))
+    assert bad.code == 1 and "`nope`" in bad.err and "Hint:" in bad.err
+    same = cli("explain", "hot", "--baseline", "hot", "--store", str(store))
+    assert same.code != 0 and "Hint:" in same.err
