@@ -54,9 +54,7 @@ def assign_positions(values: np.ndarray, edges: tuple[int, ...] | np.ndarray) ->
     """Bin index (int64) of every count: the number of edges after the first that are ``<=`` it
     (a negative count goes to bin 0, one past the last edge to the last, open bin)."""
     inner = np.asarray(edges, dtype=np.int64)[1:]
-    return np.searchsorted(inner, np.asarray(values, dtype=np.int64), side="right").astype(
-        np.int64
-    )
+    return np.searchsorted(inner, np.asarray(values, dtype=np.int64), side="right").astype(np.int64)
 
 
 def position_labels(edges: tuple[int, ...] | np.ndarray) -> list[int]:

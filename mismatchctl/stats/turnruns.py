@@ -123,7 +123,11 @@ class BinCells(NamedTuple):
         """Each cell's code over the token components in ``use`` (bin, kv, tp; mixed radix in
         that order) and the number of codes."""
         _, n_kv, n_tp = self.radix
-        parts = (self.cell_code // (n_kv * n_tp), (self.cell_code // n_tp) % n_kv, self.cell_code % n_tp)
+        parts = (
+            self.cell_code // (n_kv * n_tp),
+            (self.cell_code // n_tp) % n_kv,
+            self.cell_code % n_tp,
+        )
         code = np.zeros(len(self.cell_code), dtype=np.int64)
         size = 1
         for on, part, n in zip(use, parts, self.radix, strict=True):
