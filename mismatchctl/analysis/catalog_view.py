@@ -66,6 +66,8 @@ def run_sections(r: RunInfo) -> list[S.Section]:
         S.Fact("tool tokens", r.tool_tokens, S.Kind.COUNT),
         S.Fact("dropped sequences", r.dropped_sequences, S.Kind.COUNT),
         S.Fact("duplicate sequences", duplicates_text(r.sources), S.Kind.TEXT),
+        S.Fact("prompt lengths", prompt_lengths_text(r.sources), S.Kind.TEXT),
+        S.Fact("attributes", attributes_text(r.sources), S.Kind.TEXT),
         S.Fact("created at", r.created_at, S.Kind.TEXT),
     ]
     rows = [
@@ -93,6 +95,39 @@ def run_sections(r: RunInfo) -> list[S.Section]:
         S.Table("provenance", "Provenance", columns, rows),
         S.Lines("sources", "Sources:", lines),
     ]
+
+
+def prompt_lengths_text(sources: list[SourceRecord]) -> str:
+    """How many sequences have a known prompt length (where ``kv_position`` counts from)."""
+    known = sum(s.prompt_lengths or 0 for s in sources)
+    total = sum(s.sequences for s in sources)
+    text = f"{known:,} of {total:,} sequences"
+    if known < total:
+        text += " (kv_position of the others counts from the response's first position)"
+    return text
+
+
+def attributes_text(sources: list[SourceRecord], top: int = 5) -> str:
+    """Each attribute (``attr:NAME``) with its most frequent values and their sequence counts,
+    merged over the sources."""
+    merged: dict[str, dict[str | None, int]] = {}
+    more: set[str] = set()
+    for s in sources:
+        for name, summary in (s.attributes or {}).items():
+            counts = merged.setdefault(name, {})
+            for value, n in summary["values"]:
+                counts[value] = counts.get(value, 0) + n
+            if summary["more"] or summary["distinct"] > len(summary["values"]):
+                more.add(name)
+    if not merged:
+        return "none"
+    parts = []
+    for name in sorted(merged):
+        counts = sorted(merged[name].items(), key=lambda kv: (-kv[1], kv[0] is None, kv[0] or ""))
+        shown_values = ", ".join(f"{'null' if v is None else v} ({n:,})" for v, n in counts[:top])
+        rest = " ..." if name in more or len(counts) > top else ""
+        parts.append(f"{name}: {shown_values}{rest}")
+    return "; ".join(parts)
 
 
 def duplicates_text(sources: list[SourceRecord]) -> str:
