@@ -11,12 +11,12 @@ from typing import Any
 
 from mismatchctl.analysis.compare_curves import CurvePair, compare_curves
 from mismatchctl.analysis.report import Report, parse_binning, report_on
-from mismatchctl.engines.rollup import sort_key
 from mismatchctl.analysis.selection import parse_selector, reread, resolve
 from mismatchctl.analysis.sequences import SequenceSums
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.plan import Selection
+from mismatchctl.engines.rollup import sort_key
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import registry as M
