@@ -209,3 +209,55 @@ def _refresh_size(store: Path, part, path: Path) -> None:
             con.execute(
                 "UPDATE parts SET size = ? WHERE path = ?", (path.stat().st_size, part.path)
             )
+
+
+class _CodeCounts:
+    """An engine extra (as the explain cube is one) asking for the new dimensions by ``keys``:
+    tokens per (key, label) from ``PartKeys.codes``."""
+
+    columns: tuple[str, ...] = ()
+    keys = ("kv_position", "turn_position", "length", "order", "attr:data_source")
+
+    def compute(self, table, keys) -> dict:
+        out: dict = {}
+        for key in self.keys:
+            got = keys.codes(key)
+            codes, counts = np.unique(got.codes, return_counts=True)
+            for c, n in zip(codes, counts, strict=True):
+                label = (key, got.labels[int(c)])
+                out[label] = out.get(label, 0) + int(n)
+        return out
+
+    def merge(self, a: dict | None, b: dict) -> dict:
+        if a is None:
+            return b
+        return {k: a.get(k, 0) + b.get(k, 0) for k in {*a, *b}}
+
+
+def test_an_extra_gets_every_dimension_code(dims: tuple[Path, Path]) -> None:
+    """What the cube reads: per-token codes of the new dimensions for each slice of a part,
+    with no pass at all (the extras-only read)."""
+    from mismatchctl.analysis.selection import select
+    from mismatchctl.engines.local import run_passes
+    from mismatchctl.stats.bins import LOG_EDGES
+
+    dump, store = dims
+    ref = reference_tokens(dump)
+    sel = select(mismatchctl.open_store(store), ["d"], None)
+    _, (counts,) = run_passes(sel.tasks, [], LOG_EDGES, sel.rows, extras=[_CodeCounts()])
+    expected: dict = {}
+    for key, values in (
+        ("kv_position", log2_bin(ref.kv)),
+        ("turn_position", log2_bin(ref.turn_pos)),
+        ("length", log2_bin(ref.length)),
+        ("order", ref.order // 32 * 32),
+        ("attr:data_source", ref.source),
+    ):
+        labels, n = np.unique(values, return_counts=True)
+        expected.update(
+            {
+                (key, v.item() if hasattr(v, "item") else v): int(c)
+                for v, c in zip(labels, n, strict=True)
+            }
+        )
+    assert counts == expected
