@@ -169,6 +169,8 @@ class Report:
             out["hardware"] = [row.to_dict() for row in self.hardware]
         if self.curves:
             out["curves"] = {run: c.to_dict() for run, c in self.curves.items()}
+        if self.notes:
+            out["notes"] = list(self.notes)
         if self.diagnoses:
             out["diagnosis"] = {
                 d.report.selection.label: d.section_dict() for d in self.diagnoses.values()

@@ -124,6 +124,7 @@ def test_terminal_labels_and_json(dims: tuple[Path, Path]) -> None:
     kv = [g for g in doc["groups"] if list(g["by"]) == ["kv_position"]]
     assert kv and all(isinstance(g["by"]["kv_position"], int) for g in kv)
     assert M.ROLLOUT_PROB_MEAN in kv[0]["metrics"]
+    assert any("kv_position of run `d`: 42 of 210" in n for n in doc["notes"])
 
 
 def test_unknown_attribute_is_an_error(dims: tuple[Path, Path]) -> None:
