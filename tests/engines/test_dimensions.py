@@ -262,3 +262,15 @@ def test_an_extra_gets_every_dimension_code(dims: tuple[Path, Path]) -> None:
             }
         )
     assert counts == expected
+
+
+def test_html_shows_the_new_splits(dims: tuple[Path, Path], tmp_path: Path) -> None:
+    _, store = dims
+    page = tmp_path / "r.html"
+    args = ["report", "d", "--by", "kv_position", "--by", "attr:data_source", "--by", "order"]
+    ran = cli(*args, "--html", str(page), "-q", "--store", str(store))
+    assert ran.code == 0, ran.err
+    html = page.read_text()
+    assert "By kv_position" in html and "By attr:data_source" in html and "By order" in html
+    assert "[1024, 2048)" in html and "gsm8k" in html and "[32, 64)" in html
+    assert "42 of 210 sequences have no prompt length" in html
