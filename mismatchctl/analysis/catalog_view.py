@@ -180,10 +180,7 @@ def ingest_sections(result: IngestResult) -> list[S.Section]:
         facts.append(
             S.Fact("padding kept as model tokens (--allow-padding)", t.padding_kept, S.Kind.COUNT)
         )
-    lines = list(skipped)
-    for f in result.files:
-        if f.status == "ingested" and f.record and f.record.notes:
-            lines += [S.Line(f"note: {file_label(f.path)}: {n}", "warn") for n in f.record.notes]
+    lines = [*skipped, *note_lines(result)]
     if t.dropped_ids:
         lines.append(S.Line("dropped samples: " + "; ".join(t.dropped_ids), "warn"))
     lines += [S.Line(f"Warning: {w}", "bold") for w in result.warnings]
@@ -191,6 +188,27 @@ def ingest_sections(result: IngestResult) -> list[S.Section]:
     if lines:
         out.append(S.Lines("ingest-notes", None, lines))
     return out
+
+
+def note_lines(result: IngestResult) -> list[S.Line]:
+    """The ingested files' notes, a note several files share written once with how many files
+    (the first and last named): an ingest of a thousand files is not a thousand times the same
+    line."""
+    files: dict[str, list[str]] = {}
+    for f in result.files:
+        if f.status == "ingested" and f.record:
+            for n in f.record.notes:
+                files.setdefault(n, []).append(file_label(f.path))
+    lines = []
+    for note, labels in files.items():
+        if len(labels) == 1:
+            lines.append(S.Line(f"note: {labels[0]}: {note}", "warn"))
+        else:
+            which = (
+                f"{labels[0]}, {labels[1]}" if len(labels) == 2 else f"{labels[0]} ... {labels[-1]}"
+            )
+            lines.append(S.Line(f"note: {len(labels)} files ({which}): {note}", "warn"))
+    return lines
 
 
 def ingest_dict(result: IngestResult) -> dict[str, Any]:

@@ -152,3 +152,18 @@ def test_a_bad_attr_names_the_file_as_given(store: Path, tmp_path: Path, monkeyp
     assert "Hint:" in ran.err
     assert not (store / "catalog.sqlite").exists() or mismatchctl.open_store(store).runs() == []
     assert sorted(p.name for p in store.parent.iterdir()) == [*before, "bad.parquet"]
+
+
+def test_a_note_many_files_share_is_written_once(store: Path, tmp_path: Path) -> None:
+    paths = []
+    for step in (1, 2, 3):
+        table = pq.read_table(FIXTURES / "sequence.parquet")
+        table = table.set_column(0, "step", pa.array([step] * table.num_rows, pa.int64()))
+        paths.append(tmp_path / f"s{step}.parquet")
+        pq.write_table(table, paths[-1])
+    ran = cli("ingest", *map(str, paths), "--run", "n", "--store", str(store))
+    assert ran.code == 0, ran.err
+    out = " ".join((ran.out + ran.err).split())  # the terminal wraps long lines
+    note = "no prompt lengths: kv_position counts from the first position of the arrays"
+    assert out.count(note) == 1
+    assert f"note: 3 files ({paths[0]} ... {paths[2]}): {note}" in out
