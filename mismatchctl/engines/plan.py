@@ -105,10 +105,6 @@ def default_splits(by_gpu: bool) -> list[Split]:
     return splits
 
 
-# Per run, where in the sequences the mismatch lives: the report's "dimension" tables.
-DIMENSION_SPLITS: list[Split] = [(RUN, KV_POSITION), (RUN, TURN_POSITION), (RUN, LENGTH)]
-
-
 def segment_keys(split: Split) -> tuple[str, ...]:
     return tuple(k for k in split if k in SEGMENT_KEYS)
 
