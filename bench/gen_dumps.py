@@ -2,7 +2,9 @@
 
 Responses of 50-4000 tokens, multi-turn masks (tool responses and right padding masked), several
 steps and gpus, float32 logprobs with a mismatch that grows for low-probability tokens and later
-turns. Written a step at a time, so generating 100M tokens needs little memory.
+turns; each response's `prompt_length` (64-2048, for `kv_position`) and a `data_source` attribute
+(drawn from a generator of their own: the other columns are those of earlier versions). Written a
+step at a time, so generating 100M tokens needs little memory.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 GPUS = ("H20", "L20", "A100")
+SOURCES = ("gsm8k", "math", "code", "search")
 NOISE = {"H20": 0.01, "L20": 0.03, "A100": 0.1}
 
 
@@ -37,6 +40,7 @@ def write_dumps(out: Path, tokens: int, steps: int = 20, seed: int = 0) -> int:
     """Write about ``tokens`` response positions as ``steps`` files; returns positions written."""
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
+    extra = np.random.default_rng(seed + 1)  # prompt lengths and sources
     per_step, written = tokens // steps, 0
     for step in range(steps):
         rows: dict[str, list] = {
@@ -51,14 +55,17 @@ def write_dumps(out: Path, tokens: int, steps: int = 20, seed: int = 0) -> int:
             ):
                 rows[key].append(value)
             count += len(mask)
+        n = len(rows["uid"])
         table = pa.table(
             {
-                "step": pa.array(np.full(len(rows["uid"]), step, dtype=np.int64)),
+                "step": pa.array(np.full(n, step, dtype=np.int64)),
                 "uid": rows["uid"],
                 "gpu": rows["gpu"],
                 "response_mask": pa.array(rows["response_mask"], pa.list_(pa.int8())),
                 "rollout_log_probs": pa.array(rows["rollout_log_probs"], pa.list_(pa.float32())),
                 "old_log_probs": pa.array(rows["old_log_probs"], pa.list_(pa.float32())),
+                "prompt_length": pa.array(extra.integers(64, 2049, n), pa.int64()),
+                "data_source": pa.array([SOURCES[i] for i in extra.integers(0, 4, n)]),
             }
         )
         pq.write_table(table, out / f"step_{step:04d}.parquet", row_group_size=1024)

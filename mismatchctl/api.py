@@ -17,6 +17,7 @@ from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
 from mismatchctl.curves.ingest import MetricsIngest
 from mismatchctl.curves.ingest import ingest_metrics as ingest_metrics_file
 from mismatchctl.engines.choice import choose_engine
+from mismatchctl.engines.plan import KEYS_HELP as SPLIT_KEYS
 from mismatchctl.engines.plan import parse_by
 from mismatchctl.ingest.columns import parse_mapping
 from mismatchctl.ingest.remote import is_remote
@@ -47,8 +48,14 @@ def ingest(
     ray_address: str | None = None,
     workers: int = DEFAULT_WORKERS,
     allow_padding: bool = False,
+    attrs: Iterable[str] = (),
 ) -> IngestResult:
     """Read dump files into ``run`` of the store: all of them, or nothing on any error.
+
+    Each sequence's prompt length is kept when the dump has it (``kv_position`` counts from
+    it), and its per-sequence scalar columns of few values (``data_source``, ``env``...) as
+    attributes (``attr:NAME`` split keys); ``attrs`` names columns to keep whatever their
+    number of values (a column the file does not have is an error).
 
     A dump without a mask whose sequences end in padding (runs of exact 0.0 on both sides) is
     refused; ``allow_padding=True`` keeps those positions as model tokens (counted in
@@ -76,6 +83,7 @@ def ingest(
         skip_bad=skip_bad,
         trust_pickle=trust_pickle,
         allow_padding=allow_padding,
+        attrs=tuple(dict.fromkeys(attrs)),
     )
     files = [str(i) for i in inputs]
     if eng.is_ray or any(is_remote(f) for f in files):
@@ -146,9 +154,12 @@ def report(
     engine: str = "local",
     ray_address: str | None = None,
     diagnose: bool = False,
+    position_bins: str = "log2",
 ) -> Report:
     """Every metric of the selected runs (all runs when none is named), grouped by the default
-    splits plus each ``by`` split (``"step"``, ``"step,turn_kind"``, ``"tag:engine"``...).
+    splits plus each ``by`` split (``"step"``, ``"step,turn_kind"``, ``"tag:engine"``,
+    ``"kv_position"``, ``"attr:data_source"``...); ``position_bins``: the edges of
+    ``kv_position``, ``turn_position`` and ``length`` (``"log2"`` or ``"0,512,1024"``).
     ``figures=True`` also computes the figure data of the HTML report (``Report.figures``).
     ``engine="ray"`` reads the parts in Ray tasks (a local Ray with ``workers`` CPUs, or the
     cluster at ``ray_address``); the numbers are the same as with ``"local"``. ``diagnose``
@@ -165,6 +176,7 @@ def report(
         on_part=on_part,
         figures=figures,
         engine=eng,
+        position_bins=position_bins,
     )
     if diagnose:  # one diagnosis per run, of the same step range
         suffix = f"@steps={steps}" if steps else ""
@@ -188,8 +200,11 @@ def compare(
     figures: bool = False,
     engine: str = "local",
     ray_address: str | None = None,
+    by: Iterable[str] = (),
+    position_bins: str = "log2",
 ) -> Comparison:
-    """Two selectors (``"v0-ref"``, ``"gpu=H20"``, ``"v1@steps=0..200"``) side by side."""
+    """Two selectors (``"v0-ref"``, ``"gpu=H20"``, ``"v1@steps=0..200"``) side by side; each
+    ``by`` split (``"kv_position"``, ``"attr:data_source"``) side by side too."""
     eng = choose_engine(engine, ray_address)
     return build_comparison(
         open_store(store),
@@ -202,6 +217,8 @@ def compare(
         on_part=on_part,
         figures=figures,
         engine=eng,
+        by=parse_by(list(by)),
+        position_bins=position_bins,
     )
 
 
@@ -309,6 +326,7 @@ __all__ = [
     "DEFAULT_WORKERS",
     "DEMO_STORE",
     "FORMATS",
+    "SPLIT_KEYS",
     "Comparison",
     "DemoRun",
     "Diagnosis",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 SCHEMA_VERSION = 2  # 2: sequence rows gained `entropy`
+# Later additions are nullable columns a reader takes as unknown when a part lacks them (the
+# version is unchanged): sequence rows' `prompt_length` and `attr.<name>` columns.
 
 # --- token rows ---------------------------------------------------------------------------
 RUN = "run"  # not stored inside part files: it is the hive partition key (run=<name>)
@@ -66,6 +68,12 @@ REWARD = "reward"
 ENTROPY = "entropy"  # mean per-token entropy (nats) over the model tokens
 WEIGHT_VERSION = "weight_version"
 WEIGHT_LAG = "weight_lag"  # step - weight_version when both are known
+# tokens before position 0 of the sequence's arrays (the KV cache at its first position); null
+# when the dump does not say (parts written before it existed lack the column: unknown too)
+PROMPT_LENGTH = "prompt_length"
+# a per-sequence attribute of the dump (``data_source``, ``dp_rank``...), as text: one nullable
+# string column ``attr.<name>`` per attribute a source has
+ATTR_COLUMN_PREFIX = "attr."
 
 SEQUENCE_SCHEMA = pa.schema(
     [
@@ -82,8 +90,27 @@ SEQUENCE_SCHEMA = pa.schema(
         pa.field(ENTROPY, pa.float64(), nullable=True),
         pa.field(WEIGHT_VERSION, pa.int64(), nullable=True),
         pa.field(WEIGHT_LAG, pa.int64(), nullable=True),
+        pa.field(PROMPT_LENGTH, pa.int64(), nullable=True),
     ]
 )
+
+
+def attribute_column(name: str) -> str:
+    """The sequence rows' column of attribute ``name``."""
+    return ATTR_COLUMN_PREFIX + name
+
+
+def attribute_names(names: list[str]) -> list[str]:
+    """The attributes among a sequence part's column names."""
+    return [n[len(ATTR_COLUMN_PREFIX) :] for n in names if n.startswith(ATTR_COLUMN_PREFIX)]
+
+
+def sequence_schema(attributes: list[str] | tuple[str, ...] = ()) -> pa.Schema:
+    """The sequence rows of a source with these attributes: ``SEQUENCE_SCHEMA`` and one
+    nullable string column per attribute."""
+    extra = [pa.field(attribute_column(a), pa.string(), nullable=True) for a in attributes]
+    return pa.schema([*SEQUENCE_SCHEMA, *extra])
+
 
 # --- input roles (what ``--map ROLE=COLUMN`` names) ---------------------------------------
 ROLE_ROLLOUT = "rollout"

@@ -66,6 +66,8 @@ def run_sections(r: RunInfo) -> list[S.Section]:
         S.Fact("tool tokens", r.tool_tokens, S.Kind.COUNT),
         S.Fact("dropped sequences", r.dropped_sequences, S.Kind.COUNT),
         S.Fact("duplicate sequences", duplicates_text(r.sources), S.Kind.TEXT),
+        S.Fact("prompt lengths", prompt_lengths_text(r.sources), S.Kind.TEXT),
+        S.Fact("attributes", attributes_text(r.sources), S.Kind.TEXT),
         S.Fact("created at", r.created_at, S.Kind.TEXT),
     ]
     rows = [
@@ -93,6 +95,39 @@ def run_sections(r: RunInfo) -> list[S.Section]:
         S.Table("provenance", "Provenance", columns, rows),
         S.Lines("sources", "Sources:", lines),
     ]
+
+
+def prompt_lengths_text(sources: list[SourceRecord]) -> str:
+    """How many sequences have a known prompt length (where ``kv_position`` counts from)."""
+    known = sum(s.prompt_lengths or 0 for s in sources)
+    total = sum(s.sequences for s in sources)
+    text = f"{known:,} of {total:,} sequences"
+    if known < total:
+        text += " (kv_position of the others counts from the response's first position)"
+    return text
+
+
+def attributes_text(sources: list[SourceRecord], top: int = 5) -> str:
+    """Each attribute (``attr:NAME``) with its most frequent values and their sequence counts,
+    merged over the sources."""
+    merged: dict[str, dict[str | None, int]] = {}
+    more: set[str] = set()
+    for s in sources:
+        for name, summary in (s.attributes or {}).items():
+            counts = merged.setdefault(name, {})
+            for value, n in summary["values"]:
+                counts[value] = counts.get(value, 0) + n
+            if summary["more"] or summary["distinct"] > len(summary["values"]):
+                more.add(name)
+    if not merged:
+        return "none"
+    parts = []
+    for name in sorted(merged):
+        counts = sorted(merged[name].items(), key=lambda kv: (-kv[1], kv[0] is None, kv[0] or ""))
+        shown_values = ", ".join(f"{'null' if v is None else v} ({n:,})" for v, n in counts[:top])
+        rest = " ..." if name in more or len(counts) > top else ""
+        parts.append(f"{name}: {shown_values}{rest}")
+    return "; ".join(parts)
 
 
 def duplicates_text(sources: list[SourceRecord]) -> str:
@@ -145,10 +180,7 @@ def ingest_sections(result: IngestResult) -> list[S.Section]:
         facts.append(
             S.Fact("padding kept as model tokens (--allow-padding)", t.padding_kept, S.Kind.COUNT)
         )
-    lines = list(skipped)
-    for f in result.files:
-        if f.status == "ingested" and f.record and f.record.notes:
-            lines += [S.Line(f"note: {file_label(f.path)}: {n}", "warn") for n in f.record.notes]
+    lines = [*skipped, *note_lines(result)]
     if t.dropped_ids:
         lines.append(S.Line("dropped samples: " + "; ".join(t.dropped_ids), "warn"))
     lines += [S.Line(f"Warning: {w}", "bold") for w in result.warnings]
@@ -156,6 +188,27 @@ def ingest_sections(result: IngestResult) -> list[S.Section]:
     if lines:
         out.append(S.Lines("ingest-notes", None, lines))
     return out
+
+
+def note_lines(result: IngestResult) -> list[S.Line]:
+    """The ingested files' notes, a note several files share written once with how many files
+    (the first and last named): an ingest of a thousand files is not a thousand times the same
+    line."""
+    files: dict[str, list[str]] = {}
+    for f in result.files:
+        if f.status == "ingested" and f.record:
+            for n in f.record.notes:
+                files.setdefault(n, []).append(file_label(f.path))
+    lines = []
+    for note, labels in files.items():
+        if len(labels) == 1:
+            lines.append(S.Line(f"note: {labels[0]}: {note}", "warn"))
+        else:
+            which = (
+                f"{labels[0]}, {labels[1]}" if len(labels) == 2 else f"{labels[0]} ... {labels[-1]}"
+            )
+            lines.append(S.Line(f"note: {len(labels)} files ({which}): {note}", "warn"))
+    return lines
 
 
 def ingest_dict(result: IngestResult) -> dict[str, Any]:

@@ -10,12 +10,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mismatchctl.analysis.compare_curves import CurvePair, compare_curves
-from mismatchctl.analysis.report import Report, report_on
+from mismatchctl.analysis.report import Report, parse_binning, report_on
 from mismatchctl.analysis.selection import parse_selector, reread, resolve, same_selection
 from mismatchctl.analysis.sequences import SequenceSums
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.plan import Selection
+from mismatchctl.engines.rollup import sort_key
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import registry as M
@@ -142,6 +143,7 @@ class Comparison:
     steps: list[StepRow]
     gap: list[GapCell]
     notes: list[str] = field(default_factory=list)
+    splits: dict[K.Split, list[KeyedRow]] = field(default_factory=dict)  # the --by splits
     curves: list[CurvePair] = field(default_factory=list)  # training curves, aligned on step
 
     def sections(self) -> list[Any]:
@@ -175,14 +177,21 @@ def build_comparison(
     on_part: Callable[[int], None] | None = None,
     figures: bool = False,
     engine: Engine = LOCAL_ENGINE,
+    by: list[K.Split] | None = None,
+    position_bins: str = "log2",
 ) -> Comparison:
-    """Selectors ``a`` and ``b`` side by side; a UsageError when both hold the same data."""
+    """Selectors ``a`` and ``b`` side by side; a UsageError when both hold the same data.
+    ``by``: splits whose groups are shown side by side too (``kv_position``, ``attr:NAME``...);
+    ``position_bins``: the edges of the position keys."""
+    binning = parse_binning(position_bins)
+    extra = list(by or [])
 
     def side(sel: Selection) -> Report:
         return report_on(
             sel,
             bins=bins,
-            by=[CROSS],
+            by=[CROSS, *extra],
+            binning=binning,
             by_gpu=True,
             workers=workers,
             on_part=on_part,
@@ -196,7 +205,9 @@ def build_comparison(
         if same_selection(*sides):
             raise same_data_error(*sides)
         ra, rb, intervals = _read_sides(sides, side, resamples, seed)
-        return _comparison(sides, ra, rb, intervals)
+        comparison = _comparison(sides, ra, rb, intervals)
+        comparison.splits = {split: keyed_rows(ra, rb, split) for split in extra}
+        return comparison
 
     return reread(build)
 
@@ -368,15 +379,21 @@ def _bins(ra: Report, rb: Report) -> list[BinRow]:
 
 
 def _keyed(ra: Report, rb: Report, key: str) -> list[KeyedRow]:
-    a = {g.by[key]: g.metrics for g in ra.split(key)}
-    b = {g.by[key]: g.metrics for g in rb.split(key)}
+    return keyed_rows(ra, rb, (key,))
+
+
+def keyed_rows(ra: Report, rb: Report, split: K.Split) -> list[KeyedRow]:
+    """Both sides per group of a split (its key named by the split's keys joined by `` x ``; a
+    value per key, a list of them for a split of several keys)."""
+    a = {tuple(g.by[k] for k in split): g.metrics for g in ra.split(*split)}
+    b = {tuple(g.by[k] for k in split): g.metrics for g in rb.split(*split)}
     rows = []
-    for k in sorted(set(a) | set(b), key=lambda v: (v is None, str(v))):
+    for k in sorted(set(a) | set(b), key=sort_key):
         x, y = a.get(k, {}), b.get(k, {})
         rows.append(
             KeyedRow(
-                key,
-                k,
+                " x ".join(split),
+                k[0] if len(k) == 1 else list(k),
                 x.get(M.TOKENS, 0),
                 y.get(M.TOKENS, 0),
                 x.get(M.VLLM_KL),

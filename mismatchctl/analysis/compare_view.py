@@ -10,7 +10,7 @@ from mismatchctl.analysis import figure_data as FD
 from mismatchctl.analysis import sections as S
 from mismatchctl.analysis.compare_curves import CurvePair
 from mismatchctl.analysis.curves_view import curve_pairs_table, has_logs, pair_dict
-from mismatchctl.analysis.report_view import POOLED, distribution_figures
+from mismatchctl.analysis.report_view import POOLED, distribution_figures, key_label
 from mismatchctl.curves.series import KL
 from mismatchctl.display import number
 from mismatchctl.engines import plan as K
@@ -50,6 +50,7 @@ def comparison_sections(c: Comparison) -> list[S.Section]:
     if len(c.gpus) > 1 or any(r.a_tokens == 0 or r.b_tokens == 0 for r in c.gpus):
         out.append(keyed_table(c.gpus, K.GPU, "By gpu"))
     out.append(steps_table(c))
+    out += [_split_table(c, split, rows) for split, rows in c.splits.items()]
     for side, rep in (("A", c.a), ("B", c.b)):
         figs = [f for f in distribution_figures(rep, _side_run(rep)) if f.kind == "log_ppl"]
         if figs:
@@ -166,6 +167,18 @@ def keyed_table(rows: list[Any], key: str, title: str) -> S.Table:
     return S.Table(f"by-{key}", title, columns, [r.to_dict() for r in rows])
 
 
+def _split_table(c: Comparison, split: K.Split, rows: list[Any]) -> S.Table:
+    """A ``--by`` split side by side, its values labelled as in the report's tables."""
+    name = " x ".join(split)
+    table = keyed_table(rows, name, "By " + name)
+    table.id = S.slug("by", *split)
+    for row in table.rows:
+        values = row[name] if len(split) > 1 else [row[name]]
+        labels = [key_label(c.a, k, v) for k, v in zip(split, values, strict=True)]
+        row[name] = " / ".join(str(v) for v in labels) if len(split) > 1 else labels[0]
+    return table
+
+
 def steps_table(c: Comparison) -> S.Table:
     rows = [asdict(r) for r in c.steps]
     half = MAX_STEP_ROWS // 2
@@ -226,6 +239,7 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
         "turn_kind": [r.to_dict() for r in c.turn_kinds],
         "gpu": [r.to_dict() for r in c.gpus],
         "steps": [asdict(r) for r in c.steps],
+        "by": {" x ".join(split): [r.to_dict() for r in rows] for split, rows in c.splits.items()},
         "hardware": {side: doc.get("hardware") for side, doc in sides.items()},
         "notes": c.notes,
         "curves": [pair_dict(p) for p in c.curves],

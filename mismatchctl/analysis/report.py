@@ -39,6 +39,7 @@ from mismatchctl.stats import (
     step_summary,
 )
 from mismatchctl.stats import registry as M
+from mismatchctl.stats.positions import parse_position_bins
 from mismatchctl.store import Store
 
 AGGREGATION = "token-mean"
@@ -115,6 +116,7 @@ class Report:
     curves: dict[str, RunCurves] = field(default_factory=dict)  # per run, training curves
     empty_by_run: dict[str, int] = field(default_factory=dict)  # all-masked sequences per run
     diagnoses: dict[str, Any] = field(default_factory=dict)  # per run, when asked (``--diagnose``)
+    binning: K.Binning = K.DEFAULT_BINNING  # the edges of the position keys, the order blocks
 
     def split(self, *keys: str) -> list[Group]:
         return self.groups.get(K.canonical(list(keys)), [])
@@ -159,10 +161,16 @@ class Report:
         }
         if self.selection.steps is not None:
             out["step_range"] = str(self.selection.steps)
+        if any(k in K.POSITION_KEYS for split in self.splits for k in split):
+            out["position_edges"] = list(self.binning.positions)
+        if any(K.DUMP_ORDER in split for split in self.splits):
+            out["order_block"] = self.binning.order_block
         if self.hardware is not None:
             out["hardware"] = [row.to_dict() for row in self.hardware]
         if self.curves:
             out["curves"] = {run: c.to_dict() for run, c in self.curves.items()}
+        if self.notes:
+            out["notes"] = list(self.notes)
         if self.diagnoses:
             out["diagnosis"] = {
                 d.report.selection.label: d.section_dict() for d in self.diagnoses.values()
@@ -202,6 +210,7 @@ def build_report(
     on_part: Callable[[int], None] | None = None,
     figures: bool = False,
     engine: Engine = LOCAL_ENGINE,
+    position_bins: str = "log2",
 ) -> Report:
     return reread(
         lambda: report_on(
@@ -213,6 +222,7 @@ def build_report(
             on_part=on_part,
             figures=figures,
             engine=engine,
+            binning=parse_binning(position_bins),
         )
     )
 
@@ -223,6 +233,16 @@ def parse_edges(bins: str) -> np.ndarray:
     except ValueError as exc:
         raise UsageError(
             f"--bins: {exc}", "use log, linear:N or edges such as 0,1e-3,0.5,1."
+        ) from None
+
+
+def parse_binning(position_bins: str) -> K.Binning:
+    """The binning of ``--position-bins`` (``log2`` or integer edges from 0)."""
+    try:
+        return K.Binning(parse_position_bins(position_bins))
+    except ValueError as exc:
+        raise UsageError(
+            f"--position-bins: {exc}", "use log2, or edges such as 0,512,1024,4096."
         ) from None
 
 
@@ -237,17 +257,21 @@ def report_on(
     extras: Sequence[PartExtra] = (),
     figures: bool = False,
     engine: Engine = LOCAL_ENGINE,
+    binning: K.Binning = K.DEFAULT_BINNING,
 ) -> Report:
     """The report of an explicit selection (runs, or a slice of the store); ``extras`` are
     computed in the same read of every part and left in ``Report.extra_states``; ``figures``
-    adds the densities and samples of the HTML page; ``engine`` says where parts are read.
+    adds the densities and samples of the HTML page; ``engine`` says where parts are read;
+    ``binning``: the edges of the position keys (``kv_position``...) and the order blocks.
 
     A selection without model tokens is an error (the same for every command); so is a run of
     it removed while it is read (RunRemovedError, which ``reread`` retries when the run was not
     named)."""
     edges = parse_edges(bins)
     try:
-        report = _read(selection, edges, by, by_gpu, workers, on_part, extras, figures, engine)
+        report = _read(
+            selection, edges, by, by_gpu, workers, on_part, extras, figures, engine, binning
+        )
     except (StoreError, OSError, pa.ArrowException):
         removed = removed_while_reading(selection)
         if removed is None:
@@ -268,15 +292,17 @@ def _read(
     extras: Sequence[PartExtra],
     figures: bool,
     engine: Engine,
+    binning: K.Binning = K.DEFAULT_BINNING,
 ) -> Report:
     figure_extra = FigureExtra() if figures else None
     if figure_extra is not None:
         extras = [*extras, figure_extra]
     wanted = list(dict.fromkeys([*K.default_splits(by_gpu), *SELECTION_SPLITS, *(by or [])]))
+    check_attributes(selection, wanted)
     internal = [(K.RUN, K.GPU, K.STEP), (K.GPU, K.TURN_KIND)] if by_gpu else []
     passes = K.plan(wanted + internal)
     finest, extra_states = engine.runner()(
-        selection.tasks, passes, edges, selection.rows, workers, on_part, extras
+        selection.tasks, passes, edges, selection.rows, workers, on_part, extras, binning
     )
     rolled = {}
     for split in wanted + internal:
@@ -285,6 +311,8 @@ def _read(
     groups = {s: _groups(s, rolled[s]) for s in wanted}
     empty = empty_sequences(selection)
     report = Report(selection, edges, wanted, groups, _excluded(selection, empty))
+    report.binning = binning
+    report.notes += prompt_length_notes(selection, wanted)
     report.empty_by_run = empty
     report.extra_states = extra_states
     report.curves = selection_curves(selection, groups.get((K.RUN, K.STEP), []))
@@ -295,21 +323,57 @@ def _read(
     return report
 
 
+def check_attributes(selection: Selection, splits: list[K.Split]) -> None:
+    """Every ``attr:NAME`` of the splits is an attribute of some source of the selection."""
+    kept = sorted({a for r in selection.runs for s in r.sources for a in (s.attributes or {})})
+    for split in splits:
+        for key in split:
+            name = key[len(K.ATTR_PREFIX) :]
+            if key.startswith(K.ATTR_PREFIX) and name not in kept:
+                raise UsageError(
+                    f"--by {key}: no source of {', '.join(selection.names)} has the attribute "
+                    f"`{name}` (attributes: {', '.join(kept) or 'none'})",
+                    "`mismatchctl runs show RUN` lists a run's attributes; re-ingest with "
+                    f"--attr {name} to keep a column ingest left out.",
+                )
+
+
+def prompt_length_notes(selection: Selection, splits: list[K.Split]) -> list[str]:
+    """A note per run of a ``kv_position`` split with sequences of unknown prompt length: their
+    KV position is their position in the response (the prompt not counted)."""
+    if not any(K.KV_POSITION in split for split in splits):
+        return []
+    notes = []
+    for run in selection.runs:
+        known = sum(s.prompt_lengths or 0 for s in run.sources)
+        total = sum(s.sequences for s in run.sources)
+        if known < total:
+            notes.append(
+                f"kv_position of run `{run.name}`: {total - known:,} of {total:,} sequences have "
+                "no prompt length (the dump did not give one, or the run was ingested before "
+                "prompt lengths were kept): their kv_position counts from the first position of "
+                "the response"
+            )
+    return notes
+
+
 def _groups(split: K.Split, rolled: Groups) -> list[Group]:
-    """Finalized groups of one split; bin groups carry token metrics, shares and quantiles only
-    (a sequence cut by probability bins is not a meaningful unit)."""
+    """Finalized groups of one split; groups of token keys (probability bin, KV position, turn
+    position) carry token metrics, shares and quantiles only (a sequence cut by tokens is not a
+    meaningful unit)."""
     parents: Groups = {}
-    if K.BIN in split:
-        parent_split = tuple(k for k in split if k != K.BIN)
-        parents = rollup(parent_split, K.Pass((K.BIN,), split), rolled)
+    token = K.token_keys(split)
+    if token:
+        parent_split = tuple(k for k in split if k not in token)
+        parents = rollup(parent_split, K.Pass(token, split), rolled)
     out = []
     for key in sorted(rolled, key=sort_key):
         partial = rolled[key]
         by = dict(zip(split, key, strict=True))
         metrics = partial.finalize()
-        if K.BIN in split:
+        if token:
             metrics = {k: v for k, v in metrics.items() if k in BIN_METRICS}
-            parent = parents[tuple(v for k, v in by.items() if k != K.BIN)]
+            parent = parents[tuple(v for k, v in by.items() if k not in token)]
             metrics.update(shares(partial, parent))
         group_band = band(metrics.get(M.VLLM_KL)) if K.STEP in split else None
         out.append(Group(by, partial, metrics, group_band))

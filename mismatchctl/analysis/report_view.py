@@ -21,6 +21,7 @@ from mismatchctl.display import number
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import BAND_NAMES, EXP_MAX, band, bin_label
 from mismatchctl.stats import registry as M
+from mismatchctl.stats.positions import order_label, position_label
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.diagnose import Diagnosis
@@ -496,17 +497,29 @@ SPLIT_COLUMNS = (
     M.KL_K1,
     M.ABS_LOG_RATIO_MEAN,
     M.PROB_PEARSON,
+    M.ROLLOUT_PROB_MEAN,
     M.LOG_PPL_PEARSON,
 )
+
+
+def key_label(report: Report, key: str, value: Any) -> Any:
+    """A group's value of a key as the tables show it: a bin's probability range, a position
+    bin's range (``[1024, 2048)``), an order block's sequence range; other values as they are."""
+    if value is None:
+        return value
+    if key == K.BIN:
+        return bin_label(report.bin_edges, int(value))
+    if key in K.POSITION_KEYS:
+        return position_label(report.binning.positions, int(value))
+    if key == K.DUMP_ORDER:
+        return order_label(int(value), report.binning.order_block)
+    return value
 
 
 def split_table(report: Report, split: K.Split) -> S.Table:
     rows = []
     for g in report.groups[split]:
-        row: dict[str, Any] = {
-            key: bin_label(report.bin_edges, int(v)) if key == K.BIN else v
-            for key, v in g.by.items()
-        }
+        row: dict[str, Any] = {key: key_label(report, key, v) for key, v in g.by.items()}
         row.update({k: g.metrics.get(k) for k in SPLIT_COLUMNS})
         row["band"] = band(g.metrics.get(M.VLLM_KL))
         rows.append(row)

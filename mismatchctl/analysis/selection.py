@@ -138,20 +138,23 @@ def _add_run(sel: Selection, store: Store, info: RunInfo) -> None:
     check_run(store, name)  # a missing or truncated part is an error naming the fix
     wanted = {s.id: s for s in info.sources if _matches(s.tags, sel.tags)}
     steps = sel.steps
+    seq_parts = [p for p in store.parts(name, SEQUENCES) if p.source_id in wanted]
+    of_source: dict[int | None, tuple[str, ...]] = {}
+    for p in seq_parts:
+        of_source[p.source_id] = (*of_source.get(p.source_id, ()), str(store.part_path(p)))
     tasks = [
         PartTask(
             name,
             str(store.part_path(part)),
             tuple(sorted(wanted[part.source_id].tags.items())),
             part.rows,
+            of_source.get(part.source_id, ()),
         )
         for part in store.parts(name, TOKENS)
         if part.source_id in wanted
         and (steps is None or steps.overlaps(part.min_step, part.max_step))
     ]
-    sequences = [
-        str(store.part_path(p)) for p in store.parts(name, SEQUENCES) if p.source_id in wanted
-    ]
+    sequences = [str(store.part_path(p)) for p in seq_parts]
     sel.runs.append(info)
     sel.tasks += tasks
     sel.sequence_paths[name] = sequences

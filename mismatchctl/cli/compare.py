@@ -8,8 +8,9 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.cli.common import BinsOpt, Common, analysis_command
+from mismatchctl.cli.report import BY_HELP, POSITION_BINS_HELP
 
-HELP = """Compare two runs, or two slices of the store: the tags that differ, every headline metric side by side with 95% bootstrap intervals (whole sequences resampled, fixed seed), and where they differ: probability bins, turn kinds, gpus, steps; and both sides' training curves (from `mismatchctl ingest-metrics`) aligned on step.
+HELP = """Compare two runs, or two slices of the store: the tags that differ, every headline metric side by side with 95% bootstrap intervals (whole sequences resampled, fixed seed), and where they differ: probability bins, turn kinds, gpus, steps, and any --by split (kv_position, turn_position, length, order, attr:<name>...); and both sides' training curves (from `mismatchctl ingest-metrics`) aligned on step.
 
 A selector is a run name, KEY=VALUE filters (run, gpu, or any tag; commas combine), and an optional @steps=A..B.
 
@@ -18,6 +19,8 @@ A selector is a run name, KEY=VALUE filters (run, gpu, or any tag; commas combin
   mismatchctl compare v0-ref v1-initial
 
   mismatchctl compare gpu=H20 gpu=L20
+
+  mismatchctl compare v0-ref v1-initial --by kv_position --by attr:data_source
 
   mismatchctl compare v0-ref 'v1-final@steps=0..200' --html cmp.html --json cmp.json
 
@@ -34,12 +37,18 @@ def compare(
         int, typer.Option("--resamples", help="Bootstrap resamples for the intervals.")
     ] = api.DEFAULT_RESAMPLES,
     seed: Annotated[int, typer.Option("--seed", help="Bootstrap seed.")] = api.DEFAULT_SEED,
+    by: Annotated[
+        list[str] | None, typer.Option("--by", help=BY_HELP + " Both sides side by side.")
+    ] = None,
+    position_bins: Annotated[
+        str, typer.Option("--position-bins", help=POSITION_BINS_HELP)
+    ] = "log2",
     *,
     common: Common,
 ) -> None:
     with common.progress() as progress:
         result = api.compare(
-            a, b, bins=bins, resamples=resamples, seed=seed,
-            figures=common.html_out is not None, **common.read(progress.advance),
+            a, b, bins=bins, resamples=resamples, seed=seed, by=by or [],
+            position_bins=position_bins, figures=common.html_out is not None, **common.read(progress.advance),
         )  # fmt: skip
     common.emit(result, result.sections(), f"mismatchctl compare: {a} vs {b}", f"A = {a}, B = {b}")

@@ -29,6 +29,8 @@ Formats are detected from columns and keys: {", ".join(FORMATS)}. All files are 
 
 Only model tokens are stored (mask = 1). Without a response mask, verl's attention_mask is used by its response part (it excludes padding, not tool responses: a file whose kept positions show tool-response fills is refused); without any mask every listed position counts, and a file whose sequences end in padding (8 or more positions at exact 0.0 on both sides) is refused unless --allow-padding. An ingest that adds no model token is reported with a warning.
 
+Each sequence's prompt length is kept when the dump has it (a prompt_length column, the prompt part of attention_mask, prompt token ids, slime's tokens, NeMo-RL's full-sequence arrays): report --by kv_position counts the KV cache from it. Per-sequence columns of few values (data_source, env, task, dp_rank...) are kept as attributes (report --by attr:<name>; listed by runs show); --attr COLUMN keeps another.
+
 Torch .pt files are loaded with weights_only=True: a file that needs full unpickling is refused. --trust-pickle loads it anyway, and that RUNS ANY CODE THE FILE CONTAINS with your permissions: use it only for files from a source you trust.
 
 verl DataProto pickles (DataProto.save_to_disk: .pkl, .dp, or .pt) are refused too unless you pass --trust-pickle; they are then read by a restricted unpickler that rebuilds only numpy arrays and torch tensors (verl and tensordict need not be installed). TRL completions tables and prime-rl inference Parquet hold one logprob side or none: they are refused with what is missing.
@@ -98,6 +100,15 @@ def ingest(
             "instead of refusing the file.",
         ),
     ] = False,
+    attr: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--attr",
+            help="Keep this per-sequence column as an attribute (repeatable), whatever its "
+            "number of values (floats too): a split key attr:<name>. Text and integer columns "
+            "of at most 64 values (data_source, env, dp_rank...) are kept without it.",
+        ),
+    ] = None,
     engine: EngineOpt = "local",
     ray_address: RayAddressOpt = None,
     workers: Annotated[
@@ -120,6 +131,7 @@ def ingest(
             skip_bad=skip_bad,
             trust_pickle=trust_pickle,
             allow_padding=allow_padding,
+            attrs=attr or [],
             store=store,
             progress=progress,
             engine=engine,

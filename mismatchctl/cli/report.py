@@ -29,11 +29,19 @@ Metric definitions and JSON names: docs/metrics.md; training curves: docs/curves
 
   mismatchctl report v0-ref v1-a100 --by run,turn_kind --json - | jq .
 
+  mismatchctl report v1-a100 --by kv_position --by turn_kind,turn_position --by attr:data_source
+
   mismatchctl report v1-a100 --engine ray --ray-address auto --json report.json
 """
 BY_HELP = (
-    "Add a split (repeatable): run, gpu, step, turn_kind, turn, bin or tag:<name>; commas "
-    "combine keys, e.g. step,turn_kind."
+    f"Add a split (repeatable): {api.SPLIT_KEYS}; commas combine keys, e.g. step,turn_kind or "
+    "turn_kind,kv_position. kv_position: tokens before the token (prompt included), "
+    "turn_position: index in its turn, length: model tokens of the sequence, order: index of "
+    "the sequence in its step in blocks of 32, attr:<name>: an attribute kept at ingest."
+)
+POSITION_BINS_HELP = (
+    "Edges of kv_position, turn_position and length: log2 (0, 1, 2, 4, ..., 2^20; the last bin "
+    "open) or integer edges from 0, e.g. 0,512,1024,4096."
 )
 STEPS_HELP = (
     "Only steps in this inclusive range: A..B (e.g. 0..200, or -6..-5: steps may be negative), "
@@ -50,6 +58,9 @@ def report(
     by: Annotated[list[str] | None, typer.Option("--by", help=BY_HELP)] = None,
     bins: BinsOpt = "log",
     steps: Annotated[str | None, typer.Option("--steps", help=STEPS_HELP)] = None,
+    position_bins: Annotated[
+        str, typer.Option("--position-bins", help=POSITION_BINS_HELP)
+    ] = "log2",
     pool: Annotated[
         bool, typer.Option("--pool", help="Pool the runs' distributions and tables.")
     ] = False,
@@ -63,7 +74,7 @@ def report(
     with common.progress(sum(r.model_tokens for r in infos)) as progress:
         rep = api.report(
             runs, bins=bins, by=by or [], by_gpu=by_gpu, steps=steps, diagnose=diagnose,
-            figures=common.html_out is not None, **common.read(progress.advance),
+            position_bins=position_bins, figures=common.html_out is not None, **common.read(progress.advance),
         )  # fmt: skip
     title = f"mismatchctl report: {', '.join(rep.selection.names)}"
     common.emit(rep, rep.sections(pool), title, SUBTITLE)

@@ -54,7 +54,9 @@ def show(
     store: StoreOpt = None,
     json: JsonFlag = False,
 ) -> None:
-    """Tags and provenance of one run: each source file, format, fingerprint, rows kept/dropped.
+    """Tags and provenance of one run: each source file, format, fingerprint, rows kept/dropped;
+    how many sequences have a prompt length (kv_position), and the attributes (attr:NAME split
+    keys) with their most frequent values.
 
     Example: mismatchctl runs show v1-a100
     """

@@ -3,7 +3,6 @@ Arrow arrays of one value per row, checked so that ``ingest`` reads back exactly
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -15,8 +14,8 @@ from mismatchctl.display import has_control, shown
 from mismatchctl.dump.arrays import is_tensor, to_numpy
 from mismatchctl.dump.columns import reserved
 from mismatchctl.errors import UsageError
+from mismatchctl.ingest.attributes import ATTR_NAME
 
-ATTR_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
 _SCALAR = (str, int, float, bool, np.generic)
 
 

@@ -1,4 +1,20 @@
-"""Per-token group keys of one part: codes (small ints) plus the label of each code."""
+"""Per-token group keys of one slice of a part: codes (small ints) plus the label of each code.
+
+``PartKeys(table, ...).codes(name)`` gives any key (dimension) at token granularity: one code per
+row of ``table`` and the label of every code. Labels are values, so they mean the same in every
+part: the run name, the step, the gpu, a tag's or an attribute's value (text; None when
+unknown); the turn index (``0, 1, 2, "3+"``) and kind (``first``, ``later``); the index of a
+probability bin; the lower edge of a position bin (``kv_position``, ``turn_position``,
+``length``: ``1024`` is ``[1024, 2048)`` with the default edges) and the first sequence index of
+an ``order`` block. For binned keys (bin, turn, turn kind, position bins, order) the labels are
+every bin, whether or not the slice has tokens there, so their codes are the same in every part;
+for the others (run, step, gpu, tags, attributes) the labels are the slice's own values.
+
+Columns a key needs in ``table``: ``step``, ``seq``, ``turn`` and ``rollout_logprob`` always;
+``gpu`` for ``gpu``; ``position`` for ``kv_position`` (``token_columns``). Keys read from the
+sequence rows (``kv_position``'s prompt length, ``length``, ``order``, ``attr:<name>``) need
+the source's ``SequenceRows`` (``engines.seqrows``).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +25,19 @@ import pyarrow as pa
 
 from mismatchctl import schema as S
 from mismatchctl.engines import plan as K
+from mismatchctl.engines.seqrows import SequenceRows
 from mismatchctl.stats import (
     TURN_INDEX_LABELS,
     TURN_KIND_LABELS,
     assign_bins,
     turn_index,
     turn_kind,
+)
+from mismatchctl.stats.positions import (
+    assign_positions,
+    order_blocks,
+    order_labels,
+    position_labels,
 )
 from mismatchctl.stats.turnruns import TurnRuns
 
@@ -23,23 +46,48 @@ Label = str | int | None
 
 @dataclass
 class KeyCodes:
-    codes: np.ndarray  # int64 per token (or a scalar 0 broadcast for part-constant keys)
+    codes: np.ndarray  # int64 per row of the table
     labels: list[Label]
 
 
-class PartKeys:
-    """Computes each key's codes for the tokens of one part, once, on demand."""
+def token_columns(keys: list[str] | tuple[str, ...]) -> list[str]:
+    """The token columns ``PartKeys`` needs for these keys, beyond step, seq, turn and the
+    logprobs."""
+    out = []
+    if K.GPU in keys:
+        out.append(S.GPU)
+    if K.KV_POSITION in keys:
+        out.append(S.POSITION)
+    return out
 
-    def __init__(self, table: pa.Table, run: str, tags: dict[str, str], edges: np.ndarray) -> None:
+
+class PartKeys:
+    """Computes each key's codes for the rows of one table (a slice of a part, or one row per
+    turn run of it), once, on demand. ``sequences``: the rows of the part's source, for the keys
+    read from them (None: such a key is an error)."""
+
+    def __init__(
+        self,
+        table: pa.Table,
+        run: str,
+        tags: dict[str, str],
+        edges: np.ndarray,
+        binning: K.Binning = K.DEFAULT_BINNING,
+        sequences: SequenceRows | None = None,
+    ) -> None:
         self.table, self.run, self.tags, self.edges = table, run, tags, edges
+        self.binning, self.sequences = binning, sequences
         self.n = table.num_rows
         self._cache: dict[str, KeyCodes] = {}
+        self._rows: np.ndarray | None = None
         self.runs: TurnRuns | None = None  # the slice's turn runs, once the engine made them
 
     def get(self, key: str) -> KeyCodes:
         if key not in self._cache:
             self._cache[key] = self._compute(key)
         return self._cache[key]
+
+    codes = get  # the name the explain cube uses: any dimension, at token granularity
 
     def _compute(self, key: str) -> KeyCodes:
         zeros = np.zeros(self.n, dtype=np.int64)
@@ -62,10 +110,47 @@ class PartKeys:
             return KeyCodes(
                 assign_bins(pr, self.edges).astype(np.int64), list(range(len(self.edges) - 1))
             )
+        if key in (K.KV_POSITION, K.TURN_POSITION, K.LENGTH):
+            return self._position(key)
+        if key == K.DUMP_ORDER:
+            order = self.sequence_rows().order[self.rows()]
+            block = self.binning.order_block
+            return KeyCodes(order_blocks(order, block), list(order_labels(block)))
+        if key.startswith(K.ATTR_PREFIX):
+            codes, values = self.sequence_rows().attribute(key[len(K.ATTR_PREFIX) :])
+            return KeyCodes(codes[self.rows()], list(values))
         raise ValueError(key)
+
+    def _position(self, key: str) -> KeyCodes:
+        edges = self.binning.positions
+        if key == K.KV_POSITION:
+            values = self.column(S.POSITION).astype(np.int64) + self.prompt_lengths()
+        elif key == K.TURN_POSITION:
+            values = turn_positions(self.column(S.SEQ), self.column(S.TURN))
+        else:
+            values = self.sequence_rows().model_tokens[self.rows()]
+        return KeyCodes(assign_positions(values, edges), list(position_labels(edges)))
 
     def column(self, column: str) -> np.ndarray:
         return self.table.column(column).to_numpy()
+
+    def sequence_rows(self) -> SequenceRows:
+        if self.sequences is None:
+            raise ValueError("a key read from the sequence rows needs the source's SequenceRows")
+        return self.sequences
+
+    def rows(self) -> np.ndarray:
+        """Each row's row in the sequence rows (by ``seq``)."""
+        if self._rows is None:
+            self._rows = self.sequence_rows().rows(self.column(S.SEQ))
+        return self._rows
+
+    def prompt_lengths(self) -> np.ndarray:
+        """Each row's prompt length (0 where the dump gave none: positions are then the
+        response's own)."""
+        if self.sequences is None:
+            return np.zeros(self.n, dtype=np.int64)
+        return np.maximum(self.sequences.prompt_length[self.rows()], 0)
 
     def _gpu(self) -> KeyCodes:
         col = self.table.column(S.GPU)
@@ -76,6 +161,34 @@ class PartKeys:
         labels: list[Label] = arr.dictionary.to_pylist()
         codes = arr.indices.fill_null(len(labels)).to_numpy().astype(np.int64)
         return KeyCodes(codes, [*labels, None])
+
+
+def turn_positions(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
+    """Each token's index among the model tokens of its turn run (the contiguous tokens of one
+    sequence in one turn): 0 at the first token after a tool response."""
+    n = len(seq)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    new = np.ones(n, dtype=bool)
+    new[1:] = (seq[1:] != seq[:-1]) | (turn[1:] != turn[:-1])
+    starts = np.flatnonzero(new)
+    return np.arange(n, dtype=np.int64) - np.repeat(starts, np.diff(np.r_[starts, n]))
+
+
+def key_labels(key: str, edges: np.ndarray, binning: K.Binning = K.DEFAULT_BINNING) -> list[Label]:
+    """Every label of a binned key (its codes are the same in every part); a ValueError for a key
+    whose labels are values found in the data (run, step, gpu, tags, attributes)."""
+    if key == K.TURN_KIND:
+        return list(TURN_KIND_LABELS)
+    if key == K.TURN:
+        return [int(x) if x.isdigit() else x for x in TURN_INDEX_LABELS]
+    if key == K.BIN:
+        return list(range(len(edges) - 1))
+    if key in K.POSITION_KEYS:
+        return list(position_labels(binning.positions))
+    if key == K.DUMP_ORDER:
+        return list(order_labels(binning.order_block))
+    raise ValueError(f"`{key}` has no fixed labels: they are the values found in the data")
 
 
 def group_codes(

@@ -12,7 +12,7 @@ import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -20,11 +20,22 @@ import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.allocator import keep_freed_memory
-from mismatchctl.engines.keys import Label, PartKeys, decode, group_codes
-from mismatchctl.engines.plan import BIN, GPU, PartTask, Pass, RowFilter, row_mask
+from mismatchctl.engines import plan as K
+from mismatchctl.engines import seqrows
+from mismatchctl.engines.keys import Label, PartKeys, decode, group_codes, key_labels, token_columns
+from mismatchctl.engines.plan import DEFAULT_BINNING, Binning, PartTask, Pass, RowFilter, row_mask
+from mismatchctl.engines.seqrows import SequenceRows
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import Partial
-from mismatchctl.stats.turnruns import bin_cells, bin_partials, run_partials, turn_runs
+from mismatchctl.stats.turnruns import (
+    NO_POSITIONS,
+    ONE_BIN,
+    Positions,
+    bin_cells,
+    run_partials,
+    run_starts,
+    token_partials,
+)
 from mismatchctl.store.integrity import read_error
 
 Groups = dict[tuple[Label, ...], Partial]
@@ -34,7 +45,10 @@ SLICE_TOKENS = 262_144
 
 class PartExtra(Protocol):
     """Something else computed from every part in the same read (e.g. figure densities): a
-    mergeable state per part, folded with ``merge``."""
+    mergeable state per part, folded with ``merge``. ``columns``: token columns it reads from
+    the table beyond those of the passes; an extra may also name ``keys`` (a tuple of split
+    keys it asks ``PartKeys`` for), so that the engine reads what they need (``position``, the
+    source's sequence rows)."""
 
     columns: tuple[str, ...]
 
@@ -51,15 +65,16 @@ def run_passes(
     workers: int = DEFAULT_WORKERS,
     on_part: Callable[[int], None] | None = None,
     extras: Sequence[PartExtra] = (),
+    binning: Binning = DEFAULT_BINNING,
 ) -> tuple[list[Groups], list[Any]]:
     """For every pass, the merged partial of each group present in the selection; and the merged
     state of every extra (None when no part was read). Parts are merged in task order, and
-    ``on_part`` is called from this thread."""
+    ``on_part`` is called from this thread. ``binning``: the position edges and order blocks."""
 
     keep_freed_memory()
 
     def one(task: PartTask) -> tuple[list[Groups], list[Any]]:
-        return part_groups(task, passes, edges, rows, extras)
+        return part_groups(task, passes, edges, rows, extras, binning)
 
     def results(pool: Executor) -> Iterator[tuple[list[Groups], list[Any]]]:
         done = _in_order(pool, one, tasks, 2 * max(1, workers))
@@ -112,23 +127,28 @@ def part_groups(
     edges: np.ndarray,
     rows: RowFilter | None,
     extras: Sequence[PartExtra] = (),
+    binning: Binning = DEFAULT_BINNING,
 ) -> tuple[list[Groups], list[Any]]:
     """Stream one part (only the needed columns) in batches of about ``SLICE_TOKENS`` rows and
     fold it a slice of whole sequences at a time: memory follows the slice, not the part."""
+    keys = wanted_keys(passes, extras)
     columns = [S.STEP, S.SEQ, S.TURN, S.ROLLOUT, S.TRAINER]
-    needs_gpu = any(GPU in p.keys for p in passes) or any(S.GPU in e.columns for e in extras)
-    if needs_gpu or (rows is not None and rows.gpu is not None):
+    columns += [c for c in token_columns(keys) if c not in columns]
+    columns += [c for e in extras for c in e.columns if c not in columns]
+    if rows is not None and rows.gpu is not None and S.GPU not in columns:
         columns.append(S.GPU)
     out: list[Groups] = [{} for _ in passes]
     states: list[Any] = [None for _ in extras]
     try:
+        sequences = _sequence_rows(task, keys)
         pf = pq.ParquetFile(task.path, read_dictionary=[S.GPU])
         for piece in part_slices(pf, columns):
             if rows is not None and rows.active:
                 piece = piece.filter(row_mask(piece, rows))
             if piece.num_rows == 0:
                 continue
-            groups, piece_states = _slice_groups(piece, task, passes, edges, extras)
+            ctx = _Slice(task, edges, binning, sequences)
+            groups, piece_states = _slice_groups(piece, ctx, passes, extras)
             for total, part in zip(out, groups, strict=True):
                 merge_into(total, part)
             for i, (extra, state) in enumerate(zip(extras, piece_states, strict=True)):
@@ -136,6 +156,21 @@ def part_groups(
     except (OSError, pa.ArrowException) as exc:  # damaged or removed since it was checked
         raise read_error(task.run, task.path, exc) from None
     return out, states
+
+
+def wanted_keys(passes: list[Pass], extras: Sequence[PartExtra] = ()) -> tuple[str, ...]:
+    """Every key the passes group by and the extras ask for."""
+    keys = [k for p in passes for k in p.keys]
+    keys += [k for e in extras for k in getattr(e, "keys", ())]
+    return tuple(dict.fromkeys(keys))
+
+
+def _sequence_rows(task: PartTask, keys: tuple[str, ...]) -> SequenceRows | None:
+    """The sequence rows of the part's source, when a key needs them."""
+    needed = tuple(k for k in keys if K.needs_sequence_rows(k))
+    if not needed:
+        return None
+    return seqrows.load(task.run, task.sequences, needed)
 
 
 def part_slices(pf: pq.ParquetFile, columns: list[str]) -> Iterator[pa.Table]:
@@ -187,40 +222,73 @@ def sequence_slices(batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[pa
         yield carry
 
 
+class _Slice(NamedTuple):
+    """What every slice of one part shares."""
+
+    task: PartTask
+    edges: np.ndarray
+    binning: Binning
+    sequences: SequenceRows | None
+
+    def keys(self, table: pa.Table) -> PartKeys:
+        t = self.task
+        return PartKeys(table, t.run, dict(t.tags), self.edges, self.binning, self.sequences)
+
+
 def _slice_groups(
-    table: pa.Table,
-    task: PartTask,
-    passes: list[Pass],
-    edges: np.ndarray,
-    extras: Sequence[PartExtra],
+    table: pa.Table, ctx: _Slice, passes: list[Pass], extras: Sequence[PartExtra]
 ) -> tuple[list[Groups], list[Any]]:
-    """Every pass's groups of one slice: per-token columns computed once, groupings that follow
-    turn runs reduced through the runs, probability-bin groupings from the tokens."""
-    keys = PartKeys(table, task.run, dict(task.tags), edges)
+    """Every pass's groups of one slice: per-token columns computed once, the tokens reduced
+    once to cells of (turn run x token code) for the token keys any pass asks for (probability
+    bin, KV position, turn position), groupings that follow turn runs merged from the runs,
+    those by token keys from the cells."""
+    keys = ctx.keys(table)
     if not passes:  # only the extras (explain's cube): no turn runs to reduce
         return [], [extra.compute(table, keys) for extra in extras]
     lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
     seq, turn = keys.column(S.SEQ), keys.column(S.TURN)
-    nb = len(edges) - 1
-    cells = None
-    if any(p.with_hist for p in passes):
-        cells = bin_cells(lr, lt, seq, turn, edges)
-        runs = cells.runs
-    else:
-        runs = turn_runs(lr, lt, seq, turn)
-    # every key but the probability bin is constant along a turn run (step and gpu are per
-    # sequence in the store): its codes are those of each run's first token
-    run_keys = PartKeys(table.take(pa.array(runs.starts)), task.run, dict(task.tags), edges)
+    uses = tuple(any(p.uses[i] for p in passes) for i in range(3))
+    starts = run_starts(seq, turn)
+    # every key but the token keys is constant along a turn run (step and gpu are per sequence
+    # in the store): its codes are those of each run's first token
+    run_keys = ctx.keys(table.take(pa.array(starts)))
+    cells = bin_cells(
+        lr,
+        lt,
+        seq,
+        turn,
+        ctx.edges if uses[0] else ONE_BIN,
+        with_hist=any(p.with_hist for p in passes),
+        positions=_positions(keys, run_keys, ctx.binning, uses),
+        starts=starts,
+    )
+    runs = cells.runs
     out = []
     for p in passes:
-        if p.with_hist:
-            assert cells is not None and p.keys[-1] == BIN
-            code, size, labels = group_codes(run_keys, p.keys[:-1])
-            partials = bin_partials(cells, code, size, nb)
-            labels = [*labels, list(range(nb))]
+        if p.token:
+            code, size, labels = group_codes(run_keys, p.keys[: -len(p.token)])
+            partials = token_partials(cells, code, size, p.uses, p.with_hist)
+            labels = [*labels, *(key_labels(k, ctx.edges, ctx.binning) for k in p.token)]
         else:
             code, size, labels = group_codes(run_keys, p.keys)
             partials = run_partials(runs, code, size)
         out.append({decode(i, labels): part for i, part in enumerate(partials) if part.tokens > 0})
     keys.runs = runs  # extras may reuse the turn runs' sums instead of re-reading the tokens
     return out, [extra.compute(table, keys) for extra in extras]
+
+
+def _positions(
+    keys: PartKeys, run_keys: PartKeys, binning: Binning, uses: tuple[bool, ...]
+) -> Positions:
+    """What the kernel needs for the KV-position and turn-position bins the passes ask for."""
+    if not (uses[1] or uses[2]):
+        return NO_POSITIONS
+    edges = np.asarray(binning.positions, dtype=np.int64)
+    if not uses[1]:
+        return Positions(tp_edges=edges)
+    return Positions(
+        keys.column(S.POSITION),
+        run_keys.prompt_lengths(),
+        edges,
+        edges if uses[2] else None,
+    )

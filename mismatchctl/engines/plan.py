@@ -3,10 +3,13 @@ the parts to read (``PartTask``), what is kept inside a part (``RowFilter``) and
 ``Selection`` a command reads.
 
 A *split* is a tuple of keys such as ``("run", "turn_kind")``. Keys that are constant within a
-sequence (run, gpu, step, tags) can be merged across groups exactly; keys that cut sequences into
-segments (turn kind, turn index, probability bin) cannot, because segments are not sequences. So
-the engine makes one pass per distinct set of segment keys, at the finest sequence-level keys any
-split of that set needs, and every split is then a merge of that pass's groups.
+sequence (run, gpu, step, tags, attributes, length, order) can be merged across groups exactly;
+keys that cut sequences into segments (turn kind, turn index) cannot, because segments are not
+sequences; keys that vary inside a turn run (probability bin, KV position, position in the turn:
+*token keys*) cut even turns, and their groups carry token metrics only. So the engine makes one
+pass per distinct set of segment keys (and, for token keys, one per set of token keys), at the
+finest sequence-level keys any split of that set needs, and every split is then a merge of that
+pass's groups.
 """
 
 from __future__ import annotations
@@ -18,32 +21,68 @@ import pyarrow.compute as pc
 
 from mismatchctl import schema as S
 from mismatchctl.errors import UsageError
+from mismatchctl.stats.positions import LOG2_EDGES, ORDER_BLOCK
 from mismatchctl.store import RunInfo, Store
 
 RUN, GPU, STEP, TURN_KIND, TURN, BIN = "run", "gpu", "step", "turn_kind", "turn", "bin"
+KV_POSITION, TURN_POSITION, LENGTH, DUMP_ORDER = "kv_position", "turn_position", "length", "order"
 TAG_PREFIX = "tag:"
-SEGMENT_KEYS = (TURN_KIND, TURN, BIN)
-ORDER = (RUN, GPU, STEP, TURN_KIND, TURN, BIN)
+ATTR_PREFIX = "attr:"
+TOKEN_KEYS = (BIN, KV_POSITION, TURN_POSITION)  # vary inside a turn run
+SEGMENT_KEYS = (TURN_KIND, TURN, *TOKEN_KEYS)  # cut sequences
+# keys read from the sequence rows of a token's source (beside attr:<name>)
+SEQUENCE_ROW_KEYS = (KV_POSITION, LENGTH, DUMP_ORDER)
+POSITION_KEYS = (KV_POSITION, TURN_POSITION, LENGTH)  # binned by the position edges
+ORDER = (RUN, GPU, STEP, LENGTH, DUMP_ORDER, TURN_KIND, TURN, *TOKEN_KEYS)
+KEYS_HELP = (
+    "run, gpu, step, turn_kind, turn, bin, kv_position, turn_position, length, order, "
+    "tag:<name> or attr:<name>"
+)
 
 Split = tuple[str, ...]
 
 
 def is_key(name: str) -> bool:
-    return name in ORDER or (name.startswith(TAG_PREFIX) and len(name) > len(TAG_PREFIX))
+    return name in ORDER or any(
+        name.startswith(prefix) and len(name) > len(prefix) for prefix in (TAG_PREFIX, ATTR_PREFIX)
+    )
+
+
+def needs_sequence_rows(key: str) -> bool:
+    """Whether a key's codes come from the sequence rows of the token's source."""
+    return key in SEQUENCE_ROW_KEYS or key.startswith(ATTR_PREFIX)
+
+
+_RANK = {
+    RUN: 0,
+    GPU: 1,
+    STEP: 2,
+    TAG_PREFIX: 3,
+    ATTR_PREFIX: 4,
+    LENGTH: 5,
+    DUMP_ORDER: 6,
+    TURN_KIND: 7,
+    TURN: 8,
+    BIN: 9,
+    KV_POSITION: 10,
+    TURN_POSITION: 11,
+}
 
 
 def canonical(keys: list[str] | tuple[str, ...]) -> Split:
-    """Keys in a fixed order (run, gpu, step, tags, turn_kind, turn, bin), without duplicates."""
+    """Keys in a fixed order (run, gpu, step, tags, attributes, length, order, turn_kind, turn,
+    bin, kv_position, turn_position), without duplicates."""
 
     def rank(k: str) -> tuple[int, str]:
-        if k.startswith(TAG_PREFIX):
-            return (ORDER.index(STEP) + 1, k)
-        return (ORDER.index(k) + (1 if k in SEGMENT_KEYS else 0), k)
+        for prefix in (TAG_PREFIX, ATTR_PREFIX):
+            if k.startswith(prefix):
+                return (_RANK[prefix], k)
+        return (_RANK[k], k)
 
     return tuple(sorted(dict.fromkeys(keys), key=rank))
 
 
-def parse_by(values: list[str]) -> list[Split]:
+def parse_by(values: list[str], option: str = "--by") -> list[Split]:
     """Each ``--by`` adds one split; commas combine keys (``--by step,turn_kind``)."""
     splits = []
     for value in values:
@@ -51,9 +90,8 @@ def parse_by(values: list[str]) -> list[Split]:
         bad = [k for k in keys if not is_key(k)]
         if not keys or bad:
             raise UsageError(
-                f"--by `{value}`: unknown split key `{(bad or [value])[0]}`",
-                "use run, gpu, step, turn_kind, turn, bin or tag:<name>, combined with commas "
-                "(e.g. --by step,turn_kind).",
+                f"{option} `{value}`: unknown split key `{(bad or [value])[0]}`",
+                f"use {KEYS_HELP}, combined with commas (e.g. {option} step,turn_kind).",
             )
         splits.append(canonical(keys))
     return splits
@@ -71,12 +109,27 @@ def segment_keys(split: Split) -> tuple[str, ...]:
     return tuple(k for k in split if k in SEGMENT_KEYS)
 
 
+def token_keys(split: Split) -> tuple[str, ...]:
+    return tuple(k for k in split if k in TOKEN_KEYS)
+
+
 @dataclass(frozen=True)
 class Pass:
-    """One engine pass: group tokens by ``keys`` (sequence-level keys + ``segment`` keys)."""
+    """One engine pass: group tokens by ``keys`` (sequence-level keys + ``segment`` keys, the
+    token keys last)."""
 
     segment: tuple[str, ...]
     keys: Split
+
+    @property
+    def token(self) -> tuple[str, ...]:
+        """The pass's token keys (probability bin, KV position, turn position), in that order."""
+        return token_keys(self.segment)
+
+    @property
+    def uses(self) -> tuple[bool, bool, bool]:
+        """Which of (bin, kv_position, turn_position) the pass groups by."""
+        return (BIN in self.segment, KV_POSITION in self.segment, TURN_POSITION in self.segment)
 
     @property
     def with_hist(self) -> bool:
@@ -86,26 +139,42 @@ class Pass:
 def plan(splits: list[Split]) -> list[Pass]:
     """One pass per set of segment keys, at the union of the splits' sequence-level keys.
 
-    Probability-bin splits share one pass (segment keys: the union of theirs): bin groups carry
-    token columns only, which merge exactly over any key, so e.g. ``run x bin`` rolls up from
-    ``run x turn_kind x bin``.
+    Splits with the same token keys (probability bin, KV position, turn position) share one pass
+    (segment keys: the union of theirs): their groups carry token columns only, which merge
+    exactly over any key, so e.g. ``run x bin`` rolls up from ``run x turn_kind x bin``.
     """
     by_segment: dict[tuple[str, ...], list[str]] = {}
-    binned = [k for split in splits if BIN in split for k in segment_keys(split)]
+    merged: dict[tuple[str, ...], list[str]] = {}
+    for split in splits:
+        if token_keys(split):
+            merged.setdefault(token_keys(split), []).extend(segment_keys(split))
     for split in splits:
         seg = segment_keys(split)
-        if BIN in seg:
-            seg = canonical(binned)
+        if token_keys(split):
+            seg = canonical(merged[token_keys(split)])
         by_segment.setdefault(seg, [])
         by_segment[seg] += [k for k in split if k not in SEGMENT_KEYS]
     return [Pass(seg, canonical([*keys, *seg])) for seg, keys in by_segment.items()]
 
 
 def pass_for(split: Split, passes: list[Pass]) -> Pass:
-    seg = segment_keys(split)
-    if BIN in seg:
-        return next(p for p in passes if p.with_hist and set(seg) <= set(p.segment))
+    seg, tok = segment_keys(split), token_keys(split)
+    if tok:
+        return next(p for p in passes if p.token == tok and set(seg) <= set(p.segment))
     return next(p for p in passes if p.segment == seg)
+
+
+@dataclass(frozen=True)
+class Binning:
+    """How the binned keys are cut: the position edges of ``kv_position``, ``turn_position``
+    and ``length`` (``stats.positions``; the last bin is open), and the sequences per block of
+    ``order``."""
+
+    positions: tuple[int, ...] = LOG2_EDGES
+    order_block: int = ORDER_BLOCK
+
+
+DEFAULT_BINNING = Binning()
 
 
 def step_span(lo: int, hi: int) -> str:
@@ -134,12 +203,14 @@ class StepRange:
 
 @dataclass(frozen=True)
 class PartTask:
-    """One token part to read, with what is constant over it."""
+    """One token part to read, with what is constant over it, and the sequence parts of its
+    source (read for the keys that come from the sequence rows)."""
 
     run: str
     path: str
     tags: tuple[tuple[str, str], ...]
     rows: int
+    sequences: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -19,19 +19,19 @@ import numpy as np
 
 from mismatchctl.allocator import keep_freed_memory
 from mismatchctl.engines.local import Groups, PartExtra, fold, part_groups
-from mismatchctl.engines.plan import PartTask, Pass, RowFilter
+from mismatchctl.engines.plan import DEFAULT_BINNING, Binning, PartTask, Pass, RowFilter
 from mismatchctl.errors import MismatchError
 from mismatchctl.parallel import DEFAULT_WORKERS, Failure, connect, ordered, remote
 
-Shared = tuple[list[Pass], np.ndarray, RowFilter | None, list[PartExtra]]
+Shared = tuple[list[Pass], np.ndarray, RowFilter | None, list[PartExtra], Binning]
 
 
 def fold_part(task: PartTask, shared: Shared) -> tuple[list[Groups], list[Any]] | Failure:
     """The body of one Ray task: one part's groups and extra states (``part_groups``)."""
-    passes, edges, rows, extras = shared
+    passes, edges, rows, extras, binning = shared
     keep_freed_memory()  # once per worker process
     try:
-        return part_groups(task, passes, edges, rows, extras)
+        return part_groups(task, passes, edges, rows, extras, binning)
     except MismatchError as exc:
         return Failure(exc)
 
@@ -44,6 +44,7 @@ def run_passes_ray(
     workers: int = DEFAULT_WORKERS,
     on_part: Callable[[int], None] | None = None,
     extras: Sequence[PartExtra] = (),
+    binning: Binning = DEFAULT_BINNING,
     *,
     address: str | None = None,
 ) -> tuple[list[Groups], list[Any]]:
@@ -53,7 +54,9 @@ def run_passes_ray(
     ray = connect(address, workers)
     if not tasks:
         return fold([], len(passes), extras)
-    shared = ray.put((list(passes), edges, rows, list(extras)))  # stored once, read by every task
+    shared = ray.put(
+        (list(passes), edges, rows, list(extras), binning)
+    )  # stored once, read by every task
     fold_task = remote(fold_part)
     refs = [fold_task.remote(_absolute(task), shared) for task in tasks]
 
@@ -65,7 +68,11 @@ def run_passes_ray(
 
 
 def _absolute(task: PartTask) -> PartTask:
-    """The task with an absolute local path (a URI of a store in a bucket is left as it is)."""
-    if "://" in task.path:
-        return task
-    return dataclasses.replace(task, path=os.path.abspath(task.path))
+    """The task with absolute local paths (a URI of a store in a bucket is left as it is)."""
+
+    def absolute(path: str) -> str:
+        return path if "://" in path else os.path.abspath(path)
+
+    return dataclasses.replace(
+        task, path=absolute(task.path), sequences=tuple(absolute(p) for p in task.sequences)
+    )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mismatchctl.display import file_label
@@ -27,34 +27,36 @@ def open_source(
     mapping: Mapping[str, str],
     trust_pickle: bool = False,
     label: str | None = None,
+    attrs: Sequence[str] = (),
 ) -> Source:
     """Open one dump file with the reader of its format (readers are imported on demand).
     ``trust_pickle`` lets a torch file be fully unpickled (which can run code from it), and a
     verl DataProto pickle be read (by a restricted unpickler); ``label`` names the file in
-    messages (default: its path as given, ``file_label``)."""
+    messages (default: its path as given, ``file_label``); ``attrs``: columns (keys) to keep as
+    per-sequence attributes (``--attr``; see ``ingest.attributes``)."""
     label = label or file_label(path)
     if fmt == FORMAT_SEQUENCE:
         from mismatchctl.ingest.parquet_sequence import open_sequence
 
-        return open_sequence(path, mapping, label)
+        return open_sequence(path, mapping, label, attrs)
     if fmt == FORMAT_TOKEN:
         from mismatchctl.ingest.parquet_token import open_token
 
-        return open_token(path, mapping, label)
+        return open_token(path, mapping, label, attrs)
     if fmt == FORMAT_SLIME:
         from mismatchctl.ingest.slime import open_slime
 
-        return open_slime(path, mapping, trust_pickle, label)
+        return open_slime(path, mapping, trust_pickle, label, attrs)
     if fmt == FORMAT_NEMO:
         from mismatchctl.ingest.nemo import open_nemo
 
-        return open_nemo(path, mapping, label)
+        return open_nemo(path, mapping, label, attrs)
     if fmt == FORMAT_VERL:
         from mismatchctl.ingest.verl_pickle import open_verl
 
-        return open_verl(path, mapping, trust_pickle, label)
+        return open_verl(path, mapping, trust_pickle, label, attrs)
     if fmt == FORMAT_PRIME:
         from mismatchctl.ingest.prime import open_prime
 
-        return open_prime(path, mapping, label)
+        return open_prime(path, mapping, label, attrs)
     raise ValueError(fmt)

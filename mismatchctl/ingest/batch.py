@@ -46,6 +46,13 @@ class RaggedBatch:
     # off past a stated length (NeMo-RL's input_lengths); added to the sequence row's counts
     prompt_outside: np.ndarray | None = None  # int64 [n]
     pad_outside: np.ndarray | None = None  # int64 [n]
+    # tokens before position 0 of each sequence's arrays (the KV cache when its first position
+    # was decoded): the prompt outside the arrays, or 0 when they span the whole sequence;
+    # None, or -1 for one sequence, when the dump does not say (stored as null)
+    prompt_lengths: np.ndarray | None = None  # int64 [n]
+    # per-sequence attributes of the dump (``data_source``, ``dp_rank``...) as text (None: null);
+    # the source says which attributes it has (``Source.attributes``)
+    attrs: dict[str, list[str | None]] = field(default_factory=dict)
     # the name of the column the mask came from when it does not mark tool responses (the
     # response part of an attention mask): its kept positions are checked for tool fills
     partial_mask: str | None = None

@@ -24,6 +24,7 @@ from mismatchctl.ingest.duplicates import sequence_keys
 from mismatchctl.ingest.unmasked import check_padding, check_tool_fills
 
 MAX_LISTED_DROPS = 50  # how many dropped sample ids are kept by name in the provenance
+MAX_COUNTED_VALUES = 1000  # distinct values of one attribute counted per source (runs show)
 
 
 @dataclass
@@ -42,6 +43,11 @@ class Tally:
     gpus: set[str] = field(default_factory=set)
     dropped: Counter[str] = field(default_factory=Counter)  # reason -> sequences dropped
     dropped_ids: list[str] = field(default_factory=list)
+    # per attribute, its values' sequence counts (at most MAX_COUNTED_VALUES values; the
+    # attributes in ``uncounted`` had more)
+    attributes: dict[str, Counter[str | None]] = field(default_factory=dict)
+    uncounted: set[str] = field(default_factory=set)
+    prompt_lengths: int = 0  # sequences whose prompt length is known
 
     def add(self, other: Tally) -> None:
         for name in ("sequences", "empty_sequences", "model_tokens", "prompt_tokens"):
@@ -55,10 +61,36 @@ class Tally:
         self.dropped.update(other.dropped)
         room = MAX_LISTED_DROPS - len(self.dropped_ids)
         self.dropped_ids.extend(other.dropped_ids[: max(room, 0)])
+        self.prompt_lengths += other.prompt_lengths
+        self.uncounted |= other.uncounted
+        for name, counts in other.attributes.items():
+            mine = self.attributes.setdefault(name, Counter())
+            for value, count in counts.items():
+                if value in mine or len(mine) < MAX_COUNTED_VALUES:
+                    mine[value] += count
+                else:
+                    self.uncounted.add(name)
+
+    def attribute_summary(self, top: int = 10) -> dict[str, dict]:
+        """Per attribute: how many distinct values (``more``: beyond those counted) and the most
+        frequent values with their sequence counts: what ``runs show`` lists."""
+        return {
+            name: {
+                "distinct": len(counts),
+                "more": name in self.uncounted,
+                "values": [[v, n] for v, n in sorted(counts.items(), key=_by_count)[:top]],
+            }
+            for name, counts in self.attributes.items()
+        }
 
     @property
     def dropped_sequences(self) -> int:
         return sum(self.dropped.values())
+
+
+def _by_count(item: tuple[str | None, int]) -> tuple:
+    value, count = item
+    return (-count, value is None, value or "")
 
 
 @dataclass
@@ -69,6 +101,7 @@ class Context:
     seq_base: int  # first free sequence id of the run
     allow_padding: bool = False  # keep trailing padding of a dump without mask as tokens
     keys: list[np.ndarray] | None = None  # collects each kept sequence's content key
+    attributes: list[str] = field(default_factory=list)  # the source's attribute columns
 
 
 def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, Tally]:
@@ -78,6 +111,7 @@ def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, 
     batch = _drop(batch, _bad_values(batch, ctx), ctx, tally)
     batch = _drop(batch, _bad_versions(batch), ctx, tally)
     batch = _drop(batch, _bad_names(batch), ctx, tally)
+    batch = _drop(batch, _bad_prompts(batch), ctx, tally)
     if batch.mask is None:
         tally.padding_kept = check_padding(batch, ctx.source, ctx.allow_padding).positions
     elif batch.partial_mask is not None:
@@ -94,8 +128,8 @@ def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, 
     seq_ids = ctx.seq_base + np.arange(batch.n, dtype=np.int64)
     gpus = _gpus(batch, ctx)
     tokens = _token_table(batch, where, counts["model"], turn, seq_ids, gpus)
-    seqs = _sequence_table(batch, seq_ids, gpus, counts, turn, model)
-    _tally(tally, batch, counts, gpus)
+    seqs = _sequence_table(batch, seq_ids, gpus, counts, turn, model, ctx.attributes)
+    _tally(tally, batch, counts, gpus, ctx.attributes)
     return tokens, seqs, tally
 
 
@@ -253,6 +287,19 @@ def _bad_names(batch: RaggedBatch) -> dict[int, Problem]:
     return bad
 
 
+def _bad_prompts(batch: RaggedBatch) -> dict[int, Problem]:
+    """A prompt length is a count (-1 stands for unknown)."""
+    if batch.prompt_lengths is None:
+        return {}
+    return {
+        int(i): (
+            "prompt_length negative",
+            f"prompt_length {int(batch.prompt_lengths[i])} (expected a count >= 0)",
+        )
+        for i in np.flatnonzero(batch.prompt_lengths < -1)
+    }
+
+
 def _drop(batch: RaggedBatch, bad: dict[int, Problem], ctx: Context, tally: Tally) -> RaggedBatch:
     if not bad:
         return batch
@@ -316,6 +363,8 @@ def _keep(batch: RaggedBatch, keep: np.ndarray) -> RaggedBatch:
         weight_versions=per_seq(batch.weight_versions),
         prompt_outside=per_seq(batch.prompt_outside),
         pad_outside=per_seq(batch.pad_outside),
+        prompt_lengths=per_seq(batch.prompt_lengths),
+        attrs={name: [values[i] for i in idx] for name, values in batch.attrs.items()},
         locations=[batch.locations[i] for i in idx] if batch.locations else [],
         role_lengths={},
         partial_mask=batch.partial_mask,
@@ -379,7 +428,7 @@ def _token_table(batch, where, model_tokens, turn, seq_ids, gpus) -> pa.Table:
     return pa.table(cols, schema=S.TOKEN_ROWS_SCHEMA)
 
 
-def _sequence_table(batch, seq_ids, gpus, counts, turn, model) -> pa.Table:
+def _sequence_table(batch, seq_ids, gpus, counts, turn, model, attributes) -> pa.Table:
     n = batch.n
     turns = np.zeros(n, dtype=np.int32)
     has = np.flatnonzero(counts["model"] > 0)
@@ -404,8 +453,17 @@ def _sequence_table(batch, seq_ids, gpus, counts, turn, model) -> pa.Table:
         S.ENTROPY: _nullable_float(_entropy_means(batch, counts["model"], model), n),
         S.WEIGHT_VERSION: _nullable_int(versions, n),
         S.WEIGHT_LAG: _nullable_int(lag, n),
+        S.PROMPT_LENGTH: _prompt_lengths(batch.prompt_lengths, n),
     }
-    return pa.table(cols, schema=S.SEQUENCE_SCHEMA)
+    for name in attributes:
+        cols[S.attribute_column(name)] = pa.array(batch.attrs.get(name, [None] * n), pa.string())
+    return pa.table(cols, schema=S.sequence_schema(attributes))
+
+
+def _prompt_lengths(a: np.ndarray | None, n: int) -> pa.Array:
+    if a is None:
+        return pa.nulls(n, pa.int64())
+    return pa.array(np.maximum(a, 0), pa.int64(), mask=a < 0)
 
 
 def _entropy_means(batch, model_tokens, model) -> np.ndarray | None:
@@ -435,7 +493,9 @@ def _nullable_int(a: np.ndarray | None, n: int) -> pa.Array:
     return pa.array(np.where(missing, 0, a).astype(np.int64), pa.int64(), mask=missing)
 
 
-def _tally(tally: Tally, batch: RaggedBatch, counts: dict, gpus: list[str | None]) -> None:
+def _tally(
+    tally: Tally, batch: RaggedBatch, counts: dict, gpus: list[str | None], attributes: list[str]
+) -> None:
     tally.sequences = batch.n
     tally.empty_sequences = int((counts["model"] == 0).sum())
     tally.model_tokens = int(counts["model"].sum())
@@ -444,3 +504,11 @@ def _tally(tally: Tally, batch: RaggedBatch, counts: dict, gpus: list[str | None
     tally.pad_tokens = int(counts["pad"].sum())
     tally.steps = {int(s) for s in np.unique(batch.steps)}
     tally.gpus = {g for g in set(gpus) if g is not None}
+    if batch.prompt_lengths is not None:
+        tally.prompt_lengths = int((batch.prompt_lengths >= 0).sum())
+    for name in attributes:
+        values = Counter(batch.attrs.get(name, [None] * batch.n))
+        if len(values) > MAX_COUNTED_VALUES:
+            tally.uncounted.add(name)
+            values = Counter(dict(values.most_common(MAX_COUNTED_VALUES)))
+        tally.attributes[name] = values

@@ -2,7 +2,8 @@
 
 Arrays are aligned to the *full* sequence (prompt + response), with a dummy entry at index 0: the
 logprob of token j sits at index j. Prompt and environment positions have mask 0. The step is in
-the file name.
+the file name. Positions are therefore the KV positions themselves (the prompt length before
+the arrays is 0).
 
 The GRPO loop writes these files with ``Logger.log_batched_dict_as_jsonl``
 (``nemo_rl/utils/logger.py``): the batch's tensors become lists, then each sample is a slice of
@@ -15,7 +16,7 @@ padding (counted as such, never read). Flat files (no outer list) are read too.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError
+from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
 from mismatchctl.ingest.jsonl import json_objects, require_keys
@@ -49,25 +51,42 @@ CONVERT = {
 }
 LENGTH = "length"  # where a line's converted input length is kept
 CUT = "cut"  # how many padding positions past input_lengths were cut off
+ATTRS = "attrs"  # where a line's requested attributes are kept
 
 
-def open_nemo(path: Path, mapping: Mapping[str, str], label: str) -> Source:
-    """``label``: the file as messages name it."""
+def open_nemo(
+    path: Path, mapping: Mapping[str, str], label: str, attrs: Sequence[str] = ()
+) -> Source:
+    """``label``: the file as messages name it; ``attrs``: keys kept as attributes (a line
+    without one: null)."""
     keys = {**KEYS, **mapping}
     step = step_from_name(path)
     source = Source(path, FORMAT_NEMO, iter(()), dict(keys))
     if step is None:
         step = 0
         source.notes.append("no step in the file name (train_data_step{N}.jsonl): step 0")
-    source.batches = _batches(path, label, keys, step)
+    attr.check_names(attrs)
+    source.attributes = list(attrs)
+    source.batches = _batches(path, label, keys, step, tuple(attrs))
     return source
 
 
-def _lines(path: Path, label: str, keys: dict) -> Iterator[tuple[int, dict]]:
+def _lines(
+    path: Path, label: str, keys: dict, attrs: tuple[str, ...]
+) -> Iterator[tuple[int, dict]]:
     hint = "write one JSON object per line, or leave the file out of the inputs."
     for number, obj in json_objects(path, label, "sample", hint):
         require_keys(obj, (S.ROLE_ROLLOUT, S.ROLE_TRAINER), keys, label, number, " logprob")
-        yield number, _converted(obj, keys, label, number)
+        values = _converted(obj, keys, label, number)
+        values[ATTRS] = {
+            name: attr.requested_value(
+                _unwrapped(obj.get(name), False, _where(label, number, name), ""),
+                name,
+                _where(label, number, name),
+            )
+            for name in attrs
+        }
+        yield number, values
 
 
 def _where(label: str, number: int, key: str) -> str:
@@ -139,10 +158,12 @@ def _cut(out: dict, raw: Any, keys: dict, where: str) -> None:
     out[CUT] = width - length
 
 
-def _batches(path: Path, label: str, keys: dict, step: int) -> Iterator[RaggedBatch]:
+def _batches(
+    path: Path, label: str, keys: dict, step: int, attrs: tuple[str, ...]
+) -> Iterator[RaggedBatch]:
     chunk: list[tuple[int, dict]] = []
     tokens = 0
-    for number, obj in _lines(path, label, keys):
+    for number, obj in _lines(path, label, keys, attrs):
         chunk.append((number, obj))
         tokens += len(obj[S.ROLE_ROLLOUT])
         if tokens >= BATCH_TOKENS:
@@ -162,7 +183,9 @@ def _to_batch(chunk: list[tuple[int, dict]], path: Path, step: int) -> RaggedBat
         rollout=np.concatenate(roll),
         trainer=np.concatenate(train),
         locations=[f"line {n}" for n, _ in chunk],
+        prompt_lengths=np.zeros(len(chunk), dtype=np.int64),  # the arrays span the sequence
     )
+    batch.attrs = {name: [o[ATTRS][name] for _, o in chunk] for name in chunk[0][1][ATTRS]}
     batch.role_lengths[S.ROLE_TRAINER] = np.array([len(a) for a in train], dtype=np.int64)
     if any(CUT in o for _, o in chunk):
         batch.pad_outside = np.array([o.get(CUT, 0) for _, o in chunk], dtype=np.int64)

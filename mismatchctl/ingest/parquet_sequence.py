@@ -7,16 +7,19 @@ LLM-generated tokens and 0 on tool tokens and padding, ``rollout_log_probs`` and
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
+from mismatchctl.ingest import attributes as attr
+from mismatchctl.ingest import parquet_extra as extra
 from mismatchctl.ingest import source as src
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
 from mismatchctl.ingest.columns import SEQUENCE_NAMES, require, resolve, unique_names
@@ -29,8 +32,11 @@ PER_TOKEN = (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, S.ROLE_TOKENS)
 ATTENTION_MASK = "attention_mask"
 
 
-def open_sequence(path: Path, mapping: Mapping[str, str], label: str) -> Source:
-    """``label``: the file as messages name it."""
+def open_sequence(
+    path: Path, mapping: Mapping[str, str], label: str, attrs: Sequence[str] = ()
+) -> Source:
+    """``label``: the file as messages name it; ``attrs``: columns to keep as attributes (beside
+    those found automatically, ``ingest.attributes``)."""
     pf = pq.ParquetFile(path)
     names = pf.schema_arrow.names
     unique_names(names, label)
@@ -53,8 +59,35 @@ def open_sequence(path: Path, mapping: Mapping[str, str], label: str) -> Source:
     attention = ATTENTION_MASK in names and av.is_list_type(
         pf.schema_arrow.field(ATTENTION_MASK).type
     )
-    source.batches = _batches(pf, path, label, found, step, attention)
+    used = {*found.values(), ATTENTION_MASK}
+    extras = extra.find_extras(pf, used, attrs, label, source.notes)
+    source.attributes = list(extras.attributes)
+    _prompt_notes(pf, extras, attention, source.notes)
+    source.batches = _batches(pf, path, label, found, step, attention, extras)
     return source
+
+
+def _prompt_notes(
+    pf: pq.ParquetFile, extras: extra.Extras, attention: bool, notes: list[str]
+) -> None:
+    """Where the prompt lengths come from (``kv_position`` counts from them), or that there are
+    none."""
+    if extras.prompt_length is not None:
+        notes.append(f"prompt lengths: column `{extras.prompt_length}`")
+    elif attention:
+        notes.append(f"prompt lengths: the prompt part of `{ATTENTION_MASK}`")
+    elif extras.prompt_list is not None:
+        lengths = pc.list_value_length(pf.read(columns=[extras.prompt_list]).column(0))
+        same = pc.min_max(lengths)
+        padded = ""
+        if pf.metadata.num_rows > 1 and same["min"].as_py() == same["max"].as_py():
+            padded = (
+                f" (every prompt is {same['min'].as_py()} long: if they are padded, the "
+                "lengths count the padding)"
+            )
+        notes.append(f"prompt lengths: the length of `{extras.prompt_list}`{padded}")
+    else:
+        notes.append("no prompt lengths: kv_position counts from the first position of the arrays")
 
 
 PER_SEQUENCE = (S.ROLE_STEP, S.ROLE_SAMPLE_ID, S.ROLE_GPU, S.ROLE_REWARD, S.ROLE_WEIGHT_VERSION)
@@ -89,15 +122,24 @@ def _batches(
     found: Mapping[str, str],
     step: int,
     attention: bool,
+    extras: extra.Extras,
 ) -> Iterator[RaggedBatch]:
     """``attention``: the file has an attention_mask list column, read for the prompt lengths
     (and as the mask when it is the mask's column)."""
     rows_done = 0
-    columns = list(dict.fromkeys([*found.values(), *([ATTENTION_MASK] if attention else [])]))
+    prompts = [c for c in (extras.prompt_length, extras.prompt_list) if c is not None]
+    columns = [*found.values(), *([ATTENTION_MASK] if attention else []), *prompts]
+    columns = list(dict.fromkeys(columns))
     avg = max(1, pf.metadata.num_rows and _avg_len(pf, found[S.ROLE_ROLLOUT], label))
     rows_per_batch = max(1, min(65536, src.BATCH_TOKENS // avg))
     for record in pf.iter_batches(batch_size=rows_per_batch, columns=columns):
-        yield _to_batch(record, path, label, found, step, rows_done)
+        batch = _to_batch(record, path, label, found, step, rows_done)
+        prompt = batch.prompt_lengths  # the attention mask's prompt parts, when it has them
+        batch.prompt_lengths = extra.prompt_lengths(record, extras, prompt, label)
+        if extras.prompt_length is not None and batch.prompt_outside is None:
+            batch.prompt_outside = np.maximum(batch.prompt_lengths, 0)
+        batch.attrs = attr.per_batch(extras.attributes, rows_done, rows_done + record.num_rows)
+        yield batch
         rows_done += record.num_rows
 
 
@@ -156,7 +198,8 @@ def _to_batch(
     if found.get(S.ROLE_MASK) != ATTENTION_MASK and ATTENTION_MASK in record.schema.names:
         attention, full = av.list_values(record.column(ATTENTION_MASK), _attention(label))
         ones = av.mask01(attention, _attention(label))
-        batch.prompt_outside = _response_and_prompt(ones, full, lengths)[2]
+        _, take, batch.prompt_outside = _response_and_prompt(ones, full, lengths)
+        batch.prompt_lengths = _known(batch.prompt_outside, full, take)
     if S.ROLE_TOKENS in flat:
         batch.token_ids = av.ints(flat[S.ROLE_TOKENS][0], what(S.ROLE_TOKENS))
         batch.role_lengths[S.ROLE_TOKENS] = flat[S.ROLE_TOKENS][1]
@@ -189,13 +232,19 @@ def _response_part(batch: RaggedBatch, lengths: np.ndarray) -> None:
     """The mask becomes the response part of each row's attention mask; the prompt part gives
     the prompt's length."""
     assert batch.mask is not None
-    index, take, prompts = _response_and_prompt(
-        batch.mask, batch.role_lengths[S.ROLE_MASK], lengths
-    )
+    full = batch.role_lengths[S.ROLE_MASK]
+    index, take, prompts = _response_and_prompt(batch.mask, full, lengths)
     batch.prompt_outside = prompts
+    batch.prompt_lengths = _known(prompts, full, take)
     batch.mask = batch.mask[index]
     batch.role_lengths[S.ROLE_MASK] = take
     batch.partial_mask = ATTENTION_MASK
+
+
+def _known(prompts: np.ndarray, full: np.ndarray, take: np.ndarray) -> np.ndarray:
+    """Prompt lengths from an attention mask: unknown for a row with no prompt part (a mask as
+    long as the response says nothing of the prompt)."""
+    return np.where(full > take, prompts, extra.UNKNOWN)
 
 
 def _entropy(batch: RaggedBatch, column: pa.Array, what: str) -> None:

@@ -7,7 +7,7 @@ therefore bounded by the largest single file, not by the dump.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +18,10 @@ import pyarrow.parquet as pq
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
+from mismatchctl.ingest import attributes
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths, sequence_index
 from mismatchctl.ingest.columns import TOKEN_NAMES, require, resolve, unique_names
+from mismatchctl.ingest.parquet_extra import PROMPT_LENGTH_NAMES, UNKNOWN
 from mismatchctl.ingest.source import (
     BATCH_TOKENS,
     FORMAT_TOKEN,
@@ -29,8 +31,12 @@ from mismatchctl.ingest.source import (
 )
 
 
-def open_token(path: Path, mapping: Mapping[str, str], label: str) -> Source:
-    """``label``: the file as messages name it."""
+def open_token(
+    path: Path, mapping: Mapping[str, str], label: str, attrs: Sequence[str] = ()
+) -> Source:
+    """``label``: the file as messages name it; ``attrs``: columns kept as attributes (one value
+    per sequence, repeated on its rows). A ``prompt_length`` column (also one value per
+    sequence) gives the prompt lengths."""
     pf = pq.ParquetFile(path)
     names = pf.schema_arrow.names
     unique_names(names, label)
@@ -55,15 +61,38 @@ def open_token(path: Path, mapping: Mapping[str, str], label: str) -> Source:
         source.notes.append("no mask column: every row counted as a model token")
     if S.ROLE_POSITION not in found:
         source.notes.append("no position column: tokens taken in file order within each sample")
-    source.batches = _batches(pf, label, found, step)
+    extra = _extra_columns(names, found, attrs, label, source.notes)
+    source.attributes = list(attrs)
+    source.batches = _batches(pf, label, found, step, extra)
     return source
 
 
+def _extra_columns(
+    names: list[str],
+    found: Mapping[str, str],
+    attrs: Sequence[str],
+    label: str,
+    notes: list[str],
+) -> dict[str, str]:
+    """Per-sequence columns read beside the roles: the prompt length (key ``prompt``) and the
+    requested attributes (keys ``attr:<name>``), each one value per sequence."""
+    used = set(found.values())
+    attributes.check_requested(attrs, [n for n in names if n not in used], label)
+    extra = {f"attr:{a}": a for a in attrs}
+    prompt = next((n for n in PROMPT_LENGTH_NAMES if n in names and n not in used), None)
+    if prompt is not None:
+        extra["prompt"] = prompt
+        notes.append(f"prompt lengths: column `{prompt}`")
+    else:
+        notes.append("no prompt lengths: kv_position counts from the positions as given")
+    return extra
+
+
 def _batches(
-    pf: pq.ParquetFile, label: str, found: Mapping[str, str], step: int
+    pf: pq.ParquetFile, label: str, found: Mapping[str, str], step: int, extra: dict[str, str]
 ) -> Iterator[RaggedBatch]:
-    table = pf.read(columns=list(dict.fromkeys(found.values())))
-    table = _sorted(table, found, step, label)
+    table = pf.read(columns=list(dict.fromkeys([*found.values(), *extra.values()])))
+    table = _sorted(table, {**found, **extra}, step, label)
     keys = _sequence_starts(table, _step_what(label, found))
     starts = np.append(keys, table.num_rows)
     first = 0
@@ -71,7 +100,10 @@ def _batches(
         last = int(np.searchsorted(starts, starts[first] + BATCH_TOKENS, side="right")) - 1
         last = max(last, first + 1)
         lo, hi = int(starts[first]), int(starts[last])
-        yield _to_batch(table.slice(lo, hi - lo), starts[first : last + 1] - lo, label, found, lo)
+        piece = table.slice(lo, hi - lo)
+        batch = _to_batch(piece, starts[first : last + 1] - lo, label, found, lo)
+        _per_sequence(batch, piece, starts[first : last + 1] - lo, extra, label)
+        yield batch
         first = last
 
 
@@ -152,6 +184,43 @@ def _to_batch(
         if role in found:
             setattr(batch, attr, av.floats(col(role).take(pa.array(heads)), what(role)))
     return batch
+
+
+def _per_sequence(
+    batch: RaggedBatch, t: pa.Table, starts: np.ndarray, extra: dict[str, str], label: str
+) -> None:
+    """The prompt length and the attributes of each sequence: one value on all its rows (a
+    column whose value changes within a sequence is an error naming it)."""
+    heads = starts[:-1]
+    for key, column in extra.items():
+        values = t.column(key).combine_chunks()
+        if pa.types.is_dictionary(values.type):
+            values = values.cast(values.type.value_type)
+        first = values.take(pa.array(np.repeat(heads, np.diff(starts))))
+        differs = pc.fill_null(pc.not_equal(values, first), False)
+        differs = pc.or_(differs, pc.xor(values.is_null(), first.is_null()))
+        if pc.any(differs).as_py():
+            row = int(np.flatnonzero(differs.to_numpy(zero_copy_only=False))[0])
+            i = int(np.searchsorted(starts, row, side="right")) - 1
+            raise InputError(
+                f"{label}: column `{column}` changes within sample `{batch.sample_ids[i]}` "
+                "(expected one value per sequence, repeated on its rows)",
+                f"write one {column} per sequence, or leave it out.",
+            )
+        head = values.take(pa.array(heads))
+        if key == "prompt":
+            lengths = av.ints(head.fill_null(UNKNOWN), f"{label}: column `{column}`")
+            batch.prompt_lengths = lengths
+        else:
+            name = key[len("attr:") :]
+            texts = [attributes.as_text(v) for v in head.to_pylist()]
+            problem = attributes.text_problem(texts)
+            if problem is not None:
+                raise InputError(
+                    f"{label}: column `{column}` (--attr {name}): {problem}",
+                    f"name a column of short categories, or leave --attr {name} out.",
+                )
+            batch.attrs[name] = texts
 
 
 def _positions_once(batch: RaggedBatch, label: str, found: Mapping[str, str]) -> None:

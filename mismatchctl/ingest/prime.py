@@ -15,7 +15,7 @@ frozen model, without sampling logprobs) are not, and are counted in a note.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ import numpy as np
 
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError
+from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
 from mismatchctl.ingest.columns import refuse_unread_roles
@@ -39,6 +40,8 @@ KEYS = {
     S.ROLE_STEP: "step",
 }
 MEMBERS = ("rl_weights", "ref_kl_weights")  # tokens with a nonzero weight have sampling logprobs
+POSITION_IDS = "position_ids"  # the KV position of every token of the (packed) sequence
+ATTRIBUTES = ("env_name", "rank")  # per-sequence categories of the writer: kept as attributes
 PER_TOKEN = (
     (S.ROLE_ROLLOUT, pv.floats),
     (S.ROLE_TRAINER, pv.floats),
@@ -48,12 +51,19 @@ PER_TOKEN = (
 )
 
 
-def open_prime(path: Path, mapping: Mapping[str, str], label: str | None = None) -> Source:
-    """``label``: the file as messages name it (default: its path)."""
+def open_prime(
+    path: Path, mapping: Mapping[str, str], label: str | None = None, attrs: Sequence[str] = ()
+) -> Source:
+    """``label``: the file as messages name it (default: its path); ``attrs``: keys kept as
+    attributes beside ``env_name`` and ``rank`` (a line without one: null)."""
     refuse_unread_roles(mapping, KEYS, "prime-rl token exports")
+    attr.check_names(attrs)
     keys = {**KEYS, **mapping}
     source = Source(path, FORMAT_PRIME, iter(()), dict(keys))
-    source.batches = _batches(path, label or str(path), keys, mapping, source.notes)
+    source.attributes = list(dict.fromkeys([*ATTRIBUTES, *attrs]))
+    source.batches = _batches(
+        path, label or str(path), keys, mapping, source.notes, tuple(source.attributes)
+    )
     return source
 
 
@@ -85,7 +95,20 @@ def _converted(obj: dict, keys: dict, name: str, number: int) -> dict[str, Any]:
     ints = all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, index))
     out[S.ROLE_SAMPLE_ID] = f"rank{rank}-{index}" if ints else f"{Path(name).stem}#{number}"
     out["members"] = _members(obj, len(out[S.ROLE_MASK]), name, number)
+    out["prompt"] = _prompt(obj, len(out[S.ROLE_ROLLOUT]), name, number)
     return out
+
+
+def _prompt(obj: dict, n: int, name: str, number: int) -> int:
+    """0 when the line's ``position_ids`` count from its first token (the arrays span the
+    sequence: positions are KV positions); -1 (unknown) for a packed line whose positions
+    restart inside it, or a line without them."""
+    values = obj.get(POSITION_IDS)
+    if values is None:
+        return -1
+    hint = "repair that line (position_ids: one integer per token)."
+    ids = pv.ints(values, _where(name, number, POSITION_IDS), hint)
+    return 0 if len(ids) == n and np.array_equal(ids, np.arange(n)) else -1
 
 
 def _step(obj: dict, key: str, name: str, number: int) -> int:
@@ -120,15 +143,25 @@ def _members(obj: dict, n: int, name: str, number: int) -> np.ndarray | None:
 
 
 def _batches(
-    path: Path, name: str, keys: dict, mapping: Mapping[str, str], notes: list[str]
+    path: Path,
+    name: str,
+    keys: dict,
+    mapping: Mapping[str, str],
+    notes: list[str],
+    attrs: tuple[str, ...],
 ) -> Iterator[RaggedBatch]:
     """Batches of about BATCH_TOKENS tokens. What only the whole file tells (ce-only tokens left
     out, other schema versions) is noted at the end: notes are recorded after every batch."""
     chunk: list[tuple[int, dict]] = []
     tokens = ce_only = 0
     versions: set[Any] = set()
+    packed = 0
     for number, obj in _records(path, name, keys, mapping):
         values = _converted(obj, keys, name, number)
+        values["attrs"] = {
+            a: attr.requested_value(obj.get(a), a, _where(name, number, a)) for a in attrs
+        }
+        packed += values["prompt"] < 0
         versions.add(obj.get("schema_version"))
         if values["members"] is not None:
             ce_only += int((values[S.ROLE_MASK] & ~values["members"]).sum())
@@ -143,6 +176,12 @@ def _batches(
         notes.append(
             f"{ce_only} loss-mask tokens of the ce component only (no sampling logprobs) are "
             "not counted as model tokens, as in prime-rl's own mismatch KL"
+        )
+    if packed:
+        notes.append(
+            f"{packed} sequences without `{POSITION_IDS}` counting from their first token "
+            "(packed samples, or no position ids): no prompt length, kv_position is the index "
+            "in the exported sequence"
         )
     other = sorted(map(repr, versions - {SCHEMA_VERSION}))
     if other:
@@ -164,7 +203,9 @@ def _to_batch(chunk: list[tuple[int, dict]], name: str, keys: dict) -> RaggedBat
         trainer=trainer,
         mask=np.concatenate([_model(v) for _, v in chunk]),
         locations=[f"line {n}" for n, _ in chunk],
+        prompt_lengths=np.array([v["prompt"] for _, v in chunk], dtype=np.int64),
     )
+    batch.attrs = {a: [v["attrs"][a] for _, v in chunk] for a in chunk[0][1]["attrs"]}
     batch.role_lengths[S.ROLE_TRAINER] = trainer_lengths
     batch.role_lengths[S.ROLE_MASK] = cat(S.ROLE_MASK)[1]
     for role, name in ((S.ROLE_TOKENS, "token_ids"), (S.ROLE_ENTROPY, "entropy")):

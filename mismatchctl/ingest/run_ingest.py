@@ -126,6 +126,7 @@ class Options:
     skip_bad: bool
     trust_pickle: bool = False  # full unpickling of .pt files (runs any code in them); verl pickles
     allow_padding: bool = False  # keep trailing padding of a dump without mask as tokens
+    attrs: tuple[str, ...] = ()  # columns kept as per-sequence attributes (--attr)
 
 
 def ingest_files(
@@ -224,13 +225,15 @@ def ingest_source(
     label = label or file_label(path)
     fmt = detect_format(path, opts.mapping, opts.fmt, label)
     try:
-        source = open_source(path, fmt, opts.mapping, opts.trust_pickle, label)
+        source = open_source(path, fmt, opts.mapping, opts.trust_pickle, label, opts.attrs)
         tags = {**source.tags, **opts.tags}
         ctx = Context(label, tags.get(S.TAG_GPU), opts.skip_bad, seq, opts.allow_padding, [])
+        ctx.attributes = list(source.attributes)
         limit = store_parts.PART_TOKENS
         slots = 1 if lanes is None else 2  # two open parts only when two lanes write them
         tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, limit, lanes, slots)
-        seqs = PartWriter(txn.staging, SEQUENCES, opts.run, S.SEQUENCE_SCHEMA, 1 << 62, lanes)
+        seq_schema = S.sequence_schema(source.attributes)
+        seqs = PartWriter(txn.staging, SEQUENCES, opts.run, seq_schema, 1 << 62, lanes)
         tally = Tally()
         try:
             for batch in prefetch(source.batches):
@@ -283,4 +286,6 @@ def _record(path: Path, fp: str, fmt: str, columns, tags, notes, tally: Tally) -
         dropped_ids=list(tally.dropped_ids),
         steps=sorted(tally.steps),
         gpus=sorted(tally.gpus),
+        attributes=tally.attribute_summary(),
+        prompt_lengths=tally.prompt_lengths,
     )

@@ -6,7 +6,8 @@ and ``{"rollout_id", "rank", "rollout_data": {key: [per sample]}}`` (columnar, o
 Per sample: ``tokens`` (prompt + response; the response is the last ``response_lengths``
 tokens), ``loss_masks``, ``rollout_log_probs``, ``log_probs`` (trainer), optionally
 ``rewards``, ``sample_index``. Values may be lists, tensors or numbers. The prompt's length
-(``tokens`` minus the response) is kept in the sequence rows. The file is loaded with
+(``tokens`` minus the response) is kept in the sequence rows, and is where ``kv_position``
+counts from. Per-sample scalars (``truncated``...) are attributes (``ingest.attributes``). The file is loaded with
 ``weights_only=True`` (``torch_load``): it never runs code from the file unless the user passes
 ``--trust-pickle``.
 
@@ -17,7 +18,7 @@ only: it is recognised and refused with a pointer to the train dump.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,6 +27,7 @@ import numpy as np
 from mismatchctl import schema as S
 from mismatchctl.display import file_label
 from mismatchctl.errors import InputError
+from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
 from mismatchctl.ingest.source import BATCH_TOKENS, FORMAT_SLIME, Source, step_from_name
@@ -52,7 +54,11 @@ class _File(NamedTuple):
 
 
 def open_slime(
-    path: Path, mapping: Mapping[str, str], trust_pickle: bool = False, label: str | None = None
+    path: Path,
+    mapping: Mapping[str, str],
+    trust_pickle: bool = False,
+    label: str | None = None,
+    attrs: Sequence[str] = (),
 ) -> Source:
     file = _File(label or file_label(path), path.stem)
     data = load_pt(path, trust_pickle, file.label)
@@ -78,7 +84,15 @@ def open_slime(
         source.notes.append(f"loaded with {TRUST_FLAG} (full unpickling)")
     if samples and keys[S.ROLE_MASK] not in first:
         source.notes.append("no loss_masks: every response token counted as a model token")
-    source.batches = _batches(samples, keys, step, file)
+    if samples and keys[S.ROLE_TOKENS] not in first:
+        source.notes.append(
+            f"no `{keys[S.ROLE_TOKENS]}`: no prompt lengths (kv_position counts from the first "
+            "position of the response)"
+        )
+    exclude = {*keys.values(), RESPONSE_LENGTHS}
+    kept = attr.from_records(samples, exclude, attrs, file.label, source.notes)
+    source.attributes = list(kept)
+    source.batches = _batches(samples, keys, step, file, kept)
     return source
 
 
@@ -173,7 +187,9 @@ def _values(samples: list[dict], keys: dict, role: str, file: _File, i0: int, co
     return out
 
 
-def _batches(samples: list[dict], keys: dict, step: int, file: _File) -> Iterator[RaggedBatch]:
+def _batches(
+    samples: list[dict], keys: dict, step: int, file: _File, kept: dict[str, list[attr.Text]]
+) -> Iterator[RaggedBatch]:
     start = 0
     while start < len(samples):
         end, tokens = start, 0
@@ -183,7 +199,9 @@ def _batches(samples: list[dict], keys: dict, step: int, file: _File) -> Iterato
                 len(value) if isinstance(value, list | tuple) or hasattr(value, "shape") else 0
             )
             end += 1
-        yield _to_batch(samples[start:end], keys, step, file, start)
+        batch = _to_batch(samples[start:end], keys, step, file, start)
+        batch.attrs = attr.per_batch(kept, start, end)
+        yield batch
         start = end
 
 
@@ -230,10 +248,11 @@ def _token_ids(
         length = _one_int(sample.get(RESPONSE_LENGTHS, int(n)), f"{where} {RESPONSE_LENGTHS}")
         inside = 0 <= length <= len(tokens)
         ids.append(tokens[len(tokens) - length :] if inside else tokens)
-        prompts.append(len(tokens) - length if inside else 0)
+        prompts.append(len(tokens) - length if inside else -1)  # -1: unknown
     batch.token_ids = np.concatenate(ids)
     batch.role_lengths[S.ROLE_TOKENS] = np.array([len(a) for a in ids], dtype=np.int64)
-    batch.prompt_outside = np.array(prompts, dtype=np.int64)
+    batch.prompt_outside = np.maximum(np.array(prompts, dtype=np.int64), 0)
+    batch.prompt_lengths = np.array(prompts, dtype=np.int64)
 
 
 def _sample_id(sample: dict, keys: dict, file: _File, i: int) -> str:

@@ -32,6 +32,8 @@ class Source:
     columns: dict[str, str] = field(default_factory=dict)
     tags: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # the per-sequence attributes its batches carry (every batch has each of them)
+    attributes: list[str] = field(default_factory=list)
 
 
 _STEP_PATTERNS = (

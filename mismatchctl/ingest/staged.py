@@ -118,8 +118,12 @@ def shift_parts(
 def _shift(staging: Path, run: str, part: PartRecord, offset: int) -> list[PartRecord]:
     """One staged part rewritten with shifted seq ids (its new record)."""
     source = staging / part.path
-    schema = S.TOKEN_SCHEMA if part.kind == TOKENS else S.SEQUENCE_SCHEMA
-    table = pq.ParquetFile(source).read().select(schema.names).cast(schema)
+    table = pq.ParquetFile(source).read()
+    if part.kind == TOKENS:
+        schema = S.TOKEN_SCHEMA
+    else:  # the source's attribute columns kept
+        schema = S.sequence_schema(S.attribute_names(table.column_names))
+    table = table.select(schema.names).cast(schema)
     column = table.schema.get_field_index(S.SEQ)
     shifted = pc.add(table.column(column), pa.scalar(offset, pa.int64()))
     table = table.set_column(column, schema.field(S.SEQ), shifted)

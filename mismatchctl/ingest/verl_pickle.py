@@ -18,8 +18,8 @@ one side holds 0.0 runs under it (tool responses) is refused.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import numpy as np
 
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError
+from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch
 from mismatchctl.ingest.canonical import derive_turns
@@ -65,12 +66,20 @@ class VerlBatch:
     rewards: np.ndarray | None = None
     # per row, the prompt's tokens (from attention_mask): held for the sequence rows
     prompt_lengths: np.ndarray | None = None
+    # per-row attributes (from non_tensor_batch), as text
+    attrs: dict[str, list[attr.Text]] = field(default_factory=dict)
 
 
 def open_verl(
-    path: Path, mapping: Mapping[str, str], trust_pickle: bool = False, label: str | None = None
+    path: Path,
+    mapping: Mapping[str, str],
+    trust_pickle: bool = False,
+    label: str | None = None,
+    attrs: Sequence[str] = (),
 ) -> Source:
-    """``label``: the file as messages name it (default: its path)."""
+    """``label``: the file as messages name it (default: its path); ``attrs``: keys of
+    ``non_tensor_batch`` kept as attributes (beside those found automatically:
+    ``ingest.attributes``)."""
     name = label or str(path)
     if not trust_pickle:
         raise _refused(name)
@@ -90,6 +99,8 @@ def open_verl(
         f"loaded with {TRUST_FLAG} by a restricted unpickler (no code from the file was run)"
     )
     data = _read(content, keys, name, source.notes)
+    data.attrs = _attributes(content, keys, len(data.sample_ids), attrs, name, source.notes)
+    source.attributes = list(data.attrs)
     source.columns = {r: k for r, k in keys.items() if _present(content, r, k)}
     if S.ROLE_MASK not in source.columns:
         source.columns[S.ROLE_MASK] = f"{ATTENTION} (response part)"
@@ -133,8 +144,13 @@ def _read(content: DataProtoContent, keys: dict, name: str, notes: list[str]) ->
         data.entropy = _matrix(content, keys, S.ROLE_ENTROPY, name, shape)
     data.rewards = _rewards(content, keys[S.ROLE_REWARD], name, shape[0])
     if ATTENTION in content.batch:
-        data.prompt_lengths = prompt_lengths(
-            response_attention(content, name, shape, whole=True), shape[1]
+        whole = response_attention(content, name, shape, whole=True)
+        if whole.shape[1] > shape[1]:  # a prompt part: its ones are the prompt's tokens
+            data.prompt_lengths = prompt_lengths(whole, shape[1])
+    if data.prompt_lengths is None:
+        notes.append(
+            f"no prompt part in `{ATTENTION}`: no prompt lengths (kv_position counts from the "
+            "first position of the response)"
         )
     if keys[S.ROLE_MASK] not in content.batch:
         _refuse_tool_runs(data, name)
@@ -249,6 +265,30 @@ def prompt_lengths(attention: np.ndarray, response_length: int) -> np.ndarray:
     return attention[:, : attention.shape[1] - response_length].sum(axis=1).astype(np.int64)
 
 
+def _attributes(
+    content: DataProtoContent,
+    keys: dict,
+    rows: int,
+    requested: Sequence[str],
+    name: str,
+    notes: list[str],
+) -> dict[str, list[attr.Text]]:
+    """The attributes among ``non_tensor_batch``: its arrays of one scalar per row
+    (``data_source``...), but the sample id's and the reward's."""
+    candidates: dict[str, list[attr.Text]] = {}
+    for key, value in content.non_tensor.items():
+        if key in (keys[S.ROLE_SAMPLE_ID], keys[S.ROLE_REWARD]) or not isinstance(key, str):
+            continue
+        values = np.asarray(value, dtype=object)
+        if values.ndim != 1 or len(values) != rows:
+            continue
+        items = values.tolist()
+        if all(attr.is_scalar(v, floats=key in requested) for v in items):
+            candidates[key] = [attr.as_text(v) for v in items]
+    attr.check_requested(requested, list(candidates), f"{name}: non_tensor_batch")
+    return attr.choose(candidates, requested, name, notes)
+
+
 def _refuse_tool_runs(data: VerlBatch, name: str) -> None:
     """With the attention mask as the mask, tool tokens count as model tokens: where verl wrote
     0.0 for them on the rollout side, runs of one-sided exact zeros show them."""
@@ -360,6 +400,7 @@ def _to_batch(data: VerlBatch, start: int, end: int) -> RaggedBatch:
     def flat(a: np.ndarray | None) -> np.ndarray | None:
         return None if a is None else a[start:end].reshape(-1)
 
+    prompts = None if data.prompt_lengths is None else data.prompt_lengths[start:end]
     return RaggedBatch(
         steps=np.full(n, data.step, dtype=np.int64),
         sample_ids=data.sample_ids[start:end],
@@ -371,4 +412,7 @@ def _to_batch(data: VerlBatch, start: int, end: int) -> RaggedBatch:
         entropy=flat(data.entropy),
         rewards=None if data.rewards is None else data.rewards[start:end],
         locations=[f"row {i}" for i in range(start, end)],
+        prompt_outside=prompts,
+        prompt_lengths=prompts,
+        attrs=attr.per_batch(data.attrs, start, end),
     )

@@ -1,7 +1,9 @@
 """Compiled per-token loops (numba): the one place where every token of a report is touched.
 
 :func:`cell_sums` walks a slice of model tokens once per turn run (the contiguous tokens of one
-sequence in one turn) and reduces it to (turn run x probability bin) cells: counts, sums,
+sequence in one turn) and reduces it to (turn run x token code) cells, a token code being its
+probability bin combined with its KV-position and turn-position bins when they are asked for:
+counts, sums,
 centred second moments (a second pass over the run's tokens around each cell's mean) and
 extremes of every token column of the state (``Col.TOKENS`` .. ``Col.R_OVERFLOW``), plus each run's
 sums of both logprobs. Everything a report, a comparison or a figure derives from tokens merges
@@ -89,34 +91,72 @@ def _bin(p: float, inner: np.ndarray) -> int:
     return lo
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _bounds(b: int, inner: np.ndarray) -> tuple[float, float]:
+    """``[lo, hi)`` of bin ``b`` of the interior edges ``inner`` (the outer bins are open)."""
+    lo = -np.inf if b == 0 else inner[b - 1]
+    hi = np.inf if b == inner.shape[0] else inner[b]
+    return lo, hi
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
-def _reset(acc: np.ndarray) -> None:
-    acc[:, :] = 0.0
-    for col in _MIN_COLS:
-        acc[:, col] = np.inf
-    for col in _MAX_COLS:
-        acc[:, col] = -np.inf
+def _reset_rows(acc: np.ndarray, rows: np.ndarray, count: int) -> None:
+    """Rows ``rows[:count]`` of ``acc`` back to the empty state (zero sums, +-inf extremes)."""
+    for j in range(count):
+        row = acc[rows[j]]
+        row[:] = 0.0
+        for col in _MIN_COLS:
+            row[col] = np.inf
+        for col in _MAX_COLS:
+            row[col] = -np.inf
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def _sort_small(a: np.ndarray, count: int) -> None:
+    """Insertion sort of ``a[:count]`` (the few token codes one turn run visits)."""
+    for i in range(1, count):
+        v = a[i]
+        j = i - 1
+        while j >= 0 and a[j] > v:
+            a[j + 1] = a[j]
+            j -= 1
+        a[j + 1] = v
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def cell_sums(
-    lr: np.ndarray, lt: np.ndarray, pr_in: np.ndarray, starts: np.ndarray, inner: np.ndarray
+    lr: np.ndarray,
+    lt: np.ndarray,
+    pr_in: np.ndarray,
+    starts: np.ndarray,
+    inner: np.ndarray,
+    position: np.ndarray,
+    kv_base: np.ndarray,
+    kv_inner: np.ndarray,
+    tp_inner: np.ndarray,
 ) -> tuple[np.ndarray, ...]:
-    """Cells of (turn run, bin) of one slice.
+    """Cells of (turn run, token code) of one slice.
 
     ``lr``/``lt``: float64 logprobs (finite); ``pr_in``: ``np.exp(lr)`` (numpy's, so that
     tokens on a bin edge land where ``assign_bins`` puts them); ``starts``: the runs;
-    ``inner``: the interior bin edges of the inference probability, ascending. Returns
-    ``cell_run, cell_bin, cell_len, cell_state`` (cells ordered by run, then bin; state: the
-    ``TOKEN_FIELDS`` token columns), ``lr_sum, lt_sum`` per run, and per token ``r`` and its
-    cell (``tok_cell``).
+    ``inner``: the interior bin edges of the inference probability, ascending. A token's code
+    combines its probability bin ``b`` with, when their edges are given (non-empty), its KV
+    position bin ``kv`` (``kv_base[run] + position[token]``, binned by ``kv_inner``: the edges
+    after the first) and its turn-position bin ``tp`` (its index in the run, binned by
+    ``tp_inner``): ``(b * n_kv + kv) * n_tp + tp``. Returns ``cell_run, cell_code, cell_len,
+    cell_state`` (cells ordered by run, then code; state: the ``TOKEN_FIELDS`` token
+    columns), ``lr_sum, lt_sum`` per run, and per token ``r`` and its cell (``tok_cell``).
     """
     n = lr.shape[0]
     m = starts.shape[0]
-    nbins = inner.shape[0] + 1
-    cap = min(n, m * nbins)
+    use_kv = kv_inner.shape[0] > 0
+    use_tp = tp_inner.shape[0] > 0
+    n_kv = kv_inner.shape[0] + 1
+    n_tp = tp_inner.shape[0] + 1
+    n_codes = (inner.shape[0] + 1) * n_kv * n_tp
+    cap = min(n, m * n_codes)
     cell_run = np.empty(cap, np.int64)
-    cell_bin = np.empty(cap, np.int64)
+    cell_code = np.empty(cap, np.int64)
     cell_len = np.empty(cap, np.int64)
     state = np.empty((cap, TOKEN_FIELDS), np.float64)
     lr_sum = np.zeros(m, np.float64)
@@ -124,17 +164,27 @@ def cell_sums(
     r_out = np.empty(n, np.float64)
     pr_t = np.empty(n, np.float64)
     pt_t = np.empty(n, np.float64)
-    tok_bin = np.empty(n, np.int16)
+    tok_code = np.empty(n, np.int32)
     tok_cell = np.empty(n, np.int32)
-    acc = np.empty((nbins, TOKEN_FIELDS), np.float64)
-    cell_of_bin = np.empty(nbins, np.int64)
+    acc = np.empty((n_codes, TOKEN_FIELDS), np.float64)
+    every = np.arange(n_codes)
+    _reset_rows(acc, every, n_codes)
+    touched = np.empty(n_codes, np.int64)
+    cell_of_code = np.empty(n_codes, np.int64)
     c = 0
     for k in range(m):
         s = starts[k]
         e = starts[k + 1] if k + 1 < m else n
-        _reset(acc)
         a_sum = 0.0
         t_sum = 0.0
+        count = 0
+        kv_b = 0
+        kv_lo = np.inf  # the cached KV bin [kv_lo, kv_hi): positions rise, it rarely changes
+        kv_hi = -np.inf
+        tp_b = 0
+        tp_lo = np.inf
+        tp_hi = -np.inf
+        base = kv_base[k] if use_kv else 0
         for i in range(s, e):
             a = lr[i]
             t = lt[i]
@@ -150,12 +200,27 @@ def cell_sums(
             else:
                 chi2 = (rm1 + 2.0) * rm1
             dp = abs(pt - pr)
-            b = _bin(pr, inner)
+            code = _bin(pr, inner)
+            if use_kv:
+                kv = float(base + position[i])
+                if not (kv_lo <= kv < kv_hi):
+                    kv_b = _bin(kv, kv_inner)
+                    kv_lo, kv_hi = _bounds(kv_b, kv_inner)
+                code = code * n_kv + kv_b
+            if use_tp:
+                tp = float(i - s)
+                if not (tp_lo <= tp < tp_hi):
+                    tp_b = _bin(tp, tp_inner)
+                    tp_lo, tp_hi = _bounds(tp_b, tp_inner)
+                code = code * n_tp + tp_b
             r_out[i] = r
             pr_t[i] = pr
             pt_t[i] = pt
-            tok_bin[i] = b
-            row = acc[b]
+            tok_code[i] = code
+            row = acc[code]
+            if row[_N] == 0.0:
+                touched[count] = code
+                count += 1
             row[_N] += 1.0
             row[_K3] += rm1 - r
             row[_R] += r
@@ -179,7 +244,7 @@ def cell_sums(
         lr_sum[k] = a_sum
         lt_sum[k] = t_sum
         for i in range(s, e):  # centred moments around each cell's mean
-            row = acc[tok_bin[i]]
+            row = acc[tok_code[i]]
             cnt = row[_N]
             dr = r_out[i] - row[_R] / cnt
             dx = pr_t[i] - row[_PR] / cnt
@@ -188,19 +253,21 @@ def cell_sums(
             row[_PR_M2] += dx * dx
             row[_PT_M2] += dy * dy
             row[_PRPT_C] += dx * dy
-        for b in range(nbins):
-            if acc[b, _N] > 0:
-                cell_of_bin[b] = c
-                state[c] = acc[b]
-                cell_run[c] = k
-                cell_bin[c] = b
-                cell_len[c] = int(acc[b, _N])
-                c += 1
+        _sort_small(touched, count)
+        for j in range(count):
+            code = touched[j]
+            cell_of_code[code] = c
+            state[c] = acc[code]
+            cell_run[c] = k
+            cell_code[c] = code
+            cell_len[c] = int(acc[code, _N])
+            c += 1
         for i in range(s, e):
-            tok_cell[i] = cell_of_bin[tok_bin[i]]
+            tok_cell[i] = cell_of_code[tok_code[i]]
+        _reset_rows(acc, touched, count)
     return (
         cell_run[:c],
-        cell_bin[:c],
+        cell_code[:c],
         cell_len[:c],
         state[:c],
         lr_sum,

@@ -35,6 +35,7 @@ TOKEN_METRICS = (
     M.PROB_ABS_DIFF_MEAN,
     M.PROB_ABS_DIFF_MAX,
     M.PROB_PEARSON,
+    M.ROLLOUT_PROB_MEAN,
 )
 SEQUENCE_METRICS = (
     M.VLLM_KL_SEQ_MEAN,
@@ -183,6 +184,7 @@ def _token_metrics(s: np.ndarray) -> dict[str, Value]:
             s[Col.PR_M2], s[Col.PT_M2], s[Col.PRPT_C],
             constant=flat(s[Col.PR_MIN], s[Col.PR_MAX]) or flat(s[Col.PT_MIN], s[Col.PT_MAX]),
         ),
+        M.ROLLOUT_PROB_MEAN: s[Col.PR_SUM] / n,
     }  # fmt: skip
 
 

@@ -53,6 +53,7 @@ def _token_metrics(segs: list[Segment]) -> dict[str, float | None]:
         M.PROB_ABS_DIFF_MEAN: np.mean(np.abs(pt - pr)),
         M.PROB_ABS_DIFF_MAX: np.max(np.abs(pt - pr)),
         M.PROB_PEARSON: _pearson(pr, pt),
+        M.ROLLOUT_PROB_MEAN: np.mean(pr),
     }
     return values
 

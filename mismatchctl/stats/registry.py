@@ -132,6 +132,11 @@ PROB_PEARSON = _m(
     header="prob ρ",
     fmt=Fmt.CORR,
 )
+ROLLOUT_PROB_MEAN = _m(
+    "rollout_prob_mean",
+    "mean of p_infer = exp(rollout logprob): how confident the inference engine was",
+    header="p_infer mean",
+)
 VLLM_KL_SEQ_MEAN = _m(
     "vllm_kl_seq_mean",
     "mean over sequences (segments) of their mean K3: sequence-weighted K3 (slime's convention)",
@@ -290,6 +295,7 @@ TOKEN_METRICS = (
     PROB_ABS_DIFF_MEAN,
     PROB_ABS_DIFF_MAX,
     PROB_PEARSON,
+    ROLLOUT_PROB_MEAN,
 )
 SEQUENCE_METRICS = (
     VLLM_KL_SEQ_MEAN,

@@ -3,8 +3,10 @@
 The engine groups the same tokens several ways (per step, per turn kind, per turn, per
 probability bin). The tokens are touched once, by the compiled :func:`kernels.cell_sums`: each
 *turn run* (the contiguous tokens of one sequence in one turn) is reduced to one cell per
-probability bin it visits. Bin groupings merge the cells (token columns only, no segment
-columns: a sequence cut by probability bins is not a unit any metric uses); the cells merge into
+token code it visits: its probability bin, combined with its KV-position and turn-position bins
+when they are asked for (keys that vary inside a turn run). Groupings by those keys merge the
+cells (token columns only, no segment columns: a sequence cut by probability or position bins is
+not a unit any metric uses); the cells merge into
 the turn runs, and every other grouping (run, gpu, step, tags, turn kind, turn: keys constant
 along a turn run) merges the runs (:func:`run_partials`). Sums and extremes merge as they are,
 centred moments exactly by the parallel formula
@@ -97,15 +99,71 @@ def _segments(t: np.ndarray, runs: TurnRuns, code: np.ndarray) -> None:
 
 
 class BinCells(NamedTuple):
-    """Tokens grouped by (turn run, probability bin): the cells both kinds of grouping merge."""
+    """Tokens grouped by (turn run, token code): the cells every kind of grouping merges.
+
+    A token code combines the probability bin with the KV-position and turn-position bins when
+    those were asked for: ``(bin * n_kv + kv) * n_tp + tp`` (``radix = (n_bins, n_kv, n_tp)``;
+    a component not asked for has one value, 0)."""
 
     runs: TurnRuns  # the turn runs, their states merged from the cells
     cell_run: np.ndarray  # each cell's turn run
-    cell_bin: np.ndarray  # each cell's bin
+    cell_code: np.ndarray  # each cell's token code
     cell_state: np.ndarray  # (cells, TOKEN_FIELDS): token columns
     cell_lengths: np.ndarray
     bucket: np.ndarray | None  # every token's r-histogram bin (None: no histograms wanted)
     tok_cell: np.ndarray  # every token's cell
+    radix: tuple[int, int, int] = (1, 1, 1)
+
+    @property
+    def cell_bin(self) -> np.ndarray:
+        """Each cell's probability bin."""
+        return self.cell_code // (self.radix[1] * self.radix[2])
+
+    def cell_codes(self, use: tuple[bool, bool, bool]) -> tuple[np.ndarray, int]:
+        """Each cell's code over the token components in ``use`` (bin, kv, tp; mixed radix in
+        that order) and the number of codes."""
+        _, n_kv, n_tp = self.radix
+        parts = (
+            self.cell_code // (n_kv * n_tp),
+            (self.cell_code // n_tp) % n_kv,
+            self.cell_code % n_tp,
+        )
+        code = np.zeros(len(self.cell_code), dtype=np.int64)
+        size = 1
+        for on, part, n in zip(use, parts, self.radix, strict=True):
+            if on:
+                code = code * n + part
+                size *= n
+        return code, size
+
+
+class Positions(NamedTuple):
+    """What the KV-position and turn-position bins of a slice need: each token's position in
+    its sequence's arrays, each turn run's count added to it (the prompt length of its
+    sequence), and the interior edges of both binnings (None: that component is not asked for)."""
+
+    position: np.ndarray | None = None  # int32 per token
+    kv_base: np.ndarray | None = None  # int64 per turn run (0 where unknown)
+    kv_edges: np.ndarray | None = None  # the edges of the KV bins (the first is 0)
+    tp_edges: np.ndarray | None = None  # the edges of the turn-position bins
+
+
+NO_POSITIONS = Positions()
+
+
+def run_starts(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
+    """Where each turn run of a slice starts (``seq``/``turn`` as ``bin_cells`` takes them)."""
+    from mismatchctl.stats import kernels
+
+    return kernels.run_starts(
+        np.ascontiguousarray(seq, dtype=np.int64), np.ascontiguousarray(turn, dtype=np.int32)
+    )
+
+
+def _inner(edges: np.ndarray | None) -> np.ndarray:
+    if edges is None:
+        return np.zeros(0, dtype=np.float64)
+    return np.ascontiguousarray(np.asarray(edges, dtype=np.float64)[1:])
 
 
 def bin_cells(
@@ -115,10 +173,14 @@ def bin_cells(
     turn: np.ndarray,
     edges: np.ndarray,
     with_hist: bool = True,
+    positions: Positions = NO_POSITIONS,
+    starts: np.ndarray | None = None,
 ) -> BinCells:
     """One token-level reduction serving every grouping: the tokens of each turn run reduced to
-    one cell per probability bin they visit (compiled: ``stats/kernels.py``), and the cells
-    merged to runs. ``edges``: the bin edges of ``exp(lr)``, as for ``assign_bins``."""
+    one cell per token code they visit (compiled: ``stats/kernels.py``), and the cells merged
+    to runs. ``edges``: the bin edges of ``exp(lr)``, as for ``assign_bins``; ``positions``:
+    the KV / turn-position binnings, when asked for; ``starts``: the turn runs, when the caller
+    has them already (``run_starts``)."""
     lr = np.ascontiguousarray(lr, dtype=np.float64)
     lt = np.ascontiguousarray(lt, dtype=np.float64)
     # one signature per compiled function: the store's own dtypes (no copy for store data)
@@ -127,29 +189,62 @@ def bin_cells(
     from mismatchctl.stats import kernels  # numba: imported (~0.5 s) only when tokens are read
 
     n = len(seq)
-    starts = kernels.run_starts(seq, turn)
-    inner = np.ascontiguousarray(np.asarray(edges, dtype=np.float64)[1:-1])
-    cell_run, cell_bin, cell_len, cell_state, lr_sum, lt_sum, r, tok_cell = kernels.cell_sums(
-        lr, lt, np.exp(lr), starts, inner
-    )
+    if starts is None:
+        starts = kernels.run_starts(seq, turn)
     m = len(starts)
+    inner = np.ascontiguousarray(np.asarray(edges, dtype=np.float64)[1:-1])
+    kv_inner, tp_inner = _inner(positions.kv_edges), _inner(positions.tp_edges)
+    position = np.zeros(0, dtype=np.int32)
+    kv_base = np.zeros(0, dtype=np.int64)
+    if len(kv_inner):
+        if positions.position is None or positions.kv_base is None:
+            raise ValueError("KV-position bins need each token's position and each run's base")
+        position = np.ascontiguousarray(positions.position, dtype=np.int32)
+        kv_base = np.ascontiguousarray(positions.kv_base, dtype=np.int64)
+        if len(position) != n or len(kv_base) != m:
+            raise ValueError(
+                f"positions: {len(position)} positions for {n} tokens, {len(kv_base)} bases "
+                f"for {m} turn runs"
+            )
+    cell_run, cell_code, cell_len, cell_state, lr_sum, lt_sum, r, tok_cell = kernels.cell_sums(
+        lr, lt, np.exp(lr), starts, inner, position, kv_base, kv_inner, tp_inner
+    )
     run_state = merge_rows(cell_state, cell_run, m)
     runs = TurnRuns(starts, np.diff(starts, append=n), seq[starts], run_state, lr_sum, lt_sum)
     bucket = histogram.hist_index(r) if with_hist else None
-    return BinCells(runs, cell_run, cell_bin, cell_state, cell_len, bucket, tok_cell)
+    radix = (len(inner) + 1, len(kv_inner) + 1, len(tp_inner) + 1)
+    return BinCells(runs, cell_run, cell_code, cell_state, cell_len, bucket, tok_cell, radix)
+
+
+def token_partials(
+    cells: BinCells,
+    run_code: np.ndarray,
+    n_run_codes: int,
+    use: tuple[bool, bool, bool],
+    with_hist: bool,
+) -> list[Partial]:
+    """Partials of the groups (run keys..., token keys...): codes ``run_code * n_tok + tok``
+    where ``tok`` is each cell's code over the token components in ``use`` (bin, kv, tp);
+    token columns only (no segment columns: a sequence cut by tokens is not a unit any metric
+    uses), with the r-histograms when ``with_hist``."""
+    tok, n_tok = cells.cell_codes(use)
+    cell_group = run_code[cells.cell_run] * n_tok + tok
+    n_groups = n_run_codes * n_tok
+    present, code = _compact(cell_group, n_groups)
+    g = len(present)
+    t = merge_rows(cells.cell_state, code, g)
+    hists = None
+    if with_hist:
+        from mismatchctl.stats import kernels
+
+        if cells.bucket is None:
+            raise ValueError("these cells were made without histograms (with_hist=False)")
+        hists = kernels.histogram_counts(cells.bucket, cells.tok_cell, code, g)
+    return expand(t, hists, present, n_groups, with_hist)
 
 
 def bin_partials(cells: BinCells, run_code: np.ndarray, n_run_codes: int, nb: int) -> list[Partial]:
     """Partials of the groups (run keys..., bin), codes ``run_code * nb + bin``, with the
     r-histograms; token columns only (see :func:`token_partials`)."""
-    cell_code = run_code[cells.cell_run] * nb + cells.cell_bin
-    n_groups = n_run_codes * nb
-    present, code = _compact(cell_code, n_groups)
-    g = len(present)
-    t = merge_rows(cells.cell_state, code, g)
-    from mismatchctl.stats import kernels
-
-    if cells.bucket is None:
-        raise ValueError("these cells were made without histograms (with_hist=False)")
-    hists = kernels.histogram_counts(cells.bucket, cells.tok_cell, code, g)
-    return expand(t, hists, present, n_groups, True)
+    assert cells.radix[0] == nb
+    return token_partials(cells, run_code, n_run_codes, (True, False, False), True)

@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS sources (
     tool_tokens INTEGER NOT NULL, pad_tokens INTEGER NOT NULL,
     dropped_sequences INTEGER NOT NULL, dropped TEXT NOT NULL, dropped_ids TEXT NOT NULL,
     steps TEXT NOT NULL, gpus TEXT NOT NULL, duplicate_sequences INTEGER,
+    attributes TEXT, prompt_lengths INTEGER,
     UNIQUE (run, fingerprint)
 );
 CREATE TABLE IF NOT EXISTS parts (
@@ -90,6 +91,11 @@ class SourceRecord:
     # exact repeats of an earlier sequence of the same step (ingest.duplicates); None for a
     # source ingested before they were counted
     duplicate_sequences: int | None = None
+    # per attribute: distinct values, whether there were more than were counted, and the most
+    # frequent values with their sequence counts; None for a source ingested before attributes
+    attributes: dict[str, Any] | None = None
+    # sequences whose prompt length is known (None: ingested before prompt lengths were kept)
+    prompt_lengths: int | None = None
     id: int | None = None
     run: str = ""
 
@@ -176,7 +182,13 @@ def _create(root: Path) -> None:
 
 # Columns added to a table after the first stores were written: a writer adds them to an older
 # catalog (its rows hold NULL there: unknown), readers take a missing column as unknown.
-_ADDED_COLUMNS = {"sources": (("duplicate_sequences", "INTEGER"),)}
+_ADDED_COLUMNS = {
+    "sources": (
+        ("duplicate_sequences", "INTEGER"),
+        ("attributes", "TEXT"),
+        ("prompt_lengths", "INTEGER"),
+    )
+}
 
 
 def _add_columns(con: sqlite3.Connection) -> None:
@@ -201,6 +213,8 @@ def insert_source(con: sqlite3.Connection, run: str, rec: SourceRecord) -> int:
     values = {k: v for k, v in rec.__dict__.items() if k not in ("id", "run")}
     for key in JSON_FIELDS:
         values[key] = json.dumps(values[key], sort_keys=True)
+    if values["attributes"] is not None:
+        values["attributes"] = json.dumps(values["attributes"], sort_keys=True)
     cols = ", ".join(["run", *values])
     marks = ", ".join("?" * (len(values) + 1))
     cur = con.execute(f"INSERT INTO sources ({cols}) VALUES ({marks})", [run, *values.values()])
@@ -229,6 +243,8 @@ def source_from_row(row: sqlite3.Row) -> SourceRecord:
     data = dict(row)
     for key in JSON_FIELDS:
         data[key] = json.loads(data[key])
+    if data.get("attributes") is not None:
+        data["attributes"] = json.loads(data["attributes"])
     return SourceRecord(**data)
 
 

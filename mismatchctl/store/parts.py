@@ -229,7 +229,11 @@ class PartWriter:
             },
             # dictionary pages where values repeat (ids, steps, turns, gpus): smaller and faster
             # than plain; floats byte-stream-split (exponent bytes together): both measured
-            use_dictionary=[f.name for f in self.schema if f.name in DICTIONARY_COLUMNS],
+            use_dictionary=[
+                f.name
+                for f in self.schema
+                if f.name in DICTIONARY_COLUMNS or f.name.startswith(S.ATTR_COLUMN_PREFIX)
+            ],
             use_byte_stream_split=[f.name for f in self.schema if pa.types.is_floating(f.type)],
             write_page_checksum=True,  # `runs check --deep` verifies every page's CRC
             # strings travel as dictionaries (S.dictionary_strings); without the Arrow schema in

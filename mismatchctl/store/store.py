@@ -164,18 +164,19 @@ class Store:
         for name in names:
             paths = [str(self.part_path(p)) for p in self.parts(name, kind)]
             schema = S.TOKEN_SCHEMA if kind == TOKENS else S.SEQUENCE_SCHEMA
-            frame = (
-                pl.scan_parquet(paths)
-                if paths
-                else pl.LazyFrame(schema=pl.Schema(pl.from_arrow(schema.empty_table()).schema))
-            )
+            if not paths:
+                frame = pl.LazyFrame(schema=pl.Schema(pl.from_arrow(schema.empty_table()).schema))
+            elif kind == TOKENS:
+                frame = pl.scan_parquet(paths)
+            else:  # sources differ in their attribute columns; older parts lack prompt_length
+                frame = pl.concat([pl.scan_parquet(p) for p in paths], how="diagonal_relaxed")
             frames.append(
                 frame.with_columns(pl.lit(name).alias(S.RUN)).select(S.RUN, pl.all().exclude(S.RUN))
             )
         if not frames:
             empty = pl.from_arrow(S.TOKEN_SCHEMA.empty_table()).lazy()
             return empty.with_columns(pl.lit(None, pl.String).alias(S.RUN))
-        return pl.concat(frames, how="vertical")
+        return pl.concat(frames, how="vertical" if kind == TOKENS else "diagonal_relaxed")
 
     def _unknown_run(self, name: str, con: sqlite3.Connection) -> StoreError:
         known = [r[0] for r in con.execute("SELECT name FROM runs ORDER BY name")]

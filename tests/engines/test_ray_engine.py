@@ -325,3 +325,24 @@ def test_the_cli_does_not_import_ray() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+@needs_ray
+def test_report_by_the_new_dimensions_equals_local(ray_local: Any, tmp_path: Path) -> None:
+    """kv_position (prompt lengths from the sequence rows), turn_position, length, order and an
+    attribute: workers read each part's sequence rows themselves."""
+    from tests.engines.dims_data import dims_dump
+
+    store = tmp_path / "store"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(store_parts, "PART_TOKENS", 4000)
+        mp.setattr(ingest_source, "BATCH_TOKENS", 4000)
+        mismatchctl.ingest([dims_dump(tmp_path / "dims.parquet")], run="d", store=store)
+    by = ["kv_position", "turn_kind,turn_position", "length", "step,order", "attr:data_source"]
+    local, distributed = _both(store, "report", *[a for k in by for a in ("--by", k)])
+    assert any("kv_position" in g["by"] for g in local["groups"])
+    assert_same(local, distributed)
+    args = ("compare", "d@steps=0", "d@steps=1-2", "--by", "kv_position", "--resamples", "20")
+    local, distributed = _both(store, *args)
+    assert local["comparison"]["by"]["kv_position"]
+    assert_same(local, distributed)

@@ -166,14 +166,16 @@ def test_response_part_of_attention_mask(store: Path, tmp_path: Path) -> None:
     prompts = [sum(row[:-width]) for row in cols["attention_mask"]]
     seqs = mismatchctl.open_store(store).scan("attn", kind="sequences").collect().sort(S.SEQ)
     assert seqs[S.PROMPT_TOKENS].to_list() == prompts == [3, 4, 5, 6]
+    assert seqs[S.PROMPT_LENGTH].to_list() == prompts  # where kv_position counts from
     # with its response_mask, the prompt lengths still come from attention_mask
     seqs = mismatchctl.open_store(store).scan("with", kind="sequences").collect().sort(S.SEQ)
     assert seqs[S.PROMPT_TOKENS].to_list() == prompts
     rows = mismatchctl.open_store(store).scan("attn").collect()
     ref = mismatchctl.open_store(store).scan("with").collect()
     assert rows[S.ROLLOUT].to_list() == ref[S.ROLLOUT].to_list()
-    note = result.files[0].record.notes[-1]
-    assert note.startswith("mask: the response part of `attention_mask` (its last entries")
+    notes = result.files[0].record.notes
+    assert any(n.startswith("mask: the response part of `attention_mask` (its last") for n in notes)
+    assert "prompt lengths: the prompt part of `attention_mask`" in notes
 
 
 def test_map_mask_to_attention_mask(store: Path, tmp_path: Path) -> None:

@@ -135,3 +135,57 @@ def test_kernel_bins_equal_assign_bins(n_edges: int) -> None:
     seq = np.arange(len(lr)) // 7
     cells = bin_cells(lr, lr + 0.01, seq, np.zeros(len(lr), dtype=np.int32), edges)
     np.testing.assert_array_equal(cells.cell_bin[cells.tok_cell], assign_bins(pr, edges))
+
+
+def _positions(seq: np.ndarray, seed: int, monotone: bool) -> np.ndarray:
+    """Each token's position in its sequence's arrays: rising with gaps (tool responses between
+    turns), or (``monotone=False``) anywhere, so that a run's bins come and go."""
+    rng = np.random.default_rng(seed)
+    if not monotone:
+        return rng.integers(0, 5000, len(seq)).astype(np.int32)
+    step = 1 + (rng.random(len(seq)) < 0.02) * rng.integers(1, 300, len(seq))
+    pos = np.cumsum(step)
+    first = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    return (pos - np.repeat(pos[first], np.diff(np.r_[first, len(seq)]))).astype(np.int32)
+
+
+USES = [(b, k, t) for b in (False, True) for k in (False, True) for t in (False, True)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("monotone", [True, False])
+def test_position_cells_equal_chunk_partials(seed: int, monotone: bool) -> None:
+    """Cells of (turn run x probability bin x KV bin x turn-position bin) merged onto any choice
+    of those keys equal the token-level kernel on codes computed here from the positions."""
+    from mismatchctl.stats.positions import LOG2_EDGES, assign_positions
+    from mismatchctl.stats.turnruns import Positions, run_starts, token_partials
+
+    lr, lt, seq, turn, step = _tokens(seed)
+    edges = np.array([0.0, 1e-3, 0.1, 0.5, 0.9, 1.0])
+    kv_edges, tp_edges = np.array(LOG2_EDGES), np.array([0, 1, 2, 4, 8, 16, 32])
+    position = _positions(seq, seed, monotone)
+    prompt = np.random.default_rng(seed).integers(0, 3000, seq.max() + 1)
+    starts = run_starts(seq, turn)
+    lengths = np.diff(np.r_[starts, len(seq)])
+    pos = Positions(position, prompt[seq[starts]], kv_edges, tp_edges)
+    cells = bin_cells(lr, lt, seq, turn, edges, positions=pos)
+    tp = np.arange(len(seq)) - np.repeat(starts, lengths)
+    parts = (
+        (assign_bins(np.exp(lr), edges), len(edges) - 1),
+        (assign_positions(prompt[seq] + position, kv_edges), len(kv_edges)),
+        (assign_positions(tp, tp_edges), len(tp_edges)),
+    )
+    assert cells.radix == tuple(n for _, n in parts)
+    for use in USES:
+        code, size = np.zeros(len(seq), dtype=np.int64), 1
+        for on, (part, n) in zip(use, parts, strict=True):
+            if on:
+                code, size = code * n + part, size * n
+        fast = token_partials(cells, step[starts].astype(np.int64), 5, use, use[0])
+        slow = chunk_partials(lr, lt, seq, step * size + code, 5 * size, with_hist=use[0])
+        _assert_same(fast, slow, [c for c in Col if c < Col.SEGMENTS])
+        if use[0]:
+            for a, b in zip(fast, slow, strict=True):
+                np.testing.assert_array_equal(a.hist, b.hist)
+    direct = turn_runs(lr, lt, seq, turn)  # the runs do not depend on the token codes
+    np.testing.assert_allclose(cells.runs.state, direct.state, rtol=1e-10, atol=1e-12)

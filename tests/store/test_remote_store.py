@@ -162,3 +162,18 @@ def test_ingest_on_ray_into_a_bucket_store_is_refused(uri: str, dumps: list[Path
     ran = cli("ingest", str(dumps[0]), "--run", "r", "--engine", "ray", "--store", uri)
     assert ran.code != 0 and "in a bucket" in ran.err and "local engine" in ran.err
     assert _objects(uri) == {}
+
+
+def test_the_new_dimensions_from_a_bucket_store(uri: str, tmp_path: Path) -> None:
+    """kv_position, length, order and attributes read the sequence parts in the bucket."""
+    from tests.engines.dims_data import dims_dump
+
+    dump = dims_dump(tmp_path / "dims.parquet")
+    local = str(tmp_path / "local")
+    for store in (uri, local):
+        cli("ingest", str(dump), "--run", "d", "-q", "--store", store)
+    by = ["--by", "kv_position", "--by", "length,order", "--by", "attr:data_source"]
+    got, want = _report(uri, "d", *by), _report(local, "d", *by)
+    assert any("kv_position" in g["by"] for g in want["groups"])
+    assert json.dumps(got["groups"], sort_keys=True) == json.dumps(want["groups"], sort_keys=True)
+    assert got["notes"] == want["notes"] and "42 of 210 sequences" in want["notes"][0]

@@ -1,0 +1,135 @@
+"""The sequence rows of one source, joined to its tokens by ``seq``: what the per-sequence keys
+(``length``, ``order``, ``attr:<name>``) and the KV positions (the prompt length) come from.
+
+A source's sequence rows are small (one row per response) and every token part of the source
+needs them, so the few columns asked for are read once per process and kept (``load``, a small
+LRU cache keyed by the paths and the columns).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mismatchctl import schema as S
+from mismatchctl.engines import plan as K
+from mismatchctl.errors import StoreError
+from mismatchctl.store.integrity import read_error
+
+Label = str | int | None
+UNKNOWN = -1  # a prompt length the dump did not give
+
+
+@dataclass
+class SequenceRows:
+    """One source's sequences, sorted by ``seq``: each one's model tokens, prompt length
+    (``UNKNOWN`` where the dump has none), index in its step in dump order, and attributes
+    (codes into their labels; a null is the last label, None)."""
+
+    run: str
+    seq: np.ndarray
+    model_tokens: np.ndarray
+    prompt_length: np.ndarray
+    order: np.ndarray
+    attributes: dict[str, tuple[np.ndarray, list[Label]]] = field(default_factory=dict)
+
+    def rows(self, seq: np.ndarray) -> np.ndarray:
+        """The row of every ``seq`` id (a StoreError when one is not among the rows)."""
+        seq = np.asarray(seq, dtype=np.int64)
+        idx = np.searchsorted(self.seq, seq)
+        inside = np.minimum(idx, max(len(self.seq) - 1, 0))
+        bad = idx >= len(self.seq)
+        if len(self.seq):
+            bad |= self.seq[inside] != seq
+        if bad.any():
+            raise StoreError(
+                f"run `{self.run}`: sequence {int(seq[bad][0])} has tokens but no sequence row",
+                f"the store is damaged: `mismatchctl runs check {self.run}`, then re-ingest "
+                "the run's dumps.",
+            )
+        return inside
+
+    def attribute(self, name: str) -> tuple[np.ndarray, list[Label]]:
+        """Codes of one attribute per row and their labels (a source without that attribute: every
+        row null)."""
+        if name in self.attributes:
+            return self.attributes[name]
+        return np.zeros(len(self.seq), dtype=np.int64), [None]
+
+
+def columns_for(keys: list[str] | tuple[str, ...], names: list[str]) -> list[str]:
+    """The columns of a sequence part (``names``: the part's columns) that the keys need."""
+    out = [S.SEQ, S.STEP, S.MODEL_TOKENS]
+    if K.KV_POSITION in keys and S.PROMPT_LENGTH in names:
+        out.append(S.PROMPT_LENGTH)
+    for key in keys:
+        if key.startswith(K.ATTR_PREFIX):
+            column = S.attribute_column(key[len(K.ATTR_PREFIX) :])
+            if column in names and column not in out:
+                out.append(column)
+    return out
+
+
+def load(run: str, paths: tuple[str, ...], keys: tuple[str, ...]) -> SequenceRows:
+    """The sequence rows of one source (its sequence parts ``paths``) for these keys."""
+    return _load(run, paths, tuple(sorted(set(keys))))
+
+
+@functools.lru_cache(maxsize=16)
+def _load(run: str, paths: tuple[str, ...], keys: tuple[str, ...]) -> SequenceRows:
+    tables = []
+    for path in paths:
+        try:
+            names = pq.read_schema(path).names
+            tables.append(pq.read_table(path, columns=columns_for(keys, names)))
+        except (OSError, pa.ArrowException) as exc:
+            raise read_error(run, path, exc) from None
+    table = pa.concat_tables(tables, promote_options="default") if tables else None
+    return _rows(run, table, keys)
+
+
+def _rows(run: str, table: pa.Table | None, keys: tuple[str, ...]) -> SequenceRows:
+    if table is None or table.num_rows == 0:
+        empty = np.zeros(0, dtype=np.int64)
+        return SequenceRows(run, empty, empty, empty, empty)
+    table = table.sort_by(S.SEQ)
+    seq = table.column(S.SEQ).to_numpy()
+    step = table.column(S.STEP).to_numpy()
+    prompt = np.full(len(seq), UNKNOWN, dtype=np.int64)
+    if S.PROMPT_LENGTH in table.column_names:
+        col = table.column(S.PROMPT_LENGTH)
+        prompt = col.fill_null(UNKNOWN).to_numpy().astype(np.int64)
+    rows = SequenceRows(
+        run, seq, table.column(S.MODEL_TOKENS).to_numpy(), prompt, step_order(step, seq)
+    )
+    for key in keys:
+        if key.startswith(K.ATTR_PREFIX):
+            column = S.attribute_column(key[len(K.ATTR_PREFIX) :])
+            if column in table.column_names:
+                rows.attributes[key[len(K.ATTR_PREFIX) :]] = _codes(table.column(column))
+    return rows
+
+
+def step_order(step: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Each sequence's index among the sequences of its step (``seq`` ascending: dump order)."""
+    order = np.lexsort((seq, step))
+    sorted_step = step[order]
+    first = np.flatnonzero(np.r_[True, sorted_step[1:] != sorted_step[:-1]])
+    rank = np.arange(len(step)) - np.repeat(first, np.diff(np.r_[first, len(step)]))
+    out = np.empty(len(step), dtype=np.int64)
+    out[order] = rank
+    return out
+
+
+def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[Label]]:
+    arr = column.combine_chunks()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.cast(pa.string())
+    encoded = arr.dictionary_encode()
+    labels: list[Label] = encoded.dictionary.to_pylist()
+    codes = encoded.indices.fill_null(len(labels)).to_numpy().astype(np.int64)
+    return codes, [*labels, None]

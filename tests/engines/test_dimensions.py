@@ -1,0 +1,276 @@
+"""The split keys kv_position, turn_position, length, order and attr:NAME: every group's numbers
+against a numpy reference computed from the dump's raw arrays (tests/engines/dims_data.py), over a
+store of many small parts; the fallback note without prompt lengths; custom position bins; stores
+written before prompt lengths and attributes were kept."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import mismatchctl
+from mismatchctl import schema as S
+from mismatchctl.engines import plan as K
+from mismatchctl.ingest import source as ingest_source
+from mismatchctl.stats import registry as M
+from mismatchctl.store import parts as store_parts
+from tests.engines.dims_data import dims_dump, k3, log2_bin, reference_tokens
+from tests.helpers import cli
+
+REL = 1e-9
+
+
+def _close(a: float | None, b: float) -> bool:
+    return a is not None and math.isclose(a, b, rel_tol=REL, abs_tol=0.0)
+
+
+@pytest.fixture(scope="module")
+def dims(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The dump and a store holding it as run `d`, cut into many parts (sequences of one step
+    spread over several parts, so per-part codes must agree)."""
+    base = tmp_path_factory.mktemp("dims")
+    dump = dims_dump(base / "dims.parquet")
+    store = base / "store"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(store_parts, "PART_TOKENS", 4000)
+        mp.setattr(ingest_source, "BATCH_TOKENS", 4000)
+        mismatchctl.ingest([dump], run="d", store=store)
+    assert len(mismatchctl.open_store(store).parts("d")) >= 6
+    return dump, store
+
+
+def _check_split(rep, split: tuple[str, ...], values: list[np.ndarray], ref) -> None:
+    """Tokens, vllm_kl, kl_k1 and rollout_prob_mean of every group, and no group missing."""
+    kl = k3(ref.lr, ref.lt)
+    keys = list(zip(*[v.tolist() for v in values], strict=True))
+    expected: dict[tuple, np.ndarray] = {}
+    for i, key in enumerate(keys):
+        expected.setdefault(key, []).append(i)
+    groups = {tuple(g.by[k] for k in split): g.metrics for g in rep.split(*split)}
+    assert set(groups) == set(expected), split
+    for key, idx in expected.items():
+        idx = np.asarray(idx)
+        m = groups[key]
+        assert m[M.TOKENS] == len(idx)
+        assert _close(m[M.VLLM_KL], float(kl[idx].mean())), (split, key)
+        assert _close(m[M.KL_K1], float((ref.lr[idx] - ref.lt[idx]).mean())), (split, key)
+        assert _close(m[M.ROLLOUT_PROB_MEAN], float(np.exp(ref.lr[idx]).mean())), (split, key)
+
+
+def test_every_new_split_matches_the_numpy_reference(dims: tuple[Path, Path]) -> None:
+    dump, store = dims
+    ref = reference_tokens(dump)
+    by = ["kv_position", "turn_position", "length", "order", "attr:data_source",
+          "attr:dp_rank", "turn_kind,kv_position", "step,order", "attr:data_source,length"]  # fmt: skip
+    rep = mismatchctl.report(["d"], by=by, store=store)
+    kind = np.where(_turn_index(dump) == 0, "first", "later")
+    _check_split(rep, (K.KV_POSITION,), [log2_bin(ref.kv)], ref)
+    _check_split(rep, (K.TURN_POSITION,), [log2_bin(ref.turn_pos)], ref)
+    _check_split(rep, (K.LENGTH,), [log2_bin(ref.length)], ref)
+    _check_split(rep, (K.DUMP_ORDER,), [ref.order // 32 * 32], ref)
+    _check_split(rep, ("attr:data_source",), [ref.source], ref)
+    _check_split(rep, ("attr:dp_rank",), [ref.dp_rank], ref)
+    _check_split(rep, (K.TURN_KIND, K.KV_POSITION), [kind, log2_bin(ref.kv)], ref)
+    _check_split(rep, (K.STEP, K.DUMP_ORDER), [ref.step, ref.order // 32 * 32], ref)
+    _check_split(rep, ("attr:data_source", K.LENGTH), [ref.source, log2_bin(ref.length)], ref)
+    # KV groups are token groups: their shares of the whole add up to 1, no sequence metric
+    kv = rep.split(K.KV_POSITION)
+    assert math.isclose(sum(g.metrics[M.TOKEN_SHARE] for g in kv), 1.0, rel_tol=1e-12)
+    assert math.isclose(sum(g.metrics[M.KL_SHARE] for g in kv), 1.0, rel_tol=1e-12)
+    assert all(M.LOG_PPL_PEARSON not in g.metrics for g in kv)
+    # every fifth response has no prompt length: the note says how many
+    assert any("kv_position of run `d`: 42 of 210 sequences" in n for n in rep.notes)
+
+
+def _turn_index(dump: Path) -> np.ndarray:
+    """Each model token's turn index (runs of model tokens before it in its response)."""
+    out = []
+    for mask in pq.read_table(dump).column("response_mask").to_pylist():
+        m = np.asarray(mask) == 1
+        starts = np.cumsum(m & ~np.r_[False, m[:-1]])
+        out.append(starts[m] - 1)
+    return np.concatenate(out)
+
+
+def test_position_bins_option(dims: tuple[Path, Path]) -> None:
+    dump, store = dims
+    ref = reference_tokens(dump)
+    rep = mismatchctl.report(["d"], by=["kv_position"], position_bins="0,100,1000", store=store)
+    edges = np.array([100, 1000])
+    lower = np.array([0, 100, 1000])[np.searchsorted(edges, ref.kv, side="right")]
+    _check_split(rep, (K.KV_POSITION,), [lower], ref)
+    doc = rep.to_dict()
+    assert doc["position_edges"] == [0, 100, 1000]
+    ran = cli(
+        "report", "d", "--by", "kv_position", "--position-bins", "0,10,5", "--store", str(store)
+    )
+    assert ran.code == 1
+    assert "--position-bins" in ran.err and "strictly increasing" in ran.err and "Hint:" in ran.err
+
+
+def test_terminal_labels_and_json(dims: tuple[Path, Path]) -> None:
+    _, store = dims
+    ran = cli("report", "d", "--by", "kv_position", "--by", "order", "--store", str(store))
+    assert ran.code == 0, ran.err
+    assert "[1024, 2048)" in ran.out and "[32, 64)" in ran.out
+    ran = cli("report", "d", "--by", "kv_position", "--json", "-", "-q", "--store", str(store))
+    doc = json.loads(ran.out)
+    kv = [g for g in doc["groups"] if list(g["by"]) == ["kv_position"]]
+    assert kv and all(isinstance(g["by"]["kv_position"], int) for g in kv)
+    assert M.ROLLOUT_PROB_MEAN in kv[0]["metrics"]
+    assert any("kv_position of run `d`: 42 of 210" in n for n in doc["notes"])
+
+
+def test_unknown_attribute_is_an_error(dims: tuple[Path, Path]) -> None:
+    _, store = dims
+    ran = cli("report", "d", "--by", "attr:env", "--store", str(store))
+    assert ran.code == 1
+    assert "attr:env" in ran.err and "data_source, dp_rank" in ran.err and "Hint:" in ran.err
+
+
+def test_compare_by_kv_position(dims: tuple[Path, Path], tmp_path: Path) -> None:
+    dump, store = dims
+    other = dims_dump(tmp_path / "other.parquet", seed=8)
+    mismatchctl.ingest([other], run="e", store=store)
+    cmp = mismatchctl.compare("d", "e", by=["kv_position"], resamples=20, store=store)
+    rows = cmp.splits[(K.KV_POSITION,)]
+    ref_a, ref_b = reference_tokens(dump), reference_tokens(other)
+    for row in rows:
+        for ref, tokens, kl in (
+            (ref_a, row.a_tokens, row.a_vllm_kl),
+            (ref_b, row.b_tokens, row.b_vllm_kl),
+        ):
+            idx = log2_bin(ref.kv) == row.value
+            assert tokens == int(idx.sum())
+            if tokens:
+                assert _close(kl, float(k3(ref.lr[idx], ref.lt[idx]).mean()))
+    doc = cmp.to_dict()["comparison"]["by"]["kv_position"]
+    assert [r["kv_position"] for r in doc] == [r.value for r in rows]
+    mismatchctl.open_store(store).remove("e")
+
+
+def test_without_prompt_lengths_kv_position_is_the_response_position(tmp_path: Path) -> None:
+    dump = dims_dump(tmp_path / "noprompt.parquet", prompts=False)
+    store = tmp_path / "store"
+    mismatchctl.ingest([dump], run="n", store=store)
+    ref = reference_tokens(dump)  # no prompt_length column: kv = the index in the response
+    rep = mismatchctl.report(["n"], by=["kv_position"], store=store)
+    _check_split(rep, (K.KV_POSITION,), [log2_bin(ref.kv)], ref)
+    assert any("210 of 210 sequences have no prompt length" in n for n in rep.notes)
+    info = mismatchctl.open_store(store).run("n")
+    assert info.sources[0].prompt_lengths == 0
+
+
+def test_a_store_written_before_prompt_lengths_and_attributes(tmp_path: Path) -> None:
+    """Sequence parts without prompt_length / attr.* columns and a catalog without the new
+    source columns (as older versions wrote them): splits still read, kv_position falls back."""
+    dump = dims_dump(tmp_path / "old.parquet")
+    store = tmp_path / "store"
+    mismatchctl.ingest([dump], run="old", store=store)
+    st = mismatchctl.open_store(store)
+    for part in st.parts("old", "sequences"):
+        path = st.part_path(part)
+        table = pq.read_table(path)
+        keep = [c for c in table.column_names if c != S.PROMPT_LENGTH and not c.startswith("attr.")]
+        pq.write_table(table.select(keep), path)
+        _refresh_size(store, part, path)
+    with sqlite3.connect(store / "catalog.sqlite") as con:
+        con.execute("UPDATE sources SET attributes = NULL, prompt_lengths = NULL")
+    ref = reference_tokens(dump)
+    ref.kv = ref.kv - _prompts_per_token(dump)
+    rep = mismatchctl.report(["old"], by=["kv_position", "length", "order"], store=store)
+    _check_split(rep, (K.KV_POSITION,), [log2_bin(ref.kv)], ref)
+    _check_split(rep, (K.LENGTH,), [log2_bin(ref.length)], ref)
+    assert any("210 of 210 sequences have no prompt length" in n for n in rep.notes)
+    ran = cli("runs", "show", "old", "--store", str(store))
+    assert ran.code == 0, ran.err
+    assert "0 of 210 sequences" in ran.out
+
+
+def _prompts_per_token(dump: Path) -> np.ndarray:
+    t = pq.read_table(dump).to_pydict()
+    out = [
+        np.full(int(np.sum(np.asarray(m) == 1)), p or 0)
+        for m, p in zip(t["response_mask"], t["prompt_length"], strict=True)
+    ]
+    return np.concatenate(out)
+
+
+def _refresh_size(store: Path, part, path: Path) -> None:
+    """The catalog's record of a rewritten part (its size: `runs check` compares it)."""
+    with sqlite3.connect(store / "catalog.sqlite") as con:
+        cols = [r[1] for r in con.execute("PRAGMA table_info(parts)")]
+        if "size" in cols:
+            con.execute(
+                "UPDATE parts SET size = ? WHERE path = ?", (path.stat().st_size, part.path)
+            )
+
+
+class _CodeCounts:
+    """An engine extra (as the explain cube is one) asking for the new dimensions by ``keys``:
+    tokens per (key, label) from ``PartKeys.codes``."""
+
+    columns: tuple[str, ...] = ()
+    keys = ("kv_position", "turn_position", "length", "order", "attr:data_source")
+
+    def compute(self, table, keys) -> dict:
+        out: dict = {}
+        for key in self.keys:
+            got = keys.codes(key)
+            codes, counts = np.unique(got.codes, return_counts=True)
+            for c, n in zip(codes, counts, strict=True):
+                label = (key, got.labels[int(c)])
+                out[label] = out.get(label, 0) + int(n)
+        return out
+
+    def merge(self, a: dict | None, b: dict) -> dict:
+        if a is None:
+            return b
+        return {k: a.get(k, 0) + b.get(k, 0) for k in {*a, *b}}
+
+
+def test_an_extra_gets_every_dimension_code(dims: tuple[Path, Path]) -> None:
+    """What the cube reads: per-token codes of the new dimensions for each slice of a part,
+    with no pass at all (the extras-only read)."""
+    from mismatchctl.analysis.selection import select
+    from mismatchctl.engines.local import run_passes
+    from mismatchctl.stats.bins import LOG_EDGES
+
+    dump, store = dims
+    ref = reference_tokens(dump)
+    sel = select(mismatchctl.open_store(store), ["d"], None)
+    _, (counts,) = run_passes(sel.tasks, [], LOG_EDGES, sel.rows, extras=[_CodeCounts()])
+    expected: dict = {}
+    for key, values in (
+        ("kv_position", log2_bin(ref.kv)),
+        ("turn_position", log2_bin(ref.turn_pos)),
+        ("length", log2_bin(ref.length)),
+        ("order", ref.order // 32 * 32),
+        ("attr:data_source", ref.source),
+    ):
+        labels, n = np.unique(values, return_counts=True)
+        expected.update(
+            {
+                (key, v.item() if hasattr(v, "item") else v): int(c)
+                for v, c in zip(labels, n, strict=True)
+            }
+        )
+    assert counts == expected
+
+
+def test_html_shows_the_new_splits(dims: tuple[Path, Path], tmp_path: Path) -> None:
+    _, store = dims
+    page = tmp_path / "r.html"
+    args = ["report", "d", "--by", "kv_position", "--by", "attr:data_source", "--by", "order"]
+    ran = cli(*args, "--html", str(page), "-q", "--store", str(store))
+    assert ran.code == 0, ran.err
+    html = page.read_text()
+    assert "By kv_position" in html and "By attr:data_source" in html and "By order" in html
+    assert "[1024, 2048)" in html and "gsm8k" in html and "[32, 64)" in html
+    assert "42 of 210 sequences have no prompt length" in html
