@@ -9,6 +9,7 @@ algorithm and every constant.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +22,7 @@ from mismatchctl.analysis.figure_data import RatePlot
 from mismatchctl.analysis.selection import parse_selector, resolve, same_selection
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
-from mismatchctl.engines.keys import PartKeys
+from mismatchctl.engines.keys import PartKeys, turn_positions
 from mismatchctl.engines.plan import Selection
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
@@ -37,12 +38,36 @@ from mismatchctl.stats.cube_bootstrap import (
 from mismatchctl.stats.cube_spec import CubeSpec, Dim
 from mismatchctl.stats.localize import explain as localize
 from mismatchctl.stats.localize_result import Explanation
+from mismatchctl.stats.positions import ORDER_BLOCK, ORDER_BLOCKS, assign_positions
 from mismatchctl.store import Store
 
 NONE_LABEL = "(none)"
 # Token dimensions of the cube (vary inside a sequence) and sequence dimensions (constant on it).
-TOKEN_DIMS = (K.TURN, K.TURN_KIND, K.BIN)
-SEQ_DIMS = (K.RUN, K.STEP, K.GPU)
+TOKEN_DIMS = (K.TURN, K.TURN_KIND, K.BIN, K.KV_POSITION, K.TURN_POSITION)
+SEQ_DIMS = (K.RUN, K.STEP, K.GPU, K.LENGTH, K.DUMP_ORDER)
+# The cube's own bins of the position dimensions (coarser than the report's --position-bins, so
+# that every conjunction of three stays small; docs/explain.md "The K3 cube"):
+CUBE_KV_EDGES = (0, *(1 << k for k in range(4, 18)))  # 0-15, 16-31, ..., 131072+
+CUBE_TURN_POSITION_EDGES = (0, 16, 64, 256, 1024)  # the first 16 tokens of a turn, ...
+CUBE_LENGTH_EDGES = (0, *(1 << k for k in range(5, 17)))  # 0-31, 32-63, ..., 65536+
+CUBE_ORDER_GROUP = 4  # the order key's blocks of 32 sequences, 4 to a value: 128 sequences
+CUBE_EDGES = {
+    K.KV_POSITION: CUBE_KV_EDGES,
+    K.TURN_POSITION: CUBE_TURN_POSITION_EDGES,
+    K.LENGTH: CUBE_LENGTH_EDGES,
+}
+
+
+def range_labels(edges: Sequence[int]) -> tuple[str, ...]:
+    """``0-15``, ``16-31``, ..., the last bin open (``131072+``)."""
+    inner = [f"{a}-{b - 1}" if b - a > 1 else str(a) for a, b in itertools.pairwise(edges)]
+    return (*inner, f"{edges[-1]}+")
+
+
+def order_labels() -> tuple[str, ...]:
+    size = ORDER_BLOCK * CUBE_ORDER_GROUP
+    n = -(-ORDER_BLOCKS // CUBE_ORDER_GROUP)
+    return (*(f"{k * size}-{(k + 1) * size - 1}" for k in range(n - 1)), f"{(n - 1) * size}+")
 
 
 def cube_spec(
@@ -55,16 +80,22 @@ def cube_spec(
     steps = sorted({s for sel in selections for r in sel.runs for s in r.steps if _in(sel, s)})
     gpus = sorted({g for sel in selections for r in sel.runs for g in r.gpus})
     bins = tuple(bin_label(edges, k) for k in range(len(edges) - 1))
+    kv, tpos = range_labels(CUBE_KV_EDGES), range_labels(CUBE_TURN_POSITION_EDGES)
+    length, order = range_labels(CUBE_LENGTH_EDGES), order_labels()
     token = (
         Dim(K.TURN, len(TURN_INDEX_LABELS), TURN_INDEX_LABELS),
         Dim(K.TURN_KIND, len(TURN_KIND_LABELS), TURN_KIND_LABELS, function_of=K.TURN),
         Dim(K.BIN, len(bins), bins),
+        Dim(K.KV_POSITION, len(kv), kv),
+        Dim(K.TURN_POSITION, len(tpos), tpos),
     )
     run = (Dim(K.RUN, len(runs), tuple(runs), ordered=False),) if with_run else ()
     seq = (
         *run,
         Dim(K.STEP, max(1, len(steps)), tuple(str(s) for s in steps) or ("-",)),
         Dim(K.GPU, len(gpus) + 1, (*gpus, NONE_LABEL), ordered=False),
+        Dim(K.LENGTH, len(length), length),
+        Dim(K.DUMP_ORDER, len(order), order),
     )
     return CubeSpec(token_dims=token, seq_dims=seq)
 
@@ -72,6 +103,9 @@ def cube_spec(
 def _in(sel: Selection, step: int) -> bool:
     r = sel.rows.steps
     return r is None or ((r.lo is None or step >= r.lo) and (r.hi is None or step <= r.hi))
+
+
+CUBE_KEYS = (K.KV_POSITION, K.LENGTH, K.DUMP_ORDER)  # what the engine loads for the coder
 
 
 class _Coder:
@@ -93,10 +127,28 @@ class _Coder:
     def codes(self, keys: PartKeys, names: Sequence[str], at: np.ndarray | None) -> np.ndarray:
         out = np.empty((keys.n if at is None else len(at), len(names)), dtype=np.int32)
         for j, name in enumerate(names):
+            if name in CUBE_EDGES or name == K.DUMP_ORDER:
+                codes = self._binned(keys, name)
+                out[:, j] = codes if at is None else codes[at]
+                continue
             kc = keys.get(name)
             codes = np.broadcast_to(kc.codes, (keys.n,)) if np.ndim(kc.codes) == 0 else kc.codes
             out[:, j] = self._lut(name, kc.labels)[codes if at is None else codes[at]]
         return out
+
+    @staticmethod
+    def _binned(keys: PartKeys, name: str) -> np.ndarray:
+        """The cube's own bins of a position dimension, or its order groups (module constants);
+        positions count from the response's start where the dump gave no prompt length."""
+        if name == K.DUMP_ORDER:
+            return (keys.get(K.DUMP_ORDER).codes // CUBE_ORDER_GROUP).astype(np.int32)
+        if name == K.KV_POSITION:
+            values = keys.column(S.POSITION).astype(np.int64) + keys.prompt_lengths()
+        elif name == K.TURN_POSITION:
+            values = turn_positions(keys.column(S.SEQ), keys.column(S.TURN))
+        else:
+            values = keys.sequence_rows().model_tokens[keys.rows()]
+        return assign_positions(values, CUBE_EDGES[name]).astype(np.int32)
 
     def slice(self, table: pa.Table, keys: PartKeys) -> tuple[np.ndarray, ...]:
         """lr, lt, each token's sequence row, token codes, sequence codes."""
@@ -111,7 +163,8 @@ class _Coder:
 class CubeExtra:
     """The engine's ``PartExtra`` computing a K3 cube of every part (merged by addition)."""
 
-    columns: tuple[str, ...] = (S.GPU,)
+    columns: tuple[str, ...] = (S.GPU, S.POSITION)
+    keys: tuple[str, ...] = CUBE_KEYS
 
     def __init__(self, spec: CubeSpec) -> None:
         self.spec, self.coder = spec, _Coder(spec)
@@ -128,7 +181,8 @@ class RunCubeExtra:
     """The engine's ``PartExtra`` computing one K3 cube per run (a spec without a run
     dimension): `diagnose` localizes each run on its own."""
 
-    columns: tuple[str, ...] = (S.GPU,)
+    columns: tuple[str, ...] = (S.GPU, S.POSITION)
+    keys: tuple[str, ...] = CUBE_KEYS
 
     def __init__(self, spec: CubeSpec) -> None:
         self.spec, self.coder = spec, _Coder(spec)
@@ -148,7 +202,8 @@ class BootstrapExtra:
     """The second pass: the findings' regions, each sequence weighted by Poisson(1) draws keyed
     by (run, sequence id, replicate), so parts merge exactly."""
 
-    columns: tuple[str, ...] = (S.GPU,)
+    columns: tuple[str, ...] = (S.GPU, S.POSITION)
+    keys: tuple[str, ...] = CUBE_KEYS
 
     def __init__(self, spec: CubeSpec, make: Callable[[], RegionAccumulator]) -> None:
         self.coder, self.make = _Coder(spec), make

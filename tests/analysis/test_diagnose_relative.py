@@ -25,6 +25,7 @@ RUNS: dict[str, tuple[Plan, dict[str, str]]] = {
     "spike-small": (Plan("spike", steps=6, per_step=PER_STEP, seed=6, factor=3), {}),
     "spike-loud": (Plan("spike", steps=6, per_step=PER_STEP, seed=6, factor=1000), {}),
     "path-small": (Plan("path", per_step=PER_STEP, seed=4, factor=30), {}),
+    "path-kv": (Plan("path", per_step=PER_STEP, seed=20, factor=10), {}),
     "path-loud": (Plan("path", per_step=PER_STEP, seed=4, factor=1000), {}),
     "policy-small": (Plan("policy", per_step=PER_STEP, seed=5, factor=10), {}),
     "policy-loud": (Plan("policy", per_step=PER_STEP, seed=5, factor=1000), {}),
@@ -104,6 +105,18 @@ def test_a_code_path_in_some_steps_is_named_not_the_tool_turns(store: Path, run:
             assert checks["baseline"].verdict in ALARM
 
 
+def test_a_fault_at_long_kv_positions_is_found_there(store: Path) -> None:
+    """10x on the tokens at KV position >= 48 in a third of the steps: the run is 1.2x a healthy
+    one overall, the steps do not split into regimes, the KV position localizes it."""
+    checks = _checks(store, "path-kv")
+    assert checks["regimes"].verdict == "ok"
+    assert checks["localized"].verdict == "warn"
+    (local,) = checks["localized"].evidence["runs"].values()
+    top = local["code_path_findings"][0]["where"]
+    assert top["kv_position"] == "32-127"
+    assert checks["cause"].evidence["cause"] == "code path"
+
+
 def test_a_policy_mismatch_is_named_against_a_baseline(store: Path) -> None:
     for run in ("policy-small", "policy-loud"):
         checks = _checks(store, run, "base")
@@ -168,5 +181,8 @@ def test_sample_faulty_attn_steps_are_found(tmp_path: Path) -> None:
     assert checks["regimes"].verdict == "fail"
     assert [int(s) for s in evidence["elevated_steps"]] == [2, 6, 7, 8]
     (local,) = checks["localized"].evidence["runs"].values()
-    assert local["code_path_findings"][0]["where"]["step"] == "2,6-8"
+    assert checks["localized"].verdict == "fail"
+    # the faulty path runs when few sequences are still decoding: long sequences, some steps
+    found = [f["where"] for f in local["code_path_findings"]]
+    assert any({"step", "length", "kv_position", "order"} & set(w) for w in found)
     assert checks["cause"].evidence["cause"] == "code path"
