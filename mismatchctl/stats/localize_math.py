@@ -16,8 +16,15 @@ def norm_ppf(p: float) -> float:
     return _NORMAL.inv_cdf(p)
 
 
+_SCALARS = (float, int, np.floating, np.integer)
+
+
 def div(a: np.ndarray | float, b: np.ndarray | float, fill: float = 0.0) -> np.ndarray:
     """``a / b`` with ``fill`` where ``b`` is 0 (or the quotient is not finite)."""
+    if isinstance(a, _SCALARS) and isinstance(b, _SCALARS):  # the search's many scalar calls
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            q = np.float64(a) / np.float64(b) if b != 0 else np.float64(fill)
+        return q if np.isfinite(q) else np.float64(fill)  # type: ignore[return-value]
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     out = np.full(np.broadcast_shapes(a.shape, b.shape), fill)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

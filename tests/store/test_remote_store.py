@@ -177,3 +177,25 @@ def test_the_new_dimensions_from_a_bucket_store(uri: str, tmp_path: Path) -> Non
     assert any("kv_position" in g["by"] for g in want["groups"])
     assert json.dumps(got["groups"], sort_keys=True) == json.dumps(want["groups"], sort_keys=True)
     assert got["notes"] == want["notes"] and "42 of 210 sequences" in want["notes"][0]
+
+
+def test_explain_and_diagnose_from_a_bucket_store(
+    uri: str, dumps: list[Path], tmp_path: Path
+) -> None:
+    """The cube views read a bucket store's parts (the sequence rows included) and agree with a
+    local store's."""
+    local = str(tmp_path / "local")
+    for store in (uri, local):
+        for run, dump in zip(("a", "b"), dumps, strict=True):
+            cli("ingest", str(dump), "--run", run, "-q", "--store", store)
+    for args in (
+        ("explain", "a", "--baseline", "b", "--no-bootstrap"),
+        ("diagnose", "a", "--baseline", "b"),
+    ):
+        got, want = (
+            json.loads(cli(*args, "--json", "-", "-q", "--store", s).out) for s in (uri, local)
+        )
+        got.pop("store", None), want.pop("store", None)
+        key = "explain" if args[0] == "explain" else "diagnosis"
+        assert got[key], args
+        assert json.dumps(got[key], sort_keys=True) == json.dumps(want[key], sort_keys=True), args
