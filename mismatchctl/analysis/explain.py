@@ -38,7 +38,12 @@ from mismatchctl.stats.cube_bootstrap import (
 from mismatchctl.stats.cube_spec import CubeSpec, Dim
 from mismatchctl.stats.localize import explain as localize
 from mismatchctl.stats.localize_result import Explanation
-from mismatchctl.stats.positions import ORDER_BLOCK, ORDER_BLOCKS, assign_positions
+from mismatchctl.stats.positions import (
+    ORDER_BLOCK,
+    ORDER_BLOCKS,
+    assign_positions,
+    order_blocks,
+)
 from mismatchctl.store import Store
 
 NONE_LABEL = "(none)"
@@ -125,11 +130,11 @@ class _Coder:
         )
 
     def codes(self, keys: PartKeys, names: Sequence[str], at: np.ndarray | None) -> np.ndarray:
+        """Each name's cube codes for every row of the slice, or for the rows ``at`` only."""
         out = np.empty((keys.n if at is None else len(at), len(names)), dtype=np.int32)
         for j, name in enumerate(names):
             if name in CUBE_EDGES or name == K.DUMP_ORDER:
-                codes = self._binned(keys, name)
-                out[:, j] = codes if at is None else codes[at]
+                out[:, j] = self._binned(keys, name, at)
                 continue
             kc = keys.get(name)
             codes = np.broadcast_to(kc.codes, (keys.n,)) if np.ndim(kc.codes) == 0 else kc.codes
@@ -137,18 +142,22 @@ class _Coder:
         return out
 
     @staticmethod
-    def _binned(keys: PartKeys, name: str) -> np.ndarray:
+    def _binned(keys: PartKeys, name: str, at: np.ndarray | None) -> np.ndarray:
         """The cube's own bins of a position dimension, or its order groups (module constants);
-        positions count from the response's start where the dump gave no prompt length."""
-        if name == K.DUMP_ORDER:
-            return (keys.get(K.DUMP_ORDER).codes // CUBE_ORDER_GROUP).astype(np.int32)
-        if name == K.KV_POSITION:
+        positions count from the response's start where the dump gave no prompt length. The
+        sequence dimensions (length, order) are computed at the rows ``at`` only."""
+        if name in (K.LENGTH, K.DUMP_ORDER):
+            rows = keys.rows() if at is None else keys.rows()[at]
+            if name == K.DUMP_ORDER:
+                blocks = order_blocks(keys.sequence_rows().order[rows], ORDER_BLOCK)
+                return (blocks // CUBE_ORDER_GROUP).astype(np.int32)
+            values = keys.sequence_rows().model_tokens[rows]
+        elif name == K.KV_POSITION:
             values = keys.column(S.POSITION).astype(np.int64) + keys.prompt_lengths()
-        elif name == K.TURN_POSITION:
-            values = turn_positions(keys.column(S.SEQ), keys.column(S.TURN))
         else:
-            values = keys.sequence_rows().model_tokens[keys.rows()]
-        return assign_positions(values, CUBE_EDGES[name]).astype(np.int32)
+            values = turn_positions(keys.column(S.SEQ), keys.column(S.TURN))
+        codes = assign_positions(values, CUBE_EDGES[name]).astype(np.int32)
+        return codes if at is None or name not in (K.KV_POSITION, K.TURN_POSITION) else codes[at]
 
     def slice(self, table: pa.Table, keys: PartKeys) -> tuple[np.ndarray, ...]:
         """lr, lt, each token's sequence row, token codes, sequence codes."""
