@@ -5,8 +5,8 @@
 A small byte-level transformer is trained briefly on CPU on Python standard-library source; its
 checkpoints along training are the RL training steps. Each run samples multi-turn rollouts with a
 bf16 KV-cache inference path and rescores them with an fp32 full-forward trainer path; one knob of
-the inference path differs per run. The synthetic multi-GPU run is derived from `ref` and labelled
-so, as is the synthetic training log written for it (gen/training_log.py).
+the inference path (or of the weights, prompts or trainer input) differs per run. The synthetic multi-GPU run is derived from
+`ref` and labelled so, as is the synthetic training log written for it (gen/training_log.py).
 Bit-for-bit reproducible for a seed on one machine (same Python, torch and pyarrow versions).
 """
 
@@ -16,6 +16,7 @@ import argparse
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -25,15 +26,21 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen.corpus import PROMPT_MODULES, TRAIN_MODULES, prompt_lines, training_tokens
+from gen.corpus import (
+    PROMPT_MODULES,
+    TRAIN_MODULES,
+    prompt_line_sources,
+    prompt_lines,
+    training_tokens,
+)
 from gen.engine import InferenceEngine, TrainerScorer
 from gen.model import ModelConfig
 from gen.rollout import RolloutShape, Sample, make_samples, roll_out, score, stable_seed
-from gen.runs import RUNS, SYNTHETIC_SHOWS, SYNTHETIC_TAGS, RunSpec
+from gen.runs import ADDED_RUNS, RUNS, SYNTHETIC_SHOWS, SYNTHETIC_TAGS, TOOL_RENDERS, RunSpec
 from gen.synthetic import synthesize_step
-from gen.train import TrainConfig, train
+from gen.train import TrainConfig, Trained, train
 from gen.training_log import write_training_log
-from gen.writers import write_manifest, write_nemo_step, write_parquet_step
+from gen.writers import prompt_columns, write_manifest, write_nemo_step, write_parquet_step
 
 THREADS = 2  # fixed: CPU reductions depend on the thread count
 
@@ -43,16 +50,49 @@ class Size:
     train: TrainConfig
     shape: RolloutShape
     n_steps: int
+    ci: bool  # only the runs marked in_ci
 
 
 SIZES: dict[str, Size] = {
     "full": Size(
-        TrainConfig(warmup_iters=400, iters_per_step=10, n_checkpoints=9), RolloutShape(12, 4), 8
+        TrainConfig(warmup_iters=400, iters_per_step=10, n_checkpoints=9),
+        RolloutShape(12, 4),
+        8,
+        ci=False,
     ),
     "ci": Size(
-        TrainConfig(warmup_iters=40, iters_per_step=5, n_checkpoints=4), RolloutShape(4, 4), 3
+        TrainConfig(warmup_iters=40, iters_per_step=5, n_checkpoints=4),
+        RolloutShape(4, 4),
+        3,
+        ci=True,
     ),
 }
+
+
+@dataclass
+class Trainee:
+    """The trained model: its config, training settings and weights."""
+
+    cfg: ModelConfig
+    train_cfg: TrainConfig
+    trained: Trained
+
+    def rollout_state(self, spec: RunSpec, step: int) -> dict[str, torch.Tensor]:
+        """The weights the run's engine samples step `step` with."""
+        if spec.iter_lag:
+            it = self.train_cfg.warmup_iters + self.train_cfg.iters_per_step * step
+            return self.trained.states[it - spec.iter_lag]
+        return self.trained.checkpoints[step - spec.weight_lag]
+
+
+@dataclass(frozen=True)
+class Batches:
+    """What every run's steps are built from: size, seed and the prompt lines with sources."""
+
+    size: Size
+    seed: int
+    lines: list[bytes]
+    sources: list[str]
 
 
 def make_deterministic(seed: int) -> None:
@@ -61,22 +101,18 @@ def make_deterministic(seed: int) -> None:
     torch.use_deterministic_algorithms(True)
 
 
-def run_step(
-    spec: RunSpec,
-    checkpoints: list[dict[str, torch.Tensor]],
-    size: Size,
-    prompts: list[bytes],
-    step: int,
-    seed: int,
-    model_cfg: ModelConfig,
-) -> list[Sample]:
-    """Roll out the step's batch with checkpoint step - lag and score it with checkpoint step."""
-    engine = InferenceEngine(model_cfg, checkpoints[step - spec.weight_lag], spec.engine)
-    scorer = TrainerScorer(model_cfg, checkpoints[step], spec.engine.temperature)
-    samples = make_samples(size.shape, prompts, step, seed)
+def run_step(spec: RunSpec, model: Trainee, batches: Batches, step: int) -> list[Sample]:
+    """Roll out the step's batch with the run's rollout weights; score it with checkpoint step."""
+    engine_cfg = spec.fault_engine if step in spec.fault_steps else spec.engine
+    assert engine_cfg is not None, spec.name
+    engine = InferenceEngine(model.cfg, model.rollout_state(spec, step), engine_cfg)
+    scorer = TrainerScorer(model.cfg, model.trained.checkpoints[step], spec.engine.temperature)
+    shape, seed = batches.size.shape, batches.seed
+    samples = make_samples(shape, batches.lines, step, seed, batches.sources, spec.loader)
     gen = torch.Generator().manual_seed(stable_seed(seed, "sampling", spec.name, step))
-    roll_out(engine, samples, size.shape.limits, gen)
-    score(scorer, samples)
+    roll_out(engine, samples, shape.limits, gen)
+    render = TOOL_RENDERS[spec.tool_render] if spec.tool_render else None
+    score(scorer, samples, render)
     return samples
 
 
@@ -84,12 +120,24 @@ def write_step(spec: RunSpec, run_dir: Path, step: int, samples: list[Sample]) -
     if spec.fmt == "nemo-jsonl":
         write_nemo_step(run_dir / f"train_data_step{step}.jsonl", samples)
         return
-    extra = None
+    extra: dict[str, pa.Array] = {}
     if spec.weight_lag:
-        extra = {
-            "weight_version": pa.array([step - spec.weight_lag] * len(samples), type=pa.int64())
-        }
+        extra["weight_version"] = pa.array([step - spec.weight_lag] * len(samples), pa.int64())
+    if spec.prompt_columns:
+        extra |= prompt_columns(samples)
     write_parquet_step(run_dir / f"step_{step:04d}.parquet", step, samples, spec.tags, extra)
+
+
+def measured_vllm_kl(samples: Sequence[Sample]) -> float:
+    """Mean K3 over the model tokens, r = trainer - rollout logprob (4 significant digits)."""
+    r = np.concatenate(
+        [
+            np.asarray(s.trainer_lp, np.float64)[np.asarray(s.mask) == 1]
+            - np.asarray(s.rollout_lp, np.float64)[np.asarray(s.mask) == 1]
+            for s in samples
+        ]
+    )
+    return float(f"{np.mean(np.expm1(r) - r):.4g}")
 
 
 def fresh_dir(path: Path) -> Path:
@@ -119,6 +167,98 @@ def manifest_entry(
     }
 
 
+def train_model(cfg: ModelConfig, size: Size, seed: int, specs: Sequence[RunSpec]) -> Trained:
+    """Train the model, keeping the intermediate weights the runs' `iter_lag`s need."""
+    t0 = time.perf_counter()
+    print(f"training TinyLM on {len(TRAIN_MODULES)} stdlib modules", flush=True)
+    train_cfg = size.train
+    ends = [
+        train_cfg.warmup_iters + train_cfg.iters_per_step * k for k in range(1, size.n_steps + 1)
+    ]
+    lags = {spec.iter_lag for spec in specs if spec.iter_lag and in_size(spec, size)}
+    keep_iters = {it - lag for it in ends for lag in lags}
+    trained = train(cfg, train_cfg, training_tokens(), seed, keep_iters=keep_iters)
+    loss = np.mean(trained.losses[-20:])
+    print(f"trained in {time.perf_counter() - t0:.0f}s, final loss {loss:.3f}", flush=True)
+    return trained
+
+
+def in_size(spec: RunSpec, size: Size) -> bool:
+    return spec.in_ci or not size.ci
+
+
+def run_all(
+    specs: Sequence[RunSpec], model: Trainee, batches: Batches, out: Path, manifest_dir: Path
+) -> tuple[list[dict[str, object]], dict[int, list[Sample]]]:
+    """Every run of `specs` (those in the size): manifest entries, and ref's samples per step."""
+    entries: list[dict[str, object]] = []
+    ref_samples: dict[int, list[Sample]] = {}
+    for spec in specs:
+        if not in_size(spec, batches.size):
+            continue
+        t1 = time.perf_counter()
+        run_dir = fresh_dir(out / spec.name)
+        everything: list[Sample] = []
+        for step in range(1, (spec.n_steps or batches.size.n_steps) + 1):
+            samples = run_step(spec, model, batches, step)
+            write_step(spec, run_dir, step, samples)
+            everything.extend(samples)
+            if spec.name == "ref":
+                ref_samples[step] = samples
+        took = time.perf_counter() - t1
+        print(f"run {spec.name}: {took:.0f}s, vllm_kl {measured_vllm_kl(everything)}", flush=True)
+        entries.append(
+            manifest_entry(spec.name, out, manifest_dir, spec.fmt, spec.tags, True, spec.shows)
+        )
+    return entries, ref_samples
+
+
+def synthetic_run(
+    ref_samples: dict[int, list[Sample]], batches: Batches, out: Path, manifest_dir: Path
+) -> dict[str, object]:
+    """The synthetic multi-GPU run from ref's samples, and its synthetic training log."""
+    run_dir = fresh_dir(out / "synthetic-gpus")
+    seed, n_steps = batches.seed, batches.size.n_steps
+    rng = np.random.default_rng(stable_seed(seed, "synthetic-gpus"))
+    for step in range(1, n_steps + 1):
+        samples, gpus = synthesize_step(ref_samples[step], step, n_steps, rng)
+        extra = {"gpu": pa.array(gpus, type=pa.string())}
+        path = run_dir / f"step_{step:04d}.parquet"
+        write_parquet_step(path, step, samples, SYNTHETIC_TAGS, extra)
+    # a SYNTHETIC training log for the synthetic run (gen/training_log.py), from its dumps
+    logs_dir = out / "logs"
+    logs_dir.mkdir(parents=True, exist_ok=True)
+    log = write_training_log(
+        sorted(run_dir.glob("step_*.parquet")),
+        logs_dir / "synthetic-gpus.jsonl",
+        np.random.default_rng(stable_seed(seed, "synthetic-gpus-log")),
+    )
+    entry = manifest_entry(
+        "synthetic-gpus",
+        out,
+        manifest_dir,
+        "parquet-sequence",
+        SYNTHETIC_TAGS,
+        False,
+        SYNTHETIC_SHOWS,
+    )
+    entry["metrics"] = log.resolve().relative_to(manifest_dir.resolve()).as_posix()
+    return entry
+
+
+def generator_info(args: argparse.Namespace, model: Trainee) -> dict[str, object]:
+    return {
+        "command": "python sample_data/generate.py --out <dir>"
+        f" --size {args.size} --seed {args.seed}",
+        "model": asdict(model.cfg),
+        "train": asdict(model.train_cfg),
+        "train_modules": list(TRAIN_MODULES),
+        "prompt_modules": list(PROMPT_MODULES),
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "final_train_loss": round(float(np.mean(model.trained.losses[-20:])), 4),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -132,78 +272,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     size = SIZES[args.size]
     manifest_path: Path = args.manifest or args.out.resolve().parent / "manifest.json"
+    manifest_dir = manifest_path.parent
     make_deterministic(args.seed)
-    model_cfg = ModelConfig()
-
     t0 = time.perf_counter()
-    print(f"training TinyLM on {len(TRAIN_MODULES)} stdlib modules ({args.size})", flush=True)
-    checkpoints, losses = train(model_cfg, size.train, training_tokens(), args.seed)
-    print(
-        f"trained in {time.perf_counter() - t0:.0f}s, final loss {np.mean(losses[-20:]):.3f}",
-        flush=True,
-    )
+    batches = Batches(size, args.seed, prompt_lines(), prompt_line_sources())
 
-    prompts = prompt_lines()
-    steps = range(1, size.n_steps + 1)
-    entries: list[dict[str, object]] = []
-    ref_samples: dict[int, list[Sample]] = {}
-    for spec in RUNS:
-        t1 = time.perf_counter()
-        run_dir = fresh_dir(args.out / spec.name)
-        for step in steps:
-            samples = run_step(spec, checkpoints, size, prompts, step, args.seed, model_cfg)
-            write_step(spec, run_dir, step, samples)
-            if spec.name == "ref":
-                ref_samples[step] = samples
-        print(f"run {spec.name}: {time.perf_counter() - t1:.0f}s", flush=True)
-        entries.append(
-            manifest_entry(
-                spec.name, args.out, manifest_path.parent, spec.fmt, spec.tags, True, spec.shows
-            )
-        )
+    cfg = ModelConfig()
+    model = Trainee(cfg, size.train, train_model(cfg, size, args.seed, (*RUNS, *ADDED_RUNS)))
+    entries, ref_samples = run_all(RUNS, model, batches, args.out, manifest_dir)
+    entries.append(synthetic_run(ref_samples, batches, args.out, manifest_dir))
+    entries += run_all(ADDED_RUNS, model, batches, args.out, manifest_dir)[0]
 
-    run_dir = fresh_dir(args.out / "synthetic-gpus")
-    rng = np.random.default_rng(stable_seed(args.seed, "synthetic-gpus"))
-    for step in steps:
-        samples, gpus = synthesize_step(ref_samples[step], step, size.n_steps, rng)
-        extra = {"gpu": pa.array(gpus, type=pa.string())}
-        write_parquet_step(
-            run_dir / f"step_{step:04d}.parquet", step, samples, SYNTHETIC_TAGS, extra
-        )
-    # a SYNTHETIC training log for the synthetic run (gen/training_log.py), from its dumps
-    logs_dir = args.out / "logs"
-    logs_dir.mkdir(parents=True, exist_ok=True)
-    log = write_training_log(
-        sorted(run_dir.glob("step_*.parquet")),
-        logs_dir / "synthetic-gpus.jsonl",
-        np.random.default_rng(stable_seed(args.seed, "synthetic-gpus-log")),
-    )
-    entry = manifest_entry(
-        "synthetic-gpus",
-        args.out,
-        manifest_path.parent,
-        "parquet-sequence",
-        SYNTHETIC_TAGS,
-        False,
-        SYNTHETIC_SHOWS,
-    )
-    entry["metrics"] = log.resolve().relative_to(manifest_path.parent.resolve()).as_posix()
-    entries.append(entry)
-
-    manifest = {
-        "runs": entries,
-        "generator": {
-            "command": "python sample_data/generate.py --out <dir>"
-            f" --size {args.size} --seed {args.seed}",
-            "model": asdict(model_cfg),
-            "train": asdict(size.train),
-            "train_modules": list(TRAIN_MODULES),
-            "prompt_modules": list(PROMPT_MODULES),
-            "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-            "final_train_loss": round(float(np.mean(losses[-20:])), 4),
-        },
-    }
-    write_manifest(manifest_path, manifest)
+    write_manifest(manifest_path, {"runs": entries, "generator": generator_info(args, model)})
     print(f"done in {time.perf_counter() - t0:.0f}s -> {args.out}", flush=True)
     return 0
 

@@ -84,8 +84,19 @@ def prompt_lines() -> list[bytes]:
     return lines
 
 
-def sample_prompt(lines: list[bytes], rng: random.Random, min_len: int, max_len: int) -> bytes:
-    """A snippet that starts at a non-blank line, ends on a newline when possible, within bounds."""
+def prompt_line_sources() -> list[str]:
+    """The module each line of `prompt_lines()` comes from (its `data_source`), line by line."""
+    sources: list[str] = []
+    for name, text in zip(sorted(PROMPT_MODULES), read_modules(PROMPT_MODULES), strict=True):
+        sources.extend([name] * len(text.splitlines(keepends=True)))
+    return sources
+
+
+def pick_prompt(
+    lines: list[bytes], rng: random.Random, min_len: int, max_len: int
+) -> tuple[bytes, int]:
+    """A snippet that starts at a non-blank line, ends on a newline when possible, within bounds;
+    and the index of its first line."""
     while True:
         start = rng.randrange(len(lines))
         if not lines[start].strip():
@@ -97,8 +108,8 @@ def sample_prompt(lines: list[bytes], rng: random.Random, min_len: int, max_len:
                 break
             snippet += line
         if len(snippet) >= min_len:
-            return snippet
+            return snippet, start
         # the first line alone was too long: cut it at the target length
         candidate = b"".join(lines[start : start + 4])[:target]
         if len(candidate) >= min_len:
-            return candidate
+            return candidate, start

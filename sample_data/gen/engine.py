@@ -20,6 +20,7 @@ class EngineConfig:
     logprobs_mode: str = "processed"  # "raw": log_softmax of the logits before temperature/top-p
     dtype: torch.dtype = torch.bfloat16
     lm_head_fp32: bool = False
+    kv_fp32: bool = False  # fp32 KV cache and fp32 attention (the rest stays in `dtype`)
     kernel: AttentionKernel = field(default_factory=AttentionKernel)
 
 
@@ -70,6 +71,7 @@ class InferenceEngine:
         self.model = build_model(model_cfg, state, cfg.dtype)
         if cfg.lm_head_fp32:
             self.model.lm_head_fp32 = state["lm_head.weight"].float().clone()
+        self.model.kv_fp32 = cfg.kv_fp32
 
     @torch.no_grad()
     def generate(

@@ -50,6 +50,10 @@ class AttentionKernel:
     split_size: int = 64
     min_active_for_single_pass: int = 10  # 10 sequences x 4 heads = 40 pretend compute units
     merge_bug: bool = False
+    # flash-decoding splits only long KV sequences: below this KV length the single pass is used
+    min_kv_for_split: int = 0
+    # the combine rescales each split by its running max alone, forgetting its row sum
+    merge_drops_rowsum: bool = False
 
 
 def rope_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
@@ -104,12 +108,46 @@ def split_kv_attention(
     l_sum = p.sum(dim=-1)  # [B,H,S]
     o = (p.unsqueeze(-2) @ vf).squeeze(-2) / l_sum.clamp_min(1e-30).unsqueeze(-1)  # [B,H,S,D]
     lse2 = torch.where(l_sum > 0, m.squeeze(-1) + torch.log2(l_sum.clamp_min(1e-30)), float("-inf"))
+    if kernel.merge_drops_rowsum:
+        # the bug: the combine uses the split's max where it needs max + log2(row sum)
+        lse2 = torch.where(l_sum > 0, m.squeeze(-1), float("-inf"))
     w = torch.exp2(lse2 - lse2.amax(dim=-1, keepdim=True))  # 0 for fully masked splits
     if kernel.merge_bug:
         # the bug: an off-by-one in the combine loop rescales split i with the LSE of split i-1
         w = w.roll(1, dims=-1)
     out = (w.unsqueeze(-1) * o).sum(dim=-2) / w.sum(dim=-1, keepdim=True)
     return out.unsqueeze(2).to(q.dtype)
+
+
+def split_kv_rows(kernel: AttentionKernel, kv_length: torch.Tensor) -> torch.Tensor | None:
+    """Which decode rows take the split-KV path: None (no row: the single pass for the batch),
+    or [B] bool. Flash-decoding style: only when few sequences are active; with
+    `min_kv_for_split`, only the rows whose own KV length (keys incl. the new one) reaches it."""
+    if not kernel.split_kv or kv_length.shape[0] >= kernel.min_active_for_single_pass:
+        return None
+    return kv_length >= kernel.min_kv_for_split
+
+
+def decode_attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    key_valid: torch.Tensor,
+    kernel: AttentionKernel,
+    split_rows: torch.Tensor | None,
+) -> torch.Tensor:
+    """One decode step's attention: the single pass, the split-KV kernel, or per row one of
+    them (`split_rows`)."""
+    dense = None
+    if split_rows is None or not bool(split_rows.all()):
+        dense = dense_attention(q, keys, values, key_valid[:, None, None, :])
+    if split_rows is None or not bool(split_rows.any()):
+        assert dense is not None
+        return dense
+    split = split_kv_attention(q, keys, values, key_valid, kernel)
+    if dense is None:
+        return split
+    return torch.where(split_rows[:, None, None, None], split, dense)
 
 
 class Block(nn.Module):
@@ -170,6 +208,7 @@ class TinyLM(nn.Module):
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.lm_head_fp32: torch.Tensor | None = None  # set by the engine for an fp32 lm_head
+        self.kv_fp32 = False  # set by the engine: fp32 KV cache and fp32 attention
 
     def _rope(
         self, positions: torch.Tensor, dtype: torch.dtype
@@ -210,14 +249,17 @@ class TinyLM(nn.Module):
         # pad queries see only themselves so their softmax row is defined; they are never used
         allowed = (causal & valid[:, None, None, :]) | torch.eye(length, dtype=torch.bool)
         shape = (bsz, self.cfg.n_heads, capacity, self.cfg.head_dim)
-        keys = [torch.zeros(shape, dtype=dtype) for _ in self.blocks]
-        values = [torch.zeros(shape, dtype=dtype) for _ in self.blocks]
+        kv_dtype = torch.float32 if self.kv_fp32 else dtype
+        keys = [torch.zeros(shape, dtype=kv_dtype) for _ in self.blocks]
+        values = [torch.zeros(shape, dtype=kv_dtype) for _ in self.blocks]
         x = self.tok_emb(tokens)
         for i, block in enumerate(self.blocks):
             q, k, v = block.qkv_heads(x, cos, sin)
             keys[i][:, :, :length] = k
             values[i][:, :, :length] = v
-            x = block.finish(x, dense_attention(q, k, v, allowed))
+            if self.kv_fp32:
+                q, k, v = q.float(), k.float(), v.float()
+            x = block.finish(x, dense_attention(q, k, v, allowed).to(dtype))
         key_valid = torch.zeros(bsz, capacity, dtype=torch.bool)
         key_valid[:, :length] = valid
         cache = KVCache(keys, values, key_valid, positions[:, -1] + 1, length)
@@ -229,8 +271,7 @@ class TinyLM(nn.Module):
         cos, sin = self._rope(cache.positions[:, None], dtype)
         pos = cache.length
         cache.key_valid[:, pos] = True
-        n_active = token.shape[0]
-        use_split = kernel.split_kv and n_active < kernel.min_active_for_single_pass
+        split_rows = split_kv_rows(kernel, cache.positions + 1)
         key_valid = cache.key_valid[:, : pos + 1]
         x = self.tok_emb(token[:, None])
         for i, block in enumerate(self.blocks):
@@ -238,11 +279,10 @@ class TinyLM(nn.Module):
             cache.keys[i][:, :, pos : pos + 1] = k
             cache.values[i][:, :, pos : pos + 1] = v
             keys, values = cache.keys[i][:, :, : pos + 1], cache.values[i][:, :, : pos + 1]
-            if use_split:
-                attn = split_kv_attention(q, keys, values, key_valid, kernel)
-            else:
-                attn = dense_attention(q, keys, values, key_valid[:, None, None, :])
-            x = block.finish(x, attn)
+            if self.kv_fp32:
+                q = q.float()
+            attn = decode_attention(q, keys, values, key_valid, kernel, split_rows)
+            x = block.finish(x, attn.to(dtype))
         cache.length = pos + 1
         cache.positions = cache.positions + 1
         return self.head(x).squeeze(1)

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import random
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
-from gen.corpus import sample_prompt
+from gen.corpus import pick_prompt
 from gen.engine import NEWLINE, InferenceEngine, TrainerScorer, TurnLimits
 from gen.tools import tool_response
 
@@ -39,6 +40,7 @@ class Sample:
     rollout_lp: list[float] = field(default_factory=list)
     trainer_lp: list[float] = field(default_factory=list)
     stopped: list[bool] = field(default_factory=list)  # per model turn: ended at the stop byte
+    data_source: str = ""  # the prompt module the prompt's first line comes from
 
     @property
     def sequence(self) -> list[int]:
@@ -55,19 +57,33 @@ def stable_seed(*parts: object) -> int:
     return zlib.crc32("/".join(map(str, parts)).encode())
 
 
-def make_samples(shape: RolloutShape, prompts: list[bytes], step: int, seed: int) -> list[Sample]:
-    """The step's batch: same prompts, turn counts and tool calls in every run (seeded loader)."""
-    rng = random.Random(stable_seed(seed, "prompts", step))
+def make_samples(
+    shape: RolloutShape,
+    prompts: list[bytes],
+    step: int,
+    seed: int,
+    sources: list[str] | None = None,
+    loader: str = "",
+) -> list[Sample]:
+    """The step's batch: same prompts, turn counts and tool calls in every run (seeded loader).
+
+    `sources` names the module of each prompt line (the samples' `data_source`); a non-empty
+    `loader` names another seeded loader: other prompts, turn counts and tool calls.
+    """
+    stream = ("prompts", step) if not loader else ("prompts", loader, step)
+    rng = random.Random(stable_seed(seed, *stream))
     samples = []
     for p in range(shape.n_prompts):
-        prompt = list(sample_prompt(prompts, rng, shape.prompt_min, shape.prompt_max))
+        snippet, start = pick_prompt(prompts, rng, shape.prompt_min, shape.prompt_max)
+        tool = ("tool", step, p) if not loader else ("tool", loader, step, p)
         for j in range(shape.group_size):
             samples.append(
                 Sample(
                     uid=f"step{step}-p{p:02d}-r{j}",
-                    prompt=prompt,
+                    prompt=list(snippet),
                     n_turns=rng.randint(shape.min_turns, shape.max_turns),
-                    tool_rng=random.Random(stable_seed(seed, "tool", step, p, j)),
+                    tool_rng=random.Random(stable_seed(seed, *tool, j)),
+                    data_source=sources[start] if sources else "",
                 )
             )
     return samples
@@ -96,9 +112,46 @@ def roll_out(
                 append(sample, list(tool), [0.0] * len(tool), 0)
 
 
-def score(scorer: TrainerScorer, samples: list[Sample]) -> None:
-    """Trainer logprobs of the response tokens (0.0 on tool positions, as verl stores them)."""
-    full = scorer.score([s.sequence for s in samples])
-    for sample, lps in zip(samples, full, strict=True):
-        resp = lps[len(sample.prompt) :]
-        sample.trainer_lp = [lp if m else 0.0 for lp, m in zip(resp, sample.mask, strict=True)]
+def trainer_copy(sample: Sample, render: Callable[[bytes], bytes]) -> tuple[list[int], list[int]]:
+    """The trainer's copy of the sequence, each tool response re-rendered by `render`; and for
+    every response position its index in that copy (-1 for tool positions)."""
+    seq = list(sample.prompt)
+    where: list[int] = []
+    mask = sample.mask
+    i = 0
+    while i < len(mask):
+        j = i
+        while j < len(mask) and mask[j] == mask[i]:
+            j += 1
+        if mask[i]:
+            where.extend(range(len(seq), len(seq) + j - i))
+            seq.extend(sample.response[i:j])
+        else:
+            where.extend([-1] * (j - i))
+            seq.extend(render(bytes(sample.response[i:j])))
+        i = j
+    return seq, where
+
+
+def score(
+    scorer: TrainerScorer,
+    samples: list[Sample],
+    render: Callable[[bytes], bytes] | None = None,
+) -> None:
+    """Trainer logprobs of the response tokens (0.0 on tool positions, as verl stores them).
+
+    `render`: the trainer's copy of each tool response differs from the text the engine saw.
+    """
+    n_prompt = [len(s.prompt) for s in samples]
+    if render is None:
+        seqs = [s.sequence for s in samples]
+        where = [
+            list(range(p, p + len(s.response))) for p, s in zip(n_prompt, samples, strict=True)
+        ]
+    else:
+        seqs, where = map(list, zip(*(trainer_copy(s, render) for s in samples), strict=True))
+    full = scorer.score(seqs)
+    for i, (sample, lps) in enumerate(zip(samples, full, strict=True)):
+        sample.trainer_lp = [
+            lps[w] if m else 0.0 for w, m in zip(where[i], sample.mask, strict=True)
+        ]

@@ -1,13 +1,39 @@
-"""The runs of the sample data: each changes one knob of the inference path against `ref`."""
+"""The runs of the sample data: each changes one knob of the inference path against `ref`.
+
+A run's knob is either in its `EngineConfig` or in one of the RunSpec fields below (weights,
+loader, steps served by a faulty engine, trainer-side rendering). Tags are what a user of such a
+stack would write: they never name a bug the user would not know about.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from gen.engine import EngineConfig
 from gen.model import AttentionKernel
 
 TEMPERATURE = 0.9
+
+# faulty-attn-subtle: flash-decoding style splits for long KV only (per sequence, KV >= 192) in
+# decode batches of fewer than 16 sequences, with a combine that forgets each split's row sum
+SUBTLE_KERNEL = AttentionKernel(
+    split_kv=True, min_active_for_single_pass=16, min_kv_for_split=192, merge_drops_rowsum=True
+)
+# spiky-6: the faulty replica's kernel, split at every batch size and KV length
+SPIKY_KERNEL = AttentionKernel(
+    split_kv=True, min_active_for_single_pass=10**6, merge_drops_rowsum=True
+)
+SPIKY_STEPS = (3, 5)
+STALE_ITERS = 1
+
+
+def crlf_last_newline(text: bytes) -> bytes:
+    """The trainer's rendering of a tool response: its final newline written as CRLF."""
+    return text[:-1] + b"\r\n" if text.endswith(b"\n") else text
+
+
+TOOL_RENDERS: dict[str, Callable[[bytes], bytes]] = {"crlf": crlf_last_newline}
 
 
 @dataclass(frozen=True)
@@ -18,6 +44,16 @@ class RunSpec:
     fmt: str = "parquet-sequence"  # or "nemo-jsonl"
     weight_lag: int = 0  # rollout sampled with checkpoint step - lag
     tags: dict[str, str] = field(default_factory=dict)
+    iter_lag: int = 0  # rollout sampled with the weights this many training iterations earlier
+    loader: str = ""  # another seeded prompt loader: other prompts, turn counts and tool calls
+    n_steps: int | None = None  # only the first n steps (default: every step of the size)
+    fault_steps: tuple[int, ...] = ()  # steps whose rollouts are served by `fault_engine`
+    fault_engine: EngineConfig | None = None
+    tool_render: str = ""  # how the trainer's copy of each tool response differs (TOOL_RENDERS)
+    # per-sequence `prompts` and `data_source` columns (the runs added after the first seven;
+    # the first seven stay byte-for-byte as they were)
+    prompt_columns: bool = False
+    in_ci: bool = True  # part of --size ci
 
 
 def base_tags(engine: EngineConfig, weight_lag: int) -> dict[str, str]:
@@ -26,7 +62,7 @@ def base_tags(engine: EngineConfig, weight_lag: int) -> dict[str, str]:
     if kernel.split_kv:
         attention = "split-kv-lse-merge-bug" if kernel.merge_bug else "split-kv"
     else:
-        attention = "dense-kvcache"
+        attention = "dense-kvcache-fp32" if engine.kv_fp32 else "dense-kvcache"
     return {
         "gpu": "cpu",
         "engine": "tinylm-bf16-kvcache",
@@ -90,6 +126,81 @@ RUNS: tuple[RunSpec, ...] = (
         "trainer scores the full distribution, so the mean ratio is about the kept mass.",
     ),
 )
+
+# Runs added later: written after the synthetic run, each with the per-sequence prompt columns.
+ADDED_RUNS: tuple[RunSpec, ...] = (
+    replace(
+        _spec(
+            "ref-b",
+            EngineConfig(temperature=TEMPERATURE),
+            "A second healthy run configured like ref, with another seeded prompt loader and "
+            "sampling stream (other prompts and responses): the no-false-alarm baseline pair.",
+        ),
+        loader="b",
+        prompt_columns=True,
+    ),
+    replace(
+        _spec(
+            "faulty-attn-subtle",
+            EngineConfig(temperature=TEMPERATURE, kernel=SUBTLE_KERNEL),
+            "Split-KV decode attention whose combine weights each split by its max alone "
+            "(forgetting its row sum), taken only by sequences with KV length >= 192 in decode "
+            "batches of fewer than 16: a small fault confined to long KV positions in some "
+            "batches and steps.",
+        ),
+        prompt_columns=True,
+        in_ci=False,
+    ),
+    replace(
+        _spec(
+            "stale-subtle",
+            EngineConfig(temperature=TEMPERATURE),
+            f"Rollouts sampled with the weights {STALE_ITERS} training iterations behind the "
+            "trainer's (untagged: weight_lag=0, no weight_version column): a small policy "
+            "difference spread over every position and turn (2-10x ref).",
+        ),
+        iter_lag=STALE_ITERS,
+        prompt_columns=True,
+        in_ci=False,
+    ),
+    replace(
+        _spec(
+            "spiky-6",
+            EngineConfig(temperature=TEMPERATURE),
+            f"Six steps; steps {', '.join(map(str, SPIKY_STEPS))} are served by a replica whose "
+            "split-KV decode path (combine without the row sums) runs at every batch size and KV "
+            "length (20-30x ref in those steps); the other steps are at ref level.",
+        ),
+        n_steps=6,
+        fault_steps=SPIKY_STEPS,
+        fault_engine=EngineConfig(temperature=TEMPERATURE, kernel=SPIKY_KERNEL),
+        prompt_columns=True,
+        in_ci=False,
+    ),
+    replace(
+        _spec(
+            "improved",
+            EngineConfig(temperature=TEMPERATURE, kv_fp32=True, lm_head_fp32=True),
+            "A benign improvement: fp32 KV cache and attention plus an fp32 lm_head on the "
+            "inference side; vllm_kl below ref.",
+        ),
+        prompt_columns=True,
+        in_ci=False,
+    ),
+    replace(
+        _spec(
+            "template-fault",
+            EngineConfig(temperature=TEMPERATURE),
+            "Chat-template fault: the trainer's copy of each tool response ends in \\r\\n where "
+            "the engine saw \\n; the mismatch sits in the first tokens of each model turn after "
+            "a tool response and decays with distance; first turns are untouched.",
+        ),
+        tool_render="crlf",
+        prompt_columns=True,
+        in_ci=False,
+    ),
+)
+
 
 SYNTHETIC_TAGS: dict[str, str] = {
     "source": "synthetic",

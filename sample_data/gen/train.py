@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
 
 import torch
 
@@ -23,6 +24,14 @@ class TrainConfig:
     weight_decay: float = 0.01
 
 
+@dataclass
+class Trained:
+    checkpoints: list[dict[str, torch.Tensor]]  # index = RL step
+    losses: list[float]
+    # the weights before each iteration of train(..., keep_iters=...)
+    states: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+
 def lr_at(it: int, cfg: TrainConfig) -> float:
     # linear warm-up, constant pre-training rate, then a smaller constant rate between checkpoints:
     # the policy keeps moving a little per step (stale weights are visible) without drifting away
@@ -32,20 +41,29 @@ def lr_at(it: int, cfg: TrainConfig) -> float:
 
 
 def train(
-    model_cfg: ModelConfig, cfg: TrainConfig, data: torch.Tensor, seed: int, log: bool = True
-) -> tuple[list[dict[str, torch.Tensor]], list[float]]:
-    """Train from scratch; return checkpoint state dicts (index = RL step) and the loss curve."""
+    model_cfg: ModelConfig,
+    cfg: TrainConfig,
+    data: torch.Tensor,
+    seed: int,
+    log: bool = True,
+    keep_iters: Collection[int] = (),
+) -> Trained:
+    """Train from scratch; return checkpoint state dicts (index = RL step), the loss curve and
+    the weights before each iteration of `keep_iters` (e.g. one optimizer step before a
+    checkpoint)."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     model = TinyLM(model_cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     total = cfg.warmup_iters + cfg.iters_per_step * (cfg.n_checkpoints - 1)
-    checkpoints: list[dict[str, torch.Tensor]] = []
-    losses: list[float] = []
+    result = Trained([], [])
+    checkpoints, losses = result.checkpoints, result.losses
     start = time.perf_counter()
     for it in range(total + 1):
         if it >= cfg.warmup_iters and (it - cfg.warmup_iters) % cfg.iters_per_step == 0:
             checkpoints.append(copy.deepcopy(model.state_dict()))
+        if it in keep_iters:
+            result.states[it] = copy.deepcopy(model.state_dict())
         if it == total:
             break
         for group in opt.param_groups:
@@ -66,4 +84,4 @@ def train(
             print(
                 f"  train iter {it:5d}/{total} loss {losses[-1]:.3f} ({rate:.1f} it/s)", flush=True
             )
-    return checkpoints, losses
+    return result

@@ -26,6 +26,15 @@ def _list_column(matrix: np.ndarray, value_type: pa.DataType) -> pa.ListArray:
     return pa.ListArray.from_arrays(offsets, pa.array(matrix.reshape(-1), type=value_type))
 
 
+def prompt_columns(samples: Sequence[Sample]) -> dict[str, pa.Array]:
+    """Per-sequence columns: the prompt token ids (verl's `prompts`, ragged, no padding) and the
+    module the prompt was cut from (verl's `data_source`)."""
+    return {
+        "prompts": pa.array([s.prompt for s in samples], type=pa.list_(pa.int64())),
+        "data_source": pa.array([s.data_source for s in samples], type=pa.string()),
+    }
+
+
 def write_parquet_step(
     path: Path,
     step: int,

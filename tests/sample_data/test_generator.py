@@ -29,13 +29,17 @@ LOGPROB_TOL = 1e-4
 
 @dataclass
 class Tokens:
-    """Model tokens of a run, flattened: log ratio, rollout logprob, turn index, step, sequence."""
+    """Model tokens of a run, flattened: log ratio, rollout logprob, turn index, step, sequence,
+    position in the sequence (prompt included: the token's KV position; -1 without a `prompts`
+    column) and index in its turn."""
 
     r: np.ndarray
     lr: np.ndarray
     turn: np.ndarray
     step: np.ndarray
     seq: np.ndarray
+    pos: np.ndarray
+    dist: np.ndarray
 
 
 def turn_index(mask: np.ndarray) -> np.ndarray:
@@ -44,8 +48,17 @@ def turn_index(mask: np.ndarray) -> np.ndarray:
     return np.where(mask == 1, np.cumsum(starts) - 1, -1)
 
 
-def read_rows(run_dir: Path, fmt: str) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]:
-    """(step, mask, rollout, trainer) per sample, as stored (padded / full-sequence)."""
+def index_in_turn(mask: np.ndarray) -> np.ndarray:
+    """Per position, its distance from the first token of its turn (0 at a turn's first token)."""
+    idx = np.arange(len(mask))
+    starts = (mask == 1) & (np.concatenate(([0], mask[:-1])) == 0)
+    return idx - np.maximum.accumulate(np.where(starts, idx, 0))
+
+
+def read_rows(run_dir: Path, fmt: str) -> list[tuple[int, np.ndarray, np.ndarray, np.ndarray, int]]:
+    """(step, mask, rollout, trainer, offset) per sample, as stored (padded / full-sequence);
+    offset = sequence position of the arrays' index 0 (the prompt length in the sequence
+    layout, 0 for NeMo-RL's full-sequence arrays, -1 when a dump has no `prompts` column)."""
     rows = []
     if fmt == "parquet-sequence":
         for path in sorted(run_dir.glob("step_*.parquet")):
@@ -57,6 +70,7 @@ def read_rows(run_dir: Path, fmt: str) -> list[tuple[int, np.ndarray, np.ndarray
                         np.asarray(table["response_mask"][i], dtype=np.int8),
                         np.asarray(table["rollout_log_probs"][i], dtype=np.float32),
                         np.asarray(table["old_log_probs"][i], dtype=np.float32),
+                        len(table["prompts"][i]) if "prompts" in table else -1,
                     )
                 )
     else:
@@ -70,21 +84,24 @@ def read_rows(run_dir: Path, fmt: str) -> list[tuple[int, np.ndarray, np.ndarray
                         np.asarray(obj["token_loss_mask"], dtype=np.int8),
                         np.asarray(obj["generation_logprobs"], dtype=np.float32),
                         np.asarray(obj["prev_logprobs"], dtype=np.float32),
+                        0,
                     )
                 )
     return rows
 
 
 def model_tokens(run_dir: Path, fmt: str) -> Tokens:
-    r, lr, turn, step, seq = [], [], [], [], []
-    for i, (st, mask, roll, train) in enumerate(read_rows(run_dir, fmt)):
+    r, lr, turn, step, seq, pos, dist = [], [], [], [], [], [], []
+    for i, (st, mask, roll, train, offset) in enumerate(read_rows(run_dir, fmt)):
         sel = mask == 1
         r.append(train[sel].astype(np.float64) - roll[sel].astype(np.float64))
         lr.append(roll[sel].astype(np.float64))
         turn.append(turn_index(mask)[sel])
         step.append(np.full(int(sel.sum()), st))
         seq.append(np.full(int(sel.sum()), i))
-    return Tokens(*(np.concatenate(x) for x in (r, lr, turn, step, seq)))
+        pos.append(offset + np.flatnonzero(sel) if offset >= 0 else np.full(int(sel.sum()), -1))
+        dist.append(index_in_turn(mask)[sel])
+    return Tokens(*(np.concatenate(x) for x in (r, lr, turn, step, seq, pos, dist)))
 
 
 def k3(r: np.ndarray) -> np.ndarray:
@@ -132,6 +149,35 @@ def test_fp32_inference_path_matches_trainer() -> None:
         assert np.abs(diff).max() < 1e-4, s.uid
 
 
+def test_split_kv_per_row_takes_each_path_for_its_own_rows() -> None:
+    """With `min_kv_for_split`, rows whose own KV length reaches it get the split-KV kernel's
+    output and the other rows the single pass's, bit for bit; and the split kernel without a bug
+    matches the single pass to bf16 noise."""
+    import torch
+
+    sys.path.insert(0, str(SAMPLE))
+    from gen.model import AttentionKernel, decode_attention, split_kv_attention, split_kv_rows
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 4, n, 32, generator=gen).bfloat16() for n in (1, 200, 200))
+    valid = torch.ones(3, 200, dtype=torch.bool)
+    valid[2, :90] = False  # left padding: row 2 holds 110 keys
+    kernel = AttentionKernel(split_kv=True, min_kv_for_split=150, merge_drops_rowsum=True)
+    rows = split_kv_rows(kernel, torch.tensor([200, 200, 110]))
+    assert rows is not None and rows.tolist() == [True, True, False]
+    got = decode_attention(q, k, v, valid, kernel, rows)
+    split = split_kv_attention(q, k, v, valid, kernel)
+    scores = (q.float() @ k.float().transpose(-1, -2)) / 32**0.5
+    exact = torch.softmax(scores.masked_fill(~valid[:, None, None, :], -torch.inf), -1) @ v.float()
+    assert torch.equal(got[:2], split[:2]) and not torch.equal(got[2], split[2])
+    assert (got[2].float() - exact[2]).abs().max() < 2e-2  # the single pass
+    assert (got[:2].float() - exact[:2]).abs().max() > 5e-2  # the faulty combine
+    fixed = AttentionKernel(split_kv=True)
+    clean = split_kv_attention(q, k, v, valid, fixed)
+    assert (clean.float() - exact).abs().max() < 2e-2
+    assert split_kv_rows(fixed, torch.tensor([5] * 10)) is None  # a full batch: single pass
+
+
 # ---------------------------------------------------------------- (a) the generator at --size ci
 
 
@@ -170,6 +216,10 @@ def check_parquet_run(run_dir: Path, tags: dict[str, str]) -> None:
         assert types["uid"] == pa.string()
         lists = {"responses": pa.int64(), "response_mask": pa.int8()}
         lists |= {"rollout_log_probs": pa.float32(), "old_log_probs": pa.float32()}
+        with_prompts = "prompts" in types
+        if with_prompts:  # the per-sequence columns of the added runs
+            lists |= {"prompts": pa.int64()}
+            assert types["data_source"] == pa.string()
         for name, value_type in lists.items():
             assert pa.types.is_list(types[name]) and types[name].value_type == value_type, name
         data = table.to_pydict()
@@ -180,6 +230,9 @@ def check_parquet_run(run_dir: Path, tags: dict[str, str]) -> None:
         for i in range(table.num_rows):
             mask = np.asarray(data["response_mask"][i])
             assert len(data["responses"][i]) == len(mask)
+            if with_prompts:
+                assert 32 <= len(data["prompts"][i]) <= 80, f"{path}:{i}"
+                assert data["data_source"][i].endswith(".py"), f"{path}:{i}"
             check_row(
                 mask,
                 np.asarray(data["rollout_log_probs"][i]),
@@ -224,6 +277,11 @@ def test_ci_generation_is_well_formed(ci_dir: Path) -> None:
     assert all(v == s - 1 for v, s in zip(stale["weight_version"], stale["step"], strict=True))
     gpus = pq.read_table(next((out / "runs" / "synthetic-gpus").glob("step_*.parquet"))).to_pydict()
     assert set(gpus["gpu"]) == {"H20", "L20", "A100"}
+    # the first runs keep their columns; the added ones carry the per-sequence prompt columns
+    ref = pq.read_schema(out / "runs" / "ref" / "step_0001.parquet").names
+    ref_b = pq.read_table(out / "runs" / "ref-b" / "step_0001.parquet")
+    assert "prompts" not in ref and {"prompts", "data_source"} <= set(ref_b.column_names)
+    assert [run["name"] for run in manifest["runs"]][-1] == "ref-b"
 
 
 @pytest.mark.slow
@@ -333,3 +391,110 @@ def test_synthetic_gpus_follow_published_magnitudes() -> None:
     assert all(8e-4 < v < 1.2e-2 for v in per_gpu["L20"])
     assert all(8e-3 < v < 1.5 for v in per_gpu["A100"])
     assert per_gpu["A100"][-1] > per_gpu["A100"][0]
+
+
+# ------------------------------------------ (b) the subtle causes, measured against the baseline
+
+
+def ratio(target: Tokens, base: Tokens, sel_t: np.ndarray, sel_b: np.ndarray) -> float:
+    """Mean K3 of a cell in the target over the same cell in the baseline."""
+    return vllm_kl(target.r[sel_t]) / vllm_kl(base.r[sel_b])
+
+
+def need(committed: dict[str, Tokens], *names: str) -> None:
+    """Skip when the committed sample data predates the added runs (regenerate it)."""
+    missing = [n for n in names if n not in committed]
+    if missing:
+        pytest.skip(f"not in the committed sample data: {', '.join(missing)}")
+
+
+def test_ref_b_is_a_healthy_pair_of_ref(committed: dict[str, Tokens]) -> None:
+    need(committed, "ref-b", "stale-subtle", "improved")
+    ref, ref_b = committed["ref"], committed["ref-b"]
+    assert 0.6 < vllm_kl(ref_b.r) / vllm_kl(ref.r) < 1.6
+    assert vllm_kl(ref_b.r[ref_b.turn >= 1]) > vllm_kl(ref_b.r[ref_b.turn == 0])
+    prompts = {
+        name: [
+            p
+            for f in sorted((SAMPLE / "runs" / name).glob("*.parquet"))
+            for p in pq.read_table(f, columns=["prompts"]).column(0).to_pylist()
+        ]
+        for name in ("ref-b", "stale-subtle", "improved")
+    }
+    assert prompts["stale-subtle"] == prompts["improved"]  # every other run shares ref's loader
+    pairs = zip(prompts["improved"], prompts["ref-b"], strict=True)
+    assert sum(a == b for a, b in pairs) == 0
+
+
+def test_faulty_attn_subtle_is_confined_to_long_kv_in_some_steps(
+    committed: dict[str, Tokens],
+) -> None:
+    need(committed, "faulty-attn-subtle", "ref-b")
+    subtle, ref = committed["faulty-attn-subtle"], committed["ref"]
+    assert 2 * vllm_kl(ref.r) < vllm_kl(subtle.r) < min(10 * vllm_kl(ref.r), 1e-3)
+    ref = committed["ref-b"]  # the healthy run with positions (ref has no `prompts` column)
+    long_t, long_b = subtle.pos >= 192, ref.pos >= 192
+    # short KV positions (the single-pass path) are at ref level in every step
+    assert ratio(subtle, ref, ~long_t, ~long_b) < 1.5
+    per_step = {
+        s: ratio(subtle, ref, long_t & (subtle.step == s), long_b & (ref.step == s))
+        for s in np.unique(subtle.step)
+    }
+    hit = [s for s, v in per_step.items() if v > 10]
+    assert hit and len(hit) < len(per_step)  # some steps' batches take the faulty path
+    in_hit = np.isin(subtle.step, hit)
+    excess = k3(subtle.r).sum() - vllm_kl(ref.r) * subtle.r.size
+    assert (k3(subtle.r[long_t & in_hit]).sum()) > 0.8 * excess
+
+
+def test_stale_subtle_spreads_evenly(committed: dict[str, Tokens]) -> None:
+    need(committed, "stale-subtle", "ref-b")
+    stale, ref = committed["stale-subtle"], committed["ref-b"]
+    overall = vllm_kl(stale.r) / vllm_kl(ref.r)
+    assert 2 < overall < 10
+    cells = [
+        (stale.turn == 0, ref.turn == 0),
+        (stale.turn >= 1, ref.turn >= 1),
+        (stale.pos < 128, ref.pos < 128),
+        ((stale.pos >= 128) & (stale.pos < 192), (ref.pos >= 128) & (ref.pos < 192)),
+        (stale.pos >= 192, ref.pos >= 192),
+    ]
+    for sel_t, sel_b in cells:
+        assert 0.4 * overall < ratio(stale, ref, sel_t, sel_b) < 2.5 * overall
+    for s in np.unique(stale.step):
+        assert ratio(stale, ref, stale.step == s, ref.step == s) > 2
+    tables = [
+        pq.read_table(p) for p in sorted((SAMPLE / "runs" / "stale-subtle").glob("*.parquet"))
+    ]
+    assert all("weight_version" not in t.column_names for t in tables)
+    assert all(t.schema.metadata[b"weight_lag"] == b"0" for t in tables)
+
+
+def test_spiky_6_has_two_faulty_steps(committed: dict[str, Tokens]) -> None:
+    need(committed, "spiky-6")
+    spiky, ref = committed["spiky-6"], committed["ref"]
+    per_step = np.array([vllm_kl(spiky.r[spiky.step == s]) for s in range(1, 7)])
+    assert sorted(np.unique(spiky.step).tolist()) == [1, 2, 3, 4, 5, 6]
+    order = np.argsort(per_step)
+    spikes, others = per_step[order[-2:]], per_step[order[:-2]]
+    assert spikes.min() >= 5 * np.median(others)
+    assert np.all(others < 2 * vllm_kl(ref.r)) and np.all(spikes < 30 * vllm_kl(ref.r))
+
+
+def test_improved_is_below_ref(committed: dict[str, Tokens]) -> None:
+    need(committed, "improved")
+    assert vllm_kl(committed["improved"].r) < 0.8 * vllm_kl(committed["ref"].r)
+
+
+def test_template_fault_sits_after_tool_responses(committed: dict[str, Tokens]) -> None:
+    need(committed, "template-fault")
+    tmpl, ref = committed["template-fault"], committed["ref"]
+    first = ratio(tmpl, ref, tmpl.turn == 0, ref.turn == 0)
+    assert 0.6 < first < 1.6  # the first turn saw the same text on both sides
+    later = tmpl.turn >= 1
+    head, tail = later & (tmpl.dist < 8), later & (tmpl.dist >= 8)
+    assert vllm_kl(tmpl.r[head]) > 10 * vllm_kl(tmpl.r[tail])
+    assert vllm_kl(tmpl.r[later & (tmpl.dist == 0)]) > vllm_kl(
+        tmpl.r[later & (tmpl.dist >= 4) & (tmpl.dist < 8)]
+    )
+    assert vllm_kl(tmpl.r[tail]) < 3 * vllm_kl(ref.r[(ref.turn >= 1) & (ref.dist >= 8)])
