@@ -1,6 +1,7 @@
 """The views against one report, and the report against an earlier revision, in one run:
 
     python bench/views.py --size 20 --repeats 3 --before REV --write docs/benchmarks.md [--workdir DIR]
+        [--only report@before,explain]
 
 Generates the dumps of bench/gen_dumps.py (``--size`` millions of response positions, 20 steps;
 reused when the workdir holds them), ingests them as run ``bench`` with this checkout and, with
@@ -174,6 +175,9 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--write", type=Path, help="replace this Markdown file's section")
     parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument(
+        "--only", help="comma-separated command names to time (default: all; 'report' is kept)"
+    )
     args = parser.parse_args()
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mismatchctl-views-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -192,7 +196,11 @@ def main() -> None:
         result["ingest"][args.before] = ingest(tree, dumps, old_store, args.timeout)
         before = (tree, old_store)
     result["load"] = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    result["runs"] = rounds(commands(store, before), args.repeats, workdir / "logs", args.timeout)
+    cmds = commands(store, before)
+    if args.only:
+        keep = {"report", *(n.strip() for n in args.only.split(","))}
+        cmds = {n: c for n, c in cmds.items() if n in keep}
+    result["runs"] = rounds(cmds, args.repeats, workdir / "logs", args.timeout)
     (workdir / "views.json").write_text(json.dumps(result, indent=1) + "\n")
     text = section(result)
     print(text)
