@@ -51,12 +51,7 @@ def _explicit(text: str, spec: str) -> np.ndarray:
         raise ValueError(f"bins '{spec}': edges must start at 0 (found {parts[0]})")
     if edges[-1] != 1.0:
         raise ValueError(f"bins '{spec}': edges must end at 1 (found {parts[-1]})")
-    for i in range(1, len(edges)):
-        if edges[i] <= edges[i - 1]:
-            raise ValueError(
-                f"bins '{spec}': edges must be strictly increasing "
-                f"(found {parts[i - 1]} then {parts[i]})"
-            )
+    check_increasing(edges, parts, f"bins '{spec}'")
     return np.array(edges, dtype=np.float64)
 
 
@@ -95,3 +90,12 @@ def bin_label(edges: np.ndarray, k: int) -> str:
         raise ValueError(f"bin index must lie in 0..{n_bins - 1} (found {k})")
     close = "]" if k == n_bins - 1 else ")"
     return f"[{edges[k]:g}, {edges[k + 1]:g}{close}"
+
+
+def check_increasing(edges: list[float] | list[int], parts: list[str], what: str) -> None:
+    """A ValueError naming the first pair of edges that does not increase strictly."""
+    for i in range(1, len(edges)):
+        if edges[i] <= edges[i - 1]:
+            raise ValueError(
+                f"{what}: edges must be strictly increasing (found {parts[i - 1]} then {parts[i]})"
+            )

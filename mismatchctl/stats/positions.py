@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from mismatchctl.stats.bins import check_increasing
+
 POSITION_MAX_LOG2 = 20
 LOG2_EDGES: tuple[int, ...] = (0, *(1 << k for k in range(POSITION_MAX_LOG2 + 1)))
 POSITION_SPEC = "log2"
@@ -41,12 +43,7 @@ def parse_position_bins(spec: str) -> tuple[int, ...]:
             ) from None
     if edges[0] != 0:
         raise ValueError(f"position bins '{spec}': edges must start at 0 (found {parts[0]})")
-    for i in range(1, len(edges)):
-        if edges[i] <= edges[i - 1]:
-            raise ValueError(
-                f"position bins '{spec}': edges must be strictly increasing "
-                f"(found {parts[i - 1]} then {parts[i]})"
-            )
+    check_increasing(edges, parts, f"position bins '{spec}'")
     return tuple(edges)
 
 
