@@ -115,6 +115,7 @@ def test_report_json_equals_local(ray_local: Any, multi_part: Path) -> None:
     assert_same(local, distributed)
 
 
+@pytest.mark.slow
 @needs_ray
 def test_compare_diagnose_whatif_json_equal_local(ray_local: Any, multi_part: Path) -> None:
     for args in (

@@ -1,8 +1,8 @@
 """Tests of the sample-data generator and of the phenomena the committed sample runs must show.
 
-(a) runs the generator at --size ci once per session and checks the files are well-formed; a slow
-    test (MISMATCHCTL_SLOW_TESTS=1) generates them a second time and checks they are bit-for-bit
-    identical; (b) reads the committed files under sample_data/runs with pyarrow/json
+(a) slow tests (MISMATCHCTL_SLOW_TESTS=1, as .ci/run sets it) run the generator at --size ci once
+    per session and check the files are well-formed, then generate them a second time and check
+    they are bit-for-bit identical; (b) reads the committed files under sample_data/runs with pyarrow/json
     and numpy only (not the mismatchctl package) and checks each run shows what the manifest says.
 """
 
@@ -254,6 +254,7 @@ def check_nemo_run(run_dir: Path) -> None:
             check_row(mask, roll, train, f"{path}:{n}")
 
 
+@pytest.mark.slow
 def test_ci_generation_is_well_formed(ci_dir: Path) -> None:
     out = ci_dir
     manifest = json.loads((out / "manifest.json").read_text())

@@ -113,6 +113,7 @@ def _false_positive_runs(seeds: range, seqs_per_step: int, dof: int = 5) -> tupl
     return hits_baseline, hits_internal
 
 
+@pytest.mark.slow
 def test_healthy_against_healthy_has_no_finding() -> None:
     """(d) two independent healthy draws: the family-wise level is 5% per explanation; over 20
     seeds of small selections (~230k tokens a side, where the sandwich variance is least
