@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from mismatchctl import schema as S
 from mismatchctl.analysis.figure_data import RatePlot
+from mismatchctl.analysis.report import parse_edges
 from mismatchctl.analysis.selection import parse_selector, resolve, same_selection
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
@@ -26,7 +27,7 @@ from mismatchctl.engines.keys import PartKeys, turn_positions
 from mismatchctl.engines.plan import Selection
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
-from mismatchctl.stats import TURN_INDEX_LABELS, TURN_KIND_LABELS, bin_label, parse_bins
+from mismatchctl.stats import TURN_INDEX_LABELS, TURN_KIND_LABELS, bin_label
 from mismatchctl.stats.cube import Cube, Field, merge_all
 from mismatchctl.stats.cube_bootstrap import (
     FindingInterval,
@@ -333,7 +334,7 @@ def build_explain(
     if baseline is not None:
         sides.append(resolve(store, parse_selector(baseline)))
         refuse_same(*sides)
-    edges = _edges(bins)
+    edges = parse_edges(bins)
     spec = cube_spec(sides, edges)
     cubes = read_cubes(sides, spec, edges, workers, on_part, engine)
     if cubes[0].tokens == 0:
@@ -376,15 +377,6 @@ def rate_plots(expl: Explanation, cubes: Sequence[Cube], top: int = 3) -> list[R
         base = sides[1] if len(sides) > 1 else None
         out.append(RatePlot(dim, list(d.labels), sides[0], base, tokens, named))
     return out
-
-
-def _edges(bins: str) -> np.ndarray:
-    try:
-        return parse_bins(bins)
-    except ValueError as exc:
-        raise UsageError(
-            f"--bins: {exc}", "use log, linear:N or edges such as 0,1e-3,0.5,1."
-        ) from None
 
 
 __all__ = ["Explain", "build_explain", "cube_spec"]
