@@ -16,6 +16,9 @@ and lt stays <= 0). Each cause changes one thing:
 - ``gpu``: sigma x 15 on the sequences of gpu A100; ``stale``: sigma x 12 on the sequences made
   with the previous weights (weight_version = step - 1);
 - ``tool``: sigma x 8 on the turns after a tool response;
+- ``template``: a rendering fault: the turns after a tool response get sigma x
+  (1 + (sqrt(factor) - 1) exp(-d / 3)) at distance d from their start (the trainer saw a slightly
+  different tool response; the first turns are untouched);
 - ``lowprob``: tokens sampled with p < 1e-3 get a trainer probability 3 to 20 times smaller;
 - ``spiral``: the trend, while the contexts flatten over the run (both perplexities climb);
 - ``path``: a code path fault: sigma x sqrt(factor) on the tokens at KV position >= ``LONG_KV``
@@ -25,7 +28,8 @@ and lt stays <= 0). Each cause changes one thing:
   perturbed by N(0, eps^2) per vocabulary entry (another policy; every token, both signs);
 - ``improved``: sigma x 0.7 everywhere (a benign improvement over ``clean``).
 
-``factor`` sets the size of ``spike``, ``gpu``, ``stale``, ``tool``, ``path`` and ``policy``:
+``factor`` sets the size of ``spike``, ``gpu``, ``stale``, ``tool``, ``template``, ``path`` and
+``policy``:
 about the ratio of the affected tokens' vllm_kl to the clean run's (K3 ~ r^2 / 2, so sigma
 scales by its square root); the defaults are the loud values the first tests were built on.
 """
@@ -46,7 +50,7 @@ LONG_KV = 48
 PATH_STEPS = frozenset(range(1, 24, 3))  # every third step
 POLICY_EPS = 0.02  # logit perturbation of ``policy`` at factor 2 (measured: ~2x clean vllm_kl)
 DEFAULT_FACTOR = {"spike": 225.0, "gpu": 225.0, "stale": 144.0, "tool": 64.0, "path": 100.0,
-                  "policy": 10.0}  # fmt: skip
+                  "policy": 10.0, "template": 100.0}  # fmt: skip
 
 
 @dataclass
@@ -153,6 +157,8 @@ def _row(rng: np.random.Generator, plan: Plan, step: int, i: int, gpu: str, stal
     sigma = np.full(n, _sigma(plan, step, gpu, stale))
     if plan.cause == "tool":
         sigma[first:] *= plan.boost
+    if plan.cause == "template":
+        sigma[first:] *= 1.0 + (plan.boost - 1.0) * np.exp(-np.arange(later) / 3.0)
     if plan.cause == "path" and step in PATH_STEPS:
         kv = np.r_[np.arange(first), first + tool + np.arange(later)]  # tokens before each
         sigma[kv >= LONG_KV] *= plan.boost

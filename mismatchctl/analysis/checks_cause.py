@@ -11,6 +11,7 @@ from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.checks_data import PROCESSED_HINT
 from mismatchctl.analysis.checks_localize import CODE_PATH_ADVICE
 from mismatchctl.analysis.checks_path import HARDWARE_ADVICE
+from mismatchctl.analysis.checks_template import TEMPLATE_ADVICE
 from mismatchctl.analysis.checks_trajectory import STALE_ADVICE
 from mismatchctl.analysis.diagnose_base import (
     DATA,
@@ -33,7 +34,8 @@ CODE_PATH_CHECKS = ("localized", "regimes", "spikes", "hardware")
 
 @dataclass
 class Cause:
-    key: str  # data, semantic, policy, code path, tool responses, low probability, growth, none
+    key: str  # data, template, semantic, policy, code path, hardware, tool responses,
+    # low probability, growth, unlocalized, none
     verdict: str
     finding: str
     remedy: str | None
@@ -49,12 +51,15 @@ def _layer_hits(ctx: Context, layer: str, verdicts: tuple[str, ...]) -> list[Che
 
 
 def name_cause(ctx: Context) -> Cause:
-    """The first cause whose checks fire, in the order to fix them (BACKGROUND.md): data, the
-    two sides' distributions, the policy, a code path, the tool turns, the unlikely tokens,
-    a growth with no other explanation."""
-    data = _layer_hits(ctx, DATA, (FAIL,))
+    """The first cause whose checks fire, in the order to fix them (BACKGROUND.md): data, a
+    chat-template or rendering fault, the two sides' distributions, the policy, a code path,
+    the tool turns, the unlikely tokens, a growth with no other explanation."""
+    data = [c for c in _layer_hits(ctx, DATA, (FAIL,)) if c.name != "turn_edges"]
     if data:
         return _cause("data", data, "fix the data problems first; every other number mixes them in")
+    template = _hits(ctx, ["turn_edges"])
+    if template:
+        return _cause("template", template, TEMPLATE_ADVICE, "chat template or rendering")
     semantic = _layer_hits(ctx, SEMANTIC, (WARN, FAIL))
     if semantic:
         return _cause("semantic", semantic, PROCESSED_HINT)
@@ -143,7 +148,7 @@ def cause(ctx: Context) -> Check:
     )  # fmt: skip
 
 
-FIXABLE = ("policy", "code path", "hardware", "semantic", "data")
+FIXABLE = ("policy", "code path", "hardware", "semantic", "data", "template")
 
 
 def objective(ctx: Context) -> Check:

@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from mismatchctl.analysis import diagnose_thresholds as T
+from mismatchctl.analysis.checks_template import template_fault
 from mismatchctl.analysis.checks_trajectory import tagged_lags
 from mismatchctl.analysis.diagnose_base import (
     NA,
@@ -72,8 +73,16 @@ def localized(ctx: Context) -> Check:
     finding = "; ".join((f"{run}: " if many else "") + results[run][1] for run in shown[:3])
     evidence = {"runs": {run: e for run, (_, _, e) in results.items()}}
     advice = STALE_LOCAL_ADVICE if stale(ctx) else CODE_PATH_ADVICE
+    if template_fault(ctx):
+        advice = TEMPLATE_LOCAL_ADVICE
     return Check(PATH, "localized", title, verdict, finding, evidence, advice_if(verdict, advice))
 
+
+TEMPLATE_LOCAL_ADVICE = (
+    "the mismatch sits at the start of the turns after tool responses (the turn_edges check): "
+    "a hot part of the run by position is that rendering fault seen from elsewhere; fix the "
+    "template first, then diagnose again"
+)
 
 STALE_LOCAL_ADVICE = (
     "the rollouts were made with older weights (the staleness check): a part of the run hotter "

@@ -10,6 +10,7 @@ import numpy as np
 
 from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.checks_localize import localized_run
+from mismatchctl.analysis.checks_template import template_fault
 from mismatchctl.analysis.checks_trajectory import split_kind
 from mismatchctl.analysis.diagnose_base import (
     FAIL,
@@ -118,7 +119,13 @@ def tool_responses(ctx: Context) -> Check:
         "outputs of the worst sequences; fewer tool calls per rollout delay collapse"
     )
     path = code_path_signal(ctx)
-    if path is not None:
+    if template_fault(ctx):
+        evidence["template"] = True
+        advice = (
+            "the later turns' excess sits in their first tokens (the turn_edges check): a "
+            "chat-template or rendering fault; fix it, a correction would only reweight it"
+        )
+    elif path is not None:
         evidence["code_path"] = path
         advice = (
             f"{path}: fix that path first, the later turns' excess may be its doing (long KV "

@@ -17,6 +17,7 @@ from mismatchctl.analysis import checks_curves as CC
 from mismatchctl.analysis import checks_data as D
 from mismatchctl.analysis import checks_localize as L
 from mismatchctl.analysis import checks_path as P
+from mismatchctl.analysis import checks_template as TE
 from mismatchctl.analysis import checks_trajectory as R
 from mismatchctl.analysis.diagnose_base import (
     FAIL,
@@ -35,6 +36,7 @@ from mismatchctl.analysis.diagnose_extra import DiagnoseExtra
 from mismatchctl.analysis.explain import RunCubeExtra, cube_spec, read_run_cubes, refuse_same
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import parse_selector, reread, resolve
+from mismatchctl.analysis.turn_edges import EdgeExtra
 from mismatchctl.analysis.whatif import SEQ_CELLS, WhatifExtra
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.plan import Selection
@@ -57,6 +59,7 @@ CHECKS: list[Callable[[Context], Check]] = [
     D.offset,
     D.temperature,
     D.top_p,
+    TE.turn_edges,
     L.baseline,
     L.localized,
     P.low_probability,
@@ -156,14 +159,19 @@ def build_diagnosis(
         if base is not None:
             refuse_same(selection, base)
         spec = cube_spec([selection] if base is None else [selection, base], EDGES, with_run=False)
-        extras = [DiagnoseExtra(selection), WhatifExtra([SUGGESTED]), RunCubeExtra(spec)]
+        extras = [
+            DiagnoseExtra(selection),
+            WhatifExtra([SUGGESTED]),
+            RunCubeExtra(spec),
+            EdgeExtra(EDGES),
+        ]
         report = report_on(
             selection, by_gpu=True, workers=workers, on_part=on_part, extras=extras, engine=engine
         )
         return report, report.extra_states, base, spec
 
-    report, (state, cells, cubes), base, spec = reread(read)
-    ctx = Context(report, state, _whole(cells), selector, step_series(report))
+    report, (state, cells, cubes, edges), base, spec = reread(read)
+    ctx = Context(report, state, _whole(cells), selector, step_series(report), edges=edges)
     ctx.runs = {run: run_view(report, run, cube) for run, cube in sorted((cubes or {}).items())}
     if base is not None:
         ctx.baseline = _baseline_view(ctx, base, spec, workers, engine)

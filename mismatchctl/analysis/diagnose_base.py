@@ -13,6 +13,7 @@ import numpy as np
 from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.diagnose_extra import DiagnoseState
 from mismatchctl.analysis.report import Report
+from mismatchctl.analysis.turn_edges import EdgeState
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.cube import Cube, merge_all
@@ -132,6 +133,7 @@ class Context:
     series: dict[str, StepSeries] = field(default_factory=dict)
     runs: dict[str, RunView] = field(default_factory=dict)
     baseline: BaselineView | None = None
+    edges: EdgeState | None = None  # the turn-edge cubes (checks_template)
     done: dict[str, Check] = field(default_factory=dict)  # checks already run, by name
 
     @property

@@ -148,6 +148,34 @@ UNIFORM_DIMS_MIN = 2
 probability bin, step, gpu...): stale or wrong weights change every token's distribution, not one
 code path's."""
 
+# --- template or numerics (turn_edges; analysis/turn_edges.py) ---------------------------------
+EDGE_FACTOR = 1.5
+"""The first ``EDGE_TOKENS`` (8) tokens of the turns after a tool response against the rest of
+those turns, at the same token probabilities: twice the rate with the interval's low end at
+``EDGE_CI_LOW`` is a turn-start pattern (the relative-finding rule above; ``LOCAL_FACTOR``'s
+reasoning: 2x is the smallest fault we know and above healthy drift). It names a rendering fault
+only when the first turns' own starts are not hot (their ratio's interval low end below
+``EDGE_CI_LOW``, or the later turns' ratio at least ``EDGE_FACTOR`` times theirs): engine
+numerics and the natural uncertainty of a response's first tokens touch every turn alike."""
+
+EDGE_CI_LOW = 1.25
+EDGE_FAIL = 10.0
+
+TOP_SHARE = 0.01
+"""The largest-|r| tokens whose place is counted: the top 1% of the selection's tokens (at an |r|
+histogram boundary, so at least that many), and at least ``TOP_LEAST``."""
+
+TOP_LEAST = 50
+
+TOP_ENRICHMENT = 1.5
+"""A rendering fault also puts the largest-|r| tokens of the later turns at their starts: at
+least 1.5 times as many as chance would at the same token probabilities, ``TOP_Z`` standard
+errors above it (a count, robust to the few heavy sequences that can make a K3 ratio of a small
+cell look hot, such as a spike step's), and the turn starts' first half (distances 0-3) at least
+as hot as their second (4-7): the mismatch decays with the distance from the tool response."""
+
+TOP_Z = 3.0
+
 # --- inference path ---------------------------------------------------------------------------
 LOW_PROB = 1e-3
 """p_infer below this is a low-probability token (the report's ``low_prob_token_share``)."""

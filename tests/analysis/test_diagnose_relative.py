@@ -30,6 +30,9 @@ RUNS: dict[str, tuple[Plan, dict[str, str]]] = {
     "policy-small": (Plan("policy", per_step=PER_STEP, seed=5, factor=10), {}),
     "policy-loud": (Plan("policy", per_step=PER_STEP, seed=5, factor=1000), {}),
     "lagged-small": (Plan("policy", per_step=PER_STEP, seed=8, factor=2), {"weight_lag": "1"}),
+    "template-small": (Plan("template", per_step=PER_STEP, seed=11, factor=3), {}),
+    "template-loud": (Plan("template", per_step=PER_STEP, seed=11, factor=1000), {}),
+    "tool-loud": (Plan("tool", per_step=PER_STEP, seed=12), {}),
 }
 ALARM = ("warn", "fail")
 
@@ -115,6 +118,35 @@ def test_a_fault_at_long_kv_positions_is_found_there(store: Path) -> None:
     top = local["code_path_findings"][0]["where"]
     assert top["kv_position"] == "32-127"
     assert checks["cause"].evidence["cause"] == "code path"
+
+
+@pytest.mark.parametrize("run", ["template-small", "template-loud"])
+def test_a_rendering_fault_at_turn_starts_is_named_a_template_fault(store: Path, run: str) -> None:
+    """3x on the first token after each tool response decaying with the distance (the run is
+    about 1.2x a healthy one overall), and 1000x: the turn starts, not a code path nor the tool
+    turns' sampling, and no correction is the fix."""
+    checks = _checks(store, run)
+    edges = checks["turn_edges"]
+    assert edges.verdict == ("warn" if run == "template-small" else "fail")
+    assert edges.evidence["template"] and edges.evidence["decays"]
+    assert edges.evidence["first_start"]["rate_ratio_ci"][0] < 1.25  # first turns untouched
+    assert checks["cause"].evidence["cause"] == "template"
+    assert "rendering" in checks["cause"].finding and "token ids" in checks["cause"].next
+    tool = checks["tool_responses"]
+    if tool.verdict in ALARM:
+        assert "turn_edges" in tool.next and "sequence-level" not in tool.next
+    if checks["localized"].verdict in ALARM:
+        assert "turn_edges" in checks["localized"].next
+
+
+@pytest.mark.parametrize("run", ["tool-loud", "path-kv", "spike-loud", "healthy", "improved"])
+def test_numerics_are_not_taken_for_a_template_fault(store: Path, run: str) -> None:
+    """Later turns hotter as a whole (64x), a fault at long KV positions, spike steps: the
+    turn starts are no hotter than the rest of their turns, or not by the count of large-|r|
+    tokens."""
+    checks = _checks(store, run)
+    assert checks["turn_edges"].verdict == "ok"
+    assert checks["cause"].evidence["cause"] != "template"
 
 
 def test_a_policy_mismatch_is_named_against_a_baseline(store: Path) -> None:
