@@ -43,6 +43,15 @@ def alignment(ctx: Context) -> Check:
     corr = {name: correlation(ctx.state.lags[i]) for i, name in enumerate(LAG_NAMES)}
     evidence: dict[str, Any] = {f"correlation_{k}": v for k, v in corr.items()}
     evidence["pairs_lag0"] = int(ctx.state.lags[0][0])
+    k3 = {
+        name: (float(s / n) if n else None)
+        for name, (n, s) in zip(LAG_NAMES, ctx.state.lag_k3, strict=True)
+    }
+    evidence.update({f"vllm_kl_{k}": v for k, v in k3.items()})
+    shift_text = (
+        f"; vllm_kl {fmt(k3['lag0'])} as stored, {fmt(k3['lag_plus1'])} pairing each rollout "
+        f"token with the trainer's next position, {fmt(k3['lag_minus1'])} with its previous"
+    )
     lag0 = corr["lag0"]
     if lag0 is None:
         return Check(DATA, "alignment", title, NA, "too few tokens to correlate", evidence)
@@ -53,7 +62,8 @@ def alignment(ctx: Context) -> Check:
         return Check(
             DATA, "alignment", title, "fail",
             f"the trainer logprobs match the rollout logprobs {where} (correlation "
-            f"{fmt(shifted[best])} at {best} vs {fmt(lag0)} at lag 0): an off-by-one shift",
+            f"{fmt(shifted[best])} at {best} vs {fmt(lag0)} at lag 0): an off-by-one shift"
+            + shift_text,
             evidence,
             "check how the trainer's logprobs are sliced against the response tokens (the "
             "logits at position t score token t+1); compare one sample by hand",
@@ -61,7 +71,7 @@ def alignment(ctx: Context) -> Check:
     weak = lag0 < T.ALIGN_WARN_CORR
     finding = (
         f"lag-0 correlation {fmt(lag0)}; lag +1 {fmt(corr['lag_plus1'])}, "
-        f"lag -1 {fmt(corr['lag_minus1'])}"
+        f"lag -1 {fmt(corr['lag_minus1'])}{shift_text}"
     )
     advice = "check that both columns hold logprobs of the same sampled tokens" if weak else None
     return Check(DATA, "alignment", title, grade(False, weak), finding, evidence, advice)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from mismatchctl import schema as S
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
-from mismatchctl.stats.comoments import lag_states, merge_pairs
+from mismatchctl.stats.comoments import lag_k3, lag_states, merge_pairs
 from mismatchctl.stats.offset import offset_state
 from mismatchctl.stats.sentinels import (
     SentinelState,
@@ -59,6 +59,7 @@ class DiagnoseState:
     sentinels: SentinelState
     weight_lags: LagSums
     trailing: TrailingZeroState = field(default_factory=TrailingZeroState)
+    lag_k3: np.ndarray = field(default_factory=lambda: np.zeros((3, 2)))  # stats.comoments.lag_k3
 
     def merge(self, other: DiagnoseState) -> DiagnoseState:
         return DiagnoseState(
@@ -67,6 +68,7 @@ class DiagnoseState:
             self.sentinels.merge(other.sentinels),
             self.weight_lags.merge(other.weight_lags),
             self.trailing.merge(other.trailing),
+            self.lag_k3 + other.lag_k3,
         )
 
 
@@ -89,6 +91,7 @@ class DiagnoseExtra:
             sentinel_state(lr, lt, seq, turn, step, keys.run),
             self._lag_sums(keys.run, lr, lt, seq),
             trailing_zero_state(lr, lt, seq, step, keys.run),
+            lag_k3(lr, lt, seq, turn),
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:

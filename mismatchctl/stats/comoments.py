@@ -80,6 +80,21 @@ def _unit(x: float | None) -> float | None:
     return None if x is None else float(min(1.0, max(0.0, x)))
 
 
+def lag_k3(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
+    """Pairs and K3 sums of shape ``(3, 2)`` in ``LAG_NAMES`` order: the mean K3 the two sides
+    would have if the trainer side were shifted by 0, +1 or -1 positions within a turn
+    (``exp(r) - 1 - r`` with ``r = y - x``; mergeable by addition)."""
+    lr, lt = np.asarray(lr, np.float64), np.asarray(lt, np.float64)
+    adjacent = (seq[1:] == seq[:-1]) & (turn[1:] == turn[:-1])
+    out = np.zeros((3, 2))
+    pairs = ((lr, lt), (lr[:-1][adjacent], lt[1:][adjacent]), (lr[1:][adjacent], lt[:-1][adjacent]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for i, (x, y) in enumerate(pairs):
+            r = y - x
+            out[i] = (len(r), float(np.sum(np.expm1(r) - r)))
+    return out
+
+
 def lag_states(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
     """Pair states of shape ``(3, 6)`` in ``LAG_NAMES`` order (x = rollout, y = trainer)."""
     lr, lt = np.asarray(lr, np.float64), np.asarray(lt, np.float64)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from plotly.offline import get_plotlyjs
 
@@ -16,7 +17,7 @@ from tests.planted import SPIKE_STEPS, Plan, write
 
 CAUSES = (
     "clean", "shift", "temperature", "top_p", "sentinel", "spike", "trend", "spiral", "gpu",
-    "stale", "tool", "lowprob",
+    "stale", "tool", "lowprob", "template",
 )  # fmt: skip
 
 # check -> {fixture: verdict it must have}; "quiet" lists fixtures where it must be ok (causes
@@ -35,6 +36,10 @@ FIRES = {
     "spiral": ({"spiral": "fail"}, ("clean", "spike", "gpu", "stale", "tool")),
     "severe_batches": ({"gpu": "fail", "trend": "fail"}, ("clean", "lowprob", "top_p")),
     "staleness": ({"stale": "fail"}, ("clean", "gpu", "tool", "spike", "trend")),
+    "turn_edges": (
+        {"template": "fail"},
+        ("clean", "gpu", "tool", "spike", "trend", "stale", "lowprob", "temperature", "top_p"),
+    ),
 }
 
 
@@ -72,6 +77,34 @@ def test_clean_data_raises_no_alarm(verdicts: dict) -> None:
     na = {name for name, v in verdicts["clean"].items() if v == "n/a"}
     # no training logs attached: the curve checks have nothing to read
     assert na == {"token_ids", "curve_spikes", "rise_before_drop", "baseline"}
+
+
+def test_alignment_reports_the_mismatch_before_and_after_shifting(planted: Path) -> None:
+    """The K3 of the pairs at lag 0 and +-1 within a turn, against a direct computation."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mismatchctl.store import open_store
+
+    store = open_store(planted)
+    t = pa.concat_tables(pq.read_table(store.part_path(p)) for p in store.parts("shift"))
+    lr, lt = t["rollout_logprob"].to_numpy(), t["trainer_logprob"].to_numpy()
+    seq, turn = t["seq"].to_numpy(), t["turn"].to_numpy()
+    same = (seq[1:] == seq[:-1]) & (turn[1:] == turn[:-1])
+
+    def k3(x: np.ndarray, y: np.ndarray) -> float:
+        return float(np.mean(np.expm1(y - x) - (y - x)))
+
+    want = {
+        "lag0": k3(lr, lt),
+        "lag_plus1": k3(lr[:-1][same], lt[1:][same]),
+        "lag_minus1": k3(lr[1:][same], lt[:-1][same]),
+    }
+    check = next(c for c in api.diagnose("shift", store=planted).checks if c.name == "alignment")
+    for name, value in want.items():
+        assert abs(check.evidence[f"vllm_kl_{name}"] - value) <= 1e-9 * value
+    assert want["lag_plus1"] < want["lag0"] / 10  # the shift undone
+    assert "pairing each rollout token with the trainer's next position" in check.finding
 
 
 def test_semantic_checks_are_skipped_when_misaligned(verdicts: dict) -> None:
