@@ -10,6 +10,7 @@ algorithm and every constant.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,6 +58,9 @@ CUBE_KV_EDGES = (0, *(1 << k for k in range(4, 18)))  # 0-15, 16-31, ..., 131072
 CUBE_TURN_POSITION_EDGES = (0, 16, 64, 256, 1024)  # the first 16 tokens of a turn, ...
 CUBE_LENGTH_EDGES = (0, *(1 << k for k in range(5, 17)))  # 0-31, 32-63, ..., 65536+
 CUBE_ORDER_GROUP = 4  # the order key's blocks of 32 sequences, 4 to a value: 128 sequences
+ATTR_CUBE_DIMS = 4  # per-sequence attributes in the cube (the first by name that vary)
+ATTR_CUBE_VALUES = 15  # an attribute's most frequent values kept apart; the rest are "(other)"
+OTHER_LABEL = "(other)"
 CUBE_EDGES = {
     K.KV_POSITION: CUBE_KV_EDGES,
     K.TURN_POSITION: CUBE_TURN_POSITION_EDGES,
@@ -102,8 +106,38 @@ def cube_spec(
         Dim(K.GPU, len(gpus) + 1, (*gpus, NONE_LABEL), ordered=False),
         Dim(K.LENGTH, len(length), length),
         Dim(K.DUMP_ORDER, len(order), order),
+        *attribute_dims(selections),
     )
     return CubeSpec(token_dims=token, seq_dims=seq)
+
+
+def attribute_dims(selections: Sequence[Selection]) -> tuple[Dim, ...]:
+    """The per-sequence attributes of the selections' sources as sequence dimensions: the first
+    ``ATTR_CUBE_DIMS`` by name with more than one value, each with its ``ATTR_CUBE_VALUES`` most
+    frequent values (the catalog's counts at ingest), ``(none)`` and ``(other)``."""
+    counts: dict[str, Counter[str]] = {}
+    more: set[str] = set()
+    for sel in selections:
+        for source in (src for r in sel.runs for src in r.sources):
+            for name, info in (source.attributes or {}).items():
+                found = counts.setdefault(name, Counter())
+                for value, n in info["values"]:
+                    found[NONE_LABEL if value in (None, "") else str(value)] += n
+                if info.get("more") or info["distinct"] > len(info["values"]):
+                    more.add(name)
+    names = sorted(n for n, c in counts.items() if len(c) > 1 or n in more)[:ATTR_CUBE_DIMS]
+    dims = []
+    for name in names:
+        top = sorted(counts[name].items(), key=lambda kv: (-kv[1], kv[0]))[:ATTR_CUBE_VALUES]
+        labels = tuple(dict.fromkeys([*(v for v, _ in top), NONE_LABEL, OTHER_LABEL]))
+        dims.append(Dim(K.ATTR_PREFIX + name, len(labels), labels, ordered=False))
+    return tuple(dims)
+
+
+def cube_keys(spec: CubeSpec) -> tuple[str, ...]:
+    """What the engine loads for the coder: the position keys and the attributes."""
+    attrs = tuple(d.name for d in spec.seq_dims if d.name.startswith(K.ATTR_PREFIX))
+    return CUBE_KEYS + attrs
 
 
 def _in(sel: Selection, step: int) -> bool:
@@ -126,9 +160,11 @@ class _Coder:
         if name == K.BIN:  # the engine's bin codes are the bins' indices, as the cube's
             return np.arange(len(labels), dtype=np.int32)
         found = self.maps[name]
-        return np.array(
-            [found[NONE_LABEL if v in (None, "") else str(v)] for v in labels], np.int32
-        )
+        keys = [NONE_LABEL if v in (None, "") else str(v) for v in labels]
+        if name.startswith(K.ATTR_PREFIX):  # values beyond the kept ones are "(other)"
+            other = found[OTHER_LABEL]
+            return np.array([found.get(k, other) for k in keys], np.int32)
+        return np.array([found[k] for k in keys], np.int32)
 
     def codes(self, keys: PartKeys, names: Sequence[str], at: np.ndarray | None) -> np.ndarray:
         """Each name's cube codes for every row of the slice, or for the rows ``at`` only."""
@@ -174,10 +210,9 @@ class CubeExtra:
     """The engine's ``PartExtra`` computing a K3 cube of every part (merged by addition)."""
 
     columns: tuple[str, ...] = (S.GPU, S.POSITION)
-    keys: tuple[str, ...] = CUBE_KEYS
 
     def __init__(self, spec: CubeSpec) -> None:
-        self.spec, self.coder = spec, _Coder(spec)
+        self.spec, self.coder, self.keys = spec, _Coder(spec), cube_keys(spec)
 
     def compute(self, table: pa.Table, keys: PartKeys) -> Cube:
         lr, lt, rows, tok, seqc, _ = self.coder.slice(table, keys)
@@ -192,10 +227,9 @@ class RunCubeExtra:
     dimension): `diagnose` localizes each run on its own."""
 
     columns: tuple[str, ...] = (S.GPU, S.POSITION)
-    keys: tuple[str, ...] = CUBE_KEYS
 
     def __init__(self, spec: CubeSpec) -> None:
-        self.spec, self.coder = spec, _Coder(spec)
+        self.spec, self.coder, self.keys = spec, _Coder(spec), cube_keys(spec)
 
     def compute(self, table: pa.Table, keys: PartKeys) -> dict[str, Cube]:
         lr, lt, rows, tok, seqc, _ = self.coder.slice(table, keys)
@@ -213,10 +247,9 @@ class BootstrapExtra:
     by (run, sequence id, replicate), so parts merge exactly."""
 
     columns: tuple[str, ...] = (S.GPU, S.POSITION)
-    keys: tuple[str, ...] = CUBE_KEYS
 
     def __init__(self, spec: CubeSpec, make: Callable[[], RegionAccumulator]) -> None:
-        self.coder, self.make = _Coder(spec), make
+        self.coder, self.make, self.keys = _Coder(spec), make, cube_keys(spec)
 
     def compute(self, table: pa.Table, keys: PartKeys) -> RegionAccumulator:
         lr, lt, rows, tok, seqc, seq_ids = self.coder.slice(table, keys)

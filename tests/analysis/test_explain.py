@@ -89,3 +89,54 @@ def test_errors_name_the_selector(store: Path) -> None:
     assert bad.code == 1 and "`nope`" in bad.err and "Hint:" in bad.err
     same = cli("explain", "hot", "--baseline", "hot", "--store", str(store))
     assert same.code != 0 and "Hint:" in same.err
+
+
+def _with_sources(plan: Plan, path: Path, hot: str | None) -> Path:
+    """The planted dump with a ``data_source`` per response (three sources, mixed in every
+    step); ``hot``: that source's responses get a trainer side 5x further from the rollout's
+    (its tokens' K3 about 25x); ``env``: 20 values, more than the catalog counts one by one
+    (those beyond its most frequent are the cube's ``(other)``)."""
+    import pyarrow as pa
+
+    from tests.planted import rows
+
+    out = []
+    for i, row in enumerate(rows(plan)):
+        source = ("gsm8k", "math", "search")[i % 3]
+        if source == hot:
+            lr, lt = np.array(row["rollout_log_probs"]), np.array(row["old_log_probs"])
+            row["old_log_probs"] = (lr + 5.0 * (lt - lr)).tolist()
+        out.append({**row, "data_source": source, "env": f"env-{i % 20}"})
+    pq.write_table(pa.Table.from_pylist(out), path)
+    return path
+
+
+def test_a_data_source_is_a_dimension_of_explain_and_diagnose(tmp_path: Path) -> None:
+    plan = Plan("clean", per_step=24, seed=5)
+    store = tmp_path / "store"
+    for name, hot in (("mixed", "search"), ("plain", None)):
+        dump = _with_sources(plan, tmp_path / f"{name}.parquet", hot)
+        mismatchctl.ingest([dump], run=name, store=store)
+    top = api.explain("mixed", store=store, bootstrap=False).explanation.findings[0]
+    assert top.where == {"attr:data_source": "search"}
+    against = api.explain("mixed", "plain", store=store, bootstrap=False).explanation
+    assert against.findings[0].where == {"attr:data_source": "search"}
+    local = next(c for c in api.diagnose("mixed", store=store).checks if c.name == "localized")
+    (run,) = local.evidence["runs"].values()
+    assert run["code_path_findings"][0]["where"] == {"attr:data_source": "search"}
+    assert "attr:data_source" in local.finding
+    from mismatchctl.analysis.explain import OTHER_LABEL, attribute_dims
+    from mismatchctl.analysis.selection import parse_selector, resolve
+    from mismatchctl.store import open_store
+
+    dims = {
+        d.name: d for d in attribute_dims([resolve(open_store(store), parse_selector("mixed"))])
+    }
+    assert set(dims["attr:data_source"].labels) == {
+        "gsm8k",
+        "math",
+        "search",
+        "(none)",
+        OTHER_LABEL,
+    }
+    assert OTHER_LABEL in dims["attr:env"].labels and dims["attr:env"].size <= 17
