@@ -152,8 +152,10 @@ class _Coder:
     """Per-slice codes of the cube's dimensions, from the engine's per-part keys (whose codes are
     local to a part: each is mapped to the cube's code of its label)."""
 
-    def __init__(self, spec: CubeSpec) -> None:
-        self.spec = spec
+    def __init__(self, spec: CubeSpec, only: frozenset[str] | None = None) -> None:
+        """``only``: the dimensions to code (the others are left at code 0: the bootstrap pass
+        needs only its regions' dimensions and the stratum)."""
+        self.spec, self.only = spec, only
         self.maps = {d.name: {lab: i for i, lab in enumerate(d.labels)} for d in spec.dims}
 
     def _lut(self, name: str, labels: list[Any]) -> np.ndarray:
@@ -168,8 +170,10 @@ class _Coder:
 
     def codes(self, keys: PartKeys, names: Sequence[str], at: np.ndarray | None) -> np.ndarray:
         """Each name's cube codes for every row of the slice, or for the rows ``at`` only."""
-        out = np.empty((keys.n if at is None else len(at), len(names)), dtype=np.int32)
+        out = np.zeros((keys.n if at is None else len(at), len(names)), dtype=np.int32)
         for j, name in enumerate(names):
+            if self.only is not None and name not in self.only:
+                continue
             if name in CUBE_EDGES or name == K.DUMP_ORDER:
                 out[:, j] = self._binned(keys, name, at)
                 continue
@@ -219,7 +223,7 @@ class CubeExtra:
         return Cube.from_tokens(self.spec, lr, lt, rows, tok, seqc)
 
     def merge(self, a: Cube, b: Cube) -> Cube:
-        return a.merge(b)
+        return a.merge_into(b)
 
 
 class RunCubeExtra:
@@ -238,18 +242,23 @@ class RunCubeExtra:
     def merge(self, a: dict[str, Cube], b: dict[str, Cube]) -> dict[str, Cube]:
         out = dict(a)
         for run, cube in b.items():
-            out[run] = out[run].merge(cube) if run in out else cube
+            out[run] = out[run].merge_into(cube) if run in out else cube
         return out
 
 
 class BootstrapExtra:
     """The second pass: the findings' regions, each sequence weighted by Poisson(1) draws keyed
-    by (run, sequence id, replicate), so parts merge exactly."""
+    by (run, sequence id, replicate), so parts merge exactly. It reads and codes only the
+    dimensions of its regions and the stratum."""
 
-    columns: tuple[str, ...] = (S.GPU, S.POSITION)
-
-    def __init__(self, spec: CubeSpec, make: Callable[[], RegionAccumulator]) -> None:
-        self.coder, self.make, self.keys = _Coder(spec), make, cube_keys(spec)
+    def __init__(
+        self, spec: CubeSpec, make: Callable[[], RegionAccumulator], dims: frozenset[str]
+    ) -> None:
+        self.coder, self.make = _Coder(spec, dims), make
+        self.keys = tuple(k for k in cube_keys(spec) if k in dims)  # what the coder reads
+        self.columns = tuple(
+            c for d, c in ((K.GPU, S.GPU), (K.KV_POSITION, S.POSITION)) if d in dims
+        )
 
     def compute(self, table: pa.Table, keys: PartKeys) -> RegionAccumulator:
         lr, lt, rows, tok, seqc, seq_ids = self.coder.slice(table, keys)
@@ -345,7 +354,7 @@ def bootstrap(
         def make(i: int = i) -> RegionAccumulator:
             return plan.accumulators(spec)[i]  # type: ignore[return-value]
 
-        extra = BootstrapExtra(spec, make)
+        extra = BootstrapExtra(spec, make, plan.dimensions(spec))
         _, states = engine.runner()(sel.tasks, [], edges, sel.rows, workers, None, [extra])
         accs.append(states[0] if states[0] is not None else make())
     assert accs[0] is not None

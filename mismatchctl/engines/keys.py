@@ -141,8 +141,11 @@ class PartKeys:
 
     def rows(self) -> np.ndarray:
         """Each row's row in the sequence rows (by ``seq``)."""
-        if self._rows is None:
-            self._rows = self.sequence_rows().rows(self.column(S.SEQ))
+        if self._rows is None:  # looked up once per run of equal ids, then repeated
+            seq = self.column(S.SEQ)
+            starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
+            found = self.sequence_rows().rows(seq[starts])
+            self._rows = np.repeat(found, np.diff(np.r_[starts, len(seq)]))
         return self._rows
 
     def prompt_lengths(self) -> np.ndarray:

@@ -110,6 +110,17 @@ class Cube:
             raise ValueError("cubes of different dimensions cannot be merged")
         return Cube(self.spec, self.state + other.state)
 
+    def merge_into(self, other: Cube) -> Cube:
+        """This cube with ``other`` added in place when its state is writable (an engine's
+        running total: no new 8 MB state per slice), else a new cube (a state read from Ray's
+        object store is read-only)."""
+        if other.spec != self.spec:
+            raise ValueError("cubes of different dimensions cannot be merged")
+        if not self.state.flags.writeable:
+            return self.merge(other)
+        self.state += other.state
+        return self
+
     def table(self, dims: Sequence[str | int], exact: bool = False) -> np.ndarray:
         """View of one table as an array of shape (*table shape, 10), dimensions in ascending
         index order; ``exact``: the exact 1-d table of a blocked dimension."""

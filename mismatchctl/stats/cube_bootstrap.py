@@ -186,6 +186,13 @@ class BootstrapPlan:
     baseline_regions: list[Region]
     findings: list[FindingPlan]
 
+    def dimensions(self, spec: CubeSpec) -> frozenset[str]:
+        """The names of the dimensions the pass reads: its regions' and the stratum."""
+        found = {d for region in (*self.target_regions, *self.baseline_regions) for d in region}
+        if self.stratum is not None:
+            found.add(self.stratum)
+        return frozenset(spec.dims[d].name for d in found)
+
     def accumulators(self, spec: CubeSpec) -> tuple[RegionAccumulator, RegionAccumulator | None]:
         """Empty accumulators of both sides (None for the baseline without one)."""
         t = RegionAccumulator(spec, self.target_regions, self.stratum, self.replicates)
