@@ -226,7 +226,7 @@ def synthetic_run(
         path = run_dir / f"step_{step:04d}.parquet"
         write_parquet_step(path, step, samples, SYNTHETIC_TAGS, extra)
     # a SYNTHETIC training log for the synthetic run (gen/training_log.py), from its dumps
-    logs_dir = out / "logs"
+    logs_dir = manifest_dir / "logs"  # beside the runs: a run's directory ingests as it is
     logs_dir.mkdir(parents=True, exist_ok=True)
     log = write_training_log(
         sorted(run_dir.glob("step_*.parquet")),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import mismatchctl
@@ -204,14 +205,35 @@ def test_baseline_cli_and_json(store: Path) -> None:
     assert bad.code == 1 and "`nope`" in bad.err and "Hint:" in bad.err
 
 
+def _faulty_steps(run: Path) -> list[int]:
+    """The steps whose vllm_kl is a decade above the run's quietest step, from the dump files
+    with numpy (the faulty path runs in some steps only: sample_data/README.md)."""
+    import pyarrow.parquet as pq
+
+    levels = {}
+    for path in sorted(run.glob("step_*.parquet")):
+        t = pq.read_table(path).to_pydict()
+        k3 = []
+        sides = zip(t["rollout_log_probs"], t["old_log_probs"], t["response_mask"], strict=True)
+        for lr, lt, m in sides:
+            keep = np.array(m, bool)
+            r = np.array(lt, np.float64)[keep] - np.array(lr, np.float64)[keep]
+            k3.append(np.expm1(r) - r)
+        levels[t["step"][0]] = float(np.concatenate(k3).mean())
+    quiet = min(levels.values())
+    return sorted(s for s, v in levels.items() if v > 10 * quiet)
+
+
 def test_sample_faulty_attn_steps_are_found(tmp_path: Path) -> None:
-    """sample_data/README.md: faulty-attn's faulty path runs at steps 2, 6, 7 and 8."""
+    """sample_data/README.md: faulty-attn's faulty path runs in half of its steps."""
     runs = Path(__file__).parents[2] / "sample_data" / "runs"
+    faulty = _faulty_steps(runs / "faulty-attn")
+    assert 2 <= len(faulty) <= 6
     mismatchctl.ingest([runs / "faulty-attn"], run="faulty-attn", store=tmp_path / "s")
     checks = _checks(tmp_path / "s", "faulty-attn")
     (evidence,) = checks["regimes"].evidence["runs"].values()
     assert checks["regimes"].verdict == "fail"
-    assert [int(s) for s in evidence["elevated_steps"]] == [2, 6, 7, 8]
+    assert [int(s) for s in evidence["elevated_steps"]] == faulty
     (local,) = checks["localized"].evidence["runs"].values()
     assert checks["localized"].verdict == "fail"
     # the faulty path runs when few sequences are still decoding: long sequences, some steps
