@@ -279,7 +279,8 @@ class Search:
         its overlap with the finding; ``1 / S`` undoes it (the growth is multiplicative on the
         finding's cells)."""
         f = sel.specificity if factor is None else factor
-        grow = {d: overlap(self.t, self.model, sel.region, d) for d in self.t.tables}
+        memo: dict[Dims, np.ndarray] = {}  # the model changes only after every table is known
+        grow = {d: overlap(self.t, self.model, sel.region, d, memo) for d in self.t.tables}
         for d, extra in grow.items():
             self.model[d] = self.model[d] + (f - 1.0) * extra
 

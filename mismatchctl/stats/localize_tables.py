@@ -171,26 +171,41 @@ def _mask_product(side: SideTables, region: Masks, dims: Dims) -> np.ndarray:
     return out
 
 
-def overlap(side: SideTables, arr: dict[Dims, np.ndarray], region: Masks, dims: Dims) -> np.ndarray:
+def overlap(
+    side: SideTables,
+    arr: dict[Dims, np.ndarray],
+    region: Masks,
+    dims: Dims,
+    memo: dict[Dims, np.ndarray] | None = None,
+) -> np.ndarray:
     """For every cell ``c`` of table ``dims``: the quantity (an additive one such as an expected
     mass) in ``c`` and the region. Exact from the table of both conjunctions when the cube has
     it; otherwise ``X(c)`` times the share of ``c`` inside the region, modelled log-linearly:
     the share given the dimensions ``c`` and the region share, times, for each other dimension
     of ``c`` whose table with the region the cube holds, how much its value moves that share
-    (a long-KV finding covers later turns more than first turns)."""
+    (a long-KV finding covers later turns more than first turns). ``memo``: the exact overlaps
+    already computed for this ``arr`` and region (shared by calls over many tables; valid while
+    neither changes)."""
+    memo = {} if memo is None else memo
+
+    def exact(sub: Dims) -> np.ndarray:
+        if sub not in memo:
+            memo[sub] = _exact_overlap(side, arr, region, sub)
+        return memo[sub]
+
     rdims = tuple(sorted(region))
     union = tuple(sorted(set(dims) | set(rdims)))
     if side.has(union):
-        return _exact_overlap(side, arr, region, dims)
+        return exact(dims)
     shared = tuple(d for d in dims if d in region)
-    base = div(_exact_overlap(side, arr, region, shared), arr[shared], np.nan)
+    base = div(exact(shared), arr[shared], np.nan)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_share = np.log(side.lift(base, shared, dims)) * np.ones(side.shape(dims))
         for d in dims:
             sub = tuple(sorted((*shared, d)))
             if d in shared or not side.has(tuple(sorted({*sub, *rdims}))):
                 continue
-            share = div(_exact_overlap(side, arr, region, sub), arr[sub], np.nan)
+            share = div(exact(sub), arr[sub], np.nan)
             moved = np.log(side.lift(share, sub, dims)) - np.log(side.lift(base, shared, dims))
             log_share = log_share + np.where(np.isfinite(moved), moved, 0.0)
         share = np.clip(np.nan_to_num(np.exp(log_share), nan=0.0), 0.0, 1.0)
