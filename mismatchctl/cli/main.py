@@ -14,6 +14,7 @@ from mismatchctl.cli import ingest as ingest_cmd
 from mismatchctl.cli import ingest_metrics as ingest_metrics_cmd
 from mismatchctl.cli import report as report_cmd
 from mismatchctl.cli import runs as runs_cmd
+from mismatchctl.cli import watch as watch_cmd
 from mismatchctl.cli import whatif as whatif_cmd
 
 app = typer.Typer(
@@ -25,6 +26,8 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 [bold]Examples[/]
 
   mismatchctl ingest dumps/ --run v1-a100 --tag gpu=A100
+
+  mismatchctl watch /shared/dumps/run7 --run run7 --alerts alerts.jsonl
 
   mismatchctl ingest-metrics wandb_export.csv --run v1-a100
 
@@ -49,6 +52,7 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.command("ingest", help=ingest_cmd.HELP)(ingest_cmd.ingest)
+app.command("watch", help=watch_cmd.HELP)(watch_cmd.watch)
 app.command("ingest-metrics", help=ingest_metrics_cmd.HELP)(ingest_metrics_cmd.ingest_metrics)
 app.add_typer(runs_cmd.app, name="runs")
 app.command("report", help=report_cmd.HELP)(report_cmd.report)

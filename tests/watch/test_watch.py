@@ -1,0 +1,239 @@
+"""`mismatchctl watch`: files written in stages by a separate process (partial writes, temp names
+and renames, a bad file in the middle, a restart, SIGINT and SIGTERM mid-ingest) are ingested
+once each, only when complete; nothing is lost, nothing is ingested twice, and each step's line
+holds the numbers of a numpy reference.
+
+No test asserts on time: live watches stop by --max-files, scripted ones by --once, and a
+timeout on a subprocess only guards against a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mismatchctl import api
+from mismatchctl import schema as S
+from tests.helpers import FIXTURES, cli, tree_digest
+from tests.watch_writer import step_arrays, write_step
+
+ROOT = Path(__file__).parents[2]
+HANG = 120  # seconds: only a guard against a hung subprocess, never an assertion
+
+
+def _env(store: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "MISMATCHCTL_STORE": str(store),
+            "NO_COLOR": "1"}  # fmt: skip
+
+
+def writer(directory: Path, *actions: str) -> None:
+    """The job's writer: a separate process performing ``actions`` (tests/watch_writer.py)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.watch_writer", str(directory), *actions],
+        cwd=ROOT, env=_env(directory), capture_output=True, text=True, timeout=HANG,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def reference_kl(step: int, noise: float) -> float:
+    rollout, trainer, mask = step_arrays(step, noise)
+    r = (trainer - rollout)[mask == 1]
+    return float(np.mean(np.expm1(r) - r))
+
+
+def lines(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def stored_steps(store: Path, run: str) -> list[int]:
+    """Each stored sequence's step: a step ingested twice shows twice as many sequences."""
+    seqs = api.open_store(store).scan(run, kind="sequences").collect()
+    return sorted(seqs[S.STEP].to_list())
+
+
+def test_partial_files_wait_until_complete_then_restart_is_a_no_op(
+    store: Path, tmp_path: Path
+) -> None:
+    """Half a Parquet file, half a NeMo-RL JSON lines file (cut inside a line) and half a slime
+    torch file are neither ingested nor reported bad; finished, they are ingested once; a
+    second watch of the directory changes nothing in the store."""
+    pytest.importorskip("torch")
+    dumps = tmp_path / "dumps"
+    src = tmp_path / "src"
+    pq_file = write_step(src, 1, 0.02)
+    jsonl, pt = FIXTURES / "train_data_step3.jsonl", FIXTURES / "slime_train_4.pt"
+    names = {pq_file: "step_1.parquet", jsonl: "train_data_step3.jsonl", pt: "train_4.pt"}
+    writer(dumps, *(f"partial:{s}:{n}:0.6" for s, n in names.items()))
+    first = cli("watch", str(dumps), "--run", "w", "--once", "--settle", "0")
+    assert first.code == 0, first.err
+    assert "0 files ingested" in first.err and "3 not complete yet" in first.err
+    assert "Bad file" not in first.err and first.out == ""
+    for name in names.values():
+        assert f"not complete yet: {dumps / name}" in first.err
+    assert api.runs(store) == []
+
+    writer(dumps, *(f"finish:{s}:{n}" for s, n in names.items()))
+    second = cli("watch", str(dumps), "--run", "w", "--once", "--settle", "0", "--json")
+    assert second.code == 0, second.err
+    assert "3 files ingested" in second.err and "0 not complete yet" in second.err
+    # one line per step: 1 (Parquet), 3 (NeMo-RL), 4 (slime)
+    assert sorted(x["step"] for x in lines(second.out)) == [1, 3, 4]
+    step1 = next(x for x in lines(second.out) if x["step"] == 1)
+    assert step1["vllm_kl"] == pytest.approx(reference_kl(1, 0.02), rel=1e-12)
+    before = tree_digest(store)
+    steps = stored_steps(store, "w")
+
+    third = cli("watch", str(dumps), "--run", "w", "--once", "--settle", "0")
+    assert third.code == 0 and third.out == ""
+    assert "0 files ingested" in third.err and "the run holds 3 steps from 3 files" in third.err
+    assert tree_digest(store) == before and stored_steps(store, "w") == steps
+
+
+def test_temp_names_and_dotfiles_wait_for_their_rename(store: Path, tmp_path: Path) -> None:
+    dumps = tmp_path / "dumps"
+    src = write_step(tmp_path / "src", 2, 0.02)
+    writer(dumps, f"tmp:{src}:step_2.parquet")
+    (dumps / ".hidden").mkdir()
+    shutil.copy(src, dumps / ".hidden" / "step_2.parquet")
+    shutil.copy(src, dumps / "step_2.parquet.tmp")
+    ran = cli("watch", str(dumps), "--run", "w", "--once")
+    assert ran.code == 0 and "0 files ingested" in ran.err and "0 not complete yet" in ran.err
+    writer(dumps, "rename:step_2.parquet")
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--json")
+    assert [x["step"] for x in lines(ran.out)] == [2]
+    assert stored_steps(store, "w") == [2] * 6
+
+
+def test_live_watch_takes_every_file_once_and_goes_on_after_a_bad_one(
+    store: Path, tmp_path: Path
+) -> None:
+    """A watch on file events while a separate process writes steps atomically, one file by
+    halves, one through a temp name, and a bad file in the middle: every step once, the bad
+    file reported (path as given) and alerted, the watch going on to the files after it."""
+    dumps, src = tmp_path / "dumps", tmp_path / "src"
+    dumps.mkdir()
+    half = write_step(src, 3, 0.02)
+    renamed = write_step(src, 5, 0.02)
+    alerts = tmp_path / "alerts.jsonl"
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "mismatchctl", "watch", str(dumps), "--run", "w", "--json",
+         "--max-files", "6", "--alerts", str(alerts), "--no-explain"],
+        cwd=ROOT, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    writer(
+        dumps, "step:1:0.02", "step:2:0.02", f"partial:{half}:step_3.parquet:0.5",
+        "bad:bad.parquet", f"finish:{half}:step_3.parquet", "step:4:0.02",
+        f"tmp:{renamed}:step_5.parquet", "rename:step_5.parquet",
+    )  # fmt: skip
+    out, err = watch.communicate(timeout=HANG)
+    assert watch.returncode == 0, err
+    assert sorted(x["step"] for x in lines(out)) == [1, 2, 3, 4, 5]
+    assert stored_steps(store, "w") == [s for s in range(1, 6) for _ in range(6)]
+    assert f"Bad file: {dumps / 'bad.parquet'}" in err and "Hint:" in err
+    recorded = lines(alerts.read_text())
+    assert [(a["check"], a["file"]) for a in recorded] == [
+        ("bad_file", str(dumps / "bad.parquet"))
+    ]
+    assert "5 files ingested, 5 steps, 1 bad" in err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_mid_ingest_leaves_the_store_whole(
+    store: Path, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """The second file's ingest is held with its parts staged; the signal stops the watch
+    there. The store holds the first file only (runs check passes); the next watch ingests the
+    second and third files, and no step is stored twice."""
+    dumps = tmp_path / "dumps"
+    writer(dumps, "step:1:0.02", "step:2:0.02", "step:3:0.02")
+    marker = tmp_path / "held"
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "tests.watch_driver", str(marker), "2", "watch", str(dumps),
+         "--run", "w", "--once", "--json"],
+        cwd=ROOT, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + HANG
+    while not marker.exists():
+        assert watch.poll() is None, watch.communicate()
+        assert time.monotonic() < deadline, "the watch never reached the second ingest"
+        time.sleep(0.05)
+    watch.send_signal(sig)
+    out, err = watch.communicate(timeout=HANG)
+    assert watch.returncode == 0, err
+    assert "Stopped (interrupted): 1 files ingested" in err
+    assert [x["step"] for x in lines(out)] == [1]
+    assert stored_steps(store, "w") == [1] * 6
+    assert cli("runs", "check").code == 0
+    staging = store / ".staging"
+    assert not staging.exists() or not any(staging.iterdir())
+
+    again = cli("watch", str(dumps), "--run", "w", "--once", "--json")
+    assert again.code == 0, again.err
+    assert [x["step"] for x in lines(again.out)] == [2, 3]
+    assert stored_steps(store, "w") == [s for s in (1, 2, 3) for _ in range(6)]
+
+
+def test_a_file_changed_after_ingest_is_reported_not_ingested_twice(
+    store: Path, tmp_path: Path
+) -> None:
+    dumps = tmp_path / "dumps"
+    writer(dumps, "step:1:0.02")
+    assert cli("watch", str(dumps), "--run", "w", "--once").code == 0
+    first = dumps / "step_00000001.parquet"
+    shutil.copy(first, tmp_path / "original.parquet")
+    other = write_step(tmp_path / "src", 1, 0.05)
+    shutil.copy(other, dumps / other.name)  # the same name, other content
+    ran = cli("watch", str(dumps), "--run", "w", "--once")
+    assert ran.code == 0
+    assert f"{dumps / other.name} changed after it was ingested: not ingested again" in ran.err
+    assert stored_steps(store, "w") == [1] * 6
+    # the content ingested first, under another name, is a copy: not new data
+    shutil.copy(tmp_path / "original.parquet", dumps / "copy.parquet")
+    writer(dumps, "step:2:0.02")
+    ran = cli("watch", str(dumps), "--run", "w", "--once")
+    assert f"Skipped: {dumps / 'copy.parquet'}: its content is already in run `w`" in ran.err
+    assert "1 files ingested" in ran.err
+    assert stored_steps(store, "w") == [1] * 6 + [2] * 6
+
+
+def test_step_lines_and_alerts_against_numpy(store: Path, tmp_path: Path) -> None:
+    """Four quiet steps, then one 10x noisier: its line has the recent median and change of a
+    numpy reference, and a spike and a band alert; --exit-on fail stops with exit code 3 on a
+    step above 2e-2 and --exit-on warn on the first alert."""
+    dumps = tmp_path / "dumps"
+    noises = {1: 0.02, 2: 0.025, 3: 0.02, 4: 0.03, 5: 0.3}
+    writer(dumps, *(f"step:{s}:{n}" for s, n in noises.items()))
+    alerts = tmp_path / "alerts.jsonl"
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--json", "--alerts", str(alerts))
+    assert ran.code == 0, ran.err
+    got = {x["step"]: x for x in lines(ran.out)}
+    ref = {s: reference_kl(s, n) for s, n in noises.items()}
+    for s in noises:
+        assert got[s]["vllm_kl"] == pytest.approx(ref[s], rel=1e-12)
+        assert got[s]["tokens"] == int(step_arrays(s, noises[s])[2].sum())
+    median = statistics.median([ref[s] for s in (1, 2, 3, 4)])
+    assert got[5]["recent_median"] == pytest.approx(median, rel=1e-12)
+    assert got[5]["change"] == pytest.approx(ref[5] / median, rel=1e-12)
+    assert ref[5] > 2e-2 and ref[5] / median > 3  # the planted step: a spike into `high`
+    assert [(a["check"], a["level"]) for a in got[5]["alerts"]] == [
+        ("spike", "fail"), ("band", "fail")
+    ]
+    assert all(not got[s]["alerts"] for s in (2, 3, 4))
+    recorded = lines(alerts.read_text())
+    assert {(a["step"], a["check"]) for a in recorded} >= {(5, "spike"), (5, "band")}
+
+    dumps2 = tmp_path / "dumps2"
+    writer(dumps2, *(f"step:{s}:{n}" for s, n in noises.items()))
+    stopped = cli("watch", str(dumps2), "--run", "w2", "--once", "--exit-on", "fail", "-q")
+    assert stopped.code == 3 and "--exit-on" in stopped.err
+    assert "step 5" in stopped.out and "ALERT fail spike" in stopped.out
