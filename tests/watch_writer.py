@@ -2,8 +2,9 @@
 
 ``python -m tests.watch_writer DIR ACTION...`` performs the actions in order, in DIR:
 
-- ``step:N:NOISE``: step N through ``DumpWriter`` (temp file, then rename), trainer logprobs
-  off the rollout ones by normal noise of scale NOISE;
+- ``step:N:NOISE[:HOT]``: step N through ``DumpWriter`` (temp file, then rename), trainer
+  logprobs off the rollout ones by normal noise of scale NOISE (HOT on the second half of the
+  positions: a fault of long KV lengths);
 - ``partial:SRC:NAME:FRACTION``: the first FRACTION of SRC's bytes written as NAME (half a file);
 - ``finish:SRC:NAME``: the rest of SRC's bytes appended to NAME;
 - ``tmp:SRC:NAME``: SRC copied to ``.NAME.tmp``; ``rename:NAME``: ``.NAME.tmp`` renamed to NAME;
@@ -24,23 +25,27 @@ import pyarrow.parquet as pq
 
 from mismatchctl.dump import DumpWriter
 
-ROWS, WIDTH = 6, 24
+ROWS, WIDTH = 60, 64
 
 
-def step_arrays(step: int, noise: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def step_arrays(
+    step: int, noise: float, hot: float | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rollout and trainer logprobs [ROWS, WIDTH] and the mask (the last positions of some rows
     masked as padding)."""
     rng = np.random.default_rng(1000 + step)
     rollout = -rng.exponential(1.0, (ROWS, WIDTH))
-    trainer = np.minimum(rollout + rng.normal(0.0, noise, (ROWS, WIDTH)), 0.0)
+    scale = np.full((ROWS, WIDTH), noise)
+    scale[:, WIDTH // 2 :] = noise if hot is None else hot
+    trainer = np.minimum(rollout + rng.normal(0.0, 1.0, (ROWS, WIDTH)) * scale, 0.0)
     mask = np.ones((ROWS, WIDTH), dtype=np.int8)
     for i in range(ROWS):
         mask[i, WIDTH - i :] = 0
     return rollout, trainer, mask
 
 
-def write_step(directory: Path, step: int, noise: float) -> Path:
-    rollout, trainer, mask = step_arrays(step, noise)
+def write_step(directory: Path, step: int, noise: float, hot: float | None = None) -> Path:
+    rollout, trainer, mask = step_arrays(step, noise, hot)
     with DumpWriter(directory, tags={"gpu": "H20"}, rank=None) as writer:
         writer.add(step, rollout, trainer, mask, sample_ids=[f"{step}-{i}" for i in range(ROWS)])
     return writer.written[0]
@@ -56,7 +61,7 @@ def _write(path: Path, data: bytes, mode: str) -> None:
 def act(directory: Path, action: str) -> None:
     kind, *args = action.split(":")
     if kind == "step":
-        write_step(directory, int(args[0]), float(args[1]))
+        write_step(directory, int(args[0]), float(args[1]), *(float(a) for a in args[2:]))
     elif kind == "partial":
         data = Path(args[0]).read_bytes()
         _write(directory / args[1], data[: int(len(data) * float(args[2]))], "wb")

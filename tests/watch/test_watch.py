@@ -25,7 +25,7 @@ import pytest
 from mismatchctl import api
 from mismatchctl import schema as S
 from tests.helpers import FIXTURES, cli, tree_digest
-from tests.watch_writer import step_arrays, write_step
+from tests.watch_writer import ROWS, step_arrays, write_step
 
 ROOT = Path(__file__).parents[2]
 HANG = 120  # seconds: only a guard against a hung subprocess, never an assertion
@@ -111,7 +111,7 @@ def test_temp_names_and_dotfiles_wait_for_their_rename(store: Path, tmp_path: Pa
     writer(dumps, "rename:step_2.parquet")
     ran = cli("watch", str(dumps), "--run", "w", "--once", "--json")
     assert [x["step"] for x in lines(ran.out)] == [2]
-    assert stored_steps(store, "w") == [2] * 6
+    assert stored_steps(store, "w") == [2] * ROWS
 
 
 def test_live_watch_takes_every_file_once_and_goes_on_after_a_bad_one(
@@ -138,12 +138,10 @@ def test_live_watch_takes_every_file_once_and_goes_on_after_a_bad_one(
     out, err = watch.communicate(timeout=HANG)
     assert watch.returncode == 0, err
     assert sorted(x["step"] for x in lines(out)) == [1, 2, 3, 4, 5]
-    assert stored_steps(store, "w") == [s for s in range(1, 6) for _ in range(6)]
+    assert stored_steps(store, "w") == [s for s in range(1, 6) for _ in range(ROWS)]
     assert f"Bad file: {dumps / 'bad.parquet'}" in err and "Hint:" in err
     recorded = lines(alerts.read_text())
-    assert [(a["check"], a["file"]) for a in recorded] == [
-        ("bad_file", str(dumps / "bad.parquet"))
-    ]
+    assert [(a["check"], a["file"]) for a in recorded] == [("bad_file", str(dumps / "bad.parquet"))]
     assert "5 files ingested, 5 steps, 1 bad" in err
 
 
@@ -172,7 +170,7 @@ def test_a_signal_mid_ingest_leaves_the_store_whole(
     assert watch.returncode == 0, err
     assert "Stopped (interrupted): 1 files ingested" in err
     assert [x["step"] for x in lines(out)] == [1]
-    assert stored_steps(store, "w") == [1] * 6
+    assert stored_steps(store, "w") == [1] * ROWS
     assert cli("runs", "check").code == 0
     staging = store / ".staging"
     assert not staging.exists() or not any(staging.iterdir())
@@ -180,7 +178,7 @@ def test_a_signal_mid_ingest_leaves_the_store_whole(
     again = cli("watch", str(dumps), "--run", "w", "--once", "--json")
     assert again.code == 0, again.err
     assert [x["step"] for x in lines(again.out)] == [2, 3]
-    assert stored_steps(store, "w") == [s for s in (1, 2, 3) for _ in range(6)]
+    assert stored_steps(store, "w") == [s for s in (1, 2, 3) for _ in range(ROWS)]
 
 
 def test_a_file_changed_after_ingest_is_reported_not_ingested_twice(
@@ -196,14 +194,14 @@ def test_a_file_changed_after_ingest_is_reported_not_ingested_twice(
     ran = cli("watch", str(dumps), "--run", "w", "--once")
     assert ran.code == 0
     assert f"{dumps / other.name} changed after it was ingested: not ingested again" in ran.err
-    assert stored_steps(store, "w") == [1] * 6
+    assert stored_steps(store, "w") == [1] * ROWS
     # the content ingested first, under another name, is a copy: not new data
     shutil.copy(tmp_path / "original.parquet", dumps / "copy.parquet")
     writer(dumps, "step:2:0.02")
     ran = cli("watch", str(dumps), "--run", "w", "--once")
     assert f"Skipped: {dumps / 'copy.parquet'}: its content is already in run `w`" in ran.err
     assert "1 files ingested" in ran.err
-    assert stored_steps(store, "w") == [1] * 6 + [2] * 6
+    assert stored_steps(store, "w") == [1] * ROWS + [2] * ROWS
 
 
 def test_step_lines_and_alerts_against_numpy(store: Path, tmp_path: Path) -> None:
@@ -226,7 +224,8 @@ def test_step_lines_and_alerts_against_numpy(store: Path, tmp_path: Path) -> Non
     assert got[5]["change"] == pytest.approx(ref[5] / median, rel=1e-12)
     assert ref[5] > 2e-2 and ref[5] / median > 3  # the planted step: a spike into `high`
     assert [(a["check"], a["level"]) for a in got[5]["alerts"]] == [
-        ("spike", "fail"), ("band", "fail")
+        ("spike", "fail"),
+        ("band", "fail"),
     ]
     assert all(not got[s]["alerts"] for s in (2, 3, 4))
     recorded = lines(alerts.read_text())
@@ -237,3 +236,56 @@ def test_step_lines_and_alerts_against_numpy(store: Path, tmp_path: Path) -> Non
     stopped = cli("watch", str(dumps2), "--run", "w2", "--once", "--exit-on", "fail", "-q")
     assert stopped.code == 3 and "--exit-on" in stopped.err
     assert "step 5" in stopped.out and "ALERT fail spike" in stopped.out
+
+
+def test_an_alert_names_the_cell_explain_localizes(store: Path, tmp_path: Path) -> None:
+    """Step 5's excess sits on the second half of the positions (KV positions 32-63): the
+    alert carries explain's top finding of the step against the steps before, whose rate ratio
+    is that of a numpy reference (the mean K3 of the cell over the baseline's at the same
+    positions, token probabilities aside, within the finding's 95% interval)."""
+    dumps = tmp_path / "dumps"
+    writer(dumps, *(f"step:{s}:0.02" for s in (1, 2, 3, 4)), "step:5:0.02:0.4")
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--json")
+    assert ran.code == 0, ran.err
+    alerts = lines(ran.out)[-1]["alerts"]
+    assert alerts and all(a["localized"] == alerts[0]["localized"] for a in alerts)
+    cell = alerts[0]["localized"]
+    assert cell["where"]["kv_position"] == "32-63" and cell["against"] == "w@steps=1..4"
+    hot = [_k3(s, 0.02, 0.4 if s == 5 else None)[:, 32:] for s in (1, 2, 3, 4, 5)]
+    ratio = np.nanmean(hot[4]) / np.nanmean(np.concatenate(hot[:4]))
+    assert 0.5 * ratio < cell["rate_ratio"] < 2 * ratio
+
+
+def _k3(step: int, noise: float, hot: float | None) -> np.ndarray:
+    rollout, trainer, mask = step_arrays(step, noise, hot)
+    r = trainer - rollout
+    return np.where(mask == 1, np.expm1(r) - r, np.nan)
+
+
+def test_poll_mode_takes_files_written_while_it_runs(store: Path, tmp_path: Path) -> None:
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "mismatchctl", "watch", str(dumps), "--run", "w", "--json",
+         "--poll", "0.1", "--max-files", "2"],
+        cwd=ROOT, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    writer(dumps, "step:1:0.02", "step:2:0.02")
+    out, err = watch.communicate(timeout=HANG)
+    assert watch.returncode == 0, err
+    assert "polling every 0.1 s" in err
+    assert [x["step"] for x in lines(out)] == [1, 2]
+
+
+def test_watch_errors_name_what_to_fix(store: Path, tmp_path: Path) -> None:
+    missing = cli("watch", str(tmp_path / "nope"), "--run", "w", "--once")
+    assert missing.code == 1
+    assert (
+        f"Error: {tmp_path / 'nope'} is not a directory" in missing.err and "Hint:" in missing.err
+    )
+    bad_run = cli("watch", str(tmp_path), "--run", "../x", "--once")
+    assert bad_run.code == 1 and "Error:" in bad_run.err and api.runs(store) == []
+    no_alerts = cli(
+        "watch", str(tmp_path), "--run", "w", "--once", "--alerts", str(tmp_path / "no" / "a")
+    )
+    assert no_alerts.code == 1 and "--alerts" in no_alerts.err and "Hint:" in no_alerts.err
