@@ -11,6 +11,15 @@ from mismatchctl.analysis import catalog_view as views
 from mismatchctl.analysis.compare import Comparison, build_comparison
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.explain import Explain, build_explain
+from mismatchctl.analysis.gate import (
+    Gate,
+    Threshold,
+    build_gate,
+    gated_metrics,
+    merge,
+    parse_threshold,
+    read_thresholds,
+)
 from mismatchctl.analysis.live import StepLine
 from mismatchctl.analysis.report import Report, build_report
 from mismatchctl.analysis.selection import parse_steps
@@ -314,6 +323,35 @@ def diagnose(
     )  # fmt: skip
 
 
+def check(
+    selector: str,
+    *,
+    maximum: Iterable[str] | Mapping[str, float] = (),
+    minimum: Iterable[str] | Mapping[str, float] = (),
+    thresholds_file: str | None = None,
+    defaults: bool = True,
+    diagnose: bool = False,
+    workers: int = DEFAULT_WORKERS,
+    store: StorePath = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+) -> Gate:
+    """A gate on a selector: each threshold (``maximum=["vllm_kl=1e-3"]`` or
+    ``{"vllm_kl": 1e-3}``, ``minimum`` alike;
+    ``thresholds_file``: TOML ``[max]`` / ``[min]`` tables) judged on the selection's metrics,
+    over the default thresholds from the severity bands unless ``defaults=False``; with
+    ``diagnose``, diagnose's checks too. ``Gate.passed``; ``Gate.cases`` one per threshold."""
+    given: list[Threshold] = read_thresholds(thresholds_file) if thresholds_file else []
+    for direction, items in (("max", maximum), ("min", minimum)):
+        texts = [f"{k}={v}" for k, v in items.items()] if isinstance(items, Mapping) else items
+        given += [parse_threshold(t, direction, f"--{direction}") for t in texts]
+    eng = choose_engine(engine, ray_address)
+    return build_gate(
+        open_store(store), selector, merge(given, defaults), diagnose=diagnose, workers=workers,
+        engine=eng,
+    )  # fmt: skip
+
+
 def whatif(
     selector: str,
     *,
@@ -382,6 +420,7 @@ __all__ = [
     "Diagnosis",
     "Explain",
     "FileNote",
+    "Gate",
     "IngestResult",
     "MetricsIngest",
     "Report",
@@ -392,12 +431,14 @@ __all__ = [
     "Store",
     "Watcher",
     "Whatif",
+    "check",
     "check_failed",
     "check_runs",
     "compare",
     "demo",
     "diagnose",
     "explain",
+    "gated_metrics",
     "ingest",
     "ingest_metrics",
     "open_store",

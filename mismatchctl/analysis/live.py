@@ -86,6 +86,10 @@ class StepLine:
             return None
         return self.vllm_kl / self.recent_median
 
+    def alert_context(self) -> dict[str, Any]:
+        """What an alert record says of its step (``--alerts``)."""
+        return {"step": self.step, M.VLLM_KL: self.vllm_kl, "band": self.band}
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "run": self.run,
@@ -195,7 +199,7 @@ def localize(store: Store, history: StepHistory, step: int) -> dict[str, Any] | 
     return {
         "where": dict(top.where),
         "rate_ratio": top.rate_ratio,
-        "token_share": top.token_share,
+        M.TOKEN_SHARE: top.token_share,
         "against": baseline or "the rest of the step",
         "sentence": top.sentence,
     }

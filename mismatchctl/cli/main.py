@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from mismatchctl.cli import check as check_cmd
 from mismatchctl.cli import compare as compare_cmd
 from mismatchctl.cli import demo as demo_cmd
 from mismatchctl.cli import diagnose as diagnose_cmd
@@ -43,6 +44,8 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 
   mismatchctl whatif v1-a100 --method seq-mis --threshold 2
 
+  mismatchctl check v1-a100 --max vllm_kl=1e-3 --junit mismatch.xml
+
   mismatchctl demo
 """,
     no_args_is_help=True,
@@ -60,6 +63,7 @@ app.command("compare", help=compare_cmd.HELP)(compare_cmd.compare)
 app.command("explain", help=explain_cmd.HELP)(explain_cmd.explain)
 app.command("diagnose", help=diagnose_cmd.HELP)(diagnose_cmd.diagnose)
 app.command("whatif", help=whatif_cmd.HELP)(whatif_cmd.whatif)
+app.command("check", help=check_cmd.HELP)(check_cmd.check)
 app.command("demo", help=demo_cmd.HELP)(demo_cmd.demo)
 
 

@@ -129,7 +129,7 @@ def _show(event: Any, json: bool, quiet: bool, sink: TextIO | None, run: str) ->
     """Print one event; append its alerts to the sink; the levels of the alerts."""
     if isinstance(event, api.StepLine):
         _write(dumps_line(event.to_dict()) if json else _step_text(event))
-        alerts = [(a, {"step": event.step, "vllm_kl": event.vllm_kl}) for a in event.alerts]
+        alerts = [(a, event.alert_context()) for a in event.alerts]
     elif isinstance(event, api.FileNote):
         say(f"{'Bad file' if event.kind == 'bad' else 'Skipped'}: {event.message}", "yellow")
         if event.hint:
