@@ -159,7 +159,7 @@ def _step_text(line: api.StepLine) -> str:
         text += f"\n  ALERT {a.level} {a.check}: {a.message}"
         if a.localized is not None:
             where = ", ".join(f"{k}={v}" for k, v in a.localized["where"].items())
-            text += f"\n    localized: {where} ({a.localized['rate_ratio']:.2g}x)"
+            text += f"\n    localized: {where} ({number(a.localized['rate_ratio'], 3)}x)"
     return printable(text)
 
 
