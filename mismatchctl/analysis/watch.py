@@ -119,9 +119,14 @@ class Waker:
         self._observer = observer
         self.mode = "file events"
 
-    def wait(self, pending: bool) -> None:
-        wake = PENDING_WAKE if pending else SAFETY_WAKE
-        self._event.wait(self.poll if self.poll is not None else wake)
+    def wait(self, pending: bool, scanned_at: float) -> None:
+        """Until a file event, or the next scan's time: ``poll`` seconds after the last scan
+        began (a long ingest does not add the whole period to the lag)."""
+        if self.poll is not None:
+            timeout = max(0.0, scanned_at + self.poll - time.monotonic())
+        else:
+            timeout = PENDING_WAKE if pending else SAFETY_WAKE
+        self._event.wait(timeout)
         self._event.clear()
 
     def close(self) -> None:
@@ -163,6 +168,7 @@ class Watcher:
         last = time.monotonic()
         try:
             while True:
+                scanned_at = time.monotonic()
                 for event in self._scan(known):
                     last = time.monotonic()
                     yield event
@@ -170,7 +176,7 @@ class Watcher:
                 if reason is not None or waker is None:
                     yield self.summary(reason or "once")
                     return
-                waker.wait(bool(self.pending))
+                waker.wait(bool(self.pending), scanned_at)
         finally:
             if waker is not None:
                 waker.close()
