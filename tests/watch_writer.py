@@ -44,10 +44,14 @@ def step_arrays(
     return rollout, trainer, mask
 
 
-def write_step(directory: Path, step: int, noise: float, hot: float | None = None) -> Path:
+def write_step(
+    directory: Path, step: int, noise: float, hot: float | None = None, rank: int | None = None
+) -> Path:
+    """Step ``step`` (the same values for every ``rank``; sample ids told apart by it)."""
     rollout, trainer, mask = step_arrays(step, noise, hot)
-    with DumpWriter(directory, tags={"gpu": "H20"}, rank=None) as writer:
-        writer.add(step, rollout, trainer, mask, sample_ids=[f"{step}-{i}" for i in range(ROWS)])
+    ids = [f"{step}-{rank or 0}-{i}" for i in range(ROWS)]
+    with DumpWriter(directory, tags={"gpu": "H20"}, rank=rank) as writer:
+        writer.add(step, rollout, trainer, mask, sample_ids=ids)
     return writer.written[0]
 
 

@@ -65,7 +65,8 @@ class Alert:
 @dataclass
 class StepLine:
     """One step as `watch` prints it. ``update``: an earlier file already brought this step (a
-    rank of it); the numbers are the step's over every file ingested so far."""
+    rank of it); the numbers are the step's over every file ingested so far, and a check that
+    alerted on the step before does not alert again."""
 
     run: str
     step: int
@@ -136,6 +137,7 @@ class StepHistory:
     def __init__(self, run: str, values: dict[int, StepValue] | None = None) -> None:
         self.run = run
         self.values: dict[int, float | None] = {s: v.vllm_kl for s, v in (values or {}).items()}
+        self.fired: dict[int, set[str]] = {}  # step -> checks alerted (once per step)
 
     def earlier(self, step: int) -> list[int]:
         """The (at most RECENT_STEPS) steps just below ``step``, in order."""
@@ -150,7 +152,9 @@ class StepHistory:
             self.run, step, value.tokens, value.sequences, value.vllm_kl, band(value.vllm_kl),
             median, len(known), files, update=step in self.values,
         )  # fmt: skip
-        line.alerts = _alerts(line, previous, len(known))
+        fired = self.fired.setdefault(step, set())
+        line.alerts = [a for a in _alerts(line, previous, len(known)) if a.check not in fired]
+        fired.update(a.check for a in line.alerts)
         self.values[step] = value.vllm_kl
         return line
 

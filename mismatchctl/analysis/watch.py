@@ -201,7 +201,10 @@ class Watcher:
         return {s.path: s.fingerprint for s in self.store.run(self.run).sources}
 
     def _scan(self, known: dict[str, str]) -> Iterator[Event]:
-        for path in candidates(self.root):
+        found = candidates(self.root)
+        for gone in set(self.pending) - set(found):  # removed (or renamed) while incomplete
+            del self.pending[gone]
+        for path in found:
             if self._reached_max():
                 return
             sig = _signature(path)

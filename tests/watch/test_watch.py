@@ -106,8 +106,14 @@ def test_temp_names_and_dotfiles_wait_for_their_rename(store: Path, tmp_path: Pa
     (dumps / ".hidden").mkdir()
     shutil.copy(src, dumps / ".hidden" / "step_2.parquet")
     shutil.copy(src, dumps / "step_2.parquet.tmp")
-    ran = cli("watch", str(dumps), "--run", "w", "--once")
-    assert ran.code == 0 and "0 files ingested" in ran.err and "0 not complete yet" in ran.err
+    # one watcher, two scans: the half file waits, then is removed
+    watcher = api.watch(dumps, "w", store=store, once=True)
+    known = watcher._known_sources()
+    writer(dumps, f"partial:{src}:step_9.parquet:0.5")
+    assert list(watcher._scan(known)) == [] and list(watcher.pending) == [dumps / "step_9.parquet"]
+    (dumps / "step_9.parquet").unlink()
+    assert list(watcher._scan(known)) == []
+    assert watcher.summary("once").pending == {}
     writer(dumps, "rename:step_2.parquet")
     ran = cli("watch", str(dumps), "--run", "w", "--once", "--json")
     assert [x["step"] for x in lines(ran.out)] == [2]
@@ -289,3 +295,43 @@ def test_watch_errors_name_what_to_fix(store: Path, tmp_path: Path) -> None:
         "watch", str(tmp_path), "--run", "w", "--once", "--alerts", str(tmp_path / "no" / "a")
     )
     assert no_alerts.code == 1 and "--alerts" in no_alerts.err and "Hint:" in no_alerts.err
+
+
+def test_idle_exit_exit_on_warn_and_a_removed_partial_file(store: Path, tmp_path: Path) -> None:
+    """--idle-exit 0 stops after the first scan that brings nothing new; --exit-on warn stops at
+    the first warning (a step crossing into `medium`); a half-written file that is removed is
+    no longer listed as waiting."""
+    dumps = tmp_path / "dumps"
+    src = write_step(tmp_path / "src", 9, 0.02)
+    writer(dumps, "step:1:0.02", "step:2:0.02", f"partial:{src}:step_9.parquet:0.5")
+    ran = cli("watch", str(dumps), "--run", "w", "--idle-exit", "0", "--poll", "0.05")
+    assert ran.code == 0, ran.err
+    assert "Stopped (idle): 2 files ingested" in ran.err and "1 not complete yet" in ran.err
+    (dumps / "step_9.parquet").unlink()
+    writer(dumps, "step:3:0.12")  # ~7e-3: medium
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--exit-on", "warn", "--no-explain")
+    assert ran.code == 3, ran.err
+    assert "ALERT warn band" in ran.out and "crossed into the medium band" in ran.out
+    # one watcher, two scans: the half file waits, then is removed
+    watcher = api.watch(dumps, "w", store=store, once=True)
+    known = watcher._known_sources()
+    writer(dumps, f"partial:{src}:step_9.parquet:0.5")
+    assert list(watcher._scan(known)) == [] and list(watcher.pending) == [dumps / "step_9.parquet"]
+    (dumps / "step_9.parquet").unlink()
+    assert list(watcher._scan(known)) == []
+    assert watcher.summary("once").pending == {}
+
+
+def test_ranks_of_one_step_update_its_line_and_alert_once(store: Path, tmp_path: Path) -> None:
+    """Two files of step 5 (ranks): the second prints the step again as an update with the
+    numbers of both files (a numpy reference), and the alerts of the first are not repeated."""
+    dumps = tmp_path / "dumps"
+    writer(dumps, *(f"step:{s}:0.02" for s in (1, 2, 3, 4)), "step:5:0.3")
+    write_step(dumps, 5, 0.3, rank=1)
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--json", "--no-explain")
+    assert ran.code == 0, ran.err
+    fives = [x for x in lines(ran.out) if x["step"] == 5]
+    assert [x["update"] for x in fives] == [False, True]
+    assert fives[0]["alerts"] and fives[1]["alerts"] == []
+    assert fives[1]["tokens"] == 2 * fives[0]["tokens"]
+    assert fives[1]["vllm_kl"] == pytest.approx(reference_kl(5, 0.3), rel=1e-12)
