@@ -335,3 +335,20 @@ def test_ranks_of_one_step_update_its_line_and_alert_once(store: Path, tmp_path:
     assert fives[0]["alerts"] and fives[1]["alerts"] == []
     assert fives[1]["tokens"] == 2 * fives[0]["tokens"]
     assert fives[1]["vllm_kl"] == pytest.approx(reference_kl(5, 0.3), rel=1e-12)
+
+
+def test_a_json_lines_file_is_read_once_it_has_settled(store: Path, tmp_path: Path) -> None:
+    """A JSON lines file has no end marker: whole lines written a moment ago may be followed by
+    more, so it waits until it is --settle seconds old (its modification time set back here)."""
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    path = dumps / "train_data_step3.jsonl"
+    shutil.copy(FIXTURES / "train_data_step3.jsonl", path)
+    now = time.time()
+    os.utime(path, (now, now))
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--settle", "3600")
+    assert "0 files ingested" in ran.err
+    assert f"not complete yet: {path} (written less than --settle seconds ago)" in ran.err
+    os.utime(path, (now - 7200, now - 7200))
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--settle", "3600", "--json")
+    assert [x["step"] for x in lines(ran.out)] == [3]
