@@ -18,7 +18,7 @@ HELP = f"""Judge a selection against thresholds on its metrics, as a gate for CI
 
 --max METRIC=VALUE and --min METRIC=VALUE (repeatable) take any metric a selection has: {", ".join(api.gated_metrics())} (docs/metrics.md). A metric without a value for the selection (e.g. an overflow) fails its threshold: the gate fails closed.
 
-Default thresholds, from the severity bands of a batch's vllm_kl (low <= 1e-3 < medium <= 2e-2 < high <= 1e-1 < severe): vllm_kl <= 2e-2 (the selection within the medium band) and vllm_kl_step_max <= 1e-1 (no severe batch). A threshold of the same metric and direction replaces its default; --no-defaults drops them. --thresholds FILE.toml holds [max] and [min] tables (`vllm_kl = 1e-3`); --max and --min given on the command line replace the file's.
+Default thresholds, from the severity bands of a batch's vllm_kl (low <= 1e-3 < medium <= 2e-2 < high <= 1e-1 < severe): vllm_kl <= 2e-2 (the selection within the medium band) and vllm_kl_step_max <= 1e-1 (no severe batch). A threshold of the same metric and direction replaces its default; --no-defaults drops them. --thresholds FILE.toml holds \\[max] and \\[min] tables (`vllm_kl = 1e-3`); --max and --min given on the command line replace the file's.
 
 With --diagnose a diagnose check that fails is a failure, one that cannot apply (n/a) is skipped, one that warns passes (its finding in the test case's output).
 
@@ -49,7 +49,7 @@ def check(
     ] = None,
     thresholds: Annotated[
         str | None,
-        typer.Option("--thresholds", metavar="FILE", help="TOML with [max] and [min] tables."),
+        typer.Option("--thresholds", metavar="FILE", help="TOML with \\[max] and \\[min] tables."),
     ] = None,
     defaults: Annotated[
         bool,

@@ -182,3 +182,10 @@ def _check(node: ET.Element, elements: dict, patterns: dict) -> None:
     for child in node:
         assert child.tag in allowed, f"<{child.tag}> is not allowed in <{node.tag}>"
         _check(child, elements, patterns)
+
+
+def test_help_shows_the_tables_of_a_thresholds_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`[max]` is markup to the help's renderer unless escaped: it must show."""
+    monkeypatch.setenv("COLUMNS", "400")  # no line break inside the phrase
+    ran = cli("check", "--help")
+    assert ran.code == 0 and ran.out.count("[max] and [min] tables") == 2
