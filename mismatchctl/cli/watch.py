@@ -7,7 +7,7 @@ import datetime as dt
 import signal
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from enum import StrEnum
 from typing import Annotated, Any, TextIO
 
@@ -114,9 +114,9 @@ def watch(
         max_files=max_files, idle_exit=idle_exit, explain=explain,
     )  # fmt: skip
     gate = {ExitOn.warn: ("warn", "fail"), ExitOn.fail: ("fail",), None: ()}[exit_on]
-    with _alert_file(alerts) as sink, _sigterm_interrupts():
+    with _alert_file(alerts) as sink, _sigterm_interrupts(), closing(watcher.events()) as events:
         try:
-            for event in watcher.events():
+            for event in events:
                 fired = _show(event, json, quiet, sink, run)
                 if any(level in gate for level in fired):
                     say(f"Stopped: an alert of level {exit_on} fired (--exit-on).", "red")

@@ -352,3 +352,19 @@ def test_a_json_lines_file_is_read_once_it_has_settled(store: Path, tmp_path: Pa
     os.utime(path, (now - 7200, now - 7200))
     ran = cli("watch", str(dumps), "--run", "w", "--once", "--settle", "3600", "--json")
     assert [x["step"] for x in lines(ran.out)] == [3]
+
+
+def test_exit_on_stops_a_live_watch(store: Path, tmp_path: Path) -> None:
+    """--exit-on warn ends a watch that runs on file events at the first alert (here a bad
+    file): the process exits 3 with its observer stopped."""
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "mismatchctl", "watch", str(dumps), "--run", "w",
+         "--exit-on", "warn"],
+        cwd=ROOT, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    writer(dumps, "bad:bad.parquet")
+    _, err = watch.communicate(timeout=HANG)
+    assert watch.returncode == 3, err
+    assert "Bad file" in err and "(--exit-on)" in err
