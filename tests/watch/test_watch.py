@@ -368,3 +368,24 @@ def test_exit_on_stops_a_live_watch(store: Path, tmp_path: Path) -> None:
     _, err = watch.communicate(timeout=HANG)
     assert watch.returncode == 3, err
     assert "Bad file" in err and "(--exit-on)" in err
+
+
+def test_without_file_events_it_polls_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    import watchdog.observers
+
+    from mismatchctl.analysis.watch import FALLBACK_POLL, Waker
+
+    class NoWatches(watchdog.observers.Observer):  # type: ignore[misc, valid-type]
+        def schedule(self, *args: object, **kwargs: object) -> None:
+            raise OSError(errno.ENOSPC, "inotify watch limit reached")
+
+    monkeypatch.setattr(watchdog.observers, "Observer", NoWatches)
+    waker = Waker(tmp_path, None)
+    assert waker.poll == FALLBACK_POLL
+    assert waker.mode.startswith(f"polling every {FALLBACK_POLL:g} s (file events unavailable: ")
+    assert "inotify watch limit reached" in waker.mode
+    waker.close()
