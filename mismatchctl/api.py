@@ -11,8 +11,26 @@ from mismatchctl.analysis import catalog_view as views
 from mismatchctl.analysis.compare import Comparison, build_comparison
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.explain import Explain, build_explain
+from mismatchctl.analysis.gate import (
+    Gate,
+    Threshold,
+    build_gate,
+    gated_metrics,
+    merge,
+    parse_threshold,
+    read_thresholds,
+)
+from mismatchctl.analysis.live import StepLine
 from mismatchctl.analysis.report import Report, build_report
 from mismatchctl.analysis.selection import parse_steps
+from mismatchctl.analysis.watch import (
+    DEFAULT_SETTLE,
+    FileNote,
+    Started,
+    Stopped,
+    Watcher,
+    WatchOptions,
+)
 from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
 from mismatchctl.curves.ingest import MetricsIngest
 from mismatchctl.curves.ingest import ingest_metrics as ingest_metrics_file
@@ -29,6 +47,7 @@ from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
 from mismatchctl.store import RunInfo, Store, open_store
 from mismatchctl.store.integrity import Damage, damage_error, run_damage
 from mismatchctl.store.location import DEMO_STORE, point_at
+from mismatchctl.store.store import check_run_name
 
 StorePath = str | os.PathLike[str] | None
 
@@ -94,6 +113,45 @@ def ingest(
         )
         return staged.ingest_staged(open_store(store), files, opts, tasks, progress)
     return ingest_files(open_store(store), files, opts, progress)
+
+
+def watch(
+    directory: str | Path,
+    run: str,
+    *,
+    tags: Iterable[str] | Mapping[str, str] = (),
+    fmt: str | None = None,
+    mapping: Iterable[str] | Mapping[str, str] = (),
+    skip_bad: bool = False,
+    trust_pickle: bool = False,
+    allow_padding: bool = False,
+    attrs: Iterable[str] = (),
+    store: StorePath = None,
+    poll: float | None = None,
+    settle: float = DEFAULT_SETTLE,
+    once: bool = False,
+    max_files: int | None = None,
+    idle_exit: float | None = None,
+    explain: bool = True,
+) -> Watcher:
+    """A watcher of ``directory``: ``Watcher.events()`` ingests each dump file into ``run`` once
+    it is complete (one transaction per file, options as :func:`ingest`) and yields a
+    ``StepLine`` per new step (tokens, vllm_kl, band, change against the recent median, alerts),
+    a ``FileNote`` per file not ingested (bad, a copy, changed after ingest) and ``Stopped``.
+    ``poll``: scan every ``poll`` seconds instead of waiting for file events; ``once``: one scan;
+    ``max_files`` / ``idle_exit``: stop after that many files or idle seconds."""
+    tag_map = dict(tags) if isinstance(tags, Mapping) else parse_tags(tags)
+    col_map = dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(mapping)
+    check_run_name(run)
+    opts = Options(
+        run=run, tags=tag_map, fmt=fmt, mapping=col_map, skip_bad=skip_bad,
+        trust_pickle=trust_pickle, allow_padding=allow_padding, attrs=tuple(dict.fromkeys(attrs)),
+    )  # fmt: skip
+    wopts = WatchOptions(
+        str(directory), opts, poll=poll, settle=settle, once=once, max_files=max_files,
+        idle_exit=idle_exit, explain=explain,
+    )  # fmt: skip
+    return Watcher(open_store(store), wopts)
 
 
 def ingest_metrics(
@@ -265,6 +323,35 @@ def diagnose(
     )  # fmt: skip
 
 
+def check(
+    selector: str,
+    *,
+    maximum: Iterable[str] | Mapping[str, float] = (),
+    minimum: Iterable[str] | Mapping[str, float] = (),
+    thresholds_file: str | None = None,
+    defaults: bool = True,
+    diagnose: bool = False,
+    workers: int = DEFAULT_WORKERS,
+    store: StorePath = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+) -> Gate:
+    """A gate on a selector: each threshold (``maximum=["vllm_kl=1e-3"]`` or
+    ``{"vllm_kl": 1e-3}``, ``minimum`` alike;
+    ``thresholds_file``: TOML ``[max]`` / ``[min]`` tables) judged on the selection's metrics,
+    over the default thresholds from the severity bands unless ``defaults=False``; with
+    ``diagnose``, diagnose's checks too. ``Gate.passed``; ``Gate.cases`` one per threshold."""
+    given: list[Threshold] = read_thresholds(thresholds_file) if thresholds_file else []
+    for direction, items in (("max", maximum), ("min", minimum)):
+        texts = [f"{k}={v}" for k, v in items.items()] if isinstance(items, Mapping) else items
+        given += [parse_threshold(t, direction, f"--{direction}") for t in texts]
+    eng = choose_engine(engine, ray_address)
+    return build_gate(
+        open_store(store), selector, merge(given, defaults), diagnose=diagnose, workers=workers,
+        engine=eng,
+    )  # fmt: skip
+
+
 def whatif(
     selector: str,
     *,
@@ -323,6 +410,7 @@ def check_failed(found: dict[str, list[Damage]]) -> None:
 __all__ = [
     "DEFAULT_RESAMPLES",
     "DEFAULT_SEED",
+    "DEFAULT_SETTLE",
     "DEFAULT_WORKERS",
     "DEMO_STORE",
     "FORMATS",
@@ -331,18 +419,26 @@ __all__ = [
     "DemoRun",
     "Diagnosis",
     "Explain",
+    "FileNote",
+    "Gate",
     "IngestResult",
     "MetricsIngest",
     "Report",
     "RunInfo",
+    "Started",
+    "StepLine",
+    "Stopped",
     "Store",
+    "Watcher",
     "Whatif",
+    "check",
     "check_failed",
     "check_runs",
     "compare",
     "demo",
     "diagnose",
     "explain",
+    "gated_metrics",
     "ingest",
     "ingest_metrics",
     "open_store",
@@ -352,5 +448,6 @@ __all__ = [
     "run_info",
     "runs",
     "views",
+    "watch",
     "whatif",
 ]

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from mismatchctl.cli import check as check_cmd
 from mismatchctl.cli import compare as compare_cmd
 from mismatchctl.cli import demo as demo_cmd
 from mismatchctl.cli import diagnose as diagnose_cmd
@@ -14,6 +15,7 @@ from mismatchctl.cli import ingest as ingest_cmd
 from mismatchctl.cli import ingest_metrics as ingest_metrics_cmd
 from mismatchctl.cli import report as report_cmd
 from mismatchctl.cli import runs as runs_cmd
+from mismatchctl.cli import watch as watch_cmd
 from mismatchctl.cli import whatif as whatif_cmd
 
 app = typer.Typer(
@@ -25,6 +27,8 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 [bold]Examples[/]
 
   mismatchctl ingest dumps/ --run v1-a100 --tag gpu=A100
+
+  mismatchctl watch /shared/dumps/run7 --run run7 --alerts alerts.jsonl
 
   mismatchctl ingest-metrics wandb_export.csv --run v1-a100
 
@@ -40,6 +44,8 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 
   mismatchctl whatif v1-a100 --method seq-mis --threshold 2
 
+  mismatchctl check v1-a100 --max vllm_kl=1e-3 --junit mismatch.xml
+
   mismatchctl demo
 """,
     no_args_is_help=True,
@@ -49,6 +55,7 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.command("ingest", help=ingest_cmd.HELP)(ingest_cmd.ingest)
+app.command("watch", help=watch_cmd.HELP)(watch_cmd.watch)
 app.command("ingest-metrics", help=ingest_metrics_cmd.HELP)(ingest_metrics_cmd.ingest_metrics)
 app.add_typer(runs_cmd.app, name="runs")
 app.command("report", help=report_cmd.HELP)(report_cmd.report)
@@ -56,6 +63,7 @@ app.command("compare", help=compare_cmd.HELP)(compare_cmd.compare)
 app.command("explain", help=explain_cmd.HELP)(explain_cmd.explain)
 app.command("diagnose", help=diagnose_cmd.HELP)(diagnose_cmd.diagnose)
 app.command("whatif", help=whatif_cmd.HELP)(whatif_cmd.whatif)
+app.command("check", help=check_cmd.HELP)(check_cmd.check)
 app.command("demo", help=demo_cmd.HELP)(demo_cmd.demo)
 
 

@@ -31,3 +31,8 @@ def to_jsonable(value: Any) -> Any:
 def dumps(value: Any) -> str:
     """Indented JSON, non-ASCII text as it is, but no raw control character (``display``)."""
     return json_safe(json.dumps(to_jsonable(value), indent=2, allow_nan=False, ensure_ascii=False))
+
+
+def dumps_line(value: Any) -> str:
+    """One line of JSON (a JSON lines record), escaped like :func:`dumps`."""
+    return json_safe(json.dumps(to_jsonable(value), allow_nan=False, ensure_ascii=False))

@@ -1,0 +1,209 @@
+"""What `watch` says about each new step of a run: its tokens and vllm_kl with its band, the
+change against the run's recent median, and the alerts that fire (a spike, a band crossing),
+with where the excess lives (``explain`` of the step against the recent steps) when asked.
+
+The per-step numbers are the report's (``build_report`` split by run and step, reading only the
+parts that hold the steps asked for); the thresholds are below, each with where it comes from.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+from mismatchctl.analysis.diagnose_thresholds import MEDIUM_MAX
+from mismatchctl.analysis.explain import build_explain
+from mismatchctl.analysis.report import build_report
+from mismatchctl.engines import plan as K
+from mismatchctl.engines.plan import StepRange
+from mismatchctl.stats import BAND_NAMES, band
+from mismatchctl.stats import registry as M
+from mismatchctl.store import Store
+
+RECENT_STEPS = 20
+"""The run's recent median is over the (at most) 20 steps just below the new one: long enough
+that one spike does not move it, short enough to follow a run whose level drifts."""
+
+MIN_HISTORY = 3
+"""A spike needs a median of at least 3 earlier steps (with fewer, one odd step is the median)."""
+
+SPIKE_FACTOR = 3.0
+"""A step at 3x the recent median or more is a spike. A conservative choice that keeps a healthy
+run quiet: the captured healthy sample runs vary per step by at most ~1.3x their median, and the
+faults we know raise the mismatch 2x-1000x (BACKGROUND.md); 2x, the localization's factor for a
+cell tested with intervals, would fire on the sampling noise of one small batch."""
+
+WARN, FAIL = "warn", "fail"
+LEVELS = (WARN, FAIL)
+
+
+def level_of(value: float | None) -> str:
+    """``fail`` above the ``medium`` band's upper edge (2e-2: diagnose's failure level), else
+    ``warn``."""
+    return FAIL if value is not None and value > MEDIUM_MAX else WARN
+
+
+@dataclass
+class Alert:
+    """One check that fired: ``check`` is ``spike``, ``band`` (or ``bad_file`` / ``changed_file``
+    for a file ``watch`` could not ingest)."""
+
+    check: str
+    level: str
+    message: str
+    localized: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"check": self.check, "level": self.level, "message": self.message}
+        if self.localized is not None:
+            out["localized"] = self.localized
+        return out
+
+
+@dataclass
+class StepLine:
+    """One step as `watch` prints it. ``update``: an earlier file already brought this step (a
+    rank of it); the numbers are the step's over every file ingested so far, and a check that
+    alerted on the step before does not alert again."""
+
+    run: str
+    step: int
+    tokens: int
+    sequences: int
+    vllm_kl: float | None
+    band: str | None
+    recent_median: float | None
+    recent_steps: int
+    files: list[str]
+    update: bool = False
+    alerts: list[Alert] = field(default_factory=list)
+
+    @property
+    def change(self) -> float | None:
+        """vllm_kl over the recent median (None without both)."""
+        if self.vllm_kl is None or not self.recent_median:
+            return None
+        return self.vllm_kl / self.recent_median
+
+    def alert_context(self) -> dict[str, Any]:
+        """What an alert record says of its step (``--alerts``)."""
+        return {"step": self.step, M.VLLM_KL: self.vllm_kl, "band": self.band}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "step": self.step,
+            "tokens": self.tokens,
+            "sequences": self.sequences,
+            M.VLLM_KL: self.vllm_kl,
+            "band": self.band,
+            "recent_median": self.recent_median,
+            "recent_steps": self.recent_steps,
+            "change": self.change,
+            "update": self.update,
+            "files": self.files,
+            "alerts": [a.to_dict() for a in self.alerts],
+        }
+
+
+@dataclass
+class StepValue:
+    tokens: int
+    sequences: int
+    vllm_kl: float | None
+
+
+def step_values(store: Store, run: str, steps: list[int] | None = None) -> dict[int, StepValue]:
+    """The report's tokens, sequences and vllm_kl of each step of ``run`` (of ``steps`` only,
+    reading the parts that hold them, when given)."""
+    rng = StepRange(min(steps), max(steps)) if steps else None
+    rep = build_report(store, [run], steps=rng)
+    wanted = set(steps) if steps else None
+    out = {}
+    for g in rep.split(K.RUN, K.STEP):
+        step = int(g.by[K.STEP])
+        if wanted is None or step in wanted:
+            kl = g.metrics.get(M.VLLM_KL)
+            kl = None if kl is None or not math.isfinite(kl) else float(kl)
+            out[step] = StepValue(int(g.metrics[M.TOKENS]), int(g.metrics[M.SEQUENCES]), kl)
+    return out
+
+
+class StepHistory:
+    """The run's per-step vllm_kl seen so far, and the lines and alerts of new steps."""
+
+    def __init__(self, run: str, values: dict[int, StepValue] | None = None) -> None:
+        self.run = run
+        self.values: dict[int, float | None] = {s: v.vllm_kl for s, v in (values or {}).items()}
+        self.fired: dict[int, set[str]] = {}  # step -> checks alerted (once per step)
+
+    def earlier(self, step: int) -> list[int]:
+        """The (at most RECENT_STEPS) steps just below ``step``, in order."""
+        return sorted(s for s in self.values if s < step)[-RECENT_STEPS:]
+
+    def line(self, step: int, value: StepValue, files: list[str]) -> StepLine:
+        earlier = self.earlier(step)
+        known = [v for s in earlier if (v := self.values[s]) is not None]
+        median = statistics.median(known) if known else None
+        previous = self.values.get(earlier[-1]) if earlier else None
+        line = StepLine(
+            self.run, step, value.tokens, value.sequences, value.vllm_kl, band(value.vllm_kl),
+            median, len(known), files, update=step in self.values,
+        )  # fmt: skip
+        fired = self.fired.setdefault(step, set())
+        line.alerts = [a for a in _alerts(line, previous, len(known)) if a.check not in fired]
+        fired.update(a.check for a in line.alerts)
+        self.values[step] = value.vllm_kl
+        return line
+
+
+def _alerts(line: StepLine, previous: float | None, history: int) -> list[Alert]:
+    out = []
+    kl, change = line.vllm_kl, line.change
+    if change is not None and history >= MIN_HISTORY and change >= SPIKE_FACTOR:
+        out.append(
+            Alert(
+                "spike",
+                level_of(kl),
+                f"vllm_kl {_num(kl)} is {change:.1f}x the median {_num(line.recent_median)} of "
+                f"the {history} steps before (spike: {SPIKE_FACTOR:g}x or more)",
+            )
+        )
+    before = band(previous) or BAND_NAMES[0]  # the first step is judged against `low`
+    if line.band is not None and BAND_NAMES.index(line.band) > BAND_NAMES.index(before):
+        since = "the step before" if previous is not None else "the run's start"
+        out.append(
+            Alert(
+                "band",
+                level_of(kl),
+                f"vllm_kl {_num(kl)} crossed into the {line.band} band (from {before} at {since})",
+            )
+        )
+    return out
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def localize(store: Store, history: StepHistory, step: int) -> dict[str, Any] | None:
+    """Where the step's mismatch lives: ``explain`` of the step against the recent steps before
+    it (the excess over what their rates predict), or within the step when it is the first.
+    The top finding's cell, or None when nothing is localized."""
+    run = history.run
+    earlier = history.earlier(step)
+    target = f"{run}@steps={step}..{step}"
+    baseline = f"{run}@steps={earlier[0]}..{earlier[-1]}" if earlier else None
+    expl = build_explain(store, target, baseline, bootstrap_intervals=False)
+    if not expl.explanation.findings:
+        return None
+    top = expl.explanation.findings[0]
+    return {
+        "where": dict(top.where),
+        "rate_ratio": top.rate_ratio,
+        M.TOKEN_SHARE: top.token_share,
+        "against": baseline or "the rest of the step",
+        "sentence": top.sentence,
+    }

@@ -1,0 +1,391 @@
+"""`mismatchctl watch`: files written in stages by a separate process (partial writes, temp names
+and renames, a bad file in the middle, a restart, SIGINT and SIGTERM mid-ingest) are ingested
+once each, only when complete; nothing is lost, nothing is ingested twice, and each step's line
+holds the numbers of a numpy reference.
+
+No test asserts on time: live watches stop by --max-files, scripted ones by --once, and a
+timeout on a subprocess only guards against a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mismatchctl import api
+from mismatchctl import schema as S
+from tests.helpers import FIXTURES, cli, tree_digest
+from tests.watch_writer import ROWS, step_arrays, write_step
+
+ROOT = Path(__file__).parents[2]
+HANG = 120  # seconds: only a guard against a hung subprocess, never an assertion
+
+
+def _env(store: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "MISMATCHCTL_STORE": str(store),
+            "NO_COLOR": "1"}  # fmt: skip
+
+
+def writer(directory: Path, *actions: str) -> None:
+    """The job's writer: a separate process performing ``actions`` (tests/watch_writer.py)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.watch_writer", str(directory), *actions],
+        cwd=ROOT, env=_env(directory), capture_output=True, text=True, timeout=HANG,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def reference_kl(step: int, noise: float) -> float:
+    rollout, trainer, mask = step_arrays(step, noise)
+    r = (trainer - rollout)[mask == 1]
+    return float(np.mean(np.expm1(r) - r))
+
+
+def lines(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def stored_steps(store: Path, run: str) -> list[int]:
+    """Each stored sequence's step: a step ingested twice shows twice as many sequences."""
+    seqs = api.open_store(store).scan(run, kind="sequences").collect()
+    return sorted(seqs[S.STEP].to_list())
+
+
+def test_partial_files_wait_until_complete_then_restart_is_a_no_op(
+    store: Path, tmp_path: Path
+) -> None:
+    """Half a Parquet file, half a NeMo-RL JSON lines file (cut inside a line) and half a slime
+    torch file are neither ingested nor reported bad; finished, they are ingested once; a
+    second watch of the directory changes nothing in the store."""
+    pytest.importorskip("torch")
+    dumps = tmp_path / "dumps"
+    src = tmp_path / "src"
+    pq_file = write_step(src, 1, 0.02)
+    jsonl, pt = FIXTURES / "train_data_step3.jsonl", FIXTURES / "slime_train_4.pt"
+    names = {pq_file: "step_1.parquet", jsonl: "train_data_step3.jsonl", pt: "train_4.pt"}
+    writer(dumps, *(f"partial:{s}:{n}:0.6" for s, n in names.items()))
+    first = cli("watch", str(dumps), "--run", "w", "--once", "--settle", "0")
+    assert first.code == 0, first.err
+    assert "0 files ingested" in first.err and "3 not complete yet" in first.err
+    assert "Bad file" not in first.err and first.out == ""
+    for name in names.values():
+        assert f"not complete yet: {dumps / name}" in first.err
+    assert api.runs(store) == []
+
+    writer(dumps, *(f"finish:{s}:{n}" for s, n in names.items()))
+    second = cli("watch", str(dumps), "--run", "w", "--once", "--settle", "0", "--json")
+    assert second.code == 0, second.err
+    assert "3 files ingested" in second.err and "0 not complete yet" in second.err
+    # one line per step: 1 (Parquet), 3 (NeMo-RL), 4 (slime)
+    assert sorted(x["step"] for x in lines(second.out)) == [1, 3, 4]
+    step1 = next(x for x in lines(second.out) if x["step"] == 1)
+    assert step1["vllm_kl"] == pytest.approx(reference_kl(1, 0.02), rel=1e-12)
+    before = tree_digest(store)
+    steps = stored_steps(store, "w")
+
+    third = cli("watch", str(dumps), "--run", "w", "--once", "--settle", "0")
+    assert third.code == 0 and third.out == ""
+    assert "0 files ingested" in third.err and "the run holds 3 steps from 3 files" in third.err
+    assert tree_digest(store) == before and stored_steps(store, "w") == steps
+
+
+def test_temp_names_and_dotfiles_wait_for_their_rename(store: Path, tmp_path: Path) -> None:
+    dumps = tmp_path / "dumps"
+    src = write_step(tmp_path / "src", 2, 0.02)
+    writer(dumps, f"tmp:{src}:step_2.parquet")
+    (dumps / ".hidden").mkdir()
+    shutil.copy(src, dumps / ".hidden" / "step_2.parquet")
+    shutil.copy(src, dumps / "step_2.parquet.tmp")
+    # one watcher, two scans: the half file waits, then is removed
+    watcher = api.watch(dumps, "w", store=store, once=True)
+    known = watcher._known_sources()
+    writer(dumps, f"partial:{src}:step_9.parquet:0.5")
+    assert list(watcher._scan(known)) == [] and list(watcher.pending) == [dumps / "step_9.parquet"]
+    (dumps / "step_9.parquet").unlink()
+    assert list(watcher._scan(known)) == []
+    assert watcher.summary("once").pending == {}
+    writer(dumps, "rename:step_2.parquet")
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--json")
+    assert [x["step"] for x in lines(ran.out)] == [2]
+    assert stored_steps(store, "w") == [2] * ROWS
+
+
+def test_live_watch_takes_every_file_once_and_goes_on_after_a_bad_one(
+    store: Path, tmp_path: Path
+) -> None:
+    """A watch on file events while a separate process writes steps atomically, one file by
+    halves, one through a temp name, and a bad file in the middle: every step once, the bad
+    file reported (path as given) and alerted, the watch going on to the files after it."""
+    dumps, src = tmp_path / "dumps", tmp_path / "src"
+    dumps.mkdir()
+    half = write_step(src, 3, 0.02)
+    renamed = write_step(src, 5, 0.02)
+    alerts = tmp_path / "alerts.jsonl"
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "mismatchctl", "watch", str(dumps), "--run", "w", "--json",
+         "--max-files", "6", "--alerts", str(alerts), "--no-explain"],
+        cwd=ROOT, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    writer(
+        dumps, "step:1:0.02", "step:2:0.02", f"partial:{half}:step_3.parquet:0.5",
+        "bad:bad.parquet", f"finish:{half}:step_3.parquet", "step:4:0.02",
+        f"tmp:{renamed}:step_5.parquet", "rename:step_5.parquet",
+    )  # fmt: skip
+    out, err = watch.communicate(timeout=HANG)
+    assert watch.returncode == 0, err
+    assert sorted(x["step"] for x in lines(out)) == [1, 2, 3, 4, 5]
+    assert stored_steps(store, "w") == [s for s in range(1, 6) for _ in range(ROWS)]
+    assert f"Bad file: {dumps / 'bad.parquet'}" in err and "Hint:" in err
+    recorded = lines(alerts.read_text())
+    assert [(a["check"], a["file"]) for a in recorded] == [("bad_file", str(dumps / "bad.parquet"))]
+    assert "5 files ingested, 5 steps, 1 bad" in err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_mid_ingest_leaves_the_store_whole(
+    store: Path, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """The second file's ingest is held with its parts staged; the signal stops the watch
+    there. The store holds the first file only (runs check passes); the next watch ingests the
+    second and third files, and no step is stored twice."""
+    dumps = tmp_path / "dumps"
+    writer(dumps, "step:1:0.02", "step:2:0.02", "step:3:0.02")
+    marker = tmp_path / "held"
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "tests.watch_driver", str(marker), "2", "watch", str(dumps),
+         "--run", "w", "--once", "--json"],
+        cwd=ROOT, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + HANG
+    while not marker.exists():
+        assert watch.poll() is None, watch.communicate()
+        assert time.monotonic() < deadline, "the watch never reached the second ingest"
+        time.sleep(0.05)
+    watch.send_signal(sig)
+    out, err = watch.communicate(timeout=HANG)
+    assert watch.returncode == 0, err
+    assert "Stopped (interrupted): 1 files ingested" in err
+    assert [x["step"] for x in lines(out)] == [1]
+    assert stored_steps(store, "w") == [1] * ROWS
+    assert cli("runs", "check").code == 0
+    staging = store / ".staging"
+    assert not staging.exists() or not any(staging.iterdir())
+
+    again = cli("watch", str(dumps), "--run", "w", "--once", "--json")
+    assert again.code == 0, again.err
+    assert [x["step"] for x in lines(again.out)] == [2, 3]
+    assert stored_steps(store, "w") == [s for s in (1, 2, 3) for _ in range(ROWS)]
+
+
+def test_a_file_changed_after_ingest_is_reported_not_ingested_twice(
+    store: Path, tmp_path: Path
+) -> None:
+    dumps = tmp_path / "dumps"
+    writer(dumps, "step:1:0.02")
+    assert cli("watch", str(dumps), "--run", "w", "--once").code == 0
+    first = dumps / "step_00000001.parquet"
+    shutil.copy(first, tmp_path / "original.parquet")
+    other = write_step(tmp_path / "src", 1, 0.05)
+    shutil.copy(other, dumps / other.name)  # the same name, other content
+    ran = cli("watch", str(dumps), "--run", "w", "--once")
+    assert ran.code == 0
+    assert f"{dumps / other.name} changed after it was ingested: not ingested again" in ran.err
+    assert stored_steps(store, "w") == [1] * ROWS
+    # the content ingested first, under another name, is a copy: not new data
+    shutil.copy(tmp_path / "original.parquet", dumps / "copy.parquet")
+    writer(dumps, "step:2:0.02")
+    ran = cli("watch", str(dumps), "--run", "w", "--once")
+    assert f"Skipped: {dumps / 'copy.parquet'}: its content is already in run `w`" in ran.err
+    assert "1 files ingested" in ran.err
+    assert stored_steps(store, "w") == [1] * ROWS + [2] * ROWS
+
+
+def test_step_lines_and_alerts_against_numpy(store: Path, tmp_path: Path) -> None:
+    """Four quiet steps, then one 10x noisier: its line has the recent median and change of a
+    numpy reference, and a spike and a band alert; --exit-on fail stops with exit code 3 on a
+    step above 2e-2 and --exit-on warn on the first alert."""
+    dumps = tmp_path / "dumps"
+    noises = {1: 0.02, 2: 0.025, 3: 0.02, 4: 0.03, 5: 0.3}
+    writer(dumps, *(f"step:{s}:{n}" for s, n in noises.items()))
+    alerts = tmp_path / "alerts.jsonl"
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--json", "--alerts", str(alerts))
+    assert ran.code == 0, ran.err
+    got = {x["step"]: x for x in lines(ran.out)}
+    ref = {s: reference_kl(s, n) for s, n in noises.items()}
+    for s in noises:
+        assert got[s]["vllm_kl"] == pytest.approx(ref[s], rel=1e-12)
+        assert got[s]["tokens"] == int(step_arrays(s, noises[s])[2].sum())
+    median = statistics.median([ref[s] for s in (1, 2, 3, 4)])
+    assert got[5]["recent_median"] == pytest.approx(median, rel=1e-12)
+    assert got[5]["change"] == pytest.approx(ref[5] / median, rel=1e-12)
+    assert ref[5] > 2e-2 and ref[5] / median > 3  # the planted step: a spike into `high`
+    assert [(a["check"], a["level"]) for a in got[5]["alerts"]] == [
+        ("spike", "fail"),
+        ("band", "fail"),
+    ]
+    assert all(not got[s]["alerts"] for s in (2, 3, 4))
+    recorded = lines(alerts.read_text())
+    assert {(a["step"], a["check"]) for a in recorded} >= {(5, "spike"), (5, "band")}
+
+    dumps2 = tmp_path / "dumps2"
+    writer(dumps2, *(f"step:{s}:{n}" for s, n in noises.items()))
+    stopped = cli("watch", str(dumps2), "--run", "w2", "--once", "--exit-on", "fail", "-q")
+    assert stopped.code == 3 and "--exit-on" in stopped.err
+    assert "step 5" in stopped.out and "ALERT fail spike" in stopped.out
+
+
+def test_an_alert_names_the_cell_explain_localizes(store: Path, tmp_path: Path) -> None:
+    """Step 5's excess sits on the second half of the positions (KV positions 32-63): the
+    alert carries explain's top finding of the step against the steps before, whose rate ratio
+    is that of a numpy reference (the mean K3 of the cell over the baseline's at the same
+    positions, token probabilities aside, within the finding's 95% interval)."""
+    dumps = tmp_path / "dumps"
+    writer(dumps, *(f"step:{s}:0.02" for s in (1, 2, 3, 4)), "step:5:0.02:0.4")
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--json")
+    assert ran.code == 0, ran.err
+    alerts = lines(ran.out)[-1]["alerts"]
+    assert alerts and all(a["localized"] == alerts[0]["localized"] for a in alerts)
+    cell = alerts[0]["localized"]
+    assert cell["where"]["kv_position"] == "32-63" and cell["against"] == "w@steps=1..4"
+    hot = [_k3(s, 0.02, 0.4 if s == 5 else None)[:, 32:] for s in (1, 2, 3, 4, 5)]
+    ratio = np.nanmean(hot[4]) / np.nanmean(np.concatenate(hot[:4]))
+    assert 0.5 * ratio < cell["rate_ratio"] < 2 * ratio
+
+
+def _k3(step: int, noise: float, hot: float | None) -> np.ndarray:
+    rollout, trainer, mask = step_arrays(step, noise, hot)
+    r = trainer - rollout
+    return np.where(mask == 1, np.expm1(r) - r, np.nan)
+
+
+def test_poll_mode_takes_files_written_while_it_runs(store: Path, tmp_path: Path) -> None:
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "mismatchctl", "watch", str(dumps), "--run", "w", "--json",
+         "--poll", "0.1", "--max-files", "2"],
+        cwd=ROOT, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    writer(dumps, "step:1:0.02", "step:2:0.02")
+    out, err = watch.communicate(timeout=HANG)
+    assert watch.returncode == 0, err
+    assert "polling every 0.1 s" in err
+    assert [x["step"] for x in lines(out)] == [1, 2]
+
+
+def test_watch_errors_name_what_to_fix(store: Path, tmp_path: Path) -> None:
+    missing = cli("watch", str(tmp_path / "nope"), "--run", "w", "--once")
+    assert missing.code == 1
+    assert (
+        f"Error: {tmp_path / 'nope'} is not a directory" in missing.err and "Hint:" in missing.err
+    )
+    bad_run = cli("watch", str(tmp_path), "--run", "../x", "--once")
+    assert bad_run.code == 1 and "Error:" in bad_run.err and api.runs(store) == []
+    no_alerts = cli(
+        "watch", str(tmp_path), "--run", "w", "--once", "--alerts", str(tmp_path / "no" / "a")
+    )
+    assert no_alerts.code == 1 and "--alerts" in no_alerts.err and "Hint:" in no_alerts.err
+
+
+def test_idle_exit_exit_on_warn_and_a_removed_partial_file(store: Path, tmp_path: Path) -> None:
+    """--idle-exit 0 stops after the first scan that brings nothing new; --exit-on warn stops at
+    the first warning (a step crossing into `medium`); a half-written file that is removed is
+    no longer listed as waiting."""
+    dumps = tmp_path / "dumps"
+    src = write_step(tmp_path / "src", 9, 0.02)
+    writer(dumps, "step:1:0.02", "step:2:0.02", f"partial:{src}:step_9.parquet:0.5")
+    ran = cli("watch", str(dumps), "--run", "w", "--idle-exit", "0", "--poll", "0.05")
+    assert ran.code == 0, ran.err
+    assert "Stopped (idle): 2 files ingested" in ran.err and "1 not complete yet" in ran.err
+    (dumps / "step_9.parquet").unlink()
+    writer(dumps, "step:3:0.12")  # ~7e-3: medium
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--exit-on", "warn", "--no-explain")
+    assert ran.code == 3, ran.err
+    assert "ALERT warn band" in ran.out and "crossed into the medium band" in ran.out
+    # one watcher, two scans: the half file waits, then is removed
+    watcher = api.watch(dumps, "w", store=store, once=True)
+    known = watcher._known_sources()
+    writer(dumps, f"partial:{src}:step_9.parquet:0.5")
+    assert list(watcher._scan(known)) == [] and list(watcher.pending) == [dumps / "step_9.parquet"]
+    (dumps / "step_9.parquet").unlink()
+    assert list(watcher._scan(known)) == []
+    assert watcher.summary("once").pending == {}
+
+
+def test_ranks_of_one_step_update_its_line_and_alert_once(store: Path, tmp_path: Path) -> None:
+    """Two files of step 5 (ranks): the second prints the step again as an update with the
+    numbers of both files (a numpy reference), and the alerts of the first are not repeated."""
+    dumps = tmp_path / "dumps"
+    writer(dumps, *(f"step:{s}:0.02" for s in (1, 2, 3, 4)), "step:5:0.3")
+    write_step(dumps, 5, 0.3, rank=1)
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--json", "--no-explain")
+    assert ran.code == 0, ran.err
+    fives = [x for x in lines(ran.out) if x["step"] == 5]
+    assert [x["update"] for x in fives] == [False, True]
+    assert fives[0]["alerts"] and fives[1]["alerts"] == []
+    assert fives[1]["tokens"] == 2 * fives[0]["tokens"]
+    assert fives[1]["vllm_kl"] == pytest.approx(reference_kl(5, 0.3), rel=1e-12)
+
+
+def test_a_json_lines_file_is_read_once_it_has_settled(store: Path, tmp_path: Path) -> None:
+    """A JSON lines file has no end marker: whole lines written a moment ago may be followed by
+    more, so it waits until it is --settle seconds old (its modification time set back here)."""
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    path = dumps / "train_data_step3.jsonl"
+    shutil.copy(FIXTURES / "train_data_step3.jsonl", path)
+    now = time.time()
+    os.utime(path, (now, now))
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--settle", "3600")
+    assert "0 files ingested" in ran.err
+    assert f"not complete yet: {path} (written less than --settle seconds ago)" in ran.err
+    os.utime(path, (now - 7200, now - 7200))
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--settle", "3600", "--json")
+    assert [x["step"] for x in lines(ran.out)] == [3]
+
+
+def test_exit_on_stops_a_live_watch(store: Path, tmp_path: Path) -> None:
+    """--exit-on warn ends a watch that runs on file events at the first alert (here a bad
+    file): the process exits 3 with its observer stopped."""
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "mismatchctl", "watch", str(dumps), "--run", "w",
+         "--exit-on", "warn"],
+        cwd=ROOT, env=_env(store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    writer(dumps, "bad:bad.parquet")
+    _, err = watch.communicate(timeout=HANG)
+    assert watch.returncode == 3, err
+    assert "Bad file" in err and "(--exit-on)" in err
+
+
+def test_without_file_events_it_polls_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    import watchdog.observers
+
+    from mismatchctl.analysis.watch import FALLBACK_POLL, Waker
+
+    class NoWatches(watchdog.observers.Observer):  # type: ignore[misc, valid-type]
+        def schedule(self, *args: object, **kwargs: object) -> None:
+            raise OSError(errno.ENOSPC, "inotify watch limit reached")
+
+    monkeypatch.setattr(watchdog.observers, "Observer", NoWatches)
+    waker = Waker(tmp_path, None)
+    assert waker.poll == FALLBACK_POLL
+    assert waker.mode.startswith(f"polling every {FALLBACK_POLL:g} s (file events unavailable: ")
+    assert "inotify watch limit reached" in waker.mode
+    waker.close()
