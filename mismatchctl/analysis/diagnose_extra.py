@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 from mismatchctl import schema as S
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
-from mismatchctl.stats.comoments import lag_k3, lag_states, merge_pairs
+from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pairs
 from mismatchctl.stats.offset import offset_state
 from mismatchctl.stats.sentinels import (
     SentinelState,
@@ -85,13 +85,14 @@ class DiagnoseExtra:
     def compute(self, table: pa.Table, keys: PartKeys) -> DiagnoseState:
         lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
         seq, turn, step = keys.column(S.SEQ), keys.column(S.TURN), keys.column(S.STEP)
+        pairs = lag_pairs(lr, lt, seq, turn)
         return DiagnoseState(
-            lag_states(lr, lt, seq, turn),
+            lag_states(pairs),
             offset_state(lr, lt, seq),
             sentinel_state(lr, lt, seq, turn, step, keys.run),
             self._lag_sums(keys.run, lr, lt, seq),
             trailing_zero_state(lr, lt, seq, step, keys.run),
-            lag_k3(lr, lt, seq, turn),
+            lag_k3(pairs),
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:

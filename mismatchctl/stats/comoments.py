@@ -80,14 +80,21 @@ def _unit(x: float | None) -> float | None:
     return None if x is None else float(min(1.0, max(0.0, x)))
 
 
-def lag_k3(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
+Pairs = tuple[tuple[np.ndarray, np.ndarray], ...]
+
+
+def lag_pairs(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, turn: np.ndarray) -> Pairs:
+    """The (rollout, trainer) pairs at lag 0, +1 and -1 within a turn (``LAG_NAMES`` order)."""
+    lr, lt = np.asarray(lr, np.float64), np.asarray(lt, np.float64)
+    adjacent = (seq[1:] == seq[:-1]) & (turn[1:] == turn[:-1])
+    return (lr, lt), (lr[:-1][adjacent], lt[1:][adjacent]), (lr[1:][adjacent], lt[:-1][adjacent])
+
+
+def lag_k3(pairs: Pairs) -> np.ndarray:
     """Pairs and K3 sums of shape ``(3, 2)`` in ``LAG_NAMES`` order: the mean K3 the two sides
     would have if the trainer side were shifted by 0, +1 or -1 positions within a turn
     (``exp(r) - 1 - r`` with ``r = y - x``; mergeable by addition)."""
-    lr, lt = np.asarray(lr, np.float64), np.asarray(lt, np.float64)
-    adjacent = (seq[1:] == seq[:-1]) & (turn[1:] == turn[:-1])
     out = np.zeros((3, 2))
-    pairs = ((lr, lt), (lr[:-1][adjacent], lt[1:][adjacent]), (lr[1:][adjacent], lt[:-1][adjacent]))
     with np.errstate(over="ignore", invalid="ignore"):
         for i, (x, y) in enumerate(pairs):
             r = y - x
@@ -95,14 +102,6 @@ def lag_k3(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, turn: np.ndarray) ->
     return out
 
 
-def lag_states(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
+def lag_states(pairs: Pairs) -> np.ndarray:
     """Pair states of shape ``(3, 6)`` in ``LAG_NAMES`` order (x = rollout, y = trainer)."""
-    lr, lt = np.asarray(lr, np.float64), np.asarray(lt, np.float64)
-    adjacent = (seq[1:] == seq[:-1]) & (turn[1:] == turn[:-1])
-    return np.stack(
-        [
-            pair_state(lr, lt),
-            pair_state(lr[:-1][adjacent], lt[1:][adjacent]),
-            pair_state(lr[1:][adjacent], lt[:-1][adjacent]),
-        ]
-    )
+    return np.stack([pair_state(x, y) for x, y in pairs])

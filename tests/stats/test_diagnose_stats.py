@@ -10,6 +10,7 @@ import pytest
 
 from mismatchctl.stats.comoments import (
     correlation,
+    lag_pairs,
     lag_states,
     merge_pairs,
     pair_state,
@@ -50,7 +51,7 @@ def test_lags_pair_within_turns_only() -> None:
     lt = lr * 10
     seq = np.array([0, 0, 0, 1, 1, 1, 1])
     turn = np.array([0, 0, 0, 0, 0, 1, 1])
-    lag0, plus, minus = lag_states(lr, lt, seq, turn)
+    lag0, plus, minus = lag_states(lag_pairs(lr, lt, seq, turn))
     assert lag0 == pytest.approx(pair_state(lr, lt))
     # adjacent pairs: (0,1), (1,2), (3,4), (5,6)
     assert plus == pytest.approx(
@@ -66,7 +67,7 @@ def test_shift_is_seen_at_lag_plus_one() -> None:
     lr = -rng.exponential(1.0, 2000)
     seq = np.repeat(np.arange(40), 50)
     lt = np.r_[0.0, lr[:-1]]  # the trainer's value of token t sits at t + 1
-    states = lag_states(lr, lt, seq, np.zeros(2000, np.int64))
+    states = lag_states(lag_pairs(lr, lt, seq, np.zeros(2000, np.int64)))
     assert correlation(states[1]) > 0.99 > 0.1 > abs(correlation(states[0]))
 
 
