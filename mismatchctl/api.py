@@ -11,7 +11,7 @@ from mismatchctl.analysis import catalog_view as views
 from mismatchctl.analysis.compare import Comparison, build_comparison
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.explain import Explain, build_explain
-from mismatchctl.analysis.report import Report, build_report
+from mismatchctl.analysis.report import Report, build_report, parse_tails
 from mismatchctl.analysis.selection import parse_steps
 from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
 from mismatchctl.curves.ingest import MetricsIngest
@@ -26,6 +26,7 @@ from mismatchctl.ingest.source import FORMATS
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.sample_runs import DemoRun, ingest_demo, load_manifest
 from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
+from mismatchctl.stats.tails import DEFAULT_CLAMP, DEFAULT_TAU
 from mismatchctl.store import RunInfo, Store, open_store
 from mismatchctl.store.integrity import Damage, damage_error, run_damage
 from mismatchctl.store.location import DEMO_STORE, point_at
@@ -155,6 +156,9 @@ def report(
     ray_address: str | None = None,
     diagnose: bool = False,
     position_bins: str = "log2",
+    clamp: float = DEFAULT_CLAMP,
+    tau: float = DEFAULT_TAU,
+    is_bounds: str | None = None,
 ) -> Report:
     """Every metric of the selected runs (all runs when none is named), grouped by the default
     splits plus each ``by`` split (``"step"``, ``"step,turn_kind"``, ``"tag:engine"``,
@@ -163,8 +167,11 @@ def report(
     ``figures=True`` also computes the figure data of the HTML report (``Report.figures``).
     ``engine="ray"`` reads the parts in Ray tasks (a local Ray with ``workers`` CPUs, or the
     cluster at ``ray_address``); the numbers are the same as with ``"local"``. ``diagnose``
-    also runs ``diagnose`` on each run (``Report.diagnoses``)."""
+    also runs ``diagnose`` on each run (``Report.diagnoses``). ``clamp``, ``tau`` and
+    ``is_bounds`` (``"0.5_2.0"``) set the thresholds of ``vllm_kl_clamped``,
+    ``extreme_frac_tau{tau}`` and ``is_oob_ratio``."""
     eng = choose_engine(engine, ray_address)
+    tails = parse_tails(clamp, tau, is_bounds)
     rep = build_report(
         open_store(store),
         list(runs or []),
@@ -177,6 +184,7 @@ def report(
         figures=figures,
         engine=eng,
         position_bins=position_bins,
+        tails=tails,
     )
     if diagnose:  # one diagnosis per run, of the same step range
         suffix = f"@steps={steps}" if steps else ""
@@ -202,10 +210,15 @@ def compare(
     ray_address: str | None = None,
     by: Iterable[str] = (),
     position_bins: str = "log2",
+    clamp: float = DEFAULT_CLAMP,
+    tau: float = DEFAULT_TAU,
+    is_bounds: str | None = None,
 ) -> Comparison:
     """Two selectors (``"v0-ref"``, ``"gpu=H20"``, ``"v1@steps=0..200"``) side by side; each
-    ``by`` split (``"kv_position"``, ``"attr:data_source"``) side by side too."""
+    ``by`` split (``"kv_position"``, ``"attr:data_source"``) side by side too; ``clamp``,
+    ``tau``, ``is_bounds``: the tail-robust thresholds, as for ``report``."""
     eng = choose_engine(engine, ray_address)
+    tails = parse_tails(clamp, tau, is_bounds)
     return build_comparison(
         open_store(store),
         a,
@@ -219,6 +232,7 @@ def compare(
         engine=eng,
         by=parse_by(list(by)),
         position_bins=position_bins,
+        tails=tails,
     )
 
 
@@ -321,8 +335,10 @@ def check_failed(found: dict[str, list[Damage]]) -> None:
 
 
 __all__ = [
+    "DEFAULT_CLAMP",
     "DEFAULT_RESAMPLES",
     "DEFAULT_SEED",
+    "DEFAULT_TAU",
     "DEFAULT_WORKERS",
     "DEMO_STORE",
     "FORMATS",
