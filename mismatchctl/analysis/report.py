@@ -275,16 +275,23 @@ def parse_tails(
     clamp: float = DEFAULT_CLAMP, tau: float = DEFAULT_TAU, is_bounds: str | None = None
 ) -> Tails:
     """The thresholds of ``--clamp``, ``--tau`` and ``--is-bounds`` (``LOWER_UPPER`` or one
-    ``UPPER``, verl's grammar)."""
+    ``UPPER``, verl's grammar); a UsageError naming the option that is wrong."""
     try:
         bounds = DEFAULT_IS_BOUNDS if is_bounds is None else parse_bounds(is_bounds)
-        return Tails(clamp, tau, *bounds)
+        Tails(is_lower=bounds[0], is_upper=bounds[1])
     except ValueError as exc:
         raise UsageError(
-            f"--clamp / --tau / --is-bounds: {exc}",
-            "use e.g. --clamp 10 --tau 2 --is-bounds 0.5_2.0 (a clamp > 0, a ratio tau > 1, "
-            "bounds 0 < lower < upper).",
+            f"--is-bounds: {exc}", "use LOWER_UPPER such as 0.5_2.0 or 0.8_1.25."
         ) from None
+    for option, kw, hint in (
+        ("--clamp", {"clamp": clamp}, "use a positive clamp of r, e.g. --clamp 10 (slime/miles)."),
+        ("--tau", {"tau": tau}, "use a ratio above 1, e.g. --tau 2 (|r| > ln 2, AReaL)."),
+    ):
+        try:
+            Tails(**kw)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise UsageError(f"{option}: {exc}", hint) from None
+    return Tails(clamp, tau, *bounds)
 
 
 def report_on(

@@ -39,6 +39,8 @@ Metric definitions and JSON names: docs/metrics.md; training curves: docs/curves
   mismatchctl report v1-a100 --by kv_position --by turn_kind,turn_position --by attr:data_source
 
   mismatchctl report v1-a100 --engine ray --ray-address auto --json report.json
+
+  mismatchctl report v1-a100 --clamp 10 --tau 2 --is-bounds 0.5_2.0 --json -   # tail-robust views
 """
 BY_HELP = (
     f"Add a split (repeatable): {api.SPLIT_KEYS}; commas combine keys, e.g. step,turn_kind or "

@@ -115,6 +115,21 @@ def test_report_json_equals_local(ray_local: Any, multi_part: Path) -> None:
     assert_same(local, distributed)
 
 
+@needs_ray
+def test_report_tail_thresholds_reach_the_ray_tasks(ray_local: Any, multi_part: Path) -> None:
+    """--clamp, --tau and --is-bounds travel to the Ray tasks: the same numbers as locally,
+    and they differ from the defaults' (the thresholds were applied, not dropped)."""
+    args = ("report", "a", "--clamp", "0.05", "--tau", "1.01", "--is-bounds", "0.99_1.01")
+    local, distributed = _both(multi_part, *args)
+    assert_same(local, distributed)
+    default, _ = _both(multi_part, "report", "a")
+    whole = next(g["metrics"] for g in distributed["groups"] if g["by"] == {})
+    plain = next(g["metrics"] for g in default["groups"] if g["by"] == {})
+    assert whole["vllm_kl_clamped"] < plain["vllm_kl_clamped"]
+    assert whole["extreme_frac_tau1.01"] > plain["extreme_frac_tau2"]
+    assert whole["is_oob_ratio"] > plain["is_oob_ratio"]
+
+
 @pytest.mark.slow
 @needs_ray
 def test_compare_diagnose_whatif_json_equal_local(ray_local: Any, multi_part: Path) -> None:
