@@ -14,11 +14,19 @@ from mismatchctl.analysis.explain import Explain, build_explain
 from mismatchctl.analysis.report import Report, build_report, parse_tails
 from mismatchctl.analysis.selection import parse_steps
 from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
+from mismatchctl.analysis.whatif_preset import (
+    PresetList,
+    PresetWhatif,
+    build_preset_whatif,
+    list_presets,
+    preset_config,
+)
 from mismatchctl.curves.ingest import MetricsIngest
 from mismatchctl.curves.ingest import ingest_metrics as ingest_metrics_file
 from mismatchctl.engines.choice import choose_engine
 from mismatchctl.engines.plan import KEYS_HELP as SPLIT_KEYS
 from mismatchctl.engines.plan import parse_by
+from mismatchctl.errors import UsageError
 from mismatchctl.ingest.columns import parse_mapping
 from mismatchctl.ingest.remote import is_remote
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files, parse_tags
@@ -290,11 +298,26 @@ def whatif(
     on_part: Callable[[int], None] | None = None,
     engine: str = "local",
     ray_address: str | None = None,
-) -> Whatif:
+    preset: str | None = None,
+    sets: Iterable[str] = (),
+) -> Whatif | PresetWhatif:
     """What corrections would do on a selector: ``methods`` such as ``["seq-mis:2", "veto"]``
     (all at their defaults when empty), one ``threshold`` for a single method, or a ``sweep``
-    (``"1.5,2,3"`` or a list) of thresholds of a single method."""
+    (``"1.5,2,3"`` or a list) of thresholds of a single method. ``preset`` (``whatif_presets()``
+    lists them) computes one framework's correction instead, configured by ``sets`` in the
+    framework's own keys (``["rollout_is=sequence", "rollout_is_threshold=2"]``)."""
     eng = choose_engine(engine, ray_address)
+    if preset is not None:
+        if list(methods) or threshold is not None or sweep is not None:
+            raise UsageError(
+                "--preset excludes --method, --threshold and --sweep",
+                "configure the preset with --set KEY=VALUE in its framework's keys.",
+            )
+        chosen, config = preset_config(preset, list(sets))
+        return build_preset_whatif(
+            open_store(store), selector, chosen, config, workers=workers, on_part=on_part,
+            engine=eng,
+        )  # fmt: skip
     methods = [methods] if isinstance(methods, str) else list(methods)
     if sweep is not None and not isinstance(sweep, str):
         sweep = ",".join(str(v) for v in sweep)
@@ -308,6 +331,11 @@ def whatif(
         on_part=on_part,
         engine=eng,
     )
+
+
+def whatif_presets() -> PresetList:
+    """Every framework preset of ``whatif``: name, framework version, source file, keys."""
+    return list_presets()
 
 
 def demo(
@@ -349,6 +377,8 @@ __all__ = [
     "Explain",
     "IngestResult",
     "MetricsIngest",
+    "PresetList",
+    "PresetWhatif",
     "Report",
     "RunInfo",
     "Store",
@@ -369,4 +399,5 @@ __all__ = [
     "runs",
     "views",
     "whatif",
+    "whatif_presets",
 ]
