@@ -13,7 +13,9 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis import sections as Sec
+from mismatchctl.analysis.remedy import discards_signal, remedy_dict
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import parse_selector, reread, resolve
 from mismatchctl.engines import plan as K
@@ -151,7 +153,11 @@ class PresetWhatif:
 
     def to_dict(self) -> dict[str, Any]:
         """The report's JSON plus a ``whatif`` section: the preset, its config, the groups."""
-        groups = [{"by": g.by, "metrics": g.metrics} for gs in self.groups.values() for g in gs]
+        groups = [
+            {"by": g.by, "metrics": g.metrics, "remedy": remedy_dict(self.remedy(g.metrics))}
+            for gs in self.groups.values()
+            for g in gs
+        ]
         return {
             **self.report.to_dict(),
             "whatif": {
@@ -173,6 +179,16 @@ class PresetWhatif:
 
     def sections(self) -> list[Any]:
         return preset_sections(self)
+
+    def remedy(self, metrics: dict[str, Any]) -> str | None:
+        """Whether the correction discards the signal (``analysis.remedy``): its masks reject
+        most tokens, its ESS is below one half, or nearly every IS ratio is at the cap."""
+        clipped = metrics.get(self.preset.clipped_key) if self.preset.clipped_key else None
+        if clipped is not None and clipped >= T.MAX_CORRECTION_CLIPPED:
+            unit = "sequence" if self.config.get("rollout_is") == "sequence" else "token"
+            shares = {M.TOKEN_FRACTION: clipped, M.SEQUENCE_FRACTION: clipped}
+            return discards_signal(shares, unit, "clipped")
+        return discards_signal(metrics, "token", "rejected")
 
 
 def build_preset_whatif(
@@ -225,6 +241,9 @@ def preset_sections(w: PresetWhatif) -> list[Sec.Section]:
     facts = [Sec.Fact(k, v, Sec.Kind.TEXT if isinstance(v, str) else Sec.Kind.VALUE)
              for k, v in whole.items() if k not in COMMON]  # fmt: skip
     common = [_common_fact(k, whole.get(k)) for k in COMMON]
+    why = w.remedy(whole)
+    common.append(Sec.Fact("verdict", "ok: keeps the signal" if why is None else
+                           f"discards signal: {why}; not advised", Sec.Kind.TEXT))  # fmt: skip
     out.append(Sec.Facts("whatif-preset-common", "Whole selection", common))
     out.append(Sec.Facts("whatif-preset-framework", f"{p.name}: its own metrics", facts))
     out.append(_table(w, "By run", (K.RUN,)))

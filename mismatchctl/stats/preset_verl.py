@@ -95,6 +95,7 @@ class VerlRolloutCorr:
         "verl algorithm.rollout_correction: token/sequence IS weights truncated at "
         "rollout_is_threshold, rejection masks rollout_rs (token_k1..seq_max_k3, AND-combined)"
     )
+    clipped_key = f"{P}rollout_is_ratio_fraction_high"
     defaults: ClassVar[Config] = {  # verl's defaults (rollout_correction.yaml)
         "rollout_is": None,
         "rollout_is_threshold": 2.0,

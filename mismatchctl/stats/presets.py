@@ -28,6 +28,7 @@ class Preset(Protocol):
     source: str  # the file of the framework's source it was transcribed from
     describes: str
     defaults: Config  # the framework's config keys and their defaults, in its own names
+    clipped_key: str | None  # its metric of the share of ratios above the cap, if any
 
     def fields(self, config: Config) -> list[str]: ...
 
