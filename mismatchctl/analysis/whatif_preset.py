@@ -183,12 +183,15 @@ class PresetWhatif:
     def remedy(self, metrics: dict[str, Any]) -> str | None:
         """Whether the correction discards the signal (``analysis.remedy``): its masks reject
         most tokens, its ESS is below one half, or nearly every IS ratio is at the cap."""
+        rejected = discards_signal(metrics, "token", "rejected")
+        if rejected is not None:
+            return rejected
         clipped = metrics.get(self.preset.clipped_key) if self.preset.clipped_key else None
         if clipped is not None and clipped >= T.MAX_CORRECTION_CLIPPED:
             unit = "sequence" if self.config.get("rollout_is") == "sequence" else "token"
             shares = {M.TOKEN_FRACTION: clipped, M.SEQUENCE_FRACTION: clipped}
             return discards_signal(shares, unit, "clipped")
-        return discards_signal(metrics, "token", "rejected")
+        return None
 
 
 def build_preset_whatif(

@@ -33,6 +33,10 @@ Framework presets compute one framework's correction as its code does, set by it
   mismatchctl whatif v1-a100 --preset verl-rollout-corr --set rollout_is=sequence --set rollout_is_threshold=2
 
   mismatchctl whatif v1-a100 --preset verl-rollout-corr --set rollout_rs=seq_mean_k1 --set rollout_rs_threshold=0.999_1.001
+
+  mismatchctl whatif v1-a100 --preset slime-tis --set tis_clip=2 --set tis_clip_low=0.5
+
+A correction that would discard the signal (ESS below 50%, most units rejected, nearly every ratio at the cap) is named "not advised"; the JSON marks it in `remedy`.
 """
 
 
