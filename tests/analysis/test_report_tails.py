@@ -139,6 +139,9 @@ def test_compare_takes_the_thresholds(store: Path, tails_run: list[dict], tmp_pa
     )
     assert ran.code == 0, ran.err
     assert '"extreme_frac_tau1.5"' in ran.out and '"extreme_frac_tau2"' not in ran.out
+    doc = json.loads(ran.out)
+    assert doc["tails"] == {"clamp": 3.0, "tau": 1.5, "is_bounds": [0.8, 1.25]}
+    assert doc["granularity"]["ratio_segment_mean"] == "sequence-mean"
 
 
 @pytest.mark.parametrize(
