@@ -21,7 +21,7 @@ from mismatchctl.analysis.gate import (
     read_thresholds,
 )
 from mismatchctl.analysis.live import StepLine
-from mismatchctl.analysis.report import Report, build_report
+from mismatchctl.analysis.report import Report, build_report, parse_tails
 from mismatchctl.analysis.selection import parse_steps
 from mismatchctl.analysis.watch import (
     DEFAULT_SETTLE,
@@ -32,11 +32,19 @@ from mismatchctl.analysis.watch import (
     WatchOptions,
 )
 from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
+from mismatchctl.analysis.whatif_preset import (
+    PresetList,
+    PresetWhatif,
+    build_preset_whatif,
+    list_presets,
+    preset_config,
+)
 from mismatchctl.curves.ingest import MetricsIngest
 from mismatchctl.curves.ingest import ingest_metrics as ingest_metrics_file
 from mismatchctl.engines.choice import choose_engine
 from mismatchctl.engines.plan import KEYS_HELP as SPLIT_KEYS
 from mismatchctl.engines.plan import parse_by
+from mismatchctl.errors import UsageError
 from mismatchctl.ingest.columns import parse_mapping
 from mismatchctl.ingest.remote import is_remote
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files, parse_tags
@@ -44,6 +52,7 @@ from mismatchctl.ingest.source import FORMATS
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.sample_runs import DemoRun, ingest_demo, load_manifest
 from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
+from mismatchctl.stats.tails import DEFAULT_CLAMP, DEFAULT_TAU
 from mismatchctl.store import RunInfo, Store, open_store
 from mismatchctl.store.integrity import Damage, damage_error, run_damage
 from mismatchctl.store.location import DEMO_STORE, point_at
@@ -213,6 +222,9 @@ def report(
     ray_address: str | None = None,
     diagnose: bool = False,
     position_bins: str = "log2",
+    clamp: float = DEFAULT_CLAMP,
+    tau: float = DEFAULT_TAU,
+    is_bounds: str | None = None,
 ) -> Report:
     """Every metric of the selected runs (all runs when none is named), grouped by the default
     splits plus each ``by`` split (``"step"``, ``"step,turn_kind"``, ``"tag:engine"``,
@@ -221,8 +233,11 @@ def report(
     ``figures=True`` also computes the figure data of the HTML report (``Report.figures``).
     ``engine="ray"`` reads the parts in Ray tasks (a local Ray with ``workers`` CPUs, or the
     cluster at ``ray_address``); the numbers are the same as with ``"local"``. ``diagnose``
-    also runs ``diagnose`` on each run (``Report.diagnoses``)."""
+    also runs ``diagnose`` on each run (``Report.diagnoses``). ``clamp``, ``tau`` and
+    ``is_bounds`` (``"0.5_2.0"``) set the thresholds of ``vllm_kl_clamped``,
+    ``extreme_frac_tau{tau}`` and ``is_oob_ratio``."""
     eng = choose_engine(engine, ray_address)
+    tails = parse_tails(clamp, tau, is_bounds)
     rep = build_report(
         open_store(store),
         list(runs or []),
@@ -235,6 +250,7 @@ def report(
         figures=figures,
         engine=eng,
         position_bins=position_bins,
+        tails=tails,
     )
     if diagnose:  # one diagnosis per run, of the same step range
         suffix = f"@steps={steps}" if steps else ""
@@ -260,10 +276,15 @@ def compare(
     ray_address: str | None = None,
     by: Iterable[str] = (),
     position_bins: str = "log2",
+    clamp: float = DEFAULT_CLAMP,
+    tau: float = DEFAULT_TAU,
+    is_bounds: str | None = None,
 ) -> Comparison:
     """Two selectors (``"v0-ref"``, ``"gpu=H20"``, ``"v1@steps=0..200"``) side by side; each
-    ``by`` split (``"kv_position"``, ``"attr:data_source"``) side by side too."""
+    ``by`` split (``"kv_position"``, ``"attr:data_source"``) side by side too; ``clamp``,
+    ``tau``, ``is_bounds``: the tail-robust thresholds, as for ``report``."""
     eng = choose_engine(engine, ray_address)
+    tails = parse_tails(clamp, tau, is_bounds)
     return build_comparison(
         open_store(store),
         a,
@@ -277,6 +298,7 @@ def compare(
         engine=eng,
         by=parse_by(list(by)),
         position_bins=position_bins,
+        tails=tails,
     )
 
 
@@ -363,11 +385,26 @@ def whatif(
     on_part: Callable[[int], None] | None = None,
     engine: str = "local",
     ray_address: str | None = None,
-) -> Whatif:
+    preset: str | None = None,
+    sets: Iterable[str] = (),
+) -> Whatif | PresetWhatif:
     """What corrections would do on a selector: ``methods`` such as ``["seq-mis:2", "veto"]``
     (all at their defaults when empty), one ``threshold`` for a single method, or a ``sweep``
-    (``"1.5,2,3"`` or a list) of thresholds of a single method."""
+    (``"1.5,2,3"`` or a list) of thresholds of a single method. ``preset`` (``whatif_presets()``
+    lists them) computes one framework's correction instead, configured by ``sets`` in the
+    framework's own keys (``["rollout_is=sequence", "rollout_is_threshold=2"]``)."""
     eng = choose_engine(engine, ray_address)
+    if preset is not None:
+        if list(methods) or threshold is not None or sweep is not None:
+            raise UsageError(
+                "--preset excludes --method, --threshold and --sweep",
+                "configure the preset with --set KEY=VALUE in its framework's keys.",
+            )
+        chosen, config = preset_config(preset, list(sets))
+        return build_preset_whatif(
+            open_store(store), selector, chosen, config, workers=workers, on_part=on_part,
+            engine=eng,
+        )  # fmt: skip
     methods = [methods] if isinstance(methods, str) else list(methods)
     if sweep is not None and not isinstance(sweep, str):
         sweep = ",".join(str(v) for v in sweep)
@@ -381,6 +418,11 @@ def whatif(
         on_part=on_part,
         engine=eng,
     )
+
+
+def whatif_presets() -> PresetList:
+    """Every framework preset of ``whatif``: name, framework version, source file, keys."""
+    return list_presets()
 
 
 def demo(
@@ -408,9 +450,11 @@ def check_failed(found: dict[str, list[Damage]]) -> None:
 
 
 __all__ = [
+    "DEFAULT_CLAMP",
     "DEFAULT_RESAMPLES",
     "DEFAULT_SEED",
     "DEFAULT_SETTLE",
+    "DEFAULT_TAU",
     "DEFAULT_WORKERS",
     "DEMO_STORE",
     "FORMATS",
@@ -423,6 +467,8 @@ __all__ = [
     "Gate",
     "IngestResult",
     "MetricsIngest",
+    "PresetList",
+    "PresetWhatif",
     "Report",
     "RunInfo",
     "Started",
@@ -450,4 +496,5 @@ __all__ = [
     "views",
     "watch",
     "whatif",
+    "whatif_presets",
 ]

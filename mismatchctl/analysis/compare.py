@@ -28,6 +28,7 @@ from mismatchctl.stats.bootstrap import (
     side_generators,
 )
 from mismatchctl.stats.bootstrap import intervals as bootstrap_intervals
+from mismatchctl.stats.tails import DEFAULT_TAILS, Tails
 from mismatchctl.store import Store
 
 HEADLINE = (
@@ -179,11 +180,13 @@ def build_comparison(
     engine: Engine = LOCAL_ENGINE,
     by: list[K.Split] | None = None,
     position_bins: str = "log2",
+    tails: Tails = DEFAULT_TAILS,
 ) -> Comparison:
     """Selectors ``a`` and ``b`` side by side; a UsageError when both hold the same data.
     ``by``: splits whose groups are shown side by side too (``kv_position``, ``attr:NAME``...);
-    ``position_bins``: the edges of the position keys."""
-    binning = parse_binning(position_bins)
+    ``position_bins``: the edges of the position keys; ``tails``: the thresholds of the
+    tail-robust metrics."""
+    binning = parse_binning(position_bins, tails)
     extra = list(by or [])
 
     def side(sel: Selection) -> Report:

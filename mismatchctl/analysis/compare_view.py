@@ -224,6 +224,8 @@ def _drawn(p: CurvePair) -> bool:
 def comparison_dict(c: Comparison) -> dict[str, Any]:
     sides = {"a": c.a.to_dict(), "b": c.b.to_dict()}
     out = {k: sides["a"][k] for k in ("schema_version", "tool", "aggregation", "bin_edges")}
+    out["granularity"] = {**sides["a"]["granularity"], **sides["b"]["granularity"]}
+    out["tails"] = sides["a"]["tails"]  # both sides are read with the same thresholds
     out["runs"] = {**sides["a"]["runs"], **sides["b"]["runs"]}
     out["excluded"] = {side: doc["excluded"] for side, doc in sides.items()}
     out["groups"] = [

@@ -40,6 +40,14 @@ from mismatchctl.stats import (
 )
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.positions import parse_position_bins
+from mismatchctl.stats.tails import (
+    DEFAULT_CLAMP,
+    DEFAULT_IS_BOUNDS,
+    DEFAULT_TAILS,
+    DEFAULT_TAU,
+    Tails,
+    parse_bounds,
+)
 from mismatchctl.store import Store
 
 AGGREGATION = "token-mean"
@@ -155,6 +163,8 @@ class Report:
             "tool": f"mismatchctl {__version__}",
             "aggregation": self.aggregation,
             "bin_edges": [float(e) for e in self.bin_edges],
+            "granularity": granularity(self.splits, self.groups),
+            "tails": self.binning.tails.to_dict(),
             "runs": runs,
             "excluded": self.excluded,
             "groups": [g.to_dict() for split in self.splits for g in self.groups[split]],
@@ -181,6 +191,19 @@ class Report:
         """Every group as one row of a Polars frame: ``split`` (its keys joined by ``x``), one
         column per key of any split (null where the group has no such key), one per metric."""
         return groups_frame(g for split in self.splits for g in self.groups[split])
+
+
+def granularity(splits: list[K.Split], groups: dict[K.Split, list[Group]]) -> dict[str, str]:
+    """What each metric of the groups is a mean over (METRICS.md "aggregation"): a token mean
+    (``token-mean``: every token weighs alike, what verl logs) and a mean of per-sequence
+    (segment) means (``sequence-mean``: every sequence weighs alike) are different numbers."""
+    out: dict[str, str] = {}
+    for split in splits:
+        for g in groups[split]:
+            for key in g.metrics:
+                if key not in out:
+                    out[key] = M.granularity(M.by_key(key))
+    return out
 
 
 def groups_frame(groups: Any, **constant: Any) -> Any:
@@ -211,6 +234,7 @@ def build_report(
     figures: bool = False,
     engine: Engine = LOCAL_ENGINE,
     position_bins: str = "log2",
+    tails: Tails = DEFAULT_TAILS,
 ) -> Report:
     return reread(
         lambda: report_on(
@@ -222,7 +246,7 @@ def build_report(
             on_part=on_part,
             figures=figures,
             engine=engine,
-            binning=parse_binning(position_bins),
+            binning=parse_binning(position_bins, tails),
         )
     )
 
@@ -236,14 +260,38 @@ def parse_edges(bins: str) -> np.ndarray:
         ) from None
 
 
-def parse_binning(position_bins: str) -> K.Binning:
-    """The binning of ``--position-bins`` (``log2`` or integer edges from 0)."""
+def parse_binning(position_bins: str, tails: Tails = DEFAULT_TAILS) -> K.Binning:
+    """The binning of ``--position-bins`` (``log2`` or integer edges from 0), with the
+    thresholds of the tail-robust metrics (``parse_tails``)."""
     try:
-        return K.Binning(parse_position_bins(position_bins))
+        return K.Binning(parse_position_bins(position_bins), tails=tails)
     except ValueError as exc:
         raise UsageError(
             f"--position-bins: {exc}", "use log2, or edges such as 0,512,1024,4096."
         ) from None
+
+
+def parse_tails(
+    clamp: float = DEFAULT_CLAMP, tau: float = DEFAULT_TAU, is_bounds: str | None = None
+) -> Tails:
+    """The thresholds of ``--clamp``, ``--tau`` and ``--is-bounds`` (``LOWER_UPPER`` or one
+    ``UPPER``, verl's grammar); a UsageError naming the option that is wrong."""
+    try:
+        bounds = DEFAULT_IS_BOUNDS if is_bounds is None else parse_bounds(is_bounds)
+        Tails(is_lower=bounds[0], is_upper=bounds[1])
+    except ValueError as exc:
+        raise UsageError(
+            f"--is-bounds: {exc}", "use LOWER_UPPER such as 0.5_2.0 or 0.8_1.25."
+        ) from None
+    for option, kw, hint in (
+        ("--clamp", {"clamp": clamp}, "use a positive clamp of r, e.g. --clamp 10 (slime/miles)."),
+        ("--tau", {"tau": tau}, "use a ratio above 1, e.g. --tau 2 (|r| > ln 2, AReaL)."),
+    ):
+        try:
+            Tails(**kw)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise UsageError(f"{option}: {exc}", hint) from None
+    return Tails(clamp, tau, *bounds)
 
 
 def report_on(
@@ -308,7 +356,7 @@ def _read(
     for split in wanted + internal:
         p = K.pass_for(split, passes)
         rolled[split] = rollup(split, p, finest[passes.index(p)])
-    groups = {s: _groups(s, rolled[s]) for s in wanted}
+    groups = {s: _groups(s, rolled[s], binning.tails) for s in wanted}
     empty = empty_sequences(selection)
     report = Report(selection, edges, wanted, groups, _excluded(selection, empty))
     report.binning = binning
@@ -357,7 +405,7 @@ def prompt_length_notes(selection: Selection, splits: list[K.Split]) -> list[str
     return notes
 
 
-def _groups(split: K.Split, rolled: Groups) -> list[Group]:
+def _groups(split: K.Split, rolled: Groups, tails: Tails = DEFAULT_TAILS) -> list[Group]:
     """Finalized groups of one split; groups of token keys (probability bin, KV position, turn
     position) carry token metrics, shares and quantiles only (a sequence cut by tokens is not a
     meaningful unit)."""
@@ -370,9 +418,9 @@ def _groups(split: K.Split, rolled: Groups) -> list[Group]:
     for key in sorted(rolled, key=sort_key):
         partial = rolled[key]
         by = dict(zip(split, key, strict=True))
-        metrics = partial.finalize()
+        metrics = partial.finalize(tails)
         if token:
-            metrics = {k: v for k, v in metrics.items() if k in BIN_METRICS}
+            metrics = {k: v for k, v in metrics.items() if k in BIN_METRICS or M.is_extreme_frac(k)}
             parent = parents[tuple(v for k, v in by.items() if k not in token)]
             metrics.update(shares(partial, parent))
         group_band = band(metrics.get(M.VLLM_KL)) if K.STEP in split else None

@@ -200,6 +200,7 @@ def headline(report: Report, run: str, whole: Group) -> S.Facts:
         S.Fact(M.SEQUENCES.description.split(" with")[0], m[M.SEQUENCES], S.Kind.COUNT),
         S.Fact("steps", len(steps), S.Kind.COUNT),
         S.Fact(M.VLLM_KL, m[M.VLLM_KL], S.Kind.VALUE, vband, overflow_text(m)),
+        *tail_facts(report, m),
         S.Fact(M.KL_K1, m[M.KL_K1]),
         S.Fact(M.ABS_LOG_RATIO_MEAN, m[M.ABS_LOG_RATIO_MEAN]),
         S.Fact(M.PROB_PEARSON, m[M.PROB_PEARSON], S.Kind.CORR),
@@ -223,6 +224,17 @@ def headline(report: Report, run: str, whole: Group) -> S.Facts:
     if report.selection.steps is not None:
         facts.append(S.Fact("step range", str(report.selection.steps), S.Kind.TEXT))
     return S.Facts(S.slug("headline", run), "", facts)  # under its run's title
+
+
+def tail_facts(report: Report, m: Mapping[str, Any]) -> list[S.Fact]:
+    """Beside K3, its clamped value and the share of extreme tokens (the tail-robust views a
+    framework's chart may show instead), labelled with their thresholds."""
+    tails = report.binning.tails
+    extreme = tails.extreme_metric
+    return [
+        S.Fact(f"{M.VLLM_KL_CLAMPED.header} (±{tails.clamp:g})", m.get(M.VLLM_KL_CLAMPED)),
+        S.Fact(f"{extreme.header} (|r|>ln{tails.tau:g})", m.get(extreme), S.Kind.SHARE),
+    ]
 
 
 def overflow_text(metrics: Mapping[str, Any]) -> str | None:
@@ -278,6 +290,7 @@ BIN_COLUMNS = (
     M.TOKEN_SHARE,
     M.VLLM_KL,
     M.KL_SHARE,
+    M.PROB_DIFF_MEAN,
     M.LOG_RATIO_MEAN,
     M.LOG_RATIO_P01,
     M.LOG_RATIO_P50,

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.remedy import discards_signal, remedy_dict
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import parse_selector, reread, resolve
 from mismatchctl.engines import plan as K
@@ -146,7 +147,10 @@ class Whatif:
         for items in self.groups.values():
             for g in items:
                 for m, metrics in zip(self.methods, g.results, strict=True):
-                    groups.append({"by": g.by, **method_dict(m), "metrics": metrics})
+                    remedy = remedy_dict(discards_signal(metrics, m.info.unit, m.info.action))
+                    groups.append(
+                        {"by": g.by, **method_dict(m), "metrics": metrics, "remedy": remedy}
+                    )
         return {
             **self.report.to_dict(),
             "whatif": {

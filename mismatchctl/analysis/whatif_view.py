@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mismatchctl.analysis import sections as S
+from mismatchctl.analysis.remedy import discards_signal
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.whatif import Method
@@ -56,6 +57,7 @@ def whatif_sections(w: Whatif) -> list[S.Section]:
     out: list[S.Section] = [
         S.Lines("whatif", f"What-if corrections: {w.label}", [S.Line(HOW)]),
         summary_table(w),
+        remedy_lines(w),
         weights_table(w),
         S.Figure("fig-whatif", "Share clipped or rejected", "whatif_sweep" if w.sweep else
                "whatif_methods", w, HOW_SWEEP if w.sweep else HOW_METHODS),
@@ -73,13 +75,30 @@ def summary_table(w: Whatif) -> S.Table:
     rows = [
         {"method": method_label(m), "unit": m.info.unit, "action": m.info.action, **r}
         for m, r in zip(w.methods, w.whole().results, strict=True)
-    ]
+    ]  # fmt: skip
     columns = [
         S.Column("method", "method", S.Kind.LABEL), S.Column("unit", "unit", S.Kind.LABEL),
         S.Column("action", "action", S.Kind.LABEL), S.Column.of(M.TOKEN_FRACTION),
         S.Column.of(M.SEQUENCE_FRACTION), S.Column.of(M.ESS), S.Column.of(M.ESS_RAW),
     ]  # fmt: skip
     return S.Table("whatif-summary", "Whole selection", columns, rows, keys=3)
+
+
+def remedy_lines(w: Whatif) -> S.Lines:
+    """Remedy sanity on the whole selection: each method that would discard the signal is named
+    as not advised, with why (``analysis.remedy``)."""
+    lines = []
+    for m, r in zip(w.methods, w.whole().results, strict=True):
+        why = discards_signal(r, m.info.unit, m.info.action)
+        if why is not None:
+            lines.append(
+                S.Line(f"{method_label(m)}: discards the signal ({why}): not advised", "warn")
+            )
+    if not lines:
+        lines = [
+            S.Line("Every method keeps the signal (ESS >= 50%, most units kept, few at the cap).")
+        ]
+    return S.Lines("whatif-remedy", "Remedy sanity", lines)
 
 
 WEIGHTS = (M.RAW_MEAN, M.RAW_STD, M.RAW_MIN, M.RAW_MAX, M.WEIGHT_MEAN, M.WEIGHT_STD, M.WEIGHT_MIN, M.WEIGHT_MAX)  # fmt: skip

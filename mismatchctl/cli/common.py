@@ -137,6 +137,22 @@ SelectorArg = Annotated[
 BinsOpt = Annotated[
     str, typer.Option("--bins", help="Probability bins: log, linear:N, or edges like 0,1e-3,0.5,1.")
 ]
+ClampOpt = Annotated[
+    float,
+    typer.Option("--clamp", help="vllm_kl_clamped: K3 of r clamped to [-C, C] (slime/miles: 10)."),
+]
+TauOpt = Annotated[
+    float,
+    typer.Option("--tau", help="extreme_frac_tau<T>: share of tokens with |r| > ln(T) (AReaL: 2)."),
+]
+IsBoundsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--is-bounds",
+        help="is_oob_ratio: share of tokens with exp(r) outside LOWER_UPPER, or 1/UPPER..UPPER "
+        "for one number (verl's threshold grammar; default 0.5_2.0).",
+    ),
+]
 
 
 @dataclass

@@ -7,7 +7,14 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import BinsOpt, Common, analysis_command
+from mismatchctl.cli.common import (
+    BinsOpt,
+    ClampOpt,
+    Common,
+    IsBoundsOpt,
+    TauOpt,
+    analysis_command,
+)
 from mismatchctl.cli.report import BY_HELP, POSITION_BINS_HELP
 
 HELP = """Compare two runs, or two slices of the store: the tags that differ, every headline metric side by side with 95% bootstrap intervals (whole sequences resampled, fixed seed), and where they differ: probability bins, turn kinds, gpus, steps, and any --by split (kv_position, turn_position, length, order, attr:<name>...); and both sides' training curves (from `mismatchctl ingest-metrics`) aligned on step.
@@ -43,6 +50,9 @@ def compare(
     position_bins: Annotated[
         str, typer.Option("--position-bins", help=POSITION_BINS_HELP)
     ] = "log2",
+    clamp: ClampOpt = api.DEFAULT_CLAMP,
+    tau: TauOpt = api.DEFAULT_TAU,
+    is_bounds: IsBoundsOpt = None,
     *,
     common: Common,
 ) -> None:
@@ -50,5 +60,6 @@ def compare(
         result = api.compare(
             a, b, bins=bins, resamples=resamples, seed=seed, by=by or [],
             position_bins=position_bins, figures=common.html_out is not None, **common.read(progress.advance),
+            clamp=clamp, tau=tau, is_bounds=is_bounds,
         )  # fmt: skip
     common.emit(result, result.sections(), f"mismatchctl compare: {a} vs {b}", f"A = {a}, B = {b}")

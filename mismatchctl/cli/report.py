@@ -7,7 +7,14 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import BinsOpt, Common, analysis_command
+from mismatchctl.cli.common import (
+    BinsOpt,
+    ClampOpt,
+    Common,
+    IsBoundsOpt,
+    TauOpt,
+    analysis_command,
+)
 
 HELP = """Every metric of the selected runs (all runs when none is named): vllm_kl and the others, by inference-probability bin, first turn vs turns after tool responses, per step, per gpu, and the training curves (attached with `mismatchctl ingest-metrics`) against per-step vllm_kl.
 
@@ -32,6 +39,8 @@ Metric definitions and JSON names: docs/metrics.md; training curves: docs/curves
   mismatchctl report v1-a100 --by kv_position --by turn_kind,turn_position --by attr:data_source
 
   mismatchctl report v1-a100 --engine ray --ray-address auto --json report.json
+
+  mismatchctl report v1-a100 --clamp 10 --tau 2 --is-bounds 0.5_2.0 --json -   # tail-robust views
 """
 BY_HELP = (
     f"Add a split (repeatable): {api.SPLIT_KEYS}; commas combine keys, e.g. step,turn_kind or "
@@ -67,6 +76,9 @@ def report(
     diagnose: Annotated[
         bool, typer.Option("--diagnose", help="Also diagnose each run (terminal, JSON, HTML).")
     ] = False,
+    clamp: ClampOpt = api.DEFAULT_CLAMP,
+    tau: TauOpt = api.DEFAULT_TAU,
+    is_bounds: IsBoundsOpt = None,
     *,
     common: Common,
 ) -> None:
@@ -75,6 +87,7 @@ def report(
         rep = api.report(
             runs, bins=bins, by=by or [], by_gpu=by_gpu, steps=steps, diagnose=diagnose,
             position_bins=position_bins, figures=common.html_out is not None, **common.read(progress.advance),
+            clamp=clamp, tau=tau, is_bounds=is_bounds,
         )  # fmt: skip
     title = f"mismatchctl report: {', '.join(rep.selection.names)}"
     common.emit(rep, rep.sections(pool), title, SUBTITLE)

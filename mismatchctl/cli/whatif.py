@@ -7,7 +7,8 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import Common, SelectorArg, analysis_command
+from mismatchctl.cli.common import Common, analysis_command
+from mismatchctl.errors import UsageError
 
 HELP = """What a correction would do to the selection: the share of tokens and sequences each method clips or rejects, the raw and applied weights (mean, std, min, max) and the effective sample size, for the whole selection, each run, turn kind, gpu and step.
 
@@ -24,12 +25,27 @@ Methods (default threshold): token-tis (2), token-mis (2), seq-tis (2), seq-mis 
   mismatchctl whatif 'gpu=A100@steps=100..' --json - | jq .whatif.methods
 
   mismatchctl whatif v1-a100 --method seq-mis --engine ray --workers 8
+
+Framework presets compute one framework's correction as its code does, set by its own config keys, and report its own metric names (per group: tokens and sequences masked or clipped, the applied weights and their ESS). `--list-presets` lists them with the framework version and the source file each follows.
+
+  mismatchctl whatif --list-presets
+
+  mismatchctl whatif v1-a100 --preset verl-rollout-corr --set rollout_is=sequence --set rollout_is_threshold=2
+
+  mismatchctl whatif v1-a100 --preset verl-rollout-corr --set rollout_rs=seq_mean_k1 --set rollout_rs_threshold=0.999_1.001
+
+  mismatchctl whatif v1-a100 --preset slime-tis --set tis_clip=2 --set tis_clip_low=0.5
+
+A correction that would discard the signal (ESS below 50%, most units rejected, nearly every ratio at the cap) is named "not advised"; the JSON marks it in `remedy`.
 """
 
 
 @analysis_command(HELP)
 def whatif(
-    selector: SelectorArg,
+    selector: Annotated[
+        str | None,
+        typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A..B."),
+    ] = None,
     method: Annotated[
         list[str] | None,
         typer.Option("--method", "-m", help="A method, or METHOD:THRESHOLD (repeatable)."),
@@ -42,13 +58,32 @@ def whatif(
         str | None,
         typer.Option("--sweep", help="Comma-separated thresholds of the one --method."),
     ] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option("--preset", help="A framework's correction (see --list-presets)."),
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set", help="KEY=VALUE of the preset, in its framework's keys (repeatable)."
+        ),
+    ] = None,
+    list_presets: Annotated[
+        bool, typer.Option("--list-presets", help="List the presets, their versions and sources.")
+    ] = False,
     *,
     common: Common,
 ) -> None:
+    if list_presets:
+        listed = api.whatif_presets()
+        common.emit(listed, listed.sections(), "mismatchctl what-if presets", "")
+        return
+    if selector is None:
+        raise UsageError("whatif needs a SELECTOR", "name a run, e.g. mismatchctl whatif v1-a100.")
     with common.progress() as progress:
         result = api.whatif(
-            selector, methods=method or [], threshold=threshold, sweep=sweep,
-            **common.read(progress.advance),
+            selector, methods=method or [], threshold=threshold, sweep=sweep, preset=preset,
+            sets=set_ or [], **common.read(progress.advance),
         )  # fmt: skip
     title = f"mismatchctl what-if: {result.label}"
     subtitle = (

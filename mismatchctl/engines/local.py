@@ -261,6 +261,7 @@ def _slice_groups(
         with_hist=any(p.with_hist for p in passes),
         positions=_positions(keys, run_keys, ctx.binning, uses),
         starts=starts,
+        tails=ctx.binning.tails,
     )
     runs = cells.runs
     out = []

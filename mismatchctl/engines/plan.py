@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from mismatchctl import schema as S
 from mismatchctl.errors import UsageError
 from mismatchctl.stats.positions import LOG2_EDGES, ORDER_BLOCK
+from mismatchctl.stats.tails import DEFAULT_TAILS, Tails
 from mismatchctl.store import RunInfo, Store
 
 RUN, GPU, STEP, TURN_KIND, TURN, BIN = "run", "gpu", "step", "turn_kind", "turn", "bin"
@@ -168,10 +169,11 @@ def pass_for(split: Split, passes: list[Pass]) -> Pass:
 class Binning:
     """How the binned keys are cut: the position edges of ``kv_position``, ``turn_position``
     and ``length`` (``stats.positions``; the last bin is open), and the sequences per block of
-    ``order``."""
+    ``order``; and where the tail-robust metrics cut the log ratios (``stats.tails``)."""
 
     positions: tuple[int, ...] = LOG2_EDGES
     order_block: int = ORDER_BLOCK
+    tails: Tails = DEFAULT_TAILS
 
 
 DEFAULT_BINNING = Binning()

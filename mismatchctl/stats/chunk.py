@@ -22,6 +22,7 @@ from mismatchctl.stats import histogram
 from mismatchctl.stats.partial import Partial
 from mismatchctl.stats.reduce import MIN_MEAN_RUN, GroupReducer, run_starts
 from mismatchctl.stats.state import EXP_MAX, LOW_PROB_THRESHOLD, RATIO_CLAMP, Col, empty_state
+from mismatchctl.stats.tails import DEFAULT_TAILS, Tails
 
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
@@ -34,6 +35,7 @@ class Layout(NamedTuple):
     seq: np.ndarray
     code: np.ndarray
     seg_starts: np.ndarray
+    turn: np.ndarray
 
 
 def chunk_partials(
@@ -44,26 +46,32 @@ def chunk_partials(
     n_groups: int,
     *,
     with_hist: bool = False,
+    turn: np.ndarray | None = None,
+    tails: Tails = DEFAULT_TAILS,
 ) -> list[Partial]:
     """One Partial per group code ``0..n_groups-1`` from one chunk of model tokens.
 
     ``lr``/``lt``: rollout/trainer logprobs (finite); ``seq``: sequence id per token (a sequence's
-    tokens are contiguous and the chunk holds whole sequences); ``group``: group code per token.
+    tokens are contiguous and the chunk holds whole sequences); ``group``: group code per token;
+    ``turn``: turn index per token (None: each sequence is one turn), for the turn ratios of
+    ``ratio_segment_mean``; ``tails``: the thresholds of the tail-robust metrics.
     Sequence metrics are computed over segments = the tokens of one sequence in one group.
     """
     lr, lt, seq, group = _checked(lr, lt, seq, group, n_groups)
     if len(lr) == 0:
         return [Partial.empty(with_hist) for _ in range(n_groups)]
+    turn = np.zeros(len(lr), np.int64) if turn is None else np.asarray(turn, np.int64)
     present, code = _compact(group, n_groups)
     g = len(present)
     table = empty_state(g)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported as inf, by design
-        lay = _layout(lr, lt, seq, code, g)
-        r, k3 = _token_columns(table, lay.lr, lay.lt, GroupReducer.from_index(lay.code, g))
+        lay = _layout(lr, lt, seq, code, g, turn)
+        c = token_columns(lay.lr, lay.lt, tails=tails)
+        fill_token_state(table, c, GroupReducer.from_index(lay.code, g))
         m = len(lay.seg_starts)
         segments = GroupReducer(lay.seg_starts, np.arange(m), len(lay.code), m)
-        _segment_columns(table, lay, r, k3, segments)
-    hists = histogram.histogram(r, lay.code, g) if with_hist else None
+        _segment_columns(table, lay, c.r, c.k3, segments)
+    hists = histogram.histogram(c.r, lay.code, g) if with_hist else None
     return expand(table, hists, present, n_groups, with_hist)
 
 
@@ -108,9 +116,11 @@ class TokenColumns(NamedTuple):
     sums: dict[Col, np.ndarray]  # the summed columns of the state, per token
 
 
-def token_columns(lr: np.ndarray, lt: np.ndarray, pr: np.ndarray | None = None) -> TokenColumns:
+def token_columns(
+    lr: np.ndarray, lt: np.ndarray, pr: np.ndarray | None = None, tails: Tails = DEFAULT_TAILS
+) -> TokenColumns:
     """``r = lt - lr`` and everything derived from it and from the probabilities (``pr``:
-    ``exp(lr)`` when the caller has it already)."""
+    ``exp(lr)`` when the caller has it already; ``tails``: the tail-robust thresholds)."""
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported as inf, by design
         r = lt - lr
         rho_m1 = np.expm1(r)  # expm1, not exp - 1: keeps K3 accurate when |r| is tiny
@@ -131,6 +141,7 @@ def token_columns(lr: np.ndarray, lt: np.ndarray, pr: np.ndarray | None = None) 
             Col.R_OVERFLOW: (r > EXP_MAX).astype(np.float64),
             Col.PR_SUM: pr,
             Col.PT_SUM: pt,
+            **_tail_columns(r, k3, abs_r, tails),
         }
     return TokenColumns(lr, lt, r, k3, pr, pt, dp, sums)
 
@@ -151,13 +162,19 @@ def fill_token_state(t: np.ndarray, c: TokenColumns, red: GroupReducer) -> None:
         )
 
 
-def _token_columns(
-    t: np.ndarray, lr: np.ndarray, lt: np.ndarray, red: GroupReducer
-) -> tuple[np.ndarray, np.ndarray]:
-    """Fill the token columns of table ``t``; return ``r`` and ``k3`` for the segment pass."""
-    c = token_columns(lr, lt)
-    fill_token_state(t, c, red)
-    return c.r, c.k3
+def _tail_columns(
+    r: np.ndarray, k3: np.ndarray, abs_r: np.ndarray, tails: Tails
+) -> dict[Col, np.ndarray]:
+    """Per token: K3 of the clamped r, whether ``|r| > ln(tau)``, whether the ratio is outside
+    the IS bounds (``stats.tails``)."""
+    clamped = np.clip(r, -tails.clamp, tails.clamp)
+    k3_clamped = np.where(abs_r > tails.clamp, np.expm1(clamped) - clamped, k3)
+    lo, hi = tails.log_bounds
+    return {
+        Col.K3_CLAMP_SUM: k3_clamped,
+        Col.EXTREME: (abs_r > tails.log_tau).astype(np.float64),
+        Col.IS_OOB: ((r < lo) | (r > hi)).astype(np.float64),
+    }
 
 
 def _chi2_from_rho(r: np.ndarray, rho_m1: np.ndarray, abs_r: np.ndarray) -> np.ndarray:
@@ -205,18 +222,26 @@ def _segment_runs(seq: np.ndarray, code: np.ndarray) -> tuple[np.ndarray, bool]:
 
 
 def _layout(
-    lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, code: np.ndarray, n_codes: int
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    code: np.ndarray,
+    n_codes: int,
+    turn: np.ndarray | None = None,
 ) -> Layout:
-    """Keep the token order if groups come in long runs and segments are runs; else sort."""
+    """Keep the token order if groups come in long runs and segments are runs; else sort
+    (``turn``: each token's turn index, None for one turn per sequence)."""
+    if turn is None:
+        turn = np.zeros(len(lr), np.int64)
     if len(run_starts(code)) * MIN_MEAN_RUN <= len(code):
         starts, whole = _segment_runs(seq, code)
         if whole:
-            return Layout(lr, lt, seq, code, starts)
+            return Layout(lr, lt, seq, code, starts, turn)
     order = group_order(code, n_codes)
     seq = seq[order]
     # sorted codes are just each code repeated by its count: cheaper than a gather
     code = np.repeat(np.arange(n_codes), np.bincount(code, minlength=n_codes))
-    return Layout(lr[order], lt[order], seq, code, _segment_runs(seq, code)[0])
+    return Layout(lr[order], lt[order], seq, code, _segment_runs(seq, code)[0], turn[order])
 
 
 def group_order(code: np.ndarray, n_codes: int) -> np.ndarray:
@@ -245,7 +270,20 @@ def _segment_columns(
         segments.sum(r),
         segments.sum(k3),
         lay.code[lay.seg_starts],
+        segments.sum(_turn_ratios(lay, r)),
     )
+
+
+def _turn_ratios(lay: Layout, r: np.ndarray) -> np.ndarray:
+    """Every token's turn ratio ``exp(mean r over its turn run)`` (a turn run: the contiguous
+    tokens of one sequence in one turn and one group)."""
+    n = len(r)
+    new = np.ones(n, dtype=bool)
+    new[1:] = (lay.seq[1:] != lay.seq[:-1]) | (lay.turn[1:] != lay.turn[:-1])
+    new[1:] |= lay.code[1:] != lay.code[:-1]
+    starts = np.flatnonzero(new)
+    lengths = np.diff(starts, append=n)
+    return np.repeat(np.exp(np.add.reduceat(r, starts) / lengths), lengths)
 
 
 def fill_segment_state(
@@ -256,9 +294,11 @@ def fill_segment_state(
     r_sum: np.ndarray,
     k3_sum: np.ndarray,
     seg_code: np.ndarray,
+    turn_ratio_sum: np.ndarray,
 ) -> None:
     """The segment columns of state table ``t`` from each segment's token count and sums of
-    ``lr``, ``lt``, ``r`` (``S_i``) and K3; ``seg_code`` is each segment's group."""
+    ``lr``, ``lt``, ``r`` (``S_i``), K3 and each token's turn ratio (``exp`` of the mean ``r``
+    of its turn); ``seg_code`` is each segment's group."""
     rlp = -lr_sum / length  # rollout_log_ppl_i
     tlp = -lt_sum / length
     d = -r_sum / length  # trainer_log_ppl_i - rollout_log_ppl_i, without their cancellation
@@ -273,6 +313,7 @@ def fill_segment_state(
     t[:, Col.ABS_D_SUM] = red.sum(np.abs(d))
     t[:, Col.PPL_RATIO_SUM] = red.sum(np.exp(d))
     t[:, Col.CHI2_SEQ_SUM] = red.sum(_chi2_terms(r_sum))
+    t[:, Col.RATIO_SEG_SUM] = red.sum(turn_ratio_sum / length)
     cols = (Col.RLP_SUM, Col.TLP_SUM, Col.RLP_M2, Col.TLP_M2, Col.RLPTLP_C)
     _pair_moments(t, red, rlp, tlp, cols)
     extremes = [(Col.RLP_MIN, rlp), (Col.RLP_MAX, rlp), (Col.TLP_MIN, tlp), (Col.TLP_MAX, tlp)]

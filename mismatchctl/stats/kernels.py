@@ -5,7 +5,7 @@ sequence in one turn) and reduces it to (turn run x token code) cells, a token c
 probability bin combined with its KV-position and turn-position bins when they are asked for:
 counts, sums,
 centred second moments (a second pass over the run's tokens around each cell's mean) and
-extremes of every token column of the state (``Col.TOKENS`` .. ``Col.R_OVERFLOW``), plus each run's
+extremes of every token column of the state (``Col.TOKENS`` .. ``Col.IS_OOB``), plus each run's
 sums of both logprobs. Everything a report, a comparison or a figure derives from tokens merges
 from these cells (see ``stats/turnruns.py``). The arithmetic is the numpy kernel's
 (``stats/chunk.py``), token by token; the tests check the two agree.
@@ -32,7 +32,7 @@ from mismatchctl.stats.state import (
     Col,
 )
 
-TOKEN_FIELDS = int(Col.R_OVERFLOW) + 1  # the token columns come first in the state vector
+TOKEN_FIELDS = int(Col.IS_OOB) + 1  # the token columns come first in the state vector
 # numba freezes module-level ints at compile time: plain ints, not enum members
 _N, _K3, _R, _R_M2, _R_MIN, _R_MAX = (
     int(c) for c in (Col.TOKENS, Col.K3_SUM, Col.R_SUM, Col.R_M2, Col.R_MIN, Col.R_MAX)
@@ -48,6 +48,8 @@ _PR_MIN, _PR_MAX, _PT_MIN, _PT_MAX = (
     int(c) for c in (Col.PR_MIN, Col.PR_MAX, Col.PT_MIN, Col.PT_MAX)
 )
 _OVF = int(Col.R_OVERFLOW)
+_K3C, _EXT, _OOB = (int(c) for c in (Col.K3_CLAMP_SUM, Col.EXTREME, Col.IS_OOB))
+_SUM_COLS = (_N, _K3, _R, _ABS_R, _CHI2, _RHO_M1, _DP, _LOW, _PR, _PT, _OVF, _K3C, _EXT, _OOB)
 _EXP_MAX = float(EXP_MAX)
 _MIN_COLS = tuple(int(c) for c in MIN_COLS if c < TOKEN_FIELDS)  # the token columns' extremes
 _MAX_COLS = tuple(int(c) for c in MAX_COLS if c < TOKEN_FIELDS)
@@ -134,6 +136,7 @@ def cell_sums(
     kv_base: np.ndarray,
     kv_inner: np.ndarray,
     tp_inner: np.ndarray,
+    tails: np.ndarray,
 ) -> tuple[np.ndarray, ...]:
     """Cells of (turn run, token code) of one slice.
 
@@ -143,12 +146,14 @@ def cell_sums(
     combines its probability bin ``b`` with, when their edges are given (non-empty), its KV
     position bin ``kv`` (``kv_base[run] + position[token]``, binned by ``kv_inner``: the edges
     after the first) and its turn-position bin ``tp`` (its index in the run, binned by
-    ``tp_inner``): ``(b * n_kv + kv) * n_tp + tp``. Returns ``cell_run, cell_code, cell_len,
-    cell_state`` (cells ordered by run, then code; state: the ``TOKEN_FIELDS`` token
+    ``tp_inner``): ``(b * n_kv + kv) * n_tp + tp``. ``tails``: the clamp of the clamped K3,
+    ``ln(tau)`` of the extreme fraction and the log bounds of the IS band (``stats.tails``).
+    Returns ``cell_run, cell_code, cell_len, cell_state`` (cells ordered by run, then code; state: the ``TOKEN_FIELDS`` token
     columns), ``lr_sum, lt_sum`` per run, and per token ``r`` and its cell (``tok_cell``).
     """
     n = lr.shape[0]
     m = starts.shape[0]
+    clamp, log_tau, log_lo, log_hi = tails[0], tails[1], tails[2], tails[3]
     use_kv = kv_inner.shape[0] > 0
     use_tp = tp_inner.shape[0] > 0
     n_kv = kv_inner.shape[0] + 1
@@ -222,7 +227,8 @@ def cell_sums(
                 touched[count] = code
                 count += 1
             row[_N] += 1.0
-            row[_K3] += rm1 - r
+            k3 = rm1 - r
+            row[_K3] += k3
             row[_R] += r
             row[_ABS_R] += ar
             row[_CHI2] += chi2
@@ -232,6 +238,15 @@ def cell_sums(
                 row[_LOW] += 1.0
             if r > _EXP_MAX:
                 row[_OVF] += 1.0
+            if ar > clamp:  # rare: the clamped K3 is K3 elsewhere
+                c_r = min(max(r, -clamp), clamp)
+                row[_K3C] += math.expm1(c_r) - c_r
+            else:
+                row[_K3C] += k3
+            if ar > log_tau:
+                row[_EXT] += 1.0
+            if r < log_lo or r > log_hi:
+                row[_OOB] += 1.0
             row[_PR] += pr
             row[_PT] += pt
             row[_R_MIN] = min(row[_R_MIN], r)
@@ -296,7 +311,7 @@ def merge_token_rows(s: np.ndarray, code: np.ndarray, t: np.ndarray) -> None:
     m = s.shape[0]
     for i in range(m):
         g = code[i]
-        for col in (_N, _K3, _R, _ABS_R, _CHI2, _RHO_M1, _DP, _LOW, _PR, _PT, _OVF):
+        for col in _SUM_COLS:
             t[g, col] += s[i, col]
         for col in _MIN_COLS:
             t[g, col] = min(t[g, col], s[i, col])

@@ -21,6 +21,7 @@ import numpy as np
 from mismatchctl.stats import histogram
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.state import Col, empty_state, merge_states
+from mismatchctl.stats.tails import DEFAULT_TAILS, Tails
 
 TOKEN_METRICS = (
     M.VLLM_KL,
@@ -36,6 +37,10 @@ TOKEN_METRICS = (
     M.PROB_ABS_DIFF_MAX,
     M.PROB_PEARSON,
     M.ROLLOUT_PROB_MEAN,
+    M.VLLM_KL_CLAMPED,
+    M.EXTREME_FRAC_TAU2,
+    M.IS_OOB_RATIO,
+    M.PROB_DIFF_MEAN,
 )
 SEQUENCE_METRICS = (
     M.VLLM_KL_SEQ_MEAN,
@@ -48,6 +53,7 @@ SEQUENCE_METRICS = (
     M.PPL_RATIO,
     M.LOG_PPL_PEARSON,
     M.CHI2_SEQ,
+    M.RATIO_SEGMENT_MEAN,
 )
 QUANTILE_METRICS = tuple(histogram.QUANTILES)
 COUNT_METRICS = (M.TOKENS, M.SEQUENCES, M.OVERFLOW_TOKENS)  # ints; 0 in an empty group
@@ -115,14 +121,17 @@ class Partial:
         """Associative, commutative; ``Partial.empty()`` is the identity."""
         return Partial(merge_states(self._state, other._state), _merge_hists(self, other))
 
-    def finalize(self) -> dict[str, Value]:
-        """Metric name -> value, names exactly as in METRICS.md (quantiles only with a histogram)."""
+    def finalize(self, tails: Tails = DEFAULT_TAILS) -> dict[str, Value]:
+        """Metric name -> value, names exactly as in METRICS.md (quantiles only with a histogram).
+        ``tails``: the thresholds the state was computed with; they name the extreme fraction
+        (``extreme_frac_tau{tau}``)."""
         out: dict[str, Value] = {
             M.TOKENS: self.tokens,
             M.SEQUENCES: self.sequences,
             M.OVERFLOW_TOKENS: self.overflow_tokens,
         }
-        out.update(_token_metrics(self._state))
+        for key, value in _token_metrics(self._state).items():
+            out[tails.extreme_metric if key == M.EXTREME_FRAC_TAU2 else key] = value
         out.update(_sequence_metrics(self._state))
         if self._hist is not None:
             s = self._state
@@ -185,6 +194,10 @@ def _token_metrics(s: np.ndarray) -> dict[str, Value]:
             constant=flat(s[Col.PR_MIN], s[Col.PR_MAX]) or flat(s[Col.PT_MIN], s[Col.PT_MAX]),
         ),
         M.ROLLOUT_PROB_MEAN: s[Col.PR_SUM] / n,
+        M.VLLM_KL_CLAMPED: s[Col.K3_CLAMP_SUM] / n,
+        M.EXTREME_FRAC_TAU2: s[Col.EXTREME] / n,
+        M.IS_OOB_RATIO: s[Col.IS_OOB] / n,
+        M.PROB_DIFF_MEAN: (s[Col.PT_SUM] - s[Col.PR_SUM]) / n,
     }  # fmt: skip
 
 
@@ -206,6 +219,7 @@ def _sequence_metrics(s: np.ndarray) -> dict[str, Value]:
             constant=flat(s[Col.RLP_MIN], s[Col.RLP_MAX]) or flat(s[Col.TLP_MIN], s[Col.TLP_MAX]),
         ),
         M.CHI2_SEQ: s[Col.CHI2_SEQ_SUM] / m,
+        M.RATIO_SEGMENT_MEAN: s[Col.RATIO_SEG_SUM] / m,
     }  # fmt: skip
 
 

@@ -14,14 +14,22 @@ import numpy as np
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.histogram import QUANTILES
 from mismatchctl.stats.partial import METRIC_NAMES, flat
+from mismatchctl.stats.tails import DEFAULT_TAILS, Tails
 
 Segment = tuple[np.ndarray, np.ndarray]
 
 
-def reference_metrics(seqs: list[Segment]) -> dict[str, float | int | None]:
-    """Every metric of METRICS.md from ``(lr, lt)`` model-token arrays of each sequence/segment."""
-    segs = [(np.asarray(lr, np.float64), np.asarray(lt, np.float64)) for lr, lt in seqs]
-    segs = [(lr, lt) for lr, lt in segs if len(lr) > 0]  # T_i = 0: excluded
+def reference_metrics(
+    seqs: list[Segment],
+    tails: Tails = DEFAULT_TAILS,
+    turns: list[np.ndarray] | None = None,
+) -> dict[str, float | int | None]:
+    """Every metric of METRICS.md from ``(lr, lt)`` model-token arrays of each sequence/segment;
+    ``turns``: each segment's turn index per token (None: each segment is one turn)."""
+    if turns is None:
+        turns = [np.zeros(len(lr), np.int64) for lr, _ in seqs]
+    kept = [(lr, lt, t) for (lr, lt), t in zip(seqs, turns, strict=True) if len(lr) > 0]
+    segs = [(np.asarray(lr, np.float64), np.asarray(lt, np.float64)) for lr, lt, _ in kept]
     out: dict[str, float | int | None] = dict.fromkeys(METRIC_NAMES)
     out[M.TOKENS] = sum(len(lr) for lr, _ in segs)
     out[M.SEQUENCES] = len(segs)
@@ -30,8 +38,39 @@ def reference_metrics(seqs: list[Segment]) -> dict[str, float | int | None]:
         out[M.OVERFLOW_TOKENS] = sum(int(np.sum(np.isinf(np.exp(lt - lr)))) for lr, lt in segs)
         if segs:
             out.update(_token_metrics(segs))
+            out.update(_tail_metrics(segs, tails))
             out.update(_sequence_metrics(segs))
+            out[M.RATIO_SEGMENT_MEAN] = np.mean(
+                [_turn_ratio_mean(lt - lr, np.asarray(t)) for lr, lt, t in kept]
+            )
+    extreme = out.pop(M.EXTREME_FRAC_TAU2)
+    out[tails.extreme_metric] = extreme
     return {k: _clean(v) for k, v in out.items()}
+
+
+def _tail_metrics(segs: list[Segment], tails: Tails) -> dict[str, float]:
+    """The tail-robust metrics (``stats.tails``), from their definitions."""
+    r = np.concatenate([lt - lr for lr, lt in segs])
+    c = np.clip(r, -tails.clamp, tails.clamp)
+    rho = np.exp(r)
+    return {
+        M.VLLM_KL_CLAMPED: np.mean(np.exp(c) - 1 - c),
+        M.EXTREME_FRAC_TAU2: np.mean(np.abs(r) > np.log(tails.tau)),
+        M.IS_OOB_RATIO: np.mean((rho < tails.is_lower) | (rho > tails.is_upper)),
+        M.PROB_DIFF_MEAN: np.mean(np.concatenate([np.exp(lt) - np.exp(lr) for lr, lt in segs])),
+    }
+
+
+def _turn_ratio_mean(r: np.ndarray, turn: np.ndarray) -> float:
+    """Mean over the sequence's tokens of ``exp(mean r of the token's turn)``: a turn is a
+    maximal run of equal turn index (ROLL's ``compute_segment_masked_mean``)."""
+    values = np.empty(len(r))
+    start = 0
+    for i in range(1, len(r) + 1):
+        if i == len(r) or turn[i] != turn[i - 1]:
+            values[start:i] = np.exp(np.mean(r[start:i]))
+            start = i
+    return float(np.mean(values))
 
 
 def _token_metrics(segs: list[Segment]) -> dict[str, float | None]:

@@ -137,6 +137,32 @@ ROLLOUT_PROB_MEAN = _m(
     "mean of p_infer = exp(rollout logprob): how confident the inference engine was",
     header="p_infer mean",
 )
+VLLM_KL_CLAMPED = _m(
+    "vllm_kl_clamped",
+    "mean of K3 of clamp(r, -c, c), c = 10 unless --clamp says otherwise (slime/miles "
+    "train_rollout_kl)",
+    header="vllm_kl clamped",
+    unit="nats",
+)
+EXTREME_FRAC_TAU2 = _m(
+    "extreme_frac_tau2",
+    "share of tokens with |r| > ln(tau), tau = 2 (AReaL rollout_train_extreme_frac_tau2); "
+    "--tau T names it extreme_frac_tauT",
+    header="extreme τ2",
+    fmt=Fmt.SHARE,
+)
+IS_OOB_RATIO = _m(
+    "is_oob_ratio",
+    "share of tokens whose ratio exp(r) is outside [lower, upper], 0.5 and 2 unless --is-bounds "
+    "says otherwise (verl rollout_corr/rollout_is_oob_ratio; the bounds are in the JSON)",
+    header="IS oob",
+    fmt=Fmt.SHARE,
+)
+PROB_DIFF_MEAN = _m(
+    "prob_diff_mean",
+    "mean of pt - pr: signed probability difference (ROLL train_infer_diff_mean, per token)",
+    header="Δp mean",
+)
 VLLM_KL_SEQ_MEAN = _m(
     "vllm_kl_seq_mean",
     "mean over sequences (segments) of their mean K3: sequence-weighted K3 (slime's convention)",
@@ -169,6 +195,13 @@ LOG_PPL_PEARSON = _m(
 )
 CHI2_SEQ = _m(
     "chi2_seq", "mean of exp(2 clamp(sum of r over the sequence, -20, 20)) minus 1", level=Q
+)
+RATIO_SEGMENT_MEAN = _m(
+    "ratio_segment_mean",
+    "mean over sequences (segments) of the token mean of each token's turn ratio exp(mean r "
+    "over its turn) (ROLL train_infer_ratio_segment_mean)",
+    header="ratio seg mean",
+    level=Q,
 )
 
 # --- probability bins --------------------------------------------------------------------
@@ -296,6 +329,10 @@ TOKEN_METRICS = (
     PROB_ABS_DIFF_MAX,
     PROB_PEARSON,
     ROLLOUT_PROB_MEAN,
+    VLLM_KL_CLAMPED,
+    EXTREME_FRAC_TAU2,
+    IS_OOB_RATIO,
+    PROB_DIFF_MEAN,
 )
 SEQUENCE_METRICS = (
     VLLM_KL_SEQ_MEAN,
@@ -308,6 +345,7 @@ SEQUENCE_METRICS = (
     PPL_RATIO,
     LOG_PPL_PEARSON,
     CHI2_SEQ,
+    RATIO_SEGMENT_MEAN,
 )
 QUANTILE_METRICS = (LOG_RATIO_P01, LOG_RATIO_P50, LOG_RATIO_P99)
 SHARE_METRICS = (TOKEN_SHARE, KL_SHARE)
@@ -332,9 +370,42 @@ CORRECTION_METRICS = (
 BY_KEY: dict[str, Metric] = {m.key: m for m in ALL}
 
 
+EXTREME_FRAC_PREFIX = "extreme_frac_tau"
+
+
+def extreme_frac(tau: float) -> Metric:
+    """The extreme fraction at ratio ``tau``: ``extreme_frac_tau2`` for 2, and for another tau
+    the same metric named ``extreme_frac_tau{tau:g}`` (``extreme_frac_tau1.5``)."""
+    key = f"{EXTREME_FRAC_PREFIX}{tau:g}"
+    if key not in BY_KEY:
+        BY_KEY[key] = Metric(
+            key,
+            f"share of tokens with |r| > ln({tau:g})",
+            header=f"extreme τ{tau:g}",
+            fmt=Fmt.SHARE,
+        )
+    return BY_KEY[key]
+
+
+def is_extreme_frac(key: str) -> bool:
+    """Whether a JSON key is an extreme fraction (at any tau)."""
+    return key.startswith(EXTREME_FRAC_PREFIX)
+
+
 def by_key(key: str) -> Metric:
     """The registry's metric of a JSON key (KeyError for a name that is not a metric)."""
+    if key not in BY_KEY and is_extreme_frac(key):
+        return extreme_frac(float(key[len(EXTREME_FRAC_PREFIX) :]))
     return BY_KEY[key]
+
+
+def granularity(metric: Metric) -> str:
+    """What a metric is a mean over, as the JSON says it (``granularity``): ``token-mean`` (all
+    the group's tokens weigh alike), ``sequence-mean`` (a mean of per-sequence (segment)
+    values: every sequence weighs alike), ``count``, or the metric's level otherwise."""
+    return {Level.TOKEN: "token-mean", Level.SEQUENCE: "sequence-mean"}.get(
+        metric.level, str(metric.level)
+    )
 
 
 def markdown_table(level: Level) -> str:

@@ -27,6 +27,7 @@ from mismatchctl.stats import histogram
 from mismatchctl.stats.chunk import _compact, expand, fill_segment_state
 from mismatchctl.stats.partial import Partial
 from mismatchctl.stats.state import Col, empty_state
+from mismatchctl.stats.tails import DEFAULT_TAILS, Tails
 
 ONE_BIN = np.array([0.0, np.inf])  # edges of a single probability bin
 
@@ -43,9 +44,15 @@ class TurnRuns(NamedTuple):
     lt_sum: np.ndarray
 
 
-def turn_runs(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, turn: np.ndarray) -> TurnRuns:
+def turn_runs(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    turn: np.ndarray,
+    tails: Tails = DEFAULT_TAILS,
+) -> TurnRuns:
     """The turn runs of a slice, without probability bins."""
-    return bin_cells(lr, lt, seq, turn, ONE_BIN, with_hist=False).runs
+    return bin_cells(lr, lt, seq, turn, ONE_BIN, with_hist=False, tails=tails).runs
 
 
 def merge_rows(s: np.ndarray, code: np.ndarray, g: int) -> np.ndarray:
@@ -87,14 +94,16 @@ def _segments(t: np.ndarray, runs: TurnRuns, code: np.ndarray) -> None:
         return np.add.reduceat(values if order is None else values[order], seg_starts)
 
     s = runs.state
+    n = s[:, Col.TOKENS]
     fill_segment_state(
         t,
-        per_segment(s[:, Col.TOKENS]),
+        per_segment(n),
         per_segment(runs.lr_sum),
         per_segment(runs.lt_sum),
         per_segment(s[:, Col.R_SUM]),
         per_segment(s[:, Col.K3_SUM]),
         code[seg_starts],
+        per_segment(n * np.exp(s[:, Col.R_SUM] / n)),  # each turn's tokens x its turn ratio
     )
 
 
@@ -160,6 +169,11 @@ def run_starts(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
     )
 
 
+def _thresholds(tails: Tails) -> np.ndarray:
+    """The kernel's view of the tails: clamp, ln(tau), ln(lower), ln(upper)."""
+    return np.array([tails.clamp, tails.log_tau, *tails.log_bounds], dtype=np.float64)
+
+
 def _inner(edges: np.ndarray | None) -> np.ndarray:
     if edges is None:
         return np.zeros(0, dtype=np.float64)
@@ -175,12 +189,13 @@ def bin_cells(
     with_hist: bool = True,
     positions: Positions = NO_POSITIONS,
     starts: np.ndarray | None = None,
+    tails: Tails = DEFAULT_TAILS,
 ) -> BinCells:
     """One token-level reduction serving every grouping: the tokens of each turn run reduced to
     one cell per token code they visit (compiled: ``stats/kernels.py``), and the cells merged
     to runs. ``edges``: the bin edges of ``exp(lr)``, as for ``assign_bins``; ``positions``:
     the KV / turn-position binnings, when asked for; ``starts``: the turn runs, when the caller
-    has them already (``run_starts``)."""
+    has them already (``run_starts``); ``tails``: the thresholds of the tail-robust metrics."""
     lr = np.ascontiguousarray(lr, dtype=np.float64)
     lt = np.ascontiguousarray(lt, dtype=np.float64)
     # one signature per compiled function: the store's own dtypes (no copy for store data)
@@ -207,7 +222,7 @@ def bin_cells(
                 f"for {m} turn runs"
             )
     cell_run, cell_code, cell_len, cell_state, lr_sum, lt_sum, r, tok_cell = kernels.cell_sums(
-        lr, lt, np.exp(lr), starts, inner, position, kv_base, kv_inner, tp_inner
+        lr, lt, np.exp(lr), starts, inner, position, kv_base, kv_inner, tp_inner, _thresholds(tails)
     )
     run_state = merge_rows(cell_state, cell_run, m)
     runs = TurnRuns(starts, np.diff(starts, append=n), seq[starts], run_state, lr_sum, lt_sum)

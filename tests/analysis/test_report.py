@@ -86,24 +86,29 @@ def random_run(store: Path, tmp_path: Path) -> list[dict]:
     return truth
 
 
+def _reference(truth: list[dict], keep: object = None) -> dict:
+    """The reference of the sequences ``keep`` selects, with their turns."""
+    chosen = [t for t in truth if keep is None or keep(t)]
+    segs = [(t["lr"], t["lt"]) for t in chosen]
+    return reference_metrics(segs, turns=[t["turn"] for t in chosen])
+
+
 def test_every_group_equals_the_reference(store: Path, random_run: list[dict]) -> None:
     doc = json.loads(cli("report", "r", "--by-gpu", "--json", "-", "-q").out)
     truth = random_run
-    _assert_metrics(_groups(doc)[()], reference_metrics([(t["lr"], t["lt"]) for t in truth]))
+    _assert_metrics(_groups(doc)[()], _reference(truth))
     for (_, step), got in _groups(doc, "run", "step").items():
-        want = reference_metrics([(t["lr"], t["lt"]) for t in truth if t["step"] == step])
-        _assert_metrics(got, want)
+        _assert_metrics(got, _reference(truth, lambda t, s=step: t["step"] == s))
     for (gpu,), got in _groups(doc, "gpu").items():
-        _assert_metrics(
-            got, reference_metrics([(t["lr"], t["lt"]) for t in truth if t["gpu"] == gpu])
-        )
+        _assert_metrics(got, _reference(truth, lambda t, g=gpu: t["gpu"] == g))
     for (_, kind), got in _groups(doc, "run", "turn_kind").items():
-        segs = []
+        segs, turns = [], []
         for t in truth:
             sel = (t["turn"] == 0) if kind == "first" else (t["turn"] >= 1)
             if sel.any():
                 segs.append((t["lr"][sel], t["lt"][sel]))
-        _assert_metrics(got, reference_metrics(segs))
+                turns.append(t["turn"][sel])
+        _assert_metrics(got, reference_metrics(segs, turns=turns))
 
 
 @pytest.mark.parametrize("by", [[], ["--by", "turn_kind,bin"]])
@@ -159,7 +164,7 @@ def test_streamed_equals_one_shot(
 def test_steps_range_and_unknown_run(store: Path, random_run: list[dict]) -> None:
     doc = json.loads(cli("report", "r", "--steps", "1-2", "--json", "-", "-q").out)
     assert doc["runs"]["r"]["steps"] == [1, 2]
-    want = reference_metrics([(t["lr"], t["lt"]) for t in random_run if 1 <= t["step"] <= 2])
+    want = _reference(random_run, lambda t: 1 <= t["step"] <= 2)
     _assert_metrics(_groups(doc)[()], want)
     bad = cli("report", "nope", "-q")
     assert bad.code == 1 and bad.err.startswith("Error: no run `nope` in the store")

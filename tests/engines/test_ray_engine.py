@@ -115,6 +115,35 @@ def test_report_json_equals_local(ray_local: Any, multi_part: Path) -> None:
     assert_same(local, distributed)
 
 
+@needs_ray
+def test_whatif_presets_on_ray_equal_local(ray_local: Any, multi_part: Path) -> None:
+    """A framework preset's states travel through Ray tasks and merge to the local numbers."""
+    for sets in (
+        ("--preset", "verl-rollout-corr", "--set", "rollout_is=sequence",
+         "--set", "rollout_rs=seq_mean_k1", "--set", "rollout_rs_threshold=0.99_1.01"),
+        ("--preset", "slime-tis", "--set", "tis_clip_low=0.5"),
+        ("--preset", "trl-vllm-is", "--set", "vllm_importance_sampling_mode=token_mask"),
+    ):  # fmt: skip
+        local, distributed = _both(multi_part, "whatif", "a", *sets)
+        assert_same(local, distributed, " ".join(sets))
+        assert len(local["whatif"]["groups"]) > 3
+
+
+@needs_ray
+def test_report_tail_thresholds_reach_the_ray_tasks(ray_local: Any, multi_part: Path) -> None:
+    """--clamp, --tau and --is-bounds travel to the Ray tasks: the same numbers as locally,
+    and they differ from the defaults' (the thresholds were applied, not dropped)."""
+    args = ("report", "a", "--clamp", "0.05", "--tau", "1.01", "--is-bounds", "0.99_1.01")
+    local, distributed = _both(multi_part, *args)
+    assert_same(local, distributed)
+    default, _ = _both(multi_part, "report", "a")
+    whole = next(g["metrics"] for g in distributed["groups"] if g["by"] == {})
+    plain = next(g["metrics"] for g in default["groups"] if g["by"] == {})
+    assert whole["vllm_kl_clamped"] < plain["vllm_kl_clamped"]
+    assert whole["extreme_frac_tau1.01"] > plain["extreme_frac_tau2"]
+    assert whole["is_oob_ratio"] > plain["is_oob_ratio"]
+
+
 @pytest.mark.slow
 @needs_ray
 def test_compare_diagnose_whatif_json_equal_local(ray_local: Any, multi_part: Path) -> None:

@@ -55,7 +55,7 @@ def test_run_partials_equal_chunk_partials(seed: int, kind: str) -> None:
     code = np.asarray(code, dtype=np.int64)
     runs = turn_runs(lr, lt, seq, turn)
     fast = run_partials(runs, code[runs.starts], size)
-    slow = chunk_partials(lr, lt, seq, code, size)
+    slow = chunk_partials(lr, lt, seq, code, size, turn=turn)
     _assert_same(fast, slow)
     for a, b in zip(fast, slow, strict=True):
         fa, fb = a.finalize(), b.finalize()
@@ -107,7 +107,9 @@ def test_single_token_runs_and_tiny_slices(lengths: list[int], seed: int) -> Non
     lt = lr + rng.normal(0, 0.1, len(seq))
     code = (seq % 3).astype(np.int64)
     runs = turn_runs(lr, lt, seq, turn)
-    _assert_same(run_partials(runs, code[runs.starts], 3), chunk_partials(lr, lt, seq, code, 3))
+    _assert_same(
+        run_partials(runs, code[runs.starts], 3), chunk_partials(lr, lt, seq, code, 3, turn=turn)
+    )
 
 
 @pytest.mark.parametrize("seed", range(3))

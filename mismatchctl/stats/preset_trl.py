@@ -1,0 +1,147 @@
+"""TRL's vLLM importance-sampling correction of GRPO (``vllm_importance_sampling_correction``),
+as ``trl/trainer/grpo_trainer.py`` computes it (TRL 1.10.0.dev0, commit f2cd5771, 2026-07-24):
+``logps_diff = old_per_token_logps - sampling_per_token_logps`` per token, or its sum over the
+sequence for the ``sequence_*`` modes; ``ratio = exp(logps_diff)`` (not clamped); ``*_truncate``
+clamps it to ``[clip_min, clip_max]``, ``*_mask`` sets it to 0 outside (a None bound is open).
+
+Its metrics, as one process logs them: ``sampling/sampling_logp_difference/mean`` and ``/max``
+(of ``|old - sampling|`` over the completion tokens) and ``sampling/importance_sampling_ratio/min``,
+``/mean``, ``/max`` of the corrected ratios over tokens (token modes) or sequences (sequence
+modes). TRL averages per-process means across processes; here the group is one process.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from mismatchctl.stats import registry as M
+from mismatchctl.stats.presets import Config, Layout, per_cell_extreme, per_cell_sum
+
+MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+FIELDS = [
+    "tokens", "seqs", "masked", "seq_masked", "delta_sum", "delta_max", "ratio_n", "ratio_sum",
+    "ratio_min", "ratio_max", "app_sum", "app_sq", "app_min", "app_max",
+]  # fmt: skip
+P = "sampling/"
+
+
+class TrlVllmIs:
+    name = "trl-vllm-is"
+    framework = "TRL 1.10.0.dev0 (commit f2cd57710ae3, 2026-07-24)"
+    source = "trl/trainer/grpo_trainer.py"
+    describes = (
+        "TRL GRPO vllm_importance_sampling_correction: token/sequence ratios truncated to or "
+        "masked outside [clip_min, clip_max] (vllm_importance_sampling_mode)"
+    )
+    clipped_key = None
+    defaults: ClassVar[Config] = {  # trl/trainer/grpo_config.py
+        "vllm_importance_sampling_correction": True,
+        "vllm_importance_sampling_mode": "sequence_mask",
+        "vllm_importance_sampling_clip_max": 3.0,
+        "vllm_importance_sampling_clip_min": None,
+    }
+
+    def check(self, config: Config) -> None:
+        mode = config["vllm_importance_sampling_mode"]
+        if mode not in MODES:
+            raise ValueError(f"vllm_importance_sampling_mode `{mode}`: {', '.join(MODES)}")
+        lo = config["vllm_importance_sampling_clip_min"]
+        hi = config["vllm_importance_sampling_clip_max"]
+        if lo is not None and hi is not None and lo >= hi:
+            raise ValueError(
+                f"vllm_importance_sampling_clip_min ({lo}) must be less than clip_max ({hi})"
+            )
+        if mode.endswith("truncate") and lo is None and hi is None:
+            raise ValueError("a *_truncate mode needs clip_min or clip_max")
+        if config["vllm_importance_sampling_correction"] is not True:
+            raise ValueError("vllm_importance_sampling_correction is off: TRL corrects nothing")
+
+    def fields(self, config: Config) -> list[str]:
+        return list(FIELDS)
+
+    def compute(
+        self,
+        lr: np.ndarray,
+        lt: np.ndarray,
+        seq: np.ndarray,
+        code: np.ndarray,
+        n_cells: int,
+        config: Config,
+    ) -> np.ndarray:
+        lay = Layout(FIELDS)
+        out = lay.empty(n_cells)
+        if len(lr) == 0:
+            return out
+        col = lay.index
+        new = np.ones(len(lr), dtype=bool)
+        new[1:] = seq[1:] != seq[:-1]
+        starts = np.flatnonzero(new)
+        lengths = np.diff(starts, append=len(lr))
+        seq_code = code[starts]
+        mode = config["vllm_importance_sampling_mode"]
+        diff = lt - lr
+        sequence = mode.startswith("sequence")
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflowing ratio stays inf
+            ratio = np.exp(np.add.reduceat(diff, starts) if sequence else diff)
+            corrected, masked = _constrain(ratio, mode, config)
+        unit_code = seq_code if sequence else code
+        out[:, col["ratio_n"]] = per_cell_sum(np.ones(len(ratio)), unit_code, n_cells)
+        out[:, col["ratio_sum"]] = per_cell_sum(corrected, unit_code, n_cells)
+        out[:, col["ratio_min"]] = per_cell_extreme(corrected, unit_code, n_cells, np.minimum)
+        out[:, col["ratio_max"]] = per_cell_extreme(corrected, unit_code, n_cells, np.maximum)
+        weight = np.repeat(corrected, lengths) if sequence else corrected
+        token_masked = np.repeat(masked, lengths) if sequence else masked
+        delta = np.abs(diff)
+        out[:, col["tokens"]] = per_cell_sum(np.ones(len(lr)), code, n_cells)
+        out[:, col["seqs"]] = per_cell_sum(np.ones(len(starts)), seq_code, n_cells)
+        out[:, col["masked"]] = per_cell_sum(token_masked, code, n_cells)
+        seq_hit = (np.maximum.reduceat(token_masked, starts) > 0).astype(np.float64)
+        out[:, col["seq_masked"]] = per_cell_sum(seq_hit, seq_code, n_cells)
+        out[:, col["delta_sum"]] = per_cell_sum(delta, code, n_cells)
+        out[:, col["delta_max"]] = per_cell_extreme(delta, code, n_cells, np.maximum)
+        with np.errstate(over="ignore", invalid="ignore"):
+            out[:, col["app_sum"]] = per_cell_sum(weight, code, n_cells)
+            out[:, col["app_sq"]] = per_cell_sum(weight * weight, code, n_cells)
+        out[:, col["app_min"]] = per_cell_extreme(weight, code, n_cells, np.minimum)
+        out[:, col["app_max"]] = per_cell_extreme(weight, code, n_cells, np.maximum)
+        return out
+
+    def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
+        v = dict(zip(FIELDS, state.tolist(), strict=True))
+        n, m, k = v["tokens"], v["seqs"], v["ratio_n"]
+        if not n:
+            return {M.TOKENS: 0, M.SEQUENCES: 0}
+        mean = v["app_sum"] / n
+        with np.errstate(over="ignore", invalid="ignore"):
+            std = float(np.sqrt(max(v["app_sq"] / n - mean * mean, 0.0)))
+        squares = v["app_sq"]
+        return {
+            M.TOKENS: int(n),
+            M.SEQUENCES: int(m),
+            M.TOKEN_FRACTION: v["masked"] / n,
+            M.SEQUENCE_FRACTION: v["seq_masked"] / m,
+            M.WEIGHT_MEAN: mean,
+            M.WEIGHT_STD: std,
+            M.WEIGHT_MIN: v["app_min"],
+            M.WEIGHT_MAX: v["app_max"],
+            M.ESS: mean * mean * n / squares if squares > 0 else None,
+            f"{P}sampling_logp_difference/mean": v["delta_sum"] / n,
+            f"{P}sampling_logp_difference/max": v["delta_max"],
+            f"{P}importance_sampling_ratio/min": v["ratio_min"],
+            f"{P}importance_sampling_ratio/mean": v["ratio_sum"] / k,
+            f"{P}importance_sampling_ratio/max": v["ratio_max"],
+        }
+
+
+def _constrain(ratio: np.ndarray, mode: str, config: Config) -> tuple[np.ndarray, np.ndarray]:
+    """The corrected ratios and which were masked (set to 0), as TRL's mode says."""
+    lo = config["vllm_importance_sampling_clip_min"]
+    hi = config["vllm_importance_sampling_clip_max"]
+    if mode.endswith("truncate"):
+        return np.clip(ratio, lo, hi), np.zeros(len(ratio))
+    low = -np.inf if lo is None else lo
+    high = np.inf if hi is None else hi
+    invalid = (ratio < low) | (ratio > high)
+    return np.where(invalid, 0.0, ratio), invalid.astype(np.float64)
