@@ -139,7 +139,8 @@ def _cell(value: object, column: S.Column, row: dict) -> str:
     if column.kind == S.Kind.VERDICT:
         text = _verdict(str(value))
     align = "n" if column.numeric else ("t" if column.kind == S.Kind.TEXT else "l")
-    return f'<td class="{" ".join([align, *classes])}">{text}</td>'
+    tip = f' title="{text}"' if column.kind == S.Kind.TEXT and text else ""
+    return f'<td class="{" ".join([align, *classes])}"{tip}>{text}</td>'
 
 
 def _verdict(verdict: str) -> str:
@@ -161,7 +162,10 @@ def table(t: S.Table, rows: list[dict] | None = None) -> str:
         for row in (t.rows if rows is None else rows)
     )
     note = f'<p class="note">{esc(t.note)}</p>' if t.note else ""
-    return f'<div class="table-wrap"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{note}'
+    return (
+        f'<div class="table-wrap"><table class="tbl-{esc(t.id)}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>{note}"
+    )
 
 
 def facts(f: S.Facts, depth: int) -> str:

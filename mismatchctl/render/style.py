@@ -39,6 +39,8 @@ th { background:var(--soft); font-weight:600; }
 th[title] { text-decoration:underline dotted; cursor:help; }
 tbody tr:nth-child(even) { background:#fafbfc; }
 td.t, th.t { text-align:left; white-space:normal; min-width:16em; max-width:60em; }
+table.tbl-summary { width:100%; }
+table.tbl-summary td.t { white-space:nowrap; overflow:hidden; text-overflow:ellipsis; max-width:0; width:100%; min-width:12em; }
 td.l, th.l { text-align:left; }
 td.n, th.n { text-align:right; }
 tr.bold td { font-weight:600; }
