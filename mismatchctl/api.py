@@ -13,6 +13,7 @@ from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.explain import Explain, build_explain
 from mismatchctl.analysis.report import Report, build_report
 from mismatchctl.analysis.selection import parse_steps
+from mismatchctl.analysis.tokens import Tokens, build_tokens
 from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
 from mismatchctl.curves.ingest import MetricsIngest
 from mismatchctl.curves.ingest import ingest_metrics as ingest_metrics_file
@@ -245,6 +246,33 @@ def explain(
     )  # fmt: skip
 
 
+def tokens(
+    selector: str,
+    *,
+    top: int = 20,
+    sort: str = "k3",
+    sequences: bool = False,
+    where: Iterable[str] = (),
+    context: int = 5,
+    bins: str = "log",
+    workers: int = DEFAULT_WORKERS,
+    store: StorePath = None,
+    on_part: Callable[[int], None] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+) -> Tokens:
+    """The ``top`` worst tokens of a selector (``sort``: ``k3``, ``abs-r``, ``prob-diff``), or
+    with ``sequences`` the worst sequences (``k3``, ``chi2``, ``abs-sum-r``), in the cell of
+    every ``where`` (``"bin=0.001-0.01"``, ``"turn_kind=later"``, any split key); each token
+    with ``context`` model tokens either side. Exact: ties by run, step, seq, position."""
+    eng = choose_engine(engine, ray_address)
+    where = [where] if isinstance(where, str) else list(where)
+    return build_tokens(
+        open_store(store), selector, top=top, sort=sort, sequences=sequences, where=where,
+        context=context, bins=bins, workers=workers, on_part=on_part, engine=eng,
+    )  # fmt: skip
+
+
 def diagnose(
     selector: str,
     *,
@@ -336,6 +364,7 @@ __all__ = [
     "Report",
     "RunInfo",
     "Store",
+    "Tokens",
     "Whatif",
     "check_failed",
     "check_runs",
@@ -351,6 +380,7 @@ __all__ = [
     "report",
     "run_info",
     "runs",
+    "tokens",
     "views",
     "whatif",
 ]
