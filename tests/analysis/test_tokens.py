@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -124,7 +124,9 @@ def _bin(c: dict[str, np.ndarray], lo: float, hi: float) -> np.ndarray:
         (["step=2", "gpu=H20"], lambda c: (c["step"] == 2) & (c["gpu"] == "H20")),
     ],
 )
-def test_where_restricts_to_the_cell(store: Path, where: list[str], keep) -> None:  # noqa: ANN001
+def test_where_restricts_to_the_cell(
+    store: Path, where: list[str], keep: Callable[[dict], np.ndarray]
+) -> None:
     c = _rows(store, ("a",))
     mask = keep(c)
     score = _score(c, "k3")
