@@ -254,6 +254,7 @@ def tokens(
     sequences: bool = False,
     where: Iterable[str] = (),
     context: int = 5,
+    tokenizer: str | None = None,
     bins: str = "log",
     workers: int = DEFAULT_WORKERS,
     store: StorePath = None,
@@ -264,12 +265,15 @@ def tokens(
     """The ``top`` worst tokens of a selector (``sort``: ``k3``, ``abs-r``, ``prob-diff``), or
     with ``sequences`` the worst sequences (``k3``, ``chi2``, ``abs-sum-r``), in the cell of
     every ``where`` (``"bin=0.001-0.01"``, ``"turn_kind=later"``, any split key); each token
-    with ``context`` model tokens either side. Exact: ties by run, step, seq, position."""
+    with ``context`` model tokens either side. Exact: ties by run, step, seq, position.
+    ``tokenizer``: a tokenizer.json, a tokenizer directory or ``"bytes"``, remembered for the
+    selection's runs (later calls decode with it)."""
     eng = choose_engine(engine, ray_address)
     where = [where] if isinstance(where, str) else list(where)
     return build_tokens(
         open_store(store), selector, top=top, sort=sort, sequences=sequences, where=where,
-        context=context, bins=bins, workers=workers, on_part=on_part, engine=eng,
+        context=context, tokenizer=tokenizer, bins=bins, workers=workers, on_part=on_part,
+        engine=eng,
     )  # fmt: skip
 
 

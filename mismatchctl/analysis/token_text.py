@@ -27,6 +27,9 @@ def context_text(row: dict[str, Any], decode: Decoder = ids_text, sep: str = " "
     out: list[str] = []
     for j, text in enumerate(texts):
         if j and positions[j] - positions[j - 1] > 1:
-            out.append(f"|{positions[j] - positions[j - 1] - 1} masked|")
+            out.append(
+                f"{' ' if not sep else ''}|{positions[j] - positions[j - 1] - 1} masked|"
+                f"{' ' if not sep else ''}"
+            )
         out.append(text)
     return sep.join(out)

@@ -19,6 +19,7 @@ from mismatchctl import schema as S
 from mismatchctl.analysis.report import parse_edges
 from mismatchctl.analysis.selection import parse_selector, resolve
 from mismatchctl.analysis.token_text import context_text
+from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
 from mismatchctl.analysis.where import Condition, cell_mask, parse_where, where_keys
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
@@ -239,6 +240,8 @@ class Tokens:
     cell_tokens: int = 0  # tokens of the cell (the whole selection without --where)
     cell_sequences: int = 0  # sequences with a token in the cell (the sequence listing only)
     cell_k3_sum: float = 0.0
+    tokenizers: dict[str, str] = field(default_factory=dict)  # run -> the tokenizer decoding it
+    notes: list[str] = field(default_factory=list)
 
     def sections(self) -> list[Any]:
         from mismatchctl.analysis.tokens_view import tokens_sections
@@ -252,6 +255,7 @@ class Tokens:
                 "selector": self.selector, "where": self.where, "sort": self.sort,
                 "top": self.top, "listing": key, "context": self.context,
                 "cell_tokens": self.cell_tokens, "cell_k3_sum": self.cell_k3_sum,
+                "tokenizers": self.tokenizers, "notes": self.notes,
                 **({"cell_sequences": self.cell_sequences} if self.sequences else {}),
                 key: [dict(r) for r in self.rows],
             }
@@ -296,6 +300,7 @@ def build_tokens(
     sequences: bool = False,
     where: Sequence[str] = (),
     context: int = 5,
+    tokenizer: str | None = None,
     bins: str = "log",
     workers: int = DEFAULT_WORKERS,
     on_part: Callable[[int], None] | None = None,
@@ -305,6 +310,7 @@ def build_tokens(
     edges = parse_edges(bins)
     conditions = parse_where(where, edges)
     sel = resolve(store, parse_selector(selector))
+    decoders = run_decoders(store, sel.names, tokenizer)
     extra: TopTokensExtra | TopSequencesExtra = (
         TopSequencesExtra(top, sort, conditions)
         if sequences
@@ -314,13 +320,22 @@ def build_tokens(
     state: TopRows = states[0] if states[0] is not None else TopRows(top)
     result = Tokens(selector, [str(c) for c in conditions], sort, top, sequences, context)
     result.rows = [{**row, "score": s} for row, s in zip(state.rows, state.scores, strict=True)]
+    result.tokenizers, result.notes = decoders.names, decoders.notes
     for row in result.rows if not sequences else ():
-        row["context"] = context_text(row)
+        add_text(row, decoders)
     result.cell_k3_sum, result.cell_tokens = state.total, state.tokens
     result.cell_sequences = state.seen if sequences else 0
     if not result.rows:
         raise _empty_cell(selector, conditions)
     return result
+
+
+def add_text(row: dict[str, Any], decoders: RunDecoders) -> None:
+    """The token's text and its context line, with its run's tokenizer (ids without one:
+    separated by spaces; decoded text: joined as it is)."""
+    decode = decoders.of(row["run"])
+    row["token_text"] = decode([row["token_id"]])[0]
+    row["context"] = context_text(row, decode, "" if row["run"] in decoders.decoders else " ")
 
 
 def _empty_cell(selector: str, conditions: Sequence[Condition]) -> UsageError:

@@ -40,9 +40,15 @@ def tokens_sections(t: Tokens) -> list[S.Section]:
         S.Fact("vllm_kl of the cell", _mean(t.cell_k3_sum, t.cell_tokens)),
         S.Fact("order", f"{words}, largest first ({ties})", S.Kind.TEXT),
     ]
+    if t.tokenizers and not t.sequences:
+        named = sorted(set(t.tokenizers.values()))
+        facts.append(S.Fact("tokenizer", ", ".join(named), S.Kind.LABEL))
     title = f"Worst {what}: {t.selector}"
     table = sequence_table(t) if t.sequences else token_table(t)
-    return [S.Facts("tokens-summary", title, facts), table]
+    out: list[S.Section] = [S.Facts("tokens-summary", title, facts), table]
+    if t.notes:
+        out.append(S.Lines("tokens-notes", None, [S.Line(f"note: {n}", "note") for n in t.notes]))
+    return out
 
 
 def _mean(total: float, n: int) -> float | None:
@@ -74,8 +80,9 @@ def token_table(t: Tokens) -> S.Table:
     ]
     note = (
         "r = trainer - rollout logprob; K3 share: of the cell's K3 sum; in context: the token in "
-        f"[brackets] with up to {t.context} model tokens each side (ids without a tokenizer), "
-        "|N masked|: masked positions (a tool response) in between."
+        f"[brackets] with up to {t.context} model tokens each side (ids without --tokenizer; "
+        "<oov:ID>: an id the vocabulary does not hold), |N masked|: masked positions (a tool "
+        "response) in between."
     )
     return S.Table("tokens", f"Top {len(rows)} tokens", columns, rows, keys=1, note=note)
 

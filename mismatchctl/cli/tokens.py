@@ -15,6 +15,8 @@ HELP = """The worst tokens of a selection: the largest K3 contributions (rho - 1
 
 --where KEY=VALUE restricts to one cell of any split key (repeat it: every condition holds), written as the report's tables write the value or briefly: bin=0.001-0.01, turn_kind=later, turn=3+, kv_position=1024, gpu=A100, step=42, attr:data_source=gsm8k.
 
+--tokenizer PATH decodes the ids (a tokenizer.json or a Hugging Face tokenizer directory on disk, read with the `tokenizers` library; `bytes` for a run whose ids are bytes); it is remembered for the selection's runs, so later commands decode without it. Ids outside the vocabulary show as <oov:ID>.
+
 Exact, not sampled: the k best of every part merged, ties in the order run, step, seq, position. See docs/tokens.md.
 
 [bold]Examples[/]
@@ -24,6 +26,8 @@ Exact, not sampled: the k best of every part merged, ties in the order run, step
   mismatchctl tokens v1-a100 --where bin=0.001-0.01 --where turn_kind=later --top 50
 
   mismatchctl tokens 'v1-a100@steps=200..' --sort abs-r --context 10
+
+  mismatchctl tokens v1-a100 --tokenizer ~/models/Qwen3-8B
 
   mismatchctl tokens v1-a100 --sequences --sort chi2 --json - | jq '.tokens.sequences[0]'
 """
@@ -50,6 +54,14 @@ def tokens(
     context: Annotated[
         int, typer.Option("--context", help="Model tokens shown each side of a token.")
     ] = 5,
+    tokenizer: Annotated[
+        str | None,
+        typer.Option(
+            "--tokenizer",
+            help="A tokenizer.json, a Hugging Face tokenizer directory, or `bytes` (ids are "
+            "bytes): token text instead of ids; remembered for the runs.",
+        ),
+    ] = None,
     bins: BinsOpt = "log",
     *,
     common: Common,
@@ -57,7 +69,7 @@ def tokens(
     with common.progress() as progress:
         result = api.tokens(
             selection, top=top, sort=sort, sequences=sequences, where=where or [],
-            context=context, bins=bins, **common.read(progress.advance),
+            context=context, tokenizer=tokenizer, bins=bins, **common.read(progress.advance),
         )  # fmt: skip
     what = "sequences" if sequences else "tokens"
     common.emit(result, result.sections(), f"mismatchctl tokens: {selection}", f"The worst {what}")
