@@ -13,6 +13,7 @@ from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.explain import Explain, build_explain
 from mismatchctl.analysis.report import Report, build_report
 from mismatchctl.analysis.selection import parse_steps
+from mismatchctl.analysis.show import Show, build_show
 from mismatchctl.analysis.tokens import Tokens, build_tokens
 from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
 from mismatchctl.curves.ingest import MetricsIngest
@@ -277,6 +278,22 @@ def tokens(
     )  # fmt: skip
 
 
+def show(
+    run: str,
+    sample_id: str,
+    *,
+    step: int | None = None,
+    index: int | None = None,
+    tokenizer: str | None = None,
+    store: StorePath = None,
+) -> Show:
+    """One sequence of ``run`` by its sample id, token by token (``step`` narrows, ``index``
+    picks among sequences sharing the id); ``tokenizer`` as in :func:`tokens` (remembered)."""
+    return build_show(
+        open_store(store), run, sample_id, step=step, index=index, tokenizer=tokenizer
+    )
+
+
 def diagnose(
     selector: str,
     *,
@@ -367,6 +384,7 @@ __all__ = [
     "MetricsIngest",
     "Report",
     "RunInfo",
+    "Show",
     "Store",
     "Tokens",
     "Whatif",
@@ -384,6 +402,7 @@ __all__ = [
     "report",
     "run_info",
     "runs",
+    "show",
     "tokens",
     "views",
     "whatif",

@@ -14,6 +14,7 @@ from mismatchctl.cli import ingest as ingest_cmd
 from mismatchctl.cli import ingest_metrics as ingest_metrics_cmd
 from mismatchctl.cli import report as report_cmd
 from mismatchctl.cli import runs as runs_cmd
+from mismatchctl.cli import show as show_cmd
 from mismatchctl.cli import tokens as tokens_cmd
 from mismatchctl.cli import whatif as whatif_cmd
 
@@ -43,6 +44,8 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 
   mismatchctl tokens v1-a100 --where turn_kind=later
 
+  mismatchctl show v1-a100 SAMPLE_ID --html seq.html
+
   mismatchctl demo
 """,
     no_args_is_help=True,
@@ -60,6 +63,7 @@ app.command("explain", help=explain_cmd.HELP)(explain_cmd.explain)
 app.command("diagnose", help=diagnose_cmd.HELP)(diagnose_cmd.diagnose)
 app.command("whatif", help=whatif_cmd.HELP)(whatif_cmd.whatif)
 app.command("tokens", help=tokens_cmd.HELP)(tokens_cmd.tokens)
+app.command("show", help=show_cmd.HELP)(show_cmd.show)
 app.command("demo", help=demo_cmd.HELP)(demo_cmd.demo)
 
 
