@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from mismatchctl.analysis import catalog_view as views
+from mismatchctl.analysis.certify import Certification, build_certification
 from mismatchctl.analysis.compare import Comparison, build_comparison
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.explain import Explain, build_explain
@@ -294,6 +295,26 @@ def show(
     )
 
 
+def certify(
+    selector: str,
+    *,
+    tolerance: float = 0.0,
+    workers: int = DEFAULT_WORKERS,
+    store: StorePath = None,
+    on_part: Callable[[int], None] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+) -> Certification:
+    """Whether every token of ``selector`` has equal logprobs on both sides (``tolerance`` 0:
+    bitwise; else ``|r| <= tolerance``): ``Certification.holds``, the shares, and where the
+    sequences first diverge."""
+    eng = choose_engine(engine, ray_address)
+    return build_certification(
+        open_store(store), selector, tolerance=tolerance, workers=workers, on_part=on_part,
+        engine=eng,
+    )  # fmt: skip
+
+
 def diagnose(
     selector: str,
     *,
@@ -376,6 +397,7 @@ __all__ = [
     "DEMO_STORE",
     "FORMATS",
     "SPLIT_KEYS",
+    "Certification",
     "Comparison",
     "DemoRun",
     "Diagnosis",
@@ -388,6 +410,7 @@ __all__ = [
     "Store",
     "Tokens",
     "Whatif",
+    "certify",
     "check_failed",
     "check_runs",
     "compare",

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from mismatchctl.cli import certify as certify_cmd
 from mismatchctl.cli import compare as compare_cmd
 from mismatchctl.cli import demo as demo_cmd
 from mismatchctl.cli import diagnose as diagnose_cmd
@@ -46,6 +47,8 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 
   mismatchctl show v1-a100 SAMPLE_ID --html seq.html
 
+  mismatchctl certify v2-batch-invariant
+
   mismatchctl demo
 """,
     no_args_is_help=True,
@@ -64,6 +67,7 @@ app.command("diagnose", help=diagnose_cmd.HELP)(diagnose_cmd.diagnose)
 app.command("whatif", help=whatif_cmd.HELP)(whatif_cmd.whatif)
 app.command("tokens", help=tokens_cmd.HELP)(tokens_cmd.tokens)
 app.command("show", help=show_cmd.HELP)(show_cmd.show)
+app.command("certify", help=certify_cmd.HELP)(certify_cmd.certify)
 app.command("demo", help=demo_cmd.HELP)(demo_cmd.demo)
 
 

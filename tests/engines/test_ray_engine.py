@@ -153,8 +153,9 @@ def test_report_figures_and_progress(ray_local: Any, multi_part: Path) -> None:
 
 
 @needs_ray
-def test_tokens_json_equal_local(ray_local: Any, multi_part: Path) -> None:
-    """The worst tokens and sequences (exact top-k merged per part) are the same listing."""
+def test_tokens_and_certify_json_equal_local(ray_local: Any, multi_part: Path) -> None:
+    """The worst tokens and sequences (exact top-k merged per part) are the same listing, and
+    `certify` the same counts and first divergences."""
     for args in (
         ("tokens", "a", "--top", "40"),
         ("tokens", "b", "--top", "25", "--sort", "abs-r", "--where", "turn_kind=later"),
@@ -162,6 +163,10 @@ def test_tokens_json_equal_local(ray_local: Any, multi_part: Path) -> None:
     ):
         local, distributed = _both(multi_part, *args)
         assert local["tokens"]["cell_tokens"] > 0
+        assert_same(local, distributed, " ".join(args))
+    for args in (("certify", "a"), ("certify", "gpu=A100", "--tolerance", "0.01")):
+        local, distributed = _both(multi_part, *args)
+        assert local["certify"]["earliest_divergences"]
         assert_same(local, distributed, " ".join(args))
 
 
