@@ -52,6 +52,7 @@ class Column:
     metric: Metric | None = None  # the registry entry (its description becomes a tooltip)
     band_key: str | None = None  # a row key holding the band that colours this cell
     hot_key: str | None = None  # a row key whose truth makes this cell stand out
+    link_key: str | None = None  # a row key holding the page anchor this cell links to (HTML)
 
     @classmethod
     def of(

@@ -159,6 +159,8 @@ def _cell(value: object, column: S.Column, row: dict) -> str:
         classes.append("hot")
     if column.kind == S.Kind.VERDICT:
         text = _verdict(str(value))
+    if column.link_key is not None and row.get(column.link_key):
+        text = f'<a href="#{esc(row[column.link_key])}">{text}</a>'
     align = "n" if column.numeric else ("t" if column.kind == S.Kind.TEXT else "l")
     return f'<td class="{" ".join([align, *classes])}">{text}</td>'
 
