@@ -27,6 +27,7 @@ from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.seqrows import UNKNOWN
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
+from mismatchctl.stats import registry as M
 from mismatchctl.stats.topk import TopRows, top_indices
 from mismatchctl.store import Store
 
@@ -221,7 +222,7 @@ def _sequence_sums(
         "k3_sum": add(k3[inside], starts),
         "log_ratio_sum": sum_r,
         "chi2": sequence_score(np.zeros(0), sum_r, "chi2"),
-        "abs_log_ratio_max": absr[worst],
+        M.ABS_LOG_RATIO_MAX: absr[worst],
         "worst_position": c.position[inside][worst],
     }
 

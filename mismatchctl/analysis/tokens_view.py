@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mismatchctl.analysis import sections as S
+from mismatchctl.stats import registry as M
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.tokens import Tokens
@@ -103,7 +104,7 @@ def sequence_table(t: Tokens) -> S.Table:
         S.Column("k3_share", "K3 share", S.Kind.SHARE),
         S.Column("log_ratio_sum", "sum r"),
         S.Column("chi2", "chi2"),
-        S.Column("abs_log_ratio_max", "max |r|"),
+        S.Column(M.ABS_LOG_RATIO_MAX, "max |r|"),
         S.Column("worst_position", "at pos", S.Kind.ID),
     ]
     note = (

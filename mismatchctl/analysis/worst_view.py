@@ -6,6 +6,7 @@ from __future__ import annotations
 from mismatchctl.analysis import sections as X
 from mismatchctl.analysis.show_view import HEAT_LEGEND, heat_items
 from mismatchctl.analysis.worst import Worst
+from mismatchctl.stats import registry as M
 
 HOW = (
     "The sequences with the largest summed K3 of the selection (every model token), in one read "
@@ -33,7 +34,7 @@ def worst_block(w: Worst | None) -> list[X.Section]:
         X.Column("k3_sum", "K3 sum"),
         X.Column("k3_share", "K3 share", X.Kind.SHARE),
         X.Column("log_ratio_sum", "sum r"),
-        X.Column("abs_log_ratio_max", "max |r|"),
+        X.Column(M.ABS_LOG_RATIO_MAX, "max |r|"),
         X.Column("view", "view", X.Kind.LABEL, link_key="anchor"),
     ]
     table = X.Table("worst-table", "Worst sequences by summed K3", columns, rows, note=HOW)
