@@ -32,6 +32,7 @@ class Worst:
     rows: list[dict[str, Any]]
     k3_sum: float
     views: list[Show] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # remembered tokenizers that cannot be read
 
 
 def worst_sequences(selection: Selection, state: TopRows | None) -> Worst | None:
@@ -41,7 +42,7 @@ def worst_sequences(selection: Selection, state: TopRows | None) -> Worst | None
     store = selection.store
     decoders = run_decoders(store, selection.names, None)
     out = Worst([{**r, "score": s} for r, s in zip(state.rows, state.scores, strict=True)],
-                state.total)  # fmt: skip
+                state.total, notes=decoders.notes)  # fmt: skip
     for row in out.rows:
         tokens = token_rows(read_tokens(store, row["run"], row["seq"]))
         texts = decoders.of(row["run"])([t["token_id"] for t in tokens])

@@ -48,6 +48,8 @@ def worst_block(w: Worst | None) -> list[X.Section]:
         )
         for row, view in zip(rows, w.views, strict=True)
     ]
+    if w.notes:
+        views.append(X.Lines("worst-notes", None, [X.Line(f"note: {n}", "note") for n in w.notes]))
     top = sum(r["k3_share"] or 0.0 for r in rows)
     summary = f"the {len(rows)} sequences with the largest summed K3: {top:.1%} of the K3"
     block = X.Block("worst-sequences", "Worst sequences", [table, *views], collapsed=True,

@@ -53,3 +53,16 @@ def test_two_runs_and_the_page_links(store: Path, tmp_path: Path) -> None:
     ran = cli("report", "a", "--store", str(store), "-q", "--html", str(tmp_path / "r.html"))
     assert ran.code == 0 and "Worst sequences by summed K3" in (tmp_path / "r.html").read_text()
     assert "Worst sequences" not in ran.out  # the terminal report does not show it
+
+
+def test_a_tokenizer_that_cannot_be_read_is_noted(store: Path, tmp_path: Path) -> None:
+    from mismatchctl.store.settings import TOKENIZER, set_run_setting
+
+    set_run_setting(mismatchctl.open_store(store), "b", TOKENIZER, str(tmp_path / "gone.json"))
+    rep = mismatchctl.report(["b"], store=store, figures=True)
+    assert rep.worst is not None and "run b: its tokenizer cannot be read" in rep.worst.notes[0]
+    assert rep.worst.views[0].tokens[0]["text"].isdigit()  # ids, as without a tokenizer
+    assert "its tokenizer cannot be read" in html.page("r", "s", rep.sections())
+    set_run_setting(mismatchctl.open_store(store), "b", TOKENIZER, "bytes")
+    rep = mismatchctl.report(["b"], store=store, figures=True)
+    assert rep.worst.notes == [] and rep.worst.views[0].tokenizer == "bytes"
