@@ -15,6 +15,9 @@ first: numba's cache), each command in a fresh process measured with wait4 (wall
     explain           explain 'bench@steps=10..' --baseline 'bench@steps=..9'  (two reads)
     explain (1 read)  the same with --no-bootstrap
     diagnose          diagnose bench --json /dev/null -q                     (one cube per run)
+    tokens            tokens bench --top 100 (and --sequences)               (one read, top-k)
+    certify           certify bench                                          (one read)
+    show              show bench 10-100                                      (one sequence)
 
 Writes the section "## Views against one report" of --write (the rest of the file kept) and the
 raw numbers to the workdir's views.json.
@@ -41,6 +44,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 SECTION = "## Views against one report"
 RUN = "bench"
+SHOWN = "10-100"  # a sample id of bench/gen_dumps.py (step 10, its 101st response)
 
 
 def mctl(tree: Path, *args: str) -> list[str]:
@@ -81,6 +85,12 @@ def commands(store: Path, before: tuple[Path, Path] | None) -> dict[str, list[st
             *s,
         ),
         "diagnose": exit_0_or_3(mctl(ROOT, "diagnose", RUN, *s)),
+        "tokens --top 100": mctl(ROOT, "tokens", RUN, "--top", "100", *s),
+        "tokens --sequences --top 100": mctl(
+            ROOT, "tokens", RUN, "--sequences", "--top", "100", *s
+        ),
+        "certify": exit_0_or_3(mctl(ROOT, "certify", RUN, *s)),
+        "show": mctl(ROOT, "show", RUN, SHOWN, "--store", str(store), "--json", os.devnull),
     }
     if before is not None:
         tree, old_store = before

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from mismatchctl.analysis import catalog_view as views
+from mismatchctl.analysis.certify import Certification, build_certification
 from mismatchctl.analysis.compare import Comparison, build_comparison
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.explain import Explain, build_explain
@@ -23,6 +24,8 @@ from mismatchctl.analysis.gate import (
 from mismatchctl.analysis.live import StepLine
 from mismatchctl.analysis.report import Report, build_report, parse_tails
 from mismatchctl.analysis.selection import parse_steps
+from mismatchctl.analysis.show import Show, build_show
+from mismatchctl.analysis.tokens import Tokens, build_tokens
 from mismatchctl.analysis.watch import (
     DEFAULT_SETTLE,
     FileNote,
@@ -325,6 +328,73 @@ def explain(
     )  # fmt: skip
 
 
+def tokens(
+    selector: str,
+    *,
+    top: int = 20,
+    sort: str = "k3",
+    sequences: bool = False,
+    where: Iterable[str] = (),
+    context: int = 5,
+    tokenizer: str | None = None,
+    bins: str = "log",
+    workers: int = DEFAULT_WORKERS,
+    store: StorePath = None,
+    on_part: Callable[[int], None] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+) -> Tokens:
+    """The ``top`` worst tokens of a selector (``sort``: ``k3``, ``abs-r``, ``prob-diff``), or
+    with ``sequences`` the worst sequences (``k3``, ``chi2``, ``abs-sum-r``), in the cell of
+    every ``where`` (``"bin=0.001-0.01"``, ``"turn_kind=later"``, any split key); each token
+    with ``context`` model tokens either side. Exact: ties by run, step, seq, position.
+    ``tokenizer``: a tokenizer.json, a tokenizer directory or ``"bytes"``, remembered for the
+    selection's runs (later calls decode with it)."""
+    eng = choose_engine(engine, ray_address)
+    where = [where] if isinstance(where, str) else list(where)
+    return build_tokens(
+        open_store(store), selector, top=top, sort=sort, sequences=sequences, where=where,
+        context=context, tokenizer=tokenizer, bins=bins, workers=workers, on_part=on_part,
+        engine=eng,
+    )  # fmt: skip
+
+
+def show(
+    run: str,
+    sample_id: str,
+    *,
+    step: int | None = None,
+    index: int | None = None,
+    tokenizer: str | None = None,
+    store: StorePath = None,
+) -> Show:
+    """One sequence of ``run`` by its sample id, token by token (``step`` narrows, ``index``
+    picks among sequences sharing the id); ``tokenizer`` as in :func:`tokens` (remembered)."""
+    return build_show(
+        open_store(store), run, sample_id, step=step, index=index, tokenizer=tokenizer
+    )
+
+
+def certify(
+    selector: str,
+    *,
+    tolerance: float = 0.0,
+    workers: int = DEFAULT_WORKERS,
+    store: StorePath = None,
+    on_part: Callable[[int], None] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+) -> Certification:
+    """Whether every token of ``selector`` has equal logprobs on both sides (``tolerance`` 0:
+    bitwise; else ``|r| <= tolerance``): ``Certification.holds``, the shares, and where the
+    sequences first diverge."""
+    eng = choose_engine(engine, ray_address)
+    return build_certification(
+        open_store(store), selector, tolerance=tolerance, workers=workers, on_part=on_part,
+        engine=eng,
+    )  # fmt: skip
+
+
 def diagnose(
     selector: str,
     *,
@@ -459,6 +529,7 @@ __all__ = [
     "DEMO_STORE",
     "FORMATS",
     "SPLIT_KEYS",
+    "Certification",
     "Comparison",
     "DemoRun",
     "Diagnosis",
@@ -471,12 +542,15 @@ __all__ = [
     "PresetWhatif",
     "Report",
     "RunInfo",
+    "Show",
     "Started",
     "StepLine",
     "Stopped",
     "Store",
+    "Tokens",
     "Watcher",
     "Whatif",
+    "certify",
     "check",
     "check_failed",
     "check_runs",
@@ -493,6 +567,8 @@ __all__ = [
     "report",
     "run_info",
     "runs",
+    "show",
+    "tokens",
     "views",
     "watch",
     "whatif",

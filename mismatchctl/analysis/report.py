@@ -125,6 +125,7 @@ class Report:
     empty_by_run: dict[str, int] = field(default_factory=dict)  # all-masked sequences per run
     diagnoses: dict[str, Any] = field(default_factory=dict)  # per run, when asked (``--diagnose``)
     binning: K.Binning = K.DEFAULT_BINNING  # the edges of the position keys, the order blocks
+    worst: Any = None  # with figures: the worst sequences and their tokens (analysis/worst.py)
 
     def split(self, *keys: str) -> list[Group]:
         return self.groups.get(K.canonical(list(keys)), [])
@@ -344,7 +345,9 @@ def _read(
 ) -> Report:
     figure_extra = FigureExtra() if figures else None
     if figure_extra is not None:
-        extras = [*extras, figure_extra]
+        from mismatchctl.analysis.worst import WorstExtra
+
+        extras = [*extras, WorstExtra(), figure_extra]
     wanted = list(dict.fromkeys([*K.default_splits(by_gpu), *SELECTION_SPLITS, *(by or [])]))
     check_attributes(selection, wanted)
     internal = [(K.RUN, K.GPU, K.STEP), (K.GPU, K.TURN_KIND)] if by_gpu else []
@@ -365,7 +368,10 @@ def _read(
     report.extra_states = extra_states
     report.curves = selection_curves(selection, groups.get((K.RUN, K.STEP), []))
     if figure_extra is not None:
+        from mismatchctl.analysis.worst import worst_sequences
+
         report.figures = figure_data(extra_states[-1], figure_extra)
+        report.worst = worst_sequences(selection, extra_states[-2])
     if by_gpu:
         report.hardware = _hardware(rolled)
     return report

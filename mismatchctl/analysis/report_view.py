@@ -17,6 +17,7 @@ from mismatchctl.analysis import figure_data as FD
 from mismatchctl.analysis import sections as S
 from mismatchctl.analysis.curves_view import curves_block
 from mismatchctl.analysis.report import Group, Report
+from mismatchctl.analysis.worst_view import worst_block
 from mismatchctl.display import number
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import BAND_NAMES, EXP_MAX, band, bin_label
@@ -66,6 +67,7 @@ def report_sections(
         out.append(steps_figure(report, K.RUN))
         out += [s for run in runs for s in _steps(report, run)]
     out += curves_sections(report)
+    out += worst_block(report.worst)
     if report.hardware is not None:
         out += [hardware_table(report), steps_figure(report, K.GPU)]
     # one run's --by step is its per-step table, shown above

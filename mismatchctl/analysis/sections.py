@@ -52,6 +52,7 @@ class Column:
     metric: Metric | None = None  # the registry entry (its description becomes a tooltip)
     band_key: str | None = None  # a row key holding the band that colours this cell
     hot_key: str | None = None  # a row key whose truth makes this cell stand out
+    link_key: str | None = None  # a row key holding the page anchor this cell links to (HTML)
 
     @classmethod
     def of(
@@ -173,7 +174,35 @@ class Block:
     bare: bool = False  # no heading of its own (a wrapper that only says where it is shown)
 
 
-Section = Table | Facts | Lines | StepSeries | Checks | Figure | Block
+@dataclass(frozen=True)
+class HeatToken:
+    """One token of a :class:`Heat`: its text, its level (an index into the legend) and the
+    tooltip of the HTML page."""
+
+    text: str
+    level: int
+    tip: str
+
+
+@dataclass(frozen=True)
+class HeatGap:
+    """Positions between tokens that are not shown as tokens (a prompt, a tool response)."""
+
+    label: str
+
+
+@dataclass
+class Heat:
+    """A sequence as text, each token coloured by its level; ``legend``: each level's label."""
+
+    id: str
+    title: str
+    items: list[HeatToken | HeatGap]
+    legend: list[str]
+    how: str = ""
+
+
+Section = Table | Facts | Lines | StepSeries | Checks | Figure | Block | Heat
 
 
 def slug(*parts: object) -> str:

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from mismatchctl.cli import certify as certify_cmd
 from mismatchctl.cli import check as check_cmd
 from mismatchctl.cli import compare as compare_cmd
 from mismatchctl.cli import demo as demo_cmd
@@ -15,6 +16,8 @@ from mismatchctl.cli import ingest as ingest_cmd
 from mismatchctl.cli import ingest_metrics as ingest_metrics_cmd
 from mismatchctl.cli import report as report_cmd
 from mismatchctl.cli import runs as runs_cmd
+from mismatchctl.cli import show as show_cmd
+from mismatchctl.cli import tokens as tokens_cmd
 from mismatchctl.cli import watch as watch_cmd
 from mismatchctl.cli import whatif as whatif_cmd
 
@@ -46,6 +49,12 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
 
   mismatchctl check v1-a100 --max vllm_kl=1e-3 --junit mismatch.xml
 
+  mismatchctl tokens v1-a100 --where turn_kind=later
+
+  mismatchctl show v1-a100 SAMPLE_ID --html seq.html
+
+  mismatchctl certify v2-batch-invariant
+
   mismatchctl demo
 """,
     no_args_is_help=True,
@@ -64,6 +73,9 @@ app.command("explain", help=explain_cmd.HELP)(explain_cmd.explain)
 app.command("diagnose", help=diagnose_cmd.HELP)(diagnose_cmd.diagnose)
 app.command("whatif", help=whatif_cmd.HELP)(whatif_cmd.whatif)
 app.command("check", help=check_cmd.HELP)(check_cmd.check)
+app.command("tokens", help=tokens_cmd.HELP)(tokens_cmd.tokens)
+app.command("show", help=show_cmd.HELP)(show_cmd.show)
+app.command("certify", help=certify_cmd.HELP)(certify_cmd.certify)
 app.command("demo", help=demo_cmd.HELP)(demo_cmd.demo)
 
 

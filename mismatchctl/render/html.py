@@ -25,8 +25,8 @@ from mismatchctl.analysis import sections as S
 from mismatchctl.display import visible
 from mismatchctl.render import figures as F
 from mismatchctl.render.json import dumps
-from mismatchctl.render.style import CSS, LOADER, ONERROR
-from mismatchctl.render.text import cell_text
+from mismatchctl.render.style import CSS, HEAT_CSS, LOADER, ONERROR
+from mismatchctl.render.text import HEAT_COLOURS, cell_text
 
 MAX_STEP_ROWS = 200  # beyond this, a run's step table shows its worst steps only
 WORST_STEPS = 20
@@ -48,7 +48,7 @@ def page(title: str, subtitle: str, sections: Sequence[S.Section]) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>{esc(title)}</title><style>{CSS}</style>"
+        f"<title>{esc(title)}</title><style>{CSS}{HEAT_CSS}</style>"
         f"<script>{ONERROR}</script><script>{get_plotlyjs()}</script></head><body>"
         f"<header><h1>{esc(title)}</h1><p class='sub'>{esc(subtitle)}</p></header>"
         f"<main>{body}</main>"
@@ -95,7 +95,28 @@ def section(s: S.Section, depth: int) -> str:
         return checks(s, depth)
     if isinstance(s, S.Figure):
         return figure(s, depth)
+    if isinstance(s, S.Heat):
+        return _titled(s.title, depth, heat(s), s.id)
     raise TypeError(f"no HTML writer for {type(s).__name__}")
+
+
+def heat(h: S.Heat) -> str:
+    """Spans coloured by level with a tooltip each; gaps as marked blocks; the legend first."""
+    top = len(HEAT_COLOURS) - 1
+    legend = "".join(
+        f'<span class="heat-{min(k, top)}">{esc(label)}</span> ' for k, label in enumerate(h.legend)
+    )
+    out = []
+    for item in h.items:
+        if isinstance(item, S.HeatGap):
+            out.append(f'<span class="heat-gap">{esc(item.label)}</span>')
+        else:
+            out.append(
+                f'<span class="heat-{min(item.level, top)}" title="{esc(item.tip)}">'
+                f"{esc(item.text)}</span>"
+            )
+    how = f'<p class="how">{esc(h.how)}</p>' if h.how else ""
+    return f'<p class="heat-legend">|r|: {legend}</p><div class="heat">{"".join(out)}</div>{how}'
 
 
 def _heading(title: str, depth: int) -> str:
@@ -138,6 +159,8 @@ def _cell(value: object, column: S.Column, row: dict) -> str:
         classes.append("hot")
     if column.kind == S.Kind.VERDICT:
         text = _verdict(str(value))
+    if column.link_key is not None and row.get(column.link_key):
+        text = f'<a href="#{esc(row[column.link_key])}">{text}</a>'
     align = "n" if column.numeric else ("t" if column.kind == S.Kind.TEXT else "l")
     tip = f' title="{text}"' if column.kind == S.Kind.TEXT and text else ""
     return f'<td class="{" ".join([align, *classes])}"{tip}>{text}</td>'

@@ -119,3 +119,16 @@ LOADER = """
   }
 })();
 """
+
+# `show`: a sequence's tokens coloured by |r| (the colours of render/text.HEAT_COLOURS)
+HEAT_CSS = """
+.heat { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size:13px;
+  white-space:pre-wrap; word-break:break-word; line-height:1.9; max-width:1100px; }
+.heat span[title] { cursor:help; border-radius:2px; }
+.heat-gap { display:block; margin:6px 0; padding:2px 8px; color:#0b63c5; background:#eef4fb;
+  border-left:3px solid #0b63c5; font-family:system-ui,sans-serif; }
+.heat-legend span { padding:1px 6px; border-radius:3px; font-size:12px; }
+.heat-1 { background:#fff3b0; } .heat-2 { background:#ffd166; } .heat-3 { background:#f79d5c; }
+.heat-4 { background:#e8553e; color:#fff; } .heat-5 { background:#b3001b; color:#fff; }
+.heat-0 { background:transparent; }
+"""

@@ -18,7 +18,7 @@ from rich.text import Text
 from mismatchctl.analysis import sections as S
 from mismatchctl.display import visible
 from mismatchctl.render.fit import fit
-from mismatchctl.render.text import BAND_STYLE, VERDICT_STYLE, cell_text
+from mismatchctl.render.text import BAND_STYLE, HEAT_STYLE, VERDICT_STYLE, cell_text
 
 MAX_STEP_ROWS = 30  # beyond this, a sparkline and the worst steps
 WORST_STEPS = 10
@@ -48,7 +48,27 @@ def section(s: S.Section) -> RenderableType | None:
         return step_series(s)
     if isinstance(s, S.Checks):
         return checks(s)
+    if isinstance(s, S.Heat):
+        return heat(s)
     raise TypeError(f"no terminal writer for {type(s).__name__}")
+
+
+def heat(h: S.Heat) -> RenderableType:
+    """The tokens as running text on their level's background, gaps on lines of their own."""
+    body = Text()
+    for item in h.items:
+        if isinstance(item, S.HeatGap):
+            body.append(f"\n⟦{visible(item.label)}⟧\n", style="bold cyan")
+        else:
+            body.append(visible(item.text), style=HEAT_STYLE[min(item.level, len(HEAT_STYLE) - 1)])
+    legend = Text("|r|: ")
+    for level, label in enumerate(h.legend):
+        legend.append(f" {label} ", style=HEAT_STYLE[min(level, len(HEAT_STYLE) - 1)])
+        legend.append(" ")
+    parts: list[RenderableType] = [Text(visible(h.title), style="bold"), legend, body]
+    if h.how:
+        parts.append(Text(visible(h.how), style="dim"))
+    return RGroup(*parts)
 
 
 def block(b: S.Block) -> RenderableType | None:

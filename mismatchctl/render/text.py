@@ -10,6 +10,17 @@ from mismatchctl.analysis import sections as S
 from mismatchctl.display import OVERFLOW, number, percent, visible
 
 BAND_STYLE = {"low": "green", "medium": "yellow", "high": "bold dark_orange", "severe": "bold red"}
+# a token's |r| level (analysis/show_view.py), coolest first: the terminal's backgrounds and the
+# HTML page's (the same colours)
+HEAT_COLOURS = ("", "#fff3b0", "#ffd166", "#f79d5c", "#e8553e", "#b3001b")
+HEAT_STYLE = (
+    "",
+    "black on #fff3b0",
+    "black on #ffd166",
+    "black on #f79d5c",
+    "white on #e8553e",
+    "bold white on #b3001b",
+)
 VERDICT_STYLE = {
     "ok": "green",
     "warn": "bold yellow",

@@ -182,6 +182,24 @@ def test_report_figures_and_progress(ray_local: Any, multi_part: Path) -> None:
 
 
 @needs_ray
+def test_tokens_and_certify_json_equal_local(ray_local: Any, multi_part: Path) -> None:
+    """The worst tokens and sequences (exact top-k merged per part) are the same listing, and
+    `certify` the same counts and first divergences."""
+    for args in (
+        ("tokens", "a", "--top", "40"),
+        ("tokens", "b", "--top", "25", "--sort", "abs-r", "--where", "turn_kind=later"),
+        ("tokens", "gpu=A100", "--sequences", "--sort", "chi2", "--top", "30"),
+    ):
+        local, distributed = _both(multi_part, *args)
+        assert local["tokens"]["cell_tokens"] > 0
+        assert_same(local, distributed, " ".join(args))
+    for args in (("certify", "a"), ("certify", "gpu=A100", "--tolerance", "0.01")):
+        local, distributed = _both(multi_part, *args)
+        assert local["certify"]["earliest_divergences"]
+        assert_same(local, distributed, " ".join(args))
+
+
+@needs_ray
 def test_a_task_error_is_the_library_error(ray_local: Any, tmp_path: Path) -> None:
     """A part that cannot be read in a worker raises the StoreError (message and hint) of the
     local engine, not Ray's wrapper."""

@@ -1,0 +1,183 @@
+"""`show`: one sequence, token by token, with each token's logprobs, r and K3.
+
+The sequence is found by its sample id in the run's sequence rows (one small read, filtered on
+the sample id); its tokens are read from the token parts whose ``seq`` range (catalog) holds it,
+and in each only the row groups whose ``seq`` statistics hold it: a few row groups, whatever the
+store's size. When several sequences share the sample id (verl's ``uid`` names a prompt group),
+``--step`` narrows them and ``--index`` picks one; otherwise the error lists them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from mismatchctl import schema as S
+from mismatchctl.analysis.tokenizer import run_decoders
+from mismatchctl.errors import StoreError, UsageError
+from mismatchctl.store import Store
+from mismatchctl.store.integrity import read_error
+from mismatchctl.store.parts import SEQUENCES, TOKENS
+
+SEQ_COLUMNS = (S.STEP, S.SEQ, S.SAMPLE_ID, S.MODEL_TOKENS, S.TURNS, S.PROMPT_TOKENS,
+               S.TOOL_TOKENS, S.PAD_TOKENS)  # fmt: skip
+TOKEN_COLUMNS = (S.SEQ, S.TURN, S.POSITION, S.TOKEN_ID, S.ROLLOUT, S.TRAINER)
+MAX_LISTED = 20
+
+
+@dataclass
+class Show:
+    """One sequence: its sequence row, and every model token in position order."""
+
+    run: str
+    sample_id: str
+    sequence: dict[str, Any]  # the sequence row (step, seq, model_tokens, turns, ...)
+    index: int  # among the sequences with this sample id (and step)
+    candidates: int
+    tokens: list[dict[str, Any]] = field(default_factory=list)
+    tokenizer: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def sections(self) -> list[Any]:
+        from mismatchctl.analysis.show_view import show_sections
+
+        return show_sections(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "show": {
+                "run": self.run, "sample_id": self.sample_id, "index": self.index,
+                "candidates": self.candidates, "sequence": self.sequence,
+                "tokenizer": self.tokenizer, "notes": self.notes, "tokens": self.tokens,
+            }
+        }  # fmt: skip
+
+    def to_polars(self) -> Any:
+        """One row per model token, in position order."""
+        import polars as pl
+
+        return pl.DataFrame(self.tokens, infer_schema_length=None)
+
+
+def find_sequences(store: Store, run: str, sample_id: str, step: int | None) -> list[dict]:
+    """The sequence rows of ``run`` with this sample id (and step), by step then seq."""
+    filters = pc.field(S.SAMPLE_ID) == sample_id
+    if step is not None:
+        filters = filters & (pc.field(S.STEP) == step)
+    rows: list[dict] = []
+    for part in store.parts(run, SEQUENCES):
+        path = str(store.part_path(part))
+        try:
+            rows += pq.read_table(path, columns=list(SEQ_COLUMNS), filters=filters).to_pylist()
+        except (OSError, pa.ArrowException) as exc:
+            raise read_error(run, path, exc) from None
+    return sorted(rows, key=lambda r: (r[S.STEP], r[S.SEQ]))
+
+
+def choose(rows: list[dict], run: str, sample_id: str, step: int | None, index: int | None) -> int:
+    """The index of the sequence to show, or an error saying which exist."""
+    where = f"run `{run}`" + (f" at step {step}" if step is not None else "")
+    if not rows:
+        raise StoreError(
+            f"no sequence with sample id `{sample_id}` in {where}",
+            "`mismatchctl tokens RUN --sequences` lists sample ids (the worst sequences); "
+            "`--step` must be a step that sequence is in.",
+        )
+    if index is None and len(rows) == 1:
+        return 0
+    listed = "; ".join(
+        f"{i}: step {r[S.STEP]}, seq {r[S.SEQ]}, {r[S.MODEL_TOKENS]} tokens"
+        for i, r in enumerate(rows[:MAX_LISTED])
+    ) + ("; ..." if len(rows) > MAX_LISTED else "")
+    if index is None:
+        raise UsageError(
+            f"{len(rows)} sequences of {where} have the sample id `{sample_id}` ({listed})",
+            "pick one with --index I (and narrow with --step N).",
+        )
+    if not 0 <= index < len(rows):
+        raise UsageError(
+            f"--index {index}: {len(rows)} sequences of {where} have the sample id "
+            f"`{sample_id}` ({listed})",
+            f"give an index from 0 to {len(rows) - 1}.",
+        )
+    return index
+
+
+def read_tokens(store: Store, run: str, seq: int) -> pa.Table:
+    """The sequence's token rows: parts whose seq range holds it, and in each the row groups
+    whose ``seq`` statistics do (a sequence is never split across parts)."""
+    for part in store.parts(run, TOKENS):
+        if part.min_seq is not None and not part.min_seq <= seq <= (part.max_seq or seq):
+            continue
+        path = str(store.part_path(part))
+        try:
+            table = _read_part(pq.ParquetFile(path), seq)
+        except (OSError, pa.ArrowException) as exc:
+            raise read_error(run, path, exc) from None
+        if table is not None and table.num_rows:
+            return table
+    return pa.table({c: pa.array([], pa.int64()) for c in TOKEN_COLUMNS})
+
+
+def _read_part(pf: pq.ParquetFile, seq: int) -> pa.Table | None:
+    meta = pf.metadata
+    col = [meta.schema.column(i).name for i in range(meta.num_columns)].index(S.SEQ)
+    groups = []
+    for i in range(meta.num_row_groups):
+        stats = meta.row_group(i).column(col).statistics
+        if stats is None or not stats.has_min_max or stats.min <= seq <= stats.max:
+            groups.append(i)
+    if not groups:
+        return None
+    table = pf.read_row_groups(groups, columns=list(TOKEN_COLUMNS))
+    return table.filter(pc.equal(table.column(S.SEQ), seq)).sort_by(S.POSITION)
+
+
+def token_rows(table: pa.Table) -> list[dict[str, Any]]:
+    lr = table.column(S.ROLLOUT).to_numpy()
+    lt = table.column(S.TRAINER).to_numpy()
+    r = lt - lr
+    with np.errstate(over="ignore"):
+        k3 = np.expm1(r) - r
+    ids = table.column(S.TOKEN_ID).to_pylist()
+    out = []
+    for j, (pos, turn) in enumerate(
+        zip(table.column(S.POSITION).to_pylist(), table.column(S.TURN).to_pylist(), strict=True)
+    ):
+        out.append({
+            "position": pos, "turn": turn, "token_id": ids[j],
+            "rollout_logprob": float(lr[j]), "trainer_logprob": float(lt[j]),
+            "p_rollout": float(np.exp(lr[j])), "p_trainer": float(np.exp(lt[j])),
+            "log_ratio": float(r[j]), "k3": float(k3[j]),
+        })  # fmt: skip
+    return out
+
+
+def build_show(
+    store: Store,
+    run: str,
+    sample_id: str,
+    *,
+    step: int | None = None,
+    index: int | None = None,
+    tokenizer: str | None = None,
+) -> Show:
+    store.run(run)  # an unknown run: named, with the runs there are
+    rows = find_sequences(store, run, sample_id, step)
+    k = choose(rows, run, sample_id, step, index)
+    decoders = run_decoders(store, [run], tokenizer)
+    result = Show(run, sample_id, rows[k], k, len(rows), notes=decoders.notes)
+    result.tokenizer = decoders.names.get(run)
+    result.tokens = token_rows(read_tokens(store, run, int(rows[k][S.SEQ])))
+    texts = decoders.of(run)([t["token_id"] for t in result.tokens])
+    for t, text in zip(result.tokens, texts, strict=True):
+        t["text"] = text
+    return result
+
+
+__all__ = ["Show", "build_show"]

@@ -1,0 +1,92 @@
+"""One sequence as sections: its facts (step, ids, tokens, turns, K3, max |r|) and the heat
+text (each token coloured by |r|, a tooltip with its numbers, prompt and tool responses as
+marked gaps with their length)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from mismatchctl import schema as S
+from mismatchctl.analysis import sections as X
+
+if TYPE_CHECKING:
+    from mismatchctl.analysis.show import Show
+
+# |r| levels: below 1e-3 unmarked, then 1e-3, 1e-2, 0.1, 0.5 and 1 (every level a colour)
+HEAT_EDGES = (1e-3, 1e-2, 0.1, 0.5, 1.0)
+HEAT_LEGEND = ["< 0.001", "0.001-0.01", "0.01-0.1", "0.1-0.5", "0.5-1", ">= 1"]
+
+
+def level(r: float) -> int:
+    """The heat level of a token's r (``len(HEAT_EDGES)`` for |r| >= 1 or not finite)."""
+    a = abs(r)
+    if not math.isfinite(a):
+        return len(HEAT_EDGES)
+    return sum(a >= e for e in HEAT_EDGES)
+
+
+def tip(t: dict[str, Any]) -> str:
+    return (
+        f"position {t['position']}, turn {t['turn']}, id {t['token_id']}: "
+        f"p_rollout {t['p_rollout']:.4g}, p_trainer {t['p_trainer']:.4g}, "
+        f"r {t['log_ratio']:.4g}, K3 {t['k3']:.4g}"
+    )
+
+
+def heat_items(s: Show) -> list[X.HeatToken | X.HeatGap]:
+    """Tokens in position order; a gap before the first (the prompt) and wherever positions
+    jump (a tool response before a later turn)."""
+    sep = "" if s.tokenizer else " "
+    items: list[X.HeatToken | X.HeatGap] = []
+    prompt = s.sequence.get(S.PROMPT_TOKENS) or 0
+    if prompt:
+        items.append(X.HeatGap(f"prompt: {prompt:,} tokens"))
+    prev = None
+    for t in s.tokens:
+        if prev is not None and t["position"] - prev["position"] > 1:
+            n = t["position"] - prev["position"] - 1
+            items.append(X.HeatGap(f"tool response: {n:,} tokens, then turn {t['turn']}"))
+        items.append(X.HeatToken(t["text"] + sep, level(t["log_ratio"]), tip(t)))
+        prev = t
+    return items
+
+
+def show_sections(s: Show) -> list[X.Section]:
+    seq = s.sequence
+    toks = s.tokens
+    k3 = sum(t["k3"] for t in toks)
+    worst = max(toks, key=lambda t: abs(t["log_ratio"]), default=None)
+    facts = [
+        X.Fact("run", s.run, X.Kind.LABEL),
+        X.Fact("sample id", s.sample_id, X.Kind.LABEL),
+        X.Fact("step", seq[S.STEP], X.Kind.ID),
+        X.Fact("seq", seq[S.SEQ], X.Kind.ID),
+        X.Fact("model tokens", seq[S.MODEL_TOKENS], X.Kind.COUNT),
+        X.Fact("turns", seq[S.TURNS], X.Kind.COUNT),
+        X.Fact("tool tokens", seq[S.TOOL_TOKENS], X.Kind.COUNT),
+        X.Fact("K3 sum", k3),
+        X.Fact("vllm_kl of the sequence", k3 / len(toks) if toks else None),
+        X.Fact("sum r", sum(t["log_ratio"] for t in toks)),
+    ]
+    if worst is not None:
+        facts.append(X.Fact("max |r|", abs(worst["log_ratio"]),
+                            remark=f"at position {worst['position']}"))  # fmt: skip
+    if s.candidates > 1:
+        facts.append(X.Fact("sequences with this sample id", s.candidates, X.Kind.COUNT,
+                            remark=f"this is --index {s.index}"))  # fmt: skip
+    if s.tokenizer:
+        facts.append(X.Fact("tokenizer", s.tokenizer, X.Kind.LABEL))
+    out: list[X.Section] = [X.Facts("show-summary", f"Sequence {s.sample_id}", facts)]
+    if toks:
+        how = (
+            "Each token on a background by |r| = |trainer - rollout logprob|; the HTML page's "
+            "tooltips give its position, turn, id, both probabilities, r and K3. "
+            + ("Token ids are shown (no tokenizer: --tokenizer PATH)." if not s.tokenizer else "")
+        )
+        out.append(X.Heat("show-heat", "Tokens", heat_items(s), HEAT_LEGEND, how.strip()))
+    else:
+        out.append(X.Lines("show-empty", None, [X.Line("the sequence has no model tokens")]))
+    if s.notes:
+        out.append(X.Lines("show-notes", None, [X.Line(f"note: {n}", "note") for n in s.notes]))
+    return out
