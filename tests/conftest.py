@@ -25,6 +25,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def _pipe_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test sees stdout as a pipe of the CLI's own width unless it sets COLUMNS itself:
+    the shell's or a test runner's COLUMNS (pytest-xdist workers set 80) must not change what
+    the terminal output tests read."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture
 def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty store location, also set as $MISMATCHCTL_STORE."""

@@ -3,10 +3,11 @@ baseline ratios, normal and chi-square tails (the standard library and numba: no
 
 from __future__ import annotations
 
+import functools
 import math
 from statistics import NormalDist
+from typing import Any
 
-import numba
 import numpy as np
 
 _NORMAL = NormalDist()
@@ -17,12 +18,20 @@ def norm_ppf(p: float) -> float:
     return _NORMAL.inv_cdf(p)
 
 
-@numba.vectorize(["float64(float64, float64, float64)"], cache=True)
-def _div(a: float, b: float, fill: float) -> float:  # pragma: no cover - compiled
+def _div_scalar(a: float, b: float, fill: float) -> float:
     if b == 0.0:
         return fill
     q = a / b
     return q if math.isfinite(q) else fill
+
+
+@functools.cache
+def _div_ufunc() -> Any:
+    """The compiled ufunc of :func:`div`, built (or loaded from numba's cache) on first use, not
+    at import: a command that never localizes does not pay for it."""
+    import numba
+
+    return numba.vectorize(["float64(float64, float64, float64)"], cache=True)(_div_scalar)
 
 
 def div(a: np.ndarray | float, b: np.ndarray | float, fill: float = 0.0) -> np.ndarray:
@@ -30,7 +39,7 @@ def div(a: np.ndarray | float, b: np.ndarray | float, fill: float = 0.0) -> np.n
     ufunc (broadcasting as numpy does): the search calls it tens of thousands of times on small
     arrays, where numpy's masked divide spent most of its time in per-call overhead."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return _div(a, b, fill)
+        return _div_ufunc()(a, b, fill)
 
 
 def sandwich_var(
