@@ -21,6 +21,7 @@ from mismatchctl.engines.plan import KEYS_HELP as SPLIT_KEYS
 from mismatchctl.engines.plan import parse_by
 from mismatchctl.ingest.columns import parse_mapping
 from mismatchctl.ingest.remote import is_remote
+from mismatchctl.ingest.routing_rows import RouteOptions, check_route_options
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files, parse_tags
 from mismatchctl.ingest.source import FORMATS
 from mismatchctl.parallel import DEFAULT_WORKERS
@@ -49,8 +50,14 @@ def ingest(
     workers: int = DEFAULT_WORKERS,
     allow_padding: bool = False,
     attrs: Iterable[str] = (),
+    routes: RouteOptions | None = None,
 ) -> IngestResult:
     """Read dump files into ``run`` of the store: all of them, or nothing on any error.
+
+    Routed experts (MoE) on both sides are compared per token and stored beside the token rows
+    (``docs/store.md``); ``routes`` says how to pair them with the logprobs (``aligned``), the
+    top-k of encodings without it, the number of experts to check ids against, and whether to
+    keep the full routes.
 
     Each sequence's prompt length is kept when the dump has it (``kv_position`` counts from
     it), and its per-sequence scalar columns of few values (``data_source``, ``env``...) as
@@ -84,6 +91,7 @@ def ingest(
         trust_pickle=trust_pickle,
         allow_padding=allow_padding,
         attrs=tuple(dict.fromkeys(attrs)),
+        routes=check_route_options(routes or RouteOptions()),
     )
     files = [str(i) for i in inputs]
     if eng.is_ray or any(is_remote(f) for f in files):

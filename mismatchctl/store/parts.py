@@ -33,6 +33,7 @@ DICTIONARY_COLUMNS = {S.STEP, S.SEQ, S.SAMPLE_ID, S.TURN, S.GPU}
 TOKENS = "tokens"
 SEQUENCES = "sequences"
 METRICS = "metrics"
+ROUTING = "routing"  # MoE routing rows, row for row beside a source's token parts
 
 
 def part_dir(kind: str, run: str) -> str:
