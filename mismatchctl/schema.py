@@ -121,6 +121,7 @@ ROUTE_EQUAL = "route_layers_equal"
 ROUTE_OVERLAP = "route_overlap"
 ROUTE_PAIRED = "route_paired"
 ROUTE_FLIP_BEFORE = "route_flip_before"
+ROUTE_TOP_K = "route_top_k"  # the routes' top-k (one value per source; the overlaps' scale)
 ROLLOUT_ROUTES = "rollout_routes"
 TRAINER_ROUTES = "trainer_routes"
 
@@ -135,6 +136,7 @@ def routing_schema(layers: int, top_k: int, keep_routes: bool) -> pa.Schema:
         pa.field(ROUTE_OVERLAP, pa.binary(layers), nullable=True),
         pa.field(ROUTE_PAIRED, pa.int8(), nullable=False),
         pa.field(ROUTE_FLIP_BEFORE, pa.bool_(), nullable=False),
+        pa.field(ROUTE_TOP_K, pa.uint8(), nullable=False),
     ]
     if keep_routes:
         width = layers * top_k

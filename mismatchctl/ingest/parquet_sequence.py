@@ -166,7 +166,9 @@ def _routes(
         widths = None
     for role in ROUTE_ROLES:
         if role in found:
-            batch.routes[role] = RouteColumn(record.column(found[role]), found[role], starts, widths)
+            batch.routes[role] = RouteColumn(
+                record.column(found[role]), found[role], starts, widths
+            )
 
 
 def _avg_len(pf: pq.ParquetFile, column: str, label: str) -> int:

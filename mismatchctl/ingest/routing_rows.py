@@ -130,6 +130,7 @@ def routing_table(
             pa.int8(),
         ),
         S.ROUTE_FLIP_BEFORE: pa.array(before[own], pa.bool_()),
+        S.ROUTE_TOP_K: pa.array(np.full(len(own), a.shape[2], np.uint8), pa.uint8()),
     }
     if opts.keep_routes:
         width = a.shape[1] * a.shape[2]

@@ -1,0 +1,148 @@
+"""Routing metrics of a run against a numpy reference on hand-made routes; merged == one-shot."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from mismatchctl import api
+from mismatchctl.analysis.routing import run_routing
+from mismatchctl.ingest.routing_rows import RouteOptions
+from mismatchctl.stats import routing as R
+from tests.routing.routes_fixture import routes
+
+LAYERS, TOP_K = 3, 2
+
+
+def _dump(seed: int, n: int = 8) -> tuple[dict, list[dict]]:
+    """Response-aligned routes plus the last prompt row in front (verl's trimmed form is not
+    used here: each sequence's rows are given for the response only, and the first token is
+    unpaired)."""
+    rng = np.random.default_rng(seed)
+    seqs = []
+    for i in range(n):
+        t = int(rng.integers(5, 15))
+        eng, tr = routes(t, LAYERS, 8, TOP_K, seed=seed * 100 + i)
+        tr[1] = eng[1][:, ::-1]  # reordered ids: equal sets
+        tr[2, 0] = [
+            eng[2, 0, 0],
+            (eng[2, 0, 1] + 1) % 8
+            if (eng[2, 0, 1] + 1) % 8 != eng[2, 0, 0]
+            else (eng[2, 0, 1] + 2) % 8,
+        ]  # partial overlap
+        if i % 3 == 0:
+            eng[3] = -1  # not recorded
+        mask = np.ones(t, np.int64)
+        mask[4] = 0  # a tool token
+        roll = -rng.random(t) * 0.5
+        trn = roll + rng.normal(0, 0.05, t)
+        trn = np.minimum(trn, 0)
+        seqs.append({"eng": eng, "tr": tr, "mask": mask, "rollout": roll, "trainer": trn})
+    data = {
+        "sample_id": [f"s{seed}-{i}" for i in range(n)],
+        "rollout_log_probs": [s["rollout"].tolist() for s in seqs],
+        "old_log_probs": [s["trainer"].tolist() for s in seqs],
+        "response_mask": [s["mask"].tolist() for s in seqs],
+        "rollout_routed_experts": [s["eng"].tolist() for s in seqs],
+        "trainer_routed_experts": [s["tr"].tolist() for s in seqs],
+    }
+    return data, seqs
+
+
+def _reference(seqs: list[dict], replay: bool = False) -> dict:
+    """Every metric by its definition (docs/metrics.md), token by token, over sets."""
+    compared = all_eq = layer_eq = 0
+    overlap = 0.0
+    missing = unpaired = 0
+    k3 = {"flip": [], "same": [], "after": [], "before": []}
+    for s in seqs:
+        eng, tr, mask = s["eng"], s["tr"], s["mask"]
+        r = s["trainer"] - s["rollout"]
+
+        def rec(j: int, eng: np.ndarray = eng, tr: np.ndarray = tr) -> bool:
+            return j >= 0 and (eng[j] >= 0).all() and (tr[j] >= 0).all()
+
+        def differs(j: int, eng: np.ndarray = eng, tr: np.ndarray = tr) -> bool:
+            return any(set(eng[j, x]) != set(tr[j, x]) for x in range(LAYERS))
+
+        for t in np.flatnonzero(mask):
+            kt = np.expm1(r[t]) - r[t]
+            if rec(t):
+                compared += 1
+                eqs = [set(eng[t, x]) == set(tr[t, x]) for x in range(LAYERS)]
+                all_eq += all(eqs)
+                layer_eq += sum(eqs)
+                overlap += sum(len(set(eng[t, x]) & set(tr[t, x])) / TOP_K for x in range(LAYERS))
+            else:
+                missing += 1
+            if rec(t - 1):
+                k3["flip" if differs(t - 1) else "same"].append(kt)
+            else:
+                unpaired += 1
+            hit = any(rec(q) and differs(q) for q in range(t))
+            k3["after" if hit else "before"].append(kt)
+    mean = lambda v: float(np.mean(v)) if v else None  # noqa: E731
+    return {
+        R.ROUTING_TOKEN_AGREEMENT: all_eq / compared,
+        R.ROUTING_LAYER_AGREEMENT: layer_eq / (compared * LAYERS),
+        R.ROUTING_OVERLAP_MEAN: overlap / (compared * LAYERS),
+        R.ROUTING_MISSING_TOKENS: missing,
+        R.VLLM_KL_FLIPPED: mean(k3["flip"]),
+        R.VLLM_KL_SAME: mean(k3["same"]),
+        R.ROUTING_K3_SHARE_FLIPPED: sum(k3["flip"]) / (sum(k3["flip"]) + sum(k3["same"])),
+        R.ROUTING_UNPAIRED_TOKENS: unpaired,
+        R.VLLM_KL_AFTER_FLIP: mean(k3["after"]),
+        R.VLLM_KL_BEFORE_FLIP: mean(k3["before"]),
+        R.R3_VIOLATION_FRACTION: (compared - all_eq) / compared if replay else None,
+    }
+
+
+def _close(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for k, v in want.items():
+        if v is None or isinstance(v, int):
+            assert got[k] == v, k
+        else:
+            assert got[k] == pytest.approx(v, rel=1e-12, abs=1e-15), k
+
+
+def test_metrics_match_the_reference_and_merge(tmp_path: Path) -> None:
+    files, all_seqs = [], []
+    for seed in (1, 2, 3):
+        data, seqs = _dump(seed)
+        path = tmp_path / f"d{seed}.parquet"
+        pq.write_table(pa.table(data), path)
+        files.append(path)
+        all_seqs += seqs
+    store = tmp_path / "s"
+    # one call per file: three sources, three part pairs merged
+    for i, path in enumerate(files):
+        api.ingest([path], "r", store=store, tags=["routing_replay=r3"] if i == 0 else [])
+    # all at once: one ingest
+    api.ingest(files, "one", store=store, tags=["routing_replay=r3"], routes=RouteOptions())
+    st = api.open_store(store)
+    merged = run_routing(st, "r").to_dict()
+    once = run_routing(st, "one").to_dict()
+    want = _reference(all_seqs, replay=True)
+    _close(merged["metrics"], want)
+    _close(once["metrics"], want)
+    assert merged["metrics"][R.VLLM_KL_FLIPPED] is not None
+    assert 0 < want[R.ROUTING_TOKEN_AGREEMENT] < 1
+    layers = merged["by_layer"]
+    assert len(layers) == LAYERS
+    assert sum(x["first_flip_share"] for x in layers) == pytest.approx(1.0)
+
+
+def test_a_run_without_routes(tmp_path: Path) -> None:
+    data, _ = _dump(1)
+    del data["rollout_routed_experts"], data["trainer_routed_experts"]
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table(data), path)
+    api.ingest([path], "r", store=tmp_path / "s")
+    st = api.open_store(tmp_path / "s")
+    assert run_routing(st, "r").to_dict() == {"run": "r", "routes": False}
+    assert not (tmp_path / "s" / "routing").exists()
