@@ -12,7 +12,6 @@ from mismatchctl.analysis.compare import Comparison, build_comparison
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.explain import Explain, build_explain
 from mismatchctl.analysis.report import Report, build_report
-from mismatchctl.analysis.routing import RoutingResult, run_routing
 from mismatchctl.analysis.selection import parse_steps
 from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
 from mismatchctl.curves.ingest import MetricsIngest
@@ -103,12 +102,6 @@ def ingest(
         )
         return staged.ingest_staged(open_store(store), files, opts, tasks, progress)
     return ingest_files(open_store(store), files, opts, progress)
-
-
-def routing(run: str, *, store: StorePath = None) -> RoutingResult:
-    """MoE routing of ``run`` (its sources with routes on both sides): agreement, overlap, the
-    K3 of tokens produced by flipped and same rows, per layer (docs/metrics.md, "Routing")."""
-    return run_routing(open_store(store), run)
 
 
 def ingest_metrics(

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from mismatchctl import __version__
 from mismatchctl.analysis.figure_data import FigureData, FigureExtra, figure_data
+from mismatchctl.analysis.routing import selection_routing
 from mismatchctl.analysis.selection import (
     empty_selection_error,
     removed_while_reading,
@@ -117,6 +118,7 @@ class Report:
     empty_by_run: dict[str, int] = field(default_factory=dict)  # all-masked sequences per run
     diagnoses: dict[str, Any] = field(default_factory=dict)  # per run, when asked (``--diagnose``)
     binning: K.Binning = K.DEFAULT_BINNING  # the edges of the position keys, the order blocks
+    routing: dict[str, Any] = field(default_factory=dict)  # per run with MoE routes: RoutingResult
 
     def split(self, *keys: str) -> list[Group]:
         return self.groups.get(K.canonical(list(keys)), [])
@@ -171,6 +173,8 @@ class Report:
             out["curves"] = {run: c.to_dict() for run, c in self.curves.items()}
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.routing:
+            out["routing"] = {run: r.to_dict() for run, r in self.routing.items()}
         if self.diagnoses:
             out["diagnosis"] = {
                 d.report.selection.label: d.section_dict() for d in self.diagnoses.values()
@@ -320,6 +324,8 @@ def _read(
         report.figures = figure_data(extra_states[-1], figure_extra)
     if by_gpu:
         report.hardware = _hardware(rolled)
+    if selection.store is not None:
+        report.routing = selection_routing(selection.store, selection, edges, engine, workers)
     return report
 
 

@@ -46,19 +46,35 @@ class RoutingPartial:
     by_layer_equal: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     by_layer_overlap: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     by_layer_first_flip: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # per probability bin of the rollout (the report's edges): tokens and K3 sums of the
+    # flipped (column 0) and same (column 1) paired tokens
+    bins: int = 0
+    bin_n: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
+    bin_k3: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.float64))
 
     def __post_init__(self) -> None:
         for name in ("by_layer_equal", "by_layer_overlap", "by_layer_first_flip"):
             if len(getattr(self, name)) != self.layers:
                 setattr(self, name, np.zeros(self.layers, np.int64))
+        if len(self.bin_n) != self.bins:
+            self.bin_n = np.zeros((self.bins, 2), np.int64)
+            self.bin_k3 = np.zeros((self.bins, 2), np.float64)
 
     def merge(self, other: RoutingPartial) -> RoutingPartial:
-        if (self.layers, self.top_k) != (other.layers, other.top_k):
-            raise ValueError("routing partials of different layers / top-k do not merge")
-        out = RoutingPartial(self.layers, self.top_k)
+        if (self.layers, self.top_k, self.bins) != (other.layers, other.top_k, other.bins):
+            raise ValueError("routing partials of different layers / top-k / bins do not merge")
+        out = RoutingPartial(self.layers, self.top_k, bins=self.bins)
         for name in ("compared", "all_equal", "layer_equal", "overlap", "missing", "unpaired"):
             setattr(out, name, getattr(self, name) + getattr(other, name))
-        for name in ("n", "k3", "by_layer_equal", "by_layer_overlap", "by_layer_first_flip"):
+        for name in (
+            "n",
+            "k3",
+            "by_layer_equal",
+            "by_layer_overlap",
+            "by_layer_first_flip",
+            "bin_n",
+            "bin_k3",
+        ):
             setattr(out, name, getattr(self, name) + getattr(other, name))
         return out
 
@@ -100,6 +116,22 @@ class RoutingPartial:
             for i in range(self.layers)
         ]
 
+    def by_bin(self) -> list[dict[str, float | int | None]]:
+        """Per probability bin: the paired tokens' counts and mean K3, flipped and same."""
+        out = []
+        for b in range(self.bins):
+            (nf, ns), (kf, ks) = self.bin_n[b], self.bin_k3[b]
+            out.append(
+                {
+                    "bin": b,
+                    "flipped_tokens": int(nf),
+                    VLLM_KL_FLIPPED: float(kf / nf) if nf else None,
+                    "same_tokens": int(ns),
+                    VLLM_KL_SAME: float(ks / ns) if ns else None,
+                }
+            )
+        return out
+
 
 def routing_partial(
     layers: int,
@@ -110,9 +142,15 @@ def routing_partial(
     paired: np.ndarray,
     before: np.ndarray,
     k3: np.ndarray,
+    bins: tuple[np.ndarray, int] | None = None,
 ) -> RoutingPartial:
-    """The sums of one slice of token rows (``overlap``: uint8 [tokens, layers])."""
-    p = RoutingPartial(layers, top_k)
+    """The sums of one slice of token rows (``overlap``: uint8 [tokens, layers]; ``bins``: each
+    token's probability bin and the number of bins)."""
+    p = RoutingPartial(layers, top_k, bins=0 if bins is None else bins[1])
+    if bins is not None:
+        for col, where in enumerate((paired == 1, paired == 0)):
+            p.bin_n[:, col] = np.bincount(bins[0][where], minlength=bins[1])
+            p.bin_k3[:, col] = np.bincount(bins[0][where], weights=k3[where], minlength=bins[1])
     eq = equal[compared].astype(np.uint64)
     full = np.uint64((1 << layers) - 1) if layers < 64 else np.uint64(2**64 - 1)
     bits = ((eq[:, None] >> np.arange(layers, dtype=np.uint64)) & np.uint64(1)).astype(np.int64)

@@ -10,7 +10,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchctl import api
-from mismatchctl.analysis.routing import run_routing
 from mismatchctl.ingest.routing_rows import RouteOptions
 from mismatchctl.stats import routing as R
 from tests.routing.routes_fixture import routes
@@ -124,9 +123,8 @@ def test_metrics_match_the_reference_and_merge(tmp_path: Path) -> None:
         api.ingest([path], "r", store=store, tags=["routing_replay=r3"] if i == 0 else [])
     # all at once: one ingest
     api.ingest(files, "one", store=store, tags=["routing_replay=r3"], routes=RouteOptions())
-    st = api.open_store(store)
-    merged = run_routing(st, "r").to_dict()
-    once = run_routing(st, "one").to_dict()
+    merged = api.report(["r"], store=store).to_dict()["routing"]["r"]
+    once = api.report(["one"], store=store).to_dict()["routing"]["one"]
     want = _reference(all_seqs, replay=True)
     _close(merged["metrics"], want)
     _close(once["metrics"], want)
@@ -143,6 +141,29 @@ def test_a_run_without_routes(tmp_path: Path) -> None:
     path = tmp_path / "d.parquet"
     pq.write_table(pa.table(data), path)
     api.ingest([path], "r", store=tmp_path / "s")
-    st = api.open_store(tmp_path / "s")
-    assert run_routing(st, "r").to_dict() == {"run": "r", "routes": False}
+    assert "routing" not in api.report(["r"], store=tmp_path / "s").to_dict()
     assert not (tmp_path / "s" / "routing").exists()
+
+
+def test_report_views_steps_and_ray(tmp_path: Path) -> None:
+    """The Routing sections in the terminal and HTML, a step range applied to the routes, and
+    the same routing numbers with the Ray engine."""
+    store = tmp_path / "s"
+    seqs_by_step = {}
+    for step in (1, 2):
+        data, seqs = _dump(10 + step)
+        data["step"] = [step] * len(seqs)
+        path = tmp_path / f"d{step}.parquet"
+        pq.write_table(pa.table(data), path)
+        api.ingest([path], "r", store=store)
+        seqs_by_step[step] = seqs
+    only2 = api.report(["r"], store=store, steps="2").to_dict()["routing"]["r"]["metrics"]
+    _close(only2, _reference(seqs_by_step[2]))
+    local = api.report(["r"], store=store)
+    assert [s.id for s in local.sections() if s.id.startswith("routing")] == [
+        "routing",
+        "routing-layers-r",
+        "routing-bins-r",
+    ]
+    ray = api.report(["r"], store=store, engine="ray", workers=2)
+    assert ray.to_dict()["routing"] == local.to_dict()["routing"]
