@@ -36,6 +36,16 @@ def routing_sections(routing: Mapping[str, RoutingResult]) -> list[S.Section]:
     return out
 
 
+def compare_routing(
+    a: Mapping[str, RoutingResult], b: Mapping[str, RoutingResult]
+) -> list[S.Section]:
+    """Two sides' routing side by side (e.g. without and with replay): one row per side's run."""
+    if not a and not b:
+        return []
+    rows = {f"A: {run}": r for run, r in a.items()} | {f"B: {run}": r for run, r in b.items()}
+    return [summary_table(rows, "Routing (MoE), both sides")]
+
+
 def summary_table(routing: Mapping[str, RoutingResult], title: str = "Routing (MoE)") -> S.Table:
     columns = [S.Column("run", "run", K.LABEL), S.Column("shape", "layers x top-k", K.LABEL)]
     columns += [S.Column(key, header, kind) for key, header, kind in SUMMARY]

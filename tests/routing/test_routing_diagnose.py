@@ -34,7 +34,7 @@ def _dump(path: Path, seed: int, replayed: bool, flip_noise: float, every: int =
         eng, tr = routes(t, LAYERS, 8, TOP_K, seed=seed * 1000 + i)
         if replayed:
             tr = eng.copy()
-            if i % every == 0:
+            if every and i % every == 0:
                 tr[5:8] = routes(t, LAYERS, 8, TOP_K, seed=7 + i)[1][5:8]
         differs = (np.sort(eng, 2) != np.sort(tr, 2)).any(axis=(1, 2))
         produced_by_flip = np.r_[False, differs[:-1]]
@@ -88,3 +88,19 @@ def test_no_routing_check_without_routes(tmp_path: Path) -> None:
     api.ingest([path], "plain", store=tmp_path / "s")
     names = set(_checks(tmp_path / "s", "plain"))
     assert not names & {"routing_flips", "routing_replay"}
+
+
+def test_compare_shows_both_sides_routing(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    _dump(tmp_path / "a.parquet", 1, replayed=False, flip_noise=0.5)
+    _dump(tmp_path / "b.parquet", 2, replayed=True, flip_noise=0.01, every=0)
+    api.ingest([tmp_path / "a.parquet"], "natural", store=store)
+    api.ingest([tmp_path / "b.parquet"], "replayed", store=store, tags=["routing_replay=r3"])
+    cmp = api.compare("natural", "replayed", store=store, resamples=20)
+    doc = cmp.to_dict()["routing"]
+    a, b = doc["a"]["natural"]["metrics"], doc["b"]["replayed"]["metrics"]
+    assert a == api.report(["natural"], store=store).to_dict()["routing"]["natural"]["metrics"]
+    assert b["routing_token_agreement"] == 1.0 and b["r3_violation_fraction"] == 0.0
+    assert a["routing_token_agreement"] < 1.0
+    table = next(s for s in cmp.sections() if s.id == "routing")
+    assert [r["run"] for r in table.rows] == ["A: natural", "B: replayed"]
