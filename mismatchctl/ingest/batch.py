@@ -83,14 +83,19 @@ class RouteColumn:
     SGLang's ``routed_experts_start_len`` per sequence; ``widths``: per sequence, the positions
     before the response in a whole-sequence list (an attention mask's prompt part)."""
 
-    values: pa.Array
+    values: pa.Array | list[np.ndarray]  # a column, or arrays (rows from position 0)
     name: str
     starts: np.ndarray | None = None
     widths: np.ndarray | None = None
 
     def keep(self, keep: np.ndarray) -> RouteColumn:
+        values = (
+            [v for v, k in zip(self.values, keep, strict=True) if k]
+            if isinstance(self.values, list)
+            else self.values.filter(pa.array(keep))
+        )
         return RouteColumn(
-            self.values.filter(pa.array(keep)),
+            values,
             self.name,
             None if self.starts is None else self.starts[keep],
             None if self.widths is None else self.widths[keep],

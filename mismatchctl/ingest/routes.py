@@ -73,12 +73,18 @@ class Layout:
     lengths: np.ndarray  # int64 [n]
     prompts: np.ndarray  # int64 [n], -1 = unknown
     widths: np.ndarray | None = None  # int64 [n]: attention mask length minus the response
+    names: list[str] | None = None  # each sequence for messages: sample `id` (row 17)
+
+    def at(self, i: int) -> str:
+        return self.names[i] if self.names else f"row {i}"
 
 
 def read_side(
     column: pa.Array, name: str, label: str, layout: Layout, starts: np.ndarray | None, top_k: int
 ) -> SideRoutes:
     """The routes in ``column`` (one value per sequence), in whichever encoding it holds."""
+    if isinstance(column, list):  # arrays per sequence (a .pt dump): rows from position 0
+        return _absolute_arrays(column, name, f"{label}: `{name}`", layout)
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     what = f"{label}: column `{name}`"
@@ -136,7 +142,7 @@ def _place_lists(
             else (f" or {int(layout.widths[i] + layout.lengths[i])} (prompt + response)")
         )
         raise InputError(
-            f"{what}: row {i}: {int(rows[i])} route rows, expected {int(layout.lengths[i])} (one "
+            f"{what}: {layout.at(i)}: {int(rows[i])} route rows, expected {int(layout.lengths[i])} (one "
             f"per logprob){whole_len}",
             f"dump `{name}` aligned with the logprobs (one [layers][top_k] list per token).",
         )
@@ -172,11 +178,11 @@ def _sglang(
     parts, counts = [], np.zeros(len(texts), dtype=np.int64)
     n_layers = None
     for i, text in enumerate(texts):
-        flat = _b64_int32(text, what, i)
+        flat = _b64_int32(text, what, layout.at(i))
         expected = int(layout.prompts[i] + layout.lengths[i] - 1 - starts[i])
         if expected <= 0 or len(flat) % (expected * top_k):
             raise InputError(
-                f"{what}: row {i}: {len(flat)} ids do not fill {expected} rows (prompt "
+                f"{what}: {layout.at(i)}: {len(flat)} ids do not fill {expected} rows (prompt "
                 f"{int(layout.prompts[i])} + response {int(layout.lengths[i])} - 1 - start "
                 f"{int(starts[i])}) of top-{top_k}",
                 "check --routes-topk and the prompt lengths; SGLang returns rows for the "
@@ -202,17 +208,31 @@ def _prime(column: pa.Array, name: str, what: str, layout: Layout) -> SideRoutes
             "(prime-rl's RoutedExperts)",
             "map the routes column with --map rollout_routes=<column>.",
         )
-    _need_prompts(what, layout)
     values = column.to_pylist()
-    parts, counts = [], np.zeros(len(values), dtype=np.int64)
-    for i, value in enumerate(values):
-        arr = _prime_array(value, what, i)
+    arrays = [_prime_array(value, what, layout.at(i)) for i, value in enumerate(values)]
+    return _absolute_arrays(arrays, name, what, layout)
+
+
+def _absolute_arrays(arrays: list[np.ndarray], name: str, what: str, layout: Layout) -> SideRoutes:
+    """``(rows, layers, top_k)`` arrays per sequence, rows from position 0 of prompt + response
+    (as many, or one fewer: the last token is never an input)."""
+    _need_prompts(what, layout)
+    parts, counts = [], np.zeros(len(arrays), dtype=np.int64)
+    for i, value in enumerate(arrays):
+        arr = np.asarray(value)
         full = int(layout.prompts[i] + layout.lengths[i])
-        if arr.shape[0] not in (full, full - 1):
+        if arr.ndim != 3 or arr.shape[0] not in (full, full - 1):
             raise InputError(
-                f"{what}: row {i}: shape {list(arr.shape)}, expected {full} or {full - 1} rows "
-                f"(prompt {int(layout.prompts[i])} + response {int(layout.lengths[i])})",
-                "check the prompt lengths; prime-rl's routes cover prompt + completion.",
+                f"{what}: {layout.at(i)}: shape {list(arr.shape)}, expected [{full - 1} or {full} "
+                f"rows, layers, top_k] (prompt {int(layout.prompts[i])} + response "
+                f"{int(layout.lengths[i])})",
+                "the routes cover the whole sequence from its first prompt token; check the "
+                "prompt lengths.",
+            )
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise InputError(
+                f"{what}: {layout.at(i)}: expert ids of type {arr.dtype}, expected integers",
+                "map the routes key (ids of the experts chosen per layer).",
             )
         parts.append(arr.astype(np.int32))
         counts[i] = arr.shape[0]
@@ -224,20 +244,20 @@ def _prime(column: pa.Array, name: str, what: str, layout: Layout) -> SideRoutes
             "routes of one run come from one model: ingest each model into its own run.",
         )
     ids = np.concatenate(parts) if parts else np.zeros((0, 0, 0), np.int32)
-    return _from_absolute(ids, counts, np.zeros(len(values), np.int64), name, layout)
+    return _from_absolute(ids, counts, np.zeros(len(arrays), np.int64), name, layout)
 
 
-def _prime_array(value: dict | None, what: str, i: int) -> np.ndarray:
+def _prime_array(value: dict | None, what: str, at: str) -> np.ndarray:
     if value is None or value.get("data") is None or value.get("shape") is None:
         raise InputError(
-            f"{what}: row {i} is null (expected data, shape and dtype)",
+            f"{what}: {at} is null (expected data, shape and dtype)",
             "drop rows without routes, or dump -1 rows for them.",
         )
     dtype = value.get("dtype") or "uint8"
     shape = list(value["shape"])
     if dtype not in DTYPES or len(shape) != 3:
         raise InputError(
-            f"{what}: row {i}: dtype {dtype!r}, shape {shape} (expected one of "
+            f"{what}: {at}: dtype {dtype!r}, shape {shape} (expected one of "
             f"{', '.join(DTYPES)} and [rows, layers, top_k])",
             "write the routes with numpy's tobytes() of a (tokens, layers, top_k) array.",
         )
@@ -245,7 +265,7 @@ def _prime_array(value: dict | None, what: str, i: int) -> np.ndarray:
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
     if len(data) != size:
         raise InputError(
-            f"{what}: row {i}: {len(data)} bytes, expected {size} for shape {shape} of {dtype}",
+            f"{what}: {at}: {len(data)} bytes, expected {size} for shape {shape} of {dtype}",
             "the data must be the array's raw bytes (numpy tobytes()).",
         )
     return np.frombuffer(data, dtype=dtype).reshape(shape)
@@ -270,28 +290,28 @@ def _need_prompts(what: str, layout: Layout) -> None:
     if (layout.prompts < 0).any():
         i = int(np.flatnonzero(layout.prompts < 0)[0])
         raise InputError(
-            f"{what}: row {i}: the routes cover the whole sequence, and its prompt length is "
+            f"{what}: {layout.at(i)}: the routes cover the whole sequence, and its prompt length is "
             "unknown",
             "add a prompt_length column (or the prompt ids / attention_mask) to place them.",
         )
 
 
-def _b64_int32(text: str | None, what: str, i: int) -> np.ndarray:
+def _b64_int32(text: str | None, what: str, at: str) -> np.ndarray:
     if text is None:
         raise InputError(
-            f"{what}: row {i} is null (expected base64 routes)",
+            f"{what}: {at} is null (expected base64 routes)",
             "drop rows without routes, or dump -1 rows for them.",
         )
     try:
         raw = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise InputError(
-            f"{what}: row {i} is not base64 (found {text[:20]!r}...)",
+            f"{what}: {at} is not base64 (found {text[:20]!r}...)",
             "SGLang's routed_experts are base64 of int32; map the right column.",
         ) from None
     if len(raw) % 4:
         raise InputError(
-            f"{what}: row {i}: {len(raw)} bytes, not a whole number of int32",
+            f"{what}: {at}: {len(raw)} bytes, not a whole number of int32",
             "SGLang's routed_experts are base64 of int32; map the right column.",
         )
     return np.frombuffer(raw, dtype="<i4").astype(np.int32)

@@ -34,10 +34,10 @@ def batch_routing(
     prompts = batch.prompt_lengths
     if prompts is None:
         prompts = np.full(batch.n, -1, dtype=np.int64)
+    names = [f"sample `{s}` ({batch.location(i)})" for i, s in enumerate(batch.sample_ids)]
     decoded: list[SideRoutes] = []
     for side in present:
-        widths = side.widths
-        layout = Layout(lengths, prompts, widths)
+        layout = Layout(lengths, prompts, side.widths, names)
         decoded.append(read_side(side.values, side.name, source, layout, side.starts, opts.top_k))
     cols, tally = routing_table(
         decoded[0], decoded[1], lengths, model, where, source, batch.sample_ids, opts

@@ -273,7 +273,7 @@ def test_errors_name_the_file_column_and_sample_and_leave_the_store(tmp_path: Pa
             lambda d: d["trainer_routed_experts"].__setitem__(
                 1, d["trainer_routed_experts"][1][:-1]
             ),
-            r"bad\.parquet: column `trainer_routed_experts`: row 1: \d+ route rows, expected \d+",
+            r"bad\.parquet: column `trainer_routed_experts`: sample `s1` \(row 1\): \d+ route rows, expected \d+",
         ),
         "range": (
             lambda d: d["trainer_routed_experts"][0][0][0].__setitem__(0, 9),
@@ -302,3 +302,71 @@ def test_errors_name_the_file_column_and_sample_and_leave_the_store(tmp_path: Pa
         assert err.value.hint, name
         assert str(bad) in err.value.message, name
         assert tree_digest(store) == before, name
+
+
+def test_slime_train_dump_with_routes(tmp_path: Path) -> None:
+    """slime's Sample.rollout_routed_experts: int32 (len(tokens) - 1, layers, top_k) tensors,
+    rows from the first prompt token; here with a trainer side under trainer_routed_experts."""
+    torch = pytest.importorskip("torch")
+    seqs = _sequences()
+    samples = []
+    for i, s in enumerate(seqs):
+        p, t = s["prompt"], len(s["mask"])
+        s["eng"][p + t - 1] = -1  # the last token is never an input: no row
+        samples.append(
+            {
+                "tokens": torch.arange(p + t),
+                "response_lengths": t,
+                "loss_masks": torch.tensor(s["mask"]),
+                "rollout_log_probs": torch.tensor(s["rollout"]),
+                "log_probs": torch.tensor(s["trainer"]),
+                "sample_index": i,
+                "rollout_routed_experts": torch.tensor(s["eng"][: p + t - 1]),
+                "trainer_routed_experts": torch.tensor(s["tr"][: p + t - 1]),
+            }
+        )
+    path = tmp_path / "train_3.pt"
+    torch.save({"format_version": 2, "rollout_id": 3, "rank": 0, "samples": samples}, path)
+    store = tmp_path / "store"
+    api.ingest([path], "r", store=store, routes=RouteOptions(keep_routes=True))
+    st = api.open_store(store)
+    (part,) = st.parts("r", "routing")
+    _check(pq.read_table(st.part_path(part)), seqs)
+    # a sample whose routes are one row short is refused, naming it
+    samples[1]["rollout_routed_experts"] = samples[1]["rollout_routed_experts"][:-1]
+    torch.save({"format_version": 2, "rollout_id": 3, "rank": 0, "samples": samples}, path)
+    with pytest.raises(
+        InputError, match=r"train_3\.pt: `rollout_routed_experts`: sample `1` \(sample 1\): shape"
+    ):
+        api.ingest([path], "r2", store=store)
+
+
+def test_other_names_by_map_and_encodings_needing_more(tmp_path: Path) -> None:
+    seqs = _sequences()
+    data = _base(seqs)
+    data["engine_experts"] = [_response_rows(s, "eng").tolist() for s in seqs]
+    data["learner_experts"] = [_response_rows(s, "tr").tolist() for s in seqs]
+    for s in seqs:
+        s["eng"][: s["prompt"]] = -1
+    path = tmp_path / "m.parquet"
+    pq.write_table(pa.table(data), path)
+    store = tmp_path / "store"
+    maps = ["rollout_routes=engine_experts", "trainer_routes=learner_experts"]
+    api.ingest([path], "r", store=store, mapping=maps, routes=RouteOptions(keep_routes=True))
+    st = api.open_store(store)
+    (part,) = st.parts("r", "routing")
+    _check(pq.read_table(st.part_path(part)), seqs)
+
+    # base64 routes without their top-k, and without the prompt length, are refused
+    b64 = _base(_sequences())
+    b64["rollout_routed_experts"] = [base64.b64encode(b"\0" * 16).decode()] * len(seqs)
+    b64["trainer_routed_experts"] = data["learner_experts"]
+    path = tmp_path / "b.parquet"
+    pq.write_table(pa.table(b64), path)
+    with pytest.raises(InputError, match=r"base64 routes \(SGLang\): their top-k") as err:
+        api.ingest([path], "b", store=store)
+    assert "--routes-topk" in (err.value.hint or "")
+    del b64["prompt_length"]
+    pq.write_table(pa.table(b64), path)
+    with pytest.raises(InputError, match=r"its prompt length is unknown"):
+        api.ingest([path], "b", store=store, routes=RouteOptions(top_k=2))
