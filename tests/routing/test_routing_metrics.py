@@ -109,6 +109,29 @@ def _close(got: dict, want: dict) -> None:
             assert got[k] == pytest.approx(v, rel=1e-12, abs=1e-15), k
 
 
+def _close_bins(by_bin: list[dict], seqs: list[dict], edges: np.ndarray) -> None:
+    """K3 of flipped / same tokens per probability bin, by the definition."""
+    got = {row["bin"]: row for row in by_bin}
+    want: dict[int, dict[str, list]] = {}
+    for s in seqs:
+        eng, tr, r = s["eng"], s["tr"], s["trainer"] - s["rollout"]
+        for t in np.flatnonzero(s["mask"]):
+            q = t - 1
+            if q < 0 or (eng[q] < 0).any() or (tr[q] < 0).any():
+                continue
+            flip = any(set(eng[q, x]) != set(tr[q, x]) for x in range(LAYERS))
+            p = np.exp(s["rollout"][t])
+            b = min(int(np.sum(edges[1:-1] <= p)), len(edges) - 2)
+            side = want.setdefault(b, {"flip": [], "same": []})
+            side["flip" if flip else "same"].append(np.expm1(r[t]) - r[t])
+    assert len(got) == len(edges) - 1
+    for b, row in enumerate(got.values()):
+        w = want.get(b, {"flip": [], "same": []})
+        assert row["flipped_tokens"] == len(w["flip"]) and row["same_tokens"] == len(w["same"])
+        for key, vals in ((R.VLLM_KL_FLIPPED, w["flip"]), (R.VLLM_KL_SAME, w["same"])):
+            assert row[key] == (pytest.approx(np.mean(vals), rel=1e-12) if vals else None)
+
+
 def test_metrics_match_the_reference_and_merge(tmp_path: Path) -> None:
     files, all_seqs = [], []
     for seed in (1, 2, 3):
@@ -130,6 +153,7 @@ def test_metrics_match_the_reference_and_merge(tmp_path: Path) -> None:
     _close(once["metrics"], want)
     assert merged["metrics"][R.VLLM_KL_FLIPPED] is not None
     assert 0 < want[R.ROUTING_TOKEN_AGREEMENT] < 1
+    _close_bins(merged["by_bin"], all_seqs, api.report(["r"], store=store).bin_edges)
     layers = merged["by_layer"]
     assert len(layers) == LAYERS
     assert sum(x["first_flip_share"] for x in layers) == pytest.approx(1.0)
