@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
@@ -118,7 +117,10 @@ def _nested(column: pa.Array, name: str, what: str, layout: Layout) -> SideRoute
         )
     n_layers = _constant(layers, what, "layer count", "rows")
     k = _constant(ks, what, "top-k", "layers")
-    ids = _ints(ids_col, what).reshape(-1, n_layers or 0, k or 0)
+    if n_layers is None or k is None or n_layers * k == 0:
+        ids = np.zeros((0, n_layers or 0, k or 0), dtype=np.int32)
+    else:
+        ids = _ints(ids_col, what).reshape(-1, n_layers, k)
     return _place_lists(ids, rows, name, what, layout)
 
 
@@ -146,14 +148,8 @@ def _place_lists(
             f"per logprob){whole_len}",
             f"dump `{name}` aligned with the logprobs (one [layers][top_k] list per token).",
         )
-    if whole.any():  # keep from the last prompt row on
-        skip = np.where(whole, np.maximum(layout.widths - 1, 0), 0)  # type: ignore[operator]
-        first = np.where(whole & (layout.widths > 0), -1, 0).astype(np.int64)  # type: ignore[operator]
-        keep = np.ones(len(ids), dtype=bool)
-        drop_index = np.repeat(offsets[:-1], skip) + _ranges(skip)
-        keep[drop_index] = False
-        ids = ids[keep]
-        offsets = offsets_from_lengths(rows - skip)
+    if whole.any():  # the prompt part's rows come first: the response starts after them
+        first = np.where(whole, -layout.widths, 0).astype(np.int64)  # type: ignore[operator]
     return SideRoutes(ids, offsets, first, name)
 
 
@@ -274,16 +270,9 @@ def _prime_array(value: dict | None, what: str, at: str) -> np.ndarray:
 def _from_absolute(
     ids: np.ndarray, counts: np.ndarray, starts: np.ndarray, name: str, layout: Layout
 ) -> SideRoutes:
-    """Rows for absolute positions ``starts[i]...``: keep those from the last prompt position on
-    (response index ``start - prompt``, at least -1)."""
-    first_abs = np.maximum(starts, layout.prompts - 1)
-    skip = np.clip(first_abs - starts, 0, counts)
-    offsets = offsets_from_lengths(counts)
-    keep = np.ones(len(ids), dtype=bool)
-    keep[np.repeat(offsets[:-1], skip) + _ranges(skip)] = False
-    return SideRoutes(
-        ids[keep], offsets_from_lengths(counts - skip), first_abs - layout.prompts, name
-    )
+    """Rows for absolute positions ``starts[i]...``: the first is response index ``start -
+    prompt`` (rows before the last prompt position are not used)."""
+    return SideRoutes(ids, offsets_from_lengths(counts), starts - layout.prompts, name)
 
 
 def _need_prompts(what: str, layout: Layout) -> None:
@@ -318,12 +307,18 @@ def _b64_int32(text: str | None, what: str, at: str) -> np.ndarray:
 
 
 def _ints(values: pa.Array, what: str) -> np.ndarray:
+    """int32 ids (an id beyond int32 is an error, not wrapped)."""
     if values.null_count:
         raise InputError(
             f"{what}: {values.null_count} null expert id(s)",
             "write -1 where no route was recorded.",
         )
-    return values.cast(pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
+    try:
+        return values.cast(pa.int32()).to_numpy(zero_copy_only=False)
+    except pa.ArrowInvalid:
+        raise InputError(
+            f"{what}: an expert id beyond int32", "map the routes column (expert ids)."
+        ) from None
 
 
 def _constant(lengths: np.ndarray, what: str, name: str, within: str) -> int | None:
@@ -349,17 +344,3 @@ def _not_3d(what: str, found: str) -> Exception:
         f"{what}: expected a list of [layers][top_k] lists per sequence, found {found}",
         "dump the routes as ndarray.tolist() of a (tokens, layers, top_k) array.",
     )
-
-
-def _ranges(counts: np.ndarray) -> np.ndarray:
-    """0..c-1 for every count, concatenated."""
-    total = int(counts.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    starts = offsets_from_lengths(counts)[:-1]
-    return np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
-
-
-def column_values(values: pa.Array) -> np.ndarray:
-    """An integer column as int64 (nulls: 0), for the start lengths."""
-    return pc.fill_null(values, 0).cast(pa.int64()).to_numpy(zero_copy_only=False)

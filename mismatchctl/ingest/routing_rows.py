@@ -18,12 +18,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-import numba
 import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError, UsageError
+from mismatchctl.ingest import routing_kernels as K
 from mismatchctl.ingest.routes import MAX_LAYERS, SideRoutes
 
 ALIGNED_INPUT = "input"
@@ -99,25 +99,29 @@ def routing_table(
 ) -> tuple[dict[str, pa.Array], RouteTally]:
     """The routing columns of the batch's model tokens (``where``: their flat positions)."""
     _same_shape(rollout, trainer, ctx_what)
-    tally = RouteTally(rollout.layers, rollout.top_k)
+    layers, top_k = _shape(rollout, trainer)
+    tally = RouteTally(layers, top_k)
     frame = offsets_frame(lengths)
-    a = _placed(rollout, lengths, frame, ctx_what, sample_ids)
-    b = _placed(trainer, lengths, frame, ctx_what, sample_ids)
-    for side, ids in ((rollout, a), (trainer, b)):
-        _check_ids(ids, side.column, ctx_what, frame, sample_ids, opts.num_experts)
-        tally.max_id = max(tally.max_id, int(ids.max()) if ids.size else -1)
-        _capture_bugs(ids, lengths, model, frame, tally)
-        _check_distinct(ids, side.column, ctx_what, frame, sample_ids)
-    equal, overlap, compared = compare_rows(a, b)
+    tail = _padded_tail(lengths, model, frame)
+    sides = []
+    for side in (rollout, trainer):
+        of = _frame_index(side, lengths, frame, ctx_what, sample_ids)
+        dead = _scan(side, ctx_what, sample_ids, opts.num_experts, tally)
+        if len(side.ids):
+            tally.bugs[BUG_REPEAT] += int(K.tail_repeats(side.ids, of, dead, tail))
+        sides.append((side, of, dead))
+    if not tally.bugs[BUG_REPEAT]:
+        del tally.bugs[BUG_REPEAT]
+    equal, overlap, compared = _compare(sides, len(tail), layers)
     own = where + np.repeat(np.arange(len(lengths)) + 1, np.diff(_model_offsets(model, lengths)))
     producing = own - 1 if opts.aligned == ALIGNED_INPUT else own
-    differs = compared & (equal != full_mask(a.shape[1]))
+    differs = compared & (equal != full_mask(layers))
     before = _differs_before(differs, frame)
     tally.missing_rows = int((~compared[own]).sum())
     cols = {
         S.ROUTE_EQUAL: pa.array(equal[own], pa.uint64(), mask=~compared[own]),
         S.ROUTE_OVERLAP: pa.FixedSizeBinaryArray.from_buffers(
-            pa.binary(a.shape[1]),
+            pa.binary(layers),
             len(own),
             [_validity(compared[own]), pa.py_buffer(np.ascontiguousarray(overlap[own]))],
         ),
@@ -130,14 +134,47 @@ def routing_table(
             pa.int8(),
         ),
         S.ROUTE_FLIP_BEFORE: pa.array(before[own], pa.bool_()),
-        S.ROUTE_TOP_K: pa.array(np.full(len(own), a.shape[2], np.uint8), pa.uint8()),
+        S.ROUTE_TOP_K: pa.array(np.full(len(own), top_k, np.uint8), pa.uint8()),
     }
     if opts.keep_routes:
-        width = a.shape[1] * a.shape[2]
-        for name, ids in ((S.ROLLOUT_ROUTES, a), (S.TRAINER_ROUTES, b)):
-            flat = pa.array(ids[own].reshape(-1).astype(np.int32), pa.int32())
-            cols[name] = pa.FixedSizeListArray.from_arrays(flat, width)
+        for name, (side, of, dead) in zip((S.ROLLOUT_ROUTES, S.TRAINER_ROUTES), sides, strict=True):
+            rows = _gather(side.ids, of, dead, own, layers, top_k)
+            flat = pa.array(rows.reshape(-1), pa.int32())
+            cols[name] = pa.FixedSizeListArray.from_arrays(flat, layers * top_k)
     return cols, tally
+
+
+def _shape(a: SideRoutes, b: SideRoutes) -> tuple[int, int]:
+    for side in (a, b):
+        if len(side.ids):
+            return side.layers, side.top_k
+    return 0, 0
+
+
+def _compare(
+    sides: list[tuple[SideRoutes, np.ndarray, np.ndarray]], n: int, layers: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per frame row: equal-layers bitmask, per-layer overlap (uint8), compared on both sides."""
+    equal = np.zeros(n, dtype=np.uint64)
+    overlap = np.zeros((n, layers), dtype=np.uint8)
+    compared = np.zeros(n, dtype=np.bool_)
+    (a, a_of, a_dead), (b, b_of, b_dead) = sides
+    if len(a.ids) and len(b.ids) and layers:
+        K.compare_frames(a.ids, a_of, a_dead, b.ids, b_of, b_dead, equal, overlap, compared)
+    return equal, overlap, compared
+
+
+def _gather(
+    ids: np.ndarray, of: np.ndarray, dead: np.ndarray, own: np.ndarray, layers: int, k: int
+) -> np.ndarray:
+    """The rows of the model tokens (-1 where none, or a capture bug), int32 [tokens, L, K]."""
+    out = np.full((len(own), layers, k), -1, dtype=np.int32)
+    rows = of[own]
+    ok = rows >= 0
+    ok[ok] = ~dead[rows[ok]]
+    if len(ids):
+        out[ok] = ids[rows[ok]]
+    return out
 
 
 def full_mask(layers: int) -> np.uint64:
@@ -174,13 +211,13 @@ def _same_shape(a: SideRoutes, b: SideRoutes, what: str) -> None:
         )
 
 
-def _placed(
+def _frame_index(
     side: SideRoutes, lengths: np.ndarray, frame: np.ndarray, what: str, sample_ids: list[str]
 ) -> np.ndarray:
-    """The side's rows on the frame (-1 where it has none)."""
+    """Per frame row, the side's row there (-1: none); rows before response index -1 (the
+    prompt's earlier positions) are not placed."""
     rows = np.diff(side.offsets)
-    last = side.first + rows  # one past the last row's response index
-    over = (side.first < -1) | (last > lengths)
+    over = side.first + rows > lengths
     if over.any():
         i = int(np.flatnonzero(over)[0])
         raise InputError(
@@ -188,95 +225,65 @@ def _placed(
             f"rows from response index {int(side.first[i])}, past its {int(lengths[i])} logprobs",
             "dump one route row per token, aligned with the logprobs.",
         )
-    k_shape = side.ids.shape[1:] if len(side.ids) else (0, 0)
-    out = np.full((int(frame[-1]), *k_shape), -1, dtype=np.int32)
+    of = np.full(int(frame[-1]), -1, dtype=np.int64)
     if len(side.ids):
         seq = np.repeat(np.arange(len(rows)), rows)
-        index = (
-            frame[:-1][seq] + 1 + side.first[seq] + (np.arange(len(side.ids)) - side.offsets[seq])
-        )
-        out[index] = side.ids
-    return out
+        index = np.arange(len(side.ids), dtype=np.int64) - side.offsets[seq]
+        response = side.first[seq] + index
+        keep = response >= -1
+        of[frame[:-1][seq[keep]] + 1 + response[keep]] = np.flatnonzero(keep)
+    return of
 
 
-def _check_ids(
-    ids: np.ndarray,
-    column: str,
+def _scan(
+    side: SideRoutes,
     what: str,
-    frame: np.ndarray,
     sample_ids: list[str],
     num_experts: int | None,
-) -> None:
-    """Ids in ``[0, num_experts)`` (or -1); a row is -1 on all its slots or on none."""
-    if ids.size == 0:
-        return
+    tally: RouteTally,
+) -> np.ndarray:
+    """Validate a side's rows; the rows filled with one id (a capture bug), counted."""
+    dead = np.zeros(len(side.ids), dtype=np.bool_)
+    if not len(side.ids) or side.ids.size == 0:
+        return dead
     high = num_experts if num_experts is not None else np.iinfo(np.int32).max
-    bad_id = (ids < -1) | (ids >= high)
-    neg = ids == -1
-    partial = neg.any(axis=(1, 2)) & ~neg.all(axis=(1, 2))
-    for rows, problem in ((bad_id.any(axis=(1, 2)), "id"), (partial, "partial")):
-        if not rows.any():
-            continue
-        r = int(np.flatnonzero(rows)[0])
-        i = int(np.searchsorted(frame, r, side="right") - 1)
-        j = r - int(frame[i]) - 1
-        row = ids[r]
-        if problem == "id":
-            found = int(row[(row < -1) | (row >= high)][0])
-            expected = f"ids in [0, {num_experts})" if num_experts else "ids >= 0 (or -1)"
-            hint = "check --num-experts, and map the right routes column."
-        else:
-            found, expected = "some slots -1, others not", "-1 on every slot or on none"
-            hint = "write -1 on every slot of a position whose route was not recorded."
-        raise InputError(
-            f"{what}: sample `{sample_ids[i]}`: column `{column}`, response index {j}: expected "
-            f"{expected}, found {found}",
-            hint,
+    code, r, top = K.scan_side(side.ids, high, dead)
+    if code != K.OK:
+        raise _bad_row(side, int(code), int(r), what, sample_ids, num_experts)
+    tally.max_id = max(tally.max_id, int(top))
+    fills = int(dead.sum())
+    if fills:
+        tally.bugs[BUG_FILL] += fills
+    return dead
+
+
+def _bad_row(
+    side: SideRoutes, code: int, r: int, what: str, sample_ids: list[str], num_experts: int | None
+) -> InputError:
+    i = int(np.searchsorted(side.offsets, r, side="right") - 1)
+    j = int(side.first[i] + r - side.offsets[i])
+    row = side.ids[r]
+    at = f"{what}: sample `{sample_ids[i]}`: column `{side.column}`, response index {j}"
+    if code == K.BAD_ID:
+        high = num_experts if num_experts is not None else np.iinfo(np.int32).max
+        found = int(row[(row < -1) | (row >= high)][0])
+        expected = f"ids in [0, {num_experts})" if num_experts else "ids >= 0 (or -1)"
+        return InputError(
+            f"{at}: expected {expected}, found {found}",
+            "check --num-experts, and map the right routes column.",
         )
-
-
-def _check_distinct(
-    ids: np.ndarray, column: str, what: str, frame: np.ndarray, sample_ids: list[str]
-) -> None:
-    """A layer's top-k are distinct experts (rows filled with one id are capture bugs, set
-    to -1 before this check)."""
-    if ids.size == 0 or ids.shape[2] < 2:
-        return
-    s = np.sort(ids, axis=2)
-    dup = ((s[:, :, 1:] == s[:, :, :-1]) & (s[:, :, 1:] >= 0)).any(axis=(1, 2))
-    if dup.any():
-        r = int(np.flatnonzero(dup)[0])
-        i = int(np.searchsorted(frame, r, side="right") - 1)
-        layer = int(np.flatnonzero((s[r, :, 1:] == s[r, :, :-1]).any(axis=1))[0])
-        raise InputError(
-            f"{what}: sample `{sample_ids[i]}`: column `{column}`, response index "
-            f"{r - int(frame[i]) - 1}, layer {layer}: expected {ids.shape[2]} distinct expert "
-            f"ids, found {ids[r, layer].tolist()}",
-            "the routes column must hold each position's top-k expert ids per layer.",
+    if code == K.PARTIAL:
+        return InputError(
+            f"{at}: expected -1 on every slot or on none, found some slots -1, others not",
+            "write -1 on every slot of a position whose route was not recorded.",
         )
-
-
-def _capture_bugs(
-    ids: np.ndarray, lengths: np.ndarray, model: np.ndarray, frame: np.ndarray, tally: RouteTally
-) -> None:
-    """Rows filled with one id everywhere (top-k > 1), and rows of the padded tail (masked
-    positions after the last model token) equal to the last real row: counted, set to -1."""
-    if ids.size == 0:
-        return
-    if ids.shape[2] > 1:
-        flat = ids.reshape(len(ids), -1)
-        fill = (flat == flat[:, :1]).all(axis=1) & (flat[:, 0] >= 0)
-        if fill.any():
-            tally.bugs[BUG_FILL] += int(fill.sum())
-            ids[fill] = -1
-    tail = _padded_tail(lengths, model, frame)
-    if tail.any():
-        last_real = np.maximum.accumulate(np.where(~tail, np.arange(len(tail)), 0))
-        repeat = tail & (ids >= 0).all(axis=(1, 2))
-        repeat &= (ids == ids[last_real]).all(axis=(1, 2))
-        if repeat.any():
-            tally.bugs[BUG_REPEAT] += int(repeat.sum())
-            ids[repeat] = -1
+    s = np.sort(row, axis=1)
+    layer = int(np.flatnonzero((s[:, 1:] == s[:, :-1]).any(axis=1))[0])
+    return InputError(
+        f"{at}, layer {layer}: expected {row.shape[1]} distinct expert ids, found "
+        f"{row[layer].tolist()}",
+        "the routes column must hold each position's top-k expert ids per layer.",
+    )
 
 
 def _padded_tail(lengths: np.ndarray, model: np.ndarray, frame: np.ndarray) -> np.ndarray:
@@ -305,38 +312,3 @@ def _validity(valid: np.ndarray) -> pa.Buffer | None:
     if valid.all():
         return None
     return pa.py_buffer(np.packbits(valid, bitorder="little"))
-
-
-def compare_rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: the bitmask of layers whose top-k sets are equal, the per-layer overlap
-    ``|A ∩ B|`` (uint8 [rows, layers]), and whether the row is recorded on both sides."""
-    n = len(a)
-    layers = a.shape[1] if a.ndim == 3 else 0
-    equal = np.zeros(n, dtype=np.uint64)
-    overlap = np.zeros((n, layers), dtype=np.uint8)
-    compared = np.zeros(n, dtype=np.bool_)
-    if n and layers:
-        _compare(a, b, equal, overlap, compared)
-    return equal, overlap, compared
-
-
-@numba.njit(cache=True, nogil=True)
-def _compare(a, b, equal, overlap, compared):  # pragma: no cover - compiled
-    n, layers, k = a.shape
-    for r in range(n):
-        if a[r, 0, 0] < 0 or b[r, 0, 0] < 0:
-            continue
-        compared[r] = True
-        bits = np.uint64(0)
-        for layer in range(layers):
-            common = 0
-            for i in range(k):
-                x = a[r, layer, i]
-                for j in range(k):
-                    if b[r, layer, j] == x:
-                        common += 1
-                        break
-            overlap[r, layer] = common
-            if common == k:
-                bits |= np.uint64(1) << np.uint64(layer)
-        equal[r] = bits
