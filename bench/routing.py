@@ -2,17 +2,20 @@
 
     python bench/routing.py --tokens 2 --layers 24 --top-k 8 [--workdir DIR] [--repeats 3]
 
-Writes two Parquet sequence dumps of ``--tokens`` millions of response positions (sequences of
+Writes three Parquet sequence dumps of ``--tokens`` millions of response positions (sequences of
 256-2048 tokens, 5% tool tokens) that differ only in the routes columns (``rollout_routed_experts``
-/ ``trainer_routed_experts``: fixed-size lists of int16, ``--layers`` x ``--top-k`` per token, the
-trainer's side differing from the engine's on 2% of the positions on one layer), then times in
-fresh processes (wall, peak RSS; medians of ``--repeats``, after one untimed warm-up round):
-``ingest`` of each dump into a store of its own, and ``report --json`` of each run.
+/ ``trainer_routed_experts``, ``--layers`` x ``--top-k`` per token, the trainer's side differing
+from the engine's on 2% of the positions on one layer): none (``plain``), nested lists of int16
+(``lists``), prime-rl's ``{data, shape, dtype}`` uint8 bytes (``bytes``). Then times in fresh
+processes (wall, peak RSS; medians of ``--repeats``, after one untimed warm-up round) ``ingest``
+of each dump into a store of its own and ``report --json`` of each run; and, in this process, the
+reading of one routes column by pyarrow alone (what the nested-list encoding costs to decode).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import shutil
 import statistics
@@ -27,9 +30,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
+CHUNK = 20_000
 
 
-def dumps(workdir: Path, tokens: int, layers: int, top_k: int, seed: int = 0) -> tuple[Path, Path]:
+def dumps(workdir: Path, tokens: int, layers: int, top_k: int, seed: int = 0) -> dict[str, Path]:
     rng = np.random.default_rng(seed)
     lengths = []
     while sum(lengths) < tokens:
@@ -41,7 +45,14 @@ def dumps(workdir: Path, tokens: int, layers: int, top_k: int, seed: int = 0) ->
     roll = -rng.exponential(0.3, n)
     train = np.minimum(roll + rng.normal(0, 0.02, n), 0)
     mask = (rng.random(n) > 0.05).astype(np.int8)
-    ranked = np.argsort(rng.random((n, layers, 64)), axis=2)[:, :, : top_k + 1].astype(np.int16)
+    ranked = np.concatenate(  # a chunk at a time: the random keys are 64 floats a layer
+        [
+            np.argsort(rng.random((min(CHUNK, n - a), layers, 64)), axis=2)[
+                :, :, : top_k + 1
+            ].astype(np.int16)
+            for a in range(0, n, CHUNK)
+        ]
+    )
     experts = np.ascontiguousarray(ranked[:, :, :top_k])
     other = experts.copy()
     flip = rng.random(n) < 0.02
@@ -59,15 +70,24 @@ def dumps(workdir: Path, tokens: int, layers: int, top_k: int, seed: int = 0) ->
         "old_log_probs": lists(pa.array(train)),
         "response_mask": lists(pa.array(mask)),
     }
-    plain, moe = workdir / "plain.parquet", workdir / "moe.parquet"
-    pq.write_table(pa.table(base), plain)
-    with_routes = {
-        **base,
-        "rollout_routed_experts": routes(experts),
-        "trainer_routed_experts": routes(other),
-    }
-    pq.write_table(pa.table(with_routes), moe)
-    return plain, moe
+
+    def blobs(ids: np.ndarray) -> pa.Array:
+        u8 = ids.astype(np.uint8)
+        return pa.array(
+            [
+                {"data": u8[a:b].tobytes(), "shape": [b - a, layers, top_k], "dtype": "uint8"}
+                for a, b in itertools.pairwise(offsets)
+            ]
+        )
+
+    paths = {name: workdir / f"{name}.parquet" for name in ("plain", "lists", "bytes")}
+    pq.write_table(pa.table(base), paths["plain"])
+    lists_ = {**base, "rollout_routed_experts": routes(experts)}
+    pq.write_table(pa.table({**lists_, "trainer_routed_experts": routes(other)}), paths["lists"])
+    prompt = {"prompt_length": pa.array(np.zeros(len(lengths), np.int64))}
+    raw = {**base, **prompt, "rollout_routed_experts": blobs(experts)}
+    pq.write_table(pa.table({**raw, "trainer_routed_experts": blobs(other)}), paths["bytes"])
+    return paths
 
 
 def timed(args: list[str]) -> tuple[float, float]:
@@ -94,10 +114,10 @@ def main() -> None:
     opts = ap.parse_args()
     workdir = opts.workdir or Path(tempfile.mkdtemp(prefix="routing-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    plain, moe = dumps(workdir, int(opts.tokens * 1e6), opts.layers, opts.top_k)
+    paths = dumps(workdir, int(opts.tokens * 1e6), opts.layers, opts.top_k)
     results: dict[str, list[tuple[float, float]]] = {}
     for round_ in range(opts.repeats + 1):
-        for name, dump in (("plain", plain), ("moe", moe)):
+        for name, dump in paths.items():
             store = workdir / f"store-{name}"
             shutil.rmtree(store, ignore_errors=True)
             ingest = timed(["ingest", str(dump), "--run", name, "--store", str(store), "-q"])
@@ -112,6 +132,11 @@ def main() -> None:
         rss = statistics.median(r for _, r in runs)
         rate = f"{n / wall / 1e6:.2f}M positions/s" if key.startswith("ingest") else ""
         print(f"{key:14s} {wall:7.2f} s  {rss:7.0f} MB  {rate}")
+    for name in ("lists", "bytes"):
+        start = time.perf_counter()
+        pq.read_table(paths[name], columns=["rollout_routed_experts"])
+        wall = time.perf_counter() - start
+        print(f"pyarrow reading one routes column ({name}): {wall:.2f} s")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ encodings in use, detected from its Arrow type:
 - a struct per sequence ``{data: bytes, shape: [rows, layers, top_k], dtype}`` (prime-rl's
   ``RoutedExperts``, uint8 by default), rows from absolute position 0.
 
-Every encoding becomes :class:`SideRoutes`: int32 rows ``[rows, layers, top_k]`` per sequence,
+Every encoding becomes :class:`SideRoutes`: integer rows ``[rows, layers, top_k]`` per sequence,
 ``-1`` where no route was recorded, with the response index of each sequence's first row
 (``-1``: the last prompt position, the row that produced the first response token).
 """
@@ -41,7 +41,7 @@ class SideRoutes:
     """One side's routes of ``n`` sequences: sequence ``i`` owns ``ids[offsets[i]:offsets[i+1]]``,
     its first row being response index ``first[i]`` (``-1``: the last prompt position)."""
 
-    ids: np.ndarray  # int32 [rows, layers, top_k], -1 = not recorded
+    ids: np.ndarray  # [rows, layers, top_k] of the dump's integer type, -1 = not recorded
     offsets: np.ndarray  # int64 [n + 1]
     first: np.ndarray  # int64 [n]
     column: str  # the column, for messages
@@ -204,18 +204,30 @@ def _prime(column: pa.Array, name: str, what: str, layout: Layout) -> SideRoutes
             "(prime-rl's RoutedExperts)",
             "map the routes column with --map rollout_routes=<column>.",
         )
-    values = column.to_pylist()
-    arrays = [_prime_array(value, what, layout.at(i)) for i, value in enumerate(values)]
+    data = column.field("data")
+    shapes = column.field("shape")
+    dtypes = column.field("dtype") if "dtype" in fields else None
+    arrays = []
+    for i in range(len(column)):
+        if not column[i].is_valid or not data[i].is_valid or not shapes[i].is_valid:
+            raise InputError(
+                f"{what}: {layout.at(i)} is null (expected data, shape and dtype)",
+                "drop rows without routes, or dump -1 rows for them.",
+            )
+        dtype = (dtypes[i].as_py() if dtypes is not None else None) or "uint8"
+        arrays.append(
+            _prime_array(data[i].as_buffer(), shapes[i].as_py(), dtype, what, layout.at(i))
+        )
     return _absolute_arrays(arrays, name, what, layout)
 
 
 def _absolute_arrays(arrays: list[np.ndarray], name: str, what: str, layout: Layout) -> SideRoutes:
     """``(rows, layers, top_k)`` arrays per sequence, rows from position 0 of prompt + response
-    (as many, or one fewer: the last token is never an input)."""
+    (as many, or one fewer: the last token is never an input); copied once, in their own type."""
     _need_prompts(what, layout)
-    parts, counts = [], np.zeros(len(arrays), dtype=np.int64)
-    for i, value in enumerate(arrays):
-        arr = np.asarray(value)
+    arrays = [np.asarray(v) for v in arrays]
+    counts = np.zeros(len(arrays), dtype=np.int64)
+    for i, arr in enumerate(arrays):
         full = int(layout.prompts[i] + layout.lengths[i])
         if arr.ndim != 3 or arr.shape[0] not in (full, full - 1):
             raise InputError(
@@ -230,38 +242,36 @@ def _absolute_arrays(arrays: list[np.ndarray], name: str, what: str, layout: Lay
                 f"{what}: {layout.at(i)}: expert ids of type {arr.dtype}, expected integers",
                 "map the routes key (ids of the experts chosen per layer).",
             )
-        parts.append(arr.astype(np.int32))
         counts[i] = arr.shape[0]
-    shapes = {p.shape[1:] for p in parts}
+    shapes = {a.shape[1:] for a in arrays}
     if len(shapes) > 1:
         raise InputError(
             f"{what}: the [layers, top_k] of the routes change within the file: "
             f"{sorted(list(s) for s in shapes)}",
             "routes of one run come from one model: ingest each model into its own run.",
         )
-    ids = np.concatenate(parts) if parts else np.zeros((0, 0, 0), np.int32)
+    layers, k = shapes.pop() if shapes else (0, 0)
+    dtype = np.result_type(*arrays) if arrays else np.int32
+    dtype = dtype if dtype.itemsize <= 4 and dtype != np.uint32 else np.dtype(np.int64)
+    ids = np.empty((int(counts.sum()), layers, k), dtype=dtype)  # the dump's own int type
+    offsets = offsets_from_lengths(counts)
+    for arr, lo, hi in zip(arrays, offsets[:-1], offsets[1:], strict=True):
+        ids[lo:hi] = arr
     return _from_absolute(ids, counts, np.zeros(len(arrays), np.int64), name, layout)
 
 
-def _prime_array(value: dict | None, what: str, at: str) -> np.ndarray:
-    if value is None or value.get("data") is None or value.get("shape") is None:
-        raise InputError(
-            f"{what}: {at} is null (expected data, shape and dtype)",
-            "drop rows without routes, or dump -1 rows for them.",
-        )
-    dtype = value.get("dtype") or "uint8"
-    shape = list(value["shape"])
+def _prime_array(data: pa.Buffer, shape: list, dtype: str, what: str, at: str) -> np.ndarray:
+    """One sequence's raw bytes as an array of ``shape`` (no copy)."""
     if dtype not in DTYPES or len(shape) != 3:
         raise InputError(
             f"{what}: {at}: dtype {dtype!r}, shape {shape} (expected one of "
             f"{', '.join(DTYPES)} and [rows, layers, top_k])",
             "write the routes with numpy's tobytes() of a (tokens, layers, top_k) array.",
         )
-    data = bytes(value["data"])
     size = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    if len(data) != size:
+    if data.size != size:
         raise InputError(
-            f"{what}: {at}: {len(data)} bytes, expected {size} for shape {shape} of {dtype}",
+            f"{what}: {at}: {data.size} bytes, expected {size} for shape {shape} of {dtype}",
             "the data must be the array's raw bytes (numpy tobytes()).",
         )
     return np.frombuffer(data, dtype=dtype).reshape(shape)
@@ -307,12 +317,16 @@ def _b64_int32(text: str | None, what: str, at: str) -> np.ndarray:
 
 
 def _ints(values: pa.Array, what: str) -> np.ndarray:
-    """int32 ids (an id beyond int32 is an error, not wrapped)."""
+    """The ids in their own type up to 32 bits (no copy), else as int32 (an id beyond int32 is
+    an error, not wrapped)."""
     if values.null_count:
         raise InputError(
             f"{what}: {values.null_count} null expert id(s)",
             "write -1 where no route was recorded.",
         )
+    t = values.type
+    if t.bit_width <= 16 or t == pa.int32():
+        return values.to_numpy(zero_copy_only=False)
     try:
         return values.cast(pa.int32()).to_numpy(zero_copy_only=False)
     except pa.ArrowInvalid:
