@@ -12,6 +12,7 @@ from mismatchctl.analysis.compare import Comparison, build_comparison
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.explain import Explain, build_explain
 from mismatchctl.analysis.report import Report, build_report
+from mismatchctl.analysis.routing import ROUTING_LAYER
 from mismatchctl.analysis.selection import parse_steps
 from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
 from mismatchctl.curves.ingest import MetricsIngest
@@ -171,13 +172,15 @@ def report(
     ``figures=True`` also computes the figure data of the HTML report (``Report.figures``).
     ``engine="ray"`` reads the parts in Ray tasks (a local Ray with ``workers`` CPUs, or the
     cluster at ``ray_address``); the numbers are the same as with ``"local"``. ``diagnose``
-    also runs ``diagnose`` on each run (``Report.diagnoses``)."""
+    also runs ``diagnose`` on each run (``Report.diagnoses``). ``"layer"`` among ``by`` adds
+    the MoE routing per layer of runs with routes."""
     eng = choose_engine(engine, ray_address)
+    by = list(by)
     rep = build_report(
         open_store(store),
         list(runs or []),
         bins=bins,
-        by=parse_by(list(by)),
+        by=parse_by([b for b in by if b.strip() != ROUTING_LAYER]),
         by_gpu=by_gpu,
         steps=parse_steps(steps),
         workers=workers,
@@ -186,6 +189,7 @@ def report(
         engine=eng,
         position_bins=position_bins,
     )
+    rep.routing_layers = any(b.strip() == ROUTING_LAYER for b in by)
     if diagnose:  # one diagnosis per run, of the same step range
         suffix = f"@steps={steps}" if steps else ""
         rep.diagnoses = {

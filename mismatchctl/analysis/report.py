@@ -119,6 +119,7 @@ class Report:
     diagnoses: dict[str, Any] = field(default_factory=dict)  # per run, when asked (``--diagnose``)
     binning: K.Binning = K.DEFAULT_BINNING  # the edges of the position keys, the order blocks
     routing: dict[str, Any] = field(default_factory=dict)  # per run with MoE routes: RoutingResult
+    routing_layers: bool = False  # `--by layer`: the routing per MoE layer too
 
     def split(self, *keys: str) -> list[Group]:
         return self.groups.get(K.canonical(list(keys)), [])
@@ -174,7 +175,8 @@ class Report:
         if self.notes:
             out["notes"] = list(self.notes)
         if self.routing:
-            out["routing"] = {run: r.to_dict() for run, r in self.routing.items()}
+            layers = self.routing_layers
+            out["routing"] = {run: r.to_dict(layers) for run, r in self.routing.items()}
         if self.diagnoses:
             out["diagnosis"] = {
                 d.report.selection.label: d.section_dict() for d in self.diagnoses.values()

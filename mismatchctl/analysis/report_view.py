@@ -72,7 +72,7 @@ def report_sections(
     # one run's --by step is its per-step table, shown above
     fixed = [*FIXED, (K.STEP,)] if len(runs) == 1 else FIXED
     out += [split_table(report, split) for split in report.splits if split not in fixed]
-    out += routing_sections(report.routing)
+    out += routing_sections(report.routing, report.routing_layers)
     if report.notes:
         out.append(S.Lines("notes", "Notes", [S.Line(n, "note") for n in report.notes]))
     return out

@@ -18,6 +18,8 @@ from mismatchctl.stats.routing import RoutingPartial
 from mismatchctl.store import Store
 from mismatchctl.store.parts import ROUTING
 
+ROUTING_LAYER = "layer"  # `--by layer`: the routing per MoE layer
+
 
 @dataclass
 class RoutingResult:
@@ -35,15 +37,17 @@ class RoutingResult:
     def bins(self) -> list[dict[str, Any]]:
         return [{**row, "bin": bin_label(self.edges, row["bin"])} for row in self.partial.by_bin()]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
+    def to_dict(self, by_layer: bool = True) -> dict[str, Any]:
+        out = {
             "layers": self.partial.layers,
             "top_k": self.partial.top_k,
             "routing_replay": self.replay,
             "metrics": self.metrics,
-            "by_layer": self.partial.by_layer(),
             "by_bin": self.bins(),
         }
+        if by_layer:
+            out["by_layer"] = self.partial.by_layer()
+        return out
 
 
 def replay_on(tags: dict[str, str]) -> bool:

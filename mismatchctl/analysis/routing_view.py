@@ -26,13 +26,16 @@ SUMMARY = (
 )
 
 
-def routing_sections(routing: Mapping[str, RoutingResult]) -> list[S.Section]:
-    """The Routing sections of a report (none without routes)."""
+def routing_sections(
+    routing: Mapping[str, RoutingResult], by_layer: bool = False
+) -> list[S.Section]:
+    """The Routing sections of a report (none without routes); ``by_layer``: `--by layer`."""
     if not routing:
         return []
     out: list[S.Section] = [summary_table(routing)]
     for run, result in routing.items():
-        out += [layers_table(run, result), bins_table(run, result)]
+        out += [layers_table(run, result)] if by_layer else []
+        out.append(bins_table(run, result))
     return out
 
 

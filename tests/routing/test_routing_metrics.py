@@ -100,6 +100,33 @@ def _reference(seqs: list[dict], replay: bool = False) -> dict:
     }
 
 
+def _reference_layers(seqs: list[dict]) -> list[dict]:
+    """Per layer over the compared model-token rows: set equality, overlap / k, and the share of
+    differing rows whose lowest differing layer it is."""
+    eq, ov, first = np.zeros(LAYERS), np.zeros(LAYERS), np.zeros(LAYERS)
+    compared = 0
+    for s in seqs:
+        eng, tr = s["eng"], s["tr"]
+        for t in np.flatnonzero(s["mask"]):
+            if (eng[t] < 0).any() or (tr[t] < 0).any():
+                continue
+            compared += 1
+            same = [set(eng[t, x]) == set(tr[t, x]) for x in range(LAYERS)]
+            eq += same
+            ov += [len(set(eng[t, x]) & set(tr[t, x])) / TOP_K for x in range(LAYERS)]
+            if not all(same):
+                first[same.index(False)] += 1
+    return [
+        {
+            "layer": x,
+            R.ROUTING_LAYER_AGREEMENT: eq[x] / compared,
+            R.ROUTING_OVERLAP_MEAN: ov[x] / compared,
+            "first_flip_share": first[x] / first.sum(),
+        }
+        for x in range(LAYERS)
+    ]
+
+
 def _close(got: dict, want: dict) -> None:
     assert got.keys() == want.keys()
     for k, v in want.items():
@@ -146,7 +173,7 @@ def test_metrics_match_the_reference_and_merge(tmp_path: Path) -> None:
         api.ingest([path], "r", store=store, tags=["routing_replay=r3"] if i == 0 else [])
     # all at once: one ingest
     api.ingest(files, "one", store=store, tags=["routing_replay=r3"], routes=RouteOptions())
-    merged = api.report(["r"], store=store).to_dict()["routing"]["r"]
+    merged = api.report(["r"], store=store, by=["layer"]).to_dict()["routing"]["r"]
     once = api.report(["one"], store=store).to_dict()["routing"]["one"]
     want = _reference(all_seqs, replay=True)
     _close(merged["metrics"], want)
@@ -157,6 +184,8 @@ def test_metrics_match_the_reference_and_merge(tmp_path: Path) -> None:
     layers = merged["by_layer"]
     assert len(layers) == LAYERS
     assert sum(x["first_flip_share"] for x in layers) == pytest.approx(1.0)
+    for got, want_layer in zip(layers, _reference_layers(all_seqs), strict=True):
+        _close(got, want_layer)
 
 
 def test_a_run_without_routes(tmp_path: Path) -> None:
@@ -183,11 +212,17 @@ def test_report_views_steps_and_ray(tmp_path: Path) -> None:
         seqs_by_step[step] = seqs
     only2 = api.report(["r"], store=store, steps="2").to_dict()["routing"]["r"]["metrics"]
     _close(only2, _reference(seqs_by_step[2]))
-    local = api.report(["r"], store=store)
+    local = api.report(["r"], store=store, by=["layer"])
     assert [s.id for s in local.sections() if s.id.startswith("routing")] == [
         "routing",
         "routing-layers-r",
         "routing-bins-r",
     ]
-    ray = api.report(["r"], store=store, engine="ray", workers=2)
+    plain = api.report(["r"], store=store)
+    assert [s.id for s in plain.sections() if s.id.startswith("routing")] == [
+        "routing",
+        "routing-bins-r",
+    ]
+    assert "by_layer" not in plain.to_dict()["routing"]["r"]
+    ray = api.report(["r"], store=store, engine="ray", workers=2, by=["layer"])
     assert ray.to_dict()["routing"] == local.to_dict()["routing"]
