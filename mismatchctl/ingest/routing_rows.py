@@ -114,11 +114,31 @@ def routing_table(
         del tally.bugs[BUG_REPEAT]
     equal, overlap, compared = _compare(sides, len(tail), layers)
     own = where + np.repeat(np.arange(len(lengths)) + 1, np.diff(_model_offsets(model, lengths)))
-    producing = own - 1 if opts.aligned == ALIGNED_INPUT else own
+    tally.missing_rows = int((~compared[own]).sum())
+    cols = _columns(equal, overlap, compared, own, frame, opts.aligned, (layers, top_k))
+    if opts.keep_routes:
+        for name, (side, of, dead) in zip((S.ROLLOUT_ROUTES, S.TRAINER_ROUTES), sides, strict=True):
+            rows = _gather(side.ids, of, dead, own, layers, top_k)
+            flat = pa.array(rows.reshape(-1), pa.int32())
+            cols[name] = pa.FixedSizeListArray.from_arrays(flat, layers * top_k)
+    return cols, tally
+
+
+def _columns(
+    equal: np.ndarray,
+    overlap: np.ndarray,
+    compared: np.ndarray,
+    own: np.ndarray,
+    frame: np.ndarray,
+    aligned: str,
+    shape: tuple[int, int],
+) -> dict[str, pa.Array]:
+    """The compact routing columns of the model tokens whose own frame rows are ``own``."""
+    layers, top_k = shape
+    producing = own - 1 if aligned == ALIGNED_INPUT else own
     differs = compared & (equal != full_mask(layers))
     before = _differs_before(differs, frame)
-    tally.missing_rows = int((~compared[own]).sum())
-    cols = {
+    return {
         S.ROUTE_EQUAL: pa.array(equal[own], pa.uint64(), mask=~compared[own]),
         S.ROUTE_OVERLAP: pa.FixedSizeBinaryArray.from_buffers(
             pa.binary(layers),
@@ -136,12 +156,6 @@ def routing_table(
         S.ROUTE_FLIP_BEFORE: pa.array(before[own], pa.bool_()),
         S.ROUTE_TOP_K: pa.array(np.full(len(own), top_k, np.uint8), pa.uint8()),
     }
-    if opts.keep_routes:
-        for name, (side, of, dead) in zip((S.ROLLOUT_ROUTES, S.TRAINER_ROUTES), sides, strict=True):
-            rows = _gather(side.ids, of, dead, own, layers, top_k)
-            flat = pa.array(rows.reshape(-1), pa.int32())
-            cols[name] = pa.FixedSizeListArray.from_arrays(flat, layers * top_k)
-    return cols, tally
 
 
 def _shape(a: SideRoutes, b: SideRoutes) -> tuple[int, int]:
