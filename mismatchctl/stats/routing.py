@@ -133,6 +133,21 @@ class RoutingPartial:
         return out
 
 
+def _layers(p: RoutingPartial, eq: np.ndarray, overlap: np.ndarray) -> None:
+    """Per layer: equal sets, overlaps, and first differing layers (a layer at a time: no
+    tokens x layers temporaries)."""
+    undecided = np.ones(len(eq), dtype=bool)  # no differing layer below this one yet
+    for layer in range(p.layers):
+        same = ((eq >> np.uint64(layer)) & np.uint64(1)).astype(bool)
+        p.by_layer_equal[layer] = int(same.sum())
+        p.by_layer_overlap[layer] = int(overlap[:, layer].sum(dtype=np.int64))
+        first = undecided & ~same
+        p.by_layer_first_flip[layer] = int(first.sum())
+        undecided &= same
+    p.layer_equal = int(p.by_layer_equal.sum())
+    p.overlap = int(p.by_layer_overlap.sum())
+
+
 def routing_partial(
     layers: int,
     top_k: int,
@@ -153,17 +168,9 @@ def routing_partial(
             p.bin_k3[:, col] = np.bincount(bins[0][where], weights=k3[where], minlength=bins[1])
     eq = equal[compared].astype(np.uint64)
     full = np.uint64((1 << layers) - 1) if layers < 64 else np.uint64(2**64 - 1)
-    bits = ((eq[:, None] >> np.arange(layers, dtype=np.uint64)) & np.uint64(1)).astype(np.int64)
     p.compared = int(compared.sum())
     p.all_equal = int((eq == full).sum())
-    p.layer_equal = int(bits.sum())
-    p.by_layer_equal = bits.sum(axis=0) if len(bits) else np.zeros(layers, np.int64)
-    ov = overlap[compared].astype(np.int64)
-    p.overlap = int(ov.sum())
-    p.by_layer_overlap = ov.sum(axis=0) if len(ov) else np.zeros(layers, np.int64)
-    differs = bits.min(axis=1) == 0 if len(bits) else np.zeros(0, bool)
-    first = np.argmin(bits[differs], axis=1) if differs.any() else np.zeros(0, np.int64)
-    p.by_layer_first_flip = np.bincount(first, minlength=layers).astype(np.int64)
+    _layers(p, eq, overlap[compared])
     p.missing = int((~compared).sum())
     p.unpaired = int((paired < 0).sum())
     for slot, where in enumerate((paired == 1, paired == 0, before, ~before)):

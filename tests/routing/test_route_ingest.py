@@ -370,3 +370,32 @@ def test_other_names_by_map_and_encodings_needing_more(tmp_path: Path) -> None:
     pq.write_table(pa.table(b64), path)
     with pytest.raises(InputError, match=r"its prompt length is unknown"):
         api.ingest([path], "b", store=store, routes=RouteOptions(top_k=2))
+
+
+def test_many_batches_and_parts_stay_twins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches of one sequence and parts of a few dozen tokens (two open at a time): every
+    routing part holds its token part's rows, and the rows are those of one batch."""
+    from mismatchctl.ingest import source
+    from mismatchctl.store import parts
+
+    monkeypatch.setattr(source, "BATCH_TOKENS", 64)
+    monkeypatch.setattr(parts, "PART_TOKENS", 30)
+    seqs = _sequences(n=12, seed=4)
+    data = _base(seqs)
+    data["rollout_routed_experts"] = [_response_rows(s, "eng").tolist() for s in seqs]
+    data["trainer_routed_experts"] = [_response_rows(s, "tr").tolist() for s in seqs]
+    for s in seqs:
+        s["eng"][: s["prompt"]] = -1
+    path = tmp_path / "d.parquet"
+    pq.write_table(pa.table(data), path)
+    store = tmp_path / "store"
+    api.ingest([path], "r", store=store, routes=RouteOptions(keep_routes=True))
+    st = api.open_store(store)
+    tokens, routing = st.parts("r", "tokens"), st.parts("r", "routing")
+    assert len(tokens) == len(routing) > 2
+    for tok, rt in zip(tokens, routing, strict=True):
+        a = pq.read_table(st.part_path(tok), columns=[S.SEQ, S.POSITION])
+        b = pq.read_table(st.part_path(rt), columns=[S.SEQ, S.POSITION])
+        assert a.equals(b)
+    rows = pa.concat_tables(pq.read_table(st.part_path(p)) for p in routing)
+    _check(rows.sort_by([(S.SEQ, "ascending"), (S.POSITION, "ascending")]), seqs)
