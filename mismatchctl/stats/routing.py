@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 ROUTING_TOKEN_AGREEMENT = "routing_token_agreement"
@@ -133,19 +134,52 @@ class RoutingPartial:
         return out
 
 
-def _layers(p: RoutingPartial, eq: np.ndarray, overlap: np.ndarray) -> None:
-    """Per layer: equal sets, overlaps, and first differing layers (a layer at a time: no
-    tokens x layers temporaries)."""
-    undecided = np.ones(len(eq), dtype=bool)  # no differing layer below this one yet
-    for layer in range(p.layers):
-        same = ((eq >> np.uint64(layer)) & np.uint64(1)).astype(bool)
-        p.by_layer_equal[layer] = int(same.sum())
-        p.by_layer_overlap[layer] = int(overlap[:, layer].sum(dtype=np.int64))
-        first = undecided & ~same
-        p.by_layer_first_flip[layer] = int(first.sum())
-        undecided &= same
-    p.layer_equal = int(p.by_layer_equal.sum())
-    p.overlap = int(p.by_layer_overlap.sum())
+@numba.njit(cache=True, nogil=True)
+def _sums(
+    equal, compared, overlap, paired, before, k3, bins, layers, counts, k3s, by_layer, bin_n, bin_k3
+):  # pragma: no cover
+    """One pass over the tokens. ``counts``: compared, all equal, missing, unpaired, then the
+    tokens of flipped, same, after, before; ``k3s``: their K3 sums; ``by_layer``: equal,
+    overlap, first differing layer, per layer."""
+    full = (
+        np.uint64(0xFFFFFFFFFFFFFFFF)
+        if layers >= 64
+        else (np.uint64(1) << np.uint64(layers)) - np.uint64(1)
+    )
+    for t in range(len(equal)):
+        x = k3[t]
+        if compared[t]:
+            counts[0] += 1
+            e = equal[t]
+            if e == full:
+                counts[1] += 1
+            first = True
+            for layer in range(layers):
+                bit = (e >> np.uint64(layer)) & np.uint64(1)
+                if bit:
+                    by_layer[0, layer] += 1
+                elif first:
+                    by_layer[2, layer] += 1
+                    first = False
+                by_layer[1, layer] += overlap[t, layer]
+        else:
+            counts[2] += 1
+        p = paired[t]
+        if p < 0:
+            counts[3] += 1
+        else:
+            slot = 4 if p == 1 else 5
+            counts[slot] += 1
+            k3s[slot - 4] += x
+            col = 0 if p == 1 else 1
+            bin_n[bins[t], col] += 1
+            bin_k3[bins[t], col] += x
+        if before[t]:
+            counts[6] += 1
+            k3s[2] += x
+        else:
+            counts[7] += 1
+            k3s[3] += x
 
 
 def routing_partial(
@@ -161,19 +195,31 @@ def routing_partial(
 ) -> RoutingPartial:
     """The sums of one slice of token rows (``overlap``: uint8 [tokens, layers]; ``bins``: each
     token's probability bin and the number of bins)."""
-    p = RoutingPartial(layers, top_k, bins=0 if bins is None else bins[1])
-    if bins is not None:
-        for col, where in enumerate((paired == 1, paired == 0)):
-            p.bin_n[:, col] = np.bincount(bins[0][where], minlength=bins[1])
-            p.bin_k3[:, col] = np.bincount(bins[0][where], weights=k3[where], minlength=bins[1])
-    eq = equal[compared].astype(np.uint64)
-    full = np.uint64((1 << layers) - 1) if layers < 64 else np.uint64(2**64 - 1)
-    p.compared = int(compared.sum())
-    p.all_equal = int((eq == full).sum())
-    _layers(p, eq, overlap[compared])
-    p.missing = int((~compared).sum())
-    p.unpaired = int((paired < 0).sum())
-    for slot, where in enumerate((paired == 1, paired == 0, before, ~before)):
-        p.n[slot] = int(where.sum())
-        p.k3[slot] = float(k3[where].sum())
+    n_bins = 0 if bins is None else bins[1]
+    p = RoutingPartial(layers, top_k, bins=n_bins)
+    codes = np.zeros(len(k3), np.int64) if bins is None else bins[0]
+    counts, k3s = np.zeros(8, np.int64), np.zeros(4, np.float64)
+    by_layer = np.zeros((3, layers), np.int64)
+    bin_n, bin_k3 = np.zeros((max(n_bins, 1), 2), np.int64), np.zeros((max(n_bins, 1), 2))
+    _sums(
+        equal,
+        compared,
+        overlap,
+        paired,
+        before,
+        k3,
+        codes,
+        layers,
+        counts,
+        k3s,
+        by_layer,
+        bin_n,
+        bin_k3,
+    )
+    p.compared, p.all_equal, p.missing, p.unpaired = (int(c) for c in counts[:4])
+    p.n, p.k3 = counts[4:].copy(), k3s
+    p.by_layer_equal, p.by_layer_overlap, p.by_layer_first_flip = (r.copy() for r in by_layer)
+    p.layer_equal, p.overlap = int(by_layer[0].sum()), int(by_layer[1].sum())
+    if n_bins:
+        p.bin_n, p.bin_k3 = bin_n, bin_k3
     return p
