@@ -226,3 +226,8 @@ def test_report_views_steps_and_ray(tmp_path: Path) -> None:
     assert "by_layer" not in plain.to_dict()["routing"]["r"]
     ray = api.report(["r"], store=store, engine="ray", workers=2, by=["layer"])
     assert ray.to_dict()["routing"] == local.to_dict()["routing"]
+    # ingested by Ray tasks: the same routing parts, the same numbers
+    paths = [tmp_path / "d1.parquet", tmp_path / "d2.parquet"]
+    api.ingest(paths, "by-ray", store=store, engine="ray", workers=2)
+    again = api.report(["by-ray"], store=store, by=["layer"]).to_dict()["routing"]["by-ray"]
+    assert again == local.to_dict()["routing"]["r"]
