@@ -23,6 +23,7 @@ from mismatchctl.analysis.gate import (
 )
 from mismatchctl.analysis.live import StepLine
 from mismatchctl.analysis.report import Report, build_report, parse_tails
+from mismatchctl.analysis.routing import ROUTING_LAYER
 from mismatchctl.analysis.selection import parse_steps
 from mismatchctl.analysis.show import Show, build_show
 from mismatchctl.analysis.tokens import Tokens, build_tokens
@@ -50,6 +51,7 @@ from mismatchctl.engines.plan import parse_by
 from mismatchctl.errors import UsageError
 from mismatchctl.ingest.columns import parse_mapping
 from mismatchctl.ingest.remote import is_remote
+from mismatchctl.ingest.routing_rows import RouteOptions, check_route_options
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files, parse_tags
 from mismatchctl.ingest.source import FORMATS
 from mismatchctl.parallel import DEFAULT_WORKERS
@@ -80,8 +82,14 @@ def ingest(
     workers: int = DEFAULT_WORKERS,
     allow_padding: bool = False,
     attrs: Iterable[str] = (),
+    routes: RouteOptions | None = None,
 ) -> IngestResult:
     """Read dump files into ``run`` of the store: all of them, or nothing on any error.
+
+    Routed experts (MoE) on both sides are compared per token and stored beside the token rows
+    (``docs/store.md``); ``routes`` says how to pair them with the logprobs (``aligned``), the
+    top-k of encodings without it, the number of experts to check ids against, and whether to
+    keep the full routes.
 
     Each sequence's prompt length is kept when the dump has it (``kv_position`` counts from
     it), and its per-sequence scalar columns of few values (``data_source``, ``env``...) as
@@ -115,6 +123,7 @@ def ingest(
         trust_pickle=trust_pickle,
         allow_padding=allow_padding,
         attrs=tuple(dict.fromkeys(attrs)),
+        routes=check_route_options(routes or RouteOptions()),
     )
     files = [str(i) for i in inputs]
     if eng.is_ray or any(is_remote(f) for f in files):
@@ -238,14 +247,16 @@ def report(
     cluster at ``ray_address``); the numbers are the same as with ``"local"``. ``diagnose``
     also runs ``diagnose`` on each run (``Report.diagnoses``). ``clamp``, ``tau`` and
     ``is_bounds`` (``"0.5_2.0"``) set the thresholds of ``vllm_kl_clamped``,
-    ``extreme_frac_tau{tau}`` and ``is_oob_ratio``."""
+    ``extreme_frac_tau{tau}`` and ``is_oob_ratio``. ``"layer"`` among ``by`` adds the MoE
+    routing per layer of runs with routes."""
     eng = choose_engine(engine, ray_address)
     tails = parse_tails(clamp, tau, is_bounds)
+    by = list(by)
     rep = build_report(
         open_store(store),
         list(runs or []),
         bins=bins,
-        by=parse_by(list(by)),
+        by=parse_by([b for b in by if b.strip() != ROUTING_LAYER]),
         by_gpu=by_gpu,
         steps=parse_steps(steps),
         workers=workers,
@@ -255,6 +266,7 @@ def report(
         position_bins=position_bins,
         tails=tails,
     )
+    rep.routing_layers = any(b.strip() == ROUTING_LAYER for b in by)
     if diagnose:  # one diagnosis per run, of the same step range
         suffix = f"@steps={steps}" if steps else ""
         rep.diagnoses = {

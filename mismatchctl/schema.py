@@ -112,6 +112,41 @@ def sequence_schema(attributes: list[str] | tuple[str, ...] = ()) -> pa.Schema:
     return pa.schema([*SEQUENCE_SCHEMA, *extra])
 
 
+# --- routing rows (MoE; ``routing/`` parts, row for row beside a source's token parts) --------
+# per model token: the bitmask of layers whose top-k expert sets agree (null: the token's row is
+# not recorded on both sides), the per-layer overlap |A ∩ B| (one byte per layer), the
+# comparison of the row that produced its logprob (-1 unpaired, 0 same, 1 flipped), whether a
+# compared row before its own differs; the full routes only with ``--keep-routes``
+ROUTE_EQUAL = "route_layers_equal"
+ROUTE_OVERLAP = "route_overlap"
+ROUTE_PAIRED = "route_paired"
+ROUTE_FLIP_BEFORE = "route_flip_before"
+ROUTE_TOP_K = "route_top_k"  # the routes' top-k (one value per source; the overlaps' scale)
+ROLLOUT_ROUTES = "rollout_routes"
+TRAINER_ROUTES = "trainer_routes"
+
+
+def routing_schema(layers: int, top_k: int, keep_routes: bool) -> pa.Schema:
+    """The routing rows of a source whose routes have ``layers`` x ``top_k`` experts."""
+    fields = [
+        pa.field(STEP, pa.int64(), nullable=False),
+        pa.field(SEQ, pa.int64(), nullable=False),
+        pa.field(POSITION, pa.int32(), nullable=False),
+        pa.field(ROUTE_EQUAL, pa.uint64(), nullable=True),
+        pa.field(ROUTE_OVERLAP, pa.binary(layers), nullable=True),
+        pa.field(ROUTE_PAIRED, pa.int8(), nullable=False),
+        pa.field(ROUTE_FLIP_BEFORE, pa.bool_(), nullable=False),
+        pa.field(ROUTE_TOP_K, pa.uint8(), nullable=False),
+    ]
+    if keep_routes:
+        width = layers * top_k
+        fields += [
+            pa.field(ROLLOUT_ROUTES, pa.list_(pa.int32(), width), nullable=False),
+            pa.field(TRAINER_ROUTES, pa.list_(pa.int32(), width), nullable=False),
+        ]
+    return pa.schema(fields)
+
+
 # --- input roles (what ``--map ROLE=COLUMN`` names) ---------------------------------------
 ROLE_ROLLOUT = "rollout"
 ROLE_TRAINER = "trainer"
@@ -125,6 +160,8 @@ ROLE_POSITION = "position"
 ROLE_REWARD = "reward"
 ROLE_ENTROPY = "entropy"
 ROLE_WEIGHT_VERSION = "weight_version"
+ROLE_ROLLOUT_ROUTES = "rollout_routes"  # routed experts of the inference engine
+ROLE_TRAINER_ROUTES = "trainer_routes"  # routed experts of the trainer
 ROLES = (
     ROLE_ROLLOUT,
     ROLE_TRAINER,
@@ -138,6 +175,8 @@ ROLES = (
     ROLE_REWARD,
     ROLE_ENTROPY,
     ROLE_WEIGHT_VERSION,
+    ROLE_ROLLOUT_ROUTES,
+    ROLE_TRAINER_ROUTES,
 )
 
 # Logprobs above this are rounding noise at most; anything larger is an error.
@@ -147,3 +186,4 @@ ENTROPY_MIN = -1e-6
 
 # Tag names with a meaning of their own.
 TAG_GPU = "gpu"
+TAG_ROUTING_REPLAY = "routing_replay"  # `r3`: the trainer replays the engine's routes

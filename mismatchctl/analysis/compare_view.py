@@ -11,6 +11,7 @@ from mismatchctl.analysis import sections as S
 from mismatchctl.analysis.compare_curves import CurvePair
 from mismatchctl.analysis.curves_view import curve_pairs_table, has_logs, pair_dict
 from mismatchctl.analysis.report_view import POOLED, distribution_figures, key_label
+from mismatchctl.analysis.routing_view import compare_routing
 from mismatchctl.curves.series import KL
 from mismatchctl.display import number
 from mismatchctl.engines import plan as K
@@ -57,6 +58,7 @@ def comparison_sections(c: Comparison) -> list[S.Section]:
             title = f"{side}: {rep.selection.label}: log-perplexity of segments"
             out.append(S.Block(f"scatter-{side.lower()}", title, figs, media="html"))
     out.append(curves_section(c))
+    out += compare_routing(c.a.routing, c.b.routing)
     out += (
         [S.Lines("notes", None, [S.Line(f"note: {n}", "note") for n in c.notes])] if c.notes else []
     )
@@ -247,4 +249,6 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
         "curves": [pair_dict(p) for p in c.curves],
     }
     out["curves"] = {side: doc.get("curves", {}) for side, doc in sides.items()}
+    if any("routing" in doc for doc in sides.values()):
+        out["routing"] = {side: doc.get("routing", {}) for side, doc in sides.items()}
     return out

@@ -17,6 +17,7 @@ from mismatchctl.analysis import checks_curves as CC
 from mismatchctl.analysis import checks_data as D
 from mismatchctl.analysis import checks_localize as L
 from mismatchctl.analysis import checks_path as P
+from mismatchctl.analysis import checks_routing as RT
 from mismatchctl.analysis import checks_template as TE
 from mismatchctl.analysis import checks_trajectory as R
 from mismatchctl.analysis.diagnose_base import (
@@ -49,7 +50,7 @@ from mismatchctl.stats.localize import explain as localize
 from mismatchctl.stats.step_regimes import split_steps, step_rates, trend
 from mismatchctl.store import Store
 
-CHECKS: list[Callable[[Context], Check]] = [
+CHECKS: list[Callable[[Context], Check | None]] = [  # None: not applicable to the data at all
     D.alignment,
     D.token_ids,
     D.sentinels,
@@ -60,11 +61,13 @@ CHECKS: list[Callable[[Context], Check]] = [
     D.temperature,
     D.top_p,
     TE.turn_edges,
+    RT.routing_replay,
     L.baseline,
     L.localized,
     P.low_probability,
     P.tool_responses,
     P.hardware,
+    RT.routing_flips,
     R.spikes,
     R.regimes,
     R.trend,
@@ -177,7 +180,8 @@ def build_diagnosis(
         ctx.baseline = _baseline_view(ctx, base, spec, workers, engine)
     for check in CHECKS:
         result = check(ctx)
-        ctx.done[result.name] = result
+        if result is not None:
+            ctx.done[result.name] = result
     return Diagnosis(report, list(ctx.done.values()), baseline)
 
 

@@ -294,3 +294,21 @@ MAX_CORRECTION_REJECTED = 0.5
 MAX_CORRECTION_CLIPPED = 0.9
 """Nor a truncation that clips nine units in ten at its cap: the applied weights are then nearly
 a constant, and their ESS (near 1) says nothing about the signal kept (``whatif``)."""
+# --- routing (MoE) ------------------------------------------------------------------------------
+ROUTING_RATIO_WARN = 1.5
+"""vllm_kl of tokens produced by a position whose routes differ (flipped) over that of the others:
+1.5x or more says the flips carry excess mismatch. A conservative choice: miles' measurements put
+natural routing at 2.7x the |dlogp| of replayed routes (0.369 against 0.139), far above it."""
+
+ROUTING_SHARE_WARN = 0.10
+"""...and the flipped tokens carry at least this share of the paired tokens' K3 (below it, the
+flips are too few to matter whatever their ratio): a conservative choice."""
+
+ROUTING_SHARE_FAIL = 0.30
+"""Flipped tokens carrying 30% of the K3 at the ratio above: routing is a main source of the
+mismatch, rollout routing replay is the fix (a conservative choice)."""
+
+R3_VIOLATION_FAIL = 0.01
+"""With routing replay on, the share of compared positions whose trainer routes differ from the
+engine's should be 0; miles' own replay check fails above 1e-2 (its
+``replay_check_max_mismatch_fraction``). Any violation warns."""

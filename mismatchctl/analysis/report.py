@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from mismatchctl import __version__
 from mismatchctl.analysis.figure_data import FigureData, FigureExtra, figure_data
+from mismatchctl.analysis.routing import selection_routing
 from mismatchctl.analysis.selection import (
     empty_selection_error,
     removed_while_reading,
@@ -126,6 +127,8 @@ class Report:
     diagnoses: dict[str, Any] = field(default_factory=dict)  # per run, when asked (``--diagnose``)
     binning: K.Binning = K.DEFAULT_BINNING  # the edges of the position keys, the order blocks
     worst: Any = None  # with figures: the worst sequences and their tokens (analysis/worst.py)
+    routing: dict[str, Any] = field(default_factory=dict)  # per run with MoE routes: RoutingResult
+    routing_layers: bool = False  # `--by layer`: the routing per MoE layer too
 
     def split(self, *keys: str) -> list[Group]:
         return self.groups.get(K.canonical(list(keys)), [])
@@ -182,6 +185,9 @@ class Report:
             out["curves"] = {run: c.to_dict() for run, c in self.curves.items()}
         if self.notes:
             out["notes"] = list(self.notes)
+        if self.routing:
+            layers = self.routing_layers
+            out["routing"] = {run: r.to_dict(layers) for run, r in self.routing.items()}
         if self.diagnoses:
             out["diagnosis"] = {
                 d.report.selection.label: d.section_dict() for d in self.diagnoses.values()
@@ -374,6 +380,8 @@ def _read(
         report.worst = worst_sequences(selection, extra_states[-2])
     if by_gpu:
         report.hardware = _hardware(rolled)
+    if selection.store is not None:
+        report.routing = selection_routing(selection.store, selection, edges, engine, workers)
     return report
 
 

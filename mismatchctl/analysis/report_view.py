@@ -17,6 +17,7 @@ from mismatchctl.analysis import figure_data as FD
 from mismatchctl.analysis import sections as S
 from mismatchctl.analysis.curves_view import curves_block
 from mismatchctl.analysis.report import Group, Report
+from mismatchctl.analysis.routing_view import routing_sections
 from mismatchctl.analysis.worst_view import worst_block
 from mismatchctl.display import number
 from mismatchctl.engines import plan as K
@@ -73,6 +74,7 @@ def report_sections(
     # one run's --by step is its per-step table, shown above
     fixed = [*FIXED, (K.STEP,)] if len(runs) == 1 else FIXED
     out += [split_table(report, split) for split in report.splits if split not in fixed]
+    out += routing_sections(report.routing, report.routing_layers)
     if report.notes:
         out.append(S.Lines("notes", "Notes", [S.Line(n, "note") for n in report.notes]))
     return out

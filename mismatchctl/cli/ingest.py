@@ -109,6 +109,34 @@ def ingest(
             "of at most 64 values (data_source, env, dp_rank...) are kept without it.",
         ),
     ] = None,
+    routes_aligned: Annotated[
+        str,
+        typer.Option(
+            "--routes-aligned",
+            help="MoE routes (rollout_routed_experts / trainer_routed_experts / routed_experts): "
+            "input = row t holds the experts chosen while token t was the input (verl, vLLM, "
+            "SGLang), so token t's logprob is paired with row t-1; output = with row t.",
+        ),
+    ] = "input",
+    routes_topk: Annotated[
+        int,
+        typer.Option(
+            "--routes-topk",
+            help="The top-k of routes whose encoding does not carry it (SGLang's base64).",
+        ),
+    ] = 0,
+    num_experts: Annotated[
+        int | None,
+        typer.Option("--num-experts", help="Check every routed expert id is in [0, N)."),
+    ] = None,
+    keep_routes: Annotated[
+        bool,
+        typer.Option(
+            "--keep-routes",
+            help="Store both sides' full routes per token (by default only their per-layer "
+            "agreement and overlap).",
+        ),
+    ] = False,
     engine: EngineOpt = "local",
     ray_address: RayAddressOpt = None,
     workers: Annotated[
@@ -132,6 +160,7 @@ def ingest(
             trust_pickle=trust_pickle,
             allow_padding=allow_padding,
             attrs=attr or [],
+            routes=api.RouteOptions(routes_aligned, num_experts, keep_routes, routes_topk),
             store=store,
             progress=progress,
             engine=engine,

@@ -64,7 +64,10 @@ def report(
     by_gpu: Annotated[
         bool, typer.Option("--by-gpu", help="Add the per-hardware table and gpu x step groups.")
     ] = False,
-    by: Annotated[list[str] | None, typer.Option("--by", help=BY_HELP)] = None,
+    by: Annotated[
+        list[str] | None,
+        typer.Option("--by", help=BY_HELP + " `--by layer`: the MoE routing per layer."),
+    ] = None,
     bins: BinsOpt = "log",
     steps: Annotated[str | None, typer.Option("--steps", help=STEPS_HELP)] = None,
     position_bins: Annotated[

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import pyarrow as pa
 
 
 @dataclass
@@ -61,6 +62,9 @@ class RaggedBatch:
     # per-sequence lengths of each per-token role whose arrays were read separately; canonicalisation
     # checks them against the rollout lengths (a mismatch is an error naming the sample)
     role_lengths: dict[str, np.ndarray] = field(default_factory=dict)
+    # routed experts (MoE) per side role (``rollout_routes`` / ``trainer_routes``), as read:
+    # decoded during canonicalisation (``ingest.routes``)
+    routes: dict[str, RouteColumn] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -71,6 +75,31 @@ class RaggedBatch:
 
     def location(self, i: int) -> str:
         return self.locations[i] if self.locations else f"sequence {i}"
+
+
+@dataclass
+class RouteColumn:
+    """One side's routes column of a batch, one value per sequence, in its encoding; ``starts``:
+    SGLang's ``routed_experts_start_len`` per sequence; ``widths``: per sequence, the positions
+    before the response in a whole-sequence list (an attention mask's prompt part)."""
+
+    values: pa.Array | list[np.ndarray]  # a column, or arrays (rows from position 0)
+    name: str
+    starts: np.ndarray | None = None
+    widths: np.ndarray | None = None
+
+    def keep(self, keep: np.ndarray) -> RouteColumn:
+        values = (
+            [v for v, k in zip(self.values, keep, strict=True) if k]
+            if isinstance(self.values, list)
+            else self.values.filter(pa.array(keep))
+        )
+        return RouteColumn(
+            values,
+            self.name,
+            None if self.starts is None else self.starts[keep],
+            None if self.widths is None else self.widths[keep],
+        )
 
 
 def offsets_from_lengths(lengths: np.ndarray) -> np.ndarray:

@@ -21,6 +21,8 @@ from mismatchctl.display import has_control, shown
 from mismatchctl.errors import InputError
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths, sequence_index
 from mismatchctl.ingest.duplicates import sequence_keys
+from mismatchctl.ingest.routing_batch import batch_routing
+from mismatchctl.ingest.routing_rows import RouteOptions, RouteTally
 from mismatchctl.ingest.unmasked import check_padding, check_tool_fills
 
 MAX_LISTED_DROPS = 50  # how many dropped sample ids are kept by name in the provenance
@@ -102,6 +104,12 @@ class Context:
     allow_padding: bool = False  # keep trailing padding of a dump without mask as tokens
     keys: list[np.ndarray] | None = None  # collects each kept sequence's content key
     attributes: list[str] = field(default_factory=list)  # the source's attribute columns
+    # routed experts (MoE): how to read and pair them, what they held, the last batch's
+    # routing rows (row for row with its token rows; None without routes on both sides)
+    routes: RouteOptions = field(default_factory=RouteOptions)
+    route_tally: RouteTally = field(default_factory=RouteTally)
+    route_notes: set[str] = field(default_factory=set)
+    routing_rows: pa.Table | None = None
 
 
 def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, Tally]:
@@ -130,6 +138,14 @@ def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, 
     tokens = _token_table(batch, where, counts["model"], turn, seq_ids, gpus)
     seqs = _sequence_table(batch, seq_ids, gpus, counts, turn, model, ctx.attributes)
     _tally(tally, batch, counts, gpus, ctx.attributes)
+    ctx.routing_rows = None
+    if batch.routes:
+        ctx.routing_rows, routes, note = batch_routing(
+            batch, where, tokens, model, ctx.source, ctx.routes
+        )
+        ctx.route_tally.add(routes, ctx.source)
+        if note:
+            ctx.route_notes.add(note)
     return tokens, seqs, tally
 
 
@@ -368,6 +384,7 @@ def _keep(batch: RaggedBatch, keep: np.ndarray) -> RaggedBatch:
         locations=[batch.locations[i] for i in idx] if batch.locations else [],
         role_lengths={},
         partial_mask=batch.partial_mask,
+        routes={role: column.keep(keep) for role, column in batch.routes.items()},
     )
 
 

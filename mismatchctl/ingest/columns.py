@@ -33,6 +33,9 @@ SEQUENCE_NAMES: dict[str, tuple[str, ...]] = {
     # a list column (per token, aligned with the logprobs) or one mean per response
     S.ROLE_ENTROPY: ("entropy", "entropys", "entropies", "token_entropy"),
     S.ROLE_WEIGHT_VERSION: ("weight_version", "model_version", "policy_version"),
+    # routed experts (MoE): verl's `routed_experts` is the engine's side
+    S.ROLE_ROLLOUT_ROUTES: ("rollout_routed_experts", "routed_experts"),
+    S.ROLE_TRAINER_ROUTES: ("trainer_routed_experts",),
 }
 
 # Token layout (one row per token; scalar columns).
@@ -72,6 +75,8 @@ TOKEN_NAMES: dict[str, tuple[str, ...]] = {
     S.ROLE_REWARD: SEQUENCE_NAMES[S.ROLE_REWARD],
     S.ROLE_ENTROPY: SEQUENCE_NAMES[S.ROLE_ENTROPY],  # per token
     S.ROLE_WEIGHT_VERSION: SEQUENCE_NAMES[S.ROLE_WEIGHT_VERSION],
+    S.ROLE_ROLLOUT_ROUTES: SEQUENCE_NAMES[S.ROLE_ROLLOUT_ROUTES],  # one [layers][top_k] per row
+    S.ROLE_TRAINER_ROUTES: SEQUENCE_NAMES[S.ROLE_TRAINER_ROUTES],
 }
 
 

@@ -21,8 +21,9 @@ from mismatchctl.ingest import arrow_values as av
 from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import parquet_extra as extra
 from mismatchctl.ingest import source as src
-from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
+from mismatchctl.ingest.batch import RaggedBatch, RouteColumn, offsets_from_lengths
 from mismatchctl.ingest.columns import SEQUENCE_NAMES, require, resolve, unique_names
+from mismatchctl.ingest.routes import START_LEN
 from mismatchctl.ingest.source import FORMAT_SEQUENCE, Source, step_from_name, tags_from_metadata
 
 PER_TOKEN = (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, S.ROLE_TOKENS)
@@ -59,7 +60,7 @@ def open_sequence(
     attention = ATTENTION_MASK in names and av.is_list_type(
         pf.schema_arrow.field(ATTENTION_MASK).type
     )
-    used = {*found.values(), ATTENTION_MASK}
+    used = {*found.values(), ATTENTION_MASK, START_LEN}
     extras = extra.find_extras(pf, used, attrs, label, source.notes)
     source.attributes = list(extras.attributes)
     _prompt_notes(pf, extras, attention, source.notes)
@@ -90,6 +91,9 @@ def _prompt_notes(
         notes.append("no prompt lengths: kv_position counts from the first position of the arrays")
 
 
+ROUTE_ROLES = (S.ROLE_ROLLOUT_ROUTES, S.ROLE_TRAINER_ROUTES)
+# with routes, a batch holds this many times fewer tokens (bounded memory at 24 layers x top-8)
+ROUTES_BATCH_DIVISOR = 16
 PER_SEQUENCE = (S.ROLE_STEP, S.ROLE_SAMPLE_ID, S.ROLE_GPU, S.ROLE_REWARD, S.ROLE_WEIGHT_VERSION)
 
 
@@ -128,10 +132,13 @@ def _batches(
     (and as the mask when it is the mask's column)."""
     rows_done = 0
     prompts = [c for c in (extras.prompt_length, extras.prompt_list) if c is not None]
-    columns = [*found.values(), *([ATTENTION_MASK] if attention else []), *prompts]
+    starts = [START_LEN] if START_LEN in pf.schema_arrow.names else []
+    columns = [*found.values(), *([ATTENTION_MASK] if attention else []), *prompts, *starts]
     columns = list(dict.fromkeys(columns))
     avg = max(1, pf.metadata.num_rows and _avg_len(pf, found[S.ROLE_ROLLOUT], label))
     rows_per_batch = max(1, min(65536, src.BATCH_TOKENS // avg))
+    if any(role in found for role in ROUTE_ROLES):  # routes: hundreds of ids a token
+        rows_per_batch = max(1, rows_per_batch // ROUTES_BATCH_DIVISOR)
     for record in pf.iter_batches(batch_size=rows_per_batch, columns=columns):
         batch = _to_batch(record, path, label, found, step, rows_done)
         prompt = batch.prompt_lengths  # the attention mask's prompt parts, when it has them
@@ -139,8 +146,33 @@ def _batches(
         if extras.prompt_length is not None and batch.prompt_outside is None:
             batch.prompt_outside = np.maximum(batch.prompt_lengths, 0)
         batch.attrs = attr.per_batch(extras.attributes, rows_done, rows_done + record.num_rows)
+        _routes(batch, record, found, attention)
         yield batch
         rows_done += record.num_rows
+
+
+def _routes(
+    batch: RaggedBatch, record: pa.RecordBatch, found: Mapping[str, str], attention: bool
+) -> None:
+    """Each side's routes column as read (decoded in canonicalisation), with what places its
+    rows: SGLang's start lengths, and the prompt part's width of a whole-sequence list (the
+    attention mask's length minus the response, else the known prompt length)."""
+    starts = None
+    if START_LEN in record.schema.names:
+        starts = pc.fill_null(record.column(START_LEN), 0).cast(pa.int64()).to_numpy()
+    lengths = batch.lengths()
+    if attention:
+        full = pc.list_value_length(record.column(ATTENTION_MASK)).to_numpy(zero_copy_only=False)
+        widths = np.maximum(full.astype(np.int64) - lengths, 0)
+    elif batch.prompt_lengths is not None:
+        widths = np.where(batch.prompt_lengths >= 0, batch.prompt_lengths, 0)
+    else:
+        widths = None
+    for role in ROUTE_ROLES:
+        if role in found:
+            batch.routes[role] = RouteColumn(
+                record.column(found[role]), found[role], starts, widths
+            )
 
 
 def _avg_len(pf: pq.ParquetFile, column: str, label: str) -> int:

@@ -19,7 +19,12 @@ from mismatchctl import schema as S
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
 from mismatchctl.ingest import attributes
-from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths, sequence_index
+from mismatchctl.ingest.batch import (
+    RaggedBatch,
+    RouteColumn,
+    offsets_from_lengths,
+    sequence_index,
+)
 from mismatchctl.ingest.columns import TOKEN_NAMES, require, resolve, unique_names
 from mismatchctl.ingest.parquet_extra import PROMPT_LENGTH_NAMES, UNKNOWN
 from mismatchctl.ingest.source import (
@@ -183,6 +188,10 @@ def _to_batch(
     for role, attr in ((S.ROLE_REWARD, "rewards"), (S.ROLE_WEIGHT_VERSION, "weight_versions")):
         if role in found:
             setattr(batch, attr, av.floats(col(role).take(pa.array(heads)), what(role)))
+    for role in (S.ROLE_ROLLOUT_ROUTES, S.ROLE_TRAINER_ROUTES):
+        if role in found:  # one [layers][top_k] list per row: a list of them per sequence
+            per_seq = pa.ListArray.from_arrays(pa.array(batch.offsets, pa.int32()), col(role))
+            batch.routes[role] = RouteColumn(per_seq, found[role])
     return batch
 
 

@@ -21,6 +21,8 @@ from mismatchctl.ingest.canonical import Context, Tally, canonicalize
 from mismatchctl.ingest.detect import unreadable
 from mismatchctl.ingest.duplicates import KEY, repeats_in_order
 from mismatchctl.ingest.prefetch import prefetch
+from mismatchctl.ingest.routing_parts import RoutingWriter, route_notes
+from mismatchctl.ingest.routing_rows import RouteOptions
 from mismatchctl.ingest.unmasked import ALLOW_FLAG
 from mismatchctl.store import parts as store_parts
 from mismatchctl.store.catalog import PartRecord, SourceRecord
@@ -127,6 +129,7 @@ class Options:
     trust_pickle: bool = False  # full unpickling of .pt files (runs any code in them); verl pickles
     allow_padding: bool = False  # keep trailing padding of a dump without mask as tokens
     attrs: tuple[str, ...] = ()  # columns kept as per-sequence attributes (--attr)
+    routes: RouteOptions = field(default_factory=RouteOptions)  # MoE routes (--routes-*)
 
 
 def ingest_files(
@@ -229,21 +232,24 @@ def ingest_source(
         tags = {**source.tags, **opts.tags}
         ctx = Context(label, tags.get(S.TAG_GPU), opts.skip_bad, seq, opts.allow_padding, [])
         ctx.attributes = list(source.attributes)
+        ctx.routes = opts.routes
         limit = store_parts.PART_TOKENS
         slots = 1 if lanes is None else 2  # two open parts only when two lanes write them
         tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, limit, lanes, slots)
         seq_schema = S.sequence_schema(source.attributes)
         seqs = PartWriter(txn.staging, SEQUENCES, opts.run, seq_schema, 1 << 62, lanes)
         tally = Tally()
+        routing = RoutingWriter(txn.staging, opts.run, tokens, lanes, slots)
         try:
             for batch in prefetch(source.batches):
                 tok_table, seq_table, part_tally = canonicalize(batch, ctx)
                 ctx.seq_base += seq_table.num_rows
                 tokens.write(tok_table)
+                routing.write(ctx.routing_rows)
                 seqs.write(seq_table)
                 tally.add(part_tally)
                 progress.tokens(tok_table.num_rows)
-            parts = tokens.close() + seqs.close()
+            parts = tokens.close() + seqs.close() + routing.close()
         except BaseException:
             if lanes is not None:
                 lanes.stop()  # before the open files are closed under a writing thread
@@ -251,6 +257,7 @@ def ingest_source(
         finally:
             tokens.shutdown()
             seqs.shutdown()
+            routing.shutdown()
     except (pa.ArrowException, OSError, EOFError) as exc:
         raise unreadable(label, fmt, exc) from None
     if tally.sequences + tally.dropped_sequences == 0:
@@ -260,6 +267,7 @@ def ingest_source(
             f"{tally.padding_kept:,} trailing positions that look like padding kept as model "
             f"tokens ({ALLOW_FLAG})"
         )
+    source.notes.extend(route_notes(ctx))
     record = _record(path, fp, fmt, source.columns, tags, source.notes, tally)
     keys = np.concatenate(ctx.keys) if ctx.keys else np.zeros(0, KEY)
     return Ingested(record, parts, tally, keys)

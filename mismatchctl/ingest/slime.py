@@ -29,7 +29,7 @@ from mismatchctl.display import file_label
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import py_values as pv
-from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
+from mismatchctl.ingest.batch import RaggedBatch, RouteColumn, offsets_from_lengths
 from mismatchctl.ingest.source import BATCH_TOKENS, FORMAT_SLIME, Source, step_from_name
 from mismatchctl.ingest.torch_load import TRUST_FLAG, load_pt
 
@@ -40,6 +40,9 @@ KEYS = {
     S.ROLE_TOKENS: "tokens",
     S.ROLE_SAMPLE_ID: "sample_index",
     S.ROLE_REWARD: "rewards",
+    # int32 (len(tokens) - 1, num_layers, moe_router_topk), rows from the first prompt token
+    S.ROLE_ROLLOUT_ROUTES: "rollout_routed_experts",
+    S.ROLE_TRAINER_ROUTES: "trainer_routed_experts",
 }
 RESPONSE_LENGTHS = "response_lengths"
 # fields of slime's Sample.to_dict() that its train dump never holds: the mark of a rollout dump
@@ -224,6 +227,10 @@ def _to_batch(chunk: list[dict], keys: dict, step: int, file: _File, i0: int) ->
         batch.role_lengths[S.ROLE_MASK] = np.array([len(m) for m in masks], dtype=np.int64)
     if keys[S.ROLE_TOKENS] in chunk[0]:
         _token_ids(batch, chunk, keys, file, i0, lengths)
+    for role in (S.ROLE_ROLLOUT_ROUTES, S.ROLE_TRAINER_ROUTES):
+        if keys[role] in chunk[0]:
+            arrays = _values(chunk, keys, role, file, i0, _routes_array)
+            batch.routes[role] = RouteColumn(arrays, keys[role])
     if keys[S.ROLE_REWARD] in chunk[0]:
         key = keys[S.ROLE_REWARD]
         batch.rewards = np.array(
@@ -253,6 +260,14 @@ def _token_ids(
     batch.role_lengths[S.ROLE_TOKENS] = np.array([len(a) for a in ids], dtype=np.int64)
     batch.prompt_outside = np.maximum(np.array(prompts, dtype=np.int64), 0)
     batch.prompt_lengths = np.array(prompts, dtype=np.int64)
+
+
+def _routes_array(value: Any, where: str, hint: str) -> np.ndarray:
+    """A sample's routes (a tensor, an array or nested lists) as a numpy array."""
+    try:
+        return np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{where}: not an array of expert ids ({exc})", hint) from None
 
 
 def _sample_id(sample: dict, keys: dict, file: _File, i: int) -> str:

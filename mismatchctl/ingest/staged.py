@@ -47,7 +47,7 @@ from mismatchctl.ingest.run_ingest import (
 )
 from mismatchctl.parallel import DEFAULT_WORKERS, Failure
 from mismatchctl.store.catalog import PartRecord, SourceRecord
-from mismatchctl.store.parts import TOKENS, PartWriter
+from mismatchctl.store.parts import ROUTING, TOKENS, PartWriter
 from mismatchctl.store.store import Store, Transaction, check_run_name
 
 OnDone = Callable[[int, Any], None]
@@ -104,7 +104,8 @@ def shift_parts(
     """The body of one task: rewrite staged parts with ``offset`` added to every seq id (same
     writer, same encoding), removing the originals; their new records, in order."""
     try:
-        return [new for part in parts for new in _shift(Path(staging), run, part, offset)]
+        shifted = [new for part in parts for new in _shift(Path(staging), run, part, offset)]
+        return _twins(Path(staging), shifted)
     except (OSError, pa.ArrowException) as exc:
         return Failure(
             StoreError(
@@ -115,12 +116,31 @@ def shift_parts(
         )
 
 
+def _twins(staging: Path, parts: list[PartRecord]) -> list[PartRecord]:
+    """The rewritten routing parts renamed as the twins of the rewritten token parts (the k-th
+    routing part of a source holds the rows of its k-th token part: ``docs/store.md``)."""
+    tokens = [p for p in parts if p.kind == TOKENS]
+    out, k = [], 0
+    for part in parts:
+        if part.kind == ROUTING:
+            twin = tokens[k].path.replace(f"{TOKENS}/", f"{ROUTING}/", 1)
+            os.replace(staging / part.path, staging / twin)
+            part = dataclasses.replace(part, path=twin)
+            k += 1
+        out.append(part)
+    return out
+
+
 def _shift(staging: Path, run: str, part: PartRecord, offset: int) -> list[PartRecord]:
     """One staged part rewritten with shifted seq ids (its new record)."""
     source = staging / part.path
     table = pq.ParquetFile(source).read()
     if part.kind == TOKENS:
         schema = S.TOKEN_SCHEMA
+    elif part.kind == ROUTING:  # its shape: the overlaps' width, the top-k column, full routes
+        layers = table.schema.field(S.ROUTE_OVERLAP).type.byte_width
+        top_k = int(table.column(S.ROUTE_TOP_K)[0].as_py()) if table.num_rows else 0
+        schema = S.routing_schema(layers, top_k, S.ROLLOUT_ROUTES in table.column_names)
     else:  # the source's attribute columns kept
         schema = S.sequence_schema(S.attribute_names(table.column_names))
     table = table.select(schema.names).cast(schema)

@@ -29,10 +29,11 @@ COMPRESSION = "zstd"
 # The logprob columns, byte-stream-split, compress to about half with either codec; LZ4 decodes
 # them 2.6x and encodes them 1.4x as fast as zstd, for 30% more bytes (bench/, measured).
 FLOAT_COMPRESSION = "lz4"
-DICTIONARY_COLUMNS = {S.STEP, S.SEQ, S.SAMPLE_ID, S.TURN, S.GPU}
+DICTIONARY_COLUMNS = {S.STEP, S.SEQ, S.SAMPLE_ID, S.TURN, S.GPU, S.ROUTE_TOP_K}
 TOKENS = "tokens"
 SEQUENCES = "sequences"
 METRICS = "metrics"
+ROUTING = "routing"  # MoE routing rows, row for row beside a source's token parts
 
 
 def part_dir(kind: str, run: str) -> str:

@@ -32,7 +32,7 @@ from mismatchctl.store import catalog
 from mismatchctl.store.catalog import MetricSource, PartRecord, SourceRecord
 from mismatchctl.store.location import ENV_VAR, demo_store_hint, resolve_store_path
 from mismatchctl.store.lock import LOCK_NAME, write_lock
-from mismatchctl.store.parts import METRICS, SEQUENCES, TOKENS
+from mismatchctl.store.parts import METRICS, ROUTING, SEQUENCES, TOKENS
 
 if TYPE_CHECKING:
     import polars as pl
@@ -243,7 +243,7 @@ class Store:
         if not self.exists():
             return
         known = self.known_files()
-        for kind in (TOKENS, SEQUENCES, METRICS):
+        for kind in (TOKENS, SEQUENCES, METRICS, ROUTING):
             base = self.root / kind
             if not base.is_dir():
                 continue

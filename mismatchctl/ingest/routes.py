@@ -1,0 +1,360 @@
+"""Routed experts (MoE): the top-k expert ids of each position and layer, read from a column.
+
+A column holds one side's routes (the inference engine's or the trainer's) in one of the
+encodings in use, detected from its Arrow type:
+
+- a list per sequence of ``[layers][top_k]`` lists (``ndarray.tolist()`` of a ``(tokens, layers,
+  top_k)`` array): aligned with the response (as many rows as logprobs), or with the whole
+  sequence (verl's ``routed_experts``, as long as the attention mask: trimmed by the prompt
+  length, keeping the last prompt row);
+- a string per sequence (SGLang's ``meta_info.routed_experts``): base64 of int32
+  ``[num_tokens, num_layers, top_k]``, rows for the absolute positions ``[start, seqlen - 1)``
+  with ``start`` from a ``routed_experts_start_len`` column (else 0); needs ``top_k``;
+- a struct per sequence ``{data: bytes, shape: [rows, layers, top_k], dtype}`` (prime-rl's
+  ``RoutedExperts``, uint8 by default), rows from absolute position 0.
+
+Every encoding becomes :class:`SideRoutes`: integer rows ``[rows, layers, top_k]`` per sequence,
+``-1`` where no route was recorded, with the response index of each sequence's first row
+(``-1``: the last prompt position, the row that produced the first response token).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from mismatchctl.errors import InputError
+from mismatchctl.ingest import arrow_values as av
+from mismatchctl.ingest.batch import offsets_from_lengths
+
+START_LEN = "routed_experts_start_len"  # SGLang's request field, kept as a column
+DTYPES = ("uint8", "int8", "int16", "uint16", "int32", "int64")
+MAX_LAYERS = 64  # the agreement of a token's layers is one 64-bit mask
+
+
+@dataclass
+class SideRoutes:
+    """One side's routes of ``n`` sequences: sequence ``i`` owns ``ids[offsets[i]:offsets[i+1]]``,
+    its first row being response index ``first[i]`` (``-1``: the last prompt position)."""
+
+    ids: np.ndarray  # [rows, layers, top_k] of the dump's integer type, -1 = not recorded
+    offsets: np.ndarray  # int64 [n + 1]
+    first: np.ndarray  # int64 [n]
+    column: str  # the column, for messages
+
+    @property
+    def layers(self) -> int:
+        return int(self.ids.shape[1])
+
+    @property
+    def top_k(self) -> int:
+        return int(self.ids.shape[2])
+
+    def keep(self, keep: np.ndarray) -> SideRoutes:
+        rows = np.diff(self.offsets)
+        return SideRoutes(
+            self.ids[np.repeat(keep, rows)],
+            offsets_from_lengths(rows[keep]),
+            self.first[keep],
+            self.column,
+        )
+
+
+@dataclass
+class Layout:
+    """What a reader knows of each sequence to place its rows: its number of logprobs, its
+    prompt's length (``-1``: unknown) and, for a whole-sequence list, the prompt part's width."""
+
+    lengths: np.ndarray  # int64 [n]
+    prompts: np.ndarray  # int64 [n], -1 = unknown
+    widths: np.ndarray | None = None  # int64 [n]: attention mask length minus the response
+    names: list[str] | None = None  # each sequence for messages: sample `id` (row 17)
+
+    def at(self, i: int) -> str:
+        return self.names[i] if self.names else f"row {i}"
+
+
+def read_side(
+    column: pa.Array, name: str, label: str, layout: Layout, starts: np.ndarray | None, top_k: int
+) -> SideRoutes:
+    """The routes in ``column`` (one value per sequence), in whichever encoding it holds."""
+    if isinstance(column, list):  # arrays per sequence (a .pt dump): rows from position 0
+        return _absolute_arrays(column, name, f"{label}: `{name}`", layout)
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    what = f"{label}: column `{name}`"
+    t = column.type
+    if av.is_list_type(t):
+        return _nested(column, name, what, layout)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return _sglang(column, name, what, layout, starts, top_k)
+    if pa.types.is_struct(t):
+        return _prime(column, name, what, layout)
+    raise InputError(
+        f"{what} is {t}, expected routed experts: a list of [layers][top_k] lists per sequence, "
+        "a base64 string (SGLang) or a {data, shape, dtype} struct (prime-rl)",
+        f"map the routes column with --map rollout_routes=<column>, or leave `{name}` unmapped.",
+    )
+
+
+def _nested(column: pa.Array, name: str, what: str, layout: Layout) -> SideRoutes:
+    """``[rows][layers][top_k]`` lists; rows aligned with the response, or the whole sequence."""
+    rows_col, rows = av.list_values(column, what)
+    if not av.is_list_type(rows_col.type):
+        raise _not_3d(what, f"a list of {rows_col.type}")
+    layers_col, layers = av.list_values(rows_col, what)
+    if not av.is_list_type(layers_col.type):
+        raise _not_3d(what, f"a list of lists of {layers_col.type}")
+    ids_col, ks = av.list_values(layers_col, what)
+    if not pa.types.is_integer(ids_col.type):
+        raise InputError(
+            f"{what}: expected integer expert ids, found {ids_col.type}",
+            "map the routes column (ids of the experts chosen per layer).",
+        )
+    n_layers = _constant(layers, what, "layer count", "rows")
+    k = _constant(ks, what, "top-k", "layers")
+    if n_layers is None or k is None or n_layers * k == 0:
+        ids = np.zeros((0, n_layers or 0, k or 0), dtype=np.int32)
+    else:
+        ids = _ints(ids_col, what).reshape(-1, n_layers, k)
+    return _place_lists(ids, rows, name, what, layout)
+
+
+def _place_lists(
+    ids: np.ndarray, rows: np.ndarray, name: str, what: str, layout: Layout
+) -> SideRoutes:
+    """Rows of a list column: as many as the logprobs (first row: response index 0), or as many as
+    prompt + response (verl: the prompt part trimmed, its last row kept: first row -1)."""
+    offsets = offsets_from_lengths(rows)
+    first = np.zeros(len(rows), dtype=np.int64)
+    if layout.widths is not None:
+        whole = (rows == layout.widths + layout.lengths) & (rows != layout.lengths)
+    else:
+        whole = np.zeros(len(rows), dtype=bool)
+    bad = ~whole & (rows != layout.lengths)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        whole_len = (
+            ""
+            if layout.widths is None
+            else (f" or {int(layout.widths[i] + layout.lengths[i])} (prompt + response)")
+        )
+        raise InputError(
+            f"{what}: {layout.at(i)}: {int(rows[i])} route rows, expected {int(layout.lengths[i])} (one "
+            f"per logprob){whole_len}",
+            f"dump `{name}` aligned with the logprobs (one [layers][top_k] list per token).",
+        )
+    if whole.any():  # the prompt part's rows come first: the response starts after them
+        first = np.where(whole, -layout.widths, 0).astype(np.int64)  # type: ignore[operator]
+    return SideRoutes(ids, offsets, first, name)
+
+
+def _sglang(
+    column: pa.Array,
+    name: str,
+    what: str,
+    layout: Layout,
+    starts: np.ndarray | None,
+    top_k: int,
+) -> SideRoutes:
+    """Base64 int32 ``[num_tokens, num_layers, top_k]`` per sequence, rows from absolute position
+    ``start`` to ``seqlen - 2`` (the last token is never an input)."""
+    if top_k <= 0:
+        raise InputError(
+            f"{what} holds base64 routes (SGLang): their top-k is not in the data",
+            "give it with --routes-topk K (the model's moe_router_topk / num_experts_per_tok).",
+        )
+    _need_prompts(what, layout)
+    texts = column.to_pylist()
+    starts = np.zeros(len(texts), dtype=np.int64) if starts is None else starts
+    parts, counts = [], np.zeros(len(texts), dtype=np.int64)
+    n_layers = None
+    for i, text in enumerate(texts):
+        flat = _b64_int32(text, what, layout.at(i))
+        expected = int(layout.prompts[i] + layout.lengths[i] - 1 - starts[i])
+        if expected <= 0 or len(flat) % (expected * top_k):
+            raise InputError(
+                f"{what}: {layout.at(i)}: {len(flat)} ids do not fill {expected} rows (prompt "
+                f"{int(layout.prompts[i])} + response {int(layout.lengths[i])} - 1 - start "
+                f"{int(starts[i])}) of top-{top_k}",
+                "check --routes-topk and the prompt lengths; SGLang returns rows for the "
+                f"positions [{START_LEN}, seqlen - 1).",
+            )
+        layers = len(flat) // (expected * top_k)
+        if n_layers is not None and layers != n_layers:
+            raise _changed(what, "layer count", n_layers, layers, i)
+        n_layers = layers
+        parts.append(flat.reshape(expected, layers, top_k))
+        counts[i] = expected
+    ids = np.concatenate(parts) if parts else np.zeros((0, 0, top_k), np.int32)
+    return _from_absolute(ids, counts, starts, name, layout)
+
+
+def _prime(column: pa.Array, name: str, what: str, layout: Layout) -> SideRoutes:
+    """``{data, shape, dtype}`` per sequence: raw bytes of ``shape`` rows from position 0
+    (prompt + completion, or one fewer: the last token is never an input)."""
+    fields = {column.type.field(i).name for i in range(column.type.num_fields)}
+    if not {"data", "shape"} <= fields:
+        raise InputError(
+            f"{what} is a struct with fields {sorted(fields)}, expected data, shape and dtype "
+            "(prime-rl's RoutedExperts)",
+            "map the routes column with --map rollout_routes=<column>.",
+        )
+    data = column.field("data")
+    shapes = column.field("shape")
+    dtypes = column.field("dtype") if "dtype" in fields else None
+    arrays = []
+    for i in range(len(column)):
+        if not column[i].is_valid or not data[i].is_valid or not shapes[i].is_valid:
+            raise InputError(
+                f"{what}: {layout.at(i)} is null (expected data, shape and dtype)",
+                "drop rows without routes, or dump -1 rows for them.",
+            )
+        dtype = (dtypes[i].as_py() if dtypes is not None else None) or "uint8"
+        arrays.append(
+            _prime_array(data[i].as_buffer(), shapes[i].as_py(), dtype, what, layout.at(i))
+        )
+    return _absolute_arrays(arrays, name, what, layout)
+
+
+def _absolute_arrays(arrays: list[np.ndarray], name: str, what: str, layout: Layout) -> SideRoutes:
+    """``(rows, layers, top_k)`` arrays per sequence, rows from position 0 of prompt + response
+    (as many, or one fewer: the last token is never an input); copied once, in their own type."""
+    _need_prompts(what, layout)
+    arrays = [np.asarray(v) for v in arrays]
+    counts = np.zeros(len(arrays), dtype=np.int64)
+    for i, arr in enumerate(arrays):
+        full = int(layout.prompts[i] + layout.lengths[i])
+        if arr.ndim != 3 or arr.shape[0] not in (full, full - 1):
+            raise InputError(
+                f"{what}: {layout.at(i)}: shape {list(arr.shape)}, expected [{full - 1} or {full} "
+                f"rows, layers, top_k] (prompt {int(layout.prompts[i])} + response "
+                f"{int(layout.lengths[i])})",
+                "the routes cover the whole sequence from its first prompt token; check the "
+                "prompt lengths.",
+            )
+        if not np.issubdtype(arr.dtype, np.integer):
+            raise InputError(
+                f"{what}: {layout.at(i)}: expert ids of type {arr.dtype}, expected integers",
+                "map the routes key (ids of the experts chosen per layer).",
+            )
+        counts[i] = arr.shape[0]
+    shapes = {a.shape[1:] for a in arrays}
+    if len(shapes) > 1:
+        raise InputError(
+            f"{what}: the [layers, top_k] of the routes change within the file: "
+            f"{sorted(list(s) for s in shapes)}",
+            "routes of one run come from one model: ingest each model into its own run.",
+        )
+    layers, k = shapes.pop() if shapes else (0, 0)
+    dtype = np.result_type(*arrays) if arrays else np.int32
+    dtype = dtype if dtype.itemsize <= 4 and dtype != np.uint32 else np.dtype(np.int64)
+    ids = np.empty((int(counts.sum()), layers, k), dtype=dtype)  # the dump's own int type
+    offsets = offsets_from_lengths(counts)
+    for arr, lo, hi in zip(arrays, offsets[:-1], offsets[1:], strict=True):
+        ids[lo:hi] = arr
+    return _from_absolute(ids, counts, np.zeros(len(arrays), np.int64), name, layout)
+
+
+def _prime_array(data: pa.Buffer, shape: list, dtype: str, what: str, at: str) -> np.ndarray:
+    """One sequence's raw bytes as an array of ``shape`` (no copy)."""
+    if dtype not in DTYPES or len(shape) != 3:
+        raise InputError(
+            f"{what}: {at}: dtype {dtype!r}, shape {shape} (expected one of "
+            f"{', '.join(DTYPES)} and [rows, layers, top_k])",
+            "write the routes with numpy's tobytes() of a (tokens, layers, top_k) array.",
+        )
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    if data.size != size:
+        raise InputError(
+            f"{what}: {at}: {data.size} bytes, expected {size} for shape {shape} of {dtype}",
+            "the data must be the array's raw bytes (numpy tobytes()).",
+        )
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def _from_absolute(
+    ids: np.ndarray, counts: np.ndarray, starts: np.ndarray, name: str, layout: Layout
+) -> SideRoutes:
+    """Rows for absolute positions ``starts[i]...``: the first is response index ``start -
+    prompt`` (rows before the last prompt position are not used)."""
+    return SideRoutes(ids, offsets_from_lengths(counts), starts - layout.prompts, name)
+
+
+def _need_prompts(what: str, layout: Layout) -> None:
+    if (layout.prompts < 0).any():
+        i = int(np.flatnonzero(layout.prompts < 0)[0])
+        raise InputError(
+            f"{what}: {layout.at(i)}: the routes cover the whole sequence, and its prompt length is "
+            "unknown",
+            "add a prompt_length column (or the prompt ids / attention_mask) to place them.",
+        )
+
+
+def _b64_int32(text: str | None, what: str, at: str) -> np.ndarray:
+    if text is None:
+        raise InputError(
+            f"{what}: {at} is null (expected base64 routes)",
+            "drop rows without routes, or dump -1 rows for them.",
+        )
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InputError(
+            f"{what}: {at} is not base64 (found {text[:20]!r}...)",
+            "SGLang's routed_experts are base64 of int32; map the right column.",
+        ) from None
+    if len(raw) % 4:
+        raise InputError(
+            f"{what}: {at}: {len(raw)} bytes, not a whole number of int32",
+            "SGLang's routed_experts are base64 of int32; map the right column.",
+        )
+    return np.frombuffer(raw, dtype="<i4").astype(np.int32)
+
+
+def _ints(values: pa.Array, what: str) -> np.ndarray:
+    """The ids in their own type up to 32 bits (no copy), else as int32 (an id beyond int32 is
+    an error, not wrapped)."""
+    if values.null_count:
+        raise InputError(
+            f"{what}: {values.null_count} null expert id(s)",
+            "write -1 where no route was recorded.",
+        )
+    t = values.type
+    if t.bit_width <= 16 or t == pa.int32():
+        return values.to_numpy(zero_copy_only=False)
+    try:
+        return values.cast(pa.int32()).to_numpy(zero_copy_only=False)
+    except pa.ArrowInvalid:
+        raise InputError(
+            f"{what}: an expert id beyond int32", "map the routes column (expert ids)."
+        ) from None
+
+
+def _constant(lengths: np.ndarray, what: str, name: str, within: str) -> int | None:
+    if len(lengths) == 0:
+        return None
+    lo, hi = int(lengths.min()), int(lengths.max())
+    if lo != hi:
+        at = int(np.flatnonzero(lengths != lengths[0])[0])
+        raise _changed(what, name, int(lengths[0]), int(lengths[at]), at, within)
+    return lo
+
+
+def _changed(what: str, name: str, was: int, now: int, at: int, within: str = "rows") -> Exception:
+    return InputError(
+        f"{what}: the {name} changes within the routes: {was}, then {now} (at entry {at} of the "
+        f"{within})",
+        "routes of one run come from one model: every token has the same layers and top-k.",
+    )
+
+
+def _not_3d(what: str, found: str) -> Exception:
+    return InputError(
+        f"{what}: expected a list of [layers][top_k] lists per sequence, found {found}",
+        "dump the routes as ndarray.tolist() of a (tokens, layers, top_k) array.",
+    )

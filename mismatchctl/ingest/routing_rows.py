@@ -1,0 +1,328 @@
+"""From both sides' routes of a batch to the compact per-token routing rows of the store.
+
+Per sequence both sides are placed on one frame of rows: response index ``-1`` (the last prompt
+position) to ``T - 1``. A row is *recorded* on a side when it holds no ``-1``; a row recorded on
+both sides is *compared*: per layer, the two top-k sets are equal or not (order ignored), and
+overlap in ``|A ∩ B|`` experts. Per model token ``t`` the store keeps the comparison of its own
+row and of the row that produced its logprob (``t - 1`` when the engines record routes per input
+position, the default; ``t`` with ``--routes-aligned output``), and whether any compared row before
+its own differs (``docs/metrics.md``).
+
+Capture bugs are detected here and never taken as routes: rows at the padded tail that repeat the
+last real row, and rows filled with one id (a 0 fill where -1 was meant); both count as not
+recorded.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from mismatchctl import schema as S
+from mismatchctl.errors import InputError, UsageError
+from mismatchctl.ingest import routing_kernels as K
+from mismatchctl.ingest.routes import MAX_LAYERS, SideRoutes
+
+ALIGNED_INPUT = "input"
+ALIGNED_OUTPUT = "output"
+ALIGNMENTS = (ALIGNED_INPUT, ALIGNED_OUTPUT)
+PAIRED_UNPAIRED, PAIRED_SAME, PAIRED_FLIPPED = -1, 0, 1
+BUG_REPEAT = "padded rows repeating the last real row"
+BUG_FILL = "rows filled with one expert id (a 0 fill where -1 was meant)"
+
+
+@dataclass
+class RouteTally:
+    """What the routes of a source held: their shape, and the rows not taken as routes."""
+
+    layers: int = 0
+    top_k: int = 0
+    max_id: int = -1
+    bugs: Counter[str] = field(default_factory=Counter)  # kind -> rows (both sides)
+    missing_rows: int = 0  # -1 rows at model-token positions (either side)
+
+    def add(self, other: RouteTally, what: str) -> None:
+        if (
+            self.layers
+            and other.layers
+            and (self.layers, self.top_k)
+            != (
+                other.layers,
+                other.top_k,
+            )
+        ):
+            raise InputError(
+                f"{what}: routes of {other.layers} layers x top-{other.top_k}, after "
+                f"{self.layers} layers x top-{self.top_k} earlier in the run",
+                "routes of one run come from one model: ingest each model into its own run.",
+            )
+        self.layers = self.layers or other.layers
+        self.top_k = self.top_k or other.top_k
+        self.max_id = max(self.max_id, other.max_id)
+        self.bugs.update(other.bugs)
+        self.missing_rows += other.missing_rows
+
+
+@dataclass
+class RouteOptions:
+    aligned: str = ALIGNED_INPUT
+    num_experts: int | None = None  # ids must be < it when given
+    keep_routes: bool = False
+    top_k: int = 0  # of encodings that do not carry it (SGLang's base64), 0: not given
+
+
+def check_route_options(opts: RouteOptions) -> RouteOptions:
+    if opts.aligned not in ALIGNMENTS:
+        raise UsageError(
+            f"--routes-aligned {opts.aligned!r} is not one of {', '.join(ALIGNMENTS)}",
+            "input: row t holds the experts chosen while token t was the input (verl, vLLM, "
+            "SGLang); output: row t holds those that produced token t.",
+        )
+    for name, value in (("--routes-topk", opts.top_k), ("--num-experts", opts.num_experts)):
+        if value is not None and (value < 0 or (name == "--num-experts" and value == 0)):
+            raise UsageError(f"{name} {value}: expected a positive count", f"give {name} N.")
+    return opts
+
+
+def routing_table(
+    rollout: SideRoutes,
+    trainer: SideRoutes,
+    lengths: np.ndarray,
+    model: np.ndarray,
+    where: np.ndarray,
+    ctx_what: str,
+    sample_ids: list[str],
+    opts: RouteOptions,
+) -> tuple[dict[str, pa.Array], RouteTally]:
+    """The routing columns of the batch's model tokens (``where``: their flat positions)."""
+    _same_shape(rollout, trainer, ctx_what)
+    layers, top_k = _shape(rollout, trainer)
+    tally = RouteTally(layers, top_k)
+    frame = offsets_frame(lengths)
+    tail = _padded_tail(lengths, model, frame)
+    sides = []
+    for side in (rollout, trainer):
+        of = _frame_index(side, lengths, frame, ctx_what, sample_ids)
+        dead = _scan(side, ctx_what, sample_ids, opts.num_experts, tally)
+        if len(side.ids):
+            tally.bugs[BUG_REPEAT] += int(K.tail_repeats(side.ids, of, dead, tail))
+        sides.append((side, of, dead))
+    if not tally.bugs[BUG_REPEAT]:
+        del tally.bugs[BUG_REPEAT]
+    equal, overlap, compared = _compare(sides, len(tail), layers)
+    own = where + np.repeat(np.arange(len(lengths)) + 1, np.diff(_model_offsets(model, lengths)))
+    tally.missing_rows = int((~compared[own]).sum())
+    cols = _columns(equal, overlap, compared, own, frame, opts.aligned, (layers, top_k))
+    if opts.keep_routes:
+        for name, (side, of, dead) in zip((S.ROLLOUT_ROUTES, S.TRAINER_ROUTES), sides, strict=True):
+            rows = _gather(side.ids, of, dead, own, layers, top_k)
+            flat = pa.array(rows.reshape(-1), pa.int32())
+            cols[name] = pa.FixedSizeListArray.from_arrays(flat, layers * top_k)
+    return cols, tally
+
+
+def _columns(
+    equal: np.ndarray,
+    overlap: np.ndarray,
+    compared: np.ndarray,
+    own: np.ndarray,
+    frame: np.ndarray,
+    aligned: str,
+    shape: tuple[int, int],
+) -> dict[str, pa.Array]:
+    """The compact routing columns of the model tokens whose own frame rows are ``own``."""
+    layers, top_k = shape
+    producing = own - 1 if aligned == ALIGNED_INPUT else own
+    differs = compared & (equal != full_mask(layers))
+    before = _differs_before(differs, frame)
+    return {
+        S.ROUTE_EQUAL: pa.array(equal[own], pa.uint64(), mask=~compared[own]),
+        S.ROUTE_OVERLAP: pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(layers),
+            len(own),
+            [_validity(compared[own]), pa.py_buffer(np.ascontiguousarray(overlap[own]))],
+        ),
+        S.ROUTE_PAIRED: pa.array(
+            np.where(
+                compared[producing],
+                np.where(differs[producing], PAIRED_FLIPPED, PAIRED_SAME),
+                PAIRED_UNPAIRED,
+            ).astype(np.int8),
+            pa.int8(),
+        ),
+        S.ROUTE_FLIP_BEFORE: pa.array(before[own], pa.bool_()),
+        S.ROUTE_TOP_K: pa.array(np.full(len(own), top_k, np.uint8), pa.uint8()),
+    }
+
+
+def _shape(a: SideRoutes, b: SideRoutes) -> tuple[int, int]:
+    for side in (a, b):
+        if len(side.ids):
+            return side.layers, side.top_k
+    return 0, 0
+
+
+def _compare(
+    sides: list[tuple[SideRoutes, np.ndarray, np.ndarray]], n: int, layers: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per frame row: equal-layers bitmask, per-layer overlap (uint8), compared on both sides."""
+    equal = np.zeros(n, dtype=np.uint64)
+    overlap = np.zeros((n, layers), dtype=np.uint8)
+    compared = np.zeros(n, dtype=np.bool_)
+    (a, a_of, a_dead), (b, b_of, b_dead) = sides
+    if len(a.ids) and len(b.ids) and layers:
+        K.compare_frames(a.ids, a_of, a_dead, b.ids, b_of, b_dead, equal, overlap, compared)
+    return equal, overlap, compared
+
+
+def _gather(
+    ids: np.ndarray, of: np.ndarray, dead: np.ndarray, own: np.ndarray, layers: int, k: int
+) -> np.ndarray:
+    """The rows of the model tokens (-1 where none, or a capture bug), int32 [tokens, L, K]."""
+    out = np.full((len(own), layers, k), -1, dtype=np.int32)
+    rows = of[own]
+    ok = rows >= 0
+    ok[ok] = ~dead[rows[ok]]
+    if len(ids):
+        out[ok] = ids[rows[ok]]
+    return out
+
+
+def full_mask(layers: int) -> np.uint64:
+    return np.uint64((1 << layers) - 1) if layers < 64 else np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def offsets_frame(lengths: np.ndarray) -> np.ndarray:
+    """Start of each sequence's frame (``T + 1`` rows: response index -1 to T - 1)."""
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths + 1, out=out[1:])
+    return out
+
+
+def _model_offsets(model: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    ends = np.cumsum(lengths)
+    counts = np.add.reduceat(model.astype(np.int64), np.r_[0, ends[:-1]]) if len(model) else 0
+    counts = np.where(lengths > 0, counts, 0)
+    out = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def _same_shape(a: SideRoutes, b: SideRoutes, what: str) -> None:
+    if len(a.ids) and len(b.ids) and a.ids.shape[1:] != b.ids.shape[1:]:
+        raise InputError(
+            f"{what}: `{a.column}` has {a.layers} layers x top-{a.top_k}, `{b.column}` has "
+            f"{b.layers} layers x top-{b.top_k}",
+            "both sides' routes must come from the same model (same layers and top-k).",
+        )
+    if len(a.ids) and a.layers > MAX_LAYERS:
+        raise InputError(
+            f"{what}: `{a.column}` has {a.layers} MoE layers; at most {MAX_LAYERS} are compared",
+            "leave the routes out of this ingest (drop the --map of the routes columns).",
+        )
+
+
+def _frame_index(
+    side: SideRoutes, lengths: np.ndarray, frame: np.ndarray, what: str, sample_ids: list[str]
+) -> np.ndarray:
+    """Per frame row, the side's row there (-1: none); rows before response index -1 (the
+    prompt's earlier positions) are not placed."""
+    rows = np.diff(side.offsets)
+    over = side.first + rows > lengths
+    if over.any():
+        i = int(np.flatnonzero(over)[0])
+        raise InputError(
+            f"{what}: sample `{sample_ids[i]}`: column `{side.column}` has {int(rows[i])} route "
+            f"rows from response index {int(side.first[i])}, past its {int(lengths[i])} logprobs",
+            "dump one route row per token, aligned with the logprobs.",
+        )
+    of = np.full(int(frame[-1]), -1, dtype=np.int64)
+    if len(side.ids):
+        seq = np.repeat(np.arange(len(rows)), rows)
+        index = np.arange(len(side.ids), dtype=np.int64) - side.offsets[seq]
+        response = side.first[seq] + index
+        keep = response >= -1
+        of[frame[:-1][seq[keep]] + 1 + response[keep]] = np.flatnonzero(keep)
+    return of
+
+
+def _scan(
+    side: SideRoutes,
+    what: str,
+    sample_ids: list[str],
+    num_experts: int | None,
+    tally: RouteTally,
+) -> np.ndarray:
+    """Validate a side's rows; the rows filled with one id (a capture bug), counted."""
+    dead = np.zeros(len(side.ids), dtype=np.bool_)
+    if not len(side.ids) or side.ids.size == 0:
+        return dead
+    high = num_experts if num_experts is not None else np.iinfo(np.int32).max
+    code, r, top = K.scan_side(side.ids, high, dead)
+    if code != K.OK:
+        raise _bad_row(side, int(code), int(r), what, sample_ids, num_experts)
+    tally.max_id = max(tally.max_id, int(top))
+    fills = int(dead.sum())
+    if fills:
+        tally.bugs[BUG_FILL] += fills
+    return dead
+
+
+def _bad_row(
+    side: SideRoutes, code: int, r: int, what: str, sample_ids: list[str], num_experts: int | None
+) -> InputError:
+    i = int(np.searchsorted(side.offsets, r, side="right") - 1)
+    j = int(side.first[i] + r - side.offsets[i])
+    row = side.ids[r]
+    at = f"{what}: sample `{sample_ids[i]}`: column `{side.column}`, response index {j}"
+    if code == K.BAD_ID:
+        high = num_experts if num_experts is not None else np.iinfo(np.int32).max
+        found = int(row[(row < -1) | (row >= high)][0])
+        expected = f"ids in [0, {num_experts})" if num_experts else "ids >= 0 (or -1)"
+        return InputError(
+            f"{at}: expected {expected}, found {found}",
+            "check --num-experts, and map the right routes column.",
+        )
+    if code == K.PARTIAL:
+        return InputError(
+            f"{at}: expected -1 on every slot or on none, found some slots -1, others not",
+            "write -1 on every slot of a position whose route was not recorded.",
+        )
+    s = np.sort(row, axis=1)
+    layer = int(np.flatnonzero((s[:, 1:] == s[:, :-1]).any(axis=1))[0])
+    return InputError(
+        f"{at}, layer {layer}: expected {row.shape[1]} distinct expert ids, found "
+        f"{row[layer].tolist()}",
+        "the routes column must hold each position's top-k expert ids per layer.",
+    )
+
+
+def _padded_tail(lengths: np.ndarray, model: np.ndarray, frame: np.ndarray) -> np.ndarray:
+    """Frame rows at masked positions after each sequence's last model token."""
+    out = np.zeros(int(frame[-1]), dtype=bool)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    has = np.flatnonzero(lengths > 0)
+    for i in has.tolist():  # per sequence: its last model position
+        seg = model[starts[i] : ends[i]]
+        hits = np.flatnonzero(seg)
+        last = int(hits[-1]) if len(hits) else -1
+        if last + 1 < lengths[i]:
+            out[frame[i] + 2 + last : frame[i] + 1 + lengths[i]] = True
+    return out
+
+
+def _differs_before(differs: np.ndarray, frame: np.ndarray) -> np.ndarray:
+    """Per frame row: whether a row before it in its sequence differs."""
+    c = np.concatenate([[0], np.cumsum(differs, dtype=np.int64)])
+    seq_start = np.repeat(frame[:-1], np.diff(frame))
+    return c[np.arange(len(differs))] - c[seq_start] > 0
+
+
+def _validity(valid: np.ndarray) -> pa.Buffer | None:
+    if valid.all():
+        return None
+    return pa.py_buffer(np.packbits(valid, bitorder="little"))

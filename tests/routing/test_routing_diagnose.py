@@ -1,0 +1,106 @@
+"""diagnose on MoE routes: flips carrying the mismatch, and replay violations."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from mismatchctl import api
+from tests.routing.routes_fixture import routes
+
+LAYERS, TOP_K = 4, 2
+
+
+def _dump(path: Path, seed: int, replayed: bool, flip_noise: float, every: int = 10) -> None:
+    """Sequences whose trainer logprobs move by ``flip_noise`` after a position whose routes
+    differ and by 0.01 elsewhere; ``replayed``: the trainer's routes are the engine's except on a
+    few positions (a capture bug)."""
+    rng = np.random.default_rng(seed)
+    rows: dict[str, list] = {
+        k: []
+        for k in (
+            "sample_id",
+            "rollout_log_probs",
+            "old_log_probs",
+            "rollout_routed_experts",
+            "trainer_routed_experts",
+        )
+    }
+    for i in range(60):
+        t = int(rng.integers(20, 40))
+        eng, tr = routes(t, LAYERS, 8, TOP_K, seed=seed * 1000 + i)
+        if replayed:
+            tr = eng.copy()
+            if every and i % every == 0:
+                tr[5:8] = routes(t, LAYERS, 8, TOP_K, seed=7 + i)[1][5:8]
+        differs = (np.sort(eng, 2) != np.sort(tr, 2)).any(axis=(1, 2))
+        produced_by_flip = np.r_[False, differs[:-1]]
+        roll = -rng.random(t) * 0.7 - 0.05
+        noise = np.where(produced_by_flip, flip_noise, 0.01) * rng.standard_normal(t)
+        rows["sample_id"].append(f"{seed}-{i}")
+        rows["rollout_log_probs"].append(roll.tolist())
+        rows["old_log_probs"].append(np.minimum(roll + noise, 0).tolist())
+        rows["rollout_routed_experts"].append(eng.tolist())
+        rows["trainer_routed_experts"].append(tr.tolist())
+    pq.write_table(pa.table(rows), path)
+
+
+def _checks(store: Path, run: str) -> dict:
+    return {c.name: c for c in api.diagnose(run, store=store).checks}
+
+
+def test_flips_carrying_the_mismatch_and_replay_violations(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    _dump(tmp_path / "a.parquet", 1, replayed=False, flip_noise=0.5)
+    api.ingest([tmp_path / "a.parquet"], "natural", store=store)
+    checks = _checks(store, "natural")
+    flips = checks["routing_flips"]
+    assert flips.verdict in ("warn", "fail"), flips
+    assert "routing flips carry" in flips.finding and flips.next and "replay" in flips.next
+    assert "routing_replay" not in checks
+
+    _dump(tmp_path / "b.parquet", 2, replayed=False, flip_noise=0.01)
+    api.ingest([tmp_path / "b.parquet"], "quiet", store=store)
+    assert _checks(store, "quiet")["routing_flips"].verdict == "ok"
+
+    _dump(tmp_path / "c.parquet", 3, replayed=True, flip_noise=0.01, every=3)
+    api.ingest([tmp_path / "c.parquet"], "r3", store=store, tags=["routing_replay=r3"])
+    checks = _checks(store, "r3")
+    replay = checks["routing_replay"]
+    assert replay.verdict == "fail", replay
+    assert "replay is on and" in replay.finding and "capture or alignment bug" in replay.next
+    assert "routing_flips" not in checks
+    # one sequence in 60 violates it on 3 positions: under 1%, a warning
+    _dump(tmp_path / "d.parquet", 4, replayed=True, flip_noise=0.01, every=60)
+    api.ingest([tmp_path / "d.parquet"], "r3-few", store=store, tags=["routing_replay=r3"])
+    assert _checks(store, "r3-few")["routing_replay"].verdict == "warn"
+
+
+def test_no_routing_check_without_routes(tmp_path: Path) -> None:
+    path = tmp_path / "d.parquet"
+    pq.write_table(
+        pa.table({"rollout_log_probs": [[-0.1, -0.2]] * 30, "old_log_probs": [[-0.1, -0.21]] * 30}),
+        path,
+    )
+    api.ingest([path], "plain", store=tmp_path / "s")
+    names = set(_checks(tmp_path / "s", "plain"))
+    assert not names & {"routing_flips", "routing_replay"}
+
+
+def test_compare_shows_both_sides_routing(tmp_path: Path) -> None:
+    store = tmp_path / "s"
+    _dump(tmp_path / "a.parquet", 1, replayed=False, flip_noise=0.5)
+    _dump(tmp_path / "b.parquet", 2, replayed=True, flip_noise=0.01, every=0)
+    api.ingest([tmp_path / "a.parquet"], "natural", store=store)
+    api.ingest([tmp_path / "b.parquet"], "replayed", store=store, tags=["routing_replay=r3"])
+    cmp = api.compare("natural", "replayed", store=store, resamples=20)
+    doc = cmp.to_dict()["routing"]
+    a, b = doc["a"]["natural"]["metrics"], doc["b"]["replayed"]["metrics"]
+    assert a == api.report(["natural"], store=store).to_dict()["routing"]["natural"]["metrics"]
+    assert b["routing_token_agreement"] == 1.0 and b["r3_violation_fraction"] == 0.0
+    assert a["routing_token_agreement"] < 1.0
+    table = next(s for s in cmp.sections() if s.id == "routing")
+    assert [r["run"] for r in table.rows] == ["A: natural", "B: replayed"]
