@@ -36,6 +36,8 @@ Framework presets compute one framework's correction as its code does, set by it
 
   mismatchctl whatif v1-a100 --preset slime-tis --set tis_clip=2 --set tis_clip_low=0.5
 
+  mismatchctl whatif v1-a100 --preset skyrl-off-policy --set tis_ratio_type=token --set outlier_token_is_threshold_high=100
+
 A correction that would discard the signal (ESS below 50%, most units rejected, nearly every ratio at the cap) is named "not advised"; the JSON marks it in `remedy`.
 """
 

@@ -123,9 +123,10 @@ def _value(text: str) -> Any:
 
 def all_presets() -> dict[str, Preset]:
     """Every preset, by name."""
+    from mismatchctl.stats.preset_skyrl import SkyrlOffPolicy
     from mismatchctl.stats.preset_slime import SlimeTis
     from mismatchctl.stats.preset_trl import TrlVllmIs
     from mismatchctl.stats.preset_verl import VerlRolloutCorr
 
-    presets: list[Preset] = [VerlRolloutCorr(), TrlVllmIs(), SlimeTis()]
+    presets: list[Preset] = [VerlRolloutCorr(), TrlVllmIs(), SlimeTis(), SkyrlOffPolicy()]
     return {p.name: p for p in presets}
