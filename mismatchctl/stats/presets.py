@@ -123,10 +123,17 @@ def _value(text: str) -> Any:
 
 def all_presets() -> dict[str, Preset]:
     """Every preset, by name."""
+    from mismatchctl.stats.preset_areal import ArealRejection
     from mismatchctl.stats.preset_skyrl import SkyrlOffPolicy
     from mismatchctl.stats.preset_slime import SlimeTis
     from mismatchctl.stats.preset_trl import TrlVllmIs
     from mismatchctl.stats.preset_verl import VerlRolloutCorr
 
-    presets: list[Preset] = [VerlRolloutCorr(), TrlVllmIs(), SlimeTis(), SkyrlOffPolicy()]
+    presets: list[Preset] = [
+        VerlRolloutCorr(),
+        TrlVllmIs(),
+        SlimeTis(),
+        SkyrlOffPolicy(),
+        ArealRejection(),
+    ]
     return {p.name: p for p in presets}
