@@ -124,6 +124,7 @@ def _value(text: str) -> Any:
 def all_presets() -> dict[str, Preset]:
     """Every preset, by name."""
     from mismatchctl.stats.preset_areal import ArealRejection
+    from mismatchctl.stats.preset_roll import RollTrainInfer
     from mismatchctl.stats.preset_skyrl import SkyrlOffPolicy
     from mismatchctl.stats.preset_slime import SlimeTis
     from mismatchctl.stats.preset_trl import TrlVllmIs
@@ -135,5 +136,6 @@ def all_presets() -> dict[str, Preset]:
         SlimeTis(),
         SkyrlOffPolicy(),
         ArealRejection(),
+        RollTrainInfer(),
     ]
     return {p.name: p for p in presets}
