@@ -42,6 +42,8 @@ Framework presets compute one framework's correction as its code does, set by it
 
   mismatchctl whatif v1-a100 --preset roll-train-infer --set is_weight.enabled=true --set is_weight.weight_type=segment
 
+  mismatchctl whatif v1-a100 --preset dppo --set dppo_type=binary_kl --set delta_high=0.05
+
 A correction that would discard the signal (ESS below 50%, most units rejected, nearly every ratio at the cap) is named "not advised"; the JSON marks it in `remedy`.
 """
 

@@ -124,6 +124,7 @@ def _value(text: str) -> Any:
 def all_presets() -> dict[str, Preset]:
     """Every preset, by name."""
     from mismatchctl.stats.preset_areal import ArealRejection
+    from mismatchctl.stats.preset_dppo import Dppo
     from mismatchctl.stats.preset_roll import RollTrainInfer
     from mismatchctl.stats.preset_skyrl import SkyrlOffPolicy
     from mismatchctl.stats.preset_slime import SlimeTis
@@ -137,5 +138,6 @@ def all_presets() -> dict[str, Preset]:
         SkyrlOffPolicy(),
         ArealRejection(),
         RollTrainInfer(),
+        Dppo(),
     ]
     return {p.name: p for p in presets}
