@@ -103,9 +103,10 @@ class PresetExtra:
     def compute(self, table: pa.Table, keys: PartKeys) -> dict[CellKey, np.ndarray]:
         lr, lt, seq = keys.column(S.ROLLOUT), keys.column(S.TRAINER), keys.column(S.SEQ)
         code, size, labels = group_codes(keys, (K.STEP, K.GPU))
+        turns = {"turn": np.asarray(keys.column(S.TURN))} if _uses_turns(self.preset) else {}
         states = self.preset.compute(
             np.asarray(lr, np.float64), np.asarray(lt, np.float64), np.asarray(seq),
-            np.asarray(code, np.int64), size, self.config,
+            np.asarray(code, np.int64), size, self.config, **turns,
         )  # fmt: skip
         tokens = self.names.index("tokens")
         return {
@@ -118,6 +119,11 @@ class PresetExtra:
         for key, state in b.items():
             out[key] = merge(out[key], state, self.names) if key in out else state
         return out
+
+
+def _uses_turns(preset: Preset) -> bool:
+    """Whether the preset also takes each token's turn (``compute(..., turn=)``)."""
+    return bool(getattr(preset, "uses_turns", False))
 
 
 @dataclass

@@ -36,6 +36,14 @@ Framework presets compute one framework's correction as its code does, set by it
 
   mismatchctl whatif v1-a100 --preset slime-tis --set tis_clip=2 --set tis_clip_low=0.5
 
+  mismatchctl whatif v1-a100 --preset skyrl-off-policy --set tis_ratio_type=token --set outlier_token_is_threshold_high=100
+
+  mismatchctl whatif v1-a100 --preset areal-rejection --set level=sequence --set metric=kl_k3 --set agg=max --set upper=0.5
+
+  mismatchctl whatif v1-a100 --preset roll-train-infer --set is_weight.enabled=true --set is_weight.weight_type=segment
+
+  mismatchctl whatif v1-a100 --preset dppo --set dppo_type=binary_kl --set delta_high=0.05
+
 A correction that would discard the signal (ESS below 50%, most units rejected, nearly every ratio at the cap) is named "not advised"; the JSON marks it in `remedy`.
 """
 

@@ -123,9 +123,21 @@ def _value(text: str) -> Any:
 
 def all_presets() -> dict[str, Preset]:
     """Every preset, by name."""
+    from mismatchctl.stats.preset_areal import ArealRejection
+    from mismatchctl.stats.preset_dppo import Dppo
+    from mismatchctl.stats.preset_roll import RollTrainInfer
+    from mismatchctl.stats.preset_skyrl import SkyrlOffPolicy
     from mismatchctl.stats.preset_slime import SlimeTis
     from mismatchctl.stats.preset_trl import TrlVllmIs
     from mismatchctl.stats.preset_verl import VerlRolloutCorr
 
-    presets: list[Preset] = [VerlRolloutCorr(), TrlVllmIs(), SlimeTis()]
+    presets: list[Preset] = [
+        VerlRolloutCorr(),
+        TrlVllmIs(),
+        SlimeTis(),
+        SkyrlOffPolicy(),
+        ArealRejection(),
+        RollTrainInfer(),
+        Dppo(),
+    ]
     return {p.name: p for p in presets}

@@ -1,0 +1,186 @@
+"""`whatif --preset dppo` against SkyRL's arithmetic, transcribed in torch from
+skyrl/backends/skyrl_train/utils/ppo_utils.py (SkyRL 0.3.0, NovaSky-AI/SkyRL commit a9564572,
+2026-08-21): the mask, the ratio and ``clip_ratio`` of ``dppo_policy_loss`` (``safe_exp_delta`` and
+``masked_mean`` of skyrl/backends/skyrl_train/utils/torch_utils.py), with the trainer's
+log-probabilities as ``log_probs`` and the rollout's as ``rollout_logprobs``, on a padded batch
+whose advantages all have one sign."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import mismatchctl
+from mismatchctl.stats.preset_dppo import Dppo
+from mismatchctl.stats.presets import merge, parse_sets
+from tests.helpers import cli
+
+
+def safe_exp_delta(delta, clip=20.0, out_dtype=None):
+    y = torch.clamp(delta.to(torch.float32), -clip, clip).exp()
+    return y.to(out_dtype or delta.dtype)
+
+
+def masked_mean(tensor, mask, dim=None):
+    return (tensor * mask).sum(axis=dim) / mask.sum(axis=dim).clamp(min=1.0)
+
+
+def skyrl_dppo(log_probs, rollout_logprobs, advantages, loss_mask, c):
+    """dppo_policy_loss up to the loss: (ratio, mask, clip_ratio)."""
+    mu_log_probs = rollout_logprobs
+    ratio = safe_exp_delta(log_probs - mu_log_probs, clip=20.0, out_dtype=log_probs.dtype)
+    current_probs = torch.exp(log_probs)
+    mu_probs = torch.exp(mu_log_probs)
+    prob_diff = current_probs - mu_probs
+    mask = torch.ones_like(advantages)
+    if c.dppo_type == "binary_tv":
+        mask[(advantages > 0) & (prob_diff > c.delta_high)] = 0.0
+        mask[(advantages < 0) & (-prob_diff > c.delta_low)] = 0.0
+    else:
+        eps = 1e-8
+        binary_kl = mu_probs * (mu_log_probs - log_probs) + (1 - mu_probs) * torch.log(
+            (1 - mu_probs + eps) / (1 - current_probs + eps)
+        )
+        mask[(advantages > 0) & (prob_diff > 0) & (binary_kl > c.delta_high)] = 0.0
+        mask[(advantages < 0) & (prob_diff < 0) & (binary_kl > c.delta_low)] = 0.0
+    clip_ratio = masked_mean((mask == 0).float(), loss_mask).mean().item()
+    return ratio, mask, clip_ratio
+
+
+def _batch(seed, n_seq=30):
+    rng = np.random.default_rng(seed)
+    lrs, lts = [], []
+    for _ in range(n_seq):
+        n = int(rng.integers(1, 40))
+        lr = np.log(rng.uniform(0.01, 1.0, n))
+        lrs.append(lr)
+        lts.append(np.minimum(lr + rng.normal(0, rng.choice([0.05, 0.3, 1.0]), n), 0.0))
+    return lrs, lts
+
+
+def _padded(lrs, lts):
+    width = max(len(a) for a in lrs)
+    lp = torch.zeros(len(lrs), width, dtype=torch.float64)
+    mu = torch.zeros_like(lp)
+    mask = torch.zeros_like(lp)
+    for i, (a, t) in enumerate(zip(lrs, lts, strict=True)):
+        mu[i, : len(a)], lp[i, : len(a)], mask[i, : len(a)] = (
+            torch.tensor(a), torch.tensor(t), 1.0,
+        )  # fmt: skip
+    return lp, mu, mask
+
+
+def _preset(lrs, lts, config, parts=3):
+    preset = Dppo()
+    preset.check(config)
+    names = preset.fields(config)
+    state = None
+    for cut in np.array_split(np.arange(len(lrs)), parts):
+        lr = np.concatenate([lrs[i] for i in cut])
+        lt = np.concatenate([lts[i] for i in cut])
+        seq = np.repeat(cut, [len(lrs[i]) for i in cut])
+        s = preset.compute(lr, lt, seq, np.zeros(len(lr), np.int64), 1, config)[0]
+        state = s if state is None else merge(state, s, names)
+    return preset.finalize(state, config)
+
+
+def _reference(lrs, lts, config, sign):
+    lp, mu, mask = _padded(lrs, lts)
+    advantages = torch.full_like(lp, 1.0 if sign == "positive" else -1.0)
+    return skyrl_dppo(lp, mu, advantages, mask, SimpleNamespace(**config)), mask
+
+
+@pytest.mark.parametrize("dppo_type", ["binary_tv", "binary_kl"])
+@pytest.mark.parametrize("sign", ["positive", "negative"])
+def test_mask_and_clip_ratio_equal_skyrl(dppo_type: str, sign: str) -> None:
+    deltas = ("0.1", "0.1") if dppo_type == "binary_tv" else ("0.02", "0.05")
+    sets = [f"dppo_type={dppo_type}", f"advantage_sign={sign}", f"delta_low={deltas[0]}",
+            f"delta_high={deltas[1]}"]  # fmt: skip
+    config = parse_sets(Dppo(), sets)
+    lrs, lts = _batch(len(dppo_type) + len(sign))
+    got = _preset(lrs, lts, config)
+    (ratio, mask, clip_ratio), loss_mask = _reference(lrs, lts, config, sign)
+    assert 0 < clip_ratio < 1
+    assert got["clip_ratio"] == pytest.approx(clip_ratio, rel=1e-12)
+    assert got[f"dppo_masked_fraction_{sign}"] == pytest.approx(clip_ratio, rel=1e-12)
+    w = (ratio * mask)[loss_mask > 0].numpy()
+    assert got["weight_mean"] == pytest.approx(w.mean(), rel=1e-6)
+    assert got["weight_max"] == pytest.approx(w.max(), rel=1e-6)
+    assert got["ess"] == pytest.approx(w.sum() ** 2 / (len(w) * (w**2).sum()), rel=1e-6)
+    seq_hit = ((mask == 0) & (loss_mask > 0)).any(dim=-1).double().mean().item()
+    assert got["sequence_fraction"] == pytest.approx(seq_hit, abs=1e-15)
+
+
+@pytest.mark.parametrize("delta", [0.02, 0.05, 0.1, 0.2, 0.4])  # a sweep of the TV threshold
+def test_tv_sweep_masks_fewer_tokens_as_delta_rises(delta: float) -> None:
+    lrs, lts = _batch(4)
+    got = {}
+    for d in (delta, delta * 2):
+        config = parse_sets(Dppo(), [f"delta_high={d}", f"delta_low={d}"])
+        got[d] = _preset(lrs, lts, config)
+        (_, _, want), _ = _reference(lrs, lts, config, "positive")
+        assert got[d]["clip_ratio"] == pytest.approx(want, rel=1e-12)
+    assert got[delta * 2]["clip_ratio"] <= got[delta]["clip_ratio"]
+
+
+def test_tv_is_the_probability_gap() -> None:
+    lr = np.log(np.array([0.5, 0.5, 0.5]))
+    lt = np.log(np.array([0.8, 0.6, 0.2]))  # Δp = +0.3, +0.1, -0.3
+    config = parse_sets(Dppo(), [])
+    got = _preset([lr], [lt], config, parts=1)
+    assert got["dppo_masked_fraction_positive"] == pytest.approx(1 / 3)
+    assert got["dppo_masked_fraction_negative"] == pytest.approx(1 / 3)
+
+
+@pytest.mark.parametrize(
+    ("sets", "found"),
+    [
+        (["dppo_type=topk_tv"], "dppo_type `topk_tv`: binary_tv or binary_kl"),
+        (["advantage_sign=both"], "advantage_sign `both`: positive or negative"),
+        (["delta_low=small"], "delta_low `small`: a number"),
+    ],
+)
+def test_bad_configs_are_refused(store: Path, sets: list, found: str) -> None:
+    args = [a for s in sets for a in ("--set", s)]
+    ran = cli("whatif", "x", "--preset", "dppo", *args, "-q")
+    assert ran.code == 1 and found in ran.err and "Hint:" in ran.err, ran.err
+
+
+def test_cli_per_step_groups_equal_skyrl_per_batch(store: Path, tmp_path: Path) -> None:
+    rows, batches = [], {}
+    for step in range(2):
+        lrs, lts = _batch(80 + step, n_seq=10)
+        batches[step] = (lrs, lts)
+        for i, (a, t) in enumerate(zip(lrs, lts, strict=True)):
+            rows.append(dict(step=step, uid=f"{step}-{i}", rollout_log_probs=a.tolist(),
+                             old_log_probs=t.tolist()))  # fmt: skip
+    pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), tmp_path / "d.parquet")
+    mismatchctl.ingest([tmp_path / "d.parquet"], run="d", store=store)
+    sets = ["dppo_type=binary_kl", "delta_high=0.05", "advantage_sign=positive"]
+    ran = cli("whatif", "d", "--preset", "dppo",
+              *[a for s in sets for a in ("--set", s)], "--json", "-", "-q")  # fmt: skip
+    assert ran.code == 0, ran.err
+    doc = json.loads(ran.out)["whatif"]
+    assert doc["source"] == "skyrl/backends/skyrl_train/utils/ppo_utils.py"
+    per_step = {
+        g["by"]["step"]: g["metrics"] for g in doc["groups"] if set(g["by"]) == {"run", "step"}
+    }
+    config = parse_sets(Dppo(), sets)
+    for step, (lrs, lts) in batches.items():
+        (_, _, want), _ = _reference(lrs, lts, config, "positive")
+        assert per_step[step]["clip_ratio"] == pytest.approx(want, rel=1e-12)
+
+
+def test_list_presets_names_version_and_source() -> None:
+    ran = cli("whatif", "--list-presets", "--json", "-")
+    assert ran.code == 0, ran.err
+    dppo = next(p for p in json.loads(ran.out)["presets"] if p["preset"] == "dppo")
+    assert "a9564572" in dppo["framework"] and dppo["source"].endswith("ppo_utils.py")
+    assert dppo["defaults"]["delta_low"] == 0.2 and dppo["defaults"]["dppo_type"] == "binary_tv"
