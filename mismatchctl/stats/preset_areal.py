@@ -27,7 +27,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.presets import Config, Layout, per_cell_extreme, per_cell_sum
+from mismatchctl.stats.presets import (
+    Config,
+    Layout,
+    per_cell_extreme,
+    per_cell_sum,
+    sequence_starts,
+)
 
 LEVELS = ("token", "sequence")
 ACTIONS = ("mask", "clamp")
@@ -94,9 +100,7 @@ class ArealRejection:
         if len(lr) == 0:
             return out
         col = lay.index
-        new = np.ones(len(lr), dtype=bool)
-        new[1:] = seq[1:] != seq[:-1]
-        starts = np.flatnonzero(new)
+        starts = sequence_starts(seq)
         seq_code = code[starts]
         with np.errstate(over="ignore", invalid="ignore"):
             raw = lt - lr

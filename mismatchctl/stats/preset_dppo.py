@@ -22,7 +22,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.presets import Config, Layout, per_cell_extreme, per_cell_sum
+from mismatchctl.stats.presets import (
+    Config,
+    Layout,
+    per_cell_extreme,
+    per_cell_sum,
+    sequence_starts,
+)
 
 TYPES = ("binary_tv", "binary_kl")
 SIGNS = ("positive", "negative")
@@ -75,9 +81,7 @@ class Dppo:
         if len(lr) == 0:
             return out
         col = lay.index
-        new = np.ones(len(lr), dtype=bool)
-        new[1:] = seq[1:] != seq[:-1]
-        starts = np.flatnonzero(new)
+        starts = sequence_starts(seq)
         seq_code = code[starts]
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             drop_pos, drop_neg = dppo_drops(lr, lt, config)

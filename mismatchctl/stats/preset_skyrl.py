@@ -27,7 +27,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.presets import Config, Layout, per_cell_extreme, per_cell_sum
+from mismatchctl.stats.presets import (
+    Config,
+    Layout,
+    per_cell_extreme,
+    per_cell_sum,
+    sequence_starts,
+)
 
 CLAMP = 20.0
 TIS_TYPES = (None, "token", "sequence")
@@ -113,9 +119,7 @@ class SkyrlOffPolicy:
         out = lay.empty(n_cells)
         if len(lr) == 0:
             return out
-        new = np.ones(len(lr), dtype=bool)
-        new[1:] = seq[1:] != seq[:-1]
-        cut = _Cut(np.flatnonzero(new), code, n_cells, lay.index, out)
+        cut = _Cut(sequence_starts(seq), code, n_cells, lay.index, out)
         delta = lt - lr
         with np.errstate(over="ignore", invalid="ignore"):
             ratio = np.exp(np.clip(delta, -CLAMP, CLAMP))

@@ -17,7 +17,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.presets import Config, Layout, per_cell_extreme, per_cell_sum
+from mismatchctl.stats.presets import (
+    Config,
+    Layout,
+    per_cell_extreme,
+    per_cell_sum,
+    sequence_starts,
+)
 
 VANILLA = "slime.backends.megatron_utils.loss.vanilla_tis_function"
 ICEPOP = "slime.backends.megatron_utils.loss.icepop_function"
@@ -67,9 +73,7 @@ class SlimeTis:
         if len(lr) == 0:
             return out
         col = lay.index
-        new = np.ones(len(lr), dtype=bool)
-        new[1:] = seq[1:] != seq[:-1]
-        starts = np.flatnonzero(new)
+        starts = sequence_starts(seq)
         lengths = np.diff(starts, append=len(lr)).astype(np.float64)
         seq_code = code[starts]
         with np.errstate(over="ignore", invalid="ignore"):  # an overflowing ratio stays inf

@@ -17,7 +17,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.presets import Config, Layout, per_cell_extreme, per_cell_sum
+from mismatchctl.stats.presets import (
+    Config,
+    Layout,
+    per_cell_extreme,
+    per_cell_sum,
+    sequence_starts,
+)
 
 MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 FIELDS = [
@@ -75,9 +81,7 @@ class TrlVllmIs:
         if len(lr) == 0:
             return out
         col = lay.index
-        new = np.ones(len(lr), dtype=bool)
-        new[1:] = seq[1:] != seq[:-1]
-        starts = np.flatnonzero(new)
+        starts = sequence_starts(seq)
         lengths = np.diff(starts, append=len(lr))
         seq_code = code[starts]
         mode = config["vllm_importance_sampling_mode"]

@@ -22,7 +22,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.presets import Config, Layout, per_cell_extreme, per_cell_sum
+from mismatchctl.stats.presets import (
+    Config,
+    Layout,
+    per_cell_extreme,
+    per_cell_sum,
+    sequence_starts,
+)
 
 SAFETY_BOUND = 20.0  # verl: ratios are exp(clamp(log ratio, -20, 20))
 EPS = 1e-8  # verl_F.masked_mean divides by (mask count + 1e-8): kept, so the numbers are verl's
@@ -187,9 +193,7 @@ class _Tokens:
 
     def __init__(self, r: np.ndarray, seq: np.ndarray, code: np.ndarray) -> None:
         self.r, self.code = r, code
-        new = np.ones(len(r), dtype=bool)
-        new[1:] = seq[1:] != seq[:-1]
-        self.starts = np.flatnonzero(new)
+        self.starts = sequence_starts(seq)
         self.lengths = np.diff(self.starts, append=len(r)).astype(np.float64)
         self.seq_code = code[self.starts]
         self.safe = np.clip(r, -SAFETY_BOUND, SAFETY_BOUND)

@@ -68,6 +68,13 @@ class Layout:
         return out
 
 
+def sequence_starts(seq: np.ndarray) -> np.ndarray:
+    """The first row of each sequence (a sequence's rows are contiguous)."""
+    new = np.ones(len(seq), dtype=bool)
+    new[1:] = seq[1:] != seq[:-1]
+    return np.flatnonzero(new)
+
+
 def merge(a: np.ndarray, b: np.ndarray, names: list[str]) -> np.ndarray:
     """Merge two states of one preset (columns named by ``names``): associative, commutative."""
     out = a + b
