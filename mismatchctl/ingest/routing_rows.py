@@ -17,14 +17,26 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError, UsageError
-from mismatchctl.ingest import routing_kernels as K
 from mismatchctl.ingest.routes import MAX_LAYERS, SideRoutes
+
+if TYPE_CHECKING:
+    from types import ModuleType
+
+
+def _kernels() -> ModuleType:
+    """The compiled routing kernels, imported on first use (importing the library, or
+    ``mismatchctl.dump`` in a trainer, does not import numba)."""
+    from mismatchctl.ingest import routing_kernels
+
+    return routing_kernels
+
 
 ALIGNED_INPUT = "input"
 ALIGNED_OUTPUT = "output"
@@ -108,7 +120,7 @@ def routing_table(
         of = _frame_index(side, lengths, frame, ctx_what, sample_ids)
         dead = _scan(side, ctx_what, sample_ids, opts.num_experts, tally)
         if len(side.ids):
-            tally.bugs[BUG_REPEAT] += int(K.tail_repeats(side.ids, of, dead, tail))
+            tally.bugs[BUG_REPEAT] += int(_kernels().tail_repeats(side.ids, of, dead, tail))
         sides.append((side, of, dead))
     if not tally.bugs[BUG_REPEAT]:
         del tally.bugs[BUG_REPEAT]
@@ -174,7 +186,9 @@ def _compare(
     compared = np.zeros(n, dtype=np.bool_)
     (a, a_of, a_dead), (b, b_of, b_dead) = sides
     if len(a.ids) and len(b.ids) and layers:
-        K.compare_frames(a.ids, a_of, a_dead, b.ids, b_of, b_dead, equal, overlap, compared)
+        _kernels().compare_frames(
+            a.ids, a_of, a_dead, b.ids, b_of, b_dead, equal, overlap, compared
+        )
     return equal, overlap, compared
 
 
@@ -261,8 +275,8 @@ def _scan(
     if not len(side.ids) or side.ids.size == 0:
         return dead
     high = num_experts if num_experts is not None else np.iinfo(np.int32).max
-    code, r, top = K.scan_side(side.ids, high, dead)
-    if code != K.OK:
+    code, r, top = _kernels().scan_side(side.ids, high, dead)
+    if code != _kernels().OK:
         raise _bad_row(side, int(code), int(r), what, sample_ids, num_experts)
     tally.max_id = max(tally.max_id, int(top))
     fills = int(dead.sum())
@@ -278,7 +292,7 @@ def _bad_row(
     j = int(side.first[i] + r - side.offsets[i])
     row = side.ids[r]
     at = f"{what}: sample `{sample_ids[i]}`: column `{side.column}`, response index {j}"
-    if code == K.BAD_ID:
+    if code == _kernels().BAD_ID:
         high = num_experts if num_experts is not None else np.iinfo(np.int32).max
         found = int(row[(row < -1) | (row >= high)][0])
         expected = f"ids in [0, {num_experts})" if num_experts else "ids >= 0 (or -1)"
@@ -286,7 +300,7 @@ def _bad_row(
             f"{at}: expected {expected}, found {found}",
             "check --num-experts, and map the right routes column.",
         )
-    if code == K.PARTIAL:
+    if code == _kernels().PARTIAL:
         return InputError(
             f"{at}: expected -1 on every slot or on none, found some slots -1, others not",
             "write -1 on every slot of a position whose route was not recorded.",
