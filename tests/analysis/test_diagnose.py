@@ -269,6 +269,7 @@ def test_padding_stored_as_tokens_is_flagged(store: Path, tmp_path: Path) -> Non
     ].verdict == "ok"
 
 
+@pytest.mark.slow
 def test_sample_data_raises_no_data_integrity_alarm(tmp_path: Path) -> None:
     """The committed sample runs (healthy data as the frameworks write it): no padding stored
     as tokens, no duplicate sequences."""

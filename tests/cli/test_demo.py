@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import cli
 
 ROOT = Path(__file__).parents[2]
 
 
+@pytest.mark.slow
 def test_demo_runs_on_the_bundled_sample_data(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     store, page = tmp_path / "store", tmp_path / "demo.html"

@@ -180,6 +180,7 @@ def test_report_page_draws_every_figure_summary_first(page: Path, tmp_path: Path
 
 @pytest.mark.browser
 @NEEDS_CHROMIUM
+@pytest.mark.slow
 def test_compare_diagnose_whatif_pages_draw(page: Path, tmp_path: Path) -> None:
     for name, args in (
         ("cmp.html", ("compare", "multi", "seq")),
@@ -196,6 +197,7 @@ def test_compare_diagnose_whatif_pages_draw(page: Path, tmp_path: Path) -> None:
 
 @pytest.mark.browser
 @NEEDS_CHROMIUM
+@pytest.mark.slow
 def test_demo_page_height_and_screenshot(tmp_path: Path) -> None:
     out = tmp_path / "demo.html"
     assert cli("demo", "--store", str(tmp_path / "store"), "--html", str(out), "-q").code == 0
