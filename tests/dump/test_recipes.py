@@ -292,6 +292,7 @@ def test_trl_recipe_refuses_a_batch_without_both_sides(tmp_path: Path) -> None:
         dump_mismatch(writer, out, 0)
 
 
+@pytest.mark.slow
 def test_trl_recipe_in_a_real_grpo_training_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

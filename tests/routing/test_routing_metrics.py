@@ -198,6 +198,7 @@ def test_a_run_without_routes(tmp_path: Path) -> None:
     assert not (tmp_path / "s" / "routing").exists()
 
 
+@pytest.mark.slow
 def test_report_views_steps_and_ray(tmp_path: Path) -> None:
     """The Routing sections in the terminal and HTML, a step range applied to the routes, and
     the same routing numbers with the Ray engine."""

@@ -149,6 +149,7 @@ def test_two_causes_at_once_are_both_found() -> None:
     assert len(ex.findings) == 2
 
 
+@pytest.mark.slow
 def test_gpu_fault_and_its_uniform_dimensions() -> None:
     """A fault on one gpu: that gpu, nothing finer; the other dimensions explain nothing."""
     target, base = _pair(Plan(cause="gpu", magnitude=3.0, seed=9))
@@ -208,6 +209,7 @@ def test_earlier_steps_as_baseline_share_no_step() -> None:
     assert _codes(top, spec, STEP) == {6} and min(_codes(top, spec, KV)) == LONG_KV, top.sentence
 
 
+@pytest.mark.slow
 def test_many_steps_are_searched_in_blocks() -> None:
     """300 steps seen in 64 blocks inside conjunctions: a long-KV fault over steps 120-149 is
     found as the blocks it fills (a block half in the fault is left out)."""

@@ -179,6 +179,7 @@ def test_the_new_dimensions_from_a_bucket_store(uri: str, tmp_path: Path) -> Non
     assert got["notes"] == want["notes"] and "42 of 210 sequences" in want["notes"][0]
 
 
+@pytest.mark.slow
 def test_explain_and_diagnose_from_a_bucket_store(
     uri: str, dumps: list[Path], tmp_path: Path
 ) -> None:
