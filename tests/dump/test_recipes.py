@@ -167,7 +167,9 @@ def verl_batch(tensors: dict, uids: np.ndarray, step: int, real: bool) -> Any:
 @pytest.mark.parametrize("real", [True, False], ids=["verl-DataProto", "verl-keys"])
 def test_verl_recipe(tmp_path: Path, real: bool) -> None:
     if real:
-        pytest.importorskip("verl", reason="verl is not installed (pip install verl)")
+        pytest.importorskip(
+            "verl", reason="verl is not installed (pip install --no-deps verl==0.9.1)"
+        )
     from tests.recipes.verl_dump import dump_mismatch
 
     rng = np.random.default_rng(3)
@@ -207,7 +209,7 @@ def test_verl_recipe_sits_where_the_page_says() -> None:
 
     spec = importlib.util.find_spec("verl")
     if spec is None or spec.origin is None:
-        pytest.skip("verl is not installed (pip install verl)")
+        pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1)")
     source = (Path(spec.origin).parent / "trainer" / "ppo" / "ray_trainer.py").read_text()
     fit = source[source.index("    def fit(self):") :]
     end = fit.find("\n    def ", 1)
