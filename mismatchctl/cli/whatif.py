@@ -36,6 +36,8 @@ Framework presets compute one framework's correction as its code does, set by it
 
   mismatchctl whatif v1-a100 --preset slime-tis --set tis_clip=2 --set tis_clip_low=0.5
 
+  mismatchctl whatif v1-a100 --preset slime-opsm --set opsm_delta=1e-3 --set advantage_sign=negative
+
   mismatchctl whatif v1-a100 --preset skyrl-off-policy --set tis_ratio_type=token --set outlier_token_is_threshold_high=100
 
   mismatchctl whatif v1-a100 --preset areal-rejection --set level=sequence --set metric=kl_k3 --set agg=max --set upper=0.5

@@ -1,5 +1,6 @@
 """TRL's vLLM importance-sampling correction of GRPO (``vllm_importance_sampling_correction``),
-as ``trl/trainer/grpo_trainer.py`` computes it (TRL 1.10.0.dev0, commit f2cd5771, 2026-07-24):
+as ``trl/trainer/grpo_trainer.py`` computes it in ``_generate_and_score_completions`` (TRL 1.16.0;
+first transcribed from TRL 1.10.0.dev0, commit f2cd5771, whose arithmetic is the same):
 ``logps_diff = old_per_token_logps - sampling_per_token_logps`` per token, or its sum over the
 sequence for the ``sequence_*`` modes; ``ratio = exp(logps_diff)`` (not clamped); ``*_truncate``
 clamps it to ``[clip_min, clip_max]``, ``*_mask`` sets it to 0 outside (a None bound is open).
@@ -7,7 +8,10 @@ clamps it to ``[clip_min, clip_max]``, ``*_mask`` sets it to 0 outside (a None b
 Its metrics, as one process logs them: ``sampling/sampling_logp_difference/mean`` and ``/max``
 (of ``|old - sampling|`` over the completion tokens) and ``sampling/importance_sampling_ratio/min``,
 ``/mean``, ``/max`` of the corrected ratios over tokens (token modes) or sequences (sequence
-modes). TRL averages per-process means across processes; here the group is one process.
+modes). TRL averages per-process means across processes; here the group is one process. TRL
+1.16 counts a token whose sampling log-probability is NaN (vLLM gave none) as ratio 1 and leaves
+it out of the difference metrics; such a token is not in the store (ingest reports non-finite
+log-probabilities).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ P = "sampling/"
 
 class TrlVllmIs:
     name = "trl-vllm-is"
-    framework = "TRL 1.10.0.dev0 (commit f2cd57710ae3, 2026-07-24)"
+    framework = "TRL 1.16.0 (GRPOTrainer._generate_and_score_completions)"
     source = "trl/trainer/grpo_trainer.py"
     describes = (
         "TRL GRPO vllm_importance_sampling_correction: token/sequence ratios truncated to or "

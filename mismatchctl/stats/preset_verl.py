@@ -1,17 +1,23 @@
 """verl's rollout correction (``algorithm.rollout_correction``), as
-``verl/trainer/ppo/rollout_corr_helper.py`` computes it (verl 0.8.0.dev, commit b178a3cd,
-2026-01-29): ``compute_rollout_correction_weights`` + ``compute_is_metrics`` (IS weights of
-``rollout_is`` = token / sequence, truncated at ``rollout_is_threshold``) and
-``compute_rollout_rejection_mask`` (the ``rollout_rs`` options, comma-separated, all of which must
-pass, with ``rollout_rs_threshold``). ``log_ratio = old_log_prob - rollout_log_prob`` (r).
+``verl/trainer/ppo/rollout_corr_helper.py`` computes it in verl 0.9.1 (the PyPI release):
+``compute_rollout_correction_and_rejection_mask``, that is ``compute_rollout_correction_weights``
++ ``compute_is_metrics`` (IS weights of ``rollout_is`` = token / sequence: truncated at
+``rollout_is_threshold`` (TIS), or zeroed outside ``LOWER_UPPER`` (IcePop), optionally divided by
+their batch mean, ``rollout_is_batch_normalize``), ``compute_rollout_rejection_mask`` (the
+``rollout_rs`` options, comma-separated, all of which must pass, with ``rollout_rs_threshold``) and
+``compute_offpolicy_metrics`` (KL, K3, perplexities, chi²). ``log_ratio = old_log_prob -
+rollout_log_prob`` (r).
 
-Reported per group, under verl's names (``rollout_corr/...``): the IS weights' mean, max, min,
-std, ESS, ratio fractions high/low and per-sequence statistics (before truncation, as verl logs
-them), the rejection masks' token and sequence masked fractions per option and combined. verl
-computes them per training batch: a ``(run, step)`` group gives the number of its chart. Of
-``compute_rs_metrics`` (the statistics of each rejection criterion) only the masked fractions are
-reproduced. verl's masked means divide by the count plus 1e-8 and so do these; its fractions
-of sequences are float32 in verl (``.float().mean()``), float64 here.
+Reported per group, under verl's names (``rollout_corr/...``): the IS metrics (mean, max, min,
+std, ESS of the applied weights; ratio fractions high/low of the raw ones; per-sequence
+statistics; ``rollout_is_oob_ratio`` with IcePop, ``rollout_is_batch_norm_factor`` with the batch
+normalization), the rejection masks' token and sequence masked fractions per option and combined,
+and the off-policy metrics. verl computes them per training batch: a ``(run, step)`` group gives
+the number of its chart. Of ``compute_rs_metrics`` (the statistics of each rejection criterion)
+only the masked fractions are reproduced. verl's masked means divide by the count plus 1e-8 and
+so do these; verl compares a sequence's log ratio sum with ``log`` of the threshold taken in
+float32 (``torch.log(torch.tensor(threshold))``), and so does the preset; the fractions verl takes
+with ``.float().mean()`` are float32 in verl, float64 here.
 """
 
 from __future__ import annotations
@@ -37,8 +43,12 @@ RS_OPTIONS = (
     "seq_mean_k1", "seq_mean_k2", "seq_mean_k3", "seq_max_k2", "seq_max_k3",
 )  # fmt: skip
 IS_FIELDS = [
-    "w_sum", "high", "low", "w_max", "w_min", "s_max", "s_min", "wc_sum",
-    "wc2_sum", "seq_d_sum", "seq_d2_sum", "seq_max", "seq_min", "seq_high", "seq_low",
+    "w_sum", "w2_sum", "high", "low", "oob", "w_max", "w_min", "s_max", "s_min",
+    "seq_d_sum", "seq_d2_sum", "seq_max", "seq_min", "seq_high", "seq_low",
+]  # fmt: skip
+OFF_FIELDS = [
+    "kl_sum", "k3_sum", "rho2_sum", "t_ppl", "t_logppl", "r_ppl", "r_logppl",
+    "lpd_sum", "lpd_abs", "lpd_max", "lpd_min", "ppl_ratio", "rho2_seq",
 ]  # fmt: skip
 COMMON_FIELDS = [
     "tokens",
@@ -51,6 +61,25 @@ COMMON_FIELDS = [
     "app_max",
 ]
 P = "rollout_corr/"
+
+
+def is_threshold(spec: Any) -> tuple[float, float | None]:
+    """verl's ``_parse_rollout_is_threshold``: ``(upper, lower)``; a number (TIS) has no lower
+    bound, ``LOWER_UPPER`` (IcePop) has one."""
+    if isinstance(spec, bool) or not isinstance(spec, float | int | str):
+        raise ValueError(f"rollout_is_threshold `{spec}`: a number (TIS) or LOWER_UPPER (IcePop)")
+    text = str(spec).strip()
+    lo, sep, hi = text.partition("_")
+    try:
+        upper = float(hi if sep else lo)
+        lower = float(lo) if sep else None
+    except ValueError:
+        raise ValueError(
+            f"rollout_is_threshold `{spec}`: a number (TIS) or LOWER_UPPER (IcePop)"
+        ) from None
+    if upper <= 0 or (lower is not None and not 0 < lower <= upper):
+        raise ValueError(f"rollout_is_threshold `{spec}`: bounds positive, lower <= upper")
+    return upper, lower
 
 
 def rs_options(config: Config) -> list[str]:
@@ -82,6 +111,8 @@ def rs_thresholds(options: list[str], spec: Any) -> dict[str, tuple[float | None
             lower = float(lo) if sep else 1.0 / upper
             if lower <= 0 or upper <= 0:
                 raise ValueError(f"rollout_rs_threshold of {option} must be positive ({text})")
+            if lower > upper:
+                raise ValueError(f"rollout_rs_threshold of {option}: lower <= upper ({text})")
             out[option] = (lower, upper)
         else:
             if "_" in text:
@@ -95,16 +126,20 @@ def rs_thresholds(options: list[str], spec: Any) -> dict[str, tuple[float | None
 
 class VerlRolloutCorr:
     name = "verl-rollout-corr"
-    framework = "verl 0.8.0.dev (commit b178a3cd56f5, 2026-01-29)"
+    framework = "verl 0.9.1 (PyPI release)"
     source = "verl/trainer/ppo/rollout_corr_helper.py"
     describes = (
         "verl algorithm.rollout_correction: token/sequence IS weights truncated at "
-        "rollout_is_threshold, rejection masks rollout_rs (token_k1..seq_max_k3, AND-combined)"
+        "rollout_is_threshold (TIS) or zeroed outside LOWER_UPPER (IcePop), optionally "
+        "batch-normalized; rejection masks rollout_rs (token_k1..seq_max_k3, AND-combined); "
+        "off-policy metrics"
     )
     clipped_key = f"{P}rollout_is_ratio_fraction_high"
-    defaults: ClassVar[Config] = {  # verl's defaults (rollout_correction.yaml)
+    # verl's defaults (trainer/config/algorithm/rollout_correction.yaml)
+    defaults: ClassVar[Config] = {
         "rollout_is": None,
         "rollout_is_threshold": 2.0,
+        "rollout_is_batch_normalize": False,
         "rollout_rs": None,
         "rollout_rs_threshold": None,
     }
@@ -112,11 +147,12 @@ class VerlRolloutCorr:
     def check(self, config: Config) -> None:
         if config["rollout_is"] not in (None, "token", "sequence"):
             raise ValueError(f"rollout_is `{config['rollout_is']}`: null, token or sequence")
-        threshold = config["rollout_is_threshold"]
-        if config["rollout_is"] is not None and not (
-            isinstance(threshold, float) and threshold > 0
-        ):
-            raise ValueError(f"rollout_is_threshold `{threshold}` must be a positive number")
+        if config["rollout_is"] is not None:
+            is_threshold(config["rollout_is_threshold"])
+        if not isinstance(config["rollout_is_batch_normalize"], bool):
+            raise ValueError(
+                f"rollout_is_batch_normalize `{config['rollout_is_batch_normalize']}`: true or false"
+            )
         options = rs_options(config)
         if options:
             rs_thresholds(options, config["rollout_rs_threshold"])
@@ -126,7 +162,7 @@ class VerlRolloutCorr:
     def fields(self, config: Config) -> list[str]:
         options = rs_options(config)
         rs = [f"{o}_{k}" for o in options for k in ("masked", "seq_masked")]
-        return [*COMMON_FIELDS, *IS_FIELDS, *rs]
+        return [*COMMON_FIELDS, *OFF_FIELDS, *IS_FIELDS, *rs]
 
     def compute(
         self,
@@ -146,12 +182,13 @@ class VerlRolloutCorr:
         col = lay.index
         out[:, col["tokens"]] = per_cell_sum(np.ones(len(t.r)), code, n_cells)
         out[:, col["seqs"]] = per_cell_sum(np.ones(len(t.starts)), t.seq_code, n_cells)
+        with np.errstate(over="ignore", invalid="ignore"):
+            _offpolicy(out, col, t, lr, lt, n_cells)
         weight = np.ones(len(t.r))
         if config["rollout_is"] is not None:
-            w = _is_metrics(out, col, t, config, n_cells)
-            weight = np.minimum(w, config["rollout_is_threshold"])
+            weight = _is_metrics(out, col, t, config, n_cells)
         keep = _rejection(out, col, t, config, n_cells)
-        applied = weight * keep
+        applied = weight * keep  # before verl's batch normalization (a factor of the group)
         masked = 1.0 - keep
         out[:, col["masked"]] = per_cell_sum(masked, code, n_cells)
         seq_masked = (np.maximum.reduceat(masked, t.starts) > 0).astype(np.float64)
@@ -165,26 +202,33 @@ class VerlRolloutCorr:
     def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
         v = dict(zip(self.fields(config), state.tolist(), strict=True))
         n, m = v["tokens"], v["seqs"]
+        factor = _batch_norm_factor(v, config)
+        scale = 1.0 if factor is None else factor
         out: dict[str, Any] = {
             M.TOKENS: int(n),
             M.SEQUENCES: int(m),
             M.TOKEN_FRACTION: v["masked"] / n if n else None,
             M.SEQUENCE_FRACTION: v["seq_masked"] / m if m else None,
-            M.WEIGHT_MEAN: v["app_sum"] / n if n else None,
-            M.WEIGHT_STD: _std(v["app_sum"], v["app_sq"], n),
-            M.WEIGHT_MIN: v["app_min"] if n else None,
-            M.WEIGHT_MAX: v["app_max"] if n else None,
+            M.WEIGHT_MEAN: v["app_sum"] / scale / n if n else None,
+            M.WEIGHT_STD: _std(v["app_sum"] / scale, v["app_sq"] / scale**2, n),
+            M.WEIGHT_MIN: v["app_min"] / scale if n else None,
+            M.WEIGHT_MAX: v["app_max"] / scale if n else None,
             M.ESS: _ess(v["app_sum"], v["app_sq"], n),
         }
-        if config["rollout_is"] is not None and n:
+        if not n:
+            return out
+        if config["rollout_is"] is not None:
             out.update(_is_finalize(v, config))
+            if config["rollout_is_batch_normalize"]:
+                out[f"{P}rollout_is_batch_norm_factor"] = scale
         options = rs_options(config)
-        if options and n:
+        if options:
             for o in options:
-                out[f"{P}rollout_rs_{o}_masked_fraction"] = v[f"{o}_masked"] / n
+                out[f"{P}rollout_rs_{o}_masked_fraction"] = v[f"{o}_masked"] / (n + EPS)
                 out[f"{P}rollout_rs_{o}_seq_masked_fraction"] = v[f"{o}_seq_masked"] / m
-            out[f"{P}rollout_rs_masked_fraction"] = v["masked"] / n
+            out[f"{P}rollout_rs_masked_fraction"] = v["masked"] / (n + EPS)
             out[f"{P}rollout_rs_seq_masked_fraction"] = v["seq_masked"] / m
+        out.update(_offpolicy_finalize(v))
         return out
 
 
@@ -205,39 +249,86 @@ class _Tokens:
         return np.repeat(per_seq, self.lengths.astype(np.int64))
 
 
+def _log32(x: float) -> float:
+    """``torch.log(torch.tensor(x))``: the log of a threshold in float32, as verl compares a
+    sequence's log ratio sum with it."""
+    return float(np.log(np.float32(x)))
+
+
 def _is_metrics(
     out: np.ndarray, col: dict[str, int], t: _Tokens, config: Config, n: int
 ) -> np.ndarray:
-    """``compute_is_metrics``'s sums; returns the untruncated per-token weights."""
-    c = float(config["rollout_is_threshold"])
-    lower = 1.0 / c
+    """``compute_rollout_correction_weights`` and ``compute_is_metrics``'s sums; returns the
+    per-token IS weights as applied (truncated, or zeroed outside the IcePop band)."""
+    upper, icepop = is_threshold(config["rollout_is_threshold"])
+    lower = 1.0 / upper if icepop is None else icepop
     code, seq_code = t.code, t.seq_code
     if config["rollout_is"] == "token":
-        w = np.exp(t.safe)
-        high, low = (w > c).astype(np.float64), (w < lower).astype(np.float64)
-        out[:, col["high"]] = per_cell_sum(high, code, n)
-        out[:, col["low"]] = per_cell_sum(low, code, n)
+        raw = np.exp(t.safe)
+    else:
+        s = t.seq_sum(t.r)  # unclamped log_ratio_for_metrics
+        raw = t.broadcast(np.exp(np.clip(s, -SAFETY_BOUND, SAFETY_BOUND)))
+    if icepop is None:
+        w = np.minimum(raw, upper)
+    else:
+        outside = (raw < icepop) | (raw > upper)
+        w = np.where(outside, 0.0, raw)
+        out[:, col["oob"]] = per_cell_sum(outside.astype(np.float64), code, n)
+    if config["rollout_is"] == "token":
+        out[:, col["high"]] = per_cell_sum((raw > upper).astype(np.float64), code, n)
+        out[:, col["low"]] = per_cell_sum((raw < lower).astype(np.float64), code, n)
         out[:, col["w_max"]] = per_cell_extreme(w, code, n, np.maximum)
         out[:, col["w_min"]] = per_cell_extreme(w, code, n, np.minimum)
     else:
-        s = t.seq_sum(t.r)  # unclamped log_ratio_for_metrics
-        w = t.broadcast(np.exp(np.clip(s, -SAFETY_BOUND, SAFETY_BOUND)))
-        out[:, col["high"]] = per_cell_sum((s > math.log(c)).astype(np.float64), seq_code, n)
-        out[:, col["low"]] = per_cell_sum((s < math.log(lower)).astype(np.float64), seq_code, n)
+        high, low = s > _log32(upper), s < _log32(lower)
+        out[:, col["high"]] = per_cell_sum(high.astype(np.float64), seq_code, n)
+        out[:, col["low"]] = per_cell_sum(low.astype(np.float64), seq_code, n)
         out[:, col["s_max"]] = per_cell_extreme(s, seq_code, n, np.maximum)
         out[:, col["s_min"]] = per_cell_extreme(s, seq_code, n, np.minimum)
     out[:, col["w_sum"]] = per_cell_sum(w, code, n)
-    wc = np.clip(w, lower, c)
-    out[:, col["wc_sum"]] = per_cell_sum(wc, code, n)
-    out[:, col["wc2_sum"]] = per_cell_sum(wc * wc, code, n)
+    out[:, col["w2_sum"]] = per_cell_sum(w * w, code, n)  # clamp(w, 0, upper) is w
     seq_mean = t.seq_sum(w) / (t.lengths + EPS)
     out[:, col["seq_d_sum"]] = per_cell_sum(seq_mean - 1.0, seq_code, n)
     out[:, col["seq_d2_sum"]] = per_cell_sum((seq_mean - 1.0) ** 2, seq_code, n)
     out[:, col["seq_max"]] = per_cell_extreme(seq_mean, seq_code, n, np.maximum)
     out[:, col["seq_min"]] = per_cell_extreme(seq_mean, seq_code, n, np.minimum)
-    out[:, col["seq_high"]] = per_cell_sum((seq_mean > c).astype(np.float64), seq_code, n)
-    out[:, col["seq_low"]] = per_cell_sum((seq_mean < lower).astype(np.float64), seq_code, n)
+    raw_mean = t.seq_sum(raw) / (t.lengths + EPS)  # the high / low fractions use the raw means
+    out[:, col["seq_high"]] = per_cell_sum((raw_mean > upper).astype(np.float64), seq_code, n)
+    out[:, col["seq_low"]] = per_cell_sum((raw_mean < lower).astype(np.float64), seq_code, n)
     return w
+
+
+def _offpolicy(
+    out: np.ndarray,
+    col: dict[str, int],
+    t: _Tokens,
+    lr: np.ndarray,
+    lt: np.ndarray,
+    n: int,
+) -> None:
+    """``compute_offpolicy_metrics``' sums: token means of the KL (rollout - old), K3 (r not
+    clamped) and rho² (clamped); per-sequence perplexities and the chi² of the sequence ratio."""
+    code, seq_code = t.code, t.seq_code
+    rho = np.exp(t.safe)
+    out[:, col["kl_sum"]] = per_cell_sum(lr - lt, code, n)
+    out[:, col["k3_sum"]] = per_cell_sum(np.exp(t.r) - t.r - 1.0, code, n)
+    out[:, col["rho2_sum"]] = per_cell_sum(rho * rho, code, n)
+    mean_t = t.seq_sum(lt) / (t.lengths + EPS)
+    mean_r = t.seq_sum(lr) / (t.lengths + EPS)
+    diff = mean_r - mean_t  # log_ppl_diff
+    for name, values in (
+        ("t_ppl", np.exp(-mean_t)),
+        ("t_logppl", -mean_t),
+        ("r_ppl", np.exp(-mean_r)),
+        ("r_logppl", -mean_r),
+        ("lpd_sum", diff),
+        ("lpd_abs", np.abs(diff)),
+        ("ppl_ratio", np.exp(diff)),
+        ("rho2_seq", np.exp(2.0 * np.clip(t.seq_sum(t.r), -SAFETY_BOUND, SAFETY_BOUND))),
+    ):
+        out[:, col[name]] = per_cell_sum(values, seq_code, n)
+    out[:, col["lpd_max"]] = per_cell_extreme(diff, seq_code, n, np.maximum)
+    out[:, col["lpd_min"]] = per_cell_extreme(diff, seq_code, n, np.minimum)
 
 
 def _rejection(
@@ -278,6 +369,7 @@ def _rejection(
 
 def _is_finalize(v: dict[str, float], config: Config) -> dict[str, Any]:
     n, m = v["tokens"], v["seqs"]
+    _, icepop = is_threshold(config["rollout_is_threshold"])
     out: dict[str, Any] = {f"{P}rollout_is_mean": v["w_sum"] / (n + EPS)}
     if config["rollout_is"] == "token":
         out[f"{P}rollout_is_max"], out[f"{P}rollout_is_min"] = v["w_max"], v["w_min"]
@@ -288,10 +380,12 @@ def _is_finalize(v: dict[str, float], config: Config) -> dict[str, Any]:
         out[f"{P}rollout_is_min"] = math.exp(v["s_min"])
         out[f"{P}rollout_is_ratio_fraction_high"] = v["high"] / m
         out[f"{P}rollout_is_ratio_fraction_low"] = v["low"] / m
-    mean_wc = v["wc_sum"] / (n + EPS)  # verl's one-pass variance, as it computes it
-    var = v["wc2_sum"] / (n + EPS) - mean_wc * mean_wc
+    mean_w = v["w_sum"] / (n + EPS)  # verl's one-pass variance, as it computes it
+    var = v["w2_sum"] / (n + EPS) - mean_w * mean_w
     out[f"{P}rollout_is_std"] = math.sqrt(max(var, 0.0)) if n > 1 else 0.0
-    out[f"{P}rollout_is_eff_sample_size"] = (mean_wc + EPS) ** 2 * (n + EPS) / v["wc2_sum"]
+    out[f"{P}rollout_is_eff_sample_size"] = (
+        (mean_w + EPS) ** 2 * (n + EPS) / v["w2_sum"] if v["w2_sum"] > 0 else None
+    )  # verl divides by zero when IcePop zeroes every weight
     seq_mean_d = v["seq_d_sum"] / m
     out[f"{P}rollout_is_seq_mean"] = 1.0 + seq_mean_d
     out[f"{P}rollout_is_seq_std"] = (
@@ -303,7 +397,43 @@ def _is_finalize(v: dict[str, float], config: Config) -> dict[str, Any]:
     out[f"{P}rollout_is_seq_max_deviation"] = max(v["seq_max"] - 1.0, 1.0 - v["seq_min"])
     out[f"{P}rollout_is_seq_fraction_high"] = v["seq_high"] / m
     out[f"{P}rollout_is_seq_fraction_low"] = v["seq_low"] / m
+    if icepop is not None:
+        out[f"{P}rollout_is_oob_ratio"] = v["oob"] / (n + EPS)
     return out
+
+
+def _batch_norm_factor(v: dict[str, float], config: Config) -> float | None:
+    """verl's ``rollout_is_batch_normalize``: the IS weights are divided by their batch mean
+    (over tokens; over sequences for ``sequence``) when it exceeds 1e-8; None when not set."""
+    if config["rollout_is"] is None or not config["rollout_is_batch_normalize"]:
+        return None
+    n, m = v["tokens"], v["seqs"]
+    if not n:
+        return None
+    if config["rollout_is"] == "token":
+        mean = v["w_sum"] / (n + EPS)
+    else:
+        mean = (m + v["seq_d_sum"]) / max(m, EPS)
+    return mean if mean > EPS else 1.0
+
+
+def _offpolicy_finalize(v: dict[str, float]) -> dict[str, Any]:
+    n, m = v["tokens"], v["seqs"]
+    return {
+        f"{P}training_ppl": v["t_ppl"] / m,
+        f"{P}training_log_ppl": v["t_logppl"] / m,
+        f"{P}kl": v["kl_sum"] / (n + EPS),
+        f"{P}k3_kl": v["k3_sum"] / (n + EPS),
+        f"{P}rollout_ppl": v["r_ppl"] / m,
+        f"{P}rollout_log_ppl": v["r_logppl"] / m,
+        f"{P}log_ppl_diff": v["lpd_sum"] / m,
+        f"{P}log_ppl_abs_diff": v["lpd_abs"] / m,
+        f"{P}log_ppl_diff_max": v["lpd_max"],
+        f"{P}log_ppl_diff_min": v["lpd_min"],
+        f"{P}ppl_ratio": v["ppl_ratio"] / m,
+        f"{P}chi2_token": v["rho2_sum"] / (n + EPS) - 1.0,
+        f"{P}chi2_seq": v["rho2_seq"] / m - 1.0,
+    }
 
 
 def _std(total: float, squares: float, n: float) -> float | None:

@@ -132,6 +132,7 @@ def all_presets() -> dict[str, Preset]:
     """Every preset, by name."""
     from mismatchctl.stats.preset_areal import ArealRejection
     from mismatchctl.stats.preset_dppo import Dppo
+    from mismatchctl.stats.preset_opsm import SlimeOpsm
     from mismatchctl.stats.preset_roll import RollTrainInfer
     from mismatchctl.stats.preset_skyrl import SkyrlOffPolicy
     from mismatchctl.stats.preset_slime import SlimeTis
@@ -142,6 +143,7 @@ def all_presets() -> dict[str, Preset]:
         VerlRolloutCorr(),
         TrlVllmIs(),
         SlimeTis(),
+        SlimeOpsm(),
         SkyrlOffPolicy(),
         ArealRejection(),
         RollTrainInfer(),

@@ -1,16 +1,23 @@
-"""`whatif --preset verl-rollout-corr` against verl's own arithmetic.
+"""`whatif --preset verl-rollout-corr` against verl's own function on the same batch.
 
-verl is not installable here without its GPU stack, so the reference below is transcribed, in
-torch float64, from verl/trainer/ppo/rollout_corr_helper.py (verl 0.8.0.dev, commit b178a3cd,
-2026-01-29): ``compute_rollout_correction_weights``, ``compute_is_metrics`` and the masked
-fractions of ``compute_rollout_rejection_mask``, on a padded batch with a response mask, as verl
-receives it (verl's ``.float().mean()`` of sequence fractions is ``.double()`` here: the preset
-reports them in float64). The preset sees the same tokens as the store holds them (model tokens only)."""
+verl (0.9.1, the version the preset follows) is installed by the test command (README, .ci/run:
+``pip install --no-deps verl==0.9.1``; its few import-time dependencies are in the ``dev``
+extra). Each test builds a padded batch as verl's trainer holds it (float64 log-probabilities,
+an int64 ``response_mask``) and calls verl's ``compute_rollout_correction_and_rejection_mask``
+(verl/trainer/ppo/rollout_corr_helper.py), the function ``compute_rollout_correction_and_add_to_batch``
+runs in the PPO trainer. The preset sees the same model tokens as the store holds them. Every
+``rollout_corr/...`` number verl returns is required equal, except the per-criterion statistics
+of ``compute_rs_metrics`` (``rollout_rs_<option>_mean``, ``_std``, ``_seq_*``...), which the preset
+does not reproduce (only the masked fractions): the test names them, so a metric verl adds fails
+the key check. The fractions verl takes with ``.float().mean()`` are float32 in verl, so fractions
+are compared to 1e-7, as is verl's one-pass ``rollout_is_std`` (its own cancellation); the rest
+to 1e-9.
+"""
 
 from __future__ import annotations
 
 import json
-import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -24,123 +31,47 @@ from mismatchctl.stats.preset_verl import VerlRolloutCorr
 from mismatchctl.stats.presets import merge, parse_sets
 from tests.helpers import cli
 
-SAFETY_BOUND = 20.0
+VERL = "verl is not installed: pip install --no-deps verl==0.9.1 (the test command does)"
+RS_STATISTICS = re.compile(
+    r"rollout_rs_.+_(mean|max|min|std|fraction_high|fraction_low|seq_mean|seq_std|seq_max"
+    r"|seq_min|seq_max_deviation|seq_fraction_high|seq_fraction_low)$"
+)  # compute_rs_metrics' per-criterion statistics: not reproduced
 
 
-def masked_mean(values, mask, axis=None):  # verl.utils.torch_functional.masked_mean
-    s = (values * mask).sum() if axis is None else (values * mask).sum(axis)
-    n = mask.sum() if axis is None else mask.sum(axis)
-    return s / (n + 1e-8)
+@pytest.fixture(scope="module")
+def verl_corr():
+    helper = pytest.importorskip("verl.trainer.ppo.rollout_corr_helper", reason=VERL)
+    assert pytest.importorskip("verl").__version__ == "0.9.1"
+    return helper.compute_rollout_correction_and_rejection_mask
 
 
-def masked_sum(values, mask, axis=None):
-    return (values * mask).sum(axis)
-
-
-def verl_is_metrics(log_ratio, mask, rollout_is, threshold):
-    """compute_rollout_correction_weights + compute_is_metrics, transcribed."""
-    if rollout_is == "token":
-        for_metrics = log_ratio
-        weights = torch.exp(torch.clamp(log_ratio, -SAFETY_BOUND, SAFETY_BOUND))
-    else:
-        for_metrics = masked_sum(log_ratio, mask, axis=-1).unsqueeze(-1)
-        weights = torch.exp(torch.clamp(for_metrics, -SAFETY_BOUND, SAFETY_BOUND)).expand_as(
-            log_ratio
-        )
-    weights = weights * mask
-    m = {}
-    lower = 1.0 / threshold
-    log_upper, log_lower = math.log(threshold), math.log(lower)
-    if rollout_is == "sequence":
-        m["rollout_is_max"] = torch.exp(torch.clamp(for_metrics.max(), max=SAFETY_BOUND)).item()
-        m["rollout_is_min"] = torch.exp(for_metrics.min()).item()
-        m["rollout_is_mean"] = masked_mean(weights, mask).item()
-        m["rollout_is_ratio_fraction_high"] = (for_metrics > log_upper).double().mean().item()
-        m["rollout_is_ratio_fraction_low"] = (for_metrics < log_lower).double().mean().item()
-    else:
-        m["rollout_is_mean"] = masked_mean(weights, mask).item()
-        m["rollout_is_ratio_fraction_high"] = masked_mean(
-            (weights > threshold).double(), mask
-        ).item()
-        m["rollout_is_ratio_fraction_low"] = masked_mean((weights < lower).double(), mask).item()
-        b = mask.bool()
-        m["rollout_is_max"] = weights.masked_fill(~b, float("-inf")).max().item()
-        m["rollout_is_min"] = weights.masked_fill(~b, float("inf")).min().item()
-    clamped = weights.clamp(min=lower, max=threshold)
-    mean_c = masked_mean(clamped, mask)
-    var = masked_mean(clamped.square(), mask) - mean_c.square()
-    m["rollout_is_std"] = torch.sqrt(torch.clamp(var, min=0.0)).item()
-    normalized = clamped / (mean_c + 1e-8)
-    m["rollout_is_eff_sample_size"] = 1.0 / masked_mean(normalized.square(), mask).item()
-    seq_mean = masked_mean(weights, mask, axis=-1)
-    m["rollout_is_seq_mean"] = seq_mean.mean().item()
-    m["rollout_is_seq_std"] = seq_mean.std().item()
-    m["rollout_is_seq_max"] = seq_mean.max().item()
-    m["rollout_is_seq_min"] = seq_mean.min().item()
-    m["rollout_is_seq_max_deviation"] = (seq_mean - 1.0).abs().max().item()
-    m["rollout_is_seq_fraction_high"] = (seq_mean > threshold).double().mean().item()
-    m["rollout_is_seq_fraction_low"] = (seq_mean < lower).double().mean().item()
-    return m
-
-
-def verl_rs_fractions(log_ratio, mask, options, thresholds):
-    """The masked fractions of compute_rollout_rejection_mask, transcribed."""
-    safe = torch.clamp(log_ratio, -SAFETY_BOUND, SAFETY_BOUND)
-    k = {"k1": -safe, "k2": 0.5 * safe**2, "k3": torch.exp(safe) - 1.0 - safe}
-    b = mask.bool()
-    combined = torch.ones_like(mask)
-    m = {}
-    for option, spec in zip(options, thresholds, strict=True):
-        values = k[option[-2:]]
-        if option.endswith("k1"):
-            lo, _, hi = spec.partition("_")
-            lower_log, upper_log = math.log(float(lo)), math.log(float(hi))
-        else:
-            upper = float(spec)
-        if option.startswith("token"):
-            stat = values
-        elif option.startswith("seq_sum"):
-            stat = masked_sum(values, mask, axis=-1).unsqueeze(-1).expand_as(mask)
-        elif option.startswith("seq_mean"):
-            stat = masked_mean(values, mask, axis=-1).unsqueeze(-1).expand_as(mask)
-        else:
-            mx = values.masked_fill(~b, float("-inf")).max(dim=-1).values
-            stat = mx.unsqueeze(-1).expand_as(mask)
-        is_k1 = option.endswith("k1")
-        keep = (stat >= lower_log) & (stat <= upper_log) if is_k1 else stat <= upper
-        keep_f = keep.double()
-        combined = combined * keep_f
-        seq_keep = (~((~keep) & b)).all(dim=-1)
-        m[f"rollout_rs_{option}_masked_fraction"] = masked_mean(1 - keep_f, mask).item()
-        m[f"rollout_rs_{option}_seq_masked_fraction"] = (1.0 - seq_keep.double()).mean().item()
-    m["rollout_rs_masked_fraction"] = masked_mean(1 - combined, mask).item()
-    final_keep = (combined > 0.5) & b
-    m["rollout_rs_seq_masked_fraction"] = (~final_keep & b).any(dim=-1).double().mean().item()
-    return m
-
-
-def _batch(seed: int, n_seq: int = 30) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _batch(seed: int, n_seq: int = 30, tails: bool = False):
     rng = np.random.default_rng(seed)
     lrs, lts = [], []
-    for _ in range(n_seq):
+    for i in range(n_seq):
         n = int(rng.integers(2, 40))
         lr = -rng.exponential(1.0, n)
         scale = rng.choice([0.01, 0.1, 0.5])
+        lt = lr + rng.normal(0.0, scale, n)
+        if tails and i % 7 == 0:  # beyond verl's exp(±20) safety bound
+            lt[0] = lr[0] + rng.choice([-45.0, 30.0])
         lrs.append(lr)
-        lts.append(lr + rng.normal(0.0, scale, n))
+        lts.append(lt)
     return lrs, lts
 
 
-def _padded(lrs, lts):
+def _padded(lrs, lts, dtype=torch.float64, mask_dtype=torch.float64):
+    """verl's layout: responses padded right, ``old_log_probs`` computed at every position (a
+    finite value on the padding), ``rollout_log_probs`` padded with 0.0, a 0/1 mask."""
     width = max(len(x) for x in lrs)
-    old = torch.zeros(len(lrs), width, dtype=torch.float64)
+    old = torch.full((len(lrs), width), -2.5, dtype=dtype)
     rollout = torch.zeros_like(old)
-    mask = torch.zeros_like(old)
+    mask = torch.zeros(old.shape, dtype=mask_dtype)
     for i, (a, t) in enumerate(zip(lrs, lts, strict=True)):
         rollout[i, : len(a)], old[i, : len(t)], mask[i, : len(a)] = (
-            torch.tensor(a), torch.tensor(t), 1.0,
+            torch.tensor(a), torch.tensor(t), 1,
         )  # fmt: skip
-    return old - rollout, mask
+    return old, rollout, mask
 
 
 def _preset(lrs, lts, config, parts: int = 1) -> dict:
@@ -162,22 +93,68 @@ def _config(**kw) -> dict:
     return parse_sets(VerlRolloutCorr(), [f"{k}={v}" for k, v in kw.items()])
 
 
-def _assert_close(got: dict, want: dict) -> None:
-    for key, value in want.items():
-        assert got[f"rollout_corr/{key}"] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+def _run_verl(verl_corr, lrs, lts, config, **dtypes):
+    old, rollout, mask = _padded(lrs, lts, **dtypes)
+    weights, kept, metrics = verl_corr(
+        old_log_prob=old,
+        rollout_log_prob=rollout,
+        response_mask=mask,
+        rollout_is=config["rollout_is"],
+        rollout_is_threshold=config["rollout_is_threshold"],
+        rollout_is_batch_normalize=config["rollout_is_batch_normalize"],
+        rollout_rs=config["rollout_rs"],
+        rollout_rs_threshold=config["rollout_rs_threshold"],
+    )
+    applied = kept.double() if weights is None else weights.batch["rollout_is_weights"] * kept
+    return metrics, applied[mask.bool()].double().numpy()
+
+
+def _assert_equal_verl(got: dict, want: dict, applied: np.ndarray) -> None:
+    compared = {k: v for k, v in want.items() if not RS_STATISTICS.search(k)}
+    assert set(compared) == {k for k in got if k.startswith("rollout_corr/")}
+    for key, value in compared.items():
+        name = key.removeprefix("rollout_corr/")
+        # verl's one-pass std, and its fractions of sequences (float32): to 1e-7
+        rel = 1e-7 if name == "rollout_is_std" or "fraction" in name else 1e-9
+        assert got[key] == pytest.approx(value, rel=rel, abs=1e-12), key
+    # whatif's common numbers are of the weights verl applies: IS weight x rejection mask
+    assert got["weight_mean"] == pytest.approx(applied.mean(), rel=1e-9)
+    assert got["weight_std"] == pytest.approx(applied.std(), rel=1e-7, abs=1e-12)
+    assert got["weight_min"] == pytest.approx(applied.min(), rel=1e-9)
+    assert got["weight_max"] == pytest.approx(applied.max(), rel=1e-9)
+    ess = applied.sum() ** 2 / (len(applied) * (applied**2).sum())
+    assert got["ess"] == pytest.approx(ess, rel=1e-9)
+    assert got["token_fraction"] == pytest.approx(
+        want.get("rollout_corr/rollout_rs_masked_fraction", 0.0), rel=1e-9, abs=1e-12
+    )
 
 
 @pytest.mark.parametrize("rollout_is", ["token", "sequence"])
-@pytest.mark.parametrize("threshold", [1.2, 2.0, 5.0])  # a sweep of rollout_is_threshold
-def test_is_metrics_equal_verl(rollout_is: str, threshold: float) -> None:
-    lrs, lts = _batch(int(threshold * 10))
-    log_ratio, mask = _padded(lrs, lts)
-    want = verl_is_metrics(log_ratio, mask, rollout_is, threshold)
-    got = _preset(lrs, lts, _config(rollout_is=rollout_is, rollout_is_threshold=threshold), 3)
-    # verl's std is sqrt(E[w^2] - E[w]^2) in one pass: its own rounding is ~1e-16 / var
-    std = want.pop("rollout_is_std")
-    _assert_close(got, want)
-    assert got["rollout_corr/rollout_is_std"] == pytest.approx(std, rel=1e-7)
+@pytest.mark.parametrize(  # a sweep of rollout_is_threshold: TIS caps, then IcePop bands
+    "threshold", ["1.2", "2.0", "5.0", "0.5_2.0", "0.8_1.25", "0.2_5"]
+)
+def test_is_metrics_equal_verl(verl_corr, rollout_is: str, threshold: str) -> None:
+    lrs, lts = _batch(sum(map(ord, threshold)), tails=True)
+    config = _config(rollout_is=rollout_is, rollout_is_threshold=threshold)
+    want, applied = _run_verl(verl_corr, lrs, lts, config)
+    got = _preset(lrs, lts, config, 3)
+    _assert_equal_verl(got, want, applied)
+    assert ("rollout_corr/rollout_is_oob_ratio" in got) == ("_" in threshold)
+
+
+@pytest.mark.parametrize("rollout_is", ["token", "sequence"])
+@pytest.mark.parametrize("threshold", ["1.5", "0.5_2.0"])
+def test_batch_normalized_weights_equal_verl(verl_corr, rollout_is: str, threshold: str) -> None:
+    lrs, lts = _batch(17)
+    config = _config(
+        rollout_is=rollout_is, rollout_is_threshold=threshold, rollout_is_batch_normalize="true"
+    )
+    want, applied = _run_verl(verl_corr, lrs, lts, config)
+    got = _preset(lrs, lts, config, 2)
+    _assert_equal_verl(got, want, applied)
+    assert got["rollout_corr/rollout_is_batch_norm_factor"] != 1.0
+    if rollout_is == "token":  # the token mean is 1 (for sequence, the mean over sequences)
+        assert got["weight_mean"] == pytest.approx(1.0, rel=1e-9)
 
 
 @pytest.mark.parametrize(
@@ -197,24 +174,52 @@ def test_is_metrics_equal_verl(rollout_is: str, threshold: float) -> None:
         (["seq_mean_k1", "token_k3"], ["0.99_1.01", "0.01"]),
     ],
 )
-def test_rejection_fractions_equal_verl(options: list[str], thresholds: list[str]) -> None:
+def test_rejection_equal_verl(verl_corr, options: list[str], thresholds: list[str]) -> None:
     lrs, lts = _batch(7)
-    log_ratio, mask = _padded(lrs, lts)
-    want = verl_rs_fractions(log_ratio, mask, options, thresholds)
     config = _config(rollout_rs=",".join(options), rollout_rs_threshold=",".join(thresholds))
+    want, applied = _run_verl(verl_corr, lrs, lts, config)
     got = _preset(lrs, lts, config, 2)
-    _assert_close(got, want)
+    _assert_equal_verl(got, want, applied)
     assert 0 < got["rollout_corr/rollout_rs_masked_fraction"] < 1  # the thresholds bite
 
 
 @pytest.mark.parametrize("upper", [1.001, 1.01, 1.1])  # a sweep of the Geo-RS band
-def test_geo_rs_sweep_masks_fewer_sequences_as_the_band_widens(upper: float) -> None:
-    lrs, lts = _batch(11)
-    log_ratio, mask = _padded(lrs, lts)
-    spec = f"{1 / upper}_{upper}"
-    want = verl_rs_fractions(log_ratio, mask, ["seq_mean_k1"], [spec])
-    got = _preset(lrs, lts, _config(rollout_rs="seq_mean_k1", rollout_rs_threshold=spec))
-    _assert_close(got, want)
+def test_geo_rs_with_sequence_tis_equal_verl(verl_corr, upper: float) -> None:
+    lrs, lts = _batch(11, tails=True)
+    config = _config(
+        rollout_is="sequence",
+        rollout_rs="seq_mean_k1",
+        rollout_rs_threshold=f"{1 / upper}_{upper}",
+    )
+    want, applied = _run_verl(verl_corr, lrs, lts, config)
+    got = _preset(lrs, lts, config, 3)
+    _assert_equal_verl(got, want, applied)
+
+
+@pytest.mark.parametrize(
+    "sets",
+    [
+        dict(rollout_is="token", rollout_rs="seq_mean_k3,token_k1",
+             rollout_rs_threshold="0.002,0.8_1.25"),
+        dict(rollout_is="sequence", rollout_is_threshold="0.5_5", rollout_rs="seq_max_k2",
+             rollout_rs_threshold="0.02"),
+    ],
+)  # fmt: skip
+def test_trainer_dtypes_agree_to_float32_rounding(verl_corr, sets: dict) -> None:
+    """In verl's trainer the log-probabilities are float32 and ``response_mask`` int64, so verl
+    computes in float32 (and its ``masked_mean`` divides by float32(count + 1e-8) = count). The
+    preset, on the same float32 values read as float64, agrees to float32 rounding (1e-4; the
+    float64 tests above pin the arithmetic to 1e-9)."""
+    lrs, lts = _batch(4)
+    lrs = [a.astype(np.float32).astype(np.float64) for a in lrs]
+    lts = [a.astype(np.float32).astype(np.float64) for a in lts]
+    config = _config(**sets)
+    want, _ = _run_verl(verl_corr, lrs, lts, config, dtype=torch.float32, mask_dtype=torch.int64)
+    got = _preset(lrs, lts, config)
+    compared = {k: v for k, v in want.items() if not RS_STATISTICS.search(k)}
+    assert set(compared) == {k for k in got if k.startswith("rollout_corr/")}
+    for key, value in compared.items():
+        assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-7), key
 
 
 def test_one_number_k1_threshold_is_its_reciprocal_band() -> None:
@@ -225,7 +230,7 @@ def test_one_number_k1_threshold_is_its_reciprocal_band() -> None:
 
 
 def test_applied_weights_and_common_numbers() -> None:
-    """Applied weight = truncated IS weight x keep mask; whatif's ESS of those weights."""
+    """Applied weight = truncated IS weight x keep mask; whatif's ESS of those weights (numpy)."""
     lrs, lts = _batch(5)
     config = _config(rollout_is="token", rollout_rs="token_k3", rollout_rs_threshold=0.01)
     got = _preset(lrs, lts, config)
@@ -238,14 +243,27 @@ def test_applied_weights_and_common_numbers() -> None:
     assert got["token_fraction"] == pytest.approx(1 - keep.mean())
 
 
+def test_icepop_zeroes_the_weights_outside_the_band() -> None:
+    lrs, lts = _batch(9)
+    got = _preset(lrs, lts, _config(rollout_is="token", rollout_is_threshold="0.9_1.1"))
+    rho = np.exp(np.concatenate(lts) - np.concatenate(lrs))
+    outside = (rho < 0.9) | (rho > 1.1)
+    assert got["rollout_corr/rollout_is_oob_ratio"] == pytest.approx(outside.mean())
+    assert got["weight_mean"] == pytest.approx(np.where(outside, 0, rho).mean(), rel=1e-12)
+    assert got["weight_min"] == 0.0 and got["token_fraction"] == 0.0  # IS, not a rejection
+
+
 @pytest.mark.parametrize(
     ("sets", "found"),
     [
         ([], "neither rollout_is nor rollout_rs is set"),
         (["rollout_is=tokens"], "rollout_is `tokens`: null, token or sequence"),
+        (["rollout_is=token", "rollout_is_threshold=2_0.5"], "lower <= upper"),
+        (["rollout_is=token", "rollout_is_batch_normalize=1"], "true or false"),
         (["rollout_rs=seq_mean_k4", "rollout_rs_threshold=2"], "rollout_rs `seq_mean_k4`"),
         (["rollout_rs=token_k3"], "rollout_rs_threshold must be provided"),
         (["rollout_rs=token_k3", "rollout_rs_threshold=0.1_2"], "one upper bound"),
+        (["rollout_rs=token_k1", "rollout_rs_threshold=2_0.5"], "lower <= upper"),
         (["rolout_is=token"], "has no key `rolout_is`"),
     ],
 )
@@ -255,15 +273,15 @@ def test_bad_configs_are_refused(store: Path, tmp_path: Path, sets: list, found:
     assert ran.code == 1 and found in ran.err and "Hint:" in ran.err, ran.err
 
 
-def test_cli_per_step_groups_equal_verl_per_batch(store: Path, tmp_path: Path) -> None:
+def test_cli_per_step_groups_equal_verl_per_batch(verl_corr, store: Path, tmp_path: Path) -> None:
     rows, batches = [], {}
     for step in range(3):
         lrs, lts = _batch(20 + step, n_seq=12)
+        lts = [np.minimum(t, 0.0) for t in lts]
         batches[step] = (lrs, lts)
         for i, (a, t) in enumerate(zip(lrs, lts, strict=True)):
             rows.append(dict(step=step, uid=f"{step}-{i}", rollout_log_probs=a.tolist(),
-                             old_log_probs=np.minimum(t, 0.0).tolist()))  # fmt: skip
-            lts[i] = np.minimum(t, 0.0)
+                             old_log_probs=t.tolist()))  # fmt: skip
     pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), tmp_path / "d.parquet")
     mismatchctl.ingest([tmp_path / "d.parquet"], run="v", store=store)
     sets = ["rollout_is=sequence", "rollout_rs=seq_mean_k3", "rollout_rs_threshold=0.01"]
@@ -275,12 +293,10 @@ def test_cli_per_step_groups_equal_verl_per_batch(store: Path, tmp_path: Path) -
     per_step = {
         g["by"]["step"]: g["metrics"] for g in doc["groups"] if set(g["by"]) == {"run", "step"}
     }
+    config = _config(rollout_is="sequence", rollout_rs="seq_mean_k3", rollout_rs_threshold=0.01)
     for step, (lrs, lts) in batches.items():
-        log_ratio, mask = _padded(lrs, lts)
-        want = verl_is_metrics(log_ratio, mask, "sequence", 2.0)
-        want.update(verl_rs_fractions(log_ratio, mask, ["seq_mean_k3"], ["0.01"]))
-        want.pop("rollout_is_std")
-        _assert_close(per_step[step], want)
+        want, applied = _run_verl(verl_corr, lrs, lts, config)
+        _assert_equal_verl(per_step[step], want, applied)
 
 
 def test_list_presets_names_version_and_source(store: Path) -> None:
@@ -288,6 +304,7 @@ def test_list_presets_names_version_and_source(store: Path) -> None:
     assert ran.code == 0, ran.err
     listed = json.loads(ran.out)["presets"]
     verl = next(p for p in listed if p["preset"] == "verl-rollout-corr")
-    assert "b178a3cd" in verl["framework"]
+    assert verl["framework"].startswith("verl 0.9.1")
     assert verl["source"] == "verl/trainer/ppo/rollout_corr_helper.py"
     assert verl["defaults"]["rollout_is_threshold"] == 2.0
+    assert verl["defaults"]["rollout_is_batch_normalize"] is False

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import EVIL, cli, multi_gpu_dump, step_dump, tree_digest
-from planted import Plan, write
 
 from mismatchctl import open_store
 from mismatchctl.render.html import page_json_blocks
+from tests.helpers import EVIL, cli, multi_gpu_dump, step_dump, tree_digest
+from tests.planted import Plan, write
 
 
 def _log(path: Path, rows: list[dict]) -> Path:

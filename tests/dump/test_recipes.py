@@ -29,6 +29,7 @@ from mismatchctl import api
 from mismatchctl import schema as S
 from mismatchctl.dump import DumpWriter
 from tests.helpers import FIXTURES, cli
+from tests.trl_grpo import sample_with_bf16_copy, tiny_grpo_setup
 
 torch = pytest.importorskip("torch")
 
@@ -167,7 +168,9 @@ def verl_batch(tensors: dict, uids: np.ndarray, step: int, real: bool) -> Any:
 @pytest.mark.parametrize("real", [True, False], ids=["verl-DataProto", "verl-keys"])
 def test_verl_recipe(tmp_path: Path, real: bool) -> None:
     if real:
-        pytest.importorskip("verl", reason="verl is not installed (pip install verl)")
+        pytest.importorskip(
+            "verl", reason="verl is not installed (pip install --no-deps verl==0.9.1)"
+        )
     from tests.recipes.verl_dump import dump_mismatch
 
     rng = np.random.default_rng(3)
@@ -207,7 +210,7 @@ def test_verl_recipe_sits_where_the_page_says() -> None:
 
     spec = importlib.util.find_spec("verl")
     if spec is None or spec.origin is None:
-        pytest.skip("verl is not installed (pip install verl)")
+        pytest.skip("verl is not installed (pip install --no-deps verl==0.9.1)")
     source = (Path(spec.origin).parent / "trainer" / "ppo" / "ray_trainer.py").read_text()
     fit = source[source.index("    def fit(self):") :]
     end = fit.find("\n    def ", 1)
@@ -359,61 +362,6 @@ def test_trl_recipe_in_a_real_grpo_training_run(
     info = check_ingest(tmp_path / "dumps", tmp_path / "store", expected)
     assert info.tags == {"engine": "bf16-sampler"}
     assert info.model_tokens == sum(len(e.tokens) for e in expected) > 0
-
-
-def tiny_grpo_setup() -> tuple[Any, Any, Any]:
-    """A 1-layer random Llama, a word-level tokenizer built in memory, and eight prompts."""
-    import datasets
-    import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    words = ["<pad>", "<eos>", "<unk>", *"abcdefghijklmnopqrstuvwxyz"]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
-    )
-    torch.manual_seed(0)
-    config = transformers.LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
-    model = transformers.LlamaForCausalLM(config)
-    prompts = [" ".join(words[3 + (i + j) % 26] for j in range(2 + i % 3)) for i in range(8)]
-    return model, tokenizer, datasets.Dataset.from_dict({"prompt": prompts})
-
-
-def sample_with_bf16_copy(prompts: list[str], trainer: Any) -> dict:
-    """A ``rollout_func``: sampled from a bf16 copy of the policy, with its logprobs."""
-    import copy
-
-    engine = copy.deepcopy(trainer.model).to(torch.bfloat16).eval()
-    gen = torch.Generator().manual_seed(len(prompts))
-    out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
-    for prompt in prompts:
-        ids = trainer.processing_class(prompt)["input_ids"]
-        seq, done, lps = list(ids), [], []
-        with torch.no_grad():
-            for _ in range(trainer.max_completion_length):
-                logits = engine(torch.tensor([seq])).logits[0, -1].float()
-                logp = torch.log_softmax(logits, -1)
-                token = int(torch.multinomial(logp.exp(), 1, generator=gen))
-                seq.append(token)
-                done.append(token)
-                lps.append(float(logp[token]))
-                if token == trainer.processing_class.eos_token_id:
-                    break
-        out["prompt_ids"].append(ids)
-        out["completion_ids"].append(done)
-        out["logprobs"].append(lps)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -123,6 +123,7 @@ def test_whatif_presets_on_ray_equal_local(ray_local: Any, multi_part: Path) -> 
          "--set", "rollout_rs=seq_mean_k1", "--set", "rollout_rs_threshold=0.99_1.01"),
         ("--preset", "slime-tis", "--set", "tis_clip_low=0.5"),
         ("--preset", "trl-vllm-is", "--set", "vllm_importance_sampling_mode=token_mask"),
+        ("--preset", "slime-opsm", "--set", "opsm_delta=1e-3"),
     ):  # fmt: skip
         local, distributed = _both(multi_part, "whatif", "a", *sets)
         assert_same(local, distributed, " ".join(sets))
