@@ -41,10 +41,10 @@ def routing_sums(
         if p < 0:
             counts[3] += 1
         else:
-            slot = 4 if p == 1 else 5
+            slot = 4 if p >= 1 else 5  # flipped: 1 + its lowest differing layer
             counts[slot] += 1
             k3s[slot - 4] += x
-            col = 0 if p == 1 else 1
+            col = 0 if p >= 1 else 1
             bin_n[bins[t], col] += 1
             bin_k3[bins[t], col] += x
         if before[t]:
