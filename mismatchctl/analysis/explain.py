@@ -21,6 +21,7 @@ import pyarrow as pa
 from mismatchctl import schema as S
 from mismatchctl.analysis.figure_data import RatePlot
 from mismatchctl.analysis.report import parse_edges
+from mismatchctl.analysis.routing import FLIPPED, SAME, UNPAIRED, route_layers
 from mismatchctl.analysis.selection import parse_selector, resolve, same_selection
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
@@ -61,6 +62,9 @@ CUBE_ORDER_GROUP = 4  # the order key's blocks of 32 sequences, 4 to a value: 12
 ATTR_CUBE_DIMS = 4  # per-sequence attributes in the cube (the first by name that vary)
 ATTR_CUBE_VALUES = 15  # an attribute's most frequent values kept apart; the rest are "(other)"
 OTHER_LABEL = "(other)"
+# MoE routing of each token's producing position (explain only: `routing_dims`)
+ROUTING, FIRST_FLIP_LAYER = "routing", "first_flip_layer"
+ROUTING_LABELS = (FLIPPED, SAME, UNPAIRED, NONE_LABEL)
 CUBE_EDGES = {
     K.KV_POSITION: CUBE_KV_EDGES,
     K.TURN_POSITION: CUBE_TURN_POSITION_EDGES,
@@ -81,11 +85,17 @@ def order_labels() -> tuple[str, ...]:
 
 
 def cube_spec(
-    selections: Sequence[Selection], edges: np.ndarray, *, with_run: bool = True
+    selections: Sequence[Selection],
+    edges: np.ndarray,
+    *,
+    with_run: bool = True,
+    routing: bool = False,
 ) -> CubeSpec:
     """The dimensions of the cube shared by every side, labels from the selections' metadata
     (the union of their runs, steps and gpus), so that the sides' cubes merge and compare;
-    ``with_run`` False: no run dimension (one cube per run, :class:`RunCubeExtra`)."""
+    ``with_run`` False: no run dimension (one cube per run, :class:`RunCubeExtra`);
+    ``routing``: the MoE routing dimensions too, when every side has routes
+    (``routing_dims``)."""
     runs = sorted({r.name for sel in selections for r in sel.runs})
     steps = sorted({s for sel in selections for r in sel.runs for s in r.steps if _in(sel, s)})
     gpus = sorted({g for sel in selections for r in sel.runs for g in r.gpus})
@@ -98,6 +108,7 @@ def cube_spec(
         Dim(K.BIN, len(bins), bins),
         Dim(K.KV_POSITION, len(kv), kv),
         Dim(K.TURN_POSITION, len(tpos), tpos),
+        *(routing_dims(selections) if routing else ()),
     )
     run = (Dim(K.RUN, len(runs), tuple(runs), ordered=False),) if with_run else ()
     seq = (
@@ -109,6 +120,39 @@ def cube_spec(
         *attribute_dims(selections),
     )
     return CubeSpec(token_dims=token, seq_dims=seq)
+
+
+def routing_dims(selections: Sequence[Selection]) -> tuple[Dim, ...]:
+    """The MoE routing of each token's producing position (docs/metrics.md, Routing), when
+    every side has routes (a baseline without any has nothing to compare them with):
+    ``first_flip_layer``, the lowest layer on which it differs (``0`` to ``L - 1``, ``same``,
+    ``unpaired``, or ``(none)``: a source without routes), and ``routing`` (``flipped``,
+    ``same``, ``unpaired``, ``(none)``), a function of it."""
+    found = [route_layers([sel]) for sel in selections]
+    layers = max(found, default=0)
+    if not all(found) or not layers:
+        return ()
+    first = (*(str(x) for x in range(layers)), *ROUTING_LABELS[1:])
+    return (
+        Dim(FIRST_FLIP_LAYER, len(first), first, ordered=False),
+        Dim(ROUTING, len(ROUTING_LABELS), ROUTING_LABELS, ordered=False,
+            function_of=FIRST_FLIP_LAYER),
+    )  # fmt: skip
+
+
+def routing_codes(keys: PartKeys, name: str, layers: int) -> np.ndarray:
+    """Each token's code of ``routing`` or ``first_flip_layer`` (``routing_dims``) from the
+    slice's ``route_paired`` column (-1 unpaired, 0 same, 1 + the lowest differing layer), or
+    ``(none)`` for a slice of a part without routes."""
+    table = keys.table
+    if S.ROUTE_PAIRED not in table.column_names:
+        none = len(ROUTING_LABELS) - 1  # "(none)": the last label of either dimension
+        return np.full(keys.n, none if name == ROUTING else layers + none - 1)
+    paired = keys.column(S.ROUTE_PAIRED).astype(np.int32)
+    kind = np.where(paired >= 1, 0, np.where(paired == 0, 1, 2))  # flipped, same, unpaired
+    if name == ROUTING:
+        return kind
+    return np.where(kind == 0, paired - 1, layers + kind - 1)
 
 
 def attribute_dims(selections: Sequence[Selection]) -> tuple[Dim, ...]:
@@ -148,6 +192,11 @@ def _in(sel: Selection, step: int) -> bool:
 CUBE_KEYS = (K.KV_POSITION, K.LENGTH, K.DUMP_ORDER)  # what the engine loads for the coder
 
 
+def twin_columns(names: Sequence[str]) -> tuple[str, ...]:
+    """The routing columns the coder reads for these dimensions (joined by the engine)."""
+    return (S.ROUTE_PAIRED,) if ROUTING in names or FIRST_FLIP_LAYER in names else ()
+
+
 class _Coder:
     """Per-slice codes of the cube's dimensions, from the engine's per-part keys (whose codes are
     local to a part: each is mapped to the cube's code of its label)."""
@@ -157,6 +206,8 @@ class _Coder:
         needs only its regions' dimensions and the stratum)."""
         self.spec, self.only = spec, only
         self.maps = {d.name: {lab: i for i, lab in enumerate(d.labels)} for d in spec.dims}
+        first = next((d for d in spec.dims if d.name == FIRST_FLIP_LAYER), None)
+        self.layers = 0 if first is None else first.size - (len(ROUTING_LABELS) - 1)
 
     def _lut(self, name: str, labels: list[Any]) -> np.ndarray:
         if name == K.BIN:  # the engine's bin codes are the bins' indices, as the cube's
@@ -176,6 +227,9 @@ class _Coder:
                 continue
             if name in CUBE_EDGES or name == K.DUMP_ORDER:
                 out[:, j] = self._binned(keys, name, at)
+                continue
+            if name in (ROUTING, FIRST_FLIP_LAYER):  # token dimensions: every row
+                out[:, j] = routing_codes(keys, name, self.layers)
                 continue
             kc = keys.get(name)
             codes = np.broadcast_to(kc.codes, (keys.n,)) if np.ndim(kc.codes) == 0 else kc.codes
@@ -217,6 +271,7 @@ class CubeExtra:
 
     def __init__(self, spec: CubeSpec) -> None:
         self.spec, self.coder, self.keys = spec, _Coder(spec), cube_keys(spec)
+        self.routing_columns = twin_columns([d.name for d in spec.dims])
 
     def compute(self, table: pa.Table, keys: PartKeys) -> Cube:
         lr, lt, rows, tok, seqc, _ = self.coder.slice(table, keys)
@@ -234,6 +289,7 @@ class RunCubeExtra:
 
     def __init__(self, spec: CubeSpec) -> None:
         self.spec, self.coder, self.keys = spec, _Coder(spec), cube_keys(spec)
+        self.routing_columns = twin_columns([d.name for d in spec.dims])
 
     def compute(self, table: pa.Table, keys: PartKeys) -> dict[str, Cube]:
         lr, lt, rows, tok, seqc, _ = self.coder.slice(table, keys)
@@ -259,6 +315,7 @@ class BootstrapExtra:
         self.columns = tuple(
             c for d, c in ((K.GPU, S.GPU), (K.KV_POSITION, S.POSITION)) if d in dims
         )
+        self.routing_columns = twin_columns(list(dims))
 
     def compute(self, table: pa.Table, keys: PartKeys) -> RegionAccumulator:
         lr, lt, rows, tok, seqc, seq_ids = self.coder.slice(table, keys)
@@ -377,7 +434,7 @@ def build_explain(
         sides.append(resolve(store, parse_selector(baseline)))
         refuse_same(*sides)
     edges = parse_edges(bins)
-    spec = cube_spec(sides, edges)
+    spec = cube_spec(sides, edges, routing=True)
     cubes = read_cubes(sides, spec, edges, workers, on_part, engine)
     if cubes[0].tokens == 0:
         from mismatchctl.analysis.selection import empty_selection_error

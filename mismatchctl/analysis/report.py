@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from mismatchctl import __version__
 from mismatchctl.analysis.figure_data import FigureData, FigureExtra, figure_data
-from mismatchctl.analysis.routing import selection_routing
+from mismatchctl.analysis.routing import routing_extra, routing_results
 from mismatchctl.analysis.selection import (
     empty_selection_error,
     removed_while_reading,
@@ -71,11 +71,14 @@ class Group:
     partial: Partial
     metrics: dict[str, Any]
     band: str | None = None
+    routing: dict[str, Any] | None = None  # a --by split's group with MoE routes: its metrics
 
     def to_dict(self) -> dict[str, Any]:
         item: dict[str, Any] = {"by": self.by, "metrics": self.metrics}
         if self.band is not None:
             item["band"] = self.band
+        if self.routing is not None:
+            item["routing"] = self.routing
         return item
 
 
@@ -129,6 +132,7 @@ class Report:
     worst: Any = None  # with figures: the worst sequences and their tokens (analysis/worst.py)
     routing: dict[str, Any] = field(default_factory=dict)  # per run with MoE routes: RoutingResult
     routing_layers: bool = False  # `--by layer`: the routing per MoE layer too
+    routing_splits: list[K.Split] = field(default_factory=list)  # --by splits with routing
 
     def split(self, *keys: str) -> list[Group]:
         return self.groups.get(K.canonical(list(keys)), [])
@@ -224,6 +228,7 @@ def groups_frame(groups: Any, **constant: Any) -> Any:
         row.update({str(k): v for k, v in g.metrics.items()})
         if g.band is not None:
             row["band"] = g.band
+        row.update(getattr(g, "routing", None) or {})
         rows.append(row)
     return pl.DataFrame(rows, infer_schema_length=None)
 
@@ -356,11 +361,17 @@ def _read(
         extras = [*extras, WorstExtra(), figure_extra]
     wanted = list(dict.fromkeys([*K.default_splits(by_gpu), *SELECTION_SPLITS, *(by or [])]))
     check_attributes(selection, wanted)
+    routing = routing_extra(selection, list(dict.fromkeys(by or [])), edges)
+    if routing is not None:  # MoE routes: read beside the tokens, in the same pass
+        extras = [*extras, routing]
     internal = [(K.RUN, K.GPU, K.STEP), (K.GPU, K.TURN_KIND)] if by_gpu else []
     passes = K.plan(wanted + internal)
     finest, extra_states = engine.runner()(
         selection.tasks, passes, edges, selection.rows, workers, on_part, extras, binning
     )
+    routing_state = None
+    if routing is not None:
+        routing_state, extra_states = extra_states[-1], extra_states[:-1]
     rolled = {}
     for split in wanted + internal:
         p = K.pass_for(split, passes)
@@ -380,8 +391,14 @@ def _read(
         report.worst = worst_sequences(selection, extra_states[-2])
     if by_gpu:
         report.hardware = _hardware(rolled)
-    if selection.store is not None:
-        report.routing = selection_routing(selection.store, selection, edges, engine, workers)
+    report.routing = routing_results(selection, routing_state, edges)
+    if routing is not None and routing_state is not None and report.routing:
+        report.routing_splits = routing.splits
+        for split, found in zip(routing.splits, routing_state.groups, strict=True):
+            for g in groups[split]:
+                sums = found.get(tuple(g.by[k] for k in split))
+                if sums is not None:
+                    g.routing = sums.metrics()
     return report
 
 

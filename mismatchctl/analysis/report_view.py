@@ -74,7 +74,7 @@ def report_sections(
     # one run's --by step is its per-step table, shown above
     fixed = [*FIXED, (K.STEP,)] if len(runs) == 1 else FIXED
     out += [split_table(report, split) for split in report.splits if split not in fixed]
-    out += routing_sections(report.routing, report.routing_layers)
+    out += routing_sections(report.routing, report.routing_layers, routing_splits(report))
     if report.notes:
         out.append(S.Lines("notes", "Notes", [S.Line(n, "note") for n in report.notes]))
     return out
@@ -531,6 +531,19 @@ def key_label(report: Report, key: str, value: Any) -> Any:
     if key == K.DUMP_ORDER:
         return order_label(int(value), report.binning.order_block)
     return value
+
+
+def routing_splits(report: Report) -> list[tuple[K.Split, list[dict[str, Any]]]]:
+    """Per `--by` split of runs with MoE routes, its groups with routes: labels and metrics."""
+    out = []
+    for split in report.routing_splits:
+        rows = [
+            {**{k: key_label(report, k, v) for k, v in g.by.items()}, **g.routing}
+            for g in report.groups[split]
+            if g.routing is not None
+        ]
+        out.append((split, rows))
+    return out
 
 
 def split_table(report: Report, split: K.Split) -> S.Table:

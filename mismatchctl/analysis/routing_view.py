@@ -1,13 +1,15 @@
-"""MoE routing as sections: the runs' routing metrics side by side, and per run its layers
-(agreement, overlap, first differing layer) and the K3 of flipped vs same tokens per probability
-bin. Nothing is shown for a selection without routes."""
+"""MoE routing as sections: the runs' routing metrics side by side, the first-flip layer
+histogram (HTML), per run its layers (agreement, overlap, first differing layer) and the K3 of
+flipped vs same tokens per probability bin, and the routing of every group of the `--by`
+splits. Nothing is shown for a selection without routes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from mismatchctl.analysis import sections as S
-from mismatchctl.analysis.routing import RoutingResult
+from mismatchctl.analysis.routing import RoutingResult, first_flip_plot
 from mismatchctl.stats import routing as R
 
 K = S.Kind
@@ -26,17 +28,64 @@ SUMMARY = (
 )
 
 
+# the columns of a split's routing table (the split's keys first)
+SPLIT_SUMMARY = (
+    (R.ROUTING_TOKEN_AGREEMENT, "token agreement", K.SHARE),
+    (R.VLLM_KL_FLIPPED, "vllm_kl flipped", K.VALUE),
+    (R.VLLM_KL_SAME, "vllm_kl same", K.VALUE),
+    (R.ROUTING_K3_SHARE_FLIPPED, "K3 share flipped", K.SHARE),
+    (R.VLLM_KL_AFTER_FLIP, "vllm_kl after a flip", K.VALUE),
+    (R.VLLM_KL_BEFORE_FLIP, "vllm_kl before any flip", K.VALUE),
+    (R.ROUTING_UNPAIRED_TOKENS, "unpaired", K.COUNT),
+)
+HOW_FIRST_FLIP = (
+    "For each run, the compared positions whose routes differ on some layer, by the lowest "
+    "layer on which they differ (x: the MoE layer, y: the share of those positions). Flips "
+    "that start in the first layers reach every later layer's input; a peak at one deep layer "
+    "points at that layer's router (a near-tie of its logits)."
+)
+
+
 def routing_sections(
-    routing: Mapping[str, RoutingResult], by_layer: bool = False
+    routing: Mapping[str, RoutingResult],
+    by_layer: bool = False,
+    splits: Sequence[tuple[tuple[str, ...], list[dict[str, Any]]]] = (),
 ) -> list[S.Section]:
-    """The Routing sections of a report (none without routes); ``by_layer``: `--by layer`."""
+    """The Routing sections of a report (none without routes); ``by_layer``: `--by layer`;
+    ``splits``: per `--by` split, its groups' rows (the keys' labels and the routing
+    metrics)."""
     if not routing:
         return []
     out: list[S.Section] = [summary_table(routing)]
+    plot = first_flip_plot(dict(routing))
+    if plot is not None:
+        out.append(
+            S.Figure("routing-first-flip", "First differing layer", "routing_first_flip", plot,
+                     HOW_FIRST_FLIP)
+        )  # fmt: skip
     for run, result in routing.items():
         out += [layers_table(run, result)] if by_layer else []
         out.append(bins_table(run, result))
+    replay = any(r.replay for r in routing.values())
+    out += [split_table(split, rows, replay) for split, rows in splits if rows]
     return out
+
+
+def split_table(split: tuple[str, ...], rows: list[dict[str, Any]], replay: bool) -> S.Table:
+    """The routing of each group of a `--by` split (groups without routes left out)."""
+    columns = [S.Column(key, key, K.LABEL) for key in split]
+    columns += [S.Column(key, header, kind) for key, header, kind in SPLIT_SUMMARY]
+    if replay:
+        columns.append(S.Column(R.R3_VIOLATION_FRACTION, "R3 violations", K.SHARE))
+    return S.Table(
+        S.slug("routing-split", *split),
+        "Routing by " + " x ".join(split),
+        columns,
+        rows,
+        note="each group's tokens with routes (docs/metrics.md, Routing); groups without "
+        "routes are left out",
+        keys=len(split),
+    )
 
 
 def compare_routing(

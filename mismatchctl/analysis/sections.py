@@ -182,6 +182,7 @@ class HeatToken:
     text: str
     level: int
     tip: str
+    mark: bool = False  # drawn marked (underlined): see ``Heat.mark``
 
 
 @dataclass(frozen=True)
@@ -200,6 +201,7 @@ class Heat:
     items: list[HeatToken | HeatGap]
     legend: list[str]
     how: str = ""
+    mark: str = ""  # what a marked token is (its legend entry); "" when none can be
 
 
 Section = Table | Facts | Lines | StepSeries | Checks | Figure | Block | Heat

@@ -18,11 +18,12 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from mismatchctl.engines.plan import PartTask, RowFilter, Selection, StepRange
+from mismatchctl.engines.routing import twin_path
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import RunInfo, Store
 from mismatchctl.store.integrity import check_run
 from mismatchctl.store.location import demo_store_hint
-from mismatchctl.store.parts import SEQUENCES, TOKENS
+from mismatchctl.store.parts import ROUTING, SEQUENCES, TOKENS
 
 T = TypeVar("T")
 
@@ -142,6 +143,7 @@ def _add_run(sel: Selection, store: Store, info: RunInfo) -> None:
     of_source: dict[int | None, tuple[str, ...]] = {}
     for p in seq_parts:
         of_source[p.source_id] = (*of_source.get(p.source_id, ()), str(store.part_path(p)))
+    twins = {str(store.part_path(p)) for p in store.parts(name, ROUTING)}
     tasks = [
         PartTask(
             name,
@@ -149,6 +151,7 @@ def _add_run(sel: Selection, store: Store, info: RunInfo) -> None:
             tuple(sorted(wanted[part.source_id].tags.items())),
             part.rows,
             of_source.get(part.source_id, ()),
+            twin if (twin := twin_path(str(store.part_path(part)))) in twins else "",
         )
         for part in store.parts(name, TOKENS)
         if part.source_id in wanted

@@ -18,11 +18,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.routing import first_flip_layer, paired_kind
 from mismatchctl.analysis.tokenizer import run_decoders
+from mismatchctl.engines.routing import twin_path
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import Store
 from mismatchctl.store.integrity import read_error
-from mismatchctl.store.parts import SEQUENCES, TOKENS
+from mismatchctl.store.parts import ROUTING, SEQUENCES, TOKENS
 
 SEQ_COLUMNS = (S.STEP, S.SEQ, S.SAMPLE_ID, S.MODEL_TOKENS, S.TURNS, S.PROMPT_TOKENS,
                S.TOOL_TOKENS, S.PAD_TOKENS)  # fmt: skip
@@ -110,21 +112,39 @@ def choose(rows: list[dict], run: str, sample_id: str, step: int | None, index: 
 
 def read_tokens(store: Store, run: str, seq: int) -> pa.Table:
     """The sequence's token rows: parts whose seq range holds it, and in each the row groups
-    whose ``seq`` statistics do (a sequence is never split across parts)."""
+    whose ``seq`` statistics do (a sequence is never split across parts); with the
+    ``route_paired`` of each token when the part has a routing twin (MoE routes)."""
     for part in store.parts(run, TOKENS):
         if part.min_seq is not None and not part.min_seq <= seq <= (part.max_seq or seq):
             continue
         path = str(store.part_path(part))
         try:
-            table = _read_part(pq.ParquetFile(path), seq)
+            table = _read_part(pq.ParquetFile(path), seq, TOKEN_COLUMNS)
         except (OSError, pa.ArrowException) as exc:
             raise read_error(run, path, exc) from None
         if table is not None and table.num_rows:
-            return table
+            return _with_routes(store, run, path, seq, table)
     return pa.table({c: pa.array([], pa.int64()) for c in TOKEN_COLUMNS})
 
 
-def _read_part(pf: pq.ParquetFile, seq: int) -> pa.Table | None:
+def _with_routes(store: Store, run: str, path: str, seq: int, table: pa.Table) -> pa.Table:
+    """The tokens with their ``route_paired`` from the part's twin, when it has one."""
+    twin = twin_path(path)
+    if twin not in {str(store.part_path(p)) for p in store.parts(run, ROUTING)}:
+        return table
+    try:
+        rows = _read_part(pq.ParquetFile(twin), seq, (S.SEQ, S.POSITION, S.ROUTE_PAIRED))
+    except (OSError, pa.ArrowException) as exc:
+        raise read_error(run, twin, exc) from None
+    if rows is None or not rows.column(S.POSITION).equals(table.column(S.POSITION)):
+        raise StoreError(
+            f"run `{run}`: routing part {twin} does not match its token part {path}",
+            "run `mismatchctl runs check`; re-ingest the run if a part is damaged.",
+        )
+    return table.append_column(S.ROUTE_PAIRED, rows.column(S.ROUTE_PAIRED))
+
+
+def _read_part(pf: pq.ParquetFile, seq: int, columns: tuple[str, ...]) -> pa.Table | None:
     meta = pf.metadata
     col = [meta.schema.column(i).name for i in range(meta.num_columns)].index(S.SEQ)
     groups = []
@@ -134,11 +154,13 @@ def _read_part(pf: pq.ParquetFile, seq: int) -> pa.Table | None:
             groups.append(i)
     if not groups:
         return None
-    table = pf.read_row_groups(groups, columns=list(TOKEN_COLUMNS))
+    table = pf.read_row_groups(groups, columns=list(columns))
     return table.filter(pc.equal(table.column(S.SEQ), seq)).sort_by(S.POSITION)
 
 
 def token_rows(table: pa.Table) -> list[dict[str, Any]]:
+    """One dict per token; with routes, its producing position's ``routing`` (flipped, same,
+    unpaired) and ``first_flip_layer`` (docs/metrics.md, Routing)."""
     lr = table.column(S.ROLLOUT).to_numpy()
     lt = table.column(S.TRAINER).to_numpy()
     r = lt - lr
@@ -155,6 +177,9 @@ def token_rows(table: pa.Table) -> list[dict[str, Any]]:
             "p_rollout": float(np.exp(lr[j])), "p_trainer": float(np.exp(lt[j])),
             "log_ratio": float(r[j]), "k3": float(k3[j]),
         })  # fmt: skip
+    if S.ROUTE_PAIRED in table.column_names:
+        for t, paired in zip(out, table.column(S.ROUTE_PAIRED).to_pylist(), strict=True):
+            t["routing"], t["first_flip_layer"] = paired_kind(paired), first_flip_layer(paired)
     return out
 
 

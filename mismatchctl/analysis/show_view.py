@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from mismatchctl import schema as S
 from mismatchctl.analysis import sections as X
+from mismatchctl.analysis.routing import FLIPPED
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.show import Show
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
 # |r| levels: below 1e-3 unmarked, then 1e-3, 1e-2, 0.1, 0.5 and 1 (every level a colour)
 HEAT_EDGES = (1e-3, 1e-2, 0.1, 0.5, 1.0)
 HEAT_LEGEND = ["< 0.001", "0.001-0.01", "0.01-0.1", "0.1-0.5", "0.5-1", ">= 1"]
+# with MoE routes: tokens whose producing position's experts differ on some layer are marked
+FLIP_MARK = "underlined: routing flipped (the producing position's experts differ on a layer)"
 
 
 def level(r: float) -> int:
@@ -27,11 +30,22 @@ def level(r: float) -> int:
 
 
 def tip(t: dict[str, Any]) -> str:
-    return (
+    out = (
         f"position {t['position']}, turn {t['turn']}, id {t['token_id']}: "
         f"p_rollout {t['p_rollout']:.4g}, p_trainer {t['p_trainer']:.4g}, "
         f"r {t['log_ratio']:.4g}, K3 {t['k3']:.4g}"
     )
+    if "routing" in t:
+        layer = t.get("first_flip_layer")
+        out += f", routing {t['routing']}" + (
+            f" (first differing layer {layer})" if layer is not None else ""
+        )
+    return out
+
+
+def flip_mark(tokens: list[dict[str, Any]]) -> str:
+    """The legend entry of flipped tokens, for a sequence with routes ("" without)."""
+    return FLIP_MARK if any("routing" in t for t in tokens) else ""
 
 
 def heat_items(s: Show) -> list[X.HeatToken | X.HeatGap]:
@@ -47,7 +61,8 @@ def heat_items(s: Show) -> list[X.HeatToken | X.HeatGap]:
         if prev is not None and t["position"] - prev["position"] > 1:
             n = t["position"] - prev["position"] - 1
             items.append(X.HeatGap(f"tool response: {n:,} tokens, then turn {t['turn']}"))
-        items.append(X.HeatToken(t["text"] + sep, level(t["log_ratio"]), tip(t)))
+        flipped = t.get("routing") == FLIPPED
+        items.append(X.HeatToken(t["text"] + sep, level(t["log_ratio"]), tip(t), flipped))
         prev = t
     return items
 
@@ -81,10 +96,17 @@ def show_sections(s: Show) -> list[X.Section]:
     if toks:
         how = (
             "Each token on a background by |r| = |trainer - rollout logprob|; the HTML page's "
-            "tooltips give its position, turn, id, both probabilities, r and K3. "
+            + (
+                "tooltips give its position, turn, id, both probabilities, r, K3 and its "
+                "producing position's MoE routing. "
+                if flip_mark(toks)
+                else "tooltips give its position, turn, id, both probabilities, r and K3. "
+            )
             + ("Token ids are shown (no tokenizer: --tokenizer PATH)." if not s.tokenizer else "")
         )
-        out.append(X.Heat("show-heat", "Tokens", heat_items(s), HEAT_LEGEND, how.strip()))
+        out.append(
+            X.Heat("show-heat", "Tokens", heat_items(s), HEAT_LEGEND, how.strip(), flip_mark(toks))
+        )
     else:
         out.append(X.Lines("show-empty", None, [X.Line("the sequence has no model tokens")]))
     if s.notes:

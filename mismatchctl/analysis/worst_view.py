@@ -4,7 +4,7 @@ each linking to its heat view (collapsed below the table). HTML only."""
 from __future__ import annotations
 
 from mismatchctl.analysis import sections as X
-from mismatchctl.analysis.show_view import HEAT_LEGEND, heat_items
+from mismatchctl.analysis.show_view import HEAT_LEGEND, flip_mark, heat_items
 from mismatchctl.analysis.worst import Worst
 from mismatchctl.stats import registry as M
 
@@ -42,7 +42,15 @@ def worst_block(w: Worst | None) -> list[X.Section]:
         X.Block(
             row["anchor"],
             f"#{row['rank']}: {view.run}, step {row['step']}, sample {view.sample_id}",
-            [X.Heat(f"{row['anchor']}-heat", "Tokens", heat_items(view), HEAT_LEGEND)],
+            [
+                X.Heat(
+                    f"{row['anchor']}-heat",
+                    "Tokens",
+                    heat_items(view),
+                    HEAT_LEGEND,
+                    mark=flip_mark(view.tokens),
+                )
+            ],
             collapsed=True,
             summary=f"K3 sum {row['k3_sum']:.4g} over {row['tokens']:,} tokens",
         )

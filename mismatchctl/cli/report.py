@@ -66,7 +66,11 @@ def report(
     ] = False,
     by: Annotated[
         list[str] | None,
-        typer.Option("--by", help=BY_HELP + " `--by layer`: the MoE routing per layer."),
+        typer.Option(
+            "--by",
+            help=BY_HELP + " `--by layer`: the MoE routing per layer; with MoE routes every "
+            "other split also gets the routing metrics of each of its groups.",
+        ),
     ] = None,
     bins: BinsOpt = "log",
     steps: Annotated[str | None, typer.Option("--steps", help=STEPS_HELP)] = None,

@@ -81,6 +81,7 @@ class PartKeys:
         self._cache: dict[str, KeyCodes] = {}
         self._rows: np.ndarray | None = None
         self.runs: TurnRuns | None = None  # the slice's turn runs, once the engine made them
+        self.by_run: RunKeys | None = None  # the keys of their first rows (the engine's)
 
     def get(self, key: str) -> KeyCodes:
         if key not in self._cache:
@@ -192,6 +193,34 @@ def key_labels(key: str, edges: np.ndarray, binning: K.Binning = K.DEFAULT_BINNI
     if key == K.DUMP_ORDER:
         return list(order_labels(binning.order_block))
     raise ValueError(f"`{key}` has no fixed labels: they are the values found in the data")
+
+
+@dataclass
+class RunKeys:
+    """The keys of a slice's turn runs (one row per run: its first token) and each run's
+    tokens: every key but the token keys is constant along a turn run."""
+
+    keys: PartKeys
+    lengths: np.ndarray
+
+
+def token_group_codes(
+    keys: PartKeys, split: tuple[str, ...]
+) -> tuple[np.ndarray, int, list[list[Label]]]:
+    """``group_codes`` of every token of the slice, the keys constant along a turn run coded
+    once per run (from ``keys.by_run``, when the engine kept it) and repeated."""
+    runs = keys.by_run
+    along = tuple(k for k in split if k not in K.TOKEN_KEYS)
+    if runs is None or split != along + K.token_keys(split):
+        return group_codes(keys, split)
+    code, size, labels = group_codes(runs.keys, along)
+    code = np.repeat(code, runs.lengths)
+    for key in K.token_keys(split):
+        kc = keys.get(key)
+        code = code * len(kc.labels) + kc.codes
+        size *= len(kc.labels)
+        labels.append(kc.labels)
+    return code, size, labels
 
 
 def group_codes(

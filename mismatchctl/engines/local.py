@@ -22,8 +22,17 @@ from mismatchctl import schema as S
 from mismatchctl.allocator import keep_freed_memory
 from mismatchctl.engines import plan as K
 from mismatchctl.engines import seqrows
-from mismatchctl.engines.keys import Label, PartKeys, decode, group_codes, key_labels, token_columns
+from mismatchctl.engines.keys import (
+    Label,
+    PartKeys,
+    RunKeys,
+    decode,
+    group_codes,
+    key_labels,
+    token_columns,
+)
 from mismatchctl.engines.plan import DEFAULT_BINNING, Binning, PartTask, Pass, RowFilter, row_mask
+from mismatchctl.engines.routing import join_twin, read_twin
 from mismatchctl.engines.seqrows import SequenceRows
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import Partial
@@ -48,7 +57,8 @@ class PartExtra(Protocol):
     mergeable state per part, folded with ``merge``. ``columns``: token columns it reads from
     the table beyond those of the passes; an extra may also name ``keys`` (a tuple of split
     keys it asks ``PartKeys`` for), so that the engine reads what they need (``position``, the
-    source's sequence rows)."""
+    source's sequence rows), and ``routing_columns`` (columns of the part's MoE routing twin,
+    joined to the slices of parts that have one: ``engines/routing.py``)."""
 
     columns: tuple[str, ...]
 
@@ -139,10 +149,16 @@ def part_groups(
         columns.append(S.GPU)
     out: list[Groups] = [{} for _ in passes]
     states: list[Any] = [None for _ in extras]
+    wanted = tuple(dict.fromkeys(c for e in extras for c in getattr(e, "routing_columns", ())))
     try:
         sequences = _sequence_rows(task, keys)
+        twin = read_twin(task, wanted) if wanted else None
         pf = pq.ParquetFile(task.path, read_dictionary=[S.GPU])
+        offset = 0
         for piece in part_slices(pf, columns):
+            if twin is not None:  # the part's MoE routing rows, row for row
+                piece = join_twin(piece, twin, offset, task)
+            offset += piece.num_rows
             if rows is not None and rows.active:
                 piece = piece.filter(row_mask(piece, rows))
             if piece.num_rows == 0:
@@ -275,6 +291,7 @@ def _slice_groups(
             partials = run_partials(runs, code, size)
         out.append({decode(i, labels): part for i, part in enumerate(partials) if part.tokens > 0})
     keys.runs = runs  # extras may reuse the turn runs' sums instead of re-reading the tokens
+    keys.by_run = RunKeys(run_keys, np.diff(np.r_[starts, table.num_rows]))  # and their keys
     return out, [extra.compute(table, keys) for extra in extras]
 
 

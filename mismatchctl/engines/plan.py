@@ -205,14 +205,16 @@ class StepRange:
 
 @dataclass(frozen=True)
 class PartTask:
-    """One token part to read, with what is constant over it, and the sequence parts of its
-    source (read for the keys that come from the sequence rows)."""
+    """One token part to read, with what is constant over it, the sequence parts of its
+    source (read for the keys that come from the sequence rows) and its MoE routing twin
+    (``""`` when its source has no routes)."""
 
     run: str
     path: str
     tags: tuple[tuple[str, str], ...]
     rows: int
     sequences: tuple[str, ...] = ()
+    routing: str = ""
 
 
 @dataclass(frozen=True)

@@ -74,5 +74,8 @@ def _absolute(task: PartTask) -> PartTask:
         return path if "://" in path else os.path.abspath(path)
 
     return dataclasses.replace(
-        task, path=absolute(task.path), sequences=tuple(absolute(p) for p in task.sequences)
+        task,
+        path=absolute(task.path),
+        sequences=tuple(absolute(p) for p in task.sequences),
+        routing=absolute(task.routing) if task.routing else "",
     )

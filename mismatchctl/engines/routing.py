@@ -1,33 +1,37 @@
-"""MoE routing read per token part: the part's twin under ``routing/`` (the same rows in the same
-order, ``docs/store.md``) beside the part's logprobs, reduced to a ``RoutingPartial``; local
-threads or Ray tasks, merged in part order either way (the same numbers)."""
+"""MoE routing in the engine's read: each token part's routing twin (``routing/``: the same rows
+in the same order, ``docs/store.md``) is joined to every slice the engine reads of the part, so
+that an extra of the pass sees the routing columns beside the logprobs and the split keys;
+``RoutingExtra`` reduces the slices to the routing sums of each run and of every group of the
+asked splits in one compiled pass (``stats/routing.py``). Local threads or Ray tasks, merged in
+part order either way: the same numbers."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
-from mismatchctl.engines.choice import Engine
-from mismatchctl.engines.plan import PartTask, RowFilter, row_mask
-from mismatchctl.errors import MismatchError, StoreError
-from mismatchctl.parallel import DEFAULT_WORKERS, Failure
-from mismatchctl.stats import assign_bins
-from mismatchctl.stats.routing import RoutingPartial, routing_partial
+from mismatchctl.engines import plan as K
+from mismatchctl.engines.keys import Label, PartKeys, decode, token_columns, token_group_codes
+from mismatchctl.engines.plan import PartTask
+from mismatchctl.errors import StoreError
+from mismatchctl.stats.routing import (
+    GroupCodes,
+    RoutingPartial,
+    RoutingSums,
+    group_sums,
+    routing_partial,
+)
+from mismatchctl.store.integrity import read_error
 
 TOKENS_DIR, ROUTING_DIR = "/tokens/", "/routing/"
-
-
-@dataclass(frozen=True)
-class RoutingTask:
-    run: str
-    tokens: str  # the token part's path
-    routing: str  # its twin's
+# the routing columns the metrics read (RoutingExtra); explain and show read ROUTE_PAIRED only
+METRIC_COLUMNS = (S.ROUTE_EQUAL, S.ROUTE_OVERLAP, S.ROUTE_PAIRED, S.ROUTE_FLIP_BEFORE,
+                  S.ROUTE_TOP_K)  # fmt: skip
 
 
 def twin_path(token_path: str) -> str:
@@ -36,46 +40,134 @@ def twin_path(token_path: str) -> str:
     return head + ROUTING_DIR + tail if sep else token_path
 
 
-def part_routing(task: RoutingTask, rows: RowFilter | None, edges: np.ndarray) -> RoutingPartial:
-    """The routing sums of one token part (rows inside the filter) and its twin."""
-    columns = [S.STEP, S.SEQ, S.ROLLOUT, S.TRAINER]
-    if rows is not None and rows.gpu is not None:
-        columns.append(S.GPU)
-    tok = pq.read_table(task.tokens, columns=columns)
-    rt = pq.read_table(task.routing)
-    if rt.num_rows != tok.num_rows or not rt.column(S.SEQ).equals(tok.column(S.SEQ)):
-        raise StoreError(
-            f"run `{task.run}`: routing part {task.routing} does not match its token part "
-            f"{task.tokens}",
-            "run `mismatchctl runs check`; re-ingest the run if a part is damaged.",
-        )
-    if rows is not None and rows.active:
-        keep = row_mask(tok, rows)
-        tok, rt = tok.filter(keep), rt.filter(keep)
-    return _reduce(tok, rt, edges)
+def read_twin(task: PartTask, columns: Sequence[str]) -> pa.Table | None:
+    """The routing columns of a part's twin (None when its source has no routes), with ``seq``
+    to check each slice against."""
+    if not task.routing:
+        return None
+    try:
+        table = pq.read_table(task.routing, columns=list(dict.fromkeys([S.SEQ, *columns])))
+    except (OSError, pa.ArrowException) as exc:
+        raise read_error(task.run, task.routing, exc) from None
+    if table.num_rows != task.rows:
+        raise _not_twins(task)
+    return table
 
 
-def _reduce(tok: pa.Table, rt: pa.Table, edges: np.ndarray) -> RoutingPartial:
-    layers = rt.schema.field(S.ROUTE_OVERLAP).type.byte_width
-    top_k = int(rt.column(S.ROUTE_TOP_K)[0].as_py()) if rt.num_rows else 0
-    equal_col = rt.column(S.ROUTE_EQUAL).combine_chunks()
-    compared = equal_col.is_valid().to_numpy(zero_copy_only=False)
-    equal = equal_col.fill_null(0).to_numpy(zero_copy_only=False)
-    overlap = _overlap(rt.column(S.ROUTE_OVERLAP).combine_chunks(), layers)
-    rollout = tok.column(S.ROLLOUT).to_numpy()
-    r = tok.column(S.TRAINER).to_numpy() - rollout
-    k3 = np.expm1(r) - r
-    return routing_partial(
-        layers,
-        top_k,
-        equal,
-        compared,
-        overlap,
-        rt.column(S.ROUTE_PAIRED).to_numpy(),
-        rt.column(S.ROUTE_FLIP_BEFORE).to_numpy(zero_copy_only=False),
-        k3,
-        (assign_bins(np.exp(rollout), edges), len(edges) - 1),
+def join_twin(piece: pa.Table, twin: pa.Table, offset: int, task: PartTask) -> pa.Table:
+    """A slice of the part (rows ``offset`` on) with its twin's routing columns added."""
+    rows = twin.slice(offset, piece.num_rows)
+    if rows.num_rows != piece.num_rows or not rows.column(S.SEQ).equals(piece.column(S.SEQ)):
+        raise _not_twins(task)
+    for name in rows.column_names:
+        if name != S.SEQ and name not in piece.column_names:
+            piece = piece.append_column(name, rows.column(name))
+    return piece
+
+
+def _not_twins(task: PartTask) -> StoreError:
+    return StoreError(
+        f"run `{task.run}`: routing part {task.routing} does not match its token part {task.path}",
+        "run `mismatchctl runs check`; re-ingest the run if a part is damaged.",
     )
+
+
+@dataclass
+class RoutingState:
+    """Per run, its routing sums (``RoutingPartial``: per layer and per probability bin too);
+    per asked split, the ``RoutingSums`` of each of its groups (keyed by the group's values, as
+    the report's groups are)."""
+
+    runs: dict[str, RoutingPartial] = field(default_factory=dict)
+    groups: list[dict[tuple[Label, ...], RoutingSums]] = field(default_factory=list)
+
+
+class RoutingExtra:
+    """The engine's ``PartExtra`` of the routing metrics: slices of parts with a routing twin
+    (the others add nothing), per run and per group of ``splits``; ``replay``: the runs that
+    say routing replay is on (their rows count in ``r3_violation_fraction``)."""
+
+    routing_columns: tuple[str, ...] = METRIC_COLUMNS
+
+    def __init__(
+        self, splits: Sequence[K.Split], edges: np.ndarray, replay: frozenset[str]
+    ) -> None:
+        self.splits, self.edges, self.replay = list(splits), edges, replay
+        self.keys = tuple(dict.fromkeys([K.BIN, *(k for s in self.splits for k in s)]))
+        self.columns = tuple(token_columns(self.keys))
+
+    def empty(self) -> RoutingState:
+        return RoutingState({}, [{} for _ in self.splits])
+
+    def compute(self, table: pa.Table, keys: PartKeys) -> RoutingState:
+        if S.ROUTE_PAIRED not in table.column_names:
+            return self.empty()
+        layers = table.schema.field(S.ROUTE_OVERLAP).type.byte_width
+        top_k = int(table.column(S.ROUTE_TOP_K)[0].as_py())
+        equal_col = table.column(S.ROUTE_EQUAL).combine_chunks()
+        lr = keys.column(S.ROLLOUT)
+        r = keys.column(S.TRAINER) - lr
+        codes, labels = self._groups(keys)
+        partial, g_counts, g_k3 = routing_partial(
+            layers,
+            top_k,
+            equal_col.fill_null(0).to_numpy(zero_copy_only=False),
+            equal_col.is_valid().to_numpy(zero_copy_only=False),
+            _overlap(table.column(S.ROUTE_OVERLAP).combine_chunks(), layers),
+            table.column(S.ROUTE_PAIRED).to_numpy(),
+            table.column(S.ROUTE_FLIP_BEFORE).to_numpy(),
+            np.expm1(r) - r,
+            (keys.get(K.BIN).codes, len(self.edges) - 1),
+            codes,
+        )
+        replay = keys.run in self.replay
+        state = RoutingState({keys.run: partial}, [])
+        start = 0
+        for split_labels in labels:
+            size = int(np.prod([len(v) for v in split_labels])) if split_labels else 1
+            found: dict[tuple[Label, ...], RoutingSums] = {}
+            for g in np.flatnonzero(g_counts[start : start + size, 8:].sum(axis=1)):
+                row = start + int(g)
+                found[decode(int(g), split_labels)] = group_sums(
+                    g_counts[row], g_k3[row], layers, top_k, replay
+                )
+            state.groups.append(found)
+            start += size
+        return state
+
+    def _groups(self, keys: PartKeys) -> tuple[GroupCodes, list[list[list[Label]]]]:
+        """Each token's group in every split (one flat index space), and each split's labels
+        (the split keys' codes as the report's groups have them: ``engines/keys.py``)."""
+        codes = np.empty((len(self.splits), keys.n), np.int64)
+        labels, offset = [], 0
+        for i, split in enumerate(self.splits):
+            code, size, split_labels = token_group_codes(keys, split)
+            np.add(code, offset, out=codes[i])
+            labels.append(split_labels)
+            offset += size
+        return GroupCodes(codes, offset), labels
+
+    def merge(self, a: RoutingState, b: RoutingState) -> RoutingState:
+        runs = dict(a.runs)
+        for run, partial in b.runs.items():
+            total = runs.get(run)
+            if total is not None and (total.layers, total.top_k) != (
+                partial.layers,
+                partial.top_k,
+            ):
+                raise StoreError(
+                    f"run `{run}` holds routes of {total.layers} layers x top-{total.top_k} "
+                    f"and of {partial.layers} layers x top-{partial.top_k}",
+                    "routes of one run come from one model: ingest each model into its own run.",
+                )
+            runs[run] = partial if total is None else total.merge(partial)
+        groups = []
+        for mine, theirs in zip(a.groups, b.groups, strict=True):
+            out = dict(mine)
+            for key, sums in theirs.items():
+                out[key] = out[key].merge(sums) if key in out else sums
+            groups.append(out)
+        return RoutingState(runs, groups)
 
 
 def _overlap(col: pa.Array, layers: int) -> np.ndarray:
@@ -84,67 +176,3 @@ def _overlap(col: pa.Array, layers: int) -> np.ndarray:
         return np.zeros((0, layers), np.uint8)
     raw = np.frombuffer(col.buffers()[1], dtype=np.uint8)
     return raw[col.offset * layers : (col.offset + len(col)) * layers].reshape(-1, layers)
-
-
-def routing_tasks(tasks: Sequence[PartTask], known: set[str]) -> list[RoutingTask]:
-    """The token parts of ``tasks`` that have a routing twin among ``known`` paths."""
-    return [
-        RoutingTask(t.run, t.path, twin_path(t.path)) for t in tasks if twin_path(t.path) in known
-    ]
-
-
-def _one(task: RoutingTask, rows: RowFilter | None, edges: np.ndarray) -> RoutingPartial | Failure:
-    try:
-        return part_routing(task, rows, edges)
-    except MismatchError as exc:
-        return Failure(exc)
-
-
-def run_routing(
-    tasks: list[RoutingTask],
-    rows: RowFilter | None,
-    edges: np.ndarray,
-    engine: Engine,
-    workers: int = DEFAULT_WORKERS,
-) -> dict[str, RoutingPartial]:
-    """Per run, its parts' partials merged in task order (threads, or Ray tasks)."""
-    if engine.is_ray and tasks:
-        results = _ray_results(tasks, rows, edges, engine, workers)
-    else:
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            results = list(pool.map(lambda t: _one(t, rows, edges), tasks))
-    out: dict[str, RoutingPartial] = {}
-    for task, result in zip(tasks, results, strict=True):
-        if isinstance(result, Failure):
-            raise result.error
-        total = out.get(task.run)
-        if total is not None and (total.layers, total.top_k) != (result.layers, result.top_k):
-            raise StoreError(
-                f"run `{task.run}` holds routes of {total.layers} layers x top-{total.top_k} "
-                f"and of {result.layers} layers x top-{result.top_k} ({task.tokens})",
-                "routes of one run come from one model: ingest each model into its own run.",
-            )
-        out[task.run] = result if total is None else total.merge(result)
-    return out
-
-
-def _ray_results(
-    tasks: list[RoutingTask],
-    rows: RowFilter | None,
-    edges: np.ndarray,
-    engine: Engine,
-    workers: int,
-) -> list[RoutingPartial | Failure]:
-    import os
-
-    from mismatchctl.parallel import connect, ordered, remote
-
-    ray = connect(engine.address, workers)
-
-    def absolute(path: str) -> str:
-        return path if "://" in path else os.path.abspath(path)
-
-    shipped = [RoutingTask(t.run, absolute(t.tokens), absolute(t.routing)) for t in tasks]
-    fn = remote(_one)
-    refs = [fn.remote(t, rows, edges) for t in shipped]
-    return list(ordered(ray, refs, lambda i, _: None))

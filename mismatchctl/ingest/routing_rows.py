@@ -41,6 +41,7 @@ def _kernels() -> ModuleType:
 ALIGNED_INPUT = "input"
 ALIGNED_OUTPUT = "output"
 ALIGNMENTS = (ALIGNED_INPUT, ALIGNED_OUTPUT)
+# route_paired: -1 unpaired, 0 same, PAIRED_FLIPPED + l: differs, l its lowest differing layer
 PAIRED_UNPAIRED, PAIRED_SAME, PAIRED_FLIPPED = -1, 0, 1
 BUG_REPEAT = "padded rows repeating the last real row"
 BUG_FILL = "rows filled with one expert id (a 0 fill where -1 was meant)"
@@ -160,7 +161,11 @@ def _columns(
         S.ROUTE_PAIRED: pa.array(
             np.where(
                 compared[producing],
-                np.where(differs[producing], PAIRED_FLIPPED, PAIRED_SAME),
+                np.where(
+                    differs[producing],
+                    PAIRED_FLIPPED + first_differing_layer(equal[producing], layers),
+                    PAIRED_SAME,
+                ),
                 PAIRED_UNPAIRED,
             ).astype(np.int8),
             pa.int8(),
@@ -203,6 +208,15 @@ def _gather(
     if len(ids):
         out[ok] = ids[rows[ok]]
     return out
+
+
+def first_differing_layer(equal: np.ndarray, layers: int) -> np.ndarray:
+    """Per bitmask of equal layers, the lowest layer whose bit is clear (``layers`` where none
+    is): the exponent of the lowest set bit of the differing layers' mask, exact in float64."""
+    diff = ~equal.astype(np.uint64) & full_mask(layers)
+    low = diff & (~diff + np.uint64(1))  # the lowest set bit alone (0 when none is set)
+    _, exponent = np.frexp(low.astype(np.float64))
+    return np.where(diff == 0, layers, exponent.astype(np.int64) - 1)
 
 
 def full_mask(layers: int) -> np.uint64:

@@ -22,6 +22,7 @@ from mismatchctl.analysis import figure_data as FD
 from mismatchctl.analysis import sections as S
 from mismatchctl.analysis.compare import Comparison
 from mismatchctl.analysis.compare_curves import CurvePair
+from mismatchctl.analysis.routing import FirstFlipPlot
 from mismatchctl.analysis.whatif import Whatif
 from mismatchctl.analysis.whatif_view import method_label, steps_by_run, unit_fraction
 from mismatchctl.curves.analysis import RunCurves
@@ -548,7 +549,26 @@ def explain_rates_figure(p: FD.RatePlot) -> go.Figure:
     return _base(fig, 380)
 
 
+def routing_first_flip_figure(p: FirstFlipPlot) -> go.Figure:
+    """Per run, the share of its differing positions whose lowest differing layer is each MoE
+    layer (bars grouped by layer); the hover gives the count."""
+    fig = go.Figure()
+    for i, run in enumerate(p.runs):
+        fig.add_trace(go.Bar(
+            x=p.layers[i], y=p.shares[i], name=esc(run), marker_color=colour(i),
+            text=[f"{percent(v)} ({number(n)} positions)" for v, n in zip(p.shares[i], p.counts[i], strict=True)],
+            hovertemplate="layer %{x}<br>%{text}<extra>" + esc(run) + "</extra>", textposition="none",
+        ))  # fmt: skip
+    fig.update_layout(barmode="group", showlegend=len(p.runs) > 1)
+    fig.update_xaxes(
+        title="first differing MoE layer", dtick=1 if max(map(len, p.layers)) <= 32 else None
+    )
+    fig.update_yaxes(title="share of differing positions", tickformat=".0%", rangemode="tozero")
+    return _base(fig, 360)
+
+
 BUILDERS: dict[str, Callable[[Any], go.Figure]] = {
+    "routing_first_flip": routing_first_flip_figure,
     "explain_rates": explain_rates_figure,
     "mismatch": mismatch_figure,
     "probs": probs_figure,

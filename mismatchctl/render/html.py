@@ -106,13 +106,16 @@ def heat(h: S.Heat) -> str:
     legend = "".join(
         f'<span class="heat-{min(k, top)}">{esc(label)}</span> ' for k, label in enumerate(h.legend)
     )
+    if h.mark:
+        legend += f'<span class="heat-mark">{esc(h.mark)}</span> '
     out = []
     for item in h.items:
         if isinstance(item, S.HeatGap):
             out.append(f'<span class="heat-gap">{esc(item.label)}</span>')
         else:
+            mark = " heat-mark" if item.mark else ""
             out.append(
-                f'<span class="heat-{min(item.level, top)}" title="{esc(item.tip)}">'
+                f'<span class="heat-{min(item.level, top)}{mark}" title="{esc(item.tip)}">'
                 f"{esc(item.text)}</span>"
             )
     how = f'<p class="how">{esc(h.how)}</p>' if h.how else ""

@@ -131,4 +131,5 @@ HEAT_CSS = """
 .heat-1 { background:#fff3b0; } .heat-2 { background:#ffd166; } .heat-3 { background:#f79d5c; }
 .heat-4 { background:#e8553e; color:#fff; } .heat-5 { background:#b3001b; color:#fff; }
 .heat-0 { background:transparent; }
+.heat-mark { text-decoration:underline wavy #0072B2; text-underline-offset:3px; }
 """

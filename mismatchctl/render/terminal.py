@@ -18,7 +18,13 @@ from rich.text import Text
 from mismatchctl.analysis import sections as S
 from mismatchctl.display import visible
 from mismatchctl.render.fit import fit
-from mismatchctl.render.text import BAND_STYLE, HEAT_STYLE, VERDICT_STYLE, cell_text
+from mismatchctl.render.text import (
+    BAND_STYLE,
+    HEAT_MARK_STYLE,
+    HEAT_STYLE,
+    VERDICT_STYLE,
+    cell_text,
+)
 
 MAX_STEP_ROWS = 30  # beyond this, a sparkline and the worst steps
 WORST_STEPS = 10
@@ -60,11 +66,17 @@ def heat(h: S.Heat) -> RenderableType:
         if isinstance(item, S.HeatGap):
             body.append(f"\n⟦{visible(item.label)}⟧\n", style="bold cyan")
         else:
-            body.append(visible(item.text), style=HEAT_STYLE[min(item.level, len(HEAT_STYLE) - 1)])
+            style = HEAT_STYLE[min(item.level, len(HEAT_STYLE) - 1)]
+            body.append(
+                visible(item.text), style=f"{style} {HEAT_MARK_STYLE}" if item.mark else style
+            )
     legend = Text("|r|: ")
     for level, label in enumerate(h.legend):
         legend.append(f" {label} ", style=HEAT_STYLE[min(level, len(HEAT_STYLE) - 1)])
         legend.append(" ")
+    if h.mark:
+        legend.append(" ")
+        legend.append(visible(h.mark), style=HEAT_MARK_STYLE)
     parts: list[RenderableType] = [Text(visible(h.title), style="bold"), legend, body]
     if h.how:
         parts.append(Text(visible(h.how), style="dim"))

@@ -21,6 +21,7 @@ HEAT_STYLE = (
     "white on #e8553e",
     "bold white on #b3001b",
 )
+HEAT_MARK_STYLE = "underline"  # a marked token (MoE routing flipped), in the terminal
 VERDICT_STYLE = {
     "ok": "green",
     "warn": "bold yellow",

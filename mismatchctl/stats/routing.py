@@ -78,26 +78,19 @@ class RoutingPartial:
             setattr(out, name, getattr(self, name) + getattr(other, name))
         return out
 
-    def metrics(self, replay: bool) -> dict[str, float | int | None]:
-        def ratio(a: float, b: float) -> float | None:
-            return float(a / b) if b else None
+    def sums(self, replay: bool) -> RoutingSums:
+        """The sums the eleven metrics need (``replay``: the run says routing replay is on)."""
+        counts = np.array(
+            [self.compared, self.all_equal, self.layer_equal, self.overlap, self.missing,
+             self.unpaired, *self.n],
+            np.int64,
+        )  # fmt: skip
+        slots = self.compared * self.layers
+        replayed = (self.compared, self.all_equal) if replay else (0, 0)
+        return RoutingSums(counts, self.k3.copy(), slots, slots * self.top_k, *replayed)
 
-        paired_k3 = self.k3[0] + self.k3[1]
-        return {
-            ROUTING_TOKEN_AGREEMENT: ratio(self.all_equal, self.compared),
-            ROUTING_LAYER_AGREEMENT: ratio(self.layer_equal, self.compared * self.layers),
-            ROUTING_OVERLAP_MEAN: ratio(self.overlap, self.compared * self.layers * self.top_k),
-            ROUTING_MISSING_TOKENS: self.missing,
-            VLLM_KL_FLIPPED: ratio(self.k3[0], self.n[0]),
-            VLLM_KL_SAME: ratio(self.k3[1], self.n[1]),
-            ROUTING_K3_SHARE_FLIPPED: ratio(self.k3[0], paired_k3),
-            ROUTING_UNPAIRED_TOKENS: self.unpaired,
-            VLLM_KL_AFTER_FLIP: ratio(self.k3[2], self.n[2]),
-            VLLM_KL_BEFORE_FLIP: ratio(self.k3[3], self.n[3]),
-            R3_VIOLATION_FRACTION: ratio(self.compared - self.all_equal, self.compared)
-            if replay
-            else None,
-        }
+    def metrics(self, replay: bool) -> dict[str, float | int | None]:
+        return self.sums(replay).metrics(replay)
 
     def by_layer(self) -> list[dict[str, float | int | None]]:
         """Per layer: agreement and overlap over the compared tokens, and the share of the
@@ -133,6 +126,76 @@ class RoutingPartial:
         return out
 
 
+@dataclass
+class RoutingSums:
+    """The sums of the eleven metrics over any group of tokens (a group of a report split):
+    they merge across runs of different layers and top-k, the slots being counted per token.
+
+    ``counts`` (int64, ten): compared rows, rows equal on every layer, equal layers,
+    overlapping experts, missing rows, unpaired tokens, then the tokens of flipped, same, after
+    a flip, before any flip; ``k3``: the K3 sums of the last four; ``layer_slots`` and
+    ``overlap_slots``: the compared rows times layers (times top-k); ``replay_compared`` and
+    ``replay_equal``: compared and all-equal rows of runs that say routing replay is on."""
+
+    counts: np.ndarray
+    k3: np.ndarray
+    layer_slots: int = 0
+    overlap_slots: int = 0
+    replay_compared: int = 0
+    replay_equal: int = 0
+
+    def merge(self, other: RoutingSums) -> RoutingSums:
+        return RoutingSums(
+            self.counts + other.counts,
+            self.k3 + other.k3,
+            self.layer_slots + other.layer_slots,
+            self.overlap_slots + other.overlap_slots,
+            self.replay_compared + other.replay_compared,
+            self.replay_equal + other.replay_equal,
+        )
+
+    def metrics(self, replay: bool | None = None) -> dict[str, float | int | None]:
+        """docs/metrics.md, "Routing"; ``r3_violation_fraction`` over the rows of replay runs
+        (None without any, or when ``replay`` is False)."""
+
+        def ratio(a: float, b: float) -> float | None:
+            return float(a / b) if b else None
+
+        c = self.counts
+        k3 = self.k3
+        on = (self.replay_compared > 0) if replay is None else replay
+        return {
+            ROUTING_TOKEN_AGREEMENT: ratio(c[1], c[0]),
+            ROUTING_LAYER_AGREEMENT: ratio(c[2], self.layer_slots),
+            ROUTING_OVERLAP_MEAN: ratio(c[3], self.overlap_slots),
+            ROUTING_MISSING_TOKENS: int(c[4]),
+            VLLM_KL_FLIPPED: ratio(k3[0], c[6]),
+            VLLM_KL_SAME: ratio(k3[1], c[7]),
+            ROUTING_K3_SHARE_FLIPPED: ratio(k3[0], k3[0] + k3[1]),
+            ROUTING_UNPAIRED_TOKENS: int(c[5]),
+            VLLM_KL_AFTER_FLIP: ratio(k3[2], c[8]),
+            VLLM_KL_BEFORE_FLIP: ratio(k3[3], c[9]),
+            R3_VIOLATION_FRACTION: ratio(
+                self.replay_compared - self.replay_equal, self.replay_compared
+            )
+            if on
+            else None,
+        }
+
+
+@dataclass
+class GroupCodes:
+    """Per token, its group in each of several groupings (splits), as rows of one flat index
+    space: ``codes[s, t]`` is token ``t``'s group in split ``s`` (offset by the sizes of the
+    splits before it); ``size`` is the number of groups of all splits."""
+
+    codes: np.ndarray  # int64 [splits, tokens]
+    size: int
+
+
+NO_GROUPS = GroupCodes(np.zeros((0, 0), np.int64), 0)
+
+
 def routing_partial(
     layers: int,
     top_k: int,
@@ -143,15 +206,22 @@ def routing_partial(
     before: np.ndarray,
     k3: np.ndarray,
     bins: tuple[np.ndarray, int] | None = None,
-) -> RoutingPartial:
-    """The sums of one slice of token rows (``overlap``: uint8 [tokens, layers]; ``bins``: each
-    token's probability bin and the number of bins)."""
+    groups: GroupCodes = NO_GROUPS,
+) -> tuple[RoutingPartial, np.ndarray, np.ndarray]:
+    """The sums of one slice of token rows (``overlap``: uint8 [tokens, layers]; ``paired``:
+    -1, 0 or 1 + the producing row's lowest differing layer; ``bins``: each token's
+    probability bin and the number of bins), and in the same pass the counts (int64 [groups,
+    10], ``RoutingSums.counts``) and K3 sums (float64 [groups, 4]) of every group of
+    ``groups``."""
     n_bins = 0 if bins is None else bins[1]
     p = RoutingPartial(layers, top_k, bins=n_bins)
     codes = np.zeros(len(k3), np.int64) if bins is None else bins[0]
     counts, k3s = np.zeros(8, np.int64), np.zeros(4, np.float64)
     by_layer = np.zeros((3, layers), np.int64)
     bin_n, bin_k3 = np.zeros((max(n_bins, 1), 2), np.int64), np.zeros((max(n_bins, 1), 2))
+    g_counts = np.zeros((groups.size, 10), np.int64)
+    g_k3 = np.zeros((groups.size, 4), np.float64)
+    group_codes = groups.codes if groups.size else np.zeros((0, len(k3)), np.int64)
     from mismatchctl.stats.routing_kernels import routing_sums  # numba: loaded on first use
 
     routing_sums(
@@ -163,11 +233,15 @@ def routing_partial(
         k3,
         codes,
         layers,
+        top_k,
         counts,
         k3s,
         by_layer,
         bin_n,
         bin_k3,
+        np.ascontiguousarray(group_codes, np.int64),
+        g_counts,
+        g_k3,
     )
     p.compared, p.all_equal, p.missing, p.unpaired = (int(c) for c in counts[:4])
     p.n, p.k3 = counts[4:].copy(), k3s
@@ -175,4 +249,13 @@ def routing_partial(
     p.layer_equal, p.overlap = int(by_layer[0].sum()), int(by_layer[1].sum())
     if n_bins:
         p.bin_n, p.bin_k3 = bin_n, bin_k3
-    return p
+    return p, g_counts, g_k3
+
+
+def group_sums(
+    counts: np.ndarray, k3: np.ndarray, layers: int, top_k: int, replay: bool
+) -> RoutingSums:
+    """One group's ``RoutingSums`` from its row of ``routing_partial``'s group arrays."""
+    c = counts.copy()
+    replayed = (int(c[0]), int(c[1])) if replay else (0, 0)
+    return RoutingSums(c, k3.copy(), int(c[0]) * layers, int(c[0]) * layers * top_k, *replayed)

@@ -21,6 +21,7 @@ import mismatchctl
 from mismatchctl.analysis.sections import Figure
 from mismatchctl.render import html
 from tests.helpers import EVIL, FIXTURES, cli, multi_gpu_dump
+from tests.routing.moe_data import draw_logprobs, sequences, write
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 NEEDS_CHROMIUM = pytest.mark.skipif(
@@ -176,6 +177,20 @@ def check_drawn(page: Path, tmp: Path) -> dict:
 def test_report_page_draws_every_figure_summary_first(page: Path, tmp_path: Path) -> None:
     got = check_drawn(page, tmp_path)
     assert got["summary_bottom"] is not None and got["summary_bottom"] <= 900
+
+
+@pytest.mark.browser
+@NEEDS_CHROMIUM
+def test_routing_page_draws_the_first_flip_histogram(store: Path, tmp_path: Path) -> None:
+    """A run with MoE routes: the Routing section's first-flip layer histogram is drawn."""
+    seqs = sequences(7, 24, layers=4)
+    draw_logprobs(seqs, 7)
+    assert cli("ingest", str(write(tmp_path / "moe.parquet", seqs)), "--run", "moe", "-q").code == 0
+    out = tmp_path / "moe.html"
+    assert cli("report", "moe", "--by", "step", "--html", str(out), "-q").code == 0
+    assert 'id="routing-first-flip-plot"' in out.read_text()
+    got = check_drawn(out, tmp_path)
+    assert "routing-first-flip-plot" not in got["empty"]
 
 
 @pytest.mark.browser

@@ -75,6 +75,15 @@ def _differs(eng: np.ndarray, tr: np.ndarray, j: int) -> bool | None:
     return None if r is None else any(set(x) != set(y) for x, y in zip(*r, strict=True))
 
 
+def _paired(eng: np.ndarray, tr: np.ndarray, j: int) -> int:
+    """-1 not compared, 0 equal on every layer, else 1 + the lowest differing layer."""
+    r = _compared(eng, tr, j)
+    if r is None:
+        return -1
+    differ = [set(x) != set(y) for x, y in zip(*r, strict=True)]
+    return 1 + differ.index(True) if any(differ) else 0
+
+
 def _expected(seqs: list[dict], aligned: str = "input") -> dict[str, list]:
     """The routing columns by a plain per-token loop over sets (the reference)."""
     out: dict[str, list] = {k: [] for k in ("equal", "overlap", "paired", "before", "eng")}
@@ -89,8 +98,7 @@ def _expected(seqs: list[dict], aligned: str = "input") -> dict[str, list]:
                 sets = [(set(x), set(y)) for x, y in zip(*r, strict=True)]
                 out["equal"].append(sum(1 << i for i, (x, y) in enumerate(sets) if x == y))
                 out["overlap"].append(bytes(len(x & y) for x, y in sets))
-            d = _differs(eng, tr, p + j - 1 if aligned == "input" else p + j)
-            out["paired"].append(-1 if d is None else int(d))
+            out["paired"].append(_paired(eng, tr, p + j - 1 if aligned == "input" else p + j))
             out["before"].append(any(_differs(eng, tr, p + k) for k in range(-1, j)))
             out["eng"].append(eng[p + j].reshape(-1).tolist())
     return out

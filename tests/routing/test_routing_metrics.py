@@ -216,12 +216,14 @@ def test_report_views_steps_and_ray(tmp_path: Path) -> None:
     local = api.report(["r"], store=store, by=["layer"])
     assert [s.id for s in local.sections() if s.id.startswith("routing")] == [
         "routing",
+        "routing-first-flip",
         "routing-layers-r",
         "routing-bins-r",
     ]
     plain = api.report(["r"], store=store)
     assert [s.id for s in plain.sections() if s.id.startswith("routing")] == [
         "routing",
+        "routing-first-flip",
         "routing-bins-r",
     ]
     assert "by_layer" not in plain.to_dict()["routing"]["r"]
