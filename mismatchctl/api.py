@@ -83,6 +83,7 @@ def ingest(
     allow_padding: bool = False,
     attrs: Iterable[str] = (),
     routes: RouteOptions | None = None,
+    keep_masked: bool = True,
 ) -> IngestResult:
     """Read dump files into ``run`` of the store: all of them, or nothing on any error.
 
@@ -90,6 +91,9 @@ def ingest(
     (``docs/store.md``); ``routes`` says how to pair them with the logprobs (``aligned``), the
     top-k of encodings without it, the number of experts to check ids against, and whether to
     keep the full routes.
+
+    ``keep_masked`` keeps the token ids of the masked positions inside each sequence (its tool
+    responses), when the dump has token ids, so that ``show`` writes them as text.
 
     Each sequence's prompt length is kept when the dump has it (``kv_position`` counts from
     it), and its per-sequence scalar columns of few values (``data_source``, ``env``...) as
@@ -124,6 +128,7 @@ def ingest(
         allow_padding=allow_padding,
         attrs=tuple(dict.fromkeys(attrs)),
         routes=check_route_options(routes or RouteOptions()),
+        keep_masked=keep_masked,
     )
     files = [str(i) for i in inputs]
     if eng.is_ray or any(is_remote(f) for f in files):

@@ -235,7 +235,7 @@ def test_ingest_on_ray_stores_the_rows_of_a_local_ingest(
         "ingested",
         "duplicate input",
     ]
-    for kind in ("tokens", "sequences"):
+    for kind in ("tokens", "sequences", "masked"):  # masked: the tool responses' ids
         a = mismatchctl.open_store(local).scan("r", kind).collect()
         b = mismatchctl.open_store(distributed).scan("r", kind).collect()
         assert a.equals(b), kind
@@ -294,7 +294,7 @@ def test_ingest_on_ray_from_object_storage(
     got = mismatchctl.ingest([f"s3://{BUCKET}/ray/"], run="r", store=distributed, engine="ray")
     assert [str(f.path) for f in got.files] == uris
     assert [s.path for s in mismatchctl.run_info("r", distributed).sources] == uris
-    for kind in ("tokens", "sequences"):
+    for kind in ("tokens", "sequences", "masked"):  # masked: the tool responses' ids
         a = mismatchctl.open_store(local).scan("r", kind).collect()
         assert a.equals(mismatchctl.open_store(distributed).scan("r", kind).collect()), kind
 
