@@ -302,7 +302,8 @@ def compare(
 ) -> Comparison:
     """Two selectors (``"v0-ref"``, ``"gpu=H20"``, ``"v1@steps=0..200"``) side by side; each
     ``by`` split (``"kv_position"``, ``"attr:data_source"``) side by side too; ``clamp``,
-    ``tau``, ``is_bounds``: the tail-robust thresholds, as for ``report``."""
+    ``tau``, ``is_bounds``: the tail-robust thresholds, as for ``report``. When both sides hold
+    the same responses, ``Comparison.pairing`` is the paired comparison (else why not)."""
     eng = choose_engine(engine, ray_address)
     tails = parse_tails(clamp, tau, is_bounds)
     return build_comparison(
