@@ -83,6 +83,7 @@ def ingest(
     allow_padding: bool = False,
     attrs: Iterable[str] = (),
     routes: RouteOptions | None = None,
+    keep_masked: bool = True,
 ) -> IngestResult:
     """Read dump files into ``run`` of the store: all of them, or nothing on any error.
 
@@ -90,6 +91,9 @@ def ingest(
     (``docs/store.md``); ``routes`` says how to pair them with the logprobs (``aligned``), the
     top-k of encodings without it, the number of experts to check ids against, and whether to
     keep the full routes.
+
+    ``keep_masked`` keeps the token ids of the masked positions inside each sequence (its tool
+    responses), when the dump has token ids, so that ``show`` writes them as text.
 
     Each sequence's prompt length is kept when the dump has it (``kv_position`` counts from
     it), and its per-sequence scalar columns of few values (``data_source``, ``env``...) as
@@ -124,6 +128,7 @@ def ingest(
         allow_padding=allow_padding,
         attrs=tuple(dict.fromkeys(attrs)),
         routes=check_route_options(routes or RouteOptions()),
+        keep_masked=keep_masked,
     )
     files = [str(i) for i in inputs]
     if eng.is_ray or any(is_remote(f) for f in files):
@@ -297,7 +302,8 @@ def compare(
 ) -> Comparison:
     """Two selectors (``"v0-ref"``, ``"gpu=H20"``, ``"v1@steps=0..200"``) side by side; each
     ``by`` split (``"kv_position"``, ``"attr:data_source"``) side by side too; ``clamp``,
-    ``tau``, ``is_bounds``: the tail-robust thresholds, as for ``report``."""
+    ``tau``, ``is_bounds``: the tail-robust thresholds, as for ``report``. When both sides hold
+    the same responses, ``Comparison.pairing`` is the paired comparison (else why not)."""
     eng = choose_engine(engine, ray_address)
     tails = parse_tails(clamp, tau, is_bounds)
     return build_comparison(

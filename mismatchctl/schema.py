@@ -147,6 +147,18 @@ def routing_schema(layers: int, top_k: int, keep_routes: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
+# --- masked rows (``masked/`` parts): the token ids of the masked positions between a
+# sequence's first and last model token (its tool responses), when the dump has token ids
+MASKED_SCHEMA = pa.schema(
+    [
+        pa.field(STEP, pa.int64(), nullable=False),
+        pa.field(SEQ, pa.int64(), nullable=False),
+        pa.field(POSITION, pa.int32(), nullable=False),
+        pa.field(TOKEN_ID, pa.int64(), nullable=False),
+    ]
+)
+
+
 # --- input roles (what ``--map ROLE=COLUMN`` names) ---------------------------------------
 ROLE_ROLLOUT = "rollout"
 ROLE_TRAINER = "trainer"

@@ -30,6 +30,8 @@ from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
 
 CODE_PATH_CHECKS = ("localized", "regimes", "spikes", "hardware")
+# the data-integrity checks that name a chat-template, rendering or tokenization fault
+TEMPLATE_CHECKS = ("turn_edges", "token_classes")
 
 
 @dataclass
@@ -54,12 +56,13 @@ def name_cause(ctx: Context) -> Cause:
     """The first cause whose checks fire, in the order to fix them (BACKGROUND.md): data, a
     chat-template or rendering fault, the two sides' distributions, the policy, a code path,
     the tool turns, the unlikely tokens, a growth with no other explanation."""
-    data = [c for c in _layer_hits(ctx, DATA, (FAIL,)) if c.name != "turn_edges"]
+    data = [c for c in _layer_hits(ctx, DATA, (FAIL,)) if c.name not in TEMPLATE_CHECKS]
     if data:
         return _cause("data", data, "fix the data problems first; every other number mixes them in")
-    template = _hits(ctx, ["turn_edges"])
+    template = _hits(ctx, TEMPLATE_CHECKS)
     if template:
-        return _cause("template", template, TEMPLATE_ADVICE, "chat template or rendering")
+        advice = template[0].next or TEMPLATE_ADVICE
+        return _cause("template", template, advice, "chat template or rendering")
     semantic = _layer_hits(ctx, SEMANTIC, (WARN, FAIL))
     if semantic:
         return _cause("semantic", semantic, PROCESSED_HINT)

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mismatchctl.analysis.compare_curves import CurvePair, compare_curves
+from mismatchctl.analysis.pairing import PairExtra, Pairing, Side, not_paired, pair_sides, readable
 from mismatchctl.analysis.report import Report, parse_binning, report_on
 from mismatchctl.analysis.selection import parse_selector, reread, resolve, same_selection
 from mismatchctl.analysis.sequences import SequenceSums
@@ -146,6 +147,7 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     splits: dict[K.Split, list[KeyedRow]] = field(default_factory=dict)  # the --by splits
     curves: list[CurvePair] = field(default_factory=list)  # training curves, aligned on step
+    pairing: Pairing | None = None  # the paired comparison, or why there is none
 
     def sections(self) -> list[Any]:
         from mismatchctl.analysis.compare_view import comparison_sections
@@ -189,27 +191,40 @@ def build_comparison(
     binning = parse_binning(position_bins, tails)
     extra = list(by or [])
 
-    def side(sel: Selection) -> Report:
-        return report_on(
-            sel,
-            bins=bins,
-            by=[CROSS, *extra],
-            binning=binning,
-            by_gpu=True,
-            workers=workers,
-            on_part=on_part,
-            extras=[SequenceSums()],
-            figures=figures,
-            engine=engine,
-        )
-
     def build() -> Comparison:
         sides = (resolve(store, parse_selector(a)), resolve(store, parse_selector(b)))
         if same_selection(*sides):
             raise same_data_error(*sides)
+        unpaired = readable(*sides)  # known from the catalog: then no token id is read
+        extras = [SequenceSums()] if unpaired else [SequenceSums(), PairExtra()]
+
+        def side(sel: Selection) -> Report:
+            return report_on(
+                sel,
+                bins=bins,
+                by=[CROSS, *extra],
+                binning=binning,
+                by_gpu=True,
+                workers=workers,
+                on_part=on_part,
+                extras=extras,
+                figures=figures,
+                engine=engine,
+            )
+
         ra, rb, intervals = _read_sides(sides, side, resamples, seed)
         comparison = _comparison(sides, ra, rb, intervals)
         comparison.splits = {split: keyed_rows(ra, rb, split) for split in extra}
+        comparison.pairing = (
+            not_paired(unpaired)
+            if unpaired
+            else pair_sides(
+                Side.of(sides[0], ra.extra_states[1]),
+                Side.of(sides[1], rb.extra_states[1]),
+                resamples,
+                seed,
+            )
+        )
         return comparison
 
     return reread(build)

@@ -10,6 +10,7 @@ from mismatchctl.analysis import figure_data as FD
 from mismatchctl.analysis import sections as S
 from mismatchctl.analysis.compare_curves import CurvePair
 from mismatchctl.analysis.curves_view import curve_pairs_table, has_logs, pair_dict
+from mismatchctl.analysis.pairing_view import paired_sections
 from mismatchctl.analysis.report_view import POOLED, distribution_figures, key_label
 from mismatchctl.analysis.routing_view import compare_routing
 from mismatchctl.curves.series import KL
@@ -37,6 +38,7 @@ def comparison_sections(c: Comparison) -> list[S.Section]:
         S.Lines("verdicts", "Verdict (bootstrap over whole sequences)", [
             S.Line(r.verdict, "bold" if r.significant else "") for r in c.headline if r.verdict
         ]),
+        *paired_sections(c.pairing, a, b),
         S.Figure("fig-steps", "Per-step vllm_kl, both sides", "compare_steps", c,
                "vllm_kl of each batch (step) of side A and side B on a log axis, over the "
                "severity bands; steps are aligned on their numbers."),
@@ -248,6 +250,8 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
         "notes": c.notes,
         "curves": [pair_dict(p) for p in c.curves],
     }
+    if c.pairing is not None:
+        out["comparison"]["paired"] = c.pairing.to_dict()
     out["curves"] = {side: doc.get("curves", {}) for side, doc in sides.items()}
     if any("routing" in doc for doc in sides.values()):
         out["routing"] = {side: doc.get("routing", {}) for side, doc in sides.items()}

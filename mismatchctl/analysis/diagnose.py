@@ -19,7 +19,9 @@ from mismatchctl.analysis import checks_localize as L
 from mismatchctl.analysis import checks_path as P
 from mismatchctl.analysis import checks_routing as RT
 from mismatchctl.analysis import checks_template as TE
+from mismatchctl.analysis import checks_tokens as TK
 from mismatchctl.analysis import checks_trajectory as R
+from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.diagnose_base import (
     FAIL,
     LAYERS,
@@ -37,6 +39,8 @@ from mismatchctl.analysis.diagnose_extra import DiagnoseExtra
 from mismatchctl.analysis.explain import RunCubeExtra, cube_spec, read_run_cubes, refuse_same
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import parse_selector, reread, resolve
+from mismatchctl.analysis.token_classes import TokenClassExtra, class_tables, summarize, top_size
+from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
 from mismatchctl.analysis.turn_edges import EdgeExtra
 from mismatchctl.analysis.whatif import SEQ_CELLS, WhatifExtra
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
@@ -61,6 +65,7 @@ CHECKS: list[Callable[[Context], Check | None]] = [  # None: not applicable to t
     D.temperature,
     D.top_p,
     TE.turn_edges,
+    TK.token_classes,
     RT.routing_replay,
     L.baseline,
     L.localized,
@@ -156,7 +161,10 @@ def build_diagnosis(
     """Every check on the selection; ``baseline``: a selector every relative check also judges
     the selection against (``explain --baseline``)."""
 
+    decoders = RunDecoders()
+
     def read() -> tuple[Report, list, Selection | None, CubeSpec]:
+        nonlocal decoders
         selection = resolve(store, parse_selector(selector))
         base = None if baseline is None else resolve(store, parse_selector(baseline))
         if base is not None:
@@ -168,13 +176,22 @@ def build_diagnosis(
             RunCubeExtra(spec),
             EdgeExtra(EDGES),
         ]
+        decoders = run_decoders(store, selection.names, None)
+        tables = class_tables(decoders)  # runs with a tokenizer: the token_classes check
+        if tables:
+            k = top_size(selection_tokens(selection), T.CLASS_TOP_SHARE, T.CLASS_TOP_LEAST,
+                         T.CLASS_TOP_MOST)  # fmt: skip
+            extras.append(TokenClassExtra(tables, EDGES, k))
         report = report_on(
             selection, by_gpu=True, workers=workers, on_part=on_part, extras=extras, engine=engine
         )
         return report, report.extra_states, base, spec
 
-    report, (state, cells, cubes, edges), base, spec = reread(read)
+    report, (state, cells, cubes, edges, *classes), base, spec = reread(read)
     ctx = Context(report, state, _whole(cells), selector, step_series(report), edges=edges)
+    if classes and classes[0] is not None:
+        ctx.classes = summarize(classes[0], decoders)
+    ctx.classes_note = "; ".join(decoders.notes)
     ctx.runs = {run: run_view(report, run, cube) for run, cube in sorted((cubes or {}).items())}
     if base is not None:
         ctx.baseline = _baseline_view(ctx, base, spec, workers, engine)
@@ -215,6 +232,16 @@ def _whole(cells: dict | None) -> dict | None:
         if key[0] == SEQ_CELLS:
             total = state if total is None else WI.merge(total, state)
     return None if total is None else WI.finalize(total[0])
+
+
+def selection_tokens(sel: Selection) -> int:
+    """The model tokens of the selection's sources (before its step or gpu filter)."""
+    return sum(
+        src.model_tokens
+        for run in sel.runs
+        for src in run.sources
+        if all(src.tags.get(k) == v for k, v in sel.tags.items())
+    )
 
 
 def layers(d: Diagnosis) -> list[tuple[str, list[Check]]]:

@@ -13,6 +13,7 @@ import numpy as np
 from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.diagnose_extra import DiagnoseState
 from mismatchctl.analysis.report import Report
+from mismatchctl.analysis.token_classes import ClassSummary
 from mismatchctl.analysis.turn_edges import EdgeState
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
@@ -134,6 +135,8 @@ class Context:
     runs: dict[str, RunView] = field(default_factory=dict)
     baseline: BaselineView | None = None
     edges: EdgeState | None = None  # the turn-edge cubes (checks_template)
+    classes: ClassSummary | None = None  # the worst tokens' classes (checks_template)
+    classes_note: str = ""  # why there are none (no tokenizer...)
     done: dict[str, Check] = field(default_factory=dict)  # checks already run, by name
 
     @property

@@ -176,6 +176,39 @@ as hot as their second (4-7): the mismatch decays with the distance from the too
 
 TOP_Z = 3.0
 
+# --- token classes (token_classes; analysis/token_classes.py) ---------------------------------
+CLASS_TOP_SHARE = 0.01
+"""The worst tokens whose class is counted: the 1% of the selection's model tokens with the
+largest |r| (as ``TOP_SHARE``), ..."""
+
+CLASS_TOP_LEAST = 50
+"""... at least 50 (a count of fewer says nothing) ..."""
+
+CLASS_TOP_MOST = 500
+"""... and at most 500: the top-k keeps its rows in memory per part in flight, and 500 tokens
+already tell a 2x excess of a class holding 2% of the tokens (10 expected, 20 found) at 3 SE."""
+
+CLASS_FACTOR = 2.0
+"""A class (byte-fallback, special, whitespace-only) is over-represented among the worst tokens
+when it holds at least twice the count that chance puts there at the same token probabilities
+(``LOCAL_FACTOR``'s reasoning: the smallest excess of the faults we know, above healthy drift),
+..."""
+
+CLASS_Z = 3.0
+"""... ``CLASS_Z`` standard errors above that expectation (the binomial variance of the count,
+summed over the probability bins: three classes tested, each at about one in a thousand by
+chance) ..."""
+
+CLASS_MIN = 5
+"""... and it holds at least 5 of the worst tokens: a class of a few special tokens may expect
+0.1 of them by chance, and 2 found would be 6 SE without being a cluster."""
+
+CLASS_FAIL_SHARE = 0.5
+"""An over-represented class that holds half the worst tokens or more fails: the mismatch is
+mostly on that kind of token, not a tail of it. (Not a larger factor: the expectation is taken
+at the same token probabilities, where a class such as whitespace may hold a third of the likely
+tokens, so that no count reaches more than three times chance.)"""
+
 # --- inference path ---------------------------------------------------------------------------
 LOW_PROB = 1e-3
 """p_infer below this is a low-probability token (the report's ``low_prob_token_share``)."""

@@ -187,9 +187,12 @@ class HeatToken:
 
 @dataclass(frozen=True)
 class HeatGap:
-    """Positions between tokens that are not shown as tokens (a prompt, a tool response)."""
+    """Positions between tokens that are not shown as tokens (a prompt, a tool response);
+    ``text``: their own tokens as text when known (a tool response's, written in a marked
+    style after the label), else None."""
 
     label: str
+    text: str | None = None
 
 
 @dataclass

@@ -5,6 +5,10 @@ the sample id); its tokens are read from the token parts whose ``seq`` range (ca
 and in each only the row groups whose ``seq`` statistics hold it: a few row groups, whatever the
 store's size. When several sequences share the sample id (verl's ``uid`` names a prompt group),
 ``--step`` narrows them and ``--index`` picks one; otherwise the error lists them.
+
+The token ids of its tool responses (the masked positions between model tokens) are read the
+same way from the run's ``masked/`` parts, when ingest kept them (``--keep-masked``, the
+default, and a dump with token ids); without them a tool response is a gap with its length.
 """
 
 from __future__ import annotations
@@ -19,16 +23,18 @@ import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.analysis.routing import first_flip_layer, paired_kind
+from mismatchctl.analysis.token_text import Decoder
 from mismatchctl.analysis.tokenizer import run_decoders
 from mismatchctl.engines.routing import twin_path
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import Store
 from mismatchctl.store.integrity import read_error
-from mismatchctl.store.parts import ROUTING, SEQUENCES, TOKENS
+from mismatchctl.store.parts import MASKED, ROUTING, SEQUENCES, TOKENS
 
 SEQ_COLUMNS = (S.STEP, S.SEQ, S.SAMPLE_ID, S.MODEL_TOKENS, S.TURNS, S.PROMPT_TOKENS,
                S.TOOL_TOKENS, S.PAD_TOKENS)  # fmt: skip
 TOKEN_COLUMNS = (S.SEQ, S.TURN, S.POSITION, S.TOKEN_ID, S.ROLLOUT, S.TRAINER)
+MASKED_COLUMNS = (S.SEQ, S.POSITION, S.TOKEN_ID)
 MAX_LISTED = 20
 
 
@@ -44,6 +50,8 @@ class Show:
     tokens: list[dict[str, Any]] = field(default_factory=list)
     tokenizer: str | None = None
     notes: list[str] = field(default_factory=list)
+    # the tool responses' tokens (position, token_id, text), when ingest kept them
+    masked: list[dict[str, Any]] = field(default_factory=list)
 
     def sections(self) -> list[Any]:
         from mismatchctl.analysis.show_view import show_sections
@@ -56,6 +64,7 @@ class Show:
                 "run": self.run, "sample_id": self.sample_id, "index": self.index,
                 "candidates": self.candidates, "sequence": self.sequence,
                 "tokenizer": self.tokenizer, "notes": self.notes, "tokens": self.tokens,
+                "masked": self.masked,
             }
         }  # fmt: skip
 
@@ -114,17 +123,37 @@ def read_tokens(store: Store, run: str, seq: int) -> pa.Table:
     """The sequence's token rows: parts whose seq range holds it, and in each the row groups
     whose ``seq`` statistics do (a sequence is never split across parts); with the
     ``route_paired`` of each token when the part has a routing twin (MoE routes)."""
-    for part in store.parts(run, TOKENS):
+    found = _read_sequence(store, run, seq, TOKENS, TOKEN_COLUMNS)
+    if found is None:
+        return pa.table({c: pa.array([], pa.int64()) for c in TOKEN_COLUMNS})
+    path, table = found
+    return _with_routes(store, run, path, seq, table)
+
+
+def read_masked(store: Store, run: str, seq: int) -> pa.Table:
+    """The sequence's masked rows (its tool responses' token ids), read like its tokens; none
+    when ingest did not keep them."""
+    found = _read_sequence(store, run, seq, MASKED, MASKED_COLUMNS)
+    if found is None:
+        return pa.table({c: pa.array([], pa.int64()) for c in MASKED_COLUMNS})
+    return found[1]
+
+
+def _read_sequence(
+    store: Store, run: str, seq: int, kind: str, columns: tuple[str, ...]
+) -> tuple[str, pa.Table] | None:
+    """The part (its path) holding the sequence's rows of this kind, and those rows."""
+    for part in store.parts(run, kind):
         if part.min_seq is not None and not part.min_seq <= seq <= (part.max_seq or seq):
             continue
         path = str(store.part_path(part))
         try:
-            table = _read_part(pq.ParquetFile(path), seq, TOKEN_COLUMNS)
+            table = _read_part(pq.ParquetFile(path), seq, columns)
         except (OSError, pa.ArrowException) as exc:
             raise read_error(run, path, exc) from None
         if table is not None and table.num_rows:
-            return _with_routes(store, run, path, seq, table)
-    return pa.table({c: pa.array([], pa.int64()) for c in TOKEN_COLUMNS})
+            return path, table
+    return None
 
 
 def _with_routes(store: Store, run: str, path: str, seq: int, table: pa.Table) -> pa.Table:
@@ -199,10 +228,25 @@ def build_show(
     result = Show(run, sample_id, rows[k], k, len(rows), notes=decoders.notes)
     result.tokenizer = decoders.names.get(run)
     result.tokens = token_rows(read_tokens(store, run, int(rows[k][S.SEQ])))
-    texts = decoders.of(run)([t["token_id"] for t in result.tokens])
+    decode = decoders.of(run)
+    texts = decode([t["token_id"] for t in result.tokens])
     for t, text in zip(result.tokens, texts, strict=True):
         t["text"] = text
+    result.masked = masked_rows(read_masked(store, run, int(rows[k][S.SEQ])), decode)
     return result
+
+
+def masked_rows(table: pa.Table, decode: Decoder) -> list[dict[str, Any]]:
+    """The tool responses' tokens in position order: position, token id, text."""
+    if not table.num_rows:
+        return []
+    table = table.sort_by(S.POSITION)
+    ids = table.column(S.TOKEN_ID).to_pylist()
+    positions = table.column(S.POSITION).to_pylist()
+    return [
+        {"position": p, "token_id": i, "text": text}
+        for p, i, text in zip(positions, ids, decode(ids), strict=True)
+    ]
 
 
 __all__ = ["Show", "build_show"]

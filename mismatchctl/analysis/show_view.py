@@ -1,9 +1,10 @@
 """One sequence as sections: its facts (step, ids, tokens, turns, K3, max |r|) and the heat
 text (each token coloured by |r|, a tooltip with its numbers, prompt and tool responses as
-marked gaps with their length)."""
+marked gaps with their length, a tool response's own tokens as text when ingest kept them)."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -50,17 +51,22 @@ def flip_mark(tokens: list[dict[str, Any]]) -> str:
 
 def heat_items(s: Show) -> list[X.HeatToken | X.HeatGap]:
     """Tokens in position order; a gap before the first (the prompt) and wherever positions
-    jump (a tool response before a later turn)."""
+    jump (a tool response before a later turn), with the tool response's text when known."""
     sep = "" if s.tokenizer else " "
     items: list[X.HeatToken | X.HeatGap] = []
     prompt = s.sequence.get(S.PROMPT_TOKENS) or 0
     if prompt:
         items.append(X.HeatGap(f"prompt: {prompt:,} tokens"))
+    masked = [m["position"] for m in s.masked]
     prev = None
     for t in s.tokens:
         if prev is not None and t["position"] - prev["position"] > 1:
             n = t["position"] - prev["position"] - 1
-            items.append(X.HeatGap(f"tool response: {n:,} tokens, then turn {t['turn']}"))
+            label = f"tool response: {n:,} tokens, then turn {t['turn']}"
+            lo = bisect.bisect_right(masked, prev["position"])
+            hi = bisect.bisect_left(masked, t["position"])
+            text = sep.join(m["text"] for m in s.masked[lo:hi]) if hi > lo else None
+            items.append(X.HeatGap(label, text))
         flipped = t.get("routing") == FLIPPED
         items.append(X.HeatToken(t["text"] + sep, level(t["log_ratio"]), tip(t), flipped))
         prev = t
@@ -94,6 +100,7 @@ def show_sections(s: Show) -> list[X.Section]:
         facts.append(X.Fact("tokenizer", s.tokenizer, X.Kind.LABEL))
     out: list[X.Section] = [X.Facts("show-summary", f"Sequence {s.sample_id}", facts)]
     if toks:
+        items = heat_items(s)
         how = (
             "Each token on a background by |r| = |trainer - rollout logprob|; the HTML page's "
             + (
@@ -102,13 +109,24 @@ def show_sections(s: Show) -> list[X.Section]:
                 if flip_mark(toks)
                 else "tooltips give its position, turn, id, both probabilities, r and K3. "
             )
-            + ("Token ids are shown (no tokenizer: --tokenizer PATH)." if not s.tokenizer else "")
+            + ("Token ids are shown (no tokenizer: --tokenizer PATH). " if not s.tokenizer else "")
+            + _tool_how(s, items)
         )
-        out.append(
-            X.Heat("show-heat", "Tokens", heat_items(s), HEAT_LEGEND, how.strip(), flip_mark(toks))
-        )
+        out.append(X.Heat("show-heat", "Tokens", items, HEAT_LEGEND, how.strip(), flip_mark(toks)))
     else:
         out.append(X.Lines("show-empty", None, [X.Line("the sequence has no model tokens")]))
     if s.notes:
         out.append(X.Lines("show-notes", None, [X.Line(f"note: {n}", "note") for n in s.notes]))
     return out
+
+
+def _tool_how(s: Show, items: list[X.HeatToken | X.HeatGap]) -> str:
+    """How the tool responses are shown: as text under their marker, or by their length only."""
+    if any(isinstance(i, X.HeatGap) and i.text is not None for i in items):
+        return "A tool response's tokens (masked, not scored) follow its marker, in italics."
+    if s.sequence.get(S.TOOL_TOKENS):
+        return (
+            "Tool responses are shown by their length: their token ids were not kept at ingest "
+            "(a dump without token ids, or --no-keep-masked)."
+        )
+    return ""

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mismatchctl import schema as S
-from mismatchctl.analysis.show import Show, read_tokens, token_rows
+from mismatchctl.analysis.show import Show, masked_rows, read_masked, read_tokens, token_rows
 from mismatchctl.analysis.tokenizer import run_decoders
 from mismatchctl.analysis.tokens import TopSequencesExtra
 from mismatchctl.engines.plan import Selection
@@ -45,12 +45,14 @@ def worst_sequences(selection: Selection, state: TopRows | None) -> Worst | None
                 state.total, notes=decoders.notes)  # fmt: skip
     for row in out.rows:
         tokens = token_rows(read_tokens(store, row["run"], row["seq"]))
-        texts = decoders.of(row["run"])([t["token_id"] for t in tokens])
+        decode = decoders.of(row["run"])
+        texts = decode([t["token_id"] for t in tokens])
         for t, text in zip(tokens, texts, strict=True):
             t["text"] = text
         seq = {S.STEP: row["step"], S.SEQ: row["seq"], S.MODEL_TOKENS: row["tokens"],
                S.TURNS: row["turns"]}  # fmt: skip
         view = Show(row["run"], row["sample_id"], seq, 0, 1, tokens)
         view.tokenizer = decoders.names.get(row["run"])
+        view.masked = masked_rows(read_masked(store, row["run"], row["seq"]), decode)
         out.views.append(view)
     return out

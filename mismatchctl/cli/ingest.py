@@ -27,7 +27,7 @@ Inputs may also be on object storage: s3:// or gs:// URIs of objects, prefixes o
 
 Formats are detected from columns and keys: {", ".join(FORMATS)}. All files are ingested or none is: on any error the store is left as it was. Ingesting the same content again is a no-op.
 
-Only model tokens are stored (mask = 1). Without a response mask, verl's attention_mask is used by its response part (it excludes padding, not tool responses: a file whose kept positions show tool-response fills is refused); without any mask every listed position counts, and a file whose sequences end in padding (8 or more positions at exact 0.0 on both sides) is refused unless --allow-padding. An ingest that adds no model token is reported with a warning.
+Only model tokens are stored (mask = 1); the token ids of the tool responses (masked positions between model tokens), when the dump has them, are kept beside them for `show` (--no-keep-masked: not). Without a response mask, verl's attention_mask is used by its response part (it excludes padding, not tool responses: a file whose kept positions show tool-response fills is refused); without any mask every listed position counts, and a file whose sequences end in padding (8 or more positions at exact 0.0 on both sides) is refused unless --allow-padding. An ingest that adds no model token is reported with a warning.
 
 Each sequence's prompt length is kept when the dump has it (a prompt_length column, the prompt part of attention_mask, prompt token ids, slime's tokens, NeMo-RL's full-sequence arrays): report --by kv_position counts the KV cache from it. Per-sequence columns of few values (data_source, env, task, dp_rank...) are kept as attributes (report --by attr:<name>; listed by runs show); --attr COLUMN keeps another.
 
@@ -137,6 +137,14 @@ def ingest(
             "agreement and overlap).",
         ),
     ] = False,
+    keep_masked: Annotated[
+        bool,
+        typer.Option(
+            "--keep-masked/--no-keep-masked",
+            help="Keep the token ids of the masked positions inside each sequence (its tool "
+            "responses), when the dump has token ids, so that `show` writes them as text.",
+        ),
+    ] = True,
     engine: EngineOpt = "local",
     ray_address: RayAddressOpt = None,
     workers: Annotated[
@@ -161,6 +169,7 @@ def ingest(
             allow_padding=allow_padding,
             attrs=attr or [],
             routes=api.RouteOptions(routes_aligned, num_experts, keep_routes, routes_topk),
+            keep_masked=keep_masked,
             store=store,
             progress=progress,
             engine=engine,

@@ -9,7 +9,7 @@ import typer
 from mismatchctl import api
 from mismatchctl.cli.common import Common, HtmlOut, JsonOut, StoreOpt, handle_errors
 
-HELP = """One sequence of a run, token by token: each token on a background by |r| = |trainer - rollout logprob| (with a legend), the prompt and every tool response as a marked gap with its length (the turn that follows named), and the sequence's K3 sum, vllm_kl, sum r and max |r|. --html FILE writes the same as coloured text with a tooltip per token (position, turn, id, p_rollout, p_trainer, r, K3).
+HELP = """One sequence of a run, token by token: each token on a background by |r| = |trainer - rollout logprob| (with a legend), the prompt and every tool response as a marked gap with its length (the turn that follows named; a tool response's own tokens as text under it when ingest kept their ids), and the sequence's K3 sum, vllm_kl, sum r and max |r|. --html FILE writes the same as coloured text with a tooltip per token (position, turn, id, p_rollout, p_trainer, r, K3).
 
 The sequence is found by its sample id (as `tokens --sequences` lists it). When several share it (verl's uid names a prompt group), --step narrows them and --index picks one; without --index the error lists them. --tokenizer as in `tokens` (remembered for the run). See docs/tokens.md.
 

@@ -4,8 +4,9 @@ Everything every format shares lives here: the length check between the two side
 finite / <= 1e-4 logprobs (and finite, non-negative entropies) among model tokens, what a missing
 or partial mask would let in (``unmasked``: trailing padding, tool responses), each sequence's
 content key for the duplicate count (``duplicates``), turn derivation from mask runs, keeping only
-model tokens, the per-sequence counts of prompt, tool and padding positions, and the per-sequence
-mean entropy over the model tokens.
+model tokens, the per-sequence counts of prompt, tool and padding positions, the per-sequence
+mean entropy over the model tokens, and (``keep_masked``) the token ids of the masked positions
+between a sequence's first and last model token (its tool responses: the ``masked/`` parts).
 """
 
 from __future__ import annotations
@@ -110,6 +111,10 @@ class Context:
     route_tally: RouteTally = field(default_factory=RouteTally)
     route_notes: set[str] = field(default_factory=set)
     routing_rows: pa.Table | None = None
+    # the token ids of the tool responses (masked positions between model tokens) of the last
+    # batch, when kept (``--keep-masked``) and the dump has token ids; else None
+    keep_masked: bool = False
+    masked_rows: pa.Table | None = None
 
 
 def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, Tally]:
@@ -138,6 +143,7 @@ def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, 
     tokens = _token_table(batch, where, counts["model"], turn, seq_ids, gpus)
     seqs = _sequence_table(batch, seq_ids, gpus, counts, turn, model, ctx.attributes)
     _tally(tally, batch, counts, gpus, ctx.attributes)
+    ctx.masked_rows = _masked_table(batch, model, counts, seq_ids) if ctx.keep_masked else None
     ctx.routing_rows = None
     if batch.routes:
         ctx.routing_rows, routes, note = batch_routing(
@@ -389,8 +395,9 @@ def _keep(batch: RaggedBatch, keep: np.ndarray) -> RaggedBatch:
 
 
 def _position_counts(where: np.ndarray, offsets: np.ndarray) -> dict:
-    """Per sequence: model, prompt, tool and padding positions, and its last model position
-    (``-1`` when it has none); ``where``: the model positions, ascending."""
+    """Per sequence: model, prompt, tool and padding positions, and its first and last model
+    position in its arrays (``0`` and ``-1`` when it has none; ``prompt`` may later add the
+    prompt the arrays leave out, ``first`` stays); ``where``: the model positions, ascending."""
     lengths = np.diff(offsets)
     bounds = np.searchsorted(where, offsets)  # each sequence's model positions: where[b0:b1]
     t = np.diff(bounds)
@@ -403,7 +410,7 @@ def _position_counts(where: np.ndarray, offsets: np.ndarray) -> dict:
     prompt = np.where(empty, 0, first)
     pad = np.where(empty, lengths, lengths - 1 - last)
     tool = lengths - t - prompt - pad
-    return {"model": t, "prompt": prompt, "pad": pad, "tool": tool, "last": last}
+    return {"model": t, "prompt": prompt, "pad": pad, "tool": tool, "first": prompt, "last": last}
 
 
 def _gpus(batch: RaggedBatch, ctx: Context) -> list[str | None]:
@@ -443,6 +450,31 @@ def _token_table(batch, where, model_tokens, turn, seq_ids, gpus) -> pa.Table:
         ),
     }
     return pa.table(cols, schema=S.TOKEN_ROWS_SCHEMA)
+
+
+def _masked_table(batch, model, counts, seq_ids) -> pa.Table | None:
+    """One row per masked position between a sequence's first and last model token (the
+    positions ``tool_tokens`` counts), with its token id; None when the dump has no token ids
+    or no mask (then no position is masked)."""
+    if batch.token_ids is None or batch.mask is None or len(batch.token_ids) != len(model):
+        return None
+    owner = sequence_index(batch.offsets)
+    rel = np.arange(len(model), dtype=np.int64) - batch.offsets[:-1][owner]
+    inside = (rel > counts["first"][owner]) & (rel < counts["last"][owner])
+    where = np.flatnonzero(~model & inside)
+    if not len(where):
+        return None
+    position = batch.position[where] if batch.position is not None else rel[where]
+    who = owner[where]
+    return pa.table(
+        {
+            S.STEP: pa.array(batch.steps[who], pa.int64()),
+            S.SEQ: pa.array(seq_ids[who], pa.int64()),
+            S.POSITION: pa.array(position, pa.int32()),
+            S.TOKEN_ID: pa.array(batch.token_ids[where], pa.int64()),
+        },
+        schema=S.MASKED_SCHEMA,
+    )
 
 
 def _sequence_table(batch, seq_ids, gpus, counts, turn, model, attributes) -> pa.Table:

@@ -26,7 +26,7 @@ from mismatchctl.ingest.routing_rows import RouteOptions
 from mismatchctl.ingest.unmasked import ALLOW_FLAG
 from mismatchctl.store import parts as store_parts
 from mismatchctl.store.catalog import PartRecord, SourceRecord
-from mismatchctl.store.parts import SEQUENCES, TOKENS, Lanes, PartWriter
+from mismatchctl.store.parts import MASKED, SEQUENCES, TOKENS, Lanes, PartWriter
 from mismatchctl.store.store import Store, Transaction, check_run_name, now
 
 TAG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
@@ -130,6 +130,7 @@ class Options:
     allow_padding: bool = False  # keep trailing padding of a dump without mask as tokens
     attrs: tuple[str, ...] = ()  # columns kept as per-sequence attributes (--attr)
     routes: RouteOptions = field(default_factory=RouteOptions)  # MoE routes (--routes-*)
+    keep_masked: bool = True  # the token ids of tool responses (masked/ parts; --no-keep-masked)
 
 
 def ingest_files(
@@ -233,6 +234,7 @@ def ingest_source(
         ctx = Context(label, tags.get(S.TAG_GPU), opts.skip_bad, seq, opts.allow_padding, [])
         ctx.attributes = list(source.attributes)
         ctx.routes = opts.routes
+        ctx.keep_masked = opts.keep_masked
         limit = store_parts.PART_TOKENS
         slots = 1 if lanes is None else 2  # two open parts only when two lanes write them
         tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, limit, lanes, slots)
@@ -240,16 +242,20 @@ def ingest_source(
         seqs = PartWriter(txn.staging, SEQUENCES, opts.run, seq_schema, 1 << 62, lanes)
         tally = Tally()
         routing = RoutingWriter(txn.staging, opts.run, tokens, lanes, slots)
+        # opened on its first rows: a source without tool responses or token ids has none
+        masked = PartWriter(txn.staging, MASKED, opts.run, S.MASKED_SCHEMA, limit, lanes)
         try:
             for batch in prefetch(source.batches):
                 tok_table, seq_table, part_tally = canonicalize(batch, ctx)
                 ctx.seq_base += seq_table.num_rows
                 tokens.write(tok_table)
                 routing.write(ctx.routing_rows)
+                if ctx.masked_rows is not None:
+                    masked.write(ctx.masked_rows)
                 seqs.write(seq_table)
                 tally.add(part_tally)
                 progress.tokens(tok_table.num_rows)
-            parts = tokens.close() + seqs.close() + routing.close()
+            parts = tokens.close() + seqs.close() + routing.close() + masked.close()
         except BaseException:
             if lanes is not None:
                 lanes.stop()  # before the open files are closed under a writing thread
@@ -258,6 +264,7 @@ def ingest_source(
             tokens.shutdown()
             seqs.shutdown()
             routing.shutdown()
+            masked.shutdown()
     except (pa.ArrowException, OSError, EOFError) as exc:
         raise unreadable(label, fmt, exc) from None
     if tally.sequences + tally.dropped_sequences == 0:

@@ -47,7 +47,7 @@ from mismatchctl.ingest.run_ingest import (
 )
 from mismatchctl.parallel import DEFAULT_WORKERS, Failure
 from mismatchctl.store.catalog import PartRecord, SourceRecord
-from mismatchctl.store.parts import ROUTING, TOKENS, PartWriter
+from mismatchctl.store.parts import MASKED, ROUTING, TOKENS, PartWriter
 from mismatchctl.store.store import Store, Transaction, check_run_name
 
 OnDone = Callable[[int, Any], None]
@@ -137,6 +137,8 @@ def _shift(staging: Path, run: str, part: PartRecord, offset: int) -> list[PartR
     table = pq.ParquetFile(source).read()
     if part.kind == TOKENS:
         schema = S.TOKEN_SCHEMA
+    elif part.kind == MASKED:
+        schema = S.MASKED_SCHEMA
     elif part.kind == ROUTING:  # its shape: the overlaps' width, the top-k column, full routes
         layers = table.schema.field(S.ROUTE_OVERLAP).type.byte_width
         top_k = int(table.column(S.ROUTE_TOP_K)[0].as_py()) if table.num_rows else 0

@@ -100,6 +100,9 @@ def section(s: S.Section, depth: int) -> str:
     raise TypeError(f"no HTML writer for {type(s).__name__}")
 
 
+MASKED_TIP = "the tool response's tokens (masked: not scored)"
+
+
 def heat(h: S.Heat) -> str:
     """Spans coloured by level with a tooltip each; gaps as marked blocks; the legend first."""
     top = len(HEAT_COLOURS) - 1
@@ -112,6 +115,10 @@ def heat(h: S.Heat) -> str:
     for item in h.items:
         if isinstance(item, S.HeatGap):
             out.append(f'<span class="heat-gap">{esc(item.label)}</span>')
+            if item.text is not None:
+                out.append(
+                    f'<span class="heat-masked" title="{MASKED_TIP}">{esc(item.text)}</span>'
+                )
         else:
             mark = " heat-mark" if item.mark else ""
             out.append(

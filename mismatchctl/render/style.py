@@ -127,6 +127,8 @@ HEAT_CSS = """
 .heat span[title] { cursor:help; border-radius:2px; }
 .heat-gap { display:block; margin:6px 0; padding:2px 8px; color:#0b63c5; background:#eef4fb;
   border-left:3px solid #0b63c5; font-family:system-ui,sans-serif; }
+.heat-masked { display:block; margin:-6px 0 6px; padding:2px 8px; color:#3d5a80; font-style:italic;
+  background:#f6f8fb; border-left:3px solid #9cb8d9; }
 .heat-legend span { padding:1px 6px; border-radius:3px; font-size:12px; }
 .heat-1 { background:#fff3b0; } .heat-2 { background:#ffd166; } .heat-3 { background:#f79d5c; }
 .heat-4 { background:#e8553e; color:#fff; } .heat-5 { background:#b3001b; color:#fff; }

@@ -65,6 +65,9 @@ def heat(h: S.Heat) -> RenderableType:
     for item in h.items:
         if isinstance(item, S.HeatGap):
             body.append(f"\n⟦{visible(item.label)}⟧\n", style="bold cyan")
+            if item.text is not None:  # the tool response's own tokens, marked
+                body.append(visible(item.text), style="italic cyan")
+                body.append("\n")
         else:
             style = HEAT_STYLE[min(item.level, len(HEAT_STYLE) - 1)]
             body.append(

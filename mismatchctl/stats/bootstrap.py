@@ -4,6 +4,10 @@ Per sequence we keep sufficient statistics (token count, sums of K3, |r|, and of
 a resample draws sequences with replacement (a fixed seed makes it reproducible) and recomputes the
 token-mean metrics and the log-ppl Pearson correlation from weighted sums. The two sides are
 resampled independently.
+
+When the two sides hold the same responses (``analysis/pairing.py``), the paired bootstrap draws
+the *pairs* instead: one index per resampled pair picks the sequence on both sides, from a third
+generator of the same seed (:func:`paired_generator`).
 """
 
 from __future__ import annotations
@@ -95,6 +99,56 @@ def side_generators(seed: int = DEFAULT_SEED) -> tuple[np.random.Generator, np.r
     """The generators of side A and side B, both spawned from ``seed``."""
     rng_a, rng_b = np.random.default_rng(seed).spawn(2)
     return rng_a, rng_b
+
+
+def paired_generator(seed: int = DEFAULT_SEED) -> np.random.Generator:
+    """The generator of the paired bootstrap: the third child of ``seed`` (``side_generators``
+    are the first two), i.e. ``np.random.default_rng(np.random.SeedSequence(seed,
+    spawn_key=(2,)))``."""
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(2,)))
+
+
+@dataclass
+class PairedDraws:
+    """Per resample of the pairs: vllm_kl of B minus that of A, and their ratio B / A."""
+
+    difference: np.ndarray
+    ratio: np.ndarray
+
+
+def paired_draws(
+    tokens: np.ndarray, k3_a: np.ndarray, k3_b: np.ndarray, resamples: int, rng: np.random.Generator
+) -> PairedDraws:
+    """The paired bootstrap of vllm_kl over ``n`` pairs of sequences (equal ``tokens`` on both
+    sides; ``k3_a``, ``k3_b``: each side's K3 sum per sequence): every resample draws ``n``
+    pair indices with replacement (``CHUNK`` resamples at a time, ``rng.integers(0, n, (k, n),
+    int32)``), and takes ``sum k3_b / sum tokens - sum k3_a / sum tokens`` and ``sum k3_b /
+    sum k3_a`` over the drawn pairs."""
+    from mismatchctl.stats import kernels
+
+    n = len(tokens)
+    values = np.ascontiguousarray(np.column_stack([tokens, k3_a, k3_b]), dtype=np.float64)
+    diff, ratio = [], []
+    for done in range(0, resamples, CHUNK):
+        k = min(CHUNK, resamples - done)
+        picks = rng.integers(0, max(n, 1), size=(k, n), dtype=np.int32)
+        t, a, b = kernels.resample_sums(values, picks).T
+        with np.errstate(divide="ignore", invalid="ignore"):
+            diff.append(b / t - a / t)
+            ratio.append(b / a)
+    if not diff:
+        return PairedDraws(np.zeros(0), np.zeros(0))
+    return PairedDraws(np.concatenate(diff), np.concatenate(ratio))
+
+
+def percentile_interval(values: np.ndarray) -> tuple[float | None, float | None, int]:
+    """The 95% percentile interval of the finite values (``np.percentile``, linear), and how
+    many there were."""
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return None, None, 0
+    low, high = np.percentile(values, [2.5, 97.5])
+    return float(low), float(high), len(values)
 
 
 def compare_intervals(

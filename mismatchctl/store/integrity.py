@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from mismatchctl.errors import StoreError
 from mismatchctl.store.catalog import PartRecord
 from mismatchctl.store.metrics import metric_table_row
-from mismatchctl.store.parts import METRICS, ROUTING, SEQUENCES, TOKENS
+from mismatchctl.store.parts import MASKED, METRICS, ROUTING, SEQUENCES, TOKENS
 from mismatchctl.store.store import Store
 
 
@@ -45,7 +45,9 @@ def part_problem(store: Store, part: PartRecord, deep: bool = False) -> str | No
 
 
 def run_damage(store: Store, run: str, deep: bool = False) -> list[Damage]:
-    parts = [part for kind in (TOKENS, SEQUENCES, ROUTING) for part in store.parts(run, kind)]
+    parts = [
+        part for kind in (TOKENS, SEQUENCES, ROUTING, MASKED) for part in store.parts(run, kind)
+    ]
     metrics = metrics_part(store, run)
     return [
         Damage(run, part.path, problem)

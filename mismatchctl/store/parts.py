@@ -34,6 +34,7 @@ TOKENS = "tokens"
 SEQUENCES = "sequences"
 METRICS = "metrics"
 ROUTING = "routing"  # MoE routing rows, row for row beside a source's token parts
+MASKED = "masked"  # token ids of the masked positions inside a sequence (its tool responses)
 
 
 def part_dir(kind: str, run: str) -> str:

@@ -38,7 +38,7 @@ import pyarrow.fs as pafs
 
 from mismatchctl.errors import StoreError
 from mismatchctl.store import catalog
-from mismatchctl.store.parts import METRICS, ROUTING, SEQUENCES, TOKENS, part_dir
+from mismatchctl.store.parts import MASKED, METRICS, ROUTING, SEQUENCES, TOKENS, part_dir
 from mismatchctl.store.store import STAGING, RunInfo, Store, Transaction
 
 SCHEMES = ("s3", "gs")
@@ -104,7 +104,7 @@ class RemoteStore(Store):
     def remove(self, run: str) -> RunInfo:
         info = super().remove(run)
         self.publish()
-        for kind in (TOKENS, SEQUENCES, METRICS, ROUTING):
+        for kind in (TOKENS, SEQUENCES, METRICS, ROUTING, MASKED):
             self.fs.delete_dir_contents(f"{self.base}/{part_dir(kind, run)}", missing_dir_ok=True)
         return info
 
@@ -141,7 +141,7 @@ class RemoteStore(Store):
         known = self.known_files()
         now = time.time()
         found = []
-        for kind in (TOKENS, SEQUENCES, METRICS, ROUTING):
+        for kind in (TOKENS, SEQUENCES, METRICS, ROUTING, MASKED):
             selector = pafs.FileSelector(
                 f"{self.base}/{kind}", recursive=True, allow_not_found=True
             )

@@ -32,7 +32,7 @@ from mismatchctl.store import catalog
 from mismatchctl.store.catalog import MetricSource, PartRecord, SourceRecord
 from mismatchctl.store.location import ENV_VAR, demo_store_hint, resolve_store_path
 from mismatchctl.store.lock import LOCK_NAME, write_lock
-from mismatchctl.store.parts import METRICS, ROUTING, SEQUENCES, TOKENS
+from mismatchctl.store.parts import MASKED, METRICS, ROUTING, SEQUENCES, TOKENS
 
 if TYPE_CHECKING:
     import polars as pl
@@ -163,7 +163,7 @@ class Store:
         frames = []
         for name in names:
             paths = [str(self.part_path(p)) for p in self.parts(name, kind)]
-            schema = S.TOKEN_SCHEMA if kind == TOKENS else S.SEQUENCE_SCHEMA
+            schema = {TOKENS: S.TOKEN_SCHEMA, MASKED: S.MASKED_SCHEMA}.get(kind, S.SEQUENCE_SCHEMA)
             if not paths:
                 frame = pl.LazyFrame(schema=pl.Schema(pl.from_arrow(schema.empty_table()).schema))
             elif kind == TOKENS:
@@ -243,7 +243,7 @@ class Store:
         if not self.exists():
             return
         known = self.known_files()
-        for kind in (TOKENS, SEQUENCES, METRICS, ROUTING):
+        for kind in (TOKENS, SEQUENCES, METRICS, ROUTING, MASKED):
             base = self.root / kind
             if not base.is_dir():
                 continue

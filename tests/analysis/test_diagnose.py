@@ -75,8 +75,9 @@ def test_check_fires_on_its_cause_only(check: str, verdicts: dict) -> None:
 def test_clean_data_raises_no_alarm(verdicts: dict) -> None:
     assert {v for v in verdicts["clean"].values()} == {"ok", "n/a"}
     na = {name for name, v in verdicts["clean"].items() if v == "n/a"}
-    # no training logs attached: the curve checks have nothing to read
-    assert na == {"token_ids", "curve_spikes", "rise_before_drop", "baseline"}
+    # no training logs attached: the curve checks have nothing to read; no tokenizer: no
+    # token classes
+    assert na == {"token_ids", "curve_spikes", "rise_before_drop", "baseline", "token_classes"}
 
 
 def test_alignment_reports_the_mismatch_before_and_after_shifting(planted: Path) -> None:

@@ -1,6 +1,7 @@
 """`mismatchctl show`: the sequence found by its sample id, its tokens against the dump's arrays,
-tool responses as gaps with their length, sequences sharing a sample id, golden terminal (with
-its colours) and HTML output, the pruned read, and the errors.
+tool responses as text (their token ids kept at ingest) or as gaps with their length, sequences
+sharing a sample id, golden terminal (with its colours) and HTML output, the pruned read, and the
+errors.
 
 Regenerate the golden files after a deliberate change with ``MISMATCHCTL_UPDATE_GOLDEN=1 pytest
 tests/analysis/test_show.py`` and review the diff."""
@@ -28,7 +29,7 @@ from tests.analysis.tokens_data import tokens_dump
 from tests.helpers import cli
 
 GOLDEN_DIR = Path(__file__).parents[1] / "golden"
-TEXT = [*b"Hello, tool!", 7, 7, 7, *b" Done.\n"]  # 7 7 7: the tool response
+TEXT = [*b"Hello, tool!", *b"=42", *b" Done.\n"]  # "=42": the tool response
 MASK = [1] * 12 + [0] * 3 + [1] * 7
 R = [0.0, 0.0005, -0.005, 0.05, -0.3, 0.7, -2.0, 0.0, 0.0, 0.0, 0.0, 0.0] + [0.0] * 3 + [
     0.0, 0.02, 0.0, 0.0, 0.0, 0.0, 0.0,
@@ -45,7 +46,8 @@ def _check(name: str, text: str) -> None:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Run `g`: one byte-level sequence `g1` with a tool response (golden), and `dup` twice
-    (steps 0 and 1) and three times in all; run `a`: random multi-turn sequences."""
+    (steps 0 and 1) and three times in all, ingested without the tool responses' token ids;
+    run `gm`: the same with them (the default); run `a`: random multi-turn sequences."""
     root = tmp_path_factory.mktemp("show")
     lr = [-3.0] * len(TEXT)
     rows = {
@@ -58,7 +60,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "prompt_length": [9, 9, 9, 9],
     }
     pq.write_table(pa.table(rows), root / "g.parquet")
-    mismatchctl.ingest([root / "g.parquet"], run="g", store=root / "store")
+    mismatchctl.ingest([root / "g.parquet"], run="g", store=root / "store", keep_masked=False)
+    mismatchctl.ingest([root / "g.parquet"], run="gm", store=root / "store")
     files = [tokens_dump(root / f"d{i}.parquet", seed=i) for i in range(2)]
     mismatchctl.ingest(files, run="a", store=root / "store")
     return root / "store"
@@ -83,6 +86,12 @@ def test_tokens_against_the_dump(store: Path) -> None:
         gaps = [i.label for i in s.sections()[1].items if hasattr(i, "label")]
         tool = (~mask[model[0] : model[-1] + 1]).sum()
         assert sum(int(g.split(": ")[1].split(" ")[0]) for g in gaps if "tool" in g) == tool
+        # the tool responses' own token ids (kept at ingest), as the dump has them
+        inside = np.arange(model[0], model[-1] + 1)
+        masked = inside[~mask[inside]]
+        assert [m["position"] for m in s.masked] == masked.tolist()
+        assert [m["token_id"] for m in s.masked] == np.array(row["responses"])[masked].tolist()
+        assert [m["text"] for m in s.masked] == [str(i) for i in np.array(row["responses"])[masked]]
 
 
 def test_golden_terminal_with_colours_and_html(store: Path) -> None:
@@ -96,6 +105,48 @@ def test_golden_terminal_with_colours_and_html(store: Path) -> None:
     heat = re.search(r'<p class="heat-legend">.*?</div>', page, re.S)
     assert heat is not None
     _check("show_g1_heat.html", heat.group(0) + "\n")
+
+
+def test_golden_tool_response_as_text(store: Path) -> None:
+    """Run `gm` kept the tool response's token ids: the gap is followed by its text, marked."""
+    s = api.show("gm", "g1", store=store, tokenizer="bytes")
+    assert s.masked == [
+        {"position": 12 + k, "token_id": b, "text": chr(b)} for k, b in enumerate(b"=42")
+    ]
+    out = io.StringIO()
+    Console(file=out, force_terminal=True, color_system="truecolor", width=100).print(
+        terminal.render(s.sections())
+    )
+    text = out.getvalue()
+    assert "\x1b[3;36m=42\x1b[0m" in text  # italic cyan, after its marker
+    _check("show_g1_masked_terminal.ansi", text)
+    page = html.page("show", "one sequence", s.sections())
+    heat = re.search(r'<p class="heat-legend">.*?</div>', page, re.S)
+    assert heat is not None and 'class="heat-masked"' in heat.group(0)
+    _check("show_g1_masked_heat.html", heat.group(0) + "\n")
+
+
+def test_tool_response_without_its_ids_is_a_gap(store: Path) -> None:
+    """Run `g` was ingested with keep_masked=False: the gap with its length, and why."""
+    s = api.show("g", "g1", store=store, tokenizer="bytes")
+    assert s.masked == [] and s.to_dict()["show"]["masked"] == []
+    heat = s.sections()[1]
+    gaps = [i for i in heat.items if hasattr(i, "label")]
+    assert [g.text for g in gaps] == [None, None]
+    assert "their token ids were not kept at ingest" in heat.how
+    ids = api.show("gm", "g1", store=store, tokenizer=None)  # remembered: bytes
+    assert ids.tokenizer == "bytes"
+    st = mismatchctl.open_store(store)
+    assert st.parts("g", "masked") == [] and len(st.parts("gm", "masked")) == 1
+
+
+def test_tool_response_ids_without_a_tokenizer(store: Path) -> None:
+    """Run `a` has no tokenizer: a tool response's ids follow its marker, like the tokens'."""
+    s = api.show("a", "s1-2-3", store=store)
+    gaps = [i for i in s.sections()[1].items if hasattr(i, "label")]
+    texts = [g.text for g in gaps if g.text is not None]
+    assert texts and all(t.replace(" ", "").isdigit() for t in texts)
+    assert texts[0] == " ".join(m["text"] for m in s.masked[: len(texts[0].split())])
 
 
 def test_levels_gaps_and_tooltips(store: Path) -> None:
@@ -152,9 +203,11 @@ def test_read_is_pruned_by_the_statistics(tmp_path: Path, monkeypatch: pytest.Mo
         return original(self, which, **kw)
 
     monkeypatch.setattr(pq.ParquetFile, "read_row_groups", spy)
-    row = next(r for r in pq.read_table(dump).to_pylist() if r["uid"] == "s4-3-7")
-    s = api.show("rg", "s4-3-7", store=tmp_path / "store")
-    assert [len(g) for g in read] == [1]
+    rows = pq.read_table(dump).to_pylist()  # a sequence of the last step with a tool response
+    row = next(r for r in rows if r["step"] == 3 and 0 in r["response_mask"])
+    s = api.show("rg", row["uid"], store=tmp_path / "store")
+    assert [len(g) for g in read] == [1, 1]  # a row group of tokens, one of tool responses
+    assert len(s.masked) == len(row["response_mask"]) - sum(row["response_mask"])
     model = np.flatnonzero(row["response_mask"])
     assert [t["position"] for t in s.tokens] == model.tolist()
 

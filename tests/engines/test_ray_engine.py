@@ -201,6 +201,32 @@ def test_tokens_and_certify_json_equal_local(ray_local: Any, multi_part: Path) -
 
 
 @needs_ray
+def test_paired_compare_and_token_classes_equal_local(ray_local: Any, tmp_path: Path) -> None:
+    """The paired comparison's per-sequence rows travel through Ray tasks (parts of ~300 tokens)
+    and pair into the same numbers as locally; so do diagnose's token classes (a tokenizer
+    remembered for the run)."""
+    from tests.analysis.paired_data import responses, shuffled_groups, trainer_of, write
+
+    resp = responses(seed=4)
+    store = tmp_path / "store"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(store_parts, "PART_TOKENS", 300)
+        mp.setattr(ingest_source, "BATCH_TOKENS", 300)
+        for name, seed, order in (("a", 1, None), ("b", 2, shuffled_groups(resp, 3))):
+            directory = write(tmp_path / name, resp, trainer_of(resp, seed, 0.1), order=order)
+            mismatchctl.ingest([str(directory)], run=name, store=store)
+    assert len(mismatchctl.open_store(store).parts("a")) >= 3
+    local, distributed = _both(store, "compare", "a", "b", "--resamples", "40")
+    assert local["comparison"]["paired"]["paired"]
+    assert_same(local, distributed)
+    api.tokens("a", top=1, tokenizer="bytes", store=store)
+    local, distributed = _both(store, "diagnose", "a")
+    classes = next(c for c in local["diagnosis"]["checks"] if c["name"] == "token_classes")
+    assert classes["verdict"] == "ok" and classes["evidence"]["unclassified_tokens"] > 0
+    assert_same(local, distributed)
+
+
+@needs_ray
 def test_a_task_error_is_the_library_error(ray_local: Any, tmp_path: Path) -> None:
     """A part that cannot be read in a worker raises the StoreError (message and hint) of the
     local engine, not Ray's wrapper."""
@@ -236,7 +262,7 @@ def test_ingest_on_ray_stores_the_rows_of_a_local_ingest(
         "ingested",
         "duplicate input",
     ]
-    for kind in ("tokens", "sequences"):
+    for kind in ("tokens", "sequences", "masked"):  # masked: the tool responses' ids
         a = mismatchctl.open_store(local).scan("r", kind).collect()
         b = mismatchctl.open_store(distributed).scan("r", kind).collect()
         assert a.equals(b), kind
@@ -295,7 +321,7 @@ def test_ingest_on_ray_from_object_storage(
     got = mismatchctl.ingest([f"s3://{BUCKET}/ray/"], run="r", store=distributed, engine="ray")
     assert [str(f.path) for f in got.files] == uris
     assert [s.path for s in mismatchctl.run_info("r", distributed).sources] == uris
-    for kind in ("tokens", "sequences"):
+    for kind in ("tokens", "sequences", "masked"):  # masked: the tool responses' ids
         a = mismatchctl.open_store(local).scan("r", kind).collect()
         assert a.equals(mismatchctl.open_store(distributed).scan("r", kind).collect()), kind
 

@@ -49,7 +49,7 @@ def test_ingest_of_a_prefix_equals_a_local_ingest(bucket: list[Path], tmp_path: 
     uris = [f"s3://{BUCKET}/rl/{name}" for name in NAMES]
     assert [str(f.path) for f in got.files] == uris
     assert [f.status for f in got.files] == ["ingested"] * 4
-    for kind in ("tokens", "sequences"):
+    for kind in ("tokens", "sequences", "masked"):
         assert _rows(local, "r", kind).equals(_rows(remote, "r", kind)), kind
     a, b = (mismatchctl.run_info("r", s).sources for s in (local, remote))
     assert [s.path for s in b] == uris

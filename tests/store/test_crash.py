@@ -28,7 +28,8 @@ def _killed(store: Path, point: str, n: int, *args: str) -> None:
 
 def _committed_files(store: Path) -> set[str]:
     st = mismatchctl.open_store(store)
-    return {p.path for r in st.run_names() for k in ("tokens", "sequences") for p in st.parts(r, k)}
+    kinds = ("tokens", "sequences", "masked")  # every kind these dumps make
+    return {p.path for r in st.run_names() for k in kinds for p in st.parts(r, k)}
 
 
 @pytest.fixture
