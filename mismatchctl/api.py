@@ -401,7 +401,8 @@ def explain(
     """Where the mismatch of ``target`` (a selector) lives: against ``baseline`` (a run, a slice,
     the same run's earlier steps ``run@steps=0..50``), the excess over what the baseline's rates
     predict; without one, where the K3 mass concentrates at the same token probabilities.
-    ``bootstrap``: a second read for the findings' sequence-bootstrap intervals."""
+    ``bootstrap``: the findings' sequence-bootstrap intervals (from the cells the cube's read
+    keeps: one read either way)."""
     from mismatchctl.analysis.explain import build_explain
     from mismatchctl.engines.choice import choose_engine
     from mismatchctl.store import open_store
