@@ -12,6 +12,7 @@ first: numba's cache), each command in a fresh process measured with wait4 (wall
     report            report bench --json /dev/null -q                       (this checkout)
     report@REV        the same command with the code of REV, on its store
     explain@REV       explain (below) with the code of REV, on its store
+    show@REV          show (below) with the code of REV, on its store
     report --by       report bench --by kv_position --by turn_position --by length --by order
     explain           explain 'bench@steps=10..' --baseline 'bench@steps=..9'  (one read)
     explain --no-bootstrap  the same without the findings' bootstrap intervals
@@ -100,6 +101,7 @@ def commands(store: Path, before: tuple[Path, Path] | None) -> dict[str, list[st
         out["explain@before"] = mctl(
             tree, "explain", f"{RUN}@steps=10..", "--baseline", f"{RUN}@steps=..9", *old
         )
+        out["show@before"] = mctl(tree, "show", RUN, SHOWN, *old[:-1])
     return out
 
 
