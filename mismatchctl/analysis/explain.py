@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,7 @@ from mismatchctl.stats import TURN_INDEX_LABELS, TURN_KIND_LABELS, bin_label
 from mismatchctl.stats.cube import Cube, Field, merge_all
 from mismatchctl.stats.cube_bootstrap import (
     FindingInterval,
+    RegionAccumulator,
     finalize,
     plan_bootstrap,
     sequence_keys,
@@ -334,16 +336,22 @@ def read_run_cubes(
 
 
 def bootstrap(
-    expl: Explanation, sides: Sequence[CubeCells], spec: CubeSpec
+    expl: Explanation, sides: Sequence[CubeCells], spec: CubeSpec, workers: int = DEFAULT_WORKERS
 ) -> list[FindingInterval]:
     """The findings' sequence-bootstrap intervals, from the cells the cube's read kept."""
     if not expl.findings:
         return []
     plan = plan_bootstrap(expl)
     accs = plan.accumulators(spec)
-    for acc, side in zip(accs, sides, strict=False):
-        for cells in side.cells if acc is not None else ():
+
+    def accumulate(acc: RegionAccumulator, side: CubeCells) -> None:
+        for cells in side.cells:
             acc.add_cells(cells)
+
+    jobs = [(acc, side) for acc, side in zip(accs, sides, strict=False) if acc is not None]
+    # one thread per side (the kernel releases the GIL); each side's sums in the fold's order
+    with ThreadPoolExecutor(max(1, min(workers, len(jobs)))) as pool:
+        list(pool.map(lambda job: accumulate(*job), jobs))
     return finalize(plan, *accs)
 
 
@@ -373,7 +381,7 @@ def build_explain(
     expl = localize(cubes[0], cubes[1] if len(cubes) > 1 else None)
     result = Explain(target, baseline, expl, plots=rate_plots(expl, cubes))
     if bootstrap_intervals:
-        result.intervals = bootstrap(expl, read, spec)
+        result.intervals = bootstrap(expl, read, spec, workers)
     return result
 
 
