@@ -94,8 +94,9 @@ def log(message: str) -> None:
 def measure(
     cmd: list[str], name: str, logs: Path, timeout: float, stdout: bool = False
 ) -> dict[str, Any]:
-    """Run ``cmd`` in a fresh process: {"wall": s, "rss_mb": peak RSS in MB (ru_maxrss / 1024),
-    "stdout": text when asked}. Raises BenchError if it fails or outlives ``timeout`` seconds."""
+    """Run ``cmd`` in a fresh process: {"wall": s, "cpu": user + system s, "rss_mb": peak RSS
+    in MB (ru_maxrss / 1024), "stdout": text when asked}. Raises BenchError if it fails or
+    outlives ``timeout`` seconds."""
     logs.mkdir(parents=True, exist_ok=True)
     out_path, err_path = logs / f"{name}.out", logs / f"{name}.err"
     with open(err_path, "wb") as err, open(out_path if stdout else os.devnull, "wb") as out:
@@ -117,7 +118,9 @@ def measure(
             else f"exit status {proc.returncode}"
         )
         raise BenchError(f"{shlex.join(cmd)}: {why}\n--- stderr (tail) ---\n{tail}")
-    result: dict[str, Any] = {"wall": wall, "rss_mb": usage.ru_maxrss / 1024}
+    result: dict[str, Any] = {
+        "wall": wall, "cpu": usage.ru_utime + usage.ru_stime, "rss_mb": usage.ru_maxrss / 1024
+    }  # fmt: skip
     if stdout:
         result["stdout"] = out_path.read_text()
     return result

@@ -1,7 +1,7 @@
 """The views against one report, and the report against an earlier revision, in one run:
 
     python bench/views.py --size 20 --repeats 3 --before REV --write docs/benchmarks.md [--workdir DIR]
-        [--only report@before,explain]
+        [--only report@before,explain,explain@before]
 
 Generates the dumps of bench/gen_dumps.py (``--size`` millions of response positions, 20 steps;
 reused when the workdir holds them), ingests them as run ``bench`` with this checkout and, with
@@ -11,9 +11,11 @@ first: numba's cache), each command in a fresh process measured with wait4 (wall
 
     report            report bench --json /dev/null -q                       (this checkout)
     report@REV        the same command with the code of REV, on its store
+    explain@REV       explain (below) with the code of REV, on its store
+    show@REV          show (below) with the code of REV, on its store
     report --by       report bench --by kv_position --by turn_position --by length --by order
-    explain           explain 'bench@steps=10..' --baseline 'bench@steps=..9'  (two reads)
-    explain (1 read)  the same with --no-bootstrap
+    explain           explain 'bench@steps=10..' --baseline 'bench@steps=..9'  (one read)
+    explain --no-bootstrap  the same without the findings' bootstrap intervals
     diagnose          diagnose bench --json /dev/null -q                     (one cube per run)
     tokens            tokens bench --top 100 (and --sequences)               (one read, top-k)
     certify           certify bench                                          (one read)
@@ -94,9 +96,12 @@ def commands(store: Path, before: tuple[Path, Path] | None) -> dict[str, list[st
     }
     if before is not None:
         tree, old_store = before
-        out["report@before"] = mctl(
-            tree, "report", RUN, "--store", str(old_store), "--json", os.devnull, "-q"
+        old = ["--store", str(old_store), "--json", os.devnull, "-q"]
+        out["report@before"] = mctl(tree, "report", RUN, *old)
+        out["explain@before"] = mctl(
+            tree, "explain", f"{RUN}@steps=10..", "--baseline", f"{RUN}@steps=..9", *old
         )
+        out["show@before"] = mctl(tree, "show", RUN, SHOWN, *old[:-1])
     return out
 
 
@@ -164,9 +169,9 @@ def section(result: dict[str, Any]) -> str:
         f"by each revision into its own store; every command in a fresh process, "
         f"{result['repeats']} alternating rounds after a warm-up round, medians; "
         f"{os.cpu_count()} cores, shared with other jobs (the load average when it ran: "
-        f"{result['load']}). `explain` reads the selection once for the cube and once more for "
-        "the findings' bootstrap; `diagnose` reads once (the report's pass computes one cube per "
-        "run beside the report's cells)."
+        f"{result['load']}). `explain` reads the selection once (the cube, and the sequences' "
+        "cells for the findings' bootstrap); `diagnose` reads once (the report's pass computes "
+        "one cube per run beside the report's cells)."
     )
     ing = result.get("ingest", {})
     notes = [

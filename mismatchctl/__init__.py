@@ -17,15 +17,11 @@ Python API::
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+import importlib
+import sys
+import types
+from typing import TYPE_CHECKING, Any
 
-try:  # first: the modules below name the version in what they write
-    __version__ = version("mismatchctl")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.0.0+unknown"
-
-from mismatchctl.api import compare, diagnose, ingest, remove_run, report, run_info, runs, whatif
-from mismatchctl.dump import DumpWriter
 from mismatchctl.errors import (
     EngineError,
     InputError,
@@ -34,7 +30,77 @@ from mismatchctl.errors import (
     StoreError,
     UsageError,
 )
-from mismatchctl.store import RunInfo, Store, open_store
+
+if TYPE_CHECKING:
+    from mismatchctl.api import (
+        compare,
+        diagnose,
+        ingest,
+        remove_run,
+        report,
+        run_info,
+        runs,
+        whatif,
+    )
+    from mismatchctl.dump import DumpWriter
+    from mismatchctl.store import RunInfo, Store, open_store
+
+# Loaded on first use (PEP 562): importing the package, the command line's `--help` or
+# `mismatchctl.dump` in a trainer does not load the engines, numpy's kernels or pyarrow.
+_LAZY = {
+    "compare": "mismatchctl.api",
+    "diagnose": "mismatchctl.api",
+    "ingest": "mismatchctl.api",
+    "remove_run": "mismatchctl.api",
+    "report": "mismatchctl.api",
+    "run_info": "mismatchctl.api",
+    "runs": "mismatchctl.api",
+    "whatif": "mismatchctl.api",
+    "DumpWriter": "mismatchctl.dump",
+    "RunInfo": "mismatchctl.store",
+    "Store": "mismatchctl.store",
+    "open_store": "mismatchctl.store",
+}
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mismatchctl")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "0.0.0+unknown"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":  # read from the installed metadata on first use
+        globals()[name] = value = _version()
+        return value
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'mismatchctl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, "__version__"})
+
+
+class _Package(types.ModuleType):
+    """The package, whose verb ``ingest`` shares its name with the subpackage of the readers:
+    importing ``mismatchctl.ingest`` (which binds the subpackage on its parent) leaves
+    ``mismatchctl.ingest`` the verb, as when the package imported the api eagerly."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
 
 __all__ = [
     "DumpWriter",

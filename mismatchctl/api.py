@@ -3,65 +3,94 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from mismatchctl.analysis import catalog_view as views
-from mismatchctl.analysis.certify import Certification, build_certification
-from mismatchctl.analysis.compare import Comparison, build_comparison
-from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
-from mismatchctl.analysis.explain import Explain, build_explain
-from mismatchctl.analysis.gate import (
-    Gate,
-    Threshold,
-    build_gate,
-    gated_metrics,
-    merge,
-    parse_threshold,
-    read_thresholds,
-)
-from mismatchctl.analysis.live import StepLine
-from mismatchctl.analysis.report import Report, build_report, parse_tails
-from mismatchctl.analysis.routing import ROUTING_LAYER
-from mismatchctl.analysis.selection import parse_steps
-from mismatchctl.analysis.show import Show, build_show
-from mismatchctl.analysis.tokens import Tokens, build_tokens
-from mismatchctl.analysis.watch import (
-    DEFAULT_SETTLE,
-    FileNote,
-    Started,
-    Stopped,
-    Watcher,
-    WatchOptions,
-)
-from mismatchctl.analysis.whatif import Whatif, build_whatif, parse_methods
-from mismatchctl.analysis.whatif_preset import (
-    PresetList,
-    PresetWhatif,
-    build_preset_whatif,
-    list_presets,
-    preset_config,
-)
-from mismatchctl.curves.ingest import MetricsIngest
-from mismatchctl.curves.ingest import ingest_metrics as ingest_metrics_file
-from mismatchctl.engines.choice import choose_engine
-from mismatchctl.engines.plan import KEYS_HELP as SPLIT_KEYS
-from mismatchctl.engines.plan import parse_by
 from mismatchctl.errors import UsageError
-from mismatchctl.ingest.columns import parse_mapping
-from mismatchctl.ingest.remote import is_remote
-from mismatchctl.ingest.routing_rows import RouteOptions, check_route_options
-from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files, parse_tags
-from mismatchctl.ingest.source import FORMATS
+from mismatchctl.options import (
+    DEFAULT_CLAMP,
+    DEFAULT_RESAMPLES,
+    DEFAULT_SEED,
+    DEFAULT_SETTLE,
+    DEFAULT_TAU,
+    DEMO_STORE,
+    FORMATS,
+)
+from mismatchctl.options import KEYS_HELP as SPLIT_KEYS
 from mismatchctl.parallel import DEFAULT_WORKERS
-from mismatchctl.sample_runs import DemoRun, ingest_demo, load_manifest
-from mismatchctl.stats.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED
-from mismatchctl.stats.tails import DEFAULT_CLAMP, DEFAULT_TAU
-from mismatchctl.store import RunInfo, Store, open_store
-from mismatchctl.store.integrity import Damage, damage_error, run_damage
-from mismatchctl.store.location import DEMO_STORE, point_at
-from mismatchctl.store.store import check_run_name
+
+if TYPE_CHECKING:
+    from mismatchctl.analysis import catalog_view as views
+    from mismatchctl.analysis.certify import Certification
+    from mismatchctl.analysis.compare import Comparison
+    from mismatchctl.analysis.diagnose import Diagnosis
+    from mismatchctl.analysis.explain import Explain
+    from mismatchctl.analysis.gate import Gate, Threshold
+    from mismatchctl.analysis.gate_metrics import gated_metrics
+    from mismatchctl.analysis.live import StepLine
+    from mismatchctl.analysis.report import Report
+    from mismatchctl.analysis.show import Show
+    from mismatchctl.analysis.tokens import Tokens
+    from mismatchctl.analysis.watch import FileNote, Started, Stopped, Watcher
+    from mismatchctl.analysis.whatif import Whatif
+    from mismatchctl.analysis.whatif_preset import PresetList, PresetWhatif
+    from mismatchctl.curves.ingest import MetricsIngest
+    from mismatchctl.ingest.routing_rows import RouteOptions
+    from mismatchctl.ingest.run_ingest import IngestResult, Progress
+    from mismatchctl.sample_runs import DemoRun
+    from mismatchctl.store import RunInfo, Store, open_store
+    from mismatchctl.store.integrity import Damage
+    from mismatchctl.store.location import point_at
+
+# What the api re-exports, loaded on first use (PEP 562) like the modules each verb imports in
+# its body: importing the api (the command line does, for `--help`) loads no engine, kernel,
+# pyarrow or plotting library.
+_LAZY = {
+    "views": ("mismatchctl.analysis.catalog_view", None),
+    "Certification": ("mismatchctl.analysis.certify", "Certification"),
+    "Comparison": ("mismatchctl.analysis.compare", "Comparison"),
+    "Diagnosis": ("mismatchctl.analysis.diagnose", "Diagnosis"),
+    "Explain": ("mismatchctl.analysis.explain", "Explain"),
+    "Gate": ("mismatchctl.analysis.gate", "Gate"),
+    "gated_metrics": ("mismatchctl.analysis.gate_metrics", "gated_metrics"),
+    "StepLine": ("mismatchctl.analysis.live", "StepLine"),
+    "Report": ("mismatchctl.analysis.report", "Report"),
+    "Show": ("mismatchctl.analysis.show", "Show"),
+    "Tokens": ("mismatchctl.analysis.tokens", "Tokens"),
+    "FileNote": ("mismatchctl.analysis.watch", "FileNote"),
+    "Started": ("mismatchctl.analysis.watch", "Started"),
+    "Stopped": ("mismatchctl.analysis.watch", "Stopped"),
+    "Watcher": ("mismatchctl.analysis.watch", "Watcher"),
+    "Whatif": ("mismatchctl.analysis.whatif", "Whatif"),
+    "PresetList": ("mismatchctl.analysis.whatif_preset", "PresetList"),
+    "PresetWhatif": ("mismatchctl.analysis.whatif_preset", "PresetWhatif"),
+    "MetricsIngest": ("mismatchctl.curves.ingest", "MetricsIngest"),
+    "RouteOptions": ("mismatchctl.ingest.routing_rows", "RouteOptions"),
+    "IngestResult": ("mismatchctl.ingest.run_ingest", "IngestResult"),
+    "DemoRun": ("mismatchctl.sample_runs", "DemoRun"),
+    "RunInfo": ("mismatchctl.store", "RunInfo"),
+    "Store": ("mismatchctl.store", "Store"),
+    "open_store": ("mismatchctl.store", "open_store"),
+    "point_at": ("mismatchctl.store.location", "point_at"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'mismatchctl.api' has no attribute {name!r}")
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 StorePath = str | os.PathLike[str] | None
 
@@ -115,6 +144,13 @@ def ingest(
     rows stored are those of a local ingest. Inputs may be ``s3://`` or ``gs://`` URIs (objects,
     prefixes or globs; credentials from the environment): each object is copied to a local
     temporary file by the task that reads it (``workers`` threads with the local engine)."""
+    from mismatchctl.engines.choice import choose_engine
+    from mismatchctl.ingest.columns import parse_mapping
+    from mismatchctl.ingest.remote import is_remote
+    from mismatchctl.ingest.routing_rows import RouteOptions, check_route_options
+    from mismatchctl.ingest.run_ingest import Options, ingest_files, parse_tags
+    from mismatchctl.store import open_store
+
     eng = choose_engine(engine, ray_address)
     tag_map = dict(tags) if isinstance(tags, Mapping) else parse_tags(tags)
     col_map = dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(mapping)
@@ -166,6 +202,12 @@ def watch(
     a ``FileNote`` per file not ingested (bad, a copy, changed after ingest) and ``Stopped``.
     ``poll``: scan every ``poll`` seconds instead of waiting for file events; ``once``: one scan;
     ``max_files`` / ``idle_exit``: stop after that many files or idle seconds."""
+    from mismatchctl.analysis.watch import Watcher, WatchOptions
+    from mismatchctl.ingest.columns import parse_mapping
+    from mismatchctl.ingest.run_ingest import Options, parse_tags
+    from mismatchctl.store import open_store
+    from mismatchctl.store.store import check_run_name
+
     tag_map = dict(tags) if isinstance(tags, Mapping) else parse_tags(tags)
     col_map = dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(mapping)
     check_run_name(run)
@@ -192,6 +234,9 @@ def ingest_metrics(
 ) -> MetricsIngest:
     """Attach a training log (W&B CSV, JSON lines, TensorBoard) to ``run``: its per-step
     metrics, selected or renamed by ``metrics`` (``["grad_norm=actor/grad_norm", "critic/*"]``)."""
+    from mismatchctl.curves.ingest import ingest_metrics as ingest_metrics_file
+    from mismatchctl.store import open_store
+
     return ingest_metrics_file(
         open_store(store),
         path,
@@ -204,14 +249,20 @@ def ingest_metrics(
 
 
 def runs(store: StorePath = None) -> list[RunInfo]:
+    from mismatchctl.store import open_store
+
     return open_store(store).runs()
 
 
 def run_info(name: str, store: StorePath = None) -> RunInfo:
+    from mismatchctl.store import open_store
+
     return open_store(store).run(name)
 
 
 def remove_run(name: str, store: StorePath = None) -> RunInfo:
+    from mismatchctl.store import open_store
+
     return open_store(store).remove(name)
 
 
@@ -220,6 +271,9 @@ def check_runs(
 ) -> dict[str, list[Damage]]:
     """Every part of the named runs (all runs when none is named) checked against the catalog:
     run -> its damaged parts (missing, truncated, wrong row count; ``deep`` decodes every page)."""
+    from mismatchctl.store import open_store
+    from mismatchctl.store.integrity import run_damage
+
     st = open_store(store)
     return {name: run_damage(st, name, deep) for name in (list(names) or st.run_names())}
 
@@ -254,6 +308,13 @@ def report(
     ``is_bounds`` (``"0.5_2.0"``) set the thresholds of ``vllm_kl_clamped``,
     ``extreme_frac_tau{tau}`` and ``is_oob_ratio``. ``"layer"`` among ``by`` adds the MoE
     routing per layer of runs with routes."""
+    from mismatchctl.analysis.report import build_report, parse_tails
+    from mismatchctl.analysis.routing import ROUTING_LAYER
+    from mismatchctl.analysis.selection import parse_steps
+    from mismatchctl.engines.choice import choose_engine
+    from mismatchctl.engines.plan import parse_by
+    from mismatchctl.store import open_store
+
     eng = choose_engine(engine, ray_address)
     tails = parse_tails(clamp, tau, is_bounds)
     by = list(by)
@@ -273,6 +334,8 @@ def report(
     )
     rep.routing_layers = any(b.strip() == ROUTING_LAYER for b in by)
     if diagnose:  # one diagnosis per run, of the same step range
+        from mismatchctl.analysis.diagnose import build_diagnosis
+
         suffix = f"@steps={steps}" if steps else ""
         rep.diagnoses = {
             n: build_diagnosis(open_store(store), n + suffix, workers=workers, engine=eng)
@@ -304,6 +367,12 @@ def compare(
     ``by`` split (``"kv_position"``, ``"attr:data_source"``) side by side too; ``clamp``,
     ``tau``, ``is_bounds``: the tail-robust thresholds, as for ``report``. When both sides hold
     the same responses, ``Comparison.pairing`` is the paired comparison (else why not)."""
+    from mismatchctl.analysis.compare import build_comparison
+    from mismatchctl.analysis.report import parse_tails
+    from mismatchctl.engines.choice import choose_engine
+    from mismatchctl.engines.plan import parse_by
+    from mismatchctl.store import open_store
+
     eng = choose_engine(engine, ray_address)
     tails = parse_tails(clamp, tau, is_bounds)
     return build_comparison(
@@ -338,7 +407,12 @@ def explain(
     """Where the mismatch of ``target`` (a selector) lives: against ``baseline`` (a run, a slice,
     the same run's earlier steps ``run@steps=0..50``), the excess over what the baseline's rates
     predict; without one, where the K3 mass concentrates at the same token probabilities.
-    ``bootstrap``: a second read for the findings' sequence-bootstrap intervals."""
+    ``bootstrap``: the findings' sequence-bootstrap intervals (from the cells the cube's read
+    keeps: one read either way)."""
+    from mismatchctl.analysis.explain import build_explain
+    from mismatchctl.engines.choice import choose_engine
+    from mismatchctl.store import open_store
+
     eng = choose_engine(engine, ray_address)
     return build_explain(
         open_store(store), target, baseline, bins=bins, workers=workers, on_part=on_part,
@@ -368,6 +442,10 @@ def tokens(
     with ``context`` model tokens either side. Exact: ties by run, step, seq, position.
     ``tokenizer``: a tokenizer.json, a tokenizer directory or ``"bytes"``, remembered for the
     selection's runs (later calls decode with it)."""
+    from mismatchctl.analysis.tokens import build_tokens
+    from mismatchctl.engines.choice import choose_engine
+    from mismatchctl.store import open_store
+
     eng = choose_engine(engine, ray_address)
     where = [where] if isinstance(where, str) else list(where)
     return build_tokens(
@@ -388,6 +466,9 @@ def show(
 ) -> Show:
     """One sequence of ``run`` by its sample id, token by token (``step`` narrows, ``index``
     picks among sequences sharing the id); ``tokenizer`` as in :func:`tokens` (remembered)."""
+    from mismatchctl.analysis.show import build_show
+    from mismatchctl.store import open_store
+
     return build_show(
         open_store(store), run, sample_id, step=step, index=index, tokenizer=tokenizer
     )
@@ -406,6 +487,10 @@ def certify(
     """Whether every token of ``selector`` has equal logprobs on both sides (``tolerance`` 0:
     bitwise; else ``|r| <= tolerance``): ``Certification.holds``, the shares, and where the
     sequences first diverge."""
+    from mismatchctl.analysis.certify import build_certification
+    from mismatchctl.engines.choice import choose_engine
+    from mismatchctl.store import open_store
+
     eng = choose_engine(engine, ray_address)
     return build_certification(
         open_store(store), selector, tolerance=tolerance, workers=workers, on_part=on_part,
@@ -426,6 +511,10 @@ def diagnose(
     """Every check of ``diagnose`` on a selector (``"v1-a100"``, ``"gpu=A100"``,
     ``"v1@steps=0..200"``): ``Diagnosis.checks`` with verdicts ok / warn / fail / n/a;
     ``baseline``: a known-good selector every relative check also judges against."""
+    from mismatchctl.analysis.diagnose import build_diagnosis
+    from mismatchctl.engines.choice import choose_engine
+    from mismatchctl.store import open_store
+
     eng = choose_engine(engine, ray_address)
     return build_diagnosis(
         open_store(store), selector, baseline=baseline, workers=workers, on_part=on_part,
@@ -451,6 +540,10 @@ def check(
     ``thresholds_file``: TOML ``[max]`` / ``[min]`` tables) judged on the selection's metrics,
     over the default thresholds from the severity bands unless ``defaults=False``; with
     ``diagnose``, diagnose's checks too. ``Gate.passed``; ``Gate.cases`` one per threshold."""
+    from mismatchctl.analysis.gate import build_gate, merge, parse_threshold, read_thresholds
+    from mismatchctl.engines.choice import choose_engine
+    from mismatchctl.store import open_store
+
     given: list[Threshold] = read_thresholds(thresholds_file) if thresholds_file else []
     for direction, items in (("max", maximum), ("min", minimum)):
         texts = [f"{k}={v}" for k, v in items.items()] if isinstance(items, Mapping) else items
@@ -481,6 +574,11 @@ def whatif(
     (``"1.5,2,3"`` or a list) of thresholds of a single method. ``preset`` (``whatif_presets()``
     lists them) computes one framework's correction instead, configured by ``sets`` in the
     framework's own keys (``["rollout_is=sequence", "rollout_is_threshold=2"]``)."""
+    from mismatchctl.analysis.whatif import build_whatif, parse_methods
+    from mismatchctl.analysis.whatif_preset import build_preset_whatif, preset_config
+    from mismatchctl.engines.choice import choose_engine
+    from mismatchctl.store import open_store
+
     eng = choose_engine(engine, ray_address)
     if preset is not None:
         if list(methods) or threshold is not None or sweep is not None:
@@ -510,6 +608,8 @@ def whatif(
 
 def whatif_presets() -> PresetList:
     """Every framework preset of ``whatif``: name, framework version, source file, keys."""
+    from mismatchctl.analysis.whatif_preset import list_presets
+
     return list_presets()
 
 
@@ -522,6 +622,9 @@ def demo(
 ) -> tuple[list[DemoRun], Report]:
     """The bundled sample data ingested into ``store`` (runs already there are kept), and its
     report with figures, per-gpu tables and a diagnosis of each run."""
+    from mismatchctl.sample_runs import ingest_demo, load_manifest
+    from mismatchctl.store import open_store
+
     runs = load_manifest(data)
     st = open_store(store)
     ingest_demo(st, runs, progress)
@@ -532,6 +635,8 @@ def demo(
 
 def check_failed(found: dict[str, list[Damage]]) -> None:
     """The error of a `runs check` that found damaged parts (naming the repair), if any."""
+    from mismatchctl.store.integrity import damage_error
+
     damaged = [d for damage in found.values() for d in damage]
     if damaged:
         raise damage_error(damaged)

@@ -1,4 +1,4 @@
-"""The JSON of `report`, `compare`, `diagnose` and `whatif` on the sample data, pinned.
+"""The JSON of `report`, `compare`, `diagnose`, `whatif` and `explain` on the sample data, pinned.
 
 The golden files under tests/golden/json/ were written before the results were rebuilt as typed
 sections; a refactoring must not change a number. A new output may *add* keys (documented in the
@@ -33,6 +33,15 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "diagnose_synthetic": ("diagnose", "synthetic-gpus"),
     "whatif": ("whatif", "synthetic-gpus"),
     "whatif_sweep": ("whatif", "faulty-attn", "--method", "seq-mis", "--sweep", "1.5,2,3"),
+    # the findings' bootstrap intervals too (written by the code that read the tokens twice)
+    "explain_baseline": ("explain", "faulty-attn", "--baseline", "ref"),
+    "explain_steps": (
+        "explain",
+        "synthetic-gpus@steps=4..",
+        "--baseline",
+        "synthetic-gpus@steps=..3",
+    ),
+    "explain_internal": ("explain", "synthetic-gpus"),
 }
 # Keys whose value may change without any number changing.
 VOLATILE = {"tool"}

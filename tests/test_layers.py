@@ -16,7 +16,7 @@ PACKAGE = ROOT / "mismatchctl"
 
 # Higher layers may import lower ones. Names are the first component under mismatchctl.
 LAYERS: list[set[str]] = [
-    {"schema", "errors", "display"},
+    {"schema", "errors", "display", "options"},
     {"allocator", "parallel"},
     {"stats"},
     {"store"},

@@ -2,9 +2,9 @@
 
 The selection (and the baseline) are read once by the engine into a K3 cube (``stats/cube.py``:
 every conjunction of up to three dimensions), the search runs on the cube's cell aggregates
-(``stats/localize.py``), and a second, cheap pass over the same tokens draws the sequence
-bootstrap of the findings' intervals (``stats/cube_bootstrap.py``). docs/explain.md describes the
-algorithm and every constant.
+(``stats/localize.py``), and the sequence bootstrap of the findings' intervals
+(``stats/cube_bootstrap.py``) sums the sequences' cells that the same read kept
+(``stats/cube_cells.py``). docs/explain.md describes the algorithm and every constant.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ from mismatchctl.stats.cube_bootstrap import (
     plan_bootstrap,
     sequence_keys,
 )
+from mismatchctl.stats.cube_cells import SequenceCells
 from mismatchctl.stats.cube_spec import CubeSpec, Dim
 from mismatchctl.stats.localize import explain as localize
 from mismatchctl.stats.localize_result import Explanation
@@ -201,10 +203,8 @@ class _Coder:
     """Per-slice codes of the cube's dimensions, from the engine's per-part keys (whose codes are
     local to a part: each is mapped to the cube's code of its label)."""
 
-    def __init__(self, spec: CubeSpec, only: frozenset[str] | None = None) -> None:
-        """``only``: the dimensions to code (the others are left at code 0: the bootstrap pass
-        needs only its regions' dimensions and the stratum)."""
-        self.spec, self.only = spec, only
+    def __init__(self, spec: CubeSpec) -> None:
+        self.spec = spec
         self.maps = {d.name: {lab: i for i, lab in enumerate(d.labels)} for d in spec.dims}
         first = next((d for d in spec.dims if d.name == FIRST_FLIP_LAYER), None)
         self.layers = 0 if first is None else first.size - (len(ROUTING_LABELS) - 1)
@@ -219,30 +219,27 @@ class _Coder:
             return np.array([found.get(k, other) for k in keys], np.int32)
         return np.array([found[k] for k in keys], np.int32)
 
-    def codes(self, keys: PartKeys, names: Sequence[str], at: np.ndarray | None) -> np.ndarray:
-        """Each name's cube codes for every row of the slice, or for the rows ``at`` only."""
-        out = np.zeros((keys.n if at is None else len(at), len(names)), dtype=np.int32)
+    def codes(self, keys: PartKeys, names: Sequence[str]) -> np.ndarray:
+        """Each name's cube codes for every row of the keys' table."""
+        out = np.zeros((keys.n, len(names)), dtype=np.int32)
         for j, name in enumerate(names):
-            if self.only is not None and name not in self.only:
-                continue
             if name in CUBE_EDGES or name == K.DUMP_ORDER:
-                out[:, j] = self._binned(keys, name, at)
+                out[:, j] = self._binned(keys, name)
                 continue
             if name in (ROUTING, FIRST_FLIP_LAYER):  # token dimensions: every row
                 out[:, j] = routing_codes(keys, name, self.layers)
                 continue
             kc = keys.get(name)
             codes = np.broadcast_to(kc.codes, (keys.n,)) if np.ndim(kc.codes) == 0 else kc.codes
-            out[:, j] = self._lut(name, kc.labels)[codes if at is None else codes[at]]
+            out[:, j] = self._lut(name, kc.labels)[codes]
         return out
 
     @staticmethod
-    def _binned(keys: PartKeys, name: str, at: np.ndarray | None) -> np.ndarray:
+    def _binned(keys: PartKeys, name: str) -> np.ndarray:
         """The cube's own bins of a position dimension, or its order groups (module constants);
-        positions count from the response's start where the dump gave no prompt length. The
-        sequence dimensions (length, order) are computed at the rows ``at`` only."""
+        positions count from the response's start where the dump gave no prompt length."""
         if name in (K.LENGTH, K.DUMP_ORDER):
-            rows = keys.rows() if at is None else keys.rows()[at]
+            rows = keys.rows()
             if name == K.DUMP_ORDER:
                 blocks = order_blocks(keys.sequence_rows().order[rows], ORDER_BLOCK)
                 return (blocks // CUBE_ORDER_GROUP).astype(np.int32)
@@ -251,16 +248,16 @@ class _Coder:
             values = keys.column(S.POSITION).astype(np.int64) + keys.prompt_lengths()
         else:
             values = turn_positions(keys.column(S.SEQ), keys.column(S.TURN))
-        codes = assign_positions(values, CUBE_EDGES[name]).astype(np.int32)
-        return codes if at is None or name not in (K.KV_POSITION, K.TURN_POSITION) else codes[at]
+        return assign_positions(values, CUBE_EDGES[name]).astype(np.int32)
 
     def slice(self, table: pa.Table, keys: PartKeys) -> tuple[np.ndarray, ...]:
-        """lr, lt, each token's sequence row, token codes, sequence codes."""
+        """lr, lt, each token's sequence row, token codes, sequence codes (computed on each
+        sequence's first row: they are constant along it)."""
         seq = keys.column(S.SEQ)
         starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
         rows = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(seq)]))
-        tok = self.codes(keys, [d.name for d in self.spec.token_dims], None)
-        seqc = self.codes(keys, [d.name for d in self.spec.seq_dims], starts)
+        tok = self.codes(keys, [d.name for d in self.spec.token_dims])
+        seqc = self.codes(keys.at(starts), [d.name for d in self.spec.seq_dims])
         return keys.column(S.ROLLOUT), keys.column(S.TRAINER), rows, tok, seqc, seq[starts]
 
 
@@ -279,6 +276,29 @@ class CubeExtra:
 
     def merge(self, a: Cube, b: Cube) -> Cube:
         return a.merge_into(b)
+
+
+@dataclass
+class CubeCells:
+    """A side's cube and its sequences' cells (in the order the engine folds the parts)."""
+
+    cube: Cube
+    cells: list[SequenceCells]
+
+
+class CubeCellsExtra(CubeExtra):
+    """:class:`CubeExtra` that also keeps every sequence's cells for the findings' bootstrap
+    (``stats/cube_cells.py``), so that `explain` reads its tokens once."""
+
+    def compute(self, table: pa.Table, keys: PartKeys) -> CubeCells:  # type: ignore[override]
+        lr, lt, rows, tok, seqc, seq_ids = self.coder.slice(table, keys)
+        cube = Cube(self.spec)
+        cells = cube.add(lr, lt, rows, tok, seqc, sequence_keys(keys.run, seq_ids))
+        assert cells is not None
+        return CubeCells(cube, [cells])
+
+    def merge(self, a: CubeCells, b: CubeCells) -> CubeCells:  # type: ignore[override]
+        return CubeCells(a.cube.merge_into(b.cube), a.cells + b.cells)
 
 
 class RunCubeExtra:
@@ -300,31 +320,6 @@ class RunCubeExtra:
         for run, cube in b.items():
             out[run] = out[run].merge_into(cube) if run in out else cube
         return out
-
-
-class BootstrapExtra:
-    """The second pass: the findings' regions, each sequence weighted by Poisson(1) draws keyed
-    by (run, sequence id, replicate), so parts merge exactly. It reads and codes only the
-    dimensions of its regions and the stratum."""
-
-    def __init__(
-        self, spec: CubeSpec, make: Callable[[], RegionAccumulator], dims: frozenset[str]
-    ) -> None:
-        self.coder, self.make = _Coder(spec, dims), make
-        self.keys = tuple(k for k in cube_keys(spec) if k in dims)  # what the coder reads
-        self.columns = tuple(
-            c for d, c in ((K.GPU, S.GPU), (K.KV_POSITION, S.POSITION)) if d in dims
-        )
-        self.routing_columns = twin_columns(list(dims))
-
-    def compute(self, table: pa.Table, keys: PartKeys) -> RegionAccumulator:
-        lr, lt, rows, tok, seqc, seq_ids = self.coder.slice(table, keys)
-        acc = self.make()
-        acc.add(lr, lt, rows, tok, seqc, sequence_keys(keys.run, seq_ids))
-        return acc
-
-    def merge(self, a: RegionAccumulator, b: RegionAccumulator) -> RegionAccumulator:
-        return a.merge(b)
 
 
 @dataclass
@@ -367,13 +362,19 @@ def read_cubes(
     workers: int,
     on_part: Callable[[int], None] | None,
     engine: Engine,
-) -> list[Cube]:
-    """Each side's cube, from one read of its parts."""
+    cells: bool = False,
+) -> list[CubeCells]:
+    """Each side's cube, from one read of its parts; ``cells``: with its sequences' cells (for
+    the findings' bootstrap; else none are kept)."""
     out = []
     for sel in sides:
-        extra = CubeExtra(spec)
+        extra = CubeCellsExtra(spec) if cells else CubeExtra(spec)
         _, states = engine.runner()(sel.tasks, [], edges, sel.rows, workers, on_part, [extra])
-        out.append(states[0] if states[0] is not None else Cube(spec))
+        state = states[0]
+        if state is None:
+            out.append(CubeCells(Cube(spec), []))
+        else:
+            out.append(state if cells else CubeCells(state, []))
     return out
 
 
@@ -391,31 +392,23 @@ def read_run_cubes(
 
 
 def bootstrap(
-    expl: Explanation,
-    sides: Sequence[Selection],
-    spec: CubeSpec,
-    edges: np.ndarray,
-    workers: int,
-    engine: Engine,
+    expl: Explanation, sides: Sequence[CubeCells], spec: CubeSpec, workers: int = DEFAULT_WORKERS
 ) -> list[FindingInterval]:
-    """The findings' sequence-bootstrap intervals (a second read, of the regions only)."""
+    """The findings' sequence-bootstrap intervals, from the cells the cube's read kept."""
     if not expl.findings:
         return []
     plan = plan_bootstrap(expl)
-    accs: list[RegionAccumulator | None] = []
-    for i, sel in enumerate(sides):
-        if plan.accumulators(spec)[i] is None:  # the baseline of an internal explanation
-            accs.append(None)
-            continue
+    accs = plan.accumulators(spec)
 
-        def make(i: int = i) -> RegionAccumulator:
-            return plan.accumulators(spec)[i]  # type: ignore[return-value]
+    def accumulate(acc: RegionAccumulator, side: CubeCells) -> None:
+        for cells in side.cells:
+            acc.add_cells(cells)
 
-        extra = BootstrapExtra(spec, make, plan.dimensions(spec))
-        _, states = engine.runner()(sel.tasks, [], edges, sel.rows, workers, None, [extra])
-        accs.append(states[0] if states[0] is not None else make())
-    assert accs[0] is not None
-    return finalize(plan, accs[0], accs[1] if len(accs) > 1 else None)
+    jobs = [(acc, side) for acc, side in zip(accs, sides, strict=False) if acc is not None]
+    # one thread per side (the kernel releases the GIL); each side's sums in the fold's order
+    with ThreadPoolExecutor(max(1, min(workers, len(jobs)))) as pool:
+        list(pool.map(lambda job: accumulate(*job), jobs))
+    return finalize(plan, *accs)
 
 
 def build_explain(
@@ -435,7 +428,8 @@ def build_explain(
         refuse_same(*sides)
     edges = parse_edges(bins)
     spec = cube_spec(sides, edges, routing=True)
-    cubes = read_cubes(sides, spec, edges, workers, on_part, engine)
+    read = read_cubes(sides, spec, edges, workers, on_part, engine, cells=bootstrap_intervals)
+    cubes = [side.cube for side in read]
     if cubes[0].tokens == 0:
         from mismatchctl.analysis.selection import empty_selection_error
 
@@ -443,7 +437,7 @@ def build_explain(
     expl = localize(cubes[0], cubes[1] if len(cubes) > 1 else None)
     result = Explain(target, baseline, expl, plots=rate_plots(expl, cubes))
     if bootstrap_intervals:
-        result.intervals = bootstrap(expl, sides, spec, edges, workers, engine)
+        result.intervals = bootstrap(expl, read, spec, workers)
     return result
 
 

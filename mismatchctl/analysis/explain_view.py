@@ -116,8 +116,8 @@ def decomposition_table(e: Explain) -> S.Table:
         columns,
         rows,
         note="mix + rate + interaction = the change of vllm_kl, exactly, along each dimension; "
-        "CI: delta method on the cube's sequence-clustered variances; bootstrap CI: a second read "
-        "resampling whole sequences (Poisson weights).",
+        "CI: delta method on the cube's sequence-clustered variances; bootstrap CI: resampling "
+        "whole sequences (Poisson weights).",
     )
 
 

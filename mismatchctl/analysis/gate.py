@@ -24,6 +24,7 @@ from typing import Any
 
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.diagnose_thresholds import HIGH_MAX, MEDIUM_MAX
+from mismatchctl.analysis.gate_metrics import gated_metrics
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import parse_selector, reread, resolve
 from mismatchctl.display import file_label, number, shown
@@ -31,8 +32,8 @@ from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
-from mismatchctl.stats import QUANTILE_METRICS, step_summary
 from mismatchctl.stats import registry as M
+from mismatchctl.stats import step_summary
 from mismatchctl.store import Store
 
 MAX, MIN = "max", "min"
@@ -41,18 +42,6 @@ DEFAULTS: tuple[tuple[str, str, float], ...] = (
     (M.VLLM_KL, MAX, MEDIUM_MAX),
     (M.VLLM_KL_STEP_MAX, MAX, HIGH_MAX),
 )
-STEP_METRICS = (
-    M.BATCHES, M.VLLM_KL_STEP_MEDIAN, M.VLLM_KL_STEP_P90, M.VLLM_KL_STEP_MAX,
-    *M.BAND_SHARE.values(),
-)  # fmt: skip
-
-
-def gated_metrics() -> list[str]:
-    """The registry's metrics a selection has: its count, token and sequence metrics (the
-    whole selection's, as `report` gives them) and the statistics of its per-batch vllm_kl."""
-    levels = (M.Level.COUNT, M.Level.TOKEN, M.Level.SEQUENCE)
-    whole = [m for m in M.ALL if m.level in levels and m not in QUANTILE_METRICS]
-    return [str(m) for m in (*whole, *STEP_METRICS)]
 
 
 @dataclass(frozen=True)

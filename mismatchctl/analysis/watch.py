@@ -27,12 +27,12 @@ from mismatchctl.display import file_label
 from mismatchctl.errors import EngineError, InputError, MismatchError, StoreError
 from mismatchctl.ingest.ready import candidates, incomplete
 from mismatchctl.ingest.run_ingest import Options, checked_fingerprint, ingest_files
+from mismatchctl.options import DEFAULT_SETTLE
 from mismatchctl.store import Store
 
 SAFETY_WAKE = 5.0  # with file events, a scan at least this often (an event can be missed)
 PENDING_WAKE = 1.0  # ... and this often while a file waits to be complete or settled
 FALLBACK_POLL = 2.0  # when file events cannot be had, poll this often
-DEFAULT_SETTLE = 2.0
 
 
 @dataclass

@@ -12,7 +12,6 @@ from mismatchctl import api
 from mismatchctl.cli.common import Common, SelectorArg, analysis_command, say
 from mismatchctl.cli.diagnose import EXIT_CHECK_FAILED
 from mismatchctl.errors import UsageError
-from mismatchctl.render.junit import junit_xml
 
 HELP = f"""Judge a selection against thresholds on its metrics, as a gate for CI and training scripts: each threshold (and, with --diagnose, each check of `mismatchctl diagnose`) is a test case, written as JUnit XML with --junit FILE, which CI systems display.
 
@@ -77,6 +76,8 @@ def check(
         )
     common.emit(gate, gate.sections(), f"mismatchctl check: {gate.label}", "Thresholds.")
     if junit is not None:
+        from mismatchctl.render.junit import junit_xml
+
         _write(junit, junit_xml(gate, time.monotonic() - started))
     if not gate.passed:
         raise typer.Exit(EXIT_CHECK_FAILED)

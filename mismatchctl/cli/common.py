@@ -18,7 +18,6 @@ from rich.console import Console
 from mismatchctl.api import DEFAULT_WORKERS
 from mismatchctl.display import printable
 from mismatchctl.errors import MismatchError
-from mismatchctl.render import html, terminal
 from mismatchctl.render.json import dumps
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -84,6 +83,8 @@ def say(message: str, style: str = "") -> None:
 
 def show(sections: Sequence[Any], stderr: bool = False) -> None:
     """Sections in the terminal (stdout, or stderr for messages such as an ingest summary)."""
+    from mismatchctl.render import terminal
+
     (err_console() if stderr else out_console()).print(terminal.render(sections))
 
 
@@ -190,6 +191,8 @@ class Common:
         if self.json_out != "-":
             show(sections)
         if self.html_out is not None:
+            from mismatchctl.render import html
+
             html.write(self.html_out, title, subtitle, sections)
             say(f"Wrote {self.html_out}")
         if self.json_out not in (None, "-"):

@@ -11,7 +11,6 @@ from mismatchctl import api
 from mismatchctl.cli.common import QuietFlag, handle_errors, say, show
 from mismatchctl.cli.progress import IngestProgress, TokenProgress
 from mismatchctl.cli.report import SUBTITLE
-from mismatchctl.render.html import write
 
 HELP = """Ingest the bundled sample data (sample_data/) into a store, print `report --by-gpu` for all its runs and write the HTML report (with a diagnosis of each run).
 
@@ -48,6 +47,8 @@ def demo(
         runs, rep = api.demo(store, data=data, progress=ingesting, on_part=reading.advance)
     show(rep.sections())
     target = Path(html_out) if html_out else Path(store).parent / "report.html"
+    from mismatchctl.render.html import write
+
     write(target, "mismatchctl demo: the bundled sample runs", SUBTITLE, rep.sections())
     say("Sample runs:", "bold")
     for run in runs:

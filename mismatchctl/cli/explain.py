@@ -38,7 +38,10 @@ def explain(
     ] = None,
     bins: BinsOpt = "log",
     no_bootstrap: Annotated[
-        bool, typer.Option("--no-bootstrap", help="Skip the second read (delta intervals only).")
+        bool,
+        typer.Option(
+            "--no-bootstrap", help="No sequence-bootstrap intervals (delta intervals only)."
+        ),
     ] = False,
     *,
     common: Common,

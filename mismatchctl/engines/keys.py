@@ -90,6 +90,13 @@ class PartKeys:
 
     codes = get  # the name the explain cube uses: any dimension, at token granularity
 
+    def at(self, rows: np.ndarray) -> PartKeys:
+        """The keys of the rows ``rows`` of this table only (e.g. each sequence's first row: the
+        keys constant along a sequence, computed once per sequence instead of per token)."""
+        return PartKeys(
+            self.table.take(rows), self.run, self.tags, self.edges, self.binning, self.sequences
+        )
+
     def _compute(self, key: str) -> KeyCodes:
         zeros = np.zeros(self.n, dtype=np.int64)
         if key == K.RUN:

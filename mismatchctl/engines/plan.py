@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from mismatchctl import schema as S
 from mismatchctl.errors import UsageError
+from mismatchctl.options import KEYS_HELP
 from mismatchctl.stats.positions import LOG2_EDGES, ORDER_BLOCK
 from mismatchctl.stats.tails import DEFAULT_TAILS, Tails
 from mismatchctl.store import RunInfo, Store
@@ -35,10 +36,6 @@ SEGMENT_KEYS = (TURN_KIND, TURN, *TOKEN_KEYS)  # cut sequences
 SEQUENCE_ROW_KEYS = (KV_POSITION, LENGTH, DUMP_ORDER)
 POSITION_KEYS = (KV_POSITION, TURN_POSITION, LENGTH)  # binned by the position edges
 ORDER = (RUN, GPU, STEP, LENGTH, DUMP_ORDER, TURN_KIND, TURN, *TOKEN_KEYS)
-KEYS_HELP = (
-    "run, gpu, step, turn_kind, turn, bin, kv_position, turn_position, length, order, "
-    "tag:<name> or attr:<name>"
-)
 
 Split = tuple[str, ...]
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from mismatchctl.display import file_label
 from mismatchctl.ingest.detect import detect_format, expand_inputs
-from mismatchctl.ingest.source import (
+from mismatchctl.ingest.source import Source
+from mismatchctl.options import (
     FORMAT_NEMO,
     FORMAT_PRIME,
     FORMAT_SEQUENCE,
@@ -15,7 +16,6 @@ from mismatchctl.ingest.source import (
     FORMAT_TOKEN,
     FORMAT_VERL,
     FORMATS,
-    Source,
 )
 
 __all__ = ["FORMATS", "Source", "detect_format", "expand_inputs", "open_source"]

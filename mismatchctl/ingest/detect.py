@@ -16,7 +16,8 @@ from mismatchctl.ingest.arrow_values import is_list_type
 from mismatchctl.ingest.columns import SEQUENCE_NAMES, TOKEN_NAMES
 from mismatchctl.ingest.one_sided import refuse_one_sided
 from mismatchctl.ingest.restricted_pickle import first_global
-from mismatchctl.ingest.source import (
+from mismatchctl.ingest.verl_dataproto import DATAPROTO
+from mismatchctl.options import (
     FORMAT_NEMO,
     FORMAT_PRIME,
     FORMAT_SEQUENCE,
@@ -25,7 +26,6 @@ from mismatchctl.ingest.source import (
     FORMAT_VERL,
     FORMATS,
 )
-from mismatchctl.ingest.verl_dataproto import DATAPROTO
 
 SUFFIXES = {".parquet": "parquet", ".pq": "parquet", ".pt": "pt", ".pth": "pt", ".jsonl": "jsonl"}
 SUFFIXES |= {".pkl": "pickle", ".pickle": "pickle", ".dp": "pickle"}

@@ -28,7 +28,8 @@ from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
 from mismatchctl.ingest.jsonl import json_objects, require_keys
-from mismatchctl.ingest.source import BATCH_TOKENS, FORMAT_NEMO, Source, step_from_name
+from mismatchctl.ingest.source import BATCH_TOKENS, Source, step_from_name
+from mismatchctl.options import FORMAT_NEMO
 
 KEYS = {
     S.ROLE_ROLLOUT: "generation_logprobs",

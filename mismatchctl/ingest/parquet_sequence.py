@@ -24,7 +24,8 @@ from mismatchctl.ingest import source as src
 from mismatchctl.ingest.batch import RaggedBatch, RouteColumn, offsets_from_lengths
 from mismatchctl.ingest.columns import SEQUENCE_NAMES, require, resolve, unique_names
 from mismatchctl.ingest.routes import START_LEN
-from mismatchctl.ingest.source import FORMAT_SEQUENCE, Source, step_from_name, tags_from_metadata
+from mismatchctl.ingest.source import Source, step_from_name, tags_from_metadata
+from mismatchctl.options import FORMAT_SEQUENCE
 
 PER_TOKEN = (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, S.ROLE_TOKENS)
 # verl's attention_mask covers prompt + response (left-padded prompt, right-padded response):

@@ -29,11 +29,11 @@ from mismatchctl.ingest.columns import TOKEN_NAMES, require, resolve, unique_nam
 from mismatchctl.ingest.parquet_extra import PROMPT_LENGTH_NAMES, UNKNOWN
 from mismatchctl.ingest.source import (
     BATCH_TOKENS,
-    FORMAT_TOKEN,
     Source,
     step_from_name,
     tags_from_metadata,
 )
+from mismatchctl.options import FORMAT_TOKEN
 
 
 def open_token(

@@ -28,7 +28,8 @@ from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
 from mismatchctl.ingest.columns import refuse_unread_roles
 from mismatchctl.ingest.jsonl import json_objects, require_keys
-from mismatchctl.ingest.source import BATCH_TOKENS, FORMAT_PRIME, Source
+from mismatchctl.ingest.source import BATCH_TOKENS, Source
+from mismatchctl.options import FORMAT_PRIME
 
 SCHEMA_VERSION = 1
 KEYS = {

@@ -30,8 +30,9 @@ from mismatchctl.errors import InputError
 from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch, RouteColumn, offsets_from_lengths
-from mismatchctl.ingest.source import BATCH_TOKENS, FORMAT_SLIME, Source, step_from_name
+from mismatchctl.ingest.source import BATCH_TOKENS, Source, step_from_name
 from mismatchctl.ingest.torch_load import TRUST_FLAG, load_pt
+from mismatchctl.options import FORMAT_SLIME
 
 KEYS = {
     S.ROLE_ROLLOUT: "rollout_log_probs",

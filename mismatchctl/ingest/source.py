@@ -10,14 +10,6 @@ from pathlib import Path
 from mismatchctl.display import has_control
 from mismatchctl.ingest.batch import RaggedBatch
 
-FORMAT_SEQUENCE = "parquet-sequence"
-FORMAT_TOKEN = "parquet-token"
-FORMAT_SLIME = "slime-pt"
-FORMAT_NEMO = "nemo-jsonl"
-FORMAT_VERL = "verl-dataproto"
-FORMAT_PRIME = "prime-jsonl"
-FORMATS = (FORMAT_SEQUENCE, FORMAT_TOKEN, FORMAT_SLIME, FORMAT_NEMO, FORMAT_VERL, FORMAT_PRIME)
-
 # Rows per batch handed to canonicalisation: bounds memory whatever the file size.
 BATCH_TOKENS = 1_000_000
 

@@ -32,8 +32,9 @@ from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch
 from mismatchctl.ingest.canonical import derive_turns
 from mismatchctl.ingest.columns import refuse_unread_roles
-from mismatchctl.ingest.source import BATCH_TOKENS, FORMAT_VERL, Source, step_from_name
+from mismatchctl.ingest.source import BATCH_TOKENS, Source, step_from_name
 from mismatchctl.ingest.verl_dataproto import DataProtoContent, load_dataproto
+from mismatchctl.options import FORMAT_VERL
 from mismatchctl.stats.sentinels import FILL_OTHER_MAX, ZERO_RUN_MIN, sentinel_state
 
 TRUST_FLAG = "--trust-pickle"

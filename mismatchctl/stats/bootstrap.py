@@ -16,11 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mismatchctl.options import DEFAULT_RESAMPLES, DEFAULT_SEED
 from mismatchctl.stats import registry as M
 
 FIELDS = ("tokens", "k3", "abs_r", "lr", "lt")
-DEFAULT_RESAMPLES = 1000
-DEFAULT_SEED = 0
 
 
 @dataclass

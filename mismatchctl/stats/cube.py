@@ -23,6 +23,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from mismatchctl.stats.cube_cells import SequenceCells
 from mismatchctl.stats.cube_spec import CubeSpec, Table
 
 MAX_COMBOS = 1 << 24  # token-code combinations a sequence buffer may address (128 MB of buffer)
@@ -83,26 +84,47 @@ class Cube:
         seq: np.ndarray,
         token_codes: np.ndarray,
         seq_codes: np.ndarray,
-    ) -> None:
+        seq_keys: np.ndarray | None = None,
+    ) -> SequenceCells | None:
         """Add whole sequences of model tokens, in place.
 
         ``lr``/``lt``: rollout/trainer logprobs (float64, finite); ``seq``: each token's row of
         ``seq_codes`` (a sequence's tokens contiguous and complete); ``token_codes``: tokens x
         token dimensions (int16/int32 codes, in ``spec.token_dims`` order); ``seq_codes``:
-        sequences x sequence dimensions (ints, in ``spec.seq_dims`` order).
+        sequences x sequence dimensions (ints, in ``spec.seq_dims`` order). With ``seq_keys``
+        (each row of ``seq_codes``'s key): also the sequences' cells, in the order of their
+        tokens (``stats/cube_cells.py``: what the findings' bootstrap needs of them).
         """
         from mismatchctl.stats import cube_kernels  # numba: compiled on first use
 
         lr, lt, seq, tok, seqc = _checked(self.spec, lr, lt, seq, token_codes, seq_codes)
+        if seq_keys is not None and np.shape(seq_keys) != (len(seqc),):
+            raise ValueError(
+                f"seq_keys must hold one key per row of seq_codes ({len(seqc)}; found "
+                f"{np.shape(seq_keys)})"
+            )
         if len(lr) == 0:
-            return
+            return None if seq_keys is None else _no_cells(seqc)
         starts, rows = sequence_runs(seq)
         layout = kernel_layout(self.spec)
         longest = int(np.diff(starts).max())
+        keep = seq_keys is not None
+        ptr = np.zeros(len(rows) + 1 if keep else 0, np.int64)
+        combo = np.empty(len(lr) if keep else 0, np.int32)
+        ntok = np.empty(len(combo), np.int32)
+        k3 = np.empty(len(combo), np.float64)
         with np.errstate(over="ignore", invalid="ignore"):
             cube_kernels.cube_accumulate(
-                self.state, lr, lt, starts, rows, tok, seqc, layout, min(longest, layout[2])
-            )
+                self.state, lr, lt, starts, rows, tok, seqc, layout, min(longest, layout[2]),
+                ptr, combo, ntok, k3,
+            )  # fmt: skip
+        if seq_keys is None:
+            return None
+        used = int(ptr[-1])  # copies: the buffers had room for a cell per token
+        return SequenceCells(
+            np.asarray(seq_keys, np.uint64)[rows], seqc[rows].astype(np.int32), ptr,
+            combo[:used].copy(), ntok[:used].copy(), k3[:used].copy(),
+        )  # fmt: skip
 
     def merge(self, other: Cube) -> Cube:
         """A new cube holding both (same spec)."""
@@ -163,6 +185,14 @@ def merge_all(cubes: Iterable[Cube], spec: CubeSpec) -> Cube:
             raise ValueError("cubes of different dimensions cannot be merged")
         total.state += cube.state
     return total
+
+
+def _no_cells(seqc: np.ndarray) -> SequenceCells:
+    empty = np.zeros(0, np.int32)
+    return SequenceCells(
+        np.zeros(0, np.uint64), np.zeros((0, seqc.shape[1]), np.int32), np.zeros(1, np.int64),
+        empty, empty, np.zeros(0, np.float64),
+    )  # fmt: skip
 
 
 def sequence_runs(seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

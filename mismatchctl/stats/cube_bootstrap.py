@@ -1,5 +1,6 @@
-"""The findings' sequence bootstrap: a second, cheap pass over the tokens restricted to the regions
-of at most ``max_findings`` findings (``stats/localize.py``), mergeable and deterministic.
+"""The findings' sequence bootstrap over the regions of at most ``max_findings`` findings
+(``stats/localize.py``), mergeable and deterministic: from the sequences' cells that the cube's
+pass keeps (``stats/cube_cells.py``: no second read of the tokens), or from tokens.
 
 Each sequence gets, in every replicate, a Poisson(1) weight drawn from a hash of its key and the
 replicate number (the Poisson bootstrap of Hanley & MacGibbon 2006 and Chamandy et al. 2012:
@@ -22,7 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mismatchctl.stats.cube import sequence_runs
+from mismatchctl.stats.cube import kernel_layout, sequence_runs
+from mismatchctl.stats.cube_cells import SequenceCells
 from mismatchctl.stats.cube_spec import CubeSpec
 from mismatchctl.stats.localize_estimates import Sums, versus_baseline, versus_rest
 from mismatchctl.stats.localize_result import BASELINE, Explanation
@@ -119,6 +121,26 @@ class RegionAccumulator:
             self._kernel_stratum(), POISSON_CDF,
         )  # fmt: skip
 
+    def add_cells(self, cells: SequenceCells) -> None:
+        """Add whole sequences from their cells (``Cube.add`` with ``seq_keys`` keeps them): the
+        same sums as :meth:`add` of their tokens, a sequence's K3 in a region summed over its
+        cells instead of its tokens (equal up to float rounding)."""
+        from mismatchctl.stats import cube_kernels
+
+        if cells.seq_codes.shape[1:] != (self.spec.n_seq_dims,):
+            raise ValueError(
+                f"cells must hold codes of the {self.spec.n_seq_dims} sequence dimensions "
+                f"(found {cells.seq_codes.shape})"
+            )
+        if cells.sequences == 0 or not self.regions:
+            return
+        tmul, tcard = kernel_layout(self.spec)[:2]
+        allowed, roff = self._layout()
+        cube_kernels.region_accumulate_cells(
+            self.state, cells.ptr, cells.keys, cells.combo, cells.tokens, cells.k3, tmul, tcard,
+            cells.seq_codes, allowed, roff, self._kernel_stratum(), POISSON_CDF,
+        )  # fmt: skip
+
     def merge(self, other: RegionAccumulator) -> RegionAccumulator:
         if (other.spec, other.regions, other.stratum, other.replicates) != (
             self.spec, self.regions, self.stratum, self.replicates,
@@ -175,7 +197,7 @@ class FindingPlan:
 
 @dataclass
 class BootstrapPlan:
-    """What the second pass accumulates (``target_regions`` over the target's tokens,
+    """What the bootstrap accumulates (``target_regions`` over the target's sequences,
     ``baseline_regions`` over the baseline's) and how each finding is estimated."""
 
     mode: str
@@ -186,13 +208,6 @@ class BootstrapPlan:
     baseline_regions: list[Region]
     findings: list[FindingPlan]
 
-    def dimensions(self, spec: CubeSpec) -> frozenset[str]:
-        """The names of the dimensions the pass reads: its regions' and the stratum."""
-        found = {d for region in (*self.target_regions, *self.baseline_regions) for d in region}
-        if self.stratum is not None:
-            found.add(self.stratum)
-        return frozenset(spec.dims[d].name for d in found)
-
     def accumulators(self, spec: CubeSpec) -> tuple[RegionAccumulator, RegionAccumulator | None]:
         """Empty accumulators of both sides (None for the baseline without one)."""
         t = RegionAccumulator(spec, self.target_regions, self.stratum, self.replicates)
@@ -202,7 +217,7 @@ class BootstrapPlan:
 
 
 def plan_bootstrap(expl: Explanation, replicates: int | None = None) -> BootstrapPlan:
-    """The second pass of an explanation's findings."""
+    """The bootstrap of an explanation's findings."""
     t_regions: list[Region] = []
     b_regions: list[Region] = []
 

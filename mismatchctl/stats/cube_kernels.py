@@ -1,4 +1,4 @@
-"""Compiled loops of the K3 cube (numba): the per-token pass and the region bootstrap pass.
+"""Compiled loops of the K3 cube (numba): the per-token pass and the findings' bootstrap.
 
 :func:`cube_accumulate` touches every token once: it adds the token to its sequence's sparse
 buffer keyed by the combination of its token-dimension codes. At the end of the sequence, the
@@ -7,9 +7,11 @@ buffer is projected once per subset of token dimensions a table uses, and each p
 at the sequence's codes of the table's sequence dimensions. So the per-token work is O(1) and
 the combinatorics cost O(cells the sequence visits) per sequence.
 
-:func:`region_accumulate` is the second, cheap pass of the findings' bootstrap
-(``stats/cube_bootstrap.py``): per sequence, its tokens and K3 per (region, stratum), added to
-every replicate with a Poisson(1) weight drawn from a hash of (sequence key, replicate).
+:func:`region_accumulate` is the findings' bootstrap (``stats/cube_bootstrap.py``): per
+sequence, its tokens and K3 per (region, stratum), added to every replicate with a Poisson(1)
+weight drawn from a hash of (sequence key, replicate); :func:`region_accumulate_cells` does the
+same from the sequences' cells that :func:`cube_accumulate` keeps, so that `explain` reads its
+tokens once.
 
 Compiled on first use and cached (``cache=True``); ``nogil`` lets worker threads run them in
 parallel on separate states.
@@ -142,13 +144,22 @@ def cube_accumulate(
     seqc: np.ndarray,
     layout: tuple,
     max_touch: int,
+    cell_ptr: np.ndarray,
+    cell_combo: np.ndarray,
+    cell_tokens: np.ndarray,
+    cell_k3: np.ndarray,
 ) -> None:
     """Add whole sequences to ``state`` (cells x 10: tokens, K3 sum, the per-sequence moments
     y^2, x^2, x y, their count, and the cross moments with the sequence's totals X, Y:
     Y y, X y, Y x, X x). ``starts``: first token of each sequence plus the end;
     ``rows``: each sequence's row of ``seqc``; ``tok``: tokens x token-dimension codes;
     ``layout``: :func:`mismatchctl.stats.cube.kernel_layout`; ``max_touch``: the most
-    token-code combinations one sequence can visit (its length, at most ``combo_size``)."""
+    token-code combinations one sequence can visit (its length, at most ``combo_size``).
+
+    With ``cell_ptr`` of one entry per sequence plus one (else empty), each sequence's buffer
+    is also kept (``stats/cube_cells.py``): its combinations in the order first visited, in
+    ``cell_combo``/``cell_tokens``/``cell_k3`` (room for a cell per token), sequence ``si``'s
+    from ``cell_ptr[si]`` to ``cell_ptr[si + 1]``."""
     (tmul, tcard, combo_size, vmap, pdims, pmaps, pmul, psize_max,
      ptab_ptr, ptab_idx, qonly, toff, tpstride, tqdims, tqmaps, tqstride) = layout  # fmt: skip
     n_dt = tok.shape[1]
@@ -160,9 +171,19 @@ def cube_accumulate(
     pa = np.zeros(psize_max, np.float64)
     ptouch = np.empty(min(psize_max, max_touch), np.int64)
     pcv = np.zeros((min(psize_max, max_touch), 3), np.int64)
+    keep = cell_ptr.shape[0] > 0
+    kept = 0
     for si in range(starts.shape[0] - 1):
         row = rows[si]
         m = _buffer_sequence(lr, lt, tok, starts[si], starts[si + 1], tmul, cn, ca, ctouch)
+        if keep:
+            cell_ptr[si] = kept
+            for t in range(m):
+                c = ctouch[t]
+                cell_combo[kept] = c
+                cell_tokens[kept] = int(cn[c])
+                cell_k3[kept] = ca[c]
+                kept += 1
         tot_n = 0.0
         tot_a = 0.0
         for t in range(m):
@@ -192,6 +213,8 @@ def cube_accumulate(
         for t in range(m):
             cn[ctouch[t]] = 0.0
             ca[ctouch[t]] = 0.0
+    if keep:
+        cell_ptr[starts.shape[0] - 1] = kept
 
 
 @numba.njit(cache=True, nogil=True)
@@ -301,6 +324,68 @@ def region_accumulate(
                 buf[r, s, 1] += k3
         for b in range(n_rep if m else 0):
             w = poisson_weight(keys[row], b, cdf)
+            for t in range(m if w else 0):
+                r, s2 = touched[t, 0], touched[t, 1]
+                acc[b, r, s2, 0] += w * buf[r, s2, 0]
+                acc[b, r, s2, 1] += w * buf[r, s2, 1]
+        for t in range(m):
+            r, s2 = touched[t, 0], touched[t, 1]
+            buf[r, s2, 0] = 0.0
+            buf[r, s2, 1] = 0.0
+            seen[r, s2] = False
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy")
+def region_accumulate_cells(
+    acc: np.ndarray,
+    ptr: np.ndarray,
+    keys: np.ndarray,
+    combo: np.ndarray,
+    ntok: np.ndarray,
+    k3: np.ndarray,
+    tmul: np.ndarray,
+    tcard: np.ndarray,
+    seqc: np.ndarray,
+    allowed: np.ndarray,
+    roff: np.ndarray,
+    stratum: int,
+    cdf: np.ndarray,
+) -> None:
+    """:func:`region_accumulate` from the sequences' cells (``stats/cube_cells.py``) instead of
+    their tokens: a cell's token codes are its combination's digits ``(combo // tmul[k]) %
+    tcard[k]``; sequence ``si``'s cells are ``ptr[si]:ptr[si + 1]``, its key ``keys[si]`` and
+    its codes ``seqc[si]``. The weights, regions and order of the sums per replicate are
+    those of :func:`region_accumulate`; a sequence's K3 in a region is the sum of its cells'."""
+    n_rep, n_reg, n_str = acc.shape[0], acc.shape[1], acc.shape[2]
+    n_dt = tmul.shape[0]
+    buf = np.zeros((n_reg, n_str, 2), np.float64)
+    seen = np.zeros((n_reg, n_str), np.bool_)
+    touched = np.empty((n_reg * n_str, 2), np.int64)
+    seq_ok = np.empty(n_reg, np.bool_)
+    codes = np.empty(max(n_dt, 1), np.int64)
+    for si in range(ptr.shape[0] - 1):
+        for r in range(n_reg):
+            seq_ok[r] = _in_region(seqc[si], allowed, roff[r, n_dt:])
+        s = seqc[si, stratum - n_dt] if stratum >= n_dt else 0
+        m = 0
+        for i in range(ptr[si], ptr[si + 1]):
+            c = combo[i]
+            for k in range(n_dt):
+                codes[k] = (c // tmul[k]) % tcard[k]
+            if 0 <= stratum < n_dt:
+                s = codes[stratum]
+            for r in range(n_reg):
+                if not seq_ok[r] or not _in_region(codes, allowed, roff[r, :n_dt]):
+                    continue
+                if not seen[r, s]:
+                    seen[r, s] = True
+                    touched[m, 0] = r
+                    touched[m, 1] = s
+                    m += 1
+                buf[r, s, 0] += ntok[i]
+                buf[r, s, 1] += k3[i]
+        for b in range(n_rep if m else 0):
+            w = poisson_weight(keys[si], b, cdf)
             for t in range(m if w else 0):
                 r, s2 = touched[t, 0], touched[t, 1]
                 acc[b, r, s2, 0] += w * buf[r, s2, 0]

@@ -5,8 +5,8 @@ A region's cells (*atoms*) are the cells of its own table inside every mask. Its
 exactly across values of sequence dimensions (disjoint sequences). Across values of a token
 dimension the atoms share sequences whose cross products the cube does not hold: the region's
 own variance is then interpolated between independent atoms and the Cauchy-Schwarz bound with
-the dimension's measured correlation (``localize_tables.token_correlation``). The bootstrap pass
-(``stats/cube_bootstrap.py``) gives the exact interval of a finding.
+the dimension's measured correlation (``localize_tables.token_correlation``). The findings'
+bootstrap (``stats/cube_bootstrap.py``) gives the exact interval of a finding.
 """
 
 from __future__ import annotations

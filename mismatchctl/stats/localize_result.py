@@ -16,7 +16,7 @@ Region = dict[int, tuple[int, ...]]  # dimension index -> its codes
 
 @dataclass
 class BaselineRegions:
-    """The baseline's side of a finding's estimate, for the bootstrap pass: its region on the
+    """The baseline's side of a finding's estimate, for the bootstrap: its region on the
     shared dimensions (None: the stratum only), that region's one-dimension marginals (the
     shrinkage prior) and the shrinkage weights."""
 
@@ -35,7 +35,7 @@ class Finding:
     baseline; None when there is no overall excess), of the selection's K3 mass (without).
     ``specificity``/``z``: how much hotter than the rest of the selection the cell was, relative
     to the baseline, when the search picked it, and the z of that test. ``region``: dimension
-    index -> exact codes (for the bootstrap pass)."""
+    index -> exact codes (for the bootstrap)."""
 
     where: dict[str, str]
     tokens: int

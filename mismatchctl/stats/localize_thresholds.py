@@ -110,4 +110,4 @@ class LocalizeThresholds:
     """Share of the target's tokens the precise cells of a uniform dimension must hold."""
 
     bootstrap_replicates: int = 200
-    """Poisson-bootstrap replicates of the findings' second pass (percentile intervals)."""
+    """Poisson-bootstrap replicates of the findings' intervals (percentiles)."""

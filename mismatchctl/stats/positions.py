@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mismatchctl.stats.bins import check_increasing
+from mismatchctl.stats.bins import FEW_EDGES, check_increasing
 
 POSITION_MAX_LOG2 = 20
 LOG2_EDGES: tuple[int, ...] = (0, *(1 << k for k in range(POSITION_MAX_LOG2 + 1)))
@@ -51,7 +51,15 @@ def assign_positions(values: np.ndarray, edges: tuple[int, ...] | np.ndarray) ->
     """Bin index (int64) of every count: the number of edges after the first that are ``<=`` it
     (a negative count goes to bin 0, one past the last edge to the last, open bin)."""
     inner = np.asarray(edges, dtype=np.int64)[1:]
-    return np.searchsorted(inner, np.asarray(values, dtype=np.int64), side="right").astype(np.int64)
+    values = np.asarray(values, dtype=np.int64)
+    if len(inner) >= FEW_EDGES:
+        return np.searchsorted(inner, values, side="right").astype(np.int64)
+    # the same count, as one comparison per edge: ~4x faster than a binary search per token for
+    # the default edges (as stats.bins.assign_bins)
+    idx = np.zeros(len(values), dtype=np.int16)
+    for edge in inner:
+        idx += values >= edge
+    return idx.astype(np.int64)
 
 
 def position_labels(edges: tuple[int, ...] | np.ndarray) -> list[int]:

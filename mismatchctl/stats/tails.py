@@ -17,10 +17,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from mismatchctl.options import DEFAULT_CLAMP, DEFAULT_TAU
 from mismatchctl.stats import registry as M
 
-DEFAULT_CLAMP = 10.0
-DEFAULT_TAU = 2.0
 DEFAULT_IS_BOUNDS = (0.5, 2.0)  # verl's rollout_is_threshold 2.0, and its reciprocal
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mismatchctl.options import DEMO_STORE
+
 ENV_VAR = "MISMATCHCTL_STORE"
-DEMO_STORE = Path("mismatchctl-demo") / "store"  # where `mismatchctl demo` puts its runs
 
 
 def default_store_path() -> Path:

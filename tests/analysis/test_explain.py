@@ -61,7 +61,7 @@ def test_the_hot_gpu_is_the_top_finding(store: Path) -> None:
     k3, gpu = _k3(store, "hot")
     assert top.tokens == int((gpu == "A100").sum())
     assert top.rate_ratio_ci[0] > 3 and top.excess_share > 0.8
-    lo, hi = ex.intervals[0].rate_ratio_ci  # the bootstrap interval of the second read
+    lo, hi = ex.intervals[0].rate_ratio_ci  # the sequence-bootstrap interval
     assert lo < top.rate_ratio < hi
     internal = api.explain("hot", store=store, bootstrap=False).explanation
     assert internal.findings[0].where == {"gpu": "A100"}

@@ -264,6 +264,40 @@ def test_an_extra_gets_every_dimension_code(dims: tuple[Path, Path]) -> None:
     assert counts == expected
 
 
+class _AtStarts:
+    """An extra comparing each sequence-constant key's labels at every sequence's first row,
+    from ``PartKeys.at`` (the rows taken first) and from the slice's per-token codes."""
+
+    columns: tuple[str, ...] = (S.GPU,)
+    keys = ("step", "gpu", "length", "order", "attr:data_source", "attr:dp_rank", "tag:x")
+
+    def compute(self, table, keys) -> list:
+        seq = keys.column(S.SEQ)
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+        taken = keys.at(starts)
+        out = []
+        for key in ("run", *self.keys):
+            whole, at = keys.get(key), taken.get(key)
+            per_token = [whole.labels[c] for c in np.broadcast_to(whole.codes, (keys.n,))[starts]]
+            assert [at.labels[c] for c in np.broadcast_to(at.codes, (taken.n,))] == per_token, key
+            out += per_token
+        return out
+
+    def merge(self, a: list, b: list) -> list:
+        return a + b
+
+
+def test_keys_at_the_sequence_starts_equal_the_per_token_keys(dims: tuple[Path, Path]) -> None:
+    from mismatchctl.analysis.selection import select
+    from mismatchctl.engines.local import run_passes
+    from mismatchctl.stats.bins import LOG_EDGES
+
+    _, store = dims
+    sel = select(mismatchctl.open_store(store), ["d"], None)
+    _, (labels,) = run_passes(sel.tasks, [], LOG_EDGES, sel.rows, extras=[_AtStarts()])
+    assert len(labels) == 8 * 210  # every sequence's labels, each key compared in its slice
+
+
 def test_html_shows_the_new_splits(dims: tuple[Path, Path], tmp_path: Path) -> None:
     _, store = dims
     page = tmp_path / "r.html"

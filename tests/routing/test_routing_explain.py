@@ -55,7 +55,7 @@ def test_the_dimensions_count_tokens_by_the_producing_position(store: Path) -> N
     sel = select(open_store(store), ["flips", "mixed"])
     edges = parse_edges("log")
     spec = cube_spec([sel], edges, routing=True)
-    (cube,) = read_cubes([sel], spec, edges, 1, None, LOCAL_ENGINE)
+    cube = read_cubes([sel], spec, edges, 1, None, LOCAL_ENGINE)[0].cube
     root = store.parent
     recs = []
     for name in ("flips", "m1"):

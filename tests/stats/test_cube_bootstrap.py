@@ -10,6 +10,7 @@ import pytest
 from cube_reference import random_tokens, small_spec
 from localize_data import Plan, cube_of, generate, pair
 
+from mismatchctl.stats.cube import Cube, kernel_layout
 from mismatchctl.stats.cube_bootstrap import (
     POISSON_CDF,
     RegionAccumulator,
@@ -18,6 +19,7 @@ from mismatchctl.stats.cube_bootstrap import (
     poisson_weights,
     sequence_keys,
 )
+from mismatchctl.stats.cube_cells import SequenceCells
 from mismatchctl.stats.localize import explain
 from mismatchctl.stats.localize_estimates import Sums, versus_rest
 
@@ -153,3 +155,94 @@ def test_baseline_finding_interval_brackets_the_point_and_the_delta_interval_agr
     d_lo, d_hi = f.rate_ratio_ci
     assert abs(np.log(lo / d_lo)) < 0.35 and abs(np.log(hi / d_hi)) < 0.35
     assert got.excess_share_ci[0] < f.excess_share < got.excess_share_ci[1]
+
+
+# --- the bootstrap from the cells the cube's pass keeps (explain reads its tokens once) -------
+
+
+def _cells(spec, data, keys, cuts=None):
+    """The cells of ``data`` kept by ``Cube.add`` (in pieces at the token indices ``cuts``,
+    each a sequence boundary), and the cube."""
+    lr, lt, seq, tok, seqc = data
+    cube = Cube(spec)
+    bounds = cuts or [0, len(lr)]
+    chunks = [
+        cube.add(lr[a:b], lt[a:b], seq[a:b], tok[a:b], seqc, keys)
+        for a, b in itertools.pairwise(bounds)
+    ]
+    return cube, chunks
+
+
+@pytest.mark.parametrize("stratum_name", ["bin", "gpu", None])
+def test_accumulator_from_cells_equals_tokens_and_direct(stratum_name: str | None) -> None:
+    spec, data, keys, regions = _setup(3)
+    stratum = None if stratum_name is None else spec.index(stratum_name)
+    _, (cells,) = _cells(spec, data, keys)
+    from_cells = RegionAccumulator(spec, regions, stratum, REPLICATES)
+    from_cells.add_cells(cells)
+    from_tokens = RegionAccumulator(spec, regions, stratum, REPLICATES)
+    from_tokens.add(*data, keys)
+    # tokens are integer sums: equal; K3 is summed per cell then per region, not per token
+    np.testing.assert_array_equal(from_cells.state[..., 0], from_tokens.state[..., 0])
+    np.testing.assert_allclose(from_cells.state, from_tokens.state, rtol=1e-12)
+    if stratum is not None:
+        direct = _direct(spec, data, keys, regions, stratum)
+        np.testing.assert_allclose(from_cells.state, direct, rtol=1e-12)
+
+
+def test_cells_hold_each_sequence_by_first_visit_and_leave_the_cube_unchanged() -> None:
+    spec, data, keys, _ = _setup(4)
+    lr, lt, seq, tok, seqc = data
+    plain = Cube(spec)
+    plain.add(*data)
+    cube, (cells,) = _cells(spec, data, keys)
+    np.testing.assert_array_equal(cube.state, plain.state)  # keeping cells changes no number
+    tmul = kernel_layout(spec)[0]
+    k3 = np.expm1(lt - lr) - (lt - lr)
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    assert cells.sequences == len(starts) and cells.ptr[0] == 0
+    for si, start in enumerate(starts):
+        stop = starts[si + 1] if si + 1 < len(starts) else len(seq)
+        row = seq[start]
+        assert cells.keys[si] == keys[row]
+        np.testing.assert_array_equal(cells.seq_codes[si], seqc[row])
+        combos = tok[start:stop].astype(np.int64) @ tmul
+        first = combos[np.sort(np.unique(combos, return_index=True)[1])]
+        a, b = cells.ptr[si], cells.ptr[si + 1]
+        np.testing.assert_array_equal(cells.combo[a:b], first)  # in the order first visited
+        for c, n, y in zip(cells.combo[a:b], cells.tokens[a:b], cells.k3[a:b], strict=True):
+            assert n == np.sum(combos == c)
+            assert y == pytest.approx(k3[start:stop][combos == c].sum(), rel=1e-12, abs=1e-300)
+    assert cells.nbytes < 40 * (cells.cells + cells.sequences)
+
+
+def test_cells_of_pieces_accumulate_as_the_whole() -> None:
+    spec, data, keys, regions = _setup(5)
+    seq = data[2]
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    cuts = [0, int(starts[7]), int(starts[7]), int(starts[50]), len(seq)]  # one piece empty
+    _, chunks = _cells(spec, data, keys, cuts)
+    assert chunks[1].sequences == 0
+    pieces = RegionAccumulator(spec, regions, spec.index("bin"), REPLICATES)
+    for chunk in chunks:
+        pieces.add_cells(chunk)
+    _, (whole_cells,) = _cells(spec, data, keys)
+    whole = RegionAccumulator(spec, regions, spec.index("bin"), REPLICATES)
+    whole.add_cells(whole_cells)
+    np.testing.assert_array_equal(pieces.state, whole.state)  # the same sums in the same order
+
+
+def test_bad_cells_are_refused() -> None:
+    spec, data, keys, regions = _setup()
+    with pytest.raises(ValueError, match="one key per row of seq_codes"):
+        Cube(spec).add(*data, keys[:-1])
+    _, (cells,) = _cells(spec, data, keys)
+    narrow = SequenceCells(
+        cells.keys, cells.seq_codes[:, :1], cells.ptr, cells.combo, cells.tokens, cells.k3
+    )
+    acc = RegionAccumulator(spec, regions, spec.index("bin"), REPLICATES)
+    with pytest.raises(ValueError, match="codes of the 2 sequence dimensions"):
+        acc.add_cells(narrow)
+    with pytest.raises(ValueError, match="must hold the"):
+        SequenceCells(cells.keys, cells.seq_codes, cells.ptr, cells.combo[:-1], cells.tokens,
+                      cells.k3)  # fmt: skip

@@ -139,6 +139,22 @@ def test_kernel_bins_equal_assign_bins(n_edges: int) -> None:
     np.testing.assert_array_equal(cells.cell_bin[cells.tok_cell], assign_bins(pr, edges))
 
 
+@pytest.mark.parametrize("n_edges", [2, 5, 22, 64, 200])
+def test_assign_positions_is_a_binary_search(n_edges: int) -> None:
+    """Position bins by comparisons (few edges) or a binary search (many): the count of edges
+    after the first that are <= the value, every edge, negatives and values past the last
+    included."""
+    from mismatchctl.stats.positions import assign_positions
+
+    rng = np.random.default_rng(n_edges)
+    edges = np.r_[0, np.sort(rng.choice(np.arange(1, 10 * n_edges), n_edges - 1, replace=False))]
+    values = np.r_[edges, edges - 1, edges + 1, -5, 10**12, rng.integers(-10, 12 * n_edges, 500)]
+    want = np.searchsorted(edges[1:], values, side="right")
+    got = assign_positions(values, tuple(int(e) for e in edges))
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want)
+
+
 def _positions(seq: np.ndarray, seed: int, monotone: bool) -> np.ndarray:
     """Each token's position in its sequence's arrays: rising with gaps (tool responses between
     turns), or (``monotone=False``) anywhere, so that a run's bins come and go."""

@@ -1,0 +1,34 @@
+"""The values of options the library and the command line share: the names an option accepts
+(dump formats, split keys) and the defaults the command line shows in its help.
+
+They live here, in a module that imports nothing, so that the command line's ``--help`` (and
+importing ``mismatchctl.api``) loads none of the layers that compute; the modules that use them
+(``ingest.source``, ``engines.plan``, ``stats.tails``, ``stats.bootstrap``, ``analysis.watch``,
+``store.location``) import them from here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# dump formats (``--format``): one reader each in ``ingest/``
+FORMAT_SEQUENCE = "parquet-sequence"
+FORMAT_TOKEN = "parquet-token"
+FORMAT_SLIME = "slime-pt"
+FORMAT_NEMO = "nemo-jsonl"
+FORMAT_VERL = "verl-dataproto"
+FORMAT_PRIME = "prime-jsonl"
+FORMATS = (FORMAT_SEQUENCE, FORMAT_TOKEN, FORMAT_SLIME, FORMAT_NEMO, FORMAT_VERL, FORMAT_PRIME)
+
+# the split keys (``--by``, ``--where``), as the help and the errors name them (engines.plan)
+KEYS_HELP = (
+    "run, gpu, step, turn_kind, turn, bin, kv_position, turn_position, length, order, "
+    "tag:<name> or attr:<name>"
+)
+
+DEFAULT_CLAMP = 10.0  # vllm_kl_clamped: |r| clamped to 10 (slime/miles)
+DEFAULT_TAU = 2.0  # extreme_frac_tau2 (AReaL)
+DEFAULT_RESAMPLES = 1000  # bootstrap resamples of `compare`
+DEFAULT_SEED = 0  # the bootstrap's seed
+DEFAULT_SETTLE = 2.0  # `watch`: seconds a JSON lines file must stay unchanged
+DEMO_STORE = Path("mismatchctl-demo") / "store"  # where `mismatchctl demo` puts its runs

@@ -1,0 +1,112 @@
+"""Start-up: importing the package, the api or the command line, and `--help`, load none of the
+libraries that compute (numba, numpy, pyarrow, polars, plotly, ray, torch); `show` reads one
+sequence without numba, polars, plotly, ray or torch. What is checked is the set of modules a
+fresh process ends with, not a time."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import mismatchctl
+from mismatchctl import api
+from tests.helpers import FIXTURES
+
+ROOT = Path(__file__).parents[2]
+COMPUTING = {"numba", "numpy", "pyarrow", "pandas", "polars", "plotly", "ray", "torch"}
+# `show` reads Parquet (pyarrow, with numpy; pyarrow itself imports pandas when it is installed)
+NOT_FOR_SHOW = {"numba", "polars", "plotly", "ray", "torch"}
+
+
+def _loaded(code: str) -> set[str]:
+    """The top-level packages a fresh interpreter has imported after running ``code``."""
+    probe = (
+        f"{code}\nimport json, sys\n"
+        "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _cli(*args: str) -> str:
+    """The command line run as `python -m mismatchctl ARGS`, its output discarded."""
+    return (
+        "import contextlib, io, runpy, sys\n"
+        f"sys.argv = ['mismatchctl', *{list(args)!r}]\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        "        runpy.run_module('mismatchctl', run_name='__main__')\n"
+        "    except SystemExit as exc:\n"
+        "        assert exc.code in (0, None), exc.code\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import mismatchctl",
+        "import mismatchctl.api",
+        "import mismatchctl.cli.main",
+        _cli("--help"),
+        _cli("report", "--help"),
+        _cli("check", "--help"),  # its help lists the metrics a gate can judge
+        _cli("ingest", "--help"),  # ... and the dump formats
+        _cli("--version"),
+    ],
+    ids=["package", "api", "cli", "--help", "report --help", "check --help", "ingest --help",
+         "--version"],
+)  # fmt: skip
+def test_start_up_loads_no_computing_library(code: str) -> None:
+    assert _loaded(code) & COMPUTING == set()
+
+
+def test_show_loads_no_kernel_nor_plotting_library(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    api.ingest([FIXTURES / "sequence.parquet"], "a", store=store)
+    worst = api.tokens("a", sequences=True, top=1, store=store).rows[0]
+    code = _cli(
+        "show", "a", worst["sample_id"], "--step", str(worst["step"]), "--index", "0",
+        "--store", str(store), "--json", os.devnull,
+    )  # fmt: skip
+    assert _loaded(code) & NOT_FOR_SHOW == set()
+
+
+def test_the_lazy_names_are_the_public_surface() -> None:
+    """Every name of the package's, the api's and the stats package's ``__all__`` resolves (on
+    first use), and `dir()` lists it."""
+    import mismatchctl.stats as stats
+
+    for module in (mismatchctl, api, stats):
+        for name in module.__all__:
+            assert getattr(module, name) is not None, (module.__name__, name)
+            assert name in dir(module), (module.__name__, name)
+    with pytest.raises(AttributeError):
+        _ = mismatchctl.no_such_name
+    with pytest.raises(AttributeError):
+        _ = api.no_such_name
+
+
+def test_the_ingest_verb_is_not_the_subpackage() -> None:
+    """`mismatchctl.ingest` is the api's verb even after the readers' subpackage of the same
+    name is imported (which binds it on its parent)."""
+    code = (
+        "import mismatchctl\n"
+        "from mismatchctl.ingest import source\n"
+        "import mismatchctl.ingest.detect\n"
+        "from mismatchctl import api\n"
+        "assert mismatchctl.ingest is api.ingest, mismatchctl.ingest\n"
+        "assert source.__name__ == 'mismatchctl.ingest.source'\n"
+    )
+    _loaded(code)
