@@ -188,6 +188,8 @@ def watch(
     trust_pickle: bool = False,
     allow_padding: bool = False,
     attrs: Iterable[str] = (),
+    routes: RouteOptions | None = None,
+    keep_masked: bool = True,
     store: StorePath = None,
     poll: float | None = None,
     settle: float = DEFAULT_SETTLE,
@@ -201,9 +203,11 @@ def watch(
     ``StepLine`` per new step (tokens, vllm_kl, band, change against the recent median, alerts),
     a ``FileNote`` per file not ingested (bad, a copy, changed after ingest) and ``Stopped``.
     ``poll``: scan every ``poll`` seconds instead of waiting for file events; ``once``: one scan;
-    ``max_files`` / ``idle_exit``: stop after that many files or idle seconds."""
+    ``max_files`` / ``idle_exit``: stop after that many files or idle seconds; ``routes``,
+    ``keep_masked`` and the reading options as for :func:`ingest`."""
     from mismatchctl.analysis.watch import Watcher, WatchOptions
     from mismatchctl.ingest.columns import parse_mapping
+    from mismatchctl.ingest.routing_rows import RouteOptions, check_route_options
     from mismatchctl.ingest.run_ingest import Options, parse_tags
     from mismatchctl.store import open_store
     from mismatchctl.store.store import check_run_name
@@ -214,6 +218,7 @@ def watch(
     opts = Options(
         run=run, tags=tag_map, fmt=fmt, mapping=col_map, skip_bad=skip_bad,
         trust_pickle=trust_pickle, allow_padding=allow_padding, attrs=tuple(dict.fromkeys(attrs)),
+        routes=check_route_options(routes or RouteOptions()), keep_masked=keep_masked,
     )  # fmt: skip
     wopts = WatchOptions(
         str(directory), opts, poll=poll, settle=settle, once=once, max_files=max_files,

@@ -8,6 +8,7 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.api import DEFAULT_WORKERS, FORMATS
+from mismatchctl.cli import reading as R
 from mismatchctl.cli.common import (
     EngineOpt,
     JsonFlag,
@@ -64,87 +65,17 @@ def ingest(
         list[str] | None,
         typer.Option("--tag", "-t", help="KEY=VALUE tag for the run (repeatable), e.g. gpu=H20."),
     ] = None,
-    fmt: Annotated[
-        str | None, typer.Option("--format", "-f", help=f"Force a format: {', '.join(FORMATS)}.")
-    ] = None,
-    map_: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--map",
-            "-m",
-            help="ROLE=COLUMN for other column names (roles: rollout, trainer, mask, tokens, "
-            "step, sample_id, gpu, turn, position, reward, entropy, weight_version).",
-        ),
-    ] = None,
-    skip_bad: Annotated[
-        bool,
-        typer.Option(
-            "--skip-bad", help="Drop bad samples (counted and listed) instead of failing."
-        ),
-    ] = False,
-    trust_pickle: Annotated[
-        bool,
-        typer.Option(
-            "--trust-pickle",
-            help="Load .pt files with full unpickling, and read verl DataProto pickles (with a "
-            "restricted unpickler). RISK: a pickle can run any code with your permissions; "
-            "only for files from a source you trust.",
-        ),
-    ] = False,
-    allow_padding: Annotated[
-        bool,
-        typer.Option(
-            "--allow-padding",
-            help="For dumps without a mask: keep trailing runs that look like padding (8 or "
-            "more positions at exact 0.0 on both sides) as model tokens, counted and reported, "
-            "instead of refusing the file.",
-        ),
-    ] = False,
-    attr: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--attr",
-            help="Keep this per-sequence column as an attribute (repeatable), whatever its "
-            "number of values (floats too): a split key attr:<name>. Text and integer columns "
-            "of at most 64 values (data_source, env, dp_rank...) are kept without it.",
-        ),
-    ] = None,
-    routes_aligned: Annotated[
-        str,
-        typer.Option(
-            "--routes-aligned",
-            help="MoE routes (rollout_routed_experts / trainer_routed_experts / routed_experts): "
-            "input = row t holds the experts chosen while token t was the input (verl, vLLM, "
-            "SGLang), so token t's logprob is paired with row t-1; output = with row t.",
-        ),
-    ] = "input",
-    routes_topk: Annotated[
-        int,
-        typer.Option(
-            "--routes-topk",
-            help="The top-k of routes whose encoding does not carry it (SGLang's base64).",
-        ),
-    ] = 0,
-    num_experts: Annotated[
-        int | None,
-        typer.Option("--num-experts", help="Check every routed expert id is in [0, N)."),
-    ] = None,
-    keep_routes: Annotated[
-        bool,
-        typer.Option(
-            "--keep-routes",
-            help="Store both sides' full routes per token (by default only their per-layer "
-            "agreement and overlap).",
-        ),
-    ] = False,
-    keep_masked: Annotated[
-        bool,
-        typer.Option(
-            "--keep-masked/--no-keep-masked",
-            help="Keep the token ids of the masked positions inside each sequence (its tool "
-            "responses), when the dump has token ids, so that `show` writes them as text.",
-        ),
-    ] = True,
+    fmt: R.FormatOpt = None,
+    map_: R.MapOpt = None,
+    skip_bad: R.SkipBadFlag = False,
+    trust_pickle: R.TrustPickleFlag = False,
+    allow_padding: R.AllowPaddingFlag = False,
+    attr: R.AttrOpt = None,
+    routes_aligned: R.RoutesAlignedOpt = "input",
+    routes_topk: R.RoutesTopkOpt = 0,
+    num_experts: R.NumExpertsOpt = None,
+    keep_routes: R.KeepRoutesFlag = False,
+    keep_masked: R.KeepMaskedFlag = True,
     engine: EngineOpt = "local",
     ray_address: RayAddressOpt = None,
     workers: Annotated[

@@ -14,7 +14,7 @@ from typing import Annotated, Any, TextIO
 import typer
 
 from mismatchctl import api
-from mismatchctl.api import FORMATS
+from mismatchctl.cli import reading as R
 from mismatchctl.cli.common import JsonFlag, StoreOpt, handle_errors, say
 from mismatchctl.cli.diagnose import EXIT_CHECK_FAILED
 from mismatchctl.display import file_label, number, printable
@@ -24,6 +24,8 @@ from mismatchctl.render.json import dumps_line
 HELP = """Follow a directory that a running training job writes per-step dumps into (any format `ingest` reads), ingest each file once it is complete, and print one line per new step: the step, its model tokens, its vllm_kl with its severity band, the change against the run's recent median (the 20 steps before), and an alert when a check fires.
 
 Complete means: a Parquet file whose footer reads, a torch file whose zip directory (or pickle) is whole, a JSON lines file whose last line is terminated and that has not changed for --settle seconds. Temp names (`*.tmp`: any suffix ingest does not read) and dotfiles are ignored until they are renamed. Each file is ingested in a transaction of its own: a bad file is reported (and alerted) and skipped while the watch goes on; Ctrl-C or SIGTERM stops the watch between or in the middle of an ingest and leaves the store whole (the interrupted file is ingested on the next start). Restart-safe: files the run already holds are a no-op by their content fingerprint; a file that changes after it was ingested is reported, never ingested twice.
+
+Each file is read as `ingest` reads it: the reading options (--format, --map, --skip-bad, --trust-pickle, --allow-padding, --attr, --routes-aligned, --routes-topk, --num-experts, --keep-routes, --no-keep-masked) are ingest's.
 
 Alerts: `spike` (vllm_kl at 3x the recent median or more, after 3 steps), `band` (the step's band above the step before's; the first step is judged against `low`), `bad_file`, `changed_file`. Level `fail` when the step's vllm_kl is above 2e-2 (the medium band's top), else `warn`. With an alert on a step, `explain` of the step against the recent steps names the cell the excess lives in (--no-explain to skip it). --alerts FILE appends each alert as a JSON line; --exit-on warn|fail stops with exit code 3 at the first alert of that level.
 
@@ -85,23 +87,17 @@ def watch(
     explain: Annotated[
         bool, typer.Option("--explain/--no-explain", help="Localize the steps that alert.")
     ] = True,
-    fmt: Annotated[
-        str | None, typer.Option("--format", "-f", help=f"Force a format: {', '.join(FORMATS)}.")
-    ] = None,
-    map_: Annotated[
-        list[str] | None,
-        typer.Option("--map", "-m", help="ROLE=COLUMN for other column names (as in ingest)."),
-    ] = None,
-    skip_bad: Annotated[
-        bool, typer.Option("--skip-bad", help="Drop bad samples (as in ingest).")
-    ] = False,
-    trust_pickle: Annotated[
-        bool,
-        typer.Option(
-            "--trust-pickle",
-            help="As in ingest: RUNS ANY CODE a pickle contains. Trusted files only.",
-        ),
-    ] = False,
+    fmt: R.FormatOpt = None,
+    map_: R.MapOpt = None,
+    skip_bad: R.SkipBadFlag = False,
+    trust_pickle: R.TrustPickleFlag = False,
+    allow_padding: R.AllowPaddingFlag = False,
+    attr: R.AttrOpt = None,
+    routes_aligned: R.RoutesAlignedOpt = "input",
+    routes_topk: R.RoutesTopkOpt = 0,
+    num_experts: R.NumExpertsOpt = None,
+    keep_routes: R.KeepRoutesFlag = False,
+    keep_masked: R.KeepMaskedFlag = True,
     store: StoreOpt = None,
     json: JsonFlag = False,
     quiet: Annotated[
@@ -110,7 +106,9 @@ def watch(
 ) -> None:
     watcher = api.watch(
         directory, run, tags=tag or [], fmt=fmt, mapping=map_ or [], skip_bad=skip_bad,
-        trust_pickle=trust_pickle, store=store, poll=poll, settle=settle, once=once,
+        trust_pickle=trust_pickle, allow_padding=allow_padding, attrs=attr or [],
+        routes=api.RouteOptions(routes_aligned, num_experts, keep_routes, routes_topk),
+        keep_masked=keep_masked, store=store, poll=poll, settle=settle, once=once,
         max_files=max_files, idle_exit=idle_exit, explain=explain,
     )  # fmt: skip
     gate = {ExitOn.warn: ("warn", "fail"), ExitOn.fail: ("fail",), None: ()}[exit_on]

@@ -20,8 +20,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+import mismatchctl
 from mismatchctl import api
 from mismatchctl import schema as S
 from tests.helpers import FIXTURES, cli, tree_digest
@@ -389,3 +392,42 @@ def test_without_file_events_it_polls_and_says_why(
     assert waker.mode.startswith(f"polling every {FALLBACK_POLL:g} s (file events unavailable: ")
     assert "inotify watch limit reached" in waker.mode
     waker.close()
+
+
+def test_watch_reads_files_as_ingest_does(store: Path, tmp_path: Path) -> None:
+    """The reading options of ``ingest`` are the watch's too: a right-padded dump without a mask
+    is refused as by ``ingest`` (reported bad, the watch goes on), taken with --allow-padding,
+    and a float column is kept as an attribute with --attr; the stored rows equal ingest's."""
+    from tests.ingest.test_unmasked import _padded_file
+
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    path, roll, train, _ = _padded_file(dumps / "step_3.parquet")
+    table = pq.read_table(path)
+    table = table.append_column("difficulty", pa.array(np.linspace(0.1, 0.6, table.num_rows)))
+    pq.write_table(table, path)
+
+    refused = cli("watch", str(dumps), "--run", "w", "--once", "--json")
+    assert refused.code == 0, refused.err
+    assert "Bad file" in refused.err and "--allow-padding" in refused.err
+    assert "w" not in [r["run"] for r in json.loads(cli("runs", "--json").out)]
+
+    ran = cli(
+        "watch", str(dumps), "--run", "w", "--once", "--json",
+        "--allow-padding", "--attr", "difficulty",
+    )  # fmt: skip
+    assert ran.code == 0, ran.err
+    assert [line["step"] for line in lines(ran.out)] == [3]
+    assert cli("ingest", str(path), "--run", "i", "-q", "--allow-padding",
+               "--attr", "difficulty").code == 0  # fmt: skip
+    s = api.open_store(store)
+    for kind in ("tokens", "sequences"):
+        watched = s.scan("w", kind=kind).collect().drop("run", strict=False)
+        ingested = s.scan("i", kind=kind).collect().drop("run", strict=False)
+        assert watched.equals(ingested), kind
+    r = (train - roll).ravel()
+    watched_kl = mismatchctl.report("w", store=store).whole()
+    assert watched_kl is not None
+    assert watched_kl.metrics["vllm_kl"] == pytest.approx(np.mean(np.expm1(r) - r), rel=1e-9)
+    groups = mismatchctl.report("w", store=store, by=["attr:difficulty"]).to_dict()["groups"]
+    assert len([g for g in groups if "attr:difficulty" in g["by"]]) == 6  # one per sequence
