@@ -138,9 +138,9 @@ def _batches(
     rows_per_batch = max(1, min(65536, src.BATCH_TOKENS // avg))
     if any(role in found for role in ROUTE_ROLES):  # routes: hundreds of ids a token
         rows_per_batch = max(1, rows_per_batch // src.ROUTES_BATCH_DIVISOR)
-        # the column chunks streamed through a buffer, not read whole (a row group's routes
-        # are hundreds of MB)
-        pf = pq.ParquetFile(path, buffer_size=ROUTES_READ_BUFFER)
+        # the column chunks streamed through a buffer, not read (pre-buffered) whole: a row
+        # group's routes are hundreds of MB
+        pf = pq.ParquetFile(path, buffer_size=ROUTES_READ_BUFFER, pre_buffer=False)
     for record in pf.iter_batches(batch_size=rows_per_batch, columns=columns):
         batch = _to_batch(record, path, label, found, step, rows_done)
         prompt = batch.prompt_lengths  # the attention mask's prompt parts, when it has them
