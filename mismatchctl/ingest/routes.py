@@ -445,22 +445,25 @@ def _b64_int32(text: str | None, what: str, at: str) -> np.ndarray:
 
 
 def _ints(values: pa.Array, what: str) -> np.ndarray:
-    """The ids in their own type up to 32 bits (no copy), else as int32 (an id beyond int32 is
-    an error, not wrapped)."""
+    """The ids in their own type up to 32 bits (no copy); wider ones (``ndarray.tolist()`` gives
+    int64) narrowed to the smallest of int16 and int32 that holds them, found by one min/max
+    pass (an id beyond int32 is an error, not wrapped)."""
     if values.null_count:
         raise InputError(
             f"{what}: {values.null_count} null expert id(s)",
             "write -1 where no route was recorded.",
         )
     t = values.type
+    ids = values.to_numpy(zero_copy_only=True)
     if t.bit_width <= 16 or t == pa.int32():
-        return values.to_numpy(zero_copy_only=True)
-    try:
-        return values.cast(pa.int32()).to_numpy(zero_copy_only=False)
-    except pa.ArrowInvalid:
-        raise InputError(
-            f"{what}: an expert id beyond int32", "map the routes column (expert ids)."
-        ) from None
+        return ids
+    bounds = pc.min_max(values)
+    lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+    for narrow in (np.int16, np.int32):
+        info = np.iinfo(narrow)
+        if lo is None or (info.min <= lo and hi <= info.max):
+            return ids.astype(narrow)
+    raise InputError(f"{what}: an expert id beyond int32", "map the routes column (expert ids).")
 
 
 def _constant(

@@ -90,6 +90,16 @@ def test_slices_and_the_ids_read_without_a_copy() -> None:
     assert np.array_equal(read_side(var, "c", "f", _layout(LENGTHS[2:]), None, 0).ids, ids[14:])
 
 
+def test_wide_ids_are_narrowed_to_what_holds_them() -> None:
+    ids = _ids(sum(LENGTHS), seed=3)
+    for offset, dtype in ((0, np.int16), (40_000, np.int32)):
+        wide = np.where(ids >= 0, ids + offset, -1)
+        col = _variable(wide, LENGTHS, pa.int64(), large=False)
+        side = read_side(col, "c", "f", _layout(LENGTHS), None, 0)
+        assert side.ids.dtype == dtype
+        assert np.array_equal(side.ids, wide)
+
+
 def _rows_of(ids: np.ndarray, lengths: list[int]) -> list:
     return [ids[a:b].tolist() for a, b in itertools.pairwise(_offsets(lengths))]
 
