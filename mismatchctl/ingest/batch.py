@@ -83,17 +83,20 @@ class RouteColumn:
     SGLang's ``routed_experts_start_len`` per sequence; ``widths``: per sequence, the positions
     before the response in a whole-sequence list (an attention mask's prompt part)."""
 
-    values: pa.Array | list[np.ndarray]  # a column, or arrays (rows from position 0)
+    # a column; arrays (rows from position 0); or one [sequences, rows, layers, top_k] array
+    # (a padded batch tensor, rows placed like a column's lists)
+    values: pa.Array | list[np.ndarray] | np.ndarray
     name: str
     starts: np.ndarray | None = None
     widths: np.ndarray | None = None
 
     def keep(self, keep: np.ndarray) -> RouteColumn:
-        values = (
-            [v for v, k in zip(self.values, keep, strict=True) if k]
-            if isinstance(self.values, list)
-            else self.values.filter(pa.array(keep))
-        )
+        if isinstance(self.values, np.ndarray):
+            values: pa.Array | list[np.ndarray] | np.ndarray = self.values[keep]
+        elif isinstance(self.values, list):
+            values = [v for v, k in zip(self.values, keep, strict=True) if k]
+        else:
+            values = self.values.filter(pa.array(keep))
         return RouteColumn(
             values,
             self.name,

@@ -93,8 +93,7 @@ def _prompt_notes(
 
 
 ROUTE_ROLES = (S.ROLE_ROLLOUT_ROUTES, S.ROLE_TRAINER_ROUTES)
-# with routes, a batch holds this many times fewer tokens (bounded memory at 24 layers x top-8)
-ROUTES_BATCH_DIVISOR = 16
+ROUTES_READ_BUFFER = 8 << 20  # bytes of a column chunk read at once when the file has routes
 PER_SEQUENCE = (S.ROLE_STEP, S.ROLE_SAMPLE_ID, S.ROLE_GPU, S.ROLE_REWARD, S.ROLE_WEIGHT_VERSION)
 
 
@@ -139,7 +138,10 @@ def _batches(
     avg = max(1, pf.metadata.num_rows and _avg_len(pf, found[S.ROLE_ROLLOUT], label))
     rows_per_batch = max(1, min(65536, src.BATCH_TOKENS // avg))
     if any(role in found for role in ROUTE_ROLES):  # routes: hundreds of ids a token
-        rows_per_batch = max(1, rows_per_batch // ROUTES_BATCH_DIVISOR)
+        rows_per_batch = max(1, rows_per_batch // src.ROUTES_BATCH_DIVISOR)
+        # the column chunks streamed through a buffer, not read (pre-buffered) whole: a row
+        # group's routes are hundreds of MB
+        pf = pq.ParquetFile(path, buffer_size=ROUTES_READ_BUFFER, pre_buffer=False)
     for record in pf.iter_batches(batch_size=rows_per_batch, columns=columns):
         batch = _to_batch(record, path, label, found, step, rows_done)
         prompt = batch.prompt_lengths  # the attention mask's prompt parts, when it has them

@@ -11,7 +11,9 @@ encodings in use, detected from its Arrow type:
   ``[num_tokens, num_layers, top_k]``, rows for the absolute positions ``[start, seqlen - 1)``
   with ``start`` from a ``routed_experts_start_len`` column (else 0); needs ``top_k``;
 - a struct per sequence ``{data: bytes, shape: [rows, layers, top_k], dtype}`` (prime-rl's
-  ``RoutedExperts``, uint8 by default), rows from absolute position 0.
+  ``RoutedExperts``, uint8 by default), rows from absolute position 0;
+- a padded ``[sequences, rows, layers, top_k]`` integer array (verl's ``DataProto`` batch key
+  ``routed_experts``): its rows placed as a list column's.
 
 Every encoding becomes :class:`SideRoutes`: integer rows ``[rows, layers, top_k]`` per sequence,
 ``-1`` where no route was recorded, with the response index of each sequence's first row
@@ -26,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
@@ -79,9 +82,16 @@ class Layout:
 
 
 def read_side(
-    column: pa.Array, name: str, label: str, layout: Layout, starts: np.ndarray | None, top_k: int
+    column: pa.Array | pa.ChunkedArray | list[np.ndarray] | np.ndarray,
+    name: str,
+    label: str,
+    layout: Layout,
+    starts: np.ndarray | None,
+    top_k: int,
 ) -> SideRoutes:
     """The routes in ``column`` (one value per sequence), in whichever encoding it holds."""
+    if isinstance(column, np.ndarray):  # a padded batch tensor (verl's DataProto)
+        return _dense(column, name, f"{label}: batch key `{name}`", layout)
     if isinstance(column, list):  # arrays per sequence (a .pt dump): rows from position 0
         return _absolute_arrays(column, name, f"{label}: `{name}`", layout)
     if isinstance(column, pa.ChunkedArray):
@@ -102,26 +112,54 @@ def read_side(
 
 
 def _nested(column: pa.Array, name: str, what: str, layout: Layout) -> SideRoutes:
-    """``[rows][layers][top_k]`` lists; rows aligned with the response, or the whole sequence."""
-    rows_col, rows = av.list_values(column, what)
+    """``[rows][layers][top_k]`` lists; rows aligned with the response, or the whole sequence.
+
+    Decoded from the Arrow buffers: each level's offsets (checked regular below the rows: every
+    row has the same layers, every layer the same top-k; a fixed-size list is regular by its
+    type) and the ids' buffer as one ``[rows, layers, top_k]`` array, without a copy when they
+    are integers of up to 32 bits."""
+    rows_col, rows = _level(column, what)
     if not av.is_list_type(rows_col.type):
         raise _not_3d(what, f"a list of {rows_col.type}")
-    layers_col, layers = av.list_values(rows_col, what)
+    layers_col, layers = _level(rows_col, what)
     if not av.is_list_type(layers_col.type):
         raise _not_3d(what, f"a list of lists of {layers_col.type}")
-    ids_col, ks = av.list_values(layers_col, what)
+    ids_col, ks = _level(layers_col, what)
     if not pa.types.is_integer(ids_col.type):
         raise InputError(
             f"{what}: expected integer expert ids, found {ids_col.type}",
             "map the routes column (ids of the experts chosen per layer).",
         )
-    n_layers = _constant(layers, what, "layer count", "rows")
-    k = _constant(ks, what, "top-k", "layers")
+    n_layers = _constant(layers, len(rows_col), what, "layer count", "rows")
+    k = _constant(ks, len(layers_col), what, "top-k", "layers")
     if n_layers is None or k is None or n_layers * k == 0:
         ids = np.zeros((0, n_layers or 0, k or 0), dtype=np.int32)
     else:
         ids = _ints(ids_col, what).reshape(-1, n_layers, k)
-    return _place_lists(ids, rows, name, what, layout)
+    if isinstance(rows, int):
+        rows = np.full(len(column), rows, dtype=np.int64)
+    return _place_lists(ids, rows.astype(np.int64, copy=False), name, what, layout)
+
+
+def _level(col: pa.Array, what: str) -> tuple[pa.Array, np.ndarray | int]:
+    """(the values, each entry's length) of one list level, from its offsets (no copy); the size
+    of a fixed-size list. List views and nulls take the general path (its errors)."""
+    t = col.type
+    if not col.null_count:
+        if pa.types.is_fixed_size_list(t):
+            return col.flatten(), t.list_size
+        if pa.types.is_list(t) or pa.types.is_large_list(t):
+            return col.flatten(), np.diff(col.offsets.to_numpy(zero_copy_only=True))
+    return av.list_values(col, what)
+
+
+def _dense(values: np.ndarray, name: str, what: str, layout: Layout) -> SideRoutes:
+    """``[sequences, rows, layers, top_k]``: every sequence's rows (the padded width) placed as
+    a list column's are: as many as the logprobs, or the prompt part's width more (trimmed,
+    its last row kept). The ids stay in their own type, as a view of the array."""
+    n, rows, layers, k = values.shape
+    ids = values.reshape(n * rows, layers, k)
+    return _place_lists(ids, np.full(n, rows, dtype=np.int64), name, what, layout)
 
 
 def _place_lists(
@@ -196,29 +234,111 @@ def _sglang(
 
 def _prime(column: pa.Array, name: str, what: str, layout: Layout) -> SideRoutes:
     """``{data, shape, dtype}`` per sequence: raw bytes of ``shape`` rows from position 0
-    (prompt + completion, or one fewer: the last token is never an input)."""
-    fields = {column.type.field(i).name for i in range(column.type.num_fields)}
-    if not {"data", "shape"} <= fields:
+    (prompt + completion, or one fewer: the last token is never an input). The usual column,
+    one dtype and binary data, is read as one array over the data's buffer (no copy)."""
+    fields = [column.type.field(i).name for i in range(column.type.num_fields)]
+    if not {"data", "shape"} <= set(fields):
         raise InputError(
             f"{what} is a struct with fields {sorted(fields)}, expected data, shape and dtype "
             "(prime-rl's RoutedExperts)",
             "map the routes column with --map rollout_routes=<column>.",
         )
-    data = column.field("data")
-    shapes = column.field("shape")
-    dtypes = column.field("dtype") if "dtype" in fields else None
-    arrays = []
-    for i in range(len(column)):
-        if not column[i].is_valid or not data[i].is_valid or not shapes[i].is_valid:
-            raise InputError(
-                f"{what}: {layout.at(i)} is null (expected data, shape and dtype)",
-                "drop rows without routes, or dump -1 rows for them.",
-            )
-        dtype = (dtypes[i].as_py() if dtypes is not None else None) or "uint8"
-        arrays.append(
-            _prime_array(data[i].as_buffer(), shapes[i].as_py(), dtype, what, layout.at(i))
-        )
+    parts = dict(zip(fields, column.flatten(), strict=True))  # the struct's nulls in each
+    data, shapes, dtypes = parts["data"], parts["shape"], parts.get("dtype")
+    dtype = _one_dtype(dtypes)
+    flat = (
+        len(column) > 0
+        and dtype is not None
+        and (pa.types.is_binary(data.type) or pa.types.is_large_binary(data.type))
+        and (pa.types.is_list(shapes.type) or pa.types.is_large_list(shapes.type))
+        and pa.types.is_integer(shapes.type.value_type)
+    )
+    if not flat:
+        return _prime_rows(column, data, shapes, dtypes, name, what, layout)
+    shape, bad = _prime_shapes(data, shapes, dtype)
+    if bad < len(column):  # a bad row: the per-row reading names it, with its message
+        return _prime_rows(column, data, shapes, dtypes, name, what, layout)
+    _need_prompts(what, layout)
+    full = layout.prompts + layout.lengths
+    wrong = (shape[:, 0] != full) & (shape[:, 0] != full - 1)
+    if wrong.any():
+        i = int(np.flatnonzero(wrong)[0])
+        raise _absolute_shape(what, layout, i, shape[i].tolist())
+    inner = {tuple(r) for r in np.unique(shape[:, 1:], axis=0).tolist()}
+    if len(inner) > 1:
+        raise _shapes_change(what, inner)
+    layers, k = inner.pop()
+    offsets, values = _binary_buffers(data)
+    count = int(offsets[-1] - offsets[0]) // dtype.itemsize
+    ids = np.frombuffer(values, dtype=dtype, count=count, offset=int(offsets[0]))
+    if not ids.flags.aligned:  # the compiled passes read aligned arrays
+        ids = ids.copy()
+    ids = ids.reshape(-1, layers, k)
+    return _from_absolute(ids, shape[:, 0].copy(), np.zeros(len(shape), np.int64), name, layout)
+
+
+def _one_dtype(dtypes: pa.Array | None) -> np.dtype | None:
+    """The column's one dtype (null or empty: uint8, prime-rl's default); None when the rows
+    differ or one is not an integer type of :data:`DTYPES` (read row by row, with its errors)."""
+    if dtypes is None:
+        return np.dtype("uint8")
+    if not (pa.types.is_string(dtypes.type) or pa.types.is_large_string(dtypes.type)):
+        return None
+    found = {v or "uint8" for v in pc.unique(dtypes).to_pylist()}
+    if len(found) != 1 or not found <= set(DTYPES):
+        return None
+    return np.dtype(found.pop())
+
+
+def _prime_shapes(data: pa.Array, shapes: pa.Array, dtype: np.dtype) -> tuple[np.ndarray, int]:
+    """(each row's ``[rows, layers, top_k]``, int64 ``[n, 3]``; the first row that is null, not of
+    three dimensions or whose bytes do not fill its shape: ``n`` when none)."""
+    n = len(shapes)
+    null = pc.or_(data.is_null(), shapes.is_null()).to_numpy(zero_copy_only=False)
+    dims = pc.fill_null(pc.list_value_length(shapes), 0).to_numpy(zero_copy_only=False)
+    bad = null | (dims != 3)
+    stop = int(np.flatnonzero(bad)[0]) if bad.any() else n  # rows before it have 3 dims
+    head = shapes.slice(0, stop).flatten().cast(pa.int64()).to_numpy(zero_copy_only=False)
+    shape = np.zeros((n, 3), dtype=np.int64)
+    shape[:stop] = head.reshape(stop, 3)
+    offsets, _ = _binary_buffers(data)
+    size = np.diff(offsets)[:stop]
+    wrong = np.flatnonzero(shape[:stop].prod(axis=1) * dtype.itemsize != size)
+    return shape, int(wrong[0]) if len(wrong) else stop
+
+
+def _binary_buffers(data: pa.Array) -> tuple[np.ndarray, pa.Buffer]:
+    """A binary array's offsets (of its rows, its slice taken into account) and data buffer."""
+    wide = pa.types.is_large_binary(data.type)
+    _, offsets, values = data.buffers()
+    every = np.frombuffer(offsets, dtype=np.int64 if wide else np.int32)
+    return every[data.offset : data.offset + len(data) + 1].astype(np.int64), values
+
+
+def _prime_rows(
+    column: pa.Array,
+    data: pa.Array,
+    shapes: pa.Array,
+    dtypes: pa.Array | None,
+    name: str,
+    what: str,
+    layout: Layout,
+) -> SideRoutes:
+    """The rows one at a time (dtypes that differ between rows, other Arrow types)."""
+    arrays = [_prime_row(data, shapes, dtypes, i, what, layout) for i in range(len(column))]
     return _absolute_arrays(arrays, name, what, layout)
+
+
+def _prime_row(
+    data: pa.Array, shapes: pa.Array, dtypes: pa.Array | None, i: int, what: str, layout: Layout
+) -> np.ndarray:
+    if not data[i].is_valid or not shapes[i].is_valid:
+        raise InputError(
+            f"{what}: {layout.at(i)} is null (expected data, shape and dtype)",
+            "drop rows without routes, or dump -1 rows for them.",
+        )
+    dtype = (dtypes[i].as_py() if dtypes is not None else None) or "uint8"
+    return _prime_array(data[i].as_buffer(), shapes[i].as_py(), dtype, what, layout.at(i))
 
 
 def _absolute_arrays(arrays: list[np.ndarray], name: str, what: str, layout: Layout) -> SideRoutes:
@@ -230,13 +350,7 @@ def _absolute_arrays(arrays: list[np.ndarray], name: str, what: str, layout: Lay
     for i, arr in enumerate(arrays):
         full = int(layout.prompts[i] + layout.lengths[i])
         if arr.ndim != 3 or arr.shape[0] not in (full, full - 1):
-            raise InputError(
-                f"{what}: {layout.at(i)}: shape {list(arr.shape)}, expected [{full - 1} or {full} "
-                f"rows, layers, top_k] (prompt {int(layout.prompts[i])} + response "
-                f"{int(layout.lengths[i])})",
-                "the routes cover the whole sequence from its first prompt token; check the "
-                "prompt lengths.",
-            )
+            raise _absolute_shape(what, layout, i, list(arr.shape))
         if not np.issubdtype(arr.dtype, np.integer):
             raise InputError(
                 f"{what}: {layout.at(i)}: expert ids of type {arr.dtype}, expected integers",
@@ -245,11 +359,7 @@ def _absolute_arrays(arrays: list[np.ndarray], name: str, what: str, layout: Lay
         counts[i] = arr.shape[0]
     shapes = {a.shape[1:] for a in arrays}
     if len(shapes) > 1:
-        raise InputError(
-            f"{what}: the [layers, top_k] of the routes change within the file: "
-            f"{sorted(list(s) for s in shapes)}",
-            "routes of one run come from one model: ingest each model into its own run.",
-        )
+        raise _shapes_change(what, shapes)
     layers, k = shapes.pop() if shapes else (0, 0)
     dtype = np.result_type(*arrays) if arrays else np.int32
     dtype = dtype if dtype.itemsize <= 4 and dtype != np.uint32 else np.dtype(np.int64)
@@ -258,6 +368,24 @@ def _absolute_arrays(arrays: list[np.ndarray], name: str, what: str, layout: Lay
     for arr, lo, hi in zip(arrays, offsets[:-1], offsets[1:], strict=True):
         ids[lo:hi] = arr
     return _from_absolute(ids, counts, np.zeros(len(arrays), np.int64), name, layout)
+
+
+def _absolute_shape(what: str, layout: Layout, i: int, shape: list[int]) -> InputError:
+    full = int(layout.prompts[i] + layout.lengths[i])
+    return InputError(
+        f"{what}: {layout.at(i)}: shape {shape}, expected [{full - 1} or {full} rows, layers, "
+        f"top_k] (prompt {int(layout.prompts[i])} + response {int(layout.lengths[i])})",
+        "the routes cover the whole sequence from its first prompt token; check the prompt "
+        "lengths.",
+    )
+
+
+def _shapes_change(what: str, shapes: set[tuple[int, ...]]) -> InputError:
+    return InputError(
+        f"{what}: the [layers, top_k] of the routes change within the file: "
+        f"{sorted(list(s) for s in shapes)}",
+        "routes of one run come from one model: ingest each model into its own run.",
+    )
 
 
 def _prime_array(data: pa.Buffer, shape: list, dtype: str, what: str, at: str) -> np.ndarray:
@@ -317,27 +445,36 @@ def _b64_int32(text: str | None, what: str, at: str) -> np.ndarray:
 
 
 def _ints(values: pa.Array, what: str) -> np.ndarray:
-    """The ids in their own type up to 32 bits (no copy), else as int32 (an id beyond int32 is
-    an error, not wrapped)."""
+    """The ids in their own type up to 32 bits (no copy); wider ones (``ndarray.tolist()`` gives
+    int64) narrowed to the smallest of int16 and int32 that holds them, found by one min/max
+    pass (an id beyond int32 is an error, not wrapped)."""
     if values.null_count:
         raise InputError(
             f"{what}: {values.null_count} null expert id(s)",
             "write -1 where no route was recorded.",
         )
     t = values.type
+    ids = values.to_numpy(zero_copy_only=True)
     if t.bit_width <= 16 or t == pa.int32():
-        return values.to_numpy(zero_copy_only=False)
-    try:
-        return values.cast(pa.int32()).to_numpy(zero_copy_only=False)
-    except pa.ArrowInvalid:
-        raise InputError(
-            f"{what}: an expert id beyond int32", "map the routes column (expert ids)."
-        ) from None
+        return ids
+    bounds = pc.min_max(values)
+    lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
+    for narrow in (np.int16, np.int32):
+        info = np.iinfo(narrow)
+        if lo is None or (info.min <= lo and hi <= info.max):
+            return ids.astype(narrow)
+    raise InputError(f"{what}: an expert id beyond int32", "map the routes column (expert ids).")
 
 
-def _constant(lengths: np.ndarray, what: str, name: str, within: str) -> int | None:
-    if len(lengths) == 0:
+def _constant(
+    lengths: np.ndarray | int, entries: int, what: str, name: str, within: str
+) -> int | None:
+    """The one length of a level's ``entries`` (None: no entries); a length that changes is an
+    error naming the first entry where it does."""
+    if entries == 0:
         return None
+    if isinstance(lengths, int):
+        return lengths
     lo, hi = int(lengths.min()), int(lengths.max())
     if lo != hi:
         at = int(np.flatnonzero(lengths != lengths[0])[0])

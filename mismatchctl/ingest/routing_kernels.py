@@ -1,6 +1,10 @@
 """Compiled loops over routes (numba): one pass per side to validate its rows and find fills,
 one over the padded tails, one to compare both sides row by row. No temporaries the size of the
-routes: at 24 layers x top-8 a token's routes are 192 ids a side."""
+routes: at 24 layers x top-8 a token's routes are 192 ids a side.
+
+Every kernel takes a side's ids as a C-contiguous ``[rows, layers * top_k]`` array (a row's ids
+one after the other, layer by layer), so that the per-row loops run over one flat stretch of
+memory, which the compiler vectorizes (the min/max of a row, the equality of two rows)."""
 
 from __future__ import annotations
 
@@ -9,50 +13,65 @@ import numpy as np
 
 OK, BAD_ID, PARTIAL, REPEATED = 0, 1, 2, 3
 MARKS = 1 << 16  # ids below it are checked for repeats in one pass (above: pairwise)
+BITS = 64  # ids below it are checked for repeats with one 64-bit mask per layer
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _popcount(x):  # pragma: no cover - compiled
+    """The set bits of a uint64 (SWAR)."""
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
 
 
 @numba.njit(cache=True, nogil=True)
-def scan_side(ids, high, dead):  # pragma: no cover - compiled
-    """Validate every row (ids in [0, high) or -1; -1 on all slots or none; distinct ids within a
-    layer) and mark ``dead`` the rows filled with one id (top-k > 1). Returns (code, row, max id)
-    of the first bad row (code OK: none)."""
-    n, layers, k = ids.shape
+def scan_side(ids, layers, k, high, dead):  # pragma: no cover - compiled
+    """Validate every row of ``ids`` (``[rows, layers * k]``): ids in [0, high) or -1; -1 on all
+    slots or none; distinct ids within a layer; and mark ``dead`` the rows filled with one id
+    (top-k > 1). Returns (code, row, max id) of the first bad row (code OK: none)."""
+    n, width = ids.shape
     top = -1
     seen = np.full(MARKS, -1, dtype=np.int64)
     stamp = 0
     for r in range(n):
-        neg = 0
-        first = ids[r, 0, 0]
-        same = True
-        for layer in range(layers):
-            for i in range(k):
-                v = ids[r, layer, i]
-                if v == -1:
-                    neg += 1
-                elif v < -1 or v >= high:
-                    return BAD_ID, r, top
-                if v != first:
-                    same = False
-                if v > top:
-                    top = v
-        if neg:
-            if neg != layers * k:
+        row = ids[r]
+        lo = row[0]
+        hi = row[0]
+        for i in range(1, width):  # vectorized: the row's min and max
+            v = row[i]
+            lo = min(lo, v)
+            hi = max(hi, v)
+        if lo < -1 or hi >= high:
+            return BAD_ID, r, top
+        if hi > top:
+            top = hi
+        if lo == -1:
+            if hi != -1:  # some slots -1, others not
                 return PARTIAL, r, top
             continue
-        if k > 1 and same:
+        if k > 1 and lo == hi:  # one id on every slot: a fill, not a route
             dead[r] = True
+            continue
+        if hi < BITS:  # the usual case: k distinct ids set k bits of a layer's mask
+            for layer in range(layers):
+                mask = np.uint64(0)
+                for i in range(layer * k, layer * k + k):
+                    mask |= np.uint64(1) << np.uint64(row[i])
+                if _popcount(mask) != k:
+                    return REPEATED, r, top
             continue
         for layer in range(layers):
             stamp += 1
-            for i in range(k):
-                v = ids[r, layer, i]
+            for i in range(layer * k, layer * k + k):
+                v = row[i]
                 if v < MARKS:  # a repeated id within the layer has this layer's stamp
                     if seen[v] == stamp:
                         return REPEATED, r, top
                     seen[v] = stamp
                 else:
-                    for j in range(i):
-                        if ids[r, layer, j] == v:
+                    for j in range(layer * k, i):
+                        if row[j] == v:
                             return REPEATED, r, top
     return OK, -1, top
 
@@ -61,22 +80,21 @@ def scan_side(ids, high, dead):  # pragma: no cover - compiled
 def tail_repeats(ids, of, dead, tail):  # pragma: no cover - compiled
     """Mark ``dead`` the rows at padded-tail frame rows equal to the last real row before them;
     returns how many."""
-    n_frame = len(of)
-    layers, k = ids.shape[1], ids.shape[2]
+    width = ids.shape[1]
     count = 0
     last = -1
-    for f in range(n_frame):
+    for f in range(len(of)):
         r = of[f]
         if not tail[f]:
             last = r
             continue
-        if r < 0 or last < 0 or dead[r] or dead[last] or ids[r, 0, 0] < 0 or ids[last, 0, 0] < 0:
+        if r < 0 or last < 0 or dead[r] or dead[last] or ids[r, 0] < 0 or ids[last, 0] < 0:
             continue
         equal = True
-        for layer in range(layers):
-            for i in range(k):
-                if ids[r, layer, i] != ids[last, layer, i]:
-                    equal = False
+        for i in range(width):
+            if ids[r, i] != ids[last, i]:
+                equal = False
+                break
         if equal:
             dead[r] = True
             count += 1
@@ -84,30 +102,45 @@ def tail_repeats(ids, of, dead, tail):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def compare_frames(a, a_of, a_dead, b, b_of, b_dead, equal, overlap, compared):  # pragma: no cover
+def compare_frames(
+    a, a_of, a_dead, b, b_of, b_dead, layers, k, equal, overlap, compared
+):  # pragma: no cover - compiled
     """Per frame row recorded on both sides: the bitmask of layers with equal top-k sets, the
     per-layer overlap |A ∩ B| (ids distinct within a layer: checked by ``scan_side``)."""
-    layers, k = a.shape[1], a.shape[2]
+    width = layers * k
+    full = np.uint64(0)
+    for layer in range(layers):
+        full |= np.uint64(1) << np.uint64(layer)
     for f in range(len(a_of)):
         ra, rb = a_of[f], b_of[f]
-        if ra < 0 or rb < 0 or a_dead[ra] or b_dead[rb] or a[ra, 0, 0] < 0 or b[rb, 0, 0] < 0:
+        if ra < 0 or rb < 0 or a_dead[ra] or b_dead[rb] or a[ra, 0] < 0 or b[rb, 0] < 0:
             continue
         compared[f] = True
+        row_a, row_b = a[ra], b[rb]
+        diff = 0
+        for i in range(width):  # vectorized: the usual case, the same ids in the same order
+            diff += row_a[i] != row_b[i]
+        if diff == 0:
+            for layer in range(layers):
+                overlap[f, layer] = k
+            equal[f] = full
+            continue
         bits = np.uint64(0)
         for layer in range(layers):
-            same = True  # the usual case: the same ids in the same order
-            for i in range(k):
-                if a[ra, layer, i] != b[rb, layer, i]:
+            lo = layer * k
+            same = True
+            for i in range(lo, lo + k):
+                if row_a[i] != row_b[i]:
                     same = False
                     break
             if same:
                 common = k
             else:
                 common = 0
-                for i in range(k):
-                    x = a[ra, layer, i]
-                    for j in range(k):
-                        if b[rb, layer, j] == x:
+                for i in range(lo, lo + k):
+                    x = row_a[i]
+                    for j in range(lo, lo + k):
+                        if row_b[j] == x:
                             common += 1
                             break
             overlap[f, layer] = common

@@ -120,8 +120,10 @@ def routing_table(
     for side in (rollout, trainer):
         of = _frame_index(side, lengths, frame, ctx_what, sample_ids)
         dead = _scan(side, ctx_what, sample_ids, opts.num_experts, tally)
-        if len(side.ids):
-            tally.bugs[BUG_REPEAT] += int(_kernels().tail_repeats(side.ids, of, dead, tail))
+        if side.ids.size:
+            tally.bugs[BUG_REPEAT] += int(
+                _kernels().tail_repeats(_flat_rows(side.ids), of, dead, tail)
+            )
         sides.append((side, of, dead))
     if not tally.bugs[BUG_REPEAT]:
         del tally.bugs[BUG_REPEAT]
@@ -190,9 +192,20 @@ def _compare(
     overlap = np.zeros((n, layers), dtype=np.uint8)
     compared = np.zeros(n, dtype=np.bool_)
     (a, a_of, a_dead), (b, b_of, b_dead) = sides
-    if len(a.ids) and len(b.ids) and layers:
+    if a.ids.size and b.ids.size and layers:
+        k = a.top_k
         _kernels().compare_frames(
-            a.ids, a_of, a_dead, b.ids, b_of, b_dead, equal, overlap, compared
+            _flat_rows(a.ids),
+            a_of,
+            a_dead,
+            _flat_rows(b.ids),
+            b_of,
+            b_dead,
+            layers,
+            k,
+            equal,
+            overlap,
+            compared,
         )
     return equal, overlap, compared
 
@@ -217,6 +230,12 @@ def first_differing_layer(equal: np.ndarray, layers: int) -> np.ndarray:
     low = diff & (~diff + np.uint64(1))  # the lowest set bit alone (0 when none is set)
     _, exponent = np.frexp(low.astype(np.float64))
     return np.where(diff == 0, layers, exponent.astype(np.int64) - 1)
+
+
+def _flat_rows(ids: np.ndarray) -> np.ndarray:
+    """``[rows, layers, top_k]`` ids as the kernels take them: C-contiguous ``[rows, layers *
+    top_k]`` (a view when they are contiguous already, as every decoder leaves them)."""
+    return np.ascontiguousarray(ids).reshape(len(ids), -1)
 
 
 def full_mask(layers: int) -> np.uint64:
@@ -289,7 +308,7 @@ def _scan(
     if not len(side.ids) or side.ids.size == 0:
         return dead
     high = num_experts if num_experts is not None else np.iinfo(np.int32).max
-    code, r, top = _kernels().scan_side(side.ids, high, dead)
+    code, r, top = _kernels().scan_side(_flat_rows(side.ids), side.layers, side.top_k, high, dead)
     if code != _kernels().OK:
         raise _bad_row(side, int(code), int(r), what, sample_ids, num_experts)
     tally.max_id = max(tally.max_id, int(top))

@@ -12,6 +12,9 @@ from mismatchctl.ingest.batch import RaggedBatch
 
 # Rows per batch handed to canonicalisation: bounds memory whatever the file size.
 BATCH_TOKENS = 1_000_000
+# with MoE routes, a batch holds this many times fewer tokens (hundreds of ids a token: bounded
+# memory at 24 layers x top-8)
+ROUTES_BATCH_DIVISOR = 16
 
 
 @dataclass

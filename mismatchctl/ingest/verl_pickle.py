@@ -29,10 +29,15 @@ from mismatchctl import schema as S
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import py_values as pv
-from mismatchctl.ingest.batch import RaggedBatch
+from mismatchctl.ingest.batch import RaggedBatch, RouteColumn
 from mismatchctl.ingest.canonical import derive_turns
 from mismatchctl.ingest.columns import refuse_unread_roles
-from mismatchctl.ingest.source import BATCH_TOKENS, Source, step_from_name
+from mismatchctl.ingest.source import (
+    BATCH_TOKENS,
+    ROUTES_BATCH_DIVISOR,
+    Source,
+    step_from_name,
+)
 from mismatchctl.ingest.verl_dataproto import DataProtoContent, load_dataproto
 from mismatchctl.options import FORMAT_VERL
 from mismatchctl.stats.sentinels import FILL_OTHER_MAX, ZERO_RUN_MIN, sentinel_state
@@ -49,7 +54,13 @@ KEYS = {
     S.ROLE_SAMPLE_ID: "uid",  # in non_tensor_batch
     S.ROLE_STEP: "global_steps",  # in meta_info
 }
-MAPPABLE = tuple(KEYS)
+# routed experts (MoE), batch tensors [rows, prompt + response (or response), layers, top_k]:
+# verl's `routed_experts` is the engine's (router replay R3; R2 keeps the actor's under that name)
+ROUTE_KEYS = {
+    S.ROLE_ROLLOUT_ROUTES: ("rollout_routed_experts", "routed_experts"),
+    S.ROLE_TRAINER_ROUTES: ("trainer_routed_experts",),
+}
+MAPPABLE = (*KEYS, *ROUTE_KEYS)
 
 
 @dataclass
@@ -69,6 +80,11 @@ class VerlBatch:
     prompt_lengths: np.ndarray | None = None
     # per-row attributes (from non_tensor_batch), as text
     attrs: dict[str, list[attr.Text]] = field(default_factory=dict)
+    # routed experts per side role: (batch key, integer [rows, route rows, layers, top_k])
+    routes: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+    # positions before the response in a whole-sequence routes tensor: attention_mask's prompt
+    # part (its width, padding included); None without an attention mask
+    route_width: int | None = None
 
 
 def open_verl(
@@ -85,8 +101,8 @@ def open_verl(
     if not trust_pickle:
         raise _refused(name)
     refuse_unread_roles(mapping, MAPPABLE, "verl DataProto pickles")
-    keys = {**KEYS, **mapping}
     content = load_dataproto(path, name)
+    keys = {**KEYS, **_route_keys(content), **mapping}
     for role, key in mapping.items():
         if not _present(content, role, key):
             raise InputError(
@@ -155,8 +171,58 @@ def _read(content: DataProtoContent, keys: dict, name: str, notes: list[str]) ->
         )
     if keys[S.ROLE_MASK] not in content.batch:
         _refuse_tool_runs(data, name)
+    data.routes = _routes(content, keys, name, shape[0])
+    if data.routes and ATTENTION in content.batch:
+        data.route_width = int(_numpy(content.batch[ATTENTION]).shape[1] - shape[1])
     _notes(content, data, notes)
     return data
+
+
+def _route_keys(content: DataProtoContent) -> dict[str, str]:
+    """The routes' batch keys found under their names (the first of each role's)."""
+    out = {}
+    for role, names in ROUTE_KEYS.items():
+        for key in names:
+            if key in content.batch or key in content.jagged:
+                out[role] = key
+                break
+    return out
+
+
+def _routes(
+    content: DataProtoContent, keys: dict, name: str, rows: int
+) -> dict[str, tuple[str, np.ndarray]]:
+    """Each side's routes tensor as an integer array ``[rows, route rows, layers, top_k]`` (no
+    copy); where its rows sit is decided per sequence with the logprobs (``ingest.routes``)."""
+    out = {}
+    for role in ROUTE_KEYS:
+        key = keys.get(role)
+        if key is None:
+            continue
+        where = f"{name}: batch key `{key}`"
+        hint = f"save the routes as one padded tensor, or name another key with --map {role}=<key>."
+        if key in content.jagged:
+            raise InputError(
+                f"{where} is a nested (jagged) tensor; this reader reads padded [batch, "
+                "prompt_length + response_length, layers, top_k] routes",
+                hint,
+            )
+        value = content.batch[key]
+        arr = value.detach().cpu().numpy() if hasattr(value, "detach") else np.asarray(value)
+        if arr.ndim != 4 or arr.shape[0] != rows:
+            raise InputError(
+                f"{where} has shape {list(arr.shape)}, expected [{rows}, prompt_length + "
+                "response_length (or response_length), layers, top_k]",
+                hint,
+            )
+        if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
+            raise InputError(f"{where}: expert ids of type {arr.dtype}, expected integers", hint)
+        if arr.shape[2] * arr.shape[3] == 0:
+            raise InputError(
+                f"{where} has shape {list(arr.shape)}: no layers or no top-k ids", hint
+            )
+        out[role] = (key, arr)
+    return out
 
 
 def _require_sides(content: DataProtoContent, keys: dict, name: str) -> None:
@@ -391,6 +457,8 @@ def _notes(content: DataProtoContent, data: VerlBatch, notes: list[str]) -> None
 def _batches(data: VerlBatch, name: str) -> Iterator[RaggedBatch]:
     rows, width = data.rollout.shape
     per_batch = max(1, BATCH_TOKENS // max(width, 1))
+    if data.routes:  # the routing rows' temporaries are per token and layer
+        per_batch = max(1, per_batch // ROUTES_BATCH_DIVISOR)
     for start in range(0, rows, per_batch):
         yield _to_batch(data, start, min(rows, start + per_batch))
 
@@ -402,6 +470,11 @@ def _to_batch(data: VerlBatch, start: int, end: int) -> RaggedBatch:
         return None if a is None else a[start:end].reshape(-1)
 
     prompts = None if data.prompt_lengths is None else data.prompt_lengths[start:end]
+    widths = None if data.route_width is None else np.full(n, data.route_width, dtype=np.int64)
+    routes = {
+        role: RouteColumn(arr[start:end], key, None, widths)
+        for role, (key, arr) in data.routes.items()
+    }
     return RaggedBatch(
         steps=np.full(n, data.step, dtype=np.int64),
         sample_ids=data.sample_ids[start:end],
@@ -416,4 +489,5 @@ def _to_batch(data: VerlBatch, start: int, end: int) -> RaggedBatch:
         prompt_outside=prompts,
         prompt_lengths=prompts,
         attrs=attr.per_batch(data.attrs, start, end),
+        routes=routes,
     )
