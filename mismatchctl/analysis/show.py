@@ -75,18 +75,26 @@ class Show:
         return pl.DataFrame(self.tokens, infer_schema_length=None)
 
 
+# `show` is a start-up cost: it reads with ParquetFile and matches values in Python, because
+# pyarrow's datasets (read_table), its scalars from Python values and to_numpy load pandas
+# (about as long as the rest of the command) when it is installed.
+
+
 def find_sequences(store: Store, run: str, sample_id: str, step: int | None) -> list[dict]:
     """The sequence rows of ``run`` with this sample id (and step), by step then seq."""
-    filters = pc.field(S.SAMPLE_ID) == sample_id
-    if step is not None:
-        filters = filters & (pc.field(S.STEP) == step)
     rows: list[dict] = []
     for part in store.parts(run, SEQUENCES):
         path = str(store.part_path(part))
         try:
-            rows += pq.read_table(path, columns=list(SEQ_COLUMNS), filters=filters).to_pylist()
+            table = pq.ParquetFile(path).read(columns=list(SEQ_COLUMNS))
         except (OSError, pa.ArrowException) as exc:
             raise read_error(run, path, exc) from None
+        ids, steps = table.column(S.SAMPLE_ID).to_pylist(), table.column(S.STEP).to_pylist()
+        rows += [
+            table.slice(i, 1).to_pylist()[0]
+            for i, found in enumerate(ids)
+            if found == sample_id and (step is None or steps[i] == step)
+        ]
     return sorted(rows, key=lambda r: (r[S.STEP], r[S.SEQ]))
 
 
@@ -125,7 +133,7 @@ def read_tokens(store: Store, run: str, seq: int) -> pa.Table:
     ``route_paired`` of each token when the part has a routing twin (MoE routes)."""
     found = _read_sequence(store, run, seq, TOKENS, TOKEN_COLUMNS)
     if found is None:
-        return pa.table({c: pa.array([], pa.int64()) for c in TOKEN_COLUMNS})
+        return pa.schema([(c, pa.int64()) for c in TOKEN_COLUMNS]).empty_table()
     path, table = found
     return _with_routes(store, run, path, seq, table)
 
@@ -135,7 +143,7 @@ def read_masked(store: Store, run: str, seq: int) -> pa.Table:
     when ingest did not keep them."""
     found = _read_sequence(store, run, seq, MASKED, MASKED_COLUMNS)
     if found is None:
-        return pa.table({c: pa.array([], pa.int64()) for c in MASKED_COLUMNS})
+        return pa.schema([(c, pa.int64()) for c in MASKED_COLUMNS]).empty_table()
     return found[1]
 
 
@@ -184,14 +192,18 @@ def _read_part(pf: pq.ParquetFile, seq: int, columns: tuple[str, ...]) -> pa.Tab
     if not groups:
         return None
     table = pf.read_row_groups(groups, columns=list(columns))
-    return table.filter(pc.equal(table.column(S.SEQ), seq)).sort_by(S.POSITION)
+    col = table.column(S.SEQ)
+    first = next((i for i, found in enumerate(col.to_pylist()) if found == seq), None)
+    if first is None:
+        return None
+    return table.filter(pc.equal(col, col[first])).sort_by(S.POSITION)  # a scalar of the column
 
 
 def token_rows(table: pa.Table) -> list[dict[str, Any]]:
     """One dict per token; with routes, its producing position's ``routing`` (flipped, same,
     unpaired) and ``first_flip_layer`` (docs/metrics.md, Routing)."""
-    lr = table.column(S.ROLLOUT).to_numpy()
-    lt = table.column(S.TRAINER).to_numpy()
+    lr = np.array(table.column(S.ROLLOUT).to_pylist(), dtype=np.float64)
+    lt = np.array(table.column(S.TRAINER).to_pylist(), dtype=np.float64)
     r = lt - lr
     with np.errstate(over="ignore"):
         k3 = np.expm1(r) - r

@@ -1,7 +1,7 @@
 """Start-up: importing the package, the api or the command line, and `--help`, load none of the
 libraries that compute (numba, numpy, pyarrow, polars, plotly, ray, torch); `show` reads one
-sequence without numba, polars, plotly, ray or torch. What is checked is the set of modules a
-fresh process ends with, not a time."""
+sequence without numba, pandas, polars, plotly, ray or torch. What is checked is the set of
+modules a fresh process ends with, not a time."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ from tests.helpers import FIXTURES
 
 ROOT = Path(__file__).parents[2]
 COMPUTING = {"numba", "numpy", "pyarrow", "pandas", "polars", "plotly", "ray", "torch"}
-# `show` reads Parquet (pyarrow, with numpy; pyarrow itself imports pandas when it is installed)
-NOT_FOR_SHOW = {"numba", "polars", "plotly", "ray", "torch"}
+# `show` reads Parquet (pyarrow, with numpy) by paths of pyarrow that do not load pandas
+NOT_FOR_SHOW = {"numba", "pandas", "polars", "plotly", "ray", "torch"}
 
 
 def _loaded(code: str) -> set[str]:
