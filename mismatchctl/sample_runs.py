@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from mismatchctl.curves.ingest import ingest_metrics
 from mismatchctl.errors import InputError
+from mismatchctl.ingest.routing_rows import RouteOptions, check_route_options
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files
 from mismatchctl.store import Store
 
 MANIFEST = "manifest.json"
+# a run's `ingest` options in the manifest (what `mismatchctl ingest` needs beyond the files)
+INGEST_KEYS = ("routes_aligned", "routes_topk", "num_experts", "keep_routes")
 
 
 @dataclass
@@ -24,6 +28,8 @@ class DemoRun:
     captured: bool
     shows: str
     metrics: Path | None = None  # the run's training log (manifest key "metrics"), if any
+    # MoE routes: how to read them (manifest key "ingest": --routes-aligned, --routes-topk...)
+    routes: RouteOptions = field(default_factory=RouteOptions)
 
 
 def default_data_dir() -> Path:
@@ -54,9 +60,30 @@ def load_manifest(data_dir: str | os.PathLike[str] | None = None) -> list[DemoRu
             captured=bool(e.get("captured", True)),
             shows=e.get("shows", ""),
             metrics=base / e["metrics"] if e.get("metrics") else None,
+            routes=route_options(e.get("ingest", {}), path, e["name"]),
         )
         for e in entries
     ]
+
+
+def route_options(given: Any, path: Path, run: str) -> RouteOptions:
+    """A manifest run's `ingest` options as the ingest's route options."""
+    unknown = sorted(set(given) - set(INGEST_KEYS)) if isinstance(given, dict) else None
+    if unknown is None or unknown:
+        raise InputError(
+            f"{path}: run `{run}`: `ingest` holds {unknown if unknown else repr(given)}, expected "
+            f"an object with keys among {', '.join(INGEST_KEYS)}",
+            "regenerate the sample data.",
+        )
+    defaults = RouteOptions()
+    return check_route_options(
+        RouteOptions(
+            aligned=str(given.get("routes_aligned", defaults.aligned)),
+            num_experts=given.get("num_experts", defaults.num_experts),
+            keep_routes=bool(given.get("keep_routes", defaults.keep_routes)),
+            top_k=int(given.get("routes_topk", defaults.top_k)),
+        )
+    )
 
 
 def ingest_demo(
@@ -66,7 +93,14 @@ def ingest_demo(
     log is a no-op)."""
     results = []
     for run in runs:
-        opts = Options(run=run.name, tags=run.tags, fmt=run.format, mapping={}, skip_bad=False)
+        opts = Options(
+            run=run.name,
+            tags=run.tags,
+            fmt=run.format,
+            mapping={},
+            skip_bad=False,
+            routes=run.routes,
+        )
         results.append(ingest_files(store, [str(run.path)], opts, progress))
         if run.metrics is not None:
             ingest_metrics(store, run.metrics, run.name)

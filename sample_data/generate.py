@@ -7,18 +7,23 @@ checkpoints along training are the RL training steps. Each run samples multi-tur
 bf16 KV-cache inference path and rescores them with an fp32 full-forward trainer path; one knob of
 the inference path (or of the weights, prompts or trainer input) differs per run. The synthetic multi-GPU run is derived from
 `ref` and labelled so, as is the synthetic training log written for it (gen/training_log.py).
+A small mixture-of-experts variant of the model, trained the same way, gives the MoE runs
+(gen/moe_runs.py): both sides' routed experts are dumped, with and without routing replay.
 Bit-for-bit reproducible for a seed on one machine (same Python, torch and pyarrow versions).
+`--runs a,b` regenerates only the named runs and updates their manifest entries.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +40,10 @@ from gen.corpus import (
 )
 from gen.engine import InferenceEngine, TrainerScorer
 from gen.model import ModelConfig
+from gen.moe import MoEConfig
+from gen.moe_runs import MOE_RUNS, MoESize, moe_step
 from gen.rollout import RolloutShape, Sample, make_samples, roll_out, score, stable_seed
+from gen.routes import route_columns
 from gen.runs import ADDED_RUNS, RUNS, SYNTHETIC_SHOWS, SYNTHETIC_TAGS, TOOL_RENDERS, RunSpec
 from gen.synthetic import synthesize_step
 from gen.train import TrainConfig, Trained, train
@@ -51,6 +59,7 @@ class Size:
     shape: RolloutShape
     n_steps: int
     ci: bool  # only the runs marked in_ci
+    moe: MoESize  # the MoE model and runs (every MoE run is in every size)
 
 
 SIZES: dict[str, Size] = {
@@ -59,14 +68,25 @@ SIZES: dict[str, Size] = {
         RolloutShape(12, 4),
         8,
         ci=False,
+        moe=MoESize(
+            TrainConfig(warmup_iters=200, iters_per_step=10, n_checkpoints=5, batch=8),
+            RolloutShape(12, 4),
+            4,
+        ),
     ),
     "ci": Size(
         TrainConfig(warmup_iters=40, iters_per_step=5, n_checkpoints=4),
         RolloutShape(4, 4),
         3,
         ci=True,
+        moe=MoESize(
+            TrainConfig(warmup_iters=20, iters_per_step=5, n_checkpoints=3, batch=8),
+            RolloutShape(3, 4),
+            2,
+        ),
     ),
 }
+SYNTHETIC = "synthetic-gpus"
 
 
 @dataclass
@@ -187,14 +207,30 @@ def in_size(spec: RunSpec, size: Size) -> bool:
     return spec.in_ci or not size.ci
 
 
+def run_names(size: Size) -> list[str]:
+    """Every run of the size, in the manifest's order."""
+    return [
+        *(spec.name for spec in RUNS if in_size(spec, size)),
+        SYNTHETIC,
+        *(spec.name for spec in ADDED_RUNS if in_size(spec, size)),
+        *(spec.name for spec in MOE_RUNS),
+    ]
+
+
 def run_all(
-    specs: Sequence[RunSpec], model: Trainee, batches: Batches, out: Path, manifest_dir: Path
+    specs: Sequence[RunSpec],
+    model: Trainee,
+    batches: Batches,
+    out: Path,
+    manifest_dir: Path,
+    selected: Collection[str],
 ) -> tuple[list[dict[str, object]], dict[int, list[Sample]]]:
-    """Every run of `specs` (those in the size): manifest entries, and ref's samples per step."""
+    """Every selected run of `specs` (those in the size): manifest entries, and ref's samples per
+    step."""
     entries: list[dict[str, object]] = []
     ref_samples: dict[int, list[Sample]] = {}
     for spec in specs:
-        if not in_size(spec, batches.size):
+        if not in_size(spec, batches.size) or spec.name not in selected:
             continue
         t1 = time.perf_counter()
         run_dir = fresh_dir(out / spec.name)
@@ -217,7 +253,7 @@ def synthetic_run(
     ref_samples: dict[int, list[Sample]], batches: Batches, out: Path, manifest_dir: Path
 ) -> dict[str, object]:
     """The synthetic multi-GPU run from ref's samples, and its synthetic training log."""
-    run_dir = fresh_dir(out / "synthetic-gpus")
+    run_dir = fresh_dir(out / SYNTHETIC)
     seed, n_steps = batches.seed, batches.size.n_steps
     rng = np.random.default_rng(stable_seed(seed, "synthetic-gpus"))
     for step in range(1, n_steps + 1):
@@ -246,10 +282,49 @@ def synthetic_run(
     return entry
 
 
+def moe_run_all(
+    size: Size, batches: Batches, out: Path, manifest_dir: Path, selected: Collection[str]
+) -> tuple[list[dict[str, object]], dict[str, object]]:
+    """The MoE model trained, and the selected MoE runs: manifest entries, and the model's
+    generator info (manifest key `generator.moe`)."""
+    specs = [spec for spec in MOE_RUNS if spec.name in selected]
+    cfg = MoEConfig()
+    t0 = time.perf_counter()
+    print(f"training the MoE model on {len(TRAIN_MODULES)} stdlib modules", flush=True)
+    trained = train(cfg, size.moe.train, training_tokens(), batches.seed)
+    loss = round(float(np.mean(trained.losses[-20:])), 4)
+    print(f"trained in {time.perf_counter() - t0:.0f}s, final loss {loss:.3f}", flush=True)
+    t1 = time.perf_counter()
+    dirs = {spec.name: fresh_dir(out / spec.name) for spec in specs}
+    everything: dict[str, list[Sample]] = {spec.name: [] for spec in specs}
+    for step in range(1, size.moe.n_steps + 1):
+        natural, replayed = moe_step(
+            cfg, trained, size.moe.shape, batches.lines, batches.sources, batches.seed, step
+        )
+        for spec in specs:
+            samples = replayed if spec.replay else natural
+            width = max(len(s.response) for s in samples)
+            extra = prompt_columns(samples)
+            extra |= route_columns(samples, width, spec.encoding, spec.capture_bug)
+            path = dirs[spec.name] / f"step_{step:04d}.parquet"
+            write_parquet_step(path, step, samples, spec.tags, extra)
+            everything[spec.name].extend(samples)
+    entries = []
+    for spec in specs:
+        print(f"run {spec.name}: vllm_kl {measured_vllm_kl(everything[spec.name])}", flush=True)
+        entry = manifest_entry(
+            spec.name, out, manifest_dir, "parquet-sequence", spec.tags, True, spec.shows
+        )
+        entry["ingest"] = spec.ingest_options(cfg)
+        entries.append(entry)
+    print(f"MoE runs: {time.perf_counter() - t1:.0f}s", flush=True)
+    info = {"model": asdict(cfg), "train": asdict(size.moe.train), "final_train_loss": loss}
+    return entries, info
+
+
 def generator_info(args: argparse.Namespace, model: Trainee) -> dict[str, object]:
     return {
-        "command": "python sample_data/generate.py --out <dir>"
-        f" --size {args.size} --seed {args.seed}",
+        "command": command(args),
         "model": asdict(model.cfg),
         "train": asdict(model.train_cfg),
         "train_modules": list(TRAIN_MODULES),
@@ -257,6 +332,44 @@ def generator_info(args: argparse.Namespace, model: Trainee) -> dict[str, object
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "final_train_loss": round(float(np.mean(model.trained.losses[-20:])), 4),
     }
+
+
+def command(args: argparse.Namespace) -> str:
+    return f"python sample_data/generate.py --out <dir> --size {args.size} --seed {args.seed}"
+
+
+def selection(arg: str | None, size: Size) -> list[str]:
+    """The runs to generate: all of the size, or those named (comma-separated)."""
+    names = run_names(size)
+    if arg is None:
+        return names
+    chosen = [n.strip() for n in arg.split(",") if n.strip()]
+    unknown = [n for n in chosen if n not in names]
+    if unknown or not chosen:
+        raise SystemExit(f"--runs: unknown run(s) {unknown} for this size; runs: {names}")
+    if SYNTHETIC in chosen and "ref" not in chosen:
+        raise SystemExit(f"--runs: {SYNTHETIC} is derived from ref's samples: select ref too")
+    return chosen
+
+
+def merged_manifest(
+    path: Path,
+    size: Size,
+    entries: list[dict[str, object]],
+    info: dict[str, object],
+    args: argparse.Namespace,
+) -> dict[str, object]:
+    """The manifest with the generated runs' entries: with --runs, the existing manifest's other
+    entries and generator info are kept (the order is the full generation's)."""
+    old: dict[str, Any] = {"runs": [], "generator": {}}
+    if args.runs is not None and path.is_file():
+        old = json.loads(path.read_text(encoding="utf-8"))
+    by_name = {str(e["name"]): e for e in old["runs"]} | {str(e["name"]): e for e in entries}
+    order = run_names(size)
+    runs = [by_name[n] for n in order if n in by_name]
+    runs += [e for n, e in by_name.items() if n not in order]
+    generator = {**old["generator"], **info, "command": command(args)}
+    return {"runs": runs, "generator": dict(sorted(generator.items()))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,21 +382,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--manifest", type=Path, default=None, help="default: <out>/../manifest.json"
     )
+    parser.add_argument(
+        "--runs",
+        default=None,
+        help="comma-separated run names: generate only these and update their manifest entries "
+        "(the others' files and entries are left as they are)",
+    )
     args = parser.parse_args(argv)
     size = SIZES[args.size]
+    selected = selection(args.runs, size)
     manifest_path: Path = args.manifest or args.out.resolve().parent / "manifest.json"
     manifest_dir = manifest_path.parent
     make_deterministic(args.seed)
     t0 = time.perf_counter()
     batches = Batches(size, args.seed, prompt_lines(), prompt_line_sources())
 
-    cfg = ModelConfig()
-    model = Trainee(cfg, size.train, train_model(cfg, size, args.seed, (*RUNS, *ADDED_RUNS)))
-    entries, ref_samples = run_all(RUNS, model, batches, args.out, manifest_dir)
-    entries.append(synthetic_run(ref_samples, batches, args.out, manifest_dir))
-    entries += run_all(ADDED_RUNS, model, batches, args.out, manifest_dir)[0]
+    entries: list[dict[str, object]] = []
+    info: dict[str, object] = {}
+    moe_names = {spec.name for spec in MOE_RUNS}
+    if any(name not in moe_names for name in selected):  # a run of the dense model
+        cfg = ModelConfig()
+        model = Trainee(cfg, size.train, train_model(cfg, size, args.seed, (*RUNS, *ADDED_RUNS)))
+        found, ref_samples = run_all(RUNS, model, batches, args.out, manifest_dir, selected)
+        entries += found
+        if SYNTHETIC in selected:
+            entries.append(synthetic_run(ref_samples, batches, args.out, manifest_dir))
+        entries += run_all(ADDED_RUNS, model, batches, args.out, manifest_dir, selected)[0]
+        info |= generator_info(args, model)
+    if moe_names & set(selected):
+        found, info["moe"] = moe_run_all(size, batches, args.out, manifest_dir, selected)
+        entries += found
 
-    write_manifest(manifest_path, {"runs": entries, "generator": generator_info(args, model)})
+    write_manifest(manifest_path, merged_manifest(manifest_path, size, entries, info, args))
     print(f"done in {time.perf_counter() - t0:.0f}s -> {args.out}", flush=True)
     return 0
 

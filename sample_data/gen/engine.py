@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from gen.model import AttentionKernel, ModelConfig, TinyLM
+from gen.moe import NO_ROUTE, MoELM, make_model
 
 NEWLINE = 10
 
@@ -31,7 +33,7 @@ class TurnLimits:
 
 
 def build_model(cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: torch.dtype) -> TinyLM:
-    model = TinyLM(cfg)
+    model = make_model(cfg)
     model.load_state_dict(state)
     model.eval()
     return model.to(dtype)
@@ -72,6 +74,9 @@ class InferenceEngine:
         if cfg.lm_head_fp32:
             self.model.lm_head_fp32 = state["lm_head.weight"].float().clone()
         self.model.kv_fp32 = cfg.kv_fp32
+        # an MoE model's routes of the last generate(), per context: int16 [rows, layers, top_k]
+        # for the positions [0, len(context) + generated - 1) (each input position's experts)
+        self.routes: list[np.ndarray] | None = None
 
     @torch.no_grad()
     def generate(
@@ -86,6 +91,10 @@ class InferenceEngine:
             tokens[i, length - len(ctx) :] = torch.tensor(ctx)
             valid[i, length - len(ctx) :] = True
         logits, cache = self.model.prefill(tokens, valid, capacity=length + limits.max_new)
+        moe = isinstance(self.model, MoELM)
+        trace = (
+            [[r[v]] for r, v in zip(self.model.routes(), valid.numpy(), strict=True)] if moe else []
+        )
         out: list[tuple[list[int], list[float]]] = [([], []) for _ in range(n)]
         active = torch.arange(n)
         for t in range(limits.max_new):
@@ -104,6 +113,10 @@ class InferenceEngine:
                 rows = keep.nonzero().squeeze(1)
                 active, new, cache = active[rows], new[rows], cache.select(rows)
             logits = self.model.decode(new, cache, self.cfg.kernel)
+            if moe:  # the decode inputs' routes, row by row of the active batch
+                for row, routes in zip(active.tolist(), self.model.routes(), strict=True):
+                    trace[row].append(routes)
+        self.routes = [np.concatenate(rows) for rows in trace] if moe else None
         return out
 
 
@@ -115,19 +128,44 @@ class TrainerScorer:
     ) -> None:
         self.model = build_model(model_cfg, state, torch.float32)
         self.temperature = temperature
+        # an MoE model's routes of the last score(), per sequence: int16 [len, layers, top_k]
+        self.routes: list[np.ndarray] | None = None
 
     @torch.no_grad()
-    def score(self, sequences: list[list[int]], chunk: int = 16) -> list[list[float]]:
-        """Per sequence, logprob of token j at index j (index 0 is a dummy 0.0)."""
+    def score(
+        self, sequences: list[list[int]], chunk: int = 16, replay: list[np.ndarray] | None = None
+    ) -> list[list[float]]:
+        """Per sequence, logprob of token j at index j (index 0 is a dummy 0.0).
+
+        `replay` (MoE): per sequence, expert ids [rows, layers, top_k] for its first positions
+        that the trainer uses instead of its own choice (rollout routing replay, R3)."""
         result: list[list[float]] = []
+        moe = isinstance(self.model, MoELM)
+        self.routes = [] if moe else None
         for start in range(0, len(sequences), chunk):
             part = sequences[start : start + chunk]
             length = max(len(s) for s in part)
             tokens = torch.zeros(len(part), length, dtype=torch.long)
             for i, seq in enumerate(part):
                 tokens[i, : len(seq)] = torch.tensor(seq)  # right padding: causal, never attended
+            if replay is not None:
+                assert isinstance(self.model, MoELM)
+                self.model.force(self._forced(replay[start : start + chunk], length))
             logp = torch.log_softmax(self.model(tokens).float() / self.temperature, dim=-1)
             picked = logp[:, :-1].gather(2, tokens[:, 1:, None]).squeeze(2)
             for i, seq in enumerate(part):
                 result.append([0.0, *picked[i, : len(seq) - 1].tolist()])
+            if isinstance(self.model, MoELM):
+                self.model.force(None)
+                routes = self.model.routes()
+                self.routes.extend(routes[i, : len(seq)] for i, seq in enumerate(part))  # type: ignore[union-attr]
         return result
+
+    def _forced(self, routes: list[np.ndarray], length: int) -> torch.Tensor:
+        cfg = self.model.cfg
+        assert isinstance(self.model, MoELM)
+        shape = (len(routes), length, cfg.n_layers, self.model.cfg.top_k)
+        forced = torch.full(shape, NO_ROUTE, dtype=torch.long)
+        for i, rows in enumerate(routes):
+            forced[i, : len(rows)] = torch.from_numpy(rows.astype(np.int64))
+        return forced

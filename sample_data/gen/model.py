@@ -158,6 +158,9 @@ class Block(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
         self.ln2 = nn.LayerNorm(cfg.d_model)
+        self.build_ffn(cfg)
+
+    def build_ffn(self, cfg: ModelConfig) -> None:
         self.fc1 = nn.Linear(cfg.d_model, cfg.d_ff)
         self.fc2 = nn.Linear(cfg.d_ff, cfg.d_model)
 
@@ -172,7 +175,11 @@ class Block(nn.Module):
     def finish(self, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         bsz, _, length, _ = attn.shape
         x = x + self.proj(attn.transpose(1, 2).reshape(bsz, length, self.cfg.d_model))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+        return x + self.ffn(self.ln2(x))
+
+    def ffn(self, h: torch.Tensor) -> torch.Tensor:
+        """The feed-forward part on the normalised input (a mixture of experts in gen/moe.py)."""
+        return self.fc2(F.gelu(self.fc1(h)))
 
 
 @dataclass
@@ -197,11 +204,13 @@ class KVCache:
 
 
 class TinyLM(nn.Module):
+    block_class: type[Block] = Block  # gen/moe.py: blocks with a mixture-of-experts feed-forward
+
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.cfg = cfg
         self.tok_emb = nn.Embedding(cfg.vocab, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(self.block_class(cfg) for _ in range(cfg.n_layers))
         self.ln_f = nn.LayerNorm(cfg.d_model)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
         cos, sin = rope_tables(cfg)

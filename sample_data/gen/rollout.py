@@ -7,6 +7,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from gen.corpus import pick_prompt
@@ -41,6 +42,10 @@ class Sample:
     trainer_lp: list[float] = field(default_factory=list)
     stopped: list[bool] = field(default_factory=list)  # per model turn: ended at the stop byte
     data_source: str = ""  # the prompt module the prompt's first line comes from
+    # MoE only: expert ids int16 [rows, layers, top_k] per input position from position 0 of
+    # prompt + response; the engine's for [0, len(sequence) - 1), the trainer's for every position
+    rollout_routes: np.ndarray | None = None
+    trainer_routes: np.ndarray | None = None
 
     @property
     def sequence(self) -> list[int]:
@@ -102,6 +107,8 @@ def roll_out(
     for turn in range(max(s.n_turns for s in samples)):
         batch = [s for s in samples if s.n_turns > turn]
         outputs = engine.generate([s.sequence for s in batch], limits, gen)
+        if engine.routes is not None:
+            keep_first_routes(batch, engine.routes)
         for sample, (tokens, logprobs) in zip(batch, outputs, strict=True):
             append(sample, tokens, logprobs, 1)
             stopped = tokens[-1] == NEWLINE and len(tokens) >= limits.min_new
@@ -110,6 +117,18 @@ def roll_out(
                 # the tool output starts on its own line even if the turn was cut mid-line
                 tool = (b"" if tokens[-1] == NEWLINE else b"\n") + tool_response(sample.tool_rng)
                 append(sample, list(tool), [0.0] * len(tool), 0)
+
+
+def keep_first_routes(samples: list[Sample], routes: list[np.ndarray]) -> None:
+    """Each position keeps the routes of the first turn that computed it, as an engine with a
+    prefix cache records them (each turn's prefill recomputes the earlier positions here): the
+    rows that produced the earlier turns' logprobs stay."""
+    for sample, rows in zip(samples, routes, strict=True):
+        have = sample.rollout_routes
+        if have is None:
+            sample.rollout_routes = rows
+        else:
+            sample.rollout_routes = np.concatenate([have, rows[len(have) :]])
 
 
 def trainer_copy(sample: Sample, render: Callable[[bytes], bytes]) -> tuple[list[int], list[int]]:
@@ -137,10 +156,13 @@ def score(
     scorer: TrainerScorer,
     samples: list[Sample],
     render: Callable[[bytes], bytes] | None = None,
+    replay: bool = False,
 ) -> None:
-    """Trainer logprobs of the response tokens (0.0 on tool positions, as verl stores them).
+    """Trainer logprobs of the response tokens (0.0 on tool positions, as verl stores them), and
+    an MoE trainer's routes.
 
     `render`: the trainer's copy of each tool response differs from the text the engine saw.
+    `replay` (MoE): the trainer uses the engine's routes (rollout routing replay).
     """
     n_prompt = [len(s.prompt) for s in samples]
     if render is None:
@@ -150,7 +172,15 @@ def score(
         ]
     else:
         seqs, where = map(list, zip(*(trainer_copy(s, render) for s in samples), strict=True))
-    full = scorer.score(seqs)
+    if replay:
+        assert render is None and all(s.rollout_routes is not None for s in samples)
+        full = scorer.score(seqs, replay=[s.rollout_routes for s in samples])  # type: ignore[misc]
+    else:
+        full = scorer.score(seqs)
+    if scorer.routes is not None:
+        assert render is None
+        for sample, routes in zip(samples, scorer.routes, strict=True):
+            sample.trainer_routes = routes
     for i, (sample, lps) in enumerate(zip(samples, full, strict=True)):
         sample.trainer_lp = [
             lps[w] if m else 0.0 for w, m in zip(where[i], sample.mask, strict=True)

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from gen.model import ModelConfig, TinyLM
+from gen.model import ModelConfig
+from gen.moe import MoELM, make_model
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def train(
     checkpoint)."""
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    model = TinyLM(model_cfg)
+    model = make_model(model_cfg)  # TinyLM, or its MoE variant for a MoEConfig
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     total = cfg.warmup_iters + cfg.iters_per_step * (cfg.n_checkpoints - 1)
     result = Trained([], [])
@@ -74,11 +75,13 @@ def train(
         loss = torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), window[:, 1:].reshape(-1)
         )
+        losses.append(loss.item())  # the language-modelling loss, without the MoE's balancing term
+        if isinstance(model, MoELM):
+            loss = loss + model.aux_loss()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(loss.item())
         if log and (it % 50 == 0 or it == total - 1):
             rate = (it + 1) / (time.perf_counter() - start)
             print(

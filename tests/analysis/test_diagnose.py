@@ -12,6 +12,7 @@ from plotly.offline import get_plotlyjs
 
 import mismatchctl
 from mismatchctl import api
+from mismatchctl.sample_runs import load_manifest
 from tests.helpers import FIXTURES, cli
 from tests.planted import SPIKE_STEPS, Plan, write
 
@@ -274,10 +275,10 @@ def test_padding_stored_as_tokens_is_flagged(store: Path, tmp_path: Path) -> Non
 def test_sample_data_raises_no_data_integrity_alarm(tmp_path: Path) -> None:
     """The committed sample runs (healthy data as the frameworks write it): no padding stored
     as tokens, no duplicate sequences."""
-    runs = Path(__file__).parents[2] / "sample_data" / "runs"
     store = tmp_path / "s"
-    for run in sorted(p.name for p in runs.iterdir()):
-        mismatchctl.ingest([runs / run], run=run, store=store)
+    for sample in load_manifest():  # with the ingest options the manifest gives (MoE routes)
+        run = sample.name
+        mismatchctl.ingest([sample.path], run=run, store=store, routes=sample.routes)
         checks = {c.name: c for c in mismatchctl.diagnose(run, store=store).checks}
         assert checks["trailing_padding"].verdict == "ok", (run, checks["trailing_padding"])
         assert checks["duplicates"].verdict == "ok", (run, checks["duplicates"])

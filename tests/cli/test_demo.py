@@ -33,6 +33,13 @@ def test_demo_runs_on_the_bundled_sample_data(tmp_path: Path, monkeypatch) -> No
     assert "Training curves: synthetic-gpus" in ran.out and "actor/grad_norm" in ran.out
     assert "3 step(s) in the training logs have no dumps: 9-11" in ran.out
     assert "actor/grad_norm" in text and "critic/score/mean" in text
+    # the MoE runs are ingested with their routes (the manifest's `ingest` options): the report
+    # has a Routing section with their rows, and their diagnosis names flips and a capture bug
+    moe = [run["name"] for run in manifest["runs"] if "ingest" in run]
+    assert moe and "Routing (MoE)" in ran.out and "Routing (MoE)" in text
+    for name in moe:
+        assert f"Routing of {name}" in ran.out and f"Routing of {name}" in text
+    assert "routing flips carry" in text and "replay is on and" in text
     report = tmp_path / "report.json"
     assert cli("report", "synthetic-gpus", "--store", str(store), "--json", str(report)).code == 0
     curves = json.loads(report.read_text())["curves"]["synthetic-gpus"]
@@ -49,3 +56,28 @@ def test_demo_without_sample_data(tmp_path: Path) -> None:
     ran = cli("demo", "--store", str(tmp_path / "s"), "--data", str(tmp_path), "-q")
     assert ran.code == 1
     assert ran.err.startswith(f"Error: no sample data manifest at {tmp_path / 'manifest.json'}")
+
+
+def test_manifest_ingest_options(tmp_path: Path) -> None:
+    """A run's `ingest` options become the ingest's route options; an unknown key is refused
+    with the run and the keys it may hold."""
+    from mismatchctl.errors import InputError
+    from mismatchctl.sample_runs import load_manifest
+
+    run = {"name": "m", "path": "runs/m", "format": "parquet-sequence"}
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(
+        json.dumps({"runs": [run, {**run, "name": "n", "ingest": {"routes_topk": 2}}]})
+    )
+    plain, moe = load_manifest(tmp_path)
+    assert (plain.routes.top_k, plain.routes.num_experts, plain.routes.aligned) == (
+        0,
+        None,
+        "input",
+    )
+    assert moe.routes.top_k == 2
+    manifest.write_text(json.dumps({"runs": [{**run, "ingest": {"topk": 2}}]}))
+    with pytest.raises(
+        InputError, match=r"run `m`: `ingest` holds \['topk'\], expected .*routes_topk"
+    ):
+        load_manifest(tmp_path)

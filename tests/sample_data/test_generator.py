@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -22,9 +23,12 @@ pytest.importorskip("torch")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
+from tests.sample_data.moe_routes import MoESequence, differs, read_moe_run, routing  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "sample_data"
 LOGPROB_TOL = 1e-4
+MOE_RUNS = ("moe", "moe-r3", "moe-capture-bug")
 
 
 @dataclass
@@ -149,6 +153,57 @@ def test_fp32_inference_path_matches_trainer() -> None:
         assert np.abs(diff).max() < 1e-4, s.uid
 
 
+def test_fp32_moe_paths_record_the_same_routes() -> None:
+    """The MoE model with fp32 on both sides: the engine's routes (prefill rows, then one row per
+    decode input, kept from the turn that first computed each position) are the trainer's at
+    every input position, the logprobs agree, and replaying the engine's routes changes nothing;
+    in bf16 the engine's routes differ from the trainer's at some positions."""
+    import copy
+    import random
+
+    import torch
+
+    sys.path.insert(0, str(SAMPLE))
+    from gen.engine import EngineConfig, InferenceEngine, TrainerScorer
+    from gen.moe import MoEConfig, MoELM
+    from gen.rollout import RolloutShape, make_samples, roll_out, score
+
+    torch.manual_seed(0)
+    cfg = MoEConfig(n_layers=2)
+    state = MoELM(cfg).state_dict()
+    rng = random.Random(0)
+    lines = [
+        bytes(rng.randrange(32, 127) for _ in range(rng.randint(5, 40))) + b"\n" for _ in range(50)
+    ]
+    shape = RolloutShape(2, 3)
+    flips = 0
+    for dtype in (torch.float32, torch.bfloat16):
+        samples = make_samples(shape, lines, step=1, seed=0)
+        engine = InferenceEngine(cfg, state, EngineConfig(dtype=dtype))
+        roll_out(engine, samples, shape.limits, torch.Generator().manual_seed(0))
+        scorer = TrainerScorer(cfg, state, EngineConfig().temperature)
+        natural, replayed = [copy.copy(s) for s in samples], [copy.copy(s) for s in samples]
+        score(scorer, natural)
+        score(scorer, replayed, replay=True)
+        for a, b in zip(natural, replayed, strict=True):
+            n = len(a.sequence)
+            assert a.rollout_routes is not None and a.trainer_routes is not None
+            assert b.trainer_routes is not None
+            assert a.rollout_routes.shape == (n - 1, 2, cfg.top_k), a.uid
+            assert a.trainer_routes.shape == (n, 2, cfg.top_k), a.uid
+            engine_sets = np.sort(a.rollout_routes, axis=2)
+            assert np.array_equal(np.sort(b.trainer_routes[:-1], axis=2), engine_sets)
+            differ = (np.sort(a.trainer_routes[:-1], axis=2) != engine_sets).any(axis=(1, 2))
+            model = np.asarray(a.mask) == 1
+            if dtype == torch.float32:
+                assert not differ.any(), a.uid
+                for s in (a, b):
+                    diff = np.asarray(s.trainer_lp)[model] - np.asarray(s.rollout_lp)[model]
+                    assert np.abs(diff).max() < 1e-4, s.uid
+            flips += int(differ.sum()) if dtype == torch.bfloat16 else 0
+    assert flips > 0
+
+
 def test_split_kv_per_row_takes_each_path_for_its_own_rows() -> None:
     """With `min_kv_for_split`, rows whose own KV length reaches it get the split-KV kernel's
     output and the other rows the single pass's, bit for bit; and the split kernel without a bug
@@ -254,6 +309,35 @@ def check_nemo_run(run_dir: Path) -> None:
             check_row(mask, roll, train, f"{path}:{n}")
 
 
+def check_moe_run(run_dir: Path, run: dict) -> None:
+    """Both sides' routes on every response: ids in [0, experts) or -1 rows, distinct per layer;
+    the engine's recorded for each input position (prompt + response but its last token), the
+    trainer's for every position (or one position late: the capture bug)."""
+    ingest = run["ingest"]
+    seqs = read_moe_run(run_dir, ingest["routes_topk"])
+    assert seqs, run_dir
+    shifted = run["name"] == "moe-capture-bug"
+    for i, s in enumerate(seqs):
+        where = f"{run_dir}: response {i}"
+        real = int(np.flatnonzero(s.mask)[-1]) + 1  # the response ends with a model turn
+        for side in (s.rollout, s.trainer):
+            assert side.shape == (s.prompt + len(s.mask), 4, ingest["routes_topk"]), where
+            recorded = (side >= 0).all(axis=(1, 2))
+            assert np.all(recorded | (side == -1).all(axis=(1, 2))), where
+            assert side.max() < ingest["num_experts"], where
+            ids = np.sort(side[recorded], axis=2)
+            assert np.all(ids[:, :, 1:] != ids[:, :, :-1]), where
+        # the SGLang encoding covers the positions [last prompt position, seqlen - 1), the
+        # others start at position 0
+        sglang = run["name"] == "moe-r3"
+        first, end = (s.prompt - 1, len(s.rollout) - 1) if sglang else (0, len(s.rollout))
+        rollout = (s.rollout >= 0).all(axis=(1, 2))
+        assert np.flatnonzero(rollout).tolist() == list(range(first, s.prompt + real - 1)), where
+        trainer = (s.trainer >= 0).all(axis=(1, 2))
+        expected = range(first + shifted, min(s.prompt + real + shifted, end))
+        assert np.flatnonzero(trainer).tolist() == list(expected), where
+
+
 @pytest.mark.slow
 def test_ci_generation_is_well_formed(ci_dir: Path) -> None:
     out = ci_dir
@@ -274,6 +358,8 @@ def test_ci_generation_is_well_formed(ci_dir: Path) -> None:
         else:
             assert run["format"] == "nemo-jsonl"
             check_nemo_run(run_dir)
+        if run["name"] in MOE_RUNS:
+            check_moe_run(run_dir, run)
     stale = pq.read_table(next((out / "runs" / "stale-weights").glob("step_*.parquet"))).to_pydict()
     assert all(v == s - 1 for v, s in zip(stale["weight_version"], stale["step"], strict=True))
     gpus = pq.read_table(next((out / "runs" / "synthetic-gpus").glob("step_*.parquet"))).to_pydict()
@@ -282,7 +368,28 @@ def test_ci_generation_is_well_formed(ci_dir: Path) -> None:
     ref = pq.read_schema(out / "runs" / "ref" / "step_0001.parquet").names
     ref_b = pq.read_table(out / "runs" / "ref-b" / "step_0001.parquet")
     assert "prompts" not in ref and {"prompts", "data_source"} <= set(ref_b.column_names)
-    assert [run["name"] for run in manifest["runs"]][-1] == "ref-b"
+    names = [run["name"] for run in manifest["runs"]]
+    assert names[names.index("ref-b") :] == ["ref-b", *MOE_RUNS]
+    assert set(manifest["generator"]["moe"]) == {"model", "train", "final_train_loss"}
+
+
+@pytest.mark.slow
+def test_ci_generation_of_some_runs_keeps_the_others(ci_dir: Path, tmp_path: Path) -> None:
+    """`--runs` regenerates the named runs only: the same bytes as the full generation, the
+    other runs' files untouched, the manifest as the full generation wrote it."""
+    out = tmp_path / "runs"
+    shutil.copytree(ci_dir / "runs", out)
+    shutil.copytree(ci_dir / "logs", tmp_path / "logs")
+    shutil.copy(ci_dir / "manifest.json", tmp_path / "manifest.json")
+    for name in MOE_RUNS:
+        shutil.rmtree(out / name)
+    (out / "ref" / "marker").write_text("kept")
+    cmd = [sys.executable, str(SAMPLE / "generate.py"), "--out", str(out), "--size", "ci"]
+    subprocess.run(
+        [*cmd, "--runs", ",".join(MOE_RUNS)], check=True, cwd=ROOT, capture_output=True, timeout=900
+    )
+    (out / "ref" / "marker").unlink()
+    assert sha256_tree(tmp_path) == sha256_tree(ci_dir)
 
 
 @pytest.mark.slow
@@ -501,3 +608,77 @@ def test_template_fault_sits_after_tool_responses(committed: dict[str, Tokens]) 
     # the rest of the turn attends to the re-rendered text too: above ref's, a decade below the head
     tail_ref = vllm_kl(ref.r[(ref.turn >= 1) & (ref.dist >= 8)])
     assert tail_ref < vllm_kl(tmpl.r[tail]) < vllm_kl(tmpl.r[head]) / 10
+
+
+# ------------------------------------------------------------ (b) the MoE runs' routing
+
+
+@pytest.fixture(scope="module")
+def moe() -> dict[str, list[MoESequence]]:
+    manifest_path = SAMPLE / "manifest.json"
+    if not manifest_path.is_file():
+        pytest.skip("no committed sample data")
+    runs = {r["name"]: r for r in json.loads(manifest_path.read_text())["runs"]}
+    if not set(MOE_RUNS) <= set(runs):
+        pytest.skip(f"not in the committed sample data: {', '.join(MOE_RUNS)}")
+    return {
+        name: read_moe_run(SAMPLE / runs[name]["path"], runs[name]["ingest"]["routes_topk"])
+        for name in MOE_RUNS
+    }
+
+
+def test_committed_moe_runs_are_well_formed() -> None:
+    manifest_path = SAMPLE / "manifest.json"
+    if not manifest_path.is_file():
+        pytest.skip("no committed sample data")
+    runs = [r for r in json.loads(manifest_path.read_text())["runs"] if r["name"] in MOE_RUNS]
+    if len(runs) != len(MOE_RUNS):
+        pytest.skip("the committed sample data has no MoE runs")
+    for run in runs:
+        check_moe_run(SAMPLE / run["path"], run)
+        assert run["tags"]["routing_replay"] == ("off" if run["name"] == "moe" else "r3")
+
+
+def test_moe_runs_share_their_rollouts(moe: dict[str, list[MoESequence]]) -> None:
+    """One set of rollouts per step, scored with and without replay: the runs differ only in the
+    trainer's logprobs and routes (and the capture bug only in how its routes were dumped)."""
+    natural, r3, bug = (moe[name] for name in MOE_RUNS)
+    assert len(natural) == len(r3) == len(bug) > 0
+    for a, b, c in zip(natural, r3, bug, strict=True):
+        assert np.array_equal(a.mask, b.mask) and np.array_equal(a.mask, c.mask)
+        assert np.array_equal(a.rollout[a.prompt - 1 :], b.rollout[b.prompt - 1 :])
+        assert np.array_equal(a.rollout, c.rollout)
+        assert np.array_equal(b.r, c.r)  # the capture bug's logprobs are moe-r3's
+    assert not all(np.array_equal(a.r, b.r) for a, b in zip(natural, r3, strict=True))
+
+
+def test_moe_replay_agrees_everywhere_and_lowers_the_mismatch(
+    moe: dict[str, list[MoESequence]],
+) -> None:
+    natural, r3 = routing(moe["moe"]), routing(moe["moe-r3"])
+    assert r3.compared == natural.compared > 0.9 * natural.model_tokens
+    assert r3.token_agreement == 1.0 and len(r3.flipped) == 0
+    k3_r3 = np.concatenate([r3.flipped, r3.same]).mean()
+    k3_natural = np.concatenate([natural.flipped, natural.same]).mean()
+    assert k3_r3 < k3_natural / 3  # sample_data/README.md: the replayed run's K3 is far lower
+    # what is left is the bf16 noise of the positions that route alike on both sides
+    assert 0.5 < k3_r3 / natural.same.mean() < 2
+
+
+def test_moe_natural_routing_has_real_flips(moe: dict[str, list[MoESequence]]) -> None:
+    """Near-tied router logits pick other experts in bf16 than in fp32: a few percent of the
+    positions, and the tokens they produce carry most of the mismatch."""
+    natural = routing(moe["moe"])
+    assert 0.8 < natural.token_agreement < 0.995
+    assert len(natural.flipped) >= 50
+    assert natural.flipped.mean() > 20 * natural.same.mean()
+    assert natural.k3_share_flipped > 0.5
+
+
+def test_moe_capture_bug_is_detected(moe: dict[str, list[MoESequence]]) -> None:
+    """Replay is on, yet most compared positions differ: the trainer's routes are the engine's
+    written one position late (row t at t + 1), which the logprobs (moe-r3's) do not show."""
+    bug = routing(moe["moe-capture-bug"])
+    assert 1 - bug.token_agreement > 0.3  # the share of compared positions that violate replay
+    for s in moe["moe-capture-bug"]:
+        assert not differs(s.rollout[:-1], s.trainer[1:]).any()
