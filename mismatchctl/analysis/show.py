@@ -193,17 +193,27 @@ def _read_part(pf: pq.ParquetFile, seq: int, columns: tuple[str, ...]) -> pa.Tab
         return None
     table = pf.read_row_groups(groups, columns=list(columns))
     col = table.column(S.SEQ)
-    first = next((i for i, found in enumerate(col.to_pylist()) if found == seq), None)
-    if first is None:
+    found = np.flatnonzero(_values(col, np.int64) == seq)
+    if not len(found):
         return None
-    return table.filter(pc.equal(col, col[first])).sort_by(S.POSITION)  # a scalar of the column
+    return table.filter(pc.equal(col, col[int(found[0])])).sort_by(S.POSITION)
+
+
+def _values(col: pa.ChunkedArray, dtype: type) -> np.ndarray:
+    """A column of numbers as numpy, from its buffers when it is of ``dtype`` without nulls
+    (``to_numpy`` would load pandas), else from its Python values."""
+    if col.null_count or col.type != pa.from_numpy_dtype(dtype):
+        return np.array(col.to_pylist(), dtype=dtype)
+    size = np.dtype(dtype).itemsize
+    parts = [np.frombuffer(c.buffers()[1], dtype, len(c), c.offset * size) for c in col.chunks]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
 
 def token_rows(table: pa.Table) -> list[dict[str, Any]]:
     """One dict per token; with routes, its producing position's ``routing`` (flipped, same,
     unpaired) and ``first_flip_layer`` (docs/metrics.md, Routing)."""
-    lr = np.array(table.column(S.ROLLOUT).to_pylist(), dtype=np.float64)
-    lt = np.array(table.column(S.TRAINER).to_pylist(), dtype=np.float64)
+    lr = _values(table.column(S.ROLLOUT), np.float64)
+    lt = _values(table.column(S.TRAINER), np.float64)
     r = lt - lr
     with np.errstate(over="ignore"):
         k3 = np.expm1(r) - r

@@ -10,8 +10,15 @@ from typing import Any
 
 from mismatchctl.display import json_safe
 
+_PLAIN = (str, int, bool, type(None))
+
 
 def to_jsonable(value: Any) -> Any:
+    kind = type(value)
+    if kind in _PLAIN:  # most values: returned as they are, without the checks below
+        return value
+    if kind is float:
+        return value if math.isfinite(value) else None
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
