@@ -140,8 +140,7 @@ class TrainerScorer:
         `replay` (MoE): per sequence, expert ids [rows, layers, top_k] for its first positions
         that the trainer uses instead of its own choice (rollout routing replay, R3)."""
         result: list[list[float]] = []
-        moe = isinstance(self.model, MoELM)
-        self.routes = [] if moe else None
+        routes: list[np.ndarray] = []
         for start in range(0, len(sequences), chunk):
             part = sequences[start : start + chunk]
             length = max(len(s) for s in part)
@@ -157,14 +156,15 @@ class TrainerScorer:
                 result.append([0.0, *picked[i, : len(seq) - 1].tolist()])
             if isinstance(self.model, MoELM):
                 self.model.force(None)
-                routes = self.model.routes()
-                self.routes.extend(routes[i, : len(seq)] for i, seq in enumerate(part))  # type: ignore[union-attr]
+                chosen = self.model.routes()
+                routes.extend(chosen[i, : len(seq)] for i, seq in enumerate(part))
+        self.routes = routes if isinstance(self.model, MoELM) else None
         return result
 
     def _forced(self, routes: list[np.ndarray], length: int) -> torch.Tensor:
-        cfg = self.model.cfg
         assert isinstance(self.model, MoELM)
-        shape = (len(routes), length, cfg.n_layers, self.model.cfg.top_k)
+        cfg = self.model.cfg
+        shape = (len(routes), length, cfg.n_layers, cfg.top_k)
         forced = torch.full(shape, NO_ROUTE, dtype=torch.long)
         for i, rows in enumerate(routes):
             forced[i, : len(rows)] = torch.from_numpy(rows.astype(np.int64))

@@ -85,9 +85,9 @@ class MoELM(TinyLM):
 
     def routes(self) -> np.ndarray:
         """The expert ids of the last call: int16 [B, T, layers, top_k]."""
-        chosen = [b.chosen for b in self.moe_blocks()]
-        assert all(c is not None for c in chosen)
-        return torch.stack(chosen, dim=2).numpy().astype(np.int16)  # type: ignore[arg-type]
+        chosen = [b.chosen for b in self.moe_blocks() if b.chosen is not None]
+        assert len(chosen) == self.cfg.n_layers, "routes() before a forward pass"
+        return torch.stack(chosen, dim=2).numpy().astype(np.int16)
 
     def force(self, routes: torch.Tensor | None) -> None:
         """Use these ids [B, T, layers, top_k] (NO_ROUTE rows: route yourself), or stop."""
@@ -95,9 +95,9 @@ class MoELM(TinyLM):
             block.forced = None if routes is None else routes[:, :, layer]
 
     def aux_loss(self) -> torch.Tensor:
-        aux = [b.aux for b in self.moe_blocks()]
-        assert all(a is not None for a in aux)
-        return self.cfg.aux_weight * torch.stack(aux).sum()  # type: ignore[arg-type]
+        aux = [b.aux for b in self.moe_blocks() if b.aux is not None]
+        assert len(aux) == self.cfg.n_layers, "aux_loss() before a training forward pass"
+        return self.cfg.aux_weight * torch.stack(aux).sum()
 
 
 def make_model(cfg: ModelConfig) -> TinyLM:

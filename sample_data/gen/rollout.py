@@ -173,8 +173,9 @@ def score(
     else:
         seqs, where = map(list, zip(*(trainer_copy(s, render) for s in samples), strict=True))
     if replay:
-        assert render is None and all(s.rollout_routes is not None for s in samples)
-        full = scorer.score(seqs, replay=[s.rollout_routes for s in samples])  # type: ignore[misc]
+        engine_routes = [s.rollout_routes for s in samples if s.rollout_routes is not None]
+        assert render is None and len(engine_routes) == len(samples)
+        full = scorer.score(seqs, replay=engine_routes)
     else:
         full = scorer.score(seqs)
     if scorer.routes is not None:
