@@ -13,9 +13,16 @@ ROOT = Path(__file__).parents[1]
 # Words that are metric names and plain words too (a column of the runs table, a unit of a
 # correction): the check skips them.
 GENERIC = {"tokens", "sequences", "units", "batches"}
-# A framework's own config values that happen to be metric names (AReaL's
-# ``rejection_sampling.metric``), allowed in that framework's preset only.
-FRAMEWORK_WORDS = {"preset_areal.py": {"kl_k1", "kl_k2"}}
+# A framework's own config values or metric keys that happen to be metric names (AReaL's
+# ``rejection_sampling.metric``; verl's off-policy metrics ``rollout_corr/<name>``, which its
+# preset reports under verl's own keys), allowed in that framework's preset only.
+FRAMEWORK_WORDS = {
+    "preset_areal.py": {"kl_k1", "kl_k2"},
+    "preset_verl.py": {
+        "ppl_ratio", "rollout_ppl", "rollout_log_ppl", "log_ppl_diff", "log_ppl_abs_diff",
+        "chi2_token", "chi2_seq",
+    },
+}  # fmt: skip
 
 
 def _docstrings(tree: ast.AST) -> set[int]:

@@ -238,7 +238,7 @@ def test_split_kv_per_row_takes_each_path_for_its_own_rows() -> None:
 
 def generate(out: Path) -> None:
     cmd = [sys.executable, str(SAMPLE / "generate.py"), "--out", str(out / "runs"), "--size", "ci"]
-    subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, timeout=600)
+    subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, timeout=1800)
 
 
 @pytest.fixture(scope="session")

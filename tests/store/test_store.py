@@ -193,7 +193,7 @@ def test_killed_ingest_leaves_no_partial_run(store: Path, tmp_path: Path) -> Non
     committed = {
         p.path
         for r in ("base", "after")
-        for k in ("tokens", "sequences")
+        for k in ("tokens", "sequences", "routing", "masked")
         for p in mismatchctl.open_store(store).parts(r, k)
     }
     on_disk = {p.relative_to(store).as_posix() for p in store.rglob("*.parquet")}
