@@ -22,7 +22,8 @@ import pyarrow as pa
 from mismatchctl import schema as S
 from mismatchctl.analysis.figure_data import RatePlot
 from mismatchctl.analysis.report import parse_edges
-from mismatchctl.analysis.routing import FLIPPED, SAME, UNPAIRED, route_layers
+from mismatchctl.analysis.route_kinds import FLIPPED, SAME, UNPAIRED
+from mismatchctl.analysis.routing import route_layers
 from mismatchctl.analysis.selection import parse_selector, resolve, same_selection
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine

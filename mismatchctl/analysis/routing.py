@@ -21,18 +21,6 @@ from mismatchctl.stats.routing import RoutingPartial
 from mismatchctl.store.integrity import read_error
 
 ROUTING_LAYER = "layer"  # `--by layer`: the routing per MoE layer
-# a token's producing position (route_paired: -1, 0, 1 + its lowest differing layer)
-FLIPPED, SAME, UNPAIRED = "flipped", "same", "unpaired"
-
-
-def paired_kind(paired: int) -> str:
-    """``flipped``, ``same`` or ``unpaired``, from a token's ``route_paired``."""
-    return FLIPPED if paired >= 1 else SAME if paired == 0 else UNPAIRED
-
-
-def first_flip_layer(paired: int) -> int | None:
-    """The lowest differing layer of a token's producing position (None unless flipped)."""
-    return paired - 1 if paired >= 1 else None
 
 
 @dataclass

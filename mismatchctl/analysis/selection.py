@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from mismatchctl.engines.plan import PartTask, RowFilter, Selection, StepRange
-from mismatchctl.engines.routing import twin_path
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import RunInfo, Store
 from mismatchctl.store.integrity import check_run
 from mismatchctl.store.location import demo_store_hint
-from mismatchctl.store.parts import ROUTING, SEQUENCES, TOKENS
+from mismatchctl.store.parts import ROUTING, SEQUENCES, TOKENS, twin_path
 
 T = TypeVar("T")
 

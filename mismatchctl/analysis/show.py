@@ -18,18 +18,16 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
-from mismatchctl.analysis.routing import first_flip_layer, paired_kind
+from mismatchctl.analysis.route_kinds import first_flip_layer, paired_kind
 from mismatchctl.analysis.token_text import Decoder
 from mismatchctl.analysis.tokenizer import run_decoders
-from mismatchctl.engines.routing import twin_path
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import Store
 from mismatchctl.store.integrity import read_error
-from mismatchctl.store.parts import MASKED, ROUTING, SEQUENCES, TOKENS
+from mismatchctl.store.parts import MASKED, ROUTING, SEQUENCES, TOKENS, twin_path
 
 SEQ_COLUMNS = (S.STEP, S.SEQ, S.SAMPLE_ID, S.MODEL_TOKENS, S.TURNS, S.PROMPT_TOKENS,
                S.TOOL_TOKENS, S.PAD_TOKENS)  # fmt: skip
@@ -133,7 +131,7 @@ def read_tokens(store: Store, run: str, seq: int) -> pa.Table:
     ``route_paired`` of each token when the part has a routing twin (MoE routes)."""
     found = _read_sequence(store, run, seq, TOKENS, TOKEN_COLUMNS)
     if found is None:
-        return pa.schema([(c, pa.int64()) for c in TOKEN_COLUMNS]).empty_table()
+        return _empty(TOKEN_COLUMNS)
     path, table = found
     return _with_routes(store, run, path, seq, table)
 
@@ -143,8 +141,13 @@ def read_masked(store: Store, run: str, seq: int) -> pa.Table:
     when ingest did not keep them."""
     found = _read_sequence(store, run, seq, MASKED, MASKED_COLUMNS)
     if found is None:
-        return pa.schema([(c, pa.int64()) for c in MASKED_COLUMNS]).empty_table()
+        return _empty(MASKED_COLUMNS)
     return found[1]
+
+
+def _empty(columns: tuple[str, ...]) -> pa.Table:
+    """No rows of these columns (``empty_table`` and arrays from Python lists load pandas)."""
+    return pa.Table.from_batches([], pa.schema([(c, pa.int64()) for c in columns]))
 
 
 def _read_sequence(
@@ -192,11 +195,18 @@ def _read_part(pf: pq.ParquetFile, seq: int, columns: tuple[str, ...]) -> pa.Tab
     if not groups:
         return None
     table = pf.read_row_groups(groups, columns=list(columns))
-    col = table.column(S.SEQ)
-    found = np.flatnonzero(_values(col, np.int64) == seq)
+    found = np.flatnonzero(_values(table.column(S.SEQ), np.int64) == seq)
     if not len(found):
         return None
-    return table.filter(pc.equal(col, col[int(found[0])])).sort_by(S.POSITION)
+    first, n = int(found[0]), len(found)
+    if found[-1] - first + 1 == n:  # as ingest writes them: one run of rows, by position
+        rows = table.slice(first, n)
+        if n < 2 or bool(np.all(np.diff(_values(rows.column(S.POSITION), np.int64)) > 0)):
+            return rows
+    import pyarrow.compute as pc  # only for rows out of order: it costs 0.1 s to load
+
+    col = table.column(S.SEQ)
+    return table.filter(pc.equal(col, col[first])).sort_by(S.POSITION)
 
 
 def _values(col: pa.ChunkedArray, dtype: type) -> np.ndarray:
@@ -262,12 +272,12 @@ def masked_rows(table: pa.Table, decode: Decoder) -> list[dict[str, Any]]:
     """The tool responses' tokens in position order: position, token id, text."""
     if not table.num_rows:
         return []
-    table = table.sort_by(S.POSITION)
-    ids = table.column(S.TOKEN_ID).to_pylist()
-    positions = table.column(S.POSITION).to_pylist()
+    rows = sorted(zip(table.column(S.POSITION).to_pylist(), table.column(S.TOKEN_ID).to_pylist(),
+                      strict=True))  # fmt: skip
+    ids = [i for _, i in rows]
     return [
         {"position": p, "token_id": i, "text": text}
-        for p, i, text in zip(positions, ids, decode(ids), strict=True)
+        for (p, i), text in zip(rows, decode(ids), strict=True)
     ]
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from mismatchctl import schema as S
 from mismatchctl.analysis import sections as X
-from mismatchctl.analysis.routing import FLIPPED
+from mismatchctl.analysis.route_kinds import FLIPPED
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.show import Show

@@ -28,16 +28,9 @@ from mismatchctl.stats.routing import (
 )
 from mismatchctl.store.integrity import read_error
 
-TOKENS_DIR, ROUTING_DIR = "/tokens/", "/routing/"
 # the routing columns the metrics read (RoutingExtra); explain and show read ROUTE_PAIRED only
 METRIC_COLUMNS = (S.ROUTE_EQUAL, S.ROUTE_OVERLAP, S.ROUTE_PAIRED, S.ROUTE_FLIP_BEFORE,
                   S.ROUTE_TOP_K)  # fmt: skip
-
-
-def twin_path(token_path: str) -> str:
-    """The routing part of a token part (the same name under ``routing/``)."""
-    head, sep, tail = token_path.rpartition(TOKENS_DIR)
-    return head + ROUTING_DIR + tail if sep else token_path
 
 
 def read_twin(task: PartTask, columns: Sequence[str]) -> pa.Table | None:

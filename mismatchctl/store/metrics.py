@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl.errors import StoreError
@@ -113,6 +112,8 @@ class _Merged:
 
 
 def _merge(run: str, old: pa.Table, new: pa.Table, src: MetricSource, replace: bool) -> _Merged:
+    import pyarrow.compute as pc  # here only: the store's readers start without it
+
     new_names = pc.unique(new.column(METRIC))
     if replace:
         drop = pc.is_in(old.column(METRIC), value_set=new_names)

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
@@ -35,6 +34,13 @@ SEQUENCES = "sequences"
 METRICS = "metrics"
 ROUTING = "routing"  # MoE routing rows, row for row beside a source's token parts
 MASKED = "masked"  # token ids of the masked positions inside a sequence (its tool responses)
+TOKENS_DIR, ROUTING_DIR = f"/{TOKENS}/", f"/{ROUTING}/"
+
+
+def twin_path(token_path: str) -> str:
+    """The routing part of a token part (the same name under ``routing/``)."""
+    head, sep, tail = token_path.rpartition(TOKENS_DIR)
+    return head + ROUTING_DIR + tail if sep else token_path
 
 
 def part_dir(kind: str, run: str) -> str:
@@ -125,6 +131,8 @@ class _OpenPart:
         self.seqs: list[int] = []
 
     def update(self, table: pa.Table) -> None:
+        import pyarrow.compute as pc  # loaded by writers only: readers start faster
+
         self.rows += table.num_rows
         steps = pc.min_max(table.column(S.STEP))
         seqs = pc.min_max(table.column(S.SEQ))

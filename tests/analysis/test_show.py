@@ -221,3 +221,22 @@ def test_cli_json_html_and_polars(store: Path, tmp_path: Path) -> None:
     assert ran.code == 0 and "heat-5" in (tmp_path / "s.html").read_text()
     df = api.show("g", "g1", store=store).to_polars()
     assert df.height == 19 and df["position"].to_list()[11:13] == [11, 15]
+
+
+def test_rows_out_of_order_in_a_part(tmp_path: Path) -> None:
+    """A part whose sequence's rows are interleaved with another's and not by position (the
+    store's own writer keeps them together, in order): the same rows, by position."""
+    from mismatchctl.analysis.show import _read_part
+
+    seq = [7, 9, 7, 9, 7, 7]
+    position = [3, 0, 1, 1, 0, 2]
+    trainer = [-0.3, -0.9, -0.1, -0.8, -0.0, -0.2]
+    path = tmp_path / "part.parquet"
+    pq.write_table(pa.table({"seq": seq, "position": position, "trainer_logprob": trainer}), path)
+    got = _read_part(pq.ParquetFile(path), 7, ("seq", "position", "trainer_logprob"))
+    assert got is not None
+    assert got.column("position").to_pylist() == [0, 1, 2, 3]
+    assert got.column("trainer_logprob").to_pylist() == [-0.0, -0.1, -0.2, -0.3]
+    in_order = _read_part(pq.ParquetFile(path), 9, ("seq", "position"))
+    assert in_order is not None and in_order.column("position").to_pylist() == [0, 1]
+    assert _read_part(pq.ParquetFile(path), 8, ("seq", "position")) is None
