@@ -402,10 +402,11 @@ def region_accumulate_cells(
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _count_le(edges: np.ndarray, value: float) -> int:
-    """How many of the (increasing) ``edges`` are <= ``value``."""
+    """How many of the (increasing) ``edges`` are <= ``value``: every edge compared, without a
+    branch (half the time of a search that stops early, whose branches mispredict)."""
     k = 0
-    while k < edges.shape[0] and edges[k] <= value:
-        k += 1
+    for j in range(edges.shape[0]):
+        k += edges[j] <= value
     return k
 
 
@@ -433,6 +434,7 @@ def token_codes(
         a = starts[si]
         b = starts[si + 1] if si + 1 < starts.shape[0] else n
         run_start = a
+        p = prompt[si]
         for i in range(a, b):
             t = turn[i]
             if t < 0:
@@ -442,6 +444,6 @@ def token_codes(
             out[i, 0] = min(t, last_turn)
             out[i, 1] = 1 if t >= 1 else 0
             out[i, 2] = _count_le(bin_edges, pr[i])
-            out[i, 3] = _count_le(kv_edges, position[i] + prompt[si])
+            out[i, 3] = _count_le(kv_edges, position[i] + p)
             out[i, 4] = _count_le(tp_edges, i - run_start)
     return -1
