@@ -27,7 +27,7 @@ from mismatchctl.analysis.routing import route_layers
 from mismatchctl.analysis.selection import parse_selector, resolve, same_selection
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
-from mismatchctl.engines.keys import PartKeys, turn_positions
+from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
@@ -205,6 +205,8 @@ class _Coder:
     local to a part: each is mapped to the cube's code of its label)."""
 
     def __init__(self, spec: CubeSpec) -> None:
+        if tuple(d.name for d in spec.token_dims) != TOKEN_DIMS:
+            raise ValueError(f"the coder codes the token dimensions {TOKEN_DIMS} of cube_spec")
         self.spec = spec
         self.maps = {d.name: {lab: i for i, lab in enumerate(d.labels)} for d in spec.dims}
         first = next((d for d in spec.dims if d.name == FIRST_FLIP_LAYER), None)
@@ -224,7 +226,7 @@ class _Coder:
         """Each name's cube codes for every row of the keys' table."""
         out = np.zeros((keys.n, len(names)), dtype=np.int32)
         for j, name in enumerate(names):
-            if name in CUBE_EDGES or name == K.DUMP_ORDER:
+            if name in (K.LENGTH, K.DUMP_ORDER):
                 out[:, j] = self._binned(keys, name)
                 continue
             if name in (ROUTING, FIRST_FLIP_LAYER):  # token dimensions: every row
@@ -237,19 +239,42 @@ class _Coder:
 
     @staticmethod
     def _binned(keys: PartKeys, name: str) -> np.ndarray:
-        """The cube's own bins of a position dimension, or its order groups (module constants);
-        positions count from the response's start where the dump gave no prompt length."""
-        if name in (K.LENGTH, K.DUMP_ORDER):
-            rows = keys.rows()
-            if name == K.DUMP_ORDER:
-                blocks = order_blocks(keys.sequence_rows().order[rows], ORDER_BLOCK)
-                return (blocks // CUBE_ORDER_GROUP).astype(np.int32)
-            values = keys.sequence_rows().model_tokens[rows]
-        elif name == K.KV_POSITION:
-            values = keys.column(S.POSITION).astype(np.int64) + keys.prompt_lengths()
-        else:
-            values = turn_positions(keys.column(S.SEQ), keys.column(S.TURN))
+        """The cube's own bins of the sequence length, or its order groups (module constants)."""
+        rows = keys.rows()
+        if name == K.DUMP_ORDER:
+            blocks = order_blocks(keys.sequence_rows().order[rows], ORDER_BLOCK)
+            return (blocks // CUBE_ORDER_GROUP).astype(np.int32)
+        values = keys.sequence_rows().model_tokens[rows]
         return assign_positions(values, CUBE_EDGES[name]).astype(np.int32)
+
+    @staticmethod
+    def token_codes(keys: PartKeys, seq: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        """The token dimensions' codes (``TOKEN_DIMS``), in one compiled pass: the codes of the
+        keys' turn, turn kind and bin (the cube's labels are theirs, in their order), and the
+        cube's own bins of the KV position (from the response's start where the dump gave no
+        prompt length) and of the position in the turn."""
+        from mismatchctl.stats import cube_kernels
+
+        out = np.empty((keys.n, len(TOKEN_DIMS)), dtype=np.int32)
+        if keys.n == 0:
+            return out
+        if keys.sequences is None:
+            prompt = np.zeros(len(starts), dtype=np.int64)
+        else:
+            rows = keys.sequences.rows(seq[starts])
+            prompt = np.maximum(keys.sequences.prompt_length[rows], 0).astype(np.int64)
+        turn = keys.column(S.TURN)
+        bad = cube_kernels.token_codes(
+            turn, keys.column(S.POSITION), starts.astype(np.int64), prompt,
+            np.exp(keys.column(S.ROLLOUT)),  # as the bin key: numpy's exp, then the edges
+            np.asarray(keys.edges, dtype=np.float64)[1:-1],
+            np.asarray(CUBE_KV_EDGES[1:], dtype=np.int64),
+            np.asarray(CUBE_TURN_POSITION_EDGES[1:], dtype=np.int64),
+            len(TURN_INDEX_LABELS) - 1, out,
+        )  # fmt: skip
+        if bad >= 0:
+            raise ValueError(f"turn indices must be >= 0 (found {turn[bad]})")
+        return out
 
     def slice(self, table: pa.Table, keys: PartKeys) -> tuple[np.ndarray, ...]:
         """lr, lt, each token's sequence row, token codes, sequence codes (computed on each
@@ -257,7 +282,7 @@ class _Coder:
         seq = keys.column(S.SEQ)
         starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
         rows = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(seq)]))
-        tok = self.codes(keys, [d.name for d in self.spec.token_dims])
+        tok = self.token_codes(keys, seq, starts)
         seqc = self.codes(keys.at(starts), [d.name for d in self.spec.seq_dims])
         return keys.column(S.ROLLOUT), keys.column(S.TRAINER), rows, tok, seqc, seq[starts]
 

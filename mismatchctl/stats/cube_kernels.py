@@ -395,3 +395,55 @@ def region_accumulate_cells(
             buf[r, s2, 0] = 0.0
             buf[r, s2, 1] = 0.0
             seen[r, s2] = False
+
+
+# --- the cube's token codes -----------------------------------------------------------------
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _count_le(edges: np.ndarray, value: float) -> int:
+    """How many of the (increasing) ``edges`` are <= ``value``: every edge compared, without a
+    branch (half the time of a search that stops early, whose branches mispredict)."""
+    k = 0
+    for j in range(edges.shape[0]):
+        k += edges[j] <= value
+    return k
+
+
+@numba.njit(cache=True, nogil=True)
+def token_codes(
+    turn: np.ndarray,
+    position: np.ndarray,
+    starts: np.ndarray,
+    prompt: np.ndarray,
+    pr: np.ndarray,
+    bin_edges: np.ndarray,
+    kv_edges: np.ndarray,
+    tp_edges: np.ndarray,
+    last_turn: int,
+    out: np.ndarray,
+) -> int:
+    """Every token's codes of the cube's token dimensions, in one pass: ``out[i]`` = (turn index
+    0, 1, ..., ``last_turn`` for that turn and later ones; turn kind first/later; probability
+    bin; KV position bin; position-in-turn bin: its index in its run of one turn). ``starts``: each sequence's first token (sequences contiguous); ``prompt``: each
+    sequence's prompt length (0 where unknown); ``pr``: exp(rollout logprob); the edges are the
+    interior ones (a bin is the count of edges <= the value: ``stats.bins.assign_bins`` and
+    ``stats.positions.assign_positions``). Returns the first token with a negative turn, or -1."""
+    n = turn.shape[0]
+    for si in range(starts.shape[0]):
+        a = starts[si]
+        b = starts[si + 1] if si + 1 < starts.shape[0] else n
+        run_start = a
+        p = prompt[si]
+        for i in range(a, b):
+            t = turn[i]
+            if t < 0:
+                return i
+            if i > a and t != turn[i - 1]:
+                run_start = i
+            out[i, 0] = min(t, last_turn)
+            out[i, 1] = 1 if t >= 1 else 0
+            out[i, 2] = _count_le(bin_edges, pr[i])
+            out[i, 3] = _count_le(kv_edges, position[i] + p)
+            out[i, 4] = _count_le(tp_edges, i - run_start)
+    return -1

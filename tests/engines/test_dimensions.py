@@ -11,6 +11,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -296,6 +297,57 @@ def test_keys_at_the_sequence_starts_equal_the_per_token_keys(dims: tuple[Path, 
     sel = select(mismatchctl.open_store(store), ["d"], None)
     _, (labels,) = run_passes(sel.tasks, [], LOG_EDGES, sel.rows, extras=[_AtStarts()])
     assert len(labels) == 8 * 210  # every sequence's labels, each key compared in its slice
+
+
+class _CubeTokenCodes:
+    """An extra comparing the explain cube's compiled token codes with the keys' codes (turn,
+    turn kind, bin) and the cube's position bins computed in numpy."""
+
+    columns: tuple[str, ...] = (S.POSITION,)
+    keys = ("kv_position",)
+
+    def compute(self, table, keys) -> int:
+        from mismatchctl.analysis import explain as E
+        from mismatchctl.engines.keys import turn_positions
+        from mismatchctl.stats.positions import assign_positions
+
+        seq = keys.column(S.SEQ)
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+        got = E._Coder.token_codes(keys, seq, starts)
+        kv = keys.column(S.POSITION).astype(np.int64) + keys.prompt_lengths()
+        want = np.column_stack([
+            keys.get(K.TURN).codes, keys.get(K.TURN_KIND).codes, keys.get(K.BIN).codes,
+            assign_positions(kv, E.CUBE_KV_EDGES),
+            assign_positions(turn_positions(seq, keys.column(S.TURN)), E.CUBE_TURN_POSITION_EDGES),
+        ])  # fmt: skip
+        np.testing.assert_array_equal(got, want)
+        return len(seq)
+
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+
+def test_the_cube_token_codes_equal_the_keys(dims: tuple[Path, Path]) -> None:
+    """The compiled codes of the cube's token dimensions (one pass) are the keys' codes and the
+    cube's own position bins, token by token, with and without prompt lengths; a negative turn
+    is refused."""
+    from mismatchctl.analysis.explain import _Coder
+    from mismatchctl.analysis.selection import select
+    from mismatchctl.engines.keys import PartKeys
+    from mismatchctl.engines.local import run_passes
+    from mismatchctl.stats.bins import LOG_EDGES
+
+    dump, store = dims
+    sel = select(mismatchctl.open_store(store), ["d"], None)
+    _, (tokens,) = run_passes(sel.tasks, [], LOG_EDGES, sel.rows, extras=[_CubeTokenCodes()])
+    assert tokens == len(reference_tokens(dump).lr)
+    table = pq.read_table(next(iter(sorted((store / "tokens").rglob("*.parquet")))))
+    bad = table.set_column(
+        table.schema.get_field_index(S.TURN), S.TURN, pa.array([-1] * table.num_rows, pa.int32())
+    )
+    keys = PartKeys(bad, "d", {}, LOG_EDGES)
+    with pytest.raises(ValueError, match="turn indices must be >= 0"):
+        _Coder.token_codes(keys, keys.column(S.SEQ), np.array([0]))
 
 
 def test_html_shows_the_new_splits(dims: tuple[Path, Path], tmp_path: Path) -> None:
