@@ -297,8 +297,14 @@ class CubeExtra:
         self.routing_columns = twin_columns([d.name for d in spec.dims])
 
     def compute(self, table: pa.Table, keys: PartKeys) -> Cube:
+        return self.compute_into(None, table, keys)
+
+    def compute_into(self, state: Cube | None, table: pa.Table, keys: PartKeys) -> Cube:
+        """The part's cube so far with the slice's tokens added in place."""
         lr, lt, rows, tok, seqc, _ = self.coder.slice(table, keys)
-        return Cube.from_tokens(self.spec, lr, lt, rows, tok, seqc)
+        cube = Cube(self.spec) if state is None else state
+        cube.add(lr, lt, rows, tok, seqc)
+        return cube
 
     def merge(self, a: Cube, b: Cube) -> Cube:
         return a.merge_into(b)
@@ -317,11 +323,18 @@ class CubeCellsExtra(CubeExtra):
     (``stats/cube_cells.py``), so that `explain` reads its tokens once."""
 
     def compute(self, table: pa.Table, keys: PartKeys) -> CubeCells:  # type: ignore[override]
+        return self.compute_into(None, table, keys)
+
+    def compute_into(  # type: ignore[override]
+        self, state: CubeCells | None, table: pa.Table, keys: PartKeys
+    ) -> CubeCells:
+        """The part's cube and cells so far with the slice's added (the cube in place)."""
         lr, lt, rows, tok, seqc, seq_ids = self.coder.slice(table, keys)
-        cube = Cube(self.spec)
-        cells = cube.add(lr, lt, rows, tok, seqc, sequence_keys(keys.run, seq_ids))
+        out = CubeCells(Cube(self.spec), []) if state is None else state
+        cells = out.cube.add(lr, lt, rows, tok, seqc, sequence_keys(keys.run, seq_ids))
         assert cells is not None
-        return CubeCells(cube, [cells])
+        out.cells.append(cells)
+        return out
 
     def merge(self, a: CubeCells, b: CubeCells) -> CubeCells:  # type: ignore[override]
         return CubeCells(a.cube.merge_into(b.cube), a.cells + b.cells)
@@ -338,8 +351,18 @@ class RunCubeExtra:
         self.routing_columns = twin_columns([d.name for d in spec.dims])
 
     def compute(self, table: pa.Table, keys: PartKeys) -> dict[str, Cube]:
+        return self.compute_into(None, table, keys)
+
+    def compute_into(
+        self, state: dict[str, Cube] | None, table: pa.Table, keys: PartKeys
+    ) -> dict[str, Cube]:
+        """The part's cube (a part holds one run) so far with the slice's tokens added."""
         lr, lt, rows, tok, seqc, _ = self.coder.slice(table, keys)
-        return {keys.run: Cube.from_tokens(self.spec, lr, lt, rows, tok, seqc)}
+        out = {} if state is None else state
+        if keys.run not in out:
+            out[keys.run] = Cube(self.spec)
+        out[keys.run].add(lr, lt, rows, tok, seqc)
+        return out
 
     def merge(self, a: dict[str, Cube], b: dict[str, Cube]) -> dict[str, Cube]:
         out = dict(a)

@@ -58,7 +58,9 @@ class PartExtra(Protocol):
     the table beyond those of the passes; an extra may also name ``keys`` (a tuple of split
     keys it asks ``PartKeys`` for), so that the engine reads what they need (``position``, the
     source's sequence rows), and ``routing_columns`` (columns of the part's MoE routing twin,
-    joined to the slices of parts that have one: ``engines/routing.py``)."""
+    joined to the slices of parts that have one: ``engines/routing.py``). An extra whose state
+    is large may also define ``compute_into(state, table, keys)``: the part's state so far
+    (None for its first slice) with the slice added, in place where it can."""
 
     columns: tuple[str, ...]
 
@@ -164,11 +166,9 @@ def part_groups(
             if piece.num_rows == 0:
                 continue
             ctx = _Slice(task, edges, binning, sequences)
-            groups, piece_states = _slice_groups(piece, ctx, passes, extras)
+            groups, states = _slice_groups(piece, ctx, passes, extras, states)
             for total, part in zip(out, groups, strict=True):
                 merge_into(total, part)
-            for i, (extra, state) in enumerate(zip(extras, piece_states, strict=True)):
-                states[i] = state if states[i] is None else extra.merge(states[i], state)
     except (OSError, pa.ArrowException) as exc:  # damaged or removed since it was checked
         raise read_error(task.run, task.path, exc) from None
     return out, states
@@ -252,15 +252,19 @@ class _Slice(NamedTuple):
 
 
 def _slice_groups(
-    table: pa.Table, ctx: _Slice, passes: list[Pass], extras: Sequence[PartExtra]
+    table: pa.Table,
+    ctx: _Slice,
+    passes: list[Pass],
+    extras: Sequence[PartExtra],
+    states: list[Any],
 ) -> tuple[list[Groups], list[Any]]:
     """Every pass's groups of one slice: per-token columns computed once, the tokens reduced
     once to cells of (turn run x token code) for the token keys any pass asks for (probability
     bin, KV position, turn position), groupings that follow turn runs merged from the runs,
-    those by token keys from the cells."""
+    those by token keys from the cells; and the extras' part states with the slice added."""
     keys = ctx.keys(table)
     if not passes:  # only the extras (explain's cube): no turn runs to reduce
-        return [], [extra.compute(table, keys) for extra in extras]
+        return [], _add_slice(extras, states, table, keys)
     lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
     seq, turn = keys.column(S.SEQ), keys.column(S.TURN)
     uses = tuple(any(p.uses[i] for p in passes) for i in range(3))
@@ -292,7 +296,24 @@ def _slice_groups(
         out.append({decode(i, labels): part for i, part in enumerate(partials) if part.tokens > 0})
     keys.runs = runs  # extras may reuse the turn runs' sums instead of re-reading the tokens
     keys.by_run = RunKeys(run_keys, np.diff(np.r_[starts, table.num_rows]))  # and their keys
-    return out, [extra.compute(table, keys) for extra in extras]
+    return out, _add_slice(extras, states, table, keys)
+
+
+def _add_slice(
+    extras: Sequence[PartExtra], states: list[Any], table: pa.Table, keys: PartKeys
+) -> list[Any]:
+    """Each extra's part state with this slice added: in place by the extra's ``compute_into``
+    when it has one (a cube adds its tokens to the part's state: no new 8 MB state per slice),
+    else its ``compute`` merged in."""
+    out = []
+    for extra, state in zip(extras, states, strict=True):
+        into = getattr(extra, "compute_into", None)
+        if into is not None:
+            out.append(into(state, table, keys))
+            continue
+        new = extra.compute(table, keys)
+        out.append(new if state is None else extra.merge(state, new))
+    return out
 
 
 def _positions(
