@@ -205,9 +205,14 @@ class _Coder:
     local to a part: each is mapped to the cube's code of its label)."""
 
     def __init__(self, spec: CubeSpec) -> None:
-        if tuple(d.name for d in spec.token_dims) != TOKEN_DIMS:
-            raise ValueError(f"the coder codes the token dimensions {TOKEN_DIMS} of cube_spec")
-        self.spec = spec
+        names = tuple(d.name for d in spec.token_dims)
+        extra = names[len(TOKEN_DIMS) :]
+        if names[: len(TOKEN_DIMS)] != TOKEN_DIMS or not set(extra) <= {ROUTING, FIRST_FLIP_LAYER}:
+            raise ValueError(
+                f"the coder codes the token dimensions {TOKEN_DIMS} of cube_spec, then the "
+                f"routing ones (found {names})"
+            )
+        self.spec, self.routing = spec, extra
         self.maps = {d.name: {lab: i for i, lab in enumerate(d.labels)} for d in spec.dims}
         first = next((d for d in spec.dims if d.name == FIRST_FLIP_LAYER), None)
         self.layers = 0 if first is None else first.size - (len(ROUTING_LABELS) - 1)
@@ -283,6 +288,8 @@ class _Coder:
         starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
         rows = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(seq)]))
         tok = self.token_codes(keys, seq, starts)
+        if self.routing:  # MoE runs: the routing of each token's producing position
+            tok = np.concatenate([tok, self.codes(keys, self.routing)], axis=1)
         seqc = self.codes(keys.at(starts), [d.name for d in self.spec.seq_dims])
         return keys.column(S.ROLLOUT), keys.column(S.TRAINER), rows, tok, seqc, seq[starts]
 
