@@ -22,6 +22,7 @@ import pyarrow as pa
 from mismatchctl import schema as S
 from mismatchctl.analysis.report import parse_edges
 from mismatchctl.analysis.selection import empty_selection_error, parse_selector, resolve
+from mismatchctl.columns import arrow_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.keys import PartKeys
@@ -110,8 +111,9 @@ class _Rows:
     ) -> TopRows:  # fmt: skip
         keys, out = self.keys, TopRows(k)
         step, seq, pos = keys.column(S.STEP), keys.column(S.SEQ), keys.column(S.POSITION)
-        samples = self.table.column(S.SAMPLE_ID).take(pa.array(idx, pa.int64())).to_pylist()
-        ids = self.table.column(S.TOKEN_ID).take(pa.array(idx, pa.int64())).to_pylist()
+        rows = arrow_of(np.asarray(idx, dtype=np.int64))
+        samples = self.table.column(S.SAMPLE_ID).take(rows).to_pylist()
+        ids = self.table.column(S.TOKEN_ID).take(rows).to_pylist()
         prompt = keys.sequence_rows().prompt_length[keys.rows()[idx]] if len(idx) else []
         for n, i in enumerate(idx.tolist()):
             out.scores.append(float(scores[n]))

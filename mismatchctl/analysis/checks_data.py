@@ -6,9 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import pyarrow as pa
+import numpy as np
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.analysis import diagnose_thresholds as T
@@ -25,11 +24,13 @@ from mismatchctl.analysis.diagnose_base import (
     misaligned,
     pct,
 )
+from mismatchctl.columns import arrow_of
 from mismatchctl.engines.plan import Selection
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.comoments import LAG_NAMES, correlation, regression
 from mismatchctl.stats.offset import offset_summary
 from mismatchctl.stats.sentinels import FILL_OTHER_MAX, SENTINEL_MAX, ZERO_RUN_MIN
+from mismatchctl.store.parts import read_columns
 
 PROCESSED_HINT = (
     "make both sides compute the same distribution: the engine must return processed logprobs "
@@ -126,8 +127,12 @@ def _samples(selection: Selection, examples: list[tuple[str, int, int, str]]) ->
     ids: dict[tuple[str, int], str] = {}
     for run, seqs in wanted.items():
         for path in selection.sequence_paths.get(run, []):
-            table = pq.read_table(path, columns=[S.SEQ, S.SAMPLE_ID])
-            table = table.filter(pc.is_in(table.column(S.SEQ), value_set=pa.array(sorted(seqs))))
+            table = read_columns(path, [S.SEQ, S.SAMPLE_ID])
+            table = table.filter(
+                pc.is_in(
+                    table.column(S.SEQ), value_set=arrow_of(np.array(sorted(seqs), dtype=np.int64))
+                )
+            )
             for seq, sid in zip(
                 *(table.column(c).to_pylist() for c in (S.SEQ, S.SAMPLE_ID)), strict=True
             ):

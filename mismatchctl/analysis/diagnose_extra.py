@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
+from mismatchctl.columns import numpy_of
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
 from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pairs
@@ -25,6 +26,7 @@ from mismatchctl.stats.sentinels import (
     sentinel_state,
     trailing_zero_state,
 )
+from mismatchctl.store.parts import read_columns
 
 NO_LAG = np.iinfo(np.int64).min  # stands for a sequence without a known weight lag
 
@@ -154,10 +156,10 @@ def _read_lags(paths: list[str]) -> tuple[np.ndarray, np.ndarray]:
     for path in paths:
         if S.WEIGHT_LAG not in pq.read_schema(path).names:
             continue
-        table = pq.read_table(path, columns=[S.SEQ, S.WEIGHT_LAG])
+        table = read_columns(path, [S.SEQ, S.WEIGHT_LAG])
         table = table.filter(pc.is_valid(table.column(S.WEIGHT_LAG)))
-        seqs.append(table.column(S.SEQ).to_numpy())
-        lags.append(table.column(S.WEIGHT_LAG).to_numpy())
+        seqs.append(numpy_of(table.column(S.SEQ)))
+        lags.append(numpy_of(table.column(S.WEIGHT_LAG)))
     if not seqs:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     s, lag = np.concatenate(seqs).astype(np.int64), np.concatenate(lags).astype(np.int64)

@@ -34,14 +34,15 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
+from mismatchctl.columns import first_seen_codes, numpy_of, valid_of
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
 from mismatchctl.stats.bootstrap import paired_draws, paired_generator, percentile_interval
 from mismatchctl.stats.state import Col
 from mismatchctl.store.integrity import read_error
+from mismatchctl.store.parts import read_columns
 
 MIN_PAIRS = 10  # fewer identical responses: no paired numbers (an interval of a handful is noise)
 TOP_DIFFERENCES = 10  # the pairs listed, largest |difference of their vllm_kl| first
@@ -87,8 +88,8 @@ class PairExtra:
             return PairRows()
         starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
         ids = table.column(S.TOKEN_ID)
-        missing = ids.is_null().to_numpy(zero_copy_only=False)
-        values = np.ascontiguousarray(ids.fill_null(0).to_numpy(), dtype=np.int64)
+        missing = ~valid_of(ids)
+        values = np.ascontiguousarray(numpy_of(ids, fill=0), dtype=np.int64)
         rollout = np.ascontiguousarray(keys.column(S.ROLLOUT), dtype=np.float64)
         hashes, complete = sequence_hashes(
             values.view(np.uint64), missing, keys.column(S.POSITION), rollout.view(np.uint64),
@@ -193,11 +194,11 @@ def _sample_ids(run: str, paths: list[str], seqs: np.ndarray) -> np.ndarray:
     tables = []
     for path in paths:
         try:
-            tables.append(pq.read_table(path, columns=[S.SEQ, S.SAMPLE_ID]))
+            tables.append(read_columns(path, [S.SEQ, S.SAMPLE_ID]))
         except (OSError, pa.ArrowException) as exc:
             raise read_error(run, path, exc) from None
     table = pa.concat_tables(tables).sort_by(S.SEQ)
-    known = table.column(S.SEQ).to_numpy()
+    known = numpy_of(table.column(S.SEQ))
     at = np.clip(np.searchsorted(known, seqs), 0, max(len(known) - 1, 0))
     ids = np.asarray(table.column(S.SAMPLE_ID).to_pylist(), dtype=object)
     return ids[at]
@@ -247,8 +248,7 @@ def pair_sides(a: Side, b: Side, resamples: int, seed: int) -> Pairing:
     ca, cb = a.cols["complete"], b.cols["complete"]
     out.without_ids_a, out.without_ids_b = int((~ca).sum()), int((~cb).sum())
     ia, ib = np.flatnonzero(ca), np.flatnonzero(cb)
-    codes = pa.array(np.concatenate([a.sample_id[ia], b.sample_id[ib]]), pa.string())
-    sample = codes.dictionary_encode().indices.to_numpy().astype(np.int64)
+    sample = first_seen_codes(np.concatenate([a.sample_id[ia], b.sample_id[ib]]).astype(str))
     sa, sb = sample[: len(ia)], sample[len(ia) :]
     out.comparable = _comparable(a.cols["step"][ia], sa, b.cols["step"][ib], sb)
     ka = _content_keys(a.cols, ia, sa)

@@ -37,6 +37,7 @@ import pyarrow as pa
 from mismatchctl import schema as S
 from mismatchctl.analysis.token_text import Decoder
 from mismatchctl.analysis.tokenizer import HFDecoder, RunDecoders, byte_text
+from mismatchctl.columns import numpy_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.stats.topk import TopRows, top_indices
@@ -115,7 +116,7 @@ class TokenClassExtra:
         lut = self.tables.get(keys.run)
         if lut is None:
             return ClassState(counts, TopRows(self.k), keys.n)
-        ids = table.column(S.TOKEN_ID).fill_null(-1).to_numpy().astype(np.int64)
+        ids = numpy_of(table.column(S.TOKEN_ID), fill=-1).astype(np.int64)
         known = (ids >= 0) & (ids < len(lut))
         cls = np.where(known, lut[np.where(known, ids, 0)], UNCLASSIFIED).astype(np.int64)
         bins = np.broadcast_to(np.asarray(keys.get(K.BIN).codes, dtype=np.int64), (keys.n,))

@@ -21,6 +21,7 @@ from mismatchctl.analysis.selection import parse_selector, resolve
 from mismatchctl.analysis.token_text import context_text
 from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
 from mismatchctl.analysis.where import Condition, cell_mask, parse_where, where_keys
+from mismatchctl.columns import arrow_of, numpy_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.keys import PartKeys
@@ -90,14 +91,14 @@ class _Columns:
     @classmethod
     def of(cls, table: pa.Table, keys: PartKeys) -> _Columns:
         tok = table.column(S.TOKEN_ID) if S.TOKEN_ID in table.column_names else None
-        token = None if tok is None or tok.null_count == len(tok) else tok.fill_null(-1).to_numpy()
+        token = None if tok is None or tok.null_count == len(tok) else numpy_of(tok, fill=-1)
         return cls(
             table, keys.column(S.STEP), keys.column(S.SEQ), keys.column(S.TURN),
             keys.column(S.POSITION), token, keys.column(S.ROLLOUT), keys.column(S.TRAINER),
         )  # fmt: skip
 
     def sample_ids(self, rows: np.ndarray) -> list[str]:
-        return self.table.column(S.SAMPLE_ID).take(pa.array(rows)).to_pylist()
+        return self.table.column(S.SAMPLE_ID).take(arrow_of(np.asarray(rows, np.int64))).to_pylist()
 
     def token_id(self, i: int) -> int | None:
         if self.token is None or self.token[i] < 0:

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mismatchctl.columns import arrow_of, numpy_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.plan import RowFilter, Selection, row_mask
 from mismatchctl.engines.sequences import ENTROPY_MEAN, REWARD_MEAN, step_means
@@ -82,8 +83,8 @@ def log_series(store: Store, run: str, rows: RowFilter) -> dict[str, Series]:
         out[name] = Series(
             name,
             ", ".join(paths.get(i, "training log") for i in sorted(ids)),
-            part.column(STEP).to_numpy(),
-            part.column(VALUE).to_numpy(),
+            numpy_of(part.column(STEP)),
+            numpy_of(part.column(VALUE)),
         )
     return out
 
@@ -92,12 +93,12 @@ def selection_table(series: dict[str, Series]) -> pa.Table:
     """All curves as one wide table: a ``step`` column (the union of steps) and one column per
     curve, null where the curve has no value at that step."""
     steps = np.unique(np.concatenate([s.steps for s in series.values()] or [np.array([], "i8")]))
-    cols: dict[str, pa.Array] = {"step": pa.array(steps, pa.int64())}
+    cols: dict[str, pa.Array] = {"step": arrow_of(steps.astype(np.int64))}
     for name, s in series.items():
         at = np.searchsorted(steps, s.steps)
         values = np.full(len(steps), np.nan)
         values[at] = s.values
         present = np.zeros(len(steps), dtype=bool)
         present[at] = True
-        cols[name] = pa.array(values, pa.float64(), mask=~present)
-    return pa.table(cols)
+        cols[name] = arrow_of(values.astype(np.float64), valid=present)
+    return pa.Table.from_arrays(list(cols.values()), names=list(cols))

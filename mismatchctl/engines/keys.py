@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.columns import arrow_of, numpy_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.seqrows import SequenceRows
 from mismatchctl.stats import (
@@ -94,7 +95,12 @@ class PartKeys:
         """The keys of the rows ``rows`` of this table only (e.g. each sequence's first row: the
         keys constant along a sequence, computed once per sequence instead of per token)."""
         return PartKeys(
-            self.table.take(rows), self.run, self.tags, self.edges, self.binning, self.sequences
+            self.table.take(arrow_of(np.asarray(rows, dtype=np.int64))),
+            self.run,
+            self.tags,
+            self.edges,
+            self.binning,
+            self.sequences,
         )
 
     def _compute(self, key: str) -> KeyCodes:
@@ -140,7 +146,7 @@ class PartKeys:
         return KeyCodes(assign_positions(values, edges), list(position_labels(edges)))
 
     def column(self, column: str) -> np.ndarray:
-        return self.table.column(column).to_numpy()
+        return numpy_of(self.table.column(column))
 
     def sequence_rows(self) -> SequenceRows:
         if self.sequences is None:
@@ -170,7 +176,7 @@ class PartKeys:
         col = col.unify_dictionaries() if isinstance(col, pa.ChunkedArray) else col
         arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
         labels: list[Label] = arr.dictionary.to_pylist()
-        codes = arr.indices.fill_null(len(labels)).to_numpy().astype(np.int64)
+        codes = numpy_of(arr.indices, fill=len(labels)).astype(np.int64)
         return KeyCodes(codes, [*labels, None])
 
 

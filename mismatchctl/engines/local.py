@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.allocator import keep_freed_memory
+from mismatchctl.columns import arrow_of, numpy_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines import seqrows
 from mismatchctl.engines.keys import (
@@ -229,7 +230,7 @@ def sequence_slices(batches: Iterable[pa.RecordBatch | pa.Table]) -> Iterator[pa
         if table.num_rows == 0:
             carry = table
             continue
-        seq = table.column(S.SEQ).to_numpy()
+        seq = numpy_of(table.column(S.SEQ))
         last = int(np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])[-1])
         if last:
             yield table.slice(0, last)
@@ -271,7 +272,7 @@ def _slice_groups(
     starts = run_starts(seq, turn)
     # every key but the token keys is constant along a turn run (step and gpu are per sequence
     # in the store): its codes are those of each run's first token
-    run_keys = ctx.keys(table.take(pa.array(starts)))
+    run_keys = ctx.keys(table.take(arrow_of(starts)))
     cells = bin_cells(
         lr,
         lt,

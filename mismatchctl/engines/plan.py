@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from mismatchctl import schema as S
+from mismatchctl.columns import arrow_of, equal_to, numpy_of, valid_of
 from mismatchctl.errors import UsageError
 from mismatchctl.options import KEYS_HELP
 from mismatchctl.stats.positions import LOG2_EDGES, ORDER_BLOCK
@@ -249,16 +249,17 @@ class Selection:
         return self.rows.steps
 
 
-def row_mask(table: pa.Table, rows: RowFilter) -> pa.ChunkedArray:
-    """Rows inside the step range and of the gpu (tables hold ``step`` and, if needed, ``gpu``)."""
-    mask = pc.is_valid(table.column(S.STEP))
-    if rows.steps is not None and rows.steps.lo is not None:
-        mask = pc.and_(mask, pc.greater_equal(table.column(S.STEP), rows.steps.lo))
-    if rows.steps is not None and rows.steps.hi is not None:
-        mask = pc.and_(mask, pc.less_equal(table.column(S.STEP), rows.steps.hi))
+def row_mask(table: pa.Table, rows: RowFilter) -> pa.Array:
+    """Rows inside the step range and of the gpu (tables hold ``step`` and, if needed, ``gpu``);
+    computed in numpy (pyarrow's comparisons with a Python value import pandas)."""
+    step = table.column(S.STEP)
+    mask = valid_of(step)
+    if rows.steps is not None and (rows.steps.lo is not None or rows.steps.hi is not None):
+        values = numpy_of(step, fill=0)
+        if rows.steps.lo is not None:
+            mask &= values >= rows.steps.lo
+        if rows.steps.hi is not None:
+            mask &= values <= rows.steps.hi
     if rows.gpu is not None:
-        gpu = table.column(S.GPU)
-        if pa.types.is_dictionary(gpu.type):
-            gpu = gpu.cast(pa.string())
-        mask = pc.and_(mask, pc.fill_null(pc.equal(gpu, rows.gpu), False))
-    return mask
+        mask &= equal_to(table.column(S.GPU), rows.gpu)
+    return arrow_of(mask)

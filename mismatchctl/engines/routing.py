@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
+from mismatchctl.columns import numpy_of, valid_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import Label, PartKeys, decode, token_columns, token_group_codes
 from mismatchctl.engines.plan import PartTask
@@ -27,6 +27,7 @@ from mismatchctl.stats.routing import (
     routing_partial,
 )
 from mismatchctl.store.integrity import read_error
+from mismatchctl.store.parts import read_columns
 
 # the routing columns the metrics read (RoutingExtra); explain and show read ROUTE_PAIRED only
 METRIC_COLUMNS = (S.ROUTE_EQUAL, S.ROUTE_OVERLAP, S.ROUTE_PAIRED, S.ROUTE_FLIP_BEFORE,
@@ -39,7 +40,7 @@ def read_twin(task: PartTask, columns: Sequence[str]) -> pa.Table | None:
     if not task.routing:
         return None
     try:
-        table = pq.read_table(task.routing, columns=list(dict.fromkeys([S.SEQ, *columns])))
+        table = read_columns(task.routing, list(dict.fromkeys([S.SEQ, *columns])))
     except (OSError, pa.ArrowException) as exc:
         raise read_error(task.run, task.routing, exc) from None
     if table.num_rows != task.rows:
@@ -104,11 +105,11 @@ class RoutingExtra:
         partial, g_counts, g_k3 = routing_partial(
             layers,
             top_k,
-            equal_col.fill_null(0).to_numpy(zero_copy_only=False),
-            equal_col.is_valid().to_numpy(zero_copy_only=False),
+            numpy_of(equal_col, fill=0),
+            valid_of(equal_col),
             _overlap(table.column(S.ROUTE_OVERLAP).combine_chunks(), layers),
-            table.column(S.ROUTE_PAIRED).to_numpy(),
-            table.column(S.ROUTE_FLIP_BEFORE).to_numpy(),
+            numpy_of(table.column(S.ROUTE_PAIRED)),
+            numpy_of(table.column(S.ROUTE_FLIP_BEFORE)),
             np.expm1(r) - r,
             (keys.get(K.BIN).codes, len(self.edges) - 1),
             codes,

@@ -16,9 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
+from mismatchctl.columns import numpy_of
 from mismatchctl.engines import plan as K
 from mismatchctl.errors import StoreError
 from mismatchctl.store.integrity import read_error
+from mismatchctl.store.parts import read_columns
 
 Label = str | int | None
 UNKNOWN = -1  # a prompt length the dump did not give
@@ -85,7 +87,7 @@ def _load(run: str, paths: tuple[str, ...], keys: tuple[str, ...]) -> SequenceRo
     for path in paths:
         try:
             names = pq.read_schema(path).names
-            tables.append(pq.read_table(path, columns=columns_for(keys, names)))
+            tables.append(read_columns(path, columns_for(keys, names)))
         except (OSError, pa.ArrowException) as exc:
             raise read_error(run, path, exc) from None
     table = pa.concat_tables(tables, promote_options="default") if tables else None
@@ -97,14 +99,14 @@ def _rows(run: str, table: pa.Table | None, keys: tuple[str, ...]) -> SequenceRo
         empty = np.zeros(0, dtype=np.int64)
         return SequenceRows(run, empty, empty, empty, empty)
     table = table.sort_by(S.SEQ)
-    seq = table.column(S.SEQ).to_numpy()
-    step = table.column(S.STEP).to_numpy()
+    seq = numpy_of(table.column(S.SEQ))
+    step = numpy_of(table.column(S.STEP))
     prompt = np.full(len(seq), UNKNOWN, dtype=np.int64)
     if S.PROMPT_LENGTH in table.column_names:
         col = table.column(S.PROMPT_LENGTH)
-        prompt = col.fill_null(UNKNOWN).to_numpy().astype(np.int64)
+        prompt = numpy_of(col, fill=UNKNOWN).astype(np.int64)
     rows = SequenceRows(
-        run, seq, table.column(S.MODEL_TOKENS).to_numpy(), prompt, step_order(step, seq)
+        run, seq, numpy_of(table.column(S.MODEL_TOKENS)), prompt, step_order(step, seq)
     )
     for key in keys:
         if key.startswith(K.ATTR_PREFIX):
@@ -131,5 +133,5 @@ def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[Label]]:
         arr = arr.cast(pa.string())
     encoded = arr.dictionary_encode()
     labels: list[Label] = encoded.dictionary.to_pylist()
-    codes = encoded.indices.fill_null(len(labels)).to_numpy().astype(np.int64)
+    codes = numpy_of(encoded.indices, fill=len(labels)).astype(np.int64)
     return codes, [*labels, None]

@@ -4,12 +4,14 @@ beside the token rows (empty sequences, per-step reward and entropy means)."""
 from __future__ import annotations
 
 import numpy as np
-import pyarrow.compute as pc
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
+from mismatchctl.columns import numpy_of
 from mismatchctl.engines.plan import RowFilter, Selection, row_mask
 from mismatchctl.stats import registry as M
+from mismatchctl.store.parts import read_columns
 
 REWARD_MEAN = M.REWARD_MEAN
 ENTROPY_MEAN = M.ENTROPY_MEAN
@@ -21,11 +23,11 @@ def empty_sequences(selection: Selection) -> dict[str, int]:
     for run, paths in selection.sequence_paths.items():
         empty = 0
         for path in paths:
-            table = pq.read_table(path, columns=[S.STEP, S.MODEL_TOKENS, S.GPU])
-            mask = pc.equal(table.column(S.MODEL_TOKENS), 0)
+            table = read_columns(path, [S.STEP, S.MODEL_TOKENS, S.GPU])
+            mask = numpy_of(table.column(S.MODEL_TOKENS)) == 0
             if selection.rows.active:
-                mask = pc.and_(mask, row_mask(table, selection.rows))
-            empty += int(pc.sum(mask).as_py() or 0)
+                mask &= numpy_of(row_mask(table, selection.rows))
+            empty += int(mask.sum())
         out[run] = empty
     return out
 
@@ -39,15 +41,15 @@ def step_means(paths: list[str], rows: RowFilter) -> dict[str, tuple[np.ndarray,
         names = pq.read_schema(path).names
         cols = [S.STEP, S.GPU, S.MODEL_TOKENS, S.REWARD]
         has_entropy = S.ENTROPY in names
-        table = pq.read_table(path, columns=cols + ([S.ENTROPY] if has_entropy else []))
+        table = read_columns(path, cols + ([S.ENTROPY] if has_entropy else []))
         if rows.active:
             table = table.filter(row_mask(table, rows))
-        step = table.column(S.STEP).to_numpy()
-        reward = table.column(S.REWARD).to_numpy(zero_copy_only=False)
+        step = numpy_of(table.column(S.STEP))
+        reward = numpy_of(table.column(S.REWARD).cast(pa.float64()), fill=np.nan)
         _accumulate(sums[REWARD_MEAN], step, reward, np.ones(len(step)))
         if has_entropy:
-            entropy = table.column(S.ENTROPY).to_numpy(zero_copy_only=False)
-            weight = table.column(S.MODEL_TOKENS).to_numpy().astype(np.float64)
+            entropy = numpy_of(table.column(S.ENTROPY).cast(pa.float64()), fill=np.nan)
+            weight = numpy_of(table.column(S.MODEL_TOKENS)).astype(np.float64)
             _accumulate(sums[ENTROPY_MEAN], step, entropy, weight)
     out = {}
     for name, per_step in sums.items():

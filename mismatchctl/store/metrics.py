@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from mismatchctl.columns import numpy_of
 from mismatchctl.errors import StoreError
 from mismatchctl.store.catalog import (
     MetricSource,
@@ -68,7 +69,7 @@ def read_metrics_table(store: Store, run: str) -> pa.Table:
     """The run's metric rows (``METRIC_SCHEMA``), empty when it has none."""
     row = metric_table_row(store, run)
     if row is None:
-        return METRIC_SCHEMA.empty_table()
+        return pa.Table.from_batches([], METRIC_SCHEMA)  # empty_table() imports pandas
     path = store.location(row["path"])
     try:
         table = pq.read_table(path, schema=METRIC_SCHEMA)
@@ -198,7 +199,7 @@ def _swap(store: Store, run: str, merged: _Merged, src: MetricSource) -> Metrics
 
 def _refresh_counts(con: sqlite3.Connection, run: str, table: pa.Table) -> None:
     """Each source's count of values still in the table; sources left with none are removed."""
-    ids, counts = np.unique(table.column(SOURCE_ID).to_numpy(), return_counts=True)
+    ids, counts = np.unique(numpy_of(table.column(SOURCE_ID)), return_counts=True)
     held = dict(zip(ids.tolist(), counts.tolist(), strict=True))
     for (sid,) in con.execute("SELECT id FROM metric_sources WHERE run = ?", (run,)).fetchall():
         if sid in held:

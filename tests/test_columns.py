@@ -1,0 +1,77 @@
+"""Arrow <-> numpy by buffers (mismatchctl/columns.py) against pyarrow's own conversions: every
+fixed-width type the store holds, sliced arrays (offsets), several chunks, nulls with a fill,
+dictionary-encoded columns, booleans; and the first-seen codes of pyarrow's dictionary_encode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from mismatchctl.columns import arrow_of, equal_to, first_seen_codes, numpy_of, valid_of
+
+TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint64(), pa.float32(),
+         pa.float64()]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", TYPES, ids=str)
+def test_numbers_equal_pyarrow(kind: pa.DataType) -> None:
+    rng = np.random.default_rng(3)
+    values = rng.integers(0, 100, 50).astype(kind.to_pandas_dtype())
+    arr = pa.array(values, kind)
+    for col in (arr, arr.slice(7, 30), pa.chunked_array([arr.slice(0, 11), arr.slice(11)])):
+        got = numpy_of(col)
+        assert got.dtype == values.dtype
+        np.testing.assert_array_equal(got, col.to_numpy())
+    assert numpy_of(pa.chunked_array([], kind)).shape == (0,)
+
+
+def test_nulls_are_filled_or_refused() -> None:
+    arr = pa.array([1, None, 3, None, 5, 6, None, 8, 9, 10], pa.int64())
+    for col in (arr, arr.slice(3, 6)):
+        want = np.array([-1 if v is None else v for v in col.to_pylist()])
+        np.testing.assert_array_equal(numpy_of(col, fill=-1), want)
+        np.testing.assert_array_equal(valid_of(col), [v is not None for v in col.to_pylist()])
+    with pytest.raises(ValueError, match="3 nulls"):
+        numpy_of(arr)
+    f = pa.array([0.5, None, 2.0], pa.float64())
+    np.testing.assert_array_equal(numpy_of(f, fill=np.nan), [0.5, np.nan, 2.0])
+
+
+def test_dictionaries_and_booleans() -> None:
+    d = pa.array([3, 3, 7, None, 7, 9], pa.int64()).dictionary_encode()
+    np.testing.assert_array_equal(numpy_of(d, fill=0), [3, 3, 7, 0, 7, 9])
+    b = pa.array([True, False, None, True, True, False, False, True, True, False], pa.bool_())
+    for col in (b, b.slice(1, 8)):
+        want = [bool(v) for v in col.to_pylist()]
+        np.testing.assert_array_equal(numpy_of(col, fill=False), want)
+
+
+def test_arrow_of_round_trips() -> None:
+    values = np.arange(20, dtype=np.int64)[::2]  # not contiguous: copied
+    arr = arrow_of(values)
+    assert arr.type == pa.int64() and arr.to_pylist() == values.tolist()
+    mask = np.arange(13) % 3 == 0
+    assert arrow_of(mask).to_pylist() == mask.tolist()
+    floats = np.linspace(0, 1, 9)
+    valid = np.array([1, 1, 0, 1, 0, 1, 1, 1, 0], bool)
+    got = arrow_of(floats, valid=valid)
+    assert got.null_count == 3
+    assert got.to_pylist() == [x if ok else None for x, ok in zip(floats, valid, strict=True)]
+    table = pa.table({"x": pa.array(range(6))})
+    assert table.take(arrow_of(np.array([4, 0]))).column("x").to_pylist() == [4, 0]
+    assert table.filter(arrow_of(np.arange(6) > 3)).num_rows == 2
+
+
+def test_equal_to_strings() -> None:
+    plain = pa.chunked_array([pa.array(["H20", None, "A100"]), pa.array(["A100", "H20"])])
+    for col in (plain, plain.dictionary_encode()):
+        np.testing.assert_array_equal(equal_to(col, "H20"), [True, False, False, False, True])
+        assert not equal_to(col, "B200").any()
+
+
+def test_first_seen_codes_are_dictionary_encode() -> None:
+    values = np.array(["b", "a", "b", "c", "a", "zz", "c"])
+    want = pa.array(values.tolist()).dictionary_encode().indices.to_pylist()
+    assert first_seen_codes(values).tolist() == want
+    assert first_seen_codes(np.array([], dtype=str)).tolist() == []
