@@ -2,27 +2,34 @@
 revision's ingest beside this one's, in one run:
 
     python bench/routing.py --tokens 2 --layers 24 --top-k 8 [--repeats 3] [--before REV]
-        [--write docs/benchmarks.md] [--workdir DIR]
+        [--dumps plain,fixed,...] [--write docs/benchmarks.md] [--workdir DIR]
     python bench/routing.py --workdir DIR --render [--write docs/benchmarks.md]  # from its JSON
 
-Writes Parquet sequence dumps of ``--tokens`` millions of response positions (sequences of
-256-2048 tokens, 5% tool tokens) that differ only in the routes columns (``rollout_routed_experts``
-/ ``trainer_routed_experts``, ``--layers`` x ``--top-k`` per token, the trainer's side differing
-from the engine's on 2% of the positions on one layer; reused when the workdir holds them):
+Writes dumps of ``--tokens`` millions of response positions (sequences of 256-2048 tokens, 5%
+tool tokens) that differ only in the routes (``--layers`` x ``--top-k`` per token, the trainer's
+side differing from the engine's on 2% of the positions on one layer; reused when the workdir
+holds them):
 
-    plain   no routes
-    fixed   nested fixed-size lists of int16 (list<fixed_size_list<fixed_size_list<int16>>>)
-    lists   nested lists of int64, what pyarrow makes of ``ndarray.tolist()`` (list<list<list>>)
-    bytes   prime-rl's ``{data, shape, dtype}`` structs of uint8 bytes
+    plain       Parquet, no routes
+    fixed       nested fixed-size lists of int16 (list<fixed_size_list<fixed_size_list<int16>>>)
+    lists       nested lists of int64, what pyarrow makes of ``ndarray.tolist()`` (list<list<list>>)
+    bytes       prime-rl's ``{data, shape, dtype}`` structs of uint8 bytes
+    plainproto  verl ``DataProto.save_to_disk`` pickles (numpy serialization), 8 steps, no routes
+    dataproto   the same with ``routed_experts`` / ``trainer_routed_experts`` int16 tensors
+                ``[rows, response width, layers, top_k]`` (0 at the padded positions)
 
-Then times, alternating round-robin for ``--repeats`` rounds after one untimed warm-up round
-(numba's cache, the page cache), each command in a fresh process measured with wait4 (wall, CPU
-= user + system, peak RSS): ``ingest`` of each dump into a store of its own with this checkout
-and, with ``--before REV``, with the code of REV (a git worktree); ``report --json`` of the
-``plain`` and ``lists`` runs; and the decode floor: pyarrow alone reading the two routes columns
-of a dump in the batches the reader uses. Prints the results (medians, min-max) and, with
-``--write``, replaces the section "## MoE routes: ingest before and after" of that Markdown file;
-the raw numbers go to the workdir's routing.json (``--render`` writes the section again from it).
+(``rollout_routed_experts`` / ``trainer_routed_experts`` in the Parquet dumps). Then times,
+alternating round-robin for ``--repeats`` rounds after one untimed warm-up round (numba's cache,
+the page cache), each command in a fresh process measured with wait4 (wall, CPU = user + system,
+peak RSS): ``ingest`` of each dump (``--dumps``: which) into a store of its own with this
+checkout and, with ``--before REV``, with the code of REV (a git worktree); the second of two
+ingests in one process (its own wall and CPU: the throughput without the start-up); ``report
+--json`` of the ``plain`` run and the first routed one; and the decode floor: pyarrow alone
+reading the two routes columns of a Parquet dump in the batches the reader uses, or the
+DataProto files unpickled. Prints the results (medians, min-max, rates per model token, what the
+routes add to the same ingest without them) and, with ``--write``, replaces the section "## MoE
+routes: ingest before and after" of that Markdown file; the raw numbers go to the workdir's
+routing.json (``--render`` writes the section again from it).
 """
 
 from __future__ import annotations
@@ -191,8 +198,7 @@ def warm(tree: Path, args: list[str]) -> None:
     sys.path.insert(0, str(tree))
     from mismatchctl import api
 
-    inputs = [a for a in args[:-1] if a != "--trust-pickle"]
-    store = Path(args[-1])
+    inputs, store = args[:-1], Path(args[-1])
     for _ in range(2):
         shutil.rmtree(store, ignore_errors=True)
         start, cpu = time.perf_counter(), time.process_time()
@@ -261,7 +267,8 @@ def commands(workdir: Path, trees: dict[str, Path], dumps: list[str]) -> dict[st
         out[f"floor {name}"] = [sys.executable, __file__, "--floor", str(dump_path(workdir, name))]
     for name in dumps:
         store = str(workdir / f"store-warm-{name}")
-        out[f"warm {name}"] = [sys.executable, __file__, "--warm", *dump_args(workdir, name), store]
+        inputs = [a for a in dump_args(workdir, name) if a != "--trust-pickle"]
+        out[f"warm {name}"] = [sys.executable, __file__, "--warm", *inputs, store]
     return out
 
 

@@ -1,6 +1,8 @@
-"""Compiled loops over routes (numba): one pass per side to validate its rows and find fills,
-one over the padded tails, one to compare both sides row by row. No temporaries the size of the
-routes: at 24 layers x top-8 a token's routes are 192 ids a side.
+"""Compiled loops over routes (numba): one pass per side to validate its rows and find fills
+(the second side's rows equal to the first's at the same position take their verdict), one over
+the padded tails, one to compare both sides row by row; the passes over rows take a range of
+them, so that ranges run on threads (they release the GIL: ``routing_threads``). No temporaries
+the size of the routes: at 24 layers x top-8 a token's routes are 192 ids a side.
 
 Every kernel takes a side's ids as a C-contiguous ``[rows, layers * top_k]`` array (a row's ids
 one after the other, layer by layer), so that the per-row loops run over one flat stretch of
