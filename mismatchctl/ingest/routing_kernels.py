@@ -1,6 +1,8 @@
-"""Compiled loops over routes (numba): one pass per side to validate its rows and find fills,
-one over the padded tails, one to compare both sides row by row. No temporaries the size of the
-routes: at 24 layers x top-8 a token's routes are 192 ids a side.
+"""Compiled loops over routes (numba): one pass per side to validate its rows and find fills
+(the second side's rows equal to the first's at the same position take their verdict), one over
+the padded tails, one to compare both sides row by row; the passes over rows take a range of
+them, so that ranges run on threads (they release the GIL: ``routing_threads``). No temporaries
+the size of the routes: at 24 layers x top-8 a token's routes are 192 ids a side.
 
 Every kernel takes a side's ids as a C-contiguous ``[rows, layers * top_k]`` array (a row's ids
 one after the other, layer by layer), so that the per-row loops run over one flat stretch of
@@ -10,19 +12,21 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from numba.extending import intrinsic
 
 OK, BAD_ID, PARTIAL, REPEATED = 0, 1, 2, 3
 MARKS = 1 << 16  # ids below it are checked for repeats in one pass (above: pairwise)
 BITS = 64  # ids below it are checked for repeats with one 64-bit mask per layer
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _popcount(x):  # pragma: no cover - compiled
-    """The set bits of a uint64 (SWAR)."""
-    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
-    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
-    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
-    return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
+@intrinsic
+def _popcount(typingctx, x):  # pragma: no cover - compiled
+    """The set bits of an unsigned integer: LLVM's ctpop (one instruction where the CPU has it)."""
+
+    def codegen(context, builder, signature, args):
+        return builder.ctpop(args[0])
+
+    return x(x), codegen
 
 
 @numba.njit(cache=True, nogil=True)
@@ -30,12 +34,31 @@ def scan_side(ids, layers, k, high, dead):  # pragma: no cover - compiled
     """Validate every row of ``ids`` (``[rows, layers * k]``): ids in [0, high) or -1; -1 on all
     slots or none; distinct ids within a layer; and mark ``dead`` the rows filled with one id
     (top-k > 1). Returns (code, row, max id) of the first bad row (code OK: none)."""
-    n, width = ids.shape
+    none = np.empty(0, dtype=np.int64)
+    return scan_rows(ids, none, ids, dead, layers, k, high, dead, 0, ids.shape[0])
+
+
+@numba.njit(cache=True, nogil=True)
+def scan_rows(ids, twin, other, other_dead, layers, k, high, dead, start, stop):  # pragma: no cover
+    """:func:`scan_side` of the rows ``[start, stop)``. ``twin`` (empty: none) names per row a
+    row of ``other``, a side already validated, at the same frame row (-1: none): a row equal
+    to its twin has its verdict (valid, a fill or not), so only the rows that differ from the
+    other side's are checked. Returns (code, first bad row, max id of the rows checked)."""
+    width = ids.shape[1]
     top = -1
     seen = np.full(MARKS, -1, dtype=np.int64)
     stamp = 0
-    for r in range(n):
+    paired = len(twin) > 0
+    for r in range(start, stop):
         row = ids[r]
+        if paired and twin[r] >= 0:
+            same = 0
+            theirs = other[twin[r]]
+            for i in range(width):  # vectorized: the usual case, the two sides agree
+                same += row[i] == theirs[i]
+            if same == width:
+                dead[r] = other_dead[twin[r]]
+                continue
         lo = row[0]
         hi = row[0]
         for i in range(1, width):  # vectorized: the row's min and max
@@ -54,12 +77,14 @@ def scan_side(ids, layers, k, high, dead):  # pragma: no cover - compiled
             dead[r] = True
             continue
         if hi < BITS:  # the usual case: k distinct ids set k bits of a layer's mask
+            bits = 0  # at most k a layer: layers * k when every layer's ids are distinct
             for layer in range(layers):
                 mask = np.uint64(0)
                 for i in range(layer * k, layer * k + k):
                     mask |= np.uint64(1) << np.uint64(row[i])
-                if _popcount(mask) != k:
-                    return REPEATED, r, top
+                bits += _popcount(mask)
+            if bits != layers * k:
+                return REPEATED, r, top
             continue
         for layer in range(layers):
             stamp += 1
@@ -107,11 +132,21 @@ def compare_frames(
 ):  # pragma: no cover - compiled
     """Per frame row recorded on both sides: the bitmask of layers with equal top-k sets, the
     per-layer overlap |A ∩ B| (ids distinct within a layer: checked by ``scan_side``)."""
+    compare_range(
+        a, a_of, a_dead, b, b_of, b_dead, layers, k, equal, overlap, compared, 0, len(a_of)
+    )
+
+
+@numba.njit(cache=True, nogil=True)
+def compare_range(
+    a, a_of, a_dead, b, b_of, b_dead, layers, k, equal, overlap, compared, start, stop
+):  # pragma: no cover - compiled
+    """:func:`compare_frames` of the frame rows ``[start, stop)``."""
     width = layers * k
     full = np.uint64(0)
     for layer in range(layers):
         full |= np.uint64(1) << np.uint64(layer)
-    for f in range(len(a_of)):
+    for f in range(start, stop):
         ra, rb = a_of[f], b_of[f]
         if ra < 0 or rb < 0 or a_dead[ra] or b_dead[rb] or a[ra, 0] < 0 or b[rb, 0] < 0:
             continue

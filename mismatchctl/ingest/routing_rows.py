@@ -25,6 +25,7 @@ import pyarrow as pa
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest.routes import MAX_LAYERS, SideRoutes
+from mismatchctl.ingest.routing_threads import over_ranges
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -116,15 +117,17 @@ def routing_table(
     tally = RouteTally(layers, top_k)
     frame = offsets_frame(lengths)
     tail = _padded_tail(lengths, model, frame)
-    sides = []
-    for side in (rollout, trainer):
-        of = _frame_index(side, lengths, frame, ctx_what, sample_ids)
-        dead = _scan(side, ctx_what, sample_ids, opts.num_experts, tally)
+    a_of = _frame_index(rollout, lengths, frame, ctx_what, sample_ids)
+    a_dead = _scan(rollout, ctx_what, sample_ids, opts.num_experts, tally)
+    b_of = _frame_index(trainer, lengths, frame, ctx_what, sample_ids)
+    twin = (rollout, _twins(a_of, b_of, len(trainer.ids)), a_dead)
+    b_dead = _scan(trainer, ctx_what, sample_ids, opts.num_experts, tally, twin)
+    sides = [(rollout, a_of, a_dead), (trainer, b_of, b_dead)]
+    for side, of, dead in sides:  # after both scans: a twin's verdict is its fill or not
         if side.ids.size:
             tally.bugs[BUG_REPEAT] += int(
                 _kernels().tail_repeats(_flat_rows(side.ids), of, dead, tail)
             )
-        sides.append((side, of, dead))
     if not tally.bugs[BUG_REPEAT]:
         del tally.bugs[BUG_REPEAT]
     equal, overlap, compared = _compare(sides, len(tail), layers)
@@ -193,20 +196,9 @@ def _compare(
     compared = np.zeros(n, dtype=np.bool_)
     (a, a_of, a_dead), (b, b_of, b_dead) = sides
     if a.ids.size and b.ids.size and layers:
-        k = a.top_k
-        _kernels().compare_frames(
-            _flat_rows(a.ids),
-            a_of,
-            a_dead,
-            _flat_rows(b.ids),
-            b_of,
-            b_dead,
-            layers,
-            k,
-            equal,
-            overlap,
-            compared,
-        )
+        a_ids, b_ids = _flat_rows(a.ids), _flat_rows(b.ids)
+        args = (a_ids, a_of, a_dead, b_ids, b_of, b_dead, layers, a.top_k, equal, overlap)
+        over_ranges(_kernels().compare_range, n, *args, compared)
     return equal, overlap, compared
 
 
@@ -296,19 +288,37 @@ def _frame_index(
     return of
 
 
+def _twins(a_of: np.ndarray, b_of: np.ndarray, rows: int) -> np.ndarray:
+    """Per row of the second side, the first side's row at the same frame row (-1: none)."""
+    twin = np.full(rows, -1, dtype=np.int64)
+    both = (a_of >= 0) & (b_of >= 0)
+    twin[b_of[both]] = a_of[both]
+    return twin
+
+
 def _scan(
     side: SideRoutes,
     what: str,
     sample_ids: list[str],
     num_experts: int | None,
     tally: RouteTally,
+    twin: tuple[SideRoutes, np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """Validate a side's rows; the rows filled with one id (a capture bug), counted."""
+    """Validate a side's rows; the rows filled with one id (a capture bug), counted. ``twin``:
+    the side validated before it, each row's twin there and that side's fills (a row equal to
+    its twin has its verdict: only the rows that differ are checked)."""
     dead = np.zeros(len(side.ids), dtype=np.bool_)
     if not len(side.ids) or side.ids.size == 0:
         return dead
     high = num_experts if num_experts is not None else np.iinfo(np.int32).max
-    code, r, top = _kernels().scan_side(_flat_rows(side.ids), side.layers, side.top_k, high, dead)
+    ids = _flat_rows(side.ids)
+    rows, other, other_dead = np.empty(0, np.int64), ids, dead
+    if twin is not None and len(twin[0].ids) and twin[0].ids.dtype == side.ids.dtype:
+        rows, other, other_dead = twin[1], _flat_rows(twin[0].ids), twin[2]
+    args = (ids, rows, other, other_dead, side.layers, side.top_k, high, dead)
+    found = over_ranges(_kernels().scan_rows, len(ids), *args)
+    code, r = next(((c, r) for c, r, _ in found if c != _kernels().OK), (_kernels().OK, -1))
+    top = max(t for _, _, t in found)
     if code != _kernels().OK:
         raise _bad_row(side, int(code), int(r), what, sample_ids, num_experts)
     tally.max_id = max(tally.max_id, int(top))

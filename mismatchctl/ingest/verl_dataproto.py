@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from mismatchctl.errors import InputError, MissingDependencyError
 from mismatchctl.ingest.restricted_pickle import restricted_load
 
@@ -205,14 +207,30 @@ def _numpy_serialized(torch: Any, batch: tuple, name: str) -> Leaves:
             continue
         dtype, shape, data = value
         try:
-            raw = torch.frombuffer(bytearray(memoryview(data)), dtype=torch.uint8)
-            out.tensors[str(key)] = raw.view(_dtype(torch, dtype)).view(tuple(shape))
+            out.tensors[str(key)] = (
+                _bytes(torch, data).view(_dtype(torch, dtype)).view(tuple(shape))
+            )
         except (TypeError, ValueError, RuntimeError) as exc:
             raise InputError(
                 f"{name}: batch key `{key}` cannot be decoded ({exc})",
                 "the file is truncated or corrupt; re-export it, or leave it out of the inputs.",
             ) from None
     return out
+
+
+def _bytes(torch: Any, data: Any) -> Any:
+    """A tensor's bytes as a uint8 tensor: over the unpickled array itself when it is one
+    (numpy unpickles it over the bytes read, writable: no copy; a batch's routes are hundreds of
+    MB), else over a copy."""
+    if (
+        isinstance(data, np.ndarray)
+        and data.dtype == np.uint8
+        and data.ndim == 1
+        and data.flags.c_contiguous
+        and data.flags.writeable
+    ):
+        return torch.from_numpy(data)
+    return torch.frombuffer(bytearray(memoryview(data)), dtype=torch.uint8)
 
 
 def _first_line(exc: Exception) -> str:
