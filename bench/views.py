@@ -22,7 +22,8 @@ first: numba's cache), each command in a fresh process measured with wait4 (wall
     show              show bench 10-100                                      (one sequence)
 
 Writes the section "## Views against one report" of --write (the rest of the file kept) and the
-raw numbers to the workdir's views.json.
+raw numbers to the workdir's views.json. The shell's PYTHONDONTWRITEBYTECODE is dropped for the
+commands (an installed package has its bytecode cached).
 """
 
 from __future__ import annotations
@@ -194,6 +195,7 @@ def main() -> None:
         "--only", help="comma-separated command names to time (default: all; 'report' is kept)"
     )
     args = parser.parse_args()
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: bytecode cached
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mismatchctl-views-"))
     workdir.mkdir(parents=True, exist_ok=True)
     dumps = workdir / f"dumps_{args.size:g}M"
