@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import logging
 import os
-import socket
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +61,8 @@ def runtime_env() -> dict[str, Any]:
 def connect(address: str | None, workers: int) -> ModuleType:
     """Connect to the Ray of this process if there is one (``ray.init`` already called), else to
     ``address`` (or ``$RAY_ADDRESS``), else start a local Ray with ``workers`` CPUs."""
+    import logging  # here: the command line starts without it
+
     ray = import_ray()
     if ray.is_initialized():
         return ray
@@ -152,6 +152,8 @@ def _get(ray: ModuleType, ref: Any) -> Any:
 def _check_reachable(address: str) -> None:
     """Fail fast on a HOST:PORT (or ray://HOST:PORT) that does not answer: Ray itself retries
     for minutes. Other forms (``auto``) are left to Ray."""
+    import socket
+
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not host or not port.isdigit():
         return

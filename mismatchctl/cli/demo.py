@@ -9,7 +9,6 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.cli.common import QuietFlag, handle_errors, say, show
-from mismatchctl.cli.progress import IngestProgress, TokenProgress
 from mismatchctl.cli.report import SUBTITLE
 
 HELP = """Ingest the bundled sample data (sample_data/) into a store, print `report --by-gpu` for all its runs and write the HTML report (with a diagnosis of each run).
@@ -40,6 +39,8 @@ def demo(
     ] = None,
     quiet: QuietFlag = False,
 ) -> None:
+    from mismatchctl.cli.progress import IngestProgress, TokenProgress  # rich.progress: 25 ms
+
     with (
         IngestProgress(enabled=not quiet) as ingesting,
         TokenProgress(None, enabled=not quiet) as reading,

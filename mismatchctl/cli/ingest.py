@@ -20,7 +20,6 @@ from mismatchctl.cli.common import (
     say,
     show,
 )
-from mismatchctl.cli.progress import IngestProgress
 
 HELP = f"""Read dump files (files, directories or globs) into a run of the store.
 
@@ -88,6 +87,8 @@ def ingest(
     json: JsonFlag = False,
     quiet: QuietFlag = False,
 ) -> None:
+    from mismatchctl.cli.progress import IngestProgress  # rich.progress: 25 ms
+
     with IngestProgress(enabled=not quiet) as progress:
         result = api.ingest(
             inputs,
