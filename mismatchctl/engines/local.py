@@ -90,7 +90,7 @@ def run_passes(
         return part_groups(task, passes, edges, rows, extras, binning)
 
     def results(pool: Executor) -> Iterator[tuple[list[Groups], list[Any]]]:
-        done = _in_order(pool, one, tasks, 2 * max(1, workers))
+        done = _in_order(pool, one, tasks, max(1, workers) + 1)  # one part queued per pool
         for task, result in zip(tasks, done, strict=True):
             yield result
             if on_part:
