@@ -92,7 +92,7 @@ def test_spikes_are_found_in_a_six_step_run(store: Path, run: str) -> None:
     assert checks["cause"].evidence["cause"] == "code path"
 
 
-@pytest.mark.parametrize("run", ["path-small", "path-loud"])
+@pytest.mark.parametrize("run", ["path-small", pytest.param("path-loud", marks=pytest.mark.slow)])
 def test_a_code_path_in_some_steps_is_named_not_the_tool_turns(store: Path, run: str) -> None:
     for baseline in (None, "base"):
         checks = _checks(store, run, baseline)
@@ -121,7 +121,9 @@ def test_a_fault_at_long_kv_positions_is_found_there(store: Path) -> None:
     assert checks["cause"].evidence["cause"] == "code path"
 
 
-@pytest.mark.parametrize("run", ["template-small", "template-loud"])
+@pytest.mark.parametrize(
+    "run", ["template-small", pytest.param("template-loud", marks=pytest.mark.slow)]
+)
 def test_a_rendering_fault_at_turn_starts_is_named_a_template_fault(store: Path, run: str) -> None:
     """3x on the first token after each tool response decaying with the distance (the run is
     about 1.2x a healthy one overall), and 1000x: the turn starts, not a code path nor the tool

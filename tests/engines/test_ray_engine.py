@@ -116,6 +116,7 @@ def test_report_json_equals_local(ray_local: Any, multi_part: Path) -> None:
 
 
 @needs_ray
+@pytest.mark.slow
 def test_whatif_presets_on_ray_equal_local(ray_local: Any, multi_part: Path) -> None:
     """A framework preset's states travel through Ray tasks and merge to the local numbers."""
     for sets in (
@@ -183,6 +184,7 @@ def test_report_figures_and_progress(ray_local: Any, multi_part: Path) -> None:
 
 
 @needs_ray
+@pytest.mark.slow
 def test_tokens_and_certify_json_equal_local(ray_local: Any, multi_part: Path) -> None:
     """The worst tokens and sequences (exact top-k merged per part) are the same listing, and
     `certify` the same counts and first divergences."""

@@ -182,6 +182,7 @@ def test_report_page_draws_every_figure_summary_first(page: Path, tmp_path: Path
 
 @pytest.mark.browser
 @NEEDS_CHROMIUM
+@pytest.mark.slow
 def test_routing_page_draws_the_first_flip_histogram(store: Path, tmp_path: Path) -> None:
     """A run with MoE routes: the Routing section's first-flip layer histogram is drawn."""
     seqs = sequences(7, 24, layers=4)

@@ -19,6 +19,13 @@ from mismatchctl.stats.localize import explain
 from mismatchctl.stats.localize_result import BASELINE, INTERNAL, Explanation, Finding
 
 KV, STEP = "kv_position", "step"
+
+
+def slow_param(*values: object) -> object:
+    """A parameter run with the slow tests only (CI): the README's suite keeps one per family."""
+    return pytest.param(*values, marks=pytest.mark.slow)
+
+
 LONG_KV = 4  # kv_position code of 1024-2047: the planted fault covers every code from it on
 
 
@@ -59,7 +66,13 @@ def _is_template_fault(f: Finding, cube: Cube) -> bool:
 
 
 @pytest.mark.parametrize(
-    ("magnitude", "seqs_per_step"), [(2.0, 512), (5.0, 256), (30.0, 256), (1000.0, 256)]
+    ("magnitude", "seqs_per_step"),
+    [
+        (2.0, 512),
+        (5.0, 256),
+        pytest.param(30.0, 256, marks=pytest.mark.slow),
+        pytest.param(1000.0, 256, marks=pytest.mark.slow),
+    ],
 )
 def test_long_kv_fault_in_two_steps_is_the_top_finding(
     magnitude: float, seqs_per_step: int
@@ -81,7 +94,7 @@ def test_long_kv_fault_in_two_steps_is_the_top_finding(
     assert "step 2,6" in top.sentence and "the baseline's rate" in top.sentence
 
 
-@pytest.mark.parametrize("noise", [1.5, 2.0, 3.0])
+@pytest.mark.parametrize("noise", [slow_param(1.5), 2.0, slow_param(3.0)])
 def test_stale_weights_spread_excess_everywhere(noise: float) -> None:
     """(b) every token's noise scaled: a large overall excess, no localized finding, and the
     position, order and turn dimensions explain nothing."""
@@ -94,7 +107,7 @@ def test_stale_weights_spread_excess_everywhere(noise: float) -> None:
         assert uniform.get(dim), (dim, ex.uniform)
 
 
-@pytest.mark.parametrize("seed", [5, 6])
+@pytest.mark.parametrize("seed", [5, slow_param(6)])
 def test_template_fault_after_tool_responses(seed: int) -> None:
     """(c) the first tokens of the turns after a tool response."""
     target, base = _pair(Plan(cause="template", magnitude=5.0, seed=seed))
@@ -123,10 +136,12 @@ def test_healthy_against_healthy_has_no_finding() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("seqs_per_step", "dof"), [(64, 5), (256, 5), (128, 3)])
+@pytest.mark.parametrize(("seqs_per_step", "dof"), [(64, 5), (128, 3)])
 def test_false_positive_rate_over_fifty_seeds(seqs_per_step: int, dof: int) -> None:
     """(d) the false-positive rate over 50 seeds stays at or below the nominal 5% (2 runs of
-    50 allowed: 4%), also with Student-t(3) noise whose K3 tail is far heavier."""
+    50 allowed: 4%), also with Student-t(3) noise whose K3 tail is far heavier. The small
+    selections are where the sandwich variance is least reliable (larger ones, 256 sequences a
+    step, passed the same bound and cost three minutes of CI)."""
     hits_baseline, hits_internal = _false_positive_runs(range(1000, 1050), seqs_per_step, dof)
     assert hits_baseline <= 2 and hits_internal <= 2, (hits_baseline, hits_internal)
 
@@ -159,7 +174,7 @@ def test_gpu_fault_and_its_uniform_dimensions() -> None:
     assert {"kv_position", "turn_position", "step", "order"} <= uniform
 
 
-@pytest.mark.parametrize("magnitude", [2.0, 30.0])
+@pytest.mark.parametrize("magnitude", [2.0, slow_param(30.0)])
 def test_without_baseline_a_long_kv_fault_is_flagged(magnitude: float) -> None:
     """(g) no baseline: the selection against itself at the same token probabilities finds the
     long-KV fault, although the plain lift table is topped by low-probability bins."""

@@ -157,6 +157,7 @@ def test_training_logs_in_a_bucket_store(uri: str, dumps: list[Path], tmp_path: 
     assert cli("runs", "check", "r", "--store", uri).code == 0
 
 
+@pytest.mark.slow
 def test_ingest_on_ray_into_a_bucket_store_is_refused(uri: str, dumps: list[Path]) -> None:
     """Ray workers stage parts in the store's directory: a bucket has none to share."""
     ran = cli("ingest", str(dumps[0]), "--run", "r", "--engine", "ray", "--store", uri)

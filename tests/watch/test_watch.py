@@ -154,7 +154,9 @@ def test_live_watch_takes_every_file_once_and_goes_on_after_a_bad_one(
     assert "5 files ingested, 5 steps, 1 bad" in err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)]
+)
 def test_a_signal_mid_ingest_leaves_the_store_whole(
     store: Path, tmp_path: Path, sig: signal.Signals
 ) -> None:
