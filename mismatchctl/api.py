@@ -78,6 +78,16 @@ _LAZY = {
 }
 
 
+def _items(value: str | Path | Iterable[Any] | None) -> list[Any]:
+    """Names given as one string (or path) or as several: one string is one item, never its
+    characters (``report("ref")`` is ``report(["ref"])``)."""
+    if value is None:
+        return []
+    if isinstance(value, str | Path):
+        return [value]
+    return list(value)
+
+
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'mismatchctl.api' has no attribute {name!r}")
@@ -152,8 +162,8 @@ def ingest(
     from mismatchctl.store import open_store
 
     eng = choose_engine(engine, ray_address)
-    tag_map = dict(tags) if isinstance(tags, Mapping) else parse_tags(tags)
-    col_map = dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(mapping)
+    tag_map = dict(tags) if isinstance(tags, Mapping) else parse_tags(_items(tags))
+    col_map = dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(_items(mapping))
     opts = Options(
         run=run,
         tags=tag_map,
@@ -162,11 +172,11 @@ def ingest(
         skip_bad=skip_bad,
         trust_pickle=trust_pickle,
         allow_padding=allow_padding,
-        attrs=tuple(dict.fromkeys(attrs)),
+        attrs=tuple(dict.fromkeys(_items(attrs))),
         routes=check_route_options(routes or RouteOptions()),
         keep_masked=keep_masked,
     )
-    files = [str(i) for i in inputs]
+    files = [str(i) for i in _items(inputs)]
     if eng.is_ray or any(is_remote(f) for f in files):
         from mismatchctl.ingest import staged
 
@@ -212,12 +222,12 @@ def watch(
     from mismatchctl.store import open_store
     from mismatchctl.store.store import check_run_name
 
-    tag_map = dict(tags) if isinstance(tags, Mapping) else parse_tags(tags)
-    col_map = dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(mapping)
+    tag_map = dict(tags) if isinstance(tags, Mapping) else parse_tags(_items(tags))
+    col_map = dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(_items(mapping))
     check_run_name(run)
     opts = Options(
         run=run, tags=tag_map, fmt=fmt, mapping=col_map, skip_bad=skip_bad,
-        trust_pickle=trust_pickle, allow_padding=allow_padding, attrs=tuple(dict.fromkeys(attrs)),
+        trust_pickle=trust_pickle, allow_padding=allow_padding, attrs=tuple(dict.fromkeys(_items(attrs))),
         routes=check_route_options(routes or RouteOptions()), keep_masked=keep_masked,
     )  # fmt: skip
     wopts = WatchOptions(
@@ -248,7 +258,7 @@ def ingest_metrics(
         run,
         fmt=fmt,
         step_column=step_column,
-        metrics=list(metrics),
+        metrics=_items(metrics),
         replace=replace,
     )
 
@@ -280,7 +290,7 @@ def check_runs(
     from mismatchctl.store.integrity import run_damage
 
     st = open_store(store)
-    return {name: run_damage(st, name, deep) for name in (list(names) or st.run_names())}
+    return {name: run_damage(st, name, deep) for name in (_items(names) or st.run_names())}
 
 
 def report(
@@ -322,10 +332,10 @@ def report(
 
     eng = choose_engine(engine, ray_address)
     tails = parse_tails(clamp, tau, is_bounds)
-    by = list(by)
+    by = _items(by)
     rep = build_report(
         open_store(store),
-        list(runs or []),
+        _items(runs),
         bins=bins,
         by=parse_by([b for b in by if b.strip() != ROUTING_LAYER]),
         by_gpu=by_gpu,
@@ -391,7 +401,7 @@ def compare(
         on_part=on_part,
         figures=figures,
         engine=eng,
-        by=parse_by(list(by)),
+        by=parse_by(_items(by)),
         position_bins=position_bins,
         tails=tails,
     )
@@ -452,7 +462,7 @@ def tokens(
     from mismatchctl.store import open_store
 
     eng = choose_engine(engine, ray_address)
-    where = [where] if isinstance(where, str) else list(where)
+    where = _items(where)
     return build_tokens(
         open_store(store), selector, top=top, sort=sort, sequences=sequences, where=where,
         context=context, tokenizer=tokenizer, bins=bins, workers=workers, on_part=on_part,
@@ -551,7 +561,9 @@ def check(
 
     given: list[Threshold] = read_thresholds(thresholds_file) if thresholds_file else []
     for direction, items in (("max", maximum), ("min", minimum)):
-        texts = [f"{k}={v}" for k, v in items.items()] if isinstance(items, Mapping) else items
+        texts = (
+            [f"{k}={v}" for k, v in items.items()] if isinstance(items, Mapping) else _items(items)
+        )
         given += [parse_threshold(t, direction, f"--{direction}") for t in texts]
     eng = choose_engine(engine, ray_address)
     return build_gate(
@@ -591,12 +603,12 @@ def whatif(
                 "--preset excludes --method, --threshold and --sweep",
                 "configure the preset with --set KEY=VALUE in its framework's keys.",
             )
-        chosen, config = preset_config(preset, list(sets))
+        chosen, config = preset_config(preset, _items(sets))
         return build_preset_whatif(
             open_store(store), selector, chosen, config, workers=workers, on_part=on_part,
             engine=eng,
         )  # fmt: skip
-    methods = [methods] if isinstance(methods, str) else list(methods)
+    methods = _items(methods)
     if sweep is not None and not isinstance(sweep, str):
         sweep = ",".join(str(v) for v in sweep)
     parsed, is_sweep = parse_methods(methods, None if threshold is None else str(threshold), sweep)

@@ -266,3 +266,17 @@ def test_binned_splits_share_one_pass() -> None:
     assert [p.keys for p in binned] == [(RUN, TURN_KIND, BIN)]
     assert pass_for((RUN, BIN), passes) is binned[0]
     assert pass_for((RUN, TURN_KIND), passes).keys == (RUN, TURN_KIND)
+
+
+def test_api_takes_one_name_as_a_string(store: Path) -> None:
+    """A single run, input, split or tag given as a string is one item, not its characters."""
+    from mismatchctl import api
+
+    dump = FIXTURES / "golden.parquet"
+    result = api.ingest(str(dump), "golden", tags="gpu=H100", store=store)
+    assert [f.status for f in result.files] == ["ingested"]
+    one = api.report("golden", by="step", store=store)
+    listed = api.report(["golden"], by=["step"], store=store)
+    assert one.selection.names == ["golden"]
+    assert one.to_dict() == listed.to_dict()
+    assert api.runs(store)[0].tags["gpu"] == "H100"
