@@ -36,6 +36,12 @@ def parse_args(doc: str | None) -> argparse.Namespace:
     return parser.parse_args()
 
 
+def parse_dumps_args(doc: str | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=doc)
+    parser.add_argument("dumps", type=Path, help="directory of sequence-layout Parquet dumps")
+    return parser.parse_args()
+
+
 def run_dir(store: Path, run: str) -> Path:
     """The directory of a run's token parts (hive partition ``run=<name>``)."""
     return store / "tokens" / f"run={run}"
