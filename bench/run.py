@@ -57,6 +57,7 @@ ROOT = BENCH.parent
 SECTION = "## Report speed vs what users reach for"
 STEPS, SEED = 20, 0
 RUN, RUN2 = "bench", "bench2"
+SWAPPED = ["--map", "rollout=old_log_probs", "--map", "trainer=rollout_log_probs"]
 # Disk per response position: dumps (~10 B) + two ingested runs + a scratch one (~11 B each).
 DISK_BYTES_PER_TOKEN = 50
 # Peak RSS of the pandas script per model token (measured: ~170 B at 10M), to skip it before it
@@ -343,6 +344,8 @@ def run_size(millions: float, args: argparse.Namespace, workdir: Path) -> dict[s
         for i in range(max(args.repeats, 2)):
             target, run = (store, RUN) if i == 0 else (store, RUN2) if i == 1 else (scratch, RUN)
             cmd = mctl("ingest", str(dumps), "--run", run, "-q", "--store", str(target))
+            if run == RUN2:  # the same dumps, the sides swapped: a second run with a difference
+                cmd += SWAPPED
             m = measure(cmd, f"ingest-{i}", logs, args.timeout)
             m["model_tokens"] = model_tokens(target, run, args.timeout)
             m["tokens_per_s"] = m["model_tokens"] / m["wall"]
@@ -696,7 +699,9 @@ def section(results: list[dict[str, Any]], info: dict[str, Any], argv: list[str]
         lines += ["", note]
     lines += [
         "",
-        "Commands (STORE holds the runs `bench` and `bench2`, the same dumps):",
+        "Commands (STORE holds the runs `bench` and `bench2`: the same dumps, `bench2` with the "
+        "two sides swapped by `" + " ".join(SWAPPED) + "`, so that `compare` has a difference to "
+        "estimate and pairs every sequence):",
         "",
         "```",
     ]
