@@ -707,7 +707,7 @@ def section(results: list[dict[str, Any]], info: dict[str, Any], argv: list[str]
     ]
     lines += [f"{impl:10s} {shown_command(impl)}" for impl in IMPLS]
     lines += [
-        "ingest   python -m mismatchctl ingest DUMPS --run bench -q --store STORE",
+        "ingest     python -m mismatchctl ingest DUMPS --run bench -q --store STORE",
         "```",
     ]
     for res in results:
