@@ -20,6 +20,7 @@ from mismatchctl.ingest.batch import RaggedBatch
 from mismatchctl.stats.sample import mix64
 
 KEY = np.dtype("V24")  # step, two 64-bit content hashes
+COMPILED_FROM = 1 << 18  # positions of a batch from which its hashes take the compiled pass
 _LANES = (
     np.uint64(0x9E3779B97F4A7C15),
     np.uint64(0xD6E8FEB86659FD93),
@@ -48,7 +49,34 @@ def _token_hashes(batch: RaggedBatch) -> np.ndarray:
 
 def _hashes(batch: RaggedBatch) -> np.ndarray:
     """Two 64-bit hashes per sequence: sums (mod 2**64) of its positions' values, mixed two
-    ways; the position inside the sequence is part of each value, so order counts."""
+    ways; the position inside the sequence is part of each value, so order counts. Batches of
+    :data:`COMPILED_FROM` positions or more take the compiled pass (``stats/seqhash.py``, the
+    same values); smaller ones do not load numba."""
+    if len(batch.rollout) >= COMPILED_FROM:
+        return _compiled_hashes(batch)
+    return numpy_hashes(batch)
+
+
+def _compiled_hashes(batch: RaggedBatch) -> np.ndarray:
+    from mismatchctl.stats.seqhash import content_hashes  # numba: on first use
+
+    none = np.empty(0, np.uint64)
+    mask = none if batch.mask is None else np.ascontiguousarray(batch.mask, dtype=np.uint8)
+    tokens = batch.token_ids
+    token_bits = (
+        none if tokens is None or len(tokens) != len(batch.rollout) else _bits(tokens, np.int64)
+    )
+    return content_hashes(
+        np.ascontiguousarray(batch.offsets, dtype=np.int64),
+        _bits(batch.rollout, np.float64),
+        _bits(batch.trainer, np.float64),
+        mask,
+        token_bits,
+    )
+
+
+def numpy_hashes(batch: RaggedBatch) -> np.ndarray:
+    """:func:`_hashes` in numpy (the reference of the compiled pass)."""
     out = np.zeros((batch.n, 2), np.uint64)
     lengths = batch.lengths()
     full = lengths > 0

@@ -64,3 +64,42 @@ def sequence_hashes(
         out[j, 1] = h2
         out[j, 2] = hr
     return out, complete
+
+
+@numba.njit(cache=True, nogil=True)
+def content_hashes(
+    offsets: np.ndarray,
+    rollout_bits: np.ndarray,
+    trainer_bits: np.ndarray,
+    mask: np.ndarray,
+    token_bits: np.ndarray,
+) -> np.ndarray:
+    """Ingest's duplicate keys (``ingest/duplicates.py``, whose numpy form is the reference): per
+    sequence ``i`` of ``offsets``, ``(mix(T + L0) + sum v, mix(T + L1) + sum mix(v ^ L1))`` with
+    ``T`` its length and, per position ``p`` of it, ``v = mix((mix(r + L0) ^ mix(t + L1)) + m ^
+    mix(k + L2) ^ p * L2)`` of the float64 bits of both logprobs, the mask value and the token id's
+    bits (``mask`` / ``token_bits`` empty: not in the dump, their terms left out). One pass, no
+    temporaries (the numpy form takes about 30 over the tokens)."""
+    n = len(offsets) - 1
+    out = np.empty((n, 2), np.uint64)
+    has_mask = len(mask) > 0
+    has_tokens = len(token_bits) > 0
+    for i in range(n):
+        lo = offsets[i]
+        hi = offsets[i + 1]
+        length = np.uint64(hi - lo)
+        a = _mix(length + _L0)
+        b = _mix(length + _L1)
+        for j in range(lo, hi):
+            v = _mix(rollout_bits[j] + _L0) ^ _mix(trainer_bits[j] + _L1)
+            if has_mask:
+                v += np.uint64(mask[j])
+            if has_tokens:
+                v ^= _mix(token_bits[j] + _L2)
+            v ^= np.uint64(j - lo) * _L2
+            v = _mix(v)
+            a += v
+            b += _mix(v ^ _L1)
+        out[i, 0] = a
+        out[i, 1] = b
+    return out

@@ -142,3 +142,33 @@ def test_any_difference_is_not_a_duplicate(store: Path, tmp_path: Path, changed:
     )
     result = mismatchctl.ingest([tmp_path / "x.parquet"], run="x", store=store)
     assert result.tally.duplicate_sequences == 0
+
+
+@pytest.mark.parametrize("mask", [True, False])
+@pytest.mark.parametrize("tokens", [True, False])
+def test_compiled_content_hashes_equal_the_numpy_reference(mask: bool, tokens: bool) -> None:
+    """The compiled pass large batches take gives every sequence the numpy form's two hashes, bit
+    for bit: empty sequences, float32 logprobs, with and without mask and token ids."""
+    from mismatchctl.ingest import duplicates
+    from mismatchctl.ingest.batch import RaggedBatch
+
+    rng = np.random.default_rng(11)
+    lengths = rng.integers(0, 400, 300)
+    lengths[[3, 50]] = 0
+    offsets = np.r_[0, np.cumsum(lengths)].astype(np.int64)
+    total = int(offsets[-1])
+    batch = RaggedBatch(
+        steps=np.zeros(len(lengths), np.int64),
+        sample_ids=[f"s{i}" for i in range(len(lengths))],
+        offsets=offsets,
+        rollout=(-rng.exponential(0.5, total)).astype(np.float32),
+        trainer=-rng.exponential(0.5, total),
+        mask=(rng.random(total) < 0.9) if mask else None,
+        token_ids=rng.integers(0, 50_000, total) if tokens else None,
+    )
+    compiled = duplicates._compiled_hashes(batch)
+    assert compiled.dtype == np.uint64 and compiled.shape == (len(lengths), 2)
+    np.testing.assert_array_equal(compiled, duplicates.numpy_hashes(batch))
+    batch.trainer[7] = np.nextafter(batch.trainer[7], 0)  # one bit of one value: another key
+    changed = duplicates._compiled_hashes(batch)
+    assert (changed != compiled).any(axis=1).sum() == 1
