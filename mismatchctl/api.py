@@ -324,10 +324,10 @@ def report(
     ``extreme_frac_tau{tau}`` and ``is_oob_ratio``. ``"layer"`` among ``by`` adds the MoE
     routing per layer of runs with routes."""
     from mismatchctl.analysis.report import build_report, parse_tails
-    from mismatchctl.analysis.routing import ROUTING_LAYER
     from mismatchctl.analysis.selection import parse_steps
     from mismatchctl.engines.choice import choose_engine
     from mismatchctl.engines.plan import parse_by
+    from mismatchctl.options import ROUTING_LAYER
     from mismatchctl.store import open_store
 
     eng = choose_engine(engine, ray_address)

@@ -26,6 +26,9 @@ KEYS_HELP = (
     "tag:<name> or attr:<name>"
 )
 
+# `report --by layer`: the MoE routing per layer, a table of its own (not a key of the groups)
+ROUTING_LAYER = "layer"
+
 DEFAULT_CLAMP = 10.0  # vllm_kl_clamped: |r| clamped to 10 (slime/miles)
 DEFAULT_TAU = 2.0  # extreme_frac_tau2 (AReaL)
 DEFAULT_RESAMPLES = 1000  # bootstrap resamples of `compare`

@@ -20,8 +20,6 @@ from mismatchctl.stats import bin_label
 from mismatchctl.stats.routing import RoutingPartial
 from mismatchctl.store.integrity import read_error
 
-ROUTING_LAYER = "layer"  # `--by layer`: the routing per MoE layer
-
 
 @dataclass
 class RoutingResult:

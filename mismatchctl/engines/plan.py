@@ -21,7 +21,7 @@ import pyarrow as pa
 from mismatchctl import schema as S
 from mismatchctl.columns import arrow_of, equal_to, numpy_of, valid_of
 from mismatchctl.errors import UsageError
-from mismatchctl.options import KEYS_HELP
+from mismatchctl.options import KEYS_HELP, ROUTING_LAYER
 from mismatchctl.stats.positions import LOG2_EDGES, ORDER_BLOCK
 from mismatchctl.stats.tails import DEFAULT_TAILS, Tails
 from mismatchctl.store import RunInfo, Store
@@ -86,6 +86,14 @@ def parse_by(values: list[str], option: str = "--by") -> list[Split]:
     for value in values:
         keys = [k.strip() for k in value.split(",") if k.strip()]
         bad = [k for k in keys if not is_key(k)]
+        if ROUTING_LAYER in bad and len(keys) > 1:
+            raise UsageError(
+                f"{option} `{value}`: `{ROUTING_LAYER}` (the MoE routing per layer) is a table of "
+                "its own, not combined with other keys",
+                f"give it alone: {option} {ROUTING_LAYER}"
+                + "".join(f" {option} {k}" for k in keys if k != ROUTING_LAYER)
+                + ".",
+            )
         if not keys or bad:
             raise UsageError(
                 f"{option} `{value}`: unknown split key `{(bad or [value])[0]}`",

@@ -186,6 +186,9 @@ def test_by_splits_and_tags(store: Path, random_run: list[dict], tmp_path: Path)
     )
     bad = cli("report", "--by", "colour", "-q")
     assert bad.code == 1 and "unknown split key `colour`" in bad.err
+    bad = cli("report", "--by", "step,layer", "-q")  # the routing per layer is not a group key
+    assert bad.code == 1 and "a table of its own" in bad.err
+    assert "Hint: give it alone: --by layer --by step." in bad.err
     bad = cli("report", "--bins", "linear:0", "-q")
     assert bad.code == 1 and bad.err.startswith("Error: --bins: ")
 
