@@ -23,6 +23,12 @@ def main() -> None:
         f"CREATE VIEW tok AS SELECT * FROM read_parquet('{glob}', hive_partitioning = true) "
         f"WHERE run = '{run}'"
     )
+    workload(con, edges, "seq")
+
+
+def workload(con: duckdb.DuckDBPyConnection, edges: list[float], seq: str) -> None:
+    """W's three queries over the view or table ``tok`` (one row per model token: gpu, step,
+    turn, both logprobs, and ``seq``, the sequence's id), printed as the digest."""
     # bin k = [edges[k], edges[k+1]), 1 in the last bin: the number of interior edges <= p_infer
     p_infer = "exp(rollout_logprob)"
     bin_expr = " + ".join(f"({p_infer} >= {e!r})::INTEGER" for e in edges[1:-1])
@@ -50,14 +56,14 @@ def main() -> None:
     ).fetchall()
 
     pearson = con.execute(
-        """
+        f"""
         SELECT kind, corr(rollout_log_ppl, trainer_log_ppl)
         FROM (
-            SELECT seq, CASE WHEN turn = 0 THEN 'first' ELSE 'later' END AS kind,
+            SELECT {seq}, CASE WHEN turn = 0 THEN 'first' ELSE 'later' END AS kind,
                    -avg(rollout_logprob) AS rollout_log_ppl,
                    -avg(trainer_logprob) AS trainer_log_ppl
             FROM tok
-            GROUP BY seq, kind
+            GROUP BY {seq}, kind
         )
         GROUP BY kind
         """

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 
 import duckdb
-from wcommon import default_edges, emit, parse_dumps_args
+from w_duckdb import workload
+from wcommon import default_edges, parse_dumps_args
 
 
 def main() -> None:
@@ -49,42 +50,7 @@ def main() -> None:
         """
     )
     con.execute("DROP TABLE pos")
-    p_infer = "exp(rollout_logprob)"
-    bin_expr = " + ".join(f"({p_infer} >= {e!r})::INTEGER" for e in edges[1:-1])
-    gpu_step = con.execute(
-        """
-        SELECT gpu, step, count(*) AS tokens, avg(exp(r) - 1 - r) AS k3
-        FROM (SELECT gpu, step, trainer_logprob - rollout_logprob AS r FROM tok)
-        GROUP BY gpu, step
-        """
-    ).fetchall()
-    bin_kind = con.execute(
-        f"""
-        SELECT bin, kind, count(*) AS tokens, avg(r) AS mean_r, avg(abs(r)) AS mean_abs_r,
-               sum(r * r) AS sum_r2
-        FROM (
-            SELECT {bin_expr} AS bin,
-                   CASE WHEN turn = 0 THEN 'first' ELSE 'later' END AS kind,
-                   trainer_logprob - rollout_logprob AS r
-            FROM tok
-        )
-        GROUP BY bin, kind
-        """
-    ).fetchall()
-    pearson = con.execute(
-        """
-        SELECT kind, corr(rollout_log_ppl, trainer_log_ppl)
-        FROM (
-            SELECT sid, CASE WHEN turn = 0 THEN 'first' ELSE 'later' END AS kind,
-                   -avg(rollout_logprob) AS rollout_log_ppl,
-                   -avg(trainer_logprob) AS trainer_log_ppl
-            FROM tok
-            GROUP BY sid, kind
-        )
-        GROUP BY kind
-        """
-    ).fetchall()
-    emit(gpu_step, bin_kind, dict(pearson))
+    workload(con, edges, "sid")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,13 @@ def main() -> None:
     tok = pl.scan_parquet(
         str(args.store / "tokens" / "*" / "*.parquet"), hive_partitioning=True
     ).filter(pl.col("run") == args.run)
+    workload(tok, edges, "seq")
+
+
+def workload(tok: pl.LazyFrame, edges: list[float], seq: str) -> None:
+    """W's three queries over ``tok`` (one row per model token: gpu, step, turn, both logprobs,
+    and ``seq``, the sequence's id), each collected with the streaming engine, printed as the
+    digest."""
     r = pl.col("trainer_logprob") - pl.col("rollout_logprob")
     kind = pl.when(pl.col("turn") == 0).then(pl.lit("first")).otherwise(pl.lit("later"))
     # bin k = [edges[k], edges[k+1]), 1 in the last bin: the number of interior edges <= p_infer
@@ -42,7 +49,7 @@ def main() -> None:
     )
 
     pearson = (
-        tok.group_by("seq", kind.alias("kind"))
+        tok.group_by(seq, kind.alias("kind"))
         .agg(
             (-pl.col("rollout_logprob").mean()).alias("rollout_log_ppl"),
             (-pl.col("trainer_logprob").mean()).alias("trainer_log_ppl"),
