@@ -105,6 +105,7 @@ def _both(store: Path, *args: str) -> tuple[dict, dict]:
 
 
 @needs_ray
+@pytest.mark.slow
 def test_report_json_equals_local(ray_local: Any, multi_part: Path) -> None:
     local, distributed = _both(
         multi_part, "report", "--by-gpu", "--by", "step,turn_kind", "--by", "tag:gpu_kind"
