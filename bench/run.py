@@ -1,12 +1,12 @@
 """Report speed vs what users reach for (issue #7): one command, from dumps to docs/benchmarks.md.
 
     pip install -e '.[bench]'     # pandas and DuckDB for the baselines
-    python bench/run.py --sizes 10,100 --repeats 3 --write docs/benchmarks.md [--workdir DIR] [--keep]
+    python bench/run.py --sizes 20,100 --repeats 3 --write docs/benchmarks.md [--workdir DIR] [--keep]
 
 For each size (millions of response positions): generate realistic dumps (bench/gen_dumps.py:
 sequence layout, responses of 50-4000 tokens, multi-turn, 20 steps, 3 gpus; reused when --workdir
-already holds them), ingest them into a fresh store as run `bench` and again as `bench2` (timed:
-wall, peak RSS, model tokens/s), then time, alternating round-robin for --repeats rounds (the
+already holds them), ingest them into a fresh store as run `bench` and again as `bench2` with the
+two sides swapped (timed: wall, peak RSS, model tokens/s), then time, alternating round-robin for --repeats rounds (the
 starting command rotates every round), each in a fresh subprocess measured with wait4:
 
     report   python -m mismatchctl report bench --by-gpu --json /dev/null -q   (every split)
@@ -19,7 +19,8 @@ starting command rotates every round), each in a fresh subprocess measured with 
     floor    python bench/floor.py STORE           read and decode W's columns with pyarrow
 
 The W scripts must agree with each other (1e-6 relative, token counts exactly) and with the
-report's own numbers, or the bench stops. Results: a Markdown section written to --write (the
+report's own numbers, or the bench stops. The section ends with the targets of the third
+performance round (issue #22) at the largest size. Results: a Markdown section written to --write (the
 section is replaced, the rest of the file kept) and raw JSON in the workdir (results.json).
 Without --keep the stores, and the dumps this invocation generated, are removed at the end.
 """
@@ -730,7 +731,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--sizes", default="10,100", help="millions of response positions")
+    parser.add_argument("--sizes", default="20,100", help="millions of response positions")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (median)")
     parser.add_argument("--write", type=Path, help="replace this Markdown file's section")
     parser.add_argument("--workdir", type=Path, help="dumps, stores, logs, results.json")
