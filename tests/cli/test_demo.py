@@ -5,19 +5,33 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from tests.helpers import cli
+from tests.helpers import Ran, cli
+from tests.render.test_report_html import DEMO_PAGE_HEIGHT, NEEDS_CHROMIUM, _chromium, check_drawn
 
 ROOT = Path(__file__).parents[2]
 
 
-@pytest.mark.slow
-def test_demo_runs_on_the_bundled_sample_data(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.setenv("NO_COLOR", "1")
-    store, page = tmp_path / "store", tmp_path / "demo.html"
-    ran = cli("demo", "--store", str(store), "--html", str(page), "-q")
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Ran, Path, Path]:
+    """The demo run once for the module (a minute of CI): its output, store and page."""
+    tmp = tmp_path_factory.mktemp("demo")
+    store, page = tmp / "store", tmp / "demo.html"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NO_COLOR", "1")
+        ran = cli("demo", "--store", str(store), "--html", str(page), "-q")
     assert ran.code == 0, ran.err
+    return ran, store, page
+
+
+@pytest.mark.slow
+def test_demo_runs_on_the_bundled_sample_data(
+    demo: tuple[Ran, Path, Path], tmp_path: Path, monkeypatch
+) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    ran, store, page = demo
     manifest = json.loads((ROOT / "sample_data" / "manifest.json").read_text())
     for run in manifest["runs"]:
         assert run["name"] in ran.out
@@ -50,6 +64,24 @@ def test_demo_runs_on_the_bundled_sample_data(tmp_path: Path, monkeypatch) -> No
     assert [d["step"] for d in curves["events"]["reward_drops"]] == [6]  # sample_data/README.md
     again = cli("demo", "--store", str(store), "--html", str(page), "-q")  # reuses the store
     assert again.code == 0
+
+
+@pytest.mark.browser
+@NEEDS_CHROMIUM
+@pytest.mark.slow
+def test_demo_page_height_and_screenshot(demo: tuple[Ran, Path, Path], tmp_path: Path) -> None:
+    _, _, page = demo
+    got = check_drawn(page, tmp_path)
+    assert got["height"] <= DEMO_PAGE_HEIGHT, got["height"]
+    assert got["summary_bottom"] <= 900
+    shot = tmp_path / "shot.png"
+    _chromium(f"--screenshot={shot}", page.as_uri(), tmp=tmp_path)
+    from PIL import Image
+
+    with Image.open(shot) as image:
+        pixels = np.asarray(image.convert("RGB"))
+    assert pixels.shape[:2] == (900, 1400)
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 20  # a drawn page, not a blank one
 
 
 def test_demo_without_sample_data(tmp_path: Path) -> None:

@@ -210,22 +210,3 @@ def test_compare_diagnose_whatif_pages_draw(page: Path, tmp_path: Path) -> None:
             assert measure(out, tmp_path)["errors"] == []
         else:
             check_drawn(out, tmp_path)
-
-
-@pytest.mark.browser
-@NEEDS_CHROMIUM
-@pytest.mark.slow
-def test_demo_page_height_and_screenshot(tmp_path: Path) -> None:
-    out = tmp_path / "demo.html"
-    assert cli("demo", "--store", str(tmp_path / "store"), "--html", str(out), "-q").code == 0
-    got = check_drawn(out, tmp_path)
-    assert got["height"] <= DEMO_PAGE_HEIGHT, got["height"]
-    assert got["summary_bottom"] <= 900
-    shot = tmp_path / "shot.png"
-    _chromium(f"--screenshot={shot}", out.as_uri(), tmp=tmp_path)
-    from PIL import Image
-
-    with Image.open(shot) as image:
-        pixels = np.asarray(image.convert("RGB"))
-    assert pixels.shape[:2] == (900, 1400)
-    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 20  # a drawn page, not a blank one
