@@ -9,12 +9,18 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 from typer.testing import CliRunner
 
 from mismatchctl.cli.main import app
 
 FIXTURES = Path(__file__).parent / "data" / "fixtures"
 EVIL = '<script>alert("x")</script>'  # a user string that must come out escaped
+
+
+def slow_param(*values: object, **kwargs: object) -> object:
+    """A parameter run with the slow tests only (CI): the README's suite keeps one per family."""
+    return pytest.param(*values, marks=pytest.mark.slow, **kwargs)  # type: ignore[arg-type]
 
 
 @dataclass

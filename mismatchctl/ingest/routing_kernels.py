@@ -29,11 +29,13 @@ def _popcount(typingctx, x):  # pragma: no cover - compiled
     return x(x), codegen
 
 
-@numba.njit(cache=True, nogil=True)
-def scan_side(ids, layers, k, high, dead):  # pragma: no cover - compiled
+def scan_side(
+    ids: np.ndarray, layers: int, k: int, high: int, dead: np.ndarray
+) -> tuple[int, int, int]:
     """Validate every row of ``ids`` (``[rows, layers * k]``): ids in [0, high) or -1; -1 on all
     slots or none; distinct ids within a layer; and mark ``dead`` the rows filled with one id
-    (top-k > 1). Returns (code, row, max id) of the first bad row (code OK: none)."""
+    (top-k > 1). Returns (code, row, max id) of the first bad row (code OK: none). One call of
+    :func:`scan_rows` over every row (from Python: the signature the ranges use)."""
     none = np.empty(0, dtype=np.int64)
     return scan_rows(ids, none, ids, dead, layers, k, high, dead, 0, ids.shape[0])
 
@@ -129,12 +131,22 @@ def tail_repeats(ids, of, dead, tail):  # pragma: no cover - compiled
     return count
 
 
-@numba.njit(cache=True, nogil=True)
 def compare_frames(
-    a, a_of, a_dead, b, b_of, b_dead, layers, k, equal, overlap, compared
-):  # pragma: no cover - compiled
+    a: np.ndarray,
+    a_of: np.ndarray,
+    a_dead: np.ndarray,
+    b: np.ndarray,
+    b_of: np.ndarray,
+    b_dead: np.ndarray,
+    layers: int,
+    k: int,
+    equal: np.ndarray,
+    overlap: np.ndarray,
+    compared: np.ndarray,
+) -> None:
     """Per frame row recorded on both sides: the bitmask of layers with equal top-k sets, the
-    per-layer overlap |A ∩ B| (ids distinct within a layer: checked by ``scan_side``)."""
+    per-layer overlap |A ∩ B| (ids distinct within a layer: checked by ``scan_side``). One call
+    of :func:`compare_range` over every row."""
     compare_range(
         a, a_of, a_dead, b, b_of, b_dead, layers, k, equal, overlap, compared, 0, len(a_of)
     )

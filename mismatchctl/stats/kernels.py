@@ -182,7 +182,7 @@ def cell_sums(
         e = starts[k + 1] if k + 1 < m else n
         a_sum = 0.0
         t_sum = 0.0
-        count = 0
+        count = np.int64(0)  # not the literal 0: one compiled signature of the helpers
         kv_b = 0
         kv_lo = np.inf  # the cached KV bin [kv_lo, kv_hi): positions rise, it rarely changes
         kv_hi = -np.inf

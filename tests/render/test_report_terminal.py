@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.cells import cell_len
 
-from tests.helpers import FIXTURES, cli, multi_gpu_dump, step_dump
+from tests.helpers import FIXTURES, cli, multi_gpu_dump, slow_param, step_dump
 
 GOLDEN_DIR = Path(__file__).parents[1] / "golden"
 
@@ -63,7 +63,7 @@ def test_by_step_of_one_run_prints_one_step_table(store: Path, tmp_path: Path) -
     assert "By step" in both and "vllm_kl per step, per run" in both
 
 
-@pytest.mark.parametrize("columns", [80, 60])
+@pytest.mark.parametrize("columns", [slow_param(80), 60])
 def test_narrow_terminals_never_elide_a_number(
     store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, columns: int
 ) -> None:

@@ -17,13 +17,9 @@ from mismatchctl.stats.cube import Cube
 from mismatchctl.stats.cube_spec import CubeSpec
 from mismatchctl.stats.localize import explain
 from mismatchctl.stats.localize_result import BASELINE, INTERNAL, Explanation, Finding
+from tests.helpers import slow_param
 
 KV, STEP = "kv_position", "step"
-
-
-def slow_param(*values: object) -> object:
-    """A parameter run with the slow tests only (CI): the README's suite keeps one per family."""
-    return pytest.param(*values, marks=pytest.mark.slow)
 
 
 LONG_KV = 4  # kv_position code of 1024-2047: the planted fault covers every code from it on
@@ -69,9 +65,9 @@ def _is_template_fault(f: Finding, cube: Cube) -> bool:
     ("magnitude", "seqs_per_step"),
     [
         (2.0, 512),
-        (5.0, 256),
-        pytest.param(30.0, 256, marks=pytest.mark.slow),
-        pytest.param(1000.0, 256, marks=pytest.mark.slow),
+        slow_param(5.0, 256),
+        slow_param(30.0, 256),
+        slow_param(1000.0, 256),
     ],
 )
 def test_long_kv_fault_in_two_steps_is_the_top_finding(

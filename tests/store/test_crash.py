@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import mismatchctl
-from tests.helpers import FIXTURES, cli, multi_gpu_dump
+from tests.helpers import FIXTURES, cli, multi_gpu_dump, slow_param
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,7 @@ def dump(tmp_path: Path) -> Path:
 @pytest.mark.parametrize(
     ("point", "calls"), [("stage", 300), ("move", 150), ("catalog", 150)]
 )  # calls: an upper bound of the calls a full ingest makes, to draw kill points from
-@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("seed", [1, slow_param(2), slow_param(3)])
 def test_killed_ingest(store: Path, dump: Path, point: str, calls: int, seed: int) -> None:
     assert cli("ingest", str(FIXTURES / "sequence.parquet"), "--run", "base", "-q").code == 0
     base = mismatchctl.report(["base"], store=store).whole().metrics
