@@ -48,6 +48,9 @@ class SideRoutes:
     offsets: np.ndarray  # int64 [n + 1]
     first: np.ndarray  # int64 [n]
     column: str  # the column, for messages
+    # verl's whole-sequence layout marks a position the engine did not record (the last
+    # response token, the turns after the last generation, padding) by a row of zeros
+    zeros_unrecorded: bool = False
 
     @property
     def layers(self) -> int:
@@ -64,6 +67,7 @@ class SideRoutes:
             offsets_from_lengths(rows[keep]),
             self.first[keep],
             self.column,
+            self.zeros_unrecorded,
         )
 
 
@@ -188,7 +192,7 @@ def _place_lists(
         )
     if whole.any():  # the prompt part's rows come first: the response starts after them
         first = np.where(whole, -layout.widths, 0).astype(np.int64)  # type: ignore[operator]
-    return SideRoutes(ids, offsets, first, name)
+    return SideRoutes(ids, offsets, first, name, zeros_unrecorded=bool(whole.any()))
 
 
 def _sglang(

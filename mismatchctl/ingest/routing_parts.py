@@ -59,6 +59,12 @@ def route_notes(ctx: Context) -> list[str]:
         "tokens without a route on both sides"
         + ("; full routes kept (--keep-routes)" if ctx.routes.keep_routes else "")
     )
+    if t.zero_rows:
+        notes.append(
+            f"routes: {t.zero_rows:,} rows of zeros, verl's mark of a position the engine did not "
+            "record (the last response token, tokens after the last generation, padding): not "
+            "taken as routes"
+        )
     for kind, rows in sorted(t.bugs.items()):
         notes.append(f"routes: capture bug: {rows:,} {kind}, not taken as routes")
     return notes

@@ -57,6 +57,7 @@ class RouteTally:
     max_id: int = -1
     bugs: Counter[str] = field(default_factory=Counter)  # kind -> rows (both sides)
     missing_rows: int = 0  # -1 rows at model-token positions (either side)
+    zero_rows: int = 0  # verl's rows of zeros (not recorded) from response index -1 on
 
     def add(self, other: RouteTally, what: str) -> None:
         if (
@@ -78,6 +79,7 @@ class RouteTally:
         self.max_id = max(self.max_id, other.max_id)
         self.bugs.update(other.bugs)
         self.missing_rows += other.missing_rows
+        self.zero_rows += other.zero_rows
 
 
 @dataclass
@@ -118,10 +120,10 @@ def routing_table(
     frame = offsets_frame(lengths)
     tail = _padded_tail(lengths, model, frame)
     a_of = _frame_index(rollout, lengths, frame, ctx_what, sample_ids)
-    a_dead = _scan(rollout, ctx_what, sample_ids, opts.num_experts, tally)
+    a_dead = _scan(rollout, a_of, ctx_what, sample_ids, opts.num_experts, tally)
     b_of = _frame_index(trainer, lengths, frame, ctx_what, sample_ids)
     twin = (rollout, _twins(a_of, b_of, len(trainer.ids)), a_dead)
-    b_dead = _scan(trainer, ctx_what, sample_ids, opts.num_experts, tally, twin)
+    b_dead = _scan(trainer, b_of, ctx_what, sample_ids, opts.num_experts, tally, twin)
     sides = [(rollout, a_of, a_dead), (trainer, b_of, b_dead)]
     for side, of, dead in sides:  # after both scans: a twin's verdict is its fill or not
         if side.ids.size:
@@ -298,15 +300,18 @@ def _twins(a_of: np.ndarray, b_of: np.ndarray, rows: int) -> np.ndarray:
 
 def _scan(
     side: SideRoutes,
+    of: np.ndarray,
     what: str,
     sample_ids: list[str],
     num_experts: int | None,
     tally: RouteTally,
     twin: tuple[SideRoutes, np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
-    """Validate a side's rows; the rows filled with one id (a capture bug), counted. ``twin``:
-    the side validated before it, each row's twin there and that side's fills (a row equal to
-    its twin has its verdict: only the rows that differ are checked)."""
+    """Validate a side's rows; the rows filled with one id (a capture bug) counted where they
+    are placed (``of``: per frame row, the side's row; the prompt's earlier rows are never
+    used), except verl's rows of zeros, its mark of a row not recorded. ``twin``: the side
+    validated before it, each row's twin there and that side's fills (a row equal to its twin
+    has its verdict: only the rows that differ are checked)."""
     dead = np.zeros(len(side.ids), dtype=np.bool_)
     if not len(side.ids) or side.ids.size == 0:
         return dead
@@ -322,9 +327,14 @@ def _scan(
     if code != _kernels().OK:
         raise _bad_row(side, int(code), int(r), what, sample_ids, num_experts)
     tally.max_id = max(tally.max_id, int(top))
-    fills = int(dead.sum())
-    if fills:
-        tally.bugs[BUG_FILL] += fills
+    placed = of[of >= 0]
+    filled = placed[dead[placed]]
+    if side.zeros_unrecorded and len(filled):
+        zero = ~ids[filled].any(axis=1)
+        tally.zero_rows += int(zero.sum())
+        filled = filled[~zero]
+    if len(filled):
+        tally.bugs[BUG_FILL] += len(filled)
     return dead
 
 
