@@ -522,10 +522,13 @@ def diagnose(
     on_part: Callable[[int], None] | None = None,
     engine: str = "local",
     ray_address: str | None = None,
+    tokenizer: str | None = None,
 ) -> Diagnosis:
     """Every check of ``diagnose`` on a selector (``"v1-a100"``, ``"gpu=A100"``,
     ``"v1@steps=0..200"``): ``Diagnosis.checks`` with verdicts ok / warn / fail / n/a;
-    ``baseline``: a known-good selector every relative check also judges against."""
+    ``baseline``: a known-good selector every relative check also judges against;
+    ``tokenizer``: as in :func:`tokens` (remembered for the runs; the token-class check reads
+    the worst tokens' text with it)."""
     from mismatchctl.analysis.diagnose import build_diagnosis
     from mismatchctl.engines.choice import choose_engine
     from mismatchctl.store import open_store
@@ -533,7 +536,7 @@ def diagnose(
     eng = choose_engine(engine, ray_address)
     return build_diagnosis(
         open_store(store), selector, baseline=baseline, workers=workers, on_part=on_part,
-        engine=eng,
+        engine=eng, tokenizer=tokenizer,
     )  # fmt: skip
 
 

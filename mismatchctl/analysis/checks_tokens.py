@@ -55,8 +55,8 @@ def token_classes(ctx: Context) -> Check:
 
 
 _NO_TOKENIZER = (
-    "no tokenizer remembered for the selection's runs: `mismatchctl tokens RUN --tokenizer "
-    "PATH` remembers one"
+    "no tokenizer remembered for the selection's runs: `--tokenizer PATH` (here, or with "
+    "`tokens` or `show`) reads one and remembers it"
 )
 
 

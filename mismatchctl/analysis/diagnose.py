@@ -157,9 +157,11 @@ def build_diagnosis(
     workers: int = DEFAULT_WORKERS,
     on_part: Callable[[int], None] | None = None,
     engine: Engine = LOCAL_ENGINE,
+    tokenizer: str | None = None,
 ) -> Diagnosis:
     """Every check on the selection; ``baseline``: a selector every relative check also judges
-    the selection against (``explain --baseline``)."""
+    the selection against (``explain --baseline``); ``tokenizer``: read and remembered for the
+    selection's runs (else each run's remembered one), for the token-class check."""
 
     decoders = RunDecoders()
 
@@ -176,7 +178,7 @@ def build_diagnosis(
             RunCubeExtra(spec),
             EdgeExtra(EDGES),
         ]
-        decoders = run_decoders(store, selection.names, None)
+        decoders = run_decoders(store, selection.names, tokenizer)
         tables = class_tables(decoders)  # runs with a tokenizer: the token_classes check
         if tables:
             k = top_size(selection_tokens(selection), T.CLASS_TOP_SHARE, T.CLASS_TOP_LEAST,

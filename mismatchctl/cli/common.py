@@ -154,6 +154,14 @@ IsBoundsOpt = Annotated[
         "for one number (verl's threshold grammar; default 0.5_2.0).",
     ),
 ]
+TokenizerOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tokenizer",
+        help="A tokenizer.json, a Hugging Face tokenizer directory, or `bytes` (ids are bytes): "
+        "token text instead of ids; remembered for the runs.",
+    ),
+]
 
 
 @dataclass

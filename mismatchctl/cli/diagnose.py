@@ -8,13 +8,13 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import Common, SelectorArg, analysis_command
+from mismatchctl.cli.common import Common, SelectorArg, TokenizerOpt, analysis_command
 
 EXIT_CHECK_FAILED = 3  # documented in README "Exit codes": lets CI gate on a diagnosis
 
 HELP = """Run every check of the mismatch, layer by layer, each with a verdict (ok, warn, fail, or n/a when it cannot apply), its evidence and what to try next:
 
-data integrity (alignment of the two sides, sentinel values, empty masks, trailing padding, duplicate sequences, a chat-template fault at the turn edges, byte-fallback, special or whitespace tokens among the worst with a tokenizer remembered by `tokens --tokenizer`), semantic (systematic offset, temperature on one side, top-p renormalised on one side), inference path (against the baseline, a code path localized to part of the run, low-probability tokens, tool responses, hardware), trajectory (spikes, regimes, trend, vllm_kl/trainer_ppl spiral, severe batches, stale weights; with training curves from `mismatchctl ingest-metrics`: vllm_kl spikes together with grad-norm or entropy spikes, a vllm_kl rise before a reward drop), objective (the most likely cause and its remedy; is a correction warranted, and would it help).
+data integrity (alignment of the two sides, sentinel values, empty masks, trailing padding, duplicate sequences, a chat-template fault at the turn edges, byte-fallback, special or whitespace tokens among the worst with --tokenizer, or the tokenizer remembered by `tokens --tokenizer`), semantic (systematic offset, temperature on one side, top-p renormalised on one side), inference path (against the baseline, a code path localized to part of the run, low-probability tokens, tool responses, hardware), trajectory (spikes, regimes, trend, vllm_kl/trainer_ppl spiral, severe batches, stale weights; with training curves from `mismatchctl ingest-metrics`: vllm_kl spikes together with grad-norm or entropy spikes, a vllm_kl rise before a reward drop), objective (the most likely cause and its remedy; is a correction warranted, and would it help).
 
 Parts of a run (steps, gpus, turns, positions) are judged against the rest of it at the same token probabilities, with intervals, however small the absolute level; with --baseline REF (a known-good run, a slice, or the same run's early steps) the whole selection is also judged against it, and an improvement is reported as one.
 
@@ -27,6 +27,8 @@ Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one 
   mismatchctl diagnose 'v1-a100@steps=200..' --html diagnosis.html
 
   mismatchctl diagnose v2-a100 --baseline v1-h20
+
+  mismatchctl diagnose v1-a100 --tokenizer ~/models/Qwen3-8B
 
   mismatchctl diagnose gpu=A100 --json - | jq '.diagnosis.checks[] | select(.verdict == "fail")'
 
@@ -60,11 +62,14 @@ def diagnose(
             "against.",
         ),
     ] = None,
+    tokenizer: TokenizerOpt = None,
     *,
     common: Common,
 ) -> None:
     with common.progress() as progress:
-        result = api.diagnose(selector, baseline=baseline, **common.read(progress.advance))
+        result = api.diagnose(
+            selector, baseline=baseline, tokenizer=tokenizer, **common.read(progress.advance)
+        )
     title = f"mismatchctl diagnosis: {result.label}"
     subtitle = "Every check of the training-inference mismatch, layer by layer, with its evidence."
     common.emit(result, result.sections(brief=quiet), title, subtitle)

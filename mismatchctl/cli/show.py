@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import Common, HtmlOut, JsonOut, StoreOpt, handle_errors
+from mismatchctl.cli.common import Common, HtmlOut, JsonOut, StoreOpt, TokenizerOpt, handle_errors
 
 HELP = """One sequence of a run, token by token: each token on a background by |r| = |trainer - rollout logprob| (with a legend), the prompt and every tool response as a marked gap with its length (the turn that follows named; a tool response's own tokens as text under it when ingest kept their ids), and the sequence's K3 sum, vllm_kl, sum r and max |r|. --html FILE writes the same as coloured text with a tooltip per token (position, turn, id, p_rollout, p_trainer, r, K3).
 
@@ -34,14 +34,7 @@ def show(
         int | None,
         typer.Option("--index", help="Which of the sequences sharing the sample id (from 0)."),
     ] = None,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            "--tokenizer",
-            help="A tokenizer.json, a Hugging Face tokenizer directory, or `bytes`; "
-            "remembered for the run.",
-        ),
-    ] = None,
+    tokenizer: TokenizerOpt = None,
     json_out: JsonOut = None,
     html_out: HtmlOut = None,
     store: StoreOpt = None,

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli.common import BinsOpt, Common, SelectorArg, analysis_command
+from mismatchctl.cli.common import BinsOpt, Common, SelectorArg, TokenizerOpt, analysis_command
 
 HELP = """The worst tokens of a selection: the largest K3 contributions (rho - 1 - r, what vllm_kl averages), or with --sort abs-r the largest |r|, with --sort prob-diff the largest |p_trainer - p_rollout|; each with its run, step, sample id, turn, position, KV position, token id, p_rollout, p_trainer, r, its share of the cell's K3, and ±--context model tokens around it.
 
@@ -54,14 +54,7 @@ def tokens(
     context: Annotated[
         int, typer.Option("--context", help="Model tokens shown each side of a token.")
     ] = 5,
-    tokenizer: Annotated[
-        str | None,
-        typer.Option(
-            "--tokenizer",
-            help="A tokenizer.json, a Hugging Face tokenizer directory, or `bytes` (ids are "
-            "bytes): token text instead of ids; remembered for the runs.",
-        ),
-    ] = None,
+    tokenizer: TokenizerOpt = None,
     bins: BinsOpt = "log",
     *,
     common: Common,

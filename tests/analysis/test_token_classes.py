@@ -7,6 +7,7 @@ stay quiet."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -246,3 +247,17 @@ def test_without_a_tokenizer_it_is_not_applicable(store: Path) -> None:
     assert check.verdict == "n/a" and "no tokenizer remembered" in check.finding
     ran = cli("diagnose", "plain", "--store", str(store))
     assert "Token classes" in ran.out
+
+
+def test_diagnose_reads_a_tokenizer_given_to_it(
+    tmp_path: Path, tok_path: Path, lut: np.ndarray
+) -> None:
+    """`diagnose --tokenizer` classifies without an earlier `tokens --tokenizer`, and remembers
+    it for the run (the next diagnosis uses it without the option)."""
+    store = tmp_path / "store"
+    mismatchctl.ingest([write_run(tmp_path / "d", lut, "whitespace", 3.0)], run="d", store=store)
+    ran = cli("diagnose", "d", "--tokenizer", str(tok_path), "--store", str(store), "--json", "-")
+    checks = {c["name"]: c for c in json.loads(ran.out)["diagnosis"]["checks"]}
+    assert checks["token_classes"]["verdict"] == _check(store, "d").verdict == "fail"
+    ran = cli("diagnose", "d", "--tokenizer", str(tmp_path / "none.json"), "--store", str(store))
+    assert ran.code == 1 and "none.json" in ran.err and "Hint" in ran.err
