@@ -213,6 +213,7 @@ def build_comparison(
             )
 
         ra, rb, intervals = _read_sides(sides, side, resamples, seed)
+        ra.routing_layers = rb.routing_layers = True  # the JSON's routing per MoE layer too
         comparison = _comparison(sides, ra, rb, intervals)
         comparison.splits = {split: keyed_rows(ra, rb, split) for split in extra}
         comparison.pairing = (

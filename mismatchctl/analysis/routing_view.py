@@ -5,7 +5,7 @@ splits. Nothing is shown for a selection without routes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mismatchctl.analysis import sections as S
@@ -91,11 +91,83 @@ def split_table(split: tuple[str, ...], rows: list[dict[str, Any]], replay: bool
 def compare_routing(
     a: Mapping[str, RoutingResult], b: Mapping[str, RoutingResult]
 ) -> list[S.Section]:
-    """Two sides' routing side by side (e.g. without and with replay): one row per side's run."""
+    """Two sides' routing side by side (e.g. without and with replay): one row per side's run,
+    then per MoE layer and per probability bin a column group per side's run."""
     if not a and not b:
         return []
     rows = {f"A: {run}": r for run, r in a.items()} | {f"B: {run}": r for run, r in b.items()}
-    return [summary_table(rows, "Routing (MoE), both sides")]
+    runs = _side_runs(a, b)
+    return [
+        summary_table(rows, "Routing (MoE), both sides"),
+        _side_by_side(
+            "routing-layers-both", "Routing by MoE layer, both sides",
+            S.Column("layer", "layer", K.ID), LAYER_COLUMNS,
+            {name: r.partial.by_layer() for name, r in runs.items()}, "layer",
+            "per layer, over each side's compared positions: the share with equal expert sets, "
+            "the mean overlap |A ∩ B| / top-k, and the share of the differing positions whose "
+            "lowest differing layer it is",
+        ),
+        _side_by_side(
+            "routing-bins-both", "Routing by inference probability, both sides",
+            S.Column("bin", "p_infer", K.LABEL), BIN_COLUMNS,
+            {name: r.bins() for name, r in runs.items()}, "bin",
+            "mean K3 of the paired tokens whose producing position's routes differ on some "
+            "layer (flipped) or on none (same), per p_infer bin (bins without a paired token "
+            "on either side left out)",
+            lambda row: bool(row["flipped_tokens"] or row["same_tokens"]),
+        ),
+    ]  # fmt: skip
+
+
+LAYER_COLUMNS = (
+    (R.ROUTING_LAYER_AGREEMENT, "agreement", K.SHARE),
+    (R.ROUTING_OVERLAP_MEAN, "overlap", K.SHARE),
+    ("first_flip_share", "first differing", K.SHARE),
+)
+BIN_COLUMNS = (
+    ("flipped_tokens", "flipped", K.COUNT),
+    (R.VLLM_KL_FLIPPED, "vllm_kl flipped", K.VALUE),
+    (R.VLLM_KL_SAME, "vllm_kl same", K.VALUE),
+)
+
+
+def _side_runs(
+    a: Mapping[str, RoutingResult], b: Mapping[str, RoutingResult]
+) -> dict[str, RoutingResult]:
+    """The column groups' names: ``A`` and ``B`` when each side has one run, else ``A run``."""
+    out = {}
+    for side, runs in (("A", a), ("B", b)):
+        for run, result in runs.items():
+            out[side if len(runs) == 1 else f"{side} {run}"] = result
+    return out
+
+
+def _side_by_side(
+    table_id: str,
+    title: str,
+    key: S.Column,
+    columns: Sequence[tuple[str, str, Any]],
+    rows_of: Mapping[str, list[dict[str, Any]]],
+    by: str,
+    note: str,
+    shown: Callable[[dict[str, Any]], bool] = lambda row: True,
+) -> S.Table:
+    """One row per value of ``by`` (a layer, a bin) met on either side and ``shown`` on one;
+    per side's run, its ``columns`` (empty where that side has no such row: a model with fewer
+    layers)."""
+    cols = [key]
+    merged: dict[Any, dict[str, Any]] = {}
+    kept: set[Any] = set()
+    for name, rows in rows_of.items():
+        prefix = name.lower().replace(" ", "_")
+        cols += [S.Column(f"{prefix}_{k}", f"{name} {h}", kind) for k, h, kind in columns]
+        for row in rows:
+            out = merged.setdefault(row[by], {key.key: row[by]})
+            out.update({f"{prefix}_{k}": row.get(k) for k, _, _ in columns})
+            if shown(row):
+                kept.add(row[by])
+    rows = [row for value, row in merged.items() if value in kept]
+    return S.Table(table_id, title, cols, rows, note=note, keys=1)
 
 
 def summary_table(routing: Mapping[str, RoutingResult], title: str = "Routing (MoE)") -> S.Table:

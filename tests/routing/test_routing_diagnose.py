@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mismatchctl import api
+from tests.helpers import cli
 from tests.routing.routes_fixture import routes
 
 LAYERS, TOP_K = 4, 2
@@ -104,3 +105,29 @@ def test_compare_shows_both_sides_routing(tmp_path: Path) -> None:
     assert a["routing_token_agreement"] < 1.0
     table = next(s for s in cmp.sections() if s.id == "routing")
     assert [r["run"] for r in table.rows] == ["A: natural", "B: replayed"]
+    # per MoE layer and per probability bin, side by side: each side's own rows
+    sides = {"a": ("natural", doc["a"]["natural"]), "b": ("replayed", doc["b"]["replayed"])}
+    layers = next(s for s in cmp.sections() if s.id == "routing-layers-both")
+    held: set[str] = set()
+    for side, (run, one) in sides.items():
+        want = api.report([run], store=store, by=["layer"]).to_dict()["routing"][run]
+        assert one["by_layer"] == want["by_layer"]
+        for row, ref in zip(layers.rows, want["by_layer"], strict=True):
+            assert row["layer"] == ref["layer"]
+            assert row[f"{side}_routing_layer_agreement"] == ref["routing_layer_agreement"]
+            assert row[f"{side}_first_flip_share"] == ref["first_flip_share"]
+        bins = next(s for s in cmp.sections() if s.id == "routing-bins-both")
+        by_label = {r["bin"]: r for r in bins.rows}
+        for ref in want["by_bin"]:
+            if ref["flipped_tokens"] or ref["same_tokens"]:
+                held.add(ref["bin"])
+            if ref["bin"] in by_label:
+                got = by_label[ref["bin"]]
+                assert got[f"{side}_vllm_kl_flipped"] == ref["vllm_kl_flipped"]
+                assert got[f"{side}_flipped_tokens"] == ref["flipped_tokens"]
+    assert set(by_label) == held  # the bins with a paired token on either side
+    assert all(r["b_routing_layer_agreement"] == 1.0 for r in layers.rows)
+    assert any(r["a_routing_layer_agreement"] < 1.0 for r in layers.rows)
+    ran = cli("compare", "natural", "replayed", "--store", str(store), "--resamples", "20")
+    assert "Routing by MoE layer, both sides" in ran.out
+    assert "Routing by inference probability, both sides" in ran.out
