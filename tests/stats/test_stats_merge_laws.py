@@ -7,7 +7,7 @@ Pearson merge of torchmetrics did).
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from stats_helpers import assert_metrics_close, flatten
 
@@ -59,6 +59,11 @@ SETTINGS = settings(max_examples=60, deadline=None)
 
 @SETTINGS
 @given(partition, partition, partition)
+@example(  # near-constant probabilities: their Pearson correlation near 0 is ill-conditioned
+    pa=[[(6.843209684176334e-06, 6.843209684176334e-06, 0)]],
+    pb=[[(0.0, 0.0, 0), (0.0, 3.396810724231299e-05, 0)]],
+    pc=[[(0.0, 0.0, 0), (0.0, 0.0, 0), (0.0, 0.0, 0)]],
+)
 def test_associative(pa, pb, pc) -> None:
     for a, b, c in zip(_partials(pa), _partials(pb), _partials(pc), strict=True):
         _close(a.merge(b).merge(c), a.merge(b.merge(c)))
