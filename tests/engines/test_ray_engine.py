@@ -133,6 +133,7 @@ def test_whatif_presets_on_ray_equal_local(ray_local: Any, multi_part: Path) -> 
 
 
 @needs_ray
+@pytest.mark.slow
 def test_report_tail_thresholds_reach_the_ray_tasks(ray_local: Any, multi_part: Path) -> None:
     """--clamp, --tau and --is-bounds travel to the Ray tasks: the same numbers as locally,
     and they differ from the defaults' (the thresholds were applied, not dropped)."""

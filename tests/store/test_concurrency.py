@@ -67,6 +67,7 @@ def test_same_file_into_one_run_at_once(store: Path, tmp_path: Path) -> None:
     _consistent(store)
 
 
+@pytest.mark.slow
 def test_different_files_into_one_run_at_once(store: Path, tmp_path: Path) -> None:
     one, two = tmp_path / "one.parquet", tmp_path / "two.parquet"
     multi_gpu_dump(one, seed=1)

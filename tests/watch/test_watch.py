@@ -102,6 +102,7 @@ def test_partial_files_wait_until_complete_then_restart_is_a_no_op(
     assert tree_digest(store) == before and stored_steps(store, "w") == steps
 
 
+@pytest.mark.slow
 def test_temp_names_and_dotfiles_wait_for_their_rename(store: Path, tmp_path: Path) -> None:
     dumps = tmp_path / "dumps"
     src = write_step(tmp_path / "src", 2, 0.02)
@@ -273,6 +274,7 @@ def _k3(step: int, noise: float, hot: float | None) -> np.ndarray:
     return np.where(mask == 1, np.expm1(r) - r, np.nan)
 
 
+@pytest.mark.slow
 def test_poll_mode_takes_files_written_while_it_runs(store: Path, tmp_path: Path) -> None:
     dumps = tmp_path / "dumps"
     dumps.mkdir()
@@ -302,6 +304,7 @@ def test_watch_errors_name_what_to_fix(store: Path, tmp_path: Path) -> None:
     assert no_alerts.code == 1 and "--alerts" in no_alerts.err and "Hint:" in no_alerts.err
 
 
+@pytest.mark.slow
 def test_idle_exit_exit_on_warn_and_a_removed_partial_file(store: Path, tmp_path: Path) -> None:
     """--idle-exit 0 stops after the first scan that brings nothing new; --exit-on warn stops at
     the first warning (a step crossing into `medium`); a half-written file that is removed is
@@ -359,6 +362,7 @@ def test_a_json_lines_file_is_read_once_it_has_settled(store: Path, tmp_path: Pa
     assert [x["step"] for x in lines(ran.out)] == [3]
 
 
+@pytest.mark.slow
 def test_exit_on_stops_a_live_watch(store: Path, tmp_path: Path) -> None:
     """--exit-on warn ends a watch that runs on file events at the first alert (here a bad
     file): the process exits 3 with its observer stopped."""
