@@ -48,8 +48,8 @@ class SideRoutes:
     offsets: np.ndarray  # int64 [n + 1]
     first: np.ndarray  # int64 [n]
     column: str  # the column, for messages
-    # verl's whole-sequence layout marks a position the engine did not record (the last
-    # response token, the turns after the last generation, padding) by a row of zeros
+    # verl (a DataProto tensor, or a whole-sequence list) marks a position the engine did not
+    # record (the last response token, the turns after the last generation, padding) by zeros
     zeros_unrecorded: bool = False
 
     @property
@@ -160,10 +160,13 @@ def _level(col: pa.Array, what: str) -> tuple[pa.Array, np.ndarray | int]:
 def _dense(values: np.ndarray, name: str, what: str, layout: Layout) -> SideRoutes:
     """``[sequences, rows, layers, top_k]``: every sequence's rows (the padded width) placed as
     a list column's are: as many as the logprobs, or the prompt part's width more (trimmed,
-    its last row kept). The ids stay in their own type, as a view of the array."""
+    its last row kept). The ids stay in their own type, as a view of the array. verl fills a
+    row the engine did not record with zeros, whichever the width."""
     n, rows, layers, k = values.shape
     ids = values.reshape(n * rows, layers, k)
-    return _place_lists(ids, np.full(n, rows, dtype=np.int64), name, what, layout)
+    side = _place_lists(ids, np.full(n, rows, dtype=np.int64), name, what, layout)
+    side.zeros_unrecorded = True
+    return side
 
 
 def _place_lists(
