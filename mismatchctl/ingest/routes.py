@@ -51,6 +51,12 @@ class SideRoutes:
     # verl (a DataProto tensor, or a whole-sequence list) marks a position the engine did not
     # record (the last response token, the turns after the last generation, padding) by zeros
     zeros_unrecorded: bool = False
+    kind: str = "column"  # what the reader calls ``column`` in messages: a batch key, a key
+
+    @property
+    def named(self) -> str:
+        """The routes' source for messages: ``column `x```, ``batch key `x```."""
+        return f"{self.kind} `{self.column}`"
 
     @property
     def layers(self) -> int:
@@ -68,6 +74,7 @@ class SideRoutes:
             self.first[keep],
             self.column,
             self.zeros_unrecorded,
+            self.kind,
         )
 
 
@@ -97,7 +104,9 @@ def read_side(
     if isinstance(column, np.ndarray):  # a padded batch tensor (verl's DataProto)
         return _dense(column, name, f"{label}: batch key `{name}`", layout)
     if isinstance(column, list):  # arrays per sequence (a .pt dump): rows from position 0
-        return _absolute_arrays(column, name, f"{label}: `{name}`", layout)
+        side = _absolute_arrays(column, name, f"{label}: `{name}`", layout)
+        side.kind = "key"
+        return side
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     what = f"{label}: column `{name}`"
@@ -165,7 +174,7 @@ def _dense(values: np.ndarray, name: str, what: str, layout: Layout) -> SideRout
     n, rows, layers, k = values.shape
     ids = values.reshape(n * rows, layers, k)
     side = _place_lists(ids, np.full(n, rows, dtype=np.int64), name, what, layout)
-    side.zeros_unrecorded = True
+    side.zeros_unrecorded, side.kind = True, "batch key"
     return side
 
 

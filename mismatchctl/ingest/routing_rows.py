@@ -276,7 +276,7 @@ def _frame_index(
     if over.any():
         i = int(np.flatnonzero(over)[0])
         raise InputError(
-            f"{what}: sample `{sample_ids[i]}`: column `{side.column}` has {int(rows[i])} route "
+            f"{what}: sample `{sample_ids[i]}`: {side.named} has {int(rows[i])} route "
             f"rows from response index {int(side.first[i])}, past its {int(lengths[i])} logprobs",
             "dump one route row per token, aligned with the logprobs.",
         )
@@ -344,7 +344,7 @@ def _bad_row(
     i = int(np.searchsorted(side.offsets, r, side="right") - 1)
     j = int(side.first[i] + r - side.offsets[i])
     row = side.ids[r]
-    at = f"{what}: sample `{sample_ids[i]}`: column `{side.column}`, response index {j}"
+    at = f"{what}: sample `{sample_ids[i]}`: {side.named}, response index {j}"
     if code == _kernels().BAD_ID:
         high = num_experts if num_experts is not None else np.iinfo(np.int32).max
         found = int(row[(row < -1) | (row >= high)][0])

@@ -151,7 +151,7 @@ def test_the_trainer_side_by_map_and_one_side_alone(tmp_path: Path) -> None:
         ),
         (
             _bad_id,
-            r"sample `u1`: column `trainer_routed_experts`, response index 2: expected ids in "
+            r"sample `u1`: batch key `trainer_routed_experts`, response index 2: expected ids in "
             r"\[0, 8\), found 8",
         ),
     ],
