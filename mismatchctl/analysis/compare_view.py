@@ -11,8 +11,8 @@ from mismatchctl.analysis import sections as S
 from mismatchctl.analysis.compare_curves import CurvePair
 from mismatchctl.analysis.curves_view import curve_pairs_table, has_logs, pair_dict
 from mismatchctl.analysis.pairing_view import paired_sections
-from mismatchctl.analysis.report_view import POOLED, distribution_figures, key_label
-from mismatchctl.analysis.routing_view import compare_routing
+from mismatchctl.analysis.report_view import POOLED, distribution_figures, key_label, routing_splits
+from mismatchctl.analysis.routing_view import compare_routing, compare_routing_splits
 from mismatchctl.curves.series import KL
 from mismatchctl.display import number
 from mismatchctl.engines import plan as K
@@ -61,6 +61,8 @@ def comparison_sections(c: Comparison) -> list[S.Section]:
             out.append(S.Block(f"scatter-{side.lower()}", title, figs, media="html"))
     out.append(curves_section(c))
     out += compare_routing(c.a.routing, c.b.routing)
+    by_a, by_b = dict(routing_splits(c.a)), dict(routing_splits(c.b))
+    out += compare_routing_splits([(s, by_a.get(s, []), by_b.get(s, [])) for s in c.splits])
     out += (
         [S.Lines("notes", None, [S.Line(f"note: {n}", "note") for n in c.notes])] if c.notes else []
     )

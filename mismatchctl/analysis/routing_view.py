@@ -119,6 +119,39 @@ def compare_routing(
     ]  # fmt: skip
 
 
+def compare_routing_splits(
+    splits: Sequence[tuple[tuple[str, ...], list[dict[str, Any]], list[dict[str, Any]]]],
+) -> list[S.Section]:
+    """Per `--by` split of `compare`, its groups' routing on side A and side B (a group is
+    named by its keys' labels; groups without routes on either side left out)."""
+    out: list[S.Section] = []
+    for split, rows_a, rows_b in splits:
+        if not rows_a and not rows_b:
+            continue
+        name = " x ".join(split)
+        sides = {"A": _group_named(rows_a, split), "B": _group_named(rows_b, split)}
+        out.append(
+            _side_by_side(
+                S.slug("routing-by", *split), f"Routing by {name}, both sides",
+                S.Column(name, name, K.LABEL), SPLIT_BOTH, sides, name,
+                "each side's group: its tokens with routes (docs/metrics.md, Routing)",
+            )
+        )  # fmt: skip
+    return out
+
+
+def _group_named(rows: list[dict[str, Any]], split: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Each group's row with its name: its keys' labels joined (``first / 3``)."""
+    name = " x ".join(split)
+    return [{**r, name: " / ".join(str(r[k]) for k in split)} for r in rows]
+
+
+SPLIT_BOTH = (
+    (R.ROUTING_TOKEN_AGREEMENT, "token agreement", K.SHARE),
+    (R.VLLM_KL_FLIPPED, "vllm_kl flipped", K.VALUE),
+    (R.VLLM_KL_SAME, "vllm_kl same", K.VALUE),
+    (R.ROUTING_K3_SHARE_FLIPPED, "K3 share flipped", K.SHARE),
+)
 LAYER_COLUMNS = (
     (R.ROUTING_LAYER_AGREEMENT, "agreement", K.SHARE),
     (R.ROUTING_OVERLAP_MEAN, "overlap", K.SHARE),

@@ -131,3 +131,36 @@ def test_compare_shows_both_sides_routing(tmp_path: Path) -> None:
     ran = cli("compare", "natural", "replayed", "--store", str(store), "--resamples", "20")
     assert "Routing by MoE layer, both sides" in ran.out
     assert "Routing by inference probability, both sides" in ran.out
+
+
+def test_compare_shows_both_sides_routing_per_split(tmp_path: Path) -> None:
+    """`compare --by step`: each step's routing of side A and side B, as each side's own
+    `report --by step` has it."""
+    store = tmp_path / "s"
+    for step, seed in ((1, 1), (2, 3)):
+        _dump(tmp_path / f"a{step}.parquet", seed, replayed=False, flip_noise=0.5)
+        _dump(tmp_path / f"b{step}.parquet", seed + 1, replayed=True, flip_noise=0.01, every=0)
+    for run in ("a", "b"):
+        for step in (1, 2):
+            path = tmp_path / f"{run}{step}.parquet"
+            table = pq.read_table(path)
+            table = table.append_column("step", pa.array([step] * table.num_rows))
+            pq.write_table(table, path)
+        api.ingest([tmp_path / f"{run}1.parquet", tmp_path / f"{run}2.parquet"], run, store=store)
+    cmp = api.compare("a", "b", store=store, resamples=20, by=["step"])
+    table = next(s for s in cmp.sections() if s.id == "routing-by-step")
+    assert [r["step"] for r in table.rows] == ["1", "2"]
+    for side, run in (("a", "a"), ("b", "b")):
+        groups = api.report([run], store=store, by=["step"]).to_dict()["groups"]
+        want = {
+            str(g["by"]["step"]): g["routing"]
+            for g in groups
+            if set(g["by"]) == {"step"} and "routing" in g
+        }
+        assert set(want) == {"1", "2"}
+        for row in table.rows:
+            ref = want[row["step"]]
+            assert row[f"{side}_routing_token_agreement"] == ref["routing_token_agreement"]
+            assert row[f"{side}_vllm_kl_flipped"] == ref["vllm_kl_flipped"]
+            assert row[f"{side}_vllm_kl_same"] == ref["vllm_kl_same"]
+    assert all(r["b_routing_token_agreement"] == 1.0 for r in table.rows)
