@@ -28,8 +28,8 @@ import numpy as np
 
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    CellPreset,
     Config,
-    Layout,
     per_cell_extreme,
     per_cell_sum,
     sequence_starts,
@@ -45,8 +45,9 @@ FIELDS = [
 ]  # fmt: skip
 
 
-class ArealRejection:
+class ArealRejection(CellPreset):
     name = "areal-rejection"
+    STATE = FIELDS
     framework = "AReaL (inclusionAI/AReaL commit 4aef98d8d818, 2026-05-21)"
     source = "areal/utils/functional/functional.py"
     describes = (
@@ -83,23 +84,17 @@ class ArealRejection:
         if config["action"] == "clamp" and metric != "ratio":
             raise ValueError(f"action='clamp' only supports metric='ratio', got '{metric}'")
 
-    def fields(self, config: Config) -> list[str]:
-        return list(FIELDS)
-
-    def compute(
+    def fill(
         self,
+        out: np.ndarray,
+        col: dict[str, int],
         lr: np.ndarray,
         lt: np.ndarray,
         seq: np.ndarray,
         code: np.ndarray,
         n_cells: int,
         config: Config,
-    ) -> np.ndarray:
-        lay = Layout(FIELDS)
-        out = lay.empty(n_cells)
-        if len(lr) == 0:
-            return out
-        col = lay.index
+    ) -> None:
         starts = sequence_starts(seq)
         seq_code = code[starts]
         with np.errstate(over="ignore", invalid="ignore"):
@@ -133,7 +128,6 @@ class ArealRejection:
         extremes("w", applied, behave)
         extremes("kl", r, behave)
         extremes("app", applied, np.ones(len(r), dtype=bool))
-        return out
 
     def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
         v = dict(zip(FIELDS, state.tolist(), strict=True))

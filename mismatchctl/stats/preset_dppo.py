@@ -23,8 +23,8 @@ import numpy as np
 
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    CellPreset,
     Config,
-    Layout,
     per_cell_extreme,
     per_cell_sum,
     sequence_starts,
@@ -39,8 +39,9 @@ FIELDS = [
 ]  # fmt: skip
 
 
-class Dppo:
+class Dppo(CellPreset):
     name = "dppo"
+    STATE = FIELDS
     framework = "SkyRL 0.3.0 (NovaSky-AI/SkyRL commit a9564572eb8e, 2026-08-21)"
     source = "skyrl/backends/skyrl_train/utils/ppo_utils.py"
     describes = (
@@ -64,23 +65,17 @@ class Dppo:
             if not isinstance(config[key], float):
                 raise ValueError(f"{key} `{config[key]}`: a number")
 
-    def fields(self, config: Config) -> list[str]:
-        return list(FIELDS)
-
-    def compute(
+    def fill(
         self,
+        out: np.ndarray,
+        col: dict[str, int],
         lr: np.ndarray,
         lt: np.ndarray,
         seq: np.ndarray,
         code: np.ndarray,
         n_cells: int,
         config: Config,
-    ) -> np.ndarray:
-        lay = Layout(FIELDS)
-        out = lay.empty(n_cells)
-        if len(lr) == 0:
-            return out
-        col = lay.index
+    ) -> None:
         starts = sequence_starts(seq)
         seq_code = code[starts]
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -101,7 +96,6 @@ class Dppo:
         put("app_sq", weight * weight)
         out[:, col["app_min"]] = per_cell_extreme(weight, code, n_cells, np.minimum)
         out[:, col["app_max"]] = per_cell_extreme(weight, code, n_cells, np.maximum)
-        return out
 
     def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
         v = dict(zip(FIELDS, state.tolist(), strict=True))

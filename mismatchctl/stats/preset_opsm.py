@@ -34,8 +34,8 @@ import numpy as np
 
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    CellPreset,
     Config,
-    Layout,
     per_cell_extreme,
     per_cell_sum,
     sequence_starts,
@@ -47,8 +47,9 @@ FIELDS = [
 ]  # fmt: skip
 
 
-class SlimeOpsm:
+class SlimeOpsm(CellPreset):
     name = "slime-opsm"
+    STATE = FIELDS
     framework = (
         "slime (THUDM/slime commit 624b824a898a, 2026-08-21); miles (radixark/miles commit "
         "31f1ca961a94, 2026-08-21)"
@@ -70,23 +71,17 @@ class SlimeOpsm:
         if not isinstance(config["opsm_delta"], float):
             raise ValueError(f"opsm_delta `{config['opsm_delta']}`: a number")
 
-    def fields(self, config: Config) -> list[str]:
-        return list(FIELDS)
-
-    def compute(
+    def fill(
         self,
+        out: np.ndarray,
+        col: dict[str, int],
         lr: np.ndarray,
         lt: np.ndarray,
         seq: np.ndarray,
         code: np.ndarray,
         n_cells: int,
         config: Config,
-    ) -> np.ndarray:
-        lay = Layout(FIELDS)
-        out = lay.empty(n_cells)
-        if len(lr) == 0:
-            return out
-        col = lay.index
+    ) -> None:
         starts = sequence_starts(seq)
         lengths = np.diff(starts, append=len(lr))
         seq_code = code[starts]
@@ -106,7 +101,6 @@ class SlimeOpsm:
         put("app_sq", keep)
         out[:, col["app_min"]] = per_cell_extreme(keep, code, n_cells, np.minimum)
         out[:, col["app_max"]] = per_cell_extreme(keep, code, n_cells, np.maximum)
-        return out
 
     def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
         v = dict(zip(FIELDS, state.tolist(), strict=True))

@@ -28,8 +28,8 @@ import numpy as np
 
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    CellPreset,
     Config,
-    Layout,
     per_cell_extreme,
     per_cell_sum,
     sequence_starts,
@@ -54,8 +54,9 @@ OPTIONAL = (
 )  # fmt: skip
 
 
-class SkyrlOffPolicy:
+class SkyrlOffPolicy(CellPreset):
     name = "skyrl-off-policy"
+    STATE = FIELDS
     framework = "SkyRL 0.3.0 (NovaSky-AI/SkyRL commit a9564572eb8e, 2026-08-21)"
     source = "skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py"
     describes = (
@@ -103,23 +104,18 @@ class SkyrlOffPolicy:
         if not _enabled(config):
             raise ValueError("no correction is set: SkyRL's defaults correct nothing")
 
-    def fields(self, config: Config) -> list[str]:
-        return list(FIELDS)
-
-    def compute(
+    def fill(
         self,
+        out: np.ndarray,
+        col: dict[str, int],
         lr: np.ndarray,
         lt: np.ndarray,
         seq: np.ndarray,
         code: np.ndarray,
         n_cells: int,
         config: Config,
-    ) -> np.ndarray:
-        lay = Layout(FIELDS)
-        out = lay.empty(n_cells)
-        if len(lr) == 0:
-            return out
-        cut = _Cut(sequence_starts(seq), code, n_cells, lay.index, out)
+    ) -> None:
+        cut = _Cut(sequence_starts(seq), code, n_cells, col, out)
         delta = lt - lr
         with np.errstate(over="ignore", invalid="ignore"):
             ratio = np.exp(np.clip(delta, -CLAMP, CLAMP))
@@ -138,7 +134,6 @@ class SkyrlOffPolicy:
             cut.tokens("app_sq", weight * weight)
         cut.extremes("ratio", ratio)
         cut.extremes("app", weight)
-        return out
 
     def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
         v = dict(zip(FIELDS, state.tolist(), strict=True))

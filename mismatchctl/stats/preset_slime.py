@@ -18,8 +18,8 @@ import numpy as np
 
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    CellPreset,
     Config,
-    Layout,
     per_cell_extreme,
     per_cell_sum,
     sequence_starts,
@@ -33,8 +33,9 @@ FIELDS = [
 ]  # fmt: skip
 
 
-class SlimeTis:
+class SlimeTis(CellPreset):
     name = "slime-tis"
+    STATE = FIELDS
     framework = "slime (THUDM/slime commit 624b824a898a, 2026-08-21)"
     source = "slime/backends/megatron_utils/loss.py"
     describes = (
@@ -56,23 +57,17 @@ class SlimeTis:
         if not (isinstance(lo, float) and isinstance(hi, float) and 0 <= lo <= hi):
             raise ValueError(f"tis_clip_low {lo} and tis_clip {hi}: numbers, 0 <= low <= high")
 
-    def fields(self, config: Config) -> list[str]:
-        return list(FIELDS)
-
-    def compute(
+    def fill(
         self,
+        out: np.ndarray,
+        col: dict[str, int],
         lr: np.ndarray,
         lt: np.ndarray,
         seq: np.ndarray,
         code: np.ndarray,
         n_cells: int,
         config: Config,
-    ) -> np.ndarray:
-        lay = Layout(FIELDS)
-        out = lay.empty(n_cells)
-        if len(lr) == 0:
-            return out
-        col = lay.index
+    ) -> None:
         starts = sequence_starts(seq)
         lengths = np.diff(starts, append=len(lr)).astype(np.float64)
         seq_code = code[starts]
@@ -102,7 +97,6 @@ class SlimeTis:
             out[:, col["app_sq"]] = per_cell_sum(weight * weight, code, n_cells)
         out[:, col["app_min"]] = per_cell_extreme(weight, code, n_cells, np.minimum)
         out[:, col["app_max"]] = per_cell_extreme(weight, code, n_cells, np.maximum)
-        return out
 
     def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
         v = dict(zip(FIELDS, state.tolist(), strict=True))

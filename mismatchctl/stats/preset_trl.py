@@ -22,8 +22,8 @@ import numpy as np
 
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    CellPreset,
     Config,
-    Layout,
     per_cell_extreme,
     per_cell_sum,
     sequence_starts,
@@ -37,8 +37,9 @@ FIELDS = [
 P = "sampling/"
 
 
-class TrlVllmIs:
+class TrlVllmIs(CellPreset):
     name = "trl-vllm-is"
+    STATE = FIELDS
     framework = "TRL 1.16.0 (GRPOTrainer._generate_and_score_completions)"
     source = "trl/trainer/grpo_trainer.py"
     describes = (
@@ -68,23 +69,17 @@ class TrlVllmIs:
         if config["vllm_importance_sampling_correction"] is not True:
             raise ValueError("vllm_importance_sampling_correction is off: TRL corrects nothing")
 
-    def fields(self, config: Config) -> list[str]:
-        return list(FIELDS)
-
-    def compute(
+    def fill(
         self,
+        out: np.ndarray,
+        col: dict[str, int],
         lr: np.ndarray,
         lt: np.ndarray,
         seq: np.ndarray,
         code: np.ndarray,
         n_cells: int,
         config: Config,
-    ) -> np.ndarray:
-        lay = Layout(FIELDS)
-        out = lay.empty(n_cells)
-        if len(lr) == 0:
-            return out
-        col = lay.index
+    ) -> None:
         starts = sequence_starts(seq)
         lengths = np.diff(starts, append=len(lr))
         seq_code = code[starts]
@@ -114,7 +109,6 @@ class TrlVllmIs:
             out[:, col["app_sq"]] = per_cell_sum(weight * weight, code, n_cells)
         out[:, col["app_min"]] = per_cell_extreme(weight, code, n_cells, np.minimum)
         out[:, col["app_max"]] = per_cell_extreme(weight, code, n_cells, np.maximum)
-        return out
 
     def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
         v = dict(zip(FIELDS, state.tolist(), strict=True))

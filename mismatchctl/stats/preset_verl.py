@@ -29,8 +29,8 @@ import numpy as np
 
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    CellPreset,
     Config,
-    Layout,
     per_cell_extreme,
     per_cell_sum,
     sequence_starts,
@@ -124,7 +124,7 @@ def rs_thresholds(options: list[str], spec: Any) -> dict[str, tuple[float | None
     return out
 
 
-class VerlRolloutCorr:
+class VerlRolloutCorr(CellPreset):
     name = "verl-rollout-corr"
     framework = "verl 0.9.1 (PyPI release)"
     source = "verl/trainer/ppo/rollout_corr_helper.py"
@@ -164,22 +164,19 @@ class VerlRolloutCorr:
         rs = [f"{o}_{k}" for o in options for k in ("masked", "seq_masked")]
         return [*COMMON_FIELDS, *OFF_FIELDS, *IS_FIELDS, *rs]
 
-    def compute(
+    def fill(
         self,
+        out: np.ndarray,
+        col: dict[str, int],
         lr: np.ndarray,
         lt: np.ndarray,
         seq: np.ndarray,
         code: np.ndarray,
         n_cells: int,
         config: Config,
-    ) -> np.ndarray:
+    ) -> None:
         """States ``(n_cells, fields)``; every sequence's tokens are contiguous and in one cell."""
-        lay = Layout(self.fields(config))
-        out = lay.empty(n_cells)
-        if len(lr) == 0:
-            return out
         t = _Tokens(lt - lr, seq, code)
-        col = lay.index
         out[:, col["tokens"]] = per_cell_sum(np.ones(len(t.r)), code, n_cells)
         out[:, col["seqs"]] = per_cell_sum(np.ones(len(t.starts)), t.seq_code, n_cells)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -197,7 +194,6 @@ class VerlRolloutCorr:
         out[:, col["app_sq"]] = per_cell_sum(applied * applied, code, n_cells)
         out[:, col["app_min"]] = per_cell_extreme(applied, code, n_cells, np.minimum)
         out[:, col["app_max"]] = per_cell_extreme(applied, code, n_cells, np.maximum)
-        return out
 
     def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
         v = dict(zip(self.fields(config), state.tolist(), strict=True))

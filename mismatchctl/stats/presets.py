@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -66,6 +66,45 @@ class Layout:
             elif n.endswith("_max"):
                 out[:, i] = -np.inf
         return out
+
+
+class CellPreset:
+    """The state half of a ``Preset``: ``compute`` lays out the cells' empty state (columns
+    ``fields(config)``, ``STATE`` by default) and, when the chunk has tokens, lets ``fill``
+    write each column (``col``: a column's index by name)."""
+
+    STATE: ClassVar[list[str]] = []
+
+    def fields(self, config: Config) -> list[str]:
+        return list(self.STATE)
+
+    def compute(
+        self,
+        lr: np.ndarray,
+        lt: np.ndarray,
+        seq: np.ndarray,
+        code: np.ndarray,
+        n_cells: int,
+        config: Config,
+    ) -> np.ndarray:
+        lay = Layout(self.fields(config))
+        out = lay.empty(n_cells)
+        if len(lr):
+            self.fill(out, lay.index, lr, lt, seq, code, n_cells, config)
+        return out
+
+    def fill(
+        self,
+        out: np.ndarray,
+        col: dict[str, int],
+        lr: np.ndarray,
+        lt: np.ndarray,
+        seq: np.ndarray,
+        code: np.ndarray,
+        n_cells: int,
+        config: Config,
+    ) -> None:
+        raise NotImplementedError
 
 
 def sequence_starts(seq: np.ndarray) -> np.ndarray:
