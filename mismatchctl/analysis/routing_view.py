@@ -146,12 +146,7 @@ def _group_named(rows: list[dict[str, Any]], split: tuple[str, ...]) -> list[dic
     return [{**r, name: " / ".join(str(r[k]) for k in split)} for r in rows]
 
 
-SPLIT_BOTH = (
-    (R.ROUTING_TOKEN_AGREEMENT, "token agreement", K.SHARE),
-    (R.VLLM_KL_FLIPPED, "vllm_kl flipped", K.VALUE),
-    (R.VLLM_KL_SAME, "vllm_kl same", K.VALUE),
-    (R.ROUTING_K3_SHARE_FLIPPED, "K3 share flipped", K.SHARE),
-)
+SPLIT_BOTH = SPLIT_SUMMARY[:4]  # agreement, K3 of flipped and same, K3 share flipped
 LAYER_COLUMNS = (
     (R.ROUTING_LAYER_AGREEMENT, "agreement", K.SHARE),
     (R.ROUTING_OVERLAP_MEAN, "overlap", K.SHARE),

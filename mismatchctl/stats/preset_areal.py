@@ -29,6 +29,7 @@ import numpy as np
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
     CellPreset,
+    Chunk,
     Config,
     per_cell_extreme,
     per_cell_sum,
@@ -84,17 +85,8 @@ class ArealRejection(CellPreset):
         if config["action"] == "clamp" and metric != "ratio":
             raise ValueError(f"action='clamp' only supports metric='ratio', got '{metric}'")
 
-    def fill(
-        self,
-        out: np.ndarray,
-        col: dict[str, int],
-        lr: np.ndarray,
-        lt: np.ndarray,
-        seq: np.ndarray,
-        code: np.ndarray,
-        n_cells: int,
-        config: Config,
-    ) -> None:
+    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
+        lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
         starts = sequence_starts(seq)
         seq_code = code[starts]
         with np.errstate(over="ignore", invalid="ignore"):

@@ -35,6 +35,7 @@ import numpy as np
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
     CellPreset,
+    Chunk,
     Config,
     per_cell_extreme,
     per_cell_sum,
@@ -71,17 +72,8 @@ class SlimeOpsm(CellPreset):
         if not isinstance(config["opsm_delta"], float):
             raise ValueError(f"opsm_delta `{config['opsm_delta']}`: a number")
 
-    def fill(
-        self,
-        out: np.ndarray,
-        col: dict[str, int],
-        lr: np.ndarray,
-        lt: np.ndarray,
-        seq: np.ndarray,
-        code: np.ndarray,
-        n_cells: int,
-        config: Config,
-    ) -> None:
+    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
+        lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
         starts = sequence_starts(seq)
         lengths = np.diff(starts, append=len(lr))
         seq_code = code[starts]

@@ -29,6 +29,7 @@ import numpy as np
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
     CellPreset,
+    Chunk,
     Config,
     per_cell_extreme,
     per_cell_sum,
@@ -104,17 +105,8 @@ class SkyrlOffPolicy(CellPreset):
         if not _enabled(config):
             raise ValueError("no correction is set: SkyRL's defaults correct nothing")
 
-    def fill(
-        self,
-        out: np.ndarray,
-        col: dict[str, int],
-        lr: np.ndarray,
-        lt: np.ndarray,
-        seq: np.ndarray,
-        code: np.ndarray,
-        n_cells: int,
-        config: Config,
-    ) -> None:
+    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
+        lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
         cut = _Cut(sequence_starts(seq), code, n_cells, col, out)
         delta = lt - lr
         with np.errstate(over="ignore", invalid="ignore"):

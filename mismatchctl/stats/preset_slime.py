@@ -19,6 +19,7 @@ import numpy as np
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
     CellPreset,
+    Chunk,
     Config,
     per_cell_extreme,
     per_cell_sum,
@@ -57,17 +58,8 @@ class SlimeTis(CellPreset):
         if not (isinstance(lo, float) and isinstance(hi, float) and 0 <= lo <= hi):
             raise ValueError(f"tis_clip_low {lo} and tis_clip {hi}: numbers, 0 <= low <= high")
 
-    def fill(
-        self,
-        out: np.ndarray,
-        col: dict[str, int],
-        lr: np.ndarray,
-        lt: np.ndarray,
-        seq: np.ndarray,
-        code: np.ndarray,
-        n_cells: int,
-        config: Config,
-    ) -> None:
+    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
+        lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
         starts = sequence_starts(seq)
         lengths = np.diff(starts, append=len(lr)).astype(np.float64)
         seq_code = code[starts]

@@ -30,6 +30,7 @@ import numpy as np
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
     CellPreset,
+    Chunk,
     Config,
     per_cell_extreme,
     per_cell_sum,
@@ -164,18 +165,9 @@ class VerlRolloutCorr(CellPreset):
         rs = [f"{o}_{k}" for o in options for k in ("masked", "seq_masked")]
         return [*COMMON_FIELDS, *OFF_FIELDS, *IS_FIELDS, *rs]
 
-    def fill(
-        self,
-        out: np.ndarray,
-        col: dict[str, int],
-        lr: np.ndarray,
-        lt: np.ndarray,
-        seq: np.ndarray,
-        code: np.ndarray,
-        n_cells: int,
-        config: Config,
-    ) -> None:
+    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
         """States ``(n_cells, fields)``; every sequence's tokens are contiguous and in one cell."""
+        lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
         t = _Tokens(lt - lr, seq, code)
         out[:, col["tokens"]] = per_cell_sum(np.ones(len(t.r)), code, n_cells)
         out[:, col["seqs"]] = per_cell_sum(np.ones(len(t.starts)), t.seq_code, n_cells)

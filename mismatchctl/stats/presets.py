@@ -12,6 +12,7 @@ mean/std/min/max and their ESS) under the registry's names.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -68,7 +69,19 @@ class Layout:
         return out
 
 
-class CellPreset:
+@dataclass(frozen=True)
+class Chunk:
+    """One chunk of model tokens for a preset: both sides' logprobs, each token's sequence
+    (contiguous) and cell code, and the number of cells."""
+
+    lr: np.ndarray
+    lt: np.ndarray
+    seq: np.ndarray
+    code: np.ndarray
+    n_cells: int
+
+
+class CellPreset(ABC):
     """The state half of a ``Preset``: ``compute`` lays out the cells' empty state (columns
     ``fields(config)``, ``STATE`` by default) and, when the chunk has tokens, lets ``fill``
     write each column (``col``: a column's index by name)."""
@@ -90,21 +103,12 @@ class CellPreset:
         lay = Layout(self.fields(config))
         out = lay.empty(n_cells)
         if len(lr):
-            self.fill(out, lay.index, lr, lt, seq, code, n_cells, config)
+            self.fill(out, lay.index, Chunk(lr, lt, seq, code, n_cells), config)
         return out
 
-    def fill(
-        self,
-        out: np.ndarray,
-        col: dict[str, int],
-        lr: np.ndarray,
-        lt: np.ndarray,
-        seq: np.ndarray,
-        code: np.ndarray,
-        n_cells: int,
-        config: Config,
-    ) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
+        """Write the chunk's columns of every cell into ``out`` (rows: cells)."""
 
 
 def sequence_starts(seq: np.ndarray) -> np.ndarray:
