@@ -51,20 +51,33 @@ def fit(table: Table, keys: int = 1) -> Fitted:
 def column_chunks(
     table: Table, keys: int, console: Console, options: ConsoleOptions
 ) -> list[list[int]]:
-    """Column indexes of each part: the key columns, then as many others as fit the width."""
+    """Column indexes of each part: the key columns, then as many others as fit the width.
+
+    A table's natural width is the sum of its columns' natural widths (with their padding) plus
+    one rule per column and the edges, so each column is measured once, beside the keys, and a
+    part's width is the keys' plus each of its columns' increment (the same as measuring the
+    part, without measuring every candidate part again: the terminal views have dozens of
+    columns)."""
     width = options.max_width
     natural = options.update_width(UNBOUNDED)
+
+    def measure(columns: list[int]) -> int:
+        return Measurement.get(console, natural, _sub_table(table, columns, 0, True)).maximum
+
     lead = list(range(min(keys, len(table.columns))))
+    rest = range(len(lead), len(table.columns))
+    if measure([*lead, *rest]) <= width:
+        return [[*lead, *rest]]
+    base = measure(lead)
     chunks: list[list[int]] = []
-    current = list(lead)
-    for index in range(len(lead), len(table.columns)):
-        candidate = [*current, index]
-        wide = Measurement.get(console, natural, _sub_table(table, candidate, 0, True)).maximum
-        if wide > width and len(current) > len(lead):
+    current, wide = list(lead), base
+    for index in rest:
+        more = measure([*lead, index]) - base
+        if wide + more > width and len(current) > len(lead):
             chunks.append(current)
-            current = [*lead, index]
+            current, wide = [*lead, index], base + more
         else:
-            current = candidate
+            current, wide = [*current, index], wide + more
     chunks.append(current)
     return chunks
 
