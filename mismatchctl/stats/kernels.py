@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 from mismatchctl.stats.bins import FEW_EDGES
-from mismatchctl.stats.histogram import N_BINS
+from mismatchctl.stats.histogram import N_BINS, ZERO_BIN
 from mismatchctl.stats.state import (
     EXP_MAX,
     LOW_PROB_THRESHOLD,
@@ -290,6 +290,29 @@ def cell_sums(
         r_out,
         tok_cell,
     )
+
+
+@numba.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
+def hist_index(
+    r: np.ndarray, bounds: np.ndarray, table: np.ndarray, e_lo: int, shift: int
+) -> np.ndarray:
+    """``histogram.hist_index`` of every value of ``r`` (finite) from the bins' bounds
+    (``histogram.IndexTables``): the bucket of its exponent and top mantissa bits, one
+    comparison with the next bound, the sign; no logarithm, no branch."""
+    n = r.shape[0]
+    out = np.empty(n, np.int64)
+    bits = r.view(np.int64)
+    last = table.shape[0] - 1
+    first = e_lo << shift
+    for i in range(n):
+        s = bits[i]
+        b = s & 0x7FFFFFFFFFFFFFFF
+        bucket = min(max((b >> (52 - shift)) - first, 0), last)
+        k = np.int64(table[bucket]) + 2  # the bucket's level, offset as the bins are
+        k += np.int64(abs(r[i]) >= bounds[k])  # bounds[k] is the next level's bound
+        k *= np.int64(b != 0)  # 0 and -0 go to the zero bin
+        out[i] = ZERO_BIN + (k - 2 * k * np.int64(s < 0))
+    return out
 
 
 @numba.njit(cache=True, nogil=True, error_model="numpy")

@@ -226,9 +226,18 @@ def bin_cells(
     )
     run_state = merge_rows(cell_state, cell_run, m)
     runs = TurnRuns(starts, np.diff(starts, append=n), seq[starts], run_state, lr_sum, lt_sum)
-    bucket = histogram.hist_index(r) if with_hist else None
+    bucket = _hist_index(r) if with_hist else None
     radix = (len(inner) + 1, len(kv_inner) + 1, len(tp_inner) + 1)
     return BinCells(runs, cell_run, cell_code, cell_state, cell_len, bucket, tok_cell, radix)
+
+
+def _hist_index(r: np.ndarray) -> np.ndarray:
+    """Every token's r-histogram bin: compiled from the bins' bounds (the numpy code's bins,
+    checked when the bounds are made), or the numpy code where the check failed."""
+    from mismatchctl.stats import kernels
+
+    tables = histogram.index_tables()
+    return histogram.hist_index(r) if tables is None else kernels.hist_index(r, *tables)
 
 
 def token_partials(

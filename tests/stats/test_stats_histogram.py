@@ -119,3 +119,24 @@ def test_rank_interpolation_inside_a_bin(sign) -> None:
     got, want = _hist_quantiles(r), reference_quantiles(r)
     for name in QUANTILES:
         assert abs(got[name] - want[name]) <= 0.01 * h.RELATIVE_ERROR * lo, name
+
+
+def test_compiled_index_equals_numpy_bins() -> None:
+    """The compiled index (no logarithm: the bins' bounds, found with the numpy code) puts every
+    value where the numpy code does: on and just below every bound, across all magnitudes and
+    at the edges (zeros, subnormals, the overflow and underflow bins)."""
+    from mismatchctl.stats import kernels
+
+    tables = h.index_tables()
+    assert tables is not None  # this machine's log10 is monotone: the compiled path is the one run
+    bounds = tables.bounds[1:-1]
+    assert len(bounds) == h.N_LOG + 1 and np.all(np.diff(bounds) > 0)
+    # the numpy code's own edges: within rounding of 1e-9 and 1e3 (9.99999999999998e-10 is in)
+    assert bounds[0] == pytest.approx(h.ABSOLUTE_FLOOR, rel=1e-12)
+    assert bounds[-1] == pytest.approx(h.OVERFLOW, rel=1e-12)
+    rng = np.random.default_rng(3)
+    r = rng.standard_normal(200_000) * 10.0 ** rng.uniform(-14, 6, 200_000)
+    edges = np.concatenate([bounds, np.nextafter(bounds, 0), np.nextafter(bounds, np.inf)])
+    odd = [0.0, -0.0, 5e-324, -5e-324, 1e-308, 1e300, -1e300, np.finfo(np.float64).max]
+    r = np.concatenate([r, edges, -edges, odd])
+    assert np.array_equal(kernels.hist_index(r, *tables), h.hist_index(r))
