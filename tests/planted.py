@@ -19,7 +19,8 @@ and lt stays <= 0). Each cause changes one thing:
 - ``template``: a rendering fault: the turns after a tool response get sigma x
   (1 + (sqrt(factor) - 1) exp(-d / 3)) at distance d from their start (the trainer saw a slightly
   different tool response; the first turns are untouched);
-- ``lowprob``: tokens sampled with p < 1e-3 get a trainer probability 3 to 20 times smaller;
+- ``lowprob``: tokens sampled with p < 1e-3 get a trainer probability 3 to 20 times smaller
+  (``factor`` times smaller when given);
 - ``spiral``: the trend, while the contexts flatten over the run (both perplexities climb);
 - ``path``: a code path fault: sigma x sqrt(factor) on the tokens at KV position >= ``LONG_KV``
   (prompt-free: tokens before them in the sequence, tool tokens included) in the steps
@@ -29,7 +30,7 @@ and lt stays <= 0). Each cause changes one thing:
 - ``improved``: sigma x 0.7 everywhere (a benign improvement over ``clean``).
 
 ``factor`` sets the size of ``spike``, ``gpu``, ``stale``, ``tool``, ``template``, ``path`` and
-``policy``:
+``policy`` (and the probability ratio of ``lowprob``):
 about the ratio of the affected tokens' vllm_kl to the clean run's (K3 ~ r^2 / 2, so sigma
 scales by its square root); the defaults are the loud values the first tests were built on.
 """
@@ -165,7 +166,8 @@ def _row(rng: np.random.Generator, plan: Plan, step: int, i: int, gpu: str, stal
     lt = lt * np.exp(sigma * rng.standard_normal(n))
     if plan.cause == "lowprob":
         rare = lr < np.log(1e-3)
-        lt[rare] -= rng.uniform(np.log(3), np.log(20), int(rare.sum()))
+        lo, hi = (3.0, 20.0) if plan.factor is None else (plan.factor, plan.factor)
+        lt[rare] -= rng.uniform(np.log(lo), np.log(hi), int(rare.sum()))
     roll, train = np.zeros(len(mask)), np.zeros(len(mask))
     roll[mask == 1], train[mask == 1] = lr, lt
     if plan.cause == "shift":

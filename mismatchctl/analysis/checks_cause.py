@@ -10,7 +10,7 @@ from typing import Any
 from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.checks_data import PROCESSED_HINT
 from mismatchctl.analysis.checks_localize import CODE_PATH_ADVICE
-from mismatchctl.analysis.checks_path import HARDWARE_ADVICE
+from mismatchctl.analysis.checks_path import HARDWARE_ADVICE, LOW_PROB_ADVICE
 from mismatchctl.analysis.checks_template import TEMPLATE_ADVICE
 from mismatchctl.analysis.checks_trajectory import STALE_ADVICE
 from mismatchctl.analysis.diagnose_base import (
@@ -97,6 +97,11 @@ def name_cause(ctx: Context) -> Cause:
         hits = _hits(ctx, names)
         if hits:
             return _cause(key, hits, hits[0].next)
+        if key == "low probability" and _excess_in_rare_bins(ctx, base):
+            assert base is not None
+            return _cause(
+                key, [base], LOW_PROB_ADVICE, "low probability (the excess in the rare tokens)"
+            )
     if base is not None and base.verdict in (WARN, FAIL):
         return _cause(
             "unlocalized", [base],
@@ -119,6 +124,20 @@ def name_cause(ctx: Context) -> Cause:
     return Cause(
         "none", OK, "no cause found: nothing localized, no semantic or policy sign", None, []
     )
+
+
+def _excess_in_rare_bins(ctx: Context, base: Check | None) -> bool:
+    """The run is worse than the baseline, but its probability bins with enough tokens to test
+    are not: the excess sits in the bins too small to test, and the low-probability bins hold
+    ``LOWPROB_CONCENTRATION`` times their share of tokens in K3 (the rare tokens, below the
+    level at which the low-probability check alone warns)."""
+    if base is None or base.verdict not in (WARN, FAIL):
+        return False
+    if base.evidence.get("concentrated_in") != K.BIN:
+        return False
+    low = ctx.done.get("low_probability")
+    concentration = low.evidence.get("concentration") if low is not None else None
+    return concentration is not None and concentration >= T.LOWPROB_CONCENTRATION
 
 
 def _gpu_only(paths: list[Check]) -> bool:

@@ -24,7 +24,13 @@ from mismatchctl.analysis.diagnose_base import (
 )
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.localize_result import Explanation, Finding, ratio_text, where_text
+from mismatchctl.stats.localize_result import (
+    Explanation,
+    Finding,
+    ratio_text,
+    uniform_sentence,
+    where_text,
+)
 
 TOOL_DIMS = frozenset({K.TURN, K.TURN_KIND})
 """Dimensions whose findings speak of the turns after tool responses (``tool_responses``); a
@@ -181,12 +187,15 @@ def baseline(ctx: Context) -> Check:
         return Check(PATH, "baseline", title, OK, head + ": no excess to speak of", evidence)
     shape = excess_shape(e)
     evidence["excess_shape"] = shape
-    advice = (
-        "the excess is localized: see the localized finding and `mismatchctl explain "
-        f"{ctx.label} --baseline {view.label}`"
-        if shape == "localized"
-        else "the excess is spread over every part of the run: compare the weights the engine "
-        "sampled with against the trainer's (see the cause check)"
+    explain = f"`mismatchctl explain {ctx.label} --baseline {view.label}`"
+    advice = {
+        "localized": f"the excess is localized: see the localized finding and {explain}",
+        "concentrated": "the excess sits in a few tokens (see the low-probability check, "
+        f"`mismatchctl tokens {ctx.label}` and {explain}), not in the policy",
+    }.get(
+        shape,
+        "the excess is spread over every part of the run: compare the weights the engine "
+        "sampled with against the trainer's (see the cause check)",
     )
     where = ""
     if e.findings and shape == "localized":
@@ -194,15 +203,24 @@ def baseline(ctx: Context) -> Check:
     elif shape == "uniform":
         names = ", ".join(u.dim for u in e.uniform if u.uniform)
         where = f"; spread uniformly ({names} explain nothing)"
+    elif shape == "concentrated":
+        u = next(u for u in e.uniform if u.excess_elsewhere)
+        evidence["concentrated_in"] = u.dim
+        where = f"; not a uniform excess: {uniform_sentence(u, e.mode)}"
     return Check(PATH, "baseline", title, verdict, head + where, evidence, advice)
 
 
 def excess_shape(e: Explanation) -> str:
-    """``localized`` when one finding carries ``LOCALIZED_EXCESS_SHARE`` of the excess,
-    ``uniform`` when at least ``UNIFORM_DIMS_MIN`` dimensions explain nothing, else ``mixed``."""
+    """``localized`` when one finding carries ``LOCALIZED_EXCESS_SHARE`` of the excess;
+    ``concentrated`` when a dimension's values with enough tokens to test hold too little of it
+    (``uniform_excess_share`` of stats/localize_thresholds.py: the excess sits in values too
+    small to test, such as the rare tokens' bins); ``uniform`` when at least
+    ``UNIFORM_DIMS_MIN`` dimensions explain nothing; else ``mixed``."""
     top = max((f.excess_share or 0.0 for f in e.findings), default=0.0)
     if top >= T.LOCALIZED_EXCESS_SHARE:
         return "localized"
+    if any(u.excess_elsewhere for u in e.uniform):
+        return "concentrated"
     if sum(u.uniform for u in e.uniform) >= T.UNIFORM_DIMS_MIN:
         return "uniform"
     return "mixed"

@@ -34,6 +34,12 @@ from mismatchctl.stats import TURN_KIND_LABELS, bin_label
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.localize_result import ratio_text
 
+LOW_PROB_ADVICE = (
+    "the mismatch lives in tokens the engine sampled as unlikely: check the precision of "
+    "the sampler's logits (fp32 lm_head on both sides), consider a smaller top-p (fewer such "
+    "tokens, some bias), and prefer a sequence-level correction over a token-level one"
+)
+
 
 def low_probability(ctx: Context) -> Check:
     title = "KL concentrated in low-probability tokens"
@@ -61,14 +67,10 @@ def low_probability(ctx: Context) -> Check:
         f"tokens with p_infer < {T.LOW_PROB:g} are {pct(token_share)} of tokens and hold "
         f"{pct(kl_share)} of the K3 mass (vllm_kl {fmt(vk)})"
     )
-    advice = (
-        "the mismatch lives in tokens the engine sampled as unlikely: check the precision of "
-        "the sampler's logits (fp32 lm_head on both sides), consider a smaller top-p (fewer such "
-        "tokens, some bias), and prefer a sequence-level correction over a token-level one"
-    )
     return Check(
-        PATH, "low_probability", title, verdict, finding, evidence, advice_if(verdict, advice)
-    )
+        PATH, "low_probability", title, verdict, finding, evidence,
+        advice_if(verdict, LOW_PROB_ADVICE),
+    )  # fmt: skip
 
 
 def _bin(edges: np.ndarray, g: Group) -> dict[str, Any]:

@@ -69,6 +69,8 @@ class UniformDim:
     spread: float  # DerSimonian-Laird between-cell factor, exp(tau)
     q: float
     p_value: float
+    excess_share: float | None = None  # the tested cells' share of the excess over the baseline
+    excess_elsewhere: bool = False  # under ``uniform_excess_share``: not uniform (localize_uniform)
 
 
 @dataclass
@@ -154,13 +156,20 @@ def uniform_sentence(u: UniformDim, mode: str) -> str:
     ratio = f"{ratio_text(u.rate_ratio)}x the baseline's rate" if mode == BASELINE else "one rate"
     if u.uniform:
         return f"{u.dim} explains nothing: its {u.cells} values are consistent with {ratio}"
+    if u.excess_elsewhere:
+        return (
+            f"{u.dim} is not uniform: its {u.cells} values with enough tokens to test "
+            f"({_pct(u.coverage)} of the tokens) are at {ratio} and hold "
+            f"{_pct(u.excess_share)} of the excess; the rest sits in its values too small to "
+            "test one by one"
+        )
     return f"{u.dim} is not uniform (its values' rates spread by a factor {ratio_text(u.spread)})"
 
 
 def _pct(x: float | None) -> str:
     if x is None or not math.isfinite(x):
         return "n/a"
-    return f"{x:.0%}" if abs(x) >= 0.095 else f"{x:.1%}" if abs(x) >= 0.001 else f"{x:.2g}"
+    return f"{x:.0%}" if abs(x) >= 0.095 else f"{x:.1%}" if abs(x) >= 0.001 else f"{x * 100:.2g}%"
 
 
 def ratio_text(x: float | None) -> str:

@@ -109,5 +109,11 @@ class LocalizeThresholds:
     uniform_coverage: float = 0.8
     """Share of the target's tokens the precise cells of a uniform dimension must hold."""
 
+    uniform_excess_share: float = 0.5
+    """With a baseline, share of the excess over it the precise cells of a uniform dimension must
+    hold: an excess a policy mismatch spreads over every token lies mostly where most tokens
+    are; when the precise cells hold less than half of it (rare tokens' bins: 0.3% of the
+    tokens, 80% of the excess), the dimension is not uniform and the excess not a policy's."""
+
     bootstrap_replicates: int = 200
     """Poisson-bootstrap replicates of the findings' intervals (percentiles)."""

@@ -4,7 +4,11 @@ A dimension is *uniform* when its cells' ratios to the search's final model (the
 same cells, with the findings explained away) are consistent with one common ratio: Cochran's Q
 does not reject at ``uniform_alpha``, or the DerSimonian-Laird between-cell spread is below
 ``uniform_spread``. Only cells known to within ``uniform_precision`` enter, and they must hold
-``uniform_coverage`` of the tokens (a dimension is not called uniform for lack of data). The
+``uniform_coverage`` of the tokens (a dimension is not called uniform for lack of data). With a
+baseline they must also hold ``uniform_excess_share`` of the excess over it: when the values
+precise enough to test are at the baseline's rate and the excess sits in the others (the few
+rare tokens' probability bins, say), the dimension does not explain nothing, it holds the excess
+in cells too small to test one by one. The
 reported rate ratio is the inverse-variance pooled ratio of the cells to the baseline (with a
 baseline; relative to the selection's own stratum rates without one). The stratum dimension is tested on
 its rate ratios to the baseline directly (only with a baseline: without one it defines the
@@ -66,7 +70,9 @@ def _test(search: Search, d: int) -> UniformDim | None:
     _, q, p, tau = cochran(np.log(ratio[keep]), var[keep])
     pooled, _, _, _ = cochran(np.log(rr[keep]), rr_var[keep])
     sd = math.sqrt(1.0 / float(np.sum(1.0 / rr_var[keep])))
-    uniform = p >= th.uniform_alpha or math.exp(tau) <= th.uniform_spread
+    share = _excess_share(search, d, keep)
+    elsewhere = share is not None and share < th.uniform_excess_share
+    uniform = (p >= th.uniform_alpha or math.exp(tau) <= th.uniform_spread) and not elsewhere
     return UniformDim(
         dim=t.spec.dims[d].name,
         uniform=bool(uniform),
@@ -77,4 +83,20 @@ def _test(search: Search, d: int) -> UniformDim | None:
         spread=math.exp(tau),
         q=q,
         p_value=p,
+        excess_share=share,
+        excess_elsewhere=elsewhere,
     )
+
+
+def _excess_share(search: Search, d: int, keep: np.ndarray) -> float | None:
+    """The tested cells' share of the target's K3 mass above what the baseline's rates give
+    (None without a baseline or without an excess)."""
+    if search.e_tb is None:
+        return None
+    key = (d,)
+    with np.errstate(invalid="ignore"):
+        excess = np.nan_to_num(search.t.a[key] - search.e_tb[key] * search.ref.q[key])
+    total = float(excess.sum())
+    if total <= 0:
+        return None
+    return float(excess[keep].sum()) / total

@@ -34,6 +34,10 @@ RUNS: dict[str, tuple[Plan, dict[str, str]]] = {
     "template-small": (Plan("template", per_step=PER_STEP, seed=11, factor=3), {}),
     "template-loud": (Plan("template", per_step=PER_STEP, seed=11, factor=1000), {}),
     "tool-loud": (Plan("tool", per_step=PER_STEP, seed=12), {}),
+    # the 0.3% of tokens sampled at p < 1e-3 scored 2x (1.6x the healthy run overall) or 20x
+    # less likely by the trainer
+    "lowprob-small": (Plan("lowprob", per_step=PER_STEP, seed=13, factor=2), {}),
+    "lowprob-loud": (Plan("lowprob", per_step=PER_STEP, seed=13, factor=20), {}),
 }
 ALARM = ("warn", "fail")
 
@@ -160,6 +164,34 @@ def test_a_policy_mismatch_is_named_against_a_baseline(store: Path) -> None:
         assert checks["cause"].evidence["cause"] == "policy", run
         assert "weight" in checks["cause"].next
         assert "localized" not in _alarms(checks)
+
+
+@pytest.mark.parametrize("run", ["lowprob-small", "lowprob-loud"])
+def test_an_excess_in_the_rare_tokens_is_not_called_a_policy(store: Path, run: str) -> None:
+    """Worse than the baseline, spread evenly over steps, gpus and turns, but the probability
+    bins with enough tokens to test are at the baseline's rate: the excess sits in the rare
+    tokens' bins (too small to test one by one), not in every token as a policy's would."""
+    checks = _checks(store, run, "base")
+    base = checks["baseline"]
+    assert base.verdict in ALARM
+    assert base.evidence["excess_shape"] == "concentrated"
+    assert base.evidence["concentrated_in"] == "bin"
+    assert "bin is not uniform" in base.finding and "too small to test" in base.finding
+    assert checks["cause"].evidence["cause"] == "low probability"
+    assert "unlikely" in checks["cause"].next and "weight" not in checks["cause"].next
+    if run == "lowprob-loud":  # loud enough to warn on its own, without the baseline
+        assert _checks(store, run)["cause"].evidence["cause"] == "low probability"
+
+
+def test_the_rare_tokens_bins_hold_the_excess_in_explain(store: Path) -> None:
+    """explain's bin dimension: the tested bins at the baseline's rate and hold almost none of
+    the excess; the other dimensions carry the overall ratio."""
+    e = api.explain("lowprob-small", baseline="base", store=store).explanation
+    dims = {u.dim: u for u in e.uniform}
+    assert not dims["bin"].uniform and dims["bin"].excess_elsewhere
+    assert dims["bin"].excess_share is not None and dims["bin"].excess_share < 0.1
+    assert dims["bin"].rate_ratio == pytest.approx(1.0, abs=0.15)
+    assert dims["gpu"].uniform and not dims["gpu"].excess_elsewhere
 
 
 def test_a_policy_mismatch_without_baseline_is_not_blamed_on_a_code_path(store: Path) -> None:

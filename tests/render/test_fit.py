@@ -34,15 +34,25 @@ def _measured_chunks(table: Table, keys: int, console: Console) -> list[list[int
 def test_column_chunks_equal_measuring_every_part(seed: int) -> None:
     rng = random.Random(seed)
     for _ in range(60):
-        table = Table(title="bins", caption="note" if rng.random() < 0.5 else None,
-                      show_lines=rng.random() < 0.3)
+        table = Table(
+            title="bins",
+            caption="note" if rng.random() < 0.5 else None,
+            show_lines=rng.random() < 0.3,
+        )
         n = rng.randint(1, 14)
         for _ in range(n):
-            table.add_column("h" * rng.randint(1, 12), justify=rng.choice(["left", "right"]),
-                             max_width=rng.choice([None, None, 20]))
+            table.add_column(
+                "h" * rng.randint(1, 12),
+                justify=rng.choice(["left", "right"]),
+                max_width=rng.choice([None, None, 20]),
+            )
         for _ in range(rng.randint(0, 4)):
-            table.add_row(*[" ".join(["word"] * rng.randint(0, 8)) or "9" * rng.randint(1, 30)
-                            for _ in range(n)])
+            table.add_row(
+                *[
+                    " ".join(["word"] * rng.randint(0, 8)) or "9" * rng.randint(1, 30)
+                    for _ in range(n)
+                ]
+            )
         console = Console(width=rng.randint(10, 200), record=True)
         keys = rng.randint(0, 3)
         found = column_chunks(table, keys, console, console.options)
