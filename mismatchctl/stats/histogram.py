@@ -12,6 +12,9 @@ counts give exact ranks:
 The log bins cover ``1e-9 <= |r| < 1e3`` with ``PER_DECADE = 240`` bins per decade, so each bin
 spans a ratio of ``10**(1/240)`` (about 1.0096).
 
+A value's bin: :func:`hist_index` (numpy: a ``log10``), or, on the report's tokens, the compiled
+lookup of the bins' bounds (:func:`index_tables`), which gives the same bins bit for bit.
+
 Quantile definition: numpy's default ``method="linear"``: with ``h = (n - 1) p``,
 ``q = x_(j) + (h - j) (x_(j+1) - x_(j))`` for ``j = floor(h)``. The ranks ``j`` and ``j + 1`` are
 located exactly from the counts; each order statistic is then estimated inside its bin by
