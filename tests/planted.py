@@ -28,6 +28,9 @@ and lt stays <= 0). Each cause changes one thing:
 - ``policy``: stale or wrong weights with no version column: the trainer scores under logits
   perturbed by N(0, eps^2) per vocabulary entry (another policy; every token, both signs);
 - ``improved``: sigma x 0.7 everywhere (a benign improvement over ``clean``).
+- ``toolmix``: the turns after a tool response sample from distributions flatter by
+  sqrt(factor) (more low-probability tokens, whose mismatch is larger under the same noise: the
+  amplification of BACKGROUND.md, a change of the token mix, not of each token's mismatch).
 
 ``factor`` sets the size of ``spike``, ``gpu``, ``stale``, ``tool``, ``template``, ``path`` and
 ``policy`` (and the probability ratio of ``lowprob``):
@@ -155,6 +158,8 @@ def _row(rng: np.random.Generator, plan: Plan, step: int, i: int, gpu: str, stal
     sharpness = 1.0 - 0.6 * step / (plan.steps - 1) if plan.cause == "spiral" else 1.0
     eps = POLICY_EPS * np.sqrt(max(plan.boost**2 - 1.0, 0.0)) if plan.cause == "policy" else 0.0
     lr, lt = token_logprobs(rng, n, plan.cause, sharpness, eps)
+    if plan.cause == "toolmix" and later:  # flatter distributions after the tool response
+        lr[first:], lt[first:] = token_logprobs(rng, later, plan.cause, 1.0 / plan.boost)
     sigma = np.full(n, _sigma(plan, step, gpu, stale))
     if plan.cause == "tool":
         sigma[first:] *= plan.boost

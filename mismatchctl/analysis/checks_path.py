@@ -103,6 +103,12 @@ def tool_responses(ctx: Context) -> Check:
         "pearson_drop": drop,
         "later_token_share": later[M.TOKENS] / (later[M.TOKENS] + first[M.TOKENS]),
     }
+    # the same contrast at the same token probabilities: the study's amplification is a change
+    # of the mix (more low-probability tokens); a ratio that stays is each token's own
+    same = ctx.contrast({K.TURN_KIND: [TURN_KIND_LABELS.index("later")]})
+    same_ratio, same_ci = same if same is not None else (None, None)
+    evidence["same_probs_ratio"] = same_ratio
+    evidence["same_probs_ratio_ci"] = None if same_ci is None else list(same_ci)
     verdict = relative(ratio, ci, T.TOOL_RATIO_WARN, T.TOOL_CI_LOW, T.TOOL_RATIO_FAIL, b)
     if (
         verdict == OK
@@ -115,10 +121,26 @@ def tool_responses(ctx: Context) -> Check:
         f"vllm_kl later/first = {ratio_text(ratio)} ({fmt(b)} vs {fmt(a)}; {ci_text(ci)}); "
         f"log-ppl Pearson {fmt(pa)} first vs {fmt(pb)} later"
     )
+    if same_ratio is not None:
+        finding += (
+            f"; {ratio_text(same_ratio)}x at the same token probabilities ({ci_text(same_ci)})"
+        )
+    own = same_ci is not None and same_ci[0] >= T.TOOL_CI_LOW
+    evidence["same_probs_excess"] = own
     advice = (
-        "turns after tool responses sample more low-probability tokens: use a sequence-level "
-        "correction (token-level ones still collapsed in multi-turn runs), and look at the tool "
-        "outputs of the worst sequences; fewer tool calls per rollout delay collapse"
+        (
+            f"the later turns' tokens are {ratio_text(same_ratio)}x worse than the first turns' "
+            "at the same token probabilities, not only more often unlikely: look at how the two "
+            "sides take in the tool output (its token ids on both sides, the engine's prefill "
+            "and prefix caching of it) in the worst later turns (`mismatchctl tokens "
+            f"{ctx.label} --where turn_kind=later`); meanwhile a sequence-level correction "
+            "(token-level ones still collapsed in multi-turn runs)"
+        )
+        if own
+        else "turns after tool responses sample more low-probability tokens: use a "
+        "sequence-level correction (token-level ones still collapsed in multi-turn runs), and "
+        "look at the tool outputs of the worst sequences; fewer tool calls per rollout delay "
+        "collapse"
     )
     path = code_path_signal(ctx)
     if template_fault(ctx):

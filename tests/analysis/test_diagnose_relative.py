@@ -38,6 +38,9 @@ RUNS: dict[str, tuple[Plan, dict[str, str]]] = {
     # less likely by the trainer
     "lowprob-small": (Plan("lowprob", per_step=PER_STEP, seed=13, factor=2), {}),
     "lowprob-loud": (Plan("lowprob", per_step=PER_STEP, seed=13, factor=20), {}),
+    # the turns after a tool response sample flatter distributions (more unlikely tokens, each
+    # no worse than a first turn's at its probability): the amplification of the study
+    "toolmix": (Plan("toolmix", per_step=PER_STEP, seed=21, factor=16), {}),
 }
 ALARM = ("warn", "fail")
 
@@ -192,6 +195,26 @@ def test_the_rare_tokens_bins_hold_the_excess_in_explain(store: Path) -> None:
     assert dims["bin"].excess_share is not None and dims["bin"].excess_share < 0.1
     assert dims["bin"].rate_ratio == pytest.approx(1.0, abs=0.15)
     assert dims["gpu"].uniform and not dims["gpu"].excess_elsewhere
+
+
+def test_tool_turns_sampling_more_unlikely_tokens_is_told_from_worse_tokens(store: Path) -> None:
+    """Later turns 2.5x the first ones because they sample more low-probability tokens (the same
+    noise per token): the check warns, finds them no worse at the same token probabilities and
+    gives the study's advice. Later turns whose every token is worse (``tool``) keep their ratio
+    at the same probabilities, and the advice does not blame the token mix."""
+    checks = _checks(store, "toolmix")
+    tool = checks["tool_responses"]
+    assert tool.verdict == "warn"
+    assert tool.evidence["later_first_ratio"] > 2
+    assert tool.evidence["same_probs_ratio_ci"][0] < 1.25
+    assert tool.evidence["same_probs_excess"] is False
+    assert "at the same token probabilities" in tool.finding
+    assert "sample more low-probability tokens" in tool.next
+    assert checks["cause"].evidence["cause"] == "tool responses"
+    loud = _checks(store, "tool-loud")["tool_responses"]
+    assert loud.evidence["same_probs_excess"] is True
+    assert loud.evidence["same_probs_ratio_ci"][0] > 5
+    assert "sample more low-probability tokens" not in (loud.next or "")
 
 
 def test_a_policy_mismatch_without_baseline_is_not_blamed_on_a_code_path(store: Path) -> None:
