@@ -1,6 +1,6 @@
 """``python -m mismatchctl``."""
 
-from mismatchctl.cli.main import run
+from mismatchctl.cli.process import main
 
 if __name__ == "__main__":
-    run()
+    main()

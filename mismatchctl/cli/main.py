@@ -95,7 +95,3 @@ def main(
     ] = False,
 ) -> None:
     """Forensics for the training-inference logprob mismatch of LLM reinforcement learning."""
-
-
-def run() -> None:
-    app()

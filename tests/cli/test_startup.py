@@ -46,9 +46,13 @@ def _loaded(code: str, whole: bool = False) -> set[str]:
 
 
 def _cli(*args: str) -> str:
-    """The command line run as `python -m mismatchctl ARGS`, its output discarded."""
+    """The command line run as `python -m mismatchctl ARGS`, its output discarded; its exit
+    raises SystemExit instead of ending the process (``cli/process.py``), so that the probe
+    can list the modules (and run several commands in one process)."""
     return (
         "import contextlib, io, runpy, sys\n"
+        "import mismatchctl.cli.process as process\n"
+        "process.exit_now = sys.exit\n"
         f"sys.argv = ['mismatchctl', *{list(args)!r}]\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         "    try:\n"
