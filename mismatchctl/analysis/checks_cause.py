@@ -71,7 +71,8 @@ def name_cause(ctx: Context) -> Cause:
         return _cause("policy", stale, STALE_ADVICE, "stale weights")
     base = ctx.done.get("baseline")
     shape = base.evidence.get("excess_shape") if base is not None else None
-    paths = _hits(ctx, CODE_PATH_CHECKS)
+    # a localized part that is the later turns seen by position is the tool turns' (below)
+    paths = [c for c in _hits(ctx, CODE_PATH_CHECKS) if not c.evidence.get("later_turns")]
     if base is not None and base.verdict in (WARN, FAIL) and shape == "uniform" and not paths:
         return _cause(
             "policy", [base],

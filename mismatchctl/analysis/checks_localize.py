@@ -23,6 +23,7 @@ from mismatchctl.analysis.diagnose_base import (
     worst,
 )
 from mismatchctl.engines import plan as K
+from mismatchctl.stats import TURN_KIND_LABELS
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.localize_result import (
     Explanation,
@@ -72,13 +73,20 @@ def localized(ctx: Context) -> Check:
     title = "A code path localized to part of a run"
     if not ctx.runs:
         return Check(PATH, "localized", title, NA, "no run to localize")
-    results = {name: localized_run(view.local) for name, view in ctx.runs.items()}
+    later = later_turns(ctx)
+    results = {name: localized_run(view.local, later) for name, view in ctx.runs.items()}
     verdict = worst([v for v, _, _ in results.values()])
     shown = [run for run, (v, _, _) in results.items() if v == verdict]
     many = len(results) > 1
     finding = "; ".join((f"{run}: " if many else "") + results[run][1] for run in shown[:3])
-    evidence = {"runs": {run: e for run, (_, _, e) in results.items()}}
+    firing = [e for v, _, e in results.values() if v != OK]
+    evidence = {
+        "runs": {run: e for run, (_, _, e) in results.items()},
+        "later_turns": bool(firing) and all(e.get("later_turns") for e in firing),
+    }
     advice = STALE_LOCAL_ADVICE if stale(ctx) else CODE_PATH_ADVICE
+    if evidence["later_turns"]:
+        advice = LATER_TURNS_LOCAL_ADVICE
     if template_fault(ctx):
         advice = TEMPLATE_LOCAL_ADVICE
     return Check(PATH, "localized", title, verdict, finding, evidence, advice_if(verdict, advice))
@@ -97,6 +105,35 @@ STALE_LOCAL_ADVICE = (
 )
 
 
+LATER_TURNS_LOCAL_ADVICE = (
+    "no part found is hotter than the turns after tool responses as a whole: it is those turns "
+    "seen by position (long KV lengths live in them), not a code path; see the tool_responses "
+    "check"
+)
+
+
+TURN_PLACES = frozenset({K.TURN, K.TURN_KIND, K.KV_POSITION, K.TURN_POSITION})
+"""Dimensions that place a token among the turns: a part of the run found on one of them may
+be the turns after tool responses seen from there (long KV lengths live in later turns)."""
+
+
+def later_turns(ctx: Context) -> tuple[float, tuple[float, float]] | None:
+    """The later turns' rate against the first turns' at the same token probabilities and its
+    95% interval (``tool_responses``), or None (no later turns, no cube)."""
+    return ctx.contrast({K.TURN_KIND: [TURN_KIND_LABELS.index("later")]})
+
+
+def by_later_turns(hits: list[Finding], later: tuple[float, tuple[float, float]] | None) -> bool:
+    """Every part found is placed among the turns and is not hotter than the later turns as a
+    whole (its interval reaches down to their ratio, itself above ``TOOL_CI_LOW``): the parts
+    are the turns after tool responses seen by position, not a code path. A code path that
+    only long contexts take is hotter than the later turns it lives in (they hold shorter
+    ones), and one elsewhere (a gpu, some steps alone) is not placed among the turns."""
+    if later is None or later[1][0] < T.TOOL_CI_LOW or not hits:
+        return False
+    return all(TURN_PLACES.intersection(f.where) and f.rate_ratio_ci[0] <= later[0] for f in hits)
+
+
 def stale(ctx: Context) -> bool:
     """Some rollouts of the selection came from older weights (a weight version column or a
     weight-lag tag)."""
@@ -104,7 +141,11 @@ def stale(ctx: Context) -> bool:
     return any(lag for lag, n in lags.items() if lag and n > 0) or any(tagged_lags(ctx).values())
 
 
-def localized_run(expl: Explanation) -> tuple[str, str, dict[str, Any]]:
+def localized_run(
+    expl: Explanation, later: tuple[float, tuple[float, float]] | None = None
+) -> tuple[str, str, dict[str, Any]]:
+    """The localized verdict of one run, its sentence and evidence; ``later``: the later turns'
+    contrast, see :func:`by_later_turns` (evidence ``later_turns``, said in the sentence)."""
     paths = [f for f in expl.findings if code_path(f)]
     graded = [
         (
@@ -140,6 +181,12 @@ def localized_run(expl: Explanation) -> tuple[str, str, dict[str, Any]]:
     )
     if len(hits) > 1:
         finding += f"; {len(hits) - 1} more part(s)"
+    if later is not None and by_later_turns([f for _, f in hits], later):
+        evidence["later_turns"] = True
+        finding += (
+            f"; no hotter than the later turns as a whole ({ratio_text(later[0])}x the first "
+            "turns: the tool_responses check)"
+        )
     return verdict, finding, evidence
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from mismatchctl.analysis import diagnose_thresholds as T
-from mismatchctl.analysis.checks_localize import localized_run
+from mismatchctl.analysis.checks_localize import later_turns, localized_run
 from mismatchctl.analysis.checks_template import template_fault
 from mismatchctl.analysis.checks_trajectory import split_kind
 from mismatchctl.analysis.diagnose_base import (
@@ -105,7 +105,7 @@ def tool_responses(ctx: Context) -> Check:
     }
     # the same contrast at the same token probabilities: the study's amplification is a change
     # of the mix (more low-probability tokens); a ratio that stays is each token's own
-    same = ctx.contrast({K.TURN_KIND: [TURN_KIND_LABELS.index("later")]})
+    same = later_turns(ctx)
     same_ratio, same_ci = same if same is not None else (None, None)
     evidence["same_probs_ratio"] = same_ratio
     evidence["same_probs_ratio_ci"] = None if same_ci is None else list(same_ci)
@@ -171,9 +171,10 @@ HARDWARE_ADVICE = (
 def code_path_signal(ctx: Context) -> str | None:
     """What points at a code path in the selection (a localized part of a run, or steps that
     split into spikes or regimes), or None."""
+    later = later_turns(ctx)
     for name, view in ctx.runs.items():
-        verdict, _, _ = localized_run(view.local)
-        if verdict in (WARN, FAIL):
+        verdict, _, evidence = localized_run(view.local, later)
+        if verdict in (WARN, FAIL) and not evidence.get("later_turns"):
             return f"a code path is localized in {name} (the localized check)"
         kind = split_kind(view)
         if kind in ("spikes", "regimes"):

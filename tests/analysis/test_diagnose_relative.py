@@ -33,6 +33,8 @@ RUNS: dict[str, tuple[Plan, dict[str, str]]] = {
     "lagged-small": (Plan("policy", per_step=PER_STEP, seed=8, factor=2), {"weight_lag": "1"}),
     "template-small": (Plan("template", per_step=PER_STEP, seed=11, factor=3), {}),
     "template-loud": (Plan("template", per_step=PER_STEP, seed=11, factor=1000), {}),
+    "tool-small": (Plan("tool", per_step=PER_STEP, seed=11, factor=3), {}),
+    "tool-mid": (Plan("tool", per_step=PER_STEP, seed=7, factor=10), {}),
     "tool-loud": (Plan("tool", per_step=PER_STEP, seed=12), {}),
     # the 0.3% of tokens sampled at p < 1e-3 scored 2x (1.6x the healthy run overall) or 20x
     # less likely by the trainer
@@ -215,6 +217,25 @@ def test_tool_turns_sampling_more_unlikely_tokens_is_told_from_worse_tokens(stor
     assert loud.evidence["same_probs_excess"] is True
     assert loud.evidence["same_probs_ratio_ci"][0] > 5
     assert "sample more low-probability tokens" not in (loud.next or "")
+
+
+@pytest.mark.parametrize("run", ["tool-small", "tool-mid", "tool-loud"])
+def test_worse_tool_turns_are_not_called_a_code_path(store: Path, run: str) -> None:
+    """Every token after a tool response 3x, 10x or 64x worse: the long KV positions live in
+    the later turns, so localize finds parts by position (`kv_position 32-127`, `turn 1,
+    length 32-127`); none is hotter than the later turns as a whole, so they are those turns
+    seen by position, and the cause is the tool turns, with their advice."""
+    for baseline in (None, "base"):
+        checks = _checks(store, run, baseline)
+        assert checks["cause"].evidence["cause"] == "tool responses", (run, baseline)
+        tool = checks["tool_responses"]
+        assert tool.verdict in ALARM and tool.evidence["same_probs_excess"] is True
+        assert "fix that path first" not in tool.next
+        local = checks["localized"]
+        if local.verdict in ALARM:
+            assert local.evidence["later_turns"] is True
+            assert "no hotter than the later turns as a whole" in local.finding
+            assert "not a code path" in local.next
 
 
 def test_a_policy_mismatch_without_baseline_is_not_blamed_on_a_code_path(store: Path) -> None:
