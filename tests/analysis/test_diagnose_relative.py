@@ -219,7 +219,10 @@ def test_tool_turns_sampling_more_unlikely_tokens_is_told_from_worse_tokens(stor
     assert "sample more low-probability tokens" not in (loud.next or "")
 
 
-@pytest.mark.parametrize("run", ["tool-small", "tool-mid", "tool-loud"])
+@pytest.mark.parametrize(
+    "run",
+    ["tool-small", *(pytest.param(r, marks=pytest.mark.slow) for r in ("tool-mid", "tool-loud"))],
+)
 def test_worse_tool_turns_are_not_called_a_code_path(store: Path, run: str) -> None:
     """Every token after a tool response 3x, 10x or 64x worse: the long KV positions live in
     the later turns, so localize finds parts by position (`kv_position 32-127`, `turn 1,
