@@ -142,7 +142,7 @@ def tool_responses(ctx: Context) -> Check:
         "look at the tool outputs of the worst sequences; fewer tool calls per rollout delay "
         "collapse"
     )
-    path = code_path_signal(ctx)
+    path = code_path_signal(ctx, same)
     if template_fault(ctx):
         evidence["template"] = True
         advice = (
@@ -168,10 +168,10 @@ HARDWARE_ADVICE = (
 )
 
 
-def code_path_signal(ctx: Context) -> str | None:
-    """What points at a code path in the selection (a localized part of a run, or steps that
-    split into spikes or regimes), or None."""
-    later = later_turns(ctx)
+def code_path_signal(ctx: Context, later: tuple[float, tuple[float, float]] | None) -> str | None:
+    """What points at a code path in the selection (a localized part of a run that is not the
+    later turns seen by position, ``later`` being their contrast; or steps that split into
+    spikes or regimes), or None."""
     for name, view in ctx.runs.items():
         verdict, _, evidence = localized_run(view.local, later)
         if verdict in (WARN, FAIL) and not evidence.get("later_turns"):
