@@ -125,6 +125,20 @@ def _sort_small(a: np.ndarray, count: int) -> None:
         a[j + 1] = v
 
 
+@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+def _hist_bin(x: float, bounds: np.ndarray, table: np.ndarray, first: int, shift: int) -> int:
+    """The r-histogram bin of finite ``x`` from the bins' bounds (``histogram.IndexTables``,
+    ``first = e_lo << shift``): the bucket of its exponent and top mantissa bits, one comparison
+    with the next bound, the sign; no logarithm, no branch."""
+    s = np.int64(np.float64(x).view(np.int64))
+    b = s & 0x7FFFFFFFFFFFFFFF
+    bucket = min(max((b >> (52 - shift)) - first, 0), table.shape[0] - 1)
+    k = np.int64(table[bucket]) + 2  # the bucket's level, offset as the bins are
+    k += np.int64(abs(x) >= bounds[k])  # bounds[k] is the next level's bound
+    k *= np.int64(b != 0)  # 0 and -0 go to the zero bin
+    return ZERO_BIN + (k - 2 * k * np.int64(s < 0))
+
+
 @numba.njit(cache=True, nogil=True, error_model="numpy")
 def cell_sums(
     lr: np.ndarray,
@@ -137,6 +151,10 @@ def cell_sums(
     kv_inner: np.ndarray,
     tp_inner: np.ndarray,
     tails: np.ndarray,
+    bounds: np.ndarray,
+    table: np.ndarray,
+    e_lo: int,
+    shift: int,
 ) -> tuple[np.ndarray, ...]:
     """Cells of (turn run, token code) of one slice.
 
@@ -148,8 +166,11 @@ def cell_sums(
     after the first) and its turn-position bin ``tp`` (its index in the run, binned by
     ``tp_inner``): ``(b * n_kv + kv) * n_tp + tp``. ``tails``: the clamp of the clamped K3,
     ``ln(tau)`` of the extreme fraction and the log bounds of the IS band (``stats.tails``).
-    Returns ``cell_run, cell_code, cell_len, cell_state`` (cells ordered by run, then code; state: the ``TOKEN_FIELDS`` token
-    columns), ``lr_sum, lt_sum`` per run, and per token ``r`` and its cell (``tok_cell``).
+    ``bounds, table, e_lo, shift``: the r-histogram's lookup (``histogram.IndexTables``), or an
+    empty ``table`` for no histogram bins.
+    Returns ``cell_run, cell_code, cell_len, cell_state`` (cells ordered by run, then code;
+    state: the ``TOKEN_FIELDS`` token columns), ``lr_sum, lt_sum`` per run, and per token
+    ``r``, its cell (``tok_cell``) and its r-histogram bin (``bucket``; empty without a lookup).
     """
     n = lr.shape[0]
     m = starts.shape[0]
@@ -167,8 +188,10 @@ def cell_sums(
     lr_sum = np.zeros(m, np.float64)
     lt_sum = np.zeros(m, np.float64)
     r_out = np.empty(n, np.float64)
-    pr_t = np.empty(n, np.float64)
     pt_t = np.empty(n, np.float64)
+    with_hist = table.shape[0] > 0
+    bucket = np.empty(n if with_hist else 0, np.int64)
+    first = e_lo << shift
     tok_code = np.empty(n, np.int32)
     tok_cell = np.empty(n, np.int32)
     acc = np.empty((n_codes, TOKEN_FIELDS), np.float64)
@@ -219,7 +242,6 @@ def cell_sums(
                     tp_lo, tp_hi = _bounds(tp_b, tp_inner)
                 code = code * n_tp + tp_b
             r_out[i] = r
-            pr_t[i] = pr
             pt_t[i] = pt
             tok_code[i] = code
             row = acc[code]
@@ -258,27 +280,31 @@ def cell_sums(
             row[_PT_MAX] = max(row[_PT_MAX], pt)
         lr_sum[k] = a_sum
         lt_sum[k] = t_sum
-        for i in range(s, e):  # centred moments around each cell's mean
-            row = acc[tok_code[i]]
+        _sort_small(touched, count)
+        for j in range(count):
+            cell_of_code[touched[j]] = c + j
+        for i in range(s, e):  # centred moments around each cell's mean; cells; bins
+            code = tok_code[i]
+            tok_cell[i] = cell_of_code[code]
+            row = acc[code]
             cnt = row[_N]
-            dr = r_out[i] - row[_R] / cnt
-            dx = pr_t[i] - row[_PR] / cnt
+            r = r_out[i]
+            dr = r - row[_R] / cnt
+            dx = pr_in[i] - row[_PR] / cnt
             dy = pt_t[i] - row[_PT] / cnt
             row[_R_M2] += dr * dr
             row[_PR_M2] += dx * dx
             row[_PT_M2] += dy * dy
             row[_PRPT_C] += dx * dy
-        _sort_small(touched, count)
+            if with_hist:
+                bucket[i] = _hist_bin(r, bounds, table, first, shift)
         for j in range(count):
             code = touched[j]
-            cell_of_code[code] = c
             state[c] = acc[code]
             cell_run[c] = k
             cell_code[c] = code
             cell_len[c] = int(acc[code, _N])
             c += 1
-        for i in range(s, e):
-            tok_cell[i] = cell_of_code[tok_code[i]]
         _reset_rows(acc, touched, count)
     return (
         cell_run[:c],
@@ -289,6 +315,7 @@ def cell_sums(
         lt_sum,
         r_out,
         tok_cell,
+        bucket,
     )
 
 
@@ -297,21 +324,12 @@ def hist_index(
     r: np.ndarray, bounds: np.ndarray, table: np.ndarray, e_lo: int, shift: int
 ) -> np.ndarray:
     """``histogram.hist_index`` of every value of ``r`` (finite) from the bins' bounds
-    (``histogram.IndexTables``): the bucket of its exponent and top mantissa bits, one
-    comparison with the next bound, the sign; no logarithm, no branch."""
+    (``histogram.IndexTables``): see :func:`_hist_bin`."""
     n = r.shape[0]
     out = np.empty(n, np.int64)
-    bits = r.view(np.int64)
-    last = table.shape[0] - 1
     first = e_lo << shift
     for i in range(n):
-        s = bits[i]
-        b = s & 0x7FFFFFFFFFFFFFFF
-        bucket = min(max((b >> (52 - shift)) - first, 0), last)
-        k = np.int64(table[bucket]) + 2  # the bucket's level, offset as the bins are
-        k += np.int64(abs(r[i]) >= bounds[k])  # bounds[k] is the next level's bound
-        k *= np.int64(b != 0)  # 0 and -0 go to the zero bin
-        out[i] = ZERO_BIN + (k - 2 * k * np.int64(s < 0))
+        out[i] = _hist_bin(r[i], bounds, table, first, shift)
     return out
 
 

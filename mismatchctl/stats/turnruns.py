@@ -30,6 +30,8 @@ from mismatchctl.stats.state import Col, empty_state
 from mismatchctl.stats.tails import DEFAULT_TAILS, Tails
 
 ONE_BIN = np.array([0.0, np.inf])  # edges of a single probability bin
+# no r-histogram lookup: the kernel then bins no token
+NO_LOOKUP = histogram.IndexTables(np.zeros(0), np.zeros(0, np.int32), 0, 0)
 
 
 class TurnRuns(NamedTuple):
@@ -221,23 +223,31 @@ def bin_cells(
                 f"positions: {len(position)} positions for {n} tokens, {len(kv_base)} bases "
                 f"for {m} turn runs"
             )
-    cell_run, cell_code, cell_len, cell_state, lr_sum, lt_sum, r, tok_cell = kernels.cell_sums(
-        lr, lt, np.exp(lr), starts, inner, position, kv_base, kv_inner, tp_inner, _thresholds(tails)
+    tables = histogram.index_tables() if with_hist else None
+    lookup = tables if tables is not None else NO_LOOKUP
+    pr = np.exp(lr)
+    out = kernels.cell_sums(
+        lr,
+        lt,
+        pr,
+        starts,
+        inner,
+        position,
+        kv_base,
+        kv_inner,
+        tp_inner,
+        _thresholds(tails),
+        *lookup,
     )
+    cell_run, cell_code, cell_len, cell_state, lr_sum, lt_sum, r, tok_cell, bucket = out
     run_state = merge_rows(cell_state, cell_run, m)
     runs = TurnRuns(starts, np.diff(starts, append=n), seq[starts], run_state, lr_sum, lt_sum)
-    bucket = _hist_index(r) if with_hist else None
+    if not with_hist:
+        bucket = None
+    elif tables is None:  # the bins' bounds failed their check: the numpy code's bins
+        bucket = histogram.hist_index(r)
     radix = (len(inner) + 1, len(kv_inner) + 1, len(tp_inner) + 1)
     return BinCells(runs, cell_run, cell_code, cell_state, cell_len, bucket, tok_cell, radix)
-
-
-def _hist_index(r: np.ndarray) -> np.ndarray:
-    """Every token's r-histogram bin: compiled from the bins' bounds (the numpy code's bins,
-    checked when the bounds are made), or the numpy code where the check failed."""
-    from mismatchctl.stats import kernels
-
-    tables = histogram.index_tables()
-    return histogram.hist_index(r) if tables is None else kernels.hist_index(r, *tables)
 
 
 def token_partials(
