@@ -28,9 +28,9 @@ from mismatchctl.stats import registry as M
 from mismatchctl.stats.localize_result import (
     Explanation,
     Finding,
+    finding_label,
     ratio_text,
     uniform_sentence,
-    where_text,
 )
 
 TOOL_DIMS = frozenset({K.TURN, K.TURN_KIND})
@@ -167,7 +167,7 @@ def localized_run(
         if paths:
             f = paths[0]
             finding = (
-                f"the hottest part, {where_text(f.where)}, is {ratio_text(f.rate_ratio)}x the "
+                f"the hottest part, {finding_label(f)}, is {ratio_text(f.rate_ratio)}x the "
                 f"rest ({ci_text(f.rate_ratio_ci)}): under the {T.LOCAL_FACTOR:g}x that marks "
                 "a code path"
             )
@@ -175,7 +175,7 @@ def localized_run(
     verdict = worst([v for v, _ in hits])
     top = next(f for v, f in hits if v == verdict)
     finding = (
-        f"{where_text(top.where)}: {ratio_text(top.rate_ratio)}x the rest of the run at the same "
+        f"{finding_label(top)}: {ratio_text(top.rate_ratio)}x the rest of the run at the same "
         f"token probabilities ({ci_text(top.rate_ratio_ci)}), {_share(top.token_share)} of "
         f"the tokens carrying {_share(top.mass_share)} of the K3 mass"
     )
@@ -246,7 +246,7 @@ def baseline(ctx: Context) -> Check:
     )
     where = ""
     if e.findings and shape == "localized":
-        where = f"; most of it in {where_text(e.findings[0].where)}"
+        where = f"; most of it in {finding_label(e.findings[0])}"
     elif shape == "uniform":
         names = ", ".join(u.dim for u in e.uniform if u.uniform)
         where = f"; spread uniformly ({names} explain nothing)"

@@ -31,7 +31,7 @@ from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
-from mismatchctl.stats import TURN_INDEX_LABELS, TURN_KIND_LABELS, bin_label
+from mismatchctl.stats import TURN_INDEX_LABELS, TURN_KIND_LABELS, bin_label, turn_kind
 from mismatchctl.stats.cube import Cube, Field, merge_all
 from mismatchctl.stats.cube_bootstrap import (
     FindingInterval,
@@ -55,6 +55,8 @@ from mismatchctl.store import Store
 NONE_LABEL = "(none)"
 # Token dimensions of the cube (vary inside a sequence) and sequence dimensions (constant on it).
 TOKEN_DIMS = (K.TURN, K.TURN_KIND, K.BIN, K.KV_POSITION, K.TURN_POSITION)
+# the turn kind of each turn code (0, 1, 2, 3+): a turn-kind region is a turn region
+KIND_OF_TURN = tuple(int(k) for k in turn_kind(np.arange(len(TURN_INDEX_LABELS))))
 SEQ_DIMS = (K.RUN, K.STEP, K.GPU, K.LENGTH, K.DUMP_ORDER)
 # The cube's own bins of the position dimensions (coarser than the report's --position-bins, so
 # that every conjunction of three stays small; docs/explain.md "The K3 cube"):
@@ -107,7 +109,13 @@ def cube_spec(
     length, order = range_labels(CUBE_LENGTH_EDGES), order_labels()
     token = (
         Dim(K.TURN, len(TURN_INDEX_LABELS), TURN_INDEX_LABELS),
-        Dim(K.TURN_KIND, len(TURN_KIND_LABELS), TURN_KIND_LABELS, function_of=K.TURN),
+        Dim(
+            K.TURN_KIND,
+            len(TURN_KIND_LABELS),
+            TURN_KIND_LABELS,
+            function_of=K.TURN,
+            function_map=KIND_OF_TURN,
+        ),
         Dim(K.BIN, len(bins), bins),
         Dim(K.KV_POSITION, len(kv), kv),
         Dim(K.TURN_POSITION, len(tpos), tpos),

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from mismatchctl.analysis import sections as S
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.localize_result import BASELINE, uniform_sentence
+from mismatchctl.stats.localize_result import BASELINE, finding_label, uniform_sentence
 
 SHARE = M.TOKEN_SHARE.key
 
@@ -79,7 +79,7 @@ def findings_table(e: Explain) -> S.Section:
     rows = []
     for i, f in enumerate(x.findings):
         boot = e.intervals[i].rate_ratio_ci if i < len(e.intervals) else None
-        rows.append({"rank": i + 1, "where": _where(f.where), SHARE: f.token_share,
+        rows.append({"rank": i + 1, "where": finding_label(f), SHARE: f.token_share,
                      "share": f.excess_share if x.mode == BASELINE else f.mass_share,
                      "ratio": f.rate_ratio, "ci": _pair(f.rate_ratio_ci), "boot": _pair(boot)})  # fmt: skip
     share = "excess share" if x.mode == BASELINE else "K3 share"

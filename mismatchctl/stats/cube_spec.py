@@ -40,7 +40,9 @@ class Dim:
 
     ``ordered``: codes follow a natural order (steps, position bins), so runs of consecutive
     codes are reported as ranges (``1024-4095``); unordered values (gpus) as lists.
-    ``function_of``: the name of a dimension this one is a function of (never conjoined with it).
+    ``function_of``: the name of a dimension this one is a function of (never conjoined with it);
+    ``function_map``: this dimension's code for each code of that one, when known (a region on
+    this dimension is then a region on that one: ``localize_tables.overlap`` reads it exactly).
     """
 
     name: str
@@ -48,6 +50,7 @@ class Dim:
     labels: tuple[str, ...] = ()
     ordered: bool = True
     function_of: str | None = None
+    function_map: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if self.size < 1:
@@ -60,6 +63,11 @@ class Dim:
             )
         if not self.labels:
             object.__setattr__(self, "labels", tuple(str(k) for k in range(self.size)))
+        if self.function_map and (self.function_of is None or max(self.function_map) >= self.size):
+            raise ValueError(
+                f"dimension {self.name!r}: function_map needs function_of and codes below "
+                f"{self.size} (found {self.function_map})"
+            )
 
 
 class Table(NamedTuple):

@@ -21,7 +21,13 @@ import numpy as np
 
 from mismatchctl.stats.cube import Cube
 from mismatchctl.stats.decompose import decompose
-from mismatchctl.stats.localize_findings import Sides, estimate, finding, merge_siblings
+from mismatchctl.stats.localize_findings import (
+    Sides,
+    drop_aliases,
+    estimate,
+    finding,
+    merge_siblings,
+)
 from mismatchctl.stats.localize_math import div, norm_ppf, relvar
 from mismatchctl.stats.localize_reference import baseline_reference, no_reference
 from mismatchctl.stats.localize_refine import Refiner
@@ -59,7 +65,10 @@ def explain(
     else:
         sides, search = _baseline_search(t, b, e_t, s, th)
     picked = _select(search, th)
-    findings = [finding(sides, region, p) for region, p in merge_siblings(sides, picked)]
+    findings = [
+        finding(sides, region, p, aliases)
+        for region, p, aliases in drop_aliases(sides, merge_siblings(sides, picked))
+    ]
     # the reported interval (of the final, merged region) must exclude 1, as the search's did
     findings = [f for f in findings if f.rate_ratio_ci[0] > 1]
     out = _explanation(sides, search, findings, target, baseline)
@@ -173,7 +182,7 @@ def _explanation(
     sides: Sides, search: Search, findings: list[Finding], target: Cube, baseline: Cube | None
 ) -> Explanation:
     t, spec, th = sides.t, sides.t.spec, sides.th
-    used = {spec.index(name) for f in findings for name in f.where}
+    used = {spec.index(name) for f in findings for w in (f.where, *f.same_as) for name in w}
     tested = sorted({d for dims in search.candidates for d in dims} - used)
     if sides.b is not None and sides.stratum is not None and sides.stratum not in used:
         tested = sorted({*tested, sides.stratum})

@@ -4,6 +4,7 @@ region (``localize_estimates``, sums from the cube), delta-method intervals and 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +35,7 @@ from mismatchctl.stats.localize_result import (
     sentence,
 )
 from mismatchctl.stats.localize_search import Selected
-from mismatchctl.stats.localize_tables import Masks, SideTables
+from mismatchctl.stats.localize_tables import Masks, SideTables, on_parents
 from mismatchctl.stats.localize_thresholds import LocalizeThresholds
 
 
@@ -134,6 +135,33 @@ def merge_siblings(sides: Sides, picked: list[Selected]) -> list[tuple[Masks, Se
     return groups
 
 
+def drop_aliases(
+    sides: Sides, groups: list[tuple[Masks, Selected]]
+) -> list[tuple[Masks, Selected, list[Masks]]]:
+    """Each region with the later ones that hold exactly its tokens under another name (a
+    turn-kind region and the turns it covers, where the target has no other turn), which are
+    not reported apart: ``(region, picked, aliases)``."""
+    out: list[tuple[Masks, Selected, list[Masks]]] = []
+    for region, picked in groups:
+        first = next((o for o in out if same_tokens(sides, o[0], region)), None)
+        if first is None:
+            out.append((region, picked, []))
+        else:
+            first[2].append(region)
+    return out
+
+
+def same_tokens(sides: Sides, a: Masks, b: Masks) -> bool:
+    """Whether two regions hold the same tokens for certain: equal once each dimension that is
+    a known function of another is written on that other (``on_parents``), counting only the
+    values the target has tokens in."""
+    t = sides.t
+    a, b = on_parents(t, a), on_parents(t, b)
+    if set(a) != set(b):
+        return False
+    return all(np.array_equal(a[d] & (t.n[(d,)] > 0), b[d] & (t.n[(d,)] > 0)) for d in a)
+
+
 def _union(sides: Sides, a: Masks, b: Masks) -> Masks | None:
     if set(a) != set(b):
         return None
@@ -150,7 +178,11 @@ def _union(sides: Sides, a: Masks, b: Masks) -> Masks | None:
     return {**a, d: a[d] | b[d]}
 
 
-def finding(sides: Sides, region: Masks, picked: Selected) -> Finding:
+def finding(
+    sides: Sides, region: Masks, picked: Selected, aliases: Sequence[Masks] = ()
+) -> Finding:
+    """The reported finding of a region the search picked (``aliases``: other regions of the
+    same tokens, named beside it)."""
     t, spec = sides.t, sides.t.spec
     est, var, baseline = estimate_with_regions(sides, region)
     sums_r = region_sums(t, region, sides.stratum)
@@ -177,6 +209,7 @@ def finding(sides: Sides, region: Masks, picked: Selected) -> Finding:
         surprise=surprise(float(est.expected) / f_all, a_r / t.total_a),
         region=exact_codes(spec, region),
         baseline=baseline,
+        same_as=[_where(sides, r) for r in aliases],
     )
     out.sentence = sentence(out, sides.mode, sides.th.rate_ci_level)
     return out

@@ -54,6 +54,8 @@ class Finding:
     region: Region = field(default_factory=dict, repr=False)
     baseline: BaselineRegions | None = field(default=None, repr=False)
     rate_ratio_ci_method: str = "delta"
+    # the same tokens named otherwise, found too (turn 1 when the only later turn is turn 1)
+    same_as: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -133,12 +135,18 @@ def where_text(where: dict[str, str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in where.items())
 
 
+def finding_label(f: Finding) -> str:
+    """Where a finding is, and the other names of the same tokens (``turn 1 (= turn_kind
+    later)``)."""
+    return where_text(f.where) + "".join(f" (= {where_text(w)})" for w in f.same_as)
+
+
 def sentence(f: Finding, mode: str, level: float) -> str:
     """One plain sentence, e.g. ``kv_position 1024-2047, step 2,6: 6% of tokens carry 71% of
     the excess; 9.3x the baseline's rate (95% CI 6.1-14)``."""
     lo, hi = f.rate_ratio_ci
     ci = f"{level:.0%} CI {ratio_text(lo)}-{ratio_text(hi)}"
-    head = f"{where_text(f.where)}: {_pct(f.token_share)} of tokens carry "
+    head = f"{finding_label(f)}: {_pct(f.token_share)} of tokens carry "
     if mode == BASELINE:
         carried = (
             f"{_pct(f.excess_share)} of the excess"

@@ -212,6 +212,34 @@ def overlap(
     return arr[dims] * share
 
 
+def _parent(side: SideTables, d: int) -> tuple[int, np.ndarray] | None:
+    """The dimension ``d`` is a known function of (``Dim.function_map``; neither in blocks) and
+    ``d``'s code for each of its codes, or None."""
+    dim = side.spec.dims[d]
+    if not dim.function_map or dim.function_of is None:
+        return None
+    p = side.spec.index(dim.function_of)
+    if side.spec.blocked(p) or side.spec.blocked(d):
+        return None
+    return p, np.asarray(dim.function_map, dtype=np.int64)
+
+
+def on_parents(side: SideTables, region: Masks) -> Masks:
+    """The same tokens as ``region``, with each dimension that is a known function of another
+    (the turn kind of the turn) written on that other: a turn-kind region is a set of turns,
+    and the cube holds the turn's tables with every other dimension."""
+    out = dict(region)
+    for d in region:
+        found = _parent(side, d)
+        if found is None:
+            continue
+        p, fmap = found
+        mask = np.asarray(region[d], dtype=bool)[fmap]  # a turn is in when its kind is
+        out[p] = out[p] & mask if p in out else mask
+        del out[d]
+    return out
+
+
 def _exact_overlap(
     side: SideTables, arr: dict[Dims, np.ndarray], region: Masks, dims: Dims
 ) -> np.ndarray:

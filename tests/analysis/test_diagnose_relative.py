@@ -321,3 +321,15 @@ def test_sample_faulty_attn_steps_are_found(tmp_path: Path) -> None:
     found = [f["where"] for f in local["code_path_findings"]]
     assert any({"step", "length", "kv_position", "order"} & set(w) for w in found)
     assert checks["cause"].evidence["cause"] == "code path"
+
+
+def test_explain_names_the_same_tokens_once(store: Path) -> None:
+    """Where no sequence has a third turn, ``turn 1`` and ``turn_kind later`` are the same
+    tokens: one finding named both ways, not two rows of the same numbers."""
+    expl = api.explain("tool-small", store=store, bootstrap=False).explanation
+    shares = [(f.tokens, f.mass_share) for f in expl.findings]
+    assert len(shares) == len(set(shares))
+    later = [f for f in expl.findings if {"turn_kind": "later"} in [f.where, *f.same_as]]
+    assert len(later) == 1
+    assert {"turn": "1"} in [later[0].where, *later[0].same_as]
+    assert "(= turn" in later[0].sentence

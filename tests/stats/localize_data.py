@@ -78,7 +78,7 @@ def spec(plan: Plan) -> CubeSpec:
     return CubeSpec(
         token_dims=(
             Dim("turn", 4, ("0", "1", "2", "3+")),
-            Dim("turn_kind", 2, ("first", "later"), function_of="turn"),
+            Dim("turn_kind", 2, ("first", "later"), function_of="turn", function_map=(0, 1, 1, 1)),
             Dim("bin", len(LOG_EDGES) - 1, tuple(bin_label(LOG_EDGES, k) for k in range(12))),
             Dim("kv_position", KV_BINS, kv_labels),
             Dim("turn_position", TPOS_BINS, tpos_labels),

@@ -287,3 +287,42 @@ def test_mismatched_cubes_are_refused() -> None:
         explain(target, other)
     with pytest.raises(ValueError, match="no tokens"):
         explain(Cube(target.spec))
+
+
+def test_a_turn_kind_region_is_the_turns_it_covers() -> None:
+    """``on_parents`` writes a turn-kind region on the turns (the kind is a function of the
+    turn); ``same_tokens`` holds for ``turn 1`` and ``turn_kind later`` only where the target
+    has no turn after turn 1."""
+    from mismatchctl.stats.localize_findings import Sides, same_tokens
+    from mismatchctl.stats.localize_tables import SideTables, on_parents
+    from mismatchctl.stats.localize_thresholds import LocalizeThresholds
+
+    cube, tokens = cube_of(Plan(steps=2, seqs_per_step=64, mean_len=120))
+    t = SideTables(cube)
+    turn, kind = cube.spec.index("turn"), cube.spec.index("turn_kind")
+    later = {kind: np.array([False, True])}
+    assert np.array_equal(on_parents(t, later)[turn], [False, True, True, True])
+    both = on_parents(t, {turn: np.array([False, True, False, False]), **later})
+    assert list(both) == [turn] and np.array_equal(both[turn], [False, True, False, False])
+    sides = Sides(t, None, None, frozenset(), None, LocalizeThresholds())
+    turn1 = {turn: np.array([False, True, False, False])}
+    assert (tokens.tok[:, 0] >= 2).any()  # this target has later turns beyond turn 1
+    assert not same_tokens(sides, turn1, later)
+    one_call = Cube.from_tokens(
+        cube.spec,
+        *(x[tokens.tok[:, 0] <= 1] for x in (tokens.lr, tokens.lt, tokens.seq, tokens.tok)),
+        tokens.seqc,
+    )
+    sides = replace(sides, t=SideTables(one_call))
+    assert same_tokens(sides, turn1, later)
+    assert same_tokens(sides, later, {turn: np.array([False, True, True, True])})
+    assert not same_tokens(sides, turn1, {turn: np.array([True, False, False, False])})
+
+
+def test_a_function_map_needs_its_dimension() -> None:
+    from mismatchctl.stats.cube_spec import Dim
+
+    with pytest.raises(ValueError, match="function_map"):
+        Dim("turn_kind", 2, ("first", "later"), function_map=(0, 1, 1, 1))
+    with pytest.raises(ValueError, match="function_map"):
+        Dim("turn_kind", 2, ("first", "later"), function_of="turn", function_map=(0, 2))
