@@ -26,6 +26,7 @@ from mismatchctl.stats.localize_findings import (
     drop_aliases,
     estimate,
     finding,
+    fold_seen_again,
     merge_siblings,
 )
 from mismatchctl.stats.localize_math import div, norm_ppf, relvar
@@ -65,12 +66,12 @@ def explain(
     else:
         sides, search = _baseline_search(t, b, e_t, s, th)
     picked = _select(search, th)
-    findings = [
-        finding(sides, region, p, aliases)
+    found = [
+        (finding(sides, region, p, aliases), region)
         for region, p, aliases in drop_aliases(sides, merge_siblings(sides, picked))
     ]
     # the reported interval (of the final, merged region) must exclude 1, as the search's did
-    findings = [f for f in findings if f.rate_ratio_ci[0] > 1]
+    findings = fold_seen_again(sides, [(f, r) for f, r in found if f.rate_ratio_ci[0] > 1])
     out = _explanation(sides, search, findings, target, baseline)
     out.notes = notes
     if b is not None and sides.b is None:  # the overall ratio and the split stay the baseline's
@@ -182,7 +183,9 @@ def _explanation(
     sides: Sides, search: Search, findings: list[Finding], target: Cube, baseline: Cube | None
 ) -> Explanation:
     t, spec, th = sides.t, sides.t.spec, sides.th
-    used = {spec.index(name) for f in findings for w in (f.where, *f.same_as) for name in w}
+    used = {
+        spec.index(name) for f in findings for w in (f.where, *f.same_as, *f.seen_as) for name in w
+    }
     tested = sorted({d for dims in search.candidates for d in dims} - used)
     if sides.b is not None and sides.stratum is not None and sides.stratum not in used:
         tested = sorted({*tested, sides.stratum})

@@ -151,6 +151,52 @@ def drop_aliases(
     return out
 
 
+def fold_seen_again(sides: Sides, findings: list[tuple[Finding, Masks]]) -> list[Finding]:
+    """The findings with each one that an earlier kept finding explains (``seen_again``) named
+    in that finding's ``seen_as`` instead of reported apart. The earlier finding stays the
+    name: the search found it first (the larger specific excess)."""
+    kept: list[tuple[Finding, Masks]] = []
+    for new in findings:
+        home = next((k for k in kept if seen_again(sides, k, new)), None)
+        if home is None:
+            kept.append(new)
+        else:
+            _fold(sides, home[0], new[0])
+    return [f for f, _ in kept]
+
+
+def _fold(sides: Sides, home: Finding, seen: Finding) -> None:
+    """``seen`` named in ``home`` (with what it had folded in itself)."""
+    home.seen_as += [seen.where, *seen.same_as, *seen.seen_as]
+    home.sentence = sentence(home, sides.mode, sides.th.rate_ci_level)
+
+
+def seen_again(sides: Sides, earlier: tuple[Finding, Masks], later: tuple[Finding, Masks]) -> bool:
+    """Whether ``later`` is ``earlier`` seen through other dimensions: no hotter than it (its
+    interval reaches down to the earlier rate ratio), and its tokens outside the earlier region
+    under ``min_specificity`` times the rate of the rest of the selection outside both, at the
+    same token probabilities (with or without a baseline: the question is whether it adds
+    anything to the earlier finding). The intersection is read from a table the cube holds;
+    where it holds none, the two stay apart."""
+    (fe, re), (fl, rl) = earlier, later
+    if not fl.rate_ratio_ci[0] <= fe.rate_ratio:
+        return False
+    t, s = sides.t, sides.stratum
+    a, b = on_parents(t, re), on_parents(t, rl)
+    both = {d: a[d] & b[d] if d in b else a[d] for d in a}
+    both.update({d: m for d, m in b.items() if d not in a})
+    if not t.has(tuple(sorted(both))):
+        return False
+    whole, inside = region_sums(t, {}, s), region_sums(t, both, s)
+    sums_e, sums_l = region_sums(t, a, s), region_sums(t, b, s)
+    n_out, a_out = sums_l.n - inside.n, sums_l.a - inside.a
+    ref_n, ref_a = whole.n - sums_e.n - n_out, whole.a - sums_e.a - a_out
+    expected_out = float(np.sum(n_out * div(ref_a, ref_n)))
+    if not expected_out > 0:
+        return True  # nothing of it outside the earlier finding
+    return float(np.sum(a_out)) < sides.th.min_specificity * expected_out
+
+
 def same_tokens(sides: Sides, a: Masks, b: Masks) -> bool:
     """Whether two regions hold the same tokens for certain: equal once each dimension that is
     a known function of another is written on that other (``on_parents``), counting only the

@@ -56,6 +56,8 @@ class Finding:
     rate_ratio_ci_method: str = "delta"
     # the same tokens named otherwise, found too (turn 1 when the only later turn is turn 1)
     same_as: list[dict[str, str]] = field(default_factory=list)
+    # later findings no hotter than this one and not hot outside it: it, seen otherwise
+    seen_as: list[dict[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -136,9 +138,16 @@ def where_text(where: dict[str, str]) -> str:
 
 
 def finding_label(f: Finding) -> str:
-    """Where a finding is, and the other names of the same tokens (``turn 1 (= turn_kind
-    later)``)."""
-    return where_text(f.where) + "".join(f" (= {where_text(w)})" for w in f.same_as)
+    """Where a finding is, the other names of the same tokens (``turn 1 (= turn_kind
+    later)``) and the later findings it explains (``(also seen as kv_position 32-63)``)."""
+    same = "".join(f" (= {where_text(w)})" for w in f.same_as)
+    seen = "; ".join(where_text(w) for w in f.seen_as[:SEEN_SHOWN])
+    if len(f.seen_as) > SEEN_SHOWN:
+        seen += f" and {len(f.seen_as) - SEEN_SHOWN} more"
+    return where_text(f.where) + same + (f" (also seen as {seen})" if seen else "")
+
+
+SEEN_SHOWN = 2  # of a finding's other views named in its label (the JSON has them all)
 
 
 def sentence(f: Finding, mode: str, level: float) -> str:

@@ -16,6 +16,7 @@ scales the noise of every token:
 - ``kv``: KV positions >= ``kv_min`` in ``fault_steps``;
 - ``template``: the first 8 tokens of every turn after a tool response;
 - ``gpu``: every token of gpu A100;
+- ``later``: every token of the turns after a tool response;
 - ``stale``: every token's noise x magnitude (excess everywhere, more for large |r|);
 - ``improve``: every token's noise x magnitude (below 1);
 - causes joined with ``+`` apply together.
@@ -151,6 +152,7 @@ def _regions(
     return {
         "kv": (kv >= plan.kv_min) & np.isin(step, plan.fault_steps),
         "template": (turn >= 1) & (tpos < 8),
+        "later": turn >= 1,
         "gpu": gpu == 1,
     }
 

@@ -326,3 +326,38 @@ def test_a_function_map_needs_its_dimension() -> None:
         Dim("turn_kind", 2, ("first", "later"), function_map=(0, 1, 1, 1))
     with pytest.raises(ValueError, match="function_map"):
         Dim("turn_kind", 2, ("first", "later"), function_of="turn", function_map=(0, 2))
+
+
+def test_a_region_seen_through_an_earlier_finding_is_folded_into_it() -> None:
+    """Every later-turn token 4x worse, and every token of gpu A100: the turns from the
+    second tool response on add nothing outside the later turns (a part of them, no hotter) and
+    are that finding seen again; gpu A100 is hot outside them and stays a finding of its own."""
+    from mismatchctl.stats.localize_findings import Sides, finding, fold_seen_again, seen_again
+    from mismatchctl.stats.localize_search import Selected
+    from mismatchctl.stats.localize_tables import SideTables
+    from mismatchctl.stats.localize_thresholds import LocalizeThresholds
+
+    cube, _ = cube_of(Plan(cause="later+gpu", magnitude=4.0, steps=4, seqs_per_step=192))
+    t = SideTables(cube)
+    spec = cube.spec
+    s = spec.index("bin")
+    sides = Sides(t, None, s, frozenset(), None, LocalizeThresholds())
+
+    def found(name: str, codes: list[int]) -> tuple[Finding, dict]:
+        d = spec.index(name)
+        mask = np.zeros(spec.levels(d), dtype=bool)
+        mask[codes] = True
+        region = {d: mask}
+        return finding(sides, region, Selected(region, 2.0, 5.0)), region
+
+    later = found("turn_kind", [1])
+    turn2 = found("turn", [2, 3])
+    a100 = found("gpu", [1])
+    assert later[0].rate_ratio > 3 and a100[0].rate_ratio > 2
+    assert seen_again(sides, later, turn2)
+    assert not seen_again(sides, later, a100)
+    assert not seen_again(sides, turn2, later)  # hotter than turns 2+ (against their rest)
+    kept = fold_seen_again(sides, [later, turn2, a100])
+    assert [f.where for f in kept] == [{"turn_kind": "later"}, {"gpu": "A100"}]
+    assert kept[0].seen_as == [{"turn": "2+"}]
+    assert "(also seen as turn 2+)" in kept[0].sentence
