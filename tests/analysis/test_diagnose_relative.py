@@ -35,6 +35,7 @@ RUNS: dict[str, tuple[Plan, dict[str, str]]] = {
     "template-loud": (Plan("template", per_step=PER_STEP, seed=11, factor=1000), {}),
     "tool-small": (Plan("tool", per_step=PER_STEP, seed=11, factor=3), {}),
     "tool-mid": (Plan("tool", per_step=PER_STEP, seed=7, factor=10), {}),
+    "tool-seen": (Plan("tool", per_step=PER_STEP, seed=1, factor=3), {}),
     "tool-loud": (Plan("tool", per_step=PER_STEP, seed=12), {}),
     # the 0.3% of tokens sampled at p < 1e-3 scored 2x (1.6x the healthy run overall) or 20x
     # less likely by the trainer
@@ -333,3 +334,18 @@ def test_explain_names_the_same_tokens_once(store: Path) -> None:
     assert len(later) == 1
     assert {"turn": "1"} in [later[0].where, *later[0].same_as]
     assert "(= turn" in later[0].sentence
+
+
+@pytest.mark.slow
+def test_the_later_turns_seen_by_position_are_one_finding(store: Path) -> None:
+    """Every token after a tool response 3x worse: the KV positions the later turns fill are
+    folded into the later turns' finding (``seen_as``), and the localized check says the hot
+    part is among the turns (no code path) instead of that no part is hotter."""
+    expl = api.explain("tool-seen", store=store, bootstrap=False).explanation
+    (top,) = expl.findings
+    assert {"turn_kind": "later"} in [top.where, *top.same_as]
+    assert any("kv_position" in w for w in top.seen_as)
+    checks = _checks(store, "tool-seen")
+    local = checks["localized"]
+    assert local.verdict == "ok" and "among the turns" in local.finding
+    assert checks["cause"].evidence["cause"] == "tool responses"
