@@ -3,10 +3,10 @@
 :func:`cell_sums` walks a slice of model tokens once per turn run (the contiguous tokens of one
 sequence in one turn) and reduces it to (turn run x token code) cells, a token code being its
 probability bin combined with its KV-position and turn-position bins when they are asked for:
-counts, sums,
-centred second moments (a second pass over the run's tokens around each cell's mean) and
-extremes of every token column of the state (``Col.TOKENS`` .. ``Col.IS_OOB``), plus each run's
-sums of both logprobs. Everything a report, a comparison or a figure derives from tokens merges
+counts, sums, centred second moments (a second pass over the run's tokens around each cell's
+mean, which also gives each token its cell and its r-histogram bin) and extremes of every
+token column of the state (``Col.TOKENS`` .. ``Col.IS_OOB``), plus each run's sums of both
+logprobs. Everything a report, a comparison or a figure derives from tokens merges
 from these cells (see ``stats/turnruns.py``). The arithmetic is the numpy kernel's
 (``stats/chunk.py``), token by token; the tests check the two agree.
 
