@@ -164,20 +164,19 @@ def localized_run(
     }
     if not hits:
         finding = "no part of the run is hotter than the rest at the same token probabilities"
-        turns = [f for f in expl.findings if not code_path(f)]
-        if turns and not paths:
-            f = turns[0]
-            finding = (
-                f"the hottest part is among the turns, {finding_label(f)}: "
-                f"{ratio_text(f.rate_ratio)}x the rest ({ci_text(f.rate_ratio_ci)}); no code "
-                "path (the turns after tool responses: the tool_responses check)"
-            )
         if paths:
             f = paths[0]
             finding = (
                 f"the hottest part, {finding_label(f)}, is {ratio_text(f.rate_ratio)}x the "
                 f"rest ({ci_text(f.rate_ratio_ci)}): under the {T.LOCAL_FACTOR:g}x that marks "
                 "a code path"
+            )
+        elif expl.findings:  # every finding is on the turns
+            f = expl.findings[0]
+            finding = (
+                f"the hottest part is among the turns, {finding_label(f)}: "
+                f"{ratio_text(f.rate_ratio)}x the rest ({ci_text(f.rate_ratio_ci)}); no code "
+                "path (the turns after tool responses: the tool_responses check)"
             )
         return OK, finding, evidence
     verdict = worst([v for v, _ in hits])

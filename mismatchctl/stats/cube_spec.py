@@ -42,7 +42,7 @@ class Dim:
     codes are reported as ranges (``1024-4095``); unordered values (gpus) as lists.
     ``function_of``: the name of a dimension this one is a function of (never conjoined with it);
     ``function_map``: this dimension's code for each code of that one, when known (a region on
-    this dimension is then a region on that one: ``localize_tables.overlap`` reads it exactly).
+    this dimension is then a region on that one: ``localize_tables.on_parents``).
     """
 
     name: str

@@ -216,9 +216,9 @@ def _parent(side: SideTables, d: int) -> tuple[int, np.ndarray] | None:
     """The dimension ``d`` is a known function of (``Dim.function_map``; neither in blocks) and
     ``d``'s code for each of its codes, or None."""
     dim = side.spec.dims[d]
-    if not dim.function_map or dim.function_of is None:
+    if not dim.function_map:  # a Dim with a map names its function_of
         return None
-    p = side.spec.index(dim.function_of)
+    p = side.spec.index(str(dim.function_of))
     if side.spec.blocked(p) or side.spec.blocked(d):
         return None
     return p, np.asarray(dim.function_map, dtype=np.int64)
