@@ -65,7 +65,8 @@ def token_columns(keys: list[str] | tuple[str, ...]) -> list[str]:
 class PartKeys:
     """Computes each key's codes for the rows of one table (a slice of a part, or one row per
     turn run of it), once, on demand. ``sequences``: the rows of the part's source, for the keys
-    read from them (None: such a key is an error)."""
+    read from them (None: such a key is an error); ``rows``: the rows of ``table`` these keys
+    are of (None: all of them; see :meth:`at`)."""
 
     def __init__(
         self,
@@ -75,10 +76,12 @@ class PartKeys:
         edges: np.ndarray,
         binning: K.Binning = K.DEFAULT_BINNING,
         sequences: SequenceRows | None = None,
+        rows: np.ndarray | None = None,
     ) -> None:
         self.table, self.run, self.tags, self.edges = table, run, tags, edges
         self.binning, self.sequences = binning, sequences
-        self.n = table.num_rows
+        self.taken = rows
+        self.n = table.num_rows if rows is None else len(rows)
         self._cache: dict[str, KeyCodes] = {}
         self._rows: np.ndarray | None = None
         self.runs: TurnRuns | None = None  # the slice's turn runs, once the engine made them
@@ -93,14 +96,14 @@ class PartKeys:
 
     def at(self, rows: np.ndarray) -> PartKeys:
         """The keys of the rows ``rows`` of this table only (e.g. each sequence's first row: the
-        keys constant along a sequence, computed once per sequence instead of per token)."""
+        keys constant along a sequence, computed once per sequence instead of per token). The
+        columns are taken from numpy views of the table's (no Arrow ``take``: its compute
+        module costs a process 0.1 s to load)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self.taken is not None:
+            rows = self.taken[rows]
         return PartKeys(
-            self.table.take(arrow_of(np.asarray(rows, dtype=np.int64))),
-            self.run,
-            self.tags,
-            self.edges,
-            self.binning,
-            self.sequences,
+            self.table, self.run, self.tags, self.edges, self.binning, self.sequences, rows
         )
 
     def _compute(self, key: str) -> KeyCodes:
@@ -146,7 +149,8 @@ class PartKeys:
         return KeyCodes(assign_positions(values, edges), list(position_labels(edges)))
 
     def column(self, column: str) -> np.ndarray:
-        return numpy_of(self.table.column(column))
+        values = numpy_of(self.table.column(column))
+        return values if self.taken is None else values[self.taken]
 
     def sequence_rows(self) -> SequenceRows:
         if self.sequences is None:
@@ -171,6 +175,8 @@ class PartKeys:
 
     def _gpu(self) -> KeyCodes:
         col = self.table.column(S.GPU)
+        if self.taken is not None:
+            col = col.take(arrow_of(self.taken))
         if not pa.types.is_dictionary(col.type):
             col = col.dictionary_encode()
         col = col.unify_dictionaries() if isinstance(col, pa.ChunkedArray) else col

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.allocator import keep_freed_memory
-from mismatchctl.columns import arrow_of, numpy_of
+from mismatchctl.columns import numpy_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines import seqrows
 from mismatchctl.engines.keys import (
@@ -272,7 +272,7 @@ def _slice_groups(
     starts = run_starts(seq, turn)
     # every key but the token keys is constant along a turn run (step and gpu are per sequence
     # in the store): its codes are those of each run's first token
-    run_keys = ctx.keys(table.take(arrow_of(starts)))
+    run_keys = keys.at(starts)
     cells = bin_cells(
         lr,
         lt,

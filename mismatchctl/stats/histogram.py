@@ -112,12 +112,12 @@ def index_tables() -> IndexTables | None:
     if np.any(np.diff(bounds[1:-1]) <= 0) or np.any(np.diff(table) > 1):
         return None
     tables = IndexTables(bounds, table, e_lo, SHIFT)
-    from mismatchctl.stats import kernels  # numba: its callers have loaded it
+    from mismatchctl.stats import kernels_numpy  # the compiled lookup's twin, bit for bit
 
     probe = np.concatenate([lo, lo - 1, firsts, firsts - 1, firsts[-1:] + (1 << (52 - SHIFT))])
     probe = probe[probe > 0].view(np.float64)
     probe = np.concatenate([probe, -probe, [0.0, -0.0, np.inf, -np.inf]])
-    if not np.array_equal(kernels.hist_index(probe, *tables), hist_index(probe)):
+    if not np.array_equal(kernels_numpy.hist_index(probe, *tables), hist_index(probe)):
         return None
     return tables
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from mismatchctl.stats import histogram
 from mismatchctl.stats.chunk import _compact, expand, fill_segment_state
+from mismatchctl.stats.kernel_choice import kernels_for
 from mismatchctl.stats.partial import Partial
 from mismatchctl.stats.state import Col, empty_state
 from mismatchctl.stats.tails import DEFAULT_TAILS, Tails
@@ -60,11 +61,9 @@ def turn_runs(
 def merge_rows(s: np.ndarray, code: np.ndarray, g: int) -> np.ndarray:
     """Token columns of ``g`` groups merged from the rows of state table ``s`` (``code``: each
     row's group): sums add, extremes take min/max, centred moments by the parallel formula."""
-    from mismatchctl.stats import kernels
-
     t = empty_state(g)
     with np.errstate(over="ignore", invalid="ignore"):
-        kernels.merge_token_rows(s, np.ascontiguousarray(code, dtype=np.int64), t)
+        kernels_for(0).merge_token_rows(s, np.ascontiguousarray(code, dtype=np.int64), t)
     return t
 
 
@@ -164,9 +163,7 @@ NO_POSITIONS = Positions()
 
 def run_starts(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
     """Where each turn run of a slice starts (``seq``/``turn`` as ``bin_cells`` takes them)."""
-    from mismatchctl.stats import kernels
-
-    return kernels.run_starts(
+    return kernels_for(0).run_starts(
         np.ascontiguousarray(seq, dtype=np.int64), np.ascontiguousarray(turn, dtype=np.int32)
     )
 
@@ -203,9 +200,8 @@ def bin_cells(
     # one signature per compiled function: the store's own dtypes (no copy for store data)
     seq = np.ascontiguousarray(seq, dtype=np.int64)
     turn = np.ascontiguousarray(turn, dtype=np.int32)
-    from mismatchctl.stats import kernels  # numba: imported (~0.5 s) only when tokens are read
-
     n = len(seq)
+    kernels = kernels_for(n)  # the compiled kernels or their numpy twins: the same bits
     if starts is None:
         starts = kernels.run_starts(seq, turn)
     m = len(starts)
@@ -269,11 +265,9 @@ def token_partials(
     t = merge_rows(cells.cell_state, code, g)
     hists = None
     if with_hist:
-        from mismatchctl.stats import kernels
-
         if cells.bucket is None:
             raise ValueError("these cells were made without histograms (with_hist=False)")
-        hists = kernels.histogram_counts(cells.bucket, cells.tok_cell, code, g)
+        hists = kernels_for(0).histogram_counts(cells.bucket, cells.tok_cell, code, g)
     return expand(t, hists, present, n_groups, with_hist)
 
 

@@ -1,0 +1,253 @@
+"""The compiled kernels of ``stats/kernels.py`` in numpy, bit for bit: for small selections.
+
+Loading numba and its compiled kernels costs a process 0.6-1.1 s before the first token is
+touched: more than a report of a few thousand sequences takes in all. These twins take the
+same arguments and return the same arrays, with every float computed by the same operations in
+the same order, so the choice between them (``stats/kernel_choice.py``) never shows in a number:
+
+- sums are sequential, token after token, as the compiled loops add: ``np.bincount`` with
+  weights and ``np.add.at`` add in index order (numpy's pairwise ``sum`` would not);
+- ``exp`` and ``expm1`` are the C library's, called through ``math`` as the compiled code calls
+  them (numpy's own vectorised versions may differ in the last bit on some processors); a
+  result beyond float64 is ``inf``, as there;
+- an extreme keeps the earlier value on a tie, as ``min``/``max`` do in the compiled loops
+  (only the sign of a zero can tell: :func:`_extreme_at`);
+- bins are ``np.searchsorted`` (the count of interior edges ``<= x``, the compiled ``_bin``) and
+  the r-histogram's lookup is the same integer arithmetic on the same bits.
+
+The tests check every function against its compiled twin on random slices with the edge cases
+(zeros of both signs, ties on bin edges, overflowing ratios) and whole reports with either.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from mismatchctl.stats.histogram import N_BINS, ZERO_BIN
+from mismatchctl.stats.state import (
+    EXP_MAX,
+    LOW_PROB_THRESHOLD,
+    MAX_COLS,
+    MIN_COLS,
+    RATIO_CLAMP,
+    Col,
+)
+
+TOKEN_FIELDS = int(Col.IS_OOB) + 1
+_SUM_COLS = (
+    Col.TOKENS, Col.K3_SUM, Col.R_SUM, Col.ABS_R_SUM, Col.CHI2_SUM, Col.RHO_M1_SUM, Col.DP_SUM,
+    Col.LOW_PROB, Col.PR_SUM, Col.PT_SUM, Col.R_OVERFLOW, Col.K3_CLAMP_SUM, Col.EXTREME,
+    Col.IS_OOB,
+)  # fmt: skip
+_MIN_COLS = tuple(int(c) for c in MIN_COLS if c < TOKEN_FIELDS)
+_MAX_COLS = tuple(int(c) for c in MAX_COLS if c < TOKEN_FIELDS)
+# the centred moments: (M2 column, the mean's sum column, the other's sum column or None)
+_NO_OVERFLOW = 709.0  # exp and expm1 of a double up to this are finite
+_MOMENTS = (
+    (Col.R_M2, Col.R_SUM, Col.R_SUM),
+    (Col.PR_M2, Col.PR_SUM, Col.PR_SUM),
+    (Col.PT_M2, Col.PT_SUM, Col.PT_SUM),
+    (Col.PRPT_C, Col.PR_SUM, Col.PT_SUM),
+)
+
+
+def _libm(f: Callable[[float], float], x: np.ndarray) -> np.ndarray:
+    """``f`` (``math.exp``/``math.expm1``: the C library's) of every value; ``inf`` where the
+    result overflows (``math`` raises there; the compiled code returns ``inf``)."""
+    big = x > _NO_OVERFLOW
+    if not big.any():
+        return np.fromiter(map(f, x.tolist()), np.float64, len(x))
+    out = np.empty(len(x), np.float64)
+    out[~big] = np.fromiter(map(f, x[~big].tolist()), np.float64, int((~big).sum()))
+    out[big] = [_or_inf(f, v) for v in x[big].tolist()]
+    return out
+
+
+def _or_inf(f: Callable[[float], float], v: float) -> float:
+    try:
+        return f(v)
+    except OverflowError:
+        return math.inf
+
+
+def _sums(idx: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Per index, the sum of its values added in order from 0.0 (``np.bincount``'s loop)."""
+    return np.bincount(idx, weights=values, minlength=size).astype(np.float64, copy=False)
+
+
+def _extreme_at(out: np.ndarray, idx: np.ndarray, vals: np.ndarray, smaller: bool) -> None:
+    """``out[g] = min(out[g], v)`` (``max`` unless ``smaller``) for ``g, v`` in order, keeping
+    the earlier value on a tie as the compiled ``min``/``max`` do: the value by numpy, the sign
+    of a zero result from the first zero met (``out``'s own value first)."""
+    before = out.copy()
+    (np.minimum if smaller else np.maximum).at(out, idx, vals)
+    zero = out == 0.0
+    if not zero.any():
+        return
+    keep = zero & (before == 0.0)
+    hit = (vals == 0.0) & zero[idx] & ~keep[idx]
+    groups, first = np.unique(idx[hit], return_index=True)
+    out[groups] = vals[hit][first]
+    out[keep] = before[keep]
+
+
+def run_starts(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
+    """Where each turn run (equal sequence and turn) starts."""
+    if len(seq) == 0:
+        return np.zeros(0, np.int64)
+    new = np.ones(len(seq), dtype=bool)
+    new[1:] = (seq[1:] != seq[:-1]) | (turn[1:] != turn[:-1])
+    return np.flatnonzero(new).astype(np.int64)
+
+
+def hist_index(
+    r: np.ndarray, bounds: np.ndarray, table: np.ndarray, e_lo: int, shift: int
+) -> np.ndarray:
+    """The compiled ``hist_index``: the r-histogram bin of every (finite) value from the
+    bins' bounds (``histogram.IndexTables``), the same integer arithmetic on the same bits."""
+    x = np.ascontiguousarray(r, dtype=np.float64)
+    s = x.view(np.int64)
+    b = s & np.int64(0x7FFFFFFFFFFFFFFF)
+    first = np.int64(e_lo) << np.int64(shift)
+    bucket = np.clip((b >> np.int64(52 - shift)) - first, 0, len(table) - 1)
+    k = table[bucket].astype(np.int64) + 2
+    k += (np.abs(x) >= bounds[k]).astype(np.int64)
+    k *= (b != 0).astype(np.int64)
+    return ZERO_BIN + (k - 2 * k * (s < 0).astype(np.int64))
+
+
+def histogram_counts(
+    bucket: np.ndarray, tok_cell: np.ndarray, cell_group: np.ndarray, n_groups: int
+) -> np.ndarray:
+    """Counts per (group, histogram bin) of tokens whose cell belongs to ``cell_group``."""
+    flat = cell_group[tok_cell].astype(np.int64) * N_BINS + bucket
+    return np.bincount(flat, minlength=n_groups * N_BINS).astype(np.int64).reshape(-1, N_BINS)
+
+
+def merge_token_rows(s: np.ndarray, code: np.ndarray, t: np.ndarray) -> None:
+    """The compiled ``merge_token_rows``: the token columns of the rows of ``s`` merged into
+    the rows ``code`` of ``t`` in row order (sums add, extremes take min/max, centred moments by
+    the parallel formula)."""
+    code = np.asarray(code, dtype=np.int64)
+    for col in _SUM_COLS:
+        column = t[:, col]
+        np.add.at(column, code, s[:, col])
+    for col in _MIN_COLS:
+        column = t[:, col]
+        _extreme_at(column, code, s[:, col].copy(), smaller=True)
+    for col in _MAX_COLS:
+        column = t[:, col]
+        _extreme_at(column, code, s[:, col].copy(), smaller=False)
+    n = s[:, Col.TOKENS]
+    rows = n != 0
+    g, n = code[rows], n[rows]
+    ng = t[g, Col.TOKENS]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        delta = {c: s[rows, c] / n - t[g, c] / ng for c in (Col.R_SUM, Col.PR_SUM, Col.PT_SUM)}
+        for m2, a, b in _MOMENTS:
+            column = t[:, m2]
+            np.add.at(column, g, s[rows, m2] + n * delta[a] * delta[b])
+
+
+def cell_sums(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    pr_in: np.ndarray,
+    starts: np.ndarray,
+    inner: np.ndarray,
+    position: np.ndarray,
+    kv_base: np.ndarray,
+    kv_inner: np.ndarray,
+    tp_inner: np.ndarray,
+    tails: np.ndarray,
+    bounds: np.ndarray,
+    table: np.ndarray,
+    e_lo: int,
+    shift: int,
+) -> tuple[np.ndarray, ...]:
+    """The compiled ``cell_sums`` (arguments and results as there): cells of (turn run,
+    token code) of one slice, each run's logprob sums, and per token ``r``, its cell and its
+    r-histogram bin."""
+    n = len(lr)
+    m = len(starts)
+    clamp, log_tau, log_lo, log_hi = (float(v) for v in tails[:4])
+    run = np.repeat(np.arange(m, dtype=np.int64), np.diff(starts, append=n))
+    n_kv = len(kv_inner) + 1
+    n_tp = len(tp_inner) + 1
+    n_codes = (len(inner) + 1) * n_kv * n_tp
+    code = np.searchsorted(inner, pr_in, side="right").astype(np.int64)
+    if len(kv_inner):
+        kv = (kv_base[run] + position).astype(np.float64)
+        code = code * n_kv + np.searchsorted(kv_inner, kv, side="right")
+    if len(tp_inner):
+        tp = (np.arange(n, dtype=np.int64) - starts[run]).astype(np.float64)
+        code = code * n_tp + np.searchsorted(tp_inner, tp, side="right")
+    key = run * n_codes + code
+    cells, tok_cell = np.unique(key, return_inverse=True)
+    tok_cell = tok_cell.astype(np.int64).reshape(-1)
+    c = len(cells)
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        pt = _libm(math.exp, lt)
+        r = lt - lr
+        rm1 = _libm(math.expm1, r)
+        ar = np.abs(r)
+        chi2 = (rm1 + 2.0) * rm1
+        wide = ar > RATIO_CLAMP
+        chi2[wide] = _libm(math.expm1, 2.0 * np.minimum(np.maximum(r[wide], -RATIO_CLAMP),
+                                                        RATIO_CLAMP))  # fmt: skip
+        dp = np.abs(pt - pr_in)
+        k3 = rm1 - r
+        k3c = k3.copy()
+        beyond = ar > clamp
+        c_r = np.minimum(np.maximum(r[beyond], -clamp), clamp)
+        k3c[beyond] = _libm(math.expm1, c_r) - c_r
+    columns = {
+        Col.TOKENS: np.ones(n),
+        Col.K3_SUM: k3,
+        Col.R_SUM: r,
+        Col.ABS_R_SUM: ar,
+        Col.CHI2_SUM: chi2,
+        Col.RHO_M1_SUM: rm1,
+        Col.DP_SUM: dp,
+        Col.LOW_PROB: (pr_in < LOW_PROB_THRESHOLD).astype(np.float64),
+        Col.R_OVERFLOW: (r > EXP_MAX).astype(np.float64),
+        Col.K3_CLAMP_SUM: k3c,
+        Col.EXTREME: (ar > log_tau).astype(np.float64),
+        Col.IS_OOB: ((r < log_lo) | (r > log_hi)).astype(np.float64),
+        Col.PR_SUM: pr_in,
+        Col.PT_SUM: pt,
+    }
+    state = np.zeros((c, TOKEN_FIELDS), np.float64)
+    for col, values in columns.items():
+        state[:, col] = _sums(tok_cell, values, c)
+    for col, values, smaller in (
+        (Col.R_MIN, r, True), (Col.R_MAX, r, False), (Col.DP_MAX, dp, False),
+        (Col.PR_MIN, pr_in, True), (Col.PR_MAX, pr_in, False),
+        (Col.PT_MIN, pt, True), (Col.PT_MAX, pt, False),
+    ):  # fmt: skip
+        out = np.full(c, np.inf if smaller else -np.inf)
+        _extreme_at(out, tok_cell, values, smaller)
+        state[:, col] = out
+    cnt = state[tok_cell, Col.TOKENS]
+    dr = r - state[tok_cell, Col.R_SUM] / cnt
+    dx = pr_in - state[tok_cell, Col.PR_SUM] / cnt
+    dy = pt - state[tok_cell, Col.PT_SUM] / cnt
+    for col, values in ((Col.R_M2, dr * dr), (Col.PR_M2, dx * dx), (Col.PT_M2, dy * dy),
+                        (Col.PRPT_C, dx * dy)):  # fmt: skip
+        state[:, col] = _sums(tok_cell, values, c)
+    bucket = hist_index(r, bounds, table, e_lo, shift) if len(table) else np.zeros(0, np.int64)
+    return (
+        cells // n_codes,
+        cells % n_codes,
+        np.bincount(tok_cell, minlength=c).astype(np.int64),
+        state,
+        _sums(run, lr, m),
+        _sums(run, lt, m),
+        r,
+        tok_cell.astype(np.int32),
+        bucket,
+    )
