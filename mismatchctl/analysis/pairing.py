@@ -80,7 +80,7 @@ class PairExtra:
     columns: tuple[str, ...] = (S.POSITION, S.TOKEN_ID)
 
     def compute(self, table: pa.Table, keys: PartKeys) -> PairRows:
-        from mismatchctl.stats.seqhash import sequence_hashes  # numba: on first use
+        from mismatchctl.stats.kernel_choice import hashes_for
 
         seq = keys.column(S.SEQ)
         n = len(seq)
@@ -91,7 +91,7 @@ class PairExtra:
         missing = ~valid_of(ids)
         values = np.ascontiguousarray(numpy_of(ids, fill=0), dtype=np.int64)
         rollout = np.ascontiguousarray(keys.column(S.ROLLOUT), dtype=np.float64)
-        hashes, complete = sequence_hashes(
+        hashes, complete = hashes_for(n).sequence_hashes(
             values.view(np.uint64), missing, keys.column(S.POSITION), rollout.view(np.uint64),
             starts,
         )  # fmt: skip

@@ -123,7 +123,7 @@ def paired_draws(
     pair indices with replacement (``CHUNK`` resamples at a time, ``rng.integers(0, n, (k, n),
     int32)``), and takes ``sum k3_b / sum tokens - sum k3_a / sum tokens`` and ``sum k3_b /
     sum k3_a`` over the drawn pairs."""
-    from mismatchctl.stats import kernels
+    from mismatchctl.stats.kernel_choice import PICK_COST, kernels_for
 
     n = len(tokens)
     values = np.ascontiguousarray(np.column_stack([tokens, k3_a, k3_b]), dtype=np.float64)
@@ -131,6 +131,7 @@ def paired_draws(
     for done in range(0, resamples, CHUNK):
         k = min(CHUNK, resamples - done)
         picks = rng.integers(0, max(n, 1), size=(k, n), dtype=np.int32)
+        kernels = kernels_for(picks.size * values.shape[1] * PICK_COST)
         t, a, b = kernels.resample_sums(values, picks).T
         with np.errstate(divide="ignore", invalid="ignore"):
             diff.append(b / t - a / t)
@@ -185,16 +186,16 @@ def draws(s: SeqStats, resamples: int, rng: np.random.Generator) -> Draws:
 def _resampled(s: SeqStats, k: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """The metrics of ``k`` resamples of ``s`` (each: ``len(s)`` sequences drawn with
     replacement), as arrays of length ``k``."""
-    from mismatchctl.stats import kernels
+    from mismatchctl.stats.kernel_choice import PICK_COST, kernels_for
 
     n = len(s)
     picks = rng.integers(0, max(n, 1), size=(k, n), dtype=np.int32)
     x, y = _log_ppl(s)
     x, y = x - x.mean(), y - y.mean()  # centred once: the moments below lose no precision
     columns = (np.ones(n), s.tokens, s.k3, s.abs_r, x, y, x * x, y * y, x * y)
-    count, tokens, k3, abs_r, sx, sy, sxx, syy, sxy = kernels.resample_sums(
-        np.ascontiguousarray(np.column_stack(columns)), picks
-    ).T
+    values = np.ascontiguousarray(np.column_stack(columns))
+    kernels = kernels_for(picks.size * values.shape[1] * PICK_COST)
+    count, tokens, k3, abs_r, sx, sy, sxx, syy, sxy = kernels.resample_sums(values, picks).T
     with np.errstate(divide="ignore", invalid="ignore"):
         mx, my = sx / count, sy / count
         sxx, syy, sxy = sxx - count * mx * mx, syy - count * my * my, sxy - count * mx * my

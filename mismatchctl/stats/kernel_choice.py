@@ -1,12 +1,16 @@
-"""Which per-token kernels a call runs: the compiled ones (numba) or their numpy twins.
+"""Which kernels a call runs: the compiled ones (numba) or their numpy twins.
 
 Both give the same bits (``stats/kernels_numpy.py`` says how), so the choice is only about time.
-Loading numba and the compiled kernels costs a process 0.6-1.1 s once; the twins cost about
-1 us a token more than the compiled loop (0.15-0.2 us). A process therefore gives its first
-``NUMPY_BUDGET`` tokens to the twins, and any call that would go past it to the compiled
-kernels, which then serve every call: a report on a store of up to about a hundred thousand
-tokens never loads numba, a large one loads it on its first slice (262,144 tokens, over the
-budget), and a store in between pays at most the budget's ~0.1 s before loading numba anyway.
+Loading numba and the compiled kernels costs a process 0.6-1.1 s once; the twins cost about 1 us
+a token more than the compiled loop (0.15-0.2 us). A process therefore gives the twins calls of
+up to ``NUMPY_CALL`` tokens until they have had ``NUMPY_BUDGET`` tokens in all (about 0.25 s of
+their time), and the compiled kernels every other call, and every call once they are loaded. A
+report or a comparison of a store of up to about a hundred thousand tokens never loads numba; a
+large store's first slice (262,144 tokens) goes to the compiled kernels at once; a store in
+between pays at most the budget before loading numba anyway.
+
+Work other than ``cell_sums``' tokens is counted in tokens of the same twin time: the costs
+below, measured on the bench machine (docs/benchmarks.md "Start-up").
 """
 
 from __future__ import annotations
@@ -14,21 +18,25 @@ from __future__ import annotations
 import threading
 from types import ModuleType
 
-NUMPY_BUDGET = 1 << 17  # tokens: ~0.1 s of the twins, a tenth of what loading numba costs
+NUMPY_CALL = 1 << 16  # tokens: a call over this goes to the compiled kernels
+NUMPY_BUDGET = 1 << 18  # tokens: what the twins may have in all (~0.25 s)
+PICK_COST = 1 / 64  # resample_sums, a picked row's column: 10-20 ns of the twin
+HASH_COST = 1 / 16  # sequence_hashes, a token: 70 ns of the twin
 
 _lock = threading.Lock()
-_spent = 0
+_spent = 0.0
 _compiled: ModuleType | None = None
 
 
-def kernels_for(n: int) -> ModuleType:
-    """The kernels module for a call over ``n`` tokens (or rows): the numpy twins while the
-    process's budget lasts and the compiled kernels are not loaded, else the compiled ones."""
-    global _spent, _compiled
-    if _compiled is None:
+def kernels_for(work: float) -> ModuleType:
+    """The kernels module for a call of ``work`` tokens (or their cost in tokens; 0 for the
+    merges and scans that go with a call already counted): the numpy twins while the budget
+    lasts and the compiled kernels are not loaded, else the compiled ones."""
+    global _spent
+    if _compiled is None and work <= NUMPY_CALL:
         with _lock:
-            if _spent + n <= NUMPY_BUDGET:
-                _spent += n
+            if _spent + work <= NUMPY_BUDGET:
+                _spent += work
                 from mismatchctl.stats import kernels_numpy
 
                 return kernels_numpy
@@ -42,3 +50,14 @@ def compiled() -> ModuleType:
 
     _compiled = kernels
     return kernels
+
+
+def hashes_for(tokens: int) -> ModuleType:
+    """The module whose ``sequence_hashes`` hashes ``tokens`` tokens (``stats/seqhash.py`` or
+    its twin)."""
+    kernels = kernels_for(tokens * HASH_COST)
+    if kernels.__name__.endswith("kernels_numpy"):
+        return kernels
+    from mismatchctl.stats import seqhash
+
+    return seqhash

@@ -251,3 +251,53 @@ def cell_sums(
         tok_cell.astype(np.int32),
         bucket,
     )
+
+
+def resample_sums(values: np.ndarray, picks: np.ndarray) -> np.ndarray:
+    """The compiled ``resample_sums``: per resample (a row of ``picks``), the column sums of
+    the picked rows of ``values``, added in pick order."""
+    k, n = picks.shape
+    row = np.repeat(np.arange(k, dtype=np.int64), n)
+    flat = picks.reshape(-1)
+    out = np.empty((k, values.shape[1]), np.float64)
+    for c in range(values.shape[1]):
+        out[:, c] = _sums(row, values[flat, c], k)
+    return out
+
+
+_L0 = np.uint64(0x9E3779B97F4A7C15)
+_L1 = np.uint64(0xD6E8FEB86659FD93)
+_L2 = np.uint64(0xA0761D6478BD642F)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser of every value (uint64, wrapping), as ``seqhash._mix``."""
+    x = x ^ (x >> np.uint64(30))
+    x *= _M1
+    x ^= x >> np.uint64(27)
+    x *= _M2
+    x ^= x >> np.uint64(31)
+    return x
+
+
+def sequence_hashes(
+    ids: np.ndarray,
+    missing: np.ndarray,
+    position: np.ndarray,
+    rollout_bits: np.ndarray,
+    starts: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The compiled ``seqhash.sequence_hashes``: per sequence ``(h1, h2, hr)`` (sums mod 2**64,
+    the same in any order) and whether none of its tokens is ``missing`` an id."""
+    m = len(starts)
+    if m == 0:
+        return np.zeros((0, 3), np.uint64), np.ones(0, np.bool_)
+    place = position.astype(np.uint64) * _L2
+    v = _mix(_mix(ids + _L0) ^ place)
+    out = np.empty((m, 3), np.uint64)
+    out[:, 0] = np.add.reduceat(v, starts)
+    out[:, 1] = np.add.reduceat(_mix(v ^ _L1), starts)
+    out[:, 2] = np.add.reduceat(_mix(_mix(rollout_bits + _L1) ^ place), starts)
+    return out, ~np.logical_or.reduceat(missing, starts)

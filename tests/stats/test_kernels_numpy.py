@@ -15,12 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mismatchctl import api
 from mismatchctl.sample_runs import ingest_demo, load_manifest
-from mismatchctl.stats import histogram, kernel_choice, kernels, kernels_numpy
+from mismatchctl.stats import histogram, kernel_choice, kernels, kernels_numpy, seqhash
 from mismatchctl.stats.state import Col, empty_state
 from mismatchctl.stats.tails import Tails
 from mismatchctl.stats.turnruns import _thresholds
 from mismatchctl.store import open_store
+from tests.analysis.paired_data import responses, trainer_of, write
 from tests.helpers import cli
 
 TOKEN_FIELDS = int(Col.IS_OOB) + 1
@@ -178,22 +180,54 @@ def test_histogram_lookup_and_counts_and_run_starts() -> None:
     )
 
 
+@pytest.mark.parametrize("n", [1, 7, 384, 3000])
+def test_resample_sums_and_sequence_hashes_equal_the_compiled_kernels(n: int) -> None:
+    rng = np.random.default_rng(n)
+    values = rng.normal(0, 1, (n, 9)) * 10.0 ** rng.integers(-8, 8, (n, 9))
+    values[rng.random((n, 9)) < 0.05] = -0.0
+    picks = rng.integers(0, n, (50, n), dtype=np.int32)
+    fast, twin = kernels.resample_sums(values, picks), kernels_numpy.resample_sums(values, picks)
+    assert np.array_equal(_bits(fast), _bits(twin))
+    tokens = n * 20
+    ids = rng.integers(0, 2**31, tokens).astype(np.int64).view(np.uint64)
+    missing = rng.random(tokens) < 0.01
+    position = rng.integers(0, 5000, tokens).astype(np.int32)
+    bits = rng.normal(0, 1, tokens).view(np.uint64)
+    starts = np.unique(np.r_[0, rng.integers(1, tokens, n - 1)]).astype(np.int64)
+    for a, b in zip(
+        seqhash.sequence_hashes(ids, missing, position, bits, starts),
+        kernels_numpy.sequence_hashes(ids, missing, position, bits, starts),
+        strict=True,
+    ):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
 def test_the_twins_serve_a_process_until_its_budget_is_spent(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(kernel_choice, "_compiled", None)
     monkeypatch.setattr(kernel_choice, "_spent", 0)
     monkeypatch.setattr(kernel_choice, "NUMPY_BUDGET", 1000)
+    monkeypatch.setattr(kernel_choice, "NUMPY_CALL", 700)
+    assert kernel_choice.kernels_for(800) is kernels  # a call too large for the twins
+    monkeypatch.setattr(kernel_choice, "_compiled", None)
     assert kernel_choice.kernels_for(600) is kernels_numpy
     assert kernel_choice.kernels_for(0) is kernels_numpy
+    assert kernel_choice.hashes_for(16) is kernels_numpy  # 16 tokens hashed: 1 of the budget
     assert kernel_choice.kernels_for(500) is kernels  # over the budget: compiled, for good
     assert kernel_choice.kernels_for(1) is kernels
+    assert kernel_choice.hashes_for(1) is seqhash
 
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("twins") / "store"
     ingest_demo(open_store(path), [r for r in load_manifest() if r.name in ("ref", "faulty-attn")])
+    # the same responses scored by two trainers: `compare` pairs them (the paired bootstrap)
+    resp = responses(seed=3)
+    base = path.parent
+    api.ingest([str(write(base / "a", resp, trainer_of(resp, 1, 0.05)))], "pa", store=path)
+    api.ingest([str(write(base / "b", resp, trainer_of(resp, 2, 0.15)))], "pb", store=path)
     return path
 
 
@@ -203,8 +237,9 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ("report", "ref", "faulty-attn", "--by-gpu", "--by", "kv_position",
          "--by", "turn_kind,turn_position", "--by", "step,bin"),
         ("compare", "ref", "faulty-attn"),
+        ("compare", "pa", "pb"),
     ],
-    ids=["report", "compare"],
+    ids=["report", "compare", "compare-paired"],
 )  # fmt: skip
 def test_a_view_gives_the_same_json_with_either_kernels(
     two_runs: Path, args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
@@ -214,9 +249,12 @@ def test_a_view_gives_the_same_json_with_either_kernels(
         monkeypatch.setattr(kernel_choice, "_compiled", None)
         monkeypatch.setattr(kernel_choice, "_spent", 0)
         monkeypatch.setattr(kernel_choice, "NUMPY_BUDGET", budget)
+        monkeypatch.setattr(kernel_choice, "NUMPY_CALL", budget)
         ran = cli(*args, "--store", str(two_runs), "--json", "-", "-q")
         assert ran.code == 0, ran.err
         out[name] = ran.out
+        if args[1] == "pa":
+            assert json.loads(ran.out)["comparison"]["paired"]["paired"] is True
         assert (kernel_choice._compiled is None) == (name == "twins")
     assert json.loads(out["twins"])  # the same bytes, not only equal numbers
     assert out["twins"] == out["compiled"]
