@@ -27,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from mismatchctl.stats.histogram import N_BINS, ZERO_BIN
+from mismatchctl.stats.sample import mix64
 from mismatchctl.stats.state import (
     EXP_MAX,
     LOW_PROB_THRESHOLD,
@@ -265,21 +266,14 @@ def resample_sums(values: np.ndarray, picks: np.ndarray) -> np.ndarray:
     return out
 
 
-_L0 = np.uint64(0x9E3779B97F4A7C15)
+_L0 = np.uint64(0x9E3779B97F4A7C15)  # seqhash's lanes
 _L1 = np.uint64(0xD6E8FEB86659FD93)
 _L2 = np.uint64(0xA0761D6478BD642F)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser of every value (uint64, wrapping), as ``seqhash._mix``."""
-    x = x ^ (x >> np.uint64(30))
-    x *= _M1
-    x ^= x >> np.uint64(27)
-    x *= _M2
-    x ^= x >> np.uint64(31)
-    return x
+    """splitmix64's finaliser of a fresh uint64 array, in place (``seqhash._mix``)."""
+    return mix64(x, in_place=True)
 
 
 def sequence_hashes(
