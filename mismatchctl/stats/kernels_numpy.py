@@ -45,8 +45,8 @@ _SUM_COLS = (
 )  # fmt: skip
 _MIN_COLS = tuple(int(c) for c in MIN_COLS if c < TOKEN_FIELDS)
 _MAX_COLS = tuple(int(c) for c in MAX_COLS if c < TOKEN_FIELDS)
-# the centred moments: (M2 column, the mean's sum column, the other's sum column or None)
 _NO_OVERFLOW = 709.0  # exp and expm1 of a double up to this are finite
+# the centred moments and the co-moment: (column, the sum column of each factor's mean)
 _MOMENTS = (
     (Col.R_M2, Col.R_SUM, Col.R_SUM),
     (Col.PR_M2, Col.PR_SUM, Col.PR_SUM),
