@@ -32,15 +32,23 @@ def kernels_for(work: float) -> ModuleType:
     """The kernels module for a call of ``work`` tokens (or their cost in tokens; 0 for the
     merges and scans that go with a call already counted): the numpy twins while the budget
     lasts and the compiled kernels are not loaded, else the compiled ones."""
-    global _spent
-    if _compiled is None and work <= NUMPY_CALL:
-        with _lock:
-            if _spent + work <= NUMPY_BUDGET:
-                _spent += work
-                from mismatchctl.stats import kernels_numpy
+    if _twins(work):
+        from mismatchctl.stats import kernels_numpy
 
-                return kernels_numpy
+        return kernels_numpy
     return compiled()
+
+
+def hashes_for(tokens: int) -> ModuleType:
+    """The module whose ``sequence_hashes`` hashes ``tokens`` tokens (``stats/seqhash.py`` or
+    its twin)."""
+    if _twins(tokens * HASH_COST):
+        from mismatchctl.stats import kernels_numpy
+
+        return kernels_numpy
+    from mismatchctl.stats import seqhash
+
+    return seqhash
 
 
 def compiled() -> ModuleType:
@@ -52,12 +60,13 @@ def compiled() -> ModuleType:
     return kernels
 
 
-def hashes_for(tokens: int) -> ModuleType:
-    """The module whose ``sequence_hashes`` hashes ``tokens`` tokens (``stats/seqhash.py`` or
-    its twin)."""
-    kernels = kernels_for(tokens * HASH_COST)
-    if kernels.__name__.endswith("kernels_numpy"):
-        return kernels
-    from mismatchctl.stats import seqhash
-
-    return seqhash
+def _twins(work: float) -> bool:
+    """Whether a call of ``work`` goes to the twins (and is counted against the budget)."""
+    global _spent
+    if _compiled is not None or work > NUMPY_CALL:
+        return False
+    with _lock:
+        if _spent + work > NUMPY_BUDGET:
+            return False
+        _spent += work
+        return True

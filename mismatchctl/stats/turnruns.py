@@ -1,7 +1,8 @@
 """Partials of several groupings of one slice of tokens, with the per-token work done once.
 
 The engine groups the same tokens several ways (per step, per turn kind, per turn, per
-probability bin). The tokens are touched once, by the compiled :func:`kernels.cell_sums`: each
+probability bin). The tokens are touched once, by :func:`kernels.cell_sums` (compiled, or its
+numpy twin for a process's first tokens: ``stats/kernel_choice.py``, the same bits): each
 *turn run* (the contiguous tokens of one sequence in one turn) is reduced to one cell per
 token code it visits: its probability bin, combined with its KV-position and turn-position bins
 when they are asked for (keys that vary inside a turn run). Groupings by those keys merge the
