@@ -197,10 +197,11 @@ def _sample_ids(run: str, paths: list[str], seqs: np.ndarray) -> np.ndarray:
             tables.append(read_columns(path, [S.SEQ, S.SAMPLE_ID]))
         except (OSError, pa.ArrowException) as exc:
             raise read_error(run, path, exc) from None
-    table = pa.concat_tables(tables).sort_by(S.SEQ)
-    known = numpy_of(table.column(S.SEQ))
+    table = pa.concat_tables(tables)
+    order = np.argsort(numpy_of(table.column(S.SEQ)), kind="stable")  # numpy: no Arrow compute
+    known = numpy_of(table.column(S.SEQ))[order]
     at = np.clip(np.searchsorted(known, seqs), 0, max(len(known) - 1, 0))
-    ids = np.asarray(table.column(S.SAMPLE_ID).to_pylist(), dtype=object)
+    ids = np.asarray(table.column(S.SAMPLE_ID).to_pylist(), dtype=object)[order]
     return ids[at]
 
 

@@ -95,22 +95,28 @@ def test_show_loads_no_kernel_nor_plotting_library(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "view", [("report", "a"), ("compare", "a", "b")], ids=["report", "compare"]
+    "view",
+    [("report", "a"), ("report", "a", "--by-gpu"), ("compare", "a", "b")],
+    ids=["report", "report-by-gpu", "compare-paired"],
 )
 def test_a_small_view_loads_neither_numba_nor_arrow_compute(
     tmp_path: Path, view: tuple[str, ...]
 ) -> None:
     """A report or a comparison of a few thousand tokens runs the numpy twins of the compiled
     kernels (``stats/kernel_choice.py``): numba's load (0.6-1.1 s) is more than the whole view.
-    The report takes the keys of the turn runs from numpy views, not with Arrow's compute
-    functions (0.1 s to load; a comparison's gpu table encodes the gpu names with them)."""
+    Neither uses Arrow's compute functions (0.1 s to load): the keys of the turn runs and the
+    gpu codes come from numpy views, the pairing's sample ids are sorted in numpy. The two runs
+    hold the same samples on two gpus, their sides swapped: the comparison matches their
+    sequences by sample id (the pairing reads the ids)."""
     store = tmp_path / "store"
-    api.ingest([FIXTURES / "sequence.parquet"], "a", store=store)
-    api.ingest([FIXTURES / "golden.parquet"], "b", store=store)
+    dump = FIXTURES / "sequence.parquet"
+    api.ingest([dump], "a", tags={"gpu": "H20"}, store=store)
+    swapped = {"rollout": "old_log_probs", "trainer": "rollout_log_probs"}
+    api.ingest([dump], "b", tags={"gpu": "L20"}, mapping=swapped, store=store)
     code = _cli(*view, "--store", str(store), "--json", os.devnull, "-q")
     loaded = _loaded(code, whole=True)
     assert "numba" not in {m.split(".")[0] for m in loaded}
-    assert view[0] != "report" or "pyarrow.compute" not in loaded
+    assert "pyarrow.compute" not in loaded
 
 
 def test_the_lazy_names_are_the_public_surface() -> None:

@@ -360,3 +360,36 @@ def test_html_shows_the_new_splits(dims: tuple[Path, Path], tmp_path: Path) -> N
     assert "By kv_position" in html and "By attr:data_source" in html and "By order" in html
     assert "[1024, 2048)" in html and "gsm8k" in html and "[32, 64)" in html
     assert "42 of 210 sequences have no prompt length" in html
+
+
+def test_gpu_codes_from_the_dictionary_indices_equal_arrows_encoding() -> None:
+    """The gpu codes come from the dictionary indices in numpy: for chunks with different
+    dictionaries (an unused entry, a value first met in a later chunk), nulls, and rows taken
+    first, the labels of every row are Arrow's own (unified dictionaries, ``take``), and the
+    labels are in Arrow's order; a gpu column of plain strings is encoded by Arrow."""
+    from mismatchctl.engines.keys import PartKeys
+    from mismatchctl.stats.bins import LOG_EDGES
+
+    def dictionary(indices: list[int | None], names: list[str]) -> pa.Array:
+        return pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(names))
+
+    chunks = [
+        dictionary([1, 0, None, 1], ["A100", "H20", "B200"]),
+        dictionary([0, None, 1], ["L20", "H20"]),
+    ]
+    plain = pa.chunked_array([pa.array(["H20", None, "L20"]), pa.array(["A100", "H20"])])
+    for column in (pa.chunked_array(chunks), plain):
+        n = len(column)
+        table = pa.table({S.GPU: column, S.SEQ: pa.array(range(n), pa.int64())})
+        keys = PartKeys(table, "r", {}, LOG_EDGES)
+        rows = column.to_pylist()
+        for taken in (None, np.array([4, 0, 2, 1, 4])):
+            part = keys if taken is None else keys.at(taken)
+            got = part.get(K.GPU)
+            want = rows if taken is None else [rows[i] for i in taken]
+            assert [got.labels[c] for c in got.codes] == want
+            assert got.labels[-1] is None and got.codes.dtype == np.int64
+        if column is not plain:
+            unified = column.unify_dictionaries().chunk(0).dictionary.to_pylist()
+            assert keys.get(K.GPU).labels == [*unified, None]
+            assert keys.get(K.GPU).labels == ["A100", "H20", "B200", "L20", None]
