@@ -183,17 +183,17 @@ class PartKeys:
         if not all(pa.types.is_dictionary(chunk.type) for chunk in chunks):
             return self._gpu_encoded(col)  # not read as a dictionary (the store reads it as one)
         where: dict[Label, int] = {}
-        luts = []
+        names = [v for chunk in chunks for v in chunk.dictionary.to_pylist()]
+        label_of = [where.setdefault(v, len(where)) for v in names]
+        lut = np.array([*label_of, len(where)], np.int64)  # the code of None last
+        index, at = [], 0  # each chunk's indices into `lut` (the chunks' dictionaries in turn)
         for chunk in chunks:
-            names = chunk.dictionary.to_pylist()
-            luts.append(np.array([where.setdefault(v, len(where)) for v in names], np.int64))
-        labels: list[Label] = [*where, None]
-        parts = []
-        for chunk, lut in zip(chunks, luts, strict=True):
-            index = numpy_of(chunk.indices, fill=len(lut))
-            parts.append(np.append(lut, len(where))[index])  # a null: the code of None
-        codes = parts[0] if len(parts) == 1 else np.concatenate(parts or [np.zeros(0, np.int64)])
-        return KeyCodes(codes if self.taken is None else codes[self.taken], labels)
+            rows = numpy_of(chunk.indices, fill=len(lut) - 1 - at)  # a null: None's code
+            index.append(rows + at if at else rows)
+            at += len(chunk.dictionary)
+        rows = index[0] if len(index) == 1 else np.concatenate(index or [np.zeros(0, np.int64)])
+        codes = lut[rows if self.taken is None else rows[self.taken]]
+        return KeyCodes(codes, [*where, None])
 
     def _gpu_encoded(self, col: pa.ChunkedArray | pa.Array) -> KeyCodes:
         if self.taken is not None:
