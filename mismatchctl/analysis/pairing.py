@@ -198,8 +198,9 @@ def _sample_ids(run: str, paths: list[str], seqs: np.ndarray) -> np.ndarray:
         except (OSError, pa.ArrowException) as exc:
             raise read_error(run, path, exc) from None
     table = pa.concat_tables(tables)
-    order = np.argsort(numpy_of(table.column(S.SEQ)), kind="stable")  # numpy: no Arrow compute
-    known = numpy_of(table.column(S.SEQ))[order]
+    seq = numpy_of(table.column(S.SEQ))
+    order = np.argsort(seq, kind="stable")  # numpy's sort: Arrow's loads its compute module
+    known = seq[order]
     at = np.clip(np.searchsorted(known, seqs), 0, max(len(known) - 1, 0))
     ids = np.asarray(table.column(S.SAMPLE_ID).to_pylist(), dtype=object)[order]
     return ids[at]

@@ -186,7 +186,8 @@ class PartKeys:
         names = [v for chunk in chunks for v in chunk.dictionary.to_pylist()]
         label_of = [where.setdefault(v, len(where)) for v in names]
         lut = np.array([*label_of, len(where)], np.int64)  # the code of None last
-        index, at = [], 0  # each chunk's indices into `lut` (the chunks' dictionaries in turn)
+        index: list[np.ndarray] = []  # each chunk's indices into `lut`: its dictionary's place
+        at = 0
         for chunk in chunks:
             rows = numpy_of(chunk.indices, fill=len(lut) - 1 - at)  # a null: None's code
             index.append(rows + at if at else rows)
