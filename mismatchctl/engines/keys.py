@@ -197,6 +197,7 @@ class PartKeys:
         return KeyCodes(codes, [*where, None])
 
     def _gpu_encoded(self, col: pa.ChunkedArray | pa.Array) -> KeyCodes:
+        """The gpu codes of a column not (only) dictionary-encoded, by Arrow's encoding."""
         if self.taken is not None:
             col = col.take(arrow_of(self.taken))
         if not pa.types.is_dictionary(col.type):
