@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchctl import schema as S
-from mismatchctl.store.parts import TOKENS, Lanes, PartWriter
+from mismatchctl.store.parts import SEQUENCES, TOKENS, Lanes, PartWriter
 
 
 def _batch(first_seq: int, n_seqs: int, length: int) -> pa.Table:
@@ -58,3 +58,24 @@ def test_two_slots_keep_sequences_whole_and_small_sources_in_one_part(
         seen.append(seq)
     allseq = np.sort(np.concatenate(seen))
     assert allseq.tolist() == np.repeat(np.arange(10 * batches), 4).tolist()
+
+
+def test_token_parts_are_lz4_and_other_parts_zstd(tmp_path: Path) -> None:
+    """Token parts: every column LZ4 (logprobs byte-stream-split), ids and steps in dictionary
+    pages; any other kind of part keeps zstd for its non-float columns."""
+    batch = _batch(0, 10, 4)
+    codecs = {}
+    for kind in (TOKENS, SEQUENCES):
+        writer = PartWriter(tmp_path / kind, kind, "r", S.TOKEN_SCHEMA, 100)
+        writer.write(batch)
+        (rec,) = writer.close()
+        chunks = pq.ParquetFile(tmp_path / kind / rec.path).metadata.row_group(0)
+        codecs[kind] = {
+            chunks.column(i).path_in_schema: chunks.column(i) for i in range(chunks.num_columns)
+        }
+    for name, chunk in codecs[TOKENS].items():
+        assert chunk.compression == "LZ4", name
+    assert "BYTE_STREAM_SPLIT" in codecs[TOKENS][S.ROLLOUT].encodings
+    assert any("DICT" in e for e in codecs[TOKENS][S.SEQ].encodings)
+    assert codecs[SEQUENCES][S.SEQ].compression == "ZSTD"
+    assert codecs[SEQUENCES][S.ROLLOUT].compression == "LZ4"
