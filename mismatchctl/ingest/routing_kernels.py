@@ -10,9 +10,10 @@ memory, which the compiler vectorizes (the min/max of a row, the equality of two
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 from numba.extending import intrinsic
+
+from mismatchctl.stats.numba_load import kernel
 
 OK, BAD_ID, PARTIAL, REPEATED = 0, 1, 2, 3
 MARKS = 1 << 16  # ids below it are checked for repeats in one pass (above: pairwise)
@@ -40,7 +41,7 @@ def scan_side(
     return scan_rows(ids, none, ids, dead, layers, k, high, dead, 0, ids.shape[0])
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def scan_rows(ids, twin, other, other_dead, layers, k, high, dead, start, stop):  # pragma: no cover
     """:func:`scan_side` of the rows ``[start, stop)``. ``twin`` (empty: none) names per row a
     row of ``other``, a side already validated, at the same frame row (-1: none): a row equal
@@ -106,7 +107,7 @@ def scan_rows(ids, twin, other, other_dead, layers, k, high, dead, start, stop):
     return OK, -1, top
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def tail_repeats(ids, of, dead, tail):  # pragma: no cover - compiled
     """Mark ``dead`` the rows at padded-tail frame rows equal to the last real row before them;
     returns how many."""
@@ -152,7 +153,7 @@ def compare_frames(
     )
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def compare_range(
     a, a_of, a_dead, b, b_of, b_dead, layers, k, equal, overlap, compared, start, stop
 ):  # pragma: no cover - compiled

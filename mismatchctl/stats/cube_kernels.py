@@ -21,14 +21,15 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
+
+from mismatchctl.stats.numba_load import kernel
 
 N_FIELDS = 10
 _N, _A, _YY, _XX, _XY, _G, _CYY, _CXY, _CYX, _CXX = range(N_FIELDS)
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+@kernel(nogil=True, error_model="numpy", inline="always")
 def _add_cell(state: np.ndarray, cell: int, x: float, y: float, tx: float, ty: float) -> None:
     """One sequence's tokens ``x`` and K3 ``y`` in a cell; ``tx``/``ty``: its totals."""
     row = state[cell]
@@ -44,7 +45,7 @@ def _add_cell(state: np.ndarray, cell: int, x: float, y: float, tx: float, ty: f
     row[_CXX] += tx * x
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+@kernel(nogil=True, error_model="numpy", inline="always")
 def _seq_base(
     tb: int,
     row: int,
@@ -65,7 +66,7 @@ def _seq_base(
     return cell
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+@kernel(nogil=True, error_model="numpy", inline="always")
 def _buffer_sequence(
     lr: np.ndarray,
     lt: np.ndarray,
@@ -93,7 +94,7 @@ def _buffer_sequence(
     return m
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+@kernel(nogil=True, error_model="numpy", inline="always")
 def _project(
     j: int,
     m: int,
@@ -133,7 +134,7 @@ def _project(
     return pm
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def cube_accumulate(
     state: np.ndarray,
     lr: np.ndarray,
@@ -217,7 +218,7 @@ def cube_accumulate(
         cell_ptr[starts.shape[0] - 1] = kept
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def column_ranges(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Minimum and maximum of every column, in one pass over the rows (numpy's axis-0
     reductions of a narrow int16 matrix cost ~40 ns a row)."""
@@ -245,7 +246,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def splitmix64(x: np.uint64) -> np.uint64:
     """SplitMix64's finaliser (Steele, Lea & Flood 2014): a bijective 64-bit mix."""
     z = x + _GOLDEN
@@ -254,7 +255,7 @@ def splitmix64(x: np.uint64) -> np.uint64:
     return z ^ (z >> _S31)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def poisson_weight(key: np.uint64, replicate: int, cdf: np.ndarray) -> int:
     """Poisson(1) draw of (sequence key, replicate): the uniform from the hash's top 53 bits,
     inverted through ``cdf`` (the Poisson(1) CDF): the count of CDF values below it."""
@@ -266,7 +267,7 @@ def poisson_weight(key: np.uint64, replicate: int, cdf: np.ndarray) -> int:
     return k
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _in_region(codes: np.ndarray, allowed: np.ndarray, offsets: np.ndarray) -> bool:
     """Whether every constrained code lies in the region (``offsets < 0``: unconstrained)."""
     for d in range(offsets.shape[0]):
@@ -276,7 +277,7 @@ def _in_region(codes: np.ndarray, allowed: np.ndarray, offsets: np.ndarray) -> b
     return True
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def region_accumulate(
     acc: np.ndarray,
     lr: np.ndarray,
@@ -335,7 +336,7 @@ def region_accumulate(
             seen[r, s2] = False
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def region_accumulate_cells(
     acc: np.ndarray,
     ptr: np.ndarray,
@@ -400,7 +401,7 @@ def region_accumulate_cells(
 # --- the cube's token codes -----------------------------------------------------------------
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@kernel(nogil=True, inline="always")
 def _count_le(edges: np.ndarray, value: float) -> int:
     """How many of the (increasing) ``edges`` are <= ``value``: every edge compared, without a
     branch (half the time of a search that stops early, whose branches mispredict)."""
@@ -410,7 +411,7 @@ def _count_le(edges: np.ndarray, value: float) -> int:
     return k
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def token_codes(
     turn: np.ndarray,
     position: np.ndarray,

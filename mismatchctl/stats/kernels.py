@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
 from mismatchctl.stats.bins import FEW_EDGES
 from mismatchctl.stats.histogram import N_BINS, ZERO_BIN
+from mismatchctl.stats.numba_load import kernel
 from mismatchctl.stats.state import (
     EXP_MAX,
     LOW_PROB_THRESHOLD,
@@ -57,7 +57,7 @@ _LOW_PROB = float(LOW_PROB_THRESHOLD)
 _CLAMP = float(RATIO_CLAMP)
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def run_starts(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
     """Where each turn run (equal sequence and turn) starts."""
     n = seq.shape[0]
@@ -74,7 +74,7 @@ def run_starts(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
     return starts
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+@kernel(nogil=True, error_model="numpy", inline="always")
 def _bin(p: float, inner: np.ndarray) -> int:
     """Count of interior edges ``<= p``: the bin of ``stats.bins.assign_bins``."""
     hi = inner.shape[0]
@@ -93,7 +93,7 @@ def _bin(p: float, inner: np.ndarray) -> int:
     return lo
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+@kernel(nogil=True, error_model="numpy", inline="always")
 def _bounds(b: int, inner: np.ndarray) -> tuple[float, float]:
     """``[lo, hi)`` of bin ``b`` of the interior edges ``inner`` (the outer bins are open)."""
     lo = -np.inf if b == 0 else inner[b - 1]
@@ -101,7 +101,7 @@ def _bounds(b: int, inner: np.ndarray) -> tuple[float, float]:
     return lo, hi
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def _reset_rows(acc: np.ndarray, rows: np.ndarray, count: int) -> None:
     """Rows ``rows[:count]`` of ``acc`` back to the empty state (zero sums, +-inf extremes)."""
     for j in range(count):
@@ -113,7 +113,7 @@ def _reset_rows(acc: np.ndarray, rows: np.ndarray, count: int) -> None:
             row[col] = -np.inf
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def _sort_small(a: np.ndarray, count: int) -> None:
     """Insertion sort of ``a[:count]`` (the few token codes one turn run visits)."""
     for i in range(1, count):
@@ -125,7 +125,7 @@ def _sort_small(a: np.ndarray, count: int) -> None:
         a[j + 1] = v
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy", inline="always")
+@kernel(nogil=True, error_model="numpy", inline="always")
 def _hist_bin(x: float, bounds: np.ndarray, table: np.ndarray, first: int, shift: int) -> int:
     """The r-histogram bin of finite ``x`` from the bins' bounds (``histogram.IndexTables``,
     ``first = e_lo << shift``): the bucket of its exponent and top mantissa bits, one comparison
@@ -139,7 +139,7 @@ def _hist_bin(x: float, bounds: np.ndarray, table: np.ndarray, first: int, shift
     return ZERO_BIN + (k - 2 * k * np.int64(s < 0))
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def cell_sums(
     lr: np.ndarray,
     lt: np.ndarray,
@@ -319,7 +319,7 @@ def cell_sums(
     )
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy", boundscheck=False)
+@kernel(nogil=True, error_model="numpy", boundscheck=False)
 def hist_index(
     r: np.ndarray, bounds: np.ndarray, table: np.ndarray, e_lo: int, shift: int
 ) -> np.ndarray:
@@ -333,7 +333,7 @@ def hist_index(
     return out
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def histogram_counts(
     bucket: np.ndarray, tok_cell: np.ndarray, cell_group: np.ndarray, n_groups: int
 ) -> np.ndarray:
@@ -344,7 +344,7 @@ def histogram_counts(
     return out
 
 
-@numba.njit(cache=True, nogil=True, error_model="numpy")
+@kernel(nogil=True, error_model="numpy")
 def merge_token_rows(s: np.ndarray, code: np.ndarray, t: np.ndarray) -> None:
     """Merge the token columns of the rows of state table ``s`` into the rows ``code`` of ``t``
     (an empty state table): sums add, extremes take min/max, centred moments by the parallel
@@ -373,7 +373,7 @@ def merge_token_rows(s: np.ndarray, code: np.ndarray, t: np.ndarray) -> None:
         t[g, _PRPT_C] += s[i, _PRPT_C] + n * dx * dy
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def resample_sums(values: np.ndarray, picks: np.ndarray) -> np.ndarray:
     """Per resample (a row of ``picks``: indices drawn with replacement), the column sums of
     the picked rows of ``values``: ``out[k] = values[picks[k]].sum(axis=0)``, without

@@ -3,11 +3,12 @@ importing the library does not import numba (it is loaded on first use, as the o
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from mismatchctl.stats.numba_load import kernel
 
-@numba.njit(cache=True, nogil=True)
+
+@kernel(nogil=True)
 def routing_sums(
     equal,
     compared,

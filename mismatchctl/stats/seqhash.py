@@ -10,8 +10,9 @@ and cached, like ``stats/kernels.py``.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
+
+from mismatchctl.stats.numba_load import kernel
 
 _L0 = np.uint64(0x9E3779B97F4A7C15)
 _L1 = np.uint64(0xD6E8FEB86659FD93)
@@ -21,7 +22,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _S30, _S27, _S31 = np.uint64(30), np.uint64(27), np.uint64(31)
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def _mix(x: np.uint64) -> np.uint64:
     x ^= x >> _S30
     x *= _M1
@@ -31,7 +32,7 @@ def _mix(x: np.uint64) -> np.uint64:
     return x
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def sequence_hashes(
     ids: np.ndarray,
     missing: np.ndarray,
@@ -66,7 +67,7 @@ def sequence_hashes(
     return out, complete
 
 
-@numba.njit(cache=True, nogil=True)
+@kernel(nogil=True)
 def content_hashes(
     offsets: np.ndarray,
     rollout_bits: np.ndarray,
