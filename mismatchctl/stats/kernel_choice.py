@@ -1,7 +1,7 @@
 """Which kernels a call runs: the compiled ones (numba) or their numpy twins.
 
 Both give the same bits (``stats/kernels_numpy.py`` says how), so the choice is only about time.
-Loading numba and the compiled kernels costs a process 0.6-1.1 s once; the twins cost about 1 us
+Loading numba and the compiled kernels costs a process 0.2-0.7 s once; the twins cost about 1 us
 a token more than the compiled loop (0.15-0.2 us). A process therefore gives the twins calls of
 up to ``NUMPY_CALL`` tokens until they have had ``NUMPY_BUDGET`` tokens in all (about 0.25 s of
 their time), and the compiled kernels every other call, and every call once they are loaded. A

@@ -1,6 +1,6 @@
 """The compiled kernels of ``stats/kernels.py`` in numpy, bit for bit: for small selections.
 
-Loading numba and its compiled kernels costs a process 0.6-1.1 s before the first token is
+Loading numba and its compiled kernels costs a process 0.2-0.7 s before the first token is
 touched: more than a report of a few thousand sequences takes in all. These twins take the
 same arguments and return the same arrays, with every float computed by the same operations in
 the same order, so the choice between them (``stats/kernel_choice.py``) never shows in a number:

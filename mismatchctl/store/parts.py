@@ -139,9 +139,7 @@ class Lanes:
 class _OpenPart:
     """A part being written: its file writer, its lane and what the catalog records of it."""
 
-    def __init__(
-        self, writer: pq.ParquetWriter, sink: pa.NativeFile, rel: str, lane: int
-    ) -> None:
+    def __init__(self, writer: pq.ParquetWriter, sink: pa.NativeFile, rel: str, lane: int) -> None:
         self.writer, self.sink, self.rel, self.lane = writer, sink, rel, lane
         self.rows = 0
         self.steps: list[int] = []
