@@ -158,7 +158,7 @@ def part_groups(
         twin = read_twin(task, wanted) if wanted else None
         pf = pq.ParquetFile(task.path, read_dictionary=[S.GPU])
         offset = 0
-        for piece in part_slices(pf, columns):
+        for piece in part_slices(pf, columns, threads="://" in str(task.path)):
             if twin is not None:  # the part's MoE routing rows, row for row
                 piece = join_twin(piece, twin, offset, task)
             offset += piece.num_rows
@@ -190,19 +190,23 @@ def _sequence_rows(task: PartTask, keys: tuple[str, ...]) -> SequenceRows | None
     return seqrows.load(task.run, task.sequences, needed)
 
 
-def part_slices(pf: pq.ParquetFile, columns: list[str]) -> Iterator[pa.Table]:
+def part_slices(
+    pf: pq.ParquetFile, columns: list[str], threads: bool = False
+) -> Iterator[pa.Table]:
     """Tables of whole sequences from a part, about ``SLICE_TOKENS`` rows each: its row groups
     as they are when none splits a sequence (parts written since row groups were cut at
     sequence starts; told by the ``seq`` statistics), else batches stitched by
-    :func:`sequence_slices`. A row group read alone is one chunk per column: no copies. Decoded
-    on the calling thread: the engine's workers already fill the cores, and handing the columns
-    to Arrow's own threads left each worker waiting a third of its time (a 100M report 10%
-    slower, measured)."""
+    :func:`sequence_slices`. A row group read alone is one chunk per column: no copies.
+    ``threads``: decode on Arrow's threads. A part on disk is decoded on the calling thread: the
+    engine's workers already fill the cores, and handing the columns to Arrow's threads left
+    each worker waiting a third of its time (a 100M report 10% slower, measured). A part in a
+    bucket keeps them as before: each column chunk is a request there, which they issue in
+    parallel (not measured against a real bucket)."""
     if whole_sequence_row_groups(pf.metadata):
         for i in range(pf.num_row_groups):
-            yield pf.read_row_group(i, columns=columns, use_threads=False)
+            yield pf.read_row_group(i, columns=columns, use_threads=threads)
         return
-    batches = pf.iter_batches(batch_size=SLICE_TOKENS, columns=columns, use_threads=False)
+    batches = pf.iter_batches(batch_size=SLICE_TOKENS, columns=columns, use_threads=threads)
     yield from sequence_slices(batches)
 
 
