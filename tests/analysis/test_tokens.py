@@ -227,9 +227,12 @@ def test_top_sequences_equal_a_full_sort(store: Path, sort: str, where: list[str
         assert r["worst_position"] == d["at"]
 
 
-def _small_slices(pf: pq.ParquetFile, columns: list[str]) -> Iterator[pa.Table]:
+def _small_slices(
+    pf: pq.ParquetFile, columns: list[str], threads: bool = False
+) -> Iterator[pa.Table]:
     """A part read in slices of whole sequences of about 100 tokens (many slices per part)."""
-    yield from local_engine.sequence_slices(pf.iter_batches(batch_size=100, columns=columns))
+    batches = pf.iter_batches(batch_size=100, columns=columns, use_threads=threads)
+    yield from local_engine.sequence_slices(batches)
 
 
 @pytest.mark.parametrize("sequences", [False, True])
