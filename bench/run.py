@@ -298,6 +298,12 @@ def ensure_dumps(dumps: Path, positions: int, timeout: float) -> tuple[dict[str,
         if {k: marker.get(k) for k in want} == want:
             log(f"reusing dumps in {dumps} ({marker['written']:,} positions)")
             return marker, False
+    if dumps.is_symlink():  # never delete what a link points to
+        raise BenchError(
+            f"{dumps} is a link to dumps without a matching {marker_path.name}: bench/run.py "
+            "regenerates the dumps it does not recognise. Hint: remove the link (the dumps are "
+            "written there), or link to dumps this script wrote"
+        )
     if dumps.exists():
         shutil.rmtree(dumps)
     log(f"generating {positions:,} response positions into {dumps}")
