@@ -85,9 +85,11 @@ def name_cause(ctx: Context) -> Cause:
     if paths:
         if _gpu_only(paths):
             hardware = next((c for c in paths if c.name == "hardware"), paths[0])
+            # the localized check's own advice names a code path: a gpu needs the hardware's
+            remedy = hardware.next if hardware.name == "hardware" else None
             return _cause(
                 "hardware", [hardware, *(c for c in paths if c is not hardware)],
-                hardware.next or HARDWARE_ADVICE,
+                remedy or HARDWARE_ADVICE,
             )  # fmt: skip
         return _cause("code path", paths, CODE_PATH_ADVICE)
     for key, names in (
@@ -143,7 +145,7 @@ def _excess_in_rare_bins(ctx: Context, base: Check | None) -> bool:
 
 def _gpu_only(paths: list[Check]) -> bool:
     """Every code-path finding is about gpus alone: the hardware check, and localized cells
-    on the gpu dimension only."""
+    on the gpu dimension only or holding nearly all of their gpu's tokens (``gpu_alone``)."""
     names = {c.name for c in paths}
     if names - {"hardware", "localized"}:
         return False
@@ -151,7 +153,7 @@ def _gpu_only(paths: list[Check]) -> bool:
     if local is None:
         return True
     rows = [f for run in local.evidence["runs"].values() for f in run["code_path_findings"]]
-    return bool(rows) and all(set(f["where"]) == {K.GPU} for f in rows)
+    return bool(rows) and all(set(f["where"]) == {K.GPU} or f.get("gpu_alone") for f in rows)
 
 
 def _cause(key: str, checks: list[Check], remedy: str | None, label: str | None = None) -> Cause:

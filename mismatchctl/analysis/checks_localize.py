@@ -25,6 +25,7 @@ from mismatchctl.analysis.diagnose_base import (
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import TURN_KIND_LABELS
 from mismatchctl.stats import registry as M
+from mismatchctl.stats.cube import Cube, Field
 from mismatchctl.stats.localize_result import (
     Explanation,
     Finding,
@@ -74,7 +75,7 @@ def localized(ctx: Context) -> Check:
     if not ctx.runs:
         return Check(PATH, "localized", title, NA, "no run to localize")
     later = later_turns(ctx)
-    results = {name: localized_run(view.local, later) for name, view in ctx.runs.items()}
+    results = {name: localized_run(view.local, later, view.cube) for name, view in ctx.runs.items()}
     verdict = worst([v for v, _, _ in results.values()])
     shown = [run for run, (v, _, _) in results.items() if v == verdict]
     many = len(results) > 1
@@ -85,6 +86,9 @@ def localized(ctx: Context) -> Check:
         "later_turns": bool(firing) and all(e.get("later_turns") for e in firing),
     }
     advice = STALE_LOCAL_ADVICE if stale(ctx) else CODE_PATH_ADVICE
+    rows = [row for e in firing for row in e["code_path_findings"]]
+    if rows and all(set(r["where"]) == {K.GPU} or r.get("gpu_alone") for r in rows):
+        advice = GPU_LOCAL_ADVICE
     if evidence["later_turns"]:
         advice = LATER_TURNS_LOCAL_ADVICE
     if template_fault(ctx):
@@ -96,6 +100,11 @@ TEMPLATE_LOCAL_ADVICE = (
     "the mismatch sits at the start of the turns after tool responses (the turn_edges check): "
     "a hot part of the run by position is that rendering fault seen from elsewhere; fix the "
     "template first, then diagnose again"
+)
+
+GPU_LOCAL_ADVICE = (
+    "the part found is a gpu's tokens (all or nearly all of them): the hardware, not a code "
+    "path inside it; see the hardware and cause checks"
 )
 
 STALE_LOCAL_ADVICE = (
@@ -141,11 +150,25 @@ def stale(ctx: Context) -> bool:
     return any(lag for lag, n in lags.items() if lag and n > 0) or any(tagged_lags(ctx).values())
 
 
+def gpu_alone(cube: Cube, f: Finding) -> bool:
+    """Whether a finding on a gpu (and maybe other dimensions) holds ``GPU_ALONE_SHARE`` of
+    that gpu's tokens in the run: the gpu's, whatever else its coordinates name."""
+    if K.GPU not in f.where:
+        return False
+    d = cube.spec.index(K.GPU)
+    codes = list(f.region.get(d, ()))
+    held = float(cube.table([K.GPU], exact=True)[codes, Field.TOKENS].sum()) if codes else 0.0
+    return held > 0 and f.tokens >= T.GPU_ALONE_SHARE * held
+
+
 def localized_run(
-    expl: Explanation, later: tuple[float, tuple[float, float]] | None = None
+    expl: Explanation,
+    later: tuple[float, tuple[float, float]] | None = None,
+    cube: Cube | None = None,
 ) -> tuple[str, str, dict[str, Any]]:
     """The localized verdict of one run, its sentence and evidence; ``later``: the later turns'
-    contrast, see :func:`by_later_turns` (evidence ``later_turns``, said in the sentence)."""
+    contrast, see :func:`by_later_turns` (evidence ``later_turns``, said in the sentence);
+    ``cube``: the run's, to tell a gpu's findings (``gpu_alone`` in each code-path finding)."""
     paths = [f for f in expl.findings if code_path(f)]
     graded = [
         (
@@ -162,6 +185,9 @@ def localized_run(
         "findings": [finding_row(expl, f) for f in expl.findings],
         "code_path_findings": [finding_row(expl, f) for _, f in hits],
     }
+    if cube is not None:
+        for row, (_, f) in zip(evidence["code_path_findings"], hits, strict=True):
+            row["gpu_alone"] = gpu_alone(cube, f)
     if not hits:
         finding = "no part of the run is hotter than the rest at the same token probabilities"
         if paths:
