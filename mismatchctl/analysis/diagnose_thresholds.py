@@ -105,17 +105,23 @@ kept token's probability is divided by the kept mass (~1.0 in simulation, 0.5 fo
 # 95% intervals. A pattern warns when its point estimate reaches the factor AND its interval
 # excludes the lower bound; it fails when the interval's low end reaches the fail factor, or the
 # pattern is there and the affected part is above ``MEDIUM_MAX``.
+# The factors sit below the smallest fault they are meant to catch, the interval's low end
+# above healthy drift: a gate on the point estimate at exactly a fault's size passes that fault
+# as often as not (planted 2x faults estimated at 1.9x-1.999x, intervals 1.7-2.2, were passed
+# at 2x: one gpu, two spike steps, the turns after tool responses, a weight lag).
 
 LEVEL = 0.95
 """Level of every interval of a relative finding."""
 
-LOCAL_FACTOR = 2.0
+LOCAL_FACTOR = 1.75
 """A localized cell (``explain`` without a baseline: a conjunction of up to three dimensions
-against the rest of the run at the same token probabilities) at twice the rest's rate... The
+against the rest of the run at the same token probabilities) at 1.75x the rest's rate... The
 localization's own gates (family-wise significance, 1.25x specificity, 1% of the mass) let
 through cells a few tens of percent hotter on large data: real runs drift that much between
 steps and data sources without a fault. Twice is the smallest excess of the faults we know
-(2x-1000x for kernel faults, BACKGROUND.md) and the top of healthy drift."""
+(2x-1000x for kernel faults, BACKGROUND.md): the point gate sits below it, so that a 2x fault
+estimated a little low still warns, and ``LOCAL_CI_LOW`` keeps the drift out (a cell must be
+hotter than 1.5x with 97.5% confidence)."""
 
 LOCAL_CI_LOW = 1.5
 """...with the 95% interval's low end at 1.5 or more (tight enough that the cell is hotter by a
@@ -221,11 +227,11 @@ LOWPROB_CONCENTRATION = 10.0
 one stays gated on the level (above ``LOW_MAX``): K3 always concentrates on unlikely tokens, and
 the trap is a matter of how much mass that is."""
 
-TOOL_RATIO_WARN, TOOL_RATIO_FAIL = 2.0, 5.0
+TOOL_RATIO_WARN, TOOL_RATIO_FAIL = 1.75, 5.0
 """later/first vllm_kl ratio. The tool-response amplification of BACKGROUND.md; 2x is a clear
-gap between two token populations of one run (warn, with the interval's low end above
-``TOOL_CI_LOW``), an interval above 5x a dominant one (fail; also 2x with later turns above
-``MEDIUM_MAX``)."""
+gap between two token populations of one run: warn from 1.75x (below it, as ``LOCAL_FACTOR``)
+with the interval's low end above ``TOOL_CI_LOW``; an interval above 5x a dominant one (fail;
+also the warning pattern with later turns above ``MEDIUM_MAX``)."""
 
 TOOL_CI_LOW = 1.25
 """Low end of the 95% interval of the later/first ratio needed to warn (sequence-clustered: the
@@ -270,8 +276,8 @@ REGIME_ALPHA = 0.01
 """The steps differ at all: Cochran's homogeneity test of their log rate ratios rejects at this
 level (a healthy run's steps pass it: their rates differ by sampling noise only)."""
 
-REGIME_FACTOR = 2.0
-"""The elevated group of steps at twice the others' rate at the same token mix (the same factor
+REGIME_FACTOR = 1.75
+"""The elevated group of steps at 1.75x the others' rate at the same token mix (the same factor
 as a localized cell, ``LOCAL_FACTOR``)..."""
 
 REGIME_CI_LOW = 1.5
