@@ -11,6 +11,7 @@ from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.checks_data import PROCESSED_HINT
 from mismatchctl.analysis.checks_localize import CODE_PATH_ADVICE
 from mismatchctl.analysis.checks_path import HARDWARE_ADVICE, LOW_PROB_ADVICE
+from mismatchctl.analysis.checks_routing import REPLAY_ADVICE
 from mismatchctl.analysis.checks_template import TEMPLATE_ADVICE
 from mismatchctl.analysis.checks_trajectory import STALE_ADVICE
 from mismatchctl.analysis.diagnose_base import (
@@ -36,7 +37,7 @@ TEMPLATE_CHECKS = ("turn_edges", "token_classes")
 
 @dataclass
 class Cause:
-    key: str  # data, template, semantic, policy, code path, hardware, tool responses,
+    key: str  # data, template, semantic, policy, routing, code path, hardware, tool responses,
     # low probability, growth, unlocalized, none
     verdict: str
     finding: str
@@ -54,8 +55,9 @@ def _layer_hits(ctx: Context, layer: str, verdicts: tuple[str, ...]) -> list[Che
 
 def name_cause(ctx: Context) -> Cause:
     """The first cause whose checks fire, in the order to fix them (BACKGROUND.md): data, a
-    chat-template or rendering fault, the two sides' distributions, the policy, a code path,
-    the tool turns, the unlikely tokens, a growth with no other explanation."""
+    chat-template or rendering fault, the two sides' distributions, stale weights, MoE routing
+    flips carrying the mismatch, the policy, a code path, the tool turns, the unlikely tokens, a
+    growth with no other explanation."""
     data = [c for c in _layer_hits(ctx, DATA, (FAIL,)) if c.name not in TEMPLATE_CHECKS]
     if data:
         return _cause("data", data, "fix the data problems first; every other number mixes them in")
@@ -69,6 +71,9 @@ def name_cause(ctx: Context) -> Cause:
     stale = _hits(ctx, ["staleness"])
     if stale:
         return _cause("policy", stale, STALE_ADVICE, "stale weights")
+    routing = _hits(ctx, ["routing_flips"])
+    if routing:  # measured on the tokens themselves: before what a baseline or a search infers
+        return _cause("routing", routing, REPLAY_ADVICE, "MoE routing flips")
     base = ctx.done.get("baseline")
     shape = base.evidence.get("excess_shape") if base is not None else None
     # a localized part that is the later turns seen by position is the tool turns' (below)
@@ -173,7 +178,7 @@ def cause(ctx: Context) -> Check:
     )  # fmt: skip
 
 
-FIXABLE = ("policy", "code path", "hardware", "semantic", "data", "template")
+FIXABLE = ("policy", "routing", "code path", "hardware", "semantic", "data", "template")
 
 
 def objective(ctx: Context) -> Check:
