@@ -17,6 +17,7 @@ from mismatchctl.analysis.checks_trajectory import STALE_ADVICE
 from mismatchctl.analysis.diagnose_base import (
     DATA,
     FAIL,
+    MAX_LISTED,
     OBJECTIVE,
     OK,
     SEMANTIC,
@@ -88,7 +89,7 @@ def name_cause(ctx: Context) -> Cause:
             "uniform excess over the baseline",
         )  # fmt: skip
     if paths:
-        if _gpu_only(paths):
+        if _gpu_only(ctx, paths):
             hardware = next((c for c in paths if c.name == "hardware"), paths[0])
             # the localized check's own advice names a code path: a gpu needs the hardware's
             remedy = hardware.next if hardware.name == "hardware" else None
@@ -148,24 +149,66 @@ def _excess_in_rare_bins(ctx: Context, base: Check | None) -> bool:
     return concentration is not None and concentration >= T.LOWPROB_CONCENTRATION
 
 
-def _gpu_only(paths: list[Check]) -> bool:
-    """Every code-path finding is about gpus alone: the hardware check, and localized cells
-    on the gpu dimension only or holding nearly all of their gpu's tokens (``gpu_alone``)."""
+def _gpu_only(ctx: Context, paths: list[Check]) -> bool:
+    """The code-path findings point at gpus: the hardware check; the localized check's first
+    finding in each run (the search's largest specific excess; the later ones may be that one
+    seen through other dimensions, which the cube cannot always tell) on some gpus, alone or
+    with other dimensions (a long-context kernel that only one gpu generation takes is that
+    hardware's); and elevated steps that are the hottest gpu's (``_steps_follow_gpu``)."""
     names = {c.name for c in paths}
-    if names - {"hardware", "localized"}:
+    if names - {"hardware", "localized", *STEP_CHECKS} or not names & {"hardware", "localized"}:
+        return False
+    steps = [c for c in paths if c.name in STEP_CHECKS]
+    if steps and not _steps_follow_gpu(ctx, steps):
         return False
     local = next((c for c in paths if c.name == "localized"), None)
     if local is None:
         return True
-    rows = [f for run in local.evidence["runs"].values() for f in run["code_path_findings"]]
-    return bool(rows) and all(set(f["where"]) == {K.GPU} or f.get("gpu_alone") for f in rows)
+    firsts = [run["code_path_findings"][:1] for run in local.evidence["runs"].values()]
+    rows = [f for first in firsts for f in first]
+    return bool(rows) and all(K.GPU in f["where"] for f in rows)
+
+
+STEP_CHECKS = ("regimes", "spikes")
+
+
+def _steps_follow_gpu(ctx: Context, steps: list[Check]) -> bool:
+    """The elevated steps of the step checks are the hottest gpu's (one run; that gpu by the
+    hardware check): on the other gpus together, those steps' vllm_kl is under
+    ``REGIME_FACTOR`` times the other steps' (a gpu whose fault grows over the run makes a
+    step change of the whole run; a fault of some steps on every gpu stays a code path)."""
+    hardware = ctx.done.get("hardware")
+    factors = hardware.evidence.get("factor_over_others_median") if hardware else None
+    if len(ctx.runs) != 1 or not factors:
+        return False
+    hot = max(factors, key=lambda g: factors[g] or 0.0)
+    for check in steps:
+        (run,) = check.evidence["runs"].values()
+        elevated = {str(s) for s in run.get("elevated_steps", [])}
+        if not elevated or len(elevated) >= MAX_LISTED:  # none, or the list is cut short
+            return False
+        sums = {True: [0.0, 0.0], False: [0.0, 0.0]}  # elevated? -> [tokens, K3 mass]
+        for g in ctx.report.split(K.GPU, K.STEP):
+            n, vk = g.metrics.get(M.TOKENS), g.metrics.get(M.VLLM_KL)
+            if g.by[K.GPU] in (hot, None) or not n or vk is None:
+                continue
+            row = sums[str(g.by[K.STEP]) in elevated]
+            row[0] += n
+            row[1] += vk * n
+        (n_e, a_e), (n_o, a_o) = sums[True], sums[False]
+        if not (n_e and n_o and a_o > 0):
+            return False
+        if (a_e / n_e) / (a_o / n_o) >= T.REGIME_FACTOR:
+            return False
+    return True
 
 
 def _cause(key: str, checks: list[Check], remedy: str | None, label: str | None = None) -> Cause:
     verdict = worst([c.verdict for c in checks])
     top = next(c for c in checks if c.verdict == verdict)
     detail = top.finding if top.finding.startswith(top.name) else f"{top.name}: {top.finding}"
-    finding = f"{label or key}: {detail}"
+    name = label or key
+    finding = detail if name == top.name else f"{name}: {detail}"
     return Cause(key, verdict, finding, remedy, [c.name for c in checks])
 
 

@@ -86,8 +86,8 @@ def localized(ctx: Context) -> Check:
         "later_turns": bool(firing) and all(e.get("later_turns") for e in firing),
     }
     advice = STALE_LOCAL_ADVICE if stale(ctx) else CODE_PATH_ADVICE
-    rows = [row for e in firing for row in e["code_path_findings"]]
-    if rows and all(set(r["where"]) == {K.GPU} or r.get("gpu_alone") for r in rows):
+    rows = [e["code_path_findings"][0] for e in firing if e["code_path_findings"]]
+    if rows and all(K.GPU in r["where"] for r in rows):  # each run's first (the cause check's)
         advice = GPU_LOCAL_ADVICE
     if evidence["later_turns"]:
         advice = LATER_TURNS_LOCAL_ADVICE
@@ -103,8 +103,8 @@ TEMPLATE_LOCAL_ADVICE = (
 )
 
 GPU_LOCAL_ADVICE = (
-    "the part found is a gpu's tokens (all or nearly all of them): the hardware, not a code "
-    "path inside it; see the hardware and cause checks"
+    "the part found lies on one gpu generation's tokens: the hardware, or a code path only "
+    "that generation takes (kernels differ between them); see the hardware and cause checks"
 )
 
 STALE_LOCAL_ADVICE = (

@@ -251,10 +251,10 @@ the other gpus at the same token probabilities above ``LOCAL_CI_LOW``), an inter
 decade (fail)."""
 
 GPU_ALONE_SHARE = 0.95
-"""A localized finding on a gpu and other dimensions is that gpu's (the cause check names the
-hardware) when it holds this share of the gpu's tokens: the other coordinates leave out a
-sliver too small to tell apart (the few tokens at a gpu's longest KV positions), not a code
-path inside the gpu."""
+"""A localized finding on a gpu and other dimensions is the gpu's tokens as a whole (the
+localized check's advice says so) when it holds this share of them: the other coordinates
+leave out a sliver too small to tell apart (the few tokens at a gpu's longest KV positions).
+Whether it is or not, a finding confined to some gpus names the hardware as the cause."""
 
 SEVERE_GPU_SHARE = 0.8
 """Severe batches are concentrated on a gpu when it holds this share of them while holding less

@@ -143,7 +143,7 @@ def test_a_faint_gpu_fault_is_the_hardware_not_a_code_path(
     assert local.verdict == "warn"
     (run,) = local.evidence["runs"].values()
     assert all(f["gpu_alone"] and f["where"]["gpu"] == "A100" for f in run["code_path_findings"])
-    assert "the hardware, not a code path" in local.next
+    assert "one gpu generation's tokens" in local.next
     assert checks["cause"].evidence["cause"] == "hardware"
     assert "gpu generations" in checks["cause"].next
     assert "importance" not in checks["cause"].next

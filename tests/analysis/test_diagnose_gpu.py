@@ -1,0 +1,120 @@
+"""diagnose on faults confined to one gpu generation, and on faults beside a hot gpu: the cause
+is the hardware when every code-path finding lies on that gpu (alone, with other dimensions, or
+as elevated steps that are the gpu's), a code path when a part of the run is hot on every gpu.
+
+The dumps are tests/planted.py's, with the mismatch of chosen tokens scaled afterwards as the
+planted causes scale theirs: the trainer side is ``lr * exp(sigma * eps)``, and ``sigma`` times
+``sqrt(f)`` multiplies a token's K3 by about ``f``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import mismatchctl
+from mismatchctl import api
+from tests.planted import Plan, spike_steps, write
+
+PER_STEP = 32
+Scale = Callable[[dict, np.ndarray], np.ndarray]  # (row, model tokens' KV positions) -> factor
+
+
+def _scaled(plan: Plan, path: Path, scale: Scale) -> Path:
+    """The planted dump with each model token's noise ``log(lt / lr)`` times sqrt(scale)."""
+    write(plan, path, weight_version=False)
+    rows = pq.read_table(path).to_pylist()
+    for row in rows:
+        mask = np.asarray(row["response_mask"]) == 1
+        lr = np.asarray(row["rollout_log_probs"])
+        lt = np.asarray(row["old_log_probs"])
+        f = np.sqrt(scale(row, np.flatnonzero(mask)))  # KV position: tokens before, tools too
+        a, t = lr[mask], lt[mask]
+        lt[mask] = np.where(a < 0, a * np.exp(f * np.log(t / np.where(a < 0, a, -1.0))), t)
+        row["old_log_probs"] = lt.tolist()
+    table = pq.read_table(path)
+    pq.write_table(table.from_pylist(rows, schema=table.schema), path)
+    return path
+
+
+def _on(gpu: str, factor: float, when: Callable[[dict, np.ndarray], np.ndarray]) -> Scale:
+    def scale(row: dict, kv: np.ndarray) -> np.ndarray:
+        hit = when(row, kv) if row["gpu"] == gpu else np.zeros(len(kv), bool)
+        return np.where(hit, factor, 1.0)
+
+    return scale
+
+
+def _everywhere(row: dict, kv: np.ndarray) -> np.ndarray:
+    return np.ones(len(kv), bool)
+
+
+RUNS: dict[str, tuple[Plan, Scale]] = {
+    # A100 at 20x its mismatch from step 12 on: the run's steps change there, on A100 only
+    "gpu-grows": (
+        Plan("clean", per_step=PER_STEP, seed=31),
+        _on("A100", 20.0, lambda row, kv: np.full(len(kv), row["step"] >= 12)),
+    ),
+    # A100 at 30x on its tokens at KV positions >= 32 (a long-context kernel of one gpu)
+    "gpu-long": (
+        Plan("clean", per_step=PER_STEP, seed=32),
+        _on("A100", 30.0, lambda row, kv: kv >= 32),
+    ),
+    # spikes on every gpu (1000x in two steps) beside an A100 at 10x everywhere
+    "spikes-and-gpu": (
+        Plan("spike", per_step=PER_STEP, seed=33, factor=1000),
+        _on("A100", 10.0, _everywhere),
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("gpu")
+    for name, (plan, scale) in RUNS.items():
+        path = _scaled(plan, root / f"{name}.parquet", scale)
+        mismatchctl.ingest([path], run=name, store=root / "store")
+    return root / "store"
+
+
+def _checks(store: Path, run: str) -> dict:
+    return {c.name: c for c in api.diagnose(run, store=store).checks}
+
+
+def test_a_gpu_whose_fault_grows_is_the_hardware_not_a_step_change(store: Path) -> None:
+    checks = _checks(store, "gpu-grows")
+    steps = [c for c in ("regimes", "spikes") if checks[c].verdict in ("warn", "fail")]
+    assert steps, "the whole run's steps change at step 12"
+    (run,) = checks[steps[0]].evidence["runs"].values()
+    assert {int(s) for s in run["elevated_steps"]} >= set(range(14, 24))
+    cause = checks["cause"]
+    assert cause.evidence["cause"] == "hardware" and "A100" in cause.finding
+    assert "gpu generations" in cause.next and "importance" not in cause.next
+
+
+def test_a_long_context_fault_of_one_gpu_is_the_hardware(store: Path) -> None:
+    checks = _checks(store, "gpu-long")
+    local = checks["localized"]
+    assert local.verdict in ("warn", "fail")
+    (run,) = local.evidence["runs"].values()
+    first = run["code_path_findings"][0]  # the search's largest specific excess
+    assert first["where"] == {"kv_position": "32-127", "gpu": "A100"}
+    assert 20 < first["rate_ratio"] < 45
+    assert "one gpu generation's tokens" in local.next
+    cause = checks["cause"]
+    assert cause.evidence["cause"] == "hardware" and "gpu generations" in cause.next
+
+
+def test_spikes_on_every_gpu_stay_a_code_path_beside_a_hot_gpu(store: Path) -> None:
+    checks = _checks(store, "spikes-and-gpu")
+    assert checks["hardware"].verdict in ("warn", "fail")  # A100 at 10x: seen
+    spikes = checks["spikes"]
+    assert spikes.verdict in ("warn", "fail")
+    (run,) = spikes.evidence["runs"].values()
+    assert {int(s) for s in run["elevated_steps"]} == set(spike_steps(24))
+    cause = checks["cause"]
+    assert cause.evidence["cause"] == "code path"
+    assert "importance sampling would only reweight" in cause.next
