@@ -173,12 +173,16 @@ histogram boundary, so at least that many), and at least ``TOP_LEAST``."""
 
 TOP_LEAST = 50
 
-TOP_ENRICHMENT = 1.5
+TOP_ENRICHMENT = 1.25
 """A rendering fault also puts the largest-|r| tokens of the later turns at their starts: at
-least 1.5 times as many as chance would at the same token probabilities, ``TOP_Z`` standard
+least 1.25 times as many as chance would at the same token probabilities, ``TOP_Z`` standard
 errors above it (a count, robust to the few heavy sequences that can make a K3 ratio of a small
-cell look hot, such as a spike step's), and the turn starts' first half (distances 0-3) at least
-as hot as their second (4-7): the mismatch decays with the distance from the tool response."""
+cell look hot, such as a spike step's, which put no more of them at the starts than elsewhere),
+and the turn starts' first half (distances 0-3) at least as hot as their second (4-7): the
+mismatch decays with the distance from the tool response. A fault tripling the first token's
+K3 and fading over a few tokens (1.6x over the first 8, as ``EDGE_FACTOR`` asks) puts about
+1.3x as many there: at 1.5x such faults were passed (the factors' rule above: below the
+signature of the smallest fault, ``TOP_Z`` keeping chance out)."""
 
 TOP_Z = 3.0
 

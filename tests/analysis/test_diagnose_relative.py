@@ -48,6 +48,7 @@ RUNS: dict[str, tuple[Plan, dict[str, str]]] = {
     "stale-even": (Plan("stale", per_step=PER_STEP, seed=9, factor=1), {}),
     "template-small": (Plan("template", per_step=PER_STEP, seed=11, factor=3), {}),
     "template-loud": (Plan("template", per_step=PER_STEP, seed=11, factor=1000), {}),
+    "template-faint": (Plan("template", per_step=PER_STEP, seed=2, factor=3), {}),
     "tool-small": (Plan("tool", per_step=PER_STEP, seed=11, factor=3), {}),
     "tool-mid": (Plan("tool", per_step=PER_STEP, seed=7, factor=10), {}),
     "tool-seen": (Plan("tool", per_step=PER_STEP, seed=1, factor=3), {}),
@@ -189,15 +190,17 @@ def test_a_fault_at_long_kv_positions_is_found_there(store: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "run", ["template-small", pytest.param("template-loud", marks=pytest.mark.slow)]
+    "run",
+    ["template-small", "template-faint", pytest.param("template-loud", marks=pytest.mark.slow)],
 )
 def test_a_rendering_fault_at_turn_starts_is_named_a_template_fault(store: Path, run: str) -> None:
     """3x on the first token after each tool response decaying with the distance (the run is
-    about 1.2x a healthy one overall), and 1000x: the turn starts, not a code path nor the tool
-    turns' sampling, and no correction is the fix."""
+    about 1.2x a healthy one overall; ``template-faint``: a draw whose largest-|r| tokens crowd
+    the starts only 1.3 times chance), and 1000x: the turn starts, not a code path nor the
+    tool turns' sampling, and no correction is the fix."""
     checks = _checks(store, run)
     edges = checks["turn_edges"]
-    assert edges.verdict == ("warn" if run == "template-small" else "fail")
+    assert edges.verdict == ("fail" if run == "template-loud" else "warn")
     assert edges.evidence["template"] and edges.evidence["decays"]
     assert edges.evidence["first_start"]["rate_ratio_ci"][0] < 1.25  # first turns untouched
     assert checks["cause"].evidence["cause"] == "template"
