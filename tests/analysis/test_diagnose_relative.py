@@ -23,9 +23,9 @@ RUNS: dict[str, tuple[Plan, dict[str, str]]] = {
     "improved": (Plan("improved", per_step=PER_STEP, seed=3), {}),
     "gpu-small": (Plan("gpu", per_step=PER_STEP, seed=7, factor=3), {}),
     "gpu-loud": (Plan("gpu", per_step=PER_STEP, seed=7, factor=1000), {}),
-    # 2x on one gpu of two, 16 rollouts a step: under the hardware check's 3x (gpus differ that
-    # much by themselves), found by the localized check with the kv positions but for the
-    # gpu's few longest (a sliver of its tokens): the gpu's, not a code path
+    # 2x on one gpu of two, 16 rollouts a step: found by the localized check with the kv
+    # positions but for the gpu's few longest (a sliver of its tokens): the gpu's, not a code
+    # path
     "gpu-faint": (Plan("gpu", per_step=16, seed=7, factor=2), {}),
     "spike-small": (Plan("spike", steps=6, per_step=PER_STEP, seed=6, factor=3), {}),
     "spike-loud": (Plan("spike", steps=6, per_step=PER_STEP, seed=6, factor=1000), {}),
@@ -139,7 +139,7 @@ def test_a_faint_gpu_fault_is_the_hardware_not_a_code_path(
     store: Path, baseline: str | None
 ) -> None:
     checks = _checks(store, "gpu-faint", baseline)
-    assert checks["hardware"].verdict == "ok"  # 2x: under GPU_FACTOR_WARN
+    assert checks["hardware"].verdict == "warn"  # 2x over the other gpu's, interval 1.8-2.2
     local = checks["localized"]
     assert local.verdict == "warn"
     (run,) = local.evidence["runs"].values()
