@@ -9,7 +9,7 @@ from typing import Any
 
 from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.checks_data import PROCESSED_HINT
-from mismatchctl.analysis.checks_localize import CODE_PATH_ADVICE
+from mismatchctl.analysis.checks_localize import CODE_PATH_ADVICE, firsts_on_gpus
 from mismatchctl.analysis.checks_path import HARDWARE_ADVICE, LOW_PROB_ADVICE
 from mismatchctl.analysis.checks_routing import REPLAY_ADVICE
 from mismatchctl.analysis.checks_template import TEMPLATE_ADVICE
@@ -162,11 +162,7 @@ def _gpu_only(ctx: Context, paths: list[Check]) -> bool:
     if steps and not _steps_follow_gpu(ctx, steps):
         return False
     local = next((c for c in paths if c.name == "localized"), None)
-    if local is None:
-        return True
-    firsts = [run["code_path_findings"][:1] for run in local.evidence["runs"].values()]
-    rows = [f for first in firsts for f in first]
-    return bool(rows) and all(K.GPU in f["where"] for f in rows)
+    return local is None or firsts_on_gpus(local.evidence["runs"].values())
 
 
 STEP_CHECKS = ("regimes", "spikes")

@@ -5,6 +5,7 @@ relative findings with intervals, whatever the absolute level (diagnose_threshol
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from mismatchctl.analysis import diagnose_thresholds as T
@@ -25,7 +26,6 @@ from mismatchctl.analysis.diagnose_base import (
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import TURN_KIND_LABELS
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.cube import Cube, Field
 from mismatchctl.stats.localize_result import (
     Explanation,
     Finding,
@@ -75,7 +75,7 @@ def localized(ctx: Context) -> Check:
     if not ctx.runs:
         return Check(PATH, "localized", title, NA, "no run to localize")
     later = later_turns(ctx)
-    results = {name: localized_run(view.local, later, view.cube) for name, view in ctx.runs.items()}
+    results = {name: localized_run(view.local, later) for name, view in ctx.runs.items()}
     verdict = worst([v for v, _, _ in results.values()])
     shown = [run for run, (v, _, _) in results.items() if v == verdict]
     many = len(results) > 1
@@ -86,8 +86,7 @@ def localized(ctx: Context) -> Check:
         "later_turns": bool(firing) and all(e.get("later_turns") for e in firing),
     }
     advice = STALE_LOCAL_ADVICE if stale(ctx) else CODE_PATH_ADVICE
-    rows = [e["code_path_findings"][0] for e in firing if e["code_path_findings"]]
-    if rows and all(K.GPU in r["where"] for r in rows):  # each run's first (the cause check's)
+    if firsts_on_gpus(firing):
         advice = GPU_LOCAL_ADVICE
     if evidence["later_turns"]:
         advice = LATER_TURNS_LOCAL_ADVICE
@@ -150,25 +149,19 @@ def stale(ctx: Context) -> bool:
     return any(lag for lag, n in lags.items() if lag and n > 0) or any(tagged_lags(ctx).values())
 
 
-def gpu_alone(cube: Cube, f: Finding) -> bool:
-    """Whether a finding on a gpu (and maybe other dimensions) holds ``GPU_ALONE_SHARE`` of
-    that gpu's tokens in the run: the gpu's, whatever else its coordinates name."""
-    if K.GPU not in f.where:
-        return False
-    d = cube.spec.index(K.GPU)
-    codes = list(f.region.get(d, ()))
-    held = float(cube.table([K.GPU], exact=True)[codes, Field.TOKENS].sum()) if codes else 0.0
-    return held > 0 and f.tokens >= T.GPU_ALONE_SHARE * held
+def firsts_on_gpus(runs: Iterable[dict[str, Any]]) -> bool:
+    """Whether each run's first code-path finding (the search's largest specific excess; the
+    later ones may be it seen through other dimensions) lies on some gpus, alone or with other
+    dimensions (``localized_run``'s evidence; runs with none are skipped)."""
+    firsts = [run["code_path_findings"][0] for run in runs if run["code_path_findings"]]
+    return bool(firsts) and all(K.GPU in f["where"] for f in firsts)
 
 
 def localized_run(
-    expl: Explanation,
-    later: tuple[float, tuple[float, float]] | None = None,
-    cube: Cube | None = None,
+    expl: Explanation, later: tuple[float, tuple[float, float]] | None = None
 ) -> tuple[str, str, dict[str, Any]]:
     """The localized verdict of one run, its sentence and evidence; ``later``: the later turns'
-    contrast, see :func:`by_later_turns` (evidence ``later_turns``, said in the sentence);
-    ``cube``: the run's, to tell a gpu's findings (``gpu_alone`` in each code-path finding)."""
+    contrast, see :func:`by_later_turns` (evidence ``later_turns``, said in the sentence)."""
     paths = [f for f in expl.findings if code_path(f)]
     graded = [
         (
@@ -185,9 +178,6 @@ def localized_run(
         "findings": [finding_row(expl, f) for f in expl.findings],
         "code_path_findings": [finding_row(expl, f) for _, f in hits],
     }
-    if cube is not None:
-        for row, (_, f) in zip(evidence["code_path_findings"], hits, strict=True):
-            row["gpu_alone"] = gpu_alone(cube, f)
     if not hits:
         finding = "no part of the run is hotter than the rest at the same token probabilities"
         if paths:
@@ -306,4 +296,4 @@ def excess_shape(e: Explanation) -> str:
     return "mixed"
 
 
-__all__ = ["baseline", "code_path", "excess_shape", "localized", "localized_run"]
+__all__ = ["baseline", "code_path", "excess_shape", "firsts_on_gpus", "localized", "localized_run"]

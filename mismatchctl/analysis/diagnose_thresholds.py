@@ -260,12 +260,6 @@ it a kernel fault on the non-Hopper gpus (FlashAttention-2's split-KV path under
 attention), which ``disable_cascade_attn`` brought to about 1e-3: a gap between gpu generations
 is worth a look, not a law of nature."""
 
-GPU_ALONE_SHARE = 0.95
-"""A localized finding on a gpu and other dimensions is the gpu's tokens as a whole (the
-localized check's advice says so) when it holds this share of them: the other coordinates
-leave out a sliver too small to tell apart (the few tokens at a gpu's longest KV positions).
-Whether it is or not, a finding confined to some gpus names the hardware as the cause."""
-
 SEVERE_GPU_SHARE = 0.8
 """Severe batches are concentrated on a gpu when it holds this share of them while holding less
 of all batches ..."""

@@ -143,7 +143,8 @@ def test_a_faint_gpu_fault_is_the_hardware_not_a_code_path(
     local = checks["localized"]
     assert local.verdict == "warn"
     (run,) = local.evidence["runs"].values()
-    assert all(f["gpu_alone"] and f["where"]["gpu"] == "A100" for f in run["code_path_findings"])
+    first = run["code_path_findings"][0]
+    assert first["where"]["gpu"] == "A100" and first["token_share"] > 0.45  # the gpu, nearly all
     assert "one gpu generation's tokens" in local.next
     assert checks["cause"].evidence["cause"] == "hardware"
     assert "gpu generations" in checks["cause"].next
