@@ -17,7 +17,8 @@ Regions hold a set of values per dimension. Three moves, under the search's curr
   (``_anomalous``: two overlapping causes make their intersection purer, but the rest of either
   still carries its cause: that is no reason to narrow either); of those, the purest that keeps ``refine_keep`` of the
   largest specific excess among them (a range that takes in healthy values is less pure, a
-  part of the cause carries less);
+  part of the cause carries less); when none qualifies, the hottest set of values of a batch
+  dimension (``SET_DIMS``: every third step), judged as a homogeneity test of all the values;
 - *prune*: the coldest value of a dimension with several is dropped when it is
   ``min_specificity`` times colder than the rest of the region and either significantly so
   (one-sided at ``refine_alpha / k`` over the values tested), or not itself significantly
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mismatchctl.stats.cube import Field
-from mismatchctl.stats.localize_math import div, norm_ppf, own_var, relvar, weighted
+from mismatchctl.stats.localize_math import chi2_sf, div, norm_ppf, own_var, relvar, weighted
 from mismatchctl.stats.localize_regions import (
     complement_var,
     log_contrast_var,
@@ -65,6 +66,9 @@ from mismatchctl.stats.localize_tables import Masks
 
 MAX_ROUNDS = 4  # rounds of the parsimony moves
 MAX_MOVES = 256  # moves of one kind in a round (pruning a range of blocked steps value by value)
+# Batches: a fault can sit in any set of them (every third step, two gpus of four, some runs of a
+# selection), where one of positions (KV, turn position, length, probability) sits in a range.
+SET_DIMS = frozenset({"step", "gpu", "run"})
 
 
 def _same_region(a: Masks, b: Masks) -> bool:
@@ -282,24 +286,57 @@ class Refiner:
         return None if best is None else best[1]
 
     def _down(self, region: Masks) -> Masks | None:
-        found: list[tuple[float, Stat, Stat]] = []
+        """The finer region, from the single values and ranges of :func:`_subsets`; when none
+        is purer, from the hot sets of batch dimensions (:func:`_hot_values`), judged with the
+        values and ranges in the count of the finer regions examined."""
+        plain: list[tuple[float, int, Stat, Stat]] = []  # z, its degrees of freedom, the split
+        cols: dict[int, dict] = {}
         for d in range(len(self.t.spec.dims)):
             if not self.t.has((*region, d)):
                 continue
-            col = self.along(region, d)
+            cols[d] = col = self.along(region, d)
             for values in self._subsets(region, d, col):
-                split = self._split(region, d, values)
-                if split is None or not self.supported(split[0], split[1].n):
-                    continue
-                if split[1].m < self.th.min_refine_share * (split[0].m + split[1].m):
-                    continue  # shaving a sliver off is no simpler explanation
-                found.append((self.within(*split, with_baseline=False), *split))
+                plain += self._candidate(region, d, values, 1)
+        moved = self._purest(region, plain, len(plain))
+        if moved is not None:
+            return moved
+        hot = []
+        for d, col in cols.items():
+            for values, df in self._hot_values(region, d, col):
+                hot += self._candidate(region, d, values, df)
+        return self._purest(region, hot, len(plain) + len(hot))
+
+    def _candidate(
+        self, region: Masks, d: int, values: np.ndarray, df: int
+    ) -> list[tuple[float, int, Stat, Stat]]:
+        split = self._split(region, d, values)
+        if split is None or not self.supported(split[0], split[1].n):
+            return []
+        if split[1].m < self.th.min_refine_share * (split[0].m + split[1].m):
+            return []  # shaving a sliver off is no simpler explanation
+        return [(self.within(*split, with_baseline=False), df, *split)]
+
+    def _purest(
+        self, region: Masks, found: list[tuple[float, int, Stat, Stat]], k: int
+    ) -> Masks | None:
+        """Of the finer regions ``found`` (``k`` examined in all), those significantly purer than
+        the rest of the region whose rest is not itself hot; the purest of those carrying
+        ``refine_keep`` of the largest specific excess among them."""
         if not found:
             return None
-        z_refine = norm_ppf(1.0 - self.th.refine_alpha / len(found))
+        alpha = self.th.refine_alpha / k
+        z_refine = norm_ppf(1.0 - alpha)
+
+        def purer_at(z: float, df: int) -> bool:
+            # a set picked by its values' rates: its contrast with the rest is at most the
+            # homogeneity statistic of all the values, chi-square with k - 1 degrees of freedom
+            return z >= z_refine if df == 1 else z > 0 and chi2_sf(z * z, df) <= alpha
+
         purer = []
-        for z, part, rest in found:
-            if z < z_refine or self.within(part, rest, with_baseline=True) < z_refine:
+        for z, df, part, rest in found:
+            if not purer_at(z, df):
+                continue
+            if not purer_at(self.within(part, rest, with_baseline=True), df):
                 continue
             if self._anomalous(rest, region, z_refine):
                 continue  # the rest carries excess too: the cause is not (only) in the part
@@ -396,6 +433,38 @@ class Refiner:
             out += [allowed[: j + 1] for j in range(1, len(allowed) - 1)]
             out += [allowed[j:] for j in range(1, len(allowed) - 1)]
         return out
+
+    def _hot_values(self, region: Masks, d: int, col: dict) -> list[tuple[np.ndarray, int]]:
+        """The values of a batch dimension (``SET_DIMS``) hotter than the others, when they are
+        no single value or range :func:`_subsets` offers: of the splits of the values ranked by
+        their rates (K3 over the model's expectation), the one whose two sides differ most (the
+        faulty steps of a fault in every third step). Returned with ``k - 1`` degrees of
+        freedom (``k`` values): the split was chosen by the data, so it is judged as the
+        homogeneity test of all ``k``."""
+        if self.t.spec.dims[d].name not in SET_DIMS:
+            return []
+        allowed = region[d] if d in region else np.ones(self.t.spec.levels(d), bool)
+        values = np.flatnonzero(allowed & (col["mom"][:, Field.TOKENS] > 0))
+        k = len(values)
+        if k < 3:
+            return []
+        mom, m = col["mom"][values], col["m"][values]
+        ranked = np.argsort(-div(mom[:, Field.K3], m, 0.0), kind="stable")
+        head_mom, head_m = np.cumsum(mom[ranked], axis=0)[:-1], np.cumsum(m[ranked])[:-1]
+        tail_mom, tail_m = mom.sum(axis=0) - head_mom, m.sum() - head_m
+        with np.errstate(divide="ignore", invalid="ignore"):
+            s = div(div(head_mom[:, Field.K3], head_m, np.nan), div(
+                tail_mom[:, Field.K3], tail_m, np.nan), np.nan)  # fmt: skip
+            var = relvar(own_var(head_mom), head_mom[:, Field.K3])
+            var = var + relvar(own_var(tail_mom), tail_mom[:, Field.K3])
+            z = log_z(s, var)
+        if not np.any(np.isfinite(z)):
+            return []
+        hot = np.sort(values[ranked[: int(np.argmax(z)) + 1]])
+        offered = self._subsets(region, d, col)
+        if any(len(o) == len(hot) and np.array_equal(o, hot) for o in offered):
+            return []  # a single value or a range: tried as such
+        return [(hot, k - 1)]
 
     def _mask(self, d: int, values: np.ndarray) -> np.ndarray:
         mask = np.zeros(self.t.spec.levels(d), bool)

@@ -32,6 +32,9 @@ RUNS: dict[str, tuple[Plan, dict[str, str]]] = {
     "path-small": (Plan("path", per_step=PER_STEP, seed=4, factor=30), {}),
     "path-kv": (Plan("path", per_step=PER_STEP, seed=20, factor=10), {}),
     "path-loud": (Plan("path", per_step=PER_STEP, seed=4, factor=1000), {}),
+    # 10x at KV >= 48 in every third step (the run 1.4x a healthy one): the later turns hold
+    # the long KV positions, and only the set of faulty steps tells the path from the tool turns
+    **{f"path-steps-{s}": (Plan("path", per_step=PER_STEP, seed=s, factor=10), {}) for s in (2, 4)},
     "policy-small": (Plan("policy", per_step=PER_STEP, seed=5, factor=10), {}),
     "policy-loud": (Plan("policy", per_step=PER_STEP, seed=5, factor=1000), {}),
     "lagged-small": (Plan("policy", per_step=PER_STEP, seed=8, factor=2), {"weight_lag": "1"}),
@@ -176,6 +179,18 @@ def test_a_code_path_in_some_steps_is_named_not_the_tool_turns(store: Path, run:
             assert "fix that path first" in tool.next and "sequence-level" not in tool.next
         if baseline:
             assert checks["baseline"].verdict in ALARM
+
+
+@pytest.mark.parametrize("run", ["path-steps-2", "path-steps-4"])
+def test_a_path_fault_in_every_third_step_is_found_in_those_steps(store: Path, run: str) -> None:
+    for baseline in (None, "base"):
+        checks = _checks(store, run, baseline)
+        assert checks["cause"].evidence["cause"] == "code path"
+        (local,) = checks["localized"].evidence["runs"].values()
+        steps = [f["where"]["step"] for f in local["code_path_findings"] if "step" in f["where"]]
+        assert steps, "a finding on the faulty steps"
+        found = {int(v) for v in steps[0].split(",") if "-" not in v}
+        assert len(found) >= 5 and found <= set(PATH_STEPS)
 
 
 def test_a_fault_at_long_kv_positions_is_found_there(store: Path) -> None:
