@@ -40,6 +40,7 @@ scales by its square root); the defaults are the loud values the first tests wer
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,4 +209,24 @@ def write(plan: Plan, path: Path, *, weight_version: bool = True) -> Path:
     if not weight_version:
         table = table.drop_columns(["weight_version"])
     pq.write_table(table, path)
+    return path
+
+
+def write_scaled(plan: Plan, path: Path, scale: Callable[[dict, np.ndarray], np.ndarray]) -> Path:
+    """The planted dump (no weight_version column) with each model token's noise
+    ``log(lt / lr)`` times ``sqrt(scale(row, kv))``, ``kv`` the model tokens' KV positions
+    (tokens before each, tool tokens too): ``sigma`` times ``sqrt(f)`` multiplies a token's K3
+    by about ``f``, as the planted causes scale theirs."""
+    write(plan, path, weight_version=False)
+    rows = pq.read_table(path).to_pylist()
+    for row in rows:
+        mask = np.asarray(row["response_mask"]) == 1
+        lr = np.asarray(row["rollout_log_probs"])
+        lt = np.asarray(row["old_log_probs"])
+        f = np.sqrt(scale(row, np.flatnonzero(mask)))
+        a, t = lr[mask], lt[mask]
+        lt[mask] = np.where(a < 0, a * np.exp(f * np.log(t / np.where(a < 0, a, -1.0))), t)
+        row["old_log_probs"] = lt.tolist()
+    table = pq.read_table(path)
+    pq.write_table(table.from_pylist(rows, schema=table.schema), path)
     return path

@@ -13,7 +13,7 @@ from mismatchctl.analysis.checks_localize import CODE_PATH_ADVICE, firsts_on_gpu
 from mismatchctl.analysis.checks_path import HARDWARE_ADVICE, LOW_PROB_ADVICE
 from mismatchctl.analysis.checks_routing import REPLAY_ADVICE
 from mismatchctl.analysis.checks_template import TEMPLATE_ADVICE
-from mismatchctl.analysis.checks_trajectory import STALE_ADVICE
+from mismatchctl.analysis.checks_trajectory import SPLIT_KINDS, STALE_ADVICE, rising, split_kind
 from mismatchctl.analysis.diagnose_base import (
     DATA,
     FAIL,
@@ -79,6 +79,7 @@ def name_cause(ctx: Context) -> Cause:
     shape = base.evidence.get("excess_shape") if base is not None else None
     # a localized part that is the later turns seen by position is the tool turns' (below)
     paths = [c for c in _hits(ctx, CODE_PATH_CHECKS) if not c.evidence.get("later_turns")]
+    paths = [c for c in paths if not _growth_by_steps(ctx, c)]  # a growth seen step by step
     if base is not None and base.verdict in (WARN, FAIL) and shape == "uniform" and not paths:
         return _cause(
             "policy", [base],
@@ -166,6 +167,31 @@ def _gpu_only(ctx: Context, paths: list[Check]) -> bool:
 
 
 STEP_CHECKS = ("regimes", "spikes")
+
+
+def _growth_by_steps(ctx: Context, check: Check) -> bool:
+    """A code-path hit that is only a smooth growth seen step by step: the regimes check, or a
+    localized check whose first finding in each run is a set of steps, where every run it
+    speaks of rises (the trend check) and follows its line at least as closely as any change
+    point (``StepTrend.smooth``). A fault that switches on at one step keeps its two levels and
+    stays a code path; a part of the run at other dimensions (a gpu, long KV positions) too."""
+    growing = {
+        run for run, view in ctx.runs.items()
+        if rising(view) and view.trend is not None and view.trend.smooth
+    }  # fmt: skip
+    if check.name == "regimes":
+        split = {run for run, view in ctx.runs.items() if split_kind(view) in SPLIT_KINDS}
+        return bool(split) and split <= growing
+    if check.name == "localized":
+        firsts = {
+            run: e["code_path_findings"][0]["where"]
+            for run, e in check.evidence["runs"].items()
+            if e["code_path_findings"]
+        }
+        return bool(firsts) and all(
+            run in growing and set(where) == {K.STEP} for run, where in firsts.items()
+        )
+    return False
 
 
 def _steps_follow_gpu(ctx: Context, steps: list[Check]) -> bool:

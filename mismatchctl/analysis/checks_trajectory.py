@@ -90,6 +90,9 @@ def split_kind(view: RunView) -> str | None:
     return "step change" if sp.elevated == tail else "regimes"
 
 
+SPLIT_KINDS = ("regimes", "step change")  # what the regimes check reports
+
+
 def _split_result(view: RunView, kinds: tuple[str, ...]) -> RunResult:
     sp, rates = view.split, view.rates
     kind = split_kind(view)
@@ -132,6 +135,9 @@ def _split_result(view: RunView, kinds: tuple[str, ...]) -> RunResult:
     )
     if kind == "step change":
         body = f"from step {steps[0]} on, {body}"
+    if rising(view) and view.trend is not None and view.trend.smooth:
+        evidence["smooth_rise"] = True
+        body += "; the steps follow a rising line as closely as two levels (the trend check)"
     return verdict, f"{kind}: {body}", evidence
 
 
@@ -168,7 +174,7 @@ def regimes(ctx: Context) -> Check:
     )
     return _per_run(
         ctx, "regimes", "Steps in a healthy and an elevated regime",
-        lambda v, _: _split_result(v, ("regimes", "step change")), advice, T.MIN_STEPS,
+        lambda v, _: _split_result(v, SPLIT_KINDS), advice, T.MIN_STEPS,
     )  # fmt: skip
 
 

@@ -84,6 +84,14 @@ class StepTrend:
     end: float  # ... and at the last
     spread: float
     steps: int
+    q_line: float = math.nan  # weighted residual sum of squares of the steps around the line
+    q_change: float = math.nan  # ... and around the best change point (two levels)
+
+    @property
+    def smooth(self) -> bool:
+        """The steps follow the line at least as closely as any change point: a growth, not a
+        step change (both models have two parameters; the change point also picks its step)."""
+        return self.q_line <= self.q_change
 
 
 def step_rates(cube: Cube, dim: str = "step", stratum: str | None = "bin") -> StepRates:
@@ -212,6 +220,7 @@ def trend(cube: Cube, rates: StepRates) -> StepTrend | None:
     rise, se = float(beta[1]) * span, math.sqrt(float(cov[1, 1])) * span
     half = norm_ppf(1 - (1 - LEVEL) / 2) * se
     base = float(div(SideTables(cube).total_a, SideTables(cube).total_n, math.nan))
+    q_line, q_change = _shapes(x, y, v)
     return StepTrend(
         rise=math.exp(rise),
         ci=(math.exp(rise - half), math.exp(rise + half)),
@@ -219,7 +228,25 @@ def trend(cube: Cube, rates: StepRates) -> StepTrend | None:
         end=base * math.exp(float(beta[0] + beta[1] * x.max())),
         spread=math.exp(math.sqrt(tau2)),
         steps=len(x),
+        q_line=q_line,
+        q_change=q_change,
     )
+
+
+def _shapes(x: np.ndarray, y: np.ndarray, v: np.ndarray) -> tuple[float, float]:
+    """Weighted (``1 / v``) residual sums of squares of the log ratios ``y`` at step numbers
+    ``x`` around the least-squares line, and around the best change point: the steps before one
+    step at one level, the rest at another."""
+    order = np.argsort(x, kind="stable")
+    x, y, w = x[order], y[order], 1.0 / v[order]
+    design = np.column_stack([np.ones_like(x), x])
+    beta = np.linalg.solve(design.T @ (design * w[:, None]), design.T @ (w * y))
+    q_line = float(np.sum(w * (y - design @ beta) ** 2))
+    sw, swy, swyy = np.cumsum(w), np.cumsum(w * y), np.cumsum(w * y * y)
+    head = swyy[:-1] - swy[:-1] ** 2 / sw[:-1]  # steps before each cut
+    tw, twy, twyy = sw[-1] - sw[:-1], swy[-1] - swy[:-1], swyy[-1] - swyy[:-1]
+    tail = twyy - twy**2 / tw
+    return q_line, float(np.min(head + tail))
 
 
 def _meta_tau2(x: np.ndarray, y: np.ndarray, v: np.ndarray) -> float:

@@ -12,32 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
 from mismatchctl import api
-from tests.planted import Plan, spike_steps, write
+from tests.planted import Plan, spike_steps, write_scaled
 
 PER_STEP = 32
 Scale = Callable[[dict, np.ndarray], np.ndarray]  # (row, model tokens' KV positions) -> factor
-
-
-def _scaled(plan: Plan, path: Path, scale: Scale) -> Path:
-    """The planted dump with each model token's noise ``log(lt / lr)`` times sqrt(scale)."""
-    write(plan, path, weight_version=False)
-    rows = pq.read_table(path).to_pylist()
-    for row in rows:
-        mask = np.asarray(row["response_mask"]) == 1
-        lr = np.asarray(row["rollout_log_probs"])
-        lt = np.asarray(row["old_log_probs"])
-        f = np.sqrt(scale(row, np.flatnonzero(mask)))  # KV position: tokens before, tools too
-        a, t = lr[mask], lt[mask]
-        lt[mask] = np.where(a < 0, a * np.exp(f * np.log(t / np.where(a < 0, a, -1.0))), t)
-        row["old_log_probs"] = lt.tolist()
-    table = pq.read_table(path)
-    pq.write_table(table.from_pylist(rows, schema=table.schema), path)
-    return path
 
 
 def _on(gpu: str, factor: float, when: Callable[[dict, np.ndarray], np.ndarray]) -> Scale:
@@ -75,7 +57,7 @@ RUNS: dict[str, tuple[Plan, Scale]] = {
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("gpu")
     for name, (plan, scale) in RUNS.items():
-        path = _scaled(plan, root / f"{name}.parquet", scale)
+        path = write_scaled(plan, root / f"{name}.parquet", scale)
         mismatchctl.ingest([path], run=name, store=root / "store")
     return root / "store"
 

@@ -1,0 +1,91 @@
+"""diagnose on a mismatch that grows over the run against one that switches on at a step: the
+steps of a smooth growth also split into a lower and a higher group (the regimes check) and the
+localized check finds the late steps, but they follow a rising line at least as closely as two
+levels: the cause is the growth, not a code path. A fault from one step on keeps two levels and
+stays a code path.
+
+The dumps are tests/planted.py's healthy runs with the mismatch of every model token scaled by
+step (``write_scaled``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mismatchctl
+from mismatchctl import api
+from tests.planted import Plan, write_scaled
+
+STEPS = 24
+Scale = Callable[[dict, np.ndarray], np.ndarray]  # (row, model tokens' KV positions) -> factor
+ALARM = ("warn", "fail")
+
+
+def _growth(factor: float) -> Scale:  # K3 times factor**(step / last step): smooth, geometric
+    return lambda row, kv: np.full(len(kv), factor ** (row["step"] / (STEPS - 1)))
+
+
+def _from_step(factor: float, first: int) -> Scale:  # K3 times factor from one step on
+    return lambda row, kv: np.full(len(kv), factor if row["step"] >= first else 1.0)
+
+
+RUNS = {
+    "grows-3x-1": (1, _growth(3.0)),
+    "grows-3x-2": (2, _growth(3.0)),
+    "grows-10x": (3, _growth(10.0)),
+    "switch-3x": (1, _from_step(3.0, 16)),
+    "switch-10x": (2, _from_step(10.0, 16)),
+    "base": (99, _growth(1.0)),
+}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("growth")
+    for name, (seed, scale) in RUNS.items():
+        path = write_scaled(Plan("clean", per_step=32, seed=seed), root / f"{name}.parquet", scale)
+        mismatchctl.ingest([path], run=name, store=root / "store")
+    return root / "store"
+
+
+def _checks(store: Path, run: str, baseline: str | None) -> dict:
+    return {c.name: c for c in api.diagnose(run, store=store, baseline=baseline).checks}
+
+
+@pytest.mark.parametrize("run", ["grows-3x-1", "grows-3x-2", "grows-10x"])
+@pytest.mark.parametrize("baseline", [None, "base"])
+def test_a_smooth_growth_is_the_growth_not_a_code_path(
+    store: Path, run: str, baseline: str | None
+) -> None:
+    checks = _checks(store, run, baseline)
+    assert checks["trend"].verdict in ALARM
+    regimes = checks["regimes"]
+    assert regimes.verdict in ALARM  # the late steps are higher: true, and said to be a line
+    (evidence,) = regimes.evidence["runs"].values()
+    assert evidence["smooth_rise"] and "rising line" in regimes.finding
+    cause = checks["cause"]
+    assert cause.evidence["cause"] == "growth"
+    assert "regimes" not in cause.evidence["checks"]
+    assert "grows as training goes on" in cause.next
+
+
+@pytest.mark.parametrize("run", ["switch-3x", "switch-10x"])
+@pytest.mark.parametrize("baseline", [None, "base"])
+def test_a_fault_from_one_step_on_stays_a_code_path(
+    store: Path, run: str, baseline: str | None
+) -> None:
+    checks = _checks(store, run, baseline)
+    regimes = checks["regimes"]
+    assert regimes.verdict in ALARM
+    (evidence,) = regimes.evidence["runs"].values()
+    assert evidence["kind"] == "step change" and "smooth_rise" not in evidence
+    assert [int(s) for s in evidence["elevated_steps"]] == list(range(16, STEPS))
+    assert checks["cause"].evidence["cause"] == "code path"
+
+
+def test_the_healthy_run_raises_no_alarm(store: Path) -> None:
+    checks = _checks(store, "base", None)
+    assert not [n for n, c in checks.items() if c.verdict in ALARM]
