@@ -440,13 +440,14 @@ class Refiner:
         their rates (K3 over the model's expectation), the one whose two sides differ most (the
         faulty steps of a fault in every third step). Returned with ``k - 1`` degrees of
         freedom (``k`` values): the split was chosen by the data, so it is judged as the
-        homogeneity test of all ``k``."""
+        homogeneity test of all ``k``. The set leaves out at least two values (all but one is
+        that one being cold: pruning's business), so a dimension needs four."""
         if self.t.spec.dims[d].name not in SET_DIMS:
             return []
         allowed = region[d] if d in region else np.ones(self.t.spec.levels(d), bool)
         values = np.flatnonzero(allowed & (col["mom"][:, Field.TOKENS] > 0))
         k = len(values)
-        if k < 3:
+        if k < 4:
             return []
         mom, m = col["mom"][values], col["m"][values]
         ranked = np.argsort(-div(mom[:, Field.K3], m, 0.0), kind="stable")
@@ -461,6 +462,8 @@ class Refiner:
         if not np.any(np.isfinite(z)):
             return []
         hot = np.sort(values[ranked[: int(np.argmax(z)) + 1]])
+        if len(hot) > k - 2:
+            return []  # all values but one: that one is cold (pruning's business), none is hot
         offered = self._subsets(region, d, col)
         if any(len(o) == len(hot) and np.array_equal(o, hot) for o in offered):
             return []  # a single value or a range: tried as such
