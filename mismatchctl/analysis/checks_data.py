@@ -28,6 +28,7 @@ from mismatchctl.columns import arrow_of
 from mismatchctl.engines.plan import Selection
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.comoments import LAG_NAMES, correlation, regression
+from mismatchctl.stats.misalign import FACTOR as MISALIGN_FACTOR
 from mismatchctl.stats.offset import offset_summary
 from mismatchctl.stats.sentinels import FILL_OTHER_MAX, SENTINEL_MAX, ZERO_RUN_MIN
 from mismatchctl.store.parts import read_columns
@@ -74,6 +75,30 @@ def alignment(ctx: Context) -> Check:
         f"lag-0 correlation {fmt(lag0)}; lag +1 {fmt(corr['lag_plus1'])}, "
         f"lag -1 {fmt(corr['lag_minus1'])}{shift_text}"
     )
+    m = ctx.state.misaligned
+    share = m.tokens / ctx.state.sentinels.tokens if ctx.state.sentinels.tokens else 0.0
+    evidence["misaligned_turns"] = {
+        "turns_tested": m.turns,
+        "misaligned": m.misaligned,
+        M.TOKENS: m.tokens,
+        M.TOKEN_SHARE: share,
+        "one_position_later": m.later,
+        "one_position_earlier": m.earlier,
+        "samples": _turn_samples(ctx.report.selection, m.examples),
+    }
+    if m.misaligned:
+        finding = (
+            f"{m.misaligned} of {m.turns} turns tested ({pct(share)} of the tokens) match the "
+            "rollout logprobs one position off (their shifted pairing at least "
+            f"{MISALIGN_FACTOR:g}x closer than the stored one): an off-by-one shift in some "
+            f"samples; {finding}"
+        )
+        advice = (
+            "some samples are sliced one position off (one worker, one code path, the turns "
+            "after a tool response): find what the listed samples share and compare one by hand"
+        )
+        verdict = grade(share >= T.ALIGN_PART_FAIL_SHARE, True)
+        return Check(DATA, "alignment", title, verdict, finding, evidence, advice)
     advice = "check that both columns hold logprobs of the same sampled tokens" if weak else None
     return Check(DATA, "alignment", title, grade(False, weak), finding, evidence, advice)
 
@@ -141,6 +166,16 @@ def _samples(selection: Selection, examples: list[tuple[str, int, int, str]]) ->
         {"run": run, "step": step, "sample_id": ids.get((run, seq)), "seq": seq, "what": what}
         for run, step, seq, what in examples
     ]
+
+
+def _turn_samples(
+    selection: Selection, examples: list[tuple[str, int, int, int, str]]
+) -> list[dict]:
+    """Misaligned turns as :func:`_samples` lists them (the turn and the lag in ``what``)."""
+    return _samples(
+        selection,
+        [(run, step, seq, f"turn {turn}: {lag}") for run, step, seq, turn, lag in examples],
+    )
 
 
 def empty_sequences(ctx: Context) -> Check:

@@ -1,5 +1,5 @@
 """What `diagnose` computes in the report's read of every part, beyond the report itself: lag
-co-moments (alignment, temperature), offset sums (systematic offset, top-p), sentinel counts and
+co-moments and the turns shifted by a position (alignment, temperature), offset sums (systematic offset, top-p), sentinel counts and
 the K3 mass per weight lag (staleness, joined from the store's sequence rows), and the
 sequences that end in padding-like runs of 0.0 on both sides."""
 
@@ -19,6 +19,7 @@ from mismatchctl.columns import numpy_of
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
 from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pairs
+from mismatchctl.stats.misalign import MisalignState, misalign_state
 from mismatchctl.stats.offset import offset_state
 from mismatchctl.stats.sentinels import (
     SentinelState,
@@ -62,6 +63,7 @@ class DiagnoseState:
     weight_lags: LagSums
     trailing: TrailingZeroState = field(default_factory=TrailingZeroState)
     lag_k3: np.ndarray = field(default_factory=lambda: np.zeros((3, 2)))  # stats.comoments.lag_k3
+    misaligned: MisalignState = field(default_factory=MisalignState)  # stats.misalign
 
     def merge(self, other: DiagnoseState) -> DiagnoseState:
         return DiagnoseState(
@@ -71,6 +73,7 @@ class DiagnoseState:
             self.weight_lags.merge(other.weight_lags),
             self.trailing.merge(other.trailing),
             self.lag_k3 + other.lag_k3,
+            self.misaligned.merge(other.misaligned),
         )
 
 
@@ -95,6 +98,7 @@ class DiagnoseExtra:
             self._lag_sums(keys.run, lr, lt, seq),
             trailing_zero_state(lr, lt, seq, step, keys.run),
             lag_k3(pairs),
+            misalign_state(lr, lt, seq, turn, step, keys.run),
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:

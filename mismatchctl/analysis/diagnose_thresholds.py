@@ -28,6 +28,11 @@ shifted by a position (FORMATS.md: "correlation at lag 0 should clearly beat lag
 simulation aligned sides correlate at 0.95 or more at lag 0 up to vllm_kl 0.1, against about 0 at
 lag +-1, and a shifted side the other way round: the margin only absorbs ties."""
 
+ALIGN_PART_FAIL_SHARE = 1e-3
+"""Turns shifted by a position on their own (``mismatchctl.stats.misalign``: a shifted pairing
+ten times closer than the stored one, where the stored one costs a K3 of 0.02 or more): any
+warns, holding this share of the tokens fails (as sentinels: a writer's error, not numerics)."""
+
 ALIGN_WARN_CORR = 0.8
 """A lag-0 correlation of the logprobs below this (with no better lag) means the two sides hardly
 describe the same tokens: published train/inference correlations are above 0.98."""

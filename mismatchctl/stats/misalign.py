@@ -1,0 +1,116 @@
+"""Turns whose two sides are shifted by one position, found one turn at a time.
+
+The alignment check's lag correlations (``stats/comoments.py``) see a shift of the whole
+selection; a writer that misaligns some samples only (one worker's batches, the turns after a
+tool response sliced with an offset) leaves them under the correlation of the rest. Within each
+turn (consecutive model tokens of one sequence) the mean K3 of the pairs ``(lr_t, lt_{t+1})``
+(lag +1: the trainer's value of token t sits one position later) and ``(lr_t, lt_{t-1})`` (lag
+-1) is compared with that of ``(lr_t, lt_t)`` (lag 0) over the same rollout tokens (the turn's
+last, or first, left out: one monster token must not weigh on one side only). Neighbouring
+tokens are different
+tokens: paired with the wrong position their logprobs differ by about one nat, a K3 of tenths,
+while the right pairing differs by the numeric mismatch. A turn is *misaligned* when it has at
+least ``MIN_PAIRS`` adjacent pairs and, for one shifted lag, a lag-0 mean K3 of at least
+``MIN_K3`` (a wrong pairing's level; near-certain tokens give near-zero K3 at every lag) that is
+``FACTOR`` times the shifted one. A fill value on one side (0.0 on a turn's last tokens) costs
+the same at every lag and is no shift (the sentinels check's business).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mismatchctl.stats.state import RATIO_CLAMP
+
+MIN_PAIRS = 8
+"""Adjacent pairs a turn needs: with fewer, a few near-certain tokens can make any lag look good."""
+
+MIN_K3 = 0.02
+"""Lag-0 mean K3 (the top of the medium band) below which a turn is not tested: a shifted
+pairing of different tokens costs tenths; an aligned turn this close is not misaligned."""
+
+FACTOR = 10.0
+"""How much smaller a shifted lag's mean K3 must be than lag 0's: a shifted turn's right pairing
+is tens to thousands of times closer than its stored one; an aligned turn's shifted pairings are
+far worse than its own."""
+
+MAX_EXAMPLES = 10  # misaligned turns kept as evidence: (label, step, seq, turn, lag)
+
+
+@dataclass
+class MisalignState:
+    """Turns tested, misaligned turns and their tokens, per lag, and a few examples."""
+
+    turns: int = 0
+    misaligned: int = 0
+    tokens: int = 0  # model tokens of the misaligned turns
+    later: int = 0  # misaligned turns matching one position later (lag +1)
+    earlier: int = 0  # ... one position earlier (lag -1)
+    examples: list[tuple[str, int, int, int, str]] = field(default_factory=list)
+
+    def merge(self, other: MisalignState) -> MisalignState:
+        return MisalignState(
+            self.turns + other.turns,
+            self.misaligned + other.misaligned,
+            self.tokens + other.tokens,
+            self.later + other.later,
+            self.earlier + other.earlier,
+            sorted({*self.examples, *other.examples})[:MAX_EXAMPLES],
+        )
+
+
+def misalign_state(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    turn: np.ndarray,
+    step: np.ndarray,
+    label: str = "",
+) -> MisalignState:
+    """The misaligned turns of one chunk of whole sequences (a turn's tokens contiguous and in
+    order); ``label`` (e.g. the run) goes into the examples."""
+    n = len(lr)
+    if n < 2:
+        return MisalignState()
+    starts = np.flatnonzero(np.r_[True, (seq[1:] != seq[:-1]) | (turn[1:] != turn[:-1])])
+    lengths = np.diff(np.r_[starts, n])
+    last = np.zeros(n, bool)
+    last[np.r_[starts[1:], n] - 1] = True  # the last token of a turn pairs with no next one
+    first = np.zeros(n, bool)
+    first[starts] = True
+    k0 = _k3(lt - lr)
+    plus = np.r_[_k3(lt[1:] - lr[:-1]), 0.0]  # pair (lr_t, lt_t+1), counted at t
+    minus = np.r_[0.0, _k3(lt[:-1] - lr[1:])]  # pair (lr_t, lt_t-1), counted at t
+    pairs = np.maximum(lengths - 1, 1)
+
+    def mean(x: np.ndarray, drop: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(np.where(drop, 0.0, x), starts) / pairs
+
+    # each shifted lag against lag 0 over the same rollout tokens (one turn end left out)
+    base_plus, base_minus = mean(k0, last), mean(k0, first)
+    mean_plus, mean_minus = mean(plus, last), mean(minus, first)
+    tested = lengths - 1 >= MIN_PAIRS
+    later = tested & (base_plus >= MIN_K3) & (mean_plus * FACTOR <= base_plus)
+    earlier = tested & (base_minus >= MIN_K3) & (mean_minus * FACTOR <= base_minus) & ~later
+    bad = later | earlier
+    state = MisalignState(
+        int(tested.sum()),
+        int(bad.sum()),
+        int(lengths[bad].sum()),
+        int(later.sum()),
+        int(earlier.sum()),
+    )
+    for i in np.flatnonzero(bad)[:MAX_EXAMPLES]:
+        s = starts[i]
+        lag = "one position later" if later[i] else "one position earlier"
+        state.examples.append((label, int(step[s]), int(seq[s]), int(turn[s]), lag))
+    return state
+
+
+def _k3(r: np.ndarray) -> np.ndarray:
+    """K3 of ``r`` clamped to +-``RATIO_CLAMP`` (a sentinel value among the tokens weighs alike
+    at every lag: the sentinels check's business, not a shift)."""
+    c = np.clip(r, -RATIO_CLAMP, RATIO_CLAMP)
+    return np.expm1(c) - c

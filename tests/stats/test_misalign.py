@@ -1,0 +1,125 @@
+"""Turns shifted by one position on their own (``stats/misalign.py``): the state against a
+plain per-turn reference, merged chunks equal to one chunk, and what is and is not a shift."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mismatchctl.stats.misalign import FACTOR, MIN_K3, MIN_PAIRS, MisalignState, misalign_state
+
+
+def _k3(r: float) -> float:
+    c = min(max(r, -20.0), 20.0)
+    return math.expm1(c) - c
+
+
+def _reference(lr, lt, seq, turn) -> tuple[int, int, int, int]:
+    """(tested, misaligned, their tokens, later) by a loop over the turns."""
+    runs: dict[tuple[int, int], list[int]] = {}
+    for i, key in enumerate(zip(seq.tolist(), turn.tolist(), strict=True)):
+        runs.setdefault(key, []).append(i)
+    tested = bad = tokens = later = 0
+    for idx in runs.values():
+        n = len(idx)
+        if n - 1 < MIN_PAIRS:
+            continue
+        tested += 1
+        a, t = [lr[i] for i in idx], [lt[i] for i in idx]
+        base_p = sum(_k3(t[j] - a[j]) for j in range(n - 1)) / (n - 1)
+        plus = sum(_k3(t[j + 1] - a[j]) for j in range(n - 1)) / (n - 1)
+        base_m = sum(_k3(t[j] - a[j]) for j in range(1, n)) / (n - 1)
+        minus = sum(_k3(t[j - 1] - a[j]) for j in range(1, n)) / (n - 1)
+        is_later = base_p >= MIN_K3 and plus * FACTOR <= base_p
+        is_earlier = base_m >= MIN_K3 and minus * FACTOR <= base_m
+        if is_later or is_earlier:
+            bad += 1
+            tokens += n
+            later += is_later
+    return tested, bad, tokens, later
+
+
+def _data(seed: int, shifted: float) -> tuple[np.ndarray, ...]:
+    """Turns of 3-30 tokens; a share ``shifted`` of them has the trainer side one position
+    later (its first value a 0.0 fill), some one earlier."""
+    rng = np.random.default_rng(seed)
+    lr_all, lt_all, seq_all, turn_all = [], [], [], []
+    for s in range(200):
+        for t in range(int(rng.integers(1, 4))):
+            n = int(rng.integers(3, 31))
+            lr = -rng.exponential(1.0, n) * rng.choice([0.01, 1.0], n, p=[0.4, 0.6])
+            lt = lr * np.exp(0.05 * rng.standard_normal(n))
+            u = rng.random()
+            if u < shifted / 2:
+                lt = np.r_[0.0, lt[:-1]]
+            elif u < shifted:
+                lt = np.r_[lt[1:], 0.0]
+            lr_all.append(lr)
+            lt_all.append(lt)
+            seq_all.append(np.full(n, s))
+            turn_all.append(np.full(n, t))
+    return tuple(np.concatenate(x) for x in (lr_all, lt_all, seq_all, turn_all))
+
+
+@pytest.mark.parametrize("shifted", [0.0, 0.05, 0.5])
+def test_misaligned_turns_agree_with_a_loop_over_the_turns(shifted: float) -> None:
+    lr, lt, seq, turn = _data(3, shifted)
+    state = misalign_state(lr, lt, seq, turn, np.zeros_like(seq), "run")
+    tested, bad, tokens, later = _reference(lr, lt, seq, turn)
+    assert (state.turns, state.misaligned, state.tokens, state.later) == (
+        tested,
+        bad,
+        tokens,
+        later,
+    )
+    assert state.earlier == bad - later
+    if shifted:
+        assert bad > 0 and later > 0 and state.earlier > 0
+    else:
+        assert bad == 0
+
+
+def test_chunks_merge_to_the_whole() -> None:
+    lr, lt, seq, turn = _data(4, 0.2)
+    step = seq // 50
+    whole = misalign_state(lr, lt, seq, turn, step, "run")
+    cut = int(np.flatnonzero(seq == 100)[0])  # chunks of whole sequences
+    a = misalign_state(lr[:cut], lt[:cut], seq[:cut], turn[:cut], step[:cut], "run")
+    b = misalign_state(lr[cut:], lt[cut:], seq[cut:], turn[cut:], step[cut:], "run")
+    merged = a.merge(b)
+    assert (merged.turns, merged.misaligned, merged.tokens, merged.later, merged.earlier) == (
+        whole.turns,
+        whole.misaligned,
+        whole.tokens,
+        whole.later,
+        whole.earlier,
+    )
+    assert merged.examples == sorted(whole.examples)[: len(merged.examples)]
+    assert MisalignState().merge(whole).misaligned == whole.misaligned
+
+
+def test_a_fill_on_one_side_or_one_monster_token_is_no_shift() -> None:
+    rng = np.random.default_rng(5)
+    n = 12
+    lr = -rng.exponential(1.0, n)
+    lr[0] = -9.0  # one very unlikely first token: a large K3 at lag 0 only if left in one side
+    seq, turn = np.zeros(n, np.int64), np.zeros(n, np.int64)
+    zeros = np.zeros(n)  # the trainer side all 0.0: every lag costs the same
+    assert misalign_state(lr, zeros, seq, turn, seq).misaligned == 0
+    sentinel = lr.copy()
+    sentinel[5] = -9999.0
+    assert misalign_state(lr, sentinel, seq, turn, seq).misaligned == 0
+    assert misalign_state(lr, np.r_[0.0, lr[:-1]], seq, turn, seq).misaligned == 1
+
+
+def test_short_turns_and_near_certain_tokens_are_not_tested() -> None:
+    seq = np.zeros(MIN_PAIRS, np.int64)
+    lr = np.linspace(-3.0, -0.1, MIN_PAIRS)
+    state = misalign_state(lr, np.r_[0.0, lr[:-1]], seq, seq, seq)
+    assert state.turns == 0 and state.misaligned == 0  # MIN_PAIRS - 1 pairs
+    lr = np.full(20, -1e-4)  # near-certain: every lag is close
+    lt = np.r_[0.0, lr[:-1]] * 1.01
+    seq = np.zeros(20, np.int64)
+    assert misalign_state(lr, lt, seq, seq, seq).misaligned == 0
