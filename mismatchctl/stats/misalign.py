@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mismatchctl.stats.sentinels import MAX_EXAMPLES, merge_counts
 from mismatchctl.stats.state import RATIO_CLAMP
 
 MIN_PAIRS = 8
@@ -36,7 +37,7 @@ FACTOR = 10.0
 is tens to thousands of times closer than its stored one; an aligned turn's shifted pairings are
 far worse than its own."""
 
-MAX_EXAMPLES = 10  # misaligned turns kept as evidence: (label, step, seq, turn, lag)
+# examples kept: MAX_EXAMPLES misaligned turns, (label, step, seq, turn, lag)
 
 
 @dataclass
@@ -51,14 +52,7 @@ class MisalignState:
     examples: list[tuple[str, int, int, int, str]] = field(default_factory=list)
 
     def merge(self, other: MisalignState) -> MisalignState:
-        return MisalignState(
-            self.turns + other.turns,
-            self.misaligned + other.misaligned,
-            self.tokens + other.tokens,
-            self.later + other.later,
-            self.earlier + other.earlier,
-            sorted({*self.examples, *other.examples})[:MAX_EXAMPLES],
-        )
+        return merge_counts(self, other)
 
 
 def misalign_state(

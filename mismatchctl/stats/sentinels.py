@@ -17,7 +17,8 @@ Two kinds survive ingest (which rejects NaN and infinities):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -32,6 +33,7 @@ response can end in exact 0.0 on both sides too: a token whose probability round
 float32 on both sides (a closing tag, the end-of-sequence token after a stop string), one to three
 of them in a row; eight in a row at exactly 0.0 on both sides is not seen in sampled text."""
 MAX_EXAMPLES = 10  # offending sequences kept as evidence: (label, step, seq, what)
+C = TypeVar("C", bound=Any)  # a dataclass of counts and examples (``merge_counts``)
 
 
 @dataclass
@@ -158,13 +160,17 @@ class TrailingZeroState:
     examples: list[tuple[str, int, int, int]] = field(default_factory=list)  # label, step, seq, run
 
     def merge(self, other: TrailingZeroState) -> TrailingZeroState:
-        return TrailingZeroState(
-            self.sequences + other.sequences,
-            self.padded + other.padded,
-            self.padded_tokens + other.padded_tokens,
-            self.tokens + other.tokens,
-            sorted({*self.examples, *other.examples})[:MAX_EXAMPLES],
-        )
+        return merge_counts(self, other)
+
+
+def merge_counts(a: C, b: C) -> C:
+    """Two states of counts and ``examples`` merged: the counts added, the examples the first
+    ``MAX_EXAMPLES`` of both (sorted: the same whatever the order of the parts)."""
+    counts = {
+        f.name: getattr(a, f.name) + getattr(b, f.name) for f in fields(a) if f.name != "examples"
+    }
+    examples = sorted({*a.examples, *b.examples})[:MAX_EXAMPLES]
+    return type(a)(**counts, examples=examples)
 
 
 def trailing_zero_state(
