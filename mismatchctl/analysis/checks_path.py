@@ -203,6 +203,11 @@ def hardware(ctx: Context) -> Check:
     found = ctx.contrast({K.GPU: [ctx.gpu_code(top)]})
     ci = None if found is None else found[1]
     verdict = relative(factor, ci, T.GPU_FACTOR_WARN, T.LOCAL_CI_LOW, math.inf, vk)
+    group = _hot_group(ctx, gpus) if verdict == OK else None
+    if group is not None:  # most gpus at one level, the others far below it
+        hot, factor, found = group
+        ci = found[1]
+        verdict = relative(factor, ci, T.GPU_FACTOR_WARN, T.LOCAL_CI_LOW, math.inf, vk)
     if verdict != OK and ci is not None and ci[0] >= T.GPU_FACTOR_FAIL:
         verdict = FAIL
     if severe["concentrated_on"] is not None:
@@ -219,6 +224,14 @@ def hardware(ctx: Context) -> Check:
         f"({ratio_text(None if found is None else found[0])}x the rest at the same token "
         f"probabilities, {ci_text(ci)})"
     )
+    if group is not None and verdict != OK:
+        evidence["hot_gpus"] = hot
+        cold = ", ".join(g for g in gpus if g not in hot)
+        finding = (
+            f"{', '.join(hot)}: vllm_kl {fmt(factor)}x that of {cold} "
+            f"({ratio_text(found[0])}x at the same token probabilities, {ci_text(ci)}); no "
+            "gpu stands out from the median of the others, because most of them are hot"
+        )
     if severe["concentrated_on"] is not None:
         finding += f"; {severe['concentrated_on']} holds most severe batches"
     advice = (
@@ -226,6 +239,35 @@ def hardware(ctx: Context) -> Check:
         f"`mismatchctl compare gpu={_other(gpus, top)} gpu={top}` shows where they differ"
     )
     return Check(PATH, "hardware", title, verdict, finding, evidence, advice_if(verdict, advice))
+
+
+def _hot_group(
+    ctx: Context, gpus: dict[str, float]
+) -> tuple[list[str], float, tuple[float, tuple[float, float]]] | None:
+    """When more than one gpu is hot: the gpus ranked by vllm_kl, the hottest ``k`` (two or more,
+    leaving at least one) whose contrast with the others at the same token probabilities has the
+    largest z; with their pooled vllm_kl over the others'. None with fewer than three gpus (the
+    hottest against the other is the check's own test) or no contrast."""
+    if len(gpus) < 3:
+        return None
+    tokens = {g.by[K.GPU]: g.metrics.get(M.TOKENS) or 0 for g in ctx.report.split(K.GPU)}
+    ranked = sorted(gpus, key=gpus.__getitem__, reverse=True)
+    best: tuple[float, list[str], float, tuple[float, tuple[float, float]]] | None = None
+    for k in range(2, len(ranked)):
+        hot, cold = ranked[:k], ranked[k:]
+        found = ctx.contrast({K.GPU: [ctx.gpu_code(g) for g in hot]})
+        if found is None or not found[0] > 0 or not found[1][0] > 0:
+            continue
+        z = math.log(found[0]) / max(math.log(found[1][1] / found[1][0]), 1e-12)
+        level = [_pooled(gpus, tokens, side) for side in (hot, cold)]
+        if level[1] and (best is None or z > best[0]):
+            best = (z, hot, level[0] / level[1], found)
+    return None if best is None else best[1:]
+
+
+def _pooled(gpus: dict[str, float], tokens: dict[str, float], which: list[str]) -> float:
+    n = sum(tokens.get(g, 0) for g in which)
+    return sum(gpus[g] * tokens.get(g, 0) for g in which) / n if n else 0.0
 
 
 def _factor(value: float, others: list[float]) -> float | None:

@@ -263,7 +263,10 @@ the localized check judges a gpu found by its search (it was 3x, "one band apart
 (fail). BACKGROUND.md: H20 5e-4..1e-3, L20 1e-3..1e-2, A100 1e-2..1 for the same code, most of
 it a kernel fault on the non-Hopper gpus (FlashAttention-2's split-KV path under vLLM's cascade
 attention), which ``disable_cascade_attn`` brought to about 1e-3: a gap between gpu generations
-is worth a look, not a law of nature."""
+is worth a look, not a law of nature. With three gpus or more the same gates judge the hottest
+two or more against the others (pooled vllm_kl, and their contrast at the same token
+probabilities) when no gpu stands out: three generations of four at 3x put each at the median
+of the others."""
 
 SEVERE_GPU_SHARE = 0.8
 """Severe batches are concentrated on a gpu when it holds this share of them while holding less

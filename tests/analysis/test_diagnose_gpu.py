@@ -1,6 +1,7 @@
 """diagnose on faults confined to one gpu generation, and on faults beside a hot gpu: the cause
 is the hardware when every code-path finding lies on that gpu (alone, with other dimensions, or
-as elevated steps that are the gpu's), a code path when a part of the run is hot on every gpu.
+as elevated steps that are the gpu's), a code path when a part of the run is hot on every gpu;
+and faults of most gpus against one (no gpu stands out from the median of the others).
 
 The dumps are tests/planted.py's, with the mismatch of chosen tokens scaled afterwards as the
 planted causes scale theirs: the trainer side is ``lr * exp(sigma * eps)``, and ``sigma`` times
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
@@ -100,3 +102,52 @@ def test_spikes_on_every_gpu_stay_a_code_path_beside_a_hot_gpu(store: Path) -> N
     cause = checks["cause"]
     assert cause.evidence["cause"] == "code path"
     assert "importance sampling would only reweight" in cause.next
+
+
+FOUR = ("A100", "L20", "A10", "H20")
+
+
+def _four_gpus(row: dict) -> str:  # responses dealt to four gpu generations in turn
+    return FOUR[int(row["uid"].split("-")[1]) % len(FOUR)]
+
+
+@pytest.fixture(scope="module")
+def four(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three of four gpu generations at 3x (a kernel fault off Hopper), and a healthy run."""
+    root = tmp_path_factory.mktemp("four")
+    hot = {"A100", "L20", "A10"}
+    for name, factor in (("three-hot", 3.0), ("four-healthy", 1.0)):
+
+        def scale(row: dict, kv: np.ndarray, factor: float = factor) -> np.ndarray:
+            return np.full(len(kv), factor if _four_gpus(row) in hot else 1.0)
+
+        path = write_scaled(
+            Plan("clean", per_step=PER_STEP, seed=41), root / f"{name}.parquet", scale
+        )
+        table = pq.read_table(path)
+        rows = table.to_pylist()
+        for row in rows:
+            row["gpu"] = _four_gpus(row)
+        pq.write_table(table.from_pylist(rows, schema=table.schema), path)
+        mismatchctl.ingest([path], run=name, store=root / "store")
+    return root / "store"
+
+
+def test_most_gpus_hot_against_one_is_the_hardware(four: Path) -> None:
+    """Each hot gpu is at the median of the others: the hottest against the rest sees nothing;
+    the hot group against the cold gpu does."""
+    checks = _checks(four, "three-hot")
+    hardware = checks["hardware"]
+    assert hardware.verdict == "warn"
+    assert set(hardware.evidence["hot_gpus"]) == {"A100", "L20", "A10"}
+    assert max(hardware.evidence["factor_over_others_median"].values()) < 1.75
+    lo, hi = hardware.evidence["rate_ratio_vs_rest_ci"]
+    assert 2.0 < lo < 3.0 < hi < 4.5
+    assert "that of H20" in hardware.finding
+    assert checks["cause"].evidence["cause"] == "hardware"
+
+
+def test_four_healthy_gpus_raise_no_alarm(four: Path) -> None:
+    checks = _checks(four, "four-healthy")
+    assert checks["hardware"].verdict == "ok" and "hot_gpus" not in checks["hardware"].evidence
+    assert checks["cause"].evidence["cause"] == "none"
