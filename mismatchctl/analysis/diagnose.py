@@ -32,6 +32,7 @@ from mismatchctl.analysis.diagnose_base import (
     Check,
     Context,
     RunView,
+    cube_gpus,
     step_series,
     worst,
 )
@@ -222,7 +223,9 @@ def _baseline_view(
         from mismatchctl.analysis.selection import empty_selection_error
 
         raise empty_selection_error(base)
-    return BaselineView(base.label or ", ".join(base.names), localize(target, found))
+    return BaselineView(
+        base.label or ", ".join(base.names), localize(target, found), cube_gpus(found)
+    )
 
 
 def _whole(cells: dict | None) -> dict | None:

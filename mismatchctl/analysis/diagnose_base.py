@@ -20,6 +20,7 @@ from mismatchctl.stats import registry as M
 from mismatchctl.stats.cube import Cube, merge_all
 from mismatchctl.stats.localize import contrast
 from mismatchctl.stats.localize_result import Explanation, ratio_text
+from mismatchctl.stats.localize_tables import SideTables
 from mismatchctl.stats.step_regimes import StepRates, StepSplit, StepTrend
 
 OK, WARN, FAIL, NA = "ok", "warn", "fail", "n/a"
@@ -119,10 +120,21 @@ class RunView:
 
 @dataclass
 class BaselineView:
-    """The selection against ``--baseline``: the explanation of its excess (``explain``)."""
+    """The selection against ``--baseline``: the explanation of its excess (``explain``), and
+    the gpus the baseline ran on."""
 
     label: str
     explanation: Explanation
+    gpus: list[str] = field(default_factory=list)
+
+
+def cube_gpus(cube: Cube | None) -> list[str]:
+    """The gpu labels holding tokens in a cube (none without a gpu dimension)."""
+    if cube is None or K.GPU not in {d.name for d in cube.spec.dims}:
+        return []
+    d = cube.spec.index(K.GPU)
+    tokens = SideTables(cube).n[(d,)]
+    return [cube.spec.level_label(d, [int(c)]) for c in np.flatnonzero(tokens > 0)]
 
 
 @dataclass

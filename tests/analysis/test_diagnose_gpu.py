@@ -151,3 +151,52 @@ def test_four_healthy_gpus_raise_no_alarm(four: Path) -> None:
     checks = _checks(four, "four-healthy")
     assert checks["hardware"].verdict == "ok" and "hot_gpus" not in checks["hardware"].evidence
     assert checks["cause"].evidence["cause"] == "none"
+
+
+@pytest.fixture(scope="module")
+def one_gpu_each(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Runs all on one gpu: a baseline on H20, targets on A100 at 3x and at the same level."""
+    root = tmp_path_factory.mktemp("one-gpu-each")
+    for name, seed, gpu, factor in (
+        ("base-h20", 43, "H20", 1.0),
+        ("a100-3x", 44, "A100", 3.0),
+        ("a100-same", 45, "A100", 1.0),
+        ("h20-3x", 46, "H20", 3.0),
+    ):
+        path = write_scaled(
+            Plan("clean", per_step=PER_STEP, seed=seed),
+            root / f"{name}.parquet",
+            lambda row, kv, factor=factor: np.full(len(kv), factor),
+        )
+        table = pq.read_table(path)
+        rows = table.to_pylist()
+        for row in rows:
+            row["gpu"] = gpu
+        pq.write_table(table.from_pylist(rows, schema=table.schema), path)
+        mismatchctl.ingest([path], run=name, store=root / "store")
+    return root / "store"
+
+
+def _against(store: Path, run: str, baseline: str) -> dict:
+    return {c.name: c for c in api.diagnose(run, store=store, baseline=baseline).checks}
+
+
+def test_a_uniform_excess_over_a_baseline_on_other_gpus_names_the_gpus(one_gpu_each: Path) -> None:
+    checks = _against(one_gpu_each, "a100-3x", "base-h20")
+    assert checks["baseline"].verdict in ("warn", "fail")
+    assert checks["baseline"].evidence["excess_shape"] == "uniform"
+    cause = checks["cause"]
+    assert cause.evidence["cause"] == "hardware"
+    assert "the run ran on A100, the baseline on H20" in cause.next
+    assert "policy mismatch" in cause.next  # the data cannot tell them apart: said
+
+
+def test_the_same_excess_on_the_same_gpu_is_the_policy(one_gpu_each: Path) -> None:
+    checks = _against(one_gpu_each, "h20-3x", "base-h20")
+    assert checks["cause"].evidence["cause"] == "policy"
+
+
+def test_another_gpu_at_the_baseline_level_raises_no_alarm(one_gpu_each: Path) -> None:
+    checks = _against(one_gpu_each, "a100-same", "base-h20")
+    assert checks["baseline"].verdict == "ok"
+    assert checks["cause"].evidence["cause"] == "none"
