@@ -13,7 +13,11 @@ from mismatchctl.analysis.checks_localize import CODE_PATH_ADVICE, firsts_on_gpu
 from mismatchctl.analysis.checks_path import HARDWARE_ADVICE, LOW_PROB_ADVICE
 from mismatchctl.analysis.checks_routing import REPLAY_ADVICE
 from mismatchctl.analysis.checks_template import TEMPLATE_ADVICE
-from mismatchctl.analysis.checks_trajectory import SPLIT_KINDS, STALE_ADVICE, rising, split_kind
+from mismatchctl.analysis.checks_trajectory import (
+    STALE_ADVICE,
+    regimes_are_growth,
+    steps_are_growth,
+)
 from mismatchctl.analysis.diagnose_base import (
     DATA,
     FAIL,
@@ -203,22 +207,10 @@ def _growth_by_steps(ctx: Context, check: Check) -> bool:
     speaks of rises (the trend check) and follows its line at least as closely as any change
     point (``StepTrend.smooth``). A fault that switches on at one step keeps its two levels and
     stays a code path; a part of the run at other dimensions (a gpu, long KV positions) too."""
-    growing = {
-        run for run, view in ctx.runs.items()
-        if rising(view) and view.trend is not None and view.trend.smooth
-    }  # fmt: skip
     if check.name == "regimes":
-        split = {run for run, view in ctx.runs.items() if split_kind(view) in SPLIT_KINDS}
-        return bool(split) and split <= growing
+        return regimes_are_growth(ctx)
     if check.name == "localized":
-        firsts = {
-            run: e["code_path_findings"][0]["where"]
-            for run, e in check.evidence["runs"].items()
-            if e["code_path_findings"]
-        }
-        return bool(firsts) and all(
-            run in growing and set(where) == {K.STEP} for run, where in firsts.items()
-        )
+        return steps_are_growth(ctx, check.evidence["runs"])
     return False
 
 

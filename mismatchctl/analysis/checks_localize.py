@@ -10,7 +10,11 @@ from typing import Any
 
 from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.checks_template import template_fault
-from mismatchctl.analysis.checks_trajectory import tagged_lags
+from mismatchctl.analysis.checks_trajectory import (
+    GROWTH_STEPS_ADVICE,
+    steps_are_growth,
+    tagged_lags,
+)
 from mismatchctl.analysis.diagnose_base import (
     NA,
     OK,
@@ -90,6 +94,8 @@ def localized(ctx: Context) -> Check:
         advice = GPU_LOCAL_ADVICE
     if evidence["later_turns"]:
         advice = LATER_TURNS_LOCAL_ADVICE
+    if steps_are_growth(ctx, evidence["runs"]):
+        advice = GROWTH_STEPS_ADVICE
     if template_fault(ctx):
         advice = TEMPLATE_LOCAL_ADVICE
     return Check(PATH, "localized", title, verdict, finding, evidence, advice_if(verdict, advice))

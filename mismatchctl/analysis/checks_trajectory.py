@@ -135,7 +135,7 @@ def _split_result(view: RunView, kinds: tuple[str, ...]) -> RunResult:
     )
     if kind == "step change":
         body = f"from step {steps[0]} on, {body}"
-    if rising(view) and view.trend is not None and view.trend.smooth:
+    if smooth_growth(view):
         evidence["smooth_rise"] = True
         body += "; the steps follow a rising line as closely as two levels (the trend check)"
     return verdict, f"{kind}: {body}", evidence
@@ -172,10 +172,46 @@ def regimes(ctx: Context) -> Check:
         "some steps take (a kernel chosen by batch shape or KV length, one engine instance, a "
         "gpu) has this signature: `mismatchctl explain RUN` says what the elevated steps share"
     )
-    return _per_run(
+    check = _per_run(
         ctx, "regimes", "Steps in a healthy and an elevated regime",
         lambda v, _: _split_result(v, SPLIT_KINDS), advice, T.MIN_STEPS,
     )  # fmt: skip
+    if check.next is not None and regimes_are_growth(ctx):
+        check.next = GROWTH_STEPS_ADVICE
+    return check
+
+
+GROWTH_STEPS_ADVICE = (
+    "the elevated steps are the late ones of a mismatch that rises along a line, not a jump to a "
+    "second level: a growth (the trend check), not a code path some steps take; see the trend "
+    "and cause checks"
+)
+
+
+def smooth_growth(view: RunView) -> bool:
+    """The run's rate rises (the trend check) and its steps follow the line at least as
+    closely as any change point (``StepTrend.smooth``)."""
+    return rising(view) and view.trend is not None and view.trend.smooth
+
+
+def regimes_are_growth(ctx: Context) -> bool:
+    """Every run whose steps split into two groups grows smoothly: the groups are a line cut."""
+    split = [view for view in ctx.runs.values() if split_kind(view) in SPLIT_KINDS]
+    return bool(split) and all(smooth_growth(view) for view in split)
+
+
+def steps_are_growth(ctx: Context, runs: dict[str, dict[str, Any]]) -> bool:
+    """The localized check's first finding in each run (``runs``: its evidence) is a set of
+    steps alone, of a run that grows smoothly: the late steps of a growth."""
+    firsts = {
+        run: e["code_path_findings"][0]["where"]
+        for run, e in runs.items()
+        if e["code_path_findings"]
+    }
+    return bool(firsts) and all(
+        set(where) == {K.STEP} and run in ctx.runs and smooth_growth(ctx.runs[run])
+        for run, where in firsts.items()
+    )
 
 
 def trend(ctx: Context) -> Check:

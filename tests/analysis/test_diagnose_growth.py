@@ -66,6 +66,9 @@ def test_a_smooth_growth_is_the_growth_not_a_code_path(
     assert regimes.verdict in ALARM  # the late steps are higher: true, and said to be a line
     (evidence,) = regimes.evidence["runs"].values()
     assert evidence["smooth_rise"] and "rising line" in regimes.finding
+    assert "a growth (the trend check)" in regimes.next and "kernel" not in regimes.next
+    if checks["localized"].verdict in ALARM:  # the late steps found by the search: the same
+        assert "a growth (the trend check)" in checks["localized"].next
     cause = checks["cause"]
     assert cause.evidence["cause"] == "growth"
     assert "regimes" not in cause.evidence["checks"]
@@ -84,6 +87,7 @@ def test_a_fault_from_one_step_on_stays_a_code_path(
     assert evidence["kind"] == "step change" and "smooth_rise" not in evidence
     assert [int(s) for s in evidence["elevated_steps"]] == list(range(16, STEPS))
     assert checks["cause"].evidence["cause"] == "code path"
+    assert "a code path only some steps take" in regimes.next
 
 
 def test_the_healthy_run_raises_no_alarm(store: Path) -> None:
