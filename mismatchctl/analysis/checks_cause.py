@@ -28,7 +28,7 @@ from mismatchctl.analysis.diagnose_base import (
     WARN,
     Check,
     Context,
-    cube_gpus,
+    baseline_on_other_gpus,
     fmt,
     pct,
     worst,
@@ -86,7 +86,7 @@ def name_cause(ctx: Context) -> Cause:
     paths = [c for c in _hits(ctx, CODE_PATH_CHECKS) if not c.evidence.get("later_turns")]
     paths = [c for c in paths if not _growth_by_steps(ctx, c)]  # a growth seen step by step
     if base is not None and base.verdict in (WARN, FAIL) and shape == "uniform" and not paths:
-        other = _other_gpus(ctx)
+        other = baseline_on_other_gpus(ctx)
         if other is not None:
             return _cause(
                 "hardware", [base], _other_gpus_advice(*other),
@@ -178,17 +178,6 @@ def _gpu_only(ctx: Context, paths: list[Check]) -> bool:
 
 
 STEP_CHECKS = ("regimes", "spikes")
-
-
-def _other_gpus(ctx: Context) -> tuple[list[str], list[str]] | None:
-    """The selection's gpus and the baseline's, when they share none: a uniform excess between
-    gpu generations is their numerics as much as a policy (BACKGROUND.md: the same code ran at
-    vllm_kl 5e-4..1e-3 on H20 and 1e-2..1 on A100)."""
-    mine = cube_gpus(ctx.cube)
-    theirs = ctx.baseline.gpus if ctx.baseline is not None else []
-    if not mine or not theirs or set(mine) & set(theirs):
-        return None
-    return mine, theirs
 
 
 def _other_gpus_advice(mine: list[str], theirs: list[str]) -> str:

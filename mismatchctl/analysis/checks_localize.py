@@ -22,6 +22,7 @@ from mismatchctl.analysis.diagnose_base import (
     Check,
     Context,
     advice_if,
+    baseline_on_other_gpus,
     ci_text,
     fmt,
     relative,
@@ -273,6 +274,13 @@ def baseline(ctx: Context) -> Check:
         "the excess is spread over every part of the run: compare the weights the engine "
         "sampled with against the trainer's (see the cause check)",
     )
+    other = baseline_on_other_gpus(ctx) if shape == "uniform" else None
+    if other is not None:
+        advice = (
+            f"the excess is spread over every part of the run, which ran on {', '.join(other[0])} "
+            f"while the baseline ran on {', '.join(other[1])}: another gpu generation's kernels "
+            "or the policy (see the cause check)"
+        )
     where = ""
     if e.findings and shape == "localized":
         where = f"; most of it in {finding_label(e.findings[0])}"

@@ -128,6 +128,17 @@ class BaselineView:
     gpus: list[str] = field(default_factory=list)
 
 
+def baseline_on_other_gpus(ctx: Context) -> tuple[list[str], list[str]] | None:
+    """The selection's gpus and the baseline's, when they share none: a uniform excess between
+    gpu generations is their numerics as much as a policy (BACKGROUND.md: the same code ran at
+    vllm_kl 5e-4..1e-3 on H20 and 1e-2..1 on A100)."""
+    mine = cube_gpus(ctx.cube)
+    theirs = ctx.baseline.gpus if ctx.baseline is not None else []
+    if not mine or not theirs or set(mine) & set(theirs):
+        return None
+    return mine, theirs
+
+
 def cube_gpus(cube: Cube | None) -> list[str]:
     """The gpu labels holding tokens in a cube (none without a gpu dimension)."""
     if cube is None or K.GPU not in {d.name for d in cube.spec.dims}:

@@ -189,6 +189,7 @@ def test_a_uniform_excess_over_a_baseline_on_other_gpus_names_the_gpus(one_gpu_e
     assert cause.evidence["cause"] == "hardware"
     assert "the run ran on A100, the baseline on H20" in cause.next
     assert "policy mismatch" in cause.next  # the data cannot tell them apart: said
+    assert "while the baseline ran on H20" in checks["baseline"].next
 
 
 def test_the_same_excess_on_the_same_gpu_is_the_policy(one_gpu_each: Path) -> None:
