@@ -35,9 +35,9 @@ RUNS: dict[str, tuple[Plan, dict[str, str]]] = {
     # 10x at KV >= 48 in every third step (the run 1.4x a healthy one): the later turns hold
     # the long KV positions, and only the set of faulty steps tells the path from the tool turns
     **{f"path-steps-{s}": (Plan("path", per_step=PER_STEP, seed=s, factor=10), {}) for s in (2, 4)},
-    "policy-small": (Plan("policy", per_step=PER_STEP, seed=5, factor=10), {}),
-    "policy-loud": (Plan("policy", per_step=PER_STEP, seed=5, factor=1000), {}),
-    "lagged-small": (Plan("policy", per_step=PER_STEP, seed=8, factor=2), {"weight_lag": "1"}),
+    "policy-small": (Plan("policy", per_step=PER_STEP, seed=5, factor=2), {}),
+    "policy-loud": (Plan("policy", per_step=PER_STEP, seed=5, factor=100), {}),
+    "lagged-small": (Plan("policy", per_step=PER_STEP, seed=8, factor=1.1), {"weight_lag": "1"}),
     # twice the mismatch, estimated a little low (1.88x-1.999x, intervals 1.7-2.2): under a
     # point gate at 2x these were passed (diagnose_thresholds: the factors sit below the size)
     "gpu-2x": (Plan("gpu", per_step=PER_STEP, seed=1, factor=2), {}),
