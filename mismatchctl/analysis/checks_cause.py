@@ -9,7 +9,12 @@ from typing import Any
 
 from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.checks_data import PROCESSED_HINT
-from mismatchctl.analysis.checks_localize import CODE_PATH_ADVICE, firsts_on_gpus
+from mismatchctl.analysis.checks_localize import (
+    CODE_PATH_ADVICE,
+    FIRST_TURNS_LOCAL_ADVICE,
+    firsts_on_first_turns,
+    firsts_on_gpus,
+)
 from mismatchctl.analysis.checks_path import HARDWARE_ADVICE, LOW_PROB_ADVICE
 from mismatchctl.analysis.checks_routing import REPLAY_ADVICE
 from mismatchctl.analysis.checks_template import TEMPLATE_ADVICE
@@ -108,6 +113,12 @@ def name_cause(ctx: Context) -> Cause:
             return _cause(
                 "hardware", [hardware, *(c for c in paths if c is not hardware)],
                 remedy or HARDWARE_ADVICE,
+            )  # fmt: skip
+        local = next((c for c in paths if c.name == "localized"), None)
+        if local is not None and firsts_on_first_turns(local.evidence["runs"].values()):
+            return _cause(
+                "code path", [local, *(c for c in paths if c is not local)],
+                FIRST_TURNS_LOCAL_ADVICE, "code path (the first turns)",
             )  # fmt: skip
         return _cause("code path", paths, CODE_PATH_ADVICE)
     for key, names in (

@@ -31,6 +31,8 @@ from mismatchctl.analysis.diagnose_base import (
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import TURN_KIND_LABELS
 from mismatchctl.stats import registry as M
+from mismatchctl.stats.cube import Cube
+from mismatchctl.stats.localize import contrast_within
 from mismatchctl.stats.localize_result import (
     Explanation,
     Finding,
@@ -52,8 +54,15 @@ CODE_PATH_ADVICE = (
 
 
 def code_path(f: Finding) -> bool:
-    """A finding on something other than the turns (and the probability bin)."""
-    return any(d not in TOOL_DIMS and d != K.BIN for d in f.where)
+    """A finding on something other than the turns (and the probability bin), or on the first
+    turns alone (no tool response before them: what they take that the later turns do not is
+    the prompt's path, not the tool output's)."""
+    return any(d not in TOOL_DIMS and d != K.BIN for d in f.where) or first_turns(f.where)
+
+
+def first_turns(where: dict[str, str]) -> bool:
+    """A finding's place is the first turns alone (``turn 0`` or ``turn_kind first``)."""
+    return where.get(K.TURN) == "0" or where.get(K.TURN_KIND) == "first"
 
 
 def cell_level(expl: Explanation, f: Finding) -> float:
@@ -80,7 +89,7 @@ def localized(ctx: Context) -> Check:
     if not ctx.runs:
         return Check(PATH, "localized", title, NA, "no run to localize")
     later = later_turns(ctx)
-    results = {name: localized_run(view.local, later) for name, view in ctx.runs.items()}
+    results = {name: localized_run(view.local, later, view.cube) for name, view in ctx.runs.items()}
     verdict = worst([v for v, _, _ in results.values()])
     shown = [run for run, (v, _, _) in results.items() if v == verdict]
     many = len(results) > 1
@@ -93,6 +102,8 @@ def localized(ctx: Context) -> Check:
     advice = STALE_LOCAL_ADVICE if stale(ctx) else CODE_PATH_ADVICE
     if firsts_on_gpus(firing):
         advice = GPU_LOCAL_ADVICE
+    if firsts_on_first_turns(firing):
+        advice = FIRST_TURNS_LOCAL_ADVICE
     if evidence["later_turns"]:
         advice = LATER_TURNS_LOCAL_ADVICE
     if steps_are_growth(ctx, evidence["runs"]):
@@ -120,6 +131,14 @@ STALE_LOCAL_ADVICE = (
 )
 
 
+FIRST_TURNS_LOCAL_ADVICE = (
+    "the first turns (no tool response before them) are hotter than the turns after tool "
+    "responses at the same token probabilities: what only they have is the prompt; compare the "
+    "prompt's token ids on both sides (chat template, system prompt, BOS and special tokens) and "
+    "how each side prefills it (chunked prefill, prefix caching); then diagnose again"
+)
+
+
 LATER_TURNS_LOCAL_ADVICE = (
     "no part found is hotter than the turns after tool responses as a whole: it is those turns "
     "seen by position (long KV lengths live in them), not a code path; see the tool_responses "
@@ -138,15 +157,60 @@ def later_turns(ctx: Context) -> tuple[float, tuple[float, float]] | None:
     return ctx.contrast({K.TURN_KIND: [TURN_KIND_LABELS.index("later")]})
 
 
-def by_later_turns(hits: list[Finding], later: tuple[float, tuple[float, float]] | None) -> bool:
+def by_later_turns(
+    hits: list[Finding],
+    later: tuple[float, tuple[float, float]] | None,
+    inside: dict[int, tuple[float, tuple[float, float]] | None] | None = None,
+) -> bool:
     """Every part found is placed among the turns and is not hotter than the later turns as a
-    whole (its interval reaches down to their ratio, itself above ``TOOL_CI_LOW``): the parts
-    are the turns after tool responses seen by position, not a code path. A code path that
-    only long contexts take is hotter than the later turns it lives in (they hold shorter
-    ones), and one elsewhere (a gpu, some steps alone) is not placed among the turns."""
+    whole (its interval reaches down to their ratio, itself above ``TOOL_CI_LOW``) nor, within
+    the later turns, than their other tokens (``inside``: hit index -> that contrast, see
+    :func:`within_later`; none or under the localized pattern): the parts are the turns after
+    tool responses seen by position, not a code path. A code path that only long contexts take
+    is hotter than the later turns' shorter ones, and one elsewhere (a gpu, some steps alone)
+    is not placed among the turns."""
     if later is None or later[1][0] < T.TOOL_CI_LOW or not hits:
         return False
-    return all(TURN_PLACES.intersection(f.where) and f.rate_ratio_ci[0] <= later[0] for f in hits)
+    inside = inside or {}
+    return all(
+        TURN_PLACES.intersection(f.where)
+        and f.rate_ratio_ci[0] <= later[0]
+        and not _hotter(inside.get(i))
+        for i, f in enumerate(hits)
+    )
+
+
+def _hotter(found: tuple[float, tuple[float, float]] | None) -> bool:
+    """A contrast that shows the localized pattern (``LOCAL_FACTOR``, ``LOCAL_CI_LOW``)."""
+    if found is None:
+        return False
+    return relative(found[0], found[1], T.LOCAL_FACTOR, T.LOCAL_CI_LOW, math.inf) != OK
+
+
+def within_later(cube: Cube | None, f: Finding) -> tuple[float, tuple[float, float]] | None:
+    """A finding's part of the later turns against their other tokens at the same token
+    probabilities (``stats.localize.contrast_within``): for a finding on one dimension beside
+    the turns and the probability bin (``turn_position 16-63``, ``turn_kind later, kv_position
+    128-255``); None otherwise, or without a cube. Tool turns that are each worse make every
+    part of them alike (about 1); a path that only their long contexts take makes its part
+    hotter than the rest of them."""
+    if cube is None:
+        return None
+    spec = cube.spec
+    named = {spec.dims[d].name: [int(c) for c in codes] for d, codes in f.region.items()}
+    others = [n for n in named if n not in TOOL_DIMS and n != K.BIN]
+    if len(others) != 1 or first_turns(f.where):
+        return None
+    (dim,) = others
+    within = {K.TURN: named[K.TURN]} if K.TURN in named else {
+        K.TURN_KIND: [TURN_KIND_LABELS.index("later")]
+    }  # fmt: skip
+    if K.BIN in named:
+        within[K.BIN] = named[K.BIN]
+    try:
+        return contrast_within(cube, within, dim, named[dim], K.BIN, T.LEVEL)
+    except KeyError:  # a dimension the cube does not hold
+        return None
 
 
 def stale(ctx: Context) -> bool:
@@ -164,11 +228,22 @@ def firsts_on_gpus(runs: Iterable[dict[str, Any]]) -> bool:
     return bool(firsts) and all(K.GPU in f["where"] for f in firsts)
 
 
+def firsts_on_first_turns(runs: Iterable[dict[str, Any]]) -> bool:
+    """Whether each run's top code-path finding is the first turns alone (``localized_run``'s
+    evidence ``first_turns``; runs with no code-path finding are skipped)."""
+    firing = [run for run in runs if run["code_path_findings"]]
+    return bool(firing) and all(run.get("first_turns") for run in firing)
+
+
 def localized_run(
-    expl: Explanation, later: tuple[float, tuple[float, float]] | None = None
+    expl: Explanation,
+    later: tuple[float, tuple[float, float]] | None = None,
+    cube: Cube | None = None,
 ) -> tuple[str, str, dict[str, Any]]:
     """The localized verdict of one run, its sentence and evidence; ``later``: the later turns'
-    contrast, see :func:`by_later_turns` (evidence ``later_turns``, said in the sentence)."""
+    contrast, ``cube`` the run's, see :func:`by_later_turns` (evidence ``later_turns``, and
+    ``within_later_turns`` when a part found is hotter than the rest of the later turns, said
+    in the sentence); ``first_turns`` (True) when the top part is the first turns alone."""
     paths = [f for f in expl.findings if code_path(f)]
     graded = [
         (
@@ -211,11 +286,33 @@ def localized_run(
     )
     if len(hits) > 1:
         finding += f"; {len(hits) - 1} more part(s)"
-    if later is not None and by_later_turns([f for _, f in hits], later):
+    if first_turns(top.where):
+        evidence["first_turns"] = True
+    if later is None:
+        return verdict, finding, evidence
+    parts = [f for _, f in hits]
+    inside = {
+        i: within_later(cube, f)
+        for i, f in enumerate(parts)
+        if TURN_PLACES.intersection(f.where) and later[1][0] >= T.TOOL_CI_LOW
+    }
+    if by_later_turns(parts, later, inside):
         evidence["later_turns"] = True
         finding += (
             f"; no hotter than the later turns as a whole ({ratio_text(later[0])}x the first "
             "turns: the tool_responses check)"
+        )
+        return verdict, finding, evidence
+    hot = next((i for i, c in inside.items() if _hotter(c)), None)
+    if hot is not None:
+        ratio, ci = inside[hot]  # type: ignore[misc]
+        evidence["within_later_turns"] = {
+            "where": parts[hot].where, "rate_ratio": ratio, "rate_ratio_ci": list(ci)
+        }  # fmt: skip
+        finding += (
+            f"; within the later turns, {finding_label(parts[hot])} is {ratio_text(ratio)}x "
+            f"their other tokens ({ci_text(ci)}): a path those turns take there, not the tool "
+            "turns as a whole"
         )
     return verdict, finding, evidence
 
@@ -310,4 +407,12 @@ def excess_shape(e: Explanation) -> str:
     return "mixed"
 
 
-__all__ = ["baseline", "code_path", "excess_shape", "firsts_on_gpus", "localized", "localized_run"]
+__all__ = [
+    "baseline",
+    "code_path",
+    "excess_shape",
+    "firsts_on_first_turns",
+    "firsts_on_gpus",
+    "localized",
+    "localized_run",
+]

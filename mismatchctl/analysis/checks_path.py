@@ -173,7 +173,7 @@ def code_path_signal(ctx: Context, later: tuple[float, tuple[float, float]] | No
     later turns seen by position, ``later`` being their contrast; or steps that split into
     spikes or regimes), or None."""
     for name, view in ctx.runs.items():
-        verdict, _, evidence = localized_run(view.local, later)
+        verdict, _, evidence = localized_run(view.local, later, view.cube)
         if verdict in (WARN, FAIL) and not evidence.get("later_turns"):
             return f"a code path is localized in {name} (the localized check)"
         kind = split_kind(view)

@@ -19,8 +19,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from mismatchctl.stats.cube import Cube
+from mismatchctl.stats.cube import Cube, Field
 from mismatchctl.stats.decompose import decompose
+from mismatchctl.stats.localize_estimates import versus_rest
 from mismatchctl.stats.localize_findings import (
     Sides,
     drop_aliases,
@@ -32,6 +33,7 @@ from mismatchctl.stats.localize_findings import (
 from mismatchctl.stats.localize_math import div, norm_ppf, relvar
 from mismatchctl.stats.localize_reference import baseline_reference, no_reference
 from mismatchctl.stats.localize_refine import Refiner
+from mismatchctl.stats.localize_regions import region_moments, region_sums
 from mismatchctl.stats.localize_result import CellShare, Explanation, Finding
 from mismatchctl.stats.localize_search import Baseline, Search, Selected, effective_sequences
 from mismatchctl.stats.localize_tables import Dims, SideTables, expected_mass, stratum_rates
@@ -307,6 +309,46 @@ def contrast(
     est, var = estimate(sides, masks)
     ratio = float(est.rate_ratio)
     if not (ratio > 0 and math.isfinite(ratio) and math.isfinite(var) and var >= 0):
+        return None
+    half = norm_ppf(1 - (1 - level) / 2) * math.sqrt(var)
+    return ratio, (ratio * math.exp(-half), ratio * math.exp(half))
+
+
+def contrast_within(
+    cube: Cube,
+    within: dict[str, list[int]],
+    dim: str,
+    codes: list[int],
+    stratum: str = "bin",
+    level: float = 0.95,
+) -> tuple[float, tuple[float, float]] | None:
+    """A part of a region against the rest of that region: the tokens of ``within`` (dimension
+    name -> search-level codes) at ``codes`` of ``dim`` against its tokens at the other values
+    of ``dim``, at the region's own rates over ``stratum`` (the same token mix), and the
+    interval at ``level``: the two parts' own variances taken as independent (conservative: a
+    sequence's parts co-vary positively, as ``localize_regions.log_contrast_var``). None when a
+    part has no mass, ``dim`` is blocked (its search-level codes are not its values) or the
+    cube holds no table of these dimensions with the stratum."""
+    spec = cube.spec
+    d, s = spec.index(dim), spec.index(stratum)
+    if spec.blocked(d) or spec.table_index([d, s, *map(spec.index, within)]) is None:
+        return None
+    masks = {}
+    for name, values in within.items():
+        e = spec.index(name)
+        masks[e] = np.isin(np.arange(spec.levels(e)), values)
+    part = np.isin(np.arange(spec.levels(d)), codes)
+    keep = masks.get(d, np.ones(spec.levels(d), bool))
+    inside, rest = {**masks, d: part & keep}, {**masks, d: ~part & keep}
+    t = SideTables(cube)
+    m_in, m_rest = region_moments(t, inside), region_moments(t, rest)
+    a_in, a_rest = float(m_in.mom[Field.K3]), float(m_rest.mom[Field.K3])
+    if not (a_in > 0 and a_rest > 0):
+        return None
+    est = versus_rest(region_sums(t, inside, s), region_sums(t, {**masks, d: keep}, s))
+    var = float(relvar(m_in.own(), a_in) + relvar(m_rest.own(), a_rest))
+    ratio = float(est.rate_ratio)
+    if not (ratio > 0 and math.isfinite(ratio) and math.isfinite(var)):
         return None
     half = norm_ppf(1 - (1 - level) / 2) * math.sqrt(var)
     return ratio, (ratio * math.exp(-half), ratio * math.exp(half))

@@ -1,0 +1,113 @@
+"""diagnose on faults placed among the turns that are not the tool turns' amplification: the
+first turns alone hotter (the prompt's path), and a long-context path that lives inside the
+later turns (a split-KV kernel taken from KV 48 on: the later turns hold those positions). The
+first was passed ("among the turns: the tool_responses check", which only looks for later
+turns hotter than the first); the second was named the tool responses (the part found was no
+hotter than the later turns as a whole). Now a part is the later turns seen by position only
+when, within the later turns, it is not hotter than their other tokens either.
+
+The dumps are tests/planted.py's healthy runs with the mismatch of some model tokens scaled
+(``write_scaled``); a uniform excess of every later-turn token stays the tool responses
+(test_diagnose_relative.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mismatchctl
+from mismatchctl import api
+from tests.planted import Plan, write_scaled
+
+Scale = Callable[[dict, np.ndarray], np.ndarray]  # (row, model tokens' KV positions) -> factor
+ALARM = ("warn", "fail")
+
+
+def _first_turn(factor: float) -> Scale:
+    """K3 times ``factor`` on the first turn's model tokens (KV positions 0, 1, ... up to the
+    first gap: the tool response)."""
+
+    def scale(row: dict, kv: np.ndarray) -> np.ndarray:
+        gaps = np.flatnonzero(np.diff(kv) > 1)
+        end = gaps[0] + 1 if len(gaps) else len(kv)
+        return np.where(np.arange(len(kv)) < end, factor, 1.0)
+
+    return scale
+
+
+def _long_kv(factor: float, kv_min: int = 48) -> Scale:
+    return lambda row, kv: np.where(kv >= kv_min, factor, 1.0)
+
+
+RUNS = {
+    "first-3x": (1, _first_turn(3.0)),
+    "first-10x": (2, _first_turn(10.0)),
+    "kv-10x-1": (1, _long_kv(10.0)),
+    "kv-10x-2": (2, _long_kv(10.0)),
+    "healthy": (3, _first_turn(1.0)),
+    "base": (99, _first_turn(1.0)),
+}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("turns")
+    for name, (seed, scale) in RUNS.items():
+        path = write_scaled(Plan("clean", per_step=32, seed=seed), root / f"{name}.parquet", scale)
+        mismatchctl.ingest([path], run=name, store=root / "store")
+    return root / "store"
+
+
+def _checks(store: Path, run: str, baseline: str | None) -> dict:
+    return {c.name: c for c in api.diagnose(run, store=store, baseline=baseline).checks}
+
+
+@pytest.mark.parametrize("run", ["first-3x", "first-10x"])
+@pytest.mark.parametrize("baseline", [None, "base"])
+def test_hotter_first_turns_are_the_prompts_path(
+    store: Path, run: str, baseline: str | None
+) -> None:
+    checks = _checks(store, run, baseline)
+    local, cause = checks["localized"], checks["cause"]
+    assert local.verdict in ALARM
+    (evidence,) = local.evidence["runs"].values()
+    assert evidence["first_turns"] is True
+    top = evidence["code_path_findings"][0]["where"]
+    assert top.get("turn") == "0" or top.get("turn_kind") == "first"
+    assert cause.evidence["cause"] == "code path"
+    assert cause.finding.startswith("code path (the first turns)")
+    assert "prompt" in cause.next and "prompt" in local.next
+    # the later turns are colder, not hotter: the tool check stays quiet
+    assert checks["tool_responses"].verdict == "ok"
+    assert checks["tool_responses"].evidence["same_probs_ratio_ci"][1] < 1
+
+
+@pytest.mark.parametrize("run", ["kv-10x-1", "kv-10x-2"])
+@pytest.mark.parametrize("baseline", [None, "base"])
+def test_a_long_context_path_inside_the_later_turns_is_a_code_path(
+    store: Path, run: str, baseline: str | None
+) -> None:
+    checks = _checks(store, run, baseline)
+    local, cause = checks["localized"], checks["cause"]
+    assert local.verdict in ALARM
+    assert local.evidence["later_turns"] is False
+    (evidence,) = local.evidence["runs"].values()
+    assert "first_turns" not in evidence
+    assert any("kv_position" in f["where"] for f in evidence["code_path_findings"])
+    assert cause.evidence["cause"] == "code path", cause.finding
+    assert "attention backend" in cause.next
+    # the later turns are hotter as a whole (they hold the long positions): that check fires
+    # too, and defers to the code path
+    assert checks["tool_responses"].verdict in ALARM
+    assert "fix that path first" in checks["tool_responses"].next
+
+
+@pytest.mark.parametrize("baseline", [None, "base"])
+def test_a_healthy_run_has_no_turn_fault(store: Path, baseline: str | None) -> None:
+    checks = _checks(store, "healthy", baseline)
+    assert checks["localized"].verdict == "ok"
+    assert checks["cause"].evidence["cause"] == "none"
+    assert all(c.verdict not in ALARM for c in checks.values())
