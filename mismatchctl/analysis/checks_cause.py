@@ -48,8 +48,8 @@ TEMPLATE_CHECKS = ("turn_edges", "token_classes")
 
 @dataclass
 class Cause:
-    key: str  # data, template, semantic, policy, routing, code path, hardware, tool responses,
-    # low probability, growth, unlocalized, none
+    key: str  # data, template, semantic, policy, routing, code path, hardware, sequences, tool
+    # responses, low probability, growth, unlocalized, none
     verdict: str
     finding: str
     remedy: str | None
@@ -67,8 +67,8 @@ def _layer_hits(ctx: Context, layer: str, verdicts: tuple[str, ...]) -> list[Che
 def name_cause(ctx: Context) -> Cause:
     """The first cause whose checks fire, in the order to fix them (BACKGROUND.md): data, a
     chat-template or rendering fault, the two sides' distributions, stale weights, MoE routing
-    flips carrying the mismatch, the policy, a code path, the tool turns, the unlikely tokens, a
-    growth with no other explanation."""
+    flips carrying the mismatch, the policy, a code path, some sequences (requests) hotter than
+    their peers, the tool turns, the unlikely tokens, a growth with no other explanation."""
     data = [c for c in _layer_hits(ctx, DATA, (FAIL,)) if c.name not in TEMPLATE_CHECKS]
     if data:
         return _cause("data", data, "fix the data problems first; every other number mixes them in")
@@ -90,7 +90,10 @@ def name_cause(ctx: Context) -> Cause:
     # a localized part that is the later turns seen by position is the tool turns' (below)
     paths = [c for c in _hits(ctx, CODE_PATH_CHECKS) if not c.evidence.get("later_turns")]
     paths = [c for c in paths if not _growth_by_steps(ctx, c)]  # a growth seen step by step
+    some = _hits(ctx, ["hot_sequences"])  # an excess in some requests is not the policy's
     if base is not None and base.verdict in (WARN, FAIL) and shape == "uniform" and not paths:
+        if some:
+            return _cause("sequences", some, some[0].next, "some sequences")
         other = baseline_on_other_gpus(ctx)
         if other is not None:
             return _cause(
@@ -122,6 +125,7 @@ def name_cause(ctx: Context) -> Cause:
             )  # fmt: skip
         return _cause("code path", paths, CODE_PATH_ADVICE)
     for key, names in (
+        ("sequences", ["hot_sequences"]),
         ("tool responses", ["tool_responses"]),
         ("low probability", ["low_probability"]),
         ("growth", ["trend", "spiral"]),
@@ -263,7 +267,16 @@ def cause(ctx: Context) -> Check:
     )  # fmt: skip
 
 
-FIXABLE = ("policy", "routing", "code path", "hardware", "semantic", "data", "template")
+FIXABLE = (
+    "policy",
+    "routing",
+    "code path",
+    "hardware",
+    "sequences",
+    "semantic",
+    "data",
+    "template",
+)
 
 
 def objective(ctx: Context) -> Check:

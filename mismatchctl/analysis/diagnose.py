@@ -18,6 +18,7 @@ from mismatchctl.analysis import checks_data as D
 from mismatchctl.analysis import checks_localize as L
 from mismatchctl.analysis import checks_path as P
 from mismatchctl.analysis import checks_routing as RT
+from mismatchctl.analysis import checks_sequences as SQ
 from mismatchctl.analysis import checks_template as TE
 from mismatchctl.analysis import checks_tokens as TK
 from mismatchctl.analysis import checks_trajectory as R
@@ -73,6 +74,7 @@ CHECKS: list[Callable[[Context], Check | None]] = [  # None: not applicable to t
     P.low_probability,
     P.tool_responses,
     P.hardware,
+    SQ.hot_sequences,
     RT.routing_flips,
     R.spikes,
     R.regimes,

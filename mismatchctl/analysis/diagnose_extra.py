@@ -19,6 +19,7 @@ from mismatchctl.columns import numpy_of
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
 from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pairs
+from mismatchctl.stats.hot_sequences import HotSequenceState, hot_sequence_state
 from mismatchctl.stats.misalign import MisalignState, misalign_state
 from mismatchctl.stats.offset import offset_state
 from mismatchctl.stats.sentinels import (
@@ -64,6 +65,7 @@ class DiagnoseState:
     trailing: TrailingZeroState = field(default_factory=TrailingZeroState)
     lag_k3: np.ndarray = field(default_factory=lambda: np.zeros((3, 2)))  # stats.comoments.lag_k3
     misaligned: MisalignState = field(default_factory=MisalignState)  # stats.misalign
+    hot_sequences: HotSequenceState = field(default_factory=HotSequenceState)
 
     def merge(self, other: DiagnoseState) -> DiagnoseState:
         return DiagnoseState(
@@ -74,6 +76,7 @@ class DiagnoseState:
             self.trailing.merge(other.trailing),
             self.lag_k3 + other.lag_k3,
             self.misaligned.merge(other.misaligned),
+            self.hot_sequences.merge(other.hot_sequences),
         )
 
 
@@ -99,6 +102,7 @@ class DiagnoseExtra:
             trailing_zero_state(lr, lt, seq, step, keys.run),
             lag_k3(pairs),
             misalign_state(lr, lt, seq, turn, step, keys.run),
+            hot_sequence_state(lr, lt, seq, turn, step, keys.run),
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:

@@ -255,6 +255,19 @@ near 0.99: a 0.05 drop is the gap between a bf16 and an fp32 head, five times ov
 PEARSON_MIN_SEQUENCES = 30
 """Sequences with later turns needed to judge the Pearson drop (a correlation of fewer is noise)."""
 
+SEQ_HOT_MIN = 10
+SEQ_HOT_SHARE = 0.02
+SEQ_ASYMMETRY = 4.0
+"""Sequences hotter than the other sequences of their step (``stats/hot_sequences.py``: each
+sequence's z on the relative mismatch log(|r| / |lr|) of its tokens, at the same turn kind and
+token probability, centered on its step's median; hot above 3, cold below -3, 0.13% each under
+the null): warn when at least ``SEQ_HOT_MIN`` sequences and ``SEQ_HOT_SHARE`` of those tested
+are hot, ``SEQ_ASYMMETRY`` times as many as are cold (sequences that merely differ, by context
+or length, fill both tails alike: the 16 sample runs have 0-16 hot and 1-16 cold, top-p 14
+against 7), and the hot ones' K3 rate at the same cells is ``LOCAL_FACTOR`` times the others'
+(as a localized part); fail from ``LOCAL_FAIL``. Planted (1 sequence in 8 at 3x, 32 a step
+for 24 steps): 35 hot against 6 cold, rate 3.1x; at 10x 95 against 4, rate 9.8x."""
+
 GPU_FACTOR_WARN, GPU_FACTOR_FAIL = LOCAL_FACTOR, 10.0
 """A gpu's vllm_kl over the median of the other gpus': warn from ``LOCAL_FACTOR`` (1.75x) with
 its interval against the other gpus at the same token probabilities above ``LOCAL_CI_LOW``, as

@@ -1,0 +1,60 @@
+"""The inference-path check of sequences hotter than their peers: a fault of some requests that
+no column of the dumps names (``stats/hot_sequences.py``; thresholds: diagnose_thresholds)."""
+
+from __future__ import annotations
+
+import shlex
+
+from mismatchctl.analysis import diagnose_thresholds as T
+from mismatchctl.analysis.diagnose_base import OK, PATH, Check, Context, advice_if, grade, pct
+from mismatchctl.stats.hot_sequences import Z_TAIL, summarize
+from mismatchctl.stats.localize_result import ratio_text
+
+TITLE = "Sequences hotter than the others of their step"
+
+
+def hot_sequences(ctx: Context) -> Check:
+    found = summarize(ctx.state.hot_sequences)
+    evidence = {
+        "tested": found.tested,
+        "hot": found.hot,
+        "cold": found.cold,
+        "hot_tokens": found.hot_tokens,
+        "hot_mass_share": found.hot_mass_share,
+        "rate_ratio": found.rate_ratio,
+        "examples": [
+            {"run": run, "step": step, "seq": seq, "z": z} for run, step, seq, z in found.examples
+        ],
+    }
+    finding = (
+        f"{found.hot} of {found.tested} sequences tested are hotter than the others of their "
+        f"step at the same token probabilities (z > {Z_TAIL:g}), {found.cold} colder"
+    )
+    if found.hot:
+        finding += (
+            f"; the hot ones carry {pct(found.hot_mass_share)} of the K3 mass at "
+            f"{ratio_text(found.rate_ratio)}x the others' rate"
+        )
+    pattern = (
+        found.hot >= T.SEQ_HOT_MIN
+        and found.hot >= T.SEQ_HOT_SHARE * found.tested
+        and found.hot >= T.SEQ_ASYMMETRY * max(found.cold, 1)
+        and found.rate_ratio >= T.LOCAL_FACTOR
+    )
+    verdict = grade(pattern and found.rate_ratio >= T.LOCAL_FAIL, pattern)
+    if verdict != OK:
+        finding += ": a fault of some requests, not of a part the dumps name"
+    label = shlex.quote(ctx.label)
+    advice = (
+        "some requests took another path: an inference replica or server of several, rollouts "
+        "that straddled a weight update (in-flight updates, partial rollouts), a per-request "
+        f"setting; list the worst (`mismatchctl tokens {label} --sequences`; evidence "
+        "`examples` has the hottest by step and seq) and tag the dumps with the replica and the "
+        "weight version of each sample (columns the localized search then names)"
+    )
+    return Check(
+        PATH, "hot_sequences", TITLE, verdict, finding, evidence, advice_if(verdict, advice)
+    )
+
+
+__all__ = ["hot_sequences"]

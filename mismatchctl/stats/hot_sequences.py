@@ -1,0 +1,184 @@
+"""Sequences hotter than their peers: a fault of some requests that no column of the dumps names
+(one inference replica of eight, rollouts that straddled a weight update, a per-request setting).
+
+Each model token's relative mismatch ``x = log(|r| / |lr|)`` (``r = lt - lr``; ``|lr|`` floored
+at ``LR_FLOOR``): numeric noise on the logits moves a token's logprob by about ``(1 - p) dz``,
+and ``1 - p`` is about ``|lr|`` where most tokens are, so ``x`` is comparable across
+probabilities; tokens with ``r = 0`` exactly are left out (counted). A sequence's ``z`` sums its
+tokens' deviations from the mean ``x`` of their *cell* (turn kind x half-decade of the
+rollout probability, over its run), over the square root of the cells' variances: under tokens
+alike within a cell, ``z`` is about standard normal. ``z`` is then centered on the median of its
+run's step (a hot step, a growth, a gpu half of the run are other checks' and move a whole step,
+or both tails alike). A fault of some sequences makes many ``z`` above ``Z_TAIL`` and few below
+``-Z_TAIL``; a run whose sequences just differ (contexts, lengths) has both tails alike.
+
+The state is per sequence and per cell (long form), merged by concatenation; the test runs once
+the whole selection is read (``summarize``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+LR_FLOOR = 1e-6
+"""|lr| below this is taken as this (p within 1e-6 of 1): x stays finite."""
+
+BINS_PER_DECADE = 2
+N_BINS = 13  # half decades of p: [10^-0.5, 1], ..., below 10^-6
+MIN_TOKENS = 16
+"""Tokens with r != 0 a sequence needs to be tested: fewer give a z driven by one token."""
+
+Z_TAIL = 3.0
+"""A sequence is hot (cold) at z above (below) this: 0.13% of each tail under the null."""
+
+
+@dataclass
+class HotSequenceState:
+    """Per sequence: its run (index into ``runs``), step and id; per (sequence, cell) with
+    tokens: the sequence's row, the cell, the tokens (``n_all``), those with r != 0 (``n``), the
+    sums of x and x^2 over them and the sum of K3 over all."""
+
+    runs: list[str] = field(default_factory=list)
+    run: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    step: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    cell: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))  # n_all, n, x, x^2, K3
+
+    def merge(self, other: HotSequenceState) -> HotSequenceState:
+        runs = sorted({*self.runs, *other.runs})
+        where = {name: i for i, name in enumerate(runs)}
+
+        def remap(s: HotSequenceState) -> np.ndarray:
+            codes = np.array([where[name] for name in s.runs], np.int64)
+            return codes[s.run] if len(s.run) else s.run
+
+        return HotSequenceState(
+            runs,
+            np.concatenate([remap(self), remap(other)]),
+            np.concatenate([self.step, other.step]),
+            np.concatenate([self.seq, other.seq]),
+            np.concatenate([self.row, other.row + len(self.step)]),
+            np.concatenate([self.cell, other.cell]),
+            np.concatenate([self.sums, other.sums]),
+        )
+
+
+def hot_sequence_state(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    turn: np.ndarray,
+    step: np.ndarray,
+    label: str = "",
+) -> HotSequenceState:
+    """The per-sequence cell sums of one chunk of whole sequences (a sequence's tokens
+    contiguous) of run ``label``."""
+    n = len(lr)
+    if n == 0:
+        return HotSequenceState()
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    row = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
+    r = lt - lr
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        k3 = np.expm1(r) - r
+        p_bin = np.floor(-lr / math.log(10) * BINS_PER_DECADE)
+        x = np.log(np.abs(r)) - np.log(np.maximum(-lr, LR_FLOOR))
+    cell = (turn > 0).astype(np.int64) * N_BINS + np.clip(p_bin, 0, N_BINS - 1).astype(np.int64)
+    moved = r != 0
+    x = np.where(moved, x, 0.0)
+    key = row * (2 * N_BINS) + cell
+    size = len(starts) * 2 * N_BINS
+    count = np.bincount(key, minlength=size)
+    keys = np.flatnonzero(count)
+
+    def total(w: np.ndarray) -> np.ndarray:
+        return np.bincount(key, weights=w, minlength=size)[keys]
+
+    sums = np.column_stack(
+        [count[keys].astype(float), total(moved.astype(float)), total(x), total(x * x), total(k3)]
+    )
+    return HotSequenceState(
+        [label],
+        np.zeros(len(starts), np.int64),
+        step[starts].astype(np.int64),
+        seq[starts].astype(np.int64),
+        keys // (2 * N_BINS),
+        keys % (2 * N_BINS),
+        sums,
+    )
+
+
+@dataclass
+class HotSequences:
+    """The test's result: sequences tested, hot and cold; the hot ones' tokens, K3 mass and
+    rate against the other sequences' at the same cells (turn kind, probability); a few of the
+    hottest as (run, step, seq, z)."""
+
+    tested: int
+    hot: int
+    cold: int
+    hot_tokens: int
+    tokens: int
+    hot_mass_share: float
+    rate_ratio: float
+    examples: list[tuple[str, int, int, float]]
+
+
+def sequence_z(state: HotSequenceState) -> tuple[np.ndarray, np.ndarray]:
+    """Each sequence's centered z and whether it was tested (``MIN_TOKENS``)."""
+    rows = len(state.step)
+    n, sx, sxx = state.sums[:, 1], state.sums[:, 2], state.sums[:, 3]
+    group = state.run[state.row] * (2 * N_BINS) + state.cell  # (run, cell)
+    groups, g = np.unique(group, return_inverse=True)
+    gn = np.bincount(g, n, len(groups))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(gn > 0, np.bincount(g, sx, len(groups)) / gn, 0.0)
+        var = np.maximum(np.where(gn > 0, np.bincount(g, sxx, len(groups)) / gn, 0.0) - mean**2, 0)
+    num = np.bincount(state.row, sx - n * mean[g], rows)
+    den = np.bincount(state.row, n * var[g], rows)
+    tokens = np.bincount(state.row, n, rows)
+    tested = (tokens >= MIN_TOKENS) & (den > 0)
+    z = np.zeros(rows)
+    z[tested] = num[tested] / np.sqrt(den[tested])
+    batch = state.run * (1 << 40) + state.step
+    for b in np.unique(batch[tested]):
+        inside = tested & (batch == b)
+        z[inside] -= np.median(z[inside])
+    return z, tested
+
+
+def summarize(state: HotSequenceState, examples: int = 5) -> HotSequences:
+    z, tested = sequence_z(state)
+    hot, cold = tested & (z > Z_TAIL), tested & (z < -Z_TAIL)
+    n_all, k3 = state.sums[:, 0], state.sums[:, 4]
+    is_hot = hot[state.row]
+    group = state.run[state.row] * (2 * N_BINS) + state.cell
+    groups, g = np.unique(group, return_inverse=True)
+    rest_n = np.bincount(g, np.where(is_hot, 0.0, n_all), len(groups))
+    rest_a = np.bincount(g, np.where(is_hot, 0.0, k3), len(groups))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(rest_n > 0, rest_a / rest_n, np.nan)
+    expected = float(np.nansum(np.where(is_hot, n_all * rate[g], 0.0)))
+    observed = float(k3[is_hot].sum())
+    total = float(k3.sum())
+    order = np.argsort(-np.where(hot, z, -np.inf))[: min(examples, int(hot.sum()))]
+    return HotSequences(
+        int(tested.sum()),
+        int(hot.sum()),
+        int(cold.sum()),
+        int(n_all[is_hot].sum()),
+        int(n_all.sum()),
+        observed / total if total > 0 else math.nan,
+        observed / expected if expected > 0 else math.nan,
+        [
+            (state.runs[state.run[i]], int(state.step[i]), int(state.seq[i]), float(z[i]))
+            for i in order
+        ],
+    )
+
+
+__all__ = ["HotSequenceState", "HotSequences", "hot_sequence_state", "sequence_z", "summarize"]

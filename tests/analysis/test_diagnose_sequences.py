@@ -1,0 +1,74 @@
+"""diagnose on a fault of some requests that no column names: one sequence in eight (by a hash
+of its sample id: an inference replica of eight) with its mismatch 3x or 10x. It was passed
+without a baseline and named a uniform policy mismatch with one; the hot_sequences check finds
+the sequences hotter than the others of their step, and the cause is "sequences". Healthy and
+improved runs, and faults the other checks name (a gpu, the tool turns, a step), leave it quiet.
+
+The dumps are tests/planted.py's runs, scaled with ``write_scaled``."""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mismatchctl
+from mismatchctl import api
+from tests.planted import Plan, write, write_scaled
+
+ALARM = ("warn", "fail")
+
+
+def _replica(factor: float):
+    def scale(row: dict, kv: np.ndarray) -> np.ndarray:
+        return np.full(len(kv), factor if zlib.crc32(row["uid"].encode()) % 8 == 0 else 1.0)
+
+    return scale
+
+
+SCALED = {"some-3x": (1, 3.0), "some-10x": (2, 10.0), "healthy": (3, 1.0), "base": (99, 1.0)}
+PLANTED = {"gpu-3x": Plan("gpu", per_step=32, seed=1, factor=3.0),
+           "tool-3x": Plan("tool", per_step=32, seed=1, factor=3.0),
+           "spike-10x": Plan("spike", per_step=32, seed=1, factor=10.0),
+           "improved": Plan("improved", per_step=32, seed=1)}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sequences")
+    for name, (seed, factor) in SCALED.items():
+        plan = Plan("clean", per_step=32, seed=seed)
+        path = write_scaled(plan, root / f"{name}.parquet", _replica(factor))
+        mismatchctl.ingest([path], run=name, store=root / "store")
+    for name, plan in PLANTED.items():
+        path = write(plan, root / f"{name}.parquet", weight_version=False)
+        mismatchctl.ingest([path], run=name, store=root / "store")
+    return root / "store"
+
+
+def _checks(store: Path, run: str, baseline: str | None = None) -> dict:
+    return {c.name: c for c in api.diagnose(run, store=store, baseline=baseline).checks}
+
+
+@pytest.mark.parametrize("run", ["some-3x", "some-10x"])
+@pytest.mark.parametrize("baseline", [None, "base"])
+def test_some_hot_requests_are_named(store: Path, run: str, baseline: str | None) -> None:
+    checks = _checks(store, run, baseline)
+    hot = checks["hot_sequences"]
+    assert hot.verdict in ALARM
+    assert hot.evidence["hot"] >= 4 * max(hot.evidence["cold"], 1)
+    factor = 3.0 if run == "some-3x" else 10.0
+    assert factor / 1.5 < hot.evidence["rate_ratio"] < factor * 1.5
+    assert hot.evidence["examples"] and all(e["z"] > 3 for e in hot.evidence["examples"])
+    cause = checks["cause"]
+    assert cause.evidence["cause"] == "sequences", cause.finding
+    assert "replica" in cause.next and "weight version" in cause.next
+
+
+@pytest.mark.parametrize("run", ["healthy", "improved", "gpu-3x", "tool-3x", "spike-10x"])
+def test_no_hot_sequences_where_no_request_is_singled_out(store: Path, run: str) -> None:
+    checks = _checks(store, run)
+    assert checks["hot_sequences"].verdict == "ok", checks["hot_sequences"].finding
+    assert checks["cause"].evidence["cause"] != "sequences"

@@ -1,0 +1,107 @@
+"""stats/hot_sequences against a plain loop over the sequences: each sequence's z from its
+tokens' relative mismatch at its cells' means and variances, centered on its step's median;
+merged chunks equal one chunk; the hot ones' rate against the others' at the same cells."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mismatchctl.stats.hot_sequences import (
+    BINS_PER_DECADE,
+    LR_FLOOR,
+    MIN_TOKENS,
+    N_BINS,
+    Z_TAIL,
+    hot_sequence_state,
+    sequence_z,
+    summarize,
+)
+
+
+def _tokens(seed: int, hot_share: float = 0.0, factor: float = 1.0) -> tuple:
+    """Sequences of 10-60 tokens in 4 steps, two turns each; ``hot_share`` of them with their
+    mismatch ``factor`` times larger (r times sqrt(factor))."""
+    rng = np.random.default_rng(seed)
+    n_seq = 300
+    lengths = rng.integers(10, 60, n_seq)
+    seq = np.repeat(np.arange(n_seq) * 7 + 3, lengths)
+    step = np.repeat(np.arange(n_seq) % 4, lengths)
+    turn = np.concatenate([(np.arange(n) >= n // 2).astype(np.int32) for n in lengths])
+    hot = np.repeat(rng.random(n_seq) < hot_share, lengths)
+    lr = -rng.exponential(rng.choice([0.02, 0.5, 3.0], len(seq)))
+    r = 0.05 * lr * rng.standard_normal(len(seq)) * np.where(hot, math.sqrt(factor), 1.0)
+    r[rng.random(len(seq)) < 0.02] = 0.0  # bitwise-equal tokens
+    return lr, lr + r, seq, turn, step, hot
+
+
+def _reference_z(lr, lt, seq, turn, step) -> dict[int, float]:
+    r = lt - lr
+    b = np.clip(np.floor(-lr / math.log(10) * BINS_PER_DECADE), 0, N_BINS - 1)
+    cell = (turn > 0) * N_BINS + b
+    moved = r != 0
+    x = np.log(np.abs(np.where(moved, r, 1.0))) - np.log(np.maximum(-lr, LR_FLOOR))
+    mean = {c: x[moved & (cell == c)].mean() for c in np.unique(cell[moved])}
+    var = {c: x[moved & (cell == c)].var() for c in np.unique(cell[moved])}
+    z, steps = {}, {}
+    for s in np.unique(seq):
+        m = (seq == s) & moved
+        if m.sum() < MIN_TOKENS:
+            continue
+        num = sum(x[i] - mean[cell[i]] for i in np.flatnonzero(m))
+        den = sum(var[cell[i]] for i in np.flatnonzero(m))
+        z[int(s)] = num / math.sqrt(den)
+        steps[int(s)] = int(step[seq == s][0])
+    for st in set(steps.values()):
+        ids = [s for s in z if steps[s] == st]
+        med = float(np.median([z[s] for s in ids]))
+        for s in ids:
+            z[s] -= med
+    return z
+
+
+@pytest.mark.parametrize("hot_share", [0.0, 0.15])
+def test_z_is_the_loops_and_merged_chunks_equal_one(hot_share: float) -> None:
+    lr, lt, seq, turn, step, _ = _tokens(1, hot_share, 9.0)
+    whole = hot_sequence_state(lr, lt, seq, turn, step, "a")
+    cut = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])[137]  # between two sequences
+    parts = [
+        hot_sequence_state(lr[sl], lt[sl], seq[sl], turn[sl], step[sl], "a")
+        for sl in (slice(cut, None), slice(0, cut))
+    ]
+    merged = parts[0].merge(parts[1])
+    ref = _reference_z(lr, lt, seq, turn, step)
+    for state in (whole, merged):
+        z, tested = sequence_z(state)
+        got = {int(s): float(v) for s, v, t in zip(state.seq, z, tested, strict=True) if t}
+        assert got.keys() == ref.keys()
+        for s, v in ref.items():
+            assert got[s] == pytest.approx(v, rel=1e-9, abs=1e-12)
+
+
+def test_planted_hot_sequences_are_found_with_their_rate() -> None:
+    lr, lt, seq, turn, step, hot = _tokens(2, 0.12, 9.0)
+    found = summarize(hot_sequence_state(lr, lt, seq, turn, step, "a"))
+    planted = len(np.unique(seq[hot]))
+    assert found.hot >= 0.6 * planted and found.cold <= 3
+    assert 5 < found.rate_ratio < 15  # the planted 9x, the hottest of them selected
+    assert all(z > Z_TAIL for *_, z in found.examples)
+    # the rate: the hot sequences' K3 over their tokens at the other sequences' cell rates
+    z, tested = sequence_z(hot_sequence_state(lr, lt, seq, turn, step, "a"))
+    ids = {int(s) for s, v, t in zip(np.unique(seq), z, tested, strict=True) if t and v > Z_TAIL}
+    is_hot = np.isin(seq, list(ids))
+    r = lt - lr
+    k3 = np.expm1(r) - r
+    cell = (turn > 0) * N_BINS + np.clip(np.floor(-lr / math.log(10) * 2), 0, N_BINS - 1)
+    rate = {c: k3[~is_hot & (cell == c)].mean() for c in np.unique(cell)}
+    expected = sum(rate[c] for c in cell[is_hot])
+    assert found.rate_ratio == pytest.approx(k3[is_hot].sum() / expected, rel=1e-9)
+
+
+def test_sequences_alike_fill_both_tails_alike() -> None:
+    lr, lt, seq, turn, step, _ = _tokens(3)
+    found = summarize(hot_sequence_state(lr, lt, seq, turn, step, "a"))
+    assert found.hot <= 3 and found.cold <= 3
+    assert found.tested == len(_reference_z(lr, lt, seq, turn, step))
