@@ -9,6 +9,7 @@ from typing import Any
 
 from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.checks_data import PROCESSED_HINT
+from mismatchctl.analysis.checks_ends import STOP_ADVICE
 from mismatchctl.analysis.checks_localize import (
     CODE_PATH_ADVICE,
     FIRST_TURNS_LOCAL_ADVICE,
@@ -48,8 +49,8 @@ TEMPLATE_CHECKS = ("turn_edges", "token_classes")
 
 @dataclass
 class Cause:
-    key: str  # data, template, semantic, policy, routing, code path, hardware, sequences, tool
-    # responses, low probability, growth, unlocalized, none
+    key: str  # data, template, turn ends, semantic, policy, routing, code path, hardware,
+    # sequences, tool responses, low probability, growth, unlocalized, none
     verdict: str
     finding: str
     remedy: str | None
@@ -66,16 +67,22 @@ def _layer_hits(ctx: Context, layer: str, verdicts: tuple[str, ...]) -> list[Che
 
 def name_cause(ctx: Context) -> Cause:
     """The first cause whose checks fire, in the order to fix them (BACKGROUND.md): data, a
-    chat-template or rendering fault, the two sides' distributions, stale weights, MoE routing
+    chat-template or rendering fault, the stop handled differently (the turns' last token), the
+    two sides' distributions, stale weights, MoE routing
     flips carrying the mismatch, the policy, a code path, some sequences (requests) hotter than
     their peers, the tool turns, the unlikely tokens, a growth with no other explanation."""
-    data = [c for c in _layer_hits(ctx, DATA, (FAIL,)) if c.name not in TEMPLATE_CHECKS]
+    data = [
+        c for c in _layer_hits(ctx, DATA, (FAIL,)) if c.name not in (*TEMPLATE_CHECKS, "turn_ends")
+    ]
     if data:
         return _cause("data", data, "fix the data problems first; every other number mixes them in")
     template = _hits(ctx, TEMPLATE_CHECKS)
     if template:
         advice = template[0].next or TEMPLATE_ADVICE
         return _cause("template", template, advice, "chat template or rendering")
+    ends = _hits(ctx, ["turn_ends"])
+    if ends:
+        return _cause("turn ends", ends, STOP_ADVICE, "stop handling (the turns' last token)")
     semantic = _layer_hits(ctx, SEMANTIC, (WARN, FAIL))
     if semantic:
         return _cause("semantic", semantic, PROCESSED_HINT)

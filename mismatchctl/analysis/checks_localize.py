@@ -108,9 +108,24 @@ def localized(ctx: Context) -> Check:
         advice = LATER_TURNS_LOCAL_ADVICE
     if steps_are_growth(ctx, evidence["runs"]):
         advice = GROWTH_STEPS_ADVICE
+    if ends_fault(ctx):
+        advice = ENDS_LOCAL_ADVICE
     if template_fault(ctx):
         advice = TEMPLATE_LOCAL_ADVICE
     return Check(PATH, "localized", title, verdict, finding, evidence, advice_if(verdict, advice))
+
+
+def ends_fault(ctx: Context) -> bool:
+    """The turn_ends check found the mismatch at the turns' last token (the stop)."""
+    found = ctx.done.get("turn_ends")
+    return found is not None and found.verdict not in (OK, NA)
+
+
+ENDS_LOCAL_ADVICE = (
+    "the mismatch sits at the last token of the turns (the turn_ends check): a hot part of the "
+    "run by position is the stop handling seen from elsewhere; fix that first, then diagnose "
+    "again"
+)
 
 
 TEMPLATE_LOCAL_ADVICE = (

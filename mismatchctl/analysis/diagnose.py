@@ -15,6 +15,7 @@ from typing import Any
 from mismatchctl.analysis import checks_cause as C
 from mismatchctl.analysis import checks_curves as CC
 from mismatchctl.analysis import checks_data as D
+from mismatchctl.analysis import checks_ends as EN
 from mismatchctl.analysis import checks_localize as L
 from mismatchctl.analysis import checks_path as P
 from mismatchctl.analysis import checks_routing as RT
@@ -67,6 +68,7 @@ CHECKS: list[Callable[[Context], Check | None]] = [  # None: not applicable to t
     D.temperature,
     D.top_p,
     TE.turn_edges,
+    EN.turn_ends,
     TK.token_classes,
     RT.routing_replay,
     L.baseline,

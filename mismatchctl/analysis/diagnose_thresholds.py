@@ -172,6 +172,15 @@ numerics and the natural uncertainty of a response's first tokens touch every tu
 EDGE_CI_LOW = 1.25
 EDGE_FAIL = 10.0
 
+# The turns' last token (turn_ends; analysis/checks_ends.py) is judged as a localized part:
+# ``LOCAL_FACTOR``, ``LOCAL_CI_LOW`` and ``LOCAL_FAIL`` on its contrast with every other token
+# at the same token probabilities, and the same pattern on its contrast with the seven tokens
+# before it in the same turns (a stop fault hits the last token alone; a mismatch growing with
+# the KV position or in the small decode batches at the end of generation, as the sample
+# ``faulty-attn``'s, makes the ends 6x the rest but 1.8x the tokens before them, interval
+# 0.78-4.1). Planted: the last token at 3x is named (2.3x against the rest, the turns' ends
+# before a tool response diluting it), at 2x not.
+
 TOP_SHARE = 0.01
 """The largest-|r| tokens whose place is counted: the top 1% of the selection's tokens (at an |r|
 histogram boundary, so at least that many), and at least ``TOP_LEAST``."""

@@ -35,14 +35,28 @@ START_EDGES = (0, 1, 2, 4, 8, 16, 64)  # classes 0, 1, 2-3, 4-7, 8-15, 16-63, 64
 EDGE_TOKENS = 8  # "the first few tokens of a turn": distances 0-7 (START classes 0-3)
 EDGE_CLASSES = [k for k, lo in enumerate(START_EDGES) if lo < EDGE_TOKENS]
 END_LABELS = ("elsewhere", f"last {EDGE_TOKENS} before a tool response")
+FINAL = "turn_final"  # the token's distance from its turn's last model token, in classes
+FINAL_EDGES = (0, 1, 2, 4, 8)  # classes 0 (the turn's last token), 1, 2-3, 4-7, 8+
 KINDS = ("first", "later")  # the first turn of a sequence; the turns after a tool response
 # |r| histogram: 0, then 8 log-spaced bins per decade from 1e-6 to 1e3, then the overflow
 R_EDGES = np.r_[0.0, 10.0 ** np.arange(-6.0, 3.0 + 1e-9, 0.125)]
 
 
-def start_labels() -> tuple[str, ...]:
-    inner = [f"{a}-{b - 1}" if b - a > 1 else str(a) for a, b in itertools.pairwise(START_EDGES)]
-    return (*inner, f"{START_EDGES[-1]}+")
+def start_labels(edges: tuple[int, ...] = START_EDGES) -> tuple[str, ...]:
+    inner = [f"{a}-{b - 1}" if b - a > 1 else str(a) for a, b in itertools.pairwise(edges)]
+    return (*inner, f"{edges[-1]}+")
+
+
+def final_spec(edges: np.ndarray) -> CubeSpec:
+    """Token dimensions only: distance from the turn's last model token, probability bin."""
+    bins = tuple(str(k) for k in range(len(edges) - 1))
+    return CubeSpec(
+        token_dims=(
+            Dim(FINAL, len(FINAL_EDGES), start_labels(FINAL_EDGES)),
+            Dim(K.BIN, len(bins), bins),
+        ),
+        seq_dims=(),
+    )
 
 
 def edge_spec(edges: np.ndarray) -> CubeSpec:
@@ -60,30 +74,44 @@ def edge_spec(edges: np.ndarray) -> CubeSpec:
 
 @dataclass
 class EdgeState:
-    """The two cubes (first turns, later turns) and the |r| histogram, shape (kind, edge,
-    bin, |r| bin); merged by addition."""
+    """The two cubes (first turns, later turns), the |r| histogram, shape (kind, edge, bin,
+    |r| bin), and the cube of every turn by the distance from its last token (``ends``);
+    merged by addition."""
 
     cubes: tuple[Cube, Cube]
     hist: np.ndarray
+    ends: Cube
 
     def merge(self, other: EdgeState) -> EdgeState:
         cubes = (self.cubes[0].merge(other.cubes[0]), self.cubes[1].merge(other.cubes[1]))
-        return EdgeState(cubes, self.hist + other.hist)
+        return EdgeState(cubes, self.hist + other.hist, self.ends.merge(other.ends))
 
 
 def edge_codes(seq: np.ndarray, turn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each token's distance from its turn run's start, and whether it is among the last
     ``EDGE_TOKENS`` of a turn run that a later turn of the same sequence follows (the tokens
     right before a tool response)."""
+    start, to_end, followed = _turn_runs(seq, turn)
+    return start, (to_end < EDGE_TOKENS) & followed
+
+
+def final_distances(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
+    """Each token's distance from its turn run's last token (0: the last)."""
+    return _turn_runs(seq, turn)[1]
+
+
+def _turn_runs(seq: np.ndarray, turn: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per token: the distance from its turn run's start and from its end, and whether a later
+    turn of the same sequence follows the run."""
     n = len(seq)
     start = turn_positions(seq, turn)
     if n == 0:
-        return start, np.zeros(0, dtype=bool)
+        return start, start.copy(), np.zeros(0, dtype=bool)
     firsts = np.flatnonzero(start == 0)
     lengths = np.diff(np.r_[firsts, n])
     followed = np.r_[seq[firsts[1:]] == seq[firsts[:-1]], False]
     to_end = np.repeat(lengths, lengths) - 1 - start
-    return start, (to_end < EDGE_TOKENS) & np.repeat(followed, lengths)
+    return start, to_end, np.repeat(followed, lengths)
 
 
 class EdgeExtra:
@@ -93,18 +121,22 @@ class EdgeExtra:
 
     def __init__(self, edges: np.ndarray) -> None:
         self.spec = edge_spec(edges)
+        self.final = final_spec(edges)
         self.nbins = len(edges) - 1
 
     def compute(self, table: pa.Table, keys: PartKeys) -> EdgeState:
         lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
         seq, turn = keys.column(S.SEQ), keys.column(S.TURN)
-        start, end = edge_codes(seq, turn)
+        start, to_end, followed = _turn_runs(seq, turn)
+        end = (to_end < EDGE_TOKENS) & followed
         bins = np.asarray(keys.get(K.BIN).codes, dtype=np.int64)
         bins = np.broadcast_to(bins, (keys.n,)) if bins.ndim == 0 else bins
         klass = assign_positions(start, START_EDGES).astype(np.int32)
         codes = np.column_stack([klass, end.astype(np.int32), bins.astype(np.int32)])
         later = turn > 0
         cubes = tuple(self._cube(lr, lt, seq, codes, later == side) for side in (False, True))
+        final = assign_positions(to_end, FINAL_EDGES).astype(np.int32)
+        ends = self._cube(lr, lt, seq, np.column_stack([final, codes[:, 2]]), None, self.final)
         with np.errstate(invalid="ignore"):
             r = np.abs(lt - lr)
         rbin = np.clip(np.searchsorted(R_EDGES, r, side="right") - 1, 0, len(R_EDGES) - 1)
@@ -112,18 +144,28 @@ class EdgeExtra:
         index = ((later * 2 + edge) * self.nbins + bins) * len(R_EDGES) + rbin
         size = 4 * self.nbins * len(R_EDGES)
         hist = np.bincount(index[np.isfinite(r)], minlength=size).astype(np.float64)
-        return EdgeState(cubes, hist.reshape(2, 2, self.nbins, len(R_EDGES)))  # type: ignore[arg-type]
+        hist = hist.reshape(2, 2, self.nbins, len(R_EDGES))
+        return EdgeState(cubes, hist, ends)  # type: ignore[arg-type]
 
     def _cube(
-        self, lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, codes: np.ndarray, keep: np.ndarray
+        self,
+        lr: np.ndarray,
+        lt: np.ndarray,
+        seq: np.ndarray,
+        codes: np.ndarray,
+        keep: np.ndarray | None,
+        spec: CubeSpec | None = None,
     ) -> Cube:
-        ok = keep & np.isfinite(lr) & np.isfinite(lt)
+        spec = spec or self.spec
+        ok = np.isfinite(lr) & np.isfinite(lt)
+        if keep is not None:
+            ok &= keep
         s = seq[ok]
         if len(s) == 0:
-            return Cube(self.spec)
+            return Cube(spec)
         rows = np.cumsum(np.r_[True, s[1:] != s[:-1]]) - 1
         none = np.zeros((int(rows[-1]) + 1, 0), dtype=np.int32)
-        return Cube.from_tokens(self.spec, lr[ok], lt[ok], rows, codes[ok], none)
+        return Cube.from_tokens(spec, lr[ok], lt[ok], rows, codes[ok], none)
 
     def merge(self, a: EdgeState, b: EdgeState) -> EdgeState:
         return a.merge(b)
@@ -167,6 +209,8 @@ __all__ = [
     "EDGE_CLASSES",
     "EDGE_TOKENS",
     "END",
+    "FINAL",
+    "FINAL_EDGES",
     "KINDS",
     "START",
     "EdgeExtra",
@@ -174,5 +218,7 @@ __all__ = [
     "TopShare",
     "edge_codes",
     "edge_spec",
+    "final_distances",
+    "final_spec",
     "top_shares",
 ]

@@ -331,7 +331,7 @@ def contrast_within(
     cube holds no table of these dimensions with the stratum."""
     spec = cube.spec
     d, s = spec.index(dim), spec.index(stratum)
-    if spec.blocked(d) or spec.table_index([d, s, *map(spec.index, within)]) is None:
+    if spec.blocked(d) or spec.table_index(sorted({d, s, *map(spec.index, within)})) is None:
         return None
     masks = {}
     for name, values in within.items():

@@ -11,9 +11,11 @@ from mismatchctl import schema as S
 from mismatchctl.analysis.checks_template import profile
 from mismatchctl.analysis.turn_edges import (
     EDGE_TOKENS,
+    FINAL,
     R_EDGES,
     EdgeExtra,
     edge_codes,
+    final_distances,
     top_shares,
 )
 from mismatchctl.engines.keys import PartKeys
@@ -47,8 +49,11 @@ def keys_of(cols: dict[str, np.ndarray]) -> PartKeys:
     return PartKeys(pa.table(cols), "r", {}, EDGES)
 
 
-def reference_codes(seq: np.ndarray, turn: np.ndarray) -> tuple[list[int], list[bool]]:
-    """Per token, by walking each turn run."""
+def reference_codes(
+    seq: np.ndarray, turn: np.ndarray, to_end: list[int] | None = None
+) -> tuple[list[int], list[bool]]:
+    """Per token, by walking each turn run (``to_end`` gets each token's distance from the
+    run's last token)."""
     dist, end = [], []
     i, n = 0, len(seq)
     while i < n:
@@ -59,6 +64,8 @@ def reference_codes(seq: np.ndarray, turn: np.ndarray) -> tuple[list[int], list[
         for k in range(i, j):
             dist.append(k - i)
             end.append(followed and j - k <= EDGE_TOKENS)
+            if to_end is not None:
+                to_end.append(j - 1 - k)
         i = j
     return dist, end
 
@@ -70,6 +77,9 @@ def test_distances_and_end_flags_match_a_walk_over_the_turns() -> None:
     assert start.tolist() == dist
     assert end.tolist() == ref_end
     assert end.any() and not end.all()
+    to_end: list[int] = []
+    reference_codes(cols[S.SEQ], cols[S.TURN], to_end)
+    assert final_distances(cols[S.SEQ], cols[S.TURN]).tolist() == to_end
 
 
 def test_parts_merged_equal_one_pass() -> None:
@@ -81,8 +91,21 @@ def test_parts_merged_equal_one_pass() -> None:
     states = [extra.compute(pa.table(h), keys_of(h)) for h in halves]
     merged = extra.merge(*states)
     assert np.array_equal(merged.hist, whole.hist)
-    for a, b in zip(merged.cubes, whole.cubes, strict=True):
+    for a, b in zip((*merged.cubes, merged.ends), (*whole.cubes, whole.ends), strict=True):
         np.testing.assert_allclose(a.state, b.state, rtol=1e-12, atol=1e-12)
+
+
+def test_the_ends_cube_holds_each_turns_last_tokens() -> None:
+    cols = tokens(5, sequences=300)
+    state = EdgeExtra(EDGES).compute(pa.table(cols), keys_of(cols))
+    r = cols[S.TRAINER] - cols[S.ROLLOUT]
+    k3 = np.expm1(r) - r
+    to_end = final_distances(cols[S.SEQ], cols[S.TURN])
+    table = state.ends.table([FINAL])
+    for code, (lo, hi) in enumerate([(0, 1), (1, 2), (2, 4), (4, 8), (8, 10**9)]):
+        cell = (to_end >= lo) & (to_end < hi)
+        assert table[code, 0] == cell.sum()  # tokens
+        assert abs(table[code, 1] - k3[cell].sum()) <= 1e-12 * max(k3[cell].sum(), 1.0)
 
 
 def test_top_tokens_and_their_expected_count_match_per_token_counting() -> None:

@@ -1,0 +1,80 @@
+"""diagnose on a stop handled differently by the two sides: the last model token of every
+response with its mismatch 3x or 100x (the engine's logprob of the end-of-sequence token, a
+stop string). It was named the hardware (a part found by chance on one gpu's later turns) or a
+code path; the turn_ends check finds the turns' last token hot against the other tokens and
+against the seven before it, and the cause is "turn ends". A mismatch that grows toward the end
+(from KV 48 on, as a long-context kernel) also makes the ends hot, but no more than the tokens
+before them: it stays a code path (the sample `faulty-attn`, whose turns' last token is 6x the
+rest and 1.8x the seven before it, interval 0.78-4.1, is in the golden diagnosis). Healthy runs
+are quiet.
+
+The dumps are tests/planted.py's healthy runs, scaled with ``write_scaled``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mismatchctl
+from mismatchctl import api
+from tests.planted import Plan, write_scaled
+
+ALARM = ("warn", "fail")
+
+
+def _last(factor: float):
+    return lambda row, kv: np.where(np.arange(len(kv)) == len(kv) - 1, factor, 1.0)
+
+
+RUNS = {
+    "stop-3x": (1, _last(3.0)),
+    "stop-100x": (2, _last(100.0)),
+    "long-10x": (1, lambda row, kv: np.where(kv >= 48, 10.0, 1.0)),
+    "healthy": (3, _last(1.0)),
+}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("ends")
+    for name, (seed, scale) in RUNS.items():
+        path = write_scaled(Plan("clean", per_step=32, seed=seed), root / f"{name}.parquet", scale)
+        mismatchctl.ingest([path], run=name, store=root / "store")
+    return root / "store"
+
+
+def _checks(store: Path, run: str) -> dict:
+    return {c.name: c for c in api.diagnose(run, store=store).checks}
+
+
+@pytest.mark.parametrize("run", ["stop-3x", "stop-100x"])
+def test_a_stop_handled_differently_is_named(store: Path, run: str) -> None:
+    checks = _checks(store, run)
+    ends = checks["turn_ends"]
+    assert ends.verdict == ("fail" if run == "stop-100x" else "warn")
+    assert ends.evidence["last"]["rate_ratio_ci"][0] >= 1.5
+    assert ends.evidence["last_vs_before"]["rate_ratio_ci"][0] >= 1.5
+    assert ends.evidence["last_tokens"] > 0
+    cause = checks["cause"]
+    assert cause.evidence["cause"] == "turn ends"
+    assert "stop" in cause.next and "end-of-sequence" in cause.next
+    local = checks["localized"]
+    if local.verdict in ALARM:
+        assert "turn_ends check" in local.next
+
+
+def test_a_mismatch_growing_toward_the_end_is_not_the_stop(store: Path) -> None:
+    checks = _checks(store, "long-10x")
+    ends = checks["turn_ends"]
+    assert ends.verdict == "ok"
+    assert ends.evidence["last"]["rate_ratio"] > 1.2  # the later turns' ends are hot...
+    assert ends.evidence["last_vs_before"]["rate_ratio_ci"][0] < 1.5  # ...as the tokens before
+    assert checks["cause"].evidence["cause"] == "code path"
+
+
+def test_a_healthy_run_has_no_stop_fault(store: Path) -> None:
+    checks = _checks(store, "healthy")
+    assert checks["turn_ends"].verdict == "ok"
+    assert checks["cause"].evidence["cause"] == "none"
