@@ -140,6 +140,9 @@ def name_cause(ctx: Context) -> Cause:
         hits = _hits(ctx, names)
         if hits:
             return _cause(key, hits, hits[0].next)
+        later = [c for c in _hits(ctx, ["localized"]) if c.evidence.get("later_turns")]
+        if key == "tool responses" and later:  # the later turns, found by position only
+            return _cause(key, later, _later_by_position_advice(ctx))
         if key == "low probability" and _excess_in_rare_bins(ctx, base):
             assert base is not None
             return _cause(
@@ -166,6 +169,19 @@ def name_cause(ctx: Context) -> Cause:
         )  # fmt: skip
     return Cause(
         "none", OK, "no cause found: nothing localized, no semantic or policy sign", None, []
+    )
+
+
+def _later_by_position_advice(ctx: Context) -> str:
+    label = shlex.quote(ctx.label)
+    return (
+        "the later turns, seen by position, are hotter than the rest at the same token "
+        "probabilities (the localized check), a little under the tool_responses check's "
+        f"{T.TOOL_RATIO_WARN:g}x as a whole: look at the worst later turns (`mismatchctl tokens "
+        f"{label} --where turn_kind=later`), how the two sides take in the tool output (its "
+        "token ids on both sides, the engine's prefill and prefix caching of it); a code path "
+        f"that only long contexts take looks the same: `mismatchctl explain {label}` by "
+        "kv_position"
     )
 
 

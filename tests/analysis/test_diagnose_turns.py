@@ -47,6 +47,7 @@ RUNS = {
     "first-10x": (2, _first_turn(10.0)),
     "kv-10x-1": (1, _long_kv(10.0)),
     "kv-10x-2": (2, _long_kv(10.0)),
+    "kv-3x-2": (2, _long_kv(3.0)),
     "healthy": (3, _first_turn(1.0)),
     "base": (99, _first_turn(1.0)),
 }
@@ -111,3 +112,26 @@ def test_a_healthy_run_has_no_turn_fault(store: Path, baseline: str | None) -> N
     assert checks["localized"].verdict == "ok"
     assert checks["cause"].evidence["cause"] == "none"
     assert all(c.verdict not in ALARM for c in checks.values())
+
+
+def test_later_turns_found_by_position_alone_still_name_a_cause(store: Path) -> None:
+    """KV >= 48 at 3x (seed 2): the localized part is the later turns seen by position (1.8x,
+    interval 1.6-2.0) while the later turns as a whole are 1.6x the first, under the
+    tool_responses check's 1.75x; the cause was "none" ("nothing localized") beside a warning
+    localized check. Now the cause is the tool turns, by the localized check, with advice that
+    says a long-context path looks the same."""
+    checks = _checks(store, "kv-3x-2", None)
+    local, tool, cause = checks["localized"], checks["tool_responses"], checks["cause"]
+    assert local.verdict in ALARM and local.evidence["later_turns"] is True
+    assert tool.verdict == "ok"
+    assert cause.evidence["cause"] == "tool responses"
+    assert cause.evidence["checks"] == ["localized"]
+    assert "kv_position" in cause.next and "turn_kind=later" in cause.next
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_an_alarm_always_comes_with_a_cause(store: Path, run: str) -> None:
+    checks = _checks(store, run, None)
+    alarms = [c.name for c in checks.values() if c.verdict in ALARM and c.name != "cause"]
+    if alarms:
+        assert checks["cause"].evidence["cause"] != "none", alarms
