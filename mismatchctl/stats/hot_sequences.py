@@ -128,8 +128,28 @@ class HotSequences:
     examples: list[tuple[str, int, int, float]]
 
 
+def canonical(state: HotSequenceState) -> HotSequenceState:
+    """The state with its sequences in (run, seq) order and their cells in (sequence, cell)
+    order: the sums that follow add in one order whatever order the parts were merged in."""
+    order = np.lexsort((state.seq, state.run))
+    new_row = np.empty_like(order)
+    new_row[order] = np.arange(len(order))
+    row = new_row[state.row]
+    cells = np.lexsort((state.cell, row))
+    return HotSequenceState(
+        list(state.runs),
+        state.run[order],
+        state.step[order],
+        state.seq[order],
+        row[cells],
+        state.cell[cells],
+        state.sums[cells],
+    )
+
+
 def sequence_z(state: HotSequenceState) -> tuple[np.ndarray, np.ndarray]:
-    """Each sequence's centered z and whether it was tested (``MIN_TOKENS``)."""
+    """Each sequence's centered z and whether it was tested (``MIN_TOKENS``); ``state`` in
+    :func:`canonical` order for sums that do not depend on the merge order."""
     rows = len(state.step)
     n, sx, sxx = state.sums[:, 1], state.sums[:, 2], state.sums[:, 3]
     group = state.run[state.row] * (2 * N_BINS) + state.cell  # (run, cell)
@@ -152,6 +172,7 @@ def sequence_z(state: HotSequenceState) -> tuple[np.ndarray, np.ndarray]:
 
 
 def summarize(state: HotSequenceState, examples: int = 5) -> HotSequences:
+    state = canonical(state)
     z, tested = sequence_z(state)
     hot, cold = tested & (z > Z_TAIL), tested & (z < -Z_TAIL)
     n_all, k3 = state.sums[:, 0], state.sums[:, 4]

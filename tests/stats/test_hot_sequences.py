@@ -72,6 +72,7 @@ def test_z_is_the_loops_and_merged_chunks_equal_one(hot_share: float) -> None:
         for sl in (slice(cut, None), slice(0, cut))
     ]
     merged = parts[0].merge(parts[1])
+    assert summarize(merged) == summarize(whole)  # every number, whatever the merge order
     ref = _reference_z(lr, lt, seq, turn, step)
     for state in (whole, merged):
         z, tested = sequence_z(state)
