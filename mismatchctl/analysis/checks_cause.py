@@ -13,6 +13,8 @@ from mismatchctl.analysis.checks_ends import STOP_ADVICE
 from mismatchctl.analysis.checks_localize import (
     CODE_PATH_ADVICE,
     FIRST_TURNS_LOCAL_ADVICE,
+    attribute_advice,
+    firsts_on_attribute,
     firsts_on_first_turns,
     firsts_on_gpus,
 )
@@ -125,10 +127,17 @@ def name_cause(ctx: Context) -> Cause:
                 remedy or HARDWARE_ADVICE,
             )  # fmt: skip
         local = next((c for c in paths if c.name == "localized"), None)
-        if local is not None and firsts_on_first_turns(local.evidence["runs"].values()):
+        runs = local.evidence["runs"].values() if local is not None else []
+        ordered = [local, *(c for c in paths if c is not local)] if local is not None else paths
+        if local is not None and firsts_on_first_turns(runs):
             return _cause(
-                "code path", [local, *(c for c in paths if c is not local)],
-                FIRST_TURNS_LOCAL_ADVICE, "code path (the first turns)",
+                "code path", ordered, FIRST_TURNS_LOCAL_ADVICE, "code path (the first turns)"
+            )
+        attribute = firsts_on_attribute(runs) if local is not None else None
+        if attribute is not None:
+            return _cause(
+                "code path", ordered, attribute_advice(ctx.label, *attribute),
+                f"code path (the samples with {attribute[0]} {attribute[1]})",
             )  # fmt: skip
         return _cause("code path", paths, CODE_PATH_ADVICE)
     for key, names in (

@@ -5,6 +5,7 @@ relative findings with intervals, whatever the absolute level (diagnose_threshol
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Iterable
 from typing import Any
 
@@ -104,6 +105,9 @@ def localized(ctx: Context) -> Check:
         advice = GPU_LOCAL_ADVICE
     if firsts_on_first_turns(firing):
         advice = FIRST_TURNS_LOCAL_ADVICE
+    attribute = firsts_on_attribute(firing)
+    if attribute is not None:
+        advice = attribute_advice(ctx.label, *attribute)
     if evidence["later_turns"]:
         advice = LATER_TURNS_LOCAL_ADVICE
     if steps_are_growth(ctx, evidence["runs"]):
@@ -241,6 +245,38 @@ def firsts_on_gpus(runs: Iterable[dict[str, Any]]) -> bool:
     dimensions (``localized_run``'s evidence; runs with none are skipped)."""
     firsts = [run["code_path_findings"][0] for run in runs if run["code_path_findings"]]
     return bool(firsts) and all(K.GPU in f["where"] for f in firsts)
+
+
+def firsts_on_attribute(runs: Iterable[dict[str, Any]]) -> tuple[str, str] | None:
+    """The sample attribute (name, values) that every run's top code-path finding lies on, alone
+    or with other dimensions (``data_source`` from ``attr:data_source``), or None."""
+    found = set()
+    for run in runs:
+        if run["code_path_findings"]:
+            where = run["code_path_findings"][0]["where"]
+            attrs = [
+                (k[len(K.ATTR_PREFIX) :], v)
+                for k, v in where.items()
+                if k.startswith(K.ATTR_PREFIX)
+            ]
+            if not attrs:
+                return None
+            found.add(attrs[0])
+    return found.pop() if len(found) == 1 else None
+
+
+def attribute_advice(label: str, name: str, values: str) -> str:
+    """What to do about a part of the run that is the samples of some attribute values."""
+    look = f"`mismatchctl tokens {shlex.quote(label)} --where attr:{name}={values}`"
+    if "," in values:
+        look = f"`mismatchctl tokens {shlex.quote(label)} --where attr:{name}=VALUE`"
+    return (
+        f"the part found is the samples with {name} {values}: what those requests take that "
+        "the others do not (their prompt template or tokenization, a per-source sampling "
+        "setting, the replica or engine that served them, their context lengths), rather than "
+        f"a kernel every request takes; compare their tokens on both sides ({look}), then "
+        "diagnose again"
+    )
 
 
 def firsts_on_first_turns(runs: Iterable[dict[str, Any]]) -> bool:
@@ -423,9 +459,11 @@ def excess_shape(e: Explanation) -> str:
 
 
 __all__ = [
+    "attribute_advice",
     "baseline",
     "code_path",
     "excess_shape",
+    "firsts_on_attribute",
     "firsts_on_first_turns",
     "firsts_on_gpus",
     "localized",

@@ -6,7 +6,17 @@ from __future__ import annotations
 import shlex
 
 from mismatchctl.analysis import diagnose_thresholds as T
-from mismatchctl.analysis.diagnose_base import OK, PATH, Check, Context, advice_if, grade, pct
+from mismatchctl.analysis.diagnose_base import (
+    FAIL,
+    OK,
+    PATH,
+    WARN,
+    Check,
+    Context,
+    advice_if,
+    grade,
+    pct,
+)
 from mismatchctl.stats.hot_sequences import Z_TAIL, summarize
 from mismatchctl.stats.localize_result import ratio_text
 
@@ -42,10 +52,21 @@ def hot_sequences(ctx: Context) -> Check:
         and found.rate_ratio >= T.LOCAL_FACTOR
     )
     verdict = grade(pattern and found.rate_ratio >= T.LOCAL_FAIL, pattern)
+    local = ctx.done.get("localized")
+    named = local is not None and local.verdict in (WARN, FAIL)
     if verdict != OK:
-        finding += ": a fault of some requests, not of a part the dumps name"
+        finding += ": a fault of some requests" + (
+            " (the localized check names a part of the run)" if named
+            else ", not of a part the dumps name"
+        )  # fmt: skip
     label = shlex.quote(ctx.label)
-    advice = (
+    first = (
+        "the localized check names a part of the run the hot requests may be: see it first; "
+        "otherwise "
+        if named
+        else ""
+    )
+    advice = first + (
         "some requests took another path: an inference replica or server of several, rollouts "
         "that straddled a weight update (in-flight updates, partial rollouts), a per-request "
         f"setting; list the worst (`mismatchctl tokens {label} --sequences`; evidence "

@@ -12,6 +12,8 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
@@ -35,9 +37,30 @@ PLANTED = {"gpu-3x": Plan("gpu", per_step=32, seed=1, factor=3.0),
            "improved": Plan("improved", per_step=32, seed=1)}  # fmt: skip
 
 
+SOURCES = ("gsm8k", "math", "code", "search")
+
+
+def _source(row: dict) -> str:
+    return SOURCES[zlib.crc32(row["uid"].encode()) % 4]
+
+
+def _with_sources(path: Path) -> None:
+    """A per-sample ``data_source`` column (an attribute ingest keeps)."""
+    table = pq.read_table(path)
+    sources = pa.array([_source(row) for row in table.to_pylist()])
+    pq.write_table(table.append_column("data_source", sources), path)
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("sequences")
+    source = root / "source-3x.parquet"
+    plan = Plan("clean", per_step=32, seed=1)
+    write_scaled(
+        plan, source, lambda row, kv: np.full(len(kv), 3.0 if _source(row) == "code" else 1.0)
+    )
+    _with_sources(source)
+    mismatchctl.ingest([source], run="source-3x", store=root / "store")
     for name, (seed, factor) in SCALED.items():
         plan = Plan("clean", per_step=32, seed=seed)
         path = write_scaled(plan, root / f"{name}.parquet", _replica(factor))
@@ -72,3 +95,20 @@ def test_no_hot_sequences_where_no_request_is_singled_out(store: Path, run: str)
     checks = _checks(store, run)
     assert checks["hot_sequences"].verdict == "ok", checks["hot_sequences"].finding
     assert checks["cause"].evidence["cause"] != "sequences"
+
+
+def test_hot_requests_of_one_data_source_are_named_by_it(store: Path) -> None:
+    """The samples of one data source at 3x: the localized check names them
+    (``attr:data_source code``), the cause is a code path of those samples with advice about
+    what they take that the others do not (not an attention kernel every request takes), and
+    the hot_sequences check points at that part."""
+    checks = _checks(store, "source-3x")
+    local, cause, hot = checks["localized"], checks["cause"], checks["hot_sequences"]
+    assert local.verdict in ALARM
+    (run,) = local.evidence["runs"].values()
+    assert run["code_path_findings"][0]["where"] == {"attr:data_source": "code"}
+    assert cause.evidence["cause"] == "code path"
+    assert cause.finding.startswith("code path (the samples with data_source code)")
+    assert "--where attr:data_source=code" in cause.next and "attention" not in cause.next
+    assert local.next == cause.next
+    assert hot.verdict in ALARM and "the localized check names a part" in hot.next
