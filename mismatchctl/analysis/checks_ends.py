@@ -5,6 +5,7 @@ its last model token and the probability bin)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from mismatchctl.analysis import diagnose_thresholds as T
@@ -12,13 +13,14 @@ from mismatchctl.analysis.diagnose_base import (
     DATA,
     NA,
     OK,
+    SEVERITY,
     Check,
     Context,
     advice_if,
     ci_text,
     relative,
 )
-from mismatchctl.analysis.turn_edges import FINAL
+from mismatchctl.analysis.turn_edges import FINAL, SCOPE
 from mismatchctl.engines import plan as K
 from mismatchctl.stats.cube import Cube, Field
 from mismatchctl.stats.localize import contrast, contrast_within
@@ -41,48 +43,84 @@ def turn_ends(ctx: Context) -> Check:
     and against the seven before it in the same turns (both must show the localized pattern:
     a stop handled differently hits the last token alone, a mismatch that grows with the KV
     position or in the small decode batches at the end of generation also makes the tokens
-    before it hot); the last four as evidence."""
+    before it hot); the same for the responses' last token alone (an end-of-sequence fault,
+    which the turns ending before a tool response would dilute); the last four as evidence."""
     title = "The last token of each turn (stop handling)"
     st = ctx.edges
     ends: Cube | None = None if st is None else st.ends
     if ends is None or ends.tokens == 0:
         return Check(DATA, "turn_ends", title, NA, "no model token to look at")
-    last, tail = _contrast(ends, [0]), _contrast(ends, [0, 1, 2])
-    near = contrast_within(ends, {FINAL: [0, 1, 2, 3]}, FINAL, [0], K.BIN, T.LEVEL)
-    t = ends.table([FINAL])
-    n, a = float(t[0, Field.TOKENS]), float(t[0, Field.K3])
-    level = a / n if n else None
+    every = _scope(ends, {})
+    tail = contrast(ends, {FINAL: [0, 1, 2]}, K.BIN, T.LEVEL)
     evidence: dict[str, Any] = {
-        "last": _row(last),
+        "last": _row(every.last),
         "last_4": _row(tail),
-        "last_vs_before": _row(near),
-        "last_tokens": int(n),
-        "last_mass_share": a / ends.k3_sum if ends.k3_sum > 0 else None,
+        "last_vs_before": _row(every.near),
+        "last_tokens": every.tokens,
+        "last_mass_share": every.mass / ends.k3_sum if ends.k3_sum > 0 else None,
     }
-    verdict = OK if last is None else relative(
-        last[0], last[1], T.LOCAL_FACTOR, T.LOCAL_CI_LOW, T.LOCAL_FAIL, level
-    )  # fmt: skip
-    sharp = near is not None and relative(
-        near[0], near[1], T.LOCAL_FACTOR, T.LOCAL_CI_LOW, T.LOCAL_FAIL
-    ) != OK  # fmt: skip
     finding = (
-        f"the last token of each turn: {_part(last)} the other tokens at the same token "
-        f"probabilities, {_part(near)} the 7 before it; the last 4: {_part(tail)}"
+        f"the last token of each turn: {_part(every.last)} the other tokens at the same token "
+        f"probabilities, {_part(every.near)} the 7 before it; the last 4: {_part(tail)}"
     )
-    if verdict != OK and not sharp:
+    scopes = [("every turn", every)]
+    if ends.table([SCOPE])[0, Field.TOKENS] > 0:  # some turns end before a tool response
+        final = _scope(ends, {SCOPE: [1]})
+        evidence["response_end"] = {
+            "last": _row(final.last), "last_vs_before": _row(final.near), "tokens": final.tokens
+        }  # fmt: skip
         finding += (
-            ": the turns' ends are hot, but no more than the tokens just before them (a "
-            "mismatch growing with the position, not the stop)"
+            f"; the responses' last token: {_part(final.last)} the rest, {_part(final.near)} "
+            "the 7 before it"
         )
-        verdict = OK
+        scopes.append(("end of the response", final))
+    verdict, name = OK, None
+    for label, found in scopes:
+        if SEVERITY[found.verdict] > SEVERITY[verdict]:
+            verdict, name = found.verdict, label
+    evidence["scope"] = name
     if verdict != OK:
-        finding += ": the stop is handled differently on the two sides"
+        where = "the turns' last token" if name == "every turn" else "the responses' last token"
+        finding += f": {where}, the stop handled differently on the two sides"
+    elif any(found.hot for _, found in scopes):
+        finding += (
+            ": the ends are hot, but not clearly more than the tokens just before them (a "
+            "mismatch growing with the position is not the stop)"
+        )
     return Check(DATA, "turn_ends", title, verdict, finding, evidence,
                  advice_if(verdict, STOP_ADVICE))  # fmt: skip
 
 
-def _contrast(cube: Cube, classes: list[int]) -> Ratio:
-    return contrast(cube, {FINAL: classes}, K.BIN, T.LEVEL)
+@dataclass
+class Scope:
+    """The last tokens of some turns: against every other token, against the seven before them
+    in the same turns, their tokens and K3 mass, and the verdict (both contrasts at the
+    localized pattern); ``hot``: the first contrast alone is."""
+
+    last: Ratio
+    near: Ratio
+    tokens: int
+    mass: float
+    verdict: str
+    hot: bool
+
+
+def _scope(ends: Cube, scope: dict[str, list[int]]) -> Scope:
+    last = contrast(ends, {FINAL: [0], **scope}, K.BIN, T.LEVEL)
+    near = contrast_within(ends, {FINAL: [0, 1, 2, 3], **scope}, FINAL, [0], K.BIN, T.LEVEL)
+    t = ends.table([FINAL, SCOPE])
+    rows = t[0] if not scope else t[0, scope[SCOPE]]
+    n, a = float(rows[..., Field.TOKENS].sum()), float(rows[..., Field.K3].sum())
+    hot = last is not None and _pattern(last, a / n if n else None) != OK
+    sharp = near is not None and _pattern(near, None) != OK
+    verdict = _pattern(last, a / n if n else None) if hot and sharp else OK
+    return Scope(last, near, int(n), a, verdict, hot)
+
+
+def _pattern(found: Ratio, level: float | None) -> str:
+    if found is None:
+        return OK
+    return relative(found[0], found[1], T.LOCAL_FACTOR, T.LOCAL_CI_LOW, T.LOCAL_FAIL, level)
 
 
 def _part(found: Ratio) -> str:

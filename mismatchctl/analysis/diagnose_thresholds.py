@@ -178,8 +178,9 @@ EDGE_FAIL = 10.0
 # before it in the same turns (a stop fault hits the last token alone; a mismatch growing with
 # the KV position or in the small decode batches at the end of generation, as the sample
 # ``faulty-attn``'s, makes the ends 6x the rest but 1.8x the tokens before them, interval
-# 0.78-4.1). Planted: the last token at 3x is named (2.3x against the rest, the turns' ends
-# before a tool response diluting it), at 2x not.
+# 0.78-4.1). The responses' last token alone is judged the same way (the turns ending before a
+# tool response dilute an end-of-sequence fault: planted at 2x, 1.3x over every turn's end,
+# 1.9-2.2x alone). Planted: the last token at 3x named 4/4, at 2x 1 of 2.
 
 TOP_SHARE = 0.01
 """The largest-|r| tokens whose place is counted: the top 1% of the selection's tokens (at an |r|

@@ -37,6 +37,8 @@ EDGE_CLASSES = [k for k, lo in enumerate(START_EDGES) if lo < EDGE_TOKENS]
 END_LABELS = ("elsewhere", f"last {EDGE_TOKENS} before a tool response")
 FINAL = "turn_final"  # the token's distance from its turn's last model token, in classes
 FINAL_EDGES = (0, 1, 2, 4, 8)  # classes 0 (the turn's last token), 1, 2-3, 4-7, 8+
+SCOPE = "turn_scope"  # whether the turn ends the response or a tool response follows it
+SCOPE_LABELS = ("before a tool response", "end of the response")
 KINDS = ("first", "later")  # the first turn of a sequence; the turns after a tool response
 # |r| histogram: 0, then 8 log-spaced bins per decade from 1e-6 to 1e3, then the overflow
 R_EDGES = np.r_[0.0, 10.0 ** np.arange(-6.0, 3.0 + 1e-9, 0.125)]
@@ -48,11 +50,13 @@ def start_labels(edges: tuple[int, ...] = START_EDGES) -> tuple[str, ...]:
 
 
 def final_spec(edges: np.ndarray) -> CubeSpec:
-    """Token dimensions only: distance from the turn's last model token, probability bin."""
+    """Token dimensions only: distance from the turn's last model token, whether the turn ends
+    the response, probability bin."""
     bins = tuple(str(k) for k in range(len(edges) - 1))
     return CubeSpec(
         token_dims=(
             Dim(FINAL, len(FINAL_EDGES), start_labels(FINAL_EDGES)),
+            Dim(SCOPE, 2, SCOPE_LABELS, ordered=False),
             Dim(K.BIN, len(bins), bins),
         ),
         seq_dims=(),
@@ -136,7 +140,9 @@ class EdgeExtra:
         later = turn > 0
         cubes = tuple(self._cube(lr, lt, seq, codes, later == side) for side in (False, True))
         final = assign_positions(to_end, FINAL_EDGES).astype(np.int32)
-        ends = self._cube(lr, lt, seq, np.column_stack([final, codes[:, 2]]), None, self.final)
+        scope = (~followed).astype(np.int32)
+        ends_codes = np.column_stack([final, scope, codes[:, 2]])
+        ends = self._cube(lr, lt, seq, ends_codes, None, self.final)
         with np.errstate(invalid="ignore"):
             r = np.abs(lt - lr)
         rbin = np.clip(np.searchsorted(R_EDGES, r, side="right") - 1, 0, len(R_EDGES) - 1)
@@ -212,6 +218,8 @@ __all__ = [
     "FINAL",
     "FINAL_EDGES",
     "KINDS",
+    "SCOPE",
+    "SCOPE_LABELS",
     "START",
     "EdgeExtra",
     "EdgeState",

@@ -29,6 +29,7 @@ def _last(factor: float):
 
 
 RUNS = {
+    "stop-2x": (2, _last(2.0)),
     "stop-3x": (1, _last(3.0)),
     "stop-100x": (2, _last(100.0)),
     "long-10x": (1, lambda row, kv: np.where(kv >= 48, 10.0, 1.0)),
@@ -49,6 +50,15 @@ def _checks(store: Path, run: str) -> dict:
     return {c.name: c for c in api.diagnose(run, store=store).checks}
 
 
+def test_a_2x_end_of_sequence_fault_is_named_by_the_responses_last_token(store: Path) -> None:
+    """2x on the responses' last token: diluted to 1.3x by the turns that end before a tool
+    response, it stands at 2.2x (1.8-2.6) alone."""
+    ends = _checks(store, "stop-2x")["turn_ends"]
+    assert ends.verdict == "warn" and ends.evidence["scope"] == "end of the response"
+    assert ends.evidence["last"]["rate_ratio_ci"][0] < 1.5
+    assert ends.evidence["response_end"]["last_vs_before"]["rate_ratio_ci"][0] >= 1.5
+
+
 @pytest.mark.parametrize("run", ["stop-3x", "stop-100x"])
 def test_a_stop_handled_differently_is_named(store: Path, run: str) -> None:
     checks = _checks(store, run)
@@ -57,6 +67,10 @@ def test_a_stop_handled_differently_is_named(store: Path, run: str) -> None:
     assert ends.evidence["last"]["rate_ratio_ci"][0] >= 1.5
     assert ends.evidence["last_vs_before"]["rate_ratio_ci"][0] >= 1.5
     assert ends.evidence["last_tokens"] > 0
+    assert ends.evidence["scope"] == "every turn"
+    final = ends.evidence["response_end"]
+    assert final["tokens"] == 24 * 32  # one per response
+    assert final["last"]["rate_ratio"] > ends.evidence["last"]["rate_ratio"]  # undiluted
     cause = checks["cause"]
     assert cause.evidence["cause"] == "turn ends"
     assert "stop" in cause.next and "end-of-sequence" in cause.next
