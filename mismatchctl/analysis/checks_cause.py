@@ -102,7 +102,7 @@ def name_cause(ctx: Context) -> Cause:
     some = _hits(ctx, ["hot_sequences"])  # an excess in some requests is not the policy's
     if base is not None and base.verdict in (WARN, FAIL) and shape == "uniform" and not paths:
         if some:
-            return _cause("sequences", some, some[0].next, "some sequences")
+            return _cause("sequences", some, some[0].next, "some requests")
         other = baseline_on_other_gpus(ctx)
         if other is not None:
             return _cause(
@@ -148,7 +148,7 @@ def name_cause(ctx: Context) -> Cause:
     ):
         hits = _hits(ctx, names)
         if hits:
-            return _cause(key, hits, hits[0].next)
+            return _cause(key, hits, hits[0].next, "some requests" if key == "sequences" else None)
         later = [c for c in _hits(ctx, ["localized"]) if c.evidence.get("later_turns")]
         if key == "tool responses" and later:  # the later turns, found by position only
             return _cause(key, later, _later_by_position_advice(ctx))
