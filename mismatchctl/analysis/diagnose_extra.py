@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.columns import numpy_of
+from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
 from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pairs
@@ -102,11 +103,17 @@ class DiagnoseExtra:
             trailing_zero_state(lr, lt, seq, step, keys.run),
             lag_k3(pairs),
             misalign_state(lr, lt, seq, turn, step, keys.run),
-            hot_sequence_state(lr, lt, seq, turn, step, keys.run),
+            hot_sequence_state(lr, lt, seq, turn, step, *self._bins(keys), keys.run),
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:
         return a.merge(b)
+
+    @staticmethod
+    def _bins(keys: PartKeys) -> tuple[np.ndarray, int]:
+        """Each token's probability bin (the report's) and the number of bins."""
+        codes = np.asarray(keys.get(K.BIN).codes, dtype=np.int64)
+        return np.broadcast_to(codes, (keys.n,)) if codes.ndim == 0 else codes, len(keys.edges) - 1
 
     def __getstate__(self) -> dict:
         """Shipped to another process (a Ray task): the paths, absolute (the worker's directory

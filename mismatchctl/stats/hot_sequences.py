@@ -5,8 +5,8 @@ Each model token's relative mismatch ``x = log(|r| / |lr|)`` (``r = lt - lr``; `
 at ``LR_FLOOR``): numeric noise on the logits moves a token's logprob by about ``(1 - p) dz``,
 and ``1 - p`` is about ``|lr|`` where most tokens are, so ``x`` is comparable across
 probabilities; tokens with ``r = 0`` exactly are left out (counted). A sequence's ``z`` sums its
-tokens' deviations from the mean ``x`` of their *cell* (turn kind x half-decade of the
-rollout probability, over its run), over the square root of the cells' variances: under tokens
+tokens' deviations from the mean ``x`` of their *cell* (turn kind x the report's probability
+bin, over its run), over the square root of the cells' variances: under tokens
 alike within a cell, ``z`` is about standard normal. ``z`` is then centered on the median of its
 run's step (a hot step, a growth, a gpu half of the run are other checks' and move a whole step,
 or both tails alike). A fault of some sequences makes many ``z`` above ``Z_TAIL`` and few below
@@ -25,8 +25,7 @@ import numpy as np
 LR_FLOOR = 1e-6
 """|lr| below this is taken as this (p within 1e-6 of 1): x stays finite."""
 
-BINS_PER_DECADE = 2
-N_BINS = 13  # half decades of p: [10^-0.5, 1], ..., below 10^-6
+CELLS = 1 << 16  # cell codes (turn kind x probability bin) stay below this
 MIN_TOKENS = 16
 """Tokens with r != 0 a sequence needs to be tested: fewer give a z driven by one token."""
 
@@ -73,25 +72,26 @@ def hot_sequence_state(
     seq: np.ndarray,
     turn: np.ndarray,
     step: np.ndarray,
+    bins: np.ndarray,
+    n_bins: int,
     label: str = "",
 ) -> HotSequenceState:
     """The per-sequence cell sums of one chunk of whole sequences (a sequence's tokens
-    contiguous) of run ``label``."""
+    contiguous) of run ``label``; ``bins``: each token's probability bin (``0..n_bins-1``)."""
     n = len(lr)
     if n == 0:
         return HotSequenceState()
     starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
     row = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
     r = lt - lr
+    moved = r != 0
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         k3 = np.expm1(r) - r
-        p_bin = np.floor(-lr / math.log(10) * BINS_PER_DECADE)
-        x = np.log(np.abs(r)) - np.log(np.maximum(-lr, LR_FLOOR))
-    cell = (turn > 0).astype(np.int64) * N_BINS + np.clip(p_bin, 0, N_BINS - 1).astype(np.int64)
-    moved = r != 0
-    x = np.where(moved, x, 0.0)
-    key = row * (2 * N_BINS) + cell
-    size = len(starts) * 2 * N_BINS
+        x = np.log(np.abs(r) / np.maximum(-lr, LR_FLOOR))
+    x[~moved] = 0.0
+    width = 2 * n_bins
+    key = row * width + (turn > 0) * n_bins + bins
+    size = len(starts) * width
     count = np.bincount(key, minlength=size)
     keys = np.flatnonzero(count)
 
@@ -106,8 +106,8 @@ def hot_sequence_state(
         np.zeros(len(starts), np.int64),
         step[starts].astype(np.int64),
         seq[starts].astype(np.int64),
-        keys // (2 * N_BINS),
-        keys % (2 * N_BINS),
+        keys // width,
+        keys % width,
         sums,
     )
 
@@ -152,7 +152,7 @@ def sequence_z(state: HotSequenceState) -> tuple[np.ndarray, np.ndarray]:
     :func:`canonical` order for sums that do not depend on the merge order."""
     rows = len(state.step)
     n, sx, sxx = state.sums[:, 1], state.sums[:, 2], state.sums[:, 3]
-    group = state.run[state.row] * (2 * N_BINS) + state.cell  # (run, cell)
+    group = state.run[state.row] * CELLS + state.cell  # (run, cell)
     groups, g = np.unique(group, return_inverse=True)
     gn = np.bincount(g, n, len(groups))
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -177,7 +177,7 @@ def summarize(state: HotSequenceState, examples: int = 5) -> HotSequences:
     hot, cold = tested & (z > Z_TAIL), tested & (z < -Z_TAIL)
     n_all, k3 = state.sums[:, 0], state.sums[:, 4]
     is_hot = hot[state.row]
-    group = state.run[state.row] * (2 * N_BINS) + state.cell
+    group = state.run[state.row] * CELLS + state.cell
     groups, g = np.unique(group, return_inverse=True)
     rest_n = np.bincount(g, np.where(is_hot, 0.0, n_all), len(groups))
     rest_a = np.bincount(g, np.where(is_hot, 0.0, k3), len(groups))

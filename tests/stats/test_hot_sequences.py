@@ -9,16 +9,24 @@ import math
 import numpy as np
 import pytest
 
+from mismatchctl.stats import assign_bins, parse_bins
 from mismatchctl.stats.hot_sequences import (
-    BINS_PER_DECADE,
     LR_FLOOR,
     MIN_TOKENS,
-    N_BINS,
     Z_TAIL,
+    HotSequenceState,
     hot_sequence_state,
     sequence_z,
     summarize,
 )
+
+EDGES = parse_bins("log")
+N_BINS = len(EDGES) - 1
+
+
+def _state(lr, lt, seq, turn, step) -> HotSequenceState:
+    bins = assign_bins(np.exp(lr), EDGES)
+    return hot_sequence_state(lr, lt, seq, turn, step, bins, N_BINS, "a")
 
 
 def _tokens(seed: int, hot_share: float = 0.0, factor: float = 1.0) -> tuple:
@@ -39,10 +47,9 @@ def _tokens(seed: int, hot_share: float = 0.0, factor: float = 1.0) -> tuple:
 
 def _reference_z(lr, lt, seq, turn, step) -> dict[int, float]:
     r = lt - lr
-    b = np.clip(np.floor(-lr / math.log(10) * BINS_PER_DECADE), 0, N_BINS - 1)
-    cell = (turn > 0) * N_BINS + b
+    cell = (turn > 0) * N_BINS + assign_bins(np.exp(lr), EDGES)
     moved = r != 0
-    x = np.log(np.abs(np.where(moved, r, 1.0))) - np.log(np.maximum(-lr, LR_FLOOR))
+    x = np.log(np.abs(np.where(moved, r, 1.0)) / np.maximum(-lr, LR_FLOOR))
     mean = {c: x[moved & (cell == c)].mean() for c in np.unique(cell[moved])}
     var = {c: x[moved & (cell == c)].var() for c in np.unique(cell[moved])}
     z, steps = {}, {}
@@ -65,10 +72,10 @@ def _reference_z(lr, lt, seq, turn, step) -> dict[int, float]:
 @pytest.mark.parametrize("hot_share", [0.0, 0.15])
 def test_z_is_the_loops_and_merged_chunks_equal_one(hot_share: float) -> None:
     lr, lt, seq, turn, step, _ = _tokens(1, hot_share, 9.0)
-    whole = hot_sequence_state(lr, lt, seq, turn, step, "a")
+    whole = _state(lr, lt, seq, turn, step)
     cut = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])[137]  # between two sequences
     parts = [
-        hot_sequence_state(lr[sl], lt[sl], seq[sl], turn[sl], step[sl], "a")
+        _state(lr[sl], lt[sl], seq[sl], turn[sl], step[sl])
         for sl in (slice(cut, None), slice(0, cut))
     ]
     merged = parts[0].merge(parts[1])
@@ -84,18 +91,18 @@ def test_z_is_the_loops_and_merged_chunks_equal_one(hot_share: float) -> None:
 
 def test_planted_hot_sequences_are_found_with_their_rate() -> None:
     lr, lt, seq, turn, step, hot = _tokens(2, 0.12, 9.0)
-    found = summarize(hot_sequence_state(lr, lt, seq, turn, step, "a"))
+    found = summarize(_state(lr, lt, seq, turn, step))
     planted = len(np.unique(seq[hot]))
     assert found.hot >= 0.6 * planted and found.cold <= 3
     assert 5 < found.rate_ratio < 15  # the planted 9x, the hottest of them selected
     assert all(z > Z_TAIL for *_, z in found.examples)
     # the rate: the hot sequences' K3 over their tokens at the other sequences' cell rates
-    z, tested = sequence_z(hot_sequence_state(lr, lt, seq, turn, step, "a"))
+    z, tested = sequence_z(_state(lr, lt, seq, turn, step))
     ids = {int(s) for s, v, t in zip(np.unique(seq), z, tested, strict=True) if t and v > Z_TAIL}
     is_hot = np.isin(seq, list(ids))
     r = lt - lr
     k3 = np.expm1(r) - r
-    cell = (turn > 0) * N_BINS + np.clip(np.floor(-lr / math.log(10) * 2), 0, N_BINS - 1)
+    cell = (turn > 0) * N_BINS + assign_bins(np.exp(lr), EDGES)
     rate = {c: k3[~is_hot & (cell == c)].mean() for c in np.unique(cell)}
     expected = sum(rate[c] for c in cell[is_hot])
     assert found.rate_ratio == pytest.approx(k3[is_hot].sum() / expected, rel=1e-9)
@@ -103,6 +110,6 @@ def test_planted_hot_sequences_are_found_with_their_rate() -> None:
 
 def test_sequences_alike_fill_both_tails_alike() -> None:
     lr, lt, seq, turn, step, _ = _tokens(3)
-    found = summarize(hot_sequence_state(lr, lt, seq, turn, step, "a"))
+    found = summarize(_state(lr, lt, seq, turn, step))
     assert found.hot <= 3 and found.cold <= 3
     assert found.tested == len(_reference_z(lr, lt, seq, turn, step))
