@@ -4,12 +4,15 @@ no column of the dumps names (``stats/hot_sequences.py``; thresholds: diagnose_t
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.diagnose_base import (
     FAIL,
+    NA,
     OK,
     PATH,
+    SEVERITY,
     WARN,
     Check,
     Context,
@@ -17,15 +20,15 @@ from mismatchctl.analysis.diagnose_base import (
     grade,
     pct,
 )
-from mismatchctl.stats.hot_sequences import Z_TAIL, summarize
+from mismatchctl.stats.hot_sequences import Z_TAIL, HotSequences, by_run, summarize
 from mismatchctl.stats.localize_result import ratio_text
 
 TITLE = "Sequences hotter than the others of their step"
 
 
-def hot_sequences(ctx: Context) -> Check:
-    found = summarize(ctx.state.hot_sequences)
-    evidence = {
+def _judge(found: HotSequences) -> tuple[str, str, dict[str, Any]]:
+    """One run's verdict, sentence and evidence."""
+    evidence: dict[str, Any] = {
         "tested": found.tested,
         "hot": found.hot,
         "cold": found.cold,
@@ -51,7 +54,20 @@ def hot_sequences(ctx: Context) -> Check:
         and found.hot >= T.SEQ_ASYMMETRY * max(found.cold, 1)
         and found.rate_ratio >= T.LOCAL_FACTOR
     )
-    verdict = grade(pattern and found.rate_ratio >= T.LOCAL_FAIL, pattern)
+    return grade(pattern and found.rate_ratio >= T.LOCAL_FAIL, pattern), finding, evidence
+
+
+def hot_sequences(ctx: Context) -> Check:
+    """Each run's sequences against the others of their step (the worst run's verdict; with
+    several runs, evidence ``runs`` has each)."""
+    runs = {run: _judge(summarize(state)) for run, state in by_run(ctx.state.hot_sequences).items()}
+    if not runs:
+        return Check(PATH, "hot_sequences", TITLE, NA, "no sequence to test")
+    name = max(runs, key=lambda run: SEVERITY[runs[run][0]])
+    verdict, finding, evidence = runs[name]
+    if len(runs) > 1:
+        finding = f"{name}: {finding}"
+        evidence = {**evidence, "run": name, "runs": {run: e for run, (_, _, e) in runs.items()}}
     local = ctx.done.get("localized")
     named = local is not None and local.verdict in (WARN, FAIL)
     if verdict != OK:

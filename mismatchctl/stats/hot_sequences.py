@@ -171,6 +171,28 @@ def sequence_z(state: HotSequenceState) -> tuple[np.ndarray, np.ndarray]:
     return z, tested
 
 
+def by_run(state: HotSequenceState) -> dict[str, HotSequenceState]:
+    """The state of each run alone (a selection of several runs is judged run by run: a fault
+    of some requests in one run is a small share of them all)."""
+    out = {}
+    for code, name in enumerate(state.runs):
+        keep = state.run == code
+        if not keep.any():
+            continue
+        new_row = np.cumsum(keep) - 1
+        cells = keep[state.row]
+        out[name] = HotSequenceState(
+            [name],
+            np.zeros(int(keep.sum()), np.int64),
+            state.step[keep],
+            state.seq[keep],
+            new_row[state.row[cells]],
+            state.cell[cells],
+            state.sums[cells],
+        )
+    return out
+
+
 def summarize(state: HotSequenceState, examples: int = 5) -> HotSequences:
     state = canonical(state)
     z, tested = sequence_z(state)

@@ -18,6 +18,7 @@ import pytest
 
 import mismatchctl
 from mismatchctl import api
+from mismatchctl.analysis import diagnose_thresholds as T
 from tests.planted import Plan, write, write_scaled
 
 ALARM = ("warn", "fail")
@@ -64,7 +65,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for name, (seed, factor) in SCALED.items():
         plan = Plan("clean", per_step=32, seed=seed)
         path = write_scaled(plan, root / f"{name}.parquet", _replica(factor))
-        mismatchctl.ingest([path], run=name, store=root / "store")
+        fleet = {"fleet": "b"} if name in ("some-3x", "healthy") else {}
+        mismatchctl.ingest([path], run=name, store=root / "store", tags=fleet)
     for name, plan in PLANTED.items():
         path = write(plan, root / f"{name}.parquet", weight_version=False)
         mismatchctl.ingest([path], run=name, store=root / "store")
@@ -112,3 +114,16 @@ def test_hot_requests_of_one_data_source_are_named_by_it(store: Path) -> None:
     assert "--where attr:data_source=code" in cause.next and "attention" not in cause.next
     assert local.next == cause.next
     assert hot.verdict in ALARM and "the localized check names a part" in hot.next
+
+
+def test_a_selection_of_runs_is_judged_run_by_run(store: Path) -> None:
+    """Two runs selected by a tag, one with hot requests: the check names that run (over both
+    runs together the hot ones would be half the share)."""
+    hot = _checks(store, "fleet=b")["hot_sequences"]
+    assert hot.verdict in ALARM
+    assert hot.evidence["run"] == "some-3x" and hot.finding.startswith("some-3x: ")
+    runs = hot.evidence["runs"]
+    assert set(runs) == {"some-3x", "healthy"}
+    alone = _checks(store, "some-3x")["hot_sequences"].evidence
+    assert runs["some-3x"] == {k: v for k, v in alone.items()}
+    assert runs["healthy"]["hot"] < T.SEQ_HOT_MIN
