@@ -60,7 +60,10 @@ def _judge(found: HotSequences) -> tuple[str, str, dict[str, Any]]:
 def hot_sequences(ctx: Context) -> Check:
     """Each run's sequences against the others of their step (the worst run's verdict; with
     several runs, evidence ``runs`` has each)."""
-    runs = {run: _judge(summarize(state)) for run, state in by_run(ctx.state.hot_sequences).items()}
+    runs = {
+        run: _judge(summarize(state))
+        for run, state in by_run(ctx.state.hot_sequences.joined()).items()
+    }
     if not runs:
         return Check(PATH, "hot_sequences", TITLE, NA, "no sequence to test")
     name = max(runs, key=lambda run: SEVERITY[runs[run][0]])

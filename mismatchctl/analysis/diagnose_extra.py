@@ -20,7 +20,7 @@ from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
 from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pairs
-from mismatchctl.stats.hot_sequences import HotSequenceState, hot_sequence_state
+from mismatchctl.stats.hot_sequences import HotSequenceParts, hot_sequence_state
 from mismatchctl.stats.misalign import MisalignState, misalign_state
 from mismatchctl.stats.offset import offset_state
 from mismatchctl.stats.sentinels import (
@@ -66,7 +66,7 @@ class DiagnoseState:
     trailing: TrailingZeroState = field(default_factory=TrailingZeroState)
     lag_k3: np.ndarray = field(default_factory=lambda: np.zeros((3, 2)))  # stats.comoments.lag_k3
     misaligned: MisalignState = field(default_factory=MisalignState)  # stats.misalign
-    hot_sequences: HotSequenceState = field(default_factory=HotSequenceState)
+    hot_sequences: HotSequenceParts = field(default_factory=HotSequenceParts)
 
     def merge(self, other: DiagnoseState) -> DiagnoseState:
         return DiagnoseState(

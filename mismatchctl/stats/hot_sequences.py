@@ -12,8 +12,8 @@ run's step (a hot step, a growth, a gpu half of the run are other checks' and mo
 or both tails alike). A fault of some sequences makes many ``z`` above ``Z_TAIL`` and few below
 ``-Z_TAIL``; a run whose sequences just differ (contexts, lengths) has both tails alike.
 
-The state is per sequence and per cell (long form), merged by concatenation; the test runs once
-the whole selection is read (``summarize``)."""
+The state is per sequence and per cell (long form), kept per part and joined once the whole
+selection is read (``HotSequenceParts``); the test runs then (``summarize``)."""
 
 from __future__ import annotations
 
@@ -47,22 +47,36 @@ class HotSequenceState:
     cell: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))  # n_all, n, x, x^2, K3
 
-    def merge(self, other: HotSequenceState) -> HotSequenceState:
-        runs = sorted({*self.runs, *other.runs})
-        where = {name: i for i, name in enumerate(runs)}
 
-        def remap(s: HotSequenceState) -> np.ndarray:
-            codes = np.array([where[name] for name in s.runs], np.int64)
-            return codes[s.run] if len(s.run) else s.run
+@dataclass
+class HotSequenceParts:
+    """The states of the parts read so far, joined once at the end (:meth:`joined`): a merge
+    is a list concatenation, not a copy of every row read before (quadratic over many parts)."""
+
+    parts: list[HotSequenceState] = field(default_factory=list)
+
+    def merge(self, other: HotSequenceParts) -> HotSequenceParts:
+        return HotSequenceParts([*self.parts, *other.parts])
+
+    def joined(self) -> HotSequenceState:
+        """One state of every part (runs in name order)."""
+        runs = sorted({name for part in self.parts for name in part.runs})
+        where = {name: i for i, name in enumerate(runs)}
+        parts = self.parts or [HotSequenceState()]
+        offsets = np.cumsum([0, *(len(p.step) for p in parts)])[:-1]
+
+        def codes(p: HotSequenceState) -> np.ndarray:
+            table = np.array([where[name] for name in p.runs], np.int64)
+            return table[p.run] if len(p.run) else p.run
 
         return HotSequenceState(
             runs,
-            np.concatenate([remap(self), remap(other)]),
-            np.concatenate([self.step, other.step]),
-            np.concatenate([self.seq, other.seq]),
-            np.concatenate([self.row, other.row + len(self.step)]),
-            np.concatenate([self.cell, other.cell]),
-            np.concatenate([self.sums, other.sums]),
+            np.concatenate([codes(p) for p in parts]),
+            np.concatenate([p.step for p in parts]),
+            np.concatenate([p.seq for p in parts]),
+            np.concatenate([p.row + o for p, o in zip(parts, offsets, strict=True)]),
+            np.concatenate([p.cell for p in parts]),
+            np.concatenate([p.sums for p in parts]),
         )
 
 
@@ -75,12 +89,12 @@ def hot_sequence_state(
     bins: np.ndarray,
     n_bins: int,
     label: str = "",
-) -> HotSequenceState:
+) -> HotSequenceParts:
     """The per-sequence cell sums of one chunk of whole sequences (a sequence's tokens
     contiguous) of run ``label``; ``bins``: each token's probability bin (``0..n_bins-1``)."""
     n = len(lr)
     if n == 0:
-        return HotSequenceState()
+        return HotSequenceParts()
     starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
     row = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
     r = lt - lr
@@ -101,14 +115,18 @@ def hot_sequence_state(
     sums = np.column_stack(
         [count[keys].astype(float), total(moved.astype(float)), total(x), total(x * x), total(k3)]
     )
-    return HotSequenceState(
-        [label],
-        np.zeros(len(starts), np.int64),
-        step[starts].astype(np.int64),
-        seq[starts].astype(np.int64),
-        keys // width,
-        keys % width,
-        sums,
+    return HotSequenceParts(
+        [
+            HotSequenceState(
+                [label],
+                np.zeros(len(starts), np.int64),
+                step[starts].astype(np.int64),
+                seq[starts].astype(np.int64),
+                keys // width,
+                keys % width,
+                sums,
+            )
+        ]
     )
 
 

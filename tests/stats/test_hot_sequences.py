@@ -14,6 +14,7 @@ from mismatchctl.stats.hot_sequences import (
     LR_FLOOR,
     MIN_TOKENS,
     Z_TAIL,
+    HotSequenceParts,
     HotSequenceState,
     hot_sequence_state,
     sequence_z,
@@ -24,9 +25,13 @@ EDGES = parse_bins("log")
 N_BINS = len(EDGES) - 1
 
 
-def _state(lr, lt, seq, turn, step) -> HotSequenceState:
+def _parts(lr, lt, seq, turn, step) -> HotSequenceParts:
     bins = assign_bins(np.exp(lr), EDGES)
     return hot_sequence_state(lr, lt, seq, turn, step, bins, N_BINS, "a")
+
+
+def _state(lr, lt, seq, turn, step) -> HotSequenceState:
+    return _parts(lr, lt, seq, turn, step).joined()
 
 
 def _tokens(seed: int, hot_share: float = 0.0, factor: float = 1.0) -> tuple:
@@ -75,10 +80,10 @@ def test_z_is_the_loops_and_merged_chunks_equal_one(hot_share: float) -> None:
     whole = _state(lr, lt, seq, turn, step)
     cut = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])[137]  # between two sequences
     parts = [
-        _state(lr[sl], lt[sl], seq[sl], turn[sl], step[sl])
+        _parts(lr[sl], lt[sl], seq[sl], turn[sl], step[sl])
         for sl in (slice(cut, None), slice(0, cut))
     ]
-    merged = parts[0].merge(parts[1])
+    merged = parts[0].merge(parts[1]).joined()
     assert summarize(merged) == summarize(whole)  # every number, whatever the merge order
     ref = _reference_z(lr, lt, seq, turn, step)
     for state in (whole, merged):
