@@ -127,7 +127,7 @@ def sentinels(ctx: Context) -> Check:
         f"zero_run_tokens_min_run_{ZERO_RUN_MIN}": s.zero_run_tokens,
         "zero_run_share": share,
         "steps": dict(sorted(s.steps.items(), key=lambda kv: -kv[1])[:20]),
-        "samples": _samples(ctx.report.selection, s.examples),
+        "samples": samples_of(ctx.report.selection, s.examples),
         "non_finite": "rejected at ingest (with --skip-bad such samples are dropped and counted "
         f"as dropped_sequences: {ctx.report.excluded.get('dropped_sequences', 0)})",
     }
@@ -144,7 +144,7 @@ def sentinels(ctx: Context) -> Check:
     return Check(DATA, "sentinels", title, verdict, finding, evidence, advice_if(verdict, advice))
 
 
-def _samples(selection: Selection, examples: list[tuple[str, int, int, str]]) -> list[dict]:
+def samples_of(selection: Selection, examples: list[tuple[str, int, int, str]]) -> list[dict]:
     """The examples with the sample id of each sequence, read from the store's sequence rows."""
     wanted: dict[str, set[int]] = {}
     for run, _, seq, _ in examples:
@@ -172,7 +172,7 @@ def _turn_samples(
     selection: Selection, examples: list[tuple[str, int, int, int, str]]
 ) -> list[dict]:
     """Misaligned turns as :func:`_samples` lists them (the turn and the lag in ``what``)."""
-    return _samples(
+    return samples_of(
         selection,
         [(run, step, seq, f"turn {turn}: {lag}") for run, step, seq, turn, lag in examples],
     )
@@ -213,7 +213,7 @@ def trailing_padding(ctx: Context) -> Check:
         "padded_tokens": t.padded_tokens,
         M.TOKEN_SHARE: share,
         "min_run": T.TRAILING_ZERO_RUN,
-        "samples": _samples(ctx.report.selection, examples),
+        "samples": samples_of(ctx.report.selection, examples),
     }
     verdict = grade(share >= T.TRAILING_ZERO_FAIL_SHARE, t.padded > 0)
     finding = (

@@ -7,6 +7,7 @@ import shlex
 from typing import Any
 
 from mismatchctl.analysis import diagnose_thresholds as T
+from mismatchctl.analysis.checks_data import samples_of
 from mismatchctl.analysis.diagnose_base import (
     FAIL,
     NA,
@@ -68,6 +69,13 @@ def hot_sequences(ctx: Context) -> Check:
         return Check(PATH, "hot_sequences", TITLE, NA, "no sequence to test")
     name = max(runs, key=lambda run: SEVERITY[runs[run][0]])
     verdict, finding, evidence = runs[name]
+    if verdict != OK:  # the hottest sequences with their sample ids, to `show` them
+        found = [(e["run"], e["step"], e["seq"], f"z {e['z']:.2f}") for e in evidence["examples"]]
+        rows = samples_of(ctx.report.selection, found)
+        evidence["examples"] = [
+            {**{k: v for k, v in row.items() if k != "what"}, "z": e["z"]}
+            for row, e in zip(rows, evidence["examples"], strict=True)
+        ]
     if len(runs) > 1:
         finding = f"{name}: {finding}"
         evidence = {**evidence, "run": name, "runs": {run: e for run, (_, _, e) in runs.items()}}
@@ -85,12 +93,19 @@ def hot_sequences(ctx: Context) -> Check:
         if named
         else ""
     )
+    hottest = next((e for e in evidence["examples"] if e.get("sample_id")), None)
+    show = (
+        f"`mismatchctl show {shlex.quote(hottest['run'])} {shlex.quote(str(hottest['sample_id']))}"
+        f" --step {hottest['step']}` shows the hottest, "
+        if hottest
+        else ""
+    )
     advice = first + (
         "some requests took another path: an inference replica or server of several, rollouts "
         "that straddled a weight update (in-flight updates, partial rollouts), a per-request "
-        f"setting; list the worst (`mismatchctl tokens {label} --sequences`; evidence "
-        "`examples` has the hottest by step and seq) and tag the dumps with the replica and the "
-        "weight version of each sample (columns the localized search then names)"
+        f"setting; {show}`mismatchctl tokens {label} --sequences` lists the worst (evidence "
+        "`examples`); tag the dumps with the replica and the weight version of each sample "
+        "(columns the localized search then names)"
     )
     return Check(
         PATH, "hot_sequences", TITLE, verdict, finding, evidence, advice_if(verdict, advice)
