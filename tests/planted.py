@@ -230,3 +230,25 @@ def write_scaled(plan: Plan, path: Path, scale: Callable[[dict, np.ndarray], np.
     table = pq.read_table(path)
     pq.write_table(table.from_pylist(rows, schema=table.schema), path)
     return path
+
+
+Scale = Callable[[dict, np.ndarray], np.ndarray]  # (row, model tokens' KV positions) -> factor
+
+
+def scaled_store(root: Path, runs: dict[str, tuple[int, Scale]], per_step: int = 32) -> Path:
+    """A store under ``root`` with a healthy run per name (``Plan("clean")`` with its seed)
+    whose model tokens' mismatch is scaled by its ``write_scaled`` function."""
+    import mismatchctl
+
+    for name, (seed, scale) in runs.items():
+        plan = Plan("clean", per_step=per_step, seed=seed)
+        path = write_scaled(plan, root / f"{name}.parquet", scale)
+        mismatchctl.ingest([path], run=name, store=root / "store")
+    return root / "store"
+
+
+def checks(store: Path, run: str, baseline: str | None = None) -> dict:
+    """Every check of ``diagnose`` on a run, by name."""
+    from mismatchctl import api
+
+    return {c.name: c for c in api.diagnose(run, store=store, baseline=baseline).checks}

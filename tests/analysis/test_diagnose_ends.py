@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import mismatchctl
-from mismatchctl import api
-from tests.planted import Plan, write_scaled
+from tests.planted import checks as diagnosed
+from tests.planted import scaled_store
 
 ALARM = ("warn", "fail")
 
@@ -39,21 +38,13 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("ends")
-    for name, (seed, scale) in RUNS.items():
-        path = write_scaled(Plan("clean", per_step=32, seed=seed), root / f"{name}.parquet", scale)
-        mismatchctl.ingest([path], run=name, store=root / "store")
-    return root / "store"
-
-
-def _checks(store: Path, run: str) -> dict:
-    return {c.name: c for c in api.diagnose(run, store=store).checks}
+    return scaled_store(tmp_path_factory.mktemp("ends"), RUNS)
 
 
 def test_a_2x_end_of_sequence_fault_is_named_by_the_responses_last_token(store: Path) -> None:
     """2x on the responses' last token: diluted to 1.3x by the turns that end before a tool
     response, it stands at 2.2x (1.8-2.6) alone."""
-    ends = _checks(store, "stop-2x")["turn_ends"]
+    ends = diagnosed(store, "stop-2x")["turn_ends"]
     assert ends.verdict == "warn" and ends.evidence["scope"] == "end of the response"
     assert ends.evidence["last"]["rate_ratio_ci"][0] < 1.5
     assert ends.evidence["response_end"]["last_vs_before"]["rate_ratio_ci"][0] >= 1.5
@@ -61,7 +52,7 @@ def test_a_2x_end_of_sequence_fault_is_named_by_the_responses_last_token(store: 
 
 @pytest.mark.parametrize("run", ["stop-3x", "stop-100x"])
 def test_a_stop_handled_differently_is_named(store: Path, run: str) -> None:
-    checks = _checks(store, run)
+    checks = diagnosed(store, run)
     ends = checks["turn_ends"]
     assert ends.verdict == ("fail" if run == "stop-100x" else "warn")
     assert ends.evidence["last"]["rate_ratio_ci"][0] >= 1.5
@@ -80,7 +71,7 @@ def test_a_stop_handled_differently_is_named(store: Path, run: str) -> None:
 
 
 def test_a_mismatch_growing_toward_the_end_is_not_the_stop(store: Path) -> None:
-    checks = _checks(store, "long-10x")
+    checks = diagnosed(store, "long-10x")
     ends = checks["turn_ends"]
     assert ends.verdict == "ok"
     assert ends.evidence["last"]["rate_ratio"] > 1.2  # the later turns' ends are hot...
@@ -89,6 +80,6 @@ def test_a_mismatch_growing_toward_the_end_is_not_the_stop(store: Path) -> None:
 
 
 def test_a_healthy_run_has_no_stop_fault(store: Path) -> None:
-    checks = _checks(store, "healthy")
+    checks = diagnosed(store, "healthy")
     assert checks["turn_ends"].verdict == "ok"
     assert checks["cause"].evidence["cause"] == "none"

@@ -9,18 +9,15 @@ step (``write_scaled``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import mismatchctl
-from mismatchctl import api
-from tests.planted import Plan, write_scaled
+from tests.planted import Scale, scaled_store
+from tests.planted import checks as diagnosed
 
 STEPS = 24
-Scale = Callable[[dict, np.ndarray], np.ndarray]  # (row, model tokens' KV positions) -> factor
 ALARM = ("warn", "fail")
 
 
@@ -44,15 +41,7 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("growth")
-    for name, (seed, scale) in RUNS.items():
-        path = write_scaled(Plan("clean", per_step=32, seed=seed), root / f"{name}.parquet", scale)
-        mismatchctl.ingest([path], run=name, store=root / "store")
-    return root / "store"
-
-
-def _checks(store: Path, run: str, baseline: str | None) -> dict:
-    return {c.name: c for c in api.diagnose(run, store=store, baseline=baseline).checks}
+    return scaled_store(tmp_path_factory.mktemp("growth"), RUNS)
 
 
 @pytest.mark.parametrize("run", ["grows-3x-1", "grows-3x-2", "grows-10x"])
@@ -60,7 +49,7 @@ def _checks(store: Path, run: str, baseline: str | None) -> dict:
 def test_a_smooth_growth_is_the_growth_not_a_code_path(
     store: Path, run: str, baseline: str | None
 ) -> None:
-    checks = _checks(store, run, baseline)
+    checks = diagnosed(store, run, baseline)
     assert checks["trend"].verdict in ALARM
     regimes = checks["regimes"]
     assert regimes.verdict in ALARM  # the late steps are higher: true, and said to be a line
@@ -80,7 +69,7 @@ def test_a_smooth_growth_is_the_growth_not_a_code_path(
 def test_a_fault_from_one_step_on_stays_a_code_path(
     store: Path, run: str, baseline: str | None
 ) -> None:
-    checks = _checks(store, run, baseline)
+    checks = diagnosed(store, run, baseline)
     regimes = checks["regimes"]
     assert regimes.verdict in ALARM
     (evidence,) = regimes.evidence["runs"].values()
@@ -91,5 +80,5 @@ def test_a_fault_from_one_step_on_stays_a_code_path(
 
 
 def test_the_healthy_run_raises_no_alarm(store: Path) -> None:
-    checks = _checks(store, "base", None)
+    checks = diagnosed(store, "base", None)
     assert not [n for n, c in checks.items() if c.verdict in ALARM]

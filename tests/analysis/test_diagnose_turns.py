@@ -12,17 +12,14 @@ The dumps are tests/planted.py's healthy runs with the mismatch of some model to
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-import mismatchctl
-from mismatchctl import api
-from tests.planted import Plan, write_scaled
+from tests.planted import Scale, scaled_store
+from tests.planted import checks as diagnosed
 
-Scale = Callable[[dict, np.ndarray], np.ndarray]  # (row, model tokens' KV positions) -> factor
 ALARM = ("warn", "fail")
 
 
@@ -55,15 +52,7 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("turns")
-    for name, (seed, scale) in RUNS.items():
-        path = write_scaled(Plan("clean", per_step=32, seed=seed), root / f"{name}.parquet", scale)
-        mismatchctl.ingest([path], run=name, store=root / "store")
-    return root / "store"
-
-
-def _checks(store: Path, run: str, baseline: str | None) -> dict:
-    return {c.name: c for c in api.diagnose(run, store=store, baseline=baseline).checks}
+    return scaled_store(tmp_path_factory.mktemp("turns"), RUNS)
 
 
 @pytest.mark.parametrize("run", ["first-3x", "first-10x"])
@@ -71,7 +60,7 @@ def _checks(store: Path, run: str, baseline: str | None) -> dict:
 def test_hotter_first_turns_are_the_prompts_path(
     store: Path, run: str, baseline: str | None
 ) -> None:
-    checks = _checks(store, run, baseline)
+    checks = diagnosed(store, run, baseline)
     local, cause = checks["localized"], checks["cause"]
     assert local.verdict in ALARM
     (evidence,) = local.evidence["runs"].values()
@@ -91,7 +80,7 @@ def test_hotter_first_turns_are_the_prompts_path(
 def test_a_long_context_path_inside_the_later_turns_is_a_code_path(
     store: Path, run: str, baseline: str | None
 ) -> None:
-    checks = _checks(store, run, baseline)
+    checks = diagnosed(store, run, baseline)
     local, cause = checks["localized"], checks["cause"]
     assert local.verdict in ALARM
     assert local.evidence["later_turns"] is False
@@ -108,7 +97,7 @@ def test_a_long_context_path_inside_the_later_turns_is_a_code_path(
 
 @pytest.mark.parametrize("baseline", [None, "base"])
 def test_a_healthy_run_has_no_turn_fault(store: Path, baseline: str | None) -> None:
-    checks = _checks(store, "healthy", baseline)
+    checks = diagnosed(store, "healthy", baseline)
     assert checks["localized"].verdict == "ok"
     assert checks["cause"].evidence["cause"] == "none"
     assert all(c.verdict not in ALARM for c in checks.values())
@@ -120,7 +109,7 @@ def test_later_turns_found_by_position_alone_still_name_a_cause(store: Path) -> 
     tool_responses check's 1.75x; the cause was "none" ("nothing localized") beside a warning
     localized check. Now the cause is the tool turns, by the localized check, with advice that
     says a long-context path looks the same."""
-    checks = _checks(store, "kv-3x-2", None)
+    checks = diagnosed(store, "kv-3x-2", None)
     local, tool, cause = checks["localized"], checks["tool_responses"], checks["cause"]
     assert local.verdict in ALARM and local.evidence["later_turns"] is True
     assert tool.verdict == "ok"
@@ -131,7 +120,7 @@ def test_later_turns_found_by_position_alone_still_name_a_cause(store: Path) -> 
 
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_an_alarm_always_comes_with_a_cause(store: Path, run: str) -> None:
-    checks = _checks(store, run, None)
+    checks = diagnosed(store, run, None)
     alarms = [c.name for c in checks.values() if c.verdict in ALARM and c.name != "cause"]
     if alarms:
         assert checks["cause"].evidence["cause"] != "none", alarms
