@@ -19,6 +19,7 @@ from mismatchctl.analysis.checks_localize import (
     firsts_on_gpus,
 )
 from mismatchctl.analysis.checks_path import HARDWARE_ADVICE, LOW_PROB_ADVICE
+from mismatchctl.analysis.checks_policy import POLICY_SIGNS_ADVICE
 from mismatchctl.analysis.checks_routing import REPLAY_ADVICE
 from mismatchctl.analysis.checks_template import TEMPLATE_ADVICE
 from mismatchctl.analysis.checks_trajectory import (
@@ -91,6 +92,10 @@ def name_cause(ctx: Context) -> Cause:
     stale = _hits(ctx, ["staleness"])
     if stale:
         return _cause("policy", stale, STALE_ADVICE, "stale weights")
+    signs = _hits(ctx, ["policy_signs"])
+    if signs:  # with a baseline that sees an excess, that check too
+        return _cause("policy", signs + _hits(ctx, ["baseline"]), POLICY_SIGNS_ADVICE,
+                      "another policy")  # fmt: skip
     routing = _hits(ctx, ["routing_flips"])
     if routing:  # measured on the tokens themselves: before what a baseline or a search infers
         return _cause("routing", routing, REPLAY_ADVICE, "MoE routing flips")

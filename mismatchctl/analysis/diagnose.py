@@ -18,6 +18,7 @@ from mismatchctl.analysis import checks_data as D
 from mismatchctl.analysis import checks_ends as EN
 from mismatchctl.analysis import checks_localize as L
 from mismatchctl.analysis import checks_path as P
+from mismatchctl.analysis import checks_policy as PO
 from mismatchctl.analysis import checks_routing as RT
 from mismatchctl.analysis import checks_sequences as SQ
 from mismatchctl.analysis import checks_template as TE
@@ -84,6 +85,7 @@ CHECKS: list[Callable[[Context], Check | None]] = [  # None: not applicable to t
     R.spiral,
     R.severe_batches,
     R.staleness,
+    PO.policy_signs,
     CC.coincident_spikes,
     CC.rise_before_drop,
     C.cause,

@@ -351,6 +351,19 @@ SEVERE_FAIL_SHARE = 0.1
 HIGH_WARN_SHARE = 0.25
 """Share of batches in the high band or worse that warns (a quarter of training in group 3)."""
 
+SIGN_DISPERSION_WARN = 1.5
+SIGN_DISPERSION_FAIL = 3.0
+SIGN_ALPHA = 1e-3
+"""Signs of r that agree within sequences (``policy_signs``; ``stats/sign_coherence.py``): the
+dispersion of each sequence's count of r > 0 around its cells' rates is 1 when the signs are
+independent along a sequence (numeric noise) and grows when whole responses lean one way (another
+policy). Warn from 1.5 with the chi-square test (one degree of freedom a sequence) below
+``SIGN_ALPHA``; fail from 3. Measured on the sample runs (a real tiny model's numerics): healthy,
+improved, kernel, gpu, template, top-p, temperature and MoE runs 0.95-1.25 (the highest,
+``spiky-6``, a biased split-KV combine on two steps of six), the two runs one optimizer step
+behind 2.1 (``stale-weights``) and 2.5 (``stale-subtle``, which carries no version column: no
+other check without a baseline saw it)."""
+
 STALE_FACTOR = 1.5
 """vllm_kl of rollouts made with older weights (lag >= 1) over that of current ones: 1.5x warns
 when the interval's low end reaches ``STALE_CI_LOW``; an interval above ``STALE_FAIL`` fails.

@@ -37,7 +37,7 @@ Z_TAIL = 3.0
 class HotSequenceState:
     """Per sequence: its run (index into ``runs``), step and id; per (sequence, cell) with
     tokens: the sequence's row, the cell, the tokens (``n_all``), those with r != 0 (``n``), the
-    sums of x and x^2 over them and the sum of K3 over all."""
+    sums of x and x^2 over them, the sum of K3 over all, and the tokens with r > 0."""
 
     runs: list[str] = field(default_factory=list)
     run: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -45,7 +45,8 @@ class HotSequenceState:
     seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     cell: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))  # n_all, n, x, x^2, K3
+    # n_all, n, x, x^2, K3, and the tokens with r > 0 (``stats.sign_coherence``)
+    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 6)))
 
 
 @dataclass
@@ -113,7 +114,14 @@ def hot_sequence_state(
         return np.bincount(key, weights=w, minlength=size)[keys]
 
     sums = np.column_stack(
-        [count[keys].astype(float), total(moved.astype(float)), total(x), total(x * x), total(k3)]
+        [
+            count[keys].astype(float),
+            total(moved.astype(float)),
+            total(x),
+            total(x * x),
+            total(k3),
+            total((r > 0).astype(float)),
+        ]
     )
     return HotSequenceParts(
         [

@@ -1,0 +1,59 @@
+"""Signs of r that agree within sequences: what another policy does and numeric noise does not.
+
+Numeric noise (a kernel, a dtype, a batch shape) moves each token's trainer logprob up or down
+independently of the token before it. A policy difference (stale weights, a weight sync that did
+not land, another checkpoint or LoRA state) moves a whole response's tokens together: the update
+that separates the two policies raised or lowered that response's likelihood, so the signs of
+``r = lt - lr`` lean the same way along it. Per sequence, the count of tokens with ``r > 0`` is
+compared with its expectation at its cells' rates (turn kind x probability bin, per run: a
+semantic offset such as a temperature moves the sign with the probability, not with the
+sequence), over the binomial variance; the mean square of those z is 1 for signs independent
+within sequences (``dispersion``) and its excess is tested as a chi-square with one degree of
+freedom per sequence. The state is ``stats.hot_sequences``'s (per sequence and cell).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from mismatchctl.stats.hot_sequences import CELLS, MIN_TOKENS, HotSequenceState, canonical
+from mismatchctl.stats.localize_math import chi2_sf
+
+
+@dataclass
+class SignCoherence:
+    """Sequences tested, the dispersion of their sign counts (1 under independent signs), its
+    chi-square p-value, and the share of sequences at |z| > 3."""
+
+    tested: int
+    dispersion: float
+    p_value: float
+    extreme_share: float
+
+
+def sign_coherence(state: HotSequenceState) -> SignCoherence:
+    """The sign test of one run's sequences (``hot_sequences.by_run``)."""
+    state = canonical(state)
+    rows = len(state.step)
+    n, pos = state.sums[:, 1], state.sums[:, 5]
+    groups, g = np.unique(state.run[state.row] * CELLS + state.cell, return_inverse=True)
+    gn = np.bincount(g, n, len(groups))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = np.where(gn > 0, np.bincount(g, pos, len(groups)) / gn, 0.5)
+    observed = np.bincount(state.row, pos, rows)
+    expected = np.bincount(state.row, n * p[g], rows)
+    var = np.bincount(state.row, n * p[g] * (1 - p[g]), rows)
+    tokens = np.bincount(state.row, n, rows)
+    tested = (tokens >= MIN_TOKENS) & (var > 0)
+    k = int(tested.sum())
+    if k == 0:
+        return SignCoherence(0, math.nan, math.nan, math.nan)
+    z = (observed[tested] - expected[tested]) / np.sqrt(var[tested])
+    q = float(np.sum(z * z))
+    return SignCoherence(k, q / k, float(chi2_sf(q, k)), float(np.mean(np.abs(z) > 3)))
+
+
+__all__ = ["SignCoherence", "sign_coherence"]
