@@ -71,9 +71,10 @@ def _layer_hits(ctx: Context, layer: str, verdicts: tuple[str, ...]) -> list[Che
 def name_cause(ctx: Context) -> Cause:
     """The first cause whose checks fire, in the order to fix them (BACKGROUND.md): data, a
     chat-template or rendering fault, the stop handled differently (the turns' last token), the
-    two sides' distributions, stale weights, MoE routing
-    flips carrying the mismatch, the policy, a code path, some sequences (requests) hotter than
-    their peers, the tool turns, the unlikely tokens, a growth with no other explanation."""
+    two sides' distributions, stale weights, MoE routing flips carrying the mismatch, the policy
+    (a uniform excess over a baseline), a code path, another policy (responses leaning one way,
+    once no code path explains them), some sequences (requests) hotter than their peers, the
+    tool turns, the unlikely tokens, a growth with no other explanation."""
     data = [
         c for c in _layer_hits(ctx, DATA, (FAIL,)) if c.name not in (*TEMPLATE_CHECKS, "turn_ends")
     ]
@@ -92,10 +93,6 @@ def name_cause(ctx: Context) -> Cause:
     stale = _hits(ctx, ["staleness"])
     if stale:
         return _cause("policy", stale, STALE_ADVICE, "stale weights")
-    signs = _hits(ctx, ["policy_signs"])
-    if signs:  # with a baseline that sees an excess, that check too
-        return _cause("policy", signs + _hits(ctx, ["baseline"]), POLICY_SIGNS_ADVICE,
-                      "another policy")  # fmt: skip
     routing = _hits(ctx, ["routing_flips"])
     if routing:  # measured on the tokens themselves: before what a baseline or a search infers
         return _cause("routing", routing, REPLAY_ADVICE, "MoE routing flips")
@@ -105,7 +102,12 @@ def name_cause(ctx: Context) -> Cause:
     paths = [c for c in _hits(ctx, CODE_PATH_CHECKS) if not c.evidence.get("later_turns")]
     paths = [c for c in paths if not _growth_by_steps(ctx, c)]  # a growth seen step by step
     some = _hits(ctx, ["hot_sequences"])  # an excess in some requests is not the policy's
+    # responses leaning one way: another policy, once no code path explains the run (a biased
+    # kernel can make the sequences it hits lean too: the sample spiky-6's faulty step)
+    signs = _hits(ctx, ["policy_signs"]) + _hits(ctx, ["baseline"])
     if base is not None and base.verdict in (WARN, FAIL) and shape == "uniform" and not paths:
+        if signs[0].name == "policy_signs":
+            return _cause("policy", signs, POLICY_SIGNS_ADVICE, "another policy")
         if some:
             return _cause("sequences", some, some[0].next, "some requests")
         other = baseline_on_other_gpus(ctx)
@@ -145,6 +147,8 @@ def name_cause(ctx: Context) -> Cause:
                 f"code path (the samples with {attribute[0]} {attribute[1]})",
             )  # fmt: skip
         return _cause("code path", paths, CODE_PATH_ADVICE)
+    if signs and signs[0].name == "policy_signs":  # with a baseline that sees an excess, it too
+        return _cause("policy", signs, POLICY_SIGNS_ADVICE, "another policy")
     for key, names in (
         ("sequences", ["hot_sequences"]),
         ("tool responses", ["tool_responses"]),

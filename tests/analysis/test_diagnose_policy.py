@@ -33,10 +33,11 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _leaning(path: Path, seed: int, lean: float) -> Path:
-    """A planted healthy run whose responses each lean one way: every model token's trainer
-    logprob moved by ``u |lr|`` with one ``u ~ N(0, lean^2)`` per response."""
-    write(Plan("clean", per_step=32, seed=seed), path, weight_version=False)
+def _leaning(path: Path, seed: int, lean: float, cause: str = "clean") -> Path:
+    """A planted run (healthy, or with ``cause`` at its default size) whose responses each lean
+    one way: every model token's trainer logprob moved by ``u |lr|`` with one
+    ``u ~ N(0, lean^2)`` per response."""
+    write(Plan(cause, per_step=32, seed=seed), path, weight_version=False)
     table = pq.read_table(path)
     rng = np.random.default_rng(seed + 1000)
     rows = table.to_pylist()
@@ -53,9 +54,12 @@ def _leaning(path: Path, seed: int, lean: float) -> Path:
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("leaning")
-    for name, seed, lean in (("lean-1", 1, 0.02), ("lean-2", 2, 0.02), ("even", 3, 0.0)):
-        mismatchctl.ingest([_leaning(root / f"{name}.parquet", seed, lean)], run=name,
-                           store=root / "store")  # fmt: skip
+    for name, seed, lean, cause in (
+        ("lean-1", 1, 0.02, "clean"), ("lean-2", 2, 0.02, "clean"), ("even", 3, 0.0, "clean"),
+        ("lean-spikes", 5, 0.02, "spike"),
+    ):  # fmt: skip
+        path = _leaning(root / f"{name}.parquet", seed, lean, cause)
+        mismatchctl.ingest([path], run=name, store=root / "store")
     loud = write(Plan("improved", per_step=32, seed=4, factor=None), root / "loud.parquet")
     mismatchctl.ingest([loud], run="loud", store=root / "store")
     return root / "store"
@@ -93,3 +97,12 @@ def test_planted_leaning_responses_are_the_policy(planted: Path, run: str) -> No
 def test_independent_noise_is_not_a_policy(planted: Path, run: str) -> None:
     signs = diagnosed(planted, run)["policy_signs"]
     assert signs.verdict == "ok" and signs.evidence["dispersion"] < 1.2
+
+
+def test_a_code_path_comes_before_leaning_responses(planted: Path) -> None:
+    """Two steps at 225x and responses that lean: the code path is named (a biased kernel can
+    make the responses it hits lean too, as the sample spiky-6's faulty step 3 does: 2.5x on
+    its own), the policy_signs check still warns beside it."""
+    checks = diagnosed(planted, "lean-spikes")
+    assert checks["policy_signs"].verdict in ALARM
+    assert checks["cause"].evidence["cause"] == "code path"
