@@ -19,7 +19,7 @@ from mismatchctl.analysis.checks_localize import (
     firsts_on_gpus,
 )
 from mismatchctl.analysis.checks_path import HARDWARE_ADVICE, LOW_PROB_ADVICE
-from mismatchctl.analysis.checks_policy import POLICY_SIGNS_ADVICE
+from mismatchctl.analysis.checks_policy import CODE_PATH_CHECKS, POLICY_SIGNS_ADVICE
 from mismatchctl.analysis.checks_routing import REPLAY_ADVICE
 from mismatchctl.analysis.checks_template import TEMPLATE_ADVICE
 from mismatchctl.analysis.checks_trajectory import (
@@ -45,7 +45,6 @@ from mismatchctl.analysis.diagnose_base import (
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
 
-CODE_PATH_CHECKS = ("localized", "regimes", "spikes", "hardware")
 # the data-integrity checks that name a chat-template, rendering or tokenization fault
 TEMPLATE_CHECKS = ("turn_edges", "token_classes")
 

@@ -7,10 +7,12 @@ from typing import Any
 
 from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis.diagnose_base import (
+    FAIL,
     NA,
     OK,
     SEVERITY,
     TRAJECTORY,
+    WARN,
     Check,
     Context,
     advice_if,
@@ -43,8 +45,20 @@ def policy_signs(ctx: Context) -> Check:
     if len(runs) > 1:
         finding = f"{name}: {finding}"
         evidence = {**evidence, "run": name, "runs": {run: e for run, (_, _, e) in runs.items()}}
+    advice = POLICY_SIGNS_ADVICE
+    paths = [n for n in CODE_PATH_CHECKS if n in ctx.done and ctx.done[n].verdict in (WARN, FAIL)]
+    if verdict != OK and paths:
+        finding += f", or a biased kernel on the part of the run the {paths[0]} check names"
+        advice = (
+            f"fix the code path the {paths[0]} check names first (a biased kernel makes the "
+            f"responses it hits lean too), then diagnose again; if they still lean: {advice}"
+        )
     return Check(TRAJECTORY, "policy_signs", title, verdict, finding, evidence,
-                 advice_if(verdict, POLICY_SIGNS_ADVICE))  # fmt: skip
+                 advice_if(verdict, advice))  # fmt: skip
+
+
+CODE_PATH_CHECKS = ("localized", "regimes", "spikes", "hardware")
+"""The checks whose hits name a code path (``checks_cause`` names it before another policy)."""
 
 
 def _judge(found: SignCoherence) -> tuple[str, str, dict[str, Any]]:
@@ -69,4 +83,4 @@ def _judge(found: SignCoherence) -> tuple[str, str, dict[str, Any]]:
     return verdict, finding, evidence
 
 
-__all__ = ["POLICY_SIGNS_ADVICE", "policy_signs"]
+__all__ = ["CODE_PATH_CHECKS", "POLICY_SIGNS_ADVICE", "policy_signs"]

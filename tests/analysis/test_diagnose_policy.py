@@ -104,5 +104,7 @@ def test_a_code_path_comes_before_leaning_responses(planted: Path) -> None:
     make the responses it hits lean too, as the sample spiky-6's faulty step 3 does: 2.5x on
     its own), the policy_signs check still warns beside it."""
     checks = diagnosed(planted, "lean-spikes")
-    assert checks["policy_signs"].verdict in ALARM
+    signs = checks["policy_signs"]
+    assert signs.verdict in ALARM
+    assert "or a biased kernel" in signs.finding and signs.next.startswith("fix the code path")
     assert checks["cause"].evidence["cause"] == "code path"
