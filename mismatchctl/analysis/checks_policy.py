@@ -10,7 +10,6 @@ from mismatchctl.analysis.diagnose_base import (
     FAIL,
     NA,
     OK,
-    SEVERITY,
     TRAJECTORY,
     WARN,
     Check,
@@ -18,6 +17,7 @@ from mismatchctl.analysis.diagnose_base import (
     advice_if,
     grade,
     pct,
+    worst_run,
 )
 from mismatchctl.stats.hot_sequences import by_run
 from mismatchctl.stats.sign_coherence import SignCoherence, sign_coherence
@@ -40,11 +40,7 @@ def policy_signs(ctx: Context) -> Check:
     }
     if not runs or all(found[0] == NA for found in runs.values()):
         return Check(TRAJECTORY, "policy_signs", title, NA, "no sequence long enough to test")
-    name = max(runs, key=lambda run: SEVERITY[runs[run][0]])
-    verdict, finding, evidence = runs[name]
-    if len(runs) > 1:
-        finding = f"{name}: {finding}"
-        evidence = {**evidence, "run": name, "runs": {run: e for run, (_, _, e) in runs.items()}}
+    verdict, finding, evidence = worst_run(runs)
     advice = POLICY_SIGNS_ADVICE
     paths = [n for n in CODE_PATH_CHECKS if n in ctx.done and ctx.done[n].verdict in (WARN, FAIL)]
     if verdict != OK and paths:

@@ -13,13 +13,13 @@ from mismatchctl.analysis.diagnose_base import (
     NA,
     OK,
     PATH,
-    SEVERITY,
     WARN,
     Check,
     Context,
     advice_if,
     grade,
     pct,
+    worst_run,
 )
 from mismatchctl.stats.hot_sequences import Z_TAIL, HotSequences, by_run, summarize
 from mismatchctl.stats.localize_result import ratio_text
@@ -67,18 +67,10 @@ def hot_sequences(ctx: Context) -> Check:
     }
     if not runs:
         return Check(PATH, "hot_sequences", TITLE, NA, "no sequence to test")
-    name = max(runs, key=lambda run: SEVERITY[runs[run][0]])
-    verdict, finding, evidence = runs[name]
-    if verdict != OK:  # the hottest sequences with their sample ids, to `show` them
-        found = [(e["run"], e["step"], e["seq"], f"z {e['z']:.2f}") for e in evidence["examples"]]
-        rows = samples_of(ctx.report.selection, found)
-        evidence["examples"] = [
-            {**{k: v for k, v in row.items() if k != "what"}, "z": e["z"]}
-            for row, e in zip(rows, evidence["examples"], strict=True)
-        ]
-    if len(runs) > 1:
-        finding = f"{name}: {finding}"
-        evidence = {**evidence, "run": name, "runs": {run: e for run, (_, _, e) in runs.items()}}
+    for run_verdict, _, run_evidence in runs.values():
+        if run_verdict != OK:  # the hottest sequences with their sample ids, to `show` them
+            run_evidence["examples"] = _with_sample_ids(ctx, run_evidence["examples"])
+    verdict, finding, evidence = worst_run(runs)
     local = ctx.done.get("localized")
     named = local is not None and local.verdict in (WARN, FAIL)
     if verdict != OK:
@@ -110,6 +102,15 @@ def hot_sequences(ctx: Context) -> Check:
     return Check(
         PATH, "hot_sequences", TITLE, verdict, finding, evidence, advice_if(verdict, advice)
     )
+
+
+def _with_sample_ids(ctx: Context, examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    found = [(e["run"], e["step"], e["seq"], f"z {e['z']:.2f}") for e in examples]
+    rows = samples_of(ctx.report.selection, found)
+    return [
+        {**{k: v for k, v in row.items() if k != "what"}, "z": e["z"]}
+        for row, e in zip(rows, examples, strict=True)
+    ]
 
 
 __all__ = ["hot_sequences"]

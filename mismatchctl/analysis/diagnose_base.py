@@ -89,6 +89,20 @@ def ci_text(ci: tuple[float, float] | None, level: float = T.LEVEL) -> str:
     return f"{level:.0%} CI {ratio_text(ci[0])}-{ratio_text(ci[1])}"
 
 
+def worst_run(
+    runs: dict[str, tuple[str, str, dict[str, Any]]],
+) -> tuple[str, str, dict[str, Any]]:
+    """A check judged run by run: the worst run's verdict, sentence and evidence (the first run
+    in order among equals); with several runs the sentence names it and the evidence adds
+    ``run`` and ``runs`` (every run's own)."""
+    name = max(runs, key=lambda run: SEVERITY[runs[run][0]])
+    verdict, finding, evidence = runs[name]
+    if len(runs) > 1:
+        finding = f"{name}: {finding}"
+        evidence = {**evidence, "run": name, "runs": {run: e for run, (_, _, e) in runs.items()}}
+    return verdict, finding, evidence
+
+
 def worst(verdicts: list[str]) -> str:
     return max(verdicts, key=SEVERITY.__getitem__, default=NA)
 
