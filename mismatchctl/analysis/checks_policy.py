@@ -24,10 +24,12 @@ from mismatchctl.stats.sign_coherence import SignCoherence, sign_coherence
 
 POLICY_SIGNS_ADVICE = (
     "whole responses lean one way, as when the trainer's weights are not the sampler's (stale "
-    "weights, a weight sync that did not land, another checkpoint or LoRA state), not as numeric "
-    "noise does: compare the weight versions of both sides (keep a weight_version column in the "
-    "dumps, or tag the run --tag weight_lag=N) or diagnose with --baseline on a known-good run; "
-    "importance sampling would not fix it"
+    "weights, a weight sync that did not land, another checkpoint or LoRA state), not as "
+    "independent numeric noise does: compare the weight versions of both sides (keep a "
+    "weight_version column in the dumps, or tag the run --tag weight_lag=N); if they match, a "
+    "kernel biased along each response (a split-KV combine that drops its row sums leans the "
+    "responses it hits too) is the other candidate: diagnose with --baseline on a known-good "
+    "run of the same weights; importance sampling would not fix either"
 )
 
 
