@@ -235,15 +235,21 @@ def write_scaled(plan: Plan, path: Path, scale: Callable[[dict, np.ndarray], np.
 Scale = Callable[[dict, np.ndarray], np.ndarray]  # (row, model tokens' KV positions) -> factor
 
 
-def scaled_store(root: Path, runs: dict[str, tuple[int, Scale]], per_step: int = 32) -> Path:
+def scaled_store(
+    root: Path,
+    runs: dict[str, tuple[int, Scale]],
+    per_step: int = 32,
+    tags: dict[str, dict[str, str]] | None = None,
+) -> Path:
     """A store under ``root`` with a healthy run per name (``Plan("clean")`` with its seed)
-    whose model tokens' mismatch is scaled by its ``write_scaled`` function."""
+    whose model tokens' mismatch is scaled by its ``write_scaled`` function; ``tags``: the
+    ingest tags of some runs."""
     import mismatchctl
 
     for name, (seed, scale) in runs.items():
         plan = Plan("clean", per_step=per_step, seed=seed)
         path = write_scaled(plan, root / f"{name}.parquet", scale)
-        mismatchctl.ingest([path], run=name, store=root / "store")
+        mismatchctl.ingest([path], run=name, store=root / "store", tags=(tags or {}).get(name, {}))
     return root / "store"
 
 

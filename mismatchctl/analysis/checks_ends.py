@@ -19,6 +19,7 @@ from mismatchctl.analysis.diagnose_base import (
     advice_if,
     ci_text,
     relative,
+    worst_run,
 )
 from mismatchctl.analysis.turn_edges import FINAL, SCOPE
 from mismatchctl.engines import plan as K
@@ -44,12 +45,23 @@ def turn_ends(ctx: Context) -> Check:
     a stop handled differently hits the last token alone, a mismatch that grows with the KV
     position or in the small decode batches at the end of generation also makes the tokens
     before it hot); the same for the responses' last token alone (an end-of-sequence fault,
-    which the turns ending before a tool response would dilute); the last four as evidence."""
+    which the turns ending before a tool response would dilute); the last four as evidence.
+    Run by run (the worst run's verdict; with several, evidence ``runs``)."""
     title = "The last token of each turn (stop handling)"
     st = ctx.edges
-    ends: Cube | None = None if st is None else st.ends
-    if ends is None or ends.tokens == 0:
+    runs = {run: _judge(cube) for run, cube in sorted((st.ends if st else {}).items())}
+    runs = {run: found for run, found in runs.items() if found is not None}
+    if not runs:
         return Check(DATA, "turn_ends", title, NA, "no model token to look at")
+    verdict, finding, evidence = worst_run(runs)
+    return Check(DATA, "turn_ends", title, verdict, finding, evidence,
+                 advice_if(verdict, STOP_ADVICE))  # fmt: skip
+
+
+def _judge(ends: Cube) -> tuple[str, str, dict[str, Any]] | None:
+    """One run's verdict, sentence and evidence (None: no token)."""
+    if ends.tokens == 0:
+        return None
     every = _scope(ends, {})
     tail = contrast(ends, {FINAL: [0, 1, 2]}, K.BIN, T.LEVEL)
     evidence: dict[str, Any] = {
@@ -87,8 +99,7 @@ def turn_ends(ctx: Context) -> Check:
             ": the ends are hot, but not clearly more than the tokens just before them (a "
             "mismatch growing with the position is not the stop)"
         )
-    return Check(DATA, "turn_ends", title, verdict, finding, evidence,
-                 advice_if(verdict, STOP_ADVICE))  # fmt: skip
+    return verdict, finding, evidence
 
 
 @dataclass

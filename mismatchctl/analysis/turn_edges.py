@@ -79,16 +79,19 @@ def edge_spec(edges: np.ndarray) -> CubeSpec:
 @dataclass
 class EdgeState:
     """The two cubes (first turns, later turns), the |r| histogram, shape (kind, edge, bin,
-    |r| bin), and the cube of every turn by the distance from its last token (``ends``);
-    merged by addition."""
+    |r| bin), and per run the cube of every turn by the distance from its last token
+    (``ends``: the turn_ends check judges run by run); merged by addition."""
 
     cubes: tuple[Cube, Cube]
     hist: np.ndarray
-    ends: Cube
+    ends: dict[str, Cube]
 
     def merge(self, other: EdgeState) -> EdgeState:
         cubes = (self.cubes[0].merge(other.cubes[0]), self.cubes[1].merge(other.cubes[1]))
-        return EdgeState(cubes, self.hist + other.hist, self.ends.merge(other.ends))
+        ends = dict(self.ends)
+        for run, cube in other.ends.items():
+            ends[run] = ends[run].merge(cube) if run in ends else cube
+        return EdgeState(cubes, self.hist + other.hist, ends)
 
 
 def edge_codes(seq: np.ndarray, turn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -151,7 +154,7 @@ class EdgeExtra:
         size = 4 * self.nbins * len(R_EDGES)
         hist = np.bincount(index[np.isfinite(r)], minlength=size).astype(np.float64)
         hist = hist.reshape(2, 2, self.nbins, len(R_EDGES))
-        return EdgeState(cubes, hist, ends)  # type: ignore[arg-type]
+        return EdgeState(cubes, hist, {keys.run: ends})  # type: ignore[arg-type]
 
     def _cube(
         self,

@@ -38,7 +38,9 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return scaled_store(tmp_path_factory.mktemp("ends"), RUNS)
+    fleet = {"fleet": "b"}
+    tags = {"stop-3x": fleet, "healthy": fleet}
+    return scaled_store(tmp_path_factory.mktemp("ends"), RUNS, tags=tags)
 
 
 def test_a_2x_end_of_sequence_fault_is_named_by_the_responses_last_token(store: Path) -> None:
@@ -83,3 +85,14 @@ def test_a_healthy_run_has_no_stop_fault(store: Path) -> None:
     checks = diagnosed(store, "healthy")
     assert checks["turn_ends"].verdict == "ok"
     assert checks["cause"].evidence["cause"] == "none"
+
+
+def test_a_selection_of_runs_is_judged_run_by_run(store: Path) -> None:
+    """The faulty run and a healthy one selected by a tag: the check names the faulty run, with
+    the numbers it has alone."""
+    ends = diagnosed(store, "fleet=b")["turn_ends"]
+    assert ends.verdict == "warn" and ends.evidence["run"] == "stop-3x"
+    assert set(ends.evidence["runs"]) == {"stop-3x", "healthy"}
+    alone = diagnosed(store, "stop-3x")["turn_ends"].evidence
+    assert ends.evidence["runs"]["stop-3x"] == alone
+    assert ends.evidence["runs"]["healthy"]["last"]["rate_ratio_ci"][0] < 1.5

@@ -91,7 +91,9 @@ def test_parts_merged_equal_one_pass() -> None:
     states = [extra.compute(pa.table(h), keys_of(h)) for h in halves]
     merged = extra.merge(*states)
     assert np.array_equal(merged.hist, whole.hist)
-    for a, b in zip((*merged.cubes, merged.ends), (*whole.cubes, whole.ends), strict=True):
+    for a, b in zip(
+        (*merged.cubes, *merged.ends.values()), (*whole.cubes, *whole.ends.values()), strict=True
+    ):
         np.testing.assert_allclose(a.state, b.state, rtol=1e-12, atol=1e-12)
 
 
@@ -101,7 +103,7 @@ def test_the_ends_cube_holds_each_turns_last_tokens() -> None:
     r = cols[S.TRAINER] - cols[S.ROLLOUT]
     k3 = np.expm1(r) - r
     to_end = final_distances(cols[S.SEQ], cols[S.TURN])
-    table = state.ends.table([FINAL])
+    table = state.ends["r"].table([FINAL])
     for code, (lo, hi) in enumerate([(0, 1), (1, 2), (2, 4), (4, 8), (8, 10**9)]):
         cell = (to_end >= lo) & (to_end < hi)
         assert table[code, 0] == cell.sum()  # tokens
