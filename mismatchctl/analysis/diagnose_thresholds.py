@@ -359,7 +359,7 @@ dispersion of each sequence's count of r > 0 around its cells' rates is 1 when t
 independent along a sequence (numeric noise) and grows when whole responses lean one way (another
 policy). Warn from 1.5 with the chi-square test (one degree of freedom a sequence) below
 ``SIGN_ALPHA``; fail from 3. Measured on the sample runs (a real tiny model's numerics): healthy,
-improved, kernel, gpu, template, top-p, temperature and MoE runs 0.95-1.25 (the highest,
+improved, kernel, gpu, template, top-p, temperature and MoE runs 0.93-1.25 (the highest,
 ``spiky-6``, a biased split-KV combine on two steps of six), the two runs one optimizer step
 behind 2.1 (``stale-weights``) and 2.5 (``stale-subtle``, which carries no version column: no
 other check without a baseline saw it)."""
