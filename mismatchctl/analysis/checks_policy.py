@@ -19,7 +19,6 @@ from mismatchctl.analysis.diagnose_base import (
     pct,
     worst_run,
 )
-from mismatchctl.stats.hot_sequences import by_run
 from mismatchctl.stats.sign_coherence import SignCoherence, sign_coherence
 
 POLICY_SIGNS_ADVICE = (
@@ -37,8 +36,7 @@ def policy_signs(ctx: Context) -> Check:
     """Each run's sign dispersion (the worst run's verdict; with several, evidence ``runs``)."""
     title = "Signs of r agree within sequences (another policy)"
     runs = {
-        run: _judge(sign_coherence(state))
-        for run, state in by_run(ctx.state.hot_sequences.joined()).items()
+        run: _judge(sign_coherence(state)) for run, state in ctx.state.hot_sequences.runs().items()
     }
     if not runs or all(found[0] == NA for found in runs.values()):
         return Check(TRAJECTORY, "policy_signs", title, NA, "no sequence long enough to test")

@@ -21,7 +21,7 @@ from mismatchctl.analysis.diagnose_base import (
     pct,
     worst_run,
 )
-from mismatchctl.stats.hot_sequences import Z_TAIL, HotSequences, by_run, summarize
+from mismatchctl.stats.hot_sequences import Z_TAIL, HotSequences, summarize
 from mismatchctl.stats.localize_result import ratio_text
 
 TITLE = "Sequences hotter than the others of their step"
@@ -61,10 +61,7 @@ def _judge(found: HotSequences) -> tuple[str, str, dict[str, Any]]:
 def hot_sequences(ctx: Context) -> Check:
     """Each run's sequences against the others of their step (the worst run's verdict; with
     several runs, evidence ``runs`` has each)."""
-    runs = {
-        run: _judge(summarize(state))
-        for run, state in by_run(ctx.state.hot_sequences.joined()).items()
-    }
+    runs = {run: _judge(summarize(state)) for run, state in ctx.state.hot_sequences.runs().items()}
     if not runs:
         return Check(PATH, "hot_sequences", TITLE, NA, "no sequence to test")
     for run_verdict, _, run_evidence in runs.values():

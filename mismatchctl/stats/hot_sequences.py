@@ -55,9 +55,17 @@ class HotSequenceParts:
     is a list concatenation, not a copy of every row read before (quadratic over many parts)."""
 
     parts: list[HotSequenceState] = field(default_factory=list)
+    _runs: dict[str, HotSequenceState] | None = field(default=None, repr=False, compare=False)
 
     def merge(self, other: HotSequenceParts) -> HotSequenceParts:
         return HotSequenceParts([*self.parts, *other.parts])
+
+    def runs(self) -> dict[str, HotSequenceState]:
+        """Each run's state (:func:`by_run` of :meth:`joined`), in :func:`canonical` order;
+        computed once for the checks that read it."""
+        if self._runs is None:
+            self._runs = {run: canonical(st) for run, st in by_run(self.joined()).items()}
+        return self._runs
 
     def joined(self) -> HotSequenceState:
         """One state of every part (runs in name order)."""
