@@ -347,25 +347,55 @@ def localized_run(
         for i, f in enumerate(parts)
         if TURN_PLACES.intersection(f.where) and later[1][0] >= T.TOOL_CI_LOW
     }
-    if by_later_turns(parts, later, inside):
-        evidence["later_turns"] = True
-        finding += (
-            f"; no hotter than the later turns as a whole ({ratio_text(later[0])}x the first "
-            "turns: the tool_responses check)"
-        )
-        return verdict, finding, evidence
     hot = next((i for i, c in inside.items() if _hotter(c)), None)
-    if hot is not None:
-        ratio, ci = inside[hot]  # type: ignore[misc]
+    found = None if hot is None else (parts[hot].where, *inside[hot])  # type: ignore[misc]
+    if by_later_turns(parts, later, inside):
+        found = long_kv_in_later(cube)  # the parts may be a KV path the search saw askew
+        if found is None:
+            evidence["later_turns"] = True
+            finding += (
+                f"; no hotter than the later turns as a whole ({ratio_text(later[0])}x the "
+                "first turns: the tool_responses check)"
+            )
+            return verdict, finding, evidence
+    if found is not None:
+        where, ratio, ci = found
         evidence["within_later_turns"] = {
-            "where": parts[hot].where, "rate_ratio": ratio, "rate_ratio_ci": list(ci)
+            "where": where, "rate_ratio": ratio, "rate_ratio_ci": list(ci)
         }  # fmt: skip
+        label = ", ".join(f"{k} {v}" for k, v in where.items())
         finding += (
-            f"; within the later turns, {finding_label(parts[hot])} is {ratio_text(ratio)}x "
-            f"their other tokens ({ci_text(ci)}): a path those turns take there, not the tool "
-            "turns as a whole"
+            f"; within the later turns, {label} is {ratio_text(ratio)}x their other tokens "
+            f"({ci_text(ci)}): a path those turns take there, not the tool turns as a whole"
         )
     return verdict, finding, evidence
+
+
+def long_kv_in_later(
+    cube: Cube | None,
+) -> tuple[dict[str, str], float, tuple[float, float]] | None:
+    """The later turns' long KV positions against their other tokens at the same token
+    probabilities: for each KV bin, the bins from it up (``kv_position >= edge``), judged at
+    the localized pattern with the interval Bonferroni-corrected over the edges tried; the
+    one with the highest interval low end, or None. Tool turns that are each worse are alike
+    at every KV position; a kernel that only long contexts take makes the far positions of
+    the later turns hotter than their near ones, whatever parts the search reported."""
+    if cube is None or K.KV_POSITION not in (d.name for d in cube.spec.dims):
+        return None
+    spec = cube.spec
+    d = spec.index(K.KV_POSITION)
+    n = spec.levels(d)
+    if n < 2 or spec.blocked(d):
+        return None
+    later = {K.TURN_KIND: [TURN_KIND_LABELS.index("later")]}
+    level = 1 - (1 - T.LEVEL) / (n - 1)
+    best = None
+    for j in range(1, n):
+        codes = list(range(j, n))
+        c = contrast_within(cube, later, K.KV_POSITION, codes, K.BIN, level)
+        if _hotter(c) and (best is None or c[1][0] > best[2][0]):  # type: ignore[index]
+            best = ({K.KV_POSITION: spec.level_label(d, codes)}, *c)  # type: ignore[misc]
+    return best  # type: ignore[return-value]
 
 
 def _share(x: float | None) -> str:

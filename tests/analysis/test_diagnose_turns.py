@@ -45,6 +45,7 @@ RUNS = {
     "kv-10x-1": (1, _long_kv(10.0)),
     "kv-10x-2": (2, _long_kv(10.0)),
     "kv-3x-2": (2, _long_kv(3.0)),
+    "kv-100x": (3, _long_kv(100.0)),
     "healthy": (3, _first_turn(1.0)),
     "base": (99, _first_turn(1.0)),
 }
@@ -75,7 +76,7 @@ def test_hotter_first_turns_are_the_prompts_path(
     assert checks["tool_responses"].evidence["same_probs_ratio_ci"][1] < 1
 
 
-@pytest.mark.parametrize("run", ["kv-10x-1", "kv-10x-2"])
+@pytest.mark.parametrize("run", ["kv-10x-1", "kv-10x-2", "kv-100x"])
 @pytest.mark.parametrize("baseline", [None, "base"])
 def test_a_long_context_path_inside_the_later_turns_is_a_code_path(
     store: Path, run: str, baseline: str | None
@@ -87,6 +88,10 @@ def test_a_long_context_path_inside_the_later_turns_is_a_code_path(
     (evidence,) = local.evidence["runs"].values()
     assert "first_turns" not in evidence
     assert any("kv_position" in f["where"] for f in evidence["code_path_findings"])
+    # within the later turns, their long KV positions (the fault's) stand out: at 100x the
+    # search's part was askew (some steps, a length), the later turns' own KV contrast is not
+    inside = evidence["within_later_turns"]
+    assert "kv_position" in inside["where"] and inside["rate_ratio_ci"][0] >= 1.5
     assert cause.evidence["cause"] == "code path", cause.finding
     assert "attention backend" in cause.next
     # the later turns are hotter as a whole (they hold the long positions): that check fires
