@@ -145,7 +145,9 @@ def name_cause(ctx: Context) -> Cause:
                 "code path", ordered, attribute_advice(ctx.label, *attribute),
                 f"code path (the samples with {attribute[0]} {attribute[1]})",
             )  # fmt: skip
-        return _cause("code path", paths, CODE_PATH_ADVICE)
+        # the tool turns' excess that the tool check lays at the path's door is the path's too
+        deferred = [c for c in _hits(ctx, ["tool_responses"]) if c.evidence.get("code_path")]
+        return _cause("code path", paths + deferred, CODE_PATH_ADVICE)
     if signs and signs[0].name == "policy_signs":  # with a baseline that sees an excess, it too
         return _cause("policy", signs, POLICY_SIGNS_ADVICE, "another policy")
     for key, names in (

@@ -98,6 +98,8 @@ def test_a_long_context_path_inside_the_later_turns_is_a_code_path(
     # too, and defers to the code path
     assert checks["tool_responses"].verdict in ALARM
     assert "fix that path first" in checks["tool_responses"].next
+    assert "tool_responses" in cause.evidence["checks"]  # its excess is the path's
+    assert cause.verdict == checks["tool_responses"].verdict or cause.verdict == "fail"
 
 
 @pytest.mark.parametrize("baseline", [None, "base"])
