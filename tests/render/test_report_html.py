@@ -2,8 +2,11 @@
 
 The browser tests load each page (report, compare, diagnose, whatif, and the demo's report) in
 Chromium and read back what the page measured of itself (a test-only script appended to a copy of
-the page writes it on ``<html>``): no script error, every figure drawn (an SVG holding a trace in
-each plot div), the summary visible without scrolling at 1400x900, and the page height.
+the page writes it on ``<html>``): as loaded at 1400x900, the page height, the summary visible
+without scrolling and how many figures were drawn (a figure is drawn when it comes into view);
+then, every block opened, whether the last figure is drawn once scrolled into view; then, after
+``beforeprint`` (which draws every figure of the open blocks), no script error and every figure
+drawn (an SVG holding a trace in each plot div).
 """
 
 from __future__ import annotations
@@ -37,20 +40,38 @@ MEASURE = """
 <script>
 window.addEventListener('load', function () {
   setTimeout(function () {
-    var plots = document.querySelectorAll('.figure');
-    var drawn = 0, empty = [];
-    Array.prototype.forEach.call(plots, function (div) {
-      var svg = div.querySelector('svg.main-svg');
-      var traces = div.querySelectorAll('g.trace, g.hm, image');
-      if (svg && traces.length) { drawn += 1; } else { empty.push(div.id); }
-    });
+    var plots = Array.prototype.slice.call(document.querySelectorAll('.figure'));
+    function drawn(div) {
+      return !!div.querySelector('svg.main-svg') &&
+        div.querySelectorAll('g.trace, g.hm, image').length > 0;
+    }
+    function until(ok, tries, then) {  // polls every 50 ms (virtual time)
+      if (ok() || tries === 0) { return then(); }
+      setTimeout(function () { until(ok, tries - 1, then); }, 50);
+    }
     var summary = document.getElementById('summary');
     var box = summary ? summary.getBoundingClientRect() : null;
-    var out = {plots: plots.length, drawn: drawn, empty: empty,
+    var out = {plots: plots.length, drawn_on_load: plots.filter(drawn).length,
                height: document.documentElement.scrollHeight,
-               summary_bottom: box ? box.bottom : null,
-               errors: window.__mismatchErrors || []};
-    document.documentElement.setAttribute('data-measured', JSON.stringify(out));
+               summary_bottom: box ? box.bottom : null};
+    // as a reader would: every block opened, the last figure scrolled into view
+    Array.prototype.forEach.call(document.querySelectorAll('details'), function (d) {
+      d.open = true;
+    });
+    var last = plots[plots.length - 1];
+    if (last) { last.scrollIntoView(); }
+    until(function () { return !last || drawn(last); }, 200, function () {
+      out.last_drawn_in_view = !!last && drawn(last);
+      window.dispatchEvent(new Event('beforeprint'));  // which draws every figure
+      until(function () { return plots.every(drawn); }, 200, function () {
+        out.drawn = plots.filter(drawn).length;
+        out.empty = plots.filter(function (d) { return !drawn(d); }).map(function (d) {
+          return d.id;
+        });
+        out.errors = window.__mismatchErrors || [];
+        document.documentElement.setAttribute('data-measured', JSON.stringify(out));
+      });
+    });
   }, 1500);
 });
 </script>
@@ -149,7 +170,7 @@ def _chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess:
         "--disable-component-update",
         "--disable-sync",
         f"--user-data-dir={tmp / 'chromium-profile'}",
-        "--virtual-time-budget=15000",
+        "--virtual-time-budget=60000",
         "--window-size=1400,900",
     ]
     return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=180)
