@@ -312,9 +312,13 @@ def unpack(data: str) -> dict:
     return json.loads(zlib.decompress(base64.b64decode(data), -zlib.MAX_WBITS).decode("utf-8"))
 
 
+def packed_figures(text: str) -> list[str]:
+    """The figures of a page as it carries them (deflated, base64)."""
+    return [
+        chunk.split('">', 1)[1].split("</script>", 1)[0] for chunk in text.split(FIGURE_MARK)[1:]
+    ]
+
+
 def page_json_blocks(text: str) -> list[dict]:
     """The figures embedded in a page, unpacked (for tests and tooling)."""
-    return [
-        unpack(chunk.split('">', 1)[1].split("</script>", 1)[0])
-        for chunk in text.split(FIGURE_MARK)[1:]
-    ]
+    return [unpack(data) for data in packed_figures(text)]

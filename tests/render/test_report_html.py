@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from plotly.offline import get_plotlyjs
 
 import mismatchctl
 from mismatchctl.analysis.sections import Figure
@@ -36,6 +37,10 @@ NEEDS_CHROMIUM = pytest.mark.skipif(
 # this height at 1400x900, summary first (about 7,900 px measured); an open run adds its
 # distributions and tables.
 DEMO_PAGE_HEIGHT = 8500
+# A figure's packed JSON (a density's is about 600 KB of JSON, 40 KB packed): the demo's sixteen
+# runs' page stays within DEMO_PAGE_BYTES.
+FIGURE_BYTES = 64_000
+DEMO_PAGE_BYTES = 8_000_000
 MEASURE = """
 <script>
 window.addEventListener('load', function () {
@@ -114,7 +119,11 @@ def test_structure_size_and_escaping(page: Path) -> None:
     assert "verdict-" in text and "top finding" in text  # the summary's verdict badges
     assert EVIL not in text  # every tag, gpu, run and metric string is escaped
     assert "&lt;script&gt;alert" in text or "\\u003cscript\\u003ealert" in text
-    assert len(text.encode()) < 12_000_000
+    # plotly.js once, and each figure's JSON deflated: the heatmaps' empty cells cost nothing
+    figures = html.packed_figures(text)
+    assert len(figures) == len(html.page_json_blocks(text)) >= 8
+    assert max(len(f) for f in figures) <= FIGURE_BYTES
+    assert len(text.encode()) - len(get_plotlyjs()) < 1_000_000
 
 
 def test_pooled_only_when_asked(page: Path, tmp_path: Path) -> None:
@@ -199,6 +208,8 @@ def check_drawn(page: Path, tmp: Path) -> dict:
 def test_report_page_draws_every_figure_summary_first(page: Path, tmp_path: Path) -> None:
     got = check_drawn(page, tmp_path)
     assert got["summary_bottom"] is not None and got["summary_bottom"] <= 900
+    # the folded runs' figures are not drawn on load; opened and in view, they are
+    assert got["drawn_on_load"] < got["plots"] and got["last_drawn_in_view"]
 
 
 @pytest.mark.browser
