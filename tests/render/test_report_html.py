@@ -34,7 +34,7 @@ NEEDS_CHROMIUM = pytest.mark.skipif(
     "(install it with `apt-get install chromium`; .ci/run does)",
 )
 # The demo's report (sixteen runs, folded per run, and the MoE runs' Routing section) stays within
-# this height at 1400x900, summary first (about 7,900 px measured); an open run adds its
+# this height at 1400x900, summary first (about 8,450 px measured); an open run adds its
 # distributions and tables.
 DEMO_PAGE_HEIGHT = 8500
 # A figure's packed JSON (a density's is about 600 KB of JSON, 40 KB packed): the demo's sixteen
