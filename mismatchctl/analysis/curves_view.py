@@ -239,6 +239,38 @@ HOW_LAGS = (
 )
 
 
+LAGS_TITLE = "Lead-lag of the step-to-step changes"
+
+
+def lags_missing(c: RunCurves) -> str | None:
+    """Why no curve has a lead-lag at any lag (its figure would be an empty frame), or None."""
+    points = [p for link in c.links for p in link.lags]
+    if any(p.r is not None for p in points):
+        return None
+    pairs = max((p.n for p in points), default=0)
+    if pairs < MIN_LAG_PAIRS:
+        return (
+            f"No lead-lag to draw: every curve is n/a. A curve's step-to-step changes pair with "
+            f"those of vllm_kl at most {pairs} times, and a lag needs {MIN_LAG_PAIRS} pairs "
+            "(changes from one step to the next, on steps that both vllm_kl and the curve have)."
+        )
+    return (
+        f"No lead-lag to draw: every curve is n/a (fewer than {MIN_LAG_PAIRS} pairs of "
+        "step-to-step changes, or a curve that does not change: the table's lead-lag column "
+        "says which)."
+    )
+
+
+def lags_section(c: RunCurves) -> S.Section:
+    """The lead-lag figure; or, when every curve is n/a, the reason in its place (the page
+    only: the terminal's table already says n/a per curve)."""
+    why = lags_missing(c)
+    if why is None:
+        return S.Figure(S.slug("fig-lags", c.run), LAGS_TITLE, "curves_lags", c, HOW_LAGS)
+    note = S.Lines(S.slug("lags-none", c.run), LAGS_TITLE, [S.Line(why, "note")])
+    return S.Block(S.slug("lags", c.run), LAGS_TITLE, [note], media="html", bare=True)
+
+
 def curves_block(c: RunCurves) -> S.Block:
     """A run's training curves: with training logs, everything; without, one line saying how to
     attach them (the dump-derived curves are in the JSON and the figure)."""
@@ -253,8 +285,7 @@ def curves_block(c: RunCurves) -> S.Block:
     sections.append(S.Figure(S.slug("fig-curves", c.run), "vllm_kl and the training curves",
                            "curves_overlay", c, HOW_OVERLAY))  # fmt: skip
     if c.links:
-        sections.append(S.Figure(S.slug("fig-lags", c.run), "Lead-lag of the step-to-step changes",
-                               "curves_lags", c, HOW_LAGS))  # fmt: skip
+        sections.append(lags_section(c))
     sections.append(step_table(c))
     return S.Block(S.slug("curves", c.run), f"Training curves: {c.run}", sections)
 

@@ -3,13 +3,15 @@
 Nothing here computes a metric: densities, samples and every number come from the section's
 data. What happens here is presentation: coordinates (the axes' transforms), axis ranges fitted
 to the data, log colour of counts, tick labels, colours (the Okabe-Ito palette, safe for colour
-blindness, one colour per run or side), and thinning of very long step series to a point budget
-(keeping each bucket's worst batch, so spikes stay visible). Every data string is HTML-escaped:
+blindness, one colour per run or side; a figure of more lines than its eight colours goes on
+with Kelly's, then hues a golden turn apart: no two lines share a colour), and thinning of very
+long step series to a point budget (keeping each bucket's worst batch, so spikes stay visible). Every data string is HTML-escaped:
 plotly reads a subset of HTML in trace names and hover text.
 """
 
 from __future__ import annotations
 
+import colorsys
 import html
 import math
 from collections.abc import Callable
@@ -35,6 +37,10 @@ from mismatchctl.stats.density import Axis, Density2D
 FONT = "system-ui, -apple-system, 'Segoe UI', Roboto, Helvetica, Arial, sans-serif"
 # Okabe & Ito (2008): distinguishable with every common colour-vision deficiency.
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000")
+# Kelly (1965), colours of maximum contrast, less those close to an Okabe-Ito one: lines 9 to 19.
+KELLY = ("#BE0032", "#8DB600", "#875692", "#848482", "#882D17", "#C2B280", "#604E97", "#B3446C",
+         "#F99379", "#654522", "#2B3D26")  # fmt: skip
+GOLDEN = (5**0.5 - 1) / 2  # hues a golden turn apart never repeat
 BLUES = [[0.0, "#d6e6f4"], [0.5, "#4a90c2"], [1.0, "#08306b"]]
 GREYS = [[0.0, "#ececec"], [1.0, "#4d4d4d"]]
 KIND_COLOURS = {"first": PALETTE[0], "later": PALETTE[3]}
@@ -58,6 +64,22 @@ def esc(value: object) -> str:
 
 def colour(i: int) -> str:
     return PALETTE[i % len(PALETTE)]
+
+
+def palette(n: int) -> list[str]:
+    """``n`` colours, one per line of a figure, distinct up to about two thousand: Okabe-Ito's
+    eight, then Kelly's, then hues a golden turn apart (dark and mid lightness in turn)."""
+    out = [*PALETTE, *KELLY][:n]
+    seen = set(out)
+    for k in range(8 * n):  # bounded: 8-bit colours run out after some thousands of lines
+        if len(out) == n:
+            break
+        r, g, b = colorsys.hls_to_rgb((k * GOLDEN) % 1.0, 0.5 if k % 2 else 0.35, 0.75)
+        hexed = f"#{round(r * 255):02X}{round(g * 255):02X}{round(b * 255):02X}"
+        if hexed not in seen:
+            seen.add(hexed)
+            out.append(hexed)
+    return [out[i % len(out)] for i in range(n)]
 
 
 def build(fig: S.Figure) -> go.Figure:
@@ -260,6 +282,7 @@ def steps_figure(p: FD.StepsPlot) -> go.Figure:
     budget = max(MIN_POINTS_PER_SERIES, STEP_POINT_BUDGET // max(1, len(p.lines)))
     fig = go.Figure()
     values: list[float] = []
+    colours = palette(len(p.lines))
     for i, line in enumerate(p.lines):
         keep = thin(line.values, budget)
         xs = [line.steps[j] for j in keep]
@@ -267,8 +290,8 @@ def steps_figure(p: FD.StepsPlot) -> go.Figure:
         values += [v for v in ys if v is not None]
         name = f"{p.key} {esc(line.name)}"
         fig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="lines+markers", name=name, marker=dict(size=5, color=colour(i)),
-            line=dict(width=1.5, color=colour(i)),
+            x=xs, y=ys, mode="lines+markers", name=name, marker=dict(size=5, color=colours[i]),
+            line=dict(width=1.5, color=colours[i]),
             text=[f"{name}<br>step {line.steps[j]}<br>vllm_kl {number(line.values[j])} "
                   f"({line.bands[j] or '-'})" for j in keep],
             hovertemplate="%{text}<extra></extra>",
@@ -382,10 +405,12 @@ def lead_lag_figure(c: RunCurves) -> go.Figure:
     -5..5 (positive lag: vllm_kl leads), with the 95% interval and pairs in the hover."""
     fig = go.Figure()
     shown = set(overlay_order(c)[:3])
-    for link in c.links:
+    colours = palette(len(c.links))
+    for link, hue in zip(c.links, colours, strict=True):
         fig.add_trace(go.Scatter(
             x=[p.lag for p in link.lags], y=[p.r for p in link.lags], name=esc(link.metric),
             mode="lines+markers", visible=True if link.metric in shown else "legendonly",
+            line=dict(color=hue), marker=dict(color=hue),
             text=[_lag_hover(p) for p in link.lags],
             hovertemplate=f"{esc(link.metric)}<br>lag %{{x}}: r %{{y:.3f}} (%{{text}})<extra></extra>",
         ))  # fmt: skip
@@ -510,6 +535,7 @@ def whatif_methods_figure(w: Whatif) -> go.Figure:
 def whatif_steps_figure(w: Whatif) -> go.Figure:
     per_run = steps_by_run(w)
     fig = go.Figure()
+    colours = palette(len(per_run) * len(w.methods))
     n = 0
     for run, items in per_run.items():
         steps = [step for step, _ in items]
@@ -518,7 +544,7 @@ def whatif_steps_figure(w: Whatif) -> go.Figure:
         for j, m in enumerate(w.methods):
             y = [unit_fraction(m, g.results[j]) for g in mine]
             fig.add_trace(go.Scatter(x=steps, y=y, name=prefix + method_label(m), mode="lines+markers",
-                                     line=dict(color=colour(n))))  # fmt: skip
+                                     line=dict(color=colours[n])))  # fmt: skip
             n += 1
         kl = [w.batch_vllm_kl.get((run, s)) for s in steps]
         fig.add_trace(go.Scatter(x=steps, y=[k if k and k > 0 else None for k in kl],
@@ -553,9 +579,10 @@ def routing_first_flip_figure(p: FirstFlipPlot) -> go.Figure:
     """Per run, the share of its differing positions whose lowest differing layer is each MoE
     layer (bars grouped by layer); the hover gives the count."""
     fig = go.Figure()
+    colours = palette(len(p.runs))
     for i, run in enumerate(p.runs):
         fig.add_trace(go.Bar(
-            x=p.layers[i], y=p.shares[i], name=esc(run), marker_color=colour(i),
+            x=p.layers[i], y=p.shares[i], name=esc(run), marker_color=colours[i],
             text=[f"{percent(v)} ({number(n)} positions)" for v, n in zip(p.shares[i], p.counts[i], strict=True)],
             hovertemplate="layer %{x}<br>%{text}<extra>" + esc(run) + "</extra>", textposition="none",
         ))  # fmt: skip

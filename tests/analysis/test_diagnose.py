@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from plotly.offline import get_plotlyjs
 
 import mismatchctl
 from mismatchctl import api
@@ -180,7 +179,8 @@ def test_cli_html(planted: Path, tmp_path: Path) -> None:
     assert ran.code == 3 and f"Wrote {out}" in ran.err
     page = out.read_text()
     assert page.startswith("<!DOCTYPE html>") and page.count("<h2>Diagnosis: stale</h2>") == 1
-    assert page.count(get_plotlyjs()) == 1 and "<script src" not in page  # inline, no CDN
+    # a diagnosis draws no figure: its page carries no plotting library (nor fetches one)
+    assert "plotly" not in page.lower() and "<script src" not in page
     assert 'id="check-stale-staleness"' in page  # every check has an anchor
 
 

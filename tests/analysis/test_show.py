@@ -218,7 +218,11 @@ def test_cli_json_html_and_polars(store: Path, tmp_path: Path) -> None:
     assert doc["sequence"]["seq"] == 0 and len(doc["tokens"]) == 19
     assert doc["tokenizer"] == "bytes"  # remembered from the golden test's --tokenizer bytes
     ran = cli("show", "g", "g1", "--store", str(store), "--html", str(tmp_path / "s.html"))
-    assert ran.code == 0 and "heat-5" in (tmp_path / "s.html").read_text()
+    page = (tmp_path / "s.html").read_text()
+    assert ran.code == 0 and "heat-5" in page
+    # a sequence's page draws no figure: no plotting library in it, a few tens of KB
+    assert "plotly" not in page.lower() and "data-figure" not in page
+    assert len(page.encode()) < 100_000
     df = api.show("g", "g1", store=store).to_polars()
     assert df.height == 19 and df["position"].to_list()[11:13] == [11, 15]
 

@@ -9,7 +9,14 @@ import numpy as np
 import pytest
 
 from tests.helpers import Ran, cli
-from tests.render.test_report_html import DEMO_PAGE_HEIGHT, NEEDS_CHROMIUM, _chromium, check_drawn
+from tests.render.test_report_html import (
+    DEMO_PAGE_BYTES,
+    DEMO_PAGE_HEIGHT,
+    FIGURE_BYTES,
+    NEEDS_CHROMIUM,
+    _chromium,
+    check_drawn,
+)
 
 ROOT = Path(__file__).parents[2]
 
@@ -66,12 +73,28 @@ def test_demo_runs_on_the_bundled_sample_data(
     assert again.code == 0
 
 
+@pytest.mark.slow
+def test_demo_page_size(demo: tuple[Ran, Path, Path]) -> None:
+    """Sixteen runs' report, 53 figures: one file of at most 8 MB (it was 26 MB with each
+    figure's JSON in full), plotly.js in it once."""
+    from plotly.offline import get_plotlyjs
+
+    from mismatchctl.render.html import packed_figures
+
+    text = demo[2].read_text()
+    assert len(text.encode()) <= DEMO_PAGE_BYTES
+    assert text.count(get_plotlyjs()) == 1 and "<script src" not in text
+    figures = packed_figures(text)
+    assert len(figures) > 48 and max(len(f) for f in figures) <= FIGURE_BYTES
+
+
 @pytest.mark.browser
 @NEEDS_CHROMIUM
 @pytest.mark.slow
 def test_demo_page_height_and_screenshot(demo: tuple[Ran, Path, Path], tmp_path: Path) -> None:
     _, _, page = demo
     got = check_drawn(page, tmp_path)
+    assert got["drawn_on_load"] < got["plots"]  # the folded runs' figures wait to be opened
     assert got["height"] <= DEMO_PAGE_HEIGHT, got["height"]
     assert got["summary_bottom"] <= 900
     shot = tmp_path / "shot.png"

@@ -1,6 +1,6 @@
 """Start-up: importing the package, the api or the command line, and `--help`, load none of the
 libraries that compute (numba, numpy, pyarrow, polars, plotly, ray, torch); `show` reads one
-sequence without numba, pandas, polars, plotly, ray or torch. What is checked is the set of
+sequence (and writes its page) without numba, pandas, polars, plotly, ray or torch. What is checked is the set of
 modules a fresh process ends with, not a time."""
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def test_show_loads_no_kernel_nor_plotting_library(tmp_path: Path) -> None:
     worst = api.tokens("a", sequences=True, top=1, store=store).rows[0]
     code = _cli(
         "show", "a", worst["sample_id"], "--step", str(worst["step"]), "--index", "0",
-        "--store", str(store), "--json", os.devnull,
+        "--store", str(store), "--json", os.devnull, "--html", str(tmp_path / "s.html"),
     )  # fmt: skip
     loaded = _loaded(code, whole=True)
     assert {m.split(".")[0] for m in loaded} & NOT_FOR_SHOW == set()

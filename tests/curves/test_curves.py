@@ -192,6 +192,39 @@ def test_too_few_steps_give_no_lead_lag(run12: Path, tmp_path: Path) -> None:
     assert "n/a: 7 step changes, need 10" in " ".join(cli("report", "r").out.split())
 
 
+def test_lead_lag_of_no_curve_is_a_note_not_an_empty_figure(store: Path, tmp_path: Path) -> None:
+    """Eight dumped steps (the demo's synthetic run has as many): every curve's lead-lag is n/a,
+    so the page says why where the figure would be an empty frame; the terminal's table already
+    says n/a per curve. With 30 steps the figure is drawn, with one trace per curve."""
+    for run, steps in (("few", 8), ("many", 30)):
+        dump = step_dump(tmp_path / f"{run}.parquet", list(range(steps)), seed=steps)
+        assert cli("ingest", str(dump), "--run", run).code == 0
+        rows = [{"step": s, "grad_norm": 1.0 + (s % 3)} for s in range(steps)]
+        assert (
+            cli("ingest-metrics", str(_log(tmp_path / f"{run}.jsonl", rows)), "--run", run).code
+            == 0
+        )
+        out = tmp_path / f"{run}.html"
+        ran = cli("report", run, "--html", str(out))
+        assert ran.code == 0, ran.err
+        page = out.read_text()
+        note = "No lead-lag to draw: every curve is n/a."
+        figures = page_json_blocks(page)
+        if run == "few":
+            assert f'id="fig-lags-{run}"' not in page and f'id="lags-none-{run}"' in page
+            assert note in page and "at most 7 times, and a lag needs 10 pairs" in page
+            assert note not in ran.out and "n/a: 7 step changes, need 10" in " ".join(
+                ran.out.split()
+            )
+            assert not any(
+                f["layout"]["xaxis"]["title"]["text"].startswith("lag k") for f in figures
+            )
+        else:
+            assert f'id="fig-lags-{run}"' in page and note not in page
+            lags = [f for f in figures if f["layout"]["xaxis"]["title"]["text"].startswith("lag k")]
+            assert len(lags) == 1 and "grad_norm" in [t["name"] for t in lags[0]["data"]]
+
+
 def _spike_run(store: Path, tmp_path: Path) -> None:
     """24 steps with vllm_kl spikes at steps 7 and 15 (planted), grad norm spiking at the same
     steps, entropy flat, reward collapsing at step 17."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 import mismatchctl
-from mismatchctl.analysis.figure_data import pooled
+from mismatchctl.analysis.figure_data import StepLine, StepsPlot, pooled
 from mismatchctl.analysis.report_view import distribution_figures
 from mismatchctl.display import number
 from mismatchctl.render import figures as F
@@ -63,3 +63,17 @@ def test_log_ppl_legend_gives_each_kinds_pearson(store: Path, tmp_path: Path) ->
             continue
         pearson = number(g.metrics["log_ppl_pearson"], 6)
         assert any(F.KIND_NAMES[g.by["turn_kind"]] in n and pearson in n for n in names), names
+
+
+def test_each_line_of_the_steps_figure_has_its_own_colour() -> None:
+    """Sixteen runs (the demo's) get sixteen colours: with the eight of Okabe-Ito repeated, the
+    first and the ninth run were both blue. Up to eight lines keep Okabe-Ito's."""
+    for n in (3, 16, 40):
+        lines = [
+            StepLine(f"r{i}", [0, 1], [1e-3 * (i + 1), 2e-3], ["low", "low"]) for i in range(n)
+        ]
+        fig = F.steps_figure(StepsPlot("run", lines))
+        colours = [t.line.color for t in fig.data]
+        assert len(set(colours)) == n and [t.marker.color for t in fig.data] == colours
+        assert colours[: min(n, 8)] == list(F.PALETTE[: min(n, 8)])
+    assert len(set(F.palette(1000))) == 1000
