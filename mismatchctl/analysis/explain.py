@@ -24,7 +24,7 @@ from mismatchctl.analysis.figure_data import RatePlot
 from mismatchctl.analysis.report import parse_edges
 from mismatchctl.analysis.route_kinds import FLIPPED, SAME, UNPAIRED
 from mismatchctl.analysis.routing import route_layers
-from mismatchctl.analysis.selection import parse_selector, resolve, same_selection
+from mismatchctl.analysis.selection import resolve_text, same_selection
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.keys import PartKeys
@@ -486,9 +486,9 @@ def build_explain(
     engine: Engine = LOCAL_ENGINE,
     bootstrap_intervals: bool = True,
 ) -> Explain:
-    sides = [resolve(store, parse_selector(target))]
+    sides = [resolve_text(store, target)]
     if baseline is not None:
-        sides.append(resolve(store, parse_selector(baseline)))
+        sides.append(resolve_text(store, baseline))
         refuse_same(*sides)
     edges = parse_edges(bins)
     spec = cube_spec(sides, edges, routing=True)
