@@ -32,7 +32,7 @@ Metric definitions and JSON names: docs/metrics.md; training curves: docs/curves
 
   mismatchctl report v1-a100 --html report.html --json report.json
 
-  mismatchctl report 'v1-a100@steps=200..' v0-ref@steps=200..   # or --steps 200..
+  mismatchctl report 'v1-a100@steps=200..' 'v0-ref@steps=200..'   # or --steps 200..
 
   mismatchctl report v1-a100 --diagnose --html report.html
 
