@@ -252,6 +252,7 @@ def ingest_metrics(
     from mismatchctl.curves.ingest import ingest_metrics as ingest_metrics_file
     from mismatchctl.store import open_store
 
+    run = _whole_run(run, "ingest-metrics")
     return ingest_metrics_file(
         open_store(store),
         path,
@@ -269,16 +270,50 @@ def runs(store: StorePath = None) -> list[RunInfo]:
     return open_store(store).runs()
 
 
-def run_info(name: str, store: StorePath = None) -> RunInfo:
+def run_info(name: str, store: StorePath = None, *, command: str = "runs show") -> RunInfo:
+    """A run's tags and provenance (``name``: a run; a selector of part of one is refused, in
+    the words of ``command``: ``runs show`` or ``runs rm``)."""
     from mismatchctl.store import open_store
 
-    return open_store(store).run(name)
+    return open_store(store).run(_whole_run(name, command))
+
+
+def selected_runs(selectors: Iterable[str] = (), store: StorePath = None) -> list[RunInfo]:
+    """The runs that ``report``'s selectors read (every run when none names one), checked as
+    the report checks them (an unknown run is an error naming the closest), without reading
+    their data."""
+    from mismatchctl.analysis.selection import named_runs
+    from mismatchctl.store import open_store
+
+    return named_runs(open_store(store), _items(selectors))
 
 
 def remove_run(name: str, store: StorePath = None) -> RunInfo:
     from mismatchctl.store import open_store
 
-    return open_store(store).remove(name)
+    return open_store(store).remove(_whole_run(name, "runs rm"))
+
+
+_WHOLE = {
+    "runs show": "name the run alone: mismatchctl runs show {run}; report, compare, explain, "
+    "diagnose and the other analysis commands take RUN@steps=A..B.",
+    "runs rm": "runs rm removes a whole run: name it alone (mismatchctl runs rm {run}); steps "
+    "of a run are not removed one by one.",
+    "runs check": "name the run alone: mismatchctl runs check {run} checks every part of it.",
+    "show": "name the run alone and narrow the sequences by step with --step: mismatchctl show "
+    "{run} SAMPLE_ID --step N.",
+    "ingest-metrics": "name the run alone: a training log's steps are joined to every step of "
+    "the run (mismatchctl ingest-metrics LOG --run {run}).",
+}
+
+
+def _whole_run(name: str, command: str) -> str:
+    """``name`` when it is a run; a selector of part of one is refused, naming the run."""
+    if not any(c in name for c in "@=,"):  # a run name (the grammar loads the engine's plan)
+        return name
+    from mismatchctl.analysis.selectors import whole_run
+
+    return whole_run(name, command, _WHOLE[command])
 
 
 def check_runs(
@@ -290,7 +325,8 @@ def check_runs(
     from mismatchctl.store.integrity import run_damage
 
     st = open_store(store)
-    return {name: run_damage(st, name, deep) for name in (_items(names) or st.run_names())}
+    named = [_whole_run(n, "runs check") for n in _items(names)]
+    return {name: run_damage(st, name, deep) for name in (named or st.run_names())}
 
 
 def report(
@@ -324,7 +360,7 @@ def report(
     ``extreme_frac_tau{tau}`` and ``is_oob_ratio``. ``"layer"`` among ``by`` adds the MoE
     routing per layer of runs with routes."""
     from mismatchctl.analysis.report import build_report, parse_tails
-    from mismatchctl.analysis.selection import parse_steps
+    from mismatchctl.analysis.selectors import parse_steps, selector_text
     from mismatchctl.engines.choice import choose_engine
     from mismatchctl.engines.plan import parse_by
     from mismatchctl.options import ROUTING_LAYER
@@ -348,13 +384,18 @@ def report(
         tails=tails,
     )
     rep.routing_layers = any(b.strip() == ROUTING_LAYER for b in by)
-    if diagnose:  # one diagnosis per run, of the same step range
+    if diagnose:  # one diagnosis per run, of the same slice of it
         from mismatchctl.analysis.diagnose import build_diagnosis
 
-        suffix = f"@steps={steps}" if steps else ""
+        sel = rep.selection
         rep.diagnoses = {
-            n: build_diagnosis(open_store(store), n + suffix, workers=workers, engine=eng)
-            for n in rep.selection.names
+            n: build_diagnosis(
+                open_store(store),
+                selector_text(n, gpu=sel.rows.gpu, tags=sel.tags, steps=sel.steps),
+                workers=workers,
+                engine=eng,
+            )
+            for n in sel.names
         }
     return rep
 
@@ -484,6 +525,7 @@ def show(
     from mismatchctl.analysis.show import build_show
     from mismatchctl.store import open_store
 
+    run = _whole_run(run, "show")
     return build_show(
         open_store(store), run, sample_id, step=step, index=index, tokenizer=tokenizer
     )

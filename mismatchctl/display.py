@@ -11,9 +11,11 @@ escapes what reaches it, ``cli/common.py``); JSON output escapes them as ``\\uXX
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
+from collections.abc import Iterable
 
 # C0 and C1 control characters, DEL, and the bidirectional overrides and isolates.
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -61,6 +63,15 @@ def file_label(path: str | os.PathLike[str] | object) -> str:
     a file found inside a directory input is that directory, as given, joined with its path
     inside), so that two ``step_3/data.parquet`` are told apart; control characters escaped."""
     return shown(os.fspath(path) if isinstance(path, os.PathLike) else str(path), 400)
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """``did you mean `ref`? `` naming the known names closest to a misspelt one (difflib's
+    ratio, at least 0.6: one or two characters off in a short name), or ``""``."""
+    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
+    if not close:
+        return ""
+    return "did you mean " + " or ".join(f"`{shown(c, 80)}`" for c in close) + "? "
 
 
 OVERFLOW = "overflow"  # a value beyond float64 (null in JSON), e.g. exp(r) for r > 709.78

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from mismatchctl import schema as S
 from mismatchctl.analysis.report import parse_edges
-from mismatchctl.analysis.selection import empty_selection_error, parse_selector, resolve
+from mismatchctl.analysis.selection import empty_selection_error, resolve_text
 from mismatchctl.columns import arrow_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
@@ -208,7 +208,7 @@ def build_certification(
     engine: Engine = LOCAL_ENGINE,
 ) -> Certification:
     check_tolerance(tolerance)
-    sel = resolve(store, parse_selector(selector))
+    sel = resolve_text(store, selector)
     edges = parse_edges("log")
     extra = CertifyExtra(tolerance)
     _, states = engine.runner()(sel.tasks, [], edges, sel.rows, workers, on_part, [extra])

@@ -12,7 +12,7 @@ from typing import Any
 from mismatchctl.analysis.compare_curves import CurvePair, compare_curves
 from mismatchctl.analysis.pairing import PairExtra, Pairing, Side, not_paired, pair_sides, readable
 from mismatchctl.analysis.report import Report, parse_binning, report_on
-from mismatchctl.analysis.selection import parse_selector, reread, resolve, same_selection
+from mismatchctl.analysis.selection import reread, resolve_text, same_selection
 from mismatchctl.analysis.sequences import SequenceSums
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
@@ -192,7 +192,7 @@ def build_comparison(
     extra = list(by or [])
 
     def build() -> Comparison:
-        sides = (resolve(store, parse_selector(a)), resolve(store, parse_selector(b)))
+        sides = (resolve_text(store, a), resolve_text(store, b))
         if same_selection(*sides):
             raise same_data_error(*sides)
         unpaired = readable(*sides)  # known from the catalog: then no token id is read

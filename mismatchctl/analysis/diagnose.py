@@ -42,7 +42,7 @@ from mismatchctl.analysis.diagnose_base import (
 from mismatchctl.analysis.diagnose_extra import DiagnoseExtra
 from mismatchctl.analysis.explain import RunCubeExtra, cube_spec, read_run_cubes, refuse_same
 from mismatchctl.analysis.report import Report, report_on
-from mismatchctl.analysis.selection import parse_selector, reread, resolve
+from mismatchctl.analysis.selection import reread, resolve_text
 from mismatchctl.analysis.token_classes import TokenClassExtra, class_tables, summarize, top_size
 from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
 from mismatchctl.analysis.turn_edges import EdgeExtra
@@ -174,8 +174,8 @@ def build_diagnosis(
 
     def read() -> tuple[Report, list, Selection | None, CubeSpec]:
         nonlocal decoders
-        selection = resolve(store, parse_selector(selector))
-        base = None if baseline is None else resolve(store, parse_selector(baseline))
+        selection = resolve_text(store, selector)
+        base = None if baseline is None else resolve_text(store, baseline)
         if base is not None:
             refuse_same(selection, base)
         spec = cube_spec([selection] if base is None else [selection, base], EDGES, with_run=False)

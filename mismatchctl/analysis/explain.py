@@ -24,7 +24,7 @@ from mismatchctl.analysis.figure_data import RatePlot
 from mismatchctl.analysis.report import parse_edges
 from mismatchctl.analysis.route_kinds import FLIPPED, SAME, UNPAIRED
 from mismatchctl.analysis.routing import route_layers
-from mismatchctl.analysis.selection import parse_selector, resolve, same_selection
+from mismatchctl.analysis.selection import resolve_text, same_selection
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.keys import PartKeys
@@ -486,22 +486,49 @@ def build_explain(
     engine: Engine = LOCAL_ENGINE,
     bootstrap_intervals: bool = True,
 ) -> Explain:
-    sides = [resolve(store, parse_selector(target))]
+    sides = [resolve_text(store, target)]
     if baseline is not None:
-        sides.append(resolve(store, parse_selector(baseline)))
+        sides.append(resolve_text(store, baseline))
         refuse_same(*sides)
+    return explain_selections(
+        sides[0], sides[1:], target, baseline, bins=bins, workers=workers, on_part=on_part,
+        engine=engine, bootstrap_intervals=bootstrap_intervals,
+    )  # fmt: skip
+
+
+def explain_selections(
+    target: Selection,
+    baselines: Sequence[Selection],
+    target_label: str,
+    baseline_label: str | None,
+    *,
+    bins: str = "log",
+    workers: int = DEFAULT_WORKERS,
+    on_part: Callable[[int], None] | None = None,
+    engine: Engine = LOCAL_ENGINE,
+    bootstrap_intervals: bool = True,
+) -> Explain:
+    """:func:`build_explain` of resolved selections; the baseline is the union of
+    ``baselines`` (disjoint slices, e.g. the ranges of a run's quiet steps: ``watch``), their
+    cubes merged; none: the internal mode."""
     edges = parse_edges(bins)
-    spec = cube_spec(sides, edges, routing=True)
-    read = read_cubes(sides, spec, edges, workers, on_part, engine, cells=bootstrap_intervals)
-    cubes = [side.cube for side in read]
-    if cubes[0].tokens == 0:
+    spec = cube_spec([target, *baselines], edges, routing=True)
+    read = read_cubes(
+        [target, *baselines], spec, edges, workers, on_part, engine, cells=bootstrap_intervals
+    )
+    if read[0].cube.tokens == 0:
         from mismatchctl.analysis.selection import empty_selection_error
 
-        raise empty_selection_error(sides[0])
-    expl = localize(cubes[0], cubes[1] if len(cubes) > 1 else None)
-    result = Explain(target, baseline, expl, plots=rate_plots(expl, cubes))
+        raise empty_selection_error(target)
+    sides = [read[0]]
+    if baselines:
+        merged = merge_all([side.cube for side in read[1:]], spec)
+        sides.append(CubeCells(merged, [c for side in read[1:] for c in side.cells]))
+    cubes = [side.cube for side in sides]
+    expl = localize(cubes[0], cubes[1] if len(cubes) > 1 else None, leads=True)
+    result = Explain(target_label, baseline_label, expl, plots=rate_plots(expl, cubes))
     if bootstrap_intervals:
-        result.intervals = bootstrap(expl, read, spec, workers)
+        result.intervals = bootstrap(expl, sides, spec, workers)
     return result
 
 
@@ -518,9 +545,10 @@ def refuse_same(target: Selection, baseline: Selection) -> None:
 
 
 def rate_plots(expl: Explanation, cubes: Sequence[Cube], top: int = 3) -> list[RatePlot]:
-    """Per top finding, the mean K3 at every value of its first dimension, on both sides."""
+    """Per top finding (or lead), the mean K3 at every value of its first dimension, on both
+    sides."""
     out = []
-    for f in expl.findings[:top]:
+    for f in (expl.findings or expl.leads)[:top]:
         dim = next(iter(f.where))
         spec = cubes[0].spec
         d = spec.dims[spec.index(dim)]
@@ -536,4 +564,4 @@ def rate_plots(expl: Explanation, cubes: Sequence[Cube], top: int = 3) -> list[R
     return out
 
 
-__all__ = ["Explain", "build_explain", "cube_spec"]
+__all__ = ["Explain", "build_explain", "cube_spec", "explain_selections"]

@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 from mismatchctl.analysis import sections as S
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.localize_result import BASELINE, finding_label, uniform_sentence
+from mismatchctl.stats.localize_result import (
+    BASELINE,
+    Finding,
+    finding_label,
+    uniform_sentence,
+    unlocated_sentence,
+)
 
 SHARE = M.TOKEN_SHARE.key
 
@@ -72,13 +78,24 @@ def _where(where: dict[str, str]) -> str:
 
 
 def findings_table(e: Explain) -> S.Section:
+    """The findings; without any, where the excess lives all the same: the cells a few
+    sequences hold (leads), or a whole-selection excess spread evenly (``located``)."""
     x = e.explanation
-    if not x.findings:
-        what = "no cell of the selection is significantly hotter than its reference"
-        return S.Lines("findings", "Findings", [S.Line(what)])
+    if x.findings:
+        return _cells_block("findings", "Findings", x.findings, e, [])
+    what = S.Line(unlocated_sentence(x, e.target))
+    if x.leads:
+        return _cells_block("leads", "Findings: held by a few sequences", x.leads, e, [what])
+    return S.Lines("findings", "Findings", [what])
+
+
+def _cells_block(
+    key: str, title: str, cells: list[Finding], e: Explain, head: list[S.Line]
+) -> S.Section:
+    x = e.explanation
     rows = []
-    for i, f in enumerate(x.findings):
-        boot = e.intervals[i].rate_ratio_ci if i < len(e.intervals) else None
+    for i, f in enumerate(cells):
+        boot = e.intervals[i].rate_ratio_ci if key == "findings" and i < len(e.intervals) else None
         rows.append({"rank": i + 1, "where": finding_label(f), SHARE: f.token_share,
                      "share": f.excess_share if x.mode == BASELINE else f.mass_share,
                      "ratio": f.rate_ratio, "ci": _pair(f.rate_ratio_ci), "boot": _pair(boot)})  # fmt: skip
@@ -87,11 +104,14 @@ def findings_table(e: Explain) -> S.Section:
         S.Column("rank", "#", S.Kind.ID), S.Column("where", "where", S.Kind.TEXT),
         S.Column(SHARE, "token share", S.Kind.SHARE), S.Column("share", share, S.Kind.SHARE),
         S.Column("ratio", "rate ratio", S.Kind.RATIO), S.Column("ci", "95% CI", S.Kind.LABEL),
-        S.Column("boot", "bootstrap CI", S.Kind.LABEL),
     ]  # fmt: skip
-    sentences = S.Lines("finding-sentences", None, [S.Line(f.sentence) for f in x.findings])
-    table = S.Table("findings", "Findings", columns, rows)
-    return S.Block("findings-block", "Findings", [table, sentences], bare=True)
+    if key == "findings":  # a lead's sentence says how few sequences hold it
+        columns.append(S.Column("boot", "bootstrap CI", S.Kind.LABEL))
+    sentences = S.Lines(f"{key.removesuffix('s')}-sentences", None,
+                        [S.Line(f.sentence) for f in cells])  # fmt: skip
+    table = S.Table(key, title, columns, rows)
+    parts = [S.Lines(f"{key}-head", None, head)] if head else []
+    return S.Block(f"{key}-block", title, [*parts, table, sentences], bare=True)
 
 
 def _pair(ci: tuple[float, float] | None) -> str | None:

@@ -26,7 +26,8 @@ from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.diagnose_thresholds import HIGH_MAX, MEDIUM_MAX
 from mismatchctl.analysis.gate_metrics import gated_metrics
 from mismatchctl.analysis.report import Report, report_on
-from mismatchctl.analysis.selection import parse_selector, reread, resolve
+from mismatchctl.analysis.selection import reread, resolve
+from mismatchctl.analysis.selectors import parse_selector
 from mismatchctl.display import file_label, number, shown
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine

@@ -1,6 +1,6 @@
 """What `watch` says about each new step of a run: its tokens and vllm_kl with its band, the
 change against the run's recent median, and the alerts that fire (a spike, a band crossing),
-with where the excess lives (``explain`` of the step against the recent steps) when asked.
+with where the excess lives (``explain`` of the step against its quiet recent steps) when asked.
 
 The per-step numbers are the report's (``build_report`` split by run and step, reading only the
 parts that hold the steps asked for); the thresholds are below, each with where it comes from.
@@ -14,12 +14,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mismatchctl.analysis.diagnose_thresholds import MEDIUM_MAX
-from mismatchctl.analysis.explain import build_explain
+from mismatchctl.analysis.explain import explain_selections
 from mismatchctl.analysis.report import build_report
+from mismatchctl.analysis.selection import resolve_text
+from mismatchctl.analysis.selectors import selector_text
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.plan import StepRange
 from mismatchctl.stats import BAND_NAMES, band
 from mismatchctl.stats import registry as M
+from mismatchctl.stats.localize_result import NONE, Explanation, Finding, unlocated_sentence
 from mismatchctl.store import Store
 
 RECENT_STEPS = 20
@@ -188,22 +191,85 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
+BASELINE_STEPS = 8
+"""With an alert on a step, ``explain`` reads it against at most the 8 quiet steps just below
+it (among the recent ones): an alert reads 9 steps whatever the run's length, and 8 steps of a
+few dozen sequences each give the baseline's cells the sequences they need."""
+
+
+def quiet_steps(history: StepHistory, step: int) -> list[int]:
+    """The baseline of a step's localization: the recent steps below it (``earlier``) whose
+    vllm_kl is within ``SPIKE_FACTOR`` of the lowest of them, the last ``BASELINE_STEPS`` of
+    those. A spike among them would teach the baseline the fault (its hot cells would predict
+    the step's); the lowest step, not the median, sets the bar, as half the recent steps can be
+    faulty (the sample run faulty-attn spikes on steps 3, 4, 6 and 7)."""
+    known = {s: v for s in history.earlier(step) if (v := history.values[s]) is not None}
+    if not known:
+        return []
+    floor = min(known.values())
+    return [s for s, v in known.items() if v <= SPIKE_FACTOR * floor][-BASELINE_STEPS:]
+
+
+def step_blocks(steps: list[int], known: list[int]) -> list[StepRange]:
+    """``steps`` (a subset of the sorted ``known``) as ranges of steps adjacent in ``known``:
+    each range holds no known step outside ``steps``."""
+    where = {s: i for i, s in enumerate(known)}
+    blocks: list[list[int]] = []
+    for s in steps:
+        if blocks and where[s] == where[blocks[-1][-1]] + 1:
+            blocks[-1].append(s)
+        else:
+            blocks.append([s])
+    return [StepRange(b[0], b[-1]) for b in blocks]
+
+
 def localize(store: Store, history: StepHistory, step: int) -> dict[str, Any] | None:
-    """Where the step's mismatch lives: ``explain`` of the step against the recent steps before
-    it (the excess over what their rates predict), or within the step when it is the first.
-    The top finding's cell, or None when nothing is localized."""
+    """Where the step's mismatch lives: ``explain`` of the step against its quiet steps
+    (``quiet_steps``: the excess over what their rates predict), or within the step when it is
+    the first. The cells found (or the few sequences' leads), the excess spread evenly over
+    the step (``uniform``), or None when the step holds no significant excess."""
     run = history.run
-    earlier = history.earlier(step)
-    target = f"{run}@steps={step}..{step}"
-    baseline = f"{run}@steps={earlier[0]}..{earlier[-1]}" if earlier else None
-    expl = build_explain(store, target, baseline, bootstrap_intervals=False)
-    if not expl.explanation.findings:
+    quiet = quiet_steps(history, step)
+    blocks = step_blocks(quiet, sorted(history.values))
+    texts = [selector_text(run, steps=b) for b in blocks]
+    target = selector_text(run, steps=StepRange(step, step))
+    against = " + ".join(texts) or None
+    expl = explain_selections(
+        resolve_text(store, target), [resolve_text(store, t) for t in texts], target, against,
+        bootstrap_intervals=False,
+    )  # fmt: skip
+    return localized(expl.explanation, target, against or "the rest of the step", quiet)
+
+
+def localized(x: Explanation, target: str, against: str, quiet: list[int]) -> dict[str, Any] | None:
+    """What an alert says of where its step's excess lives (``--json``, ``--alerts``)."""
+    kind = x.located
+    if kind == NONE:
         return None
-    top = expl.explanation.findings[0]
+    cells = x.findings or x.leads
+    out: dict[str, Any] = {"kind": kind, "against": against, "baseline_steps": quiet}
+    out["step_rate_ratio"] = x.rate_ratio
+    if not cells:  # uniform, or not held by any cell
+        return {**out, "where": {}, "rate_ratio": x.rate_ratio, M.TOKEN_SHARE: 1.0,
+                "sentence": unlocated_sentence(x, target), "cells": []}  # fmt: skip
+    top = cells[0]
     return {
+        **out,
         "where": dict(top.where),
         "rate_ratio": top.rate_ratio,
         M.TOKEN_SHARE: top.token_share,
-        "against": baseline or "the rest of the step",
         "sentence": top.sentence,
+        "effective_sequences": top.effective_sequences,
+        "cells": [_cell(c) for c in cells],
+    }
+
+
+def _cell(f: Finding) -> dict[str, Any]:
+    return {
+        "where": dict(f.where),
+        "rate_ratio": f.rate_ratio,
+        M.TOKEN_SHARE: f.token_share,
+        "excess_share": f.excess_share,
+        "effective_sequences": f.effective_sequences,
+        "sentence": f.sentence,
     }

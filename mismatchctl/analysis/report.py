@@ -19,7 +19,7 @@ from mismatchctl.analysis.selection import (
     empty_selection_error,
     removed_while_reading,
     reread,
-    select,
+    resolve_all,
 )
 from mismatchctl.curves.analysis import RunCurves, selection_curves
 from mismatchctl.engines import plan as K
@@ -248,9 +248,12 @@ def build_report(
     position_bins: str = "log2",
     tails: Tails = DEFAULT_TAILS,
 ) -> Report:
+    """The report of ``runs``: selectors (``v1``, ``v1@steps=0..200``, ``gpu=H20``) read as one
+    slice (the runs they name, every run when none is, with the filters they share), and
+    ``steps``."""
     return reread(
         lambda: report_on(
-            select(store, runs, steps),
+            resolve_all(store, runs or [], steps),
             bins=bins,
             by=by,
             by_gpu=by_gpu,

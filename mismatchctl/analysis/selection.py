@@ -1,22 +1,22 @@
-"""What a command reads, from what the user wrote: step ranges, selectors, and the store slice
-(runs, parts) they name.
-
-Selectors (``compare``, ``diagnose``, ``whatif``):
-
-v1-a100                      a run
-gpu=A100                     every row whose gpu is A100 (gpu is per row)
-run=x,engine=vllm-0.18.1     run x, sources tagged engine=vllm-0.18.1
-v1-final@steps=0..200        a run, steps 0 to 200 inclusive (``--steps`` syntax: ``-6..-5``,
-                             ``150..``, ``..99``, ``42``; ``0-200`` still works for steps >= 0)
-"""
+"""What a command reads: the store slice (runs, parts) that its selectors (``selectors.py``: the
+one grammar of step ranges and selectors) name, or an error saying what exists."""
 
 from __future__ import annotations
 
-import re
+import difflib
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TypeVar
 
+from mismatchctl.analysis.selectors import (
+    GPU_KEY,
+    GRAMMAR,
+    RUN_KEY,
+    Selector,
+    combine,
+    parse_selector,
+    parse_steps,
+)
+from mismatchctl.display import did_you_mean, shown
 from mismatchctl.engines.plan import PartTask, RowFilter, Selection, StepRange
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import RunInfo, Store
@@ -25,49 +25,6 @@ from mismatchctl.store.location import demo_store_hint
 from mismatchctl.store.parts import ROUTING, SEQUENCES, TOKENS, twin_path
 
 T = TypeVar("T")
-
-
-_DOTS = re.compile(r"^\s*(-?\d+)?\s*\.\.\s*(-?\d+)?\s*$")  # A..B, A.., ..B; may be negative
-_DASH = re.compile(r"^\s*(\d+)\s*-\s*(\d+)?\s*$")  # A-B, A- (the older syntax; steps >= 0)
-_ONE = re.compile(r"^\s*(-?\d+)\s*$")
-STEPS_SYNTAX = (
-    "write A..B (inclusive; steps may be negative, e.g. -6..-5), A.. or ..B, or one step N; "
-    "A-B and A- still work for steps >= 0."
-)
-
-
-def parse_steps(text: str | None) -> StepRange | None:
-    """``0..200``, ``150..``, ``..99``, ``-6..-5``, ``42``; and the older ``0-200``, ``150-``.
-
-    A text that the older syntax read differently (``-99`` was "up to 99") is refused, never
-    reinterpreted: ``-6`` could be step -6 or steps up to 6."""
-    if text is None:
-        return None
-    lo, hi = _bounds(text)
-    if lo is None and hi is None:
-        raise UsageError(f"step range `{text}` names no step", STEPS_SYNTAX)
-    if lo is not None and hi is not None and lo > hi:
-        raise UsageError(f"step range `{text}` is empty ({lo} > {hi})", "write A..B with A <= B.")
-    return StepRange(lo, hi)
-
-
-def _bounds(text: str) -> tuple[int | None, int | None]:
-    for pattern in (_DOTS, _DASH):
-        match = pattern.match(text)
-        if match:
-            lo, hi = (None if g is None else int(g) for g in match.groups())
-            return lo, hi
-    match = _ONE.match(text)
-    if match is None:
-        raise UsageError(f"step range `{text}` is not understood", STEPS_SYNTAX)
-    step = int(match.group(1))
-    if step < 0:
-        raise UsageError(
-            f"step range `{text}` is ambiguous: step {step}, or steps up to {-step} "
-            "(what `-B` meant before steps could be negative)",
-            f"write {step}..{step} for step {step} alone, or ..{-step} for steps up to {-step}.",
-        )
-    return step, step
 
 
 class RunRemovedError(StoreError):
@@ -214,78 +171,71 @@ def _matches(source_tags: dict[str, str], wanted: dict[str, str]) -> bool:
     return all(source_tags.get(k) == v for k, v in wanted.items())
 
 
-RUN_KEY, GPU_KEY = "run", "gpu"
-
-
-@dataclass(frozen=True)
-class Selector:
-    text: str
-    run: str | None = None
-    gpu: str | None = None
-    tags: dict[str, str] = field(default_factory=dict)
-    steps: StepRange | None = None
-
-
-def parse_selector(text: str) -> Selector:
-    base, at, mods = text.partition("@")
-    steps = _modifiers(mods, text) if at else None
-    if "=" not in base:
-        if not base.strip():
-            raise UsageError(
-                f"selector `{text}` names no run", "write RUN, KEY=VALUE[,...] or RUN@steps=A..B."
-            )
-        return Selector(text, run=base.strip(), steps=steps)
-    pairs: dict[str, str] = {}
-    for item in base.split(","):
-        key, eq, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not eq or not key or not value:
-            raise UsageError(
-                f"selector `{text}`: `{item}` is not KEY=VALUE",
-                "write e.g. gpu=A100 or run=x,engine=vllm-0.18.1.",
-            )
-        pairs[key] = value
-    run, gpu = pairs.pop(RUN_KEY, None), pairs.pop(GPU_KEY, None)
-    return Selector(text, run=run, gpu=gpu, tags=pairs, steps=steps)
-
-
-def _modifiers(mods: str, text: str) -> StepRange | None:
-    key, eq, value = mods.partition("=")
-    if key.strip() != "steps" or not eq:
-        raise UsageError(
-            f"selector `{text}`: unknown modifier `@{mods}`",
-            "the only modifier is @steps=A..B (e.g. v1-final@steps=0..200).",
-        )
-    return parse_steps(value)
-
-
 def resolve(store: Store, sel: Selector) -> Selection:
     """The store slice a selector names, or an error saying what exists."""
-    names = store.run_names()
-    if sel.run is not None and sel.run not in names:
-        raise StoreError(
-            f"selector `{sel.text}`: no run `{sel.run}` in the store {store} "
-            f"(runs: {', '.join(names) or 'none'})",
-            "list the runs with `mismatchctl runs`." + demo_store_hint(str(store)),
-        )
-    infos = [store.run(sel.run)] if sel.run else store.runs()
+    return resolve_runs(store, None if sel.run is None else [sel.run], sel)
+
+
+def resolve_text(store: Store, text: str) -> Selection:
+    """The store slice of a selector's text (``v1@steps=0..200``, ``gpu=H20``)."""
+    return resolve(store, parse_selector(text))
+
+
+def resolve_all(store: Store, texts: list[str], steps: StepRange | None = None) -> Selection:
+    """Several selectors read as one slice (``report A B``): their runs (every run when none
+    is given), the filters they share, and ``steps`` (``--steps``)."""
+    runs, filters = combine([parse_selector(t) for t in texts], steps)
+    if filters.gpu is not None:  # a run without rows of the gpu has no place in a report of it
+        infos = [_run(store, n, filters.text) for n in runs] if runs else store.runs()
+        runs = [r.name for r in infos if filters.gpu in r.gpus] or runs
+    return resolve_runs(store, runs, filters)
+
+
+def resolve_runs(store: Store, runs: list[str] | None, sel: Selector) -> Selection:
+    """``runs`` (every run when None) kept to the filters of ``sel``; an unknown run, tag or
+    gpu is an error naming the ones there are (and the closest)."""
+    infos = [_run(store, name, sel.text) for name in runs] if runs else store.runs()
     _check_tags(sel, infos)
     if sel.gpu is not None:
         gpus = sorted({g for r in infos for g in r.gpus})
         if sel.gpu not in gpus:
             raise StoreError(
-                f"selector `{sel.text}`: no rows with gpu={sel.gpu} (gpus: {', '.join(gpus) or 'none'})",
-                "tag runs with --tag gpu=NAME at ingest, or pick one of the gpus listed.",
+                f"selector `{shown(sel.text)}`: no rows with gpu={shown(sel.gpu, 80)} "
+                f"(gpus: {', '.join(gpus) or 'none'})",
+                did_you_mean(sel.gpu, gpus)
+                + "tag runs with --tag gpu=NAME at ingest, or pick one of the gpus listed.",
             )
-    selection = select(
-        store, [sel.run] if sel.run else None, sel.steps, gpu=sel.gpu, tags=sel.tags, label=sel.text
-    )
+    selection = select(store, runs, sel.steps, gpu=sel.gpu, tags=sel.tags, label=sel.text)
     if not selection.tasks:
         raise empty_selection_error(selection)
     return selection
 
 
-def _check_tags(sel: Selector, infos: list) -> None:
+def _run(store: Store, name: str, text: str) -> RunInfo:
+    names = store.run_names()
+    if name in names:
+        return store.run(name)
+    where = f"selector `{shown(text)}`: " if text else ""
+    raise StoreError(
+        f"{where}no run `{shown(name, 80)}` in the store {store} "
+        f"(runs: {', '.join(names) or 'none'})",
+        did_you_mean(name, names)
+        + "list the runs with `mismatchctl runs`; "
+        + GRAMMAR
+        + demo_store_hint(str(store)),
+    )
+
+
+def named_runs(store: Store, texts: list[str]) -> list[RunInfo]:
+    """The runs several selectors read (every run when one names none), checked as
+    :func:`resolve_all` checks them, without reading any part."""
+    sels = [parse_selector(t) for t in texts]
+    if not sels or any(s.run is None for s in sels):
+        return store.runs()
+    return [_run(store, s.run, "" if s.whole else s.text) for s in sels if s.run is not None]
+
+
+def _check_tags(sel: Selector, infos: list[RunInfo]) -> None:
     for key, value in sel.tags.items():
         values = sorted({s.tags[key] for r in infos for s in r.sources if key in s.tags})
         if not values:
@@ -293,15 +243,32 @@ def _check_tags(sel: Selector, infos: list) -> None:
                 {k for r in infos for s in r.sources for k in s.tags} - {RUN_KEY, GPU_KEY}
             )
             raise StoreError(
-                f"selector `{sel.text}`: no source has a tag `{key}` "
+                f"selector `{shown(sel.text)}`: no source has a tag `{shown(key, 80)}` "
                 f"(tags: {', '.join([RUN_KEY, GPU_KEY, *known])})",
-                "`mismatchctl runs` lists each run's tags.",
+                _run_meant(key, value, infos)
+                + did_you_mean(key, [RUN_KEY, GPU_KEY, *known])
+                + "`mismatchctl runs` lists each run's tags; "
+                + GRAMMAR,
             )
         if value not in values:
             raise StoreError(
-                f"selector `{sel.text}`: no data with {key}={value} (values: {', '.join(values)})",
-                "`mismatchctl runs` lists each run's tags.",
+                f"selector `{shown(sel.text)}`: no data with {shown(key, 80)}={shown(value, 80)} "
+                f"(values: {', '.join(values)})",
+                did_you_mean(value, values) + "`mismatchctl runs` lists each run's tags.",
             )
+
+
+def _run_meant(key: str, value: str, infos: list[RunInfo]) -> str:
+    """``did you mean `v1@steps=1..3`? `` for ``v1=1..3`` (a run, or a close name, and a step
+    range written as a tag), else ``""``."""
+    try:
+        steps = parse_steps(value)
+    except UsageError:
+        return ""
+    close = difflib.get_close_matches(key, [r.name for r in infos], n=1, cutoff=0.6)
+    if not close:
+        return ""
+    return f"did you mean `{shown(close[0], 80)}@steps={steps}`? "
 
 
 def same_selection(a: Selection, b: Selection) -> bool:

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from mismatchctl import schema as S
 from mismatchctl.analysis.report import parse_edges
-from mismatchctl.analysis.selection import parse_selector, resolve
+from mismatchctl.analysis.selection import resolve_text
 from mismatchctl.analysis.token_text import context_text
 from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
 from mismatchctl.analysis.where import Condition, cell_mask, parse_where, where_keys
@@ -311,7 +311,7 @@ def build_tokens(
     check_options(top, sort, sequences, context)
     edges = parse_edges(bins)
     conditions = parse_where(where, edges)
-    sel = resolve(store, parse_selector(selector))
+    sel = resolve_text(store, selector)
     decoders = run_decoders(store, sel.names, tokenizer)
     extra: TopTokensExtra | TopSequencesExtra = (
         TopSequencesExtra(top, sort, conditions)

@@ -15,7 +15,7 @@ import pyarrow as pa
 from mismatchctl import schema as S
 from mismatchctl.analysis.remedy import discards_signal, remedy_dict
 from mismatchctl.analysis.report import Report, report_on
-from mismatchctl.analysis.selection import parse_selector, reread, resolve
+from mismatchctl.analysis.selection import reread, resolve_text
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.keys import PartKeys, decode, group_codes
@@ -203,7 +203,7 @@ def build_whatif(
 ) -> Whatif:
 
     def read() -> Report:
-        selection = resolve(store, parse_selector(selector))
+        selection = resolve_text(store, selector)
         extra = WhatifExtra(methods)
         return report_on(selection, workers=workers, on_part=on_part, extras=[extra], engine=engine)
 

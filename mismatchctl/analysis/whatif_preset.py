@@ -17,7 +17,7 @@ from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis import sections as Sec
 from mismatchctl.analysis.remedy import discards_signal, remedy_dict
 from mismatchctl.analysis.report import Report, report_on
-from mismatchctl.analysis.selection import parse_selector, reread, resolve
+from mismatchctl.analysis.selection import reread, resolve_text
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.keys import PartKeys, decode, group_codes
@@ -213,7 +213,7 @@ def build_preset_whatif(
     extra = PresetExtra(preset, config)
 
     def read() -> Report:
-        selection = resolve(store, parse_selector(selector))
+        selection = resolve_text(store, selector)
         return report_on(selection, workers=workers, on_part=on_part, extras=[extra], engine=engine)
 
     report = reread(read)

@@ -18,6 +18,8 @@ from mismatchctl.cli.common import (
 
 HELP = """Every metric of the selected runs (all runs when none is named): vllm_kl and the others, by inference-probability bin, first turn vs turns after tool responses, per step, per gpu, and the training curves (attached with `mismatchctl ingest-metrics`) against per-step vllm_kl.
 
+Runs are named as every analysis command names them: RUN, RUN@steps=A..B, or KEY=VALUE filters (gpu=H20, run=v1,engine=vllm); several selectors read one slice of their runs, so they keep the same steps, gpu and tags.
+
 One run: its headline, bins, turns and steps. Several runs are not pooled unless you ask (--pool): a summary row per run, the bins and turns side by side per run; the HTML page adds each run's own section with its distributions (a run selector picks one).
 
 Metric definitions and JSON names: docs/metrics.md; training curves: docs/curves.md. With [bold]--json -[/] only JSON goes to stdout.
@@ -29,6 +31,8 @@ Metric definitions and JSON names: docs/metrics.md; training curves: docs/curves
   mismatchctl report --by-gpu
 
   mismatchctl report v1-a100 --html report.html --json report.json
+
+  mismatchctl report 'v1-a100@steps=200..' 'v0-ref@steps=200..'   # or --steps 200..
 
   mismatchctl report v1-a100 --diagnose --html report.html
 
@@ -60,7 +64,14 @@ STEPS_HELP = (
 
 @analysis_command(HELP)
 def report(
-    runs: Annotated[list[str] | None, typer.Argument(help="Runs (default: all).")] = None,
+    runs: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Runs or selectors (default: all runs): RUN, RUN@steps=A..B, KEY=VALUE[,...]; "
+            "several are one slice (the same steps, gpu and tags for each).",
+            show_default=False,
+        ),
+    ] = None,
     by_gpu: Annotated[
         bool, typer.Option("--by-gpu", help="Add the per-hardware table and gpu x step groups.")
     ] = False,
@@ -89,7 +100,7 @@ def report(
     *,
     common: Common,
 ) -> None:
-    infos = [api.run_info(n, common.store) for n in runs] if runs else api.runs(common.store)
+    infos = api.selected_runs(runs or [], common.store)
     with common.progress(sum(r.model_tokens for r in infos)) as progress:
         rep = api.report(
             runs, bins=bins, by=by or [], by_gpu=by_gpu, steps=steps, diagnose=diagnose,

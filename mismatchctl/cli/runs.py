@@ -86,7 +86,7 @@ def rm(
 
     Examples: mismatchctl runs rm v1-a100; in a script: mismatchctl runs rm v1-a100 --yes
     """
-    if not yes and not _confirmed(api.run_info(run, store), store):
+    if not yes and not _confirmed(api.run_info(run, store, command="runs rm"), store):
         say("Nothing removed.")
         return
     info = api.remove_run(run, store)

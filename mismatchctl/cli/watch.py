@@ -27,7 +27,7 @@ Complete means: a Parquet file whose footer reads, a torch file whose zip direct
 
 Each file is read as `ingest` reads it: the reading options (--format, --map, --skip-bad, --trust-pickle, --allow-padding, --attr, --routes-aligned, --routes-topk, --num-experts, --keep-routes, --no-keep-masked) are ingest's.
 
-Alerts: `spike` (vllm_kl at 3x the recent median or more, after 3 steps), `band` (the step's band above the step before's; the first step is judged against `low`), `bad_file`, `changed_file`. Level `fail` when the step's vllm_kl is above 2e-2 (the medium band's top), else `warn`. With an alert on a step, `explain` of the step against the recent steps names the cell the excess lives in (--no-explain to skip it). --alerts FILE appends each alert as a JSON line; --exit-on warn|fail stops with exit code 3 at the first alert of that level.
+Alerts: `spike` (vllm_kl at 3x the recent median or more, after 3 steps), `band` (the step's band above the step before's; the first step is judged against `low`), `bad_file`, `changed_file`. Level `fail` when the step's vllm_kl is above 2e-2 (the medium band's top), else `warn`. With an alert on a step, `explain` of the step against its quiet recent steps (those within 3x of the lowest, the last 8: never a spike) names the cells the excess lives in, also when a few sequences hold it, or says that it is spread evenly over the step (--no-explain to skip it). --alerts FILE appends each alert as a JSON line; --exit-on warn|fail stops with exit code 3 at the first alert of that level.
 
 File events come from the watchdog library (inotify on Linux); --poll SECONDS scans on a timer instead (network filesystems, where events do not arrive). --once scans once and stops (for scripts: what is complete now is ingested, what is not is listed); --max-files N and --idle-exit SECONDS stop after N files or SECONDS without a new file. A stop by Ctrl-C, SIGTERM or these options exits 0 (3 with --exit-on when an alert fired).
 
@@ -155,10 +155,37 @@ def _step_text(line: api.StepLine) -> str:
     )
     for a in line.alerts:
         text += f"\n  ALERT {a.level} {a.check}: {a.message}"
-        if a.localized is not None:
-            where = ", ".join(f"{k}={v}" for k, v in a.localized["where"].items())
-            text += f"\n    localized: {where} ({number(a.localized['rate_ratio'], 3)}x)"
+    where = next((a.localized for a in line.alerts if a.localized is not None), None)
+    if where is not None:  # the step's, the same for each of its alerts
+        text += _localized_text(where)
     return printable(text)
+
+
+SHOWN_CELLS = 3  # of an alert's localized cells on the terminal (--json and --alerts: all)
+
+
+def _localized_text(loc: dict[str, Any]) -> str:
+    """The cells an alert's excess lives in, one line each, and what they were compared with;
+    an excess no cell holds is said so (uniform, or in no cell)."""
+    against = f"\n    against: {loc['against']}"
+    if not loc["cells"]:
+        what = "uniform over every dimension tested" if loc["kind"] == "uniform" else "no cell"
+        return f"\n    localized: {what} ({_ratio(loc['rate_ratio'])}x the whole step){against}"
+    out = ""
+    for cell in loc["cells"][:SHOWN_CELLS]:
+        where = ", ".join(f"{k}={v}" for k, v in cell["where"].items())
+        few = loc["kind"] == "few_sequences" and cell["effective_sequences"] is not None
+        worth = f"; {cell['effective_sequences']:.1f} sequences' worth" if few else ""
+        out += f"\n    localized: {where} ({_ratio(cell['rate_ratio'])}x{worth})"
+    more = len(loc["cells"]) - SHOWN_CELLS
+    return out + (f"\n    (and {more} more cells: --json)" if more > 0 else "") + against
+
+
+def _ratio(x: float | None) -> str:
+    """A rate ratio as explain writes it: ``1064``, ``363``, ``2.51``."""
+    if x is None:
+        return "-"
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 def _status_text(event: Any) -> str:

@@ -34,7 +34,7 @@ from mismatchctl.stats.localize_math import div, norm_ppf, relvar
 from mismatchctl.stats.localize_reference import baseline_reference, no_reference
 from mismatchctl.stats.localize_refine import Refiner
 from mismatchctl.stats.localize_regions import region_moments, region_sums
-from mismatchctl.stats.localize_result import CellShare, Explanation, Finding
+from mismatchctl.stats.localize_result import CellShare, Explanation, Finding, lead_sentence
 from mismatchctl.stats.localize_search import Baseline, Search, Selected, effective_sequences
 from mismatchctl.stats.localize_tables import Dims, SideTables, expected_mass, stratum_rates
 from mismatchctl.stats.localize_thresholds import LocalizeThresholds
@@ -47,11 +47,15 @@ def explain(
     *,
     stratum: str | None = "bin",
     thresholds: LocalizeThresholds | None = None,
+    leads: bool = False,
 ) -> Explanation:
     """Localize the target's K3 excess over the baseline (or its concentration, without one).
 
     ``stratum``: the dimension whose per-value rates define "the same token mix" (the
-    probability bin; None: none)."""
+    probability bin; None: none). ``leads``: when no cell is a finding and the excess over the
+    baseline is significant, the cells that carry it all the same, held by fewer sequences than
+    a finding needs (``Explanation.leads``: the search again with ``lead_effective_sequences``
+    as its floor)."""
     th = thresholds or LocalizeThresholds()
     if baseline is not None and baseline.spec != target.spec:
         raise ValueError("target and baseline cubes must have the same dimensions")
@@ -61,7 +65,29 @@ def explain(
         raise ValueError("the target selection has no tokens")
     e_t = expected_mass(t, stratum_rates(t, s), s)
     b = None if baseline is None else SideTables(baseline)
-    notes = _notes(t, b, th)
+    sides, search, findings = _localized(t, b, e_t, s, th)
+    out = _explanation(sides, search, findings, target, baseline)
+    out.notes = _notes(t, b, th)
+    out.effective_sequences = float(effective_sequences(t.total))
+    if b is not None and sides.b is None:  # the overall ratio and the split stay the baseline's
+        out.rate_ratio, out.rate_ratio_ci, out.excess = _overall(replace(sides, b=b))
+        out.baseline_tokens, out.baseline_vllm_kl = int(b.total_n), float(div(b.total_a, b.total_n))
+    if leads and not findings and out.significant_excess:
+        loose = replace(th, min_effective_sequences=th.lead_effective_sequences)
+        lead_sides, _, found = _localized(t, b, e_t, s, loose)
+        for f in found:
+            f.sentence = lead_sentence(
+                f, lead_sides.mode, th.rate_ci_level, th.min_effective_sequences
+            )
+        out.leads = found
+    return out
+
+
+def _localized(
+    t: SideTables, b: SideTables | None, e_t: dict, s: int | None, th: LocalizeThresholds
+) -> tuple[Sides, Search, list[Finding]]:
+    """The search (against the baseline, or within the target when there is none or it is a
+    few sequences' worth) and its findings."""
     if b is None or effective_sequences(b.total) < th.min_baseline_sequences:
         sides = Sides(t, None, s, frozenset(), None, th)
         search = Search(t, e_t, no_reference(t), s, candidate_tables(t, s), th)
@@ -73,13 +99,11 @@ def explain(
         for region, p, aliases in drop_aliases(sides, merge_siblings(sides, picked))
     ]
     # the reported interval (of the final, merged region) must exclude 1, as the search's did
-    findings = fold_seen_again(sides, [(f, r) for f, r in found if f.rate_ratio_ci[0] > 1])
-    out = _explanation(sides, search, findings, target, baseline)
-    out.notes = notes
-    if b is not None and sides.b is None:  # the overall ratio and the split stay the baseline's
-        out.rate_ratio, out.rate_ratio_ci, out.excess = _overall(replace(sides, b=b))
-        out.baseline_tokens, out.baseline_vllm_kl = int(b.total_n), float(div(b.total_a, b.total_n))
-    return out
+    return (
+        sides,
+        search,
+        fold_seen_again(sides, [(f, r) for f, r in found if f.rate_ratio_ci[0] > 1]),
+    )
 
 
 def _notes(t: SideTables, b: SideTables | None, th: LocalizeThresholds) -> list[str]:

@@ -34,7 +34,7 @@ from mismatchctl.stats.localize_result import (
     Region,
     sentence,
 )
-from mismatchctl.stats.localize_search import Selected
+from mismatchctl.stats.localize_search import Selected, effective_sequences
 from mismatchctl.stats.localize_tables import Masks, SideTables, on_parents
 from mismatchctl.stats.localize_thresholds import LocalizeThresholds
 
@@ -232,7 +232,8 @@ def finding(
     t, spec = sides.t, sides.t.spec
     est, var, baseline = estimate_with_regions(sides, region)
     sums_r = region_sums(t, region, sides.stratum)
-    seqs = region_moments(t, region).g
+    moments = region_moments(t, region)
+    seqs = moments.g
     n_r, a_r = float(sums_r.n.sum()), float(sums_r.a.sum())
     rr = float(est.rate_ratio)
     z = norm_ppf(0.5 + sides.th.rate_ci_level / 2)
@@ -256,6 +257,7 @@ def finding(
         region=exact_codes(spec, region),
         baseline=baseline,
         same_as=[_where(sides, r) for r in aliases],
+        effective_sequences=_finite(effective_sequences(moments.mom)),
     )
     out.sentence = sentence(out, sides.mode, sides.th.rate_ci_level)
     return out

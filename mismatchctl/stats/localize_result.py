@@ -9,6 +9,9 @@ from typing import Any
 from mismatchctl.stats.decompose import Decomposition
 
 BASELINE, INTERNAL = "baseline", "internal"
+CELLS, FEW_SEQUENCES, UNIFORM, UNLOCATED, NONE = (
+    "cells", "few_sequences", "uniform", "unlocated", "none"
+)  # fmt: skip
 
 
 Region = dict[int, tuple[int, ...]]  # dimension index -> its codes
@@ -58,6 +61,9 @@ class Finding:
     same_as: list[dict[str, str]] = field(default_factory=list)
     # later findings no hotter than this one and not hot outside it: it, seen otherwise
     seen_as: list[dict[str, str]] = field(default_factory=list)
+    # how many sequences' worth of K3 the region holds (A^2 / sum y_i^2; at most that when the
+    # region spans several token values): a lead holds fewer than a finding may
+    effective_sequences: float | None = None
 
 
 @dataclass
@@ -112,14 +118,42 @@ class Explanation:
     bootstrap_replicates: int = 200
     notes: list[str] = field(default_factory=list)
     stratum_index: int | None = field(default=None, repr=False)
+    # with no finding and a significant excess over the baseline: the cells that carry it, held
+    # by fewer sequences than a finding needs (``localize.explain(leads=True)``)
+    leads: list[Finding] = field(default_factory=list)
+    effective_sequences: float | None = None  # the target's K3 mass, in sequences' worth
+
+    @property
+    def located(self) -> str:
+        """Where the excess lives, in one word: ``cells`` (findings), ``few_sequences`` (leads:
+        cells held by a few sequences), ``uniform`` (a significant excess over the baseline that
+        every dimension tested spreads evenly), ``unlocated`` (a significant excess no cell holds
+        and not every dimension spreads evenly), ``none`` (no significant excess)."""
+        if self.findings:
+            return CELLS
+        if self.leads:
+            return FEW_SEQUENCES
+        if not self.significant_excess:
+            return NONE
+        if self.uniform and all(u.uniform for u in self.uniform):
+            return UNIFORM
+        return UNLOCATED
+
+    @property
+    def significant_excess(self) -> bool:
+        """The whole selection's rate ratio to the baseline is above 1, its interval too (also
+        when the baseline was too few sequences' worth to localize against)."""
+        ci = self.rate_ratio_ci
+        return ci is not None and ci[0] > 1
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (NaN and infinities become None)."""
         out = asdict(self)
         out.pop("stratum_index")
-        for f in out["findings"]:
+        for f in (*out["findings"], *out["leads"]):
             f.pop("region")
             f.pop("baseline")
+        out["located"] = self.located
         return _clean(out)
 
 
@@ -197,3 +231,61 @@ def ratio_text(x: float | None) -> str:
         return "0"
     digits = max(0, 1 - math.floor(math.log10(abs(x))))
     return f"{round(x, digits):.{digits}f}"
+
+
+def lead_sentence(f: Finding, mode: str, level: float, floor: float) -> str:
+    """A lead's sentence: a finding's, and how few sequences hold it."""
+    worth = "n/a" if f.effective_sequences is None else f"{f.effective_sequences:.1f}"
+    return (
+        f"{sentence(f, mode, level)}; held by {worth} sequences' worth of K3, fewer than the "
+        f"{floor:g} a finding needs"
+    )
+
+
+def unlocated_sentence(x: Explanation, target: str) -> str:
+    """What ``explain`` says when no cell is a finding: where the excess lives all the same
+    (``Explanation.located``), never "nothing hotter" beside a significant overall excess."""
+    located = x.located
+    whole = f"{ratio_text(x.rate_ratio)}x the baseline's rate ({_ci_text(x)})"
+    sequences = _few_sequences(x, target)
+    if located == FEW_SEQUENCES:
+        return (
+            f"the selection is {whole}, and the cells below carry the excess, each held by too "
+            f"few sequences to be a finding{sequences}"
+        )
+    if located == UNIFORM:
+        dims = ", ".join(u.dim for u in x.uniform)
+        return (
+            f"the whole selection is {whole}, spread evenly: uniform over every dimension "
+            f"tested ({dims}), as a policy difference (e.g. stale weights) spreads it, not a "
+            "code path"
+        )
+    if located == UNLOCATED:
+        return (
+            f"the selection is {whole}, but no cell holds the excess significantly and not every "
+            f"dimension spreads it evenly (Dimensions, below){sequences}"
+        )
+    if x.rate_ratio is not None:
+        return (
+            "no cell of the selection is significantly hotter than its reference, nor is the "
+            f"selection as a whole: {whole}"
+        )
+    return "no cell of the selection is significantly hotter than its reference"
+
+
+def _ci_text(x: Explanation) -> str:
+    if x.rate_ratio_ci is None:
+        return "no interval"
+    lo, hi = x.rate_ratio_ci
+    return f"{x.level:.0%} CI {ratio_text(lo)}-{ratio_text(hi)}"
+
+
+def _few_sequences(x: Explanation, target: str) -> str:
+    """``; its K3 mass is 7.6 sequences' worth: ...``: who to read next."""
+    n = x.effective_sequences
+    if n is None or not math.isfinite(n):
+        return ""
+    return (
+        f"; its K3 mass is {n:.1f} sequences' worth: `mismatchctl tokens '{target}' "
+        "--sequences` lists the sequences that carry the most"
+    )

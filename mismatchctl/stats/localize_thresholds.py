@@ -40,6 +40,14 @@ class LocalizeThresholds:
     (``mismatchctl tokens`` shows it), not a localized cause; the delta method is also least
     reliable there."""
 
+    lead_effective_sequences: float = 3.0
+    """With no finding and a significant excess over the baseline (``explain``), the search runs
+    again with this floor instead of ``min_effective_sequences``: its cells are *leads*, where
+    the excess lives though a few sequences hold it (a fault some batch shapes take, hitting a
+    few sequences of a step: the sample run ``faulty-attn``, 393x over 7.6 sequences' worth).
+    Below three sequences' worth the cell is those sequences, which ``mismatchctl tokens
+    --sequences`` names better than any cell."""
+
     min_baseline_sequences: float = 30.0
     """A baseline whose K3 mass is fewer sequences' worth than this (``A^2 / sum_i Y_i^2``
     over its sequences) cannot predict anything: its per-bin rates and its cells' contrasts

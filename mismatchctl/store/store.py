@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mismatchctl import schema as S
-from mismatchctl.display import shown
+from mismatchctl.display import did_you_mean, shown
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import catalog
 from mismatchctl.store.catalog import MetricSource, PartRecord, SourceRecord
@@ -182,7 +182,9 @@ class Store:
         known = [r[0] for r in con.execute("SELECT name FROM runs ORDER BY name")]
         return StoreError(
             f"no run `{shown(name, 80)}` in the store {self} (runs: {', '.join(known) or 'none'})",
-            "list the runs with `mismatchctl runs`." + demo_store_hint(str(self)),
+            did_you_mean(name, known)
+            + "list the runs with `mismatchctl runs`."
+            + demo_store_hint(str(self)),
         )
 
     # --- writing ------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
-from mismatchctl.analysis.selection import parse_selector
+from mismatchctl.analysis.selectors import parse_selector
 from mismatchctl.errors import UsageError
 from mismatchctl.stats import reference_metrics
 from tests.helpers import FIXTURES, cli
@@ -167,8 +167,8 @@ def test_parse_selector(text, run, gpu, tags, steps) -> None:
     [
         ("gpu", None),
         ("gpu=", "selector `gpu=`: `gpu=` is not KEY=VALUE"),
-        ("a@step=1", "selector `a@step=1`: unknown modifier `@step=1`"),
-        ("a@steps=9-1", "step range `9-1` is empty (9 > 1)"),
+        ("a@step=1", "selector `a@step=1`: `@step=1` is not a step range"),
+        ("a@steps=9-1", "selector `a@steps=9-1`: step range `9-1` is empty (9 > 1)"),
         ("@steps=1", "selector `@steps=1` names no run"),
     ],
 )

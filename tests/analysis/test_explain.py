@@ -140,3 +140,56 @@ def test_a_data_source_is_a_dimension_of_explain_and_diagnose(tmp_path: Path) ->
         OTHER_LABEL,
     }
     assert OTHER_LABEL in dims["attr:env"].labels and dims["attr:env"].size <= 17
+
+
+FAULTY = Path(__file__).parents[2] / "sample_data" / "runs" / "faulty-attn"
+
+
+@pytest.fixture(scope="module")
+def faulty(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The captured run faulty-attn's steps 1-3 (step 3 spikes) as run `fa`."""
+    store = tmp_path_factory.mktemp("faulty") / "store"
+    mismatchctl.ingest([FAULTY / f"step_000{s}.parquet" for s in (1, 2, 3)], run="fa", store=store)
+    return store
+
+
+def _later_k3(step: int) -> np.ndarray:
+    """K3 of the tokens at positions 16-63 of the turns after a tool response (turns: runs of
+    the response mask), from the dump as written."""
+    out = []
+    for row in pq.read_table(FAULTY / f"step_000{step}.parquet").to_pylist():
+        mask = np.array(row["response_mask"], bool)
+        r = np.array(row["old_log_probs"]) - np.array(row["rollout_log_probs"])
+        starts = np.flatnonzero(mask & ~np.r_[False, mask[:-1]])  # each turn's first position
+        for start in starts[1:]:
+            end = start + np.argmin(np.r_[mask[start:], False])
+            part = r[start + 16 : min(end, start + 64)]
+            out.append(np.expm1(part) - part)
+    return np.concatenate(out)
+
+
+def test_a_spike_that_few_sequences_carry_comes_with_its_cells(faulty: Path) -> None:
+    """faulty-attn's step 3 is 393x steps 1-2, all of it in the few sequences still decoding
+    when its split-KV merge bug runs (< 10 active): too few sequences' worth for a finding, so
+    the cells that carry it are reported as leads, never "no cell is hotter" beside 393x."""
+    args = ("explain", "fa@steps=3", "--baseline", "fa@steps=1..2", "--store", str(faulty), "-q")
+    ran = cli(*args)
+    assert ran.code == 0, ran.err
+    text = " ".join(ran.out.split())
+    assert "significantly hotter" not in text
+    assert (
+        "the selection is 393x the baseline's rate (95% CI 205-753), and the cells below carry"
+        in text
+    )
+    assert "Findings: held by a few sequences" in text
+    assert "held by 7.6 sequences' worth of K3, fewer than the 10 a finding needs" in text
+    doc = json.loads(cli(*args, "--json", "-").out)["explain"]
+    assert doc["located"] == "few_sequences" and doc["findings"] == []
+    assert doc["effective_sequences"] == pytest.approx(7.575, abs=1e-3)
+    lead = doc["leads"][0]
+    assert lead["where"] == {"turn_kind": "later", "turn_position": "16-63"}
+    assert 3 <= lead["effective_sequences"] < 10 and lead["excess_share"] > 0.95
+    hot, before = _later_k3(3), np.concatenate([_later_k3(1), _later_k3(2)])
+    assert lead["tokens"] == len(hot)
+    ratio = hot.mean() / before.mean()  # raw; the lead's is at the same token mix
+    assert lead["rate_ratio_ci"][0] < ratio < lead["rate_ratio_ci"][1]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mismatchctl.analysis.selection import parse_steps
+from mismatchctl.analysis.selectors import parse_steps
 from mismatchctl.engines.plan import StepRange
 from mismatchctl.errors import UsageError
 from tests.helpers import cli, step_dump

@@ -16,7 +16,16 @@ from localize_data import spec as spec_of
 from mismatchctl.stats.cube import Cube
 from mismatchctl.stats.cube_spec import CubeSpec
 from mismatchctl.stats.localize import explain
-from mismatchctl.stats.localize_result import BASELINE, INTERNAL, Explanation, Finding
+from mismatchctl.stats.localize_result import (
+    BASELINE,
+    INTERNAL,
+    NONE,
+    UNIFORM,
+    Explanation,
+    Finding,
+    ratio_text,
+    unlocated_sentence,
+)
 from tests.helpers import slow_param
 
 KV, STEP = "kv_position", "step"
@@ -95,12 +104,18 @@ def test_stale_weights_spread_excess_everywhere(noise: float) -> None:
     """(b) every token's noise scaled: a large overall excess, no localized finding, and the
     position, order and turn dimensions explain nothing."""
     target, base = _pair(Plan(cause="stale", magnitude=noise, seed=4))
-    ex = explain(target, base)
+    ex = explain(target, base, leads=True)
     assert ex.rate_ratio is not None and ex.rate_ratio_ci[0] > 1.5
     assert not ex.findings, [f.sentence for f in ex.findings]
     uniform = {u.dim: u.uniform for u in ex.uniform}
     for dim in ("kv_position", "turn_position", "order", "turn_kind"):
         assert uniform.get(dim), (dim, ex.uniform)
+    # thousands of sequences carry it: no lead either, and the sentence says where it lives
+    assert not ex.leads and ex.located == UNIFORM and ex.to_dict()["located"] == UNIFORM
+    said = unlocated_sentence(ex, "T")
+    assert said.startswith(f"the whole selection is {ratio_text(ex.rate_ratio)}x the baseline's")
+    assert "spread evenly: uniform over every dimension tested (" in said
+    assert "hotter than its reference" not in said
 
 
 @pytest.mark.parametrize("seed", [5, slow_param(6)])
@@ -136,9 +151,13 @@ def test_false_positive_rate_over_fifty_seeds(seqs_per_step: int, dof: int) -> N
 def test_improvement_is_never_reported_as_excess() -> None:
     """(e) the target's noise at 0.7x: its rate is below the baseline's everywhere."""
     target, base = _pair(Plan(cause="improve", magnitude=0.7, seed=7))
-    ex = explain(target, base)
-    assert not ex.findings
+    ex = explain(target, base, leads=True)
+    assert not ex.findings and not ex.leads and ex.located == NONE
     assert ex.rate_ratio_ci[1] < 1
+    assert unlocated_sentence(ex, "T").endswith(
+        f"nor is the selection as a whole: {ratio_text(ex.rate_ratio)}x the baseline's rate "
+        f"(95% CI {ratio_text(ex.rate_ratio_ci[0])}-{ratio_text(ex.rate_ratio_ci[1])})"
+    )
 
 
 def test_two_causes_at_once_are_both_found() -> None:

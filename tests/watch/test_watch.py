@@ -27,6 +27,14 @@ import pytest
 import mismatchctl
 from mismatchctl import api
 from mismatchctl import schema as S
+from mismatchctl.analysis.live import (
+    BASELINE_STEPS,
+    StepHistory,
+    StepValue,
+    quiet_steps,
+    step_blocks,
+)
+from mismatchctl.engines.plan import StepRange
 from tests.helpers import FIXTURES, cli, tree_digest
 from tests.watch_writer import ROWS, step_arrays, write_step
 
@@ -266,6 +274,62 @@ def test_an_alert_names_the_cell_explain_localizes(store: Path, tmp_path: Path) 
     hot = [_k3(s, 0.02, 0.4 if s == 5 else None)[:, 32:] for s in (1, 2, 3, 4, 5)]
     ratio = np.nanmean(hot[4]) / np.nanmean(np.concatenate(hot[:4]))
     assert 0.5 * ratio < cell["rate_ratio"] < 2 * ratio
+
+
+FAULTY = ROOT / "sample_data" / "runs" / "faulty-attn"
+
+
+def test_a_spike_few_sequences_carry_is_localized_everywhere(store: Path, tmp_path: Path) -> None:
+    """The captured run faulty-attn, watched as it is written: steps 3, 4 and 6 alert, each
+    393x-1900x its quiet steps, all of it in the few sequences its split-KV bug hits. Each
+    alert carries the cells that hold the excess (leads: the later turns' positions 16-63), in
+    the terminal, in --json and in --alerts, compared with the quiet steps before it (a spiking
+    step is never the baseline: step 6 against steps 1-2 and 5)."""
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    for s in range(1, 7):
+        shutil.copy(FAULTY / f"step_000{s}.parquet", dumps)
+    alerts = tmp_path / "alerts.jsonl"
+    ran = cli("watch", str(dumps), "--run", "fa", "--once", "--json", "--alerts", str(alerts))
+    assert ran.code == 0, ran.err
+    got = {x["step"]: x for x in lines(ran.out)}
+    assert [s for s in sorted(got) if got[s]["alerts"]] == [3, 4, 6]
+    against = {3: "fa@steps=1..2", 4: "fa@steps=1..2", 6: "fa@steps=1..2 + fa@steps=5"}
+    for step, baseline in against.items():
+        for alert in got[step]["alerts"]:
+            where = alert["localized"]
+            assert where["kind"] == "few_sequences" and where["against"] == baseline
+            assert where["step_rate_ratio"] > 100 and where["cells"]
+            assert where["where"] == where["cells"][0]["where"]
+            assert where["where"]["turn_kind"] == "later"
+            assert 3 <= where["effective_sequences"] < 10
+    assert got[3]["alerts"][0]["localized"]["step_rate_ratio"] == pytest.approx(393.4, abs=0.1)
+    recorded = lines(alerts.read_text())
+    assert {(a["step"], a["check"]) for a in recorded} == {(3, "band"), (4, "spike"), (6, "spike"), (6, "band")}  # fmt: skip
+    by_step = {a["step"]: a["localized"] for a in recorded}
+    assert all(by_step[s] == got[s]["alerts"][0]["localized"] for s in (3, 4, 6))
+
+    shown = cli("watch", str(dumps), "--run", "fa2", "--once")
+    assert shown.code == 0, shown.err
+    step3 = shown.out.split("step 3 ")[1].split("step 4 ")[0]
+    assert (
+        "\n    localized: turn_kind=later, turn_position=16-63 (1064x; 7.6 sequences' worth)"
+        in step3
+    )
+    assert "\n    against: fa2@steps=1..2" in step3
+    assert "against: fa2@steps=1..2 + fa2@steps=5" in shown.out.split("step 6 ")[1]
+
+
+def test_the_baseline_of_a_localization_is_the_quiet_steps() -> None:
+    """Steps within 3x of the lowest recent step, the last 8 of them, as ranges of adjacent
+    steps: a spike never teaches the baseline its own fault."""
+    values = {1: 1e-4, 2: 0.9e-4, 3: 0.04, 4: 0.015, 5: 1.2e-4, 7: 2.6e-4, 8: 2.8e-4}
+    history = StepHistory("r", {s: StepValue(10, 1, v) for s, v in values.items()})
+    assert quiet_steps(history, 9) == [1, 2, 5, 7]
+    assert step_blocks([1, 2, 5, 7], sorted(history.values)) == [StepRange(1, 2), StepRange(5, 7)]
+    assert quiet_steps(history, 1) == []  # the first step: localized within itself
+    many = StepHistory("r", {s: StepValue(10, 1, 1e-4) for s in range(30)})
+    assert quiet_steps(many, 30) == list(range(30 - BASELINE_STEPS, 30))
 
 
 def _k3(step: int, noise: float, hot: float | None) -> np.ndarray:
