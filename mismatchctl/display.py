@@ -88,3 +88,15 @@ def percent(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{100 * x:.1f}%" if math.isfinite(x) else OVERFLOW
+
+
+def did_you_mean(name: str, choices: list[str]) -> str:
+    """A hint's "did you mean `a` or `b`? " for the choices closest to a mistyped name (in any
+    case), "" when none is close: the hint names the likely one instead of listing them all."""
+    import difflib
+
+    lower = {c.lower(): c for c in choices}
+    score = {c: difflib.SequenceMatcher(None, name.lower(), c).ratio() for c in lower}
+    close = difflib.get_close_matches(name.lower(), list(lower), n=2, cutoff=0.6)
+    close = [c for c in close if score[c] >= score[close[0]] - 0.1]  # a far second: left out
+    return f"did you mean {' or '.join(f'`{lower[c]}`' for c in close)}? " if close else ""
