@@ -95,12 +95,15 @@ def ci_text(low: float | None, high: float | None, of: str | None) -> str | None
 
 def headline_table(c: Comparison) -> S.Table:
     rows = [
-        {**r.to_dict(), "ci": ci_text(r.ci_low, r.ci_high, r.ci_of), "bold": bool(r.significant)}
+        {**r.to_dict(), "ci": ci_text(r.ci_low, r.ci_high, r.ci_of), "bold": bool(r.significant),
+         "kind": S.Kind.of(M.by_key(r.metric).fmt)}  # each side as `report` writes the metric
         for r in c.headline
     ]  # fmt: skip
     columns = [
-        S.Column("metric", "metric", S.Kind.LABEL), S.Column("a", "A", S.Kind.VALUE),
-        S.Column("b", "B", S.Kind.VALUE), S.Column("difference", "B - A", S.Kind.VALUE),
+        S.Column("metric", "metric", S.Kind.LABEL),
+        S.Column("a", "A", S.Kind.VALUE, kind_key="kind"),
+        S.Column("b", "B", S.Kind.VALUE, kind_key="kind"),
+        S.Column("difference", "B - A", S.Kind.VALUE),
         S.Column("ratio", "B / A", S.Kind.RATIO), S.Column("ci", "95% CI", S.Kind.TEXT),
     ]  # fmt: skip
     return S.Table("headline", "Headline", columns, rows, bold_key="bold")

@@ -210,3 +210,27 @@ def test_html_comparison(pair: dict, tmp_path: Path) -> None:
     assert "b&#x27;s vllm_kl is 2x a&#x27;s" in page
     assert 'src="http' not in page
     assert len(page) < 10_000_000
+
+
+def _cells(text: str, metric: str) -> list[str]:
+    """The cells of a metric's row in a terminal table."""
+    line = next(x for x in text.splitlines() if x.startswith(f"│ {metric} "))
+    return [c.strip() for c in line.strip("│").split("│")]
+
+
+def test_headline_numbers_are_written_as_report_writes_them(pair: dict, monkeypatch) -> None:
+    """One format per metric: the registry's. A correlation has 6 significant digits in the
+    compare headline as in report (compare wrote prob_pearson 0.99995 as `1`), a count has its
+    thousands separator; the difference keeps 4 digits."""
+    from mismatchctl.display import number
+
+    monkeypatch.setenv("COLUMNS", "200")
+    text = cli("compare", "a", "b", "-q", "--resamples", "50").out
+    report = cli("report", "a", "-q").out
+    for metric in ("prob_pearson", "log_ppl_pearson"):
+        a, b = pair["a"][metric], pair["b"][metric]
+        assert number(a) != number(a, 6)  # 4 digits would cut it
+        assert _cells(text, metric)[1:3] == [number(a, 6), number(b, 6)]
+    fact = next(x.split() for x in report.splitlines() if x.startswith("prob_pearson "))
+    assert fact == ["prob_pearson", number(pair["a"]["prob_pearson"], 6)]
+    assert _cells(text, "tokens")[1] == f"{pair['a']['tokens']:,}"
