@@ -27,6 +27,11 @@ MAX_CURVE_FIGURES = 12
 # A bin holding less than this share of a side's tokens has a vllm_kl of a handful of tokens:
 # the bin chart draws it hatched and faint, not as a bar to read.
 SPARSE_SHARE = 0.001
+SAME_LOGPROBS = (
+    "Both sides hold the same sequences with the same logprobs (per sequence the same token "
+    "count and sums of both logprobs, K3 and |r|): what differs is their MoE routing (Routing, "
+    "below)."
+)
 
 
 def comparison_sections(c: Comparison) -> list[S.Section]:
@@ -35,6 +40,8 @@ def comparison_sections(c: Comparison) -> list[S.Section]:
         S.Facts("compare", f"Compare  A: {a}   B: {b}", []),
         config_table(c),
         headline_table(c),
+        *([S.Lines("same-logprobs", None, [S.Line(SAME_LOGPROBS, "bold")])]
+          if c.same_logprobs else []),
         S.Lines("verdicts", "Verdict (bootstrap over whole sequences)", [
             S.Line(r.verdict, "bold" if r.significant else "") for r in c.headline if r.verdict
         ]),
@@ -243,6 +250,8 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
     out["comparison"] = {
         "a": c.a.selection.label,
         "b": c.b.selection.label,
+        "identical": False,  # `compare_same.Identical` writes true
+        "same_logprobs": c.same_logprobs,
         "config_diff": [asdict(r) for r in c.config],
         "headline": [r.to_dict() for r in c.headline],
         "gap": [asdict(g) for g in c.gap],
