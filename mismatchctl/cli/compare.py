@@ -29,11 +29,11 @@ A selector is a run name, KEY=VALUE filters (run, gpu, or any tag; commas combin
 
   mismatchctl compare gpu=H20 gpu=L20
 
-  mismatchctl compare v0-ref v1-initial --by kv_position --by attr:data_source
+  mismatchctl compare v0-ref v1-initial --by kv_position --by attr:task
 
-  mismatchctl compare v0-ref 'v1-final@steps=0..200' --html cmp.html --json cmp.json
+  mismatchctl compare v0-ref 'v1-final@steps=0..200' --html cmp.html
 
-  mismatchctl compare v0-ref v1-initial --engine ray --ray-address ray://head:10001
+  mismatchctl compare v0-ref v1 --engine ray --ray-address ray://head:10001
 """
 
 
