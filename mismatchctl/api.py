@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from mismatchctl.analysis import catalog_view as views
     from mismatchctl.analysis.certify import Certification
     from mismatchctl.analysis.compare import Comparison
+    from mismatchctl.analysis.compare_same import Identical
     from mismatchctl.analysis.diagnose import Diagnosis
     from mismatchctl.analysis.explain import Explain
     from mismatchctl.analysis.gate import Gate, Threshold
@@ -52,6 +53,7 @@ _LAZY = {
     "views": ("mismatchctl.analysis.catalog_view", None),
     "Certification": ("mismatchctl.analysis.certify", "Certification"),
     "Comparison": ("mismatchctl.analysis.compare", "Comparison"),
+    "Identical": ("mismatchctl.analysis.compare_same", "Identical"),
     "Diagnosis": ("mismatchctl.analysis.diagnose", "Diagnosis"),
     "Explain": ("mismatchctl.analysis.explain", "Explain"),
     "Gate": ("mismatchctl.analysis.gate", "Gate"),
@@ -418,11 +420,13 @@ def compare(
     clamp: float = DEFAULT_CLAMP,
     tau: float = DEFAULT_TAU,
     is_bounds: str | None = None,
-) -> Comparison:
+) -> Comparison | Identical:
     """Two selectors (``"v0-ref"``, ``"gpu=H20"``, ``"v1@steps=0..200"``) side by side; each
     ``by`` split (``"kv_position"``, ``"attr:data_source"``) side by side too; ``clamp``,
     ``tau``, ``is_bounds``: the tail-robust thresholds, as for ``report``. When both sides hold
-    the same responses, ``Comparison.pairing`` is the paired comparison (else why not)."""
+    the same responses, ``Comparison.pairing`` is the paired comparison (else why not). Two
+    sides that hold the same data (the same model tokens and logprobs, and routes) give an
+    :class:`Identical` instead: no difference, and what both hold."""
     from mismatchctl.analysis.compare import build_comparison
     from mismatchctl.analysis.report import parse_tails
     from mismatchctl.engines.choice import choose_engine
@@ -721,6 +725,7 @@ __all__ = [
     "Explain",
     "FileNote",
     "Gate",
+    "Identical",
     "IngestResult",
     "MetricsIngest",
     "PresetList",

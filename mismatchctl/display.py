@@ -65,15 +65,6 @@ def file_label(path: str | os.PathLike[str] | object) -> str:
     return shown(os.fspath(path) if isinstance(path, os.PathLike) else str(path), 400)
 
 
-def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """``did you mean `ref`? `` naming the known names closest to a misspelt one (difflib's
-    ratio, at least 0.6: one or two characters off in a short name), or ``""``."""
-    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
-    if not close:
-        return ""
-    return "did you mean " + " or ".join(f"`{shown(c, 80)}`" for c in close) + "? "
-
-
 OVERFLOW = "overflow"  # a value beyond float64 (null in JSON), e.g. exp(r) for r > 709.78
 
 
@@ -99,3 +90,17 @@ def percent(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{100 * x:.1f}%" if math.isfinite(x) else OVERFLOW
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """A hint's "did you mean `a` or `b`? " for the known names closest to a mistyped one (in
+    any case; difflib's ratio at least 0.6, a far second left out), "" when none is close: the
+    hint names the likely one instead of listing them all."""
+    choices = list(known)
+    lower = {c.lower(): c for c in choices}
+    score = {c: difflib.SequenceMatcher(None, name.lower(), c).ratio() for c in lower}
+    close = difflib.get_close_matches(name.lower(), list(lower), n=2, cutoff=0.6)
+    close = [c for c in close if score[c] >= score[close[0]] - 0.1]
+    return (
+        f"did you mean {' or '.join(f'`{shown(lower[c], 80)}`' for c in close)}? " if close else ""
+    )

@@ -319,12 +319,14 @@ def turns_table(report: Report, run: str) -> S.Table:
                 "first": a,
                 "later": b,
                 "ratio": ratio(a, b),
-                "kind": S.Kind.COUNT if name in (M.TOKENS, M.SEQUENCES) else S.Kind.VALUE,
+                "kind": S.Kind.of(name.fmt),  # the registry's format (a correlation: 6 digits)
             }
         )
     columns = [
-        S.Column("metric", "metric", S.Kind.LABEL), S.Column("first", "first", S.Kind.VALUE),
-        S.Column("later", "later", S.Kind.VALUE), S.Column("ratio", "later / first", S.Kind.RATIO),
+        S.Column("metric", "metric", S.Kind.LABEL),
+        S.Column("first", "first", S.Kind.VALUE, kind_key="kind"),
+        S.Column("later", "later", S.Kind.VALUE, kind_key="kind"),
+        S.Column("ratio", "later / first", S.Kind.RATIO),
     ]  # fmt: skip
     return S.Table(S.slug("turns", run), "First turn vs turns after a tool response", columns, rows)
 

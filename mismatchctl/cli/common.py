@@ -90,61 +90,103 @@ def show(sections: Sequence[Any], stderr: bool = False) -> None:
 
 # --- options ----------------------------------------------------------------------------------
 
+# the panels of `--help` (typer's rich_help_panel): a command's own options stay under "Options"
+OUTPUT_PANEL = "Output"
+STORE_PANEL = "Store and engine"
+METRIC_PANEL = "Metric settings"
+
 StoreOpt = Annotated[
     str | None,
     typer.Option(
         "--store",
         envvar="MISMATCHCTL_STORE",
+        show_envvar=False,  # the help says it
         help="Store directory, or an s3:// or gs:// URI (default: $MISMATCHCTL_STORE, else "
         "~/.local/share/mismatchctl/store).",
         show_default=False,
+        rich_help_panel=STORE_PANEL,
     ),
 ]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of tables.")]
+JsonFlag = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print JSON to stdout instead of tables.", rich_help_panel=OUTPUT_PANEL
+    ),
+]
 JsonOut = Annotated[
-    str | None, typer.Option("--json", help="Write JSON to FILE, or to stdout with -.")
+    str | None,
+    typer.Option(
+        "--json",
+        metavar="FILE",
+        help="Write JSON to FILE, or to stdout with -.",
+        rich_help_panel=OUTPUT_PANEL,
+    ),
 ]
 HtmlOut = Annotated[
-    str | None, typer.Option("--html", help="Write a self-contained HTML page to FILE.")
+    str | None,
+    typer.Option(
+        "--html",
+        metavar="FILE",
+        help="Write a self-contained HTML page to FILE.",
+        rich_help_panel=OUTPUT_PANEL,
+    ),
 ]
 WorkersOpt = Annotated[
     int,
     typer.Option(
-        "--workers", help="Parallel workers: threads, or the CPUs of a local Ray (--engine ray)."
+        "--workers",
+        help="Parallel workers: threads, or the CPUs of a local Ray (--engine ray).",
+        rich_help_panel=STORE_PANEL,
     ),
 ]
 EngineOpt = Annotated[
     str,
     typer.Option(
         "--engine",
-        help="Where parts are read: local (threads in this process) or ray (Ray tasks, on a "
-        "local Ray or the cluster of --ray-address; needs the ray extra).",
+        help="Where parts are read: local (threads) or ray (Ray tasks; needs the ray extra).",
+        rich_help_panel=STORE_PANEL,
     ),
 ]
 RayAddressOpt = Annotated[
     str | None,
     typer.Option(
         "--ray-address",
-        help="Ray cluster for --engine ray: auto (started on this machine with `ray start "
-        "--head`) or ray://HOST:10001 (default: $RAY_ADDRESS, else a local Ray with --workers "
-        "CPUs). The store must be on a filesystem every node sees, or in a bucket.",
+        help="Ray cluster for --engine ray: auto or ray://HOST:10001 (default: $RAY_ADDRESS, "
+        "else a local Ray). The store must be on a filesystem every node sees, or in a bucket "
+        "(README: Running on Ray).",
         show_default=False,
+        rich_help_panel=STORE_PANEL,
     ),
 ]
-QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+QuietFlag = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bar.", rich_help_panel=OUTPUT_PANEL)
+]
 SelectorArg = Annotated[
     str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A..B.")
 ]
 BinsOpt = Annotated[
-    str, typer.Option("--bins", help="Probability bins: log, linear:N, or edges like 0,1e-3,0.5,1.")
+    str,
+    typer.Option(
+        "--bins",
+        help="Probability bins: log, linear:N, or edges like 0,1e-3,0.5,1.",
+        rich_help_panel=METRIC_PANEL,
+    ),
 ]
 ClampOpt = Annotated[
     float,
-    typer.Option("--clamp", help="vllm_kl_clamped: K3 of r clamped to [-C, C] (slime/miles: 10)."),
+    typer.Option(
+        "--clamp",
+        help="vllm_kl_clamped: K3 of r clamped to [-C, C] (slime/miles: 10).",
+        rich_help_panel=METRIC_PANEL,
+    ),
 ]
 TauOpt = Annotated[
     float,
-    typer.Option("--tau", help="extreme_frac_tau<T>: share of tokens with |r| > ln(T) (AReaL: 2)."),
+    typer.Option(
+        "--tau",
+        help="extreme_frac_tau<T>: share of tokens with |r| > ln(T) (AReaL: 2).",
+        rich_help_panel=METRIC_PANEL,
+    ),
 ]
 IsBoundsOpt = Annotated[
     str | None,
@@ -152,6 +194,7 @@ IsBoundsOpt = Annotated[
         "--is-bounds",
         help="is_oob_ratio: share of tokens with exp(r) outside LOWER_UPPER, or 1/UPPER..UPPER "
         "for one number (verl's threshold grammar; default 0.5_2.0).",
+        rich_help_panel=METRIC_PANEL,
     ),
 ]
 TokenizerOpt = Annotated[

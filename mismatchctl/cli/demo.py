@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -52,15 +53,24 @@ def demo(
 
     write(target, "mismatchctl demo: the bundled sample runs", SUBTITLE, rep.sections())
     say("Sample runs:", "bold")
-    for run in runs:
-        kind = "captured" if run.captured else "SYNTHETIC"
-        say(f"  {run.name:<16} {kind:<9} {run.shows}")
+    for line in legend(runs):
+        say(line)
     say(f"Store: {Path(store).resolve()}")
     say(f"HTML report: {target.resolve()}")
     say(
         f"The other commands read another store unless told: {api.point_at(store)} "
         f"(e.g. `mismatchctl runs --store {store}`)."
     )
+
+
+def legend(runs: Sequence[Any]) -> list[str]:
+    """The "Sample runs:" lines: the names padded to the longest, so that every run's kind and
+    what it shows start in one column whatever the names' lengths."""
+    width = max((len(run.name) for run in runs), default=0)
+    return [
+        f"  {run.name:<{width}}  {'captured' if run.captured else 'SYNTHETIC':<9}  {run.shows}"
+        for run in runs
+    ]
 
 
 demo.__doc__ = HELP

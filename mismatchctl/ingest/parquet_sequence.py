@@ -146,7 +146,9 @@ def _batches(
         batch = _to_batch(record, path, label, found, step, rows_done)
         prompt = batch.prompt_lengths  # the attention mask's prompt parts, when it has them
         batch.prompt_lengths = extra.prompt_lengths(record, extras, prompt, label)
-        if extras.prompt_length is not None and batch.prompt_outside is None:
+        if batch.prompt_outside is None and batch.prompt_lengths is not None:
+            # the prompt the arrays leave out (a prompt_length column or a prompt-ids list):
+            # counted as prompt tokens, as kv_position counts from it
             batch.prompt_outside = np.maximum(batch.prompt_lengths, 0)
         batch.attrs = attr.per_batch(extras.attributes, rows_done, rows_done + record.num_rows)
         _routes(batch, record, found, attention)

@@ -170,7 +170,7 @@ def block(b: S.Block, depth: int) -> str:
 
 
 def _cell(value: object, column: S.Column, row: dict) -> str:
-    text = esc(cell_text(value, column.kind))
+    text = esc(cell_text(value, column.kind_in(row)))
     classes = []
     if column.band_key is not None and row.get(column.band_key):
         classes.append(f"band-{esc(row[column.band_key])}")

@@ -42,6 +42,22 @@ def test_every_command_is_documented_in_the_readme() -> None:
         assert f"mismatchctl {' '.join(path)}" in readme, path
 
 
+def test_readme_exit_codes_are_whole_sentences() -> None:
+    """README "Exit codes": every command that can exit 3 is named once in the sentence of `3`,
+    and the prose has no stray fragment (an unbalanced parenthesis or backtick)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## Exit codes\n", 1)[1].split("\n## ", 1)[0]
+    for paragraph in section.strip().split("\n\n"):
+        assert paragraph.count("(") == paragraph.count(")"), paragraph
+        assert paragraph.count("`") % 2 == 0, paragraph
+    three = section.split("; `3` ", 1)[1].split("\n\n", 1)[0]
+    for command in ("diagnose", "check", "watch", "certify"):
+        assert len(re.findall(f"`mismatchctl {command}[` ]", three)) == 1, command
+
+
 def test_version() -> None:
     ran = cli("--version")
     assert ran.code == 0 and ran.out.startswith("mismatchctl ")

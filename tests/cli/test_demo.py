@@ -136,3 +136,20 @@ def test_manifest_ingest_options(tmp_path: Path) -> None:
         InputError, match=r"run `m`: `ingest` holds \['topk'\], expected .*routes_topk"
     ):
         load_manifest(tmp_path)
+
+
+def test_the_sample_runs_legend_lines_up() -> None:
+    """Every run's kind starts in one column: names longer than the old fixed 16 characters
+    (faulty-attn-subtle is 18) pushed theirs out of line."""
+    from mismatchctl.cli.demo import legend
+    from mismatchctl.sample_runs import load_manifest
+
+    runs = load_manifest()
+    longest = max(len(run.name) for run in runs)
+    assert longest > 16
+    lines = legend(runs)
+    assert len(lines) == len(runs)
+    for run, line in zip(runs, lines, strict=True):
+        kind = "captured" if run.captured else "SYNTHETIC"
+        assert line.index(kind) == 2 + longest + 2, line
+        assert line.startswith(f"  {run.name} ") and line.endswith(f"  {run.shows}")
