@@ -640,14 +640,16 @@ def demo(
     progress: Progress | None = None,
     on_part: Callable[[int], None] | None = None,
 ) -> tuple[list[DemoRun], Report]:
-    """The bundled sample data ingested into ``store`` (runs already there are kept), and its
-    report with figures, per-gpu tables and a diagnosis of each run."""
-    from mismatchctl.sample_runs import ingest_demo, load_manifest
+    """The bundled sample data ingested into ``store`` (runs already there are kept), the
+    runs' tokenizer remembered for them, and its report with figures, per-gpu tables and a
+    diagnosis of each run."""
+    from mismatchctl.sample_runs import ingest_demo, load_manifest, remember_tokenizers
     from mismatchctl.store import open_store
 
     runs = load_manifest(data)
     st = open_store(store)
     ingest_demo(st, runs, progress)
+    remember_tokenizers(st, runs)
     names = [r.name for r in runs]
     rep = report(names, by_gpu=True, store=st.root, on_part=on_part, figures=True, diagnose=True)
     return runs, rep

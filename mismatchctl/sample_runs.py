@@ -1,4 +1,5 @@
-"""The bundled sample data: find it and ingest every run of its manifest into a store."""
+"""The bundled sample data: find it and ingest every run of its manifest into a store, with the
+runs' tokenizer (the manifest's ``tokenizer``) remembered for them."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from mismatchctl.curves.ingest import ingest_metrics
 from mismatchctl.errors import InputError
 from mismatchctl.ingest.routing_rows import RouteOptions, check_route_options
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files
+from mismatchctl.options import TOKENIZER_BYTES
 from mismatchctl.store import Store
+from mismatchctl.store.settings import TOKENIZER, run_setting, set_run_setting
 
 MANIFEST = "manifest.json"
 # a run's `ingest` options in the manifest (what `mismatchctl ingest` needs beyond the files)
@@ -30,6 +33,7 @@ class DemoRun:
     metrics: Path | None = None  # the run's training log (manifest key "metrics"), if any
     # MoE routes: how to read them (manifest key "ingest": --routes-aligned, --routes-topk...)
     routes: RouteOptions = field(default_factory=RouteOptions)
+    tokenizer: Path | None = None  # the tokenizer.json of its token ids (manifest: "tokenizer")
 
 
 def default_data_dir() -> Path:
@@ -46,11 +50,13 @@ def load_manifest(data_dir: str | os.PathLike[str] | None = None) -> list[DemoRu
             "run from a source checkout of mismatchctl, or pass --data <dir with manifest.json>.",
         )
     try:
-        entries = json.loads(path.read_text())["runs"]
+        doc = json.loads(path.read_text())
+        entries = doc["runs"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise InputError(
             f"{path} is not a valid manifest ({exc})", "regenerate the sample data."
         ) from None
+    tokenizer = manifest_tokenizer(doc.get("tokenizer"), path)
     return [
         DemoRun(
             name=e["name"],
@@ -61,9 +67,24 @@ def load_manifest(data_dir: str | os.PathLike[str] | None = None) -> list[DemoRu
             shows=e.get("shows", ""),
             metrics=base / e["metrics"] if e.get("metrics") else None,
             routes=route_options(e.get("ingest", {}), path, e["name"]),
+            tokenizer=tokenizer,
         )
         for e in entries
     ]
+
+
+def manifest_tokenizer(given: Any, path: Path) -> Path | None:
+    """The manifest's ``tokenizer`` (a file beside it), checked to exist; None without one."""
+    if given is None:
+        return None
+    file = path.parent / given if isinstance(given, str) else None
+    if file is None or not file.is_file():
+        raise InputError(
+            f"{path}: `tokenizer` is {given!r}, expected the name of a tokenizer.json beside "
+            "the manifest",
+            "regenerate the sample data (sample_data/gen/tokenizer.py writes the tokenizer).",
+        )
+    return file.resolve()
 
 
 def route_options(given: Any, path: Path, run: str) -> RouteOptions:
@@ -105,3 +126,14 @@ def ingest_demo(
         if run.metrics is not None:
             ingest_metrics(store, run.metrics, run.name)
     return results
+
+
+def remember_tokenizers(store: Store, runs: list[DemoRun]) -> None:
+    """Each ingested run's tokenizer, remembered for it (``show``, ``tokens`` and ``diagnose``
+    decode its ids without --tokenizer), unless it remembers another one that can be read."""
+    for run in runs:
+        if run.tokenizer is None:
+            continue
+        kept = run_setting(store, run.name, TOKENIZER)
+        if kept is None or not (kept == TOKENIZER_BYTES or Path(kept).exists()):
+            set_run_setting(store, run.name, TOKENIZER, str(run.tokenizer))

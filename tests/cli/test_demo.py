@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from mismatchctl.analysis.tokenizer import byte_text
 from tests.helpers import Ran, cli
 from tests.render.test_report_html import DEMO_PAGE_HEIGHT, NEEDS_CHROMIUM, _chromium, check_drawn
 
@@ -113,3 +115,83 @@ def test_manifest_ingest_options(tmp_path: Path) -> None:
         InputError, match=r"run `m`: `ingest` holds \['topk'\], expected .*routes_topk"
     ):
         load_manifest(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def ref_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample run `ref` ingested as the demo ingests it, its tokenizer remembered."""
+    from mismatchctl.sample_runs import ingest_demo, load_manifest, remember_tokenizers
+    from mismatchctl.store import open_store
+
+    store = open_store(tmp_path_factory.mktemp("ref") / "store")
+    runs = [r for r in load_manifest() if r.name == "ref"]
+    ingest_demo(store, runs)
+    remember_tokenizers(store, runs)
+    return store.root
+
+
+def _first_model_text(sample_id: str) -> str:
+    """Printable text the model wrote in `ref`'s sequence (from the dump, with pyarrow)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(ROOT / "sample_data" / "runs" / "ref" / "step_0001.parquet")
+    row = table.to_pydict()["uid"].index(sample_id)
+    ids = table.column("responses")[row].as_py()
+    runs = re.findall(rb"[ -~]+", bytes(ids[:40]))  # printable ASCII
+    return max(runs, key=len)[:12].decode()
+
+
+def test_show_and_tokens_print_the_sample_runs_text(
+    ref_store: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The demo remembers the sample runs' tokenizer: `show` and `tokens` print text, no flag."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    tokenizer = ROOT / "sample_data" / "tokenizer.json"
+    expected = _first_model_text("step1-p00-r0")
+    assert expected.isprintable() and not expected.replace(" ", "").isdigit()
+    shown = cli("show", "ref", "step1-p00-r0", "--store", str(ref_store))
+    assert shown.code == 0, shown.err
+    assert expected in shown.out and f"tokenizer                {tokenizer}" in shown.out
+    assert "Token ids are shown" not in shown.out
+    page = tmp_path / "seq.html"
+    html = cli("show", "ref", "step1-p00-r0", "--store", str(ref_store), "--html", str(page))
+    assert html.code == 0 and "Token ids are shown" not in page.read_text()
+    assert f"id {expected.encode()[0]}: " in page.read_text()  # the tooltip keeps the id
+    tokens = cli("tokens", "ref", "--store", str(ref_store), "-q", "--top", "3")
+    assert tokens.code == 0 and f"tokenizer            {tokenizer}" in tokens.out
+    listed = cli("tokens", "ref", "--store", str(ref_store), "-q", "--top", "3", "--json", "-")
+    doc = json.loads(listed.out)["tokens"]
+    assert doc["tokenizers"] == {"ref": str(tokenizer)}
+    for row in doc["tokens"]:  # each token as its byte, in brackets in its context
+        assert row["token_text"] == byte_text([row["token_id"]])[0]
+        assert f"[{row['token_text']}]" in row["context"] and row["context"] in tokens.out
+
+
+def test_remembering_keeps_a_readable_tokenizer(ref_store: Path, tmp_path: Path) -> None:
+    """A tokenizer the user chose for a sample run stays; one that is gone is replaced."""
+    from mismatchctl.sample_runs import load_manifest, remember_tokenizers
+    from mismatchctl.store import open_store
+    from mismatchctl.store.settings import TOKENIZER, run_setting, set_run_setting
+
+    store = open_store(ref_store)
+    runs = [r for r in load_manifest() if r.name == "ref"]
+    assert runs[0].tokenizer == (ROOT / "sample_data" / "tokenizer.json").resolve()
+    set_run_setting(store, "ref", TOKENIZER, "bytes")
+    remember_tokenizers(store, runs)
+    assert run_setting(store, "ref", TOKENIZER) == "bytes"
+    set_run_setting(store, "ref", TOKENIZER, str(tmp_path / "gone" / "tokenizer.json"))
+    remember_tokenizers(store, runs)
+    assert run_setting(store, "ref", TOKENIZER) == str(runs[0].tokenizer)
+
+
+def test_a_manifest_tokenizer_that_is_not_there(tmp_path: Path) -> None:
+    from mismatchctl.errors import InputError
+    from mismatchctl.sample_runs import load_manifest
+
+    run = {"name": "m", "path": "runs/m", "format": "parquet-sequence"}
+    (tmp_path / "manifest.json").write_text(json.dumps({"runs": [run], "tokenizer": "tok.json"}))
+    with pytest.raises(InputError, match=r"`tokenizer` is 'tok.json', expected the name of a"):
+        load_manifest(tmp_path)
+    (tmp_path / "tok.json").write_text("{}")
+    assert load_manifest(tmp_path)[0].tokenizer == (tmp_path / "tok.json").resolve()
