@@ -3,8 +3,10 @@ runs' tokenizer (the manifest's ``tokenizer``) remembered for them."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,12 +110,17 @@ def route_options(given: Any, path: Path, run: str) -> RouteOptions:
 
 
 def ingest_demo(
-    store: Store, runs: list[DemoRun], progress: Progress | None = None
+    store: Store,
+    runs: list[DemoRun],
+    progress: Progress | None = None,
+    on_run: Callable[[str, int, int], None] | None = None,
 ) -> list[IngestResult]:
     """Ingest every sample run and its training log, if it has one (an already ingested run or
-    log is a no-op)."""
+    log is a no-op); ``on_run(run, index, total)`` as each run starts."""
     results = []
-    for run in runs:
+    for i, run in enumerate(runs):
+        if on_run is not None:
+            on_run(run.name, i, len(runs))
         opts = Options(
             run=run.name,
             tags=run.tags,
@@ -137,3 +144,48 @@ def remember_tokenizers(store: Store, runs: list[DemoRun]) -> None:
         kept = run_setting(store, run.name, TOKENIZER)
         if kept is None or not (kept == TOKENIZER_BYTES or Path(kept).exists()):
             set_run_setting(store, run.name, TOKENIZER, str(run.tokenizer))
+
+
+# The compiled kernels a first demo compiles (numba, cached on disk: stats/numba_load.py): the
+# MoE runs' route checks at ingest, the report's per-token loop, the diagnoses' cubes, by module
+# (the localization's small ufunc, made on first use, is left out: naming it would compile it).
+DEMO_KERNELS = {
+    "mismatchctl.ingest.routing_kernels": ("compare_range", "scan_rows", "tail_repeats"),
+    "mismatchctl.stats.kernels": (
+        "_reset_rows", "_sort_small", "cell_sums", "histogram_counts", "merge_token_rows",
+        "run_starts",
+    ),
+    "mismatchctl.stats.cube_kernels": ("column_ranges", "cube_accumulate", "token_codes"),
+    "mismatchctl.stats.routing_kernels": ("routing_sums",),
+}  # fmt: skip
+# a first demo's time compiling all of them: its run with a fresh NUMBA_CACHE_DIR less its run
+# with the cache warm, on 2 CPU cores (README "Sample data")
+COMPILE_SECONDS = 60
+
+
+@dataclass(frozen=True)
+class Compile:
+    """What a demo will compile before it can run: how many kernels, the seconds a first demo
+    takes for all of them, and where numba caches them."""
+
+    kernels: int
+    seconds: int
+    cached_in: str
+
+
+def demo_compile() -> Compile | None:
+    """The demo's kernels whose on-disk cache is cold (``numba_load.is_cold``), or None when
+    every one is cached. Imports numba and the kernel modules (the demo loads them anyway)."""
+    from mismatchctl.stats.numba_load import cache_path, is_cold
+
+    cold, paths = 0, []
+    for module, names in DEMO_KERNELS.items():
+        found = importlib.import_module(module)
+        for name in names:
+            dispatcher = getattr(found, name)
+            cold += is_cold(dispatcher) is True
+            paths.append(cache_path(dispatcher) or "")
+    if not cold:
+        return None
+    where = [p for p in paths if p]
+    return Compile(cold, COMPILE_SECONDS, os.path.commonpath(where) if where else "")

@@ -191,20 +191,44 @@ class Common:
 
         return TokenProgress(total, enabled=not self.quiet)
 
-    def emit(self, result: Any, sections: Sequence[Any], title: str, subtitle: str) -> None:
+    def phases(self, lines: bool = True) -> Any:
+        """The command's phases on stderr (``cli/progress.Phases``): a line per phase on a pipe
+        only with ``lines`` (a command of several long phases)."""
+        from mismatchctl.cli.progress import Phases
+
+        return Phases(enabled=not self.quiet, lines=lines)
+
+    def emit(
+        self,
+        result: Any,
+        sections: Sequence[Any],
+        title: str,
+        subtitle: str,
+        phases: Any = None,
+    ) -> None:
         """JSON to a file or stdout (then nothing else goes to stdout), the terminal view
-        otherwise, and the HTML page."""
+        otherwise, and the HTML page: with ``phases``, written first as a phase of its own,
+        then the phases stopped before anything is printed."""
+        if phases is not None:
+            if self.html_out is not None:
+                phases.start("writing the HTML report")
+                self._write_html(title, subtitle, sections)
+            phases.stop()
         if self.json_out is not None:
             emit_json(result.to_dict(), self.json_out)
         if self.json_out != "-":
             show(sections)
         if self.html_out is not None:
-            from mismatchctl.render import html
-
-            html.write(self.html_out, title, subtitle, sections)
+            if phases is None:
+                self._write_html(title, subtitle, sections)
             say(f"Wrote {self.html_out}")
         if self.json_out not in (None, "-"):
             say(f"Wrote {self.json_out}")
+
+    def _write_html(self, title: str, subtitle: str, sections: Sequence[Any]) -> None:
+        from mismatchctl.render import html
+
+        html.write(self.html_out, title, subtitle, sections)
 
 
 def analysis_command(help_text: str) -> Callable[[F], F]:

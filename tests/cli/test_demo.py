@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -195,3 +196,57 @@ def test_a_manifest_tokenizer_that_is_not_there(tmp_path: Path) -> None:
         load_manifest(tmp_path)
     (tmp_path / "tok.json").write_text("{}")
     assert load_manifest(tmp_path)[0].tokenizer == (tmp_path / "tok.json").resolve()
+
+
+@pytest.fixture
+def small_data(tmp_path: Path) -> Path:
+    """A sample-data directory of two sample runs (61,013 tokens: the kernels stay unloaded)."""
+    manifest = json.loads((ROOT / "sample_data" / "manifest.json").read_text())
+    runs = [r for r in manifest["runs"] if r["name"] in ("ref", "ref-b")]
+    for run in runs:
+        run["path"] = str(ROOT / "sample_data" / run["path"])
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(ROOT / "sample_data" / "tokenizer.json", data)
+    (data / "manifest.json").write_text(json.dumps({"runs": runs, "tokenizer": "tokenizer.json"}))
+    return data
+
+
+PHASES = [
+    "loading the compiled kernels",
+    "ingesting 2 sample runs",
+    "reading 61,013 tokens of 2 runs",  # ref 30,548, ref-b 30,465
+    "diagnosing 2 runs",
+    "writing the HTML report",
+]
+
+
+def _demo(data: Path, tmp_path: Path, *flags: str) -> Ran:
+    store, page = tmp_path / "store", tmp_path / "demo.html"
+    ran = cli("demo", "--store", str(store), "--data", str(data), "--html", str(page), *flags)
+    assert ran.code == 0, ran.err
+    return ran
+
+
+def test_the_demo_says_each_phase_on_a_pipe(
+    small_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stderr is not a terminal: one line per phase, in order, before the output; a cold
+    kernel cache is announced first; -q (and every kernel cached) prints neither; stdout is the
+    same."""
+    from mismatchctl import sample_runs
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    cold = sample_runs.Compile(kernels=13, seconds=60, cached_in=str(tmp_path / "nb"))
+    monkeypatch.setattr(sample_runs, "demo_compile", lambda: cold)
+    ran = _demo(small_data, tmp_path)
+    lines = ran.err.splitlines()
+    note = (
+        f"compiling 13 kernels once, about 60 s on a first run (measured on 2 CPU cores); "
+        f"cached under {tmp_path / 'nb'}"
+    )
+    assert lines[: len(PHASES) + 1] == [PHASES[0], note, *PHASES[1:]]
+    assert lines[len(PHASES) + 1] == "Sample runs:"
+    monkeypatch.setattr(sample_runs, "demo_compile", lambda: None)  # every kernel cached
+    quiet = _demo(small_data, tmp_path, "-q")  # the runs are in the store now
+    assert quiet.err.splitlines()[0] == "Sample runs:" and quiet.out == ran.out
