@@ -650,7 +650,7 @@ def demo(
     """The bundled sample data ingested into ``store`` (runs already there are kept), the
     runs' tokenizer remembered for them, and its report with figures, per-gpu tables and a
     diagnosis of each run: ``demo_ingest`` then ``demo_report``."""
-    runs = demo_ingest(store, data=data, progress=progress)
+    runs = demo_ingest(store, demo_runs(data), progress=progress)
     return runs, demo_report(runs, store, on_part=on_part)
 
 
@@ -663,20 +663,28 @@ def demo_compile() -> Compile | None:
     return cold()
 
 
+def demo_runs(data: str | None = None) -> list[DemoRun]:
+    """The runs of the bundled sample data's manifest (``data``: a directory holding a
+    manifest.json; by default the source tree's ``sample_data/``)."""
+    from mismatchctl.sample_runs import load_manifest
+
+    return load_manifest(data)
+
+
 def demo_ingest(
     store: StorePath = DEMO_STORE,
+    runs: list[DemoRun] | None = None,
     *,
-    data: str | None = None,
     progress: Progress | None = None,
     on_run: Callable[[str, int, int], None] | None = None,
 ) -> list[DemoRun]:
-    """The bundled sample data (``data``: a directory holding a manifest.json) ingested into
-    ``store`` (runs already there are kept), the runs' tokenizer remembered for them;
-    ``on_run(run, index, total)`` is called as each run's ingest starts."""
-    from mismatchctl.sample_runs import ingest_demo, load_manifest, remember_tokenizers
+    """The sample runs (``demo_runs()`` by default) ingested into ``store`` (runs already there
+    are kept), their tokenizer remembered for them; ``on_run(run, index, total)`` is called as
+    each run's ingest starts."""
+    from mismatchctl.sample_runs import ingest_demo, remember_tokenizers
     from mismatchctl.store import open_store
 
-    runs = load_manifest(data)
+    runs = demo_runs() if runs is None else runs
     st = open_store(store)
     ingest_demo(st, runs, progress, on_run)
     remember_tokenizers(st, runs)
@@ -748,6 +756,7 @@ __all__ = [
     "demo_compile",
     "demo_ingest",
     "demo_report",
+    "demo_runs",
     "diagnose",
     "explain",
     "gated_metrics",

@@ -44,13 +44,14 @@ def demo(
     from mismatchctl.cli.progress import Phases  # rich.progress: 25 ms
 
     target = Path(html_out) if html_out else Path(store).parent / "report.html"
+    runs = api.demo_runs(data)  # a missing or bad manifest is said before anything else
     with Phases(enabled=not quiet) as phases:
         phases.start("loading the compiled kernels")
         compiling = api.demo_compile()
         if compiling is not None:
             phases.note(compile_note(compiling))
         on_run = phases.steps("ingesting {total} sample runs")
-        runs = api.demo_ingest(store, data=data, on_run=on_run)
+        api.demo_ingest(store, runs, on_run=on_run)
         names = {r.name for r in runs}
         tokens = sum(r.model_tokens for r in api.runs(store) if r.name in names)
         phases.start(f"reading {tokens:,} tokens of {len(runs)} runs", tokens, "tokens")

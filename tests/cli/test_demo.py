@@ -67,6 +67,11 @@ def test_demo_runs_on_the_bundled_sample_data(
     assert [d["step"] for d in curves["events"]["reward_drops"]] == [6]  # sample_data/README.md
     again = cli("demo", "--store", str(store), "--html", str(page), "-q")  # reuses the store
     assert again.code == 0
+    # every sample run decodes with the sample tokenizer, remembered by the demo
+    tokenizer = str((ROOT / "sample_data" / "tokenizer.json").resolve())
+    for run in manifest["runs"]:
+        listed = cli("tokens", run["name"], "--store", str(store), "--top", "1", "--json", "-")
+        assert json.loads(listed.out)["tokens"]["tokenizers"] == {run["name"]: tokenizer}
 
 
 @pytest.mark.browser
