@@ -10,7 +10,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Annotated, Any, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 
 import typer
 from rich.console import Console
@@ -19,6 +19,9 @@ from mismatchctl.api import DEFAULT_WORKERS
 from mismatchctl.display import printable
 from mismatchctl.errors import MismatchError
 from mismatchctl.render.json import dumps
+
+if TYPE_CHECKING:
+    from mismatchctl.cli.progress import Phases
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -191,7 +194,7 @@ class Common:
 
         return TokenProgress(total, enabled=not self.quiet)
 
-    def phases(self, lines: bool = True) -> Any:
+    def phases(self, lines: bool = True) -> Phases:
         """The command's phases on stderr (``cli/progress.Phases``): a line per phase on a pipe
         only with ``lines`` (a command of several long phases)."""
         from mismatchctl.cli.progress import Phases
@@ -204,7 +207,7 @@ class Common:
         sections: Sequence[Any],
         title: str,
         subtitle: str,
-        phases: Any = None,
+        phases: Phases | None = None,
     ) -> None:
         """JSON to a file or stdout (then nothing else goes to stdout), the terminal view
         otherwise, and the HTML page: with ``phases``, written first as a phase of its own,
@@ -212,7 +215,7 @@ class Common:
         if phases is not None:
             if self.html_out is not None:
                 phases.start("writing the HTML report")
-                self._write_html(title, subtitle, sections)
+                _write_html(self.html_out, title, subtitle, sections)
             phases.stop()
         if self.json_out is not None:
             emit_json(result.to_dict(), self.json_out)
@@ -220,15 +223,16 @@ class Common:
             show(sections)
         if self.html_out is not None:
             if phases is None:
-                self._write_html(title, subtitle, sections)
+                _write_html(self.html_out, title, subtitle, sections)
             say(f"Wrote {self.html_out}")
         if self.json_out not in (None, "-"):
             say(f"Wrote {self.json_out}")
 
-    def _write_html(self, title: str, subtitle: str, sections: Sequence[Any]) -> None:
-        from mismatchctl.render import html
 
-        html.write(self.html_out, title, subtitle, sections)
+def _write_html(path: str, title: str, subtitle: str, sections: Sequence[Any]) -> None:
+    from mismatchctl.render import html
+
+    html.write(path, title, subtitle, sections)
 
 
 def analysis_command(help_text: str) -> Callable[[F], F]:
