@@ -158,9 +158,10 @@ DEMO_KERNELS = {
     "mismatchctl.stats.cube_kernels": ("column_ranges", "cube_accumulate", "token_codes"),
     "mismatchctl.stats.routing_kernels": ("routing_sums",),
 }  # fmt: skip
-# a first demo's time compiling all of them: its run with a fresh NUMBA_CACHE_DIR less its run
-# with the cache warm, on 2 CPU cores (README "Sample data")
-COMPILE_SECONDS = 60
+# a first demo's time compiling all of them: its run with a fresh NUMBA_CACHE_DIR (72 s) less its
+# run with the cache warm (37 s), on 2 CPU cores at load average 5-6 (README "Two commands"); the
+# CPU time the compile adds is about 25 s
+COMPILE_SECONDS = 35
 
 
 @dataclass(frozen=True)
