@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from mismatchctl.curves.ingest import MetricsIngest
     from mismatchctl.ingest.routing_rows import RouteOptions
     from mismatchctl.ingest.run_ingest import IngestResult, Progress
-    from mismatchctl.sample_runs import DemoRun
+    from mismatchctl.sample_runs import Compile, DemoRun
     from mismatchctl.store import RunInfo, Store, open_store
     from mismatchctl.store.integrity import Damage
     from mismatchctl.store.location import point_at
@@ -72,6 +72,7 @@ _LAZY = {
     "MetricsIngest": ("mismatchctl.curves.ingest", "MetricsIngest"),
     "RouteOptions": ("mismatchctl.ingest.routing_rows", "RouteOptions"),
     "IngestResult": ("mismatchctl.ingest.run_ingest", "IngestResult"),
+    "Compile": ("mismatchctl.sample_runs", "Compile"),
     "DemoRun": ("mismatchctl.sample_runs", "DemoRun"),
     "RunInfo": ("mismatchctl.store", "RunInfo"),
     "Store": ("mismatchctl.store", "Store"),
@@ -349,6 +350,7 @@ def report(
     clamp: float = DEFAULT_CLAMP,
     tau: float = DEFAULT_TAU,
     is_bounds: str | None = None,
+    on_diagnosis: Callable[[str, int, int], None] | None = None,
 ) -> Report:
     """Every metric of the selected runs (all runs when none is named), grouped by the default
     splits plus each ``by`` split (``"step"``, ``"step,turn_kind"``, ``"tag:engine"``,
@@ -360,7 +362,8 @@ def report(
     also runs ``diagnose`` on each run (``Report.diagnoses``). ``clamp``, ``tau`` and
     ``is_bounds`` (``"0.5_2.0"``) set the thresholds of ``vllm_kl_clamped``,
     ``extreme_frac_tau{tau}`` and ``is_oob_ratio``. ``"layer"`` among ``by`` adds the MoE
-    routing per layer of runs with routes."""
+    routing per layer of runs with routes. ``on_diagnosis(run, index, total)`` is called as
+    each run's diagnosis starts."""
     from mismatchctl.analysis.report import build_report, parse_tails
     from mismatchctl.analysis.selectors import parse_steps, selector_text
     from mismatchctl.engines.choice import choose_engine
@@ -390,15 +393,16 @@ def report(
         from mismatchctl.analysis.diagnose import build_diagnosis
 
         sel = rep.selection
-        rep.diagnoses = {
-            n: build_diagnosis(
+        rep.diagnoses = {}
+        for i, n in enumerate(sel.names):
+            if on_diagnosis is not None:
+                on_diagnosis(n, i, len(sel.names))
+            rep.diagnoses[n] = build_diagnosis(
                 open_store(store),
                 selector_text(n, gpu=sel.rows.gpu, tags=sel.tags, steps=sel.steps),
                 workers=workers,
                 engine=eng,
             )
-            for n in sel.names
-        }
     return rep
 
 
@@ -686,17 +690,63 @@ def demo(
     progress: Progress | None = None,
     on_part: Callable[[int], None] | None = None,
 ) -> tuple[list[DemoRun], Report]:
-    """The bundled sample data ingested into ``store`` (runs already there are kept), and its
-    report with figures, per-gpu tables and a diagnosis of each run."""
-    from mismatchctl.sample_runs import ingest_demo, load_manifest
+    """The bundled sample data ingested into ``store`` (runs already there are kept), the
+    runs' tokenizer remembered for them, and its report with figures, per-gpu tables and a
+    diagnosis of each run: ``demo_ingest`` then ``demo_report``."""
+    runs = demo_ingest(store, demo_runs(data), progress=progress)
+    return runs, demo_report(runs, store, on_part=on_part)
+
+
+def demo_compile() -> Compile | None:
+    """What a first demo compiles before it runs, when numba's on-disk cache of the demo's
+    kernels is cold: how many kernels, about how long, where they are cached; None when every
+    one is cached. Loads numba."""
+    from mismatchctl.sample_runs import demo_compile as cold
+
+    return cold()
+
+
+def demo_runs(data: str | None = None) -> list[DemoRun]:
+    """The runs of the bundled sample data's manifest (``data``: a directory holding a
+    manifest.json; by default the source tree's ``sample_data/``)."""
+    from mismatchctl.sample_runs import load_manifest
+
+    return load_manifest(data)
+
+
+def demo_ingest(
+    store: StorePath = DEMO_STORE,
+    runs: list[DemoRun] | None = None,
+    *,
+    progress: Progress | None = None,
+    on_run: Callable[[str, int, int], None] | None = None,
+) -> list[DemoRun]:
+    """The sample runs (``demo_runs()`` by default) ingested into ``store`` (runs already there
+    are kept), their tokenizer remembered for them; ``on_run(run, index, total)`` is called as
+    each run's ingest starts."""
+    from mismatchctl.sample_runs import ingest_demo, remember_tokenizers
     from mismatchctl.store import open_store
 
-    runs = load_manifest(data)
+    runs = demo_runs() if runs is None else runs
     st = open_store(store)
-    ingest_demo(st, runs, progress)
+    ingest_demo(st, runs, progress, on_run)
+    remember_tokenizers(st, runs)
+    return runs
+
+
+def demo_report(
+    runs: Iterable[DemoRun],
+    store: StorePath = DEMO_STORE,
+    *,
+    on_part: Callable[[int], None] | None = None,
+    on_diagnosis: Callable[[str, int, int], None] | None = None,
+) -> Report:
+    """The demo's report of the sample runs: figures, per-gpu tables, a diagnosis of each."""
     names = [r.name for r in runs]
-    rep = report(names, by_gpu=True, store=st.root, on_part=on_part, figures=True, diagnose=True)
-    return runs, rep
+    return report(
+        names, by_gpu=True, store=store, on_part=on_part, figures=True, diagnose=True,
+        on_diagnosis=on_diagnosis,
+    )  # fmt: skip
 
 
 def check_failed(found: dict[str, list[Damage]]) -> None:
@@ -720,6 +770,7 @@ __all__ = [
     "SPLIT_KEYS",
     "Certification",
     "Comparison",
+    "Compile",
     "DemoRun",
     "Diagnosis",
     "Explain",
@@ -746,6 +797,10 @@ __all__ = [
     "check_runs",
     "compare",
     "demo",
+    "demo_compile",
+    "demo_ingest",
+    "demo_report",
+    "demo_runs",
     "diagnose",
     "explain",
     "gated_metrics",

@@ -10,7 +10,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Annotated, Any, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 
 import typer
 from rich.console import Console
@@ -19,6 +19,9 @@ from mismatchctl.api import DEFAULT_WORKERS
 from mismatchctl.display import printable
 from mismatchctl.errors import MismatchError
 from mismatchctl.render.json import dumps
+
+if TYPE_CHECKING:
+    from mismatchctl.cli.progress import Phases
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -234,20 +237,45 @@ class Common:
 
         return TokenProgress(total, enabled=not self.quiet)
 
-    def emit(self, result: Any, sections: Sequence[Any], title: str, subtitle: str) -> None:
+    def phases(self, lines: bool = True) -> Phases:
+        """The command's phases on stderr (``cli/progress.Phases``): a line per phase on a pipe
+        only with ``lines`` (a command of several long phases)."""
+        from mismatchctl.cli.progress import Phases
+
+        return Phases(enabled=not self.quiet, lines=lines)
+
+    def emit(
+        self,
+        result: Any,
+        sections: Sequence[Any],
+        title: str,
+        subtitle: str,
+        phases: Phases | None = None,
+    ) -> None:
         """JSON to a file or stdout (then nothing else goes to stdout), the terminal view
-        otherwise, and the HTML page."""
+        otherwise, and the HTML page: with ``phases``, written first as a phase of its own,
+        then the phases stopped before anything is printed."""
+        if phases is not None:
+            if self.html_out is not None:
+                phases.start("writing the HTML report")
+                _write_html(self.html_out, title, subtitle, sections)
+            phases.stop()
         if self.json_out is not None:
             emit_json(result.to_dict(), self.json_out)
         if self.json_out != "-":
             show(sections)
         if self.html_out is not None:
-            from mismatchctl.render import html
-
-            html.write(self.html_out, title, subtitle, sections)
+            if phases is None:
+                _write_html(self.html_out, title, subtitle, sections)
             say(f"Wrote {self.html_out}")
         if self.json_out not in (None, "-"):
             say(f"Wrote {self.json_out}")
+
+
+def _write_html(path: str, title: str, subtitle: str, sections: Sequence[Any]) -> None:
+    from mismatchctl.render import html
+
+    html.write(path, title, subtitle, sections)
 
 
 def analysis_command(help_text: str) -> Callable[[F], F]:

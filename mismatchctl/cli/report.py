@@ -98,14 +98,18 @@ def report(
     common: Common,
 ) -> None:
     infos = api.selected_runs(runs or [], common.store)
-    with common.progress(sum(r.model_tokens for r in infos)) as progress:
+    tokens = sum(r.model_tokens for r in infos)
+    # the diagnoses and the HTML page are phases of their own: a line each on a pipe
+    with common.phases(lines=diagnose or common.html_out is not None) as phases:
+        phases.start(f"reading {tokens:,} tokens of {len(infos)} runs", tokens, "tokens")
+        on_diagnosis = phases.steps("diagnosing {total} runs") if diagnose else None
         rep = api.report(
             runs, bins=bins, by=by or [], by_gpu=by_gpu, steps=steps, diagnose=diagnose,
-            position_bins=position_bins, figures=common.html_out is not None, **common.read(progress.advance),
-            clamp=clamp, tau=tau, is_bounds=is_bounds,
+            position_bins=position_bins, figures=common.html_out is not None, **common.read(phases.advance),
+            clamp=clamp, tau=tau, is_bounds=is_bounds, on_diagnosis=on_diagnosis,
         )  # fmt: skip
-    title = f"mismatchctl report: {', '.join(rep.selection.names)}"
-    common.emit(rep, rep.sections(pool), title, SUBTITLE)
+        title = f"mismatchctl report: {', '.join(rep.selection.names)}"
+        common.emit(rep, rep.sections(pool), title, SUBTITLE, phases)
 
 
 SUBTITLE = "Training–inference logprob mismatch: trainer logprobs recomputed by the trainer vs rollout logprobs of the inference engine"

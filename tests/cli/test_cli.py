@@ -92,12 +92,43 @@ def test_progress_bars_on_a_terminal(store, tmp_path, monkeypatch) -> None:
         ["ingest", seq, "--run", "a"],
         ["ingest", str(FIXTURES / "golden.parquet"), "--run", "b"],
         ["report", "--by-gpu"],
+        ["report", "--diagnose", "--html", str(tmp_path / "r.html")],
         ["compare", "a", "b", "--resamples", "20"],
         ["diagnose", "a"],
         ["whatif", "a"],
     ):
         ran = cli(*args)
         assert ran.code in (0, 3), (args, ran.err)
+
+
+def test_report_says_its_phases_on_a_pipe(store, tmp_path) -> None:
+    """`report --diagnose --html` (several long phases): one line per phase on stderr, the same
+    stdout as with -q; a plain report stays silent on a pipe (one phase, as a bar would)."""
+    from mismatchctl import api
+    from tests.helpers import FIXTURES
+
+    for run, name in (("a", "sequence.parquet"), ("b", "golden.parquet")):
+        assert cli("ingest", str(FIXTURES / name), "--run", run, "-q").code == 0
+    tokens = sum(info.model_tokens for info in api.runs(store))
+    page = tmp_path / "r.html"
+    ran = cli("report", "--diagnose", "--html", str(page))
+    assert ran.code == 0, ran.err
+    assert ran.err.splitlines() == [
+        f"reading {tokens:,} tokens of 2 runs",
+        "diagnosing 2 runs",
+        "writing the HTML report",
+        f"Wrote {page}",
+    ]
+    quiet = cli("report", "--diagnose", "--html", str(page), "-q")
+    assert quiet.out == ran.out and quiet.err == f"Wrote {page}\n"
+    plain = cli("report")
+    assert plain.code == 0 and plain.err == ""
+    html = cli("report", "--html", str(page))  # the page is a second phase
+    assert html.err.splitlines() == [
+        f"reading {tokens:,} tokens of 2 runs",
+        "writing the HTML report",
+        f"Wrote {page}",
+    ]
 
 
 def test_option_help_keeps_its_defaults() -> None:
