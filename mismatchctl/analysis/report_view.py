@@ -158,7 +158,7 @@ def run_block(
     assert whole is not None
     sections: list[S.Section] = [headline(report, run, whole)]
     if diagnosis is not None:
-        from mismatchctl.analysis.diagnose_view import diagnosis_block
+        from mismatchctl.analysis.diagnose.view import diagnosis_block
 
         sections.append(diagnosis_block(diagnosis, collapsed=True))
     sections += distribution_figures(report, run)
