@@ -53,7 +53,7 @@ def excess_in_rare_bins(ctx: Context, base: Check | None) -> bool:
         return False
     if base.evidence.get("concentrated_in") != K.BIN:
         return False
-    low = ctx.done.get(low_probability.NAME)
+    low = ctx.result(low_probability)
     concentration = low.evidence.get("concentration") if low is not None else None
     return concentration is not None and concentration >= low_probability.T.LOWPROB_CONCENTRATION
 
@@ -107,7 +107,7 @@ def steps_follow_gpu(ctx: Context, steps: list[Check]) -> bool:
     hardware check): on the other gpus together, those steps' vllm_kl is under
     ``REGIME_FACTOR`` times the other steps' (a gpu whose fault grows over the run makes a
     step change of the whole run; a fault of some steps on every gpu stays a code path)."""
-    gpus = ctx.done.get(hardware.NAME)
+    gpus = ctx.result(hardware)
     factors = gpus.evidence.get("factor_over_others_median") if gpus else None
     if len(ctx.runs) != 1 or not factors:
         return False

@@ -1,5 +1,5 @@
 """What the checks of `diagnose` read: the report, the extra state of the report's read, per-run
-step series and cubes, the baseline, and the results of the checks already run."""
+step series and cubes, the baseline, and the results of the checks they declare they read."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from mismatchctl.analysis.diagnose.check import Check
+from mismatchctl.analysis.diagnose.check import Check, CheckModule
 from mismatchctl.analysis.diagnose.extra import DiagnoseState
 from mismatchctl.analysis.diagnose.levels import LEVEL
 from mismatchctl.analysis.report import Report
@@ -60,8 +60,15 @@ class BaselineView:
     gpus: list[str] = field(default_factory=list)
 
 
+class UndeclaredRead(LookupError):
+    """A check read the result of a check it does not declare in its ``READS``."""
+
+
 @dataclass
 class Context:
+    """What a check reads; ``run`` runs one, ``result`` and ``results`` give it the results of
+    the checks it declares in its ``READS``."""
+
     report: Report
     state: DiagnoseState
     seq_mis: dict[str, Any] | None  # whatif metrics of seq-mis at C = 2 on the whole selection
@@ -72,7 +79,40 @@ class Context:
     edges: EdgeState | None = None  # the turn-edge cubes (checks/turn_edges, checks/turn_ends)
     classes: ClassSummary | None = None  # the worst tokens' classes (checks/token_classes)
     classes_note: str = ""  # why there are none (no tokenizer...)
-    done: dict[str, Check] = field(default_factory=dict)  # checks already run, by name
+    _done: dict[str, Check] = field(default_factory=dict, repr=False)  # results run, by name
+    _reading: CheckModule | None = field(default=None, repr=False)  # the check running
+
+    def run(self, check: CheckModule) -> Check | None:
+        """Run one check (it may read the results of the checks it declares in ``READS``) and
+        keep its result; None when it does not apply."""
+        self._reading = check
+        try:
+            found = check.run(self)
+        finally:
+            self._reading = None
+        if found is not None:
+            self._done[check.NAME] = found
+        return found
+
+    def result(self, check: CheckModule | str) -> Check | None:
+        """The result of a check (its module, or its ``NAME``) that the running check reads;
+        None when that check does not apply (the routing checks without routes). Reading a check
+        not declared in ``READS`` is refused: the registry orders the run by what is declared."""
+        name = check if isinstance(check, str) else check.NAME
+        if name not in self._reads():
+            reader = self._reading.NAME if self._reading is not None else "no check"
+            raise UndeclaredRead(f"{reader} reads the {name} check without declaring it (READS)")
+        return self._done.get(name)
+
+    def results(self, *layers: str) -> list[Check]:
+        """The results of the checks of these layers that the running check reads, in the
+        order its ``READS`` lists them."""
+        running = self._reading.READS if self._reading is not None else ()
+        found = [self._done.get(c.NAME) for c in running]
+        return [c for c in found if c is not None and c.layer in layers]
+
+    def _reads(self) -> set[str]:
+        return {c.NAME for c in self._reading.READS} if self._reading is not None else set()
 
     @property
     def vllm_kl(self) -> float | None:

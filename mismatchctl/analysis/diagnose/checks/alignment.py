@@ -108,7 +108,7 @@ def run(ctx: Context) -> Check:
 def misaligned(ctx: Context) -> Check | None:
     """This check's result when it failed (for the checks that read it): the other numbers then
     mix up tokens."""
-    found = ctx.done.get(NAME)
+    found = ctx.result(NAME)
     return found if found is not None and found.verdict == FAIL else None
 
 

@@ -139,11 +139,11 @@ class Cause:
 
 
 def _hits(ctx: Context, checks: Iterable[CheckModule]) -> list[Check]:
-    return [found for c in checks if fired(found := ctx.done.get(c.NAME))]
+    return [found for c in checks if fired(found := ctx.result(c))]
 
 
 def _layer_hits(ctx: Context, layer: str, verdicts: tuple[str, ...]) -> list[Check]:
-    return [c for c in ctx.done.values() if c.layer == layer and c.verdict in verdicts]
+    return [c for c in ctx.results(layer) if c.verdict in verdicts]
 
 
 def name_cause(ctx: Context) -> Cause:
@@ -176,7 +176,7 @@ def name_cause(ctx: Context) -> Cause:
     routing = _hits(ctx, [routing_flips])
     if routing:  # measured on the tokens themselves: before what a baseline or a search infers
         return _cause("routing", routing, REPLAY_ADVICE, "MoE routing flips")
-    base = ctx.done.get(baseline.NAME)
+    base = ctx.result(baseline)
     shape = base.evidence.get("excess_shape") if base is not None else None
     # a localized part that is the later turns seen by position is the tool turns' (below)
     paths = [c for c in _hits(ctx, CODE_PATH_CHECKS) if not c.evidence.get("later_turns")]
@@ -297,7 +297,9 @@ FIXABLE = (
 
 def named(ctx: Context) -> str:
     """The key of the cause this check named (for the checks that read it)."""
-    return ctx.done[NAME].evidence["cause"]
+    found = ctx.result(NAME)
+    assert found is not None  # the cause check always applies
+    return found.evidence["cause"]
 
 
 def run(ctx: Context) -> Check:

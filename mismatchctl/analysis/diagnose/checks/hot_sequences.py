@@ -93,7 +93,7 @@ def run(ctx: Context) -> Check:
         if run_verdict != OK:  # the hottest sequences with their sample ids, to `show` them
             run_evidence["examples"] = _with_sample_ids(ctx, run_evidence["examples"])
     verdict, finding, evidence = worst_run(runs)
-    named = fired(ctx.done.get(localized.NAME))
+    named = fired(ctx.result(localized))
     if verdict != OK:
         finding += ": a fault of some requests" + (
             " (the localized check names a part of the run)" if named

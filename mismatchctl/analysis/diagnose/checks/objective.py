@@ -77,7 +77,7 @@ T = Thresholds()
 
 def run(ctx: Context) -> Check:
     """Is an objective-side correction warranted, and would it help?"""
-    severe = ctx.done.get(severe_batches.NAME)
+    severe = ctx.result(severe_batches)
     shares = [
         e["severe_share"] for e in (severe.evidence if severe else {}).get("runs", {}).values()
     ]
@@ -90,7 +90,7 @@ def run(ctx: Context) -> Check:
         "seq_mis_2": ctx.seq_mis,
         cause.NAME: found,
     }
-    upstream = [c for c in ctx.done.values() if c.layer in (DATA, SEMANTIC) and c.verdict == FAIL]
+    upstream = [c for c in ctx.results(DATA, SEMANTIC) if c.verdict == FAIL]
     if upstream:
         names = ", ".join(c.name for c in upstream)
         return Check(

@@ -61,7 +61,7 @@ def run(ctx: Context) -> Check:
         return Check(LAYER, NAME, TITLE, NA, "no sequence long enough to test")
     verdict, finding, evidence = worst_run(runs)
     advice = POLICY_SIGNS_ADVICE
-    paths = [c.NAME for c in CODE_PATH_CHECKS if fired(ctx.done.get(c.NAME))]
+    paths = [c.NAME for c in CODE_PATH_CHECKS if fired(ctx.result(c))]
     if verdict != OK and paths:
         finding += f", or a biased kernel on the part of the run the {paths[0]} check names"
         advice = (

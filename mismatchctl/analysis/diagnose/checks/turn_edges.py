@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from mismatchctl.analysis.diagnose.advice import TEMPLATE_ADVICE
-from mismatchctl.analysis.diagnose.check import DATA, NA, OK, Check, CheckModule, advice_if
+from mismatchctl.analysis.diagnose.check import DATA, NA, OK, Check, CheckModule, advice_if, fired
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.contrasts import Ratio, ratio_part, ratio_row, relative
 from mismatchctl.analysis.diagnose.levels import LEVEL
@@ -114,8 +114,7 @@ def run(ctx: Context) -> Check:
 def template_fault(ctx: Context) -> bool:
     """This check found the mismatch at the turn edges (a rendering fault): for the checks that
     read it."""
-    found = ctx.done.get(NAME)
-    return found is not None and found.verdict not in (OK, NA)
+    return fired(ctx.result(NAME))
 
 
 def _contrast(cube: Cube, region: dict[str, list[int]]) -> Ratio:

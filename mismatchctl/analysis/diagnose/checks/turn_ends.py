@@ -151,4 +151,4 @@ def _pattern(found: Ratio, level: float | None) -> str:
 def ends_fault(ctx: Context) -> bool:
     """This check found the mismatch at the turns' last token (the stop): for the checks that
     read it."""
-    return fired(ctx.done.get(NAME))
+    return fired(ctx.result(NAME))
