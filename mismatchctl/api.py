@@ -7,7 +7,7 @@ import importlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mismatchctl.errors import UsageError
 from mismatchctl.options import (
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from mismatchctl.analysis.certify import Certification
     from mismatchctl.analysis.compare import Comparison
     from mismatchctl.analysis.diagnose import Diagnosis
+    from mismatchctl.analysis.diagnosed_report import DiagnosedReport
     from mismatchctl.analysis.explain import Explain
     from mismatchctl.analysis.gate import Gate, Threshold
     from mismatchctl.analysis.gate_metrics import gated_metrics
@@ -53,6 +54,7 @@ _LAZY = {
     "Certification": ("mismatchctl.analysis.certify", "Certification"),
     "Comparison": ("mismatchctl.analysis.compare", "Comparison"),
     "Diagnosis": ("mismatchctl.analysis.diagnose", "Diagnosis"),
+    "DiagnosedReport": ("mismatchctl.analysis.diagnosed_report", "DiagnosedReport"),
     "Explain": ("mismatchctl.analysis.explain", "Explain"),
     "Gate": ("mismatchctl.analysis.gate", "Gate"),
     "gated_metrics": ("mismatchctl.analysis.gate_metrics", "gated_metrics"),
@@ -311,7 +313,7 @@ def report(
     clamp: float = DEFAULT_CLAMP,
     tau: float = DEFAULT_TAU,
     is_bounds: str | None = None,
-) -> Report:
+) -> Report | DiagnosedReport:
     """Every metric of the selected runs (all runs when none is named), grouped by the default
     splits plus each ``by`` split (``"step"``, ``"step,turn_kind"``, ``"tag:engine"``,
     ``"kv_position"``, ``"attr:data_source"``...); ``position_bins``: the edges of
@@ -319,7 +321,8 @@ def report(
     ``figures=True`` also computes the figure data of the HTML report (``Report.figures``).
     ``engine="ray"`` reads the parts in Ray tasks (a local Ray with ``workers`` CPUs, or the
     cluster at ``ray_address``); the numbers are the same as with ``"local"``. ``diagnose``
-    also runs ``diagnose`` on each run (``Report.diagnoses``). ``clamp``, ``tau`` and
+    also runs ``diagnose`` on each run and returns both, composed: a ``DiagnosedReport``
+    (``.report``, ``.diagnoses`` per run). ``clamp``, ``tau`` and
     ``is_bounds`` (``"0.5_2.0"``) set the thresholds of ``vllm_kl_clamped``,
     ``extreme_frac_tau{tau}`` and ``is_oob_ratio``. ``"layer"`` among ``by`` adds the MoE
     routing per layer of runs with routes."""
@@ -350,12 +353,14 @@ def report(
     rep.routing_layers = any(b.strip() == ROUTING_LAYER for b in by)
     if diagnose:  # one diagnosis per run, of the same step range
         from mismatchctl.analysis.diagnose import build_diagnosis
+        from mismatchctl.analysis.diagnosed_report import DiagnosedReport
 
         suffix = f"@steps={steps}" if steps else ""
-        rep.diagnoses = {
+        diagnoses = {
             n: build_diagnosis(open_store(store), n + suffix, workers=workers, engine=eng)
             for n in rep.selection.names
         }
+        return DiagnosedReport(rep, diagnoses)
     return rep
 
 
@@ -639,9 +644,9 @@ def demo(
     data: str | None = None,
     progress: Progress | None = None,
     on_part: Callable[[int], None] | None = None,
-) -> tuple[list[DemoRun], Report]:
+) -> tuple[list[DemoRun], DiagnosedReport]:
     """The bundled sample data ingested into ``store`` (runs already there are kept), and its
-    report with figures, per-gpu tables and a diagnosis of each run."""
+    report with figures and per-gpu tables, with a diagnosis of each run."""
     from mismatchctl.sample_runs import ingest_demo, load_manifest
     from mismatchctl.store import open_store
 
@@ -650,7 +655,7 @@ def demo(
     ingest_demo(st, runs, progress)
     names = [r.name for r in runs]
     rep = report(names, by_gpu=True, store=st.root, on_part=on_part, figures=True, diagnose=True)
-    return runs, rep
+    return runs, cast("DiagnosedReport", rep)  # with diagnose: the report and its diagnoses
 
 
 def check_failed(found: dict[str, list[Damage]]) -> None:
@@ -675,6 +680,7 @@ __all__ = [
     "Certification",
     "Comparison",
     "DemoRun",
+    "DiagnosedReport",
     "Diagnosis",
     "Explain",
     "FileNote",
