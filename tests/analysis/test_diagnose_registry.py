@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import itertools
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -15,12 +16,23 @@ from typing import Any
 import pytest
 
 from mismatchctl.analysis.diagnose import registry
-from mismatchctl.analysis.diagnose.check import DATA, LAYERS, OBJECTIVE, OK, PATH, SEMANTIC, Check
+from mismatchctl.analysis.diagnose.check import (
+    DATA,
+    LAYERS,
+    OBJECTIVE,
+    OK,
+    PATH,
+    SEMANTIC,
+    TRAJECTORY,
+    Check,
+    Every,
+)
 from mismatchctl.analysis.diagnose.context import Context, UndeclaredRead
 from mismatchctl.analysis.diagnose.registry import (
     LISTED,
     RUN_ORDER,
     RegistryError,
+    reads_of,
     run_checks,
     run_order,
 )
@@ -53,19 +65,26 @@ SAME_SPELLING = {
 }
 
 
-def _check(name: str, layer: str, reads: tuple[Any, ...] = (), verdict: str = OK) -> Any:
-    """A check module as the registry sees one."""
+_ORDERS = itertools.count(10, 10)
+
+
+def _check(
+    name: str, layer: str, reads: tuple[Any, ...] = (), verdict: str = OK, order: int = 0
+) -> Any:
+    """A check module as the registry sees one (its ORDER: after the ones made before)."""
 
     def run(ctx: Context) -> Check:
         return Check(layer, name, name, verdict, f"{name} ran")
 
-    return SimpleNamespace(NAME=name, LAYER=layer, TITLE=name, READS=reads, run=run)
+    return SimpleNamespace(
+        NAME=name, LAYER=layer, TITLE=name, ORDER=order or next(_ORDERS), READS=reads, run=run
+    )
 
 
 def test_the_run_order_reads_only_what_ran_before() -> None:
     ran: set[str] = set()
     for check in RUN_ORDER:
-        assert {r.NAME for r in check.READS} <= ran, check.NAME
+        assert {r.NAME for r in reads_of(check, LISTED)} <= ran, check.NAME
         ran.add(check.NAME)
     assert sorted(ran) == sorted(SHOWN)
 
@@ -95,6 +114,23 @@ def test_a_check_that_reads_a_later_layer_is_refused() -> None:
         run_order([early, cause])
 
 
+def test_every_check_of_a_layer_is_read_as_it_is_added() -> None:
+    a = _check("a", DATA)
+    s = _check("s", SEMANTIC)
+    reader = _check("reader", OBJECTIVE, (Every(DATA), s))
+    b = _check("b", DATA)  # a data check added after the reader: it reads that one too
+    p = _check("p", PATH)
+    declared = [reader, a, s, b, p]
+    assert [c.NAME for c in reads_of(reader, declared)] == ["a", "s", "b"]  # by ORDER
+    assert [c.NAME for c in run_order(declared)] == ["a", "b", "s", "p", "reader"]
+    for own in (
+        _check("late", TRAJECTORY, (Every(TRAJECTORY),)),
+        _check("x", DATA, (Every(PATH),)),
+    ):
+        with pytest.raises(RegistryError, match="reads every check of"):
+            run_order([a, own])
+
+
 def test_checks_that_read_each_other_are_refused() -> None:
     first = _check("first", PATH)
     second = _check("second", PATH, (first,))
@@ -103,12 +139,13 @@ def test_checks_that_read_each_other_are_refused() -> None:
         run_order([first, second])
 
 
-@pytest.mark.parametrize("case", ["unregistered", "same name", "no such layer"])
+@pytest.mark.parametrize("case", ["unregistered", "same name", "same order", "no such layer"])
 def test_other_declarations_that_cannot_run_are_refused(case: str) -> None:
     data = _check("data", DATA)
     checks = {
         "unregistered": [_check("reader", PATH, (data,))],
         "same name": [data, _check("data", PATH)],
+        "same order": [data, _check("other", PATH, order=data.ORDER)],
         "no such layer": [_check("odd", "numerics")],
     }[case]
     with pytest.raises(RegistryError):
@@ -133,7 +170,9 @@ def test_a_check_reads_only_the_checks_it_declares(monkeypatch: pytest.MonkeyPat
             ctx.result(semantic)
         return Check(PATH, "path", "path", OK, "read")
 
-    path = SimpleNamespace(NAME="path", LAYER=PATH, TITLE="path", READS=(data,), run=reads)
+    path = SimpleNamespace(
+        NAME="path", LAYER=PATH, TITLE="path", ORDER=15, READS=(data,), run=reads
+    )
     monkeypatch.setattr(registry, "LISTED", (semantic, path, data))
     monkeypatch.setattr(registry, "RUN_ORDER", run_order(registry.LISTED))
     ctx = _context()
@@ -148,11 +187,11 @@ def test_a_check_reads_only_the_checks_it_declares(monkeypatch: pytest.MonkeyPat
 
 def test_every_check_module_declares_itself() -> None:
     modules = {p.stem for p in CHECKS.glob("*.py")} - {"__init__"}
-    assert modules == set(SHOWN)  # every module is registered, every check has its module
+    assert modules == set(SHOWN)  # every module is a check, found by the registry
     for check in LISTED:
-        assert Path(check.__file__).stem == check.NAME
+        assert Path(check.__file__).stem == check.NAME and isinstance(check.ORDER, int)
         assert check.LAYER in LAYERS and check.TITLE and callable(check.run)
-        assert all(r in LISTED for r in check.READS), check.NAME
+        assert all(r in LISTED or isinstance(r, Every) for r in check.READS), check.NAME
         thresholds = check.Thresholds  # type: ignore[attr-defined]
         assert dataclasses.is_dataclass(thresholds) and thresholds.__dataclass_params__.frozen
         assert isinstance(check.T, thresholds)  # type: ignore[attr-defined]
@@ -163,11 +202,8 @@ def test_every_check_module_declares_itself() -> None:
 
 def test_the_cause_and_the_objective_read_every_data_and_semantic_check() -> None:
     upstream = {c.NAME for c in LISTED if c.LAYER in (DATA, SEMANTIC)}
-    listed = [c.NAME for c in LISTED]
     for check in (c for c in LISTED if c.LAYER == OBJECTIVE):
-        assert upstream <= {r.NAME for r in check.READS}, check.NAME
-        reads = [r.NAME for r in check.READS]  # in the diagnosis's order, which results() keeps
-        assert reads == sorted(reads, key=listed.index), check.NAME
+        assert upstream <= {r.NAME for r in reads_of(check, LISTED)}, check.NAME
 
 
 def test_a_check_name_is_spelled_in_its_own_module_only() -> None:

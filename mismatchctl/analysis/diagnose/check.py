@@ -35,15 +35,26 @@ class Check:
     next: str | None = None  # what to try next (None when nothing is to be done)
 
 
+@dataclass(frozen=True)
+class Every:
+    """In a check's ``READS``: every check of an earlier layer (``Every(DATA)``), those added
+    later included."""
+
+    layer: str
+
+
 class CheckModule(Protocol):
-    """A module of ``checks/``: one check. ``READS``: the check modules whose results it reads
-    (``Context.result``); ``run``: its result, or None when the check does not apply to the
-    data at all (no MoE routes: no routing check)."""
+    """A module of ``checks/``: one check. ``ORDER``: where the diagnosis (and its JSON) lists
+    it, ascending, and which of two checks of a layer ready together runs first; ``READS``: the
+    check modules whose results it reads (``Context.result``), or ``Every`` check of an earlier
+    layer; ``run``: its result, or None when the check does not apply to the data at all (no MoE
+    routes: no routing check)."""
 
     NAME: str
     LAYER: str
     TITLE: str
-    READS: tuple[CheckModule, ...]
+    ORDER: int
+    READS: tuple[CheckModule | Every, ...]
     run: Callable[[Context], Check | None]
 
 

@@ -80,16 +80,17 @@ class Context:
     classes: ClassSummary | None = None  # the worst tokens' classes (checks/token_classes)
     classes_note: str = ""  # why there are none (no tokenizer...)
     _done: dict[str, Check] = field(default_factory=dict, repr=False)  # results run, by name
-    _reading: CheckModule | None = field(default=None, repr=False)  # the check running
+    _reads: tuple[CheckModule, ...] = field(default=(), repr=False)  # what the running one reads
+    _reading: str = field(default="", repr=False)  # the running check's name
 
-    def run(self, check: CheckModule) -> Check | None:
-        """Run one check (it may read the results of the checks it declares in ``READS``) and
-        keep its result; None when it does not apply."""
-        self._reading = check
+    def run(self, check: CheckModule, reads: tuple[CheckModule, ...]) -> Check | None:
+        """Run one check, which may read the results of ``reads`` (its ``READS``, spelled out
+        by the registry), and keep its result; None when it does not apply."""
+        self._reads, self._reading = reads, check.NAME
         try:
             found = check.run(self)
         finally:
-            self._reading = None
+            self._reads, self._reading = (), ""
         if found is not None:
             self._done[check.NAME] = found
         return found
@@ -99,20 +100,16 @@ class Context:
         None when that check does not apply (the routing checks without routes). Reading a check
         not declared in ``READS`` is refused: the registry orders the run by what is declared."""
         name = check if isinstance(check, str) else check.NAME
-        if name not in self._reads():
-            reader = self._reading.NAME if self._reading is not None else "no check"
+        if name not in {c.NAME for c in self._reads}:
+            reader = self._reading or "no check"
             raise UndeclaredRead(f"{reader} reads the {name} check without declaring it (READS)")
         return self._done.get(name)
 
     def results(self, *layers: str) -> list[Check]:
         """The results of the checks of these layers that the running check reads, in the
-        order its ``READS`` lists them."""
-        running = self._reading.READS if self._reading is not None else ()
-        found = [self._done.get(c.NAME) for c in running]
+        order the diagnosis lists them."""
+        found = [self._done.get(c.NAME) for c in self._reads]
         return [c for c in found if c is not None and c.layer in layers]
-
-    def _reads(self) -> set[str]:
-        return {c.NAME for c in self._reading.READS} if self._reading is not None else set()
 
     @property
     def vllm_kl(self) -> float | None:

@@ -18,6 +18,7 @@ from mismatchctl.stats.misalign import FACTOR as MISALIGN_FACTOR
 NAME = "alignment"
 LAYER = DATA
 TITLE = "Alignment of the two sides (lag 0 vs lag +-1)"
+ORDER = 10
 READS: tuple[CheckModule, ...] = ()
 
 

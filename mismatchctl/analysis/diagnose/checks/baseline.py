@@ -22,6 +22,7 @@ from mismatchctl.stats.localize_result import (
 NAME = "baseline"
 LAYER = PATH
 TITLE = "Against the baseline"
+ORDER = 140
 READS: tuple[CheckModule, ...] = ()
 
 

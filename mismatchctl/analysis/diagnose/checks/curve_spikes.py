@@ -18,6 +18,7 @@ from mismatchctl.stats import registry as M
 NAME = "curve_spikes"
 LAYER = TRAJECTORY
 TITLE = "vllm_kl spikes together with grad-norm or entropy spikes"
+ORDER = 280
 READS: tuple[CheckModule, ...] = ()
 
 

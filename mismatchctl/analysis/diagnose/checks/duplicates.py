@@ -21,6 +21,7 @@ from mismatchctl.stats import registry as M
 NAME = "duplicates"
 LAYER = DATA
 TITLE = "Exact duplicate sequences (double writes)"
+ORDER = 60
 READS: tuple[CheckModule, ...] = ()
 
 

@@ -12,6 +12,7 @@ from mismatchctl.stats import registry as M
 NAME = "empty_sequences"
 LAYER = DATA
 TITLE = "Sequences without model tokens (empty mask)"
+ORDER = 40
 READS: tuple[CheckModule, ...] = ()
 
 

@@ -32,6 +32,7 @@ from mismatchctl.stats.localize_result import ratio_text
 NAME = "hardware"
 LAYER = PATH
 TITLE = "A gpu with a higher mismatch"
+ORDER = 180
 READS: tuple[CheckModule, ...] = ()
 
 

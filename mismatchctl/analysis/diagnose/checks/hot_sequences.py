@@ -29,6 +29,7 @@ from mismatchctl.stats.localize_result import ratio_text
 NAME = "hot_sequences"
 LAYER = PATH
 TITLE = "Sequences hotter than the others of their step"
+ORDER = 190
 READS: tuple[CheckModule, ...] = (localized,)
 
 

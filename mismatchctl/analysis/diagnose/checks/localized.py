@@ -28,6 +28,7 @@ from mismatchctl.analysis.diagnose.weight_lags import stale
 NAME = "localized"
 LAYER = PATH
 TITLE = "A code path localized to part of a run"
+ORDER = 150
 READS: tuple[CheckModule, ...] = (turn_edges, turn_ends)
 
 

@@ -20,6 +20,7 @@ from mismatchctl.stats import registry as M
 NAME = "low_probability"
 LAYER = PATH
 TITLE = "KL concentrated in low-probability tokens"
+ORDER = 160
 READS: tuple[CheckModule, ...] = ()
 
 

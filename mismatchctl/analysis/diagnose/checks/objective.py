@@ -18,24 +18,9 @@ from mismatchctl.analysis.diagnose.check import (
     WARN,
     Check,
     CheckModule,
+    Every,
 )
-from mismatchctl.analysis.diagnose.checks import (
-    alignment,
-    cause,
-    duplicates,
-    empty_sequences,
-    offset,
-    routing_replay,
-    sentinels,
-    severe_batches,
-    temperature,
-    token_classes,
-    token_ids,
-    top_p,
-    trailing_padding,
-    turn_edges,
-    turn_ends,
-)
+from mismatchctl.analysis.diagnose.checks import cause, severe_batches
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.levels import LOW_MAX, MEDIUM_MAX
 from mismatchctl.analysis.diagnose.text import fmt, pct
@@ -44,23 +29,8 @@ from mismatchctl.stats import registry as M
 NAME = "objective"
 LAYER = OBJECTIVE
 TITLE = "Is a correction warranted?"
-READS: tuple[CheckModule, ...] = (
-    alignment,
-    token_ids,
-    sentinels,
-    empty_sequences,
-    trailing_padding,
-    duplicates,
-    offset,
-    temperature,
-    top_p,
-    turn_edges,
-    turn_ends,
-    token_classes,
-    routing_replay,
-    severe_batches,
-    cause,
-)
+ORDER = 310
+READS: tuple[CheckModule | Every, ...] = (Every(DATA), Every(SEMANTIC), severe_batches, cause)
 """Every check of the data and semantic layers (a correction would hide what fails there), the
 severe batches and the cause."""
 

@@ -24,6 +24,7 @@ from mismatchctl.stats.offset import offset_summary
 NAME = "offset"
 LAYER = SEMANTIC
 TITLE = "Systematic offset between the sides"
+ORDER = 70
 READS: tuple[CheckModule, ...] = (alignment,)
 
 

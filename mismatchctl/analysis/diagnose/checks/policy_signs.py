@@ -26,6 +26,7 @@ from mismatchctl.stats.sign_coherence import SignCoherence, sign_coherence
 NAME = "policy_signs"
 LAYER = TRAJECTORY
 TITLE = "Signs of r agree within sequences (another policy)"
+ORDER = 270
 
 CODE_PATH_CHECKS: tuple[CheckModule, ...] = (localized, regimes, spikes, hardware)
 """The checks whose hits name a code path (the cause names it before another policy)."""

@@ -19,6 +19,7 @@ from mismatchctl.analysis.diagnose.steps import (
 NAME = "regimes"
 LAYER = TRAJECTORY
 TITLE = "Steps in a healthy and an elevated regime"
+ORDER = 220
 READS: tuple[CheckModule, ...] = ()
 
 

@@ -22,6 +22,7 @@ from mismatchctl.curves.analysis import RunCurves
 NAME = "rise_before_drop"
 LAYER = TRAJECTORY
 TITLE = "vllm_kl rises before a reward drop"
+ORDER = 290
 READS: tuple[CheckModule, ...] = ()
 
 

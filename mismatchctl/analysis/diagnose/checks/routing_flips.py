@@ -26,6 +26,7 @@ from mismatchctl.stats import routing as R
 NAME = "routing_flips"
 LAYER = PATH
 TITLE = "routing flips (MoE)"
+ORDER = 200
 READS: tuple[CheckModule, ...] = ()
 
 

@@ -23,6 +23,7 @@ from mismatchctl.stats import routing as R
 NAME = "routing_replay"
 LAYER = DATA
 TITLE = "routing replay holds (R3)"
+ORDER = 130
 READS: tuple[CheckModule, ...] = ()
 
 

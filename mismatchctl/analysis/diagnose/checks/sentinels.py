@@ -16,6 +16,7 @@ from mismatchctl.stats.sentinels import FILL_OTHER_MAX, SENTINEL_MAX, ZERO_RUN_M
 NAME = "sentinels"
 LAYER = DATA
 TITLE = "Sentinel values among model tokens"
+ORDER = 30
 READS: tuple[CheckModule, ...] = ()
 
 

@@ -13,6 +13,7 @@ from mismatchctl.analysis.diagnose.text import pct
 NAME = "severe_batches"
 LAYER = TRAJECTORY
 TITLE = "Batches in the severe band"
+ORDER = 250
 READS: tuple[CheckModule, ...] = ()
 
 

@@ -13,6 +13,7 @@ from mismatchctl.analysis.diagnose.steps import MIN_STEPS, SPIKES, split_result
 NAME = "spikes"
 LAYER = TRAJECTORY
 TITLE = "Isolated steps above the others"
+ORDER = 210
 READS: tuple[CheckModule, ...] = ()
 
 

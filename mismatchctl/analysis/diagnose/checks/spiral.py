@@ -19,6 +19,7 @@ from mismatchctl.stats.robust import spearman, theil_sen
 NAME = "spiral"
 LAYER = TRAJECTORY
 TITLE = "vllm_kl and trainer_ppl rising together"
+ORDER = 240
 READS: tuple[CheckModule, ...] = ()
 
 

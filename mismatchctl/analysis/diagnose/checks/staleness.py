@@ -36,6 +36,7 @@ from mismatchctl.stats.localize_result import ratio_text
 NAME = "staleness"
 LAYER = TRAJECTORY
 TITLE = "Rollouts made with older weights"
+ORDER = 260
 READS: tuple[CheckModule, ...] = ()
 
 

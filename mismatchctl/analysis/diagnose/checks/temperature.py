@@ -23,6 +23,7 @@ from mismatchctl.stats.comoments import regression
 NAME = "temperature"
 LAYER = SEMANTIC
 TITLE = "Temperature applied on one side only"
+ORDER = 80
 READS: tuple[CheckModule, ...] = (alignment,)
 
 

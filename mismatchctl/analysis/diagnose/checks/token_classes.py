@@ -14,6 +14,7 @@ from mismatchctl.display import shown
 NAME = "token_classes"
 LAYER = DATA
 TITLE = "Token classes: byte-fallback, special or whitespace tokens among the worst"
+ORDER = 120
 READS: tuple[CheckModule, ...] = ()
 
 

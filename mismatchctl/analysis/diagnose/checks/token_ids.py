@@ -11,6 +11,7 @@ from mismatchctl.analysis.diagnose.context import Context
 NAME = "token_ids"
 LAYER = DATA
 TITLE = "Identical token ids on both sides"
+ORDER = 20
 READS: tuple[CheckModule, ...] = ()
 
 

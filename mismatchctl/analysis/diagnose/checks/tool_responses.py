@@ -30,6 +30,7 @@ from mismatchctl.stats.localize_result import ratio_text
 NAME = "tool_responses"
 LAYER = PATH
 TITLE = "Amplification after tool responses"
+ORDER = 170
 READS: tuple[CheckModule, ...] = (turn_edges,)
 
 

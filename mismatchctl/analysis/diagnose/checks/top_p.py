@@ -22,6 +22,7 @@ from mismatchctl.stats.offset import offset_summary
 NAME = "top_p"
 LAYER = SEMANTIC
 TITLE = "Top-p / top-k renormalised on one side"
+ORDER = 90
 READS: tuple[CheckModule, ...] = (alignment,)
 
 

@@ -15,6 +15,7 @@ from mismatchctl.stats.sentinels import PAD_RUN_MIN
 NAME = "trailing_padding"
 LAYER = DATA
 TITLE = "Padding stored as model tokens"
+ORDER = 50
 READS: tuple[CheckModule, ...] = ()
 
 

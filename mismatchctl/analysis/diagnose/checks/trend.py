@@ -16,6 +16,7 @@ from mismatchctl.stats.localize_result import ratio_text
 NAME = "trend"
 LAYER = TRAJECTORY
 TITLE = "Upward trend of the per-step rate"
+ORDER = 230
 READS: tuple[CheckModule, ...] = ()
 
 

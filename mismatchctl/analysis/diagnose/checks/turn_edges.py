@@ -32,6 +32,7 @@ from mismatchctl.stats.localize import contrast
 NAME = "turn_edges"
 LAYER = DATA
 TITLE = "Template or numerics: the mismatch at turn edges"
+ORDER = 100
 READS: tuple[CheckModule, ...] = ()
 
 

@@ -31,6 +31,7 @@ from mismatchctl.stats.localize import contrast, contrast_within
 NAME = "turn_ends"
 LAYER = DATA
 TITLE = "The last token of each turn (stop handling)"
+ORDER = 110
 READS: tuple[CheckModule, ...] = ()
 
 
