@@ -96,14 +96,14 @@ def test_the_diagnosis_lists_the_checks_in_its_order() -> None:
     assert [c.LAYER for c in RUN_ORDER] == sorted((c.LAYER for c in LISTED), key=LAYERS.index)
 
 
-def test_ties_go_to_the_earlier_layer_then_to_the_first_listed() -> None:
+def test_ties_go_to_the_earlier_layer_then_to_the_lower_order() -> None:
     a = _check("a", SEMANTIC)
     b = _check("b", DATA)
     d = _check("d", PATH, (b,))
     e = _check("e", DATA)
     assert [x.NAME for x in run_order([a, b, d, e])] == ["b", "e", "a", "d"]
     h = _check("h", PATH)
-    g = _check("g", PATH, (h,))  # listed first, but it reads h: what it reads runs first
+    g = _check("g", PATH, (h,), order=1)  # ordered first, but it reads h: h runs first
     assert [x.NAME for x in run_order([g, h])] == ["h", "g"]
 
 
