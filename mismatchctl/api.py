@@ -7,7 +7,7 @@ import importlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mismatchctl.errors import UsageError
 from mismatchctl.options import (
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from mismatchctl.analysis.compare import Comparison
     from mismatchctl.analysis.compare_same import Identical
     from mismatchctl.analysis.diagnose import Diagnosis
+    from mismatchctl.analysis.diagnosed_report import DiagnosedReport
     from mismatchctl.analysis.explain import Explain
     from mismatchctl.analysis.gate import Gate, Threshold
     from mismatchctl.analysis.gate_metrics import gated_metrics
@@ -55,6 +56,7 @@ _LAZY = {
     "Comparison": ("mismatchctl.analysis.compare", "Comparison"),
     "Identical": ("mismatchctl.analysis.compare_same", "Identical"),
     "Diagnosis": ("mismatchctl.analysis.diagnose", "Diagnosis"),
+    "DiagnosedReport": ("mismatchctl.analysis.diagnosed_report", "DiagnosedReport"),
     "Explain": ("mismatchctl.analysis.explain", "Explain"),
     "Gate": ("mismatchctl.analysis.gate", "Gate"),
     "gated_metrics": ("mismatchctl.analysis.gate_metrics", "gated_metrics"),
@@ -351,7 +353,7 @@ def report(
     tau: float = DEFAULT_TAU,
     is_bounds: str | None = None,
     on_diagnosis: Callable[[str, int, int], None] | None = None,
-) -> Report:
+) -> Report | DiagnosedReport:
     """Every metric of the selected runs (all runs when none is named), grouped by the default
     splits plus each ``by`` split (``"step"``, ``"step,turn_kind"``, ``"tag:engine"``,
     ``"kv_position"``, ``"attr:data_source"``...); ``position_bins``: the edges of
@@ -359,7 +361,8 @@ def report(
     ``figures=True`` also computes the figure data of the HTML report (``Report.figures``).
     ``engine="ray"`` reads the parts in Ray tasks (a local Ray with ``workers`` CPUs, or the
     cluster at ``ray_address``); the numbers are the same as with ``"local"``. ``diagnose``
-    also runs ``diagnose`` on each run (``Report.diagnoses``). ``clamp``, ``tau`` and
+    also runs ``diagnose`` on each run and returns both, composed: a ``DiagnosedReport``
+    (``.report``, ``.diagnoses`` per run). ``clamp``, ``tau`` and
     ``is_bounds`` (``"0.5_2.0"``) set the thresholds of ``vllm_kl_clamped``,
     ``extreme_frac_tau{tau}`` and ``is_oob_ratio``. ``"layer"`` among ``by`` adds the MoE
     routing per layer of runs with routes. ``on_diagnosis(run, index, total)`` is called as
@@ -391,18 +394,20 @@ def report(
     rep.routing_layers = any(b.strip() == ROUTING_LAYER for b in by)
     if diagnose:  # one diagnosis per run, of the same slice of it
         from mismatchctl.analysis.diagnose import build_diagnosis
+        from mismatchctl.analysis.diagnosed_report import DiagnosedReport
 
         sel = rep.selection
-        rep.diagnoses = {}
+        diagnoses = {}
         for i, n in enumerate(sel.names):
             if on_diagnosis is not None:
                 on_diagnosis(n, i, len(sel.names))
-            rep.diagnoses[n] = build_diagnosis(
+            diagnoses[n] = build_diagnosis(
                 open_store(store),
                 selector_text(n, gpu=sel.rows.gpu, tags=sel.tags, steps=sel.steps),
                 workers=workers,
                 engine=eng,
             )
+        return DiagnosedReport(rep, diagnoses)
     return rep
 
 
@@ -689,7 +694,7 @@ def demo(
     data: str | None = None,
     progress: Progress | None = None,
     on_part: Callable[[int], None] | None = None,
-) -> tuple[list[DemoRun], Report]:
+) -> tuple[list[DemoRun], DiagnosedReport]:
     """The bundled sample data ingested into ``store`` (runs already there are kept), the
     runs' tokenizer remembered for them, and its report with figures, per-gpu tables and a
     diagnosis of each run: ``demo_ingest`` then ``demo_report``."""
@@ -740,13 +745,14 @@ def demo_report(
     *,
     on_part: Callable[[int], None] | None = None,
     on_diagnosis: Callable[[str, int, int], None] | None = None,
-) -> Report:
+) -> DiagnosedReport:
     """The demo's report of the sample runs: figures, per-gpu tables, a diagnosis of each."""
     names = [r.name for r in runs]
-    return report(
+    rep = report(
         names, by_gpu=True, store=store, on_part=on_part, figures=True, diagnose=True,
         on_diagnosis=on_diagnosis,
     )  # fmt: skip
+    return cast("DiagnosedReport", rep)  # with diagnose: the report and its diagnoses
 
 
 def check_failed(found: dict[str, list[Damage]]) -> None:
@@ -772,6 +778,7 @@ __all__ = [
     "Comparison",
     "Compile",
     "DemoRun",
+    "DiagnosedReport",
     "Diagnosis",
     "Explain",
     "FileNote",

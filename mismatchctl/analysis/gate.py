@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
-from mismatchctl.analysis.diagnose_thresholds import HIGH_MAX, MEDIUM_MAX
+from mismatchctl.analysis.diagnose.levels import HIGH_MAX, MEDIUM_MAX
 from mismatchctl.analysis.gate_metrics import gated_metrics
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import reread, resolve

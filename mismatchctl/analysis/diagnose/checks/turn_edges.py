@@ -1,25 +1,20 @@
-"""The data-integrity check that tells a chat-template or rendering fault from engine numerics:
-where the mismatch sits relative to the turn edges (``analysis/turn_edges.py`` reads what it
-needs; thresholds in ``diagnose_thresholds``: "template or numerics")."""
+"""Template or numerics: where the mismatch sits relative to the turn edges, which tells a
+chat-template or rendering fault from engine numerics (``analysis/turn_edges.py`` reads what it
+needs)."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from mismatchctl.analysis import diagnose_thresholds as T
-from mismatchctl.analysis.diagnose_base import (
-    DATA,
-    NA,
-    OK,
-    Check,
-    Context,
-    advice_if,
-    ci_text,
-    relative,
-)
+from mismatchctl.analysis.diagnose.advice import TEMPLATE_ADVICE
+from mismatchctl.analysis.diagnose.check import DATA, NA, OK, Check, CheckModule, advice_if, fired
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.contrasts import Ratio, ratio_part, ratio_row, relative
+from mismatchctl.analysis.diagnose.levels import LEVEL
 from mismatchctl.analysis.turn_edges import (
     EDGE_CLASSES,
     EDGE_TOKENS,
@@ -33,28 +28,61 @@ from mismatchctl.analysis.turn_edges import (
 from mismatchctl.engines import plan as K
 from mismatchctl.stats.cube import Cube, Field
 from mismatchctl.stats.localize import contrast
-from mismatchctl.stats.localize_result import ratio_text
 
-Ratio = tuple[float, tuple[float, float]] | None
-
-TEMPLATE_ADVICE = (
-    "a chat-template or rendering fault: the trainer's context around tool responses is not the "
-    "one the engine sampled from (a re-rendered tool response, another chat template or version, "
-    "special tokens, whitespace or a re-tokenization of the text instead of the engine's token "
-    "ids); compare both sides' token ids at the start of the turns after a tool response. No "
-    "importance correction fixes a different context"
-)
+NAME = "turn_edges"
+LAYER = DATA
+TITLE = "Template or numerics: the mismatch at turn edges"
+ORDER = 100
+READS: tuple[CheckModule, ...] = ()
 
 
-def turn_edges(ctx: Context) -> Check:
+@dataclass(frozen=True)
+class Thresholds:
+    EDGE_FACTOR: float = 1.5
+    """The first ``EDGE_TOKENS`` (8) tokens of the turns after a tool response against the rest
+    of those turns, at the same token probabilities: twice the rate with the interval's low end
+    at ``EDGE_CI_LOW`` is a turn-start pattern (the relative-finding rule of ``levels``;
+    ``LOCAL_FACTOR``'s reasoning: 2x is the smallest fault we know and above healthy drift). It
+    names a rendering fault only when the first turns' own starts are not hot (their ratio's
+    interval low end below ``EDGE_CI_LOW``, or the later turns' ratio at least ``EDGE_FACTOR``
+    times theirs): engine numerics and the natural uncertainty of a response's first tokens
+    touch every turn alike."""
+
+    EDGE_CI_LOW: float = 1.25
+    """The interval's low end of a turn-start pattern (``EDGE_FACTOR``)."""
+
+    EDGE_FAIL: float = 10.0
+    """The interval's low end a decade above the rest of the turns: fail."""
+
+    TOP_SHARE: float = 0.01
+    TOP_LEAST: int = 50
+    """The largest-|r| tokens whose place is counted: the top 1% of the selection's tokens (at an
+    |r| histogram boundary, so at least that many), and at least ``TOP_LEAST``."""
+
+    TOP_ENRICHMENT: float = 1.25
+    TOP_Z: float = 3.0
+    """A rendering fault also puts the largest-|r| tokens of the later turns at their starts: at
+    least 1.25 times as many as chance would at the same token probabilities, ``TOP_Z`` standard
+    errors above it (a count, robust to the few heavy sequences that can make a K3 ratio of a
+    small cell look hot, such as a spike step's, which put no more of them at the starts than
+    elsewhere), and the turn starts' first half (distances 0-3) at least as hot as their second
+    (4-7): the mismatch decays with the distance from the tool response. A fault tripling the
+    first token's K3 and fading over a few tokens (1.6x over the first 8, as ``EDGE_FACTOR``
+    asks) puts about 1.3x as many there: at 1.5x such faults were passed (the factors' rule of
+    ``levels``: below the signature of the smallest fault, ``TOP_Z`` keeping chance out)."""
+
+
+T = Thresholds()
+
+
+def run(ctx: Context) -> Check:
     """The first tokens after each tool response against the rest of those turns, at the same
     token probabilities, with the first turns as the control, the count of the largest-|r|
     tokens there, and the decay with the distance; the last tokens before a tool response
     against the rest are reported beside (evidence, not a verdict)."""
-    title = "Template or numerics: the mismatch at turn edges"
     st: EdgeState | None = ctx.edges
     if st is None or st.cubes[1].tokens == 0:
-        return Check(DATA, "turn_edges", title, NA, "no turn after a tool response to look at")
+        return Check(LAYER, NAME, TITLE, NA, "no turn after a tool response to look at")
     first, later = st.cubes
     at_start = {START: EDGE_CLASSES}
     later_start, first_start = _contrast(later, at_start), _contrast(first, at_start)
@@ -68,9 +96,9 @@ def turn_edges(ctx: Context) -> Check:
     template = v_start != OK and not first_hot and crowded and decays
     evidence: dict[str, Any] = {
         "edge_tokens": EDGE_TOKENS,
-        "later_start": _row(later_start),
-        "first_start": _row(first_start),
-        "end_before_tool": _row(end),
+        "later_start": ratio_row(later_start),
+        "first_start": ratio_row(first_start),
+        "end_before_tool": ratio_row(end),
         "profile_later": profile(later),
         "profile_first": profile(first),
         "top_share": {k: _top_row(t) for k, t in tops.items()},
@@ -80,18 +108,18 @@ def turn_edges(ctx: Context) -> Check:
     }
     verdict = v_start if template else OK
     finding = _finding(later_start, first_start, end, tops["later"], template, first_hot)
-    return Check(DATA, "turn_edges", title, verdict, finding, evidence,
+    return Check(LAYER, NAME, TITLE, verdict, finding, evidence,
                  advice_if(verdict, TEMPLATE_ADVICE))  # fmt: skip
 
 
 def template_fault(ctx: Context) -> bool:
-    """The turn_edges check found the mismatch at the turn edges (a rendering fault)."""
-    found = ctx.done.get("turn_edges")
-    return found is not None and found.verdict not in (OK, NA)
+    """This check found the mismatch at the turn edges (a rendering fault): for the checks that
+    read it."""
+    return fired(ctx.result(NAME))
 
 
 def _contrast(cube: Cube, region: dict[str, list[int]]) -> Ratio:
-    return contrast(cube, region, K.BIN, T.LEVEL) if cube.tokens else None
+    return contrast(cube, region, K.BIN, LEVEL) if cube.tokens else None
 
 
 def _grade(found: Ratio, level: float | None) -> str:
@@ -149,10 +177,6 @@ def profile(cube: Cube) -> list[dict[str, Any]]:
     ]
 
 
-def _row(found: Ratio) -> dict[str, Any] | None:
-    return None if found is None else {"rate_ratio": found[0], "rate_ratio_ci": list(found[1])}
-
-
 def _top_row(t: TopShare) -> dict[str, Any]:
     e = t.enrichment
     return {"top": t.top, "at_edge": t.at_edge, "expected": t.expected,
@@ -162,13 +186,10 @@ def _top_row(t: TopShare) -> dict[str, Any]:
 def _finding(
     later: Ratio, first: Ratio, end: Ratio, top: TopShare, template: bool, first_hot: bool
 ) -> str:
-    def part(found: Ratio) -> str:
-        return "n/a" if found is None else f"{ratio_text(found[0])}x ({ci_text(found[1])})"
-
     text = (
-        f"the first {EDGE_TOKENS} tokens after a tool response: {part(later)} the rest of those "
-        f"turns at the same token probabilities; first turns' first {EDGE_TOKENS}: {part(first)}; "
-        f"last {EDGE_TOKENS} before a tool response: {part(end)}"
+        f"the first {EDGE_TOKENS} tokens after a tool response: {ratio_part(later)} the rest of "
+        f"those turns at the same token probabilities; first turns' first {EDGE_TOKENS}: "
+        f"{ratio_part(first)}; last {EDGE_TOKENS} before a tool response: {ratio_part(end)}"
     )
     if top.top:
         text += (
@@ -185,6 +206,3 @@ def _finding(
             "distance: a few heavy sequences, not a rendering fault"
         )
     return text
-
-
-__all__ = ["TEMPLATE_ADVICE", "profile", "template_fault", "turn_edges"]

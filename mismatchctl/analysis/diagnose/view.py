@@ -4,8 +4,8 @@ to fix them (each check with its finding, what to try next and its evidence)."""
 from __future__ import annotations
 
 from mismatchctl.analysis import sections as S
-from mismatchctl.analysis.diagnose import Diagnosis, layers
-from mismatchctl.analysis.diagnose_base import FAIL, WARN
+from mismatchctl.analysis.diagnose.check import FAIL, WARN
+from mismatchctl.analysis.diagnose.diagnosis import Diagnosis, layers
 
 LAYER_ORDER_NOTE = (
     "Checks run from data integrity to the objective: fix the first layer that fails before "
@@ -22,7 +22,7 @@ def verdict_facts(d: Diagnosis) -> S.Facts:
     )
 
 
-def _row(c, label: str) -> S.CheckRow:  # a diagnose_base.Check
+def _row(c, label: str) -> S.CheckRow:  # a diagnose.check.Check
     anchor = S.slug("check", label, c.name)
     return S.CheckRow(c.layer, c.verdict, c.name, c.title, c.finding, c.next, c.evidence, anchor)
 

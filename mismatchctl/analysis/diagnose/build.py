@@ -1,45 +1,22 @@
-"""`diagnose`: every check of the five layers on one selection, from one read of the store.
-
-The layers follow the lesson of the vLLM V0 -> V1 migration (BACKGROUND.md): rule out data
-problems and *semantic* mismatch (the two sides computing different distributions), then locate
-the *inference-path* mismatch (tokens, turns, hardware) and its *trajectory*, and only then ask
-whether an *objective*-side correction is warranted. Thresholds: ``diagnose_thresholds``.
-"""
+"""`diagnose`'s read of the store: the report with the extras every check reads (in one pass over
+the parts), each run's cube and steps, the baseline's explanation, then every check in the
+registry's order."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any
 
-from mismatchctl.analysis import checks_cause as C
-from mismatchctl.analysis import checks_curves as CC
-from mismatchctl.analysis import checks_data as D
-from mismatchctl.analysis import checks_ends as EN
-from mismatchctl.analysis import checks_localize as L
-from mismatchctl.analysis import checks_path as P
-from mismatchctl.analysis import checks_policy as PO
-from mismatchctl.analysis import checks_routing as RT
-from mismatchctl.analysis import checks_sequences as SQ
-from mismatchctl.analysis import checks_template as TE
-from mismatchctl.analysis import checks_tokens as TK
-from mismatchctl.analysis import checks_trajectory as R
-from mismatchctl.analysis import diagnose_thresholds as T
-from mismatchctl.analysis.diagnose_base import (
-    FAIL,
-    LAYERS,
-    NA,
-    OK,
-    WARN,
+from mismatchctl.analysis.diagnose.checks import token_classes
+from mismatchctl.analysis.diagnose.context import (
     BaselineView,
-    Check,
     Context,
     RunView,
     cube_gpus,
     step_series,
-    worst,
 )
-from mismatchctl.analysis.diagnose_extra import DiagnoseExtra
+from mismatchctl.analysis.diagnose.diagnosis import Diagnosis
+from mismatchctl.analysis.diagnose.extra import DiagnoseExtra
+from mismatchctl.analysis.diagnose.registry import run_checks
 from mismatchctl.analysis.explain import RunCubeExtra, cube_spec, read_run_cubes, refuse_same
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import reread, resolve_text
@@ -58,102 +35,8 @@ from mismatchctl.stats.localize import explain as localize
 from mismatchctl.stats.step_regimes import split_steps, step_rates, trend
 from mismatchctl.store import Store
 
-CHECKS: list[Callable[[Context], Check | None]] = [  # None: not applicable to the data at all
-    D.alignment,
-    D.token_ids,
-    D.sentinels,
-    D.empty_sequences,
-    D.trailing_padding,
-    D.duplicates,
-    D.offset,
-    D.temperature,
-    D.top_p,
-    TE.turn_edges,
-    EN.turn_ends,
-    TK.token_classes,
-    RT.routing_replay,
-    L.baseline,
-    L.localized,
-    P.low_probability,
-    P.tool_responses,
-    P.hardware,
-    SQ.hot_sequences,
-    RT.routing_flips,
-    R.spikes,
-    R.regimes,
-    R.trend,
-    R.spiral,
-    R.severe_batches,
-    R.staleness,
-    PO.policy_signs,
-    CC.coincident_spikes,
-    CC.rise_before_drop,
-    C.cause,
-    C.objective,
-]
 SUGGESTED = WI.Method("seq-mis", 2.0)  # the study's best correction (BACKGROUND.md)
 EDGES = parse_bins("log")  # the report's default bins: the token-mix strata of the cubes
-
-
-@dataclass
-class Diagnosis:
-    report: Report
-    checks: list[Check]
-    baseline: str | None = None  # the --baseline selector, if any
-
-    @property
-    def verdict(self) -> str:
-        return worst([c.verdict for c in self.checks])
-
-    @property
-    def failed(self) -> bool:
-        return any(c.verdict == FAIL for c in self.checks)
-
-    def layer(self, name: str) -> list[Check]:
-        return [c for c in self.checks if c.layer == name]
-
-    @property
-    def label(self) -> str:
-        sel = self.report.selection
-        return sel.label or ", ".join(sel.names)
-
-    def counts(self) -> dict[str, int]:
-        verdicts = [c.verdict for c in self.checks]
-        return {v: verdicts.count(v) for v in (FAIL, WARN, OK, NA)}
-
-    def top_finding(self) -> str:
-        """The first failing check's finding, else the first warning's, else "no problem"."""
-        for verdict in (FAIL, WARN):
-            for c in self.checks:
-                if c.verdict == verdict:
-                    return f"{c.name}: {c.finding}"
-        return "no check fails or warns"
-
-    def sections(self, brief: bool = False) -> list[Any]:
-        """The diagnosis as sections; ``brief``: the verdict and what fails or warns only."""
-        from mismatchctl.analysis.diagnose_view import diagnosis_sections
-
-        return diagnosis_sections(self, brief)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The report's JSON plus a ``diagnosis`` section."""
-        return {**self.report.to_dict(), "diagnosis": self.section_dict()}
-
-    def section_dict(self) -> dict[str, Any]:
-        return {
-            "selection": self.report.selection.label,
-            "baseline": self.baseline,
-            "verdict": self.verdict,
-            "counts": self.counts(),
-            "checks": [asdict(c) for c in self.checks],
-        }
-
-    def to_polars(self) -> Any:
-        """One row per check: layer, name, title, verdict, finding, next."""
-        import polars as pl
-
-        keys = ("layer", "name", "title", "verdict", "finding", "next")
-        return pl.DataFrame([{k: getattr(c, k) for k in keys} for c in self.checks])
 
 
 def build_diagnosis(
@@ -188,8 +71,9 @@ def build_diagnosis(
         decoders = run_decoders(store, selection.names, tokenizer)
         tables = class_tables(decoders)  # runs with a tokenizer: the token_classes check
         if tables:
-            k = top_size(selection_tokens(selection), T.CLASS_TOP_SHARE, T.CLASS_TOP_LEAST,
-                         T.CLASS_TOP_MOST)  # fmt: skip
+            c = token_classes.T  # how many of the worst tokens to classify
+            k = top_size(selection_tokens(selection), c.CLASS_TOP_SHARE, c.CLASS_TOP_LEAST,
+                         c.CLASS_TOP_MOST)  # fmt: skip
             extras.append(TokenClassExtra(tables, EDGES, k))
         report = report_on(
             selection, by_gpu=True, workers=workers, on_part=on_part, extras=extras, engine=engine
@@ -204,11 +88,7 @@ def build_diagnosis(
     ctx.runs = {run: run_view(report, run, cube) for run, cube in sorted((cubes or {}).items())}
     if base is not None:
         ctx.baseline = _baseline_view(ctx, base, spec, workers, engine)
-    for check in CHECKS:
-        result = check(ctx)
-        if result is not None:
-            ctx.done[result.name] = result
-    return Diagnosis(report, list(ctx.done.values()), baseline)
+    return Diagnosis(report, run_checks(ctx), baseline)
 
 
 def run_view(report: Report, run: str, cube: Cube) -> RunView:
@@ -255,9 +135,4 @@ def selection_tokens(sel: Selection) -> int:
     )
 
 
-def layers(d: Diagnosis) -> list[tuple[str, list[Check]]]:
-    """The checks grouped by layer, in layer order."""
-    return [(name, d.layer(name)) for name in LAYERS if d.layer(name)]
-
-
-__all__ = ["Diagnosis", "build_diagnosis", "layers"]
+__all__ = ["build_diagnosis"]
