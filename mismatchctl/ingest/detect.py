@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 import stat
@@ -81,7 +82,7 @@ def walk_files(root: Path, on_error: Callable[[OSError], None]) -> list[Path]:
         dirs.sort()
         for name in names:
             path = Path(top) / name
-            if path.suffix in SUFFIXES and path.is_file():
+            if path.suffix.lower() in SUFFIXES and path.is_file():
                 found.append(path)
     return sorted(found)
 
@@ -195,8 +196,33 @@ def _pickle_kind(path: Path, label: str) -> str:
     )
 
 
+class RemovedWhileRead(InputError):
+    """An input that was removed (or renamed away) while it was being read."""
+
+
+def removed_while_read(label: str) -> RemovedWhileRead:
+    return RemovedWhileRead(
+        f"{label} was removed while it was being read: nothing of it was ingested",
+        "ingest it again if it is back (or ingest the file it was renamed to).",
+    )
+
+
 def unreadable(label: str, what: str, exc: Exception) -> InputError:
-    """``label``: the file as messages name it (``display.file_label``)."""
+    """Why an input could not be read as ``what``: removed meanwhile, not readable (its
+    permissions, an I/O error), or content that does not parse (truncated or corrupt).
+    ``label``: the file as messages name it (``display.file_label``)."""
+    if isinstance(exc, FileNotFoundError):
+        return removed_while_read(label)
+    if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM):
+        return InputError(
+            f"cannot read {label}: {exc.strerror or 'permission denied'}",
+            "check the file's permissions.",
+        )
+    if isinstance(exc, OSError) and exc.errno in (errno.EIO, errno.EISDIR, errno.ENXIO):
+        return InputError(
+            f"cannot read {label}: {exc.strerror}",
+            "check the file and the disk it is on, then ingest it again.",
+        )
     first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
     return InputError(
         f"cannot read {label} as {what}: {first}",
