@@ -24,7 +24,12 @@ from mismatchctl.analysis.figure_data import RatePlot
 from mismatchctl.analysis.report import parse_edges
 from mismatchctl.analysis.route_kinds import FLIPPED, SAME, UNPAIRED
 from mismatchctl.analysis.routing import route_layers
-from mismatchctl.analysis.selection import parse_selector, resolve, same_selection
+from mismatchctl.analysis.selection import (
+    parse_selector,
+    reading,
+    resolve,
+    same_selection,
+)
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.keys import PartKeys
@@ -491,8 +496,9 @@ def build_explain(
         sides.append(resolve(store, parse_selector(baseline)))
         refuse_same(*sides)
     edges = parse_edges(bins)
-    spec = cube_spec(sides, edges, routing=True)
-    read = read_cubes(sides, spec, edges, workers, on_part, engine, cells=bootstrap_intervals)
+    with reading(*sides):  # `runs rm` meanwhile is no damage, as in every view
+        spec = cube_spec(sides, edges, routing=True)
+        read = read_cubes(sides, spec, edges, workers, on_part, engine, cells=bootstrap_intervals)
     cubes = [side.cube for side in read]
     if cubes[0].tokens == 0:
         from mismatchctl.analysis.selection import empty_selection_error

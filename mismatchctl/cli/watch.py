@@ -45,6 +45,9 @@ File events come from the watchdog library (inotify on Linux); --poll SECONDS sc
 """
 
 
+NOTE_LABELS = {"bad": "Bad file", "grown": "Ingested again", "unlisted": "Not watched"}
+
+
 class ExitOn(StrEnum):
     warn = "warn"
     fail = "fail"
@@ -129,7 +132,7 @@ def _show(event: Any, json: bool, quiet: bool, sink: TextIO | None, run: str) ->
         _write(dumps_line(event.to_dict()) if json else _step_text(event))
         alerts = [(a, event.alert_context()) for a in event.alerts]
     elif isinstance(event, api.FileNote):
-        say(f"{'Bad file' if event.kind == 'bad' else 'Skipped'}: {event.message}", "yellow")
+        say(f"{NOTE_LABELS.get(event.kind, 'Skipped')}: {event.message}", "yellow")
         if event.hint:
             say(f"Hint: {event.hint}")
         alerts = [(event.alert, {"file": event.file})] if event.alert else []
