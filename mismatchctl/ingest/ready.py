@@ -20,8 +20,9 @@ values: a complete file with bad content is ingest's to refuse. A file that cann
 JSON lines have no end marker, and their writers append: :func:`writer_signal` reads what the
 writer says about a file besides its bytes. prime-rl touches ``STABLE`` in a step's directory
 once every rank has flushed the step (``trainer/rl/token_export.py``): a file beside it is
-complete, and where the writer marks steps so, a step directory without it is waited for. A
-file or directory of a later step beside a file's own (``train_data_step4.jsonl`` after
+complete (so is one of a step before a step marked so), and where the writer marks steps so,
+a later step directory without it is waited for. A file or directory of a later step beside
+a file's own (``train_data_step4.jsonl`` after
 ``train_data_step3.jsonl``, ``step_4/`` after ``step_3/``) says the writer moved on. Without
 either, ``watch`` waits until the file has been left unchanged for ``--settle`` seconds.
 """
@@ -164,7 +165,11 @@ def writer_signal(path: Path) -> Signal | None:
     step_dir = path.parent
     if (step_dir / STABLE).exists():
         return Signal(True, f"its directory holds the writer's {STABLE} marker")
-    if any((other / STABLE).exists() for other, _ in _siblings(step_dir)):
+    marked = [step for other, step in _siblings(step_dir) if (other / STABLE).exists()]
+    own = _STEP.search(step_dir.name)
+    if marked and own is not None and max(marked) > int(own.group(1)):
+        return Signal(True, f"the writer marked a later step {STABLE}")
+    if marked:  # the writer marks its finished steps: this one is not yet
         return Signal(False, f"waiting for the writer's {STABLE} marker in its step directory")
     for holder in (path, step_dir):  # a file named by its step, or its step's directory
         match = _STEP.search(holder.name)
