@@ -118,11 +118,6 @@ def parse_tags(items: Iterable[str]) -> dict[str, str]:
     return tags
 
 
-def fingerprint(path: Path) -> str:
-    with path.open("rb") as fh:
-        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
-
-
 @dataclass(frozen=True)
 class Content:
     """A file's content as hashed: its fingerprint, and its size and modification time then
@@ -240,12 +235,6 @@ def count_repeats(records: list[SourceRecord], keys: list[np.ndarray], tally: Ta
     for record, count in zip(records, repeats_in_order(keys), strict=True):
         record.duplicate_sequences = count
     tally.duplicate_sequences = sum(r.duplicate_sequences or 0 for r in records)
-
-
-def checked_fingerprint(path: Path, label: str | None = None) -> str:
-    """The source's content fingerprint; an unreadable file is an InputError naming it (by
-    ``label``, default its path as given)."""
-    return content_of(path, label).fingerprint
 
 
 def _skip(

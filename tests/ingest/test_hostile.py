@@ -133,6 +133,10 @@ HOSTILE: dict[str, tuple[Callable[[Path], Path], str]] = {
         lambda t: _verl(t / "b.pkl", junk=Rebuild(bytearray, 8 << 30)),
         "b.pkl: refused to build builtins.bytearray(8589934592): more than the",
     ),
+    "verl bytearray of 2.7 GB": (
+        lambda t: _verl(t / "b.pkl", junk=Rebuild(bytearray, 2_700_000_000)),
+        "b.pkl: refused to build builtins.bytearray(2700000000): more than the",
+    ),
     "verl set of a range of 1e9": (
         lambda t: _verl(t / "b.pkl", junk=Rebuild(set, range(10**9))),
         "b.pkl: refused to build builtins.range of 1,000,000,000 numbers",
