@@ -285,7 +285,7 @@ class Watcher:
         self, path: Path, sig: tuple[int, int, int], seen: _Seen | None, known: dict[str, str]
     ) -> Iterator[Event]:
         before = known.get(str(path.resolve()))
-        if before is not None or (seen is not None and seen.status in ("ingested", "changed")):
+        if before is not None or (seen is not None and seen.status != "copy"):
             yield from self._known_file(path, sig, before)
             return
         yield from self._ingest(path, sig)
@@ -293,11 +293,14 @@ class Watcher:
     def _known_file(
         self, path: Path, sig: tuple[int, int, int], before: str | None
     ) -> Iterator[Event]:
-        """A path ingested before (this session or an earlier one): the same content is a
-        no-op; content that grew by appending (the run's content of it is a prefix of the
+        """A path seen before (this session or an earlier one): one the run does not hold is
+        ingested; the same content is a no-op; content that grew by appending (the run's content of it is a prefix of the
         file) is ingested again as a whole, replacing it; other changed content is reported
         and left out (ingesting it would store its first part twice)."""
         record = self._source(path)
+        if record is None and before is None:  # not in the run (a bad file, rewritten)
+            yield from self._ingest(path, sig)
+            return
         try:
             now = content_of(path)
         except InputError as exc:  # removed, unreadable, or changed while it was hashed

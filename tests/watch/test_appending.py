@@ -114,6 +114,35 @@ def test_prime_rl_lines_appended_after_the_ingest_are_all_stored(
     assert cli("runs", "check", "w").code == 0
 
 
+def test_a_grown_file_that_failed_once_is_still_read_whole_once(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grown file whose second read fails (it could not be opened for a moment) is reported;
+    the run keeps what it held of the file, and the next growth replaces that whole (never
+    storing the first lines a second time beside it)."""
+    dumps = tmp_path / "token_exports"
+    path = dumps / "step_3" / "rank_0.jsonl"
+    append(path, prime_lines(3, 0, 4), age=10)
+    w = watcher(dumps, store)
+    scan(w)
+    append(path, prime_lines(3, 4, 2), age=10)
+    real = Path.open
+
+    def denied(self: Path, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", denied)
+    assert [n.kind for n in notes(scan(w))] == ["bad"]
+    monkeypatch.setattr(Path, "open", real)
+    assert per_step(store, "w") == {3: 4}
+    append(path, prime_lines(3, 6, 2), age=10)
+    assert [n.kind for n in notes(scan(w))] == ["grown"]
+    assert per_step(store, "w") == {3: 8}
+    assert len(api.open_store(store).run("w").sources) == 1
+
+
 def test_prime_rl_step_waits_for_its_stable_marker(store: Path, tmp_path: Path) -> None:
     """Where the writer marks finished steps (step_2/STABLE), step 3 is read only once its own
     STABLE is there, whatever its age: ingested once, with every line, no second ingest."""
