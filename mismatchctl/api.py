@@ -216,7 +216,8 @@ def watch(
     """A watcher of ``directory``: ``Watcher.events()`` ingests each dump file into ``run`` once
     it is complete (one transaction per file, options as :func:`ingest`) and yields a
     ``StepLine`` per new step (tokens, vllm_kl, band, change against the recent median, alerts),
-    a ``FileNote`` per file not ingested (bad, a copy, changed after ingest) and ``Stopped``.
+    a ``FileNote`` per file not ingested as it is (bad or unreadable, a copy, changed after
+    ingest, removed while read, grown after ingest and so ingested again whole) and ``Stopped``.
     ``poll``: scan every ``poll`` seconds instead of waiting for file events; ``once``: one scan;
     ``max_files`` / ``idle_exit``: stop after that many files or idle seconds; ``routes``,
     ``keep_masked`` and the reading options as for :func:`ingest`."""

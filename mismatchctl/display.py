@@ -19,7 +19,11 @@ from collections.abc import Iterable
 
 # C0 and C1 control characters, DEL, and the bidirectional overrides and isolates.
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_KEEP = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # not \t, \n
+# ... and, when shown, the line and paragraph separators U+2028 and U+2029 too: a terminal may
+# break the line there (a name holding them is no damage, only nothing to print raw); _KEEP
+# leaves tab and newline to a multi-line message
+_SHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_KEEP = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def has_control(text: str) -> bool:
@@ -34,13 +38,13 @@ def _escape(match: re.Match[str]) -> str:
 def visible(text: object) -> str:
     """A data string for the terminal: every control character escaped, newline and tab too (it
     is one value on one line); nothing cut."""
-    return CONTROL.sub(_escape, str(text))
+    return _SHOWN.sub(_escape, str(text))
 
 
 def shown(text: str, limit: int = 200) -> str:
     """``text`` for a one-line message: control characters escaped, cut at ``limit`` characters."""
     cut = text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
-    return CONTROL.sub(_escape, cut)
+    return _SHOWN.sub(_escape, cut)
 
 
 def printable(message: str) -> str:
@@ -50,7 +54,7 @@ def printable(message: str) -> str:
 
 # What json.dumps(ensure_ascii=False) leaves raw: DEL, C1 controls, bidirectional controls. JSON
 # itself escapes C0 (and never writes these characters outside strings).
-_JSON_RAW = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_JSON_RAW = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def json_safe(text: str) -> str:

@@ -108,7 +108,7 @@ def named(run: dict[str, Any], found: dict, baseline: str | None) -> Named:
 
 def matrix(rows: list[Named]) -> str:
     """Planted class (rows) x named cause (columns), counts over every diagnosis."""
-    causes = sorted({r.cause for r in rows} - {"none"}) + ["none"]
+    causes = [*sorted({r.cause for r in rows} - {"none"}), "none"]
     by = defaultdict(Counter)
     for r in rows:
         by[r.planted][r.cause] += 1
@@ -124,7 +124,10 @@ def matrix(rows: list[Named]) -> str:
 
 
 def details(rows: list[Named]) -> str:
-    lines = ["| run | planted | size | x baseline | alone | with its baseline |", "|" + " --- |" * 6]
+    lines = [
+        "| run | planted | size | x baseline | alone | with its baseline |",
+        "|" + " --- |" * 6,
+    ]
     pairs: dict[str, list[Named]] = defaultdict(list)
     for r in rows:
         pairs[r.run].append(r)

@@ -29,6 +29,7 @@ from mismatchctl.errors import MissingDependencyError, UsageError
 from mismatchctl.options import TOKENIZER_BYTES as BYTES
 from mismatchctl.store import Store
 from mismatchctl.store.settings import TOKENIZER, run_setting, set_run_setting
+from mismatchctl.store.writable import StoreNotWritable
 
 FILE_NAME = "tokenizer.json"
 VISIBLE = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
@@ -164,8 +165,11 @@ def run_decoders(store: Store, runs: Sequence[str], given: str | None) -> RunDec
         decoder = load(given)
         kept = given if given == BYTES else os.path.abspath(given)
         for run in runs:
-            set_run_setting(store, run, TOKENIZER, kept)
             out.decoders[run], out.names[run] = decoder, kept
+            try:
+                set_run_setting(store, run, TOKENIZER, kept)
+            except StoreNotWritable as exc:  # shown all the same; only not remembered
+                out.notes.append(f"run {run}: the tokenizer is not remembered ({exc.message})")
         return out
     for run in runs:
         kept = run_setting(store, run, TOKENIZER)

@@ -84,12 +84,7 @@ def check(
 
 
 def _write(path: str, text: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise UsageError(
-            f"--junit {path}: cannot write it: {exc.strerror}",
-            "name a file in a directory that exists and that you can write to.",
-        ) from None
+    from mismatchctl.render.output import write_text
+
+    write_text(path, text, "--junit")
     say(f"Wrote {path}")

@@ -75,8 +75,9 @@ def emit_json(payload: Any, target: str) -> None:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
     else:
-        with open(target, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+        from mismatchctl.render.output import write_text
+
+        write_text(target, text + "\n", "--json")
 
 
 def say(message: str, style: str = "") -> None:

@@ -23,7 +23,7 @@ from mismatchctl.render.json import dumps_line
 
 HELP = """Follow a directory that a running job writes per-step dumps into, ingest each file once it is complete (any format `ingest` reads, with its reading options), and print one line per new step: its model tokens, its vllm_kl and band, the change against the run's recent median, and alerts (spike, band, bad_file, changed_file).
 
-Each file is its own transaction: a bad file is reported and skipped, Ctrl-C or SIGTERM leaves the store whole, and a restart skips what the run holds. --exit-on warn|fail stops with exit code 3 at the first alert of that level; any other stop exits 0.
+Each file is its own transaction: a bad file is reported and skipped, Ctrl-C or SIGTERM leaves the store whole, and a restart skips what the run holds. --exit-on warn|fail stops with exit code 3 at the first alert of that level; any other stop exits 0. A JSON lines file that grows after its ingest (a writer appending lines) is ingested again as a whole, in place of what the run held of it.
 
 What complete means, the alerts and their thresholds, every option: docs/live.md.
 
@@ -43,6 +43,7 @@ What complete means, the alerts and their thresholds, every option: docs/live.md
 
 ALERTS = "Alerts"
 SCANNING = "Scanning and stopping"
+NOTE_LABELS = {"bad": "Bad file", "grown": "Ingested again", "unlisted": "Not watched"}
 
 
 class ExitOn(StrEnum):
@@ -170,7 +171,7 @@ def _show(event: Any, json: bool, quiet: bool, sink: TextIO | None, run: str) ->
         _write(dumps_line(event.to_dict()) if json else _step_text(event))
         alerts = [(a, event.alert_context()) for a in event.alerts]
     elif isinstance(event, api.FileNote):
-        say(f"{'Bad file' if event.kind == 'bad' else 'Skipped'}: {event.message}", "yellow")
+        say(f"{NOTE_LABELS.get(event.kind, 'Skipped')}: {event.message}", "yellow")
         if event.hint:
             say(f"Hint: {event.hint}")
         alerts = [(event.alert, {"file": event.file})] if event.alert else []
