@@ -54,11 +54,25 @@ class Diagnosis:
         """The report's JSON plus a ``diagnosis`` section."""
         return {**self.report.to_dict(), "diagnosis": self.section_dict()}
 
+    @property
+    def cause(self) -> dict[str, Any]:
+        """The weighing of the causes (the cause check's evidence: the named cause, the second
+        causes, the runner-ups); ``{"key": "none"}`` when there is no cause check."""
+        from mismatchctl.analysis.diagnose.checks import cause
+
+        found = next((c for c in self.checks if c.name == cause.NAME), None)
+        if found is None:
+            return {"key": "none"}
+        return {**found.evidence, "finding": found.finding}
+
     def section_dict(self) -> dict[str, Any]:
+        """The JSON's ``diagnosis``: the verdict, then the cause that decided it, then every
+        check (the order the terminal and the HTML page show them in)."""
         return {
             "selection": self.report.selection.label,
             "baseline": self.baseline,
             "verdict": self.verdict,
+            "cause": self.cause,
             "counts": self.counts(),
             "checks": [asdict(c) for c in self.checks],
         }

@@ -1,7 +1,10 @@
-"""A diagnosis as sections: the verdict line, then one table of checks per layer, in the order
-to fix them (each check with its finding, what to try next and its evidence)."""
+"""A diagnosis as sections: the verdict first (the cause, what it explains, the evidence that
+decided it, its runner-up and why it lost, the next step), then one table of checks per layer,
+in the order to fix them (each check with its finding, what to try next and its evidence)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from mismatchctl.analysis import sections as S
 from mismatchctl.analysis.diagnose.check import FAIL, WARN
@@ -13,13 +16,37 @@ LAYER_ORDER_NOTE = (
 )
 
 
-def verdict_facts(d: Diagnosis) -> S.Facts:
+def verdict_facts(d: Diagnosis, title: str | None = None) -> S.Facts:
+    """The verdict and the cause that decided it: the first thing a reader sees."""
     counts = ", ".join(f"{n} {v}" for v, n in d.counts().items())
-    return S.Facts(
-        S.slug("verdict", d.label),
-        f"Diagnosis: {d.label}",
-        [S.Fact("verdict", d.verdict, S.Kind.VERDICT, remark=f"({counts})")],
-    )
+    facts = [S.Fact("verdict", d.verdict, S.Kind.VERDICT, remark=f"({counts})")]
+    facts += cause_facts(d.cause)
+    return S.Facts(S.slug("verdict", d.label), title or f"Diagnosis: {d.label}", facts)
+
+
+def cause_facts(cause: dict[str, Any]) -> list[S.Fact]:
+    """The named cause, what it explains and why, the second causes, the runner-up, the next
+    step (the JSON's ``cause``, in the same order)."""
+    key = cause.get("key", "none")
+    if key in ("none", "unexplained"):
+        return [S.Fact("cause", cause.get("finding") or key, S.Kind.TEXT)]
+    label = cause["label"] + (f" ({cause['variant']})" if cause.get("variant") else "")
+    out = [S.Fact("cause", label, S.Kind.TEXT)]
+    if cause.get("where"):
+        out.append(S.Fact("where", cause["where"], S.Kind.TEXT))
+    out.append(S.Fact("explains", cause.get("share"), S.Kind.SHARE, remark="of the excess"))
+    out.append(S.Fact("evidence", cause.get("because"), S.Kind.TEXT))
+    for also in cause.get("also", []):
+        out.append(S.Fact("also", f"{also['label']}: {also['because']}", S.Kind.TEXT))
+    contenders = [r for r in cause.get("runner_ups", []) if r.get("verdict") in (WARN, FAIL)]
+    if contenders:
+        r = contenders[0]
+        out.append(S.Fact("runner-up", f"{r['label']}: {r.get('lost', '')}", S.Kind.TEXT))
+    if cause.get("next"):
+        out.append(S.Fact("next", cause["next"], S.Kind.TEXT))
+    if cause.get("correction"):
+        out.append(S.Fact("correction", cause["correction"], S.Kind.TEXT))
+    return out
 
 
 def _row(c, label: str) -> S.CheckRow:  # a diagnose.check.Check
@@ -27,10 +54,12 @@ def _row(c, label: str) -> S.CheckRow:  # a diagnose.check.Check
     return S.CheckRow(c.layer, c.verdict, c.name, c.title, c.finding, c.next, c.evidence, anchor)
 
 
-def diagnosis_sections(d: Diagnosis, brief: bool = False) -> list[S.Section]:
-    """Every layer's checks; ``brief`` (``diagnose -q``): the verdict and the checks that fail
-    or warn, failures first, nothing else."""
-    out: list[S.Section] = [verdict_facts(d)]
+def diagnosis_sections(
+    d: Diagnosis, brief: bool = False, title: str | None = None
+) -> list[S.Section]:
+    """The verdict and its cause, then every layer's checks; ``brief`` (``diagnose -q``): the
+    verdict, its cause and the checks that fail or warn, failures first, nothing else."""
+    out: list[S.Section] = [verdict_facts(d, title)]
     if brief:
         rows = [_row(c, d.label) for v in (FAIL, WARN) for c in d.checks if c.verdict == v]
         if rows:
@@ -49,12 +78,13 @@ def diagnosis_sections(d: Diagnosis, brief: bool = False) -> list[S.Section]:
 
 
 def diagnosis_block(d: Diagnosis, collapsed: bool = False) -> S.Block:
-    """The diagnosis as one block (the report's HTML page folds it under each run)."""
+    """The diagnosis as one block (the report's HTML page folds it under each run); its verdict
+    section is titled "Verdict" (the block says whose diagnosis it is)."""
     counts = ", ".join(f"{n} {v}" for v, n in d.counts().items())
     return S.Block(
         S.slug("diagnosis", d.label),
         f"Diagnosis: {d.label}",
-        diagnosis_sections(d),
+        diagnosis_sections(d, title="Verdict"),
         collapsed=collapsed,
-        summary=f"{d.verdict} ({counts}); {d.top_finding()}",
+        summary=f"{d.verdict} ({counts}); {d.cause.get('finding') or d.top_finding()}",
     )

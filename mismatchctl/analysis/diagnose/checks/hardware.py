@@ -115,6 +115,7 @@ def run(ctx: Context) -> Check:
             f"({ratio_text(found[0])}x at the same token probabilities, {ci_text(ci)}); no "
             "gpu stands out from the median of the others, because most of them are hot"
         )
+    evidence["hot_mass_share"] = _mass_share(ctx, evidence.get("hot_gpus") or [top])
     if severe["concentrated_on"] is not None:
         finding += f"; {severe['concentrated_on']} holds most severe batches"
     advice = (
@@ -151,6 +152,17 @@ def _hot_group(
 def _pooled(gpus: dict[str, float], tokens: dict[str, float], which: list[str]) -> float:
     n = sum(tokens.get(g, 0) for g in which)
     return sum(gpus[g] * tokens.get(g, 0) for g in which) / n if n else 0.0
+
+
+def _mass_share(ctx: Context, hot: list[str]) -> float | None:
+    """The share of the selection's K3 mass on these gpus."""
+    mass = {
+        g.by[K.GPU]: (g.metrics.get(M.VLLM_KL) or 0.0) * (g.metrics.get(M.TOKENS) or 0)
+        for g in ctx.report.split(K.GPU)
+        if g.by[K.GPU] is not None
+    }
+    total = sum(mass.values())
+    return sum(mass.get(g, 0.0) for g in hot) / total if total > 0 else None
 
 
 def _factor(value: float, others: list[float]) -> float | None:

@@ -97,6 +97,7 @@ def run(ctx: Context) -> Check:
     evidence: dict[str, Any] = {
         "edge_tokens": EDGE_TOKENS,
         "later_start": ratio_row(later_start),
+        "edge_mass_share": _mass(later, EDGE_CLASSES) / (_mass(first) + _mass(later) or math.nan),
         "first_start": ratio_row(first_start),
         "end_before_tool": ratio_row(end),
         "profile_later": profile(later),
@@ -154,6 +155,12 @@ def _standardized(cube: Cube, classes: list[int]) -> float:
         rate = np.where(n.sum(axis=0) > 0, a.sum(axis=0) / n.sum(axis=0), 0.0)
     expected = float((n[classes] * rate).sum())
     return float(a[classes].sum() / expected) if expected > 0 else 0.0
+
+
+def _mass(cube: Cube, classes: list[int] | None = None) -> float:
+    """The K3 mass of these distance classes (every class: the cube's)."""
+    a = cube.table([START])[:, Field.K3]
+    return float(a.sum() if classes is None else a[classes].sum())
 
 
 def _level(cube: Cube, classes: list[int]) -> float | None:

@@ -95,6 +95,7 @@ def _judge(ends: Cube) -> tuple[str, str, dict[str, Any]] | None:
             "last": ratio_row(final.last),
             "last_vs_before": ratio_row(final.near),
             "tokens": final.tokens,
+            "mass_share": final.mass / ends.k3_sum if ends.k3_sum > 0 else None,
         }
         finding += (
             f"; the responses' last token: {ratio_part(final.last)} the rest, "

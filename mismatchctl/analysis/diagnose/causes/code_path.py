@@ -1,0 +1,113 @@
+"""A code path that only some tokens take: a part of the run (long KV positions, the first tokens
+of each turn, the first turns, some steps, some engine batches, the samples of one source) hotter
+than the rest at the same token probabilities."""
+
+from __future__ import annotations
+
+from mismatchctl.analysis.diagnose.advice import (
+    CODE_PATH_ADVICE,
+    FIRST_TURNS_LOCAL_ADVICE,
+    attribute_advice,
+)
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support
+from mismatchctl.analysis.diagnose.causes.parts import (
+    first_findings,
+    on_gpus,
+    on_steps_only,
+    steps_share,
+    where_text,
+)
+from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.checks import localized, regimes, spikes, trend
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.parts import first_turns
+from mismatchctl.analysis.diagnose.steps import smooth_growth
+from mismatchctl.engines import plan as K
+
+KEY = "code_path"
+CLASS = "code path"
+LABEL = "a code path some tokens take"
+SIGNATURE = (
+    "a part of the run hotter than the rest at the same token probabilities: long KV positions "
+    "(split-KV or cascade attention), the first tokens of each turn (prefill against decode), "
+    "the first turns (the prompt's path), some steps (a replica or a switch at a step), some "
+    "engine batches, the samples of one data source"
+)
+TELLS_APART = (
+    "the turns after tool responses all worse alike are the tool turns (no part of them is "
+    "hotter than the rest of them); a part on one gpu is the hardware; steps that rise along a "
+    "line are a growth; a policy spreads over every part"
+)
+EVERY_TOKEN = False
+EXPLAINS = ("sequences", "tool_turns", "policy", "hardware", "growth")
+CORRECTION = "no: fix or disable the path; importance sampling would only reweight the damage"
+READS: tuple[CheckModule, ...] = (localized, regimes, spikes, trend)
+
+PLACES = {
+    K.KV_POSITION: "long KV positions (split-KV, flash-decoding or cascade attention)",
+    K.TURN_POSITION: "positions within the turns (prefill against decode, long turns)",
+    K.STEP: "some steps (a replica, or a path switched at a step)",
+    K.ORDER: "some engine batches (batch shape, batch-variant kernels)",
+    K.LENGTH: "sequences of some lengths",
+}
+
+
+def support(ctx: Context) -> Support | None:
+    local = ctx.result(localized)
+    firsts = [
+        f for f in first_findings(local)
+        if not on_gpus(f["where"]) and not (on_steps_only(f["where"]) and _growth(ctx))
+    ]  # fmt: skip
+    later = local is not None and local.evidence.get("later_turns")
+    best = None
+    if firsts and fired(local) and not later:
+        f = firsts[0]
+        ci = f.get("rate_ratio_ci")
+        best = Support(
+            verdict=local.verdict, share=f.get("excess_share"), because=local.finding,
+            checks=(localized.NAME,), ratio=f.get("rate_ratio"),
+            ci=None if ci is None else (ci[0], ci[1]), claim=f.get("token_share"),
+            where=where_text(f["where"]), variant=_variant(f["where"]),
+        )  # fmt: skip
+    steps = _steps(ctx)
+    if steps is not None and (best is None or (steps.share or 0) > (best.share or 0)):
+        return steps
+    return best or Support("ok", 0.0, "no part of the run is hotter than the rest", ())
+
+
+def _steps(ctx: Context) -> Support | None:
+    """Elevated steps (the spikes or regimes check) that are not a growth."""
+    hits = [c for c in (ctx.result(spikes), ctx.result(regimes)) if fired(c)]
+    if not hits or _growth(ctx):
+        return None
+    found = [steps_share(view) for view in ctx.runs.values()]
+    share, steps = max(found, key=lambda s: s[0] or 0.0)
+    if share is None:
+        return None
+    return Support(
+        verdict=hits[0].verdict, share=share, because=hits[0].finding,
+        checks=tuple(c.name for c in hits), where=f"steps {steps}", variant=PLACES[K.STEP],
+    )  # fmt: skip
+
+
+def _growth(ctx: Context) -> bool:
+    """Every run's steps rise along a line (the trend check fired): the growth's, not a path's."""
+    return fired(ctx.result(trend)) and all(smooth_growth(v) for v in ctx.runs.values())
+
+
+def _variant(where: dict[str, str]) -> str:
+    if first_turns(where):
+        return "the first turns (the prompt's path)"
+    attrs = [k for k in where if k.startswith(K.ATTR_PREFIX)]
+    if attrs:
+        return f"the samples with {attrs[0][len(K.ATTR_PREFIX) :]} {where[attrs[0]]}"
+    return next((text for dim, text in PLACES.items() if dim in where), "a part of the run")
+
+
+def advice(ctx: Context, found: Support) -> str:
+    if found.variant.startswith("the first turns"):
+        return FIRST_TURNS_LOCAL_ADVICE
+    if found.variant.startswith("the samples with "):
+        name, _, value = found.variant[len("the samples with ") :].partition(" ")
+        return attribute_advice(ctx.label, name, value)
+    return f"{found.where}: {CODE_PATH_ADVICE}"

@@ -1,0 +1,57 @@
+"""The hardware: the mismatch follows one gpu model or node (its kernels, its driver)."""
+
+from __future__ import annotations
+
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
+from mismatchctl.analysis.diagnose.causes.parts import first_findings, on_gpus, where_text
+from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.checks import hardware, localized
+from mismatchctl.analysis.diagnose.context import Context
+
+KEY = "hardware"
+CLASS = "hardware"
+LABEL = "the hardware (one gpu model or node)"
+SIGNATURE = (
+    "the excess on one gpu's (or node's) sequences, the same configuration fine on the others"
+)
+TELLS_APART = (
+    "a code path that only one gpu generation takes is that hardware's (the fix is the same "
+    "kernel setting); a policy or precision loss spreads over every gpu"
+)
+EVERY_TOKEN = False
+EXPLAINS = ("sequences", "policy", "code_path", "tool_turns", "growth")
+CORRECTION = "no: move the run, or switch the kernel path those gpus take"
+READS: tuple[CheckModule, ...] = (hardware, localized)
+
+
+def support(ctx: Context) -> Support | None:
+    gpu, local = ctx.result(hardware), ctx.result(localized)
+    if gpu is None or gpu.verdict == "n/a":
+        return None
+    e = gpu.evidence
+    ratio, ci = e.get("rate_ratio_vs_rest"), e.get("rate_ratio_vs_rest_ci")
+    share = part_share(e.get("hot_mass_share"), ratio)
+    found = next((f for f in first_findings(local) if on_gpus(f["where"])), None)
+    if found is not None and fired(local):
+        share = max(share or 0.0, found.get("excess_share") or 0.0)
+    factors = e.get("factor_over_others_median") or {}
+    top = e.get("hot_gpus") or [max(factors, key=lambda g: factors[g] or 0.0)] if factors else []
+    hit = fired(gpu) or (found is not None and fired(local))
+    return Support(
+        verdict=gpu.verdict if fired(gpu) else local.verdict if hit and local else "ok",
+        share=share if hit else 0.0,
+        because=gpu.finding if fired(gpu) else local.finding if hit and local else gpu.finding,
+        checks=tuple(c.name for c in (gpu, local) if fired(c)),
+        ratio=ratio,
+        ci=None if ci is None else (ci[0], ci[1]),
+        where=where_text(found["where"]) if found else f"gpu {', '.join(top)}",
+    )
+
+
+def advice(ctx: Context, found: Support) -> str:
+    gpu = ctx.result(hardware)
+    return (gpu.next if gpu is not None and gpu.next else None) or (
+        f"the mismatch follows the hardware ({found.where}): compare the same configuration on "
+        "another gpu, and the kernels that gpu takes (vLLM disable_cascade_attn=True, "
+        "batch-invariant kernels)"
+    )

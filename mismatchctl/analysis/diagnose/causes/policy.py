@@ -1,0 +1,57 @@
+"""Another policy: the engine sampled with weights that are not the trainer's (stale weights, a
+weight sync that did not land or landed in part, another checkpoint, a reload gone wrong)."""
+
+from __future__ import annotations
+
+from mismatchctl.analysis.diagnose.advice import POLICY_SIGNS_ADVICE, STALE_ADVICE
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
+from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.checks import baseline, policy_signs, staleness
+from mismatchctl.analysis.diagnose.context import Context
+
+KEY = "policy"
+CLASS = "policy"
+LABEL = "another policy (stale or wrong weights)"
+SIGNATURE = (
+    "r of both signs at every position, turn and probability, whole responses leaning one way "
+    "(the update between the two policies raised or lowered each response: the count of r > 0 "
+    "per sequence spreads beyond independent signs); against a baseline, a uniform excess"
+)
+TELLS_APART = (
+    "precision noise is as uniform but moves each token independently (no lean); a biased "
+    "kernel leans the responses it hits too, but only those (a part of the run is hotter); a "
+    "partial weight sync looks like stale weights, smaller: the dumps cannot tell which "
+    "parameters lag (compare the weights themselves)"
+)
+EVERY_TOKEN = True
+EXPLAINS = ("sequences", "tool_turns", "growth", "precision")
+CORRECTION = (
+    "only for a known lag (asynchronous RL by design: an off-policy correction such as "
+    "decoupled PPO); never for a wrong or half-synced checkpoint"
+)
+READS: tuple[CheckModule, ...] = (policy_signs, staleness, baseline)
+
+
+def support(ctx: Context) -> Support | None:
+    signs, stale, base = (ctx.result(c) for c in READS)
+    hits = [c for c in (stale, signs) if fired(c)]
+    if not hits:
+        return Support("ok", 0.0, "no response leans, no weight lag", _names(signs, stale))
+    lead = hits[0]
+    uniform = fired(base) and base is not None and base.evidence.get("excess_shape") == "uniform"
+    return Support(
+        verdict=worst_of([*hits, base if uniform else None]),
+        share=None,
+        because=lead.finding,
+        checks=_names(*hits, base if uniform else None),
+        where="every token",
+        variant="stale weights" if lead is stale else "responses leaning one way",
+    )
+
+
+def _names(*checks) -> tuple[str, ...]:
+    return tuple(c.name for c in checks if c is not None)
+
+
+def advice(ctx: Context, found: Support) -> str:
+    return STALE_ADVICE if found.variant == "stale weights" else POLICY_SIGNS_ADVICE

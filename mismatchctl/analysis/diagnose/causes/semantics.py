@@ -1,0 +1,58 @@
+"""Logprob semantics: the two sides compute different distributions (raw against processed
+logprobs, a temperature, a truncation or a logit processor on one side)."""
+
+from __future__ import annotations
+
+from mismatchctl.analysis.diagnose.advice import PROCESSED_HINT
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
+from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.checks import offset, temperature, top_p
+from mismatchctl.analysis.diagnose.context import Context
+
+KEY = "semantics"
+CLASS = "semantics"
+LABEL = "logprob semantics (the two sides compute different distributions)"
+SIGNATURE = (
+    "a signed, deterministic transform at every token from the first step: r linear in the "
+    "logprob (raw logprobs, a temperature: slope 1/T - 1), r <= 0 on every kept token with a "
+    "mean ratio equal to the kept mass (top-p, top-k, min-p renormalised on one side), or a "
+    "signed shift on the tokens a logit processor touches"
+)
+TELLS_APART = (
+    "another policy moves r both ways, its mean ratio stays 1 and it has no slope against the "
+    "logprob; numeric noise is symmetric"
+)
+EVERY_TOKEN = True
+EXPLAINS = ("sequences", "policy", "tool_turns")
+CORRECTION = "no: importance sampling cannot fix two different distributions; make them one"
+READS: tuple[CheckModule, ...] = (offset, temperature, top_p)
+
+VARIANTS = {
+    top_p.NAME: "truncation: top-p, top-k or min-p renormalised on one side",
+    temperature.NAME: "raw logprobs or a temperature on one side",
+    offset.NAME: "a one-sided shift of the logprobs",
+}
+
+
+def support(ctx: Context) -> Support | None:
+    found = [ctx.result(c) for c in READS]
+    hits = [c for c in found if fired(c)]
+    if not hits:
+        return Support("ok", 0.0, "no semantic sign", tuple(c.name for c in found if c))
+    # the most specific sign names the variant: a truncation's deficit, then the slope
+    lead = next(c for name in VARIANTS for c in hits if c.name == name)
+    return Support(
+        verdict=worst_of(hits),
+        share=None,
+        because=lead.finding,
+        checks=tuple(c.name for c in hits),
+        where="every token",
+        variant=VARIANTS[lead.name],
+    )
+
+
+def advice(ctx: Context, found: Support) -> str:
+    lead = ctx.result(top_p) if found.variant == VARIANTS[top_p.NAME] else None
+    if lead is not None and lead.next:
+        return lead.next
+    return PROCESSED_HINT

@@ -1,0 +1,62 @@
+"""A chat-template or rendering fault: the trainer's context around tool responses is not the one
+the engine sampled from."""
+
+from __future__ import annotations
+
+from mismatchctl.analysis.diagnose.advice import TEMPLATE_ADVICE
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share, worst_of
+from mismatchctl.analysis.diagnose.causes.tool_turns import later_mass_share
+from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.checks import token_classes, tool_responses, turn_edges
+from mismatchctl.analysis.diagnose.context import Context
+
+KEY = "template"
+CLASS = "template"
+LABEL = "chat template or rendering"
+SIGNATURE = (
+    "a burst in the first tokens after each tool response (tens of x), decaying with the "
+    "distance, the first turns' starts untouched; the largest-|r| tokens crowd there"
+)
+TELLS_APART = (
+    "engine numerics (prefill then decode) touch every turn start alike and stay within the "
+    "healthy range of a few x; a long-context code path grows with the KV position, not from "
+    "the turn start"
+)
+EVERY_TOKEN = False
+EXPLAINS = ("tool_turns", "sequences")
+CORRECTION = "no: no importance correction fixes a different context"
+READS: tuple[CheckModule, ...] = (turn_edges, token_classes, tool_responses)
+
+
+def support(ctx: Context) -> Support | None:
+    edges = ctx.result(turn_edges)
+    if edges is None or edges.verdict == "n/a":
+        return None
+    start = edges.evidence.get("later_start") or {}
+    ratio, ci = start.get("rate_ratio"), start.get("rate_ratio_ci")
+    classes = ctx.result(token_classes)
+    verdict = worst_of([edges, classes if fired(classes) else None])
+    share = part_share(edges.evidence.get("edge_mass_share"), ratio)
+    tool = ctx.result(tool_responses)
+    if edges.evidence.get("template") and fired(tool) and tool is not None:
+        # a different context changes every token after it: the burst at the turn start is
+        # the tell-tale, the later turns' whole excess the fault's
+        later = part_share(later_mass_share(tool), tool.evidence.get("same_probs_ratio"))
+        share = max(share or 0.0, later or 0.0)
+    return Support(
+        verdict=edges.verdict
+        if edges.evidence.get("template")
+        else verdict
+        if fired(classes)
+        else "ok",
+        share=share,
+        because=edges.finding,
+        checks=(turn_edges.NAME, *([token_classes.NAME] if fired(classes) else [])),
+        ratio=ratio,
+        ci=None if ci is None else (ci[0], ci[1]),
+        where=f"the first {edges.evidence.get('edge_tokens', 8)} tokens after each tool response",
+    )
+
+
+def advice(ctx: Context, found: Support) -> str:
+    return TEMPLATE_ADVICE

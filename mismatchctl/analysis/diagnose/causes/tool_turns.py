@@ -1,0 +1,83 @@
+"""The turns after tool responses: every later turn worse than the first turns at the same token
+probabilities (how the engine takes in the tool output, long contexts)."""
+
+from __future__ import annotations
+
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
+from mismatchctl.analysis.diagnose.check import Check, CheckModule, fired
+from mismatchctl.analysis.diagnose.checks import localized, tool_responses, turn_edges, turn_ends
+from mismatchctl.analysis.diagnose.context import Context
+
+KEY = "tool_turns"
+CLASS = "code path"
+LABEL = "the turns after tool responses"
+SIGNATURE = (
+    "every turn after a tool response hotter than the first turns at the same token "
+    "probabilities, alike at every position within them (not only their first tokens)"
+)
+TELLS_APART = (
+    "a rendering fault sits in the first tokens after the tool response and decays; a "
+    "long-context path makes the far positions of the later turns hotter than their near ones"
+)
+EVERY_TOKEN = False
+EXPLAINS = ("sequences",)
+CORRECTION = "a sequence-level correction (seq-mis) at most, after looking at the tool turns"
+READS: tuple[CheckModule, ...] = (tool_responses, localized, turn_edges, turn_ends)
+
+
+def support(ctx: Context) -> Support | None:
+    tool, local = ctx.result(tool_responses), ctx.result(localized)
+    if tool is None or tool.verdict == "n/a":
+        return None
+    e = tool.evidence
+    ratio, ci = e.get("same_probs_ratio"), e.get("same_probs_ratio_ci")
+    s = e.get("later_token_share")
+    mass = later_mass_share(tool)
+    by_position = fired(local) and local is not None and local.evidence.get("later_turns")
+    own = fired(tool) and not e.get("code_path") and not e.get("template")
+    hit = own or by_position
+    return Support(
+        verdict=tool.verdict if own else local.verdict if by_position and local else "ok",
+        share=part_share(mass, ratio) if hit else 0.0,
+        because=tool.finding if own or not by_position else local.finding,
+        checks=tuple(c.name for c in (tool, local) if fired(c)),
+        ratio=ratio,
+        ci=None if ci is None else (ci[0], ci[1]),
+        claim=s,
+        where="the turns after tool responses",
+        against=_narrower(ctx),
+    )
+
+
+def later_mass_share(tool: Check) -> float | None:
+    """The share of the K3 mass in the turns after tool responses (the tool_responses check's
+    evidence)."""
+    e = tool.evidence
+    first, later, s = e.get("first_vllm_kl"), e.get("later_vllm_kl"), e.get("later_token_share")
+    if first is None or later is None or s is None:
+        return None
+    total = first * (1 - s) + later * s
+    return later * s / total if total > 0 else None
+
+
+def _narrower(ctx: Context) -> tuple[str, ...]:
+    """A narrower part of the later turns that holds their excess: the later turns are then
+    that part seen as a whole."""
+    found = []
+    edges, ends = ctx.result(turn_edges), ctx.result(turn_ends)
+    if fired(edges) and edges is not None and edges.evidence.get("template"):
+        found.append(
+            "their first tokens after the tool response are hotter than the rest (a "
+            "rendering fault's burst: turn_edges)"
+        )
+    if fired(ends):
+        found.append("their excess sits on the turns' last token (the stop: turn_ends)")
+    return tuple(found)
+
+
+def advice(ctx: Context, found: Support) -> str:
+    tool = ctx.result(tool_responses)
+    return (tool.next if tool is not None and tool.next else None) or (
+        "look at the worst later turns (`mismatchctl tokens "
+        f"{ctx.label} --where turn_kind=later`) and how both sides take in the tool output"
+    )

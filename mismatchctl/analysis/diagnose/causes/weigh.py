@@ -1,0 +1,161 @@
+"""Every cause of the catalogue weighed on the same scale: the named cause is the best supported,
+the others are its runner-ups with why they lost, and a second cause is named beside it when it
+is independently supported (docs/diagnose.md "How the cause is chosen")."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from mismatchctl.analysis.diagnose.causes.catalogue import CAUSES
+from mismatchctl.analysis.diagnose.causes.hypothesis import (
+    AGAINST,
+    CauseModule,
+    Support,
+    Weighed,
+)
+from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, fired
+from mismatchctl.analysis.diagnose.checks import baseline
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.levels import MEDIUM_MAX
+
+MIN_SHARE = 0.2
+"""A cause that explains less than a fifth of the excess is not named: the verdict is
+"unexplained", with the candidates listed. (A real fault of a part of the run carries most of
+its excess: the subtle split-KV fault of the calibration corpus explains 76%, a re-rendered
+template 90%; a healthy run's edge effects a few percent.)"""
+
+ALSO_SHARE = 0.25
+"""A second cause is named beside the first when it alarms on its own checks, explains at least
+a quarter of the excess, and is neither set off by the first cause's fault (its ``EXPLAINS``)
+nor the other way round."""
+
+
+@dataclass
+class Weighing:
+    """``named``: the best supported cause that alarms (None when none does); ``also``: second
+    causes; ``runner_ups``: every other cause with its score and why it lost; ``unexplained``:
+    an alarm that no cause explains a fifth of."""
+
+    named: Weighed | None
+    also: list[Weighed] = field(default_factory=list)
+    runner_ups: list[Weighed] = field(default_factory=list)
+    unexplained: bool = False
+
+    @property
+    def verdict(self) -> str:
+        if self.named is None:
+            return WARN if self.unexplained else OK
+        return self.named.support.verdict
+
+
+def weigh(ctx: Context) -> Weighing:
+    """Every cause's support on the run, scored and ranked."""
+    found = [(c, s) for c in CAUSES if (s := c.support(ctx)) is not None]
+    parts = max((s.share or 0.0 for c, s in found if s.alarm and not c.EVERY_TOKEN), default=0.0)
+    weighed = [_score(c, s, parts) for c, s in found]
+    alarmed = [w for w in weighed if w.support.alarm]
+    first = next((w for w in alarmed if _precondition(w) and w.support.verdict == FAIL), None)
+    if first is None and alarmed:
+        first = max(alarmed, key=_rank)
+    if first is not None and (first.support.share or 0.0) < MIN_SHARE and not _precondition(first):
+        others = sorted(weighed, key=_rank, reverse=True)
+        return Weighing(None, [], [_lost(w, None) for w in others], unexplained=True)
+    if first is None and _unexplained_alarm(ctx):
+        others = sorted(weighed, key=_rank, reverse=True)
+        return Weighing(None, [], [_lost(w, None) for w in others], unexplained=True)
+    also = [w for w in alarmed if first is not None and _second(first, w)]
+    rest = [w for w in weighed if w is not first and w not in also]
+    rest.sort(key=_rank, reverse=True)
+    return Weighing(first, also, [_lost(w, first) for w in rest])
+
+
+def _unexplained_alarm(ctx: Context) -> bool:
+    """No cause alarms, yet the run is worse than its baseline or beyond the medium band."""
+    base = ctx.result(baseline)
+    return fired(base) or (ctx.vllm_kl or 0.0) > MEDIUM_MAX
+
+
+def _score(cause: CauseModule, support: Support, parts: float) -> Weighed:
+    """A cause of every token explains what the parts of the run do not."""
+    if cause.EVERY_TOKEN and support.share is None:
+        share = max(0.0, 1.0 - parts) if support.alarm else 0.0
+        support = Support(**{**support.__dict__, "share": share})
+    share = support.share or 0.0
+    return Weighed(cause, support, share * AGAINST ** len(support.against))
+
+
+def _rank(w: Weighed) -> tuple[float, int, float]:
+    """By score, then the worse verdict, then how far the interval's low end lies above 1."""
+    low = w.support.ci[0] if w.support.ci else 0.0
+    severity = {FAIL: 2, WARN: 1}.get(w.support.verdict, 0)
+    return (round(w.score, 6), severity, low if math.isfinite(low) else 0.0)
+
+
+def _precondition(w: Weighed) -> bool:
+    return bool(getattr(w.cause, "PRECONDITION", False))
+
+
+def _second(first: Weighed, w: Weighed) -> bool:
+    """An independently supported second cause (``ALSO_SHARE``)."""
+    if w is first or w.score < ALSO_SHARE or w.cause.CLASS == first.cause.CLASS:
+        return False
+    return w.cause.KEY not in first.cause.EXPLAINS and first.cause.KEY not in w.cause.EXPLAINS
+
+
+def _lost(w: Weighed, first: Weighed | None) -> Weighed:
+    """Why a runner-up is not the named cause, in one clause."""
+    s = w.support
+    if not s.alarm:
+        why = "its checks did not fire"
+    elif first is None:
+        why = f"explains {_pct(s.share)}, under the {_pct(MIN_SHARE)} a cause must explain"
+    elif w.cause.KEY in first.cause.EXPLAINS:
+        why = f"{first.cause.LABEL} sets off its checks too"
+    elif s.against:
+        why = "; ".join(s.against)
+    else:
+        why = f"explains {_pct(s.share)}, against {_pct(first.support.share)}"
+    return Weighed(w.cause, w.support, w.score, lost=why)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def weighing_dict(ctx: Context, found: Weighing) -> dict[str, Any]:
+    """The weighing as the JSON's ``cause``: the named cause, the second causes, the runner-ups."""
+    head: dict[str, Any] = {"key": "none", "verdict": found.verdict}
+    if found.unexplained:
+        head = {"key": "unexplained", "verdict": found.verdict}
+    elif found.named is not None:
+        head = _row(ctx, found.named, advice=True)
+    head["also"] = [_row(ctx, w, advice=True) for w in found.also]
+    head["runner_ups"] = [_row(ctx, w) for w in found.runner_ups]
+    return head
+
+
+def _row(ctx: Context, w: Weighed, advice: bool = False) -> dict[str, Any]:
+    s, c = w.support, w.cause
+    row: dict[str, Any] = {
+        "key": c.KEY,
+        "class": c.CLASS,
+        "label": c.LABEL,
+        "verdict": s.verdict,
+        "variant": s.variant or None,
+        "where": s.where or None,
+        "share": s.share,
+        "score": w.score,
+        "rate_ratio": s.ratio,
+        "rate_ratio_ci": None if s.ci is None else list(s.ci),
+        "because": s.because,
+        "checks": list(s.checks),
+        "against": list(s.against),
+    }
+    if advice:
+        row["next"] = c.advice(ctx, s)
+        row["correction"] = c.CORRECTION
+    if w.lost:
+        row["lost"] = w.lost
+    return row
