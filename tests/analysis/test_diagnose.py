@@ -4,6 +4,7 @@ JSON and HTML through the CLI."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -219,19 +220,22 @@ def test_quiet_prints_the_verdict_and_what_fails_or_warns(planted: Path) -> None
     checks = api.diagnose("gpu", store=planted).checks
     failing = [c for c in checks if c.verdict == "fail"]
     warning = [c for c in checks if c.verdict == "warn"]
-    lines = brief.out.strip().splitlines()
-    assert lines[0] == full.out.splitlines()[0]  # the verdict line, with the counts
-    assert lines[0].startswith("Diagnosis: gpu   FAIL  (")
-    listed = [line.split()[1] for line in lines[1:] if line.startswith(("FAIL ", "WARN "))]
+    head, _, rest = brief.out.strip().partition("\n\n")
+    assert head == full.out.strip().partition("\n\n")[0]  # the verdict and its cause, first
+    assert re.match(r"Diagnosis: gpu\nverdict +FAIL  \(", head)
+    assert re.search(r"\ncause +the hardware", head) and "\nnext " in head
+    lines = rest.splitlines()
+    listed = [line.split()[1] for line in lines if line.startswith(("FAIL ", "WARN "))]
     assert listed == [c.name for c in failing + warning]
-    assert len(lines) <= 1 + 4 * len(listed)  # a long finding may wrap, nothing else is printed
+    assert len(lines) <= 4 * len(listed)  # a long finding may wrap, nothing else is printed
     assert "Data integrity" not in brief.out and " OK " not in brief.out
     assert len(lines) < len(full.out.strip().splitlines()) / 3
     hardware = next(c for c in failing if c.name == "hardware")
     assert f"FAIL hardware (inference path): {hardware.finding}" in " ".join(brief.out.split())
     clean = cli("diagnose", "clean", "--store", str(planted), "-q")
-    assert clean.code == 0 and clean.out.strip().splitlines() == [clean.out.strip().splitlines()[0]]
-    assert clean.out.startswith("Diagnosis: clean   OK  (0 fail, 0 warn")
+    assert clean.code == 0 and "\n\n" not in clean.out.strip()  # the verdict alone
+    assert re.match(r"Diagnosis: clean\nverdict +OK  \(0 fail, 0 warn", clean.out)
+    assert re.search(r"\ncause +no cause found", clean.out)
 
 
 def test_padding_stored_as_tokens_is_flagged(store: Path, tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ def test_samples_shifted_by_a_position_are_found(
     assert corr["correlation_lag0"] > corr["correlation_lag_plus1"]  # the whole stays aligned
     assert "off-by-one shift in some samples" in check.finding
     if verdict == "fail":
-        assert checks["cause"].evidence["cause"] == "data"
+        assert checks["cause"].evidence["key"] == "data"
 
 
 @pytest.mark.parametrize("run", ["zero-fills", "clean"])

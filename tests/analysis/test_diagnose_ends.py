@@ -2,7 +2,7 @@
 response with its mismatch 3x or 100x (the engine's logprob of the end-of-sequence token, a
 stop string). It was named the hardware (a part found by chance on one gpu's later turns) or a
 code path; the turn_ends check finds the turns' last token hot against the other tokens and
-against the seven before it, and the cause is "turn ends". A mismatch that grows toward the end
+against the seven before it, and the cause is "stop". A mismatch that grows toward the end
 (from KV 48 on, as a long-context kernel) also makes the ends hot, but no more than the tokens
 before them: it stays a code path (the sample `faulty-attn`, whose turns' last token is 6x the
 rest and 1.8x the seven before it, interval 0.78-4.1, is in the golden diagnosis). Healthy runs
@@ -65,7 +65,7 @@ def test_a_stop_handled_differently_is_named(store: Path, run: str) -> None:
     assert final["tokens"] == 24 * 32  # one per response
     assert final["last"]["rate_ratio"] > ends.evidence["last"]["rate_ratio"]  # undiluted
     cause = checks["cause"]
-    assert cause.evidence["cause"] == "turn ends"
+    assert cause.evidence["key"] == "stop"
     assert "stop" in cause.next and "end-of-sequence" in cause.next
     local = checks["localized"]
     if local.verdict in ALARM:
@@ -78,13 +78,13 @@ def test_a_mismatch_growing_toward_the_end_is_not_the_stop(store: Path) -> None:
     assert ends.verdict == "ok"
     assert ends.evidence["last"]["rate_ratio"] > 1.2  # the later turns' ends are hot...
     assert ends.evidence["last_vs_before"]["rate_ratio_ci"][0] < 1.5  # ...as the tokens before
-    assert checks["cause"].evidence["cause"] == "code path"
+    assert checks["cause"].evidence["key"] == "code_path"
 
 
 def test_a_healthy_run_has_no_stop_fault(store: Path) -> None:
     checks = diagnosed(store, "healthy")
     assert checks["turn_ends"].verdict == "ok"
-    assert checks["cause"].evidence["cause"] == "none"
+    assert checks["cause"].evidence["key"] == "none"
 
 
 def test_a_selection_of_runs_is_judged_run_by_run(store: Path) -> None:

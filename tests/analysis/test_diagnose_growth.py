@@ -59,7 +59,7 @@ def test_a_smooth_growth_is_the_growth_not_a_code_path(
     if checks["localized"].verdict in ALARM:  # the late steps found by the search: the same
         assert "a growth (the trend check)" in checks["localized"].next
     cause = checks["cause"]
-    assert cause.evidence["cause"] == "growth"
+    assert cause.evidence["key"] == "growth"
     assert "regimes" not in cause.evidence["checks"]
     assert "grows as training goes on" in cause.next
 
@@ -75,7 +75,7 @@ def test_a_fault_from_one_step_on_stays_a_code_path(
     (evidence,) = regimes.evidence["runs"].values()
     assert evidence["kind"] == "step change" and "smooth_rise" not in evidence
     assert [int(s) for s in evidence["elevated_steps"]] == list(range(16, STEPS))
-    assert checks["cause"].evidence["cause"] == "code path"
+    assert checks["cause"].evidence["key"] == "code_path"
     assert "a code path only some steps take" in regimes.next
 
 

@@ -73,7 +73,7 @@ def test_a_run_one_step_behind_is_named_the_policy(samples: Path, baseline: str 
     assert signs.evidence["dispersion"] > 2 and signs.evidence["p_value"] < 1e-20
     assert checks["staleness"].verdict == "ok"  # no version column; its tag says weight_lag=0
     cause = checks["cause"]
-    assert cause.evidence["cause"] == "policy" and "policy_signs" in cause.evidence["checks"]
+    assert cause.evidence["key"] == "policy" and "policy_signs" in cause.evidence["checks"]
     assert "weight versions" in cause.next
     if baseline:  # the baseline check sees the excess too, and the cause keeps it
         assert "baseline" in cause.evidence["checks"]
@@ -90,7 +90,7 @@ def test_numeric_mismatch_does_not_lean(samples: Path, run: str) -> None:
 def test_planted_leaning_responses_are_the_policy(planted: Path, run: str) -> None:
     checks = diagnosed(planted, run)
     assert checks["policy_signs"].verdict in ALARM
-    assert checks["cause"].evidence["cause"] == "policy"
+    assert checks["cause"].evidence["key"] == "policy"
 
 
 @pytest.mark.parametrize("run", ["even", "loud"])
@@ -107,4 +107,4 @@ def test_a_code_path_comes_before_leaning_responses(planted: Path) -> None:
     signs = checks["policy_signs"]
     assert signs.verdict in ALARM
     assert "or a biased kernel" in signs.finding and signs.next.startswith("fix the code path")
-    assert checks["cause"].evidence["cause"] == "code path"
+    assert checks["cause"].evidence["key"] == "code_path"

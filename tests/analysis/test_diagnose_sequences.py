@@ -92,7 +92,7 @@ def test_some_hot_requests_are_named(store: Path, run: str, baseline: str | None
     top = examples[0]
     assert f"mismatchctl show {run} {top['sample_id']} --step {top['step']}" in hot.next
     cause = checks["cause"]
-    assert cause.evidence["cause"] == "sequences", cause.finding
+    assert cause.evidence["key"] == "sequences", cause.finding
     assert "replica" in cause.next and "weight version" in cause.next
 
 
@@ -100,7 +100,7 @@ def test_some_hot_requests_are_named(store: Path, run: str, baseline: str | None
 def test_no_hot_sequences_where_no_request_is_singled_out(store: Path, run: str) -> None:
     checks = _checks(store, run)
     assert checks["hot_sequences"].verdict == "ok", checks["hot_sequences"].finding
-    assert checks["cause"].evidence["cause"] != "sequences"
+    assert checks["cause"].evidence["key"] != "sequences"
 
 
 def test_hot_requests_of_one_data_source_are_named_by_it(store: Path) -> None:
@@ -113,8 +113,8 @@ def test_hot_requests_of_one_data_source_are_named_by_it(store: Path) -> None:
     assert local.verdict in ALARM
     (run,) = local.evidence["runs"].values()
     assert run["code_path_findings"][0]["where"] == {"attr:data_source": "code"}
-    assert cause.evidence["cause"] == "code path"
-    assert cause.finding.startswith("code path (the samples with data_source code)")
+    assert cause.evidence["key"] == "code_path"
+    assert cause.evidence["variant"] == "the samples with data_source code"
     assert "--where attr:data_source=code" in cause.next and "attention" not in cause.next
     assert local.next == cause.next
     assert hot.verdict in ALARM and "the localized check names a part" in hot.next

@@ -68,8 +68,8 @@ def test_hotter_first_turns_are_the_prompts_path(
     assert evidence["first_turns"] is True
     top = evidence["code_path_findings"][0]["where"]
     assert top.get("turn") == "0" or top.get("turn_kind") == "first"
-    assert cause.evidence["cause"] == "code path"
-    assert cause.finding.startswith("code path (the first turns)")
+    assert cause.evidence["key"] == "code_path"
+    assert cause.evidence["variant"].startswith("the first turns")
     assert "prompt" in cause.next and "prompt" in local.next
     # the later turns are colder, not hotter: the tool check stays quiet
     assert checks["tool_responses"].verdict == "ok"
@@ -92,7 +92,7 @@ def test_a_long_context_path_inside_the_later_turns_is_a_code_path(
     # search's part was askew (some steps, a length), the later turns' own KV contrast is not
     inside = evidence["within_later_turns"]
     assert "kv_position" in inside["where"] and inside["rate_ratio_ci"][0] >= 1.5
-    assert cause.evidence["cause"] == "code path", cause.finding
+    assert cause.evidence["key"] == "code_path", cause.finding
     assert "attention backend" in cause.next
     # the later turns are hotter as a whole (they hold the long positions): that check fires
     # too, and defers to the code path
@@ -106,7 +106,7 @@ def test_a_long_context_path_inside_the_later_turns_is_a_code_path(
 def test_a_healthy_run_has_no_turn_fault(store: Path, baseline: str | None) -> None:
     checks = diagnosed(store, "healthy", baseline)
     assert checks["localized"].verdict == "ok"
-    assert checks["cause"].evidence["cause"] == "none"
+    assert checks["cause"].evidence["key"] == "none"
     assert all(c.verdict not in ALARM for c in checks.values())
 
 
@@ -120,7 +120,7 @@ def test_later_turns_found_by_position_alone_still_name_a_cause(store: Path) -> 
     local, tool, cause = checks["localized"], checks["tool_responses"], checks["cause"]
     assert local.verdict in ALARM and local.evidence["later_turns"] is True
     assert tool.verdict == "ok"
-    assert cause.evidence["cause"] == "tool responses"
+    assert cause.evidence["key"] == "tool_turns"
     assert cause.evidence["checks"] == ["localized"]
     assert "kv_position" in cause.next and "turn_kind=later" in cause.next
 
@@ -130,4 +130,4 @@ def test_an_alarm_always_comes_with_a_cause(store: Path, run: str) -> None:
     checks = diagnosed(store, run, None)
     alarms = [c.name for c in checks.values() if c.verdict in ALARM and c.name != "cause"]
     if alarms:
-        assert checks["cause"].evidence["cause"] != "none", alarms
+        assert checks["cause"].evidence["key"] != "none", alarms

@@ -219,7 +219,7 @@ def test_a_mismatch_on_whitespace_tokens_fires(store: Path) -> None:
     assert all(e["text"].replace("\\n", "").replace("\\t", "").strip() == ""
                for e in whitespace["examples"])  # fmt: skip
     cause = next(c for c in api.diagnose("ws-large", store=store).checks if c.name == "cause")
-    assert cause.evidence["cause"] == "template" and "token_classes" in cause.evidence["checks"]
+    assert cause.evidence["key"] == "template" and "token_classes" in cause.evidence["checks"]
 
 
 def test_a_mismatch_on_special_tokens_fires(store: Path) -> None:

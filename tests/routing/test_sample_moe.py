@@ -60,8 +60,8 @@ def test_sample_moe_diagnosis(moe_store: Path) -> None:
     flips = checks["moe"]["routing_flips"]
     assert flips.verdict == "fail" and "enable rollout routing replay" in flips.next
     assert "routing_replay" not in checks["moe"]
-    assert checks["moe"]["cause"].evidence["cause"] == "routing"
-    assert checks["moe-r3"]["cause"].evidence["cause"] == "none"
+    assert checks["moe"]["cause"].evidence["key"] == "routing"
+    assert checks["moe-r3"]["cause"].evidence["key"] == "none"
     assert checks["moe-r3"]["routing_replay"].verdict == "ok"
     assert "routing_flips" not in checks["moe-r3"]
     bug = checks["moe-capture-bug"]["routing_replay"]

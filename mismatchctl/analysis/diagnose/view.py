@@ -30,7 +30,7 @@ def cause_facts(cause: dict[str, Any]) -> list[S.Fact]:
     key = cause.get("key", "none")
     if key in ("none", "unexplained"):
         return [S.Fact("cause", cause.get("finding") or key, S.Kind.TEXT)]
-    label = cause["label"] + (f" ({cause['variant']})" if cause.get("variant") else "")
+    label = cause["label"] + (f": {cause['variant']}" if cause.get("variant") else "")
     out = [S.Fact("cause", label, S.Kind.TEXT)]
     if cause.get("where"):
         out.append(S.Fact("where", cause["where"], S.Kind.TEXT))

@@ -9,7 +9,8 @@ from mismatchctl.analysis.diagnose.advice import (
     FIRST_TURNS_LOCAL_ADVICE,
     attribute_advice,
 )
-from mismatchctl.analysis.diagnose.causes.hypothesis import Support
+from mismatchctl.analysis.diagnose.cause_evidence import steps_follow_gpu
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import (
     first_findings,
     on_gpus,
@@ -18,7 +19,14 @@ from mismatchctl.analysis.diagnose.causes.parts import (
     where_text,
 )
 from mismatchctl.analysis.diagnose.check import CheckModule, fired
-from mismatchctl.analysis.diagnose.checks import localized, regimes, spikes, trend
+from mismatchctl.analysis.diagnose.checks import (
+    hardware,
+    localized,
+    regimes,
+    spikes,
+    tool_responses,
+    trend,
+)
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.parts import first_turns
 from mismatchctl.analysis.diagnose.steps import smooth_growth
@@ -41,7 +49,7 @@ TELLS_APART = (
 EVERY_TOKEN = False
 EXPLAINS = ("sequences", "tool_turns", "policy", "hardware", "growth")
 CORRECTION = "no: fix or disable the path; importance sampling would only reweight the damage"
-READS: tuple[CheckModule, ...] = (localized, regimes, spikes, trend)
+READS: tuple[CheckModule, ...] = (localized, regimes, spikes, trend, tool_responses, hardware)
 
 PLACES = {
     K.KV_POSITION: "long KV positions (split-KV, flash-decoding or cascade attention)",
@@ -63,9 +71,15 @@ def support(ctx: Context) -> Support | None:
     if firsts and fired(local) and not later:
         f = firsts[0]
         ci = f.get("rate_ratio_ci")
+        # the later turns' excess that the tool check lays at the path's door is the path's too
+        tool = ctx.result(tool_responses)
+        deferred = (
+            [tool] if fired(tool) and tool is not None and tool.evidence.get("code_path") else []
+        )
         best = Support(
-            verdict=local.verdict, share=f.get("excess_share"), because=local.finding,
-            checks=(localized.NAME,), ratio=f.get("rate_ratio"),
+            verdict=worst_of([local, *deferred]), share=f.get("excess_share"),
+            because=local.finding, checks=(localized.NAME, *(c.name for c in deferred)),
+            ratio=f.get("rate_ratio"),
             ci=None if ci is None else (ci[0], ci[1]), claim=f.get("token_share"),
             where=where_text(f["where"]), variant=_variant(f["where"]),
         )  # fmt: skip
@@ -84,9 +98,13 @@ def _steps(ctx: Context) -> Support | None:
     share, steps = max(found, key=lambda s: s[0] or 0.0)
     if share is None:
         return None
+    against = ()
+    if fired(ctx.result(hardware)) and steps_follow_gpu(ctx, hits):
+        against = ("the elevated steps are the hot gpu's: on the other gpus they are not hotter",)
     return Support(
         verdict=hits[0].verdict, share=share, because=hits[0].finding,
         checks=tuple(c.name for c in hits), where=f"steps {steps}", variant=PLACES[K.STEP],
+        against=against,
     )  # fmt: skip
 
 

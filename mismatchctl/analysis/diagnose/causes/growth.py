@@ -54,6 +54,7 @@ def support(ctx: Context) -> Support | None:
 def advice(ctx: Context, found: Support) -> str:
     label = shlex.quote(ctx.label.split("@")[0])
     return (
+        "the mismatch grows as training goes on: "
         f"`mismatchctl explain '{label}@steps=LATE' --baseline '{label}@steps=EARLY'` splits "
         "the rise into mix (the policy moved toward tokens that were always mismatched: lower "
         "probabilities, longer sequences, more tool turns) and rate (the numerics got worse, a "

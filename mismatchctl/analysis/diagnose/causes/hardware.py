@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from mismatchctl.analysis.diagnose.cause_evidence import other_gpus_advice
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
 from mismatchctl.analysis.diagnose.causes.parts import first_findings, on_gpus, where_text
 from mismatchctl.analysis.diagnose.check import CheckModule, fired
-from mismatchctl.analysis.diagnose.checks import hardware, localized
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.checks import baseline, hardware, localized
+from mismatchctl.analysis.diagnose.context import Context, baseline_on_other_gpus
 
 KEY = "hardware"
 CLASS = "hardware"
@@ -21,11 +22,14 @@ TELLS_APART = (
 EVERY_TOKEN = False
 EXPLAINS = ("sequences", "policy", "code_path", "tool_turns", "growth")
 CORRECTION = "no: move the run, or switch the kernel path those gpus take"
-READS: tuple[CheckModule, ...] = (hardware, localized)
+READS: tuple[CheckModule, ...] = (hardware, localized, baseline)
 
 
 def support(ctx: Context) -> Support | None:
     gpu, local = ctx.result(hardware), ctx.result(localized)
+    other = _other_generation(ctx)
+    if other is not None:
+        return other
     if gpu is None or gpu.verdict == "n/a":
         return None
     e = gpu.evidence
@@ -48,7 +52,31 @@ def support(ctx: Context) -> Support | None:
     )
 
 
+def _other_generation(ctx: Context) -> Support | None:
+    """A uniform excess over a baseline that ran on other gpus: another generation's kernels
+    (or a policy: the data cannot tell them apart); it explains the excess over the baseline."""
+    base, gpus = ctx.result(baseline), baseline_on_other_gpus(ctx)
+    if gpus is None or not fired(base) or base is None:
+        return None
+    if base.evidence.get("excess_shape") != "uniform":
+        return None
+    ratio, ci = base.evidence.get("rate_ratio"), base.evidence.get("rate_ratio_ci")
+    return Support(
+        verdict=base.verdict,
+        share=part_share(1.0, ratio),
+        because=base.finding,
+        checks=(baseline.NAME,),
+        ratio=ratio,
+        ci=None if ci is None else (ci[0], ci[1]),
+        where=f"gpu {', '.join(gpus[0])} (the baseline: {', '.join(gpus[1])})",
+        variant="another gpu generation than the baseline's",
+    )
+
+
 def advice(ctx: Context, found: Support) -> str:
+    gpus = baseline_on_other_gpus(ctx)
+    if found.variant and gpus is not None:
+        return other_gpus_advice(*gpus)
     gpu = ctx.result(hardware)
     return (gpu.next if gpu is not None and gpu.next else None) or (
         f"the mismatch follows the hardware ({found.where}): compare the same configuration on "

@@ -45,15 +45,22 @@ SHAPES = {
 
 
 def support(ctx: Context) -> Support | None:
-    base, signs = ctx.result(baseline), ctx.result(policy_signs)
+    base, signs, low = ctx.result(baseline), ctx.result(policy_signs), ctx.result(low_probability)
     if base is None or base.verdict == "n/a":
-        return None  # without a baseline, a uniform loss is a level, not a shape
+        if not fired(low) or low is None:
+            return None  # without a baseline, a uniform loss is a level, not a shape
+        return Support(  # the low-probability trap: most of the K3 on the rare tokens
+            verdict=low.verdict, share=None, because=low.finding, checks=(low_probability.NAME,),
+            where="the rare tokens", variant=SHAPES["concentrated"],
+        )  # fmt: skip
     shape = base.evidence.get("excess_shape")
     against: tuple[str, ...] = ()
     if fired(signs):
         against += ("whole responses lean one way (policy_signs): another policy, not noise",)
     semantic = [c.name for c in (ctx.result(offset), ctx.result(temperature), ctx.result(top_p))
                 if fired(c) and c is not None]  # fmt: skip
+    if baseline_on_other_gpus(ctx) is not None:
+        against += ("the baseline ran on other gpus: their kernels differ (the hardware)",)
     if semantic:
         against += (f"the sides compute different distributions ({', '.join(semantic)}): a "
                     "deterministic transform, not noise",)  # fmt: skip
@@ -76,12 +83,17 @@ def advice(ctx: Context, found: Support) -> str:
     other = baseline_on_other_gpus(ctx)
     text = (
         "the run is less exact than the baseline on every token, each moved on its own: look "
-        "for a lower-precision path on the engine side (an fp8 KV cache or fp8 weights, fp16 "
-        "activations, a bf16 lm_head, tensor parallelism across hosts) and diagnose a few "
-        "steps with it switched back"
+        "for a lower-precision path on the engine side (an fp8 KV cache, an fp8-quantized "
+        "model, fp16 activations, a bf16 lm_head, tensor parallelism across hosts) and "
+        "diagnose a few steps with it switched back"
     )
     if found.variant == SHAPES["concentrated"]:
         text += f"; {LOW_PROB_ADVICE}"
+    else:
+        text += (
+            "; a policy mismatch too faint to lean the responses visibly gives the same "
+            "picture: compare the two sides' checkpoint versions as well"
+        )
     if other is not None:
         text += (
             f"; the run ran on {', '.join(other[0])} and the baseline on {', '.join(other[1])}: "

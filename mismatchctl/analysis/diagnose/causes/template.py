@@ -6,7 +6,7 @@ from __future__ import annotations
 from mismatchctl.analysis.diagnose.advice import TEMPLATE_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share, worst_of
 from mismatchctl.analysis.diagnose.causes.tool_turns import later_mass_share
-from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.check import Check, CheckModule, fired
 from mismatchctl.analysis.diagnose.checks import token_classes, tool_responses, turn_edges
 from mismatchctl.analysis.diagnose.context import Context
 
@@ -29,12 +29,13 @@ READS: tuple[CheckModule, ...] = (turn_edges, token_classes, tool_responses)
 
 
 def support(ctx: Context) -> Support | None:
-    edges = ctx.result(turn_edges)
+    edges, classes = ctx.result(turn_edges), ctx.result(token_classes)
+    if fired(classes) and (edges is None or not edges.evidence.get("template")):
+        return _classes(classes)
     if edges is None or edges.verdict == "n/a":
         return None
     start = edges.evidence.get("later_start") or {}
     ratio, ci = start.get("rate_ratio"), start.get("rate_ratio_ci")
-    classes = ctx.result(token_classes)
     verdict = worst_of([edges, classes if fired(classes) else None])
     share = part_share(edges.evidence.get("edge_mass_share"), ratio)
     tool = ctx.result(tool_responses)
@@ -58,5 +59,30 @@ def support(ctx: Context) -> Support | None:
     )
 
 
+def _classes(classes: Check) -> Support:
+    """A kind of token (whitespace, byte fallback, special) over-represented among the worst:
+    what a re-tokenization does; its share is the class's share of the worst tokens beyond
+    what chance puts there (a count, not a mass)."""
+    found = classes.evidence.get("classes", {})
+    share = 0.0
+    for name in classes.evidence.get("over_represented", []):
+        c = found.get(name, {})
+        worst, expected = c.get("worst") or 0, c.get("expected") or 0.0
+        if worst > 0:
+            share = max(share, (c.get("share_of_worst") or 0.0) * max(0.0, 1 - expected / worst))
+    return Support(
+        verdict=classes.verdict,
+        share=share,
+        because=classes.finding,
+        checks=(token_classes.NAME,),
+        where=", ".join(classes.evidence.get("over_represented", [])) + " tokens",
+        variant="a re-tokenization: one kind of token among the worst",
+    )
+
+
 def advice(ctx: Context, found: Support) -> str:
+    if found.checks == (token_classes.NAME,):
+        classes = ctx.result(token_classes)
+        if classes is not None and classes.next:
+            return classes.next
     return TEMPLATE_ADVICE

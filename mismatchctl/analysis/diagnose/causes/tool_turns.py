@@ -3,6 +3,7 @@ probabilities (how the engine takes in the tool output, long contexts)."""
 
 from __future__ import annotations
 
+from mismatchctl.analysis.diagnose.cause_evidence import later_by_position_advice
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
 from mismatchctl.analysis.diagnose.check import Check, CheckModule, fired
 from mismatchctl.analysis.diagnose.checks import localized, tool_responses, turn_edges, turn_ends
@@ -40,7 +41,7 @@ def support(ctx: Context) -> Support | None:
         verdict=tool.verdict if own else local.verdict if by_position and local else "ok",
         share=part_share(mass, ratio) if hit else 0.0,
         because=tool.finding if own or not by_position else local.finding,
-        checks=tuple(c.name for c in (tool, local) if fired(c)),
+        checks=tuple(c.name for c in ((tool,) if own else (local,)) if c is not None),
         ratio=ratio,
         ci=None if ci is None else (ci[0], ci[1]),
         claim=s,
@@ -76,6 +77,8 @@ def _narrower(ctx: Context) -> tuple[str, ...]:
 
 
 def advice(ctx: Context, found: Support) -> str:
+    if found.checks and found.checks[0] == localized.NAME:  # found by position only
+        return later_by_position_advice(ctx)
     tool = ctx.result(tool_responses)
     return (tool.next if tool is not None and tool.next else None) or (
         "look at the worst later turns (`mismatchctl tokens "

@@ -21,10 +21,10 @@ from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.levels import MEDIUM_MAX
 
 MIN_SHARE = 0.2
-"""A cause that explains less than a fifth of the excess is not named: the verdict is
-"unexplained", with the candidates listed. (A real fault of a part of the run carries most of
-its excess: the subtle split-KV fault of the calibration corpus explains 76%, a re-rendered
-template 90%; a healthy run's edge effects a few percent.)"""
+"""Against a baseline the run exceeds, a cause must explain a fifth of that excess (the run's mass
+above the baseline's rate, ``1 - 1/ratio`` of it) to be named; else the verdict is
+"unexplained", with the candidates listed. Without a baseline the excess is only what the alarmed
+causes claim, and the best of them is named."""
 
 ALSO_SHARE = 0.25
 """A second cause is named beside the first when it alarms on its own checks, explains at least
@@ -59,7 +59,7 @@ def weigh(ctx: Context) -> Weighing:
     first = next((w for w in alarmed if _precondition(w) and w.support.verdict == FAIL), None)
     if first is None and alarmed:
         first = max(alarmed, key=_rank)
-    if first is not None and (first.support.share or 0.0) < MIN_SHARE and not _precondition(first):
+    if first is not None and not _precondition(first) and _too_little(ctx, first):
         others = sorted(weighed, key=_rank, reverse=True)
         return Weighing(None, [], [_lost(w, None) for w in others], unexplained=True)
     if first is None and _unexplained_alarm(ctx):
@@ -69,6 +69,15 @@ def weigh(ctx: Context) -> Weighing:
     rest = [w for w in weighed if w is not first and w not in also]
     rest.sort(key=_rank, reverse=True)
     return Weighing(first, also, [_lost(w, first) for w in rest])
+
+
+def _too_little(ctx: Context, first: Weighed) -> bool:
+    """The run exceeds its baseline and the cause explains under ``MIN_SHARE`` of that excess."""
+    base = ctx.result(baseline)
+    ratio = base.evidence.get("rate_ratio") if fired(base) and base is not None else None
+    if ratio is None or not ratio > 1:
+        return False
+    return (first.support.share or 0.0) < MIN_SHARE * (1.0 - 1.0 / ratio)
 
 
 def _unexplained_alarm(ctx: Context) -> bool:
@@ -110,7 +119,7 @@ def _lost(w: Weighed, first: Weighed | None) -> Weighed:
     if not s.alarm:
         why = "its checks did not fire"
     elif first is None:
-        why = f"explains {_pct(s.share)}, under the {_pct(MIN_SHARE)} a cause must explain"
+        why = f"explains {_pct(s.share)} of the run's mass, under a fifth of its excess"
     elif w.cause.KEY in first.cause.EXPLAINS:
         why = f"{first.cause.LABEL} sets off its checks too"
     elif s.against:

@@ -5,6 +5,7 @@ supported."""
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 
 from mismatchctl.analysis.diagnose.causes.catalogue import reads
@@ -58,7 +59,23 @@ def named(ctx: Context) -> str:
 def run(ctx: Context) -> Check:
     found = weigh(ctx)
     evidence = weighing_dict(ctx, found)
+    if found.unexplained:
+        evidence["next"] = _unexplained_advice(ctx)
     return Check(LAYER, NAME, TITLE, found.verdict, finding(found), evidence, evidence.get("next"))
+
+
+def _unexplained_advice(ctx: Context) -> str:
+    base = ctx.baseline
+    label = shlex.quote(ctx.label)
+    if base is not None:
+        return (
+            f"`mismatchctl explain {label} --baseline {shlex.quote(base.label)}` shows where "
+            "the excess over the baseline lives; the causes' runner-ups say what each explains"
+        )
+    return (
+        "give a known-good run with --baseline: a policy mismatch and a uniformly less exact "
+        "numeric path look alike without one; compare the weight versions of both sides"
+    )
 
 
 def finding(found: Weighing) -> str:
@@ -73,7 +90,7 @@ def finding(found: Weighing) -> str:
         return "no cause found: no cause's checks fire"
     w = found.named
     s = w.support
-    head = w.cause.LABEL + (f" ({s.variant})" if s.variant else "")
+    head = w.cause.LABEL + (f": {s.variant}" if s.variant else "")
     text = f"{head}: explains {_pct(s.share)} of the excess; {s.because}"
     if found.also:
         text += "; also " + ", ".join(a.cause.LABEL for a in found.also)
