@@ -31,6 +31,7 @@ from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.parts import first_turns
 from mismatchctl.analysis.diagnose.steps import smooth_growth
 from mismatchctl.engines import plan as K
+from mismatchctl.stats import registry as M
 
 KEY = "code_path"
 CLASS = "code path"
@@ -80,7 +81,7 @@ def support(ctx: Context) -> Support | None:
             verdict=worst_of([local, *deferred]), share=f.get("excess_share"),
             because=local.finding, checks=(localized.NAME, *(c.name for c in deferred)),
             ratio=f.get("rate_ratio"),
-            ci=None if ci is None else (ci[0], ci[1]), claim=f.get("token_share"),
+            ci=None if ci is None else (ci[0], ci[1]), claim=f.get(M.TOKEN_SHARE.key),
             where=where_text(f["where"]), variant=_variant(f["where"]),
         )  # fmt: skip
     steps = _steps(ctx)
