@@ -76,10 +76,8 @@ def ingest_all(corpus: Path, runs: list[dict[str, Any]], store: Path) -> None:
         options = run.get("ingest") or {}
         routes = None
         if options:
-            from mismatchctl.options import RouteOptions
-
-            routes = RouteOptions(
-                topk=options.get("routes_topk"), num_experts=options.get("num_experts")
+            routes = api.RouteOptions(
+                top_k=options.get("routes_topk") or 0, num_experts=options.get("num_experts")
             )
         api.ingest([corpus / "runs" / run["name"]], run["name"], store=store, routes=routes)
 

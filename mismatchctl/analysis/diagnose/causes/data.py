@@ -5,7 +5,12 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.check import DATA, FAIL, CheckModule, Every
-from mismatchctl.analysis.diagnose.checks import token_classes, turn_edges, turn_ends
+from mismatchctl.analysis.diagnose.checks import (
+    route_capture,
+    token_classes,
+    turn_edges,
+    turn_ends,
+)
 from mismatchctl.analysis.diagnose.context import Context
 
 KEY = "data"
@@ -23,8 +28,8 @@ EXPLAINS = (
 )  # fmt: skip
 CORRECTION = "no: fix the writer; a correction would mix the broken rows in"
 READS: tuple[CheckModule | Every, ...] = (Every(DATA),)
-NOT_DATA = (turn_edges.NAME, turn_ends.NAME, token_classes.NAME)
-"""Checks of the data layer that name another cause (the template, the stop), not the dump."""
+NOT_DATA = (turn_edges.NAME, turn_ends.NAME, token_classes.NAME, route_capture.NAME)
+"""Checks of the data layer that name another cause (the template, the stop, the routes)."""
 PRECONDITION = True
 """A failed data check is named first, whatever the shares: the other numbers mix it in."""
 

@@ -1,6 +1,6 @@
 """MoE routing replay (R3) holds when a run says it is on: the share of compared positions whose
-trainer routes differ from the engine's. No check at all for a selection without a run tagged
-``routing_replay=r3``."""
+trainer routes differ from the engine's. A run whose routes agree on every compared token says
+it by itself (no tag needed). No check at all for a selection without either."""
 
 from __future__ import annotations
 
@@ -37,6 +37,12 @@ class Thresholds:
 
 T = Thresholds()
 
+
+def replayed(m: dict) -> bool:
+    """Routes equal on every compared token: replay is on (numeric flips leave some)."""
+    return m.get(R.ROUTING_TOKEN_AGREEMENT) == 1.0
+
+
 BUG_ADVICE = (
     "replay is on but the trainer routes differ: a capture or alignment bug. Check the routes "
     "are aligned per input position (--routes-aligned), that padding and tool positions hold -1 "
@@ -45,11 +51,13 @@ BUG_ADVICE = (
 
 
 def run(ctx: Context) -> Check | None:
-    """Runs tagged ``routing_replay=r3``: the share of compared positions that violate it."""
-    runs = {r: x for r, x in ctx.report.routing.items() if x.replay}
+    """Runs tagged ``routing_replay=r3``: the share of compared positions that violate it; an
+    untagged run whose routes agree on every compared token says replay is on by itself (its
+    violations are 0)."""
+    runs = {r: x for r, x in ctx.report.routing.items() if x.replay or replayed(x.metrics)}
     if not runs:
         return None
-    rows = {run: x.metrics[R.R3_VIOLATION_FRACTION] for run, x in runs.items()}
+    rows = {run: x.metrics[R.R3_VIOLATION_FRACTION] if x.replay else 0.0 for run, x in runs.items()}
     verdicts = {
         run: NA if v is None else OK if v == 0 else FAIL if v > T.R3_VIOLATION_FAIL else WARN
         for run, v in rows.items()
@@ -64,5 +72,9 @@ def run(ctx: Context) -> Check | None:
         else f"{run}: no compared token"
         for run in bad[:3]
     )
-    evidence = {"runs": {run: {R.R3_VIOLATION_FRACTION: v} for run, v in rows.items()}}
+    evidence = {
+        "runs": {
+            run: {R.R3_VIOLATION_FRACTION: v, "tagged": runs[run].replay} for run, v in rows.items()
+        }
+    }
     return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice_if(verdict, BUG_ADVICE))
