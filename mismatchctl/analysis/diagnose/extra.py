@@ -29,6 +29,7 @@ from mismatchctl.stats.sentinels import (
     sentinel_state,
     trailing_zero_state,
 )
+from mismatchctl.stats.token_shift import TokenShiftState, token_shift_state
 from mismatchctl.store.parts import read_columns
 
 NO_LAG = np.iinfo(np.int64).min  # stands for a sequence without a known weight lag
@@ -67,6 +68,7 @@ class DiagnoseState:
     lag_k3: np.ndarray = field(default_factory=lambda: np.zeros((3, 2)))  # stats.comoments.lag_k3
     misaligned: MisalignState = field(default_factory=MisalignState)  # stats.misalign
     hot_sequences: HotSequenceParts = field(default_factory=HotSequenceParts)
+    token_shift: TokenShiftState = field(default_factory=TokenShiftState)  # stats.token_shift
 
     def merge(self, other: DiagnoseState) -> DiagnoseState:
         return DiagnoseState(
@@ -78,13 +80,14 @@ class DiagnoseState:
             self.lag_k3 + other.lag_k3,
             self.misaligned.merge(other.misaligned),
             self.hot_sequences.merge(other.hot_sequences),
+            self.token_shift.merge(other.token_shift),
         )
 
 
 class DiagnoseExtra:
     """Engine extra of `diagnose`; reads each run's (seq, weight_lag) once, on first use."""
 
-    columns: tuple[str, ...] = ()
+    columns: tuple[str, ...] = (S.TOKEN_ID,)
 
     def __init__(self, selection: Selection) -> None:
         self._paths = selection.sequence_paths
@@ -104,6 +107,7 @@ class DiagnoseExtra:
             lag_k3(pairs),
             misalign_state(lr, lt, seq, turn, step, keys.run),
             hot_sequence_state(lr, lt, seq, turn, step, *self._bins(keys), keys.run),
+            token_shift_state(_token_ids(table, keys), lr, lt, seq, *self._bins(keys)),
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:
@@ -164,6 +168,14 @@ class DiagnoseExtra:
             if run not in self._lags:
                 self._lags[run] = _read_lags(self._paths.get(run, []))
             return self._lags[run]
+
+
+def _token_ids(table: pa.Table, keys: PartKeys) -> np.ndarray:
+    """Each row's token id, -1 where the dump gave none."""
+    if S.TOKEN_ID not in table.column_names:
+        return np.full(keys.n, -1, dtype=np.int64)
+    ids = numpy_of(table.column(S.TOKEN_ID), fill=-1).astype(np.int64)
+    return ids if keys.taken is None else ids[keys.taken]
 
 
 def _read_lags(paths: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from mismatchctl.analysis.diagnose.advice import PROCESSED_HINT
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.check import CheckModule, fired
-from mismatchctl.analysis.diagnose.checks import offset, temperature, top_p
+from mismatchctl.analysis.diagnose.checks import offset, temperature, token_shift, top_p
 from mismatchctl.analysis.diagnose.context import Context
 
 KEY = "semantics"
@@ -23,12 +23,13 @@ TELLS_APART = (
     "logprob; numeric noise is symmetric"
 )
 EVERY_TOKEN = True
-EXPLAINS = ("sequences", "policy", "tool_turns")
+EXPLAINS = ("sequences", "policy", "tool_turns", "code_path")
 CORRECTION = "no: importance sampling cannot fix two different distributions; make them one"
-READS: tuple[CheckModule, ...] = (offset, temperature, top_p)
+READS: tuple[CheckModule, ...] = (offset, temperature, top_p, token_shift)
 
 VARIANTS = {
     top_p.NAME: "truncation: top-p, top-k or min-p renormalised on one side",
+    token_shift.NAME: "a logit processor on one side (a penalty, a logit bias, a bad-words mask)",
     temperature.NAME: "raw logprobs or a temperature on one side",
     offset.NAME: "a one-sided shift of the logprobs",
 }
@@ -52,7 +53,8 @@ def support(ctx: Context) -> Support | None:
 
 
 def advice(ctx: Context, found: Support) -> str:
-    lead = ctx.result(top_p) if found.variant == VARIANTS[top_p.NAME] else None
+    lead = next((ctx.result(c) for c in (top_p, token_shift) if found.variant == VARIANTS[c.NAME]),
+                None)  # fmt: skip
     if lead is not None and lead.next:
         return lead.next
     return PROCESSED_HINT

@@ -1,0 +1,97 @@
+"""A logit processor on one side only: a signed shift of ``r`` on the tokens seen before in the
+response (a repetition, frequency or presence penalty), none elsewhere; the token ids shifted
+most are listed beside (``stats/token_shift.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mismatchctl.analysis.diagnose.check import (
+    NA,
+    SEMANTIC,
+    Check,
+    CheckModule,
+    advice_if,
+    grade,
+)
+from mismatchctl.analysis.diagnose.checks import alignment
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.text import fmt, pct
+from mismatchctl.stats.token_shift import seen_shift, shifted_ids
+
+NAME = "token_shift"
+LAYER = SEMANTIC
+TITLE = "A logit processor on one side (some tokens shifted)"
+ORDER = 95
+READS: tuple[CheckModule, ...] = (alignment,)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    SEEN_SHIFT: float = 0.004
+    SEEN_Z: float = 8.0
+    """The tokens whose id occurred earlier in the response against the others at the same
+    probability bin: a mean shift of 0.004 nats or more at 8 standard errors is a penalty on
+    repeated tokens (repetition, frequency, presence) that one side applies. The calibration
+    corpus' 34 healthy and improved runs stay within 0.0008 nats and 2.3 standard errors, its
+    policy runs within 0.0025 and 3.6; a repetition penalty of 1.01 in the engine's logprobs
+    gives 0.008 (z 25), a frequency penalty of 0.05 0.007 (z 24), a presence penalty of 0.5
+    0.11 (z 55)."""
+
+    FAIL_SHIFT: float = 0.04
+    """A seen-token shift ten times ``SEEN_SHIFT``: fail."""
+
+    ID_MIN_TOKENS: int = 30
+    ID_SHIFT: float = 0.1
+    ID_Z: float = 8.0
+    """Token ids whose mean ``r`` is 0.1 nats or more from 0 at 8 standard errors (from 30 of
+    their tokens) are listed as evidence, not judged: a logit bias or a bad-words mask shifts a
+    few ids, but other weights shift some ids too (the corpus' wrong checkpoint: 3 ids carrying
+    23% of the K3), so the ids alone do not tell a processor from a policy."""
+
+
+T = Thresholds()
+
+
+def run(ctx: Context) -> Check:
+    if skipped := alignment.not_assessed(ctx, LAYER, NAME, TITLE):
+        return skipped
+    st = ctx.state.token_shift
+    if len(st.n) == 0:
+        return Check(LAYER, NAME, TITLE, NA, "the dump has no token ids")
+    ids = shifted_ids(st, T.ID_MIN_TOKENS, T.ID_SHIFT, T.ID_Z)
+    mass = sum(s.mass_share for s in ids)
+    seen = seen_shift(st)
+    evidence: dict[str, Any] = {
+        "shifted_ids": [s.__dict__ for s in ids[:20]],
+        "shifted_mass_share": mass,
+        "seen_shift": None if seen is None else seen.__dict__,
+    }
+    by_seen = seen is not None and abs(seen.shift) >= T.SEEN_SHIFT and abs(seen.z) >= T.SEEN_Z
+    fail = by_seen and seen is not None and abs(seen.shift) >= T.FAIL_SHIFT
+    verdict = grade(fail, by_seen)
+    parts = []
+    if seen is not None:
+        parts.append(
+            f"tokens seen before in their response: r {fmt(seen.shift)} nats from the others at "
+            f"the same probabilities (z {fmt(seen.z)}; {pct(seen.seen_share)} of the tokens)"
+        )
+    parts.append(
+        f"{len(ids)} token id(s) shifted by 0.1 nats or more at {T.ID_Z:g} SE, carrying "
+        f"{pct(mass)} of the K3 mass"
+        + (
+            f" (id {ids[0].token_id}: mean r {fmt(ids[0].mean)}, {ids[0].tokens} tokens)"
+            if ids
+            else ""
+        )
+    )
+    finding = "; ".join(parts)
+    if by_seen:
+        finding += ": a penalty on repeated tokens (or another logit processor) on one side"
+    advice = (
+        "one side applies a logit processor the other does not (a repetition, frequency or "
+        "presence penalty; a logit bias or a bad-words mask) in the engine's processed "
+        "logprobs: apply it in the trainer's logits too, or sample without it"
+    )
+    return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice_if(verdict, advice))

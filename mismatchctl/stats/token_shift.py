@@ -1,0 +1,145 @@
+"""A signed shift of ``r`` on some tokens: what a logit processor applied on one side only leaves
+(a logit bias or a bad-words mask on some token ids; a repetition, frequency or presence penalty
+on the tokens seen before in the response), as a mergeable state.
+
+Per token id: the model tokens, the sums of ``r``, ``r^2`` and K3. Per probability bin, the tokens
+whose id already occurred earlier in the same response ("seen") and the others: tokens, sum of
+``r`` and of ``r^2``. A token is seen when an earlier model token of its sequence in the same
+part has its id; parts keep a sequence's tokens together and in order (docs/store.md), so the
+flag is exact. Tokens without an id (a dump without token ids) are counted apart and enter
+neither.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class TokenShiftState:
+    """Sums per token id (index = id; ``n``, ``r``, ``rr``, ``k3``), per (seen?, bin) (``seen``:
+    [2, bins, 3] of tokens, sum r, sum r^2) and the tokens without an id."""
+
+    n: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    r: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    rr: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    k3: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    seen: np.ndarray = field(default_factory=lambda: np.zeros((2, 0, 3)))
+    without_id: int = 0
+
+    def merge(self, other: TokenShiftState) -> TokenShiftState:
+        size = max(len(self.n), len(other.n))
+        bins = max(self.seen.shape[1], other.seen.shape[1])
+
+        def add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            out = np.zeros(size)
+            out[: len(a)] += a
+            out[: len(b)] += b
+            return out
+
+        seen = np.zeros((2, bins, 3))
+        seen[:, : self.seen.shape[1]] += self.seen
+        seen[:, : other.seen.shape[1]] += other.seen
+        return TokenShiftState(
+            add(self.n, other.n), add(self.r, other.r), add(self.rr, other.rr),
+            add(self.k3, other.k3), seen, self.without_id + other.without_id,
+        )  # fmt: skip
+
+
+def seen_before(ids: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """Whether each token's id occurred earlier in its sequence (rows in sequence order)."""
+    if len(ids) == 0:
+        return np.zeros(0, bool)
+    order = np.lexsort((np.arange(len(ids)), ids, seq))  # by seq, id, then position
+    s, i = seq[order], ids[order]
+    first = np.r_[True, (s[1:] != s[:-1]) | (i[1:] != i[:-1])]
+    out = np.empty(len(ids), bool)
+    out[order] = ~first
+    return out
+
+
+def token_shift_state(
+    ids: np.ndarray,
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    bins: np.ndarray,
+    n_bins: int,
+) -> TokenShiftState:
+    """One part's state; ``ids`` -1 where the token has no id."""
+    known = ids >= 0
+    r = (lt - lr)[known]
+    k = ids[known].astype(np.int64)
+    size = int(k.max()) + 1 if len(k) else 0
+    with np.errstate(over="ignore", invalid="ignore"):
+        k3 = np.expm1(r) - r
+    seen = np.zeros((2, n_bins, 3))
+    flag = seen_before(k, seq[known]).astype(np.int64)
+    cell = flag * n_bins + bins[known]
+    for j, w in enumerate((np.ones_like(r), r, r * r)):
+        seen[..., j] = np.bincount(cell, w, 2 * n_bins).reshape(2, n_bins)
+    return TokenShiftState(
+        np.bincount(k, minlength=size).astype(np.float64),
+        np.bincount(k, r, size), np.bincount(k, r * r, size), np.bincount(k, k3, size),
+        seen, int((~known).sum()),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class IdShift:
+    """A token id whose ``r`` is shifted: its tokens, mean ``r``, its z (token-level) and the
+    share of the K3 mass it carries."""
+
+    token_id: int
+    tokens: int
+    mean: float
+    z: float
+    mass_share: float
+
+
+def shifted_ids(
+    state: TokenShiftState, min_tokens: int, min_shift: float, z: float
+) -> list[IdShift]:
+    """The ids with at least ``min_tokens`` tokens whose mean ``r`` is at least ``min_shift``
+    from 0 with ``|z|`` at least ``z`` (token-level standard error), most mass first."""
+    n, total = state.n, float(np.nansum(state.k3))
+    ok = n >= min_tokens
+    out = []
+    for i in np.flatnonzero(ok):
+        mean = state.r[i] / n[i]
+        var = max(state.rr[i] / n[i] - mean * mean, 1e-300) * n[i] / max(n[i] - 1, 1)
+        zi = mean / math.sqrt(var / n[i])
+        if abs(mean) >= min_shift and abs(zi) >= z:
+            share = float(state.k3[i] / total) if total > 0 else math.nan
+            out.append(IdShift(int(i), int(n[i]), float(mean), float(zi), share))
+    return sorted(out, key=lambda s: -s.mass_share)
+
+
+@dataclass(frozen=True)
+class SeenShift:
+    """Mean ``r`` of the tokens seen before in their response minus that of the others at the
+    same probability bin (weighted by the seen tokens), its z, and the seen tokens' share."""
+
+    shift: float
+    z: float
+    seen_share: float
+
+
+def seen_shift(state: TokenShiftState) -> SeenShift | None:
+    seen = state.seen
+    n0, n1 = seen[0, :, 0], seen[1, :, 0]
+    both = (n0 > 1) & (n1 > 1)
+    if not both.any():
+        return None
+    m0 = seen[0, both, 1] / n0[both]
+    m1 = seen[1, both, 1] / n1[both]
+    v0 = np.maximum(seen[0, both, 2] / n0[both] - m0 * m0, 0.0)
+    v1 = np.maximum(seen[1, both, 2] / n1[both] - m1 * m1, 0.0)
+    w = n1[both] / n1[both].sum()
+    shift = float((w * (m1 - m0)).sum())
+    se = math.sqrt(float((w * w * (v1 / n1[both] + v0 / n0[both])).sum()))
+    total = float(n0.sum() + n1.sum())
+    return SeenShift(shift, shift / se if se > 0 else 0.0, float(n1.sum()) / total)
