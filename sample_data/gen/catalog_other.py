@@ -1,0 +1,215 @@
+"""Fault runs of the calibration corpus outside the engine's arithmetic, and their combinations:
+one device's replica (hardware), the trainer's rendering of the conversation (template), the
+stop token (stop), writer bugs (data), MoE routing and its capture, growth over the steps."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from gen.calib_spec import CalibRun
+from gen.catalog_healthy import replicas
+from gen.catalog_numeric import SPLIT_OFF_BY_ONE, SPLIT_ROWSUM, fault, path
+from gen.engine import EngineConfig
+from gen.faults import NumericPath
+
+FP8_KV = path(kv_cache="e4m3")
+
+HARDWARE: tuple[CalibRun, ...] = (
+    fault(
+        "hardware",
+        "subtle",
+        "hw-l20-splitkv-subtle",
+        "four devices; the L20 replica takes "
+        "the split-KV decode path that forgets row sums (KV >= 160, batches under 16)",
+        replicas=replicas(None, None, None, SPLIT_ROWSUM),
+        baseline="h-gpus",
+    ),
+    fault(
+        "hardware",
+        "loud",
+        "hw-l20-splitkv-loud",
+        "four devices; the L20 replica's split-KV "
+        "decode merges with an off-by-one LSE (batches under 10)",
+        replicas=replicas(None, None, None, SPLIT_OFF_BY_ONE),
+        baseline="h-gpus",
+    ),
+    fault(
+        "hardware",
+        "loud",
+        "hw-a100-fp8kv",
+        "four devices; the A100 replica runs an fp8 (e4m3) KV cache",
+        replicas=replicas(None, None, FP8_KV, None),
+        baseline="h-gpus",
+    ),
+)
+
+TEMPLATE_STOP_DATA: tuple[CalibRun, ...] = (
+    fault(
+        "template",
+        "loud",
+        "tpl-crlf",
+        "the trainer's copy of each tool response ends in \\r\\n where the engine saw \\n",
+        stream="h-a",
+        render="crlf",
+    ),
+    fault(
+        "template",
+        "loud",
+        "tpl-strip-newline",
+        "the trainer's copy of each tool response lacks its final newline",
+        stream="h-a",
+        render="strip-newline",
+    ),
+    fault(
+        "template",
+        "loud",
+        "tpl-wrapper",
+        "the trainer wraps tool output in <output> tags, the engine saw <python_output>",
+        stream="h-a",
+        render="wrapper",
+    ),
+    fault(
+        "template",
+        "subtle",
+        "tpl-opening-tag",
+        "the trainer's opening tag of each tool response differs (<tool_output>)",
+        stream="h-a",
+        render="opening-tag",
+    ),
+    fault(
+        "stop",
+        "subtle",
+        "stop-zero-last",
+        "the engine's logprob of each response's last token (the stop) written as 0.0",
+        stream="h-a",
+        edit="zero-last",
+    ),
+    fault(
+        "stop",
+        "loud",
+        "stop-zero-turn-ends",
+        "the engine's logprob of every turn's last token written as 0.0",
+        stream="h-a",
+        edit="zero-turn-ends",
+    ),
+    fault(
+        "stop",
+        "loud",
+        "stop-unsampled",
+        "the trainer scores a stop byte appended to "
+        "responses cut at the length limit, which the engine never sampled (0.0)",
+        stream="h-a",
+        append_stop=True,
+    ),
+    fault(
+        "data",
+        "loud",
+        "data-shift",
+        "the trainer's logprobs written one position early",
+        stream="h-a",
+        edit="shift-trainer",
+    ),
+    fault(
+        "data",
+        None,
+        "data-padding",
+        "right padding counted as model tokens (0.0 on both sides)",
+        stream="h-a",
+        edit="pad-as-tokens",
+    ),
+    fault(
+        "data",
+        "loud",
+        "data-sentinel",
+        "the rollout values lag the mask at tool-to-model "
+        "edges: -9999 fills on the first token of each later turn",
+        stream="h-a",
+        edit="sentinel",
+    ),
+    fault(
+        "data",
+        None,
+        "data-duplicate",
+        "each step's first GRPO group written twice",
+        stream="h-a",
+        edit="duplicate",
+    ),
+)
+
+ROUTING: tuple[CalibRun, ...] = (
+    fault(
+        "routing",
+        "loud",
+        "moe-router-fp8",
+        "MoE engine's router logits rounded to fp8 (e4m3): many routing flips",
+        model="moe",
+        baseline="h-moe-b",
+        engine=EngineConfig(temperature=0.9, path=NumericPath(router="e4m3")),
+    ),
+    fault(
+        "routing_capture",
+        None,
+        "moe-capture-shift",
+        "MoE with replay; the trainer's routes "
+        "dumped one position late (the logprobs are replay's)",
+        model="moe",
+        stream="h-moe-a",
+        replay=True,
+        capture_bug="shift",
+        baseline="h-moe-r3-b",
+    ),
+)
+
+GROWTH: tuple[CalibRun, ...] = (
+    fault(
+        "growth",
+        "loud",
+        "gr-rate",
+        "rate: the split-KV fault's KV threshold falls from 320 "
+        "to 64 over 12 steps, so its share of tokens rises",
+        long=True,
+        schedule="splitkv-falling",
+        baseline="h-long-b",
+    ),
+    fault(
+        "growth",
+        "subtle",
+        "gr-mix",
+        "mix: healthy numerics, the sampling temperature (both "
+        "sides) rises from 0.7 to 1.2 over 12 steps",
+        long=True,
+        schedule="temperature-rising",
+        baseline="h-long-b",
+    ),
+)
+
+
+def combo(name: str, cause: str, what: str, **knobs: object) -> CalibRun:
+    run = fault(cause, "loud", name, what, **knobs)  # type: ignore[arg-type]
+    return replace(run, kind="combo")
+
+
+COMBOS: tuple[CalibRun, ...] = (
+    combo(
+        "combo-stale-splitkv",
+        "policy+code_path",
+        "rollout weights one optimizer step behind and the off-by-one split-KV merge",
+        weights="iter-lag",
+        engine=SPLIT_OFF_BY_ONE,
+    ),
+    combo(
+        "combo-topp-template",
+        "semantics+template",
+        "top-p 0.9 renormalised in the engine and the trainer's tool responses ending in \\r\\n",
+        engine=EngineConfig(temperature=0.9, top_p=0.9),
+        render="crlf",
+    ),
+    combo(
+        "combo-fp8kv-gpu",
+        "precision+hardware",
+        "fp8 (e4m3) KV cache everywhere, and the L20 replica's off-by-one split-KV merge",
+        engine=FP8_KV,
+        replicas=replicas(None, None, None, replace(FP8_KV, kernel=SPLIT_OFF_BY_ONE.kernel)),
+        baseline="h-gpus",
+    ),
+)
