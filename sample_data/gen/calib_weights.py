@@ -74,6 +74,8 @@ WEIGHTS: dict[str, Callable[[Weights, int, int], State]] = {
     "layer1-ckpt-lag": lambda w, k, n: mixed(w.at(k), w.at(k - 1), ("blocks.1.",)),
     "embed-ckpt-lag": lambda w, k, n: mixed(w.at(k), w.at(k - 1), ("tok_emb.",)),
     "head-ckpt-lag": lambda w, k, n: mixed(w.at(k), w.at(k - 1), ("lm_head.",)),
+    "embed-stuck": lambda w, k, n: mixed(w.at(k), w.at(0), ("tok_emb.",)),
+    "ckpt-lag-3": lambda w, k, n: w.at(max(0, k - 3)),
     "layer1-iter-lag": lambda w, k, n: mixed(w.at(k), w.before(k), ("blocks.1.",)),
     "wrong-checkpoint": wrong_checkpoint,
     "reload-jump": reload_jump,

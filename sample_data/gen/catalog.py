@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from gen.calib_spec import KINDS, SIZES, CalibRun
 from gen.catalog_healthy import HEALTHY, IMPROVEMENTS
-from gen.catalog_numeric import CODE_PATH, POLICY, PRECISION, SEMANTICS
 from gen.catalog_other import COMBOS, GROWTH, HARDWARE, ROUTING, TEMPLATE_STOP_DATA
+from gen.catalog_paths import CODE_PATH, PRECISION
+from gen.catalog_semantics import POLICY, SEMANTICS
 
 CATALOG: tuple[CalibRun, ...] = (
     *HEALTHY,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from gen.calib_spec import CalibRun, Replica
 from gen.engine import EngineConfig
 
@@ -108,6 +110,12 @@ HEALTHY: tuple[CalibRun, ...] = (
 )
 
 IMPROVEMENTS: tuple[CalibRun, ...] = (
+    improvement(
+        "imp-fp16",
+        "h-b",
+        "fp16 weights and activations in the engine instead of bf16 (10 mantissa bits, not 7)",
+        engine=EngineConfig(temperature=0.9, dtype=torch.float16),
+    ),
     improvement(
         "imp-fp32-head",
         "h-b",

@@ -7,12 +7,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gen.calib_spec import CalibRun
+from gen.catalog_common import FP8_KV, SPLIT_OFF_BY_ONE, SPLIT_ROWSUM, fault
 from gen.catalog_healthy import replicas
-from gen.catalog_numeric import SPLIT_OFF_BY_ONE, SPLIT_ROWSUM, fault, path
 from gen.engine import EngineConfig
 from gen.faults import NumericPath
-
-FP8_KV = path(kv_cache="e4m3")
 
 HARDWARE: tuple[CalibRun, ...] = (
     fault(
@@ -20,7 +18,7 @@ HARDWARE: tuple[CalibRun, ...] = (
         "subtle",
         "hw-l20-splitkv-subtle",
         "four devices; the L20 replica takes "
-        "the split-KV decode path that forgets row sums (KV >= 160, batches under 16)",
+        "the split-KV decode path that forgets row sums (KV >= 192, batches under 16)",
         replicas=replicas(None, None, None, SPLIT_ROWSUM),
         baseline="h-gpus",
     ),
@@ -35,7 +33,7 @@ HARDWARE: tuple[CalibRun, ...] = (
     ),
     fault(
         "hardware",
-        "loud",
+        "subtle",
         "hw-a100-fp8kv",
         "four devices; the A100 replica runs an fp8 (e4m3) KV cache",
         replicas=replicas(None, None, FP8_KV, None),

@@ -26,7 +26,8 @@ class NumericPath:
     kv_cache: str = ""  # "e4m3" / "e5m2": the KV cache stores fp8 (per-tensor scale 1.0)
     kv_cache_values_only: bool = False  # only V is stored in fp8
     chunk: int = 0  # chunked prefill: chunk size in positions (0: one pass)
-    chunk_fault: str = ""  # "fp8": earlier chunks' KV as e4m3; "merge": combine forgets row sums
+    chunk_fault: str = ""  # "fp8": earlier chunks' KV as e4m3; "merge": combine forgets row
+    # sums; "swap": the combine swaps the two parts' log-sum-exps
     prefix_cache: bool = False  # cached prompt KV computed with the engine's stale weights
     prefill_last: str = ""  # "pad_key": the last prompt position also sees a padding slot;
     # "no_self": it does not see its own key (the prefill's last position, off by one)
@@ -34,6 +35,7 @@ class NumericPath:
     tp: int = 1  # row-parallel layers (proj, fc2) in tp shards, partial sums added in bf16
     batch_splits: int = 0  # decode batches below `batch_below`: split-K in the activations'
     batch_below: int = 8  # dtype with batch_splits // batch size splits
+    batch_drop_tail: bool = False  # ... whose kernel never reads the K % splits last inputs
     lm_head: str = ""  # "fp8": W8A8 e4m3 lm_head; "bf16acc": split-K 16 summed in bf16
     weights_fp8: bool = False  # every linear layer's weights rounded to e4m3 (per channel)
     router: str = ""  # MoE: "e4m3" router logits rounded to fp8 before the softmax
@@ -70,14 +72,18 @@ class SplitKLinear(nn.Module):
     (fp32 accumulation) is rounded to the activations' dtype and the partials are added in that
     dtype, in order, as a split-K GEMM with a low-precision workspace or a bf16 all-reduce of
     tensor-parallel shards does. `decode_below` > 0: only decode calls (one position) with fewer
-    rows than that split, into `splits // rows` parts (a batch-size heuristic)."""
+    rows than that split, into `splits // rows` parts (a batch-size heuristic). `drop_tail`: the
+    kernel's tail bug: splits of floor(K / parts) inputs, the K % parts last inputs never read."""
 
-    def __init__(self, linear: nn.Linear, splits: int, decode_below: int = 0) -> None:
+    def __init__(
+        self, linear: nn.Linear, splits: int, decode_below: int = 0, drop_tail: bool = False
+    ) -> None:
         super().__init__()
         self.weight = linear.weight
         self.bias = linear.bias
         self.splits = splits
         self.decode_below = decode_below
+        self.drop_tail = drop_tail
 
     def n_splits(self, x: torch.Tensor) -> int:
         if not self.decode_below:
@@ -92,7 +98,7 @@ class SplitKLinear(nn.Module):
             return F.linear(x, self.weight, self.bias)
         k = x.shape[-1]
         n = min(n, k)
-        size = -(-k // n)
+        size = k // n if self.drop_tail else -(-k // n)
         pad = n * size - k  # the last split is shorter: zero padding adds nothing to it
         xs = F.pad(x.float(), (0, pad)).unflatten(-1, (n, size))
         ws = F.pad(self.weight.float(), (0, pad)).view(self.weight.shape[0], n, size)
@@ -136,6 +142,8 @@ class FaultHooks(PathHooks):
         allowed = allowed.clone()
         if kind == "no_self":
             allowed[:, :, -1, -1] = False
+        elif kind == "pad_all":  # the last query row ignores the padding mask
+            allowed[:, :, -1, :] = True
         else:  # the slot just left of each row's first token, if the row is padded
             first = valid.long().argmax(dim=1)
             rows = (first > 0).nonzero().squeeze(1)
@@ -182,8 +190,8 @@ class FaultHooks(PathHooks):
         chunk = positions // self.path.chunk
         before = (chunk[:, None, :, None] > chunk[:, None, None, :]) & allowed  # key in an
         same = allowed & ~before  # earlier chunk than the query; else in the query's chunk
-        if self.path.chunk_fault == "merge":
-            return merged_chunks(q, k, v, before, same, rowsum_bug=True)
+        if self.path.chunk_fault in ("merge", "swap"):
+            return merged_chunks(q, k, v, before, same, self.path.chunk_fault)
         kq, vq = fp8_round(k), fp8_round(v)  # earlier chunks are read back from the fp8 cache
         scale = 1.0 / q.shape[-1] ** 0.5
         scores = torch.where(before, q @ kq.transpose(-1, -2), q @ k.transpose(-1, -2)) * scale
@@ -195,8 +203,11 @@ class FaultHooks(PathHooks):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.path.decode_rope == "shift":
             return model._rope((positions - 1).clamp_min(0), dtype)
-        if self.path.decode_rope == "bf16":
-            angles = positions.to(torch.bfloat16)[..., None] * self.inv_freq.to(torch.bfloat16)
+        if self.path.decode_rope in ("bf16", "bf16_freq"):
+            if self.path.decode_rope == "bf16":  # positions, frequencies and angles in bf16
+                angles = positions.to(torch.bfloat16)[..., None] * self.inv_freq.bfloat16()
+            else:  # only the frequencies stored in bf16 (a buffer cast with the weights)
+                angles = positions.double()[..., None] * self.inv_freq.bfloat16().double()
             angles = angles.float()
             return torch.cos(angles).unsqueeze(1).to(dtype), torch.sin(angles).unsqueeze(1).to(
                 dtype
@@ -210,11 +221,11 @@ def merged_chunks(
     v: torch.Tensor,
     before: torch.Tensor,
     same: torch.Tensor,
-    rowsum_bug: bool,
+    bug: str = "",
 ) -> torch.Tensor:
     """Attention over the earlier chunks and over the query's own chunk, each on its own (fp32),
-    merged by their log-sum-exps; `rowsum_bug`: the faulty combine weights each part by its max
-    score alone (its row sum forgotten)."""
+    merged by their log-sum-exps. `bug` "merge": the combine weights each part by its max score
+    alone (its row sum forgotten); "swap": each part is weighted with the other's log-sum-exp."""
     scores = (q.float() @ k.float().transpose(-1, -2)) / q.shape[-1] ** 0.5
     parts, weights = [], []
     for mask in (before, same):
@@ -224,8 +235,14 @@ def merged_chunks(
         p = torch.exp(s - m_safe)
         total = p.sum(dim=-1, keepdim=True)
         parts.append((p @ v.float()) / total.clamp_min(1e-30))
-        lse = m if rowsum_bug else m + torch.log(total.clamp_min(1e-30))
+        lse = m if bug == "merge" else m + torch.log(total.clamp_min(1e-30))
         weights.append(torch.where(total > 0, lse, torch.full_like(m, float("-inf"))))
+    if bug == "swap":  # only where both parts exist: a lone part keeps its own weight
+        both = torch.isfinite(weights[0]) & torch.isfinite(weights[1])
+        weights = [
+            torch.where(both, weights[1], weights[0]),
+            torch.where(both, weights[0], weights[1]),
+        ]
     top = torch.maximum(weights[0], weights[1])
     w = [torch.exp(x - top) for x in weights]
     out = (w[0] * parts[0] + w[1] * parts[1]) / (w[0] + w[1])
@@ -250,7 +267,10 @@ def install_path(model: TinyLM, path: NumericPath) -> None:
             for name in ("qkv", "proj", "fc1", "fc2"):
                 if hasattr(block, name):
                     lin = getattr(block, name)
-                    setattr(block, name, SplitKLinear(lin, path.batch_splits, path.batch_below))
+                    split = SplitKLinear(
+                        lin, path.batch_splits, path.batch_below, path.batch_drop_tail
+                    )
+                    setattr(block, name, split)
         if path.router and isinstance(block, MoEBlock):
             block.router_dtype = FP8[path.router]
     if path.weights_fp8:

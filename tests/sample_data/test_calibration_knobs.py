@@ -166,11 +166,12 @@ def test_chunk_merge_without_the_bug_is_plain_attention() -> None:
     chunk = positions // 4
     before = (chunk[:, None, :, None] > chunk[:, None, None, :]) & allowed
     plain = dense_attention(q, k, v, allowed)
-    good = merged_chunks(q, k, v, before, allowed & ~before, rowsum_bug=False)
+    good = merged_chunks(q, k, v, before, allowed & ~before)
     assert torch.allclose(good, plain, atol=1e-5)
-    bad = merged_chunks(q, k, v, before, allowed & ~before, rowsum_bug=True)
-    assert torch.allclose(bad[:, :, :4], plain[:, :, :4], atol=1e-5)  # the first chunk: one part
-    assert not torch.allclose(bad[:, :, 4:], plain[:, :, 4:], atol=1e-3)
+    for bug in ("merge", "swap"):
+        bad = merged_chunks(q, k, v, before, allowed & ~before, bug)
+        assert torch.allclose(bad[:, :, :4], plain[:, :, :4], atol=1e-5)  # the first chunk
+        assert not torch.allclose(bad[:, :, 4:], plain[:, :, 4:], atol=1e-3)
 
 
 def test_prefill_last_faults_change_only_the_last_query_row() -> None:
