@@ -93,6 +93,18 @@ def entry(run: CalibRun, size: CalibSize, out: Path, seconds: float | None) -> d
     return item
 
 
+def measured(item: dict[str, object]) -> str:
+    """The progress line's measurement: vllm_kl and its ratio to the baseline."""
+    ratio_text = (
+        f"{item['ratio_to_baseline']}x {item['baseline']}"
+        if item["ratio_to_baseline"] is not None
+        else f"baseline {item['baseline']} not generated yet"
+    )
+    return (
+        f"vllm_kl {item['vllm_kl'] if item['vllm_kl'] is not None else 'not finite'}, {ratio_text}"
+    )
+
+
 def generate(run: CalibRun, builder: Builder, out: Path) -> float:
     """Write the run's dumps (into a scratch directory renamed at the end); its seconds."""
     t0 = time.perf_counter()
@@ -137,12 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         timings[run.name] = round(generate(run, builder, out), 1)
         timings_path.write_text(json.dumps(timings, indent=2, sort_keys=True) + "\n")
-        item = entry(run, size, out, timings[run.name])
-        print(
-            f"run {run.name}: {timings[run.name]:.0f}s, vllm_kl {item['vllm_kl']}, "
-            f"{item['ratio_to_baseline']}x {run.baseline}",
-            flush=True,
-        )
+        line = measured(entry(run, size, out, None))
+        print(f"run {run.name}: {timings[run.name]:.0f}s, {line}", flush=True)
     present = [r for r in size_runs(size) if (out / "runs" / r.name).is_dir()]
     corpus = {
         "size": args.size,

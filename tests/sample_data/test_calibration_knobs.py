@@ -157,6 +157,10 @@ def test_split_k_sums_in_the_activations_dtype() -> None:
     assert variant.n_splits(wide) == 1 and torch.equal(variant(wide), lin16(wide))
     assert variant.n_splits(x16.expand(3, 2, 64)) == 1  # a prefill is never split
     assert torch.allclose(SplitKLinear(lin, 5)(x), lin(x), atol=1e-5)  # 64 = 5 x 13 - 1
+    unread = SplitKLinear(lin, 5, drop_tail=True)  # 5 splits of 12: inputs 60-63 never read
+    expected = torch.nn.functional.linear(x[..., :60], lin.weight[:, :60], lin.bias)
+    assert torch.allclose(unread(x), expected, atol=1e-5)
+    assert torch.allclose(SplitKLinear(lin, 4, drop_tail=True)(x), lin(x), atol=1e-5)
 
 
 def test_chunk_merge_without_the_bug_is_plain_attention() -> None:
@@ -186,6 +190,10 @@ def test_prefill_last_faults_change_only_the_last_query_row() -> None:
         allowed, valid
     )
     assert (own != allowed).nonzero().tolist() == [[0, 0, 3, 3], [1, 0, 3, 3]]
+    blind = FaultHooks(NumericPath(prefill_last="pad_all"), torch.ones(1)).prefill_mask(
+        allowed, valid
+    )
+    assert (blind != allowed).nonzero().tolist() == [[0, 0, 3, 0], [0, 0, 3, 1]]  # both pads
 
 
 def test_a_default_numeric_path_leaves_the_rollouts_as_they_were() -> None:
@@ -318,3 +326,33 @@ def test_the_catalogue_is_consistent() -> None:
         assert not run.render or run.render in RENDERS, run.name
         assert not run.edit or run.edit in EDITS, run.name
         assert run.weights in WEIGHTS and (not run.schedule or run.schedule in SCHEDULES)
+
+
+def test_a_low_precision_router_flips_some_routes() -> None:
+    from gen.moe import MoEConfig, MoELM
+
+    torch.manual_seed(0)
+    model = MoELM(MoEConfig(n_layers=1, d_model=32, n_heads=2, d_expert=16, max_len=64)).eval()
+    tokens = torch.randint(0, 256, (2, 40))
+    with torch.no_grad():
+        model(tokens)
+        plain = model.routes()
+        model.blocks[0].router_dtype = torch.float8_e4m3fn
+        model(tokens)
+        coarse = model.routes()
+    flipped = (np.sort(plain, axis=-1) != np.sort(coarse, axis=-1)).any(axis=(2, 3))
+    assert 0 < flipped.mean() < 1
+
+
+def test_vllm_kl_read_back_from_the_dump(tmp_path: Path) -> None:
+    from gen.calib_measure import ratio, run_vllm_kl
+    from gen.writers import write_parquet_step
+
+    s = sample([1, 1, 0, 1])
+    write_parquet_step(tmp_path / "step_0001.parquet", 1, [s], {"source": "calibration"})
+    r = np.array([0.25, 0.25, 0.25])  # -0.25 - (-0.5) on the three model tokens
+    assert run_vllm_kl(tmp_path) == pytest.approx(np.mean(np.expm1(r) - r), rel=1e-3)
+    assert ratio(2e-4, 1e-4) == 2.0 and ratio(None, 1e-4) is None
+    s.rollout_lp[0] = -9999.0
+    write_parquet_step(tmp_path / "step_0001.parquet", 1, [s], {"source": "calibration"})
+    assert run_vllm_kl(tmp_path) is None  # a sentinel: not a finite mean
