@@ -133,9 +133,7 @@ class Builder:
         model_cfg = self.size.models[run.model].cfg
         if not run.max_batch:
             return InferenceEngine(model_cfg, state, cfg, stale)
-        engine = WaveEngine(model_cfg, state, cfg, stale)
-        engine.max_batch = run.max_batch
-        return engine
+        return WaveEngine(model_cfg, state, cfg, stale, run.max_batch)
 
     def scored(self, run: CalibRun, step: int) -> list[Sample]:
         """The step's samples as the run's dump holds them."""

@@ -180,7 +180,16 @@ class WaveEngine(InferenceEngine):
     """An engine that admits at most `max_batch` requests at once (vLLM's max_num_seqs): a
     turn's requests are served in waves, so the decode batches are smaller."""
 
-    max_batch: int = 0
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        state: dict[str, torch.Tensor],
+        cfg: EngineConfig,
+        stale_state: dict[str, torch.Tensor] | None = None,
+        max_batch: int = 8,
+    ) -> None:
+        super().__init__(model_cfg, state, cfg, stale_state)
+        self.max_batch = max_batch
 
     def generate(
         self,
