@@ -19,7 +19,7 @@ import pyarrow as pa
 import torch
 
 from gen.calib_spec import CalibRun, CalibSize, ModelSpec, Replica
-from gen.calib_weights import SCHEDULES, WEIGHTS, Weights, kept_iterations
+from gen.calib_weights import SCHEDULES, WEIGHTS, Setting, Weights, kept_iterations
 from gen.corpus import training_tokens
 from gen.edits import RENDERS, append_stop, apply_edit
 from gen.engine import EngineConfig, InferenceEngine, TrainerScorer, WaveEngine
@@ -88,10 +88,12 @@ class Builder:
     def n_steps(self, run: CalibRun) -> int:
         return self.size.long_steps if run.long else self.size.steps
 
-    def engine_at(self, run: CalibRun, step: int) -> EngineConfig:
+    def setting(self, run: CalibRun, step: int) -> Setting:
+        """The step's engine and batch shape (a growth schedule changes them step by step)."""
+        shape = self.size.shapes[run.shape]
         if not run.schedule:
-            return run.engine
-        return SCHEDULES[run.schedule](run.engine, step, self.n_steps(run))
+            return run.engine, shape
+        return SCHEDULES[run.schedule](run.engine, shape, step, self.n_steps(run))
 
     def step_rollouts(self, run: CalibRun, step: int) -> list[Sample]:
         """The step's rollouts, unscored (shared by the runs with the same rollout key)."""
@@ -102,7 +104,7 @@ class Builder:
         return done[step]
 
     def roll(self, run: CalibRun, step: int) -> list[Sample]:
-        shape = self.size.shapes[run.shape]
+        engine_cfg, shape = self.setting(run, step)
         samples = make_samples(shape, self.lines, step, self.seed, self.sources, run.loader)
         w, n = self.weights(run), self.n_steps(run)
         state = WEIGHTS[run.weights](w, step, n)
@@ -113,7 +115,7 @@ class Builder:
             members = [s for s, r in zip(samples, which, strict=True) if r == i]
             if not members:
                 continue
-            cfg = rep.engine if rep is not None and rep.engine else self.engine_at(run, step)
+            cfg = rep.engine if rep is not None and rep.engine else engine_cfg
             engine = self.engine(run, state, cfg, stale)
             gen = torch.Generator().manual_seed(
                 stable_seed(self.seed, "sampling", run.sampling_stream, step, i)
@@ -140,7 +142,7 @@ class Builder:
         samples = [copy.deepcopy(s) for s in self.step_rollouts(run, step)]
         if run.append_stop:
             append_stop(samples)
-        temperature = run.trainer_temperature or self.engine_at(run, step).temperature
+        temperature = run.trainer_temperature or self.setting(run, step)[0].temperature
         spec = self.size.models[run.model]
         scorer = TrainerScorer(spec.cfg, self.model(run.model).checkpoints[step], temperature)
         score(scorer, samples, RENDERS[run.render] if run.render else None, run.replay)

@@ -3,7 +3,7 @@
 The trainer always scores step k with checkpoint k. The engine's weights come from `WEIGHTS`:
 the same checkpoint (healthy), an older one (stale), a mix of both (a partial sync: some
 parameters left at the previous checkpoint), another run's checkpoint, or a sync that breaks
-from one step on. `SCHEDULES` change the engine's settings step by step (growth).
+from one step on. `SCHEDULES` change the engine or the rollouts step by step (growth).
 """
 
 from __future__ import annotations
@@ -15,9 +15,11 @@ import torch
 
 from gen.engine import EngineConfig
 from gen.model import AttentionKernel
+from gen.rollout import RolloutShape
 from gen.train import TrainConfig, Trained
 
 State = dict[str, torch.Tensor]
+Setting = tuple[EngineConfig, RolloutShape]  # a step's engine and batch shape
 
 
 @dataclass
@@ -82,11 +84,11 @@ WEIGHTS: dict[str, Callable[[Weights, int, int], State]] = {
 }
 
 
-def splitkv_falling(engine: EngineConfig, step: int, n_steps: int) -> EngineConfig:
-    """A split-KV decode path whose combine forgets the row sums, taken in decode batches of
-    fewer than 16 by rows whose KV length reaches a threshold that falls from 320 at the first
+def splitkv_falling(engine: EngineConfig, shape: RolloutShape, step: int, n: int) -> Setting:
+    """Rate: a split-KV decode path whose combine forgets the row sums, taken in decode batches
+    of fewer than 16 by rows whose KV length reaches a threshold that falls from 320 at the first
     step to 64 at the last: the share of tokens it hits rises step by step."""
-    frac = (step - 1) / max(1, n_steps - 1)
+    frac = (step - 1) / max(1, n - 1)
     threshold = round(320 - (320 - 64) * frac)
     kernel = AttentionKernel(
         split_kv=True,
@@ -94,19 +96,22 @@ def splitkv_falling(engine: EngineConfig, step: int, n_steps: int) -> EngineConf
         min_kv_for_split=threshold,
         merge_drops_rowsum=True,
     )
-    return replace(engine, kernel=kernel)
+    return replace(engine, kernel=kernel), shape
 
 
-def temperature_rising(engine: EngineConfig, step: int, n_steps: int) -> EngineConfig:
-    """The sampling temperature rises from 0.7 to 1.2 over the run (the trainer follows it)."""
-    frac = (step - 1) / max(1, n_steps - 1)
-    return replace(engine, temperature=round(0.7 + 0.5 * frac, 4))
+def turns_rising(engine: EngineConfig, shape: RolloutShape, step: int, n: int) -> Setting:
+    """Mix: healthy numerics, but the policy takes ever more tool turns, 1 model turn per
+    response at the first step and 5 at the last (the tool responses echo their expression):
+    ever more tokens sit in later turns and at long KV positions, where the mismatch always was
+    higher."""
+    turns = 1 + round(4 * (step - 1) / max(1, n - 1))
+    return engine, replace(shape, min_turns=turns, max_turns=turns, tool_echo=True)
 
 
-SCHEDULES: dict[str, Callable[[EngineConfig, int, int], EngineConfig]] = {
+SCHEDULES: dict[str, Callable[[EngineConfig, RolloutShape, int, int], Setting]] = {
     "splitkv-falling": splitkv_falling,
-    "temperature-rising": temperature_rising,
+    "turns-rising": turns_rising,
 }
 # what a growth schedule makes rise: the rate (the numerics worsen) or the mix (the policy
 # samples more of the tokens that were always mismatched)
-GROWTH_KINDS = {"splitkv-falling": "rate", "temperature-rising": "mix"}
+GROWTH_KINDS = {"splitkv-falling": "rate", "turns-rising": "mix"}

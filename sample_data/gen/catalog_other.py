@@ -68,19 +68,29 @@ TEMPLATE_STOP_DATA: tuple[CalibRun, ...] = (
     ),
     fault(
         "template",
-        "subtle",
-        "tpl-opening-tag",
-        "the trainer's opening tag of each tool response differs (<tool_output>)",
+        "loud",
+        "tpl-escaped-quotes",
+        "the trainer's template HTML-escapes the quotes of the tool output (&#39;): only the "
+        "tool responses that hold a string differ",
         stream="h-a",
-        render="opening-tag",
+        render="escaped-quotes",
     ),
     fault(
         "stop",
-        "subtle",
+        "loud",
         "stop-zero-last",
-        "the engine's logprob of each response's last token (the stop) written as 0.0",
+        "the engine's logprob of each response's last token written as 0.0",
         stream="h-a",
         edit="zero-last",
+    ),
+    fault(
+        "stop",
+        "loud",
+        "stop-zero-stop",
+        "the engine's logprob of the stop it sampled (a last turn ended at the stop byte) "
+        "written as 0.0; responses cut at the length limit keep theirs",
+        stream="h-a",
+        edit="zero-stop",
     ),
     fault(
         "stop",
@@ -137,12 +147,21 @@ TEMPLATE_STOP_DATA: tuple[CalibRun, ...] = (
 ROUTING: tuple[CalibRun, ...] = (
     fault(
         "routing",
-        "loud",
+        "subtle",
         "moe-router-fp8",
-        "MoE engine's router logits rounded to fp8 (e4m3): many routing flips",
+        "MoE engine's router logits rounded to fp8 (e4m3): more routing flips",
         model="moe",
         baseline="h-moe-b",
         engine=EngineConfig(temperature=0.9, path=NumericPath(router="e4m3")),
+    ),
+    fault(
+        "routing",
+        "loud",
+        "moe-router-e5m2",
+        "MoE engine's router logits rounded to fp8 (e5m2): many routing flips",
+        model="moe",
+        baseline="h-moe-b",
+        engine=EngineConfig(temperature=0.9, path=NumericPath(router="e5m2")),
     ),
     fault(
         "routing_capture",
@@ -161,7 +180,7 @@ ROUTING: tuple[CalibRun, ...] = (
 GROWTH: tuple[CalibRun, ...] = (
     fault(
         "growth",
-        "loud",
+        "subtle",
         "gr-rate",
         "rate: the split-KV fault's KV threshold falls from 320 "
         "to 64 over 12 steps, so its share of tokens rises",
@@ -173,10 +192,10 @@ GROWTH: tuple[CalibRun, ...] = (
         "growth",
         "subtle",
         "gr-mix",
-        "mix: healthy numerics, the sampling temperature (both "
-        "sides) rises from 0.7 to 1.2 over 12 steps",
+        "mix: healthy numerics, the responses take ever more tool turns (1 at the first step, 5 "
+        "at the last): more tokens in later turns and at long KV positions",
         long=True,
-        schedule="temperature-rising",
+        schedule="turns-rising",
         baseline="h-long-b",
     ),
 )

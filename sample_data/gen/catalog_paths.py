@@ -74,10 +74,10 @@ CODE_PATH: tuple[CalibRun, ...] = (
     code(
         L,
         "cp-prefix-loud",
-        "prefix cache kept over 3 weight syncs: 4 of 8 GRPO groups reuse "
+        "prefix cache kept over 3 weight syncs: 6 of 8 GRPO groups reuse "
         "prompt KV 3 checkpoints old",
         engine=path(prefix_cache=True),
-        prefix_groups=4,
+        prefix_groups=6,
         prefix_weights="ckpt-lag-3",
     ),
     code(

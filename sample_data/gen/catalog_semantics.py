@@ -1,5 +1,5 @@
 """Fault runs where the engine reports another distribution than the trainer scores (semantics)
-or samples with other weights (policy). Subtle sizes were chosen at 1.5-4x the healthy vllm_kl of
+or samples with other weights (policy). Subtle sizes were chosen at 1.5-5x the healthy vllm_kl of
 the small corpus's model, loud ones at 10x or more; trainer-side faults reuse h-a's rollouts."""
 
 from __future__ import annotations

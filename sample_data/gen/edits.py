@@ -33,11 +33,18 @@ def other_opening(text: bytes) -> bytes:
     return text.replace(b"<python_output>", b"<tool_output>")
 
 
+def escaped_quotes(text: bytes) -> bytes:
+    """The trainer's template escapes the quotes of the tool output as HTML (Jinja's `|e`): only
+    the responses whose output holds a quote (a string's repr) differ."""
+    return text.replace(b"'", b"&#39;")
+
+
 RENDERS: dict[str, Callable[[bytes], bytes]] = {
     "crlf": crlf_last_newline,
     "strip-newline": strip_last_newline,
     "wrapper": other_wrapper,
     "opening-tag": other_opening,
+    "escaped-quotes": escaped_quotes,
 }
 
 
@@ -78,6 +85,13 @@ def sentinel_after_tools(s: Sample) -> None:
 def zero_last_token(s: Sample) -> None:
     """The engine's logprob of each response's last token (the stop) reported as 0.0."""
     s.rollout_lp[turn_ends(s.mask)[-1]] = 0.0
+
+
+def zero_stop(s: Sample) -> None:
+    """The engine's logprob of the stop it sampled (a response whose last turn ended at the stop
+    byte) reported as 0.0; responses cut at the length limit keep theirs."""
+    if s.stopped[-1]:
+        s.rollout_lp[turn_ends(s.mask)[-1]] = 0.0
 
 
 def zero_turn_ends(s: Sample) -> None:
@@ -126,6 +140,7 @@ EDITS: dict[str, Callable[[list[Sample]], list[Sample]]] = {
     "shift-trainer": per_sample(shift_trainer),
     "sentinel": per_sample(sentinel_after_tools),
     "zero-last": per_sample(zero_last_token),
+    "zero-stop": per_sample(zero_stop),
     "zero-turn-ends": per_sample(zero_turn_ends),
     "pad-as-tokens": in_place(pad_as_tokens),
     "duplicate": duplicate_some,

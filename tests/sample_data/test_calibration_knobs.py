@@ -255,10 +255,12 @@ def test_weights_served_per_step() -> None:
 
 
 def test_growth_schedules_rise_with_the_step() -> None:
-    thresholds = [SCHEDULES["splitkv-falling"](EngineConfig(), k, 12).kernel for k in (1, 12)]
-    assert [t.min_kv_for_split for t in thresholds] == [320, 64]
-    temps = [SCHEDULES["temperature-rising"](EngineConfig(), k, 12).temperature for k in (1, 12)]
-    assert temps == [0.7, 1.2]
+    rate = [SCHEDULES["splitkv-falling"](EngineConfig(), SHAPE, k, 12) for k in (1, 12)]
+    assert [e.kernel.min_kv_for_split for e, _ in rate] == [320, 64]
+    assert all(shape == SHAPE for _, shape in rate)
+    mix = [SCHEDULES["turns-rising"](EngineConfig(), SHAPE, k, 12) for k in (1, 6, 12)]
+    assert [(s.min_turns, s.max_turns) for _, s in mix] == [(1, 1), (3, 3), (5, 5)]
+    assert all(engine == EngineConfig() for engine, _ in mix)  # healthy numerics
 
 
 def sample(mask: list[int], stopped: bool = True) -> Sample:
@@ -280,6 +282,8 @@ def test_writer_bugs_touch_what_they_claim() -> None:
     mask = [1, 1, 0, 0, 1, 1, 1]
     last = apply_edit("zero-last", [sample(mask)])[0]
     assert last.rollout_lp == [-0.5, -0.5, 0.0, 0.0, -0.5, -0.5, 0.0]
+    stops = apply_edit("zero-stop", [sample(mask), sample(mask, stopped=False)])
+    assert stops[0].rollout_lp == last.rollout_lp and stops[1].rollout_lp[-1] == -0.5
     ends = apply_edit("zero-turn-ends", [sample(mask)])[0]
     assert ends.rollout_lp == [-0.5, 0.0, 0.0, 0.0, -0.5, -0.5, 0.0]
     shifted = apply_edit("shift-trainer", [sample(mask)])[0]
@@ -307,6 +311,8 @@ def test_renders_rewrite_the_tool_response() -> None:
     assert RENDERS["strip-newline"](text) == text[:-1]
     assert RENDERS["wrapper"](text) == b"<output>\n42\n</output>\n"
     assert RENDERS["crlf"](text).endswith(b"</python_output>\r\n")
+    assert RENDERS["escaped-quotes"](text) == text
+    assert RENDERS["escaped-quotes"](b"'ab'\n") == b"&#39;ab&#39;\n"
 
 
 def test_trainer_temperature_on_one_side_shifts_the_logprobs() -> None:
