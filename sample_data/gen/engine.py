@@ -7,8 +7,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from gen.faults import FaultHooks, NumericPath, install_path
 from gen.model import AttentionKernel, ModelConfig, TinyLM
 from gen.moe import NO_ROUTE, MoELM, make_model
+from gen.sampling import Processors, TokenHistory, apply_penalties, truncate
 
 NEWLINE = 10
 
@@ -24,6 +26,8 @@ class EngineConfig:
     lm_head_fp32: bool = False
     kv_fp32: bool = False  # fp32 KV cache and fp32 attention (the rest stays in `dtype`)
     kernel: AttentionKernel = field(default_factory=AttentionKernel)
+    processors: Processors | None = None  # engine-side logit processors (gen/sampling.py)
+    path: NumericPath | None = None  # where the numeric path departs from the plain one
 
 
 @dataclass(frozen=True)
@@ -40,15 +44,25 @@ def build_model(cfg: ModelConfig, state: dict[str, torch.Tensor], dtype: torch.d
 
 
 def sample_tokens(
-    logits: torch.Tensor, cfg: EngineConfig, gen: torch.Generator
+    logits: torch.Tensor,
+    cfg: EngineConfig,
+    gen: torch.Generator,
+    history: TokenHistory | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row; return it and the logprob the engine reports for it.
 
     Like vLLM's sampler, logits are upcast to fp32 before temperature and softmax. Top-p keeps the
     smallest prefix of the sorted distribution whose mass reaches top_p and renormalises it.
+    `cfg.processors` (gen/sampling.py) act on the logits before the temperature (bias, bad words,
+    penalties, with the rows' `history`) and after it (min-p, top-k).
     """
     logits = logits.float()
+    raw = logits
+    if cfg.processors is not None:
+        logits = apply_penalties(logits, cfg.processors, history)
     processed = torch.log_softmax(logits / cfg.temperature, dim=-1)
+    if cfg.processors is not None:
+        processed = truncate(processed, cfg.processors)
     if cfg.top_p < 1.0:
         probs = processed.exp()
         sorted_p, order = probs.sort(dim=-1, descending=True)
@@ -59,7 +73,7 @@ def sample_tokens(
     cdf = processed.double().exp().cumsum(dim=-1)
     u = torch.rand(logits.shape[0], 1, generator=gen, dtype=torch.float64) * cdf[:, -1:]
     tokens = torch.searchsorted(cdf, u, right=True).clamp_max(logits.shape[-1] - 1).squeeze(1)
-    reported = torch.log_softmax(logits, dim=-1) if cfg.logprobs_mode == "raw" else processed
+    reported = torch.log_softmax(raw, dim=-1) if cfg.logprobs_mode == "raw" else processed
     return tokens, reported.gather(1, tokens[:, None]).squeeze(1)
 
 
@@ -67,22 +81,39 @@ class InferenceEngine:
     """Batched generation of one model turn for many contexts at once (left padding, KV cache)."""
 
     def __init__(
-        self, model_cfg: ModelConfig, state: dict[str, torch.Tensor], cfg: EngineConfig
+        self,
+        model_cfg: ModelConfig,
+        state: dict[str, torch.Tensor],
+        cfg: EngineConfig,
+        stale_state: dict[str, torch.Tensor] | None = None,
     ) -> None:
         self.cfg = cfg
         self.model = build_model(model_cfg, state, cfg.dtype)
         if cfg.lm_head_fp32:
             self.model.lm_head_fp32 = state["lm_head.weight"].float().clone()
         self.model.kv_fp32 = cfg.kv_fp32
+        # a prefix cache that survived the weight sync: its KV was computed with `stale_state`
+        self.stale_model: TinyLM | None = None
+        if cfg.path is not None:
+            install_path(self.model, cfg.path)
+            if cfg.path.prefix_cache:
+                assert stale_state is not None, "a stale prefix cache needs the stale weights"
+                self.stale_model = build_model(model_cfg, stale_state, cfg.dtype)
         # an MoE model's routes of the last generate(), per context: int16 [rows, layers, top_k]
         # for the positions [0, len(context) + generated - 1) (each input position's experts)
         self.routes: list[np.ndarray] | None = None
 
     @torch.no_grad()
     def generate(
-        self, contexts: list[list[int]], limits: TurnLimits, gen: torch.Generator
+        self,
+        contexts: list[list[int]],
+        limits: TurnLimits,
+        gen: torch.Generator,
+        cached: list[int] | None = None,
     ) -> list[tuple[list[int], list[float]]]:
-        """One turn for each context: the generated tokens and their reported logprobs."""
+        """One turn for each context: the generated tokens and their reported logprobs.
+
+        `cached`: per context, how many leading tokens hit the (stale) prefix cache."""
         n = len(contexts)
         length = max(len(c) for c in contexts)
         tokens = torch.zeros(n, length, dtype=torch.long)
@@ -90,7 +121,14 @@ class InferenceEngine:
         for i, ctx in enumerate(contexts):
             tokens[i, length - len(ctx) :] = torch.tensor(ctx)
             valid[i, length - len(ctx) :] = True
+        if self.stale_model is not None and cached is not None:
+            self.serve_stale_prefix(tokens, valid, [len(c) for c in contexts], cached)
         logits, cache = self.model.prefill(tokens, valid, capacity=length + limits.max_new)
+        if isinstance(self.model.hooks, FaultHooks):
+            self.model.hooks.stale = None
+        history = None
+        if self.cfg.processors is not None:
+            history = TokenHistory(contexts, self.model.cfg.vocab)
         moe = isinstance(self.model, MoELM)
         trace = (
             [[r[v]] for r, v in zip(self.model.routes(), valid.numpy(), strict=True)] if moe else []
@@ -98,7 +136,9 @@ class InferenceEngine:
         out: list[tuple[list[int], list[float]]] = [([], []) for _ in range(n)]
         active = torch.arange(n)
         for t in range(limits.max_new):
-            new, lps = sample_tokens(logits, self.cfg, gen)
+            new, lps = sample_tokens(logits, self.cfg, gen, history)
+            if history is not None:
+                history.add(new)
             done = []
             for row, (tok, lp) in enumerate(zip(new.tolist(), lps.tolist(), strict=True)):
                 seq = out[int(active[row])]
@@ -112,11 +152,59 @@ class InferenceEngine:
                 # finished sequences leave the decode batch (continuous batching)
                 rows = keep.nonzero().squeeze(1)
                 active, new, cache = active[rows], new[rows], cache.select(rows)
+                if history is not None:
+                    history.select(rows)
             logits = self.model.decode(new, cache, self.cfg.kernel)
             if moe:  # the decode inputs' routes, row by row of the active batch
                 for row, routes in zip(active.tolist(), self.model.routes(), strict=True):
                     trace[row].append(routes)
         self.routes = [np.concatenate(rows) for rows in trace] if moe else None
+        return out
+
+    def serve_stale_prefix(
+        self, tokens: torch.Tensor, valid: torch.Tensor, lengths: list[int], cached: list[int]
+    ) -> None:
+        """Let the next prefill take the first `cached` tokens' K/V of each row from the stale
+        prefix cache (the row's last token is always recomputed, as vLLM does)."""
+        assert self.stale_model is not None and isinstance(self.model.hooks, FaultHooks)
+        width = tokens.shape[1]
+        _, stale = self.stale_model.prefill(tokens, valid, capacity=width)
+        col = torch.arange(width)[None, :]
+        offset = torch.tensor([width - n for n in lengths])[:, None]
+        hits = torch.tensor([min(c, n - 1) for c, n in zip(cached, lengths, strict=True)])
+        served = valid & (col - offset < hits[:, None])
+        self.model.hooks.stale = (stale.keys, stale.values, served)
+
+
+class WaveEngine(InferenceEngine):
+    """An engine that admits at most `max_batch` requests at once (vLLM's max_num_seqs): a
+    turn's requests are served in waves, so the decode batches are smaller."""
+
+    def __init__(
+        self,
+        model_cfg: ModelConfig,
+        state: dict[str, torch.Tensor],
+        cfg: EngineConfig,
+        stale_state: dict[str, torch.Tensor] | None = None,
+        max_batch: int = 8,
+    ) -> None:
+        super().__init__(model_cfg, state, cfg, stale_state)
+        self.max_batch = max_batch
+
+    def generate(
+        self,
+        contexts: list[list[int]],
+        limits: TurnLimits,
+        gen: torch.Generator,
+        cached: list[int] | None = None,
+    ) -> list[tuple[list[int], list[float]]]:
+        out: list[tuple[list[int], list[float]]] = []
+        routes: list[np.ndarray] = []
+        for start in range(0, len(contexts), self.max_batch):
+            part = slice(start, start + self.max_batch)
+            out += super().generate(contexts[part], limits, gen, cached[part] if cached else None)
+            routes += self.routes or []
+        self.routes = routes or None
         return out
 
 

@@ -150,6 +150,45 @@ def decode_attention(
     return torch.where(split_rows[:, None, None, None], split, dense)
 
 
+class PathHooks:
+    """Where an inference engine's numeric path departs from the plain one (gen/faults.py
+    overrides these). Each method here is the plain path; a model without hooks skips them."""
+
+    def prefill_mask(self, allowed: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """The prefill's attention mask [B, 1, T, T] (True: the query may see the key)."""
+        return allowed
+
+    def prefill_kv(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The prefill's K/V [B, H, T, D] as attended and cached (e.g. reused from a cache)."""
+        return k, v
+
+    def prefill_attention(
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        allowed: torch.Tensor,
+        positions: torch.Tensor,
+    ) -> torch.Tensor:
+        """The prefill's attention; `positions` [B, T] are the rows' position ids."""
+        return dense_attention(q, k, v, allowed)
+
+    def cache_kv(
+        self, layer: int, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the KV cache stores of freshly computed K/V at `positions` [B, T]."""
+        return k, v
+
+    def decode_rope(
+        self, model: TinyLM, positions: torch.Tensor, dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary tables of the decode tokens at `positions` [B, 1]."""
+        return model._rope(positions, dtype)
+
+
 class Block(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -218,6 +257,7 @@ class TinyLM(nn.Module):
         self.register_buffer("rope_sin", sin, persistent=False)
         self.lm_head_fp32: torch.Tensor | None = None  # set by the engine for an fp32 lm_head
         self.kv_fp32 = False  # set by the engine: fp32 KV cache and fp32 attention
+        self.hooks: PathHooks | None = None  # set by the engine: a departing numeric path
 
     def _rope(
         self, positions: torch.Tensor, dtype: torch.dtype
@@ -257,6 +297,9 @@ class TinyLM(nn.Module):
         causal = torch.ones(length, length, dtype=torch.bool).tril()
         # pad queries see only themselves so their softmax row is defined; they are never used
         allowed = (causal & valid[:, None, None, :]) | torch.eye(length, dtype=torch.bool)
+        hooks = self.hooks
+        if hooks is not None:
+            allowed = hooks.prefill_mask(allowed, valid)
         shape = (bsz, self.cfg.n_heads, capacity, self.cfg.head_dim)
         kv_dtype = torch.float32 if self.kv_fp32 else dtype
         keys = [torch.zeros(shape, dtype=kv_dtype) for _ in self.blocks]
@@ -264,11 +307,19 @@ class TinyLM(nn.Module):
         x = self.tok_emb(tokens)
         for i, block in enumerate(self.blocks):
             q, k, v = block.qkv_heads(x, cos, sin)
-            keys[i][:, :, :length] = k
-            values[i][:, :, :length] = v
+            stored = (k, v)
+            if hooks is not None:
+                k, v = hooks.prefill_kv(i, k, v)
+                stored = hooks.cache_kv(i, k, v, positions)
+            keys[i][:, :, :length] = stored[0]
+            values[i][:, :, :length] = stored[1]
             if self.kv_fp32:
                 q, k, v = q.float(), k.float(), v.float()
-            x = block.finish(x, dense_attention(q, k, v, allowed).to(dtype))
+            if hooks is None:
+                attn = dense_attention(q, k, v, allowed)
+            else:
+                attn = hooks.prefill_attention(i, q, k, v, allowed, positions)
+            x = block.finish(x, attn.to(dtype))
         key_valid = torch.zeros(bsz, capacity, dtype=torch.bool)
         key_valid[:, :length] = valid
         cache = KVCache(keys, values, key_valid, positions[:, -1] + 1, length)
@@ -277,7 +328,11 @@ class TinyLM(nn.Module):
     def decode(self, token: torch.Tensor, cache: KVCache, kernel: AttentionKernel) -> torch.Tensor:
         """One incremental decoding step for the batch rows in `cache`; returns logits [B, V]."""
         dtype = self.tok_emb.weight.dtype
-        cos, sin = self._rope(cache.positions[:, None], dtype)
+        hooks = self.hooks
+        if hooks is None:
+            cos, sin = self._rope(cache.positions[:, None], dtype)
+        else:
+            cos, sin = hooks.decode_rope(self, cache.positions[:, None], dtype)
         pos = cache.length
         cache.key_valid[:, pos] = True
         split_rows = split_kv_rows(kernel, cache.positions + 1)
@@ -285,6 +340,8 @@ class TinyLM(nn.Module):
         x = self.tok_emb(token[:, None])
         for i, block in enumerate(self.blocks):
             q, k, v = block.qkv_heads(x, cos, sin)
+            if hooks is not None:
+                k, v = hooks.cache_kv(i, k, v, cache.positions[:, None])
             cache.keys[i][:, :, pos : pos + 1] = k
             cache.values[i][:, :, pos : pos + 1] = v
             keys, values = cache.keys[i][:, :, : pos + 1], cache.values[i][:, :, : pos + 1]

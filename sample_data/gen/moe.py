@@ -52,12 +52,16 @@ class MoEBlock(Block):
         self.forced: torch.Tensor | None = None  # [B, T, top_k] ids to use, NO_ROUTE: own choice
         self.chosen: torch.Tensor | None = None  # [B, T, top_k] the ids of the last call
         self.aux: torch.Tensor | None = None  # the last training call's load-balancing loss
+        self.router_dtype: torch.dtype | None = None  # a lower-precision router (gen/faults.py)
 
     def ffn(self, h: torch.Tensor) -> torch.Tensor:
         cfg = self.cfg
         flat = h.reshape(-1, cfg.d_model)
         # router logits in the weights' dtype (bf16 on the engine), softmax in fp32
-        probs = torch.softmax(self.router(flat).float(), dim=-1)
+        logits = self.router(flat)
+        if self.router_dtype is not None:
+            logits = logits.to(self.router_dtype)
+        probs = torch.softmax(logits.float(), dim=-1)
         ids = probs.topk(cfg.top_k, dim=-1).indices
         if self.forced is not None:
             forced = self.forced.reshape(-1, cfg.top_k)

@@ -26,6 +26,7 @@ class RolloutShape:
     limits: TurnLimits = field(default_factory=lambda: TurnLimits(max_new=40, min_new=12))
     min_turns: int = 2
     max_turns: int = 3
+    tool_echo: bool = False  # longer tool responses that echo the expression (gen/tools.py)
 
 
 @dataclass
@@ -42,6 +43,8 @@ class Sample:
     trainer_lp: list[float] = field(default_factory=list)
     stopped: list[bool] = field(default_factory=list)  # per model turn: ended at the stop byte
     data_source: str = ""  # the prompt module the prompt's first line comes from
+    tool_echo: bool = False  # the tool responses echo their expression
+    gpu: str = ""  # the replica (device) that served the response, in a multi-device run
     # MoE only: expert ids int16 [rows, layers, top_k] per input position from position 0 of
     # prompt + response; the engine's for [0, len(sequence) - 1), the trainer's for every position
     rollout_routes: np.ndarray | None = None
@@ -89,6 +92,7 @@ def make_samples(
                     n_turns=rng.randint(shape.min_turns, shape.max_turns),
                     tool_rng=random.Random(stable_seed(seed, *tool, j)),
                     data_source=sources[start] if sources else "",
+                    tool_echo=shape.tool_echo,
                 )
             )
     return samples
@@ -101,12 +105,19 @@ def append(sample: Sample, tokens: list[int], logprobs: list[float], mask: int) 
 
 
 def roll_out(
-    engine: InferenceEngine, samples: list[Sample], limits: TurnLimits, gen: torch.Generator
+    engine: InferenceEngine,
+    samples: list[Sample],
+    limits: TurnLimits,
+    gen: torch.Generator,
+    cached: Callable[[Sample], int] | None = None,
 ) -> None:
-    """Generate every model turn batch by batch, inserting a tool response between turns."""
+    """Generate every model turn batch by batch, inserting a tool response between turns.
+
+    `cached`: how many leading tokens of a sample's context hit the engine's prefix cache."""
     for turn in range(max(s.n_turns for s in samples)):
         batch = [s for s in samples if s.n_turns > turn]
-        outputs = engine.generate([s.sequence for s in batch], limits, gen)
+        hits = [cached(s) for s in batch] if cached is not None else None
+        outputs = engine.generate([s.sequence for s in batch], limits, gen, hits)
         if engine.routes is not None:
             keep_first_routes(batch, engine.routes)
         for sample, (tokens, logprobs) in zip(batch, outputs, strict=True):
@@ -115,7 +126,8 @@ def roll_out(
             sample.stopped.append(stopped)
             if sample.n_turns > turn + 1:
                 # the tool output starts on its own line even if the turn was cut mid-line
-                tool = (b"" if tokens[-1] == NEWLINE else b"\n") + tool_response(sample.tool_rng)
+                response = tool_response(sample.tool_rng, sample.tool_echo)
+                tool = (b"" if tokens[-1] == NEWLINE else b"\n") + response
                 append(sample, list(tool), [0.0] * len(tool), 0)
 
 

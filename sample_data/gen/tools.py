@@ -69,13 +69,13 @@ def safe_eval(expr: str) -> Any:
     return _eval(ast.parse(expr, mode="eval"))
 
 
-def run_expression(expr: str) -> str:
+def run_expression(expr: str, limit: int = MAX_OUTPUT) -> str:
     """The REPL output of `expr`: repr of the value, or the exception line, truncated."""
     try:
         out = repr(safe_eval(expr))
     except (ArithmeticError, ValueError, TypeError) as exc:
         out = f"{type(exc).__name__}: {exc}"
-    return out if len(out) <= MAX_OUTPUT else out[: MAX_OUTPUT - 3] + "..."
+    return out if len(out) <= limit else out[: limit - 3] + "..."
 
 
 def random_expression(rng: random.Random) -> str:
@@ -99,7 +99,11 @@ def random_expression(rng: random.Random) -> str:
     return f"{rng.choice(['min', 'max', 'sorted'])}([{a}, {b}, {c}])"
 
 
-def tool_response(rng: random.Random) -> bytes:
-    """The bytes inserted after a model turn: the evaluated output in <python_output> tags."""
-    out = run_expression(random_expression(rng))
-    return f"<python_output>\n{out}\n</python_output>\n".encode()
+def tool_response(rng: random.Random, echo: bool = False) -> bytes:
+    """The bytes inserted after a model turn: the evaluated output in <python_output> tags;
+    `echo`: a longer response that also echoes the expression (`>>> expr`), as a REPL does."""
+    expr = random_expression(rng)
+    if not echo:
+        return f"<python_output>\n{run_expression(expr)}\n</python_output>\n".encode()
+    out = run_expression(expr, 2 * MAX_OUTPUT)
+    return f"<python_output>\n>>> {expr}\n{out}\n</python_output>\n".encode()
