@@ -55,11 +55,26 @@ class Named:
 
     @property
     def right(self) -> bool:
-        """The planted class named: every class of a combination among the named causes."""
+        """The planted cause named: every cause of a combination among the named ones, each
+        named by its key or by another cause of its class (``tool_turns`` and ``sequences``
+        are code paths, ``stop`` a template fault); in the MoE class the key itself (flips and
+        a capture bug take opposite remedies)."""
         if self.planted in QUIET:
             return not self.false_alarm
         named = {self.cause, *self.also}
-        return set(self.planted.split("+")) <= named
+        return all(any(_same(p, n) for n in named) for p in self.planted.split("+"))
+
+
+def _same(planted: str, named: str) -> bool:
+    from mismatchctl.analysis.diagnose.causes.catalogue import by_key
+
+    if planted == named:
+        return True
+    try:
+        a, b = by_key(planted).CLASS, by_key(named).CLASS
+    except StopIteration:
+        return False
+    return a == b and a != "MoE"
 
 
 def load_corpus(corpus: Path) -> list[dict[str, Any]]:

@@ -34,6 +34,17 @@ class SignCoherence:
     extreme_share: float
 
 
+def in_steps(state: HotSequenceState, steps: set[int]) -> HotSequenceState:
+    """The sequences of some steps only (their cells' rates are then the steps' own)."""
+    keep = np.isin(state.step, np.fromiter(steps, np.int64, len(steps)))
+    where = np.cumsum(keep) - 1
+    cells = keep[state.row]
+    return HotSequenceState(
+        state.runs, state.run[keep], state.step[keep], state.seq[keep],
+        where[state.row[cells]], state.cell[cells], state.sums[cells],
+    )  # fmt: skip
+
+
 def sign_coherence(state: HotSequenceState) -> SignCoherence:
     """The sign test of one run's sequences (``hot_sequences.by_run``)."""
     state = canonical(state)
@@ -56,4 +67,4 @@ def sign_coherence(state: HotSequenceState) -> SignCoherence:
     return SignCoherence(k, q / k, float(chi2_sf(q, k)), float(np.mean(np.abs(z) > 3)))
 
 
-__all__ = ["SignCoherence", "sign_coherence"]
+__all__ = ["SignCoherence", "in_steps", "sign_coherence"]

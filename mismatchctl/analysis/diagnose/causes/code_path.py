@@ -15,6 +15,7 @@ from mismatchctl.analysis.diagnose.causes.parts import (
     first_findings,
     on_gpus,
     on_steps_only,
+    path_on_one_gpu,
     steps_share,
     where_text,
 )
@@ -22,6 +23,7 @@ from mismatchctl.analysis.diagnose.check import CheckModule, fired
 from mismatchctl.analysis.diagnose.checks import (
     hardware,
     localized,
+    policy_signs,
     regimes,
     spikes,
     tool_responses,
@@ -48,9 +50,11 @@ TELLS_APART = (
     "line are a growth; a policy spreads over every part"
 )
 EVERY_TOKEN = False
-EXPLAINS = ("sequences", "tool_turns", "policy", "hardware", "growth")
+EXPLAINS = ("sequences", "tool_turns", "policy", "growth", "stop")
 CORRECTION = "no: fix or disable the path; importance sampling would only reweight the damage"
-READS: tuple[CheckModule, ...] = (localized, regimes, spikes, trend, tool_responses, hardware)
+READS: tuple[CheckModule, ...] = (
+    localized, regimes, spikes, trend, tool_responses, hardware, policy_signs,
+)  # fmt: skip
 
 PLACES = {
     K.KV_POSITION: "long KV positions (split-KV, flash-decoding or cascade attention)",
@@ -77,7 +81,12 @@ def support(ctx: Context) -> Support | None:
         deferred = (
             [tool] if fired(tool) and tool is not None and tool.evidence.get("code_path") else []
         )
+        held = path_on_one_gpu(ctx)
+        against = (
+            () if held is None else (f"its part lies on gpu {held[0]}'s tokens (the hardware)",)
+        )
         best = Support(
+            against=against,
             verdict=worst_of([local, *deferred]), share=f.get("excess_share"),
             because=local.finding, checks=(localized.NAME, *(c.name for c in deferred)),
             ratio=f.get("rate_ratio"),
@@ -99,9 +108,12 @@ def _steps(ctx: Context) -> Support | None:
     share, steps = max(found, key=lambda s: s[0] or 0.0)
     if share is None:
         return None
-    against = ()
+    against: tuple[str, ...] = ()
     if fired(ctx.result(hardware)) and steps_follow_gpu(ctx, hits):
-        against = ("the elevated steps are the hot gpu's: on the other gpus they are not hotter",)
+        against += ("the elevated steps are the hot gpu's: on the other gpus they are not hotter",)
+    signs = ctx.result(policy_signs)
+    if fired(signs) and signs is not None and signs.finding.startswith("in the elevated"):
+        against += ("the elevated steps' responses lean one way: other weights from a step on",)
     return Support(
         verdict=hits[0].verdict, share=share, because=hits[0].finding,
         checks=tuple(c.name for c in hits), where=f"steps {steps}", variant=PLACES[K.STEP],

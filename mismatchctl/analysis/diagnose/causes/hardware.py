@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.cause_evidence import other_gpus_advice
-from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
-from mismatchctl.analysis.diagnose.causes.parts import first_findings, on_gpus, where_text
-from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share, worst_of
+from mismatchctl.analysis.diagnose.causes.parts import (
+    first_findings,
+    on_gpus,
+    path_on_one_gpu,
+    where_text,
+)
+from mismatchctl.analysis.diagnose.check import Check, CheckModule, fired
 from mismatchctl.analysis.diagnose.checks import baseline, hardware, localized
 from mismatchctl.analysis.diagnose.context import Context, baseline_on_other_gpus
 
@@ -30,11 +35,25 @@ def support(ctx: Context) -> Support | None:
     other = _other_generation(ctx)
     if other is not None:
         return other
+    held = path_on_one_gpu(ctx) if fired(local) else None
+    if held is not None and local is not None:
+        name, found = held
+        first = next((f for f in first_findings(local) if f["where"] == found["where"]), None)
+        ratio, ci = found["ratio"]
+        own = _gpu_share(gpu) if fired(gpu) and gpu is not None else 0.0
+        return Support(
+            verdict=worst_of([local, gpu if fired(gpu) else None]),
+            share=max(own or 0.0, (first or {}).get("excess_share") or 0.0),
+            because=f"{local.finding}; within that part, gpu {name} is {ratio:.3g}x the other "
+            f"gpus at the same token probabilities", checks=(localized.NAME,), ratio=ratio,
+            ci=(ci[0], ci[1]), where=f"gpu {name}, {where_text(found['where'])}",
+            variant=f"a code path only gpu {name} takes",
+        )  # fmt: skip
     if gpu is None or gpu.verdict == "n/a":
         return None
     e = gpu.evidence
     ratio, ci = e.get("rate_ratio_vs_rest"), e.get("rate_ratio_vs_rest_ci")
-    share = part_share(e.get("hot_mass_share"), ratio)
+    share = _gpu_share(gpu)
     found = next((f for f in first_findings(local) if on_gpus(f["where"])), None)
     if found is not None and fired(local):
         share = max(share or 0.0, found.get("excess_share") or 0.0)
@@ -50,6 +69,12 @@ def support(ctx: Context) -> Support | None:
         ci=None if ci is None else (ci[0], ci[1]),
         where=where_text(found["where"]) if found else f"gpu {', '.join(top)}",
     )
+
+
+def _gpu_share(gpu: Check) -> float | None:
+    """The share of the run's mass the hot gpu(s) explain (the hardware check's evidence)."""
+    e = gpu.evidence
+    return part_share(e.get("hot_mass_share"), e.get("rate_ratio_vs_rest"))
 
 
 def _other_generation(ctx: Context) -> Support | None:

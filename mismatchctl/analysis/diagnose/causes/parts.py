@@ -4,12 +4,17 @@ the elevated steps explain."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from mismatchctl.analysis.diagnose.causes.hypothesis import part_share
 from mismatchctl.analysis.diagnose.check import Check
-from mismatchctl.analysis.diagnose.context import RunView
+from mismatchctl.analysis.diagnose.context import Context, RunView
+from mismatchctl.analysis.diagnose.contrasts import hotter
+from mismatchctl.analysis.diagnose.levels import LEVEL
+from mismatchctl.analysis.diagnose.parts import code_path
 from mismatchctl.engines import plan as K
+from mismatchctl.stats.localize import contrast_within
 
 
 def first_findings(local: Check | None) -> list[dict[str, Any]]:
@@ -49,3 +54,39 @@ def steps_share(view: RunView) -> tuple[float | None, str]:
     if len(sp.elevated) > 6:
         steps += f" and {len(sp.elevated) - 6} more"
     return part_share(mass, sp.ratio), steps
+
+
+def path_on_one_gpu(ctx: Context) -> tuple[str, dict[str, Any]] | None:
+    """A run's first code-path finding (not on a gpu) that one gpu's tokens hold: within the
+    finding's part, that gpu against the others at the same token probabilities shows the
+    localized pattern (a kernel path only one gpu generation takes). The gpu and the finding's
+    row, or None."""
+    for view in ctx.runs.values():
+        spec = view.cube.spec
+        if K.GPU not in {d.name for d in spec.dims}:
+            continue
+        paths = [f for f in view.local.findings if code_path(f) and K.GPU not in f.where]
+        if not paths:
+            continue
+        f = paths[0]
+        g = spec.index(K.GPU)
+        named = _held_region(spec, f.region, g)
+        if named is None:
+            continue
+        for code in range(spec.levels(g)):
+            found = contrast_within(view.cube, named, K.GPU, [code], K.BIN, LEVEL)
+            if hotter(found):
+                return spec.level_label(g, [code]), {"where": f.where, "ratio": found}
+    return None
+
+
+def _held_region(spec: Any, region: dict[int, Any], gpu: int) -> dict[str, list[int]] | None:
+    """The finding's region on as many of its dimensions as a table of the cube holds beside
+    the gpu and the probability bin (the cube keeps tables of a few dimensions only)."""
+    bins = spec.index(K.BIN)
+    dims = [d for d in region if d not in (gpu, bins)]
+    for size in range(len(dims), 0, -1):
+        for sub in itertools.combinations(dims, size):
+            if spec.table_index(sorted({gpu, bins, *sub})) is not None:
+                return {spec.dims[d].name: [int(c) for c in region[d]] for d in sub}
+    return None

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.advice import POLICY_SIGNS_ADVICE, STALE_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
+from mismatchctl.analysis.diagnose.causes.parts import steps_share
 from mismatchctl.analysis.diagnose.check import CheckModule, fired
 from mismatchctl.analysis.diagnose.checks import baseline, policy_signs, staleness
 from mismatchctl.analysis.diagnose.context import Context
 
 KEY = "policy"
 CLASS = "policy"
-LABEL = "another policy (stale or wrong weights)"
+LABEL = "another policy (stale, wrong or differently quantized weights)"
 SIGNATURE = (
     "r of both signs at every position, turn and probability, whole responses leaning one way "
     "(the update between the two policies raised or lowered each response: the count of r > 0 "
@@ -21,7 +22,8 @@ TELLS_APART = (
     "precision noise is as uniform but moves each token independently (no lean); a biased "
     "kernel leans the responses it hits too, but only those (a part of the run is hotter); a "
     "partial weight sync looks like stale weights, smaller: the dumps cannot tell which "
-    "parameters lag (compare the weights themselves)"
+    "parameters lag (compare the weights themselves); weights quantized on one side (fp8 "
+    "weights or lm_head) are other weights too: the same picture"
 )
 EVERY_TOKEN = True
 EXPLAINS = ("sequences", "tool_turns", "growth", "precision")
@@ -39,13 +41,22 @@ def support(ctx: Context) -> Support | None:
         return Support("ok", 0.0, "no response leans, no weight lag", _names(signs, stale))
     lead = hits[0]
     uniform = fired(base) and base is not None and base.evidence.get("excess_shape") == "uniform"
+    jump = lead is signs and signs is not None and lead.finding.startswith("in the elevated")
+    share, where = None, "every token"
+    if jump:  # the whole run's responses do not lean, the elevated steps' do
+        share, steps = max((steps_share(v) for v in ctx.runs.values()), key=lambda x: x[0] or 0)
+        where = f"steps {steps}"
     return Support(
         verdict=worst_of([*hits, base if uniform else None]),
-        share=None,
+        share=share,
         because=lead.finding,
         checks=_names(*hits, base if uniform else None),
-        where="every token",
-        variant="stale weights" if lead is stale else "responses leaning one way",
+        where=where,
+        variant="stale weights"
+        if lead is stale
+        else "weights that changed at a step"
+        if jump
+        else "responses leaning one way",
     )
 
 
@@ -54,4 +65,11 @@ def _names(*checks) -> tuple[str, ...]:
 
 
 def advice(ctx: Context, found: Support) -> str:
+    if found.variant == "weights that changed at a step":
+        return (
+            f"the responses of {found.where} lean one way and those before do not: the weights "
+            "the engine served changed there (a reload or weight sync that went wrong, CUDA "
+            "graphs keeping stale pointers, a sleep/wake cycle): compare the engine's weights "
+            f"with the trainer's at those steps; {POLICY_SIGNS_ADVICE}"
+        )
     return STALE_ADVICE if found.variant == "stale weights" else POLICY_SIGNS_ADVICE

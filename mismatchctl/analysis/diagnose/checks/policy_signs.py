@@ -21,7 +21,7 @@ from mismatchctl.analysis.diagnose.checks import hardware, localized, regimes, s
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.runs import worst_run
 from mismatchctl.analysis.diagnose.text import pct
-from mismatchctl.stats.sign_coherence import SignCoherence, sign_coherence
+from mismatchctl.stats.sign_coherence import SignCoherence, in_steps, sign_coherence
 
 NAME = "policy_signs"
 LAYER = TRAJECTORY
@@ -29,6 +29,7 @@ TITLE = "Signs of r agree within sequences (another policy)"
 ORDER = 270
 
 CODE_PATH_CHECKS: tuple[CheckModule, ...] = (localized, regimes, spikes, hardware)
+STEPS: tuple[CheckModule, ...] = (regimes, spikes)  # the checks that split the steps in two
 """The checks whose hits name a code path (the cause names it before another policy)."""
 
 READS: tuple[CheckModule, ...] = CODE_PATH_CHECKS
@@ -55,10 +56,19 @@ T = Thresholds()
 
 
 def run(ctx: Context) -> Check:
-    """Each run's sign dispersion (the worst run's verdict; with several, evidence ``runs``)."""
-    runs = {
-        run: _judge(sign_coherence(state)) for run, state in ctx.state.hot_sequences.runs().items()
-    }
+    """Each run's sign dispersion (the worst run's verdict; with several, evidence ``runs``);
+    for a run whose steps split into two regimes, also the elevated steps' own (weights that
+    changed at a step lean those steps' responses only: evidence ``elevated_steps``)."""
+    runs = {}
+    for run, state in ctx.state.hot_sequences.runs().items():
+        found = _judge(sign_coherence(state))
+        steps = _elevated(ctx, run)
+        if steps and found[0] == OK:
+            part = _judge(sign_coherence(in_steps(state, steps)))
+            found[2]["elevated_steps"] = {"steps": sorted(steps), **part[2]}
+            if part[0] != OK:
+                found = (part[0], f"in the elevated steps ({len(steps)}): {part[1]}", found[2])
+        runs[run] = found
     if not runs or all(found[0] == NA for found in runs.values()):
         return Check(LAYER, NAME, TITLE, NA, "no sequence long enough to test")
     verdict, finding, evidence = worst_run(runs)
@@ -71,6 +81,14 @@ def run(ctx: Context) -> Check:
             f"responses it hits lean too), then diagnose again; if they still lean: {advice}"
         )
     return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice_if(verdict, advice))
+
+
+def _elevated(ctx: Context, run: str) -> set[int]:
+    """The run's elevated steps when the regimes or spikes check split them off."""
+    view = ctx.runs.get(run)
+    if view is None or view.split is None or not any(fired(ctx.result(c)) for c in STEPS):
+        return set()
+    return {int(view.rates.numbers[i]) for i in view.split.elevated}
 
 
 def _judge(found: SignCoherence) -> tuple[str, str, dict[str, Any]]:
