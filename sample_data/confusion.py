@@ -168,11 +168,15 @@ def summary(rows: list[Named]) -> str:
     faults = [r for r in rows if r.planted not in QUIET]
     false = sum(r.false_alarm for r in quiet)
     right = sum(r.right for r in faults)
-    silent = sum(r.cause == "none" for r in faults)
+    silent = [r for r in faults if r.cause == "none"]
+    unmeasured = sum(r.size is None for r in silent)
+    alone = sum(r.size is not None and r.planted == "precision" and r.baseline is None
+                for r in silent)  # fmt: skip
     return (
         f"{len(rows)} diagnoses of {len({r.run for r in rows})} runs: false alarms {false} of "
         f"{len(quiet)} healthy or improved; faults named right {right} of {len(faults)}, "
-        f"misnamed {len(faults) - right - silent}, not seen {silent}."
+        f"misnamed {len(faults) - right - len(silent)}, not seen {len(silent)} ({alone} a "
+        f"precision loss without a baseline, {unmeasured} a fault of no measurable size)."
     )
 
 

@@ -80,8 +80,15 @@ def test_clean_data_raises_no_alarm(verdicts: dict) -> None:
     assert {v for v in verdicts["clean"].values()} == {"ok", "n/a"}
     na = {name for name, v in verdicts["clean"].items() if v == "n/a"}
     # no training logs attached: the curve checks have nothing to read; no tokenizer: no
-    # token classes
-    assert na == {"token_ids", "curve_spikes", "rise_before_drop", "baseline", "token_classes"}
+    # token classes; no token ids: no tokens seen before in their response (token_shift)
+    assert na == {
+        "token_ids",
+        "curve_spikes",
+        "rise_before_drop",
+        "baseline",
+        "token_classes",
+        "token_shift",
+    }
 
 
 def test_alignment_reports_the_mismatch_before_and_after_shifting(planted: Path) -> None:

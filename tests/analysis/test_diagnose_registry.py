@@ -43,8 +43,8 @@ CHECKS = DIAGNOSE / "checks"
 # The order of the diagnosis's checks (its JSON lists them so: tests/golden/json/diagnose_*.json)
 SHOWN = [
     "alignment", "token_ids", "sentinels", "empty_sequences", "trailing_padding", "duplicates",
-    "offset", "temperature", "top_p", "turn_edges", "turn_ends", "token_classes",
-    "routing_replay", "baseline", "localized", "low_probability", "tool_responses", "hardware",
+    "offset", "temperature", "top_p", "token_shift", "turn_edges", "turn_ends", "token_classes",
+    "routing_replay", "route_capture", "baseline", "localized", "low_probability", "tool_responses", "hardware",
     "hot_sequences", "routing_flips", "spikes", "regimes", "trend", "spiral", "severe_batches",
     "staleness", "policy_signs", "curve_spikes", "rise_before_drop", "cause", "objective",
 ]  # fmt: skip
@@ -57,7 +57,6 @@ SAME_SPELLING = {
     ("localized", "checks/baseline.py"): "a shape of the excess over a baseline",
     ("hardware", "causes/hardware.py"): "the key of a cause (the JSON's cause.key)",
     ("hardware", "checks/cause.py"): "a cause key the objective takes as fixable",
-    ("hardware", "causes/code_path.py"): "a cause's key, among the causes it explains",
     ("hardware", "causes/data.py"): "a cause's key, among the causes it explains",
     ("cause", "diagnosis.py"): "the JSON key of the weighing of the causes",
     ("cause", "view.py"): "the label of the verdict's cause line",

@@ -7,6 +7,7 @@ from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.check import DATA, FAIL, CheckModule, Every
 from mismatchctl.analysis.diagnose.checks import (
     route_capture,
+    routing_replay,
     token_classes,
     turn_edges,
     turn_ends,
@@ -28,7 +29,9 @@ EXPLAINS = (
 )  # fmt: skip
 CORRECTION = "no: fix the writer; a correction would mix the broken rows in"
 READS: tuple[CheckModule | Every, ...] = (Every(DATA),)
-NOT_DATA = (turn_edges.NAME, turn_ends.NAME, token_classes.NAME, route_capture.NAME)
+NOT_DATA = (
+    turn_edges.NAME, turn_ends.NAME, token_classes.NAME, route_capture.NAME, routing_replay.NAME,
+)  # fmt: skip
 """Checks of the data layer that name another cause (the template, the stop, the routes)."""
 PRECONDITION = True
 """A failed data check is named first, whatever the shares: the other numbers mix it in."""

@@ -25,7 +25,7 @@ TELLS_APART = (
     "kernel setting); a policy or precision loss spreads over every gpu"
 )
 EVERY_TOKEN = False
-EXPLAINS = ("sequences", "policy", "code_path", "tool_turns", "growth")
+EXPLAINS = ("sequences", "policy", "tool_turns", "growth")
 CORRECTION = "no: move the run, or switch the kernel path those gpus take"
 READS: tuple[CheckModule, ...] = (hardware, localized, baseline)
 

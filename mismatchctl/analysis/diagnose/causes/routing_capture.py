@@ -1,10 +1,11 @@
-"""MoE routes captured or aligned wrongly: the dumped routes, not the logprobs, are wrong."""
+"""MoE routes captured or aligned wrongly: the dumped routes, not the logprobs, are wrong (or
+replay is said to be on and the trainer's routes differ from the engine's)."""
 
 from __future__ import annotations
 
-from mismatchctl.analysis.diagnose.causes.hypothesis import Support
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.check import CheckModule, fired
-from mismatchctl.analysis.diagnose.checks import route_capture
+from mismatchctl.analysis.diagnose.checks import route_capture, routing_replay
 from mismatchctl.analysis.diagnose.context import Context
 
 KEY = "routing_capture"
@@ -21,23 +22,27 @@ TELLS_APART = (
 EVERY_TOKEN = False
 EXPLAINS = ("routing", "sequences")
 CORRECTION = "no, and never replay these routes: fix the capture first"
-READS: tuple[CheckModule, ...] = (route_capture,)
+READS: tuple[CheckModule, ...] = (route_capture, routing_replay)
 PRECONDITION = True
 """Wrong routes make every routing number wrong: named first, as a data fault."""
 
 
 def support(ctx: Context) -> Support | None:
-    found = ctx.result(route_capture)
-    if found is None:
-        return None
+    """Routes that disagree where the logprobs do not, or replay said on and violated."""
+    hits = [c for c in (ctx.result(route_capture), ctx.result(routing_replay)) if fired(c)]
+    if not hits:
+        found = ctx.result(route_capture)
+        return None if found is None else Support("ok", 0.0, found.finding, (found.name,))
     return Support(
-        verdict=found.verdict,
-        share=1.0 if fired(found) else 0.0,
-        because=found.finding,
-        checks=(route_capture.NAME,),
+        verdict=worst_of(hits),
+        share=1.0,
+        because=hits[0].finding,
+        checks=tuple(c.name for c in hits),
         where="the dumped routes",
     )
 
 
 def advice(ctx: Context, found: Support) -> str:
+    if found.checks == (routing_replay.NAME,):
+        return routing_replay.BUG_ADVICE
     return route_capture.ADVICE
