@@ -110,12 +110,26 @@ class Refiner:
         self.s = search
         self.t = search.t
         self.th = search.th
+        self._along: dict[tuple, dict] = {}  # ``along``'s sums under the model's version
+        self._along_version = search.version
 
     # --- sums ---------------------------------------------------------------------------
 
     def along(self, region: Masks, d: int) -> dict:
         """Per value of ``d``: the sums of the region with ``d`` fixed to that value (the
-        region's other masks applied), from the table of the region's dimensions and ``d``."""
+        region's other masks applied), from the table of the region's dimensions and ``d``
+        (reused while the model and the other masks are the same: the moves ask for one
+        column once per value or range of ``d`` they try)."""
+        if self._along_version != self.s.version:
+            self._along.clear()  # the model changed: every earlier column is stale
+            self._along_version = self.s.version
+        key = (d, *((e, region[e].tobytes()) for e in sorted(region) if e != d))
+        col = self._along.get(key)
+        if col is None:
+            col = self._along[key] = self._column(region, d)
+        return {**col, "region": region}
+
+    def _column(self, region: Masks, d: int) -> dict:
         t, ref, s, spec = self.t, self.s.ref, self.s, self.t.spec
         dims = tuple(sorted({*region, d}))
         shape = t.shape(dims)

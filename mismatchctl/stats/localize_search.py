@@ -118,6 +118,7 @@ class Search:
         self.t, self.ref, self.stratum, self.th, self.e_tb = t, ref, stratum, th, e_tb
         self.baseline = baseline
         self.model = {d: _scaled(e_t[d] * ref.beta[d], float(e_t[()])) for d in t.tables}
+        self.version = 0  # of the model: sums read under it may be reused until it changes
         self.candidates = candidates
         self.z_ci = norm_ppf(0.5 + th.rate_ci_level / 2)
         self.tested = 0
@@ -283,6 +284,7 @@ class Search:
         grow = {d: overlap(self.t, self.model, sel.region, d, memo) for d in self.t.tables}
         for d, extra in grow.items():
             self.model[d] = self.model[d] + (f - 1.0) * extra
+        self.version += 1
 
 
 class Eligible(NamedTuple):
