@@ -53,6 +53,7 @@ from mismatchctl.stats.localize_regions import (
     region_moments,
     restrict,
 )
+from mismatchctl.stats.localize_screen import MARGIN, Screen, screen
 from mismatchctl.stats.localize_search import (
     Search,
     Selected,
@@ -302,23 +303,33 @@ class Refiner:
     def _down(self, region: Masks) -> Masks | None:
         """The finer region, from the single values and ranges of :func:`_subsets`; when none
         is purer, from the hot sets of batch dimensions (:func:`_hot_values`), judged with the
-        values and ranges in the count of the finer regions examined."""
-        plain: list[tuple[float, int, Stat, Stat]] = []  # z, its degrees of freedom, the split
+        values and ranges in the count of the finer regions examined. The values and ranges
+        are screened all at once (``localize_screen``); those that may pass are tested one by
+        one."""
+        screens: list[tuple[int, list[np.ndarray], Screen]] = []
         cols: dict[int, dict] = {}
         for d in range(len(self.t.spec.dims)):
             if not self.t.has((*region, d)):
                 continue
             cols[d] = col = self.along(region, d)
-            for values in self._subsets(region, d, col):
-                plain += self._candidate(region, d, values, 1)
-        moved = self._purest(region, plain, len(plain))
+            subsets = self._subsets(region, d, col)
+            if subsets:
+                screens.append((d, subsets, screen(self, region, d, col, subsets)))
+        k = sum(int(sc.counted.sum()) for _, _, sc in screens)
+        plain: list[tuple[float, int, Stat, Stat]] = []  # z, its degrees of freedom, the split
+        if k:
+            z_refine = norm_ppf(1.0 - self.th.refine_alpha / k) - MARGIN
+            for d, subsets, sc in screens:
+                for i in np.flatnonzero(sc.counted & (sc.z >= z_refine)):
+                    plain += self._candidate(region, d, subsets[i], 1)
+        moved = self._purest(region, plain, k)
         if moved is not None:
             return moved
         hot = []
         for d, col in cols.items():
             for values, df in self._hot_values(region, d, col):
                 hot += self._candidate(region, d, values, df)
-        return self._purest(region, hot, len(plain) + len(hot))
+        return self._purest(region, hot, k + len(hot))
 
     def _candidate(
         self, region: Masks, d: int, values: np.ndarray, df: int
