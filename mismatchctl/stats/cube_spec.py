@@ -153,8 +153,13 @@ class CubeSpec:
 
     def level_label(self, d: int, levels: list[int] | np.ndarray) -> str:
         """Label of a set of search-level values of ``d`` (ranges for ordered dimensions)."""
-        codes = np.unique(np.concatenate([self.members(d, int(v)) for v in levels]))
-        return codes_label(self.dims[d], codes)
+        return codes_label(self.dims[d], self.codes_of(d, levels))
+
+    def codes_of(self, d: int, levels: list[int] | np.ndarray) -> np.ndarray:
+        """The codes of ``d`` inside a set of its search-level values."""
+        if not len(levels):
+            return np.zeros(0, np.int64)
+        return np.unique(np.concatenate([self.members(d, int(v)) for v in levels]))
 
     @cached_property
     def tables(self) -> tuple[Table, ...]:
@@ -227,10 +232,11 @@ def codes_label(dim: Dim, codes: np.ndarray | list[int]) -> str:
             runs[-1] = (runs[-1][0], c)
         else:
             runs.append((c, c))
-    return ",".join(_run_label(dim, a, b) for a, b in runs)
+    return ",".join(run_label(dim, a, b) for a, b in runs)
 
 
-def _run_label(dim: Dim, a: int, b: int) -> str:
+def run_label(dim: Dim, a: int, b: int) -> str:
+    """Label of the consecutive codes ``a..b`` of an ordered dimension."""
     first, last = dim.labels[a], dim.labels[b]
     if a == b:
         return first

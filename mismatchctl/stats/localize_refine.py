@@ -47,6 +47,13 @@ import numpy as np
 
 from mismatchctl.stats.cube import Field
 from mismatchctl.stats.localize_math import chi2_sf, div, norm_ppf, own_var, relvar, weighted
+from mismatchctl.stats.localize_regimes import (
+    best_interval,
+    best_period,
+    is_regime,
+    next_to,
+    run_ends,
+)
 from mismatchctl.stats.localize_regions import (
     complement_var,
     log_contrast_var,
@@ -70,6 +77,10 @@ MAX_MOVES = 256  # moves of one kind in a round (pruning a range of blocked step
 # Batches: a fault can sit in any set of them (every third step, two gpus of four, some runs of a
 # selection), where one of positions (KV, turn position, length, probability) sits in a range.
 SET_DIMS = frozenset({"step", "gpu", "run"})
+
+
+def _among(values: np.ndarray, offered: list[np.ndarray]) -> bool:
+    return any(len(o) == len(values) and np.array_equal(o, values) for o in offered)
 
 
 def _same_region(a: Masks, b: Masks) -> bool:
@@ -305,11 +316,19 @@ class Refiner:
         is purer, from the hot sets of batch dimensions (:func:`_hot_values`), judged with the
         values and ranges in the count of the finer regions examined. The values and ranges
         are screened all at once (``localize_screen``); those that may pass are tested one by
-        one."""
+        one.
+
+        A dimension the region fixes already is refined to a sub-range only when it is a
+        regime dimension (``localize_regimes``: the steps of a long run, whose change points
+        are found one move at a time). For the others this move never looked at them (the
+        table of the region and the dimension was asked for with the dimension twice); doing
+        so changes the sample runs' findings, so it waits for a deliberate change."""
         screens: list[tuple[int, list[np.ndarray], Screen]] = []
         cols: dict[int, dict] = {}
         for d in range(len(self.t.spec.dims)):
-            if not self.t.has((*region, d)):
+            if d in region and not is_regime(self.t, d, self.th):
+                continue  # (a sub-range of a fixed dimension: a regime's only, note below)
+            if not self.t.has(tuple({*region, d})):
                 continue
             cols[d] = col = self.along(region, d)
             subsets = self._subsets(region, d, col)
@@ -325,11 +344,13 @@ class Refiner:
         moved = self._purest(region, plain, k)
         if moved is not None:
             return moved
-        hot = []
+        hot, examined = [], 0
         for d, col in cols.items():
-            for values, df in self._hot_values(region, d, col):
-                hot += self._candidate(region, d, values, df)
-        return self._purest(region, hot, k + len(hot))
+            for values, df, count in self._hot_values(region, d, col):
+                found = self._candidate(region, d, values, df)
+                hot += found
+                examined += count * len(found)  # a scan's best stands for every region scanned
+        return self._purest(region, hot, k + examined)
 
     def _candidate(
         self, region: Masks, d: int, values: np.ndarray, df: int
@@ -408,6 +429,8 @@ class Refiner:
             values = np.flatnonzero(mask)
             if len(values) < 2:
                 continue
+            if is_regime(self.t, d, self.th):
+                values = run_ends(mask)  # a regime's ranges are trimmed, never holed
             for v in values:
                 split = self._split(region, d, np.array([v]))
                 if split is not None and split[0].n > 0 and split[1].n > 0:
@@ -459,14 +482,17 @@ class Refiner:
             out += [allowed[j:] for j in range(1, len(allowed) - 1)]
         return out
 
-    def _hot_values(self, region: Masks, d: int, col: dict) -> list[tuple[np.ndarray, int]]:
+    def _hot_values(self, region: Masks, d: int, col: dict) -> list[tuple[np.ndarray, int, int]]:
         """The values of a batch dimension (``SET_DIMS``) hotter than the others, when they are
         no single value or range :func:`_subsets` offers: of the splits of the values ranked by
         their rates (K3 over the model's expectation), the one whose two sides differ most (the
         faulty steps of a fault in every third step). Returned with ``k - 1`` degrees of
         freedom (``k`` values): the split was chosen by the data, so it is judged as the
         homogeneity test of all ``k``. The set leaves out at least two values (all but one is
-        that one being cold: pruning's business), so a dimension needs four."""
+        that one being cold: pruning's business), so a dimension needs four. A regime
+        dimension (``localize_regimes``: the steps of a long run) offers its best interval and
+        its best every-k-th values instead, each standing for the regions scanned (the third
+        element: how many regions the candidate counts for)."""
         if self.t.spec.dims[d].name not in SET_DIMS:
             return []
         allowed = region[d] if d in region else np.ones(self.t.spec.levels(d), bool)
@@ -474,6 +500,9 @@ class Refiner:
         k = len(values)
         if k < 4:
             return []
+        offered = self._subsets(region, d, col)
+        if is_regime(self.t, d, self.th):
+            return [(v, 1, n) for v, n in self._regimes(d, values, col) if not _among(v, offered)]
         mom, m = col["mom"][values], col["m"][values]
         ranked = np.argsort(-div(mom[:, Field.K3], m, 0.0), kind="stable")
         head_mom, head_m = np.cumsum(mom[ranked], axis=0)[:-1], np.cumsum(m[ranked])[:-1]
@@ -489,10 +518,18 @@ class Refiner:
         hot = np.sort(values[ranked[: int(np.argmax(z)) + 1]])
         if len(hot) > k - 2:
             return []  # all values but one: that one is cold (pruning's business), none is hot
-        offered = self._subsets(region, d, col)
-        if any(len(o) == len(hot) and np.array_equal(o, hot) for o in offered):
+        if _among(hot, offered):
             return []  # a single value or a range: tried as such
-        return [(hot, k - 1)]
+        return [(hot, k - 1, 1)]
+
+    def _regimes(self, d: int, values: np.ndarray, col: dict) -> list[tuple[np.ndarray, int]]:
+        """A regime dimension's best interval and, when its values are not in blocks (which
+        mix the phases of a period), its best every-k-th values."""
+        mom, m = col["mom"][values], col["m"][values]
+        found = [best_interval(values, mom, m, self.th)]
+        if not self.t.spec.blocked(d):
+            found.append(best_period(values, mom, m, self.th))
+        return [f for f in found if f is not None]
 
     def _mask(self, d: int, values: np.ndarray) -> np.ndarray:
         mask = np.zeros(self.t.spec.levels(d), bool)
@@ -518,7 +555,10 @@ class Refiner:
         trials = []
         for d in list(region):
             col = self.along(region, d)
+            regime = is_regime(self.t, d, self.th)
             for v in np.flatnonzero((col["mom"][:, 0] > 0) & ~region[d]):
+                if regime and not next_to(region[d], int(v)):
+                    continue  # a regime's ranges grow at their ends
                 st = self.combine(col, d, np.array([v]))
                 if self.supported(st, self.t.total_n - st.n):
                     trials.append((d, int(v), st))
