@@ -50,6 +50,7 @@ from mismatchctl.stats.localize_math import chi2_sf, div, norm_ppf, own_var, rel
 from mismatchctl.stats.localize_regimes import (
     best_interval,
     best_period,
+    filled,
     is_regime,
     next_to,
     run_ends,
@@ -480,6 +481,9 @@ class Refiner:
         if self.t.spec.dims[d].ordered and d != self.s.stratum and len(allowed) > 2:
             out += [allowed[: j + 1] for j in range(1, len(allowed) - 1)]
             out += [allowed[j:] for j in range(1, len(allowed) - 1)]
+        if is_regime(self.t, d, self.th):  # a regime's range spans the steps without tokens here
+            within = region[d] if d in region else np.ones(self.t.spec.levels(d), bool)
+            out = [filled(v, within) for v in out]
         return out
 
     def _hot_values(self, region: Masks, d: int, col: dict) -> list[tuple[np.ndarray, int, int]]:
@@ -502,7 +506,8 @@ class Refiner:
             return []
         offered = self._subsets(region, d, col)
         if is_regime(self.t, d, self.th):
-            return [(v, 1, n) for v, n in self._regimes(d, values, col) if not _among(v, offered)]
+            found = self._regimes(region, d, values, col)
+            return [(v, 1, n) for v, n in found if not _among(v, offered)]
         mom, m = col["mom"][values], col["m"][values]
         ranked = np.argsort(-div(mom[:, Field.K3], m, 0.0), kind="stable")
         head_mom, head_m = np.cumsum(mom[ranked], axis=0)[:-1], np.cumsum(m[ranked])[:-1]
@@ -522,14 +527,19 @@ class Refiner:
             return []  # a single value or a range: tried as such
         return [(hot, k - 1, 1)]
 
-    def _regimes(self, d: int, values: np.ndarray, col: dict) -> list[tuple[np.ndarray, int]]:
+    def _regimes(
+        self, region: Masks, d: int, values: np.ndarray, col: dict
+    ) -> list[tuple[np.ndarray, int]]:
         """A regime dimension's best interval and, when its values are not in blocks (which
         mix the phases of a period), its best every-k-th values."""
         mom, m = col["mom"][values], col["m"][values]
-        found = [best_interval(values, mom, m, self.th)]
-        if not self.t.spec.blocked(d):
-            found.append(best_period(values, mom, m, self.th))
-        return [f for f in found if f is not None]
+        within = region[d] if d in region else np.ones(self.t.spec.levels(d), bool)
+        found = []
+        interval = best_interval(values, mom, m, self.th)
+        if interval is not None:
+            found.append((filled(interval[0], within), interval[1]))
+        period = None if self.t.spec.blocked(d) else best_period(values, mom, m, self.th)
+        return found if period is None else [*found, period]
 
     def _mask(self, d: int, values: np.ndarray) -> np.ndarray:
         mask = np.zeros(self.t.spec.levels(d), bool)

@@ -54,6 +54,14 @@ def next_to(mask: np.ndarray, v: int) -> bool:
     return bool((v > 0 and mask[v - 1]) or (v + 1 < len(mask) and mask[v + 1]))
 
 
+def filled(values: np.ndarray, within: np.ndarray) -> np.ndarray:
+    """The levels from the first of ``values`` to the last that ``within`` allows: a range of
+    steps, the steps without tokens in the region's cells included (they add nothing to its
+    sums, and the range is named as one)."""
+    levels = np.arange(len(within))
+    return np.flatnonzero(within & (levels >= values[0]) & (levels <= values[-1]))
+
+
 def best_interval(
     values: np.ndarray, mom: np.ndarray, m: np.ndarray, th: LocalizeThresholds
 ) -> tuple[np.ndarray, int] | None:
