@@ -42,7 +42,7 @@ from mismatchctl.stats.cube_bootstrap import (
 )
 from mismatchctl.stats.cube_cells import SequenceCells
 from mismatchctl.stats.cube_part import PartCube, PartStates, as_cube, fold
-from mismatchctl.stats.cube_spec import CubeSpec, Dim
+from mismatchctl.stats.cube_spec import CubeSpec, Dim, run_label
 from mismatchctl.stats.localize import explain as localize
 from mismatchctl.stats.localize_result import Explanation
 from mismatchctl.stats.positions import (
@@ -555,24 +555,46 @@ def refuse_same(target: Selection, baseline: Selection) -> None:
         )
 
 
+MAX_BARS = 60  # values of a finding's dimension drawn one bar each; more are grouped
+
+
 def rate_plots(expl: Explanation, cubes: Sequence[Cube], top: int = 3) -> list[RatePlot]:
     """Per top finding (or lead), the mean K3 at every value of its first dimension, on both
-    sides."""
+    sides; an ordered dimension with more than ``MAX_BARS`` values (the steps of a long run) in
+    at most that many groups of consecutive values, each group's mean K3 its mass over its
+    tokens."""
     out = []
     for f in (expl.findings or expl.leads)[:top]:
         dim = next(iter(f.where))
         spec = cubes[0].spec
         d = spec.dims[spec.index(dim)]
+        groups = value_groups(d.size if d.ordered else 0, MAX_BARS) or [
+            np.array([k]) for k in range(d.size)
+        ]
         sides = []
         for cube in cubes:
             t = cube.table([dim], exact=True)
-            n, a = t[:, Field.TOKENS], t[:, Field.K3]
-            sides.append([float(a[i] / n[i]) if n[i] else None for i in range(d.size)])
-        tokens = cubes[0].table([dim], exact=True)[:, Field.TOKENS].astype(int).tolist()
-        named = [lab for i, lab in enumerate(d.labels) if i in f.region.get(spec.index(dim), ())]
+            n = [float(t[g, Field.TOKENS].sum()) for g in groups]
+            a = [float(t[g, Field.K3].sum()) for g in groups]
+            sides.append([a[i] / n[i] if n[i] else None for i in range(len(groups))])
+        t0 = cubes[0].table([dim], exact=True)
+        tokens = [int(t0[g, Field.TOKENS].sum()) for g in groups]
+        codes = set(f.region.get(spec.index(dim), ()))
+        labels = [run_label(d, int(g[0]), int(g[-1])) for g in groups]
+        named = [
+            lab for g, lab in zip(groups, labels, strict=True) if codes.intersection(g.tolist())
+        ]
         base = sides[1] if len(sides) > 1 else None
-        out.append(RatePlot(dim, list(d.labels), sides[0], base, tokens, named))
+        out.append(RatePlot(dim, labels, sides[0], base, tokens, named))
     return out
+
+
+def value_groups(size: int, most: int) -> list[np.ndarray]:
+    """``size`` consecutive codes in at most ``most`` groups of nearly equal length (none when
+    they fit one a group)."""
+    if size <= most:
+        return []
+    return [g for g in np.array_split(np.arange(size), most) if len(g)]
 
 
 __all__ = ["Explain", "build_explain", "cube_spec", "explain_selections"]
