@@ -36,7 +36,9 @@ def run(args: list[str], slow: bool) -> dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = last = time.monotonic()
     longest = 0.0
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     assert proc.stdout is not None
     while True:
         chunk = os.read(proc.stdout.fileno(), 4096)

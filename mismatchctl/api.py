@@ -7,7 +7,7 @@ import importlib
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from mismatchctl.errors import UsageError
 from mismatchctl.options import (
@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from mismatchctl.analysis import catalog_view as views
     from mismatchctl.analysis.certify import Certification
     from mismatchctl.analysis.compare import Comparison
+    from mismatchctl.analysis.compare_same import Identical
     from mismatchctl.analysis.diagnose import Diagnosis
+    from mismatchctl.analysis.diagnosed_report import DiagnosedReport
     from mismatchctl.analysis.explain import Explain
     from mismatchctl.analysis.gate import Gate, Threshold
     from mismatchctl.analysis.gate_metrics import gated_metrics
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from mismatchctl.curves.ingest import MetricsIngest
     from mismatchctl.ingest.routing_rows import RouteOptions
     from mismatchctl.ingest.run_ingest import IngestResult, Progress
-    from mismatchctl.sample_runs import DemoRun
+    from mismatchctl.sample_runs import Compile, DemoRun
     from mismatchctl.store import RunInfo, Store, open_store
     from mismatchctl.store.integrity import Damage
     from mismatchctl.store.location import point_at
@@ -52,7 +54,9 @@ _LAZY = {
     "views": ("mismatchctl.analysis.catalog_view", None),
     "Certification": ("mismatchctl.analysis.certify", "Certification"),
     "Comparison": ("mismatchctl.analysis.compare", "Comparison"),
+    "Identical": ("mismatchctl.analysis.compare_same", "Identical"),
     "Diagnosis": ("mismatchctl.analysis.diagnose", "Diagnosis"),
+    "DiagnosedReport": ("mismatchctl.analysis.diagnosed_report", "DiagnosedReport"),
     "Explain": ("mismatchctl.analysis.explain", "Explain"),
     "Gate": ("mismatchctl.analysis.gate", "Gate"),
     "gated_metrics": ("mismatchctl.analysis.gate_metrics", "gated_metrics"),
@@ -70,6 +74,7 @@ _LAZY = {
     "MetricsIngest": ("mismatchctl.curves.ingest", "MetricsIngest"),
     "RouteOptions": ("mismatchctl.ingest.routing_rows", "RouteOptions"),
     "IngestResult": ("mismatchctl.ingest.run_ingest", "IngestResult"),
+    "Compile": ("mismatchctl.sample_runs", "Compile"),
     "DemoRun": ("mismatchctl.sample_runs", "DemoRun"),
     "RunInfo": ("mismatchctl.store", "RunInfo"),
     "Store": ("mismatchctl.store", "Store"),
@@ -211,7 +216,8 @@ def watch(
     """A watcher of ``directory``: ``Watcher.events()`` ingests each dump file into ``run`` once
     it is complete (one transaction per file, options as :func:`ingest`) and yields a
     ``StepLine`` per new step (tokens, vllm_kl, band, change against the recent median, alerts),
-    a ``FileNote`` per file not ingested (bad, a copy, changed after ingest) and ``Stopped``.
+    a ``FileNote`` per file not ingested as it is (bad or unreadable, a copy, changed after
+    ingest, removed while read, grown after ingest and so ingested again whole) and ``Stopped``.
     ``poll``: scan every ``poll`` seconds instead of waiting for file events; ``once``: one scan;
     ``max_files`` / ``idle_exit``: stop after that many files or idle seconds; ``routes``,
     ``keep_masked`` and the reading options as for :func:`ingest`."""
@@ -347,7 +353,8 @@ def report(
     clamp: float = DEFAULT_CLAMP,
     tau: float = DEFAULT_TAU,
     is_bounds: str | None = None,
-) -> Report:
+    on_diagnosis: Callable[[str, int, int], None] | None = None,
+) -> Report | DiagnosedReport:
     """Every metric of the selected runs (all runs when none is named), grouped by the default
     splits plus each ``by`` split (``"step"``, ``"step,turn_kind"``, ``"tag:engine"``,
     ``"kv_position"``, ``"attr:data_source"``...); ``position_bins``: the edges of
@@ -355,10 +362,12 @@ def report(
     ``figures=True`` also computes the figure data of the HTML report (``Report.figures``).
     ``engine="ray"`` reads the parts in Ray tasks (a local Ray with ``workers`` CPUs, or the
     cluster at ``ray_address``); the numbers are the same as with ``"local"``. ``diagnose``
-    also runs ``diagnose`` on each run (``Report.diagnoses``). ``clamp``, ``tau`` and
+    also runs ``diagnose`` on each run and returns both, composed: a ``DiagnosedReport``
+    (``.report``, ``.diagnoses`` per run). ``clamp``, ``tau`` and
     ``is_bounds`` (``"0.5_2.0"``) set the thresholds of ``vllm_kl_clamped``,
     ``extreme_frac_tau{tau}`` and ``is_oob_ratio``. ``"layer"`` among ``by`` adds the MoE
-    routing per layer of runs with routes."""
+    routing per layer of runs with routes. ``on_diagnosis(run, index, total)`` is called as
+    each run's diagnosis starts."""
     from mismatchctl.analysis.report import build_report, parse_tails
     from mismatchctl.analysis.selectors import parse_steps, selector_text
     from mismatchctl.engines.choice import choose_engine
@@ -386,17 +395,20 @@ def report(
     rep.routing_layers = any(b.strip() == ROUTING_LAYER for b in by)
     if diagnose:  # one diagnosis per run, of the same slice of it
         from mismatchctl.analysis.diagnose import build_diagnosis
+        from mismatchctl.analysis.diagnosed_report import DiagnosedReport
 
         sel = rep.selection
-        rep.diagnoses = {
-            n: build_diagnosis(
+        diagnoses = {}
+        for i, n in enumerate(sel.names):
+            if on_diagnosis is not None:
+                on_diagnosis(n, i, len(sel.names))
+            diagnoses[n] = build_diagnosis(
                 open_store(store),
                 selector_text(n, gpu=sel.rows.gpu, tags=sel.tags, steps=sel.steps),
                 workers=workers,
                 engine=eng,
             )
-            for n in sel.names
-        }
+        return DiagnosedReport(rep, diagnoses)
     return rep
 
 
@@ -418,11 +430,13 @@ def compare(
     clamp: float = DEFAULT_CLAMP,
     tau: float = DEFAULT_TAU,
     is_bounds: str | None = None,
-) -> Comparison:
+) -> Comparison | Identical:
     """Two selectors (``"v0-ref"``, ``"gpu=H20"``, ``"v1@steps=0..200"``) side by side; each
     ``by`` split (``"kv_position"``, ``"attr:data_source"``) side by side too; ``clamp``,
     ``tau``, ``is_bounds``: the tail-robust thresholds, as for ``report``. When both sides hold
-    the same responses, ``Comparison.pairing`` is the paired comparison (else why not)."""
+    the same responses, ``Comparison.pairing`` is the paired comparison (else why not). Two
+    sides that hold the same data (the same model tokens and logprobs, and routes) give an
+    :class:`Identical` instead: no difference, and what both hold."""
     from mismatchctl.analysis.compare import build_comparison
     from mismatchctl.analysis.report import parse_tails
     from mismatchctl.engines.choice import choose_engine
@@ -681,18 +695,65 @@ def demo(
     data: str | None = None,
     progress: Progress | None = None,
     on_part: Callable[[int], None] | None = None,
-) -> tuple[list[DemoRun], Report]:
-    """The bundled sample data ingested into ``store`` (runs already there are kept), and its
-    report with figures, per-gpu tables and a diagnosis of each run."""
-    from mismatchctl.sample_runs import ingest_demo, load_manifest
+) -> tuple[list[DemoRun], DiagnosedReport]:
+    """The bundled sample data ingested into ``store`` (runs already there are kept), the
+    runs' tokenizer remembered for them, and its report with figures, per-gpu tables and a
+    diagnosis of each run: ``demo_ingest`` then ``demo_report``."""
+    runs = demo_ingest(store, demo_runs(data), progress=progress)
+    return runs, demo_report(runs, store, on_part=on_part)
+
+
+def demo_compile() -> Compile | None:
+    """What a first demo compiles before it runs, when numba's on-disk cache of the demo's
+    kernels is cold: how many kernels, about how long, where they are cached; None when every
+    one is cached. Loads numba."""
+    from mismatchctl.sample_runs import demo_compile as cold
+
+    return cold()
+
+
+def demo_runs(data: str | None = None) -> list[DemoRun]:
+    """The runs of the bundled sample data's manifest (``data``: a directory holding a
+    manifest.json; by default the source tree's ``sample_data/``)."""
+    from mismatchctl.sample_runs import load_manifest
+
+    return load_manifest(data)
+
+
+def demo_ingest(
+    store: StorePath = DEMO_STORE,
+    runs: list[DemoRun] | None = None,
+    *,
+    progress: Progress | None = None,
+    on_run: Callable[[str, int, int], None] | None = None,
+) -> list[DemoRun]:
+    """The sample runs (``demo_runs()`` by default) ingested into ``store`` (runs already there
+    are kept), their tokenizer remembered for them; ``on_run(run, index, total)`` is called as
+    each run's ingest starts."""
+    from mismatchctl.sample_runs import ingest_demo, remember_tokenizers
     from mismatchctl.store import open_store
 
-    runs = load_manifest(data)
+    runs = demo_runs() if runs is None else runs
     st = open_store(store)
-    ingest_demo(st, runs, progress)
+    ingest_demo(st, runs, progress, on_run)
+    remember_tokenizers(st, runs)
+    return runs
+
+
+def demo_report(
+    runs: Iterable[DemoRun],
+    store: StorePath = DEMO_STORE,
+    *,
+    on_part: Callable[[int], None] | None = None,
+    on_diagnosis: Callable[[str, int, int], None] | None = None,
+) -> DiagnosedReport:
+    """The demo's report of the sample runs: figures, per-gpu tables, a diagnosis of each."""
     names = [r.name for r in runs]
-    rep = report(names, by_gpu=True, store=st.root, on_part=on_part, figures=True, diagnose=True)
-    return runs, rep
+    rep = report(
+        names, by_gpu=True, store=store, on_part=on_part, figures=True, diagnose=True,
+        on_diagnosis=on_diagnosis,
+    )  # fmt: skip
+    return cast("DiagnosedReport", rep)  # with diagnose: the report and its diagnoses
 
 
 def check_failed(found: dict[str, list[Damage]]) -> None:
@@ -716,11 +777,14 @@ __all__ = [
     "SPLIT_KEYS",
     "Certification",
     "Comparison",
+    "Compile",
     "DemoRun",
+    "DiagnosedReport",
     "Diagnosis",
     "Explain",
     "FileNote",
     "Gate",
+    "Identical",
     "IngestResult",
     "MetricsIngest",
     "PresetList",
@@ -741,6 +805,10 @@ __all__ = [
     "check_runs",
     "compare",
     "demo",
+    "demo_compile",
+    "demo_ingest",
+    "demo_report",
+    "demo_runs",
     "diagnose",
     "explain",
     "gated_metrics",

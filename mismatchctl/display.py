@@ -19,7 +19,11 @@ from collections.abc import Iterable
 
 # C0 and C1 control characters, DEL, and the bidirectional overrides and isolates.
 CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-_KEEP = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # not \t, \n
+# ... and, when shown, the line and paragraph separators U+2028 and U+2029 too: a terminal may
+# break the line there (a name holding them is no damage, only nothing to print raw); _KEEP
+# leaves tab and newline to a multi-line message
+_SHOWN = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_KEEP = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def has_control(text: str) -> bool:
@@ -34,13 +38,13 @@ def _escape(match: re.Match[str]) -> str:
 def visible(text: object) -> str:
     """A data string for the terminal: every control character escaped, newline and tab too (it
     is one value on one line); nothing cut."""
-    return CONTROL.sub(_escape, str(text))
+    return _SHOWN.sub(_escape, str(text))
 
 
 def shown(text: str, limit: int = 200) -> str:
     """``text`` for a one-line message: control characters escaped, cut at ``limit`` characters."""
     cut = text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
-    return CONTROL.sub(_escape, cut)
+    return _SHOWN.sub(_escape, cut)
 
 
 def printable(message: str) -> str:
@@ -50,7 +54,7 @@ def printable(message: str) -> str:
 
 # What json.dumps(ensure_ascii=False) leaves raw: DEL, C1 controls, bidirectional controls. JSON
 # itself escapes C0 (and never writes these characters outside strings).
-_JSON_RAW = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_JSON_RAW = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 
 
 def json_safe(text: str) -> str:
@@ -63,15 +67,6 @@ def file_label(path: str | os.PathLike[str] | object) -> str:
     a file found inside a directory input is that directory, as given, joined with its path
     inside), so that two ``step_3/data.parquet`` are told apart; control characters escaped."""
     return shown(os.fspath(path) if isinstance(path, os.PathLike) else str(path), 400)
-
-
-def did_you_mean(name: str, known: Iterable[str]) -> str:
-    """``did you mean `ref`? `` naming the known names closest to a misspelt one (difflib's
-    ratio, at least 0.6: one or two characters off in a short name), or ``""``."""
-    close = difflib.get_close_matches(name, list(known), n=3, cutoff=0.6)
-    if not close:
-        return ""
-    return "did you mean " + " or ".join(f"`{shown(c, 80)}`" for c in close) + "? "
 
 
 OVERFLOW = "overflow"  # a value beyond float64 (null in JSON), e.g. exp(r) for r > 709.78
@@ -99,3 +94,17 @@ def percent(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{100 * x:.1f}%" if math.isfinite(x) else OVERFLOW
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """A hint's "did you mean `a` or `b`? " for the known names closest to a mistyped one (in
+    any case; difflib's ratio at least 0.6, a far second left out), "" when none is close: the
+    hint names the likely one instead of listing them all."""
+    choices = list(known)
+    lower = {c.lower(): c for c in choices}
+    score = {c: difflib.SequenceMatcher(None, name.lower(), c).ratio() for c in lower}
+    close = difflib.get_close_matches(name.lower(), list(lower), n=2, cutoff=0.6)
+    close = [c for c in close if score[c] >= score[close[0]] - 0.1]
+    return (
+        f"did you mean {' or '.join(f'`{shown(lower[c], 80)}`' for c in close)}? " if close else ""
+    )

@@ -35,3 +35,5 @@ DEFAULT_RESAMPLES = 1000  # bootstrap resamples of `compare`
 DEFAULT_SEED = 0  # the bootstrap's seed
 DEFAULT_SETTLE = 2.0  # `watch`: seconds a JSON lines file must stay unchanged
 DEMO_STORE = Path("mismatchctl-demo") / "store"  # where `mismatchctl demo` puts its runs
+# `--tokenizer bytes`: token ids are bytes (analysis.tokenizer, sample_runs)
+TOKENIZER_BYTES = "bytes"

@@ -46,6 +46,8 @@ from gen.rollout import RolloutShape, Sample, make_samples, roll_out, score, sta
 from gen.routes import route_columns
 from gen.runs import ADDED_RUNS, RUNS, SYNTHETIC_SHOWS, SYNTHETIC_TAGS, TOOL_RENDERS, RunSpec
 from gen.synthetic import synthesize_step
+from gen.tokenizer import FILE_NAME as TOKENIZER_FILE
+from gen.tokenizer import write_tokenizer
 from gen.train import TrainConfig, Trained, train
 from gen.training_log import write_training_log
 from gen.writers import prompt_columns, write_manifest, write_nemo_step, write_parquet_step
@@ -360,7 +362,8 @@ def merged_manifest(
     args: argparse.Namespace,
 ) -> dict[str, object]:
     """The manifest with the generated runs' entries: with --runs, the existing manifest's other
-    entries and generator info are kept (the order is the full generation's)."""
+    entries and generator info are kept (the order is the full generation's). `tokenizer`: the
+    runs' tokenizer.json (every model here reads bytes), beside the manifest."""
     old: dict[str, Any] = {"runs": [], "generator": {}}
     if args.runs is not None and path.is_file():
         old = json.loads(path.read_text(encoding="utf-8"))
@@ -369,7 +372,11 @@ def merged_manifest(
     runs = [by_name[n] for n in order if n in by_name]
     runs += [e for n, e in by_name.items() if n not in order]
     generator = {**old["generator"], **info, "command": command(args)}
-    return {"runs": runs, "generator": dict(sorted(generator.items()))}
+    return {
+        "runs": runs,
+        "generator": dict(sorted(generator.items())),
+        "tokenizer": TOKENIZER_FILE,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -413,6 +420,7 @@ def main(argv: list[str] | None = None) -> int:
         found, info["moe"] = moe_run_all(size, batches, args.out, manifest_dir, selected)
         entries += found
 
+    write_tokenizer(manifest_dir / TOKENIZER_FILE)
     write_manifest(manifest_path, merged_manifest(manifest_path, size, entries, info, args))
     print(f"done in {time.perf_counter() - t0:.0f}s -> {args.out}", flush=True)
     return 0

@@ -91,3 +91,21 @@ def test_every_part_of_the_package_has_a_layer() -> None:
     parts = {_part(p) for p in PACKAGE.rglob("*.py")} - {"__init__"}
     for part in parts:
         _layer(part)
+
+
+DIAGNOSE = "mismatchctl.analysis.diagnose"
+
+
+def test_the_report_does_not_know_diagnose() -> None:
+    """The report is a result of its own: a diagnosis of each run is composed with it beside it
+    (``analysis/diagnosed_report.py``), so no module of the report (``analysis/report*``)
+    imports diagnose, not even for a type."""
+    reports = sorted((PACKAGE / "analysis").glob("report*.py"))
+    assert {p.name for p in reports} >= {"report.py", "report_view.py"}
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in reports
+        for line, module in _imports(path)
+        if module == DIAGNOSE or module.startswith(f"{DIAGNOSE}.")
+    ]
+    assert not wrong, "\n".join(wrong)

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from mismatchctl import schema as S
 from mismatchctl.analysis.report import parse_edges
-from mismatchctl.analysis.selection import empty_selection_error, resolve_text
+from mismatchctl.analysis.selection import empty_selection_error, reading, resolve_text
 from mismatchctl.columns import arrow_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
@@ -211,7 +211,8 @@ def build_certification(
     sel = resolve_text(store, selector)
     edges = parse_edges("log")
     extra = CertifyExtra(tolerance)
-    _, states = engine.runner()(sel.tasks, [], edges, sel.rows, workers, on_part, [extra])
+    with reading(sel):  # `runs rm` meanwhile is no damage, as in every view
+        _, states = engine.runner()(sel.tasks, [], edges, sel.rows, workers, on_part, [extra])
     state = states[0] if states[0] is not None else CertifyState()
     if state.tokens == 0:
         raise empty_selection_error(sel)

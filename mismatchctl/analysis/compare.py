@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mismatchctl.analysis.compare_curves import CurvePair, compare_curves
+from mismatchctl.analysis.compare_same import SAME_PARTS, SAME_SEQUENCES, Identical, same_routing
 from mismatchctl.analysis.pairing import PairExtra, Pairing, Side, not_paired, pair_sides, readable
 from mismatchctl.analysis.report import Report, parse_binning, report_on
 from mismatchctl.analysis.selection import reread, resolve_text, same_selection
@@ -18,7 +19,6 @@ from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.plan import Selection
 from mismatchctl.engines.rollup import sort_key
-from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.bootstrap import (
@@ -148,6 +148,9 @@ class Comparison:
     splits: dict[K.Split, list[KeyedRow]] = field(default_factory=dict)  # the --by splits
     curves: list[CurvePair] = field(default_factory=list)  # training curves, aligned on step
     pairing: Pairing | None = None  # the paired comparison, or why there is none
+    # both sides hold the same sequences with the same logprobs, and their MoE routes differ
+    # (same routes too: ``compare_same.Identical`` instead)
+    same_logprobs: bool = False
 
     def sections(self) -> list[Any]:
         from mismatchctl.analysis.compare_view import comparison_sections
@@ -183,20 +186,19 @@ def build_comparison(
     by: list[K.Split] | None = None,
     position_bins: str = "log2",
     tails: Tails = DEFAULT_TAILS,
-) -> Comparison:
-    """Selectors ``a`` and ``b`` side by side; a UsageError when both hold the same data.
+) -> Comparison | Identical:
+    """Selectors ``a`` and ``b`` side by side; :class:`Identical` when both hold the same data.
     ``by``: splits whose groups are shown side by side too (``kv_position``, ``attr:NAME``...);
     ``position_bins``: the edges of the position keys; ``tails``: the thresholds of the
     tail-robust metrics."""
     binning = parse_binning(position_bins, tails)
     extra = list(by or [])
 
-    def build() -> Comparison:
+    def build() -> Comparison | Identical:
         sides = (resolve_text(store, a), resolve_text(store, b))
-        if same_selection(*sides):
-            raise same_data_error(*sides)
+        same = same_selection(*sides)
         unpaired = readable(*sides)  # known from the catalog: then no token id is read
-        extras = [SequenceSums()] if unpaired else [SequenceSums(), PairExtra()]
+        extras = [SequenceSums()] if same or unpaired else [SequenceSums(), PairExtra()]
 
         def side(sel: Selection) -> Report:
             return report_on(
@@ -212,9 +214,14 @@ def build_comparison(
                 engine=engine,
             )
 
+        if same:  # the same parts and filter: one side read, for the numbers both hold
+            return Identical(*sides, side(sides[0]), SAME_PARTS)
         ra, rb, intervals = _read_sides(sides, side, resamples, seed)
+        if intervals is None:
+            return Identical(*sides, ra, SAME_SEQUENCES)
         ra.routing_layers = rb.routing_layers = True  # the JSON's routing per MoE layer too
         comparison = _comparison(sides, ra, rb, intervals)
+        comparison.same_logprobs = ra.extra_states[0].same(rb.extra_states[0])  # routes differ
         comparison.splits = {split: keyed_rows(ra, rb, split) for split in extra}
         comparison.pairing = (
             not_paired(unpaired)
@@ -231,33 +238,23 @@ def build_comparison(
     return reread(build)
 
 
-def same_data_error(a: Selection, b: Selection, sequences: int | None = None) -> UsageError:
-    held = f", {sequences:,} sequences" if sequences is not None else ""
-    return UsageError(
-        f"`{a.label}` and `{b.label}` hold the same data (run {', '.join(a.names)}{held}): "
-        "a comparison with itself has no difference to show",
-        "compare two different runs or slices (e.g. `mismatchctl compare RUN_A RUN_B`, "
-        "`mismatchctl compare gpu=H20 gpu=L20`); `mismatchctl report RUN` describes one.",
-    )
-
-
 def _read_sides(
     sides: tuple[Selection, Selection],
     side: Callable[[Selection], Report],
     resamples: int,
     seed: int,
-) -> tuple[Report, Report, dict[str, Interval]]:
-    """Both sides read, and the bootstrap intervals of their difference (none when they turn
-    out to hold the same sequences: a UsageError)."""
+) -> tuple[Report, Report, dict[str, Interval] | None]:
+    """Both sides read, and the bootstrap intervals of their difference (None when they turn
+    out to hold the same data: ``compare_same``)."""
     rng_a, rng_b = side_generators(seed)
     with ThreadPoolExecutor(max_workers=1) as pool:
         ra = side(sides[0])
         # side A's bootstrap runs while side B is read (the engine leaves a core partly idle)
         draws_a = pool.submit(draws, ra.extra_states[0], resamples, rng_a)
         rb = side(sides[1])
-        if ra.extra_states[0].same(rb.extra_states[0]):
+        if ra.extra_states[0].same(rb.extra_states[0]) and same_routing(ra, rb):
             draws_a.cancel()
-            raise same_data_error(*sides, len(rb.extra_states[0]))
+            return ra, rb, None
         draws_b = draws(rb.extra_states[0], resamples, rng_b)
         intervals = bootstrap_intervals(draws_a.result(), draws_b)
     return ra, rb, intervals

@@ -27,6 +27,11 @@ MAX_CURVE_FIGURES = 12
 # A bin holding less than this share of a side's tokens has a vllm_kl of a handful of tokens:
 # the bin chart draws it hatched and faint, not as a bar to read.
 SPARSE_SHARE = 0.001
+SAME_LOGPROBS = (
+    "Both sides hold the same sequences with the same logprobs (per sequence the same token "
+    "count and sums of both logprobs, K3 and |r|): what differs is their MoE routing (Routing, "
+    "below)."
+)
 
 
 def comparison_sections(c: Comparison) -> list[S.Section]:
@@ -35,6 +40,8 @@ def comparison_sections(c: Comparison) -> list[S.Section]:
         S.Facts("compare", f"Compare  A: {a}   B: {b}", []),
         config_table(c),
         headline_table(c),
+        *([S.Lines("same-logprobs", None, [S.Line(SAME_LOGPROBS, "bold")])]
+          if c.same_logprobs else []),
         S.Lines("verdicts", "Verdict (bootstrap over whole sequences)", [
             S.Line(r.verdict, "bold" if r.significant else "") for r in c.headline if r.verdict
         ]),
@@ -95,12 +102,15 @@ def ci_text(low: float | None, high: float | None, of: str | None) -> str | None
 
 def headline_table(c: Comparison) -> S.Table:
     rows = [
-        {**r.to_dict(), "ci": ci_text(r.ci_low, r.ci_high, r.ci_of), "bold": bool(r.significant)}
+        {**r.to_dict(), "ci": ci_text(r.ci_low, r.ci_high, r.ci_of), "bold": bool(r.significant),
+         "kind": S.Kind.of(M.by_key(r.metric).fmt)}  # each side as `report` writes the metric
         for r in c.headline
     ]  # fmt: skip
     columns = [
-        S.Column("metric", "metric", S.Kind.LABEL), S.Column("a", "A", S.Kind.VALUE),
-        S.Column("b", "B", S.Kind.VALUE), S.Column("difference", "B - A", S.Kind.VALUE),
+        S.Column("metric", "metric", S.Kind.LABEL),
+        S.Column("a", "A", S.Kind.VALUE, kind_key="kind"),
+        S.Column("b", "B", S.Kind.VALUE, kind_key="kind"),
+        S.Column("difference", "B - A", S.Kind.VALUE),
         S.Column("ratio", "B / A", S.Kind.RATIO), S.Column("ci", "95% CI", S.Kind.TEXT),
     ]  # fmt: skip
     return S.Table("headline", "Headline", columns, rows, bold_key="bold")
@@ -240,6 +250,8 @@ def comparison_dict(c: Comparison) -> dict[str, Any]:
     out["comparison"] = {
         "a": c.a.selection.label,
         "b": c.b.selection.label,
+        "identical": False,  # `compare_same.Identical` writes true
+        "same_logprobs": c.same_logprobs,
         "config_diff": [asdict(r) for r in c.config],
         "headline": [r.to_dict() for r in c.headline],
         "gap": [asdict(g) for g in c.gap],

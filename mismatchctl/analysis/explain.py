@@ -24,7 +24,7 @@ from mismatchctl.analysis.figure_data import RatePlot
 from mismatchctl.analysis.report import parse_edges
 from mismatchctl.analysis.route_kinds import FLIPPED, SAME, UNPAIRED
 from mismatchctl.analysis.routing import route_layers
-from mismatchctl.analysis.selection import resolve_text, same_selection
+from mismatchctl.analysis.selection import reading, resolve_text, same_selection
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.keys import PartKeys
@@ -523,10 +523,11 @@ def explain_selections(
     ``baselines`` (disjoint slices, e.g. the ranges of a run's quiet steps: ``watch``), their
     cubes merged; none: the internal mode."""
     edges = parse_edges(bins)
-    spec = cube_spec([target, *baselines], edges, routing=True)
-    read = read_cubes(
-        [target, *baselines], spec, edges, workers, on_part, engine, cells=bootstrap_intervals
-    )
+    with reading(target, *baselines):  # `runs rm` meanwhile is no damage, as in every view
+        spec = cube_spec([target, *baselines], edges, routing=True)
+        read = read_cubes(
+            [target, *baselines], spec, edges, workers, on_part, engine, cells=bootstrap_intervals
+        )
     if read[0].cube.tokens == 0:
         from mismatchctl.analysis.selection import empty_selection_error
 

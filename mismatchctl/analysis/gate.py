@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
-from mismatchctl.analysis.diagnose_thresholds import HIGH_MAX, MEDIUM_MAX
+from mismatchctl.analysis.diagnose.levels import HIGH_MAX, MEDIUM_MAX
 from mismatchctl.analysis.gate_metrics import gated_metrics
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import reread, resolve
 from mismatchctl.analysis.selectors import parse_selector
-from mismatchctl.display import file_label, number, shown
+from mismatchctl.display import did_you_mean, file_label, number, shown
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.errors import UsageError
@@ -137,7 +137,9 @@ def _metric(name: str, source: str) -> str:
     )
     raise UsageError(
         f"{source}: `{shown(name, 80)}` {what}",
-        f"gate on one of: {', '.join(gated)} (docs/metrics.md describes each).",
+        f"{did_you_mean(name, gated)}`mismatchctl check --help` lists the {len(gated)} metrics "
+        "a gate takes (vllm_kl, vllm_kl_step_max, prob_pearson...); docs/metrics.md describes "
+        "each.",
     )
 
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from mismatchctl.analysis import sections as S
-from mismatchctl.analysis.diagnose_view import diagnosis_sections
+from mismatchctl.analysis.diagnose.view import diagnosis_sections
 from mismatchctl.analysis.gate import FAIL, OK, Gate
 
 

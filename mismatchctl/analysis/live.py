@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from mismatchctl.analysis.diagnose_thresholds import MEDIUM_MAX
+from mismatchctl.analysis.diagnose.levels import MEDIUM_MAX
 from mismatchctl.analysis.explain import explain_selections
 from mismatchctl.analysis.report import build_report
 from mismatchctl.analysis.selection import resolve_text

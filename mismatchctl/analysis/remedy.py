@@ -1,5 +1,5 @@
 """Remedy sanity: whether a correction would discard the signal instead of correcting it, by the
-thresholds diagnose's ``objective`` check uses (``diagnose_thresholds``): an ESS of the applied
+thresholds diagnose's ``objective`` check uses (``diagnose/corrections.py``): an ESS of the applied
 weights below one half, most of its units rejected, or nearly every ratio clipped at the cap
 (where the ESS of the near-constant weights is meaningless)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mismatchctl.analysis import diagnose_thresholds as T
+from mismatchctl.analysis.diagnose import corrections as T
 from mismatchctl.stats import registry as M
 
 

@@ -127,7 +127,6 @@ class Report:
     figures: dict[str, FigureData] | None = None  # per run: densities and samples of the HTML
     curves: dict[str, RunCurves] = field(default_factory=dict)  # per run, training curves
     empty_by_run: dict[str, int] = field(default_factory=dict)  # all-masked sequences per run
-    diagnoses: dict[str, Any] = field(default_factory=dict)  # per run, when asked (``--diagnose``)
     binning: K.Binning = K.DEFAULT_BINNING  # the edges of the position keys, the order blocks
     worst: Any = None  # with figures: the worst sequences and their tokens (analysis/worst.py)
     routing: dict[str, Any] = field(default_factory=dict)  # per run with MoE routes: RoutingResult
@@ -150,7 +149,7 @@ class Report:
         ``pool``: the distributions of every run together rather than per run."""
         from mismatchctl.analysis.report_view import report_sections
 
-        return report_sections(self, pool=pool, diagnoses=self.diagnoses)
+        return report_sections(self, pool=pool)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of METRICS.md ("JSON shape")."""
@@ -192,10 +191,6 @@ class Report:
         if self.routing:
             layers = self.routing_layers
             out["routing"] = {run: r.to_dict(layers) for run, r in self.routing.items()}
-        if self.diagnoses:
-            out["diagnosis"] = {
-                d.report.selection.label: d.section_dict() for d in self.diagnoses.values()
-            }
         return out
 
     def to_polars(self) -> Any:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 from mismatchctl.analysis import figure_data as FD
 from mismatchctl.analysis import sections as S
@@ -24,9 +25,6 @@ from mismatchctl.engines import plan as K
 from mismatchctl.stats import BAND_NAMES, EXP_MAX, band, bin_label
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.positions import order_label, position_label
-
-if TYPE_CHECKING:
-    from mismatchctl.analysis.diagnose import Diagnosis
 
 HOT_FACTOR, HOT_SHARE = 2.0, 0.05  # a bin is hot when its kl share > 2x its token share and 5%
 TURN_ROWS = (
@@ -48,23 +46,34 @@ FIXED: list[K.Split] = [*K.default_splits(True), (K.TURN_KIND,), (K.BIN,)]
 POOLED = "all runs"
 
 
+@dataclass
+class RunVerdict:
+    """What another result says of one run of the report (a diagnosis, composed by
+    ``analysis/diagnosed_report.py``): its verdict and top finding for the run's summary row,
+    and its sections as one block, folded under the run's block."""
+
+    verdict: str
+    finding: str
+    block: S.Block
+
+
 def report_sections(
-    report: Report, pool: bool = False, diagnoses: Mapping[str, Diagnosis] | None = None
+    report: Report, pool: bool = False, verdicts: Mapping[str, RunVerdict] | None = None
 ) -> list[S.Section]:
-    """The report's sections; ``diagnoses`` (per run, from ``diagnose``) add a verdict to each
-    run's summary row and the checks, collapsed, to its block."""
+    """The report's sections; ``verdicts`` (per run) add a verdict to each run's summary row
+    and their block, collapsed, to the run's block."""
     runs = report.selection.names
-    diagnoses = diagnoses or {}
+    verdicts = verdicts or {}
     out: list[S.Section] = []
     if len(runs) > 1 and not pool:
-        out += [summary_table(report, diagnoses), bins_by_run(report), turns_by_run(report)]
+        out += [summary_table(report, verdicts), bins_by_run(report), turns_by_run(report)]
         out += [steps_by_run(report), steps_figure(report, K.RUN)]
-        out += [run_block(report, run, diagnoses.get(run), media="html") for run in runs]
+        out += [run_block(report, run, verdicts.get(run), media="html") for run in runs]
     else:
         name = runs[0] if len(runs) == 1 else POOLED
-        if diagnoses or len(runs) > 1:
-            out.append(summary_table(report, diagnoses))
-        out.append(run_block(report, name, diagnoses.get(name), steps=False))
+        if verdicts or len(runs) > 1:
+            out.append(summary_table(report, verdicts))
+        out.append(run_block(report, name, verdicts.get(name), steps=False))
         out.append(steps_figure(report, K.RUN))
         out += [s for run in runs for s in _steps(report, run)]
     out += curves_sections(report)
@@ -83,9 +92,9 @@ def report_sections(
 # --- summary --------------------------------------------------------------------------------
 
 
-def summary_table(report: Report, diagnoses: Mapping[str, Diagnosis]) -> S.Table:
-    """One row per run: its size, vllm_kl with its band, and (with a diagnosis) the verdict and
-    the top finding."""
+def summary_table(report: Report, verdicts: Mapping[str, RunVerdict]) -> S.Table:
+    """One row per run: its size, vllm_kl with its band, and (with a verdict: a diagnosis) the
+    verdict and the top finding."""
     later_first = _later_first(report)
     columns = [
         S.Column("run", "run", S.Kind.LABEL), S.Column.of(M.TOKENS), S.Column.of(M.SEQUENCES),
@@ -94,7 +103,7 @@ def summary_table(report: Report, diagnoses: Mapping[str, Diagnosis]) -> S.Table
         S.Column.of(M.ABS_LOG_RATIO_MEAN), S.Column.of(M.PROB_PEARSON),
         S.Column("later_first", "later/first", S.Kind.RATIO),
     ]  # fmt: skip
-    if diagnoses:
+    if verdicts:
         columns += [
             S.Column("verdict", "verdict", S.Kind.VERDICT),
             S.Column("finding", "top finding", S.Kind.TEXT),
@@ -117,9 +126,9 @@ def summary_table(report: Report, diagnoses: Mapping[str, Diagnosis]) -> S.Table
             M.PROB_PEARSON: m[M.PROB_PEARSON],
             "later_first": later_first.get(run),
         }
-        d = diagnoses.get(run)
-        if d is not None:
-            row["verdict"], row["finding"] = d.verdict, d.top_finding()
+        v = verdicts.get(run)
+        if v is not None:
+            row["verdict"], row["finding"] = v.verdict, v.finding
         rows.append(row)
     title = "Runs" if len(rows) > 1 else "Run"
     return S.Table("summary", title, columns, rows)
@@ -149,7 +158,7 @@ def _run_steps(report: Report, run: str) -> list[Any]:
 def run_block(
     report: Report,
     run: str,
-    diagnosis: Diagnosis | None = None,
+    verdict: RunVerdict | None = None,
     media: str = "all",
     steps: bool = True,
 ) -> S.Block:
@@ -157,10 +166,8 @@ def run_block(
     whole = report.whole() if pooled else report.run(run)
     assert whole is not None
     sections: list[S.Section] = [headline(report, run, whole)]
-    if diagnosis is not None:
-        from mismatchctl.analysis.diagnose_view import diagnosis_block
-
-        sections.append(diagnosis_block(diagnosis, collapsed=True))
+    if verdict is not None:
+        sections.append(verdict.block)
     sections += distribution_figures(report, run)
     sections += [bins_table(report, run), turns_table(report, run)]
     if steps and not pooled:
@@ -171,8 +178,8 @@ def run_block(
     if media == "html":  # one of several runs: folded on the page, a run selector opens it
         m = whole.metrics
         summary = f"vllm_kl {number(m[M.VLLM_KL])} ({band(m[M.VLLM_KL]) or '-'})"
-        if diagnosis is not None:
-            summary += f"; {diagnosis.verdict}: {diagnosis.top_finding()}"
+        if verdict is not None:
+            summary += f"; {verdict.verdict}: {verdict.finding}"
         return S.Block(
             S.slug("run", run), title, sections, collapsed=True, summary=summary, media=media
         )
@@ -319,12 +326,14 @@ def turns_table(report: Report, run: str) -> S.Table:
                 "first": a,
                 "later": b,
                 "ratio": ratio(a, b),
-                "kind": S.Kind.COUNT if name in (M.TOKENS, M.SEQUENCES) else S.Kind.VALUE,
+                "kind": S.Kind.of(name.fmt),  # the registry's format (a correlation: 6 digits)
             }
         )
     columns = [
-        S.Column("metric", "metric", S.Kind.LABEL), S.Column("first", "first", S.Kind.VALUE),
-        S.Column("later", "later", S.Kind.VALUE), S.Column("ratio", "later / first", S.Kind.RATIO),
+        S.Column("metric", "metric", S.Kind.LABEL),
+        S.Column("first", "first", S.Kind.VALUE, kind_key="kind"),
+        S.Column("later", "later", S.Kind.VALUE, kind_key="kind"),
+        S.Column("ratio", "later / first", S.Kind.RATIO),
     ]  # fmt: skip
     return S.Table(S.slug("turns", run), "First turn vs turns after a tool response", columns, rows)
 

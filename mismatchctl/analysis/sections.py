@@ -53,6 +53,9 @@ class Column:
     band_key: str | None = None  # a row key holding the band that colours this cell
     hot_key: str | None = None  # a row key whose truth makes this cell stand out
     link_key: str | None = None  # a row key holding the page anchor this cell links to (HTML)
+    # a row key holding the Kind this row's cell is written as (a table whose rows are metrics
+    # of different formats, e.g. a correlation beside a count); None: ``kind`` on every row
+    kind_key: str | None = None
 
     @classmethod
     def of(
@@ -64,6 +67,11 @@ class Column:
     @property
     def numeric(self) -> bool:
         return self.kind in NUMERIC
+
+    def kind_in(self, row: dict[str, Any]) -> Kind:
+        """How this column's cell of ``row`` is written."""
+        own = row.get(self.kind_key) if self.kind_key is not None else None
+        return Kind(own) if own is not None else self.kind
 
 
 @dataclass

@@ -4,7 +4,8 @@ one grammar of step ranges and selectors) name, or an error saying what exists."
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 from mismatchctl.analysis.selectors import (
@@ -149,6 +150,25 @@ def removed_while_reading(selection: Selection) -> RunRemovedError | None:
     present = set(selection.store.run_names())
     gone = [n for n in selection.names if n not in present]
     return RunRemovedError(gone, selection.named) if gone else None
+
+
+@contextmanager
+def reading(*selections: Selection) -> Iterator[None]:
+    """Around a read of ``selections``: a part that fails because its run was removed
+    meanwhile (``runs rm``) is a RunRemovedError, never the repair hint of a damaged store."""
+    try:
+        yield
+    except Exception as exc:
+        if not isinstance(exc, StoreError | OSError) and not _arrow(exc):
+            raise
+        removed = next(filter(None, map(removed_while_reading, selections)), None)
+        if removed is None:
+            raise  # a damaged part: the error names the fix
+        raise removed from None
+
+
+def _arrow(exc: Exception) -> bool:
+    return type(exc).__module__.startswith("pyarrow")
 
 
 def reread(build: Callable[[], T], attempts: int = 3) -> T:

@@ -19,9 +19,9 @@ tokens, and the largest-|r| tokens of the selection (an exact mergeable top-k,
 ``stats/topk.py``, by |r| with the store's tie order), with their class, bin and id. The check
 compares each class's count among the worst with what chance puts there at the same token
 probabilities: ``sum over bins of (worst tokens in the bin) x (the class's share of the bin's
-tokens)``, with the binomial variance of that sum (thresholds in ``diagnose_thresholds``:
-"token classes"). Tokens without an id, or whose id the vocabulary does not hold, are not
-classified (counted).
+tokens)``, with the binomial variance of that sum (thresholds in
+``diagnose/checks/token_classes.py``). Tokens without an id, or whose id the vocabulary does not
+hold, are not classified (counted).
 """
 
 from __future__ import annotations

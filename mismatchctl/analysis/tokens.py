@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from mismatchctl import schema as S
 from mismatchctl.analysis.report import parse_edges
-from mismatchctl.analysis.selection import resolve_text
+from mismatchctl.analysis.selection import reading, resolve_text
 from mismatchctl.analysis.token_text import context_text
 from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
 from mismatchctl.analysis.where import Condition, cell_mask, parse_where, where_keys
@@ -318,7 +318,8 @@ def build_tokens(
         if sequences
         else TopTokensExtra(top, sort, conditions, context)
     )
-    _, states = engine.runner()(sel.tasks, [], edges, sel.rows, workers, on_part, [extra])
+    with reading(sel):  # `runs rm` meanwhile is no damage, as in every view
+        _, states = engine.runner()(sel.tasks, [], edges, sel.rows, workers, on_part, [extra])
     state: TopRows = states[0] if states[0] is not None else TopRows(top)
     result = Tokens(selector, [str(c) for c in conditions], sort, top, sequences, context)
     result.rows = [{**row, "score": s} for row, s in zip(state.rows, state.scores, strict=True)]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mismatchctl.analysis import sections as S
+from mismatchctl.display import number
 from mismatchctl.stats import registry as M
 
 if TYPE_CHECKING:
@@ -22,6 +23,16 @@ SEQ_SORT_WORDS = {
     "abs-sum-r": "|sum r| over the sequence's tokens in the cell",
 }
 TIE_ORDER = "ties: run, step, seq, position ascending"
+NO_KV = (
+    "kv pos -: the dump gave no prompt length for that sequence, so its KV position is unknown "
+    "(kv pos = pos + the prompt length; `mismatchctl runs show RUN` counts the sequences that "
+    "have one)."
+)
+CHI2 = "chi2 = exp(2 sum r) - 1, sum r clamped to [-20, 20] (0: both sides agree)"
+CHI2_FLOOR = (
+    "chi2 -1 is its floor, not a missing value: exp(2 sum r) is near 0 when the rollout side "
+    "gave the sequence far more probability (sum r below about -5); their sum r still ranks them."
+)
 SEQ_TIE_ORDER = "ties: run, step, seq ascending"
 
 
@@ -85,6 +96,8 @@ def token_table(t: Tokens) -> S.Table:
         "<oov:ID>: an id the vocabulary does not hold), |N masked|: masked positions (a tool "
         "response) in between."
     )
+    if any(r["kv_position"] is None for r in rows):
+        note += f" {NO_KV}"
     return S.Table("tokens", f"Top {len(rows)} tokens", columns, rows, keys=1, note=note)
 
 
@@ -109,6 +122,8 @@ def sequence_table(t: Tokens) -> S.Table:
     ]
     note = (
         "Sums over each sequence's tokens in the cell; K3 share: of the cell's K3 sum; max |r| "
-        "and the position of its first token."
+        f"and the position of its first token; {CHI2}."
     )
+    if any(r["chi2"] is not None and number(r["chi2"]) == "-1" for r in rows):
+        note += f" {CHI2_FLOOR}"
     return S.Table("sequences", f"Top {len(rows)} sequences", columns, rows, keys=1, note=note)

@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
-from mismatchctl.analysis import diagnose_thresholds as T
 from mismatchctl.analysis import sections as Sec
+from mismatchctl.analysis.diagnose import corrections as T
 from mismatchctl.analysis.remedy import discards_signal, remedy_dict
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import reread, resolve_text

@@ -20,7 +20,7 @@ Exit code 0 when every token meets the criterion (bitwise equality by default), 
 
   mismatchctl certify 'v2@steps=100..' --tolerance 1e-6
 
-  mismatchctl certify v2-batch-invariant --json - | jq '.certify.first_divergence'
+  mismatchctl certify v2-bi --json - | jq .certify.first_divergence
 """
 
 

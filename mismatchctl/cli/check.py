@@ -27,11 +27,11 @@ Exit code 0 when every threshold is met (and no diagnose check fails), 3 otherwi
 
   mismatchctl check v1-a100
 
-  mismatchctl check v1-a100 --max vllm_kl=1e-3 --max vllm_kl_step_max=2e-2 --junit mismatch.xml
+  mismatchctl check v1-a100 --max vllm_kl=1e-3 --junit mismatch.xml
 
-  mismatchctl check 'v1-a100@steps=200..' --thresholds ci/mismatch.toml --diagnose
+  mismatchctl check 'v1@steps=200..' --thresholds ci/mismatch.toml --diagnose
 
-  mismatchctl check gpu=H20 --min prob_pearson=0.999 --json - | jq .check.passed
+  mismatchctl check gpu=H20 --min prob_pearson=0.999 --json - | jq .check
 """
 
 
@@ -84,12 +84,7 @@ def check(
 
 
 def _write(path: str, text: str) -> None:
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise UsageError(
-            f"--junit {path}: cannot write it: {exc.strerror}",
-            "name a file in a directory that exists and that you can write to.",
-        ) from None
+    from mismatchctl.render.output import write_text
+
+    write_text(path, text, "--junit")
     say(f"Wrote {path}")

@@ -10,7 +10,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
-from typing import Annotated, Any, TypeVar, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 
 import typer
 from rich.console import Console
@@ -19,6 +19,9 @@ from mismatchctl.api import DEFAULT_WORKERS
 from mismatchctl.display import printable
 from mismatchctl.errors import MismatchError
 from mismatchctl.render.json import dumps
+
+if TYPE_CHECKING:
+    from mismatchctl.cli.progress import Phases
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -72,8 +75,9 @@ def emit_json(payload: Any, target: str) -> None:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
     else:
-        with open(target, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+        from mismatchctl.render.output import write_text
+
+        write_text(target, text + "\n", "--json")
 
 
 def say(message: str, style: str = "") -> None:
@@ -90,61 +94,103 @@ def show(sections: Sequence[Any], stderr: bool = False) -> None:
 
 # --- options ----------------------------------------------------------------------------------
 
+# the panels of `--help` (typer's rich_help_panel): a command's own options stay under "Options"
+OUTPUT_PANEL = "Output"
+STORE_PANEL = "Store and engine"
+METRIC_PANEL = "Metric settings"
+
 StoreOpt = Annotated[
     str | None,
     typer.Option(
         "--store",
         envvar="MISMATCHCTL_STORE",
+        show_envvar=False,  # the help says it
         help="Store directory, or an s3:// or gs:// URI (default: $MISMATCHCTL_STORE, else "
         "~/.local/share/mismatchctl/store).",
         show_default=False,
+        rich_help_panel=STORE_PANEL,
     ),
 ]
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of tables.")]
+JsonFlag = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print JSON to stdout instead of tables.", rich_help_panel=OUTPUT_PANEL
+    ),
+]
 JsonOut = Annotated[
-    str | None, typer.Option("--json", help="Write JSON to FILE, or to stdout with -.")
+    str | None,
+    typer.Option(
+        "--json",
+        metavar="FILE",
+        help="Write JSON to FILE, or to stdout with -.",
+        rich_help_panel=OUTPUT_PANEL,
+    ),
 ]
 HtmlOut = Annotated[
-    str | None, typer.Option("--html", help="Write a self-contained HTML page to FILE.")
+    str | None,
+    typer.Option(
+        "--html",
+        metavar="FILE",
+        help="Write a self-contained HTML page to FILE.",
+        rich_help_panel=OUTPUT_PANEL,
+    ),
 ]
 WorkersOpt = Annotated[
     int,
     typer.Option(
-        "--workers", help="Parallel workers: threads, or the CPUs of a local Ray (--engine ray)."
+        "--workers",
+        help="Parallel workers: threads, or the CPUs of a local Ray (--engine ray).",
+        rich_help_panel=STORE_PANEL,
     ),
 ]
 EngineOpt = Annotated[
     str,
     typer.Option(
         "--engine",
-        help="Where parts are read: local (threads in this process) or ray (Ray tasks, on a "
-        "local Ray or the cluster of --ray-address; needs the ray extra).",
+        help="Where parts are read: local (threads) or ray (Ray tasks; needs the ray extra).",
+        rich_help_panel=STORE_PANEL,
     ),
 ]
 RayAddressOpt = Annotated[
     str | None,
     typer.Option(
         "--ray-address",
-        help="Ray cluster for --engine ray: auto (started on this machine with `ray start "
-        "--head`) or ray://HOST:10001 (default: $RAY_ADDRESS, else a local Ray with --workers "
-        "CPUs). The store must be on a filesystem every node sees, or in a bucket.",
+        help="Ray cluster for --engine ray: auto or ray://HOST:10001 (default: $RAY_ADDRESS, "
+        "else a local Ray). The store must be on a filesystem every node sees, or in a bucket "
+        "(README: Running on Ray).",
         show_default=False,
+        rich_help_panel=STORE_PANEL,
     ),
 ]
-QuietFlag = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bar.")]
+QuietFlag = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress bar.", rich_help_panel=OUTPUT_PANEL)
+]
 SelectorArg = Annotated[
     str, typer.Argument(help="A run, KEY=VALUE[,...] filters, optional @steps=A..B.")
 ]
 BinsOpt = Annotated[
-    str, typer.Option("--bins", help="Probability bins: log, linear:N, or edges like 0,1e-3,0.5,1.")
+    str,
+    typer.Option(
+        "--bins",
+        help="Probability bins: log, linear:N, or edges like 0,1e-3,0.5,1.",
+        rich_help_panel=METRIC_PANEL,
+    ),
 ]
 ClampOpt = Annotated[
     float,
-    typer.Option("--clamp", help="vllm_kl_clamped: K3 of r clamped to [-C, C] (slime/miles: 10)."),
+    typer.Option(
+        "--clamp",
+        help="vllm_kl_clamped: K3 of r clamped to [-C, C] (slime/miles: 10).",
+        rich_help_panel=METRIC_PANEL,
+    ),
 ]
 TauOpt = Annotated[
     float,
-    typer.Option("--tau", help="extreme_frac_tau<T>: share of tokens with |r| > ln(T) (AReaL: 2)."),
+    typer.Option(
+        "--tau",
+        help="extreme_frac_tau<T>: share of tokens with |r| > ln(T) (AReaL: 2).",
+        rich_help_panel=METRIC_PANEL,
+    ),
 ]
 IsBoundsOpt = Annotated[
     str | None,
@@ -152,6 +198,7 @@ IsBoundsOpt = Annotated[
         "--is-bounds",
         help="is_oob_ratio: share of tokens with exp(r) outside LOWER_UPPER, or 1/UPPER..UPPER "
         "for one number (verl's threshold grammar; default 0.5_2.0).",
+        rich_help_panel=METRIC_PANEL,
     ),
 ]
 TokenizerOpt = Annotated[
@@ -191,20 +238,45 @@ class Common:
 
         return TokenProgress(total, enabled=not self.quiet)
 
-    def emit(self, result: Any, sections: Sequence[Any], title: str, subtitle: str) -> None:
+    def phases(self, lines: bool = True) -> Phases:
+        """The command's phases on stderr (``cli/progress.Phases``): a line per phase on a pipe
+        only with ``lines`` (a command of several long phases)."""
+        from mismatchctl.cli.progress import Phases
+
+        return Phases(enabled=not self.quiet, lines=lines)
+
+    def emit(
+        self,
+        result: Any,
+        sections: Sequence[Any],
+        title: str,
+        subtitle: str,
+        phases: Phases | None = None,
+    ) -> None:
         """JSON to a file or stdout (then nothing else goes to stdout), the terminal view
-        otherwise, and the HTML page."""
+        otherwise, and the HTML page: with ``phases``, written first as a phase of its own,
+        then the phases stopped before anything is printed."""
+        if phases is not None:
+            if self.html_out is not None:
+                phases.start("writing the HTML report")
+                _write_html(self.html_out, title, subtitle, sections)
+            phases.stop()
         if self.json_out is not None:
             emit_json(result.to_dict(), self.json_out)
         if self.json_out != "-":
             show(sections)
         if self.html_out is not None:
-            from mismatchctl.render import html
-
-            html.write(self.html_out, title, subtitle, sections)
+            if phases is None:
+                _write_html(self.html_out, title, subtitle, sections)
             say(f"Wrote {self.html_out}")
         if self.json_out not in (None, "-"):
             say(f"Wrote {self.json_out}")
+
+
+def _write_html(path: str, title: str, subtitle: str, sections: Sequence[Any]) -> None:
+    from mismatchctl.render import html
+
+    html.write(path, title, subtitle, sections)
 
 
 def analysis_command(help_text: str) -> Callable[[F], F]:

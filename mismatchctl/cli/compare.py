@@ -19,7 +19,7 @@ from mismatchctl.cli.report import BY_HELP, POSITION_BINS_HELP
 
 HELP = """Compare two runs, or two slices of the store: the tags that differ, every headline metric side by side with 95% bootstrap intervals (whole sequences resampled, fixed seed), and where they differ: probability bins, turn kinds, gpus, steps, and any --by split (kv_position, turn_position, length, order, attr:<name>...); and both sides' training curves (from `mismatchctl ingest-metrics`) aligned on step.
 
-When both sides hold the same responses (the same token ids for the same step and sample id), the comparison is also paired, response by response: the share of identical responses, vllm_kl over the pairs with a paired-bootstrap interval of B - A and B / A, the per-sequence differences and the pairs that differ most; otherwise it says why it cannot pair.
+When both sides hold the same responses (the same token ids for the same step and sample id), the comparison is also paired, response by response: the share of identical responses, vllm_kl over the pairs with a paired-bootstrap interval of B - A and B / A, the per-sequence differences and the pairs that differ most; otherwise it says why it cannot pair. Two sides that hold the same data (two copies of a run) print `identical: no difference` and exit 0.
 
 A selector is a run name, KEY=VALUE filters (run, gpu, or any tag; commas combine), and an optional @steps=A..B.
 
@@ -29,11 +29,11 @@ A selector is a run name, KEY=VALUE filters (run, gpu, or any tag; commas combin
 
   mismatchctl compare gpu=H20 gpu=L20
 
-  mismatchctl compare v0-ref v1-initial --by kv_position --by attr:data_source
+  mismatchctl compare v0-ref v1-initial --by kv_position --by attr:task
 
-  mismatchctl compare v0-ref 'v1-final@steps=0..200' --html cmp.html --json cmp.json
+  mismatchctl compare v0-ref 'v1-final@steps=0..200' --html cmp.html
 
-  mismatchctl compare v0-ref v1-initial --engine ray --ray-address ray://head:10001
+  mismatchctl compare v0-ref v1 --engine ray --ray-address ray://head:10001
 """
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -13,9 +14,11 @@ from mismatchctl.cli.report import SUBTITLE
 
 HELP = """Ingest the bundled sample data (sample_data/) into a store, print `report --by-gpu` for all its runs and write the HTML report (with a diagnosis of each run).
 
-The demo's store is not the default store of the other commands: point them at it with --store mismatchctl-demo/store, or export MISMATCHCTL_STORE=$PWD/mismatchctl-demo/store.
+The demo's store is not the default store of the other commands: point them at it with --store mismatchctl-demo/store, or export MISMATCHCTL_STORE=$PWD/mismatchctl-demo/store. The sample runs' tokenizer (sample_data/tokenizer.json, byte-level) is remembered for them, so `show` and `tokens` print their text.
 
 Which runs are captured from a real model's two numeric paths and which are synthetic is said in the output and in sample_data/README.md. Running it again reuses the runs already ingested.
+
+Each phase (ingest, reading the tokens, the diagnoses, the HTML page) is a progress bar on a terminal and a line on stderr otherwise (-q: none); a first run says so before it compiles its kernels (numba, cached on disk).
 
 [bold]Examples[/]
 
@@ -39,27 +42,57 @@ def demo(
     ] = None,
     quiet: QuietFlag = False,
 ) -> None:
-    from mismatchctl.cli.progress import IngestProgress, TokenProgress  # rich.progress: 25 ms
+    from mismatchctl.cli.progress import Phases  # rich.progress: 25 ms
 
-    with (
-        IngestProgress(enabled=not quiet) as ingesting,
-        TokenProgress(None, enabled=not quiet) as reading,
-    ):
-        runs, rep = api.demo(store, data=data, progress=ingesting, on_part=reading.advance)
-    show(rep.sections())
     target = Path(html_out) if html_out else Path(store).parent / "report.html"
-    from mismatchctl.render.html import write
+    runs = api.demo_runs(data)  # a missing or bad manifest is said before anything else
+    with Phases(enabled=not quiet) as phases:
+        phases.start("loading the compiled kernels")
+        compiling = api.demo_compile()
+        if compiling is not None:
+            phases.note(compile_note(compiling))
+        on_run = phases.steps("ingesting {total} sample runs")
+        api.demo_ingest(store, runs, on_run=on_run)
+        names = {r.name for r in runs}
+        tokens = sum(r.model_tokens for r in api.runs(store) if r.name in names)
+        phases.start(f"reading {tokens:,} tokens of {len(runs)} runs", tokens, "tokens")
+        rep = api.demo_report(
+            runs,
+            store,
+            on_part=phases.advance,
+            on_diagnosis=phases.steps("diagnosing {total} runs"),
+        )
+        sections = rep.sections()
+        phases.start("writing the HTML report")
+        from mismatchctl.render.html import write
 
-    write(target, "mismatchctl demo: the bundled sample runs", SUBTITLE, rep.sections())
+        write(target, "mismatchctl demo: the bundled sample runs", SUBTITLE, sections)
+    show(sections)
     say("Sample runs:", "bold")
-    for run in runs:
-        kind = "captured" if run.captured else "SYNTHETIC"
-        say(f"  {run.name:<16} {kind:<9} {run.shows}")
+    for line in legend(runs):
+        say(line)
     say(f"Store: {Path(store).resolve()}")
     say(f"HTML report: {target.resolve()}")
     say(
         f"The other commands read another store unless told: {api.point_at(store)} "
         f"(e.g. `mismatchctl runs --store {store}`)."
+    )
+
+
+def legend(runs: Sequence[Any]) -> list[str]:
+    """The "Sample runs:" lines: the names padded to the longest, so that every run's kind and
+    what it shows start in one column whatever the names' lengths."""
+    width = max((len(run.name) for run in runs), default=0)
+    return [
+        f"  {run.name:<{width}}  {'captured' if run.captured else 'SYNTHETIC':<9}  {run.shows}"
+        for run in runs
+    ]
+
+
+def compile_note(compiling: api.Compile) -> str:
+    return (
+        f"compiling {compiling.kernels} kernels once, about {compiling.seconds} s on a first "
+        f"run (measured on 2 CPU cores); cached under {compiling.cached_in}"
     )
 
 

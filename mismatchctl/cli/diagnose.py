@@ -30,9 +30,9 @@ Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one 
 
   mismatchctl diagnose v1-a100 --tokenizer ~/models/Qwen3-8B
 
-  mismatchctl diagnose gpu=A100 --json - | jq '.diagnosis.checks[] | select(.verdict == "fail")'
+  mismatchctl diagnose gpu=A100 --json - | jq '.diagnosis.checks[].verdict'
 
-  mismatchctl diagnose v1-a100 -q --fail-on warn || echo "mismatch checks did not pass"
+  mismatchctl diagnose v1-a100 -q --fail-on warn || echo "checks did not pass"
 
   mismatchctl diagnose v1-a100 --engine ray --ray-address auto
 """

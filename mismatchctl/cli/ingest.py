@@ -10,6 +10,7 @@ from mismatchctl import api
 from mismatchctl.api import DEFAULT_WORKERS, FORMATS
 from mismatchctl.cli import reading as R
 from mismatchctl.cli.common import (
+    STORE_PANEL,
     EngineOpt,
     JsonFlag,
     QuietFlag,
@@ -21,35 +22,25 @@ from mismatchctl.cli.common import (
     show,
 )
 
-HELP = f"""Read dump files (files, directories or globs) into a run of the store.
+HELP = f"""Read dump files (files, directories or globs; s3:// and gs:// too) into a run of the store.
 
-Inputs may also be on object storage: s3:// or gs:// URIs of objects, prefixes or globs, with credentials from the environment (AWS_PROFILE, AWS_ENDPOINT_URL...); each object is copied to a temporary file while it is read. --engine ray reads the files in parallel Ray tasks (the store must be on a filesystem every node sees).
+Formats are detected from columns and keys: {", ".join(FORMATS)}. Only model tokens are stored (mask = 1); all files are ingested or none is, and the same content again is a no-op. A dump without a response mask is read by verl's attention_mask, or refused when it ends in padding (--allow-padding). A .pt file loads with weights_only=True; --trust-pickle RUNS ANY CODE THE FILE CONTAINS, and reads verl DataProto pickles with a restricted unpickler.
 
-Formats are detected from columns and keys: {", ".join(FORMATS)}. All files are ingested or none is: on any error the store is left as it was. Ingesting the same content again is a no-op.
-
-Only model tokens are stored (mask = 1); the token ids of the tool responses (masked positions between model tokens), when the dump has them, are kept beside them for `show` (--no-keep-masked: not). Without a response mask, verl's attention_mask is used by its response part (it excludes padding, not tool responses: a file whose kept positions show tool-response fills is refused); without any mask every listed position counts, and a file whose sequences end in padding (8 or more positions at exact 0.0 on both sides) is refused unless --allow-padding. An ingest that adds no model token is reported with a warning.
-
-Each sequence's prompt length is kept when the dump has it (a prompt_length column, the prompt part of attention_mask, prompt token ids, slime's tokens, NeMo-RL's full-sequence arrays): report --by kv_position counts the KV cache from it. Per-sequence columns of few values (data_source, env, task, dp_rank...) are kept as attributes (report --by attr:<name>; listed by runs show); --attr COLUMN keeps another.
-
-Torch .pt files are loaded with weights_only=True: a file that needs full unpickling is refused. --trust-pickle loads it anyway, and that RUNS ANY CODE THE FILE CONTAINS with your permissions: use it only for files from a source you trust.
-
-verl DataProto pickles (DataProto.save_to_disk: .pkl, .dp, or .pt) are refused too unless you pass --trust-pickle; they are then read by a restricted unpickler that rebuilds only numpy arrays and torch tensors (verl and tensordict need not be installed). TRL completions tables and prime-rl inference Parquet hold one logprob side or none: they are refused with what is missing.
+Every rule (masks, padding, prompt lengths, attributes, validation, pickles, MoE routes): README.md, "mismatchctl ingest"; what each framework dumps: docs/frameworks.md.
 
 [bold]Examples[/]
 
-  mismatchctl ingest dumps/ --run v1-a100 --tag gpu=A100 --tag engine=vllm-0.18.1
+  mismatchctl ingest dumps/ --run v1-a100 --tag gpu=A100
 
   mismatchctl ingest 'slime_debug/train_*.pt' --run slime-h20 --tag gpu=H20
 
   mismatchctl ingest 'verl_dumps/step_*.pkl' --run verl-h20 --trust-pickle
 
-  mismatchctl ingest outputs/token_exports/ --run prime-a100 --tag gpu=A100
+  mismatchctl ingest b.parquet --run x --map rollout=gen_lp --map mask=keep
 
-  mismatchctl ingest batch.parquet --run x --map rollout=gen_lp --map trainer=fsdp_lp --map mask=keep
+  mismatchctl ingest /shared/dumps/ --run v2 --engine ray
 
-  mismatchctl ingest /shared/dumps/ --run v2 --engine ray --ray-address auto --store /shared/store
-
-  mismatchctl ingest 's3://bucket/rl/dumps/step_*.parquet' --run v3 --tag gpu=H20
+  mismatchctl ingest 's3://bucket/rl/dumps/step_*.parquet' --run v3
 """
 
 
@@ -80,7 +71,9 @@ def ingest(
     workers: Annotated[
         int,
         typer.Option(
-            "--workers", help="With --engine ray and no cluster: the CPUs of the local Ray."
+            "--workers",
+            help="With --engine ray and no cluster: the CPUs of the local Ray.",
+            rich_help_panel=STORE_PANEL,
         ),
     ] = DEFAULT_WORKERS,
     store: StoreOpt = None,

@@ -17,9 +17,9 @@ Reads a W&B history export (CSV), JSON lines of {"step": N, "name": value, ...} 
 
   mismatchctl ingest-metrics wandb_export.csv --run v1-a100
 
-  mismatchctl ingest-metrics metrics.jsonl --run v1-a100 --metric grad_norm=actor/grad_norm --metric 'critic/*'
+  mismatchctl ingest-metrics m.jsonl --run v1 --metric gn=actor/grad_norm
 
-  mismatchctl ingest-metrics runs/v1-a100/ --run v1-a100 --format tensorboard --replace
+  mismatchctl ingest-metrics tb/ --run v1-a100 --format tensorboard --replace
 """
 
 

@@ -20,6 +20,7 @@ from mismatchctl.cli import show as show_cmd
 from mismatchctl.cli import tokens as tokens_cmd
 from mismatchctl.cli import watch as watch_cmd
 from mismatchctl.cli import whatif as whatif_cmd
+from mismatchctl.cli.help_layout import HelpCommand, HelpGroup
 
 app = typer.Typer(
     name="mismatchctl",
@@ -58,25 +59,35 @@ Load per-step dumps of rollout (inference) and trainer logprobs into a local sto
   mismatchctl demo
 """,
     no_args_is_help=True,
+    cls=HelpGroup,
     add_completion=False,
     rich_markup_mode="rich",
     pretty_exceptions_show_locals=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-app.command("ingest", help=ingest_cmd.HELP)(ingest_cmd.ingest)
-app.command("watch", help=watch_cmd.HELP)(watch_cmd.watch)
-app.command("ingest-metrics", help=ingest_metrics_cmd.HELP)(ingest_metrics_cmd.ingest_metrics)
-app.add_typer(runs_cmd.app, name="runs")
-app.command("report", help=report_cmd.HELP)(report_cmd.report)
-app.command("compare", help=compare_cmd.HELP)(compare_cmd.compare)
-app.command("explain", help=explain_cmd.HELP)(explain_cmd.explain)
-app.command("diagnose", help=diagnose_cmd.HELP)(diagnose_cmd.diagnose)
-app.command("whatif", help=whatif_cmd.HELP)(whatif_cmd.whatif)
-app.command("check", help=check_cmd.HELP)(check_cmd.check)
-app.command("tokens", help=tokens_cmd.HELP)(tokens_cmd.tokens)
-app.command("show", help=show_cmd.HELP)(show_cmd.show)
-app.command("certify", help=certify_cmd.HELP)(certify_cmd.certify)
-app.command("demo", help=demo_cmd.HELP)(demo_cmd.demo)
+# one line each in the command list of `mismatchctl --help` (each command's --help says more)
+COMMANDS = (
+    ("ingest", ingest_cmd, "Read dump files into a run of the store."),
+    ("watch", watch_cmd, "Ingest a running job's dumps as they come: a line per step."),
+    ("ingest-metrics", ingest_metrics_cmd, "Attach training curves (W&B, JSON, TensorBoard)."),
+    ("runs", runs_cmd, "List, show, check or remove the runs of the store."),
+    ("report", report_cmd, "Every metric of runs: bins, turns, steps, gpus, curves."),
+    ("compare", compare_cmd, "Two runs or slices side by side, with bootstrap intervals."),
+    ("explain", explain_cmd, "Where the mismatch lives; its excess over a baseline."),
+    ("diagnose", diagnose_cmd, "Every check, layer by layer, and the likely cause."),
+    ("whatif", whatif_cmd, "What importance-sampling corrections would clip or reject."),
+    ("check", check_cmd, "A CI gate: thresholds on metrics; exit 3 when one fails."),
+    ("tokens", tokens_cmd, "The worst tokens or sequences of a selection, exact."),
+    ("show", show_cmd, "One sequence, token by token, coloured by |r|."),
+    ("certify", certify_cmd, "Bitwise parity of both sides, and where it breaks."),
+    ("demo", demo_cmd, "The bundled sample runs: ingested, reported, as HTML."),
+)
+for name, module, short in COMMANDS:
+    if module is runs_cmd:  # a group of subcommands
+        app.add_typer(runs_cmd.app, name=name, short_help=short)
+        continue
+    function = getattr(module, name.replace("-", "_"))
+    app.command(name, help=module.HELP, short_help=short, cls=HelpCommand)(function)
 
 
 def _version(value: bool) -> None:

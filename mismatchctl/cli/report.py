@@ -36,25 +36,23 @@ Metric definitions and JSON names: docs/metrics.md; training curves: docs/curves
 
   mismatchctl report v1-a100 --diagnose --html report.html
 
-  mismatchctl report v1-a100 --bins linear:20 --by step --by tag:logprobs_mode
+  mismatchctl report v1-a100 --bins linear:20 --by step --by tag:engine
 
   mismatchctl report v0-ref v1-a100 --by run,turn_kind --json - | jq .
 
-  mismatchctl report v1-a100 --by kv_position --by turn_kind,turn_position --by attr:data_source
+  mismatchctl report v1-a100 --by kv_position --by turn_kind,turn_position
 
-  mismatchctl report v1-a100 --engine ray --ray-address auto --json report.json
+  mismatchctl report v1-a100 --engine ray --ray-address auto --json r.json
 
-  mismatchctl report v1-a100 --clamp 10 --tau 2 --is-bounds 0.5_2.0 --json -   # tail-robust views
+  mismatchctl report v1-a100 --clamp 10 --tau 2 --is-bounds 0.5_2.0
 """
 BY_HELP = (
-    f"Add a split (repeatable): {api.SPLIT_KEYS}; commas combine keys, e.g. step,turn_kind or "
-    "turn_kind,kv_position. kv_position: tokens before the token (prompt included), "
-    "turn_position: index in its turn, length: model tokens of the sequence, order: index of "
-    "the sequence in its step in blocks of 32, attr:<name>: an attribute kept at ingest."
+    f"Add a split (repeatable; commas combine keys, e.g. step,turn_kind): {api.SPLIT_KEYS}. "
+    "What each key is: README.md, `mismatchctl report`."
 )
 POSITION_BINS_HELP = (
-    "Edges of kv_position, turn_position and length: log2 (0, 1, 2, 4, ..., 2^20; the last bin "
-    "open) or integer edges from 0, e.g. 0,512,1024,4096."
+    "Edges of kv_position, turn_position and length: log2 (0, 1, 2, 4, ..., 2^20) or integer "
+    "edges from 0, e.g. 0,512,1024,4096."
 )
 STEPS_HELP = (
     "Only steps in this inclusive range: A..B (e.g. 0..200, or -6..-5: steps may be negative), "
@@ -79,8 +77,7 @@ def report(
         list[str] | None,
         typer.Option(
             "--by",
-            help=BY_HELP + " `--by layer`: the MoE routing per layer; with MoE routes every "
-            "other split also gets the routing metrics of each of its groups.",
+            help=BY_HELP + " `--by layer`: the MoE routing per layer.",
         ),
     ] = None,
     bins: BinsOpt = "log",
@@ -101,14 +98,18 @@ def report(
     common: Common,
 ) -> None:
     infos = api.selected_runs(runs or [], common.store)
-    with common.progress(sum(r.model_tokens for r in infos)) as progress:
+    tokens = sum(r.model_tokens for r in infos)
+    # the diagnoses and the HTML page are phases of their own: a line each on a pipe
+    with common.phases(lines=diagnose or common.html_out is not None) as phases:
+        phases.start(f"reading {tokens:,} tokens of {len(infos)} runs", tokens, "tokens")
+        on_diagnosis = phases.steps("diagnosing {total} runs") if diagnose else None
         rep = api.report(
             runs, bins=bins, by=by or [], by_gpu=by_gpu, steps=steps, diagnose=diagnose,
-            position_bins=position_bins, figures=common.html_out is not None, **common.read(progress.advance),
-            clamp=clamp, tau=tau, is_bounds=is_bounds,
+            position_bins=position_bins, figures=common.html_out is not None, **common.read(phases.advance),
+            clamp=clamp, tau=tau, is_bounds=is_bounds, on_diagnosis=on_diagnosis,
         )  # fmt: skip
-    title = f"mismatchctl report: {', '.join(rep.selection.names)}"
-    common.emit(rep, rep.sections(pool), title, SUBTITLE)
+        title = f"mismatchctl report: {', '.join(rep.selection.names)}"
+        common.emit(rep, rep.sections(pool), title, SUBTITLE, phases)
 
 
 SUBTITLE = "Training–inference logprob mismatch: trainer logprobs recomputed by the trainer vs rollout logprobs of the inference engine"

@@ -10,6 +10,7 @@ import typer
 from mismatchctl import api
 from mismatchctl.cli import common as C
 from mismatchctl.cli.common import JsonFlag, StoreOpt, emit_json, handle_errors, say
+from mismatchctl.cli.help_layout import HelpCommand, HelpGroup
 from mismatchctl.display import shown
 from mismatchctl.errors import UsageError
 
@@ -30,6 +31,7 @@ app = typer.Typer(
 """,
     invoke_without_command=True,
     no_args_is_help=False,
+    cls=HelpGroup,
 )
 
 
@@ -47,7 +49,7 @@ def list_runs(ctx: typer.Context, store: StoreOpt = None, json: JsonFlag = False
         C.show(api.views.runs_sections(runs, str(st)))
 
 
-@app.command("show")
+@app.command("show", cls=HelpCommand, short_help="Tags and provenance of one run.")
 @handle_errors
 def show(
     run: Annotated[str, typer.Argument(help="Run name.")],
@@ -67,7 +69,7 @@ def show(
         C.show(api.views.run_sections(info))
 
 
-@app.command("rm")
+@app.command("rm", cls=HelpCommand, short_help="Remove a run: its catalog entry and data.")
 @handle_errors
 def rm(
     run: Annotated[str, typer.Argument(help="Run name.")],
@@ -96,7 +98,7 @@ def rm(
     )
 
 
-@app.command("check")
+@app.command("check", cls=HelpCommand, short_help="Check that every part of the runs is whole.")
 @handle_errors
 def check(
     runs: Annotated[

@@ -19,7 +19,7 @@ The sequence is found by its sample id (as `tokens --sequences` lists it). When 
 
   mismatchctl show v1-a100 3f2c9a --step 120 --index 2 --html seq.html
 
-  mismatchctl show v1-a100 3f2c9a --tokenizer ~/models/Qwen3-8B --json - | jq '.show.tokens[0]'
+  mismatchctl show v1-a100 3f2c9a --tokenizer ~/models/Qwen3-8B --json -
 """
 
 

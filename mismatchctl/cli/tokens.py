@@ -23,13 +23,13 @@ Exact, not sampled: the k best of every part merged, ties in the order run, step
 
   mismatchctl tokens v1-a100
 
-  mismatchctl tokens v1-a100 --where bin=0.001-0.01 --where turn_kind=later --top 50
+  mismatchctl tokens v1-a100 --where bin=0.001-0.01 --where turn_kind=later
 
   mismatchctl tokens 'v1-a100@steps=200..' --sort abs-r --context 10
 
   mismatchctl tokens v1-a100 --tokenizer ~/models/Qwen3-8B
 
-  mismatchctl tokens v1-a100 --sequences --sort chi2 --json - | jq '.tokens.sequences[0]'
+  mismatchctl tokens v1-a100 --sequences --sort chi2 --json - | jq .tokens
 """
 
 

@@ -15,21 +15,17 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.cli import reading as R
-from mismatchctl.cli.common import JsonFlag, StoreOpt, handle_errors, say
+from mismatchctl.cli.common import OUTPUT_PANEL, JsonFlag, StoreOpt, handle_errors, say
 from mismatchctl.cli.diagnose import EXIT_CHECK_FAILED
 from mismatchctl.display import file_label, number, printable
 from mismatchctl.errors import UsageError
 from mismatchctl.render.json import dumps_line
 
-HELP = """Follow a directory that a running training job writes per-step dumps into (any format `ingest` reads), ingest each file once it is complete, and print one line per new step: the step, its model tokens, its vllm_kl with its severity band, the change against the run's recent median (the 20 steps before), and an alert when a check fires.
+HELP = """Follow a directory that a running job writes per-step dumps into, ingest each file once it is complete (any format `ingest` reads, with its reading options), and print one line per new step: its model tokens, its vllm_kl and band, the change against the run's recent median, and alerts (spike, band, bad_file, changed_file).
 
-Complete means: a Parquet file whose footer reads, a torch file whose zip directory (or pickle) is whole, a JSON lines file whose last line is terminated and that has not changed for --settle seconds. Temp names (`*.tmp`: any suffix ingest does not read) and dotfiles are ignored until they are renamed. Each file is ingested in a transaction of its own: a bad file is reported (and alerted) and skipped while the watch goes on; Ctrl-C or SIGTERM stops the watch between or in the middle of an ingest and leaves the store whole (the interrupted file is ingested on the next start). Restart-safe: files the run already holds are a no-op by their content fingerprint; a file that changes after it was ingested is reported, never ingested twice.
+Each file is its own transaction: a bad file is reported and skipped, Ctrl-C or SIGTERM leaves the store whole, and a restart skips what the run holds. --exit-on warn|fail stops with exit code 3 at the first alert of that level; any other stop exits 0. A JSON lines file that grows after its ingest (a writer appending lines) is ingested again as a whole, in place of what the run held of it.
 
-Each file is read as `ingest` reads it: the reading options (--format, --map, --skip-bad, --trust-pickle, --allow-padding, --attr, --routes-aligned, --routes-topk, --num-experts, --keep-routes, --no-keep-masked) are ingest's.
-
-Alerts: `spike` (vllm_kl at 3x the recent median or more, after 3 steps), `band` (the step's band above the step before's; the first step is judged against `low`), `bad_file`, `changed_file`. Level `fail` when the step's vllm_kl is above 2e-2 (the medium band's top), else `warn`. With an alert on a step, `explain` of the step against its quiet recent steps (those within 3x of the lowest, the last 8: never a spike) names the cells the excess lives in, also when a few sequences hold it, or says that it is spread evenly over the step (--no-explain to skip it). --alerts FILE appends each alert as a JSON line; --exit-on warn|fail stops with exit code 3 at the first alert of that level.
-
-File events come from the watchdog library (inotify on Linux); --poll SECONDS scans on a timer instead (network filesystems, where events do not arrive). --once scans once and stops (for scripts: what is complete now is ingested, what is not is listed); --max-files N and --idle-exit SECONDS stop after N files or SECONDS without a new file. A stop by Ctrl-C, SIGTERM or these options exits 0 (3 with --exit-on when an alert fired).
+What complete means, the alerts and their thresholds, every option: docs/live.md.
 
 [bold]Examples[/]
 
@@ -43,6 +39,11 @@ File events come from the watchdog library (inotify on Linux); --poll SECONDS sc
 
   mismatchctl watch dumps/ --run v2 --once -q
 """
+
+
+ALERTS = "Alerts"
+SCANNING = "Scanning and stopping"
+NOTE_LABELS = {"bad": "Bad file", "grown": "Ingested again", "unlisted": "Not watched"}
 
 
 class ExitOn(StrEnum):
@@ -59,34 +60,69 @@ def watch(
         typer.Option("--tag", "-t", help="KEY=VALUE tag for the run (repeatable), e.g. gpu=H20."),
     ] = None,
     alerts: Annotated[
-        str | None, typer.Option("--alerts", help="Append each alert to FILE as a JSON line.")
+        str | None,
+        typer.Option(
+            "--alerts", help="Append each alert to FILE as a JSON line.", rich_help_panel=ALERTS
+        ),
     ] = None,
     exit_on: Annotated[
         ExitOn | None,
-        typer.Option("--exit-on", help="Stop with exit code 3 at the first alert of this level."),
+        typer.Option(
+            "--exit-on",
+            help="Stop with exit code 3 at the first alert of this level.",
+            rich_help_panel=ALERTS,
+        ),
     ] = None,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain/--no-explain",
+            help="Localize the steps that alert (explain against the recent steps).",
+            rich_help_panel=ALERTS,
+        ),
+    ] = True,
     poll: Annotated[
         float | None,
-        typer.Option("--poll", min=0.05, help="Scan every SECONDS instead of using file events."),
+        typer.Option(
+            "--poll",
+            min=0.05,
+            help="Scan every SECONDS instead of using file events (network filesystems).",
+            rich_help_panel=SCANNING,
+        ),
     ] = None,
     settle: Annotated[
         float,
         typer.Option(
-            "--settle", min=0.0, help="Seconds a JSON lines file must be unchanged to be read."
+            "--settle",
+            min=0.0,
+            help="Seconds a JSON lines file must be unchanged to be read.",
+            rich_help_panel=SCANNING,
         ),
     ] = api.DEFAULT_SETTLE,
-    once: Annotated[bool, typer.Option("--once", help="Scan once, ingest, and stop.")] = False,
+    once: Annotated[
+        bool,
+        typer.Option(
+            "--once", help="Scan once, ingest what is complete, and stop.", rich_help_panel=SCANNING
+        ),
+    ] = False,
     max_files: Annotated[
         int | None,
-        typer.Option("--max-files", min=1, help="Stop after N files (ingested or bad)."),
+        typer.Option(
+            "--max-files",
+            min=1,
+            help="Stop after N files (ingested or bad).",
+            rich_help_panel=SCANNING,
+        ),
     ] = None,
     idle_exit: Annotated[
         float | None,
-        typer.Option("--idle-exit", min=0.0, help="Stop after SECONDS without a new file."),
+        typer.Option(
+            "--idle-exit",
+            min=0.0,
+            help="Stop after SECONDS without a new file.",
+            rich_help_panel=SCANNING,
+        ),
     ] = None,
-    explain: Annotated[
-        bool, typer.Option("--explain/--no-explain", help="Localize the steps that alert.")
-    ] = True,
     fmt: R.FormatOpt = None,
     map_: R.MapOpt = None,
     skip_bad: R.SkipBadFlag = False,
@@ -101,7 +137,13 @@ def watch(
     store: StoreOpt = None,
     json: JsonFlag = False,
     quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="No start and stop messages on stderr.")
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="No start and stop messages on stderr.",
+            rich_help_panel=OUTPUT_PANEL,
+        ),
     ] = False,
 ) -> None:
     watcher = api.watch(
@@ -129,7 +171,7 @@ def _show(event: Any, json: bool, quiet: bool, sink: TextIO | None, run: str) ->
         _write(dumps_line(event.to_dict()) if json else _step_text(event))
         alerts = [(a, event.alert_context()) for a in event.alerts]
     elif isinstance(event, api.FileNote):
-        say(f"{'Bad file' if event.kind == 'bad' else 'Skipped'}: {event.message}", "yellow")
+        say(f"{NOTE_LABELS.get(event.kind, 'Skipped')}: {event.message}", "yellow")
         if event.hint:
             say(f"Hint: {event.hint}")
         alerts = [(event.alert, {"file": event.file})] if event.alert else []

@@ -14,39 +14,23 @@ HELP = """What a correction would do to the selection: the share of tokens and s
 
 Methods (default threshold): token-tis (2), token-mis (2), seq-tis (2), seq-mis (2), geo-rs (0.999_1.001), k3-rs (0.01), veto (1e-4), batch-filter (0.1). Without --method, all of them. Definitions: docs/metrics.md, "Correction what-if".
 
+--preset computes one framework's correction as its code does, set by its own config keys (--set), with its own metric names; --list-presets lists them with the framework version and the source each follows; an example of each: README.md, `mismatchctl whatif`. A correction that would discard the signal (ESS below 50%, most units rejected) is named "not advised".
+
 [bold]Examples[/]
 
   mismatchctl whatif v1-a100 --method seq-mis --threshold 2
 
-  mismatchctl whatif v1-a100 --method seq-mis:2 --method geo-rs:0.999_1.001 --method veto
+  mismatchctl whatif v1-a100 --method seq-mis:2 --method geo-rs:0.999_1.001
 
-  mismatchctl whatif v1-a100 --method seq-mis --sweep 1.5,2,3,5 --html whatif.html
+  mismatchctl whatif v1-a100 --method seq-mis --sweep 1.5,2,3,5 --html w.html
 
   mismatchctl whatif 'gpu=A100@steps=100..' --json - | jq .whatif.methods
 
-  mismatchctl whatif v1-a100 --method seq-mis --engine ray --workers 8
-
-Framework presets compute one framework's correction as its code does, set by its own config keys, and report its own metric names (per group: tokens and sequences masked or clipped, the applied weights and their ESS). `--list-presets` lists them with the framework version and the source file each follows.
-
   mismatchctl whatif --list-presets
 
-  mismatchctl whatif v1-a100 --preset verl-rollout-corr --set rollout_is=sequence --set rollout_is_threshold=2
+  mismatchctl whatif v1-a100 --preset slime-tis --set tis_clip=2
 
-  mismatchctl whatif v1-a100 --preset verl-rollout-corr --set rollout_rs=seq_mean_k1 --set rollout_rs_threshold=0.999_1.001
-
-  mismatchctl whatif v1-a100 --preset slime-tis --set tis_clip=2 --set tis_clip_low=0.5
-
-  mismatchctl whatif v1-a100 --preset slime-opsm --set opsm_delta=1e-3 --set advantage_sign=negative
-
-  mismatchctl whatif v1-a100 --preset skyrl-off-policy --set tis_ratio_type=token --set outlier_token_is_threshold_high=100
-
-  mismatchctl whatif v1-a100 --preset areal-rejection --set level=sequence --set metric=kl_k3 --set agg=max --set upper=0.5
-
-  mismatchctl whatif v1-a100 --preset roll-train-infer --set is_weight.enabled=true --set is_weight.weight_type=segment
-
-  mismatchctl whatif v1-a100 --preset dppo --set dppo_type=binary_kl --set delta_high=0.05
-
-A correction that would discard the signal (ESS below 50%, most units rejected, nearly every ratio at the cap) is named "not advised"; the JSON marks it in `remedy`.
+  mismatchctl whatif v1 --preset verl-rollout-corr --set rollout_is=sequence
 """
 
 

@@ -65,6 +65,9 @@ class RaggedBatch:
     # routed experts (MoE) per side role (``rollout_routes`` / ``trainer_routes``), as read:
     # decoded during canonicalisation (``ingest.routes``)
     routes: dict[str, RouteColumn] = field(default_factory=dict)
+    # bad samples the reader found, by index: (reason counted in the tally, detail for the
+    # message), e.g. a sample without the mask the file's other samples have
+    problems: dict[int, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def n(self) -> int:
@@ -103,6 +106,15 @@ class RouteColumn:
             None if self.starts is None else self.starts[keep],
             None if self.widths is None else self.widths[keep],
         )
+
+
+def lacking_mask(key: str, has: list[bool]) -> dict[int, tuple[str, str]]:
+    """The samples of a batch without the mask that others have (``has``: per sample): bad
+    samples, each named (a mask is never guessed for one sample from another's)."""
+    if all(has) or not any(has):
+        return {}
+    detail = f"no `{key}`, which other samples of the file have (each sample's own mask is used)"
+    return {i: ("no mask", detail) for i, h in enumerate(has) if not h}
 
 
 def offsets_from_lengths(lengths: np.ndarray) -> np.ndarray:

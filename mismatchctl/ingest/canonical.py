@@ -120,7 +120,8 @@ class Context:
 def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, Tally]:
     """Validate a batch and turn it into (token rows, sequence rows, tally)."""
     tally = Tally()
-    batch = _drop(batch, _misaligned(batch, ctx), ctx, tally)
+    # the reader's own findings name a sample better than the lengths they leave unequal
+    batch = _drop(batch, {**_misaligned(batch, ctx), **batch.problems}, ctx, tally)
     batch = _drop(batch, _bad_values(batch, ctx), ctx, tally)
     batch = _drop(batch, _bad_versions(batch), ctx, tally)
     batch = _drop(batch, _bad_names(batch), ctx, tally)

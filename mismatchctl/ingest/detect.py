@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import glob
-import json
-from collections.abc import Iterable, Mapping
+import os
+import stat
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -14,6 +16,7 @@ from mismatchctl.display import file_label
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest.arrow_values import is_list_type
 from mismatchctl.ingest.columns import SEQUENCE_NAMES, TOKEN_NAMES
+from mismatchctl.ingest.jsonl import parsed
 from mismatchctl.ingest.one_sided import refuse_one_sided
 from mismatchctl.ingest.restricted_pickle import first_global
 from mismatchctl.ingest.verl_dataproto import DATAPROTO
@@ -37,7 +40,7 @@ def expand_inputs(inputs: Iterable[str]) -> list[Path]:
     for item in inputs:
         path = Path(item)
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SUFFIXES)
+            found = dump_files(path, item)
             if not found:
                 raise InputError(
                     f"directory {item} holds no dump files (looked for {', '.join(SUFFIXES)})",
@@ -51,11 +54,52 @@ def expand_inputs(inputs: Iterable[str]) -> list[Path]:
             if not matched:
                 raise InputError(f"no file matches {item}", "check the pattern.")
             files.extend(matched)
+        elif path.exists():
+            raise InputError(
+                f"{file_label(item)} is not a regular file ({_kind(path)})",
+                "name the dump files themselves: a pipe or device has no end to read to.",
+            )
         else:
             raise InputError(f"no such file or directory: {item}", "check the path.")
     if not files:
         raise InputError("no input files given", "name dump files, directories or globs.")
     return list(dict.fromkeys(files))
+
+
+def _kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a file"
+
+
+def walk_files(root: Path, on_error: Callable[[OSError], None]) -> list[Path]:
+    """The regular files under ``root`` with a suffix ingest reads (recursively, sorted); a
+    directory that cannot be listed goes to ``on_error`` (``Path.rglob`` skips it silently)."""
+    found = []
+    for top, dirs, names in os.walk(root, onerror=on_error):
+        dirs.sort()
+        for name in names:
+            path = Path(top) / name
+            if path.suffix.lower() in SUFFIXES and path.is_file():
+                found.append(path)
+    return sorted(found)
+
+
+def dump_files(root: Path, item: str) -> list[Path]:
+    """``walk_files`` of an input directory: a subdirectory that cannot be listed is an error
+    naming it (its files would be left out of the run unseen)."""
+
+    def refuse(exc: OSError) -> None:
+        where = file_label(exc.filename or root)
+        raise InputError(
+            f"cannot list the directory {where} (inside the input {file_label(item)}): "
+            f"{exc.strerror or exc}",
+            "check its permissions, or name the files to ingest themselves.",
+        )
+
+    return walk_files(root, refuse)
 
 
 def detect_format(
@@ -106,22 +150,38 @@ def _parquet_layout(path: Path, mapping: Mapping[str, str], label: str) -> str:
 
 def _jsonl_kind(path: Path, label: str) -> str:
     with path.open("rb") as fh:
-        for raw in fh:
+        for number, raw in enumerate(fh, start=1):
             if raw.strip():
-                try:
-                    obj = json.loads(raw)
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    raise unreadable(label, "JSON lines", exc) from None
-                if isinstance(obj, dict) and "generation_logprobs" in obj:
-                    return FORMAT_NEMO
-                if isinstance(obj, dict) and {"inference_logprobs", "trainer_logprobs"} <= set(obj):
-                    return FORMAT_PRIME
-                keys = ", ".join(obj) if isinstance(obj, dict) else type(obj).__name__
-                raise InputError(
-                    f"{label}: JSON lines without `generation_logprobs` (found: {keys})",
-                    "for NeMo-RL dumps with other key names pass --format nemo-jsonl and --map.",
-                )
+                return _jsonl_line_kind(parsed(raw, label, number), label)
     raise InputError(f"{label} is empty", "remove it from the inputs.")
+
+
+PRIME_SIDES = ("inference_logprobs", "trainer_logprobs")
+
+
+def _jsonl_line_kind(obj: object, label: str) -> str:
+    """The format of a JSON lines file from its first line: NeMo-RL's keys, or prime-rl's."""
+    if isinstance(obj, dict) and "generation_logprobs" in obj:
+        return FORMAT_NEMO
+    keys = ", ".join(map(str, obj)) if isinstance(obj, dict) else type(obj).__name__
+    prime = [k for k in PRIME_SIDES if isinstance(obj, dict) and k in obj]
+    if len(prime) == 2:
+        return FORMAT_PRIME
+    if prime:  # one side of a prime-rl token export: name the missing one, with its hint
+        missing = next(k for k in PRIME_SIDES if k not in prime)
+        raise InputError(
+            f"{label}: a prime-rl token export line (it has `{prime[0]}`) without `{missing}` "
+            f"(found: {keys})",
+            f"prime-rl writes both sides with enable_token_export = true; name the key of the "
+            f"other side with --format {FORMAT_PRIME} --map "
+            f"{'trainer' if missing == 'trainer_logprobs' else 'rollout'}=<key>.",
+        )
+    raise InputError(
+        f"{label}: JSON lines without `generation_logprobs` (NeMo-RL) or `{PRIME_SIDES[0]}` and "
+        f"`{PRIME_SIDES[1]}` (prime-rl) (found: {keys})",
+        f"for dumps with other key names pass --format {FORMAT_NEMO} or --format {FORMAT_PRIME} "
+        "and --map.",
+    )
 
 
 def _pickle_kind(path: Path, label: str) -> str:
@@ -136,8 +196,33 @@ def _pickle_kind(path: Path, label: str) -> str:
     )
 
 
+class RemovedWhileRead(InputError):
+    """An input that was removed (or renamed away) while it was being read."""
+
+
+def removed_while_read(label: str) -> RemovedWhileRead:
+    return RemovedWhileRead(
+        f"{label} was removed while it was being read: nothing of it was ingested",
+        "ingest it again if it is back (or ingest the file it was renamed to).",
+    )
+
+
 def unreadable(label: str, what: str, exc: Exception) -> InputError:
-    """``label``: the file as messages name it (``display.file_label``)."""
+    """Why an input could not be read as ``what``: removed meanwhile, not readable (its
+    permissions, an I/O error), or content that does not parse (truncated or corrupt).
+    ``label``: the file as messages name it (``display.file_label``)."""
+    if isinstance(exc, FileNotFoundError):
+        return removed_while_read(label)
+    if isinstance(exc, OSError) and exc.errno in (errno.EACCES, errno.EPERM):
+        return InputError(
+            f"cannot read {label}: {exc.strerror or 'permission denied'}",
+            "check the file's permissions.",
+        )
+    if isinstance(exc, OSError) and exc.errno in (errno.EIO, errno.EISDIR, errno.ENXIO):
+        return InputError(
+            f"cannot read {label}: {exc.strerror}",
+            "check the file and the disk it is on, then ingest it again.",
+        )
     first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
     return InputError(
         f"cannot read {label} as {what}: {first}",

@@ -4,6 +4,7 @@ is not JSON, or not an object, is an error naming the file and the line."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -17,13 +18,7 @@ def json_objects(path: Path, label: str, unit: str, hint: str) -> Iterator[tuple
         for number, raw in enumerate(fh, start=1):
             if not raw.strip():
                 continue
-            try:
-                obj = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                raise InputError(
-                    f"{label}: line {number} is not valid JSON ({exc})",
-                    "the file is truncated or corrupt; repair or remove that line.",
-                ) from None
+            obj = parsed(raw, label, number)
             if not isinstance(obj, dict):
                 raise InputError(
                     f"{label}: line {number} is not a JSON object "
@@ -31,6 +26,30 @@ def json_objects(path: Path, label: str, unit: str, hint: str) -> Iterator[tuple
                     hint,
                 )
             yield number, obj
+
+
+def parsed(raw: bytes, label: str, number: int) -> object:
+    """One line's JSON value. What ``json`` refuses to build is an error naming the line: text
+    that is not JSON, an integer of more than 4,300 digits (Python's limit on converting
+    text to int), arrays or objects nested deeper than the parser's recursion allows."""
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise InputError(
+            f"{label}: line {number} nests arrays or objects too deeply to be read",
+            "a dump line holds flat lists of numbers; repair or remove that line.",
+        ) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(
+            f"{label}: line {number} is not valid JSON ({str(exc)[:200]})",
+            "the file is truncated or corrupt; repair or remove that line.",
+        ) from None
+    except ValueError:  # an integer beyond Python's limit on digits converted from text
+        raise InputError(
+            f"{label}: line {number} holds an integer of more than {sys.get_int_max_str_digits():,} "
+            "digits, which no dump value can be",
+            "repair or remove that line.",
+        ) from None
 
 
 def require_keys(

@@ -26,7 +26,7 @@ from mismatchctl import schema as S
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import py_values as pv
-from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
+from mismatchctl.ingest.batch import RaggedBatch, lacking_mask, offsets_from_lengths
 from mismatchctl.ingest.jsonl import json_objects, require_keys
 from mismatchctl.ingest.source import BATCH_TOKENS, Source, step_from_name
 from mismatchctl.options import FORMAT_NEMO
@@ -61,7 +61,7 @@ def open_nemo(
     """``label``: the file as messages name it; ``attrs``: keys kept as attributes (a line
     without one: null)."""
     keys = {**KEYS, **mapping}
-    step = step_from_name(path)
+    step = step_from_name(path, label)
     source = Source(path, FORMAT_NEMO, iter(()), dict(keys))
     if step is None:
         step = 0
@@ -164,17 +164,51 @@ def _batches(
 ) -> Iterator[RaggedBatch]:
     chunk: list[tuple[int, dict]] = []
     tokens = 0
+    masked = MaskPresence(label, keys[S.ROLE_MASK])
     for number, obj in _lines(path, label, keys, attrs):
+        masked.see(number, S.ROLE_MASK in obj)
         chunk.append((number, obj))
         tokens += len(obj[S.ROLE_ROLLOUT])
         if tokens >= BATCH_TOKENS:
-            yield _to_batch(chunk, path, step)
+            yield _to_batch(chunk, path, step, keys, masked.any)
+            masked.yielded()
             chunk, tokens = [], 0
     if chunk:
-        yield _to_batch(chunk, path, step)
+        yield _to_batch(chunk, path, step, keys, masked.any)
 
 
-def _to_batch(chunk: list[tuple[int, dict]], path: Path, step: int) -> RaggedBatch:
+class MaskPresence:
+    """Whether the lines of a file have a mask. Each line's own mask is used, and a line without
+    one in a file whose other lines have it is a bad sample; lines already handed on as a
+    batch without masks (a file of more than ``BATCH_TOKENS`` tokens) cannot be judged again,
+    so such a file is refused when a mask appears after them."""
+
+    def __init__(self, label: str, key: str) -> None:
+        self.label, self.key = label, key
+        self.any = False
+        self.first_without: int | None = None  # the first line without a mask
+        self.passed_without: int | None = None  # ... in a batch already handed on
+
+    def see(self, number: int, has: bool) -> None:
+        if has and not self.any and self.passed_without is not None:
+            raise InputError(
+                f"{self.label}: line {number} has `{self.key}`, but the lines from line "
+                f"{self.passed_without} to it have none (the samples of the file disagree on "
+                "having a mask)",
+                f"write `{self.key}` on every line, or on none.",
+            )
+        self.any = self.any or has
+        if not has and self.first_without is None:
+            self.first_without = number
+
+    def yielded(self) -> None:
+        if not self.any:
+            self.passed_without = self.first_without
+
+
+def _to_batch(
+    chunk: list[tuple[int, dict]], path: Path, step: int, keys: dict, masked: bool
+) -> RaggedBatch:
     roll = [o[S.ROLE_ROLLOUT] for _, o in chunk]
     train = [o[S.ROLE_TRAINER] for _, o in chunk]
     batch = RaggedBatch(
@@ -190,10 +224,12 @@ def _to_batch(chunk: list[tuple[int, dict]], path: Path, step: int) -> RaggedBat
     batch.role_lengths[S.ROLE_TRAINER] = np.array([len(a) for a in train], dtype=np.int64)
     if any(CUT in o for _, o in chunk):
         batch.pad_outside = np.array([o.get(CUT, 0) for _, o in chunk], dtype=np.int64)
-    if S.ROLE_MASK in chunk[0][1]:
+    if masked:  # every line's own mask; a line without one, in a file with masks, is bad
         masks = [o.get(S.ROLE_MASK, np.zeros(0, dtype=bool)) for _, o in chunk]
         batch.mask = np.concatenate(masks)
         batch.role_lengths[S.ROLE_MASK] = np.array([len(m) for m in masks], dtype=np.int64)
+        has = [S.ROLE_MASK in o for _, o in chunk]
+        batch.problems = lacking_mask(keys[S.ROLE_MASK], has)
     if S.ROLE_TOKENS in chunk[0][1]:
         ids = [o.get(S.ROLE_TOKENS, np.zeros(0, dtype=np.int64)) for _, o in chunk]
         batch.token_ids = np.concatenate(ids)

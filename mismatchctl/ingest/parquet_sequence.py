@@ -24,7 +24,7 @@ from mismatchctl.ingest import source as src
 from mismatchctl.ingest.batch import RaggedBatch, RouteColumn, offsets_from_lengths
 from mismatchctl.ingest.columns import SEQUENCE_NAMES, require, resolve, unique_names
 from mismatchctl.ingest.routes import START_LEN
-from mismatchctl.ingest.source import Source, step_from_name, tags_from_metadata
+from mismatchctl.ingest.source import Source, step_from_name, step_in_range, tags_from_metadata
 from mismatchctl.options import FORMAT_SEQUENCE
 
 PER_TOKEN = (S.ROLE_ROLLOUT, S.ROLE_TRAINER, S.ROLE_MASK, S.ROLE_TOKENS)
@@ -47,7 +47,7 @@ def open_sequence(
     meta = pf.schema_arrow.metadata or {}
     source = Source(path, FORMAT_SEQUENCE, iter(()), found, tags_from_metadata(meta))
     _drop_list_scalars(pf.schema_arrow, found, source.notes)
-    step = _default_step(path, meta, found, source.notes)
+    step = _default_step(path, label, meta, found, source.notes)
     if S.ROLE_MASK not in found and ATTENTION_MASK in names:
         found[S.ROLE_MASK] = ATTENTION_MASK
     if found.get(S.ROLE_MASK) == ATTENTION_MASK:
@@ -106,13 +106,17 @@ def _drop_list_scalars(schema: pa.Schema, found: dict[str, str], notes: list[str
             )
 
 
-def _default_step(path: Path, meta: dict, found: Mapping[str, str], notes: list[str]) -> int:
+def _default_step(
+    path: Path, label: str, meta: dict, found: Mapping[str, str], notes: list[str]
+) -> int:
     """The step for rows without a step column: metadata, then the file name, else 0 (noted)."""
     if S.ROLE_STEP in found:
         return 0
-    if b"step" in meta and meta[b"step"].decode(errors="replace").strip().isdigit():
-        return int(meta[b"step"])
-    from_name = step_from_name(path)
+    text = meta.get(b"step", b"").decode(errors="replace").strip()
+    if text.isascii() and text.isdigit():
+        hint = "write the step's real number in the metadata, or add a step column."
+        return step_in_range(text, f"{label}: metadata `step`", hint)
+    from_name = step_from_name(path, label)
     if from_name is not None:
         return from_name
     notes.append("no step column, metadata or step in the file name: rows counted as step 0")
@@ -146,7 +150,9 @@ def _batches(
         batch = _to_batch(record, path, label, found, step, rows_done)
         prompt = batch.prompt_lengths  # the attention mask's prompt parts, when it has them
         batch.prompt_lengths = extra.prompt_lengths(record, extras, prompt, label)
-        if extras.prompt_length is not None and batch.prompt_outside is None:
+        if batch.prompt_outside is None and batch.prompt_lengths is not None:
+            # the prompt the arrays leave out (a prompt_length column or a prompt-ids list):
+            # counted as prompt tokens, as kv_position counts from it
             batch.prompt_outside = np.maximum(batch.prompt_lengths, 0)
         batch.attrs = attr.per_batch(extras.attributes, rows_done, rows_done + record.num_rows)
         _routes(batch, record, found, attention)

@@ -58,7 +58,7 @@ def open_token(
     )
     step = 0
     if S.ROLE_STEP not in found:
-        named = step_from_name(path)
+        named = step_from_name(path, label)
         step = named if named is not None else 0
         if named is None:
             source.notes.append("no step column or step in the file name: rows counted as step 0")

@@ -28,7 +28,7 @@ from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
 from mismatchctl.ingest.columns import refuse_unread_roles
 from mismatchctl.ingest.jsonl import json_objects, require_keys
-from mismatchctl.ingest.source import BATCH_TOKENS, Source
+from mismatchctl.ingest.source import BATCH_TOKENS, Source, step_in_range
 from mismatchctl.options import FORMAT_PRIME
 
 SCHEMA_VERSION = 1
@@ -114,11 +114,12 @@ def _prompt(obj: dict, n: int, name: str, number: int) -> int:
 
 def _step(obj: dict, key: str, name: str, number: int) -> int:
     value = obj.get(key)
+    hint = "repair that line, or name the step key with --map step=<key>."
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
+        return step_in_range(value, _where(name, number, key), hint)
     raise InputError(
-        f"{_where(name, number, key)}: expected the step as an integer, found {value!r}",
-        "repair that line, or name the step key with --map step=<key>.",
+        f"{_where(name, number, key)}: expected the step as an integer, found {pv.brief(value)}",
+        hint,
     )
 
 

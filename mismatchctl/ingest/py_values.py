@@ -7,6 +7,7 @@ a 0.5 mask value is an error naming where it was found, never a truncated or gue
 
 from __future__ import annotations
 
+import reprlib
 from typing import Any
 
 import numpy as np
@@ -17,9 +18,29 @@ _INT64_MAX = np.iinfo(np.int64).max
 _NUMBER = (int, float)
 
 
+_BRIEF = reprlib.Repr()  # a repr of bounded cost: a few levels and items of a nested value
+_BRIEF.maxlevel, _BRIEF.maxlist, _BRIEF.maxtuple, _BRIEF.maxdict = 2, 4, 4, 3
+_BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlong = 60, 60, 40
+
+
+def brief(value: Any) -> str:
+    """A value from a file for a message: its repr cut short, at a cost that does not grow with
+    the value (a list nested 100,000 deep, or one whose items share one list, is not walked)."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):  # an array or tensor: no elements
+        return f"{type(value).__name__} of shape {list(value.shape)} and dtype {value.dtype}"
+    if isinstance(value, int) and value.bit_length() > 128:  # no decimal text for it
+        return f"an integer of {value.bit_length():,} bits"
+    try:
+        text = _BRIEF.repr(value)
+    except ValueError:  # an integer inside beyond the digits Python converts to text
+        text = f"a {type(value).__name__} holding a huge integer"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _found(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text[:60]}{'...' if len(text) > 60 else ''}"
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return brief(value)
+    return f"{type(value).__name__} {brief(value)}"
 
 
 def _error(where: str, expected: str, found: str, hint: str) -> InputError:
@@ -52,6 +73,10 @@ def _array(value: Any, where: str, expected: str, hint: str, bools: bool = False
     kinds = {type(v) for v in value}
     if bools and kinds == {bool}:
         return np.array(value, dtype=bool)
+    if bools and bool in kinds:  # true/false mixed with numbers: name the first number
+        i = next(i for i, v in enumerate(value) if type(v) is not bool)
+        found = f"{_found(value[i])} at index {i}, among true/false values"
+        raise _error(where, expected, found, hint)
     if not kinds <= {int, float, type(None)}:
         bad = next(v for v in value if type(v) not in (int, float, type(None)))
         raise _error(where, expected, f"{_found(bad)} at index {value.index(bad)}", hint)
@@ -112,15 +137,23 @@ def scalar(value: Any, where: str, hint: str) -> float:
     if isinstance(value, np.generic):  # a numpy number, as a full unpickling may give
         value = value.item()
     if isinstance(value, _NUMBER) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond float64
+            raise _error(where, "a number", "an integer beyond float64", hint) from None
     arr = floats(value, where, hint)
     return float(arr[0]) if arr.size == 1 else float("nan")
 
 
 def text(value: Any, where: str, hint: str) -> str:
     """A sample id as text: strings as they are, numbers and tensors as their integer or text."""
-    if hasattr(value, "item"):
+    if hasattr(value, "item"):  # a numpy value or a tensor: of one element only
+        count = value.numel() if hasattr(value, "numel") else getattr(value, "size", 1)
+        if count != 1:
+            raise _error(where, "one value", f"{_found(value)} ({count} values)", hint)
         value = value.item()
+    if isinstance(value, list | tuple | dict | set):
+        raise _error(where, "text or a number", _found(value), hint)
     result = value if isinstance(value, str) else str(value)
     try:
         result.encode("utf-8")

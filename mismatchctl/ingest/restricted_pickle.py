@@ -2,9 +2,11 @@
 
 Unpickling calls whatever classes and functions the file names, which is how a pickle runs code.
 :class:`RestrictedUnpickler` resolves a name only from its allowlist: numpy's array, scalar and
-dtype rebuilders, a few builtin containers and ``OrderedDict``, and the stand-ins a reader passes (classes that only
-collect the fields they are given). Every other name becomes an *inert placeholder*: an object
-that accepts any arguments and state and does nothing with them. No function named by the file
+dtype rebuilders, a few builtin containers and ``OrderedDict``, and the stand-ins a reader
+passes (classes that only collect the fields they are given). The rebuilders that allocate
+refuse to build more than the pickle's own size (:class:`TooLarge`): a file of a few hundred
+bytes cannot make them take gigabytes. Every other name becomes an *inert placeholder*: an
+object that accepts any arguments and state and does nothing with them. No function named by the file
 is called unless it is on the allowlist, so the file's own code never runs; the names that were
 replaced are kept, for the record.
 
@@ -15,6 +17,7 @@ function it names, read from the opcodes.
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import pickletools
 from collections import OrderedDict
@@ -23,6 +26,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+
+from mismatchctl.ingest.py_values import brief
 
 try:  # numpy >= 2
     from numpy._core.multiarray import _reconstruct, scalar
@@ -41,10 +46,9 @@ for _core in ("numpy.core", "numpy._core"):
     _NUMPY[f"{_core}.multiarray.scalar"] = scalar
     _NUMPY[f"{_core}.numeric._frombuffer"] = _frombuffer
 
-_BUILTINS: dict[str, Any] = {
-    f"builtins.{t.__name__}": t for t in (set, frozenset, bytearray, complex, slice, range)
-}
+_BUILTINS: dict[str, Any] = {f"builtins.{t.__name__}": t for t in (complex, slice)}
 _BUILTINS["collections.OrderedDict"] = OrderedDict
+MAX_RANGE = 1 << 16  # the longest range a pickle may build (none of the dumps holds one)
 
 # how far into a file the first global is looked for (a pickle names its class in its first bytes)
 _SNIFF_BYTES = 1 << 16
@@ -79,13 +83,89 @@ class Inert:
         return f"<not loaded: {self.name}>"
 
 
+class TooLarge(pickle.UnpicklingError):
+    """A rebuilder of the allowlist was asked for more than the pickle can hold."""
+
+
+def _sized(value: Any) -> bool:
+    """Whether ``value`` is a collection the pickle itself spelled out (its size is bounded by
+    the pickle's), not a lazy sequence such as a range or an int standing for a size."""
+    return isinstance(value, bytes | bytearray | memoryview | str | list | tuple | set | frozenset)
+
+
+def _guarded(budget: int) -> dict[str, Any]:
+    """The allowlist's rebuilders that allocate, each refusing to build more than ``budget``
+    bytes (the pickle's size): ``bytearray(8 << 30)``, ``set(range(10**9))`` or
+    ``numpy.ndarray((10**9,), object)`` from a pickle of a few hundred bytes are refused, not
+    allocated. What numpy and pickle write themselves (a bytearray from its bytes, a set from
+    its items, an array rebuilt with shape (0,) and then given its data) passes."""
+
+    def refuse(what: str) -> TooLarge:
+        return TooLarge(f"{what}: more than the {budget:,} bytes of the pickle could hold")
+
+    def from_items(kind: type) -> Any:
+        def build(*args: Any) -> Any:
+            if len(args) > 2 or (args and not _sized(args[0])):
+                raise refuse(f"builtins.{kind.__name__}({brief(args[0]) if args else ''})")
+            return kind(*args)
+
+        return build
+
+    def range_(*args: Any) -> range:
+        value = range(*args)
+        if len(value) > MAX_RANGE:
+            raise refuse(f"builtins.range of {len(value):,} numbers")
+        return value
+
+    def checked_shape(shape: Any, dtype: Any, what: str) -> None:
+        dims = shape if isinstance(shape, tuple | list) else (shape,)
+        if not all(isinstance(d, int) for d in dims):
+            return  # numpy refuses it itself
+        count = int(np.prod([max(d, 0) for d in dims], dtype=object))
+        if count * max(np.dtype(dtype).itemsize, 1) > budget:
+            raise refuse(f"{what} of shape {list(dims)} ({count:,} elements)")
+
+    def ndarray(shape: Any, dtype: Any = float, *args: Any, **kwargs: Any) -> np.ndarray:
+        checked_shape(shape, dtype, "numpy.ndarray")
+        return np.ndarray(shape, dtype, *args, **kwargs)
+
+    def reconstruct(cls: Any, shape: Any, dtype: Any) -> np.ndarray:
+        checked_shape(shape, np.uint8, "numpy's _reconstruct")
+        return _reconstruct(np.ndarray if cls is ndarray else cls, shape, dtype)
+
+    out: dict[str, Any] = {
+        "builtins.bytearray": from_items(bytearray),
+        "builtins.set": from_items(set),
+        "builtins.frozenset": from_items(frozenset),
+        "builtins.range": range_,
+        "numpy.ndarray": ndarray,
+    }
+    for core in ("numpy.core", "numpy._core"):
+        out[f"{core}.multiarray._reconstruct"] = reconstruct
+    return out
+
+
+def _stream_size(file: Any) -> int | None:
+    try:
+        return os.fstat(file.fileno()).st_size
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        pass
+    try:
+        return len(file.getbuffer())
+    except (AttributeError, TypeError):
+        return None
+
+
 class RestrictedUnpickler(pickle.Unpickler):
     """Resolves names from ``stand_ins`` (full name -> object), then the numpy and builtin
-    allowlist; anything else becomes an :class:`Inert` subclass, recorded in ``replaced``."""
+    allowlist; anything else becomes an :class:`Inert` subclass, recorded in ``replaced``.
+    ``budget``: the most bytes a rebuilder may allocate (default: the size of ``file``)."""
 
-    def __init__(self, file: Any, stand_ins: Mapping[str, Any]) -> None:
+    def __init__(self, file: Any, stand_ins: Mapping[str, Any], budget: int | None = None) -> None:
         super().__init__(file)
-        self.allowed = {**_NUMPY, **_BUILTINS, **stand_ins}
+        budget = budget if budget is not None else _stream_size(file)
+        guarded = _guarded(budget if budget is not None else 1 << 30)
+        self.allowed = {**_NUMPY, **_BUILTINS, **guarded, **stand_ins}
         self.replaced: set[str] = set()
 
     def find_class(self, module: str, name: str) -> Any:

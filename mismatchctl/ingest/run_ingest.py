@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from mismatchctl.display import file_label, has_control, shown
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest import detect_format, expand_inputs, open_source
 from mismatchctl.ingest.canonical import Context, Tally, canonicalize
-from mismatchctl.ingest.detect import unreadable
+from mismatchctl.ingest.detect import removed_while_read, unreadable
 from mismatchctl.ingest.duplicates import KEY, repeats_in_order
 from mismatchctl.ingest.prefetch import prefetch
 from mismatchctl.ingest.routing_parts import RoutingWriter, route_notes
@@ -28,6 +29,9 @@ from mismatchctl.store import parts as store_parts
 from mismatchctl.store.catalog import PartRecord, SourceRecord
 from mismatchctl.store.parts import MASKED, SEQUENCES, TOKENS, Lanes, PartWriter
 from mismatchctl.store.store import Store, Transaction, check_run_name, now
+from mismatchctl.store.writable import StoreWrites
+
+STAGING_PARTS = "writing the parts of the ingest"
 
 TAG_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]{0,63}")
 MAX_TAG_VALUE = 256
@@ -114,9 +118,58 @@ def parse_tags(items: Iterable[str]) -> dict[str, str]:
     return tags
 
 
-def fingerprint(path: Path) -> str:
+@dataclass(frozen=True)
+class Content:
+    """A file's content as hashed: its fingerprint, and its size and modification time then
+    (the same before and after the hash: a file written meanwhile is refused)."""
+
+    fingerprint: str
+    size: int
+    mtime_ns: int
+
+
+class ChangedWhileRead(InputError):
+    """An input that its writer changed while it was being read: what was read is no one
+    state of the file, so none of it is kept."""
+
+
+def changed_while_read(label: str, before: int, after: int) -> ChangedWhileRead:
+    return ChangedWhileRead(
+        f"{label} changed while it was being read ({before:,} bytes, then {after:,}): nothing "
+        "of it was ingested",
+        "ingest it once its writer has finished it (`mismatchctl watch` waits for that).",
+    )
+
+
+def content_of(path: Path, label: str | None = None) -> Content:
+    """The input's fingerprint, size and time, from one open descriptor; an input that cannot
+    be read, or vanished, is an InputError naming it (by ``label``, default its path as given)."""
+    label = label or file_label(path)
+    try:
+        with path.open("rb") as fh:
+            before = os.fstat(fh.fileno())
+            digest = "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
+            after = os.fstat(fh.fileno())
+    except OSError as exc:
+        raise unreadable(label, "a file", exc) from None
+    if (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+        raise changed_while_read(label, before.st_size, after.st_size)
+    return Content(digest, after.st_size, after.st_mtime_ns)
+
+
+def prefix_fingerprint(path: Path, size: int) -> str | None:
+    """The fingerprint of the first ``size`` bytes of ``path`` (None when it is shorter): equal
+    to an earlier fingerprint, the file grew by appending after that content."""
+    digest = hashlib.sha256()
+    left = size
     with path.open("rb") as fh:
-        return "sha256:" + hashlib.file_digest(fh, "sha256").hexdigest()
+        while left:
+            block = fh.read(min(left, 1 << 20))
+            if not block:
+                return None
+            digest.update(block)
+            left -= len(block)
+    return "sha256:" + digest.hexdigest()
 
 
 @dataclass
@@ -134,8 +187,14 @@ class Options:
 
 
 def ingest_files(
-    store: Store, inputs: Iterable[str], opts: Options, progress: Progress | None = None
+    store: Store,
+    inputs: Iterable[str],
+    opts: Options,
+    progress: Progress | None = None,
+    replacing: int | None = None,
 ) -> IngestResult:
+    """``replacing``: the id of a source of the run that this ingest replaces, in its commit
+    (``watch``: a file that grew after it was ingested is ingested again as a whole)."""
     check_run_name(opts.run)
     keep_freed_memory()
     files = expand_inputs(inputs)
@@ -147,24 +206,26 @@ def ingest_files(
         seen: dict[str, Path] = {}
         seq = txn.next_seq(opts.run)
         # files are hashed a little ahead, on a thread (hashlib releases the GIL)
-        prints = prefetch(checked_fingerprint(path) for path in files)
-        for index, (path, fp) in enumerate(zip(files, prints, strict=True)):
+        contents = prefetch(content_of(path) for path in files)
+        for index, (path, content) in enumerate(zip(files, contents, strict=True)):
             progress.file(path, index, len(files))
-            skipped = _skip(txn, path, fp, opts.run, seen)
+            fp = content.fingerprint
+            skipped = _skip(txn, path, fp, opts.run, seen, replacing)
             if skipped is not None:
                 result.files.append(skipped)
                 continue
-            done = ingest_source(txn, path, fp, opts, seq, progress, lanes)
+            done = ingest_source(txn, path, fp, opts, seq, progress, lanes, content=content)
             seen[fp] = path
             seq += done.record.sequences
             staged.append((done.record, done.parts))
             keys.append(done.keys)
             result.files.append(FileResult(path, done.record.format, "ingested", done.record))
             result.tally.add(done.tally)
-        lanes.wait()  # every part written
+        with StoreWrites(store.root, STAGING_PARTS):
+            lanes.wait()  # every part written
         count_repeats([record for record, _ in staged], keys, result.tally)
         if staged:
-            txn.commit(opts.run, staged)
+            txn.commit(opts.run, staged, replacing)
     return result
 
 
@@ -176,25 +237,18 @@ def count_repeats(records: list[SourceRecord], keys: list[np.ndarray], tally: Ta
     tally.duplicate_sequences = sum(r.duplicate_sequences or 0 for r in records)
 
 
-def checked_fingerprint(path: Path, label: str | None = None) -> str:
-    """The source's content fingerprint; an unreadable file is an InputError naming it (by
-    ``label``, default its path as given)."""
-    try:
-        return fingerprint(path)
-    except OSError as exc:
-        raise InputError(
-            f"cannot read {label or file_label(path)}: {exc.strerror}",
-            "check the file's permissions.",
-        ) from None
-
-
 def _skip(
-    txn: Transaction, path: Path, fp: str, run: str, seen: dict[str, Path]
+    txn: Transaction,
+    path: Path,
+    fp: str,
+    run: str,
+    seen: dict[str, Path],
+    replacing: int | None = None,
 ) -> FileResult | None:
     if fp in seen:
         return FileResult(path, None, "duplicate input", same_as=str(seen[fp]))
     known = txn.known_fingerprint(run, fp)
-    if known is not None:
+    if known is not None and known.id != replacing:
         return FileResult(path, known.format, "already ingested", known, same_as=known.path)
     return None
 
@@ -219,15 +273,21 @@ def ingest_source(
     progress: Progress,
     lanes: Lanes | None = None,
     label: str | None = None,
+    content: Content | None = None,
 ) -> Ingested:
     """Read, canonicalise and queue the writing of one source's parts (on ``lanes``: the
     files are complete once they are waited for; with none, when this returns). ``label``
-    names the file in messages (default: its path as given).
+    names the file in messages (default: its path as given); ``content``: the file as it was
+    hashed (then a file removed or changed since is refused: what was read would not be
+    what the fingerprint says).
 
     The seam the staged (Ray) ingest builds on: one source into one transaction's staging
     directory, sequence ids from ``seq``; the caller commits."""
     label = label or file_label(path)
-    fmt = detect_format(path, opts.mapping, opts.fmt, label)
+    try:
+        fmt = detect_format(path, opts.mapping, opts.fmt, label)
+    except OSError as exc:  # removed, or not readable, before its format was known
+        raise unreadable(label, "a dump", exc) from None
     try:
         source = open_source(path, fmt, opts.mapping, opts.trust_pickle, label, opts.attrs)
         tags = {**source.tags, **opts.tags}
@@ -244,18 +304,21 @@ def ingest_source(
         routing = RoutingWriter(txn.staging, opts.run, tokens, lanes, slots)
         # opened on its first rows: a source without tool responses or token ids has none
         masked = PartWriter(txn.staging, MASKED, opts.run, S.MASKED_SCHEMA, limit, lanes)
+        writes = StoreWrites(txn.store.root, STAGING_PARTS)
         try:
             for batch in prefetch(source.batches):
                 tok_table, seq_table, part_tally = canonicalize(batch, ctx)
                 ctx.seq_base += seq_table.num_rows
-                tokens.write(tok_table)
-                routing.write(ctx.routing_rows)
-                if ctx.masked_rows is not None:
-                    masked.write(ctx.masked_rows)
-                seqs.write(seq_table)
+                with writes:  # a full disk is the store's, never the input's
+                    tokens.write(tok_table)
+                    routing.write(ctx.routing_rows)
+                    if ctx.masked_rows is not None:
+                        masked.write(ctx.masked_rows)
+                    seqs.write(seq_table)
                 tally.add(part_tally)
                 progress.tokens(tok_table.num_rows)
-            parts = tokens.close() + seqs.close() + routing.close() + masked.close()
+            with writes:
+                parts = tokens.close() + seqs.close() + routing.close() + masked.close()
         except BaseException:
             if lanes is not None:
                 lanes.stop()  # before the open files are closed under a writing thread
@@ -267,6 +330,7 @@ def ingest_source(
             masked.shutdown()
     except (pa.ArrowException, OSError, EOFError) as exc:
         raise unreadable(label, fmt, exc) from None
+    size = _unchanged(path, label, content)
     if tally.sequences + tally.dropped_sequences == 0:
         raise InputError(f"{label} holds no samples", "leave empty dumps out of the inputs.")
     if tally.padding_kept:
@@ -275,16 +339,30 @@ def ingest_source(
             f"tokens ({ALLOW_FLAG})"
         )
     source.notes.extend(route_notes(ctx))
-    record = _record(path, fp, fmt, source.columns, tags, source.notes, tally)
+    record = _record(path, fp, size, fmt, source.columns, tags, source.notes, tally)
     keys = np.concatenate(ctx.keys) if ctx.keys else np.zeros(0, KEY)
     return Ingested(record, parts, tally, keys)
 
 
-def _record(path: Path, fp: str, fmt: str, columns, tags, notes, tally: Tally) -> SourceRecord:
+def _unchanged(path: Path, label: str, content: Content | None) -> int:
+    """The size of the file read: one removed meanwhile is a RemovedWhileRead, one changed
+    since it was hashed (``content``) a ChangedWhileRead."""
+    try:
+        now = os.stat(path)
+    except FileNotFoundError:
+        raise removed_while_read(label) from None
+    if content is not None and (now.st_size, now.st_mtime_ns) != (content.size, content.mtime_ns):
+        raise changed_while_read(label, content.size, now.st_size)
+    return content.size if content is not None else now.st_size
+
+
+def _record(
+    path: Path, fp: str, size: int, fmt: str, columns, tags, notes, tally: Tally
+) -> SourceRecord:
     return SourceRecord(
         path=str(path.resolve()),
         format=fmt,
-        size=path.stat().st_size,
+        size=size,
         fingerprint=fp,
         ingested_at=now(),
         columns=dict(columns),

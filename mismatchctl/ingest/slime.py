@@ -29,7 +29,7 @@ from mismatchctl.display import file_label
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import py_values as pv
-from mismatchctl.ingest.batch import RaggedBatch, RouteColumn, offsets_from_lengths
+from mismatchctl.ingest.batch import RaggedBatch, RouteColumn, lacking_mask, offsets_from_lengths
 from mismatchctl.ingest.source import BATCH_TOKENS, Source, step_from_name
 from mismatchctl.ingest.torch_load import TRUST_FLAG, load_pt
 from mismatchctl.options import FORMAT_SLIME
@@ -86,7 +86,8 @@ def open_slime(
             )
     if trust_pickle:
         source.notes.append(f"loaded with {TRUST_FLAG} (full unpickling)")
-    if samples and keys[S.ROLE_MASK] not in first:
+    masked = any(keys[S.ROLE_MASK] in sample for sample in samples)
+    if samples and not masked:
         source.notes.append("no loss_masks: every response token counted as a model token")
     if samples and keys[S.ROLE_TOKENS] not in first:
         source.notes.append(
@@ -96,7 +97,7 @@ def open_slime(
     exclude = {*keys.values(), RESPONSE_LENGTHS}
     kept = attr.from_records(samples, exclude, attrs, file.label, source.notes)
     source.attributes = list(kept)
-    source.batches = _batches(samples, keys, step, file, kept)
+    source.batches = _batches(samples, keys, step, file, kept, masked)
     return source
 
 
@@ -164,7 +165,7 @@ def _one_int(value: Any, where: str) -> int:
 def _step(data: dict, path: Path, label: str) -> int:
     if "rollout_id" in data:
         return _one_int(data["rollout_id"], f"{label}: `rollout_id`")
-    named = step_from_name(path)
+    named = step_from_name(path, label)
     return named if named is not None else 0
 
 
@@ -192,8 +193,15 @@ def _values(samples: list[dict], keys: dict, role: str, file: _File, i0: int, co
 
 
 def _batches(
-    samples: list[dict], keys: dict, step: int, file: _File, kept: dict[str, list[attr.Text]]
+    samples: list[dict],
+    keys: dict,
+    step: int,
+    file: _File,
+    kept: dict[str, list[attr.Text]],
+    masked: bool,
 ) -> Iterator[RaggedBatch]:
+    """``masked``: some sample of the file has a mask (then each sample's own is used, and one
+    without is a bad sample)."""
     start = 0
     while start < len(samples):
         end, tokens = start, 0
@@ -203,13 +211,15 @@ def _batches(
                 len(value) if isinstance(value, list | tuple) or hasattr(value, "shape") else 0
             )
             end += 1
-        batch = _to_batch(samples[start:end], keys, step, file, start)
+        batch = _to_batch(samples[start:end], keys, step, file, start, masked)
         batch.attrs = attr.per_batch(kept, start, end)
         yield batch
         start = end
 
 
-def _to_batch(chunk: list[dict], keys: dict, step: int, file: _File, i0: int) -> RaggedBatch:
+def _to_batch(
+    chunk: list[dict], keys: dict, step: int, file: _File, i0: int, masked: bool
+) -> RaggedBatch:
     roll = _values(chunk, keys, S.ROLE_ROLLOUT, file, i0, pv.floats)
     train = _values(chunk, keys, S.ROLE_TRAINER, file, i0, pv.floats)
     lengths = np.array([len(a) for a in roll], dtype=np.int64)
@@ -222,10 +232,8 @@ def _to_batch(chunk: list[dict], keys: dict, step: int, file: _File, i0: int) ->
         locations=[f"sample {i0 + i}" for i in range(len(chunk))],
     )
     batch.role_lengths[S.ROLE_TRAINER] = np.array([len(a) for a in train], dtype=np.int64)
-    if keys[S.ROLE_MASK] in chunk[0]:
-        masks = _values(chunk, keys, S.ROLE_MASK, file, i0, pv.mask)
-        batch.mask = np.concatenate(masks)
-        batch.role_lengths[S.ROLE_MASK] = np.array([len(m) for m in masks], dtype=np.int64)
+    if masked:
+        _masks(batch, chunk, keys[S.ROLE_MASK], file, i0)
     if keys[S.ROLE_TOKENS] in chunk[0]:
         _token_ids(batch, chunk, keys, file, i0, lengths)
     for role in (S.ROLE_ROLLOUT_ROUTES, S.ROLE_TRAINER_ROUTES):
@@ -241,6 +249,20 @@ def _to_batch(chunk: list[dict], keys: dict, step: int, file: _File, i0: int) ->
             ]
         )
     return batch
+
+
+def _masks(batch: RaggedBatch, chunk: list[dict], key: str, file: _File, i0: int) -> None:
+    """Each sample's own mask; a sample without one, in a file whose others have it, is bad."""
+    has = [key in sample for sample in chunk]
+    masks = [
+        pv.mask(sample[key], _where(file, i0 + i, key), _hint(S.ROLE_MASK))
+        if h
+        else np.zeros(0, dtype=bool)
+        for i, (sample, h) in enumerate(zip(chunk, has, strict=True))
+    ]
+    batch.mask = np.concatenate(masks)
+    batch.role_lengths[S.ROLE_MASK] = np.array([len(m) for m in masks], dtype=np.int64)
+    batch.problems = lacking_mask(key, has)
 
 
 def _token_ids(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mismatchctl.display import has_control
+from mismatchctl.errors import InputError
 from mismatchctl.ingest.batch import RaggedBatch
 
 # Rows per batch handed to canonicalisation: bounds memory whatever the file size.
@@ -36,13 +37,35 @@ _STEP_PATTERNS = (
 )
 
 
-def step_from_name(path: Path) -> int | None:
-    """The training step written in a file name (``train_data_step12.jsonl``, ``step_0003``)."""
+STEP_MIN, STEP_MAX = -(2**63), 2**63 - 1  # steps are stored as int64
+
+
+def step_in_range(step: int | str, where: str, hint: str) -> int:
+    """``step`` (an int, or a text of decimal digits) when it fits the store's int64 steps;
+    else an error naming ``where`` it was. Huge values are judged without converting them
+    (Python refuses to convert more than 4,300 digits between text and int)."""
+    if isinstance(step, str):
+        text = step.lstrip("0") or "0"
+        step = int(text) if len(text) <= 20 else STEP_MAX + 1
+    if not STEP_MIN <= step <= STEP_MAX:
+        raise InputError(
+            f"{where}: the step is beyond the 64-bit integers steps are stored as "
+            f"({STEP_MIN:,} to {STEP_MAX:,})",
+            hint,
+        )
+    return step
+
+
+def step_from_name(path: Path, label: str | None = None) -> int | None:
+    """The training step written in a file name (``train_data_step12.jsonl``, ``step_0003``);
+    ``label`` names the file in the error about a step beyond int64 (default: its path)."""
     for part in (path.name, path.parent.name):
         for pattern in _STEP_PATTERNS:
             match = pattern.search(part)
             if match:
-                return int(match.group(1))
+                where = f"{label or path}: the name `{part}`"
+                hint = "name the file with the step's real number, or pass a file that holds it."
+                return step_in_range(match.group(1), where, hint)
     return None
 
 

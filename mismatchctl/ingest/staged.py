@@ -41,7 +41,7 @@ from mismatchctl.ingest.run_ingest import (
     Options,
     Progress,
     SilentProgress,
-    checked_fingerprint,
+    content_of,
     count_repeats,
     ingest_source,
 )
@@ -89,12 +89,13 @@ def stage_file(
 def _stage(
     root: str, staging: str, file: Path, opts: Options, known: frozenset[str], label: str
 ) -> Staged:
-    fp = checked_fingerprint(file, label)
+    content = content_of(file, label)
+    fp = content.fingerprint
     if fp in known:
         return Staged(fp)
     txn = Transaction(Store(Path(root)), Path(staging))
     keep_freed_memory()  # once per worker process
-    done = ingest_source(txn, file, fp, opts, 0, SilentProgress(), label=label)
+    done = ingest_source(txn, file, fp, opts, 0, SilentProgress(), label=label, content=content)
     return Staged(fp, done.record, done.parts, done.tally, done.keys)
 
 

@@ -67,10 +67,35 @@ def load_pt(path: Path, trust_pickle: bool, label: str) -> Any:
         with warnings.catch_warnings():  # "Detected pickle protocol 5": judged below instead
             warnings.filterwarnings("ignore", message="Detected pickle protocol")
             return torch.load(path, map_location="cpu", weights_only=not trust_pickle)
+    except FileNotFoundError:
+        raise  # removed while it was read: the caller says so
     except Exception as exc:  # torch raises many types for corrupt or unsafe pickles
         if trust_pickle:
-            raise _corrupt(label, "with full unpickling (--trust-pickle)", exc) from None
+            raise _trusted_failure(path, label, exc) from None
         raise _judged(path, label, exc) from None
+
+
+def _trusted_failure(path: Path, label: str, exc: Exception) -> InputError:
+    """Why full unpickling failed. Torch unpickles a raw (non-zip) file's first pickle before it
+    finds no magic number in it: whatever that pickle calls has run by then, and is said."""
+    found, parsed = scan_globals(path)
+    archive = zipfile.is_zipfile(path)
+    why = "no torch magic number" if "magic number" in str(exc) else reason(exc)
+    if found and not archive:
+        return InputError(
+            f"{label}: full unpickling ({TRUST_FLAG}) ran its pickle, which calls "
+            f"{_listed(found)}, and torch then found it is no torch file ({why})",
+            "the file is not one torch.save wrote, and the code it names has run with your "
+            f"permissions: check what it did, and pass {TRUST_FLAG} only for files whose "
+            "writer you know.",
+        )
+    if parsed and not archive:
+        return InputError(
+            f"cannot load {label} with full unpickling ({TRUST_FLAG}): {why} (it is a pickle "
+            "that calls nothing torch does not allow, but not one torch.save wrote)",
+            "re-save the dump with torch.save, or leave it out of the inputs.",
+        )
+    return _corrupt(label, f"with full unpickling ({TRUST_FLAG})", exc)
 
 
 def _judged(path: Path, label: str, exc: Exception) -> InputError:
@@ -80,6 +105,12 @@ def _judged(path: Path, label: str, exc: Exception) -> InputError:
     names = list(dict.fromkeys([named, *found] if named else found))
     if names:
         return _refused(label, names)
+    if parsed and zipfile.is_zipfile(path):  # its pickle reads: a storage of the archive fails
+        return InputError(
+            f"cannot load {label} as a torch file: {reason(exc)} (its pickle reads and refers "
+            "to no unsafe global: a tensor's data in the archive is damaged)",
+            CORRUPT_HINT,
+        )
     if parsed:
         return InputError(
             f"cannot load {label} with weights_only=True: {reason(exc)} (it is a pickle that "
@@ -94,12 +125,16 @@ def _corrupt(label: str, how: str, exc: Exception) -> InputError:
     return InputError(f"cannot load {label} as a torch file {how}: {reason(exc)}", CORRUPT_HINT)
 
 
-def _refused(label: str, names: list[str]) -> InputError:
+def _listed(names: list[str]) -> str:
+    """``a``, ``a` and `b``, ... at most MAX_NAMED of them, then how many more."""
     shown = [f"`{n}`" for n in names[:MAX_NAMED]]
     listed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
-    more = f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
+    return listed + (f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else "")
+
+
+def _refused(label: str, names: list[str]) -> InputError:
     return InputError(
-        f"{label} needs full unpickling to load (it refers to {listed}{more}, which "
+        f"{label} needs full unpickling to load (it refers to {_listed(names)}, which "
         "weights_only=True loading does not allow); refused, so that no code from a dump runs",
         f"if you trust the file and whoever wrote it, pass {TRUST_FLAG}: full unpickling runs "
         "any code the file contains, with your permissions. Otherwise re-save the dump with "
@@ -129,9 +164,10 @@ def refused_global(message: str) -> str | None:
     return None
 
 
-def scan_globals(path: Path) -> tuple[list[str], bool]:
+def scan_globals(path: Path | bytes) -> tuple[list[str], bool]:
     """(the globals of the file's pickle that torch does not allow, in order, whether at least
-    one whole pickle parsed). Reads opcodes only: nothing in the file runs."""
+    one whole pickle parsed); ``path``: a file, or the bytes of one. Reads opcodes only:
+    nothing in the file runs."""
     allowed = _allowed_globals()
     parsed, found = False, []
     try:
@@ -145,13 +181,14 @@ def scan_globals(path: Path) -> tuple[list[str], bool]:
     return found, parsed or bool(found)
 
 
-def _pickle_stream(path: Path) -> io.BytesIO:
+def _pickle_stream(path: Path | bytes) -> io.BytesIO:
     """The pickle of a torch file: ``*/data.pkl`` of a zip archive, else the file itself."""
-    if zipfile.is_zipfile(path):
-        with zipfile.ZipFile(path) as archive:
+    source = io.BytesIO(path) if isinstance(path, bytes) else path
+    if zipfile.is_zipfile(source):
+        with zipfile.ZipFile(source) as archive:
             name = next(n for n in archive.namelist() if n.endswith("data.pkl"))
             return io.BytesIO(archive.read(name))
-    return io.BytesIO(path.read_bytes())
+    return io.BytesIO(path if isinstance(path, bytes) else path.read_bytes())
 
 
 def _globals(stream: io.BytesIO) -> Iterator[str | None]:

@@ -21,6 +21,7 @@ stand-ins for tensordict's rebuild functions. Neither calls code of verl, tensor
 from __future__ import annotations
 
 import io
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,9 @@ from typing import Any
 import numpy as np
 
 from mismatchctl.errors import InputError, MissingDependencyError
-from mismatchctl.ingest.restricted_pickle import restricted_load
+from mismatchctl.ingest.py_values import brief
+from mismatchctl.ingest.restricted_pickle import TooLarge, restricted_load
+from mismatchctl.ingest.torch_load import reason, refused_global, scan_globals
 
 DATAPROTO = "verl.protocol.DataProto"
 _TD = "tensordict._reductions"
@@ -142,6 +145,20 @@ def load_dataproto(path: Path, name: str | None = None) -> DataProtoContent:
     try:
         with path.open("rb") as fh:
             obj, replaced = restricted_load(fh, stand_ins)
+    except TooLarge as exc:
+        raise InputError(
+            f"{name}: refused to build {exc} (a DataProto's values are spelled out in its "
+            "file; nothing was allocated)",
+            "a file that asks for this is not a batch verl saved: leave it out of the inputs.",
+        ) from None
+    except MemoryError:  # a counted opcode (BYTEARRAY8...) claiming more than there is
+        raise InputError(
+            f"{name}: refused: a value in the pickle claims more memory than this machine has "
+            f"(the file is {path.stat().st_size:,} bytes)",
+            "a file that asks for this is not a batch verl saved: leave it out of the inputs.",
+        ) from None
+    except FileNotFoundError:
+        raise
     except Exception as exc:  # a corrupt pickle raises many types
         raise _corrupt(name, exc) from None
     state = obj.state if isinstance(obj, DataProtoState) else None
@@ -157,12 +174,20 @@ def load_dataproto(path: Path, name: str | None = None) -> DataProtoContent:
     leaves = _batch(torch, batch, name)
     return DataProtoContent(
         batch=leaves.tensors,
-        non_tensor=non_tensor if isinstance(non_tensor, dict) else {},
-        meta=meta if isinstance(meta, dict) else {},
+        non_tensor=_named(non_tensor),
+        meta=_named(meta),
         replaced=replaced,
         nested=leaves.nested,
         jagged=leaves.jagged,
     )
+
+
+def _named(values: Any) -> dict[str, Any]:
+    """A dict of the pickle with its keys as text (a key that is no text, in its brief repr:
+    every message lists keys), values as they are; not a dict: empty."""
+    if not isinstance(values, dict):
+        return {}
+    return {k if isinstance(k, str) else brief(k): v for k, v in values.items()}
 
 
 def _batch(torch: Any, batch: Any, name: str) -> Leaves:
@@ -181,11 +206,12 @@ def _batch(torch: Any, batch: Any, name: str) -> Leaves:
         (_make_td, f"{_TD}._make_td"),
         (TensorDictName, "tensordict._td.TensorDict"),
     ]
+    data = bytes(batch)
     try:
         with torch.serialization.safe_globals(names):
-            leaves = torch.load(io.BytesIO(bytes(batch)), map_location="cpu", weights_only=True)
+            leaves = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise _batch_unreadable(name, exc) from None
+        raise _batch_unreadable(name, exc, data, {n for _, n in names}) from None
     if isinstance(leaves, TensorDictName) and leaves.leaves is not None:
         return leaves.leaves
     if leaves is None or isinstance(leaves, Leaves):
@@ -245,18 +271,29 @@ def _corrupt(name: str, exc: Exception) -> InputError:
     )
 
 
-def _batch_unreadable(name: str, exc: Exception) -> InputError:
-    text = _first_line(exc)
-    marker = "Unsupported global: GLOBAL "
-    if marker in str(exc):
-        global_name = str(exc).split(marker, 1)[1].split()[0]
+def _batch_unreadable(name: str, exc: Exception, data: bytes, ours: set[str]) -> InputError:
+    """Why torch did not load the batch bytes: a global outside what the restricted reader
+    loads is a refusal naming it (nothing of it ran), only a stream that does not parse is
+    damage."""
+    named = refused_global(str(exc))
+    found, parsed = scan_globals(data)
+    names = [n for n in dict.fromkeys([named, *found] if named else found) if n not in ours]
+    if names:
+        listed = ", ".join(f"`{n}`" for n in names[:5])
         return InputError(
-            f"{name}: the DataProto batch refers to `{global_name}`, which the restricted reader does "
-            "not load (it reads tensors and tensordict's own layout only)",
+            f"{name}: the DataProto batch refers to {listed}, which the restricted reader does "
+            "not load (it reads tensors and tensordict's own layout only); refused, and nothing "
+            "from it ran",
             "re-save the batch with plain tensors in DataProto.batch (non-tensor values belong "
             "in non_tensor_batch), or export it to Parquet.",
         )
+    if parsed and zipfile.is_zipfile(io.BytesIO(data)):
+        return InputError(
+            f"cannot read the batch of {name} (a TensorDict saved by torch): {reason(exc)} (its "
+            "pickle reads: a tensor's data in it is damaged)",
+            "the file is truncated or corrupt; re-export it, or leave it out of the inputs.",
+        )
     return InputError(
-        f"cannot read the batch of {name} (a TensorDict saved by torch): {text}",
+        f"cannot read the batch of {name} (a TensorDict saved by torch): {reason(exc)}",
         "the file is truncated or corrupt; re-export it, or leave it out of the inputs.",
     )

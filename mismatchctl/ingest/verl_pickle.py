@@ -37,6 +37,7 @@ from mismatchctl.ingest.source import (
     ROUTES_BATCH_DIVISOR,
     Source,
     step_from_name,
+    step_in_range,
 )
 from mismatchctl.ingest.verl_dataproto import DataProtoContent, load_dataproto
 from mismatchctl.options import FORMAT_VERL
@@ -332,6 +333,20 @@ def prompt_lengths(attention: np.ndarray, response_length: int) -> np.ndarray:
     return attention[:, : attention.shape[1] - response_length].sum(axis=1).astype(np.int64)
 
 
+def object_column(value: Any) -> np.ndarray:
+    """A ``non_tensor_batch`` value as an object array: a numpy array as it is; a list or tuple
+    as one element per item, never looked into (numpy would make a nested list a deeper array:
+    lists nested 100,000 deep, or sharing one list many times over, would take unbounded time
+    and memory); anything else as one element."""
+    if isinstance(value, np.ndarray):
+        return value.astype(object, copy=False)
+    items = value if isinstance(value, list | tuple) else [value]
+    out = np.empty(len(items), dtype=object)
+    for i, item in enumerate(items):
+        out[i] = item
+    return out
+
+
 def _attributes(
     content: DataProtoContent,
     keys: dict,
@@ -346,7 +361,7 @@ def _attributes(
     for key, value in content.non_tensor.items():
         if key in (keys[S.ROLE_SAMPLE_ID], keys[S.ROLE_REWARD]) or not isinstance(key, str):
             continue
-        values = np.asarray(value, dtype=object)
+        values = object_column(value)
         if values.ndim != 1 or len(values) != rows:
             continue
         items = values.tolist()
@@ -384,7 +399,7 @@ def _refuse_tool_runs(data: VerlBatch, name: str) -> None:
 def _sample_ids(content: DataProtoContent, key: str, name: str, rows: int) -> list[str]:
     if key not in content.non_tensor:
         return [f"{Path(name).stem}#{i}" for i in range(rows)]
-    values = np.asarray(content.non_tensor[key], dtype=object).reshape(-1)
+    values = object_column(content.non_tensor[key]).reshape(-1)
     where = f"{name}: non_tensor_batch `{key}`"
     if len(values) != rows:
         raise InputError(
@@ -394,20 +409,23 @@ def _sample_ids(content: DataProtoContent, key: str, name: str, rows: int) -> li
     hint = "name another key with --map sample_id=<key>."
     for i, v in enumerate(values.tolist()):
         if not isinstance(v, str | int | np.integer) or isinstance(v, bool):
-            raise InputError(f"{where}: row {i} is {v!r}, expected text or an integer", hint)
+            raise InputError(
+                f"{where}: row {i} is {pv.brief(v)}, expected text or an integer", hint
+            )
     return [pv.text(v, f"{where}: row {i}", hint) for i, v in enumerate(values.tolist())]
 
 
 def _step(content: DataProtoContent, key: str, name: str, notes: list[str]) -> int:
     if key in content.meta:
         value = content.meta[key]
+        hint = "re-save the batch, or name another meta_info key with --map step=<key>."
         if isinstance(value, int | np.integer) and not isinstance(value, bool):
-            return int(value)
+            return step_in_range(int(value), f"{name}: meta_info `{key}`", hint)
         raise InputError(
-            f"{name}: meta_info `{key}` is {value!r}, expected the step as an integer",
-            "re-save the batch, or name another meta_info key with --map step=<key>.",
+            f"{name}: meta_info `{key}` is {pv.brief(value)}, expected the step as an integer",
+            hint,
         )
-    named = step_from_name(Path(name))
+    named = step_from_name(Path(name), name)
     if named is not None:
         return named
     notes.append(f"no meta_info `{key}` and no step in the file name: step 0")
@@ -431,7 +449,7 @@ def _rewards(content: DataProtoContent, key: str, name: str, rows: int) -> np.nd
             .sum(axis=1)
         )
     if key in content.non_tensor:
-        values = np.asarray(content.non_tensor[key], dtype=object).reshape(-1)
+        values = object_column(content.non_tensor[key]).reshape(-1)
         where = f"{name}: non_tensor_batch `{key}`"
         hint = "name another key with --map reward=<key>."
         if len(values) != rows:

@@ -25,6 +25,7 @@ from mismatchctl import __version__
 from mismatchctl.analysis import sections as S
 from mismatchctl.display import visible
 from mismatchctl.render.json import dumps
+from mismatchctl.render.output import write_text
 from mismatchctl.render.style import CSS, FIGURES, HEAT_CSS, INFLATE, LOADER, ONERROR
 from mismatchctl.render.text import HEAT_COLOURS, cell_text
 
@@ -69,7 +70,8 @@ def plotly_js() -> str:
 
 
 def write(path: str | Path, title: str, subtitle: str, sections: Sequence[S.Section]) -> None:
-    Path(path).write_text(page(title, subtitle, sections), encoding="utf-8")
+    """The page into ``path``, whole or not at all (``render.output``)."""
+    write_text(path, page(title, subtitle, sections), "--html")
 
 
 def toc(sections: Sequence[S.Section]) -> str:
@@ -170,7 +172,7 @@ def block(b: S.Block, depth: int) -> str:
 
 
 def _cell(value: object, column: S.Column, row: dict) -> str:
-    text = esc(cell_text(value, column.kind))
+    text = esc(cell_text(value, column.kind_in(row)))
     classes = []
     if column.band_key is not None and row.get(column.band_key):
         classes.append(f"band-{esc(row[column.band_key])}")

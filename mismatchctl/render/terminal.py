@@ -106,7 +106,7 @@ def _spaced(parts: list[RenderableType]) -> list[RenderableType]:
 
 
 def cell(value: object, column: S.Column, row: dict) -> Text:
-    text = cell_text(value, column.kind)
+    text = cell_text(value, column.kind_in(row))
     style = ""
     if column.band_key is not None:
         style = BAND_STYLE.get(row.get(column.band_key) or "", "")

@@ -15,11 +15,15 @@ The cache of a kernel loads this way only when numba's method is the one it repl
 same names in its code: ``refresh``, ``_guard_against_spurious_io_errors``,
 ``_load_overload``); with another numba, or ``MISMATCHCTL_NUMBA_REFRESH=1`` set, numba's own
 method runs. docs/benchmarks.md ("Start-up") has the measurements.
+
+``is_cold`` says whether a kernel's first call will compile it (``mismatchctl demo`` announces
+a first run's compile with it).
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -67,3 +71,21 @@ def kernel(**options: Any) -> Callable[[Callable[..., Any]], Any]:
         return dispatcher
 
     return make
+
+
+def is_cold(dispatcher: Any) -> bool | None:
+    """Whether a kernel's on-disk cache holds no machine code for its source as it is now, so
+    that its first call compiles it: no index file (``<module>.<name>-<line>.py311.nbi``), one
+    of another numba, or one stamped with another version of the source file. None when the
+    cache cannot be read (another numba's layout)."""
+    try:
+        return not dispatcher._cache._cache_file._load_index()
+    except (AttributeError, OSError, EOFError, ValueError, pickle.UnpicklingError):
+        return None
+
+
+def cache_path(dispatcher: Any) -> str | None:
+    """The directory numba caches a kernel in (``__pycache__`` beside its source, or under
+    ``NUMBA_CACHE_DIR``); None without a cache."""
+    path = getattr(getattr(dispatcher, "_cache", None), "cache_path", None)
+    return path if isinstance(path, str) else None

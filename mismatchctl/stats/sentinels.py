@@ -5,8 +5,8 @@ Two kinds survive ingest (which rejects NaN and infinities):
 - *very low* values, ``<= SENTINEL_MAX`` (-1000): SkyRL writes -9999 at masked positions, so one
   among model tokens means a mask and a value array disagree; no sampled token has a logprob
   anywhere near that (it would be a probability of e^-1000);
-- *one-sided zero runs*: ``ZERO_RUN_MIN`` or more consecutive tokens of a turn where one side is
-  exactly 0.0 and the other is not, and where the other side says at least once that the token
+- *one-sided zero runs*: ``ZERO_RUN_MIN`` or more consecutive tokens of a turn where the same
+  side is exactly 0.0 and the other is not, and where the other side says at least once that the token
   was not near-certain (``<= FILL_OTHER_MAX``, p <= 0.5). verl and slime write 0.0 at masked
   positions; a shifted or truncated mask leaves such fills in a row. Real tokens also have
   logprob 0.0: a probability that rounds to 1 (the other side is then near 0 too), or a top-p
@@ -80,7 +80,7 @@ def sentinel_state(
     ``label`` (e.g. the run) goes into the examples."""
     low_r, low_t = lr <= SENTINEL_MAX, lt <= SENTINEL_MAX
     zero_r, zero_t = (lr == 0.0) & (lt != 0.0), (lt == 0.0) & (lr != 0.0)
-    in_run = _fill_runs(zero_r | zero_t, np.where(zero_r, lt, lr), seq, turn)
+    in_run = _one_sided_runs(lr, lt, seq, turn)
     bad = low_r | low_t | in_run
     state = SentinelState(
         len(lr),
@@ -95,6 +95,16 @@ def sentinel_state(
         state.steps = {int(s): int(c) for s, c in zip(steps, counts, strict=True)}
         state.examples = _examples(bad, low_r | low_t, step, seq, label)
     return state
+
+
+def _one_sided_runs(
+    lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, turn: np.ndarray
+) -> np.ndarray:
+    """Tokens in fill runs, each run on one side: a writer fills one side, so a token whose
+    other side is the exact 0.0 (a token that side gives p = 1, e.g. a model token beside a
+    tool response the rollout side fills) neither joins nor extends the run."""
+    zero_r, zero_t = (lr == 0.0) & (lt != 0.0), (lt == 0.0) & (lr != 0.0)
+    return _fill_runs(zero_r, lt, seq, turn) | _fill_runs(zero_t, lr, seq, turn)
 
 
 def _fill_runs(
@@ -144,8 +154,7 @@ def trailing_runs(flag: np.ndarray, starts: np.ndarray) -> np.ndarray:
 def fill_run_tokens(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray) -> np.ndarray:
     """Per token: whether it is in a one-sided zero run that looks like a fill (the definition
     of the module doc, within each sequence: ``seq`` is contiguous and ordered)."""
-    zero_r, zero_t = (lr == 0.0) & (lt != 0.0), (lt == 0.0) & (lr != 0.0)
-    return _fill_runs(zero_r | zero_t, np.where(zero_r, lt, lr), seq, np.zeros_like(seq))
+    return _one_sided_runs(lr, lt, seq, np.zeros_like(seq))
 
 
 @dataclass

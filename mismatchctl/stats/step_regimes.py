@@ -13,7 +13,7 @@ others, ``k = 1 .. S - 1``) with the localization's contrast of a region against
 the run at the same token probabilities (``localize_findings.estimate``: exact covariance, steps
 being a sequence dimension); the cut with the largest z is the split. Whether the steps differ
 at all is Cochran's homogeneity test of their log ratios: a split is only reported by the
-checks when that rejects (the thresholds live in ``analysis/diagnose_thresholds.py``).
+checks when that rejects (the thresholds live in ``analysis/diagnose/steps.py``).
 
 The trend is the random-effects weighted least-squares line of the steps' log ratios on the step
 number (DerSimonian-Laird between-step variance for a meta-regression): its fitted rise from the

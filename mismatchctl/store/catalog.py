@@ -17,6 +17,7 @@ from typing import Any
 from mismatchctl.errors import StoreError
 from mismatchctl.schema import SCHEMA_VERSION
 from mismatchctl.store.location import demo_store_hint
+from mismatchctl.store.writable import not_writable
 
 CATALOG_NAME = "catalog.sqlite"
 
@@ -159,6 +160,9 @@ def connect(root: Path, create: bool = False) -> sqlite3.Connection:
             _add_columns(con)
         _check_version(con, root)
     except sqlite3.DatabaseError as exc:
+        refused = not_writable(root, exc, f"writing its catalog {CATALOG_NAME}")
+        if refused is not None:  # a full disk or a read-only store, not a damaged catalog
+            raise refused from None
         raise StoreError(
             f"the catalog {path} is not a readable SQLite database ({exc})",
             "point --store at a mismatchctl store, or move the damaged store away.",

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mismatchctl.errors import StoreError
+from mismatchctl.store.writable import StoreWrites
 
 LOCK_NAME = ".lock"
 
@@ -17,7 +18,8 @@ LOCK_NAME = ".lock"
 @contextmanager
 def write_lock(root: Path, timeout: float = 120.0) -> Iterator[None]:
     """Hold the store's write lock; wait up to ``timeout`` seconds for another writer."""
-    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    with StoreWrites(root, "taking its write lock"):
+        fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         deadline = time.monotonic() + timeout
         while True:

@@ -31,6 +31,7 @@ from mismatchctl.store.catalog import (
 from mismatchctl.store.lock import write_lock
 from mismatchctl.store.parts import COMPRESSION, METRICS, part_dir
 from mismatchctl.store.store import Store, now
+from mismatchctl.store.writable import StoreWrites
 
 STEP, METRIC, VALUE, SOURCE_ID = "step", "metric", "value", "source_id"
 METRIC_SCHEMA = pa.schema(
@@ -94,7 +95,7 @@ def commit_metrics(
 ) -> MetricsCommit:
     """Merge ``new`` (``step, metric, value``) into the run's table, all or nothing."""
     store.run(run)  # the run must exist: names a missing run with the runs there are
-    with write_lock(store.root):
+    with write_lock(store.root), StoreWrites(store.root, f"writing the metrics of run `{run}`"):
         store.sweep()
         known = _known(store, run, source.fingerprint)
         if known is not None:

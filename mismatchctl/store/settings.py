@@ -13,6 +13,7 @@ import sqlite3
 from mismatchctl.store.catalog import connect
 from mismatchctl.store.lock import write_lock
 from mismatchctl.store.store import Store
+from mismatchctl.store.writable import StoreWrites
 
 TOKENIZER = "tokenizer"
 
@@ -28,7 +29,7 @@ CREATE TABLE IF NOT EXISTS run_settings (
 def set_run_setting(store: Store, run: str, key: str, value: str) -> None:
     """Remember ``key = value`` for ``run`` (replacing an earlier value), in one transaction."""
     store.run(run)  # the run must exist: names a missing run with the runs there are
-    with write_lock(store.root):
+    with write_lock(store.root), StoreWrites(store.root, f"remembering the {key} of run `{run}`"):
         con = connect(store.root)
         try:
             con.execute("BEGIN IMMEDIATE")

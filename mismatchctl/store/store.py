@@ -33,6 +33,7 @@ from mismatchctl.store.catalog import MetricSource, PartRecord, SourceRecord
 from mismatchctl.store.location import ENV_VAR, demo_store_hint, resolve_store_path
 from mismatchctl.store.lock import LOCK_NAME, write_lock
 from mismatchctl.store.parts import MASKED, METRICS, ROUTING, SEQUENCES, TOKENS
+from mismatchctl.store.writable import StoreWrites
 
 if TYPE_CHECKING:
     import polars as pl
@@ -218,12 +219,14 @@ class Store:
             raise StoreError(
                 f"the store path {self.root} is a file", "point --store at a directory."
             )
-        self.root.mkdir(parents=True, exist_ok=True)
+        with StoreWrites(self.root, "creating its directory"):
+            self.root.mkdir(parents=True, exist_ok=True)
         try:
             with write_lock(self.root):
-                self.sweep()
-                staging = self.root / STAGING / uuid.uuid4().hex
-                staging.mkdir(parents=True)
+                with StoreWrites(self.root, "preparing the staging directory"):
+                    self.sweep()
+                    staging = self.root / STAGING / uuid.uuid4().hex
+                    staging.mkdir(parents=True)
                 txn = Transaction(self, staging)
                 try:
                     yield txn
@@ -238,7 +241,7 @@ class Store:
     def remove(self, run: str) -> RunInfo:
         """Delete a run: its catalog rows in one transaction, then its part files."""
         info = self.run(run)
-        with write_lock(self.root):
+        with write_lock(self.root), StoreWrites(self.root, f"removing run `{run}`"):
             con = self._connect()
             try:
                 con.execute("BEGIN IMMEDIATE")
@@ -307,8 +310,25 @@ class Transaction:
         finally:
             con.close()
 
-    def commit(self, run: str, sources: list[tuple[SourceRecord, list[PartRecord]]]) -> None:
-        """Move staged parts into place, then record them in one catalog transaction."""
+    def commit(
+        self,
+        run: str,
+        sources: list[tuple[SourceRecord, list[PartRecord]]],
+        replacing: int | None = None,
+    ) -> None:
+        """Move staged parts into place, then record them in one catalog transaction; with
+        ``replacing``, that source of the run (and its parts) leaves the run in the same
+        transaction: a reader sees the old source or the new one, never both nor neither (its
+        files are left to the next write's sweep, a reader may still hold them)."""
+        with StoreWrites(self.store.root, "committing the ingest"):
+            self._commit(run, sources, replacing)
+
+    def _commit(
+        self,
+        run: str,
+        sources: list[tuple[SourceRecord, list[PartRecord]]],
+        replacing: int | None,
+    ) -> None:
         moved: list[Path] = []
         con = catalog.connect(self.store.root, create=True)
         try:
@@ -320,6 +340,8 @@ class Transaction:
                     moved.append(target)
             con.execute("BEGIN IMMEDIATE")
             con.execute("INSERT OR IGNORE INTO runs VALUES (?, ?)", (run, now()))
+            if replacing is not None:  # its parts' rows go with it (ON DELETE CASCADE)
+                con.execute("DELETE FROM sources WHERE id = ? AND run = ?", (replacing, run))
             for record, parts in sources:
                 source_id = catalog.insert_source(con, run, record)
                 for part in parts:

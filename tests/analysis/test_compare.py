@@ -95,24 +95,34 @@ def test_planted_double_is_exact_and_detected(pair: dict) -> None:
 
 
 def test_identical_sides_are_said_so(pair: dict, store: Path) -> None:
-    """Both sides holding the same data have nothing to compare: no bootstrap interval."""
-    read: list[int] = []
-    with pytest.raises(UsageError) as same:
-        mismatchctl.compare("a", "a", store=store, on_part=read.append)
-    assert read == []  # known from the selections, before any part is read
-    assert same.value.message.startswith("`a` and `a` hold the same data (run a")
+    """Both sides holding the same data: "identical: no difference", exit code 0, and what both
+    hold (a user checking two copies); no bootstrap interval, no side-by-side tables."""
+    from mismatchctl.analysis.compare_same import SAME_PARTS, SAME_SEQUENCES, Identical
+
+    same = mismatchctl.compare("a", "a", store=store)
+    assert isinstance(same, Identical) and same.basis == SAME_PARTS  # known from the catalog
+    assert same.metrics["vllm_kl"] == pytest.approx(pair["a"]["vllm_kl"], rel=1e-12)
+    assert same.metrics["tokens"] == pair["a"]["tokens"]
     # other selectors that resolve to the same rows: found once both are read
     cases = [("a", "run=a"), ("a", "gpu=H20"), ("a@steps=0..", "a"), ("b", "run=b,gpu=L20")]
     for x, y in cases:
         ran = cli("compare", x, y, "-q", "--resamples", "50")
-        assert ran.code == 1 and ran.out == "", (x, y)
-        assert ran.err.startswith(f"Error: `{x}` and `{y}` hold the same data"), ran.err
-        assert "CI" not in ran.err and "Hint: compare two different runs or slices" in ran.err
-    # a second run of the same file holds the same data too
+        assert ran.code == 0 and ran.err == "", (x, y, ran.err)
+        assert f"identical: no difference. `{x}` and `{y}` hold the same data" in ran.out
+        assert "CI" not in ran.out and "Headline" not in ran.out
+    # a second run of the same file holds the same data too: the same sequences, bit for bit
     mismatchctl.ingest([store.parent / "a.parquet"], run="a2", store=store)
-    ran = cli("compare", "a", "a2", "-q", "--resamples", "50")
-    assert ran.code == 1 and "hold the same data (run a, " in ran.err
-    assert cli("compare", "a", "b", "-q", "--resamples", "50").code == 0
+    copy = mismatchctl.compare("a", "a2", store=store)
+    assert isinstance(copy, Identical) and copy.basis == SAME_SEQUENCES
+    ran = cli("compare", "a", "a2", "-q", "--json", "-")
+    assert ran.code == 0
+    doc = json.loads(ran.out)
+    assert doc["comparison"]["identical"] is True and doc["comparison"]["basis"] == SAME_SEQUENCES
+    assert doc["comparison"]["metrics"]["sequences"] == pair["a"]["sequences"]
+    assert set(doc["runs"]) == {"a", "a2"} and doc["runs"]["a"]["tokens"] == pair["a"]["tokens"]
+    assert copy.to_polars().height == len(doc["comparison"]["metrics"])
+    other = _doc("a", "b")["comparison"]
+    assert other["identical"] is False and other["same_logprobs"] is False
 
 
 def test_bootstrap_is_seeded(pair: dict) -> None:
@@ -210,3 +220,27 @@ def test_html_comparison(pair: dict, tmp_path: Path) -> None:
     assert "b&#x27;s vllm_kl is 2x a&#x27;s" in page
     assert 'src="http' not in page
     assert len(page) < 10_000_000
+
+
+def _cells(text: str, metric: str) -> list[str]:
+    """The cells of a metric's row in a terminal table."""
+    line = next(x for x in text.splitlines() if x.startswith(f"│ {metric} "))
+    return [c.strip() for c in line.strip("│").split("│")]
+
+
+def test_headline_numbers_are_written_as_report_writes_them(pair: dict, monkeypatch) -> None:
+    """One format per metric: the registry's. A correlation has 6 significant digits in the
+    compare headline as in report (compare wrote prob_pearson 0.99995 as `1`), a count has its
+    thousands separator; the difference keeps 4 digits."""
+    from mismatchctl.display import number
+
+    monkeypatch.setenv("COLUMNS", "200")
+    text = cli("compare", "a", "b", "-q", "--resamples", "50").out
+    report = cli("report", "a", "-q").out
+    for metric in ("prob_pearson", "log_ppl_pearson"):
+        a, b = pair["a"][metric], pair["b"][metric]
+        assert number(a) != number(a, 6)  # 4 digits would cut it
+        assert _cells(text, metric)[1:3] == [number(a, 6), number(b, 6)]
+    fact = next(x.split() for x in report.splitlines() if x.startswith("prob_pearson "))
+    assert fact == ["prob_pearson", number(pair["a"]["prob_pearson"], 6)]
+    assert _cells(text, "tokens")[1] == f"{pair['a']['tokens']:,}"

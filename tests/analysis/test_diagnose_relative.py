@@ -39,7 +39,7 @@ RUNS: dict[str, tuple[Plan, dict[str, str]]] = {
     "policy-loud": (Plan("policy", per_step=PER_STEP, seed=5, factor=100), {}),
     "lagged-small": (Plan("policy", per_step=PER_STEP, seed=8, factor=1.1), {"weight_lag": "1"}),
     # twice the mismatch, estimated a little low (1.88x-1.999x, intervals 1.7-2.2): under a
-    # point gate at 2x these were passed (diagnose_thresholds: the factors sit below the size)
+    # point gate at 2x these were passed (diagnose/levels.py: the factors sit below the size)
     "gpu-2x": (Plan("gpu", per_step=PER_STEP, seed=1, factor=2), {}),
     "spike-2x": (Plan("spike", per_step=PER_STEP, seed=2, factor=2), {}),
     "tool-2x": (Plan("tool", per_step=PER_STEP, seed=3, factor=2), {}),

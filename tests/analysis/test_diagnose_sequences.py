@@ -18,7 +18,7 @@ import pytest
 
 import mismatchctl
 from mismatchctl import api
-from mismatchctl.analysis import diagnose_thresholds as T
+from mismatchctl.analysis.diagnose.checks.hot_sequences import T
 from tests.planted import Plan, write, write_scaled
 
 ALARM = ("warn", "fail")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mismatchctl.analysis import diagnose_thresholds as T
+from mismatchctl.analysis.diagnose import corrections as T
 from mismatchctl.analysis.remedy import discards_signal
 from tests.helpers import FIXTURES, cli
 

@@ -18,7 +18,7 @@ import pytest
 
 import mismatchctl
 from mismatchctl import api
-from mismatchctl.analysis import diagnose_thresholds as T
+from mismatchctl.analysis.diagnose.checks.token_classes import T
 from mismatchctl.analysis.token_classes import (
     BYTE,
     OTHER,

@@ -319,3 +319,46 @@ def test_usage_error_exit_code(store: Path) -> None:
     ran = cli("tokens", "a", "--store", str(store), "--where", "bin=0.002-0.01", "-q")
     assert ran.code == 1 and "Hint:" in ran.err and "[0.001, 0.01)" in ran.err
     assert LOG_EDGES[0] == 0.0
+
+
+def _note(t: api.Tokens) -> str:
+    return next(s for s in t.sections() if s.id in ("tokens", "sequences")).note
+
+
+def test_an_unknown_kv_position_is_said_once_under_the_table(store: Path) -> None:
+    """`kv pos` is `-` for a sequence without a prompt length (every fifth here): the note says
+    why, once; a listing whose every token has one does not."""
+    from mismatchctl.analysis.tokens_view import NO_KV
+
+    t = api.tokens("a", store=store, top=300)
+    assert any(r["kv_position"] is None for r in t.rows)
+    assert any(r["kv_position"] is not None for r in t.rows)
+    assert _note(t).count(NO_KV) == 1
+    known = api.tokens("a", store=store, top=300, where=["kv_position=[256, 512)"])
+    assert known.rows and NO_KV not in _note(known)
+    ran = cli("tokens", "a", "--store", str(store), "--top", "300", "-q")
+    assert "kv pos -: the dump gave no prompt length" in " ".join(ran.out.split())
+
+
+def test_chi2_at_its_floor_is_explained(tmp_path: Path) -> None:
+    """chi2 = exp(2 sum r) - 1 is -1 (to 4 digits) for a sequence the rollout side finds far
+    more likely: the note says it is the floor, not a missing value, only when a row shows it."""
+    from mismatchctl.analysis.tokens_view import CHI2, CHI2_FLOOR
+
+    lr = [[-0.5] * 20, [-0.5] * 20, [-1.0] * 10]
+    lt = [[-0.9] * 20, [-0.45] * 20, [-1.02] * 10]  # sum r: -8, +1, -0.2
+    path = tmp_path / "step_1.parquet"
+    pq.write_table(pa.table({"uid": ["far", "up", "near"], "rollout_log_probs": lr,
+                             "old_log_probs": lt}), path)  # fmt: skip
+    root = tmp_path / "store"
+    mismatchctl.ingest([path], run="c", store=root)
+    t = api.tokens("c", store=root, sequences=True, sort="abs-sum-r")
+    by_id = {r["sample_id"]: r for r in t.rows}
+    assert by_id["far"]["log_ratio_sum"] == pytest.approx(-8.0)
+    assert by_id["far"]["chi2"] == pytest.approx(math.expm1(-16.0))
+    assert CHI2 in _note(t) and _note(t).count(CHI2_FLOOR) == 1
+    near = api.tokens("c", store=root, sequences=True, where=["step=1"], top=1, sort="chi2")
+    assert near.rows[0]["sample_id"] == "up"
+    assert CHI2 in _note(near) and CHI2_FLOOR not in _note(near)
+    ran = cli("tokens", "c", "--sequences", "--store", str(root), "-q")
+    assert "chi2 -1 is its floor, not a missing value" in " ".join(ran.out.split())

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
-from mismatchctl.analysis.checks_template import profile
+from mismatchctl.analysis.diagnose.checks.turn_edges import profile
 from mismatchctl.analysis.turn_edges import (
     EDGE_TOKENS,
     FINAL,

@@ -42,6 +42,22 @@ def test_every_command_is_documented_in_the_readme() -> None:
         assert f"mismatchctl {' '.join(path)}" in readme, path
 
 
+def test_readme_exit_codes_are_whole_sentences() -> None:
+    """README "Exit codes": every command that can exit 3 is named once in the sentence of `3`,
+    and the prose has no stray fragment (an unbalanced parenthesis or backtick)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## Exit codes\n", 1)[1].split("\n## ", 1)[0]
+    for paragraph in section.strip().split("\n\n"):
+        assert paragraph.count("(") == paragraph.count(")"), paragraph
+        assert paragraph.count("`") % 2 == 0, paragraph
+    three = section.split("; `3` ", 1)[1].split("\n\n", 1)[0]
+    for command in ("diagnose", "check", "watch", "certify"):
+        assert len(re.findall(f"`mismatchctl {command}[` ]", three)) == 1, command
+
+
 def test_version() -> None:
     ran = cli("--version")
     assert ran.code == 0 and ran.out.startswith("mismatchctl ")
@@ -76,12 +92,43 @@ def test_progress_bars_on_a_terminal(store, tmp_path, monkeypatch) -> None:
         ["ingest", seq, "--run", "a"],
         ["ingest", str(FIXTURES / "golden.parquet"), "--run", "b"],
         ["report", "--by-gpu"],
+        ["report", "--diagnose", "--html", str(tmp_path / "r.html")],
         ["compare", "a", "b", "--resamples", "20"],
         ["diagnose", "a"],
         ["whatif", "a"],
     ):
         ran = cli(*args)
         assert ran.code in (0, 3), (args, ran.err)
+
+
+def test_report_says_its_phases_on_a_pipe(store, tmp_path) -> None:
+    """`report --diagnose --html` (several long phases): one line per phase on stderr, the same
+    stdout as with -q; a plain report stays silent on a pipe (one phase, as a bar would)."""
+    from mismatchctl import api
+    from tests.helpers import FIXTURES
+
+    for run, name in (("a", "sequence.parquet"), ("b", "golden.parquet")):
+        assert cli("ingest", str(FIXTURES / name), "--run", run, "-q").code == 0
+    tokens = sum(info.model_tokens for info in api.runs(store))
+    page = tmp_path / "r.html"
+    ran = cli("report", "--diagnose", "--html", str(page))
+    assert ran.code == 0, ran.err
+    assert ran.err.splitlines() == [
+        f"reading {tokens:,} tokens of 2 runs",
+        "diagnosing 2 runs",
+        "writing the HTML report",
+        f"Wrote {page}",
+    ]
+    quiet = cli("report", "--diagnose", "--html", str(page), "-q")
+    assert quiet.out == ran.out and quiet.err == f"Wrote {page}\n"
+    plain = cli("report")
+    assert plain.code == 0 and plain.err == ""
+    html = cli("report", "--html", str(page))  # the page is a second phase
+    assert html.err.splitlines() == [
+        f"reading {tokens:,} tokens of 2 runs",
+        "writing the HTML report",
+        f"Wrote {page}",
+    ]
 
 
 def test_option_help_keeps_its_defaults() -> None:

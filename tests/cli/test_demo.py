@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from mismatchctl.analysis.tokenizer import byte_text
 from tests.helpers import Ran, cli
 from tests.render.test_report_html import (
     DEMO_PAGE_BYTES,
@@ -71,6 +74,11 @@ def test_demo_runs_on_the_bundled_sample_data(
     assert [d["step"] for d in curves["events"]["reward_drops"]] == [6]  # sample_data/README.md
     again = cli("demo", "--store", str(store), "--html", str(page), "-q")  # reuses the store
     assert again.code == 0
+    # every sample run decodes with the sample tokenizer, remembered by the demo
+    tokenizer = str((ROOT / "sample_data" / "tokenizer.json").resolve())
+    for run in manifest["runs"]:
+        listed = cli("tokens", run["name"], "--store", str(store), "--top", "1", "--json", "-")
+        assert json.loads(listed.out)["tokens"]["tokenizers"] == {run["name"]: tokenizer}
 
 
 @pytest.mark.slow
@@ -136,3 +144,154 @@ def test_manifest_ingest_options(tmp_path: Path) -> None:
         InputError, match=r"run `m`: `ingest` holds \['topk'\], expected .*routes_topk"
     ):
         load_manifest(tmp_path)
+
+
+def test_the_sample_runs_legend_lines_up() -> None:
+    """Every run's kind starts in one column: names longer than the old fixed 16 characters
+    (faulty-attn-subtle is 18) pushed theirs out of line."""
+    from mismatchctl.cli.demo import legend
+    from mismatchctl.sample_runs import load_manifest
+
+    runs = load_manifest()
+    longest = max(len(run.name) for run in runs)
+    assert longest > 16
+    lines = legend(runs)
+    assert len(lines) == len(runs)
+    for run, line in zip(runs, lines, strict=True):
+        kind = "captured" if run.captured else "SYNTHETIC"
+        assert line.index(kind) == 2 + longest + 2, line
+        assert line.startswith(f"  {run.name} ") and line.endswith(f"  {run.shows}")
+
+
+@pytest.fixture(scope="module")
+def ref_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The sample run `ref` ingested as the demo ingests it, its tokenizer remembered."""
+    from mismatchctl.sample_runs import ingest_demo, load_manifest, remember_tokenizers
+    from mismatchctl.store import open_store
+
+    store = open_store(tmp_path_factory.mktemp("ref") / "store")
+    runs = [r for r in load_manifest() if r.name == "ref"]
+    ingest_demo(store, runs)
+    remember_tokenizers(store, runs)
+    return store.root
+
+
+def _first_model_text(sample_id: str) -> str:
+    """Printable text the model wrote in `ref`'s sequence (from the dump, with pyarrow)."""
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(ROOT / "sample_data" / "runs" / "ref" / "step_0001.parquet")
+    row = table.to_pydict()["uid"].index(sample_id)
+    ids = table.column("responses")[row].as_py()
+    runs = re.findall(rb"[ -~]+", bytes(ids[:40]))  # printable ASCII
+    return max(runs, key=len)[:12].decode()
+
+
+def test_show_and_tokens_print_the_sample_runs_text(
+    ref_store: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """The demo remembers the sample runs' tokenizer: `show` and `tokens` print text, no flag."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+    tokenizer = ROOT / "sample_data" / "tokenizer.json"
+    expected = _first_model_text("step1-p00-r0")
+    assert expected.isprintable() and not expected.replace(" ", "").isdigit()
+    shown = cli("show", "ref", "step1-p00-r0", "--store", str(ref_store))
+    assert shown.code == 0, shown.err
+    assert expected in shown.out and f"tokenizer                {tokenizer}" in shown.out
+    assert "Token ids are shown" not in shown.out
+    page = tmp_path / "seq.html"
+    html = cli("show", "ref", "step1-p00-r0", "--store", str(ref_store), "--html", str(page))
+    assert html.code == 0 and "Token ids are shown" not in page.read_text()
+    assert f"id {expected.encode()[0]}: " in page.read_text()  # the tooltip keeps the id
+    tokens = cli("tokens", "ref", "--store", str(ref_store), "-q", "--top", "3")
+    assert tokens.code == 0 and f"tokenizer            {tokenizer}" in tokens.out
+    listed = cli("tokens", "ref", "--store", str(ref_store), "-q", "--top", "3", "--json", "-")
+    doc = json.loads(listed.out)["tokens"]
+    assert doc["tokenizers"] == {"ref": str(tokenizer)}
+    for row in doc["tokens"]:  # each token as its byte, in brackets in its context
+        assert row["token_text"] == byte_text([row["token_id"]])[0]
+        assert f"[{row['token_text']}]" in row["context"] and row["context"] in tokens.out
+
+
+def test_remembering_keeps_a_readable_tokenizer(ref_store: Path, tmp_path: Path) -> None:
+    """A tokenizer the user chose for a sample run stays; one that is gone is replaced."""
+    from mismatchctl.sample_runs import load_manifest, remember_tokenizers
+    from mismatchctl.store import open_store
+    from mismatchctl.store.settings import TOKENIZER, run_setting, set_run_setting
+
+    store = open_store(ref_store)
+    runs = [r for r in load_manifest() if r.name == "ref"]
+    assert runs[0].tokenizer == (ROOT / "sample_data" / "tokenizer.json").resolve()
+    set_run_setting(store, "ref", TOKENIZER, "bytes")
+    remember_tokenizers(store, runs)
+    assert run_setting(store, "ref", TOKENIZER) == "bytes"
+    set_run_setting(store, "ref", TOKENIZER, str(tmp_path / "gone" / "tokenizer.json"))
+    remember_tokenizers(store, runs)
+    assert run_setting(store, "ref", TOKENIZER) == str(runs[0].tokenizer)
+
+
+def test_a_manifest_tokenizer_that_is_not_there(tmp_path: Path) -> None:
+    from mismatchctl.errors import InputError
+    from mismatchctl.sample_runs import load_manifest
+
+    run = {"name": "m", "path": "runs/m", "format": "parquet-sequence"}
+    (tmp_path / "manifest.json").write_text(json.dumps({"runs": [run], "tokenizer": "tok.json"}))
+    with pytest.raises(InputError, match=r"`tokenizer` is 'tok.json', expected the name of a"):
+        load_manifest(tmp_path)
+    (tmp_path / "tok.json").write_text("{}")
+    assert load_manifest(tmp_path)[0].tokenizer == (tmp_path / "tok.json").resolve()
+
+
+@pytest.fixture
+def small_data(tmp_path: Path) -> Path:
+    """A sample-data directory of two sample runs (61,013 tokens: the kernels stay unloaded)."""
+    manifest = json.loads((ROOT / "sample_data" / "manifest.json").read_text())
+    runs = [r for r in manifest["runs"] if r["name"] in ("ref", "ref-b")]
+    for run in runs:
+        run["path"] = str(ROOT / "sample_data" / run["path"])
+    data = tmp_path / "data"
+    data.mkdir()
+    shutil.copy(ROOT / "sample_data" / "tokenizer.json", data)
+    (data / "manifest.json").write_text(json.dumps({"runs": runs, "tokenizer": "tokenizer.json"}))
+    return data
+
+
+PHASES = [
+    "loading the compiled kernels",
+    "ingesting 2 sample runs",
+    "reading 61,013 tokens of 2 runs",  # ref 30,548, ref-b 30,465
+    "diagnosing 2 runs",
+    "writing the HTML report",
+]
+
+
+def _demo(data: Path, tmp_path: Path, *flags: str) -> Ran:
+    store, page = tmp_path / "store", tmp_path / "demo.html"
+    ran = cli("demo", "--store", str(store), "--data", str(data), "--html", str(page), *flags)
+    assert ran.code == 0, ran.err
+    return ran
+
+
+def test_the_demo_says_each_phase_on_a_pipe(
+    small_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stderr is not a terminal: one line per phase, in order, before the output; a cold
+    kernel cache is announced first; -q (and every kernel cached) prints neither; stdout is the
+    same."""
+    from mismatchctl import sample_runs
+
+    monkeypatch.setenv("NO_COLOR", "1")
+    cold = sample_runs.Compile(kernels=13, seconds=60, cached_in=str(tmp_path / "nb"))
+    monkeypatch.setattr(sample_runs, "demo_compile", lambda: cold)
+    ran = _demo(small_data, tmp_path)
+    lines = ran.err.splitlines()
+    note = (
+        f"compiling 13 kernels once, about 60 s on a first run (measured on 2 CPU cores); "
+        f"cached under {tmp_path / 'nb'}"
+    )
+    assert lines[: len(PHASES) + 1] == [PHASES[0], note, *PHASES[1:]]
+    assert lines[len(PHASES) + 1] == "Sample runs:"
+    monkeypatch.setattr(sample_runs, "demo_compile", lambda: None)  # every kernel cached
+    quiet = _demo(small_data, tmp_path, "-q")  # the runs are in the store now
+    assert quiet.err.splitlines()[0] == "Sample runs:" and quiet.out == ran.out

@@ -87,10 +87,24 @@ def test_every_gated_metric_of_the_registry_is_accepted(run: str) -> None:
 
 
 def test_unknown_and_ungated_metrics_are_clear_errors(run: str) -> None:
-    ran = cli("check", run, "--max", "vlm_kl=1e-3")
-    assert ran.code == 1
-    assert "Error: --max: `vlm_kl` is not a metric" in ran.err
-    assert "Hint: gate on one of: tokens, sequences" in ran.err and "vllm_kl_step_max" in ran.err
+    count = len(api.gated_metrics())
+    for typo, meant in (("vlm_kl", "`vllm_kl`"), ("vllm_kll", "`vllm_kl`")):
+        ran = cli("check", run, "--max", f"{typo}=1e-3")
+        assert ran.code == 1
+        assert ran.err == (
+            f"Error: --max: `{typo}` is not a metric\n\nHint: did you mean {meant}? "
+            f"`mismatchctl check --help` lists the {count} metrics a gate takes (vllm_kl, "
+            "vllm_kl_step_max, prob_pearson...); docs/metrics.md describes each.\n"
+        )
+    ran = cli("check", run, "--max", "kl_k=1")  # two names as close: both
+    assert "Hint: did you mean `kl_k1` or `kl_k2`? " in ran.err or "`kl_k2` or `kl_k1`" in ran.err
+    ran = cli("check", run, "--max", "VLLM_KL_STEP_MAX=1")
+    assert "Hint: did you mean `vllm_kl_step_max`? " in ran.err
+    ran = cli("check", run, "--max", "throughput=1")  # nothing close: no guess, no list of 40
+    assert ran.err.split("Hint: ")[1].startswith("`mismatchctl check --help` lists the ")
+    assert "kl_k2" not in ran.err and len(ran.err) < 300
+    help_text = " ".join(cli("check", "--help").out.replace("│", " ").split())
+    assert "vllm_kl_step_max" in help_text and "band_share_severe" in help_text  # where it is
     ran = cli("check", run, "--min", "ess=0.5")
     assert ran.code == 1 and "`ess` is a metric check cannot gate on" in ran.err
     ran = cli("check", run, "--max", "vllm_kl=abc")

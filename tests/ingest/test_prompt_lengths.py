@@ -8,6 +8,7 @@ model token the KV position 3 + its index in the response, computed below from t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,17 @@ def _expected_kv(prompt: int = PROMPT) -> dict[int, int]:
         for i in np.flatnonzero(np.asarray(mask) == 1):
             counts[prompt + int(i)] = counts.get(prompt + int(i), 0) + 1
     return counts
+
+
+def _masks() -> list[list[int]]:
+    return pq.read_table(FIXTURES / "sequence.parquet").column("response_mask").to_pylist()
+
+
+def _leading_masked(mask: list[int]) -> int:
+    """Masked positions before the first model token: prompt tokens the arrays hold (an
+    all-masked sequence's positions count as padding)."""
+    ones = np.flatnonzero(np.asarray(mask) == 1)
+    return int(ones[0]) if len(ones) else 0
 
 
 def _kv_counts(store: Path, run: str) -> dict[int, int]:
@@ -60,6 +72,11 @@ def test_sequence_parquet_prompt_ids(store: Path, tmp_path: Path, column: str) -
     result = mismatchctl.ingest([path], run="ids", store=store)
     assert _kv_counts(store, "ids") == _expected_kv()
     assert result.files[0].record.prompt_lengths == 5
+    # the prompt ids count as prompt tokens, as a prompt_length column's do (they were 0)
+    leading = sum(_leading_masked(m) for m in _masks())
+    assert result.tally.prompt_tokens == 5 * PROMPT + leading
+    ran = cli("ingest", str(path), "--run", "ids2", "--store", str(store), "-q", "--json")
+    assert json.loads(ran.out)["totals"]["prompt_tokens"] == 5 * PROMPT + leading
 
 
 def test_token_parquet_prompt_length_column(store: Path, tmp_path: Path) -> None:

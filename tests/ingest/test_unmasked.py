@@ -217,3 +217,44 @@ def test_response_mask_of_the_tool_batch(store: Path) -> None:
     whole = mismatchctl.report("v", store=store).whole()
     assert whole is not None
     assert whole.metrics["vllm_kl"] == pytest.approx(_vllm_kl(roll[mask], train[mask]), rel=1e-9)
+
+
+def _beside_tools(path: Path) -> tuple[Path, int]:
+    """A verl batch whose tool responses (rollout 0.0, the trainer's real logprobs) each have a
+    model token beside them that the trainer gives p = 1 (exact 0.0 on the trainer side only);
+    returns the file without its response_mask and the number of tool-response positions."""
+    rng = np.random.default_rng(11)
+    segments = [[(5, 1), (12, 0), (4, 1)], [(3, 1), (8, 0), (3, 1)]]
+    width = max(sum(n for n, _ in s) for s in segments) + 2
+    rows: dict[str, list] = {k: [] for k in ("uid", "prompts", "responses", "attention_mask",
+                                              "response_mask", "rollout_log_probs",
+                                              "old_log_probs")}  # fmt: skip
+    for i, parts in enumerate(segments):
+        mask = [m for n, m in parts for _ in range(n)]
+        train = [float(np.float32(-v)) for v in rng.exponential(0.8, len(mask)) + 0.01]
+        roll = [float(np.float32(t * 1.02)) if m else 0.0 for t, m in zip(train, mask, strict=True)]
+        tool = [j for j, m in enumerate(mask) if not m]
+        beside = tool[-1] + 1 if i == 0 else tool[0] - 1  # after the first, before the second
+        train[beside], roll[beside] = 0.0, -0.004
+        pad = width - len(mask)
+        rows["uid"].append(f"u{i}")
+        rows["prompts"].append([7, 8, 9])
+        rows["responses"].append(list(range(100, 100 + len(mask))) + [0] * pad)
+        rows["attention_mask"].append([1] * (3 + len(mask)) + [0] * pad)
+        rows["response_mask"].append(mask + [0] * pad)
+        rows["rollout_log_probs"].append(roll + [0.0] * pad)
+        rows["old_log_probs"].append(train + [0.0] * pad)
+    table = pa.table(rows)
+    pq.write_table(table.drop_columns(["response_mask"]), path)
+    return path, 12 + 8
+
+
+def test_tool_fill_runs_count_tool_positions_only(store: Path, tmp_path: Path) -> None:
+    """The refusal counts the tool-response positions, exactly: a model token beside a tool
+    response whose *trainer* side is 0.0 (p = 1) is not part of the rollout side's fill (it
+    said 22 for these 20)."""
+    path, tools = _beside_tools(tmp_path / "verl_beside_step_2.parquet")
+    with pytest.raises(InputError) as info:
+        mismatchctl.ingest([path], run="t", store=store)
+    assert f": {tools} of the positions it keeps are in runs" in info.value.message
+    assert "(the first at position 5 of sample `u0` (row 0))" in info.value.message

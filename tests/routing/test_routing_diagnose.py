@@ -170,3 +170,23 @@ def test_compare_shows_both_sides_routing_per_split(tmp_path: Path) -> None:
             assert row[f"{side}_vllm_kl_flipped"] == ref["vllm_kl_flipped"]
             assert row[f"{side}_vllm_kl_same"] == ref["vllm_kl_same"]
     assert all(r["b_routing_token_agreement"] == 1.0 for r in table.rows)
+
+
+def test_compare_of_the_same_logprobs_with_other_routes(tmp_path: Path) -> None:
+    """Two ingests of one dump hold the same logprobs; with the same routes they are identical
+    (no difference, exit code 0), with the routes paired another way the comparison runs and
+    says that only the routing differs."""
+    store = tmp_path / "s"
+    _dump(tmp_path / "a.parquet", 1, replayed=False, flip_noise=0.5)
+    api.ingest([tmp_path / "a.parquet"], "one", store=store)
+    api.ingest([tmp_path / "a.parquet"], "two", store=store)
+    api.ingest([tmp_path / "a.parquet"], "late", store=store, routes=api.RouteOptions("output"))
+    assert isinstance(api.compare("one", "two", store=store, resamples=20), api.Identical)
+    cmp = api.compare("one", "late", store=store, resamples=20)
+    assert isinstance(cmp, api.Comparison) and cmp.same_logprobs
+    doc = cmp.to_dict()["routing"]
+    a, b = doc["a"]["one"]["metrics"], doc["b"]["late"]["metrics"]
+    assert a["vllm_kl_flipped"] > 100 * b["vllm_kl_flipped"]  # the flips paired a row apart
+    ran = cli("compare", "one", "late", "--store", str(store), "-q", "--resamples", "20")
+    assert ran.code == 0
+    assert "what differs is their MoE routing" in " ".join(ran.out.split())

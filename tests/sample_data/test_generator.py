@@ -372,6 +372,10 @@ def test_ci_generation_is_well_formed(ci_dir: Path) -> None:
     names = [run["name"] for run in manifest["runs"]]
     assert names[names.index("ref-b") :] == ["ref-b", *MOE_RUNS]
     assert set(manifest["generator"]["moe"]) == {"model", "train", "final_train_loss"}
+    # the runs' tokenizer beside the manifest: the committed one's vocabulary (id i = byte i)
+    written = json.loads((out / manifest["tokenizer"]).read_text())["model"]["vocab"]
+    assert written == json.loads((SAMPLE / "tokenizer.json").read_text())["model"]["vocab"]
+    assert sorted(written.values()) == list(range(256))
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ differs is left alone."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -88,3 +89,62 @@ def test_a_numba_whose_method_differs_is_left_alone(monkeypatch: pytest.MonkeyPa
     monkeypatch.undo()
     monkeypatch.setenv(numba_load.KEEP_REFRESH, "1")
     assert not numba_load.loads_without_refresh()
+
+
+def _tiny(path: Path) -> object:
+    """A module of one kernel, loaded from ``path`` (numba caches it beside the file)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_kernels_cache_is_cold_until_compiled_and_after_its_source_changes(
+    tmp_path: Path,
+) -> None:
+    source = tmp_path / "tiny_kernels.py"
+    source.write_text(
+        "from mismatchctl.stats.numba_load import kernel\n\n\n"
+        "@kernel(nogil=True)\ndef add(a, b):\n    return a + b\n"
+    )
+    tiny = _tiny(source)
+    assert numba_load.is_cold(tiny.add) is True  # no index file yet
+    assert tiny.add(2, 3) == 5  # compiled: numba writes the index and the machine code
+    where = Path(numba_load.cache_path(tiny.add) or "")
+    assert sorted(p.suffix for p in where.glob("tiny_kernels.add-*")) == [".nbc", ".nbi"]
+    assert numba_load.is_cold(_tiny(source).add) is False  # a new process would load it
+    source.write_text(source.read_text() + "# edited\n")  # another source: the index is stale
+    assert numba_load.is_cold(_tiny(source).add) is True
+
+    def plain(x: int) -> int:
+        return x
+
+    assert numba_load.is_cold(plain) is None and numba_load.cache_path(plain) is None
+
+
+DEMO_COMPILE = """
+import importlib.util
+import json
+import numpy as np
+from mismatchctl.sample_runs import DEMO_KERNELS, demo_compile
+from mismatchctl.stats import kernels
+cold = demo_compile()
+kernels.run_starts(np.zeros(3, np.int64), np.zeros(3, np.int32))
+print(json.dumps({"cold": cold.__dict__, "then": demo_compile().kernels,
+                  "listed": sum(len(v) for v in DEMO_KERNELS.values())}))
+"""
+
+
+def test_the_demos_kernels_with_an_empty_cache(tmp_path: Path) -> None:
+    """Every kernel the demo names is a cached numba kernel: all cold in an empty
+    NUMBA_CACHE_DIR, cached under it; one compiled, one fewer to compile."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", DEMO_COMPILE], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["cold"]["kernels"] == got["listed"] and got["then"] == got["listed"] - 1
+    assert Path(got["cold"]["cached_in"]) == tmp_path  # NUMBA_CACHE_DIR/<dir>_<hash> for each
+    assert got["cold"]["seconds"] > 0

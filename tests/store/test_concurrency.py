@@ -153,7 +153,18 @@ def test_a_run_removed_during_a_command_on_other_runs(
     assert sorted(json.loads(ran.out)["runs"]) == ["a", "b"]
 
 
-@pytest.mark.parametrize("command", [["report", "a", "c"], ["diagnose", "c"], ["whatif", "c"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["report", "a", "c"],
+        ["diagnose", "c"],
+        ["whatif", "c"],
+        ["explain", "c"],
+        ["explain", "c@steps=2", "--baseline", "c@steps=0..1"],
+        ["tokens", "c"],
+        ["certify", "c"],
+    ],
+)
 def test_a_named_run_removed_while_it_is_read(
     three: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
 ) -> None:

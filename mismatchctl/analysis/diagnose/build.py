@@ -1,0 +1,138 @@
+"""`diagnose`'s read of the store: the report with the extras every check reads (in one pass over
+the parts), each run's cube and steps, the baseline's explanation, then every check in the
+registry's order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from mismatchctl.analysis.diagnose.checks import token_classes
+from mismatchctl.analysis.diagnose.context import (
+    BaselineView,
+    Context,
+    RunView,
+    cube_gpus,
+    step_series,
+)
+from mismatchctl.analysis.diagnose.diagnosis import Diagnosis
+from mismatchctl.analysis.diagnose.extra import DiagnoseExtra
+from mismatchctl.analysis.diagnose.registry import run_checks
+from mismatchctl.analysis.explain import RunCubeExtra, cube_spec, read_run_cubes, refuse_same
+from mismatchctl.analysis.report import Report, report_on
+from mismatchctl.analysis.selection import reread, resolve_text
+from mismatchctl.analysis.token_classes import TokenClassExtra, class_tables, summarize, top_size
+from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
+from mismatchctl.analysis.turn_edges import EdgeExtra
+from mismatchctl.analysis.whatif import SEQ_CELLS, WhatifExtra
+from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
+from mismatchctl.engines.plan import Selection
+from mismatchctl.parallel import DEFAULT_WORKERS
+from mismatchctl.stats import parse_bins
+from mismatchctl.stats import whatif as WI
+from mismatchctl.stats.cube import Cube
+from mismatchctl.stats.cube_spec import CubeSpec
+from mismatchctl.stats.localize import explain as localize
+from mismatchctl.stats.step_regimes import split_steps, step_rates, trend
+from mismatchctl.store import Store
+
+SUGGESTED = WI.Method("seq-mis", 2.0)  # the study's best correction (BACKGROUND.md)
+EDGES = parse_bins("log")  # the report's default bins: the token-mix strata of the cubes
+
+
+def build_diagnosis(
+    store: Store,
+    selector: str,
+    *,
+    baseline: str | None = None,
+    workers: int = DEFAULT_WORKERS,
+    on_part: Callable[[int], None] | None = None,
+    engine: Engine = LOCAL_ENGINE,
+    tokenizer: str | None = None,
+) -> Diagnosis:
+    """Every check on the selection; ``baseline``: a selector every relative check also judges
+    the selection against (``explain --baseline``); ``tokenizer``: read and remembered for the
+    selection's runs (else each run's remembered one), for the token-class check."""
+
+    decoders = RunDecoders()
+
+    def read() -> tuple[Report, list, Selection | None, CubeSpec]:
+        nonlocal decoders
+        selection = resolve_text(store, selector)
+        base = None if baseline is None else resolve_text(store, baseline)
+        if base is not None:
+            refuse_same(selection, base)
+        spec = cube_spec([selection] if base is None else [selection, base], EDGES, with_run=False)
+        extras = [
+            DiagnoseExtra(selection),
+            WhatifExtra([SUGGESTED]),
+            RunCubeExtra(spec),
+            EdgeExtra(EDGES),
+        ]
+        decoders = run_decoders(store, selection.names, tokenizer)
+        tables = class_tables(decoders)  # runs with a tokenizer: the token_classes check
+        if tables:
+            c = token_classes.T  # how many of the worst tokens to classify
+            k = top_size(selection_tokens(selection), c.CLASS_TOP_SHARE, c.CLASS_TOP_LEAST,
+                         c.CLASS_TOP_MOST)  # fmt: skip
+            extras.append(TokenClassExtra(tables, EDGES, k))
+        report = report_on(
+            selection, by_gpu=True, workers=workers, on_part=on_part, extras=extras, engine=engine
+        )
+        return report, report.extra_states, base, spec
+
+    report, (state, cells, cubes, edges, *classes), base, spec = reread(read)
+    ctx = Context(report, state, _whole(cells), selector, step_series(report), edges=edges)
+    if classes and classes[0] is not None:
+        ctx.classes = summarize(classes[0], decoders)
+    ctx.classes_note = "; ".join(decoders.notes)
+    ctx.runs = {run: run_view(report, run, cube) for run, cube in sorted((cubes or {}).items())}
+    if base is not None:
+        ctx.baseline = _baseline_view(ctx, base, spec, workers, engine)
+    return Diagnosis(report, run_checks(ctx), baseline)
+
+
+def run_view(report: Report, run: str, cube: Cube) -> RunView:
+    """A run's cube, its steps' rates, split and trend, and its internal localization."""
+    rates = step_rates(cube)
+    tags = next((r.tags for r in report.selection.runs if r.name == run), {})
+    return RunView(
+        run, dict(tags), cube, rates, split_steps(cube, rates), trend(cube, rates), localize(cube)
+    )
+
+
+def _baseline_view(
+    ctx: Context, base: Selection, spec: CubeSpec, workers: int, engine: Engine
+) -> BaselineView:
+    target = ctx.cube
+    (found,) = read_run_cubes([base], spec, EDGES, workers, engine)
+    if target is None or found.tokens == 0:
+        from mismatchctl.analysis.selection import empty_selection_error
+
+        raise empty_selection_error(base)
+    return BaselineView(
+        base.label or ", ".join(base.names), localize(target, found), cube_gpus(found)
+    )
+
+
+def _whole(cells: dict | None) -> dict | None:
+    """The seq-mis what-if of the whole selection, from the cells of the extra."""
+    if not cells:
+        return None
+    total = None
+    for key, state in cells.items():
+        if key[0] == SEQ_CELLS:
+            total = state if total is None else WI.merge(total, state)
+    return None if total is None else WI.finalize(total[0])
+
+
+def selection_tokens(sel: Selection) -> int:
+    """The model tokens of the selection's sources (before its step or gpu filter)."""
+    return sum(
+        src.model_tokens
+        for run in sel.runs
+        for src in run.sources
+        if all(src.tags.get(k) == v for k, v in sel.tags.items())
+    )
+
+
+__all__ = ["build_diagnosis"]

@@ -1,0 +1,133 @@
+"""Are the two sides the same tokens? The lag +-1 correlations and K3 of the logprobs against
+the lag-0 ones, and the turns shifted by a position on their own (``stats/misalign.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mismatchctl.analysis.diagnose.check import DATA, FAIL, NA, Check, CheckModule, grade
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.samples import samples_of
+from mismatchctl.analysis.diagnose.text import fmt, pct
+from mismatchctl.engines.plan import Selection
+from mismatchctl.stats import registry as M
+from mismatchctl.stats.comoments import LAG_NAMES, correlation
+from mismatchctl.stats.misalign import FACTOR as MISALIGN_FACTOR
+
+NAME = "alignment"
+LAYER = DATA
+TITLE = "Alignment of the two sides (lag 0 vs lag +-1)"
+ORDER = 10
+READS: tuple[CheckModule, ...] = ()
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    ALIGN_MARGIN: float = 0.05
+    """A lag +-1 correlation of the two sides above the lag-0 one by this much means one side is
+    shifted by a position (FORMATS.md: "correlation at lag 0 should clearly beat lag +-1"). In
+    simulation aligned sides correlate at 0.95 or more at lag 0 up to vllm_kl 0.1, against about
+    0 at lag +-1, and a shifted side the other way round: the margin only absorbs ties."""
+
+    ALIGN_PART_FAIL_SHARE: float = 1e-3
+    """Turns shifted by a position on their own (``mismatchctl.stats.misalign``: a shifted
+    pairing ten times closer than the stored one, where the stored one costs a K3 of 0.02 or
+    more): any warns, holding this share of the tokens fails (as sentinels: a writer's error,
+    not numerics)."""
+
+    ALIGN_WARN_CORR: float = 0.8
+    """A lag-0 correlation of the logprobs below this (with no better lag) means the two sides
+    hardly describe the same tokens: published train/inference correlations are above 0.98."""
+
+
+T = Thresholds()
+
+
+def run(ctx: Context) -> Check:
+    corr = {name: correlation(ctx.state.lags[i]) for i, name in enumerate(LAG_NAMES)}
+    evidence: dict[str, Any] = {f"correlation_{k}": v for k, v in corr.items()}
+    evidence["pairs_lag0"] = int(ctx.state.lags[0][0])
+    k3 = {
+        name: (float(s / n) if n else None)
+        for name, (n, s) in zip(LAG_NAMES, ctx.state.lag_k3, strict=True)
+    }
+    evidence.update({f"vllm_kl_{k}": v for k, v in k3.items()})
+    shift_text = (
+        f"; vllm_kl {fmt(k3['lag0'])} as stored, {fmt(k3['lag_plus1'])} pairing each rollout "
+        f"token with the trainer's next position, {fmt(k3['lag_minus1'])} with its previous"
+    )
+    lag0 = corr["lag0"]
+    if lag0 is None:
+        return Check(LAYER, NAME, TITLE, NA, "too few tokens to correlate", evidence)
+    shifted = {k: v for k, v in corr.items() if k != "lag0" and v is not None}
+    best = max(shifted, key=shifted.__getitem__, default=None)
+    if best is not None and shifted[best] > lag0 + T.ALIGN_MARGIN:
+        where = "one position later" if best == "lag_plus1" else "one position earlier"
+        return Check(
+            LAYER, NAME, TITLE, "fail",
+            f"the trainer logprobs match the rollout logprobs {where} (correlation "
+            f"{fmt(shifted[best])} at {best} vs {fmt(lag0)} at lag 0): an off-by-one shift"
+            + shift_text,
+            evidence,
+            "check how the trainer's logprobs are sliced against the response tokens (the "
+            "logits at position t score token t+1); compare one sample by hand",
+        )  # fmt: skip
+    weak = lag0 < T.ALIGN_WARN_CORR
+    finding = (
+        f"lag-0 correlation {fmt(lag0)}; lag +1 {fmt(corr['lag_plus1'])}, "
+        f"lag -1 {fmt(corr['lag_minus1'])}{shift_text}"
+    )
+    m = ctx.state.misaligned
+    share = m.tokens / ctx.state.sentinels.tokens if ctx.state.sentinels.tokens else 0.0
+    evidence["misaligned_turns"] = {
+        "turns_tested": m.turns,
+        "misaligned": m.misaligned,
+        M.TOKENS: m.tokens,
+        M.TOKEN_SHARE: share,
+        "one_position_later": m.later,
+        "one_position_earlier": m.earlier,
+        "samples": _turn_samples(ctx.report.selection, m.examples),
+    }
+    if m.misaligned:
+        finding = (
+            f"{m.misaligned} of {m.turns} turns tested ({pct(share)} of the tokens) match the "
+            "rollout logprobs one position off (their shifted pairing at least "
+            f"{MISALIGN_FACTOR:g}x closer than the stored one): an off-by-one shift in some "
+            f"samples; {finding}"
+        )
+        advice = (
+            "some samples are sliced one position off (one worker, one code path, the turns "
+            "after a tool response): find what the listed samples share and compare one by hand"
+        )
+        verdict = grade(share >= T.ALIGN_PART_FAIL_SHARE, True)
+        return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice)
+    advice = "check that both columns hold logprobs of the same sampled tokens" if weak else None
+    return Check(LAYER, NAME, TITLE, grade(False, weak), finding, evidence, advice)
+
+
+def misaligned(ctx: Context) -> Check | None:
+    """This check's result when it failed (for the checks that read it): the other numbers then
+    mix up tokens."""
+    found = ctx.result(NAME)
+    return found if found is not None and found.verdict == FAIL else None
+
+
+def not_assessed(ctx: Context, layer: str, name: str, title: str) -> Check | None:
+    """The n/a result of a check that reads this one, when the sides are shifted."""
+    if misaligned(ctx) is None:
+        return None
+    return Check(
+        layer, name, title, NA,
+        "not assessed: the sides are shifted against each other (see alignment)",
+    )  # fmt: skip
+
+
+def _turn_samples(
+    selection: Selection, examples: list[tuple[str, int, int, int, str]]
+) -> list[dict]:
+    """Misaligned turns as ``samples_of`` lists them (the turn and the lag in ``what``)."""
+    return samples_of(
+        selection,
+        [(run, step, seq, f"turn {turn}: {lag}") for run, step, seq, turn, lag in examples],
+    )

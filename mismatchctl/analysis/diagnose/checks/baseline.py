@@ -1,0 +1,144 @@
+"""The selection against ``--baseline`` (a known-good run, a slice, or the same run's early
+steps): its rate over the baseline's at its own token mix (``explain --baseline``;
+docs/explain.md), and the shape of the excess."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mismatchctl.analysis.diagnose.check import NA, OK, PATH, Check, CheckModule
+from mismatchctl.analysis.diagnose.context import Context, baseline_on_other_gpus
+from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
+from mismatchctl.analysis.diagnose.parts import finding_row
+from mismatchctl.analysis.diagnose.text import fmt
+from mismatchctl.stats import registry as M
+from mismatchctl.stats.localize_result import (
+    Explanation,
+    finding_label,
+    ratio_text,
+    uniform_sentence,
+)
+
+NAME = "baseline"
+LAYER = PATH
+TITLE = "Against the baseline"
+ORDER = 140
+READS: tuple[CheckModule, ...] = ()
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    BASELINE_FACTOR: float = 1.5
+    """The target's rate over the baseline's at the target's token mix (``explain
+    --baseline``): 1.5x with the interval's low end above ``BASELINE_CI_LOW`` warns. Two healthy
+    runs of one stack differ by their prompts and seeds: the sample data's two healthy captures
+    differ by 1.1x, and different data mixes by up to 1.3x at the same token probabilities."""
+
+    BASELINE_CI_LOW: float = 1.2
+    """...the low end of the interval of that ratio (above the healthy differences just
+    named)."""
+
+    BASELINE_FAIL: float = 5.0
+    """The interval's low end at 5x the baseline: fail (half a decade above a known-good run)."""
+
+    IMPROVED_CI_HIGH: float = 1.0
+    """The interval's high end below 1: the target is better than the baseline, reported as
+    such."""
+
+    LOCALIZED_EXCESS_SHARE: float = 0.5
+    """With a baseline, an excess is *localized* when one finding carries at least half of it;
+    otherwise it is spread (the signature of a policy mismatch when the dimensions are
+    uniform)."""
+
+    UNIFORM_DIMS_MIN: int = 2
+    """A spread excess is called uniform when at least this many dimensions explain nothing
+    (turn, probability bin, step, gpu...): stale or wrong weights change every token's
+    distribution, not one code path's."""
+
+
+T = Thresholds()
+
+
+def run(ctx: Context) -> Check:
+    """The selection's mismatch against ``--baseline`` at its own token mix."""
+    view = ctx.baseline
+    if view is None:
+        return Check(
+            LAYER, NAME, TITLE, NA, "no baseline given", {},
+            "give a known-good run (or the same run's early steps) with --baseline REF: every "
+            "excess is then judged against it",
+        )  # fmt: skip
+    e = view.explanation
+    ratio, ci = e.rate_ratio, e.rate_ratio_ci
+    evidence = {
+        "baseline": view.label,
+        M.VLLM_KL.key: e.vllm_kl,
+        "baseline_vllm_kl": e.baseline_vllm_kl,
+        "rate_ratio": ratio,
+        "rate_ratio_ci": None if ci is None else list(ci),
+        "findings": [finding_row(e, f) for f in e.findings],
+        "uniform": [u.dim for u in e.uniform if u.uniform],
+        "decomposition": [
+            {"dim": d.dim, "mix": d.mix, "rate": d.rate, "interaction": d.interaction}
+            for d in e.decomposition
+        ],
+        "notes": e.notes,
+    }
+    head = (
+        f"vllm_kl {fmt(e.vllm_kl)} vs {fmt(e.baseline_vllm_kl)} on {view.label}: "
+        f"{ratio_text(ratio)}x its rate at the same token mix ({ci_text(ci)})"
+    )
+    if ratio is None or ci is None:
+        return Check(LAYER, NAME, TITLE, NA, head + "; no rate ratio", evidence)
+    if ci[1] < T.IMPROVED_CI_HIGH:
+        evidence["improved"] = True
+        return Check(LAYER, NAME, TITLE, OK, head + ": an improvement", evidence)
+    verdict = relative(ratio, ci, T.BASELINE_FACTOR, T.BASELINE_CI_LOW, T.BASELINE_FAIL, e.vllm_kl)
+    if verdict == OK:
+        return Check(LAYER, NAME, TITLE, OK, head + ": no excess to speak of", evidence)
+    shape = excess_shape(e)
+    evidence["excess_shape"] = shape
+    explain = f"`mismatchctl explain {ctx.label} --baseline {view.label}`"
+    advice = {
+        "localized": f"the excess is localized: see the localized finding and {explain}",
+        "concentrated": "the excess sits in a few tokens (see the low-probability check, "
+        f"`mismatchctl tokens {ctx.label}` and {explain}), not in the policy",
+    }.get(
+        shape,
+        "the excess is spread over every part of the run: compare the weights the engine "
+        "sampled with against the trainer's (see the cause check)",
+    )
+    other = baseline_on_other_gpus(ctx) if shape == "uniform" else None
+    if other is not None:
+        advice = (
+            f"the excess is spread over every part of the run, which ran on {', '.join(other[0])} "
+            f"while the baseline ran on {', '.join(other[1])}: another gpu generation's kernels "
+            "or the policy (see the cause check)"
+        )
+    where = ""
+    if e.findings and shape == "localized":
+        where = f"; most of it in {finding_label(e.findings[0])}"
+    elif shape == "uniform":
+        names = ", ".join(u.dim for u in e.uniform if u.uniform)
+        where = f"; spread uniformly ({names} explain nothing)"
+    elif shape == "concentrated":
+        u = next(u for u in e.uniform if u.excess_elsewhere)
+        evidence["concentrated_in"] = u.dim
+        where = f"; not a uniform excess: {uniform_sentence(u, e.mode)}"
+    return Check(LAYER, NAME, TITLE, verdict, head + where, evidence, advice)
+
+
+def excess_shape(e: Explanation) -> str:
+    """``localized`` when one finding carries ``LOCALIZED_EXCESS_SHARE`` of the excess;
+    ``concentrated`` when a dimension's values with enough tokens to test hold too little of it
+    (``uniform_excess_share`` of stats/localize_thresholds.py: the excess sits in values too
+    small to test, such as the rare tokens' bins); ``uniform`` when at least
+    ``UNIFORM_DIMS_MIN`` dimensions explain nothing; else ``mixed``."""
+    top = max((f.excess_share or 0.0 for f in e.findings), default=0.0)
+    if top >= T.LOCALIZED_EXCESS_SHARE:
+        return "localized"
+    if any(u.excess_elsewhere for u in e.uniform):
+        return "concentrated"
+    if sum(u.uniform for u in e.uniform) >= T.UNIFORM_DIMS_MIN:
+        return "uniform"
+    return "mixed"

@@ -1,0 +1,73 @@
+"""A systematic offset between the sides: the mean log ratio far from 0, with most tokens on its
+side (processed against raw logprobs, a temperature or penalty on one side)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mismatchctl.analysis.diagnose.advice import PROCESSED_HINT
+from mismatchctl.analysis.diagnose.check import (
+    NA,
+    SEMANTIC,
+    Check,
+    CheckModule,
+    advice_if,
+    grade,
+)
+from mismatchctl.analysis.diagnose.checks import alignment
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.levels import OFFSET_Z
+from mismatchctl.analysis.diagnose.text import fmt, pct
+from mismatchctl.stats import registry as M
+from mismatchctl.stats.offset import offset_summary
+
+NAME = "offset"
+LAYER = SEMANTIC
+TITLE = "Systematic offset between the sides"
+ORDER = 70
+READS: tuple[CheckModule, ...] = (alignment,)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """A systematic offset: the mean's z at ``levels.OFFSET_Z`` or beyond, and ..."""
+
+    OFFSET_SIGN_SHARE: float = 0.65
+    """Share of tokens whose r has the sign of the mean. Symmetric noise gives ~0.5 (0.53 with
+    logit noise of 0.3); a temperature on one side gives 0.74-0.83 and a top-p renormalisation
+    ~1.0 (simulated softmax over a 64-token vocabulary)."""
+
+    OFFSET_WARN: float = 0.005
+    """|mean r| in nats from which a systematic offset warns: half the low end of the healthy
+    mean |delta logprob| (0.006-0.011, BACKGROUND.md)."""
+
+    OFFSET_FAIL: float = 0.02
+    """|mean r| from which a systematic offset fails: twice the high end of the healthy mean
+    |delta logprob|, below the 0.05 seen in failing runs."""
+
+
+T = Thresholds()
+
+
+def run(ctx: Context) -> Check:
+    if skipped := alignment.not_assessed(ctx, LAYER, NAME, TITLE):
+        return skipped
+    o = offset_summary(ctx.state.offset)
+    m, z, neg = o[M.LOG_RATIO_MEAN], o["log_ratio_z"], o["negative_share"]
+    evidence = {
+        k: o[k] for k in (M.LOG_RATIO_MEAN, "log_ratio_se", "log_ratio_z", "negative_share")
+    }
+    if m is None or z is None or neg is None:
+        return Check(LAYER, NAME, TITLE, NA, "too few sequences for a standard error", evidence)
+    same_sign = neg if m < 0 else 1 - neg
+    systematic = abs(z) >= OFFSET_Z and same_sign >= T.OFFSET_SIGN_SHARE
+    verdict = grade(systematic and abs(m) >= T.OFFSET_FAIL, systematic and abs(m) >= T.OFFSET_WARN)
+    side = "rollout" if m < 0 else "trainer"
+    finding = (
+        f"mean log ratio r = {fmt(m)} (z = {fmt(z)}, sequence-clustered); {pct(same_sign)} of "
+        f"tokens have r of that sign"
+    )
+    if verdict != "ok":
+        finding += f": the {side} side is systematically higher"
+    advice = advice_if(verdict, PROCESSED_HINT)
+    return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice)

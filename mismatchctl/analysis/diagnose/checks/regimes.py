@@ -1,0 +1,47 @@
+"""Steps in a healthy and an elevated regime (or a step change): a split of each run's steps
+whose elevated group is more than a few steps (``steps.py``; ``stats/step_regimes.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mismatchctl.analysis.diagnose.advice import GROWTH_STEPS_ADVICE
+from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check, CheckModule
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.runs import per_step_run
+from mismatchctl.analysis.diagnose.steps import (
+    MIN_STEPS,
+    SPLIT_KINDS,
+    regimes_are_growth,
+    split_result,
+)
+
+NAME = "regimes"
+LAYER = TRAJECTORY
+TITLE = "Steps in a healthy and an elevated regime"
+ORDER = 220
+READS: tuple[CheckModule, ...] = ()
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """None of its own: the split's (``steps.py``: ``MIN_STEPS``, ``REGIME_*``,
+    ``SPIKE_MAX_SHARE``)."""
+
+
+T = Thresholds()
+
+ADVICE = (
+    "two regimes: some steps run at the healthy level, others far above it; a code path only "
+    "some steps take (a kernel chosen by batch shape or KV length, one engine instance, a "
+    "gpu) has this signature: `mismatchctl explain RUN` says what the elevated steps share"
+)
+
+
+def run(ctx: Context) -> Check:
+    check = per_step_run(
+        ctx, NAME, TITLE, lambda v, _: split_result(v, SPLIT_KINDS), ADVICE, MIN_STEPS
+    )
+    if check.next is not None and regimes_are_growth(ctx):
+        check.next = GROWTH_STEPS_ADVICE
+    return check

@@ -1,0 +1,38 @@
+"""Isolated steps above the others: a split of each run's steps whose elevated group is a few
+steps (``steps.py``; ``stats/step_regimes.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check, CheckModule
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.runs import per_step_run
+from mismatchctl.analysis.diagnose.steps import MIN_STEPS, SPIKES, split_result
+
+NAME = "spikes"
+LAYER = TRAJECTORY
+TITLE = "Isolated steps above the others"
+ORDER = 210
+READS: tuple[CheckModule, ...] = ()
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """None of its own: the split's (``steps.py``: ``MIN_STEPS``, ``REGIME_*``,
+    ``SPIKE_MAX_SHARE``)."""
+
+
+T = Thresholds()
+
+ADVICE = (
+    "look at the spike steps (`mismatchctl report RUN --steps A..B --by-gpu`, `mismatchctl "
+    "explain RUN`): which gpu, turn kind or position carries them, and whether entropy, "
+    "perplexity and gradient norm spike with them"
+)
+
+
+def run(ctx: Context) -> Check:
+    return per_step_run(
+        ctx, NAME, TITLE, lambda v, _: split_result(v, (SPIKES,)), ADVICE, MIN_STEPS
+    )

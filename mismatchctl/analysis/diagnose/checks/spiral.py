@@ -1,0 +1,86 @@
+"""The vllm-kl / trainer-ppl spiral of BACKGROUND.md: each run's per-step vllm_kl rising (the
+trend check's test) together with the trainer's perplexity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check, CheckModule, grade
+from mismatchctl.analysis.diagnose.context import Context, RunView, StepSeries
+from mismatchctl.analysis.diagnose.levels import MEDIUM_MAX
+from mismatchctl.analysis.diagnose.runs import RunResult, per_step_run
+from mismatchctl.analysis.diagnose.steps import MIN_STEPS, rising
+from mismatchctl.analysis.diagnose.text import fmt, pct
+from mismatchctl.stats.robust import spearman, theil_sen
+
+NAME = "spiral"
+LAYER = TRAJECTORY
+TITLE = "vllm_kl and trainer_ppl rising together"
+ORDER = 240
+READS: tuple[CheckModule, ...] = ()
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    TREND_POSITIVE_SHARE: float = 0.7
+    """Share of positive pairwise slopes needed to call the trainer's perplexity rising (0.5
+    when trendless), for the spiral."""
+
+    SPIRAL_RHO: float = 0.7
+    """Spearman correlation of per-step vllm_kl and trainer_ppl, both rising: the vllm-kl /
+    fsdp-ppl spiral of BACKGROUND.md (the vllm_kl rise must pass the trend check's test)."""
+
+    VLLM_KL_FLOOR: float = 1e-12
+    """Per-step vllm_kl values are floored here before taking logs (bitwise-aligned steps are
+    0)."""
+
+
+T = Thresholds()
+
+ADVICE = (
+    "vllm_kl and the trainer's perplexity climb together: the feedback loop that preceded "
+    "collapse in the studies; act before reward drops (sequence-level correction, other "
+    "gpus, smaller top-p)"
+)
+
+
+def run(ctx: Context) -> Check:
+    return per_step_run(ctx, NAME, TITLE, _spiral, ADVICE, MIN_STEPS)
+
+
+def _fit(steps: np.ndarray, logs: np.ndarray) -> dict[str, Any]:
+    ts = theil_sen(steps, logs)
+    if ts["slope"] is None:
+        return {"positive_share": 0.5}
+    return {"positive_share": ts["positive_share"]}
+
+
+def _spiral(view: RunView, s: StepSeries) -> RunResult:
+    ok = ~np.isnan(s.vllm_kl) & ~np.isnan(s.trainer_ppl) & (s.trainer_ppl > 0)
+    steps = s.steps[ok]
+    logs = np.log10(np.maximum(s.vllm_kl[ok], T.VLLM_KL_FLOOR))
+    ppl = np.log10(s.trainer_ppl[ok])
+    rho = spearman(logs, ppl) if len(steps) >= 3 else None
+    ppl_fit = _fit(steps, ppl)
+    kl_up = rising(view)
+    together = (
+        rho is not None
+        and rho >= T.SPIRAL_RHO
+        and kl_up
+        and ppl_fit["positive_share"] >= T.TREND_POSITIVE_SHARE
+    )
+    fail = together and view.trend is not None and view.trend.end > MEDIUM_MAX
+    finding = (
+        f"Spearman {fmt(rho)} between per-step vllm_kl and trainer_ppl; vllm_kl "
+        f"{'rising' if kl_up else 'not rising'} (trend check), trainer_ppl rising on "
+        f"{pct(ppl_fit['positive_share'])} of step pairs"
+    )
+    evidence = {
+        "spearman": rho,
+        "vllm_kl_rising": kl_up,
+        "trainer_ppl_positive_share": ppl_fit["positive_share"],
+    }
+    return grade(fail, together), finding, evidence

@@ -1,0 +1,148 @@
+"""Amplification after tool responses: the later turns' vllm_kl over the first turns', as a
+whole and at the same token probabilities, and the drop of the log-ppl correlation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mismatchctl.analysis.diagnose.check import (
+    FAIL,
+    NA,
+    OK,
+    PATH,
+    WARN,
+    Check,
+    CheckModule,
+    advice_if,
+)
+from mismatchctl.analysis.diagnose.checks import turn_edges
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.contrasts import Ratio, ci_text, later_turns, relative
+from mismatchctl.analysis.diagnose.levels import TOOL_CI_LOW
+from mismatchctl.analysis.diagnose.parts import localized_run
+from mismatchctl.analysis.diagnose.steps import REGIMES, SPIKES, split_kind
+from mismatchctl.analysis.diagnose.text import fmt
+from mismatchctl.engines import plan as K
+from mismatchctl.stats import TURN_KIND_LABELS
+from mismatchctl.stats import registry as M
+from mismatchctl.stats.localize_result import ratio_text
+
+NAME = "tool_responses"
+LAYER = PATH
+TITLE = "Amplification after tool responses"
+ORDER = 170
+READS: tuple[CheckModule, ...] = (turn_edges,)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """With ``levels.TOOL_CI_LOW``, the low end of the ratio's interval needed to warn."""
+
+    TOOL_RATIO_WARN: float = 1.75
+    TOOL_RATIO_FAIL: float = 5.0
+    """later/first vllm_kl ratio. The tool-response amplification of BACKGROUND.md; 2x is a
+    clear gap between two token populations of one run: warn from 1.75x (below it, as
+    ``LOCAL_FACTOR``) with the interval's low end above ``TOOL_CI_LOW``; an interval above 5x a
+    dominant one (fail; also the warning pattern with later turns above ``MEDIUM_MAX``)."""
+
+    PEARSON_DROP_WARN: float = 0.05
+    """Drop of the log-ppl Pearson correlation from first to later turns (healthy correlations
+    sit near 0.99: a 0.05 drop is the gap between a bf16 and an fp32 head, five times over)."""
+
+    PEARSON_MIN_SEQUENCES: int = 30
+    """Sequences with later turns needed to judge the Pearson drop (a correlation of fewer is
+    noise)."""
+
+
+T = Thresholds()
+
+
+def run(ctx: Context) -> Check:
+    kinds = {g.by[K.TURN_KIND]: g.metrics for g in ctx.report.split(K.TURN_KIND)}
+    first, later = kinds.get("first"), kinds.get("later")
+    if not later or not later.get(M.TOKENS) or not first:
+        return Check(LAYER, NAME, TITLE, NA, "no model tokens after a tool response")
+    a, b = first.get(M.VLLM_KL), later.get(M.VLLM_KL)
+    found = ctx.contrast({K.TURN_KIND: [TURN_KIND_LABELS.index("later")]}, stratum=None)
+    ratio, ci = found if found is not None else (b / a if a and b is not None else None, None)
+    pa, pb = first.get(M.LOG_PPL_PEARSON), later.get(M.LOG_PPL_PEARSON)
+    drop = pa - pb if pa is not None and pb is not None else None
+    later_sequences = later.get(M.SEQUENCES) or 0
+    evidence = {
+        "first_vllm_kl": a,
+        "later_vllm_kl": b,
+        "later_first_ratio": ratio,
+        "later_first_ratio_ci": None if ci is None else list(ci),
+        "first_log_ppl_pearson": pa,
+        "later_log_ppl_pearson": pb,
+        "pearson_drop": drop,
+        "later_token_share": later[M.TOKENS] / (later[M.TOKENS] + first[M.TOKENS]),
+    }
+    # the same contrast at the same token probabilities: the study's amplification is a change
+    # of the mix (more low-probability tokens); a ratio that stays is each token's own
+    same = later_turns(ctx)
+    same_ratio, same_ci = same if same is not None else (None, None)
+    evidence["same_probs_ratio"] = same_ratio
+    evidence["same_probs_ratio_ci"] = None if same_ci is None else list(same_ci)
+    verdict = relative(ratio, ci, T.TOOL_RATIO_WARN, TOOL_CI_LOW, T.TOOL_RATIO_FAIL, b)
+    if (
+        verdict == OK
+        and drop is not None
+        and drop >= T.PEARSON_DROP_WARN
+        and later_sequences >= T.PEARSON_MIN_SEQUENCES
+    ):
+        verdict = WARN
+    finding = (
+        f"vllm_kl later/first = {ratio_text(ratio)} ({fmt(b)} vs {fmt(a)}; {ci_text(ci)}); "
+        f"log-ppl Pearson {fmt(pa)} first vs {fmt(pb)} later"
+    )
+    if same_ratio is not None:
+        finding += (
+            f"; {ratio_text(same_ratio)}x at the same token probabilities ({ci_text(same_ci)})"
+        )
+    own = same_ci is not None and same_ci[0] >= TOOL_CI_LOW
+    evidence["same_probs_excess"] = own
+    advice = (
+        (
+            f"the later turns' tokens are {ratio_text(same_ratio)}x worse than the first turns' "
+            "at the same token probabilities, not only more often unlikely: look at how the two "
+            "sides take in the tool output (its token ids on both sides, the engine's prefill "
+            "and prefix caching of it) in the worst later turns (`mismatchctl tokens "
+            f"{ctx.label} --where turn_kind=later`); meanwhile a sequence-level correction "
+            "(token-level ones still collapsed in multi-turn runs)"
+        )
+        if own
+        else "turns after tool responses sample more low-probability tokens: use a "
+        "sequence-level correction (token-level ones still collapsed in multi-turn runs), and "
+        "look at the tool outputs of the worst sequences; fewer tool calls per rollout delay "
+        "collapse"
+    )
+    path = code_path_signal(ctx, same)
+    if turn_edges.template_fault(ctx):
+        evidence["template"] = True
+        advice = (
+            "the later turns' excess sits in their first tokens (the turn_edges check): a "
+            "chat-template or rendering fault; fix it, a correction would only reweight it"
+        )
+    elif path is not None:
+        evidence["code_path"] = path
+        advice = (
+            f"{path}: fix that path first, the later turns' excess may be its doing (long KV "
+            "lengths live in later turns), and diagnose again; a correction would only "
+            "reweight it"
+        )
+    return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice_if(verdict, advice))
+
+
+def code_path_signal(ctx: Context, later: Ratio) -> str | None:
+    """What points at a code path in the selection (a localized part of a run that is not the
+    later turns seen by position, ``later`` being their contrast; or steps that split into
+    spikes or regimes), or None."""
+    for name, view in ctx.runs.items():
+        verdict, _, evidence = localized_run(view.local, later, view.cube)
+        if verdict in (WARN, FAIL) and not evidence.get("later_turns"):
+            return f"a code path is localized in {name} (the localized check)"
+        kind = split_kind(view)
+        if kind in (SPIKES, REGIMES):
+            return f"{name}'s steps split into {kind} (the {kind} check)"
+    return None

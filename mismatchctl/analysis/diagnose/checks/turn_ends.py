@@ -1,0 +1,155 @@
+"""The turns' last tokens: how each side handles the stop (the end-of-sequence token, a stop
+string, the tool-call close before a tool response). Read from the ``turn_edges`` pass
+(``analysis/turn_edges.py``: a cube of every turn by the distance from its last model token and
+the probability bin)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mismatchctl.analysis.diagnose.advice import STOP_ADVICE
+from mismatchctl.analysis.diagnose.check import (
+    DATA,
+    NA,
+    OK,
+    SEVERITY,
+    Check,
+    CheckModule,
+    advice_if,
+    fired,
+)
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.contrasts import Ratio, ratio_part, ratio_row, relative
+from mismatchctl.analysis.diagnose.levels import LEVEL, LOCAL_CI_LOW, LOCAL_FACTOR, LOCAL_FAIL
+from mismatchctl.analysis.diagnose.runs import worst_run
+from mismatchctl.analysis.turn_edges import FINAL, SCOPE
+from mismatchctl.engines import plan as K
+from mismatchctl.stats.cube import Cube, Field
+from mismatchctl.stats.localize import contrast, contrast_within
+
+NAME = "turn_ends"
+LAYER = DATA
+TITLE = "The last token of each turn (stop handling)"
+ORDER = 110
+READS: tuple[CheckModule, ...] = ()
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """None of its own: the turns' last token is judged as a localized part (``levels``:
+    ``LOCAL_FACTOR``, ``LOCAL_CI_LOW`` and ``LOCAL_FAIL``) on its contrast with every other
+    token at the same token probabilities, and the same pattern on its contrast with the seven
+    tokens before it in the same turns (a stop fault hits the last token alone; a mismatch
+    growing with the KV position or in the small decode batches at the end of generation, as
+    the sample ``faulty-attn``'s, makes the ends 6x the rest but 1.8x the tokens before them,
+    interval 0.78-4.1). The responses' last token alone is judged the same way (the turns
+    ending before a tool response dilute an end-of-sequence fault: planted at 2x, 1.3x over
+    every turn's end, 1.9-2.2x alone). Planted: the last token at 3x named 4/4, at 2x 1 of
+    2."""
+
+
+T = Thresholds()
+
+
+def run(ctx: Context) -> Check:
+    """The last token of every turn against the other tokens at the same token probabilities,
+    and against the seven before it in the same turns (both must show the localized pattern:
+    a stop handled differently hits the last token alone, a mismatch that grows with the KV
+    position or in the small decode batches at the end of generation also makes the tokens
+    before it hot); the same for the responses' last token alone (an end-of-sequence fault,
+    which the turns ending before a tool response would dilute); the last four as evidence.
+    Run by run (the worst run's verdict; with several, evidence ``runs``)."""
+    st = ctx.edges
+    runs = {run: _judge(cube) for run, cube in sorted((st.ends if st else {}).items())}
+    runs = {run: found for run, found in runs.items() if found is not None}
+    if not runs:
+        return Check(LAYER, NAME, TITLE, NA, "no model token to look at")
+    verdict, finding, evidence = worst_run(runs)
+    return Check(LAYER, NAME, TITLE, verdict, finding, evidence,
+                 advice_if(verdict, STOP_ADVICE))  # fmt: skip
+
+
+def _judge(ends: Cube) -> tuple[str, str, dict[str, Any]] | None:
+    """One run's verdict, sentence and evidence (None: no token)."""
+    if ends.tokens == 0:
+        return None
+    every = _scope(ends, {})
+    tail = contrast(ends, {FINAL: [0, 1, 2]}, K.BIN, LEVEL)
+    evidence: dict[str, Any] = {
+        "last": ratio_row(every.last),
+        "last_4": ratio_row(tail),
+        "last_vs_before": ratio_row(every.near),
+        "last_tokens": every.tokens,
+        "last_mass_share": every.mass / ends.k3_sum if ends.k3_sum > 0 else None,
+    }
+    finding = (
+        f"the last token of each turn: {ratio_part(every.last)} the other tokens at the same "
+        f"token probabilities, {ratio_part(every.near)} the 7 before it; the last 4: "
+        f"{ratio_part(tail)}"
+    )
+    scopes = [("every turn", every)]
+    if ends.table([SCOPE])[0, Field.TOKENS] > 0:  # some turns end before a tool response
+        final = _scope(ends, {SCOPE: [1]})
+        evidence["response_end"] = {
+            "last": ratio_row(final.last),
+            "last_vs_before": ratio_row(final.near),
+            "tokens": final.tokens,
+        }
+        finding += (
+            f"; the responses' last token: {ratio_part(final.last)} the rest, "
+            f"{ratio_part(final.near)} the 7 before it"
+        )
+        scopes.append(("end of the response", final))
+    verdict, name = OK, None
+    for label, found in scopes:
+        if SEVERITY[found.verdict] > SEVERITY[verdict]:
+            verdict, name = found.verdict, label
+    evidence["scope"] = name
+    if verdict != OK:
+        where = "the turns' last token" if name == "every turn" else "the responses' last token"
+        finding += f": {where}, the stop handled differently on the two sides"
+    elif any(found.hot for _, found in scopes):
+        finding += (
+            ": the ends are hot, but not clearly more than the tokens just before them (a "
+            "mismatch growing with the position is not the stop)"
+        )
+    return verdict, finding, evidence
+
+
+@dataclass
+class Scope:
+    """The last tokens of some turns: against every other token, against the seven before them
+    in the same turns, their tokens and K3 mass, and the verdict (both contrasts at the
+    localized pattern); ``hot``: the first contrast alone is."""
+
+    last: Ratio
+    near: Ratio
+    tokens: int
+    mass: float
+    verdict: str
+    hot: bool
+
+
+def _scope(ends: Cube, scope: dict[str, list[int]]) -> Scope:
+    last = contrast(ends, {FINAL: [0], **scope}, K.BIN, LEVEL)
+    near = contrast_within(ends, {FINAL: [0, 1, 2, 3], **scope}, FINAL, [0], K.BIN, LEVEL)
+    t = ends.table([FINAL, SCOPE])
+    rows = t[0] if not scope else t[0, scope[SCOPE]]
+    n, a = float(rows[..., Field.TOKENS].sum()), float(rows[..., Field.K3].sum())
+    hot = last is not None and _pattern(last, a / n if n else None) != OK
+    sharp = near is not None and _pattern(near, None) != OK
+    verdict = _pattern(last, a / n if n else None) if hot and sharp else OK
+    return Scope(last, near, int(n), a, verdict, hot)
+
+
+def _pattern(found: Ratio, level: float | None) -> str:
+    if found is None:
+        return OK
+    return relative(found[0], found[1], LOCAL_FACTOR, LOCAL_CI_LOW, LOCAL_FAIL, level)
+
+
+def ends_fault(ctx: Context) -> bool:
+    """This check found the mismatch at the turns' last token (the stop): for the checks that
+    read it."""
+    return fired(ctx.result(NAME))

@@ -1,0 +1,214 @@
+"""The confusion matrix of `diagnose` over the calibration corpus: planted class x named cause.
+
+    python sample_data/calibrate.py --out DIR           # the corpus (sample_data/README.md)
+    python sample_data/confusion.py --corpus DIR        # diagnose every run, alone and against
+                                                        # its healthy baseline; print the matrix
+    python sample_data/confusion.py --corpus DIR --write docs/diagnose.md   # and keep it there
+
+Each run of ``DIR/corpus.json`` is ingested into ``DIR/store`` (once) with no tag, as a user whose
+dumps say nothing of their stack would, and diagnosed twice: alone, and with ``--baseline`` its
+healthy baseline run (another healthy run of the same model and stack). A diagnosis is kept as
+JSON in ``DIR/diagnoses/`` (``NAME.json``, ``NAME@baseline.json``) and reused unless ``--fresh``.
+The matrix counts, per planted class (``healthy``, ``improvement``, a fault's class, or a
+combination ``a+b``), the cause each diagnosis names: ``none`` when it raises no alarm. A healthy
+or improved run named anything but ``none`` is a false alarm; the acceptance figure of the
+calibration is a diagonal matrix with no false alarm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from mismatchctl import api  # noqa: E402
+from mismatchctl.errors import MismatchError  # noqa: E402
+
+BEGIN, END = "<!-- confusion:begin -->", "<!-- confusion:end -->"
+QUIET = ("healthy", "improvement")
+
+
+@dataclass(frozen=True)
+class Named:
+    """What one diagnosis concluded: the verdict, the cause (and the second cause, if any)."""
+
+    run: str
+    planted: str
+    size: str | None
+    baseline: str | None  # the --baseline run, None alone
+    verdict: str
+    cause: str
+    also: tuple[str, ...]
+    ratio: float | None  # the run's vllm_kl over its baseline's (corpus.json)
+
+    @property
+    def false_alarm(self) -> bool:
+        return self.planted in QUIET and self.verdict in ("warn", "fail")
+
+    @property
+    def right(self) -> bool:
+        """The planted class named: every class of a combination among the named causes."""
+        if self.planted in QUIET:
+            return not self.false_alarm
+        named = {self.cause, *self.also}
+        return set(self.planted.split("+")) <= named
+
+
+def load_corpus(corpus: Path) -> list[dict[str, Any]]:
+    found = json.loads((corpus / "corpus.json").read_text())
+    runs = found["runs"] if isinstance(found, dict) else found
+    return [r for r in runs if (corpus / "runs" / r["name"]).exists()]
+
+
+def ingest_all(corpus: Path, runs: list[dict[str, Any]], store: Path) -> None:
+    have = {r.name for r in api.runs(store)} if store.exists() else set()
+    for run in runs:
+        if run["name"] in have:
+            continue
+        options = run.get("ingest") or {}
+        routes = None
+        if options:
+            from mismatchctl.options import RouteOptions
+
+            routes = RouteOptions(
+                topk=options.get("routes_topk"), num_experts=options.get("num_experts")
+            )
+        api.ingest([corpus / "runs" / run["name"]], run["name"], store=store, routes=routes)
+
+
+def diagnosis(store: Path, out: Path, run: str, baseline: str | None, fresh: bool) -> dict:
+    path = out / (f"{run}@{baseline}.json" if baseline else f"{run}.json")
+    if path.exists() and not fresh:
+        return json.loads(path.read_text())
+    found = api.diagnose(run, baseline=baseline, store=store).section_dict()
+    path.write_text(json.dumps(found, default=str))
+    return found
+
+
+def named(run: dict[str, Any], found: dict, baseline: str | None) -> Named:
+    cause = found.get("cause") or {}
+    if not cause:  # a diagnosis of before the weighing: its cause check's evidence
+        check = next((c for c in found["checks"] if c["name"] == "cause"), None)
+        cause = {"key": check["evidence"]["cause"]} if check else {}
+    key = cause.get("key", "none") if found["verdict"] in ("warn", "fail") else "none"
+    return Named(
+        run["name"], run["cause"] if run["kind"] in ("fault", "combo") else run["kind"],
+        run.get("size"), baseline, found["verdict"], key,
+        tuple(a["key"] for a in cause.get("also", [])), run.get("ratio_to_baseline"),
+    )  # fmt: skip
+
+
+def matrix(rows: list[Named]) -> str:
+    """Planted class (rows) x named cause (columns), counts over every diagnosis."""
+    causes = [*sorted({r.cause for r in rows} - {"none"}), "none"]
+    by = defaultdict(Counter)
+    for r in rows:
+        by[r.planted][r.cause] += 1
+    planted = sorted(by, key=lambda p: (p not in QUIET, "+" in p, p))
+    head = "| planted \\ named | " + " | ".join(causes) + " | right |"
+    lines = [head, "|" + " --- |" * (len(causes) + 2)]
+    for p in planted:
+        right = sum(r.right for r in rows if r.planted == p)
+        total = sum(by[p].values())
+        cells = [str(by[p][c]) if by[p][c] else "." for c in causes]
+        lines.append(f"| {p} | " + " | ".join(cells) + f" | {right}/{total} |")
+    return "\n".join(lines)
+
+
+def details(rows: list[Named]) -> str:
+    lines = [
+        "| run | planted | size | x baseline | alone | with its baseline |",
+        "|" + " --- |" * 6,
+    ]
+    pairs: dict[str, list[Named]] = defaultdict(list)
+    for r in rows:
+        pairs[r.run].append(r)
+    for run, found in pairs.items():
+        alone = next((r for r in found if r.baseline is None), None)
+        based = next((r for r in found if r.baseline is not None), None)
+        first = found[0]
+        ratio = f"{first.ratio:.3g}" if first.ratio else "-"
+
+        def cell(r: Named | None) -> str:
+            if r is None:
+                return "-"
+            text = f"{r.verdict} {r.cause}" + "".join(f" + {a}" for a in r.also)
+            return text if r.right else f"**{text}**"
+
+        lines.append(
+            f"| {run} | {first.planted} | {first.size or '-'} | {ratio} | {cell(alone)} | "
+            f"{cell(based)} |"
+        )
+    return "\n".join(lines)
+
+
+def summary(rows: list[Named]) -> str:
+    quiet = [r for r in rows if r.planted in QUIET]
+    faults = [r for r in rows if r.planted not in QUIET]
+    false = sum(r.false_alarm for r in quiet)
+    right = sum(r.right for r in faults)
+    silent = sum(r.cause == "none" for r in faults)
+    return (
+        f"{len(rows)} diagnoses of {len({r.run for r in rows})} runs: false alarms {false} of "
+        f"{len(quiet)} healthy or improved; faults named right {right} of {len(faults)}, "
+        f"misnamed {len(faults) - right - silent}, not seen {silent}."
+    )
+
+
+def write_into(doc: Path, text: str) -> None:
+    body = doc.read_text()
+    if BEGIN not in body or END not in body:
+        raise SystemExit(f"{doc} has no {BEGIN} ... {END} block to write the matrix into")
+    head, rest = body.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    doc.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--corpus", type=Path, required=True, help="calibrate.py's --out")
+    parser.add_argument("--only", default="", help="comma-separated run names")
+    parser.add_argument("--fresh", action="store_true", help="diagnose again, ignore saved JSON")
+    parser.add_argument("--write", type=Path, help="a Markdown file to keep the matrix in")
+    opts = parser.parse_args()
+    corpus: Path = opts.corpus
+    runs = load_corpus(corpus)
+    if opts.only:
+        wanted = set(opts.only.split(","))
+        runs = [r for r in runs if r["name"] in wanted]
+    store, out = corpus / "store", corpus / "diagnoses"
+    out.mkdir(exist_ok=True)
+    ingest_all(corpus, [*runs, *(r for r in load_corpus(corpus) if r["name"] in
+                                 {x.get("baseline") for x in runs})], store)  # fmt: skip
+    rows: list[Named] = []
+    for run in runs:
+        start = time.perf_counter()
+        for base in (None, run.get("baseline")):
+            if base is None and rows and rows[-1].run == run["name"]:
+                continue
+            try:
+                found = diagnosis(store, out, run["name"], base, opts.fresh)
+            except MismatchError as exc:
+                print(f"{run['name']} (baseline {base}): {exc}", file=sys.stderr)
+                continue
+            rows.append(named(run, found, base))
+        took = time.perf_counter() - start
+        shown = [f"{r.verdict} {r.cause}" for r in rows if r.run == run["name"]]
+        print(f"{run['name']:<26} {took:5.1f} s  {' | '.join(shown)}", file=sys.stderr)
+    text = "\n\n".join([summary(rows), matrix(rows), details(rows)])
+    print(text)
+    if opts.write:
+        write_into(opts.write, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
