@@ -194,7 +194,16 @@ def main() -> None:
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--write", type=Path, help="replace this Markdown file's section")
     parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument(
+        "--render", type=Path, help="write the section of an earlier run's long_runs.json"
+    )
     args = parser.parse_args()
+    if args.render is not None:
+        text = section(json.loads(args.render.read_text()))
+        print(text)
+        if args.write:
+            replace_section(args.write, SECTION, text)
+        return
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: bytecode cached
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mismatchctl-long-"))
     workdir.mkdir(parents=True, exist_ok=True)
