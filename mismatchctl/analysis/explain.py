@@ -41,7 +41,8 @@ from mismatchctl.stats.cube_bootstrap import (
     sequence_keys,
 )
 from mismatchctl.stats.cube_cells import SequenceCells
-from mismatchctl.stats.cube_spec import CubeSpec, Dim
+from mismatchctl.stats.cube_part import PartCube, PartStates, as_cube, fold
+from mismatchctl.stats.cube_spec import CubeSpec, Dim, run_label
 from mismatchctl.stats.localize import explain as localize
 from mismatchctl.stats.localize_result import Explanation
 from mismatchctl.stats.positions import (
@@ -310,26 +311,30 @@ class CubeExtra:
     def __init__(self, spec: CubeSpec) -> None:
         self.spec, self.coder, self.keys = spec, _Coder(spec), cube_keys(spec)
         self.routing_columns = twin_columns([d.name for d in spec.dims])
+        self.states = PartStates(spec)
 
     def compute(self, table: pa.Table, keys: PartKeys) -> Cube:
         return self.compute_into(None, table, keys)
 
-    def compute_into(self, state: Cube | None, table: pa.Table, keys: PartKeys) -> Cube:
-        """The part's cube so far with the slice's tokens added in place."""
+    def compute_into(
+        self, state: Cube | PartCube | None, table: pa.Table, keys: PartKeys
+    ) -> Cube | PartCube:
+        """The part's cube so far (the first part's dense, the others' the cells they touch:
+        ``stats/cube_part.py``) with the slice's tokens added in place."""
         lr, lt, rows, tok, seqc, _ = self.coder.slice(table, keys)
-        cube = Cube(self.spec) if state is None else state
+        cube = self.states.new() if state is None else state
         cube.add(lr, lt, rows, tok, seqc)
         return cube
 
-    def merge(self, a: Cube, b: Cube) -> Cube:
-        return a.merge_into(b)
+    def merge(self, a: Cube | PartCube, b: Cube | PartCube) -> Cube:
+        return fold(a, b)
 
 
 @dataclass
 class CubeCells:
     """A side's cube and its sequences' cells (in the order the engine folds the parts)."""
 
-    cube: Cube
+    cube: Cube | PartCube  # a part's, in the engine's fold; a cube once read
     cells: list[SequenceCells]
 
 
@@ -345,14 +350,14 @@ class CubeCellsExtra(CubeExtra):
     ) -> CubeCells:
         """The part's cube and cells so far with the slice's added (the cube in place)."""
         lr, lt, rows, tok, seqc, seq_ids = self.coder.slice(table, keys)
-        out = CubeCells(Cube(self.spec), []) if state is None else state
+        out = CubeCells(self.states.new(), []) if state is None else state
         cells = out.cube.add(lr, lt, rows, tok, seqc, sequence_keys(keys.run, seq_ids))
         assert cells is not None
         out.cells.append(cells)
         return out
 
     def merge(self, a: CubeCells, b: CubeCells) -> CubeCells:  # type: ignore[override]
-        return CubeCells(a.cube.merge_into(b.cube), a.cells + b.cells)
+        return CubeCells(fold(a.cube, b.cube), a.cells + b.cells)
 
 
 class RunCubeExtra:
@@ -364,25 +369,29 @@ class RunCubeExtra:
     def __init__(self, spec: CubeSpec) -> None:
         self.spec, self.coder, self.keys = spec, _Coder(spec), cube_keys(spec)
         self.routing_columns = twin_columns([d.name for d in spec.dims])
+        self.states = PartStates(spec)
 
-    def compute(self, table: pa.Table, keys: PartKeys) -> dict[str, Cube]:
+    def compute(self, table: pa.Table, keys: PartKeys) -> dict[str, Cube | PartCube]:
         return self.compute_into(None, table, keys)
 
     def compute_into(
-        self, state: dict[str, Cube] | None, table: pa.Table, keys: PartKeys
-    ) -> dict[str, Cube]:
-        """The part's cube (a part holds one run) so far with the slice's tokens added."""
+        self, state: dict[str, Cube | PartCube] | None, table: pa.Table, keys: PartKeys
+    ) -> dict[str, Cube | PartCube]:
+        """The part's cube (a part holds one run; the run's first part dense, the others the
+        cells they touch) so far with the slice's tokens added."""
         lr, lt, rows, tok, seqc, _ = self.coder.slice(table, keys)
         out = {} if state is None else state
         if keys.run not in out:
-            out[keys.run] = Cube(self.spec)
+            out[keys.run] = self.states.new(keys.run)
         out[keys.run].add(lr, lt, rows, tok, seqc)
         return out
 
-    def merge(self, a: dict[str, Cube], b: dict[str, Cube]) -> dict[str, Cube]:
+    def merge(
+        self, a: dict[str, Cube | PartCube], b: dict[str, Cube | PartCube]
+    ) -> dict[str, Cube | PartCube]:
         out = dict(a)
         for run, cube in b.items():
-            out[run] = out[run].merge_into(cube) if run in out else cube
+            out[run] = fold(out[run], cube) if run in out else cube
         return out
 
 
@@ -437,8 +446,10 @@ def read_cubes(
         state = states[0]
         if state is None:
             out.append(CubeCells(Cube(spec), []))
+        elif cells:
+            out.append(CubeCells(as_cube(state.cube), state.cells))
         else:
-            out.append(state if cells else CubeCells(state, []))
+            out.append(CubeCells(as_cube(state), []))
     return out
 
 
@@ -451,7 +462,7 @@ def read_run_cubes(
         _, states = engine.runner()(
             sel.tasks, [], edges, sel.rows, workers, None, [RunCubeExtra(spec)]
         )
-        out.append(merge_all((states[0] or {}).values(), spec))
+        out.append(merge_all(map(as_cube, (states[0] or {}).values()), spec))
     return out
 
 
@@ -545,24 +556,46 @@ def refuse_same(target: Selection, baseline: Selection) -> None:
         )
 
 
+MAX_BARS = 60  # values of a finding's dimension drawn one bar each; more are grouped
+
+
 def rate_plots(expl: Explanation, cubes: Sequence[Cube], top: int = 3) -> list[RatePlot]:
     """Per top finding (or lead), the mean K3 at every value of its first dimension, on both
-    sides."""
+    sides; an ordered dimension with more than ``MAX_BARS`` values (the steps of a long run) in
+    at most that many groups of consecutive values, each group's mean K3 its mass over its
+    tokens."""
     out = []
     for f in (expl.findings or expl.leads)[:top]:
         dim = next(iter(f.where))
         spec = cubes[0].spec
         d = spec.dims[spec.index(dim)]
+        groups = value_groups(d.size if d.ordered else 0, MAX_BARS) or [
+            np.array([k]) for k in range(d.size)
+        ]
         sides = []
         for cube in cubes:
             t = cube.table([dim], exact=True)
-            n, a = t[:, Field.TOKENS], t[:, Field.K3]
-            sides.append([float(a[i] / n[i]) if n[i] else None for i in range(d.size)])
-        tokens = cubes[0].table([dim], exact=True)[:, Field.TOKENS].astype(int).tolist()
-        named = [lab for i, lab in enumerate(d.labels) if i in f.region.get(spec.index(dim), ())]
+            n = [float(t[g, Field.TOKENS].sum()) for g in groups]
+            a = [float(t[g, Field.K3].sum()) for g in groups]
+            sides.append([a[i] / n[i] if n[i] else None for i in range(len(groups))])
+        t0 = cubes[0].table([dim], exact=True)
+        tokens = [int(t0[g, Field.TOKENS].sum()) for g in groups]
+        codes = set(f.region.get(spec.index(dim), ()))
+        labels = [run_label(d, int(g[0]), int(g[-1])) for g in groups]
+        named = [
+            lab for g, lab in zip(groups, labels, strict=True) if codes.intersection(g.tolist())
+        ]
         base = sides[1] if len(sides) > 1 else None
-        out.append(RatePlot(dim, list(d.labels), sides[0], base, tokens, named))
+        out.append(RatePlot(dim, labels, sides[0], base, tokens, named))
     return out
+
+
+def value_groups(size: int, most: int) -> list[np.ndarray]:
+    """``size`` consecutive codes in at most ``most`` groups of nearly equal length (none when
+    they fit one a group)."""
+    if size <= most:
+        return []
+    return [g for g in np.array_split(np.arange(size), most) if len(g)]
 
 
 __all__ = ["Explain", "build_explain", "cube_spec", "explain_selections"]

@@ -65,7 +65,9 @@ def explain_sections(e: Explain) -> list[S.Section]:
 
 HOW_RATES = (
     "Mean K3 (vllm_kl) of the tokens at each value of the finding's dimension: the target and, "
-    "with a baseline, the baseline; the bars' width follows nothing, the hover gives the tokens."
+    "with a baseline, the baseline; the bars' width follows nothing, the hover gives the tokens. "
+    "A dimension of more than 60 ordered values (the steps of a long run) is drawn in 60 groups "
+    "of consecutive values, each at its tokens' mean K3."
 )
 
 

@@ -21,9 +21,10 @@ from mismatchctl.display import did_you_mean, shown
 from mismatchctl.engines.plan import PartTask, RowFilter, Selection, StepRange
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import RunInfo, Store
-from mismatchctl.store.integrity import check_run
+from mismatchctl.store.catalog import PartRecord
+from mismatchctl.store.integrity import check_parts, check_run
 from mismatchctl.store.location import demo_store_hint
-from mismatchctl.store.parts import ROUTING, SEQUENCES, TOKENS, twin_path
+from mismatchctl.store.parts import MASKED, ROUTING, SEQUENCES, TOKENS, twin_path
 
 T = TypeVar("T")
 
@@ -62,6 +63,7 @@ def select(
         raise _no_runs(store)
     sel = Selection([], RowFilter(steps, gpu), dict(tags or {}), label, store=store)
     sel.named = bool(runs)
+    held: set[str] = set()  # runs with sequence rows of the wanted sources (at any step)
     for name in names:
         try:
             info = store.run(name)
@@ -70,7 +72,8 @@ def select(
                 raise  # not there (the error lists the runs), or a damaged catalog
             continue  # listed a moment ago, removed since
         try:
-            _add_run(sel, store, info)
+            if _add_run(sel, store, info):
+                held.add(name)
         except StoreError:
             if name in store.run_names():
                 raise  # a damaged part: the error names the fix
@@ -78,7 +81,7 @@ def select(
                 raise RunRemovedError([name], True) from None
     if not sel.named and not sel.sequence_paths:  # every run was removed since the listing
         raise _no_runs(store)
-    sel.runs = [r for r in sel.runs if sel.sequence_paths[r.name]]
+    sel.runs = [r for r in sel.runs if r.name in held]
     return sel
 
 
@@ -89,18 +92,27 @@ def _no_runs(store: Store) -> StoreError:
     )
 
 
-def _add_run(sel: Selection, store: Store, info: RunInfo) -> None:
+def _add_run(sel: Selection, store: Store, info: RunInfo) -> bool:
     """The run's parts that the selection wants (all or nothing: a run removed meanwhile leaves
-    no trace in the selection)."""
+    no trace in the selection); whether its wanted sources have sequence rows at all. A
+    selection of some steps holds, and checks, only the parts with rows of those steps: a
+    watched run's new step reads and checks its own parts, not the thousand before it."""
     name = info.name
-    check_run(store, name)  # a missing or truncated part is an error naming the fix
-    wanted = {s.id: s for s in info.sources if _matches(s.tags, sel.tags)}
     steps = sel.steps
-    seq_parts = [p for p in store.parts(name, SEQUENCES) if p.source_id in wanted]
+    if steps is None:
+        check_run(store, name)  # a missing or truncated part is an error naming the fix
+    wanted = {s.id: s for s in info.sources if _matches(s.tags, sel.tags)}
+    of_wanted = [p for p in store.parts(name, SEQUENCES) if p.source_id in wanted]
+    seq_parts = [p for p in of_wanted if _holds(p, steps)]
     of_source: dict[int | None, tuple[str, ...]] = {}
     for p in seq_parts:
         of_source[p.source_id] = (*of_source.get(p.source_id, ()), str(store.part_path(p)))
-    twins = {str(store.part_path(p)) for p in store.parts(name, ROUTING)}
+    routing = {str(store.part_path(p)): p for p in store.parts(name, ROUTING)}
+    token_parts = [
+        part
+        for part in store.parts(name, TOKENS)
+        if part.source_id in wanted and _holds(part, steps)
+    ]
     tasks = [
         PartTask(
             name,
@@ -108,16 +120,26 @@ def _add_run(sel: Selection, store: Store, info: RunInfo) -> None:
             tuple(sorted(wanted[part.source_id].tags.items())),
             part.rows,
             of_source.get(part.source_id, ()),
-            twin if (twin := twin_path(str(store.part_path(part)))) in twins else "",
+            twin if (twin := twin_path(str(store.part_path(part)))) in routing else "",
         )
-        for part in store.parts(name, TOKENS)
-        if part.source_id in wanted
-        and (steps is None or steps.overlaps(part.min_step, part.max_step))
+        for part in token_parts
     ]
+    if steps is not None:
+        twins = [routing[t.routing] for t in tasks if t.routing]
+        masked = [p for p in store.parts(name, MASKED) if _holds(p, steps)]
+        check_parts(store, name, [*token_parts, *seq_parts, *twins, *masked])
     sequences = [str(store.part_path(p)) for p in seq_parts]
     sel.runs.append(info)
     sel.tasks += tasks
     sel.sequence_paths[name] = sequences
+    return bool(of_wanted)
+
+
+def _holds(part: PartRecord, steps: StepRange | None) -> bool:
+    """Whether a part may hold rows of the steps (a part without its steps recorded may)."""
+    if steps is None or part.min_step is None or part.max_step is None:
+        return True
+    return steps.overlaps(part.min_step, part.max_step)
 
 
 def removed_while_reading(selection: Selection) -> RunRemovedError | None:

@@ -15,6 +15,8 @@ With --baseline (a run, a slice such as gpu=H20, or the same run's earlier steps
 
 Without a baseline: where the K3 mass concentrates, each cell against the rest of the selection at the same token probabilities (low-probability tokens always carry more K3: the comparison takes that out), and the raw lift table.
 
+A run of more than 32 steps has its steps searched as ranges and regimes (a change point, an interval, every k-th step), and a set of many values is named by its structure ('19-199: 15 of 181, in 7 short bursts'); the JSON's where keeps every range.
+
 Algorithm and constants: docs/explain.md.
 
 [bold]Examples[/]
@@ -22,6 +24,8 @@ Algorithm and constants: docs/explain.md.
   mismatchctl explain v1-a100 --baseline v0-ref
 
   mismatchctl explain 'v1@steps=200..' --baseline 'v1@steps=0..50'
+
+  mismatchctl explain 'v1@steps=900..999' --baseline 'v1@steps=0..99'   (a rise: mix or rate, and where)
 
   mismatchctl explain gpu=A100 --baseline gpu=H20 --html explain.html
 

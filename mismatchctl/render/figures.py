@@ -54,6 +54,7 @@ BAND_FILL = {
 BANDS = (("low", 1e-3), ("medium", 2e-2), ("high", 1e-1), ("severe", math.inf))
 MEAN_COLOUR = PALETTE[3]
 STEP_POINT_BUDGET = 100_000  # per figure, over all its series: bounds the page size
+DENSE_POINTS = 200  # a series of more points is drawn as a line without markers
 MIN_POINTS_PER_SERIES = 500
 MASS_KEPT = 0.998  # a density's axis range covers the cells holding this share of its counts
 
@@ -290,7 +291,7 @@ def steps_figure(p: FD.StepsPlot) -> go.Figure:
         values += [v for v in ys if v is not None]
         name = f"{p.key} {esc(line.name)}"
         fig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="lines+markers", name=name, marker=dict(size=5, color=colours[i]),
+            x=xs, y=ys, mode=line_mode(len(xs)), name=name, marker=dict(size=5, color=colours[i]),
             line=dict(width=1.5, color=colours[i]),
             text=[f"{name}<br>step {line.steps[j]}<br>vllm_kl {number(line.values[j])} "
                   f"({line.bands[j] or '-'})" for j in keep],
@@ -309,6 +310,12 @@ def _kl_range(values: list[float]) -> tuple[float, float]:
     if not values:
         return -4.3, -0.4
     return math.log10(min(values)) - 0.3, math.log10(max(values)) + 0.3
+
+
+def line_mode(points: int) -> str:
+    """Markers on a line of a few points; a line alone when dense (a thousand steps' markers
+    hide the line)."""
+    return "lines+markers" if points <= DENSE_POINTS else "lines"
 
 
 def thin(values: list, budget: int) -> list[int]:
@@ -369,7 +376,7 @@ def overlay_figure(c: RunCurves) -> go.Figure:
     the menu above the plot switches the curve."""
     fig = go.Figure()
     kx, ky = _finite(c.series[KL], positive=True)
-    fig.add_trace(go.Scatter(x=kx, y=ky, name=M.VLLM_KL, mode="lines+markers",
+    fig.add_trace(go.Scatter(x=kx, y=ky, name=M.VLLM_KL, mode=line_mode(len(kx)),
                              marker=dict(size=4, color=PALETTE[3]), line=dict(width=1.5, color=PALETTE[3]),
                              hovertemplate="step %{x}<br>vllm_kl %{y:.3e}<extra></extra>"))  # fmt: skip
     names = overlay_order(c)
@@ -437,7 +444,7 @@ def compare_curve_figure(p: CurvePair) -> go.Figure:
         x, y = _finite(s, positive=is_kl)
         values += [v for v in y if v is not None]
         fig.add_trace(go.Scatter(
-            x=x, y=y, name=esc(label), mode="lines+markers" if len(x) <= 200 else "lines",
+            x=x, y=y, name=esc(label), mode=line_mode(len(x)),
             marker=dict(size=4), line=dict(width=1.5, color=colour(i)), text=[number(v) for v in y],
             hovertemplate=f"{esc(label)}<br>step %{{x}}<br>{esc(p.metric)} %{{text}}<extra></extra>",
         ))  # fmt: skip
@@ -462,7 +469,7 @@ def compare_steps_figure(c: Comparison) -> go.Figure:
         rows = [r for r in c.steps if _positive(getattr(r, f"{side}_vllm_kl")) is not None]
         ys = [getattr(r, f"{side}_vllm_kl") for r in rows]
         values += ys
-        fig.add_trace(go.Scatter(x=[r.step for r in rows], y=ys, mode="lines+markers",
+        fig.add_trace(go.Scatter(x=[r.step for r in rows], y=ys, mode=line_mode(len(rows)),
                                  name=f"{side.upper()}: {esc(rep.selection.label)}",
                                  line=dict(color=colour(i), width=1.5), marker=dict(size=5)))  # fmt: skip
     lo, hi = _kl_range(values)
@@ -543,7 +550,7 @@ def whatif_steps_figure(w: Whatif) -> go.Figure:
         prefix = f"{esc(run)} · " if len(per_run) > 1 else ""
         for j, m in enumerate(w.methods):
             y = [unit_fraction(m, g.results[j]) for g in mine]
-            fig.add_trace(go.Scatter(x=steps, y=y, name=prefix + method_label(m), mode="lines+markers",
+            fig.add_trace(go.Scatter(x=steps, y=y, name=prefix + method_label(m), mode=line_mode(len(steps)),
                                      line=dict(color=colours[n])))  # fmt: skip
             n += 1
         kl = [w.batch_vllm_kl.get((run, s)) for s in steps]

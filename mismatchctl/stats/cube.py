@@ -18,7 +18,7 @@ hold whole sequences): a sequence split across calls counts as two clusters.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import IntEnum
 
 import numpy as np
@@ -97,34 +97,11 @@ class Cube:
         """
         from mismatchctl.stats import cube_kernels  # numba: compiled on first use
 
-        lr, lt, seq, tok, seqc = _checked(self.spec, lr, lt, seq, token_codes, seq_codes)
-        if seq_keys is not None and np.shape(seq_keys) != (len(seqc),):
-            raise ValueError(
-                f"seq_keys must hold one key per row of seq_codes ({len(seqc)}; found "
-                f"{np.shape(seq_keys)})"
-            )
-        if len(lr) == 0:
-            return None if seq_keys is None else _no_cells(seqc)
-        starts, rows = sequence_runs(seq)
-        layout = kernel_layout(self.spec)
-        longest = int(np.diff(starts).max())
-        keep = seq_keys is not None
-        ptr = np.zeros(len(rows) + 1 if keep else 0, np.int64)
-        combo = np.empty(len(lr) if keep else 0, np.int32)
-        ntok = np.empty(len(combo), np.int32)
-        k3 = np.empty(len(combo), np.float64)
-        with np.errstate(over="ignore", invalid="ignore"):
-            cube_kernels.cube_accumulate(
-                self.state, lr, lt, starts, rows, tok, seqc, layout, min(longest, layout[2]),
-                ptr, combo, ntok, k3,
-            )  # fmt: skip
-        if seq_keys is None:
-            return None
-        used = int(ptr[-1])  # copies: the buffers had room for a cell per token
-        return SequenceCells(
-            np.asarray(seq_keys, np.uint64)[rows], seqc[rows].astype(np.int32), ptr,
-            combo[:used].copy(), ntok[:used].copy(), k3[:used].copy(),
-        )  # fmt: skip
+        def dense(*args: object) -> None:
+            counts = np.zeros(2, np.int64)
+            cube_kernels.cube_accumulate(self.state, *args, _NO_SLOTS, _NO_CELLS, counts)
+
+        return add_tokens(self.spec, dense, lr, lt, seq, token_codes, seq_codes, seq_keys)
 
     def merge(self, other: Cube) -> Cube:
         """A new cube holding both (same spec)."""
@@ -175,6 +152,52 @@ class Cube:
 
     def __repr__(self) -> str:
         return f"Cube(tokens={self.tokens}, tables={len(self.spec.tables)}, MB={self.nbytes / 1e6:.1f})"
+
+
+_NO_SLOTS = np.zeros(0, np.int32)  # a dense state: every cell is its own row
+_NO_CELLS = np.zeros(0, np.int64)
+
+
+def add_tokens(
+    spec: CubeSpec,
+    accumulate: Callable[..., None],
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    token_codes: np.ndarray,
+    seq_codes: np.ndarray,
+    seq_keys: np.ndarray | None,
+) -> SequenceCells | None:
+    """:meth:`Cube.add` of a state behind ``accumulate`` (the arguments of
+    ``cube_kernels.cube_accumulate`` after the state, up to the sequences' cells): the checks,
+    the sequences' runs, and the sequences' cells when ``seq_keys`` is given."""
+    lr, lt, seq, tok, seqc = _checked(spec, lr, lt, seq, token_codes, seq_codes)
+    if seq_keys is not None and np.shape(seq_keys) != (len(seqc),):
+        raise ValueError(
+            f"seq_keys must hold one key per row of seq_codes ({len(seqc)}; found "
+            f"{np.shape(seq_keys)})"
+        )
+    if len(lr) == 0:
+        return None if seq_keys is None else _no_cells(seqc)
+    starts, rows = sequence_runs(seq)
+    layout = kernel_layout(spec)
+    longest = int(np.diff(starts).max())
+    keep = seq_keys is not None
+    ptr = np.zeros(len(rows) + 1 if keep else 0, np.int64)
+    combo = np.empty(len(lr) if keep else 0, np.int32)
+    ntok = np.empty(len(combo), np.int32)
+    k3 = np.empty(len(combo), np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        accumulate(
+            lr, lt, starts, rows, tok, seqc, layout, min(longest, layout[2]), ptr, combo, ntok, k3
+        )
+    if seq_keys is None:
+        return None
+    used = int(ptr[-1])  # copies: the buffers had room for a cell per token
+    return SequenceCells(
+        np.asarray(seq_keys, np.uint64)[rows], seqc[rows].astype(np.int32), ptr,
+        combo[:used].copy(), ntok[:used].copy(), k3[:used].copy(),
+    )  # fmt: skip
 
 
 def merge_all(cubes: Iterable[Cube], spec: CubeSpec) -> Cube:
@@ -271,7 +294,7 @@ def _check_range(codes: np.ndarray, dims: Sequence, what: str) -> None:
 def kernel_layout(spec: CubeSpec) -> tuple:
     """The arrays :func:`cube_kernels.cube_accumulate` walks: value maps, the projections of the
     token codes (one per distinct (token dimensions, blocked) of a table) and every table's
-    offset and strides."""
+    offset and strides, and each projection's cells."""
     n_dt = spec.n_token_dims
     tcard = np.array([d.size for d in spec.token_dims], dtype=np.int64)
     tmul = np.ones(n_dt, dtype=np.int64)
@@ -289,6 +312,7 @@ def kernel_layout(spec: CubeSpec) -> tuple:
     for i, t in enumerate(spec.tables):
         tab.fill(i, t, spec, exact_off, block_off, projections)
     pdims, pmaps, pmul, psize = _projection_arrays(projections, spec, exact_off, block_off)
+    psizes = np.array(psize, dtype=np.int64)
     order = np.argsort(tab.proj, kind="stable")
     order = order[tab.proj[order] >= 0]
     ptab_ptr = np.searchsorted(tab.proj[order], np.arange(len(projections) + 1)).astype(np.int64)
@@ -296,7 +320,7 @@ def kernel_layout(spec: CubeSpec) -> tuple:
     return (
         tmul, tcard, combo_size, vmap, pdims, pmaps, pmul, int(max(psize, default=1)),
         ptab_ptr, order.astype(np.int64), qonly, tab.off, tab.pstride, tab.qdims, tab.qmaps,
-        tab.qstride,
+        tab.qstride, psizes,
     )  # fmt: skip
 
 

@@ -30,9 +30,30 @@ _N, _A, _YY, _XX, _XY, _G, _CYY, _CXY, _CYX, _CXX = range(N_FIELDS)
 
 
 @kernel(nogil=True, error_model="numpy", inline="always")
-def _add_cell(state: np.ndarray, cell: int, x: float, y: float, tx: float, ty: float) -> None:
-    """One sequence's tokens ``x`` and K3 ``y`` in a cell; ``tx``/``ty``: its totals."""
-    row = state[cell]
+def _add_cell(
+    state: np.ndarray,
+    slot: np.ndarray,
+    cells: np.ndarray,
+    counts: np.ndarray,
+    cell: int,
+    x: float,
+    y: float,
+    tx: float,
+    ty: float,
+) -> None:
+    """One sequence's tokens ``x`` and K3 ``y`` in a cell; ``tx``/``ty``: its totals. Dense
+    (``slot`` empty): the cell's row of ``state``; sparse: the row ``slot`` gives it, the next
+    free one (``counts[0]``, recorded in ``cells``) the first time."""
+    if slot.shape[0] == 0:
+        row = state[cell]
+    else:
+        k = slot[cell]
+        if k < 0:
+            k = counts[0]
+            slot[cell] = k
+            cells[k] = cell
+            counts[0] = k + 1
+        row = state[k]
     row[_N] += x
     row[_A] += y
     row[_YY] += y * y
@@ -149,7 +170,10 @@ def cube_accumulate(
     cell_combo: np.ndarray,
     cell_tokens: np.ndarray,
     cell_k3: np.ndarray,
-) -> None:
+    slot: np.ndarray,
+    cells: np.ndarray,
+    counts: np.ndarray,
+) -> int:
     """Add whole sequences to ``state`` (cells x 10: tokens, K3 sum, the per-sequence moments
     y^2, x^2, x y, their count, and the cross moments with the sequence's totals X, Y:
     Y y, X y, Y x, X x). ``starts``: first token of each sequence plus the end;
@@ -160,9 +184,15 @@ def cube_accumulate(
     With ``cell_ptr`` of one entry per sequence plus one (else empty), each sequence's buffer
     is also kept (``stats/cube_cells.py``): its combinations in the order first visited, in
     ``cell_combo``/``cell_tokens``/``cell_k3`` (room for a cell per token), sequence ``si``'s
-    from ``cell_ptr[si]`` to ``cell_ptr[si + 1]``."""
+    from ``cell_ptr[si]`` to ``cell_ptr[si + 1]`` (``counts[1]``: the cells kept so far).
+
+    Sparse (``slot`` of one entry per cube cell, -1 where the cell has no row yet): ``state``
+    holds only the cells the sequences touch, a row each in the order first touched, ``cells``
+    each row's cell, ``counts[0]`` the rows used. A sequence is added only when the rows left
+    can take every cell it may touch; returns the first sequence not added (all: their count),
+    so that the caller grows the rows and goes on from there."""
     (tmul, tcard, combo_size, vmap, pdims, pmaps, pmul, psize_max,
-     ptab_ptr, ptab_idx, qonly, toff, tpstride, tqdims, tqmaps, tqstride) = layout  # fmt: skip
+     ptab_ptr, ptab_idx, qonly, toff, tpstride, tqdims, tqmaps, tqstride, psizes) = layout  # fmt: skip
     n_dt = tok.shape[1]
     cn = np.zeros(combo_size, np.float64)
     ca = np.zeros(combo_size, np.float64)
@@ -173,9 +203,14 @@ def cube_accumulate(
     ptouch = np.empty(min(psize_max, max_touch), np.int64)
     pcv = np.zeros((min(psize_max, max_touch), 3), np.int64)
     keep = cell_ptr.shape[0] > 0
-    kept = 0
+    sparse = slot.shape[0] > 0
+    kept = counts[1]
     for si in range(starts.shape[0] - 1):
         row = rows[si]
+        most = _most_cells(starts[si + 1] - starts[si], combo_size, qonly, ptab_ptr, psizes)
+        if sparse and min(counts[0] + most, slot.shape[0]) > state.shape[0]:
+            counts[1] = kept
+            return si
         m = _buffer_sequence(lr, lt, tok, starts[si], starts[si + 1], tmul, cn, ca, ctouch)
         if keep:
             cell_ptr[si] = kept
@@ -195,7 +230,7 @@ def cube_accumulate(
             tot_a += ca[c]
         for qi in range(qonly.shape[0]):  # tables of sequence dimensions only
             cell = _seq_base(qonly[qi], row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
-            _add_cell(state, cell, tot_n, tot_a, tot_n, tot_a)
+            _add_cell(state, slot, cells, counts, cell, tot_n, tot_a, tot_n, tot_a)
         for j in range(pdims.shape[0]):
             pm = _project(
                 j, m, ctouch, cvals, cn, ca, vmap, pdims, pmaps, pmul, pn, pa, ptouch, pcv
@@ -207,7 +242,7 @@ def cube_accumulate(
                 for u in range(pm):
                     pc = ptouch[u]
                     cell = base + pcv[u, 0] * s0 + pcv[u, 1] * s1 + pcv[u, 2] * s2
-                    _add_cell(state, cell, pn[pc], pa[pc], tot_n, tot_a)
+                    _add_cell(state, slot, cells, counts, cell, pn[pc], pa[pc], tot_n, tot_a)
             for u in range(pm):
                 pn[ptouch[u]] = 0.0
                 pa[ptouch[u]] = 0.0
@@ -216,6 +251,22 @@ def cube_accumulate(
             ca[ctouch[t]] = 0.0
     if keep:
         cell_ptr[starts.shape[0] - 1] = kept
+    counts[1] = kept
+    return starts.shape[0] - 1
+
+
+@kernel(nogil=True, error_model="numpy", inline="always")
+def _most_cells(
+    length: int, combo_size: int, qonly: np.ndarray, ptab_ptr: np.ndarray, psizes: np.ndarray
+) -> int:
+    """The most cells a sequence of ``length`` tokens can add to: one in each table of
+    sequence dimensions only, and in each table of a projection at most as many as the
+    projection has cells or the sequence visits combinations."""
+    m = min(length, combo_size)
+    out = qonly.shape[0]
+    for j in range(psizes.shape[0]):
+        out += (ptab_ptr[j + 1] - ptab_ptr[j]) * min(psizes[j], m)
+    return out
 
 
 @kernel(nogil=True)

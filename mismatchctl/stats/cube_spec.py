@@ -110,7 +110,7 @@ class CubeSpec:
                 raise ValueError(f"dimension {d.name!r}: function_of {d.function_of!r} is unknown")
         object.__setattr__(self, "_index", {n: i for i, n in enumerate(names)})
 
-    @property
+    @cached_property
     def dims(self) -> tuple[Dim, ...]:
         return self.seq_dims + self.token_dims
 
@@ -135,11 +135,21 @@ class CubeSpec:
 
     def blocked(self, d: int) -> bool:
         """Whether dimension ``d`` is seen in blocks inside the search tables."""
-        return self.dims[d].size > self.block_cap
+        return self._levels[d][1]
 
     def levels(self, d: int) -> int:
         """Number of values (or blocks) of dimension ``d`` in the search tables."""
-        return self.block_cap if self.blocked(d) else self.dims[d].size
+        return self._levels[d][0]
+
+    @cached_property
+    def _levels(self) -> tuple[tuple[int, bool], ...]:
+        """Per dimension, its levels in the search tables and whether they are blocks (asked
+        for at every step of the search)."""
+        out = []
+        for dim in self.dims:
+            blocked = dim.size > self.block_cap
+            out.append((self.block_cap if blocked else dim.size, blocked))
+        return tuple(out)
 
     def block_of(self, d: int) -> np.ndarray:
         """The block (search-level code) of every code of dimension ``d``."""
@@ -153,8 +163,13 @@ class CubeSpec:
 
     def level_label(self, d: int, levels: list[int] | np.ndarray) -> str:
         """Label of a set of search-level values of ``d`` (ranges for ordered dimensions)."""
-        codes = np.unique(np.concatenate([self.members(d, int(v)) for v in levels]))
-        return codes_label(self.dims[d], codes)
+        return codes_label(self.dims[d], self.codes_of(d, levels))
+
+    def codes_of(self, d: int, levels: list[int] | np.ndarray) -> np.ndarray:
+        """The codes of ``d`` inside a set of its search-level values."""
+        if not len(levels):
+            return np.zeros(0, np.int64)
+        return np.unique(np.concatenate([self.members(d, int(v)) for v in levels]))
 
     @cached_property
     def tables(self) -> tuple[Table, ...]:
@@ -227,10 +242,11 @@ def codes_label(dim: Dim, codes: np.ndarray | list[int]) -> str:
             runs[-1] = (runs[-1][0], c)
         else:
             runs.append((c, c))
-    return ",".join(_run_label(dim, a, b) for a, b in runs)
+    return ",".join(run_label(dim, a, b) for a, b in runs)
 
 
-def _run_label(dim: Dim, a: int, b: int) -> str:
+def run_label(dim: Dim, a: int, b: int) -> str:
+    """Label of the consecutive codes ``a..b`` of an ordered dimension."""
     first, last = dim.labels[a], dim.labels[b]
     if a == b:
         return first

@@ -20,6 +20,7 @@ from mismatchctl.stats.localize_estimates import (
 )
 from mismatchctl.stats.localize_math import div, norm_ppf, relvar, weighted
 from mismatchctl.stats.localize_reference import Reference
+from mismatchctl.stats.localize_regimes import is_regime, readable
 from mismatchctl.stats.localize_regions import (
     log_contrast_var,
     region_moments,
@@ -37,6 +38,7 @@ from mismatchctl.stats.localize_result import (
 from mismatchctl.stats.localize_search import Selected, effective_sequences
 from mismatchctl.stats.localize_tables import Masks, SideTables, on_parents
 from mismatchctl.stats.localize_thresholds import LocalizeThresholds
+from mismatchctl.stats.value_names import name_values
 
 
 @dataclass
@@ -168,6 +170,7 @@ def fold_seen_again(sides: Sides, findings: list[tuple[Finding, Masks]]) -> list
 def _fold(sides: Sides, home: Finding, seen: Finding) -> None:
     """``seen`` named in ``home`` (with what it had folded in itself)."""
     home.seen_as += [seen.where, *seen.same_as, *seen.seen_as]
+    home.seen_as_named += [seen.named, *seen.same_as_named, *seen.seen_as_named]
     home.sentence = sentence(home, sides.mode, sides.th.rate_ci_level)
 
 
@@ -214,13 +217,15 @@ def _union(sides: Sides, a: Masks, b: Masks) -> Masks | None:
     differ = [d for d in a if not np.array_equal(a[d], b[d])]
     if len(differ) != 1:
         return None
+    d = differ[0]
+    if is_regime(sides.t, d, sides.th) and not readable(a[d] | b[d]):
+        return None  # a regime's set keeps a few ranges: the two stay findings of their own
     (ea, va), (eb, vb) = estimate(sides, a), estimate(sides, b)
     la, lb = float(ea.rate_ratio), float(eb.rate_ratio)
     if not (la > 0 and lb > 0) or abs(math.log(la) - math.log(lb)) > sides.th.merge_z * math.sqrt(
         va + vb
     ):
         return None
-    d = differ[0]
     return {**a, d: a[d] | b[d]}
 
 
@@ -258,6 +263,8 @@ def finding(
         baseline=baseline,
         same_as=[_where(sides, r) for r in aliases],
         effective_sequences=_finite(effective_sequences(moments.mom)),
+        named=named(sides, region),
+        same_as_named=[named(sides, r) for r in aliases],
     )
     out.sentence = sentence(out, sides.mode, sides.th.rate_ci_level)
     return out
@@ -282,14 +289,33 @@ def _where(sides: Sides, region: Masks) -> dict[str, str]:
     """Dimension name -> label of its values, token dimensions first (as the caller listed);
     values the target has no tokens in are left out of the label (a region may span them)."""
     spec = sides.t.spec
-    order = sorted(region, key=lambda d: (not spec.is_token_dim(d), d))
+    return {
+        spec.dims[d].name: spec.level_label(d, _held(sides, region, d))
+        for d in _order(sides, region)
+    }
+
+
+def named(sides: Sides, region: Masks) -> dict[str, str]:
+    """:func:`_where` as a person reads it: a few ranges or values one by one, more by their
+    structure (``stats/value_names.py``)."""
+    spec, t = sides.t.spec, sides.t
     out = {}
-    for d in order:
-        held = region[d] & (sides.t.n[(d,)] > 0)
-        out[spec.dims[d].name] = spec.level_label(
-            d, np.flatnonzero(held if held.any() else region[d])
-        )
+    for d in _order(sides, region):
+        codes = spec.codes_of(d, _held(sides, region, d))
+        present = spec.codes_of(d, np.flatnonzero(t.n[(d,)] > 0))
+        out[spec.dims[d].name] = name_values(spec.dims[d], codes, present)
     return out
+
+
+def _order(sides: Sides, region: Masks) -> list[int]:
+    spec = sides.t.spec
+    return sorted(region, key=lambda d: (not spec.is_token_dim(d), d))
+
+
+def _held(sides: Sides, region: Masks, d: int) -> np.ndarray:
+    """The region's levels of ``d`` the target has tokens in (all of them when none)."""
+    held = region[d] & (sides.t.n[(d,)] > 0)
+    return np.flatnonzero(held if held.any() else region[d])
 
 
 def surprise(p: float, q: float) -> float:

@@ -47,12 +47,21 @@ import numpy as np
 
 from mismatchctl.stats.cube import Field
 from mismatchctl.stats.localize_math import chi2_sf, div, norm_ppf, own_var, relvar, weighted
+from mismatchctl.stats.localize_regimes import (
+    best_interval,
+    best_period,
+    filled,
+    is_regime,
+    next_to,
+    run_ends,
+)
 from mismatchctl.stats.localize_regions import (
     complement_var,
     log_contrast_var,
     region_moments,
     restrict,
 )
+from mismatchctl.stats.localize_screen import MARGIN, Screen, screen
 from mismatchctl.stats.localize_search import (
     Search,
     Selected,
@@ -69,6 +78,10 @@ MAX_MOVES = 256  # moves of one kind in a round (pruning a range of blocked step
 # Batches: a fault can sit in any set of them (every third step, two gpus of four, some runs of a
 # selection), where one of positions (KV, turn position, length, probability) sits in a range.
 SET_DIMS = frozenset({"step", "gpu", "run"})
+
+
+def _among(values: np.ndarray, offered: list[np.ndarray]) -> bool:
+    return any(len(o) == len(values) and np.array_equal(o, values) for o in offered)
 
 
 def _same_region(a: Masks, b: Masks) -> bool:
@@ -110,12 +123,26 @@ class Refiner:
         self.s = search
         self.t = search.t
         self.th = search.th
+        self._along: dict[tuple, dict] = {}  # ``along``'s sums under the model's version
+        self._along_version = search.version
 
     # --- sums ---------------------------------------------------------------------------
 
     def along(self, region: Masks, d: int) -> dict:
         """Per value of ``d``: the sums of the region with ``d`` fixed to that value (the
-        region's other masks applied), from the table of the region's dimensions and ``d``."""
+        region's other masks applied), from the table of the region's dimensions and ``d``
+        (reused while the model and the other masks are the same: the moves ask for one
+        column once per value or range of ``d`` they try)."""
+        if self._along_version != self.s.version:
+            self._along.clear()  # the model changed: every earlier column is stale
+            self._along_version = self.s.version
+        key = (d, *((e, region[e].tobytes()) for e in sorted(region) if e != d))
+        col = self._along.get(key)
+        if col is None:
+            col = self._along[key] = self._column(region, d)
+        return {**col, "region": region}
+
+    def _column(self, region: Masks, d: int) -> dict:
         t, ref, s, spec = self.t, self.s.ref, self.s, self.t.spec
         dims = tuple(sorted({*region, d}))
         shape = t.shape(dims)
@@ -288,23 +315,43 @@ class Refiner:
     def _down(self, region: Masks) -> Masks | None:
         """The finer region, from the single values and ranges of :func:`_subsets`; when none
         is purer, from the hot sets of batch dimensions (:func:`_hot_values`), judged with the
-        values and ranges in the count of the finer regions examined."""
-        plain: list[tuple[float, int, Stat, Stat]] = []  # z, its degrees of freedom, the split
+        values and ranges in the count of the finer regions examined. The values and ranges
+        are screened all at once (``localize_screen``); those that may pass are tested one by
+        one.
+
+        A dimension the region fixes already is refined to a sub-range only when it is a
+        regime dimension (``localize_regimes``: the steps of a long run, whose change points
+        are found one move at a time). For the others this move never looked at them (the
+        table of the region and the dimension was asked for with the dimension twice); doing
+        so changes the sample runs' findings, so it waits for a deliberate change."""
+        screens: list[tuple[int, list[np.ndarray], Screen]] = []
         cols: dict[int, dict] = {}
         for d in range(len(self.t.spec.dims)):
-            if not self.t.has((*region, d)):
+            if d in region and not is_regime(self.t, d, self.th):
+                continue  # (a sub-range of a fixed dimension: a regime's only, note below)
+            if not self.t.has(tuple({*region, d})):
                 continue
             cols[d] = col = self.along(region, d)
-            for values in self._subsets(region, d, col):
-                plain += self._candidate(region, d, values, 1)
-        moved = self._purest(region, plain, len(plain))
+            subsets = self._subsets(region, d, col)
+            if subsets:
+                screens.append((d, subsets, screen(self, region, d, col, subsets)))
+        k = sum(int(sc.counted.sum()) for _, _, sc in screens)
+        plain: list[tuple[float, int, Stat, Stat]] = []  # z, its degrees of freedom, the split
+        if k:
+            z_refine = norm_ppf(1.0 - self.th.refine_alpha / k) - MARGIN
+            for d, subsets, sc in screens:
+                for i in np.flatnonzero(sc.counted & (sc.z >= z_refine)):
+                    plain += self._candidate(region, d, subsets[i], 1)
+        moved = self._purest(region, plain, k)
         if moved is not None:
             return moved
-        hot = []
+        hot, examined = [], 0
         for d, col in cols.items():
-            for values, df in self._hot_values(region, d, col):
-                hot += self._candidate(region, d, values, df)
-        return self._purest(region, hot, len(plain) + len(hot))
+            for values, df, count in self._hot_values(region, d, col):
+                found = self._candidate(region, d, values, df)
+                hot += found
+                examined += count * len(found)  # a scan's best stands for every region scanned
+        return self._purest(region, hot, k + examined)
 
     def _candidate(
         self, region: Masks, d: int, values: np.ndarray, df: int
@@ -383,6 +430,8 @@ class Refiner:
             values = np.flatnonzero(mask)
             if len(values) < 2:
                 continue
+            if is_regime(self.t, d, self.th):
+                values = run_ends(mask)  # a regime's ranges are trimmed, never holed
             for v in values:
                 split = self._split(region, d, np.array([v]))
                 if split is not None and split[0].n > 0 and split[1].n > 0:
@@ -432,16 +481,22 @@ class Refiner:
         if self.t.spec.dims[d].ordered and d != self.s.stratum and len(allowed) > 2:
             out += [allowed[: j + 1] for j in range(1, len(allowed) - 1)]
             out += [allowed[j:] for j in range(1, len(allowed) - 1)]
+        if is_regime(self.t, d, self.th):  # a regime's range spans the steps without tokens here
+            within = region[d] if d in region else np.ones(self.t.spec.levels(d), bool)
+            out = [filled(v, within) for v in out]
         return out
 
-    def _hot_values(self, region: Masks, d: int, col: dict) -> list[tuple[np.ndarray, int]]:
+    def _hot_values(self, region: Masks, d: int, col: dict) -> list[tuple[np.ndarray, int, int]]:
         """The values of a batch dimension (``SET_DIMS``) hotter than the others, when they are
         no single value or range :func:`_subsets` offers: of the splits of the values ranked by
         their rates (K3 over the model's expectation), the one whose two sides differ most (the
         faulty steps of a fault in every third step). Returned with ``k - 1`` degrees of
         freedom (``k`` values): the split was chosen by the data, so it is judged as the
         homogeneity test of all ``k``. The set leaves out at least two values (all but one is
-        that one being cold: pruning's business), so a dimension needs four."""
+        that one being cold: pruning's business), so a dimension needs four. A regime
+        dimension (``localize_regimes``: the steps of a long run) offers its best interval and
+        its best every-k-th values instead, each standing for the regions scanned (the third
+        element: how many regions the candidate counts for)."""
         if self.t.spec.dims[d].name not in SET_DIMS:
             return []
         allowed = region[d] if d in region else np.ones(self.t.spec.levels(d), bool)
@@ -449,6 +504,10 @@ class Refiner:
         k = len(values)
         if k < 4:
             return []
+        offered = self._subsets(region, d, col)
+        if is_regime(self.t, d, self.th):
+            found = self._regimes(region, d, values, col)
+            return [(v, 1, n) for v, n in found if not _among(v, offered)]
         mom, m = col["mom"][values], col["m"][values]
         ranked = np.argsort(-div(mom[:, Field.K3], m, 0.0), kind="stable")
         head_mom, head_m = np.cumsum(mom[ranked], axis=0)[:-1], np.cumsum(m[ranked])[:-1]
@@ -464,10 +523,23 @@ class Refiner:
         hot = np.sort(values[ranked[: int(np.argmax(z)) + 1]])
         if len(hot) > k - 2:
             return []  # all values but one: that one is cold (pruning's business), none is hot
-        offered = self._subsets(region, d, col)
-        if any(len(o) == len(hot) and np.array_equal(o, hot) for o in offered):
+        if _among(hot, offered):
             return []  # a single value or a range: tried as such
-        return [(hot, k - 1)]
+        return [(hot, k - 1, 1)]
+
+    def _regimes(
+        self, region: Masks, d: int, values: np.ndarray, col: dict
+    ) -> list[tuple[np.ndarray, int]]:
+        """A regime dimension's best interval and, when its values are not in blocks (which
+        mix the phases of a period), its best every-k-th values."""
+        mom, m = col["mom"][values], col["m"][values]
+        within = region[d] if d in region else np.ones(self.t.spec.levels(d), bool)
+        found = []
+        interval = best_interval(values, mom, m, self.th)
+        if interval is not None:
+            found.append((filled(interval[0], within), interval[1]))
+        period = None if self.t.spec.blocked(d) else best_period(values, mom, m, self.th)
+        return found if period is None else [*found, period]
 
     def _mask(self, d: int, values: np.ndarray) -> np.ndarray:
         mask = np.zeros(self.t.spec.levels(d), bool)
@@ -493,7 +565,10 @@ class Refiner:
         trials = []
         for d in list(region):
             col = self.along(region, d)
+            regime = is_regime(self.t, d, self.th)
             for v in np.flatnonzero((col["mom"][:, 0] > 0) & ~region[d]):
+                if regime and not next_to(region[d], int(v)):
+                    continue  # a regime's ranges grow at their ends
                 st = self.combine(col, d, np.array([v]))
                 if self.supported(st, self.t.total_n - st.n):
                     trials.append((d, int(v), st))

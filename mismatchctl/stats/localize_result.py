@@ -64,6 +64,12 @@ class Finding:
     # how many sequences' worth of K3 the region holds (A^2 / sum y_i^2; at most that when the
     # region spans several token values): a lead holds fewer than a finding may
     effective_sequences: float | None = None
+    # ``where`` as a person reads it: many ranges or values named by their structure
+    # (``stats/value_names.py``); ``where`` keeps every range
+    named: dict[str, str] = field(default_factory=dict)
+    # the same for ``same_as`` and ``seen_as`` (the sentences' names; not in the JSON)
+    same_as_named: list[dict[str, str]] = field(default_factory=list, repr=False)
+    seen_as_named: list[dict[str, str]] = field(default_factory=list, repr=False)
 
 
 @dataclass
@@ -151,8 +157,8 @@ class Explanation:
         out = asdict(self)
         out.pop("stratum_index")
         for f in (*out["findings"], *out["leads"]):
-            f.pop("region")
-            f.pop("baseline")
+            for private in ("region", "baseline", "same_as_named", "seen_as_named"):
+                f.pop(private)
         out["located"] = self.located
         return _clean(out)
 
@@ -173,12 +179,19 @@ def where_text(where: dict[str, str]) -> str:
 
 def finding_label(f: Finding) -> str:
     """Where a finding is, the other names of the same tokens (``turn 1 (= turn_kind
-    later)``) and the later findings it explains (``(also seen as kv_position 32-63)``)."""
-    same = "".join(f" (= {where_text(w)})" for w in f.same_as)
-    seen = "; ".join(where_text(w) for w in f.seen_as[:SEEN_SHOWN])
-    if len(f.seen_as) > SEEN_SHOWN:
-        seen += f" and {len(f.seen_as) - SEEN_SHOWN} more"
-    return where_text(f.where) + same + (f" (also seen as {seen})" if seen else "")
+    later)``) and the later findings it explains (``(also seen as kv_position 32-63)``), each
+    as a person reads it (``Finding.named``)."""
+    same_as = _readable(f.same_as, f.same_as_named)
+    seen_as = _readable(f.seen_as, f.seen_as_named)
+    same = "".join(f" (= {where_text(w)})" for w in same_as)
+    seen = "; ".join(where_text(w) for w in seen_as[:SEEN_SHOWN])
+    if len(seen_as) > SEEN_SHOWN:
+        seen += f" and {len(seen_as) - SEEN_SHOWN} more"
+    return where_text(f.named or f.where) + same + (f" (also seen as {seen})" if seen else "")
+
+
+def _readable(exact: list[dict[str, str]], named: list[dict[str, str]]) -> list[dict[str, str]]:
+    return named if len(named) == len(exact) else exact
 
 
 SEEN_SHOWN = 2  # of a finding's other views named in its label (the JSON has them all)

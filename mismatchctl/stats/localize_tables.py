@@ -35,6 +35,7 @@ class SideTables:
 
     def __init__(self, cube: Cube) -> None:
         self.spec: CubeSpec = cube.spec
+        self._shapes: dict[Dims, tuple[int, ...]] = {}
         self.mom: dict[Dims, np.ndarray] = {}
         self.n: dict[Dims, np.ndarray] = {}
         self.a: dict[Dims, np.ndarray] = {}
@@ -63,7 +64,10 @@ class SideTables:
         return tuple(sorted(dims)) in self.n
 
     def shape(self, dims: Dims) -> tuple[int, ...]:
-        return tuple(self.spec.levels(d) for d in dims)
+        found = self._shapes.get(dims)
+        if found is None:
+            found = self._shapes[dims] = tuple(self.spec.levels(d) for d in dims)
+        return found
 
     def lift(self, arr: np.ndarray, sub: Dims, dims: Dims) -> np.ndarray:
         """An array over ``sub`` (a subset of ``dims``) shaped to broadcast over ``dims``."""

@@ -88,6 +88,17 @@ class LocalizeThresholds:
     (all of a long-KV fault, nothing else) rather than ``kv >= 512`` (the fault diluted) or
     ``kv >= 2048`` (part of it)."""
 
+    regime_values: int = 32
+    """An ordered batch dimension (the step) with more values than this is searched as ranges
+    and regimes: contiguous ranges (a change point, every step since one, an interval) and, when
+    its values are not in blocks, every k-th value; its sets keep at most three ranges.
+    Arbitrary sets of its values (the hottest half of hundreds of steps, each picked for its
+    noise) are neither tried nor named. With fewer values every set of them is tried, as a
+    fault can sit in any of a few batches (every third of 24 steps)."""
+
+    max_period: int = 8
+    """Periods tried for a regime dimension's every-k-th values (2 to this)."""
+
     merge_z: float = 1.96
     """Sibling findings (same dimensions, one value apart) merge into one finding with a set of
     values when their rate ratios differ by less than ``merge_z`` standard errors."""

@@ -48,6 +48,13 @@ def run_damage(store: Store, run: str, deep: bool = False) -> list[Damage]:
     parts = [
         part for kind in (TOKENS, SEQUENCES, ROUTING, MASKED) for part in store.parts(run, kind)
     ]
+    return parts_damage(store, run, parts, deep)
+
+
+def parts_damage(
+    store: Store, run: str, parts: list[PartRecord], deep: bool = False
+) -> list[Damage]:
+    """The damage of some of the run's parts, and of its training-log metrics file."""
     metrics = metrics_part(store, run)
     return [
         Damage(run, part.path, problem)
@@ -86,6 +93,13 @@ def repair_hint(run: str) -> str:
 def check_run(store: Store, run: str) -> None:
     """Raise a StoreError naming the first damaged part of ``run``, and the fix."""
     damage = run_damage(store, run)
+    if damage:
+        raise damage_error(damage)
+
+
+def check_parts(store: Store, run: str, parts: list[PartRecord]) -> None:
+    """:func:`check_run` of the parts a selection reads (and the run's metrics file)."""
+    damage = parts_damage(store, run, parts)
     if damage:
         raise damage_error(damage)
 

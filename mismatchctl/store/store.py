@@ -83,6 +83,10 @@ class Store:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        # the sources read so far, by (id, fingerprint, ingest time): a source row does not
+        # change once committed (a replaced source is another row, even with its id), so a
+        # watched run of a thousand files is not parsed again at every new step
+        self._sources: dict[tuple[int, str, str], SourceRecord] = {}
 
     def __str__(self) -> str:
         return str(self.root)
@@ -120,8 +124,7 @@ class Store:
             row = con.execute("SELECT * FROM runs WHERE name = ?", (name,)).fetchone()
             if row is None:
                 raise self._unknown_run(name, con)
-            rows = con.execute("SELECT * FROM sources WHERE run = ? ORDER BY id", (name,))
-            sources = [catalog.source_from_row(r) for r in rows]
+            sources = self._run_sources(con, name)
             rows = con.execute("SELECT * FROM metric_sources WHERE run = ? ORDER BY id", (name,))
             metric_sources = [catalog.metric_source_from_row(r) for r in rows]
         finally:
@@ -129,6 +132,18 @@ class Store:
         info = _run_info(name, row["created_at"], sources)
         info.metric_sources = metric_sources
         return info
+
+    def _run_sources(self, con: sqlite3.Connection, name: str) -> list[SourceRecord]:
+        """The run's sources: the rows read before taken from the cache, the others parsed
+        (their JSON fields are most of a source's reading)."""
+        out = []
+        for row in con.execute("SELECT * FROM sources WHERE run = ? ORDER BY id", (name,)):
+            key = (row["id"], row["fingerprint"], row["ingested_at"])
+            found = self._sources.get(key)
+            if found is None:
+                found = self._sources[key] = catalog.source_from_row(row)
+            out.append(found)
+        return out
 
     def parts(self, run: str, kind: str = TOKENS) -> list[PartRecord]:
         con = self._connect()

@@ -77,3 +77,14 @@ def test_each_line_of_the_steps_figure_has_its_own_colour() -> None:
         assert len(set(colours)) == n and [t.marker.color for t in fig.data] == colours
         assert colours[: min(n, 8)] == list(F.PALETTE[: min(n, 8)])
     assert len(set(F.palette(1000))) == 1000
+
+
+def test_a_thousand_steps_are_a_line_on_a_step_axis() -> None:
+    """A run of 1,000 steps: one point a step on a numeric step axis, drawn as a line (its
+    markers would hide it); a run of a few steps keeps its markers."""
+    steps = list(range(1000))
+    long = StepLine("long", steps, [1e-3 * (1 + s / 999) for s in steps], ["low"] * 1000)
+    short = StepLine("short", [0, 1, 2], [1e-3, 2e-3, 3e-3], ["low"] * 3)
+    fig = F.steps_figure(StepsPlot("run", [long, short]))
+    assert [t.mode for t in fig.data] == ["lines", "lines+markers"]
+    assert len(fig.data[0].x) == 1000 and fig.layout.xaxis.type in (None, "linear", "-")

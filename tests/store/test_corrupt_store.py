@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -134,3 +135,27 @@ def test_errors_keep_their_hint_across_worker_processes() -> None:
     err = pickle.loads(pickle.dumps(StoreError("part x of run `r` is missing", "re-ingest it")))
     assert isinstance(err, StoreError)
     assert (err.message, err.hint) == ("part x of run `r` is missing", "re-ingest it")
+
+
+def test_a_selection_of_some_steps_checks_the_parts_it_reads(store: Path, tmp_path: Path) -> None:
+    """A run of two files (steps 0-1, steps 2-3): a selection of steps 0-1 reads and checks the
+    first file's parts only, so a damaged part of steps 2-3 fails the whole run's report and
+    not the report of steps 0-1 (a watched run's new step reads its own parts)."""
+    from tests.planted import Plan, write
+
+    for k in range(2):
+        dump = write(Plan("clean", steps=2, per_step=8, seed=k), tmp_path / f"s{k}.parquet")
+        table = pq.read_table(dump)
+        pq.write_table(
+            table.set_column(0, "step", pa.array([s + 2 * k for s in table["step"].to_pylist()])),
+            dump,
+        )
+        assert cli("ingest", str(dump), "--run", "y", "-q").code == 0
+    parts = mismatchctl.open_store(store).parts("y", "sequences")
+    late = next(p for p in parts if p.min_step == 2)
+    (store / late.path).unlink()
+    assert cli("report", "y@steps=0..1", "--quiet").code == 0
+    ran = cli("report", "y", "--quiet")
+    assert ran.code == 1 and f"part {late.path} of run `y` is missing" in ran.err
+    ran = cli("report", "y@steps=1..2", "--quiet")
+    assert ran.code == 1 and f"part {late.path} of run `y` is missing" in ran.err

@@ -52,6 +52,23 @@ def test_append_files_to_a_run(store: Path) -> None:
     assert sorted(seqs[S.SEQ].to_list()) == [0, 1, 2, 3, 4]  # ids stay unique across appends
 
 
+def test_a_store_reads_each_source_once_and_sees_every_change(store: Path) -> None:
+    """One open store asked for a run again and again (``watch``): the sources read before are
+    kept, the newer ones read, and a run removed and ingested again (its source with the id of
+    the one removed) is read afresh."""
+    opened = mismatchctl.open_store(store)
+    assert cli("ingest", str(NEMO[0]), "--run", "r", "-q").code == 0
+    first = opened.run("r")
+    assert first.steps == [3] and len(opened._sources) == 1
+    assert cli("ingest", str(NEMO[1]), "--run", "r", "-q").code == 0
+    again = opened.run("r")
+    assert again.steps == [3, 4] and again.sources[0] is first.sources[0]
+    assert cli("runs", "rm", "r", "--yes").code == 0
+    assert cli("ingest", str(GOOD), "--run", "r", "-q").code == 0
+    (only,) = opened.run("r").sources
+    assert only.path == str(GOOD) and only.id == first.sources[0].id
+
+
 def test_runs_table_show_and_rm(store: Path) -> None:
     cli("ingest", str(GOOD), "--run", "a", "--tag", "gpu=H20", "-q")
     cli("ingest", *map(str, NEMO), "--run", "b", "-q")

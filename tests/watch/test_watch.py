@@ -501,3 +501,47 @@ def test_watch_reads_files_as_ingest_does(store: Path, tmp_path: Path) -> None:
     assert watched_kl.metrics["vllm_kl"] == pytest.approx(np.mean(np.expm1(r) - r), rel=1e-9)
     groups = mismatchctl.report("w", store=store, by=["attr:difficulty"]).to_dict()["groups"]
     assert len([g for g in groups if "attr:difficulty" in g["by"]]) == 6  # one per sequence
+
+
+def test_a_new_step_reads_only_its_own_parts_and_its_baseline_s(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of 40 step files: the line of step 39 and its localization check and read the
+    parts of step 39 and of its quiet steps (at most ``BASELINE_STEPS``), not the run's other
+    parts: a watch's per-step cost does not grow with the run."""
+    from mismatchctl.analysis import live
+    from mismatchctl.engines import sequences
+    from mismatchctl.store import integrity
+
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    for s in range(40):
+        write_step(dumps, s, 0.02, 0.4 if s == 39 else None)
+    mismatchctl.ingest([str(dumps)], run="w", store=store)
+    opened = mismatchctl.open_store(store)
+    step_of = {
+        str(opened.part_path(p)): p.min_step
+        for kind in ("tokens", "sequences")
+        for p in opened.parts("w", kind)
+    }
+    touched: list[str] = []
+    checked, read = integrity.part_problem, sequences.read_columns
+
+    def check(store_: object, part: object, deep: bool = False) -> str | None:
+        touched.append(str(opened.part_path(part)))  # type: ignore[arg-type]
+        return checked(store_, part, deep)  # type: ignore[arg-type]
+
+    def columns(path: object, *args: object, **kw: object) -> object:
+        touched.append(str(path))
+        return read(path, *args, **kw)  # type: ignore[arg-type]
+
+    values = live.step_values(opened, "w")
+    history = live.StepHistory("w", {s: v for s, v in values.items() if s < 39})
+    monkeypatch.setattr(integrity, "part_problem", check)
+    monkeypatch.setattr(sequences, "read_columns", columns)
+    line = history.line(39, live.step_values(opened, "w", [39])[39], [])
+    assert [a.check for a in line.alerts] == ["spike", "band"]
+    where = live.localize(opened, history, 39)
+    assert where is not None and where["baseline_steps"] == list(range(39 - BASELINE_STEPS, 39))
+    steps = {step_of[p] for p in touched if p in step_of}
+    assert steps and steps <= {39, *where["baseline_steps"]}

@@ -1,0 +1,244 @@
+"""explain and diagnose on long runs against one report, the same tokens over 10 and 1,000 steps:
+
+    python bench/long_runs.py --size 100 --steps 10,1000 --growth 8 --repeats 1 \
+        [--before REV] [--only explain,diagnose] --write docs/benchmarks.md [--workdir DIR]
+
+For each step count: the dumps of bench/gen_dumps.py (``--size`` millions of response positions
+over that many steps, the later turns' K3 rising ``--growth`` times over the run; reused when
+the workdir holds them), ingested as run ``bench`` (into a store of its own), then, each command
+in a fresh process measured with wait4 (wall, peak RSS), after an untimed warm-up (each
+revision's report, explain and diagnose on a small store of the same generator: numba's cache;
+the report and explain on the store: the page cache), ``--repeats`` alternating rounds:
+
+    report                 report bench --json /dev/null -q
+    explain                explain bench (the selection within itself; the findings' bootstrap)
+    explain --no-bootstrap the same without the bootstrap
+    explain late vs early  explain 'bench@steps=LATE' --baseline 'bench@steps=EARLY' (the last
+                           tenth of the steps against the first: the rise, mix against rate)
+    diagnose               diagnose bench --json /dev/null -q
+    explain at REV, diagnose at REV   with ``--before REV``: the code of REV (``git archive``
+                           into the workdir) on the same store (the store's format is the same)
+
+Writes the section "## Long runs: explain and diagnose over 1,000 steps" of --write (the rest
+of the file kept) and the raw numbers to the workdir's long_runs.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from run import BenchError, log, measure, run_quiet
+from sections import replace_section
+from views import exit_0_or_3, mctl
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+SECTION = "## Long runs: explain and diagnose over 1,000 steps"
+RUN = "bench"
+
+
+def ensure_dumps(dumps: Path, positions: int, steps: int, growth: float, timeout: float) -> dict:
+    """The dumps of gen_dumps.py unless ``dumps`` holds them already (its marker)."""
+    marker_path = dumps / "bench-size.json"
+    want = {"positions": positions, "steps": steps, "growth": growth, "seed": 0}
+    with contextlib.suppress(OSError, ValueError):
+        marker = json.loads(marker_path.read_text())
+        if {k: marker.get(k) for k in want} == want:
+            log(f"reusing dumps in {dumps} ({marker['written']:,} positions)")
+            return marker
+    if dumps.exists():
+        shutil.rmtree(dumps)
+    log(f"generating {positions:,} positions over {steps} steps into {dumps}")
+    gen = [sys.executable, str(BENCH / "gen_dumps.py"), str(dumps), "--tokens", str(positions)]
+    out = run_quiet([*gen, "--steps", str(steps), "--growth", str(growth)], timeout)
+    marker = {**want, "written": int(out.split()[-1])}
+    marker_path.write_text(json.dumps(marker) + "\n")
+    return marker
+
+
+def ingest(dumps: Path, store: Path, timeout: float) -> dict[str, Any]:
+    """The dumps as run ``bench`` (reused when the store holds them already)."""
+    with contextlib.suppress(BenchError, ValueError):
+        runs = json.loads(run_quiet(mctl(ROOT, "runs", "--json", "--store", str(store)), 120))
+        tokens = sum(int(r["model_tokens"]) for r in runs if r["run"] == RUN)
+        if tokens:
+            log(f"reusing the store {store}")
+            return {"model_tokens": tokens}
+    if store.exists():
+        shutil.rmtree(store)
+    cmd = mctl(ROOT, "ingest", str(dumps), "--run", RUN, "--store", str(store), "-q")
+    got = measure(cmd, f"ingest-{store.name}", store.parent / "logs", timeout)
+    runs = json.loads(run_quiet(mctl(ROOT, "runs", "--json", "--store", str(store)), timeout))
+    got["model_tokens"] = sum(int(r["model_tokens"]) for r in runs if r["run"] == RUN)
+    return got
+
+
+def commands(store: Path, steps: int, before: Path | None) -> dict[str, list[str]]:
+    s = ["--store", str(store), "--json", os.devnull, "-q"]
+    tenth = max(1, steps // 10)
+    late = f"{RUN}@steps={steps - tenth}..{steps - 1}"
+    early = f"{RUN}@steps=0..{tenth - 1}"
+    out = {
+        "report": mctl(ROOT, "report", RUN, *s),
+        "explain": mctl(ROOT, "explain", RUN, *s),
+        "explain --no-bootstrap": mctl(ROOT, "explain", RUN, "--no-bootstrap", *s),
+        "explain late vs early": mctl(ROOT, "explain", late, "--baseline", early, *s),
+        "diagnose": exit_0_or_3(mctl(ROOT, "diagnose", RUN, *s)),
+    }
+    if before is not None:
+        out["explain@before"] = mctl(before, "explain", RUN, *s)
+        out["diagnose@before"] = exit_0_or_3(mctl(before, "diagnose", RUN, *s))
+    return out
+
+
+def export(rev: str, workdir: Path) -> Path:
+    """The code of ``rev``, exported (``git archive``: no worktree registered)."""
+    path = workdir / f"tree-{rev}"
+    if not path.exists():
+        path.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "archive", rev], cwd=ROOT, capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(path)], input=archive, check=True)
+    return path
+
+
+def warm_up(workdir: Path, trees: list[Path], timeout: float) -> None:
+    """Each tree's compiled kernels cached: its report, explain and diagnose on a small store."""
+    dumps, store = workdir / "dumps_warmup", workdir / "store_warmup"
+    ensure_dumps(dumps, 200_000, 3, 1.0, timeout)
+    ingest(dumps, store, timeout)
+    s = ["--store", str(store), "--json", os.devnull, "-q"]
+    for tree in trees:
+        for verb in ("report", "explain", "diagnose"):
+            cmd = mctl(tree, verb, RUN, *s)
+            measure(exit_0_or_3(cmd), f"warm-{tree.name}-{verb}", workdir / "logs", timeout)
+
+
+def rounds(cmds: dict[str, list[str]], repeats: int, logs: Path, timeout: float) -> dict:
+    names = list(cmds)
+    for name in ("report", "explain"):  # the page cache
+        measure(cmds[name], f"warm-{_slug(name)}", logs, timeout)
+    got: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
+    for r in range(repeats):
+        order = names[r % len(names) :] + names[: r % len(names)]
+        for name in order:
+            m = measure(cmds[name], f"{_slug(name)}-{r}", logs, timeout)
+            log(f"round {r + 1}: {name}: {m['wall']:.2f} s, {m['rss_mb']:.0f} MB")
+            got[name].append(m)
+    return got
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)
+
+
+def table(runs: dict[str, list[dict[str, Any]]], before: str | None) -> list[str]:
+    base = statistics.median(m["wall"] for m in runs["report"])
+    rows = [
+        "| command | median s (min-max) | x report | peak RSS MB |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for name, ms in runs.items():
+        walls = sorted(m["wall"] for m in ms)
+        med = statistics.median(walls)
+        label = name.replace("@before", f" at {before}")
+        rows.append(
+            f"| `{label}` | {med:.2f} ({walls[0]:.2f}-{walls[-1]:.2f}) | {med / base:.2f} | "
+            f"{max(m['rss_mb'] for m in ms):.0f} |"
+        )
+    return rows
+
+
+def section(result: dict[str, Any]) -> str:
+    head = (
+        f"`python bench/long_runs.py --size {result['size']:g} --steps "
+        f"{','.join(str(s['steps']) for s in result['stores'])} --growth {result['growth']:g} "
+        f"--repeats {result['repeats']}"
+        f"{' --before ' + result['before'] if result['before'] else ''}`: the same "
+        f"{result['size']:g}M response positions (bench/gen_dumps.py, the later turns' K3 rising "
+        f"{result['growth']:g}x over the run) over each number of steps, ingested into a store "
+        "each; every command in a fresh process, after an untimed report and explain, "
+        f"{result['repeats']} alternating round(s), medians; {os.cpu_count()} cores shared with "
+        f"other jobs (load average when it ran: {result['load']}). `explain late vs early` is the "
+        "last tenth of the steps against the first."
+    )
+    parts = [head]
+    for s in result["stores"]:
+        parts.append(
+            f"### {s['model_tokens'] / 1e6:.1f}M model tokens over {s['steps']:,} steps\n\n"
+            + "\n".join(table(s["runs"], result["before"]))
+        )
+    return "\n\n".join(parts)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", type=float, default=100, help="millions of response positions")
+    parser.add_argument("--steps", default="10,1000", help="comma-separated step counts")
+    parser.add_argument("--growth", type=float, default=8.0)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--before", help="a git revision whose explain and diagnose are timed")
+    parser.add_argument("--only", help="comma-separated command names (report is kept)")
+    parser.add_argument("--workdir", type=Path)
+    parser.add_argument("--write", type=Path, help="replace this Markdown file's section")
+    parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument(
+        "--render", type=Path, help="write the section of an earlier run's long_runs.json"
+    )
+    args = parser.parse_args()
+    if args.render is not None:
+        text = section(json.loads(args.render.read_text()))
+        print(text)
+        if args.write:
+            replace_section(args.write, SECTION, text)
+        return
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: bytecode cached
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mismatchctl-long-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    before = export(args.before, workdir) if args.before else None
+    warm_up(workdir, [ROOT, *([before] if before else [])], args.timeout)
+    result: dict[str, Any] = {
+        "size": args.size, "growth": args.growth, "repeats": args.repeats,
+        "before": args.before, "stores": [],
+    }  # fmt: skip
+    for steps in (int(s) for s in args.steps.split(",")):
+        dumps = workdir / f"dumps_{args.size:g}M_{steps}"
+        marker = ensure_dumps(dumps, int(args.size * 1e6), steps, args.growth, args.timeout)
+        store = workdir / f"store_{args.size:g}M_{steps}"
+        ingested = ingest(dumps, store, args.timeout)
+        cmds = commands(store, steps, before)
+        if args.only:
+            keep = {"report", *(n.strip() for n in args.only.split(","))}
+            cmds = {n: c for n, c in cmds.items() if n in keep}
+        started = time.time()
+        runs = rounds(cmds, args.repeats, workdir / "logs", args.timeout)
+        result["stores"].append({
+            "steps": steps, "positions": marker["written"], "ingest": ingested,
+            "model_tokens": ingested["model_tokens"], "runs": runs,
+            "seconds": time.time() - started,
+        })  # fmt: skip
+    result["load"] = " / ".join(f"{x:.1f}" for x in os.getloadavg())
+    (workdir / "long_runs.json").write_text(json.dumps(result, indent=1) + "\n")
+    text = section(result)
+    print(text)
+    if args.write:
+        replace_section(args.write, SECTION, text)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except BenchError as e:
+        raise SystemExit(str(e)) from None
