@@ -39,11 +39,18 @@ def _zero_tail(row: dict) -> None:  # 0.0 fills on the last 8 model tokens
     row["old_log_probs"] = train.tolist()
 
 
+def _sentinel_tail(row: dict) -> None:  # SkyRL's -9999 on the last 8 model tokens
+    train = np.asarray(row["old_log_probs"])
+    train[np.flatnonzero(np.asarray(row["response_mask"]))[-8:]] = -9999.0
+    row["old_log_probs"] = train.tolist()
+
+
 RUNS: dict[str, tuple[int, Edit, Callable[[int], bool]]] = {
     "some-shifted": (1, _shift_all, lambda i: i % 100 == 7),  # 1% of the samples
     "later-turns-shifted": (2, _shift_later_turn, lambda i: i in (4, 300, 620)),
     "one-turn-shifted": (3, _shift_later_turn, lambda i: i == 8),
     "zero-fills": (4, _zero_tail, lambda i: i % 20 == 3),
+    "sentinel-fills": (6, _sentinel_tail, lambda i: i % 20 == 3),
     "clean": (5, _shift_all, lambda i: False),
 }
 
@@ -101,3 +108,31 @@ def test_fills_and_aligned_samples_are_no_shift(store: Path, run: str) -> None:
     assert checks["alignment"].evidence["misaligned_turns"]["misaligned"] == 0
     if run == "zero-fills":
         assert checks["sentinels"].verdict == "fail"
+
+
+def test_sentinel_fills_are_no_shift_and_leave_the_semantics_unassessed(store: Path) -> None:
+    """-9999 beside a logprob garbles every lag alike: no lag matches one position off, so no
+    shift is claimed; the semantic regressions would measure the fill, so they are n/a, and the
+    cause's evidence is the sentinels."""
+    checks = _checks(store, "sentinel-fills")
+    assert checks["sentinels"].verdict == "fail"
+    assert checks["alignment"].verdict != "fail"
+    assert "off-by-one" not in checks["alignment"].finding
+    for name in ("offset", "temperature", "top_p"):
+        assert checks[name].verdict == "n/a", name
+        assert "fill values" in checks[name].finding
+    cause = checks["cause"].evidence
+    assert cause["key"] == "data" and cause["because"].startswith("sentinels")
+
+
+def test_a_loud_fault_on_one_gpu_is_no_alignment_warning(tmp_path: Path) -> None:
+    """A gpu at 3,000x lowers the lag-0 correlation below 0.8, yet it stays far above the
+    shifted lags': the sides are aligned, the mismatch is large, another layer names it."""
+    path = write(Plan("gpu", per_step=32, seed=7, factor=3000.0), tmp_path / "gpu.parquet")
+    mismatchctl.ingest([path], run="gpu", store=tmp_path / "store")
+    check = _checks(tmp_path / "store", "gpu")["alignment"]
+    ev = check.evidence
+    assert ev["correlation_lag0"] > 2 * max(
+        ev["correlation_lag_plus1"], ev["correlation_lag_minus1"]
+    )
+    assert check.verdict == "ok", check.finding

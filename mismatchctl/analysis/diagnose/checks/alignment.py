@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mismatchctl.analysis.diagnose.check import DATA, FAIL, NA, Check, CheckModule, grade
+from mismatchctl.analysis.diagnose.checks import sentinels
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.samples import samples_of
 from mismatchctl.analysis.diagnose.text import fmt, pct
@@ -38,7 +39,18 @@ class Thresholds:
 
     ALIGN_WARN_CORR: float = 0.8
     """A lag-0 correlation of the logprobs below this (with no better lag) means the two sides
-    hardly describe the same tokens: published train/inference correlations are above 0.98."""
+    hardly describe the same tokens: published train/inference correlations are above 0.98.
+    A shift is named only when the shifted pairing correlates at least this well too: a
+    sentinel fill (SkyRL's -9999 where the other side holds a logprob) breaks every lag alike
+    (the corpus' sentinel run: 0.001 at lag 0, 0.17 at lag -1, the level unrelated tokens of a
+    response share), while a real shift matches one position off at 1.0."""
+
+    ALIGN_WEAK_OVER_LAGS: float = 2.0
+    """A weak lag-0 correlation is a warning only when it is under twice the best shifted one:
+    sides of different tokens correlate no better at lag 0 than one position off (about 0.17 in
+    the corpus), while a loud kernel fault on one gpu (5,000x a healthy run) lowers lag 0 to
+    0.70 and leaves it four times the lags: aligned sides, a large mismatch, which the other
+    layers name."""
 
 
 T = Thresholds()
@@ -62,7 +74,11 @@ def run(ctx: Context) -> Check:
         return Check(LAYER, NAME, TITLE, NA, "too few tokens to correlate", evidence)
     shifted = {k: v for k, v in corr.items() if k != "lag0" and v is not None}
     best = max(shifted, key=shifted.__getitem__, default=None)
-    if best is not None and shifted[best] > lag0 + T.ALIGN_MARGIN:
+    if (
+        best is not None
+        and shifted[best] > lag0 + T.ALIGN_MARGIN
+        and shifted[best] >= T.ALIGN_WARN_CORR
+    ):
         where = "one position later" if best == "lag_plus1" else "one position earlier"
         return Check(
             LAYER, NAME, TITLE, "fail",
@@ -73,7 +89,8 @@ def run(ctx: Context) -> Check:
             "check how the trainer's logprobs are sliced against the response tokens (the "
             "logits at position t score token t+1); compare one sample by hand",
         )  # fmt: skip
-    weak = lag0 < T.ALIGN_WARN_CORR
+    lags = max(shifted.values(), default=0.0)
+    weak = lag0 < T.ALIGN_WARN_CORR and lag0 < T.ALIGN_WEAK_OVER_LAGS * lags
     finding = (
         f"lag-0 correlation {fmt(lag0)}; lag +1 {fmt(corr['lag_plus1'])}, "
         f"lag -1 {fmt(corr['lag_minus1'])}{shift_text}"
@@ -114,13 +131,16 @@ def misaligned(ctx: Context) -> Check | None:
 
 
 def not_assessed(ctx: Context, layer: str, name: str, title: str) -> Check | None:
-    """The n/a result of a check that reads this one, when the sides are shifted."""
-    if misaligned(ctx) is None:
+    """The n/a result of a check that reads this one and ``sentinels``, when the sides are
+    shifted or fill values sit where logprobs should be (a -9999 beside a logprob: every
+    regression of one side on the other then measures the fill)."""
+    if misaligned(ctx) is not None:
+        why = "the sides are shifted against each other (see alignment)"
+    elif (filled := ctx.result(sentinels)) is not None and filled.verdict == FAIL:
+        why = "fill values sit where logprobs should be (see sentinels)"
+    else:
         return None
-    return Check(
-        layer, name, title, NA,
-        "not assessed: the sides are shifted against each other (see alignment)",
-    )  # fmt: skip
+    return Check(layer, name, title, NA, f"not assessed: {why}")
 
 
 def _turn_samples(

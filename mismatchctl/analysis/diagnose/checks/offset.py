@@ -14,7 +14,7 @@ from mismatchctl.analysis.diagnose.check import (
     advice_if,
     grade,
 )
-from mismatchctl.analysis.diagnose.checks import alignment
+from mismatchctl.analysis.diagnose.checks import alignment, sentinels
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.levels import OFFSET_Z
 from mismatchctl.analysis.diagnose.text import fmt, pct
@@ -25,7 +25,7 @@ NAME = "offset"
 LAYER = SEMANTIC
 TITLE = "Systematic offset between the sides"
 ORDER = 70
-READS: tuple[CheckModule, ...] = (alignment,)
+READS: tuple[CheckModule, ...] = (alignment, sentinels)
 
 
 @dataclass(frozen=True)

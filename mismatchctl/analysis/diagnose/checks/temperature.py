@@ -15,7 +15,7 @@ from mismatchctl.analysis.diagnose.check import (
     advice_if,
     grade,
 )
-from mismatchctl.analysis.diagnose.checks import alignment, top_p
+from mismatchctl.analysis.diagnose.checks import alignment, sentinels, top_p
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.text import fmt, pct
 from mismatchctl.stats.comoments import regression
@@ -24,7 +24,7 @@ NAME = "temperature"
 LAYER = SEMANTIC
 TITLE = "Temperature applied on one side only"
 ORDER = 80
-READS: tuple[CheckModule, ...] = (alignment,)
+READS: tuple[CheckModule, ...] = (alignment, sentinels)
 
 
 @dataclass(frozen=True)

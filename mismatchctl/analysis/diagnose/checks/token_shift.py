@@ -15,7 +15,7 @@ from mismatchctl.analysis.diagnose.check import (
     advice_if,
     grade,
 )
-from mismatchctl.analysis.diagnose.checks import alignment
+from mismatchctl.analysis.diagnose.checks import alignment, sentinels
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.text import fmt, pct
 from mismatchctl.stats.token_shift import seen_shift, shifted_ids
@@ -24,7 +24,7 @@ NAME = "token_shift"
 LAYER = SEMANTIC
 TITLE = "A logit processor on one side (some tokens shifted)"
 ORDER = 95
-READS: tuple[CheckModule, ...] = (alignment,)
+READS: tuple[CheckModule, ...] = (alignment, sentinels)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from mismatchctl.analysis.diagnose.check import (
     advice_if,
     grade,
 )
-from mismatchctl.analysis.diagnose.checks import alignment
+from mismatchctl.analysis.diagnose.checks import alignment, sentinels
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.levels import OFFSET_Z
 from mismatchctl.analysis.diagnose.text import fmt, pct
@@ -23,7 +23,7 @@ NAME = "top_p"
 LAYER = SEMANTIC
 TITLE = "Top-p / top-k renormalised on one side"
 ORDER = 90
-READS: tuple[CheckModule, ...] = (alignment,)
+READS: tuple[CheckModule, ...] = (alignment, sentinels)
 
 
 @dataclass(frozen=True)
