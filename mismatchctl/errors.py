@@ -46,6 +46,6 @@ class EngineError(MismatchError):
 
 class ModelMismatchError(MismatchError):
     """The model given to ``bisect`` does not give the run's trainer logprobs in the trainer's
-    setting: it is not the checkpoint the run used (exit code 2)."""
+    setting: it is not the checkpoint the run used. Exit code 3, as a check that failed."""
 
-    exit_code = 2
+    exit_code = 3

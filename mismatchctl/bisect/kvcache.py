@@ -19,7 +19,7 @@ def kv_supported(module: Any) -> str | None:
         from transformers import DynamicCache
     except ImportError:
         return "needs transformers"
-    cache = DynamicCache(config=module.config)
+    cache = _new(DynamicCache, module)
     if not getattr(cache, "layers", None):
         return "this transformers version's cache has no per-layer update to round the states"
     return None
@@ -30,11 +30,19 @@ def quantizing_cache(module: Any, kv: str | None) -> Any:
     computed)."""
     from transformers import DynamicCache
 
-    cache = DynamicCache(config=module.config)
+    cache = _new(DynamicCache, module)
     if kv is not None:
         for layer in cache.layers:
             layer.update = _rounding(layer.update, kv)
     return cache
+
+
+def _new(cache_class: Any, module: Any) -> Any:
+    """A cache with its layers made for the model's config (older transformers: built lazily)."""
+    try:
+        return cache_class(config=module.config)
+    except TypeError:
+        return cache_class()
 
 
 def _rounding(update: Any, kv: str) -> Any:

@@ -14,7 +14,7 @@ HELP = """Which component makes the mismatch: a sample of the run's sequences (p
 
 Each setting's logprobs are compared with both sides: K3 = mean(exp(d) - 1 - d) and mean d, d = re-scored - side, over the sampled model tokens, with sequence-bootstrap 95% intervals, overall and per turn kind. The answer first: which setting reproduces the rollout side (it accounts for 90% of the mismatch or more), which single change moves the trainer side furthest toward it and how much of the mismatch it accounts for, or that nothing here reproduces it (the engine has a path outside the grid).
 
-First the trainer check: the start setting must give the trainer side (K3 at most max(1e-9, 1% of the sample's mismatch)); else the checkpoint is not the run's: exit code 2. The dump must hold prompt and response token ids (DumpWriter's `prompts`). --model is a local checkpoint directory (transformers, never downloaded) or `module:function` returning a torch module (full-forward settings only). Needs `pip install 'mismatchctl[torch,bisect]'`. See docs/bisect.md.
+First the trainer check: the start setting must give the trainer side (K3 at most max(1e-9, 1% of the sample's mismatch)); else the checkpoint is not the run's: exit code 3. The dump must hold prompt and response token ids (DumpWriter's `prompts`). --model is a local checkpoint directory (transformers, never downloaded) or `module:function` returning a torch module (full-forward settings only). Needs `pip install 'mismatchctl[torch,bisect]'`. See docs/bisect.md.
 
 [bold]Examples[/]
 

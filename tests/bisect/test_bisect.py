@@ -167,7 +167,7 @@ def test_another_checkpoint_is_named(runs: Path, tmp_path: Path) -> None:
     with pytest.raises(ModelMismatchError, match="not the one the run used"):
         api.bisect("temp", str(other), store=runs, settings=["bf16"])
     ran = cli("bisect", "temp", "--model", str(other), "--store", str(runs), "-q")
-    assert ran.code == 2 and "not the one the run used" in ran.err
+    assert ran.code == 3 and "not the one the run used" in ran.err
 
 
 def test_cuda_is_refused_cleanly_without_one(runs: Path, ckpt: Path) -> None:
