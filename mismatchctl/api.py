@@ -24,6 +24,7 @@ from mismatchctl.parallel import DEFAULT_WORKERS
 
 if TYPE_CHECKING:
     from mismatchctl.analysis import catalog_view as views
+    from mismatchctl.analysis.bisect.build import Bisect
     from mismatchctl.analysis.certify import Certification
     from mismatchctl.analysis.compare import Comparison
     from mismatchctl.analysis.compare_same import Identical
@@ -301,6 +302,8 @@ def remove_run(name: str, store: StorePath = None) -> RunInfo:
 
 
 _WHOLE = {
+    "bisect": "name the run alone and narrow the steps with --steps A..B: mismatchctl bisect "
+    "{run} --model DIR --steps A..B.",
     "runs show": "name the run alone: mismatchctl runs show {run}; report, compare, explain, "
     "diagnose and the other analysis commands take RUN@steps=A..B.",
     "runs rm": "runs rm removes a whole run: name it alone (mismatchctl runs rm {run}); steps "
@@ -543,6 +546,39 @@ def show(
     return build_show(
         open_store(store), run, sample_id, step=step, index=index, tokenizer=tokenizer
     )
+
+
+def bisect(
+    run: str,
+    model: str,
+    *,
+    sample: int = 200,
+    steps: str | None = None,
+    device: str = "cpu",
+    settings: list[str] | None = None,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    seed: int = 0,
+    store: StorePath = None,
+    on_plan: Callable[[str], None] | None = None,
+    on_pass: Callable[[str, int, int], None] | None = None,
+) -> Bisect:
+    """Which component makes ``run``'s mismatch: ``sample`` of its sequences (uniform, seeded;
+    within ``steps``, ``A..B``) re-scored with ``model`` (a local checkpoint directory or a
+    ``module:function`` factory) under each of ``settings`` (all by default), against both
+    sides (docs/bisect.md). ``on_plan`` hears the work before it starts, ``on_pass`` each
+    sequence re-scored as (setting, done, total). Needs torch (and transformers for a
+    checkpoint directory)."""
+    from mismatchctl.analysis.bisect.build import build_bisect
+    from mismatchctl.analysis.selectors import parse_steps
+    from mismatchctl.store import open_store
+
+    run = _whole_run(run, "bisect")
+    return build_bisect(
+        open_store(store), run, model, sample=sample, steps=parse_steps(steps), device=device,
+        names=settings, temperature=temperature, top_p=top_p, seed=seed, on_plan=on_plan,
+        on_pass=on_pass,
+    )  # fmt: skip
 
 
 def certify(

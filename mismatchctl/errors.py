@@ -42,3 +42,10 @@ class MissingDependencyError(MismatchError):
 class EngineError(MismatchError):
     """The compute engine cannot run the work: a Ray cluster that cannot be reached, a task that
     was lost (a worker died), or a store that the cluster's workers cannot see."""
+
+
+class ModelMismatchError(MismatchError):
+    """The model given to ``bisect`` does not give the run's trainer logprobs in the trainer's
+    setting: it is not the checkpoint the run used. Exit code 3, as a check that failed."""
+
+    exit_code = 3

@@ -20,7 +20,7 @@ LAYERS: list[set[str]] = [
     {"allocator", "parallel", "columns"},
     {"stats"},
     {"store"},
-    {"engines", "ingest"},
+    {"engines", "ingest", "bisect"},
     {"curves"},
     {"analysis", "dump", "sample_runs"},
     {"api"},

@@ -264,16 +264,19 @@ def build_show(
     texts = decode([t["token_id"] for t in result.tokens])
     for t, text in zip(result.tokens, texts, strict=True):
         t["text"] = text
-    result.masked = masked_rows(read_masked(store, run, int(rows[k][S.SEQ])), decode)
+    first = result.tokens[0]["position"] if result.tokens else None
+    result.masked = masked_rows(read_masked(store, run, int(rows[k][S.SEQ])), decode, first)
     return result
 
 
-def masked_rows(table: pa.Table, decode: Decoder) -> list[dict[str, Any]]:
-    """The tool responses' tokens in position order: position, token id, text."""
-    if not table.num_rows:
+def masked_rows(table: pa.Table, decode: Decoder, first: int | None) -> list[dict[str, Any]]:
+    """The tool responses' tokens (the masked rows after the first model token, at ``first``;
+    those before are the prompt's) in position order: position, token id, text."""
+    if not table.num_rows or first is None:
         return []
     rows = sorted(zip(table.column(S.POSITION).to_pylist(), table.column(S.TOKEN_ID).to_pylist(),
                       strict=True))  # fmt: skip
+    rows = [(p, i) for p, i in rows if p > first]
     ids = [i for _, i in rows]
     return [
         {"position": p, "token_id": i, "text": text}

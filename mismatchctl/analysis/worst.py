@@ -53,6 +53,7 @@ def worst_sequences(selection: Selection, state: TopRows | None) -> Worst | None
                S.TURNS: row["turns"]}  # fmt: skip
         view = Show(row["run"], row["sample_id"], seq, 0, 1, tokens)
         view.tokenizer = decoders.names.get(row["run"])
-        view.masked = masked_rows(read_masked(store, row["run"], row["seq"]), decode)
+        first = tokens[0]["position"] if tokens else None
+        view.masked = masked_rows(read_masked(store, row["run"], row["seq"]), decode, first)
         out.views.append(view)
     return out

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from mismatchctl.cli import bisect as bisect_cmd
 from mismatchctl.cli import certify as certify_cmd
 from mismatchctl.cli import check as check_cmd
 from mismatchctl.cli import compare as compare_cmd
@@ -80,6 +81,7 @@ COMMANDS = (
     ("tokens", tokens_cmd, "The worst tokens or sequences of a selection, exact."),
     ("show", show_cmd, "One sequence, token by token, coloured by |r|."),
     ("certify", certify_cmd, "Bitwise parity of both sides, and where it breaks."),
+    ("bisect", bisect_cmd, "Which component makes the mismatch: tokens re-scored per setting."),
     ("demo", demo_cmd, "The bundled sample runs: ingested, reported, as HTML."),
 )
 for name, module, short in COMMANDS:

@@ -109,6 +109,22 @@ class _Count(ProgressColumn):
         return Text(f"{done}/{int(task.total):,} {unit}" if task.total else f"{done} {unit}")
 
 
+class _Eta(ProgressColumn):
+    """``ETA 0:01:23`` for a counted phase once rich has a rate to go by; nothing otherwise."""
+
+    def __init__(self) -> None:
+        super().__init__(table_column=Column(no_wrap=True))
+
+    def render(self, task: Task) -> Text:
+        left = task.time_remaining
+        if not task.total or left is None:
+            return Text("")
+        minutes, seconds = divmod(int(left), 60)
+        return Text(
+            f"ETA {minutes // 60}:{minutes % 60:02d}:{seconds:02d}", style="progress.remaining"
+        )
+
+
 class Phases:
     """The phases of a long command on stderr, one at a time. On a terminal: one live bar, its
     description the phase's (the run at hand after it), with its count and time; on a
@@ -127,6 +143,7 @@ class Phases:
             BarColumn(),
             _Count(),
             TimeElapsedColumn(),
+            _Eta(),
             console=self._console,
             transient=True,
             redirect_stdout=False,  # stdout is the command's output, never the bar's console

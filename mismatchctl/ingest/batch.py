@@ -51,6 +51,10 @@ class RaggedBatch:
     # was decoded): the prompt outside the arrays, or 0 when they span the whole sequence;
     # None, or -1 for one sequence, when the dump does not say (stored as null)
     prompt_lengths: np.ndarray | None = None  # int64 [n]
+    # the token ids of the prompt the arrays leave out (a prompt-ids list column), flat, with
+    # per-sequence offsets; a sequence whose list is null or not its whole prompt has none
+    prompt_ids: np.ndarray | None = None  # int64 [sum of lengths]
+    prompt_id_offsets: np.ndarray | None = None  # int64 [n + 1]
     # per-sequence attributes of the dump (``data_source``, ``dp_rank``...) as text (None: null);
     # the source says which attributes it has (``Source.attributes``)
     attrs: dict[str, list[str | None]] = field(default_factory=dict)

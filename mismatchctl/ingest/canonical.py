@@ -387,12 +387,23 @@ def _keep(batch: RaggedBatch, keep: np.ndarray) -> RaggedBatch:
         prompt_outside=per_seq(batch.prompt_outside),
         pad_outside=per_seq(batch.pad_outside),
         prompt_lengths=per_seq(batch.prompt_lengths),
+        **_kept_prompt_ids(batch, keep),
         attrs={name: [values[i] for i in idx] for name, values in batch.attrs.items()},
         locations=[batch.locations[i] for i in idx] if batch.locations else [],
         role_lengths={},
         partial_mask=batch.partial_mask,
         routes={role: column.keep(keep) for role, column in batch.routes.items()},
     )
+
+
+def _kept_prompt_ids(batch: RaggedBatch, keep: np.ndarray) -> dict[str, np.ndarray | None]:
+    if batch.prompt_ids is None or batch.prompt_id_offsets is None:
+        return {"prompt_ids": None, "prompt_id_offsets": None}
+    lengths = np.diff(batch.prompt_id_offsets)
+    return {
+        "prompt_ids": batch.prompt_ids[np.repeat(keep, lengths)],
+        "prompt_id_offsets": offsets_from_lengths(lengths[keep]),
+    }
 
 
 def _position_counts(where: np.ndarray, offsets: np.ndarray) -> dict:
@@ -454,28 +465,52 @@ def _token_table(batch, where, model_tokens, turn, seq_ids, gpus) -> pa.Table:
 
 
 def _masked_table(batch, model, counts, seq_ids) -> pa.Table | None:
-    """One row per masked position between a sequence's first and last model token (the
-    positions ``tool_tokens`` counts), with its token id; None when the dump has no token ids
-    or no mask (then no position is masked)."""
+    """One row per masked position before a sequence's last model token, with its token id:
+    its tool responses (the positions ``tool_tokens`` counts) and its prompt (the masked
+    positions before the first model token, and the prompt the arrays leave out when a
+    prompt-ids list gives it, at the positions before the arrays' first); None when the dump has
+    no token ids or no mask. ``show`` writes the tool responses, ``bisect`` re-scores the whole
+    sequence."""
     if batch.token_ids is None or batch.mask is None or len(batch.token_ids) != len(model):
         return None
     owner = sequence_index(batch.offsets)
     rel = np.arange(len(model), dtype=np.int64) - batch.offsets[:-1][owner]
-    inside = (rel > counts["first"][owner]) & (rel < counts["last"][owner])
-    where = np.flatnonzero(~model & inside)
-    if not len(where):
-        return None
+    where = np.flatnonzero(~model & (rel < counts["last"][owner]))
     position = batch.position[where] if batch.position is not None else rel[where]
-    who = owner[where]
+    who, ids = owner[where], batch.token_ids[where]
+    outside = _outside_prompt(batch)
+    if outside is not None:
+        both = zip(outside, (who, position, ids), strict=True)
+        who, position, ids = (np.concatenate([a, b]) for a, b in both)
+        order = np.lexsort((position, who))  # in seq then position order, as readers expect
+        who, position, ids = who[order], position[order], ids[order]
+    if not len(who):
+        return None
     return pa.table(
         {
             S.STEP: pa.array(batch.steps[who], pa.int64()),
             S.SEQ: pa.array(seq_ids[who], pa.int64()),
             S.POSITION: pa.array(position, pa.int32()),
-            S.TOKEN_ID: pa.array(batch.token_ids[where], pa.int64()),
+            S.TOKEN_ID: pa.array(ids, pa.int64()),
         },
         schema=S.MASKED_SCHEMA,
     )
+
+
+def _outside_prompt(batch: RaggedBatch) -> tuple[np.ndarray, ...] | None:
+    """(sequence, position, token id) of the prompt ids the arrays leave out: the ``L`` ids of a
+    prompt list sit at the ``L`` positions before the arrays' first."""
+    if batch.prompt_ids is None or batch.prompt_id_offsets is None or not len(batch.prompt_ids):
+        return None
+    lengths = np.diff(batch.prompt_id_offsets)
+    who = np.repeat(np.arange(batch.n, dtype=np.int64), lengths)
+    first = np.zeros(batch.n, dtype=np.int64)
+    if batch.position is not None:
+        has = np.diff(batch.offsets) > 0
+        first[has] = batch.position[batch.offsets[:-1][has]]
+    k = np.arange(len(who), dtype=np.int64) - batch.prompt_id_offsets[:-1][who]
+    position = first[who] - lengths[who] + k
+    return who, position, batch.prompt_ids
 
 
 def _sequence_table(batch, seq_ids, gpus, counts, turn, model, attributes) -> pa.Table:

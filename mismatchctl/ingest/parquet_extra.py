@@ -124,3 +124,26 @@ def prompt_lengths(
         lengths = pc.list_value_length(column).fill_null(UNKNOWN)
         return lengths.to_numpy(zero_copy_only=False).astype(np.int64)
     return None
+
+
+def prompt_ids(
+    record: pa.RecordBatch, extras: Extras, outside: np.ndarray | None, label: str
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The prompt list's token ids (flat) and per-row offsets, for the rows whose list is their
+    whole prompt (as long as the prompt the arrays leave out, ``outside``); a null list, or one
+    of another length (a padded prompt), gives none."""
+    if extras.prompt_list is None or outside is None:
+        return None
+    column = record.column(extras.prompt_list)
+    lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False)
+    whole = lengths.astype(np.int64) == outside
+    if not whole.any():
+        return None
+    flat = pc.list_flatten(column.filter(pa.array(whole)))
+    if flat.null_count or not pa.types.is_integer(flat.type):  # not token ids: none kept
+        return None
+    values = av.ints(flat, f"{label}: column `{extras.prompt_list}`")
+    counts = np.where(whole, lengths, 0).astype(np.int64)
+    offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return values.astype(np.int64), offsets

@@ -154,6 +154,9 @@ def _batches(
             # the prompt the arrays leave out (a prompt_length column or a prompt-ids list):
             # counted as prompt tokens, as kv_position counts from it
             batch.prompt_outside = np.maximum(batch.prompt_lengths, 0)
+        ids = extra.prompt_ids(record, extras, batch.prompt_outside, label)
+        if ids is not None:  # the prompt's token ids, kept with the tool responses' (masked/)
+            batch.prompt_ids, batch.prompt_id_offsets = ids
         batch.attrs = attr.per_batch(extras.attributes, rows_done, rows_done + record.num_rows)
         _routes(batch, record, found, attention)
         yield batch

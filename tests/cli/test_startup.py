@@ -18,7 +18,8 @@ from mismatchctl import api
 from tests.helpers import FIXTURES
 
 ROOT = Path(__file__).parents[2]
-COMPUTING = {"numba", "numpy", "pyarrow", "pandas", "polars", "plotly", "ray", "torch"}
+COMPUTING = {"numba", "numpy", "pyarrow", "pandas", "polars", "plotly", "ray", "torch",
+             "transformers"}  # fmt: skip
 # `show` reads Parquet (pyarrow, with numpy) by paths of pyarrow that do not load pandas, nor
 # pyarrow's compute functions (0.1 s to import), nor the routing metrics and the engines
 NOT_FOR_SHOW = {"numba", "pandas", "polars", "plotly", "ray", "torch"}
@@ -72,10 +73,11 @@ def _cli(*args: str) -> str:
         _cli("report", "--help"),
         _cli("check", "--help"),  # its help lists the metrics a gate can judge
         _cli("ingest", "--help"),  # ... and the dump formats
+        _cli("bisect", "--help"),  # torch and transformers only when it runs
         _cli("--version"),
     ],
     ids=["package", "api", "cli", "--help", "report --help", "check --help", "ingest --help",
-         "--version"],
+         "bisect --help", "--version"],
 )  # fmt: skip
 def test_start_up_loads_no_computing_library(code: str) -> None:
     assert _loaded(code) & COMPUTING == set()

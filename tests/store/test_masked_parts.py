@@ -123,3 +123,25 @@ def test_a_failed_ingest_leaves_no_masked_part(dumps: list[Path], tmp_path: Path
     st = api.open_store(store)
     assert files == [p.path for p in st.parts("keep", "masked")]
     assert "r" not in st.run_names() and not (store / ".staging").exists()
+
+
+def test_the_prompt_ids_are_kept_before_the_arrays(tmp_path: Path) -> None:
+    """A prompt-ids list (what DumpWriter writes as ``prompts``) is stored at the positions before
+    the arrays' first, and masked positions before the first model token at theirs: the whole
+    sequence can be rebuilt (``bisect``); ``show`` still lists only the tool responses."""
+    from mismatchctl.dump import DumpWriter
+
+    lp = [[-0.5, -1.0, -0.2, -0.3, -0.7], [-0.1, -0.4]]
+    mask = [[0, 1, 1, 0, 1], [1, 1]]
+    ids = [[7, 8, 9, 10, 11], [20, 21]]
+    prompts = [[1, 2, 3], [4, 5, 6, 9]]
+    with DumpWriter(tmp_path / "d") as writer:
+        writer.add(0, lp, lp, mask, token_ids=ids, prompts=prompts, sample_ids=["a", "b"])
+    store = tmp_path / "s"
+    api.ingest([tmp_path / "d"], "p", store=store)
+    assert _stored(store, "p") == [
+        (0, 0, -3, 1), (0, 0, -2, 2), (0, 0, -1, 3), (0, 0, 0, 7), (0, 0, 3, 10),
+        (0, 1, -4, 4), (0, 1, -3, 5), (0, 1, -2, 6), (0, 1, -1, 9),
+    ]  # fmt: skip
+    shown = api.show("p", "a", store=store)
+    assert [(m["position"], m["token_id"]) for m in shown.masked] == [(3, 10)]

@@ -1,0 +1,111 @@
+"""The model ``bisect`` re-scores with: a local Hugging Face checkpoint directory (loaded with
+transformers from disk only, never downloaded) or ``module:function``, a factory returning a torch
+module that maps input ids ``[batch, length]`` to logits (or to an output with ``.logits``)."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mismatchctl.errors import MissingDependencyError, UsageError
+
+FACTORY = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+SPEC_HINT = (
+    "give a local checkpoint directory (config.json and the weights, e.g. from "
+    "`save_pretrained`) or a factory `package.module:function` returning a torch module; "
+    "a hub id is never downloaded: download it first (`huggingface-cli download ID --local-dir "
+    "DIR`) and pass DIR."
+)
+
+
+@dataclass
+class Loaded:
+    """The model in float32 on its device; ``hf``: a transformers model (its KV cache, attention
+    mask and modules are reachable), else a factory's module (full forwards only)."""
+
+    module: Any
+    name: str
+    hf: bool
+    device: str
+
+
+def torch_module() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise MissingDependencyError(
+            "bisect re-scores tokens with torch, which is not installed",
+            "pip install 'mismatchctl[torch,bisect]'",
+        ) from None
+    return torch
+
+
+def check_device(device: str) -> None:
+    torch = torch_module()
+    if device not in ("cpu", "cuda"):
+        raise UsageError(f"--device {device}: expected cpu or cuda", "pass --device cpu or cuda.")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError(
+            "--device cuda: torch sees no CUDA device here",
+            "run on a machine with a GPU and a CUDA build of torch, or pass --device cpu.",
+        )
+
+
+def load(spec: str, device: str = "cpu") -> Loaded:
+    """The model ``spec`` names, in float32, in eval mode, on ``device``."""
+    check_device(device)
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        module, hf = _checkpoint(path), True
+    elif FACTORY.match(spec):
+        module, hf = _factory(spec), False
+    elif path.exists():
+        raise UsageError(f"--model {spec}: a file, not a checkpoint directory", SPEC_HINT)
+    else:
+        raise UsageError(
+            f"--model {spec}: no such directory, and not a factory `module:function`", SPEC_HINT
+        )
+    torch = torch_module()
+    module = module.to(device=device, dtype=torch.float32).eval()
+    return Loaded(module, spec, hf, device)
+
+
+def _checkpoint(path: Path) -> Any:
+    if not (path / "config.json").is_file():
+        raise UsageError(f"--model {path}: the directory has no config.json", SPEC_HINT)
+    torch_module()
+    try:
+        import transformers
+    except ImportError:
+        raise MissingDependencyError(
+            "a checkpoint directory is loaded with transformers, which is not installed",
+            "pip install 'mismatchctl[torch,bisect]', or pass a factory module:function.",
+        ) from None
+    transformers.utils.logging.disable_progress_bar()  # our progress is on stderr already
+    try:
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            str(path), local_files_only=True, dtype="float32"
+        )
+    except (OSError, ValueError, KeyError) as exc:
+        raise UsageError(
+            f"--model {path}: transformers cannot load it as a causal LM ({exc})", SPEC_HINT
+        ) from None
+
+
+def _factory(spec: str) -> Any:
+    name, func = spec.split(":")
+    try:
+        made = getattr(importlib.import_module(name), func)()
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"--model {spec}: cannot import it ({exc})", SPEC_HINT) from None
+    torch = torch_module()
+    if not isinstance(made, torch.nn.Module):
+        raise UsageError(
+            f"--model {spec}: the factory returned {type(made).__name__}, expected a "
+            "torch.nn.Module",
+            "return a module called as model(input_ids) -> logits [batch, length, vocab].",
+        )
+    return made

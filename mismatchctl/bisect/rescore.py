@@ -1,0 +1,150 @@
+"""A sequence's token logprobs under a setting.
+
+A sequence is its token ids (prompt, responses, tool responses) and the indices of the tokens to
+score (the model tokens: never the first, which has nothing before it). Token ``i`` is scored by
+the logits at ``i - 1``, made float32 and processed as the setting's sampler would (temperature,
+top-p), then log-softmaxed: the logprob an engine reports for a sampled token."""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mismatchctl.bisect.kvcache import quantizing_cache
+from mismatchctl.bisect.model import Loaded, torch_module
+from mismatchctl.bisect.settings import Setting
+
+
+@dataclass
+class Sequence:
+    """``ids``: the whole sequence's token ids; ``prompt``: tokens before the first scored one
+    (what an engine prefills); ``targets``: indices of the tokens to score, ascending."""
+
+    ids: np.ndarray
+    prompt: int
+    targets: np.ndarray
+
+
+class Variant:
+    """The loaded model as a setting runs it: a copy in the setting's dtype (the float32 model
+    itself when it is one), the lm_head and final norm kept in float32 when asked."""
+
+    def __init__(self, loaded: Loaded, setting: Setting) -> None:
+        torch = torch_module()
+        self.loaded, self.setting = loaded, setting
+        module = loaded.module
+        if setting.dtype != "float32":
+            module = copy.deepcopy(module).to(getattr(torch, setting.dtype))
+        if setting.lm_head_fp32:
+            _lm_head_fp32(module)
+        self.module = module
+
+    @property
+    def device(self) -> str:
+        return self.loaded.device
+
+    def forward(self, ids: Any, **kwargs: Any) -> tuple[Any, Any]:
+        """(logits, the transformers output: None for a factory's module)."""
+        if not self.loaded.hf:
+            out = self.module(ids)
+            return getattr(out, "logits", out), None
+        out = self.module(input_ids=ids, **kwargs)
+        return out.logits, out
+
+
+def _lm_head_fp32(module: Any) -> None:
+    """The final norm and the output embeddings in float32; the lm_head's input cast up."""
+    torch = torch_module()
+    head = module.get_output_embeddings()
+    head.to(torch.float32)
+    head.register_forward_pre_hook(lambda _m, args: tuple(a.float() for a in args))
+    norm = getattr(module.get_decoder(), "norm", None)
+    if norm is not None:
+        norm.to(torch.float32)
+
+
+def logprobs(variant: Variant, seq: Sequence) -> np.ndarray:
+    """The targets' logprobs (float64) of one sequence alone."""
+    torch = torch_module()
+    with torch.inference_mode():
+        if variant.setting.incremental:
+            rows = _incremental(variant, seq)
+            return _score(rows, seq.ids[seq.targets], variant.setting)
+        ids = torch.as_tensor(seq.ids[None], device=variant.device)
+        logits = variant.forward(ids)[0][0]
+        rows = logits[torch.as_tensor(seq.targets - 1, device=variant.device)]
+        return _score(rows, seq.ids[seq.targets], variant.setting)
+
+
+def batch_logprobs(variant: Variant, batch: list[Sequence]) -> list[np.ndarray]:
+    """Each sequence's targets' logprobs, the sequences left-padded into one batch (an attention
+    mask, positions counted from each one's first token)."""
+    torch = torch_module()
+    width = max(len(s.ids) for s in batch)
+    ids = np.zeros((len(batch), width), dtype=np.int64)
+    mask = np.zeros((len(batch), width), dtype=np.int64)
+    for b, s in enumerate(batch):
+        ids[b, width - len(s.ids) :] = s.ids
+        mask[b, width - len(s.ids) :] = 1
+    with torch.inference_mode():
+        t_mask = torch.as_tensor(mask, device=variant.device)
+        positions = (t_mask.cumsum(-1) - 1).clamp(min=0)
+        logits = variant.forward(torch.as_tensor(ids, device=variant.device),
+                                 attention_mask=t_mask, position_ids=positions)[0]  # fmt: skip
+        out = []
+        for b, s in enumerate(batch):
+            rows = logits[b][torch.as_tensor(width - len(s.ids) + s.targets - 1)]
+            out.append(_score(rows, s.ids[s.targets], variant.setting))
+    return out
+
+
+def _incremental(variant: Variant, seq: Sequence) -> Any:
+    """Logits predicting every token from the first scored one to the last target: the prompt
+    prefilled, then one token at a time through the KV cache (stored as the setting says)."""
+    torch = torch_module()
+    # the cache is updated in place: the same object is handed to every step
+    cache = {_cache_keyword(variant.module): quantizing_cache(variant.module, variant.setting.kv)}
+    ids = torch.as_tensor(seq.ids[None], device=variant.device)
+    logits, _ = variant.forward(ids[:, : seq.prompt], use_cache=True, **cache)
+    rows = [logits[0, -1]]
+    for i in range(seq.prompt, int(seq.targets[-1])):
+        logits, _ = variant.forward(ids[:, i : i + 1], use_cache=True, **cache)
+        rows.append(logits[0, -1])
+    stacked = torch.stack(rows)  # row k predicts token prompt + k
+    return stacked[torch.as_tensor(seq.targets - seq.prompt, device=variant.device)]
+
+
+def _cache_keyword(module: Any) -> str:
+    """``cache`` (transformers 5.x) or ``past_key_values`` (before, and deprecated since)."""
+    return "cache" if "cache" in inspect.signature(module.forward).parameters else "past_key_values"
+
+
+def _score(rows: Any, tokens: np.ndarray, setting: Setting) -> np.ndarray:
+    """The logprob of each token under its row of logits, processed as the sampler would."""
+    torch = torch_module()
+    x = rows.float()
+    if setting.temperature is not None:
+        x = x / setting.temperature
+    lp = torch.log_softmax(x, dim=-1)
+    index = torch.as_tensor(tokens, device=lp.device)[:, None]
+    picked = lp.gather(1, index)[:, 0]
+    if setting.top_p is not None:
+        picked = picked - _top_p_mass(lp, index, setting.top_p)
+    return picked.double().cpu().numpy()
+
+
+def _top_p_mass(lp: Any, index: Any, top_p: float) -> Any:
+    """log of the probability kept by top-p (the most probable tokens until their mass reaches
+    ``top_p``; the token itself always kept: it was sampled), to renormalise by."""
+    torch = torch_module()
+    sorted_lp, order = lp.sort(dim=-1, descending=True)
+    p = sorted_lp.exp()
+    before = p.cumsum(-1) - p  # the mass of the tokens more probable than each
+    keep = before < top_p
+    keep_token = torch.zeros_like(keep).scatter(1, index, True).gather(1, order)
+    kept = torch.where(keep | keep_token, sorted_lp, torch.full_like(sorted_lp, -torch.inf))
+    return torch.logsumexp(kept, dim=-1)

@@ -1,0 +1,177 @@
+"""``bisect``: the harness against direct calls of the model, a run whose rollout side comes
+from a known setting named as reproducing it, a run with a path outside the grid named as such,
+and the refusals (a hub id, no prompt ids, another checkpoint)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mismatchctl import api
+from mismatchctl.bisect import model as M
+from mismatchctl.bisect import rescore as R
+from mismatchctl.bisect import settings as G
+from mismatchctl.errors import InputError, ModelMismatchError, UsageError
+from tests.bisect import data
+from tests.helpers import cli
+
+SETTINGS = {s.name: s for s in G.grid(0.8, 0.9)}
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return data.tiny_model(tmp_path_factory.mktemp("ckpt") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def runs(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Runs of one store: `temp` (the engine sampled at temperature 0.8), `engine` (bf16 with a
+    KV cache, one token at a time), `noise` (a path outside the grid: noise on later tokens),
+    `noprompt` (no prompt ids in the dump)."""
+    root = tmp_path_factory.mktemp("runs")
+    store = root / "store"
+    torch.set_num_threads(1)
+    model = data.load(ckpt)
+    loaded = M.load(str(ckpt))
+    engine = R.Variant(loaded, SETTINGS["bf16+incremental"])
+
+    def trainer(ids: np.ndarray, prompt: int) -> np.ndarray:
+        return data.full_logprobs(model, ids)
+
+    def hot(ids: np.ndarray, prompt: int) -> np.ndarray:
+        return data.full_logprobs(model, ids, temperature=0.8)
+
+    def bf16_engine(ids: np.ndarray, prompt: int) -> np.ndarray:
+        out = trainer(ids, prompt)
+        targets = np.arange(prompt, len(ids))
+        out[prompt:] = R.logprobs(engine, R.Sequence(ids, prompt, targets))
+        return out
+
+    def noisy(ids: np.ndarray, prompt: int) -> np.ndarray:
+        out = trainer(ids, prompt)
+        later = np.arange(len(ids)) > 20
+        out[later] += np.random.default_rng(len(ids)).normal(0, 0.05, later.sum())
+        return np.minimum(out, 0.0)
+
+    data.make_run(store, "temp", root, trainer, hot, tags={"temperature": 0.8})
+    data.make_run(store, "engine", root, trainer, bf16_engine)
+    data.make_run(store, "noise", root, trainer, noisy)
+    data.make_run(store, "noprompt", root, trainer, hot, prompts=False)
+    return store
+
+
+def test_the_harness_equals_direct_calls_of_the_model(ckpt: Path) -> None:
+    """Re-scored logprobs equal the model called directly under the setting (1e-6), and the
+    incremental path (prefill, then a token at a time through the KV cache) equals the full
+    forward in float32 (1e-5)."""
+    model, loaded = data.load(ckpt), M.load(str(ckpt))
+    ids, prompt, _ = data.sequences()[1]
+    seq = R.Sequence(ids, prompt, np.arange(prompt, len(ids)))
+    fp32 = data.full_logprobs(model, ids)[prompt:]
+    got = {n: R.logprobs(R.Variant(loaded, SETTINGS[n]), seq) for n in
+           ("start", "temperature=0.8", "bf16", "incremental")}  # fmt: skip
+    np.testing.assert_allclose(got["start"], fp32, rtol=0, atol=1e-6)
+    hot = data.full_logprobs(model, ids, temperature=0.8)[prompt:]
+    np.testing.assert_allclose(got["temperature=0.8"], hot, rtol=0, atol=1e-6)
+    bf16 = data.full_logprobs(data.load(ckpt).to(torch.bfloat16), ids)[prompt:]
+    np.testing.assert_allclose(got["bf16"], bf16, rtol=0, atol=1e-6)
+    assert np.abs(got["bf16"] - fp32).max() > 1e-4  # bf16 is a change the grid can see
+    np.testing.assert_allclose(got["incremental"], fp32, rtol=0, atol=1e-5)
+    padded = R.batch_logprobs(R.Variant(loaded, SETTINGS["padded-left"]),
+                              [R.Sequence(i, p, np.arange(p, len(i)))
+                               for i, p, _ in data.sequences()[:3]])  # fmt: skip
+    np.testing.assert_allclose(padded[1], fp32, rtol=0, atol=1e-5)
+
+
+def test_top_p_renormalises_over_the_kept_tokens(ckpt: Path) -> None:
+    loaded = M.load(str(ckpt))
+    ids, prompt, _ = data.sequences()[0]
+    seq = R.Sequence(ids, prompt, np.arange(prompt, len(ids)))
+    plain = R.logprobs(R.Variant(loaded, SETTINGS["start"]), seq)
+    top = R.logprobs(R.Variant(loaded, SETTINGS["top-p=0.9"]), seq)
+    assert np.all(top >= plain - 1e-7) and np.all(top <= 0)
+    assert np.any(top > plain + 1e-3)  # the mass cut off is given back to the kept tokens
+
+
+def test_a_sampler_setting_is_named(runs: Path, ckpt: Path) -> None:
+    """The engine sampled at temperature 0.8 (the run's tag): that setting reproduces it."""
+    b = api.bisect("temp", str(ckpt), store=runs, settings=["bf16", "temperature=0.8"])
+    assert b.best == "temperature=0.8" and b.reproduces
+    assert b.outcome("temperature=0.8").overall.k3_rollout < 1e-12
+    assert b.best_change == "temperature=0.8"
+    assert b.outcome("temperature=0.8").overall.share == pytest.approx(1.0)
+    assert b.to_dict()["bisect"]["verdict"][0].startswith("temperature=0.8 ")
+    assert set(b.by_turn_best) == {"first", "later"}  # two sequences have a tool response
+
+
+def test_the_engine_path_is_named(runs: Path, ckpt: Path) -> None:
+    """The engine decoded in bf16 through a KV cache: of every setting, bf16+incremental
+    reproduces it; the start passes the trainer check."""
+    b = api.bisect("engine", str(ckpt), store=runs)
+    assert [o.name for o in b.outcomes] == [s.name for s in G.grid(None, None)]
+    assert b.best == "bf16+incremental" and b.reproduces, b.to_dict()
+    assert b.outcome("bf16+incremental").overall.k3_rollout < 1e-12
+    # bf16 alone gets part of the way: the rest is the decode path's order of operations
+    assert b.best_change == "bf16" and 0.2 < b.outcome("bf16").overall.share < 0.9
+    assert b.outcomes[0].overall.k3_trainer <= b.trainer_threshold
+    lo, hi = b.outcomes[0].overall.k3_rollout_ci
+    assert lo <= b.outcomes[0].overall.k3_rollout <= hi
+
+
+def test_a_path_outside_the_grid_is_said(runs: Path, ckpt: Path) -> None:
+    b = api.bisect("noise", str(ckpt), store=runs, settings=["bf16", "incremental", "kv-fp8"])
+    assert not b.reproduces
+    assert b.to_dict()["bisect"]["verdict"][0].startswith("nothing here reproduces")
+
+
+def test_the_command_line_and_its_json(runs: Path, ckpt: Path) -> None:
+    ran = cli("bisect", "temp", "--model", str(ckpt), "--settings", "temperature=0.8",
+              "--store", str(runs), "--json", "-", "-q")  # fmt: skip
+    assert ran.code == 0, ran.err
+    d = json.loads(ran.out)["bisect"]
+    assert d["best"] == "temperature=0.8" and d["reproduces"]
+    assert [s["setting"] for s in d["settings"]] == ["start", "temperature=0.8"]
+    shown = cli("bisect", "temp", "--model", str(ckpt), "--settings", "temperature=0.8",
+                "--store", str(runs), "-q")  # fmt: skip
+    assert shown.code == 0 and "reproduces the rollout logprobs" in shown.out
+
+
+def test_a_factory_model_runs_what_it_supports(runs: Path) -> None:
+    b = api.bisect("temp", "tests.bisect.data:factory", store=runs)
+    assert b.best == "temperature=0.8" and b.reproduces
+    skipped = dict(b.skipped)
+    assert {"incremental", "kv-fp8", "padded-left", "lm_head-fp32"} <= set(skipped)
+    assert "KV cache" in skipped["incremental"]
+
+
+def test_a_hub_id_is_refused_with_a_hint(runs: Path) -> None:
+    ran = cli("bisect", "temp", "--model", "meta-llama/Llama-3.1-8B", "--store", str(runs))
+    assert ran.code == 1
+    assert "Error:" in ran.err and "Hint:" in ran.err and "never downloaded" in ran.err
+    with pytest.raises(UsageError, match="no such directory"):
+        M.load("Qwen/Qwen3-0.6B")
+
+
+def test_a_dump_without_prompt_ids_is_refused(runs: Path, ckpt: Path) -> None:
+    with pytest.raises(InputError, match="prompt") as exc:
+        api.bisect("noprompt", str(ckpt), store=runs)
+    assert "prompts" in (exc.value.hint or "")
+
+
+def test_another_checkpoint_is_named(runs: Path, tmp_path: Path) -> None:
+    other = data.tiny_model(tmp_path / "other", seed=1)
+    with pytest.raises(ModelMismatchError, match="not the one the run used"):
+        api.bisect("temp", str(other), store=runs, settings=["bf16"])
+    ran = cli("bisect", "temp", "--model", str(other), "--store", str(runs), "-q")
+    assert ran.code == 3 and "not the one the run used" in ran.err
+
+
+def test_cuda_is_refused_cleanly_without_one(runs: Path, ckpt: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(UsageError, match="no CUDA device"):
+        api.bisect("temp", str(ckpt), store=runs, device="cuda")
