@@ -5,6 +5,7 @@ garbage collector is held off at start-up, then frozen out of the libraries' obj
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mismatchctl import api
-from mismatchctl.cli.process import exit_code
+from mismatchctl.cli.process import ONE_BLAS_THREAD, exit_code
 from tests.helpers import FIXTURES
 
 ROOT = Path(__file__).parents[2]
@@ -82,3 +83,25 @@ def test_the_collector_is_held_then_frozen_and_back() -> None:
     )
     done = _python("-c", code)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize(("preset", "seen"), [(None, "1"), ("3", "3")])
+def test_blas_runs_on_the_calling_thread_unless_told(preset: str | None, seen: str) -> None:
+    """The command sets one BLAS thread before numpy loads; a value the user set is kept."""
+    code = (
+        "import atexit, os, sys\n"
+        "atexit.register(lambda: print(os.environ.get('OPENBLAS_NUM_THREADS'),"
+        " os.environ.get('MKL_NUM_THREADS')))\n"
+        "sys.argv = ['mismatchctl', 'runs', '--help']\n"
+        "from mismatchctl.cli.process import main\n"
+        "assert 'numpy' not in sys.modules\n"
+        "main()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ONE_BLAS_THREAD}
+    if preset is not None:
+        env["OPENBLAS_NUM_THREADS"] = preset
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == f"{seen} 1"
