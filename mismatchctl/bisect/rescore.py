@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mismatchctl.bisect.kvcache import quantizing_cache
+from mismatchctl.bisect.kvcache import Rounder, quantizing_cache
 from mismatchctl.bisect.model import Loaded, torch_module
 from mismatchctl.bisect.settings import Setting
 
@@ -106,6 +106,8 @@ def _incremental(variant: Variant, seq: Sequence) -> Any:
     """Logits predicting every token from the first scored one to the last target: the prompt
     prefilled, then one token at a time through the KV cache (stored as the setting says)."""
     torch = torch_module()
+    if not variant.loaded.hf:
+        return _stepwise(variant, seq)
     # the cache is updated in place: the same object is handed to every step
     cache = {_cache_keyword(variant.module): quantizing_cache(variant.module, variant.setting.kv)}
     ids = torch.as_tensor(seq.ids[None], device=variant.device)
@@ -114,6 +116,20 @@ def _incremental(variant: Variant, seq: Sequence) -> Any:
     for i in range(seq.prompt, int(seq.targets[-1])):
         logits, _ = variant.forward(ids[:, i : i + 1], use_cache=True, **cache)
         rows.append(logits[0, -1])
+    stacked = torch.stack(rows)  # row k predicts token prompt + k
+    return stacked[torch.as_tensor(seq.targets - seq.prompt, device=variant.device)]
+
+
+def _stepwise(variant: Variant, seq: Sequence) -> Any:
+    """``_incremental`` through a factory module's own ``prefill`` and ``decode``."""
+    torch = torch_module()
+    kv = Rounder(variant.setting.kv) if variant.setting.kv is not None else None
+    ids = torch.as_tensor(seq.ids[None], device=variant.device)
+    logits, cache = variant.module.prefill(ids[:, : seq.prompt], kv)
+    rows = [logits[0]]
+    for i in range(seq.prompt, int(seq.targets[-1])):
+        logits, cache = variant.module.decode(ids[:, i], cache, kv)
+        rows.append(logits[0])
     stacked = torch.stack(rows)  # row k predicts token prompt + k
     return stacked[torch.as_tensor(seq.targets - seq.prompt, device=variant.device)]
 

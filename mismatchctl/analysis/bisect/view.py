@@ -67,6 +67,10 @@ def bisect_sections(b: Bisect) -> list[X.Section]:
         X.Fact("trainer check", b.outcomes[0].overall.k3_trainer,
                remark=f"K3 of the start against the trainer side, at most {_g(b.trainer_threshold)}"),
     ]  # fmt: skip
+    if b.trainer_temperature is not None:
+        facts.append(X.Fact("trainer temperature", f"{b.trainer_temperature:g}", X.Kind.TEXT,
+                            remark="the trainer divides its logits by the run's temperature: "
+                            "every setting here does"))  # fmt: skip
     out: list[X.Section] = [
         X.Lines("bisect-verdict", f"Bisect: {b.run}", lines),
         X.Facts("bisect-summary", "Sample", facts),
@@ -128,6 +132,7 @@ def bisect_dict(b: Bisect) -> dict[str, Any]:
         "without_prompt": b.without_prompt, "mismatch_k3": b.mismatch,
         "trainer_check": {"k3": b.outcomes[0].overall.k3_trainer,
                           "threshold": b.trainer_threshold},
+        "trainer_temperature": b.trainer_temperature,
         "best": b.best or None, "reproduces": b.reproduces, "best_change": b.best_change,
         "by_turn_best": b.by_turn_best,
         "settings": [{"setting": o.name, "what": o.what, "changes": o.changes,
