@@ -29,6 +29,7 @@ TRAINER_FLOOR = 1e-9
 TRAINER_SHARE = 0.01
 REPRODUCE_RESIDUAL = 0.1
 BATCH = 8  # sequences per padded batch (padded-left)
+STEPWISE_BATCH = 16  # sequences a factory's engine path decodes together
 
 
 @dataclass
@@ -211,6 +212,8 @@ def _score_setting(
             for k in range(0, len(seqs), BATCH):
                 out += R.batch_logprobs(variant, seqs[k : k + BATCH])
                 tick(len(out))
+        elif setting.incremental and not loaded.hf:
+            out = _stepwise(variant, seqs, tick)
         else:
             for s in seqs:
                 out.append(R.logprobs(variant, s))
@@ -222,6 +225,21 @@ def _score_setting(
             "a factory's module must take input ids [batch, length] and return logits "
             "[batch, length, vocab]; the checkpoint must be the run's (its vocabulary).",
         ) from None
+    return out
+
+
+def _stepwise(variant, seqs: list, tick: Callable[[int], None]) -> list[np.ndarray]:
+    """A factory module's engine path, STEPWISE_BATCH sequences decoded together: the sample
+    ordered by length so that a batch's rows end close together (less padding decoded)."""
+    from mismatchctl.bisect import rescore as R
+
+    order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].ids), i))
+    out: list[np.ndarray] = [np.empty(0)] * len(seqs)
+    for k in range(0, len(order), STEPWISE_BATCH):
+        part = order[k : k + STEPWISE_BATCH]
+        for i, x in zip(part, R.stepwise_logprobs(variant, [seqs[i] for i in part]), strict=True):
+            out[i] = x
+        tick(min(k + STEPWISE_BATCH, len(seqs)))
     return out
 
 
