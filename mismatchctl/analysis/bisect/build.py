@@ -117,13 +117,21 @@ def build_bisect(
     _check_vocab(loaded, drawn, model)
     runnable, skipped = _runnable(loaded, chosen)
     tokens = sum(len(t) for t in drawn.targets)
-    if on_plan:
-        on_plan(f"re-scoring {len(drawn.ids):,} sequences ({tokens:,} model tokens) under "
-                f"{len(runnable)} settings: {len(drawn.ids) * len(runnable):,} passes")  # fmt: skip
-    scored, runnable = _score_all(loaded, drawn, runnable, temperature, on_pass)
+    with M.cpu_threads(loaded) as threads:
+        if on_plan:
+            on_plan(f"re-scoring {len(drawn.ids):,} sequences ({tokens:,} model tokens) under "
+                    f"{len(runnable)} settings: {len(drawn.ids) * len(runnable):,} passes, "
+                    f"{_threads(threads)}")  # fmt: skip
+        scored, runnable = _score_all(loaded, drawn, runnable, temperature, on_pass)
     result = _judge(run, model, device, drawn, runnable, scored, skipped, seed)
     result.trainer_temperature = temperature if runnable[0].temperature else None
     return result
+
+
+def _threads(n: int) -> str:
+    if n == 1:
+        return "on one torch thread (a small model: OMP_NUM_THREADS sets another count)"
+    return f"on {n} torch threads"
 
 
 def _tag(tags: dict[str, str], name: str) -> float | None:
