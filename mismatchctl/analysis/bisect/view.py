@@ -11,6 +11,10 @@ if TYPE_CHECKING:
     from mismatchctl.analysis.bisect.metrics import Numbers
 
 
+# a single change accounting for less of the mismatch than this does not explain any of it
+ALONE = 0.05
+
+
 def _g(x: float) -> str:
     return f"{x:.2g}"
 
@@ -43,9 +47,14 @@ def verdict(b: Bisect) -> list[str]:
                "sampler's processing): look there"]  # fmt: skip
     if b.best_change is not None:
         change = b.outcome(b.best_change)
-        out.append(f"of the single changes, {change.name} ({change.what}) moves the trainer "
-                   f"side furthest toward the rollout: it accounts for {_share(change.overall)} "
-                   "of the mismatch")  # fmt: skip
+        if (change.overall.share or 0.0) < ALONE:
+            out.append(f"no single change accounts for the mismatch alone (the most, "
+                       f"{change.name}: {_share(change.overall)}): it takes the changes "
+                       "together")  # fmt: skip
+        else:
+            out.append(f"of the single changes, {change.name} ({change.what}) moves the "
+                       f"trainer side furthest toward the rollout: it accounts for "
+                       f"{_share(change.overall)} of the mismatch")  # fmt: skip
     for kind, name in b.by_turn_best.items():
         o = b.outcome(name).by_turn[kind]
         if o.tokens:
