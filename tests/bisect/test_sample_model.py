@@ -139,3 +139,27 @@ def test_the_demo_says_why_it_skips_bisect(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr("importlib.util.find_spec", lambda n: None if n == "torch" else real(n))
     why = bisect_target(data)
     assert isinstance(why, str) and why.startswith("torch not installed")
+
+
+def test_a_batch_through_the_engine_path_equals_each_sequence_alone(store: Path) -> None:
+    """Left-padded prompts of other lengths, rows decoded past their end: each row's logprobs
+    are its own (float32: the batch shape's rounding only)."""
+    variant = R.Variant(M.load(FACTORY), SETTINGS["incremental"])
+    seqs = _sequences(store, 4)
+    assert len({s.prompt for s in seqs}) > 1 and len({len(s.ids) for s in seqs}) > 1
+    together = R.stepwise_logprobs(variant, seqs)
+    for s, got in zip(seqs, together, strict=True):
+        alone = R.stepwise_logprobs(variant, [s])[0]
+        np.testing.assert_allclose(got, alone, rtol=0, atol=1e-5)
+
+
+def test_a_small_model_runs_on_one_thread_unless_told(monkeypatch) -> None:
+    loaded = M.load(FACTORY)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    torch.set_num_threads(2)
+    with M.cpu_threads(loaded) as n:
+        assert n == 1 == torch.get_num_threads()
+    assert torch.get_num_threads() == 2  # restored
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    with M.cpu_threads(loaded) as n:
+        assert n == 2 == torch.get_num_threads()
