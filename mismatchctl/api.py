@@ -776,6 +776,37 @@ def demo_ingest(
     return runs
 
 
+DEMO_BISECT_SAMPLE = 32  # sequences: the demo's bisect phase stays a few seconds
+
+
+def demo_bisect_skipped(data: str | None = None) -> str | None:
+    """Why the demo cannot run ``bisect`` here (no torch, no shipped checkpoint), or None."""
+    from mismatchctl.sample_runs import bisect_target
+
+    target = bisect_target(data)
+    return target if isinstance(target, str) else None
+
+
+def demo_bisect(
+    store: StorePath = DEMO_STORE,
+    data: str | None = None,
+    *,
+    sample: int = DEMO_BISECT_SAMPLE,
+    on_plan: Callable[[str], None] | None = None,
+    on_pass: Callable[[str, int, int], None] | None = None,
+) -> Bisect | str:
+    """``bisect`` on the sample run whose trainer checkpoint ships with the sample data (its
+    step alone, ``sample`` sequences, the checkpoint through its factory), or why it cannot run
+    here (no torch, no checkpoint): the demo says so and goes on."""
+    from mismatchctl.sample_runs import bisect_target
+
+    target = bisect_target(data)
+    if isinstance(target, str):
+        return target
+    return bisect(target.run, target.model, sample=sample, steps=str(target.step), store=store,
+                  on_plan=on_plan, on_pass=on_pass)  # fmt: skip
+
+
 def demo_report(
     runs: Iterable[DemoRun],
     store: StorePath = DEMO_STORE,

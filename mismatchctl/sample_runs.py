@@ -4,6 +4,7 @@ runs' tokenizer (the manifest's ``tokenizer``) remembered for them."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 from collections.abc import Callable
@@ -190,3 +191,35 @@ def demo_compile() -> Compile | None:
         return None
     where = [p for p in paths if p]
     return Compile(cold, COMPILE_SECONDS, os.path.commonpath(where) if where else "")
+
+
+# the sample model's shipped trainer checkpoint (sample_data/gen/bisect_model.py writes it):
+# its weights and, beside them, a JSON naming the run and step the trainer scored with them
+BISECT_FACTORY = "gen/bisect_model.py:load"
+BISECT_MODELS = "model"
+
+
+@dataclass(frozen=True)
+class BisectTarget:
+    """What the demo bisects: ``run`` at ``step`` with the factory ``model`` (a file:function)."""
+
+    run: str
+    step: int
+    model: str
+
+
+def bisect_target(data_dir: str | os.PathLike[str] | None = None) -> BisectTarget | str:
+    """The shipped checkpoint's run, step and factory, or why the demo cannot bisect here."""
+    base = Path(data_dir) if data_dir else default_data_dir()
+    metas = sorted((base / BISECT_MODELS).glob("*.json"))
+    if not metas:
+        return f"the sample data has no model checkpoint ({base / BISECT_MODELS} is empty)"
+    missing = [m for m in ("torch", "safetensors") if importlib.util.find_spec(m) is None]
+    if missing:
+        return f"{' and '.join(missing)} not installed (pip install 'mismatchctl[torch,bisect]')"
+    try:
+        meta = json.loads(metas[0].read_text(encoding="utf-8"))
+        run, step = str(meta["run"]), int(meta["step"])
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        return f"{metas[0]} does not name a run and step ({exc})"
+    return BisectTarget(run, step, str(base / BISECT_FACTORY))

@@ -31,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from gen import bisect_model
 from gen.corpus import (
     PROMPT_MODULES,
     TRAIN_MODULES,
@@ -324,6 +325,17 @@ def moe_run_all(
     return entries, info
 
 
+def write_bisect_model(
+    model: Trainee, size: Size, manifest_dir: Path, selected: Collection[str]
+) -> None:
+    """The trainer checkpoint `bisect` runs on (gen/bisect_model.py), with its run."""
+    if bisect_model.BISECT_RUN not in selected or size.n_steps < bisect_model.BISECT_STEP:
+        return
+    state = model.trained.checkpoints[bisect_model.BISECT_STEP]
+    path = bisect_model.save(state, model.cfg, manifest_dir / "model")
+    print(f"bisect checkpoint -> {path}", flush=True)
+
+
 def generator_info(args: argparse.Namespace, model: Trainee) -> dict[str, object]:
     return {
         "command": command(args),
@@ -415,6 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         if SYNTHETIC in selected:
             entries.append(synthetic_run(ref_samples, batches, args.out, manifest_dir))
         entries += run_all(ADDED_RUNS, model, batches, args.out, manifest_dir, selected)[0]
+        write_bisect_model(model, size, manifest_dir, selected)
         info |= generator_info(args, model)
     if moe_names & set(selected):
         found, info["moe"] = moe_run_all(size, batches, args.out, manifest_dir, selected)

@@ -45,6 +45,19 @@ def _new(cache_class: Any, module: Any) -> Any:
         return cache_class()
 
 
+class Rounder:
+    """A factory module's ``kv`` callable (bisect/model.py): each layer's new keys and values
+    rounded as ``kv`` says before they are stored, with the fp8 scales per layer as above."""
+
+    def __init__(self, kv: str) -> None:
+        self.kv = kv
+        self.scales: dict[int, dict[str, Any]] = {}
+
+    def __call__(self, layer: int, keys: Any, values: Any) -> tuple[Any, Any]:
+        scales = self.scales.setdefault(layer, {})
+        return _round(keys, self.kv, scales, "k"), _round(values, self.kv, scales, "v")
+
+
 def _rounding(update: Any, kv: str) -> Any:
     scales: dict[str, Any] = {}
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from mismatchctl.bisect.kvcache import quantizing_cache
+from mismatchctl.bisect.kvcache import Rounder, quantizing_cache
 from mismatchctl.bisect.model import Loaded, torch_module
 from mismatchctl.bisect.settings import Setting
 
@@ -71,6 +71,8 @@ def logprobs(variant: Variant, seq: Sequence) -> np.ndarray:
     """The targets' logprobs (float64) of one sequence alone."""
     torch = torch_module()
     with torch.inference_mode():
+        if variant.setting.incremental and not variant.loaded.hf:
+            return stepwise_logprobs(variant, [seq])[0]
         if variant.setting.incremental:
             rows = _incremental(variant, seq)
             return _score(rows, seq.ids[seq.targets], variant.setting)
@@ -116,6 +118,64 @@ def _incremental(variant: Variant, seq: Sequence) -> Any:
         rows.append(logits[0, -1])
     stacked = torch.stack(rows)  # row k predicts token prompt + k
     return stacked[torch.as_tensor(seq.targets - seq.prompt, device=variant.device)]
+
+
+def stepwise_logprobs(variant: Variant, batch: list[Sequence]) -> list[np.ndarray]:
+    """Each sequence's targets' logprobs through a factory module's engine path, the sequences
+    decoded together as an engine's batch: the prompts left-padded and prefilled, then one
+    token of each at a time through the cache (a finished sequence's row is fed padding, never
+    read). Rows are scored as they come: one row of logits per sequence alive at a time."""
+    torch = torch_module()
+    with torch.inference_mode():
+        return _stepwise(variant, batch)
+
+
+def _stepwise(variant: Variant, batch: list[Sequence]) -> list[np.ndarray]:
+    torch = torch_module()
+    kv = Rounder(variant.setting.kv) if variant.setting.kv is not None else None
+    width = max(s.prompt for s in batch)
+    ids = np.zeros((len(batch), width), dtype=np.int64)
+    for b, s in enumerate(batch):
+        ids[b, width - s.prompt :] = s.ids[: s.prompt]
+    t_ids = torch.as_tensor(ids, device=variant.device)
+    logits, cache = variant.module.prefill(t_ids, kv, _valid(batch, width, variant.device))
+    out = [np.empty(len(s.targets)) for s in batch]
+    steps = max(int(s.targets[-1]) - s.prompt for s in batch)
+    for k in range(steps + 1):  # logits row k predicts token prompt + k of each sequence
+        _take(logits, batch, k, out, variant.setting)
+        if k == steps:
+            break
+        nxt = [int(s.ids[s.prompt + k]) if s.prompt + k < len(s.ids) else 0 for s in batch]
+        logits, cache = variant.module.decode(torch.as_tensor(nxt, device=variant.device),
+                                              cache, kv)  # fmt: skip
+    return out
+
+
+def _valid(batch: list[Sequence], width: int, device: str) -> Any:
+    torch = torch_module()
+    valid = torch.zeros((len(batch), width), dtype=torch.bool, device=device)
+    for b, s in enumerate(batch):
+        valid[b, width - s.prompt :] = True
+    return valid
+
+
+def _take(logits: Any, batch: list[Sequence], k: int, out: list[np.ndarray], setting: Setting):
+    """Score, in one call, the rows of ``logits`` whose sequence has a target at ``prompt + k``
+    (the targets ascend: each sequence's next unscored target is where its scores end)."""
+    torch = torch_module()
+    rows, tokens, where = [], [], []
+    for b, s in enumerate(batch):
+        at = int(np.searchsorted(s.targets, s.prompt + k))
+        if at < len(s.targets) and s.targets[at] == s.prompt + k:
+            rows.append(b)
+            tokens.append(s.ids[s.prompt + k])
+            where.append(at)
+    if not rows:
+        return
+    picked = _score(logits[torch.as_tensor(rows, device=logits.device)], np.asarray(tokens),
+                    setting)  # fmt: skip
+    for b, at, x in zip(rows, where, picked, strict=True):
+        out[b][at] = x
 
 
 def _cache_keyword(module: Any) -> str:

@@ -5,7 +5,7 @@ thing of it (``bf16+incremental`` two: the common engine path)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mismatchctl.errors import UsageError
 
@@ -31,11 +31,14 @@ class Setting:
     top_p: float | None = None
     changes: int = 1  # from the start
 
-    @property
-    def needs_hf(self) -> str | None:
-        """Why a factory's module cannot run it (None: it can)."""
-        if self.incremental:
-            return "incremental decoding needs a KV cache (a transformers model's past_key_values)"
+    def unsupported(self, hf: bool, stepwise: bool) -> str | None:
+        """Why the model cannot run it (None: it can): ``hf``, a transformers model; ``stepwise``,
+        a factory's module offering ``prefill`` and ``decode`` (docs/bisect.md)."""
+        if hf:
+            return None
+        if self.incremental and not stepwise:
+            return ("incremental decoding needs a KV cache: a transformers model, or a factory "
+                    "module with prefill and decode")  # fmt: skip
         if self.padded:
             return "a padded batch needs an attention mask (a transformers model's)"
         if self.lm_head_fp32:
@@ -43,8 +46,26 @@ class Setting:
         return None
 
 
+def at_trainer_temperature(settings: list[Setting], temperature: float) -> list[Setting]:
+    """The settings when the trainer divides its logits by ``temperature`` (as many RL trainers
+    do): every setting at that temperature, and the sampler's temperature setting turned into
+    its one change from there, the raw logits."""
+    out = []
+    for s in settings:
+        if s.temperature is not None:
+            out.append(Setting("raw", f"the logits not divided by {temperature:g}",
+                               temperature=1.0))  # fmt: skip
+        elif s.name == START:
+            out.append(replace(s, what=f"{s.what}, logits divided by {temperature:g}",
+                               temperature=temperature))  # fmt: skip
+        else:
+            out.append(replace(s, temperature=temperature))
+    return out
+
+
 def grid(temperature: float | None, top_p: float | None) -> list[Setting]:
-    """Every setting, the start first; the sampler's only with a value to apply."""
+    """Every setting, the start first; the sampler's only with a value that changes the logits
+    (a temperature other than 1, a top-p under 1)."""
     out = [
         Setting(START, "float32, full forward (the trainer's)", changes=0),
         Setting("bf16", "bfloat16 weights and activations", dtype="bfloat16"),
@@ -59,10 +80,10 @@ def grid(temperature: float | None, top_p: float | None) -> list[Setting]:
                 kv="fp8"),
         Setting("padded-left", "left-padded into a batch with others", padded=True),
     ]  # fmt: skip
-    if temperature is not None:
+    if temperature is not None and temperature != 1:  # 1: the start itself
         out.append(Setting(f"temperature={temperature:g}", f"logits divided by {temperature:g}",
                            temperature=temperature))  # fmt: skip
-    if top_p is not None:
+    if top_p is not None and top_p < 1:  # 1 keeps every token: the start itself
         out.append(Setting(f"top-p={top_p:g}", f"top-p {top_p:g}, renormalised", top_p=top_p))
     return out
 

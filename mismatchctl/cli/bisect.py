@@ -14,7 +14,7 @@ HELP = """Which component makes the mismatch: a sample of the run's sequences (p
 
 Each setting's logprobs are compared with both sides: K3 = mean(exp(d) - 1 - d) and mean d, d = re-scored - side, over the sampled model tokens, with sequence-bootstrap 95% intervals, overall and per turn kind. The answer first: which setting reproduces the rollout side (it accounts for 90% of the mismatch or more), which single change moves the trainer side furthest toward it and how much of the mismatch it accounts for, or that nothing here reproduces it (the engine has a path outside the grid).
 
-First the trainer check: the start setting must give the trainer side (K3 at most max(1e-9, 1% of the sample's mismatch)); else the checkpoint is not the run's: exit code 3. The dump must hold prompt and response token ids (DumpWriter's `prompts`). --model is a local checkpoint directory (transformers, never downloaded) or `module:function` returning a torch module (full-forward settings only). Needs `pip install 'mismatchctl[torch,bisect]'`. See docs/bisect.md.
+First the trainer check: the start setting must give the trainer side (K3 at most max(1e-9, 1% of the sample's mismatch)); else the checkpoint is not the run's: exit code 3. The dump must hold prompt and response token ids (DumpWriter's `prompts`). --model is a local checkpoint directory (transformers, never downloaded) or `module:function` (or `file.py:function`) returning a torch module: the full-forward settings, and the incremental and KV-cache ones when it offers prefill and decode. A trainer that divides its logits by the run's temperature is found (the start checked at both), and every setting then runs at it. The work (sequences x settings) is said before it starts; a small model runs on one torch thread on CPU unless OMP_NUM_THREADS is set. Needs `pip install 'mismatchctl[torch,bisect]'`. See docs/bisect.md.
 
 [bold]Examples[/]
 
@@ -23,6 +23,8 @@ First the trainer check: the start setting must give the trainer side (K3 at mos
   mismatchctl bisect v1-a100 --model ~/ckpt/step-120 --settings bf16,incremental,kv-fp8 --sample 50
 
   mismatchctl bisect v1-a100 --model mypkg.models:tiny --temperature 0.7 --json -
+
+  mismatchctl bisect ref-b --steps 8 --model sample_data/gen/bisect_model.py:load --store mismatchctl-demo/store
 """
 
 
@@ -31,7 +33,11 @@ def bisect(
     run: Annotated[str, typer.Argument(help="The run.")],
     model: Annotated[
         str,
-        typer.Option("--model", "-m", help="A local checkpoint directory, or module:function."),
+        typer.Option(
+            "--model",
+            "-m",
+            help="A local checkpoint directory, or module:function (file.py:function).",
+        ),
     ],
     sample: Annotated[
         int, typer.Option("--sample", help="Sequences to re-score (a uniform sample).")

@@ -18,7 +18,9 @@ The demo's store is not the default store of the other commands: point them at i
 
 Which runs are captured from a real model's two numeric paths and which are synthetic is said in the output and in sample_data/README.md. Running it again reuses the runs already ingested.
 
-Each phase (ingest, reading the tokens, the diagnoses, the HTML page) is a progress bar on a terminal and a line on stderr otherwise (-q: none); a first run says so before it compiles its kernels (numba, cached on disk).
+Last, `bisect` on the sample run whose trainer checkpoint ships with the sample data (ref-b, step 8): 32 of its sequences re-scored with the sample model under each setting, which names the engine's path (bf16, one token at a time through a KV cache). It needs torch and safetensors (pip install 'mismatchctl[torch,bisect]'); without them the demo says it skipped it, and why.
+
+Each phase (ingest, reading the tokens, the diagnoses, the HTML page, bisect) is a progress bar on a terminal and a line on stderr otherwise (-q: none); a first run says so before it compiles its kernels (numba, cached on disk).
 
 [bold]Examples[/]
 
@@ -67,7 +69,12 @@ def demo(
         from mismatchctl.render.html import write
 
         write(target, "mismatchctl demo: the bundled sample runs", SUBTITLE, sections)
+        bisected = _bisect(phases, store, data)
     show(sections)
+    if isinstance(bisected, str):
+        say(f"bisect: skipped, {bisected}")
+    else:
+        show(bisected.sections())
     say("Sample runs:", "bold")
     for line in legend(runs):
         say(line)
@@ -77,6 +84,22 @@ def demo(
         f"The other commands read another store unless told: {api.point_at(store)} "
         f"(e.g. `mismatchctl runs --store {store}`)."
     )
+
+
+def _bisect(phases: Any, store: str, data: str | None) -> Any:
+    """The last phase: ``bisect`` on the sample run whose checkpoint ships (a small sample), or
+    why it is skipped (said with the output, not as a phase)."""
+    why = api.demo_bisect_skipped(data)
+    if why is not None:
+        return why
+    phases.start(f"bisect: re-scoring {api.DEMO_BISECT_SAMPLE} sequences of the sample model")
+
+    def step(name: str, done: int, total: int) -> None:
+        if done <= 1:
+            phases.start("bisect: re-scoring", total, "passes")
+        phases.step(name, done, total)
+
+    return api.demo_bisect(store, data, on_plan=phases.note, on_pass=step)
 
 
 def legend(runs: Sequence[Any]) -> list[str]:

@@ -56,6 +56,9 @@ def test_demo_runs_on_the_bundled_sample_data(
     # the synthetic run's (synthetic) training log is attached: its curves are joined to vllm_kl
     assert "Training curves: synthetic-gpus" in ran.out and "actor/grad_norm" in ran.out
     assert "3 step(s) in the training logs have no dumps: 9-11" in ran.out
+    # last, bisect on ref-b's step 8 with the shipped checkpoint: the engine's path is named
+    assert "Bisect: ref-b" in ran.out and "sequences re-scored" in ran.out
+    assert "bf16+incremental (bfloat16, one token at a time with a KV cache) reproduces" in ran.out
     assert "actor/grad_norm" in text and "critic/score/mean" in text
     # the MoE runs are ingested with their routes (the manifest's `ingest` options): the report
     # has a Routing section with their rows, and their diagnosis names flips and a capture bug
@@ -245,7 +248,7 @@ def test_a_manifest_tokenizer_that_is_not_there(tmp_path: Path) -> None:
 
 @pytest.fixture
 def small_data(tmp_path: Path) -> Path:
-    """A sample-data directory of two sample runs (61,013 tokens: the kernels stay unloaded)."""
+    """A sample-data directory of two sample runs (60,841 tokens: the kernels stay unloaded)."""
     manifest = json.loads((ROOT / "sample_data" / "manifest.json").read_text())
     runs = [r for r in manifest["runs"] if r["name"] in ("ref", "ref-b")]
     for run in runs:
@@ -260,7 +263,7 @@ def small_data(tmp_path: Path) -> Path:
 PHASES = [
     "loading the compiled kernels",
     "ingesting 2 sample runs",
-    "reading 61,013 tokens of 2 runs",  # ref 30,548, ref-b 30,465
+    "reading 60,841 tokens of 2 runs",  # ref 30,548, ref-b 30,293
     "diagnosing 2 runs",
     "writing the HTML report",
 ]
@@ -291,7 +294,10 @@ def test_the_demo_says_each_phase_on_a_pipe(
         f"cached under {tmp_path / 'nb'}"
     )
     assert lines[: len(PHASES) + 1] == [PHASES[0], note, *PHASES[1:]]
-    assert lines[len(PHASES) + 1] == "Sample runs:"
+    # no checkpoint in this data directory: bisect is not a phase, its skip is said with the
+    # output (-q too)
+    skipped = f"bisect: skipped, the sample data has no model checkpoint ({small_data / 'model'} is empty)"
+    assert lines[len(PHASES) + 1 : len(PHASES) + 3] == [skipped, "Sample runs:"]
     monkeypatch.setattr(sample_runs, "demo_compile", lambda: None)  # every kernel cached
     quiet = _demo(small_data, tmp_path, "-q")  # the runs are in the store now
-    assert quiet.err.splitlines()[0] == "Sample runs:" and quiet.out == ran.out
+    assert quiet.err.splitlines()[:2] == [skipped, "Sample runs:"] and quiet.out == ran.out

@@ -423,10 +423,11 @@ def test_committed_files_are_well_formed() -> None:
             check_parquet_run(SAMPLE / run["path"], run["tags"])
         else:
             check_nemo_run(SAMPLE / run["path"])
-    total = sum(
-        p.stat().st_size for p in SAMPLE.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-    )
-    assert total < 10 * 1024 * 1024
+    files = [p for p in SAMPLE.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+    models = [p for p in files if p.parent == SAMPLE / "model"]
+    # the runs, code and logs stay under 10 MB; the shipped checkpoint (bisect's) under 15 MB
+    assert sum(p.stat().st_size for p in files if p not in models) < 10 * 1024 * 1024
+    assert models and sum(p.stat().st_size for p in models) <= 15 * 1024 * 1024
 
 
 def test_later_turns_mismatch_more_than_first_turns(committed: dict[str, Tokens]) -> None:
@@ -548,11 +549,13 @@ def test_faulty_attn_subtle_is_confined_to_long_kv_in_some_steps(
         s: ratio(subtle, ref, long_t & (subtle.step == s), long_b & (ref.step == s))
         for s in np.unique(subtle.step)
     }
-    hit = [s for s, v in per_step.items() if v > 10]
+    # 8.8-21.8 in the hit steps (2, 3, 7), at most 6.6 elsewhere, against ref-b as regenerated
+    # with the shipped checkpoint and as it was before (10.4-17.2)
+    hit = [s for s, v in per_step.items() if v > 8]
     assert hit and len(hit) < len(per_step)  # some steps' batches take the faulty path
     in_hit = np.isin(subtle.step, hit)
     excess = k3(subtle.r).sum() - vllm_kl(ref.r) * subtle.r.size
-    assert (k3(subtle.r[long_t & in_hit]).sum()) > 0.7 * excess  # most of it (78% measured)
+    assert (k3(subtle.r[long_t & in_hit]).sum()) > 0.7 * excess  # most of it (74-76% measured)
 
 
 def test_stale_subtle_spreads_evenly(committed: dict[str, Tokens]) -> None:

@@ -29,6 +29,7 @@ TRAINER_FLOOR = 1e-9
 TRAINER_SHARE = 0.01
 REPRODUCE_RESIDUAL = 0.1
 BATCH = 8  # sequences per padded batch (padded-left)
+STEPWISE_BATCH = 16  # sequences a factory's engine path decodes together
 
 
 @dataclass
@@ -61,6 +62,7 @@ class Bisect:
     best_change: str | None = None
     reproduces: bool = False
     by_turn_best: dict[str, str] = field(default_factory=dict)
+    trainer_temperature: float | None = None  # the trainer divides its logits by it
 
     def outcome(self, name: str) -> Outcome:
         return next(o for o in self.outcomes if o.name == name)
@@ -115,11 +117,21 @@ def build_bisect(
     _check_vocab(loaded, drawn, model)
     runnable, skipped = _runnable(loaded, chosen)
     tokens = sum(len(t) for t in drawn.targets)
-    if on_plan:
-        on_plan(f"re-scoring {len(drawn.ids):,} sequences ({tokens:,} model tokens) under "
-                f"{len(runnable)} settings: {len(drawn.ids) * len(runnable):,} passes")  # fmt: skip
-    scored = _score_all(loaded, drawn, runnable, on_pass)
-    return _judge(run, model, device, drawn, runnable, scored, skipped, seed)
+    with M.cpu_threads(loaded) as threads:
+        if on_plan:
+            on_plan(f"re-scoring {len(drawn.ids):,} sequences ({tokens:,} model tokens) under "
+                    f"{len(runnable)} settings: {len(drawn.ids) * len(runnable):,} passes, "
+                    f"{_threads(threads)}")  # fmt: skip
+        scored, runnable = _score_all(loaded, drawn, runnable, temperature, on_pass)
+    result = _judge(run, model, device, drawn, runnable, scored, skipped, seed)
+    result.trainer_temperature = temperature if runnable[0].temperature else None
+    return result
+
+
+def _threads(n: int) -> str:
+    if n == 1:
+        return "on one torch thread (a small model: OMP_NUM_THREADS sets another count)"
+    return f"on {n} torch threads"
 
 
 def _tag(tags: dict[str, str], name: str) -> float | None:
@@ -146,7 +158,7 @@ def _runnable(loaded, chosen) -> tuple[list, list[tuple[str, str]]]:
     runnable, skipped = [], []
     kv_why = kv_supported(loaded.module) if loaded.hf else None
     for s in chosen:
-        why = None if loaded.hf else s.needs_hf
+        why = s.unsupported(loaded.hf, loaded.stepwise)
         if why is None and s.kv is not None and kv_why is not None:
             why = kv_why
         if why is None:
@@ -156,23 +168,42 @@ def _runnable(loaded, chosen) -> tuple[list, list[tuple[str, str]]]:
     return runnable, skipped
 
 
-def _score_all(loaded, drawn: Sampled, runnable, on_pass: Progress | None) -> dict[str, np.ndarray]:
-    """Every setting's logprobs of the sample's model tokens (flat), the start first; after the
-    start, the trainer check (the rest would measure against the wrong model)."""
+def _score_all(
+    loaded, drawn: Sampled, runnable, temperature: float | None, on_pass: Progress | None
+) -> tuple[dict[str, np.ndarray], list]:
+    """Every setting's logprobs of the sample's model tokens (flat), the start first, and the
+    settings as run. After the start, the trainer check (the rest would measure against the
+    wrong model); when it fails and the run has a sampling temperature, the start again with
+    the logits divided by it: a trainer that divides by it passes there, and every setting is
+    then run at that temperature."""
+    from mismatchctl.bisect import settings as G
+
     out: dict[str, np.ndarray] = {}
     done, total = 0, len(drawn.ids) * len(runnable)
-    for setting in runnable:
 
-        def tick(k: int, name: str = setting.name, base: int = done) -> None:
+    def run(setting) -> np.ndarray:
+        nonlocal done
+
+        def tick(k: int, base: int = done) -> None:
             if on_pass is not None:
-                on_pass(name, base + k, total)
+                on_pass(setting.name, base + k, total)
 
-        per_seq = _score_setting(loaded, drawn, setting, tick)
+        flat = np.concatenate(_score_setting(loaded, drawn, setting, tick))
         done += len(drawn.ids)
-        out[setting.name] = np.concatenate(per_seq)
-        if len(out) == 1:
-            _trainer_check(drawn, out[setting.name], loaded.name)
-    return out
+        return flat
+
+    start = run(runnable[0])
+    if not _trainer_ok(drawn, start) and temperature is not None:
+        total += len(drawn.ids)
+        hot = G.at_trainer_temperature(runnable, temperature)
+        warm = run(hot[0])
+        if _trainer_ok(drawn, warm):
+            runnable, start = hot, warm
+    _trainer_check(drawn, start, loaded.name)
+    out[runnable[0].name] = start
+    for setting in runnable[1:]:
+        out[setting.name] = run(setting)
+    return out, runnable
 
 
 def _score_setting(
@@ -189,6 +220,8 @@ def _score_setting(
             for k in range(0, len(seqs), BATCH):
                 out += R.batch_logprobs(variant, seqs[k : k + BATCH])
                 tick(len(out))
+        elif setting.incremental and not loaded.hf:
+            out = _stepwise(variant, seqs, tick)
         else:
             for s in seqs:
                 out.append(R.logprobs(variant, s))
@@ -201,6 +234,28 @@ def _score_setting(
             "[batch, length, vocab]; the checkpoint must be the run's (its vocabulary).",
         ) from None
     return out
+
+
+def _stepwise(variant, seqs: list, tick: Callable[[int], None]) -> list[np.ndarray]:
+    """A factory module's engine path, STEPWISE_BATCH sequences decoded together: the sample
+    ordered by length so that a batch's rows end close together (less padding decoded)."""
+    from mismatchctl.bisect import rescore as R
+
+    order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].ids), i))
+    out: list[np.ndarray] = [np.empty(0)] * len(seqs)
+    for k in range(0, len(order), STEPWISE_BATCH):
+        part = order[k : k + STEPWISE_BATCH]
+        for i, x in zip(part, R.stepwise_logprobs(variant, [seqs[i] for i in part]), strict=True):
+            out[i] = x
+        tick(min(k + STEPWISE_BATCH, len(seqs)))
+    return out
+
+
+def _trainer_ok(drawn: Sampled, start: np.ndarray) -> bool:
+    from mismatchctl.analysis.bisect.metrics import k3
+
+    trainer, rollout = np.concatenate(drawn.trainer), np.concatenate(drawn.rollout)
+    return bool(k3(start - trainer).mean() <= threshold(float(k3(trainer - rollout).mean())))
 
 
 def _trainer_check(drawn: Sampled, start: np.ndarray, model: str) -> None:

@@ -11,6 +11,10 @@ if TYPE_CHECKING:
     from mismatchctl.analysis.bisect.metrics import Numbers
 
 
+# a single change accounting for less of the mismatch than this does not explain any of it
+ALONE = 0.05
+
+
 def _g(x: float) -> str:
     return f"{x:.2g}"
 
@@ -43,9 +47,14 @@ def verdict(b: Bisect) -> list[str]:
                "sampler's processing): look there"]  # fmt: skip
     if b.best_change is not None:
         change = b.outcome(b.best_change)
-        out.append(f"of the single changes, {change.name} ({change.what}) moves the trainer "
-                   f"side furthest toward the rollout: it accounts for {_share(change.overall)} "
-                   "of the mismatch")  # fmt: skip
+        if (change.overall.share or 0.0) < ALONE:
+            out.append(f"no single change accounts for the mismatch alone (the most, "
+                       f"{change.name}: {_share(change.overall)}): it takes the changes "
+                       "together")  # fmt: skip
+        else:
+            out.append(f"of the single changes, {change.name} ({change.what}) moves the "
+                       f"trainer side furthest toward the rollout: it accounts for "
+                       f"{_share(change.overall)} of the mismatch")  # fmt: skip
     for kind, name in b.by_turn_best.items():
         o = b.outcome(name).by_turn[kind]
         if o.tokens:
@@ -67,6 +76,10 @@ def bisect_sections(b: Bisect) -> list[X.Section]:
         X.Fact("trainer check", b.outcomes[0].overall.k3_trainer,
                remark=f"K3 of the start against the trainer side, at most {_g(b.trainer_threshold)}"),
     ]  # fmt: skip
+    if b.trainer_temperature is not None:
+        facts.append(X.Fact("trainer temperature", f"{b.trainer_temperature:g}", X.Kind.TEXT,
+                            remark="the trainer divides its logits by the run's temperature: "
+                            "every setting here does"))  # fmt: skip
     out: list[X.Section] = [
         X.Lines("bisect-verdict", f"Bisect: {b.run}", lines),
         X.Facts("bisect-summary", "Sample", facts),
@@ -128,6 +141,7 @@ def bisect_dict(b: Bisect) -> dict[str, Any]:
         "without_prompt": b.without_prompt, "mismatch_k3": b.mismatch,
         "trainer_check": {"k3": b.outcomes[0].overall.k3_trainer,
                           "threshold": b.trainer_threshold},
+        "trainer_temperature": b.trainer_temperature,
         "best": b.best or None, "reproduces": b.reproduces, "best_change": b.best_change,
         "by_turn_best": b.by_turn_best,
         "settings": [{"setting": o.name, "what": o.what, "changes": o.changes,
