@@ -88,10 +88,13 @@ def test_the_factory_equals_tinylms_own_paths(store: Path, lm: torch.nn.Module) 
     np.testing.assert_allclose(start, _pick(full, seq, seq.targets - 1), rtol=0, atol=1e-6)
     rows = seq.targets - seq.prompt
     bf16 = copy.deepcopy(lm).to(torch.bfloat16)
-    for name, model in (("incremental", lm), ("bf16+incremental", bf16)):
+    # float32: 1e-5; bfloat16: 1e-3, since oneDNN may pick another bf16 kernel for the same
+    # shapes on a loaded machine (seen once in a dozen runs), while the engine path differs from
+    # the trainer's by about 1e-2 per token here: a wrong path still fails
+    for name, model, atol in (("incremental", lm, 1e-5), ("bf16+incremental", bf16, 1e-3)):
         got = R.logprobs(R.Variant(loaded, SETTINGS[name]), seq)
         direct = _pick(_engine_path(model, seq), seq, rows)
-        np.testing.assert_allclose(got, direct, rtol=0, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(got, direct, rtol=0, atol=atol, err_msg=name)
     # the cache's storage is applied: bf16 moves the logprobs, fp8 moves them further
     inc = R.logprobs(R.Variant(loaded, SETTINGS["incremental"]), seq)
     d = {n: np.abs(R.logprobs(R.Variant(loaded, SETTINGS[n]), seq) - inc).mean()
