@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 
 SLOW_ENV = "MISMATCHCTL_SLOW_TESTS"
+# torch's OpenMP threads spin between parallel regions unless told otherwise: beside the other
+# test workers on the same cores that spinning cost twenty times the work of the tiny models
+# (tests/sample_data/); set before any test module imports torch
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 pytest_plugins = ("pytester",)  # tests/test_suite_setup.py runs small suites of its own
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,10 @@ from mismatchctl.cli.main import app
 
 FIXTURES = Path(__file__).parent / "data" / "fixtures"
 EVIL = '<script>alert("x")</script>'  # a user string that must come out escaped
+
+
+# the slow tests run (tests/conftest.py skips them otherwise)
+SLOW = os.environ.get("MISMATCHCTL_SLOW_TESTS") == "1"
 
 
 def slow_param(*values: object, **kwargs: object) -> object:

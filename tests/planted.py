@@ -40,13 +40,18 @@ scales by its square root); the defaults are the loud values the first tests wer
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    from mismatchctl.analysis.diagnose import Diagnosis
 
 VOCAB = 64
 SIGMA = 0.02
@@ -254,7 +259,16 @@ def scaled_store(
 
 
 def checks(store: Path, run: str, baseline: str | None = None) -> dict:
-    """Every check of ``diagnose`` on a run, by name."""
+    """Every check of ``diagnose`` on a run, by name. Diagnosed once per store, run and
+    baseline (``diagnosis``): for the module-scoped stores of planted runs, which no test
+    changes after they are written."""
+    return {c.name: c for c in diagnosis(store, run, baseline).checks}
+
+
+@functools.cache
+def diagnosis(store: Path, run: str, baseline: str | None = None) -> Diagnosis:
+    """``api.diagnose`` of a run of a store that does not change, computed once: several tests
+    read the same diagnosis (the suite's time is mostly diagnose's)."""
     from mismatchctl import api
 
-    return {c.name: c for c in api.diagnose(run, store=store, baseline=baseline).checks}
+    return api.diagnose(run, store=store, baseline=baseline)

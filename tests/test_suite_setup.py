@@ -53,3 +53,21 @@ def test_a_missing_chromium_is_reported_with_the_install_command() -> None:
         m for m in test_report_html.NEEDS_CHROMIUM.mark.kwargs.values() if isinstance(m, str)
     ]
     assert "apt-get install chromium" in mark
+
+
+def test_torch_threads_wait_without_spinning(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The suite's conftest sets OMP_WAIT_POLICY=PASSIVE unless the environment sets it: torch's
+    OpenMP threads spinning between the tiny models' operations cost more CPU than the work."""
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(
+        "import os\n\ndef test_policy():\n    assert os.environ['OMP_WAIT_POLICY'] == 'PASSIVE'\n"
+    )
+    pytester.runpytest().assert_outcomes(passed=1)
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    pytester.makepyfile(
+        "import os\n\ndef test_policy():\n    assert os.environ['OMP_WAIT_POLICY'] == 'ACTIVE'\n"
+    )
+    pytester.runpytest().assert_outcomes(passed=1)

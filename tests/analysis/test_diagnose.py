@@ -14,7 +14,7 @@ import mismatchctl
 from mismatchctl import api
 from mismatchctl.sample_runs import load_manifest
 from tests.helpers import FIXTURES, cli
-from tests.planted import SPIKE_STEPS, Plan, write
+from tests.planted import SPIKE_STEPS, Plan, diagnosis, write
 
 CAUSES = (
     "clean", "shift", "temperature", "top_p", "sentinel", "spike", "trend", "spiral", "gpu",
@@ -60,9 +60,10 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def verdicts(planted: Path) -> dict[str, dict[str, str]]:
+    """Each cause's verdicts; its diagnosis is computed once for the module (``diagnosis``)."""
     out = {}
     for cause in CAUSES:
-        d = api.diagnose(cause, store=planted)
+        d = diagnosis(planted, cause)
         out[cause] = {c.name: c.verdict for c in d.checks}
     return out
 
@@ -112,7 +113,7 @@ def test_alignment_reports_the_mismatch_before_and_after_shifting(planted: Path)
         "lag_plus1": k3(lr[:-1][same], lt[1:][same]),
         "lag_minus1": k3(lr[1:][same], lt[:-1][same]),
     }
-    check = next(c for c in api.diagnose("shift", store=planted).checks if c.name == "alignment")
+    check = next(c for c in diagnosis(planted, "shift").checks if c.name == "alignment")
     for name, value in want.items():
         assert abs(check.evidence[f"vllm_kl_{name}"] - value) <= 1e-9 * value
     assert want["lag_plus1"] < want["lag0"] / 10  # the shift undone
@@ -124,32 +125,32 @@ def test_semantic_checks_are_skipped_when_misaligned(verdicts: dict) -> None:
 
 
 def test_evidence_names_what_is_concerned(planted: Path) -> None:
-    checks = {c.name: c for c in api.diagnose("spike", store=planted).checks}
+    checks = {c.name: c for c in diagnosis(planted, "spike").checks}
     spikes = checks["spikes"].evidence["runs"]["spike"]["elevated_steps"]
     assert sorted(int(s) for s in spikes) == sorted(SPIKE_STEPS)
-    checks = {c.name: c for c in api.diagnose("gpu", store=planted).checks}
+    checks = {c.name: c for c in diagnosis(planted, "gpu").checks}
     assert "A100" in checks["hardware"].finding
     assert checks["hardware"].evidence["concentrated_on"] == "A100"
     assert "disable_cascade_attn" in checks["hardware"].next
-    checks = {c.name: c for c in api.diagnose("sentinel", store=planted).checks}
+    checks = {c.name: c for c in diagnosis(planted, "sentinel").checks}
     samples = checks["sentinels"].evidence["samples"]
     assert samples and all(s["sample_id"].startswith(f"s{s['step']}-") for s in samples)
     assert checks["sentinels"].evidence["values_le_-1000"]["trainer"] == 1
-    checks = {c.name: c for c in api.diagnose("temperature", store=planted).checks}
+    checks = {c.name: c for c in diagnosis(planted, "temperature").checks}
     assert 0.8 < checks["temperature"].evidence["implied_temperature"] < 0.95
     assert "logprobs-mode=processed_logprobs" in checks["temperature"].next
-    checks = {c.name: c for c in api.diagnose("top_p", store=planted).checks}
+    checks = {c.name: c for c in diagnosis(planted, "top_p").checks}
     assert checks["top_p"].evidence["ratio_mean"] == pytest.approx(0.87, abs=0.03)
 
 
 def test_objective_points_at_whatif(planted: Path) -> None:
-    checks = {c.name: c for c in api.diagnose("gpu", store=planted).checks}
+    checks = {c.name: c for c in diagnosis(planted, "gpu").checks}
     objective = checks["objective"]  # a correction as a stopgap: the gpu is the cause to fix
     assert objective.verdict == "warn" and objective.finding.startswith("as a stopgap:")
     assert objective.next.startswith("fix the cause (hardware")
     assert "mismatchctl whatif gpu --method seq-mis --threshold 2" in objective.next
     assert 0 < objective.evidence["seq_mis_2"]["sequence_fraction"] < 1
-    checks = {c.name: c for c in api.diagnose("top_p", store=planted).checks}
+    checks = {c.name: c for c in diagnosis(planted, "top_p").checks}
     assert checks["objective"].finding.startswith("not yet: offset, top_p failed")
 
 
@@ -224,7 +225,7 @@ def test_quiet_prints_the_verdict_and_what_fails_or_warns(planted: Path) -> None
     full = cli("diagnose", "gpu", "--store", str(planted))
     brief = cli("diagnose", "gpu", "--store", str(planted), "-q", "--fail-on", "warn")
     assert full.code == brief.code == 3
-    checks = api.diagnose("gpu", store=planted).checks
+    checks = diagnosis(planted, "gpu").checks
     failing = [c for c in checks if c.verdict == "fail"]
     warning = [c for c in checks if c.verdict == "warn"]
     head, _, rest = brief.out.strip().partition("\n\n")

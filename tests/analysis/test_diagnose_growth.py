@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import SLOW, slow_param
 from tests.planted import Scale, scaled_store
 from tests.planted import checks as diagnosed
 
@@ -41,11 +42,13 @@ RUNS = {
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return scaled_store(tmp_path_factory.mktemp("growth"), RUNS)
+    slow_only = ("grows-3x-2", "grows-10x", "switch-10x")  # written when the slow tests run
+    runs = {name: run for name, run in RUNS.items() if SLOW or name not in slow_only}
+    return scaled_store(tmp_path_factory.mktemp("growth"), runs)
 
 
-@pytest.mark.parametrize("run", ["grows-3x-1", "grows-3x-2", "grows-10x"])
-@pytest.mark.parametrize("baseline", [None, "base"])
+@pytest.mark.parametrize("run", ["grows-3x-1", slow_param("grows-3x-2"), slow_param("grows-10x")])
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
 def test_a_smooth_growth_is_the_growth_not_a_code_path(
     store: Path, run: str, baseline: str | None
 ) -> None:
@@ -64,8 +67,8 @@ def test_a_smooth_growth_is_the_growth_not_a_code_path(
     assert "grows as training goes on" in cause.next
 
 
-@pytest.mark.parametrize("run", ["switch-3x", "switch-10x"])
-@pytest.mark.parametrize("baseline", [None, "base"])
+@pytest.mark.parametrize("run", ["switch-3x", slow_param("switch-10x")])
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
 def test_a_fault_from_one_step_on_stays_a_code_path(
     store: Path, run: str, baseline: str | None
 ) -> None:

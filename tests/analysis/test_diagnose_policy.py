@@ -19,6 +19,7 @@ import pytest
 import mismatchctl
 from mismatchctl.sample_runs import ingest_demo, load_manifest
 from mismatchctl.store import open_store
+from tests.helpers import slow_param
 from tests.planted import Plan, write
 from tests.planted import checks as diagnosed
 
@@ -79,7 +80,9 @@ def test_a_run_one_step_behind_is_named_the_policy(samples: Path, baseline: str 
         assert "baseline" in cause.evidence["checks"]
 
 
-@pytest.mark.parametrize("run", ["ref", "ref-b", "improved", "faulty-attn-subtle"])
+@pytest.mark.parametrize(
+    "run", ["ref", "faulty-attn-subtle", slow_param("ref-b"), slow_param("improved")]
+)
 def test_numeric_mismatch_does_not_lean(samples: Path, run: str) -> None:
     signs = diagnosed(samples, run)["policy_signs"]
     assert signs.verdict == "ok"

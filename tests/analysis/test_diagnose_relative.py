@@ -13,7 +13,8 @@ import pytest
 
 import mismatchctl
 from mismatchctl import api
-from tests.planted import PATH_STEPS, Plan, spike_steps, write
+from tests.helpers import SLOW, slow_param
+from tests.planted import PATH_STEPS, Plan, checks, spike_steps, write
 
 PER_STEP = 32
 # run name -> (plan, tags)
@@ -66,19 +67,24 @@ RUNS: dict[str, tuple[Plan, dict[str, str]]] = {
 }
 ALARM = ("warn", "fail")
 VERSIONED = ("stale-faint", "stale-even")
+# the runs that only slow tests diagnose: written when those run
+SLOW_ONLY = {"path-loud", "template-loud", "tool-mid", "tool-seen", "spike-2x", "tool-2x",
+             "healthy-64-3", "healthy-64-5", "path-steps-4", "lowprob-loud"}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("relative")
     for name, (plan, tags) in RUNS.items():
+        if name in SLOW_ONLY and not SLOW:
+            continue
         path = write(plan, root / f"{name}.parquet", weight_version=name in VERSIONED)
         mismatchctl.ingest([path], run=name, store=root / "store", tags=tags)
     return root / "store"
 
 
 def _checks(store: Path, run: str, baseline: str | None = None) -> dict:
-    return {c.name: c for c in api.diagnose(run, store=store, baseline=baseline).checks}
+    return checks(store, run, baseline)  # diagnosed once: several tests read the same runs
 
 
 def _alarms(checks: dict) -> dict[str, str]:
@@ -92,29 +98,31 @@ def test_healthy_run_raises_no_alarm(store: Path, baseline: str | None) -> None:
     assert checks["cause"].evidence["key"] == "none"
 
 
-@pytest.mark.parametrize("run", ["healthy-64-3", "healthy-64-4", "healthy-64-5"])
-def test_larger_healthy_runs_raise_no_alarm(store: Path, run: str) -> None:
-    for baseline in (None, "base"):
-        checks = _checks(store, run, baseline)
-        assert _alarms(checks) == {}
-        assert checks["cause"].evidence["key"] == "none"
+@pytest.mark.parametrize(
+    "run", ["healthy-64-4", slow_param("healthy-64-3"), slow_param("healthy-64-5")]
+)
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
+def test_larger_healthy_runs_raise_no_alarm(store: Path, run: str, baseline: str | None) -> None:
+    checks = _checks(store, run, baseline)
+    assert _alarms(checks) == {}
+    assert checks["cause"].evidence["key"] == "none"
 
 
 @pytest.mark.parametrize(
     ("run", "cause", "check"),
     [
         ("gpu-2x", "hardware", "localized"),
-        ("spike-2x", "code_path", "spikes"),
-        ("tool-2x", "tool_turns", "tool_responses"),
+        slow_param("spike-2x", "code_path", "spikes"),
+        slow_param("tool-2x", "tool_turns", "tool_responses"),
     ],
 )
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
 def test_twice_the_mismatch_estimated_a_little_low_is_named(
-    store: Path, run: str, cause: str, check: str
+    store: Path, run: str, cause: str, check: str, baseline: str | None
 ) -> None:
-    for baseline in (None, "base"):
-        checks = _checks(store, run, baseline)
-        assert checks[check].verdict == "warn"
-        assert checks["cause"].evidence["key"] == cause
+    checks = _checks(store, run, baseline)
+    assert checks[check].verdict == "warn"
+    assert checks["cause"].evidence["key"] == cause
 
 
 @pytest.mark.parametrize("baseline", [None, "base"])
@@ -137,7 +145,7 @@ def test_one_gpu_is_named_as_hardware(store: Path, run: str) -> None:
         assert checks["hardware"].verdict == "fail"
 
 
-@pytest.mark.parametrize("baseline", [None, "base"])
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
 def test_a_faint_gpu_fault_is_the_hardware_not_a_code_path(
     store: Path, baseline: str | None
 ) -> None:
@@ -165,32 +173,36 @@ def test_spikes_are_found_in_a_six_step_run(store: Path, run: str) -> None:
 
 
 @pytest.mark.parametrize("run", ["path-small", pytest.param("path-loud", marks=pytest.mark.slow)])
-def test_a_code_path_in_some_steps_is_named_not_the_tool_turns(store: Path, run: str) -> None:
-    for baseline in (None, "base"):
-        checks = _checks(store, run, baseline)
-        regimes = checks["regimes"]
-        assert regimes.verdict in ALARM
-        (evidence,) = regimes.evidence["runs"].values()
-        assert {int(s) for s in evidence["elevated_steps"]} == set(PATH_STEPS)
-        assert checks["cause"].evidence["key"] == "code_path"
-        assert "importance sampling would only reweight" in checks["cause"].next
-        tool = checks["tool_responses"]
-        if tool.verdict in ALARM:  # the later turns hold the long KV positions: true, but
-            assert "fix that path first" in tool.next and "sequence-level" not in tool.next
-        if baseline:
-            assert checks["baseline"].verdict in ALARM
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
+def test_a_code_path_in_some_steps_is_named_not_the_tool_turns(
+    store: Path, run: str, baseline: str | None
+) -> None:
+    checks = _checks(store, run, baseline)
+    regimes = checks["regimes"]
+    assert regimes.verdict in ALARM
+    (evidence,) = regimes.evidence["runs"].values()
+    assert {int(s) for s in evidence["elevated_steps"]} == set(PATH_STEPS)
+    assert checks["cause"].evidence["key"] == "code_path"
+    assert "importance sampling would only reweight" in checks["cause"].next
+    tool = checks["tool_responses"]
+    if tool.verdict in ALARM:  # the later turns hold the long KV positions: true, but
+        assert "fix that path first" in tool.next and "sequence-level" not in tool.next
+    if baseline:
+        assert checks["baseline"].verdict in ALARM
 
 
-@pytest.mark.parametrize("run", ["path-steps-2", "path-steps-4"])
-def test_a_path_fault_in_every_third_step_is_found_in_those_steps(store: Path, run: str) -> None:
-    for baseline in (None, "base"):
-        checks = _checks(store, run, baseline)
-        assert checks["cause"].evidence["key"] == "code_path"
-        (local,) = checks["localized"].evidence["runs"].values()
-        steps = [f["where"]["step"] for f in local["code_path_findings"] if "step" in f["where"]]
-        assert steps, "a finding on the faulty steps"
-        found = {int(v) for v in steps[0].split(",") if "-" not in v}
-        assert len(found) >= 5 and found <= set(PATH_STEPS)
+@pytest.mark.parametrize("run", ["path-steps-2", slow_param("path-steps-4")])
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
+def test_a_path_fault_in_every_third_step_is_found_in_those_steps(
+    store: Path, run: str, baseline: str | None
+) -> None:
+    checks = _checks(store, run, baseline)
+    assert checks["cause"].evidence["key"] == "code_path"
+    (local,) = checks["localized"].evidence["runs"].values()
+    steps = [f["where"]["step"] for f in local["code_path_findings"] if "step" in f["where"]]
+    assert steps, "a finding on the faulty steps"
+    found = {int(v) for v in steps[0].split(",") if "-" not in v}
+    assert len(found) >= 5 and found <= set(PATH_STEPS)
 
 
 def test_a_fault_at_long_kv_positions_is_found_there(store: Path) -> None:
@@ -253,7 +265,7 @@ def test_a_uniform_excess_without_a_lean_is_the_precision_against_a_baseline(sto
         assert "localized" not in _alarms(checks)
 
 
-@pytest.mark.parametrize("run", ["lowprob-small", "lowprob-loud"])
+@pytest.mark.parametrize("run", ["lowprob-small", slow_param("lowprob-loud")])
 def test_an_excess_in_the_rare_tokens_is_not_called_a_policy(store: Path, run: str) -> None:
     """Worse than the baseline, spread evenly over steps, gpus and turns, but the probability
     bins with enough tokens to test are at the baseline's rate: the excess sits in the rare
@@ -309,22 +321,24 @@ def test_tool_turns_sampling_more_unlikely_tokens_is_told_from_worse_tokens(stor
     "run",
     ["tool-small", *(pytest.param(r, marks=pytest.mark.slow) for r in ("tool-mid", "tool-loud"))],
 )
-def test_worse_tool_turns_are_not_called_a_code_path(store: Path, run: str) -> None:
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
+def test_worse_tool_turns_are_not_called_a_code_path(
+    store: Path, run: str, baseline: str | None
+) -> None:
     """Every token after a tool response 3x, 10x or 64x worse: the long KV positions live in
     the later turns, so localize finds parts by position (`kv_position 32-127`, `turn 1,
     length 32-127`); none is hotter than the later turns as a whole, so they are those turns
     seen by position, and the cause is the tool turns, with their advice."""
-    for baseline in (None, "base"):
-        checks = _checks(store, run, baseline)
-        assert checks["cause"].evidence["key"] == "tool_turns", (run, baseline)
-        tool = checks["tool_responses"]
-        assert tool.verdict in ALARM and tool.evidence["same_probs_excess"] is True
-        assert "fix that path first" not in tool.next
-        local = checks["localized"]
-        if local.verdict in ALARM:
-            assert local.evidence["later_turns"] is True
-            assert "no hotter than the later turns as a whole" in local.finding
-            assert "not a code path" in local.next
+    checks = _checks(store, run, baseline)
+    assert checks["cause"].evidence["key"] == "tool_turns", (run, baseline)
+    tool = checks["tool_responses"]
+    assert tool.verdict in ALARM and tool.evidence["same_probs_excess"] is True
+    assert "fix that path first" not in tool.next
+    local = checks["localized"]
+    if local.verdict in ALARM:
+        assert local.evidence["later_turns"] is True
+        assert "no hotter than the later turns as a whole" in local.finding
+        assert "not a code path" in local.next
 
 
 def test_a_policy_mismatch_without_baseline_is_not_blamed_on_a_code_path(store: Path) -> None:
@@ -335,7 +349,7 @@ def test_a_policy_mismatch_without_baseline_is_not_blamed_on_a_code_path(store: 
     assert loud.verdict == "warn" and "--baseline" in loud.next
 
 
-@pytest.mark.parametrize("baseline", [None, "base"])
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
 def test_faint_stale_weights_are_named(store: Path, baseline: str | None) -> None:
     """A third of the rollouts one version behind at twice the mismatch of the current ones
     (the run 1.3x a healthy one): named, with the weight-lag remedy."""
@@ -347,7 +361,7 @@ def test_faint_stale_weights_are_named(store: Path, baseline: str | None) -> Non
     assert "stale weights" in checks["cause"].finding
 
 
-@pytest.mark.parametrize("baseline", [None, "base"])
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
 def test_a_weight_lag_that_costs_nothing_raises_no_alarm(store: Path, baseline: str | None) -> None:
     checks = _checks(store, "stale-even", baseline)
     stale = checks["staleness"]

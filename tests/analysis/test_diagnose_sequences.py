@@ -17,9 +17,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
-from mismatchctl import api
 from mismatchctl.analysis.diagnose.checks.hot_sequences import T
-from tests.planted import Plan, write, write_scaled
+from tests.helpers import slow_param
+from tests.planted import Plan, checks, write, write_scaled
 
 ALARM = ("warn", "fail")
 
@@ -74,10 +74,10 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _checks(store: Path, run: str, baseline: str | None = None) -> dict:
-    return {c.name: c for c in api.diagnose(run, store=store, baseline=baseline).checks}
+    return checks(store, run, baseline)  # diagnosed once: several tests read the same runs
 
 
-@pytest.mark.parametrize("run", ["some-3x", "some-10x"])
+@pytest.mark.parametrize("run", ["some-3x", slow_param("some-10x")])
 @pytest.mark.parametrize("baseline", [None, "base"])
 def test_some_hot_requests_are_named(store: Path, run: str, baseline: str | None) -> None:
     checks = _checks(store, run, baseline)
@@ -96,7 +96,9 @@ def test_some_hot_requests_are_named(store: Path, run: str, baseline: str | None
     assert "replica" in cause.next and "weight version" in cause.next
 
 
-@pytest.mark.parametrize("run", ["healthy", "improved", "gpu-3x", "tool-3x", "spike-10x"])
+@pytest.mark.parametrize(
+    "run", ["healthy", "tool-3x", *(slow_param(r) for r in ("improved", "gpu-3x", "spike-10x"))]
+)
 def test_no_hot_sequences_where_no_request_is_singled_out(store: Path, run: str) -> None:
     checks = _checks(store, run)
     assert checks["hot_sequences"].verdict == "ok", checks["hot_sequences"].finding

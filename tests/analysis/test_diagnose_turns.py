@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.helpers import SLOW, slow_param
 from tests.planted import Scale, scaled_store
 from tests.planted import checks as diagnosed
 
@@ -49,15 +50,18 @@ RUNS = {
     "healthy": (3, _first_turn(1.0)),
     "base": (99, _first_turn(1.0)),
 }
+# the runs the fast tests diagnose; the louder and second ones are written for the slow tests
+FAST = ("first-3x", "kv-10x-1", "kv-3x-2", "healthy", "base")
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return scaled_store(tmp_path_factory.mktemp("turns"), RUNS)
+    runs = RUNS if SLOW else {name: RUNS[name] for name in FAST}
+    return scaled_store(tmp_path_factory.mktemp("turns"), runs)
 
 
-@pytest.mark.parametrize("run", ["first-3x", "first-10x"])
-@pytest.mark.parametrize("baseline", [None, "base"])
+@pytest.mark.parametrize("run", ["first-3x", slow_param("first-10x")])
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
 def test_hotter_first_turns_are_the_prompts_path(
     store: Path, run: str, baseline: str | None
 ) -> None:
@@ -76,8 +80,8 @@ def test_hotter_first_turns_are_the_prompts_path(
     assert checks["tool_responses"].evidence["same_probs_ratio_ci"][1] < 1
 
 
-@pytest.mark.parametrize("run", ["kv-10x-1", "kv-10x-2", "kv-100x"])
-@pytest.mark.parametrize("baseline", [None, "base"])
+@pytest.mark.parametrize("run", ["kv-10x-1", slow_param("kv-10x-2"), slow_param("kv-100x")])
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
 def test_a_long_context_path_inside_the_later_turns_is_a_code_path(
     store: Path, run: str, baseline: str | None
 ) -> None:
@@ -125,7 +129,7 @@ def test_later_turns_found_by_position_alone_still_name_a_cause(store: Path) -> 
     assert "kv_position" in cause.next and "turn_kind=later" in cause.next
 
 
-@pytest.mark.parametrize("run", sorted(RUNS))
+@pytest.mark.parametrize("run", [r if r in FAST else slow_param(r) for r in sorted(RUNS)])
 def test_an_alarm_always_comes_with_a_cause(store: Path, run: str) -> None:
     checks = diagnosed(store, run, None)
     alarms = [c.name for c in checks.values() if c.verdict in ALARM and c.name != "cause"]

@@ -31,6 +31,7 @@ from mismatchctl.dump import DumpWriter
 from mismatchctl.stats import parse_bins
 from mismatchctl.stats.bins import assign_bins
 from tests.helpers import cli
+from tests.planted import diagnosis
 
 tokenizers = pytest.importorskip("tokenizers")
 
@@ -162,7 +163,8 @@ def store(tmp_path_factory: pytest.TempPathFactory, tok_path: Path, lut: np.ndar
 
 
 def _check(store: Path, run: str) -> Any:
-    return next(c for c in api.diagnose(run, store=store).checks if c.name == "token_classes")
+    """The token_classes check of the run's diagnosis (diagnosed once: several tests read it)."""
+    return next(c for c in diagnosis(store, run).checks if c.name == "token_classes")
 
 
 def _reference(store: Path, run: str, lut: np.ndarray) -> dict:

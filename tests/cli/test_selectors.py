@@ -19,13 +19,32 @@ from tests.helpers import cli, step_dump, tree_digest
 GRAMMAR = "selectors: RUN[@steps=A..B] or KEY=VALUE"
 
 
+def _write_two(store: Path, tmp: Path) -> Path:
+    for name, gpu, seed in (("ref", "H20", 3), ("other", "A100", 4)):
+        dump = step_dump(tmp / f"{name}.parquet", list(range(6)), seed=seed, per_step=8)
+        ran = cli("ingest", str(dump), "--run", name, "--tag", f"gpu={gpu}", "--store", str(store))
+        assert ran.code == 0, ran.err
+    return store
+
+
 @pytest.fixture
 def two(store: Path, tmp_path: Path) -> Path:
     """`ref` (gpu H20) and `other` (gpu A100), steps 0-5, 8 responses a step."""
-    for name, gpu, seed in (("ref", "H20", 3), ("other", "A100", 4)):
-        dump = step_dump(tmp_path / f"{name}.parquet", list(range(6)), seed=seed, per_step=8)
-        assert cli("ingest", str(dump), "--run", name, "--tag", f"gpu={gpu}", "-q").code == 0
-    return store
+    return _write_two(store, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def two_written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("two")
+    return _write_two(root / "store", root)
+
+
+@pytest.fixture
+def two_read(store: Path, two_written: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`two`, written once for the tests that only read it (an error writes nothing): the
+    store of each test is set to it."""
+    monkeypatch.setenv("MISMATCHCTL_STORE", str(two_written))
+    return two_written
 
 
 def _json(*args: str) -> Any:
@@ -134,7 +153,7 @@ NEAR_MISSES = {
 
 @pytest.mark.parametrize("command", ["report", *sorted(COMMANDS)])
 @pytest.mark.parametrize("text", sorted(NEAR_MISSES))
-def test_near_misses_name_the_grammar(two: Path, command: str, text: str) -> None:
+def test_near_misses_name_the_grammar(two_read: Path, command: str, text: str) -> None:
     message, hint = NEAR_MISSES[text]
     args = (command, text, "other") if command == "compare" else (command, text)
     ran = cli(*args, "-q")

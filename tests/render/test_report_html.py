@@ -83,24 +83,37 @@ window.addEventListener('load', function () {
 """
 
 
-@pytest.fixture
-def page(store: Path, tmp_path: Path) -> Path:
-    multi_gpu_dump(tmp_path / "dump.parquet")
-    ran = cli("ingest", str(tmp_path / "dump.parquet"), "--run", "multi", "--tag", f"note={EVIL}")
-    assert ran.code == 0
-    assert cli("ingest", str(FIXTURES / "sequence.parquet"), "--run", "seq", "-q").code == 0
-    log = tmp_path / "log.jsonl"  # training curves, one metric named with markup
-    log.write_text(
-        "".join(
-            json.dumps({"step": s, "actor/grad_norm": 1 + s / 10, EVIL: s % 3}) + "\n"
-            for s in range(14)
+@pytest.fixture(scope="module")
+def page_written(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report page of two runs (one with training curves), written once for the module's
+    tests, which only read it and its store (``page``)."""
+    tmp = tmp_path_factory.mktemp("page")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MISMATCHCTL_STORE", str(tmp / "store"))
+        env.setenv("NO_COLOR", "1")
+        multi_gpu_dump(tmp / "dump.parquet")
+        ran = cli("ingest", str(tmp / "dump.parquet"), "--run", "multi", "--tag", f"note={EVIL}")
+        assert ran.code == 0
+        assert cli("ingest", str(FIXTURES / "sequence.parquet"), "--run", "seq", "-q").code == 0
+        log = tmp / "log.jsonl"  # training curves, one metric named with markup
+        log.write_text(
+            "".join(
+                json.dumps({"step": s, "actor/grad_norm": 1 + s / 10, EVIL: s % 3}) + "\n"
+                for s in range(14)
+            )
         )
-    )
-    assert cli("ingest-metrics", str(log), "--run", "multi").code == 0
-    out = tmp_path / "report.html"
-    ran = cli("report", "--by-gpu", "--diagnose", "--html", str(out), "-q")
-    assert ran.code == 0, ran.err
+        assert cli("ingest-metrics", str(log), "--run", "multi").code == 0
+        out = tmp / "report.html"
+        ran = cli("report", "--by-gpu", "--diagnose", "--html", str(out), "-q")
+        assert ran.code == 0, ran.err
     return out
+
+
+@pytest.fixture
+def page(page_written: Path, store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``page_written``, its store the test's store."""
+    monkeypatch.setenv("MISMATCHCTL_STORE", str(page_written.parent / "store"))
+    return page_written
 
 
 def test_structure_size_and_escaping(page: Path) -> None:

@@ -171,9 +171,12 @@ def scaled_k3(r: np.ndarray, factor: float) -> np.ndarray:
     hi = np.where(neg, 0.0, np.sqrt(2.0 * want) + 1.0)
     for _ in range(200):
         mid = 0.5 * (lo + hi)
-        above = k3(mid) > want  # for r < 0 a larger K3 lies further left
-        lo = np.where(neg, np.where(above, mid, lo), np.where(above, lo, mid))
-        hi = np.where(neg, np.where(above, hi, mid), np.where(above, mid, hi))
+        # for r < 0 a larger K3 lies further left: mid becomes lo where K3(mid) is above there
+        to_lo = (k3(mid) > want) == neg
+        lo_next, hi_next = np.where(to_lo, mid, lo), np.where(to_lo, hi, mid)
+        if np.array_equal(lo_next, lo) and np.array_equal(hi_next, hi):
+            break  # every bracket down to adjacent floats: more rounds change no bit
+        lo, hi = lo_next, hi_next
     return 0.5 * (lo + hi)
 
 

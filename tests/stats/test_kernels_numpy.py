@@ -23,7 +23,7 @@ from mismatchctl.stats.tails import Tails
 from mismatchctl.stats.turnruns import _thresholds
 from mismatchctl.store import open_store
 from tests.analysis.paired_data import responses, trainer_of, write
-from tests.helpers import cli
+from tests.helpers import cli, slow_param
 
 TOKEN_FIELDS = int(Col.IS_OOB) + 1
 
@@ -234,13 +234,12 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize(
     "args",
     [
-        ("report", "ref", "faulty-attn", "--by-gpu", "--by", "kv_position",
-         "--by", "turn_kind,turn_position", "--by", "step,bin"),
-        ("compare", "ref", "faulty-attn"),
-        ("compare", "pa", "pb"),
-        ("diagnose", "faulty-attn", "--baseline", "ref"),  # its report's part
+        pytest.param(("report", "ref", "faulty-attn", "--by-gpu", "--by", "kv_position",
+                      "--by", "turn_kind,turn_position", "--by", "step,bin"), id="report"),
+        pytest.param(("compare", "ref", "faulty-attn"), id="compare"),
+        slow_param(("compare", "pa", "pb"), id="compare-paired"),
+        slow_param(("diagnose", "faulty-attn", "--baseline", "ref"), id="diagnose"),  # its report's part
     ],
-    ids=["report", "compare", "compare-paired", "diagnose"],
 )  # fmt: skip
 def test_a_view_gives_the_same_json_with_either_kernels(
     two_runs: Path, args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch

@@ -24,6 +24,7 @@ from mismatchctl.stats.localize_search import Search
 from mismatchctl.stats.localize_tables import SideTables, expected_mass, stratum_rates
 from mismatchctl.stats.localize_thresholds import LocalizeThresholds
 from mismatchctl.stats.value_names import MAX_RUNS, MIN_PERIODIC, runs
+from tests.helpers import slow_param
 
 TH = LocalizeThresholds()
 # 1,000 steps of 4 responses of ~100 tokens (450k tokens): K3 x5 at KV >= 512 in steps 500-749
@@ -155,7 +156,7 @@ def _long() -> tuple[Cube, Cube]:
     return pair(LONG)
 
 
-@pytest.mark.parametrize("with_baseline", [False, True])
+@pytest.mark.parametrize("with_baseline", [slow_param(False), True])
 def test_a_regime_of_a_thousand_step_run_is_found_and_named_as_a_range(
     with_baseline: bool,
 ) -> None:

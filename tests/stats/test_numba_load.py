@@ -57,6 +57,7 @@ def _probe(cache: Path, keep_refresh: bool) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # three processes, the first compiling the kernels into an empty cache
 def test_a_cached_kernel_loads_without_the_refresh_and_gives_the_same_bits(
     tmp_path: Path,
 ) -> None:

@@ -43,6 +43,7 @@ def _consistent(store: Path) -> None:
         assert st.run(run).model_tokens == st.scan(run).select(S.SEQ).collect().height
 
 
+@pytest.mark.slow
 def test_two_runs_at_once(store: Path, tmp_path: Path) -> None:
     dump = tmp_path / "gpus.parquet"
     multi_gpu_dump(dump)

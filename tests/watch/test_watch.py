@@ -279,12 +279,15 @@ def test_an_alert_names_the_cell_explain_localizes(store: Path, tmp_path: Path) 
 FAULTY = ROOT / "sample_data" / "runs" / "faulty-attn"
 
 
+@pytest.mark.slow
 def test_a_spike_few_sequences_carry_is_localized_everywhere(store: Path, tmp_path: Path) -> None:
     """The captured run faulty-attn, watched as it is written: steps 3, 4 and 6 alert, each
     393x-1900x its quiet steps, all of it in the few sequences its split-KV bug hits. Each
     alert carries the cells that hold the excess (leads: the later turns' positions 16-63), in
     the terminal, in --json and in --alerts, compared with the quiet steps before it (a spiking
-    step is never the baseline: step 6 against steps 1-2 and 5)."""
+    step is never the baseline: step 6 against steps 1-2 and 5). Slow: an alert's localization
+    is test_an_alert_names_the_cell_explain_localizes's, the few sequences' cells
+    tests/analysis/test_explain.py's."""
     dumps = tmp_path / "dumps"
     dumps.mkdir()
     for s in range(1, 7):
