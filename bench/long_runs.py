@@ -40,7 +40,7 @@ from typing import Any
 
 from run import BenchError, log, measure, run_quiet
 from sections import replace_section
-from views import exit_0_or_3, mctl
+from views import exit_0_or_3, mctl, rounds
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -126,24 +126,6 @@ def warm_up(workdir: Path, trees: list[Path], timeout: float) -> None:
             measure(exit_0_or_3(cmd), f"warm-{tree.name}-{verb}", workdir / "logs", timeout)
 
 
-def rounds(cmds: dict[str, list[str]], repeats: int, logs: Path, timeout: float) -> dict:
-    names = list(cmds)
-    for name in ("report", "explain"):  # the page cache
-        measure(cmds[name], f"warm-{_slug(name)}", logs, timeout)
-    got: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-    for r in range(repeats):
-        order = names[r % len(names) :] + names[: r % len(names)]
-        for name in order:
-            m = measure(cmds[name], f"{_slug(name)}-{r}", logs, timeout)
-            log(f"round {r + 1}: {name}: {m['wall']:.2f} s, {m['rss_mb']:.0f} MB")
-            got[name].append(m)
-    return got
-
-
-def _slug(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name)
-
-
 def table(runs: dict[str, list[dict[str, Any]]], before: str | None) -> list[str]:
     base = statistics.median(m["wall"] for m in runs["report"])
     rows = [
@@ -223,7 +205,13 @@ def main() -> None:
             keep = {"report", *(n.strip() for n in args.only.split(","))}
             cmds = {n: c for n, c in cmds.items() if n in keep}
         started = time.time()
-        runs = rounds(cmds, args.repeats, workdir / "logs", args.timeout)
+        runs = rounds(
+            cmds,
+            args.repeats,
+            workdir / "logs",
+            args.timeout,
+            tuple(n for n in ("report", "explain") if n in cmds),
+        )
         result["stores"].append({
             "steps": steps, "positions": marker["written"], "ingest": ingested,
             "model_tokens": ingested["model_tokens"], "runs": runs,

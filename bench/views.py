@@ -130,9 +130,17 @@ def ingest(tree: Path, dumps: Path, store: Path, timeout: float) -> dict[str, An
     return got
 
 
-def rounds(cmds: dict[str, list[str]], repeats: int, logs: Path, timeout: float) -> dict:
+def rounds(
+    cmds: dict[str, list[str]],
+    repeats: int,
+    logs: Path,
+    timeout: float,
+    warm: tuple[str, ...] | None = None,
+) -> dict:
+    """``repeats`` alternating rounds of ``cmds`` after an untimed warm-up of ``warm`` (default:
+    every command; numba's cache, the page cache)."""
     names = list(cmds)
-    for name in names:  # warm-up: numba's cache, the page cache
+    for name in names if warm is None else warm:
         measure(cmds[name], f"warm-{_slug(name)}", logs, timeout)
     got: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for r in range(repeats):
