@@ -11,6 +11,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from mismatchctl import api
+from mismatchctl.analysis.bisect.build import engine_batches
+from mismatchctl.bisect import model as M
+from mismatchctl.bisect import rescore as R
+from mismatchctl.bisect.settings import Setting
 from mismatchctl.dump import DumpWriter
 
 VOCAB = 256
@@ -39,9 +43,11 @@ def full_logprobs(model: LlamaForCausalLM, ids: np.ndarray, temperature: float =
     return np.concatenate([[0.0], lp[:, 0].double().numpy()])
 
 
-# a sequence: prompt length, then mask runs of model (1) and tool (0) tokens
+# a sequence: prompt length, then mask runs of model (1) and tool (0) tokens; the last two end
+# before KV position 16 (a control sample for a cell beyond it)
 SHAPES = [(6, [(18, 1)]), (5, [(10, 1), (4, 0), (12, 1)]), (8, [(24, 1)]),
-          (7, [(9, 1), (3, 0), (9, 1)]), (5, [(20, 1)]), (6, [(16, 1)])]  # fmt: skip
+          (7, [(9, 1), (3, 0), (9, 1)]), (5, [(20, 1)]), (6, [(16, 1)]), (4, [(10, 1)]),
+          (5, [(9, 1)])]  # fmt: skip
 
 
 def sequences(seed: int = 3) -> list[tuple[np.ndarray, int, np.ndarray]]:
@@ -55,6 +61,16 @@ def sequences(seed: int = 3) -> list[tuple[np.ndarray, int, np.ndarray]]:
 
 
 Side = Callable[[np.ndarray, int], np.ndarray]  # (ids, prompt) -> logprob of every token
+
+
+def engine_sides(ckpt: Path, setting: Setting) -> dict[bytes, np.ndarray]:
+    """Every sequence's logprobs (by its ids' bytes) through the engine path under ``setting``,
+    decoded as bisect decodes them (sorted by length, ENGINE_BATCH at a time): an engine's."""
+    loaded = M.load(str(ckpt))
+    variant = R.Variant(loaded, setting)
+    seqs = [R.Sequence(i, p, np.arange(p, len(i))) for i, p, _ in sequences()]
+    got = engine_batches(variant, seqs, lambda _k: None)
+    return {s.ids.tobytes(): x for s, x in zip(seqs, got, strict=True)}
 
 
 def make_run(store: Path, run: str, root: Path, trainer: Side, rollout: Side,
