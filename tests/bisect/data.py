@@ -74,9 +74,10 @@ def engine_sides(ckpt: Path, setting: Setting) -> dict[bytes, np.ndarray]:
 
 
 def make_run(store: Path, run: str, root: Path, trainer: Side, rollout: Side,
-             prompts: bool = True, tags: dict | None = None) -> None:  # fmt: skip
+             prompts: bool = True, tags: dict | None = None, steps: int = 1) -> None:  # fmt: skip
     """The sequences' two sides (each a logprob per position of the whole sequence) written as
-    one step of a dump (responses as arrays, prompts as ids) and ingested as ``run``."""
+    ``steps`` steps of a dump (the same sequences in each; responses as arrays, prompts as
+    ids) and ingested as ``run``."""
     rows: dict[str, list] = {"rollout": [], "trainer": [], "mask": [], "ids": [], "prompts": []}
     for ids, prompt, mask in sequences():
         rows["rollout"].append(rollout(ids, prompt)[prompt:])
@@ -85,9 +86,10 @@ def make_run(store: Path, run: str, root: Path, trainer: Side, rollout: Side,
         rows["ids"].append(ids[prompt:])
         rows["prompts"].append(ids[:prompt].tolist())
     with DumpWriter(root / run, tags=tags) as writer:
-        writer.add(0, rows["rollout"], rows["trainer"], rows["mask"], token_ids=rows["ids"],
-                   prompts=rows["prompts"] if prompts else None,
-                   sample_ids=[f"s{i}" for i in range(len(SHAPES))])  # fmt: skip
+        for step in range(steps):
+            writer.add(step, rows["rollout"], rows["trainer"], rows["mask"], token_ids=rows["ids"],
+                       prompts=rows["prompts"] if prompts else None,
+                       sample_ids=[f"s{step}-{i}" for i in range(len(SHAPES))])  # fmt: skip
     api.ingest([root / run], run, store=store)
 
 

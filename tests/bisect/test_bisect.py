@@ -22,54 +22,6 @@ from tests.helpers import cli
 SETTINGS = {s.name: s for s in G.grid(G.Sampler(0.8, 0.9, 5), chunk=3)}
 
 
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return data.tiny_model(tmp_path_factory.mktemp("ckpt") / "tiny")
-
-
-@pytest.fixture(scope="module")
-def runs(ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Runs of one store: `temp` (the engine sampled at temperature 0.8), `engine` (bf16 with a
-    KV cache, one token at a time), `noise` (a path outside the grid: noise on later tokens),
-    `split` (the engine's path, and beyond KV position 16 noise besides: a hot cell),
-    `noprompt` (no prompt ids in the dump)."""
-    root = tmp_path_factory.mktemp("runs")
-    store = root / "store"
-    torch.set_num_threads(1)
-    model = data.load(ckpt)
-    engine = data.engine_sides(ckpt, SETTINGS["bf16+incremental"])
-
-    def trainer(ids: np.ndarray, prompt: int) -> np.ndarray:
-        return data.full_logprobs(model, ids)
-
-    def hot(ids: np.ndarray, prompt: int) -> np.ndarray:
-        return data.full_logprobs(model, ids, temperature=0.8)
-
-    def bf16_engine(ids: np.ndarray, prompt: int) -> np.ndarray:
-        out = trainer(ids, prompt)
-        out[prompt:] = engine[ids.tobytes()]
-        return out
-
-    def split(ids: np.ndarray, prompt: int) -> np.ndarray:
-        out = bf16_engine(ids, prompt)
-        late = np.arange(len(ids)) >= 16
-        out[late] += np.random.default_rng(len(ids)).normal(0, 0.05, late.sum())
-        return np.minimum(out, 0.0)
-
-    def noisy(ids: np.ndarray, prompt: int) -> np.ndarray:
-        out = trainer(ids, prompt)
-        later = np.arange(len(ids)) > 20
-        out[later] += np.random.default_rng(len(ids)).normal(0, 0.05, later.sum())
-        return np.minimum(out, 0.0)
-
-    data.make_run(store, "temp", root, trainer, hot, tags={"temperature": 0.8})
-    data.make_run(store, "engine", root, trainer, bf16_engine)
-    data.make_run(store, "noise", root, trainer, noisy)
-    data.make_run(store, "split", root, trainer, split)
-    data.make_run(store, "noprompt", root, trainer, hot, prompts=False)
-    return store
-
-
 def test_the_harness_equals_direct_calls_of_the_model(ckpt: Path) -> None:
     """Re-scored logprobs equal the model called directly under the setting (1e-6), and the
     incremental path (prefill, then a token at a time through the KV cache) equals the full

@@ -73,8 +73,8 @@ def hot_cells(
                                workers=DEFAULT_WORKERS)  # fmt: skip
     findings = found.explanation.findings[:HOT_CELLS]
     if not findings:
-        return HotCells([], sel, why_none=f"explain located no hot cell in `{run}` "
-                        f"({found.explanation.located}): a uniform sample")  # fmt: skip
+        return HotCells([], sel, why_none=f"explain located no hot cell in `{run}`: a uniform "
+                        "sample")  # fmt: skip
     with reading(sel):
         spec = cube_spec([sel], edges, routing=True)  # explain's, for the findings' regions
     cells = [Cell(where_text(f.named or f.where), "explain", region=f.region) for f in findings]
