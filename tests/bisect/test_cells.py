@@ -55,6 +55,8 @@ def test_a_cell_given_by_hand(runs: Path, ckpt: Path) -> None:
     assert by_cell["kv_position=16-31"]["tokens"] > 0 and by_cell["control"]["tokens"] > 0
     with pytest.raises(UsageError, match="no kv_position has that value"):
         api.bisect("split", str(ckpt), store=runs, cells=["kv_position=17"])
+    with pytest.raises(UsageError, match="no model token of `split` is in the cell"):
+        api.bisect("split", str(ckpt), store=runs, cells=["kv_position=64"])
 
 
 def test_a_run_without_a_hot_cell_is_sampled_uniformly(runs: Path, ckpt: Path) -> None:

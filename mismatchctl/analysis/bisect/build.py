@@ -95,6 +95,12 @@ def _draw(
 
     hot = hot_cells(store, run, steps, given)
     member = read_cells(hot)
+    if given and not member:
+        raise UsageError(
+            f"no model token of `{run}` is in the cell {' '.join(f'--cell {c}' for c in given)}",
+            "check the values with `mismatchctl report RUN --by KEY` (KEY: the key of --cell); "
+            "data keys (step, gpu, tags, attributes) match their values exactly.",
+        )
     if on_plan:
         on_plan(hot.why_none or "hot cells: " + "; ".join(c.label for c in hot.cells))
     drawn = draw(store, run, sample, steps, seed, member, len(hot.cells))
