@@ -53,7 +53,7 @@ class DumpWriter:
     ) -> None:
         self.directory = Path(directory)
         self.tags = checked_tags(tags)
-        self.rank = _rank(rank)
+        self.rank = rank_of(rank)
         self.compression = compression
         self.written: list[Path] = []
         self._step: int | None = None
@@ -195,7 +195,7 @@ class DumpWriter:
         return f"DumpWriter({str(self.directory)!r}{rank}, files written: {len(self.written)})"
 
 
-def _rank(rank: int | None) -> int | None:
+def rank_of(rank: int | None) -> int | None:
     if rank is None:
         env = os.environ.get(RANK_ENV, "").strip()
         return int(env) if env.isdigit() else None

@@ -32,6 +32,7 @@ from mismatchctl.stats.state import (
     N_FIELDS,
     RATIO_CLAMP,
     Col,
+    empty_state,
 )
 from mismatchctl.stats.tails import Tails
 
@@ -50,14 +51,15 @@ def torch_module() -> Any:
     return sys.modules["torch"]
 
 
-def reduce_batch(
-    lr2: Any, lt2: Any, keep: Any, edges: np.ndarray, tails: Tails
-) -> BatchState:
+def reduce_batch(lr2: Any, lt2: Any, keep: Any, edges: np.ndarray, tails: Tails) -> BatchState:
     """The aggregates of the model tokens (``keep``, bool ``[rows, width]``) of padded logprob
     tensors ``lr2`` / ``lt2`` (rollout, trainer) on their device."""
     torch = torch_module()
     f64 = torch.float64
-    lr, lt = lr2[keep].to(f64), lt2[keep].to(f64)
+    lr, lt = lr2[keep].to(f64), lt2[keep].to(f64)  # the one wait: the count of model tokens
+    n_bins = len(edges) - 1
+    if lr.numel() == 0:
+        return BatchState(empty_state(), np.zeros(histogram.N_BINS, np.int64), empty_state(n_bins))
     rows_n, width = keep.shape
     row = torch.arange(rows_n, device=keep.device).unsqueeze(1).expand(rows_n, width)[keep]
     before = torch.zeros_like(keep)
@@ -67,7 +69,6 @@ def reduce_batch(
     whole = torch.full((1, N_FIELDS), 0.0, dtype=f64, device=lr.device)
     _token_state(whole, c, None, 1)
     _segment_state(whole[0], lr, lt, c, row, turn_start, rows_n)
-    n_bins = len(edges) - 1
     bins = torch.full((n_bins, N_FIELDS), 0.0, dtype=f64, device=lr.device)
     inner = torch.as_tensor(edges[1:-1], dtype=f64, device=lr.device)
     _token_state(bins, c, torch.bucketize(c["pr"], inner, right=True), n_bins)
@@ -157,7 +158,9 @@ def _token_state(t: Any, c: dict[str, Any], code: Any, size: int) -> None:
     t[:, Col.TOKENS] = red.n
     t[:, cols] = red.sum(torch.stack([c["sums"][k] for k in cols], dim=1))
     t[:, Col.R_M2] = red.centred(c["r"], t[:, Col.R_SUM])[1]
-    _pair_moments(t, red, c["pr"], c["pt"], (Col.PR_SUM, Col.PT_SUM, Col.PR_M2, Col.PT_M2, Col.PRPT_C))
+    _pair_moments(
+        t, red, c["pr"], c["pt"], (Col.PR_SUM, Col.PT_SUM, Col.PR_M2, Col.PT_M2, Col.PRPT_C)
+    )
     for col, values in ((Col.R_MIN, c["r"]), (Col.R_MAX, c["r"]), (Col.DP_MAX, c["dp"])):
         t[:, col] = red.extreme(values, "amin" if col.name.endswith("_MIN") else "amax")
     for col, values in ((Col.PR_MIN, c["pr"]), (Col.PR_MAX, c["pr"]), (Col.PT_MIN, c["pt"]),
@@ -197,11 +200,17 @@ def _segment_state(
     s[Col.SEG_K3_MEAN_SUM] = (k3_sum / length).sum()
     s[Col.RLP_SUM], s[Col.TLP_SUM] = rlp.sum(), tlp.sum()
     s[Col.RPPL_SUM], s[Col.TPPL_SUM] = torch.exp(rlp).sum(), torch.exp(tlp).sum()
-    s[Col.D_SUM], s[Col.ABS_D_SUM], s[Col.PPL_RATIO_SUM] = d.sum(), d.abs().sum(), torch.exp(d).sum()
+    s[Col.D_SUM], s[Col.ABS_D_SUM], s[Col.PPL_RATIO_SUM] = (
+        d.sum(),
+        d.abs().sum(),
+        torch.exp(d).sum(),
+    )
     s[Col.CHI2_SEQ_SUM] = torch.expm1(2.0 * r_sum.clamp(-RATIO_CLAMP, RATIO_CLAMP)).sum()
     s[Col.RATIO_SEG_SUM] = (ratio_sum / length).sum()
     t = s.unsqueeze(0)
-    _pair_moments(t, seg, rlp, tlp, (Col.RLP_SUM, Col.TLP_SUM, Col.RLP_M2, Col.TLP_M2, Col.RLPTLP_C))
+    _pair_moments(
+        t, seg, rlp, tlp, (Col.RLP_SUM, Col.TLP_SUM, Col.RLP_M2, Col.TLP_M2, Col.RLPTLP_C)
+    )
     for col, values in ((Col.RLP_MIN, rlp), (Col.RLP_MAX, rlp), (Col.TLP_MIN, tlp),
                         (Col.TLP_MAX, tlp)):  # fmt: skip
         t[:, col] = seg.extreme(values, "amin" if col.name.endswith("_MIN") else "amax")
@@ -211,8 +220,7 @@ def _turn_ratios(r: Any, row: Any, turn_start: Any) -> Any:
     """Every token's ``exp(mean r over its turn)`` (``stats.chunk._turn_ratios``)."""
     torch = torch_module()
     turn = torch.cumsum(turn_start.to(torch.int64), 0) - 1
-    n_turns = int(turn_start.sum().item()) if r.numel() else 0
-    runs = _Groups(turn, n_turns, r)
+    runs = _Groups(turn, r.numel(), r)  # at most one turn a token: no wait for their count
     mean = runs.sum(r) / torch.where(runs.n > 0, runs.n, torch.ones_like(runs.n))
     return torch.exp(mean)[turn]
 
