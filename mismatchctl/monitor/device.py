@@ -11,7 +11,7 @@ are in another order than the report's, so the numbers agree to rounding (about 
 relative), not bit for bit.
 
 Only the aggregates are copied to the host: one state vector, one histogram and a state per
-probability bin (about 50 KB), in one transfer. torch is imported by no module of the package:
+probability bin (about 600 KB), in one transfer. torch is imported by no module of the package:
 a tensor can only reach this code when the caller has imported torch.
 """
 
@@ -39,12 +39,18 @@ from mismatchctl.stats.tails import Tails
 
 @dataclass
 class BatchState:
-    """One batch's aggregates on the host: the whole batch's state vector and r-histogram, and
-    one state per probability bin (rows of ``bins``, token columns only)."""
+    """One batch's aggregates on the host: the whole batch's state vector, and per probability
+    bin a state (token columns only) and an r-histogram (the whole batch's is their sum)."""
 
     state: np.ndarray  # float64 [N_FIELDS]
-    hist: np.ndarray  # int64 [histogram.N_BINS]
     bins: np.ndarray  # float64 [n_bins, N_FIELDS]
+    hists: np.ndarray  # int64 [n_bins, histogram.N_BINS]
+
+    @classmethod
+    def empty(cls, n_bins: int) -> BatchState:
+        return cls(
+            empty_state(), empty_state(n_bins), np.zeros((n_bins, histogram.N_BINS), np.int64)
+        )
 
 
 def torch_module() -> Any:
@@ -59,7 +65,7 @@ def reduce_batch(lr2: Any, lt2: Any, keep: Any, edges: np.ndarray, tails: Tails)
     lr, lt = lr2[keep].to(f64), lt2[keep].to(f64)  # the one wait: the count of model tokens
     n_bins = len(edges) - 1
     if lr.numel() == 0:
-        return BatchState(empty_state(), np.zeros(histogram.N_BINS, np.int64), empty_state(n_bins))
+        return BatchState.empty(n_bins)
     rows_n, width = keep.shape
     row = torch.arange(rows_n, device=keep.device).unsqueeze(1).expand(rows_n, width)[keep]
     before = torch.zeros_like(keep)
@@ -71,13 +77,16 @@ def reduce_batch(lr2: Any, lt2: Any, keep: Any, edges: np.ndarray, tails: Tails)
     _segment_state(whole[0], lr, lt, c, row, turn_start, rows_n)
     bins = torch.full((n_bins, N_FIELDS), 0.0, dtype=f64, device=lr.device)
     inner = torch.as_tensor(edges[1:-1], dtype=f64, device=lr.device)
-    _token_state(bins, c, torch.bucketize(c["pr"], inner, right=True), n_bins)
-    hist = torch.bincount(_hist_index(c["r"]), minlength=histogram.N_BINS)
-    packed = torch.cat([whole.reshape(-1), bins.reshape(-1), hist.to(f64)]).cpu().numpy()
+    code = torch.bucketize(c["pr"], inner, right=True)
+    _token_state(bins, c, code, n_bins)
+    cells = code * histogram.N_BINS + _hist_index(c["r"])
+    hists = torch.bincount(cells, minlength=n_bins * histogram.N_BINS)
+    # one transfer; counts up to 2**53 are exact in float64
+    packed = torch.cat([whole.reshape(-1), bins.reshape(-1), hists.to(f64)]).cpu().numpy()
     state, rest = packed[:N_FIELDS], packed[N_FIELDS:]
     per_bin = rest[: n_bins * N_FIELDS].reshape(n_bins, N_FIELDS)
-    # counts up to 2**53 are exact in float64
-    return BatchState(state.copy(), rest[n_bins * N_FIELDS :].astype(np.int64), per_bin.copy())
+    counts = rest[n_bins * N_FIELDS :].astype(np.int64).reshape(n_bins, histogram.N_BINS)
+    return BatchState(state.copy(), per_bin.copy(), counts)
 
 
 def _token_columns(lr: Any, lt: Any, tails: Tails) -> dict[str, Any]:

@@ -6,10 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from mismatchctl.monitor.device import BatchState
-from mismatchctl.stats import histogram
 from mismatchctl.stats.bins import assign_bins
 from mismatchctl.stats.chunk import chunk_partials
-from mismatchctl.stats.state import empty_state
 from mismatchctl.stats.tails import Tails
 
 
@@ -21,15 +19,13 @@ def reduce_numpy(
     n_bins = len(edges) - 1
     lr, lt = lr2[keep].astype(np.float64), lt2[keep].astype(np.float64)
     if len(lr) == 0:
-        return BatchState(empty_state(), np.zeros(histogram.N_BINS, np.int64), empty_state(n_bins))
+        return BatchState.empty(n_bins)
     rows = np.broadcast_to(np.arange(keep.shape[0])[:, None], keep.shape)[keep]
     before = np.zeros_like(keep)
     before[:, 1:] = keep[:, :-1]
     turn = np.cumsum((keep & ~before)[keep])  # a new value at every turn's first token
-    whole = chunk_partials(
-        lr, lt, rows, np.zeros(len(lr), np.int64), 1, with_hist=True, turn=turn, tails=tails
-    )[0]
+    whole = chunk_partials(lr, lt, rows, np.zeros(len(lr), np.int64), 1, turn=turn, tails=tails)
     codes = assign_bins(np.exp(lr), edges)
-    bins = chunk_partials(lr, lt, rows, codes, n_bins, turn=turn, tails=tails)
-    assert whole.hist is not None
-    return BatchState(whole.state.copy(), whole.hist.copy(), np.stack([b.state for b in bins]))
+    bins = chunk_partials(lr, lt, rows, codes, n_bins, with_hist=True, turn=turn, tails=tails)
+    hists = np.stack([b.hist for b in bins if b.hist is not None])
+    return BatchState(whole[0].state.copy(), np.stack([b.state for b in bins]), hists)

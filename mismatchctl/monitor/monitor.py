@@ -48,8 +48,8 @@ LOG = logging.getLogger("mismatchctl.monitor")
 
 @dataclass
 class StepState:
-    """The aggregates of the step so far: the whole step's partial (with its r-histogram) and
-    one partial per probability bin (token metrics)."""
+    """The aggregates of the step so far: the whole step's partial and one partial per
+    probability bin (token metrics), each with its r-histogram."""
 
     step: int
     whole: Partial
@@ -57,16 +57,14 @@ class StepState:
     updates: int = 0
 
     def merged(self, batch: BatchState) -> StepState:
-        whole = Partial(merge_states(self.whole.state, batch.state), _hist(self.whole, batch))
         bins = [
-            Partial(merge_states(p.state, s)) for p, s in zip(self.bins, batch.bins, strict=True)
+            p.merge(Partial(state, hist))
+            for p, state, hist in zip(self.bins, batch.bins, batch.hists, strict=True)
         ]
+        assert self.whole.hist is not None
+        whole_hist = self.whole.hist + batch.hists.sum(axis=0)  # the bins' histograms add up
+        whole = Partial(merge_states(self.whole.state, batch.state), whole_hist)
         return StepState(self.step, whole, bins, self.updates + 1)
-
-
-def _hist(part: Partial, batch: BatchState) -> np.ndarray:
-    assert part.hist is not None
-    return part.hist + batch.hist
 
 
 class Monitor:
@@ -166,7 +164,8 @@ class Monitor:
 
     def _empty(self, step: int) -> StepState:
         whole = Partial.empty(with_hist=True)
-        return StepState(step, whole, [Partial.empty() for _ in range(len(self.edges) - 1)])
+        bins = [Partial.empty(with_hist=True) for _ in range(len(self.edges) - 1)]
+        return StepState(step, whole, bins)
 
     def _same_columns(self, step: int, batch: inputs.Padded) -> None:
         """Every call of a step gives the same optional inputs (one table per step)."""
@@ -188,7 +187,7 @@ class Monitor:
         return None if self._state is None else self._state.whole
 
     def bin_partials(self) -> list[Partial]:
-        """The step's state per probability bin (``bins=``; token metrics)."""
+        """The step's state per probability bin (``bins=``; token metrics and quantiles)."""
         return [] if self._state is None else list(self._state.bins)
 
     def metrics(self) -> dict[str, Any]:
