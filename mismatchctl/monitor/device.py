@@ -72,10 +72,10 @@ def reduce_batch(lr2: Any, lt2: Any, keep: Any, edges: np.ndarray, tails: Tails)
     before[:, 1:] = keep[:, :-1]
     turn_start = (keep & ~before)[keep]
     c = _token_columns(lr, lt, tails)
-    whole = torch.full((1, N_FIELDS), 0.0, dtype=f64, device=lr.device)
+    whole = torch.as_tensor(empty_state(1), device=lr.device)
     _token_state(whole, c, None, 1)
     _segment_state(whole[0], lr, lt, c, row, turn_start, rows_n)
-    bins = torch.full((n_bins, N_FIELDS), 0.0, dtype=f64, device=lr.device)
+    bins = torch.as_tensor(empty_state(n_bins), device=lr.device)
     inner = torch.as_tensor(edges[1:-1], dtype=f64, device=lr.device)
     code = torch.bucketize(c["pr"], inner, right=True)
     _token_state(bins, c, code, n_bins)
@@ -131,15 +131,15 @@ class _Groups:
         if code is None:
             self.n = torch.full((1,), float(like.numel()), dtype=like.dtype, device=like.device)
         else:
-            self.n = torch.bincount(code, minlength=size).to(like.dtype)
+            self.n = self.sum(torch.ones_like(like))
 
     def sum(self, values: Any) -> Any:
-        """``values``: [tokens] or [tokens, k]; returns [size] or [size, k]."""
+        """Per-group sums of 1-D ``values`` (one column at a time: no stacked copy)."""
         if self.code is None:
-            return values.sum(dim=0, keepdim=True)
-        torch = torch_module()
-        out = torch.zeros((self.size, *values.shape[1:]), dtype=values.dtype, device=values.device)
-        return out.index_add_(0, self.code, values)
+            return values.sum().reshape(1)
+        out = torch_module().zeros(self.size, dtype=values.dtype, device=values.device)
+        # scatter_add_: bincount scans the codes for their range on every call
+        return out.scatter_add_(0, self.code, values)
 
     def extreme(self, values: Any, kind: str) -> Any:
         torch = torch_module()
@@ -161,11 +161,10 @@ class _Groups:
 
 def _token_state(t: Any, c: dict[str, Any], code: Any, size: int) -> None:
     """``stats.chunk.fill_token_state`` into the rows of ``t``."""
-    torch = torch_module()
     red = _Groups(code, size, c["r"])
-    cols = list(c["sums"])
     t[:, Col.TOKENS] = red.n
-    t[:, cols] = red.sum(torch.stack([c["sums"][k] for k in cols], dim=1))
+    for col, values in c["sums"].items():
+        t[:, col] = red.sum(values)
     t[:, Col.R_M2] = red.centred(c["r"], t[:, Col.R_SUM])[1]
     _pair_moments(
         t, red, c["pr"], c["pt"], (Col.PR_SUM, Col.PT_SUM, Col.PR_M2, Col.PT_M2, Col.PRPT_C)
@@ -200,9 +199,12 @@ def _segment_state(
     torch = torch_module()
     r, k3 = c["r"], c["k3"]
     per_row = _Groups(row, rows_n, r)
-    sums = per_row.sum(torch.stack([lr, lt, r, k3, _turn_ratios(r, row, turn_start)], dim=1))
     has = per_row.n > 0
-    length, (lr_sum, lt_sum, r_sum, k3_sum, ratio_sum) = per_row.n[has], sums[has].unbind(1)
+    ratios = _turn_ratios(r, row, turn_start)
+    length = per_row.n[has]
+    lr_sum, lt_sum, r_sum, k3_sum, ratio_sum = (
+        per_row.sum(x)[has] for x in (lr, lt, r, k3, ratios)
+    )
     rlp, tlp, d = -lr_sum / length, -lt_sum / length, -r_sum / length
     seg = _Groups(None, 1, rlp)
     s[Col.SEGMENTS] = float(rlp.numel())

@@ -8,6 +8,7 @@ import numpy as np
 from mismatchctl.monitor.device import BatchState
 from mismatchctl.stats.bins import assign_bins
 from mismatchctl.stats.chunk import chunk_partials
+from mismatchctl.stats.state import Col, empty_state
 from mismatchctl.stats.tails import Tails
 
 
@@ -28,4 +29,6 @@ def reduce_numpy(
     codes = assign_bins(np.exp(lr), edges)
     bins = chunk_partials(lr, lt, rows, codes, n_bins, with_hist=True, turn=turn, tails=tails)
     hists = np.stack([b.hist for b in bins if b.hist is not None])
-    return BatchState(whole[0].state.copy(), np.stack([b.state for b in bins]), hists)
+    states = np.stack([b.state for b in bins])
+    states[:, Col.SEGMENTS :] = empty_state()[Col.SEGMENTS :]  # bins carry token columns only
+    return BatchState(whole[0].state.copy(), states, hists)

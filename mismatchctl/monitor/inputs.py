@@ -138,8 +138,9 @@ def _stack(rows: list[Any], tensor: bool) -> Any:
 
 def _model_tokens(mask: Any, tensor: bool) -> Any:
     """The model tokens (mask == 1); a mask value other than 0 or 1 is an error."""
-    if not tensor:
-        return ar.mask01(mask, "mask")
+    if not tensor or mask.device.type == "cpu":  # numpy on the host: faster than torch's ops
+        keep = ar.mask01(ar.to_numpy(mask), "mask")
+        return torch_module().from_numpy(keep) if tensor else keep
     if bool(((mask != 0) & (mask != 1)).any().item()):
         ar.mask01(ar.to_numpy(mask), "mask")  # raises the dump writer's error, naming the value
     return mask == 1
@@ -165,24 +166,24 @@ def _lengths(lengths: Any, rows: int, width: int, mask: Any, tensor: bool) -> An
 
 
 def check_values(batch: Padded, step: int) -> None:
-    """Logprobs at model tokens finite and <= LOGPROB_MAX (as ingest requires), checked on
-    their device with one value copied back; the first bad one is named."""
+    """Logprobs at model tokens finite and <= LOGPROB_MAX (as ingest requires), checked where
+    they are (one value copied back from a device); the first bad one is named."""
     keep = batch.keep
+    on_device = batch.tensor and keep.device.type != "cpu"
     for name in ("rollout_logprobs", "trainer_logprobs"):
         values = batch.values[name]
-        if batch.tensor:
-            ok = values.isfinite() & (values <= LOGPROB_MAX)
-            bad = keep & ~ok
+        if on_device:
+            bad = keep & ~(values.isfinite() & (values <= LOGPROB_MAX))
             if not bool(bad.any().item()):
                 continue
             where = bad.nonzero()[0].tolist()
-            found = values[where[0], where[1]].item()
         else:
-            bad = keep & ~(np.isfinite(values) & (values <= LOGPROB_MAX))
+            host, mask = ar.to_numpy(values), ar.to_numpy(keep)
+            bad = mask & ~(np.isfinite(host) & (host <= LOGPROB_MAX))
             if not bad.any():
                 continue
             where = np.argwhere(bad)[0].tolist()
-            found = values[where[0], where[1]].item()
+        found = values[where[0], where[1]].item()
         raise UsageError(
             f"update(step {step}): {name} is {found!r} at row {where[0]}, position {where[1]}, "
             f"a model token (expected finite logprobs <= {LOGPROB_MAX:g})",
