@@ -191,6 +191,16 @@ GROWTH: tuple[CalibRun, ...] = (
     fault(
         "growth",
         "subtle",
+        "gr-rate-batch",
+        "rate: the split-KV fault (KV >= 64) taken by decode batches under a size that rises "
+        "from 2 to 32 over 12 steps, so its share of tokens rises step by step",
+        long=True,
+        schedule="splitkv-spreading",
+        baseline="h-long-b",
+    ),
+    fault(
+        "growth",
+        "subtle",
         "gr-mix",
         "mix: healthy numerics, the responses take ever more tool turns (1 at the first step, 5 "
         "at the last): more tokens in later turns and at long KV positions",

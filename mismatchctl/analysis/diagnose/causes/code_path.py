@@ -12,10 +12,12 @@ from mismatchctl.analysis.diagnose.advice import (
 from mismatchctl.analysis.diagnose.cause_evidence import steps_follow_gpu
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import (
+    finding_region,
     first_findings,
     on_gpus,
     on_steps_only,
     path_on_one_gpu,
+    steps_region,
     steps_share,
     where_text,
 )
@@ -92,6 +94,7 @@ def support(ctx: Context) -> Support | None:
             ratio=f.get("rate_ratio"),
             ci=None if ci is None else (ci[0], ci[1]), claim=f.get(M.TOKEN_SHARE.key),
             where=where_text(f["where"]), variant=_variant(f["where"]),
+            region=finding_region(ctx, f["where"]),
         )  # fmt: skip
     steps = _steps(ctx)
     if steps is not None and (best is None or (steps.share or 0) > (best.share or 0)):
@@ -104,8 +107,8 @@ def _steps(ctx: Context) -> Support | None:
     hits = [c for c in (ctx.result(spikes), ctx.result(regimes)) if fired(c)]
     if not hits or _growth(ctx):
         return None
-    found = [steps_share(view) for view in ctx.runs.values()]
-    share, steps = max(found, key=lambda s: s[0] or 0.0)
+    found = [(*steps_share(view), view) for view in ctx.runs.values()]
+    share, steps, view = max(found, key=lambda s: s[0] or 0.0)
     if share is None:
         return None
     against: tuple[str, ...] = ()
@@ -117,7 +120,7 @@ def _steps(ctx: Context) -> Support | None:
     return Support(
         verdict=hits[0].verdict, share=share, because=hits[0].finding,
         checks=tuple(c.name for c in hits), where=f"steps {steps}", variant=PLACES[K.STEP],
-        against=against,
+        against=against, region=steps_region(view),
     )  # fmt: skip
 
 
