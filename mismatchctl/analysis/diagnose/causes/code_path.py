@@ -31,9 +31,9 @@ from mismatchctl.analysis.diagnose.checks import (
     tool_responses,
     trend,
 )
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import Context, RunView
 from mismatchctl.analysis.diagnose.parts import first_turns
-from mismatchctl.analysis.diagnose.steps import smooth_growth
+from mismatchctl.analysis.diagnose.steps import rising, smooth_growth
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
 
@@ -118,10 +118,23 @@ def _steps(ctx: Context) -> Support | None:
     if fired(signs) and signs is not None and signs.finding.startswith("in the elevated"):
         against += ("the elevated steps' responses lean one way: other weights from a step on",)
     return Support(
-        verdict=hits[0].verdict, share=share, because=hits[0].finding,
+        verdict=hits[0].verdict, share=share, because=hits[0].finding + _not_a_line(ctx, view),
         checks=tuple(c.name for c in hits), where=f"steps {steps}", variant=PLACES[K.STEP],
         against=against, region=steps_region(view),
     )  # fmt: skip
+
+
+def _not_a_line(ctx: Context, view: RunView) -> str:
+    """Why rising steps are no growth: the trend check saw the rise, but one change point fits
+    the steps better than the line (``StepTrend.smooth``); empty when the steps do not rise."""
+    t = view.trend
+    if not fired(ctx.result(trend)) or t is None or not rising(view) or t.smooth:
+        return ""
+    return (
+        f"; the steps rise (x{t.rise:.2g}) but two levels fit them better than a line (weighted "
+        f"squared residuals {t.q_change:.3g} against {t.q_line:.3g}): a change at a step, not "
+        "a growth"
+    )
 
 
 def _growth(ctx: Context) -> bool:
