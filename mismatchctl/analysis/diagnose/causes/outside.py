@@ -63,9 +63,15 @@ def second_pass(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[We
     if lean is not None and policy is not None:
         found.append(Weighed(policy.cause, _shared(ctx, out, lean), 0.0))
     excess = _excess(ctx, out, lean is not None)
-    if excess is not None and precision is not None:
+    if excess is not None and precision is not None and not _other_reasons(precision):
         found.append(Weighed(precision.cause, _shared(ctx, out, excess), 0.0))
     return [w for w in found if w.cause.CLASS != first.cause.CLASS]
+
+
+def _other_reasons(precision: Weighed) -> bool:
+    """Evidence against the precision that holds outside the part too: the sides compute
+    different distributions, or the baseline ran on other gpus (the run's lean is the part's)."""
+    return any(not a.startswith("whole responses lean") for a in precision.support.against)
 
 
 def _shared(ctx: Context, out: Outside, found: Support) -> Support:
