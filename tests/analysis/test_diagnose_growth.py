@@ -85,3 +85,14 @@ def test_a_fault_from_one_step_on_stays_a_code_path(
 def test_the_healthy_run_raises_no_alarm(store: Path) -> None:
     checks = diagnosed(store, "base", None)
     assert not [n for n, c in checks.items() if c.verdict in ALARM]
+
+
+def test_a_switch_the_trend_sees_rising_says_why_it_is_no_growth(store: Path) -> None:
+    """From step 16 on at 3x: the fitted line rises (the trend check warns), but two levels fit
+    the steps better; the cause says so with both fits rather than calling it a growth."""
+    checks = diagnosed(store, "switch-3x", None)
+    assert checks["trend"].verdict in ALARM
+    cause = checks["cause"]
+    assert cause.evidence["key"] == "code_path"
+    assert "two levels fit them better than a line" in cause.finding
+    assert "a change at a step, not a growth" in cause.finding
