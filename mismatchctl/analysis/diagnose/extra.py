@@ -23,6 +23,7 @@ from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pai
 from mismatchctl.stats.hot_sequences import HotSequenceParts, hot_sequence_state
 from mismatchctl.stats.misalign import MisalignState, misalign_state
 from mismatchctl.stats.offset import offset_state
+from mismatchctl.stats.seq_sums import UNKNOWN, SeqSums, seq_sums
 from mismatchctl.stats.sentinels import (
     SentinelState,
     TrailingZeroState,
@@ -69,6 +70,7 @@ class DiagnoseState:
     misaligned: MisalignState = field(default_factory=MisalignState)  # stats.misalign
     hot_sequences: HotSequenceParts = field(default_factory=HotSequenceParts)
     token_shift: TokenShiftState = field(default_factory=TokenShiftState)  # stats.token_shift
+    sequences: SeqSums = field(default_factory=SeqSums)  # stats.seq_sums: length, batch shape
 
     def merge(self, other: DiagnoseState) -> DiagnoseState:
         return DiagnoseState(
@@ -81,6 +83,7 @@ class DiagnoseState:
             self.misaligned.merge(other.misaligned),
             self.hot_sequences.merge(other.hot_sequences),
             self.token_shift.merge(other.token_shift),
+            self.sequences.merge(other.sequences),
         )
 
 
@@ -88,6 +91,7 @@ class DiagnoseExtra:
     """Engine extra of `diagnose`; reads each run's (seq, weight_lag) once, on first use."""
 
     columns: tuple[str, ...] = (S.TOKEN_ID,)
+    keys: tuple[str, ...] = (K.BATCH_SIZE,)  # the sequence rows' batch sizes (seq_sums)
 
     def __init__(self, selection: Selection) -> None:
         self._paths = selection.sequence_paths
@@ -108,6 +112,7 @@ class DiagnoseExtra:
             misalign_state(lr, lt, seq, turn, step, keys.run),
             hot_sequence_state(lr, lt, seq, turn, step, *self._bins(keys), keys.run),
             token_shift_state(_token_ids(table, keys), lr, lt, seq, *self._bins(keys)),
+            seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *self._bins(keys)),
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:
@@ -168,6 +173,13 @@ class DiagnoseExtra:
             if run not in self._lags:
                 self._lags[run] = _read_lags(self._paths.get(run, []))
             return self._lags[run]
+
+
+def _batch_sizes(keys: PartKeys) -> np.ndarray:
+    """Each row's batch size, ``UNKNOWN`` where its source does not say."""
+    kc = keys.get(K.BATCH_SIZE)
+    lut = np.array([UNKNOWN if v is None else int(v) for v in kc.labels], dtype=np.int64)
+    return lut[kc.codes]
 
 
 def _token_ids(table: pa.Table, keys: PartKeys) -> np.ndarray:
