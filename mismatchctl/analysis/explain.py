@@ -45,6 +45,7 @@ from mismatchctl.stats.cube_part import PartCube, PartStates, as_cube, fold
 from mismatchctl.stats.cube_spec import CubeSpec, Dim, run_label
 from mismatchctl.stats.localize import explain as localize
 from mismatchctl.stats.localize_result import Explanation
+from mismatchctl.stats.entropy_bins import entropy_label, entropy_labels
 from mismatchctl.stats.positions import (
     ORDER_BLOCK,
     ORDER_BLOCKS,
@@ -96,12 +97,16 @@ def cube_spec(
     *,
     with_run: bool = True,
     routing: bool = False,
+    trainer_prob: bool = False,
 ) -> CubeSpec:
     """The dimensions of the cube shared by every side, labels from the selections' metadata
     (the union of their runs, steps and gpus), so that the sides' cubes merge and compare;
     ``with_run`` False: no run dimension (one cube per run, :class:`RunCubeExtra`);
     ``routing``: the MoE routing dimensions too, when every side has routes
-    (``routing_dims``)."""
+    (``routing_dims``); ``trainer_prob``: the trainer probability's bins too (explain; not
+    diagnose, whose causes read the localization by the inference probability's bins). The
+    per-token entropy's bins are a dimension when a source of the selections has an entropy
+    (``token_dims``)."""
     runs = sorted({r.name for sel in selections for r in sel.runs})
     steps = sorted({s for sel in selections for r in sel.runs for s in r.steps if _in(sel, s)})
     gpus = sorted({g for sel in selections for r in sel.runs for g in r.gpus})
@@ -120,6 +125,7 @@ def cube_spec(
         Dim(K.BIN, len(bins), bins),
         Dim(K.KV_POSITION, len(kv), kv),
         Dim(K.TURN_POSITION, len(tpos), tpos),
+        *token_dims(selections, bins, trainer_prob),
         *(routing_dims(selections) if routing else ()),
     )
     run = (Dim(K.RUN, len(runs), tuple(runs), ordered=False),) if with_run else ()
@@ -132,6 +138,20 @@ def cube_spec(
         *attribute_dims(selections),
     )
     return CubeSpec(token_dims=token, seq_dims=seq)
+
+
+def token_dims(
+    selections: Sequence[Selection], bins: tuple[str, ...], trainer_prob: bool
+) -> tuple[Dim, ...]:
+    """The entropy's bins (when a source of the selections has an entropy column: tokens
+    without one are ``(none)``) and the trainer probability's (the inference side's bins)."""
+    out = []
+    if any(S.ROLE_ENTROPY in src.columns for sel in selections for r in sel.runs for src in r.sources):
+        labels = tuple(entropy_label(e) or NONE_LABEL for e in entropy_labels())
+        out.append(Dim(K.ENTROPY, len(labels), labels))
+    if trainer_prob:
+        out.append(Dim(K.TRAINER_PROB, len(bins), bins))
+    return tuple(out)
 
 
 def routing_dims(selections: Sequence[Selection]) -> tuple[Dim, ...]:
@@ -202,6 +222,8 @@ def _in(sel: Selection, step: int) -> bool:
 
 
 CUBE_KEYS = (K.KV_POSITION, K.LENGTH, K.DUMP_ORDER)  # what the engine loads for the coder
+# token dimensions after TOKEN_DIMS, coded from the engine's keys per token
+EXTRA_TOKEN_DIMS = frozenset({ROUTING, FIRST_FLIP_LAYER, K.ENTROPY, K.TRAINER_PROB})
 
 
 def twin_columns(names: Sequence[str]) -> tuple[str, ...]:
@@ -216,7 +238,7 @@ class _Coder:
     def __init__(self, spec: CubeSpec) -> None:
         names = tuple(d.name for d in spec.token_dims)
         extra = names[len(TOKEN_DIMS) :]
-        if names[: len(TOKEN_DIMS)] != TOKEN_DIMS or not set(extra) <= {ROUTING, FIRST_FLIP_LAYER}:
+        if names[: len(TOKEN_DIMS)] != TOKEN_DIMS or not set(extra) <= EXTRA_TOKEN_DIMS:
             raise ValueError(
                 f"the coder codes the token dimensions {TOKEN_DIMS} of cube_spec, then the "
                 f"routing ones (found {names})"
@@ -227,7 +249,7 @@ class _Coder:
         self.layers = 0 if first is None else first.size - (len(ROUTING_LABELS) - 1)
 
     def _lut(self, name: str, labels: list[Any]) -> np.ndarray:
-        if name == K.BIN:  # the engine's bin codes are the bins' indices, as the cube's
+        if name in (K.BIN, K.TRAINER_PROB, K.ENTROPY):  # codes: the bins' indices, as the cube's
             return np.arange(len(labels), dtype=np.int32)
         found = self.maps[name]
         keys = [NONE_LABEL if v in (None, "") else str(v) for v in labels]
@@ -310,6 +332,8 @@ class CubeExtra:
 
     def __init__(self, spec: CubeSpec) -> None:
         self.spec, self.coder, self.keys = spec, _Coder(spec), cube_keys(spec)
+        if K.ENTROPY in (d.name for d in spec.token_dims):
+            self.columns = (*self.columns, S.TOKEN_ENTROPY)
         self.routing_columns = twin_columns([d.name for d in spec.dims])
         self.states = PartStates(spec)
 
@@ -368,6 +392,8 @@ class RunCubeExtra:
 
     def __init__(self, spec: CubeSpec) -> None:
         self.spec, self.coder, self.keys = spec, _Coder(spec), cube_keys(spec)
+        if K.ENTROPY in (d.name for d in spec.token_dims):
+            self.columns = (*self.columns, S.TOKEN_ENTROPY)
         self.routing_columns = twin_columns([d.name for d in spec.dims])
         self.states = PartStates(spec)
 
@@ -524,7 +550,7 @@ def explain_selections(
     cubes merged; none: the internal mode."""
     edges = parse_edges(bins)
     with reading(target, *baselines):  # `runs rm` meanwhile is no damage, as in every view
-        spec = cube_spec([target, *baselines], edges, routing=True)
+        spec = cube_spec([target, *baselines], edges, routing=True, trainer_prob=True)
         read = read_cubes(
             [target, *baselines], spec, edges, workers, on_part, engine, cells=bootstrap_intervals
         )

@@ -53,7 +53,7 @@ def run(ctx: Context) -> Check:
     if not tested:
         return Check(
             LAYER, NAME, TITLE, NA,
-            "the responses' lengths do not span enough of a range (a factor of 4 between length "
+            "the responses' lengths do not span enough of a range (a factor of 2 between length "
             "bins of 8 sequences or more) to tell noise from bias",
             evidence,
         )  # fmt: skip
