@@ -43,9 +43,9 @@ from mismatchctl.stats.cube_bootstrap import (
 from mismatchctl.stats.cube_cells import SequenceCells
 from mismatchctl.stats.cube_part import PartCube, PartStates, as_cube, fold
 from mismatchctl.stats.cube_spec import CubeSpec, Dim, run_label
+from mismatchctl.stats.entropy_bins import entropy_label, entropy_labels
 from mismatchctl.stats.localize import explain as localize
 from mismatchctl.stats.localize_result import Explanation
-from mismatchctl.stats.entropy_bins import entropy_label, entropy_labels
 from mismatchctl.stats.positions import (
     ORDER_BLOCK,
     ORDER_BLOCKS,
@@ -146,7 +146,9 @@ def token_dims(
     """The entropy's bins (when a source of the selections has an entropy column: tokens
     without one are ``(none)``) and the trainer probability's (the inference side's bins)."""
     out = []
-    if any(S.ROLE_ENTROPY in src.columns for sel in selections for r in sel.runs for src in r.sources):
+    if any(
+        S.ROLE_ENTROPY in src.columns for sel in selections for r in sel.runs for src in r.sources
+    ):
         labels = tuple(entropy_label(e) or NONE_LABEL for e in entropy_labels())
         out.append(Dim(K.ENTROPY, len(labels), labels))
     if trainer_prob:

@@ -112,7 +112,9 @@ def _interval(
     """Percentile interval of the spread (``hi``'s ratio over ``lo``'s): the sequences of each
     (step, size) resampled with replacement."""
     rng = np.random.default_rng(SEED)
-    cells = [np.flatnonzero((step == s) & (size == b)) for s, b in set(zip(step, size, strict=True))]
+    cells = [
+        np.flatnonzero((step == s) & (size == b)) for s, b in set(zip(step, size, strict=True))
+    ]
     cells = sorted(cells, key=lambda c: int(c[0]))
     found = []
     for _ in range(RESAMPLES):

@@ -82,7 +82,7 @@ def length_scaling(tokens: np.ndarray, r_sum: np.ndarray) -> LengthScaling:
     b = float(s.sum()) / total if total else 0.0
     noise = float(((s - b * t) ** 2).sum()) / total if total else 0.0
     return LengthScaling(
-        int(len(t)),
+        len(t),
         exponent,
         interval,
         b,

@@ -26,9 +26,7 @@ class RunSeqSums:
     k3_bins: np.ndarray
 
     def merge(self, other: RunSeqSums) -> RunSeqSums:
-        return RunSeqSums(
-            *(np.concatenate([getattr(self, n), getattr(other, n)]) for n in _FIELDS)
-        )
+        return RunSeqSums(*(np.concatenate([getattr(self, n), getattr(other, n)]) for n in _FIELDS))
 
 
 _FIELDS = ("step", "tokens", "r_sum", "k3", "batch_size", "bins", "k3_bins")

@@ -23,13 +23,13 @@ from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pai
 from mismatchctl.stats.hot_sequences import HotSequenceParts, hot_sequence_state
 from mismatchctl.stats.misalign import MisalignState, misalign_state
 from mismatchctl.stats.offset import offset_state
-from mismatchctl.stats.seq_sums import UNKNOWN, SeqSums, seq_sums
 from mismatchctl.stats.sentinels import (
     SentinelState,
     TrailingZeroState,
     sentinel_state,
     trailing_zero_state,
 )
+from mismatchctl.stats.seq_sums import UNKNOWN, SeqSums, seq_sums
 from mismatchctl.stats.token_shift import TokenShiftState, token_shift_state
 from mismatchctl.store.parts import read_columns
 

@@ -64,7 +64,9 @@ def run(ctx: Context) -> Check:
     prefix = f"{name}: " if len(found) > 1 else ""
     finding = prefix + _sentence(res)
     verdict = judged[name]
-    return Check(LAYER, NAME, TITLE, verdict, finding, evidence, ADVICE if verdict == WARN else None)
+    return Check(
+        LAYER, NAME, TITLE, verdict, finding, evidence, ADVICE if verdict == WARN else None
+    )
 
 
 def bias_share(res: LengthScaling, median_tokens: float) -> float:
@@ -94,6 +96,5 @@ def _sentence(res: LengthScaling) -> str:
     )
     return (
         f"|sum r| grows as T^{fmt(res.exponent)} (95% interval {fmt(lo)}-{fmt(hi)}, "
-        f"{res.sequences:,} responses): {kind}; mean r {fmt(res.bias_per_token)} per token"
-        + cross
+        f"{res.sequences:,} responses): {kind}; mean r {fmt(res.bias_per_token)} per token" + cross
     )
