@@ -12,7 +12,9 @@ of ``S``: it holds both the bias (``b^2 T^2``) and the noise (``sigma^2 T``) wit
 choosing, and a log-log slope needs no model of the noise's size. The interval is a
 bootstrap over sequences (``RESAMPLES`` resamples of the whole sequences, a fixed seed), the
 unit whose tokens share a bias; the verdict is *bias* when the whole interval lies above
-``MIDPOINT`` (3/4, halfway), *noise* when it lies below, else *mixed*.
+``MIDPOINT`` (3/4, halfway), *noise* when it lies below, else *mixed*; and *growing* when it
+lies above ``GROWING`` (5/4): faster than T, the per-token mismatch itself grows with the length
+(a long-context code path: numerics, which ``localized`` places), not a constant bias.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ RESAMPLES = 200
 SEED = 20_240_045
 LEVEL = 0.95
 MIDPOINT = 0.75  # halfway between noise (1/2) and bias (1)
-NOISE, BIAS, MIXED = "noise", "bias", "mixed"
+GROWING = 1.25  # as far above a bias (1) as the midpoint is below it
+NOISE, BIAS, MIXED, RISING = "noise", "bias", "mixed", "growing"
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,8 @@ def _interval(t: np.ndarray, s: np.ndarray, code: np.ndarray) -> tuple[float, fl
 def _verdict(interval: tuple[float, float] | None) -> str | None:
     if interval is None:
         return None
+    if interval[0] > GROWING:
+        return RISING
     if interval[0] > MIDPOINT:
         return BIAS
     if interval[1] < MIDPOINT:

@@ -90,3 +90,13 @@ def test_the_check_warns_on_a_bias_and_passes_noise(store: Path) -> None:
     assert biased.next and "temperature" in biased.next
     run = biased.evidence["runs"]["biased"]
     assert run["verdict"] == BIAS and run["interval"][0] > 0.75
+
+
+def test_a_mismatch_growing_with_the_length_is_not_a_bias() -> None:
+    """Noise whose size grows with the position (a long-context kernel): |sum r| grows faster
+    than T; not the constant bias the check warns of."""
+    rng = np.random.default_rng(1)
+    t = np.exp(rng.uniform(np.log(4), np.log(512), 600)).astype(np.int64)
+    s = np.array([(rng.standard_normal(k) * 1e-4 * np.arange(k) ** 1.5).sum() for k in t])
+    res = length_scaling(t, s)
+    assert res.verdict == "growing" and res.interval[0] > 1.25

@@ -11,7 +11,7 @@ import numpy as np
 from mismatchctl.analysis.diagnose.check import NA, OK, TRAJECTORY, WARN, Check, CheckModule
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.text import fmt
-from mismatchctl.stats.length_scaling import BIAS, NOISE, LengthScaling, length_scaling
+from mismatchctl.stats.length_scaling import BIAS, NOISE, RISING, LengthScaling, length_scaling
 
 NAME = "length_scaling"
 LAYER = TRAJECTORY
@@ -88,6 +88,8 @@ def _sentence(res: LengthScaling) -> str:
     kind = {
         NOISE: "like sqrt(T): independent per-token noise (numerics)",
         BIAS: "like T: a per-token bias (semantics or another policy)",
+        RISING: "faster than T: the per-token mismatch grows with the length (a long-context "
+        "code path)",
     }.get(res.verdict or "", "between sqrt(T) and T: noise with some bias")
     cross = (
         f"; the bias overtakes the noise past {fmt(res.crossover_tokens)} tokens"
