@@ -97,16 +97,15 @@ def cube_spec(
     *,
     with_run: bool = True,
     routing: bool = False,
-    trainer_prob: bool = False,
 ) -> CubeSpec:
     """The dimensions of the cube shared by every side, labels from the selections' metadata
     (the union of their runs, steps and gpus), so that the sides' cubes merge and compare;
     ``with_run`` False: no run dimension (one cube per run, :class:`RunCubeExtra`);
     ``routing``: the MoE routing dimensions too, when every side has routes
-    (``routing_dims``); ``trainer_prob``: the trainer probability's bins too (explain; not
-    diagnose, whose causes read the localization by the inference probability's bins). The
-    per-token entropy's bins are a dimension when a source of the selections has an entropy
-    (``token_dims``)."""
+    (``routing_dims``). The per-token entropy's bins are a dimension when a source of the
+    selections has an entropy (``token_dims``). The trainer probability's bins are not: the
+    search would find the mismatch in them by construction (a token whose trainer probability
+    fell below its inference probability is hot because it fell), a consequence, not a place."""
     runs = sorted({r.name for sel in selections for r in sel.runs})
     steps = sorted({s for sel in selections for r in sel.runs for s in r.steps if _in(sel, s)})
     gpus = sorted({g for sel in selections for r in sel.runs for g in r.gpus})
@@ -125,7 +124,7 @@ def cube_spec(
         Dim(K.BIN, len(bins), bins),
         Dim(K.KV_POSITION, len(kv), kv),
         Dim(K.TURN_POSITION, len(tpos), tpos),
-        *token_dims(selections, bins, trainer_prob),
+        *token_dims(selections),
         *(routing_dims(selections) if routing else ()),
     )
     run = (Dim(K.RUN, len(runs), tuple(runs), ordered=False),) if with_run else ()
@@ -140,20 +139,14 @@ def cube_spec(
     return CubeSpec(token_dims=token, seq_dims=seq)
 
 
-def token_dims(
-    selections: Sequence[Selection], bins: tuple[str, ...], trainer_prob: bool
-) -> tuple[Dim, ...]:
-    """The entropy's bins (when a source of the selections has an entropy column: tokens
-    without one are ``(none)``) and the trainer probability's (the inference side's bins)."""
-    out = []
-    if any(
-        S.ROLE_ENTROPY in src.columns for sel in selections for r in sel.runs for src in r.sources
-    ):
-        labels = tuple(entropy_label(e) or NONE_LABEL for e in entropy_labels())
-        out.append(Dim(K.ENTROPY, len(labels), labels))
-    if trainer_prob:
-        out.append(Dim(K.TRAINER_PROB, len(bins), bins))
-    return tuple(out)
+def token_dims(selections: Sequence[Selection]) -> tuple[Dim, ...]:
+    """The entropy's bins, when a source of the selections has an entropy column (tokens
+    without one are ``(none)``)."""
+    sources = (src for sel in selections for r in sel.runs for src in r.sources)
+    if not any(S.ROLE_ENTROPY in src.columns for src in sources):
+        return ()
+    labels = tuple(entropy_label(e) or NONE_LABEL for e in entropy_labels())
+    return (Dim(K.ENTROPY, len(labels), labels),)
 
 
 def routing_dims(selections: Sequence[Selection]) -> tuple[Dim, ...]:
@@ -225,7 +218,7 @@ def _in(sel: Selection, step: int) -> bool:
 
 CUBE_KEYS = (K.KV_POSITION, K.LENGTH, K.DUMP_ORDER)  # what the engine loads for the coder
 # token dimensions after TOKEN_DIMS, coded from the engine's keys per token
-EXTRA_TOKEN_DIMS = frozenset({ROUTING, FIRST_FLIP_LAYER, K.ENTROPY, K.TRAINER_PROB})
+EXTRA_TOKEN_DIMS = frozenset({ROUTING, FIRST_FLIP_LAYER, K.ENTROPY})
 
 
 def twin_columns(names: Sequence[str]) -> tuple[str, ...]:
@@ -251,7 +244,7 @@ class _Coder:
         self.layers = 0 if first is None else first.size - (len(ROUTING_LABELS) - 1)
 
     def _lut(self, name: str, labels: list[Any]) -> np.ndarray:
-        if name in (K.BIN, K.TRAINER_PROB, K.ENTROPY):  # codes: the bins' indices, as the cube's
+        if name in (K.BIN, K.ENTROPY):  # the engine's codes are the bins' indices, as the cube's
             return np.arange(len(labels), dtype=np.int32)
         found = self.maps[name]
         keys = [NONE_LABEL if v in (None, "") else str(v) for v in labels]
@@ -552,7 +545,7 @@ def explain_selections(
     cubes merged; none: the internal mode."""
     edges = parse_edges(bins)
     with reading(target, *baselines):  # `runs rm` meanwhile is no damage, as in every view
-        spec = cube_spec([target, *baselines], edges, routing=True, trainer_prob=True)
+        spec = cube_spec([target, *baselines], edges, routing=True)
         read = read_cubes(
             [target, *baselines], spec, edges, workers, on_part, engine, cells=bootstrap_intervals
         )
