@@ -22,8 +22,8 @@ FORMATS = (FORMAT_SEQUENCE, FORMAT_TOKEN, FORMAT_SLIME, FORMAT_NEMO, FORMAT_VERL
 
 # the split keys (``--by``, ``--where``), as the help and the errors name them (engines.plan)
 KEYS_HELP = (
-    "run, gpu, step, turn_kind, turn, bin, kv_position, turn_position, length, order, "
-    "tag:<name> or attr:<name>"
+    "run, gpu, step, turn_kind, turn, bin, trainer_prob, entropy, kv_position, turn_position, "
+    "length, order, batch_size, tag:<name> or attr:<name>"
 )
 
 # `report --by layer`: the MoE routing per layer, a table of its own (not a key of the groups)

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-SCHEMA_VERSION = 2  # 2: sequence rows gained `entropy`
+SCHEMA_VERSION = 3  # 2: sequence rows gained `entropy`; 3: token rows `entropy`, sequence rows
+# `batch_id` and `batch_size`
+# Versions a reader reads: a version 2 store's parts lack version 3's columns (read as null); a
+# write to it makes it version 3 (its new parts may hold them).
+READ_VERSIONS = (2, 3)
 # Later additions are nullable columns a reader takes as unknown when a part lacks them (the
 # version is unchanged): sequence rows' `prompt_length` and `attr.<name>` columns.
 
@@ -25,6 +29,9 @@ TOKEN_ID = "token_id"
 ROLLOUT = "rollout_logprob"
 TRAINER = "trainer_logprob"
 GPU = "gpu"
+# per-token entropy (nats) of the trainer's distribution, when the dump has one per token (null
+# otherwise; parts written before version 3 lack the column: null too)
+TOKEN_ENTROPY = "entropy"
 
 TOKEN_SCHEMA = pa.schema(
     [
@@ -37,6 +44,7 @@ TOKEN_SCHEMA = pa.schema(
         pa.field(ROLLOUT, pa.float64(), nullable=False),
         pa.field(TRAINER, pa.float64(), nullable=False),
         pa.field(GPU, pa.string(), nullable=True),
+        pa.field(TOKEN_ENTROPY, pa.float64(), nullable=True),
     ]
 )
 
@@ -71,6 +79,10 @@ WEIGHT_LAG = "weight_lag"  # step - weight_version when both are known
 # tokens before position 0 of the sequence's arrays (the KV cache at its first position); null
 # when the dump does not say (parts written before it existed lack the column: unknown too)
 PROMPT_LENGTH = "prompt_length"
+# the batch (engine or micro-batch) a sequence was computed in, and that batch's size in
+# sequences, when the dump says (null otherwise; parts written before version 3 lack them)
+BATCH_ID = "batch_id"
+BATCH_SIZE = "batch_size"
 # a per-sequence attribute of the dump (``data_source``, ``dp_rank``...), as text: one nullable
 # string column ``attr.<name>`` per attribute a source has
 ATTR_COLUMN_PREFIX = "attr."
@@ -91,6 +103,8 @@ SEQUENCE_SCHEMA = pa.schema(
         pa.field(WEIGHT_VERSION, pa.int64(), nullable=True),
         pa.field(WEIGHT_LAG, pa.int64(), nullable=True),
         pa.field(PROMPT_LENGTH, pa.int64(), nullable=True),
+        pa.field(BATCH_ID, pa.int64(), nullable=True),
+        pa.field(BATCH_SIZE, pa.int64(), nullable=True),
     ]
 )
 
@@ -174,6 +188,11 @@ ROLE_ENTROPY = "entropy"
 ROLE_WEIGHT_VERSION = "weight_version"
 ROLE_ROLLOUT_ROUTES = "rollout_routes"  # routed experts of the inference engine
 ROLE_TRAINER_ROUTES = "trainer_routes"  # routed experts of the trainer
+# per-sequence integers, read from the dump's per-sequence columns (those attributes are read
+# from: ``ingest.batches``)
+ROLE_BATCH_ID = "batch_id"
+ROLE_BATCH_SIZE = "batch_size"
+BATCH_ROLES = (ROLE_BATCH_ID, ROLE_BATCH_SIZE)
 ROLES = (
     ROLE_ROLLOUT,
     ROLE_TRAINER,
@@ -189,6 +208,8 @@ ROLES = (
     ROLE_WEIGHT_VERSION,
     ROLE_ROLLOUT_ROUTES,
     ROLE_TRAINER_ROUTES,
+    ROLE_BATCH_ID,
+    ROLE_BATCH_SIZE,
 )
 
 # Logprobs above this are rounding noise at most; anything larger is an error.

@@ -43,6 +43,7 @@ from mismatchctl.stats.cube_bootstrap import (
 from mismatchctl.stats.cube_cells import SequenceCells
 from mismatchctl.stats.cube_part import PartCube, PartStates, as_cube, fold
 from mismatchctl.stats.cube_spec import CubeSpec, Dim, run_label
+from mismatchctl.stats.entropy_bins import entropy_label, entropy_labels
 from mismatchctl.stats.localize import explain as localize
 from mismatchctl.stats.localize_result import Explanation
 from mismatchctl.stats.positions import (
@@ -101,7 +102,10 @@ def cube_spec(
     (the union of their runs, steps and gpus), so that the sides' cubes merge and compare;
     ``with_run`` False: no run dimension (one cube per run, :class:`RunCubeExtra`);
     ``routing``: the MoE routing dimensions too, when every side has routes
-    (``routing_dims``)."""
+    (``routing_dims``). The per-token entropy's bins are a dimension when a source of the
+    selections has an entropy (``token_dims``). The trainer probability's bins are not: the
+    search would find the mismatch in them by construction (a token whose trainer probability
+    fell below its inference probability is hot because it fell), a consequence, not a place."""
     runs = sorted({r.name for sel in selections for r in sel.runs})
     steps = sorted({s for sel in selections for r in sel.runs for s in r.steps if _in(sel, s)})
     gpus = sorted({g for sel in selections for r in sel.runs for g in r.gpus})
@@ -120,6 +124,7 @@ def cube_spec(
         Dim(K.BIN, len(bins), bins),
         Dim(K.KV_POSITION, len(kv), kv),
         Dim(K.TURN_POSITION, len(tpos), tpos),
+        *token_dims(selections),
         *(routing_dims(selections) if routing else ()),
     )
     run = (Dim(K.RUN, len(runs), tuple(runs), ordered=False),) if with_run else ()
@@ -132,6 +137,16 @@ def cube_spec(
         *attribute_dims(selections),
     )
     return CubeSpec(token_dims=token, seq_dims=seq)
+
+
+def token_dims(selections: Sequence[Selection]) -> tuple[Dim, ...]:
+    """The entropy's bins, when a source of the selections has an entropy column (tokens
+    without one are ``(none)``)."""
+    sources = (src for sel in selections for r in sel.runs for src in r.sources)
+    if not any(S.ROLE_ENTROPY in src.columns for src in sources):
+        return ()
+    labels = tuple(entropy_label(e) or NONE_LABEL for e in entropy_labels())
+    return (Dim(K.ENTROPY, len(labels), labels),)
 
 
 def routing_dims(selections: Sequence[Selection]) -> tuple[Dim, ...]:
@@ -202,6 +217,8 @@ def _in(sel: Selection, step: int) -> bool:
 
 
 CUBE_KEYS = (K.KV_POSITION, K.LENGTH, K.DUMP_ORDER)  # what the engine loads for the coder
+# token dimensions after TOKEN_DIMS, coded from the engine's keys per token
+EXTRA_TOKEN_DIMS = frozenset({ROUTING, FIRST_FLIP_LAYER, K.ENTROPY})
 
 
 def twin_columns(names: Sequence[str]) -> tuple[str, ...]:
@@ -216,7 +233,7 @@ class _Coder:
     def __init__(self, spec: CubeSpec) -> None:
         names = tuple(d.name for d in spec.token_dims)
         extra = names[len(TOKEN_DIMS) :]
-        if names[: len(TOKEN_DIMS)] != TOKEN_DIMS or not set(extra) <= {ROUTING, FIRST_FLIP_LAYER}:
+        if names[: len(TOKEN_DIMS)] != TOKEN_DIMS or not set(extra) <= EXTRA_TOKEN_DIMS:
             raise ValueError(
                 f"the coder codes the token dimensions {TOKEN_DIMS} of cube_spec, then the "
                 f"routing ones (found {names})"
@@ -227,7 +244,7 @@ class _Coder:
         self.layers = 0 if first is None else first.size - (len(ROUTING_LABELS) - 1)
 
     def _lut(self, name: str, labels: list[Any]) -> np.ndarray:
-        if name == K.BIN:  # the engine's bin codes are the bins' indices, as the cube's
+        if name in (K.BIN, K.ENTROPY):  # the engine's codes are the bins' indices, as the cube's
             return np.arange(len(labels), dtype=np.int32)
         found = self.maps[name]
         keys = [NONE_LABEL if v in (None, "") else str(v) for v in labels]
@@ -310,6 +327,8 @@ class CubeExtra:
 
     def __init__(self, spec: CubeSpec) -> None:
         self.spec, self.coder, self.keys = spec, _Coder(spec), cube_keys(spec)
+        if K.ENTROPY in (d.name for d in spec.token_dims):
+            self.columns = (*self.columns, S.TOKEN_ENTROPY)
         self.routing_columns = twin_columns([d.name for d in spec.dims])
         self.states = PartStates(spec)
 
@@ -368,6 +387,8 @@ class RunCubeExtra:
 
     def __init__(self, spec: CubeSpec) -> None:
         self.spec, self.coder, self.keys = spec, _Coder(spec), cube_keys(spec)
+        if K.ENTROPY in (d.name for d in spec.token_dims):
+            self.columns = (*self.columns, S.TOKEN_ENTROPY)
         self.routing_columns = twin_columns([d.name for d in spec.dims])
         self.states = PartStates(spec)
 

@@ -24,6 +24,7 @@ from mismatchctl.display import number
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import BAND_NAMES, EXP_MAX, band, bin_label
 from mismatchctl.stats import registry as M
+from mismatchctl.stats.entropy_bins import entropy_label
 from mismatchctl.stats.positions import order_label, position_label
 
 HOT_FACTOR, HOT_SHARE = 2.0, 0.05  # a bin is hot when its kl share > 2x its token share and 5%
@@ -529,12 +530,15 @@ SPLIT_COLUMNS = (
 
 
 def key_label(report: Report, key: str, value: Any) -> Any:
-    """A group's value of a key as the tables show it: a bin's probability range, a position
+    """A group's value of a key as the tables show it: a bin's probability range (of either
+    side), an entropy bin's range (``[0.1, 0.5)``), a position
     bin's range (``[1024, 2048)``), an order block's sequence range; other values as they are."""
     if value is None:
         return value
-    if key == K.BIN:
+    if key in (K.BIN, K.TRAINER_PROB):
         return bin_label(report.bin_edges, int(value))
+    if key == K.ENTROPY:
+        return entropy_label(value)
     if key in K.POSITION_KEYS:
         return position_label(report.binning.positions, int(value))
     if key == K.DUMP_ORDER:

@@ -28,7 +28,8 @@ MapOpt = Annotated[
         "--map",
         "-m",
         help="ROLE=COLUMN for another column name (roles: rollout, trainer, mask, tokens, "
-        "step, sample_id, gpu, turn, position, reward, entropy, weight_version).",
+        "step, sample_id, gpu, turn, position, reward, entropy, weight_version, batch_id, "
+        "batch_size).",
         rich_help_panel=READING_PANEL,
     ),
 ]

@@ -34,6 +34,7 @@ from mismatchctl.stats import (
     turn_index,
     turn_kind,
 )
+from mismatchctl.stats.entropy_bins import entropy_codes, entropy_labels
 from mismatchctl.stats.positions import (
     assign_positions,
     order_blocks,
@@ -59,6 +60,8 @@ def token_columns(keys: list[str] | tuple[str, ...]) -> list[str]:
         out.append(S.GPU)
     if K.KV_POSITION in keys:
         out.append(S.POSITION)
+    if K.ENTROPY in keys:
+        out.append(S.TOKEN_ENTROPY)
     return out
 
 
@@ -122,11 +125,16 @@ class PartKeys:
         if key == K.TURN:
             labels: list[Label] = [int(x) if x.isdigit() else x for x in TURN_INDEX_LABELS]
             return KeyCodes(turn_index(self.column(S.TURN)), labels)
-        if key == K.BIN:
-            pr = np.exp(self.column(S.ROLLOUT))
+        if key in (K.BIN, K.TRAINER_PROB):  # the same bins of either side's probability
+            p = np.exp(self.column(S.ROLLOUT if key == K.BIN else S.TRAINER))
             return KeyCodes(
-                assign_bins(pr, self.edges).astype(np.int64), list(range(len(self.edges) - 1))
+                assign_bins(p, self.edges).astype(np.int64), list(range(len(self.edges) - 1))
             )
+        if key == K.ENTROPY:
+            return KeyCodes(entropy_codes(self.column(S.TOKEN_ENTROPY)), list(entropy_labels()))
+        if key == K.BATCH_SIZE:
+            codes, values = self.sequence_rows().batch_sizes()
+            return KeyCodes(codes[self.rows()], list(values))
         if key in (K.KV_POSITION, K.TURN_POSITION, K.LENGTH):
             return self._position(key)
         if key == K.DUMP_ORDER:
@@ -149,6 +157,10 @@ class PartKeys:
         return KeyCodes(assign_positions(values, edges), list(position_labels(edges)))
 
     def column(self, column: str) -> np.ndarray:
+        """A token column of the rows (the entropy's nulls, and a part without it, as NaN)."""
+        if column == S.TOKEN_ENTROPY:
+            values = token_entropy(self.table)
+            return values if self.taken is None else values[self.taken]
         values = numpy_of(self.table.column(column))
         return values if self.taken is None else values[self.taken]
 
@@ -209,6 +221,14 @@ class PartKeys:
         return KeyCodes(codes, [*labels, None])
 
 
+def token_entropy(table: pa.Table) -> np.ndarray:
+    """The rows' per-token entropy, NaN where unknown (a null, or a part written before token
+    rows had the column)."""
+    if S.TOKEN_ENTROPY not in table.column_names:
+        return np.full(table.num_rows, np.nan)
+    return numpy_of(table.column(S.TOKEN_ENTROPY), fill=np.nan).astype(np.float64, copy=False)
+
+
 def turn_positions(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
     """Each token's index among the model tokens of its turn run (the contiguous tokens of one
     sequence in one turn): 0 at the first token after a tool response."""
@@ -228,8 +248,10 @@ def key_labels(key: str, edges: np.ndarray, binning: K.Binning = K.DEFAULT_BINNI
         return list(TURN_KIND_LABELS)
     if key == K.TURN:
         return [int(x) if x.isdigit() else x for x in TURN_INDEX_LABELS]
-    if key == K.BIN:
+    if key in (K.BIN, K.TRAINER_PROB):
         return list(range(len(edges) - 1))
+    if key == K.ENTROPY:
+        return list(entropy_labels())
     if key in K.POSITION_KEYS:
         return list(position_labels(binning.positions))
     if key == K.DUMP_ORDER:

@@ -39,8 +39,10 @@ from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import Partial
 from mismatchctl.stats.turnruns import (
     NO_POSITIONS,
+    NO_TOKEN_BINS,
     ONE_BIN,
     Positions,
+    TokenBins,
     bin_cells,
     run_partials,
     run_starts,
@@ -158,7 +160,9 @@ def part_groups(
         twin = read_twin(task, wanted) if wanted else None
         pf = pq.ParquetFile(task.path, read_dictionary=[S.GPU])
         offset = 0
-        for piece in part_slices(pf, columns, threads="://" in str(task.path)):
+        # a part written before token rows had an entropy lacks it: read as unknown (keys.py)
+        present = [c for c in columns if c in pf.schema_arrow.names]
+        for piece in part_slices(pf, present, threads="://" in str(task.path)):
             if twin is not None:  # the part's MoE routing rows, row for row
                 piece = join_twin(piece, twin, offset, task)
             offset += piece.num_rows
@@ -276,7 +280,7 @@ def _slice_groups(
         return [], _add_slice(extras, states, table, keys)
     lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
     seq, turn = keys.column(S.SEQ), keys.column(S.TURN)
-    uses = tuple(any(p.uses[i] for p in passes) for i in range(3))
+    uses = tuple(any(p.uses[i] for p in passes) for i in range(len(K.TOKEN_KEYS)))
     starts = run_starts(seq, turn)
     # every key but the token keys is constant along a turn run (step and gpu are per sequence
     # in the store): its codes are those of each run's first token
@@ -291,6 +295,7 @@ def _slice_groups(
         positions=_positions(keys, run_keys, ctx.binning, uses),
         starts=starts,
         tails=ctx.binning.tails,
+        token_bins=_token_bins(keys, uses),
     )
     runs = cells.runs
     out = []
@@ -323,6 +328,21 @@ def _add_slice(
         new = extra.compute(table, keys)
         out.append(new if state is None else extra.merge(state, new))
     return out
+
+
+def _token_bins(keys: PartKeys, uses: tuple[bool, ...]) -> TokenBins:
+    """The entropy and trainer-probability codes of the slice's tokens, when a pass asks for
+    either (``ent * n_pt + pt``; the codes of ``PartKeys``, so that the labels are theirs)."""
+    if not (uses[3] or uses[4]):
+        return NO_TOKEN_BINS
+    code, n_ent, n_pt = np.zeros(keys.n, dtype=np.int64), 1, 1
+    if uses[3]:
+        kc = keys.get(K.ENTROPY)
+        code, n_ent = kc.codes, len(kc.labels)
+    if uses[4]:
+        kc = keys.get(K.TRAINER_PROB)
+        code, n_pt = code * len(kc.labels) + kc.codes, len(kc.labels)
+    return TokenBins(code.astype(np.int32), n_ent, n_pt)
 
 
 def _positions(

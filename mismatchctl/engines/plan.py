@@ -28,14 +28,17 @@ from mismatchctl.store import RunInfo, Store
 
 RUN, GPU, STEP, TURN_KIND, TURN, BIN = "run", "gpu", "step", "turn_kind", "turn", "bin"
 KV_POSITION, TURN_POSITION, LENGTH, DUMP_ORDER = "kv_position", "turn_position", "length", "order"
+ENTROPY, TRAINER_PROB, BATCH_SIZE = "entropy", "trainer_prob", "batch_size"
 TAG_PREFIX = "tag:"
 ATTR_PREFIX = "attr:"
-TOKEN_KEYS = (BIN, KV_POSITION, TURN_POSITION)  # vary inside a turn run
+# vary inside a turn run: the inference probability's bin, the KV position and the position in the
+# turn, the token's entropy and the trainer probability's bin
+TOKEN_KEYS = (BIN, KV_POSITION, TURN_POSITION, ENTROPY, TRAINER_PROB)
 SEGMENT_KEYS = (TURN_KIND, TURN, *TOKEN_KEYS)  # cut sequences
 # keys read from the sequence rows of a token's source (beside attr:<name>)
-SEQUENCE_ROW_KEYS = (KV_POSITION, LENGTH, DUMP_ORDER)
+SEQUENCE_ROW_KEYS = (KV_POSITION, LENGTH, DUMP_ORDER, BATCH_SIZE)
 POSITION_KEYS = (KV_POSITION, TURN_POSITION, LENGTH)  # binned by the position edges
-ORDER = (RUN, GPU, STEP, LENGTH, DUMP_ORDER, TURN_KIND, TURN, *TOKEN_KEYS)
+ORDER = (RUN, GPU, STEP, LENGTH, DUMP_ORDER, BATCH_SIZE, TURN_KIND, TURN, *TOKEN_KEYS)
 
 Split = tuple[str, ...]
 
@@ -59,17 +62,21 @@ _RANK = {
     ATTR_PREFIX: 4,
     LENGTH: 5,
     DUMP_ORDER: 6,
-    TURN_KIND: 7,
-    TURN: 8,
-    BIN: 9,
-    KV_POSITION: 10,
-    TURN_POSITION: 11,
+    BATCH_SIZE: 7,
+    TURN_KIND: 8,
+    TURN: 9,
+    BIN: 10,
+    KV_POSITION: 11,
+    TURN_POSITION: 12,
+    ENTROPY: 13,
+    TRAINER_PROB: 14,
 }
 
 
 def canonical(keys: list[str] | tuple[str, ...]) -> Split:
-    """Keys in a fixed order (run, gpu, step, tags, attributes, length, order, turn_kind, turn,
-    bin, kv_position, turn_position), without duplicates."""
+    """Keys in a fixed order (run, gpu, step, tags, attributes, length, order, batch_size,
+    turn_kind, turn, bin, kv_position, turn_position, entropy, trainer_prob), without
+    duplicates."""
 
     def rank(k: str) -> tuple[int, str]:
         for prefix in (TAG_PREFIX, ATTR_PREFIX):
@@ -129,13 +136,13 @@ class Pass:
 
     @property
     def token(self) -> tuple[str, ...]:
-        """The pass's token keys (probability bin, KV position, turn position), in that order."""
+        """The pass's token keys (``TOKEN_KEYS``), in that order."""
         return token_keys(self.segment)
 
     @property
-    def uses(self) -> tuple[bool, bool, bool]:
-        """Which of (bin, kv_position, turn_position) the pass groups by."""
-        return (BIN in self.segment, KV_POSITION in self.segment, TURN_POSITION in self.segment)
+    def uses(self) -> tuple[bool, ...]:
+        """Which of the ``TOKEN_KEYS`` the pass groups by, in their order."""
+        return tuple(k in self.segment for k in TOKEN_KEYS)
 
     @property
     def with_hist(self) -> bool:

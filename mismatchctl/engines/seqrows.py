@@ -1,5 +1,6 @@
 """The sequence rows of one source, joined to its tokens by ``seq``: what the per-sequence keys
-(``length``, ``order``, ``attr:<name>``) and the KV positions (the prompt length) come from.
+(``length``, ``order``, ``batch_size``, ``attr:<name>``) and the KV positions (the prompt
+length) come from.
 
 A source's sequence rows are small (one row per response) and every token part of the source
 needs them, so the few columns asked for are read once per process and kept (``load``, a small
@@ -38,6 +39,7 @@ class SequenceRows:
     prompt_length: np.ndarray
     order: np.ndarray
     attributes: dict[str, tuple[np.ndarray, list[Label]]] = field(default_factory=dict)
+    batch_size: np.ndarray | None = None  # UNKNOWN where neither the size nor the id is known
 
     def rows(self, seq: np.ndarray) -> np.ndarray:
         """The row of every ``seq`` id (a StoreError when one is not among the rows)."""
@@ -55,6 +57,18 @@ class SequenceRows:
             )
         return inside
 
+    def batch_sizes(self) -> tuple[np.ndarray, list[Label]]:
+        """Codes of the batch size per row and their labels (the sizes found, ascending, then
+        None: unknown)."""
+        sizes = self.batch_size
+        if sizes is None:
+            sizes = np.full(len(self.seq), UNKNOWN, dtype=np.int64)
+        values, codes = np.unique(sizes, return_inverse=True)
+        known = [int(v) for v in values if v != UNKNOWN]
+        if len(known) < len(values):  # UNKNOWN sorts first: it becomes the last code
+            codes = np.where(codes == 0, len(known), codes - 1)
+        return codes.astype(np.int64), [*known, None]
+
     def attribute(self, name: str) -> tuple[np.ndarray, list[Label]]:
         """Codes of one attribute per row and their labels (a source without that attribute: every
         row null)."""
@@ -68,6 +82,8 @@ def columns_for(keys: list[str] | tuple[str, ...], names: list[str]) -> list[str
     out = [S.SEQ, S.STEP, S.MODEL_TOKENS]
     if K.KV_POSITION in keys and S.PROMPT_LENGTH in names:
         out.append(S.PROMPT_LENGTH)
+    if K.BATCH_SIZE in keys:
+        out += [c for c in (S.BATCH_ID, S.BATCH_SIZE) if c in names]
     for key in keys:
         if key.startswith(K.ATTR_PREFIX):
             column = S.attribute_column(key[len(K.ATTR_PREFIX) :])
@@ -113,7 +129,28 @@ def _rows(run: str, table: pa.Table | None, keys: tuple[str, ...]) -> SequenceRo
             column = S.attribute_column(key[len(K.ATTR_PREFIX) :])
             if column in table.column_names:
                 rows.attributes[key[len(K.ATTR_PREFIX) :]] = _codes(table.column(column))
+    if K.BATCH_SIZE in keys:
+        rows.batch_size = batch_sizes(table, step)
     return rows
+
+
+def batch_sizes(table: pa.Table, step: np.ndarray) -> np.ndarray:
+    """Each sequence's batch size: the one stored, else (a dump that gives the batch id only)
+    the number of the source's sequences of its step with its batch id; ``UNKNOWN`` where
+    neither is known."""
+    n = table.num_rows
+    size = np.full(n, UNKNOWN, dtype=np.int64)
+    if S.BATCH_SIZE in table.column_names:
+        size = numpy_of(table.column(S.BATCH_SIZE), fill=UNKNOWN).astype(np.int64)
+    if S.BATCH_ID not in table.column_names:
+        return size
+    ids = numpy_of(table.column(S.BATCH_ID), fill=UNKNOWN).astype(np.int64)
+    derive = (size == UNKNOWN) & (ids != UNKNOWN)
+    if derive.any():
+        pairs = np.stack([step[derive], ids[derive]], axis=1)
+        _, inverse, counts = np.unique(pairs, axis=0, return_inverse=True, return_counts=True)
+        size[derive] = counts[inverse.reshape(-1)]
+    return size
 
 
 def step_order(step: np.ndarray, seq: np.ndarray) -> np.ndarray:

@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mismatchctl.display import file_label
+from mismatchctl.ingest.batch_roles import resolve as resolve_batch
+from mismatchctl.ingest.batch_roles import split_mapping
 from mismatchctl.ingest.detect import detect_format, expand_inputs
 from mismatchctl.ingest.source import Source
 from mismatchctl.options import (
@@ -35,6 +37,24 @@ def open_source(
     messages (default: its path as given, ``file_label``); ``attrs``: columns (keys) to keep as
     per-sequence attributes (``--attr``; see ``ingest.attributes``)."""
     label = label or file_label(path)
+    source = _open(path, fmt, *split_mapping(mapping), trust_pickle, label, attrs)
+    source.batch_columns = resolve_batch(source.attributes, split_mapping(mapping)[1])
+    source.columns.update(source.batch_columns)  # the catalog's role -> column of the file
+    return source
+
+
+def _open(
+    path: Path,
+    fmt: str,
+    mapping: Mapping[str, str],
+    batch: Mapping[str, str],
+    trust_pickle: bool,
+    label: str,
+    attrs: Sequence[str],
+) -> Source:
+    """The reader of the format; the batch roles' columns (``--map batch_id=COL``) are kept as
+    attributes, which they are read from (``ingest.batch_roles``)."""
+    attrs = (*attrs, *(c for c in batch.values() if c not in attrs))
     if fmt == FORMAT_SEQUENCE:
         from mismatchctl.ingest.parquet_sequence import open_sequence
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from mismatchctl.display import has_control, shown
 from mismatchctl.errors import InputError
+from mismatchctl.ingest.batch_roles import ALWAYS_KEPT
 
 MAX_DISTINCT = 64  # distinct values of an automatically kept attribute, in one file
 MAX_TEXT = 200  # characters of an attribute value
@@ -72,7 +73,9 @@ def choose(
             kept[name] = values
             continue
         distinct = len({v for v in values if v is not None})
-        if problem is None and distinct <= MAX_DISTINCT and _valid_name(name):
+        # the batch columns are read from the attributes whatever their number of values
+        few = distinct <= MAX_DISTINCT or name in ALWAYS_KEPT
+        if problem is None and few and _valid_name(name):
             kept[name] = values
         elif problem is None and _valid_name(name):
             many.append(f"`{name}` ({distinct:,} values)")

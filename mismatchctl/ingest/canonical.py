@@ -20,6 +20,7 @@ import pyarrow as pa
 from mismatchctl import schema as S
 from mismatchctl.display import has_control, shown
 from mismatchctl.errors import InputError
+from mismatchctl.ingest import batch_roles
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths, sequence_index
 from mismatchctl.ingest.duplicates import sequence_keys
 from mismatchctl.ingest.routing_batch import batch_routing
@@ -105,6 +106,8 @@ class Context:
     allow_padding: bool = False  # keep trailing padding of a dump without mask as tokens
     keys: list[np.ndarray] | None = None  # collects each kept sequence's content key
     attributes: list[str] = field(default_factory=list)  # the source's attribute columns
+    # role -> the attribute column of batch_id / batch_size (``ingest.batch_roles``)
+    batch_columns: dict[str, str] = field(default_factory=dict)
     # routed experts (MoE): how to read and pair them, what they held, the last batch's
     # routing rows (row for row with its token rows; None without routes on both sides)
     routes: RouteOptions = field(default_factory=RouteOptions)
@@ -126,6 +129,7 @@ def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, 
     batch = _drop(batch, _bad_versions(batch), ctx, tally)
     batch = _drop(batch, _bad_names(batch), ctx, tally)
     batch = _drop(batch, _bad_prompts(batch), ctx, tally)
+    batch = _drop(batch, _bad_batches(batch, ctx), ctx, tally)
     if batch.mask is None:
         tally.padding_kept = check_padding(batch, ctx.source, ctx.allow_padding).positions
     elif batch.partial_mask is not None:
@@ -142,7 +146,7 @@ def canonicalize(batch: RaggedBatch, ctx: Context) -> tuple[pa.Table, pa.Table, 
     seq_ids = ctx.seq_base + np.arange(batch.n, dtype=np.int64)
     gpus = _gpus(batch, ctx)
     tokens = _token_table(batch, where, counts["model"], turn, seq_ids, gpus)
-    seqs = _sequence_table(batch, seq_ids, gpus, counts, turn, model, ctx.attributes)
+    seqs = _sequence_table(batch, seq_ids, gpus, counts, turn, model, ctx)
     _tally(tally, batch, counts, gpus, ctx.attributes)
     ctx.masked_rows = _masked_table(batch, model, counts, seq_ids) if ctx.keep_masked else None
     ctx.routing_rows = None
@@ -323,6 +327,28 @@ def _bad_prompts(batch: RaggedBatch) -> dict[int, Problem]:
     }
 
 
+def _bad_batches(batch: RaggedBatch, ctx: Context) -> dict[int, Problem]:
+    """A batch id or size that is no integer of its range (ingest.batch_roles)."""
+    bad: dict[int, Problem] = {}
+    for role, column in ctx.batch_columns.items():
+        for i, problem in batch_roles.parse(batch.attrs[column], role)[1].items():
+            bad.setdefault(i, problem)
+    return bad
+
+
+def _batch_columns(batch: RaggedBatch, ctx: Context) -> dict[str, pa.Array]:
+    """The sequence rows' ``batch_id`` and ``batch_size`` (null where the dump has none)."""
+    out = {}
+    for role, name in ((S.ROLE_BATCH_ID, S.BATCH_ID), (S.ROLE_BATCH_SIZE, S.BATCH_SIZE)):
+        column = ctx.batch_columns.get(role)
+        if column is None:
+            out[name] = pa.nulls(batch.n, pa.int64())
+            continue
+        values = batch_roles.parse(batch.attrs[column], role)[0]
+        out[name] = pa.array(values, pa.int64(), mask=values < 0)
+    return out
+
+
 def _drop(batch: RaggedBatch, bad: dict[int, Problem], ctx: Context, tally: Tally) -> RaggedBatch:
     if not bad:
         return batch
@@ -460,6 +486,11 @@ def _token_table(batch, where, model_tokens, turn, seq_ids, gpus) -> pa.Table:
             pa.array(gpu_names.tolist(), pa.string()),
             mask=np.repeat(no_gpu, model_tokens) if no_gpu.any() else None,
         ),
+        S.TOKEN_ENTROPY: (
+            pa.nulls(len(where), pa.float64())
+            if batch.entropy is None
+            else pa.array(batch.entropy[where], pa.float64())
+        ),
     }
     return pa.table(cols, schema=S.TOKEN_ROWS_SCHEMA)
 
@@ -513,8 +544,8 @@ def _outside_prompt(batch: RaggedBatch) -> tuple[np.ndarray, ...] | None:
     return who, position, batch.prompt_ids
 
 
-def _sequence_table(batch, seq_ids, gpus, counts, turn, model, attributes) -> pa.Table:
-    n = batch.n
+def _sequence_table(batch, seq_ids, gpus, counts, turn, model, ctx: Context) -> pa.Table:
+    n, attributes = batch.n, ctx.attributes
     turns = np.zeros(n, dtype=np.int32)
     has = np.flatnonzero(counts["model"] > 0)
     if batch.turn is None:  # derived turns never decrease: the last model token's turn + 1
@@ -539,6 +570,7 @@ def _sequence_table(batch, seq_ids, gpus, counts, turn, model, attributes) -> pa
         S.WEIGHT_VERSION: _nullable_int(versions, n),
         S.WEIGHT_LAG: _nullable_int(lag, n),
         S.PROMPT_LENGTH: _prompt_lengths(batch.prompt_lengths, n),
+        **_batch_columns(batch, ctx),
     }
     for name in attributes:
         cols[S.attribute_column(name)] = pa.array(batch.attrs.get(name, [None] * n), pa.string())

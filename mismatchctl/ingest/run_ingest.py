@@ -320,6 +320,7 @@ def stage_source(
     tags = {**source.tags, **opts.tags}
     ctx = Context(label, tags.get(S.TAG_GPU), opts.skip_bad, seq, opts.allow_padding, [])
     ctx.attributes = list(source.attributes)
+    ctx.batch_columns = dict(source.batch_columns)
     ctx.routes = opts.routes
     ctx.keep_masked = opts.keep_masked
     limit = store_parts.PART_TOKENS

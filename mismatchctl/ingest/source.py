@@ -30,6 +30,9 @@ class Source:
     notes: list[str] = field(default_factory=list)
     # the per-sequence attributes its batches carry (every batch has each of them)
     attributes: list[str] = field(default_factory=list)
+    # role -> the attribute column ``batch_id`` / ``batch_size`` are read from
+    # (``ingest.batch_roles``; set by ``open_source``)
+    batch_columns: dict[str, str] = field(default_factory=dict)
 
 
 _STEP_PATTERNS = (

@@ -150,6 +150,8 @@ def cell_sums(
     kv_base: np.ndarray,
     kv_inner: np.ndarray,
     tp_inner: np.ndarray,
+    extra: np.ndarray,
+    n_extra: int,
     tails: np.ndarray,
     bounds: np.ndarray,
     table: np.ndarray,
@@ -164,7 +166,9 @@ def cell_sums(
     combines its probability bin ``b`` with, when their edges are given (non-empty), its KV
     position bin ``kv`` (``kv_base[run] + position[token]``, binned by ``kv_inner``: the edges
     after the first) and its turn-position bin ``tp`` (its index in the run, binned by
-    ``tp_inner``): ``(b * n_kv + kv) * n_tp + tp``. ``tails``: the clamp of the clamped K3,
+    ``tp_inner``): ``(b * n_kv + kv) * n_tp + tp``, and, when ``extra`` is given (non-empty:
+    one code ``0..n_extra-1`` per token, computed by the caller: the entropy and trainer
+    probability bins), ``((b * n_kv + kv) * n_tp + tp) * n_extra + extra``. ``tails``: the clamp of the clamped K3,
     ``ln(tau)`` of the extreme fraction and the log bounds of the IS band (``stats.tails``).
     ``bounds, table, e_lo, shift``: the r-histogram's lookup (``histogram.IndexTables``), or an
     empty ``table`` for no histogram bins.
@@ -179,7 +183,9 @@ def cell_sums(
     use_tp = tp_inner.shape[0] > 0
     n_kv = kv_inner.shape[0] + 1
     n_tp = tp_inner.shape[0] + 1
-    n_codes = (inner.shape[0] + 1) * n_kv * n_tp
+    use_x = extra.shape[0] > 0
+    n_x = n_extra if use_x else 1
+    n_codes = (inner.shape[0] + 1) * n_kv * n_tp * n_x
     cap = min(n, m * n_codes)
     cell_run = np.empty(cap, np.int64)
     cell_code = np.empty(cap, np.int64)
@@ -241,6 +247,8 @@ def cell_sums(
                     tp_b = _bin(tp, tp_inner)
                     tp_lo, tp_hi = _bounds(tp_b, tp_inner)
                 code = code * n_tp + tp_b
+            if use_x:
+                code = code * n_x + extra[i]
             r_out[i] = r
             pt_t[i] = pt
             tok_code[i] = code

@@ -163,6 +163,8 @@ def cell_sums(
     kv_base: np.ndarray,
     kv_inner: np.ndarray,
     tp_inner: np.ndarray,
+    extra: np.ndarray,
+    n_extra: int,
     tails: np.ndarray,
     bounds: np.ndarray,
     table: np.ndarray,
@@ -178,7 +180,8 @@ def cell_sums(
     run = np.repeat(np.arange(m, dtype=np.int64), np.diff(starts, append=n))
     n_kv = len(kv_inner) + 1
     n_tp = len(tp_inner) + 1
-    n_codes = (len(inner) + 1) * n_kv * n_tp
+    n_x = n_extra if len(extra) else 1
+    n_codes = (len(inner) + 1) * n_kv * n_tp * n_x
     code = np.searchsorted(inner, pr_in, side="right").astype(np.int64)
     if len(kv_inner):
         kv = (kv_base[run] + position).astype(np.float64)
@@ -186,6 +189,8 @@ def cell_sums(
     if len(tp_inner):
         tp = (np.arange(n, dtype=np.int64) - starts[run]).astype(np.float64)
         code = code * n_tp + np.searchsorted(tp_inner, tp, side="right")
+    if len(extra):
+        code = code * n_x + extra
     key = run * n_codes + code
     cells, tok_cell = np.unique(key, return_inverse=True)
     tok_cell = tok_cell.astype(np.int64).reshape(-1)

@@ -112,9 +112,10 @@ def _segments(t: np.ndarray, runs: TurnRuns, code: np.ndarray) -> None:
 class BinCells(NamedTuple):
     """Tokens grouped by (turn run, token code): the cells every kind of grouping merges.
 
-    A token code combines the probability bin with the KV-position and turn-position bins when
-    those were asked for: ``(bin * n_kv + kv) * n_tp + tp`` (``radix = (n_bins, n_kv, n_tp)``;
-    a component not asked for has one value, 0)."""
+    A token code combines the probability bin with the KV-position, turn-position, entropy and
+    trainer-probability bins when those were asked for: ``(((bin * n_kv + kv) * n_tp + tp) *
+    n_ent + ent) * n_pt + pt`` (``radix = (n_bins, n_kv, n_tp, n_ent, n_pt)``; a component not
+    asked for has one value, 0)."""
 
     runs: TurnRuns  # the turn runs, their states merged from the cells
     cell_run: np.ndarray  # each cell's turn run
@@ -123,22 +124,23 @@ class BinCells(NamedTuple):
     cell_lengths: np.ndarray
     bucket: np.ndarray | None  # every token's r-histogram bin (None: no histograms wanted)
     tok_cell: np.ndarray  # every token's cell
-    radix: tuple[int, int, int] = (1, 1, 1)
+    radix: tuple[int, ...] = (1, 1, 1, 1, 1)
 
     @property
     def cell_bin(self) -> np.ndarray:
         """Each cell's probability bin."""
-        return self.cell_code // (self.radix[1] * self.radix[2])
+        return self.cell_code // int(np.prod(self.radix[1:]))
 
-    def cell_codes(self, use: tuple[bool, bool, bool]) -> tuple[np.ndarray, int]:
-        """Each cell's code over the token components in ``use`` (bin, kv, tp; mixed radix in
-        that order) and the number of codes."""
-        _, n_kv, n_tp = self.radix
-        parts = (
-            self.cell_code // (n_kv * n_tp),
-            (self.cell_code // n_tp) % n_kv,
-            self.cell_code % n_tp,
-        )
+    def cell_codes(self, use: tuple[bool, ...]) -> tuple[np.ndarray, int]:
+        """Each cell's code over the token components in ``use`` (bin, kv, tp, entropy, trainer
+        probability; mixed radix in that order; a shorter ``use`` leaves the last ones out) and
+        the number of codes."""
+        use = (*use, *([False] * (len(self.radix) - len(use))))
+        parts, rest = [], self.cell_code
+        for n in reversed(self.radix):
+            parts.append(rest % n)
+            rest = rest // n
+        parts.reverse()
         code = np.zeros(len(self.cell_code), dtype=np.int64)
         size = 1
         for on, part, n in zip(use, parts, self.radix, strict=True):
@@ -160,6 +162,19 @@ class Positions(NamedTuple):
 
 
 NO_POSITIONS = Positions()
+
+
+class TokenBins(NamedTuple):
+    """The entropy and trainer-probability bins of a slice's tokens (``codes``: per token,
+    ``ent * n_pt + pt``), as the engine computes them (``engines.keys``); a component not asked
+    for has one value."""
+
+    codes: np.ndarray | None = None  # int32 per token; None: neither is asked for
+    n_entropy: int = 1
+    n_trainer: int = 1
+
+
+NO_TOKEN_BINS = TokenBins()
 
 
 def run_starts(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
@@ -190,12 +205,14 @@ def bin_cells(
     positions: Positions = NO_POSITIONS,
     starts: np.ndarray | None = None,
     tails: Tails = DEFAULT_TAILS,
+    token_bins: TokenBins = NO_TOKEN_BINS,
 ) -> BinCells:
     """One token-level reduction serving every grouping: the tokens of each turn run reduced to
     one cell per token code they visit (compiled: ``stats/kernels.py``), and the cells merged
     to runs. ``edges``: the bin edges of ``exp(lr)``, as for ``assign_bins``; ``positions``:
     the KV / turn-position binnings, when asked for; ``starts``: the turn runs, when the caller
-    has them already (``run_starts``); ``tails``: the thresholds of the tail-robust metrics."""
+    has them already (``run_starts``); ``tails``: the thresholds of the tail-robust metrics;
+    ``token_bins``: the entropy and trainer-probability bins, when asked for."""
     lr = np.ascontiguousarray(lr, dtype=np.float64)
     lt = np.ascontiguousarray(lt, dtype=np.float64)
     # one signature per compiled function: the store's own dtypes (no copy for store data)
@@ -220,6 +237,12 @@ def bin_cells(
                 f"positions: {len(position)} positions for {n} tokens, {len(kv_base)} bases "
                 f"for {m} turn runs"
             )
+    extra = np.zeros(0, dtype=np.int32)
+    if token_bins.codes is not None:
+        extra = np.ascontiguousarray(token_bins.codes, dtype=np.int32)
+        if len(extra) != n:
+            raise ValueError(f"token bins: {len(extra)} codes for {n} tokens")
+    n_extra = token_bins.n_entropy * token_bins.n_trainer
     tables = histogram.index_tables() if with_hist else None
     lookup = tables if tables is not None else NO_LOOKUP
     pr = np.exp(lr)
@@ -233,6 +256,8 @@ def bin_cells(
         kv_base,
         kv_inner,
         tp_inner,
+        extra,
+        n_extra,
         _thresholds(tails),
         *lookup,
     )
@@ -243,7 +268,13 @@ def bin_cells(
         bucket = None
     elif tables is None:  # the bins' bounds failed their check: the numpy code's bins
         bucket = histogram.hist_index(r)
-    radix = (len(inner) + 1, len(kv_inner) + 1, len(tp_inner) + 1)
+    radix = (
+        len(inner) + 1,
+        len(kv_inner) + 1,
+        len(tp_inner) + 1,
+        token_bins.n_entropy if len(extra) else 1,
+        token_bins.n_trainer if len(extra) else 1,
+    )
     return BinCells(runs, cell_run, cell_code, cell_state, cell_len, bucket, tok_cell, radix)
 
 
@@ -251,11 +282,12 @@ def token_partials(
     cells: BinCells,
     run_code: np.ndarray,
     n_run_codes: int,
-    use: tuple[bool, bool, bool],
+    use: tuple[bool, ...],
     with_hist: bool,
 ) -> list[Partial]:
     """Partials of the groups (run keys..., token keys...): codes ``run_code * n_tok + tok``
-    where ``tok`` is each cell's code over the token components in ``use`` (bin, kv, tp);
+    where ``tok`` is each cell's code over the token components in ``use`` (bin, kv, tp,
+    entropy, trainer probability);
     token columns only (no segment columns: a sequence cut by tokens is not a unit any metric
     uses), with the r-histograms when ``with_hist``."""
     tok, n_tok = cells.cell_codes(use)

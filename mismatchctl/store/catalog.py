@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mismatchctl.errors import StoreError
-from mismatchctl.schema import SCHEMA_VERSION
+from mismatchctl.schema import READ_VERSIONS, SCHEMA_VERSION
 from mismatchctl.store.location import demo_store_hint
 from mismatchctl.store.writable import not_writable
 
@@ -159,6 +159,8 @@ def connect(root: Path, create: bool = False) -> sqlite3.Connection:
             )
             _add_columns(con)
         _check_version(con, root)
+        if create:  # a writer's new parts may hold the current version's columns
+            _upgrade(con)
     except sqlite3.DatabaseError as exc:
         refused = not_writable(root, exc, f"writing its catalog {CATALOG_NAME}")
         if refused is not None:  # a full disk or a read-only store, not a damaged catalog
@@ -206,11 +208,21 @@ def _add_columns(con: sqlite3.Connection) -> None:
 def _check_version(con: sqlite3.Connection, root: Path) -> None:
     row = con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     found = int(row[0]) if row else None
-    if found != SCHEMA_VERSION:
+    if found not in READ_VERSIONS:
         raise StoreError(
-            f"the store {root} has schema version {found}, this mismatchctl reads {SCHEMA_VERSION}",
+            f"the store {root} has schema version {found}, this mismatchctl reads "
+            + " or ".join(str(v) for v in READ_VERSIONS),
             "use the mismatchctl version that wrote the store, or re-ingest into a new store.",
         )
+
+
+def _upgrade(con: sqlite3.Connection) -> None:
+    """An older store a writer opens becomes the current version: its parts lack the new
+    nullable columns, which every reader takes as null."""
+    con.execute(
+        "UPDATE meta SET value = ? WHERE key = 'schema_version' AND value != ?",
+        (str(SCHEMA_VERSION), str(SCHEMA_VERSION)),
+    )
 
 
 def insert_source(con: sqlite3.Connection, run: str, rec: SourceRecord) -> int:

@@ -182,17 +182,17 @@ class Store:
             schema = {TOKENS: S.TOKEN_SCHEMA, MASKED: S.MASKED_SCHEMA}.get(kind, S.SEQUENCE_SCHEMA)
             if not paths:
                 frame = pl.LazyFrame(schema=pl.Schema(pl.from_arrow(schema.empty_table()).schema))
-            elif kind == TOKENS:
-                frame = pl.scan_parquet(paths)
-            else:  # sources differ in their attribute columns; older parts lack prompt_length
+            else:  # sources differ in their attribute columns; older parts lack later columns
                 frame = pl.concat([pl.scan_parquet(p) for p in paths], how="diagonal_relaxed")
+            if kind == TOKENS and S.TOKEN_ENTROPY not in frame.collect_schema().names():
+                frame = frame.with_columns(pl.lit(None, pl.Float64).alias(S.TOKEN_ENTROPY))
             frames.append(
                 frame.with_columns(pl.lit(name).alias(S.RUN)).select(S.RUN, pl.all().exclude(S.RUN))
             )
         if not frames:
             empty = pl.from_arrow(S.TOKEN_SCHEMA.empty_table()).lazy()
             return empty.with_columns(pl.lit(None, pl.String).alias(S.RUN))
-        return pl.concat(frames, how="vertical" if kind == TOKENS else "diagonal_relaxed")
+        return pl.concat(frames, how="diagonal_relaxed")
 
     def _unknown_run(self, name: str, con: sqlite3.Connection) -> StoreError:
         known = [r[0] for r in con.execute("SELECT name FROM runs ORDER BY name")]

@@ -81,8 +81,10 @@ def test_clean_data_raises_no_alarm(verdicts: dict) -> None:
     assert {v for v in verdicts["clean"].values()} == {"ok", "n/a"}
     na = {name for name, v in verdicts["clean"].items() if v == "n/a"}
     # no training logs attached: the curve checks have nothing to read; no tokenizer: no
-    # token classes; no token ids: no tokens seen before in their response (token_shift)
+    # token classes; no token ids: no tokens seen before in their response (token_shift); no
+    # batch ids: no batch shape
     assert na == {
+        "batch_shape",
         "token_ids",
         "curve_spikes",
         "rise_before_drop",

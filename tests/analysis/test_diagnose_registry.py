@@ -45,8 +45,8 @@ SHOWN = [
     "alignment", "token_ids", "sentinels", "empty_sequences", "trailing_padding", "duplicates",
     "offset", "temperature", "top_p", "token_shift", "turn_edges", "turn_ends", "token_classes",
     "routing_replay", "route_capture", "baseline", "localized", "low_probability", "tool_responses", "hardware",
-    "hot_sequences", "routing_flips", "spikes", "regimes", "trend", "spiral", "severe_batches",
-    "staleness", "policy_signs", "curve_spikes", "rise_before_drop", "cause", "objective",
+    "batch_shape", "hot_sequences", "routing_flips", "spikes", "regimes", "trend", "spiral",
+    "severe_batches", "staleness", "policy_signs", "length_scaling", "curve_spikes", "rise_before_drop", "cause", "objective",
 ]  # fmt: skip
 
 # Words of other vocabularies spelled like a check, where they are written: (check name, module

@@ -426,3 +426,27 @@ def test_report_by_the_new_dimensions_equals_local(ray_local: Any, tmp_path: Pat
     local, distributed = _both(store, *args)
     assert local["comparison"]["by"]["kv_position"]
     assert_same(local, distributed)
+
+
+@needs_ray
+def test_report_by_entropy_trainer_prob_and_batch_size_equals_local(
+    ray_local: Any, tmp_path: Path
+) -> None:
+    """The per-token entropy and trainer-probability bins (cells of the compiled kernel) and
+    the batch size (from the sequence rows) on Ray: the local engine's numbers, bit for bit."""
+    from tests.engines.test_dimensions_entropy_batch import entropy_batch_dump
+
+    store = tmp_path / "store"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(store_parts, "PART_TOKENS", 4000)
+        mp.setattr(ingest_source, "BATCH_TOKENS", 4000)
+        mismatchctl.ingest([entropy_batch_dump(tmp_path / "eb.parquet")], run="d", store=store)
+    by = ["entropy", "trainer_prob", "batch_size,bin", "step,entropy,trainer_prob"]
+    local, distributed = _both(store, "report", *[a for k in by for a in ("--by", k)])
+    assert any("entropy" in g["by"] for g in local["groups"])
+    assert any("batch_size" in g["by"] for g in local["groups"])
+    assert_same(local, distributed)
+    local, distributed = _both(store, "explain", "d")
+    assert_same(local, distributed)
+    local, distributed = _both(store, "diagnose", "d")
+    assert_same(local, distributed)

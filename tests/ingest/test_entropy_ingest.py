@@ -62,7 +62,7 @@ def test_schema_has_a_nullable_entropy_after_reward() -> None:
     assert names.index(S.ENTROPY) == names.index(S.REWARD) + 1
     field = S.SEQUENCE_SCHEMA.field(S.ENTROPY)
     assert field.type == pa.float64() and field.nullable
-    assert S.ROLE_ENTROPY in S.ROLES and S.SCHEMA_VERSION == 2
+    assert S.ROLE_ENTROPY in S.ROLES and S.SCHEMA_VERSION == 3
 
 
 def test_list_column_is_averaged_over_model_tokens(store: Path, tmp_path: Path) -> None:
@@ -283,5 +283,5 @@ def test_version_1_store_is_refused(store: Path) -> None:
     con.close()
     ran = cli("runs")
     assert ran.code != 0
-    assert f"the store {store} has schema version 1, this mismatchctl reads 2" in ran.err
+    assert f"the store {store} has schema version 1, this mismatchctl reads 2 or 3" in ran.err
     assert "re-ingest into a new store" in ran.err

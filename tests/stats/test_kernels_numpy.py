@@ -93,10 +93,14 @@ def _args(d: dict[str, np.ndarray], kind: str, tails: Tails) -> tuple:
         kv_inner = np.array([8.0, 32.0, 64.0, 100.0, 128.0])
     if kind in ("tp", "both"):
         tp_inner = np.array([1.0, 4.0, 16.0, 32.0])
+    extra, n_extra = empty_i, 1
+    if kind in ("extra", "both"):  # the entropy x trainer-probability codes of the engine
+        n_extra = 9 * 11
+        extra = np.random.default_rng(2).integers(0, n_extra, len(lr)).astype(np.int32)
     tables = histogram.index_tables()
     assert tables is not None
     lookup = tables if kind != "nohist" else kernels_numpy_no_lookup()
-    return (lr, lt, pr, starts, inner, position, kv_base, kv_inner, tp_inner,
+    return (lr, lt, pr, starts, inner, position, kv_base, kv_inner, tp_inner, extra, n_extra,
             _thresholds(tails), *lookup)  # fmt: skip
 
 
@@ -114,7 +118,7 @@ TAILS = {
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("kind", ["bins", "kv", "tp", "both", "nohist"])
+@pytest.mark.parametrize("kind", ["bins", "kv", "tp", "extra", "both", "nohist"])
 @pytest.mark.parametrize("tails", sorted(TAILS))
 def test_cell_sums_equal_the_compiled_kernel_bit_for_bit(seed: int, kind: str, tails: str) -> None:
     args = _args(_slice(seed), kind, TAILS[tails])

@@ -168,16 +168,23 @@ def _positions(seq: np.ndarray, seed: int, monotone: bool) -> np.ndarray:
     return (pos - np.repeat(pos[first], np.diff(np.r_[first, len(seq)]))).astype(np.int32)
 
 
-USES = [(b, k, t) for b in (False, True) for k in (False, True) for t in (False, True)]
+USES = [
+    *((b, k, t, False, False) for b in (False, True) for k in (False, True) for t in (False, True)),
+    (False, False, False, True, False),
+    (False, False, False, False, True),
+    (True, False, False, True, True),
+    (False, True, True, True, True),
+]
 
 
 @pytest.mark.parametrize("seed", [0, 1, slow_param(2), slow_param(3)])
 @pytest.mark.parametrize("monotone", [True, False])
 def test_position_cells_equal_chunk_partials(seed: int, monotone: bool) -> None:
-    """Cells of (turn run x probability bin x KV bin x turn-position bin) merged onto any choice
-    of those keys equal the token-level kernel on codes computed here from the positions."""
+    """Cells of (turn run x probability bin x KV bin x turn-position bin x entropy bin x
+    trainer-probability bin) merged onto any choice of those keys equal the token-level kernel
+    on codes computed here from the positions and the given entropy / trainer bins."""
     from mismatchctl.stats.positions import LOG2_EDGES, assign_positions
-    from mismatchctl.stats.turnruns import Positions, run_starts, token_partials
+    from mismatchctl.stats.turnruns import Positions, TokenBins, run_starts, token_partials
 
     lr, lt, seq, turn, step = _tokens(seed)
     edges = np.array([0.0, 1e-3, 0.1, 0.5, 0.9, 1.0])
@@ -187,12 +194,17 @@ def test_position_cells_equal_chunk_partials(seed: int, monotone: bool) -> None:
     starts = run_starts(seq, turn)
     lengths = np.diff(np.r_[starts, len(seq)])
     pos = Positions(position, prompt[seq[starts]], kv_edges, tp_edges)
-    cells = bin_cells(lr, lt, seq, turn, edges, positions=pos)
+    ent = np.random.default_rng(seed + 9).integers(0, 9, len(seq))
+    pt = assign_bins(np.exp(lt), edges)
+    token_bins = TokenBins((ent * (len(edges) - 1) + pt).astype(np.int32), 9, len(edges) - 1)
+    cells = bin_cells(lr, lt, seq, turn, edges, positions=pos, token_bins=token_bins)
     tp = np.arange(len(seq)) - np.repeat(starts, lengths)
     parts = (
         (assign_bins(np.exp(lr), edges), len(edges) - 1),
         (assign_positions(prompt[seq] + position, kv_edges), len(kv_edges)),
         (assign_positions(tp, tp_edges), len(tp_edges)),
+        (ent, 9),
+        (pt, len(edges) - 1),
     )
     assert cells.radix == tuple(n for _, n in parts)
     for use in USES:

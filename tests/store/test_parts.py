@@ -28,6 +28,7 @@ def _batch(first_seq: int, n_seqs: int, length: int) -> pa.Table:
             S.ROLLOUT: -np.linspace(0.1, 2.0, n),
             S.TRAINER: -np.linspace(0.1, 2.0, n) + 0.01,
             S.GPU: ["H20"] * n,
+            S.TOKEN_ENTROPY: np.linspace(0.0, 3.0, n),
         },
         schema=S.TOKEN_SCHEMA,
     )
@@ -76,6 +77,7 @@ def test_token_parts_are_lz4_and_other_parts_zstd(tmp_path: Path) -> None:
     for name, chunk in codecs[TOKENS].items():
         assert chunk.compression == "LZ4", name
     assert "BYTE_STREAM_SPLIT" in codecs[TOKENS][S.ROLLOUT].encodings
+    assert "BYTE_STREAM_SPLIT" in codecs[TOKENS][S.TOKEN_ENTROPY].encodings
     assert any("DICT" in e for e in codecs[TOKENS][S.SEQ].encodings)
     assert codecs[SEQUENCES][S.SEQ].compression == "ZSTD"
     assert codecs[SEQUENCES][S.ROLLOUT].compression == "LZ4"

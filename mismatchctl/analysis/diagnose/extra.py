@@ -29,6 +29,7 @@ from mismatchctl.stats.sentinels import (
     sentinel_state,
     trailing_zero_state,
 )
+from mismatchctl.stats.seq_sums import UNKNOWN, SeqSums, seq_sums
 from mismatchctl.stats.token_shift import TokenShiftState, token_shift_state
 from mismatchctl.store.parts import read_columns
 
@@ -69,6 +70,7 @@ class DiagnoseState:
     misaligned: MisalignState = field(default_factory=MisalignState)  # stats.misalign
     hot_sequences: HotSequenceParts = field(default_factory=HotSequenceParts)
     token_shift: TokenShiftState = field(default_factory=TokenShiftState)  # stats.token_shift
+    sequences: SeqSums = field(default_factory=SeqSums)  # stats.seq_sums: length, batch shape
 
     def merge(self, other: DiagnoseState) -> DiagnoseState:
         return DiagnoseState(
@@ -81,6 +83,7 @@ class DiagnoseState:
             self.misaligned.merge(other.misaligned),
             self.hot_sequences.merge(other.hot_sequences),
             self.token_shift.merge(other.token_shift),
+            self.sequences.merge(other.sequences),
         )
 
 
@@ -88,6 +91,7 @@ class DiagnoseExtra:
     """Engine extra of `diagnose`; reads each run's (seq, weight_lag) once, on first use."""
 
     columns: tuple[str, ...] = (S.TOKEN_ID,)
+    keys: tuple[str, ...] = (K.BATCH_SIZE,)  # the sequence rows' batch sizes (seq_sums)
 
     def __init__(self, selection: Selection) -> None:
         self._paths = selection.sequence_paths
@@ -110,6 +114,7 @@ class DiagnoseExtra:
                 lr, lt, seq, turn, step, *self._bins(keys), keys.run, _gpu_labels(table, keys)
             ),
             token_shift_state(_token_ids(table, keys), lr, lt, seq, *self._bins(keys)),
+            seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *self._bins(keys)),
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:
@@ -178,6 +183,13 @@ def _gpu_labels(table: pa.Table, keys: PartKeys) -> np.ndarray | None:
         return None
     found = keys.get(K.GPU)
     return np.asarray(found.labels, object)[found.codes]
+
+
+def _batch_sizes(keys: PartKeys) -> np.ndarray:
+    """Each row's batch size, ``UNKNOWN`` where its source does not say."""
+    kc = keys.get(K.BATCH_SIZE)
+    lut = np.array([UNKNOWN if v is None else int(v) for v in kc.labels], dtype=np.int64)
+    return lut[kc.codes]
 
 
 def _token_ids(table: pa.Table, keys: PartKeys) -> np.ndarray:

@@ -1,0 +1,80 @@
+"""Per-sequence sums of a run that the length-scaling and batch-shape tests read: each
+sequence's model tokens ``T``, summed log ratio ``sum r``, summed K3, step, batch size and its
+tokens per probability bin. Mergeable by concatenation (one row per sequence; a sequence is
+never split across parts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+UNKNOWN = -1  # a batch size the dump does not give
+
+
+@dataclass
+class RunSeqSums:
+    """One run's sequences: arrays of one value per sequence, ``bins`` one row per sequence of
+    token counts per probability bin, ``k3_bins`` the K3 sums alike."""
+
+    step: np.ndarray
+    tokens: np.ndarray
+    r_sum: np.ndarray
+    k3: np.ndarray
+    batch_size: np.ndarray
+    bins: np.ndarray
+    k3_bins: np.ndarray
+
+    def merge(self, other: RunSeqSums) -> RunSeqSums:
+        return RunSeqSums(*(np.concatenate([getattr(self, n), getattr(other, n)]) for n in _FIELDS))
+
+
+_FIELDS = ("step", "tokens", "r_sum", "k3", "batch_size", "bins", "k3_bins")
+
+
+@dataclass
+class SeqSums:
+    """Per run, its ``RunSeqSums``."""
+
+    runs: dict[str, RunSeqSums] = field(default_factory=dict)
+
+    def merge(self, other: SeqSums) -> SeqSums:
+        out = dict(self.runs)
+        for run, sums in other.runs.items():
+            out[run] = out[run].merge(sums) if run in out else sums
+        return SeqSums(out)
+
+
+def seq_sums(
+    run: str,
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    step: np.ndarray,
+    batch_size: np.ndarray,
+    bins: np.ndarray,
+    n_bins: int,
+) -> SeqSums:
+    """The sums of a slice of whole sequences (tokens in sequence order); ``batch_size`` and
+    ``bins`` per token (the batch size is constant along a sequence: its first token's)."""
+    if len(seq) == 0:
+        return SeqSums()
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    owner = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(seq)]))
+    r = lt - lr
+    with np.errstate(over="ignore", invalid="ignore"):
+        k3 = np.expm1(r) - r
+    cell = owner * n_bins + bins
+    size = len(starts) * n_bins
+    counts = np.bincount(cell, minlength=size).reshape(len(starts), n_bins)
+    k3_bins = np.bincount(cell, weights=k3, minlength=size).reshape(len(starts), n_bins)
+    sums = RunSeqSums(
+        step[starts].astype(np.int64),
+        np.diff(np.r_[starts, len(seq)]).astype(np.float64),
+        np.add.reduceat(r, starts),
+        k3_bins.sum(axis=1),
+        batch_size[starts].astype(np.int64),
+        counts.astype(np.float64),
+        k3_bins,
+    )
+    return SeqSums({run: sums})

@@ -1,0 +1,102 @@
+"""The length-scaling test (``stats/length_scaling.py``) and its diagnose check: a planted
+per-token bias (the sums grow like T) against planted independent noise (like sqrt(T)), the
+exponent against an exact reference, and the check's verdicts on planted runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import mismatchctl
+from mismatchctl.stats.length_scaling import BIAS, LENGTH_EDGES, NOISE, length_scaling
+from tests.planted import Plan, write
+from tests.planted import checks as diagnosed
+
+
+def _sums(seed: int, bias: float, noise: float, n: int = 600) -> tuple[np.ndarray, np.ndarray]:
+    """Per sequence: T from 4 to 512 tokens, S the sum of T draws of bias + N(0, noise^2)."""
+    rng = np.random.default_rng(seed)
+    t = np.exp(rng.uniform(np.log(4), np.log(512), n)).astype(np.int64)
+    s = np.array([bias * k + noise * rng.standard_normal(k).sum() for k in t])
+    return t, s
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_noise_grows_like_sqrt_t_and_bias_like_t(seed: int) -> None:
+    noise = length_scaling(*_sums(seed, 0.0, 0.02))
+    bias = length_scaling(*_sums(seed, 0.01, 0.02))
+    assert noise.verdict == NOISE and abs(noise.exponent - 0.5) < 0.1
+    assert bias.verdict == BIAS and abs(bias.exponent - 1.0) < 0.15
+    lo, hi = bias.interval
+    assert 0.75 < lo < bias.exponent < hi
+    assert bias.bias_per_token == pytest.approx(0.01, rel=0.1)
+    assert bias.crossover_tokens == pytest.approx(0.02**2 / 0.01**2, rel=0.3)
+
+
+def test_the_exponent_equals_a_direct_weighted_fit() -> None:
+    t, s = _sums(5, 0.003, 0.02)
+    res = length_scaling(t, s)
+    code = np.searchsorted(np.asarray(LENGTH_EDGES[1:]), t, side="right")
+    xs, ys, ws = [], [], []
+    for k in np.unique(code):
+        m = code == k
+        if m.sum() >= 8:
+            xs.append(np.log(t[m].mean()))
+            ys.append(0.5 * np.log((s[m] ** 2).mean()))
+            ws.append(m.sum())
+    slope = np.polyfit(xs, ys, 1, w=np.sqrt(ws))[0]
+    assert res.exponent == pytest.approx(slope, rel=1e-9)
+    assert res.bias_per_token == pytest.approx(s.sum() / t.sum(), rel=1e-12)
+    assert [b.sequences for b in res.bins] == [int((code == k).sum()) for k in np.unique(code)]
+
+
+def test_lengths_too_alike_are_not_tested() -> None:
+    res = length_scaling(np.full(100, 40), np.random.default_rng(0).normal(0, 0.1, 100))
+    assert res.exponent is None and res.verdict is None and res.interval is None
+
+
+def _biased(path: Path, bias: float) -> Path:
+    """A planted clean run (responses of 15 to 70 model tokens) whose every model token's
+    trainer logprob is moved by ``bias`` (the trainer at another temperature would do so)."""
+    write(Plan("clean", per_step=32, seed=3), path, weight_version=False)
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    for row in rows:
+        mask = np.asarray(row["response_mask"]) == 1
+        lt = np.asarray(row["old_log_probs"])
+        lt[mask] = np.minimum(lt[mask] - bias, 0.0)
+        row["old_log_probs"] = lt.tolist()
+    pq.write_table(table.from_pylist(rows, schema=table.schema), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("length")
+    for name, bias in (("clean", 0.0), ("biased", 0.05)):
+        mismatchctl.ingest([_biased(root / f"{name}.parquet", bias)], run=name, store=root / "s")
+    return root / "s"
+
+
+def test_the_check_warns_on_a_bias_and_passes_noise(store: Path) -> None:
+    clean = diagnosed(store, "clean")["length_scaling"]
+    biased = diagnosed(store, "biased")["length_scaling"]
+    assert clean.verdict == "ok", clean.finding
+    assert biased.verdict == "warn", biased.finding
+    assert "like T: a per-token bias" in biased.finding
+    assert biased.next and "temperature" in biased.next
+    run = biased.evidence["runs"]["biased"]
+    assert run["verdict"] == BIAS and run["interval"][0] > 0.75
+
+
+def test_a_mismatch_growing_with_the_length_is_not_a_bias() -> None:
+    """Noise whose size grows with the position (a long-context kernel): |sum r| grows faster
+    than T; not the constant bias the check warns of."""
+    rng = np.random.default_rng(1)
+    t = np.exp(rng.uniform(np.log(4), np.log(512), 600)).astype(np.int64)
+    s = np.array([(rng.standard_normal(k) * 1e-4 * np.arange(k) ** 1.5).sum() for k in t])
+    res = length_scaling(t, s)
+    assert res.verdict == "growing" and res.interval[0] > 1.25
