@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mismatchctl.display import file_label
-from mismatchctl.ingest.batch_roles import resolve as resolve_batch
+from mismatchctl.ingest.batch_roles import attach as attach_batch
 from mismatchctl.ingest.batch_roles import split_mapping
 from mismatchctl.ingest.detect import detect_format, expand_inputs
 from mismatchctl.ingest.source import Source
@@ -38,9 +38,7 @@ def open_source(
     per-sequence attributes (``--attr``; see ``ingest.attributes``)."""
     label = label or file_label(path)
     source = _open(path, fmt, *split_mapping(mapping), trust_pickle, label, attrs)
-    source.batch_columns = resolve_batch(source.attributes, split_mapping(mapping)[1])
-    source.columns.update(source.batch_columns)  # the catalog's role -> column of the file
-    return source
+    return attach_batch(source, mapping)
 
 
 def _open(

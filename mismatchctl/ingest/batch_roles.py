@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from mismatchctl import schema as S
+from mismatchctl.ingest.source import Source
 
 # the usual names of each role, first match wins (a DumpWriter `attrs` column, a Monitor's)
 NAMES: dict[str, tuple[str, ...]] = {
@@ -43,6 +44,15 @@ def resolve(attributes: Sequence[str], mapping: Mapping[str, str]) -> dict[str, 
         if column is not None:
             found[role] = column
     return found
+
+
+def attach(source: Source, mapping: Mapping[str, str]) -> Source:
+    """``source`` with its batch roles resolved (``resolve``) from its attributes and ``--map``,
+    listed among its columns (the catalog's role -> column of the file): every opened source goes
+    through this, read from a file or handed over in memory."""
+    source.batch_columns = resolve(source.attributes, split_mapping(mapping)[1])
+    source.columns.update(source.batch_columns)
+    return source
 
 
 def parse(values: Sequence[str | None], role: str) -> tuple[np.ndarray, dict[int, Problem]]:

@@ -17,6 +17,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mismatchctl.allocator import keep_freed_memory
+from mismatchctl.ingest.batch_roles import attach as attach_batch
+from mismatchctl.ingest.batch_roles import split_mapping
 from mismatchctl.ingest.detect import unreadable
 from mismatchctl.ingest.duplicates import KEY
 from mismatchctl.ingest.parquet_sequence import open_sequence
@@ -62,7 +64,9 @@ def ingest_table(store: Store, table: pa.Table, name: str, opts: Options) -> Ing
             return result
         pf = pq.ParquetFile(pa.BufferReader(buffer))
         try:
-            source = open_sequence(Path(name), opts.mapping, name, opts.attrs, pf=pf)
+            rest = split_mapping(opts.mapping)[0]
+            source = open_sequence(Path(name), rest, name, opts.attrs, pf=pf)
+            attach_batch(source, opts.mapping)
             seq = txn.next_seq(opts.run)
             parts, tally, ctx = stage_source(txn, source, name, opts, seq, SilentProgress(), lanes)
         except (pa.ArrowException, OSError, EOFError) as exc:

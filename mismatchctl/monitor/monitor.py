@@ -128,8 +128,8 @@ class Monitor:
     ) -> list[Alert]:
         """Add one batch of ``step`` (torch tensors on any device, or numpy arrays: padded
         ``[rows, width]`` with ``mask`` 1 on model tokens, or lists of 1-D rows; the arguments
-        of ``DumpWriter.add``, and ``batch_ids``: each row's batch, kept as the attribute
-        ``batch_id``). Returns the alerts of the step it ends (a call with another step ends
+        of ``DumpWriter.add``, and ``batch_ids``: each row's batch, stored as the sequence
+        rows' ``batch_id``, with each batch's size counted from the step: ``--by batch_size``). Returns the alerts of the step it ends (a call with another step ends
         the one before: ``flush``), else an empty list."""
         self._check_open()
         step = checked_step(step)

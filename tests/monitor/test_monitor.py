@@ -133,3 +133,27 @@ def test_bad_inputs_are_refused_naming_the_place(tmp_path: Path) -> None:
     mon.close()
     with pytest.raises(UsageError, match="closed Monitor"):
         mon.update(1, lr, lt, mask)
+
+
+def test_batch_ids_and_entropy_given_to_the_monitor_are_split_keys(tmp_path: Path) -> None:
+    """``batch_ids`` lands in the sequence rows' batch role (``report --by batch_size``, each
+    batch's size counted from the step) and ``entropy`` in the token rows (``--by entropy``),
+    as the same columns of an ingested dump do."""
+    rng = np.random.default_rng(3)
+    rows, width = 6, 12
+    lt = -rng.exponential(0.8, (rows, width))
+    lr = (lt + rng.normal(0, 0.05, (rows, width))).clip(max=0)
+    mask = np.ones((rows, width), np.int64)
+    mon = Monitor("b", tmp_path / "store")
+    mon.update(
+        1, lr, lt, mask,
+        batch_ids=np.array([0, 0, 0, 0, 1, 1]),
+        entropy=rng.exponential(1.0, (rows, width)),
+    )  # fmt: skip
+    mon.flush()
+    mon.close()
+    rep = api.report(["b"], store=tmp_path / "store", by=["batch_size"])
+    sizes = {g.by[K.BATCH_SIZE]: g.metrics[M.TOKENS] for g in rep.split(K.BATCH_SIZE)}
+    assert sizes == {4: 4 * width, 2: 2 * width}
+    ent = api.report(["b"], store=tmp_path / "store", by=["entropy"]).split(K.ENTROPY)
+    assert len(ent) > 1 and "(none)" not in {str(g.by[K.ENTROPY]) for g in ent}
