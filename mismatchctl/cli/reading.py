@@ -1,8 +1,8 @@
 """The options that say how dump files are read, declared once for `ingest` and `watch` (a
 watch ingests each new file as `ingest` would): ``reading_options`` adds them to a command and
 hands it one ``IngestOptions``. Each help is one line; the rules behind it are in README.md
-("mismatchctl ingest"). A new reading option is a field of ``IngestOptions`` (options.py) and
-its entry in ``READING`` here."""
+("mismatchctl ingest"). A new reading option is a field of ``IngestOptions`` (options.py, which
+the api re-exports) and its entry in ``READING`` here."""
 
 from __future__ import annotations
 
@@ -14,8 +14,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from mismatchctl.api import FORMATS
-from mismatchctl.options import IngestOptions
+from mismatchctl.api import FORMATS, IngestOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 

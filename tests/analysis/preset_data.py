@@ -62,8 +62,9 @@ def run_preset(
         args = (lr, lt, seq, np.zeros(len(lr), np.int64), 1, config)
         if turns is None:
             s = preset.compute(*args)[0]
-        else:
-            s = preset.compute(*args, turn=np.concatenate([turns[i] for i in cut]))[0]  # type: ignore[call-arg]
+        else:  # ROLL's compute takes each token's turn
+            turn = np.concatenate([turns[i] for i in cut])
+            s = preset.compute(*args, turn=turn)[0]  # type: ignore[call-arg]
         state = s if state is None else merge(state, s, names)
     return preset.finalize(state, config)
 

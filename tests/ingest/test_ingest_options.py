@@ -9,6 +9,7 @@ from dataclasses import fields
 from importlib import import_module
 from pathlib import Path
 
+import polars as pl
 import pytest
 import typer
 
@@ -22,13 +23,14 @@ from tests.helpers import FIXTURES, cli
 TOOLS = FIXTURES / "verl_tools_step_5.parquet"  # masked tool responses between model turns
 
 
-def _rows(store: Path, run: str, kind: str) -> object:
+def _rows(store: Path, run: str, kind: str) -> pl.DataFrame:
     return api.open_store(store).scan(run, kind=kind).collect().drop("run", strict=False)
 
 
 def test_every_reading_option_is_declared_once_for_both_commands() -> None:
     assert list(reading.READING) == [f.name for f in fields(IngestOptions)]
-    commands = {c.name: c for c in typer.main.get_command(app).commands.values()}  # type: ignore[attr-defined]
+    group: typer.core.TyperGroup = typer.main.get_command(app)  # type: ignore[assignment]
+    commands = {c.name: c for c in group.commands.values()}
     declared = {}
     for name in ("ingest", "watch"):
         params = {p.name: p for p in commands[name].params}
@@ -54,7 +56,7 @@ def test_options_object_and_the_keywords_ingest_the_same(store: Path) -> None:
         assert info.tags == {"gpu": "H20"}
         assert api.open_store(store).parts(run, "masked") == []  # keep_masked=False, both ways
     for kind in ("tokens", "sequences"):
-        assert _rows(store, "kw", kind).equals(_rows(store, "obj", kind)), kind  # type: ignore[attr-defined]
+        assert _rows(store, "kw", kind).equals(_rows(store, "obj", kind)), kind
     kept = api.ingest([TOOLS], "kept", store=store, options=IngestOptions())
     assert kept.tally.model_tokens == kw.tally.model_tokens
     assert api.open_store(store).parts("kept", "masked") != []  # the default keeps them
