@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -18,6 +19,7 @@ from mismatchctl.options import (
     DEFAULT_TAU,
     DEMO_STORE,
     FORMATS,
+    IngestOptions,
 )
 from mismatchctl.options import KEYS_HELP as SPLIT_KEYS
 from mismatchctl.parallel import DEFAULT_WORKERS
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
     from mismatchctl.analysis.whatif import Whatif
     from mismatchctl.analysis.whatif_preset import PresetList, PresetWhatif
     from mismatchctl.curves.ingest import MetricsIngest
-    from mismatchctl.ingest.routing_rows import RouteOptions
+    from mismatchctl.ingest.routing_rows import RouteOptions  # noqa: F401 (api.RouteOptions)
     from mismatchctl.ingest.run_ingest import IngestResult, Progress
     from mismatchctl.sample_runs import Compile, DemoRun
     from mismatchctl.store import RunInfo, Store, open_store
@@ -115,27 +117,26 @@ def ingest(
     inputs: Iterable[str | Path],
     run: str,
     *,
-    tags: Iterable[str] | Mapping[str, str] = (),
-    fmt: str | None = None,
-    mapping: Iterable[str] | Mapping[str, str] = (),
-    skip_bad: bool = False,
+    options: IngestOptions | None = None,
     store: StorePath = None,
     progress: Progress | None = None,
-    trust_pickle: bool = False,
     engine: str = "local",
     ray_address: str | None = None,
     workers: int = DEFAULT_WORKERS,
-    allow_padding: bool = False,
-    attrs: Iterable[str] = (),
-    routes: RouteOptions | None = None,
-    keep_masked: bool = True,
+    **reading: Any,
 ) -> IngestResult:
     """Read dump files into ``run`` of the store: all of them, or nothing on any error.
 
+    How the files are read is ``options`` (an ``IngestOptions``); each of its fields may also be
+    given as a keyword (``tags=``, ``fmt=``, ``mapping=``, ``skip_bad=``, ``trust_pickle=``,
+    ``allow_padding=``, ``attrs=``, ``keep_masked=``, ``routes_aligned=``, ``routes_topk=``,
+    ``num_experts=``, ``keep_routes=``; the four route options also as ``routes=RouteOptions``),
+    which replaces that field of ``options``.
+
     Routed experts (MoE) on both sides are compared per token and stored beside the token rows
-    (``docs/store.md``); ``routes`` says how to pair them with the logprobs (``aligned``), the
-    top-k of encodings without it, the number of experts to check ids against, and whether to
-    keep the full routes.
+    (``docs/store.md``); the route options say how to pair them with the logprobs (``aligned``),
+    the top-k of encodings without it, the number of experts to check ids against, and whether
+    to keep the full routes.
 
     ``keep_masked`` keeps the token ids of the masked positions inside each sequence (its tool
     responses), when the dump has token ids, so that ``show`` writes them as text.
@@ -161,27 +162,12 @@ def ingest(
     prefixes or globs; credentials from the environment): each object is copied to a local
     temporary file by the task that reads it (``workers`` threads with the local engine)."""
     from mismatchctl.engines.choice import choose_engine
-    from mismatchctl.ingest.columns import parse_mapping
     from mismatchctl.ingest.remote import is_remote
-    from mismatchctl.ingest.routing_rows import RouteOptions, check_route_options
-    from mismatchctl.ingest.run_ingest import Options, ingest_files, parse_tags
+    from mismatchctl.ingest.run_ingest import ingest_files, options_of
     from mismatchctl.store import open_store
 
     eng = choose_engine(engine, ray_address)
-    tag_map = dict(tags) if isinstance(tags, Mapping) else parse_tags(_items(tags))
-    col_map = dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(_items(mapping))
-    opts = Options(
-        run=run,
-        tags=tag_map,
-        fmt=fmt,
-        mapping=col_map,
-        skip_bad=skip_bad,
-        trust_pickle=trust_pickle,
-        allow_padding=allow_padding,
-        attrs=tuple(dict.fromkeys(_items(attrs))),
-        routes=check_route_options(routes or RouteOptions()),
-        keep_masked=keep_masked,
-    )
+    opts = options_of(run, _reading("ingest", options, reading))
     files = [str(i) for i in _items(inputs)]
     if eng.is_ray or any(is_remote(f) for f in files):
         from mismatchctl.ingest import staged
@@ -197,15 +183,7 @@ def watch(
     directory: str | Path,
     run: str,
     *,
-    tags: Iterable[str] | Mapping[str, str] = (),
-    fmt: str | None = None,
-    mapping: Iterable[str] | Mapping[str, str] = (),
-    skip_bad: bool = False,
-    trust_pickle: bool = False,
-    allow_padding: bool = False,
-    attrs: Iterable[str] = (),
-    routes: RouteOptions | None = None,
-    keep_masked: bool = True,
+    options: IngestOptions | None = None,
     store: StorePath = None,
     poll: float | None = None,
     settle: float = DEFAULT_SETTLE,
@@ -213,35 +191,42 @@ def watch(
     max_files: int | None = None,
     idle_exit: float | None = None,
     explain: bool = True,
+    **reading: Any,
 ) -> Watcher:
     """A watcher of ``directory``: ``Watcher.events()`` ingests each dump file into ``run`` once
-    it is complete (one transaction per file, options as :func:`ingest`) and yields a
-    ``StepLine`` per new step (tokens, vllm_kl, band, change against the recent median, alerts),
-    a ``FileNote`` per file not ingested as it is (bad or unreadable, a copy, changed after
-    ingest, removed while read, grown after ingest and so ingested again whole) and ``Stopped``.
-    ``poll``: scan every ``poll`` seconds instead of waiting for file events; ``once``: one scan;
-    ``max_files`` / ``idle_exit``: stop after that many files or idle seconds; ``routes``,
-    ``keep_masked`` and the reading options as for :func:`ingest`."""
+    it is complete (one transaction per file, read as ``options`` and the reading keywords say,
+    as for :func:`ingest`) and yields a ``StepLine`` per new step (tokens, vllm_kl, band, change
+    against the recent median, alerts), a ``FileNote`` per file not ingested as it is (bad or
+    unreadable, a copy, changed after ingest, removed while read, grown after ingest and so
+    ingested again whole) and ``Stopped``. ``poll``: scan every ``poll`` seconds instead of
+    waiting for file events; ``once``: one scan; ``max_files`` / ``idle_exit``: stop after that
+    many files or idle seconds."""
     from mismatchctl.analysis.watch import Watcher, WatchOptions
-    from mismatchctl.ingest.columns import parse_mapping
-    from mismatchctl.ingest.routing_rows import RouteOptions, check_route_options
-    from mismatchctl.ingest.run_ingest import Options, parse_tags
+    from mismatchctl.ingest.run_ingest import options_of
     from mismatchctl.store import open_store
     from mismatchctl.store.store import check_run_name
 
-    tag_map = dict(tags) if isinstance(tags, Mapping) else parse_tags(_items(tags))
-    col_map = dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(_items(mapping))
+    given = _reading("watch", options, reading)
     check_run_name(run)
-    opts = Options(
-        run=run, tags=tag_map, fmt=fmt, mapping=col_map, skip_bad=skip_bad,
-        trust_pickle=trust_pickle, allow_padding=allow_padding, attrs=tuple(dict.fromkeys(_items(attrs))),
-        routes=check_route_options(routes or RouteOptions()), keep_masked=keep_masked,
-    )  # fmt: skip
     wopts = WatchOptions(
-        str(directory), opts, poll=poll, settle=settle, once=once, max_files=max_files,
-        idle_exit=idle_exit, explain=explain,
+        str(directory), options_of(run, given), poll=poll, settle=settle, once=once,
+        max_files=max_files, idle_exit=idle_exit, explain=explain,
     )  # fmt: skip
     return Watcher(open_store(store), wopts)
+
+
+def _reading(verb: str, options: IngestOptions | None, given: dict[str, Any]) -> IngestOptions:
+    """``options`` with the reading options given as keywords in place of its fields (the
+    keywords of :func:`ingest` before ``IngestOptions``, ``routes=RouteOptions(...)`` among
+    them); an unknown keyword is a TypeError, as Python's own."""
+    routes = given.pop("routes", None)
+    if routes is not None:
+        given |= {"routes_aligned": routes.aligned, "routes_topk": routes.top_k,
+                  "num_experts": routes.num_experts, "keep_routes": routes.keep_routes}  # fmt: skip
+    unknown = sorted(set(given) - {f.name for f in fields(IngestOptions)})
+    if unknown:
+        raise TypeError(f"{verb}() got an unexpected keyword argument {unknown[0]!r}")
+    return replace(options or IngestOptions(), **given)
 
 
 def ingest_metrics(

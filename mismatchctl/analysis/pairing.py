@@ -40,6 +40,7 @@ from mismatchctl.columns import first_seen_codes, numpy_of, valid_of
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
 from mismatchctl.stats.bootstrap import paired_draws, paired_generator, percentile_interval
+from mismatchctl.stats.per_token import k3 as token_k3
 from mismatchctl.stats.state import Col
 from mismatchctl.store.integrity import read_error
 from mismatchctl.store.parts import read_columns
@@ -124,9 +125,7 @@ def _sums(keys: PartKeys, starts: np.ndarray, n: int) -> tuple[np.ndarray, np.nd
             np.add.reduceat(state[:, Col.K3_SUM], first),
         )
     r = keys.column(S.TRAINER) - keys.column(S.ROLLOUT)
-    with np.errstate(over="ignore"):
-        k3 = np.expm1(r) - r
-    return np.diff(np.r_[starts, n]).astype(np.float64), np.add.reduceat(k3, starts)
+    return np.diff(np.r_[starts, n]).astype(np.float64), np.add.reduceat(token_k3(r), starts)
 
 
 def readable(a: Selection, b: Selection) -> str | None:

@@ -25,6 +25,7 @@ from mismatchctl.analysis.route_kinds import first_flip_layer, paired_kind
 from mismatchctl.analysis.token_text import Decoder
 from mismatchctl.analysis.tokenizer import run_decoders
 from mismatchctl.errors import StoreError, UsageError
+from mismatchctl.stats.per_token import k3 as token_k3
 from mismatchctl.store import Store
 from mismatchctl.store.integrity import read_error
 from mismatchctl.store.parts import MASKED, ROUTING, SEQUENCES, TOKENS, twin_path
@@ -225,8 +226,7 @@ def token_rows(table: pa.Table) -> list[dict[str, Any]]:
     lr = _values(table.column(S.ROLLOUT), np.float64)
     lt = _values(table.column(S.TRAINER), np.float64)
     r = lt - lr
-    with np.errstate(over="ignore"):
-        k3 = np.expm1(r) - r
+    k3 = token_k3(r)
     ids = table.column(S.TOKEN_ID).to_pylist()
     out = []
     for j, (pos, turn) in enumerate(

@@ -29,6 +29,7 @@ from mismatchctl.engines.seqrows import UNKNOWN
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import registry as M
+from mismatchctl.stats.per_token import k3 as token_k3
 from mismatchctl.stats.topk import TopRows, top_indices
 from mismatchctl.store import Store
 
@@ -42,8 +43,7 @@ MAX_CONTEXT = 256
 def token_scores(lr: np.ndarray, lt: np.ndarray, sort: str) -> tuple[np.ndarray, np.ndarray]:
     """Each token's score for ``sort`` and its K3 (``rho - 1 - r``; +inf beyond float64)."""
     r = lt - lr
-    with np.errstate(over="ignore"):
-        k3 = np.expm1(r) - r
+    k3 = token_k3(r)
     if sort == "k3":
         return k3, k3
     if sort == "abs-r":

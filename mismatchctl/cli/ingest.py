@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.api import DEFAULT_WORKERS, FORMATS
+from mismatchctl.api import DEFAULT_WORKERS, FORMATS, IngestOptions
 from mismatchctl.cli import reading as R
 from mismatchctl.cli.common import (
     STORE_PANEL,
@@ -45,27 +45,15 @@ Every rule (masks, padding, prompt lengths, attributes, validation, pickles, MoE
 
 
 @handle_errors
+@R.reading_options
 def ingest(
     inputs: Annotated[
         list[str],
         typer.Argument(help="Dump files, directories or globs; or s3:// / gs:// URIs of them."),
     ],
-    run: Annotated[str, typer.Option("--run", "-r", help="Name of the run to add the data to.")],
-    tag: Annotated[
-        list[str] | None,
-        typer.Option("--tag", "-t", help="KEY=VALUE tag for the run (repeatable), e.g. gpu=H20."),
-    ] = None,
-    fmt: R.FormatOpt = None,
-    map_: R.MapOpt = None,
-    skip_bad: R.SkipBadFlag = False,
-    trust_pickle: R.TrustPickleFlag = False,
-    allow_padding: R.AllowPaddingFlag = False,
-    attr: R.AttrOpt = None,
-    routes_aligned: R.RoutesAlignedOpt = "input",
-    routes_topk: R.RoutesTopkOpt = 0,
-    num_experts: R.NumExpertsOpt = None,
-    keep_routes: R.KeepRoutesFlag = False,
-    keep_masked: R.KeepMaskedFlag = True,
+    run: R.RunOpt,
+    *,
+    reading: IngestOptions,
     engine: EngineOpt = "local",
     ray_address: RayAddressOpt = None,
     workers: Annotated[
@@ -86,15 +74,7 @@ def ingest(
         result = api.ingest(
             inputs,
             run,
-            tags=tag or [],
-            fmt=fmt,
-            mapping=map_ or [],
-            skip_bad=skip_bad,
-            trust_pickle=trust_pickle,
-            allow_padding=allow_padding,
-            attrs=attr or [],
-            routes=api.RouteOptions(routes_aligned, num_experts, keep_routes, routes_topk),
-            keep_masked=keep_masked,
+            options=reading,
             store=store,
             progress=progress,
             engine=engine,

@@ -1,18 +1,31 @@
 """The options that say how dump files are read, declared once for `ingest` and `watch` (a
-watch ingests each new file as `ingest` would). Each help is one line; the rules behind it are
-in README.md ("mismatchctl ingest")."""
+watch ingests each new file as `ingest` would): ``reading_options`` adds them to a command and
+hands it one ``IngestOptions``. Each help is one line; the rules behind it are in README.md
+("mismatchctl ingest"). A new reading option is a field of ``IngestOptions`` (options.py, which
+the api re-exports) and its entry in ``READING`` here."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from mismatchctl.api import FORMATS
+from mismatchctl.api import FORMATS, IngestOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 READING_PANEL = "Reading the dumps"
 ROUTES_PANEL = "MoE routes"
 
+RunOpt = Annotated[str, typer.Option("--run", "-r", help="Name of the run to add the data to.")]
+TagOpt = Annotated[
+    list[str] | None,
+    typer.Option("--tag", "-t", help="KEY=VALUE tag for the run (repeatable), e.g. gpu=H20."),
+]
 FormatOpt = Annotated[
     str | None,
     typer.Option(
@@ -110,3 +123,50 @@ KeepRoutesFlag = Annotated[
         rich_help_panel=ROUTES_PANEL,
     ),
 ]
+
+# IngestOptions' fields as the command line declares them, in the order of the help's panels
+READING: dict[str, Any] = {
+    "tags": TagOpt,
+    "fmt": FormatOpt,
+    "mapping": MapOpt,
+    "skip_bad": SkipBadFlag,
+    "trust_pickle": TrustPickleFlag,
+    "allow_padding": AllowPaddingFlag,
+    "attrs": AttrOpt,
+    "routes_aligned": RoutesAlignedOpt,
+    "routes_topk": RoutesTopkOpt,
+    "num_experts": NumExpertsOpt,
+    "keep_routes": KeepRoutesFlag,
+    "keep_masked": KeepMaskedFlag,
+}
+_DEFAULTS = {f.name: f.default for f in fields(IngestOptions)}
+
+
+def reading_options(func: F) -> F:
+    """A command that reads dump files: its parameter ``reading: IngestOptions`` stands, in its
+    signature, for the options of ``READING`` (a repeatable option's default is None, the field's
+    otherwise), and receives them as one ``IngestOptions``."""
+    own = inspect.signature(func, eval_str=True).parameters
+    keyword = inspect.Parameter.KEYWORD_ONLY  # typer passes every value by name
+    params: list[inspect.Parameter] = []
+    for name, param in own.items():
+        if name != "reading":
+            params.append(param.replace(kind=keyword))
+            continue
+        params += [
+            inspect.Parameter(option, keyword, annotation=declared,
+                              default=None if _DEFAULTS[option] == () else _DEFAULTS[option])
+            for option, declared in READING.items()
+        ]  # fmt: skip
+
+    @functools.wraps(func)
+    def wrapper(**kwargs: Any) -> Any:
+        given = {k: kwargs.pop(k) for k in READING}
+        chosen = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}
+        reading = IngestOptions(**{k: v for k, v in chosen.items() if v is not None})
+        return func(**kwargs, reading=reading)
+
+    wrapper.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in params}
+    del wrapper.__wrapped__  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]

@@ -14,6 +14,7 @@ from typing import Annotated, Any, TextIO
 import typer
 
 from mismatchctl import api
+from mismatchctl.api import IngestOptions
 from mismatchctl.cli import reading as R
 from mismatchctl.cli.common import OUTPUT_PANEL, JsonFlag, StoreOpt, handle_errors, say
 from mismatchctl.cli.diagnose import EXIT_CHECK_FAILED
@@ -52,13 +53,11 @@ class ExitOn(StrEnum):
 
 
 @handle_errors
+@R.reading_options
 def watch(
     directory: Annotated[str, typer.Argument(help="The directory the job writes dumps into.")],
-    run: Annotated[str, typer.Option("--run", "-r", help="Name of the run to add the data to.")],
-    tag: Annotated[
-        list[str] | None,
-        typer.Option("--tag", "-t", help="KEY=VALUE tag for the run (repeatable), e.g. gpu=H20."),
-    ] = None,
+    run: R.RunOpt,
+    *,
     alerts: Annotated[
         str | None,
         typer.Option(
@@ -123,17 +122,7 @@ def watch(
             rich_help_panel=SCANNING,
         ),
     ] = None,
-    fmt: R.FormatOpt = None,
-    map_: R.MapOpt = None,
-    skip_bad: R.SkipBadFlag = False,
-    trust_pickle: R.TrustPickleFlag = False,
-    allow_padding: R.AllowPaddingFlag = False,
-    attr: R.AttrOpt = None,
-    routes_aligned: R.RoutesAlignedOpt = "input",
-    routes_topk: R.RoutesTopkOpt = 0,
-    num_experts: R.NumExpertsOpt = None,
-    keep_routes: R.KeepRoutesFlag = False,
-    keep_masked: R.KeepMaskedFlag = True,
+    reading: IngestOptions,
     store: StoreOpt = None,
     json: JsonFlag = False,
     quiet: Annotated[
@@ -147,10 +136,7 @@ def watch(
     ] = False,
 ) -> None:
     watcher = api.watch(
-        directory, run, tags=tag or [], fmt=fmt, mapping=map_ or [], skip_bad=skip_bad,
-        trust_pickle=trust_pickle, allow_padding=allow_padding, attrs=attr or [],
-        routes=api.RouteOptions(routes_aligned, num_experts, keep_routes, routes_topk),
-        keep_masked=keep_masked, store=store, poll=poll, settle=settle, once=once,
+        directory, run, options=reading, store=store, poll=poll, settle=settle, once=once,
         max_files=max_files, idle_exit=idle_exit, explain=explain,
     )  # fmt: skip
     gate = {ExitOn.warn: ("warn", "fail"), ExitOn.fail: ("fail",), None: ()}[exit_on]

@@ -19,6 +19,7 @@ from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import Label, PartKeys, decode, token_columns, token_group_codes
 from mismatchctl.engines.plan import PartTask
 from mismatchctl.errors import StoreError
+from mismatchctl.stats.per_token import k3 as token_k3
 from mismatchctl.stats.routing import (
     GroupCodes,
     RoutingPartial,
@@ -110,7 +111,7 @@ class RoutingExtra:
             _overlap(table.column(S.ROUTE_OVERLAP).combine_chunks(), layers),
             numpy_of(table.column(S.ROUTE_PAIRED)),
             numpy_of(table.column(S.ROUTE_FLIP_BEFORE)),
-            np.expm1(r) - r,
+            token_k3(r),
             (keys.get(K.BIN).codes, len(self.edges) - 1),
             codes,
         )

@@ -26,6 +26,7 @@ from mismatchctl import schema as S
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest.routes import MAX_LAYERS, SideRoutes
 from mismatchctl.ingest.routing_threads import over_ranges
+from mismatchctl.options import ROUTES_INPUT, ROUTES_OUTPUT
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -39,8 +40,8 @@ def _kernels() -> ModuleType:
     return routing_kernels
 
 
-ALIGNED_INPUT = "input"
-ALIGNED_OUTPUT = "output"
+ALIGNED_INPUT = ROUTES_INPUT  # the names `--routes-aligned` takes (options.py)
+ALIGNED_OUTPUT = ROUTES_OUTPUT
 ALIGNMENTS = (ALIGNED_INPUT, ALIGNED_OUTPUT)
 # route_paired: -1 unpaired, 0 same, PAIRED_FLIPPED + l: differs, l its lowest differing layer
 PAIRED_UNPAIRED, PAIRED_SAME, PAIRED_FLIPPED = -1, 0, 1

@@ -19,13 +19,15 @@ from mismatchctl.display import file_label, has_control, shown
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest import detect_format, expand_inputs, open_source
 from mismatchctl.ingest.canonical import Context, Tally, canonicalize
+from mismatchctl.ingest.columns import parse_mapping
 from mismatchctl.ingest.detect import removed_while_read, unreadable
 from mismatchctl.ingest.duplicates import KEY, repeats_in_order
 from mismatchctl.ingest.prefetch import prefetch
 from mismatchctl.ingest.routing_parts import RoutingWriter, route_notes
-from mismatchctl.ingest.routing_rows import RouteOptions
+from mismatchctl.ingest.routing_rows import RouteOptions, check_route_options
 from mismatchctl.ingest.source import Source
 from mismatchctl.ingest.unmasked import ALLOW_FLAG
+from mismatchctl.options import IngestOptions
 from mismatchctl.store import parts as store_parts
 from mismatchctl.store.catalog import PartRecord, SourceRecord
 from mismatchctl.store.parts import MASKED, SEQUENCES, TOKENS, Lanes, PartWriter
@@ -185,6 +187,35 @@ class Options:
     attrs: tuple[str, ...] = ()  # columns kept as per-sequence attributes (--attr)
     routes: RouteOptions = field(default_factory=RouteOptions)  # MoE routes (--routes-*)
     keep_masked: bool = True  # the token ids of tool responses (masked/ parts; --no-keep-masked)
+
+
+def options_of(run: str, given: IngestOptions) -> Options:
+    """The ingest of ``run`` with the reading options as given (tags and the column map as
+    ``KEY=VALUE`` strings or mappings), checked: a bad tag, map or route option is a UsageError."""
+    tags = given.tags
+    mapping = given.mapping
+    routes = RouteOptions(
+        given.routes_aligned, given.num_experts, given.keep_routes, given.routes_topk
+    )
+    return Options(
+        run=run,
+        tags=dict(tags) if isinstance(tags, Mapping) else parse_tags(_items(tags)),
+        fmt=given.fmt,
+        mapping=dict(mapping) if isinstance(mapping, Mapping) else parse_mapping(_items(mapping)),
+        skip_bad=given.skip_bad,
+        trust_pickle=given.trust_pickle,
+        allow_padding=given.allow_padding,
+        attrs=tuple(dict.fromkeys(_items(given.attrs))),
+        routes=check_route_options(routes),
+        keep_masked=given.keep_masked,
+    )
+
+
+def _items(value: str | Iterable[str] | None) -> list[str]:
+    """One string is one item, never its characters (``tags="gpu=H20"``); None is none."""
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
 
 
 def ingest_files(

@@ -26,13 +26,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    COUNTS,
+    WEIGHTS,
     CellPreset,
     Chunk,
     Config,
+    MetricsPreset,
     per_cell_extreme,
     per_cell_sum,
+    put_common,
     sequence_starts,
 )
 
@@ -41,12 +44,14 @@ ACTIONS = ("mask", "clamp")
 METRICS = ("ratio", "kl_k1", "kl_k2", "kl_k3")
 AGGS = ("sum", "mean", "max")
 FIELDS = [
-    "tokens", "seqs", "masked", "seq_masked", "filtered", "kept", "w_sum", "w_min", "w_max",
-    "kl_sum", "kl_min", "kl_max", "app_sum", "app_sq", "app_min", "app_max",
+    *COUNTS,
+    "filtered", "kept", "w_sum", "w_min", "w_max",
+    "kl_sum", "kl_min", "kl_max",
+    *WEIGHTS,
 ]  # fmt: skip
 
 
-class ArealRejection(CellPreset):
+class ArealRejection(CellPreset, MetricsPreset):
     name = "areal-rejection"
     STATE = FIELDS
     framework = "AReaL (inclusionAI/AReaL commit 4aef98d8d818, 2026-05-21)"
@@ -88,17 +93,15 @@ class ArealRejection(CellPreset):
     def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
         lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
         starts = sequence_starts(seq)
-        seq_code = code[starts]
         with np.errstate(over="ignore", invalid="ignore"):
             raw = lt - lr
             r = np.where(np.isfinite(raw), raw, 0.0)
             weight, keep, filtered = rejection(r, _metric(raw, config["metric"]), starts, config)
             applied = np.where(keep, weight, 0.0)
         behave = keep & (applied > 0)
-        seq_hit = np.maximum.reduceat((~keep).astype(np.float64), starts)
 
-        def put(name: str, values: np.ndarray, codes: np.ndarray = code) -> None:
-            out[:, col[name]] = per_cell_sum(np.asarray(values, np.float64), codes, n_cells)
+        def put(name: str, values: np.ndarray) -> None:
+            out[:, col[name]] = per_cell_sum(np.asarray(values, np.float64), code, n_cells)
 
         def extremes(prefix: str, values: np.ndarray, where: np.ndarray) -> None:
             low = np.where(where, values, np.inf)
@@ -107,44 +110,21 @@ class ArealRejection(CellPreset):
             out[:, col[f"{prefix}_max"]] = per_cell_extreme(high, code, n_cells, np.maximum)
 
         with np.errstate(over="ignore", invalid="ignore"):
-            put("tokens", np.ones(len(r)))
-            put("seqs", np.ones(len(starts)), seq_code)
-            put("masked", ~keep)
-            put("seq_masked", seq_hit > 0, seq_code)
             put("filtered", filtered)
             put("kept", behave)
             put("w_sum", np.where(behave, applied, 0.0))
             put("kl_sum", np.where(behave, r, 0.0))
-            put("app_sum", applied)
-            put("app_sq", applied * applied)
         extremes("w", applied, behave)
         extremes("kl", r, behave)
-        extremes("app", applied, np.ones(len(r), dtype=bool))
+        put_common(out, col, chunk, starts, ~keep, applied)
 
-    def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
-        v = dict(zip(FIELDS, state.tolist(), strict=True))
-        n, m, k = v["tokens"], v["seqs"], v["kept"]
-        if not n:
-            return {M.TOKENS: 0, M.SEQUENCES: 0}
-        mean = v["app_sum"] / n
-        squares = v["app_sq"]
-        with np.errstate(over="ignore", invalid="ignore"):
-            std = float(np.sqrt(max(squares / n - mean * mean, 0.0)))
-            ess = mean * mean * n / squares if squares > 0 else None
+    def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
+        n, k = v["tokens"], v["kept"]
 
         def kept(value: float) -> float | None:  # AReaL drops a statistic of no tokens
             return value if k else None
 
         return {
-            M.TOKENS: int(n),
-            M.SEQUENCES: int(m),
-            M.TOKEN_FRACTION: v["masked"] / n,
-            M.SEQUENCE_FRACTION: v["seq_masked"] / m,
-            M.WEIGHT_MEAN: mean,
-            M.WEIGHT_STD: std,
-            M.WEIGHT_MIN: v["app_min"],
-            M.WEIGHT_MAX: v["app_max"],
-            M.ESS: ess,
             "rs_filtered_fraction": v["filtered"] / max(n, 1.0),
             "behave_imp_weight/avg": kept(v["w_sum"] / max(k, 1.0)),
             "behave_imp_weight/min": kept(v["w_min"]),

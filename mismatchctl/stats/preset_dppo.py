@@ -21,13 +21,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    COUNTS,
+    WEIGHTS,
     CellPreset,
     Chunk,
     Config,
-    per_cell_extreme,
+    MetricsPreset,
     per_cell_sum,
+    put_common,
     sequence_starts,
 )
 
@@ -35,12 +37,13 @@ TYPES = ("binary_tv", "binary_kl")
 SIGNS = ("positive", "negative")
 EPS = 1e-8
 FIELDS = [
-    "tokens", "seqs", "masked", "seq_masked", "pos", "neg",
-    "app_sum", "app_sq", "app_min", "app_max",
+    *COUNTS,
+    "pos", "neg",
+    *WEIGHTS,
 ]  # fmt: skip
 
 
-class Dppo(CellPreset):
+class Dppo(CellPreset, MetricsPreset):
     name = "dppo"
     STATE = FIELDS
     framework = "SkyRL 0.3.0 (NovaSky-AI/SkyRL commit a9564572eb8e, 2026-08-21)"
@@ -69,44 +72,18 @@ class Dppo(CellPreset):
     def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
         lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
         starts = sequence_starts(seq)
-        seq_code = code[starts]
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             drop_pos, drop_neg = dppo_drops(lr, lt, config)
             drop = drop_pos if config["advantage_sign"] == "positive" else drop_neg
             weight = np.exp(np.clip(lt - lr, -20.0, 20.0)) * ~drop
 
-        def put(name: str, values: np.ndarray, codes: np.ndarray = code) -> None:
-            out[:, col[name]] = per_cell_sum(np.asarray(values, np.float64), codes, n_cells)
+        out[:, col["pos"]] = per_cell_sum(drop_pos.astype(np.float64), code, n_cells)
+        out[:, col["neg"]] = per_cell_sum(drop_neg.astype(np.float64), code, n_cells)
+        put_common(out, col, chunk, starts, drop, weight)
 
-        put("tokens", np.ones(len(lr)))
-        put("seqs", np.ones(len(starts)), seq_code)
-        put("masked", drop)
-        put("seq_masked", np.maximum.reduceat(drop.astype(np.float64), starts), seq_code)
-        put("pos", drop_pos)
-        put("neg", drop_neg)
-        put("app_sum", weight)
-        put("app_sq", weight * weight)
-        out[:, col["app_min"]] = per_cell_extreme(weight, code, n_cells, np.minimum)
-        out[:, col["app_max"]] = per_cell_extreme(weight, code, n_cells, np.maximum)
-
-    def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
-        v = dict(zip(FIELDS, state.tolist(), strict=True))
-        n, m = v["tokens"], v["seqs"]
-        if not n:
-            return {M.TOKENS: 0, M.SEQUENCES: 0}
-        mean = v["app_sum"] / n
-        squares = v["app_sq"]
-        std = float(np.sqrt(max(squares / n - mean * mean, 0.0)))
+    def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
+        n = v["tokens"]
         return {
-            M.TOKENS: int(n),
-            M.SEQUENCES: int(m),
-            M.TOKEN_FRACTION: v["masked"] / n,
-            M.SEQUENCE_FRACTION: v["seq_masked"] / m,
-            M.WEIGHT_MEAN: mean,
-            M.WEIGHT_STD: std,
-            M.WEIGHT_MIN: v["app_min"],
-            M.WEIGHT_MAX: v["app_max"],
-            M.ESS: mean * mean * n / squares if squares > 0 else None,
             "clip_ratio": v["masked"] / n,
             "dppo_masked_fraction_positive": v["pos"] / n,
             "dppo_masked_fraction_negative": v["neg"] / n,

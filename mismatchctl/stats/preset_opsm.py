@@ -32,23 +32,27 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    COUNTS,
+    WEIGHTS,
     CellPreset,
     Chunk,
     Config,
-    per_cell_extreme,
+    MetricsPreset,
     per_cell_sum,
+    put_common,
     sequence_starts,
 )
 
 SIGNS = ("negative", "positive")
 FIELDS = [
-    "tokens", "seqs", "masked", "seq_masked", "over", "app_sum", "app_sq", "app_min", "app_max",
+    *COUNTS,
+    "over",
+    *WEIGHTS,
 ]  # fmt: skip
 
 
-class SlimeOpsm(CellPreset):
+class SlimeOpsm(CellPreset, MetricsPreset):
     name = "slime-opsm"
     STATE = FIELDS
     framework = (
@@ -80,36 +84,12 @@ class SlimeOpsm(CellPreset):
         over = opsm_over(lr, lt, starts, config["opsm_delta"])
         seq_masked = over & (config["advantage_sign"] == "negative")
         keep = np.repeat(~seq_masked, lengths).astype(np.float64)
+        out[:, col["over"]] = per_cell_sum(over.astype(np.float64), seq_code, n_cells)
+        put_common(out, col, chunk, starts, 1.0 - keep, keep)  # the weight: 1 kept, 0 masked
 
-        def put(name: str, values: np.ndarray, codes: np.ndarray = code) -> None:
-            out[:, col[name]] = per_cell_sum(np.asarray(values, np.float64), codes, n_cells)
-
-        put("tokens", np.ones(len(lr)))
-        put("seqs", np.ones(len(starts)), seq_code)
-        put("masked", 1.0 - keep)
-        put("seq_masked", seq_masked, seq_code)
-        put("over", over, seq_code)
-        put("app_sum", keep)
-        put("app_sq", keep)
-        out[:, col["app_min"]] = per_cell_extreme(keep, code, n_cells, np.minimum)
-        out[:, col["app_max"]] = per_cell_extreme(keep, code, n_cells, np.maximum)
-
-    def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
-        v = dict(zip(FIELDS, state.tolist(), strict=True))
-        n, m = v["tokens"], v["seqs"]
-        if not n:
-            return {M.TOKENS: 0, M.SEQUENCES: 0}
-        mean = v["app_sum"] / n
+    def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
+        m = v["seqs"]
         return {
-            M.TOKENS: int(n),
-            M.SEQUENCES: int(m),
-            M.TOKEN_FRACTION: v["masked"] / n,
-            M.SEQUENCE_FRACTION: v["seq_masked"] / m,
-            M.WEIGHT_MEAN: mean,
-            M.WEIGHT_STD: float(np.sqrt(max(v["app_sq"] / n - mean * mean, 0.0))),
-            M.WEIGHT_MIN: v["app_min"],
-            M.WEIGHT_MAX: v["app_max"],
-            M.ESS: mean * mean * n / v["app_sq"] if v["app_sq"] > 0 else None,
             "opsm_clipfrac": v["seq_masked"] / m,
             "opsm_seq_kl_over_delta_fraction": v["over"] / m,
         }

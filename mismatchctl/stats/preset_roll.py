@@ -29,21 +29,30 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mismatchctl.stats import registry as M
-from mismatchctl.stats.presets import Config, Layout, per_cell_extreme, per_cell_sum
+from mismatchctl.stats.presets import (
+    COUNTS,
+    WEIGHTS,
+    Chunk,
+    Config,
+    Layout,
+    MetricsPreset,
+    per_cell_sum,
+    put_common,
+)
 
 EPS = 1e-8
 GRAINS = ("token", "geometric", "sequence", "segment")
 P = "actor/"
 FIELDS = [
-    "tokens", "seqs", "masked", "seq_masked", "clip", "ratio_pass", "diff_pass",
+    *COUNTS,
+    "clip", "ratio_pass", "diff_pass",
     *(f"{kind}_{g}" for kind in ("ratio", "diff") for g in GRAINS),
-    "app_sum", "app_sq", "app_min", "app_max",
+    *WEIGHTS,
 ]  # fmt: skip
 F = "filters.0."
 
 
-class RollTrainInfer:
+class RollTrainInfer(MetricsPreset):
     name = "roll-train-infer"
     framework = "ROLL (alibaba/ROLL commit 8eb27cc2dc34, 2026-08-19)"
     source = "roll/utils/train_infer_corrections.py"
@@ -54,6 +63,7 @@ class RollTrainInfer:
     )
     clipped_key = f"{P}is_weight_clipfrac@sum"
     uses_turns = True
+    STATE = FIELDS
     defaults: ClassVar[Config] = {  # roll/configs/base_config.py, TrainInfer*Config
         "is_weight.enabled": False,
         "is_weight.weight_type": "token",
@@ -82,9 +92,6 @@ class RollTrainInfer:
         upper = config["is_weight.upper_bound"]
         if upper is not None and not isinstance(upper, float):
             raise ValueError(f"is_weight.upper_bound `{upper}`: a number or null")
-
-    def fields(self, config: Config) -> list[str]:
-        return list(FIELDS)
 
     def compute(
         self,
@@ -125,37 +132,12 @@ class RollTrainInfer:
             weight = _is_weight(ratio, config, put)
             keep = _filter(ratio, diff, config, put)
             applied = weight * keep
-            put("tokens", np.ones(len(lr)))
-            put("seqs", np.ones(len(starts)), seq_code)
-            put("masked", ~keep)
-            put("seq_masked", np.maximum.reduceat((~keep).astype(np.float64), starts), seq_code)
-            put("app_sum", applied)
-            put("app_sq", applied * applied)
-        out[:, col["app_min"]] = per_cell_extreme(applied, code, n_cells, np.minimum)
-        out[:, col["app_max"]] = per_cell_extreme(applied, code, n_cells, np.maximum)
+        put_common(out, col, Chunk(lr, lt, seq, code, n_cells), starts, ~keep, applied)
         return out
 
-    def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
-        v = dict(zip(FIELDS, state.tolist(), strict=True))
+    def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
         n, m = v["tokens"], v["seqs"]
-        if not n:
-            return {M.TOKENS: 0, M.SEQUENCES: 0}
-        mean = v["app_sum"] / n
-        squares = v["app_sq"]
-        with np.errstate(over="ignore", invalid="ignore"):
-            std = float(np.sqrt(max(squares / n - mean * mean, 0.0)))
-            ess = mean * mean * n / squares if squares > 0 else None
-        out: dict[str, Any] = {
-            M.TOKENS: int(n),
-            M.SEQUENCES: int(m),
-            M.TOKEN_FRACTION: v["masked"] / n,
-            M.SEQUENCE_FRACTION: v["seq_masked"] / m,
-            M.WEIGHT_MEAN: mean,
-            M.WEIGHT_STD: std,
-            M.WEIGHT_MIN: v["app_min"],
-            M.WEIGHT_MAX: v["app_max"],
-            M.ESS: ess,
-        }
+        out: dict[str, Any] = {}
         for kind in ("ratio", "diff"):
             for g in GRAINS:
                 out[f"{P}train_infer_{kind}_{g}_mean@sum"] = v[f"{kind}_{g}"] / (m + EPS)

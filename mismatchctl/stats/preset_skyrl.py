@@ -26,13 +26,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    COUNTS,
+    WEIGHTS,
     CellPreset,
     Chunk,
     Config,
+    MetricsPreset,
     per_cell_extreme,
     per_cell_sum,
+    put_common,
     sequence_starts,
 )
 
@@ -40,10 +43,11 @@ CLAMP = 20.0
 TIS_TYPES = (None, "token", "sequence")
 SEQ_METRICS = (None, "geometric", "product")
 FIELDS = [
-    "tokens", "seqs", "masked", "seq_masked", "ratio_sum", "ratio_sq", "ratio_min", "ratio_max",
+    *COUNTS,
+    "ratio_sum", "ratio_sq", "ratio_min", "ratio_max",
     "outlier_seqs", "over_seqs", "under_seqs", "tm_valid", "tm_masked", "tis_valid",
     "tis_capped", "tis_seq_capped", "sm_masked", "sm_over", "sm_under",
-    "app_sum", "app_sq", "app_min", "app_max",
+    *WEIGHTS,
 ]  # fmt: skip
 NUMBERS = (
     "token_tis_ratio_clip_high", "sequence_tis_ratio_clip_high", "geo_mask_high", "geo_mask_low",
@@ -55,7 +59,7 @@ OPTIONAL = (
 )  # fmt: skip
 
 
-class SkyrlOffPolicy(CellPreset):
+class SkyrlOffPolicy(CellPreset, MetricsPreset):
     name = "skyrl-off-policy"
     STATE = FIELDS
     framework = "SkyRL 0.3.0 (NovaSky-AI/SkyRL commit a9564572eb8e, 2026-08-21)"
@@ -116,39 +120,18 @@ class SkyrlOffPolicy(CellPreset):
             tis = _tis(ratio, delta, keep, config, cut)
             keep = _sequence_mask(delta, keep, config, cut)
             weight = tis * keep
-            cut.tokens("tokens", np.ones(len(lr)))
-            cut.seqs("seqs", np.ones(len(cut.starts)))
-            cut.tokens("masked", ~keep)
-            cut.seqs("seq_masked", cut.any(~keep))
             cut.tokens("ratio_sum", ratio)
             cut.tokens("ratio_sq", ratio * ratio)
-            cut.tokens("app_sum", weight)
-            cut.tokens("app_sq", weight * weight)
         cut.extremes("ratio", ratio)
-        cut.extremes("app", weight)
+        put_common(out, col, chunk, cut.starts, ~keep, weight)
 
-    def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
-        v = dict(zip(FIELDS, state.tolist(), strict=True))
-        n, m = v["tokens"], v["seqs"]
-        if not n:
-            return {M.TOKENS: 0, M.SEQUENCES: 0}
-        mean = v["app_sum"] / n
-        squares = v["app_sq"]
+    def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
+        n = v["tokens"]
         with np.errstate(over="ignore", invalid="ignore"):
-            std = float(np.sqrt(max(squares / n - mean * mean, 0.0)))
             ratio_mean = v["ratio_sum"] / n
             spread = v["ratio_sq"] - n * ratio_mean * ratio_mean
             ratio_std = float(np.sqrt(max(spread, 0.0) / (n - 1))) if n > 1 else None
         out: dict[str, Any] = {
-            M.TOKENS: int(n),
-            M.SEQUENCES: int(m),
-            M.TOKEN_FRACTION: v["masked"] / n,
-            M.SEQUENCE_FRACTION: v["seq_masked"] / m,
-            M.WEIGHT_MEAN: mean,
-            M.WEIGHT_STD: std,
-            M.WEIGHT_MIN: v["app_min"],
-            M.WEIGHT_MAX: v["app_max"],
-            M.ESS: mean * mean * n / squares if squares > 0 else None,
             "is_ratio_mean": ratio_mean,
             "is_ratio_std": ratio_std,
             "is_ratio_max": v["ratio_max"],

@@ -16,25 +16,29 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    COUNTS,
+    WEIGHTS,
     CellPreset,
     Chunk,
     Config,
-    per_cell_extreme,
+    MetricsPreset,
     per_cell_sum,
+    put_common,
     sequence_starts,
 )
 
 VANILLA = "slime.backends.megatron_utils.loss.vanilla_tis_function"
 ICEPOP = "slime.backends.megatron_utils.loss.icepop_function"
 FIELDS = [
-    "tokens", "seqs", "masked", "seq_masked", "tis_seq_sum", "clipfrac_seq_sum",
-    "abs_seq_sum", "app_sum", "app_sq", "app_min", "app_max",
+    *COUNTS,
+    "tis_seq_sum", "clipfrac_seq_sum",
+    "abs_seq_sum",
+    *WEIGHTS,
 ]  # fmt: skip
 
 
-class SlimeTis(CellPreset):
+class SlimeTis(CellPreset, MetricsPreset):
     name = "slime-tis"
     STATE = FIELDS
     framework = "slime (THUDM/slime commit 624b824a898a, 2026-08-21)"
@@ -77,39 +81,14 @@ class SlimeTis(CellPreset):
             def seq_mean(values: np.ndarray) -> np.ndarray:
                 return np.add.reduceat(values, starts) / lengths
 
-            out[:, col["tokens"]] = per_cell_sum(np.ones(len(rho)), code, n_cells)
-            out[:, col["seqs"]] = per_cell_sum(np.ones(len(starts)), seq_code, n_cells)
-            out[:, col["masked"]] = per_cell_sum(masked, code, n_cells)
-            seq_hit = (np.maximum.reduceat(masked, starts) > 0).astype(np.float64)
-            out[:, col["seq_masked"]] = per_cell_sum(seq_hit, seq_code, n_cells)
             out[:, col["tis_seq_sum"]] = per_cell_sum(seq_mean(rho), seq_code, n_cells)
             out[:, col["clipfrac_seq_sum"]] = per_cell_sum(seq_mean(clipped), seq_code, n_cells)
             out[:, col["abs_seq_sum"]] = per_cell_sum(seq_mean(np.abs(rho - 1)), seq_code, n_cells)
-            out[:, col["app_sum"]] = per_cell_sum(weight, code, n_cells)
-            out[:, col["app_sq"]] = per_cell_sum(weight * weight, code, n_cells)
-        out[:, col["app_min"]] = per_cell_extreme(weight, code, n_cells, np.minimum)
-        out[:, col["app_max"]] = per_cell_extreme(weight, code, n_cells, np.maximum)
+        put_common(out, col, chunk, starts, masked, weight)
 
-    def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
-        v = dict(zip(FIELDS, state.tolist(), strict=True))
-        n, m = v["tokens"], v["seqs"]
-        if not n:
-            return {M.TOKENS: 0, M.SEQUENCES: 0}
-        mean = v["app_sum"] / n
-        squares = v["app_sq"]
-        with np.errstate(over="ignore", invalid="ignore"):
-            std = float(np.sqrt(max(squares / n - mean * mean, 0.0)))
-            ess = mean * mean * n / squares if squares > 0 else None
+    def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
+        m = v["seqs"]
         return {
-            M.TOKENS: int(n),
-            M.SEQUENCES: int(m),
-            M.TOKEN_FRACTION: v["masked"] / n,
-            M.SEQUENCE_FRACTION: v["seq_masked"] / m,
-            M.WEIGHT_MEAN: mean,
-            M.WEIGHT_STD: std,
-            M.WEIGHT_MIN: v["app_min"],
-            M.WEIGHT_MAX: v["app_max"],
-            M.ESS: ess,
             "tis": v["tis_seq_sum"] / m,
             "tis_clipfrac": v["clipfrac_seq_sum"] / m,
             "tis_abs": v["abs_seq_sum"] / m,

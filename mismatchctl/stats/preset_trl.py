@@ -20,25 +20,30 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    COUNTS,
+    WEIGHTS,
     CellPreset,
     Chunk,
     Config,
+    MetricsPreset,
     per_cell_extreme,
     per_cell_sum,
+    put_common,
     sequence_starts,
 )
 
 MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 FIELDS = [
-    "tokens", "seqs", "masked", "seq_masked", "delta_sum", "delta_max", "ratio_n", "ratio_sum",
-    "ratio_min", "ratio_max", "app_sum", "app_sq", "app_min", "app_max",
+    *COUNTS,
+    "delta_sum", "delta_max", "ratio_n", "ratio_sum",
+    "ratio_min", "ratio_max",
+    *WEIGHTS,
 ]  # fmt: skip
 P = "sampling/"
 
 
-class TrlVllmIs(CellPreset):
+class TrlVllmIs(CellPreset, MetricsPreset):
     name = "trl-vllm-is"
     STATE = FIELDS
     framework = "TRL 1.16.0 (GRPOTrainer._generate_and_score_completions)"
@@ -89,38 +94,13 @@ class TrlVllmIs(CellPreset):
         weight = np.repeat(corrected, lengths) if sequence else corrected
         token_masked = np.repeat(masked, lengths) if sequence else masked
         delta = np.abs(diff)
-        out[:, col["tokens"]] = per_cell_sum(np.ones(len(lr)), code, n_cells)
-        out[:, col["seqs"]] = per_cell_sum(np.ones(len(starts)), seq_code, n_cells)
-        out[:, col["masked"]] = per_cell_sum(token_masked, code, n_cells)
-        seq_hit = (np.maximum.reduceat(token_masked, starts) > 0).astype(np.float64)
-        out[:, col["seq_masked"]] = per_cell_sum(seq_hit, seq_code, n_cells)
         out[:, col["delta_sum"]] = per_cell_sum(delta, code, n_cells)
         out[:, col["delta_max"]] = per_cell_extreme(delta, code, n_cells, np.maximum)
-        with np.errstate(over="ignore", invalid="ignore"):
-            out[:, col["app_sum"]] = per_cell_sum(weight, code, n_cells)
-            out[:, col["app_sq"]] = per_cell_sum(weight * weight, code, n_cells)
-        out[:, col["app_min"]] = per_cell_extreme(weight, code, n_cells, np.minimum)
-        out[:, col["app_max"]] = per_cell_extreme(weight, code, n_cells, np.maximum)
+        put_common(out, col, chunk, starts, token_masked, weight)
 
-    def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
-        v = dict(zip(FIELDS, state.tolist(), strict=True))
-        n, m, k = v["tokens"], v["seqs"], v["ratio_n"]
-        if not n:
-            return {M.TOKENS: 0, M.SEQUENCES: 0}
-        mean = v["app_sum"] / n
-        with np.errstate(over="ignore", invalid="ignore"):
-            std = float(np.sqrt(max(v["app_sq"] / n - mean * mean, 0.0)))
-        squares = v["app_sq"]
+    def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
+        n, k = v["tokens"], v["ratio_n"]
         return {
-            M.TOKENS: int(n),
-            M.SEQUENCES: int(m),
-            M.TOKEN_FRACTION: v["masked"] / n,
-            M.SEQUENCE_FRACTION: v["seq_masked"] / m,
-            M.WEIGHT_MEAN: mean,
-            M.WEIGHT_STD: std,
-            M.WEIGHT_MIN: v["app_min"],
-            M.WEIGHT_MAX: v["app_max"],
-            M.ESS: mean * mean * n / squares if squares > 0 else None,
             f"{P}sampling_logp_difference/mean": v["delta_sum"] / n,
             f"{P}sampling_logp_difference/max": v["delta_max"],
             f"{P}importance_sampling_ratio/min": v["ratio_min"],

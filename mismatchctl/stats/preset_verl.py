@@ -29,11 +29,14 @@ import numpy as np
 
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.presets import (
+    COUNTS,
+    WEIGHTS,
     CellPreset,
     Chunk,
     Config,
     per_cell_extreme,
     per_cell_sum,
+    put_common,
     sequence_starts,
 )
 
@@ -51,16 +54,6 @@ OFF_FIELDS = [
     "kl_sum", "k3_sum", "rho2_sum", "t_ppl", "t_logppl", "r_ppl", "r_logppl",
     "lpd_sum", "lpd_abs", "lpd_max", "lpd_min", "ppl_ratio", "rho2_seq",
 ]  # fmt: skip
-COMMON_FIELDS = [
-    "tokens",
-    "seqs",
-    "masked",
-    "seq_masked",
-    "app_sum",
-    "app_sq",
-    "app_min",
-    "app_max",
-]
 P = "rollout_corr/"
 
 
@@ -126,6 +119,9 @@ def rs_thresholds(options: list[str], spec: Any) -> dict[str, tuple[float | None
 
 
 class VerlRolloutCorr(CellPreset):
+    """Its common numbers are not ``common_metrics``': verl's batch normalization divides the
+    weights by a factor of the whole group, and its ESS is (Σw)² / (n Σw²) as written."""
+
     name = "verl-rollout-corr"
     framework = "verl 0.9.1 (PyPI release)"
     source = "verl/trainer/ppo/rollout_corr_helper.py"
@@ -163,14 +159,12 @@ class VerlRolloutCorr(CellPreset):
     def fields(self, config: Config) -> list[str]:
         options = rs_options(config)
         rs = [f"{o}_{k}" for o in options for k in ("masked", "seq_masked")]
-        return [*COMMON_FIELDS, *OFF_FIELDS, *IS_FIELDS, *rs]
+        return [*COUNTS, *WEIGHTS, *OFF_FIELDS, *IS_FIELDS, *rs]
 
     def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
         """States ``(n_cells, fields)``; every sequence's tokens are contiguous and in one cell."""
         lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
         t = _Tokens(lt - lr, seq, code)
-        out[:, col["tokens"]] = per_cell_sum(np.ones(len(t.r)), code, n_cells)
-        out[:, col["seqs"]] = per_cell_sum(np.ones(len(t.starts)), t.seq_code, n_cells)
         with np.errstate(over="ignore", invalid="ignore"):
             _offpolicy(out, col, t, lr, lt, n_cells)
         weight = np.ones(len(t.r))
@@ -178,14 +172,7 @@ class VerlRolloutCorr(CellPreset):
             weight = _is_metrics(out, col, t, config, n_cells)
         keep = _rejection(out, col, t, config, n_cells)
         applied = weight * keep  # before verl's batch normalization (a factor of the group)
-        masked = 1.0 - keep
-        out[:, col["masked"]] = per_cell_sum(masked, code, n_cells)
-        seq_masked = (np.maximum.reduceat(masked, t.starts) > 0).astype(np.float64)
-        out[:, col["seq_masked"]] = per_cell_sum(seq_masked, t.seq_code, n_cells)
-        out[:, col["app_sum"]] = per_cell_sum(applied, code, n_cells)
-        out[:, col["app_sq"]] = per_cell_sum(applied * applied, code, n_cells)
-        out[:, col["app_min"]] = per_cell_extreme(applied, code, n_cells, np.minimum)
-        out[:, col["app_max"]] = per_cell_extreme(applied, code, n_cells, np.maximum)
+        put_common(out, col, chunk, t.starts, 1.0 - keep, applied)
 
     def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
         v = dict(zip(self.fields(config), state.tolist(), strict=True))

@@ -6,7 +6,8 @@ with equal run, step and gpu, so every sequence lies whole in one cell) and a me
 the framework's metrics. A state is a float64 vector whose columns merge by a rule each: sums
 add, ``*_min`` columns take the minimum, ``*_max`` the maximum. Every preset also gives the
 common numbers of ``whatif`` (tokens and sequences masked or clipped, the applied weights'
-mean/std/min/max and their ESS) under the registry's names.
+mean/std/min/max and their ESS) under the registry's names: the columns and the arithmetic of
+those are shared (``put_common``, ``MetricsPreset``), each preset adds its framework's own.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from mismatchctl.stats import registry as M
+
 Config = dict[str, Any]
+# the columns every preset's state begins and ends with (``put_common``, ``common_metrics``)
+COUNTS = ["tokens", "seqs", "masked", "seq_masked"]
+WEIGHTS = ["app_sum", "app_sq", "app_min", "app_max"]
 
 
 class Preset(Protocol):
@@ -81,15 +87,19 @@ class Chunk:
     n_cells: int
 
 
-class CellPreset(ABC):
-    """The state half of a ``Preset``: ``compute`` lays out the cells' empty state (columns
-    ``fields(config)``, ``STATE`` by default) and, when the chunk has tokens, lets ``fill``
-    write each column (``col``: a column's index by name)."""
+class StatePreset:
+    """A preset's state columns: ``fields(config)``, ``STATE`` by default."""
 
     STATE: ClassVar[list[str]] = []
 
     def fields(self, config: Config) -> list[str]:
         return list(self.STATE)
+
+
+class CellPreset(StatePreset, ABC):
+    """The state half of a ``Preset``: ``compute`` lays out the cells' empty state (columns
+    ``fields(config)``) and, when the chunk has tokens, lets ``fill`` write each column (``col``:
+    a column's index by name; the columns every preset has: ``put_common``)."""
 
     def compute(
         self,
@@ -109,6 +119,71 @@ class CellPreset(ABC):
     @abstractmethod
     def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
         """Write the chunk's columns of every cell into ``out`` (rows: cells)."""
+
+
+class MetricsPreset(StatePreset, ABC):
+    """The metrics half of a ``Preset``: ``finalize`` gives whatif's common numbers of a merged
+    state (``common_metrics``), then the framework's own (``metrics``); a state of no token,
+    its counts only."""
+
+    def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
+        v = dict(zip(self.fields(config), state.tolist(), strict=True))
+        if not v["tokens"]:
+            return {M.TOKENS: 0, M.SEQUENCES: 0}
+        return common_metrics(v) | self.metrics(v, config)
+
+    @abstractmethod
+    def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
+        """The framework's metrics, in its own names, of a merged state of some tokens (``v``:
+        each column's value by name)."""
+
+
+def common_metrics(v: dict[str, float]) -> dict[str, Any]:
+    """whatif's common numbers of a merged state of some tokens: tokens and sequences, the
+    shares masked, and the applied weights' mean, std, min, max and ESS ((Σw)² / (n Σw²))."""
+    n, m = v["tokens"], v["seqs"]
+    mean = v["app_sum"] / n
+    squares = v["app_sq"]
+    with np.errstate(over="ignore", invalid="ignore"):  # an infinite weight: inf and nan
+        std = float(np.sqrt(max(squares / n - mean * mean, 0.0)))
+        ess = mean * mean * n / squares if squares > 0 else None
+    return {
+        M.TOKENS: int(n),
+        M.SEQUENCES: int(m),
+        M.TOKEN_FRACTION: v["masked"] / n,
+        M.SEQUENCE_FRACTION: v["seq_masked"] / m,
+        M.WEIGHT_MEAN: mean,
+        M.WEIGHT_STD: std,
+        M.WEIGHT_MIN: v["app_min"],
+        M.WEIGHT_MAX: v["app_max"],
+        M.ESS: ess,
+    }
+
+
+def put_common(
+    out: np.ndarray,
+    col: dict[str, int],
+    chunk: Chunk,
+    starts: np.ndarray,
+    masked: np.ndarray,
+    applied: np.ndarray,
+) -> None:
+    """The columns of every preset's state, per cell: its tokens and sequences (``starts``:
+    each one's first row), the tokens ``masked`` (per token, true or 1 when masked) and the
+    sequences with one, and the ``applied`` weights' sum, sum of squares, minimum and maximum."""
+    code, n_cells = chunk.code, chunk.n_cells
+    seq_code = code[starts]
+    masked = np.asarray(masked, np.float64)
+    out[:, col["tokens"]] = per_cell_sum(np.ones(len(code)), code, n_cells)
+    out[:, col["seqs"]] = per_cell_sum(np.ones(len(starts)), seq_code, n_cells)
+    out[:, col["masked"]] = per_cell_sum(masked, code, n_cells)
+    seq_hit = (np.maximum.reduceat(masked, starts) > 0).astype(np.float64)
+    out[:, col["seq_masked"]] = per_cell_sum(seq_hit, seq_code, n_cells)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflowing weight stays inf
+        out[:, col["app_sum"]] = per_cell_sum(applied, code, n_cells)
+        out[:, col["app_sq"]] = per_cell_sum(applied * applied, code, n_cells)
+    out[:, col["app_min"]] = per_cell_extreme(applied, code, n_cells, np.minimum)
+    out[:, col["app_max"]] = per_cell_extreme(applied, code, n_cells, np.maximum)
 
 
 def sequence_starts(seq: np.ndarray) -> np.ndarray:

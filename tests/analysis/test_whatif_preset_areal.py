@@ -9,20 +9,25 @@ agree to 1e-5; counts agree exactly."""
 from __future__ import annotations
 
 import itertools
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 
-import mismatchctl
 from mismatchctl.stats.preset_areal import ArealRejection
-from mismatchctl.stats.presets import merge, parse_sets
-from tests.helpers import cli
+from mismatchctl.stats.presets import parse_sets
+from tests.analysis.preset_data import (
+    exp_batch,
+    ingest_steps,
+    listed_preset,
+    nonpositive,
+    padded,
+    refused,
+    run_preset,
+    whatif_per_step,
+)
 
 
 def approx_kl(log_probs, log_probs_base, kl_estimator):  # KLEstimator, apply_clamp=False
@@ -100,48 +105,19 @@ def areal_metrics(proximal, old, loss_mask, c):
 
 
 def _batch(seed, n_seq=24):
-    rng = np.random.default_rng(seed)
-    lrs, lts = [], []
-    for _ in range(n_seq):
-        n = int(rng.integers(1, 30))
-        lr = -rng.exponential(1.0, n)
-        lrs.append(lr)
-        lts.append(lr + rng.normal(0, rng.choice([0.01, 0.1, 0.5, 1.5]), n))
-    return lrs, lts
-
-
-def _padded(lrs, lts):
-    width = max(len(a) for a in lrs)
-    proximal = torch.zeros(len(lrs), width, dtype=torch.float64)
-    old = torch.zeros_like(proximal)
-    mask = torch.zeros_like(proximal)
-    for i, (a, t) in enumerate(zip(lrs, lts, strict=True)):
-        old[i, : len(a)], proximal[i, : len(a)], mask[i, : len(a)] = (
-            torch.tensor(a), torch.tensor(t), 1.0,
-        )  # fmt: skip
-    return proximal, old, mask
+    return exp_batch(seed, n_seq, [0.01, 0.1, 0.5, 1.5])
 
 
 def _preset(lrs, lts, config, parts=3):
-    preset = ArealRejection()
-    preset.check(config)
-    names = preset.fields(config)
-    state = None
-    for cut in np.array_split(np.arange(len(lrs)), parts):
-        lr = np.concatenate([lrs[i] for i in cut])
-        lt = np.concatenate([lts[i] for i in cut])
-        seq = np.repeat(cut, [len(lrs[i]) for i in cut])
-        s = preset.compute(lr, lt, seq, np.zeros(len(lr), np.int64), 1, config)[0]
-        state = s if state is None else merge(state, s, names)
-    return preset.finalize(state, config)
+    return run_preset(ArealRejection(), lrs, lts, config, parts)
 
 
 def _run(sets, seed):
     config = parse_sets(ArealRejection(), sets)
     lrs, lts = _batch(seed)
     got = _preset(lrs, lts, config)
-    want, weight, updated = areal_metrics(*_padded(lrs, lts), SimpleNamespace(**config))
-    return got, want, weight, updated, _padded(lrs, lts)[2]
+    want, weight, updated = areal_metrics(*padded(lrs, lts), SimpleNamespace(**config))
+    return got, want, weight, updated, padded(lrs, lts)[2]
 
 
 def _assert_close(got, want):
@@ -218,42 +194,23 @@ def test_sequence_ratio_weights_are_the_geometric_mean() -> None:
     ],
 )
 def test_bad_configs_are_refused(store: Path, sets: list, found: str) -> None:
-    args = [a for s in sets for a in ("--set", s)]
-    ran = cli("whatif", "x", "--preset", "areal-rejection", *args, "-q")
-    assert ran.code == 1 and found in ran.err and "Hint:" in ran.err, ran.err
+    assert found in refused("areal-rejection", sets)
 
 
 def test_cli_per_step_groups_equal_areal_per_batch(store: Path, tmp_path: Path) -> None:
-    rows, batches = [], {}
-    for step in range(3):
-        lrs, lts = _batch(60 + step, n_seq=10)
-        lts = [np.minimum(t, 0.0) for t in lts]
-        batches[step] = (lrs, lts)
-        for i, (a, t) in enumerate(zip(lrs, lts, strict=True)):
-            rows.append(dict(step=step, uid=f"{step}-{i}", rollout_log_probs=a.tolist(),
-                             old_log_probs=t.tolist()))  # fmt: skip
-    pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), tmp_path / "d.parquet")
-    mismatchctl.ingest([tmp_path / "d.parquet"], run="a", store=store)
+    batches = {step: nonpositive(_batch(60 + step, n_seq=10)) for step in range(3)}
+    ingest_steps(store, tmp_path, "a", batches)
     sets = ["level=sequence", "metric=kl_k3", "agg=max", "upper=0.5"]
-    ran = cli("whatif", "a", "--preset", "areal-rejection",
-              *[a for s in sets for a in ("--set", s)], "--json", "-", "-q")  # fmt: skip
-    assert ran.code == 0, ran.err
-    doc = json.loads(ran.out)["whatif"]
+    doc, per_step = whatif_per_step("a", "areal-rejection", sets)
     assert doc["source"] == "areal/utils/functional/functional.py"
-    per_step = {
-        g["by"]["step"]: g["metrics"] for g in doc["groups"] if set(g["by"]) == {"run", "step"}
-    }
     config = SimpleNamespace(**parse_sets(ArealRejection(), sets))
     for step, (lrs, lts) in batches.items():
-        want, *_ = areal_metrics(*_padded(lrs, lts), config)
+        want, *_ = areal_metrics(*padded(lrs, lts), config)
         _assert_close(per_step[step], want)
 
 
 def test_list_presets_names_version_and_source() -> None:
-    ran = cli("whatif", "--list-presets", "--json", "-")
-    assert ran.code == 0, ran.err
-    listed = json.loads(ran.out)["presets"]
-    areal = next(p for p in listed if p["preset"] == "areal-rejection")
+    areal = listed_preset("areal-rejection")
     assert "4aef98d8" in areal["framework"]
     assert areal["defaults"] == {"level": "token", "action": "mask", "metric": "ratio",
                                  "agg": "mean", "upper": 5.0, "lower": None}  # fmt: skip

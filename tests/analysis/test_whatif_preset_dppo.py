@@ -7,20 +7,23 @@ whose advantages all have one sign."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 
-import mismatchctl
 from mismatchctl.stats.preset_dppo import Dppo
-from mismatchctl.stats.presets import merge, parse_sets
-from tests.helpers import cli
+from mismatchctl.stats.presets import parse_sets
+from tests.analysis.preset_data import (
+    ingest_steps,
+    listed_preset,
+    padded,
+    refused,
+    run_preset,
+    whatif_per_step,
+)
 
 
 def safe_exp_delta(delta, clip=20.0, out_dtype=None):
@@ -65,34 +68,12 @@ def _batch(seed, n_seq=30):
     return lrs, lts
 
 
-def _padded(lrs, lts):
-    width = max(len(a) for a in lrs)
-    lp = torch.zeros(len(lrs), width, dtype=torch.float64)
-    mu = torch.zeros_like(lp)
-    mask = torch.zeros_like(lp)
-    for i, (a, t) in enumerate(zip(lrs, lts, strict=True)):
-        mu[i, : len(a)], lp[i, : len(a)], mask[i, : len(a)] = (
-            torch.tensor(a), torch.tensor(t), 1.0,
-        )  # fmt: skip
-    return lp, mu, mask
-
-
 def _preset(lrs, lts, config, parts=3):
-    preset = Dppo()
-    preset.check(config)
-    names = preset.fields(config)
-    state = None
-    for cut in np.array_split(np.arange(len(lrs)), parts):
-        lr = np.concatenate([lrs[i] for i in cut])
-        lt = np.concatenate([lts[i] for i in cut])
-        seq = np.repeat(cut, [len(lrs[i]) for i in cut])
-        s = preset.compute(lr, lt, seq, np.zeros(len(lr), np.int64), 1, config)[0]
-        state = s if state is None else merge(state, s, names)
-    return preset.finalize(state, config)
+    return run_preset(Dppo(), lrs, lts, config, parts)
 
 
 def _reference(lrs, lts, config, sign):
-    lp, mu, mask = _padded(lrs, lts)
+    lp, mu, mask = padded(lrs, lts)
     advantages = torch.full_like(lp, 1.0 if sign == "positive" else -1.0)
     return skyrl_dppo(lp, mu, advantages, mask, SimpleNamespace(**config)), mask
 
@@ -148,30 +129,15 @@ def test_tv_is_the_probability_gap() -> None:
     ],
 )
 def test_bad_configs_are_refused(store: Path, sets: list, found: str) -> None:
-    args = [a for s in sets for a in ("--set", s)]
-    ran = cli("whatif", "x", "--preset", "dppo", *args, "-q")
-    assert ran.code == 1 and found in ran.err and "Hint:" in ran.err, ran.err
+    assert found in refused("dppo", sets)
 
 
 def test_cli_per_step_groups_equal_skyrl_per_batch(store: Path, tmp_path: Path) -> None:
-    rows, batches = [], {}
-    for step in range(2):
-        lrs, lts = _batch(80 + step, n_seq=10)
-        batches[step] = (lrs, lts)
-        for i, (a, t) in enumerate(zip(lrs, lts, strict=True)):
-            rows.append(dict(step=step, uid=f"{step}-{i}", rollout_log_probs=a.tolist(),
-                             old_log_probs=t.tolist()))  # fmt: skip
-    pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), tmp_path / "d.parquet")
-    mismatchctl.ingest([tmp_path / "d.parquet"], run="d", store=store)
+    batches = {step: _batch(80 + step, n_seq=10) for step in range(2)}
+    ingest_steps(store, tmp_path, "d", batches)
     sets = ["dppo_type=binary_kl", "delta_high=0.05", "advantage_sign=positive"]
-    ran = cli("whatif", "d", "--preset", "dppo",
-              *[a for s in sets for a in ("--set", s)], "--json", "-", "-q")  # fmt: skip
-    assert ran.code == 0, ran.err
-    doc = json.loads(ran.out)["whatif"]
+    doc, per_step = whatif_per_step("d", "dppo", sets)
     assert doc["source"] == "skyrl/backends/skyrl_train/utils/ppo_utils.py"
-    per_step = {
-        g["by"]["step"]: g["metrics"] for g in doc["groups"] if set(g["by"]) == {"run", "step"}
-    }
     config = parse_sets(Dppo(), sets)
     for step, (lrs, lts) in batches.items():
         (_, _, want), _ = _reference(lrs, lts, config, "positive")
@@ -179,8 +145,6 @@ def test_cli_per_step_groups_equal_skyrl_per_batch(store: Path, tmp_path: Path) 
 
 
 def test_list_presets_names_version_and_source() -> None:
-    ran = cli("whatif", "--list-presets", "--json", "-")
-    assert ran.code == 0, ran.err
-    dppo = next(p for p in json.loads(ran.out)["presets"] if p["preset"] == "dppo")
+    dppo = listed_preset("dppo")
     assert "a9564572" in dppo["framework"] and dppo["source"].endswith("ppo_utils.py")
     assert dppo["defaults"]["delta_low"] == 0.2 and dppo["defaults"]["dppo_type"] == "binary_tv"

@@ -9,20 +9,24 @@ trainer's), per-token ``advantages`` (GRPO: the sequence's on every token) and `
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 
-import mismatchctl
 from mismatchctl.stats.preset_opsm import SlimeOpsm
-from mismatchctl.stats.presets import merge, parse_sets
-from tests.helpers import cli
+from mismatchctl.stats.presets import parse_sets
+from tests.analysis.preset_data import (
+    exp_batch,
+    ingest_steps,
+    listed_preset,
+    nonpositive,
+    refused,
+    run_preset,
+    whatif_per_step,
+)
 
 
 def compute_opsm_mask(args, full_log_probs, full_old_log_probs, advantages, loss_masks):
@@ -66,29 +70,11 @@ def slime_opsm(lrs, lts, delta, advantage, tool=None, micro_batches=3):
 
 
 def _batch(seed, n_seq=40):
-    rng = np.random.default_rng(seed)
-    lrs, lts = [], []
-    for _ in range(n_seq):
-        n = int(rng.integers(2, 40))
-        lr = -rng.exponential(1.0, n)
-        scale = rng.choice([0.001, 0.01, 0.05, 0.2])
-        lrs.append(lr)
-        lts.append(lr + rng.normal(0.0, scale, n))
-    return lrs, lts
+    return exp_batch(seed, n_seq, [0.001, 0.01, 0.05, 0.2], lengths=(2, 40))
 
 
 def _preset(lrs, lts, config, parts=3):
-    preset = SlimeOpsm()
-    preset.check(config)
-    names = preset.fields(config)
-    state = None
-    for cut in np.array_split(np.arange(len(lrs)), parts):
-        lr = np.concatenate([lrs[i] for i in cut])
-        lt = np.concatenate([lts[i] for i in cut])
-        seq = np.repeat(cut, [len(lrs[i]) for i in cut])
-        s = preset.compute(lr, lt, seq, np.zeros(len(lr), np.int64), 1, config)[0]
-        state = s if state is None else merge(state, s, names)
-    return preset.finalize(state, config)
+    return run_preset(SlimeOpsm(), lrs, lts, config, parts)
 
 
 def _config(**kw) -> dict:
@@ -156,39 +142,21 @@ def test_tool_tokens_leave_the_mask_alone_and_weigh_in_slimes_clipfrac() -> None
     ],
 )
 def test_bad_configs_are_refused(store: Path, sets: list, found: str) -> None:
-    args = [a for s in sets for a in ("--set", s)]
-    ran = cli("whatif", "x", "--preset", "slime-opsm", *args, "-q")
-    assert ran.code == 1 and found in ran.err and "Hint:" in ran.err, ran.err
+    assert found in refused("slime-opsm", sets)
 
 
 def test_cli_per_step_groups_equal_slime_per_step(store: Path, tmp_path: Path) -> None:
-    rows, batches = [], {}
-    for step in range(2):
-        lrs, lts = _batch(40 + step, n_seq=12)
-        lts = [np.minimum(t, 0.0) for t in lts]  # log-probabilities, as ingest requires
-        batches[step] = (lrs, lts)
-        for i, (a, t) in enumerate(zip(lrs, lts, strict=True)):
-            rows.append(dict(step=step, uid=f"{step}-{i}", rollout_log_probs=a.tolist(),
-                             old_log_probs=t.tolist()))  # fmt: skip
-    pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), tmp_path / "d.parquet")
-    mismatchctl.ingest([tmp_path / "d.parquet"], run="o", store=store)
-    ran = cli("whatif", "o", "--preset", "slime-opsm", "--set", "opsm_delta=0.002",
-              "--json", "-", "-q")  # fmt: skip
-    assert ran.code == 0, ran.err
-    doc = json.loads(ran.out)["whatif"]
-    assert doc["preset"] == "slime-opsm" and doc["source"] == "slime/utils/ppo_utils.py"
-    per_step = {
-        g["by"]["step"]: g["metrics"] for g in doc["groups"] if set(g["by"]) == {"run", "step"}
-    }
+    batches = {step: nonpositive(_batch(40 + step, n_seq=12)) for step in range(2)}
+    ingest_steps(store, tmp_path, "o", batches)
+    doc, per_step = whatif_per_step("o", "slime-opsm", ["opsm_delta=0.002"])
+    assert doc["source"] == "slime/utils/ppo_utils.py"
     for step, (lrs, lts) in batches.items():
         _, want = slime_opsm(lrs, lts, 0.002, -1.0)
         assert per_step[step]["opsm_clipfrac"] == pytest.approx(want, rel=1e-12)
 
 
 def test_list_presets_names_version_and_source() -> None:
-    ran = cli("whatif", "--list-presets", "--json", "-")
-    assert ran.code == 0, ran.err
-    opsm = next(p for p in json.loads(ran.out)["presets"] if p["preset"] == "slime-opsm")
+    opsm = listed_preset("slime-opsm")
     assert "624b824a" in opsm["framework"] and "31f1ca96" in opsm["framework"]
     assert opsm["source"] == "slime/utils/ppo_utils.py"
     assert opsm["defaults"] == {"opsm_delta": 1e-4, "advantage_sign": "negative"}

@@ -8,7 +8,6 @@ only, with their turn index."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,8 +19,13 @@ import torch
 
 import mismatchctl
 from mismatchctl.stats.preset_roll import RollTrainInfer
-from mismatchctl.stats.presets import merge, parse_sets
-from tests.helpers import cli
+from mismatchctl.stats.presets import parse_sets
+from tests.analysis.preset_data import (
+    listed_preset,
+    refused,
+    run_preset,
+    whatif_per_step,
+)
 
 GAP = 2  # masked (tool) positions between two model turns
 
@@ -176,18 +180,8 @@ def _padded(batch):
 
 
 def _preset(batch, config, parts=3):
-    preset = RollTrainInfer()
-    preset.check(config)
-    names = preset.fields(config)
-    state = None
-    for cut in np.array_split(np.arange(len(batch)), parts):
-        lr = np.concatenate([batch[i][0] for i in cut])
-        lt = np.concatenate([batch[i][1] for i in cut])
-        turn = np.concatenate([batch[i][2] for i in cut])
-        seq = np.repeat(cut, [len(batch[i][0]) for i in cut])
-        s = preset.compute(lr, lt, seq, np.zeros(len(lr), np.int64), 1, config, turn=turn)[0]
-        state = s if state is None else merge(state, s, names)
-    return preset.finalize(state, config)
+    lrs, lts, turns = (list(side) for side in zip(*batch, strict=True))
+    return run_preset(RollTrainInfer(), lrs, lts, config, parts, turns=turns)
 
 
 def _run(sets, seed, equal=False):
@@ -276,9 +270,7 @@ def test_segment_is_the_turn() -> None:
     ],
 )
 def test_bad_configs_are_refused(store: Path, sets: list, found: str) -> None:
-    args = [a for s in sets for a in ("--set", s)]
-    ran = cli("whatif", "x", "--preset", "roll-train-infer", *args, "-q")
-    assert ran.code == 1 and found in ran.err and "Hint:" in ran.err, ran.err
+    assert found in refused("roll-train-infer", sets)
 
 
 def test_cli_reads_turns_and_per_step_groups_equal_roll(store: Path, tmp_path: Path) -> None:
@@ -295,14 +287,8 @@ def test_cli_reads_turns_and_per_step_groups_equal_roll(store: Path, tmp_path: P
     mismatchctl.ingest([tmp_path / "d.parquet"], run="r", store=store)
     sets = ["is_weight.enabled=true", "is_weight.weight_type=segment", "filters.0.enabled=true",
             "filters.0.agg_type=segment"]  # fmt: skip
-    ran = cli("whatif", "r", "--preset", "roll-train-infer",
-              *[a for s in sets for a in ("--set", s)], "--json", "-", "-q")  # fmt: skip
-    assert ran.code == 0, ran.err
-    doc = json.loads(ran.out)["whatif"]
+    doc, per_step = whatif_per_step("r", "roll-train-infer", sets)
     assert doc["source"] == "roll/utils/train_infer_corrections.py"
-    per_step = {
-        g["by"]["step"]: g["metrics"] for g in doc["groups"] if set(g["by"]) == {"run", "step"}
-    }
     config = _roll_config(parse_sets(RollTrainInfer(), sets))
     for step, batch in batches.items():
         *_, want = roll_reference(config, *_padded(batch))
@@ -310,9 +296,7 @@ def test_cli_reads_turns_and_per_step_groups_equal_roll(store: Path, tmp_path: P
 
 
 def test_list_presets_names_version_and_source() -> None:
-    ran = cli("whatif", "--list-presets", "--json", "-")
-    assert ran.code == 0, ran.err
-    roll = next(p for p in json.loads(ran.out)["presets"] if p["preset"] == "roll-train-infer")
+    roll = listed_preset("roll-train-infer")
     assert "8eb27cc2" in roll["framework"]
     assert roll["defaults"]["is_weight.upper_bound"] == 1.2
     assert roll["defaults"]["filters.0.ratio_low"] == 0.8

@@ -7,20 +7,25 @@ preset in float64, so ratios agree to 1e-6; counts agree exactly."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 
-import mismatchctl
 from mismatchctl.stats.preset_skyrl import SkyrlOffPolicy
-from mismatchctl.stats.presets import merge, parse_sets
-from tests.helpers import cli
+from mismatchctl.stats.presets import parse_sets
+from tests.analysis.preset_data import (
+    exp_batch,
+    ingest_steps,
+    listed_preset,
+    nonpositive,
+    padded,
+    refused,
+    run_preset,
+    whatif_per_step,
+)
 
 
 def safe_exp_delta(delta, clip=20.0, out_dtype=None):
@@ -117,47 +122,18 @@ def skyrl_reference(old, rollout, loss_mask, c):
 
 
 def _batch(seed, n_seq=24, equal=False):
-    rng = np.random.default_rng(seed)
-    lrs, lts = [], []
-    for _ in range(n_seq):
-        n = 16 if equal else int(rng.integers(1, 30))
-        lr = -rng.exponential(1.0, n)
-        lrs.append(lr)
-        lts.append(lr + rng.normal(0, rng.choice([0.003, 0.05, 0.5, 2.0]), n))
-    return lrs, lts
-
-
-def _padded(lrs, lts):
-    width = max(len(a) for a in lrs)
-    old = torch.zeros(len(lrs), width, dtype=torch.float64)
-    rollout = torch.zeros_like(old)
-    mask = torch.zeros_like(old)
-    for i, (a, t) in enumerate(zip(lrs, lts, strict=True)):
-        rollout[i, : len(a)], old[i, : len(a)], mask[i, : len(a)] = (
-            torch.tensor(a), torch.tensor(t), 1.0,
-        )  # fmt: skip
-    return old, rollout, mask
+    return exp_batch(seed, n_seq, [0.003, 0.05, 0.5, 2.0], length=16 if equal else None)
 
 
 def _preset(lrs, lts, config, parts=3):
-    preset = SkyrlOffPolicy()
-    preset.check(config)
-    names = preset.fields(config)
-    state = None
-    for cut in np.array_split(np.arange(len(lrs)), parts):
-        lr = np.concatenate([lrs[i] for i in cut])
-        lt = np.concatenate([lts[i] for i in cut])
-        seq = np.repeat(cut, [len(lrs[i]) for i in cut])
-        s = preset.compute(lr, lt, seq, np.zeros(len(lr), np.int64), 1, config)[0]
-        state = s if state is None else merge(state, s, names)
-    return preset.finalize(state, config)
+    return run_preset(SkyrlOffPolicy(), lrs, lts, config, parts)
 
 
 def _run(sets, seed, equal=False):
     config = parse_sets(SkyrlOffPolicy(), sets)
     lrs, lts = _batch(seed, equal=equal)
     got = _preset(lrs, lts, config)
-    old, rollout, mask = _padded(lrs, lts)
+    old, rollout, mask = padded(lrs, lts)
     weight, want, final = skyrl_reference(old, rollout, mask, SimpleNamespace(**config))
     return got, want, weight, final, mask
 
@@ -249,42 +225,23 @@ def test_the_veto_drops_whole_sequences() -> None:
     ],
 )
 def test_bad_configs_are_refused(store: Path, sets: list, found: str) -> None:
-    args = [a for s in sets for a in ("--set", s)]
-    ran = cli("whatif", "x", "--preset", "skyrl-off-policy", *args, "-q")
-    assert ran.code == 1 and found in ran.err and "Hint:" in ran.err, ran.err
+    assert found in refused("skyrl-off-policy", sets)
 
 
 def test_cli_per_step_groups_equal_skyrl_per_batch(store: Path, tmp_path: Path) -> None:
-    rows, batches = [], {}
-    for step in range(3):
-        lrs, lts = _batch(40 + step, n_seq=10)
-        lts = [np.minimum(t, 0.0) for t in lts]
-        batches[step] = (lrs, lts)
-        for i, (a, t) in enumerate(zip(lrs, lts, strict=True)):
-            rows.append(dict(step=step, uid=f"{step}-{i}", rollout_log_probs=a.tolist(),
-                             old_log_probs=t.tolist()))  # fmt: skip
-    pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), tmp_path / "d.parquet")
-    mismatchctl.ingest([tmp_path / "d.parquet"], run="s", store=store)
+    batches = {step: nonpositive(_batch(40 + step, n_seq=10)) for step in range(3)}
+    ingest_steps(store, tmp_path, "s", batches)
     sets = ["tis_ratio_type=token", "sequence_mask_metric=geometric"]
-    ran = cli("whatif", "s", "--preset", "skyrl-off-policy",
-              *[a for s in sets for a in ("--set", s)], "--json", "-", "-q")  # fmt: skip
-    assert ran.code == 0, ran.err
-    doc = json.loads(ran.out)["whatif"]
+    doc, per_step = whatif_per_step("s", "skyrl-off-policy", sets)
     assert doc["source"] == "skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py"
-    per_step = {
-        g["by"]["step"]: g["metrics"] for g in doc["groups"] if set(g["by"]) == {"run", "step"}
-    }
     config = SimpleNamespace(**parse_sets(SkyrlOffPolicy(), sets))
     for step, (lrs, lts) in batches.items():
-        _, want, _ = skyrl_reference(*_padded(lrs, lts), config)
+        _, want, _ = skyrl_reference(*padded(lrs, lts), config)
         _assert_close(per_step[step], want, skip=("is_ratio_std", "is_ratio_min"))
 
 
 def test_list_presets_names_version_and_source() -> None:
-    ran = cli("whatif", "--list-presets", "--json", "-")
-    assert ran.code == 0, ran.err
-    listed = json.loads(ran.out)["presets"]
-    skyrl = next(p for p in listed if p["preset"] == "skyrl-off-policy")
+    skyrl = listed_preset("skyrl-off-policy")
     assert "a9564572" in skyrl["framework"] and "0.3.0" in skyrl["framework"]
     assert skyrl["source"].endswith("off_policy_correction_utils.py")
     assert skyrl["defaults"]["geo_mask_low"] == 0.99

@@ -6,12 +6,12 @@ and averaged over the samples."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from mismatchctl.stats.preset_slime import ICEPOP, SlimeTis
-from mismatchctl.stats.presets import merge, parse_sets
+from mismatchctl.stats.presets import parse_sets
+from tests.analysis.preset_data import exp_batch, run_preset
 
 
 def slime_reference(lrs, lts, lo, hi, icepop):
@@ -40,28 +40,11 @@ def slime_reference(lrs, lts, lo, hi, icepop):
 
 
 def _batch(seed):
-    rng = np.random.default_rng(seed)
-    lrs, lts = [], []
-    for _ in range(25):
-        n = int(rng.integers(1, 30))
-        lr = -rng.exponential(1.0, n)
-        lrs.append(lr)
-        lts.append(lr + rng.normal(0, rng.choice([0.05, 0.5, 1.5]), n))
-    return lrs, lts
+    return exp_batch(seed, 25, [0.05, 0.5, 1.5])
 
 
 def _preset(lrs, lts, config, parts=3):
-    preset = SlimeTis()
-    preset.check(config)
-    names = preset.fields(config)
-    state = None
-    for cut in np.array_split(np.arange(len(lrs)), parts):
-        lr = np.concatenate([lrs[i] for i in cut])
-        lt = np.concatenate([lts[i] for i in cut])
-        seq = np.repeat(cut, [len(lrs[i]) for i in cut])
-        s = preset.compute(lr, lt, seq, np.zeros(len(lr), np.int64), 1, config)[0]
-        state = s if state is None else merge(state, s, names)
-    return preset.finalize(state, config)
+    return run_preset(SlimeTis(), lrs, lts, config, parts)
 
 
 @pytest.mark.parametrize("icepop", [False, True])

@@ -11,7 +11,6 @@ torch transcription of that code (in float64, with tails a trainer does not prod
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -20,21 +19,15 @@ import pytest
 import torch
 
 from mismatchctl.stats.preset_trl import TrlVllmIs
-from mismatchctl.stats.presets import merge, parse_sets
+from mismatchctl.stats.presets import parse_sets
+from tests.analysis.preset_data import exp_batch, listed_preset, padded, run_preset
 from tests.trl_grpo import sample_with_stale_copy, tiny_grpo_setup
 
 MODES = ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
 
 
 def trl_reference(lrs, lts, mode, clip_min, clip_max):
-    width = max(len(a) for a in lrs)
-    sampling = torch.zeros(len(lrs), width, dtype=torch.float64)
-    old = torch.zeros_like(sampling)
-    mask = torch.zeros_like(sampling)
-    for i, (a, t) in enumerate(zip(lrs, lts, strict=True)):
-        sampling[i, : len(a)], old[i, : len(t)], mask[i, : len(a)] = (
-            torch.tensor(a), torch.tensor(t), 1.0,
-        )  # fmt: skip
+    old, sampling, mask = padded(lrs, lts)
     per_token_logps_diff = (old - sampling) * mask
     sequence_level_is = mode in ["sequence_mask", "sequence_truncate"]
     if sequence_level_is:
@@ -61,28 +54,11 @@ def trl_reference(lrs, lts, mode, clip_min, clip_max):
 
 
 def _batch(seed):
-    rng = np.random.default_rng(seed)
-    lrs, lts = [], []
-    for _ in range(20):
-        n = int(rng.integers(1, 25))
-        lr = -rng.exponential(1.0, n)
-        lrs.append(lr)
-        lts.append(lr + rng.normal(0, rng.choice([0.01, 0.05, 0.3]), n))
-    return lrs, lts
+    return exp_batch(seed, 20, [0.01, 0.05, 0.3], lengths=(1, 25))
 
 
 def _preset(lrs, lts, config, parts=2):
-    preset = TrlVllmIs()
-    preset.check(config)
-    names = preset.fields(config)
-    state = None
-    for cut in np.array_split(np.arange(len(lrs)), parts):
-        lr = np.concatenate([lrs[i] for i in cut])
-        lt = np.concatenate([lts[i] for i in cut])
-        seq = np.repeat(cut, [len(lrs[i]) for i in cut])
-        s = preset.compute(lr, lt, seq, np.zeros(len(lr), np.int64), 1, config)[0]
-        state = s if state is None else merge(state, s, names)
-    return preset.finalize(state, config)
+    return run_preset(TrlVllmIs(), lrs, lts, config, parts)
 
 
 @pytest.mark.parametrize(
@@ -203,10 +179,6 @@ def test_preset_equals_trl_grpo_trainer(grpo_trainer, mode: str, clip_min, clip_
 
 
 def test_list_presets_names_trl_version(store: Path) -> None:
-    from tests.helpers import cli
-
-    ran = cli("whatif", "--list-presets", "--json", "-")
-    assert ran.code == 0, ran.err
-    trl = next(p for p in json.loads(ran.out)["presets"] if p["preset"] == "trl-vllm-is")
+    trl = listed_preset("trl-vllm-is")
     assert trl["framework"].startswith("TRL 1.16.0")
     assert trl["source"] == "trl/trainer/grpo_trainer.py"

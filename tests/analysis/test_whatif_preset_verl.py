@@ -16,20 +16,23 @@ to 1e-9.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 import torch
 
-import mismatchctl
 from mismatchctl.stats.preset_verl import VerlRolloutCorr
-from mismatchctl.stats.presets import merge, parse_sets
-from tests.helpers import cli
+from mismatchctl.stats.presets import parse_sets
+from tests.analysis.preset_data import (
+    ingest_steps,
+    listed_preset,
+    nonpositive,
+    refused,
+    run_preset,
+    whatif_per_step,
+)
 
 VERL = "verl is not installed: pip install --no-deps verl==0.9.1 (the test command does)"
 RS_STATISTICS = re.compile(
@@ -75,18 +78,7 @@ def _padded(lrs, lts, dtype=torch.float64, mask_dtype=torch.float64):
 
 
 def _preset(lrs, lts, config, parts: int = 1) -> dict:
-    preset = VerlRolloutCorr()
-    preset.check(config)
-    names = preset.fields(config)
-    cuts = np.array_split(np.arange(len(lrs)), parts)
-    state = None
-    for cut in cuts:  # parts of whole sequences, merged
-        lr = np.concatenate([lrs[i] for i in cut])
-        lt = np.concatenate([lts[i] for i in cut])
-        seq = np.repeat(cut, [len(lrs[i]) for i in cut])
-        s = preset.compute(lr, lt, seq, np.zeros(len(lr), np.int64), 1, config)[0]
-        state = s if state is None else merge(state, s, names)
-    return preset.finalize(state, config)
+    return run_preset(VerlRolloutCorr(), lrs, lts, config, parts)
 
 
 def _config(**kw) -> dict:
@@ -268,31 +260,15 @@ def test_icepop_zeroes_the_weights_outside_the_band() -> None:
     ],
 )
 def test_bad_configs_are_refused(store: Path, tmp_path: Path, sets: list, found: str) -> None:
-    args = [a for s in sets for a in ("--set", s)]
-    ran = cli("whatif", "x", "--preset", "verl-rollout-corr", *args, "-q")
-    assert ran.code == 1 and found in ran.err and "Hint:" in ran.err, ran.err
+    assert found in refused("verl-rollout-corr", sets)
 
 
 def test_cli_per_step_groups_equal_verl_per_batch(verl_corr, store: Path, tmp_path: Path) -> None:
-    rows, batches = [], {}
-    for step in range(3):
-        lrs, lts = _batch(20 + step, n_seq=12)
-        lts = [np.minimum(t, 0.0) for t in lts]
-        batches[step] = (lrs, lts)
-        for i, (a, t) in enumerate(zip(lrs, lts, strict=True)):
-            rows.append(dict(step=step, uid=f"{step}-{i}", rollout_log_probs=a.tolist(),
-                             old_log_probs=t.tolist()))  # fmt: skip
-    pq.write_table(pa.table({k: [r[k] for r in rows] for k in rows[0]}), tmp_path / "d.parquet")
-    mismatchctl.ingest([tmp_path / "d.parquet"], run="v", store=store)
+    batches = {step: nonpositive(_batch(20 + step, n_seq=12)) for step in range(3)}
+    ingest_steps(store, tmp_path, "v", batches)
     sets = ["rollout_is=sequence", "rollout_rs=seq_mean_k3", "rollout_rs_threshold=0.01"]
-    ran = cli("whatif", "v", "--preset", "verl-rollout-corr",
-              *[a for s in sets for a in ("--set", s)], "--json", "-", "-q")  # fmt: skip
-    assert ran.code == 0, ran.err
-    doc = json.loads(ran.out)["whatif"]
+    doc, per_step = whatif_per_step("v", "verl-rollout-corr", sets)
     assert doc["preset"] == "verl-rollout-corr" and doc["source"].endswith("rollout_corr_helper.py")
-    per_step = {
-        g["by"]["step"]: g["metrics"] for g in doc["groups"] if set(g["by"]) == {"run", "step"}
-    }
     config = _config(rollout_is="sequence", rollout_rs="seq_mean_k3", rollout_rs_threshold=0.01)
     for step, (lrs, lts) in batches.items():
         want, applied = _run_verl(verl_corr, lrs, lts, config)
@@ -300,10 +276,7 @@ def test_cli_per_step_groups_equal_verl_per_batch(verl_corr, store: Path, tmp_pa
 
 
 def test_list_presets_names_version_and_source(store: Path) -> None:
-    ran = cli("whatif", "--list-presets", "--json", "-")
-    assert ran.code == 0, ran.err
-    listed = json.loads(ran.out)["presets"]
-    verl = next(p for p in listed if p["preset"] == "verl-rollout-corr")
+    verl = listed_preset("verl-rollout-corr")
     assert verl["framework"].startswith("verl 0.9.1")
     assert verl["source"] == "verl/trainer/ppo/rollout_corr_helper.py"
     assert verl["defaults"]["rollout_is_threshold"] == 2.0

@@ -276,7 +276,7 @@ def engine_batches(variant: Any, seqs: list, tick: Callable[[int], None]) -> lis
 def _k3s(drawn: Sampled, start: np.ndarray) -> tuple[float, float]:
     """(K3 of the start against the trainer side, K3 of trainer vs rollout) over the sample's
     tokens, each sequence weighted as its stratum says."""
-    from mismatchctl.analysis.bisect.metrics import k3
+    from mismatchctl.stats.per_token import k3
 
     trainer, rollout = np.concatenate(drawn.trainer), np.concatenate(drawn.rollout)
     w = np.repeat(drawn.weights(), [len(t) for t in drawn.targets])

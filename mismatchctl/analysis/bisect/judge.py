@@ -12,6 +12,7 @@ import numpy as np
 
 from mismatchctl.analysis.bisect.metrics import Numbers, Resamples, Sides, numbers
 from mismatchctl.analysis.bisect.sample import Sampled
+from mismatchctl.stats.per_token import k3
 
 REPRODUCE_RESIDUAL = 0.1
 CONTROL = "control"
@@ -115,7 +116,7 @@ def judge(
         outcomes.append(o)
     d = trainer - rollout
     w = rs.weight[owner]
-    mismatch = float(np.average(np.expm1(d) - d, weights=w))
+    mismatch = float(np.average(k3(d), weights=w))
     result = Bisect(run, model, device, len(lengths), len(rollout), drawn.candidates,
                     drawn.without_prompt, mismatch, outcomes, skipped, seed)  # fmt: skip
     result.cells, result.cells_note = cells, drawn.note

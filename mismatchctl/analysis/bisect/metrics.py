@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mismatchctl.stats.per_token import k3
+
 RESAMPLES = 1000
 LEVEL = 0.95
 
@@ -51,11 +53,6 @@ class Resamples:
         with np.errstate(invalid="ignore", divide="ignore"):
             reps = (self.weights @ sums) / (self.weights @ counts)
             return (self.weight @ sums) / (self.weight @ counts), reps
-
-
-def k3(d: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        return np.expm1(d) - d
 
 
 def per_sequence(values: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
