@@ -31,6 +31,6 @@ def run(ctx: Context) -> Check:
         NA,
         "the store keeps one token id column per token, so ids of the two sides cannot be "
         "compared after ingest",
-        {},
+        None,
         "when the dumps carry both sides' ids, compare them before ingest",
     )
