@@ -17,13 +17,13 @@ import pytest
 from tests.analysis.diagnose.stores import (
     alignment,
     calibration,
-    ends,
     gpus,
     growth,
     leaning,
     planted_causes,
     relative,
     requests,
+    stops,
     turns,
 )
 from tests.planted import SHARED
@@ -69,7 +69,7 @@ def _store(name: str, build: Callable[[SharedDirs], Path]) -> Callable[..., Path
 
 planted_store = _store("planted", planted_causes.planted)  # one run per planted cause
 alignment_store = _store("alignment", alignment.store)
-ends_store = _store("ends", ends.store)
+ends_store = _store("ends", stops.store)
 gpu_store = _store("gpu", gpus.store)
 four_gpus_store = _store("four_gpus", gpus.four)
 one_gpu_each_store = _store("one_gpu_each", gpus.one_gpu_each)

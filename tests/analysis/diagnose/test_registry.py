@@ -60,7 +60,6 @@ SAME_SPELLING = {
     ("hardware", "causes/data.py"): "a cause's key, among the causes it explains",
     ("cause", "diagnosis.py"): "the JSON key of the weighing of the causes",
     ("cause", "view.py"): "the label of the verdict's cause line",
-    ("severe_batches", "checks/hardware.py"): "an evidence key: the severe batches per gpu",
     ("baseline", "diagnosis.py"): "the JSON key of the --baseline selector",
     ("spikes", "steps.py"): "a kind of split of the steps (evidence `kind`)",
     ("regimes", "steps.py"): "a kind of split of the steps (evidence `kind`)",

@@ -17,14 +17,14 @@ def test_spikes_on_every_gpu_stay_a_code_path_beside_a_hot_gpu(gpu_store: Path) 
     assert checks["hardware"].verdict in ("warn", "fail")  # A100 at 10x: seen
     spikes = checks["spikes"]
     assert spikes.verdict in ("warn", "fail")
-    (run,) = spikes.evidence["runs"].values()
-    assert {int(s) for s in run["elevated_steps"]} == set(spike_steps(24))
+    (run,) = spikes.evidence.runs.values()
+    assert {int(s) for s in run.split.elevated_steps} == set(spike_steps(24))
     # two faults: the hot gpu carries most of the excess and is named; the spikes on every gpu
     # are a second cause (they do not follow the gpu)
     cause = checks["cause"]
-    assert cause.evidence["key"] == "hardware"
-    assert [a["key"] for a in cause.evidence["also"]] == ["code_path"]
-    assert "importance sampling would only reweight" in cause.evidence["also"][0]["next"]
+    assert cause.evidence.cause == "hardware"
+    assert [a.key for a in cause.evidence.also] == ["code_path"]
+    assert "importance sampling would only reweight" in cause.evidence.also[0].next
 
 
 @pytest.mark.parametrize("run", ["switch-3x", slow_param("switch-10x")])
@@ -35,10 +35,10 @@ def test_a_fault_from_one_step_on_stays_a_code_path(
     checks = diagnosed(growth_store, run, baseline)
     regimes = checks["regimes"]
     assert regimes.verdict in growth.ALARM
-    (evidence,) = regimes.evidence["runs"].values()
-    assert evidence["kind"] == "step change" and "smooth_rise" not in evidence
-    assert [int(s) for s in evidence["elevated_steps"]] == list(range(16, growth.STEPS))
-    assert checks["cause"].evidence["key"] == "code_path"
+    (evidence,) = regimes.evidence.runs.values()
+    assert evidence.split.kind == "step change" and evidence.smooth_rise is None
+    assert [int(s) for s in evidence.split.elevated_steps] == list(range(16, growth.STEPS))
+    assert checks["cause"].evidence.cause == "code_path"
     assert "a code path only some steps take" in regimes.next
 
 
@@ -50,7 +50,7 @@ def test_a_code_path_comes_before_leaning_responses(leaning_store: Path) -> None
     signs = checks["policy_signs"]
     assert signs.verdict in leaning.ALARM
     assert "or a biased kernel" in signs.finding and signs.next.startswith("fix the code path")
-    assert checks["cause"].evidence["key"] == "code_path"
+    assert checks["cause"].evidence.cause == "code_path"
 
 
 def test_hot_requests_of_one_data_source_are_named_by_it(sequences_store: Path) -> None:
@@ -61,10 +61,10 @@ def test_hot_requests_of_one_data_source_are_named_by_it(sequences_store: Path) 
     checks = requests._checks(sequences_store, "source-3x")
     local, cause, hot = checks["localized"], checks["cause"], checks["hot_sequences"]
     assert local.verdict in requests.ALARM
-    (run,) = local.evidence["runs"].values()
-    assert run["code_path_findings"][0]["where"] == {"attr:data_source": "code"}
-    assert cause.evidence["key"] == "code_path"
-    assert cause.evidence["variant"] == "the samples with data_source code"
+    (run,) = local.evidence.runs.values()
+    assert run.code_path_findings[0].where == {"attr:data_source": "code"}
+    assert cause.evidence.cause == "code_path"
+    assert cause.evidence.named.variant == "the samples with data_source code"
     assert "--where attr:data_source=code" in cause.next and "attention" not in cause.next
     assert local.next == cause.next
     assert hot.verdict in requests.ALARM and "the localized check names a part" in hot.next
@@ -78,13 +78,13 @@ def test_hotter_first_turns_are_the_prompts_path(
     checks = diagnosed(turns_store, run, baseline)
     local, cause = checks["localized"], checks["cause"]
     assert local.verdict in turns.ALARM
-    (evidence,) = local.evidence["runs"].values()
-    assert evidence["first_turns"] is True
-    top = evidence["code_path_findings"][0]["where"]
+    (evidence,) = local.evidence.runs.values()
+    assert evidence.first_turns is True
+    top = evidence.code_path_findings[0].where
     assert top.get("turn") == "0" or top.get("turn_kind") == "first"
-    assert cause.evidence["key"] == "code_path"
-    assert cause.evidence["variant"].startswith("the first turns")
+    assert cause.evidence.cause == "code_path"
+    assert cause.evidence.named.variant.startswith("the first turns")
     assert "prompt" in cause.next and "prompt" in local.next
     # the later turns are colder, not hotter: the tool check stays quiet
     assert checks["tool_responses"].verdict == "ok"
-    assert checks["tool_responses"].evidence["same_probs_ratio_ci"][1] < 1
+    assert checks["tool_responses"].evidence.same_probs_ratio_ci[1] < 1

@@ -20,12 +20,12 @@ def test_a_smooth_growth_is_the_growth_not_a_code_path(
     assert checks["trend"].verdict in growth.ALARM
     regimes = checks["regimes"]
     assert regimes.verdict in growth.ALARM  # the late steps are higher: true, and said to be a line
-    (evidence,) = regimes.evidence["runs"].values()
-    assert evidence["smooth_rise"] and "rising line" in regimes.finding
+    (evidence,) = regimes.evidence.runs.values()
+    assert evidence.smooth_rise and "rising line" in regimes.finding
     assert "a growth (the trend check)" in regimes.next and "kernel" not in regimes.next
     if checks["localized"].verdict in growth.ALARM:  # the late steps found by the search: the same
         assert "a growth (the trend check)" in checks["localized"].next
     cause = checks["cause"]
-    assert cause.evidence["key"] == "growth"
-    assert "regimes" not in cause.evidence["checks"]
+    assert cause.evidence.cause == "growth"
+    assert "regimes" not in cause.evidence.named.checks
     assert "grows as training goes on" in cause.next

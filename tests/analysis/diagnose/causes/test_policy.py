@@ -17,27 +17,27 @@ def test_a_run_one_step_behind_is_named_the_policy(
     checks = diagnosed(sample_runs_store, "stale-subtle", baseline)
     signs = checks["policy_signs"]
     assert signs.verdict in leaning.ALARM
-    assert signs.evidence["dispersion"] > 2 and signs.evidence["p_value"] < 1e-20
+    assert signs.evidence.worst.signs.dispersion > 2 and signs.evidence.worst.signs.p_value < 1e-20
     assert checks["staleness"].verdict == "ok"  # no version column; its tag says weight_lag=0
     cause = checks["cause"]
-    assert cause.evidence["key"] == "policy" and "policy_signs" in cause.evidence["checks"]
+    assert cause.evidence.cause == "policy" and "policy_signs" in cause.evidence.named.checks
     assert "weight versions" in cause.next
     if baseline:  # the baseline check sees the excess too, and the cause keeps it
-        assert "baseline" in cause.evidence["checks"]
+        assert "baseline" in cause.evidence.named.checks
 
 
 @pytest.mark.parametrize("run", ["lean-1", "lean-2"])
 def test_planted_leaning_responses_are_the_policy(leaning_store: Path, run: str) -> None:
     checks = diagnosed(leaning_store, run)
     assert checks["policy_signs"].verdict in leaning.ALARM
-    assert checks["cause"].evidence["key"] == "policy"
+    assert checks["cause"].evidence.cause == "policy"
 
 
 def test_a_policy_mismatch_without_baseline_is_not_blamed_on_a_code_path(
     relative_store: Path,
 ) -> None:
     for run in ("policy-small", "policy-loud"):
-        cause = relative._checks(relative_store, run)["cause"].evidence["key"]
+        cause = relative._checks(relative_store, run)["cause"].evidence.cause
         assert cause in ("none", "unexplained"), (run, cause)
     loud = relative._checks(relative_store, "policy-loud")["cause"]
     assert loud.verdict == "warn" and "--baseline" in loud.next

@@ -14,7 +14,7 @@ def test_the_same_excess_on_the_same_gpu_is_not_the_hardware(one_gpu_each_store:
     """The same uniform excess (each token's logits perturbed on its own) on the baseline's gpu:
     a less exact path, not another gpu generation."""
     checks = gpus._against(one_gpu_each_store, "h20-3x", "base-h20")
-    assert checks["cause"].evidence["key"] == "precision"
+    assert checks["cause"].evidence.cause == "precision"
 
 
 def test_a_uniform_excess_without_a_lean_is_the_precision_against_a_baseline(
@@ -27,9 +27,9 @@ def test_a_uniform_excess_without_a_lean_is_the_precision_against_a_baseline(
     for run in ("policy-small", "policy-loud"):
         checks = relative._checks(relative_store, run, "base")
         assert checks["baseline"].verdict in relative.ALARM, run
-        assert checks["baseline"].evidence["excess_shape"] == "uniform", run
+        assert checks["baseline"].evidence.excess_shape == "uniform", run
         assert checks["policy_signs"].verdict == "ok", run
-        assert checks["cause"].evidence["key"] == "precision", run
+        assert checks["cause"].evidence.cause == "precision", run
         assert "checkpoint versions" in checks["cause"].next
         assert "localized" not in relative._alarms(checks)
 
@@ -44,14 +44,14 @@ def test_an_excess_in_the_rare_tokens_is_not_called_a_policy(
     checks = relative._checks(relative_store, run, "base")
     base = checks["baseline"]
     assert base.verdict in relative.ALARM
-    assert base.evidence["excess_shape"] == "concentrated"
-    assert base.evidence["concentrated_in"] == "bin"
+    assert base.evidence.excess_shape == "concentrated"
+    assert base.evidence.concentrated_in == "bin"
     assert "bin is not uniform" in base.finding and "too small to test" in base.finding
-    assert checks["cause"].evidence["key"] == "precision"
+    assert checks["cause"].evidence.cause == "precision"
     assert "unlikely" in checks["cause"].next and "weight" not in checks["cause"].next
     # and on its own, without the baseline: 0.3% of the tokens hold 40% (2x) or most (20x) of
     # the K3 mass
     alone = relative._checks(relative_store, run)
     assert alone["low_probability"].verdict in relative.ALARM
-    assert alone["low_probability"].evidence["kl_share"] > 0.3
-    assert alone["cause"].evidence["key"] == "precision"
+    assert alone["low_probability"].evidence.kl_share > 0.3
+    assert alone["cause"].evidence.cause == "precision"

@@ -16,4 +16,4 @@ def test_numerics_are_not_taken_for_a_template_fault(relative_store: Path, run: 
     tokens."""
     checks = relative._checks(relative_store, run)
     assert checks["turn_edges"].verdict == "ok"
-    assert checks["cause"].evidence["key"] != "template"
+    assert checks["cause"].evidence.cause != "template"

@@ -25,13 +25,13 @@ def test_worse_tool_turns_are_not_called_a_code_path(
     length 32-127`); none is hotter than the later turns as a whole, so they are those turns
     seen by position, and the cause is the tool turns, with their advice."""
     checks = relative._checks(relative_store, run, baseline)
-    assert checks["cause"].evidence["key"] == "tool_turns", (run, baseline)
+    assert checks["cause"].evidence.cause == "tool_turns", (run, baseline)
     tool = checks["tool_responses"]
-    assert tool.verdict in relative.ALARM and tool.evidence["same_probs_excess"] is True
+    assert tool.verdict in relative.ALARM and tool.evidence.same_probs_excess is True
     assert "fix that path first" not in tool.next
     local = checks["localized"]
     if local.verdict in relative.ALARM:
-        assert local.evidence["later_turns"] is True
+        assert local.evidence.later_turns is True
         assert "no hotter than the later turns as a whole" in local.finding
         assert "not a code path" in local.next
 
@@ -48,7 +48,7 @@ def test_the_later_turns_seen_by_position_are_one_finding(relative_store: Path) 
     checks = relative._checks(relative_store, "tool-seen")
     local = checks["localized"]
     assert local.verdict == "ok" and "among the turns" in local.finding
-    assert checks["cause"].evidence["key"] == "tool_turns"
+    assert checks["cause"].evidence.cause == "tool_turns"
 
 
 def test_later_turns_found_by_position_alone_still_name_a_cause(turns_store: Path) -> None:
@@ -59,8 +59,8 @@ def test_later_turns_found_by_position_alone_still_name_a_cause(turns_store: Pat
     says a long-context path looks the same."""
     checks = diagnosed(turns_store, "kv-3x-2", None)
     local, tool, cause = checks["localized"], checks["tool_responses"], checks["cause"]
-    assert local.verdict in turns.ALARM and local.evidence["later_turns"] is True
+    assert local.verdict in turns.ALARM and local.evidence.later_turns is True
     assert tool.verdict == "ok"
-    assert cause.evidence["key"] == "tool_turns"
-    assert cause.evidence["checks"] == ["localized"]
+    assert cause.evidence.cause == "tool_turns"
+    assert cause.evidence.named.checks == ["localized"]
     assert "kv_position" in cause.next and "turn_kind=later" in cause.next

@@ -16,7 +16,7 @@ from tests.planted import checks as diagnosed
 def test_healthy_run_raises_no_alarm(relative_store: Path, baseline: str | None) -> None:
     checks = relative._checks(relative_store, "healthy", baseline)
     assert relative._alarms(checks) == {}
-    assert checks["cause"].evidence["key"] == "none"
+    assert checks["cause"].evidence.cause == "none"
 
 
 @pytest.mark.parametrize(
@@ -28,7 +28,7 @@ def test_larger_healthy_runs_raise_no_alarm(
 ) -> None:
     checks = relative._checks(relative_store, run, baseline)
     assert relative._alarms(checks) == {}
-    assert checks["cause"].evidence["key"] == "none"
+    assert checks["cause"].evidence.cause == "none"
 
 
 @pytest.mark.parametrize(
@@ -45,7 +45,7 @@ def test_twice_the_mismatch_estimated_a_little_low_is_named(
 ) -> None:
     checks = relative._checks(relative_store, run, baseline)
     assert checks[check].verdict == "warn"
-    assert checks["cause"].evidence["key"] == cause
+    assert checks["cause"].evidence.cause == cause
 
 
 @pytest.mark.parametrize(
@@ -55,7 +55,7 @@ def test_an_alarm_always_comes_with_a_cause(turns_store: Path, run: str) -> None
     checks = diagnosed(turns_store, run, None)
     alarms = [c.name for c in checks.values() if c.verdict in turns.ALARM and c.name != "cause"]
     if alarms:
-        assert checks["cause"].evidence["key"] != "none", alarms
+        assert checks["cause"].evidence.cause != "none", alarms
 
 
 @pytest.mark.parametrize("run", ["h-a", "h-moe-a", "h-moe-r3-a"])

@@ -35,7 +35,7 @@ def test_alignment_reports_the_mismatch_before_and_after_shifting(planted_store:
     }
     check = next(c for c in diagnosis(planted_store, "shift").checks if c.name == "alignment")
     for name, value in want.items():
-        assert abs(check.evidence[f"vllm_kl_{name}"] - value) <= 1e-9 * value
+        assert abs(getattr(check.evidence, f"vllm_kl_{name}") - value) <= 1e-9 * value
     assert want["lag_plus1"] < want["lag0"] / 10  # the shift undone
     assert "pairing each rollout token with the trainer's next position" in check.finding
 
@@ -58,24 +58,24 @@ def test_samples_shifted_by_a_position_are_found(
     checks = alignment._checks(alignment_store, run)
     check = checks["alignment"]
     assert check.verdict == verdict
-    found = check.evidence["misaligned_turns"]
-    assert found["misaligned"] == found["one_position_later"] > 0
-    assert found["samples"] and all("one position later" in s["what"] for s in found["samples"])
+    found = check.evidence.misaligned_turns
+    assert found.misaligned == found.one_position_later > 0
+    assert found.samples and all("one position later" in s.what for s in found.samples)
     if later is not None:
-        assert found["misaligned"] == later
-        assert all(s["what"].startswith("turn 1") for s in found["samples"])
+        assert found.misaligned == later
+        assert all(s.what.startswith("turn 1") for s in found.samples)
     corr = check.evidence
-    assert corr["correlation_lag0"] > corr["correlation_lag_plus1"]  # the whole stays aligned
+    assert corr.correlation_lag0 > corr.correlation_lag_plus1  # the whole stays aligned
     assert "off-by-one shift in some samples" in check.finding
     if verdict == "fail":
-        assert checks["cause"].evidence["key"] == "data"
+        assert checks["cause"].evidence.cause == "data"
 
 
 @pytest.mark.parametrize("run", ["zero-fills", "clean"])
 def test_fills_and_aligned_samples_are_no_shift(alignment_store: Path, run: str) -> None:
     checks = alignment._checks(alignment_store, run)
     assert checks["alignment"].verdict == "ok"
-    assert checks["alignment"].evidence["misaligned_turns"]["misaligned"] == 0
+    assert checks["alignment"].evidence.misaligned_turns.misaligned == 0
     if run == "zero-fills":
         assert checks["sentinels"].verdict == "fail"
 
@@ -94,7 +94,7 @@ def test_sentinel_fills_are_no_shift_and_leave_the_semantics_unassessed(
         assert checks[name].verdict == "n/a", name
         assert "fill values" in checks[name].finding
     cause = checks["cause"].evidence
-    assert cause["key"] == "data" and cause["because"].startswith("sentinels")
+    assert cause.cause == "data" and cause.named.because.startswith("sentinels")
 
 
 def test_a_loud_fault_on_one_gpu_is_no_alignment_warning(tmp_path: Path) -> None:
@@ -104,9 +104,7 @@ def test_a_loud_fault_on_one_gpu_is_no_alignment_warning(tmp_path: Path) -> None
     mismatchctl.ingest([path], run="gpu", store=tmp_path / "store")
     check = alignment._checks(tmp_path / "store", "gpu")["alignment"]
     ev = check.evidence
-    assert ev["correlation_lag0"] > 2 * max(
-        ev["correlation_lag_plus1"], ev["correlation_lag_minus1"]
-    )
+    assert ev.correlation_lag0 > 2 * max(ev.correlation_lag_plus1, ev.correlation_lag_minus1)
     assert check.verdict == "ok", check.finding
 
 

@@ -12,7 +12,7 @@ from tests.analysis.diagnose.stores import gpus, relative
 def test_another_gpu_at_the_baseline_level_raises_no_alarm(one_gpu_each_store: Path) -> None:
     checks = gpus._against(one_gpu_each_store, "a100-same", "base-h20")
     assert checks["baseline"].verdict == "ok"
-    assert checks["cause"].evidence["key"] == "none"
+    assert checks["cause"].evidence.cause == "none"
 
 
 @pytest.mark.parametrize("baseline", [None, "base"])
@@ -22,7 +22,7 @@ def test_improvement_is_reported_as_such(relative_store: Path, baseline: str | N
     if baseline:
         assert checks["baseline"].verdict == "ok"
         assert "an improvement" in checks["baseline"].finding
-        assert checks["baseline"].evidence["rate_ratio_ci"][1] < 1
+        assert checks["baseline"].evidence.rate_ratio_ci[1] < 1
 
 
 def test_baseline_cli_and_json(relative_store: Path) -> None:

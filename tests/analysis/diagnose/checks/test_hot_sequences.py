@@ -17,7 +17,7 @@ from tests.helpers import slow_param
 def test_no_hot_sequences_where_no_request_is_singled_out(sequences_store: Path, run: str) -> None:
     checks = requests._checks(sequences_store, run)
     assert checks["hot_sequences"].verdict == "ok", checks["hot_sequences"].finding
-    assert checks["cause"].evidence["key"] != "sequences"
+    assert checks["cause"].evidence.cause != "sequences"
 
 
 def test_a_selection_of_runs_is_judged_run_by_run(sequences_store: Path) -> None:
@@ -25,9 +25,9 @@ def test_a_selection_of_runs_is_judged_run_by_run(sequences_store: Path) -> None
     runs together the hot ones would be half the share)."""
     hot = requests._checks(sequences_store, "fleet=b")["hot_sequences"]
     assert hot.verdict in requests.ALARM
-    assert hot.evidence["run"] == "some-3x" and hot.finding.startswith("some-3x: ")
-    runs = hot.evidence["runs"]
+    assert hot.evidence.run == "some-3x" and hot.finding.startswith("some-3x: ")
+    runs = hot.evidence.runs
     assert set(runs) == {"some-3x", "healthy"}
     alone = requests._checks(sequences_store, "some-3x")["hot_sequences"].evidence
-    assert runs["some-3x"] == {k: v for k, v in alone.items()}
-    assert runs["healthy"]["hot"] < T.SEQ_HOT_MIN
+    assert runs["some-3x"] == alone.worst
+    assert runs["healthy"].hot < T.SEQ_HOT_MIN

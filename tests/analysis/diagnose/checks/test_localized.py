@@ -19,9 +19,9 @@ def test_a_path_fault_in_every_third_step_is_found_in_those_steps(
     relative_store: Path, run: str, baseline: str | None
 ) -> None:
     checks = relative._checks(relative_store, run, baseline)
-    assert checks["cause"].evidence["key"] == "code_path"
-    (local,) = checks["localized"].evidence["runs"].values()
-    steps = [f["where"]["step"] for f in local["code_path_findings"] if "step" in f["where"]]
+    assert checks["cause"].evidence.cause == "code_path"
+    (local,) = checks["localized"].evidence.runs.values()
+    steps = [f.where["step"] for f in local.code_path_findings if "step" in f.where]
     assert steps, "a finding on the faulty steps"
     found = {int(v) for v in steps[0].split(",") if "-" not in v}
     assert len(found) >= 5 and found <= set(PATH_STEPS)
@@ -33,10 +33,10 @@ def test_a_fault_at_long_kv_positions_is_found_there(relative_store: Path) -> No
     checks = relative._checks(relative_store, "path-kv")
     assert checks["regimes"].verdict == "ok"
     assert checks["localized"].verdict == "warn"
-    (local,) = checks["localized"].evidence["runs"].values()
-    top = local["code_path_findings"][0]["where"]
+    (local,) = checks["localized"].evidence.runs.values()
+    top = local.code_path_findings[0].where
     assert top["kv_position"] == "32-127"
-    assert checks["cause"].evidence["key"] == "code_path"
+    assert checks["cause"].evidence.cause == "code_path"
 
 
 def test_explain_names_the_same_tokens_once(relative_store: Path) -> None:
@@ -59,21 +59,21 @@ def test_a_long_context_path_inside_the_later_turns_is_a_code_path(
     checks = diagnosed(turns_store, run, baseline)
     local, cause = checks["localized"], checks["cause"]
     assert local.verdict in turns.ALARM
-    assert local.evidence["later_turns"] is False
-    (evidence,) = local.evidence["runs"].values()
-    assert "first_turns" not in evidence
-    assert any("kv_position" in f["where"] for f in evidence["code_path_findings"])
+    assert local.evidence.later_turns is False
+    (evidence,) = local.evidence.runs.values()
+    assert evidence.first_turns is None
+    assert any("kv_position" in f.where for f in evidence.code_path_findings)
     # within the later turns, their long KV positions (the fault's) stand out: at 100x the
     # search's part was askew (some steps, a length), the later turns' own KV contrast is not
-    inside = evidence["within_later_turns"]
-    assert "kv_position" in inside["where"] and inside["rate_ratio_ci"][0] >= 1.5
-    assert cause.evidence["key"] == "code_path", cause.finding
+    inside = evidence.within_later_turns
+    assert "kv_position" in inside.where and inside.rate_ratio_ci[0] >= 1.5
+    assert cause.evidence.cause == "code_path", cause.finding
     assert "attention backend" in cause.next
     # the later turns are hotter as a whole (they hold the long positions): that check fires
     # too, and defers to the code path
     assert checks["tool_responses"].verdict in turns.ALARM
     assert "fix that path first" in checks["tool_responses"].next
-    assert "tool_responses" in cause.evidence["checks"]  # its excess is the path's
+    assert "tool_responses" in cause.evidence.named.checks  # its excess is the path's
     assert cause.verdict == checks["tool_responses"].verdict or cause.verdict == "fail"
 
 
@@ -81,5 +81,5 @@ def test_a_long_context_path_inside_the_later_turns_is_a_code_path(
 def test_a_healthy_run_has_no_turn_fault(turns_store: Path, baseline: str | None) -> None:
     checks = diagnosed(turns_store, "healthy", baseline)
     assert checks["localized"].verdict == "ok"
-    assert checks["cause"].evidence["key"] == "none"
+    assert checks["cause"].evidence.cause == "none"
     assert all(c.verdict not in turns.ALARM for c in checks.values())

@@ -16,10 +16,10 @@ from tests.planted import checks as diagnosed
 def test_numeric_mismatch_does_not_lean(sample_runs_store: Path, run: str) -> None:
     signs = diagnosed(sample_runs_store, run)["policy_signs"]
     assert signs.verdict == "ok"
-    assert signs.evidence["dispersion"] < 1.3
+    assert signs.evidence.worst.signs.dispersion < 1.3
 
 
 @pytest.mark.parametrize("run", ["even", "loud"])
 def test_independent_noise_is_not_a_policy(leaning_store: Path, run: str) -> None:
     signs = diagnosed(leaning_store, run)["policy_signs"]
-    assert signs.verdict == "ok" and signs.evidence["dispersion"] < 1.2
+    assert signs.verdict == "ok" and signs.evidence.worst.signs.dispersion < 1.2

@@ -26,9 +26,9 @@ def test_a_code_path_in_some_steps_is_named_not_the_tool_turns(
     checks = relative._checks(relative_store, run, baseline)
     regimes = checks["regimes"]
     assert regimes.verdict in relative.ALARM
-    (evidence,) = regimes.evidence["runs"].values()
-    assert {int(s) for s in evidence["elevated_steps"]} == set(PATH_STEPS)
-    assert checks["cause"].evidence["key"] == "code_path"
+    (evidence,) = regimes.evidence.runs.values()
+    assert {int(s) for s in evidence.split.elevated_steps} == set(PATH_STEPS)
+    assert checks["cause"].evidence.cause == "code_path"
     assert "importance sampling would only reweight" in checks["cause"].next
     tool = checks["tool_responses"]
     if tool.verdict in relative.ALARM:  # the later turns hold the long KV positions: true, but
@@ -39,17 +39,17 @@ def test_a_code_path_in_some_steps_is_named_not_the_tool_turns(
 
 def test_sample_faulty_attn_steps_are_found(tmp_path: Path) -> None:
     """sample_data/README.md: faulty-attn's faulty path runs in half of its steps."""
-    runs = Path(__file__).parents[2] / "sample_data" / "runs"
+    runs = Path(__file__).parents[4] / "sample_data" / "runs"
     faulty = relative._faulty_steps(runs / "faulty-attn")
     assert 2 <= len(faulty) <= 6
     mismatchctl.ingest([runs / "faulty-attn"], run="faulty-attn", store=tmp_path / "s")
     checks = relative._checks(tmp_path / "s", "faulty-attn")
-    (evidence,) = checks["regimes"].evidence["runs"].values()
+    (evidence,) = checks["regimes"].evidence.runs.values()
     assert checks["regimes"].verdict == "fail"
-    assert [int(s) for s in evidence["elevated_steps"]] == faulty
-    (local,) = checks["localized"].evidence["runs"].values()
+    assert [int(s) for s in evidence.split.elevated_steps] == faulty
+    (local,) = checks["localized"].evidence.runs.values()
     assert checks["localized"].verdict == "fail"
     # the faulty path runs when few sequences are still decoding: long sequences, some steps
-    found = [f["where"] for f in local["code_path_findings"]]
+    found = [f.where for f in local.code_path_findings]
     assert any({"step", "length", "kv_position", "order"} & set(w) for w in found)
-    assert checks["cause"].evidence["key"] == "code_path"
+    assert checks["cause"].evidence.cause == "code_path"

@@ -15,9 +15,9 @@ def test_spikes_are_found_in_a_six_step_run(relative_store: Path, run: str) -> N
     checks = relative._checks(relative_store, run)
     spikes = checks["spikes"]
     assert spikes.verdict == ("warn" if run == "spike-small" else "fail")
-    (evidence,) = spikes.evidence["runs"].values()
-    assert [int(s) for s in evidence["elevated_steps"]] == list(spike_steps(6))
-    assert checks["cause"].evidence["key"] == "code_path"
+    (evidence,) = spikes.evidence.runs.values()
+    assert [int(s) for s in evidence.split.elevated_steps] == list(spike_steps(6))
+    assert checks["cause"].evidence.cause == "code_path"
 
 
 def test_fires_on_its_planted_cause_only(verdicts: dict) -> None:

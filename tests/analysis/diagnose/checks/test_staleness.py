@@ -30,7 +30,7 @@ def test_staleness_without_fresh_rollouts_is_judged_on_its_band(tmp_path) -> Non
 
     import mismatchctl
 
-    runs = Path(__file__).parents[2] / "sample_data" / "runs" / "stale-weights"
+    runs = Path(__file__).parents[4] / "sample_data" / "runs" / "stale-weights"
     mismatchctl.ingest([runs], run="stale", store=tmp_path / "s")
     check = next(
         c
@@ -48,8 +48,8 @@ def test_faint_stale_weights_are_named(relative_store: Path, baseline: str | Non
     checks = relative._checks(relative_store, "stale-faint", baseline)
     stale = checks["staleness"]
     assert stale.verdict == "warn"
-    assert 1.5 < stale.evidence["factor"] < 3 and stale.evidence["factor_ci"][0] > 1.2
-    assert checks["cause"].evidence["key"] == "policy"
+    assert 1.5 < stale.evidence.factor.factor < 3 and stale.evidence.factor.factor_ci[0] > 1.2
+    assert checks["cause"].evidence.cause == "policy"
     assert "stale weights" in checks["cause"].finding
 
 
@@ -59,16 +59,16 @@ def test_a_weight_lag_that_costs_nothing_raises_no_alarm(
 ) -> None:
     checks = relative._checks(relative_store, "stale-even", baseline)
     stale = checks["staleness"]
-    assert stale.evidence["lags"][1]["sequences"] > 200  # a lag there is
-    assert stale.verdict == "ok" and stale.evidence["factor_ci"][0] < 1.2
+    assert stale.evidence.lags[1].sequences > 200  # a lag there is
+    assert stale.verdict == "ok" and stale.evidence.factor.factor_ci[0] < 1.2
     assert relative._alarms(checks) == {}
-    assert checks["cause"].evidence["key"] == "none"
+    assert checks["cause"].evidence.cause == "none"
 
 
 def test_a_weight_lag_tag_names_stale_weights_however_small(relative_store: Path) -> None:
     checks = relative._checks(relative_store, "lagged-small")
     assert checks["staleness"].verdict in relative.ALARM
-    assert checks["cause"].evidence["key"] == "policy"
+    assert checks["cause"].evidence.cause == "policy"
     assert "weight sync" in checks["cause"].next
 
 

@@ -17,15 +17,15 @@ def test_tool_turns_sampling_more_unlikely_tokens_is_told_from_worse_tokens(
     checks = relative._checks(relative_store, "toolmix")
     tool = checks["tool_responses"]
     assert tool.verdict == "warn"
-    assert tool.evidence["later_first_ratio"] > 2
-    assert tool.evidence["same_probs_ratio_ci"][0] < 1.25
-    assert tool.evidence["same_probs_excess"] is False
+    assert tool.evidence.later_first_ratio > 2
+    assert tool.evidence.same_probs_ratio_ci[0] < 1.25
+    assert tool.evidence.same_probs_excess is False
     assert "at the same token probabilities" in tool.finding
     assert "sample more low-probability tokens" in tool.next
-    assert checks["cause"].evidence["key"] == "tool_turns"
+    assert checks["cause"].evidence.cause == "tool_turns"
     loud = relative._checks(relative_store, "tool-loud")["tool_responses"]
-    assert loud.evidence["same_probs_excess"] is True
-    assert loud.evidence["same_probs_ratio_ci"][0] > 5
+    assert loud.evidence.same_probs_excess is True
+    assert loud.evidence.same_probs_ratio_ci[0] > 5
     assert "sample more low-probability tokens" not in (loud.next or "")
 
 

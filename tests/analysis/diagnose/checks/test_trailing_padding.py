@@ -42,9 +42,9 @@ def test_padding_stored_as_tokens_is_flagged(store: Path, tmp_path: Path) -> Non
     checks = {c.name: c for c in api.diagnose("padded", store=store).checks}
     check = checks["trailing_padding"]
     assert check.verdict == "fail" and check.layer == "data integrity"
-    assert check.evidence["padded_sequences"] == int((pads >= 8).sum()) > 0
-    assert check.evidence["padded_tokens"] == int(pads[pads >= 8].sum())
-    assert check.evidence["samples"] and "--map mask=" in check.next
+    assert check.evidence.padded_sequences == int((pads >= 8).sum()) > 0
+    assert check.evidence.padded_tokens == int(pads[pads >= 8].sum())
+    assert check.evidence.samples and "--map mask=" in check.next
     assert {c.name: c for c in api.diagnose("clean", store=store).checks}[
         "trailing_padding"
     ].verdict == "ok"

