@@ -22,7 +22,7 @@ def test_a_uniform_excess_without_a_lean_is_the_precision_against_a_baseline(
 ) -> None:
     """The planted `policy` perturbs each token's logits independently: a uniform excess over
     the baseline whose responses do not lean, which is what a less exact numeric path gives
-    (a physical policy mismatch leans whole responses: test_diagnose_policy.py). The advice
+    (a physical policy mismatch leans whole responses: causes/test_policy.py). The advice
     says that a faint policy mismatch looks the same."""
     for run in ("policy-small", "policy-loud"):
         checks = relative._checks(relative_store, run, "base")

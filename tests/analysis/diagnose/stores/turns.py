@@ -8,7 +8,7 @@ when, within the later turns, it is not hotter than their other tokens either.
 
 The dumps are tests/planted.py's healthy runs with the mismatch of some model tokens scaled
 (``write_scaled``); a uniform excess of every later-turn token stays the tool responses
-(test_diagnose_relative.py)."""
+(causes/test_tool_turns.py)."""
 
 from __future__ import annotations
 
