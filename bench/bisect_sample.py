@@ -117,7 +117,9 @@ def section(result: dict[str, Any]) -> str:
         f"checkpoint ships ({result['run']}, step {result['step']}: 48 sequences), its step "
         f"written {COPIES} times as steps {result['steps']}, ingested as one run; bisect through "
         "the sample model's factory (sample_data/gen/bisect_model.py), every default setting "
-        "the factory runs (the padded batch and the float32 lm_head need a transformers model).",
+        "the factory runs (the padded batches, the float32 lm_head, another attention "
+        "implementation and the chunked prefill need a transformers model), after explain's "
+        f"localization of the run for the hot cells ({result['bisect']['cells']}).",
         "",
         f"The work: {plan['sequences']} sequences, {plan['tokens']:,} model tokens, "
         f"{plan['settings']} settings ({', '.join(plan['names'])}). The verdict: "
@@ -179,7 +181,9 @@ def main() -> None:
         "bisect": {"sequences": got["sequences"], "tokens": got["tokens"],
                    "settings": len(got["settings"]),
                    "names": [s["setting"] for s in got["settings"]],
-                   "verdict": got["verdict"][0]},
+                   "verdict": got["verdict"][0],
+                   "cells": "; ".join(c["cell"] for c in got["cells"])
+                   or got["uniform_because"]},
         "runs": runs,
     }  # fmt: skip
     (workdir / "bisect.json").write_text(json.dumps(result, indent=2) + "\n")

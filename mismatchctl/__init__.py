@@ -13,6 +13,10 @@ Python API::
     wif = mismatchctl.whatif("v1-a100", methods=["seq-mis:2"])
     with mismatchctl.DumpWriter("dumps/") as w:       # in the trainer: one Parquet file per step
         w.add(step, rollout_logprobs, trainer_logprobs, response_mask)
+    mon = mismatchctl.Monitor("r7", tags={"gpu": "H100"})  # or: per-step metrics, no dump
+    mon.update(step, rollout_logprobs, trainer_logprobs, response_mask)  # on the tensors' device
+    wandb.log(mon.step_summary(prefix="mismatch/"))
+    alerts = mon.flush()                                  # the step into the store
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ if TYPE_CHECKING:
         whatif,
     )
     from mismatchctl.dump import DumpWriter
+    from mismatchctl.monitor import Monitor
     from mismatchctl.store import RunInfo, Store, open_store
 
 # Loaded on first use (PEP 562): importing the package, the command line's `--help` or
@@ -57,6 +62,7 @@ _LAZY = {
     "runs": "mismatchctl.api",
     "whatif": "mismatchctl.api",
     "DumpWriter": "mismatchctl.dump",
+    "Monitor": "mismatchctl.monitor",
     "RunInfo": "mismatchctl.store",
     "Store": "mismatchctl.store",
     "open_store": "mismatchctl.store",
@@ -108,6 +114,7 @@ __all__ = [
     "InputError",
     "MismatchError",
     "MissingDependencyError",
+    "Monitor",
     "RunInfo",
     "Store",
     "StoreError",

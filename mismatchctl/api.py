@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,7 +24,7 @@ from mismatchctl.parallel import DEFAULT_WORKERS
 
 if TYPE_CHECKING:
     from mismatchctl.analysis import catalog_view as views
-    from mismatchctl.analysis.bisect.build import Bisect
+    from mismatchctl.analysis.bisect.judge import Bisect
     from mismatchctl.analysis.certify import Certification
     from mismatchctl.analysis.compare import Comparison
     from mismatchctl.analysis.compare_same import Identical
@@ -558,17 +558,23 @@ def bisect(
     settings: list[str] | None = None,
     temperature: float | None = None,
     top_p: float | None = None,
+    top_k: int | None = None,
+    start: str = "fp32",
+    prefill_chunk: int = 512,
+    cells: Sequence[str] = (),
     seed: int = 0,
     store: StorePath = None,
     on_plan: Callable[[str], None] | None = None,
     on_pass: Callable[[str, int, int], None] | None = None,
 ) -> Bisect:
-    """Which component makes ``run``'s mismatch: ``sample`` of its sequences (uniform, seeded;
-    within ``steps``, ``A..B``) re-scored with ``model`` (a local checkpoint directory or a
-    ``module:function`` factory) under each of ``settings`` (all by default), against both
-    sides (docs/bisect.md). ``on_plan`` hears the work before it starts, ``on_pass`` each
-    sequence re-scored as (setting, done, total). Needs torch (and transformers for a
-    checkpoint directory)."""
+    """Which component makes ``run``'s mismatch: ``sample`` of its sequences (within ``steps``,
+    ``A..B``; stratified by the hot cells explain finds there, or by ``cells``, ``KEY=VALUE``
+    conditions of one cell, plus a control sample from the rest; seeded) re-scored with
+    ``model`` (a local checkpoint directory or a ``module:function`` factory) under each of
+    ``settings`` (all by default), each one change from ``start`` (``fp32`` or ``bf16``: the
+    trainer's precision), against both sides (docs/bisect.md). ``on_plan`` hears the hot cells
+    and the work before it starts, ``on_pass`` each sequence re-scored as (setting, done,
+    total). Needs torch (and transformers for a checkpoint directory)."""
     from mismatchctl.analysis.bisect.build import build_bisect
     from mismatchctl.analysis.selectors import parse_steps
     from mismatchctl.store import open_store
@@ -576,8 +582,8 @@ def bisect(
     run = _whole_run(run, "bisect")
     return build_bisect(
         open_store(store), run, model, sample=sample, steps=parse_steps(steps), device=device,
-        names=settings, temperature=temperature, top_p=top_p, seed=seed, on_plan=on_plan,
-        on_pass=on_pass,
+        names=settings, temperature=temperature, top_p=top_p, top_k=top_k, start=start,
+        prefill_chunk=prefill_chunk, cells=cells, seed=seed, on_plan=on_plan, on_pass=on_pass,
     )  # fmt: skip
 
 

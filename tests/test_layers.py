@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"engines", "ingest", "bisect"},
     {"curves"},
     {"analysis", "dump", "sample_runs"},
-    {"api"},
+    {"api", "monitor"},
     {"render"},
     {"cli"},
     {"__main__"},

@@ -1,6 +1,7 @@
 """A transformers KV cache whose stored keys and values are rounded as an engine's cache would
-store them: in bfloat16, or in fp8 e4m3 with a per-tensor scale (per layer, for keys and values
-apart, set by the first states written: the prompt's, as a calibrated static scale would be).
+store them: in bfloat16, or in fp8 e4m3 with a per-tensor scale or a scale per KV head (per
+layer, for keys and values apart, set by the first states written: the prompts', as a calibrated
+static scale would be).
 Each layer's ``update`` rounds the new states before they are stored and attended to, so the
 token being decoded attends to its own stored key and value, as in an engine."""
 
@@ -73,8 +74,9 @@ def _round(x: Any, kv: str, scales: dict[str, Any], which: str) -> Any:
     torch = torch_module()
     if kv == "bf16":
         return x.to(torch.bfloat16).to(x.dtype)
-    if which not in scales:
-        scales[which] = (x.abs().amax().float() / FP8_MAX).clamp(min=1e-12)
+    if which not in scales:  # keys and values [batch, heads, length, head_dim]
+        amax = x.abs().amax(dim=(0, 2, 3), keepdim=True) if kv == "fp8-head" else x.abs().amax()
+        scales[which] = (amax.float() / FP8_MAX).clamp(min=1e-12)
     scale = scales[which]
     q = (x.float() / scale).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return (q.float() * scale).to(x.dtype)

@@ -3,11 +3,13 @@ transformers from disk only, never downloaded) or ``module:function``, a factory
 module that maps input ids ``[batch, length]`` to logits (or to an output with ``.logits``).
 
 A factory's module may also offer the engine's path, for the incremental and KV-cache settings:
-``prefill(ids, kv) -> (logits, cache)`` with ``ids`` ``[1, length]`` and the logits of the last
-position ``[1, vocab]``, and ``decode(token, cache, kv) -> (logits, cache)`` with ``token``
-``[1]``. ``kv`` is None or a callable ``kv(layer, keys, values) -> (keys, values)``: what the
-cache stores (and the step attends to) of the states just computed; bisect passes one that rounds
-them to the setting's cache precision."""
+``prefill(ids, kv, valid) -> (logits, cache)`` with ``ids`` ``[batch, width]`` (each prompt
+left-padded to the batch's longest), ``valid`` ``[batch, width]`` (True where a row holds a token,
+not padding) and the logits of each row's last position ``[batch, vocab]``, and
+``decode(tokens, cache, kv) -> (logits, cache)`` with ``tokens`` ``[batch]`` (one next token per
+row). ``kv`` is None or a callable ``kv(layer, keys, values) -> (keys, values)``: what the cache
+stores (and the step attends to) of the states just computed; bisect passes one that rounds them
+to the setting's cache precision."""
 
 from __future__ import annotations
 

@@ -110,3 +110,38 @@ def call_table(step: int, layout: ar.Layout, columns: dict[str, pa.Array]) -> pa
             ordered[name] = columns[name]
     ordered.update({k: v for k, v in columns.items() if k not in ordered})
     return pa.table(ordered)
+
+
+def row_columns(
+    rows: int, given: Mapping[str, Any], attrs: Mapping[str, Any] | None
+) -> dict[str, pa.Array]:
+    """Every per-response column of one call: the roles given (``given``: column name -> the
+    caller's value or None) and the extra attributes."""
+    return {**sequence_columns(rows, given), **per_row.attributes(attrs or {}, rows)}
+
+
+def step_table(step: int, tables: list[pa.Table], metadata: Mapping[str, str]) -> pa.Table:
+    """The calls of one step as one table, with the file's metadata."""
+    try:
+        table = pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise UsageError(
+            f"step {step}: the add() calls of this step gave columns of "
+            f"incompatible types ({str(exc).splitlines()[0]})",
+            "give each argument the same kind of values in every call of a step.",
+        ) from None
+    return table.replace_schema_metadata(dict(metadata))
+
+
+def other_columns(step: int, before: list[str], now: list[str]) -> UsageError:
+    """A call of a step that gives other columns than the calls before it."""
+    added = [c for c in now if c not in before]
+    missing = [c for c in before if c not in now]
+    parts = ([f"this call adds {', '.join(added)}"] if added else []) + (
+        [f"it lacks {', '.join(missing)}"] if missing else []
+    )
+    return UsageError(
+        f"step {step}: add() gives other columns than the earlier calls of this step "
+        f"({'; '.join(parts) or 'in another order'})",
+        "give the same optional arguments in every add() call of a step, or flush() between them.",
+    )

@@ -15,9 +15,14 @@ import pyarrow.parquet as pq
 
 from mismatchctl.dump import arrays as ar
 from mismatchctl.dump import columns as C
-from mismatchctl.dump import per_row
 from mismatchctl.dump.metadata import checked_tags, file_metadata
-from mismatchctl.dump.table import call_table, sequence_columns, token_columns
+from mismatchctl.dump.table import (
+    call_table,
+    other_columns,
+    row_columns,
+    step_table,
+    token_columns,
+)
 from mismatchctl.errors import UsageError
 
 RANK_ENV = "RANK"  # set by torchrun, accelerate and DeepSpeed in every training process
@@ -48,7 +53,7 @@ class DumpWriter:
     ) -> None:
         self.directory = Path(directory)
         self.tags = checked_tags(tags)
-        self.rank = _rank(rank)
+        self.rank = rank_of(rank)
         self.compression = compression
         self.written: list[Path] = []
         self._step: int | None = None
@@ -85,7 +90,7 @@ class DumpWriter:
         (one value or one per row), ``attrs`` (extra columns: name -> one value or one per row).
         """
         self._check_open()
-        step = _step(step)
+        step = checked_step(step)
         layout, mask_values = ar.layout_of(mask, lengths)
         if layout.rows == 0:
             return 0
@@ -107,16 +112,15 @@ class DumpWriter:
             C.PROMPT_LENGTH: prompt_lengths,
             C.PROMPTS: prompts,
         }
-        seqs = sequence_columns(layout.rows, given)
-        extra = per_row.attributes(attrs or {}, layout.rows)
-        self._buffer(step, call_table(step, layout, {**tokens, **seqs, **extra}))
+        seqs = row_columns(layout.rows, given, attrs)
+        self._buffer(step, call_table(step, layout, {**tokens, **seqs}))
         return layout.rows
 
     def _buffer(self, step: int, table: pa.Table) -> None:
         if self._step is not None and step != self._step:
             self.flush()
         if self._tables and self._tables[0].column_names != table.column_names:
-            raise _other_columns(step, self._tables[0].column_names, table.column_names)
+            raise other_columns(step, self._tables[0].column_names, table.column_names)
         self._step = step
         self._tables.append(table)
 
@@ -126,15 +130,7 @@ class DumpWriter:
         if not self._tables:
             return None
         assert self._step is not None
-        try:
-            table = pa.concat_tables(self._tables, promote_options="permissive")
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise UsageError(
-                f"step {self._step}: the add() calls of this step gave columns of "
-                f"incompatible types ({str(exc).splitlines()[0]})",
-                "give each argument the same kind of values in every call of a step.",
-            ) from None
-        table = table.replace_schema_metadata(file_metadata(self._step, self.tags))
+        table = step_table(self._step, self._tables, file_metadata(self._step, self.tags))
         path = self._write(table)
         self.written.append(path)
         self._tables, self._step = [], None
@@ -199,7 +195,7 @@ class DumpWriter:
         return f"DumpWriter({str(self.directory)!r}{rank}, files written: {len(self.written)})"
 
 
-def _rank(rank: int | None) -> int | None:
+def rank_of(rank: int | None) -> int | None:
     if rank is None:
         env = os.environ.get(RANK_ENV, "").strip()
         return int(env) if env.isdigit() else None
@@ -211,7 +207,7 @@ def _rank(rank: int | None) -> int | None:
     return rank
 
 
-def _step(step: Any) -> int:
+def checked_step(step: Any) -> int:
     if isinstance(step, np.generic) or (ar.is_tensor(step) and step.numel() == 1):
         step = step.item()
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
@@ -220,19 +216,6 @@ def _step(step: Any) -> int:
             "pass the training step, e.g. verl's self.global_steps or TRL's state.global_step.",
         )
     return step
-
-
-def _other_columns(step: int, before: list[str], now: list[str]) -> UsageError:
-    added = [c for c in now if c not in before]
-    missing = [c for c in before if c not in now]
-    parts = ([f"this call adds {', '.join(added)}"] if added else []) + (
-        [f"it lacks {', '.join(missing)}"] if missing else []
-    )
-    return UsageError(
-        f"step {step}: add() gives other columns than the earlier calls of this step "
-        f"({'; '.join(parts) or 'in another order'})",
-        "give the same optional arguments in every add() call of a step, or flush() between them.",
-    )
 
 
 def _fsync(path: Path) -> None:

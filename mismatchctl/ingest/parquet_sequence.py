@@ -35,11 +35,16 @@ ATTENTION_MASK = "attention_mask"
 
 
 def open_sequence(
-    path: Path, mapping: Mapping[str, str], label: str, attrs: Sequence[str] = ()
+    path: Path,
+    mapping: Mapping[str, str],
+    label: str,
+    attrs: Sequence[str] = (),
+    pf: pq.ParquetFile | None = None,
 ) -> Source:
     """``label``: the file as messages name it; ``attrs``: columns to keep as attributes (beside
-    those found automatically, ``ingest.attributes``)."""
-    pf = pq.ParquetFile(path)
+    those found automatically, ``ingest.attributes``); ``pf``: the file already opened (an
+    in-memory buffer: ``path`` then only names it, as the default sample ids do)."""
+    pf = pq.ParquetFile(path) if pf is None else pf
     names = pf.schema_arrow.names
     unique_names(names, label)
     found = resolve(names, SEQUENCE_NAMES, mapping, label)

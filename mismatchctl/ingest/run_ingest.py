@@ -24,6 +24,7 @@ from mismatchctl.ingest.duplicates import KEY, repeats_in_order
 from mismatchctl.ingest.prefetch import prefetch
 from mismatchctl.ingest.routing_parts import RoutingWriter, route_notes
 from mismatchctl.ingest.routing_rows import RouteOptions
+from mismatchctl.ingest.source import Source
 from mismatchctl.ingest.unmasked import ALLOW_FLAG
 from mismatchctl.store import parts as store_parts
 from mismatchctl.store.catalog import PartRecord, SourceRecord
@@ -290,47 +291,75 @@ def ingest_source(
         raise unreadable(label, "a dump", exc) from None
     try:
         source = open_source(path, fmt, opts.mapping, opts.trust_pickle, label, opts.attrs)
-        tags = {**source.tags, **opts.tags}
-        ctx = Context(label, tags.get(S.TAG_GPU), opts.skip_bad, seq, opts.allow_padding, [])
-        ctx.attributes = list(source.attributes)
-        ctx.routes = opts.routes
-        ctx.keep_masked = opts.keep_masked
-        limit = store_parts.PART_TOKENS
-        slots = 1 if lanes is None else 2  # two open parts only when two lanes write them
-        tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, limit, lanes, slots)
-        seq_schema = S.sequence_schema(source.attributes)
-        seqs = PartWriter(txn.staging, SEQUENCES, opts.run, seq_schema, 1 << 62, lanes)
-        tally = Tally()
-        routing = RoutingWriter(txn.staging, opts.run, tokens, lanes, slots)
-        # opened on its first rows: a source without tool responses or token ids has none
-        masked = PartWriter(txn.staging, MASKED, opts.run, S.MASKED_SCHEMA, limit, lanes)
-        writes = StoreWrites(txn.store.root, STAGING_PARTS)
-        try:
-            for batch in prefetch(source.batches):
-                tok_table, seq_table, part_tally = canonicalize(batch, ctx)
-                ctx.seq_base += seq_table.num_rows
-                with writes:  # a full disk is the store's, never the input's
-                    tokens.write(tok_table)
-                    routing.write(ctx.routing_rows)
-                    if ctx.masked_rows is not None:
-                        masked.write(ctx.masked_rows)
-                    seqs.write(seq_table)
-                tally.add(part_tally)
-                progress.tokens(tok_table.num_rows)
-            with writes:
-                parts = tokens.close() + seqs.close() + routing.close() + masked.close()
-        except BaseException:
-            if lanes is not None:
-                lanes.stop()  # before the open files are closed under a writing thread
-            raise
-        finally:
-            tokens.shutdown()
-            seqs.shutdown()
-            routing.shutdown()
-            masked.shutdown()
+        parts, tally, ctx = stage_source(txn, source, label, opts, seq, progress, lanes)
     except (pa.ArrowException, OSError, EOFError) as exc:
         raise unreadable(label, fmt, exc) from None
     size = _unchanged(path, label, content)
+    tags = {**source.tags, **opts.tags}
+    finish_notes(source, label, tally, ctx)
+    record = source_record(
+        str(path.resolve()), fp, size, fmt, source.columns, tags, source.notes, tally
+    )
+    keys = np.concatenate(ctx.keys) if ctx.keys else np.zeros(0, KEY)
+    return Ingested(record, parts, tally, keys)
+
+
+def stage_source(
+    txn: Transaction,
+    source: Source,
+    label: str,
+    opts: Options,
+    seq: int,
+    progress: Progress,
+    lanes: Lanes | None = None,
+) -> tuple[list[PartRecord], Tally, Context]:
+    """Canonicalise an opened source's batches and queue the writing of its parts (token,
+    sequence, routing and masked parts) into the transaction's staging directory, sequence ids
+    from ``seq``: what every source goes through, read from a file or handed over in memory
+    (``ingest.in_memory``)."""
+    tags = {**source.tags, **opts.tags}
+    ctx = Context(label, tags.get(S.TAG_GPU), opts.skip_bad, seq, opts.allow_padding, [])
+    ctx.attributes = list(source.attributes)
+    ctx.routes = opts.routes
+    ctx.keep_masked = opts.keep_masked
+    limit = store_parts.PART_TOKENS
+    slots = 1 if lanes is None else 2  # two open parts only when two lanes write them
+    tokens = PartWriter(txn.staging, TOKENS, opts.run, S.TOKEN_SCHEMA, limit, lanes, slots)
+    seq_schema = S.sequence_schema(source.attributes)
+    seqs = PartWriter(txn.staging, SEQUENCES, opts.run, seq_schema, 1 << 62, lanes)
+    tally = Tally()
+    routing = RoutingWriter(txn.staging, opts.run, tokens, lanes, slots)
+    # opened on its first rows: a source without tool responses or token ids has none
+    masked = PartWriter(txn.staging, MASKED, opts.run, S.MASKED_SCHEMA, limit, lanes)
+    writes = StoreWrites(txn.store.root, STAGING_PARTS)
+    try:
+        for batch in prefetch(source.batches):
+            tok_table, seq_table, part_tally = canonicalize(batch, ctx)
+            ctx.seq_base += seq_table.num_rows
+            with writes:  # a full disk is the store's, never the input's
+                tokens.write(tok_table)
+                routing.write(ctx.routing_rows)
+                if ctx.masked_rows is not None:
+                    masked.write(ctx.masked_rows)
+                seqs.write(seq_table)
+            tally.add(part_tally)
+            progress.tokens(tok_table.num_rows)
+        with writes:
+            parts = tokens.close() + seqs.close() + routing.close() + masked.close()
+    except BaseException:
+        if lanes is not None:
+            lanes.stop()  # before the open files are closed under a writing thread
+        raise
+    finally:
+        tokens.shutdown()
+        seqs.shutdown()
+        routing.shutdown()
+        masked.shutdown()
+    return parts, tally, ctx
+
+
+def finish_notes(source: Source, label: str, tally: Tally, ctx: Context) -> None:
+    """A source that held no sample is an error; the notes its tally and routes add."""
     if tally.sequences + tally.dropped_sequences == 0:
         raise InputError(f"{label} holds no samples", "leave empty dumps out of the inputs.")
     if tally.padding_kept:
@@ -339,9 +368,6 @@ def ingest_source(
             f"tokens ({ALLOW_FLAG})"
         )
     source.notes.extend(route_notes(ctx))
-    record = _record(path, fp, size, fmt, source.columns, tags, source.notes, tally)
-    keys = np.concatenate(ctx.keys) if ctx.keys else np.zeros(0, KEY)
-    return Ingested(record, parts, tally, keys)
 
 
 def _unchanged(path: Path, label: str, content: Content | None) -> int:
@@ -356,11 +382,11 @@ def _unchanged(path: Path, label: str, content: Content | None) -> int:
     return content.size if content is not None else now.st_size
 
 
-def _record(
-    path: Path, fp: str, size: int, fmt: str, columns, tags, notes, tally: Tally
+def source_record(
+    path: str, fp: str, size: int, fmt: str, columns, tags, notes, tally: Tally
 ) -> SourceRecord:
     return SourceRecord(
-        path=str(path.resolve()),
+        path=path,
         format=fmt,
         size=size,
         fingerprint=fp,

@@ -22,6 +22,7 @@ import plotly.graph_objects as go
 
 from mismatchctl.analysis import figure_data as FD
 from mismatchctl.analysis import sections as S
+from mismatchctl.analysis.bisect.view import BisectPlot
 from mismatchctl.analysis.compare import Comparison
 from mismatchctl.analysis.compare_curves import CurvePair
 from mismatchctl.analysis.routing import FirstFlipPlot
@@ -601,7 +602,38 @@ def routing_first_flip_figure(p: FirstFlipPlot) -> go.Figure:
     return _base(fig, 360)
 
 
+def bisect_k3_figure(p: BisectPlot) -> go.Figure:
+    """Per group (overall, each hot cell, the control), a bar per setting: its K3 against the
+    rollout side with the 95% interval; the closest setting of each group drawn solid."""
+    fig = go.Figure()
+    colours = palette(len(p.groups))
+    for g, group in enumerate(p.groups):
+        k3, lo, hi = p.k3[g], p.lo[g], p.hi[g]
+        fig.add_trace(go.Bar(
+            x=[esc(s) for s in p.settings], y=[_positive(v) for v in k3], name=esc(group),
+            marker_color=colours[g],
+            marker_opacity=[1.0 if s == p.best[g] else 0.55 for s in p.settings],
+            error_y=dict(type="data", symmetric=False,
+                         array=[_gap(h, v) for h, v in zip(hi, k3, strict=True)],
+                         arrayminus=[_gap(v, lo_) for v, lo_ in zip(k3, lo, strict=True)]),
+            text=[f"K3 {number(v)} [{number(a)}, {number(b)}]" for v, a, b in zip(k3, lo, hi, strict=True)],
+            hovertemplate="%{x}<br>%{text}<extra>" + esc(group) + "</extra>", textposition="none",
+        ))  # fmt: skip
+    fig.update_layout(barmode="group", showlegend=len(p.groups) > 1)
+    fig.update_xaxes(title="setting", type="category")
+    fig.update_yaxes(title="K3 vs rollout (log scale)", type="log", exponentformat="power")
+    return _base(fig, 400)
+
+
+def _gap(a: float | None, b: float | None) -> float | None:
+    """An error bar's length (None: not drawn)."""
+    if a is None or b is None or not math.isfinite(a - b):
+        return None
+    return max(0.0, a - b)
+
+
 BUILDERS: dict[str, Callable[[Any], go.Figure]] = {
+    "bisect_k3": bisect_k3_figure,
     "routing_first_flip": routing_first_flip_figure,
     "explain_rates": explain_rates_figure,
     "mismatch": mismatch_figure,

@@ -37,7 +37,9 @@ Z_TAIL = 3.0
 class HotSequenceState:
     """Per sequence: its run (index into ``runs``), step and id; per (sequence, cell) with
     tokens: the sequence's row, the cell, the tokens (``n_all``), those with r != 0 (``n``), the
-    sums of x and x^2 over them, the sum of K3 over all, and the tokens with r > 0."""
+    sums of x and x^2 over them, the sum of K3 over all, and the tokens with r > 0. ``gpu``: each
+    sequence's gpu label (None where the dumps name none): the tests on the sequences outside
+    one gpu's (``analysis/diagnose/causes/outside.py``)."""
 
     runs: list[str] = field(default_factory=list)
     run: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -47,6 +49,11 @@ class HotSequenceState:
     cell: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # n_all, n, x, x^2, K3, and the tokens with r > 0 (``stats.sign_coherence``)
     sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 6)))
+    gpu: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.gpu is None or len(self.gpu) != len(self.step):  # built without gpus: none known
+            self.gpu = np.full(len(self.step), None, object)
 
 
 @dataclass
@@ -86,6 +93,7 @@ class HotSequenceParts:
             np.concatenate([p.row + o for p, o in zip(parts, offsets, strict=True)]),
             np.concatenate([p.cell for p in parts]),
             np.concatenate([p.sums for p in parts]),
+            np.concatenate([p.gpu for p in parts]),
         )
 
 
@@ -98,9 +106,11 @@ def hot_sequence_state(
     bins: np.ndarray,
     n_bins: int,
     label: str = "",
+    gpu: np.ndarray | None = None,
 ) -> HotSequenceParts:
     """The per-sequence cell sums of one chunk of whole sequences (a sequence's tokens
-    contiguous) of run ``label``; ``bins``: each token's probability bin (``0..n_bins-1``)."""
+    contiguous) of run ``label``; ``bins``: each token's probability bin (``0..n_bins-1``);
+    ``gpu``: each token's gpu label (None: not known)."""
     n = len(lr)
     if n == 0:
         return HotSequenceParts()
@@ -141,6 +151,7 @@ def hot_sequence_state(
                 keys // width,
                 keys % width,
                 sums,
+                None if gpu is None else np.asarray(gpu, object)[starts],
             )
         ]
     )
@@ -178,6 +189,7 @@ def canonical(state: HotSequenceState) -> HotSequenceState:
         row[cells],
         state.cell[cells],
         state.sums[cells],
+        state.gpu[order],
     )
 
 
@@ -211,20 +223,23 @@ def by_run(state: HotSequenceState) -> dict[str, HotSequenceState]:
     out = {}
     for code, name in enumerate(state.runs):
         keep = state.run == code
-        if not keep.any():
-            continue
-        new_row = np.cumsum(keep) - 1
-        cells = keep[state.row]
-        out[name] = HotSequenceState(
-            [name],
-            np.zeros(int(keep.sum()), np.int64),
-            state.step[keep],
-            state.seq[keep],
-            new_row[state.row[cells]],
-            state.cell[cells],
-            state.sums[cells],
-        )
+        if keep.any():
+            out[name] = keep_sequences(state, keep, [name])
     return out
+
+
+def keep_sequences(
+    state: HotSequenceState, keep: np.ndarray, runs: list[str] | None = None
+) -> HotSequenceState:
+    """The sequences of ``keep`` (a mask over them) and their cells; ``runs``: the one run they
+    all belong to (their run codes become 0), None to keep the runs as they are."""
+    new_row = np.cumsum(keep) - 1
+    cells = keep[state.row]
+    run = state.run[keep] if runs is None else np.zeros(int(keep.sum()), np.int64)
+    return HotSequenceState(
+        list(state.runs) if runs is None else runs, run, state.step[keep], state.seq[keep],
+        new_row[state.row[cells]], state.cell[cells], state.sums[cells], state.gpu[keep],
+    )  # fmt: skip
 
 
 def summarize(state: HotSequenceState, examples: int = 5) -> HotSequences:

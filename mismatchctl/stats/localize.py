@@ -338,6 +338,39 @@ def contrast(
     return ratio, (ratio * math.exp(-half), ratio * math.exp(half))
 
 
+def contrast_baseline(
+    cube: Cube,
+    base: Cube,
+    region: dict[str, list[int]],
+    stratum: str = "bin",
+    level: float = 0.95,
+) -> tuple[float, tuple[float, float]] | None:
+    """A region of the selection against the same region of a baseline (same spec): the
+    region's rate over the baseline region's at the region's own token mix over ``stratum``, and
+    the interval at ``level`` (the two sides' variances added: independent runs). None when
+    either side's region has no mass."""
+    spec = cube.spec
+    masks = {}
+    for name, codes in region.items():
+        d = spec.index(name)
+        masks[d] = np.isin(np.arange(spec.levels(d)), codes)
+    t, b = SideTables(cube), SideTables(base)
+    m_t, m_b = region_moments(t, masks), region_moments(b, masks)
+    a_t, a_b = float(m_t.mom[Field.K3]), float(m_b.mom[Field.K3])
+    if not (a_t > 0 and a_b > 0):
+        return None
+    s = spec.index(stratum)
+    sums_t, sums_b = region_sums(t, masks, s), region_sums(b, masks, s)
+    k = div(sums_b.a, sums_b.n, 0.0)  # the baseline region's rate in each stratum
+    expected = float(np.sum(sums_t.n * k))
+    ratio = float(div(a_t, expected, math.nan))
+    var = float(relvar(m_t.own(), a_t) + relvar(m_b.own(), a_b))
+    if not (ratio > 0 and math.isfinite(ratio) and math.isfinite(var)):
+        return None
+    half = norm_ppf(1 - (1 - level) / 2) * math.sqrt(var)
+    return ratio, (ratio * math.exp(-half), ratio * math.exp(half))
+
+
 def contrast_within(
     cube: Cube,
     within: dict[str, list[int]],

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mismatchctl.stats.hot_sequences import CELLS, MIN_TOKENS, HotSequenceState, canonical
+from mismatchctl.stats.hot_sequences import (
+    CELLS,
+    MIN_TOKENS,
+    HotSequenceState,
+    canonical,
+    keep_sequences,
+)
 from mismatchctl.stats.localize_math import chi2_sf
 
 
@@ -36,12 +42,24 @@ class SignCoherence:
 
 def in_steps(state: HotSequenceState, steps: set[int]) -> HotSequenceState:
     """The sequences of some steps only (their cells' rates are then the steps' own)."""
-    keep = np.isin(state.step, np.fromiter(steps, np.int64, len(steps)))
-    where = np.cumsum(keep) - 1
-    cells = keep[state.row]
+    return keep_sequences(state, np.isin(state.step, np.fromiter(steps, np.int64, len(steps))))
+
+
+def off_gpus(state: HotSequenceState, gpus: set[str]) -> HotSequenceState:
+    """The sequences of the other gpus than these (those whose gpu is known)."""
+    known = np.array([g is not None and g not in gpus for g in state.gpu], bool)
+    return keep_sequences(state, known.reshape(len(state.step)))
+
+
+def in_cells(state: HotSequenceState, cells: np.ndarray) -> HotSequenceState:
+    """Each sequence's tokens in these cells only (``cells``: a mask over the cell codes, e.g.
+    the first turns' probability bins); a sequence left with none is dropped."""
+    keep = cells[state.cell]
+    has = np.bincount(state.row[keep], minlength=len(state.step)) > 0
+    where = np.cumsum(has) - 1
     return HotSequenceState(
-        state.runs, state.run[keep], state.step[keep], state.seq[keep],
-        where[state.row[cells]], state.cell[cells], state.sums[cells],
+        state.runs, state.run[has], state.step[has], state.seq[has], where[state.row[keep]],
+        state.cell[keep], state.sums[keep], state.gpu[has],
     )  # fmt: skip
 
 
@@ -67,4 +85,4 @@ def sign_coherence(state: HotSequenceState) -> SignCoherence:
     return SignCoherence(k, q / k, float(chi2_sf(q, k)), float(np.mean(np.abs(z) > 3)))
 
 
-__all__ = ["SignCoherence", "in_steps", "sign_coherence"]
+__all__ = ["SignCoherence", "in_cells", "in_steps", "off_gpus", "sign_coherence"]

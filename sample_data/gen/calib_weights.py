@@ -99,6 +99,21 @@ def splitkv_falling(engine: EngineConfig, shape: RolloutShape, step: int, n: int
     return replace(engine, kernel=kernel), shape
 
 
+def splitkv_spreading(engine: EngineConfig, shape: RolloutShape, step: int, n: int) -> Setting:
+    """Rate: the split-KV decode path that forgets the row sums (rows with KV >= 64) taken by
+    ever larger decode batches: the batch size below which the engine splits rises from 2 at
+    the first step to 32 at the last, so ever more of the decode steps take it (a heuristic
+    retuned step by step, a path a growing share of the traffic takes)."""
+    frac = (step - 1) / max(1, n - 1)
+    kernel = AttentionKernel(
+        split_kv=True,
+        min_active_for_single_pass=round(2 + 30 * frac),
+        min_kv_for_split=64,
+        merge_drops_rowsum=True,
+    )
+    return replace(engine, kernel=kernel), shape
+
+
 def turns_rising(engine: EngineConfig, shape: RolloutShape, step: int, n: int) -> Setting:
     """Mix: healthy numerics, but the policy takes ever more tool turns, 1 model turn per
     response at the first step and 5 at the last (the tool responses echo their expression):
@@ -110,8 +125,9 @@ def turns_rising(engine: EngineConfig, shape: RolloutShape, step: int, n: int) -
 
 SCHEDULES: dict[str, Callable[[EngineConfig, RolloutShape, int, int], Setting]] = {
     "splitkv-falling": splitkv_falling,
+    "splitkv-spreading": splitkv_spreading,
     "turns-rising": turns_rising,
 }
 # what a growth schedule makes rise: the rate (the numerics worsen) or the mix (the policy
 # samples more of the tokens that were always mismatched)
-GROWTH_KINDS = {"splitkv-falling": "rate", "turns-rising": "mix"}
+GROWTH_KINDS = {"splitkv-falling": "rate", "splitkv-spreading": "rate", "turns-rising": "mix"}

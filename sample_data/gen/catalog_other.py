@@ -191,6 +191,16 @@ GROWTH: tuple[CalibRun, ...] = (
     fault(
         "growth",
         "subtle",
+        "gr-rate-batch",
+        "rate: the split-KV fault (KV >= 64) taken by decode batches under a size that rises "
+        "from 2 to 32 over 12 steps, so its share of tokens rises step by step",
+        long=True,
+        schedule="splitkv-spreading",
+        baseline="h-long-b",
+    ),
+    fault(
+        "growth",
+        "subtle",
         "gr-mix",
         "mix: healthy numerics, the responses take ever more tool turns (1 at the first step, 5 "
         "at the last): more tokens in later turns and at long KV positions",
@@ -201,8 +211,8 @@ GROWTH: tuple[CalibRun, ...] = (
 )
 
 
-def combo(name: str, cause: str, what: str, **knobs: object) -> CalibRun:
-    run = fault(cause, "loud", name, what, **knobs)  # type: ignore[arg-type]
+def combo(name: str, cause: str, what: str, size: str = "loud", **knobs: object) -> CalibRun:
+    run = fault(cause, size, name, what, **knobs)  # type: ignore[arg-type]
     return replace(run, kind="combo")
 
 
@@ -228,5 +238,45 @@ COMBOS: tuple[CalibRun, ...] = (
         engine=FP8_KV,
         replicas=replicas(None, None, None, replace(FP8_KV, kernel=SPLIT_OFF_BY_ONE.kernel)),
         baseline="h-gpus",
+    ),
+    combo(
+        "combo-stale-splitkv-subtle",
+        "policy+code_path",
+        "rollout weights one optimizer step behind and the split-KV combine that forgets the row "
+        "sums (KV >= 192, batches under 16): both subtle",
+        size="subtle",
+        weights="iter-lag",
+        engine=SPLIT_ROWSUM,
+    ),
+    combo(
+        "combo-temp-splitkv",
+        "semantics+code_path",
+        "the trainer without the engine's temperature (1.0 against 0.9) and the split-KV combine "
+        "that forgets the row sums",
+        engine=SPLIT_ROWSUM,
+        trainer_temperature=1.0,
+    ),
+    combo(
+        "combo-stale-gpu",
+        "policy+hardware",
+        "rollout weights one optimizer step behind on every gpu, and the L20 replica's "
+        "off-by-one split-KV merge",
+        weights="iter-lag",
+        replicas=replicas(None, None, None, SPLIT_OFF_BY_ONE),
+        baseline="h-gpus",
+    ),
+    combo(
+        "combo-template-fp8kv",
+        "template+precision",
+        "the trainer's tool responses ending in \\r\\n and an fp8 (e4m3) KV cache in the engine",
+        engine=FP8_KV,
+        render="crlf",
+    ),
+    combo(
+        "combo-topp-stale",
+        "semantics+policy",
+        "top-p 0.98 renormalised in the engine (subtle) and rollout weights one checkpoint behind",
+        engine=EngineConfig(temperature=0.9, top_p=0.98),
+        weights="ckpt-lag",
     ),
 )

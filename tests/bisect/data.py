@@ -11,6 +11,10 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from mismatchctl import api
+from mismatchctl.analysis.bisect.build import engine_batches
+from mismatchctl.bisect import model as M
+from mismatchctl.bisect import rescore as R
+from mismatchctl.bisect.settings import Setting
 from mismatchctl.dump import DumpWriter
 
 VOCAB = 256
@@ -39,9 +43,11 @@ def full_logprobs(model: LlamaForCausalLM, ids: np.ndarray, temperature: float =
     return np.concatenate([[0.0], lp[:, 0].double().numpy()])
 
 
-# a sequence: prompt length, then mask runs of model (1) and tool (0) tokens
+# a sequence: prompt length, then mask runs of model (1) and tool (0) tokens; the last two end
+# before KV position 16 (a control sample for a cell beyond it)
 SHAPES = [(6, [(18, 1)]), (5, [(10, 1), (4, 0), (12, 1)]), (8, [(24, 1)]),
-          (7, [(9, 1), (3, 0), (9, 1)]), (5, [(20, 1)]), (6, [(16, 1)])]  # fmt: skip
+          (7, [(9, 1), (3, 0), (9, 1)]), (5, [(20, 1)]), (6, [(16, 1)]), (4, [(10, 1)]),
+          (5, [(9, 1)])]  # fmt: skip
 
 
 def sequences(seed: int = 3) -> list[tuple[np.ndarray, int, np.ndarray]]:
@@ -57,10 +63,21 @@ def sequences(seed: int = 3) -> list[tuple[np.ndarray, int, np.ndarray]]:
 Side = Callable[[np.ndarray, int], np.ndarray]  # (ids, prompt) -> logprob of every token
 
 
+def engine_sides(ckpt: Path, setting: Setting) -> dict[bytes, np.ndarray]:
+    """Every sequence's logprobs (by its ids' bytes) through the engine path under ``setting``,
+    decoded as bisect decodes them (sorted by length, ENGINE_BATCH at a time): an engine's."""
+    loaded = M.load(str(ckpt))
+    variant = R.Variant(loaded, setting)
+    seqs = [R.Sequence(i, p, np.arange(p, len(i))) for i, p, _ in sequences()]
+    got = engine_batches(variant, seqs, lambda _k: None)
+    return {s.ids.tobytes(): x for s, x in zip(seqs, got, strict=True)}
+
+
 def make_run(store: Path, run: str, root: Path, trainer: Side, rollout: Side,
-             prompts: bool = True, tags: dict | None = None) -> None:  # fmt: skip
+             prompts: bool = True, tags: dict | None = None, steps: int = 1) -> None:  # fmt: skip
     """The sequences' two sides (each a logprob per position of the whole sequence) written as
-    one step of a dump (responses as arrays, prompts as ids) and ingested as ``run``."""
+    ``steps`` steps of a dump (the same sequences in each; responses as arrays, prompts as
+    ids) and ingested as ``run``."""
     rows: dict[str, list] = {"rollout": [], "trainer": [], "mask": [], "ids": [], "prompts": []}
     for ids, prompt, mask in sequences():
         rows["rollout"].append(rollout(ids, prompt)[prompt:])
@@ -69,9 +86,10 @@ def make_run(store: Path, run: str, root: Path, trainer: Side, rollout: Side,
         rows["ids"].append(ids[prompt:])
         rows["prompts"].append(ids[:prompt].tolist())
     with DumpWriter(root / run, tags=tags) as writer:
-        writer.add(0, rows["rollout"], rows["trainer"], rows["mask"], token_ids=rows["ids"],
-                   prompts=rows["prompts"] if prompts else None,
-                   sample_ids=[f"s{i}" for i in range(len(SHAPES))])  # fmt: skip
+        for step in range(steps):
+            writer.add(step, rows["rollout"], rows["trainer"], rows["mask"], token_ids=rows["ids"],
+                       prompts=rows["prompts"] if prompts else None,
+                       sample_ids=[f"s{step}-{i}" for i in range(len(SHAPES))])  # fmt: skip
     api.ingest([root / run], run, store=store)
 
 

@@ -27,7 +27,7 @@ pytest.importorskip("safetensors")
 
 DATA = default_data_dir()
 FACTORY = str(DATA / "gen" / "bisect_model.py") + ":load"
-SETTINGS = {s.name: s for s in G.at_trainer_temperature(G.grid(0.9, None), 0.9)}
+SETTINGS = {s.name: s for s in G.at_trainer_temperature(G.grid(G.Sampler(0.9)), 0.9)}
 
 
 @pytest.fixture(scope="module")
@@ -119,12 +119,14 @@ def test_bisect_names_the_engine_path_on_the_sample_run(store: Path) -> None:
 
 
 def test_the_trainer_temperature_makes_the_sampler_setting_raw() -> None:
-    named = G.at_trainer_temperature(G.grid(0.9, 0.8), 0.9)
+    named = G.at_trainer_temperature(G.grid(G.Sampler(0.9, 0.8)), 0.9)
     assert [s.name for s in named][-2:] == ["raw", "top-p=0.8"]
     assert {s.temperature for s in named if s.name != "raw"} == {0.9}
     assert next(s for s in named if s.name == "raw").temperature == 1.0
     # a temperature of 1 or a top-p of 1 changes nothing: no setting for them
-    assert [s.name for s in G.grid(1.0, 1.0)] == [s.name for s in G.grid(None, None)]
+    plain = [s.name for s in G.grid()]
+    assert [s.name for s in G.grid(G.Sampler(1.0, 1.0, 0))] == plain
+    assert [s.name for s in G.grid(G.Sampler(top_k=-1))] == plain
 
 
 def test_a_file_factory_that_is_missing_is_refused(tmp_path: Path) -> None:

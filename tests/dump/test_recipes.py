@@ -509,7 +509,7 @@ def test_switched_on_dumps_ingest_as_the_page_says(
 
 def test_readme_and_the_writer_page_link_every_recipe() -> None:
     pages = sorted(p.name for p in (ROOT / "docs" / "recipes").glob("*.md"))
-    assert pages == ["nemo-rl.md", "openrlhf.md", "slime.md", "trl.md", "verl.md"]
+    assert pages == ["nemo-rl.md", "openrlhf.md", "prime-rl.md", "slime.md", "trl.md", "verl.md"]
     readme = (ROOT / "README.md").read_text()
     for page in pages:
         assert f"(docs/recipes/{page})" in readme

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from mismatchctl.stats import assign_bins, parse_bins
-from mismatchctl.stats.hot_sequences import MIN_TOKENS, hot_sequence_state
-from mismatchctl.stats.sign_coherence import sign_coherence
+from mismatchctl.stats.hot_sequences import MIN_TOKENS, canonical, hot_sequence_state
+from mismatchctl.stats.sign_coherence import in_cells, off_gpus, sign_coherence
 
 EDGES = parse_bins("log")
 
@@ -72,3 +72,53 @@ def test_dispersion_is_the_loops(lean: float) -> None:
         assert found.dispersion > 2 and found.p_value < 1e-10
     else:
         assert 0.8 < found.dispersion < 1.2 and found.p_value > 1e-3
+
+
+def _on_gpus(lean_on_b: float) -> tuple:
+    """400 sequences on gpus A and B (alternating); only B's lean (one u per sequence)."""
+    lr, _, seq, turn, step = _tokens(3, 0.0)
+    rng = np.random.default_rng(4)
+    gpu = np.where(seq % 2 == 0, "A", "B").astype(object)
+    u = np.where(seq % 2 == 1, rng.normal(0.0, lean_on_b, seq.max() + 1)[seq], 0.0)
+    lt = lr + 0.05 * np.abs(lr) * (rng.standard_normal(len(seq)) + u)
+    bins = assign_bins(np.exp(lr), EDGES)
+    state = hot_sequence_state(lr, lt, seq, turn, step, bins, len(EDGES) - 1, "a", gpu)
+    return state.joined(), lr, lt, seq, turn, gpu
+
+
+def test_the_other_gpus_sequences_are_tested_alone() -> None:
+    """One gpu's responses lean: the whole run spreads, the other gpu's sequences do not, and
+    their test is the test of their tokens alone."""
+    state, lr, lt, seq, turn, gpu = _on_gpus(0.6)
+    assert list(canonical(state).gpu[:2]) == ["A", "B"]
+    assert sign_coherence(state).dispersion > 2
+    rest = off_gpus(state, {"B"})
+    assert set(rest.gpu) == {"A"}
+    keep = gpu == "A"
+    bins = assign_bins(np.exp(lr[keep]), EDGES)
+    alone = hot_sequence_state(
+        lr[keep], lt[keep], seq[keep], turn[keep], np.zeros(int(keep.sum()), np.int64), bins,
+        len(EDGES) - 1, "a",
+    ).joined()  # fmt: skip
+    assert sign_coherence(rest).dispersion == pytest.approx(sign_coherence(alone).dispersion)
+    assert sign_coherence(rest).dispersion < 1.5
+    assert len(off_gpus(state, {"A", "B"}).step) == 0
+
+
+def test_the_first_turns_cells_are_tested_alone() -> None:
+    """``in_cells`` keeps each sequence's first-turn tokens: the test of those tokens alone."""
+    lr, lt, seq, turn, step = _tokens(5, 0.3)
+    n_bins = len(EDGES) - 1
+    state = hot_sequence_state(
+        lr, lt, seq, turn, step, assign_bins(np.exp(lr), EDGES), n_bins, "a"
+    ).joined()
+    cells = np.zeros(2 * n_bins, bool)
+    cells[:n_bins] = True
+    first = turn == 0
+    alone = hot_sequence_state(
+        lr[first], lt[first], seq[first], turn[first], step[first],
+        assign_bins(np.exp(lr[first]), EDGES), n_bins, "a",
+    ).joined()  # fmt: skip
+    found, ref = sign_coherence(in_cells(state, cells)), sign_coherence(alone)
+    assert (found.tested, found.dispersion) == (ref.tested, pytest.approx(ref.dispersion))
+    assert all(g is None for g in in_cells(state, cells).gpu)  # no gpu given: none known

@@ -1,7 +1,8 @@
 """The re-scored logprobs against both sides: per setting, K3 = mean(exp(d) - 1 - d) and mean d
-with d = re-scored - side, over the sample's model tokens, with 95% intervals from a bootstrap
-over whole sequences (seeded; the same resamples for every setting, so that settings compare
-paired); and the share of the sample's mismatch a setting accounts for,
+with d = re-scored - side, over the sample's model tokens (each sequence weighted by its
+stratum's size over the sequences drawn of it: ``sample.py``), with 95% intervals from a
+bootstrap over whole sequences, within each stratum (seeded; the same resamples for every
+setting, so that settings compare paired); and the share of the sample's mismatch a setting accounts for,
 1 - K3(setting vs rollout) / K3(start vs rollout)."""
 
 from __future__ import annotations
@@ -30,18 +31,26 @@ class Numbers:
 
 
 class Resamples:
-    """Sequence-bootstrap weights: how often each sequence is drawn in each resample."""
+    """Sequence-bootstrap weights: how often each sequence is drawn in each resample (each
+    stratum resampled apart, as many as it has), times the sequence's weight."""
 
-    def __init__(self, sequences: int, seed: int) -> None:
+    def __init__(self, sequences: int, seed: int, strata: np.ndarray | None = None,
+                 weight: np.ndarray | None = None) -> None:  # fmt: skip
         rng = np.random.default_rng(seed)
-        self.weights = rng.multinomial(sequences, np.full(sequences, 1 / sequences),
-                                       size=RESAMPLES).astype(np.float64)  # fmt: skip
+        strata = np.zeros(sequences, dtype=np.int64) if strata is None else strata
+        self.weights = np.zeros((RESAMPLES, sequences))
+        for k in np.unique(strata):
+            idx = np.flatnonzero(strata == k)
+            self.weights[:, idx] = rng.multinomial(len(idx), np.full(len(idx), 1 / len(idx)),
+                                                   size=RESAMPLES)  # fmt: skip
+        self.weight = np.ones(sequences) if weight is None else weight
+        self.weights *= self.weight
 
     def interval(self, sums: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(point, replicates) of sum / count, per sequence sums given."""
         with np.errstate(invalid="ignore", divide="ignore"):
             reps = (self.weights @ sums) / (self.weights @ counts)
-        return sums.sum() / counts.sum(), reps
+            return (self.weight @ sums) / (self.weight @ counts), reps
 
 
 def k3(d: np.ndarray) -> np.ndarray:
@@ -56,6 +65,10 @@ def per_sequence(values: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
 def _ci(reps: np.ndarray) -> tuple[float, float]:
     lo, hi = np.nanquantile(reps, [(1 - LEVEL) / 2, (1 + LEVEL) / 2])
     return float(lo), float(hi)
+
+
+def _mean(d: np.ndarray, w: np.ndarray) -> float:
+    return float(np.average(d, weights=w)) if len(d) else float("nan")
 
 
 @dataclass
@@ -77,14 +90,15 @@ def numbers(x: np.ndarray, start: np.ndarray, sides: Sides, rs: Resamples,
     owner, n = sides.owner[keep], sides.sequences
     count = per_sequence(np.ones(int(keep.sum())), owner, n)
     d_roll, d_train = x[keep] - sides.rollout[keep], x[keep] - sides.trainer[keep]
+    w = rs.weight[owner]
     k3_roll, reps_roll = rs.interval(per_sequence(k3(d_roll), owner, n), count)
     k3_train, reps_train = rs.interval(per_sequence(k3(d_train), owner, n), count)
     out = Numbers(
         tokens=int(keep.sum()),
         k3_rollout=float(k3_roll), k3_rollout_ci=_ci(reps_roll),
-        mean_d_rollout=float(d_roll.mean()),
+        mean_d_rollout=_mean(d_roll, w),
         k3_trainer=float(k3_train), k3_trainer_ci=_ci(reps_train),
-        mean_d_trainer=float(d_train.mean()),
+        mean_d_trainer=_mean(d_train, w),
     )  # fmt: skip
     if x is not start:
         base, reps_base = rs.interval(

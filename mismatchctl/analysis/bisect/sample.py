@@ -1,5 +1,13 @@
-"""A uniform, seeded sample of a run's sequences, each rebuilt whole from the store: its token
-ids from the token rows (model tokens) and the masked rows (prompt and tool responses)."""
+"""A seeded sample of a run's sequences, each rebuilt whole from the store: its token ids from
+the token rows (model tokens) and the masked rows (prompt and tool responses).
+
+The sample is stratified by the hot cells (``cells.py``): a stratum per cell (the sequences
+with a model token in it, and in no earlier cell's), and the control stratum (the rest: the
+sequences with no token in any hot cell). CONTROL_SHARE of the sample goes to the control
+stratum, the rest in equal parts to the cells; a stratum with fewer sequences than its part
+gives the others what it cannot use. Each sequence weighs its stratum's size over the
+sequences drawn from it (the numbers estimate the run's, not the sample's). Without hot cells:
+one stratum, a uniform sample."""
 
 from __future__ import annotations
 
@@ -37,8 +45,23 @@ class Sampled:
     rollout: list[np.ndarray] = field(default_factory=list)
     trainer: list[np.ndarray] = field(default_factory=list)
     turns: list[np.ndarray] = field(default_factory=list)
+    positions: list[np.ndarray] = field(default_factory=list)  # the model tokens' positions
+    strata: list[int] = field(default_factory=list)  # each sequence's stratum
     without_prompt: int = 0  # sampled sequences left out: no prompt ids in the store
     candidates: int = 0  # sequences of the run (in the steps) with a model token
+    sizes: list[int] = field(default_factory=list)  # sequences of each stratum in the run
+    note: str | None = None  # why the sample is uniform (no hot cell)
+
+    def weights(self) -> np.ndarray:
+        """Each sequence's weight: its stratum's size over the sequences kept of it."""
+        strata = np.asarray(self.strata, dtype=np.int64)
+        kept = np.bincount(strata, minlength=len(self.sizes))
+        return np.asarray(self.sizes, dtype=np.float64)[strata] / kept[strata]
+
+    def drawn(self) -> list[int]:
+        """Sequences kept of each stratum."""
+        return np.bincount(np.asarray(self.strata, dtype=np.int64),
+                           minlength=len(self.sizes)).tolist()  # fmt: skip
 
 
 def sequence_rows(store: Store, run: str, steps: StepRange | None) -> pa.Table:
@@ -67,18 +90,31 @@ def _read(path: object, cols: list[str]) -> pa.Table:
     return table
 
 
-def draw(store: Store, run: str, size: int, steps: StepRange | None, seed: int) -> Sampled:
-    """``size`` sequences drawn uniformly (seeded) from the run's, rebuilt; those without prompt
+CONTROL_SHARE = 0.25  # of the sample, for the control stratum when there are hot cells
+
+
+def draw(
+    store: Store,
+    run: str,
+    size: int,
+    steps: StepRange | None,
+    seed: int,
+    cells: dict[int, int] | None = None,
+    n_cells: int = 0,
+) -> Sampled:
+    """``size`` sequences drawn (seeded) from the run's, stratified by ``cells`` (sequence ->
+    a bit per hot cell it has a token in; ``n_cells`` of them), rebuilt; those without prompt
     ids are left out and counted, and none with prompt ids is an error."""
     rows = sequence_rows(store, run, steps)
     out = Sampled(candidates=rows.num_rows)
     if not rows.num_rows:
         raise StoreError(f"run `{run}` has no sequence with a model token in these steps",
                          "widen --steps, or check the run with `mismatchctl runs`.")  # fmt: skip
-    pick = np.sort(np.random.default_rng(seed).choice(rows.num_rows, min(size, rows.num_rows),
-                                                      replace=False))  # fmt: skip
     names = (S.STEP, S.SEQ, S.SAMPLE_ID, S.PROMPT_LENGTH)
     step, seq, sid, prompt = (rows.column(c).to_pylist() for c in names)
+    stratum = strata_of(seq, cells or {}, n_cells)
+    out.sizes = np.bincount(stratum, minlength=n_cells + 1).tolist()
+    pick = _pick(stratum, out.sizes, size, seed)
     for i in pick.tolist():
         if not _add(out, store, run, seq[i], prompt[i]):
             out.without_prompt += 1
@@ -86,6 +122,7 @@ def draw(store: Store, run: str, size: int, steps: StepRange | None, seed: int) 
         out.steps.append(step[i])
         out.seqs.append(seq[i])
         out.sample_ids.append(sid[i])
+        out.strata.append(int(stratum[i]))
     if not out.ids:
         raise InputError(
             f"run `{run}`: none of the {len(pick):,} sampled sequences has the token ids of its "
@@ -93,6 +130,44 @@ def draw(store: Store, run: str, size: int, steps: StepRange | None, seed: int) 
             NO_PROMPT_HINT,
         )
     return out
+
+
+def strata_of(seqs: list[int], cells: dict[int, int], n_cells: int) -> np.ndarray:
+    """Each sequence's stratum: its first hot cell, or ``n_cells`` (the control) for none."""
+    out = np.full(len(seqs), n_cells, dtype=np.int64)
+    for i, s in enumerate(seqs):
+        bits = cells.get(s, 0)
+        if bits:
+            out[i] = (bits & -bits).bit_length() - 1  # the lowest bit set
+    return out
+
+
+def _pick(stratum: np.ndarray, sizes: list[int], size: int, seed: int) -> np.ndarray:
+    """The rows drawn: each stratum's part of ``size`` (``allot``), uniformly in it (seeded).
+    One stratum: the uniform sample ``bisect`` drew before it stratified (the same rows)."""
+    rng = np.random.default_rng(seed)
+    if len(sizes) == 1:
+        return np.sort(rng.choice(len(stratum), min(size, len(stratum)), replace=False))
+    parts = allot(sizes, size)
+    picked = [np.flatnonzero(stratum == k)[rng.choice(n, parts[k], replace=False)]
+              for k, n in enumerate(sizes) if parts[k]]  # fmt: skip
+    return np.sort(np.concatenate(picked)) if picked else np.zeros(0, dtype=np.int64)
+
+
+def allot(sizes: list[int], size: int) -> list[int]:
+    """How many of ``size`` each stratum gets (the last: the control): CONTROL_SHARE to the
+    control, equal parts to the cells, at most a stratum's size, the rest to those with room."""
+    cells = len(sizes) - 1
+    control = max(1, round(size * CONTROL_SHARE)) if sizes[-1] else 0
+    want = [(size - control) // cells + (k < (size - control) % cells) for k in range(cells)]
+    parts = [min(w, n) for w, n in zip([*want, control], sizes, strict=True)]
+    left = min(size, sum(sizes)) - sum(parts)
+    while left > 0:
+        room = [k for k, n in enumerate(sizes) if parts[k] < n]
+        for k in room[:left]:
+            parts[k] += 1
+        left = min(size, sum(sizes)) - sum(parts)
+    return parts
 
 
 def _add(out: Sampled, store: Store, run: str, seq: int, prompt_length: int | None) -> bool:
@@ -115,6 +190,7 @@ def _add(out: Sampled, store: Store, run: str, seq: int, prompt_length: int | No
         return False
     out.ids.append(ids)
     out.targets.append(model_pos - pos[0])
+    out.positions.append(model_pos)
     out.prompts.append(int(model_pos[0] - pos[0]))
     out.rollout.append(tokens.column(S.ROLLOUT).to_numpy())
     out.trainer.append(tokens.column(S.TRAINER).to_numpy())

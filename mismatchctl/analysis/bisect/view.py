@@ -1,18 +1,23 @@
-"""``bisect`` as sections and JSON: the verdict first, then every setting's numbers."""
+"""``bisect`` as sections and JSON: the verdict first (overall, then each hot cell and the
+control sample), the sample and its cells, every setting's numbers, the settings per cell,
+and (HTML) a figure of every setting's K3 against the rollout side, overall and per cell."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mismatchctl.analysis import sections as X
 
 if TYPE_CHECKING:
-    from mismatchctl.analysis.bisect.build import Bisect
+    from mismatchctl.analysis.bisect.judge import Bisect
     from mismatchctl.analysis.bisect.metrics import Numbers
 
 
 # a single change accounting for less of the mismatch than this does not explain any of it
 ALONE = 0.05
+LOOK_THERE = ("the engine has a path these settings do not have (an attention kernel, a fused "
+              "op, its sampler's processing): look there")  # fmt: skip
 
 
 def _g(x: float) -> str:
@@ -42,19 +47,11 @@ def verdict(b: Bisect) -> list[str]:
     else:
         out = [f"nothing here reproduces the rollout logprobs: the closest, {best.name}, leaves "
                f"K3 {_g(best.overall.k3_rollout)} of the trainer setting's "
-               f"{_g(start.k3_rollout)} ({_share(best.overall)} accounted for): the engine has "
-               "a path these settings do not have (an attention kernel, a fused op, its "
-               "sampler's processing): look there"]  # fmt: skip
+               f"{_g(start.k3_rollout)} ({_share(best.overall)} accounted for): "
+               f"{LOOK_THERE}"]  # fmt: skip
     if b.best_change is not None:
-        change = b.outcome(b.best_change)
-        if (change.overall.share or 0.0) < ALONE:
-            out.append(f"no single change accounts for the mismatch alone (the most, "
-                       f"{change.name}: {_share(change.overall)}): it takes the changes "
-                       "together")  # fmt: skip
-        else:
-            out.append(f"of the single changes, {change.name} ({change.what}) moves the "
-                       f"trainer side furthest toward the rollout: it accounts for "
-                       f"{_share(change.overall)} of the mismatch")  # fmt: skip
+        out.append(_change(b))
+    out += [_cell_line(b, cell) for cell in b.by_cell_best]
     for kind, name in b.by_turn_best.items():
         o = b.outcome(name).by_turn[kind]
         if o.tokens:
@@ -63,28 +60,51 @@ def verdict(b: Bisect) -> list[str]:
     return out
 
 
+def _change(b: Bisect) -> str:
+    assert b.best_change is not None
+    change = b.outcome(b.best_change)
+    if (change.overall.share or 0.0) < ALONE:
+        return (f"no single change accounts for the mismatch alone (the most, {change.name}: "
+                f"{_share(change.overall)}): it takes the changes together")  # fmt: skip
+    cells = "; ".join(f"{_where(c)}: {_share(n)}" for c, n in change.by_cell.items())
+    return (f"of the single changes, {change.name} ({change.what}) moves the trainer side "
+            f"furthest toward the rollout: it accounts for {_share(change.overall)} of the "
+            f"mismatch" + (f" ({cells})" if cells else ""))  # fmt: skip
+
+
+def _where(cell: str) -> str:
+    from mismatchctl.analysis.bisect.judge import CONTROL
+
+    return "in the control sample" if cell == CONTROL else f"in the hot cell ({cell})"
+
+
+def _cell_line(b: Bisect, cell: str) -> str:
+    """The sentence of one hot cell (or the control sample)."""
+    best = b.outcome(b.by_cell_best[cell])
+    n, start = best.by_cell[cell], b.outcomes[0].by_cell[cell]
+    head = f"{_where(cell)} ({n.tokens:,} tokens, K3 {_g(start.k3_rollout)})"
+    if start.k3_rollout == 0:
+        return f"{head}: the two sides are equal there"
+    if b.by_cell_reproduces[cell]:
+        return (f"{head}: {best.name} reproduces the rollout side there (K3 "
+                f"{_g(n.k3_rollout)}, {_share(n)} of its mismatch)")  # fmt: skip
+    return (f"{head}: nothing here reproduces the rollout side: the closest, {best.name}, "
+            f"accounts for {_share(n)} of its mismatch; {LOOK_THERE}")  # fmt: skip
+
+
 def bisect_sections(b: Bisect) -> list[X.Section]:
     lines = [X.Line(t, "bold" if i == 0 else "") for i, t in enumerate(verdict(b))]
-    facts = [
-        X.Fact("run", b.run, X.Kind.LABEL),
-        X.Fact("model", b.model, X.Kind.TEXT),
-        X.Fact("device", b.device, X.Kind.TEXT),
-        X.Fact("sequences re-scored", b.sequences, X.Kind.COUNT,
-               remark=f"a uniform sample (seed {b.seed}) of {b.candidates:,}"),
-        X.Fact("model tokens", b.tokens, X.Kind.COUNT),
-        X.Fact("mismatch on the sample (K3, trainer vs rollout)", b.mismatch),
-        X.Fact("trainer check", b.outcomes[0].overall.k3_trainer,
-               remark=f"K3 of the start against the trainer side, at most {_g(b.trainer_threshold)}"),
-    ]  # fmt: skip
-    if b.trainer_temperature is not None:
-        facts.append(X.Fact("trainer temperature", f"{b.trainer_temperature:g}", X.Kind.TEXT,
-                            remark="the trainer divides its logits by the run's temperature: "
-                            "every setting here does"))  # fmt: skip
     out: list[X.Section] = [
         X.Lines("bisect-verdict", f"Bisect: {b.run}", lines),
-        X.Facts("bisect-summary", "Sample", facts),
-        _table(b),
+        X.Facts("bisect-summary", "Sample", _facts(b)),
     ]
+    if b.cells:
+        out.append(_cells_table(b))
+    out.append(_table(b))
+    if b.by_cell_best:
+        out.append(_by_cell_table(b))
+    out.append(X.Figure("bisect-k3", "K3 against the rollout side, per setting", "bisect_k3",
+                        plot_data(b), HOW_K3))  # fmt: skip
     notes = [f"{name}: skipped, {why}" for name, why in b.skipped]
     if b.without_prompt:
         notes.append(f"{b.without_prompt:,} sampled sequences left out: the store has not "
@@ -92,6 +112,47 @@ def bisect_sections(b: Bisect) -> list[X.Section]:
     if notes:
         out.append(X.Lines("bisect-notes", "Notes", [X.Line(n, "note") for n in notes]))
     return out
+
+
+def _facts(b: Bisect) -> list[X.Fact]:
+    how = (f"stratified by the hot cells (seed {b.seed}) of {b.candidates:,}" if b.cells else
+           f"a uniform sample (seed {b.seed}) of {b.candidates:,}"
+           + (f"; {b.cells_note}" if b.cells_note else ""))  # fmt: skip
+    facts = [
+        X.Fact("run", b.run, X.Kind.LABEL),
+        X.Fact("model", b.model, X.Kind.TEXT),
+        X.Fact("device", b.device, X.Kind.TEXT),
+        X.Fact("sequences re-scored", b.sequences, X.Kind.COUNT, remark=how),
+        X.Fact("model tokens", b.tokens, X.Kind.COUNT),
+        X.Fact("mismatch (K3, trainer vs rollout)", b.mismatch,
+               remark="each sequence weighted by its stratum: the run's, estimated" if b.cells
+               else None),
+        X.Fact("trainer check", b.outcomes[0].overall.k3_trainer,
+               remark=f"K3 of the start ({b.start}) against the trainer side, at most "
+               f"{_g(b.trainer_threshold)}"),
+    ]  # fmt: skip
+    if b.trainer_temperature is not None:
+        facts.append(X.Fact("trainer temperature", f"{b.trainer_temperature:g}", X.Kind.TEXT,
+                            remark="the trainer divides its logits by the run's temperature: "
+                            "every setting here does"))  # fmt: skip
+    return facts
+
+
+def _cells_table(b: Bisect) -> X.Table:
+    rows = [{"cell": c.label, "source": c.source, "touching": c.touching or None,
+             "stratum": c.stratum, "drawn": c.drawn, "sentence": c.sentence}
+            for c in b.cells]  # fmt: skip
+    columns = [
+        X.Column("cell", "cell", X.Kind.LABEL),
+        X.Column("source", "from", X.Kind.TEXT),
+        X.Column("touching", "sequences with a token in it", X.Kind.COUNT),
+        X.Column("stratum", "its stratum's sequences", X.Kind.COUNT),
+        X.Column("drawn", "drawn", X.Kind.COUNT),
+        X.Column("sentence", "explain", X.Kind.TEXT),
+    ]
+    note = ("a stratum: the sequences with a token in the cell and in no earlier one; the "
+            "control: those with none in any. docs/bisect.md, the sample")  # fmt: skip
+    return X.Table("bisect-cells", "Hot cells", columns, rows, note=note)
 
 
 def _table(b: Bisect) -> X.Table:
@@ -122,6 +183,57 @@ def _table(b: Bisect) -> X.Table:
     return X.Table("bisect-settings", "Settings", columns, rows, note=note, bold_key="best")
 
 
+def _by_cell_table(b: Bisect) -> X.Table:
+    """Every setting's K3 against the rollout side and share, per hot cell and the control."""
+    cells = list(b.by_cell_best)
+    rows = []
+    for o in b.outcomes:
+        row: dict[str, Any] = {"setting": o.name}
+        for i, c in enumerate(cells):
+            row[f"k3_{i}"] = o.by_cell[c].k3_rollout
+            row[f"share_{i}"] = _share(o.by_cell[c])
+        rows.append(row)
+    columns = [X.Column("setting", "setting", X.Kind.LABEL)]
+    for i, c in enumerate(cells):
+        columns += [X.Column(f"k3_{i}", f"{c}: K3 vs rollout"),
+                    X.Column(f"share_{i}", f"{c}: share", X.Kind.TEXT)]  # fmt: skip
+    note = ("each cell's tokens in the sample (the control: the tokens of the sequences drawn "
+            "from the control stratum); share = 1 - K3(setting) / K3(start) there")  # fmt: skip
+    return X.Table("bisect-cells-settings", "Settings per cell", columns, rows, note=note)
+
+
+HOW_K3 = (
+    "Each setting's K3 against the rollout side (log scale) with its 95% bootstrap interval: "
+    "over the whole sample and in each hot cell and the control sample. The start is the "
+    "trainer's setting: a bar far under the start's reproduces the rollout side there."
+)
+
+
+@dataclass
+class BisectPlot:
+    """Per group (``overall``, each cell, ``control``), every setting's K3 against the rollout
+    side and its interval (None where the group has no token)."""
+
+    settings: list[str]
+    groups: list[str]
+    k3: list[list[float | None]]  # [group][setting]
+    lo: list[list[float | None]]
+    hi: list[list[float | None]]
+    best: list[str]  # the closest setting of each group
+
+
+def plot_data(b: Bisect) -> BisectPlot:
+    groups = ["overall", *b.by_cell_best]
+    k3, lo, hi = [], [], []
+    for g in groups:
+        ns = [o.overall if g == "overall" else o.by_cell[g] for o in b.outcomes]
+        k3.append([n.k3_rollout for n in ns])
+        lo.append([n.k3_rollout_ci[0] for n in ns])
+        hi.append([n.k3_rollout_ci[1] for n in ns])
+    best = [b.best or b.outcomes[0].name, *b.by_cell_best.values()]
+    return BisectPlot([o.name for o in b.outcomes], groups, k3, lo, hi, best)
+
+
 def _numbers(n: Numbers) -> dict[str, Any]:
     return {
         "tokens": n.tokens,
@@ -135,7 +247,7 @@ def _numbers(n: Numbers) -> dict[str, Any]:
 
 def bisect_dict(b: Bisect) -> dict[str, Any]:
     return {"bisect": {
-        "run": b.run, "model": b.model, "device": b.device, "seed": b.seed,
+        "run": b.run, "model": b.model, "device": b.device, "seed": b.seed, "start": b.start,
         "verdict": verdict(b),
         "sequences": b.sequences, "tokens": b.tokens, "candidates": b.candidates,
         "without_prompt": b.without_prompt, "mismatch_k3": b.mismatch,
@@ -144,9 +256,15 @@ def bisect_dict(b: Bisect) -> dict[str, Any]:
         "trainer_temperature": b.trainer_temperature,
         "best": b.best or None, "reproduces": b.reproduces, "best_change": b.best_change,
         "by_turn_best": b.by_turn_best,
+        "cells": [{"cell": c.label, "source": c.source, "sequences_touching": c.touching,
+                   "stratum_sequences": c.stratum, "drawn": c.drawn, "explain": c.sentence,
+                   "best": b.by_cell_best.get(c.label),
+                   "reproduces": b.by_cell_reproduces.get(c.label)} for c in b.cells],
+        "uniform_because": b.cells_note,
         "settings": [{"setting": o.name, "what": o.what, "changes": o.changes,
                       **_numbers(o.overall),
-                      "by_turn": {k: _numbers(v) for k, v in o.by_turn.items()}}
+                      "by_turn": {k: _numbers(v) for k, v in o.by_turn.items()},
+                      "by_cell": {k: _numbers(v) for k, v in o.by_cell.items()}}
                      for o in b.outcomes],
         "skipped": [{"setting": n, "why": w} for n, w in b.skipped],
     }}  # fmt: skip

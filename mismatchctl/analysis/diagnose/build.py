@@ -110,7 +110,7 @@ def _baseline_view(
 
         raise empty_selection_error(base)
     return BaselineView(
-        base.label or ", ".join(base.names), localize(target, found), cube_gpus(found)
+        base.label or ", ".join(base.names), localize(target, found), cube_gpus(found), found
     )
 
 

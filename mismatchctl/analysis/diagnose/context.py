@@ -52,12 +52,13 @@ class RunView:
 
 @dataclass
 class BaselineView:
-    """The selection against ``--baseline``: the explanation of its excess (``explain``), and
-    the gpus the baseline ran on."""
+    """The selection against ``--baseline``: the explanation of its excess (``explain``), the
+    gpus the baseline ran on, and its cube."""
 
     label: str
     explanation: Explanation
     gpus: list[str] = field(default_factory=list)
+    cube: Cube | None = None  # the baseline's own cube (same spec): contrasts of a part
 
 
 class UndeclaredRead(LookupError):

@@ -106,7 +106,9 @@ class DiagnoseExtra:
             trailing_zero_state(lr, lt, seq, step, keys.run),
             lag_k3(pairs),
             misalign_state(lr, lt, seq, turn, step, keys.run),
-            hot_sequence_state(lr, lt, seq, turn, step, *self._bins(keys), keys.run),
+            hot_sequence_state(
+                lr, lt, seq, turn, step, *self._bins(keys), keys.run, _gpu_labels(table, keys)
+            ),
             token_shift_state(_token_ids(table, keys), lr, lt, seq, *self._bins(keys)),
         )
 
@@ -168,6 +170,14 @@ class DiagnoseExtra:
             if run not in self._lags:
                 self._lags[run] = _read_lags(self._paths.get(run, []))
             return self._lags[run]
+
+
+def _gpu_labels(table: pa.Table, keys: PartKeys) -> np.ndarray | None:
+    """Each token's gpu label, None without a gpu column (the hot-sequence state's gpus)."""
+    if S.GPU not in table.column_names:
+        return None
+    found = keys.get(K.GPU)
+    return np.asarray(found.labels, object)[found.codes]
 
 
 def _token_ids(table: pa.Table, keys: PartKeys) -> np.ndarray:

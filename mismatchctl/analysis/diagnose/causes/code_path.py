@@ -12,10 +12,12 @@ from mismatchctl.analysis.diagnose.advice import (
 from mismatchctl.analysis.diagnose.cause_evidence import steps_follow_gpu
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import (
+    finding_region,
     first_findings,
     on_gpus,
     on_steps_only,
     path_on_one_gpu,
+    steps_region,
     steps_share,
     where_text,
 )
@@ -29,9 +31,9 @@ from mismatchctl.analysis.diagnose.checks import (
     tool_responses,
     trend,
 )
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import Context, RunView
 from mismatchctl.analysis.diagnose.parts import first_turns
-from mismatchctl.analysis.diagnose.steps import smooth_growth
+from mismatchctl.analysis.diagnose.steps import rising, smooth_growth
 from mismatchctl.engines import plan as K
 
 KEY = "code_path"
@@ -93,6 +95,7 @@ def support(ctx: Context) -> Support | None:
             ratio=f.rate_ratio,
             ci=None if ci is None else (ci[0], ci[1]), claim=f.token_share,
             where=where_text(f.where), variant=_variant(f.where),
+            region=finding_region(ctx, f.where),
         )  # fmt: skip
     steps = _steps(ctx)
     if steps is not None and (best is None or (steps.share or 0) > (best.share or 0)):
@@ -105,8 +108,8 @@ def _steps(ctx: Context) -> Support | None:
     hits = [c for c in (ctx.result(spikes), ctx.result(regimes)) if fired(c)]
     if not hits or _growth(ctx):
         return None
-    found = [steps_share(view) for view in ctx.runs.values()]
-    share, steps = max(found, key=lambda s: s[0] or 0.0)
+    found = [(*steps_share(view), view) for view in ctx.runs.values()]
+    share, steps, view = max(found, key=lambda s: s[0] or 0.0)
     if share is None:
         return None
     against: tuple[str, ...] = ()
@@ -116,10 +119,23 @@ def _steps(ctx: Context) -> Support | None:
     if fired(signs) and signs is not None and signs.finding.startswith("in the elevated"):
         against += ("the elevated steps' responses lean one way: other weights from a step on",)
     return Support(
-        verdict=hits[0].verdict, share=share, because=hits[0].finding,
+        verdict=hits[0].verdict, share=share, because=hits[0].finding + _not_a_line(ctx, view),
         checks=tuple(c.name for c in hits), where=f"steps {steps}", variant=PLACES[K.STEP],
-        against=against,
+        against=against, region=steps_region(view),
     )  # fmt: skip
+
+
+def _not_a_line(ctx: Context, view: RunView) -> str:
+    """Why rising steps are no growth: the trend check saw the rise, but one change point fits
+    the steps better than the line (``StepTrend.smooth``); empty when the steps do not rise."""
+    t = view.trend
+    if not fired(ctx.result(trend)) or t is None or not rising(view) or t.smooth:
+        return ""
+    return (
+        f"; the steps rise (x{t.rise:.2g}) but two levels fit them better than a line (weighted "
+        f"squared residuals {t.q_change:.3g} against {t.q_line:.3g}): a change at a step, not "
+        "a growth"
+    )
 
 
 def _growth(ctx: Context) -> bool:

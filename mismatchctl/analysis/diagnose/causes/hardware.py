@@ -13,6 +13,7 @@ from mismatchctl.analysis.diagnose.causes.parts import (
 from mismatchctl.analysis.diagnose.check import Check, CheckModule, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline, hardware, localized
 from mismatchctl.analysis.diagnose.context import Context, baseline_on_other_gpus
+from mismatchctl.engines import plan as K
 
 KEY = "hardware"
 CLASS = "hardware"
@@ -47,7 +48,7 @@ def support(ctx: Context) -> Support | None:
             because=f"{local.finding}; within that part, gpu {name} is {ratio:.3g}x the other "
             f"gpus at the same token probabilities", checks=(localized.NAME,), ratio=ratio,
             ci=(ci[0], ci[1]), where=f"gpu {name}, {where_text(found['where'])}",
-            variant=f"a code path only gpu {name} takes",
+            variant=f"a code path only gpu {name} takes", region=_gpu_region(ctx, [name]),
         )  # fmt: skip
     e = evidence_of(gpu, hardware.Evidence)
     if gpu is None or gpu.verdict == "n/a" or e is None:
@@ -68,7 +69,16 @@ def support(ctx: Context) -> Support | None:
         ratio=ratio,
         ci=None if ci is None else (ci[0], ci[1]),
         where=where_text(found.where) if found else f"gpu {', '.join(top)}",
+        region=_gpu_region(ctx, top),
     )
+
+
+def _gpu_region(ctx: Context, gpus: list[str]) -> dict[str, list[int]] | None:
+    """The cube codes of these gpus (the part the second pass leaves out), None if unknown."""
+    try:
+        return {K.GPU: [ctx.gpu_code(g) for g in gpus]} if gpus else None
+    except ValueError:
+        return None
 
 
 def _gpu_share(gpu: Check) -> float | None:

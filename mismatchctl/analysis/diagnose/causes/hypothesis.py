@@ -35,7 +35,9 @@ class Support:
     ``claim``: the share of the tokens it claims, where known (1: every token); ``where``: the part of the run
     it names; ``because``: the sentence with the numbers; ``checks``: the checks it read;
     ``against``: evidence that contradicts it, each sentence lowering its score; ``variant``:
-    which form of the cause (``top-p``, ``stale weights``...)."""
+    which form of the cause (``top-p``, ``stale weights``...); ``region``: the part of the run
+    it names as the cube's codes (dimension -> search-level codes), where it is one: the second
+    pass tests the causes of every token outside it (``outside.py``)."""
 
     verdict: str
     share: float | None
@@ -47,6 +49,7 @@ class Support:
     where: str = ""
     variant: str = ""
     against: tuple[str, ...] = ()
+    region: dict[str, list[int]] | None = None
 
     @property
     def alarm(self) -> bool:

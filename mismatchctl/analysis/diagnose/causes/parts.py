@@ -56,6 +56,27 @@ def steps_share(view: RunView) -> tuple[float | None, str]:
     return part_share(mass, sp.ratio), steps
 
 
+def finding_region(ctx: Context, where: dict[str, str]) -> dict[str, list[int]] | None:
+    """The cube codes (dimension -> search-level codes) of the localized finding at ``where``
+    (a row of ``first_findings``), None when no run's search holds it."""
+    for view in ctx.runs.values():
+        spec = view.cube.spec
+        for f in view.local.findings:
+            if f.where == where:
+                return {  # the finding's exact codes as the search tables' (blocks)
+                    spec.dims[d].name: sorted({int(b) for b in spec.block_of(d)[list(codes)]})
+                    for d, codes in f.region.items()
+                }
+    return None
+
+
+def steps_region(view: RunView) -> dict[str, list[int]] | None:
+    """The cube codes of a run's elevated steps (None without a split)."""
+    if view.split is None or not view.split.elevated:
+        return None
+    return {K.STEP: [int(view.rates.codes[i]) for i in view.split.elevated]}
+
+
 def path_on_one_gpu(ctx: Context) -> tuple[str, dict[str, Any]] | None:
     """A run's first code-path finding (not on a gpu) that one gpu's tokens hold: within the
     finding's part, that gpu against the others at the same token probabilities shows the

@@ -14,6 +14,7 @@ from mismatchctl.analysis.diagnose.causes.hypothesis import (
     Support,
     Weighed,
 )
+from mismatchctl.analysis.diagnose.causes.outside import second_pass
 from mismatchctl.analysis.diagnose.causes.row import CauseRow
 from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline
@@ -28,8 +29,10 @@ causes claim, and the best of them is named."""
 
 ALSO_SHARE = 0.25
 """A second cause is named beside the first when it alarms on its own checks, explains at least
-a quarter of the excess, and is neither set off by the first cause's fault (its ``EXPLAINS``)
-nor the other way round."""
+a quarter of the excess (over a baseline, of the run's mass above it), and is neither set off by
+the first cause's fault (its ``EXPLAINS``) nor the other way round. When the first cause is a
+part of the run, the causes of every token are also tested outside that part (``outside.py``):
+one that stands there on its own check's thresholds is a second cause whatever its share."""
 
 
 @dataclass
@@ -65,20 +68,36 @@ def weigh(ctx: Context) -> Weighing:
     if first is None and _unexplained_alarm(ctx):
         others = sorted(weighed, key=_rank, reverse=True)
         return Weighing(None, [], [_lost(w, None) for w in others], unexplained=True)
-    also = [w for w in alarmed if first is not None and _second(first, w)]
-    rest = [w for w in weighed if w is not first and w not in also]
+    cut = ALSO_SHARE * _excess_fraction(ctx)
+    also = [w for w in alarmed if first is not None and _second(first, w, cut)]
+    if first is not None:  # a fault hidden under a louder one's part (outside.py)
+        also += [w for w in second_pass(ctx, first, weighed) if w.cause not in _causes(also)]
+    rest = [w for w in weighed if w is not first and w.cause not in _causes(also)]
     rest.sort(key=_rank, reverse=True)
     return Weighing(first, also, [_lost(w, first) for w in rest])
 
 
 def _too_little(ctx: Context, first: Weighed) -> bool:
     """The run exceeds its baseline and the cause explains under ``MIN_SHARE`` of that excess."""
+    fraction = _excess_fraction(ctx)
+    if fraction >= 1.0:
+        return False
+    return (first.support.share or 0.0) < MIN_SHARE * fraction
+
+
+def _excess_fraction(ctx: Context) -> float:
+    """The share of the run's mass that is excess: ``1 - 1/ratio`` over a baseline the run
+    exceeds (the shares are of the run's mass, the cuts of its excess); 1 without one."""
     base = ctx.result(baseline)
     e = evidence_of(base, baseline.Evidence)
     ratio = e.rate_ratio if fired(base) and e is not None else None
     if ratio is None or not ratio > 1:
-        return False
-    return (first.support.share or 0.0) < MIN_SHARE * (1.0 - 1.0 / ratio)
+        return 1.0
+    return 1.0 - 1.0 / ratio
+
+
+def _causes(found: list[Weighed]) -> list[CauseModule]:
+    return [w.cause for w in found]
 
 
 def _unexplained_alarm(ctx: Context) -> bool:
@@ -107,9 +126,9 @@ def _precondition(w: Weighed) -> bool:
     return bool(getattr(w.cause, "PRECONDITION", False))
 
 
-def _second(first: Weighed, w: Weighed) -> bool:
-    """An independently supported second cause (``ALSO_SHARE``)."""
-    if w is first or w.score < ALSO_SHARE or w.cause.CLASS == first.cause.CLASS:
+def _second(first: Weighed, w: Weighed, cut: float) -> bool:
+    """An independently supported second cause (``cut``: ``ALSO_SHARE`` of the excess)."""
+    if w is first or w.score < cut or w.cause.CLASS == first.cause.CLASS:
         return False
     return w.cause.KEY not in first.cause.EXPLAINS and first.cause.KEY not in w.cause.EXPLAINS
 

@@ -42,6 +42,17 @@ def test_a_fault_from_one_step_on_stays_a_code_path(
     assert "a code path only some steps take" in regimes.next
 
 
+def test_a_switch_the_trend_sees_rising_says_why_it_is_no_growth(growth_store: Path) -> None:
+    """From step 16 on at 3x: the fitted line rises (the trend check warns), but two levels fit
+    the steps better; the cause says so with both fits rather than calling it a growth."""
+    checks = diagnosed(growth_store, "switch-3x", None)
+    assert checks["trend"].verdict in growth.ALARM
+    cause = checks["cause"]
+    assert cause.evidence.cause == "code_path"
+    assert "two levels fit them better than a line" in cause.finding
+    assert "a change at a step, not a growth" in cause.finding
+
+
 def test_a_code_path_comes_before_leaning_responses(leaning_store: Path) -> None:
     """Two steps at 225x and responses that lean: the code path is named (a biased kernel can
     make the responses it hits lean too, as the sample spiky-6's faulty step 3 does: 2.5x on

@@ -1,0 +1,159 @@
+"""``bisect``'s result and its judgement: every setting's numbers overall, per turn kind, per
+hot cell and in the control sample; the setting that reproduces the rollout side (it leaves at
+most REPRODUCE_RESIDUAL of the start's K3 against the rollout side: it accounts for at least 90%
+of the mismatch), and the single change that moves the trainer side furthest toward it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from mismatchctl.analysis.bisect.metrics import Numbers, Resamples, Sides, numbers
+from mismatchctl.analysis.bisect.sample import Sampled
+
+REPRODUCE_RESIDUAL = 0.1
+CONTROL = "control"
+
+
+@dataclass
+class Outcome:
+    """One setting: its name, what it changes, how many changes from the start, its numbers
+    overall, per turn kind (``first``, ``later``: when the sample has later turns) and per cell
+    (each hot cell's label, and ``control``)."""
+
+    name: str
+    what: str
+    changes: int
+    overall: Numbers
+    by_turn: dict[str, Numbers] = field(default_factory=dict)
+    by_cell: dict[str, Numbers] = field(default_factory=dict)
+
+
+@dataclass
+class CellInfo:
+    """A hot cell (or the control sample): its label, where it comes from (``explain``,
+    ``given``, ``control``), the run's sequences with a token in it, its stratum's sequences
+    in the run and drawn, and explain's sentence of it."""
+
+    label: str
+    source: str
+    touching: int
+    stratum: int
+    drawn: int
+    sentence: str = ""
+
+
+@dataclass
+class Bisect:
+    run: str
+    model: str
+    device: str
+    sequences: int
+    tokens: int
+    candidates: int
+    without_prompt: int
+    mismatch: float  # K3 of trainer vs rollout over the sample's tokens (weighted)
+    outcomes: list[Outcome]
+    skipped: list[tuple[str, str]]
+    seed: int
+    trainer_threshold: float = 0.0
+    best: str = ""
+    best_change: str | None = None
+    reproduces: bool = False
+    by_turn_best: dict[str, str] = field(default_factory=dict)
+    trainer_temperature: float | None = None  # the trainer divides its logits by it
+    start: str = "fp32"
+    cells: list[CellInfo] = field(default_factory=list)  # the hot cells, then the control
+    cells_note: str | None = None  # why the sample is uniform
+    by_cell_best: dict[str, str] = field(default_factory=dict)
+    by_cell_reproduces: dict[str, bool] = field(default_factory=dict)
+
+    def outcome(self, name: str) -> Outcome:
+        return next(o for o in self.outcomes if o.name == name)
+
+    def sections(self) -> list:
+        from mismatchctl.analysis.bisect.view import bisect_sections
+
+        return bisect_sections(self)
+
+    def to_dict(self) -> dict:
+        from mismatchctl.analysis.bisect.view import bisect_dict
+
+        return bisect_dict(self)
+
+    def to_polars(self) -> Any:
+        import polars as pl
+
+        rows = self.to_dict()["bisect"]["settings"]
+        keep = ("by_turn", "by_cell")
+        return pl.DataFrame([{k: v for k, v in r.items() if k not in keep} for r in rows])
+
+
+def judge(
+    run: str, model: str, device: str, drawn: Sampled, runnable: list, scored: dict,
+    skipped: list[tuple[str, str]], seed: int, cells: list[CellInfo], masks: list[np.ndarray],
+) -> Bisect:  # fmt: skip
+    """Every setting's numbers and the verdict."""
+    rollout, trainer = np.concatenate(drawn.rollout), np.concatenate(drawn.trainer)
+    lengths = [len(t) for t in drawn.targets]
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    sides = Sides(rollout, trainer, owner, len(lengths))
+    strata = np.asarray(drawn.strata, dtype=np.int64)
+    rs = Resamples(len(lengths), seed, strata, drawn.weights())
+    turns = np.concatenate(drawn.turns)
+    kinds = {"first": turns == 0, "later": turns > 0} if (turns > 0).any() else {}
+    regions = _regions(cells, masks, strata[owner], drawn)
+    start = scored[runnable[0].name]
+    outcomes = []
+    for s in runnable:
+        x = scored[s.name]
+        o = Outcome(s.name, s.what, s.changes, numbers(x, start, sides, rs))
+        o.by_turn = {k: numbers(x, start, sides, rs, keep) for k, keep in kinds.items()}
+        o.by_cell = {k: numbers(x, start, sides, rs, keep) for k, keep in regions.items()}
+        outcomes.append(o)
+    d = trainer - rollout
+    w = rs.weight[owner]
+    mismatch = float(np.average(np.expm1(d) - d, weights=w))
+    result = Bisect(run, model, device, len(lengths), len(rollout), drawn.candidates,
+                    drawn.without_prompt, mismatch, outcomes, skipped, seed)  # fmt: skip
+    result.cells, result.cells_note = cells, drawn.note
+    _verdict(result)
+    return result
+
+
+def _regions(
+    cells: list[CellInfo], masks: list[np.ndarray], stratum: np.ndarray, drawn: Sampled
+) -> dict[str, np.ndarray]:
+    """Each hot cell's tokens in the sample and the control sample's (the tokens of the
+    sequences drawn from the control stratum); a region without a token is left out."""
+    if not cells:
+        return {}
+    out = {c.label: m for c, m in zip(cells, masks, strict=True) if m.any()}
+    control = stratum == len(cells)
+    if control.any():
+        out[CONTROL] = control
+        cells.append(CellInfo(CONTROL, CONTROL, 0, drawn.sizes[-1], drawn.drawn()[-1]))
+    return out
+
+
+def _verdict(b: Bisect) -> None:
+    others = b.outcomes[1:]
+    if not others:
+        return
+    b.best = min(others, key=lambda o: o.overall.k3_rollout).name
+    single = [o for o in others if o.changes == 1 and o.overall.share is not None]
+    if single:
+        b.best_change = max(single, key=lambda o: o.overall.share or 0.0).name
+    b.reproduces = b.mismatch > 0 and _reproduces(b.outcome(b.best).overall)
+    for kind in others[0].by_turn:
+        b.by_turn_best[kind] = min(others, key=lambda o: o.by_turn[kind].k3_rollout).name
+    for cell in others[0].by_cell:
+        best = min(others, key=lambda o: o.by_cell[cell].k3_rollout)
+        b.by_cell_best[cell] = best.name
+        b.by_cell_reproduces[cell] = _reproduces(best.by_cell[cell])
+
+
+def _reproduces(n: Numbers) -> bool:
+    return (n.share or 0.0) >= 1 - REPRODUCE_RESIDUAL

@@ -1,0 +1,252 @@
+"""The second pass: when the named cause is a part of the run (one gpu, the tokens of a code
+path, some steps, the turns after tool responses), a louder fault there can hide a second one
+everywhere. The causes of every token are tested again on the tokens *outside* that part, each
+with its own check's thresholds (none lowered): the policy's lean (``policy_signs``) on the
+sequences of the other gpus or steps, or on the other turns' tokens; the precision's excess over
+the baseline (``baseline``) on the tokens outside the part at the same token mix. A cause that
+stands there is named beside the first, whatever its share of the whole run's mass (the louder
+fault's part holds most of that)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
+from mismatchctl.analysis.diagnose.check import FAIL, OK
+from mismatchctl.analysis.diagnose.checks import baseline, policy_signs
+from mismatchctl.analysis.diagnose.context import Context, baseline_on_other_gpus
+from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
+from mismatchctl.analysis.diagnose.text import pct
+from mismatchctl.engines import plan as K
+from mismatchctl.stats.hot_sequences import HotSequenceState
+from mismatchctl.stats.localize import contrast_baseline
+from mismatchctl.stats.localize_regions import region_sums
+from mismatchctl.stats.localize_result import ratio_text
+from mismatchctl.stats.localize_tables import SideTables
+from mismatchctl.stats.sign_coherence import in_cells, in_steps, off_gpus, sign_coherence
+
+TURN_PARTS = ("template", "tool_turns")
+"""Causes whose part is the turns after tool responses (their outside: the first turns)."""
+
+FIRST_TURN_MASS = 0.05
+"""A part whose tokens carry less than this share of their K3 mass in the first turns lies in
+the later turns (a long-KV path is one): the first turns are outside it."""
+
+Restrict = Callable[[HotSequenceState], HotSequenceState]
+
+
+@dataclass(frozen=True)
+class Outside:
+    """The tokens outside the named cause's part: ``region`` (cube dimension -> search-level
+    codes) for the baseline contrast, ``restrict`` the sign test's sequences or cells there,
+    ``text`` what the user reads ("the other gpus than L20")."""
+
+    region: dict[str, list[int]]
+    restrict: Restrict
+    text: str
+
+
+def second_pass(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[Weighed]:
+    """The causes of every token that stand on their own outside the first cause's part."""
+    if first.cause.EVERY_TOKEN or not first.support.alarm:
+        return []
+    out = outside(ctx, first)
+    if out is None:
+        return []
+    found = []
+    lean = _lean(ctx, out)
+    policy, precision = _cause(weighed, "policy"), _cause(weighed, "precision")
+    if lean is not None and policy is not None:
+        found.append(Weighed(policy.cause, _shared(ctx, out, lean), 0.0))
+    excess = _excess(ctx, out, lean is not None)
+    if excess is not None and precision is not None and not _other_reasons(precision):
+        found.append(Weighed(precision.cause, _shared(ctx, out, excess), 0.0))
+    return [w for w in found if w.cause.CLASS != first.cause.CLASS]
+
+
+def _other_reasons(precision: Weighed) -> bool:
+    """Evidence against the precision that holds outside the part too: the sides compute
+    different distributions, or the baseline ran on other gpus (the run's lean is the part's)."""
+    return any(not a.startswith("whole responses lean") for a in precision.support.against)
+
+
+def _shared(ctx: Context, out: Outside, found: Support) -> Support:
+    """The Support with its share: the outside's share of the run's K3 mass (what a cause of
+    every token there explains at most; small beside a loud part)."""
+    cube = ctx.cube
+    share = None
+    if cube is not None and cube.k3_sum > 0:
+        spec, t = cube.spec, SideTables(cube)
+        masks = {
+            spec.index(n): np.isin(np.arange(spec.levels(spec.index(n))), c)
+            for n, c in out.region.items()
+        }
+        share = float(np.sum(region_sums(t, masks, None).a)) / float(cube.k3_sum)
+    return Support(**{**found.__dict__, "share": share})
+
+
+def _cause(weighed: list[Weighed], key: str) -> Weighed | None:
+    return next((w for w in weighed if key == w.cause.KEY), None)
+
+
+def _lean(ctx: Context, out: Outside) -> Support | None:
+    """The policy's sign test on the sequences (or turns) outside the part, each run's at the
+    ``policy_signs`` check's thresholds; the worst run's Support, None when none leans."""
+    t = policy_signs.T
+    best: tuple[str, Any] | None = None
+    for state in ctx.state.hot_sequences.runs().values():
+        found = sign_coherence(out.restrict(state))
+        if found.tested == 0 or not found.p_value < t.SIGN_ALPHA:
+            continue
+        if found.dispersion >= t.SIGN_DISPERSION_WARN and (
+            best is None or found.dispersion > best[1].dispersion
+        ):
+            verdict = FAIL if found.dispersion >= t.SIGN_DISPERSION_FAIL else "warn"
+            best = (verdict, found)
+    if best is None:
+        return None
+    verdict, found = best
+    return Support(
+        verdict=verdict,
+        share=None,
+        because=(
+            f"outside the named part, in {out.text}: the count of tokens with r > 0 in each of "
+            f"{found.tested} sequences spreads {found.dispersion:.2f}x as much as independent "
+            f"signs give (chi-square p = {found.p_value:.2g}; {pct(found.extreme_share)} at "
+            "|z| > 3): whole responses lean one way where the first cause does not reach"
+        ),
+        checks=(policy_signs.NAME,),
+        where=out.text,
+        variant="responses leaning one way outside the first cause's part",
+    )
+
+
+def _excess(ctx: Context, out: Outside, leans: bool) -> Support | None:
+    """The excess over the baseline outside the part, at the ``baseline`` check's thresholds,
+    where no response leans (else it is the policy's) and the baseline ran on the same gpus."""
+    view = ctx.baseline
+    if leans or view is None or view.cube is None or ctx.cube is None:
+        return None
+    if baseline_on_other_gpus(ctx) is not None:
+        return None
+    found = contrast_baseline(ctx.cube, view.cube, out.region, K.BIN)
+    if found is None:
+        return None
+    ratio, ci = found
+    t = baseline.T
+    verdict = relative(ratio, ci, t.BASELINE_FACTOR, t.BASELINE_CI_LOW, t.BASELINE_FAIL)
+    if verdict == OK:
+        return None
+    return Support(
+        verdict=verdict,
+        share=None,
+        because=(
+            f"outside the named part, in {out.text}: {ratio_text(ratio)}x the baseline's rate "
+            f"at the same token mix ({ci_text(ci)}), no response leaning there"
+        ),
+        checks=(baseline.NAME,),
+        ratio=ratio,
+        ci=ci,
+        where=out.text,
+        variant="an excess over the baseline outside the first cause's part",
+    )
+
+
+def outside(ctx: Context, first: Weighed) -> Outside | None:
+    """The part's outside, or None when the part is no set of gpus, steps or turns the
+    per-sequence state can leave out (a code path of some batches or lengths)."""
+    spec = ctx.cube.spec if ctx.cube is not None else None
+    region = first.support.region
+    if spec is None:
+        return None
+    if first.cause.KEY in TURN_PARTS:
+        return _turns(spec, later=True)
+    if not region:
+        return None
+    if K.GPU in region:
+        return _gpus(spec, region[K.GPU])
+    if set(region) == {K.STEP}:
+        return _steps(ctx, region[K.STEP])
+    first_share = _first_turn_share(ctx, region)
+    if first_share is None:
+        return None
+    if first_share < FIRST_TURN_MASS:
+        return _turns(spec, later=True)
+    if first_share > 1 - FIRST_TURN_MASS:
+        return _turns(spec, later=False)
+    return None
+
+
+def _gpus(spec: Any, codes: list[int]) -> Outside:
+    d = spec.index(K.GPU)
+    names = {spec.level_label(d, [c]) for c in codes}
+    rest = [c for c in range(spec.levels(d)) if c not in codes]
+    return Outside(
+        {K.GPU: rest},
+        lambda st: off_gpus(st, names),
+        f"the sequences of the gpus other than {', '.join(sorted(names))}",
+    )
+
+
+def _steps(ctx: Context, codes: list[int]) -> Outside | None:
+    spec = ctx.cube.spec if ctx.cube is not None else None
+    if spec is None:
+        return None
+    d = spec.index(K.STEP)
+    rest = [c for c in range(spec.levels(d)) if c not in codes]
+    numbers = {
+        int(n)
+        for v in ctx.runs.values()
+        for n, c in zip(v.rates.numbers, v.rates.codes, strict=True)
+        if int(c) in rest and np.isfinite(n)
+    }
+    if not rest or not numbers:
+        return None
+    label = spec.level_label(d, codes)
+    return Outside(
+        {K.STEP: rest}, lambda st: in_steps(st, numbers), f"the steps other than {label}"
+    )
+
+
+def _turns(spec: Any, later: bool) -> Outside:
+    """The first turns (outside a part of the later turns), or the later turns."""
+    d, bins = spec.index(K.TURN_KIND), spec.dims[spec.index(K.BIN)].size
+    labels = list(spec.dims[d].labels)
+    keep = "first" if later else "later"
+    code = labels.index(keep) if keep in labels else (0 if later else 1)
+    cells = np.zeros(2 * bins, bool)  # hot-sequence cells: (turn > 0) x probability bin
+    cells[(0 if later else bins) : (bins if later else 2 * bins)] = True
+
+    def restrict(st: HotSequenceState) -> HotSequenceState:
+        wide = np.zeros(max(len(cells), int(st.cell.max(initial=0)) + 1), bool)
+        wide[: len(cells)] = cells
+        return in_cells(st, wide)
+
+    return Outside({K.TURN_KIND: [code]}, restrict, f"the {keep} turns")
+
+
+def _first_turn_share(ctx: Context, region: dict[str, list[int]]) -> float | None:
+    """The share of the part's K3 mass in the first turns, from a table of the cube that holds
+    the turn kind beside one of the part's dimensions."""
+    cube = ctx.cube
+    if cube is None:
+        return None
+    spec, t = cube.spec, SideTables(cube)
+    d = spec.index(K.TURN_KIND)
+    labels = list(spec.dims[d].labels)
+    first = labels.index("first") if "first" in labels else 0
+    for name, codes in region.items():
+        e = spec.index(name)
+        if e == d:
+            return 1.0 if codes == [first] else 0.0 if first not in codes else None
+        if spec.table_index(sorted({d, e})) is None:
+            continue
+        mask = np.isin(np.arange(spec.levels(e)), codes)
+        a = region_sums(t, {e: mask}, d).a
+        total = float(np.sum(a))
+        return float(a[first]) / total if total > 0 else None
+    return None
