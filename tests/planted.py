@@ -40,7 +40,9 @@ scales by its square root); the defaults are the loud values the first tests wer
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -265,10 +267,27 @@ def checks(store: Path, run: str, baseline: str | None = None) -> dict:
     return {c.name: c for c in diagnosis(store, run, baseline).checks}
 
 
+SHARED: dict[Path, Path] = {}
+"""Stores built once for every test worker (tests/analysis/diagnose/conftest.py) -> the
+directory their diagnoses are kept in."""
+
+
 @functools.cache
 def diagnosis(store: Path, run: str, baseline: str | None = None) -> Diagnosis:
     """``api.diagnose`` of a run of a store that does not change, computed once: several tests
-    read the same diagnosis (the suite's time is mostly diagnose's)."""
+    read the same diagnosis (the suite's time is mostly diagnose's); once for every test
+    worker when the store is ``SHARED``."""
     from mismatchctl import api
 
-    return api.diagnose(run, store=store, baseline=baseline)
+    kept = SHARED.get(Path(store))
+    if kept is None:
+        return api.diagnose(run, store=store, baseline=baseline)
+    name = f"{run}@{baseline}".replace("/", "_")
+    path = kept / f"{name}.pickle"
+    with (kept / f"{name}.lock").open("w") as lock:  # one worker diagnoses, the others wait
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            found = api.diagnose(run, store=store, baseline=baseline)
+            path.write_bytes(pickle.dumps(found))
+            return found
+    return pickle.loads(path.read_bytes())

@@ -122,8 +122,8 @@ def test_a_data_source_is_a_dimension_of_explain_and_diagnose(tmp_path: Path) ->
     against = api.explain("mixed", "plain", store=store, bootstrap=False).explanation
     assert against.findings[0].where == {"attr:data_source": "search"}
     local = next(c for c in api.diagnose("mixed", store=store).checks if c.name == "localized")
-    (run,) = local.evidence["runs"].values()
-    assert run["code_path_findings"][0]["where"] == {"attr:data_source": "search"}
+    (run,) = local.evidence.runs.values()
+    assert run.code_path_findings[0].where == {"attr:data_source": "search"}
     assert "attr:data_source" in local.finding
     from mismatchctl.analysis.explain import OTHER_LABEL, attribute_dims
     from mismatchctl.analysis.selection import parse_selector, resolve

@@ -198,37 +198,37 @@ def test_counts_against_numpy(store: Path, lut: np.ndarray, run: str) -> None:
     check = _check(store, run)
     want = _reference(store, run, lut)
     ev = check.evidence
-    assert ev["worst_tokens"] == want["k"] == 360
-    assert ev["classified_tokens"] == 36_000 and ev["unclassified_tokens"] == 0
+    assert ev.worst_tokens == want["k"] == 360
+    assert ev.classified_tokens == 36_000 and ev.unclassified_tokens == 0
     for name in ("byte", "special", "whitespace"):
-        got, ref = ev["classes"][name], want[name]
-        assert got["worst"] == ref["worst"], (run, name)
-        assert got["expected"] == pytest.approx(ref["expected"], rel=REL)
-        assert got["se"] == pytest.approx(ref["se"], rel=REL)
-        assert got["share_of_tokens"] == pytest.approx(ref["share_of_tokens"], rel=REL)
+        got, ref = ev.classes[name], want[name]
+        assert got.worst == ref["worst"], (run, name)
+        assert got.expected == pytest.approx(ref["expected"], rel=REL)
+        assert got.se == pytest.approx(ref["se"], rel=REL)
+        assert got.share_of_tokens == pytest.approx(ref["share_of_tokens"], rel=REL)
 
 
 def test_a_mismatch_on_whitespace_tokens_fires(store: Path) -> None:
     small, large = _check(store, "ws-small"), _check(store, "ws-large")
     assert small.verdict == "warn" and large.verdict == "fail"
     for check in (small, large):
-        assert check.evidence["over_represented"] == ["whitespace"]
+        assert check.evidence.over_represented == ["whitespace"]
         assert check.finding.startswith("whitespace-only tokens: ")
         assert "expected at the same token probabilities" in check.finding
         assert check.next is not None and "re-tokenizes" in check.next
-    whitespace = large.evidence["classes"]["whitespace"]
-    assert whitespace["share_of_worst"] >= T.CLASS_FAIL_SHARE
-    assert all(e["text"].replace("\\n", "").replace("\\t", "").strip() == ""
-               for e in whitespace["examples"])  # fmt: skip
+    whitespace = large.evidence.classes["whitespace"]
+    assert whitespace.share_of_worst >= T.CLASS_FAIL_SHARE
+    assert all(e.text.replace("\\n", "").replace("\\t", "").strip() == ""
+               for e in whitespace.examples)  # fmt: skip
     cause = next(c for c in api.diagnose("ws-large", store=store).checks if c.name == "cause")
-    assert cause.evidence["key"] == "template" and "token_classes" in cause.evidence["checks"]
+    assert cause.evidence.cause == "template" and "token_classes" in cause.evidence.named.checks
 
 
 def test_a_mismatch_on_special_tokens_fires(store: Path) -> None:
     check = _check(store, "special")
     assert check.verdict in ("warn", "fail")
-    assert check.evidence["over_represented"] == ["special"]
-    texts = {e["text"] for e in check.evidence["classes"]["special"]["examples"]}
+    assert check.evidence.over_represented == ["special"]
+    texts = {e.text for e in check.evidence.classes["special"].examples}
     assert texts <= set(SPECIALS) and texts
 
 
@@ -240,8 +240,8 @@ def test_healthy_and_numeric_faults_stay_quiet(store: Path) -> None:
         check = _check(store, run)
         assert check.verdict == "ok", (run, check.finding)
         assert check.finding.startswith("no class is over-represented among the 360")
-    byte = _check(store, "numeric").evidence["classes"]["byte"]
-    assert byte["share_of_worst"] > 2 * byte["share_of_tokens"]
+    byte = _check(store, "numeric").evidence.classes["byte"]
+    assert byte.share_of_worst > 2 * byte.share_of_tokens
 
 
 def test_without_a_tokenizer_it_is_not_applicable(store: Path) -> None:

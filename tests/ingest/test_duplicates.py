@@ -96,7 +96,7 @@ def test_diagnose_flags_duplicates(store: Path, tmp_path: Path) -> None:
     checks = {c.name: c for c in api.diagnose("twice", store=store).checks}
     dup = checks["duplicates"]
     assert dup.verdict == "fail" and dup.layer == "data integrity"
-    assert dup.evidence["duplicate_sequences"] == N and dup.evidence["sequences"] == 2 * N
+    assert dup.evidence.duplicate_sequences == N and dup.evidence.sequences == 2 * N
     assert dup.finding.startswith(f"{N} of {2 * N} sequences (50.0%) repeat an earlier sequence")
     assert "ingest one copy" in dup.next
 

@@ -73,7 +73,7 @@ def test_flips_carrying_the_mismatch_and_replay_violations(tmp_path: Path) -> No
     natural = _checks(store, "natural")
     assert natural["routing_flips"].verdict == "ok"
     assert "the normal state of an MoE without replay" in natural["routing_flips"].finding
-    assert natural["cause"].evidence["key"] == "none"
+    assert natural["cause"].evidence.cause == "none"
     # a router in lower precision: 5% of the layer routes flip more
     _dump(tmp_path / "a.parquet", 1, replayed=False, flip_noise=0.5, extra_flips=0.05)
     api.ingest([tmp_path / "a.parquet"], "loud", store=store)
@@ -83,7 +83,7 @@ def test_flips_carrying_the_mismatch_and_replay_violations(tmp_path: Path) -> No
     assert "routing flips carry" in flips.finding and flips.next and "replay" in flips.next
     assert "routing_replay" not in checks
     cause = checks["cause"]  # named as the cause, with replay as the remedy
-    assert cause.evidence["key"] == "routing" and "routing flips" in cause.finding
+    assert cause.evidence.cause == "routing" and "routing flips" in cause.finding
     assert cause.next and "rollout routing replay" in cause.next
     assert "fix the cause (routing" in checks["objective"].finding
 
@@ -91,7 +91,7 @@ def test_flips_carrying_the_mismatch_and_replay_violations(tmp_path: Path) -> No
     api.ingest([tmp_path / "b.parquet"], "quiet", store=store)
     quiet = _checks(store, "quiet")
     assert quiet["routing_flips"].verdict == "ok"
-    assert quiet["cause"].evidence["key"] != "routing"
+    assert quiet["cause"].evidence.cause != "routing"
 
     _dump(tmp_path / "c.parquet", 3, replayed=True, flip_noise=0.01, every=3)
     api.ingest([tmp_path / "c.parquet"], "r3", store=store, tags=["routing_replay=r3"])

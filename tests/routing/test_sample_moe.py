@@ -62,14 +62,14 @@ def test_sample_moe_diagnosis(moe_store: Path) -> None:
     flips = checks["moe"]["routing_flips"]
     assert flips.verdict == "ok" and "R3) would roughly halve the mismatch" in flips.finding
     assert "routing_replay" not in checks["moe"]
-    assert checks["moe"]["cause"].evidence["key"] == "none"
-    assert checks["moe-r3"]["cause"].evidence["key"] == "none"
+    assert checks["moe"]["cause"].evidence.cause == "none"
+    assert checks["moe-r3"]["cause"].evidence.cause == "none"
     assert checks["moe-r3"]["routing_replay"].verdict == "ok"
     assert "routing_flips" not in checks["moe-r3"]
     bug = checks["moe-capture-bug"]["routing_replay"]
     assert bug.verdict == "fail" and "capture or alignment bug" in bug.next
     cause = checks["moe-capture-bug"]["cause"]
-    assert cause.verdict == "fail" and cause.evidence["key"] == "routing_capture"
+    assert cause.verdict == "fail" and cause.evidence.cause == "routing_capture"
     # the replayed run's mismatch is a fraction of the natural run's
     kl = {
         name: api.report([name], store=moe_store).to_dict()["groups"][0]["metrics"]["vllm_kl"]

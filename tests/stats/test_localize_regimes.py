@@ -183,7 +183,7 @@ def test_a_healthy_thousand_step_run_has_no_finding() -> None:
 
 def test_a_short_run_keeps_its_sets_of_steps() -> None:
     """Up to ``regime_values`` steps the step is no regime dimension: its sets are tried as
-    sets (a fault in every third of 24 steps: tests/analysis/test_diagnose_relative.py)."""
+    sets (a fault in every third of 24 steps: tests/analysis/diagnose/checks/test_localized.py)."""
     t = SideTables(_small())
     step = t.spec.index("step")
     assert not is_regime(t, step, TH)

@@ -7,8 +7,16 @@ from __future__ import annotations
 import shlex
 
 from mismatchctl.analysis.diagnose.advice import HARDWARE_ADVICE
-from mismatchctl.analysis.diagnose.check import FAIL, MAX_LISTED, WARN, Check, CheckModule
+from mismatchctl.analysis.diagnose.check import (
+    FAIL,
+    MAX_LISTED,
+    WARN,
+    Check,
+    CheckModule,
+    evidence_of,
+)
 from mismatchctl.analysis.diagnose.checks import (
+    baseline,
     hardware,
     localized,
     low_probability,
@@ -49,12 +57,13 @@ def excess_in_rare_bins(ctx: Context, base: Check | None) -> bool:
     are not: the excess sits in the bins too small to test, and the low-probability bins hold
     ``LOWPROB_CONCENTRATION`` times their share of tokens in K3 (the rare tokens, below the
     level at which the low-probability check alone warns)."""
-    if base is None or base.verdict not in (WARN, FAIL):
+    e = evidence_of(base, baseline.Evidence)
+    if base is None or base.verdict not in (WARN, FAIL) or e is None:
         return False
-    if base.evidence.get("concentrated_in") != K.BIN:
+    if e.concentrated_in != K.BIN:
         return False
-    low = ctx.result(low_probability)
-    concentration = low.evidence.get("concentration") if low is not None else None
+    low = evidence_of(ctx.result(low_probability), low_probability.Evidence)
+    concentration = low.concentration if low is not None else None
     return concentration is not None and concentration >= low_probability.T.LOWPROB_CONCENTRATION
 
 
@@ -71,8 +80,9 @@ def gpu_only(ctx: Context, paths: list[Check]) -> bool:
     steps = [c for c in paths if c.name in names_of(*STEP_CHECKS)]
     if steps and not steps_follow_gpu(ctx, steps):
         return False
-    local = next((c for c in paths if c.name == localized.NAME), None)
-    return local is None or firsts_on_gpus(local.evidence["runs"].values())
+    local = evidence_of(next((c for c in paths if c.name == localized.NAME), None),
+                        localized.Evidence)  # fmt: skip
+    return local is None or firsts_on_gpus(local.runs.values())
 
 
 STEP_CHECKS: tuple[CheckModule, ...] = (regimes, spikes)  # code-path hits that are steps
@@ -97,8 +107,9 @@ def growth_by_steps(ctx: Context, check: Check) -> bool:
     stays a code path; a part of the run at other dimensions (a gpu, long KV positions) too."""
     if check.name == regimes.NAME:
         return regimes_are_growth(ctx)
-    if check.name == localized.NAME:
-        return steps_are_growth(ctx, check.evidence["runs"])
+    local = evidence_of(check, localized.Evidence)
+    if local is not None:
+        return steps_are_growth(ctx, local.runs)
     return False
 
 
@@ -107,14 +118,15 @@ def steps_follow_gpu(ctx: Context, steps: list[Check]) -> bool:
     hardware check): on the other gpus together, those steps' vllm_kl is under
     ``REGIME_FACTOR`` times the other steps' (a gpu whose fault grows over the run makes a
     step change of the whole run; a fault of some steps on every gpu stays a code path)."""
-    gpus = ctx.result(hardware)
-    factors = gpus.evidence.get("factor_over_others_median") if gpus else None
+    gpus = evidence_of(ctx.result(hardware), hardware.Evidence)
+    factors = gpus.factor_over_others_median if gpus else None
     if len(ctx.runs) != 1 or not factors:
         return False
     hot = max(factors, key=lambda g: factors[g] or 0.0)
     for check in steps:
-        (run,) = check.evidence["runs"].values()
-        elevated = {str(s) for s in run.get("elevated_steps", [])}
+        found = evidence_of(check, regimes.Evidence) or evidence_of(check, spikes.Evidence)
+        run = next(iter((found.runs or {}).values()), None) if found is not None else None
+        elevated = {str(s) for s in run.split.elevated_steps} if run and run.split else set()
         if not elevated or len(elevated) >= MAX_LISTED:  # none, or the list is cut short
             return False
         sums = {True: [0.0, 0.0], False: [0.0, 0.0]}  # elevated? -> [tokens, K3 mass]

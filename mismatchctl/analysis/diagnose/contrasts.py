@@ -4,9 +4,10 @@ findings"), and how the checks write one in a finding and in their evidence."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from mismatchctl.analysis.diagnose.check import OK, grade
+from mismatchctl.analysis.diagnose.check import OK, CheckEvidence, grade
 from mismatchctl.analysis.diagnose.levels import LEVEL, LOCAL_CI_LOW, LOCAL_FACTOR, MEDIUM_MAX
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import TURN_KIND_LABELS
@@ -56,9 +57,17 @@ def ratio_part(found: Ratio) -> str:
     return "n/a" if found is None else f"{ratio_text(found[0])}x ({ci_text(found[1])})"
 
 
-def ratio_row(found: Ratio) -> dict[str, Any] | None:
-    """A contrast as evidence: ``rate_ratio`` and ``rate_ratio_ci``."""
-    return None if found is None else {"rate_ratio": found[0], "rate_ratio_ci": list(found[1])}
+@dataclass(frozen=True, kw_only=True)
+class RatioRow(CheckEvidence):
+    """A contrast as evidence: the rate ratio and its interval."""
+
+    rate_ratio: float
+    rate_ratio_ci: tuple[float, float]
+
+
+def ratio_row(found: Ratio) -> RatioRow | None:
+    """A contrast as evidence (None: no contrast)."""
+    return None if found is None else RatioRow(rate_ratio=found[0], rate_ratio_ci=found[1])
 
 
 def later_turns(ctx: Context) -> Ratio:

@@ -3,11 +3,14 @@ diagnosis lists them (``registry.LISTED``)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from mismatchctl.analysis.diagnose.check import FAIL, LAYERS, NA, OK, WARN, Check, worst
 from mismatchctl.analysis.report import Report
+
+if TYPE_CHECKING:
+    from mismatchctl.analysis.diagnose.checks import cause
 
 
 @dataclass
@@ -55,15 +58,29 @@ class Diagnosis:
         return {**self.report.to_dict(), "diagnosis": self.section_dict()}
 
     @property
-    def cause(self) -> dict[str, Any]:
-        """The weighing of the causes (the cause check's evidence: the named cause, the second
-        causes, the runner-ups); ``{"key": "none"}`` when there is no cause check."""
+    def cause_check(self) -> Check | None:
+        """The cause check's result (None: a diagnosis without one)."""
         from mismatchctl.analysis.diagnose.checks import cause
 
-        found = next((c for c in self.checks if c.name == cause.NAME), None)
+        return next((c for c in self.checks if c.name == cause.NAME), None)
+
+    @property
+    def weighing(self) -> cause.Evidence | None:
+        """The weighing of the causes (the cause check's evidence: the named cause, the second
+        causes, the runner-ups); None when there is no cause check."""
+        from mismatchctl.analysis.diagnose.check import evidence_of
+        from mismatchctl.analysis.diagnose.checks import cause
+
+        return evidence_of(self.cause_check, cause.Evidence)
+
+    @property
+    def cause(self) -> dict[str, Any]:
+        """The JSON's ``cause``: the weighing and the cause check's finding; ``{"key":
+        "none"}`` when there is no cause check."""
+        found = self.cause_check
         if found is None:
             return {"key": "none"}
-        return {**found.evidence, "finding": found.finding}
+        return {**found.evidence_dict(), "finding": found.finding}
 
     def section_dict(self) -> dict[str, Any]:
         """The JSON's ``diagnosis``: the verdict, then the cause that decided it, then every
@@ -74,7 +91,7 @@ class Diagnosis:
             "verdict": self.verdict,
             "cause": self.cause,
             "counts": self.counts(),
-            "checks": [asdict(c) for c in self.checks],
+            "checks": [c.to_dict() for c in self.checks],
         }
 
     def to_polars(self) -> Any:

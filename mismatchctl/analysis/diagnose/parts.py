@@ -4,11 +4,12 @@ and the cause reads of the localized check's first findings."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import OK, worst
+from mismatchctl.analysis.diagnose.check import OK, CheckEvidence, absent, renamed, worst
 from mismatchctl.analysis.diagnose.contrasts import Ratio, ci_text, hotter, relative
 from mismatchctl.analysis.diagnose.levels import (
     LEVEL,
@@ -48,17 +49,58 @@ def cell_level(expl: Explanation, f: Finding) -> float:
     return f.mass_share * expl.vllm_kl * expl.tokens / f.tokens if f.tokens else math.nan
 
 
-def finding_row(expl: Explanation, f: Finding) -> dict[str, Any]:
-    return {
-        "where": f.where,
-        "sentence": f.sentence,
-        M.TOKEN_SHARE.key: f.token_share,
-        "mass_share": f.mass_share,
-        "excess_share": f.excess_share,
-        "rate_ratio": f.rate_ratio,
-        "rate_ratio_ci": list(f.rate_ratio_ci),
-        M.VLLM_KL.key: cell_level(expl, f),
-    }
+@dataclass(frozen=True, kw_only=True)
+class FindingRow(CheckEvidence):
+    """A finding of the localization as evidence (``stats/localize_result.Finding``): where
+    (dimension -> value), its sentence, its shares of the tokens, the K3 mass and the excess,
+    its rate ratio to the rest with the interval, and its own vllm_kl."""
+
+    where: dict[str, str]
+    sentence: str
+    token_share: float = renamed(M.TOKEN_SHARE.key)
+    mass_share: float
+    excess_share: float | None
+    rate_ratio: float
+    rate_ratio_ci: tuple[float, float]
+    vllm_kl: float = renamed(M.VLLM_KL.key)
+
+
+def finding_row(expl: Explanation, f: Finding) -> FindingRow:
+    return FindingRow(
+        where=f.where,
+        sentence=f.sentence,
+        token_share=f.token_share,
+        mass_share=f.mass_share,
+        excess_share=f.excess_share,
+        rate_ratio=f.rate_ratio,
+        rate_ratio_ci=f.rate_ratio_ci,
+        vllm_kl=cell_level(expl, f),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class WithinLater(CheckEvidence):
+    """A part found that is hotter than the rest of the later turns: where, and its rate ratio
+    to their other tokens with the interval."""
+
+    where: dict[str, str]
+    rate_ratio: float
+    rate_ratio_ci: tuple[float, float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalRun(CheckEvidence):
+    """One run's localization as the localized check judges it: every finding, those that are
+    code paths at the localized pattern (``code_path_findings``), and (written when true or
+    found) ``first_turns``: the top part is the first turns alone; ``later_turns``: the parts are
+    the later turns seen by position; ``within_later_turns``: a part hotter than the rest of the
+    later turns."""
+
+    findings: list[FindingRow]
+    code_path_findings: list[FindingRow]
+    first_turns: bool | None = absent()
+    later_turns: bool | None = absent()
+    within_later_turns: WithinLater | None = absent()
 
 
 TURN_PLACES = frozenset({K.TURN, K.TURN_KIND, K.KV_POSITION, K.TURN_POSITION})
@@ -115,21 +157,21 @@ def within_later(cube: Cube | None, f: Finding) -> Ratio:
         return None
 
 
-def firsts_on_gpus(runs: Iterable[dict[str, Any]]) -> bool:
+def firsts_on_gpus(runs: Iterable[LocalRun]) -> bool:
     """Whether each run's first code-path finding (the search's largest specific excess; the
     later ones may be it seen through other dimensions) lies on some gpus, alone or with other
     dimensions (``localized_run``'s evidence; runs with none are skipped)."""
-    firsts = [run["code_path_findings"][0] for run in runs if run["code_path_findings"]]
-    return bool(firsts) and all(K.GPU in f["where"] for f in firsts)
+    firsts = [run.code_path_findings[0] for run in runs if run.code_path_findings]
+    return bool(firsts) and all(K.GPU in f.where for f in firsts)
 
 
-def firsts_on_attribute(runs: Iterable[dict[str, Any]]) -> tuple[str, str] | None:
+def firsts_on_attribute(runs: Iterable[LocalRun]) -> tuple[str, str] | None:
     """The sample attribute (name, values) that every run's top code-path finding lies on, alone
     or with other dimensions (``data_source`` from ``attr:data_source``), or None."""
     found = set()
     for run in runs:
-        if run["code_path_findings"]:
-            where = run["code_path_findings"][0]["where"]
+        if run.code_path_findings:
+            where = run.code_path_findings[0].where
             attrs = [
                 (k[len(K.ATTR_PREFIX) :], v)
                 for k, v in where.items()
@@ -141,18 +183,18 @@ def firsts_on_attribute(runs: Iterable[dict[str, Any]]) -> tuple[str, str] | Non
     return found.pop() if len(found) == 1 else None
 
 
-def firsts_on_first_turns(runs: Iterable[dict[str, Any]]) -> bool:
+def firsts_on_first_turns(runs: Iterable[LocalRun]) -> bool:
     """Whether each run's top code-path finding is the first turns alone (``localized_run``'s
     evidence ``first_turns``; runs with no code-path finding are skipped)."""
-    firing = [run for run in runs if run["code_path_findings"]]
-    return bool(firing) and all(run.get("first_turns") for run in firing)
+    firing = [run for run in runs if run.code_path_findings]
+    return bool(firing) and all(run.first_turns for run in firing)
 
 
 def localized_run(
     expl: Explanation,
     later: Ratio = None,
     cube: Cube | None = None,
-) -> tuple[str, str, dict[str, Any]]:
+) -> tuple[str, str, LocalRun]:
     """The localized verdict of one run, its sentence and evidence; ``later``: the later turns'
     contrast, ``cube`` the run's, see :func:`by_later_turns` (evidence ``later_turns``, and
     ``within_later_turns`` when a part found is hotter than the rest of the later turns, said
@@ -169,10 +211,10 @@ def localized_run(
         for f in paths
     ]  # fmt: skip
     hits = [(v, f) for v, f in graded if v != OK]
-    evidence: dict[str, Any] = {
-        "findings": [finding_row(expl, f) for f in expl.findings],
-        "code_path_findings": [finding_row(expl, f) for _, f in hits],
-    }
+    evidence = LocalRun(
+        findings=[finding_row(expl, f) for f in expl.findings],
+        code_path_findings=[finding_row(expl, f) for _, f in hits],
+    )
     if not hits:
         finding = "no part of the run is hotter than the rest at the same token probabilities"
         if paths:
@@ -200,7 +242,7 @@ def localized_run(
     if len(hits) > 1:
         finding += f"; {len(hits) - 1} more part(s)"
     if first_turns(top.where):
-        evidence["first_turns"] = True
+        evidence = dataclasses.replace(evidence, first_turns=True)
     if later is None:
         return verdict, finding, evidence
     parts = [f for _, f in hits]
@@ -214,7 +256,7 @@ def localized_run(
     if by_later_turns(parts, later, inside):
         found = long_kv_in_later(cube)  # the parts may be a KV path the search saw askew
         if found is None:
-            evidence["later_turns"] = True
+            evidence = dataclasses.replace(evidence, later_turns=True)
             finding += (
                 f"; no hotter than the later turns as a whole ({ratio_text(later[0])}x the "
                 "first turns: the tool_responses check)"
@@ -222,9 +264,8 @@ def localized_run(
             return verdict, finding, evidence
     if found is not None:
         where, ratio, ci = found
-        evidence["within_later_turns"] = {
-            "where": where, "rate_ratio": ratio, "rate_ratio_ci": list(ci)
-        }  # fmt: skip
+        within = WithinLater(where=where, rate_ratio=ratio, rate_ratio_ci=ci)
+        evidence = dataclasses.replace(evidence, within_later_turns=within)
         label = ", ".join(f"{k} {v}" for k, v in where.items())
         finding += (
             f"; within the later turns, {label} is {ratio_text(ratio)}x their other tokens "

@@ -6,11 +6,19 @@ checks ask whether elevated steps are a code path or a growth)."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mismatchctl.analysis.diagnose.check import MAX_LISTED, OK
+from mismatchctl.analysis.diagnose.check import (
+    MAX_LISTED,
+    OK,
+    CheckEvidence,
+    absent,
+    flat,
+    renamed,
+)
 from mismatchctl.analysis.diagnose.context import RunView
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
 from mismatchctl.analysis.diagnose.runs import RunResult
@@ -21,6 +29,7 @@ from mismatchctl.stats.localize_result import ratio_text
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.diagnose.context import Context
+    from mismatchctl.analysis.diagnose.parts import LocalRun
 
 MIN_STEPS = 4
 """Fewer steps than this: spikes, regimes, trend and spiral are not assessed. Each step's rate
@@ -77,27 +86,65 @@ def split_kind(view: RunView) -> str | None:
     return STEP_CHANGE if sp.elevated == tail else REGIMES
 
 
-def split_result(view: RunView, kinds: tuple[str, ...]) -> RunResult:
+@dataclass(frozen=True, kw_only=True)
+class StepRow(CheckEvidence):
+    """A step's tokens, its rate over the run's at the same token mix, and the standard
+    deviation of that ratio's log."""
+
+    step: str
+    tokens: int = renamed(M.TOKENS.key)
+    rate_ratio: float
+    log_sd: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Split(CheckEvidence):
+    """The run's steps split in two (``stats/step_regimes.StepSplit``): the kind of split
+    (``split_kind``; None: it passes no test), the elevated steps (the first ``MAX_LISTED``),
+    their rate over the other steps' with its interval, both groups' vllm_kl, the p-value of
+    the steps' homogeneity and the largest factor between two steps."""
+
+    kind: str | None
+    elevated_steps: list[str]
+    rate_ratio: float
+    rate_ratio_ci: tuple[float, float]
+    elevated_vllm_kl: float
+    other_vllm_kl: float
+    homogeneity_p: float
+    spread: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Steps(CheckEvidence):
+    """One run's steps as the spikes and regimes checks see them: each step's rate, their
+    split when there is one, and ``smooth_rise`` (written when true): the steps follow a rising
+    line as closely as two levels."""
+
+    steps: list[StepRow]
+    split: Split | None = flat(optional=True)
+    smooth_rise: bool | None = absent()
+
+
+def split_result(view: RunView, kinds: tuple[str, ...]) -> RunResult[Steps]:
     """One run's steps as the spikes check (``kinds``: spikes) or the regimes check judges them:
     a split of another kind is ok and named (the other check reports it)."""
     sp, rates = view.split, view.rates
     kind = split_kind(view)
-    evidence: dict[str, Any] = {"steps": step_rows(view)}
+    evidence = Steps(steps=step_rows(view))
     if sp is None:
         return OK, "one regime: no step differs from the others", evidence
     steps = [rates.labels[i] for i in sp.elevated]
-    evidence.update(
-        {
-            "kind": kind,
-            "elevated_steps": steps[:MAX_LISTED],
-            "rate_ratio": sp.ratio,
-            "rate_ratio_ci": list(sp.ci),
-            "elevated_vllm_kl": sp.elevated_level,
-            "other_vllm_kl": sp.rest_level,
-            "homogeneity_p": sp.p_value,
-            "spread": sp.spread,
-        }
+    split = Split(
+        kind=kind,
+        elevated_steps=steps[:MAX_LISTED],
+        rate_ratio=sp.ratio,
+        rate_ratio_ci=sp.ci,
+        elevated_vllm_kl=sp.elevated_level,
+        other_vllm_kl=sp.rest_level,
+        homogeneity_p=sp.p_value,
+        spread=sp.spread,
     )
+    evidence = Steps(steps=evidence.steps, split=split)
     listed = ", ".join(steps[:8]) + (f" and {len(steps) - 8} more" if len(steps) > 8 else "")
     body = (
         f"step{'s' if len(steps) > 1 else ''} {listed} at {ratio_text(sp.ratio)}x the other "
@@ -122,21 +169,21 @@ def split_result(view: RunView, kinds: tuple[str, ...]) -> RunResult:
     if kind == STEP_CHANGE:
         body = f"from step {steps[0]} on, {body}"
     if smooth_growth(view):
-        evidence["smooth_rise"] = True
+        evidence = Steps(steps=evidence.steps, split=split, smooth_rise=True)
         body += "; the steps follow a rising line as closely as two levels (the trend check)"
     return verdict, f"{kind}: {body}", evidence
 
 
-def step_rows(view: RunView) -> list[dict[str, Any]]:
+def step_rows(view: RunView) -> list[StepRow]:
     """Each step's tokens and rate ratio to the run's, as evidence."""
     r = view.rates
     return [
-        {
-            "step": r.labels[i],
-            M.TOKENS: int(r.tokens[i]),
-            "rate_ratio": float(r.ratio[i]),
-            "log_sd": float(np.sqrt(r.log_var[i])),
-        }
+        StepRow(
+            step=r.labels[i],
+            tokens=int(r.tokens[i]),
+            rate_ratio=float(r.ratio[i]),
+            log_sd=float(np.sqrt(r.log_var[i])),
+        )
         for i in range(min(len(r), MAX_LISTED * 10))
     ]
 
@@ -153,14 +200,10 @@ def regimes_are_growth(ctx: Context) -> bool:
     return bool(split) and all(smooth_growth(view) for view in split)
 
 
-def steps_are_growth(ctx: Context, runs: dict[str, dict[str, Any]]) -> bool:
+def steps_are_growth(ctx: Context, runs: dict[str, LocalRun]) -> bool:
     """The localized check's first finding in each run (``runs``: its evidence) is a set of
     steps alone, of a run that grows smoothly: the late steps of a growth."""
-    firsts = {
-        run: e["code_path_findings"][0]["where"]
-        for run, e in runs.items()
-        if e["code_path_findings"]
-    }
+    firsts = {run: e.code_path_findings[0].where for run, e in runs.items() if e.code_path_findings}
     return bool(firsts) and all(
         set(where) == {K.STEP} and run in ctx.runs and smooth_growth(ctx.runs[run])
         for run, where in firsts.items()

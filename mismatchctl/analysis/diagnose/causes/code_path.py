@@ -21,7 +21,7 @@ from mismatchctl.analysis.diagnose.causes.parts import (
     steps_share,
     where_text,
 )
-from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
     hardware,
     localized,
@@ -35,7 +35,6 @@ from mismatchctl.analysis.diagnose.context import Context, RunView
 from mismatchctl.analysis.diagnose.parts import first_turns
 from mismatchctl.analysis.diagnose.steps import rising, smooth_growth
 from mismatchctl.engines import plan as K
-from mismatchctl.stats import registry as M
 
 KEY = "code_path"
 CLASS = "code path"
@@ -71,17 +70,19 @@ def support(ctx: Context) -> Support | None:
     local = ctx.result(localized)
     firsts = [
         f for f in first_findings(local)
-        if not on_gpus(f["where"]) and not (on_steps_only(f["where"]) and _growth(ctx))
+        if not on_gpus(f.where) and not (on_steps_only(f.where) and _growth(ctx))
     ]  # fmt: skip
-    later = local is not None and local.evidence.get("later_turns")
+    local_e = evidence_of(local, localized.Evidence)
+    later = local_e is not None and local_e.later_turns
     best = None
     if firsts and fired(local) and not later:
         f = firsts[0]
-        ci = f.get("rate_ratio_ci")
+        ci = f.rate_ratio_ci
         # the later turns' excess that the tool check lays at the path's door is the path's too
         tool = ctx.result(tool_responses)
+        tool_e = evidence_of(tool, tool_responses.Evidence)
         deferred = (
-            [tool] if fired(tool) and tool is not None and tool.evidence.get("code_path") else []
+            [tool] if fired(tool) and tool is not None and tool_e and tool_e.code_path else []
         )
         held = path_on_one_gpu(ctx)
         against = (
@@ -89,12 +90,12 @@ def support(ctx: Context) -> Support | None:
         )
         best = Support(
             against=against,
-            verdict=worst_of([local, *deferred]), share=f.get("excess_share"),
+            verdict=worst_of([local, *deferred]), share=f.excess_share,
             because=local.finding, checks=(localized.NAME, *(c.name for c in deferred)),
-            ratio=f.get("rate_ratio"),
-            ci=None if ci is None else (ci[0], ci[1]), claim=f.get(M.TOKEN_SHARE.key),
-            where=where_text(f["where"]), variant=_variant(f["where"]),
-            region=finding_region(ctx, f["where"]),
+            ratio=f.rate_ratio,
+            ci=None if ci is None else (ci[0], ci[1]), claim=f.token_share,
+            where=where_text(f.where), variant=_variant(f.where),
+            region=finding_region(ctx, f.where),
         )  # fmt: skip
     steps = _steps(ctx)
     if steps is not None and (best is None or (steps.share or 0) > (best.share or 0)):

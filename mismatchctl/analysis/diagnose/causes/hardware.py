@@ -10,7 +10,7 @@ from mismatchctl.analysis.diagnose.causes.parts import (
     path_on_one_gpu,
     where_text,
 )
-from mismatchctl.analysis.diagnose.check import Check, CheckModule, fired
+from mismatchctl.analysis.diagnose.check import Check, CheckModule, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline, hardware, localized
 from mismatchctl.analysis.diagnose.context import Context, baseline_on_other_gpus
 from mismatchctl.engines import plan as K
@@ -39,27 +39,27 @@ def support(ctx: Context) -> Support | None:
     held = path_on_one_gpu(ctx) if fired(local) else None
     if held is not None and local is not None:
         name, found = held
-        first = next((f for f in first_findings(local) if f["where"] == found["where"]), None)
+        first = next((f for f in first_findings(local) if f.where == found["where"]), None)
         ratio, ci = found["ratio"]
         own = _gpu_share(gpu) if fired(gpu) and gpu is not None else 0.0
         return Support(
             verdict=worst_of([local, gpu if fired(gpu) else None]),
-            share=max(own or 0.0, (first or {}).get("excess_share") or 0.0),
+            share=max(own or 0.0, (first.excess_share if first else None) or 0.0),
             because=f"{local.finding}; within that part, gpu {name} is {ratio:.3g}x the other "
             f"gpus at the same token probabilities", checks=(localized.NAME,), ratio=ratio,
             ci=(ci[0], ci[1]), where=f"gpu {name}, {where_text(found['where'])}",
             variant=f"a code path only gpu {name} takes", region=_gpu_region(ctx, [name]),
         )  # fmt: skip
-    if gpu is None or gpu.verdict == "n/a":
+    e = evidence_of(gpu, hardware.Evidence)
+    if gpu is None or gpu.verdict == "n/a" or e is None:
         return None
-    e = gpu.evidence
-    ratio, ci = e.get("rate_ratio_vs_rest"), e.get("rate_ratio_vs_rest_ci")
+    ratio, ci = e.rate_ratio_vs_rest, e.rate_ratio_vs_rest_ci
     share = _gpu_share(gpu)
-    found = next((f for f in first_findings(local) if on_gpus(f["where"])), None)
+    found = next((f for f in first_findings(local) if on_gpus(f.where)), None)
     if found is not None and fired(local):
-        share = max(share or 0.0, found.get("excess_share") or 0.0)
-    factors = e.get("factor_over_others_median") or {}
-    top = e.get("hot_gpus") or [max(factors, key=lambda g: factors[g] or 0.0)] if factors else []
+        share = max(share or 0.0, found.excess_share or 0.0)
+    factors = e.factor_over_others_median or {}
+    top = e.hot_gpus or [max(factors, key=lambda g: factors[g] or 0.0)] if factors else []
     hit = fired(gpu) or (found is not None and fired(local))
     return Support(
         verdict=gpu.verdict if fired(gpu) else local.verdict if hit and local else "ok",
@@ -68,7 +68,7 @@ def support(ctx: Context) -> Support | None:
         checks=tuple(c.name for c in (gpu, local) if fired(c)),
         ratio=ratio,
         ci=None if ci is None else (ci[0], ci[1]),
-        where=where_text(found["where"]) if found else f"gpu {', '.join(top)}",
+        where=where_text(found.where) if found else f"gpu {', '.join(top)}",
         region=_gpu_region(ctx, top),
     )
 
@@ -83,19 +83,20 @@ def _gpu_region(ctx: Context, gpus: list[str]) -> dict[str, list[int]] | None:
 
 def _gpu_share(gpu: Check) -> float | None:
     """The share of the run's mass the hot gpu(s) explain (the hardware check's evidence)."""
-    e = gpu.evidence
-    return part_share(e.get("hot_mass_share"), e.get("rate_ratio_vs_rest"))
+    e = evidence_of(gpu, hardware.Evidence)
+    return part_share(e.hot_mass_share, e.rate_ratio_vs_rest) if e is not None else None
 
 
 def _other_generation(ctx: Context) -> Support | None:
     """A uniform excess over a baseline that ran on other gpus: another generation's kernels
     (or a policy: the data cannot tell them apart); it explains the excess over the baseline."""
     base, gpus = ctx.result(baseline), baseline_on_other_gpus(ctx)
-    if gpus is None or not fired(base) or base is None:
+    e = evidence_of(base, baseline.Evidence)
+    if gpus is None or not fired(base) or base is None or e is None:
         return None
-    if base.evidence.get("excess_shape") != "uniform":
+    if e.excess_shape != "uniform":
         return None
-    ratio, ci = base.evidence.get("rate_ratio"), base.evidence.get("rate_ratio_ci")
+    ratio, ci = e.rate_ratio, e.rate_ratio_ci
     return Support(
         verdict=base.verdict,
         share=part_share(1.0, ratio),

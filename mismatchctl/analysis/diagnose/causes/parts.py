@@ -8,23 +8,23 @@ import itertools
 from typing import Any
 
 from mismatchctl.analysis.diagnose.causes.hypothesis import part_share
-from mismatchctl.analysis.diagnose.check import Check
+from mismatchctl.analysis.diagnose.check import Check, evidence_of
+from mismatchctl.analysis.diagnose.checks import localized
 from mismatchctl.analysis.diagnose.context import Context, RunView
 from mismatchctl.analysis.diagnose.contrasts import hotter
 from mismatchctl.analysis.diagnose.levels import LEVEL
-from mismatchctl.analysis.diagnose.parts import code_path
+from mismatchctl.analysis.diagnose.parts import FindingRow, code_path
 from mismatchctl.engines import plan as K
 from mismatchctl.stats.localize import contrast_within
 
 
-def first_findings(local: Check | None) -> list[dict[str, Any]]:
+def first_findings(local: Check | None) -> list[FindingRow]:
     """Each run's first code-path finding (rows of ``parts.finding_row``), largest share
     first."""
-    if local is None:
-        return []
-    runs = local.evidence.get("runs", {}).values()
-    firsts = [run["code_path_findings"][0] for run in runs if run.get("code_path_findings")]
-    return sorted(firsts, key=lambda f: -(f.get("excess_share") or 0.0))
+    e = evidence_of(local, localized.Evidence)
+    runs = e.runs.values() if e is not None else []
+    firsts = [run.code_path_findings[0] for run in runs if run.code_path_findings]
+    return sorted(firsts, key=lambda f: -(f.excess_share or 0.0))
 
 
 def on_gpus(where: dict[str, str]) -> bool:

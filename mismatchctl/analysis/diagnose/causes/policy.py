@@ -6,7 +6,7 @@ from __future__ import annotations
 from mismatchctl.analysis.diagnose.advice import POLICY_SIGNS_ADVICE, STALE_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import steps_share
-from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline, policy_signs, staleness
 from mismatchctl.analysis.diagnose.context import Context
 
@@ -40,7 +40,8 @@ def support(ctx: Context) -> Support | None:
     if not hits:
         return Support("ok", 0.0, "no response leans, no weight lag", _names(signs, stale))
     lead = hits[0]
-    uniform = fired(base) and base is not None and base.evidence.get("excess_shape") == "uniform"
+    shape = e.excess_shape if (e := evidence_of(base, baseline.Evidence)) is not None else None
+    uniform = fired(base) and base is not None and shape == "uniform"
     jump = lead is signs and signs is not None and lead.finding.startswith("in the elevated")
     share, where = None, "every token"
     if jump:  # the whole run's responses do not lean, the elevated steps' do

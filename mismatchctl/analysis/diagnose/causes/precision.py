@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.advice import LOW_PROB_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support
-from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
     baseline,
     low_probability,
@@ -53,7 +53,8 @@ def support(ctx: Context) -> Support | None:
             verdict=low.verdict, share=None, because=low.finding, checks=(low_probability.NAME,),
             where="the rare tokens", variant=SHAPES["concentrated"],
         )  # fmt: skip
-    shape = base.evidence.get("excess_shape")
+    e = evidence_of(base, baseline.Evidence)
+    shape = e.excess_shape if e is not None else None
     against: tuple[str, ...] = ()
     if fired(signs):
         against += ("whole responses lean one way (policy_signs): another policy, not noise",)
@@ -65,7 +66,7 @@ def support(ctx: Context) -> Support | None:
         against += (f"the sides compute different distributions ({', '.join(semantic)}): a "
                     "deterministic transform, not noise",)  # fmt: skip
     seen = fired(base) and shape in SHAPES
-    ratio, ci = base.evidence.get("rate_ratio"), base.evidence.get("rate_ratio_ci")
+    ratio, ci = (e.rate_ratio, e.rate_ratio_ci) if e is not None else (None, None)
     return Support(
         verdict=base.verdict if seen else "ok",
         share=None,

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.advice import REPLAY_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
-from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import routing_flips
 from mismatchctl.analysis.diagnose.context import Context
-from mismatchctl.stats import routing as R
 
 KEY = "routing"
 CLASS = "MoE"
@@ -31,18 +30,18 @@ def support(ctx: Context) -> Support | None:
     flips = ctx.result(routing_flips)
     if flips is None or flips.verdict == "n/a":
         return None
-    runs = flips.evidence.get("runs", {})
+    e = evidence_of(flips, routing_flips.Evidence)
+    runs = e.runs if e is not None else {}
     best = max(
         runs.values(),
-        key=lambda e: (
-            part_share(e.get(R.ROUTING_K3_SHARE_FLIPPED), e.get("flipped_same_ratio")) or 0.0
-        ),
-        default={},
+        key=lambda e: part_share(e.routing_k3_share_flipped, e.flipped_same_ratio) or 0.0,
+        default=None,
     )
-    ratio = best.get("flipped_same_ratio")
+    ratio = best.flipped_same_ratio if best is not None else None
+    flipped = best.routing_k3_share_flipped if best is not None else None
     return Support(
         verdict=flips.verdict,
-        share=part_share(best.get(R.ROUTING_K3_SHARE_FLIPPED), ratio) if fired(flips) else 0.0,
+        share=part_share(flipped, ratio) if fired(flips) else 0.0,
         because=flips.finding,
         checks=(routing_flips.NAME,),
         ratio=ratio,

@@ -4,7 +4,7 @@ that no column of the dump names (one inference replica, rollouts across a weigh
 from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
-from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import hot_sequences
 from mismatchctl.analysis.diagnose.context import Context
 
@@ -28,17 +28,18 @@ READS: tuple[CheckModule, ...] = (hot_sequences,)
 
 def support(ctx: Context) -> Support | None:
     hot = ctx.result(hot_sequences)
-    if hot is None or hot.verdict == "n/a":
+    found = evidence_of(hot, hot_sequences.Evidence)
+    if hot is None or hot.verdict == "n/a" or found is None:
         return None
-    e = hot.evidence
-    ratio = e.get("rate_ratio")
+    e = found.worst
+    ratio = e.rate_ratio
     return Support(
         verdict=hot.verdict,
-        share=part_share(e.get("hot_mass_share"), ratio) if fired(hot) else 0.0,
+        share=part_share(e.hot_mass_share, ratio) if fired(hot) else 0.0,
         because=hot.finding,
         checks=(hot_sequences.NAME,),
         ratio=ratio,
-        where=f"{e.get('hot', 0)} of {e.get('tested', 0)} sequences",
+        where=f"{e.hot} of {e.tested} sequences",
     )
 
 

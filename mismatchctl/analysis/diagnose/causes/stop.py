@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.advice import STOP_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
-from mismatchctl.analysis.diagnose.check import CheckModule
+from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of
 from mismatchctl.analysis.diagnose.checks import turn_ends
 from mismatchctl.analysis.diagnose.context import Context
 
@@ -27,14 +27,17 @@ READS: tuple[CheckModule, ...] = (turn_ends,)
 
 def support(ctx: Context) -> Support | None:
     ends = ctx.result(turn_ends)
-    if ends is None or ends.verdict == "n/a":
+    found_e = evidence_of(ends, turn_ends.Evidence)
+    if ends is None or ends.verdict == "n/a" or found_e is None:
         return None
-    e = ends.evidence
-    response = e.get("scope") == "end of the response"
-    part = (e.get("response_end") or {}) if response else {"last": e.get("last")}
-    found = part.get("last") or {}
-    ratio, ci = found.get("rate_ratio"), found.get("rate_ratio_ci")
-    mass = part.get("mass_share") if response else e.get("last_mass_share")
+    e = found_e.worst
+    response = e.scope == "end of the response"
+    found, mass = e.last, e.last_mass_share
+    if response:
+        end = e.response_end
+        found, mass = (end.last, end.mass_share) if end is not None else (None, None)
+    ratio = found.rate_ratio if found is not None else None
+    ci = found.rate_ratio_ci if found is not None else None
     return Support(
         verdict=ends.verdict,
         share=part_share(mass, ratio),

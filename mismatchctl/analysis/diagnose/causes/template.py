@@ -6,7 +6,7 @@ from __future__ import annotations
 from mismatchctl.analysis.diagnose.advice import TEMPLATE_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share, worst_of
 from mismatchctl.analysis.diagnose.causes.tool_turns import later_mass_share
-from mismatchctl.analysis.diagnose.check import Check, CheckModule, fired
+from mismatchctl.analysis.diagnose.check import Check, CheckModule, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import token_classes, tool_responses, turn_edges
 from mismatchctl.analysis.diagnose.context import Context
 
@@ -30,32 +30,31 @@ READS: tuple[CheckModule, ...] = (turn_edges, token_classes, tool_responses)
 
 def support(ctx: Context) -> Support | None:
     edges, classes = ctx.result(turn_edges), ctx.result(token_classes)
-    if fired(classes) and (edges is None or not edges.evidence.get("template")):
+    e = evidence_of(edges, turn_edges.Evidence)
+    if fired(classes) and classes is not None and (e is None or not e.template):
         return _classes(classes)
-    if edges is None or edges.verdict == "n/a":
+    if edges is None or edges.verdict == "n/a" or e is None:
         return None
-    start = edges.evidence.get("later_start") or {}
-    ratio, ci = start.get("rate_ratio"), start.get("rate_ratio_ci")
+    start = e.later_start
+    ratio = start.rate_ratio if start is not None else None
+    ci = start.rate_ratio_ci if start is not None else None
     verdict = worst_of([edges, classes if fired(classes) else None])
-    share = part_share(edges.evidence.get("edge_mass_share"), ratio)
+    share = part_share(e.edge_mass_share, ratio)
     tool = ctx.result(tool_responses)
-    if edges.evidence.get("template") and fired(tool) and tool is not None:
+    tool_e = evidence_of(tool, tool_responses.Evidence)
+    if e.template and fired(tool) and tool is not None and tool_e is not None:
         # a different context changes every token after it: the burst at the turn start is
         # the tell-tale, the later turns' whole excess the fault's
-        later = part_share(later_mass_share(tool), tool.evidence.get("same_probs_ratio"))
+        later = part_share(later_mass_share(tool), tool_e.same_probs_ratio)
         share = max(share or 0.0, later or 0.0)
     return Support(
-        verdict=edges.verdict
-        if edges.evidence.get("template")
-        else verdict
-        if fired(classes)
-        else "ok",
+        verdict=edges.verdict if e.template else verdict if fired(classes) else "ok",
         share=share,
         because=edges.finding,
         checks=(turn_edges.NAME, *([token_classes.NAME] if fired(classes) else [])),
         ratio=ratio,
         ci=None if ci is None else (ci[0], ci[1]),
-        where=f"the first {edges.evidence.get('edge_tokens', 8)} tokens after each tool response",
+        where=f"the first {e.edge_tokens} tokens after each tool response",
     )
 
 
@@ -63,19 +62,21 @@ def _classes(classes: Check) -> Support:
     """A kind of token (whitespace, byte fallback, special) over-represented among the worst:
     what a re-tokenization does; its share is the class's share of the worst tokens beyond
     what chance puts there (a count, not a mass)."""
-    found = classes.evidence.get("classes", {})
+    e = evidence_of(classes, token_classes.Evidence)
+    found = e.classes if e is not None else {}
+    over = e.over_represented if e is not None else []
     share = 0.0
-    for name in classes.evidence.get("over_represented", []):
-        c = found.get(name, {})
-        worst, expected = c.get("worst") or 0, c.get("expected") or 0.0
-        if worst > 0:
-            share = max(share, (c.get("share_of_worst") or 0.0) * max(0.0, 1 - expected / worst))
+    for name in over:
+        c = found.get(name)
+        worst, expected = (c.worst or 0, c.expected or 0.0) if c is not None else (0, 0.0)
+        if c is not None and worst > 0:
+            share = max(share, (c.share_of_worst or 0.0) * max(0.0, 1 - expected / worst))
     return Support(
         verdict=classes.verdict,
         share=share,
         because=classes.finding,
         checks=(token_classes.NAME,),
-        where=", ".join(classes.evidence.get("over_represented", [])) + " tokens",
+        where=", ".join(over) + " tokens",
         variant="a re-tokenization: one kind of token among the worst",
     )
 

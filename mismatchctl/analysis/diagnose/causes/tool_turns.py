@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.cause_evidence import later_by_position_advice
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
-from mismatchctl.analysis.diagnose.check import Check, CheckModule, fired
+from mismatchctl.analysis.diagnose.check import Check, CheckModule, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import localized, tool_responses, turn_edges, turn_ends
 from mismatchctl.analysis.diagnose.context import Context
 
@@ -28,14 +28,15 @@ READS: tuple[CheckModule, ...] = (tool_responses, localized, turn_edges, turn_en
 
 def support(ctx: Context) -> Support | None:
     tool, local = ctx.result(tool_responses), ctx.result(localized)
-    if tool is None or tool.verdict == "n/a":
+    e = evidence_of(tool, tool_responses.Evidence)
+    if tool is None or tool.verdict == "n/a" or e is None:
         return None
-    e = tool.evidence
-    ratio, ci = e.get("same_probs_ratio"), e.get("same_probs_ratio_ci")
-    s = e.get("later_token_share")
+    ratio, ci = e.same_probs_ratio, e.same_probs_ratio_ci
+    s = e.later_token_share
     mass = later_mass_share(tool)
-    by_position = fired(local) and local is not None and local.evidence.get("later_turns")
-    own = fired(tool) and not e.get("code_path") and not e.get("template")
+    local_e = evidence_of(local, localized.Evidence)
+    by_position = fired(local) and local is not None and local_e is not None and local_e.later_turns
+    own = fired(tool) and not e.code_path and not e.template
     hit = own or by_position
     return Support(
         verdict=tool.verdict if own else local.verdict if by_position and local else "ok",
@@ -53,8 +54,10 @@ def support(ctx: Context) -> Support | None:
 def later_mass_share(tool: Check) -> float | None:
     """The share of the K3 mass in the turns after tool responses (the tool_responses check's
     evidence)."""
-    e = tool.evidence
-    first, later, s = e.get("first_vllm_kl"), e.get("later_vllm_kl"), e.get("later_token_share")
+    e = evidence_of(tool, tool_responses.Evidence)
+    if e is None:
+        return None
+    first, later, s = e.first_vllm_kl, e.later_vllm_kl, e.later_token_share
     if first is None or later is None or s is None:
         return None
     total = first * (1 - s) + later * s
@@ -66,7 +69,8 @@ def _narrower(ctx: Context) -> tuple[str, ...]:
     that part seen as a whole."""
     found = []
     edges, ends = ctx.result(turn_edges), ctx.result(turn_ends)
-    if fired(edges) and edges is not None and edges.evidence.get("template"):
+    edges_e = evidence_of(edges, turn_edges.Evidence)
+    if fired(edges) and edges_e is not None and edges_e.template:
         found.append(
             "their first tokens after the tool response are hotter than the rest (a "
             "rendering fault's burst: turn_edges)"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from mismatchctl.analysis.diagnose.causes.catalogue import CAUSES
 from mismatchctl.analysis.diagnose.causes.hypothesis import (
@@ -16,7 +15,8 @@ from mismatchctl.analysis.diagnose.causes.hypothesis import (
     Weighed,
 )
 from mismatchctl.analysis.diagnose.causes.outside import second_pass
-from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, fired
+from mismatchctl.analysis.diagnose.causes.row import CauseRow
+from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.levels import MEDIUM_MAX
@@ -89,7 +89,8 @@ def _excess_fraction(ctx: Context) -> float:
     """The share of the run's mass that is excess: ``1 - 1/ratio`` over a baseline the run
     exceeds (the shares are of the run's mass, the cuts of its excess); 1 without one."""
     base = ctx.result(baseline)
-    ratio = base.evidence.get("rate_ratio") if fired(base) and base is not None else None
+    e = evidence_of(base, baseline.Evidence)
+    ratio = e.rate_ratio if fired(base) and e is not None else None
     if ratio is None or not ratio > 1:
         return 1.0
     return 1.0 - 1.0 / ratio
@@ -152,38 +153,35 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f}%"
 
 
-def weighing_dict(ctx: Context, found: Weighing) -> dict[str, Any]:
-    """The weighing as the JSON's ``cause``: the named cause, the second causes, the runner-ups."""
-    head: dict[str, Any] = {"key": "none", "verdict": found.verdict}
-    if found.unexplained:
-        head = {"key": "unexplained", "verdict": found.verdict}
-    elif found.named is not None:
+def weighing_rows(
+    ctx: Context, found: Weighing
+) -> tuple[CauseRow | None, list[CauseRow], list[CauseRow]]:
+    """The weighing as the JSON's ``cause`` writes it: the named cause (None: none, or
+    unexplained), the second causes, the runner-ups."""
+    head = None
+    if not found.unexplained and found.named is not None:
         head = _row(ctx, found.named, advice=True)
-    head["also"] = [_row(ctx, w, advice=True) for w in found.also]
-    head["runner_ups"] = [_row(ctx, w) for w in found.runner_ups]
-    return head
+    also = [_row(ctx, w, advice=True) for w in found.also]
+    return head, also, [_row(ctx, w) for w in found.runner_ups]
 
 
-def _row(ctx: Context, w: Weighed, advice: bool = False) -> dict[str, Any]:
+def _row(ctx: Context, w: Weighed, advice: bool = False) -> CauseRow:
     s, c = w.support, w.cause
-    row: dict[str, Any] = {
-        "key": c.KEY,
-        "class": c.CLASS,
-        "label": c.LABEL,
-        "verdict": s.verdict,
-        "variant": s.variant or None,
-        "where": s.where or None,
-        "share": s.share,
-        "score": w.score,
-        "rate_ratio": s.ratio,
-        "rate_ratio_ci": None if s.ci is None else list(s.ci),
-        "because": s.because,
-        "checks": list(s.checks),
-        "against": list(s.against),
-    }
-    if advice:
-        row["next"] = c.advice(ctx, s)
-        row["correction"] = c.CORRECTION
-    if w.lost:
-        row["lost"] = w.lost
-    return row
+    return CauseRow(
+        key=c.KEY,
+        cls=c.CLASS,
+        label=c.LABEL,
+        verdict=s.verdict,
+        variant=s.variant or None,
+        where=s.where or None,
+        share=s.share,
+        score=w.score,
+        rate_ratio=s.ratio,
+        rate_ratio_ci=s.ci,
+        because=s.because,
+        checks=list(s.checks),
+        against=list(s.against),
+        next=c.advice(ctx, s) if advice else None,
+        correction=c.CORRECTION if advice else None,
+        lost=w.lost or None,
+    )

@@ -3,13 +3,23 @@ the lag-0 ones, and the turns shifted by a position on their own (``stats/misali
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
-from mismatchctl.analysis.diagnose.check import DATA, FAIL, NA, Check, CheckModule, grade
+from mismatchctl.analysis.diagnose.check import (
+    DATA,
+    FAIL,
+    NA,
+    Check,
+    CheckEvidence,
+    CheckModule,
+    absent,
+    grade,
+    renamed,
+)
 from mismatchctl.analysis.diagnose.checks import sentinels
 from mismatchctl.analysis.diagnose.context import Context
-from mismatchctl.analysis.diagnose.samples import samples_of
+from mismatchctl.analysis.diagnose.samples import Sample, samples_of
 from mismatchctl.analysis.diagnose.text import fmt, pct
 from mismatchctl.engines.plan import Selection
 from mismatchctl.stats import registry as M
@@ -56,15 +66,53 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class MisalignedTurns(CheckEvidence):
+    """Turns whose shifted pairing is much closer than the stored one (``stats/misalign.py``):
+    of the turns tested, how many, their tokens and share of the tokens, which way they are
+    shifted, and some of them."""
+
+    turns_tested: int
+    misaligned: int
+    tokens: int = renamed(M.TOKENS.key)
+    token_share: float = renamed(M.TOKEN_SHARE.key)
+    one_position_later: int
+    one_position_earlier: int
+    samples: list[Sample]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The correlation of the two sides' logprobs and their vllm_kl paired as stored (lag 0),
+    each rollout token with the trainer's next position (lag +1) and with its previous (lag
+    -1); the pairs at lag 0; the turns shifted on their own (not written when the whole
+    selection is shifted or too small to correlate)."""
+
+    correlation_lag0: float | None
+    correlation_lag_plus1: float | None
+    correlation_lag_minus1: float | None
+    pairs_lag0: int
+    vllm_kl_lag0: float | None
+    vllm_kl_lag_plus1: float | None
+    vllm_kl_lag_minus1: float | None
+    misaligned_turns: MisalignedTurns | None = absent()
+
+
 def run(ctx: Context) -> Check:
     corr = {name: correlation(ctx.state.lags[i]) for i, name in enumerate(LAG_NAMES)}
-    evidence: dict[str, Any] = {f"correlation_{k}": v for k, v in corr.items()}
-    evidence["pairs_lag0"] = int(ctx.state.lags[0][0])
     k3 = {
         name: (float(s / n) if n else None)
         for name, (n, s) in zip(LAG_NAMES, ctx.state.lag_k3, strict=True)
     }
-    evidence.update({f"vllm_kl_{k}": v for k, v in k3.items()})
+    evidence = Evidence(
+        correlation_lag0=corr["lag0"],
+        correlation_lag_plus1=corr["lag_plus1"],
+        correlation_lag_minus1=corr["lag_minus1"],
+        pairs_lag0=int(ctx.state.lags[0][0]),
+        vllm_kl_lag0=k3["lag0"],
+        vllm_kl_lag_plus1=k3["lag_plus1"],
+        vllm_kl_lag_minus1=k3["lag_minus1"],
+    )
     shift_text = (
         f"; vllm_kl {fmt(k3['lag0'])} as stored, {fmt(k3['lag_plus1'])} pairing each rollout "
         f"token with the trainer's next position, {fmt(k3['lag_minus1'])} with its previous"
@@ -97,15 +145,16 @@ def run(ctx: Context) -> Check:
     )
     m = ctx.state.misaligned
     share = m.tokens / ctx.state.sentinels.tokens if ctx.state.sentinels.tokens else 0.0
-    evidence["misaligned_turns"] = {
-        "turns_tested": m.turns,
-        "misaligned": m.misaligned,
-        M.TOKENS: m.tokens,
-        M.TOKEN_SHARE: share,
-        "one_position_later": m.later,
-        "one_position_earlier": m.earlier,
-        "samples": _turn_samples(ctx.report.selection, m.examples),
-    }
+    turns = MisalignedTurns(
+        turns_tested=m.turns,
+        misaligned=m.misaligned,
+        tokens=m.tokens,
+        token_share=share,
+        one_position_later=m.later,
+        one_position_earlier=m.earlier,
+        samples=_turn_samples(ctx.report.selection, m.examples),
+    )
+    evidence = dataclasses.replace(evidence, misaligned_turns=turns)
     if m.misaligned:
         finding = (
             f"{m.misaligned} of {m.turns} turns tested ({pct(share)} of the tokens) match the "
@@ -145,7 +194,7 @@ def not_assessed(ctx: Context, layer: str, name: str, title: str) -> Check | Non
 
 def _turn_samples(
     selection: Selection, examples: list[tuple[str, int, int, int, str]]
-) -> list[dict]:
+) -> list[Sample]:
     """Misaligned turns as ``samples_of`` lists them (the turn and the lag in ``what``)."""
     return samples_of(
         selection,

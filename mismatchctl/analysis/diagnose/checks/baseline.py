@@ -4,12 +4,22 @@ docs/explain.md), and the shape of the excess."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import NA, OK, PATH, Check, CheckModule
+from mismatchctl.analysis.diagnose.check import (
+    NA,
+    OK,
+    PATH,
+    Check,
+    CheckEvidence,
+    CheckModule,
+    absent,
+    renamed,
+)
 from mismatchctl.analysis.diagnose.context import Context, baseline_on_other_gpus
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
-from mismatchctl.analysis.diagnose.parts import finding_row
+from mismatchctl.analysis.diagnose.parts import FindingRow, finding_row
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.localize_result import (
@@ -59,31 +69,65 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Decomposition(CheckEvidence):
+    """How much of the excess a dimension's token mix, its rates and their interaction make
+    (``explain --baseline``)."""
+
+    dim: str
+    mix: float
+    rate: float
+    interaction: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The selection against the baseline (``explain --baseline``): both levels, the rate ratio
+    at the selection's token mix with its interval, the findings, the dimensions that explain
+    nothing (``uniform``), the decomposition, the notes; written in some cases only:
+    ``improved`` (the interval below 1), ``excess_shape`` (``excess_shape``: localized,
+    concentrated, uniform or mixed) and ``concentrated_in`` (the dimension whose small values
+    hold the excess)."""
+
+    baseline: str
+    vllm_kl: float | None = renamed(M.VLLM_KL.key)
+    baseline_vllm_kl: float | None
+    rate_ratio: float | None
+    rate_ratio_ci: tuple[float, float] | None
+    findings: list[FindingRow]
+    uniform: list[str]
+    decomposition: list[Decomposition]
+    notes: list[str]
+    improved: bool | None = absent()
+    excess_shape: str | None = absent()
+    concentrated_in: str | None = absent()
+
+
 def run(ctx: Context) -> Check:
     """The selection's mismatch against ``--baseline`` at its own token mix."""
     view = ctx.baseline
     if view is None:
         return Check(
-            LAYER, NAME, TITLE, NA, "no baseline given", {},
+            LAYER, NAME, TITLE, NA, "no baseline given", None,
             "give a known-good run (or the same run's early steps) with --baseline REF: every "
             "excess is then judged against it",
         )  # fmt: skip
     e = view.explanation
     ratio, ci = e.rate_ratio, e.rate_ratio_ci
-    evidence = {
-        "baseline": view.label,
-        M.VLLM_KL.key: e.vllm_kl,
-        "baseline_vllm_kl": e.baseline_vllm_kl,
-        "rate_ratio": ratio,
-        "rate_ratio_ci": None if ci is None else list(ci),
-        "findings": [finding_row(e, f) for f in e.findings],
-        "uniform": [u.dim for u in e.uniform if u.uniform],
-        "decomposition": [
-            {"dim": d.dim, "mix": d.mix, "rate": d.rate, "interaction": d.interaction}
+    evidence = Evidence(
+        baseline=view.label,
+        vllm_kl=e.vllm_kl,
+        baseline_vllm_kl=e.baseline_vllm_kl,
+        rate_ratio=ratio,
+        rate_ratio_ci=ci,
+        findings=[finding_row(e, f) for f in e.findings],
+        uniform=[u.dim for u in e.uniform if u.uniform],
+        decomposition=[
+            Decomposition(dim=d.dim, mix=d.mix, rate=d.rate, interaction=d.interaction)
             for d in e.decomposition
         ],
-        "notes": e.notes,
-    }
+        notes=e.notes,
+    )
     head = (
         f"vllm_kl {fmt(e.vllm_kl)} vs {fmt(e.baseline_vllm_kl)} on {view.label}: "
         f"{ratio_text(ratio)}x its rate at the same token mix ({ci_text(ci)})"
@@ -91,13 +135,13 @@ def run(ctx: Context) -> Check:
     if ratio is None or ci is None:
         return Check(LAYER, NAME, TITLE, NA, head + "; no rate ratio", evidence)
     if ci[1] < T.IMPROVED_CI_HIGH:
-        evidence["improved"] = True
-        return Check(LAYER, NAME, TITLE, OK, head + ": an improvement", evidence)
+        improved = dataclasses.replace(evidence, improved=True)
+        return Check(LAYER, NAME, TITLE, OK, head + ": an improvement", improved)
     verdict = relative(ratio, ci, T.BASELINE_FACTOR, T.BASELINE_CI_LOW, T.BASELINE_FAIL, e.vllm_kl)
     if verdict == OK:
         return Check(LAYER, NAME, TITLE, OK, head + ": no excess to speak of", evidence)
     shape = excess_shape(e)
-    evidence["excess_shape"] = shape
+    evidence = dataclasses.replace(evidence, excess_shape=shape)
     explain = f"`mismatchctl explain {ctx.label} --baseline {view.label}`"
     advice = {
         "localized": f"the excess is localized: see the localized finding and {explain}",
@@ -123,7 +167,7 @@ def run(ctx: Context) -> Check:
         where = f"; spread uniformly ({names} explain nothing)"
     elif shape == "concentrated":
         u = next(u for u in e.uniform if u.excess_elsewhere)
-        evidence["concentrated_in"] = u.dim
+        evidence = dataclasses.replace(evidence, concentrated_in=u.dim)
         where = f"; not a uniform excess: {uniform_sentence(u, e.mode)}"
     return Check(LAYER, NAME, TITLE, verdict, head + where, evidence, advice)
 

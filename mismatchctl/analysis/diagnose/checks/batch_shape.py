@@ -6,7 +6,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import FAIL, NA, OK, PATH, WARN, Check, CheckModule
+from mismatchctl.analysis.diagnose.check import (
+    FAIL,
+    NA,
+    OK,
+    PATH,
+    WARN,
+    Check,
+    CheckEvidence,
+    CheckModule,
+)
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.stats.batch_shape import BatchShape, batch_shape
@@ -47,6 +56,12 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True)
+class Evidence(CheckEvidence):
+    runs: dict[str, BatchShape]
+    """Each run's test (the runs whose dumps give batch sizes)."""
+
+
 def run(ctx: Context) -> Check | None:
     found = {
         name: res
@@ -57,10 +72,10 @@ def run(ctx: Context) -> Check | None:
         return Check(
             LAYER, NAME, TITLE, NA,
             "no batch sizes in the dumps (a batch_id or batch_size column per response)",
-            {}, "write each response's batch_id (and batch_size) in the dumps, or map the "
+            None, "write each response's batch_id (and batch_size) in the dumps, or map the "
             "columns with --map batch_id=COL, to check batch-shape dependence",
         )  # fmt: skip
-    evidence = {"runs": {name: res.to_dict() for name, res in found.items()}}
+    evidence = Evidence(found)
     judged = {name: _verdict(res) for name, res in found.items()}
     order = (FAIL, WARN, OK, NA)
     name = min(judged, key=lambda n: order.index(judged[n]))

@@ -9,13 +9,23 @@ import shlex
 from dataclasses import dataclass
 
 from mismatchctl.analysis.diagnose.causes.catalogue import reads
+from mismatchctl.analysis.diagnose.causes.row import CauseRow
 from mismatchctl.analysis.diagnose.causes.weigh import (
     MIN_SHARE,
     Weighing,
     weigh,
-    weighing_dict,
+    weighing_rows,
 )
-from mismatchctl.analysis.diagnose.check import OBJECTIVE, Check, CheckModule, Every
+from mismatchctl.analysis.diagnose.check import (
+    OBJECTIVE,
+    Check,
+    CheckEvidence,
+    CheckModule,
+    Every,
+    absent,
+    evidence_of,
+    flat,
+)
 from mismatchctl.analysis.diagnose.context import Context
 
 NAME = "cause"
@@ -49,19 +59,52 @@ FIXABLE = (
 """The causes whose fix is the remedy, a correction at most a stopgap (the objective check)."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The weighing (``causes/weigh.py``): the named cause's row (its keys), or when none is
+    named ``key`` (``none`` or ``unexplained``) and ``verdict``; the second causes
+    (``also``), every other cause with why it lost (``runner_ups``); ``next`` (unexplained
+    only): what to try."""
+
+    named: CauseRow | None = flat(optional=True)
+    key: str | None = absent()
+    verdict: str | None = absent()
+    also: list[CauseRow]
+    runner_ups: list[CauseRow]
+    next: str | None = absent()
+
+    @property
+    def cause(self) -> str:
+        """The key of the cause named (``none``, ``unexplained``)."""
+        return self.named.key if self.named is not None else self.key or "none"
+
+    @property
+    def advice(self) -> str | None:
+        """What to try next: the named cause's, or what to do about an unexplained excess."""
+        return self.named.next if self.named is not None else self.next
+
+
 def named(ctx: Context) -> str:
     """The key of the cause this check named (for the checks that read it)."""
-    found = ctx.result(NAME)
+    found = evidence_of(ctx.result(NAME), Evidence)
     assert found is not None  # the cause check always applies
-    return found.evidence["key"]
+    return found.cause
 
 
 def run(ctx: Context) -> Check:
     found = weigh(ctx)
-    evidence = weighing_dict(ctx, found)
-    if found.unexplained:
-        evidence["next"] = _unexplained_advice(ctx)
-    return Check(LAYER, NAME, TITLE, found.verdict, finding(found), evidence, evidence.get("next"))
+    head, also, runner_ups = weighing_rows(ctx, found)
+    if head is not None:
+        evidence = Evidence(named=head, also=also, runner_ups=runner_ups)
+    else:
+        evidence = Evidence(
+            key="unexplained" if found.unexplained else "none",
+            verdict=found.verdict,
+            also=also,
+            runner_ups=runner_ups,
+            next=_unexplained_advice(ctx) if found.unexplained else None,
+        )
+    return Check(LAYER, NAME, TITLE, found.verdict, finding(found), evidence, evidence.advice)
 
 
 def _unexplained_advice(ctx: Context) -> str:

@@ -5,12 +5,19 @@ in the studies."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from mismatchctl.analysis.diagnose.check import MAX_LISTED, TRAJECTORY, Check, CheckModule, grade
+from mismatchctl.analysis.diagnose.check import (
+    MAX_LISTED,
+    TRAJECTORY,
+    Check,
+    CheckEvidence,
+    CheckModule,
+    grade,
+    renamed,
+)
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.levels import MEDIUM_MAX
-from mismatchctl.analysis.diagnose.runs import RunResult, per_curve_run
+from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_curve_run
 from mismatchctl.curves.analysis import RunCurves
 from mismatchctl.curves.series import value_at
 from mismatchctl.stats import registry as M
@@ -33,6 +40,32 @@ T = Thresholds()
 SPIKE_ROLES = ("grad_norm", "entropy")
 
 
+@dataclass(frozen=True, kw_only=True)
+class Coincident(CheckEvidence):
+    """A vllm_kl spike at ``step`` with a spike of a curve (``role``: grad_norm or entropy) at
+    ``metric_step``, and vllm_kl there."""
+
+    role: str
+    metric: str
+    step: int
+    metric_step: int
+    vllm_kl: float | None = renamed(M.VLLM_KL.key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spikes(CheckEvidence):
+    """One run's vllm_kl spikes (their steps) and those that coincide with a curve's (the first
+    ``MAX_LISTED`` of each)."""
+
+    vllm_kl_spikes: list[int]
+    coincident: list[Coincident]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(PerRun[Spikes]):
+    """Each run's spikes (``runs``)."""
+
+
 def run(ctx: Context) -> Check:
     runs = {
         run: c
@@ -45,30 +78,30 @@ def run(ctx: Context) -> Check:
         "correction (`mismatchctl whatif`) before the instability compounds"
     )
     return per_curve_run(
-        NAME, TITLE, runs, "no run has a gradient-norm or entropy curve", _spikes, advice
+        NAME, TITLE, runs, "no run has a gradient-norm or entropy curve", _spikes, advice, Evidence
     )
 
 
-def _spikes(c: RunCurves) -> RunResult:
-    found: list[dict[str, Any]] = []
+def _spikes(c: RunCurves) -> RunResult[Spikes]:
+    found: list[Coincident] = []
     for m in c.spike_matches:
         if m.role not in SPIKE_ROLES:
             continue
         for x in m.matches[:MAX_LISTED]:
             kl = value_at(c.series[M.VLLM_KL], x.step_a)
             found.append(
-                {"role": m.role, "metric": m.metric, "step": x.step_a, "metric_step": x.step_b,
-                 M.VLLM_KL: kl}
+                Coincident(role=m.role, metric=m.metric, step=x.step_a, metric_step=x.step_b,
+                           vllm_kl=kl)
             )  # fmt: skip
-    high = any(f[M.VLLM_KL] is not None and f[M.VLLM_KL] > MEDIUM_MAX for f in found)
+    high = any(f.vllm_kl is not None and f.vllm_kl > MEDIUM_MAX for f in found)
     verdict = grade(high, bool(found))
     if found:
         finding = f"{len(found)} coincident spike(s): " + ", ".join(
-            f"step {f['step']} ({f['metric']})" for f in found[:6]
+            f"step {f.step} ({f.metric})" for f in found[:6]
         )
     else:
         finding = (
             f"{len(c.kl_spikes)} vllm_kl spike(s), none with a gradient-norm or entropy spike "
             "within a step"
         )
-    return verdict, finding, {"vllm_kl_spikes": c.kl_spikes[:MAX_LISTED], "coincident": found}
+    return verdict, finding, Spikes(vllm_kl_spikes=c.kl_spikes[:MAX_LISTED], coincident=found)

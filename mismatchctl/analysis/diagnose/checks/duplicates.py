@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from mismatchctl.analysis.diagnose.check import (
     DATA,
     MAX_LISTED,
     NA,
     Check,
+    CheckEvidence,
     CheckModule,
     advice_if,
     grade,
+    renamed,
 )
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.text import pct
@@ -37,6 +38,27 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Source(CheckEvidence):
+    """A source file with duplicate sequences, as counted at its ingest."""
+
+    run: str
+    path: str
+    duplicate_sequences: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The duplicate sequences of the sources counted, their sequences and the share; the
+    sources that hold some (the first ``MAX_LISTED``) and how many were not counted."""
+
+    duplicate_sequences: int
+    sequences: int = renamed(M.SEQUENCES.key)
+    share: float
+    sources: list[Source]
+    sources_not_counted: int
+
+
 def run(ctx: Context) -> Check:
     """Exact duplicate sequences, as counted at ingest (per source file, whatever the step
     range of the selection); n/a for sources ingested before they were counted."""
@@ -57,17 +79,17 @@ def run(ctx: Context) -> Check:
     dup = sum(s.duplicate_sequences or 0 for _, s in counted)
     total = sum(s.sequences for _, s in counted)
     share = dup / total if total else 0.0
-    evidence: dict[str, Any] = {
-        "duplicate_sequences": dup,
-        M.SEQUENCES: total,
-        "share": share,
-        "sources": [
-            {"run": run, "path": s.path, "duplicate_sequences": s.duplicate_sequences}
+    evidence = Evidence(
+        duplicate_sequences=dup,
+        sequences=total,
+        share=share,
+        sources=[
+            Source(run=run, path=s.path, duplicate_sequences=s.duplicate_sequences)
             for run, s in counted
             if s.duplicate_sequences
         ][:MAX_LISTED],
-        "sources_not_counted": len(sources) - len(counted),
-    }
+        sources_not_counted=len(sources) - len(counted),
+    )
     verdict = grade(share >= T.DUPLICATE_FAIL_SHARE, dup > 0)
     finding = (
         f"{dup} of {total} sequences ({pct(share)}) repeat an earlier sequence of the same step "

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import DATA, Check, CheckModule, advice_if, grade
+from mismatchctl.analysis.diagnose.check import (
+    DATA,
+    Check,
+    CheckEvidence,
+    CheckModule,
+    advice_if,
+    grade,
+    renamed,
+)
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.stats import registry as M
@@ -31,17 +39,28 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The sequences without a model token, every sequence (with them) and the share; the
+    sequences dropped at ingest (``--skip-bad``)."""
+
+    empty_sequences: int
+    sequences: int = renamed(M.SEQUENCES.key)
+    share: float
+    dropped_sequences: int
+
+
 def run(ctx: Context) -> Check:
     empty = ctx.report.excluded.get("empty_sequences", 0)
     whole = ctx.report.whole()
     total = empty + (whole.partial.sequences if whole else 0)
     share = empty / total if total else 0.0
-    evidence = {
-        "empty_sequences": empty,
-        M.SEQUENCES: total,
-        "share": share,
-        "dropped_sequences": ctx.report.excluded.get("dropped_sequences", 0),
-    }
+    evidence = Evidence(
+        empty_sequences=empty,
+        sequences=total,
+        share=share,
+        dropped_sequences=ctx.report.excluded.get("dropped_sequences", 0),
+    )
     verdict = grade(share >= T.EMPTY_FAIL_SHARE, share >= T.EMPTY_WARN_SHARE)
     advice = (
         "check that the mask column is the response (loss) mask, not attention_mask or an "

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
 
 from mismatchctl.analysis.diagnose.advice import HARDWARE_ADVICE
 from mismatchctl.analysis.diagnose.check import (
@@ -17,8 +16,12 @@ from mismatchctl.analysis.diagnose.check import (
     PATH,
     WARN,
     Check,
+    CheckEvidence,
     CheckModule,
+    absent,
     advice_if,
+    flat,
+    renamed,
     worst,
 )
 from mismatchctl.analysis.diagnose.context import Context
@@ -66,6 +69,39 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Severe(CheckEvidence):
+    """Severe batches (run x gpu x step) per gpu, every batch per gpu, and the gpu holding most
+    severe batches beyond chance (``SEVERE_GPU_SHARE``, ``SEVERE_GPU_ALPHA``), if any."""
+
+    severe_batches: dict[str, int]
+    batches: dict[str, int] = renamed(M.BATCHES.key)
+    concentrated_on: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """Each gpu's vllm_kl and its factor over the median of the other gpus'; the hottest gpu's
+    (or group's) rate ratio to the rest at the same token probabilities with its interval; the
+    severe batches per gpu; ``hot_gpus`` (written when most gpus are hot against the others:
+    that group); the share of the K3 mass on the hot gpu(s)."""
+
+    vllm_kl: dict[str, float] = renamed(M.VLLM_KL.key)
+    factor_over_others_median: dict[str, float | None]
+    rate_ratio_vs_rest: float | None
+    rate_ratio_vs_rest_ci: tuple[float, float] | None
+    severe: Severe = flat()
+    hot_gpus: list[str] | None = absent()
+    hot_mass_share: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TooFewGpus(CheckEvidence):
+    """The evidence of the n/a result: the gpus tagged (fewer than two) and their vllm_kl."""
+
+    gpus: dict[str, float]
+
+
 def run(ctx: Context) -> Check:
     gpus = {
         g.by[K.GPU]: g.metrics.get(M.VLLM_KL)
@@ -76,7 +112,7 @@ def run(ctx: Context) -> Check:
         return Check(
             LAYER, NAME, TITLE, NA,
             f"{len(gpus)} gpu tagged: nothing to compare",
-            {"gpus": gpus},
+            TooFewGpus(gpus=gpus),
             "tag runs with --tag gpu=NAME at ingest (or keep a gpu column) to compare hardware",
         )  # fmt: skip
     factors = {g: _factor(v, [x for h, x in gpus.items() if h != g]) for g, v in gpus.items()}
@@ -93,31 +129,33 @@ def run(ctx: Context) -> Check:
         verdict = relative(factor, ci, T.GPU_FACTOR_WARN, LOCAL_CI_LOW, math.inf, vk)
     if verdict != OK and ci is not None and ci[0] >= T.GPU_FACTOR_FAIL:
         verdict = FAIL
-    if severe["concentrated_on"] is not None:
+    if severe.concentrated_on is not None:
         verdict = worst([verdict, WARN])
-    evidence = {
-        M.VLLM_KL: gpus,
-        "factor_over_others_median": factors,
-        "rate_ratio_vs_rest": None if found is None else found[0],
-        "rate_ratio_vs_rest_ci": None if ci is None else list(ci),
-        **severe,
-    }
     finding = (
         f"{top}: vllm_kl {fmt(vk)}, {fmt(factor)}x the median of the other gpus "
         f"({ratio_text(None if found is None else found[0])}x the rest at the same token "
         f"probabilities, {ci_text(ci)})"
     )
+    hot_gpus = None
     if group is not None and verdict != OK:
-        evidence["hot_gpus"] = hot
+        hot_gpus = hot
         cold = ", ".join(g for g in gpus if g not in hot)
         finding = (
             f"{', '.join(hot)}: vllm_kl {fmt(factor)}x that of {cold} "
             f"({ratio_text(found[0])}x at the same token probabilities, {ci_text(ci)}); no "
             "gpu stands out from the median of the others, because most of them are hot"
         )
-    evidence["hot_mass_share"] = _mass_share(ctx, evidence.get("hot_gpus") or [top])
-    if severe["concentrated_on"] is not None:
-        finding += f"; {severe['concentrated_on']} holds most severe batches"
+    evidence = Evidence(
+        vllm_kl=gpus,
+        factor_over_others_median=factors,
+        rate_ratio_vs_rest=None if found is None else found[0],
+        rate_ratio_vs_rest_ci=ci,
+        severe=severe,
+        hot_gpus=hot_gpus,
+        hot_mass_share=_mass_share(ctx, hot_gpus or [top]),
+    )
+    if severe.concentrated_on is not None:
+        finding += f"; {severe.concentrated_on} holds most severe batches"
     advice = (
         f"the mismatch follows the hardware ({top}): {HARDWARE_ADVICE}; "
         f"`mismatchctl compare gpu={_other(gpus, top)} gpu={top}` shows where they differ"
@@ -174,7 +212,7 @@ def _other(gpus: dict[str, float], top: str) -> str:
     return min((g for g in gpus if g != top), key=gpus.__getitem__)
 
 
-def _severe_concentration(ctx: Context) -> dict[str, Any]:
+def _severe_concentration(ctx: Context) -> Severe:
     """Severe batches (run x gpu x step) per gpu, and the gpu holding most of them, if any."""
     rows = [h for h in ctx.report.hardware or [] if h.gpu is not None and h.batches]
     severe = {
@@ -189,7 +227,7 @@ def _severe_concentration(ctx: Context) -> dict[str, Any]:
         p = binomial_tail(severe[gpu], total, share)
         if severe[gpu] / total >= T.SEVERE_GPU_SHARE and share < T.SEVERE_GPU_SHARE:
             holder = gpu if p < T.SEVERE_GPU_ALPHA else None
-    return {"severe_batches": severe, M.BATCHES: batches, "concentrated_on": holder}
+    return Severe(severe_batches=severe, batches=batches, concentrated_on=holder)
 
 
 def binomial_tail(k: int, n: int, p: float) -> float:

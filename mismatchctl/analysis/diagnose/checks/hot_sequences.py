@@ -3,15 +3,16 @@ dumps names (``stats/hot_sequences.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass
-from typing import Any
 
 from mismatchctl.analysis.diagnose.check import (
     NA,
     OK,
     PATH,
     Check,
+    CheckEvidence,
     CheckModule,
     advice_if,
     fired,
@@ -20,7 +21,7 @@ from mismatchctl.analysis.diagnose.check import (
 from mismatchctl.analysis.diagnose.checks import localized
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.levels import LOCAL_FACTOR, LOCAL_FAIL
-from mismatchctl.analysis.diagnose.runs import worst_run
+from mismatchctl.analysis.diagnose.runs import WorstRun, worst_run
 from mismatchctl.analysis.diagnose.samples import samples_of
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.stats.hot_sequences import Z_TAIL, HotSequences, summarize
@@ -53,19 +54,61 @@ class Thresholds:
 T = Thresholds()
 
 
-def _judge(found: HotSequences) -> tuple[str, str, dict[str, Any]]:
+@dataclass(frozen=True, kw_only=True)
+class Example(CheckEvidence):
+    """One of the hottest sequences: where, and its z."""
+
+    run: str
+    step: int
+    seq: int
+    z: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shown(CheckEvidence):
+    """One of the hottest sequences of a run that fires, with its sample id (what `show`
+    takes; None when the store's sequence rows do not hold it)."""
+
+    run: str
+    step: int
+    sample_id: str | None
+    seq: int
+    z: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sequences(CheckEvidence):
+    """One run's sequences tested, hot and cold, the hot ones' tokens, share of the K3 mass and
+    rate over the others' at the same cells, and the hottest (``Shown`` with their sample ids
+    when the run fires)."""
+
+    tested: int
+    hot: int
+    cold: int
+    hot_tokens: int
+    hot_mass_share: float
+    rate_ratio: float
+    examples: list[Example] | list[Shown]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(WorstRun[Sequences]):
+    """The worst run's sequences (and with several runs every run's, ``runs``)."""
+
+
+def _judge(found: HotSequences) -> tuple[str, str, Sequences]:
     """One run's verdict, sentence and evidence."""
-    evidence: dict[str, Any] = {
-        "tested": found.tested,
-        "hot": found.hot,
-        "cold": found.cold,
-        "hot_tokens": found.hot_tokens,
-        "hot_mass_share": found.hot_mass_share,
-        "rate_ratio": found.rate_ratio,
-        "examples": [
-            {"run": run, "step": step, "seq": seq, "z": z} for run, step, seq, z in found.examples
+    evidence = Sequences(
+        tested=found.tested,
+        hot=found.hot,
+        cold=found.cold,
+        hot_tokens=found.hot_tokens,
+        hot_mass_share=found.hot_mass_share,
+        rate_ratio=found.rate_ratio,
+        examples=[
+            Example(run=run, step=step, seq=seq, z=z) for run, step, seq, z in found.examples
         ],
-    }
+    )
     finding = (
         f"{found.hot} of {found.tested} sequences tested are hotter than the others of their "
         f"step at the same token probabilities (z > {Z_TAIL:g}), {found.cold} colder"
@@ -90,10 +133,11 @@ def run(ctx: Context) -> Check:
     runs = {run: _judge(summarize(state)) for run, state in ctx.state.hot_sequences.runs().items()}
     if not runs:
         return Check(LAYER, NAME, TITLE, NA, "no sequence to test")
-    for run_verdict, _, run_evidence in runs.values():
+    for run, (run_verdict, run_finding, own) in list(runs.items()):
         if run_verdict != OK:  # the hottest sequences with their sample ids, to `show` them
-            run_evidence["examples"] = _with_sample_ids(ctx, run_evidence["examples"])
-    verdict, finding, evidence = worst_run(runs)
+            shown = _with_sample_ids(ctx, own.examples)  # type: ignore[arg-type]
+            runs[run] = (run_verdict, run_finding, dataclasses.replace(own, examples=shown))
+    verdict, finding, evidence = worst_run(runs, Evidence)
     named = fired(ctx.result(localized))
     if verdict != OK:
         finding += ": a fault of some requests" + (
@@ -107,10 +151,12 @@ def run(ctx: Context) -> Check:
         if named
         else ""
     )
-    hottest = next((e for e in evidence["examples"] if e.get("sample_id")), None)
+    hottest = next(
+        (e for e in evidence.worst.examples if isinstance(e, Shown) and e.sample_id), None
+    )
     show = (
-        f"`mismatchctl show {shlex.quote(hottest['run'])} {shlex.quote(str(hottest['sample_id']))}"
-        f" --step {hottest['step']}` shows the hottest, "
+        f"`mismatchctl show {shlex.quote(hottest.run)} {shlex.quote(str(hottest.sample_id))}"
+        f" --step {hottest.step}` shows the hottest, "
         if hottest
         else ""
     )
@@ -124,10 +170,10 @@ def run(ctx: Context) -> Check:
     return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice_if(verdict, advice))
 
 
-def _with_sample_ids(ctx: Context, examples: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    found = [(e["run"], e["step"], e["seq"], f"z {e['z']:.2f}") for e in examples]
+def _with_sample_ids(ctx: Context, examples: list[Example]) -> list[Shown]:
+    found = [(e.run, e.step, e.seq, f"z {e.z:.2f}") for e in examples]
     rows = samples_of(ctx.report.selection, found)
     return [
-        {**{k: v for k, v in row.items() if k != "what"}, "z": e["z"]}
+        Shown(run=row.run, step=row.step, sample_id=row.sample_id, seq=row.seq, z=e.z)
         for row, e in zip(rows, examples, strict=True)
     ]

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mismatchctl.analysis.diagnose.check import NA, OK, TRAJECTORY, WARN, Check, CheckModule
+from mismatchctl.analysis.diagnose.check import (
+    NA,
+    OK,
+    TRAJECTORY,
+    WARN,
+    Check,
+    CheckEvidence,
+    CheckModule,
+)
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.stats.length_scaling import BIAS, NOISE, RISING, LengthScaling, length_scaling
@@ -43,13 +51,19 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True)
+class Evidence(CheckEvidence):
+    runs: dict[str, LengthScaling]
+    """Each run's test, tested or not (``exponent`` None: the lengths span too little)."""
+
+
 def run(ctx: Context) -> Check:
     found = {
         name: length_scaling(sums.tokens, sums.r_sum)
         for name, sums in sorted(ctx.state.sequences.runs.items())
     }
     tested = {name: res for name, res in found.items() if res.exponent is not None}
-    evidence = {"runs": {name: res.to_dict() for name, res in found.items()}}
+    evidence = Evidence(found)
     if not tested:
         return Check(
             LAYER, NAME, TITLE, NA,

@@ -12,11 +12,21 @@ from mismatchctl.analysis.diagnose.advice import (
     GROWTH_STEPS_ADVICE,
     attribute_advice,
 )
-from mismatchctl.analysis.diagnose.check import NA, OK, PATH, Check, CheckModule, advice_if, worst
+from mismatchctl.analysis.diagnose.check import (
+    NA,
+    OK,
+    PATH,
+    Check,
+    CheckEvidence,
+    CheckModule,
+    advice_if,
+    worst,
+)
 from mismatchctl.analysis.diagnose.checks import turn_edges, turn_ends
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.contrasts import later_turns
 from mismatchctl.analysis.diagnose.parts import (
+    LocalRun,
     firsts_on_attribute,
     firsts_on_first_turns,
     firsts_on_gpus,
@@ -42,6 +52,15 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """Each run's localization (``runs``: ``parts.LocalRun``); ``later_turns``: every run that
+    fires found the later turns seen by position."""
+
+    runs: dict[str, LocalRun]
+    later_turns: bool
+
+
 def run(ctx: Context) -> Check:
     """A part of a run (steps, a gpu, positions, an engine batch...) hotter than the rest."""
     if not ctx.runs:
@@ -53,10 +72,10 @@ def run(ctx: Context) -> Check:
     many = len(results) > 1
     finding = "; ".join((f"{run}: " if many else "") + results[run][1] for run in shown[:3])
     firing = [e for v, _, e in results.values() if v != OK]
-    evidence = {
-        "runs": {run: e for run, (_, _, e) in results.items()},
-        "later_turns": bool(firing) and all(e.get("later_turns") for e in firing),
-    }
+    evidence = Evidence(
+        runs={run: e for run, (_, _, e) in results.items()},
+        later_turns=bool(firing) and all(e.later_turns for e in firing),
+    )
     advice = STALE_LOCAL_ADVICE if stale(ctx) else CODE_PATH_ADVICE
     if firsts_on_gpus(firing):
         advice = GPU_LOCAL_ADVICE
@@ -65,9 +84,9 @@ def run(ctx: Context) -> Check:
     attribute = firsts_on_attribute(firing)
     if attribute is not None:
         advice = attribute_advice(ctx.label, *attribute)
-    if evidence["later_turns"]:
+    if evidence.later_turns:
         advice = LATER_TURNS_LOCAL_ADVICE
-    if steps_are_growth(ctx, evidence["runs"]):
+    if steps_are_growth(ctx, evidence.runs):
         advice = GROWTH_STEPS_ADVICE
     if turn_ends.ends_fault(ctx):
         advice = ENDS_LOCAL_ADVICE

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from mismatchctl.analysis.diagnose.advice import LOW_PROB_ADVICE
-from mismatchctl.analysis.diagnose.check import PATH, Check, CheckModule, advice_if, grade
+from mismatchctl.analysis.diagnose.check import (
+    PATH,
+    Check,
+    CheckEvidence,
+    CheckModule,
+    advice_if,
+    grade,
+    renamed,
+)
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.levels import LOW_MAX, MEDIUM_MAX
 from mismatchctl.analysis.diagnose.text import fmt, pct
@@ -44,6 +51,28 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Bin(CheckEvidence):
+    """A low-probability bin's share of the tokens and of the K3 mass."""
+
+    bin: str
+    token_share: float | None = renamed(M.TOKEN_SHARE.key)
+    kl_share: float | None = renamed(M.KL_SHARE.key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The tokens with p_infer below ``p_infer_below``: their share of the tokens and of the K3
+    mass, the ratio of the two (``concentration``), the selection's vllm_kl, and each bin."""
+
+    p_infer_below: float
+    token_share: float = renamed(M.TOKEN_SHARE.key)
+    kl_share: float = renamed(M.KL_SHARE.key)
+    concentration: float | None
+    vllm_kl: float | None = renamed(M.VLLM_KL.key)
+    bins: list[Bin]
+
+
 def run(ctx: Context) -> Check:
     edges = ctx.report.bin_edges
     low = [g for g in ctx.report.split(K.BIN) if edges[g.by[K.BIN] + 1] <= T.LOW_PROB]
@@ -51,14 +80,14 @@ def run(ctx: Context) -> Check:
     kl_share = sum(g.metrics.get(M.KL_SHARE) or 0.0 for g in low)
     concentration = kl_share / token_share if token_share else None
     vk = ctx.vllm_kl
-    evidence: dict[str, Any] = {
-        "p_infer_below": T.LOW_PROB,
-        M.TOKEN_SHARE: token_share,
-        M.KL_SHARE: kl_share,
-        "concentration": concentration,
-        M.VLLM_KL: vk,
-        "bins": [_bin(edges, g) for g in low],
-    }
+    evidence = Evidence(
+        p_infer_below=T.LOW_PROB,
+        token_share=token_share,
+        kl_share=kl_share,
+        concentration=concentration,
+        vllm_kl=vk,
+        bins=[_bin(edges, g) for g in low],
+    )
     pattern = (
         concentration is not None
         and kl_share >= T.LOWPROB_KL_SHARE
@@ -75,9 +104,10 @@ def run(ctx: Context) -> Check:
     )  # fmt: skip
 
 
-def _bin(edges: np.ndarray, g: Group) -> dict[str, Any]:
+def _bin(edges: np.ndarray, g: Group) -> Bin:
     m = g.metrics
-    return {
-        "bin": bin_label(edges, g.by[K.BIN]),
-        **{k: m.get(k) for k in (M.TOKEN_SHARE, M.KL_SHARE)},
-    }
+    return Bin(
+        bin=bin_label(edges, g.by[K.BIN]),
+        token_share=m.get(M.TOKEN_SHARE),
+        kl_share=m.get(M.KL_SHARE),
+    )

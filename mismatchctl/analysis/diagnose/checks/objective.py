@@ -4,9 +4,9 @@ suggested correction's what-if (seq-mis at C = 2) whether it keeps the signal.""
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from dataclasses import dataclass
-from typing import Any
 
 from mismatchctl.analysis.diagnose import corrections
 from mismatchctl.analysis.diagnose.check import (
@@ -17,8 +17,12 @@ from mismatchctl.analysis.diagnose.check import (
     SEMANTIC,
     WARN,
     Check,
+    CheckEvidence,
     CheckModule,
     Every,
+    absent,
+    evidence_of,
+    renamed,
 )
 from mismatchctl.analysis.diagnose.checks import cause, severe_batches
 from mismatchctl.analysis.diagnose.context import Context
@@ -45,21 +49,30 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The selection's vllm_kl, the largest share of a run's batches in the severe band, the
+    suggested correction's what-if (seq-mis at C = 2: its metrics), the cause named, and
+    ``correction_sane`` (not written when a data or semantic check fails): whether that
+    correction keeps enough of the batch."""
+
+    vllm_kl: float = renamed(M.VLLM_KL.key)
+    severe_share_max: float
+    seq_mis_2: dict[str, float | None] | None
+    cause: str
+    correction_sane: bool | None = absent()
+
+
 def run(ctx: Context) -> Check:
     """Is an objective-side correction warranted, and would it help?"""
-    severe = ctx.result(severe_batches)
-    shares = [
-        e["severe_share"] for e in (severe.evidence if severe else {}).get("runs", {}).values()
-    ]
+    severe = evidence_of(ctx.result(severe_batches), severe_batches.Evidence)
+    shares = [e.severe_share for e in ((severe.runs or {}) if severe else {}).values()]
     severe_share = max(shares, default=0.0)
     vk = ctx.vllm_kl or 0.0
     found = cause.named(ctx)
-    evidence: dict[str, Any] = {
-        M.VLLM_KL: vk,
-        "severe_share_max": severe_share,
-        "seq_mis_2": ctx.seq_mis,
-        cause.NAME: found,
-    }
+    evidence = Evidence(
+        vllm_kl=vk, severe_share_max=severe_share, seq_mis_2=ctx.seq_mis, cause=found
+    )
     upstream = [c for c in ctx.results(DATA, SEMANTIC) if c.verdict == FAIL]
     if upstream:
         names = ", ".join(c.name for c in upstream)
@@ -70,7 +83,7 @@ def run(ctx: Context) -> Check:
         )  # fmt: skip
     needed = vk > MEDIUM_MAX or severe_share >= severe_batches.T.SEVERE_FAIL_SHARE
     sane, why = _sane(ctx)
-    evidence["correction_sane"] = sane
+    evidence = dataclasses.replace(evidence, correction_sane=sane)
     fix = f"fix the cause ({found}, see the cause check)" if found in cause.FIXABLE else None
     if not needed:
         word = "optional" if vk > LOW_MAX else "not needed"

@@ -10,9 +10,11 @@ from mismatchctl.analysis.diagnose.check import (
     NA,
     SEMANTIC,
     Check,
+    CheckEvidence,
     CheckModule,
     advice_if,
     grade,
+    renamed,
 )
 from mismatchctl.analysis.diagnose.checks import alignment, sentinels
 from mismatchctl.analysis.diagnose.context import Context
@@ -49,14 +51,25 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The mean log ratio r with its sequence-clustered standard error and z, and the share of
+    tokens with r < 0 (``stats/offset.py``)."""
+
+    log_ratio_mean: float | None = renamed(M.LOG_RATIO_MEAN.key)
+    log_ratio_se: float | None
+    log_ratio_z: float | None
+    negative_share: float | None
+
+
 def run(ctx: Context) -> Check:
     if skipped := alignment.not_assessed(ctx, LAYER, NAME, TITLE):
         return skipped
     o = offset_summary(ctx.state.offset)
     m, z, neg = o[M.LOG_RATIO_MEAN], o["log_ratio_z"], o["negative_share"]
-    evidence = {
-        k: o[k] for k in (M.LOG_RATIO_MEAN, "log_ratio_se", "log_ratio_z", "negative_share")
-    }
+    evidence = Evidence(
+        log_ratio_mean=m, log_ratio_se=o["log_ratio_se"], log_ratio_z=z, negative_share=neg
+    )
     if m is None or z is None or neg is None:
         return Check(LAYER, NAME, TITLE, NA, "too few sequences for a standard error", evidence)
     same_sign = neg if m < 0 else 1 - neg

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from mismatchctl.analysis.diagnose.advice import POLICY_SIGNS_ADVICE
 from mismatchctl.analysis.diagnose.check import (
@@ -12,14 +11,17 @@ from mismatchctl.analysis.diagnose.check import (
     OK,
     TRAJECTORY,
     Check,
+    CheckEvidence,
     CheckModule,
+    absent,
     advice_if,
     fired,
+    flat,
     grade,
 )
 from mismatchctl.analysis.diagnose.checks import hardware, localized, regimes, spikes
 from mismatchctl.analysis.diagnose.context import Context
-from mismatchctl.analysis.diagnose.runs import worst_run
+from mismatchctl.analysis.diagnose.runs import WorstRun, worst_run
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.stats.sign_coherence import SignCoherence, in_steps, sign_coherence
 
@@ -55,23 +57,60 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Signs(CheckEvidence):
+    """Sign coherence (``stats/sign_coherence.py``): the sequences tested, the dispersion of
+    their counts of r > 0 (1: independent signs), its chi-square p-value and the share of the
+    sequences at |z| > 3."""
+
+    tested: int
+    dispersion: float
+    p_value: float
+    extreme_share: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ElevatedSigns(CheckEvidence):
+    """The sign coherence of a run's elevated steps alone (``steps``)."""
+
+    steps: list[int]
+    signs: Signs = flat()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSigns(CheckEvidence):
+    """One run's sign coherence, and its elevated steps' (written for a run whose steps split
+    in two and whose whole does not lean)."""
+
+    signs: Signs = flat()
+    elevated_steps: ElevatedSigns | None = absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(WorstRun[RunSigns]):
+    """The worst run's sign coherence (and with several runs every run's, ``runs``)."""
+
+
 def run(ctx: Context) -> Check:
     """Each run's sign dispersion (the worst run's verdict; with several, evidence ``runs``);
     for a run whose steps split into two regimes, also the elevated steps' own (weights that
     changed at a step lean those steps' responses only: evidence ``elevated_steps``)."""
-    runs = {}
+    runs: dict[str, tuple[str, str, RunSigns]] = {}
     for run, state in ctx.state.hot_sequences.runs().items():
-        found = _judge(sign_coherence(state))
+        verdict, finding, signs = _judge(sign_coherence(state))
+        own = RunSigns(signs=signs)
         steps = _elevated(ctx, run)
-        if steps and found[0] == OK:
+        if steps and verdict == OK:
             part = _judge(sign_coherence(in_steps(state, steps)))
-            found[2]["elevated_steps"] = {"steps": sorted(steps), **part[2]}
+            own = RunSigns(
+                signs=signs, elevated_steps=ElevatedSigns(steps=sorted(steps), signs=part[2])
+            )
             if part[0] != OK:
-                found = (part[0], f"in the elevated steps ({len(steps)}): {part[1]}", found[2])
-        runs[run] = found
+                verdict, finding = part[0], f"in the elevated steps ({len(steps)}): {part[1]}"
+        runs[run] = (verdict, finding, own)
     if not runs or all(found[0] == NA for found in runs.values()):
         return Check(LAYER, NAME, TITLE, NA, "no sequence long enough to test")
-    verdict, finding, evidence = worst_run(runs)
+    verdict, finding, evidence = worst_run(runs, Evidence)
     advice = POLICY_SIGNS_ADVICE
     paths = [c.NAME for c in CODE_PATH_CHECKS if fired(ctx.result(c))]
     if verdict != OK and paths:
@@ -91,13 +130,13 @@ def _elevated(ctx: Context, run: str) -> set[int]:
     return {int(view.rates.numbers[i]) for i in view.split.elevated}
 
 
-def _judge(found: SignCoherence) -> tuple[str, str, dict[str, Any]]:
-    evidence: dict[str, Any] = {
-        "tested": found.tested,
-        "dispersion": found.dispersion,
-        "p_value": found.p_value,
-        "extreme_share": found.extreme_share,
-    }
+def _judge(found: SignCoherence) -> tuple[str, str, Signs]:
+    evidence = Signs(
+        tested=found.tested,
+        dispersion=found.dispersion,
+        p_value=found.p_value,
+        extreme_share=found.extreme_share,
+    )
     if found.tested == 0:
         return NA, "no sequence long enough to test", evidence
     finding = (

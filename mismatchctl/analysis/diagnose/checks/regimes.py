@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from mismatchctl.analysis.diagnose.advice import GROWTH_STEPS_ADVICE
 from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check, CheckModule
 from mismatchctl.analysis.diagnose.context import Context
-from mismatchctl.analysis.diagnose.runs import per_step_run
+from mismatchctl.analysis.diagnose.runs import PerRun, per_step_run
 from mismatchctl.analysis.diagnose.steps import (
     MIN_STEPS,
     SPLIT_KINDS,
+    Steps,
     regimes_are_growth,
     split_result,
 )
@@ -31,6 +32,12 @@ class Thresholds:
 
 T = Thresholds()
 
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(PerRun[Steps]):
+    """Each run's steps and their split (``runs``: ``steps.Steps``)."""
+
+
 ADVICE = (
     "two regimes: some steps run at the healthy level, others far above it; a code path only "
     "some steps take (a kernel chosen by batch shape or KV length, one engine instance, a "
@@ -40,7 +47,7 @@ ADVICE = (
 
 def run(ctx: Context) -> Check:
     check = per_step_run(
-        ctx, NAME, TITLE, lambda v, _: split_result(v, SPLIT_KINDS), ADVICE, MIN_STEPS
+        ctx, NAME, TITLE, lambda v, _: split_result(v, SPLIT_KINDS), ADVICE, MIN_STEPS, Evidence
     )
     if check.next is not None and regimes_are_growth(ctx):
         check.next = GROWTH_STEPS_ADVICE

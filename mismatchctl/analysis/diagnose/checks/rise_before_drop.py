@@ -3,6 +3,7 @@ and drops as ``curves.events`` defines them): the collapse pattern of the studie
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from mismatchctl.analysis.diagnose.check import (
@@ -11,13 +12,17 @@ from mismatchctl.analysis.diagnose.check import (
     OK,
     TRAJECTORY,
     Check,
+    CheckEvidence,
     CheckModule,
+    absent,
+    flat,
     grade,
 )
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.levels import MEDIUM_MAX
-from mismatchctl.analysis.diagnose.runs import RunResult, per_curve_run
+from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_curve_run
 from mismatchctl.curves.analysis import RunCurves
+from mismatchctl.curves.events import Precedence
 
 NAME = "rise_before_drop"
 LAYER = TRAJECTORY
@@ -35,6 +40,31 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Rise(CheckEvidence):
+    """A vllm_kl rise before a reward drop (``curves.events.Precedence``) and its lead in
+    steps."""
+
+    rise: Precedence = flat()
+    lead: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rises(CheckEvidence):
+    """One run's reward curve, its drops and the rises before them (the first ``MAX_LISTED``);
+    with no rise, ``not_assessed``: the drops too early to look back from."""
+
+    reward: str
+    reward_drops: list[int]
+    rises: list[Rise]
+    not_assessed: list[int] | None = absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(PerRun[Rises]):
+    """Each run's rises and drops (``runs``)."""
+
+
 def run(ctx: Context) -> Check:
     advice = (
         "the reward fell after the mismatch grew, the collapse pattern of the studies: fix the "
@@ -49,16 +79,17 @@ def run(ctx: Context) -> Check:
         "no run has a reward curve (in its training logs or its dumps)",
         _rises,
         advice,
+        Evidence,
     )
 
 
-def _rises(c: RunCurves) -> RunResult:
+def _rises(c: RunCurves) -> RunResult[Rises]:
     reward = c.roles["reward"]
-    evidence = {
-        "reward": reward,
-        "reward_drops": [d.step for d in c.reward_drops][:MAX_LISTED],
-        "rises": [{**p.__dict__, "lead": p.lead} for p in c.rises[:MAX_LISTED]],
-    }
+    evidence = Rises(
+        reward=reward,
+        reward_drops=[d.step for d in c.reward_drops][:MAX_LISTED],
+        rises=[Rise(rise=p, lead=p.lead) for p in c.rises[:MAX_LISTED]],
+    )
     if c.rises:
         p = c.rises[0]
         finding = (
@@ -69,7 +100,7 @@ def _rises(c: RunCurves) -> RunResult:
             finding += f", and {len(c.rises) - 1} more such drop(s)"
         high = any(r.kl_peak > MEDIUM_MAX for r in c.rises)
         return grade(high, True), finding, evidence
-    evidence["not_assessed"] = c.unassessed_drops[:MAX_LISTED]
+    evidence = dataclasses.replace(evidence, not_assessed=c.unassessed_drops[:MAX_LISTED])
     assessed = len(c.reward_drops) - len(c.unassessed_drops)
     if c.reward_drops and not assessed:
         return (

@@ -8,7 +8,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mismatchctl.analysis.diagnose.check import DATA, FAIL, OK, Check, CheckModule, worst
+from mismatchctl.analysis.diagnose.check import (
+    DATA,
+    FAIL,
+    OK,
+    Check,
+    CheckEvidence,
+    CheckModule,
+    renamed,
+    worst,
+)
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.stats import routing as R
@@ -45,6 +54,23 @@ ADVICE = (
 )
 
 
+@dataclass(frozen=True, kw_only=True)
+class Capture(CheckEvidence):
+    """One run's share of tokens whose routes agree on every layer, the vllm_kl of the tokens
+    after a flipped route over the others', and whether that is the capture signature."""
+
+    routing_token_agreement: float | None = renamed(R.ROUTING_TOKEN_AGREEMENT)
+    flipped_same_ratio: float | None
+    capture: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """Each run's routes (``runs``)."""
+
+    runs: dict[str, Capture]
+
+
 def capture_signature(m: dict[str, Any], ratio: float | None) -> bool:
     """Routes that disagree on most tokens while their flips carry little mismatch."""
     agree = m.get(R.ROUTING_TOKEN_AGREEMENT)
@@ -56,26 +82,26 @@ def capture_signature(m: dict[str, Any], ratio: float | None) -> bool:
 def run(ctx: Context) -> Check | None:
     if not ctx.report.routing:
         return None
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, Capture] = {}
     for run, x in ctx.report.routing.items():
         m = x.metrics
         flipped, same = m.get(R.VLLM_KL_FLIPPED), m.get(R.VLLM_KL_SAME)
         ratio = flipped / same if flipped is not None and same else None
-        rows[run] = {
-            R.ROUTING_TOKEN_AGREEMENT: m.get(R.ROUTING_TOKEN_AGREEMENT),
-            "flipped_same_ratio": ratio,
-            "capture": capture_signature(m, ratio),
-        }
-    verdict = worst([FAIL if e["capture"] else OK for e in rows.values()])
-    bad = [run for run, e in rows.items() if e["capture"]]
+        rows[run] = Capture(
+            routing_token_agreement=m.get(R.ROUTING_TOKEN_AGREEMENT),
+            flipped_same_ratio=ratio,
+            capture=capture_signature(m, ratio),
+        )
+    verdict = worst([FAIL if e.capture else OK for e in rows.values()])
+    bad = [run for run, e in rows.items() if e.capture]
     if bad:
         e = rows[bad[0]]
         finding = (
-            f"{bad[0]}: the routes agree on {pct(e[R.ROUTING_TOKEN_AGREEMENT])} of the tokens, "
-            f"yet the tokens after a flipped route are {e['flipped_same_ratio']:.2g}x the others "
+            f"{bad[0]}: the routes agree on {pct(e.routing_token_agreement)} of the tokens, "
+            f"yet the tokens after a flipped route are {e.flipped_same_ratio:.2g}x the others "
             f"(numeric flips carry {T.CAPTURE_RATIO:g}x or more): the routes, not the logprobs, "
             "are wrong"
         )
     else:
         finding = "the routes' disagreements are carried by the logprobs (numeric flips)"
-    return Check(LAYER, NAME, TITLE, verdict, finding, {"runs": rows}, ADVICE if bad else None)
+    return Check(LAYER, NAME, TITLE, verdict, finding, Evidence(runs=rows), ADVICE if bad else None)

@@ -4,6 +4,7 @@ selection without routes."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +16,11 @@ from mismatchctl.analysis.diagnose.check import (
     PATH,
     WARN,
     Check,
+    CheckEvidence,
     CheckModule,
+    absent,
     advice_if,
+    renamed,
     worst,
 )
 from mismatchctl.analysis.diagnose.checks import route_capture
@@ -62,6 +66,29 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Flips(CheckEvidence):
+    """One run's routing metrics (``stats/routing.py``); written when there are paired tokens
+    on both sides of a flip: the flipped tokens' vllm_kl over the others' and the share of the
+    (token, layer) routes that flip."""
+
+    routing_token_agreement: float | None = renamed(R.ROUTING_TOKEN_AGREEMENT)
+    routing_layer_agreement: float | None = renamed(R.ROUTING_LAYER_AGREEMENT)
+    vllm_kl_flipped: float | None = renamed(R.VLLM_KL_FLIPPED)
+    vllm_kl_same: float | None = renamed(R.VLLM_KL_SAME)
+    routing_k3_share_flipped: float | None = renamed(R.ROUTING_K3_SHARE_FLIPPED)
+    routing_unpaired_tokens: int | None = renamed(R.ROUTING_UNPAIRED_TOKENS)
+    flipped_same_ratio: float | None = absent()
+    layer_flip_rate: float | None = absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """Each run's flips (``runs``: the runs without replay)."""
+
+    runs: dict[str, Flips]
+
+
 def run(ctx: Context) -> Check | None:
     """Runs without replay: the K3 of tokens produced by flipped positions against the rest."""
     runs = {r: x for r, x in ctx.report.routing.items() if not x.replay}
@@ -72,34 +99,30 @@ def run(ctx: Context) -> Check | None:
     shown = [run for run, (v, _, _) in results.items() if v == verdict]
     many = len(results) > 1
     finding = "; ".join((f"{run}: " if many else "") + results[run][1] for run in shown[:3])
-    evidence = {"runs": {run: e for run, (_, _, e) in results.items()}}
+    evidence = Evidence(runs={run: e for run, (_, _, e) in results.items()})
     return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice_if(verdict, REPLAY_ADVICE))
 
 
-def _flips(m: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+def _flips(m: dict[str, Any]) -> tuple[str, str, Flips]:
     share, flipped, same = (
         m[R.ROUTING_K3_SHARE_FLIPPED],
         m[R.VLLM_KL_FLIPPED],
         m[R.VLLM_KL_SAME],
     )
-    evidence = {
-        k: m[k]
-        for k in (
-            R.ROUTING_TOKEN_AGREEMENT,
-            R.ROUTING_LAYER_AGREEMENT,
-            R.VLLM_KL_FLIPPED,
-            R.VLLM_KL_SAME,
-            R.ROUTING_K3_SHARE_FLIPPED,
-            R.ROUTING_UNPAIRED_TOKENS,
-        )
-    }
+    evidence = Flips(
+        routing_token_agreement=m[R.ROUTING_TOKEN_AGREEMENT],
+        routing_layer_agreement=m[R.ROUTING_LAYER_AGREEMENT],
+        vllm_kl_flipped=m[R.VLLM_KL_FLIPPED],
+        vllm_kl_same=m[R.VLLM_KL_SAME],
+        routing_k3_share_flipped=m[R.ROUTING_K3_SHARE_FLIPPED],
+        routing_unpaired_tokens=m[R.ROUTING_UNPAIRED_TOKENS],
+    )
     if share is None or flipped is None or not same:
         return NA, "no paired tokens on both sides of a flip", evidence
     ratio = flipped / same
-    evidence["flipped_same_ratio"] = ratio
     layers = m[R.ROUTING_LAYER_AGREEMENT]
     rate = 1.0 - layers if layers is not None else 0.0
-    evidence["layer_flip_rate"] = rate
+    evidence = dataclasses.replace(evidence, flipped_same_ratio=ratio, layer_flip_rate=rate)
     text = (
         f"routing flips carry {pct(share)} of the mismatch (K3 of tokens after a flipped "
         f"position {ratio:.2g}x that of the others; token agreement "

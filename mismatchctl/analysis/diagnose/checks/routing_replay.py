@@ -13,8 +13,10 @@ from mismatchctl.analysis.diagnose.check import (
     OK,
     WARN,
     Check,
+    CheckEvidence,
     CheckModule,
     advice_if,
+    renamed,
     worst,
 )
 from mismatchctl.analysis.diagnose.context import Context
@@ -36,6 +38,22 @@ class Thresholds:
 
 
 T = Thresholds()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replay(CheckEvidence):
+    """One run's share of compared positions that violate replay (0 for a run not tagged,
+    whose routes agree everywhere), and whether it is tagged ``routing_replay=r3``."""
+
+    r3_violation_fraction: float | None = renamed(R.R3_VIOLATION_FRACTION)
+    tagged: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """Each run with replay on (``runs``)."""
+
+    runs: dict[str, Replay]
 
 
 def replayed(m: dict) -> bool:
@@ -72,9 +90,9 @@ def run(ctx: Context) -> Check | None:
         else f"{run}: no compared token"
         for run in bad[:3]
     )
-    evidence = {
-        "runs": {
-            run: {R.R3_VIOLATION_FRACTION: v, "tagged": runs[run].replay} for run, v in rows.items()
+    evidence = Evidence(
+        runs={
+            run: Replay(r3_violation_fraction=v, tagged=runs[run].replay) for run, v in rows.items()
         }
-    }
+    )
     return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice_if(verdict, BUG_ADVICE))

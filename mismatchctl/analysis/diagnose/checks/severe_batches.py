@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import MAX_LISTED, TRAJECTORY, Check, CheckModule, grade
+from mismatchctl.analysis.diagnose.check import (
+    MAX_LISTED,
+    TRAJECTORY,
+    Check,
+    CheckEvidence,
+    CheckModule,
+    grade,
+)
 from mismatchctl.analysis.diagnose.context import Context, StepSeries
 from mismatchctl.analysis.diagnose.levels import HIGH_MAX
-from mismatchctl.analysis.diagnose.runs import RunResult, per_step_run
+from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_step_run
 from mismatchctl.analysis.diagnose.text import pct
 
 NAME = "severe_batches"
@@ -31,15 +38,30 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Severe(CheckEvidence):
+    """One run's share of batches in the severe band, in the high band or worse, and the
+    severe ones' steps (the first ``MAX_LISTED``)."""
+
+    severe_share: float
+    high_or_severe_share: float
+    severe_steps: list[int]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(PerRun[Severe]):
+    """Each run's severe batches (``runs``)."""
+
+
 def run(ctx: Context) -> Check:
     advice = (
         f"batches above vllm_kl {HIGH_MAX:g} were filtered out in the study; see the objective "
         "check and `mismatchctl whatif` for what a filter or a correction would remove"
     )
-    return per_step_run(ctx, NAME, TITLE, lambda _, s: _severe(s), advice, 1)
+    return per_step_run(ctx, NAME, TITLE, lambda _, s: _severe(s), advice, 1, Evidence)
 
 
-def _severe(s: StepSeries) -> RunResult:
+def _severe(s: StepSeries) -> RunResult[Severe]:
     n = len(s.bands)
     severe = [int(st) for st, b in zip(s.steps, s.bands, strict=True) if b == "severe"]
     high = sum(b in ("high", "severe") for b in s.bands)
@@ -48,9 +70,7 @@ def _severe(s: StepSeries) -> RunResult:
     finding = (
         f"{len(severe)} of {n} batches severe ({pct(share)}), {pct(high_share)} high or severe"
     )
-    evidence = {
-        "severe_share": share,
-        "high_or_severe_share": high_share,
-        "severe_steps": severe[:MAX_LISTED],
-    }
+    evidence = Severe(
+        severe_share=share, high_or_severe_share=high_share, severe_steps=severe[:MAX_LISTED]
+    )
     return verdict, finding, evidence

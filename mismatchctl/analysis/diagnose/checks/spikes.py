@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check, CheckModule
 from mismatchctl.analysis.diagnose.context import Context
-from mismatchctl.analysis.diagnose.runs import per_step_run
-from mismatchctl.analysis.diagnose.steps import MIN_STEPS, SPIKES, split_result
+from mismatchctl.analysis.diagnose.runs import PerRun, per_step_run
+from mismatchctl.analysis.diagnose.steps import MIN_STEPS, SPIKES, Steps, split_result
 
 NAME = "spikes"
 LAYER = TRAJECTORY
@@ -25,6 +25,12 @@ class Thresholds:
 
 T = Thresholds()
 
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(PerRun[Steps]):
+    """Each run's steps and their split (``runs``: ``steps.Steps``)."""
+
+
 ADVICE = (
     "look at the spike steps (`mismatchctl report RUN --steps A..B --by-gpu`, `mismatchctl "
     "explain RUN`): which gpu, turn kind or position carries them, and whether entropy, "
@@ -34,5 +40,5 @@ ADVICE = (
 
 def run(ctx: Context) -> Check:
     return per_step_run(
-        ctx, NAME, TITLE, lambda v, _: split_result(v, (SPIKES,)), ADVICE, MIN_STEPS
+        ctx, NAME, TITLE, lambda v, _: split_result(v, (SPIKES,)), ADVICE, MIN_STEPS, Evidence
     )

@@ -4,14 +4,13 @@ trend check's test) together with the trainer's perplexity."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check, CheckModule, grade
+from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check, CheckEvidence, CheckModule, grade
 from mismatchctl.analysis.diagnose.context import Context, RunView, StepSeries
 from mismatchctl.analysis.diagnose.levels import MEDIUM_MAX
-from mismatchctl.analysis.diagnose.runs import RunResult, per_step_run
+from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_step_run
 from mismatchctl.analysis.diagnose.steps import MIN_STEPS, rising
 from mismatchctl.analysis.diagnose.text import fmt, pct
 from mismatchctl.stats.robust import spearman, theil_sen
@@ -40,6 +39,22 @@ class Thresholds:
 
 T = Thresholds()
 
+
+@dataclass(frozen=True, kw_only=True)
+class Spiral(CheckEvidence):
+    """One run's Spearman correlation of per-step vllm_kl and trainer_ppl, whether vllm_kl rises
+    (the trend check's test), and the share of step pairs along which trainer_ppl rises."""
+
+    spearman: float | None
+    vllm_kl_rising: bool
+    trainer_ppl_positive_share: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(PerRun[Spiral]):
+    """Each run's spiral (``runs``)."""
+
+
 ADVICE = (
     "vllm_kl and the trainer's perplexity climb together: the feedback loop that preceded "
     "collapse in the studies; act before reward drops (sequence-level correction, other "
@@ -48,39 +63,32 @@ ADVICE = (
 
 
 def run(ctx: Context) -> Check:
-    return per_step_run(ctx, NAME, TITLE, _spiral, ADVICE, MIN_STEPS)
+    return per_step_run(ctx, NAME, TITLE, _spiral, ADVICE, MIN_STEPS, Evidence)
 
 
-def _fit(steps: np.ndarray, logs: np.ndarray) -> dict[str, Any]:
+def _positive_share(steps: np.ndarray, logs: np.ndarray) -> float:
+    """The share of step pairs with a positive slope (0.5: no line to fit)."""
     ts = theil_sen(steps, logs)
-    if ts["slope"] is None:
-        return {"positive_share": 0.5}
-    return {"positive_share": ts["positive_share"]}
+    share = ts["positive_share"]
+    return 0.5 if ts["slope"] is None or share is None else share
 
 
-def _spiral(view: RunView, s: StepSeries) -> RunResult:
+def _spiral(view: RunView, s: StepSeries) -> RunResult[Spiral]:
     ok = ~np.isnan(s.vllm_kl) & ~np.isnan(s.trainer_ppl) & (s.trainer_ppl > 0)
     steps = s.steps[ok]
     logs = np.log10(np.maximum(s.vllm_kl[ok], T.VLLM_KL_FLOOR))
     ppl = np.log10(s.trainer_ppl[ok])
     rho = spearman(logs, ppl) if len(steps) >= 3 else None
-    ppl_fit = _fit(steps, ppl)
+    ppl_up = _positive_share(steps, ppl)
     kl_up = rising(view)
     together = (
-        rho is not None
-        and rho >= T.SPIRAL_RHO
-        and kl_up
-        and ppl_fit["positive_share"] >= T.TREND_POSITIVE_SHARE
+        rho is not None and rho >= T.SPIRAL_RHO and kl_up and ppl_up >= T.TREND_POSITIVE_SHARE
     )
     fail = together and view.trend is not None and view.trend.end > MEDIUM_MAX
     finding = (
         f"Spearman {fmt(rho)} between per-step vllm_kl and trainer_ppl; vllm_kl "
         f"{'rising' if kl_up else 'not rising'} (trend check), trainer_ppl rising on "
-        f"{pct(ppl_fit['positive_share'])} of step pairs"
+        f"{pct(ppl_up)} of step pairs"
     )
-    evidence = {
-        "spearman": rho,
-        "vllm_kl_rising": kl_up,
-        "trainer_ppl_positive_share": ppl_fit["positive_share"],
-    }
+    evidence = Spiral(spearman=rho, vllm_kl_rising=kl_up, trainer_ppl_positive_share=ppl_up)
     return grade(fail, together), finding, evidence

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -18,8 +17,11 @@ from mismatchctl.analysis.diagnose.check import (
     TRAJECTORY,
     WARN,
     Check,
+    CheckEvidence,
     CheckModule,
     advice_if,
+    flat,
+    renamed,
     worst,
 )
 from mismatchctl.analysis.diagnose.context import Context
@@ -60,6 +62,41 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class LagRow(CheckEvidence):
+    """The rollouts at one weight lag: their tokens, sequences and vllm_kl."""
+
+    lag: int
+    tokens: int = renamed(M.TOKENS.key)
+    sequences: int = renamed(M.SEQUENCES.key)
+    vllm_kl: float = renamed(M.VLLM_KL.key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Factor(CheckEvidence):
+    """The stale rollouts' vllm_kl over the current ones' and its interval (None: the current
+    ones have no mismatch at all)."""
+
+    factor: float
+    factor_ci: tuple[float, float] | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """Each weight lag's rollouts (from a weight version column), and the stale ones against
+    the current ones when there are both."""
+
+    lags: list[LagRow]
+    factor: Factor | None = flat(optional=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tagged(CheckEvidence):
+    """The weight lag each run is tagged with (no version column)."""
+
+    tagged_lags: dict[str, int]
+
+
 def run(ctx: Context) -> Check:
     lags = ctx.state.weight_lags
     known = {lag: n for lag, n in lags.tokens.items() if lag is not None and n > 0}
@@ -69,14 +106,14 @@ def run(ctx: Context) -> Check:
             return Check(
                 LAYER, NAME, TITLE, NA,
                 "no weight version in the dumps and no weight_lag tag, so no weight lag",
-                {}, "keep a weight_version (or model_version) column in the dumps, or tag the run "
+                None, "keep a weight_version (or model_version) column in the dumps, or tag the run "
                 "--tag weight_lag=N, to check staleness",
             )  # fmt: skip
         return _tagged(ctx, tagged)
     fresh = _rate(lags, [lag for lag in known if lag == 0])
     stale = _rate(lags, [lag for lag in known if lag >= 1])
     negative = any(lag < 0 for lag in known)
-    evidence: dict[str, Any] = {"lags": _lag_rows(lags, known)}
+    factor = None
     if stale is None:
         finding = f"every rollout with a known version used the current weights (vllm_kl {fmt(fresh and fresh[0])})"
         verdict = WARN if negative else OK
@@ -91,7 +128,7 @@ def run(ctx: Context) -> Check:
         ratio = stale[0] / fresh[0] if fresh[0] > 0 else math.inf
         half = norm_ppf(1 - (1 - LEVEL) / 2) * math.sqrt(stale[1] + fresh[1])
         ci = (ratio * math.exp(-half), ratio * math.exp(half)) if math.isfinite(ratio) else None
-        evidence.update({"factor": ratio, "factor_ci": None if ci is None else list(ci)})
+        factor = Factor(factor=ratio, factor_ci=ci)
         verdict = relative(ratio, ci, T.STALE_FACTOR, T.STALE_CI_LOW, T.STALE_FAIL, stale[0])
         finding = (
             f"vllm_kl {fmt(fresh[0])} at lag 0 vs {fmt(stale[0])} at lag >= 1 "
@@ -101,12 +138,13 @@ def run(ctx: Context) -> Check:
             verdict = worst([verdict, WARN])
     if negative:
         finding += "; some weight versions are ahead of their step"
+    evidence = Evidence(lags=_lag_rows(lags, known), factor=factor)
     return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice_if(verdict, STALE_ADVICE))
 
 
 def _tagged(ctx: Context, tagged: dict[str, int]) -> Check:
     stale = {run: lag for run, lag in tagged.items() if lag != 0}
-    evidence: dict[str, Any] = {"tagged_lags": tagged}
+    evidence = Tagged(tagged_lags=tagged)
     if not stale:
         finding = "the runs are tagged with weight lag 0 (no version column to confirm it)"
         return Check(LAYER, NAME, TITLE, OK, finding, evidence)
@@ -124,14 +162,14 @@ def _tagged(ctx: Context, tagged: dict[str, int]) -> Check:
     return Check(LAYER, NAME, TITLE, verdict, finding, evidence, STALE_ADVICE)
 
 
-def _lag_rows(lags: LagSums, known: dict[int, float]) -> list[dict[str, Any]]:
+def _lag_rows(lags: LagSums, known: dict[int, float]) -> list[LagRow]:
     return [
-        {
-            "lag": lag,
-            M.TOKENS: int(n),
-            M.SEQUENCES: int(lags.sequences.get(lag, 0)),
-            M.VLLM_KL: lags.k3.get(lag, 0.0) / n,
-        }
+        LagRow(
+            lag=lag,
+            tokens=int(n),
+            sequences=int(lags.sequences.get(lag, 0)),
+            vllm_kl=lags.k3.get(lag, 0.0) / n,
+        )
         for lag, n in sorted(known.items())
     ]
 

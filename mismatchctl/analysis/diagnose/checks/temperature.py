@@ -4,13 +4,13 @@ slope away from 1 that explains part of r's variance."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from mismatchctl.analysis.diagnose.advice import PROCESSED_HINT
 from mismatchctl.analysis.diagnose.check import (
     NA,
     SEMANTIC,
     Check,
+    CheckEvidence,
     CheckModule,
     advice_if,
     grade,
@@ -49,12 +49,26 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The least-squares line of the trainer's logprobs on the rollout's (``slope``,
+    ``intercept``), the share of r's variance it explains (``diff_r2``), and the temperature
+    the slope implies."""
+
+    slope: float | None
+    intercept: float | None
+    diff_r2: float | None
+    implied_temperature: float | None
+
+
 def run(ctx: Context) -> Check:
     if skipped := alignment.not_assessed(ctx, LAYER, NAME, TITLE):
         return skipped
     reg = regression(ctx.state.lags[0])
     slope, r2 = reg["slope"], reg["diff_r2"]
-    evidence: dict[str, Any] = {**reg, "implied_temperature": slope}
+    evidence = Evidence(
+        slope=slope, intercept=reg["intercept"], diff_r2=r2, implied_temperature=slope
+    )
     if slope is None or r2 is None or slope <= 0:
         return Check(
             LAYER, NAME, TITLE, NA,

@@ -4,9 +4,16 @@ whitespace-only tokens), with a tokenizer: ``analysis/token_classes.py`` reads w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
-from mismatchctl.analysis.diagnose.check import DATA, NA, Check, CheckModule, advice_if, grade
+from mismatchctl.analysis.diagnose.check import (
+    DATA,
+    NA,
+    Check,
+    CheckEvidence,
+    CheckModule,
+    advice_if,
+    grade,
+)
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.token_classes import ClassFinding
 from mismatchctl.display import shown
@@ -57,6 +64,46 @@ class Thresholds:
 
 T = Thresholds()
 
+
+@dataclass(frozen=True, kw_only=True)
+class TokenExample(CheckEvidence):
+    """A token's text among the worst of a class, and how often."""
+
+    text: str
+    count: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassRow(CheckEvidence):
+    """A class's count among the worst tokens against chance at the same token probabilities:
+    the count, its expectation and standard error, their ratio (``enrichment``; None when none
+    is expected) and z (None without variance), its share of the worst tokens and of every
+    token, and its most frequent tokens."""
+
+    worst: int
+    expected: float
+    se: float
+    enrichment: float | None
+    z: float | None
+    share_of_worst: float
+    share_of_tokens: float
+    examples: list[TokenExample]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The worst tokens classified, the classified tokens, those without a known id and those
+    of runs without a tokenizer, each class (byte, special, whitespace) and the classes
+    over-represented."""
+
+    worst_tokens: int
+    classified_tokens: int
+    unclassified_tokens: int
+    tokens_without_tokenizer: int
+    classes: dict[str, ClassRow]
+    over_represented: list[str]
+
+
 WORDS = {"byte": "byte-fallback", "special": "special", "whitespace": "whitespace-only"}
 ADVICE = (
     "a tokenization or rendering fault: the trainer does not score the engine's token ids in "
@@ -81,14 +128,14 @@ def run(ctx: Context) -> Check:
     hot = [c for c in s.classes if _over(c)]
     fail = any(_fails(c) for c in hot)
     verdict = grade(fail, bool(hot))
-    evidence: dict[str, Any] = {
-        "worst_tokens": s.top,
-        "classified_tokens": s.tokens,
-        "unclassified_tokens": s.unclassified,
-        "tokens_without_tokenizer": s.without_tokenizer,
-        "classes": {c.name: _row(c) for c in s.classes},
-        "over_represented": [c.name for c in hot],
-    }
+    evidence = Evidence(
+        worst_tokens=s.top,
+        classified_tokens=s.tokens,
+        unclassified_tokens=s.unclassified,
+        tokens_without_tokenizer=s.without_tokenizer,
+        classes={c.name: _row(c) for c in s.classes},
+        over_represented=[c.name for c in hot],
+    )
     finding = _finding(s.top, s.classes, hot)
     if s.unclassified or s.without_tokenizer:
         finding += (
@@ -113,14 +160,14 @@ def _fails(c: ClassFinding) -> bool:
     return c.share_worst >= T.CLASS_FAIL_SHARE
 
 
-def _row(c: ClassFinding) -> dict[str, Any]:
+def _row(c: ClassFinding) -> ClassRow:
     finite = c.expected > 0
-    return {
-        "worst": c.worst, "expected": c.expected, "se": c.se,
-        "enrichment": c.enrichment if finite else None, "z": c.z if c.se > 0 else None,
-        "share_of_worst": c.share_worst, "share_of_tokens": c.share_all,
-        "examples": [{"text": t, "count": n} for t, n in c.examples],
-    }  # fmt: skip
+    return ClassRow(
+        worst=c.worst, expected=c.expected, se=c.se,
+        enrichment=c.enrichment if finite else None, z=c.z if c.se > 0 else None,
+        share_of_worst=c.share_worst, share_of_tokens=c.share_all,
+        examples=[TokenExample(text=t, count=n) for t, n in c.examples],
+    )  # fmt: skip
 
 
 def _finding(top: int, classes: list[ClassFinding], hot: list[ClassFinding]) -> str:

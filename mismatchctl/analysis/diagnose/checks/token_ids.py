@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import DATA, NA, Check, CheckModule
+from mismatchctl.analysis.diagnose.check import DATA, NA, Check, CheckEvidence, CheckModule
 from mismatchctl.analysis.diagnose.context import Context
 
 NAME = "token_ids"
@@ -23,6 +23,11 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """Nothing measured (the JSON's ``{}``): the store keeps one id column."""
+
+
 def run(ctx: Context) -> Check:
     return Check(
         LAYER,
@@ -31,6 +36,6 @@ def run(ctx: Context) -> Check:
         NA,
         "the store keeps one token id column per token, so ids of the two sides cannot be "
         "compared after ingest",
-        {},
+        Evidence(),
         "when the dumps carry both sides' ids, compare them before ingest",
     )

@@ -5,12 +5,12 @@ most are listed beside (``stats/token_shift.py``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from mismatchctl.analysis.diagnose.check import (
     NA,
     SEMANTIC,
     Check,
+    CheckEvidence,
     CheckModule,
     advice_if,
     grade,
@@ -18,7 +18,7 @@ from mismatchctl.analysis.diagnose.check import (
 from mismatchctl.analysis.diagnose.checks import alignment, sentinels
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.text import fmt, pct
-from mismatchctl.stats.token_shift import seen_shift, shifted_ids
+from mismatchctl.stats.token_shift import IdShift, SeenShift, seen_shift, shifted_ids
 
 NAME = "token_shift"
 LAYER = SEMANTIC
@@ -54,6 +54,17 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The token ids shifted most (the first 20: ``stats/token_shift.IdShift``), the share of
+    the K3 mass they carry, and the shift of the tokens seen before in their response against
+    the others (None: no such token)."""
+
+    shifted_ids: list[IdShift]
+    shifted_mass_share: float
+    seen_shift: SeenShift | None
+
+
 def run(ctx: Context) -> Check:
     if skipped := alignment.not_assessed(ctx, LAYER, NAME, TITLE):
         return skipped
@@ -63,11 +74,7 @@ def run(ctx: Context) -> Check:
     ids = shifted_ids(st, T.ID_MIN_TOKENS, T.ID_SHIFT, T.ID_Z)
     mass = sum(s.mass_share for s in ids)
     seen = seen_shift(st)
-    evidence: dict[str, Any] = {
-        "shifted_ids": [s.__dict__ for s in ids[:20]],
-        "shifted_mass_share": mass,
-        "seen_shift": None if seen is None else seen.__dict__,
-    }
+    evidence = Evidence(shifted_ids=ids[:20], shifted_mass_share=mass, seen_shift=seen)
     by_seen = seen is not None and abs(seen.shift) >= T.SEEN_SHIFT and abs(seen.z) >= T.SEEN_Z
     fail = by_seen and seen is not None and abs(seen.shift) >= T.FAIL_SHIFT
     verdict = grade(fail, by_seen)

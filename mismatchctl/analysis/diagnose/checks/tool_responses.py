@@ -12,7 +12,9 @@ from mismatchctl.analysis.diagnose.check import (
     PATH,
     WARN,
     Check,
+    CheckEvidence,
     CheckModule,
+    absent,
     advice_if,
 )
 from mismatchctl.analysis.diagnose.checks import turn_edges
@@ -57,6 +59,30 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The first turns' and the later turns' vllm_kl, the later over the first as a whole with
+    its interval, both log-ppl Pearson correlations and their drop, the later turns' share of
+    the tokens; the ratio at the same token probabilities with its interval, and whether its
+    interval clears ``TOOL_CI_LOW`` (``same_probs_excess``); written when the advice defers to
+    another check: ``template`` (the turn_edges check fired) or ``code_path`` (what points at
+    a code path)."""
+
+    first_vllm_kl: float | None
+    later_vllm_kl: float | None
+    later_first_ratio: float | None
+    later_first_ratio_ci: tuple[float, float] | None
+    first_log_ppl_pearson: float | None
+    later_log_ppl_pearson: float | None
+    pearson_drop: float | None
+    later_token_share: float
+    same_probs_ratio: float | None
+    same_probs_ratio_ci: tuple[float, float] | None
+    same_probs_excess: bool
+    template: bool | None = absent()
+    code_path: str | None = absent()
+
+
 def run(ctx: Context) -> Check:
     kinds = {g.by[K.TURN_KIND]: g.metrics for g in ctx.report.split(K.TURN_KIND)}
     first, later = kinds.get("first"), kinds.get("later")
@@ -68,22 +94,10 @@ def run(ctx: Context) -> Check:
     pa, pb = first.get(M.LOG_PPL_PEARSON), later.get(M.LOG_PPL_PEARSON)
     drop = pa - pb if pa is not None and pb is not None else None
     later_sequences = later.get(M.SEQUENCES) or 0
-    evidence = {
-        "first_vllm_kl": a,
-        "later_vllm_kl": b,
-        "later_first_ratio": ratio,
-        "later_first_ratio_ci": None if ci is None else list(ci),
-        "first_log_ppl_pearson": pa,
-        "later_log_ppl_pearson": pb,
-        "pearson_drop": drop,
-        "later_token_share": later[M.TOKENS] / (later[M.TOKENS] + first[M.TOKENS]),
-    }
     # the same contrast at the same token probabilities: the study's amplification is a change
     # of the mix (more low-probability tokens); a ratio that stays is each token's own
     same = later_turns(ctx)
     same_ratio, same_ci = same if same is not None else (None, None)
-    evidence["same_probs_ratio"] = same_ratio
-    evidence["same_probs_ratio_ci"] = None if same_ci is None else list(same_ci)
     verdict = relative(ratio, ci, T.TOOL_RATIO_WARN, TOOL_CI_LOW, T.TOOL_RATIO_FAIL, b)
     if (
         verdict == OK
@@ -101,7 +115,6 @@ def run(ctx: Context) -> Check:
             f"; {ratio_text(same_ratio)}x at the same token probabilities ({ci_text(same_ci)})"
         )
     own = same_ci is not None and same_ci[0] >= TOOL_CI_LOW
-    evidence["same_probs_excess"] = own
     advice = (
         (
             f"the later turns' tokens are {ratio_text(same_ratio)}x worse than the first turns' "
@@ -118,19 +131,33 @@ def run(ctx: Context) -> Check:
         "collapse"
     )
     path = code_path_signal(ctx, same)
-    if turn_edges.template_fault(ctx):
-        evidence["template"] = True
+    template = turn_edges.template_fault(ctx)
+    if template:
         advice = (
             "the later turns' excess sits in their first tokens (the turn_edges check): a "
             "chat-template or rendering fault; fix it, a correction would only reweight it"
         )
     elif path is not None:
-        evidence["code_path"] = path
         advice = (
             f"{path}: fix that path first, the later turns' excess may be its doing (long KV "
             "lengths live in later turns), and diagnose again; a correction would only "
             "reweight it"
         )
+    evidence = Evidence(
+        first_vllm_kl=a,
+        later_vllm_kl=b,
+        later_first_ratio=ratio,
+        later_first_ratio_ci=ci,
+        first_log_ppl_pearson=pa,
+        later_log_ppl_pearson=pb,
+        pearson_drop=drop,
+        later_token_share=later[M.TOKENS] / (later[M.TOKENS] + first[M.TOKENS]),
+        same_probs_ratio=same_ratio,
+        same_probs_ratio_ci=same_ci,
+        same_probs_excess=own,
+        template=True if template else None,
+        code_path=None if template else path,
+    )
     return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice_if(verdict, advice))
 
 
@@ -140,7 +167,7 @@ def code_path_signal(ctx: Context, later: Ratio) -> str | None:
     spikes or regimes), or None."""
     for name, view in ctx.runs.items():
         verdict, _, evidence = localized_run(view.local, later, view.cube)
-        if verdict in (WARN, FAIL) and not evidence.get("later_turns"):
+        if verdict in (WARN, FAIL) and not evidence.later_turns:
             return f"a code path is localized in {name} (the localized check)"
         kind = split_kind(view)
         if kind in (SPIKES, REGIMES):

@@ -9,6 +9,7 @@ from mismatchctl.analysis.diagnose.check import (
     NA,
     SEMANTIC,
     Check,
+    CheckEvidence,
     CheckModule,
     advice_if,
     grade,
@@ -46,6 +47,17 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The mean probability ratio rho with its sequence-clustered standard error and z, and the
+    share of tokens with r < 0 (``stats/offset.py``)."""
+
+    ratio_mean: float | None
+    ratio_se: float | None
+    ratio_z: float | None
+    negative_share: float | None
+
+
 def signature(ctx: Context) -> tuple[float | None, bool, bool]:
     """(mean ratio, warn-level signature, fail-level signature) of a renormalised rollout side
     (the temperature check asks too: a renormalisation also bends its line)."""
@@ -63,12 +75,12 @@ def run(ctx: Context) -> Check:
         return skipped
     q, warn, fail = signature(ctx)
     o = offset_summary(ctx.state.offset)
-    evidence = {
-        "ratio_mean": q,
-        "ratio_se": o["ratio_se"],
-        "ratio_z": o["ratio_z"],
-        "negative_share": o["negative_share"],
-    }
+    evidence = Evidence(
+        ratio_mean=q,
+        ratio_se=o["ratio_se"],
+        ratio_z=o["ratio_z"],
+        negative_share=o["negative_share"],
+    )
     if q is None:
         return Check(LAYER, NAME, TITLE, NA, "too few sequences for a standard error", evidence)
     verdict = grade(fail, warn)

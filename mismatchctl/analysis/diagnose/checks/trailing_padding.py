@@ -5,9 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import DATA, Check, CheckModule, advice_if, grade
+from mismatchctl.analysis.diagnose.check import (
+    DATA,
+    Check,
+    CheckEvidence,
+    CheckModule,
+    advice_if,
+    grade,
+    renamed,
+)
 from mismatchctl.analysis.diagnose.context import Context
-from mismatchctl.analysis.diagnose.samples import samples_of
+from mismatchctl.analysis.diagnose.samples import Sample, samples_of
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.sentinels import PAD_RUN_MIN
@@ -37,18 +45,31 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The sequences, those ending in ``min_run`` or more tokens at exact 0.0 on both sides and
+    their tokens, those tokens' share of all, and some of the sequences."""
+
+    sequences: int = renamed(M.SEQUENCES.key)
+    padded_sequences: int
+    padded_tokens: int
+    token_share: float = renamed(M.TOKEN_SHARE.key)
+    min_run: int
+    samples: list[Sample]
+
+
 def run(ctx: Context) -> Check:
     t = ctx.state.trailing
     share = t.padded_tokens / t.tokens if t.tokens else 0.0
     examples = [(run, step, seq, f"ends in {n} tokens at 0.0") for run, step, seq, n in t.examples]
-    evidence = {
-        M.SEQUENCES: t.sequences,
-        "padded_sequences": t.padded,
-        "padded_tokens": t.padded_tokens,
-        M.TOKEN_SHARE: share,
-        "min_run": T.TRAILING_ZERO_RUN,
-        "samples": samples_of(ctx.report.selection, examples),
-    }
+    evidence = Evidence(
+        sequences=t.sequences,
+        padded_sequences=t.padded,
+        padded_tokens=t.padded_tokens,
+        token_share=share,
+        min_run=T.TRAILING_ZERO_RUN,
+        samples=samples_of(ctx.report.selection, examples),
+    )
     verdict = grade(share >= T.TRAILING_ZERO_FAIL_SHARE, t.padded > 0)
     finding = (
         f"{t.padded} of {t.sequences} sequences end in >= {T.TRAILING_ZERO_RUN} tokens at exact "

@@ -5,10 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import OK, TRAJECTORY, Check, CheckModule
+from mismatchctl.analysis.diagnose.check import (
+    OK,
+    TRAJECTORY,
+    Check,
+    CheckEvidence,
+    CheckModule,
+    absent,
+)
 from mismatchctl.analysis.diagnose.context import Context, RunView, StepSeries
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
-from mismatchctl.analysis.diagnose.runs import RunResult, per_step_run
+from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_step_run
 from mismatchctl.analysis.diagnose.steps import MIN_STEPS, TREND_CI_LOW, TREND_RISE_WARN
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.stats.localize_result import ratio_text
@@ -32,6 +39,26 @@ class Thresholds:
 
 T = Thresholds()
 
+
+@dataclass(frozen=True, kw_only=True)
+class Trend(CheckEvidence):
+    """One run's fitted line (``stats/step_regimes.StepTrend``): the rise of the rate from the
+    first step to the last with its interval, the fitted vllm_kl at both ends, the steps'
+    spread around the line and their count; none of it without a line."""
+
+    rise: float | None = absent()
+    rise_ci: tuple[float, float] | None = absent()
+    start_vllm_kl: float | None = absent()
+    end_vllm_kl: float | None = absent()
+    spread: float | None = absent()
+    steps: int | None = absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(PerRun[Trend]):
+    """Each run's line (``runs``)."""
+
+
 ADVICE = (
     "the mismatch grows as training goes on: a run entering a numerically sensitive region "
     "keeps producing high-mismatch batches; find the step it starts at and check what "
@@ -41,21 +68,21 @@ ADVICE = (
 
 
 def run(ctx: Context) -> Check:
-    return per_step_run(ctx, NAME, TITLE, _trend, ADVICE, MIN_STEPS)
+    return per_step_run(ctx, NAME, TITLE, _trend, ADVICE, MIN_STEPS, Evidence)
 
 
-def _trend(view: RunView, _: StepSeries) -> RunResult:
+def _trend(view: RunView, _: StepSeries) -> RunResult[Trend]:
     tr = view.trend
     if tr is None:
-        return OK, "too few steps with a rate to fit a line", {}
-    evidence = {
-        "rise": tr.rise,
-        "rise_ci": list(tr.ci),
-        "start_vllm_kl": tr.start,
-        "end_vllm_kl": tr.end,
-        "spread": tr.spread,
-        "steps": tr.steps,
-    }
+        return OK, "too few steps with a rate to fit a line", Trend()
+    evidence = Trend(
+        rise=tr.rise,
+        rise_ci=tr.ci,
+        start_vllm_kl=tr.start,
+        end_vllm_kl=tr.end,
+        spread=tr.spread,
+        steps=tr.steps,
+    )
     verdict = relative(tr.rise, tr.ci, TREND_RISE_WARN, TREND_CI_LOW, T.TREND_RISE_FAIL, tr.end)
     finding = (
         f"fitted rate x{ratio_text(tr.rise)} from the first to the last step ({ci_text(tr.ci)}; "

@@ -6,14 +6,28 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from mismatchctl.analysis.diagnose.advice import TEMPLATE_ADVICE
-from mismatchctl.analysis.diagnose.check import DATA, NA, OK, Check, CheckModule, advice_if, fired
+from mismatchctl.analysis.diagnose.check import (
+    DATA,
+    NA,
+    OK,
+    Check,
+    CheckEvidence,
+    CheckModule,
+    advice_if,
+    fired,
+)
 from mismatchctl.analysis.diagnose.context import Context
-from mismatchctl.analysis.diagnose.contrasts import Ratio, ratio_part, ratio_row, relative
+from mismatchctl.analysis.diagnose.contrasts import (
+    Ratio,
+    RatioRow,
+    ratio_part,
+    ratio_row,
+    relative,
+)
 from mismatchctl.analysis.diagnose.levels import LEVEL
 from mismatchctl.analysis.turn_edges import (
     EDGE_CLASSES,
@@ -75,6 +89,50 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class ProfileRow(CheckEvidence):
+    """A distance from the turn start: its tokens and K3 rate over the cube's at the same token
+    probabilities (None: no token)."""
+
+    distance: str
+    tokens: int
+    rate_ratio: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TopRow(CheckEvidence):
+    """The largest-|r| tokens of some turns: how many, how many sit at the turn starts, how
+    many chance puts there, and the ratio (None: not finite)."""
+
+    top: int
+    at_edge: int
+    expected: float
+    enrichment: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(CheckEvidence):
+    """The first ``edge_tokens`` tokens after a tool response against the rest of those turns
+    at the same token probabilities (``later_start``), their share of the K3 mass, the first
+    turns' starts (``first_start``, the control), the last tokens before a tool response
+    (``end_before_tool``, reported beside); the rate by distance from the start in both kinds of
+    turn; the largest-|r| tokens at the starts (``top_share``: first and later turns); whether
+    the mismatch decays with the distance, whether the largest-|r| tokens crowd at the starts,
+    and whether that is a template fault."""
+
+    edge_tokens: int
+    later_start: RatioRow | None
+    edge_mass_share: float
+    first_start: RatioRow | None
+    end_before_tool: RatioRow | None
+    profile_later: list[ProfileRow]
+    profile_first: list[ProfileRow]
+    top_share: dict[str, TopRow]
+    decays: bool
+    top_crowded: bool
+    template: bool
+
+
 def run(ctx: Context) -> Check:
     """The first tokens after each tool response against the rest of those turns, at the same
     token probabilities, with the first turns as the control, the count of the largest-|r|
@@ -94,19 +152,19 @@ def run(ctx: Context) -> Check:
     decays = _standardized(later, EDGE_CLASSES[:-1]) >= _standardized(later, EDGE_CLASSES[-1:])
     crowded = _crowded(tops["later"])
     template = v_start != OK and not first_hot and crowded and decays
-    evidence: dict[str, Any] = {
-        "edge_tokens": EDGE_TOKENS,
-        "later_start": ratio_row(later_start),
-        "edge_mass_share": _mass(later, EDGE_CLASSES) / (_mass(first) + _mass(later) or math.nan),
-        "first_start": ratio_row(first_start),
-        "end_before_tool": ratio_row(end),
-        "profile_later": profile(later),
-        "profile_first": profile(first),
-        "top_share": {k: _top_row(t) for k, t in tops.items()},
-        "decays": decays,
-        "top_crowded": crowded,
-        "template": template,
-    }
+    evidence = Evidence(
+        edge_tokens=EDGE_TOKENS,
+        later_start=ratio_row(later_start),
+        edge_mass_share=_mass(later, EDGE_CLASSES) / (_mass(first) + _mass(later) or math.nan),
+        first_start=ratio_row(first_start),
+        end_before_tool=ratio_row(end),
+        profile_later=profile(later),
+        profile_first=profile(first),
+        top_share={k: _top_row(t) for k, t in tops.items()},
+        decays=decays,
+        top_crowded=crowded,
+        template=template,
+    )
     verdict = v_start if template else OK
     finding = _finding(later_start, first_start, end, tops["later"], template, first_hot)
     return Check(LAYER, NAME, TITLE, verdict, finding, evidence,
@@ -170,24 +228,24 @@ def _level(cube: Cube, classes: list[int]) -> float | None:
     return float(a / n) if n else None
 
 
-def profile(cube: Cube) -> list[dict[str, Any]]:
+def profile(cube: Cube) -> list[ProfileRow]:
     """The K3 rate of each distance from the turn start over the whole cube's, at the same
     token probabilities (direct standardization over the probability bins)."""
     n = cube.table([START])[:, Field.TOKENS]
     return [
-        {
-            "distance": label,
-            "tokens": int(n[c]),
-            "rate_ratio": _standardized(cube, [c]) if n[c] else None,
-        }
+        ProfileRow(
+            distance=label,
+            tokens=int(n[c]),
+            rate_ratio=_standardized(cube, [c]) if n[c] else None,
+        )
         for c, label in enumerate(start_labels())
     ]
 
 
-def _top_row(t: TopShare) -> dict[str, Any]:
+def _top_row(t: TopShare) -> TopRow:
     e = t.enrichment
-    return {"top": t.top, "at_edge": t.at_edge, "expected": t.expected,
-            "enrichment": e if math.isfinite(e) else None}  # fmt: skip
+    return TopRow(top=t.top, at_edge=t.at_edge, expected=t.expected,
+                  enrichment=e if math.isfinite(e) else None)  # fmt: skip
 
 
 def _finding(

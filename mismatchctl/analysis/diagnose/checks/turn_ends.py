@@ -6,7 +6,6 @@ the probability bin)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from mismatchctl.analysis.diagnose.advice import STOP_ADVICE
 from mismatchctl.analysis.diagnose.check import (
@@ -15,14 +14,22 @@ from mismatchctl.analysis.diagnose.check import (
     OK,
     SEVERITY,
     Check,
+    CheckEvidence,
     CheckModule,
+    absent,
     advice_if,
     fired,
 )
 from mismatchctl.analysis.diagnose.context import Context
-from mismatchctl.analysis.diagnose.contrasts import Ratio, ratio_part, ratio_row, relative
+from mismatchctl.analysis.diagnose.contrasts import (
+    Ratio,
+    RatioRow,
+    ratio_part,
+    ratio_row,
+    relative,
+)
 from mismatchctl.analysis.diagnose.levels import LEVEL, LOCAL_CI_LOW, LOCAL_FACTOR, LOCAL_FAIL
-from mismatchctl.analysis.diagnose.runs import worst_run
+from mismatchctl.analysis.diagnose.runs import WorstRun, worst_run
 from mismatchctl.analysis.turn_edges import FINAL, SCOPE
 from mismatchctl.engines import plan as K
 from mismatchctl.stats.cube import Cube, Field
@@ -52,6 +59,39 @@ class Thresholds:
 T = Thresholds()
 
 
+@dataclass(frozen=True, kw_only=True)
+class ResponseEnd(CheckEvidence):
+    """The responses' last token alone: against every other token and against the seven
+    before it, its tokens and share of the K3 mass."""
+
+    last: RatioRow | None
+    last_vs_before: RatioRow | None
+    tokens: int
+    mass_share: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ends(CheckEvidence):
+    """One run's last token of every turn against every other token at the same token
+    probabilities (``last``), the last four (``last_4``), the last against the seven before it
+    (``last_vs_before``), its tokens and share of the K3 mass; the responses' last token alone
+    (written when some turns end before a tool response); ``scope``: which of the two is
+    judged at fault (None: neither)."""
+
+    last: RatioRow | None
+    last_4: RatioRow | None
+    last_vs_before: RatioRow | None
+    last_tokens: int
+    last_mass_share: float | None
+    response_end: ResponseEnd | None = absent()
+    scope: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Evidence(WorstRun[Ends]):
+    """The worst run's turn ends (and with several runs every run's, ``runs``)."""
+
+
 def run(ctx: Context) -> Check:
     """The last token of every turn against the other tokens at the same token probabilities,
     and against the seven before it in the same turns (both must show the localized pattern:
@@ -65,24 +105,18 @@ def run(ctx: Context) -> Check:
     runs = {run: found for run, found in runs.items() if found is not None}
     if not runs:
         return Check(LAYER, NAME, TITLE, NA, "no model token to look at")
-    verdict, finding, evidence = worst_run(runs)
+    verdict, finding, evidence = worst_run(runs, Evidence)
     return Check(LAYER, NAME, TITLE, verdict, finding, evidence,
                  advice_if(verdict, STOP_ADVICE))  # fmt: skip
 
 
-def _judge(ends: Cube) -> tuple[str, str, dict[str, Any]] | None:
+def _judge(ends: Cube) -> tuple[str, str, Ends] | None:
     """One run's verdict, sentence and evidence (None: no token)."""
     if ends.tokens == 0:
         return None
     every = _scope(ends, {})
     tail = contrast(ends, {FINAL: [0, 1, 2]}, K.BIN, LEVEL)
-    evidence: dict[str, Any] = {
-        "last": ratio_row(every.last),
-        "last_4": ratio_row(tail),
-        "last_vs_before": ratio_row(every.near),
-        "last_tokens": every.tokens,
-        "last_mass_share": every.mass / ends.k3_sum if ends.k3_sum > 0 else None,
-    }
+    response_end = None
     finding = (
         f"the last token of each turn: {ratio_part(every.last)} the other tokens at the same "
         f"token probabilities, {ratio_part(every.near)} the 7 before it; the last 4: "
@@ -91,12 +125,12 @@ def _judge(ends: Cube) -> tuple[str, str, dict[str, Any]] | None:
     scopes = [("every turn", every)]
     if ends.table([SCOPE])[0, Field.TOKENS] > 0:  # some turns end before a tool response
         final = _scope(ends, {SCOPE: [1]})
-        evidence["response_end"] = {
-            "last": ratio_row(final.last),
-            "last_vs_before": ratio_row(final.near),
-            "tokens": final.tokens,
-            "mass_share": final.mass / ends.k3_sum if ends.k3_sum > 0 else None,
-        }
+        response_end = ResponseEnd(
+            last=ratio_row(final.last),
+            last_vs_before=ratio_row(final.near),
+            tokens=final.tokens,
+            mass_share=final.mass / ends.k3_sum if ends.k3_sum > 0 else None,
+        )
         finding += (
             f"; the responses' last token: {ratio_part(final.last)} the rest, "
             f"{ratio_part(final.near)} the 7 before it"
@@ -106,7 +140,15 @@ def _judge(ends: Cube) -> tuple[str, str, dict[str, Any]] | None:
     for label, found in scopes:
         if SEVERITY[found.verdict] > SEVERITY[verdict]:
             verdict, name = found.verdict, label
-    evidence["scope"] = name
+    evidence = Ends(
+        last=ratio_row(every.last),
+        last_4=ratio_row(tail),
+        last_vs_before=ratio_row(every.near),
+        last_tokens=every.tokens,
+        last_mass_share=every.mass / ends.k3_sum if ends.k3_sum > 0 else None,
+        response_end=response_end,
+        scope=name,
+    )
     if verdict != OK:
         where = "the turns' last token" if name == "every turn" else "the responses' last token"
         finding += f": {where}, the stop handled differently on the two sides"

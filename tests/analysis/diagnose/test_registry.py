@@ -25,6 +25,7 @@ from mismatchctl.analysis.diagnose.check import (
     SEMANTIC,
     TRAJECTORY,
     Check,
+    CheckEvidence,
     Every,
 )
 from mismatchctl.analysis.diagnose.context import Context, UndeclaredRead
@@ -60,7 +61,6 @@ SAME_SPELLING = {
     ("hardware", "causes/data.py"): "a cause's key, among the causes it explains",
     ("cause", "diagnosis.py"): "the JSON key of the weighing of the causes",
     ("cause", "view.py"): "the label of the verdict's cause line",
-    ("severe_batches", "checks/hardware.py"): "an evidence key: the severe batches per gpu",
     ("baseline", "diagnosis.py"): "the JSON key of the --baseline selector",
     ("spikes", "steps.py"): "a kind of split of the steps (evidence `kind`)",
     ("regimes", "steps.py"): "a kind of split of the steps (evidence `kind`)",
@@ -238,3 +238,13 @@ def _fields_without_docs(path: Path) -> list[str]:
 def test_every_threshold_is_documented() -> None:
     missing = {c.NAME: _fields_without_docs(Path(c.__file__)) for c in LISTED}
     assert {name: fields for name, fields in missing.items() if fields} == {}
+
+
+def test_every_check_declares_its_evidence() -> None:
+    """Each check module's ``Evidence`` is a frozen dataclass of ``CheckEvidence`` (what its
+    JSON writes are its fields)."""
+    for check in LISTED:
+        evidence = check.Evidence  # type: ignore[attr-defined]
+        assert issubclass(evidence, CheckEvidence), check.NAME
+        assert dataclasses.is_dataclass(evidence), check.NAME
+        assert evidence.__dataclass_params__.frozen, check.NAME  # type: ignore[attr-defined]

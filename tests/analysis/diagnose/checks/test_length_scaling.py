@@ -11,6 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
+from mismatchctl.analysis.diagnose.check import evidence_of
+from mismatchctl.analysis.diagnose.checks import length_scaling as length_scaling_check
 from mismatchctl.stats.length_scaling import BIAS, LENGTH_EDGES, NOISE, length_scaling
 from tests.planted import Plan, write
 from tests.planted import checks as diagnosed
@@ -88,8 +90,11 @@ def test_the_check_warns_on_a_bias_and_passes_noise(store: Path) -> None:
     assert biased.verdict == "warn", biased.finding
     assert "like T: a per-token bias" in biased.finding
     assert biased.next and "temperature" in biased.next
-    run = biased.evidence["runs"]["biased"]
-    assert run["verdict"] == BIAS and run["interval"][0] > 0.75
+    found = evidence_of(biased, length_scaling_check.Evidence)
+    assert found is not None
+    run = found.runs["biased"]
+    assert run.verdict == BIAS and run.interval is not None and run.interval[0] > 0.75
+    assert found.to_dict()["runs"]["biased"] == run.to_dict()  # the JSON as the result writes it
 
 
 def test_a_mismatch_growing_with_the_length_is_not_a_bias() -> None:

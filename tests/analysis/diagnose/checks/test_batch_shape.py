@@ -12,6 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
+from mismatchctl.analysis.diagnose.check import evidence_of
+from mismatchctl.analysis.diagnose.checks import batch_shape as batch_shape_check
 from mismatchctl.stats.batch_shape import batch_shape
 from mismatchctl.stats.seq_sums import RunSeqSums
 from tests.planted import Plan, write
@@ -57,8 +59,11 @@ def test_a_batch_variant_mismatch_fails_and_a_batch_invariant_one_passes(store: 
     assert same.verdict == "ok", same.finding
     assert variant.verdict == "fail", variant.finding
     assert "batch size 4's tokens carry" in variant.finding
-    run = variant.evidence["runs"]["variant"]
-    assert run["high"] == 4 and run["low"] == 8 and run["interval"][0] > 3.0
+    found = evidence_of(variant, batch_shape_check.Evidence)
+    assert found is not None
+    run = found.runs["variant"]
+    assert run.high == 4 and run.low == 8 and run.interval is not None and run.interval[0] > 3.0
+    assert found.to_dict()["runs"]["variant"] == run.to_dict()  # the JSON as the result writes it
     assert variant.next and "batch-invariant" in variant.next
 
 

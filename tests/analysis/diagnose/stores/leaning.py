@@ -19,15 +19,14 @@ import pytest
 import mismatchctl
 from mismatchctl.sample_runs import ingest_demo, load_manifest
 from mismatchctl.store import open_store
-from tests.helpers import slow_param
 from tests.planted import Plan, write
-from tests.planted import checks as diagnosed
 
 SAMPLE_RUNS = ("ref", "ref-b", "improved", "stale-subtle", "faulty-attn-subtle")
+
+
 ALARM = ("warn", "fail")
 
 
-@pytest.fixture(scope="module")
 def samples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("policy") / "store"
     ingest_demo(open_store(path), [r for r in load_manifest() if r.name in SAMPLE_RUNS])
@@ -52,7 +51,6 @@ def _leaning(path: Path, seed: int, lean: float, cause: str = "clean") -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
 def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("leaning")
     for name, seed, lean, cause in (
@@ -64,50 +62,3 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     loud = write(Plan("improved", per_step=32, seed=4, factor=None), root / "loud.parquet")
     mismatchctl.ingest([loud], run="loud", store=root / "store")
     return root / "store"
-
-
-@pytest.mark.parametrize("baseline", [None, "ref-b"])
-def test_a_run_one_step_behind_is_named_the_policy(samples: Path, baseline: str | None) -> None:
-    checks = diagnosed(samples, "stale-subtle", baseline)
-    signs = checks["policy_signs"]
-    assert signs.verdict in ALARM
-    assert signs.evidence["dispersion"] > 2 and signs.evidence["p_value"] < 1e-20
-    assert checks["staleness"].verdict == "ok"  # no version column; its tag says weight_lag=0
-    cause = checks["cause"]
-    assert cause.evidence["key"] == "policy" and "policy_signs" in cause.evidence["checks"]
-    assert "weight versions" in cause.next
-    if baseline:  # the baseline check sees the excess too, and the cause keeps it
-        assert "baseline" in cause.evidence["checks"]
-
-
-@pytest.mark.parametrize(
-    "run", ["ref", "faulty-attn-subtle", slow_param("ref-b"), slow_param("improved")]
-)
-def test_numeric_mismatch_does_not_lean(samples: Path, run: str) -> None:
-    signs = diagnosed(samples, run)["policy_signs"]
-    assert signs.verdict == "ok"
-    assert signs.evidence["dispersion"] < 1.3
-
-
-@pytest.mark.parametrize("run", ["lean-1", "lean-2"])
-def test_planted_leaning_responses_are_the_policy(planted: Path, run: str) -> None:
-    checks = diagnosed(planted, run)
-    assert checks["policy_signs"].verdict in ALARM
-    assert checks["cause"].evidence["key"] == "policy"
-
-
-@pytest.mark.parametrize("run", ["even", "loud"])
-def test_independent_noise_is_not_a_policy(planted: Path, run: str) -> None:
-    signs = diagnosed(planted, run)["policy_signs"]
-    assert signs.verdict == "ok" and signs.evidence["dispersion"] < 1.2
-
-
-def test_a_code_path_comes_before_leaning_responses(planted: Path) -> None:
-    """Two steps at 225x and responses that lean: the code path is named (a biased kernel can
-    make the responses it hits lean too, as the sample spiky-6's faulty step 3 does: 2.5x on
-    its own), the policy_signs check still warns beside it."""
-    checks = diagnosed(planted, "lean-spikes")
-    signs = checks["policy_signs"]
-    assert signs.verdict in ALARM
-    assert "or a biased kernel" in signs.finding and signs.next.startswith("fix the code path")
-    assert checks["cause"].evidence["key"] == "code_path"

@@ -1,0 +1,101 @@
+"""The cause ``code_path`` (``analysis/diagnose/causes/code_path.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.analysis.diagnose.stores import gpus, growth, leaning, requests, turns
+from tests.helpers import slow_param
+from tests.planted import checks as diagnosed
+from tests.planted import spike_steps
+
+
+def test_spikes_on_every_gpu_stay_a_code_path_beside_a_hot_gpu(gpu_store: Path) -> None:
+    checks = gpus._checks(gpu_store, "spikes-and-gpu")
+    assert checks["hardware"].verdict in ("warn", "fail")  # A100 at 10x: seen
+    spikes = checks["spikes"]
+    assert spikes.verdict in ("warn", "fail")
+    (run,) = spikes.evidence.runs.values()
+    assert {int(s) for s in run.split.elevated_steps} == set(spike_steps(24))
+    # two faults: the hot gpu carries most of the excess and is named; the spikes on every gpu
+    # are a second cause (they do not follow the gpu)
+    cause = checks["cause"]
+    assert cause.evidence.cause == "hardware"
+    assert [a.key for a in cause.evidence.also] == ["code_path"]
+    assert "importance sampling would only reweight" in cause.evidence.also[0].next
+
+
+@pytest.mark.parametrize("run", ["switch-3x", slow_param("switch-10x")])
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
+def test_a_fault_from_one_step_on_stays_a_code_path(
+    growth_store: Path, run: str, baseline: str | None
+) -> None:
+    checks = diagnosed(growth_store, run, baseline)
+    regimes = checks["regimes"]
+    assert regimes.verdict in growth.ALARM
+    (evidence,) = regimes.evidence.runs.values()
+    assert evidence.split.kind == "step change" and evidence.smooth_rise is None
+    assert [int(s) for s in evidence.split.elevated_steps] == list(range(16, growth.STEPS))
+    assert checks["cause"].evidence.cause == "code_path"
+    assert "a code path only some steps take" in regimes.next
+
+
+def test_a_switch_the_trend_sees_rising_says_why_it_is_no_growth(growth_store: Path) -> None:
+    """From step 16 on at 3x: the fitted line rises (the trend check warns), but two levels fit
+    the steps better; the cause says so with both fits rather than calling it a growth."""
+    checks = diagnosed(growth_store, "switch-3x", None)
+    assert checks["trend"].verdict in growth.ALARM
+    cause = checks["cause"]
+    assert cause.evidence.cause == "code_path"
+    assert "two levels fit them better than a line" in cause.finding
+    assert "a change at a step, not a growth" in cause.finding
+
+
+def test_a_code_path_comes_before_leaning_responses(leaning_store: Path) -> None:
+    """Two steps at 225x and responses that lean: the code path is named (a biased kernel can
+    make the responses it hits lean too, as the sample spiky-6's faulty step 3 does: 2.5x on
+    its own), the policy_signs check still warns beside it."""
+    checks = diagnosed(leaning_store, "lean-spikes")
+    signs = checks["policy_signs"]
+    assert signs.verdict in leaning.ALARM
+    assert "or a biased kernel" in signs.finding and signs.next.startswith("fix the code path")
+    assert checks["cause"].evidence.cause == "code_path"
+
+
+def test_hot_requests_of_one_data_source_are_named_by_it(sequences_store: Path) -> None:
+    """The samples of one data source at 3x: the localized check names them
+    (``attr:data_source code``), the cause is a code path of those samples with advice about
+    what they take that the others do not (not an attention kernel every request takes), and
+    the hot_sequences check points at that part."""
+    checks = requests._checks(sequences_store, "source-3x")
+    local, cause, hot = checks["localized"], checks["cause"], checks["hot_sequences"]
+    assert local.verdict in requests.ALARM
+    (run,) = local.evidence.runs.values()
+    assert run.code_path_findings[0].where == {"attr:data_source": "code"}
+    assert cause.evidence.cause == "code_path"
+    assert cause.evidence.named.variant == "the samples with data_source code"
+    assert "--where attr:data_source=code" in cause.next and "attention" not in cause.next
+    assert local.next == cause.next
+    assert hot.verdict in requests.ALARM and "the localized check names a part" in hot.next
+
+
+@pytest.mark.parametrize("run", ["first-3x", slow_param("first-10x")])
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
+def test_hotter_first_turns_are_the_prompts_path(
+    turns_store: Path, run: str, baseline: str | None
+) -> None:
+    checks = diagnosed(turns_store, run, baseline)
+    local, cause = checks["localized"], checks["cause"]
+    assert local.verdict in turns.ALARM
+    (evidence,) = local.evidence.runs.values()
+    assert evidence.first_turns is True
+    top = evidence.code_path_findings[0].where
+    assert top.get("turn") == "0" or top.get("turn_kind") == "first"
+    assert cause.evidence.cause == "code_path"
+    assert cause.evidence.named.variant.startswith("the first turns")
+    assert "prompt" in cause.next and "prompt" in local.next
+    # the later turns are colder, not hotter: the tool check stays quiet
+    assert checks["tool_responses"].verdict == "ok"
+    assert checks["tool_responses"].evidence.same_probs_ratio_ci[1] < 1

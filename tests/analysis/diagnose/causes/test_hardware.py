@@ -1,0 +1,73 @@
+"""The cause ``hardware`` (``analysis/diagnose/causes/hardware.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.analysis.diagnose.stores import calibration, gpus, relative
+from tests.helpers import slow_param
+
+
+def test_a_gpu_whose_fault_grows_is_the_hardware_not_a_step_change(gpu_store: Path) -> None:
+    checks = gpus._checks(gpu_store, "gpu-grows")
+    steps = [c for c in ("regimes", "spikes") if checks[c].verdict in ("warn", "fail")]
+    assert steps, "the whole run's steps change at step 12"
+    (run,) = checks[steps[0]].evidence.runs.values()
+    assert {int(s) for s in run.split.elevated_steps} >= set(range(14, 24))
+    cause = checks["cause"]
+    assert cause.evidence.cause == "hardware" and "A100" in cause.finding
+    assert "gpu generations" in cause.next and "importance" not in cause.next
+
+
+def test_a_long_context_fault_of_one_gpu_is_the_hardware(gpu_store: Path) -> None:
+    checks = gpus._checks(gpu_store, "gpu-long")
+    local = checks["localized"]
+    assert local.verdict in ("warn", "fail")
+    (run,) = local.evidence.runs.values()
+    first = run.code_path_findings[0]  # the search's largest specific excess
+    assert first.where == {"kv_position": "32-127", "gpu": "A100"}
+    assert 20 < first.rate_ratio < 45
+    assert "one gpu generation's tokens" in local.next
+    cause = checks["cause"]
+    assert cause.evidence.cause == "hardware" and "gpu generations" in cause.next
+
+
+def test_a_uniform_excess_over_a_baseline_on_other_gpus_names_the_gpus(
+    one_gpu_each_store: Path,
+) -> None:
+    checks = gpus._against(one_gpu_each_store, "a100-3x", "base-h20")
+    assert checks["baseline"].verdict in ("warn", "fail")
+    assert checks["baseline"].evidence.excess_shape == "uniform"
+    cause = checks["cause"]
+    assert cause.evidence.cause == "hardware"
+    assert "the run ran on A100, the baseline on H20" in cause.next
+    assert "policy mismatch" in cause.next  # the data cannot tell them apart: said
+    assert "while the baseline ran on H20" in checks["baseline"].next
+
+
+@pytest.mark.parametrize("baseline", [None, slow_param("base")])
+def test_a_faint_gpu_fault_is_the_hardware_not_a_code_path(
+    relative_store: Path, baseline: str | None
+) -> None:
+    checks = relative._checks(relative_store, "gpu-faint", baseline)
+    assert checks["hardware"].verdict == "warn"  # 2x over the other gpu's, interval 1.8-2.2
+    local = checks["localized"]
+    assert local.verdict == "warn"
+    (run,) = local.evidence.runs.values()
+    first = run.code_path_findings[0]
+    assert first.where["gpu"] == "A100" and first.token_share > 0.45  # the gpu, nearly all
+    assert "one gpu generation's tokens" in local.next
+    assert checks["cause"].evidence.cause == "hardware"
+    assert "gpu generations" in checks["cause"].next
+    assert "importance" not in checks["cause"].next
+
+
+def test_a_split_kv_path_of_one_gpu_is_that_hardware(calibration_store: Path) -> None:
+    """One replica of four (L20) takes a faulty split-KV path at long KV: the part is long KV
+    positions, and within it the L20's tokens alone."""
+    cause = calibration._cause(calibration_store, "hw-l20-splitkv-subtle")["cause"]
+    assert cause["key"] == "hardware" and "L20" in cause["where"]
+    runner = {r["key"]: r for r in cause["runner_ups"]}
+    assert "gpu L20" in " ".join(runner["code_path"]["against"])

@@ -1,0 +1,38 @@
+"""The second pass (``analysis/diagnose/causes/outside.py``): a cause of every token tested
+outside the louder named cause's part, on the calibration corpus's combinations of two faults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.analysis.diagnose.stores import calibration
+
+
+def test_a_stale_policy_under_a_louder_split_kv_path_is_named_second(
+    calibration_store: Path,
+) -> None:
+    """Weights one optimizer step behind under a split-KV merge bug 100x louder: the path holds
+    the K3 and its bias leans the responses it reaches, so the run's lean is no evidence; the
+    first turns, where the long-KV path does not reach, lean on their own: the policy second."""
+    cause = calibration._cause(calibration_store, "combo-stale-splitkv")["cause"]
+    assert cause["key"] == "code_path" and "kv_position" in cause["where"]
+    (also,) = cause["also"]
+    assert also["key"] == "policy" and also["where"] == "the first turns"
+    assert also["checks"] == ["policy_signs"] and "outside the named part" in also["because"]
+    assert "policy" not in {r["key"] for r in cause["runner_ups"]}
+
+
+def test_a_fleet_wide_fp8_cache_under_one_gpus_fault_needs_the_baseline(
+    calibration_store: Path,
+) -> None:
+    """An fp8 KV cache on every gpu and a split-KV bug 1000x louder on the L20: alone, the
+    hardware only (a uniform loss is a level without a baseline; the other gpus' responses do
+    not lean); against a healthy run of the same gpus, their excess is the precision."""
+    alone = calibration._cause(calibration_store, "combo-fp8kv-gpu")["cause"]
+    assert alone["key"] == "hardware" and "L20" in alone["where"] and alone["also"] == []
+    cause = calibration._cause(calibration_store, "combo-fp8kv-gpu", "h-gpus")["cause"]
+    assert cause["key"] == "hardware"
+    (also,) = cause["also"]
+    assert also["key"] == "precision" and "gpus other than L20" in also["where"]
+    low, _ = also["rate_ratio_ci"]
+    assert low > 5 and also["checks"] == ["baseline"]

@@ -1,0 +1,29 @@
+"""The ``cause`` check (``analysis/diagnose/checks/cause.py``): its evidence is the weighing, the
+named cause's row written in its place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.planted import diagnosis
+
+
+def test_a_named_cause_is_written_in_place_of_the_weighing(planted_store: Path) -> None:
+    d = diagnosis(planted_store, "gpu")
+    weighing = d.weighing
+    assert weighing is not None and weighing.named is not None
+    assert weighing.cause == "hardware" and d.cause_check.next == weighing.named.next
+    found = d.cause
+    assert list(found)[:4] == ["key", "class", "label", "verdict"]
+    assert found["key"] == "hardware" and found["next"] and "lost" not in found
+    assert list(found)[-3:] == ["also", "runner_ups", "finding"]
+    assert found["runner_ups"] and all(r["lost"] for r in found["runner_ups"])
+    assert all("next" not in r for r in found["runner_ups"])
+
+
+def test_no_cause_writes_its_key_and_verdict(planted_store: Path) -> None:
+    d = diagnosis(planted_store, "clean")
+    assert d.weighing is not None and d.weighing.cause == "none" and d.cause_check.next is None
+    found = d.cause
+    assert list(found) == ["key", "verdict", "also", "runner_ups", "finding"]
+    assert found["key"] == "none" and found["verdict"] == "ok" and found["also"] == []

@@ -1,0 +1,33 @@
+"""The ``tool_responses`` check (``analysis/diagnose/checks/tool_responses.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.analysis.diagnose.stores import planted_causes, relative
+
+
+def test_tool_turns_sampling_more_unlikely_tokens_is_told_from_worse_tokens(
+    relative_store: Path,
+) -> None:
+    """Later turns 2.5x the first ones because they sample more low-probability tokens (the same
+    noise per token): the check warns, finds them no worse at the same token probabilities and
+    gives the study's advice. Later turns whose every token is worse (``tool``) keep their ratio
+    at the same probabilities, and the advice does not blame the token mix."""
+    checks = relative._checks(relative_store, "toolmix")
+    tool = checks["tool_responses"]
+    assert tool.verdict == "warn"
+    assert tool.evidence.later_first_ratio > 2
+    assert tool.evidence.same_probs_ratio_ci[0] < 1.25
+    assert tool.evidence.same_probs_excess is False
+    assert "at the same token probabilities" in tool.finding
+    assert "sample more low-probability tokens" in tool.next
+    assert checks["cause"].evidence.cause == "tool_turns"
+    loud = relative._checks(relative_store, "tool-loud")["tool_responses"]
+    assert loud.evidence.same_probs_excess is True
+    assert loud.evidence.same_probs_ratio_ci[0] > 5
+    assert "sample more low-probability tokens" not in (loud.next or "")
+
+
+def test_fires_on_its_planted_cause_only(verdicts: dict) -> None:
+    planted_causes.fires_on_its_cause_only("tool_responses", verdicts)
