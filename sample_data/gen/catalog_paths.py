@@ -5,7 +5,7 @@ tensor-parallel runs and the fp16 engine measured at the healthy level or below 
 from __future__ import annotations
 
 from gen.calib_spec import CalibRun
-from gen.catalog_common import FP8_KV, SPLIT_OFF_BY_ONE, SPLIT_ROWSUM, fault, path
+from gen.catalog_common import FP8_KV, SPLIT_OFF_BY_ONE, SPLIT_ROWSUM, WAVES, fault, path
 
 S, L = "subtle", "loud"
 
@@ -92,6 +92,23 @@ CODE_PATH: tuple[CalibRun, ...] = (
         "cp-batchvar-loud",
         "as cp-batchvar-subtle with 48 // batch splits",
         engine=path(batch_splits=48, batch_below=16, batch_drop_tail=True),
+    ),
+    code(
+        S,
+        "cp-batchvar-waves-subtle",
+        "cp-batchvar-subtle's engine decoding in waves of 12 and of 4 (batch_id, batch_size per "
+        "response): the waves of 12 take 2 splits, those of 4 take 8",
+        engine=path(batch_splits=32, batch_below=16, batch_drop_tail=True),
+        waves=WAVES,
+        baseline="h-waves-b",
+    ),
+    code(
+        L,
+        "cp-batchvar-waves-loud",
+        "cp-batchvar-loud's engine decoding in waves of 12 and of 4: 4 and 12 splits",
+        engine=path(batch_splits=48, batch_below=16, batch_drop_tail=True),
+        waves=WAVES,
+        baseline="h-waves-b",
     ),
     code(
         None,
