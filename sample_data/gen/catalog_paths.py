@@ -94,18 +94,20 @@ CODE_PATH: tuple[CalibRun, ...] = (
         engine=path(batch_splits=48, batch_below=16, batch_drop_tail=True),
     ),
     code(
-        S,
-        "cp-batchvar-waves-subtle",
-        "cp-batchvar-subtle's engine decoding in waves of 12 and of 4 (batch_id, batch_size per "
-        "response): the waves of 12 take 2 splits, those of 4 take 8",
+        L,
+        "cp-batchvar-waves-32",
+        "cp-batchvar-subtle's engine (32 // batch splits, the K tail unread) decoding in waves "
+        "of 12 and of 4 (batch_id, batch_size per response): every decode batch is under 16, "
+        "so every token takes the split path, 2 splits in the waves of 12, 8 in those of 4",
         engine=path(batch_splits=32, batch_below=16, batch_drop_tail=True),
         waves=WAVES,
         baseline="h-waves-b",
     ),
     code(
         L,
-        "cp-batchvar-waves-loud",
-        "cp-batchvar-loud's engine decoding in waves of 12 and of 4: 4 and 12 splits",
+        "cp-batchvar-waves-48",
+        "cp-batchvar-loud's engine (48 // batch splits) decoding in waves of 12 and of 4: 4 "
+        "splits in the waves of 12, 12 in those of 4",
         engine=path(batch_splits=48, batch_below=16, batch_drop_tail=True),
         waves=WAVES,
         baseline="h-waves-b",
