@@ -143,10 +143,7 @@ class Builder:
                 stable_seed(self.seed, "sampling", run.sampling_stream, step, g)
             )
             roll_out(engine, members, shape.limits, gen, None)
-            for k, s in enumerate(members):
-                start = k // size * size  # the engine's waves: `size` requests in order
-                s.batch = (first_id + k // size, min(size, len(members) - start))
-            first_id += -(-len(members) // size)
+            first_id = label_waves(members, size, first_id)
         return samples
 
     def engine(
@@ -196,6 +193,16 @@ def wave_groups(samples: list[Sample], waves: tuple[int, ...]) -> list[list[Samp
         h = zlib.crc32(s.uid.encode()) % int(bounds[-1])
         groups[int(np.searchsorted(bounds, h, side="right"))].append(s)
     return groups
+
+
+def label_waves(members: list[Sample], size: int, first_id: int) -> int:
+    """Each member's wave (batch_id from ``first_id`` on, batch_size) as the engine's first
+    turn serves them: ``size`` requests at a time, in order, the last wave what is left; the
+    next wave's id."""
+    for k, s in enumerate(members):
+        start = k // size * size
+        s.batch = (first_id + k // size, min(size, len(members) - start))
+    return first_id + -(-len(members) // size)
 
 
 def batch_columns(samples: list[Sample]) -> dict[str, pa.Array]:
