@@ -20,6 +20,13 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.explain_length import (
+    BASELINE,
+    TARGET,
+    SeqSumsExtra,
+    SideScaling,
+    side_scaling,
+)
 from mismatchctl.analysis.figure_data import RatePlot
 from mismatchctl.analysis.report import parse_edges
 from mismatchctl.analysis.route_kinds import FLIPPED, SAME, UNPAIRED
@@ -52,6 +59,7 @@ from mismatchctl.stats.positions import (
     assign_positions,
     order_blocks,
 )
+from mismatchctl.stats.seq_sums import SeqSums
 from mismatchctl.store import Store
 
 NONE_LABEL = "(none)"
@@ -355,6 +363,7 @@ class CubeCells:
 
     cube: Cube | PartCube  # a part's, in the engine's fold; a cube once read
     cells: list[SequenceCells]
+    sequences: SeqSums | None = None  # the side's per-sequence sums (explain_length.py), once read
 
 
 class CubeCellsExtra(CubeExtra):
@@ -426,6 +435,7 @@ class Explain:
     explanation: Explanation
     intervals: list[FindingInterval] = field(default_factory=list)
     plots: list[RatePlot] = field(default_factory=list)  # per top finding (the HTML figures)
+    length: list[SideScaling] = field(default_factory=list)  # the target's, the baseline's
 
     def sections(self) -> list[Any]:
         from mismatchctl.analysis.explain_view import explain_sections
@@ -437,6 +447,7 @@ class Explain:
         for f, iv in zip(out["findings"], self.intervals, strict=False):
             f["rate_ratio_ci_bootstrap"] = iv.rate_ratio_ci
             f["excess_share_ci_bootstrap"] = iv.excess_share_ci
+        out["length_scaling"] = {s.side: s.to_dict() for s in self.length}
         return {"explain": {"target": self.target, "baseline": self.baseline, **out}}
 
     def to_polars(self) -> Any:
@@ -459,18 +470,20 @@ def read_cubes(
     cells: bool = False,
 ) -> list[CubeCells]:
     """Each side's cube, from one read of its parts; ``cells``: with its sequences' cells (for
-    the findings' bootstrap; else none are kept)."""
+    the findings' bootstrap; else none are kept); with its per-sequence sums, keyed ``target``
+    for the first side and ``baseline`` for the others (the length-scaling test)."""
     out = []
-    for sel in sides:
+    for i, sel in enumerate(sides):
         extra = CubeCellsExtra(spec) if cells else CubeExtra(spec)
-        _, states = engine.runner()(sel.tasks, [], edges, sel.rows, workers, on_part, [extra])
-        state = states[0]
+        sums = SeqSumsExtra(TARGET if i == 0 else BASELINE)
+        runner = engine.runner()
+        _, (state, seqs) = runner(sel.tasks, [], edges, sel.rows, workers, on_part, [extra, sums])
         if state is None:
-            out.append(CubeCells(Cube(spec), []))
+            out.append(CubeCells(Cube(spec), [], seqs))
         elif cells:
-            out.append(CubeCells(as_cube(state.cube), state.cells))
+            out.append(CubeCells(as_cube(state.cube), state.cells, seqs))
         else:
-            out.append(CubeCells(as_cube(state), []))
+            out.append(CubeCells(as_cube(state), [], seqs))
     return out
 
 
@@ -560,6 +573,10 @@ def explain_selections(
     cubes = [side.cube for side in sides]
     expl = localize(cubes[0], cubes[1] if len(cubes) > 1 else None, leads=True)
     result = Explain(target_label, baseline_label, expl, plots=rate_plots(expl, cubes))
+    result.length = [side_scaling(TARGET, target_label, [read[0].sequences])]
+    if baselines:
+        found = [side.sequences for side in read[1:]]
+        result.length.append(side_scaling(BASELINE, baseline_label or BASELINE, found))
     if bootstrap_intervals:
         result.intervals = bootstrap(expl, sides, spec, workers)
     return result

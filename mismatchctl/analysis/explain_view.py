@@ -10,6 +10,14 @@ from typing import TYPE_CHECKING
 from mismatchctl.analysis import sections as S
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
+from mismatchctl.stats.length_scaling import (
+    BIAS,
+    MIN_BIN_SEQUENCES,
+    MIN_SPAN,
+    NOISE,
+    RISING,
+    LengthScaling,
+)
 from mismatchctl.stats.localize_result import (
     BASELINE,
     Finding,
@@ -22,6 +30,7 @@ SHARE = M.TOKEN_SHARE.key
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.explain import Explain
+    from mismatchctl.analysis.explain_length import SideScaling
 
 MAX_FIGURES = 3
 MAX_LIFT = 12
@@ -58,6 +67,8 @@ def explain_sections(e: Explain) -> list[S.Section]:
         out.append(S.Lines("new-cells", "Cells only the target has", new))
     if x.mode != BASELINE and x.lift:
         out.append(lift_table(e))
+    if e.length:
+        out.append(length_block(e.length))
     if x.notes:
         out.append(S.Lines("explain-notes", None, [S.Line(f"note: {n}", "note") for n in x.notes]))
     return out
@@ -160,3 +171,84 @@ def lift_table(e: Explain) -> S.Table:
         columns,
         rows,
     )
+
+
+LENGTH_KINDS = {
+    NOISE: "like sqrt(T): independent per-token noise (numerics)",
+    BIAS: "like T: a per-token bias (semantics or another policy)",
+    RISING: "faster than T: the per-token mismatch grows with the length (a long-context code "
+    "path)",
+}
+LENGTH_MIXED = "between sqrt(T) and T: noise with some bias"
+HOW_LENGTH = (
+    f"Responses binned by their model tokens T (half octaves); in each bin of {MIN_BIN_SEQUENCES}"
+    " responses or more, the RMS of sum r over the response; the exponent is the slope of log "
+    "RMS(sum r) on log T, weighted by the bins' responses (1/2: independent noise, 1: a bias "
+    "per token), its interval a bootstrap over whole responses; as diagnose's length_scaling."
+)
+
+
+def length_sentence(res: LengthScaling) -> str:
+    """What the exponent says, with its interval, the mean r and the crossover."""
+    if res.exponent is None:
+        return (
+            f"not tested: the {res.sequences:,} responses' lengths do not span a factor of "
+            f"{MIN_SPAN:g} between length bins of {MIN_BIN_SEQUENCES} responses or more"
+        )
+    lo, hi = res.interval or (None, None)
+    span = f"95% interval {_num(lo)} to {_num(hi)}" if lo is not None else "no interval"
+    cross = (
+        f"; the bias overtakes the noise past {_num(res.crossover_tokens)} tokens"
+        if res.crossover_tokens is not None
+        else ""
+    )
+    kind = LENGTH_KINDS.get(res.verdict or "", LENGTH_MIXED)
+    return (
+        f"|sum r| grows as T^{_num(res.exponent)} ({span}, {res.sequences:,} responses): "
+        f"{kind}; mean r {_num(res.bias_per_token)} per token{cross}"
+    )
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def length_block(sides: list[SideScaling]) -> S.Block:
+    """The test per side (a table and its sentences) and the sums by length bin."""
+    rows = [
+        {"side": s.side, "selection": s.selection, "responses": s.result.sequences,
+         "exponent": s.result.exponent, "ci": _pair(s.result.interval),
+         "verdict": s.result.verdict or "not tested", "bias": s.result.bias_per_token,
+         "noise": s.result.noise_per_token, "cross": s.result.crossover_tokens}
+        for s in sides
+    ]  # fmt: skip
+    columns = [
+        S.Column("side", "side", S.Kind.LABEL), S.Column("selection", "selection", S.Kind.LABEL),
+        S.Column("responses", "responses", S.Kind.COUNT), S.Column("exponent", "exponent"),
+        S.Column("ci", "95% interval", S.Kind.LABEL), S.Column("verdict", "verdict", S.Kind.LABEL),
+        S.Column("bias", "mean r per token"), S.Column("noise", "noise per token (var)"),
+        S.Column("cross", "crossover tokens"),
+    ]  # fmt: skip
+    title = "Length scaling: sums of r over a response, noise (sqrt T) or bias (T)"
+    table = S.Table("length-scaling", title, columns, rows, note=HOW_LENGTH)
+    sentences = [S.Line(f"{s.side} {s.selection}: {length_sentence(s.result)}") for s in sides]
+    parts = [table, S.Lines("length-sentences", None, sentences), length_bins_table(sides)]
+    return S.Block("length-block", title, parts, bare=True)
+
+
+def length_bins_table(sides: list[SideScaling]) -> S.Table:
+    """Each side's length bins: responses, mean T, mean and RMS of sum r, in the fit or not."""
+    rows = [
+        {"side": s.side, "lower": b.lower, "responses": b.sequences, "tokens": b.mean_tokens,
+         "mean": b.mean_sum, "rms": b.rms_sum,
+         "fit": "yes" if b.sequences >= MIN_BIN_SEQUENCES and b.rms_sum > 0 else "no"}
+        for s in sides
+        for b in s.result.bins
+    ]  # fmt: skip
+    columns = [
+        S.Column("side", "side", S.Kind.LABEL), S.Column("lower", "T from", S.Kind.ID),
+        S.Column("responses", "responses", S.Kind.COUNT), S.Column("tokens", "mean T"),
+        S.Column("mean", "mean sum r"), S.Column("rms", "RMS sum r"),
+        S.Column("fit", "in the fit", S.Kind.LABEL),
+    ]  # fmt: skip
+    return S.Table("length-bins", "Sums of r by response length", columns, rows, keys=2)

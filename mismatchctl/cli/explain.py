@@ -17,6 +17,8 @@ Without a baseline: where the K3 mass concentrates, each cell against the rest o
 
 A run of more than 32 steps has its steps searched as ranges and regimes (a change point, an interval, every k-th step), and a set of many values is named by its structure ('19-199: 15 of 181, in 7 short bursts'); the JSON's where keeps every range.
 
+Either way, and for the baseline too: length scaling, whether a response's sum of r grows like sqrt(T) (independent per-token noise: numerics) or like T (a per-token bias: semantics or another policy), the slope of log RMS(sum r) on log T with its bootstrap interval and the sums by length (diagnose's length_scaling).
+
 Algorithm and constants: docs/explain.md.
 
 [bold]Examples[/]

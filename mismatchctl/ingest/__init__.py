@@ -6,8 +6,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mismatchctl.display import file_label
+from mismatchctl.ingest.attributes import MissingColumn
+from mismatchctl.ingest.batch_roles import NAMES, split_mapping
 from mismatchctl.ingest.batch_roles import attach as attach_batch
-from mismatchctl.ingest.batch_roles import split_mapping
 from mismatchctl.ingest.detect import detect_format, expand_inputs
 from mismatchctl.ingest.source import Source
 from mismatchctl.options import (
@@ -51,8 +52,26 @@ def _open(
     attrs: Sequence[str],
 ) -> Source:
     """The reader of the format; the batch roles' columns (``--map batch_id=COL``) are kept as
-    attributes, which they are read from (``ingest.batch_roles``)."""
-    attrs = (*attrs, *(c for c in batch.values() if c not in attrs))
+    attributes, which they are read from (``ingest.batch_roles``): one the file lacks is
+    reported as the ``--map`` it came from."""
+    asked = (*attrs, *(c for c in batch.values() if c not in attrs))
+    try:
+        return _reader(path, fmt, mapping, trust_pickle, label, asked)
+    except MissingColumn as exc:
+        role = next((r for r, c in batch.items() if c == exc.name and c not in attrs), None)
+        if role is None:
+            raise
+        raise exc.as_map(role, NAMES[role]) from None
+
+
+def _reader(
+    path: Path,
+    fmt: str,
+    mapping: Mapping[str, str],
+    trust_pickle: bool,
+    label: str,
+    attrs: Sequence[str],
+) -> Source:
     if fmt == FORMAT_SEQUENCE:
         from mismatchctl.ingest.parquet_sequence import open_sequence
 

@@ -122,11 +122,32 @@ def check_requested(requested: Sequence[str], available: Sequence[str], label: s
     check_names(requested)
     for name in requested:
         if name not in available:
-            raise InputError(
-                f"--attr {name}: {label} has no per-sequence scalar column `{name}` (candidates: "
-                f"{', '.join(available) or 'none'})",
-                "name a column of one text, integer, boolean or float value per sequence.",
+            detail = (
+                f"{label} has no per-sequence scalar column `{name}` (candidates: "
+                f"{', '.join(available) or 'none'})"
             )
+            raise MissingColumn(name, detail)
+
+
+class MissingColumn(InputError):
+    """A requested attribute (``--attr``, or the column ``--map`` reads a batch role from,
+    kept as an attribute) that the file has no per-sequence scalar column of."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        hint = "name a column of one text, integer, boolean or float value per sequence."
+        super().__init__(f"--attr {name}: {detail}", hint)
+        self.name, self.detail = name, detail
+
+    def __reduce__(self) -> tuple:
+        return (self.__class__, (self.name, self.detail))
+
+    def as_map(self, role: str, usual: Sequence[str]) -> InputError:
+        """The same error worded for ``--map ROLE=COLUMN``."""
+        return InputError(
+            f"--map {role}={self.name}: {self.detail}",
+            f"name the column of one integer per sequence that holds the {role}, or leave "
+            f"--map {role} out to read it from a column of a usual name ({', '.join(usual)}).",
+        )
 
 
 def from_records(

@@ -104,6 +104,8 @@ class Builder:
         return done[step]
 
     def roll(self, run: CalibRun, step: int) -> list[Sample]:
+        if run.waves:
+            return self.roll_waves(run, step)
         engine_cfg, shape = self.setting(run, step)
         samples = make_samples(shape, self.lines, step, self.seed, self.sources, run.loader)
         w, n = self.weights(run), self.n_steps(run)
@@ -123,6 +125,25 @@ class Builder:
             roll_out(engine, members, shape.limits, gen, prefix_hits(run))
             for s in members:
                 s.gpu = rep.gpu if rep is not None else ""
+        return samples
+
+    def roll_waves(self, run: CalibRun, step: int) -> list[Sample]:
+        """The step's rollouts in waves: each group of `wave_groups` decoded by an engine that
+        admits its wave size at once; each response labelled with its first turn's wave."""
+        engine_cfg, shape = self.setting(run, step)
+        samples = make_samples(shape, self.lines, step, self.seed, self.sources, run.loader)
+        state = WEIGHTS[run.weights](self.weights(run), step, self.n_steps(run))
+        model_cfg = self.size.models[run.model].cfg
+        groups, first_id = wave_groups(samples, run.waves), 0
+        for g, (members, size) in enumerate(zip(groups, run.waves, strict=True)):
+            if not members:
+                continue
+            engine = WaveEngine(model_cfg, state, engine_cfg, None, size)
+            gen = torch.Generator().manual_seed(
+                stable_seed(self.seed, "sampling", run.sampling_stream, step, g)
+            )
+            roll_out(engine, members, shape.limits, gen, None)
+            first_id = label_waves(members, size, first_id)
         return samples
 
     def engine(
@@ -154,11 +175,44 @@ class Builder:
             extra = prompt_columns(samples)
             if run.replicas:
                 extra["gpu"] = pa.array([s.gpu for s in samples], pa.string())
+            if run.waves:
+                extra |= batch_columns(samples)
             if isinstance(self.size.models[run.model].cfg, MoEConfig):
                 width = max(len(s.response) for s in samples)
                 extra |= route_columns(samples, width, "lists", run.capture_bug)
             path = run_dir / f"step_{step:04d}.parquet"
             write_parquet_step(path, step, samples, TAGS, extra)
+
+
+def wave_groups(samples: list[Sample], waves: tuple[int, ...]) -> list[list[Sample]]:
+    """The step's samples split by uid hash into one group per wave size, each group's share
+    of the step in proportion to its size (waves of 12 and 4: three quarters and a quarter)."""
+    bounds = np.cumsum(waves)
+    groups: list[list[Sample]] = [[] for _ in waves]
+    for s in samples:
+        h = zlib.crc32(s.uid.encode()) % int(bounds[-1])
+        groups[int(np.searchsorted(bounds, h, side="right"))].append(s)
+    return groups
+
+
+def label_waves(members: list[Sample], size: int, first_id: int) -> int:
+    """Each member's wave (batch_id from ``first_id`` on, batch_size) as the engine's first
+    turn serves them: ``size`` requests at a time, in order, the last wave what is left; the
+    next wave's id."""
+    for k, s in enumerate(members):
+        start = k // size * size
+        s.batch = (first_id + k // size, min(size, len(members) - start))
+    return first_id + -(-len(members) // size)
+
+
+def batch_columns(samples: list[Sample]) -> dict[str, pa.Array]:
+    """Each response's wave: the dump's `batch_id` and `batch_size` columns."""
+    labels = [s.batch for s in samples]
+    assert all(b is not None for b in labels), "a response of a run in waves without its wave"
+    return {
+        "batch_id": pa.array([b[0] for b in labels if b], pa.int64()),
+        "batch_size": pa.array([b[1] for b in labels if b], pa.int64()),
+    }
 
 
 def prefix_hits(run: CalibRun) -> Callable[[Sample], int] | None:

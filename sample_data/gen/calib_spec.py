@@ -47,6 +47,10 @@ class CalibRun:
     schedule: str = ""  # gen/calib_weights.py: an engine that changes with the step
     replicas: tuple[Replica, ...] = ()  # a multi-device run: requests spread by uid hash
     max_batch: int = 0  # the engine admits at most this many requests at once (0: all)
+    # decoded in waves of these sizes: a step's requests split by uid hash into one group per
+    # size (in proportion to it), each group served by an engine admitting that many at once;
+    # each response labelled with its first turn's wave (batch_id) and that wave's size
+    waves: tuple[int, ...] = ()
     prefix_groups: int = 0  # this many GRPO groups per step hit a stale prefix cache
     prefix_weights: str = "ckpt-lag"  # the weights the cached prompt KV was computed with
     render: str = ""  # gen/edits.py: the trainer's copy of each tool response re-rendered
@@ -72,6 +76,7 @@ class CalibRun:
             self.schedule,
             self.replicas,
             self.max_batch,
+            self.waves,
             self.prefix_groups,
             self.prefix_weights,
         )

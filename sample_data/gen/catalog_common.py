@@ -36,3 +36,7 @@ def kernel(**kw: Any) -> EngineConfig:
 SPLIT_ROWSUM = kernel(min_active_for_single_pass=16, min_kv_for_split=192, merge_drops_rowsum=True)
 SPLIT_OFF_BY_ONE = kernel(min_active_for_single_pass=10, merge_bug=True)
 FP8_KV = path(kv_cache="e4m3")
+
+# a step's requests decoded in waves of 12 (three quarters of them) and of 4 (a quarter): two
+# micro-batch sizes, each response's wave in its dump (the batch_shape check's calibration)
+WAVES = (12, 4)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from gen.calib_spec import CalibRun, Replica
+from gen.catalog_common import WAVES
 from gen.engine import EngineConfig
 
 GPUS = ("H100", "H100", "A100", "L20")  # a multi-device run's replicas, by request hash
@@ -81,6 +82,13 @@ HEALTHY: tuple[CalibRun, ...] = (
         replicas=HEALTHY_GPUS,
     ),
     healthy("h-gpus-b", "h-gpus", "as h-gpus, loader b", replicas=HEALTHY_GPUS, loader="b"),
+    healthy(
+        "h-waves",
+        "h-waves-b",
+        "decoded in waves of 12 and of 4 (batch_id, batch_size per response)",
+        waves=WAVES,
+    ),
+    healthy("h-waves-b", "h-waves", "as h-waves, loader b", waves=WAVES, loader="b"),
     healthy("h-long-a", "h-long-b", "12 steps", long=True),
     healthy("h-long-b", "h-long-a", "12 steps, loader b", long=True, loader="b"),
     healthy(

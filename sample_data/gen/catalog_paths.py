@@ -5,7 +5,7 @@ tensor-parallel runs and the fp16 engine measured at the healthy level or below 
 from __future__ import annotations
 
 from gen.calib_spec import CalibRun
-from gen.catalog_common import FP8_KV, SPLIT_OFF_BY_ONE, SPLIT_ROWSUM, fault, path
+from gen.catalog_common import FP8_KV, SPLIT_OFF_BY_ONE, SPLIT_ROWSUM, WAVES, fault, path
 
 S, L = "subtle", "loud"
 
@@ -92,6 +92,25 @@ CODE_PATH: tuple[CalibRun, ...] = (
         "cp-batchvar-loud",
         "as cp-batchvar-subtle with 48 // batch splits",
         engine=path(batch_splits=48, batch_below=16, batch_drop_tail=True),
+    ),
+    code(
+        L,
+        "cp-batchvar-waves-32",
+        "cp-batchvar-subtle's engine (32 // batch splits, the K tail unread) decoding in waves "
+        "of 12 and of 4 (batch_id, batch_size per response): every decode batch is under 16, "
+        "so every token takes the split path, 2 splits in the waves of 12, 8 in those of 4",
+        engine=path(batch_splits=32, batch_below=16, batch_drop_tail=True),
+        waves=WAVES,
+        baseline="h-waves-b",
+    ),
+    code(
+        L,
+        "cp-batchvar-waves-48",
+        "cp-batchvar-loud's engine (48 // batch splits) decoding in waves of 12 and of 4: 4 "
+        "splits in the waves of 12, 12 in those of 4",
+        engine=path(batch_splits=48, batch_below=16, batch_drop_tail=True),
+        waves=WAVES,
+        baseline="h-waves-b",
     ),
     code(
         None,

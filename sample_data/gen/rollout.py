@@ -45,6 +45,7 @@ class Sample:
     data_source: str = ""  # the prompt module the prompt's first line comes from
     tool_echo: bool = False  # the tool responses echo their expression
     gpu: str = ""  # the replica (device) that served the response, in a multi-device run
+    batch: tuple[int, int] | None = None  # a run in waves: (batch_id, batch_size) of its wave
     # MoE only: expert ids int16 [rows, layers, top_k] per input position from position 0 of
     # prompt + response; the engine's for [0, len(sequence) - 1), the trainer's for every position
     rollout_routes: np.ndarray | None = None

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 import mismatchctl
 from mismatchctl import schema as S
@@ -71,6 +72,39 @@ def test_a_batch_size_that_is_no_count_is_refused(store: Path, tmp_path: Path) -
         f"Error: {path}: sample `s1` (row 1): batch_size '0' (expected an integer >= 1); "
         "1 bad sample(s) in this batch" + HINT
     )
+
+
+def test_a_negative_batch_id_is_refused_or_dropped(store: Path, tmp_path: Path) -> None:
+    path = _dump(tmp_path / "x.parquet", n=3, batch_id=[0, -1, 2])
+    ran = cli("ingest", str(path), "--run", "r", "-q")
+    assert ran.code == 1
+    assert ran.err == (
+        f"Error: {path}: sample `s1` (row 1): batch_id '-1' (expected an integer >= 0); "
+        "1 bad sample(s) in this batch" + HINT
+    )
+    assert cli("ingest", str(path), "--run", "r", "-q", "--skip-bad").code == 0
+    assert _seqs(store)[S.BATCH_ID].to_list() == [0, 2]
+
+
+@pytest.mark.parametrize(
+    ("role", "usual"),
+    [("batch_id", "batch_id, micro_batch_id, batch_idx"),
+     ("batch_size", "batch_size, micro_batch_size")],
+)  # fmt: skip
+def test_map_to_a_missing_column_names_the_map(
+    store: Path, tmp_path: Path, role: str, usual: str
+) -> None:
+    path = _dump(tmp_path / "x.parquet", n=2, mb=[1, 2])
+    ran = cli("ingest", str(path), "--run", "r", "-q", "--map", f"{role}=micro")
+    assert ran.code == 1
+    assert ran.err == (
+        f"Error: --map {role}=micro: {path} has no per-sequence scalar column `micro` "
+        f"(candidates: mb)\n\nHint: name the column of one integer per sequence that holds "
+        f"the {role}, or leave --map {role} out to read it from a column of a usual name "
+        f"({usual}).\n"
+    )
+    attr = cli("ingest", str(path), "--run", "r", "-q", "--attr", "micro")  # --attr's own words
+    assert attr.code == 1 and attr.err.startswith("Error: --attr micro: ")
 
 
 def test_a_version_2_store_is_read_and_the_next_write_makes_it_version_3(

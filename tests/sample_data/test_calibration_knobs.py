@@ -231,6 +231,25 @@ def test_the_wave_engine_serves_every_request() -> None:
     assert out == [seq for wave in waves for seq in wave]  # three waves of at most 3 requests
 
 
+def test_waves_split_the_step_by_uid_and_label_each_response() -> None:
+    from gen.calib_build import batch_columns, label_waves, wave_groups
+
+    samples = make_samples(RolloutShape(40, 4), lines(), step=1, seed=0, loader="t")
+    large, small = wave_groups(samples, (12, 4))
+    assert sorted(map(id, large + small)) == sorted(map(id, samples))
+    assert 0.15 < len(small) / len(samples) < 0.35  # a quarter, by uid hash
+    again = wave_groups(copy.deepcopy(samples), (12, 4))[1]
+    assert [s.uid for s in again] == [s.uid for s in small]  # the uid decides, not the order
+    members = samples[:10]
+    assert label_waves(members, 4, 3) == 6
+    assert [s.batch for s in members] == [(3, 4)] * 4 + [(4, 4)] * 4 + [(5, 2)] * 2
+    columns = batch_columns(members)
+    assert columns["batch_id"].to_pylist() == [3] * 4 + [4] * 4 + [5] * 2
+    assert columns["batch_size"].to_pylist() == [4] * 8 + [2] * 2
+    with pytest.raises(AssertionError):
+        batch_columns(samples[10:11])  # a response of a run in waves without its wave
+
+
 def test_partial_sync_changes_only_the_named_layer() -> None:
     current, old = tiny_state(0), tiny_state(1)
     merged = mixed(current, old, ("blocks.0.",))
