@@ -14,6 +14,8 @@ import pytest
 
 import mismatchctl
 from mismatchctl import api
+from mismatchctl.analysis.diagnose.check import evidence_of
+from mismatchctl.analysis.diagnose.checks import length_scaling as length_scaling_check
 from mismatchctl.stats.length_scaling import BIAS, MIDPOINT, NOISE
 from tests.helpers import cli
 from tests.planted import Plan, diagnosis, write
@@ -81,7 +83,9 @@ def test_planted_bias_grows_like_t_and_noise_like_sqrt_t(store: Path) -> None:
 @pytest.mark.parametrize("run", ["biased", "noise"])
 def test_the_numbers_are_diagnose_s_length_scaling_evidence(store: Path, run: str) -> None:
     check = next(c for c in diagnosis(store, run).checks if c.name == "length_scaling")
-    evidence = check.evidence["runs"][run]
+    found = evidence_of(check, length_scaling_check.Evidence)
+    assert found is not None
+    evidence = found.runs[run].to_dict()
     alone = _side(store, run)["target"]
     other = "noise" if run == "biased" else "biased"
     as_baseline = _side(store, other, run)["baseline"]

@@ -40,13 +40,13 @@ class Thresholds:
     SPREAD_WARN: float = 1.5
     """Warn when the interval of the spread (the largest rate ratio of a batch size over the
     smallest, ``stats/batch_shape.py``) lies above 1.5x; calibrated with batch labels laid
-    over the calibration corpus' 34 healthy and improved runs (their engine decodes a turn's
+    over the calibration corpus' healthy and improved runs (their engine decodes a turn's
     requests together, so any labelling is the null: each step's responses in dump order cut
-    into waves of 12 and 4, of 8, 8 and 4, and in halves) and on runs decoded in waves of 12
-    and of 4 (docs/diagnose.md): the healthy labellings' intervals reach 1.07x at their low
-    end (spreads 1.00-1.49x), a healthy engine in waves 0.84-1.19 and 0.91-1.25, the
-    batch-variant split-K engine of cp-batchvar-subtle 4.25-8.92 and of cp-batchvar-loud
-    7.1-25.4."""
+    into waves of 12 and 4, of 8, 8 and 4, and in halves: spreads 1.00-1.49x, interval low
+    ends at most 1.07x) and on the corpus' runs decoded in waves of 12 and 4 with each
+    response's batch labelled (docs/diagnose.md): the healthy engine's ``h-waves`` 1.02x
+    (0.89-1.17) and ``h-waves-b`` 1.06x (0.93-1.26), the batch-variant split-K engine's
+    ``cp-batchvar-waves-32`` 7.9x (6.0-10.6) and ``cp-batchvar-waves-48`` 16x (8.4-35.3)."""
 
     SPREAD_FAIL: float = 3.0
     """Fail when the interval's low end is above 3x: one batch size's tokens carry three times

@@ -43,9 +43,9 @@ class Thresholds:
     length (``b^2 T / (b^2 T + sigma^2)``, i.e. the median length is past the crossover): a
     bias that is a small part of the sums at the lengths the run has is significant but not a
     cause of its mismatch. The calibration corpus' 34 healthy and improved runs give exponents
-    of 0.18 to 0.95 where their lengths allow the test (26 runs), none with a bias interval; a
-    batch-variant split-K engine (waves of 12 and 4) 1.82 (interval 0.85-2.66: a bias, mean r
-    -0.01, which makes a fifth of the sums' square at its median length: not warned)."""
+    of 0.18 to 0.95 where their lengths allow the test (26 runs), none with a bias interval
+    (``h-waves``: 0.48); the batch-variant split-K engine decoded in waves
+    (``cp-batchvar-waves-48``) 1.86, interval 0.33-3.36: mixed, not warned."""
 
 
 T = Thresholds()
