@@ -150,7 +150,8 @@ def test_the_profile_is_the_standardized_rate_of_each_distance() -> None:
     classes = [(0, 1), (1, 2), (2, 4), (4, 8), (8, 16), (16, 64)]
     for row, (lo, hi) in zip(rows, classes, strict=False):
         cell = later & (start >= lo) & (start < hi)
-        assert row["tokens"] == int(cell.sum())
+        assert row.tokens == int(cell.sum())
         if cell.sum():
             expected = sum(rate[b] for b in bins[cell])
-            assert abs(row["rate_ratio"] - k3[cell].sum() / expected) <= 1e-9 * row["rate_ratio"]
+            assert row.rate_ratio is not None
+            assert abs(row.rate_ratio - k3[cell].sum() / expected) <= 1e-9 * row.rate_ratio
