@@ -259,7 +259,8 @@ def _read_sides(
         if ra.extra_states[0].same(rb.extra_states[0]) and same_routing(ra, rb):
             draws_a.cancel()
             return ra, rb, None
-        draws_b = draws(rb.extra_states[0], resamples, rng_b)
+        # the parts are all read: the next chunk is drawn on a free core while one is summed
+        draws_b = draws(rb.extra_states[0], resamples, rng_b, ahead=True)
         intervals = bootstrap_intervals(draws_a.result(), draws_b)
     return ra, rb, intervals
 
