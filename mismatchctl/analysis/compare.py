@@ -216,12 +216,12 @@ def build_comparison(
         )
         if same:  # the same parts and filter: one side read, for the numbers both hold
             return Identical(*sides, read([sides[0]])[0], SAME_PARTS)
-        ra, rb, intervals = _read_sides(sides, read, resamples, seed)
+        ra, rb, intervals, same_logprobs = _read_sides(sides, read, resamples, seed)
         if intervals is None:
             return Identical(*sides, ra, SAME_SEQUENCES)
         ra.routing_layers = rb.routing_layers = True  # the JSON's routing per MoE layer too
         comparison = _comparison(sides, ra, rb, intervals)
-        comparison.same_logprobs = ra.extra_states[0].same(rb.extra_states[0])  # routes differ
+        comparison.same_logprobs = same_logprobs  # and their routes differ
         comparison.splits = {split: keyed_rows(ra, rb, split) for split in extra}
         comparison.pairing = (
             not_paired(unpaired)
@@ -243,9 +243,10 @@ def _read_sides(
     read: Callable[..., list[Report]],
     resamples: int,
     seed: int,
-) -> tuple[Report, Report, dict[str, Interval] | None]:
-    """Both sides read in one pass of the engine (``reports_on``), and the bootstrap intervals
-    of their difference (None when they turn out to hold the same data: ``compare_same``)."""
+) -> tuple[Report, Report, dict[str, Interval] | None, bool]:
+    """Both sides read in one pass of the engine (``reports_on``), the bootstrap intervals of
+    their difference (None when they turn out to hold the same data: ``compare_same``), and
+    whether they hold the same sequences' logprobs (compared once: a sort of both sides)."""
     rng_a, rng_b = side_generators(seed)
     with ThreadPoolExecutor(max_workers=1) as pool:
         started: list[Future[Draws]] = []
@@ -256,13 +257,14 @@ def _read_sides(
 
         ra, rb = read(list(sides), on_read=side_read)
         draws_a = started[0]
-        if ra.extra_states[0].same(rb.extra_states[0]) and same_routing(ra, rb):
+        same_logprobs = ra.extra_states[0].same(rb.extra_states[0])
+        if same_logprobs and same_routing(ra, rb):
             draws_a.cancel()
-            return ra, rb, None
+            return ra, rb, None, True
         # the parts are all read: the next chunk is drawn on a free core while one is summed
         draws_b = draws(rb.extra_states[0], resamples, rng_b, ahead=True)
         intervals = bootstrap_intervals(draws_a.result(), draws_b)
-    return ra, rb, intervals
+    return ra, rb, intervals, same_logprobs
 
 
 def _comparison(
