@@ -3,16 +3,17 @@ bootstrap intervals), and where (probability bins, turn kinds, gpus, steps)."""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mismatchctl.analysis.compare_curves import CurvePair, compare_curves
 from mismatchctl.analysis.compare_same import SAME_PARTS, SAME_SEQUENCES, Identical, same_routing
 from mismatchctl.analysis.pairing import PairExtra, Pairing, Side, not_paired, pair_sides, readable
-from mismatchctl.analysis.report import Report, parse_binning, report_on
+from mismatchctl.analysis.report import Report, parse_binning, reports_on
 from mismatchctl.analysis.selection import reread, resolve_text, same_selection
 from mismatchctl.analysis.sequences import SequenceSums
 from mismatchctl.engines import plan as K
@@ -24,6 +25,7 @@ from mismatchctl.stats import registry as M
 from mismatchctl.stats.bootstrap import (
     DEFAULT_RESAMPLES,
     DEFAULT_SEED,
+    Draws,
     Interval,
     draws,
     side_generators,
@@ -200,28 +202,26 @@ def build_comparison(
         unpaired = readable(*sides)  # known from the catalog: then no token id is read
         extras = [SequenceSums()] if same or unpaired else [SequenceSums(), PairExtra()]
 
-        def side(sel: Selection) -> Report:
-            return report_on(
-                sel,
-                bins=bins,
-                by=[CROSS, *extra],
-                binning=binning,
-                by_gpu=True,
-                workers=workers,
-                on_part=on_part,
-                extras=extras,
-                figures=figures,
-                engine=engine,
-            )
-
+        read = functools.partial(
+            reports_on,
+            bins=bins,
+            by=[CROSS, *extra],
+            binning=binning,
+            by_gpu=True,
+            workers=workers,
+            on_part=on_part,
+            extras=extras,
+            figures=figures,
+            engine=engine,
+        )
         if same:  # the same parts and filter: one side read, for the numbers both hold
-            return Identical(*sides, side(sides[0]), SAME_PARTS)
-        ra, rb, intervals = _read_sides(sides, side, resamples, seed)
+            return Identical(*sides, read([sides[0]])[0], SAME_PARTS)
+        ra, rb, intervals, same_logprobs = _read_sides(sides, read, resamples, seed)
         if intervals is None:
             return Identical(*sides, ra, SAME_SEQUENCES)
         ra.routing_layers = rb.routing_layers = True  # the JSON's routing per MoE layer too
         comparison = _comparison(sides, ra, rb, intervals)
-        comparison.same_logprobs = ra.extra_states[0].same(rb.extra_states[0])  # routes differ
+        comparison.same_logprobs = same_logprobs  # and their routes differ
         comparison.splits = {split: keyed_rows(ra, rb, split) for split in extra}
         comparison.pairing = (
             not_paired(unpaired)
@@ -240,24 +240,31 @@ def build_comparison(
 
 def _read_sides(
     sides: tuple[Selection, Selection],
-    side: Callable[[Selection], Report],
+    read: Callable[..., list[Report]],
     resamples: int,
     seed: int,
-) -> tuple[Report, Report, dict[str, Interval] | None]:
-    """Both sides read, and the bootstrap intervals of their difference (None when they turn
-    out to hold the same data: ``compare_same``)."""
+) -> tuple[Report, Report, dict[str, Interval] | None, bool]:
+    """Both sides read in one pass of the engine (``reports_on``), the bootstrap intervals of
+    their difference (None when they turn out to hold the same data: ``compare_same``), and
+    whether they hold the same sequences' logprobs (compared once: a sort of both sides)."""
     rng_a, rng_b = side_generators(seed)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        ra = side(sides[0])
-        # side A's bootstrap runs while side B is read (the engine leaves a core partly idle)
-        draws_a = pool.submit(draws, ra.extra_states[0], resamples, rng_a)
-        rb = side(sides[1])
-        if ra.extra_states[0].same(rb.extra_states[0]) and same_routing(ra, rb):
+        started: list[Future[Draws]] = []
+
+        def side_read(i: int, states: list[Any]) -> None:
+            if i == 0:  # side A's bootstrap runs while side B is read
+                started.append(pool.submit(draws, states[0], resamples, rng_a))
+
+        ra, rb = read(list(sides), on_read=side_read)
+        draws_a = started[0]
+        same_logprobs = ra.extra_states[0].same(rb.extra_states[0])
+        if same_logprobs and same_routing(ra, rb):
             draws_a.cancel()
-            return ra, rb, None
-        draws_b = draws(rb.extra_states[0], resamples, rng_b)
+            return ra, rb, None, True
+        # the parts are all read: the next chunk is drawn on a free core while one is summed
+        draws_b = draws(rb.extra_states[0], resamples, rng_b, ahead=True)
         intervals = bootstrap_intervals(draws_a.result(), draws_b)
-    return ra, rb, intervals
+    return ra, rb, intervals, same_logprobs
 
 
 def _comparison(

@@ -346,7 +346,8 @@ def _paired_numbers(
     finite = np.isfinite(out.vllm_kl_a) and np.isfinite(out.vllm_kl_b)
     out.difference = out.vllm_kl_b - out.vllm_kl_a if finite else None
     out.ratio = out.vllm_kl_b / out.vllm_kl_a if finite and out.vllm_kl_a > 0 else None
-    draws = paired_draws(tokens, k3a, k3b, resamples, paired_generator(seed))
+    # after both sides are read: the cores are free to draw the next chunk while one is summed
+    draws = paired_draws(tokens, k3a, k3b, resamples, paired_generator(seed), ahead=True)
     out.resamples = resamples
     if finite:
         low, high, _ = percentile_interval(draws.difference)

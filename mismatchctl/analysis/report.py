@@ -24,7 +24,7 @@ from mismatchctl.analysis.selection import (
 from mismatchctl.curves.analysis import RunCurves, selection_curves
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
-from mismatchctl.engines.local import PartExtra
+from mismatchctl.engines.local import PartExtra, Read
 from mismatchctl.engines.plan import Selection, StepRange
 from mismatchctl.engines.rollup import Groups, rollup, sort_key
 from mismatchctl.engines.sequences import empty_sequences
@@ -325,33 +325,81 @@ def report_on(
     A selection without model tokens is an error (the same for every command); so is a run of
     it removed while it is read (RunRemovedError, which ``reread`` retries when the run was not
     named)."""
-    edges = parse_edges(bins)
-    try:
-        report = _read(
-            selection, edges, by, by_gpu, workers, on_part, extras, figures, engine, binning
-        )
-    except (StoreError, OSError, pa.ArrowException):
-        removed = removed_while_reading(selection)
-        if removed is None:
-            raise
-        raise removed from None
-    if report.whole() is None:
-        raise empty_selection_error(selection)
+    (report,) = reports_on(
+        [selection], bins=bins, by=by, by_gpu=by_gpu, workers=workers, on_part=on_part,
+        extras=extras, figures=figures, engine=engine, binning=binning,
+    )  # fmt: skip
     return report
 
 
-def _read(
+def reports_on(
+    selections: Sequence[Selection],
+    *,
+    bins: str = "log",
+    by: list[K.Split] | None = None,
+    by_gpu: bool = False,
+    workers: int = DEFAULT_WORKERS,
+    on_part: Callable[[int], None] | None = None,
+    extras: Sequence[PartExtra] = (),
+    figures: bool = False,
+    engine: Engine = LOCAL_ENGINE,
+    binning: K.Binning = K.DEFAULT_BINNING,
+    on_read: Callable[[int, list[Any]], None] | None = None,
+) -> list[Report]:
+    """:func:`report_on` of each selection, all read in one pass of the engine (the workers go
+    from one selection's last parts to the next one's first without waiting); ``on_read(i,
+    extra_states)`` is called as soon as selection ``i`` is read, while the next ones are
+    (``extra_states`` begins with ``extras``' own). Each selection has its own extras
+    (``extras`` are shared objects: they hold no state of their own)."""
+    edges = parse_edges(bins)
+    plans = [_plan(sel, edges, by, by_gpu, extras, figures, binning) for sel in selections]
+
+    def read_done(i: int, folded: tuple[list[Any], list[Any]]) -> None:
+        if on_read is not None:
+            on_read(i, folded[1])
+
+    try:
+        folded = engine.reads_runner()(
+            [p.read for p in plans], workers, on_part, read_done if on_read else None
+        )
+        reports = [p.finish(f) for p, f in zip(plans, folded, strict=True)]
+    except (StoreError, OSError, pa.ArrowException):
+        for sel in selections:
+            removed = removed_while_reading(sel)
+            if removed is not None:
+                raise removed from None
+        raise
+    for report in reports:
+        if report.whole() is None:
+            raise empty_selection_error(report.selection)
+    return reports
+
+
+@dataclass
+class _Plan:
+    """What one report reads (its engine ``Read``) and how its result is made of it."""
+
+    selection: Selection
+    read: Read
+    wanted: list[K.Split]
+    internal: list[K.Split]
+    by_gpu: bool
+    figure_extra: FigureExtra | None
+    routing: Any  # the routing extra, last of the read's extras, or None
+
+    def finish(self, folded: tuple[list[Any], list[Any]]) -> Report:
+        return _finish(self, *folded)
+
+
+def _plan(
     selection: Selection,
     edges: np.ndarray,
     by: list[K.Split] | None,
     by_gpu: bool,
-    workers: int,
-    on_part: Callable[[int], None] | None,
     extras: Sequence[PartExtra],
     figures: bool,
-    engine: Engine,
-    binning: K.Binning = K.DEFAULT_BINNING,
-) -> Report:
+    binning: K.Binning,
+) -> _Plan:
     figure_extra = FigureExtra() if figures else None
     if figure_extra is not None:
         from mismatchctl.analysis.worst import WorstExtra
@@ -364,30 +412,35 @@ def _read(
         extras = [*extras, routing]
     internal = [(K.RUN, K.GPU, K.STEP), (K.GPU, K.TURN_KIND)] if by_gpu else []
     passes = K.plan(wanted + internal)
-    finest, extra_states = engine.runner()(
-        selection.tasks, passes, edges, selection.rows, workers, on_part, extras, binning
-    )
+    read = Read(selection.tasks, passes, edges, selection.rows, list(extras), binning)
+    return _Plan(selection, read, wanted, internal, by_gpu, figure_extra, routing)
+
+
+def _finish(plan: _Plan, finest: list[Any], extra_states: list[Any]) -> Report:
+    """The report of one selection from what the engine folded of its parts."""
+    selection, routing = plan.selection, plan.routing
+    passes, edges, binning = plan.read.passes, plan.read.edges, plan.read.binning
     routing_state = None
     if routing is not None:
         routing_state, extra_states = extra_states[-1], extra_states[:-1]
     rolled = {}
-    for split in wanted + internal:
+    for split in plan.wanted + plan.internal:
         p = K.pass_for(split, passes)
         rolled[split] = rollup(split, p, finest[passes.index(p)])
-    groups = {s: _groups(s, rolled[s], binning.tails) for s in wanted}
+    groups = {s: _groups(s, rolled[s], binning.tails) for s in plan.wanted}
     empty = empty_sequences(selection)
-    report = Report(selection, edges, wanted, groups, _excluded(selection, empty))
+    report = Report(selection, edges, plan.wanted, groups, _excluded(selection, empty))
     report.binning = binning
-    report.notes += prompt_length_notes(selection, wanted)
+    report.notes += prompt_length_notes(selection, plan.wanted)
     report.empty_by_run = empty
     report.extra_states = extra_states
     report.curves = selection_curves(selection, groups.get((K.RUN, K.STEP), []))
-    if figure_extra is not None:
+    if plan.figure_extra is not None:
         from mismatchctl.analysis.worst import worst_sequences
 
-        report.figures = figure_data(extra_states[-1], figure_extra)
+        report.figures = figure_data(extra_states[-1], plan.figure_extra)
         report.worst = worst_sequences(selection, extra_states[-2])
-    if by_gpu:
+    if plan.by_gpu:
         report.hardware = _hardware(rolled)
     report.routing = routing_results(selection, routing_state, edges)
     if routing is not None and routing_state is not None and report.routing:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mismatchctl.engines.local import run_passes
+from mismatchctl.engines.local import run_passes, run_reads
 from mismatchctl.errors import UsageError
 
 LOCAL, RAY = "local", "ray"
@@ -32,6 +32,14 @@ class Engine:
         from mismatchctl.engines.ray_engine import run_passes_ray  # imports ray only when used
 
         return functools.partial(run_passes_ray, address=self.address)
+
+    def reads_runner(self) -> Callable[..., Any]:
+        """A function with the signature and result of ``engines.local.run_reads``."""
+        if not self.is_ray:
+            return run_reads
+        from mismatchctl.engines.ray_engine import run_reads_ray
+
+        return functools.partial(run_reads_ray, address=self.address)
 
 
 LOCAL_ENGINE = Engine()

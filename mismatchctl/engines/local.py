@@ -72,6 +72,21 @@ class PartExtra(Protocol):
     def merge(self, a: Any, b: Any) -> Any: ...
 
 
+class Read(NamedTuple):
+    """One selection's read: its parts, the passes and extras computed from them, the rows kept
+    (``run_passes``' arguments)."""
+
+    tasks: list[PartTask]
+    passes: list[Pass]
+    edges: np.ndarray
+    rows: RowFilter | None = None
+    extras: Sequence[PartExtra] = ()
+    binning: Binning = DEFAULT_BINNING
+
+
+Folded = tuple[list[Groups], list[Any]]  # every pass's groups, every extra's state
+
+
 def run_passes(
     tasks: list[PartTask],
     passes: list[Pass],
@@ -81,30 +96,60 @@ def run_passes(
     on_part: Callable[[int], None] | None = None,
     extras: Sequence[PartExtra] = (),
     binning: Binning = DEFAULT_BINNING,
-) -> tuple[list[Groups], list[Any]]:
+) -> Folded:
     """For every pass, the merged partial of each group present in the selection; and the merged
     state of every extra (None when no part was read). Parts are merged in task order, and
     ``on_part`` is called from this thread. ``binning``: the position edges and order blocks."""
+    return run_reads([Read(tasks, passes, edges, rows, extras, binning)], workers, on_part)[0]
 
+
+def run_reads(
+    reads: Sequence[Read],
+    workers: int = DEFAULT_WORKERS,
+    on_part: Callable[[int], None] | None = None,
+    on_read: Callable[[int, Folded], None] | None = None,
+) -> list[Folded]:
+    """``run_passes`` of several reads (the two sides of ``compare``) in one pool: the parts of
+    every read in turn, each read folded on its own, so that the workers go from the last parts
+    of one read to the first of the next without waiting. ``on_read(i, folded)`` is called from
+    this thread as soon as read ``i`` is folded, while the parts of the next are read (it
+    should return quickly: the parts in flight wait for this thread)."""
     keep_freed_memory()
+    items = [(read, task) for read in reads for task in read.tasks]
 
-    def one(task: PartTask) -> tuple[list[Groups], list[Any]]:
-        return part_groups(task, passes, edges, rows, extras, binning)
+    def one(item: tuple[Read, PartTask]) -> Folded:
+        r, task = item
+        return part_groups(task, r.passes, r.edges, r.rows, r.extras, r.binning)
 
-    def results(pool: Executor) -> Iterator[tuple[list[Groups], list[Any]]]:
-        done = _in_order(pool, one, tasks, max(1, workers) + 1)  # one part queued per pool
-        for task, result in zip(tasks, done, strict=True):
-            yield result
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        done = _in_order(pool, one, items, max(1, workers) + 1)  # one part queued per pool
+        return fold_reads(reads, done, on_part, on_read)
+
+
+def fold_reads(
+    reads: Sequence[Read],
+    results: Iterator[Folded],
+    on_part: Callable[[int], None] | None = None,
+    on_read: Callable[[int, Folded], None] | None = None,
+) -> list[Folded]:
+    """Fold ``results`` (the parts of every read, in order) into one result per read; shared by
+    the local and the Ray engine."""
+
+    def parts(read: Read) -> Iterator[Folded]:
+        for task in read.tasks:
+            yield next(results)
             if on_part:
                 on_part(task.rows)
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return fold(results(pool), len(passes), extras)
+    out = []
+    for i, read in enumerate(reads):
+        out.append(fold(parts(read), len(read.passes), read.extras))
+        if on_read:
+            on_read(i, out[-1])
+    return out
 
 
-def fold(
-    results: Iterable[tuple[list[Groups], list[Any]]], n_passes: int, extras: Sequence[PartExtra]
-) -> tuple[list[Groups], list[Any]]:
+def fold(results: Iterable[Folded], n_passes: int, extras: Sequence[PartExtra]) -> Folded:
     """Merge the parts' results, in the order given: every pass's groups, every extra's state
     (None when no part gave one). Shared by the local and the Ray engine."""
     totals: list[Groups] = [{} for _ in range(n_passes)]

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from mismatchctl.allocator import keep_freed_memory
-from mismatchctl.engines.local import Groups, PartExtra, fold, part_groups
+from mismatchctl.engines.local import Folded, Groups, PartExtra, Read, fold_reads, part_groups
 from mismatchctl.engines.plan import DEFAULT_BINNING, Binning, PartTask, Pass, RowFilter
 from mismatchctl.errors import MismatchError
 from mismatchctl.parallel import DEFAULT_WORKERS, Failure, connect, ordered, remote
@@ -47,24 +47,40 @@ def run_passes_ray(
     binning: Binning = DEFAULT_BINNING,
     *,
     address: str | None = None,
-) -> tuple[list[Groups], list[Any]]:
+) -> Folded:
     """``run_passes`` of the local engine, with one Ray task per part. ``workers`` is the CPU
     count of a local Ray started here; on a cluster (``address``, ``$RAY_ADDRESS`` or an earlier
     ``ray.init``) the cluster's CPUs run the tasks."""
+    read = Read(tasks, passes, edges, rows, extras, binning)
+    return run_reads_ray([read], workers, on_part, address=address)[0]
+
+
+def run_reads_ray(
+    reads: Sequence[Read],
+    workers: int = DEFAULT_WORKERS,
+    on_part: Callable[[int], None] | None = None,
+    on_read: Callable[[int, Folded], None] | None = None,
+    *,
+    address: str | None = None,
+) -> list[Folded]:
+    """``run_reads`` of the local engine: the tasks of every read submitted at once, each read
+    folded on its own in task order."""
     ray = connect(address, workers)
-    if not tasks:
-        return fold([], len(passes), extras)
-    shared = ray.put(
-        (list(passes), edges, rows, list(extras), binning)
-    )  # stored once, read by every task
     fold_task = remote(fold_part)
-    refs = [fold_task.remote(_absolute(task), shared) for task in tasks]
+    refs = []
+    for r in reads:
+        if not r.tasks:
+            continue
+        # stored once per read, read by every task of it
+        shared = ray.put((list(r.passes), r.edges, r.rows, list(r.extras), r.binning))
+        refs += [fold_task.remote(_absolute(task), shared) for task in r.tasks]
+    rows = [task.rows for r in reads for task in r.tasks]
 
     def done(i: int, _: Any) -> None:
         if on_part:
-            on_part(tasks[i].rows)
+            on_part(rows[i])
 
-    return fold(ordered(ray, refs, done), len(passes), extras)
+    return fold_reads(reads, ordered(ray, refs, done), on_read=on_read)
 
 
 def _absolute(task: PartTask) -> PartTask:

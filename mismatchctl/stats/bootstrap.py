@@ -12,6 +12,8 @@ generator of the same seed (:func:`paired_generator`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -116,21 +118,25 @@ class PairedDraws:
 
 
 def paired_draws(
-    tokens: np.ndarray, k3_a: np.ndarray, k3_b: np.ndarray, resamples: int, rng: np.random.Generator
+    tokens: np.ndarray,
+    k3_a: np.ndarray,
+    k3_b: np.ndarray,
+    resamples: int,
+    rng: np.random.Generator,
+    ahead: bool = False,
 ) -> PairedDraws:
     """The paired bootstrap of vllm_kl over ``n`` pairs of sequences (equal ``tokens`` on both
     sides; ``k3_a``, ``k3_b``: each side's K3 sum per sequence): every resample draws ``n``
     pair indices with replacement (``CHUNK`` resamples at a time, ``rng.integers(0, n, (k, n),
     int32)``), and takes ``sum k3_b / sum tokens - sum k3_a / sum tokens`` and ``sum k3_b /
-    sum k3_a`` over the drawn pairs."""
+    sum k3_a`` over the drawn pairs. ``ahead``: as for :func:`draws`."""
     from mismatchctl.stats.kernel_choice import PICK_COST, kernels_for
 
     n = len(tokens)
     values = np.ascontiguousarray(np.column_stack([tokens, k3_a, k3_b]), dtype=np.float64)
+    sizes = [min(CHUNK, resamples - done) for done in range(0, resamples, CHUNK)]
     diff, ratio = [], []
-    for done in range(0, resamples, CHUNK):
-        k = min(CHUNK, resamples - done)
-        picks = rng.integers(0, max(n, 1), size=(k, n), dtype=np.int32)
+    for picks in chunk_picks(rng, n, sizes, ahead):
         kernels = kernels_for(picks.size * values.shape[1] * PICK_COST)
         t, a, b = kernels.resample_sums(values, picks).T
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -175,27 +181,69 @@ def intervals(va: Draws, vb: Draws) -> dict[str, Interval]:
     return out
 
 
-def draws(s: SeqStats, resamples: int, rng: np.random.Generator) -> Draws:
-    """The metrics of ``resamples`` resamples of one side."""
-    chunks = [
-        _resampled(s, min(CHUNK, resamples - done), rng) for done in range(0, resamples, CHUNK)
-    ]
+def draws(s: SeqStats, resamples: int, rng: np.random.Generator, ahead: bool = False) -> Draws:
+    """The metrics of ``resamples`` resamples of one side. ``ahead``: each chunk's picks are
+    drawn on a second thread while the previous chunk is summed (the same draws, in the same
+    order; for cores otherwise idle, as after the last part is read)."""
+    values = _columns(s)
+    sizes = [min(CHUNK, resamples - done) for done in range(0, resamples, CHUNK)]
+    chunks = [_metrics(values, picks) for picks in chunk_picks(rng, len(s), sizes, ahead)]
     return {m: np.concatenate([c[m] for c in chunks]) if chunks else np.zeros(0) for m in KINDS}
+
+
+def chunk_picks(
+    rng: np.random.Generator, n: int, sizes: list[int], ahead: bool = False
+) -> Iterator[np.ndarray]:
+    """Each chunk's picks, ``rng.integers(0, n, (k, n), int32)`` for every ``k`` of ``sizes`` in
+    turn; ``ahead``: the next chunk's drawn on a thread while the caller uses this one (numpy
+    draws without the GIL, the compiled sums too)."""
+
+    def draw(k: int) -> np.ndarray:
+        return rng.integers(0, max(n, 1), size=(k, n), dtype=np.int32)
+
+    if not ahead or len(sizes) < 2:
+        yield from (draw(k) for k in sizes)
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        following = pool.submit(draw, sizes[0])
+        for k in sizes[1:]:
+            picks = following.result()
+            following = pool.submit(draw, k)
+            yield picks
+        yield following.result()
 
 
 def _resampled(s: SeqStats, k: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     """The metrics of ``k`` resamples of ``s`` (each: ``len(s)`` sequences drawn with
     replacement), as arrays of length ``k``."""
-    from mismatchctl.stats.kernel_choice import PICK_COST, kernels_for
+    return _metrics(_columns(s), next(chunk_picks(rng, len(s), [k])))
 
+
+def _columns(s: SeqStats) -> np.ndarray:
+    """The per-sequence columns whose resampled sums make the metrics, once per side: tokens,
+    K3, |r| and the centred log-ppl moments (x, y, x², y², xy). Eight float64 columns in rows
+    that start on a 64-byte boundary: a picked row is one cache line (the sums' random reads
+    are most of their time)."""
     n = len(s)
-    picks = rng.integers(0, max(n, 1), size=(k, n), dtype=np.int32)
     x, y = _log_ppl(s)
     x, y = x - x.mean(), y - y.mean()  # centred once: the moments below lose no precision
-    columns = (np.ones(n), s.tokens, s.k3, s.abs_r, x, y, x * x, y * y, x * y)
-    values = np.ascontiguousarray(np.column_stack(columns))
+    columns = (s.tokens, s.k3, s.abs_r, x, y, x * x, y * y, x * y)
+    buffer = np.empty(n * len(columns) + 8)
+    start = (-buffer.ctypes.data % 64) // buffer.itemsize
+    values = buffer[start : start + n * len(columns)].reshape(n, len(columns))
+    for i, column in enumerate(columns):
+        values[:, i] = column
+    return values
+
+
+def _metrics(values: np.ndarray, picks: np.ndarray) -> dict[str, np.ndarray]:
+    """The metrics of the resamples of ``picks`` (a row each) over ``_columns``' rows."""
+    from mismatchctl.stats.kernel_choice import PICK_COST, kernels_for
+
     kernels = kernels_for(picks.size * values.shape[1] * PICK_COST)
-    count, tokens, k3, abs_r, sx, sy, sxx, syy, sxy = kernels.resample_sums(values, picks).T
+    tokens, k3, abs_r, sx, sy, sxx, syy, sxy = kernels.resample_sums(values, picks).T
+    # every resample draws all n sequences: the count is n (a sum of n ones, exact in float64)
+    count = np.full(len(picks), float(picks.shape[1]))
     with np.errstate(divide="ignore", invalid="ignore"):
         mx, my = sx / count, sy / count
         sxx, syy, sxy = sxx - count * mx * mx, syy - count * my * my, sxy - count * mx * my

@@ -144,6 +144,8 @@ def cell_sums(
     lr: np.ndarray,
     lt: np.ndarray,
     pr_in: np.ndarray,
+    pt_in: np.ndarray,
+    rm1_in: np.ndarray,
     starts: np.ndarray,
     inner: np.ndarray,
     position: np.ndarray,
@@ -161,7 +163,9 @@ def cell_sums(
     """Cells of (turn run, token code) of one slice.
 
     ``lr``/``lt``: float64 logprobs (finite); ``pr_in``: ``np.exp(lr)`` (numpy's, so that
-    tokens on a bin edge land where ``assign_bins`` puts them); ``starts``: the runs;
+    tokens on a bin edge land where ``assign_bins`` puts them); ``pt_in``, ``rm1_in``:
+    ``np.exp(lt)`` and ``np.expm1(lt - lr)`` (numpy's vectorised functions over the slice: the C
+    library's, called per token, were half the loop's cycles); ``starts``: the runs;
     ``inner``: the interior bin edges of the inference probability, ascending. A token's code
     combines its probability bin ``b`` with, when their edges are given (non-empty), its KV
     position bin ``kv`` (``kv_base[run] + position[token]``, binned by ``kv_inner``: the edges
@@ -194,7 +198,6 @@ def cell_sums(
     lr_sum = np.zeros(m, np.float64)
     lt_sum = np.zeros(m, np.float64)
     r_out = np.empty(n, np.float64)
-    pt_t = np.empty(n, np.float64)
     with_hist = table.shape[0] > 0
     bucket = np.empty(n if with_hist else 0, np.int64)
     first = e_lo << shift
@@ -225,9 +228,9 @@ def cell_sums(
             a_sum += a
             t_sum += t
             pr = pr_in[i]
-            pt = math.exp(t)
+            pt = pt_in[i]
             r = t - a
-            rm1 = math.expm1(r)
+            rm1 = rm1_in[i]
             ar = abs(r)
             if ar > _CLAMP:
                 chi2 = math.expm1(2.0 * min(max(r, -_CLAMP), _CLAMP))
@@ -250,7 +253,6 @@ def cell_sums(
             if use_x:
                 code = code * n_x + extra[i]
             r_out[i] = r
-            pt_t[i] = pt
             tok_code[i] = code
             row = acc[code]
             if row[_N] == 0.0:
@@ -299,7 +301,7 @@ def cell_sums(
             r = r_out[i]
             dr = r - row[_R] / cnt
             dx = pr_in[i] - row[_PR] / cnt
-            dy = pt_t[i] - row[_PT] / cnt
+            dy = pt_in[i] - row[_PT] / cnt
             row[_R_M2] += dr * dr
             row[_PR_M2] += dx * dx
             row[_PT_M2] += dy * dy

@@ -7,9 +7,10 @@ the same order, so the choice between them (``stats/kernel_choice.py``) never sh
 
 - sums are sequential, token after token, as the compiled loops add: ``np.bincount`` with
   weights and ``np.add.at`` add in index order (numpy's pairwise ``sum`` would not);
-- ``exp`` and ``expm1`` are the C library's, called through ``math`` as the compiled code calls
-  them (numpy's own vectorised versions may differ in the last bit on some processors); a
-  result beyond float64 is ``inf``, as there;
+- every token's ``exp`` of the logprobs and ``expm1`` of their difference are numpy's, computed
+  over the slice by the caller and given to both; the rare ones of the clamped ratios are the C
+  library's, called through ``math`` as the compiled code calls them (numpy's vectorised
+  versions may differ in the last bit); a result beyond float64 is ``inf``, as there;
 - an extreme keeps the earlier value on a tie, as ``min``/``max`` do in the compiled loops
   (only the sign of a zero can tell: :func:`_extreme_at`);
 - bins are ``np.searchsorted`` (the count of interior edges ``<= x``, the compiled ``_bin``) and
@@ -157,6 +158,8 @@ def cell_sums(
     lr: np.ndarray,
     lt: np.ndarray,
     pr_in: np.ndarray,
+    pt_in: np.ndarray,
+    rm1_in: np.ndarray,
     starts: np.ndarray,
     inner: np.ndarray,
     position: np.ndarray,
@@ -197,9 +200,9 @@ def cell_sums(
     c = len(cells)
 
     with np.errstate(over="ignore", invalid="ignore"):
-        pt = _libm(math.exp, lt)
+        pt = pt_in
         r = lt - lr
-        rm1 = _libm(math.expm1, r)
+        rm1 = rm1_in
         ar = np.abs(r)
         chi2 = (rm1 + 2.0) * rm1
         wide = ar > RATIO_CLAMP

@@ -130,6 +130,28 @@ def test_bootstrap_is_seeded(pair: dict) -> None:
     assert _row(one, "vllm_kl")["ci_low"] == _row(two, "vllm_kl")["ci_low"]
 
 
+def test_both_sides_are_read_in_one_pass(pair: dict, store: Path, monkeypatch) -> None:
+    """The engine reads the two sides' parts in one pass (one pool, side A's parts then B's),
+    and the intervals are those of the sides' own seeded bootstraps."""
+    from mismatchctl.engines import choice, local
+    from mismatchctl.stats.bootstrap import compare_intervals
+
+    calls: list[list[str]] = []
+
+    def counted(reads, *args, **kwargs):
+        calls.append([task.run for read in reads for task in read.tasks])
+        return local.run_reads(reads, *args, **kwargs)
+
+    monkeypatch.setattr(choice, "run_reads", counted)
+    result = mismatchctl.compare("a", "b", store=store, resamples=200, seed=7)
+    assert len(calls) == 1 and set(calls[0][:1]) == {"a"} and calls[0][-1] == "b"
+    want = compare_intervals(
+        result.a.extra_states[0], result.b.extra_states[0], resamples=200, seed=7
+    )
+    got = {row.metric: (row.ci_low, row.ci_high) for row in result.headline if row.ci_of}
+    assert got == {m: (iv.low, iv.high) for m, iv in want.items()}
+
+
 def test_slices_by_gpu_tag(pair: dict) -> None:
     doc = _doc("gpu=H20", "gpu=L20")
     assert _row(doc, "vllm_kl")["ratio"] == pytest.approx(2.0, rel=1e-12)

@@ -246,6 +246,36 @@ def test_a_task_error_is_the_library_error(ray_local: Any, tmp_path: Path) -> No
 
 
 @needs_ray
+def test_several_reads_fold_as_the_local_engine_folds_them(
+    ray_local: Any, multi_part: Path
+) -> None:
+    """``compare``'s one pass over both sides: each read's groups and sequence sums on Ray
+    equal to the local engine's, and each read handed back in order."""
+    from mismatchctl.analysis.selection import select
+    from mismatchctl.analysis.sequences import SequenceSums
+    from mismatchctl.engines.local import Read, run_reads
+    from mismatchctl.engines.ray_engine import run_reads_ray
+
+    store = mismatchctl.open_store(multi_part)
+    passes = plan([("run",), ("run", "step"), ("gpu", "bin")])
+    reads = [
+        Read(sel.tasks, passes, LOG_EDGES, sel.rows, [SequenceSums()])
+        for sel in (select(store, ["a"]), select(store, ["b"], gpu="H20"))
+    ]
+    order: list[int] = []
+    distributed = run_reads_ray(reads, 2, on_read=lambda i, _: order.append(i))
+    assert order == [0, 1]
+    for (groups, states), (want_groups, want_states) in zip(
+        distributed, run_reads(reads, 2), strict=True
+    ):
+        for got, want in zip(groups, want_groups, strict=True):
+            assert list(got) == list(want) and got
+            for key, partial in got.items():
+                assert np.array_equal(partial.state, want[key].state, equal_nan=True), key
+        assert states[0].same(want_states[0]) and len(states[0]) > 0
+
+
+@needs_ray
 def test_ingest_on_ray_stores_the_rows_of_a_local_ingest(
     ray_local: Any, dumps: list[Path], tmp_path: Path
 ) -> None:

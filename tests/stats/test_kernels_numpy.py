@@ -82,6 +82,8 @@ def _args(d: dict[str, np.ndarray], kind: str, tails: Tails) -> tuple:
     lr, lt = d["lr"], d["lt"]
     starts = kernels.run_starts(d["seq"], d["turn"])
     pr = np.exp(lr)
+    with np.errstate(over="ignore"):  # as bin_cells gives them: numpy's, over the slice
+        pt, rm1 = np.exp(lt), np.expm1(lt - lr)
     # interior edges: a few fixed ones and some of the slice's own probabilities (ties)
     inner = np.unique(np.r_[1e-3, 0.1, 0.5, 0.9, np.sort(pr)[:: max(len(pr) // 7, 1)]])
     inner = inner[(inner > 0) & np.isfinite(inner)]
@@ -100,7 +102,8 @@ def _args(d: dict[str, np.ndarray], kind: str, tails: Tails) -> tuple:
     tables = histogram.index_tables()
     assert tables is not None
     lookup = tables if kind != "nohist" else kernels_numpy_no_lookup()
-    return (lr, lt, pr, starts, inner, position, kv_base, kv_inner, tp_inner, extra, n_extra,
+    return (lr, lt, pr, pt, rm1, starts, inner, position, kv_base, kv_inner, tp_inner, extra,
+            n_extra,
             _thresholds(tails), *lookup)  # fmt: skip
 
 
