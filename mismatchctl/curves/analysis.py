@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from mismatchctl.curves import correlate as C
+from mismatchctl.curves import correlate
 from mismatchctl.curves import events as E
 from mismatchctl.curves.series import ENTROPY_MEAN, KL, REWARD_MEAN, Series
 from mismatchctl.stats import registry as M
@@ -42,8 +42,8 @@ class Link:
     n: int
     pearson: float | None
     spearman: float | None
-    lags: list[C.LagPoint]
-    best: C.LagPoint | None
+    lags: list[correlate.LagPoint]
+    best: correlate.LagPoint | None
     only_kl_steps: list[int]
     only_metric_steps: list[int]
     nonfinite_steps: list[int]
@@ -128,7 +128,7 @@ def run_curves(run: str, series: dict[str, Series]) -> RunCurves:
             curves.spike_matches.append(_spike_match(kl, series[roles[role]], role, curves))
     if "reward" in roles:
         reward = series[roles["reward"]]
-        steps, k, r = C.outer_join(kl.steps, kl.values, reward.steps, reward.values)
+        steps, k, r = correlate.outer_join(kl.steps, kl.values, reward.steps, reward.values)
         curves.reward_drops = E.reward_drops(reward.steps, reward.values)
         curves.rises = E.rise_before_drop(steps, k, r)
         curves.unassessed_drops = [
@@ -140,16 +140,16 @@ def run_curves(run: str, series: dict[str, Series]) -> RunCurves:
 
 
 def _link(kl: Series, other: Series) -> Link:
-    a = C.align(kl.steps, kl.values, other.steps, other.values)
-    lags = C.change_lead_lag(a.steps, a.x, a.y)
+    a = correlate.align(kl.steps, kl.values, other.steps, other.values)
+    lags = correlate.change_lead_lag(a.steps, a.x, a.y)
     return Link(
         metric=other.name,
         origin=other.origin,
         n=a.n,
-        pearson=C.pearson(a.x, a.y),
-        spearman=C.spearman(a.x, a.y),
+        pearson=correlate.pearson(a.x, a.y),
+        spearman=correlate.spearman(a.x, a.y),
         lags=lags,
-        best=C.best_lag(lags),
+        best=correlate.best_lag(lags),
         only_kl_steps=a.only_x_steps,
         only_metric_steps=a.only_y_steps,
         nonfinite_steps=a.nonfinite_steps,
@@ -157,7 +157,7 @@ def _link(kl: Series, other: Series) -> Link:
 
 
 def _spike_match(kl: Series, other: Series, role: str, curves: RunCurves) -> SpikeMatch:
-    steps, k, m = C.outer_join(kl.steps, kl.values, other.steps, other.values)
+    steps, k, m = correlate.outer_join(kl.steps, kl.values, other.steps, other.values)
     matches = E.coincident_spikes(steps, k, m, log_a=True, log_b=role in LOG_ROLES)
     return SpikeMatch(role, other.name, len(curves.kl_spikes), matches)
 
