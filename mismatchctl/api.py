@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from mismatchctl.analysis.diagnose import Diagnosis
     from mismatchctl.analysis.diagnosed_report import DiagnosedReport
     from mismatchctl.analysis.explain import Explain
-    from mismatchctl.analysis.gate import Gate, Threshold
-    from mismatchctl.analysis.gate_metrics import gated_metrics
+    from mismatchctl.analysis.check import Gate, Threshold
+    from mismatchctl.analysis.check_metrics import gated_metrics
     from mismatchctl.analysis.live import StepLine
     from mismatchctl.analysis.report import Report
     from mismatchctl.analysis.show import Show
@@ -61,8 +61,8 @@ _LAZY = {
     "Diagnosis": ("mismatchctl.analysis.diagnose", "Diagnosis"),
     "DiagnosedReport": ("mismatchctl.analysis.diagnosed_report", "DiagnosedReport"),
     "Explain": ("mismatchctl.analysis.explain", "Explain"),
-    "Gate": ("mismatchctl.analysis.gate", "Gate"),
-    "gated_metrics": ("mismatchctl.analysis.gate_metrics", "gated_metrics"),
+    "Gate": ("mismatchctl.analysis.check", "Gate"),
+    "gated_metrics": ("mismatchctl.analysis.check_metrics", "gated_metrics"),
     "StepLine": ("mismatchctl.analysis.live", "StepLine"),
     "Report": ("mismatchctl.analysis.report", "Report"),
     "Show": ("mismatchctl.analysis.show", "Show"),
@@ -641,7 +641,7 @@ def check(
     ``thresholds_file``: TOML ``[max]`` / ``[min]`` tables) judged on the selection's metrics,
     over the default thresholds from the severity bands unless ``defaults=False``; with
     ``diagnose``, diagnose's checks too. ``Gate.passed``; ``Gate.cases`` one per threshold."""
-    from mismatchctl.analysis.gate import build_gate, merge, parse_threshold, read_thresholds
+    from mismatchctl.analysis.check import build_gate, merge, parse_threshold, read_thresholds
     from mismatchctl.engines.choice import choose_engine
     from mismatchctl.store import open_store
 

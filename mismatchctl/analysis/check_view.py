@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.diagnose.view import diagnosis_sections
-from mismatchctl.analysis.gate import FAIL, OK, Gate
+from mismatchctl.analysis.check import FAIL, OK, Gate
 
 
 def gate_sections(g: Gate) -> list[sec.Section]:
