@@ -28,13 +28,13 @@ if TYPE_CHECKING:
     from mismatchctl.analysis import catalog_view as views
     from mismatchctl.analysis.bisect.judge import Bisect
     from mismatchctl.analysis.certify import Certification
+    from mismatchctl.analysis.check import Gate, Threshold
+    from mismatchctl.analysis.check_metrics import gated_metrics
     from mismatchctl.analysis.compare import Comparison
     from mismatchctl.analysis.compare_same import Identical
     from mismatchctl.analysis.diagnose import Diagnosis
     from mismatchctl.analysis.diagnosed_report import DiagnosedReport
     from mismatchctl.analysis.explain import Explain
-    from mismatchctl.analysis.check import Gate, Threshold
-    from mismatchctl.analysis.check_metrics import gated_metrics
     from mismatchctl.analysis.live import StepLine
     from mismatchctl.analysis.report import Report
     from mismatchctl.analysis.show import Show

@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mismatchctl.analysis.check_metrics import gated_metrics
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.diagnose.levels import HIGH_MAX, MEDIUM_MAX
-from mismatchctl.analysis.check_metrics import gated_metrics
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import reread, resolve
 from mismatchctl.analysis.selectors import parse_selector

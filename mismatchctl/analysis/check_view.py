@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from mismatchctl.analysis import sections as sec
-from mismatchctl.analysis.diagnose.view import diagnosis_sections
 from mismatchctl.analysis.check import FAIL, OK, Gate
+from mismatchctl.analysis.diagnose.view import diagnosis_sections
 
 
 def gate_sections(g: Gate) -> list[sec.Section]:
