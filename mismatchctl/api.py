@@ -162,7 +162,7 @@ def ingest(
     prefixes or globs; credentials from the environment): each object is copied to a local
     temporary file by the task that reads it (``workers`` threads with the local engine)."""
     from mismatchctl.engines.choice import choose_engine
-    from mismatchctl.ingest.remote import is_remote
+    from mismatchctl.ingest.remote_inputs import is_remote
     from mismatchctl.ingest.run_ingest import ingest_files, options_of
     from mismatchctl.store import open_store
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.routing import RoutingResult, first_flip_plot
-from mismatchctl.stats import routing as R
+from mismatchctl.stats import routing_sums as R
 
 K = sec.Kind
 SUMMARY = (

@@ -22,7 +22,7 @@ from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import parquet_extra as extra
 from mismatchctl.ingest import source as src
 from mismatchctl.ingest.batch import RaggedBatch, RouteColumn, offsets_from_lengths
-from mismatchctl.ingest.columns import SEQUENCE_NAMES, require, resolve, unique_names
+from mismatchctl.ingest.column_roles import SEQUENCE_NAMES, require, resolve, unique_names
 from mismatchctl.ingest.routes import START_LEN
 from mismatchctl.ingest.source import Source, step_from_name, step_in_range, tags_from_metadata
 from mismatchctl.options import FORMAT_SEQUENCE

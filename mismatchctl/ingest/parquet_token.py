@@ -25,7 +25,7 @@ from mismatchctl.ingest.batch import (
     offsets_from_lengths,
     sequence_index,
 )
-from mismatchctl.ingest.columns import TOKEN_NAMES, require, resolve, unique_names
+from mismatchctl.ingest.column_roles import TOKEN_NAMES, require, resolve, unique_names
 from mismatchctl.ingest.parquet_extra import PROMPT_LENGTH_NAMES, UNKNOWN
 from mismatchctl.ingest.source import (
     BATCH_TOKENS,

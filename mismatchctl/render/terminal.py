@@ -17,14 +17,14 @@ from rich.text import Text
 
 from mismatchctl.analysis import sections as sec
 from mismatchctl.display import visible
-from mismatchctl.render.fit import fit
-from mismatchctl.render.text import (
+from mismatchctl.render.cells import (
     BAND_STYLE,
     HEAT_MARK_STYLE,
     HEAT_STYLE,
     VERDICT_STYLE,
     cell_text,
 )
+from mismatchctl.render.fit import fit
 
 MAX_STEP_ROWS = 30  # beyond this, a sparkline and the worst steps
 WORST_STEPS = 10
