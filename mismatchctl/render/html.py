@@ -24,7 +24,7 @@ from pathlib import Path
 from mismatchctl import __version__
 from mismatchctl.analysis import sections as sec
 from mismatchctl.display import visible
-from mismatchctl.render.cells import HEAT_COLOURS, cell_text
+from mismatchctl.render.cell_text import HEAT_COLOURS, cell_text
 from mismatchctl.render.json import dumps
 from mismatchctl.render.output import write_text
 from mismatchctl.render.style import CSS, FIGURES, HEAT_CSS, INFLATE, LOADER, ONERROR

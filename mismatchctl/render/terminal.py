@@ -17,7 +17,7 @@ from rich.text import Text
 
 from mismatchctl.analysis import sections as sec
 from mismatchctl.display import visible
-from mismatchctl.render.cells import (
+from mismatchctl.render.cell_text import (
     BAND_STYLE,
     HEAT_MARK_STYLE,
     HEAT_STYLE,
