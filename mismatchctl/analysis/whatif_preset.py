@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from mismatchctl import schema as S
 from mismatchctl.analysis import sections as sec
-from mismatchctl.analysis.diagnose import corrections as T
+from mismatchctl.analysis.diagnose import corrections
 from mismatchctl.analysis.remedy import discards_signal, remedy_dict
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import reread, resolve_text
@@ -193,7 +193,7 @@ class PresetWhatif:
         if rejected is not None:
             return rejected
         clipped = metrics.get(self.preset.clipped_key) if self.preset.clipped_key else None
-        if clipped is not None and clipped >= T.MAX_CORRECTION_CLIPPED:
+        if clipped is not None and clipped >= corrections.MAX_CORRECTION_CLIPPED:
             unit = "sequence" if self.config.get("rollout_is") == "sequence" else "token"
             shares = {M.TOKEN_FRACTION: clipped, M.SEQUENCE_FRACTION: clipped}
             return discards_signal(shares, unit, "clipped")

@@ -286,9 +286,9 @@ def figure(f: sec.Figure, depth: int) -> str:
     """A figure's placeholder (its height), its packed JSON and its 'how to read' line."""
     import plotly.io as pio
 
-    from mismatchctl.render import figures as F
+    from mismatchctl.render import figures
 
-    fig = F.build(f)
+    fig = figures.build(f)
     data = pack(pio.to_json(fig, validate=False, engine="json"))
     div = f"{f.id}-plot"
     how = f'<p class="how">{esc(f.how)}</p>' if f.how else ""
