@@ -175,7 +175,7 @@ def floor(path: Path) -> None:
 
     sys.path.insert(0, str(ROOT))
     from mismatchctl.ingest import parquet_sequence as ps
-    from mismatchctl.ingest import source as src
+    from mismatchctl.ingest import source as ingest_source
 
     if path.is_dir():
         from mismatchctl.ingest.verl_dataproto import load_dataproto
@@ -186,7 +186,10 @@ def floor(path: Path) -> None:
     pf = pq.ParquetFile(path, buffer_size=ps.ROUTES_READ_BUFFER, pre_buffer=False)
     columns = ["rollout_routed_experts", "trainer_routed_experts"]
     avg = pf.metadata.num_rows and ps._avg_len(pf, "rollout_log_probs", str(path))
-    rows = max(1, min(65536, src.BATCH_TOKENS // max(1, avg)) // src.ROUTES_BATCH_DIVISOR)
+    rows = max(
+        1,
+        min(65536, ingest_source.BATCH_TOKENS // max(1, avg)) // ingest_source.ROUTES_BATCH_DIVISOR,
+    )
     for _ in pf.iter_batches(batch_size=rows, columns=columns):
         pass
 

@@ -28,13 +28,13 @@ if TYPE_CHECKING:
     from mismatchctl.analysis import catalog_view as views
     from mismatchctl.analysis.bisect.judge import Bisect
     from mismatchctl.analysis.certify import Certification
+    from mismatchctl.analysis.check import Gate, Threshold
+    from mismatchctl.analysis.check_metrics import gated_metrics
     from mismatchctl.analysis.compare import Comparison
     from mismatchctl.analysis.compare_same import Identical
     from mismatchctl.analysis.diagnose import Diagnosis
     from mismatchctl.analysis.diagnosed_report import DiagnosedReport
     from mismatchctl.analysis.explain import Explain
-    from mismatchctl.analysis.gate import Gate, Threshold
-    from mismatchctl.analysis.gate_metrics import gated_metrics
     from mismatchctl.analysis.live import StepLine
     from mismatchctl.analysis.report import Report
     from mismatchctl.analysis.show import Show
@@ -61,8 +61,8 @@ _LAZY = {
     "Diagnosis": ("mismatchctl.analysis.diagnose", "Diagnosis"),
     "DiagnosedReport": ("mismatchctl.analysis.diagnosed_report", "DiagnosedReport"),
     "Explain": ("mismatchctl.analysis.explain", "Explain"),
-    "Gate": ("mismatchctl.analysis.gate", "Gate"),
-    "gated_metrics": ("mismatchctl.analysis.gate_metrics", "gated_metrics"),
+    "Gate": ("mismatchctl.analysis.check", "Gate"),
+    "gated_metrics": ("mismatchctl.analysis.check_metrics", "gated_metrics"),
     "StepLine": ("mismatchctl.analysis.live", "StepLine"),
     "Report": ("mismatchctl.analysis.report", "Report"),
     "Show": ("mismatchctl.analysis.show", "Show"),
@@ -162,7 +162,7 @@ def ingest(
     prefixes or globs; credentials from the environment): each object is copied to a local
     temporary file by the task that reads it (``workers`` threads with the local engine)."""
     from mismatchctl.engines.choice import choose_engine
-    from mismatchctl.ingest.remote import is_remote
+    from mismatchctl.ingest.remote_inputs import is_remote
     from mismatchctl.ingest.run_ingest import ingest_files, options_of
     from mismatchctl.store import open_store
 
@@ -641,7 +641,7 @@ def check(
     ``thresholds_file``: TOML ``[max]`` / ``[min]`` tables) judged on the selection's metrics,
     over the default thresholds from the severity bands unless ``defaults=False``; with
     ``diagnose``, diagnose's checks too. ``Gate.passed``; ``Gate.cases`` one per threshold."""
-    from mismatchctl.analysis.gate import build_gate, merge, parse_threshold, read_thresholds
+    from mismatchctl.analysis.check import build_gate, merge, parse_threshold, read_thresholds
     from mismatchctl.engines.choice import choose_engine
     from mismatchctl.store import open_store
 

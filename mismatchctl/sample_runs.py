@@ -18,7 +18,7 @@ from mismatchctl.ingest.routing_rows import RouteOptions, check_route_options
 from mismatchctl.ingest.run_ingest import IngestResult, Options, Progress, ingest_files
 from mismatchctl.options import TOKENIZER_BYTES
 from mismatchctl.store import Store
-from mismatchctl.store.settings import TOKENIZER, run_setting, set_run_setting
+from mismatchctl.store.run_settings import TOKENIZER, run_setting, set_run_setting
 
 MANIFEST = "manifest.json"
 # a run's `ingest` options in the manifest (what `mismatchctl ingest` needs beyond the files)
@@ -157,7 +157,7 @@ DEMO_KERNELS = {
         "run_starts",
     ),
     "mismatchctl.stats.cube_kernels": ("column_ranges", "cube_accumulate", "token_codes"),
-    "mismatchctl.stats.routing_kernels": ("routing_sums",),
+    "mismatchctl.stats.routing_sums_kernels": ("routing_sums",),
 }  # fmt: skip
 # a first demo's time compiling all of them: its run with a fresh NUMBA_CACHE_DIR (72 s) less its
 # run with the cache warm (37 s), on 2 CPU cores at load average 5-6 (README "Two commands"); the

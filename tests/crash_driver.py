@@ -15,11 +15,12 @@ from collections.abc import Callable
 from typing import Any
 
 from mismatchctl.cli.main import app
-from mismatchctl.ingest import source
-from mismatchctl.store import catalog, parts, store
+from mismatchctl.ingest import source as ingest_source
+from mismatchctl.store import catalog, store
+from mismatchctl.store import parts as store_parts
 
 POINTS: dict[str, tuple[Any, str]] = {
-    "stage": (parts.PartWriter, "write"),  # writing parts under .staging/
+    "stage": (store_parts.PartWriter, "write"),  # writing parts under .staging/
     "move": (os, "replace"),  # moving staged parts into place
     "catalog": (catalog, "insert_part"),  # inside the catalog transaction, before COMMIT
     "sweep": (store.Store, "sweep"),  # the removal of orphans (e.g. during `runs rm`)
@@ -42,8 +43,8 @@ def kill_at(owner: Any, name: str, n: int) -> None:
 
 def main() -> None:
     point, n, args = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-    parts.PART_TOKENS = 500
-    source.BATCH_TOKENS = 500
+    store_parts.PART_TOKENS = 500
+    ingest_source.BATCH_TOKENS = 500
     kill_at(*POINTS[point], n)
     app(args, prog_name="mismatchctl")
 

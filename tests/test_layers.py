@@ -109,3 +109,44 @@ def test_the_report_does_not_know_diagnose() -> None:
         if module == DIAGNOSE or module.startswith(f"{DIAGNOSE}.")
     ]
     assert not wrong, "\n".join(wrong)
+
+
+# Where the package's modules are imported: the package, its tests, the benchmarks, the data tools.
+IMPORTERS = ("mismatchctl", "tests", "bench", "sample_data")
+
+
+def _is_module(dotted: str) -> bool:
+    path = ROOT / dotted.replace(".", "/")
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _module_names(path: Path) -> list[tuple[str, str, bool]]:
+    """(module, the name it is bound to, whether that name is an alias) of every import of a
+    module of the package in a file (imports of names from a module are not counted)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] == "mismatchctl":
+                for a in node.names:
+                    if _is_module(sub := f"{node.module}.{a.name}"):
+                        out.append((sub, a.asname or a.name, a.asname is not None))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, a.asname, True) for a in node.names if a.asname and _is_module(a.name)]
+    return out
+
+
+def test_one_name_per_module() -> None:
+    """A module of the package is bound to one name wherever it is imported (``schema`` is ``S``
+    everywhere), and an alias names one module only (docs/architecture.md "Names")."""
+    names: dict[str, set[str]] = {}
+    aliases: dict[str, set[str]] = {}
+    for top in IMPORTERS:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            for module, name, alias in _module_names(path):
+                names.setdefault(module, set()).add(name)
+                if alias:
+                    aliases.setdefault(name, set()).add(module)
+    many = {m: sorted(n) for m, n in names.items() if len(n) > 1}
+    assert not many, f"modules imported under more than one name: {many}"
+    shared = {a: sorted(m) for a, m in aliases.items() if len(m) > 1}
+    assert not shared, f"aliases naming more than one module: {shared}"

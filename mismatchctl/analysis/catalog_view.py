@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.curves.ingest import MetricsIngest
 from mismatchctl.display import file_label
 from mismatchctl.engines.plan import step_span
@@ -31,14 +31,14 @@ def tags_text(tags: dict[str, str]) -> str:
     return " ".join(f"{k}={v}" for k, v in tags.items()) or "-"
 
 
-def no_runs(store: str) -> S.Lines:
+def no_runs(store: str) -> sec.Lines:
     """What an empty store says: which store it is, how to fill it, and how to point at the
     demo's store when ``mismatchctl demo`` left one here."""
     text = f"No runs in the store {store} yet. Add one with `mismatchctl ingest DUMPS --run NAME`."
-    return S.Lines("no-runs", None, [S.Line(text + demo_store_hint(store))])
+    return sec.Lines("no-runs", None, [sec.Line(text + demo_store_hint(store))])
 
 
-def runs_sections(runs: list[RunInfo], store: str) -> list[S.Section]:
+def runs_sections(runs: list[RunInfo], store: str) -> list[sec.Section]:
     if not runs:
         return [no_runs(store)]
     rows = [
@@ -47,28 +47,28 @@ def runs_sections(runs: list[RunInfo], store: str) -> list[S.Section]:
         for r in runs
     ]  # fmt: skip
     columns = [
-        S.Column("run", "run", S.Kind.LABEL), S.Column("tags", "tags", S.Kind.TEXT),
-        S.Column("steps", "steps", S.Kind.LABEL), S.Column("sequences", "sequences", S.Kind.COUNT),
-        S.Column("tokens", "model tokens", S.Kind.COUNT),
-        S.Column("sources", "sources", S.Kind.COUNT), S.Column("at", "ingested at", S.Kind.LABEL),
+        sec.Column("run", "run", sec.Kind.LABEL), sec.Column("tags", "tags", sec.Kind.TEXT),
+        sec.Column("steps", "steps", sec.Kind.LABEL), sec.Column("sequences", "sequences", sec.Kind.COUNT),
+        sec.Column("tokens", "model tokens", sec.Kind.COUNT),
+        sec.Column("sources", "sources", sec.Kind.COUNT), sec.Column("at", "ingested at", sec.Kind.LABEL),
     ]  # fmt: skip
-    return [S.Table("runs", "Runs", columns, rows)]
+    return [sec.Table("runs", "Runs", columns, rows)]
 
 
-def run_sections(r: RunInfo) -> list[S.Section]:
+def run_sections(r: RunInfo) -> list[sec.Section]:
     facts = [
-        S.Fact("run", r.name, S.Kind.LABEL),
-        S.Fact("tags", tags_text(r.tags), S.Kind.TEXT),
-        S.Fact("gpus (rows)", ", ".join(r.gpus) or "-", S.Kind.TEXT),
-        S.Fact("steps", steps_text(r.steps), S.Kind.TEXT),
-        S.Fact("sequences", f"{r.sequences:,} ({r.empty_sequences:,} empty)", S.Kind.TEXT),
-        S.Fact("model tokens", r.model_tokens, S.Kind.COUNT),
-        S.Fact("tool tokens", r.tool_tokens, S.Kind.COUNT),
-        S.Fact("dropped sequences", r.dropped_sequences, S.Kind.COUNT),
-        S.Fact("duplicate sequences", duplicates_text(r.sources), S.Kind.TEXT),
-        S.Fact("prompt lengths", prompt_lengths_text(r.sources), S.Kind.TEXT),
-        S.Fact("attributes", attributes_text(r.sources), S.Kind.TEXT),
-        S.Fact("created at", r.created_at, S.Kind.TEXT),
+        sec.Fact("run", r.name, sec.Kind.LABEL),
+        sec.Fact("tags", tags_text(r.tags), sec.Kind.TEXT),
+        sec.Fact("gpus (rows)", ", ".join(r.gpus) or "-", sec.Kind.TEXT),
+        sec.Fact("steps", steps_text(r.steps), sec.Kind.TEXT),
+        sec.Fact("sequences", f"{r.sequences:,} ({r.empty_sequences:,} empty)", sec.Kind.TEXT),
+        sec.Fact("model tokens", r.model_tokens, sec.Kind.COUNT),
+        sec.Fact("tool tokens", r.tool_tokens, sec.Kind.COUNT),
+        sec.Fact("dropped sequences", r.dropped_sequences, sec.Kind.COUNT),
+        sec.Fact("duplicate sequences", duplicates_text(r.sources), sec.Kind.TEXT),
+        sec.Fact("prompt lengths", prompt_lengths_text(r.sources), sec.Kind.TEXT),
+        sec.Fact("attributes", attributes_text(r.sources), sec.Kind.TEXT),
+        sec.Fact("created at", r.created_at, sec.Kind.TEXT),
     ]
     rows = [
         {"i": i, "file": Path(s.path).name, "format": s.format,
@@ -77,23 +77,23 @@ def run_sections(r: RunInfo) -> list[S.Section]:
         for i, s in enumerate(r.sources, start=1)
     ]  # fmt: skip
     columns = [
-        S.Column("i", "#", S.Kind.COUNT), S.Column("file", "file", S.Kind.LABEL),
-        S.Column("format", "format", S.Kind.LABEL),
-        S.Column("fingerprint", "fingerprint", S.Kind.LABEL),
-        S.Column("kept", "kept", S.Kind.COUNT), S.Column("dropped", "dropped", S.Kind.COUNT),
-        S.Column("empty", "empty", S.Kind.COUNT), S.Column("tokens", "model tokens", S.Kind.COUNT),
+        sec.Column("i", "#", sec.Kind.COUNT), sec.Column("file", "file", sec.Kind.LABEL),
+        sec.Column("format", "format", sec.Kind.LABEL),
+        sec.Column("fingerprint", "fingerprint", sec.Kind.LABEL),
+        sec.Column("kept", "kept", sec.Kind.COUNT), sec.Column("dropped", "dropped", sec.Kind.COUNT),
+        sec.Column("empty", "empty", sec.Kind.COUNT), sec.Column("tokens", "model tokens", sec.Kind.COUNT),
     ]  # fmt: skip
     lines = []
     for i, s in enumerate(r.sources, start=1):
-        lines.append(S.Line(f"  {i}. {s.path} ({s.size:,} bytes, {tags_text(s.tags)})"))
-        lines += [S.Line(f"     note: {n}", "warn") for n in s.notes]
-        lines += [S.Line(f"     dropped {k}: {v}", "warn") for k, v in s.dropped.items()]
+        lines.append(sec.Line(f"  {i}. {s.path} ({s.size:,} bytes, {tags_text(s.tags)})"))
+        lines += [sec.Line(f"     note: {n}", "warn") for n in s.notes]
+        lines += [sec.Line(f"     dropped {k}: {v}", "warn") for k, v in s.dropped.items()]
         if s.duplicate_sequences:
-            lines.append(S.Line(f"     duplicate sequences: {s.duplicate_sequences:,}", "warn"))
+            lines.append(sec.Line(f"     duplicate sequences: {s.duplicate_sequences:,}", "warn"))
     return [
-        S.Facts("run", f"Run {r.name}", facts),
-        S.Table("provenance", "Provenance", columns, rows),
-        S.Lines("sources", "Sources:", lines),
+        sec.Facts("run", f"Run {r.name}", facts),
+        sec.Table("provenance", "Provenance", columns, rows),
+        sec.Lines("sources", "Sources:", lines),
     ]
 
 
@@ -143,54 +143,57 @@ def duplicates_text(sources: list[SourceRecord]) -> str:
     return text
 
 
-def ingest_sections(result: IngestResult) -> list[S.Section]:
+def ingest_sections(result: IngestResult) -> list[sec.Section]:
     t = result.tally
     skipped = [
-        S.Line(f"skipped {f.path}: {f.status} (same content as {f.same_as})")
+        sec.Line(f"skipped {f.path}: {f.status} (same content as {f.same_as})")
         for f in result.files
         if f.status != "ingested"
     ]
     if not result.ingested:
         title = f"Nothing new for run `{result.run}`: every input is already there."
         return [
-            S.Lines("ingest", title, [S.Line(x.text.removeprefix("skipped ")) for x in skipped])
+            sec.Lines("ingest", title, [sec.Line(x.text.removeprefix("skipped ")) for x in skipped])
         ]
     facts = [
-        S.Fact("files ingested", len(result.ingested), S.Kind.COUNT),
-        S.Fact(
-            "files skipped (same content)", len(result.files) - len(result.ingested), S.Kind.COUNT
+        sec.Fact("files ingested", len(result.ingested), sec.Kind.COUNT),
+        sec.Fact(
+            "files skipped (same content)", len(result.files) - len(result.ingested), sec.Kind.COUNT
         ),
-        S.Fact("sequences", t.sequences, S.Kind.COUNT),
-        S.Fact("model tokens", t.model_tokens, S.Kind.COUNT),
-        S.Fact("tool tokens", t.tool_tokens, S.Kind.COUNT),
-        S.Fact("prompt tokens", t.prompt_tokens, S.Kind.COUNT),
-        S.Fact("padding tokens", t.pad_tokens, S.Kind.COUNT),
-        S.Fact("empty sequences (no model token)", t.empty_sequences, S.Kind.COUNT),
-        S.Fact(
-            "duplicate sequences (exact repeats in a step)", t.duplicate_sequences, S.Kind.COUNT
+        sec.Fact("sequences", t.sequences, sec.Kind.COUNT),
+        sec.Fact("model tokens", t.model_tokens, sec.Kind.COUNT),
+        sec.Fact("tool tokens", t.tool_tokens, sec.Kind.COUNT),
+        sec.Fact("prompt tokens", t.prompt_tokens, sec.Kind.COUNT),
+        sec.Fact("padding tokens", t.pad_tokens, sec.Kind.COUNT),
+        sec.Fact("empty sequences (no model token)", t.empty_sequences, sec.Kind.COUNT),
+        sec.Fact(
+            "duplicate sequences (exact repeats in a step)", t.duplicate_sequences, sec.Kind.COUNT
         ),
-        S.Fact("steps", steps_text(sorted(t.steps)), S.Kind.TEXT),
-        S.Fact("gpus", ", ".join(sorted(t.gpus)) or "-", S.Kind.TEXT),
-        S.Fact("dropped sequences", t.dropped_sequences, S.Kind.COUNT),
+        sec.Fact("steps", steps_text(sorted(t.steps)), sec.Kind.TEXT),
+        sec.Fact("gpus", ", ".join(sorted(t.gpus)) or "-", sec.Kind.TEXT),
+        sec.Fact("dropped sequences", t.dropped_sequences, sec.Kind.COUNT),
     ]
     facts += [
-        S.Fact(f"  dropped: {reason}", n, S.Kind.COUNT) for reason, n in sorted(t.dropped.items())
+        sec.Fact(f"  dropped: {reason}", n, sec.Kind.COUNT)
+        for reason, n in sorted(t.dropped.items())
     ]
     if t.padding_kept:
         facts.append(
-            S.Fact("padding kept as model tokens (--allow-padding)", t.padding_kept, S.Kind.COUNT)
+            sec.Fact(
+                "padding kept as model tokens (--allow-padding)", t.padding_kept, sec.Kind.COUNT
+            )
         )
     lines = [*skipped, *note_lines(result)]
     if t.dropped_ids:
-        lines.append(S.Line("dropped samples: " + "; ".join(t.dropped_ids), "warn"))
-    lines += [S.Line(f"Warning: {w}", "bold") for w in result.warnings]
-    out: list[S.Section] = [S.Facts("ingest", f"Ingested into run `{result.run}`", facts)]
+        lines.append(sec.Line("dropped samples: " + "; ".join(t.dropped_ids), "warn"))
+    lines += [sec.Line(f"Warning: {w}", "bold") for w in result.warnings]
+    out: list[sec.Section] = [sec.Facts("ingest", f"Ingested into run `{result.run}`", facts)]
     if lines:
-        out.append(S.Lines("ingest-notes", None, lines))
+        out.append(sec.Lines("ingest-notes", None, lines))
     return out
 
 
-def note_lines(result: IngestResult) -> list[S.Line]:
+def note_lines(result: IngestResult) -> list[sec.Line]:
     """The ingested files' notes, a note several files share written once with how many files
     (the first and last named): an ingest of a thousand files is not a thousand times the same
     line."""
@@ -202,12 +205,12 @@ def note_lines(result: IngestResult) -> list[S.Line]:
     lines = []
     for note, labels in files.items():
         if len(labels) == 1:
-            lines.append(S.Line(f"note: {labels[0]}: {note}", "warn"))
+            lines.append(sec.Line(f"note: {labels[0]}: {note}", "warn"))
         else:
             which = (
                 f"{labels[0]}, {labels[1]}" if len(labels) == 2 else f"{labels[0]} ... {labels[-1]}"
             )
-            lines.append(S.Line(f"note: {len(labels)} files ({which}): {note}", "warn"))
+            lines.append(sec.Line(f"note: {len(labels)} files ({which}): {note}", "warn"))
     return lines
 
 
@@ -224,34 +227,37 @@ def ingest_dict(result: IngestResult) -> dict[str, Any]:
     }
 
 
-def metrics_ingest_sections(result: MetricsIngest) -> list[S.Section]:
+def metrics_ingest_sections(result: MetricsIngest) -> list[sec.Section]:
     commit, src = result.commit, result.commit.source
     if commit.status != "ingested":
         same = commit.same_as
         when = f" (on {same.ingested_at})" if same else ""
         text = f"Nothing new for run `{result.run}`: {src.path} was already ingested with these options{when}."
-        return [S.Lines("metrics", None, [S.Line(text, "bold")])]
+        return [sec.Lines("metrics", None, [sec.Line(text, "bold")])]
     steps = step_span(src.min_step, src.max_step) if src.min_step is not None else "-"
     facts = [
-        S.Fact("source", f"{src.path} ({src.format})", S.Kind.TEXT),
-        S.Fact("step column", src.step_column, S.Kind.TEXT),
-        S.Fact("metrics", f"{len(src.metrics)}: " + ", ".join(src.metrics), S.Kind.TEXT),
-        S.Fact("steps", steps, S.Kind.TEXT),
-        S.Fact("values added", commit.added, S.Kind.COUNT),
-        S.Fact("values already in the run (equal)", commit.unchanged, S.Kind.COUNT),
-        S.Fact("earlier values replaced", commit.replaced, S.Kind.COUNT),
+        sec.Fact("source", f"{src.path} ({src.format})", sec.Kind.TEXT),
+        sec.Fact("step column", src.step_column, sec.Kind.TEXT),
+        sec.Fact("metrics", f"{len(src.metrics)}: " + ", ".join(src.metrics), sec.Kind.TEXT),
+        sec.Fact("steps", steps, sec.Kind.TEXT),
+        sec.Fact("values added", commit.added, sec.Kind.COUNT),
+        sec.Fact("values already in the run (equal)", commit.unchanged, sec.Kind.COUNT),
+        sec.Fact("earlier values replaced", commit.replaced, sec.Kind.COUNT),
     ]
     facts += [
-        S.Fact(f"excluded: {reason}", n, S.Kind.COUNT) for reason, n in sorted(src.excluded.items())
+        sec.Fact(f"excluded: {reason}", n, sec.Kind.COUNT)
+        for reason, n in sorted(src.excluded.items())
     ]
     facts += [
-        S.Fact(f"renamed: {new}", f"from {old}", S.Kind.TEXT)
+        sec.Fact(f"renamed: {new}", f"from {old}", sec.Kind.TEXT)
         for new, old in sorted(src.renamed.items())
     ]
-    out: list[S.Section] = [S.Facts("metrics", f"Training metrics of run `{result.run}`", facts)]
+    out: list[sec.Section] = [
+        sec.Facts("metrics", f"Training metrics of run `{result.run}`", facts)
+    ]
     if src.notes:
         out.append(
-            S.Lines("metrics-notes", None, [S.Line(f"note: {n}", "warn") for n in src.notes])
+            sec.Lines("metrics-notes", None, [sec.Line(f"note: {n}", "warn") for n in src.notes])
         )
     return out
 
@@ -269,7 +275,7 @@ def metrics_ingest_dict(result: MetricsIngest) -> dict[str, Any]:
     }
 
 
-def check_sections(found: dict[str, list[Damage]], store: str) -> list[S.Section]:
+def check_sections(found: dict[str, list[Damage]], store: str) -> list[sec.Section]:
     if not found:
         return [no_runs(store)]
     rows: list[dict[str, Any]] = []
@@ -280,7 +286,7 @@ def check_sections(found: dict[str, list[Damage]], store: str) -> list[S.Section
             {"run": run, "status": "damaged", "part": d.part, "problem": d.problem} for d in damage
         ]
     columns = [
-        S.Column("run", "run", S.Kind.LABEL), S.Column("status", "status", S.Kind.VERDICT),
-        S.Column("part", "part", S.Kind.TEXT), S.Column("problem", "problem", S.Kind.TEXT),
+        sec.Column("run", "run", sec.Kind.LABEL), sec.Column("status", "status", sec.Kind.VERDICT),
+        sec.Column("part", "part", sec.Kind.TEXT), sec.Column("problem", "problem", sec.Kind.TEXT),
     ]  # fmt: skip
-    return [S.Table("check", "", columns, rows)]
+    return [sec.Table("check", "", columns, rows)]

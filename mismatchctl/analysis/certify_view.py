@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mismatchctl.analysis import sections as X
+from mismatchctl.analysis import sections as sec
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.certify import Certification
@@ -20,7 +20,7 @@ def _where(row: dict[str, Any]) -> str:
     )
 
 
-def certify_sections(c: Certification) -> list[X.Section]:
+def certify_sections(c: Certification) -> list[sec.Section]:
     s, d = c.state, c.to_dict()["certify"]
     crit = "bitwise equal" if c.tolerance == 0 else f"|r| <= {c.tolerance:g}"
     verdict = (
@@ -29,33 +29,33 @@ def certify_sections(c: Certification) -> list[X.Section]:
         else f"FAILS: {s.tokens - s.within:,} of {s.tokens:,} tokens are not {crit}"
     )
     facts = [
-        X.Fact("selection", c.selector, X.Kind.LABEL),
-        X.Fact("criterion", crit, X.Kind.TEXT),
-        X.Fact("tokens", s.tokens, X.Kind.COUNT),
-        X.Fact("exactly equal tokens", d["equal_token_share"], X.Kind.SHARE,
+        sec.Fact("selection", c.selector, sec.Kind.LABEL),
+        sec.Fact("criterion", crit, sec.Kind.TEXT),
+        sec.Fact("tokens", s.tokens, sec.Kind.COUNT),
+        sec.Fact("exactly equal tokens", d["equal_token_share"], sec.Kind.SHARE,
                remark=f"{s.equal:,}"),
-        X.Fact("tokens within the tolerance", d["within_tolerance_share"], X.Kind.SHARE,
+        sec.Fact("tokens within the tolerance", d["within_tolerance_share"], sec.Kind.SHARE,
                remark=f"{s.within:,}"),
-        X.Fact("sequences", s.sequences, X.Kind.COUNT),
-        X.Fact("sequences equal throughout", d["equal_sequence_share"], X.Kind.SHARE,
+        sec.Fact("sequences", s.sequences, sec.Kind.COUNT),
+        sec.Fact("sequences equal throughout", d["equal_sequence_share"], sec.Kind.SHARE,
                remark=f"{s.equal_sequences:,}"),
-        X.Fact("max |r|", d["max_abs_log_ratio"]),
+        sec.Fact("max |r|", d["max_abs_log_ratio"]),
     ]  # fmt: skip
-    lines = [X.Line(verdict, "bold" if c.holds else "warn")]
+    lines = [sec.Line(verdict, "bold" if c.holds else "warn")]
     if d["first_divergence"]:
-        lines.append(X.Line(f"first divergence (step order): {_where(d['first_divergence'])}"))
+        lines.append(sec.Line(f"first divergence (step order): {_where(d['first_divergence'])}"))
     if d["max_abs_log_ratio_at"] and not c.holds:
-        lines.append(X.Line(f"max |r| at: {_where(d['max_abs_log_ratio_at'])}"))
-    out: list[X.Section] = [
-        X.Facts("certify-summary", f"Certify: {c.selector}", facts),
-        X.Lines("certify-verdict", None, lines),
+        lines.append(sec.Line(f"max |r| at: {_where(d['max_abs_log_ratio_at'])}"))
+    out: list[sec.Section] = [
+        sec.Facts("certify-summary", f"Certify: {c.selector}", facts),
+        sec.Lines("certify-verdict", None, lines),
     ]
     if not c.holds:
         out += [histogram_table(c), earliest_table(c)]
     return out
 
 
-def histogram_table(c: Certification) -> X.Table:
+def histogram_table(c: Certification) -> sec.Table:
     diverged = c.state.sequences - c.state.equal_sequences
     rows = [
         {"positions": f"{lo}" if hi == lo else f"{lo}-{'' if hi is None else hi}",
@@ -63,28 +63,28 @@ def histogram_table(c: Certification) -> X.Table:
         for lo, hi, n in c.histogram()
     ]  # fmt: skip
     columns = [
-        X.Column("positions", "first divergent position", X.Kind.LABEL),
-        X.Column("sequences", "sequences", X.Kind.COUNT),
-        X.Column("share", "share of diverging", X.Kind.SHARE),
+        sec.Column("positions", "first divergent position", sec.Kind.LABEL),
+        sec.Column("sequences", "sequences", sec.Kind.COUNT),
+        sec.Column("share", "share of diverging", sec.Kind.SHARE),
     ]
     note = "Position in the dump's arrays of each diverging sequence's first token with |r| above the tolerance."
-    return X.Table("certify-first", "Where sequences first diverge", columns, rows, note=note)
+    return sec.Table("certify-first", "Where sequences first diverge", columns, rows, note=note)
 
 
-def earliest_table(c: Certification) -> X.Table:
+def earliest_table(c: Certification) -> sec.Table:
     rows = [{**r, "rank": n} for n, r in enumerate(c.state.earliest.rows, 1)]
     columns = [
-        X.Column("rank", "#", X.Kind.ID),
-        X.Column("run", "run", X.Kind.LABEL),
-        X.Column("step", "step", X.Kind.ID),
-        X.Column("sample_id", "sample", X.Kind.LABEL),
-        X.Column("turn", "turn", X.Kind.ID),
-        X.Column("position", "pos", X.Kind.ID),
-        X.Column("kv_position", "kv pos", X.Kind.ID),
-        X.Column("token_id", "token", X.Kind.ID),
-        X.Column("rollout_logprob", "rollout logprob", X.Kind.CORR),
-        X.Column("trainer_logprob", "trainer logprob", X.Kind.CORR),
-        X.Column("log_ratio", "r"),
+        sec.Column("rank", "#", sec.Kind.ID),
+        sec.Column("run", "run", sec.Kind.LABEL),
+        sec.Column("step", "step", sec.Kind.ID),
+        sec.Column("sample_id", "sample", sec.Kind.LABEL),
+        sec.Column("turn", "turn", sec.Kind.ID),
+        sec.Column("position", "pos", sec.Kind.ID),
+        sec.Column("kv_position", "kv pos", sec.Kind.ID),
+        sec.Column("token_id", "token", sec.Kind.ID),
+        sec.Column("rollout_logprob", "rollout logprob", sec.Kind.CORR),
+        sec.Column("trainer_logprob", "trainer logprob", sec.Kind.CORR),
+        sec.Column("log_ratio", "r"),
     ]
     note = "The sequences whose first divergence comes earliest (ties: run, step, seq)."
-    return X.Table("certify-earliest", "Earliest divergences", columns, rows, note=note)
+    return sec.Table("certify-earliest", "Earliest divergences", columns, rows, note=note)

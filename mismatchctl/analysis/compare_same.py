@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.report import Report
 from mismatchctl.engines.plan import Selection
 from mismatchctl.stats import registry as M
@@ -43,15 +43,15 @@ class Identical:
 
     def sections(self) -> list[Any]:
         a, b = self.a.label, self.b.label
-        facts = [S.Fact(m.header, self.metrics[m], S.Kind.of(m.fmt)) for m in SHOWN]
+        facts = [sec.Fact(m.header, self.metrics[m], sec.Kind.of(m.fmt)) for m in SHOWN]
         said = [
-            S.Line(f"identical: no difference. `{a}` and `{b}` hold the same data", "bold"),
-            S.Line(f"{self.basis}.", "dim"),
+            sec.Line(f"identical: no difference. `{a}` and `{b}` hold the same data", "bold"),
+            sec.Line(f"{self.basis}.", "dim"),
         ]
         return [
-            S.Facts("compare", f"Compare  A: {a}   B: {b}", []),
-            S.Lines("identical", None, said),
-            S.Facts("identical-both", "Both sides", facts),
+            sec.Facts("compare", f"Compare  A: {a}   B: {b}", []),
+            sec.Lines("identical", None, said),
+            sec.Facts("identical-both", "Both sides", facts),
         ]
 
     def to_dict(self) -> dict[str, Any]:

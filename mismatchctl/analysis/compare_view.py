@@ -7,7 +7,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from mismatchctl.analysis import figure_data as FD
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.compare_curves import CurvePair
 from mismatchctl.analysis.curves_view import curve_pairs_table, has_logs, pair_dict
 from mismatchctl.analysis.pairing_view import paired_sections
@@ -34,23 +34,23 @@ SAME_LOGPROBS = (
 )
 
 
-def comparison_sections(c: Comparison) -> list[S.Section]:
+def comparison_sections(c: Comparison) -> list[sec.Section]:
     a, b = c.a.selection.label, c.b.selection.label
-    out: list[S.Section] = [
-        S.Facts("compare", f"Compare  A: {a}   B: {b}", []),
+    out: list[sec.Section] = [
+        sec.Facts("compare", f"Compare  A: {a}   B: {b}", []),
         config_table(c),
         headline_table(c),
-        *([S.Lines("same-logprobs", None, [S.Line(SAME_LOGPROBS, "bold")])]
+        *([sec.Lines("same-logprobs", None, [sec.Line(SAME_LOGPROBS, "bold")])]
           if c.same_logprobs else []),
-        S.Lines("verdicts", "Verdict (bootstrap over whole sequences)", [
-            S.Line(r.verdict, "bold" if r.significant else "") for r in c.headline if r.verdict
+        sec.Lines("verdicts", "Verdict (bootstrap over whole sequences)", [
+            sec.Line(r.verdict, "bold" if r.significant else "") for r in c.headline if r.verdict
         ]),
         *paired_sections(c.pairing, a, b),
-        S.Figure("fig-steps", "Per-step vllm_kl, both sides", "compare_steps", c,
+        sec.Figure("fig-steps", "Per-step vllm_kl, both sides", "compare_steps", c,
                "vllm_kl of each batch (step) of side A and side B on a log axis, over the "
                "severity bands; steps are aligned on their numbers."),
         gap_table(c),
-        S.Figure("fig-bins", "vllm_kl by inference probability, both sides", "compare_bins",
+        sec.Figure("fig-bins", "vllm_kl by inference probability, both sides", "compare_bins",
                bins_plot(c), "vllm_kl of each p_infer bin for both sides (log scale). A bin "
                f"holding under {SPARSE_SHARE:.1%} of a side's tokens is drawn hatched and faint: "
                "its vllm_kl rests on a handful of tokens."),
@@ -65,13 +65,15 @@ def comparison_sections(c: Comparison) -> list[S.Section]:
         figs = [f for f in distribution_figures(rep, _side_run(rep)) if f.kind == "log_ppl"]
         if figs:
             title = f"{side}: {rep.selection.label}: log-perplexity of segments"
-            out.append(S.Block(f"scatter-{side.lower()}", title, figs, media="html"))
+            out.append(sec.Block(f"scatter-{side.lower()}", title, figs, media="html"))
     out.append(curves_section(c))
     out += compare_routing(c.a.routing, c.b.routing)
     by_a, by_b = dict(routing_splits(c.a)), dict(routing_splits(c.b))
     out += compare_routing_splits([(s, by_a.get(s, []), by_b.get(s, [])) for s in c.splits])
     out += (
-        [S.Lines("notes", None, [S.Line(f"note: {n}", "note") for n in c.notes])] if c.notes else []
+        [sec.Lines("notes", None, [sec.Line(f"note: {n}", "note") for n in c.notes])]
+        if c.notes
+        else []
     )
     return out
 
@@ -82,16 +84,16 @@ def _side_run(rep: Any) -> str:
     return names[0] if len(names) == 1 else POOLED
 
 
-def config_table(c: Comparison) -> S.Section:
+def config_table(c: Comparison) -> sec.Section:
     if not c.config:
-        return S.Lines(
-            "config", None, [S.Line("Configuration: no tag differs between the two sides.")]
+        return sec.Lines(
+            "config", None, [sec.Line("Configuration: no tag differs between the two sides.")]
         )
     columns = [
-        S.Column("key", "tag", S.Kind.LABEL), S.Column("a", "A", S.Kind.LABEL),
-        S.Column("b", "B", S.Kind.LABEL),
+        sec.Column("key", "tag", sec.Kind.LABEL), sec.Column("a", "A", sec.Kind.LABEL),
+        sec.Column("b", "B", sec.Kind.LABEL),
     ]  # fmt: skip
-    return S.Table("config", "Configuration that differs", columns, [asdict(r) for r in c.config])
+    return sec.Table("config", "Configuration that differs", columns, [asdict(r) for r in c.config])
 
 
 def ci_text(low: float | None, high: float | None, of: str | None) -> str | None:
@@ -100,35 +102,35 @@ def ci_text(low: float | None, high: float | None, of: str | None) -> str | None
     return f"{number(low, 3)} .. {number(high, 3)} ({of})"
 
 
-def headline_table(c: Comparison) -> S.Table:
+def headline_table(c: Comparison) -> sec.Table:
     rows = [
         {**r.to_dict(), "ci": ci_text(r.ci_low, r.ci_high, r.ci_of), "bold": bool(r.significant),
-         "kind": S.Kind.of(M.by_key(r.metric).fmt)}  # each side as `report` writes the metric
+         "kind": sec.Kind.of(M.by_key(r.metric).fmt)}  # each side as `report` writes the metric
         for r in c.headline
     ]  # fmt: skip
     columns = [
-        S.Column("metric", "metric", S.Kind.LABEL),
-        S.Column("a", "A", S.Kind.VALUE, kind_key="kind"),
-        S.Column("b", "B", S.Kind.VALUE, kind_key="kind"),
-        S.Column("difference", "B - A", S.Kind.VALUE),
-        S.Column("ratio", "B / A", S.Kind.RATIO), S.Column("ci", "95% CI", S.Kind.TEXT),
+        sec.Column("metric", "metric", sec.Kind.LABEL),
+        sec.Column("a", "A", sec.Kind.VALUE, kind_key="kind"),
+        sec.Column("b", "B", sec.Kind.VALUE, kind_key="kind"),
+        sec.Column("difference", "B - A", sec.Kind.VALUE),
+        sec.Column("ratio", "B / A", sec.Kind.RATIO), sec.Column("ci", "95% CI", sec.Kind.TEXT),
     ]  # fmt: skip
-    return S.Table("headline", "Headline", columns, rows, bold_key="bold")
+    return sec.Table("headline", "Headline", columns, rows, bold_key="bold")
 
 
-def gap_table(c: Comparison) -> S.Table:
+def gap_table(c: Comparison) -> sec.Table:
     rows = [
         {"turn_kind": g.turn_kind, "bin": bin_label(c.a.bin_edges, int(g.bin)),
          "contribution": g.contribution, "share_of_gap": g.share_of_gap}
         for g in c.gap
     ]  # fmt: skip
     columns = [
-        S.Column("turn_kind", "turn kind", S.Kind.LABEL),
-        S.Column("bin", "p_infer bin", S.Kind.LABEL),
-        S.Column("contribution", "contribution to B - A", S.Kind.VALUE),
-        S.Column("share_of_gap", "share of gap", S.Kind.SHARE),
+        sec.Column("turn_kind", "turn kind", sec.Kind.LABEL),
+        sec.Column("bin", "p_infer bin", sec.Kind.LABEL),
+        sec.Column("contribution", "contribution to B - A", sec.Kind.VALUE),
+        sec.Column("share_of_gap", "share of gap", sec.Kind.SHARE),
     ]  # fmt: skip
-    return S.Table(
+    return sec.Table(
         "gap",
         "Where the vllm_kl gap lives (turn kind x p_infer bin)",
         columns,
@@ -139,21 +141,21 @@ def gap_table(c: Comparison) -> S.Table:
     )
 
 
-def bins_table(c: Comparison) -> S.Table:
+def bins_table(c: Comparison) -> sec.Table:
     rows = [{**asdict(r), "bin": bin_label(c.a.bin_edges, int(r.bin))} for r in c.bins]
     columns = [
-        S.Column("bin", "p_infer bin", S.Kind.LABEL),
+        sec.Column("bin", "p_infer bin", sec.Kind.LABEL),
         *_sides(M.TOKEN_SHARE),
         *_sides(M.VLLM_KL),
-        S.Column("vllm_kl_ratio", "B / A", S.Kind.RATIO),
+        sec.Column("vllm_kl_ratio", "B / A", sec.Kind.RATIO),
         *_sides(M.KL_SHARE),
     ]
-    return S.Table("bins", "By inference probability", columns, rows)
+    return sec.Table("bins", "By inference probability", columns, rows)
 
 
-def _sides(metric: M.Metric) -> list[S.Column]:
+def _sides(metric: M.Metric) -> list[sec.Column]:
     """Side A's and side B's column of one metric (row keys ``a_<name>``, ``b_<name>``)."""
-    return [S.Column.of(metric, f"{s}_{metric}", f"{s.upper()} {metric.header}") for s in "ab"]
+    return [sec.Column.of(metric, f"{s}_{metric}", f"{s.upper()} {metric.header}") for s in "ab"]
 
 
 def bins_plot(c: Comparison) -> FD.CompareBins:
@@ -172,22 +174,22 @@ def _sparse(share: float | None) -> bool:
     return share is None or share < SPARSE_SHARE
 
 
-def keyed_table(rows: list[Any], key: str, title: str) -> S.Table:
+def keyed_table(rows: list[Any], key: str, title: str) -> sec.Table:
     columns = [
-        S.Column(key, key, S.Kind.LABEL),
+        sec.Column(key, key, sec.Kind.LABEL),
         *_sides(M.TOKENS),
         *_sides(M.VLLM_KL),
-        S.Column("vllm_kl_ratio", "B / A", S.Kind.RATIO),
+        sec.Column("vllm_kl_ratio", "B / A", sec.Kind.RATIO),
         *_sides(M.LOG_PPL_PEARSON),
     ]
-    return S.Table(f"by-{key}", title, columns, [r.to_dict() for r in rows])
+    return sec.Table(f"by-{key}", title, columns, [r.to_dict() for r in rows])
 
 
-def _split_table(c: Comparison, split: K.Split, rows: list[Any]) -> S.Table:
+def _split_table(c: Comparison, split: K.Split, rows: list[Any]) -> sec.Table:
     """A ``--by`` split side by side, its values labelled as in the report's tables."""
     name = " x ".join(split)
     table = keyed_table(rows, name, "By " + name)
-    table.id = S.slug("by", *split)
+    table.id = sec.slug("by", *split)
     for row in table.rows:
         values = row[name] if len(split) > 1 else [row[name]]
         labels = [key_label(c.a, k, v) for k, v in zip(split, values, strict=True)]
@@ -195,7 +197,7 @@ def _split_table(c: Comparison, split: K.Split, rows: list[Any]) -> S.Table:
     return table
 
 
-def steps_table(c: Comparison) -> S.Table:
+def steps_table(c: Comparison) -> sec.Table:
     rows = [asdict(r) for r in c.steps]
     half = MAX_STEP_ROWS // 2
     note = None
@@ -203,31 +205,31 @@ def steps_table(c: Comparison) -> S.Table:
         note = f"first and last {half} of {len(rows)} steps (all in --json and the figure)"
         rows = rows[:half] + rows[-half:]
     columns = [
-        S.Column("step", "step", S.Kind.ID),
-        S.Column("a_vllm_kl", "A vllm_kl", S.Kind.VALUE, M.VLLM_KL),
-        S.Column("b_vllm_kl", "B vllm_kl", S.Kind.VALUE, M.VLLM_KL),
-        S.Column("vllm_kl_ratio", "B / A", S.Kind.RATIO),
+        sec.Column("step", "step", sec.Kind.ID),
+        sec.Column("a_vllm_kl", "A vllm_kl", sec.Kind.VALUE, M.VLLM_KL),
+        sec.Column("b_vllm_kl", "B vllm_kl", sec.Kind.VALUE, M.VLLM_KL),
+        sec.Column("vllm_kl_ratio", "B / A", sec.Kind.RATIO),
     ]  # fmt: skip
-    return S.Table("steps", "Per step vllm_kl (aligned on step)", columns, rows, note=note)
+    return sec.Table("steps", "Per step vllm_kl (aligned on step)", columns, rows, note=note)
 
 
-def curves_section(c: Comparison) -> S.Section:
+def curves_section(c: Comparison) -> sec.Section:
     if not has_logs(c.curves):
-        return S.Lines("curves", None, [S.Line(
+        return sec.Lines("curves", None, [sec.Line(
             "Training curves: neither side has training logs attached (mismatchctl "
             "ingest-metrics FILE --run RUN); dump-derived curves are in --json and --html.", "dim")])  # fmt: skip
-    figures: list[S.Section] = []
+    figures: list[sec.Section] = []
     pairs = [p for p in c.curves if _drawn(p)]
     for i, p in enumerate(pairs[:MAX_CURVE_FIGURES]):
-        figures.append(S.Figure(f"fig-curve-{i}", p.metric, "compare_curve", p))
+        figures.append(sec.Figure(f"fig-curve-{i}", p.metric, "compare_curve", p))
     lines = []
     if len(pairs) > MAX_CURVE_FIGURES:
-        lines.append(S.Line(f"{len(pairs) - MAX_CURVE_FIGURES} more paired curves in the table "
+        lines.append(sec.Line(f"{len(pairs) - MAX_CURVE_FIGURES} more paired curves in the table "
                           "and in --json.", "note"))  # fmt: skip
-    sections: list[S.Section] = [curve_pairs_table(c.curves), *figures]
+    sections: list[sec.Section] = [curve_pairs_table(c.curves), *figures]
     if lines:
-        sections.append(S.Lines("curve-notes", None, lines))
-    return S.Block("curves", "Training curves, both sides", sections, bare=True)
+        sections.append(sec.Lines("curve-notes", None, lines))
+    return sec.Block("curves", "Training curves, both sides", sections, bare=True)
 
 
 def _drawn(p: CurvePair) -> bool:

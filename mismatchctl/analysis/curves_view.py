@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.curves.analysis import Link, RunCurves
 from mismatchctl.curves.correlate import MIN_LAG_PAIRS
 from mismatchctl.curves.series import KL, value_at
@@ -55,7 +55,7 @@ def lag_text(link: Link) -> str:
     return f"same step ({r})"
 
 
-def links_table(c: RunCurves) -> S.Table:
+def links_table(c: RunCurves) -> sec.Table:
     """Each curve against per-step vllm_kl: over how many steps, Pearson and Spearman of the
     values, and the best lead-lag of the step-to-step changes."""
     rows = [
@@ -70,13 +70,13 @@ def links_table(c: RunCurves) -> S.Table:
         for link in c.links
     ]
     columns = [
-        S.Column("curve", "curve", S.Kind.LABEL), S.Column("from", "from", S.Kind.LABEL),
-        S.Column("steps", "steps", S.Kind.COUNT), S.Column("pearson", "pearson", S.Kind.SIGNED),
-        S.Column("spearman", "spearman", S.Kind.SIGNED),
-        S.Column("lag", "lead-lag of the changes (best |r|)", S.Kind.TEXT),
+        sec.Column("curve", "curve", sec.Kind.LABEL), sec.Column("from", "from", sec.Kind.LABEL),
+        sec.Column("steps", "steps", sec.Kind.COUNT), sec.Column("pearson", "pearson", sec.Kind.SIGNED),
+        sec.Column("spearman", "spearman", sec.Kind.SIGNED),
+        sec.Column("lag", "lead-lag of the changes (best |r|)", sec.Kind.TEXT),
     ]  # fmt: skip
-    return S.Table(
-        S.slug("curve-links", c.run),
+    return sec.Table(
+        sec.slug("curve-links", c.run),
         f"Training curves: {c.run} (each curve against per-step vllm_kl)",
         columns,
         rows,
@@ -202,7 +202,7 @@ def step_band(c: RunCurves, step: int) -> str | None:
     return None if v is None or math.isnan(v) else band(v)
 
 
-def step_table(c: RunCurves) -> S.Table:
+def step_table(c: RunCurves) -> sec.Table:
     steps, note = table_steps(c)
     names = table_columns(c)
     rows = []
@@ -212,13 +212,13 @@ def step_table(c: RunCurves) -> S.Table:
             row[f"c{i}"] = value_at(c.series[name], step)
         rows.append(row)
     columns = [
-        S.Column("step", "step", S.Kind.ID),
-        S.Column("c0", KL, S.Kind.VALUE, M.VLLM_KL, band_key="band"),
-        S.Column("band", "band", S.Kind.BAND, band_key="band"),
-        *[S.Column(f"c{i}", name, S.Kind.VALUE) for i, name in enumerate(names) if i],
+        sec.Column("step", "step", sec.Kind.ID),
+        sec.Column("c0", KL, sec.Kind.VALUE, M.VLLM_KL, band_key="band"),
+        sec.Column("band", "band", sec.Kind.BAND, band_key="band"),
+        *[sec.Column(f"c{i}", name, sec.Kind.VALUE) for i, name in enumerate(names) if i],
     ]
-    return S.Table(
-        S.slug("curve-steps", c.run),
+    return sec.Table(
+        sec.slug("curve-steps", c.run),
         f"Per step: {c.run}, training curves",
         columns,
         rows,
@@ -261,33 +261,35 @@ def lags_missing(c: RunCurves) -> str | None:
     )
 
 
-def lags_section(c: RunCurves) -> S.Section:
+def lags_section(c: RunCurves) -> sec.Section:
     """The lead-lag figure; or, when every curve is n/a, the reason in its place (the page
     only: the terminal's table already says n/a per curve)."""
     why = lags_missing(c)
     if why is None:
-        return S.Figure(S.slug("fig-lags", c.run), LAGS_TITLE, "curves_lags", c, HOW_LAGS)
-    note = S.Lines(S.slug("lags-none", c.run), LAGS_TITLE, [S.Line(why, "note")])
-    return S.Block(S.slug("lags", c.run), LAGS_TITLE, [note], media="html", bare=True)
+        return sec.Figure(sec.slug("fig-lags", c.run), LAGS_TITLE, "curves_lags", c, HOW_LAGS)
+    note = sec.Lines(sec.slug("lags-none", c.run), LAGS_TITLE, [sec.Line(why, "note")])
+    return sec.Block(sec.slug("lags", c.run), LAGS_TITLE, [note], media="html", bare=True)
 
 
-def curves_block(c: RunCurves) -> S.Block:
+def curves_block(c: RunCurves) -> sec.Block:
     """A run's training curves: with training logs, everything; without, one line saying how to
     attach them (the dump-derived curves are in the JSON and the figure)."""
-    notes = S.Lines(S.slug("curve-notes", c.run), None, [S.Line(n, "note") for n in join_notes(c)])
-    if not c.has_logs:
-        return S.Block(S.slug("curves", c.run), f"Training curves: {c.run}", [notes], collapsed=True,
-                     summary="no training logs attached")  # fmt: skip
-    sections: list[S.Section] = [links_table(c), notes]
-    sections.append(
-        S.Lines(S.slug("curve-events", c.run), None, [S.Line(x) for x in event_lines(c)])
+    notes = sec.Lines(
+        sec.slug("curve-notes", c.run), None, [sec.Line(n, "note") for n in join_notes(c)]
     )
-    sections.append(S.Figure(S.slug("fig-curves", c.run), "vllm_kl and the training curves",
+    if not c.has_logs:
+        return sec.Block(sec.slug("curves", c.run), f"Training curves: {c.run}", [notes], collapsed=True,
+                     summary="no training logs attached")  # fmt: skip
+    sections: list[sec.Section] = [links_table(c), notes]
+    sections.append(
+        sec.Lines(sec.slug("curve-events", c.run), None, [sec.Line(x) for x in event_lines(c)])
+    )
+    sections.append(sec.Figure(sec.slug("fig-curves", c.run), "vllm_kl and the training curves",
                            "curves_overlay", c, HOW_OVERLAY))  # fmt: skip
     if c.links:
         sections.append(lags_section(c))
     sections.append(step_table(c))
-    return S.Block(S.slug("curves", c.run), f"Training curves: {c.run}", sections)
+    return sec.Block(sec.slug("curves", c.run), f"Training curves: {c.run}", sections)
 
 
 def pair_dict(p: Any) -> dict[str, Any]:
@@ -307,7 +309,7 @@ def pair_dict(p: Any) -> dict[str, Any]:
     }
 
 
-def curve_pairs_table(pairs: list) -> S.Table:
+def curve_pairs_table(pairs: list) -> sec.Table:
     """One row per paired curve of a comparison (means over the steps both sides have)."""
     rows = [
         {**pair_dict(p), "steps_a": None if p.a is None else len(p.a.series.steps),
@@ -315,14 +317,14 @@ def curve_pairs_table(pairs: list) -> S.Table:
         for p in pairs
     ]  # fmt: skip
     columns = [
-        S.Column("metric", "curve", S.Kind.LABEL), S.Column("steps_a", "steps A", S.Kind.COUNT),
-        S.Column("steps_b", "steps B", S.Kind.COUNT), S.Column("common_steps", "common", S.Kind.COUNT),
-        S.Column("mean_a", "mean A", S.Kind.VALUE), S.Column("mean_b", "mean B", S.Kind.VALUE),
-        S.Column("ratio", "B / A", S.Kind.RATIO),
-        S.Column("pearson_with_vllm_kl_a", "r(vllm_kl) A", S.Kind.SIGNED),
-        S.Column("pearson_with_vllm_kl_b", "r(vllm_kl) B", S.Kind.SIGNED),
+        sec.Column("metric", "curve", sec.Kind.LABEL), sec.Column("steps_a", "steps A", sec.Kind.COUNT),
+        sec.Column("steps_b", "steps B", sec.Kind.COUNT), sec.Column("common_steps", "common", sec.Kind.COUNT),
+        sec.Column("mean_a", "mean A", sec.Kind.VALUE), sec.Column("mean_b", "mean B", sec.Kind.VALUE),
+        sec.Column("ratio", "B / A", sec.Kind.RATIO),
+        sec.Column("pearson_with_vllm_kl_a", "r(vllm_kl) A", sec.Kind.SIGNED),
+        sec.Column("pearson_with_vllm_kl_b", "r(vllm_kl) B", sec.Kind.SIGNED),
     ]  # fmt: skip
-    return S.Table(
+    return sec.Table(
         "curve-pairs", "Training curves, aligned on step (means over the common steps)",
         columns, rows,
     )  # fmt: skip

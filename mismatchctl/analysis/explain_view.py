@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.length_scaling import (
@@ -36,41 +36,43 @@ MAX_FIGURES = 3
 MAX_LIFT = 12
 
 
-def explain_sections(e: Explain) -> list[S.Section]:
+def explain_sections(e: Explain) -> list[sec.Section]:
     x = e.explanation
     title = f"Explain: {e.target}" + (f" against {e.baseline}" if e.baseline else "")
     facts = [
-        S.Fact("target tokens", x.tokens, S.Kind.COUNT),
-        S.Fact("target vllm_kl", x.vllm_kl),
+        sec.Fact("target tokens", x.tokens, sec.Kind.COUNT),
+        sec.Fact("target vllm_kl", x.vllm_kl),
     ]
     if x.mode == BASELINE:
         facts += [
-            S.Fact("baseline tokens", x.baseline_tokens, S.Kind.COUNT),
-            S.Fact("baseline vllm_kl", x.baseline_vllm_kl),
-            S.Fact("rate ratio at the same token mix", x.rate_ratio, S.Kind.RATIO,
+            sec.Fact("baseline tokens", x.baseline_tokens, sec.Kind.COUNT),
+            sec.Fact("baseline vllm_kl", x.baseline_vllm_kl),
+            sec.Fact("rate ratio at the same token mix", x.rate_ratio, sec.Kind.RATIO,
                    remark=_ci(x.rate_ratio_ci)),
         ]  # fmt: skip
     else:
-        facts.append(S.Fact("reference", "the rest of the selection at the same token probabilities", S.Kind.TEXT))  # fmt: skip
-    facts.append(S.Fact("cells tested", x.tested, S.Kind.COUNT))
-    out: list[S.Section] = [S.Facts("explain", title, facts), findings_table(e)]
-    out += [S.Figure(f"fig-finding-{i}", f"Finding {i + 1}: rate by {p.dim}", "explain_rates", p,
+        facts.append(sec.Fact("reference", "the rest of the selection at the same token probabilities", sec.Kind.TEXT))  # fmt: skip
+    facts.append(sec.Fact("cells tested", x.tested, sec.Kind.COUNT))
+    out: list[sec.Section] = [sec.Facts("explain", title, facts), findings_table(e)]
+    out += [sec.Figure(f"fig-finding-{i}", f"Finding {i + 1}: rate by {p.dim}", "explain_rates", p,
                      HOW_RATES) for i, p in enumerate(e.plots[:MAX_FIGURES])]  # fmt: skip
-    uniform = [S.Line(uniform_sentence(u, x.mode)) for u in x.uniform]
+    uniform = [sec.Line(uniform_sentence(u, x.mode)) for u in x.uniform]
     if uniform:
-        out.append(S.Lines("uniform", "Dimensions", uniform))
+        out.append(sec.Lines("uniform", "Dimensions", uniform))
     if x.decomposition:
         out.append(decomposition_table(e))
     if x.new:
-        new = [S.Line(f"{_where(c.where)}: {c.tokens:,} tokens the baseline does not have "
+        new = [sec.Line(f"{_where(c.where)}: {c.tokens:,} tokens the baseline does not have "
                       f"({c.token_share:.1%} of the target's)") for c in x.new]  # fmt: skip
-        out.append(S.Lines("new-cells", "Cells only the target has", new))
+        out.append(sec.Lines("new-cells", "Cells only the target has", new))
     if x.mode != BASELINE and x.lift:
         out.append(lift_table(e))
     if e.length:
         out.append(length_block(e.length))
     if x.notes:
-        out.append(S.Lines("explain-notes", None, [S.Line(f"note: {n}", "note") for n in x.notes]))
+        out.append(
+            sec.Lines("explain-notes", None, [sec.Line(f"note: {n}", "note") for n in x.notes])
+        )
     return out
 
 
@@ -90,21 +92,21 @@ def _where(where: dict[str, str]) -> str:
     return ", ".join(f"{k} {v}" for k, v in where.items())
 
 
-def findings_table(e: Explain) -> S.Section:
+def findings_table(e: Explain) -> sec.Section:
     """The findings; without any, where the excess lives all the same: the cells a few
     sequences hold (leads), or a whole-selection excess spread evenly (``located``)."""
     x = e.explanation
     if x.findings:
         return _cells_block("findings", "Findings", x.findings, e, [])
-    what = S.Line(unlocated_sentence(x, e.target))
+    what = sec.Line(unlocated_sentence(x, e.target))
     if x.leads:
         return _cells_block("leads", "Findings: held by a few sequences", x.leads, e, [what])
-    return S.Lines("findings", "Findings", [what])
+    return sec.Lines("findings", "Findings", [what])
 
 
 def _cells_block(
-    key: str, title: str, cells: list[Finding], e: Explain, head: list[S.Line]
-) -> S.Section:
+    key: str, title: str, cells: list[Finding], e: Explain, head: list[sec.Line]
+) -> sec.Section:
     x = e.explanation
     rows = []
     for i, f in enumerate(cells):
@@ -114,24 +116,24 @@ def _cells_block(
                      "ratio": f.rate_ratio, "ci": _pair(f.rate_ratio_ci), "boot": _pair(boot)})  # fmt: skip
     share = "excess share" if x.mode == BASELINE else "K3 share"
     columns = [
-        S.Column("rank", "#", S.Kind.ID), S.Column("where", "where", S.Kind.TEXT),
-        S.Column(SHARE, "token share", S.Kind.SHARE), S.Column("share", share, S.Kind.SHARE),
-        S.Column("ratio", "rate ratio", S.Kind.RATIO), S.Column("ci", "95% CI", S.Kind.LABEL),
+        sec.Column("rank", "#", sec.Kind.ID), sec.Column("where", "where", sec.Kind.TEXT),
+        sec.Column(SHARE, "token share", sec.Kind.SHARE), sec.Column("share", share, sec.Kind.SHARE),
+        sec.Column("ratio", "rate ratio", sec.Kind.RATIO), sec.Column("ci", "95% CI", sec.Kind.LABEL),
     ]  # fmt: skip
     if key == "findings":  # a lead's sentence says how few sequences hold it
-        columns.append(S.Column("boot", "bootstrap CI", S.Kind.LABEL))
-    sentences = S.Lines(f"{key.removesuffix('s')}-sentences", None,
-                        [S.Line(f.sentence) for f in cells])  # fmt: skip
-    table = S.Table(key, title, columns, rows)
-    parts = [S.Lines(f"{key}-head", None, head)] if head else []
-    return S.Block(f"{key}-block", title, [*parts, table, sentences], bare=True)
+        columns.append(sec.Column("boot", "bootstrap CI", sec.Kind.LABEL))
+    sentences = sec.Lines(f"{key.removesuffix('s')}-sentences", None,
+                        [sec.Line(f.sentence) for f in cells])  # fmt: skip
+    table = sec.Table(key, title, columns, rows)
+    parts = [sec.Lines(f"{key}-head", None, head)] if head else []
+    return sec.Block(f"{key}-block", title, [*parts, table, sentences], bare=True)
 
 
 def _pair(ci: tuple[float, float] | None) -> str | None:
     return None if ci is None else f"{ci[0]:.3g} .. {ci[1]:.3g}"
 
 
-def decomposition_table(e: Explain) -> S.Table:
+def decomposition_table(e: Explain) -> sec.Table:
     rows = [
         {"dim": d.dim, "total": d.total, "mix": d.mix, "rate": d.rate, "inter": d.interaction,
          "top": ", ".join(c[0] for c in d.cells[:3])}
@@ -139,11 +141,11 @@ def decomposition_table(e: Explain) -> S.Table:
         if d.dim != K.RUN  # the sides themselves
     ]  # fmt: skip
     columns = [
-        S.Column("dim", "dimension", S.Kind.LABEL), S.Column("total", "change of vllm_kl"),
-        S.Column("mix", "mix"), S.Column("rate", "rate"), S.Column("inter", "interaction"),
-        S.Column("top", "largest cells", S.Kind.TEXT),
+        sec.Column("dim", "dimension", sec.Kind.LABEL), sec.Column("total", "change of vllm_kl"),
+        sec.Column("mix", "mix"), sec.Column("rate", "rate"), sec.Column("inter", "interaction"),
+        sec.Column("top", "largest cells", sec.Kind.TEXT),
     ]  # fmt: skip
-    return S.Table(
+    return sec.Table(
         "decomposition",
         "Why it changed: mix (the tokens moved between cells) vs rate (the cells got worse)",
         columns,
@@ -154,18 +156,18 @@ def decomposition_table(e: Explain) -> S.Table:
     )
 
 
-def lift_table(e: Explain) -> S.Table:
+def lift_table(e: Explain) -> sec.Table:
     rows = [
         {"where": _where(c.where), "tokens": c.tokens, SHARE: c.token_share,
          "mass_share": c.mass_share, "lift": c.lift}
         for c in e.explanation.lift[:MAX_LIFT]
     ]  # fmt: skip
     columns = [
-        S.Column("where", "cell", S.Kind.LABEL), S.Column("tokens", "tokens", S.Kind.COUNT),
-        S.Column(SHARE, "token share", S.Kind.SHARE),
-        S.Column("mass_share", "K3 share", S.Kind.SHARE), S.Column("lift", "lift", S.Kind.RATIO),
+        sec.Column("where", "cell", sec.Kind.LABEL), sec.Column("tokens", "tokens", sec.Kind.COUNT),
+        sec.Column(SHARE, "token share", sec.Kind.SHARE),
+        sec.Column("mass_share", "K3 share", sec.Kind.SHARE), sec.Column("lift", "lift", sec.Kind.RATIO),
     ]  # fmt: skip
-    return S.Table(
+    return sec.Table(
         "lift",
         "Where the K3 mass is, against the token share (lift; raw, not mix-adjusted)",
         columns,
@@ -213,7 +215,7 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
-def length_block(sides: list[SideScaling]) -> S.Block:
+def length_block(sides: list[SideScaling]) -> sec.Block:
     """The test per side (a table and its sentences) and the sums by length bin."""
     rows = [
         {"side": s.side, "selection": s.selection, "responses": s.result.sequences,
@@ -223,20 +225,20 @@ def length_block(sides: list[SideScaling]) -> S.Block:
         for s in sides
     ]  # fmt: skip
     columns = [
-        S.Column("side", "side", S.Kind.LABEL), S.Column("selection", "selection", S.Kind.LABEL),
-        S.Column("responses", "responses", S.Kind.COUNT), S.Column("exponent", "exponent"),
-        S.Column("ci", "95% interval", S.Kind.LABEL), S.Column("verdict", "verdict", S.Kind.LABEL),
-        S.Column("bias", "mean r per token"), S.Column("noise", "noise per token (var)"),
-        S.Column("cross", "crossover tokens"),
+        sec.Column("side", "side", sec.Kind.LABEL), sec.Column("selection", "selection", sec.Kind.LABEL),
+        sec.Column("responses", "responses", sec.Kind.COUNT), sec.Column("exponent", "exponent"),
+        sec.Column("ci", "95% interval", sec.Kind.LABEL), sec.Column("verdict", "verdict", sec.Kind.LABEL),
+        sec.Column("bias", "mean r per token"), sec.Column("noise", "noise per token (var)"),
+        sec.Column("cross", "crossover tokens"),
     ]  # fmt: skip
     title = "Length scaling: sums of r over a response, noise (sqrt T) or bias (T)"
-    table = S.Table("length-scaling", title, columns, rows, note=HOW_LENGTH)
-    sentences = [S.Line(f"{s.side} {s.selection}: {length_sentence(s.result)}") for s in sides]
-    parts = [table, S.Lines("length-sentences", None, sentences), length_bins_table(sides)]
-    return S.Block("length-block", title, parts, bare=True)
+    table = sec.Table("length-scaling", title, columns, rows, note=HOW_LENGTH)
+    sentences = [sec.Line(f"{s.side} {s.selection}: {length_sentence(s.result)}") for s in sides]
+    parts = [table, sec.Lines("length-sentences", None, sentences), length_bins_table(sides)]
+    return sec.Block("length-block", title, parts, bare=True)
 
 
-def length_bins_table(sides: list[SideScaling]) -> S.Table:
+def length_bins_table(sides: list[SideScaling]) -> sec.Table:
     """Each side's length bins: responses, mean T, mean and RMS of sum r, in the fit or not."""
     rows = [
         {"side": s.side, "lower": b.lower, "responses": b.sequences, "tokens": b.mean_tokens,
@@ -246,9 +248,9 @@ def length_bins_table(sides: list[SideScaling]) -> S.Table:
         for b in s.result.bins
     ]  # fmt: skip
     columns = [
-        S.Column("side", "side", S.Kind.LABEL), S.Column("lower", "T from", S.Kind.ID),
-        S.Column("responses", "responses", S.Kind.COUNT), S.Column("tokens", "mean T"),
-        S.Column("mean", "mean sum r"), S.Column("rms", "RMS sum r"),
-        S.Column("fit", "in the fit", S.Kind.LABEL),
+        sec.Column("side", "side", sec.Kind.LABEL), sec.Column("lower", "T from", sec.Kind.ID),
+        sec.Column("responses", "responses", sec.Kind.COUNT), sec.Column("tokens", "mean T"),
+        sec.Column("mean", "mean sum r"), sec.Column("rms", "RMS sum r"),
+        sec.Column("fit", "in the fit", sec.Kind.LABEL),
     ]  # fmt: skip
-    return S.Table("length-bins", "Sums of r by response length", columns, rows, keys=2)
+    return sec.Table("length-bins", "Sums of r by response length", columns, rows, keys=2)

@@ -4,20 +4,22 @@ the pairs that differ most; or one line saying why the sides cannot pair."""
 
 from __future__ import annotations
 
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.pairing import Pairing
 from mismatchctl.display import number, percent
 
 TITLE = "Paired comparison (the same responses on both sides)"
 
 
-def paired_sections(p: Pairing | None, a: str, b: str) -> list[S.Section]:
+def paired_sections(p: Pairing | None, a: str, b: str) -> list[sec.Section]:
     if p is None:
         return []
     if not p.paired:
-        return [S.Lines("paired", None, [S.Line(f"Paired comparison: none: {p.reason}.", "dim")])]
-    return [S.Facts("paired", TITLE, _facts(p)), S.Lines("paired-verdict", None, [
-        S.Line(verdict(p, a, b), "bold" if p.significant else "")]), _top_table(p)]  # fmt: skip
+        return [
+            sec.Lines("paired", None, [sec.Line(f"Paired comparison: none: {p.reason}.", "dim")])
+        ]
+    return [sec.Facts("paired", TITLE, _facts(p)), sec.Lines("paired-verdict", None, [
+        sec.Line(verdict(p, a, b), "bold" if p.significant else "")]), _top_table(p)]  # fmt: skip
 
 
 def _ci(ci: tuple[float | None, float | None]) -> str:
@@ -27,24 +29,24 @@ def _ci(ci: tuple[float | None, float | None]) -> str:
     return f"95% CI {number(low, 3)} .. {number(high, 3)}"
 
 
-def _facts(p: Pairing) -> list[S.Fact]:
+def _facts(p: Pairing) -> list[sec.Fact]:
     d = p.per_sequence
     facts = [
-        S.Fact("identical responses", p.pairs, S.Kind.COUNT,
+        sec.Fact("identical responses", p.pairs, sec.Kind.COUNT,
                remark=f"{percent(p.identical_share)} of the {p.comparable:,} sequences with the "
                "same step and sample id on both sides"),
-        S.Fact("sequences of A / B paired", f"{p.pairs:,} of {p.sequences_a:,} / "
-               f"{p.pairs:,} of {p.sequences_b:,}", S.Kind.TEXT),
-        S.Fact("rollout logprobs bitwise equal", p.same_rollout, S.Kind.COUNT,
+        sec.Fact("sequences of A / B paired", f"{p.pairs:,} of {p.sequences_a:,} / "
+               f"{p.pairs:,} of {p.sequences_b:,}", sec.Kind.TEXT),
+        sec.Fact("rollout logprobs bitwise equal", p.same_rollout, sec.Kind.COUNT,
                remark=f"of the {p.pairs:,} pairs"),
-        S.Fact("A vllm_kl over the pairs", p.vllm_kl_a),
-        S.Fact("B vllm_kl over the pairs", p.vllm_kl_b),
-        S.Fact("B - A", p.difference, remark=f"{_ci(p.difference_ci)} (paired bootstrap, "
+        sec.Fact("A vllm_kl over the pairs", p.vllm_kl_a),
+        sec.Fact("B vllm_kl over the pairs", p.vllm_kl_b),
+        sec.Fact("B - A", p.difference, remark=f"{_ci(p.difference_ci)} (paired bootstrap, "
                f"{p.resamples:,} resamples, seed {p.seed})"),
-        S.Fact("B / A", p.ratio, S.Kind.RATIO, remark=_ci(p.ratio_ci)),
+        sec.Fact("B / A", p.ratio, sec.Kind.RATIO, remark=_ci(p.ratio_ci)),
     ]  # fmt: skip
     if d.get("finite"):
-        facts.append(S.Fact(
+        facts.append(sec.Fact(
             "per-sequence difference of vllm_kl (median)", d["median"],
             remark=f"5%-95%: {number(d['p05'], 3)} .. {number(d['p95'], 3)}; mean "
             f"{number(d['mean'], 3)}; B higher in {percent(d['b_higher_share'])}, equal in "
@@ -67,14 +69,14 @@ def verdict(p: Pairing, a: str, b: str) -> str:
     return f"paired: {b}'s vllm_kl is {abs(p.difference):.3g} {word} than {a}'s {what} ({ci})"
 
 
-def _top_table(p: Pairing) -> S.Table:
+def _top_table(p: Pairing) -> sec.Table:
     columns = [
-        S.Column("step", "step", S.Kind.ID), S.Column("sample_id", "sample", S.Kind.LABEL),
-        S.Column("seq_a", "A seq", S.Kind.ID), S.Column("seq_b", "B seq", S.Kind.ID),
-        S.Column("tokens", "tokens", S.Kind.COUNT), S.Column("vllm_kl_a", "A vllm_kl"),
-        S.Column("vllm_kl_b", "B vllm_kl"), S.Column("difference", "B - A"),
+        sec.Column("step", "step", sec.Kind.ID), sec.Column("sample_id", "sample", sec.Kind.LABEL),
+        sec.Column("seq_a", "A seq", sec.Kind.ID), sec.Column("seq_b", "B seq", sec.Kind.ID),
+        sec.Column("tokens", "tokens", sec.Kind.COUNT), sec.Column("vllm_kl_a", "A vllm_kl"),
+        sec.Column("vllm_kl_b", "B vllm_kl"), sec.Column("difference", "B - A"),
     ]  # fmt: skip
-    return S.Table(
+    return sec.Table(
         "paired-top",
         f"Pairs that differ most (top {len(p.top)})",
         columns,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mismatchctl.analysis.diagnose import corrections as T
+from mismatchctl.analysis.diagnose import corrections
 from mismatchctl.stats import registry as M
 
 
@@ -20,17 +20,17 @@ def discards_signal(metrics: dict[str, Any], unit: str, action: str) -> str | No
     signal, or None when it keeps it. ``unit``: token or sequence; ``action``: clipped or
     rejected."""
     share = metrics.get(M.SEQUENCE_FRACTION if unit == "sequence" else M.TOKEN_FRACTION)
-    if action == "clipped" and share is not None and share >= T.MAX_CORRECTION_CLIPPED:
+    if action == "clipped" and share is not None and share >= corrections.MAX_CORRECTION_CLIPPED:
         return f"{pct(share)} of {unit}s at the cap (ESS meaningless)"
-    if action == "rejected" and share is not None and share > T.MAX_CORRECTION_REJECTED:
+    if action == "rejected" and share is not None and share > corrections.MAX_CORRECTION_REJECTED:
         return f"rejects {pct(share)} of {unit}s"
     if not metrics.get(M.UNITS, metrics.get(M.TOKENS)):
         return None
     ess = metrics.get(M.ESS)
     if ess is None:
         return "every weight is 0"
-    if ess < T.MIN_CORRECTION_ESS:
-        return f"ESS {pct(ess)} < {pct(T.MIN_CORRECTION_ESS)}"
+    if ess < corrections.MIN_CORRECTION_ESS:
+        return f"ESS {pct(ess)} < {pct(corrections.MIN_CORRECTION_ESS)}"
     return None
 
 

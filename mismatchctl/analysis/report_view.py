@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mismatchctl.analysis import figure_data as FD
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.curves_view import curves_block
 from mismatchctl.analysis.report import Group, Report
 from mismatchctl.analysis.routing_view import routing_sections
@@ -55,17 +55,17 @@ class RunVerdict:
 
     verdict: str
     finding: str
-    block: S.Block
+    block: sec.Block
 
 
 def report_sections(
     report: Report, pool: bool = False, verdicts: Mapping[str, RunVerdict] | None = None
-) -> list[S.Section]:
+) -> list[sec.Section]:
     """The report's sections; ``verdicts`` (per run) add a verdict to each run's summary row
     and their block, collapsed, to the run's block."""
     runs = report.selection.names
     verdicts = verdicts or {}
-    out: list[S.Section] = []
+    out: list[sec.Section] = []
     if len(runs) > 1 and not pool:
         out += [summary_table(report, verdicts), bins_by_run(report), turns_by_run(report)]
         out += [steps_by_run(report), steps_figure(report, K.RUN)]
@@ -86,28 +86,28 @@ def report_sections(
     out += [split_table(report, split) for split in report.splits if split not in fixed]
     out += routing_sections(report.routing, report.routing_layers, routing_splits(report))
     if report.notes:
-        out.append(S.Lines("notes", "Notes", [S.Line(n, "note") for n in report.notes]))
+        out.append(sec.Lines("notes", "Notes", [sec.Line(n, "note") for n in report.notes]))
     return out
 
 
 # --- summary --------------------------------------------------------------------------------
 
 
-def summary_table(report: Report, verdicts: Mapping[str, RunVerdict]) -> S.Table:
+def summary_table(report: Report, verdicts: Mapping[str, RunVerdict]) -> sec.Table:
     """One row per run: its size, vllm_kl with its band, and (with a verdict: a diagnosis) the
     verdict and the top finding."""
     later_first = _later_first(report)
     columns = [
-        S.Column("run", "run", S.Kind.LABEL), S.Column.of(M.TOKENS), S.Column.of(M.SEQUENCES),
-        S.Column("steps", "steps", S.Kind.COUNT), S.Column.of(M.VLLM_KL, band_key="band"),
-        S.Column("band", "band", S.Kind.BAND, band_key="band"), S.Column.of(M.KL_K1),
-        S.Column.of(M.ABS_LOG_RATIO_MEAN), S.Column.of(M.PROB_PEARSON),
-        S.Column("later_first", "later/first", S.Kind.RATIO),
+        sec.Column("run", "run", sec.Kind.LABEL), sec.Column.of(M.TOKENS), sec.Column.of(M.SEQUENCES),
+        sec.Column("steps", "steps", sec.Kind.COUNT), sec.Column.of(M.VLLM_KL, band_key="band"),
+        sec.Column("band", "band", sec.Kind.BAND, band_key="band"), sec.Column.of(M.KL_K1),
+        sec.Column.of(M.ABS_LOG_RATIO_MEAN), sec.Column.of(M.PROB_PEARSON),
+        sec.Column("later_first", "later/first", sec.Kind.RATIO),
     ]  # fmt: skip
     if verdicts:
         columns += [
-            S.Column("verdict", "verdict", S.Kind.VERDICT),
-            S.Column("finding", "top finding", S.Kind.TEXT),
+            sec.Column("verdict", "verdict", sec.Kind.VERDICT),
+            sec.Column("finding", "top finding", sec.Kind.TEXT),
         ]
     rows = []
     for run in report.selection.names:
@@ -132,7 +132,7 @@ def summary_table(report: Report, verdicts: Mapping[str, RunVerdict]) -> S.Table
             row["verdict"], row["finding"] = v.verdict, v.finding
         rows.append(row)
     title = "Runs" if len(rows) > 1 else "Run"
-    return S.Table("summary", title, columns, rows)
+    return sec.Table("summary", title, columns, rows)
 
 
 def _later_first(report: Report) -> dict[str, float | None]:
@@ -162,11 +162,11 @@ def run_block(
     verdict: RunVerdict | None = None,
     media: str = "all",
     steps: bool = True,
-) -> S.Block:
+) -> sec.Block:
     pooled = run == POOLED
     whole = report.whole() if pooled else report.run(run)
     assert whole is not None
-    sections: list[S.Section] = [headline(report, run, whole)]
+    sections: list[sec.Section] = [headline(report, run, whole)]
     if verdict is not None:
         sections.append(verdict.block)
     sections += distribution_figures(report, run)
@@ -181,22 +181,22 @@ def run_block(
         summary = f"vllm_kl {number(m[M.VLLM_KL])} ({band(m[M.VLLM_KL]) or '-'})"
         if verdict is not None:
             summary += f"; {verdict.verdict}: {verdict.finding}"
-        return S.Block(
-            S.slug("run", run), title, sections, collapsed=True, summary=summary, media=media
+        return sec.Block(
+            sec.slug("run", run), title, sections, collapsed=True, summary=summary, media=media
         )
-    return S.Block(S.slug("run", run), title, sections, media=media)
+    return sec.Block(sec.slug("run", run), title, sections, media=media)
 
 
-def headline(report: Report, run: str, whole: Group) -> S.Facts:
+def headline(report: Report, run: str, whole: Group) -> sec.Facts:
     """The key numbers of one run (or of the pooled selection)."""
     m = whole.metrics
     pooled = run == POOLED
     names = report.selection.names if pooled else [run]
     infos = [r for r in report.selection.runs if r.name in names]
-    facts: list[S.Fact] = []
+    facts: list[sec.Fact] = []
     if not pooled and infos and infos[0].tags:
         tags = " ".join(f"{k}={v}" for k, v in infos[0].tags.items())
-        facts.append(S.Fact("tags", tags, S.Kind.LABEL))
+        facts.append(sec.Fact("tags", tags, sec.Kind.LABEL))
     kinds = {
         g.by[K.TURN_KIND]: g.metrics
         for g in (
@@ -208,44 +208,46 @@ def headline(report: Report, run: str, whole: Group) -> S.Facts:
     steps = sorted({s for name in names for s in _run_steps(report, name)})
     vband = band(m[M.VLLM_KL])
     facts += [
-        S.Fact(M.TOKENS.header, m[M.TOKENS], S.Kind.COUNT),
-        S.Fact(M.SEQUENCES.description.split(" with")[0], m[M.SEQUENCES], S.Kind.COUNT),
-        S.Fact("steps", len(steps), S.Kind.COUNT),
-        S.Fact(M.VLLM_KL, m[M.VLLM_KL], S.Kind.VALUE, vband, overflow_text(m)),
+        sec.Fact(M.TOKENS.header, m[M.TOKENS], sec.Kind.COUNT),
+        sec.Fact(M.SEQUENCES.description.split(" with")[0], m[M.SEQUENCES], sec.Kind.COUNT),
+        sec.Fact("steps", len(steps), sec.Kind.COUNT),
+        sec.Fact(M.VLLM_KL, m[M.VLLM_KL], sec.Kind.VALUE, vband, overflow_text(m)),
         *tail_facts(report, m),
-        S.Fact(M.KL_K1, m[M.KL_K1]),
-        S.Fact(M.ABS_LOG_RATIO_MEAN, m[M.ABS_LOG_RATIO_MEAN]),
-        S.Fact(M.PROB_PEARSON, m[M.PROB_PEARSON], S.Kind.CORR),
-        S.Fact(
+        sec.Fact(M.KL_K1, m[M.KL_K1]),
+        sec.Fact(M.ABS_LOG_RATIO_MEAN, m[M.ABS_LOG_RATIO_MEAN]),
+        sec.Fact(M.PROB_PEARSON, m[M.PROB_PEARSON], sec.Kind.CORR),
+        sec.Fact(
             f"{M.LOG_PPL_PEARSON} first turn",
             kinds.get("first", {}).get(M.LOG_PPL_PEARSON),
-            S.Kind.CORR,
+            sec.Kind.CORR,
         ),
-        S.Fact(
+        sec.Fact(
             f"{M.LOG_PPL_PEARSON} later turns",
             kinds.get("later", {}).get(M.LOG_PPL_PEARSON),
-            S.Kind.CORR,
+            sec.Kind.CORR,
         ),
     ]
     empty = sum(report.empty_by_run.get(n, 0) for n in names)
     dropped = sum(r.dropped_sequences for r in infos)
     facts.append(
-        S.Fact("excluded", f"{empty:,} empty sequences, {dropped:,} dropped at ingest", S.Kind.TEXT)
+        sec.Fact(
+            "excluded", f"{empty:,} empty sequences, {dropped:,} dropped at ingest", sec.Kind.TEXT
+        )
     )
-    facts.append(S.Fact("aggregation", report.aggregation, S.Kind.TEXT))
+    facts.append(sec.Fact("aggregation", report.aggregation, sec.Kind.TEXT))
     if report.selection.steps is not None:
-        facts.append(S.Fact("step range", str(report.selection.steps), S.Kind.TEXT))
-    return S.Facts(S.slug("headline", run), "", facts)  # under its run's title
+        facts.append(sec.Fact("step range", str(report.selection.steps), sec.Kind.TEXT))
+    return sec.Facts(sec.slug("headline", run), "", facts)  # under its run's title
 
 
-def tail_facts(report: Report, m: Mapping[str, Any]) -> list[S.Fact]:
+def tail_facts(report: Report, m: Mapping[str, Any]) -> list[sec.Fact]:
     """Beside K3, its clamped value and the share of extreme tokens (the tail-robust views a
     framework's chart may show instead), labelled with their thresholds."""
     tails = report.binning.tails
     extreme = tails.extreme_metric
     return [
-        S.Fact(f"{M.VLLM_KL_CLAMPED.header} (±{tails.clamp:g})", m.get(M.VLLM_KL_CLAMPED)),
-        S.Fact(f"{extreme.header} (|r|>ln{tails.tau:g})", m.get(extreme), S.Kind.SHARE),
+        sec.Fact(f"{M.VLLM_KL_CLAMPED.header} (±{tails.clamp:g})", m.get(M.VLLM_KL_CLAMPED)),
+        sec.Fact(f"{extreme.header} (|r|>ln{tails.tau:g})", m.get(extreme), sec.Kind.SHARE),
     ]
 
 
@@ -273,7 +275,7 @@ def _bin_groups(report: Report, run: str) -> list[Group]:
     return [g for g in report.split(K.RUN, K.BIN) if g.by[K.RUN] == run]
 
 
-def bins_table(report: Report, run: str) -> S.Table:
+def bins_table(report: Report, run: str) -> sec.Table:
     rows = []
     for g in _bin_groups(report, run):
         m = g.metrics
@@ -285,10 +287,10 @@ def bins_table(report: Report, run: str) -> S.Table:
                 "hot": kl_share > HOT_FACTOR * token_share and kl_share > HOT_SHARE,
             }
         )
-    columns = [S.Column("bin", "p_infer bin", S.Kind.LABEL)]
-    columns += [S.Column.of(k, hot_key="hot" if k == M.KL_SHARE else None) for k in BIN_COLUMNS]
-    return S.Table(
-        S.slug("bins", run),
+    columns = [sec.Column("bin", "p_infer bin", sec.Kind.LABEL)]
+    columns += [sec.Column.of(k, hot_key="hot" if k == M.KL_SHARE else None) for k in BIN_COLUMNS]
+    return sec.Table(
+        sec.slug("bins", run),
         "By inference probability p_infer = exp(rollout logprob)",
         columns,
         rows,
@@ -310,7 +312,7 @@ BIN_COLUMNS = (
 )
 
 
-def turns_table(report: Report, run: str) -> S.Table:
+def turns_table(report: Report, run: str) -> sec.Table:
     groups = (
         report.split(K.TURN_KIND)
         if run == POOLED
@@ -327,22 +329,24 @@ def turns_table(report: Report, run: str) -> S.Table:
                 "first": a,
                 "later": b,
                 "ratio": ratio(a, b),
-                "kind": S.Kind.of(name.fmt),  # the registry's format (a correlation: 6 digits)
+                "kind": sec.Kind.of(name.fmt),  # the registry's format (a correlation: 6 digits)
             }
         )
     columns = [
-        S.Column("metric", "metric", S.Kind.LABEL),
-        S.Column("first", "first", S.Kind.VALUE, kind_key="kind"),
-        S.Column("later", "later", S.Kind.VALUE, kind_key="kind"),
-        S.Column("ratio", "later / first", S.Kind.RATIO),
+        sec.Column("metric", "metric", sec.Kind.LABEL),
+        sec.Column("first", "first", sec.Kind.VALUE, kind_key="kind"),
+        sec.Column("later", "later", sec.Kind.VALUE, kind_key="kind"),
+        sec.Column("ratio", "later / first", sec.Kind.RATIO),
     ]  # fmt: skip
-    return S.Table(S.slug("turns", run), "First turn vs turns after a tool response", columns, rows)
+    return sec.Table(
+        sec.slug("turns", run), "First turn vs turns after a tool response", columns, rows
+    )
 
 
 # --- several runs side by side ----------------------------------------------------------------
 
 
-def bins_by_run(report: Report) -> S.Table:
+def bins_by_run(report: Report) -> sec.Table:
     """vllm_kl of each probability bin, one column per run (each run's kl shares are in its own
     bins table)."""
     runs = report.selection.names
@@ -351,9 +355,9 @@ def bins_by_run(report: Report) -> S.Table:
         k, run = int(g.by[K.BIN]), g.by[K.RUN]
         row = per.setdefault(k, {"bin": bin_label(report.bin_edges, k)})
         row[run] = g.metrics.get(M.VLLM_KL)
-    columns = [S.Column("bin", "p_infer bin", S.Kind.LABEL)]
-    columns += [S.Column(run, run, S.Kind.VALUE, M.VLLM_KL) for run in runs]
-    return S.Table(
+    columns = [sec.Column("bin", "p_infer bin", sec.Kind.LABEL)]
+    columns += [sec.Column(run, run, sec.Kind.VALUE, M.VLLM_KL) for run in runs]
+    return sec.Table(
         "bins-by-run",
         "vllm_kl by inference probability p_infer, per run",
         columns,
@@ -361,7 +365,7 @@ def bins_by_run(report: Report) -> S.Table:
     )
 
 
-def turns_by_run(report: Report) -> S.Table:
+def turns_by_run(report: Report) -> sec.Table:
     """First turn vs turns after a tool response, one row per run."""
     kinds: dict[str, dict[str, Any]] = {}
     for g in report.split(K.RUN, K.TURN_KIND):
@@ -382,15 +386,15 @@ def turns_by_run(report: Report) -> S.Table:
             }
         )
     columns = [
-        S.Column("run", "run", S.Kind.LABEL),
-        S.Column("first_kl", f"first {M.VLLM_KL}", S.Kind.VALUE, M.VLLM_KL),
-        S.Column("later_kl", f"later {M.VLLM_KL}", S.Kind.VALUE, M.VLLM_KL),
-        S.Column("ratio", "later / first", S.Kind.RATIO),
-        S.Column("first_rho", "first log-ppl ρ", S.Kind.CORR, M.LOG_PPL_PEARSON),
-        S.Column("later_rho", "later log-ppl ρ", S.Kind.CORR, M.LOG_PPL_PEARSON),
-        S.Column("later_share", "later token share", S.Kind.SHARE),
+        sec.Column("run", "run", sec.Kind.LABEL),
+        sec.Column("first_kl", f"first {M.VLLM_KL}", sec.Kind.VALUE, M.VLLM_KL),
+        sec.Column("later_kl", f"later {M.VLLM_KL}", sec.Kind.VALUE, M.VLLM_KL),
+        sec.Column("ratio", "later / first", sec.Kind.RATIO),
+        sec.Column("first_rho", "first log-ppl ρ", sec.Kind.CORR, M.LOG_PPL_PEARSON),
+        sec.Column("later_rho", "later log-ppl ρ", sec.Kind.CORR, M.LOG_PPL_PEARSON),
+        sec.Column("later_share", "later token share", sec.Kind.SHARE),
     ]  # fmt: skip
-    return S.Table(
+    return sec.Table(
         "turns-by-run", "First turn vs turns after a tool response, per run", columns, rows
     )
 
@@ -398,7 +402,7 @@ def turns_by_run(report: Report) -> S.Table:
 # --- steps --------------------------------------------------------------------------------------
 
 
-def steps_by_run(report: Report) -> S.Table:
+def steps_by_run(report: Report) -> sec.Table:
     """Per-batch vllm_kl, one column per run, coloured by band; with many steps, the steps where
     some run has its largest values (every step is in the figure and the JSON)."""
     runs = report.selection.names
@@ -416,9 +420,9 @@ def steps_by_run(report: Report) -> S.Table:
             "every step in --json and the HTML figure"
         )
         steps = sorted(top[:MAX_STEP_ROWS])
-    columns = [S.Column("step", "step", S.Kind.ID)]
-    columns += [S.Column(r, r, S.Kind.VALUE, M.VLLM_KL, band_key=f"{r}\0band") for r in runs]
-    return S.Table("steps-by-run", "vllm_kl per step, per run", columns, [per[s] for s in steps],
+    columns = [sec.Column("step", "step", sec.Kind.ID)]
+    columns += [sec.Column(r, r, sec.Kind.VALUE, M.VLLM_KL, band_key=f"{r}\0band") for r in runs]
+    return sec.Table("steps-by-run", "vllm_kl per step, per run", columns, [per[s] for s in steps],
                  note=note)  # fmt: skip
 
 
@@ -427,7 +431,7 @@ MAX_STEP_ROWS = 30
 STEP_COLUMNS = (M.TOKENS, M.VLLM_KL, "band", M.KL_K1, M.ABS_LOG_RATIO_MEAN, M.TRAINER_PPL)
 
 
-def _steps(report: Report, run: str) -> list[S.Section]:
+def _steps(report: Report, run: str) -> list[sec.Section]:
     groups = [g for g in report.split(K.RUN, K.STEP) if g.by[K.RUN] == run]
     if not groups:
         return []
@@ -439,25 +443,27 @@ def _steps(report: Report, run: str) -> list[S.Section]:
         }
         for g in groups
     ]
-    columns = [S.Column("step", "step", S.Kind.ID)]
+    columns = [sec.Column("step", "step", sec.Kind.ID)]
     for k in STEP_COLUMNS:
         if k == "band":
-            columns.append(S.Column("band", "band", S.Kind.BAND, band_key="band"))
+            columns.append(sec.Column("band", "band", sec.Kind.BAND, band_key="band"))
         else:
-            columns.append(S.Column.of(M.by_key(k), band_key="band" if k == M.VLLM_KL else None))
+            columns.append(sec.Column.of(M.by_key(k), band_key="band" if k == M.VLLM_KL else None))
     worst = sorted(range(len(rows)), key=lambda i: -_sortable(rows[i][M.VLLM_KL]))
-    table = S.Table(S.slug("steps", run), f"Per step: {run}", columns, rows)
+    table = sec.Table(sec.slug("steps", run), f"Per step: {run}", columns, rows)
     every = (K.STEP,) in report.splits
-    return [S.StepSeries(S.slug("steps", run), f"Per step: {run}", table, M.VLLM_KL, worst, every)]
+    return [
+        sec.StepSeries(sec.slug("steps", run), f"Per step: {run}", table, M.VLLM_KL, worst, every)
+    ]
 
 
 def _sortable(x: float | None) -> float:
     return -math.inf if x is None or math.isnan(x) else x
 
 
-def curves_sections(report: Report) -> list[S.Section]:
+def curves_sections(report: Report) -> list[sec.Section]:
     """Each run's training curves (with training logs); one line naming the runs without."""
-    out: list[S.Section] = [curves_block(c) for c in report.curves.values() if c.has_logs]
+    out: list[sec.Section] = [curves_block(c) for c in report.curves.values() if c.has_logs]
     bare = [run for run, c in report.curves.items() if not c.has_logs]
     if bare:
         text = (
@@ -465,14 +471,14 @@ def curves_sections(report: Report) -> list[S.Section]:
             "with `mismatchctl ingest-metrics FILE --run RUN`; their dump-derived per-step "
             "curves are in --json)"
         )
-        out.append(S.Lines("curves-none", None, [S.Line(text, "dim")]))
+        out.append(sec.Lines("curves-none", None, [sec.Line(text, "dim")]))
     return out
 
 
 # --- hardware and generic splits --------------------------------------------------------------
 
 
-def hardware_table(report: Report) -> S.Table:
+def hardware_table(report: Report) -> sec.Table:
     rows = []
     for h in report.hardware or []:
         shares = "/".join(_pct(h.step_summary.get(M.BAND_SHARE[b])) for b in BAND_NAMES)
@@ -491,17 +497,17 @@ def hardware_table(report: Report) -> S.Table:
             }
         )
     columns = [
-        S.Column("gpu", "gpu", S.Kind.LABEL),
-        S.Column("runs", "runs", S.Kind.TEXT),
-        S.Column.of(M.BATCHES),
-        S.Column.of(M.TOKENS),
-        S.Column.of(M.VLLM_KL, band_key="band"),
-        *[S.Column.of(k) for k in STEP_STATS],
-        S.Column("shares", "/".join(BAND_NAMES), S.Kind.LABEL),
-        S.Column.of(M.LATER_FIRST_VLLM_KL_RATIO),
-        S.Column.of(M.LOW_PROB_TOKEN_SHARE),
+        sec.Column("gpu", "gpu", sec.Kind.LABEL),
+        sec.Column("runs", "runs", sec.Kind.TEXT),
+        sec.Column.of(M.BATCHES),
+        sec.Column.of(M.TOKENS),
+        sec.Column.of(M.VLLM_KL, band_key="band"),
+        *[sec.Column.of(k) for k in STEP_STATS],
+        sec.Column("shares", "/".join(BAND_NAMES), sec.Kind.LABEL),
+        sec.Column.of(M.LATER_FIRST_VLLM_KL_RATIO),
+        sec.Column.of(M.LOW_PROB_TOKEN_SHARE),
     ]
-    return S.Table(
+    return sec.Table(
         "hardware",
         "By hardware (per-batch vllm_kl over each gpu's batches; bands: share of batches)",
         columns,
@@ -559,19 +565,20 @@ def routing_splits(report: Report) -> list[tuple[K.Split, list[dict[str, Any]]]]
     return out
 
 
-def split_table(report: Report, split: K.Split) -> S.Table:
+def split_table(report: Report, split: K.Split) -> sec.Table:
     rows = []
     for g in report.groups[split]:
         row: dict[str, Any] = {key: key_label(report, key, v) for key, v in g.by.items()}
         row.update({k: g.metrics.get(k) for k in SPLIT_COLUMNS})
         row["band"] = band(g.metrics.get(M.VLLM_KL))
         rows.append(row)
-    columns = [S.Column(key, key, S.Kind.LABEL) for key in split]
+    columns = [sec.Column(key, key, sec.Kind.LABEL) for key in split]
     columns += [
-        S.Column.of(M.by_key(k), band_key="band" if k == M.VLLM_KL else None) for k in SPLIT_COLUMNS
+        sec.Column.of(M.by_key(k), band_key="band" if k == M.VLLM_KL else None)
+        for k in SPLIT_COLUMNS
     ]
-    return S.Table(
-        S.slug("split", *split), "By " + " x ".join(split), columns, rows, keys=len(split)
+    return sec.Table(
+        sec.slug("split", *split), "By " + " x ".join(split), columns, rows, keys=len(split)
     )
 
 
@@ -603,7 +610,7 @@ HOW_STEPS = (
 )
 
 
-def distribution_figures(report: Report, run: str) -> list[S.Section]:
+def distribution_figures(report: Report, run: str) -> list[sec.Section]:
     """The three distributions of one run (or of every run pooled), when figure data was
     computed (the HTML writer asks for it)."""
     if report.figures is None:
@@ -631,17 +638,17 @@ def distribution_figures(report: Report, run: str) -> list[S.Section]:
     ]
     pearson = whole.metrics.get(M.PROB_PEARSON) if whole else None
     return [
-        S.Figure(S.slug("fig-mismatch", run), "Mismatch vs inference probability", "mismatch",
+        sec.Figure(sec.slug("fig-mismatch", run), "Mismatch vs inference probability", "mismatch",
                FD.MismatchPlot(data.mismatch, bins), HOW_MISMATCH),
-        S.Figure(S.slug("fig-probs", run), "Token probabilities: p_infer vs p_train", "probs",
+        sec.Figure(sec.slug("fig-probs", run), "Token probabilities: p_infer vs p_train", "probs",
                FD.ProbsPlot(data.probs, pearson), HOW_PROBS),
-        S.Figure(S.slug("fig-log-ppl", run), "Log-perplexity of segments: first vs later turns",
+        sec.Figure(sec.slug("fig-log-ppl", run), "Log-perplexity of segments: first vs later turns",
                "log_ppl", FD.LogPplPlot(data, {k: dict(v) for k, v in kinds.items()}),
                HOW_LOG_PPL),
     ]  # fmt: skip
 
 
-def steps_figure(report: Report, key: str) -> S.Figure:
+def steps_figure(report: Report, key: str) -> sec.Figure:
     """Per-batch vllm_kl of each run (or gpu), for the HTML page."""
     lines: dict[Any, FD.StepLine] = {}
     for g in report.split(key, K.STEP):
@@ -650,6 +657,6 @@ def steps_figure(report: Report, key: str) -> S.Figure:
         line.values.append(g.metrics.get(M.VLLM_KL))
         line.bands.append(g.band)
     title = f"vllm_kl per step, per {key} (figure)"
-    return S.Figure(
+    return sec.Figure(
         f"fig-steps-{key}", title, "steps", FD.StepsPlot(key, list(lines.values())), HOW_STEPS
     )

@@ -17,7 +17,7 @@ from mismatchctl.engines import plan as K
 from mismatchctl.engines.plan import Selection
 from mismatchctl.engines.routing import RoutingExtra, RoutingState
 from mismatchctl.stats import bin_label
-from mismatchctl.stats.routing import RoutingPartial
+from mismatchctl.stats.routing_sums import RoutingPartial
 from mismatchctl.store.integrity import read_error
 
 

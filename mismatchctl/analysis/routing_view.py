@@ -8,11 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.routing import RoutingResult, first_flip_plot
-from mismatchctl.stats import routing as R
+from mismatchctl.stats import routing_sums as R
 
-K = S.Kind
+K = sec.Kind
 SUMMARY = (
     (R.ROUTING_TOKEN_AGREEMENT, "token agreement", K.SHARE),
     (R.ROUTING_LAYER_AGREEMENT, "layer agreement", K.SHARE),
@@ -50,17 +50,17 @@ def routing_sections(
     routing: Mapping[str, RoutingResult],
     by_layer: bool = False,
     splits: Sequence[tuple[tuple[str, ...], list[dict[str, Any]]]] = (),
-) -> list[S.Section]:
+) -> list[sec.Section]:
     """The Routing sections of a report (none without routes); ``by_layer``: `--by layer`;
     ``splits``: per `--by` split, its groups' rows (the keys' labels and the routing
     metrics)."""
     if not routing:
         return []
-    out: list[S.Section] = [summary_table(routing)]
+    out: list[sec.Section] = [summary_table(routing)]
     plot = first_flip_plot(dict(routing))
     if plot is not None:
         out.append(
-            S.Figure("routing-first-flip", "First differing layer", "routing_first_flip", plot,
+            sec.Figure("routing-first-flip", "First differing layer", "routing_first_flip", plot,
                      HOW_FIRST_FLIP)
         )  # fmt: skip
     for run, result in routing.items():
@@ -71,14 +71,14 @@ def routing_sections(
     return out
 
 
-def split_table(split: tuple[str, ...], rows: list[dict[str, Any]], replay: bool) -> S.Table:
+def split_table(split: tuple[str, ...], rows: list[dict[str, Any]], replay: bool) -> sec.Table:
     """The routing of each group of a `--by` split (groups without routes left out)."""
-    columns = [S.Column(key, key, K.LABEL) for key in split]
-    columns += [S.Column(key, header, kind) for key, header, kind in SPLIT_SUMMARY]
+    columns = [sec.Column(key, key, K.LABEL) for key in split]
+    columns += [sec.Column(key, header, kind) for key, header, kind in SPLIT_SUMMARY]
     if replay:
-        columns.append(S.Column(R.R3_VIOLATION_FRACTION, "R3 violations", K.SHARE))
-    return S.Table(
-        S.slug("routing-split", *split),
+        columns.append(sec.Column(R.R3_VIOLATION_FRACTION, "R3 violations", K.SHARE))
+    return sec.Table(
+        sec.slug("routing-split", *split),
         "Routing by " + " x ".join(split),
         columns,
         rows,
@@ -90,7 +90,7 @@ def split_table(split: tuple[str, ...], rows: list[dict[str, Any]], replay: bool
 
 def compare_routing(
     a: Mapping[str, RoutingResult], b: Mapping[str, RoutingResult]
-) -> list[S.Section]:
+) -> list[sec.Section]:
     """Two sides' routing side by side (e.g. without and with replay): one row per side's run,
     then per MoE layer and per probability bin a column group per side's run."""
     if not a and not b:
@@ -101,7 +101,7 @@ def compare_routing(
         summary_table(rows, "Routing (MoE), both sides"),
         _side_by_side(
             "routing-layers-both", "Routing by MoE layer, both sides",
-            S.Column("layer", "layer", K.ID), LAYER_COLUMNS,
+            sec.Column("layer", "layer", K.ID), LAYER_COLUMNS,
             {name: r.partial.by_layer() for name, r in runs.items()}, "layer",
             "per layer, over each side's compared positions: the share with equal expert sets, "
             "the mean overlap |A ∩ B| / top-k, and the share of the differing positions whose "
@@ -109,7 +109,7 @@ def compare_routing(
         ),
         _side_by_side(
             "routing-bins-both", "Routing by inference probability, both sides",
-            S.Column("bin", "p_infer", K.LABEL), BIN_COLUMNS,
+            sec.Column("bin", "p_infer", K.LABEL), BIN_COLUMNS,
             {name: r.bins() for name, r in runs.items()}, "bin",
             "mean K3 of the paired tokens whose producing position's routes differ on some "
             "layer (flipped) or on none (same), per p_infer bin (bins without a paired token "
@@ -121,10 +121,10 @@ def compare_routing(
 
 def compare_routing_splits(
     splits: Sequence[tuple[tuple[str, ...], list[dict[str, Any]], list[dict[str, Any]]]],
-) -> list[S.Section]:
+) -> list[sec.Section]:
     """Per `--by` split of `compare`, its groups' routing on side A and side B (a group is
     named by its keys' labels; groups without routes on either side left out)."""
-    out: list[S.Section] = []
+    out: list[sec.Section] = []
     for split, rows_a, rows_b in splits:
         if not rows_a and not rows_b:
             continue
@@ -132,8 +132,8 @@ def compare_routing_splits(
         sides = {"A": _group_named(rows_a, split), "B": _group_named(rows_b, split)}
         out.append(
             _side_by_side(
-                S.slug("routing-by", *split), f"Routing by {name}, both sides",
-                S.Column(name, name, K.LABEL), SPLIT_BOTH, sides, name,
+                sec.slug("routing-by", *split), f"Routing by {name}, both sides",
+                sec.Column(name, name, K.LABEL), SPLIT_BOTH, sides, name,
                 "each side's group: its tokens with routes (docs/metrics.md, Routing)",
             )
         )  # fmt: skip
@@ -173,13 +173,13 @@ def _side_runs(
 def _side_by_side(
     table_id: str,
     title: str,
-    key: S.Column,
+    key: sec.Column,
     columns: Sequence[tuple[str, str, Any]],
     rows_of: Mapping[str, list[dict[str, Any]]],
     by: str,
     note: str,
     shown: Callable[[dict[str, Any]], bool] = lambda row: True,
-) -> S.Table:
+) -> sec.Table:
     """One row per value of ``by`` (a layer, a bin) met on either side and ``shown`` on one;
     per side's run, its ``columns`` (empty where that side has no such row: a model with fewer
     layers)."""
@@ -188,19 +188,19 @@ def _side_by_side(
     kept: set[Any] = set()
     for name, rows in rows_of.items():
         prefix = name.lower().replace(" ", "_")
-        cols += [S.Column(f"{prefix}_{k}", f"{name} {h}", kind) for k, h, kind in columns]
+        cols += [sec.Column(f"{prefix}_{k}", f"{name} {h}", kind) for k, h, kind in columns]
         for row in rows:
             out = merged.setdefault(row[by], {key.key: row[by]})
             out.update({f"{prefix}_{k}": row.get(k) for k, _, _ in columns})
             if shown(row):
                 kept.add(row[by])
     rows = [row for value, row in merged.items() if value in kept]
-    return S.Table(table_id, title, cols, rows, note=note, keys=1)
+    return sec.Table(table_id, title, cols, rows, note=note, keys=1)
 
 
-def summary_table(routing: Mapping[str, RoutingResult], title: str = "Routing (MoE)") -> S.Table:
-    columns = [S.Column("run", "run", K.LABEL), S.Column("shape", "layers x top-k", K.LABEL)]
-    columns += [S.Column(key, header, kind) for key, header, kind in SUMMARY]
+def summary_table(routing: Mapping[str, RoutingResult], title: str = "Routing (MoE)") -> sec.Table:
+    columns = [sec.Column("run", "run", K.LABEL), sec.Column("shape", "layers x top-k", K.LABEL)]
+    columns += [sec.Column(key, header, kind) for key, header, kind in SUMMARY]
     rows = [
         {"run": run, "shape": f"{r.partial.layers} x {r.partial.top_k}", **r.metrics}
         for run, r in routing.items()
@@ -210,18 +210,18 @@ def summary_table(routing: Mapping[str, RoutingResult], title: str = "Routing (M
         "producing position's routes differ on some layer / on none; R3 violations only for runs "
         "tagged routing_replay=r3 (docs/metrics.md, Routing)"
     )
-    return S.Table("routing", title, columns, rows, note=note)
+    return sec.Table("routing", title, columns, rows, note=note)
 
 
-def layers_table(run: str, result: RoutingResult) -> S.Table:
+def layers_table(run: str, result: RoutingResult) -> sec.Table:
     columns = [
-        S.Column("layer", "layer", K.ID),
-        S.Column(R.ROUTING_LAYER_AGREEMENT, "agreement", K.SHARE),
-        S.Column(R.ROUTING_OVERLAP_MEAN, "overlap", K.SHARE),
-        S.Column("first_flip_share", "first differing layer", K.SHARE),
+        sec.Column("layer", "layer", K.ID),
+        sec.Column(R.ROUTING_LAYER_AGREEMENT, "agreement", K.SHARE),
+        sec.Column(R.ROUTING_OVERLAP_MEAN, "overlap", K.SHARE),
+        sec.Column("first_flip_share", "first differing layer", K.SHARE),
     ]
-    return S.Table(
-        S.slug("routing-layers", run),
+    return sec.Table(
+        sec.slug("routing-layers", run),
         f"Routing of {run} by MoE layer",
         columns,
         result.partial.by_layer(),
@@ -230,16 +230,16 @@ def layers_table(run: str, result: RoutingResult) -> S.Table:
     )
 
 
-def bins_table(run: str, result: RoutingResult) -> S.Table:
+def bins_table(run: str, result: RoutingResult) -> sec.Table:
     columns = [
-        S.Column("bin", "p_infer", K.LABEL),
-        S.Column("flipped_tokens", "flipped tokens", K.COUNT),
-        S.Column(R.VLLM_KL_FLIPPED, "vllm_kl flipped", K.VALUE),
-        S.Column("same_tokens", "same tokens", K.COUNT),
-        S.Column(R.VLLM_KL_SAME, "vllm_kl same", K.VALUE),
+        sec.Column("bin", "p_infer", K.LABEL),
+        sec.Column("flipped_tokens", "flipped tokens", K.COUNT),
+        sec.Column(R.VLLM_KL_FLIPPED, "vllm_kl flipped", K.VALUE),
+        sec.Column("same_tokens", "same tokens", K.COUNT),
+        sec.Column(R.VLLM_KL_SAME, "vllm_kl same", K.VALUE),
     ]
-    return S.Table(
-        S.slug("routing-bins", run),
+    return sec.Table(
+        sec.slug("routing-bins", run),
         f"Routing of {run}: K3 of flipped vs same tokens by inference probability",
         columns,
         [row for row in result.bins() if row["flipped_tokens"] or row["same_tokens"]],

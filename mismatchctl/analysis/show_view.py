@@ -9,7 +9,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from mismatchctl import schema as S
-from mismatchctl.analysis import sections as X
+from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.route_kinds import FLIPPED
 
 if TYPE_CHECKING:
@@ -49,14 +49,14 @@ def flip_mark(tokens: list[dict[str, Any]]) -> str:
     return FLIP_MARK if any("routing" in t for t in tokens) else ""
 
 
-def heat_items(s: Show) -> list[X.HeatToken | X.HeatGap]:
+def heat_items(s: Show) -> list[sec.HeatToken | sec.HeatGap]:
     """Tokens in position order; a gap before the first (the prompt) and wherever positions
     jump (a tool response before a later turn), with the tool response's text when known."""
     sep = "" if s.tokenizer else " "
-    items: list[X.HeatToken | X.HeatGap] = []
+    items: list[sec.HeatToken | sec.HeatGap] = []
     prompt = s.sequence.get(S.PROMPT_TOKENS) or 0
     if prompt:
-        items.append(X.HeatGap(f"prompt: {prompt:,} tokens"))
+        items.append(sec.HeatGap(f"prompt: {prompt:,} tokens"))
     masked = [m["position"] for m in s.masked]
     prev = None
     for t in s.tokens:
@@ -66,39 +66,39 @@ def heat_items(s: Show) -> list[X.HeatToken | X.HeatGap]:
             lo = bisect.bisect_right(masked, prev["position"])
             hi = bisect.bisect_left(masked, t["position"])
             text = sep.join(m["text"] for m in s.masked[lo:hi]) if hi > lo else None
-            items.append(X.HeatGap(label, text))
+            items.append(sec.HeatGap(label, text))
         flipped = t.get("routing") == FLIPPED
-        items.append(X.HeatToken(t["text"] + sep, level(t["log_ratio"]), tip(t), flipped))
+        items.append(sec.HeatToken(t["text"] + sep, level(t["log_ratio"]), tip(t), flipped))
         prev = t
     return items
 
 
-def show_sections(s: Show) -> list[X.Section]:
+def show_sections(s: Show) -> list[sec.Section]:
     seq = s.sequence
     toks = s.tokens
     k3 = sum(t["k3"] for t in toks)
     worst = max(toks, key=lambda t: abs(t["log_ratio"]), default=None)
     facts = [
-        X.Fact("run", s.run, X.Kind.LABEL),
-        X.Fact("sample id", s.sample_id, X.Kind.LABEL),
-        X.Fact("step", seq[S.STEP], X.Kind.ID),
-        X.Fact("seq", seq[S.SEQ], X.Kind.ID),
-        X.Fact("model tokens", seq[S.MODEL_TOKENS], X.Kind.COUNT),
-        X.Fact("turns", seq[S.TURNS], X.Kind.COUNT),
-        X.Fact("tool tokens", seq[S.TOOL_TOKENS], X.Kind.COUNT),
-        X.Fact("K3 sum", k3),
-        X.Fact("vllm_kl of the sequence", k3 / len(toks) if toks else None),
-        X.Fact("sum r", sum(t["log_ratio"] for t in toks)),
+        sec.Fact("run", s.run, sec.Kind.LABEL),
+        sec.Fact("sample id", s.sample_id, sec.Kind.LABEL),
+        sec.Fact("step", seq[S.STEP], sec.Kind.ID),
+        sec.Fact("seq", seq[S.SEQ], sec.Kind.ID),
+        sec.Fact("model tokens", seq[S.MODEL_TOKENS], sec.Kind.COUNT),
+        sec.Fact("turns", seq[S.TURNS], sec.Kind.COUNT),
+        sec.Fact("tool tokens", seq[S.TOOL_TOKENS], sec.Kind.COUNT),
+        sec.Fact("K3 sum", k3),
+        sec.Fact("vllm_kl of the sequence", k3 / len(toks) if toks else None),
+        sec.Fact("sum r", sum(t["log_ratio"] for t in toks)),
     ]
     if worst is not None:
-        facts.append(X.Fact("max |r|", abs(worst["log_ratio"]),
+        facts.append(sec.Fact("max |r|", abs(worst["log_ratio"]),
                             remark=f"at position {worst['position']}"))  # fmt: skip
     if s.candidates > 1:
-        facts.append(X.Fact("sequences with this sample id", s.candidates, X.Kind.COUNT,
+        facts.append(sec.Fact("sequences with this sample id", s.candidates, sec.Kind.COUNT,
                             remark=f"this is --index {s.index}"))  # fmt: skip
     if s.tokenizer:
-        facts.append(X.Fact("tokenizer", s.tokenizer, X.Kind.LABEL))
-    out: list[X.Section] = [X.Facts("show-summary", f"Sequence {s.sample_id}", facts)]
+        facts.append(sec.Fact("tokenizer", s.tokenizer, sec.Kind.LABEL))
+    out: list[sec.Section] = [sec.Facts("show-summary", f"Sequence {s.sample_id}", facts)]
     if toks:
         items = heat_items(s)
         how = (
@@ -112,17 +112,19 @@ def show_sections(s: Show) -> list[X.Section]:
             + ("Token ids are shown (no tokenizer: --tokenizer PATH). " if not s.tokenizer else "")
             + _tool_how(s, items)
         )
-        out.append(X.Heat("show-heat", "Tokens", items, HEAT_LEGEND, how.strip(), flip_mark(toks)))
+        out.append(
+            sec.Heat("show-heat", "Tokens", items, HEAT_LEGEND, how.strip(), flip_mark(toks))
+        )
     else:
-        out.append(X.Lines("show-empty", None, [X.Line("the sequence has no model tokens")]))
+        out.append(sec.Lines("show-empty", None, [sec.Line("the sequence has no model tokens")]))
     if s.notes:
-        out.append(X.Lines("show-notes", None, [X.Line(f"note: {n}", "note") for n in s.notes]))
+        out.append(sec.Lines("show-notes", None, [sec.Line(f"note: {n}", "note") for n in s.notes]))
     return out
 
 
-def _tool_how(s: Show, items: list[X.HeatToken | X.HeatGap]) -> str:
+def _tool_how(s: Show, items: list[sec.HeatToken | sec.HeatGap]) -> str:
     """How the tool responses are shown: as text under their marker, or by their length only."""
-    if any(isinstance(i, X.HeatGap) and i.text is not None for i in items):
+    if any(isinstance(i, sec.HeatGap) and i.text is not None for i in items):
         return "A tool response's tokens (masked, not scored) follow its marker, in italics."
     if s.sequence.get(S.TOOL_TOKENS):
         return (

@@ -8,7 +8,7 @@ it decodes as ``bytes`` does, each id on its own. A byte of a multi-byte UTF-8 c
 therefore ``\\xNN`` (the library would give U+FFFD for it alone), the same with or without the
 library installed.
 
-``--tokenizer`` is remembered per run (``store/settings.py``): a later command on the run
+``--tokenizer`` is remembered per run (``store/run_settings.py``): a later command on the run
 decodes with it without the option. Ids the vocabulary does not hold are shown as ``<oov:ID>``,
 a token without an id as ``?``; a remembered tokenizer that can no longer be read leaves the ids
 as numbers, and the result says why.
@@ -28,7 +28,7 @@ from mismatchctl.analysis.token_text import Decoder, ids_text
 from mismatchctl.errors import MissingDependencyError, UsageError
 from mismatchctl.options import TOKENIZER_BYTES as BYTES
 from mismatchctl.store import Store
-from mismatchctl.store.settings import TOKENIZER, run_setting, set_run_setting
+from mismatchctl.store.run_settings import TOKENIZER, run_setting, set_run_setting
 from mismatchctl.store.writable import StoreNotWritable
 
 FILE_NAME = "tokenizer.json"

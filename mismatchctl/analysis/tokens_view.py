@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.display import number
 from mismatchctl.stats import registry as M
 
@@ -36,30 +36,32 @@ CHI2_FLOOR = (
 SEQ_TIE_ORDER = "ties: run, step, seq ascending"
 
 
-def tokens_sections(t: Tokens) -> list[S.Section]:
+def tokens_sections(t: Tokens) -> list[sec.Section]:
     what = "sequences" if t.sequences else "tokens"
     words = (SEQ_SORT_WORDS if t.sequences else SORT_WORDS)[t.sort]
     ties = SEQ_TIE_ORDER if t.sequences else TIE_ORDER
     facts = [
-        S.Fact("selection", t.selector, S.Kind.LABEL),
-        S.Fact("cell", " and ".join(t.where) or "every token", S.Kind.LABEL),
-        S.Fact("tokens in the cell", t.cell_tokens, S.Kind.COUNT),
+        sec.Fact("selection", t.selector, sec.Kind.LABEL),
+        sec.Fact("cell", " and ".join(t.where) or "every token", sec.Kind.LABEL),
+        sec.Fact("tokens in the cell", t.cell_tokens, sec.Kind.COUNT),
     ]
     if t.sequences:
-        facts.append(S.Fact("sequences in the cell", t.cell_sequences, S.Kind.COUNT))
+        facts.append(sec.Fact("sequences in the cell", t.cell_sequences, sec.Kind.COUNT))
     facts += [
-        S.Fact("K3 sum of the cell", t.cell_k3_sum),
-        S.Fact("vllm_kl of the cell", _mean(t.cell_k3_sum, t.cell_tokens)),
-        S.Fact("order", f"{words}, largest first ({ties})", S.Kind.TEXT),
+        sec.Fact("K3 sum of the cell", t.cell_k3_sum),
+        sec.Fact("vllm_kl of the cell", _mean(t.cell_k3_sum, t.cell_tokens)),
+        sec.Fact("order", f"{words}, largest first ({ties})", sec.Kind.TEXT),
     ]
     if t.tokenizers and not t.sequences:
         named = sorted(set(t.tokenizers.values()))
-        facts.append(S.Fact("tokenizer", ", ".join(named), S.Kind.LABEL))
+        facts.append(sec.Fact("tokenizer", ", ".join(named), sec.Kind.LABEL))
     title = f"Worst {what}: {t.selector}"
     table = sequence_table(t) if t.sequences else token_table(t)
-    out: list[S.Section] = [S.Facts("tokens-summary", title, facts), table]
+    out: list[sec.Section] = [sec.Facts("tokens-summary", title, facts), table]
     if t.notes:
-        out.append(S.Lines("tokens-notes", None, [S.Line(f"note: {n}", "note") for n in t.notes]))
+        out.append(
+            sec.Lines("tokens-notes", None, [sec.Line(f"note: {n}", "note") for n in t.notes])
+        )
     return out
 
 
@@ -71,24 +73,24 @@ def _share(part: float, total: float) -> float | None:
     return part / total if total else None
 
 
-def token_table(t: Tokens) -> S.Table:
+def token_table(t: Tokens) -> sec.Table:
     rows = []
     for n, r in enumerate(t.rows, 1):
         rows.append({**r, "rank": n, "k3_share": _share(r["k3"], t.cell_k3_sum)})
     columns = [
-        S.Column("rank", "#", S.Kind.ID),
-        S.Column("run", "run", S.Kind.LABEL),
-        S.Column("step", "step", S.Kind.ID),
-        S.Column("sample_id", "sample", S.Kind.LABEL),
-        S.Column("turn", "turn", S.Kind.ID),
-        S.Column("position", "pos", S.Kind.ID),
-        S.Column("kv_position", "kv pos", S.Kind.ID),
-        S.Column("p_rollout", "p_rollout"),
-        S.Column("p_trainer", "p_trainer"),
-        S.Column("log_ratio", "r"),
-        S.Column("k3", "K3"),
-        S.Column("k3_share", "K3 share", S.Kind.SHARE),
-        S.Column("context", "token in context", S.Kind.TEXT),
+        sec.Column("rank", "#", sec.Kind.ID),
+        sec.Column("run", "run", sec.Kind.LABEL),
+        sec.Column("step", "step", sec.Kind.ID),
+        sec.Column("sample_id", "sample", sec.Kind.LABEL),
+        sec.Column("turn", "turn", sec.Kind.ID),
+        sec.Column("position", "pos", sec.Kind.ID),
+        sec.Column("kv_position", "kv pos", sec.Kind.ID),
+        sec.Column("p_rollout", "p_rollout"),
+        sec.Column("p_trainer", "p_trainer"),
+        sec.Column("log_ratio", "r"),
+        sec.Column("k3", "K3"),
+        sec.Column("k3_share", "K3 share", sec.Kind.SHARE),
+        sec.Column("context", "token in context", sec.Kind.TEXT),
     ]
     note = (
         "r = trainer - rollout logprob; K3 share: of the cell's K3 sum; in context: the token in "
@@ -98,27 +100,27 @@ def token_table(t: Tokens) -> S.Table:
     )
     if any(r["kv_position"] is None for r in rows):
         note += f" {NO_KV}"
-    return S.Table("tokens", f"Top {len(rows)} tokens", columns, rows, keys=1, note=note)
+    return sec.Table("tokens", f"Top {len(rows)} tokens", columns, rows, keys=1, note=note)
 
 
-def sequence_table(t: Tokens) -> S.Table:
+def sequence_table(t: Tokens) -> sec.Table:
     rows: list[dict[str, Any]] = []
     for n, r in enumerate(t.rows, 1):
         rows.append({**r, "rank": n, "k3_share": _share(r["k3_sum"], t.cell_k3_sum)})
     columns = [
-        S.Column("rank", "#", S.Kind.ID),
-        S.Column("run", "run", S.Kind.LABEL),
-        S.Column("step", "step", S.Kind.ID),
-        S.Column("sample_id", "sample", S.Kind.LABEL),
-        S.Column("seq", "seq", S.Kind.ID),
-        S.Column("tokens", "tokens", S.Kind.COUNT),
-        S.Column("turns", "turns", S.Kind.COUNT),
-        S.Column("k3_sum", "K3 sum"),
-        S.Column("k3_share", "K3 share", S.Kind.SHARE),
-        S.Column("log_ratio_sum", "sum r"),
-        S.Column("chi2", "chi2"),
-        S.Column(M.ABS_LOG_RATIO_MAX, "max |r|"),
-        S.Column("worst_position", "at pos", S.Kind.ID),
+        sec.Column("rank", "#", sec.Kind.ID),
+        sec.Column("run", "run", sec.Kind.LABEL),
+        sec.Column("step", "step", sec.Kind.ID),
+        sec.Column("sample_id", "sample", sec.Kind.LABEL),
+        sec.Column("seq", "seq", sec.Kind.ID),
+        sec.Column("tokens", "tokens", sec.Kind.COUNT),
+        sec.Column("turns", "turns", sec.Kind.COUNT),
+        sec.Column("k3_sum", "K3 sum"),
+        sec.Column("k3_share", "K3 share", sec.Kind.SHARE),
+        sec.Column("log_ratio_sum", "sum r"),
+        sec.Column("chi2", "chi2"),
+        sec.Column(M.ABS_LOG_RATIO_MAX, "max |r|"),
+        sec.Column("worst_position", "at pos", sec.Kind.ID),
     ]
     note = (
         "Sums over each sequence's tokens in the cell; K3 share: of the cell's K3 sum; max |r| "
@@ -126,4 +128,4 @@ def sequence_table(t: Tokens) -> S.Table:
     )
     if any(r["chi2"] is not None and number(r["chi2"]) == "-1" for r in rows):
         note += f" {CHI2_FLOOR}"
-    return S.Table("sequences", f"Top {len(rows)} sequences", columns, rows, keys=1, note=note)
+    return sec.Table("sequences", f"Top {len(rows)} sequences", columns, rows, keys=1, note=note)

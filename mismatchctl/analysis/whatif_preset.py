@@ -13,8 +13,8 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
-from mismatchctl.analysis import sections as Sec
-from mismatchctl.analysis.diagnose import corrections as T
+from mismatchctl.analysis import sections as sec
+from mismatchctl.analysis.diagnose import corrections
 from mismatchctl.analysis.remedy import discards_signal, remedy_dict
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import reread, resolve_text
@@ -75,15 +75,15 @@ class PresetList:
         }  # fmt: skip
 
     def sections(self) -> list[Any]:
-        out: list[Sec.Section] = []
+        out: list[sec.Section] = []
         for p in self.presets:
             keys = " ".join(f"{k}={v}" for k, v in p.defaults.items())
             lines = [
-                Sec.Line(p.describes),
-                Sec.Line(f"follows {p.framework}: {p.source}", "note"),
-                Sec.Line(f"keys (defaults): {keys}", "dim"),
+                sec.Line(p.describes),
+                sec.Line(f"follows {p.framework}: {p.source}", "note"),
+                sec.Line(f"keys (defaults): {keys}", "dim"),
             ]
-            out.append(Sec.Lines(f"preset-{p.name}", p.name, lines))
+            out.append(sec.Lines(f"preset-{p.name}", p.name, lines))
         return out
 
 
@@ -193,7 +193,7 @@ class PresetWhatif:
         if rejected is not None:
             return rejected
         clipped = metrics.get(self.preset.clipped_key) if self.preset.clipped_key else None
-        if clipped is not None and clipped >= T.MAX_CORRECTION_CLIPPED:
+        if clipped is not None and clipped >= corrections.MAX_CORRECTION_CLIPPED:
             unit = "sequence" if self.config.get("rollout_is") == "sequence" else "token"
             shares = {M.TOKEN_FRACTION: clipped, M.SEQUENCE_FRACTION: clipped}
             return discards_signal(shares, unit, "clipped")
@@ -236,25 +236,25 @@ def _groups(split: K.Split, cells: dict, extra: PresetExtra) -> list[PresetGroup
     ]
 
 
-def preset_sections(w: PresetWhatif) -> list[Sec.Section]:
+def preset_sections(w: PresetWhatif) -> list[sec.Section]:
     """The preset and its config, then per group its metrics: whatif's common numbers and the
     framework's own names."""
     p = w.preset
     config = ", ".join(f"{k}={v}" for k, v in w.config.items())
     lines = [
-        Sec.Line(f"{p.name}: {p.describes}"),
-        Sec.Line(f"follows {p.framework}, {p.source}; config: {config}", "note"),
+        sec.Line(f"{p.name}: {p.describes}"),
+        sec.Line(f"follows {p.framework}, {p.source}; config: {config}", "note"),
     ]
-    out: list[Sec.Section] = [Sec.Lines("whatif-preset", f"What-if: {w.label}", lines)]
+    out: list[sec.Section] = [sec.Lines("whatif-preset", f"What-if: {w.label}", lines)]
     whole = w.whole().metrics
-    facts = [Sec.Fact(k, v, Sec.Kind.TEXT if isinstance(v, str) else Sec.Kind.VALUE)
+    facts = [sec.Fact(k, v, sec.Kind.TEXT if isinstance(v, str) else sec.Kind.VALUE)
              for k, v in whole.items() if k not in COMMON]  # fmt: skip
     common = [_common_fact(k, whole.get(k)) for k in COMMON]
     why = w.remedy(whole)
-    common.append(Sec.Fact("verdict", "ok: keeps the signal" if why is None else
-                           f"discards signal: {why}; not advised", Sec.Kind.TEXT))  # fmt: skip
-    out.append(Sec.Facts("whatif-preset-common", "Whole selection", common))
-    out.append(Sec.Facts("whatif-preset-framework", f"{p.name}: its own metrics", facts))
+    common.append(sec.Fact("verdict", "ok: keeps the signal" if why is None else
+                           f"discards signal: {why}; not advised", sec.Kind.TEXT))  # fmt: skip
+    out.append(sec.Facts("whatif-preset-common", "Whole selection", common))
+    out.append(sec.Facts("whatif-preset-framework", f"{p.name}: its own metrics", facts))
     out.append(_table(w, "By run", (K.RUN,)))
     if len(w.split(K.GPU)) > 1:
         out.append(_table(w, "By gpu", (K.GPU,)))
@@ -262,18 +262,18 @@ def preset_sections(w: PresetWhatif) -> list[Sec.Section]:
     return out
 
 
-def _common_fact(key: str, value: Any) -> Sec.Fact:
+def _common_fact(key: str, value: Any) -> sec.Fact:
     metric = M.by_key(key)
-    kind = {M.Fmt.COUNT: Sec.Kind.COUNT, M.Fmt.SHARE: Sec.Kind.SHARE}.get(
-        metric.fmt, Sec.Kind.VALUE
+    kind = {M.Fmt.COUNT: sec.Kind.COUNT, M.Fmt.SHARE: sec.Kind.SHARE}.get(
+        metric.fmt, sec.Kind.VALUE
     )
-    return Sec.Fact(metric.header, value, kind)
+    return sec.Fact(metric.header, value, kind)
 
 
-def _table(w: PresetWhatif, title: str, split: K.Split) -> Sec.Table:
+def _table(w: PresetWhatif, title: str, split: K.Split) -> sec.Table:
     groups = w.split(*split)
-    columns = [Sec.Column(k, k, Sec.Kind.ID if k == K.STEP else Sec.Kind.LABEL) for k in split]
+    columns = [sec.Column(k, k, sec.Kind.ID if k == K.STEP else sec.Kind.LABEL) for k in split]
     shown = (M.TOKENS, M.TOKEN_FRACTION, M.SEQUENCE_FRACTION, M.WEIGHT_MEAN, M.ESS)
-    columns += [Sec.Column.of(k) for k in shown]
+    columns += [sec.Column.of(k) for k in shown]
     rows = [{**g.by, **{k: g.metrics.get(k) for k in shown}} for g in groups]
-    return Sec.Table(f"whatif-preset-{'-'.join(split)}", title, columns, rows, keys=len(split))
+    return sec.Table(f"whatif-preset-{'-'.join(split)}", title, columns, rows, keys=len(split))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.remedy import discards_signal
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
@@ -53,13 +53,13 @@ def steps_by_run(w: Whatif) -> dict[Any, list[tuple[Any, Any]]]:
     return out
 
 
-def whatif_sections(w: Whatif) -> list[S.Section]:
-    out: list[S.Section] = [
-        S.Lines("whatif", f"What-if corrections: {w.label}", [S.Line(HOW)]),
+def whatif_sections(w: Whatif) -> list[sec.Section]:
+    out: list[sec.Section] = [
+        sec.Lines("whatif", f"What-if corrections: {w.label}", [sec.Line(HOW)]),
         summary_table(w),
         remedy_lines(w),
         weights_table(w),
-        S.Figure("fig-whatif", "Share clipped or rejected", "whatif_sweep" if w.sweep else
+        sec.Figure("fig-whatif", "Share clipped or rejected", "whatif_sweep" if w.sweep else
                "whatif_methods", w, HOW_SWEEP if w.sweep else HOW_METHODS),
         keyed_table(w, "By turn kind", K.TURN_KIND),
     ]  # fmt: skip
@@ -67,24 +67,27 @@ def whatif_sections(w: Whatif) -> list[S.Section]:
         out.append(keyed_table(w, "By gpu", K.GPU))
     if len(w.split(K.RUN)) > 1:
         out.append(keyed_table(w, "By run", K.RUN))
-    out += [steps_table(w), S.Figure("fig-whatif-steps", "Per step", "whatif_steps", w, HOW_STEPS)]
+    out += [
+        steps_table(w),
+        sec.Figure("fig-whatif-steps", "Per step", "whatif_steps", w, HOW_STEPS),
+    ]
     return out
 
 
-def summary_table(w: Whatif) -> S.Table:
+def summary_table(w: Whatif) -> sec.Table:
     rows = [
         {"method": method_label(m), "unit": m.info.unit, "action": m.info.action, **r}
         for m, r in zip(w.methods, w.whole().results, strict=True)
     ]  # fmt: skip
     columns = [
-        S.Column("method", "method", S.Kind.LABEL), S.Column("unit", "unit", S.Kind.LABEL),
-        S.Column("action", "action", S.Kind.LABEL), S.Column.of(M.TOKEN_FRACTION),
-        S.Column.of(M.SEQUENCE_FRACTION), S.Column.of(M.ESS), S.Column.of(M.ESS_RAW),
+        sec.Column("method", "method", sec.Kind.LABEL), sec.Column("unit", "unit", sec.Kind.LABEL),
+        sec.Column("action", "action", sec.Kind.LABEL), sec.Column.of(M.TOKEN_FRACTION),
+        sec.Column.of(M.SEQUENCE_FRACTION), sec.Column.of(M.ESS), sec.Column.of(M.ESS_RAW),
     ]  # fmt: skip
-    return S.Table("whatif-summary", "Whole selection", columns, rows, keys=3)
+    return sec.Table("whatif-summary", "Whole selection", columns, rows, keys=3)
 
 
-def remedy_lines(w: Whatif) -> S.Lines:
+def remedy_lines(w: Whatif) -> sec.Lines:
     """Remedy sanity on the whole selection: each method that would discard the signal is named
     as not advised, with why (``analysis.remedy``)."""
     lines = []
@@ -92,36 +95,36 @@ def remedy_lines(w: Whatif) -> S.Lines:
         why = discards_signal(r, m.info.unit, m.info.action)
         if why is not None:
             lines.append(
-                S.Line(f"{method_label(m)}: discards the signal ({why}): not advised", "warn")
+                sec.Line(f"{method_label(m)}: discards the signal ({why}): not advised", "warn")
             )
     if not lines:
         lines = [
-            S.Line("Every method keeps the signal (ESS >= 50%, most units kept, few at the cap).")
+            sec.Line("Every method keeps the signal (ESS >= 50%, most units kept, few at the cap).")
         ]
-    return S.Lines("whatif-remedy", "Remedy sanity", lines)
+    return sec.Lines("whatif-remedy", "Remedy sanity", lines)
 
 
 WEIGHTS = (M.RAW_MEAN, M.RAW_STD, M.RAW_MIN, M.RAW_MAX, M.WEIGHT_MEAN, M.WEIGHT_STD, M.WEIGHT_MIN, M.WEIGHT_MAX)  # fmt: skip
 
 
-def weights_table(w: Whatif) -> S.Table:
+def weights_table(w: Whatif) -> sec.Table:
     rows = [{"method": method_label(m), **r} for m, r in zip(w.methods, w.whole().results, strict=True)]  # fmt: skip
-    columns = [S.Column("method", "method", S.Kind.LABEL), *[S.Column.of(k) for k in WEIGHTS]]
-    return S.Table("whatif-weights", "Weights (raw -> applied)", columns, rows)
+    columns = [sec.Column("method", "method", sec.Kind.LABEL), *[sec.Column.of(k) for k in WEIGHTS]]
+    return sec.Table("whatif-weights", "Weights (raw -> applied)", columns, rows)
 
 
-def keyed_table(w: Whatif, title: str, key: str) -> S.Table:
+def keyed_table(w: Whatif, title: str, key: str) -> sec.Table:
     groups = w.split(key)
-    columns = [S.Column("method", "method", S.Kind.LABEL)]
-    columns += [S.Column(f"g{i}", str(g.by[key]), S.Kind.SHARE) for i, g in enumerate(groups)]
+    columns = [sec.Column("method", "method", sec.Kind.LABEL)]
+    columns += [sec.Column(f"g{i}", str(g.by[key]), sec.Kind.SHARE) for i, g in enumerate(groups)]
     rows = [
         {"method": method_label(m), **{f"g{i}": unit_fraction(m, g.results[j]) for i, g in enumerate(groups)}}
         for j, m in enumerate(w.methods)
     ]  # fmt: skip
-    return S.Table(f"whatif-{key}", title, columns, rows)
+    return sec.Table(f"whatif-{key}", title, columns, rows)
 
 
-def steps_table(w: Whatif) -> S.Table:
+def steps_table(w: Whatif) -> sec.Table:
     groups = w.split(K.RUN, K.STEP)
     half = MAX_STEP_ROWS // 2
     note = None
@@ -129,9 +132,11 @@ def steps_table(w: Whatif) -> S.Table:
         note = f"first and last {half} of {len(groups)} batches; all in --json / --html"
         groups = groups[:half] + groups[-half:]
     multi = len(w.split(K.RUN)) > 1
-    columns = [S.Column("run", "run", S.Kind.LABEL)] if multi else []
-    columns += [S.Column("step", "step", S.Kind.ID), S.Column.of(M.VLLM_KL)]
-    columns += [S.Column(f"m{j}", method_label(m), S.Kind.SHARE) for j, m in enumerate(w.methods)]
+    columns = [sec.Column("run", "run", sec.Kind.LABEL)] if multi else []
+    columns += [sec.Column("step", "step", sec.Kind.ID), sec.Column.of(M.VLLM_KL)]
+    columns += [
+        sec.Column(f"m{j}", method_label(m), sec.Kind.SHARE) for j, m in enumerate(w.methods)
+    ]
     rows = []
     for g in groups:
         run, step = g.by[K.RUN], g.by[K.STEP]
@@ -143,4 +148,4 @@ def steps_table(w: Whatif) -> S.Table:
             }
         )
         rows.append(row)
-    return S.Table("whatif-steps", "Per step", columns, rows, keys=2 if multi else 1, note=note)
+    return sec.Table("whatif-steps", "Per step", columns, rows, keys=2 if multi else 1, note=note)

@@ -8,7 +8,6 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.api import DEFAULT_WORKERS, FORMATS, IngestOptions
-from mismatchctl.cli import reading as R
 from mismatchctl.cli.common import (
     STORE_PANEL,
     EngineOpt,
@@ -21,6 +20,7 @@ from mismatchctl.cli.common import (
     say,
     show,
 )
+from mismatchctl.cli.reading import RunOpt, reading_options
 
 HELP = f"""Read dump files (files, directories or globs; s3:// and gs:// too) into a run of the store.
 
@@ -45,13 +45,13 @@ Every rule (masks, padding, prompt lengths, attributes, validation, pickles, MoE
 
 
 @handle_errors
-@R.reading_options
+@reading_options
 def ingest(
     inputs: Annotated[
         list[str],
         typer.Argument(help="Dump files, directories or globs; or s3:// / gs:// URIs of them."),
     ],
-    run: R.RunOpt,
+    run: RunOpt,
     *,
     reading: IngestOptions,
     engine: EngineOpt = "local",

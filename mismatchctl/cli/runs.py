@@ -8,8 +8,8 @@ from typing import Annotated
 import typer
 
 from mismatchctl import api
-from mismatchctl.cli import common as C
 from mismatchctl.cli.common import JsonFlag, StoreOpt, emit_json, handle_errors, say
+from mismatchctl.cli.common import show as show_sections
 from mismatchctl.cli.help_layout import HelpCommand, HelpGroup
 from mismatchctl.display import shown
 from mismatchctl.errors import UsageError
@@ -46,7 +46,7 @@ def list_runs(ctx: typer.Context, store: StoreOpt = None, json: JsonFlag = False
     if json:
         emit_json([_summary(r) for r in runs], "-")
     else:
-        C.show(api.views.runs_sections(runs, str(st)))
+        show_sections(api.views.runs_sections(runs, str(st)))
 
 
 @app.command("show", cls=HelpCommand, short_help="Tags and provenance of one run.")
@@ -66,7 +66,7 @@ def show(
     if json:
         emit_json(info, "-")
     else:
-        C.show(api.views.run_sections(info))
+        show_sections(api.views.run_sections(info))
 
 
 @app.command("rm", cls=HelpCommand, short_help="Remove a run: its catalog entry and data.")
@@ -120,7 +120,7 @@ def check(
     if json:
         emit_json({run: damage for run, damage in found.items()}, "-")
     else:
-        C.show(api.views.check_sections(found, str(api.open_store(store))))
+        show_sections(api.views.check_sections(found, str(api.open_store(store))))
     api.check_failed(found)
 
 

@@ -15,9 +15,9 @@ import typer
 
 from mismatchctl import api
 from mismatchctl.api import IngestOptions
-from mismatchctl.cli import reading as R
 from mismatchctl.cli.common import OUTPUT_PANEL, JsonFlag, StoreOpt, handle_errors, say
 from mismatchctl.cli.diagnose import EXIT_CHECK_FAILED
+from mismatchctl.cli.reading import RunOpt, reading_options
 from mismatchctl.display import file_label, number, printable
 from mismatchctl.errors import UsageError
 from mismatchctl.render.json import dumps_line
@@ -53,10 +53,10 @@ class ExitOn(StrEnum):
 
 
 @handle_errors
-@R.reading_options
+@reading_options
 def watch(
     directory: Annotated[str, typer.Argument(help="The directory the job writes dumps into.")],
-    run: R.RunOpt,
+    run: RunOpt,
     *,
     alerts: Annotated[
         str | None,

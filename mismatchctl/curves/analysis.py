@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from mismatchctl.curves import correlate as C
-from mismatchctl.curves import events as E
+from mismatchctl.curves import correlate, events
 from mismatchctl.curves.series import ENTROPY_MEAN, KL, REWARD_MEAN, Series
 from mismatchctl.stats import registry as M
 
@@ -42,8 +41,8 @@ class Link:
     n: int
     pearson: float | None
     spearman: float | None
-    lags: list[C.LagPoint]
-    best: C.LagPoint | None
+    lags: list[correlate.LagPoint]
+    best: correlate.LagPoint | None
     only_kl_steps: list[int]
     only_metric_steps: list[int]
     nonfinite_steps: list[int]
@@ -54,7 +53,7 @@ class SpikeMatch:
     role: str
     metric: str
     kl_spikes: int
-    matches: list[E.Coincidence]  # step_a: vllm_kl spike, step_b: the metric's spike
+    matches: list[events.Coincidence]  # step_a: vllm_kl spike, step_b: the metric's spike
 
 
 @dataclass
@@ -69,8 +68,8 @@ class RunCurves:
     only_log_steps: list[int]  # steps in the training logs with no dump data
     kl_spikes: list[int]
     spike_matches: list[SpikeMatch] = field(default_factory=list)
-    reward_drops: list[E.Drop] = field(default_factory=list)
-    rises: list[E.Precedence] = field(default_factory=list)
+    reward_drops: list[events.Drop] = field(default_factory=list)
+    rises: list[events.Precedence] = field(default_factory=list)
     unassessed_drops: list[int] = field(default_factory=list)  # too few vllm_kl steps before
 
     @property
@@ -121,35 +120,35 @@ def run_curves(run: str, series: dict[str, Series]) -> RunCurves:
         log_steps=log_steps,
         only_dump_steps=sorted(set(dump_steps) - set(log_steps)) if log_steps else [],
         only_log_steps=sorted(set(log_steps) - set(dump_steps)),
-        kl_spikes=E.spikes(kl.steps, kl.values, log=True),
+        kl_spikes=events.spikes(kl.steps, kl.values, log=True),
     )
     for role in ("grad_norm", "entropy", M.TRAINER_PPL):
         if role in roles:
             curves.spike_matches.append(_spike_match(kl, series[roles[role]], role, curves))
     if "reward" in roles:
         reward = series[roles["reward"]]
-        steps, k, r = C.outer_join(kl.steps, kl.values, reward.steps, reward.values)
-        curves.reward_drops = E.reward_drops(reward.steps, reward.values)
-        curves.rises = E.rise_before_drop(steps, k, r)
+        steps, k, r = correlate.outer_join(kl.steps, kl.values, reward.steps, reward.values)
+        curves.reward_drops = events.reward_drops(reward.steps, reward.values)
+        curves.rises = events.rise_before_drop(steps, k, r)
         curves.unassessed_drops = [
             d.step
             for d in curves.reward_drops
-            if not E.rise_assessable(kl.steps, kl.values, d.step)
+            if not events.rise_assessable(kl.steps, kl.values, d.step)
         ]
     return curves
 
 
 def _link(kl: Series, other: Series) -> Link:
-    a = C.align(kl.steps, kl.values, other.steps, other.values)
-    lags = C.change_lead_lag(a.steps, a.x, a.y)
+    a = correlate.align(kl.steps, kl.values, other.steps, other.values)
+    lags = correlate.change_lead_lag(a.steps, a.x, a.y)
     return Link(
         metric=other.name,
         origin=other.origin,
         n=a.n,
-        pearson=C.pearson(a.x, a.y),
-        spearman=C.spearman(a.x, a.y),
+        pearson=correlate.pearson(a.x, a.y),
+        spearman=correlate.spearman(a.x, a.y),
         lags=lags,
-        best=C.best_lag(lags),
+        best=correlate.best_lag(lags),
         only_kl_steps=a.only_x_steps,
         only_metric_steps=a.only_y_steps,
         nonfinite_steps=a.nonfinite_steps,
@@ -157,8 +156,8 @@ def _link(kl: Series, other: Series) -> Link:
 
 
 def _spike_match(kl: Series, other: Series, role: str, curves: RunCurves) -> SpikeMatch:
-    steps, k, m = C.outer_join(kl.steps, kl.values, other.steps, other.values)
-    matches = E.coincident_spikes(steps, k, m, log_a=True, log_b=role in LOG_ROLES)
+    steps, k, m = correlate.outer_join(kl.steps, kl.values, other.steps, other.values)
+    matches = events.coincident_spikes(steps, k, m, log_a=True, log_b=role in LOG_ROLES)
     return SpikeMatch(role, other.name, len(curves.kl_spikes), matches)
 
 

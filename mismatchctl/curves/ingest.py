@@ -14,7 +14,7 @@ from mismatchctl.curves.read import MetricsRead, read_metrics
 from mismatchctl.curves.series import DUMP_METRICS
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.store import Store
-from mismatchctl.store.metrics import MetricsCommit, MetricSource, commit_metrics
+from mismatchctl.store.log_metrics import MetricsCommit, MetricSource, commit_metrics
 
 
 @dataclass

@@ -18,7 +18,7 @@ from mismatchctl.engines.plan import RowFilter, Selection, row_mask
 from mismatchctl.engines.sequences import ENTROPY_MEAN, REWARD_MEAN, step_means
 from mismatchctl.stats import registry as M
 from mismatchctl.store import Store
-from mismatchctl.store.metrics import METRIC, STEP, VALUE, read_metrics_table
+from mismatchctl.store.log_metrics import METRIC, STEP, VALUE, read_metrics_table
 
 KL = M.VLLM_KL
 REPORT_METRICS = (KL, M.TRAINER_PPL, M.ABS_LOG_RATIO_MEAN)

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mismatchctl.display import shown
-from mismatchctl.dump.columns import LAYOUT_KEY, LAYOUT_VERSION
+from mismatchctl.dump.layout import LAYOUT_KEY, LAYOUT_VERSION
 from mismatchctl.errors import UsageError
 from mismatchctl.ingest.source import tags_from_metadata
 

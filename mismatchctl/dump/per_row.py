@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from mismatchctl.display import has_control, shown
 from mismatchctl.dump.arrays import is_tensor, to_numpy
-from mismatchctl.dump.columns import reserved
+from mismatchctl.dump.layout import reserved
 from mismatchctl.errors import UsageError
 from mismatchctl.ingest.attributes import ATTR_NAME
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl.dump import arrays as ar
-from mismatchctl.dump import columns as C
+from mismatchctl.dump import layout as C
 from mismatchctl.dump import per_row
 from mismatchctl.errors import UsageError
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mismatchctl.dump import arrays as ar
-from mismatchctl.dump import columns as C
+from mismatchctl.dump import layout as C
 from mismatchctl.dump.metadata import checked_tags, file_metadata
 from mismatchctl.dump.table import (
     call_table,

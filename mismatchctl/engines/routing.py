@@ -2,7 +2,7 @@
 in the same order, ``docs/store.md``) is joined to every slice the engine reads of the part, so
 that an extra of the pass sees the routing columns beside the logprobs and the split keys;
 ``RoutingExtra`` reduces the slices to the routing sums of each run and of every group of the
-asked splits in one compiled pass (``stats/routing.py``). Local threads or Ray tasks, merged in
+asked splits in one compiled pass (``stats/routing_sums.py``). Local threads or Ray tasks, merged in
 part order either way: the same numbers."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from mismatchctl.engines.keys import Label, PartKeys, decode, token_columns, tok
 from mismatchctl.engines.plan import PartTask
 from mismatchctl.errors import StoreError
 from mismatchctl.stats.per_token import k3 as token_k3
-from mismatchctl.stats.routing import (
+from mismatchctl.stats.routing_sums import (
     GroupCodes,
     RoutingPartial,
     RoutingSums,

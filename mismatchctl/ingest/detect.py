@@ -15,7 +15,7 @@ from mismatchctl import schema as S
 from mismatchctl.display import file_label
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest.arrow_values import is_list_type
-from mismatchctl.ingest.columns import SEQUENCE_NAMES, TOKEN_NAMES
+from mismatchctl.ingest.column_roles import SEQUENCE_NAMES, TOKEN_NAMES
 from mismatchctl.ingest.jsonl import parsed
 from mismatchctl.ingest.one_sided import refuse_one_sided
 from mismatchctl.ingest.restricted_pickle import first_global

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError
-from mismatchctl.ingest.columns import SEQUENCE_NAMES, TOKEN_NAMES
+from mismatchctl.ingest.column_roles import SEQUENCE_NAMES, TOKEN_NAMES
 
 TRL_COLUMNS = ("step", "prompt", "completion", "advantage")
 PRIME_COLUMNS = ("input_tokens", "output_tokens", "output_logprobs")

@@ -20,9 +20,9 @@ from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
 from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import parquet_extra as extra
-from mismatchctl.ingest import source as src
+from mismatchctl.ingest import source as ingest_source
 from mismatchctl.ingest.batch import RaggedBatch, RouteColumn, offsets_from_lengths
-from mismatchctl.ingest.columns import SEQUENCE_NAMES, require, resolve, unique_names
+from mismatchctl.ingest.column_roles import SEQUENCE_NAMES, require, resolve, unique_names
 from mismatchctl.ingest.routes import START_LEN
 from mismatchctl.ingest.source import Source, step_from_name, step_in_range, tags_from_metadata
 from mismatchctl.options import FORMAT_SEQUENCE
@@ -145,9 +145,9 @@ def _batches(
     columns = [*found.values(), *([ATTENTION_MASK] if attention else []), *prompts, *starts]
     columns = list(dict.fromkeys(columns))
     avg = max(1, pf.metadata.num_rows and _avg_len(pf, found[S.ROLE_ROLLOUT], label))
-    rows_per_batch = max(1, min(65536, src.BATCH_TOKENS // avg))
+    rows_per_batch = max(1, min(65536, ingest_source.BATCH_TOKENS // avg))
     if any(role in found for role in ROUTE_ROLES):  # routes: hundreds of ids a token
-        rows_per_batch = max(1, rows_per_batch // src.ROUTES_BATCH_DIVISOR)
+        rows_per_batch = max(1, rows_per_batch // ingest_source.ROUTES_BATCH_DIVISOR)
         # the column chunks streamed through a buffer, not read (pre-buffered) whole: a row
         # group's routes are hundreds of MB
         pf = pq.ParquetFile(path, buffer_size=ROUTES_READ_BUFFER, pre_buffer=False)

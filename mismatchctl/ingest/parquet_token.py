@@ -18,14 +18,14 @@ import pyarrow.parquet as pq
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
-from mismatchctl.ingest import attributes
+from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest.batch import (
     RaggedBatch,
     RouteColumn,
     offsets_from_lengths,
     sequence_index,
 )
-from mismatchctl.ingest.columns import TOKEN_NAMES, require, resolve, unique_names
+from mismatchctl.ingest.column_roles import TOKEN_NAMES, require, resolve, unique_names
 from mismatchctl.ingest.parquet_extra import PROMPT_LENGTH_NAMES, UNKNOWN
 from mismatchctl.ingest.source import (
     BATCH_TOKENS,
@@ -82,7 +82,7 @@ def _extra_columns(
     """Per-sequence columns read beside the roles: the prompt length (key ``prompt``) and the
     requested attributes (keys ``attr:<name>``), each one value per sequence."""
     used = set(found.values())
-    attributes.check_requested(attrs, [n for n in names if n not in used], label)
+    attr.check_requested(attrs, [n for n in names if n not in used], label)
     extra = {f"attr:{a}": a for a in attrs}
     prompt = next((n for n in PROMPT_LENGTH_NAMES if n in names and n not in used), None)
     if prompt is not None:
@@ -185,9 +185,9 @@ def _to_batch(
         batch.entropy = av.floats(col(S.ROLE_ENTROPY), what(S.ROLE_ENTROPY))
     if S.ROLE_GPU in found:
         batch.gpus = [g or None for g in av.strings(col(S.ROLE_GPU).take(pa.array(heads)))]
-    for role, attr in ((S.ROLE_REWARD, "rewards"), (S.ROLE_WEIGHT_VERSION, "weight_versions")):
+    for role, member in ((S.ROLE_REWARD, "rewards"), (S.ROLE_WEIGHT_VERSION, "weight_versions")):
         if role in found:
-            setattr(batch, attr, av.floats(col(role).take(pa.array(heads)), what(role)))
+            setattr(batch, member, av.floats(col(role).take(pa.array(heads)), what(role)))
     for role in (S.ROLE_ROLLOUT_ROUTES, S.ROLE_TRAINER_ROUTES):
         if role in found:  # one [layers][top_k] list per row: a list of them per sequence
             per_seq = pa.ListArray.from_arrays(pa.array(batch.offsets, pa.int32()), col(role))
@@ -222,8 +222,8 @@ def _per_sequence(
             batch.prompt_lengths = lengths
         else:
             name = key[len("attr:") :]
-            texts = [attributes.as_text(v) for v in head.to_pylist()]
-            problem = attributes.text_problem(texts)
+            texts = [attr.as_text(v) for v in head.to_pylist()]
+            problem = attr.text_problem(texts)
             if problem is not None:
                 raise InputError(
                     f"{label}: column `{column}` (--attr {name}): {problem}",

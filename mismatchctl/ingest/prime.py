@@ -26,7 +26,7 @@ from mismatchctl.errors import InputError
 from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch, offsets_from_lengths
-from mismatchctl.ingest.columns import refuse_unread_roles
+from mismatchctl.ingest.column_roles import refuse_unread_roles
 from mismatchctl.ingest.jsonl import json_objects, require_keys
 from mismatchctl.ingest.source import BATCH_TOKENS, Source, step_in_range
 from mismatchctl.options import FORMAT_PRIME

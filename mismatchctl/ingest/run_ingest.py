@@ -19,7 +19,7 @@ from mismatchctl.display import file_label, has_control, shown
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest import detect_format, expand_inputs, open_source
 from mismatchctl.ingest.canonical import Context, Tally, canonicalize
-from mismatchctl.ingest.columns import parse_mapping
+from mismatchctl.ingest.column_roles import parse_mapping
 from mismatchctl.ingest.detect import removed_while_read, unreadable
 from mismatchctl.ingest.duplicates import KEY, repeats_in_order
 from mismatchctl.ingest.prefetch import prefetch

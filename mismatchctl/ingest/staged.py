@@ -34,7 +34,7 @@ from mismatchctl.errors import MismatchError, StoreError, UsageError
 from mismatchctl.ingest import expand_inputs
 from mismatchctl.ingest.canonical import Tally
 from mismatchctl.ingest.duplicates import KEY
-from mismatchctl.ingest.remote import ObjectPath, expand_remote, fetch, is_remote
+from mismatchctl.ingest.remote_inputs import ObjectPath, expand_remote, fetch, is_remote
 from mismatchctl.ingest.run_ingest import (
     FileResult,
     IngestResult,

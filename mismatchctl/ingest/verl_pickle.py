@@ -31,7 +31,7 @@ from mismatchctl.ingest import attributes as attr
 from mismatchctl.ingest import py_values as pv
 from mismatchctl.ingest.batch import RaggedBatch, RouteColumn
 from mismatchctl.ingest.canonical import derive_turns
-from mismatchctl.ingest.columns import refuse_unread_roles
+from mismatchctl.ingest.column_roles import refuse_unread_roles
 from mismatchctl.ingest.source import (
     BATCH_TOKENS,
     ROUTES_BATCH_DIVISOR,

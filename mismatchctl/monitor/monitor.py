@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl.analysis.live import Alert, StepHistory, StepLine, StepValue, localize, step_values
-from mismatchctl.dump import columns as C
+from mismatchctl.dump import layout as C
 from mismatchctl.dump.arrays import Layout, layout_of, to_numpy
 from mismatchctl.dump.metadata import checked_tags, file_metadata
 from mismatchctl.dump.table import call_table, other_columns, row_columns, step_table, token_columns
@@ -33,8 +33,8 @@ from mismatchctl.ingest.in_memory import ingest_table
 from mismatchctl.ingest.run_ingest import IngestResult, Options
 from mismatchctl.monitor import inputs
 from mismatchctl.monitor.device import BatchState, reduce_batch
+from mismatchctl.monitor.framework_names import OWN, check_style, summary
 from mismatchctl.monitor.host import reduce_numpy
-from mismatchctl.monitor.names import OWN, check_style, summary
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.bins import parse_bins
 from mismatchctl.stats.partial import Partial

@@ -21,7 +21,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from mismatchctl.analysis import figure_data as FD
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.bisect.view import BisectPlot
 from mismatchctl.analysis.compare import Comparison
 from mismatchctl.analysis.compare_curves import CurvePair
@@ -84,7 +84,7 @@ def palette(n: int) -> list[str]:
     return [out[i % len(out)] for i in range(n)]
 
 
-def build(fig: S.Figure) -> go.Figure:
+def build(fig: sec.Figure) -> go.Figure:
     """The plotly figure of a ``Figure`` section."""
     return BUILDERS[fig.kind](fig.data)
 

@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mismatchctl import __version__
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.display import visible
+from mismatchctl.render.cell_text import HEAT_COLOURS, cell_text
 from mismatchctl.render.json import dumps
 from mismatchctl.render.output import write_text
 from mismatchctl.render.style import CSS, FIGURES, HEAT_CSS, INFLATE, LOADER, ONERROR
-from mismatchctl.render.text import HEAT_COLOURS, cell_text
 
 MAX_STEP_ROWS = 200  # beyond this, a run's step table shows its worst steps only
 WORST_STEPS = 20
@@ -38,11 +38,11 @@ def esc(value: object) -> str:
     return html.escape(visible(value), quote=True)
 
 
-def page(title: str, subtitle: str, sections: Sequence[S.Section]) -> str:
+def page(title: str, subtitle: str, sections: Sequence[sec.Section]) -> str:
     """The whole page around the sections."""
-    sections = [s for s in sections if not (isinstance(s, S.Block) and s.media == "terminal")]
-    lead: list[S.Section] = []
-    if sections and isinstance(sections[0], S.Table) and sections[0].id == "summary":
+    sections = [s for s in sections if not (isinstance(s, sec.Block) and s.media == "terminal")]
+    lead: list[sec.Section] = []
+    if sections and isinstance(sections[0], sec.Table) and sections[0].id == "summary":
         lead, sections = [sections[0]], list(sections[1:])
     body = "".join(section(s, 0) for s in lead) + toc(sections)
     body += "".join(section(s, 0) for s in sections)
@@ -69,18 +69,18 @@ def plotly_js() -> str:
     return get_plotlyjs()
 
 
-def write(path: str | Path, title: str, subtitle: str, sections: Sequence[S.Section]) -> None:
+def write(path: str | Path, title: str, subtitle: str, sections: Sequence[sec.Section]) -> None:
     """The page into ``path``, whole or not at all (``render.output``)."""
     write_text(path, page(title, subtitle, sections), "--html")
 
 
-def toc(sections: Sequence[S.Section]) -> str:
+def toc(sections: Sequence[sec.Section]) -> str:
     links = [
         f'<a href="#{esc(s.id)}">{esc(s.title)}</a>'
         for s in sections
-        if getattr(s, "title", None) and not (isinstance(s, S.Block) and s.bare)
+        if getattr(s, "title", None) and not (isinstance(s, sec.Block) and s.bare)
     ]
-    runs = [s for s in sections if isinstance(s, S.Block) and s.id.startswith("run-")]
+    runs = [s for s in sections if isinstance(s, sec.Block) and s.id.startswith("run-")]
     pick = ""
     if len(runs) > 1:
         options = "".join(f'<option value="{esc(b.id)}">{esc(b.title)}</option>' for b in runs)
@@ -93,22 +93,22 @@ def toc(sections: Sequence[S.Section]) -> str:
     return f'<nav class="toc">{pick}{"".join(links)}</nav>'
 
 
-def section(s: S.Section, depth: int) -> str:
-    if isinstance(s, S.Block):
+def section(s: sec.Section, depth: int) -> str:
+    if isinstance(s, sec.Block):
         return block(s, depth)
-    if isinstance(s, S.Table):
+    if isinstance(s, sec.Table):
         return _titled(s.title, depth, table(s), s.id)
-    if isinstance(s, S.Facts):
+    if isinstance(s, sec.Facts):
         return facts(s, depth)
-    if isinstance(s, S.Lines):
+    if isinstance(s, sec.Lines):
         return lines(s, depth)
-    if isinstance(s, S.StepSeries):
+    if isinstance(s, sec.StepSeries):
         return step_series(s, depth)
-    if isinstance(s, S.Checks):
+    if isinstance(s, sec.Checks):
         return checks(s, depth)
-    if isinstance(s, S.Figure):
+    if isinstance(s, sec.Figure):
         return figure(s, depth)
-    if isinstance(s, S.Heat):
+    if isinstance(s, sec.Heat):
         return _titled(s.title, depth, heat(s), s.id)
     raise TypeError(f"no HTML writer for {type(s).__name__}")
 
@@ -116,7 +116,7 @@ def section(s: S.Section, depth: int) -> str:
 MASKED_TIP = "the tool response's tokens (masked: not scored)"
 
 
-def heat(h: S.Heat) -> str:
+def heat(h: sec.Heat) -> str:
     """Spans coloured by level with a tooltip each; gaps as marked blocks; the legend first."""
     top = len(HEAT_COLOURS) - 1
     legend = "".join(
@@ -126,7 +126,7 @@ def heat(h: S.Heat) -> str:
         legend += f'<span class="heat-mark">{esc(h.mark)}</span> '
     out = []
     for item in h.items:
-        if isinstance(item, S.HeatGap):
+        if isinstance(item, sec.HeatGap):
             out.append(f'<span class="heat-gap">{esc(item.label)}</span>')
             if item.text is not None:
                 out.append(
@@ -154,7 +154,7 @@ def _titled(title: str, depth: int, body: str, anchor: str) -> str:
     return f'<div id="{esc(anchor)}">{_heading(title, depth)}{body}</div>'
 
 
-def block(b: S.Block, depth: int) -> str:
+def block(b: sec.Block, depth: int) -> str:
     if b.media == "terminal":
         return ""
     inner = "".join(section(s, depth + 1) for s in b.sections)
@@ -171,21 +171,21 @@ def block(b: S.Block, depth: int) -> str:
     return f'<section id="{esc(b.id)}" class="{cls}">{_heading(b.title, depth)}{inner}</section>'
 
 
-def _cell(value: object, column: S.Column, row: dict) -> str:
+def _cell(value: object, column: sec.Column, row: dict) -> str:
     text = esc(cell_text(value, column.kind_in(row)))
     classes = []
     if column.band_key is not None and row.get(column.band_key):
         classes.append(f"band-{esc(row[column.band_key])}")
-    if column.kind == S.Kind.BAND and value:
+    if column.kind == sec.Kind.BAND and value:
         classes.append("band")
     if column.hot_key is not None and row.get(column.hot_key):
         classes.append("hot")
-    if column.kind == S.Kind.VERDICT:
+    if column.kind == sec.Kind.VERDICT:
         text = _verdict(str(value))
     if column.link_key is not None and row.get(column.link_key):
         text = f'<a href="#{esc(row[column.link_key])}">{text}</a>'
-    align = "n" if column.numeric else ("t" if column.kind == S.Kind.TEXT else "l")
-    tip = f' title="{text}"' if column.kind == S.Kind.TEXT and text else ""
+    align = "n" if column.numeric else ("t" if column.kind == sec.Kind.TEXT else "l")
+    tip = f' title="{text}"' if column.kind == sec.Kind.TEXT and text else ""
     return f'<td class="{" ".join([align, *classes])}"{tip}>{text}</td>'
 
 
@@ -194,9 +194,9 @@ def _verdict(verdict: str) -> str:
     return f'<span class="verdict verdict-{esc(cls)}">{esc(verdict)}</span>'
 
 
-def table(t: S.Table, rows: list[dict] | None = None) -> str:
+def table(t: sec.Table, rows: list[dict] | None = None) -> str:
     head = "".join(
-        f'<th class="{"n" if c.numeric else ("t" if c.kind == S.Kind.TEXT else "l")}"'
+        f'<th class="{"n" if c.numeric else ("t" if c.kind == sec.Kind.TEXT else "l")}"'
         + (f' title="{esc(c.metric.description)}"' if c.metric is not None else "")
         + f">{esc(c.header)}</th>"
         for c in t.columns
@@ -214,10 +214,10 @@ def table(t: S.Table, rows: list[dict] | None = None) -> str:
     )
 
 
-def facts(f: S.Facts, depth: int) -> str:
+def facts(f: sec.Facts, depth: int) -> str:
     if not f.facts:
         return _titled(f.title, depth, "", f.id)
-    if len(f.facts) == 1 and f.facts[0].kind == S.Kind.VERDICT:
+    if len(f.facts) == 1 and f.facts[0].kind == sec.Kind.VERDICT:
         x = f.facts[0]
         body = f"<p>{_verdict(str(x.value))} {esc(x.remark or '')}</p>"
         return _titled(f.title, depth, body, f.id)
@@ -233,7 +233,7 @@ def facts(f: S.Facts, depth: int) -> str:
     return _titled(f.title, depth, body, f.id)
 
 
-def lines(ls: S.Lines, depth: int) -> str:
+def lines(ls: sec.Lines, depth: int) -> str:
     if not ls.lines:
         return ""
     items = "".join(f'<li class="{TONE.get(x.tone, "")}">{esc(x.text)}</li>' for x in ls.lines)
@@ -245,7 +245,7 @@ def lines(ls: S.Lines, depth: int) -> str:
     )
 
 
-def step_series(s: S.StepSeries, depth: int) -> str:
+def step_series(s: sec.StepSeries, depth: int) -> str:
     rows = s.table.rows
     if len(rows) <= MAX_STEP_ROWS or s.every:
         return _titled(s.title, depth, table(s.table), s.id)
@@ -257,7 +257,7 @@ def step_series(s: S.StepSeries, depth: int) -> str:
     return _titled(s.title, depth, note + table(s.table, [rows[i] for i in worst]), s.id)
 
 
-def checks(c: S.Checks, depth: int) -> str:
+def checks(c: sec.Checks, depth: int) -> str:
     rows = []
     for x in c.checks:
         nxt = f'<div class="next">→ {esc(x.next)}</div>' if x.next else ""
@@ -282,13 +282,13 @@ FIGURE_MARK = '<script type="text/plain" data-encoding="json;deflate;base64" dat
 DEFLATE_LEVEL = 6  # level 9 packs the demo's figures 5% smaller in 7 times the time
 
 
-def figure(f: S.Figure, depth: int) -> str:
+def figure(f: sec.Figure, depth: int) -> str:
     """A figure's placeholder (its height), its packed JSON and its 'how to read' line."""
     import plotly.io as pio
 
-    from mismatchctl.render import figures as F
+    from mismatchctl.render import figures
 
-    fig = F.build(f)
+    fig = figures.build(f)
     data = pack(pio.to_json(fig, validate=False, engine="json"))
     div = f"{f.id}-plot"
     how = f'<p class="how">{esc(f.how)}</p>' if f.how else ""

@@ -289,7 +289,7 @@ LOADER = """
 })();
 """
 
-# `show`: a sequence's tokens coloured by |r| (the colours of render/text.HEAT_COLOURS)
+# `show`: a sequence's tokens coloured by |r| (the colours of render/cell_text.HEAT_COLOURS)
 HEAT_CSS = """
 .heat { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; font-size:13px;
   white-space:pre-wrap; word-break:break-word; line-height:1.9; max-width:1100px; }

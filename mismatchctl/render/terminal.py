@@ -15,16 +15,16 @@ from rich.console import RenderableType
 from rich.table import Table as RTable
 from rich.text import Text
 
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.display import visible
-from mismatchctl.render.fit import fit
-from mismatchctl.render.text import (
+from mismatchctl.render.cell_text import (
     BAND_STYLE,
     HEAT_MARK_STYLE,
     HEAT_STYLE,
     VERDICT_STYLE,
     cell_text,
 )
+from mismatchctl.render.fit import fit
 
 MAX_STEP_ROWS = 30  # beyond this, a sparkline and the worst steps
 WORST_STEPS = 10
@@ -33,37 +33,37 @@ TEXT_WIDTH = 64  # a column of sentences wraps at this width
 TONE = {"bold": "bold", "note": "yellow", "warn": "yellow", "dim": "dim", "": ""}
 
 
-def render(sections: Iterable[S.Section]) -> RenderableType:
+def render(sections: Iterable[sec.Section]) -> RenderableType:
     """Every section the terminal shows, a blank line after each."""
     parts = [r for s in sections if (r := section(s)) is not None]
     return RGroup(*[RGroup(p, Text("")) for p in parts])
 
 
-def section(s: S.Section) -> RenderableType | None:
-    if isinstance(s, S.Figure):
+def section(s: sec.Section) -> RenderableType | None:
+    if isinstance(s, sec.Figure):
         return None
-    if isinstance(s, S.Block):
+    if isinstance(s, sec.Block):
         return block(s)
-    if isinstance(s, S.Table):
+    if isinstance(s, sec.Table):
         return table(s)
-    if isinstance(s, S.Facts):
+    if isinstance(s, sec.Facts):
         return facts(s)
-    if isinstance(s, S.Lines):
+    if isinstance(s, sec.Lines):
         return lines(s)
-    if isinstance(s, S.StepSeries):
+    if isinstance(s, sec.StepSeries):
         return step_series(s)
-    if isinstance(s, S.Checks):
+    if isinstance(s, sec.Checks):
         return checks(s)
-    if isinstance(s, S.Heat):
+    if isinstance(s, sec.Heat):
         return heat(s)
     raise TypeError(f"no terminal writer for {type(s).__name__}")
 
 
-def heat(h: S.Heat) -> RenderableType:
+def heat(h: sec.Heat) -> RenderableType:
     """The tokens as running text on their level's background, gaps on lines of their own."""
     body = Text()
     for item in h.items:
-        if isinstance(item, S.HeatGap):
+        if isinstance(item, sec.HeatGap):
             body.append(f"\n⟦{visible(item.label)}⟧\n", style="bold cyan")
             if item.text is not None:  # the tool response's own tokens, marked
                 body.append(visible(item.text), style="italic cyan")
@@ -86,7 +86,7 @@ def heat(h: S.Heat) -> RenderableType:
     return RGroup(*parts)
 
 
-def block(b: S.Block) -> RenderableType | None:
+def block(b: sec.Block) -> RenderableType | None:
     if b.media == "html":
         return None
     inner = [r for s in b.sections if (r := section(s)) is not None]
@@ -105,23 +105,23 @@ def _spaced(parts: list[RenderableType]) -> list[RenderableType]:
     return out
 
 
-def cell(value: object, column: S.Column, row: dict) -> Text:
+def cell(value: object, column: sec.Column, row: dict) -> Text:
     text = cell_text(value, column.kind_in(row))
     style = ""
     if column.band_key is not None:
         style = BAND_STYLE.get(row.get(column.band_key) or "", "")
-    if column.kind == S.Kind.VERDICT:
+    if column.kind == sec.Kind.VERDICT:
         style = VERDICT_STYLE.get(str(value), "")
     if column.hot_key is not None and row.get(column.hot_key):
         style = "bold red"
     return Text(text, style=style)
 
 
-def table(t: S.Table) -> RenderableType:
+def table(t: sec.Table) -> RenderableType:
     rt = RTable(title=visible(t.title) if t.title else None, title_justify="left")
     for c in t.columns:
         left = not c.numeric
-        wrap = c.kind == S.Kind.TEXT  # sentences wrap; labels and numbers never do
+        wrap = c.kind == sec.Kind.TEXT  # sentences wrap; labels and numbers never do
         rt.add_column(visible(c.header), justify="left" if left else "right",
                       no_wrap=not wrap, overflow="fold", max_width=TEXT_WIDTH if wrap else None)  # fmt: skip
     for row in t.rows:
@@ -134,14 +134,14 @@ def table(t: S.Table) -> RenderableType:
     return fit(rt, t.keys)
 
 
-def facts(f: S.Facts) -> RenderableType:
+def facts(f: sec.Facts) -> RenderableType:
     title = Text(visible(f.title), style="bold underline") if f.title else Text("")
     if not f.facts:
         return title
-    if len(f.facts) == 1 and f.facts[0].kind == S.Kind.VERDICT:
+    if len(f.facts) == 1 and f.facts[0].kind == sec.Kind.VERDICT:
         x = f.facts[0]  # the verdict line of a diagnosis
         verdict = Text(
-            cell_text(x.value, S.Kind.VERDICT), style=VERDICT_STYLE.get(str(x.value), "")
+            cell_text(x.value, sec.Kind.VERDICT), style=VERDICT_STYLE.get(str(x.value), "")
         )
         return Text.assemble(title, "   ", verdict, f"  {visible(x.remark or '')}")
     grid = RTable.grid(padding=(0, 2))
@@ -159,7 +159,7 @@ def facts(f: S.Facts) -> RenderableType:
     return RGroup(title, grid) if f.title else grid
 
 
-def lines(ls: S.Lines) -> RenderableType:
+def lines(ls: sec.Lines) -> RenderableType:
     out: list[RenderableType] = []
     if ls.title:
         out.append(Text(visible(ls.title), style="bold"))
@@ -167,7 +167,7 @@ def lines(ls: S.Lines) -> RenderableType:
     return RGroup(*out)
 
 
-def step_series(s: S.StepSeries) -> RenderableType:
+def step_series(s: sec.StepSeries) -> RenderableType:
     if len(s.table.rows) <= MAX_STEP_ROWS or s.every:
         return table(s.table)
     rows = s.table.rows
@@ -186,17 +186,17 @@ def step_series(s: S.StepSeries) -> RenderableType:
         style="bold",
     )
     worst = sorted(s.worst[:WORST_STEPS])
-    top = S.Table(s.id, f"Worst {len(worst)} steps: {s.title.removeprefix('Per step: ')}",
+    top = sec.Table(s.id, f"Worst {len(worst)} steps: {s.title.removeprefix('Per step: ')}",
                 s.table.columns, [rows[i] for i in worst], s.table.keys)  # fmt: skip
     return RGroup(head, spark, table(top))
 
 
-def checks(c: S.Checks) -> RenderableType:
+def checks(c: sec.Checks) -> RenderableType:
     if c.brief:
         out = []
         for x in c.checks:
             line = Text.assemble(
-                (cell_text(x.verdict, S.Kind.VERDICT), VERDICT_STYLE.get(x.verdict, "")),
+                (cell_text(x.verdict, sec.Kind.VERDICT), VERDICT_STYLE.get(x.verdict, "")),
                 f" {x.name} ({x.layer}): {visible(x.finding)}",
             )
             if x.next:
@@ -212,6 +212,8 @@ def checks(c: S.Checks) -> RenderableType:
         text = Text(visible(x.finding))
         if x.next:
             text.append("\n→ " + visible(x.next), style="italic")
-        verdict = Text(cell_text(x.verdict, S.Kind.VERDICT), style=VERDICT_STYLE.get(x.verdict, ""))
+        verdict = Text(
+            cell_text(x.verdict, sec.Kind.VERDICT), style=VERDICT_STYLE.get(x.verdict, "")
+        )
         rt.add_row(verdict, Text(visible(x.title)), text)
     return rt

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from mismatchctl.errors import StoreError
 from mismatchctl.store.catalog import PartRecord
-from mismatchctl.store.metrics import metric_table_row
+from mismatchctl.store.log_metrics import metric_table_row
 from mismatchctl.store.parts import MASKED, METRICS, ROUTING, SEQUENCES, TOKENS
 from mismatchctl.store.store import Store
 

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from mismatchctl.dump import DumpWriter
-from mismatchctl.dump import columns as C
+from mismatchctl.dump import layout as C
 
 
 @dataclass

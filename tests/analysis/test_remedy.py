@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mismatchctl.analysis.diagnose import corrections as T
+from mismatchctl.analysis.diagnose import corrections
 from mismatchctl.analysis.remedy import discards_signal
 from tests.helpers import FIXTURES, cli
 
@@ -29,7 +29,7 @@ def test_each_reason_at_diagnose_thresholds(monkeypatch: pytest.MonkeyPatch) -> 
         discards_signal(clipped, "token", "clipped") == "95% of tokens at the cap (ESS meaningless)"
     )
     assert discards_signal({**ok, "ess": None}, "token", "rejected") == "every weight is 0"
-    monkeypatch.setattr(T, "MIN_CORRECTION_ESS", 0.9)  # one set of thresholds: diagnose's
+    monkeypatch.setattr(corrections, "MIN_CORRECTION_ESS", 0.9)  # one set of thresholds: diagnose's
     assert discards_signal(ok, "sequence", "rejected") == "ESS 80% < 90%"
 
 

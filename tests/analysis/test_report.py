@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
-from mismatchctl.engines import local as engine_local
+from mismatchctl.engines import local as local_engine
 from mismatchctl.ingest import source as ingest_source
 from mismatchctl.stats import assign_bins, reference_metrics, reference_quantiles
 from mismatchctl.stats.bins import LOG_EDGES
@@ -150,7 +150,7 @@ def test_streamed_equals_one_shot(
     mismatchctl.ingest([tmp_path / "dump.parquet"], run="many", store=store)
     assert len(mismatchctl.open_store(store).parts("many")) > 20
     one = mismatchctl.report(["one"], by_gpu=True, store=store)
-    monkeypatch.setattr(engine_local, "SLICE_TOKENS", 7)  # and parts folded in tiny slices
+    monkeypatch.setattr(local_engine, "SLICE_TOKENS", 7)  # and parts folded in tiny slices
     for workers in (1, 2):
         many = mismatchctl.report(["many"], by_gpu=True, store=store, workers=workers)
         for split, groups in one.groups.items():
@@ -211,7 +211,7 @@ def test_sequence_slices_never_split_a_sequence() -> None:
     table = pa.table({"seq": seq})
     for size in (1, 3, 6, 10, 100):
         batches = table.to_batches(max_chunksize=size)
-        pieces = list(engine_local.sequence_slices(batches))
+        pieces = list(local_engine.sequence_slices(batches))
         joined = np.concatenate([p.column("seq").to_numpy() for p in pieces])
         assert (joined == seq).all()
         owners = [set(p.column("seq").to_numpy().tolist()) for p in pieces]
@@ -238,8 +238,8 @@ def test_row_groups_hold_whole_sequences(tmp_path: Path, limit: int) -> None:
     pq.write_table(table, straddling, row_group_size=limit)
     for path, whole in ((aligned, True), (straddling, limit >= len(seq))):
         pf = pq.ParquetFile(path)
-        assert engine_local.whole_sequence_row_groups(pf.metadata) is whole
-        pieces = list(engine_local.part_slices(pf, ["seq", "x"]))
+        assert local_engine.whole_sequence_row_groups(pf.metadata) is whole
+        pieces = list(local_engine.part_slices(pf, ["seq", "x"]))
         joined = np.concatenate([p.column("seq").to_numpy() for p in pieces])
         assert joined.tolist() == seq.tolist()
         assert sum(len(set(p.column("seq").to_pylist())) for p in pieces) == 10  # none split

@@ -56,7 +56,7 @@ def test_two_runs_and_the_page_links(store: Path, tmp_path: Path) -> None:
 
 
 def test_a_tokenizer_that_cannot_be_read_is_noted(store: Path, tmp_path: Path) -> None:
-    from mismatchctl.store.settings import TOKENIZER, set_run_setting
+    from mismatchctl.store.run_settings import TOKENIZER, set_run_setting
 
     set_run_setting(mismatchctl.open_store(store), "b", TOKENIZER, str(tmp_path / "gone.json"))
     rep = mismatchctl.report(["b"], store=store, figures=True)

@@ -12,8 +12,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from mismatchctl import api
 from mismatchctl.analysis.bisect.build import engine_batches
-from mismatchctl.bisect import model as M
-from mismatchctl.bisect import rescore as R
+from mismatchctl.bisect import rescore
+from mismatchctl.bisect.model import load as load_model
 from mismatchctl.bisect.settings import Setting
 from mismatchctl.dump import DumpWriter
 
@@ -66,9 +66,9 @@ Side = Callable[[np.ndarray, int], np.ndarray]  # (ids, prompt) -> logprob of ev
 def engine_sides(ckpt: Path, setting: Setting) -> dict[bytes, np.ndarray]:
     """Every sequence's logprobs (by its ids' bytes) through the engine path under ``setting``,
     decoded as bisect decodes them (sorted by length, ENGINE_BATCH at a time): an engine's."""
-    loaded = M.load(str(ckpt))
-    variant = R.Variant(loaded, setting)
-    seqs = [R.Sequence(i, p, np.arange(p, len(i))) for i, p, _ in sequences()]
+    loaded = load_model(str(ckpt))
+    variant = rescore.Variant(loaded, setting)
+    seqs = [rescore.Sequence(i, p, np.arange(p, len(i))) for i, p, _ in sequences()]
     got = engine_batches(variant, seqs, lambda _k: None)
     return {s.ids.tobytes(): x for s, x in zip(seqs, got, strict=True)}
 

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from mismatchctl import api
-from mismatchctl.bisect import model as M
-from mismatchctl.bisect import rescore as R
+from mismatchctl.bisect import rescore
 from mismatchctl.bisect import settings as G
+from mismatchctl.bisect.model import load as load_model
 from mismatchctl.errors import InputError, ModelMismatchError, UsageError
 from tests.bisect import data
 from tests.helpers import cli
@@ -26,11 +26,11 @@ def test_the_harness_equals_direct_calls_of_the_model(ckpt: Path) -> None:
     """Re-scored logprobs equal the model called directly under the setting (1e-6), and the
     incremental path (prefill, then a token at a time through the KV cache) equals the full
     forward in float32 (1e-5)."""
-    model, loaded = data.load(ckpt), M.load(str(ckpt))
+    model, loaded = data.load(ckpt), load_model(str(ckpt))
     ids, prompt, _ = data.sequences()[1]
-    seq = R.Sequence(ids, prompt, np.arange(prompt, len(ids)))
+    seq = rescore.Sequence(ids, prompt, np.arange(prompt, len(ids)))
     fp32 = data.full_logprobs(model, ids)[prompt:]
-    got = {n: R.logprobs(R.Variant(loaded, SETTINGS[n]), seq) for n in
+    got = {n: rescore.logprobs(rescore.Variant(loaded, SETTINGS[n]), seq) for n in
            ("start", "temperature=0.8", "bf16", "incremental")}  # fmt: skip
     np.testing.assert_allclose(got["start"], fp32, rtol=0, atol=1e-6)
     hot = data.full_logprobs(model, ids, temperature=0.8)[prompt:]
@@ -39,18 +39,18 @@ def test_the_harness_equals_direct_calls_of_the_model(ckpt: Path) -> None:
     np.testing.assert_allclose(got["bf16"], bf16, rtol=0, atol=1e-6)
     assert np.abs(got["bf16"] - fp32).max() > 1e-4  # bf16 is a change the grid can see
     np.testing.assert_allclose(got["incremental"], fp32, rtol=0, atol=1e-5)
-    padded = R.batch_logprobs(R.Variant(loaded, SETTINGS["padded-left"]),
-                              [R.Sequence(i, p, np.arange(p, len(i)))
+    padded = rescore.batch_logprobs(rescore.Variant(loaded, SETTINGS["padded-left"]),
+                              [rescore.Sequence(i, p, np.arange(p, len(i)))
                                for i, p, _ in data.sequences()[:3]])  # fmt: skip
     np.testing.assert_allclose(padded[1], fp32, rtol=0, atol=1e-5)
 
 
 def test_top_p_renormalises_over_the_kept_tokens(ckpt: Path) -> None:
-    loaded = M.load(str(ckpt))
+    loaded = load_model(str(ckpt))
     ids, prompt, _ = data.sequences()[0]
-    seq = R.Sequence(ids, prompt, np.arange(prompt, len(ids)))
-    plain = R.logprobs(R.Variant(loaded, SETTINGS["start"]), seq)
-    top = R.logprobs(R.Variant(loaded, SETTINGS["top-p=0.9"]), seq)
+    seq = rescore.Sequence(ids, prompt, np.arange(prompt, len(ids)))
+    plain = rescore.logprobs(rescore.Variant(loaded, SETTINGS["start"]), seq)
+    top = rescore.logprobs(rescore.Variant(loaded, SETTINGS["top-p=0.9"]), seq)
     assert np.all(top >= plain - 1e-7) and np.all(top <= 0)
     assert np.any(top > plain + 1e-3)  # the mass cut off is given back to the kept tokens
 
@@ -117,7 +117,7 @@ def test_a_hub_id_is_refused_with_a_hint(runs: Path) -> None:
     assert ran.code == 1
     assert "Error:" in ran.err and "Hint:" in ran.err and "never downloaded" in ran.err
     with pytest.raises(UsageError, match="no such directory"):
-        M.load("Qwen/Qwen3-0.6B")
+        load_model("Qwen/Qwen3-0.6B")
 
 
 def test_a_dump_without_prompt_ids_is_refused(runs: Path, ckpt: Path) -> None:

@@ -16,9 +16,10 @@ import torch
 from mismatchctl import api
 from mismatchctl.analysis.bisect.sample import draw
 from mismatchctl.analysis.selectors import parse_steps
-from mismatchctl.bisect import model as M
-from mismatchctl.bisect import rescore as R
+from mismatchctl.bisect import rescore
 from mismatchctl.bisect import settings as G
+from mismatchctl.bisect.model import cpu_threads
+from mismatchctl.bisect.model import load as load_model
 from mismatchctl.errors import UsageError
 from mismatchctl.sample_runs import BisectTarget, bisect_target, default_data_dir
 from mismatchctl.store import open_store
@@ -49,20 +50,21 @@ def lm() -> torch.nn.Module:
     return load().lm
 
 
-def _sequences(store: Path, n: int) -> list[R.Sequence]:
+def _sequences(store: Path, n: int) -> list[rescore.Sequence]:
     drawn = draw(open_store(store), "ref-b", n, parse_steps("8"), 0)
     return [
-        R.Sequence(i, p, t) for i, p, t in zip(drawn.ids, drawn.prompts, drawn.targets, strict=True)
+        rescore.Sequence(i, p, t)
+        for i, p, t in zip(drawn.ids, drawn.prompts, drawn.targets, strict=True)
     ]
 
 
-def _pick(logits: torch.Tensor, seq: R.Sequence, rows: np.ndarray) -> np.ndarray:
+def _pick(logits: torch.Tensor, seq: rescore.Sequence, rows: np.ndarray) -> np.ndarray:
     lp = torch.log_softmax(logits.float() / 0.9, dim=-1)
     tokens = torch.as_tensor(seq.ids[seq.targets])[:, None]
     return lp[torch.as_tensor(rows)].gather(1, tokens)[:, 0].double().numpy()
 
 
-def _engine_path(lm: torch.nn.Module, seq: R.Sequence) -> torch.Tensor:
+def _engine_path(lm: torch.nn.Module, seq: rescore.Sequence) -> torch.Tensor:
     """TinyLM's own inference path, called directly: prefill the prompt, decode the rest."""
     from gen.model import AttentionKernel
 
@@ -79,12 +81,12 @@ def _engine_path(lm: torch.nn.Module, seq: R.Sequence) -> torch.Tensor:
 def test_the_factory_equals_tinylms_own_paths(store: Path, lm: torch.nn.Module) -> None:
     """The re-scored logprobs equal TinyLM's trainer forward (1e-6) and, under the incremental
     settings, its own prefill / decode path in the setting's dtype (1e-5)."""
-    loaded = M.load(FACTORY)
+    loaded = load_model(FACTORY)
     assert not loaded.hf and loaded.stepwise
     seq = _sequences(store, 2)[1]
     with torch.inference_mode():
         full = lm(torch.as_tensor(seq.ids[None]))[0]
-    start = R.logprobs(R.Variant(loaded, SETTINGS["start"]), seq)
+    start = rescore.logprobs(rescore.Variant(loaded, SETTINGS["start"]), seq)
     np.testing.assert_allclose(start, _pick(full, seq, seq.targets - 1), rtol=0, atol=1e-6)
     rows = seq.targets - seq.prompt
     bf16 = copy.deepcopy(lm).to(torch.bfloat16)
@@ -92,12 +94,12 @@ def test_the_factory_equals_tinylms_own_paths(store: Path, lm: torch.nn.Module) 
     # shapes on a loaded machine (seen once in a dozen runs), while the engine path differs from
     # the trainer's by about 1e-2 per token here: a wrong path still fails
     for name, model, atol in (("incremental", lm, 1e-5), ("bf16+incremental", bf16, 1e-3)):
-        got = R.logprobs(R.Variant(loaded, SETTINGS[name]), seq)
+        got = rescore.logprobs(rescore.Variant(loaded, SETTINGS[name]), seq)
         direct = _pick(_engine_path(model, seq), seq, rows)
         np.testing.assert_allclose(got, direct, rtol=0, atol=atol, err_msg=name)
     # the cache's storage is applied: bf16 moves the logprobs, fp8 moves them further
-    inc = R.logprobs(R.Variant(loaded, SETTINGS["incremental"]), seq)
-    d = {n: np.abs(R.logprobs(R.Variant(loaded, SETTINGS[n]), seq) - inc).mean()
+    inc = rescore.logprobs(rescore.Variant(loaded, SETTINGS["incremental"]), seq)
+    d = {n: np.abs(rescore.logprobs(rescore.Variant(loaded, SETTINGS[n]), seq) - inc).mean()
          for n in ("kv-bf16", "kv-fp8")}  # fmt: skip
     assert 0 < d["kv-bf16"] < d["kv-fp8"], d
 
@@ -131,7 +133,7 @@ def test_the_trainer_temperature_makes_the_sampler_setting_raw() -> None:
 
 def test_a_file_factory_that_is_missing_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="cannot import it"):
-        M.load(str(tmp_path / "nothing.py") + ":load")
+        load_model(str(tmp_path / "nothing.py") + ":load")
 
 
 def test_the_demo_says_why_it_skips_bisect(tmp_path: Path, monkeypatch) -> None:
@@ -149,22 +151,22 @@ def test_the_demo_says_why_it_skips_bisect(tmp_path: Path, monkeypatch) -> None:
 def test_a_batch_through_the_engine_path_equals_each_sequence_alone(store: Path) -> None:
     """Left-padded prompts of other lengths, rows decoded past their end: each row's logprobs
     are its own (float32: the batch shape's rounding only)."""
-    variant = R.Variant(M.load(FACTORY), SETTINGS["incremental"])
+    variant = rescore.Variant(load_model(FACTORY), SETTINGS["incremental"])
     seqs = _sequences(store, 4)
     assert len({s.prompt for s in seqs}) > 1 and len({len(s.ids) for s in seqs}) > 1
-    together = R.stepwise_logprobs(variant, seqs)
+    together = rescore.stepwise_logprobs(variant, seqs)
     for s, got in zip(seqs, together, strict=True):
-        alone = R.stepwise_logprobs(variant, [s])[0]
+        alone = rescore.stepwise_logprobs(variant, [s])[0]
         np.testing.assert_allclose(got, alone, rtol=0, atol=1e-5)
 
 
 def test_a_small_model_runs_on_one_thread_unless_told(monkeypatch) -> None:
-    loaded = M.load(FACTORY)
+    loaded = load_model(FACTORY)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     torch.set_num_threads(2)
-    with M.cpu_threads(loaded) as n:
+    with cpu_threads(loaded) as n:
         assert n == 1 == torch.get_num_threads()
     assert torch.get_num_threads() == 2  # restored
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    with M.cpu_threads(loaded) as n:
+    with cpu_threads(loaded) as n:
         assert n == 2 == torch.get_num_threads()

@@ -13,20 +13,20 @@ from transformers import DynamicCache
 
 from mismatchctl import api
 from mismatchctl.bisect import kvcache as KV
-from mismatchctl.bisect import model as M
-from mismatchctl.bisect import rescore as R
+from mismatchctl.bisect import rescore
 from mismatchctl.bisect import settings as G
+from mismatchctl.bisect.model import load as load_model
 from mismatchctl.errors import ModelMismatchError, UsageError
 from tests.bisect import data
 
 SETTINGS = {s.name: s for s in G.grid(G.Sampler(top_k=5), chunk=3)}
 
 
-def _seqs() -> list[R.Sequence]:
-    return [R.Sequence(i, p, np.arange(p, len(i))) for i, p, _ in data.sequences()]
+def _seqs() -> list[rescore.Sequence]:
+    return [rescore.Sequence(i, p, np.arange(p, len(i))) for i, p, _ in data.sequences()]
 
 
-def _chunked(model: torch.nn.Module, seq: R.Sequence, chunk: int) -> np.ndarray:
+def _chunked(model: torch.nn.Module, seq: rescore.Sequence, chunk: int) -> np.ndarray:
     """The sequence alone through transformers' cache: the prompt in chunks, then decoded."""
     ids, cache, rows = torch.as_tensor(seq.ids[None]), DynamicCache(config=model.config), []
     with torch.inference_mode():
@@ -42,8 +42,8 @@ def _chunked(model: torch.nn.Module, seq: R.Sequence, chunk: int) -> np.ndarray:
 
 
 def test_top_k_renormalises_over_the_k_most_probable(ckpt: Path) -> None:
-    loaded, seq = M.load(str(ckpt)), _seqs()[0]
-    got = R.logprobs(R.Variant(loaded, SETTINGS["top-k=5"]), seq)
+    loaded, seq = load_model(str(ckpt)), _seqs()[0]
+    got = rescore.logprobs(rescore.Variant(loaded, SETTINGS["top-k=5"]), seq)
     with torch.inference_mode():
         lp = torch.log_softmax(loaded.module(torch.as_tensor(seq.ids[None])).logits[0], -1)
     lp = lp[torch.as_tensor(seq.targets - 1)].double().numpy()
@@ -60,13 +60,13 @@ def test_a_chunked_prefill_equals_the_model_called_so(ckpt: Path) -> None:
     """The harness gives what the model gives called chunk by chunk (1e-6 in float32, where it
     is the full forward too, 1e-5; 1e-3 in bfloat16, where the harness's attention mask makes
     sdpa take a masked kernel that rounds otherwise than the unmasked call's)."""
-    loaded, seq = M.load(str(ckpt)), _seqs()[2]  # a prompt of 8: chunks of 3, 3, 2
-    fp32 = R.logprobs(R.Variant(loaded, SETTINGS["start"]), seq)
-    chunked = R.logprobs(R.Variant(loaded, SETTINGS["prefill-chunk=3"]), seq)
+    loaded, seq = load_model(str(ckpt)), _seqs()[2]  # a prompt of 8: chunks of 3, 3, 2
+    fp32 = rescore.logprobs(rescore.Variant(loaded, SETTINGS["start"]), seq)
+    chunked = rescore.logprobs(rescore.Variant(loaded, SETTINGS["prefill-chunk=3"]), seq)
     np.testing.assert_allclose(chunked, fp32, rtol=0, atol=1e-5)
     np.testing.assert_allclose(chunked, _chunked(data.load(ckpt), seq, 3), rtol=0, atol=1e-6)
     bf16 = G.Setting("c", "", dtype="bfloat16", incremental=True, chunk=3)
-    got = R.logprobs(R.Variant(loaded, bf16), seq)
+    got = rescore.logprobs(rescore.Variant(loaded, bf16), seq)
     direct = _chunked(data.load(ckpt).to(torch.bfloat16), seq, 3)
     np.testing.assert_allclose(got, direct, rtol=0, atol=1e-3)
 
@@ -74,27 +74,27 @@ def test_a_chunked_prefill_equals_the_model_called_so(ckpt: Path) -> None:
 def test_the_engine_batch_equals_each_sequence_alone(ckpt: Path) -> None:
     """Left-padded prompts of other lengths (in chunks, with gaps of padding between them),
     rows decoded past their end: each row's logprobs are its own (float32)."""
-    loaded, seqs = M.load(str(ckpt)), _seqs()
+    loaded, seqs = load_model(str(ckpt)), _seqs()
     for name in ("incremental", "prefill-chunk=3"):
-        variant = R.Variant(loaded, SETTINGS[name])
-        together = R.engine_logprobs(variant, seqs)
+        variant = rescore.Variant(loaded, SETTINGS[name])
+        together = rescore.engine_logprobs(variant, seqs)
         for s, got in zip(seqs, together, strict=True):
-            np.testing.assert_allclose(got, R.engine_logprobs(variant, [s])[0], rtol=0,
+            np.testing.assert_allclose(got, rescore.engine_logprobs(variant, [s])[0], rtol=0,
                                        atol=1e-5, err_msg=name)  # fmt: skip
 
 
 def test_right_padding_and_eager_attention(ckpt: Path) -> None:
-    loaded, seqs = M.load(str(ckpt)), _seqs()[:3]
-    fp32 = [R.logprobs(R.Variant(loaded, SETTINGS["start"]), s) for s in seqs]
-    right = R.batch_logprobs(R.Variant(loaded, SETTINGS["padded-right"]), seqs, "right")
+    loaded, seqs = load_model(str(ckpt)), _seqs()[:3]
+    fp32 = [rescore.logprobs(rescore.Variant(loaded, SETTINGS["start"]), s) for s in seqs]
+    right = rescore.batch_logprobs(rescore.Variant(loaded, SETTINGS["padded-right"]), seqs, "right")
     for a, b in zip(right, fp32, strict=True):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
     eager = data.load(ckpt)
     eager.set_attn_implementation("eager")
-    got = R.logprobs(R.Variant(loaded, SETTINGS["attn-eager"]), seqs[1])
+    got = rescore.logprobs(rescore.Variant(loaded, SETTINGS["attn-eager"]), seqs[1])
     want = data.full_logprobs(eager, seqs[1].ids)[seqs[1].targets]
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
-    assert R.attention_of(loaded.module) == "sdpa"  # the start's own: attn-sdpa is not run
+    assert rescore.attention_of(loaded.module) == "sdpa"  # the start's own: attn-sdpa is not run
 
 
 def test_fp8_scales_per_head() -> None:

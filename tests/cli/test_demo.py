@@ -221,7 +221,7 @@ def test_remembering_keeps_a_readable_tokenizer(ref_store: Path, tmp_path: Path)
     """A tokenizer the user chose for a sample run stays; one that is gone is replaced."""
     from mismatchctl.sample_runs import load_manifest, remember_tokenizers
     from mismatchctl.store import open_store
-    from mismatchctl.store.settings import TOKENIZER, run_setting, set_run_setting
+    from mismatchctl.store.run_settings import TOKENIZER, run_setting, set_run_setting
 
     store = open_store(ref_store)
     runs = [r for r in load_manifest() if r.name == "ref"]

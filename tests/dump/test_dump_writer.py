@@ -26,9 +26,9 @@ import mismatchctl
 from mismatchctl import api
 from mismatchctl import schema as S
 from mismatchctl.dump import DumpWriter
-from mismatchctl.dump import columns as C
+from mismatchctl.dump import layout as C
 from mismatchctl.errors import InputError, UsageError
-from mismatchctl.ingest.columns import SEQUENCE_NAMES, resolve
+from mismatchctl.ingest.column_roles import SEQUENCE_NAMES, resolve
 from mismatchctl.ingest.detect import expand_inputs
 
 # ---------------------------------------------------------------------------------------------

@@ -307,18 +307,18 @@ class _CubeTokenCodes:
     keys = ("kv_position",)
 
     def compute(self, table, keys) -> int:
-        from mismatchctl.analysis import explain as E
+        from mismatchctl.analysis import explain
         from mismatchctl.engines.keys import turn_positions
         from mismatchctl.stats.positions import assign_positions
 
         seq = keys.column(S.SEQ)
         starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-        got = E._Coder.token_codes(keys, seq, starts)
+        got = explain._Coder.token_codes(keys, seq, starts)
         kv = keys.column(S.POSITION).astype(np.int64) + keys.prompt_lengths()
         want = np.column_stack([
             keys.get(K.TURN).codes, keys.get(K.TURN_KIND).codes, keys.get(K.BIN).codes,
-            assign_positions(kv, E.CUBE_KV_EDGES),
-            assign_positions(turn_positions(seq, keys.column(S.TURN)), E.CUBE_TURN_POSITION_EDGES),
+            assign_positions(kv, explain.CUBE_KV_EDGES),
+            assign_positions(turn_positions(seq, keys.column(S.TURN)), explain.CUBE_TURN_POSITION_EDGES),
         ])  # fmt: skip
         np.testing.assert_array_equal(got, want)
         return len(seq)

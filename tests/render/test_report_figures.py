@@ -11,7 +11,7 @@ import mismatchctl
 from mismatchctl.analysis.figure_data import StepLine, StepsPlot, pooled
 from mismatchctl.analysis.report_view import distribution_figures
 from mismatchctl.display import number
-from mismatchctl.render import figures as F
+from mismatchctl.render import figures
 from mismatchctl.stats.sample import DEFAULT_K
 from tests.helpers import FIXTURES, multi_gpu_dump
 
@@ -57,12 +57,14 @@ def test_figure_data_is_the_same_for_any_worker_count(store: Path, tmp_path: Pat
 def test_log_ppl_legend_gives_each_kinds_pearson(store: Path, tmp_path: Path) -> None:
     rep = _report(store, tmp_path)
     (fig,) = [f for f in distribution_figures(rep, "multi") if f.kind == "log_ppl"]
-    names = [t.name for t in F.build(fig).data if t.name]
+    names = [t.name for t in figures.build(fig).data if t.name]
     for g in rep.split("run", "turn_kind"):
         if g.by["run"] != "multi":
             continue
         pearson = number(g.metrics["log_ppl_pearson"], 6)
-        assert any(F.KIND_NAMES[g.by["turn_kind"]] in n and pearson in n for n in names), names
+        assert any(figures.KIND_NAMES[g.by["turn_kind"]] in n and pearson in n for n in names), (
+            names
+        )
 
 
 def test_each_line_of_the_steps_figure_has_its_own_colour() -> None:
@@ -72,11 +74,11 @@ def test_each_line_of_the_steps_figure_has_its_own_colour() -> None:
         lines = [
             StepLine(f"r{i}", [0, 1], [1e-3 * (i + 1), 2e-3], ["low", "low"]) for i in range(n)
         ]
-        fig = F.steps_figure(StepsPlot("run", lines))
+        fig = figures.steps_figure(StepsPlot("run", lines))
         colours = [t.line.color for t in fig.data]
         assert len(set(colours)) == n and [t.marker.color for t in fig.data] == colours
-        assert colours[: min(n, 8)] == list(F.PALETTE[: min(n, 8)])
-    assert len(set(F.palette(1000))) == 1000
+        assert colours[: min(n, 8)] == list(figures.PALETTE[: min(n, 8)])
+    assert len(set(figures.palette(1000))) == 1000
 
 
 def test_a_thousand_steps_are_a_line_on_a_step_axis() -> None:
@@ -85,6 +87,6 @@ def test_a_thousand_steps_are_a_line_on_a_step_axis() -> None:
     steps = list(range(1000))
     long = StepLine("long", steps, [1e-3 * (1 + s / 999) for s in steps], ["low"] * 1000)
     short = StepLine("short", [0, 1, 2], [1e-3, 2e-3, 3e-3], ["low"] * 3)
-    fig = F.steps_figure(StepsPlot("run", [long, short]))
+    fig = figures.steps_figure(StepsPlot("run", [long, short]))
     assert [t.mode for t in fig.data] == ["lines", "lines+markers"]
     assert len(fig.data[0].x) == 1000 and fig.layout.xaxis.type in (None, "linear", "-")

@@ -177,12 +177,12 @@ def test_batches_of_two_rows_give_the_same_rows(
 ) -> None:
     """Routes sliced with their batch (views of the tensor), parts written as twins."""
     from mismatchctl.ingest import verl_pickle
-    from mismatchctl.store import parts
+    from mismatchctl.store import parts as store_parts
 
     seqs = _sequences(seed=7)
     batch = _batch(seqs)
     width = batch["old_log_probs"].shape[1]
     monkeypatch.setattr(verl_pickle, "BATCH_TOKENS", 2 * width * verl_pickle.ROUTES_BATCH_DIVISOR)
-    monkeypatch.setattr(parts, "PART_TOKENS", 30)
+    monkeypatch.setattr(store_parts, "PART_TOKENS", 30)
     rows, _ = _ingest(tmp_path, batch)
     _check(rows, seqs)

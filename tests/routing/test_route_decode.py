@@ -12,8 +12,7 @@ import pyarrow as pa
 import pytest
 
 from mismatchctl.errors import InputError
-from mismatchctl.ingest import routes as R
-from mismatchctl.ingest import routing_kernels as K
+from mismatchctl.ingest import routes, routing_kernels
 from mismatchctl.ingest.routes import Layout, read_side
 
 LAYERS, TOP_K = 3, 2
@@ -143,7 +142,7 @@ def _prime_column(arrays: list[np.ndarray], dtypes: list[str | None]) -> pa.Arra
 def _both(col: pa.Array, layout: Layout) -> tuple[object, object]:
     """The vectorized reading and the row-by-row one: (SideRoutes or error message) each."""
     out = []
-    for read in (R._prime, _row_by_row):
+    for read in (routes._prime, _row_by_row):
         try:
             out.append(read(col, "c", "f", layout))
         except InputError as exc:
@@ -151,10 +150,12 @@ def _both(col: pa.Array, layout: Layout) -> tuple[object, object]:
     return out[0], out[1]
 
 
-def _row_by_row(col: pa.Array, name: str, what: str, layout: Layout) -> R.SideRoutes:
+def _row_by_row(col: pa.Array, name: str, what: str, layout: Layout) -> routes.SideRoutes:
     fields = [col.type.field(i).name for i in range(col.type.num_fields)]
     parts = dict(zip(fields, col.flatten(), strict=True))
-    return R._prime_rows(col, parts["data"], parts["shape"], parts.get("dtype"), name, what, layout)
+    return routes._prime_rows(
+        col, parts["data"], parts["shape"], parts.get("dtype"), name, what, layout
+    )
 
 
 def test_prime_bytes_vectorized_equal_row_by_row() -> None:
@@ -170,7 +171,7 @@ def test_prime_bytes_vectorized_equal_row_by_row() -> None:
         if expect_error is not None:
             assert fast == slow and expect_error in str(fast), (fast, slow)
             return
-        assert isinstance(fast, R.SideRoutes) and isinstance(slow, R.SideRoutes)
+        assert isinstance(fast, routes.SideRoutes) and isinstance(slow, routes.SideRoutes)
         assert fast.ids.dtype == slow.ids.dtype
         assert np.array_equal(fast.ids, slow.ids)
         assert np.array_equal(fast.offsets, slow.offsets)
@@ -194,7 +195,7 @@ def test_prime_bytes_vectorized_equal_row_by_row() -> None:
     other = [u8[0], u8[1], u8[2][:, :2], u8[3]]
     check(other, ["uint8"] * 4, "the [layers, top_k] of the routes change within the file")
     with pytest.raises(InputError, match=r"row 0: the routes cover the whole sequence"):
-        R._prime(
+        routes._prime(
             _prime_column(u8, ["uint8"] * 4), "c", "f", Layout(layout.lengths, -layout.prompts)
         )
 
@@ -208,17 +209,17 @@ def _scan_reference(ids: np.ndarray, high: int) -> tuple[int, int, np.ndarray]:
     for r, row in enumerate(ids):
         flat = row.reshape(-1)
         if ((flat < -1) | (flat >= high)).any():
-            return K.BAD_ID, r, dead
+            return routing_kernels.BAD_ID, r, dead
         if (flat == -1).any():
             if not (flat == -1).all():
-                return K.PARTIAL, r, dead
+                return routing_kernels.PARTIAL, r, dead
             continue
         if row.shape[1] > 1 and (flat == flat[0]).all():
             dead[r] = True
             continue
         if any(len(set(layer.tolist())) < len(layer) for layer in row):
-            return K.REPEATED, r, dead
-    return K.OK, -1, dead
+            return routing_kernels.REPEATED, r, dead
+    return routing_kernels.OK, -1, dead
 
 
 @pytest.mark.parametrize("experts", [8, 300, 100_000])  # one mask, the stamps, pairwise
@@ -243,10 +244,10 @@ def test_scan_side_against_the_reference(experts: int) -> None:
     cases["partial"] = partial
     for name, ids in cases.items():
         dead = np.zeros(len(ids), np.bool_)
-        code, row, top = K.scan_side(ids.reshape(len(ids), -1), 4, 3, experts, dead)
+        code, row, top = routing_kernels.scan_side(ids.reshape(len(ids), -1), 4, 3, experts, dead)
         ref_code, ref_row, ref_dead = _scan_reference(ids, experts)
         assert (code, row) == (ref_code, ref_row), name
-        if code == K.OK:
+        if code == routing_kernels.OK:
             assert np.array_equal(dead, ref_dead), name
             assert top == ids.max(), name
 
@@ -270,7 +271,7 @@ def test_compare_frames_against_sets() -> None:
     equal = np.zeros(n, np.uint64)
     overlap = np.zeros((n, layers), np.uint8)
     compared = np.zeros(n, np.bool_)
-    K.compare_frames(
+    routing_kernels.compare_frames(
         a.reshape(n, -1), of, a_dead, b.reshape(n, -1), of, np.zeros(n, np.bool_),
         layers, k, equal, overlap, compared,
     )  # fmt: skip

@@ -383,11 +383,11 @@ def test_other_names_by_map_and_encodings_needing_more(tmp_path: Path) -> None:
 def test_many_batches_and_parts_stay_twins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Batches of one sequence and parts of a few dozen tokens (two open at a time): every
     routing part holds its token part's rows, and the rows are those of one batch."""
-    from mismatchctl.ingest import source
-    from mismatchctl.store import parts
+    from mismatchctl.ingest import source as ingest_source
+    from mismatchctl.store import parts as store_parts
 
-    monkeypatch.setattr(source, "BATCH_TOKENS", 64)
-    monkeypatch.setattr(parts, "PART_TOKENS", 30)
+    monkeypatch.setattr(ingest_source, "BATCH_TOKENS", 64)
+    monkeypatch.setattr(store_parts, "PART_TOKENS", 30)
     seqs = _sequences(n=12, seed=4)
     data = _base(seqs)
     data["rollout_routed_experts"] = [_response_rows(s, "eng").tolist() for s in seqs]

@@ -15,8 +15,7 @@ import pytest
 from mismatchctl import api
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError
-from mismatchctl.ingest import routing_kernels as K
-from mismatchctl.ingest import routing_threads as T
+from mismatchctl.ingest import routing_kernels, routing_threads
 from mismatchctl.ingest.routing_rows import RouteOptions
 from tests.routing.test_route_decode import _scan_reference
 from tests.routing.test_route_ingest import EXPERTS, _base, _check, _response_rows, _sequences
@@ -25,17 +24,23 @@ from tests.routing.test_route_ingest import EXPERTS, _base, _check, _response_ro
 @pytest.fixture
 def small_ranges(monkeypatch: pytest.MonkeyPatch) -> None:
     """Ranges of a few rows on three threads, so that tests of a few hundred rows use them."""
-    monkeypatch.setattr(T, "MIN_ROWS", 7)
-    monkeypatch.setattr(T, "threads", lambda: 3)
+    monkeypatch.setattr(routing_threads, "MIN_ROWS", 7)
+    monkeypatch.setattr(routing_threads, "threads", lambda: 3)
 
 
 def test_ranges_cut_every_row_once() -> None:
-    for n, parts in [(0, 2), (5, 2), (T.MIN_ROWS * 2, 2), (T.MIN_ROWS * 2 - 1, 2), (10**6, 3)]:
-        cut = T.ranges(n, parts)
+    for n, parts in [
+        (0, 2),
+        (5, 2),
+        (routing_threads.MIN_ROWS * 2, 2),
+        (routing_threads.MIN_ROWS * 2 - 1, 2),
+        (10**6, 3),
+    ]:
+        cut = routing_threads.ranges(n, parts)
         assert cut[0][0] == 0 and cut[-1][1] == n
         assert all(hi == lo for (_, hi), (lo, _) in itertools.pairwise(cut))
-        assert len(cut) == max(1, min(parts, n // T.MIN_ROWS))
-        assert len(cut) == 1 or min(hi - lo for lo, hi in cut) >= T.MIN_ROWS
+        assert len(cut) == max(1, min(parts, n // routing_threads.MIN_ROWS))
+        assert len(cut) == 1 or min(hi - lo for lo, hi in cut) >= routing_threads.MIN_ROWS
 
 
 def _sides(seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -67,8 +72,10 @@ def _scan(a: np.ndarray, b: np.ndarray, high: int) -> list[tuple[int, int, int, 
     for ids, rows, other, other_dead in ((a, none, a, dead_a), (b, twin, a, dead_a)):
         flat, dead = ids.reshape(len(ids), -1), dead_a if ids is a else np.zeros(len(ids), bool)
         args = (flat, rows, other.reshape(len(other), -1), other_dead, 4, 3, high, dead)
-        found = T.over_ranges(K.scan_rows, len(ids), *args)
-        code, row = next(((c, r) for c, r, _ in found if c != K.OK), (K.OK, -1))
+        found = routing_threads.over_ranges(routing_kernels.scan_rows, len(ids), *args)
+        code, row = next(
+            ((c, r) for c, r, _ in found if c != routing_kernels.OK), (routing_kernels.OK, -1)
+        )
         out.append((code, row, max(t for _, _, t in found), dead))
     return out
 
@@ -91,10 +98,10 @@ def test_scan_in_ranges_with_twins_equals_one_pass(seed: int) -> None:
         for side, (code, row, _, dead) in zip((x, y), got, strict=True):
             ref_code, ref_row, ref_dead = _scan_reference(side, 40)
             assert (code, row) == (ref_code, ref_row), name
-            if code != K.OK:
+            if code != routing_kernels.OK:
                 break  # the first side's error is raised before the second is scanned
             assert np.array_equal(dead, ref_dead), name
-        if all(code == K.OK for code, *_ in got):
+        if all(code == routing_kernels.OK for code, *_ in got):
             assert max(got[0][2], got[1][2]) == max(x.max(), y.max()), name
 
 
@@ -116,9 +123,9 @@ def test_compare_in_ranges_equals_one_pass() -> None:
         )
         args = (flat_a, a_of, a_dead, flat_b, b_of, b_dead, 4, 3, equal, overlap, compared)
         if ranged:
-            T.over_ranges(K.compare_range, n, *args)
+            routing_threads.over_ranges(routing_kernels.compare_range, n, *args)
         else:
-            K.compare_frames(*args)
+            routing_kernels.compare_frames(*args)
         results.append((equal, overlap, compared))
     for one, ranged in zip(*results, strict=True):
         assert np.array_equal(one, ranged)
@@ -162,8 +169,8 @@ def test_an_ingest_in_ranges_equals_one_pass(
     got = []
     for ranged in (False, True):
         if ranged:
-            monkeypatch.setattr(T, "MIN_ROWS", 5)
-            monkeypatch.setattr(T, "threads", lambda: 4)
+            monkeypatch.setattr(routing_threads, "MIN_ROWS", 5)
+            monkeypatch.setattr(routing_threads, "threads", lambda: 4)
         store = tmp_path / f"store-{ranged}"
         res = api.ingest([path], "r", store=store, routes=RouteOptions(keep_routes=True))
         got.append((_routing(store), res.files[0].record.notes))

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from mismatchctl import api
-from mismatchctl.render import figures as F
-from mismatchctl.render import html
+from mismatchctl.render import figures, html
 from tests.routing.moe_data import draw_logprobs, sequences, write
 
 
@@ -40,7 +39,7 @@ def test_the_histogram_is_the_first_flip_share(tmp_path: Path) -> None:
     rep = api.report(["a", "b"], store=store)
     (fig,) = [s for s in rep.sections() if s.id == "routing-first-flip"]
     assert fig.kind == "routing_first_flip" and fig.data.runs == ["a", "b"]
-    built = F.build(fig)
+    built = figures.build(fig)
     for trace, run in zip(built.data, ("a", "b"), strict=True):
         counts, shares = want[run]
         assert list(trace.x) == list(range(len(counts)))

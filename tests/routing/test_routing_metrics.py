@@ -11,7 +11,7 @@ import pytest
 
 from mismatchctl import api
 from mismatchctl.ingest.routing_rows import RouteOptions
-from mismatchctl.stats import routing as R
+from mismatchctl.stats import routing_sums as R
 from tests.routing.routes_fixture import routes
 
 LAYERS, TOP_K = 3, 2

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from mismatchctl.analysis import tokenizer as T
+from mismatchctl.analysis.tokenizer import byte_alphabet, byte_text, is_byte_level
+from mismatchctl.analysis.tokenizer import load as load_tokenizer
 from mismatchctl.errors import MissingDependencyError
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -49,15 +50,15 @@ def test_ids_are_the_bytes_and_decode_back_to_text() -> None:
 
 
 def test_the_package_reads_it_as_bytes_without_the_library(monkeypatch) -> None:
-    assert T.byte_alphabet() == _gen().byte_alphabet()  # type: ignore[attr-defined]
-    assert set(T.byte_alphabet()) == set(tokenizers.pre_tokenizers.ByteLevel.alphabet())
+    assert byte_alphabet() == _gen().byte_alphabet()  # type: ignore[attr-defined]
+    assert set(byte_alphabet()) == set(tokenizers.pre_tokenizers.ByteLevel.alphabet())
     real = importlib.util.find_spec
     monkeypatch.setattr(
         importlib.util, "find_spec", lambda name, *a: None if name == "tokenizers" else real(name)
     )
-    decode = T.load(str(COMMITTED))
-    assert decode is T.byte_text  # diagnose's token classes know it: bytes 128-255 are pieces
-    assert T.load(str(SAMPLE)) is T.byte_text  # the directory holding it
+    decode = load_tokenizer(str(COMMITTED))
+    assert decode is byte_text  # diagnose's token classes know it: bytes 128-255 are pieces
+    assert load_tokenizer(str(SAMPLE)) is byte_text  # the directory holding it
     got = decode(list(TEXT.encode()))
     assert got[:4] == ["d", "e", "f", " "] and got[9:11] == ["\\n", "\\t"]
     # a multi-byte character is one entry per byte (never U+FFFD): é = C3 A9
@@ -80,7 +81,7 @@ def test_other_tokenizers_are_not_read_as_bytes(tmp_path: Path, monkeypatch) -> 
     for name, case in cases.items():
         path = tmp_path / f"{name}.json"
         path.write_text(json.dumps(case))
-        assert not T.is_byte_level(path), name
+        assert not is_byte_level(path), name
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     with pytest.raises(MissingDependencyError, match="needs the `tokenizers` library"):
-        T.load(str(tmp_path / "swapped.json"))
+        load_tokenizer(str(tmp_path / "swapped.json"))

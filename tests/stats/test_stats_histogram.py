@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 from stats_helpers import make_sequences, one_group
 
-from mismatchctl.stats import QUANTILES, chunk_partials, reference_quantiles
-from mismatchctl.stats import histogram as h
+from mismatchctl.stats import QUANTILES, chunk_partials, histogram, reference_quantiles
 
 
 def _bound(r: np.ndarray, p: float) -> float:
@@ -15,7 +14,7 @@ def _bound(r: np.ndarray, p: float) -> float:
     xs = np.sort(r)
     j = int(np.floor((len(xs) - 1) * p))
     scale = max(abs(xs[j]), abs(xs[min(j + 1, len(xs) - 1)]))
-    return h.RELATIVE_ERROR * scale + h.ABSOLUTE_FLOOR + 1e-14 * scale
+    return histogram.RELATIVE_ERROR * scale + histogram.ABSOLUTE_FLOOR + 1e-14 * scale
 
 
 def _logprobs(r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -39,9 +38,9 @@ def _check(r: np.ndarray) -> None:
 
 
 def test_resolution_constants() -> None:
-    assert h.RELATIVE_ERROR < 0.01
-    assert h.N_BINS == 5765
-    assert h.hist_index(np.array([0.0, -0.0]))[0] == h.ZERO_BIN
+    assert histogram.RELATIVE_ERROR < 0.01
+    assert histogram.N_BINS == 5765
+    assert histogram.hist_index(np.array([0.0, -0.0]))[0] == histogram.ZERO_BIN
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -74,7 +73,9 @@ def test_distributions_within_bound(make, n) -> None:
 
 
 def test_values_on_bin_edges_within_bound() -> None:
-    edges = 10.0 ** (h.LOG10_LO + np.arange(0, h.N_LOG + 1, 7) / h.PER_DECADE)
+    edges = 10.0 ** (
+        histogram.LOG10_LO + np.arange(0, histogram.N_LOG + 1, 7) / histogram.PER_DECADE
+    )
     r = np.concatenate([edges[edges < 999], -edges[edges < 999]])
     _check(r)
 
@@ -87,9 +88,9 @@ def test_all_zero_is_exactly_zero() -> None:
 def test_overflow_is_clamped_to_exact_extremes() -> None:
     r = np.array([-5000.0, 2.0, 2.0, 2.0, 8000.0])
     got, want = _hist_quantiles(r), reference_quantiles(r)
-    assert got["log_ratio_p50"] == pytest.approx(2.0, rel=h.RELATIVE_ERROR)
+    assert got["log_ratio_p50"] == pytest.approx(2.0, rel=histogram.RELATIVE_ERROR)
     for name in ("log_ratio_p01", "log_ratio_p99"):
-        assert got[name] == pytest.approx(want[name], rel=h.RELATIVE_ERROR)
+        assert got[name] == pytest.approx(want[name], rel=histogram.RELATIVE_ERROR)
     two = np.array([-5000.0, 8000.0])  # one overflow value per side: each is an exact extreme
     assert _hist_quantiles(two) == pytest.approx(reference_quantiles(two), rel=1e-12)
 
@@ -103,22 +104,24 @@ def test_index_is_monotone() -> None:
     r = np.sort(np.random.default_rng(0).standard_cauchy(20000))
     r = np.concatenate([r, [0.0, 1e-300, -1e-300, 1e9, -1e9]])
     r.sort()
-    assert np.all(np.diff(h.hist_index(r)) >= 0)
-    assert h.hist_index(r).min() >= 0 and h.hist_index(r).max() < h.N_BINS
+    assert np.all(np.diff(histogram.hist_index(r)) >= 0)
+    assert histogram.hist_index(r).min() >= 0 and histogram.hist_index(r).max() < histogram.N_BINS
 
 
 def test_empty_histogram_gives_none() -> None:
-    assert h.quantiles(np.zeros(h.N_BINS, np.int64), np.inf, -np.inf) == dict.fromkeys(QUANTILES)
+    assert histogram.quantiles(
+        np.zeros(histogram.N_BINS, np.int64), np.inf, -np.inf
+    ) == dict.fromkeys(QUANTILES)
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_rank_interpolation_inside_a_bin(sign) -> None:
     """Dense values inside one bin: ranks place them far better than the bin width."""
-    lo = 10.0 ** (h.LOG10_LO + 2400 / h.PER_DECADE)  # 1e1, a bin edge
-    r = sign * lo * (1.0 + h.RELATIVE_ERROR * np.linspace(0.001, 0.999, 2001))
+    lo = 10.0 ** (histogram.LOG10_LO + 2400 / histogram.PER_DECADE)  # 1e1, a bin edge
+    r = sign * lo * (1.0 + histogram.RELATIVE_ERROR * np.linspace(0.001, 0.999, 2001))
     got, want = _hist_quantiles(r), reference_quantiles(r)
     for name in QUANTILES:
-        assert abs(got[name] - want[name]) <= 0.01 * h.RELATIVE_ERROR * lo, name
+        assert abs(got[name] - want[name]) <= 0.01 * histogram.RELATIVE_ERROR * lo, name
 
 
 def test_compiled_index_equals_numpy_bins() -> None:
@@ -127,16 +130,16 @@ def test_compiled_index_equals_numpy_bins() -> None:
     at the edges (zeros, subnormals, the overflow and underflow bins)."""
     from mismatchctl.stats import kernels
 
-    tables = h.index_tables()
+    tables = histogram.index_tables()
     assert tables is not None  # this machine's log10 is monotone: the compiled path is the one run
     bounds = tables.bounds[1:-1]
-    assert len(bounds) == h.N_LOG + 1 and np.all(np.diff(bounds) > 0)
+    assert len(bounds) == histogram.N_LOG + 1 and np.all(np.diff(bounds) > 0)
     # the numpy code's own edges: within rounding of 1e-9 and 1e3 (9.99999999999998e-10 is in)
-    assert bounds[0] == pytest.approx(h.ABSOLUTE_FLOOR, rel=1e-12)
-    assert bounds[-1] == pytest.approx(h.OVERFLOW, rel=1e-12)
+    assert bounds[0] == pytest.approx(histogram.ABSOLUTE_FLOOR, rel=1e-12)
+    assert bounds[-1] == pytest.approx(histogram.OVERFLOW, rel=1e-12)
     rng = np.random.default_rng(3)
     r = rng.standard_normal(200_000) * 10.0 ** rng.uniform(-14, 6, 200_000)
     edges = np.concatenate([bounds, np.nextafter(bounds, 0), np.nextafter(bounds, np.inf)])
     odd = [0.0, -0.0, 5e-324, -5e-324, 1e-308, 1e300, -1e300, np.finfo(np.float64).max]
     r = np.concatenate([r, edges, -edges, odd])
-    assert np.array_equal(kernels.hist_index(r, *tables), h.hist_index(r))
+    assert np.array_equal(kernels.hist_index(r, *tables), histogram.hist_index(r))

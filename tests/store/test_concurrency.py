@@ -129,11 +129,11 @@ def test_a_run_removed_during_a_report_of_every_run(
 ) -> None:
     """The report of every run is the report of the runs that remain; never "damaged"."""
     from mismatchctl.analysis import selection
-    from mismatchctl.engines import local
+    from mismatchctl.engines import local as local_engine
 
     expected = json.loads(cli("report", "a", "b", "--json", "-", "-q").out)
     if phase == "while its parts are read":
-        _remove_c_when(three, monkeypatch, local, "part_groups")
+        _remove_c_when(three, monkeypatch, local_engine, "part_groups")
     else:
         _remove_c_when(three, monkeypatch, selection, "check_run")
     ran = cli("report", "--json", "-", "-q", "--workers", "1")
@@ -146,9 +146,9 @@ def test_a_run_removed_during_a_report_of_every_run(
 def test_a_run_removed_during_a_command_on_other_runs(
     three: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from mismatchctl.engines import local
+    from mismatchctl.engines import local as local_engine
 
-    _remove_c_when(three, monkeypatch, local, "part_groups")
+    _remove_c_when(three, monkeypatch, local_engine, "part_groups")
     ran = cli("diagnose", "kind=x", "--json", "-", "-q", "--workers", "1")  # every run, by tag
     assert ran.code in (0, 3), ran.err
     assert sorted(json.loads(ran.out)["runs"]) == ["a", "b"]
@@ -169,9 +169,9 @@ def test_a_run_removed_during_a_command_on_other_runs(
 def test_a_named_run_removed_while_it_is_read(
     three: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
 ) -> None:
-    from mismatchctl.engines import local
+    from mismatchctl.engines import local as local_engine
 
-    _remove_c_when(three, monkeypatch, local, "part_groups")
+    _remove_c_when(three, monkeypatch, local_engine, "part_groups")
     ran = cli(*command, "-q", "--workers", "1")
     assert ran.code == 1 and ran.out == ""
     assert ran.err.startswith("Error: run `c` was removed while it was being read"), ran.err

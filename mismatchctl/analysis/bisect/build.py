@@ -50,21 +50,22 @@ def build_bisect(
     on_plan: Callable[[str], None] | None = None,
     on_pass: Progress | None = None,
 ) -> Bisect:
-    from mismatchctl.bisect import model as M
     from mismatchctl.bisect import settings as G
+    from mismatchctl.bisect.model import check_device, cpu_threads
+    from mismatchctl.bisect.model import load as load_model
 
     _check(sample, prefill_chunk)
-    M.check_device(device)
+    check_device(device)
     tags = store.run(run).tags
     sampler = G.Sampler(_tag(tags, "temperature", temperature), _tag(tags, "top_p", top_p),
                         _int(_tag(tags, "top_k", top_k)))  # fmt: skip
     chosen = G.choose(G.grid(sampler, G.check_start(start), prefill_chunk), names)
     drawn, infos, masks = _draw(store, run, sample, steps, seed, cells, on_plan)
-    loaded = M.load(model, device)
+    loaded = load_model(model, device)
     _check_vocab(loaded, drawn, model)
     runnable, skipped = _runnable(loaded, chosen, drawn)
     tokens = sum(len(t) for t in drawn.targets)
-    with M.cpu_threads(loaded) as threads:
+    with cpu_threads(loaded) as threads:
         if on_plan:
             on_plan(f"re-scoring {len(drawn.ids):,} sequences ({tokens:,} model tokens) under "
                     f"{len(runnable)} settings: {len(drawn.ids) * len(runnable):,} passes, "
@@ -230,22 +231,22 @@ def _score_all(
 def _score_setting(
     loaded: Any, drawn: Sampled, setting: Any, tick: Callable[[int], None]
 ) -> list[np.ndarray]:
-    from mismatchctl.bisect import rescore as R
+    from mismatchctl.bisect import rescore
 
-    variant = R.Variant(loaded, setting)
-    seqs = [R.Sequence(i, p, t)
+    variant = rescore.Variant(loaded, setting)
+    seqs = [rescore.Sequence(i, p, t)
             for i, p, t in zip(drawn.ids, drawn.prompts, drawn.targets, strict=True)]  # fmt: skip
     out: list[np.ndarray] = []
     try:
         if setting.padding is not None:
             for k in range(0, len(seqs), BATCH):
-                out += R.batch_logprobs(variant, seqs[k : k + BATCH], setting.padding)
+                out += rescore.batch_logprobs(variant, seqs[k : k + BATCH], setting.padding)
                 tick(len(out))
         elif setting.incremental:
             out = engine_batches(variant, seqs, tick)
         else:
             for s in seqs:
-                out.append(R.logprobs(variant, s))
+                out.append(rescore.logprobs(variant, s))
                 tick(len(out))
     except (IndexError, RuntimeError) as exc:
         raise UsageError(
@@ -261,13 +262,15 @@ def engine_batches(variant: Any, seqs: list, tick: Callable[[int], None]) -> lis
     """The engine path, ENGINE_BATCH sequences decoded together (one batch alive at a time):
     the sample ordered by length so that a batch's rows end close together (less padding
     decoded)."""
-    from mismatchctl.bisect import rescore as R
+    from mismatchctl.bisect import rescore
 
     order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i].ids), i))
     out: list[np.ndarray] = [np.empty(0)] * len(seqs)
     for k in range(0, len(order), ENGINE_BATCH):
         part = order[k : k + ENGINE_BATCH]
-        for i, x in zip(part, R.engine_logprobs(variant, [seqs[i] for i in part]), strict=True):
+        for i, x in zip(
+            part, rescore.engine_logprobs(variant, [seqs[i] for i in part]), strict=True
+        ):
             out[i] = x
         tick(min(k + ENGINE_BATCH, len(seqs)))
     return out

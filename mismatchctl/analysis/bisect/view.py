@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mismatchctl.analysis import sections as X
+from mismatchctl.analysis import sections as sec
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.bisect.judge import Bisect
@@ -92,70 +92,70 @@ def _cell_line(b: Bisect, cell: str) -> str:
             f"accounts for {_share(n)} of its mismatch; {LOOK_THERE}")  # fmt: skip
 
 
-def bisect_sections(b: Bisect) -> list[X.Section]:
-    lines = [X.Line(t, "bold" if i == 0 else "") for i, t in enumerate(verdict(b))]
-    out: list[X.Section] = [
-        X.Lines("bisect-verdict", f"Bisect: {b.run}", lines),
-        X.Facts("bisect-summary", "Sample", _facts(b)),
+def bisect_sections(b: Bisect) -> list[sec.Section]:
+    lines = [sec.Line(t, "bold" if i == 0 else "") for i, t in enumerate(verdict(b))]
+    out: list[sec.Section] = [
+        sec.Lines("bisect-verdict", f"Bisect: {b.run}", lines),
+        sec.Facts("bisect-summary", "Sample", _facts(b)),
     ]
     if b.cells:
         out.append(_cells_table(b))
     out.append(_table(b))
     if b.by_cell_best:
         out.append(_by_cell_table(b))
-    out.append(X.Figure("bisect-k3", "K3 against the rollout side, per setting", "bisect_k3",
+    out.append(sec.Figure("bisect-k3", "K3 against the rollout side, per setting", "bisect_k3",
                         plot_data(b), HOW_K3))  # fmt: skip
     notes = [f"{name}: skipped, {why}" for name, why in b.skipped]
     if b.without_prompt:
         notes.append(f"{b.without_prompt:,} sampled sequences left out: the store has not "
                      "their prompt's token ids")  # fmt: skip
     if notes:
-        out.append(X.Lines("bisect-notes", "Notes", [X.Line(n, "note") for n in notes]))
+        out.append(sec.Lines("bisect-notes", "Notes", [sec.Line(n, "note") for n in notes]))
     return out
 
 
-def _facts(b: Bisect) -> list[X.Fact]:
+def _facts(b: Bisect) -> list[sec.Fact]:
     how = (f"stratified by the hot cells (seed {b.seed}) of {b.candidates:,}" if b.cells else
            f"a uniform sample (seed {b.seed}) of {b.candidates:,}"
            + (f"; {b.cells_note}" if b.cells_note else ""))  # fmt: skip
     facts = [
-        X.Fact("run", b.run, X.Kind.LABEL),
-        X.Fact("model", b.model, X.Kind.TEXT),
-        X.Fact("device", b.device, X.Kind.TEXT),
-        X.Fact("sequences re-scored", b.sequences, X.Kind.COUNT, remark=how),
-        X.Fact("model tokens", b.tokens, X.Kind.COUNT),
-        X.Fact("mismatch (K3, trainer vs rollout)", b.mismatch,
+        sec.Fact("run", b.run, sec.Kind.LABEL),
+        sec.Fact("model", b.model, sec.Kind.TEXT),
+        sec.Fact("device", b.device, sec.Kind.TEXT),
+        sec.Fact("sequences re-scored", b.sequences, sec.Kind.COUNT, remark=how),
+        sec.Fact("model tokens", b.tokens, sec.Kind.COUNT),
+        sec.Fact("mismatch (K3, trainer vs rollout)", b.mismatch,
                remark="each sequence weighted by its stratum: the run's, estimated" if b.cells
                else None),
-        X.Fact("trainer check", b.outcomes[0].overall.k3_trainer,
+        sec.Fact("trainer check", b.outcomes[0].overall.k3_trainer,
                remark=f"K3 of the start ({b.start}) against the trainer side, at most "
                f"{_g(b.trainer_threshold)}"),
     ]  # fmt: skip
     if b.trainer_temperature is not None:
-        facts.append(X.Fact("trainer temperature", f"{b.trainer_temperature:g}", X.Kind.TEXT,
+        facts.append(sec.Fact("trainer temperature", f"{b.trainer_temperature:g}", sec.Kind.TEXT,
                             remark="the trainer divides its logits by the run's temperature: "
                             "every setting here does"))  # fmt: skip
     return facts
 
 
-def _cells_table(b: Bisect) -> X.Table:
+def _cells_table(b: Bisect) -> sec.Table:
     rows = [{"cell": c.label, "source": c.source, "touching": c.touching or None,
              "stratum": c.stratum, "drawn": c.drawn, "sentence": c.sentence}
             for c in b.cells]  # fmt: skip
     columns = [
-        X.Column("cell", "cell", X.Kind.LABEL),
-        X.Column("source", "from", X.Kind.TEXT),
-        X.Column("touching", "sequences with a token in it", X.Kind.COUNT),
-        X.Column("stratum", "its stratum's sequences", X.Kind.COUNT),
-        X.Column("drawn", "drawn", X.Kind.COUNT),
-        X.Column("sentence", "explain", X.Kind.TEXT),
+        sec.Column("cell", "cell", sec.Kind.LABEL),
+        sec.Column("source", "from", sec.Kind.TEXT),
+        sec.Column("touching", "sequences with a token in it", sec.Kind.COUNT),
+        sec.Column("stratum", "its stratum's sequences", sec.Kind.COUNT),
+        sec.Column("drawn", "drawn", sec.Kind.COUNT),
+        sec.Column("sentence", "explain", sec.Kind.TEXT),
     ]
     note = ("a stratum: the sequences with a token in the cell and in no earlier one; the "
             "control: those with none in any. docs/bisect.md, the sample")  # fmt: skip
-    return X.Table("bisect-cells", "Hot cells", columns, rows, note=note)
+    return sec.Table("bisect-cells", "Hot cells", columns, rows, note=note)
 
 
-def _table(b: Bisect) -> X.Table:
+def _table(b: Bisect) -> sec.Table:
     rows = []
     for o in b.outcomes:
         n = o.overall
@@ -168,22 +168,22 @@ def _table(b: Bisect) -> X.Table:
             "share": _share(n), "best": o.name == b.best,
         })  # fmt: skip
     columns = [
-        X.Column("setting", "setting", X.Kind.LABEL),
-        X.Column("what", "what it changes", X.Kind.TEXT),
-        X.Column("k3_rollout", "K3 vs rollout"),
-        X.Column("k3_rollout_ci", "95% interval", X.Kind.TEXT),
-        X.Column("mean_d_rollout", "mean d vs rollout"),
-        X.Column("k3_trainer", "K3 vs trainer"),
-        X.Column("mean_d_trainer", "mean d vs trainer"),
-        X.Column("share", "share of mismatch", X.Kind.TEXT),
+        sec.Column("setting", "setting", sec.Kind.LABEL),
+        sec.Column("what", "what it changes", sec.Kind.TEXT),
+        sec.Column("k3_rollout", "K3 vs rollout"),
+        sec.Column("k3_rollout_ci", "95% interval", sec.Kind.TEXT),
+        sec.Column("mean_d_rollout", "mean d vs rollout"),
+        sec.Column("k3_trainer", "K3 vs trainer"),
+        sec.Column("mean_d_trainer", "mean d vs trainer"),
+        sec.Column("share", "share of mismatch", sec.Kind.TEXT),
     ]
     note = ("d = re-scored - side over the sample's model tokens; K3 = mean(exp(d) - 1 - d); "
             "intervals: a bootstrap over whole sequences; share = 1 - K3(setting vs rollout) / "
             "K3(start vs rollout). docs/bisect.md")  # fmt: skip
-    return X.Table("bisect-settings", "Settings", columns, rows, note=note, bold_key="best")
+    return sec.Table("bisect-settings", "Settings", columns, rows, note=note, bold_key="best")
 
 
-def _by_cell_table(b: Bisect) -> X.Table:
+def _by_cell_table(b: Bisect) -> sec.Table:
     """Every setting's K3 against the rollout side and share, per hot cell and the control."""
     cells = list(b.by_cell_best)
     rows = []
@@ -193,13 +193,13 @@ def _by_cell_table(b: Bisect) -> X.Table:
             row[f"k3_{i}"] = o.by_cell[c].k3_rollout
             row[f"share_{i}"] = _share(o.by_cell[c])
         rows.append(row)
-    columns = [X.Column("setting", "setting", X.Kind.LABEL)]
+    columns = [sec.Column("setting", "setting", sec.Kind.LABEL)]
     for i, c in enumerate(cells):
-        columns += [X.Column(f"k3_{i}", f"{c}: K3 vs rollout"),
-                    X.Column(f"share_{i}", f"{c}: share", X.Kind.TEXT)]  # fmt: skip
+        columns += [sec.Column(f"k3_{i}", f"{c}: K3 vs rollout"),
+                    sec.Column(f"share_{i}", f"{c}: share", sec.Kind.TEXT)]  # fmt: skip
     note = ("each cell's tokens in the sample (the control: the tokens of the sequences drawn "
             "from the control stratum); share = 1 - K3(setting) / K3(start) there")  # fmt: skip
-    return X.Table("bisect-cells-settings", "Settings per cell", columns, rows, note=note)
+    return sec.Table("bisect-cells-settings", "Settings per cell", columns, rows, note=note)
 
 
 HOW_K3 = (

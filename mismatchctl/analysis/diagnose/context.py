@@ -26,8 +26,8 @@ from mismatchctl.stats.step_regimes import StepRates, StepSplit, StepTrend
 
 
 @dataclass
-class StepSeries:
-    """One run's batches in step order."""
+class RunSteps:
+    """One run's batches in step order (not `sections.StepSeries`, the section that draws steps)."""
 
     steps: np.ndarray
     vllm_kl: np.ndarray  # NaN where not computable
@@ -74,7 +74,7 @@ class Context:
     state: DiagnoseState
     seq_mis: dict[str, Any] | None  # whatif metrics of seq-mis at C = 2 on the whole selection
     label: str  # the selector, for commands suggested in the advice
-    series: dict[str, StepSeries] = field(default_factory=dict)
+    series: dict[str, RunSteps] = field(default_factory=dict)
     runs: dict[str, RunView] = field(default_factory=dict)
     baseline: BaselineView | None = None
     edges: EdgeState | None = None  # the turn-edge cubes (checks/turn_edges, checks/turn_ends)
@@ -160,7 +160,7 @@ def cube_gpus(cube: Cube | None) -> list[str]:
     return [cube.spec.level_label(d, [int(c)]) for c in np.flatnonzero(tokens > 0)]
 
 
-def step_series(report: Report) -> dict[str, StepSeries]:
+def step_series(report: Report) -> dict[str, RunSteps]:
     rows: dict[str, list[tuple[int, float, float, str | None]]] = {}
     for g in report.split(K.RUN, K.STEP):
         m = g.metrics
@@ -170,7 +170,7 @@ def step_series(report: Report) -> dict[str, StepSeries]:
     out = {}
     for run, items in rows.items():
         items.sort(key=lambda t: t[0])
-        out[run] = StepSeries(
+        out[run] = RunSteps(
             np.array([t[0] for t in items], dtype=np.float64),
             np.array([t[1] for t in items]),
             np.array([t[2] for t in items]),

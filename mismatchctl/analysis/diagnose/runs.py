@@ -18,12 +18,12 @@ from mismatchctl.analysis.diagnose.check import (
     flat,
     worst,
 )
-from mismatchctl.analysis.diagnose.context import Context, RunView, StepSeries
+from mismatchctl.analysis.diagnose.context import Context, RunSteps, RunView
 from mismatchctl.curves.analysis import RunCurves
 
 R = TypeVar("R", bound=CheckEvidence)
 RunResult = tuple[str, str, R]  # verdict, finding, evidence
-PerStep = Callable[[RunView, StepSeries], RunResult[R]]
+PerStep = Callable[[RunView, RunSteps], RunResult[R]]
 
 ATTACH = "attach the training logs: `mismatchctl ingest-metrics FILE --run RUN`"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.diagnose.check import FAIL, WARN, Check
 from mismatchctl.analysis.diagnose.diagnosis import Diagnosis, layers
 
@@ -19,76 +19,78 @@ LAYER_ORDER_NOTE = (
 )
 
 
-def verdict_facts(d: Diagnosis, title: str | None = None) -> S.Facts:
+def verdict_facts(d: Diagnosis, title: str | None = None) -> sec.Facts:
     """The verdict and the cause that decided it: the first thing a reader sees."""
     counts = ", ".join(f"{n} {v}" for v, n in d.counts().items())
-    facts = [S.Fact("verdict", d.verdict, S.Kind.VERDICT, remark=f"({counts})")]
+    facts = [sec.Fact("verdict", d.verdict, sec.Kind.VERDICT, remark=f"({counts})")]
     facts += cause_facts(d.weighing, d.cause_check.finding if d.cause_check else "")
-    return S.Facts(S.slug("verdict", d.label), title or f"Diagnosis: {d.label}", facts)
+    return sec.Facts(sec.slug("verdict", d.label), title or f"Diagnosis: {d.label}", facts)
 
 
-def cause_facts(weighing: cause.Evidence | None, finding: str) -> list[S.Fact]:
+def cause_facts(weighing: cause.Evidence | None, finding: str) -> list[sec.Fact]:
     """The named cause, what it explains and why, the second causes, the runner-up, the next
     step (the JSON's ``cause``, in the same order); ``finding``: the cause check's, said when
     no cause is named."""
     head = weighing.named if weighing is not None else None
     if weighing is None or head is None:
         key = weighing.cause if weighing is not None else "none"
-        return [S.Fact("cause", finding or key, S.Kind.TEXT)]
+        return [sec.Fact("cause", finding or key, sec.Kind.TEXT)]
     label = head.label + (f": {head.variant}" if head.variant else "")
-    out = [S.Fact("cause", label, S.Kind.TEXT)]
+    out = [sec.Fact("cause", label, sec.Kind.TEXT)]
     if head.where:
-        out.append(S.Fact("where", head.where, S.Kind.TEXT))
-    out.append(S.Fact("explains", head.share, S.Kind.SHARE, remark="of the excess"))
-    out.append(S.Fact("evidence", head.because, S.Kind.TEXT))
+        out.append(sec.Fact("where", head.where, sec.Kind.TEXT))
+    out.append(sec.Fact("explains", head.share, sec.Kind.SHARE, remark="of the excess"))
+    out.append(sec.Fact("evidence", head.because, sec.Kind.TEXT))
     for also in weighing.also:
-        out.append(S.Fact("also", f"{also.label}: {also.because}", S.Kind.TEXT))
+        out.append(sec.Fact("also", f"{also.label}: {also.because}", sec.Kind.TEXT))
     contenders = [r for r in weighing.runner_ups if r.verdict in (WARN, FAIL)]
     if contenders:
         r = contenders[0]
-        out.append(S.Fact("runner-up", f"{r.label}: {r.lost or ''}", S.Kind.TEXT))
+        out.append(sec.Fact("runner-up", f"{r.label}: {r.lost or ''}", sec.Kind.TEXT))
     if head.next:
-        out.append(S.Fact("next", head.next, S.Kind.TEXT))
+        out.append(sec.Fact("next", head.next, sec.Kind.TEXT))
     if head.correction:
-        out.append(S.Fact("correction", head.correction, S.Kind.TEXT))
+        out.append(sec.Fact("correction", head.correction, sec.Kind.TEXT))
     return out
 
 
-def _row(c: Check, label: str) -> S.CheckRow:
-    anchor = S.slug("check", label, c.name)
+def _row(c: Check, label: str) -> sec.CheckRow:
+    anchor = sec.slug("check", label, c.name)
     evidence = c.evidence_dict()  # the section holds the evidence as the JSON writes it
-    return S.CheckRow(c.layer, c.verdict, c.name, c.title, c.finding, c.next, evidence, anchor)
+    return sec.CheckRow(c.layer, c.verdict, c.name, c.title, c.finding, c.next, evidence, anchor)
 
 
 def diagnosis_sections(
     d: Diagnosis, brief: bool = False, title: str | None = None
-) -> list[S.Section]:
+) -> list[sec.Section]:
     """The verdict and its cause, then every layer's checks; ``brief`` (``diagnose -q``): the
     verdict, its cause and the checks that fail or warn, failures first, nothing else."""
-    out: list[S.Section] = [verdict_facts(d, title)]
+    out: list[sec.Section] = [verdict_facts(d, title)]
     if brief:
         rows = [_row(c, d.label) for v in (FAIL, WARN) for c in d.checks if c.verdict == v]
         if rows:
-            out.append(S.Checks(S.slug("failing", d.label), "", rows, brief=True))
+            out.append(sec.Checks(sec.slug("failing", d.label), "", rows, brief=True))
         return out
     for layer, checks in layers(d):
         out.append(
-            S.Checks(
-                S.slug("layer", d.label, layer),
+            sec.Checks(
+                sec.slug("layer", d.label, layer),
                 layer.capitalize(),
                 [_row(c, d.label) for c in checks],
             )
         )
-    out.append(S.Lines(S.slug("diagnosis-note", d.label), None, [S.Line(LAYER_ORDER_NOTE, "dim")]))
+    out.append(
+        sec.Lines(sec.slug("diagnosis-note", d.label), None, [sec.Line(LAYER_ORDER_NOTE, "dim")])
+    )
     return out
 
 
-def diagnosis_block(d: Diagnosis, collapsed: bool = False) -> S.Block:
+def diagnosis_block(d: Diagnosis, collapsed: bool = False) -> sec.Block:
     """The diagnosis as one block (the report's HTML page folds it under each run); its verdict
     section is titled "Verdict" (the block says whose diagnosis it is)."""
     counts = ", ".join(f"{n} {v}" for v, n in d.counts().items())
-    return S.Block(
-        S.slug("diagnosis", d.label),
+    return sec.Block(
+        sec.slug("diagnosis", d.label),
         f"Diagnosis: {d.label}",
         diagnosis_sections(d, title="Verdict"),
         collapsed=collapsed,

@@ -20,7 +20,7 @@ from mismatchctl.analysis.diagnose.check import (
 )
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.text import pct
-from mismatchctl.stats import routing as R
+from mismatchctl.stats import routing_sums as R
 
 NAME = "route_capture"
 LAYER = DATA

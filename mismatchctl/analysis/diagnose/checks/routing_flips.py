@@ -26,7 +26,7 @@ from mismatchctl.analysis.diagnose.check import (
 from mismatchctl.analysis.diagnose.checks import route_capture
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.text import pct
-from mismatchctl.stats import routing as R
+from mismatchctl.stats import routing_sums as R
 
 NAME = "routing_flips"
 LAYER = PATH
@@ -68,7 +68,7 @@ T = Thresholds()
 
 @dataclass(frozen=True, kw_only=True)
 class Flips(CheckEvidence):
-    """One run's routing metrics (``stats/routing.py``); written when there are paired tokens
+    """One run's routing metrics (``stats/routing_sums.py``); written when there are paired tokens
     on both sides of a flip: the flipped tokens' vllm_kl over the others' and the share of the
     (token, layer) routes that flip."""
 

@@ -20,7 +20,7 @@ from mismatchctl.analysis.diagnose.check import (
     worst,
 )
 from mismatchctl.analysis.diagnose.context import Context
-from mismatchctl.stats import routing as R
+from mismatchctl.stats import routing_sums as R
 
 NAME = "routing_replay"
 LAYER = DATA

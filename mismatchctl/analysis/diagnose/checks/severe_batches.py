@@ -12,7 +12,7 @@ from mismatchctl.analysis.diagnose.check import (
     CheckModule,
     grade,
 )
-from mismatchctl.analysis.diagnose.context import Context, StepSeries
+from mismatchctl.analysis.diagnose.context import Context, RunSteps
 from mismatchctl.analysis.diagnose.levels import HIGH_MAX
 from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_step_run
 from mismatchctl.analysis.diagnose.text import pct
@@ -61,7 +61,7 @@ def run(ctx: Context) -> Check:
     return per_step_run(ctx, NAME, TITLE, lambda _, s: _severe(s), advice, 1, Evidence)
 
 
-def _severe(s: StepSeries) -> RunResult[Severe]:
+def _severe(s: RunSteps) -> RunResult[Severe]:
     n = len(s.bands)
     severe = [int(st) for st, b in zip(s.steps, s.bands, strict=True) if b == "severe"]
     high = sum(b in ("high", "severe") for b in s.bands)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check, CheckEvidence, CheckModule, grade
-from mismatchctl.analysis.diagnose.context import Context, RunView, StepSeries
+from mismatchctl.analysis.diagnose.context import Context, RunSteps, RunView
 from mismatchctl.analysis.diagnose.levels import MEDIUM_MAX
 from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_step_run
 from mismatchctl.analysis.diagnose.steps import MIN_STEPS, rising
@@ -73,7 +73,7 @@ def _positive_share(steps: np.ndarray, logs: np.ndarray) -> float:
     return 0.5 if ts["slope"] is None or share is None else share
 
 
-def _spiral(view: RunView, s: StepSeries) -> RunResult[Spiral]:
+def _spiral(view: RunView, s: RunSteps) -> RunResult[Spiral]:
     ok = ~np.isnan(s.vllm_kl) & ~np.isnan(s.trainer_ppl) & (s.trainer_ppl > 0)
     steps = s.steps[ok]
     logs = np.log10(np.maximum(s.vllm_kl[ok], T.VLLM_KL_FLOOR))

@@ -13,7 +13,7 @@ from mismatchctl.analysis.diagnose.check import (
     CheckModule,
     absent,
 )
-from mismatchctl.analysis.diagnose.context import Context, RunView, StepSeries
+from mismatchctl.analysis.diagnose.context import Context, RunSteps, RunView
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
 from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_step_run
 from mismatchctl.analysis.diagnose.steps import MIN_STEPS, TREND_CI_LOW, TREND_RISE_WARN
@@ -71,7 +71,7 @@ def run(ctx: Context) -> Check:
     return per_step_run(ctx, NAME, TITLE, _trend, ADVICE, MIN_STEPS, Evidence)
 
 
-def _trend(view: RunView, _: StepSeries) -> RunResult[Trend]:
+def _trend(view: RunView, _: RunSteps) -> RunResult[Trend]:
     tr = view.trend
     if tr is None:
         return OK, "too few steps with a rate to fit a line", Trend()

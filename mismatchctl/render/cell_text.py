@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mismatchctl.analysis import sections as S
+from mismatchctl.analysis import sections as sec
 from mismatchctl.display import OVERFLOW, number, percent, visible
 
 BAND_STYLE = {"low": "green", "medium": "yellow", "high": "bold dark_orange", "severe": "bold red"}
@@ -31,25 +31,25 @@ VERDICT_STYLE = {
 }
 
 
-def cell_text(value: Any, kind: S.Kind) -> str:
+def cell_text(value: Any, kind: sec.Kind) -> str:
     """A cell as text: ``-`` when missing, numbers by kind, strings escaped."""
-    if value is None and kind == S.Kind.LABEL:
+    if value is None and kind == sec.Kind.LABEL:
         return "(none)"
     if value is None or value == "":
-        return "-" if kind != S.Kind.TEXT else ""
-    if kind == S.Kind.COUNT:
+        return "-" if kind != sec.Kind.TEXT else ""
+    if kind == sec.Kind.COUNT:
         return number(int(value)) if _finite(value) else OVERFLOW
-    if kind == S.Kind.ID:
+    if kind == sec.Kind.ID:
         return str(value)
-    if kind == S.Kind.SHARE:
+    if kind == sec.Kind.SHARE:
         return percent(float(value))
-    if kind == S.Kind.CORR:
+    if kind == sec.Kind.CORR:
         return number(value, 6)
-    if kind == S.Kind.SIGNED:
+    if kind == sec.Kind.SIGNED:
         return f"{value:+.3f}" if _finite(value) else OVERFLOW
-    if kind == S.Kind.VERDICT:  # the verdicts of the checks stand out; other states do not
+    if kind == sec.Kind.VERDICT:  # the verdicts of the checks stand out; other states do not
         return str(value).upper() if value in ("ok", "warn", "fail") else visible(value)
-    if kind in (S.Kind.VALUE, S.Kind.RATIO):
+    if kind in (sec.Kind.VALUE, sec.Kind.RATIO):
         return number(value) if isinstance(value, int | float) else visible(value)
     return visible(value)
 

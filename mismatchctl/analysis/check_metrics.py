@@ -1,5 +1,5 @@
 """The metrics `check` can judge: the registry's metrics a selection has. Apart from the gate
-(``gate.py``), which reads the store, so that the command's help can list them without loading
+(``check.py``), which reads the store, so that the command's help can list them without loading
 the engines."""
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The columns a dump holds: names that ``ingest`` recognises for each role, plus two of its own.
 
 These are the first names of the Parquet sequence layout's role lists
-(:data:`mismatchctl.ingest.columns.SEQUENCE_NAMES`); a test checks that ``ingest`` maps each role
+(:data:`mismatchctl.ingest.column_roles.SEQUENCE_NAMES`); a test checks that ``ingest`` maps each role
 to exactly these columns.
 """
 
 from __future__ import annotations
 
-from mismatchctl.ingest.columns import SEQUENCE_NAMES, TOKEN_NAMES
+from mismatchctl.ingest.column_roles import SEQUENCE_NAMES, TOKEN_NAMES
 
 STEP = "step"  # int64, the step of every row (also the file's `step` metadata key)
 SAMPLE_ID = "sample_id"  # string

@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mismatchctl.analysis.check_metrics import gated_metrics
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.diagnose.levels import HIGH_MAX, MEDIUM_MAX
-from mismatchctl.analysis.gate_metrics import gated_metrics
 from mismatchctl.analysis.report import Report, report_on
 from mismatchctl.analysis.selection import reread, resolve
 from mismatchctl.analysis.selectors import parse_selector
@@ -93,7 +93,7 @@ class Gate:
         return not self.failed_cases and not (self.diagnosis and self.diagnosis.failed)
 
     def sections(self) -> list[Any]:
-        from mismatchctl.analysis.gate_view import gate_sections
+        from mismatchctl.analysis.check_view import gate_sections
 
         return gate_sections(self)
 

@@ -1,4 +1,4 @@
-"""The compiled pass of the routing sums (``stats/routing.py``), in a module of its own so that
+"""The compiled pass of the routing sums (``stats/routing_sums.py``), in a module of its own so that
 importing the library does not import numba (it is loaded on first use, as the other kernels)."""
 
 from __future__ import annotations

@@ -222,7 +222,7 @@ def routing_partial(
     g_counts = np.zeros((groups.size, 10), np.int64)
     g_k3 = np.zeros((groups.size, 4), np.float64)
     group_codes = groups.codes if groups.size else np.zeros((0, len(k3)), np.int64)
-    from mismatchctl.stats.routing_kernels import routing_sums  # numba: loaded on first use
+    from mismatchctl.stats.routing_sums_kernels import routing_sums  # numba: loaded on first use
 
     routing_sums(
         equal,
