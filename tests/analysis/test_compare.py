@@ -133,14 +133,15 @@ def test_bootstrap_is_seeded(pair: dict) -> None:
 def test_both_sides_are_read_in_one_pass(pair: dict, store: Path, monkeypatch) -> None:
     """The engine reads the two sides' parts in one pass (one pool, side A's parts then B's),
     and the intervals are those of the sides' own seeded bootstraps."""
-    from mismatchctl.engines import choice, local
+    from mismatchctl.engines import choice
+    from mismatchctl.engines import local as local_engine
     from mismatchctl.stats.bootstrap import compare_intervals
 
     calls: list[list[str]] = []
 
     def counted(reads, *args, **kwargs):
         calls.append([task.run for read in reads for task in read.tasks])
-        return local.run_reads(reads, *args, **kwargs)
+        return local_engine.run_reads(reads, *args, **kwargs)
 
     monkeypatch.setattr(choice, "run_reads", counted)
     result = mismatchctl.compare("a", "b", store=store, resamples=200, seed=7)
