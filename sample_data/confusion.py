@@ -149,7 +149,9 @@ def matrix(rows: list[Named]) -> str:
 def _spurious_text(rows: list[Named]) -> str:
     """The spurious second causes of these diagnoses by key, most frequent first: "precision 3"."""
     found = Counter(a for r in rows for a in r.spurious)
-    return ", ".join(f"{key} {n}" for key, n in sorted(found.items(), key=lambda kv: (-kv[1], kv[0])))
+    return ", ".join(
+        f"{key} {n}" for key, n in sorted(found.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
 
 
 def details(rows: list[Named]) -> str:
