@@ -171,7 +171,7 @@ def _lost(w: Weighed, first: Weighed | None) -> Weighed:
             "where it does not stand"
         )
     elif w.cause.KEY in getattr(first.cause, "WITHIN", ()):
-        why = f"without {first.cause.LABEL}'s tokens its part explains {_pct(_left(first, w))}"
+        why = f"without the tokens of {first.cause.LABEL} its part explains {_pct(_left(first, w))}"
     elif s.against:
         why = "; ".join(s.against)
     else:
