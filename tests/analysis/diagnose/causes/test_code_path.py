@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mismatchctl.analysis.diagnose.causes import code_path, hardware, template, weigh
-from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
-from tests.analysis.diagnose.stores import gpus, growth, leaning, requests, turns
+from tests.analysis.diagnose.stores import calibration, gpus, growth, leaning, requests, turns
 from tests.helpers import slow_param
 from tests.planted import checks as diagnosed
 from tests.planted import spike_steps
@@ -103,18 +101,18 @@ def test_hotter_first_turns_are_the_prompts_path(
     assert checks["tool_responses"].evidence.same_probs_ratio_ci[1] < 1
 
 
-def test_a_prefill_path_and_a_rendering_burst_are_not_named_together() -> None:
-    """cp-chunk-merge (chunked prefill, the chunks' attention merged without their row sums):
-    long KV positions 3.9x the rest, explaining 71%, and the first tokens after each tool
-    response, the first decoded after the tool output's prefill, 5.5x the rest of those turns
-    (53%): the path makes that burst, so the template is no second cause beside it, nor the
-    path beside a template fault's burst. A cause the path does not set off still is."""
-    path, burst = _weighed(code_path, "warn", 0.708), _weighed(template, "warn", 0.530)
-    assert not weigh._second(path, burst, 0.25)
-    assert not weigh._second(burst, path, 0.25)
-    assert weigh._second(path, _weighed(hardware, "warn", 0.530), 0.25)
-
-
-def _weighed(cause: object, verdict: str, share: float) -> Weighed:
-    support = Support(verdict=verdict, share=share, because="", checks=())
-    return Weighed(cause, support, share)  # type: ignore[arg-type]
+def test_a_prefill_path_and_a_rendering_burst_are_not_named_together(
+    calibration_store: Path,
+) -> None:
+    """Chunked prefill with the chunks' attention merged without their row sums: long KV
+    positions hotter than the rest, and the first tokens after each tool response, the first
+    decoded after the tool output's prefill, a burst (turn_edges sees a rendering fault's
+    shape). The path makes that burst: the template is a runner-up it sets off, not a second
+    cause."""
+    for baseline in (None, "h-b"):
+        cause = calibration._cause(calibration_store, "cp-chunk-merge", baseline)["cause"]
+        assert cause["key"] == "code_path" and "kv_position" in cause["where"], baseline
+        assert cause["also"] == [], baseline
+        burst = next(r for r in cause["runner_ups"] if r["key"] == "template")
+        assert burst["verdict"] in ("warn", "fail") and burst["share"] > 0.25  # it alarms
+        assert burst["lost"] == f"{cause['label']} sets off its checks too"
