@@ -168,7 +168,7 @@ def _lost(w: Weighed, first: Weighed | None) -> Weighed:
     elif _outside_only(first, w):
         why = (
             f"beside {first.cause.LABEL} it counts only outside that part (the second pass), "
-            "where it does not stand"
+            "not on what the part leaves"
         )
     elif w.cause.KEY in getattr(first.cause, "WITHIN", ()):
         why = f"without the tokens of {first.cause.LABEL} its part explains {_pct(_left(first, w))}"

@@ -6,13 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mismatchctl.analysis.diagnose.causes import (
-    precision,
-    routing,
-    semantics,
-    template,
-    weigh,
-)
+from mismatchctl.analysis.diagnose.causes import precision, routing, semantics, template, weigh
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from tests.analysis.diagnose.stores import gpus, relative
 from tests.helpers import slow_param
