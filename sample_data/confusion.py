@@ -206,11 +206,11 @@ def seconds(faults: list[Named]) -> str:
     spurious = [r for r in faults if r.spurious]
     combos = [r for r in faults if "+" in r.planted]
     which = _spurious_text(faults)
+    count = sum(len(r.spurious) for r in spurious)
+    wrong = f"{count} in {len(spurious)} diagnoses ({which})" if spurious else "none"
     return (
-        f"Second causes named {named}, spurious (a class not planted) "
-        f"{sum(len(r.spurious) for r in spurious)} in {len(spurious)} diagnoses"
-        + (f" ({which})" if which else "")
-        + f"; combinations named in full {sum(r.right for r in combos)} of {len(combos)}."
+        f"Second causes named {named}, spurious (a class not planted) {wrong}; combinations "
+        f"named in full {sum(r.right for r in combos)} of {len(combos)}."
     )
 
 
