@@ -12,7 +12,10 @@ JSON in ``DIR/diagnoses/`` (``NAME.json``, ``NAME@baseline.json``) and reused un
 The matrix counts, per planted class (``healthy``, ``improvement``, a fault's class, or a
 combination ``a+b``), the cause each diagnosis names: ``none`` when it raises no alarm. A healthy
 or improved run named anything but ``none`` is a false alarm; the acceptance figure of the
-calibration is a diagonal matrix with no false alarm.
+calibration is a diagonal matrix with no false alarm. The matrix counts the first cause only, so
+the named set is weighed against the planted set too: a **spurious second cause** is one named
+beside the first whose class is not planted (it costs trust as a false alarm does), and a
+combination is **named in full** when every planted cause is among the named ones.
 """
 
 from __future__ import annotations
@@ -63,6 +66,12 @@ class Named:
             return not self.false_alarm
         named = {self.cause, *self.also}
         return all(any(_same(p, n) for n in named) for p in self.planted.split("+"))
+
+    @property
+    def spurious(self) -> tuple[str, ...]:
+        """The second causes whose class is not planted (on a healthy run: every one)."""
+        planted = [] if self.planted in QUIET else self.planted.split("+")
+        return tuple(a for a in self.also if not any(_same(p, a) for p in planted))
 
 
 def _same(planted: str, named: str) -> bool:
@@ -126,14 +135,23 @@ def matrix(rows: list[Named]) -> str:
     for r in rows:
         by[r.planted][r.cause] += 1
     planted = sorted(by, key=lambda p: (p not in QUIET, "+" in p, p))
-    head = "| planted \\ named | " + " | ".join(causes) + " | right |"
-    lines = [head, "|" + " --- |" * (len(causes) + 2)]
+    head = "| planted \\ named | " + " | ".join(causes) + " | right | spurious second |"
+    lines = [head, "|" + " --- |" * (len(causes) + 3)]
     for p in planted:
         right = sum(r.right for r in rows if r.planted == p)
         total = sum(by[p].values())
         cells = [str(by[p][c]) if by[p][c] else "." for c in causes]
-        lines.append(f"| {p} | " + " | ".join(cells) + f" | {right}/{total} |")
+        spurious = _spurious_text([r for r in rows if r.planted == p]) or "."
+        lines.append(f"| {p} | " + " | ".join(cells) + f" | {right}/{total} | {spurious} |")
     return "\n".join(lines)
+
+
+def _spurious_text(rows: list[Named]) -> str:
+    """The spurious second causes of these diagnoses by key, most frequent first: "precision 3"."""
+    found = Counter(a for r in rows for a in r.spurious)
+    return ", ".join(
+        f"{key} {n}" for key, n in sorted(found.items(), key=lambda kv: (-kv[1], kv[0]))
+    )
 
 
 def details(rows: list[Named]) -> str:
@@ -176,7 +194,23 @@ def summary(rows: list[Named]) -> str:
         f"{len(rows)} diagnoses of {len({r.run for r in rows})} runs: false alarms {false} of "
         f"{len(quiet)} healthy or improved; faults named right {right} of {len(faults)}, "
         f"misnamed {len(faults) - right - len(silent)}, not seen {len(silent)} ({alone} a "
-        f"precision loss without a baseline, {unmeasured} a fault of no measurable size)."
+        f"precision loss without a baseline, {unmeasured} a fault of no measurable size). "
+        + seconds(faults)
+    )
+
+
+def seconds(faults: list[Named]) -> str:
+    """The second causes against the planted set: how many are spurious, and how many planted
+    combinations are named in full."""
+    named = sum(len(r.also) for r in faults)
+    spurious = [r for r in faults if r.spurious]
+    combos = [r for r in faults if "+" in r.planted]
+    which = _spurious_text(faults)
+    count = sum(len(r.spurious) for r in spurious)
+    wrong = f"{count} in {len(spurious)} diagnoses ({which})" if spurious else "none"
+    return (
+        f"Second causes named {named}, spurious (a class not planted) {wrong}; combinations "
+        f"named in full {sum(r.right for r in combos)} of {len(combos)}."
     )
 
 

@@ -51,7 +51,13 @@ TELLS_APART = (
     "line are a growth; a policy spreads over every part"
 )
 EVERY_TOKEN = False
-EXPLAINS = ("sequences", "tool_turns", "policy", "growth", "stop")
+EXPLAINS = ("sequences", "tool_turns", "policy", "growth", "stop", "template")
+"""``template``: the first tokens after a tool response are the first decoded after the prefill
+of the tool output, at long KV positions: a prefill path (chunked prefill, its attention merge)
+or a long-KV path makes them a burst as a rendering fault does (``cp-chunk-merge``: 5.5x the
+rest of those turns, the first turns' starts, whose prompt is shorter than a chunk, 1.3x), and
+a rendering fault's burst is a part the ``localized`` check finds. Neither is a second cause
+beside the other; the one that explains more is named."""
 CORRECTION = "no: fix or disable the path; importance sampling would only reweight the damage"
 READS: tuple[CheckModule, ...] = (
     localized, regimes, spikes, trend, tool_responses, hardware, policy_signs,

@@ -64,7 +64,10 @@ class CauseModule(Protocol):
     what the parts of the run do not explain); ``EXPLAINS``: the causes whose checks its own
     fault also sets off (their alarm is no second cause beside it); ``CORRECTION``: whether an
     objective-side correction (importance sampling, routing replay) would help; ``READS``: the
-    checks ``support`` reads; ``advice``: the next step."""
+    checks ``support`` reads; ``advice``: the next step. Optional: ``OUTSIDE_ONLY`` (a cause
+    whose evidence is a level: beside a part it is tested only outside it) and ``WITHIN`` (the
+    causes whose part holds this one's tokens: beside it they count what is left without them)
+    (``weigh.py``)."""
 
     KEY: str
     CLASS: str

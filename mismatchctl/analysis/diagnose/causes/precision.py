@@ -30,6 +30,15 @@ TELLS_APART = (
 )
 EVERY_TOKEN = True
 EXPLAINS = ("sequences", "tool_turns")
+OUTSIDE_ONLY = True
+"""Beside a cause of a part of the run, the precision is a second cause only where it stands
+outside that part (the second pass, ``outside.py``). Its evidence is a level over the baseline,
+and the part's own fault raises that level: its share in the first pass is only what the part
+leaves unexplained, a remainder, not an excess measured anywhere (``moe-router-fp8`` over
+``h-moe-b``: the flipped tokens hold 74% of the K3 at 27x the others, and the 29% left was named
+precision; a flipped expert changes the position's hidden state, which every later token reads
+in its keys and values). A part with no outside the second pass can keep (the tokens after a
+flipped route, some engine batches) has no precision beside it."""
 CORRECTION = (
     "a token- or sequence-level importance correction can make an unavoidable precision loss "
     "tolerable; first try the more exact path (bf16 KV cache, an fp32 lm_head)"

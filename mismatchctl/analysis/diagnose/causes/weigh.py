@@ -30,9 +30,12 @@ causes claim, and the best of them is named."""
 ALSO_SHARE = 0.25
 """A second cause is named beside the first when it alarms on its own checks, explains at least
 a quarter of the excess (over a baseline, of the run's mass above it), and is neither set off by
-the first cause's fault (its ``EXPLAINS``) nor the other way round. When the first cause is a
-part of the run, the causes of every token are also tested outside that part (``outside.py``):
-one that stands there on its own check's thresholds is a second cause whatever its share."""
+the first cause's fault (its ``EXPLAINS``) nor the other way round. A cause whose evidence is
+only a level (the precision: ``OUTSIDE_ONLY``) is not named beside a part on the remainder the
+part leaves; a part that holds the first's tokens (the first's ``WITHIN``) counts only what is
+left of it without them. When the first cause is a part of the run, the causes of every token
+are also tested outside that part (``outside.py``): one that stands there on its own check's
+thresholds is a second cause whatever its share."""
 
 
 @dataclass
@@ -127,10 +130,30 @@ def _precondition(w: Weighed) -> bool:
 
 
 def _second(first: Weighed, w: Weighed, cut: float) -> bool:
-    """An independently supported second cause (``cut``: ``ALSO_SHARE`` of the excess)."""
+    """An independently supported second cause (``cut``: ``ALSO_SHARE`` of the excess): not
+    set off by the first's fault, not a remainder beside a part (``OUTSIDE_ONLY``: the second
+    pass tests it there), and, when its part holds the first's (``WITHIN``), standing on what
+    is left of it without the first's tokens."""
     if w is first or w.score < cut or w.cause.CLASS == first.cause.CLASS:
         return False
-    return w.cause.KEY not in first.cause.EXPLAINS and first.cause.KEY not in w.cause.EXPLAINS
+    if w.cause.KEY in first.cause.EXPLAINS or first.cause.KEY in w.cause.EXPLAINS:
+        return False
+    if _outside_only(first, w):
+        return False
+    return _left(first, w) >= cut
+
+
+def _outside_only(first: Weighed, w: Weighed) -> bool:
+    """A cause measured only outside a part (the precision's level) beside a cause of a part."""
+    return bool(getattr(w.cause, "OUTSIDE_ONLY", False)) and not first.cause.EVERY_TOKEN
+
+
+def _left(first: Weighed, w: Weighed) -> float:
+    """``w``'s score, or, when its part holds the first's (the first's ``WITHIN``), its share
+    less the first's: the excess of its part outside the first's tokens."""
+    if w.cause.KEY not in getattr(first.cause, "WITHIN", ()):
+        return w.score
+    return max(0.0, (w.support.share or 0.0) - (first.support.share or 0.0))
 
 
 def _lost(w: Weighed, first: Weighed | None) -> Weighed:
@@ -142,6 +165,13 @@ def _lost(w: Weighed, first: Weighed | None) -> Weighed:
         why = f"explains {_pct(s.share)} of the run's mass, under a fifth of its excess"
     elif w.cause.KEY in first.cause.EXPLAINS:
         why = f"{first.cause.LABEL} sets off its checks too"
+    elif _outside_only(first, w):
+        why = (
+            f"beside {first.cause.LABEL} it counts only outside that part (the second pass), "
+            "not on what the part leaves"
+        )
+    elif w.cause.KEY in getattr(first.cause, "WITHIN", ()):
+        why = f"without the tokens of {first.cause.LABEL} its part explains {_pct(_left(first, w))}"
     elif s.against:
         why = "; ".join(s.against)
     else:

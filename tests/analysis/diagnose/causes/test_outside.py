@@ -36,3 +36,15 @@ def test_a_fleet_wide_fp8_cache_under_one_gpus_fault_needs_the_baseline(
     assert also["key"] == "precision" and "gpus other than L20" in also["where"]
     low, _ = also["rate_ratio_ci"]
     assert low > 5 and also["checks"] == ["baseline"]
+
+
+def test_an_excess_that_grows_with_the_kv_position_is_the_parts_own_path(
+    calibration_store: Path,
+) -> None:
+    """The decode path's rotary angles in bf16: the error grows with the position, so the
+    turns after tool responses (the long positions) are hot, and the first turns carry an
+    excess over the baseline too, 5x at KV 32-63 and 12x at 64-127: the same path at shorter
+    positions, not a precision loss, which raises every position alike (the fp8 cache beside
+    the L20's fault above is still named)."""
+    cause = calibration._cause(calibration_store, "cp-decode-rope", "h-b")["cause"]
+    assert cause["key"] == "tool_turns" and cause["also"] == []
