@@ -9,6 +9,7 @@ curves, and what the api returns) and the metric registry, and computes nothing.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).parents[1]
@@ -47,7 +48,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     """(line, module) of every import of the package in a file (``from mismatchctl import x``
     counts as an import of ``mismatchctl.x``)."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _import_nodes(path):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module == "mismatchctl":
                 out += [(node.lineno, f"mismatchctl.{a.name}") for a in node.names]
@@ -115,6 +116,14 @@ def test_the_report_does_not_know_diagnose() -> None:
 IMPORTERS = ("mismatchctl", "tests", "bench", "sample_data")
 
 
+@functools.cache
+def _import_nodes(path: Path) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements of a file, parsed once for every test of this module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
+
+
+@functools.cache
 def _is_module(dotted: str) -> bool:
     path = ROOT / dotted.replace(".", "/")
     return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
@@ -124,7 +133,7 @@ def _module_names(path: Path) -> list[tuple[str, str, bool]]:
     """(module, the name it is bound to, whether that name is an alias) of every import of a
     module of the package in a file (imports of names from a module are not counted)."""
     out = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _import_nodes(path):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             if node.module.split(".")[0] == "mismatchctl":
                 for a in node.names:
