@@ -85,6 +85,8 @@ class Cube:
         token_codes: np.ndarray,
         seq_codes: np.ndarray,
         seq_keys: np.ndarray | None = None,
+        keep: np.ndarray | None = None,
+        bit: int = 1,
     ) -> SequenceCells | None:
         """Add whole sequences of model tokens, in place.
 
@@ -93,7 +95,10 @@ class Cube:
         token dimensions (int16/int32 codes, in ``spec.token_dims`` order); ``seq_codes``:
         sequences x sequence dimensions (ints, in ``spec.seq_dims`` order). With ``seq_keys``
         (each row of ``seq_codes``'s key): also the sequences' cells, in the order of their
-        tokens (``stats/cube_cells.py``: what the findings' bootstrap needs of them).
+        tokens (``stats/cube_cells.py``: what the findings' bootstrap needs of them). With
+        ``keep`` (uint8 per token): only the tokens whose ``keep`` has ``bit`` set, as if the
+        others were not given (their logprobs need not be finite; a sequence without a kept
+        token is no cluster): several cubes of one slice read it without filtered copies.
         """
         from mismatchctl.stats import cube_kernels  # numba: compiled on first use
 
@@ -101,7 +106,9 @@ class Cube:
             counts = np.zeros(2, np.int64)
             cube_kernels.cube_accumulate(self.state, *args, _NO_SLOTS, _NO_CELLS, counts)
 
-        return add_tokens(self.spec, dense, lr, lt, seq, token_codes, seq_codes, seq_keys)
+        return add_tokens(
+            self.spec, dense, lr, lt, seq, token_codes, seq_codes, seq_keys, keep, bit
+        )
 
     def merge(self, other: Cube) -> Cube:
         """A new cube holding both (same spec)."""
@@ -156,6 +163,7 @@ class Cube:
 
 _NO_SLOTS = np.zeros(0, np.int32)  # a dense state: every cell is its own row
 _NO_CELLS = np.zeros(0, np.int64)
+_NO_KEEP = np.zeros(0, np.uint8)  # no mask: every token
 
 
 def add_tokens(
@@ -167,11 +175,14 @@ def add_tokens(
     token_codes: np.ndarray,
     seq_codes: np.ndarray,
     seq_keys: np.ndarray | None,
+    keep: np.ndarray | None = None,
+    bit: int = 1,
 ) -> SequenceCells | None:
     """:meth:`Cube.add` of a state behind ``accumulate`` (the arguments of
     ``cube_kernels.cube_accumulate`` after the state, up to the sequences' cells): the checks,
     the sequences' runs, and the sequences' cells when ``seq_keys`` is given."""
-    lr, lt, seq, tok, seqc = _checked(spec, lr, lt, seq, token_codes, seq_codes)
+    mask = _NO_KEEP if keep is None else np.ascontiguousarray(keep, dtype=np.uint8)
+    lr, lt, seq, tok, seqc = _checked(spec, lr, lt, seq, token_codes, seq_codes, mask, bit)
     if seq_keys is not None and np.shape(seq_keys) != (len(seqc),):
         raise ValueError(
             f"seq_keys must hold one key per row of seq_codes ({len(seqc)}; found "
@@ -189,8 +200,9 @@ def add_tokens(
     k3 = np.empty(len(combo), np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         accumulate(
-            lr, lt, starts, rows, tok, seqc, layout, min(longest, layout[2]), ptr, combo, ntok, k3
-        )
+            lr, lt, starts, rows, tok, seqc, mask, bit, layout, min(longest, layout[2]), ptr,
+            combo, ntok, k3,
+        )  # fmt: skip
     if seq_keys is None:
         return None
     used = int(ptr[-1])  # copies: the buffers had room for a cell per token
@@ -240,6 +252,8 @@ def _checked(
     seq: np.ndarray,
     token_codes: np.ndarray,
     seq_codes: np.ndarray,
+    keep: np.ndarray = _NO_KEEP,
+    bit: int = 1,
 ) -> tuple[np.ndarray, ...]:
     lr = np.ascontiguousarray(lr, dtype=np.float64)
     lt = np.ascontiguousarray(lt, dtype=np.float64)
@@ -252,7 +266,9 @@ def _checked(
         raise ValueError(
             f"lr, lt, seq and token_codes must have one row per token (found {shapes})"
         )
-    if not (np.isfinite(lr).all() and np.isfinite(lt).all()):
+    if len(keep) and keep.shape != (n,):
+        raise ValueError(f"keep must have one entry per token ({n}; found {keep.shape})")
+    if not _finite(lr, lt, keep, bit):
         raise ValueError("logprobs must be finite (found NaN or infinity)")
     if n and (seq.min() < 0 or seq.max() >= len(seqc)):
         raise ValueError(
@@ -262,6 +278,15 @@ def _checked(
     _check_range(tok, spec.token_dims, "token_codes")
     _check_range(seqc, spec.seq_dims, "seq_codes")
     return lr, lt, seq, tok, seqc
+
+
+def _finite(lr: np.ndarray, lt: np.ndarray, keep: np.ndarray, bit: int) -> bool:
+    """Whether both logprobs of every token (every kept one, with a mask) are finite."""
+    if not len(keep):
+        return bool(np.isfinite(lr).all() and np.isfinite(lt).all())
+    from mismatchctl.stats import cube_kernels
+
+    return bool(cube_kernels.kept_finite(lr, lt, keep, bit))
 
 
 def _codes(codes: np.ndarray, what: str, width: int) -> np.ndarray:

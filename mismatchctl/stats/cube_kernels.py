@@ -98,11 +98,17 @@ def _buffer_sequence(
     cn: np.ndarray,
     ca: np.ndarray,
     ctouch: np.ndarray,
+    keep: np.ndarray,
+    bit: int,
 ) -> int:
     """The sequence's tokens and K3 per combination of token codes (``cn``, ``ca``, the
-    combinations touched in ``ctouch``); returns how many were touched."""
+    combinations touched in ``ctouch``); returns how many were touched. ``keep`` (empty: every
+    token): only the tokens whose ``keep`` has ``bit`` set."""
     m = 0
+    masked = keep.shape[0] > 0
     for i in range(start, stop):
+        if masked and (keep[i] & bit) == 0:
+            continue
         r = lt[i] - lr[i]
         c = 0
         for k in range(tok.shape[1]):
@@ -164,6 +170,8 @@ def cube_accumulate(
     rows: np.ndarray,
     tok: np.ndarray,
     seqc: np.ndarray,
+    keep_tokens: np.ndarray,
+    bit: int,
     layout: tuple,
     max_touch: int,
     cell_ptr: np.ndarray,
@@ -180,6 +188,8 @@ def cube_accumulate(
     ``rows``: each sequence's row of ``seqc``; ``tok``: tokens x token-dimension codes;
     ``layout``: :func:`mismatchctl.stats.cube.kernel_layout`; ``max_touch``: the most
     token-code combinations one sequence can visit (its length, at most ``combo_size``).
+    ``keep_tokens`` (empty: every token): only the tokens whose entry has ``bit`` set are
+    added; a sequence with none is no cluster (as if its tokens were not given).
 
     With ``cell_ptr`` of one entry per sequence plus one (else empty), each sequence's buffer
     is also kept (``stats/cube_cells.py``): its combinations in the order first visited, in
@@ -211,7 +221,9 @@ def cube_accumulate(
         if sparse and min(counts[0] + most, slot.shape[0]) > state.shape[0]:
             counts[1] = kept
             return si
-        m = _buffer_sequence(lr, lt, tok, starts[si], starts[si + 1], tmul, cn, ca, ctouch)
+        m = _buffer_sequence(
+            lr, lt, tok, starts[si], starts[si + 1], tmul, cn, ca, ctouch, keep_tokens, bit
+        )
         if keep:
             cell_ptr[si] = kept
             for t in range(m):
@@ -228,6 +240,8 @@ def cube_accumulate(
                 cvals[t, k] = (c // tmul[k]) % tcard[k]
             tot_n += cn[c]
             tot_a += ca[c]
+        if m == 0:  # every token masked out: no cluster
+            continue
         for qi in range(qonly.shape[0]):  # tables of sequence dimensions only
             cell = _seq_base(qonly[qi], row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
             _add_cell(state, slot, cells, counts, cell, tot_n, tot_a, tot_n, tot_a)
@@ -267,6 +281,15 @@ def _most_cells(
     for j in range(psizes.shape[0]):
         out += (ptab_ptr[j + 1] - ptab_ptr[j]) * min(psizes[j], m)
     return out
+
+
+@kernel(nogil=True)
+def kept_finite(lr: np.ndarray, lt: np.ndarray, keep: np.ndarray, bit: int) -> bool:
+    """Whether both logprobs are finite at every token whose ``keep`` has ``bit`` set."""
+    for i in range(lr.shape[0]):
+        if (keep[i] & bit) != 0 and not (math.isfinite(lr[i]) and math.isfinite(lt[i])):
+            return False
+    return True
 
 
 @kernel(nogil=True)
