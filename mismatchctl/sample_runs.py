@@ -159,6 +159,9 @@ DEMO_KERNELS = {
     "mismatchctl.stats.cube_kernels": (
         "column_ranges", "cube_accumulate", "kept_finite", "token_codes",
     ),
+    "mismatchctl.stats.diagnose_kernels": (
+        "hot_cell_sums", "misaligned_turns", "seen_before", "sentinel_counts", "trailing_flagged",
+    ),
     "mismatchctl.stats.edge_kernels": ("edge_pass",),
     "mismatchctl.stats.routing_kernels": ("routing_sums",),
 }  # fmt: skip

@@ -1,0 +1,185 @@
+"""Compiled per-token loops of `diagnose`'s extra (``analysis/diagnose/extra.py``): sentinel
+runs, trailing padding, the hot sequences' cell sums, misaligned turns and the tokens whose id
+came earlier in their response, each one walk over a slice of whole sequences (numba, cached on
+disk) where numpy built a dozen whole-slice temporaries, masks and sorts.
+
+Each gives what the numpy version it replaces gave: counts exactly, sums in the order numpy's
+``bincount`` adds them (token order), bit for bit; only :func:`misaligned_turns` sums each turn
+in token order where ``np.add.reduceat`` summed it pairwise (its results are counts of turns
+over thresholds: the same unless a turn's mean sits within rounding of a threshold).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mismatchctl.stats.numba_load import kernel
+
+
+@kernel(nogil=True)
+def sentinel_counts(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    turn: np.ndarray,
+    low_max: float,
+    run_min: int,
+    other_max: float,
+    bad: np.ndarray,
+    counts: np.ndarray,
+) -> None:
+    """``counts``: tokens at or below ``low_max`` on the rollout side, on the trainer side,
+    one-sided exact zeros on each side, and the tokens of one-sided zero runs of one turn (at
+    least ``run_min`` long, the other side at or below ``other_max`` somewhere in the run);
+    ``bad`` marks the tokens of the first and the last counts."""
+    n = lr.shape[0]
+    for i in range(n):
+        low_r, low_t = lr[i] <= low_max, lt[i] <= low_max
+        counts[0] += low_r
+        counts[1] += low_t
+        counts[2] += lr[i] == 0.0 and lt[i] != 0.0
+        counts[3] += lt[i] == 0.0 and lr[i] != 0.0
+        bad[i] = low_r or low_t
+    for side in range(2):
+        a, b = (lr, lt) if side == 0 else (lt, lr)  # the zero side, the other side
+        i = 0
+        while i < n:
+            flag = a[i] == 0.0 and b[i] != 0.0
+            j = i + 1
+            while (
+                j < n and (a[j] == 0.0 and b[j] != 0.0) == flag
+                and seq[j] == seq[i] and turn[j] == turn[i]
+            ):  # fmt: skip
+                j += 1
+            if flag and j - i >= run_min:
+                lowest = b[i]
+                for k in range(i + 1, j):  # np.minimum: a NaN, once met, is the minimum
+                    if b[k] < lowest or b[k] != b[k]:
+                        lowest = b[k]
+                if lowest <= other_max:
+                    counts[4] += j - i
+                    for k in range(i, j):
+                        bad[k] = True
+            i = j
+
+
+@kernel(nogil=True)
+def trailing_flagged(lr: np.ndarray, lt: np.ndarray, starts: np.ndarray, out: np.ndarray) -> None:
+    """Per sequence (first tokens ``starts``, ascending; the last ends at the end): how many of
+    its last tokens are exactly 0.0 on both sides, in a row."""
+    n = lr.shape[0]
+    for s in range(starts.shape[0]):
+        a = starts[s]
+        b = starts[s + 1] if s + 1 < starts.shape[0] else n
+        k = b
+        while k > a and lr[k - 1] == 0.0 and lt[k - 1] == 0.0:
+            k -= 1
+        out[s] = b - k
+
+
+@kernel(nogil=True)
+def hot_cell_sums(
+    starts: np.ndarray,
+    later: np.ndarray,
+    bins: np.ndarray,
+    n_bins: int,
+    r: np.ndarray,
+    x: np.ndarray,
+    k3: np.ndarray,
+    sums: np.ndarray,
+) -> None:
+    """Per (sequence, turn kind, bin) cell, ``sums`` (cells x 6, zeroed): tokens, tokens with
+    ``r != 0``, sum of ``x``, of ``x^2``, of ``k3``, tokens with ``r > 0``; the cell of a token
+    of sequence ``s`` is ``s * 2 * n_bins + later * n_bins + bin``; added in token order."""
+    n = r.shape[0]
+    width = 2 * n_bins
+    for s in range(starts.shape[0]):
+        a = starts[s]
+        b = starts[s + 1] if s + 1 < starts.shape[0] else n
+        for i in range(a, b):
+            c = s * width + (n_bins if later[i] > 0 else 0) + bins[i]
+            sums[c, 0] += 1.0
+            sums[c, 1] += 1.0 if r[i] != 0 else 0.0
+            sums[c, 2] += x[i]
+            sums[c, 3] += x[i] * x[i]
+            sums[c, 4] += k3[i]
+            sums[c, 5] += 1.0 if r[i] > 0 else 0.0
+
+
+@kernel(nogil=True, inline="always")
+def _k3(r: float, clamp: float) -> float:
+    c = min(max(r, -clamp), clamp)
+    return math.expm1(c) - c
+
+
+@kernel(nogil=True, error_model="numpy")
+def misaligned_turns(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    turn: np.ndarray,
+    clamp: float,
+    min_pairs: int,
+    min_k3: float,
+    factor: float,
+    counts: np.ndarray,
+    first: np.ndarray,
+    lag: np.ndarray,
+) -> int:
+    """The turn runs (consecutive tokens of one sequence and turn) whose pairs shifted by one
+    position match far better than their own (``stats/misalign.py``): ``counts`` gets the turns
+    tested, misaligned, their tokens, those matching one position later and earlier; the first
+    ``len(first)`` misaligned turns' first tokens in ``first`` and their lag (1 later, -1
+    earlier) in ``lag``; returns how many were recorded."""
+    n = lr.shape[0]
+    kept = 0
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and seq[j] == seq[i] and turn[j] == turn[i]:
+            j += 1
+        pairs = max(j - i - 1, 1)
+        base_plus, base_minus, plus, minus = 0.0, 0.0, 0.0, 0.0
+        for k in range(i, j):
+            k0 = _k3(lt[k] - lr[k], clamp)
+            if k < j - 1:  # (lr_t, lt_t+1) within the turn; the last token pairs with none
+                base_plus += k0
+                plus += _k3(lt[k + 1] - lr[k], clamp)
+            if k > i:  # (lr_t, lt_t-1)
+                base_minus += k0
+                minus += _k3(lt[k - 1] - lr[k], clamp)
+        base_plus /= pairs
+        base_minus /= pairs
+        plus /= pairs
+        minus /= pairs
+        if j - i - 1 >= min_pairs:
+            counts[0] += 1
+            later = base_plus >= min_k3 and plus * factor <= base_plus
+            earlier = not later and base_minus >= min_k3 and minus * factor <= base_minus
+            if later or earlier:
+                counts[1] += 1
+                counts[2] += j - i
+                counts[3 if later else 4] += 1
+                if kept < first.shape[0]:
+                    first[kept] = i
+                    lag[kept] = 1 if later else -1
+                    kept += 1
+        i = j
+    return kept
+
+
+@kernel(nogil=True)
+def seen_before(ids: np.ndarray, starts: np.ndarray, last: np.ndarray, out: np.ndarray) -> None:
+    """Whether each token's id (>= 0, below ``len(last)``) occurred earlier in its sequence
+    (first tokens ``starts``): ``last[id]`` holds the latest sequence (+1) that had it, so a
+    slice needs no sort and no clearing between sequences (``last`` zeroed once)."""
+    n = ids.shape[0]
+    for s in range(starts.shape[0]):
+        a = starts[s]
+        b = starts[s + 1] if s + 1 < starts.shape[0] else n
+        for i in range(a, b):
+            t = ids[i]
+            out[i] = last[t] == s + 1
+            last[t] = s + 1
