@@ -153,11 +153,12 @@ class EdgeExtra:
             EDGE_TOKENS, self.nbins, row, codes, ends_codes, keep, hist,
         )  # fmt: skip
         sequences = int(row[-1]) + 1 if n else 0
+        k3 = keys.cube_k3()  # once for the three cubes (and the run's cube of the same read)
         cubes = (
-            self._cube(lr, lt, row, sequences, codes, keep, EK.FIRST, self.spec),
-            self._cube(lr, lt, row, sequences, codes, keep, EK.LATER, self.spec),
+            self._cube(lr, lt, k3, row, sequences, codes, keep, EK.FIRST, self.spec),
+            self._cube(lr, lt, k3, row, sequences, codes, keep, EK.LATER, self.spec),
         )
-        ends = self._cube(lr, lt, row, sequences, ends_codes, keep, EK.FINITE, self.final)
+        ends = self._cube(lr, lt, k3, row, sequences, ends_codes, keep, EK.FINITE, self.final)
         hist = hist.reshape(2, 2, self.nbins, len(R_EDGES))
         return EdgeState(cubes, hist, {keys.run: ends})
 
@@ -165,6 +166,7 @@ class EdgeExtra:
     def _cube(
         lr: np.ndarray,
         lt: np.ndarray,
+        k3: np.ndarray,
         row: np.ndarray,
         sequences: int,
         codes: np.ndarray,
@@ -174,7 +176,7 @@ class EdgeExtra:
     ) -> Cube:
         cube = Cube(spec)
         none = np.zeros((sequences, 0), dtype=np.int32)
-        cube.add(lr, lt, row, codes, none, keep=keep, bit=bit)
+        cube.add(lr, lt, row, codes, none, keep=keep, bit=bit, k3=k3)
         return cube
 
     def merge(self, a: EdgeState, b: EdgeState) -> EdgeState:

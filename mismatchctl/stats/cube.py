@@ -87,6 +87,7 @@ class Cube:
         seq_keys: np.ndarray | None = None,
         keep: np.ndarray | None = None,
         bit: int = 1,
+        k3: np.ndarray | None = None,
     ) -> SequenceCells | None:
         """Add whole sequences of model tokens, in place.
 
@@ -99,6 +100,8 @@ class Cube:
         ``keep`` (uint8 per token): only the tokens whose ``keep`` has ``bit`` set, as if the
         others were not given (their logprobs need not be finite; a sequence without a kept
         token is no cluster): several cubes of one slice read it without filtered copies.
+        ``k3``: each token's ``cube_kernels.token_k3`` when the caller has it (several cubes
+        of one slice compute it once).
         """
         from mismatchctl.stats import cube_kernels  # numba: compiled on first use
 
@@ -107,7 +110,7 @@ class Cube:
             cube_kernels.cube_accumulate(self.state, *args, _NO_SLOTS, _NO_CELLS, counts)
 
         return add_tokens(
-            self.spec, dense, lr, lt, seq, token_codes, seq_codes, seq_keys, keep, bit
+            self.spec, dense, lr, lt, seq, token_codes, seq_codes, seq_keys, keep, bit, k3
         )
 
     def merge(self, other: Cube) -> Cube:
@@ -164,6 +167,7 @@ class Cube:
 _NO_SLOTS = np.zeros(0, np.int32)  # a dense state: every cell is its own row
 _NO_CELLS = np.zeros(0, np.int64)
 _NO_KEEP = np.zeros(0, np.uint8)  # no mask: every token
+_NO_K3 = np.zeros(0, np.float64)  # the kernel computes each token's K3
 
 
 def add_tokens(
@@ -177,11 +181,15 @@ def add_tokens(
     seq_keys: np.ndarray | None,
     keep: np.ndarray | None = None,
     bit: int = 1,
+    k3: np.ndarray | None = None,
 ) -> SequenceCells | None:
     """:meth:`Cube.add` of a state behind ``accumulate`` (the arguments of
     ``cube_kernels.cube_accumulate`` after the state, up to the sequences' cells): the checks,
     the sequences' runs, and the sequences' cells when ``seq_keys`` is given."""
     mask = _NO_KEEP if keep is None else np.ascontiguousarray(keep, dtype=np.uint8)
+    given = _NO_K3 if k3 is None else np.ascontiguousarray(k3, dtype=np.float64)
+    if len(given) and given.shape != np.shape(lr):
+        raise ValueError(f"k3 must have one entry per token (found {given.shape})")
     lr, lt, seq, tok, seqc = _checked(spec, lr, lt, seq, token_codes, seq_codes, mask, bit)
     if seq_keys is not None and np.shape(seq_keys) != (len(seqc),):
         raise ValueError(
@@ -197,18 +205,18 @@ def add_tokens(
     ptr = np.zeros(len(rows) + 1 if keep else 0, np.int64)
     combo = np.empty(len(lr) if keep else 0, np.int32)
     ntok = np.empty(len(combo), np.int32)
-    k3 = np.empty(len(combo), np.float64)
+    cell_k3 = np.empty(len(combo), np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         accumulate(
-            lr, lt, starts, rows, tok, seqc, mask, bit, layout, min(longest, layout[2]), ptr,
-            combo, ntok, k3,
+            lr, lt, starts, rows, tok, seqc, mask, bit, given, layout, min(longest, layout[2]),
+            ptr, combo, ntok, cell_k3,
         )  # fmt: skip
     if seq_keys is None:
         return None
     used = int(ptr[-1])  # copies: the buffers had room for a cell per token
     return SequenceCells(
         np.asarray(seq_keys, np.uint64)[rows], seqc[rows].astype(np.int32), ptr,
-        combo[:used].copy(), ntok[:used].copy(), k3[:used].copy(),
+        combo[:used].copy(), ntok[:used].copy(), cell_k3[:used].copy(),
     )  # fmt: skip
 
 

@@ -100,16 +100,18 @@ def _buffer_sequence(
     ctouch: np.ndarray,
     keep: np.ndarray,
     bit: int,
+    k3: np.ndarray,
 ) -> int:
     """The sequence's tokens and K3 per combination of token codes (``cn``, ``ca``, the
     combinations touched in ``ctouch``); returns how many were touched. ``keep`` (empty: every
-    token): only the tokens whose ``keep`` has ``bit`` set."""
+    token): only the tokens whose ``keep`` has ``bit`` set; ``k3`` (empty: computed here):
+    each token's :func:`token_k3`."""
     m = 0
     masked = keep.shape[0] > 0
+    given = k3.shape[0] > 0
     for i in range(start, stop):
         if masked and (keep[i] & bit) == 0:
             continue
-        r = lt[i] - lr[i]
         c = 0
         for k in range(tok.shape[1]):
             c += tok[i, k] * tmul[k]
@@ -117,8 +119,22 @@ def _buffer_sequence(
             ctouch[m] = c
             m += 1
         cn[c] += 1.0
-        ca[c] += math.expm1(r) - r
+        if given:
+            ca[c] += k3[i]
+        else:
+            r = lt[i] - lr[i]
+            ca[c] += math.expm1(r) - r
     return m
+
+
+@kernel(nogil=True, error_model="numpy")
+def token_k3(lr: np.ndarray, lt: np.ndarray, out: np.ndarray) -> None:
+    """Each token's K3, ``expm1(r) - r``, as the cube's loop computes it (numba's ``expm1``,
+    whose last bit differs from numpy's on some tokens): computed once for several cubes of a
+    slice."""
+    for i in range(lr.shape[0]):
+        r = lt[i] - lr[i]
+        out[i] = math.expm1(r) - r
 
 
 @kernel(nogil=True, error_model="numpy", inline="always")
@@ -172,6 +188,7 @@ def cube_accumulate(
     seqc: np.ndarray,
     keep_tokens: np.ndarray,
     bit: int,
+    k3_tokens: np.ndarray,
     layout: tuple,
     max_touch: int,
     cell_ptr: np.ndarray,
@@ -190,6 +207,7 @@ def cube_accumulate(
     token-code combinations one sequence can visit (its length, at most ``combo_size``).
     ``keep_tokens`` (empty: every token): only the tokens whose entry has ``bit`` set are
     added; a sequence with none is no cluster (as if its tokens were not given).
+    ``k3_tokens`` (empty: computed here): each token's :func:`token_k3`.
 
     With ``cell_ptr`` of one entry per sequence plus one (else empty), each sequence's buffer
     is also kept (``stats/cube_cells.py``): its combinations in the order first visited, in
@@ -222,7 +240,18 @@ def cube_accumulate(
             counts[1] = kept
             return si
         m = _buffer_sequence(
-            lr, lt, tok, starts[si], starts[si + 1], tmul, cn, ca, ctouch, keep_tokens, bit
+            lr,
+            lt,
+            tok,
+            starts[si],
+            starts[si + 1],
+            tmul,
+            cn,
+            ca,
+            ctouch,
+            keep_tokens,
+            bit,
+            k3_tokens,
         )
         if keep:
             cell_ptr[si] = kept

@@ -59,6 +59,7 @@ class PartCube:
         seq_keys: np.ndarray | None = None,
         keep: np.ndarray | None = None,
         bit: int = 1,
+        k3: np.ndarray | None = None,
     ) -> SequenceCells | None:
         """:meth:`Cube.add`, into the touched cells' rows (more rows when a sequence may touch
         more cells than are left)."""
@@ -67,21 +68,22 @@ class PartCube:
         def sparse(
             lr: np.ndarray, lt: np.ndarray, starts: np.ndarray, rows: np.ndarray, *rest: object
         ) -> None:
-            tok, seqc, mask, bit, layout, touch, ptr, combo, ntok, k3 = rest
+            tok, seqc, mask, bit, given, layout, touch, ptr, combo, ntok, cell_k3 = rest
             first, n = 0, len(rows)
             self.counts[1] = 0
             while True:
                 part = ptr[first:] if len(ptr) else ptr  # type: ignore[index,arg-type]
                 first += cube_kernels.cube_accumulate(
                     self.rows, lr, lt, starts[first:], rows[first:], tok, seqc, mask, bit,
-                    layout, touch, part, combo, ntok, k3, self.slot, self.cells, self.counts,
+                    given, layout, touch, part, combo, ntok, cell_k3, self.slot, self.cells,
+                    self.counts,
                 )  # fmt: skip
                 if first == n:
                     return
                 self._grow()
 
         return add_tokens(
-            self.spec, sparse, lr, lt, seq, token_codes, seq_codes, seq_keys, keep, bit
+            self.spec, sparse, lr, lt, seq, token_codes, seq_codes, seq_keys, keep, bit, k3
         )
 
     def _grow(self) -> None:

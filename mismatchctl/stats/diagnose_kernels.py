@@ -11,8 +11,6 @@ over thresholds: the same unless a turn's mean sits within rounding of a thresho
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from mismatchctl.stats.numba_load import kernel
@@ -108,19 +106,13 @@ def hot_cell_sums(
             sums[c, 5] += 1.0 if r[i] > 0 else 0.0
 
 
-@kernel(nogil=True, inline="always")
-def _k3(r: float, clamp: float) -> float:
-    c = min(max(r, -clamp), clamp)
-    return math.expm1(c) - c
-
-
 @kernel(nogil=True, error_model="numpy")
 def misaligned_turns(
-    lr: np.ndarray,
-    lt: np.ndarray,
     seq: np.ndarray,
     turn: np.ndarray,
-    clamp: float,
+    k0: np.ndarray,
+    plus: np.ndarray,
+    minus: np.ndarray,
     min_pairs: int,
     min_k3: float,
     factor: float,
@@ -129,11 +121,13 @@ def misaligned_turns(
     lag: np.ndarray,
 ) -> int:
     """The turn runs (consecutive tokens of one sequence and turn) whose pairs shifted by one
-    position match far better than their own (``stats/misalign.py``): ``counts`` gets the turns
-    tested, misaligned, their tokens, those matching one position later and earlier; the first
-    ``len(first)`` misaligned turns' first tokens in ``first`` and their lag (1 later, -1
-    earlier) in ``lag``; returns how many were recorded."""
-    n = lr.shape[0]
+    position match far better than their own (``stats/misalign.py``), from each token's K3
+    ``k0`` and those of the pairs (``lr_t``, ``lt_t+1``) in ``plus[t]`` and (``lr_t+1``,
+    ``lt_t``) in ``minus[t]``: ``counts`` gets the turns tested, misaligned, their tokens,
+    those matching one position later and earlier; the first ``len(first)`` misaligned turns'
+    first tokens in ``first`` and their lag (1 later, -1 earlier) in ``lag``; returns how many
+    were recorded."""
+    n = k0.shape[0]
     kept = 0
     i = 0
     while i < n:
@@ -141,23 +135,22 @@ def misaligned_turns(
         while j < n and seq[j] == seq[i] and turn[j] == turn[i]:
             j += 1
         pairs = max(j - i - 1, 1)
-        base_plus, base_minus, plus, minus = 0.0, 0.0, 0.0, 0.0
+        base_plus, base_minus, sum_plus, sum_minus = 0.0, 0.0, 0.0, 0.0
         for k in range(i, j):
-            k0 = _k3(lt[k] - lr[k], clamp)
-            if k < j - 1:  # (lr_t, lt_t+1) within the turn; the last token pairs with none
-                base_plus += k0
-                plus += _k3(lt[k + 1] - lr[k], clamp)
-            if k > i:  # (lr_t, lt_t-1)
-                base_minus += k0
-                minus += _k3(lt[k - 1] - lr[k], clamp)
+            if k < j - 1:  # the turn's last token pairs with no next one
+                base_plus += k0[k]
+                sum_plus += plus[k]
+            if k > i:  # nor its first with a previous one
+                base_minus += k0[k]
+                sum_minus += minus[k - 1]
         base_plus /= pairs
         base_minus /= pairs
-        plus /= pairs
-        minus /= pairs
+        sum_plus /= pairs
+        sum_minus /= pairs
         if j - i - 1 >= min_pairs:
             counts[0] += 1
-            later = base_plus >= min_k3 and plus * factor <= base_plus
-            earlier = not later and base_minus >= min_k3 and minus * factor <= base_minus
+            later = base_plus >= min_k3 and sum_plus * factor <= base_plus
+            earlier = not later and base_minus >= min_k3 and sum_minus * factor <= base_minus
             if later or earlier:
                 counts[1] += 1
                 counts[2] += j - i

@@ -62,22 +62,35 @@ def misalign_state(
     turn: np.ndarray,
     step: np.ndarray,
     label: str = "",
+    k3: np.ndarray | None = None,
 ) -> MisalignState:
     """The misaligned turns of one chunk of whole sequences (a turn's tokens contiguous and in
-    order); ``label`` (e.g. the run) goes into the examples."""
+    order); ``label`` (e.g. the run) goes into the examples; ``k3``: each token's
+    ``expm1(r) - r`` when the caller has it (unclamped: used where no ``|r|`` is clamped)."""
     from mismatchctl.stats import diagnose_kernels
 
     if len(lr) < 2:
         return MisalignState()
+    r = lt - lr
+    # K3 of the pairs in numpy (vectorised), each turn's sums and tests in one compiled walk
+    k0 = k3 if k3 is not None and np.abs(r).max() <= RATIO_CLAMP else _k3(r)
     counts = np.zeros(5, dtype=np.int64)
     first = np.zeros(MAX_EXAMPLES, dtype=np.int64)
     lag = np.zeros(MAX_EXAMPLES, dtype=np.int64)
     kept = diagnose_kernels.misaligned_turns(
-        np.ascontiguousarray(lr, np.float64), np.ascontiguousarray(lt, np.float64), seq, turn,
-        RATIO_CLAMP, MIN_PAIRS, MIN_K3, FACTOR, counts, first, lag,
+        seq, turn, k0, _k3(lt[1:] - lr[:-1]), _k3(lt[:-1] - lr[1:]), MIN_PAIRS, MIN_K3, FACTOR,
+        counts, first, lag,
     )  # fmt: skip
     state = MisalignState(*(int(c) for c in counts))
     for s, shift in zip(first[:kept], lag[:kept], strict=True):
         what = "one position later" if shift > 0 else "one position earlier"
         state.examples.append((label, int(step[s]), int(seq[s]), int(turn[s]), what))
     return state
+
+
+def _k3(r: np.ndarray) -> np.ndarray:
+    """K3 of ``r`` clamped to +-``RATIO_CLAMP`` (a sentinel value among the tokens weighs alike
+    at every lag: the sentinels check's business, not a shift)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = np.clip(r, -RATIO_CLAMP, RATIO_CLAMP)
+        return np.expm1(c) - c

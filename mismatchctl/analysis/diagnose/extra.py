@@ -109,7 +109,7 @@ class DiagnoseExtra:
             self._lag_sums(keys.run, k3, seq),
             trailing_zero_state(lr, lt, seq, step, keys.run),
             lag_k3(pairs, k3),
-            misalign_state(lr, lt, seq, turn, step, keys.run),
+            misalign_state(lr, lt, seq, turn, step, keys.run, k3=k3),
             hot_sequence_state(lr, lt, seq, turn, step, *bins, keys.run, k3=k3),
             token_shift_state(_token_ids(table, keys), lr, lt, seq, *bins, k3=k3),
         )
