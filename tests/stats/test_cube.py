@@ -151,6 +151,22 @@ def test_a_mask_adds_what_the_kept_tokens_alone_add(sparse: bool) -> None:
         Cube(spec).add(lr, lt, seq, tok, seqc, keep=keep, bit=1)
 
 
+def test_a_given_k3_adds_what_the_loop_computes() -> None:
+    """``k3``: each token's ``cube_kernels.token_k3``, computed once for several cubes, gives
+    the state the loop's own computation gives, bit for bit; one of another length is refused."""
+    from mismatchctl.stats import cube_kernels
+
+    spec = small_spec(3)
+    lr, lt, seq, tok, seqc = random_tokens(spec, np.random.default_rng(13), 30)
+    k3 = np.empty(len(lr))
+    cube_kernels.token_k3(lr, lt, k3)
+    given = Cube(spec)
+    given.add(lr, lt, seq, tok, seqc, k3=k3)
+    assert np.array_equal(given.state, Cube.from_tokens(spec, lr, lt, seq, tok, seqc).state)
+    with pytest.raises(ValueError, match="k3 must have one entry per token"):
+        Cube(spec).add(lr, lt, seq, tok, seqc, k3=k3[1:])
+
+
 def test_k3_is_not_clamped() -> None:
     """A huge log ratio overflows to inf (reported as such), a tiny one keeps its precision."""
     spec = CubeSpec((), (Dim("s", 1),))
