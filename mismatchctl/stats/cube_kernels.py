@@ -98,14 +98,16 @@ def _buffer_sequence(
     cn: np.ndarray,
     ca: np.ndarray,
     ctouch: np.ndarray,
+    cvals: np.ndarray,
     keep: np.ndarray,
     bit: int,
     k3: np.ndarray,
 ) -> int:
     """The sequence's tokens and K3 per combination of token codes (``cn``, ``ca``, the
-    combinations touched in ``ctouch``); returns how many were touched. ``keep`` (empty: every
-    token): only the tokens whose ``keep`` has ``bit`` set; ``k3`` (empty: computed here):
-    each token's :func:`token_k3`."""
+    combinations touched in ``ctouch`` and their codes in ``cvals``: copied from the first
+    token of each, where decoding a combination took a division per dimension); returns how
+    many were touched. ``keep`` (empty: every token): only the tokens whose ``keep`` has
+    ``bit`` set; ``k3`` (empty: computed here): each token's :func:`token_k3`."""
     m = 0
     masked = keep.shape[0] > 0
     given = k3.shape[0] > 0
@@ -117,6 +119,8 @@ def _buffer_sequence(
             c += tok[i, k] * tmul[k]
         if cn[c] == 0.0:
             ctouch[m] = c
+            for k in range(tok.shape[1]):
+                cvals[m, k] = tok[i, k]
             m += 1
         cn[c] += 1.0
         if given:
@@ -219,7 +223,7 @@ def cube_accumulate(
     each row's cell, ``counts[0]`` the rows used. A sequence is added only when the rows left
     can take every cell it may touch; returns the first sequence not added (all: their count),
     so that the caller grows the rows and goes on from there."""
-    (tmul, tcard, combo_size, vmap, pdims, pmaps, pmul, psize_max,
+    (tmul, _, combo_size, vmap, pdims, pmaps, pmul, psize_max,
      ptab_ptr, ptab_idx, qonly, toff, tpstride, tqdims, tqmaps, tqstride, psizes) = layout  # fmt: skip
     n_dt = tok.shape[1]
     cn = np.zeros(combo_size, np.float64)
@@ -249,6 +253,7 @@ def cube_accumulate(
             cn,
             ca,
             ctouch,
+            cvals,
             keep_tokens,
             bit,
             k3_tokens,
@@ -265,8 +270,6 @@ def cube_accumulate(
         tot_a = 0.0
         for t in range(m):
             c = ctouch[t]
-            for k in range(n_dt):
-                cvals[t, k] = (c // tmul[k]) % tcard[k]
             tot_n += cn[c]
             tot_a += ca[c]
         if m == 0:  # every token masked out: no cluster

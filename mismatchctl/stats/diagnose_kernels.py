@@ -31,36 +31,41 @@ def sentinel_counts(
     """``counts``: tokens at or below ``low_max`` on the rollout side, on the trainer side,
     one-sided exact zeros on each side, and the tokens of one-sided zero runs of one turn (at
     least ``run_min`` long, the other side at or below ``other_max`` somewhere in the run);
-    ``bad`` marks the tokens of the first and the last counts."""
+    ``bad`` marks the tokens of the first and the last counts. The counts in one branch-free
+    pass; the runs, rare, walked from each one-sided zero met."""
     n = lr.shape[0]
+    low_r, low_t, zero_r, zero_t = 0, 0, 0, 0
     for i in range(n):
-        low_r, low_t = lr[i] <= low_max, lt[i] <= low_max
-        counts[0] += low_r
-        counts[1] += low_t
-        counts[2] += lr[i] == 0.0 and lt[i] != 0.0
-        counts[3] += lt[i] == 0.0 and lr[i] != 0.0
-        bad[i] = low_r or low_t
-    for side in range(2):
-        a, b = (lr, lt) if side == 0 else (lt, lr)  # the zero side, the other side
-        i = 0
-        while i < n:
-            flag = a[i] == 0.0 and b[i] != 0.0
-            j = i + 1
-            while (
-                j < n and (a[j] == 0.0 and b[j] != 0.0) == flag
-                and seq[j] == seq[i] and turn[j] == turn[i]
-            ):  # fmt: skip
-                j += 1
-            if flag and j - i >= run_min:
-                lowest = b[i]
-                for k in range(i + 1, j):  # np.minimum: a NaN, once met, is the minimum
-                    if b[k] < lowest or b[k] != b[k]:
-                        lowest = b[k]
-                if lowest <= other_max:
-                    counts[4] += j - i
-                    for k in range(i, j):
-                        bad[k] = True
-            i = j
+        a, b = lr[i] <= low_max, lt[i] <= low_max
+        low_r += a
+        low_t += b
+        zero_r += (lr[i] == 0.0) & (lt[i] != 0.0)
+        zero_t += (lt[i] == 0.0) & (lr[i] != 0.0)
+        bad[i] = a | b
+    counts[0] += low_r
+    counts[1] += low_t
+    counts[2] += zero_r
+    counts[3] += zero_t
+    i = 0
+    while i < n:
+        if (lr[i] == 0.0) == (lt[i] == 0.0):  # zero on neither side, or on both
+            i += 1
+            continue
+        # a run of one side's zeros (the other side not zero) within one turn, from i
+        a, b = (lr, lt) if lr[i] == 0.0 else (lt, lr)
+        j = i + 1
+        while j < n and a[j] == 0.0 and b[j] != 0.0 and seq[j] == seq[i] and turn[j] == turn[i]:
+            j += 1
+        if j - i >= run_min:
+            lowest = b[i]
+            for k in range(i + 1, j):  # np.minimum: a NaN, once met, is the minimum
+                if b[k] < lowest or b[k] != b[k]:
+                    lowest = b[k]
+            if lowest <= other_max:
+                counts[4] += j - i
+                for k in range(i, j):
+                    bad[k] = True
+        i = j
 
 
 @kernel(nogil=True)
