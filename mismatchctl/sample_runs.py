@@ -157,7 +157,7 @@ DEMO_KERNELS = {
         "run_starts",
     ),
     "mismatchctl.stats.cube_kernels": (
-        "column_ranges", "cube_accumulate", "kept_finite", "token_codes", "token_k3",
+        "column_ranges", "cube_accumulate", "token_checks", "token_codes", "token_k3",
     ),
     "mismatchctl.stats.diagnose_kernels": (
         "hot_cell_sums", "misaligned_turns", "seen_before", "sentinel_counts", "trailing_flagged",

@@ -276,25 +276,42 @@ def _checked(
         )
     if len(keep) and keep.shape != (n,):
         raise ValueError(f"keep must have one entry per token ({n}; found {keep.shape})")
-    if not _finite(lr, lt, keep, bit):
-        raise ValueError("logprobs must be finite (found NaN or infinity)")
-    if n and (seq.min() < 0 or seq.max() >= len(seqc)):
-        raise ValueError(
-            f"seq must index the rows of seq_codes 0..{len(seqc) - 1} "
-            f"(found {seq.min()}..{seq.max()})"
-        )
-    _check_range(tok, spec.token_dims, "token_codes")
+    if n:
+        _check_tokens(spec, lr, lt, seq, tok, len(seqc), keep, bit)
     _check_range(seqc, spec.seq_dims, "seq_codes")
     return lr, lt, seq, tok, seqc
 
 
-def _finite(lr: np.ndarray, lt: np.ndarray, keep: np.ndarray, bit: int) -> bool:
-    """Whether both logprobs of every token (every kept one, with a mask) are finite."""
-    if not len(keep):
-        return bool(np.isfinite(lr).all() and np.isfinite(lt).all())
+def _check_tokens(
+    spec: CubeSpec,
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    tok: np.ndarray,
+    rows: int,
+    keep: np.ndarray,
+    bit: int,
+) -> None:
+    """The per-token checks (finite logprobs, every kept one with a mask; ``seq`` within the
+    ``rows`` of the sequence codes; token codes within their dimensions) from one compiled pass
+    (``cube_kernels.token_checks``: it was four passes of numpy and one compiled)."""
     from mismatchctl.stats import cube_kernels
 
-    return bool(cube_kernels.kept_finite(lr, lt, keep, bit))
+    lo = np.zeros(tok.shape[1], np.int64)
+    hi = np.zeros(tok.shape[1], np.int64)
+    finite, seq_lo, seq_hi = cube_kernels.token_checks(lr, lt, seq, tok, keep, bit, lo, hi)
+    if not finite:
+        raise ValueError("logprobs must be finite (found NaN or infinity)")
+    if seq_lo < 0 or seq_hi >= rows:
+        raise ValueError(
+            f"seq must index the rows of seq_codes 0..{rows - 1} (found {seq_lo}..{seq_hi})"
+        )
+    for k, d in enumerate(spec.token_dims):
+        if lo[k] < 0 or hi[k] >= d.size:
+            raise ValueError(
+                f"token_codes: codes of dimension {d.name!r} must lie in 0..{d.size - 1} "
+                f"(found {lo[k]}..{hi[k]})"
+            )
 
 
 def _codes(codes: np.ndarray, what: str, width: int) -> np.ndarray:

@@ -316,12 +316,36 @@ def _most_cells(
 
 
 @kernel(nogil=True)
-def kept_finite(lr: np.ndarray, lt: np.ndarray, keep: np.ndarray, bit: int) -> bool:
-    """Whether both logprobs are finite at every token whose ``keep`` has ``bit`` set."""
+def token_checks(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    tok: np.ndarray,
+    keep: np.ndarray,
+    bit: int,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> tuple[bool, int, int]:
+    """In one pass over the tokens (at least one): whether both logprobs are finite at every
+    token (every one whose ``keep`` has ``bit`` set, when ``keep`` is not empty), the smallest
+    and largest ``seq``, and each column's smallest and largest code in ``lo``/``hi``."""
+    masked = keep.shape[0] > 0
+    finite = True
+    seq_lo, seq_hi = seq[0], seq[0]
+    w = tok.shape[1]
+    for k in range(w):
+        lo[k] = tok[0, k]
+        hi[k] = tok[0, k]
     for i in range(lr.shape[0]):
-        if (keep[i] & bit) != 0 and not (math.isfinite(lr[i]) and math.isfinite(lt[i])):
-            return False
-    return True
+        if not (masked and (keep[i] & bit) == 0):
+            finite &= math.isfinite(lr[i]) and math.isfinite(lt[i])
+        seq_lo = min(seq_lo, seq[i])
+        seq_hi = max(seq_hi, seq[i])
+        for k in range(w):
+            v = tok[i, k]
+            lo[k] = min(lo[k], v)
+            hi[k] = max(hi[k], v)
+    return finite, seq_lo, seq_hi
 
 
 @kernel(nogil=True)
