@@ -85,6 +85,7 @@ class PartKeys:
         self._cache: dict[str, KeyCodes] = {}
         self._rows: np.ndarray | None = None
         self._cube_k3: np.ndarray | None = None
+        self._log_ratio: tuple[np.ndarray, np.ndarray] | None = None
         self.runs: TurnRuns | None = None  # the slice's turn runs, once the engine made them
         self.by_run: RunKeys | None = None  # the keys of their first rows (the engine's)
 
@@ -147,6 +148,15 @@ class PartKeys:
         else:
             values = self.sequence_rows().model_tokens[self.rows()]
         return KeyCodes(assign_positions(values, edges), list(position_labels(edges)))
+
+    def log_ratio(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's ``r = lt - lr`` and K3 ``expm1(r) - r`` in numpy (as the extras' numpy sums
+        compute them), once per slice for every extra that sums them."""
+        if self._log_ratio is None:
+            r = self.column(S.TRAINER) - self.column(S.ROLLOUT)
+            with np.errstate(over="ignore", invalid="ignore"):
+                self._log_ratio = (r, np.expm1(r) - r)
+        return self._log_ratio
 
     def cube_k3(self) -> np.ndarray:
         """Each row's K3 as the K3 cubes' compiled loop computes it (``cube_kernels.token_k3``),

@@ -98,9 +98,7 @@ class DiagnoseExtra:
         lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
         seq, turn, step = keys.column(S.SEQ), keys.column(S.TURN), keys.column(S.STEP)
         pairs = lag_pairs(lr, lt, seq, turn)
-        r = lt - lr
-        with np.errstate(over="ignore", invalid="ignore"):
-            k3 = np.expm1(r) - r  # once for every sum of K3 below (numpy's, as each had)
+        _, k3 = keys.log_ratio()  # once for every sum of K3 below (numpy's, as each had)
         bins = self._bins(keys)
         return DiagnoseState(
             lag_states(pairs),
