@@ -20,7 +20,10 @@ the report and explain on the store: the page cache), ``--repeats`` alternating 
                            into the workdir) on the same store (the store's format is the same)
 
 Writes the section "## Long runs: explain and diagnose over 1,000 steps" of --write (the rest
-of the file kept) and the raw numbers to the workdir's long_runs.json.
+of the file kept) and the raw numbers to the workdir's long_runs.json. A workdir of an earlier
+run is reused as it is: its dumps (told by their marker) and stores are not made again, so
+``--workdir`` points the bench at existing stores (``store_<size>M_<steps>``, the run named
+``bench``, beside ``dumps_<size>M_<steps>``).
 """
 
 from __future__ import annotations
@@ -127,18 +130,21 @@ def warm_up(workdir: Path, trees: list[Path], timeout: float) -> None:
 
 
 def table(runs: dict[str, list[dict[str, Any]]], before: str | None) -> list[str]:
+    """Wall and CPU time (medians; CPU is steadier than wall on cores shared with other jobs)
+    against the report's, and the peak RSS."""
     base = statistics.median(m["wall"] for m in runs["report"])
+    base_cpu = statistics.median(m["cpu"] for m in runs["report"])
     rows = [
-        "| command | median s (min-max) | x report | peak RSS MB |",
-        "| --- | ---: | ---: | ---: |",
+        "| command | median s (min-max) | x report | CPU s | x report CPU | peak RSS MB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, ms in runs.items():
         walls = sorted(m["wall"] for m in ms)
-        med = statistics.median(walls)
+        med, cpu = statistics.median(walls), statistics.median(m["cpu"] for m in ms)
         label = name.replace("@before", f" at {before}")
         rows.append(
             f"| `{label}` | {med:.2f} ({walls[0]:.2f}-{walls[-1]:.2f}) | {med / base:.2f} | "
-            f"{max(m['rss_mb'] for m in ms):.0f} |"
+            f"{cpu:.1f} | {cpu / base_cpu:.2f} | {max(m['rss_mb'] for m in ms):.0f} |"
         )
     return rows
 

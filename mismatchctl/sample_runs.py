@@ -156,7 +156,13 @@ DEMO_KERNELS = {
         "_reset_rows", "_sort_small", "cell_sums", "histogram_counts", "merge_token_rows",
         "run_starts",
     ),
-    "mismatchctl.stats.cube_kernels": ("column_ranges", "cube_accumulate", "token_codes"),
+    "mismatchctl.stats.cube_kernels": (
+        "column_ranges", "cube_accumulate", "token_checks", "token_codes", "token_k3",
+    ),
+    "mismatchctl.stats.diagnose_kernels": (
+        "hot_cell_sums", "misaligned_turns", "seen_before", "sentinel_counts", "trailing_flagged",
+    ),
+    "mismatchctl.stats.edge_kernels": ("edge_pass",),
     "mismatchctl.stats.routing_sums_kernels": ("routing_sums",),
 }  # fmt: skip
 # a first demo's time compiling all of them: its run with a fresh NUMBA_CACHE_DIR (72 s) less its

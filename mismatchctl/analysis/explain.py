@@ -350,7 +350,7 @@ class CubeExtra:
         ``stats/cube_part.py``) with the slice's tokens added in place."""
         lr, lt, rows, tok, seqc, _ = self.coder.slice(table, keys)
         cube = self.states.new() if state is None else state
-        cube.add(lr, lt, rows, tok, seqc)
+        cube.add(lr, lt, rows, tok, seqc, k3=keys.cube_k3())
         return cube
 
     def merge(self, a: Cube | PartCube, b: Cube | PartCube) -> Cube:
@@ -379,7 +379,9 @@ class CubeCellsExtra(CubeExtra):
         """The part's cube and cells so far with the slice's added (the cube in place)."""
         lr, lt, rows, tok, seqc, seq_ids = self.coder.slice(table, keys)
         out = CubeCells(self.states.new(), []) if state is None else state
-        cells = out.cube.add(lr, lt, rows, tok, seqc, sequence_keys(keys.run, seq_ids))
+        cells = out.cube.add(
+            lr, lt, rows, tok, seqc, sequence_keys(keys.run, seq_ids), k3=keys.cube_k3()
+        )
         assert cells is not None
         out.cells.append(cells)
         return out
@@ -413,7 +415,7 @@ class RunCubeExtra:
         out = {} if state is None else state
         if keys.run not in out:
             out[keys.run] = self.states.new(keys.run)
-        out[keys.run].add(lr, lt, rows, tok, seqc)
+        out[keys.run].add(lr, lt, rows, tok, seqc, k3=keys.cube_k3())
         return out
 
     def merge(

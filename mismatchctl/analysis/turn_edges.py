@@ -27,7 +27,6 @@ from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import PartKeys, turn_positions
 from mismatchctl.stats.cube import Cube
 from mismatchctl.stats.cube_spec import CubeSpec, Dim
-from mismatchctl.stats.positions import assign_positions
 
 START = "turn_start"  # the token's distance from its turn's first model token, in classes
 END = "turn_end"  # whether the token is among the last EDGE_TOKENS before a tool response
@@ -42,6 +41,9 @@ SCOPE_LABELS = ("before a tool response", "end of the response")
 KINDS = ("first", "later")  # the first turn of a sequence; the turns after a tool response
 # |r| histogram: 0, then 8 log-spaced bins per decade from 1e-6 to 1e3, then the overflow
 R_EDGES = np.r_[0.0, 10.0 ** np.arange(-6.0, 3.0 + 1e-9, 0.125)]
+# the class edges after the first (a class is the count of them <= the distance)
+_START_INNER = np.asarray(START_EDGES[1:], dtype=np.int64)
+_FINAL_INNER = np.asarray(FINAL_EDGES[1:], dtype=np.int64)
 
 
 def start_labels(edges: tuple[int, ...] = START_EDGES) -> tuple[str, ...]:
@@ -132,49 +134,50 @@ class EdgeExtra:
         self.nbins = len(edges) - 1
 
     def compute(self, table: pa.Table, keys: PartKeys) -> EdgeState:
+        """The slice's cubes and histogram: its codes, masks and histogram in one compiled
+        walk over its turn runs (``stats/edge_kernels.py``), then each cube from the slice as
+        it is, masked (no filtered copies)."""
+        from mismatchctl.stats import edge_kernels as EK
+
         lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
         seq, turn = keys.column(S.SEQ), keys.column(S.TURN)
-        start, to_end, followed = _turn_runs(seq, turn)
-        end = (to_end < EDGE_TOKENS) & followed
         bins = np.asarray(keys.get(K.BIN).codes, dtype=np.int64)
         bins = np.broadcast_to(bins, (keys.n,)) if bins.ndim == 0 else bins
-        klass = assign_positions(start, START_EDGES).astype(np.int32)
-        codes = np.column_stack([klass, end.astype(np.int32), bins.astype(np.int32)])
-        later = turn > 0
-        cubes = tuple(self._cube(lr, lt, seq, codes, later == side) for side in (False, True))
-        final = assign_positions(to_end, FINAL_EDGES).astype(np.int32)
-        scope = (~followed).astype(np.int32)
-        ends_codes = np.column_stack([final, scope, codes[:, 2]])
-        ends = self._cube(lr, lt, seq, ends_codes, None, self.final)
-        with np.errstate(invalid="ignore"):
-            r = np.abs(lt - lr)
-        rbin = np.clip(np.searchsorted(R_EDGES, r, side="right") - 1, 0, len(R_EDGES) - 1)
-        edge = (start < EDGE_TOKENS).astype(np.int64)
-        index = ((later * 2 + edge) * self.nbins + bins) * len(R_EDGES) + rbin
-        size = 4 * self.nbins * len(R_EDGES)
-        hist = np.bincount(index[np.isfinite(r)], minlength=size).astype(np.float64)
+        n = keys.n
+        row = np.empty(n, np.int64)
+        codes, ends_codes = np.empty((n, 3), np.int32), np.empty((n, 3), np.int32)
+        keep = np.empty(n, np.uint8)
+        hist = np.zeros(4 * self.nbins * len(R_EDGES))
+        EK.edge_pass(
+            lr, lt, seq, turn, np.ascontiguousarray(bins), _START_INNER, _FINAL_INNER, R_EDGES,
+            EDGE_TOKENS, self.nbins, row, codes, ends_codes, keep, hist,
+        )  # fmt: skip
+        sequences = int(row[-1]) + 1 if n else 0
+        k3 = keys.cube_k3()  # once for the three cubes (and the run's cube of the same read)
+        cubes = (
+            self._cube(lr, lt, k3, row, sequences, codes, keep, EK.FIRST, self.spec),
+            self._cube(lr, lt, k3, row, sequences, codes, keep, EK.LATER, self.spec),
+        )
+        ends = self._cube(lr, lt, k3, row, sequences, ends_codes, keep, EK.FINITE, self.final)
         hist = hist.reshape(2, 2, self.nbins, len(R_EDGES))
-        return EdgeState(cubes, hist, {keys.run: ends})  # type: ignore[arg-type]
+        return EdgeState(cubes, hist, {keys.run: ends})
 
+    @staticmethod
     def _cube(
-        self,
         lr: np.ndarray,
         lt: np.ndarray,
-        seq: np.ndarray,
+        k3: np.ndarray,
+        row: np.ndarray,
+        sequences: int,
         codes: np.ndarray,
-        keep: np.ndarray | None,
-        spec: CubeSpec | None = None,
+        keep: np.ndarray,
+        bit: int,
+        spec: CubeSpec,
     ) -> Cube:
-        spec = spec or self.spec
-        ok = np.isfinite(lr) & np.isfinite(lt)
-        if keep is not None:
-            ok &= keep
-        s = seq[ok]
-        if len(s) == 0:
-            return Cube(spec)
-        rows = np.cumsum(np.r_[True, s[1:] != s[:-1]]) - 1
-        none = np.zeros((int(rows[-1]) + 1, 0), dtype=np.int32)
-        return Cube.from_tokens(spec, lr[ok], lt[ok], rows, codes[ok], none)
+        cube = Cube(spec)
+        none = np.zeros((sequences, 0), dtype=np.int32)
+        cube.add(lr, lt, row, codes, none, keep=keep, bit=bit, k3=k3)
+        return cube
 
     def merge(self, a: EdgeState, b: EdgeState) -> EdgeState:
         return a.merge(b)

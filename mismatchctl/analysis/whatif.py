@@ -99,7 +99,7 @@ class WhatifExtra:
         out: Cells = {}
         for kind, split in ((SEQ_CELLS, (K.STEP, K.GPU)), (SEG_CELLS, (K.STEP, K.TURN_KIND))):
             code, size, labels = group_codes(keys, split)
-            states = WI.cell_states(lr, lt, seq, code, size, self.methods)
+            states = WI.cell_states(lr, lt, seq, code, size, self.methods, keys.log_ratio())
             for i in np.flatnonzero(states[:, 0, WI.W.TOKENS] > 0):
                 out[(kind, keys.run, *decode(int(i), labels))] = states[i]
         return out

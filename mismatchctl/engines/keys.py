@@ -87,6 +87,8 @@ class PartKeys:
         self.n = table.num_rows if rows is None else len(rows)
         self._cache: dict[str, KeyCodes] = {}
         self._rows: np.ndarray | None = None
+        self._cube_k3: np.ndarray | None = None
+        self._log_ratio: tuple[np.ndarray, np.ndarray] | None = None
         self.runs: TurnRuns | None = None  # the slice's turn runs, once the engine made them
         self.by_run: RunKeys | None = None  # the keys of their first rows (the engine's)
 
@@ -116,8 +118,7 @@ class PartKeys:
         if key.startswith(K.TAG_PREFIX):
             return KeyCodes(zeros, [self.tags.get(key[len(K.TAG_PREFIX) :])])
         if key == K.STEP:
-            values, codes = np.unique(self.column(S.STEP), return_inverse=True)
-            return KeyCodes(codes.astype(np.int64), [int(v) for v in values])
+            return _value_codes(self.column(S.STEP))
         if key == K.GPU:
             return self._gpu()
         if key == K.TURN_KIND:
@@ -155,6 +156,29 @@ class PartKeys:
         else:
             values = self.sequence_rows().model_tokens[self.rows()]
         return KeyCodes(assign_positions(values, edges), list(position_labels(edges)))
+
+    def log_ratio(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's ``r = lt - lr`` and K3 ``expm1(r) - r`` in numpy (as the extras' numpy sums
+        compute them), once per slice for every extra that sums them."""
+        if self._log_ratio is None:
+            r = self.column(S.TRAINER) - self.column(S.ROLLOUT)
+            with np.errstate(over="ignore", invalid="ignore"):
+                self._log_ratio = (r, np.expm1(r) - r)
+        return self._log_ratio
+
+    def cube_k3(self) -> np.ndarray:
+        """Each row's K3 as the K3 cubes' compiled loop computes it (``cube_kernels.token_k3``),
+        once per slice for every cube the extras add it to."""
+        if self._cube_k3 is None:
+            from mismatchctl.stats import cube_kernels
+
+            lr, lt = self.column(S.ROLLOUT), self.column(S.TRAINER)
+            self._cube_k3 = np.empty(self.n, dtype=np.float64)
+            cube_kernels.token_k3(
+                np.ascontiguousarray(lr, np.float64), np.ascontiguousarray(lt, np.float64),
+                self._cube_k3,
+            )  # fmt: skip
+        return self._cube_k3
 
     def column(self, column: str) -> np.ndarray:
         """A token column of the rows (the entropy's nulls, and a part without it, as NaN)."""
@@ -227,6 +251,15 @@ def token_entropy(table: pa.Table) -> np.ndarray:
     if S.TOKEN_ENTROPY not in table.column_names:
         return np.full(table.num_rows, np.nan)
     return numpy_of(table.column(S.TOKEN_ENTROPY), fill=np.nan).astype(np.float64, copy=False)
+
+
+def _value_codes(values: np.ndarray) -> KeyCodes:
+    """Codes of the distinct values (ascending) of an integer column: ``np.unique``'s, without
+    its sort when the slice holds one value (a part is usually of one step)."""
+    if len(values) and values.min() == values.max():
+        return KeyCodes(np.zeros(len(values), dtype=np.int64), [int(values[0])])
+    found, codes = np.unique(values, return_inverse=True)
+    return KeyCodes(codes.astype(np.int64), [int(v) for v in found])
 
 
 def turn_positions(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:

@@ -90,13 +90,17 @@ def lag_pairs(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, turn: np.ndarray)
     return (lr, lt), (lr[:-1][adjacent], lt[1:][adjacent]), (lr[1:][adjacent], lt[:-1][adjacent])
 
 
-def lag_k3(pairs: Pairs) -> np.ndarray:
+def lag_k3(pairs: Pairs, k3: np.ndarray | None = None) -> np.ndarray:
     """Pairs and K3 sums of shape ``(3, 2)`` in ``LAG_NAMES`` order: the mean K3 the two sides
     would have if the trainer side were shifted by 0, +1 or -1 positions within a turn
-    (``exp(r) - 1 - r`` with ``r = y - x``; mergeable by addition)."""
+    (``exp(r) - 1 - r`` with ``r = y - x``; mergeable by addition). ``k3``: the lag-0 pairs'
+    K3 when the caller has it."""
     out = np.zeros((3, 2))
     with np.errstate(over="ignore", invalid="ignore"):
         for i, (x, y) in enumerate(pairs):
+            if i == 0 and k3 is not None:
+                out[i] = (len(k3), float(np.sum(k3)))
+                continue
             r = y - x
             out[i] = (len(r), float(np.sum(np.expm1(r) - r)))
     return out

@@ -85,6 +85,9 @@ class Cube:
         token_codes: np.ndarray,
         seq_codes: np.ndarray,
         seq_keys: np.ndarray | None = None,
+        keep: np.ndarray | None = None,
+        bit: int = 1,
+        k3: np.ndarray | None = None,
     ) -> SequenceCells | None:
         """Add whole sequences of model tokens, in place.
 
@@ -93,7 +96,12 @@ class Cube:
         token dimensions (int16/int32 codes, in ``spec.token_dims`` order); ``seq_codes``:
         sequences x sequence dimensions (ints, in ``spec.seq_dims`` order). With ``seq_keys``
         (each row of ``seq_codes``'s key): also the sequences' cells, in the order of their
-        tokens (``stats/cube_cells.py``: what the findings' bootstrap needs of them).
+        tokens (``stats/cube_cells.py``: what the findings' bootstrap needs of them). With
+        ``keep`` (uint8 per token): only the tokens whose ``keep`` has ``bit`` set, as if the
+        others were not given (their logprobs need not be finite; a sequence without a kept
+        token is no cluster): several cubes of one slice read it without filtered copies.
+        ``k3``: each token's ``cube_kernels.token_k3`` when the caller has it (several cubes
+        of one slice compute it once).
         """
         from mismatchctl.stats import cube_kernels  # numba: compiled on first use
 
@@ -101,7 +109,9 @@ class Cube:
             counts = np.zeros(2, np.int64)
             cube_kernels.cube_accumulate(self.state, *args, _NO_SLOTS, _NO_CELLS, counts)
 
-        return add_tokens(self.spec, dense, lr, lt, seq, token_codes, seq_codes, seq_keys)
+        return add_tokens(
+            self.spec, dense, lr, lt, seq, token_codes, seq_codes, seq_keys, keep, bit, k3
+        )
 
     def merge(self, other: Cube) -> Cube:
         """A new cube holding both (same spec)."""
@@ -156,6 +166,8 @@ class Cube:
 
 _NO_SLOTS = np.zeros(0, np.int32)  # a dense state: every cell is its own row
 _NO_CELLS = np.zeros(0, np.int64)
+_NO_KEEP = np.zeros(0, np.uint8)  # no mask: every token
+_NO_K3 = np.zeros(0, np.float64)  # the kernel computes each token's K3
 
 
 def add_tokens(
@@ -167,11 +179,18 @@ def add_tokens(
     token_codes: np.ndarray,
     seq_codes: np.ndarray,
     seq_keys: np.ndarray | None,
+    keep: np.ndarray | None = None,
+    bit: int = 1,
+    k3: np.ndarray | None = None,
 ) -> SequenceCells | None:
     """:meth:`Cube.add` of a state behind ``accumulate`` (the arguments of
     ``cube_kernels.cube_accumulate`` after the state, up to the sequences' cells): the checks,
     the sequences' runs, and the sequences' cells when ``seq_keys`` is given."""
-    lr, lt, seq, tok, seqc = _checked(spec, lr, lt, seq, token_codes, seq_codes)
+    mask = _NO_KEEP if keep is None else np.ascontiguousarray(keep, dtype=np.uint8)
+    given = _NO_K3 if k3 is None else np.ascontiguousarray(k3, dtype=np.float64)
+    if len(given) and given.shape != np.shape(lr):
+        raise ValueError(f"k3 must have one entry per token (found {given.shape})")
+    lr, lt, seq, tok, seqc = _checked(spec, lr, lt, seq, token_codes, seq_codes, mask, bit)
     if seq_keys is not None and np.shape(seq_keys) != (len(seqc),):
         raise ValueError(
             f"seq_keys must hold one key per row of seq_codes ({len(seqc)}; found "
@@ -186,17 +205,18 @@ def add_tokens(
     ptr = np.zeros(len(rows) + 1 if keep else 0, np.int64)
     combo = np.empty(len(lr) if keep else 0, np.int32)
     ntok = np.empty(len(combo), np.int32)
-    k3 = np.empty(len(combo), np.float64)
+    cell_k3 = np.empty(len(combo), np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         accumulate(
-            lr, lt, starts, rows, tok, seqc, layout, min(longest, layout[2]), ptr, combo, ntok, k3
-        )
+            lr, lt, starts, rows, tok, seqc, mask, bit, given, layout, min(longest, layout[2]),
+            ptr, combo, ntok, cell_k3,
+        )  # fmt: skip
     if seq_keys is None:
         return None
     used = int(ptr[-1])  # copies: the buffers had room for a cell per token
     return SequenceCells(
         np.asarray(seq_keys, np.uint64)[rows], seqc[rows].astype(np.int32), ptr,
-        combo[:used].copy(), ntok[:used].copy(), k3[:used].copy(),
+        combo[:used].copy(), ntok[:used].copy(), cell_k3[:used].copy(),
     )  # fmt: skip
 
 
@@ -240,6 +260,8 @@ def _checked(
     seq: np.ndarray,
     token_codes: np.ndarray,
     seq_codes: np.ndarray,
+    keep: np.ndarray = _NO_KEEP,
+    bit: int = 1,
 ) -> tuple[np.ndarray, ...]:
     lr = np.ascontiguousarray(lr, dtype=np.float64)
     lt = np.ascontiguousarray(lt, dtype=np.float64)
@@ -252,16 +274,44 @@ def _checked(
         raise ValueError(
             f"lr, lt, seq and token_codes must have one row per token (found {shapes})"
         )
-    if not (np.isfinite(lr).all() and np.isfinite(lt).all()):
-        raise ValueError("logprobs must be finite (found NaN or infinity)")
-    if n and (seq.min() < 0 or seq.max() >= len(seqc)):
-        raise ValueError(
-            f"seq must index the rows of seq_codes 0..{len(seqc) - 1} "
-            f"(found {seq.min()}..{seq.max()})"
-        )
-    _check_range(tok, spec.token_dims, "token_codes")
+    if len(keep) and keep.shape != (n,):
+        raise ValueError(f"keep must have one entry per token ({n}; found {keep.shape})")
+    if n:
+        _check_tokens(spec, lr, lt, seq, tok, len(seqc), keep, bit)
     _check_range(seqc, spec.seq_dims, "seq_codes")
     return lr, lt, seq, tok, seqc
+
+
+def _check_tokens(
+    spec: CubeSpec,
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    tok: np.ndarray,
+    rows: int,
+    keep: np.ndarray,
+    bit: int,
+) -> None:
+    """The per-token checks (finite logprobs, every kept one with a mask; ``seq`` within the
+    ``rows`` of the sequence codes; token codes within their dimensions) from one compiled pass
+    (``cube_kernels.token_checks``: it was four passes of numpy and one compiled)."""
+    from mismatchctl.stats import cube_kernels
+
+    lo = np.zeros(tok.shape[1], np.int64)
+    hi = np.zeros(tok.shape[1], np.int64)
+    finite, seq_lo, seq_hi = cube_kernels.token_checks(lr, lt, seq, tok, keep, bit, lo, hi)
+    if not finite:
+        raise ValueError("logprobs must be finite (found NaN or infinity)")
+    if seq_lo < 0 or seq_hi >= rows:
+        raise ValueError(
+            f"seq must index the rows of seq_codes 0..{rows - 1} (found {seq_lo}..{seq_hi})"
+        )
+    for k, d in enumerate(spec.token_dims):
+        if lo[k] < 0 or hi[k] >= d.size:
+            raise ValueError(
+                f"token_codes: codes of dimension {d.name!r} must lie in 0..{d.size - 1} "
+                f"(found {lo[k]}..{hi[k]})"
+            )
 
 
 def _codes(codes: np.ndarray, what: str, width: int) -> np.ndarray:

@@ -98,21 +98,47 @@ def _buffer_sequence(
     cn: np.ndarray,
     ca: np.ndarray,
     ctouch: np.ndarray,
+    cvals: np.ndarray,
+    keep: np.ndarray,
+    bit: int,
+    k3: np.ndarray,
 ) -> int:
     """The sequence's tokens and K3 per combination of token codes (``cn``, ``ca``, the
-    combinations touched in ``ctouch``); returns how many were touched."""
+    combinations touched in ``ctouch`` and their codes in ``cvals``: copied from the first
+    token of each, where decoding a combination took a division per dimension); returns how
+    many were touched. ``keep`` (empty: every token): only the tokens whose ``keep`` has
+    ``bit`` set; ``k3`` (empty: computed here): each token's :func:`token_k3`."""
     m = 0
+    masked = keep.shape[0] > 0
+    given = k3.shape[0] > 0
     for i in range(start, stop):
-        r = lt[i] - lr[i]
+        if masked and (keep[i] & bit) == 0:
+            continue
         c = 0
         for k in range(tok.shape[1]):
             c += tok[i, k] * tmul[k]
         if cn[c] == 0.0:
             ctouch[m] = c
+            for k in range(tok.shape[1]):
+                cvals[m, k] = tok[i, k]
             m += 1
         cn[c] += 1.0
-        ca[c] += math.expm1(r) - r
+        if given:
+            ca[c] += k3[i]
+        else:
+            r = lt[i] - lr[i]
+            ca[c] += math.expm1(r) - r
     return m
+
+
+@kernel(nogil=True, error_model="numpy")
+def token_k3(lr: np.ndarray, lt: np.ndarray, out: np.ndarray) -> None:
+    """Each token's K3, ``expm1(r) - r``, as the cube's loop computes it (numba's ``expm1``,
+    whose last bit differs from numpy's on some tokens): computed once for several cubes of a
+    slice."""
+    for i in range(lr.shape[0]):
+        r = lt[i] - lr[i]
+        out[i] = math.expm1(r) - r
 
 
 @kernel(nogil=True, error_model="numpy", inline="always")
@@ -164,6 +190,9 @@ def cube_accumulate(
     rows: np.ndarray,
     tok: np.ndarray,
     seqc: np.ndarray,
+    keep_tokens: np.ndarray,
+    bit: int,
+    k3_tokens: np.ndarray,
     layout: tuple,
     max_touch: int,
     cell_ptr: np.ndarray,
@@ -180,6 +209,9 @@ def cube_accumulate(
     ``rows``: each sequence's row of ``seqc``; ``tok``: tokens x token-dimension codes;
     ``layout``: :func:`mismatchctl.stats.cube.kernel_layout`; ``max_touch``: the most
     token-code combinations one sequence can visit (its length, at most ``combo_size``).
+    ``keep_tokens`` (empty: every token): only the tokens whose entry has ``bit`` set are
+    added; a sequence with none is no cluster (as if its tokens were not given).
+    ``k3_tokens`` (empty: computed here): each token's :func:`token_k3`.
 
     With ``cell_ptr`` of one entry per sequence plus one (else empty), each sequence's buffer
     is also kept (``stats/cube_cells.py``): its combinations in the order first visited, in
@@ -191,7 +223,7 @@ def cube_accumulate(
     each row's cell, ``counts[0]`` the rows used. A sequence is added only when the rows left
     can take every cell it may touch; returns the first sequence not added (all: their count),
     so that the caller grows the rows and goes on from there."""
-    (tmul, tcard, combo_size, vmap, pdims, pmaps, pmul, psize_max,
+    (tmul, _, combo_size, vmap, pdims, pmaps, pmul, psize_max,
      ptab_ptr, ptab_idx, qonly, toff, tpstride, tqdims, tqmaps, tqstride, psizes) = layout  # fmt: skip
     n_dt = tok.shape[1]
     cn = np.zeros(combo_size, np.float64)
@@ -211,7 +243,21 @@ def cube_accumulate(
         if sparse and min(counts[0] + most, slot.shape[0]) > state.shape[0]:
             counts[1] = kept
             return si
-        m = _buffer_sequence(lr, lt, tok, starts[si], starts[si + 1], tmul, cn, ca, ctouch)
+        m = _buffer_sequence(
+            lr,
+            lt,
+            tok,
+            starts[si],
+            starts[si + 1],
+            tmul,
+            cn,
+            ca,
+            ctouch,
+            cvals,
+            keep_tokens,
+            bit,
+            k3_tokens,
+        )
         if keep:
             cell_ptr[si] = kept
             for t in range(m):
@@ -224,10 +270,10 @@ def cube_accumulate(
         tot_a = 0.0
         for t in range(m):
             c = ctouch[t]
-            for k in range(n_dt):
-                cvals[t, k] = (c // tmul[k]) % tcard[k]
             tot_n += cn[c]
             tot_a += ca[c]
+        if m == 0:  # every token masked out: no cluster
+            continue
         for qi in range(qonly.shape[0]):  # tables of sequence dimensions only
             cell = _seq_base(qonly[qi], row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
             _add_cell(state, slot, cells, counts, cell, tot_n, tot_a, tot_n, tot_a)
@@ -267,6 +313,39 @@ def _most_cells(
     for j in range(psizes.shape[0]):
         out += (ptab_ptr[j + 1] - ptab_ptr[j]) * min(psizes[j], m)
     return out
+
+
+@kernel(nogil=True)
+def token_checks(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    tok: np.ndarray,
+    keep: np.ndarray,
+    bit: int,
+    lo: np.ndarray,
+    hi: np.ndarray,
+) -> tuple[bool, int, int]:
+    """In one pass over the tokens (at least one): whether both logprobs are finite at every
+    token (every one whose ``keep`` has ``bit`` set, when ``keep`` is not empty), the smallest
+    and largest ``seq``, and each column's smallest and largest code in ``lo``/``hi``."""
+    masked = keep.shape[0] > 0
+    finite = True
+    seq_lo, seq_hi = seq[0], seq[0]
+    w = tok.shape[1]
+    for k in range(w):
+        lo[k] = tok[0, k]
+        hi[k] = tok[0, k]
+    for i in range(lr.shape[0]):
+        if not (masked and (keep[i] & bit) == 0):
+            finite &= math.isfinite(lr[i]) and math.isfinite(lt[i])
+        seq_lo = min(seq_lo, seq[i])
+        seq_hi = max(seq_hi, seq[i])
+        for k in range(w):
+            v = tok[i, k]
+            lo[k] = min(lo[k], v)
+            hi[k] = max(hi[k], v)
+    return finite, seq_lo, seq_hi
 
 
 @kernel(nogil=True)

@@ -57,6 +57,9 @@ class PartCube:
         token_codes: np.ndarray,
         seq_codes: np.ndarray,
         seq_keys: np.ndarray | None = None,
+        keep: np.ndarray | None = None,
+        bit: int = 1,
+        k3: np.ndarray | None = None,
     ) -> SequenceCells | None:
         """:meth:`Cube.add`, into the touched cells' rows (more rows when a sequence may touch
         more cells than are left)."""
@@ -65,20 +68,23 @@ class PartCube:
         def sparse(
             lr: np.ndarray, lt: np.ndarray, starts: np.ndarray, rows: np.ndarray, *rest: object
         ) -> None:
-            tok, seqc, layout, touch, ptr, combo, ntok, k3 = rest
+            tok, seqc, mask, bit, given, layout, touch, ptr, combo, ntok, cell_k3 = rest
             first, n = 0, len(rows)
             self.counts[1] = 0
             while True:
                 part = ptr[first:] if len(ptr) else ptr  # type: ignore[index,arg-type]
                 first += cube_kernels.cube_accumulate(
-                    self.rows, lr, lt, starts[first:], rows[first:], tok, seqc, layout, touch,
-                    part, combo, ntok, k3, self.slot, self.cells, self.counts,
+                    self.rows, lr, lt, starts[first:], rows[first:], tok, seqc, mask, bit,
+                    given, layout, touch, part, combo, ntok, cell_k3, self.slot, self.cells,
+                    self.counts,
                 )  # fmt: skip
                 if first == n:
                     return
                 self._grow()
 
-        return add_tokens(self.spec, sparse, lr, lt, seq, token_codes, seq_codes, seq_keys)
+        return add_tokens(
+            self.spec, sparse, lr, lt, seq, token_codes, seq_codes, seq_keys, keep, bit, k3
+        )
 
     def _grow(self) -> None:
         """Twice the rows (at most a row per cell of the cube)."""

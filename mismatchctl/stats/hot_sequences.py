@@ -107,40 +107,32 @@ def hot_sequence_state(
     n_bins: int,
     label: str = "",
     gpu: np.ndarray | None = None,
+    k3: np.ndarray | None = None,
 ) -> HotSequenceParts:
     """The per-sequence cell sums of one chunk of whole sequences (a sequence's tokens
     contiguous) of run ``label``; ``bins``: each token's probability bin (``0..n_bins-1``);
-    ``gpu``: each token's gpu label (None: not known)."""
+    ``gpu``: each token's gpu label (None: not known); ``k3``: each token's ``expm1(r) - r``
+    when the caller has it. The sums in one compiled walk (``diagnose_kernels.hot_cell_sums``:
+    ``bincount``'s additions, in its order)."""
+    from mismatchctl.stats import diagnose_kernels
+
     n = len(lr)
     if n == 0:
         return HotSequenceParts()
     starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-    row = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
     r = lt - lr
     moved = r != 0
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        k3 = np.expm1(r) - r
+        k3 = np.expm1(r) - r if k3 is None else k3
         x = np.log(np.abs(r) / np.maximum(-lr, LR_FLOOR))
     x[~moved] = 0.0
     width = 2 * n_bins
-    key = row * width + (turn > 0) * n_bins + bins
-    size = len(starts) * width
-    count = np.bincount(key, minlength=size)
-    keys = np.flatnonzero(count)
-
-    def total(w: np.ndarray) -> np.ndarray:
-        return np.bincount(key, weights=w, minlength=size)[keys]
-
-    sums = np.column_stack(
-        [
-            count[keys].astype(float),
-            total(moved.astype(float)),
-            total(x),
-            total(x * x),
-            total(k3),
-            total((r > 0).astype(float)),
-        ]
+    dense = np.zeros((len(starts) * width, 6))
+    diagnose_kernels.hot_cell_sums(
+        starts, turn, np.ascontiguousarray(bins, np.int64), n_bins, r, x, k3, dense
     )
+    keys = np.flatnonzero(dense[:, 0])
+    sums = dense[keys]
     return HotSequenceParts(
         [
             HotSequenceState(

@@ -62,49 +62,35 @@ def misalign_state(
     turn: np.ndarray,
     step: np.ndarray,
     label: str = "",
+    k3: np.ndarray | None = None,
 ) -> MisalignState:
     """The misaligned turns of one chunk of whole sequences (a turn's tokens contiguous and in
-    order); ``label`` (e.g. the run) goes into the examples."""
-    n = len(lr)
-    if n < 2:
+    order); ``label`` (e.g. the run) goes into the examples; ``k3``: each token's
+    ``expm1(r) - r`` when the caller has it (unclamped: used where no ``|r|`` is clamped)."""
+    from mismatchctl.stats import diagnose_kernels
+
+    if len(lr) < 2:
         return MisalignState()
-    starts = np.flatnonzero(np.r_[True, (seq[1:] != seq[:-1]) | (turn[1:] != turn[:-1])])
-    lengths = np.diff(np.r_[starts, n])
-    last = np.zeros(n, bool)
-    last[np.r_[starts[1:], n] - 1] = True  # the last token of a turn pairs with no next one
-    first = np.zeros(n, bool)
-    first[starts] = True
-    k0 = _k3(lt - lr)
-    plus = np.r_[_k3(lt[1:] - lr[:-1]), 0.0]  # pair (lr_t, lt_t+1), counted at t
-    minus = np.r_[0.0, _k3(lt[:-1] - lr[1:])]  # pair (lr_t, lt_t-1), counted at t
-    pairs = np.maximum(lengths - 1, 1)
-
-    def mean(x: np.ndarray, drop: np.ndarray) -> np.ndarray:
-        return np.add.reduceat(np.where(drop, 0.0, x), starts) / pairs
-
-    # each shifted lag against lag 0 over the same rollout tokens (one turn end left out)
-    base_plus, base_minus = mean(k0, last), mean(k0, first)
-    mean_plus, mean_minus = mean(plus, last), mean(minus, first)
-    tested = lengths - 1 >= MIN_PAIRS
-    later = tested & (base_plus >= MIN_K3) & (mean_plus * FACTOR <= base_plus)
-    earlier = tested & (base_minus >= MIN_K3) & (mean_minus * FACTOR <= base_minus) & ~later
-    bad = later | earlier
-    state = MisalignState(
-        int(tested.sum()),
-        int(bad.sum()),
-        int(lengths[bad].sum()),
-        int(later.sum()),
-        int(earlier.sum()),
-    )
-    for i in np.flatnonzero(bad)[:MAX_EXAMPLES]:
-        s = starts[i]
-        lag = "one position later" if later[i] else "one position earlier"
-        state.examples.append((label, int(step[s]), int(seq[s]), int(turn[s]), lag))
+    r = lt - lr
+    # K3 of the pairs in numpy (vectorised), each turn's sums and tests in one compiled walk
+    k0 = k3 if k3 is not None and np.abs(r).max() <= RATIO_CLAMP else _k3(r)
+    counts = np.zeros(5, dtype=np.int64)
+    first = np.zeros(MAX_EXAMPLES, dtype=np.int64)
+    lag = np.zeros(MAX_EXAMPLES, dtype=np.int64)
+    kept = diagnose_kernels.misaligned_turns(
+        seq, turn, k0, _k3(lt[1:] - lr[:-1]), _k3(lt[:-1] - lr[1:]), MIN_PAIRS, MIN_K3, FACTOR,
+        counts, first, lag,
+    )  # fmt: skip
+    state = MisalignState(*(int(c) for c in counts))
+    for s, shift in zip(first[:kept], lag[:kept], strict=True):
+        what = "one position later" if shift > 0 else "one position earlier"
+        state.examples.append((label, int(step[s]), int(seq[s]), int(turn[s]), what))
     return state
 
 
 def _k3(r: np.ndarray) -> np.ndarray:
     """K3 of ``r`` clamped to +-``RATIO_CLAMP`` (a sentinel value among the tokens weighs alike
     at every lag: the sentinels check's business, not a shift)."""
-    c = np.clip(r, -RATIO_CLAMP, RATIO_CLAMP)
-    return np.expm1(c) - c
+    with np.errstate(over="ignore", invalid="ignore"):
+        c = np.clip(r, -RATIO_CLAMP, RATIO_CLAMP)
+        return np.expm1(c) - c

@@ -77,23 +77,23 @@ def sentinel_state(
     label: str = "",
 ) -> SentinelState:
     """Counts over one chunk of whole sequences (tokens of a turn contiguous and in order);
-    ``label`` (e.g. the run) goes into the examples."""
-    low_r, low_t = lr <= SENTINEL_MAX, lt <= SENTINEL_MAX
-    zero_r, zero_t = (lr == 0.0) & (lt != 0.0), (lt == 0.0) & (lr != 0.0)
-    in_run = _one_sided_runs(lr, lt, seq, turn)
-    bad = low_r | low_t | in_run
-    state = SentinelState(
-        len(lr),
-        int(low_r.sum()),
-        int(low_t.sum()),
-        int(zero_r.sum()),
-        int(zero_t.sum()),
-        int(in_run.sum()),
-    )
+    ``label`` (e.g. the run) goes into the examples. One compiled walk
+    (``diagnose_kernels.sentinel_counts``); the offenders' steps and examples, rare, in numpy."""
+    from mismatchctl.stats import diagnose_kernels
+
+    bad = np.zeros(len(lr), dtype=np.bool_)
+    counts = np.zeros(5, dtype=np.int64)
+    diagnose_kernels.sentinel_counts(
+        np.ascontiguousarray(lr, np.float64), np.ascontiguousarray(lt, np.float64), seq, turn,
+        SENTINEL_MAX, ZERO_RUN_MIN, FILL_OTHER_MAX, bad, counts,
+    )  # fmt: skip
+    state = SentinelState(len(lr), *(int(c) for c in counts))
     if bad.any():
         steps, counts = np.unique(step[bad], return_counts=True)
         state.steps = {int(s): int(c) for s, c in zip(steps, counts, strict=True)}
-        state.examples = _examples(bad, low_r | low_t, step, seq, label)
+        state.examples = _examples(
+            bad, (lr <= SENTINEL_MAX) | (lt <= SENTINEL_MAX), step, seq, label
+        )
     return state
 
 
@@ -189,8 +189,13 @@ def trailing_zero_state(
     n = len(lr)
     if n == 0:
         return TrailingZeroState()
+    from mismatchctl.stats import diagnose_kernels
+
     starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-    runs = trailing_runs((lr == 0.0) & (lt == 0.0), starts)
+    runs = np.zeros(len(starts), dtype=np.int64)  # trailing_runs of the exact zeros, compiled
+    diagnose_kernels.trailing_flagged(
+        np.ascontiguousarray(lr, np.float64), np.ascontiguousarray(lt, np.float64), starts, runs
+    )
     padded = runs >= PAD_RUN_MIN
     examples = [
         (label, int(step[s]), int(seq[s]), int(r))

@@ -50,14 +50,18 @@ class TokenShiftState:
 
 
 def seen_before(ids: np.ndarray, seq: np.ndarray) -> np.ndarray:
-    """Whether each token's id occurred earlier in its sequence (rows in sequence order)."""
+    """Whether each token's id (>= 0) occurred earlier in its sequence (rows in sequence order,
+    a sequence's rows contiguous): one compiled walk (``diagnose_kernels.seen_before``), no
+    sort."""
+    from mismatchctl.stats import diagnose_kernels
+
+    out = np.zeros(len(ids), bool)
     if len(ids) == 0:
-        return np.zeros(0, bool)
-    order = np.lexsort((np.arange(len(ids)), ids, seq))  # by seq, id, then position
-    s, i = seq[order], ids[order]
-    first = np.r_[True, (s[1:] != s[:-1]) | (i[1:] != i[:-1])]
-    out = np.empty(len(ids), bool)
-    out[order] = ~first
+        return out
+    ids = np.ascontiguousarray(ids, np.int64)
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    last = np.zeros(int(ids.max()) + 1, np.int64)
+    diagnose_kernels.seen_before(ids, starts, last, out)
     return out
 
 
@@ -68,17 +72,23 @@ def token_shift_state(
     seq: np.ndarray,
     bins: np.ndarray,
     n_bins: int,
+    k3: np.ndarray | None = None,
 ) -> TokenShiftState:
-    """One part's state; ``ids`` -1 where the token has no id."""
+    """One part's state; ``ids`` -1 where the token has no id; ``k3``: each token's
+    ``expm1(r) - r`` when the caller has it."""
     known = ids >= 0
-    r = (lt - lr)[known]
-    k = ids[known].astype(np.int64)
+    every = bool(known.all())  # the usual case: no copies
+    r = lt - lr if every else (lt - lr)[known]
+    k = ids.astype(np.int64) if every else ids[known].astype(np.int64)
     size = int(k.max()) + 1 if len(k) else 0
     with np.errstate(over="ignore", invalid="ignore"):
-        k3 = np.expm1(r) - r
+        if k3 is None:
+            k3 = np.expm1(r) - r
+        elif not every:
+            k3 = k3[known]
     seen = np.zeros((2, n_bins, 3))
-    flag = seen_before(k, seq[known]).astype(np.int64)
-    cell = flag * n_bins + bins[known]
+    flag = seen_before(k, seq if every else seq[known]).astype(np.int64)
+    cell = flag * n_bins + (bins if every else bins[known])
     for j, w in enumerate((np.ones_like(r), r, r * r)):
         seen[..., j] = np.bincount(cell, w, 2 * n_bins).reshape(2, n_bins)
     return TokenShiftState(

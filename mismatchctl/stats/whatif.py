@@ -203,10 +203,19 @@ class _Layout:
     seq_len: np.ndarray
 
 
-def _layout(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, code: np.ndarray) -> _Layout:
-    r = lt - lr
-    with np.errstate(over="ignore"):  # K3 overflow is inf, as in vllm_kl
-        k3 = np.expm1(r) - r
+def _layout(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    code: np.ndarray,
+    given: tuple[np.ndarray, np.ndarray] | None = None,
+) -> _Layout:
+    if given is not None:
+        r, k3 = given
+    else:
+        r = lt - lr
+        with np.errstate(over="ignore"):  # K3 overflow is inf, as in vllm_kl
+            k3 = np.expm1(r) - r
     n = len(r)
     seq_starts = run_starts(seq)
     boundary = np.zeros(n, dtype=bool)
@@ -233,8 +242,11 @@ def cell_states(
     code: np.ndarray,
     n_cells: int,
     methods: list[Method],
+    log_ratio: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """States of shape ``(n_cells, len(methods), N_FIELDS)`` from one chunk of model tokens.
+    ``log_ratio``: each token's ``r = lt - lr`` and ``expm1(r) - r`` when the caller has them
+    (the engine's extras compute them once per slice).
 
     ``seq``: sequence id per token, each sequence one contiguous run holding all its tokens;
     ``code``: cell per token, in ``0..n_cells-1``, in runs within each sequence (sequence-level
@@ -245,7 +257,7 @@ def cell_states(
     out = empty_state((n_cells, len(methods)))
     if len(lr) == 0:
         return out
-    lay = _layout(lr, lt, seq, code)
+    lay = _layout(lr, lt, seq, code, log_ratio)
     tokens = GroupReducer.from_index(code, n_cells)
     segments = GroupReducer.from_index(lay.seg_code, n_cells)
     counts = (tokens.counts(), segments.counts(), tokens.sum(lay.k3))

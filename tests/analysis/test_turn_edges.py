@@ -97,6 +97,47 @@ def test_parts_merged_equal_one_pass() -> None:
         np.testing.assert_allclose(a.state, b.state, rtol=1e-12, atol=1e-12)
 
 
+def test_the_cubes_are_those_of_each_sides_tokens_alone() -> None:
+    """Each cube bit for bit the cube of a filtered copy of its tokens (the first turns', the
+    later turns', every finite token's for the ends), non-finite tokens left out of all three
+    and of the histogram."""
+    from mismatchctl.stats.cube import Cube
+    from mismatchctl.stats.positions import assign_positions
+
+    cols = tokens(6, sequences=120)
+    cols[S.TRAINER][[3, 40, 41]] = [np.nan, -np.inf, np.inf]
+    extra = EdgeExtra(EDGES)
+    state = extra.compute(pa.table(cols), keys_of(cols))
+    lr, lt, seq, turn = cols[S.ROLLOUT], cols[S.TRAINER], cols[S.SEQ], cols[S.TURN]
+    to_end: list[int] = []
+    dist, end = reference_codes(seq, turn, to_end)
+    followed = np.zeros(len(seq), bool)
+    i = 0
+    while i < len(seq):  # whether a later turn of the sequence follows each token's run
+        j = i
+        while j < len(seq) and seq[j] == seq[i] and turn[j] == turn[i]:
+            j += 1
+        followed[i:j] = j < len(seq) and seq[j] == seq[i]
+        i = j
+    bins = assign_bins(np.exp(lr), EDGES)
+    codes = np.column_stack([assign_positions(np.array(dist), (0, 1, 2, 4, 8, 16, 64)), end, bins])
+    final = assign_positions(np.array(to_end), (0, 1, 2, 4, 8))
+    ends = np.column_stack([final, ~followed, bins])
+    finite = np.isfinite(lr) & np.isfinite(lt)
+
+    def cube(spec, codes: np.ndarray, keep: np.ndarray) -> Cube:  # type: ignore[no-untyped-def]
+        s = seq[keep]
+        rows = np.cumsum(np.r_[True, s[1:] != s[:-1]]) - 1
+        none = np.zeros((int(rows[-1]) + 1, 0), np.int32)
+        return Cube.from_tokens(spec, lr[keep], lt[keep], rows, codes[keep].astype(np.int32), none)
+
+    for got, later in zip(state.cubes, (False, True), strict=True):
+        want = cube(extra.spec, codes, finite & ((turn > 0) == later))
+        assert np.array_equal(got.state, want.state)
+    assert np.array_equal(state.ends["r"].state, cube(extra.final, ends, finite).state)
+    assert state.hist.sum() == finite.sum()
+
+
 def test_the_ends_cube_holds_each_turns_last_tokens() -> None:
     cols = tokens(5, sequences=300)
     state = EdgeExtra(EDGES).compute(pa.table(cols), keys_of(cols))

@@ -393,3 +393,23 @@ def test_gpu_codes_from_the_dictionary_indices_equal_arrows_encoding() -> None:
             unified = column.unify_dictionaries().chunk(0).dictionary.to_pylist()
             assert keys.get(K.GPU).labels == [*unified, None]
             assert keys.get(K.GPU).labels == ["A100", "H20", "B200", "L20", None]
+
+
+def test_step_codes_of_one_step_and_of_several_are_uniques() -> None:
+    """A slice's step codes: ``np.unique``'s labels and inverse, with one step (no sort) or
+    several; and each row's K3 for the cubes, once, as their own loop computes it."""
+    from mismatchctl.engines.keys import PartKeys
+    from mismatchctl.stats import cube_kernels, parse_bins
+
+    rng = np.random.default_rng(4)
+    lr = -rng.exponential(1.0, 9)
+    for steps in ([7] * 9, [9, 9, 3, 3, 3, 12, 12, 9, 9]):
+        table = pa.table({S.STEP: np.array(steps, np.int64), S.ROLLOUT: lr, S.TRAINER: lr * 1.1})
+        keys = PartKeys(table, "r", {}, parse_bins("log"))
+        got = keys.get(K.STEP)
+        values, inverse = np.unique(steps, return_inverse=True)
+        assert got.labels == values.tolist() and got.codes.tolist() == inverse.tolist()
+        want = np.empty(9)
+        cube_kernels.token_k3(lr, lr * 1.1, want)
+        assert keys.cube_k3() is keys.cube_k3()
+        assert np.array_equal(keys.cube_k3(), want)

@@ -126,6 +126,47 @@ def test_function_of_dimensions_are_never_conjoined() -> None:
     assert spec.table_index([kind, spec.index("bin")]) is not None
 
 
+@pytest.mark.parametrize("sparse", [False, True])
+def test_a_mask_adds_what_the_kept_tokens_alone_add(sparse: bool) -> None:
+    """``keep``: the kept tokens' sums bit for bit those of a filtered copy (the masked-out
+    tokens may be NaN), a sequence without a kept token no cluster; a dense and a part's
+    state alike."""
+    from mismatchctl.stats.cube_part import PartCube
+
+    spec = small_spec(3)
+    lr, lt, seq, tok, seqc = random_tokens(spec, np.random.default_rng(11), 40)
+    rng = np.random.default_rng(12)
+    keep = np.where(rng.random(len(lr)) < 0.6, 2, 1).astype(np.uint8)
+    keep[seq == seq[0]] = 1  # one whole sequence left out
+    lt = np.where(keep == 1, np.nan, lt)
+    kept = keep == 2
+    rows = np.unique(seq[kept], return_inverse=True)[1]
+    want = Cube.from_tokens(spec, lr[kept], lt[kept], rows, tok[kept], seqc[np.unique(seq[kept])])
+    got = PartCube(spec) if sparse else Cube(spec)
+    got.add(lr, lt, seq, tok, seqc, keep=keep, bit=2)
+    state = got.dense().state if sparse else got.state
+    assert np.array_equal(state, want.state)
+    assert want.sequences == len(np.unique(seq)) - 1
+    with pytest.raises(ValueError, match="finite"):
+        Cube(spec).add(lr, lt, seq, tok, seqc, keep=keep, bit=1)
+
+
+def test_a_given_k3_adds_what_the_loop_computes() -> None:
+    """``k3``: each token's ``cube_kernels.token_k3``, computed once for several cubes, gives
+    the state the loop's own computation gives, bit for bit; one of another length is refused."""
+    from mismatchctl.stats import cube_kernels
+
+    spec = small_spec(3)
+    lr, lt, seq, tok, seqc = random_tokens(spec, np.random.default_rng(13), 30)
+    k3 = np.empty(len(lr))
+    cube_kernels.token_k3(lr, lt, k3)
+    given = Cube(spec)
+    given.add(lr, lt, seq, tok, seqc, k3=k3)
+    assert np.array_equal(given.state, Cube.from_tokens(spec, lr, lt, seq, tok, seqc).state)
+    with pytest.raises(ValueError, match="k3 must have one entry per token"):
+        Cube(spec).add(lr, lt, seq, tok, seqc, k3=k3[1:])
+
+
 def test_k3_is_not_clamped() -> None:
     """A huge log ratio overflows to inf (reported as such), a tiny one keeps its precision."""
     spec = CubeSpec((), (Dim("s", 1),))

@@ -102,19 +102,21 @@ class DiagnoseExtra:
         lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
         seq, turn, step = keys.column(S.SEQ), keys.column(S.TURN), keys.column(S.STEP)
         pairs = lag_pairs(lr, lt, seq, turn)
+        _, k3 = keys.log_ratio()  # once for every sum of K3 below (numpy's, as each had)
+        bins = self._bins(keys)
         return DiagnoseState(
             lag_states(pairs),
             offset_state(lr, lt, seq),
             sentinel_state(lr, lt, seq, turn, step, keys.run),
-            self._lag_sums(keys.run, lr, lt, seq),
+            self._lag_sums(keys.run, k3, seq),
             trailing_zero_state(lr, lt, seq, step, keys.run),
-            lag_k3(pairs),
-            misalign_state(lr, lt, seq, turn, step, keys.run),
+            lag_k3(pairs, k3),
+            misalign_state(lr, lt, seq, turn, step, keys.run, k3=k3),
             hot_sequence_state(
-                lr, lt, seq, turn, step, *self._bins(keys), keys.run, _gpu_labels(table, keys)
+                lr, lt, seq, turn, step, *bins, keys.run, _gpu_labels(table, keys), k3=k3
             ),
-            token_shift_state(_token_ids(table, keys), lr, lt, seq, *self._bins(keys)),
-            seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *self._bins(keys)),
+            token_shift_state(_token_ids(table, keys), lr, lt, seq, *bins, k3=k3),
+            seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *bins),
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:
@@ -137,23 +139,25 @@ class DiagnoseExtra:
         self._lags = {}
         self._lock = threading.Lock()
 
-    def _lag_sums(self, run: str, lr: np.ndarray, lt: np.ndarray, seq: np.ndarray) -> LagSums:
+    def _lag_sums(self, run: str, k3: np.ndarray, seq: np.ndarray) -> LagSums:
+        """Per weight lag, the sums of :class:`LagSums`; ``k3``: each token's K3. A sequence's
+        lag is looked up once (its tokens share it), not per token."""
         seqs, lags = self._run_lags(run)
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
         if len(seqs) == 0:
-            return LagSums({None: float(len(lr))}, {None: float(len(np.unique(seq)))}, {})
-        pos = np.clip(np.searchsorted(seqs, seq), 0, len(seqs) - 1)
-        token_lag = np.where(seqs[pos] == seq, lags[pos], NO_LAG)
-        values, inverse = np.unique(token_lag, return_inverse=True)
-        r = lt - lr
-        with np.errstate(over="ignore"):
-            k3 = np.bincount(inverse, weights=np.expm1(r) - r, minlength=len(values))
+            return LagSums({None: float(len(k3))}, {None: float(len(starts))}, {})
+        first = seq[starts]
+        pos = np.clip(np.searchsorted(seqs, first), 0, len(seqs) - 1)
+        seq_lag = np.where(seqs[pos] == first, lags[pos], NO_LAG)
+        values, lag_of = np.unique(seq_lag, return_inverse=True)
+        lengths = np.diff(np.r_[starts, len(k3)])
+        inverse = np.repeat(lag_of, lengths)
+        k3_sums = np.bincount(inverse, weights=k3, minlength=len(values))
         tokens = np.bincount(inverse, minlength=len(values))
-        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-        sequences = np.bincount(inverse[starts], minlength=len(values))
+        sequences = np.bincount(lag_of, minlength=len(values))
         with np.errstate(over="ignore", invalid="ignore"):
-            y = np.add.reduceat(np.expm1(r) - r, starts) if len(r) else r[:0]
-        x = np.diff(np.r_[starts, len(r)]).astype(np.float64)
-        lag_of = inverse[starts]
+            y = np.add.reduceat(k3, starts) if len(k3) else k3[:0]
+        x = lengths.astype(np.float64)
         label = [None if v == NO_LAG else int(v) for v in values]
 
         def per_lag(w: np.ndarray, where: np.ndarray = inverse) -> dict[int | None, float]:
@@ -163,7 +167,7 @@ class DiagnoseExtra:
             return LagSums(
                 per_lag(tokens.astype(float), np.arange(len(values))),
                 per_lag(sequences.astype(float), np.arange(len(values))),
-                dict(zip(label, k3.tolist(), strict=True)),
+                dict(zip(label, k3_sums.tolist(), strict=True)),
                 per_lag(y * y, lag_of),
                 per_lag(x * x, lag_of),
                 per_lag(x * y, lag_of),

@@ -1,0 +1,183 @@
+"""Compiled per-token loops of `diagnose`'s extra (``analysis/diagnose/extra.py``): sentinel
+runs, trailing padding, the hot sequences' cell sums, misaligned turns and the tokens whose id
+came earlier in their response, each one walk over a slice of whole sequences (numba, cached on
+disk) where numpy built a dozen whole-slice temporaries, masks and sorts.
+
+Each gives what the numpy version it replaces gave: counts exactly, sums in the order numpy's
+``bincount`` adds them (token order), bit for bit; only :func:`misaligned_turns` sums each turn
+in token order where ``np.add.reduceat`` summed it pairwise (its results are counts of turns
+over thresholds: the same unless a turn's mean sits within rounding of a threshold).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mismatchctl.stats.numba_load import kernel
+
+
+@kernel(nogil=True)
+def sentinel_counts(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    turn: np.ndarray,
+    low_max: float,
+    run_min: int,
+    other_max: float,
+    bad: np.ndarray,
+    counts: np.ndarray,
+) -> None:
+    """``counts``: tokens at or below ``low_max`` on the rollout side, on the trainer side,
+    one-sided exact zeros on each side, and the tokens of one-sided zero runs of one turn (at
+    least ``run_min`` long, the other side at or below ``other_max`` somewhere in the run);
+    ``bad`` marks the tokens of the first and the last counts. The counts in one branch-free
+    pass; the runs, rare, walked from each one-sided zero met."""
+    n = lr.shape[0]
+    low_r, low_t, zero_r, zero_t = 0, 0, 0, 0
+    for i in range(n):
+        a, b = lr[i] <= low_max, lt[i] <= low_max
+        low_r += a
+        low_t += b
+        zero_r += (lr[i] == 0.0) & (lt[i] != 0.0)
+        zero_t += (lt[i] == 0.0) & (lr[i] != 0.0)
+        bad[i] = a | b
+    counts[0] += low_r
+    counts[1] += low_t
+    counts[2] += zero_r
+    counts[3] += zero_t
+    i = 0
+    while i < n:
+        if (lr[i] == 0.0) == (lt[i] == 0.0):  # zero on neither side, or on both
+            i += 1
+            continue
+        # a run of one side's zeros (the other side not zero) within one turn, from i
+        a, b = (lr, lt) if lr[i] == 0.0 else (lt, lr)
+        j = i + 1
+        while j < n and a[j] == 0.0 and b[j] != 0.0 and seq[j] == seq[i] and turn[j] == turn[i]:
+            j += 1
+        if j - i >= run_min:
+            lowest = b[i]
+            for k in range(i + 1, j):  # np.minimum: a NaN, once met, is the minimum
+                if b[k] < lowest or b[k] != b[k]:
+                    lowest = b[k]
+            if lowest <= other_max:
+                counts[4] += j - i
+                for k in range(i, j):
+                    bad[k] = True
+        i = j
+
+
+@kernel(nogil=True)
+def trailing_flagged(lr: np.ndarray, lt: np.ndarray, starts: np.ndarray, out: np.ndarray) -> None:
+    """Per sequence (first tokens ``starts``, ascending; the last ends at the end): how many of
+    its last tokens are exactly 0.0 on both sides, in a row."""
+    n = lr.shape[0]
+    for s in range(starts.shape[0]):
+        a = starts[s]
+        b = starts[s + 1] if s + 1 < starts.shape[0] else n
+        k = b
+        while k > a and lr[k - 1] == 0.0 and lt[k - 1] == 0.0:
+            k -= 1
+        out[s] = b - k
+
+
+@kernel(nogil=True)
+def hot_cell_sums(
+    starts: np.ndarray,
+    later: np.ndarray,
+    bins: np.ndarray,
+    n_bins: int,
+    r: np.ndarray,
+    x: np.ndarray,
+    k3: np.ndarray,
+    sums: np.ndarray,
+) -> None:
+    """Per (sequence, turn kind, bin) cell, ``sums`` (cells x 6, zeroed): tokens, tokens with
+    ``r != 0``, sum of ``x``, of ``x^2``, of ``k3``, tokens with ``r > 0``; the cell of a token
+    of sequence ``s`` is ``s * 2 * n_bins + later * n_bins + bin``; added in token order."""
+    n = r.shape[0]
+    width = 2 * n_bins
+    for s in range(starts.shape[0]):
+        a = starts[s]
+        b = starts[s + 1] if s + 1 < starts.shape[0] else n
+        for i in range(a, b):
+            c = s * width + (n_bins if later[i] > 0 else 0) + bins[i]
+            sums[c, 0] += 1.0
+            sums[c, 1] += 1.0 if r[i] != 0 else 0.0
+            sums[c, 2] += x[i]
+            sums[c, 3] += x[i] * x[i]
+            sums[c, 4] += k3[i]
+            sums[c, 5] += 1.0 if r[i] > 0 else 0.0
+
+
+@kernel(nogil=True, error_model="numpy")
+def misaligned_turns(
+    seq: np.ndarray,
+    turn: np.ndarray,
+    k0: np.ndarray,
+    plus: np.ndarray,
+    minus: np.ndarray,
+    min_pairs: int,
+    min_k3: float,
+    factor: float,
+    counts: np.ndarray,
+    first: np.ndarray,
+    lag: np.ndarray,
+) -> int:
+    """The turn runs (consecutive tokens of one sequence and turn) whose pairs shifted by one
+    position match far better than their own (``stats/misalign.py``), from each token's K3
+    ``k0`` and those of the pairs (``lr_t``, ``lt_t+1``) in ``plus[t]`` and (``lr_t+1``,
+    ``lt_t``) in ``minus[t]``: ``counts`` gets the turns tested, misaligned, their tokens,
+    those matching one position later and earlier; the first ``len(first)`` misaligned turns'
+    first tokens in ``first`` and their lag (1 later, -1 earlier) in ``lag``; returns how many
+    were recorded."""
+    n = k0.shape[0]
+    kept = 0
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and seq[j] == seq[i] and turn[j] == turn[i]:
+            j += 1
+        pairs = max(j - i - 1, 1)
+        base_plus, base_minus, sum_plus, sum_minus = 0.0, 0.0, 0.0, 0.0
+        for k in range(i, j):
+            if k < j - 1:  # the turn's last token pairs with no next one
+                base_plus += k0[k]
+                sum_plus += plus[k]
+            if k > i:  # nor its first with a previous one
+                base_minus += k0[k]
+                sum_minus += minus[k - 1]
+        base_plus /= pairs
+        base_minus /= pairs
+        sum_plus /= pairs
+        sum_minus /= pairs
+        if j - i - 1 >= min_pairs:
+            counts[0] += 1
+            later = base_plus >= min_k3 and sum_plus * factor <= base_plus
+            earlier = not later and base_minus >= min_k3 and sum_minus * factor <= base_minus
+            if later or earlier:
+                counts[1] += 1
+                counts[2] += j - i
+                counts[3 if later else 4] += 1
+                if kept < first.shape[0]:
+                    first[kept] = i
+                    lag[kept] = 1 if later else -1
+                    kept += 1
+        i = j
+    return kept
+
+
+@kernel(nogil=True)
+def seen_before(ids: np.ndarray, starts: np.ndarray, last: np.ndarray, out: np.ndarray) -> None:
+    """Whether each token's id (>= 0, below ``len(last)``) occurred earlier in its sequence
+    (first tokens ``starts``): ``last[id]`` holds the latest sequence (+1) that had it, so a
+    slice needs no sort and no clearing between sequences (``last`` zeroed once)."""
+    n = ids.shape[0]
+    for s in range(starts.shape[0]):
+        a = starts[s]
+        b = starts[s + 1] if s + 1 < starts.shape[0] else n
+        for i in range(a, b):
+            t = ids[i]
+            out[i] = last[t] == s + 1
+            last[t] = s + 1
