@@ -17,6 +17,7 @@ from mismatchctl import DumpWriter, Monitor, api
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.partial import shares
+from tests.helpers import slow_param
 
 torch = pytest.importorskip("torch")
 
@@ -107,8 +108,10 @@ def same_json(a: Any, b: Any, path: str = "") -> list[str]:
 
 KINDS = [
     "torch-cpu",
-    "numpy",
-    "ragged",
+    slow_param(
+        "numpy"
+    ),  # the same arithmetic as torch-cpu once on the host (tests/monitor/test_device.py)
+    slow_param("ragged"),
     pytest.param(
         "cuda",
         marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"),

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.analysis.diagnose.stores import calibration
 
 
+@pytest.mark.slow  # a 294x run's diagnosis; the second pass's other cases stay in the quick tier
 def test_a_stale_policy_under_a_louder_split_kv_path_is_named_second(
     calibration_store: Path,
 ) -> None:
