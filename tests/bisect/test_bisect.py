@@ -139,3 +139,15 @@ def test_cuda_is_refused_cleanly_without_one(runs: Path, ckpt: Path) -> None:
         pytest.skip("a CUDA device is present")
     with pytest.raises(UsageError, match="no CUDA device"):
         api.bisect("temp", str(ckpt), store=runs, device="cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_on_cuda_the_same_setting_is_named_as_on_the_cpu(runs: Path, ckpt: Path) -> None:
+    """``--device cuda``: the model re-scores on the GPU (one batch at a time) and names what
+    the CPU names, the trainer check passing in float32 there too."""
+    settings = ["bf16", "temperature=0.8"]
+    cpu = api.bisect("temp", str(ckpt), store=runs, settings=settings)
+    gpu = api.bisect("temp", str(ckpt), store=runs, settings=settings, device="cuda")
+    assert gpu.device == "cuda" and gpu.best == cpu.best == "temperature=0.8" and gpu.reproduces
+    assert gpu.outcomes[0].overall.k3_trainer <= gpu.trainer_threshold
+    assert gpu.mismatch == pytest.approx(cpu.mismatch, rel=1e-12)  # the dump's own numbers
