@@ -5,12 +5,14 @@ the ingest supports, in alternating rounds of one run,
   into numpy arrays (the ids as one flat array per side; SGLang's base64 decoded), in a fresh
   process, timed from after the imports; the floor is the fastest of the three;
 - ``ingest`` of the same tokens without routes, and ``ingest`` of the dump with them (each a
-  fresh process, wall and CPU from wait4);
+  fresh process, wall and CPU from wait4), and with ``--before REV`` the latter with the code of
+  REV too (its files extracted into the workdir);
 
 and the ratio ingest with routes / (ingest without routes + floor) against the target 1.3:
 
     python bench/routes_floor.py [--tokens 1] [--layers 24] [--top-k 8] [--repeats 3]
-        [--encodings fixed,lists,base64,bytes] [--write docs/benchmarks.md] [--workdir DIR]
+        [--encodings fixed,lists,base64,bytes] [--before REV] [--write docs/benchmarks.md]
+        [--workdir DIR]
     python bench/routes_floor.py --workdir DIR --render [--write docs/benchmarks.md]
 
 The dumps (``--tokens`` millions of response positions in sequences of 256-2048 tokens, 5% tool
@@ -220,7 +222,10 @@ def read(reader: str, path: Path, encoding: str) -> None:
     print(json.dumps({"wall": wall, "cpu": cpu, "ids": ids}))
 
 
-def commands(workdir: Path, encodings: list[str], top_k: int) -> dict[str, list[str]]:
+def commands(
+    workdir: Path, encodings: list[str], top_k: int, before: Path | None
+) -> dict[str, list[str]]:
+    """Every timed command; ``before``: a checkout whose ingest with routes is timed too."""
     store = str(workdir / "store")
     out = {"ingest plain": mctl(ROOT, "ingest", str(workdir / "plain.parquet"), "--run", "plain",
                                 "--store", store + "-plain", "-q")}  # fmt: skip
@@ -230,6 +235,11 @@ def commands(workdir: Path, encodings: list[str], top_k: int) -> dict[str, list[
             ROOT, "ingest", path, "--run", enc, "--store", f"{store}-{enc}", "-q",
             "--routes-topk", str(top_k),
         )  # fmt: skip
+        if before is not None:
+            out[f"ingest {enc} @before"] = mctl(
+                before, "ingest", path, "--run", enc, "--store", f"{store}-before-{enc}", "-q",
+                "--routes-topk", str(top_k),
+            )  # fmt: skip
         for reader in READERS:
             out[f"{reader} {enc}"] = [sys.executable, __file__, "--read", reader, path, enc]
     return out
@@ -263,7 +273,8 @@ def section(result: dict[str, Any]) -> str:
     got, model = result["runs"], result["model_tokens"]
     head = (
         f"`python bench/routes_floor.py --tokens {result['tokens'] / 1e6:g} --layers "
-        f"{result['layers']} --top-k {result['top_k']} --repeats {result['repeats']}` at "
+        f"{result['layers']} --top-k {result['top_k']} --repeats {result['repeats']}"
+        f"{' --before ' + result['before'] if result.get('before') else ''}` at "
         f"{result['commit']}: {result['tokens']:,} response positions ({model:,} model tokens, "
         "sequences of 256-2048 tokens, the trainer's routes differing on 2% of the positions), "
         "both sides' routes. Each command in a fresh process, "
@@ -283,6 +294,10 @@ def section(result: dict[str, Any]) -> str:
         "routes | ratio to (without + floor): wall / CPU |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    before = result.get("before")
+    if before:
+        rows[0] = rows[0].replace("| ratio", f"| ingest with routes at {before} | ratio")
+        rows[1] += " ---: |"
     for enc in result["encodings"]:
         reads = {
             r: (_med(got[f"{r} {enc}"], "wall"), _med(got[f"{r} {enc}"], "cpu")) for r in READERS
@@ -293,10 +308,14 @@ def section(result: dict[str, Any]) -> str:
         ratio_cpu = cpu / (plain_cpu + min(c for _, c in reads.values()))
         cells = " | ".join(f"{w:.2f} / {c:.2f}" for w, c in reads.values())
         met = "met" if ratio <= TARGET else "not met"
+        then = ""
+        if before:
+            runs = got[f"ingest {enc} @before"]
+            then = f"{_med(runs, 'wall'):.2f} / {_med(runs, 'cpu'):.2f} | "
         rows.append(
             f"| {LABELS[enc]} | {cells} | {reads[best][0]:.2f} ({best}) | {plain:.2f} / "
-            f"{plain_cpu:.2f} | {wall:.2f} / {cpu:.2f} | **{ratio:.2f}** / {ratio_cpu:.2f} "
-            f"({met}) |"
+            f"{plain_cpu:.2f} | {wall:.2f} / {cpu:.2f} | {then}**{ratio:.2f}** / "
+            f"{ratio_cpu:.2f} ({met}) |"
         )
     note = (
         "Seconds are wall / CPU (user + system). The CPU ratio divides by the least CPU of "
@@ -322,6 +341,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--write", type=Path, help="replace this Markdown file's section")
     ap.add_argument("--render", action="store_true", help="the section from the workdir's JSON")
+    ap.add_argument("--before", help="a git revision whose ingest with routes is timed too")
     ap.add_argument("--read", nargs=3, help="READER PATH ENCODING: one timed read (internal)")
     ap.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     opts = ap.parse_args()
@@ -341,12 +361,26 @@ def main() -> None:
     load_before = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     encodings = [e for e in ENCODINGS if e in opts.encodings.split(",")]
     ids = 2 * want["tokens"] * opts.layers * opts.top_k
-    runs = rounds(commands(workdir, encodings, opts.top_k), opts.repeats, ids)
+    before = None
+    if opts.before:  # the revision's files, not a git worktree: nothing to clean up in git
+        before = subprocess.run(
+            ["git", "rev-parse", "--short", opts.before], cwd=ROOT, check=True,
+            capture_output=True, text=True,
+        ).stdout.strip()  # fmt: skip
+        tree = workdir / f"tree-{before}"
+        if not tree.exists():
+            tree.mkdir()
+            archive = subprocess.run(["git", "archive", before], cwd=ROOT, check=True,
+                                     capture_output=True).stdout  # fmt: skip
+            subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    tree_before = workdir / f"tree-{before}" if before else None
+    runs = rounds(commands(workdir, encodings, opts.top_k, tree_before), opts.repeats, ids)
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     result = {
         **want, "repeats": opts.repeats, "encodings": encodings, "runs": runs, "commit": commit,
+        "before": before,
         "model_tokens": int((workdir / "model-tokens").read_text()),
         "load_before": load_before, "load_after": " / ".join(f"{x:.1f}" for x in os.getloadavg()),
     }  # fmt: skip
