@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -172,18 +173,19 @@ def _b64_rows(col: Any) -> Any:
     return np.frombuffer(b"".join(rows), "<i4")
 
 
-def read_pyarrow(path: Path, encoding: str) -> list[Any]:
+def read_pyarrow(path: Path, encoding: str, rows: int) -> Iterator[Any]:
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path, columns=list(COLUMNS))
-    if encoding == "base64":
-        return [_b64_rows(table.column(c).combine_chunks()) for c in COLUMNS]
-    if encoding == "bytes":
-        return [_flat(table.column(c).combine_chunks().field("data")) for c in COLUMNS]
-    return [_flat(table.column(c)) for c in COLUMNS]
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=rows, columns=list(COLUMNS)):
+        for c in COLUMNS:
+            col = batch.column(c)
+            if encoding == "base64":
+                yield _b64_rows(col)
+            else:
+                yield _flat(col.field("data") if encoding == "bytes" else col)
 
 
-def read_polars(path: Path, encoding: str) -> list[Any]:
+def read_polars(path: Path, encoding: str, rows: int) -> Iterator[Any]:
     import polars as pl
 
     frame = pl.scan_parquet(path).select(COLUMNS)
@@ -191,11 +193,12 @@ def read_polars(path: Path, encoding: str) -> list[Any]:
         frame = frame.select(pl.col(c).str.decode("base64") for c in COLUMNS)
     elif encoding == "bytes":
         frame = frame.select(pl.col(c).struct.field("data").alias(c) for c in COLUMNS)
-    table = frame.collect().to_arrow(compat_level=pl.CompatLevel.oldest())
-    return [_ids(table.column(c), encoding) for c in COLUMNS]
+    for batch in frame.collect_batches(chunk_size=rows):
+        table = batch.to_arrow(compat_level=pl.CompatLevel.oldest())
+        yield from (_ids(table.column(c), encoding) for c in COLUMNS)
 
 
-def read_duckdb(path: Path, encoding: str) -> list[Any]:
+def read_duckdb(path: Path, encoding: str, rows: int) -> Iterator[Any]:
     import duckdb
 
     con = duckdb.connect()
@@ -204,29 +207,37 @@ def read_duckdb(path: Path, encoding: str) -> list[Any]:
         "bytes": "{c}.data as {c}",
     }.get(encoding, "{c}")
     cols = ", ".join(pick.format(c=c) for c in COLUMNS)
-    table = con.sql(f"select {cols} from read_parquet('{path}')").to_arrow_table()
-    return [_ids(table.column(c), encoding) for c in COLUMNS]
+    reader = con.sql(f"select {cols} from read_parquet('{path}')").to_arrow_reader(rows)
+    for batch in reader:
+        yield from (_ids(batch.column(c), encoding) for c in COLUMNS)
 
 
-def read(reader: str, path: Path, encoding: str) -> None:
-    """One reader's read of the two routes columns, timed from after its imports; prints its
-    wall and CPU seconds and the ids it read (JSON)."""
+def read(reader: str, path: Path, encoding: str, rows: int) -> None:
+    """One reader's read of the two routes columns in batches of ``rows`` sequences (each
+    batch's ids made numpy arrays, then dropped: memory stays bounded, as the ingest's),
+    timed from after its imports; prints its wall and CPU seconds and the ids it read (JSON)."""
     import numpy as np
 
     {"pyarrow": lambda: __import__("pyarrow.parquet"), "polars": lambda: __import__("polars"),
      "duckdb": lambda: __import__("duckdb")}[reader]()  # fmt: skip
     start, cpu = time.perf_counter(), time.process_time()
-    sides = globals()[f"read_{reader}"](path, encoding)
+    ids = sum(int(np.asarray(a).size) for a in globals()[f"read_{reader}"](path, encoding, rows))
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
-    ids = int(sum(np.asarray(s).size for s in sides))
     print(json.dumps({"wall": wall, "cpu": cpu, "ids": ids}))
 
 
 def commands(
-    workdir: Path, encodings: list[str], top_k: int, before: Path | None
+    workdir: Path, encodings: list[str], top_k: int, tokens: int, before: Path | None
 ) -> dict[str, list[str]]:
-    """Every timed command; ``before``: a checkout whose ingest with routes is timed too."""
+    """Every timed command; ``before``: a checkout whose ingest with routes is timed too. The
+    readers read as many sequences at a time as the ingest does (its batches of about 1M
+    tokens, 16x fewer for routes)."""
+    import pyarrow.parquet as pq
+
     store = str(workdir / "store")
+    sequences = pq.ParquetFile(workdir / "plain.parquet").metadata.num_rows
+    avg = max(1, tokens // max(1, sequences))
+    rows = max(1, min(65536, 1_000_000 // avg) // 16)
     out = {"ingest plain": mctl(ROOT, "ingest", str(workdir / "plain.parquet"), "--run", "plain",
                                 "--store", store + "-plain", "-q")}  # fmt: skip
     for enc in encodings:
@@ -241,7 +252,8 @@ def commands(
                 "--routes-topk", str(top_k),
             )  # fmt: skip
         for reader in READERS:
-            out[f"{reader} {enc}"] = [sys.executable, __file__, "--read", reader, path, enc]
+            read = ["--read", reader, path, enc, str(rows)]
+            out[f"{reader} {enc}"] = [sys.executable, __file__, *read]
     return out
 
 
@@ -279,9 +291,10 @@ def section(result: dict[str, Any]) -> str:
         "sequences of 256-2048 tokens, the trainer's routes differing on 2% of the positions), "
         "both sides' routes. Each command in a fresh process, "
         f"{result['repeats']} alternating rounds after a warm-up round, medians; a reader's read "
-        "is timed from after its imports (pyarrow's `read_table`, Polars' `scan_parquet` "
-        "... `collect`, DuckDB's `read_parquet` to Arrow, each then viewed as one numpy array "
-        "of ids per side; SGLang's base64 decoded by Polars' `str.decode`, DuckDB's "
+        "is timed from after its imports, in the ingest's batches of sequences (pyarrow's "
+        "`ParquetFile.iter_batches`, Polars' `scan_parquet(...).collect_batches`, DuckDB's "
+        "`read_parquet` to an Arrow reader), each batch's ids made numpy arrays; SGLang's "
+        "base64 decoded by Polars' `str.decode`, DuckDB's "
         "`from_base64`, Python's `base64` with pyarrow). The floor is the fastest reader; the "
         f"target: ingest with routes <= {TARGET}x (ingest without routes + the floor). "
         f"{os.cpu_count()} cores shared with other jobs (load average {result['load_before']} "
@@ -342,11 +355,11 @@ def main() -> None:
     ap.add_argument("--write", type=Path, help="replace this Markdown file's section")
     ap.add_argument("--render", action="store_true", help="the section from the workdir's JSON")
     ap.add_argument("--before", help="a git revision whose ingest with routes is timed too")
-    ap.add_argument("--read", nargs=3, help="READER PATH ENCODING: one timed read (internal)")
+    ap.add_argument("--read", nargs=4, help="READER PATH ENCODING ROWS: one read (internal)")
     ap.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     opts = ap.parse_args()
     if opts.read:
-        read(opts.read[0], Path(opts.read[1]), opts.read[2])
+        read(opts.read[0], Path(opts.read[1]), opts.read[2], int(opts.read[3]))
         return
     if opts.render:
         output(json.loads((opts.workdir / "routes_floor.json").read_text()), opts.write)
@@ -374,7 +387,9 @@ def main() -> None:
                                      capture_output=True).stdout  # fmt: skip
             subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     tree_before = workdir / f"tree-{before}" if before else None
-    runs = rounds(commands(workdir, encodings, opts.top_k, tree_before), opts.repeats, ids)
+    runs = rounds(
+        commands(workdir, encodings, opts.top_k, want["tokens"], tree_before), opts.repeats, ids
+    )
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
