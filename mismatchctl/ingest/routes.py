@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
+from mismatchctl.ingest import routes_base64
 from mismatchctl.ingest.batch import offsets_from_lengths
 
 START_LEN = "routed_experts_start_len"  # SGLang's request field, kept as a column
@@ -223,8 +224,11 @@ def _sglang(
             "give it with --routes-topk K (the model's moe_router_topk / num_experts_per_tok).",
         )
     _need_prompts(what, layout)
-    texts = column.to_pylist()
-    starts = np.zeros(len(texts), dtype=np.int64) if starts is None else starts
+    starts = np.zeros(len(column), dtype=np.int64) if starts is None else starts
+    fast = _sglang_column(column, layout, starts, top_k)
+    if fast is not None:
+        return _from_absolute(fast[0], fast[1], starts, name, layout)
+    texts = column.to_pylist()  # one sequence at a time: the first bad row named
     parts, counts = [], np.zeros(len(texts), dtype=np.int64)
     n_layers = None
     for i, text in enumerate(texts):
@@ -246,6 +250,24 @@ def _sglang(
         counts[i] = expected
     ids = np.concatenate(parts) if parts else np.zeros((0, 0, top_k), np.int32)
     return _from_absolute(ids, counts, starts, name, layout)
+
+
+def _sglang_column(
+    column: pa.Array, layout: Layout, starts: np.ndarray, top_k: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(ids ``[rows, layers, top_k]``, each sequence's rows) of the whole column decoded at once,
+    or None when a sequence is not as expected (the per-sequence path then says which)."""
+    decoded = routes_base64.decode_column(column)
+    if decoded is None:
+        return None
+    ids, counts = decoded
+    expected = (layout.prompts + layout.lengths - 1 - starts).astype(np.int64)
+    if (expected <= 0).any() or (counts % (expected * top_k)).any():
+        return None
+    layers = counts // (expected * top_k)
+    if layers[0] == 0 or (layers != layers[0]).any():
+        return None
+    return ids.reshape(-1, int(layers[0]), top_k), expected
 
 
 def _prime(column: pa.Array, name: str, what: str, layout: Layout) -> SideRoutes:

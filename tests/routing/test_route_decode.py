@@ -5,6 +5,7 @@ plain reference over sets."""
 
 from __future__ import annotations
 
+import base64
 import itertools
 
 import numpy as np
@@ -198,6 +199,64 @@ def test_prime_bytes_vectorized_equal_row_by_row() -> None:
         routes._prime(
             _prime_column(u8, ["uint8"] * 4), "c", "f", Layout(layout.lengths, -layout.prompts)
         )
+
+
+def _sglang_both(
+    texts: list[str | None], layout: Layout, starts: np.ndarray, monkeypatch: pytest.MonkeyPatch
+) -> tuple[object, object]:
+    """The whole-column decoding and the per-sequence one (the column decoder turned off):
+    (SideRoutes or error message) each."""
+    out = []
+    for whole in (True, False):
+        with monkeypatch.context() as m:
+            if not whole:
+                m.setattr(routes.routes_base64, "decode_column", lambda column: None)
+            try:
+                out.append(read_side(pa.array(texts), "c", "f", layout, starts, TOP_K))
+            except InputError as exc:
+                out.append(exc.message)
+    return out[0], out[1]
+
+
+def test_sglang_base64_whole_column_equals_per_sequence(monkeypatch: pytest.MonkeyPatch) -> None:
+    prompts, lengths, starts = [2, 3, 1, 4], [5, 4, 6, 3], np.array([1, 0, 0, 2], np.int64)
+    layout = Layout(np.array(lengths, np.int64), np.array(prompts, np.int64))
+    rows = [p + t - 1 - s for p, t, s in zip(prompts, lengths, starts, strict=True)]
+    arrays = [_ids(r, seed=i).astype("<i4") for i, r in enumerate(rows)]
+    texts: list[str | None] = [base64.b64encode(a.tobytes()).decode() for a in arrays]
+    col = pa.array(texts)
+    decoded = routes.routes_base64.decode_column(col)
+    assert decoded is not None and np.array_equal(decoded[0], np.concatenate(arrays).ravel())
+    fast, slow = _sglang_both(texts, layout, starts, monkeypatch)
+    assert isinstance(fast, routes.SideRoutes) and isinstance(slow, routes.SideRoutes)
+    assert fast.ids.dtype == slow.ids.dtype == np.int32
+    for got, want in ((fast.ids, slow.ids), (fast.offsets, slow.offsets), (fast.first, slow.first)):
+        assert np.array_equal(got, want)
+    assert np.array_equal(fast.ids, np.concatenate(arrays))
+    assert np.array_equal(fast.first, starts - np.array(prompts))
+    part = Layout(layout.lengths[1:3], layout.prompts[1:3])
+    sliced = read_side(col.slice(1, 2), "c", "f", part, starts[1:3], TOP_K)
+    assert np.array_equal(sliced.ids, np.concatenate(arrays[1:3]))
+
+    def check(changed: list[str | None], expect: str) -> None:
+        fast, slow = _sglang_both(changed, layout, starts, monkeypatch)
+        assert fast == slow, (fast, slow)
+        assert expect in str(fast)
+
+    check([texts[0], None, texts[2], texts[3]], "row 1 is null (expected base64 routes)")
+    check([texts[0], texts[1], "not base64!", texts[3]], "row 2 is not base64")
+    check([texts[0], base64.b64encode(b"\0" * 6).decode(), *texts[2:]], "6 bytes, not a whole")
+    short = base64.b64encode(arrays[3][:-1].tobytes()).decode()
+    check([*texts[:3], short], "row 3: 18 ids do not fill 4 rows")
+    wider = base64.b64encode(np.zeros((rows[1], LAYERS + 1, TOP_K), "<i4").tobytes()).decode()
+    check([texts[0], wider, *texts[2:]], "the layer count changes within the routes: 3, then 4")
+    # padding past the end, which Python's strict decoding accepts and Polars refuses: the
+    # column is decoded row by row, to the same ids
+    lax = [*texts[:3], texts[3] + "===="]
+    assert routes.routes_base64.decode_column(pa.array(lax)) is None
+    fast, slow = _sglang_both(lax, layout, starts, monkeypatch)
+    assert isinstance(fast, routes.SideRoutes) and isinstance(slow, routes.SideRoutes)
+    assert np.array_equal(fast.ids, np.concatenate(arrays))
 
 
 # --- the compiled passes --------------------------------------------------------------------
