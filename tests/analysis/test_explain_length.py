@@ -17,7 +17,7 @@ from mismatchctl import api
 from mismatchctl.analysis.diagnose.check import evidence_of
 from mismatchctl.analysis.diagnose.checks import length_scaling as length_scaling_check
 from mismatchctl.stats.length_scaling import BIAS, MIDPOINT, NOISE
-from tests.helpers import cli
+from tests.helpers import cli, slow_param
 from tests.planted import Plan, diagnosis, write
 
 BIAS_PER_TOKEN = 0.05
@@ -80,7 +80,7 @@ def test_planted_bias_grows_like_t_and_noise_like_sqrt_t(store: Path) -> None:
     assert sum(b["sequences"] for b in biased["bins"]) == len(t)
 
 
-@pytest.mark.parametrize("run", ["biased", "noise"])
+@pytest.mark.parametrize("run", [slow_param("biased"), "noise"])
 def test_the_numbers_are_diagnose_s_length_scaling_evidence(store: Path, run: str) -> None:
     check = next(c for c in diagnosis(store, run).checks if c.name == "length_scaling")
     found = evidence_of(check, length_scaling_check.Evidence)

@@ -168,6 +168,7 @@ def test_compare_diagnose_whatif_json_equal_local(ray_local: Any, multi_part: Pa
 
 
 @needs_ray
+@pytest.mark.slow  # a local Ray cluster: the slow tier (README)
 def test_report_figures_and_progress(ray_local: Any, multi_part: Path) -> None:
     """The HTML report's figure states (densities, sampled segments) merge the same way; the
     progress callback sees every part's rows."""
@@ -206,6 +207,7 @@ def test_tokens_and_certify_json_equal_local(ray_local: Any, multi_part: Path) -
 
 
 @needs_ray
+@pytest.mark.slow  # a local Ray cluster: the slow tier (README)
 def test_paired_compare_and_token_classes_equal_local(ray_local: Any, tmp_path: Path) -> None:
     """The paired comparison's per-sequence rows travel through Ray tasks (parts of ~300 tokens)
     and pair into the same numbers as locally; so do diagnose's token classes (a tokenizer
@@ -232,6 +234,7 @@ def test_paired_compare_and_token_classes_equal_local(ray_local: Any, tmp_path: 
 
 
 @needs_ray
+@pytest.mark.slow  # a local Ray cluster: the slow tier (README)
 def test_a_task_error_is_the_library_error(ray_local: Any, tmp_path: Path) -> None:
     """A part that cannot be read in a worker raises the StoreError (message and hint) of the
     local engine, not Ray's wrapper."""
@@ -246,6 +249,7 @@ def test_a_task_error_is_the_library_error(ray_local: Any, tmp_path: Path) -> No
 
 
 @needs_ray
+@pytest.mark.slow  # a local Ray cluster: the slow tier (README)
 def test_several_reads_fold_as_the_local_engine_folds_them(
     ray_local: Any, multi_part: Path
 ) -> None:
@@ -276,6 +280,7 @@ def test_several_reads_fold_as_the_local_engine_folds_them(
 
 
 @needs_ray
+@pytest.mark.slow  # a local Ray cluster: the slow tier (README)
 def test_ingest_on_ray_stores_the_rows_of_a_local_ingest(
     ray_local: Any, dumps: list[Path], tmp_path: Path
 ) -> None:
@@ -318,6 +323,7 @@ def test_ingest_on_ray_stores_the_rows_of_a_local_ingest(
 
 
 @needs_ray
+@pytest.mark.slow  # a local Ray cluster: the slow tier (README)
 def test_ingest_on_ray_is_all_or_nothing(ray_local: Any, dumps: list[Path], tmp_path: Path) -> None:
     store = tmp_path / "store"
     mismatchctl.ingest(dumps[:1], run="r", store=store, engine="ray")
@@ -344,6 +350,7 @@ def test_ingest_on_ray_is_all_or_nothing(ray_local: Any, dumps: list[Path], tmp_
 
 
 @needs_ray
+@pytest.mark.slow  # a local Ray cluster: the slow tier (README)
 def test_ingest_on_ray_from_object_storage(
     ray_local: dict[str, str] | None, dumps: list[Path], tmp_path: Path
 ) -> None:
@@ -361,6 +368,7 @@ def test_ingest_on_ray_from_object_storage(
         assert a.equals(mismatchctl.open_store(distributed).scan("r", kind).collect()), kind
 
 
+@pytest.mark.slow  # a local Ray cluster: the slow tier (README)
 def test_report_on_ray_over_a_bucket_store(
     ray_local: dict[str, str] | None, dumps: list[Path], tmp_path: Path
 ) -> None:
@@ -438,6 +446,7 @@ def test_the_cli_does_not_import_ray() -> None:
 
 
 @needs_ray
+@pytest.mark.slow  # a local Ray cluster: the slow tier (README)
 def test_report_by_the_new_dimensions_equals_local(ray_local: Any, tmp_path: Path) -> None:
     """kv_position (prompt lengths from the sequence rows), turn_position, length, order and an
     attribute: workers read each part's sequence rows themselves."""
@@ -459,6 +468,7 @@ def test_report_by_the_new_dimensions_equals_local(ray_local: Any, tmp_path: Pat
 
 
 @needs_ray
+@pytest.mark.slow  # the Ray parity of the views (README: the slow tier)
 def test_report_by_entropy_trainer_prob_and_batch_size_equals_local(
     ray_local: Any, tmp_path: Path
 ) -> None:
