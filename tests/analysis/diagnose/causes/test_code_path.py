@@ -101,18 +101,18 @@ def test_hotter_first_turns_are_the_prompts_path(
     assert checks["tool_responses"].evidence.same_probs_ratio_ci[1] < 1
 
 
+@pytest.mark.parametrize("baseline", [None, slow_param("h-b")])
 def test_a_prefill_path_and_a_rendering_burst_are_not_named_together(
-    calibration_store: Path,
+    calibration_store: Path, baseline: str | None
 ) -> None:
     """Chunked prefill with the chunks' attention merged without their row sums: long KV
     positions hotter than the rest, and the first tokens after each tool response, the first
     decoded after the tool output's prefill, a burst (turn_edges sees a rendering fault's
     shape). The path makes that burst: the template is a runner-up it sets off, not a second
     cause."""
-    for baseline in (None, "h-b"):
-        cause = calibration._cause(calibration_store, "cp-chunk-merge", baseline)["cause"]
-        assert cause["key"] == "code_path" and "kv_position" in cause["where"], baseline
-        assert cause["also"] == [], baseline
-        burst = next(r for r in cause["runner_ups"] if r["key"] == "template")
-        assert burst["verdict"] in ("warn", "fail") and burst["share"] > 0.25  # it alarms
-        assert burst["lost"] == f"{cause['label']} sets off its checks too"
+    cause = calibration._cause(calibration_store, "cp-chunk-merge", baseline)["cause"]
+    assert cause["key"] == "code_path" and "kv_position" in cause["where"], baseline
+    assert cause["also"] == [], baseline
+    burst = next(r for r in cause["runner_ups"] if r["key"] == "template")
+    assert burst["verdict"] in ("warn", "fail") and burst["share"] > 0.25  # it alarms
+    assert burst["lost"] == f"{cause['label']} sets off its checks too"

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.analysis.diagnose.stores import calibration, stops
+from tests.helpers import slow_param
 from tests.planted import checks as diagnosed
 
 
@@ -39,17 +40,17 @@ def test_a_stop_handled_differently_is_named(ends_store: Path, run: str) -> None
         assert "turn_ends check" in local.next
 
 
+@pytest.mark.parametrize("baseline", [None, slow_param("h-b")])
 def test_the_later_turns_beside_the_stop_count_what_is_left_without_its_tokens(
-    calibration_store: Path,
+    calibration_store: Path, baseline: str | None
 ) -> None:
     """The engine's logprob of each response's last token written as 0.0: that token ends the
     last turn, after a tool response, so the later turns are 200x the first as a whole
     (tool_responses fails); without the stop's tokens nothing is left of their excess, so
     they are a runner-up, not a second cause."""
-    for baseline in (None, "h-b"):
-        cause = calibration._cause(calibration_store, "stop-zero-last", baseline)["cause"]
-        assert cause["key"] == "stop" and cause["also"] == [], baseline
-        later = next(r for r in cause["runner_ups"] if r["key"] == "tool_turns")
-        assert later["verdict"] == "fail" and later["share"] > 0.9  # alarmed, on the whole
-        assert later["lost"].startswith("without the tokens of stop handling"), later["lost"]
-        assert "explains 0%" in later["lost"] or "explains 1%" in later["lost"]
+    cause = calibration._cause(calibration_store, "stop-zero-last", baseline)["cause"]
+    assert cause["key"] == "stop" and cause["also"] == [], baseline
+    later = next(r for r in cause["runner_ups"] if r["key"] == "tool_turns")
+    assert later["verdict"] == "fail" and later["share"] > 0.9  # alarmed, on the whole
+    assert later["lost"].startswith("without the tokens of stop handling"), later["lost"]
+    assert "explains 0%" in later["lost"] or "explains 1%" in later["lost"]
