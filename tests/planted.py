@@ -219,6 +219,23 @@ def write(plan: Plan, path: Path, *, weight_version: bool = True) -> Path:
     return path
 
 
+def write_biased(path: Path, bias: float, seed: int) -> Path:
+    """A planted clean run (independent noise per token; responses of about 15 to 70 model
+    tokens) whose every model token's trainer logprob is moved by ``-bias`` (a trainer at
+    another temperature would do so), clipped at 0: a per-token bias for the length-scaling
+    test (its sums grow like T, the noise's like sqrt(T))."""
+    write(Plan("clean", per_step=32, seed=seed), path, weight_version=False)
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    for row in rows:
+        mask = np.asarray(row["response_mask"]) == 1
+        lt = np.asarray(row["old_log_probs"])
+        lt[mask] = np.minimum(lt[mask] - bias, 0.0)
+        row["old_log_probs"] = lt.tolist()
+    pq.write_table(table.from_pylist(rows, schema=table.schema), path)
+    return path
+
+
 def write_scaled(plan: Plan, path: Path, scale: Callable[[dict, np.ndarray], np.ndarray]) -> Path:
     """The planted dump (no weight_version column) with each model token's noise
     ``log(lt / lr)`` times ``sqrt(scale(row, kv))``, ``kv`` the model tokens' KV positions

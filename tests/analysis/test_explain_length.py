@@ -18,32 +18,16 @@ from mismatchctl.analysis.diagnose.check import evidence_of
 from mismatchctl.analysis.diagnose.checks import length_scaling as length_scaling_check
 from mismatchctl.stats.length_scaling import BIAS, MIDPOINT, NOISE
 from tests.helpers import cli, slow_param
-from tests.planted import Plan, diagnosis, write
+from tests.planted import diagnosis, write_biased
 
 BIAS_PER_TOKEN = 0.05
-
-
-def _biased(path: Path, bias: float, seed: int) -> Path:
-    """A planted clean run (independent noise per token; responses of about 15 to 70 model
-    tokens) whose every model token's trainer logprob is moved by ``-bias`` (a trainer at
-    another temperature would do so), clipped at 0."""
-    write(Plan("clean", per_step=32, seed=seed), path, weight_version=False)
-    table = pq.read_table(path)
-    rows = table.to_pylist()
-    for row in rows:
-        mask = np.asarray(row["response_mask"]) == 1
-        lt = np.asarray(row["old_log_probs"])
-        lt[mask] = np.minimum(lt[mask] - bias, 0.0)
-        row["old_log_probs"] = lt.tolist()
-    pq.write_table(table.from_pylist(rows, schema=table.schema), path)
-    return path
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("explain-length")
     for name, bias, seed in (("noise", 0.0, 3), ("biased", BIAS_PER_TOKEN, 4)):
-        dump = _biased(root / f"{name}.parquet", bias, seed)
+        dump = write_biased(root / f"{name}.parquet", bias, seed)
         mismatchctl.ingest([dump], run=name, store=root / "store", tags={"set": "planted"})
     return root / "store"
 

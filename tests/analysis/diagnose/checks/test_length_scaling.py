@@ -7,15 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
 
 import mismatchctl
 from mismatchctl.analysis.diagnose.check import evidence_of
 from mismatchctl.analysis.diagnose.checks import length_scaling as length_scaling_check
 from mismatchctl.stats.length_scaling import BIAS, LENGTH_EDGES, NOISE, length_scaling
-from tests.planted import Plan, write
 from tests.planted import checks as diagnosed
+from tests.planted import write_biased
 
 
 def _sums(seed: int, bias: float, noise: float, n: int = 600) -> tuple[np.ndarray, np.ndarray]:
@@ -60,26 +59,13 @@ def test_lengths_too_alike_are_not_tested() -> None:
     assert res.exponent is None and res.verdict is None and res.interval is None
 
 
-def _biased(path: Path, bias: float) -> Path:
-    """A planted clean run (responses of 15 to 70 model tokens) whose every model token's
-    trainer logprob is moved by ``bias`` (the trainer at another temperature would do so)."""
-    write(Plan("clean", per_step=32, seed=3), path, weight_version=False)
-    table = pq.read_table(path)
-    rows = table.to_pylist()
-    for row in rows:
-        mask = np.asarray(row["response_mask"]) == 1
-        lt = np.asarray(row["old_log_probs"])
-        lt[mask] = np.minimum(lt[mask] - bias, 0.0)
-        row["old_log_probs"] = lt.tolist()
-    pq.write_table(table.from_pylist(rows, schema=table.schema), path)
-    return path
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("length")
     for name, bias in (("clean", 0.0), ("biased", 0.05)):
-        mismatchctl.ingest([_biased(root / f"{name}.parquet", bias)], run=name, store=root / "s")
+        mismatchctl.ingest(
+            [write_biased(root / f"{name}.parquet", bias, 3)], run=name, store=root / "s"
+        )
     return root / "s"
 
 
