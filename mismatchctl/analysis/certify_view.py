@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mismatchctl.analysis import sections as sec
+from mismatchctl.analysis.tokens_view import TOKEN_PLACE
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.certify import Certification
@@ -74,13 +75,7 @@ def histogram_table(c: Certification) -> sec.Table:
 def earliest_table(c: Certification) -> sec.Table:
     rows = [{**r, "rank": n} for n, r in enumerate(c.state.earliest.rows, 1)]
     columns = [
-        sec.Column("rank", "#", sec.Kind.ID),
-        sec.Column("run", "run", sec.Kind.LABEL),
-        sec.Column("step", "step", sec.Kind.ID),
-        sec.Column("sample_id", "sample", sec.Kind.LABEL),
-        sec.Column("turn", "turn", sec.Kind.ID),
-        sec.Column("position", "pos", sec.Kind.ID),
-        sec.Column("kv_position", "kv pos", sec.Kind.ID),
+        *TOKEN_PLACE,
         sec.Column("token_id", "token", sec.Kind.ID),
         sec.Column("rollout_logprob", "rollout logprob", sec.Kind.CORR),
         sec.Column("trainer_logprob", "trainer logprob", sec.Kind.CORR),

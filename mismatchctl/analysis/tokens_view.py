@@ -73,18 +73,25 @@ def _share(part: float, total: float) -> float | None:
     return part / total if total else None
 
 
+TOKEN_PLACE = (
+    sec.Column("rank", "#", sec.Kind.ID),
+    sec.Column("run", "run", sec.Kind.LABEL),
+    sec.Column("step", "step", sec.Kind.ID),
+    sec.Column("sample_id", "sample", sec.Kind.LABEL),
+    sec.Column("turn", "turn", sec.Kind.ID),
+    sec.Column("position", "pos", sec.Kind.ID),
+    sec.Column("kv_position", "kv pos", sec.Kind.ID),
+)
+"""The columns that say where a listed token is (its rank, run, step, sample, turn and
+positions): the tables of ``tokens`` and ``certify`` lead with them."""
+
+
 def token_table(t: Tokens) -> sec.Table:
     rows = []
     for n, r in enumerate(t.rows, 1):
         rows.append({**r, "rank": n, "k3_share": _share(r["k3"], t.cell_k3_sum)})
     columns = [
-        sec.Column("rank", "#", sec.Kind.ID),
-        sec.Column("run", "run", sec.Kind.LABEL),
-        sec.Column("step", "step", sec.Kind.ID),
-        sec.Column("sample_id", "sample", sec.Kind.LABEL),
-        sec.Column("turn", "turn", sec.Kind.ID),
-        sec.Column("position", "pos", sec.Kind.ID),
-        sec.Column("kv_position", "kv pos", sec.Kind.ID),
+        *TOKEN_PLACE,
         sec.Column("p_rollout", "p_rollout"),
         sec.Column("p_trainer", "p_trainer"),
         sec.Column("log_ratio", "r"),
