@@ -5,7 +5,9 @@
 Generates dumps (bench/gen_dumps.py), then for each worker count runs a fresh process that starts
 a local Ray with that many CPUs (timed), warms its worker processes up, and times: `ingest --engine
 ray` into a fresh store, `report --by-gpu` with the Ray engine and with the local engine (threads),
-each `--repeats` times (median). `--write` replaces the section "## Ray: 1 vs 2 local workers" of
+each `--repeats` times (median), then reads the peak resident memory (Linux `VmHWM`) of the
+driver and of every process of the local Ray (its workers, the raylet, the GCS server and the rest
+of Ray's own services). `--write` replaces the section "## Ray: 1 vs 2 local workers" of
 the Markdown file, read afresh just before writing (other sections are left as they are).
 """
 
@@ -45,6 +47,67 @@ def _warm() -> None:
     import mismatchctl.ingest.run_ingest  # noqa: F401
 
 
+def _role(cmd: str) -> str:
+    """A local Ray process's role from its command line. The raylet's arguments name the
+    worker script, and Ray's agents are named ``ray::...Agent`` like its workers, so the order
+    of these tests matters."""
+    program = cmd.split(" ", 1)[0]
+    if program.endswith("/raylet"):
+        return "raylet"
+    if program.endswith("/gcs_server"):
+        return "gcs"
+    if program.startswith("ray::") and not program.endswith("Agent"):
+        return "worker"
+    if "default_worker.py" in cmd:
+        return "worker"
+    return "other"
+
+
+def _peak_mb(pid: int | str) -> float:
+    """A process's peak resident set (VmHWM) in MB; 0 if it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes started under ``root`` (a local Ray's services are the driver's children,
+    its workers the raylet's), so another Ray on the machine is not counted."""
+    parents: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        kids = [child for child, parent in parents.items() if parent == pid]
+        found += kids
+        todo += kids
+    return found
+
+
+def _ray_peaks() -> dict[str, list[float]]:
+    """The peak RSS of each process of this driver's local Ray, by role ("other": Ray's remaining
+    services, such as its log monitor and its dashboard agent)."""
+    peaks: dict[str, list[float]] = {"worker": [], "raylet": [], "gcs": [], "other": []}
+    for pid in _descendants(os.getpid()):
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        cmd = raw.replace(b"\0", b" ").decode(errors="replace")
+        peaks[_role(cmd)].append(_peak_mb(pid))
+    return peaks
+
+
 def child(workers: int, dumps: Path, workdir: Path, repeats: int) -> dict[str, Any]:
     """One worker count, in its own process (one Ray per process)."""
     import mismatchctl
@@ -69,6 +132,7 @@ def child(workers: int, dumps: Path, workdir: Path, repeats: int) -> dict[str, A
         repeats,
     )
     local_s = _timed(lambda: mismatchctl.report(by_gpu=True, store=store, workers=workers), repeats)
+    peaks = _ray_peaks()
     ray.shutdown()
     return {
         "workers": workers,
@@ -79,6 +143,12 @@ def child(workers: int, dumps: Path, workdir: Path, repeats: int) -> dict[str, A
         "parts": parts,
         "tokens": tokens,
         "files": len(list(dumps.glob("*.parquet"))),
+        "driver_mb": _peak_mb("self"),
+        "worker_mb": max(peaks["worker"], default=0.0),
+        "workers_seen": len(peaks["worker"]),
+        "raylet_mb": max(peaks["raylet"], default=0.0),
+        "gcs_mb": max(peaks["gcs"], default=0.0),
+        "other_mb": sum(peaks["other"]),
     }
 
 
@@ -114,19 +184,25 @@ def table(rows: list[dict[str, Any]], repeats: int) -> str:
         "a fresh process that starts a local Ray with that many CPUs (*Ray start*), warms its "
         "worker processes up, then times `ingest --engine ray` (one task per file, into a fresh "
         "store) and `report --by-gpu` with `--engine ray` (one task per part) and with the local "
-        f"engine (`--workers` threads) in the same process; medians of {repeats} rounds.",
+        f"engine (`--workers` threads) in the same process; medians of {repeats} rounds. Then "
+        "the peak resident memory (VmHWM) of the driver (this process: the Ray client, the "
+        "local engine's report and the merges) and of each process of the local Ray: the "
+        "largest of its workers, the raylet, the GCS server, and Ray's other services summed.",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}, Ray {ray_version}, mismatchctl {mismatchctl.__version__}; "
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.",
         "",
-        "| workers | Ray start | ingest (ray) | report (ray) | report (local) |",
-        "| ---: | ---: | ---: | ---: | ---: |",
+        "| workers | Ray start | ingest (ray) | report (ray) | report (local) | driver peak "
+        "| largest worker peak | raylet | GCS | Ray's other services |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
             f"| {r['workers']} | {r['start_s']:.1f} s | {r['ingest_s']:.1f} s | "
-            f"{r['ray_report_s']:.1f} s | {r['local_report_s']:.1f} s |"
+            f"{r['ray_report_s']:.1f} s | {r['local_report_s']:.1f} s | "
+            f"{r['driver_mb']:.0f} MB | {r['worker_mb']:.0f} MB (of {r['workers_seen']}) | "
+            f"{r['raylet_mb']:.0f} MB | {r['gcs_mb']:.0f} MB | {r['other_mb']:.0f} MB |"
         )
     one, two = rows[0], rows[-1]
     lines += [
