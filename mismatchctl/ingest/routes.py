@@ -34,6 +34,8 @@ from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
 from mismatchctl.ingest import routes_base64
 from mismatchctl.ingest.batch import offsets_from_lengths
+from mismatchctl.ingest.routing_kernels import narrow_range
+from mismatchctl.ingest.routing_threads import over_ranges
 
 START_LEN = "routed_experts_start_len"  # SGLang's request field, kept as a column
 DTYPES = ("uint8", "int8", "int16", "uint16", "int32", "int64")
@@ -484,8 +486,9 @@ def _b64_int32(text: str | None, what: str, at: str) -> np.ndarray:
 
 def _ints(values: pa.Array, what: str) -> np.ndarray:
     """The ids in their own type up to 32 bits (no copy); wider ones (``ndarray.tolist()`` gives
-    int64) narrowed to the smallest of int16 and int32 that holds them, found by one min/max
-    pass (an id beyond int32 is an error, not wrapped)."""
+    int64) narrowed to int16 in one compiled pass on the routing threads that also finds their
+    range, or to int32 when int16 cannot hold them (an id beyond int32 is an error, not
+    wrapped)."""
     if values.null_count:
         raise InputError(
             f"{what}: {values.null_count} null expert id(s)",
@@ -493,14 +496,15 @@ def _ints(values: pa.Array, what: str) -> np.ndarray:
         )
     t = values.type
     ids = values.to_numpy(zero_copy_only=True)
-    if t.bit_width <= 16 or t == pa.int32():
-        return ids
-    bounds = pc.min_max(values)
-    lo, hi = bounds["min"].as_py(), bounds["max"].as_py()
-    for narrow in (np.int16, np.int32):
-        info = np.iinfo(narrow)
-        if lo is None or (info.min <= lo and hi <= info.max):
-            return ids.astype(narrow)
+    if t.bit_width <= 16 or t == pa.int32() or not len(ids):
+        return ids if len(ids) else ids.astype(np.int16)
+    narrow = np.empty(len(ids), dtype=np.int16)
+    bounds = over_ranges(narrow_range, len(ids), ids, narrow)
+    lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
+    for kind in (np.int16, np.int32):
+        info = np.iinfo(kind)
+        if info.min <= lo and hi <= info.max:
+            return narrow if kind is np.int16 else ids.astype(np.int32)
     raise InputError(f"{what}: an expert id beyond int32", "map the routes column (expert ids).")
 
 

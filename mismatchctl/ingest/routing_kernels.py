@@ -108,6 +108,22 @@ def scan_rows(ids, twin, other, other_dead, layers, k, high, dead, start, stop):
 
 
 @kernel(nogil=True)
+def narrow_range(ids, out, start, stop):  # pragma: no cover - compiled
+    """``out[start:stop] = ids[start:stop]`` in ``out``'s narrower type (the bits it keeps),
+    returning the least and greatest id of the range, so that the caller knows whether the
+    narrow copy holds them all: one pass that reads the wide ids once (a min/max pass and then
+    a conversion read them twice), branch-free so that the compiler vectorizes it."""
+    lo = ids[start]
+    hi = ids[start]
+    for i in range(start, stop):
+        v = ids[i]
+        lo = min(lo, v)
+        hi = max(hi, v)
+        out[i] = v
+    return lo, hi
+
+
+@kernel(nogil=True)
 def tail_repeats(ids, of, dead, tail):  # pragma: no cover - compiled
     """Mark ``dead`` the rows at padded-tail frame rows equal to the last real row before them;
     returns how many."""

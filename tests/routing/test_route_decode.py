@@ -100,6 +100,24 @@ def test_wide_ids_are_narrowed_to_what_holds_them() -> None:
         assert np.array_equal(side.ids, wide)
 
 
+@pytest.mark.parametrize("arrow_type", [pa.int64(), pa.uint64()])
+def test_narrowing_cut_in_ranges_sees_an_id_in_any_range(arrow_type: pa.DataType) -> None:
+    """The narrowing pass runs over ranges on threads: an id that int16 cannot hold is seen in
+    whichever range it lies, and the ids come back whole in the type that holds them."""
+    from mismatchctl.ingest.routes import _ints
+    from mismatchctl.ingest.routing_threads import MIN_ROWS
+
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 256, 4 * MIN_ROWS + 7)
+    assert _ints(pa.array(ids, arrow_type), "f").dtype == np.int16
+    for at in (0, len(ids) // 2, len(ids) - 1):
+        wide = ids.copy()
+        wide[at] = 40_000
+        narrowed = _ints(pa.array(wide, arrow_type), "f")
+        assert narrowed.dtype == np.int32
+        assert np.array_equal(narrowed, wide)
+
+
 def _rows_of(ids: np.ndarray, lengths: list[int]) -> list:
     return [ids[a:b].tolist() for a, b in itertools.pairwise(_offsets(lengths))]
 
