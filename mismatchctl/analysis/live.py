@@ -27,7 +27,11 @@ from mismatchctl.store import Store
 
 RECENT_STEPS = 20
 """The run's recent median is over the (at most) 20 steps just below the new one: long enough
-that one spike does not move it, short enough to follow a run whose level drifts."""
+that one spike does not move it, short enough to follow a run whose level drifts. The steps
+among them that were spikes themselves are left out while at least ``MIN_HISTORY`` others
+remain: a run whose fault fires on half its steps (the sample run faulty-attn spikes on steps 3,
+4, 6 and 7) would otherwise raise the median to the fault's level and hide the next spike. A
+level that stays up is learned once the window holds fewer quiet steps than that."""
 
 MIN_HISTORY = 3
 """A spike needs a median of at least 3 earlier steps (with fewer, one odd step is the median)."""
@@ -81,6 +85,7 @@ class StepLine:
     recent_steps: int
     files: list[str]
     update: bool = False
+    spikes_left_out: int = 0  # earlier spikes left out of the recent median
     alerts: list[Alert] = field(default_factory=list)
 
     @property
@@ -104,6 +109,7 @@ class StepLine:
             "band": self.band,
             "recent_median": self.recent_median,
             "recent_steps": self.recent_steps,
+            "spikes_left_out": self.spikes_left_out,
             "change": self.change,
             "update": self.update,
             "files": self.files,
@@ -139,39 +145,74 @@ class StepHistory:
 
     def __init__(self, run: str, values: dict[int, StepValue] | None = None) -> None:
         self.run = run
-        self.values: dict[int, float | None] = {s: v.vllm_kl for s, v in (values or {}).items()}
+        self.values: dict[int, float | None] = {}
+        self.spikes: set[int] = set()  # steps at SPIKE_FACTOR x their own recent median or more
         self.fired: dict[int, set[str]] = {}  # step -> checks alerted (once per step)
+        given = values or {}
+        for step in sorted(given):  # the steps read back, judged as they came
+            value = given[step].vllm_kl
+            self._judge(step, value, *self.recent(step)[:2])
+            self.values[step] = value
 
     def earlier(self, step: int) -> list[int]:
         """The (at most RECENT_STEPS) steps just below ``step``, in order."""
         return sorted(s for s in self.values if s < step)[-RECENT_STEPS:]
 
+    def recent(self, step: int) -> tuple[float | None, int, int]:
+        """(median, steps it is over, spikes left out) of the steps just below ``step``: the
+        quiet ones when at least ``MIN_HISTORY`` are (``RECENT_STEPS``), else all of them."""
+        known = [(s, v) for s in self.earlier(step) if (v := self.values[s]) is not None]
+        quiet = [v for s, v in known if s not in self.spikes]
+        used = quiet if len(quiet) >= MIN_HISTORY else [v for _, v in known]
+        median = statistics.median(used) if used else None
+        return median, len(used), len(known) - len(used)
+
+    def _judge(self, step: int, value: float | None, median: float | None, steps: int) -> None:
+        """Keep ``step`` out of later medians when it is ``SPIKE_FACTOR`` x its own or more,
+        even over fewer than ``MIN_HISTORY`` steps (too few to alert on, enough to tell a step
+        400x the two before it from a quiet one)."""
+        if is_spike(value, median, max(steps, MIN_HISTORY) if steps else 0):
+            self.spikes.add(step)
+        else:
+            self.spikes.discard(step)
+
     def line(self, step: int, value: StepValue, files: list[str]) -> StepLine:
         earlier = self.earlier(step)
-        known = [v for s in earlier if (v := self.values[s]) is not None]
-        median = statistics.median(known) if known else None
+        median, steps, left_out = self.recent(step)
         previous = self.values.get(earlier[-1]) if earlier else None
         line = StepLine(
             self.run, step, value.tokens, value.sequences, value.vllm_kl, band(value.vllm_kl),
-            median, len(known), files, update=step in self.values,
+            median, steps, files, update=step in self.values, spikes_left_out=left_out,
         )  # fmt: skip
         fired = self.fired.setdefault(step, set())
-        line.alerts = [a for a in _alerts(line, previous, len(known)) if a.check not in fired]
+        line.alerts = [a for a in _alerts(line, previous) if a.check not in fired]
         fired.update(a.check for a in line.alerts)
+        self._judge(step, value.vllm_kl, median, steps)
         self.values[step] = value.vllm_kl
         return line
 
 
-def _alerts(line: StepLine, previous: float | None, history: int) -> list[Alert]:
+def is_spike(value: float | None, median: float | None, steps: int) -> bool:
+    """``value`` at ``SPIKE_FACTOR`` x ``median`` or more, the median over at least
+    ``MIN_HISTORY`` steps."""
+    if value is None or not median or steps < MIN_HISTORY:
+        return False
+    return value / median >= SPIKE_FACTOR
+
+
+def _alerts(line: StepLine, previous: float | None) -> list[Alert]:
     out = []
     kl, change = line.vllm_kl, line.change
-    if change is not None and history >= MIN_HISTORY and change >= SPIKE_FACTOR:
+    if change is not None and is_spike(kl, line.recent_median, line.recent_steps):
+        quiet = " quiet" if line.spikes_left_out else ""
+        left = f", {line.spikes_left_out} spike(s) left out" if line.spikes_left_out else ""
         out.append(
             Alert(
                 "spike",
                 level_of(kl),
                 f"vllm_kl {_num(kl)} is {change:.1f}x the median {_num(line.recent_median)} of "
-                f"the {history} steps before (spike: {SPIKE_FACTOR:g}x or more)",
+                f"the {line.recent_steps}{quiet} steps before{left} (spike: {SPIKE_FACTOR:g}x "
+                "or more)",
             )
         )
     before = band(previous) or BAND_NAMES[0]  # the first step is judged against `low`

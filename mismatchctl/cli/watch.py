@@ -176,7 +176,8 @@ def _show(event: Any, json: bool, quiet: bool, sink: TextIO | None, run: str) ->
 def _step_text(line: api.StepLine) -> str:
     change = "" if line.change is None else f"  {line.change:.2f}x of median"
     median = "" if line.recent_median is None else f" {number(line.recent_median)}"
-    recent = f" ({line.recent_steps} steps)" if line.recent_median is not None else ""
+    quiet = " quiet" if line.spikes_left_out else ""
+    recent = f" ({line.recent_steps}{quiet} steps)" if line.recent_median is not None else ""
     text = (
         f"step {line.step}{' (update)' if line.update else ''}  tokens {line.tokens:,}  "
         f"vllm_kl {number(line.vllm_kl)} {line.band or '-'}{change}{median}{recent}"

@@ -548,3 +548,47 @@ def test_a_new_step_reads_only_its_own_parts_and_its_baseline_s(
     assert where is not None and where["baseline_steps"] == list(range(39 - BASELINE_STEPS, 39))
     steps = {step_of[p] for p in touched if p in step_of}
     assert steps and steps <= {39, *where["baseline_steps"]}
+
+
+def test_earlier_spikes_are_left_out_of_the_recent_median() -> None:
+    """A fault on half the steps (as faulty-attn's on steps 3, 4, 6 and 7) would raise the
+    median of all recent steps to the fault's level and hide the next spikes (here 7 and 8);
+    the median of the quiet ones keeps them spikes. A level that stays up is learned once fewer
+    than three quiet steps remain in the window, and a history read back judges its steps as
+    they came."""
+    values = {1: 1e-4, 2: 1.1e-4, 3: 0.9e-4, 4: 1e-3, 5: 1.2e-3, 6: 1.1e-3, 7: 1e-3, 8: 1.05e-3}
+    history = StepHistory("r")
+    alerted = []
+    for s, v in values.items():
+        line = history.line(s, StepValue(10, 1, v), [])
+        alerted += [s] if any(a.check == "spike" for a in line.alerts) else []
+    assert alerted == [4, 5, 6, 7, 8]
+    assert line.recent_median == statistics.median([1e-4, 1.1e-4, 0.9e-4])
+    assert (line.recent_steps, line.spikes_left_out) == (3, 4)
+    spike = next(a for a in line.alerts if a.check == "spike")
+    assert "the 3 quiet steps before, 4 spike(s) left out" in spike.message
+    for step in (7, 8):  # the median of every recent step hid them
+        assert values[step] / statistics.median([values[s] for s in range(1, step)]) < 3
+    read_back = StepHistory("r", {s: StepValue(10, 1, v) for s, v in values.items() if s < 8})
+    assert read_back.spikes == {4, 5, 6, 7}
+    assert read_back.recent(8) == (line.recent_median, 3, 4)
+    steady = StepHistory("r")
+    level = {s: 1e-4 if s < 4 else 1e-3 for s in range(1, 30)}
+    fired = [
+        s
+        for s, v in level.items()
+        if any(a.check == "spike" for a in steady.line(s, StepValue(10, 1, v), []).alerts)
+    ]
+    assert fired == list(range(4, 22))  # step 22's window (2-21) holds 2 quiet steps
+
+
+def test_a_spike_too_early_to_alert_on_is_still_left_out_of_later_medians() -> None:
+    """Step 3 of faulty-attn is 400x the two steps before it: too few to alert on as a spike,
+    but not a quiet step for the medians after it."""
+    history = StepHistory("r")
+    for s, v in {1: 1.08e-4, 2: 0.97e-4, 3: 0.042, 4: 0.0155, 5: 1.19e-4}.items():
+        line = history.line(s, StepValue(10, 1, v), [])
+        if s == 3:
+            assert not any(a.check == "spike" for a in line.alerts)
+    assert history.spikes == {3, 4}
+    assert history.recent(6) == (1.08e-4, 3, 2)
