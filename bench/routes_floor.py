@@ -33,6 +33,7 @@ import base64
 import itertools
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -264,7 +265,9 @@ def rounds(cmds: dict[str, list[str]], repeats: int, ids: int) -> dict[str, list
         timed([*cmds[name], "--warm"] if name.split()[0] in READERS else cmds[name])
     got: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     for r in range(repeats):
-        order = names[r % len(names) :] + names[: r % len(names)]
+        # a seeded shuffle per round: a rotation keeps each command after the same one, and
+        # the second of two commands reading one file finds it in the page cache
+        order = random.Random(r).sample(names, len(names))
         for name in order:
             cmd = cmds[name]
             got[name].append(timed([*cmd, "--warm"] if name.split()[0] in READERS else cmd))
@@ -290,7 +293,7 @@ def section(result: dict[str, Any]) -> str:
         f"{result['commit']}: {result['tokens']:,} response positions ({model:,} model tokens, "
         "sequences of 256-2048 tokens, the trainer's routes differing on 2% of the positions), "
         "both sides' routes. Each command in a fresh process, "
-        f"{result['repeats']} alternating rounds after a warm-up round, medians; a reader's read "
+        f"{result['repeats']} rounds in a shuffled order after a warm-up round, medians; a reader's read "
         "is timed from after its imports, in the ingest's batches of sequences (pyarrow's "
         "`ParquetFile.iter_batches`, Polars' `scan_parquet(...).collect_batches`, DuckDB's "
         "`read_parquet` to an Arrow reader), each batch's ids made numpy arrays; SGLang's "
