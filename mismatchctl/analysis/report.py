@@ -12,7 +12,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from mismatchctl import __version__
 from mismatchctl.analysis.figure_data import FigureData, FigureExtra, figure_data
 from mismatchctl.analysis.routing import routing_extra, routing_results
 from mismatchctl.analysis.selection import (
@@ -50,6 +49,7 @@ from mismatchctl.stats.tails import (
     parse_bounds,
 )
 from mismatchctl.store import Store
+from mismatchctl.version import __version__
 
 AGGREGATION = "token-mean"
 BIN_METRICS = (M.TOKENS, M.OVERFLOW_TOKENS, *TOKEN_METRICS, *QUANTILE_METRICS)
