@@ -51,8 +51,8 @@ from mismatchctl.stats.cube_cells import SequenceCells
 from mismatchctl.stats.cube_part import PartCube, PartStates, as_cube, fold
 from mismatchctl.stats.cube_spec import CubeSpec, Dim, run_label
 from mismatchctl.stats.entropy_bins import entropy_label, entropy_labels
-from mismatchctl.stats.localize import explain as localize
-from mismatchctl.stats.localize_result import Explanation
+from mismatchctl.stats.localize.explain import explain as localize
+from mismatchctl.stats.localize.result import Explanation
 from mismatchctl.stats.positions import (
     ORDER_BLOCK,
     ORDER_BLOCKS,

@@ -22,7 +22,7 @@ from mismatchctl.engines import plan as K
 from mismatchctl.engines.plan import StepRange
 from mismatchctl.stats import BAND_NAMES, band
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.localize_result import NONE, Explanation, Finding, unlocated_sentence
+from mismatchctl.stats.localize.result import NONE, Explanation, Finding, unlocated_sentence
 from mismatchctl.store import Store
 
 RECENT_STEPS = 20

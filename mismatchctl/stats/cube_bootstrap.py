@@ -26,8 +26,8 @@ import numpy as np
 from mismatchctl.stats.cube import kernel_layout, sequence_runs
 from mismatchctl.stats.cube_cells import SequenceCells
 from mismatchctl.stats.cube_spec import CubeSpec
-from mismatchctl.stats.localize_estimates import Sums, versus_baseline, versus_rest
-from mismatchctl.stats.localize_result import BASELINE, Explanation
+from mismatchctl.stats.localize.estimates import Sums, versus_baseline, versus_rest
+from mismatchctl.stats.localize.result import BASELINE, Explanation
 
 MAX_POISSON = 20  # Poisson(1) draws above 20 have probability < 1e-19
 POISSON_CDF = np.cumsum(

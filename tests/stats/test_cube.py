@@ -6,12 +6,12 @@ import itertools
 
 import numpy as np
 import pytest
-from cube_reference import random_tokens, reference_state, small_spec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mismatchctl.stats.cube import Cube, Field, merge_all
 from mismatchctl.stats.cube_spec import CubeSpec, Dim, codes_label
+from tests.stats.cube_reference import random_tokens, reference_state, small_spec
 
 RTOL = 1e-9
 

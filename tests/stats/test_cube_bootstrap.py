@@ -7,8 +7,6 @@ import itertools
 
 import numpy as np
 import pytest
-from cube_reference import random_tokens, small_spec
-from localize_data import Plan, cube_of, generate, pair
 
 from mismatchctl.stats.cube import Cube, kernel_layout
 from mismatchctl.stats.cube_bootstrap import (
@@ -20,8 +18,10 @@ from mismatchctl.stats.cube_bootstrap import (
     sequence_keys,
 )
 from mismatchctl.stats.cube_cells import SequenceCells
-from mismatchctl.stats.localize import explain
-from mismatchctl.stats.localize_estimates import Sums, versus_rest
+from mismatchctl.stats.localize.estimates import Sums, versus_rest
+from mismatchctl.stats.localize.explain import explain
+from tests.stats.cube_reference import random_tokens, small_spec
+from tests.stats.localize.localize_data import Plan, cube_of, generate, pair
 
 REPLICATES = 37
 

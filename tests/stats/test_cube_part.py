@@ -7,11 +7,11 @@ import pickle
 
 import numpy as np
 import pytest
-from cube_reference import random_tokens, small_spec
 
 from mismatchctl.stats import cube_part
 from mismatchctl.stats.cube import Cube
 from mismatchctl.stats.cube_part import PartCube, PartStates, as_cube, fold
+from tests.stats.cube_reference import random_tokens, small_spec
 
 
 def _parts(seed: int, n: int) -> list[tuple[np.ndarray, ...]]:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mismatchctl.stats.cube import Cube
-from mismatchctl.stats.localize import contrast
+from mismatchctl.stats.localize.explain import contrast
 from mismatchctl.stats.step_regimes import homogeneity, split_steps, step_rates, trend
 from tests.stats.cube_reference import random_tokens, small_spec
 

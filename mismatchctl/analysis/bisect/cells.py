@@ -30,7 +30,7 @@ from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats.cube_spec import CubeSpec
-from mismatchctl.stats.localize_result import Region, where_text
+from mismatchctl.stats.localize.result import Region, where_text
 from mismatchctl.store import Store
 
 HOT_CELLS = 3  # explain's top findings taken as cells

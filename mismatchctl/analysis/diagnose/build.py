@@ -31,7 +31,7 @@ from mismatchctl.stats import parse_bins
 from mismatchctl.stats import whatif as WI
 from mismatchctl.stats.cube import Cube
 from mismatchctl.stats.cube_spec import CubeSpec
-from mismatchctl.stats.localize import explain as localize
+from mismatchctl.stats.localize.explain import explain as localize
 from mismatchctl.stats.step_regimes import split_steps, step_rates, trend
 from mismatchctl.store import Store
 

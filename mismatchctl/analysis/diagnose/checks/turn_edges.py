@@ -41,7 +41,7 @@ from mismatchctl.analysis.turn_edges import (
 )
 from mismatchctl.engines import plan as K
 from mismatchctl.stats.cube import Cube, Field
-from mismatchctl.stats.localize import contrast
+from mismatchctl.stats.localize.explain import contrast
 
 NAME = "turn_edges"
 LAYER = DATA

@@ -22,9 +22,9 @@ import math
 
 import numpy as np
 
-from mismatchctl.stats.localize_math import cochran, div, norm_ppf, relvar
-from mismatchctl.stats.localize_result import UniformDim
-from mismatchctl.stats.localize_search import Search
+from mismatchctl.stats.localize.math import cochran, div, norm_ppf, relvar
+from mismatchctl.stats.localize.result import UniformDim
+from mismatchctl.stats.localize.search import Search
 
 
 def uniform_dims(search: Search, dims: list[int]) -> list[UniformDim]:

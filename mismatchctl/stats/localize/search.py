@@ -2,7 +2,7 @@
 
 The target's *model* mass ``M(c) = E_T(c) beta(c)`` is what a cell would hold at the target's
 own per-stratum rates if it were as much hotter than the rest of the selection as the
-baseline's same cell is (``beta``: ``localize_reference``; 1 without a baseline). A region's
+baseline's same cell is (``beta``: ``localize.reference``; 1 without a baseline). A region's
 *specificity*
 
     S(R) = (A(R) / M(R)) / ((A - A(R)) / (M - M(R)))
@@ -14,14 +14,14 @@ totals differ slightly and a region is only ever compared within its table; its 
 adds. The candidates are every cell of every table and, for each ordered dimension (not the
 stratum), every range of its values from either end (``kv_position >= 1024``). Each round
 takes the passing candidate with the largest specific excess, makes it parsimonious
-(``localize_refine``), and explains it away: every cell's model mass grows by ``(S - 1)`` times
+(``localize.refine``), and explains it away: every cell's model mass grows by ``(S - 1)`` times
 its overlap with the finding (HotSpot's ripple effect), so the finding and what it implies for
 coarser and overlapping cells are no longer excess, and the next round finds the next cause.
 
 The variance of ``log S`` (delta method, sequences as clusters) is exact for a cell and for a
-range of a sequence dimension (``localize_math.contrast_var``: the cube's cross moments give
+range of a sequence dimension (``localize.math.contrast_var``: the cube's cross moments give
 the covariance of the region and its rest); for a range of a token dimension, whose values
-share sequences, the range's and the rest's variances come by pieces (``localize_pieces``),
+share sequences, the range's and the rest's variances come by pieces (``localize.pieces``),
 taken as independent (conservative); plus the baseline's share (its own region's contrast,
 times the square of its shrinkage weight).
 """
@@ -35,7 +35,7 @@ from typing import NamedTuple
 import numpy as np
 
 from mismatchctl.stats.cube import Field
-from mismatchctl.stats.localize_math import (
+from mismatchctl.stats.localize.math import (
     contrast_var,
     div,
     norm_ppf,
@@ -43,10 +43,10 @@ from mismatchctl.stats.localize_math import (
     relvar,
     weighted,
 )
-from mismatchctl.stats.localize_pieces import accumulate, token_range_vars
-from mismatchctl.stats.localize_reference import Reference
-from mismatchctl.stats.localize_tables import Dims, Masks, SideTables, overlap
-from mismatchctl.stats.localize_thresholds import LocalizeThresholds
+from mismatchctl.stats.localize.pieces import accumulate, token_range_vars
+from mismatchctl.stats.localize.reference import Reference
+from mismatchctl.stats.localize.tables import Dims, Masks, SideTables, overlap
+from mismatchctl.stats.localize.thresholds import LocalizeThresholds
 
 
 @dataclass
@@ -209,7 +209,7 @@ class Search:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The baseline's variance shares for ranges along axis ``k``, from its own region on
         the shared dimensions (shrinkage weight squared): exact for a sequence dimension's
-        ranges, by pieces (``localize_pieces``) for a token dimension's; and whether that
+        ranges, by pieces (``localize.pieces``) for a token dimension's; and whether that
         region has ``min_sequences`` (a lower bound across token values)."""
         shape = self.t.shape(dims)
         if self.baseline is None:

@@ -31,10 +31,10 @@ Regions hold a set of values per dimension. Three moves, under the search's curr
 
 The reported region must pass the search's criteria itself; otherwise the candidate stands.
 
-Sums come from a region's own table (``localize_regions``): exact across values of sequence
+Sums come from a region's own table (``localize.regions``): exact across values of sequence
 dimensions, interpolated across values of token dimensions. A part of a region is tested
 against the rest of the region as independent of it (conservative: a sequence's parts co-vary
-positively); a region against the rest of the selection as ``localize_regions`` describes, plus
+positively); a region against the rest of the selection as ``localize.regions`` describes, plus
 the baseline's share (its own region's contrast, times its shrinkage weight squared).
 """
 
@@ -46,8 +46,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mismatchctl.stats.cube import Field
-from mismatchctl.stats.localize_math import chi2_sf, div, norm_ppf, own_var, relvar, weighted
-from mismatchctl.stats.localize_regimes import (
+from mismatchctl.stats.localize.math import chi2_sf, div, norm_ppf, own_var, relvar, weighted
+from mismatchctl.stats.localize.regimes import (
     best_interval,
     best_period,
     filled,
@@ -55,14 +55,14 @@ from mismatchctl.stats.localize_regimes import (
     next_to,
     run_ends,
 )
-from mismatchctl.stats.localize_regions import (
+from mismatchctl.stats.localize.regions import (
     complement_var,
     log_contrast_var,
     region_moments,
     restrict,
 )
-from mismatchctl.stats.localize_screen import MARGIN, Screen, screen
-from mismatchctl.stats.localize_search import (
+from mismatchctl.stats.localize.screen import MARGIN, Screen, screen
+from mismatchctl.stats.localize.search import (
     Search,
     Selected,
     effective_sequences,
@@ -71,7 +71,7 @@ from mismatchctl.stats.localize_search import (
     specific_excess,
     specificity,
 )
-from mismatchctl.stats.localize_tables import Masks
+from mismatchctl.stats.localize.tables import Masks
 
 MAX_ROUNDS = 4  # rounds of the parsimony moves
 MAX_MOVES = 256  # moves of one kind in a round (pruning a range of blocked steps value by value)
@@ -316,11 +316,11 @@ class Refiner:
         """The finer region, from the single values and ranges of :func:`_subsets`; when none
         is purer, from the hot sets of batch dimensions (:func:`_hot_values`), judged with the
         values and ranges in the count of the finer regions examined. The values and ranges
-        are screened all at once (``localize_screen``); those that may pass are tested one by
+        are screened all at once (``localize.screen``); those that may pass are tested one by
         one.
 
         A dimension the region fixes already is refined to a sub-range only when it is a
-        regime dimension (``localize_regimes``: the steps of a long run, whose change points
+        regime dimension (``localize.regimes``: the steps of a long run, whose change points
         are found one move at a time). For the others this move never looked at them (the
         table of the region and the dimension was asked for with the dimension twice); doing
         so changes the sample runs' findings, so it waits for a deliberate change."""
@@ -494,7 +494,7 @@ class Refiner:
         freedom (``k`` values): the split was chosen by the data, so it is judged as the
         homogeneity test of all ``k``. The set leaves out at least two values (all but one is
         that one being cold: pruning's business), so a dimension needs four. A regime
-        dimension (``localize_regimes``: the steps of a long run) offers its best interval and
+        dimension (``localize.regimes``: the steps of a long run) offers its best interval and
         its best every-k-th values instead, each standing for the regions scanned (the third
         element: how many regions the candidate counts for)."""
         if self.t.spec.dims[d].name not in SET_DIMS:

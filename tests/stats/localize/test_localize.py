@@ -1,4 +1,4 @@
-"""explain's localization on planted causes (tests/stats/localize_data.py): each cause class is
+"""explain's localization on planted causes (tests/stats/localize/localize_data.py): each cause class is
 found, placed and measured; healthy, improved and policy-wide differences report no localized
 finding."""
 
@@ -10,13 +10,11 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from localize_data import Plan, cube_of, generate, pair
-from localize_data import spec as spec_of
 
 from mismatchctl.stats.cube import Cube
 from mismatchctl.stats.cube_spec import CubeSpec
-from mismatchctl.stats.localize import explain
-from mismatchctl.stats.localize_result import (
+from mismatchctl.stats.localize.explain import explain
+from mismatchctl.stats.localize.result import (
     BASELINE,
     INTERNAL,
     NONE,
@@ -27,6 +25,8 @@ from mismatchctl.stats.localize_result import (
     unlocated_sentence,
 )
 from tests.helpers import slow_param
+from tests.stats.localize.localize_data import Plan, cube_of, generate, pair
+from tests.stats.localize.localize_data import spec as spec_of
 
 KV, STEP = "kv_position", "step"
 
@@ -312,9 +312,9 @@ def test_a_turn_kind_region_is_the_turns_it_covers() -> None:
     """``on_parents`` writes a turn-kind region on the turns (the kind is a function of the
     turn); ``same_tokens`` holds for ``turn 1`` and ``turn_kind later`` only where the target
     has no turn after turn 1."""
-    from mismatchctl.stats.localize_findings import Sides, same_tokens
-    from mismatchctl.stats.localize_tables import SideTables, on_parents
-    from mismatchctl.stats.localize_thresholds import LocalizeThresholds
+    from mismatchctl.stats.localize.findings import Sides, same_tokens
+    from mismatchctl.stats.localize.tables import SideTables, on_parents
+    from mismatchctl.stats.localize.thresholds import LocalizeThresholds
 
     cube, tokens = cube_of(Plan(steps=2, seqs_per_step=64, mean_len=120))
     t = SideTables(cube)
@@ -351,10 +351,10 @@ def test_a_region_seen_through_an_earlier_finding_is_folded_into_it() -> None:
     """Every later-turn token 4x worse, and every token of gpu A100: the turns from the
     second tool response on add nothing outside the later turns (a part of them, no hotter) and
     are that finding seen again; gpu A100 is hot outside them and stays a finding of its own."""
-    from mismatchctl.stats.localize_findings import Sides, finding, fold_seen_again, seen_again
-    from mismatchctl.stats.localize_search import Selected
-    from mismatchctl.stats.localize_tables import SideTables
-    from mismatchctl.stats.localize_thresholds import LocalizeThresholds
+    from mismatchctl.stats.localize.findings import Sides, finding, fold_seen_again, seen_again
+    from mismatchctl.stats.localize.search import Selected
+    from mismatchctl.stats.localize.tables import SideTables
+    from mismatchctl.stats.localize.thresholds import LocalizeThresholds
 
     cube, _ = cube_of(Plan(cause="later+gpu", magnitude=4.0, steps=4, seqs_per_step=192))
     t = SideTables(cube)

@@ -86,7 +86,7 @@ class UniformDim:
     q: float
     p_value: float
     excess_share: float | None = None  # the tested cells' share of the excess over the baseline
-    excess_elsewhere: bool = False  # under ``uniform_excess_share``: not uniform (localize_uniform)
+    excess_elsewhere: bool = False  # under ``uniform_excess_share``: not uniform (localize.uniform)
 
 
 @dataclass

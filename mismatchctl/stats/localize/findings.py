@@ -1,5 +1,5 @@
 """From the cells the search picked to reported findings: sibling merges, the estimates of each
-region (``localize_estimates``, sums from the cube), delta-method intervals and sentences."""
+region (``localize.estimates``, sums from the cube), delta-method intervals and sentences."""
 
 from __future__ import annotations
 
@@ -11,23 +11,23 @@ import numpy as np
 
 from mismatchctl.stats.cube import Field
 from mismatchctl.stats.cube_spec import CubeSpec
-from mismatchctl.stats.localize_estimates import (
+from mismatchctl.stats.localize.estimates import (
     Estimate,
     expected,
     rates,
     versus_baseline,
     versus_rest,
 )
-from mismatchctl.stats.localize_math import div, norm_ppf, relvar, weighted
-from mismatchctl.stats.localize_reference import Reference
-from mismatchctl.stats.localize_regimes import is_regime, readable
-from mismatchctl.stats.localize_regions import (
+from mismatchctl.stats.localize.math import div, norm_ppf, relvar, weighted
+from mismatchctl.stats.localize.reference import Reference
+from mismatchctl.stats.localize.regimes import is_regime, readable
+from mismatchctl.stats.localize.regions import (
     log_contrast_var,
     region_moments,
     region_sums,
     restrict,
 )
-from mismatchctl.stats.localize_result import (
+from mismatchctl.stats.localize.result import (
     BASELINE,
     INTERNAL,
     BaselineRegions,
@@ -35,9 +35,9 @@ from mismatchctl.stats.localize_result import (
     Region,
     sentence,
 )
-from mismatchctl.stats.localize_search import Selected, effective_sequences
-from mismatchctl.stats.localize_tables import Masks, SideTables, on_parents
-from mismatchctl.stats.localize_thresholds import LocalizeThresholds
+from mismatchctl.stats.localize.search import Selected, effective_sequences
+from mismatchctl.stats.localize.tables import Masks, SideTables, on_parents
+from mismatchctl.stats.localize.thresholds import LocalizeThresholds
 from mismatchctl.stats.value_names import name_values
 
 
@@ -105,7 +105,7 @@ def estimate_with_regions(
 def baseline_weights(
     sides: Sides, shared: Masks | None, marginals: list[Masks]
 ) -> tuple[float, list[float]]:
-    """Shrinkage weights of the baseline's region and of its marginals (``localize_reference``)."""
+    """Shrinkage weights of the baseline's region and of its marginals (``localize.reference``)."""
     b, ref = sides.b, sides.ref
     if b is None or ref is None or shared is None:
         return 1.0, []

@@ -3,7 +3,7 @@
 A run of hundreds of steps is an ordered sequence of batches. A fault lives in a regime of it:
 from some step on (a change point), in an interval of steps, or every k-th step (a periodic
 batch shape). An arbitrary set of its values (the hottest half of 181 steps) fits the noise of
-each step and names nothing a person can act on; the refiner (``localize_refine``) tries, for
+each step and names nothing a person can act on; the refiner (``localize.refine``) tries, for
 such a *regime dimension* (``is_regime``), contiguous intervals and every-k-th values instead
 of sets ranked by their rates, keeps a region's values in at most :data:`MAX_RUNS` ranges when
 it prunes, widens or merges them, and names what it finds by its structure
@@ -20,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 from mismatchctl.stats.cube import Field
-from mismatchctl.stats.localize_math import div, own_var, relvar
-from mismatchctl.stats.localize_search import log_z
-from mismatchctl.stats.localize_tables import SideTables
-from mismatchctl.stats.localize_thresholds import LocalizeThresholds
+from mismatchctl.stats.localize.math import div, own_var, relvar
+from mismatchctl.stats.localize.search import log_z
+from mismatchctl.stats.localize.tables import SideTables
+from mismatchctl.stats.localize.thresholds import LocalizeThresholds
 from mismatchctl.stats.value_names import MAX_RUNS, MIN_PERIODIC, runs
 
 REGIME_DIMS = frozenset({"step"})  # ordered batch dimensions

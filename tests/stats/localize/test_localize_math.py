@@ -9,12 +9,11 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from cube_reference import random_tokens, small_spec
 
 from mismatchctl.stats.cube import Cube, Field
 from mismatchctl.stats.decompose import decompose, shift_share
-from mismatchctl.stats.localize_estimates import Sums, versus_baseline, versus_rest
-from mismatchctl.stats.localize_math import (
+from mismatchctl.stats.localize.estimates import Sums, versus_baseline, versus_rest
+from mismatchctl.stats.localize.math import (
     chi2_sf,
     cochran,
     contrast_var,
@@ -22,9 +21,10 @@ from mismatchctl.stats.localize_math import (
     own_var,
     shrunk_ratio,
 )
-from mismatchctl.stats.localize_regions import region_moments, region_sums
-from mismatchctl.stats.localize_result import _pct, ratio_text
-from mismatchctl.stats.localize_tables import SideTables, expected_mass, stratum_rates
+from mismatchctl.stats.localize.regions import region_moments, region_sums
+from mismatchctl.stats.localize.result import _pct, ratio_text
+from mismatchctl.stats.localize.tables import SideTables, expected_mass, stratum_rates
+from tests.stats.cube_reference import random_tokens, small_spec
 
 
 def _data(seed: int = 0, n_seq: int = 120):

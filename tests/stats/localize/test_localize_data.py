@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from localize_data import k3, scaled_k3
+
+from tests.stats.localize.localize_data import k3, scaled_k3
 
 
 def _every_round(r: np.ndarray, factor: float) -> np.ndarray:

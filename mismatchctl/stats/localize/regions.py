@@ -5,7 +5,7 @@ A region's cells (*atoms*) are the cells of its own table inside every mask. Its
 exactly across values of sequence dimensions (disjoint sequences). Across values of a token
 dimension the atoms share sequences whose cross products the cube does not hold: the region's
 own variance is then interpolated between independent atoms and the Cauchy-Schwarz bound with
-the dimension's measured correlation (``localize_tables.token_correlation``). The findings'
+the dimension's measured correlation (``localize.tables.token_correlation``). The findings'
 bootstrap (``stats/cube_bootstrap.py``) gives the exact interval of a finding.
 """
 
@@ -16,9 +16,9 @@ from typing import NamedTuple
 import numpy as np
 
 from mismatchctl.stats.cube import Field
-from mismatchctl.stats.localize_estimates import Sums
-from mismatchctl.stats.localize_math import contrast_var, div, own_var, relvar
-from mismatchctl.stats.localize_tables import Dims, Masks, SideTables
+from mismatchctl.stats.localize.estimates import Sums
+from mismatchctl.stats.localize.math import contrast_var, div, own_var, relvar
+from mismatchctl.stats.localize.tables import Dims, Masks, SideTables
 
 
 def region_dims(region: Masks) -> Dims:

@@ -1,5 +1,5 @@
-"""The steps of a long run searched as ranges and regimes (stats/localize_regimes.py), the
-refiner's screen of a dimension's finer regions (stats/localize_screen.py), against exact
+"""The steps of a long run searched as ranges and regimes (stats/localize/regimes.py), the
+refiner's screen of a dimension's finer regions (stats/localize/screen.py), against exact
 enumerations on small data; and a planted regime of a 1,000-step run found and named."""
 
 from __future__ import annotations
@@ -11,20 +11,20 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from localize_data import Plan, cube_of, pair
 
 from mismatchctl.stats.cube import Cube, Field
-from mismatchctl.stats.localize import explain
-from mismatchctl.stats.localize_math import own_var
-from mismatchctl.stats.localize_reference import no_reference
-from mismatchctl.stats.localize_refine import Refiner
-from mismatchctl.stats.localize_regimes import best_interval, best_period, is_regime
-from mismatchctl.stats.localize_screen import screen
-from mismatchctl.stats.localize_search import Search
-from mismatchctl.stats.localize_tables import SideTables, expected_mass, stratum_rates
-from mismatchctl.stats.localize_thresholds import LocalizeThresholds
+from mismatchctl.stats.localize.explain import explain
+from mismatchctl.stats.localize.math import own_var
+from mismatchctl.stats.localize.reference import no_reference
+from mismatchctl.stats.localize.refine import Refiner
+from mismatchctl.stats.localize.regimes import best_interval, best_period, is_regime
+from mismatchctl.stats.localize.screen import screen
+from mismatchctl.stats.localize.search import Search
+from mismatchctl.stats.localize.tables import SideTables, expected_mass, stratum_rates
+from mismatchctl.stats.localize.thresholds import LocalizeThresholds
 from mismatchctl.stats.value_names import MAX_RUNS, MIN_PERIODIC, runs
 from tests.helpers import slow_param
+from tests.stats.localize.localize_data import Plan, cube_of, pair
 
 TH = LocalizeThresholds()
 # 1,000 steps of 4 responses of ~100 tokens (450k tokens): K3 x5 at KV >= 512 in steps 500-749

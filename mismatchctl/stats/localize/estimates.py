@@ -9,7 +9,7 @@ token mix over the strata (probability bins):
     F(R) = E_T(R) Q_B(R'),   E_X(R) = sum_s n_X(R, s) k_B(s),   Q_B(R') = A_B(R') / E_B(R')
 
 where ``k_B(s)`` is B's mean K3 in stratum s and ``R'`` is R restricted to the dimensions the two
-selections share. ``Q_B`` is shrunk on the log scale, with a fixed weight (``localize_reference``:
+selections share. ``Q_B`` is shrunk on the log scale, with a fixed weight (``localize.reference``:
 empirical Bayes), toward the product of its one-dimension marginals' ratios (each shrunk toward
 1 with its own weight).
 The rate ratio is ``A_T(R) / F(R)``: with equal mixes it is exactly ``k_T(R) / k_B(R)``.
@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mismatchctl.stats.localize_math import div, shrunk_ratio
+from mismatchctl.stats.localize.math import div, shrunk_ratio
 
 
 class Sums(NamedTuple):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mismatchctl.stats.cube import Cube
-from mismatchctl.stats.localize import contrast_baseline
+from mismatchctl.stats.localize.explain import contrast_baseline
 from tests.stats.cube_reference import random_tokens, small_spec
 
 REL = 1e-9

@@ -23,7 +23,7 @@ import numpy as np
 
 from mismatchctl.stats.cube import Cube, Field
 from mismatchctl.stats.cube_spec import CubeSpec
-from mismatchctl.stats.localize_math import div, own_var
+from mismatchctl.stats.localize.math import div, own_var
 
 Dims = tuple[int, ...]
 

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 
 from mismatchctl.stats.cube import Field
-from mismatchctl.stats.localize_math import div, own_var, relvar
-from mismatchctl.stats.localize_regions import region_moments, restrict
-from mismatchctl.stats.localize_search import effective_sequences, log_z
-from mismatchctl.stats.localize_tables import Masks
+from mismatchctl.stats.localize.math import div, own_var, relvar
+from mismatchctl.stats.localize.regions import region_moments, restrict
+from mismatchctl.stats.localize.search import effective_sequences, log_z
+from mismatchctl.stats.localize.tables import Masks
 
 if TYPE_CHECKING:
-    from mismatchctl.stats.localize_refine import Refiner
+    from mismatchctl.stats.localize.refine import Refiner
 
 MARGIN = 1e-6  # z within this of the threshold: tested again region by region
 

@@ -1,4 +1,4 @@
-"""Every constant of the localization (``stats/localize.py``), with the reasoning behind it.
+"""Every constant of the localization (``stats/localize/explain.py``), with the reasoning behind it.
 
 docs/explain.md describes the algorithm these constants tune.
 """

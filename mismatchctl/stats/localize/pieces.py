@@ -3,7 +3,7 @@
 A range of token-dimension values (``kv_position >= 1024``) within a cell of the other
 dimensions holds values whose sequences overlap: its own variance is interpolated between
 independent values and the Cauchy-Schwarz bound with the dimension's measured correlation
-(``localize_tables.token_correlation``). The rest of the selection splits into disjoint pieces,
+(``localize.tables.token_correlation``). The rest of the selection splits into disjoint pieces,
 each computed from its own cells (never as the whole minus the range: a hot range's large
 variance would swamp a cold rest's): first one piece per sequence dimension (the earlier ones
 fixed, this one at any other value: exact moments, disjoint sequences, variances add), then one
@@ -18,8 +18,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from mismatchctl.stats.localize_math import own_var
-from mismatchctl.stats.localize_tables import Dims, SideTables
+from mismatchctl.stats.localize.math import own_var
+from mismatchctl.stats.localize.tables import Dims, SideTables
 
 
 def accumulate(x: np.ndarray, axis: int, kind: str | None, fn: Callable = np.cumsum) -> np.ndarray:

@@ -21,8 +21,8 @@ import numpy as np
 
 from mismatchctl.stats.cube import Cube, Field
 from mismatchctl.stats.decompose import decompose
-from mismatchctl.stats.localize_estimates import versus_rest
-from mismatchctl.stats.localize_findings import (
+from mismatchctl.stats.localize.estimates import versus_rest
+from mismatchctl.stats.localize.findings import (
     Sides,
     drop_aliases,
     estimate,
@@ -30,15 +30,15 @@ from mismatchctl.stats.localize_findings import (
     fold_seen_again,
     merge_siblings,
 )
-from mismatchctl.stats.localize_math import div, norm_ppf, relvar
-from mismatchctl.stats.localize_reference import baseline_reference, no_reference
-from mismatchctl.stats.localize_refine import Refiner
-from mismatchctl.stats.localize_regions import region_moments, region_sums
-from mismatchctl.stats.localize_result import CellShare, Explanation, Finding, lead_sentence
-from mismatchctl.stats.localize_search import Baseline, Search, Selected, effective_sequences
-from mismatchctl.stats.localize_tables import Dims, SideTables, expected_mass, stratum_rates
-from mismatchctl.stats.localize_thresholds import LocalizeThresholds
-from mismatchctl.stats.localize_uniform import uniform_dims
+from mismatchctl.stats.localize.math import div, norm_ppf, relvar
+from mismatchctl.stats.localize.reference import baseline_reference, no_reference
+from mismatchctl.stats.localize.refine import Refiner
+from mismatchctl.stats.localize.regions import region_moments, region_sums
+from mismatchctl.stats.localize.result import CellShare, Explanation, Finding, lead_sentence
+from mismatchctl.stats.localize.search import Baseline, Search, Selected, effective_sequences
+from mismatchctl.stats.localize.tables import Dims, SideTables, expected_mass, stratum_rates
+from mismatchctl.stats.localize.thresholds import LocalizeThresholds
+from mismatchctl.stats.localize.uniform import uniform_dims
 
 
 def explain(
@@ -383,7 +383,7 @@ def contrast_within(
     name -> search-level codes) at ``codes`` of ``dim`` against its tokens at the other values
     of ``dim``, at the region's own rates over ``stratum`` (the same token mix), and the
     interval at ``level``: the two parts' own variances taken as independent (conservative: a
-    sequence's parts co-vary positively, as ``localize_regions.log_contrast_var``). None when a
+    sequence's parts co-vary positively, as ``localize.regions.log_contrast_var``). None when a
     part has no mass, ``dim`` is blocked (its search-level codes are not its values) or the
     cube holds no table of these dimensions with the stratum."""
     spec = cube.spec

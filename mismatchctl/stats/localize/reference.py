@@ -1,12 +1,12 @@
 """What the baseline contributes to each target cell: its shrunk ratio ``Q_B(c')`` (for the
 rate ratio) and its local contrast ``beta(c')`` (for the specificity), on the dimensions the two
-selections share (``c'``: the cell restricted to them). See ``localize_estimates`` and
+selections share (``c'``: the cell restricted to them). See ``localize.estimates`` and
 docs/explain.md.
 
 ``beta(c') = Q_B(c') / Q_B(rest of the baseline)``: how much hotter the baseline itself is in
 ``c'`` than in the rest of it, at the same token probabilities. A target cell is *specific* when
 it is hotter than its rest by more than that. The variance of ``log beta`` is the baseline's
-exact cell-versus-rest contrast variance (``localize_math.contrast_var``), times the square of
+exact cell-versus-rest contrast variance (``localize.math.contrast_var``), times the square of
 the weight the shrinkage gives the cell's own data (``_own``).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mismatchctl.stats.localize_math import (
+from mismatchctl.stats.localize.math import (
     contrast_var,
     div,
     dl_tau2,
@@ -25,7 +25,7 @@ from mismatchctl.stats.localize_math import (
     shrunk_ratio,
     weighted,
 )
-from mismatchctl.stats.localize_tables import Dims, SideTables
+from mismatchctl.stats.localize.tables import Dims, SideTables
 
 Arrays = dict[Dims, np.ndarray]
 
