@@ -25,7 +25,7 @@ from mismatchctl.engines.rollup import sort_key
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.presets import Config, Preset, all_presets, merge, parse_sets
+from mismatchctl.stats.presets.base import Config, Preset, all_presets, merge, parse_sets
 from mismatchctl.store import Store
 
 SPLITS: list[K.Split] = [(), (K.RUN,), (K.RUN, K.STEP), (K.GPU,)]

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from mismatchctl.stats.preset_areal import ArealRejection
-from mismatchctl.stats.presets import parse_sets
-from tests.analysis.preset_data import (
+from mismatchctl.stats.presets.areal import ArealRejection
+from mismatchctl.stats.presets.base import parse_sets
+from tests.stats.presets.preset_data import (
     exp_batch,
     ingest_steps,
     listed_preset,

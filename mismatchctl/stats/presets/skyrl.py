@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mismatchctl.stats.presets import (
+from mismatchctl.stats.presets.base import (
     COUNTS,
     WEIGHTS,
     CellPreset,

@@ -248,14 +248,14 @@ def _value(text: str) -> Any:
 
 def all_presets() -> dict[str, Preset]:
     """Every preset, by name."""
-    from mismatchctl.stats.preset_areal import ArealRejection
-    from mismatchctl.stats.preset_dppo import Dppo
-    from mismatchctl.stats.preset_opsm import SlimeOpsm
-    from mismatchctl.stats.preset_roll import RollTrainInfer
-    from mismatchctl.stats.preset_skyrl import SkyrlOffPolicy
-    from mismatchctl.stats.preset_slime import SlimeTis
-    from mismatchctl.stats.preset_trl import TrlVllmIs
-    from mismatchctl.stats.preset_verl import VerlRolloutCorr
+    from mismatchctl.stats.presets.areal import ArealRejection
+    from mismatchctl.stats.presets.dppo import Dppo
+    from mismatchctl.stats.presets.opsm import SlimeOpsm
+    from mismatchctl.stats.presets.roll import RollTrainInfer
+    from mismatchctl.stats.presets.skyrl import SkyrlOffPolicy
+    from mismatchctl.stats.presets.slime import SlimeTis
+    from mismatchctl.stats.presets.trl import TrlVllmIs
+    from mismatchctl.stats.presets.verl import VerlRolloutCorr
 
     presets: list[Preset] = [
         VerlRolloutCorr(),

@@ -1,6 +1,6 @@
-"""What every `whatif --preset` shares (stats/presets.py): the state's common columns, written
+"""What every `whatif --preset` shares (stats/presets/base.py): the state's common columns, written
 once (``put_common``), and whatif's common numbers of them (``common_metrics``); each preset's
-own numbers are tested against its framework in tests/analysis/test_whatif_preset_*.py."""
+own numbers are tested against its framework in tests/stats/presets/test_preset_*.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.presets import (
+from mismatchctl.stats.presets.base import (
     COUNTS,
     WEIGHTS,
     Chunk,

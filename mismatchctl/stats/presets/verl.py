@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.presets import (
+from mismatchctl.stats.presets.base import (
     COUNTS,
     WEIGHTS,
     CellPreset,

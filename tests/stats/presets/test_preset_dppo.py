@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from mismatchctl.stats.preset_dppo import Dppo
-from mismatchctl.stats.presets import parse_sets
-from tests.analysis.preset_data import (
+from mismatchctl.stats.presets.base import parse_sets
+from mismatchctl.stats.presets.dppo import Dppo
+from tests.stats.presets.preset_data import (
     ingest_steps,
     listed_preset,
     padded,

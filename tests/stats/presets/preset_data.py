@@ -1,4 +1,4 @@
-"""What the tests of `whatif --preset` share (tests/analysis/test_whatif_preset_*.py): random
+"""What the tests of `whatif --preset` share (tests/stats/presets/test_preset_*.py): random
 batches of sequences, a preset run over parts of whole sequences and merged, the padded batch
 a framework's trainer holds, and the per-step groups of `whatif --preset` through the command
 line on a store of those batches."""
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import torch
 
 import mismatchctl
-from mismatchctl.stats.presets import Config, Preset, merge
+from mismatchctl.stats.presets.base import Config, Preset, merge
 from tests.helpers import cli
 
 Batch = tuple[list[np.ndarray], list[np.ndarray]]  # per sequence: rollout, trainer logprobs

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from mismatchctl.stats.preset_opsm import SlimeOpsm
-from mismatchctl.stats.presets import parse_sets
-from tests.analysis.preset_data import (
+from mismatchctl.stats.presets.base import parse_sets
+from mismatchctl.stats.presets.opsm import SlimeOpsm
+from tests.stats.presets.preset_data import (
     exp_batch,
     ingest_steps,
     listed_preset,

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-from mismatchctl.stats.preset_trl import TrlVllmIs
-from mismatchctl.stats.presets import parse_sets
-from tests.analysis.preset_data import exp_batch, listed_preset, padded, run_preset
+from mismatchctl.stats.presets.base import parse_sets
+from mismatchctl.stats.presets.trl import TrlVllmIs
+from tests.stats.presets.preset_data import exp_batch, listed_preset, padded, run_preset
 from tests.trl_grpo import sample_with_stale_copy, tiny_grpo_setup
 
 MODES = ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 import torch
 
-from mismatchctl.stats.preset_verl import VerlRolloutCorr
-from mismatchctl.stats.presets import parse_sets
-from tests.analysis.preset_data import (
+from mismatchctl.stats.presets.base import parse_sets
+from mismatchctl.stats.presets.verl import VerlRolloutCorr
+from tests.stats.presets.preset_data import (
     ingest_steps,
     listed_preset,
     nonpositive,

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mismatchctl.stats.preset_slime import ICEPOP, SlimeTis
-from mismatchctl.stats.presets import parse_sets
-from tests.analysis.preset_data import exp_batch, run_preset
+from mismatchctl.stats.presets.base import parse_sets
+from mismatchctl.stats.presets.slime import ICEPOP, SlimeTis
+from tests.stats.presets.preset_data import exp_batch, run_preset
 
 
 def slime_reference(lrs, lts, lo, hi, icepop):

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 import mismatchctl
-from mismatchctl.stats.preset_roll import RollTrainInfer
-from mismatchctl.stats.presets import parse_sets
-from tests.analysis.preset_data import (
+from mismatchctl.stats.presets.base import parse_sets
+from mismatchctl.stats.presets.roll import RollTrainInfer
+from tests.stats.presets.preset_data import (
     listed_preset,
     refused,
     run_preset,
