@@ -99,10 +99,10 @@ DIAGNOSE = "mismatchctl.analysis.diagnose"
 
 def test_the_report_does_not_know_diagnose() -> None:
     """The report is a result of its own: a diagnosis of each run is composed with it beside it
-    (``analysis/diagnosed_report.py``), so no module of the report (``analysis/report*``)
+    (``analysis/diagnosed_report.py``), so no module of the report (``analysis/report/``)
     imports diagnose, not even for a type."""
-    reports = sorted((PACKAGE / "analysis").glob("report*.py"))
-    assert {p.name for p in reports} >= {"report.py", "report_view.py"}
+    reports = sorted((PACKAGE / "analysis" / "report").glob("*.py"))
+    assert {p.name for p in reports} >= {"report.py", "view.py"}
     wrong = [
         f"{path.relative_to(ROOT)}:{line} imports {module}"
         for path in reports

@@ -27,10 +27,10 @@ from mismatchctl.analysis.explain_length import (
     SideScaling,
     side_scaling,
 )
-from mismatchctl.analysis.figure_data import RatePlot
-from mismatchctl.analysis.report import parse_edges
-from mismatchctl.analysis.route_kinds import FLIPPED, SAME, UNPAIRED
-from mismatchctl.analysis.routing import route_layers
+from mismatchctl.analysis.report.figure_data import RatePlot
+from mismatchctl.analysis.report.report import parse_edges
+from mismatchctl.analysis.routing.kinds import FLIPPED, SAME, UNPAIRED
+from mismatchctl.analysis.routing.routing import route_layers
 from mismatchctl.analysis.selection import reading, resolve_text, same_selection
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine

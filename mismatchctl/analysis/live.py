@@ -15,7 +15,7 @@ from typing import Any
 
 from mismatchctl.analysis.diagnose.levels import MEDIUM_MAX
 from mismatchctl.analysis.explain import explain_selections
-from mismatchctl.analysis.report import build_report
+from mismatchctl.analysis.report.report import build_report
 from mismatchctl.analysis.selection import resolve_text
 from mismatchctl.analysis.selectors import selector_text
 from mismatchctl.engines import plan as K

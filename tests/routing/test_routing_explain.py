@@ -14,7 +14,7 @@ import pytest
 
 from mismatchctl import api
 from mismatchctl.analysis.explain import FIRST_FLIP_LAYER, ROUTING, cube_spec, read_cubes
-from mismatchctl.analysis.report import parse_edges
+from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.selection import select
 from mismatchctl.engines.choice import LOCAL_ENGINE
 from mismatchctl.stats.cube import Field

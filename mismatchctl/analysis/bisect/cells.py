@@ -21,7 +21,7 @@ from mismatchctl.analysis.explain import (
     explain_selections,
     twin_columns,
 )
-from mismatchctl.analysis.report import parse_edges
+from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.selection import reading, resolve_text
 from mismatchctl.analysis.selectors import StepRange, selector_text
 from mismatchctl.analysis.where import Condition, cell_mask, parse_where, where_keys

@@ -18,12 +18,12 @@ from mismatchctl.analysis.diagnose.diagnosis import Diagnosis
 from mismatchctl.analysis.diagnose.extra import DiagnoseExtra
 from mismatchctl.analysis.diagnose.registry import run_checks
 from mismatchctl.analysis.explain import RunCubeExtra, cube_spec, read_run_cubes, refuse_same
-from mismatchctl.analysis.report import Report, report_on
+from mismatchctl.analysis.report.report import Report, report_on
 from mismatchctl.analysis.selection import reread, resolve_text
 from mismatchctl.analysis.token_classes import TokenClassExtra, class_tables, summarize, top_size
 from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
 from mismatchctl.analysis.turn_edges import EdgeExtra
-from mismatchctl.analysis.whatif import SEQ_CELLS, WhatifExtra
+from mismatchctl.analysis.whatif.whatif import SEQ_CELLS, WhatifExtra
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.plan import Selection
 from mismatchctl.parallel import DEFAULT_WORKERS

@@ -13,7 +13,7 @@ import numpy as np
 from mismatchctl.analysis.diagnose.check import Check, CheckModule
 from mismatchctl.analysis.diagnose.extra import DiagnoseState
 from mismatchctl.analysis.diagnose.levels import LEVEL
-from mismatchctl.analysis.report import Report
+from mismatchctl.analysis.report.report import Report
 from mismatchctl.analysis.token_classes import ClassSummary
 from mismatchctl.analysis.turn_edges import EdgeState
 from mismatchctl.engines import plan as K
