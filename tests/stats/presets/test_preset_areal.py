@@ -21,10 +21,8 @@ from mismatchctl.stats.presets.base import parse_sets
 from tests.stats.presets.preset_data import (
     exp_batch,
     ingest_steps,
-    listed_preset,
     nonpositive,
     padded,
-    refused,
     run_preset,
     whatif_per_step,
 )
@@ -183,20 +181,6 @@ def test_sequence_ratio_weights_are_the_geometric_mean() -> None:
     assert got["token_fraction"] == pytest.approx(1 / 3) and got["sequence_fraction"] == 0.5
 
 
-@pytest.mark.parametrize(
-    ("sets", "found"),
-    [
-        (["level=turn"], "level must be one of"),
-        (["action=clamp", "metric=kl_k3", "upper=1"], "action='clamp' only supports"),
-        (["upper=1"], "upper must be > 1.0 for 'ratio'"),
-        (["lower=6"], "cannot be greater than upper"),
-        (["metric=kl_k2", "upper=-1"], "upper must be positive for 'kl_k2'"),
-    ],
-)
-def test_bad_configs_are_refused(store: Path, sets: list, found: str) -> None:
-    assert found in refused("areal-rejection", sets)
-
-
 def test_cli_per_step_groups_equal_areal_per_batch(store: Path, tmp_path: Path) -> None:
     batches = {step: nonpositive(_batch(60 + step, n_seq=10)) for step in range(3)}
     ingest_steps(store, tmp_path, "a", batches)
@@ -207,10 +191,3 @@ def test_cli_per_step_groups_equal_areal_per_batch(store: Path, tmp_path: Path) 
     for step, (lrs, lts) in batches.items():
         want, *_ = areal_metrics(*padded(lrs, lts), config)
         _assert_close(per_step[step], want)
-
-
-def test_list_presets_names_version_and_source() -> None:
-    areal = listed_preset("areal-rejection")
-    assert "4aef98d8" in areal["framework"]
-    assert areal["defaults"] == {"level": "token", "action": "mask", "metric": "ratio",
-                                 "agg": "mean", "upper": 5.0, "lower": None}  # fmt: skip

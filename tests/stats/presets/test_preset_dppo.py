@@ -18,21 +18,11 @@ from mismatchctl.stats.presets.base import parse_sets
 from mismatchctl.stats.presets.dppo import Dppo
 from tests.stats.presets.preset_data import (
     ingest_steps,
-    listed_preset,
     padded,
-    refused,
     run_preset,
     whatif_per_step,
 )
-
-
-def safe_exp_delta(delta, clip=20.0, out_dtype=None):
-    y = torch.clamp(delta.to(torch.float32), -clip, clip).exp()
-    return y.to(out_dtype or delta.dtype)
-
-
-def masked_mean(tensor, mask, dim=None):
-    return (tensor * mask).sum(axis=dim) / mask.sum(axis=dim).clamp(min=1.0)
+from tests.stats.presets.skyrl_torch import masked_mean, safe_exp_delta
 
 
 def skyrl_dppo(log_probs, rollout_logprobs, advantages, loss_mask, c):
@@ -120,18 +110,6 @@ def test_tv_is_the_probability_gap() -> None:
     assert got["dppo_masked_fraction_negative"] == pytest.approx(1 / 3)
 
 
-@pytest.mark.parametrize(
-    ("sets", "found"),
-    [
-        (["dppo_type=topk_tv"], "dppo_type `topk_tv`: binary_tv or binary_kl"),
-        (["advantage_sign=both"], "advantage_sign `both`: positive or negative"),
-        (["delta_low=small"], "delta_low `small`: a number"),
-    ],
-)
-def test_bad_configs_are_refused(store: Path, sets: list, found: str) -> None:
-    assert found in refused("dppo", sets)
-
-
 def test_cli_per_step_groups_equal_skyrl_per_batch(store: Path, tmp_path: Path) -> None:
     batches = {step: _batch(80 + step, n_seq=10) for step in range(2)}
     ingest_steps(store, tmp_path, "d", batches)
@@ -142,9 +120,3 @@ def test_cli_per_step_groups_equal_skyrl_per_batch(store: Path, tmp_path: Path) 
     for step, (lrs, lts) in batches.items():
         (_, _, want), _ = _reference(lrs, lts, config, "positive")
         assert per_step[step]["clip_ratio"] == pytest.approx(want, rel=1e-12)
-
-
-def test_list_presets_names_version_and_source() -> None:
-    dppo = listed_preset("dppo")
-    assert "a9564572" in dppo["framework"] and dppo["source"].endswith("ppo_utils.py")
-    assert dppo["defaults"]["delta_low"] == 0.2 and dppo["defaults"]["dppo_type"] == "binary_tv"

@@ -21,9 +21,7 @@ from mismatchctl.stats.presets.opsm import SlimeOpsm
 from tests.stats.presets.preset_data import (
     exp_batch,
     ingest_steps,
-    listed_preset,
     nonpositive,
-    refused,
     run_preset,
     whatif_per_step,
 )
@@ -133,18 +131,6 @@ def test_tool_tokens_leave_the_mask_alone_and_weigh_in_slimes_clipfrac() -> None
     assert clipfrac == pytest.approx((masked * (lengths + tool) / lengths).mean(), rel=1e-12)
 
 
-@pytest.mark.parametrize(
-    ("sets", "found"),
-    [
-        (["advantage_sign=both"], "advantage_sign `both`: negative or positive"),
-        (["opsm_delta=small"], "opsm_delta `small`: a number"),
-        (["use_opsm=true"], "has no key `use_opsm`"),
-    ],
-)
-def test_bad_configs_are_refused(store: Path, sets: list, found: str) -> None:
-    assert found in refused("slime-opsm", sets)
-
-
 def test_cli_per_step_groups_equal_slime_per_step(store: Path, tmp_path: Path) -> None:
     batches = {step: nonpositive(_batch(40 + step, n_seq=12)) for step in range(2)}
     ingest_steps(store, tmp_path, "o", batches)
@@ -153,10 +139,3 @@ def test_cli_per_step_groups_equal_slime_per_step(store: Path, tmp_path: Path) -
     for step, (lrs, lts) in batches.items():
         _, want = slime_opsm(lrs, lts, 0.002, -1.0)
         assert per_step[step]["opsm_clipfrac"] == pytest.approx(want, rel=1e-12)
-
-
-def test_list_presets_names_version_and_source() -> None:
-    opsm = listed_preset("slime-opsm")
-    assert "624b824a" in opsm["framework"] and "31f1ca96" in opsm["framework"]
-    assert opsm["source"] == "slime/utils/ppo_utils.py"
-    assert opsm["defaults"] == {"opsm_delta": 1e-4, "advantage_sign": "negative"}

@@ -21,8 +21,6 @@ import mismatchctl
 from mismatchctl.stats.presets.base import parse_sets
 from mismatchctl.stats.presets.roll import RollTrainInfer
 from tests.stats.presets.preset_data import (
-    listed_preset,
-    refused,
     run_preset,
     whatif_per_step,
 )
@@ -260,19 +258,6 @@ def test_segment_is_the_turn() -> None:
     assert RollTrainInfer().finalize(whole, config)[key] == pytest.approx(1.0, rel=1e-7)
 
 
-@pytest.mark.parametrize(
-    ("sets", "found"),
-    [
-        (["is_weight.weight_type=turn"], "is_weight.weight_type `turn`: one of"),
-        (["filters.0.enabled=yes"], "filters.0.enabled `yes`: true or false"),
-        (["filters.0.ratio_low=low"], "filters.0.ratio_low `low`: a number"),
-        (["filters.1.enabled=true"], "has no key `filters.1.enabled`"),
-    ],
-)
-def test_bad_configs_are_refused(store: Path, sets: list, found: str) -> None:
-    assert found in refused("roll-train-infer", sets)
-
-
 def test_cli_reads_turns_and_per_step_groups_equal_roll(store: Path, tmp_path: Path) -> None:
     cols: dict[str, list] = {k: [] for k in ("step", "uid", "rollout_log_probs", "old_log_probs",
                                              "response_mask")}  # fmt: skip
@@ -293,10 +278,3 @@ def test_cli_reads_turns_and_per_step_groups_equal_roll(store: Path, tmp_path: P
     for step, batch in batches.items():
         *_, want = roll_reference(config, *_padded(batch))
         _assert_close(per_step[step], want, only=_seq_metrics(want))
-
-
-def test_list_presets_names_version_and_source() -> None:
-    roll = listed_preset("roll-train-infer")
-    assert "8eb27cc2" in roll["framework"]
-    assert roll["defaults"]["is_weight.upper_bound"] == 1.2
-    assert roll["defaults"]["filters.0.ratio_low"] == 0.8

@@ -1,9 +1,10 @@
 """`whatif --preset skyrl-off-policy` against SkyRL's arithmetic, transcribed in torch from
 skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py (SkyRL 0.3.0, NovaSky-AI/SkyRL
 commit a9564572, 2026-08-21): ``compute_off_policy_correction`` and the functions it calls, with
-``safe_exp_delta`` and ``masked_mean`` of skyrl/backends/skyrl_train/utils/torch_utils.py, on a
-padded batch with a loss mask as SkyRL receives it. SkyRL exponentiates in float32 and the
-preset in float64, so ratios agree to 1e-6; counts agree exactly."""
+``safe_exp_delta`` and ``masked_mean`` of skyrl/backends/skyrl_train/utils/torch_utils.py
+(``skyrl_torch.py``), on a padded batch with a loss mask as SkyRL receives it. SkyRL
+exponentiates in float32 and the preset in float64, so ratios agree to 1e-6; counts agree
+exactly."""
 
 from __future__ import annotations
 
@@ -19,22 +20,12 @@ from mismatchctl.stats.presets.skyrl import SkyrlOffPolicy
 from tests.stats.presets.preset_data import (
     exp_batch,
     ingest_steps,
-    listed_preset,
     nonpositive,
     padded,
-    refused,
     run_preset,
     whatif_per_step,
 )
-
-
-def safe_exp_delta(delta, clip=20.0, out_dtype=None):
-    y = torch.clamp(delta.to(torch.float32), -clip, clip).exp()
-    return y.to(out_dtype or delta.dtype)
-
-
-def masked_mean(tensor, mask, dim=None):
-    return (tensor * mask).sum(axis=dim) / mask.sum(axis=dim).clamp(min=1.0)
+from tests.stats.presets.skyrl_torch import masked_mean, safe_exp_delta
 
 
 def outlier_mask(old, rollout, loss_mask, c):
@@ -214,20 +205,6 @@ def test_the_veto_drops_whole_sequences() -> None:
     assert got["token_fraction"] == pytest.approx(3 / 5) and got["sequence_fraction"] == 0.5
 
 
-@pytest.mark.parametrize(
-    ("sets", "found"),
-    [
-        ([], "SkyRL's defaults correct nothing"),
-        (["tis_ratio_type=tokens"], "tis_ratio_type `tokens`: null, token or sequence"),
-        (["sequence_mask_metric=geo"], "sequence_mask_metric `geo`"),
-        (["token_mask_is_threshold_low=0.5"], "only when both are set"),
-        (["tis_ratio_type=token", "token_tis_ratio_clip_high=big"], "a number"),
-    ],
-)
-def test_bad_configs_are_refused(store: Path, sets: list, found: str) -> None:
-    assert found in refused("skyrl-off-policy", sets)
-
-
 def test_cli_per_step_groups_equal_skyrl_per_batch(store: Path, tmp_path: Path) -> None:
     batches = {step: nonpositive(_batch(40 + step, n_seq=10)) for step in range(3)}
     ingest_steps(store, tmp_path, "s", batches)
@@ -238,10 +215,3 @@ def test_cli_per_step_groups_equal_skyrl_per_batch(store: Path, tmp_path: Path) 
     for step, (lrs, lts) in batches.items():
         _, want, _ = skyrl_reference(*padded(lrs, lts), config)
         _assert_close(per_step[step], want, skip=("is_ratio_std", "is_ratio_min"))
-
-
-def test_list_presets_names_version_and_source() -> None:
-    skyrl = listed_preset("skyrl-off-policy")
-    assert "a9564572" in skyrl["framework"] and "0.3.0" in skyrl["framework"]
-    assert skyrl["source"].endswith("off_policy_correction_utils.py")
-    assert skyrl["defaults"]["geo_mask_low"] == 0.99

@@ -12,7 +12,6 @@ torch transcription of that code (in float64, with tails a trainer does not prod
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,7 +19,7 @@ import torch
 
 from mismatchctl.stats.presets.base import parse_sets
 from mismatchctl.stats.presets.trl import TrlVllmIs
-from tests.stats.presets.preset_data import exp_batch, listed_preset, padded, run_preset
+from tests.stats.presets.preset_data import exp_batch, padded, run_preset
 from tests.trl_grpo import sample_with_stale_copy, tiny_grpo_setup
 
 MODES = ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"]
@@ -176,9 +175,3 @@ def test_preset_equals_trl_grpo_trainer(grpo_trainer, mode: str, clip_min, clip_
     assert corrected.mean() < 1  # some of TRL's ratios are left as they are
     if (clip_min, clip_max) != (None, 3.0):  # and the bands of the sweep bite
         assert corrected.any()
-
-
-def test_list_presets_names_trl_version(store: Path) -> None:
-    trl = listed_preset("trl-vllm-is")
-    assert trl["framework"].startswith("TRL 1.16.0")
-    assert trl["source"] == "trl/trainer/grpo_trainer.py"

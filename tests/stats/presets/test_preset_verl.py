@@ -27,9 +27,7 @@ from mismatchctl.stats.presets.base import parse_sets
 from mismatchctl.stats.presets.verl import VerlRolloutCorr
 from tests.stats.presets.preset_data import (
     ingest_steps,
-    listed_preset,
     nonpositive,
-    refused,
     run_preset,
     whatif_per_step,
 )
@@ -245,24 +243,6 @@ def test_icepop_zeroes_the_weights_outside_the_band() -> None:
     assert got["weight_min"] == 0.0 and got["token_fraction"] == 0.0  # IS, not a rejection
 
 
-@pytest.mark.parametrize(
-    ("sets", "found"),
-    [
-        ([], "neither rollout_is nor rollout_rs is set"),
-        (["rollout_is=tokens"], "rollout_is `tokens`: null, token or sequence"),
-        (["rollout_is=token", "rollout_is_threshold=2_0.5"], "lower <= upper"),
-        (["rollout_is=token", "rollout_is_batch_normalize=1"], "true or false"),
-        (["rollout_rs=seq_mean_k4", "rollout_rs_threshold=2"], "rollout_rs `seq_mean_k4`"),
-        (["rollout_rs=token_k3"], "rollout_rs_threshold must be provided"),
-        (["rollout_rs=token_k3", "rollout_rs_threshold=0.1_2"], "one upper bound"),
-        (["rollout_rs=token_k1", "rollout_rs_threshold=2_0.5"], "lower <= upper"),
-        (["rolout_is=token"], "has no key `rolout_is`"),
-    ],
-)
-def test_bad_configs_are_refused(store: Path, tmp_path: Path, sets: list, found: str) -> None:
-    assert found in refused("verl-rollout-corr", sets)
-
-
 def test_cli_per_step_groups_equal_verl_per_batch(verl_corr, store: Path, tmp_path: Path) -> None:
     batches = {step: nonpositive(_batch(20 + step, n_seq=12)) for step in range(3)}
     ingest_steps(store, tmp_path, "v", batches)
@@ -273,11 +253,3 @@ def test_cli_per_step_groups_equal_verl_per_batch(verl_corr, store: Path, tmp_pa
     for step, (lrs, lts) in batches.items():
         want, applied = _run_verl(verl_corr, lrs, lts, config)
         _assert_equal_verl(per_step[step], want, applied)
-
-
-def test_list_presets_names_version_and_source(store: Path) -> None:
-    verl = listed_preset("verl-rollout-corr")
-    assert verl["framework"].startswith("verl 0.9.1")
-    assert verl["source"] == "verl/trainer/ppo/rollout_corr_helper.py"
-    assert verl["defaults"]["rollout_is_threshold"] == 2.0
-    assert verl["defaults"]["rollout_is_batch_normalize"] is False
