@@ -25,7 +25,8 @@ from mismatchctl.engines.rollup import sort_key
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.presets.base import Config, Preset, all_presets, merge, parse_sets
+from mismatchctl.stats.presets.base import Config, Preset, merge, parse_sets
+from mismatchctl.stats.presets.registry import all_presets
 from mismatchctl.store import Store
 
 SPLITS: list[K.Split] = [(), (K.RUN,), (K.RUN, K.STEP), (K.GPU,)]

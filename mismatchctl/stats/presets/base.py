@@ -244,27 +244,3 @@ def _value(text: str) -> Any:
     except ValueError:
         return text
     return number if math.isfinite(number) else text
-
-
-def all_presets() -> dict[str, Preset]:
-    """Every preset, by name."""
-    from mismatchctl.stats.presets.areal import ArealRejection
-    from mismatchctl.stats.presets.dppo import Dppo
-    from mismatchctl.stats.presets.opsm import SlimeOpsm
-    from mismatchctl.stats.presets.roll import RollTrainInfer
-    from mismatchctl.stats.presets.skyrl import SkyrlOffPolicy
-    from mismatchctl.stats.presets.slime import SlimeTis
-    from mismatchctl.stats.presets.trl import TrlVllmIs
-    from mismatchctl.stats.presets.verl import VerlRolloutCorr
-
-    presets: list[Preset] = [
-        VerlRolloutCorr(),
-        TrlVllmIs(),
-        SlimeTis(),
-        SlimeOpsm(),
-        SkyrlOffPolicy(),
-        ArealRejection(),
-        RollTrainInfer(),
-        Dppo(),
-    ]
-    return {p.name: p for p in presets}

@@ -5,21 +5,23 @@ own numbers are tested against its framework in tests/stats/presets/test_preset_
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mismatchctl.stats import registry as M
+from mismatchctl.stats.presets import base
 from mismatchctl.stats.presets.base import (
     COUNTS,
     WEIGHTS,
     Chunk,
     Layout,
-    all_presets,
     common_metrics,
     parse_sets,
     put_common,
 )
+from mismatchctl.stats.presets.registry import all_presets
 
 VALID = {  # the presets whose defaults correct nothing: a correction each
     "verl-rollout-corr": ["rollout_is=token"],
@@ -83,3 +85,12 @@ def test_every_preset_states_the_common_columns_and_numbers(name: str) -> None:
     assert got[M.WEIGHT_MEAN] == pytest.approx(v["app_sum"] / 60, rel=1e-12)
     empty = preset.compute(lr[:0], lt[:0], seq[:0], np.zeros(0, np.int64), 1, config)[0]
     assert preset.finalize(empty, config)[M.TOKENS] == 0
+
+
+def test_every_preset_module_is_listed() -> None:
+    """The registry lists one preset of every framework's module of ``stats/presets/`` (a new
+    module that it misses would never reach ``whatif --preset``)."""
+    package = Path(base.__file__).parent
+    modules = {f"{base.__package__}.{p.stem}" for p in package.glob("*.py")}
+    modules -= {f"{base.__package__}.{name}" for name in ("__init__", "base", "registry")}
+    assert sorted(type(p).__module__ for p in all_presets().values()) == sorted(modules)
