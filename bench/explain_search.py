@@ -18,8 +18,8 @@ import time
 import numpy as np
 from cube_throughput import slices, spec_for, tokens
 
-from mismatchctl.stats.cube import Cube
-from mismatchctl.stats.cube_spec import CubeSpec
+from mismatchctl.stats.cube.cube import Cube
+from mismatchctl.stats.cube.spec import CubeSpec
 from mismatchctl.stats.localize.explain import explain
 
 CHUNK = 2_000_000

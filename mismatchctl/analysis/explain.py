@@ -39,17 +39,17 @@ from mismatchctl.engines.plan import Selection
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import TURN_INDEX_LABELS, TURN_KIND_LABELS, bin_label, turn_kind
-from mismatchctl.stats.cube import Cube, Field, merge_all
-from mismatchctl.stats.cube_bootstrap import (
+from mismatchctl.stats.cube.bootstrap import (
     FindingInterval,
     RegionAccumulator,
     finalize,
     plan_bootstrap,
     sequence_keys,
 )
-from mismatchctl.stats.cube_cells import SequenceCells
-from mismatchctl.stats.cube_part import PartCube, PartStates, as_cube, fold
-from mismatchctl.stats.cube_spec import CubeSpec, Dim, run_label
+from mismatchctl.stats.cube.cells import SequenceCells
+from mismatchctl.stats.cube.cube import Cube, Field, merge_all
+from mismatchctl.stats.cube.part import PartCube, PartStates, as_cube, fold
+from mismatchctl.stats.cube.spec import CubeSpec, Dim, run_label
 from mismatchctl.stats.entropy_bins import entropy_label, entropy_labels
 from mismatchctl.stats.localize.explain import explain as localize
 from mismatchctl.stats.localize.result import Explanation
@@ -292,7 +292,7 @@ class _Coder:
         keys' turn, turn kind and bin (the cube's labels are theirs, in their order), and the
         cube's own bins of the KV position (from the response's start where the dump gave no
         prompt length) and of the position in the turn."""
-        from mismatchctl.stats import cube_kernels
+        from mismatchctl.stats.cube import kernels as cube_kernels
 
         out = np.empty((keys.n, len(TOKEN_DIMS)), dtype=np.int32)
         if keys.n == 0:

@@ -19,7 +19,7 @@ The trend is the random-effects weighted least-squares line of the steps' log ra
 number (DerSimonian-Laird between-step variance for a meta-regression): its fitted rise from the
 first to the last step and the interval of that rise.
 
-Steps beyond the cube's ``block_cap`` are seen in blocks of consecutive steps (``cube_spec``).
+Steps beyond the cube's ``block_cap`` are seen in blocks of consecutive steps (``stats/cube/spec.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mismatchctl.stats.cube import Cube
+from mismatchctl.stats.cube.cube import Cube
 from mismatchctl.stats.localize.findings import Sides, estimate
 from mismatchctl.stats.localize.math import chi2_sf, div, norm_ppf, relvar
 from mismatchctl.stats.localize.tables import SideTables

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mismatchctl.stats.cube_spec import Dim
+from mismatchctl.stats.cube.spec import Dim
 from mismatchctl.stats.localize.explain import explain
 from mismatchctl.stats.value_names import name_values, ordinal, runs
 from tests.stats.localize.localize_data import Plan, pair

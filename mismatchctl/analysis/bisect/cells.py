@@ -29,7 +29,7 @@ from mismatchctl.engines.choice import LOCAL_ENGINE
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
 from mismatchctl.parallel import DEFAULT_WORKERS
-from mismatchctl.stats.cube_spec import CubeSpec
+from mismatchctl.stats.cube.spec import CubeSpec
 from mismatchctl.stats.localize.result import Region, where_text
 from mismatchctl.store import Store
 

@@ -29,8 +29,8 @@ from mismatchctl.engines.plan import Selection
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import parse_bins
 from mismatchctl.stats import whatif as WI
-from mismatchctl.stats.cube import Cube
-from mismatchctl.stats.cube_spec import CubeSpec
+from mismatchctl.stats.cube.cube import Cube
+from mismatchctl.stats.cube.spec import CubeSpec
 from mismatchctl.stats.localize.explain import explain as localize
 from mismatchctl.stats.step_regimes import split_steps, step_rates, trend
 from mismatchctl.store import Store

@@ -18,7 +18,7 @@ from mismatchctl.analysis.token_classes import ClassSummary
 from mismatchctl.analysis.turn_edges import EdgeState
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.cube import Cube, merge_all
+from mismatchctl.stats.cube.cube import Cube, merge_all
 from mismatchctl.stats.localize.explain import contrast
 from mismatchctl.stats.localize.result import Explanation
 from mismatchctl.stats.localize.tables import SideTables

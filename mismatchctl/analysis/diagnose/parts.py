@@ -22,7 +22,7 @@ from mismatchctl.analysis.diagnose.text import share
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import TURN_KIND_LABELS
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.cube import Cube
+from mismatchctl.stats.cube.cube import Cube
 from mismatchctl.stats.localize.explain import contrast_within
 from mismatchctl.stats.localize.result import Explanation, Finding, finding_label, ratio_text
 

@@ -1,6 +1,6 @@
 """The estimators of a finding, from per-stratum sums of regions: one code path for the point
 estimates (sums from the cube) and for every bootstrap replicate (weighted sums from the second
-pass, ``stats/cube_bootstrap.py``). Arrays may carry leading replicate axes; the strata are the
+pass, ``stats/cube/bootstrap.py``). Arrays may carry leading replicate axes; the strata are the
 last axis.
 
 With a baseline B, the target T's expected mass in a region R is B's rate in R adjusted to T's

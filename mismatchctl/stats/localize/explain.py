@@ -19,7 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from mismatchctl.stats.cube import Cube, Field
+from mismatchctl.stats.cube.cube import Cube, Field
 from mismatchctl.stats.decompose import decompose
 from mismatchctl.stats.localize.estimates import versus_rest
 from mismatchctl.stats.localize.findings import (

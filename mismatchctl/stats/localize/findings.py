@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mismatchctl.stats.cube import Field
-from mismatchctl.stats.cube_spec import CubeSpec
+from mismatchctl.stats.cube.cube import Field
+from mismatchctl.stats.cube.spec import CubeSpec
 from mismatchctl.stats.localize.estimates import (
     Estimate,
     expected,

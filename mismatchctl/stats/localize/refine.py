@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mismatchctl.stats.cube import Field
+from mismatchctl.stats.cube.cube import Field
 from mismatchctl.stats.localize.math import chi2_sf, div, norm_ppf, own_var, relvar, weighted
 from mismatchctl.stats.localize.regimes import (
     best_interval,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mismatchctl.stats.cube import Field
+from mismatchctl.stats.cube.cube import Field
 from mismatchctl.stats.localize.math import div, own_var, relvar
 from mismatchctl.stats.localize.search import log_z
 from mismatchctl.stats.localize.tables import SideTables

@@ -6,7 +6,7 @@ exactly across values of sequence dimensions (disjoint sequences). Across values
 dimension the atoms share sequences whose cross products the cube does not hold: the region's
 own variance is then interpolated between independent atoms and the Cauchy-Schwarz bound with
 the dimension's measured correlation (``localize.tables.token_correlation``). The findings'
-bootstrap (``stats/cube_bootstrap.py``) gives the exact interval of a finding.
+bootstrap (``stats/cube/bootstrap.py``) gives the exact interval of a finding.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mismatchctl.stats.cube import Field
+from mismatchctl.stats.cube.cube import Field
 from mismatchctl.stats.localize.estimates import Sums
 from mismatchctl.stats.localize.math import contrast_var, div, own_var, relvar
 from mismatchctl.stats.localize.tables import Dims, Masks, SideTables

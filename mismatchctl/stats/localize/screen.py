@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from mismatchctl.stats.cube import Field
+from mismatchctl.stats.cube.cube import Field
 from mismatchctl.stats.localize.math import div, own_var, relvar
 from mismatchctl.stats.localize.regions import region_moments, restrict
 from mismatchctl.stats.localize.search import effective_sequences, log_z

@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mismatchctl.stats.cube import Field
+from mismatchctl.stats.cube.cube import Field
 from mismatchctl.stats.localize.math import (
     contrast_var,
     div,

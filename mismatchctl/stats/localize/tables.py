@@ -21,8 +21,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from mismatchctl.stats.cube import Cube, Field
-from mismatchctl.stats.cube_spec import CubeSpec
+from mismatchctl.stats.cube.cube import Cube, Field
+from mismatchctl.stats.cube.spec import CubeSpec
 from mismatchctl.stats.localize.math import div, own_var
 
 Dims = tuple[int, ...]

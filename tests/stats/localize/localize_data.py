@@ -30,8 +30,8 @@ from typing import NamedTuple
 import numpy as np
 
 from mismatchctl.stats.bins import LOG_EDGES, assign_bins, bin_label
-from mismatchctl.stats.cube import Cube
-from mismatchctl.stats.cube_spec import CubeSpec, Dim
+from mismatchctl.stats.cube.cube import Cube
+from mismatchctl.stats.cube.spec import CubeSpec, Dim
 
 KV_BINS = 12  # log2 bins of the KV position: 0-127, 128-255, ..., 131072+
 TPOS_BINS = 8  # bins of the position in the turn: 0-7, 8-15, 16-31, ..., 512+

@@ -9,9 +9,9 @@ import math
 import numpy as np
 import pytest
 
-from mismatchctl.stats.cube import Cube
+from mismatchctl.stats.cube.cube import Cube
 from mismatchctl.stats.localize.explain import contrast_within
-from tests.stats.cube_reference import random_tokens, small_spec
+from tests.stats.cube.cube_reference import random_tokens, small_spec
 
 REL = 1e-9
 Z = 1.959963984540054

@@ -11,8 +11,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from mismatchctl.stats.cube import Cube
-from mismatchctl.stats.cube_spec import CubeSpec
+from mismatchctl.stats.cube.cube import Cube
+from mismatchctl.stats.cube.spec import CubeSpec
 from mismatchctl.stats.localize.explain import explain
 from mismatchctl.stats.localize.result import (
     BASELINE,
@@ -339,7 +339,7 @@ def test_a_turn_kind_region_is_the_turns_it_covers() -> None:
 
 
 def test_a_function_map_needs_its_dimension() -> None:
-    from mismatchctl.stats.cube_spec import Dim
+    from mismatchctl.stats.cube.spec import Dim
 
     with pytest.raises(ValueError, match="function_map"):
         Dim("turn_kind", 2, ("first", "later"), function_map=(0, 1, 1, 1))

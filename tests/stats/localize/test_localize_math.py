@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from mismatchctl.stats.cube import Cube, Field
+from mismatchctl.stats.cube.cube import Cube, Field
 from mismatchctl.stats.decompose import decompose, shift_share
 from mismatchctl.stats.localize.estimates import Sums, versus_baseline, versus_rest
 from mismatchctl.stats.localize.math import (
@@ -24,7 +24,7 @@ from mismatchctl.stats.localize.math import (
 from mismatchctl.stats.localize.regions import region_moments, region_sums
 from mismatchctl.stats.localize.result import _pct, ratio_text
 from mismatchctl.stats.localize.tables import SideTables, expected_mass, stratum_rates
-from tests.stats.cube_reference import random_tokens, small_spec
+from tests.stats.cube.cube_reference import random_tokens, small_spec
 
 
 def _data(seed: int = 0, n_seq: int = 120):

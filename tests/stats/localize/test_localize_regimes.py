@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from mismatchctl.stats.cube import Cube, Field
+from mismatchctl.stats.cube.cube import Cube, Field
 from mismatchctl.stats.localize.explain import explain
 from mismatchctl.stats.localize.math import own_var
 from mismatchctl.stats.localize.reference import no_reference

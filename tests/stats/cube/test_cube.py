@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mismatchctl.stats.cube import Cube, Field, merge_all
-from mismatchctl.stats.cube_spec import CubeSpec, Dim, codes_label
-from tests.stats.cube_reference import random_tokens, reference_state, small_spec
+from mismatchctl.stats.cube.cube import Cube, Field, merge_all
+from mismatchctl.stats.cube.spec import CubeSpec, Dim, codes_label
+from tests.stats.cube.cube_reference import random_tokens, reference_state, small_spec
 
 RTOL = 1e-9
 
@@ -131,7 +131,7 @@ def test_a_mask_adds_what_the_kept_tokens_alone_add(sparse: bool) -> None:
     """``keep``: the kept tokens' sums bit for bit those of a filtered copy (the masked-out
     tokens may be NaN), a sequence without a kept token no cluster; a dense and a part's
     state alike."""
-    from mismatchctl.stats.cube_part import PartCube
+    from mismatchctl.stats.cube.part import PartCube
 
     spec = small_spec(3)
     lr, lt, seq, tok, seqc = random_tokens(spec, np.random.default_rng(11), 40)
@@ -154,7 +154,7 @@ def test_a_mask_adds_what_the_kept_tokens_alone_add(sparse: bool) -> None:
 def test_a_given_k3_adds_what_the_loop_computes() -> None:
     """``k3``: each token's ``cube_kernels.token_k3``, computed once for several cubes, gives
     the state the loop's own computation gives, bit for bit; one of another length is refused."""
-    from mismatchctl.stats import cube_kernels
+    from mismatchctl.stats.cube import kernels as cube_kernels
 
     spec = small_spec(3)
     lr, lt, seq, tok, seqc = random_tokens(spec, np.random.default_rng(13), 30)

@@ -23,8 +23,8 @@ from enum import IntEnum
 
 import numpy as np
 
-from mismatchctl.stats.cube_cells import SequenceCells
-from mismatchctl.stats.cube_spec import CubeSpec, Table
+from mismatchctl.stats.cube.cells import SequenceCells
+from mismatchctl.stats.cube.spec import CubeSpec, Table
 
 MAX_COMBOS = 1 << 24  # token-code combinations a sequence buffer may address (128 MB of buffer)
 
@@ -103,7 +103,7 @@ class Cube:
         ``k3``: each token's ``cube_kernels.token_k3`` when the caller has it (several cubes
         of one slice compute it once).
         """
-        from mismatchctl.stats import cube_kernels  # numba: compiled on first use
+        from mismatchctl.stats.cube import kernels as cube_kernels  # numba: compiled on first use
 
         def dense(*args: object) -> None:
             counts = np.zeros(2, np.int64)
@@ -295,7 +295,7 @@ def _check_tokens(
     """The per-token checks (finite logprobs, every kept one with a mask; ``seq`` within the
     ``rows`` of the sequence codes; token codes within their dimensions) from one compiled pass
     (``cube_kernels.token_checks``: it was four passes of numpy and one compiled)."""
-    from mismatchctl.stats import cube_kernels
+    from mismatchctl.stats.cube import kernels as cube_kernels
 
     lo = np.zeros(tok.shape[1], np.int64)
     hi = np.zeros(tok.shape[1], np.int64)
@@ -329,7 +329,7 @@ def _codes(codes: np.ndarray, what: str, width: int) -> np.ndarray:
 def _check_range(codes: np.ndarray, dims: Sequence, what: str) -> None:
     if not len(codes) or not codes.shape[1]:
         return
-    from mismatchctl.stats import cube_kernels
+    from mismatchctl.stats.cube import kernels as cube_kernels
 
     lo, hi = cube_kernels.column_ranges(codes)
     for k, d in enumerate(dims):

@@ -8,10 +8,10 @@ import pickle
 import numpy as np
 import pytest
 
-from mismatchctl.stats import cube_part
-from mismatchctl.stats.cube import Cube
-from mismatchctl.stats.cube_part import PartCube, PartStates, as_cube, fold
-from tests.stats.cube_reference import random_tokens, small_spec
+from mismatchctl.stats.cube import part as cube_part
+from mismatchctl.stats.cube.cube import Cube
+from mismatchctl.stats.cube.part import PartCube, PartStates, as_cube, fold
+from tests.stats.cube.cube_reference import random_tokens, small_spec
 
 
 def _parts(seed: int, n: int) -> list[tuple[np.ndarray, ...]]:

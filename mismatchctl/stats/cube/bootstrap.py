@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mismatchctl.stats.cube import kernel_layout, sequence_runs
-from mismatchctl.stats.cube_cells import SequenceCells
-from mismatchctl.stats.cube_spec import CubeSpec
+from mismatchctl.stats.cube.cells import SequenceCells
+from mismatchctl.stats.cube.cube import kernel_layout, sequence_runs
+from mismatchctl.stats.cube.spec import CubeSpec
 from mismatchctl.stats.localize.estimates import Sums, versus_baseline, versus_rest
 from mismatchctl.stats.localize.result import BASELINE, Explanation
 
@@ -103,8 +103,8 @@ class RegionAccumulator:
     ) -> None:
         """Add whole sequences (as ``Cube.add``); ``seq_keys``: each row of ``seq_codes``'s key
         (:func:`sequence_keys`)."""
-        from mismatchctl.stats import cube_kernels
-        from mismatchctl.stats.cube import _checked
+        from mismatchctl.stats.cube import kernels as cube_kernels
+        from mismatchctl.stats.cube.cube import _checked
 
         lr, lt, seq, tok, seqc = _checked(self.spec, lr, lt, seq, token_codes, seq_codes)
         keys = np.ascontiguousarray(seq_keys, dtype=np.uint64)
@@ -125,7 +125,7 @@ class RegionAccumulator:
         """Add whole sequences from their cells (``Cube.add`` with ``seq_keys`` keeps them): the
         same sums as :meth:`add` of their tokens, a sequence's K3 in a region summed over its
         cells instead of its tokens (equal up to float rounding)."""
-        from mismatchctl.stats import cube_kernels
+        from mismatchctl.stats.cube import kernels as cube_kernels
 
         if cells.seq_codes.shape[1:] != (self.spec.n_seq_dims,):
             raise ValueError(

@@ -8,8 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from mismatchctl.stats.cube import Cube, kernel_layout
-from mismatchctl.stats.cube_bootstrap import (
+from mismatchctl.stats.cube.bootstrap import (
     POISSON_CDF,
     RegionAccumulator,
     finalize,
@@ -17,10 +16,11 @@ from mismatchctl.stats.cube_bootstrap import (
     poisson_weights,
     sequence_keys,
 )
-from mismatchctl.stats.cube_cells import SequenceCells
+from mismatchctl.stats.cube.cells import SequenceCells
+from mismatchctl.stats.cube.cube import Cube, kernel_layout
 from mismatchctl.stats.localize.estimates import Sums, versus_rest
 from mismatchctl.stats.localize.explain import explain
-from tests.stats.cube_reference import random_tokens, small_spec
+from tests.stats.cube.cube_reference import random_tokens, small_spec
 from tests.stats.localize.localize_data import Plan, cube_of, generate, pair
 
 REPLICATES = 37

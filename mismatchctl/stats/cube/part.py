@@ -20,9 +20,9 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from mismatchctl.stats.cube import N_FIELDS, Cube, add_tokens
-from mismatchctl.stats.cube_cells import SequenceCells
-from mismatchctl.stats.cube_spec import CubeSpec
+from mismatchctl.stats.cube.cells import SequenceCells
+from mismatchctl.stats.cube.cube import N_FIELDS, Cube, add_tokens
+from mismatchctl.stats.cube.spec import CubeSpec
 
 FIRST_ROWS = 1 << 14  # rows of a new part (1.3 MB), doubled as the part touches more cells
 
@@ -63,7 +63,7 @@ class PartCube:
     ) -> SequenceCells | None:
         """:meth:`Cube.add`, into the touched cells' rows (more rows when a sequence may touch
         more cells than are left)."""
-        from mismatchctl.stats import cube_kernels  # numba: compiled on first use
+        from mismatchctl.stats.cube import kernels as cube_kernels  # numba: compiled on first use
 
         def sparse(
             lr: np.ndarray, lt: np.ndarray, starts: np.ndarray, rows: np.ndarray, *rest: object

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mismatchctl.stats.cube import N_FIELDS
-from mismatchctl.stats.cube_spec import CubeSpec, Dim
+from mismatchctl.stats.cube.cube import N_FIELDS
+from mismatchctl.stats.cube.spec import CubeSpec, Dim
 
 
 def reference_state(
