@@ -1,4 +1,4 @@
-"""Throughput and size of the K3 cube (``stats/cube.py``) against the report's kernel.
+"""Throughput and size of the K3 cube (``stats/cube/cube.py``) against the report's kernel.
 
     python bench/cube_throughput.py --tokens 1e7
 
@@ -18,8 +18,8 @@ import time
 import numpy as np
 
 from mismatchctl.stats.bins import LOG_EDGES, assign_bins
-from mismatchctl.stats.cube import N_FIELDS, Cube
-from mismatchctl.stats.cube_spec import CubeSpec, Dim
+from mismatchctl.stats.cube.cube import N_FIELDS, Cube
+from mismatchctl.stats.cube.spec import CubeSpec, Dim
 from mismatchctl.stats.turnruns import bin_cells
 
 SLICE_TOKENS = 262_144  # the engine's slice

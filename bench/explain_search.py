@@ -1,4 +1,4 @@
-"""Time and memory of explain's search (``stats/localize.py``) on cubes of realistic size.
+"""Time and memory of explain's search (``stats/localize/explain.py``) on cubes of realistic size.
 
     python bench/explain_search.py --tokens 2e7 --steps 100
 
@@ -18,9 +18,9 @@ import time
 import numpy as np
 from cube_throughput import slices, spec_for, tokens
 
-from mismatchctl.stats.cube import Cube
-from mismatchctl.stats.cube_spec import CubeSpec
-from mismatchctl.stats.localize import explain
+from mismatchctl.stats.cube.cube import Cube
+from mismatchctl.stats.cube.spec import CubeSpec
+from mismatchctl.stats.localize.explain import explain
 
 CHUNK = 2_000_000
 

@@ -69,19 +69,12 @@ _LAZY = {
 }
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mismatchctl")
-    except PackageNotFoundError:  # running from a source tree that is not installed
-        return "0.0.0+unknown"
-
-
 def __getattr__(name: str) -> Any:
-    if name == "__version__":  # read from the installed metadata on first use
-        globals()[name] = value = _version()
-        return value
+    if name == "__version__":  # read from the installed metadata on first use (version.py)
+        from mismatchctl.version import __version__
+
+        globals()[name] = __version__
+        return __version__
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'mismatchctl' has no attribute {name!r}")

@@ -27,21 +27,21 @@ from mismatchctl.parallel import DEFAULT_WORKERS
 if TYPE_CHECKING:
     from mismatchctl.analysis import catalog_view as views
     from mismatchctl.analysis.bisect.judge import Bisect
-    from mismatchctl.analysis.certify import Certification
-    from mismatchctl.analysis.check import Gate, Threshold
-    from mismatchctl.analysis.check_metrics import gated_metrics
-    from mismatchctl.analysis.compare import Comparison
-    from mismatchctl.analysis.compare_same import Identical
+    from mismatchctl.analysis.certify.certify import Certification
+    from mismatchctl.analysis.check.check import Gate, Threshold
+    from mismatchctl.analysis.check.metrics import gated_metrics
+    from mismatchctl.analysis.compare.compare import Comparison
+    from mismatchctl.analysis.compare.same import Identical
     from mismatchctl.analysis.diagnose import Diagnosis
     from mismatchctl.analysis.diagnosed_report import DiagnosedReport
     from mismatchctl.analysis.explain import Explain
     from mismatchctl.analysis.live import StepLine
-    from mismatchctl.analysis.report import Report
-    from mismatchctl.analysis.show import Show
-    from mismatchctl.analysis.tokens import Tokens
+    from mismatchctl.analysis.report.report import Report
+    from mismatchctl.analysis.show.show import Show
+    from mismatchctl.analysis.tokens.tokens import Tokens
     from mismatchctl.analysis.watch import FileNote, Started, Stopped, Watcher
-    from mismatchctl.analysis.whatif import Whatif
-    from mismatchctl.analysis.whatif_preset import PresetList, PresetWhatif
+    from mismatchctl.analysis.whatif.preset import PresetList, PresetWhatif
+    from mismatchctl.analysis.whatif.whatif import Whatif
     from mismatchctl.curves.ingest import MetricsIngest
     from mismatchctl.ingest.routing_rows import RouteOptions  # noqa: F401 (api.RouteOptions)
     from mismatchctl.ingest.run_ingest import IngestResult, Progress
@@ -55,25 +55,25 @@ if TYPE_CHECKING:
 # pyarrow or plotting library.
 _LAZY = {
     "views": ("mismatchctl.analysis.catalog_view", None),
-    "Certification": ("mismatchctl.analysis.certify", "Certification"),
-    "Comparison": ("mismatchctl.analysis.compare", "Comparison"),
-    "Identical": ("mismatchctl.analysis.compare_same", "Identical"),
+    "Certification": ("mismatchctl.analysis.certify.certify", "Certification"),
+    "Comparison": ("mismatchctl.analysis.compare.compare", "Comparison"),
+    "Identical": ("mismatchctl.analysis.compare.same", "Identical"),
     "Diagnosis": ("mismatchctl.analysis.diagnose", "Diagnosis"),
     "DiagnosedReport": ("mismatchctl.analysis.diagnosed_report", "DiagnosedReport"),
     "Explain": ("mismatchctl.analysis.explain", "Explain"),
-    "Gate": ("mismatchctl.analysis.check", "Gate"),
-    "gated_metrics": ("mismatchctl.analysis.check_metrics", "gated_metrics"),
+    "Gate": ("mismatchctl.analysis.check.check", "Gate"),
+    "gated_metrics": ("mismatchctl.analysis.check.metrics", "gated_metrics"),
     "StepLine": ("mismatchctl.analysis.live", "StepLine"),
-    "Report": ("mismatchctl.analysis.report", "Report"),
-    "Show": ("mismatchctl.analysis.show", "Show"),
-    "Tokens": ("mismatchctl.analysis.tokens", "Tokens"),
+    "Report": ("mismatchctl.analysis.report.report", "Report"),
+    "Show": ("mismatchctl.analysis.show.show", "Show"),
+    "Tokens": ("mismatchctl.analysis.tokens.tokens", "Tokens"),
     "FileNote": ("mismatchctl.analysis.watch", "FileNote"),
     "Started": ("mismatchctl.analysis.watch", "Started"),
     "Stopped": ("mismatchctl.analysis.watch", "Stopped"),
     "Watcher": ("mismatchctl.analysis.watch", "Watcher"),
-    "Whatif": ("mismatchctl.analysis.whatif", "Whatif"),
-    "PresetList": ("mismatchctl.analysis.whatif_preset", "PresetList"),
-    "PresetWhatif": ("mismatchctl.analysis.whatif_preset", "PresetWhatif"),
+    "Whatif": ("mismatchctl.analysis.whatif.whatif", "Whatif"),
+    "PresetList": ("mismatchctl.analysis.whatif.preset", "PresetList"),
+    "PresetWhatif": ("mismatchctl.analysis.whatif.preset", "PresetWhatif"),
     "MetricsIngest": ("mismatchctl.curves.ingest", "MetricsIngest"),
     "RouteOptions": ("mismatchctl.ingest.routing_rows", "RouteOptions"),
     "IngestResult": ("mismatchctl.ingest.run_ingest", "IngestResult"),
@@ -356,7 +356,7 @@ def report(
     ``extreme_frac_tau{tau}`` and ``is_oob_ratio``. ``"layer"`` among ``by`` adds the MoE
     routing per layer of runs with routes. ``on_diagnosis(run, index, total)`` is called as
     each run's diagnosis starts."""
-    from mismatchctl.analysis.report import build_report, parse_tails
+    from mismatchctl.analysis.report.report import build_report, parse_tails
     from mismatchctl.analysis.selectors import parse_steps, selector_text
     from mismatchctl.engines.choice import choose_engine
     from mismatchctl.engines.plan import parse_by
@@ -425,8 +425,8 @@ def compare(
     the same responses, ``Comparison.pairing`` is the paired comparison (else why not). Two
     sides that hold the same data (the same model tokens and logprobs, and routes) give an
     :class:`Identical` instead: no difference, and what both hold."""
-    from mismatchctl.analysis.compare import build_comparison
-    from mismatchctl.analysis.report import parse_tails
+    from mismatchctl.analysis.compare.compare import build_comparison
+    from mismatchctl.analysis.report.report import parse_tails
     from mismatchctl.engines.choice import choose_engine
     from mismatchctl.engines.plan import parse_by
     from mismatchctl.store import open_store
@@ -500,7 +500,7 @@ def tokens(
     with ``context`` model tokens either side. Exact: ties by run, step, seq, position.
     ``tokenizer``: a tokenizer.json, a tokenizer directory or ``"bytes"``, remembered for the
     selection's runs (later calls decode with it)."""
-    from mismatchctl.analysis.tokens import build_tokens
+    from mismatchctl.analysis.tokens.tokens import build_tokens
     from mismatchctl.engines.choice import choose_engine
     from mismatchctl.store import open_store
 
@@ -524,7 +524,7 @@ def show(
 ) -> Show:
     """One sequence of ``run`` by its sample id, token by token (``step`` narrows, ``index``
     picks among sequences sharing the id); ``tokenizer`` as in :func:`tokens` (remembered)."""
-    from mismatchctl.analysis.show import build_show
+    from mismatchctl.analysis.show.show import build_show
     from mismatchctl.store import open_store
 
     run = _whole_run(run, "show")
@@ -585,7 +585,7 @@ def certify(
     """Whether every token of ``selector`` has equal logprobs on both sides (``tolerance`` 0:
     bitwise; else ``|r| <= tolerance``): ``Certification.holds``, the shares, and where the
     sequences first diverge."""
-    from mismatchctl.analysis.certify import build_certification
+    from mismatchctl.analysis.certify.certify import build_certification
     from mismatchctl.engines.choice import choose_engine
     from mismatchctl.store import open_store
 
@@ -641,7 +641,7 @@ def check(
     ``thresholds_file``: TOML ``[max]`` / ``[min]`` tables) judged on the selection's metrics,
     over the default thresholds from the severity bands unless ``defaults=False``; with
     ``diagnose``, diagnose's checks too. ``Gate.passed``; ``Gate.cases`` one per threshold."""
-    from mismatchctl.analysis.check import build_gate, merge, parse_threshold, read_thresholds
+    from mismatchctl.analysis.check.check import build_gate, merge, parse_threshold, read_thresholds
     from mismatchctl.engines.choice import choose_engine
     from mismatchctl.store import open_store
 
@@ -677,8 +677,8 @@ def whatif(
     (``"1.5,2,3"`` or a list) of thresholds of a single method. ``preset`` (``whatif_presets()``
     lists them) computes one framework's correction instead, configured by ``sets`` in the
     framework's own keys (``["rollout_is=sequence", "rollout_is_threshold=2"]``)."""
-    from mismatchctl.analysis.whatif import build_whatif, parse_methods
-    from mismatchctl.analysis.whatif_preset import build_preset_whatif, preset_config
+    from mismatchctl.analysis.whatif.preset import build_preset_whatif, preset_config
+    from mismatchctl.analysis.whatif.whatif import build_whatif, parse_methods
     from mismatchctl.engines.choice import choose_engine
     from mismatchctl.store import open_store
 
@@ -711,7 +711,7 @@ def whatif(
 
 def whatif_presets() -> PresetList:
     """Every framework preset of ``whatif``: name, framework version, source file, keys."""
-    from mismatchctl.analysis.whatif_preset import list_presets
+    from mismatchctl.analysis.whatif.preset import list_presets
 
     return list_presets()
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import mismatchctl
 from mismatchctl.errors import EngineError, MismatchError, MissingDependencyError
 
 DEFAULT_WORKERS = 2  # threads of the local engine and of ingest; CPUs of a local Ray
@@ -49,7 +48,7 @@ def import_ray() -> ModuleType:
 
 def package_dir() -> str:
     """The directory of the running mismatchctl package, shipped to the workers of a cluster."""
-    return str(Path(mismatchctl.__file__).resolve().parent)
+    return str(Path(__file__).resolve().parent)  # parallel.py is at the package's root
 
 
 def runtime_env() -> dict[str, Any]:

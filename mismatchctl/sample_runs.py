@@ -156,7 +156,7 @@ DEMO_KERNELS = {
         "_reset_rows", "_sort_small", "cell_sums", "histogram_counts", "merge_token_rows",
         "run_starts",
     ),
-    "mismatchctl.stats.cube_kernels": (
+    "mismatchctl.stats.cube.kernels": (
         "column_ranges", "cube_accumulate", "token_checks", "token_codes", "token_k3",
     ),
     "mismatchctl.stats.diagnose_kernels": (

@@ -17,7 +17,7 @@ PACKAGE = ROOT / "mismatchctl"
 
 # Higher layers may import lower ones. Names are the first component under mismatchctl.
 LAYERS: list[set[str]] = [
-    {"schema", "errors", "display", "options"},
+    {"schema", "errors", "display", "options", "version"},
     {"allocator", "parallel", "columns"},
     {"stats"},
     {"store"},
@@ -31,10 +31,10 @@ LAYERS: list[set[str]] = [
 ]
 # What render may read: results (analysis, curves, what the api returns), and of stats only the
 # registry of metric names and formats and the densities' grids (the data figures draw).
-RENDER_MAY_IMPORT = {"analysis", "curves", "api", "schema", "errors", "display"}
+RENDER_MAY_IMPORT = {"analysis", "curves", "api", "schema", "errors", "display", "version"}
 RENDER_MAY_IMPORT_STATS = {"mismatchctl.stats.registry", "mismatchctl.stats.density"}
 # The command line calls the api and writes its results: nothing else of the package.
-CLI_MAY_IMPORT = {"api", "render", "errors", "display"}
+CLI_MAY_IMPORT = {"api", "render", "errors", "display", "version"}
 
 
 def _layer(name: str) -> int:
@@ -75,7 +75,7 @@ def test_imports_point_one_way() -> None:
             continue
         for line, module in _imports(path):
             target = module.split(".")[1]
-            if target == part or target == "__version__":
+            if target == part:
                 continue
             if part == "render":
                 ok = target in RENDER_MAY_IMPORT or module in RENDER_MAY_IMPORT_STATS
@@ -99,10 +99,10 @@ DIAGNOSE = "mismatchctl.analysis.diagnose"
 
 def test_the_report_does_not_know_diagnose() -> None:
     """The report is a result of its own: a diagnosis of each run is composed with it beside it
-    (``analysis/diagnosed_report.py``), so no module of the report (``analysis/report*``)
+    (``analysis/diagnosed_report.py``), so no module of the report (``analysis/report/``)
     imports diagnose, not even for a type."""
-    reports = sorted((PACKAGE / "analysis").glob("report*.py"))
-    assert {p.name for p in reports} >= {"report.py", "report_view.py"}
+    reports = sorted((PACKAGE / "analysis" / "report").glob("*.py"))
+    assert {p.name for p in reports} >= {"report.py", "view.py"}
     wrong = [
         f"{path.relative_to(ROOT)}:{line} imports {module}"
         for path in reports
@@ -159,3 +159,29 @@ def test_one_name_per_module() -> None:
     assert not many, f"modules imported under more than one name: {many}"
     shared = {a: sorted(m) for a, m in aliases.items() if len(m) > 1}
     assert not shared, f"aliases naming more than one module: {shared}"
+
+
+def test_no_import_back_up_into_the_package() -> None:
+    """The package's ``__init__`` re-exports the api: a module of the package imports none of its
+    names (``__version__`` is ``mismatchctl.version``'s), only submodules through it."""
+    wrong = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path == PACKAGE / "__init__.py":
+            continue
+        for node in _import_nodes(path):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names if a.name == "mismatchctl"]
+            elif node.module == "mismatchctl" and node.level == 0:
+                names = [a.name for a in node.names if not _is_module(f"mismatchctl.{a.name}")]
+            else:
+                names = []
+            wrong += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_package_version_is_the_leaf_module() -> None:
+    import mismatchctl
+    from mismatchctl import version
+
+    assert mismatchctl.__version__ == version.__version__
+    assert version.__version__.count(".") >= 2

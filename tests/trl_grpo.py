@@ -1,6 +1,6 @@
 """A tiny real TRL ``GRPOTrainer`` setup on CPU, for the tests that run TRL's own code: the TRL
 recipe's training run (tests/dump/test_recipes.py) and the ``trl-vllm-is`` preset against TRL's
-importance-sampling correction (tests/analysis/test_whatif_preset_trl.py)."""
+importance-sampling correction (tests/stats/presets/test_preset_trl.py)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from mismatchctl.analysis.diagnose import Diagnosis
 from mismatchctl.analysis.diagnose.view import diagnosis_block
-from mismatchctl.analysis.report import Report
-from mismatchctl.analysis.report_view import RunVerdict, report_sections
+from mismatchctl.analysis.report.report import Report
+from mismatchctl.analysis.report.view import RunVerdict, report_sections
 from mismatchctl.engines.plan import Selection
 
 

@@ -27,10 +27,10 @@ from mismatchctl.analysis.explain_length import (
     SideScaling,
     side_scaling,
 )
-from mismatchctl.analysis.figure_data import RatePlot
-from mismatchctl.analysis.report import parse_edges
-from mismatchctl.analysis.route_kinds import FLIPPED, SAME, UNPAIRED
-from mismatchctl.analysis.routing import route_layers
+from mismatchctl.analysis.report.figure_data import RatePlot
+from mismatchctl.analysis.report.report import parse_edges
+from mismatchctl.analysis.routing.kinds import FLIPPED, SAME, UNPAIRED
+from mismatchctl.analysis.routing.routing import route_layers
 from mismatchctl.analysis.selection import reading, resolve_text, same_selection
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
@@ -39,20 +39,20 @@ from mismatchctl.engines.plan import Selection
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import TURN_INDEX_LABELS, TURN_KIND_LABELS, bin_label, turn_kind
-from mismatchctl.stats.cube import Cube, Field, merge_all
-from mismatchctl.stats.cube_bootstrap import (
+from mismatchctl.stats.cube.bootstrap import (
     FindingInterval,
     RegionAccumulator,
     finalize,
     plan_bootstrap,
     sequence_keys,
 )
-from mismatchctl.stats.cube_cells import SequenceCells
-from mismatchctl.stats.cube_part import PartCube, PartStates, as_cube, fold
-from mismatchctl.stats.cube_spec import CubeSpec, Dim, run_label
+from mismatchctl.stats.cube.cells import SequenceCells
+from mismatchctl.stats.cube.cube import Cube, Field, merge_all
+from mismatchctl.stats.cube.part import PartCube, PartStates, as_cube, fold
+from mismatchctl.stats.cube.spec import CubeSpec, Dim, run_label
 from mismatchctl.stats.entropy_bins import entropy_label, entropy_labels
-from mismatchctl.stats.localize import explain as localize
-from mismatchctl.stats.localize_result import Explanation
+from mismatchctl.stats.localize.explain import explain as localize
+from mismatchctl.stats.localize.result import Explanation
 from mismatchctl.stats.positions import (
     ORDER_BLOCK,
     ORDER_BLOCKS,
@@ -292,7 +292,7 @@ class _Coder:
         keys' turn, turn kind and bin (the cube's labels are theirs, in their order), and the
         cube's own bins of the KV position (from the response's start where the dump gave no
         prompt length) and of the position in the turn."""
-        from mismatchctl.stats import cube_kernels
+        from mismatchctl.stats.cube import kernels as cube_kernels
 
         out = np.empty((keys.n, len(TOKEN_DIMS)), dtype=np.int32)
         if keys.n == 0:

@@ -18,7 +18,7 @@ from mismatchctl.stats.length_scaling import (
     RISING,
     LengthScaling,
 )
-from mismatchctl.stats.localize_result import (
+from mismatchctl.stats.localize.result import (
     BASELINE,
     Finding,
     finding_label,

@@ -15,14 +15,14 @@ from typing import Any
 
 from mismatchctl.analysis.diagnose.levels import MEDIUM_MAX
 from mismatchctl.analysis.explain import explain_selections
-from mismatchctl.analysis.report import build_report
+from mismatchctl.analysis.report.report import build_report
 from mismatchctl.analysis.selection import resolve_text
 from mismatchctl.analysis.selectors import selector_text
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.plan import StepRange
 from mismatchctl.stats import BAND_NAMES, band
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.localize_result import NONE, Explanation, Finding, unlocated_sentence
+from mismatchctl.stats.localize.result import NONE, Explanation, Finding, unlocated_sentence
 from mismatchctl.store import Store
 
 RECENT_STEPS = 20

@@ -35,8 +35,8 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
-from mismatchctl.analysis.token_text import Decoder
 from mismatchctl.analysis.tokenizer import HFDecoder, RunDecoders, byte_text
+from mismatchctl.analysis.tokens.text import Decoder
 from mismatchctl.columns import numpy_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import PartKeys

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mismatchctl.analysis.token_text import Decoder, ids_text
+from mismatchctl.analysis.tokens.text import Decoder, ids_text
 from mismatchctl.errors import MissingDependencyError, UsageError
 from mismatchctl.options import TOKENIZER_BYTES as BYTES
 from mismatchctl.store import Store

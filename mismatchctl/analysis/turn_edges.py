@@ -5,7 +5,7 @@ numerics").
 A rendering fault (the trainer re-renders a tool response a little differently from what the
 engine saw) puts the mismatch in the first tokens after each tool response, decaying with the
 distance, and leaves the first turns untouched; engine numerics do not care where a turn starts.
-Read in the report's pass over every part, two small K3 cubes (``stats/cube.py``): one over the
+Read in the report's pass over every part, two small K3 cubes (``stats/cube/cube.py``): one over the
 first turns' tokens, one over the later turns' (after a tool response), each by the distance
 from the turn's start, whether the token is among the last ones before a tool response, and the
 token-probability bin (the stratum of every rate ratio). Beside them a histogram of |r| by turn
@@ -25,8 +25,8 @@ import pyarrow as pa
 from mismatchctl import schema as S
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import PartKeys, turn_positions
-from mismatchctl.stats.cube import Cube
-from mismatchctl.stats.cube_spec import CubeSpec, Dim
+from mismatchctl.stats.cube.cube import Cube
+from mismatchctl.stats.cube.spec import CubeSpec, Dim
 
 START = "turn_start"  # the token's distance from its turn's first model token, in classes
 END = "turn_end"  # whether the token is among the last EDGE_TOKENS before a tool response

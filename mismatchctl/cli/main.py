@@ -94,7 +94,7 @@ for name, module, short in COMMANDS:
 
 def _version(value: bool) -> None:
     if value:
-        from mismatchctl import __version__
+        from mismatchctl.version import __version__
 
         typer.echo(f"mismatchctl {__version__}")
         raise typer.Exit()

@@ -170,7 +170,7 @@ class PartKeys:
         """Each row's K3 as the K3 cubes' compiled loop computes it (``cube_kernels.token_k3``),
         once per slice for every cube the extras add it to."""
         if self._cube_k3 is None:
-            from mismatchctl.stats import cube_kernels
+            from mismatchctl.stats.cube import kernels as cube_kernels
 
             lr, lt = self.column(S.ROLLOUT), self.column(S.TRAINER)
             self._cube_k3 = np.empty(self.n, dtype=np.float64)

@@ -10,7 +10,7 @@ from mismatchctl.analysis import sections as sec
 from mismatchctl.display import OVERFLOW, number, percent, visible
 
 BAND_STYLE = {"low": "green", "medium": "yellow", "high": "bold dark_orange", "severe": "bold red"}
-# a token's |r| level (analysis/show_view.py), coolest first: the terminal's backgrounds and the
+# a token's |r| level (analysis/show/view.py), coolest first: the terminal's backgrounds and the
 # HTML page's (the same colours)
 HEAT_COLOURS = ("", "#fff3b0", "#ffd166", "#f79d5c", "#e8553e", "#b3001b")
 HEAT_STYLE = (

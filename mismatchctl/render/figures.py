@@ -20,14 +20,14 @@ from typing import Any
 import numpy as np
 import plotly.graph_objects as go
 
-from mismatchctl.analysis import figure_data as FD
 from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.bisect.view import BisectPlot
-from mismatchctl.analysis.compare import Comparison
-from mismatchctl.analysis.compare_curves import CurvePair
-from mismatchctl.analysis.routing import FirstFlipPlot
-from mismatchctl.analysis.whatif import Whatif
-from mismatchctl.analysis.whatif_view import method_label, steps_by_run, unit_fraction
+from mismatchctl.analysis.compare.compare import Comparison
+from mismatchctl.analysis.compare.curves import CurvePair
+from mismatchctl.analysis.report import figure_data as FD
+from mismatchctl.analysis.routing.routing import FirstFlipPlot
+from mismatchctl.analysis.whatif.view import method_label, steps_by_run, unit_fraction
+from mismatchctl.analysis.whatif.whatif import Whatif
 from mismatchctl.curves.analysis import RunCurves
 from mismatchctl.curves.correlate import MIN_LAG_PAIRS, LagPoint
 from mismatchctl.curves.series import KL, Series

@@ -21,13 +21,13 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
-from mismatchctl import __version__
 from mismatchctl.analysis import sections as sec
 from mismatchctl.display import visible
 from mismatchctl.render.cell_text import HEAT_COLOURS, cell_text
 from mismatchctl.render.json import dumps
 from mismatchctl.render.output import write_text
 from mismatchctl.render.style import CSS, FIGURES, HEAT_CSS, INFLATE, LOADER, ONERROR
+from mismatchctl.version import __version__
 
 MAX_STEP_ROWS = 200  # beyond this, a run's step table shows its worst steps only
 WORST_STEPS = 20

@@ -12,7 +12,7 @@ import socket
 import xml.etree.ElementTree as ET
 from typing import Any
 
-from mismatchctl.analysis.check import FAIL, Gate
+from mismatchctl.analysis.check.check import FAIL, Gate
 from mismatchctl.display import printable
 
 NA = "n/a"

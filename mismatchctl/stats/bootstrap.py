@@ -5,9 +5,9 @@ a resample draws sequences with replacement (a fixed seed makes it reproducible)
 token-mean metrics and the log-ppl Pearson correlation from weighted sums. The two sides are
 resampled independently.
 
-When the two sides hold the same responses (``analysis/pairing.py``), the paired bootstrap draws
-the *pairs* instead: one index per resampled pair picks the sequence on both sides, from a third
-generator of the same seed (:func:`paired_generator`).
+When the two sides hold the same responses (``analysis/pairing/pairing.py``), the paired
+bootstrap draws the *pairs* instead: one index per resampled pair picks the sequence on both
+sides, from a third generator of the same seed (:func:`paired_generator`).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from mismatchctl.stats.cube import Cube, Field
-from mismatchctl.stats.cube_spec import codes_label
+from mismatchctl.stats.cube.cube import Cube, Field
+from mismatchctl.stats.cube.spec import codes_label
 
 
 @dataclass

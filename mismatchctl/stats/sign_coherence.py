@@ -26,7 +26,7 @@ from mismatchctl.stats.hot_sequences import (
     canonical,
     keep_sequences,
 )
-from mismatchctl.stats.localize_math import chi2_sf
+from mismatchctl.stats.localize.math import chi2_sf
 
 
 @dataclass

@@ -6,11 +6,11 @@ A step's *rate ratio* is its K3 mass over what the run's per-bin rates predict a
 token mix (``E_s = sum_b n(s, b) k(b)``): a step that samples more low-probability tokens is not
 called hotter for it. Steps hold disjoint sequences, so their log ratios are independent up to
 the shared ``k(b)``; the variance of each is the sandwich variance of its mass
-(``localize_math.sandwich_var``) over the mass squared.
+(``localize.math.sandwich_var``) over the mass squared.
 
 The split sorts the steps by rate ratio and tests every cut (the top ``k`` steps against the
 others, ``k = 1 .. S - 1``) with the localization's contrast of a region against the rest of
-the run at the same token probabilities (``localize_findings.estimate``: exact covariance, steps
+the run at the same token probabilities (``localize.findings.estimate``: exact covariance, steps
 being a sequence dimension); the cut with the largest z is the split. Whether the steps differ
 at all is Cochran's homogeneity test of their log ratios: a split is only reported by the
 checks when that rejects (the thresholds live in ``analysis/diagnose/steps.py``).
@@ -19,7 +19,7 @@ The trend is the random-effects weighted least-squares line of the steps' log ra
 number (DerSimonian-Laird between-step variance for a meta-regression): its fitted rise from the
 first to the last step and the interval of that rise.
 
-Steps beyond the cube's ``block_cap`` are seen in blocks of consecutive steps (``cube_spec``).
+Steps beyond the cube's ``block_cap`` are seen in blocks of consecutive steps (``stats/cube/spec.py``).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mismatchctl.stats.cube import Cube
-from mismatchctl.stats.localize_findings import Sides, estimate
-from mismatchctl.stats.localize_math import chi2_sf, div, norm_ppf, relvar
-from mismatchctl.stats.localize_tables import SideTables
-from mismatchctl.stats.localize_thresholds import LocalizeThresholds
+from mismatchctl.stats.cube.cube import Cube
+from mismatchctl.stats.localize.findings import Sides, estimate
+from mismatchctl.stats.localize.math import chi2_sf, div, norm_ppf, relvar
+from mismatchctl.stats.localize.tables import SideTables
+from mismatchctl.stats.localize.thresholds import LocalizeThresholds
 
 LEVEL = 0.95  # of every interval here
 

@@ -2,8 +2,9 @@
 their structure (``19-199: 61 of 181, in 30 short bursts``, ``1-22: 8 of 22, every 3rd``,
 ``gsm8k,math,code and 9 more (12 of 17)``).
 
-A finding's exact set stays in its ``where`` (every range, as ``cube_spec.codes_label`` writes
-it) and in the JSON; these names are for the sentences a person reads.
+A finding's exact set stays in its ``where`` (every range, as ``codes_label`` of
+``stats/cube/spec.py`` writes it) and in the JSON; these names are for the sentences a person
+reads.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from mismatchctl.stats.cube_spec import Dim, codes_label, run_label
+from mismatchctl.stats.cube.spec import Dim, codes_label, run_label
 
 MAX_RUNS = 3  # ranges of an ordered dimension named one by one
 MAX_VALUES = 4  # values of an unordered dimension named one by one

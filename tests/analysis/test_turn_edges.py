@@ -101,7 +101,7 @@ def test_the_cubes_are_those_of_each_sides_tokens_alone() -> None:
     """Each cube bit for bit the cube of a filtered copy of its tokens (the first turns', the
     later turns', every finite token's for the ends), non-finite tokens left out of all three
     and of the histogram."""
-    from mismatchctl.stats.cube import Cube
+    from mismatchctl.stats.cube.cube import Cube
     from mismatchctl.stats.positions import assign_positions
 
     cols = tokens(6, sequences=120)

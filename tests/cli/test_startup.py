@@ -25,7 +25,7 @@ COMPUTING = {"numba", "numpy", "pyarrow", "pandas", "polars", "plotly", "ray", "
 NOT_FOR_SHOW = {"numba", "pandas", "polars", "plotly", "ray", "torch"}
 NOT_FOR_SHOW_MODULES = {
     "pyarrow.compute",
-    "mismatchctl.analysis.routing",
+    "mismatchctl.analysis.routing.routing",
     "mismatchctl.engines.plan",
 }
 

@@ -399,7 +399,8 @@ def test_step_codes_of_one_step_and_of_several_are_uniques() -> None:
     """A slice's step codes: ``np.unique``'s labels and inverse, with one step (no sort) or
     several; and each row's K3 for the cubes, once, as their own loop computes it."""
     from mismatchctl.engines.keys import PartKeys
-    from mismatchctl.stats import cube_kernels, parse_bins
+    from mismatchctl.stats import parse_bins
+    from mismatchctl.stats.cube import kernels as cube_kernels
 
     rng = np.random.default_rng(4)
     lr = -rng.exponential(1.0, 9)

@@ -212,7 +212,7 @@ def test_paired_compare_and_token_classes_equal_local(ray_local: Any, tmp_path: 
     """The paired comparison's per-sequence rows travel through Ray tasks (parts of ~300 tokens)
     and pair into the same numbers as locally; so do diagnose's token classes (a tokenizer
     remembered for the run)."""
-    from tests.analysis.paired_data import responses, shuffled_groups, trainer_of, write
+    from tests.analysis.pairing.paired_data import responses, shuffled_groups, trainer_of, write
 
     resp = responses(seed=4)
     store = tmp_path / "store"
@@ -255,8 +255,8 @@ def test_several_reads_fold_as_the_local_engine_folds_them(
 ) -> None:
     """``compare``'s one pass over both sides: each read's groups and sequence sums on Ray
     equal to the local engine's, and each read handed back in order."""
+    from mismatchctl.analysis.report.sequences import SequenceSums
     from mismatchctl.analysis.selection import select
-    from mismatchctl.analysis.sequences import SequenceSums
     from mismatchctl.engines.local import Read, run_reads
     from mismatchctl.engines.ray_engine import run_reads_ray
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 import mismatchctl
-from mismatchctl.analysis.report import report_on, reports_on
+from mismatchctl.analysis.report.report import report_on, reports_on
+from mismatchctl.analysis.report.sequences import SequenceSums
 from mismatchctl.analysis.selection import select
-from mismatchctl.analysis.sequences import SequenceSums
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.local import Read, run_passes, run_reads
 from mismatchctl.ingest import source as ingest_source

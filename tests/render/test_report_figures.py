@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 
 import mismatchctl
-from mismatchctl.analysis.figure_data import StepLine, StepsPlot, pooled
-from mismatchctl.analysis.report_view import distribution_figures
+from mismatchctl.analysis.report.figure_data import StepLine, StepsPlot, pooled
+from mismatchctl.analysis.report.view import distribution_figures
 from mismatchctl.display import number
 from mismatchctl.render import figures
 from mismatchctl.stats.sample import DEFAULT_K

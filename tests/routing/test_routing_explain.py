@@ -14,11 +14,11 @@ import pytest
 
 from mismatchctl import api
 from mismatchctl.analysis.explain import FIRST_FLIP_LAYER, ROUTING, cube_spec, read_cubes
-from mismatchctl.analysis.report import parse_edges
+from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.selection import select
 from mismatchctl.engines.choice import LOCAL_ENGINE
-from mismatchctl.stats.cube import Field
-from mismatchctl.stats.cube_spec import CubeSpec
+from mismatchctl.stats.cube.cube import Field
+from mismatchctl.stats.cube.spec import CubeSpec
 from mismatchctl.store import open_store
 from tests.routing.moe_data import Seq, draw_logprobs, sequences, token_records, write
 

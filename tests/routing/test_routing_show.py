@@ -20,7 +20,7 @@ from rich.console import Console
 
 import mismatchctl
 from mismatchctl import api
-from mismatchctl.analysis.show_view import FLIP_MARK
+from mismatchctl.analysis.show.view import FLIP_MARK
 from mismatchctl.render import html, terminal
 
 GOLDEN_DIR = Path(__file__).parents[1] / "golden"

@@ -22,7 +22,7 @@ from mismatchctl.stats.state import Col, empty_state
 from mismatchctl.stats.tails import Tails
 from mismatchctl.stats.turnruns import _thresholds
 from mismatchctl.store import open_store
-from tests.analysis.paired_data import responses, trainer_of, write
+from tests.analysis.pairing.paired_data import responses, trainer_of, write
 from tests.helpers import cli, slow_param
 
 TOKEN_FIELDS = int(Col.IS_OOB) + 1

@@ -23,7 +23,8 @@ REFRESH_MODULE = "numba.cpython.mathimpl"
 PROBE = """
 import json, sys
 import numpy as np
-from mismatchctl.stats import kernels, localize_math, numba_load, seqhash
+from mismatchctl.stats import kernels, numba_load, seqhash
+from mismatchctl.stats.localize import math as localize_math
 rng = np.random.default_rng(5)
 x = rng.normal(size=1000)
 seq = np.repeat(np.arange(50), 20).astype(np.int64)

@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from mismatchctl.stats.cube import Cube
-from mismatchctl.stats.localize import contrast
+from mismatchctl.stats.cube.cube import Cube
+from mismatchctl.stats.localize.explain import contrast
 from mismatchctl.stats.step_regimes import homogeneity, split_steps, step_rates, trend
-from tests.stats.cube_reference import random_tokens, small_spec
+from tests.stats.cube.cube_reference import random_tokens, small_spec
 
 REL = 1e-9
 

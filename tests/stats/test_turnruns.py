@@ -116,7 +116,7 @@ def test_single_token_runs_and_tiny_slices(lengths: list[int], seed: int) -> Non
 @pytest.mark.parametrize("seed", range(3))
 def test_sequence_sums_from_runs_equal_those_from_tokens(seed: int) -> None:
     """compare's bootstrap takes its per-sequence sums from the engine's turn runs."""
-    from mismatchctl.analysis.sequences import _from_runs
+    from mismatchctl.analysis.report.sequences import _from_runs
     from mismatchctl.stats.bootstrap import FIELDS, SeqStats
 
     lr, lt, seq, turn, _ = _tokens(seed)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from localize_data import Plan, pair
 
-from mismatchctl.stats.cube_spec import Dim
-from mismatchctl.stats.localize import explain
+from mismatchctl.stats.cube.spec import Dim
+from mismatchctl.stats.localize.explain import explain
 from mismatchctl.stats.value_names import name_values, ordinal, runs
+from tests.stats.localize.localize_data import Plan, pair
 
 STEP = Dim("step", 200)
 SOURCE = Dim("attr:source", 6, ("gsm8k", "math", "code", "search", "(none)", "(other)"), False)

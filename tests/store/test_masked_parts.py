@@ -17,7 +17,7 @@ from mismatchctl import schema as S
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import staged
 from mismatchctl.ingest.run_ingest import Options
-from tests.analysis.tokens_data import tokens_dump
+from tests.analysis.tokens.tokens_data import tokens_dump
 from tests.helpers import cli
 
 

@@ -21,7 +21,7 @@ from mismatchctl.analysis.explain import (
     explain_selections,
     twin_columns,
 )
-from mismatchctl.analysis.report import parse_edges
+from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.selection import reading, resolve_text
 from mismatchctl.analysis.selectors import StepRange, selector_text
 from mismatchctl.analysis.where import Condition, cell_mask, parse_where, where_keys
@@ -29,8 +29,8 @@ from mismatchctl.engines.choice import LOCAL_ENGINE
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
 from mismatchctl.parallel import DEFAULT_WORKERS
-from mismatchctl.stats.cube_spec import CubeSpec
-from mismatchctl.stats.localize_result import Region, where_text
+from mismatchctl.stats.cube.spec import CubeSpec
+from mismatchctl.stats.localize.result import Region, where_text
 from mismatchctl.store import Store
 
 HOT_CELLS = 3  # explain's top findings taken as cells

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.analysis.selectors import StepRange
-from mismatchctl.analysis.show import read_masked, read_tokens
+from mismatchctl.analysis.show.show import read_masked, read_tokens
 from mismatchctl.errors import InputError, StoreError
 from mismatchctl.store import Store
 from mismatchctl.store.parts import SEQUENCES

@@ -18,20 +18,20 @@ from mismatchctl.analysis.diagnose.diagnosis import Diagnosis
 from mismatchctl.analysis.diagnose.extra import DiagnoseExtra
 from mismatchctl.analysis.diagnose.registry import run_checks
 from mismatchctl.analysis.explain import RunCubeExtra, cube_spec, read_run_cubes, refuse_same
-from mismatchctl.analysis.report import Report, report_on
+from mismatchctl.analysis.report.report import Report, report_on
 from mismatchctl.analysis.selection import reread, resolve_text
 from mismatchctl.analysis.token_classes import TokenClassExtra, class_tables, summarize, top_size
 from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
 from mismatchctl.analysis.turn_edges import EdgeExtra
-from mismatchctl.analysis.whatif import SEQ_CELLS, WhatifExtra
+from mismatchctl.analysis.whatif.whatif import SEQ_CELLS, WhatifExtra
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.plan import Selection
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import parse_bins
 from mismatchctl.stats import whatif as WI
-from mismatchctl.stats.cube import Cube
-from mismatchctl.stats.cube_spec import CubeSpec
-from mismatchctl.stats.localize import explain as localize
+from mismatchctl.stats.cube.cube import Cube
+from mismatchctl.stats.cube.spec import CubeSpec
+from mismatchctl.stats.localize.explain import explain as localize
 from mismatchctl.stats.step_regimes import split_steps, step_rates, trend
 from mismatchctl.store import Store
 

@@ -13,15 +13,15 @@ import numpy as np
 from mismatchctl.analysis.diagnose.check import Check, CheckModule
 from mismatchctl.analysis.diagnose.extra import DiagnoseState
 from mismatchctl.analysis.diagnose.levels import LEVEL
-from mismatchctl.analysis.report import Report
+from mismatchctl.analysis.report.report import Report
 from mismatchctl.analysis.token_classes import ClassSummary
 from mismatchctl.analysis.turn_edges import EdgeState
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.cube import Cube, merge_all
-from mismatchctl.stats.localize import contrast
-from mismatchctl.stats.localize_result import Explanation
-from mismatchctl.stats.localize_tables import SideTables
+from mismatchctl.stats.cube.cube import Cube, merge_all
+from mismatchctl.stats.localize.explain import contrast
+from mismatchctl.stats.localize.result import Explanation
+from mismatchctl.stats.localize.tables import SideTables
 from mismatchctl.stats.step_regimes import StepRates, StepSplit, StepTrend
 
 

@@ -11,7 +11,7 @@ from mismatchctl.analysis.diagnose.check import OK, CheckEvidence, grade
 from mismatchctl.analysis.diagnose.levels import LEVEL, LOCAL_CI_LOW, LOCAL_FACTOR, MEDIUM_MAX
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import TURN_KIND_LABELS
-from mismatchctl.stats.localize_result import ratio_text
+from mismatchctl.stats.localize.result import ratio_text
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.diagnose.context import Context

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mismatchctl.analysis.diagnose.check import FAIL, LAYERS, NA, OK, WARN, Check, worst
-from mismatchctl.analysis.report import Report
+from mismatchctl.analysis.report.report import Report
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.diagnose.checks import cause

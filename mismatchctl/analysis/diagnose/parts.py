@@ -22,9 +22,9 @@ from mismatchctl.analysis.diagnose.text import share
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import TURN_KIND_LABELS
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.cube import Cube
-from mismatchctl.stats.localize import contrast_within
-from mismatchctl.stats.localize_result import Explanation, Finding, finding_label, ratio_text
+from mismatchctl.stats.cube.cube import Cube
+from mismatchctl.stats.localize.explain import contrast_within
+from mismatchctl.stats.localize.result import Explanation, Finding, finding_label, ratio_text
 
 TOOL_DIMS = frozenset({K.TURN, K.TURN_KIND})
 """Dimensions whose findings speak of the turns after tool responses (``tool_responses``); a

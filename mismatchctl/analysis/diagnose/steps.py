@@ -25,7 +25,7 @@ from mismatchctl.analysis.diagnose.runs import RunResult
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.localize_result import ratio_text
+from mismatchctl.stats.localize.result import ratio_text
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.diagnose.context import Context

@@ -24,10 +24,10 @@ from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.engines import plan as K
 from mismatchctl.stats.hot_sequences import HotSequenceState
-from mismatchctl.stats.localize import contrast_baseline
-from mismatchctl.stats.localize_regions import region_sums
-from mismatchctl.stats.localize_result import ratio_text
-from mismatchctl.stats.localize_tables import SideTables
+from mismatchctl.stats.localize.explain import contrast_baseline
+from mismatchctl.stats.localize.regions import region_sums
+from mismatchctl.stats.localize.result import ratio_text
+from mismatchctl.stats.localize.tables import SideTables
 from mismatchctl.stats.sign_coherence import in_cells, in_steps, off_gpus, sign_coherence
 
 TURN_PARTS = ("template", "tool_turns")

@@ -15,7 +15,7 @@ from mismatchctl.analysis.diagnose.contrasts import hotter
 from mismatchctl.analysis.diagnose.levels import LEVEL
 from mismatchctl.analysis.diagnose.parts import FindingRow, code_path
 from mismatchctl.engines import plan as K
-from mismatchctl.stats.localize import contrast_within
+from mismatchctl.stats.localize.explain import contrast_within
 
 
 def first_findings(local: Check | None) -> list[FindingRow]:

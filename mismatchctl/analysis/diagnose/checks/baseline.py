@@ -22,7 +22,7 @@ from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
 from mismatchctl.analysis.diagnose.parts import FindingRow, finding_row
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.localize_result import (
+from mismatchctl.stats.localize.result import (
     Explanation,
     finding_label,
     ratio_text,

@@ -30,7 +30,7 @@ from mismatchctl.analysis.diagnose.levels import LOCAL_CI_LOW, LOCAL_FACTOR
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.localize_result import ratio_text
+from mismatchctl.stats.localize.result import ratio_text
 
 NAME = "hardware"
 LAYER = PATH

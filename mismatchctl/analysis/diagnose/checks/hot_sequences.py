@@ -25,7 +25,7 @@ from mismatchctl.analysis.diagnose.runs import WorstRun, worst_run
 from mismatchctl.analysis.diagnose.samples import samples_of
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.stats.hot_sequences import Z_TAIL, HotSequences, summarize
-from mismatchctl.stats.localize_result import ratio_text
+from mismatchctl.stats.localize.result import ratio_text
 
 NAME = "hot_sequences"
 LAYER = PATH

@@ -19,7 +19,7 @@ from mismatchctl.analysis.diagnose.check import (
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.levels import LOW_MAX, MEDIUM_MAX
 from mismatchctl.analysis.diagnose.text import fmt, pct
-from mismatchctl.analysis.report import Group
+from mismatchctl.analysis.report.report import Group
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import bin_label
 from mismatchctl.stats import registry as M

@@ -32,8 +32,8 @@ from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.analysis.diagnose.weight_lags import tagged_lags
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.localize_math import norm_ppf, relvar, sandwich_var
-from mismatchctl.stats.localize_result import ratio_text
+from mismatchctl.stats.localize.math import norm_ppf, relvar, sandwich_var
+from mismatchctl.stats.localize.result import ratio_text
 
 NAME = "staleness"
 LAYER = TRAJECTORY

@@ -27,7 +27,7 @@ from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import TURN_KIND_LABELS
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.localize_result import ratio_text
+from mismatchctl.stats.localize.result import ratio_text
 
 NAME = "tool_responses"
 LAYER = PATH

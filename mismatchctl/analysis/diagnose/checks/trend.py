@@ -18,7 +18,7 @@ from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
 from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_step_run
 from mismatchctl.analysis.diagnose.steps import MIN_STEPS, TREND_CI_LOW, TREND_RISE_WARN
 from mismatchctl.analysis.diagnose.text import fmt
-from mismatchctl.stats.localize_result import ratio_text
+from mismatchctl.stats.localize.result import ratio_text
 
 NAME = "trend"
 LAYER = TRAJECTORY

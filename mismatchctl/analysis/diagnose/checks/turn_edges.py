@@ -40,8 +40,8 @@ from mismatchctl.analysis.turn_edges import (
     top_shares,
 )
 from mismatchctl.engines import plan as K
-from mismatchctl.stats.cube import Cube, Field
-from mismatchctl.stats.localize import contrast
+from mismatchctl.stats.cube.cube import Cube, Field
+from mismatchctl.stats.localize.explain import contrast
 
 NAME = "turn_edges"
 LAYER = DATA

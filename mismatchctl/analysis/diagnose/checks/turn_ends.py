@@ -32,8 +32,8 @@ from mismatchctl.analysis.diagnose.levels import LEVEL, LOCAL_CI_LOW, LOCAL_FACT
 from mismatchctl.analysis.diagnose.runs import WorstRun, worst_run
 from mismatchctl.analysis.turn_edges import FINAL, SCOPE
 from mismatchctl.engines import plan as K
-from mismatchctl.stats.cube import Cube, Field
-from mismatchctl.stats.localize import contrast, contrast_within
+from mismatchctl.stats.cube.cube import Cube, Field
+from mismatchctl.stats.localize.explain import contrast, contrast_within
 
 NAME = "turn_ends"
 LAYER = DATA

@@ -1,0 +1,277 @@
+"""SkyRL's off-policy correction (``trainer.algorithm.off_policy_correction``), as
+``skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py`` computes it (SkyRL 0.3.0,
+NovaSky-AI/SkyRL commit a9564572, 2026-08-21): ``compute_off_policy_correction``.
+
+Per token ``ratio = exp(clamp(old_log_prob - rollout_log_prob, -20, 20))``. In SkyRL's order:
+the outlier veto drops a whole sequence with any token ratio above
+``outlier_token_is_threshold_high`` or below ``outlier_token_is_threshold_low``; the token mask
+drops the tokens outside ``[token_mask_is_threshold_low, token_mask_is_threshold_high]`` (both
+must be set); TIS (``tis_ratio_type``) weights each token by ``min(ratio,
+token_tis_ratio_clip_high)`` or each sequence by ``min(exp(clamp(S, -20, 20)),
+sequence_tis_ratio_clip_high)`` with ``S`` the sum of the log ratios of its tokens still kept;
+the sequence mask (``sequence_mask_metric``) drops a sequence whose geometric mean ratio (of its
+kept tokens) lies outside ``[geo_mask_low, geo_mask_high]`` or whose product lies outside
+``[product_mask_low, product_mask_high]``. Each step's denominators are SkyRL's: the token mask
+and the token TIS metrics count the tokens still kept, the sequence metrics every sequence.
+
+SkyRL computes the ratio in float32 (``safe_exp_delta``), this in float64; its ``is_ratio_std``
+and ``is_ratio_min`` run over its padded micro-batch tensor (padding counts as 0), here over the
+tokens only (``is_ratio_std`` unbiased, as torch's ``std``). SkyRL logs the metrics per
+micro-batch as ``loss_metrics/<name>``; here the group is one batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from mismatchctl.stats.presets.base import (
+    COUNTS,
+    WEIGHTS,
+    CellPreset,
+    Chunk,
+    Config,
+    MetricsPreset,
+    per_cell_extreme,
+    per_cell_sum,
+    put_common,
+    sequence_starts,
+)
+
+CLAMP = 20.0
+TIS_TYPES = (None, "token", "sequence")
+SEQ_METRICS = (None, "geometric", "product")
+FIELDS = [
+    *COUNTS,
+    "ratio_sum", "ratio_sq", "ratio_min", "ratio_max",
+    "outlier_seqs", "over_seqs", "under_seqs", "tm_valid", "tm_masked", "tis_valid",
+    "tis_capped", "tis_seq_capped", "sm_masked", "sm_over", "sm_under",
+    *WEIGHTS,
+]  # fmt: skip
+NUMBERS = (
+    "token_tis_ratio_clip_high", "sequence_tis_ratio_clip_high", "geo_mask_high", "geo_mask_low",
+    "product_mask_high", "product_mask_low",
+)  # fmt: skip
+OPTIONAL = (
+    "outlier_token_is_threshold_low", "outlier_token_is_threshold_high",
+    "token_mask_is_threshold_low", "token_mask_is_threshold_high",
+)  # fmt: skip
+
+
+class SkyrlOffPolicy(CellPreset, MetricsPreset):
+    name = "skyrl-off-policy"
+    STATE = FIELDS
+    framework = "SkyRL 0.3.0 (NovaSky-AI/SkyRL commit a9564572eb8e, 2026-08-21)"
+    source = "skyrl/backends/skyrl_train/utils/off_policy_correction_utils.py"
+    describes = (
+        "SkyRL trainer.algorithm.off_policy_correction: outlier-sequence veto, token mask band, "
+        "token/sequence TIS clip (tis_ratio_type), geometric/product sequence masks "
+        "(sequence_mask_metric), applied in SkyRL's order"
+    )
+    clipped_key = "tis_token_clip_high_ratio"
+    defaults: ClassVar[Config] = {  # skyrl/train/config/config.py, OffPolicyCorrectionConfig
+        "tis_ratio_type": None,
+        "token_tis_ratio_clip_high": 2.0,
+        "sequence_tis_ratio_clip_high": 5.0,
+        "sequence_mask_metric": None,
+        "geo_mask_high": 1.01,
+        "geo_mask_low": 0.99,
+        "product_mask_high": 2.0,
+        "product_mask_low": 0.5,
+        "outlier_token_is_threshold_low": None,
+        "outlier_token_is_threshold_high": None,
+        "token_mask_is_threshold_low": None,
+        "token_mask_is_threshold_high": None,
+    }
+
+    def check(self, config: Config) -> None:
+        if config["tis_ratio_type"] not in TIS_TYPES:
+            raise ValueError(
+                f"tis_ratio_type `{config['tis_ratio_type']}`: null, token or sequence"
+            )
+        if config["sequence_mask_metric"] not in SEQ_METRICS:
+            raise ValueError(
+                f"sequence_mask_metric `{config['sequence_mask_metric']}`: null, geometric or product"
+            )
+        for key in NUMBERS:
+            if not isinstance(config[key], float):
+                raise ValueError(f"{key} `{config[key]}`: a number")
+        for key in OPTIONAL:
+            if config[key] is not None and not isinstance(config[key], float):
+                raise ValueError(f"{key} `{config[key]}`: a number or null")
+        low, high = config["token_mask_is_threshold_low"], config["token_mask_is_threshold_high"]
+        if (low is None) != (high is None):
+            raise ValueError(
+                "token_mask_is_threshold_low and _high: SkyRL applies the token mask only when "
+                "both are set"
+            )
+        if not _enabled(config):
+            raise ValueError("no correction is set: SkyRL's defaults correct nothing")
+
+    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
+        lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
+        cut = _Cut(sequence_starts(seq), code, n_cells, col, out)
+        delta = lt - lr
+        with np.errstate(over="ignore", invalid="ignore"):
+            ratio = np.exp(np.clip(delta, -CLAMP, CLAMP))
+            keep = _outlier(ratio, config, cut)
+            keep = _token_mask(ratio, keep, config, cut)
+            tis = _tis(ratio, delta, keep, config, cut)
+            keep = _sequence_mask(delta, keep, config, cut)
+            weight = tis * keep
+            cut.tokens("ratio_sum", ratio)
+            cut.tokens("ratio_sq", ratio * ratio)
+        cut.extremes("ratio", ratio)
+        put_common(out, col, chunk, cut.starts, ~keep, weight)
+
+    def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
+        n = v["tokens"]
+        with np.errstate(over="ignore", invalid="ignore"):
+            ratio_mean = v["ratio_sum"] / n
+            spread = v["ratio_sq"] - n * ratio_mean * ratio_mean
+            ratio_std = float(np.sqrt(max(spread, 0.0) / (n - 1))) if n > 1 else None
+        out: dict[str, Any] = {
+            "is_ratio_mean": ratio_mean,
+            "is_ratio_std": ratio_std,
+            "is_ratio_max": v["ratio_max"],
+            "is_ratio_min": v["ratio_min"],
+        }
+        return out | _framework_metrics(v, config)
+
+
+def _framework_metrics(v: dict[str, float], config: Config) -> dict[str, Any]:
+    """SkyRL's masking and clipping ratios, each only when SkyRL computes it."""
+    m = v["seqs"]
+    out: dict[str, Any] = {}
+    if _outlier_on(config):
+        out["outlier_seq_masked_ratio"] = v["outlier_seqs"] / m
+        out["outlier_seq_over_high_ratio"] = v["over_seqs"] / m
+        out["outlier_seq_under_low_ratio"] = v["under_seqs"] / m
+    if config["token_mask_is_threshold_low"] is not None:
+        out["token_mask_ratio"] = v["tm_masked"] / max(v["tm_valid"], 1.0)
+    if config["tis_ratio_type"] == "token":
+        out["tis_token_clip_high_ratio"] = v["tis_capped"] / max(v["tis_valid"], 1.0)
+    elif config["tis_ratio_type"] == "sequence":
+        out["tis_seq_clip_high_ratio"] = v["tis_seq_capped"] / m
+    metric = config["sequence_mask_metric"]
+    if metric is not None:
+        prefix = "geo" if metric == "geometric" else "product"
+        out[f"{prefix}_sequence_mask_masked_ratio"] = v["sm_masked"] / m
+        out[f"{prefix}_sequence_mask_over_high_ratio"] = v["sm_over"] / m
+        out[f"{prefix}_sequence_mask_under_low_ratio"] = v["sm_under"] / m
+    return out
+
+
+class _Cut:
+    """Sequences of one chunk and the per-cell sums into the state ``out``."""
+
+    def __init__(
+        self, starts: np.ndarray, code: np.ndarray, n_cells: int, col: dict, out: np.ndarray
+    ) -> None:
+        self.starts, self.code, self.n_cells, self.col, self.out = starts, code, n_cells, col, out
+        self.lengths = np.diff(starts, append=len(code))
+        self.seq_code = code[starts]
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(np.asarray(values, np.float64), self.starts)
+
+    def any(self, flags: np.ndarray) -> np.ndarray:
+        return np.maximum.reduceat(np.asarray(flags, np.float64), self.starts) > 0
+
+    def spread(self, per_seq: np.ndarray) -> np.ndarray:
+        return np.repeat(per_seq, self.lengths)
+
+    def tokens(self, name: str, values: np.ndarray) -> None:
+        values = np.asarray(values, np.float64)
+        self.out[:, self.col[name]] = per_cell_sum(values, self.code, self.n_cells)
+
+    def seqs(self, name: str, values: np.ndarray) -> None:
+        values = np.asarray(values, np.float64)
+        self.out[:, self.col[name]] = per_cell_sum(values, self.seq_code, self.n_cells)
+
+    def extremes(self, prefix: str, values: np.ndarray) -> None:
+        low = per_cell_extreme(values, self.code, self.n_cells, np.minimum)
+        self.out[:, self.col[f"{prefix}_min"]] = low
+        high = per_cell_extreme(values, self.code, self.n_cells, np.maximum)
+        self.out[:, self.col[f"{prefix}_max"]] = high
+
+
+def _enabled(config: Config) -> bool:  # off_policy_correction_enabled
+    return (
+        config["tis_ratio_type"] is not None
+        or config["sequence_mask_metric"] is not None
+        or _outlier_on(config)
+        or config["token_mask_is_threshold_low"] is not None
+    )
+
+
+def _outlier_on(config: Config) -> bool:
+    return (
+        config["outlier_token_is_threshold_low"] is not None
+        or config["outlier_token_is_threshold_high"] is not None
+    )
+
+
+def _outlier(ratio: np.ndarray, config: Config, cut: _Cut) -> np.ndarray:
+    """compute_outlier_token_mask: the tokens kept (a sequence with one outlier is dropped)."""
+    if not _outlier_on(config):
+        return np.ones(len(ratio), dtype=bool)
+    low = config["outlier_token_is_threshold_low"]
+    high = config["outlier_token_is_threshold_high"]
+    over = ratio > high if high is not None else np.zeros(len(ratio), dtype=bool)
+    under = ratio < low if low is not None else np.zeros(len(ratio), dtype=bool)
+    seq_over, seq_under = cut.any(over), cut.any(under)
+    bad = seq_over | seq_under
+    cut.seqs("outlier_seqs", bad)
+    cut.seqs("over_seqs", seq_over)
+    cut.seqs("under_seqs", seq_under)
+    return ~cut.spread(bad)
+
+
+def _token_mask(ratio: np.ndarray, keep: np.ndarray, config: Config, cut: _Cut) -> np.ndarray:
+    """compute_token_mask on the tokens the veto kept."""
+    low, high = config["token_mask_is_threshold_low"], config["token_mask_is_threshold_high"]
+    if low is None or high is None:
+        return keep
+    inside = (ratio >= low) & (ratio <= high)
+    cut.tokens("tm_valid", keep)
+    cut.tokens("tm_masked", keep & ~inside)
+    return keep & inside
+
+
+def _tis(
+    ratio: np.ndarray, delta: np.ndarray, keep: np.ndarray, config: Config, cut: _Cut
+) -> np.ndarray:
+    """compute_tis_ratio: the TIS weight of each token (1 without TIS)."""
+    kind = config["tis_ratio_type"]
+    if kind == "token":
+        cap = config["token_tis_ratio_clip_high"]
+        cut.tokens("tis_valid", keep)
+        cut.tokens("tis_capped", keep & (ratio > cap))
+        return np.minimum(ratio, cap)
+    if kind == "sequence":
+        cap = config["sequence_tis_ratio_clip_high"]
+        seq_ratio = np.exp(np.clip(cut.sum(np.where(keep, delta, 0.0)), -CLAMP, CLAMP))
+        cut.seqs("tis_seq_capped", seq_ratio > cap)
+        return cut.spread(np.minimum(seq_ratio, cap))
+    return np.ones(len(ratio))
+
+
+def _sequence_mask(delta: np.ndarray, keep: np.ndarray, config: Config, cut: _Cut) -> np.ndarray:
+    """compute_sequence_mask on the kept tokens: geometric mean or product of the ratios."""
+    metric = config["sequence_mask_metric"]
+    if metric is None:
+        return keep
+    total = cut.sum(np.where(keep, delta, 0.0))
+    if metric == "geometric":
+        total = total / np.maximum(cut.sum(keep), 1.0)
+        low, high = config["geo_mask_low"], config["geo_mask_high"]
+    else:
+        low, high = config["product_mask_low"], config["product_mask_high"]
+    seq_ratio = np.exp(np.clip(total, -CLAMP, CLAMP))
+    over, under = seq_ratio > high, seq_ratio < low
+    cut.seqs("sm_masked", over | under)
+    cut.seqs("sm_over", over)
+    cut.seqs("sm_under", under)
+    return keep & ~cut.spread(over | under)
