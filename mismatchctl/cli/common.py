@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -13,9 +12,9 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, get_type_hints
 
 import typer
-from rich.console import Console
 
 from mismatchctl.api import DEFAULT_WORKERS
+from mismatchctl.cli.consoles import err_console, out_console
 from mismatchctl.display import printable
 from mismatchctl.errors import MismatchError
 from mismatchctl.render.json import dumps
@@ -27,20 +26,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_ERROR = 1
 _NUMPY_FP = "(overflow|invalid value|divide by zero|underflow) encountered"
-PIPE_WIDTH = 140  # tables written to a file or a pipe are not squeezed into 80 columns
-
-
-def out_console() -> Console:
-    """Data goes to stdout (so `--json - | jq` works)."""
-    console = Console()
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=PIPE_WIDTH)
-    return console
-
-
-def err_console() -> Console:
-    """Messages and progress go to stderr."""
-    return Console(stderr=True)
 
 
 def handle_errors(func: F) -> F:

@@ -18,7 +18,7 @@ from rich.progress import (
 from rich.table import Column
 from rich.text import Text
 
-from mismatchctl.cli.common import err_console
+from mismatchctl.cli.consoles import err_console
 from mismatchctl.display import visible
 
 

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from mismatchctl.curves import correlate, events
-from mismatchctl.curves.series import ENTROPY_MEAN, KL, REWARD_MEAN, Series
+from mismatchctl.curves.correlate import MIN_LAG_PAIRS
+from mismatchctl.curves.series import ENTROPY_MEAN, KL, REWARD_MEAN, Series, selection_table
 from mismatchctl.stats import registry as M
 
 # Roles of training-log metrics, found by name (the last path component, then the whole name);
@@ -77,10 +78,71 @@ class RunCurves:
         return any(not s.from_dumps for s in self.series.values())
 
     def to_dict(self) -> dict[str, Any]:
-        """The run's entry of the JSON ``curves`` section (docs/curves.md)."""
-        from mismatchctl.curves.export import run_curves_json
+        """The run's entry of the JSON ``curves`` section of the report and compare JSON
+        (docs/curves.md): the per-step table of every curve, each curve's correlation and
+        lead-lag with vllm_kl, the steps one side lacks, the events."""
+        table = selection_table(self.series)
+        return {
+            "steps": table.column("step").to_pylist(),
+            "columns": {
+                name: table.column(name).to_pylist()
+                for name in table.column_names
+                if name != "step"
+            },
+            "origins": {name: s.origin for name, s in self.series.items()},
+            "roles": self.roles,
+            "dump_steps": len(self.dump_steps),
+            "log_steps": len(self.log_steps),
+            "only_dump_steps": self.only_dump_steps,
+            "only_log_steps": self.only_log_steps,
+            "correlations": [
+                {
+                    "metric": link.metric,
+                    "origin": link.origin,
+                    "n": link.n,
+                    "pearson": link.pearson,
+                    "spearman": link.spearman,
+                    "lead_lag_of": "step-to-step changes",
+                    "lead_lag_min_pairs": MIN_LAG_PAIRS,
+                    "lead_lag": [
+                        {"lag": p.lag, "r": p.r, "n": p.n, "ci_low": p.ci_low, "ci_high": p.ci_high}
+                        for p in link.lags
+                    ],
+                    **_best(link),
+                    "only_vllm_kl_steps": link.only_kl_steps,
+                    "only_metric_steps": link.only_metric_steps,
+                    "nonfinite_steps": link.nonfinite_steps,
+                }
+                for link in self.links
+            ],
+            "events": {
+                "vllm_kl_spikes": self.kl_spikes,
+                "coincident_spikes": [
+                    {
+                        "role": m.role,
+                        "metric": m.metric,
+                        "steps": [{M.VLLM_KL: x.step_a, "metric": x.step_b} for x in m.matches],
+                    }
+                    for m in self.spike_matches
+                ],
+                "reward_drops": self.reward_drops,
+                "reward_drops_not_assessed": self.unassessed_drops,
+                "vllm_kl_rise_before_reward_drop": [
+                    {**p.__dict__, "lead": p.lead} for p in self.rises
+                ],
+            },
+        }
 
-        return run_curves_json(self)
+
+def _best(link: Link) -> dict[str, Any]:
+    best = link.best
+    return {
+        "best_lag": None if best is None else best.lag,
+        "best_lag_r": None if best is None else best.r,
+        "best_lag_n": None if best is None else best.n,
+        "best_lag_ci_low": None if best is None else best.ci_low,
+        "best_lag_ci_high": None if best is None else best.ci_high,
+    }
 
 
 def find_roles(series: dict[str, Series]) -> dict[str, str]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mismatchctl.stats import histogram
+from mismatchctl.stats import hist_lookup, histogram
 from mismatchctl.stats.state import (
     EXP_MAX,
     LOW_PROB_THRESHOLD,
@@ -240,7 +240,7 @@ def _hist_index(r: Any) -> Any:
     """``stats.histogram.hist_index`` from the bounds of its compiled lookup: the level of
     ``|r|`` is the count of bounds at or below it, minus one (-1: below 1e-9)."""
     torch = torch_module()
-    tables = histogram.index_tables()
+    tables = hist_lookup.index_tables()
     if tables is None:  # a platform log10 the lookup cannot follow: the numpy bins on the host
         return torch.as_tensor(histogram.hist_index(r.cpu().numpy()), device=r.device)
     bounds = torch.as_tensor(tables.bounds[1:-1], dtype=r.dtype, device=r.device)

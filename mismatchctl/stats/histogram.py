@@ -13,7 +13,7 @@ The log bins cover ``1e-9 <= |r| < 1e3`` with ``PER_DECADE = 240`` bins per deca
 spans a ratio of ``10**(1/240)`` (about 1.0096).
 
 A value's bin: :func:`hist_index` (numpy: a ``log10``), or, on the report's tokens, the compiled
-lookup of the bins' bounds (:func:`index_tables`), which gives the same bins bit for bit.
+lookup of the bins' bounds (`hist_lookup.index_tables`), which gives the same bins bit for bit.
 
 Quantile definition: numpy's default ``method="linear"``: with ``h = (n - 1) p``,
 ``q = x_(j) + (h - j) (x_(j+1) - x_(j))`` for ``j = floor(h)``. The ranks ``j`` and ``j + 1`` are
@@ -30,9 +30,6 @@ the state), the outermost one exactly at the extreme; every quantile is clamped 
 """
 
 from __future__ import annotations
-
-from functools import cache
-from typing import NamedTuple
 
 import numpy as np
 
@@ -57,77 +54,18 @@ QUANTILES: dict[str, float] = {
 
 def hist_index(r: np.ndarray) -> np.ndarray:
     """Bin index of every value of ``r`` (finite values; monotone non-decreasing in ``r``)."""
-    return _float_index(r).astype(np.int64)
+    return float_index(r).astype(np.int64)
 
 
 def histogram(r: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
     """Counts per (group, bin) as an ``(n_groups, N_BINS)`` int64 array."""
-    flat = _float_index(r)
+    flat = float_index(r)
     flat += group * float(N_BINS)
     counts = np.bincount(flat.astype(np.int64), minlength=n_groups * N_BINS)
     return counts.reshape(n_groups, N_BINS)
 
 
-class IndexTables(NamedTuple):
-    """What the compiled ``hist_index`` (``stats/kernels.py``) reads a bin from, without a log.
-
-    ``bounds[j + 1]`` (``j`` = 0 .. ``N_LOG``) is the smallest positive double whose level (the
-    clipped ``floor(log10(x) * PER_DECADE - LOG10_LO * PER_DECADE)`` of :func:`_float_index`,
-    computed by that very code) is ``>= j``; ``bounds[0]`` is 0 and the last is NaN (no value reaches it), sentinels.
-    A positive double's top ``SHIFT`` mantissa bits and its exponent pick a bucket of
-    ``table`` (buckets from exponent ``e_lo`` on; those below and above are clamped to the first
-    and last), holding the level of the bucket's first double; a bucket spans less than a bin,
-    so the level of ``x`` is the bucket's, plus one when ``x`` reaches the next bound."""
-
-    bounds: np.ndarray
-    table: np.ndarray
-    e_lo: int
-    shift: int
-
-
-SHIFT = 8  # mantissa bits of a bucket: 2**-8 of an octave, under a bin's 10**(1/240)
-
-
-@cache
-def index_tables() -> IndexTables | None:
-    """The lookup of every bin's bounds, found by bisection with :func:`_float_index` itself (so
-    the bins are those of the numpy code on this machine, bit for bit), and checked on every
-    bound, the double below it and every bucket's first and last double; None when a check
-    fails (a ``log10`` that is not monotone), and the caller keeps the numpy code."""
-    level = np.arange(0, N_LOG + 1, dtype=np.float64)
-    lo = np.ones(level.shape, np.int64)  # the bits of the smallest positive double
-    hi = np.full(level.shape, np.float64(np.inf).view(np.int64))
-    while np.any(lo < hi):
-        mid = lo + (hi - lo) // 2
-        reached = _levels(mid.view(np.float64)) >= level
-        hi = np.where(reached, mid, hi)
-        lo = np.where(reached, lo, mid + 1)
-    bounds = np.concatenate([[0.0], lo.view(np.float64), [np.nan]])
-    e_lo, e_hi = int(lo[0] >> 52), int(lo[-1] >> 52)
-    exponents = np.arange(e_lo, e_hi + 1, dtype=np.int64)[:, None] << 52
-    firsts = (exponents | (np.arange(1 << SHIFT, dtype=np.int64) << (52 - SHIFT))).reshape(-1)
-    table = (np.searchsorted(bounds[1:-1], firsts.view(np.float64), side="right") - 1).astype(
-        np.int32
-    )
-    if np.any(np.diff(bounds[1:-1]) <= 0) or np.any(np.diff(table) > 1):
-        return None
-    tables = IndexTables(bounds, table, e_lo, SHIFT)
-    from mismatchctl.stats import kernels_numpy  # the compiled lookup's twin, bit for bit
-
-    probe = np.concatenate([lo, lo - 1, firsts, firsts - 1, firsts[-1:] + (1 << (52 - SHIFT))])
-    probe = probe[probe > 0].view(np.float64)
-    probe = np.concatenate([probe, -probe, [0.0, -0.0, np.inf, -np.inf]])
-    if not np.array_equal(kernels_numpy.hist_index(probe, *tables), hist_index(probe)):
-        return None
-    return tables
-
-
-def _levels(x: np.ndarray) -> np.ndarray:
-    """The clipped level of positive ``x``: ``_float_index`` without the sign and offsets."""
-    return _float_index(x) - (ZERO_BIN + 2)
-
-
-def _float_index(r: np.ndarray) -> np.ndarray:
+def float_index(r: np.ndarray) -> np.ndarray:
     """Bin indices as whole float64 values, computed in place (this runs on every token)."""
     f = np.abs(r)
     with np.errstate(divide="ignore"):

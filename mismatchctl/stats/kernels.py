@@ -127,7 +127,7 @@ def _sort_small(a: np.ndarray, count: int) -> None:
 
 @kernel(nogil=True, error_model="numpy", inline="always")
 def _hist_bin(x: float, bounds: np.ndarray, table: np.ndarray, first: int, shift: int) -> int:
-    """The r-histogram bin of finite ``x`` from the bins' bounds (``histogram.IndexTables``,
+    """The r-histogram bin of finite ``x`` from the bins' bounds (``hist_lookup.IndexTables``,
     ``first = e_lo << shift``): the bucket of its exponent and top mantissa bits, one comparison
     with the next bound, the sign; no logarithm, no branch."""
     s = np.int64(np.float64(x).view(np.int64))
@@ -174,7 +174,7 @@ def cell_sums(
     one code ``0..n_extra-1`` per token, computed by the caller: the entropy and trainer
     probability bins), ``((b * n_kv + kv) * n_tp + tp) * n_extra + extra``. ``tails``: the clamp of the clamped K3,
     ``ln(tau)`` of the extreme fraction and the log bounds of the IS band (``stats.tails``).
-    ``bounds, table, e_lo, shift``: the r-histogram's lookup (``histogram.IndexTables``), or an
+    ``bounds, table, e_lo, shift``: the r-histogram's lookup (``hist_lookup.IndexTables``), or an
     empty ``table`` for no histogram bins.
     Returns ``cell_run, cell_code, cell_len, cell_state`` (cells ordered by run, then code;
     state: the ``TOKEN_FIELDS`` token columns), ``lr_sum, lt_sum`` per run, and per token
@@ -334,7 +334,7 @@ def hist_index(
     r: np.ndarray, bounds: np.ndarray, table: np.ndarray, e_lo: int, shift: int
 ) -> np.ndarray:
     """``histogram.hist_index`` of every value of ``r`` (finite) from the bins' bounds
-    (``histogram.IndexTables``): see :func:`_hist_bin`."""
+    (``hist_lookup.IndexTables``): see :func:`_hist_bin`."""
     n = r.shape[0]
     out = np.empty(n, np.int64)
     first = e_lo << shift

@@ -109,7 +109,7 @@ def hist_index(
     r: np.ndarray, bounds: np.ndarray, table: np.ndarray, e_lo: int, shift: int
 ) -> np.ndarray:
     """The compiled ``hist_index``: the r-histogram bin of every (finite) value from the
-    bins' bounds (``histogram.IndexTables``), the same integer arithmetic on the same bits."""
+    bins' bounds (``hist_lookup.IndexTables``), the same integer arithmetic on the same bits."""
     x = np.ascontiguousarray(r, dtype=np.float64)
     s = x.view(np.int64)
     b = s & np.int64(0x7FFFFFFFFFFFFFFF)

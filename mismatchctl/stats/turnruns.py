@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mismatchctl.stats import histogram
+from mismatchctl.stats import hist_lookup, histogram
 from mismatchctl.stats.chunk import _compact, expand, fill_segment_state
 from mismatchctl.stats.kernel_choice import kernels_for
 from mismatchctl.stats.partial import Partial
@@ -33,7 +33,7 @@ from mismatchctl.stats.tails import DEFAULT_TAILS, Tails
 
 ONE_BIN = np.array([0.0, np.inf])  # edges of a single probability bin
 # no r-histogram lookup: the kernel then bins no token
-NO_LOOKUP = histogram.IndexTables(np.zeros(0), np.zeros(0, np.int32), 0, 0)
+NO_LOOKUP = hist_lookup.IndexTables(np.zeros(0), np.zeros(0, np.int32), 0, 0)
 
 
 class TurnRuns(NamedTuple):
@@ -243,7 +243,7 @@ def bin_cells(
         if len(extra) != n:
             raise ValueError(f"token bins: {len(extra)} codes for {n} tokens")
     n_extra = token_bins.n_entropy * token_bins.n_trainer
-    tables = histogram.index_tables() if with_hist else None
+    tables = hist_lookup.index_tables() if with_hist else None
     lookup = tables if tables is not None else NO_LOOKUP
     pr = np.exp(lr)
     with np.errstate(over="ignore"):  # beyond float64: inf, as the metrics expect

@@ -16,10 +16,8 @@ from typing import Any
 
 from mismatchctl.errors import StoreError
 from mismatchctl.schema import READ_VERSIONS, SCHEMA_VERSION
-from mismatchctl.store.location import demo_store_hint
+from mismatchctl.store.location import CATALOG_NAME, demo_store_hint
 from mismatchctl.store.writable import not_writable
-
-CATALOG_NAME = "catalog.sqlite"
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -9,6 +9,8 @@ from mismatchctl.options import DEMO_STORE
 
 ENV_VAR = "MISMATCHCTL_STORE"
 
+CATALOG_NAME = "catalog.sqlite"  # the store's catalog file, in its root
+
 
 def default_store_path() -> Path:
     """``$MISMATCHCTL_STORE``, else ``$XDG_DATA_HOME/mismatchctl/store``, else
@@ -33,8 +35,6 @@ def point_at(store: str | os.PathLike[str]) -> str:
 def demo_store_hint(looked_in: str | os.PathLike[str]) -> str:
     """A sentence saying how to point at the demo's store, when ``mismatchctl demo`` left one
     in this directory and a command looked in another store; empty otherwise."""
-    from mismatchctl.store.catalog import CATALOG_NAME
-
     if not (DEMO_STORE / CATALOG_NAME).is_file():
         return ""
     if "://" not in str(looked_in) and Path(looked_in).resolve() == DEMO_STORE.resolve():

@@ -30,7 +30,7 @@ from mismatchctl.display import did_you_mean, shown
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.store import catalog
 from mismatchctl.store.catalog import MetricSource, PartRecord, SourceRecord
-from mismatchctl.store.location import ENV_VAR, demo_store_hint, resolve_store_path
+from mismatchctl.store.location import demo_store_hint
 from mismatchctl.store.lock import LOCK_NAME, write_lock
 from mismatchctl.store.parts import MASKED, METRICS, ROUTING, SEQUENCES, TOKENS
 from mismatchctl.store.writable import StoreWrites
@@ -379,15 +379,4 @@ def _run_info(name: str, created_at: str, sources: list[SourceRecord]) -> RunInf
     )
 
 
-def open_store(path: str | os.PathLike[str] | None = None) -> Store:
-    """The store at ``path`` (default: ``$MISMATCHCTL_STORE`` or the user data directory): a
-    directory, or an ``s3://`` / ``gs://`` URI (``store/remote.py``)."""
-    from mismatchctl.store import remote
-
-    uri = path if path else os.environ.get(ENV_VAR)
-    if remote.is_store_uri(uri):
-        return remote.RemoteStore(str(uri))
-    return Store(resolve_store_path(path))
-
-
-__all__ = ["LOCK_NAME", "RunInfo", "Store", "Transaction", "check_run_name", "open_store"]
+__all__ = ["LOCK_NAME", "RunInfo", "Store", "Transaction", "check_run_name"]

@@ -17,7 +17,7 @@ import pytest
 
 from mismatchctl import api
 from mismatchctl.sample_runs import ingest_demo, load_manifest
-from mismatchctl.stats import histogram, kernel_choice, kernels, kernels_numpy, seqhash
+from mismatchctl.stats import hist_lookup, kernel_choice, kernels, kernels_numpy, seqhash
 from mismatchctl.stats.state import Col, empty_state
 from mismatchctl.stats.tails import Tails
 from mismatchctl.stats.turnruns import _thresholds
@@ -99,7 +99,7 @@ def _args(d: dict[str, np.ndarray], kind: str, tails: Tails) -> tuple:
     if kind in ("extra", "both"):  # the entropy x trainer-probability codes of the engine
         n_extra = 9 * 11
         extra = np.random.default_rng(2).integers(0, n_extra, len(lr)).astype(np.int32)
-    tables = histogram.index_tables()
+    tables = hist_lookup.index_tables()
     assert tables is not None
     lookup = tables if kind != "nohist" else kernels_numpy_no_lookup()
     return (lr, lt, pr, pt, rm1, starts, inner, position, kv_base, kv_inner, tp_inner, extra,
@@ -107,8 +107,8 @@ def _args(d: dict[str, np.ndarray], kind: str, tails: Tails) -> tuple:
             _thresholds(tails), *lookup)  # fmt: skip
 
 
-def kernels_numpy_no_lookup() -> histogram.IndexTables:
-    return histogram.IndexTables(np.zeros(0), np.zeros(0, np.int32), 0, 0)
+def kernels_numpy_no_lookup() -> hist_lookup.IndexTables:
+    return hist_lookup.IndexTables(np.zeros(0), np.zeros(0, np.int32), 0, 0)
 
 
 TAILS = {
@@ -168,7 +168,7 @@ def test_merge_token_rows_equal_the_compiled_kernel(seed: int) -> None:
 
 
 def test_histogram_lookup_and_counts_and_run_starts() -> None:
-    tables = histogram.index_tables()
+    tables = hist_lookup.index_tables()
     assert tables is not None
     rng = np.random.default_rng(3)
     r = np.r_[rng.normal(0, 1, 5000) * 10.0 ** rng.integers(-300, 300, 5000), 0.0, -0.0,

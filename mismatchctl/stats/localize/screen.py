@@ -14,18 +14,27 @@ Bonferroni count) depends only on token and sequence counts, which are exact eit
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from mismatchctl.stats.cube.cube import Field
 from mismatchctl.stats.localize.math import div, own_var, relvar
 from mismatchctl.stats.localize.regions import region_moments, restrict
-from mismatchctl.stats.localize.search import effective_sequences, log_z
-from mismatchctl.stats.localize.tables import Masks
+from mismatchctl.stats.localize.search import Search, effective_sequences, log_z
+from mismatchctl.stats.localize.tables import Masks, SideTables
+from mismatchctl.stats.localize.thresholds import LocalizeThresholds
 
-if TYPE_CHECKING:
-    from mismatchctl.stats.localize.refine import Refiner
+
+class Refiner(Protocol):
+    """What the screen reads of ``localize.refine.Refiner`` (a protocol, so that the refiner can
+    import the screen without the screen importing it back): its search, the side's tables and
+    the thresholds."""
+
+    s: Search
+    t: SideTables
+    th: LocalizeThresholds
+
 
 MARGIN = 1e-6  # z within this of the threshold: tested again region by region
 
