@@ -17,8 +17,9 @@ check's thresholds (none lowered):
   token probabilities, so a part within the responses (some turns, KV positions, positions in
   the turn), hotter than the rest at the same probabilities, is no part of the policy: the
   contrast of the part against the rest at the same token mix is the peel of a cause of every
-  token. The corpus' eight runs on other weights (stale, partial, wrong checkpoint, fp8 weights
-  or lm_head), alone and against ``h-b``, have no such part alarm.
+  token. The corpus' ten runs on other weights (stale, partial, reloaded at a step, a wrong
+  checkpoint, fp8 weights or lm_head), alone and against ``h-b``, alarm on no part within the
+  responses: only on steps (``pol-stale-ckpt``, ``pol-reload-jump``).
 
 What the data cannot peel keeps the declared relation (the cause modules say why: the semantics
 beside a policy or a precision loss, a routing flip beside a precision loss)."""
