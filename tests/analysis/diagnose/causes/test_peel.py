@@ -20,6 +20,7 @@ from mismatchctl.analysis.diagnose.causes import (
     stop,
 )
 from mismatchctl.analysis.diagnose.causes.hypothesis import CauseModule, Support, Weighed
+from mismatchctl.analysis.diagnose.causes.outside import Outside
 from mismatchctl.analysis.diagnose.context import Context
 from tests.analysis.diagnose.stores import calibration
 from tests.helpers import slow_param
@@ -50,7 +51,26 @@ def test_the_declared_relation_holds_where_nothing_is_peeled() -> None:
     assert "turn" in peel.WITHIN_RESPONSES and "step" not in peel.WITHIN_RESPONSES
 
 
-@pytest.mark.parametrize("baseline", [slow_param(None), "h-b"])
+def test_a_part_within_the_responses_stands_beside_a_lean_outside_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A code path of KV positions in turn 2 beside a policy: the relation is lifted when the
+    responses lean outside the part (the first turns), and holds when they do not (the path's
+    bias leans the responses it hits) or when the part has no outside to test."""
+    path = _weighed(code_path, {"turn": [2], "kv_position": [4]})
+    out = Outside({"turn_kind": [0]}, lambda st: st, "the first turns")
+    leaning = Support("warn", None, "the first turns lean", ("policy_signs",))
+    monkeypatch.setattr(peel, "outside", lambda ctx, w: out if w is path else None)
+    monkeypatch.setattr(peel, "lean", lambda ctx, found: leaning if found is out else None)
+    assert not peel.explains(NO_CONTEXT, _weighed(policy), path)
+    assert not peel.explains(NO_CONTEXT, path, _weighed(policy))
+    monkeypatch.setattr(peel, "lean", lambda ctx, found: None)
+    assert peel.explains(NO_CONTEXT, _weighed(policy), path)
+    monkeypatch.setattr(peel, "outside", lambda ctx, w: None)
+    assert peel.explains(NO_CONTEXT, path, _weighed(policy))
+
+
+@pytest.mark.parametrize("baseline", [slow_param(None), slow_param("h-b")])
 def test_a_subtle_policy_beside_a_subtle_path_is_named_when_the_first_turns_lean(
     calibration_store: Path, baseline: str | None
 ) -> None:
