@@ -37,7 +37,8 @@ the dumps do not hold. ``policy``: a logit bias, a bad-words mask or a penalty l
 responses that hold the ids it shifts (``policy_signs`` 1.6-4.4 on ``sem-bias-*``,
 ``sem-badwords-*``, ``sem-freq-subtle``); a truncation's kept mass and a temperature's
 log-partition belong to the context, which a response's tokens share, so about each bin's
-median r their responses lean as much as stale weights' do (``sem-topk-loud`` 3.2,
+median r (the sign test with each probability bin's tokens counted above its median instead of
+0) their responses lean as much as stale weights' do (``sem-topk-loud`` 3.2,
 ``sem-topp-subtle`` 1.6, ``pol-stale-iter`` 1.6): no residual tells a policy beside them."""
 CORRECTION = "no: importance sampling cannot fix two different distributions; make them one"
 READS: tuple[CheckModule, ...] = (offset, temperature, top_p, token_shift)
