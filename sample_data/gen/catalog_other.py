@@ -279,4 +279,37 @@ COMBOS: tuple[CalibRun, ...] = (
         engine=EngineConfig(temperature=0.9, top_p=0.98),
         weights="ckpt-lag",
     ),
+    combo(
+        "combo-topp-stale-subtle",
+        "semantics+policy",
+        "top-p 0.98 renormalised in the engine and rollout weights one optimizer step behind: "
+        "both subtle",
+        size="subtle",
+        engine=EngineConfig(temperature=0.9, top_p=0.98),
+        weights="iter-lag",
+    ),
+    combo(
+        "combo-temp-fp8kv",
+        "semantics+precision",
+        "the trainer at temperature 0.91 against the engine's 0.9 and an fp8 (e4m3) KV cache in "
+        "the engine",
+        engine=FP8_KV,
+        trainer_temperature=0.91,
+    ),
+    combo(
+        "combo-router-fp8kv",
+        "routing+precision",
+        "MoE engine's router logits rounded to fp8 (e4m3) and an fp8 (e4m3) KV cache",
+        model="moe",
+        baseline="h-moe-b",
+        engine=EngineConfig(temperature=0.9, path=NumericPath(router="e4m3", kv_cache="e4m3")),
+    ),
+    combo(
+        "combo-template-splitkv",
+        "template+code_path",
+        "the trainer's tool responses ending in \\r\\n and the split-KV combine that forgets "
+        "the row sums (KV >= 192, batches under 16)",
+        engine=SPLIT_ROWSUM,
+        render="crlf",
+    ),
 )

@@ -57,7 +57,14 @@ of the tool output, at long KV positions: a prefill path (chunked prefill, its a
 or a long-KV path makes them a burst as a rendering fault does (``cp-chunk-merge``: 5.5x the
 rest of those turns, the first turns' starts, whose prompt is shorter than a chunk, 1.3x), and
 a rendering fault's burst is a part the ``localized`` check finds. Neither is a second cause
-beside the other; the one that explains more is named."""
+beside the other; the one that explains more is named. A template fault's changed context also
+raises every later token of the turns after it, so the tokens past its burst are no peel of it:
+beyond the first 16 of each turn, KV positions 128 and up are 3.3-4.5x the rest in the template
+runs alone (``tpl-*``) and 6.0x with a split-KV path beside (``combo-template-splitkv``).
+
+``policy``: a biased kernel leans the responses it hits; the peel (``peel.py``) keeps this only
+while no response leans outside the path's part, and a part within the responses (turns, KV
+positions) is no part of a policy: the two are named side by side when both stand."""
 CORRECTION = "no: fix or disable the path; importance sampling would only reweight the damage"
 READS: tuple[CheckModule, ...] = (
     localized, regimes, spikes, trend, tool_responses, hardware, policy_signs,

@@ -59,11 +59,11 @@ def second_pass(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[We
     if out is None:
         return []
     found = []
-    lean = _lean(ctx, out)
+    found_lean = lean(ctx, out)
     policy, precision = _cause(weighed, "policy"), _cause(weighed, "precision")
-    if lean is not None and policy is not None:
-        found.append(Weighed(policy.cause, _shared(ctx, out, lean), 0.0))
-    excess = _excess(ctx, out, lean is not None)
+    if found_lean is not None and policy is not None:
+        found.append(Weighed(policy.cause, _shared(ctx, out, found_lean), 0.0))
+    excess = _excess(ctx, out, found_lean is not None)
     if excess is not None and precision is not None and not _other_reasons(precision):
         found.append(Weighed(precision.cause, _shared(ctx, out, excess), 0.0))
     return [w for w in found if w.cause.CLASS != first.cause.CLASS]
@@ -94,7 +94,7 @@ def _cause(weighed: list[Weighed], key: str) -> Weighed | None:
     return next((w for w in weighed if key == w.cause.KEY), None)
 
 
-def _lean(ctx: Context, out: Outside) -> Support | None:
+def lean(ctx: Context, out: Outside) -> Support | None:
     """The policy's sign test on the sequences (or turns) outside the part, each run's at the
     ``policy_signs`` check's thresholds; the worst run's Support, None when none leans."""
     t = policy_signs.T
@@ -267,23 +267,36 @@ def _turns(spec: Any, later: bool) -> Outside:
 
 
 def _first_turn_share(ctx: Context, region: dict[str, list[int]]) -> float | None:
-    """The share of the part's K3 mass in the first turns, from a table of the cube that holds
-    the turn kind beside one of the part's dimensions."""
+    """The share of the part's K3 mass in the first turns, from the tables of the cube that
+    hold the turn kind beside one of the part's dimensions. The part is a conjunction of its
+    dimensions, so its tokens lie in the first turns (or in the later ones) wholly when any one
+    dimension's do (``turn`` 2 with a length and a KV position: the later turns); a share in
+    between is the dimension's, not the conjunction's, and leaves the part undecided."""
+    shares = [s for name in region if (s := _dim_first_share(ctx, name, region[name])) is not None]
+    if any(s < FIRST_TURN_MASS for s in shares):
+        return min(shares)
+    if any(s > 1 - FIRST_TURN_MASS for s in shares):
+        return max(shares)
+    return shares[0] if shares else None
+
+
+def _dim_first_share(ctx: Context, name: str, codes: list[int]) -> float | None:
+    """The share of the K3 mass of one dimension's codes in the first turns."""
     cube = ctx.cube
     if cube is None:
         return None
     spec, t = cube.spec, SideTables(cube)
-    d = spec.index(K.TURN_KIND)
+    d, e = spec.index(K.TURN_KIND), spec.index(name)
     labels = list(spec.dims[d].labels)
     first = labels.index("first") if "first" in labels else 0
-    for name, codes in region.items():
-        e = spec.index(name)
-        if e == d:
-            return 1.0 if codes == [first] else 0.0 if first not in codes else None
-        if spec.table_index(sorted({d, e})) is None:
-            continue
-        mask = np.isin(np.arange(spec.levels(e)), codes)
-        a = region_sums(t, {e: mask}, d).a
-        total = float(np.sum(a))
-        return float(a[first]) / total if total > 0 else None
-    return None
+    if e == d:
+        return 1.0 if codes == [first] else 0.0 if first not in codes else None
+    if name == K.TURN and "0" in (turns := list(spec.dims[e].labels)):
+        zero = turns.index("0")  # the first turn is the turn kind's first: no table joins them
+        return 1.0 if codes == [zero] else 0.0 if zero not in codes else None
+    if spec.table_index(sorted({d, e})) is None:
+        return None
+    mask = np.isin(np.arange(spec.levels(e)), codes)
+    a = region_sums(t, {e: mask}, d).a
+    total = float(np.sum(a))
+    return float(a[first]) / total if total > 0 else None

@@ -27,6 +27,12 @@ TELLS_APART = (
 )
 EVERY_TOKEN = True
 EXPLAINS = ("sequences", "tool_turns", "growth", "precision")
+"""A lag that differs from step to step or from replica to replica makes whole responses
+hotter (some steps, some sequences: ``pol-stale-ckpt``'s steps 1-2 at 2.0x the others), so a
+code path of such a part is no second cause beside a policy; a code path's part within the
+responses is (``peel.py``: other weights raise every position alike at the same token
+probabilities). A uniform excess over a baseline is the policy's own evidence, not a
+precision loss's."""
 CORRECTION = (
     "only for a known lag (asynchronous RL by design: an off-policy correction such as "
     "decoupled PPO); never for a wrong or half-synced checkpoint"

@@ -31,8 +31,15 @@ rare tokens most: the low-probability concentration the precision reads without 
 its too. In the corpus the semantic faults that had the precision named beside them over ``h-b``
 are 1.9-1273x its rate at the same token mix, "spread uniformly" (the ``baseline`` check), and
 ``sem-temp-loud`` alone holds 27% of its K3 in the 0.7% of tokens under p = 0.001.
-A precision loss beside a semantic transform would need the excess left after the fitted
-transform is removed from ``r``, which no check measures yet."""
+The fitted transform cannot be peeled from ``r`` (``peel.py``): a temperature's line in the
+logprob explains 25-55% of ``r``'s variance, the rest being each context's log-partition, which
+the dumps do not hold. ``policy``: a logit bias, a bad-words mask or a penalty leans the
+responses that hold the ids it shifts (``policy_signs`` 1.6-4.4 on ``sem-bias-*``,
+``sem-badwords-*``, ``sem-freq-subtle``); a truncation's kept mass and a temperature's
+log-partition belong to the context, which a response's tokens share, so about each bin's
+median r (the sign test with each probability bin's tokens counted above its median instead of
+0) their responses lean as much as stale weights' do (``sem-topk-loud`` 3.2,
+``sem-topp-subtle`` 1.6, ``pol-stale-iter`` 1.6): no residual tells a policy beside them."""
 CORRECTION = "no: importance sampling cannot fix two different distributions; make them one"
 READS: tuple[CheckModule, ...] = (offset, temperature, top_p, token_shift)
 

@@ -15,6 +15,7 @@ from mismatchctl.analysis.diagnose.causes.hypothesis import (
     Weighed,
 )
 from mismatchctl.analysis.diagnose.causes.outside import second_pass
+from mismatchctl.analysis.diagnose.causes.peel import explains
 from mismatchctl.analysis.diagnose.causes.row import CauseRow
 from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline
@@ -30,7 +31,8 @@ causes claim, and the best of them is named."""
 ALSO_SHARE = 0.25
 """A second cause is named beside the first when it alarms on its own checks, explains at least
 a quarter of the excess (over a baseline, of the run's mass above it), and is neither set off by
-the first cause's fault (its ``EXPLAINS``) nor the other way round. A cause whose evidence is
+the first cause's fault (its ``EXPLAINS``, less what peeling the first separates:
+``peel.py``) nor the other way round. A cause whose evidence is
 only a level (the precision: ``OUTSIDE_ONLY``) is not named beside a part on the remainder the
 part leaves; a part that holds the first's tokens (the first's ``WITHIN``) counts only what is
 left of it without them. When the first cause is a part of the run, the causes of every token
@@ -67,17 +69,17 @@ def weigh(ctx: Context) -> Weighing:
         first = max(alarmed, key=_rank)
     if first is not None and not _precondition(first) and _too_little(ctx, first):
         others = sorted(weighed, key=_rank, reverse=True)
-        return Weighing(None, [], [_lost(w, None) for w in others], unexplained=True)
+        return Weighing(None, [], [_lost(ctx, w, None) for w in others], unexplained=True)
     if first is None and _unexplained_alarm(ctx):
         others = sorted(weighed, key=_rank, reverse=True)
-        return Weighing(None, [], [_lost(w, None) for w in others], unexplained=True)
+        return Weighing(None, [], [_lost(ctx, w, None) for w in others], unexplained=True)
     cut = ALSO_SHARE * _excess_fraction(ctx)
-    also = [w for w in alarmed if first is not None and _second(first, w, cut)]
+    also = [w for w in alarmed if first is not None and _second(ctx, first, w, cut)]
     if first is not None:  # a fault hidden under a louder one's part (outside.py)
         also += [w for w in second_pass(ctx, first, weighed) if w.cause not in _causes(also)]
     rest = [w for w in weighed if w is not first and w.cause not in _causes(also)]
     rest.sort(key=_rank, reverse=True)
-    return Weighing(first, also, [_lost(w, first) for w in rest])
+    return Weighing(first, also, [_lost(ctx, w, first) for w in rest])
 
 
 def _too_little(ctx: Context, first: Weighed) -> bool:
@@ -129,14 +131,14 @@ def _precondition(w: Weighed) -> bool:
     return bool(getattr(w.cause, "PRECONDITION", False))
 
 
-def _second(first: Weighed, w: Weighed, cut: float) -> bool:
+def _second(ctx: Context, first: Weighed, w: Weighed, cut: float) -> bool:
     """An independently supported second cause (``cut``: ``ALSO_SHARE`` of the excess): not
-    set off by the first's fault, not a remainder beside a part (``OUTSIDE_ONLY``: the second
-    pass tests it there), and, when its part holds the first's (``WITHIN``), standing on what
-    is left of it without the first's tokens."""
+    set off by the first's fault once the first is peeled (``peel.explains``), not a remainder
+    beside a part (``OUTSIDE_ONLY``: the second pass tests it there), and, when its part holds
+    the first's (``WITHIN``), standing on what is left of it without the first's tokens."""
     if w is first or w.score < cut or w.cause.CLASS == first.cause.CLASS:
         return False
-    if w.cause.KEY in first.cause.EXPLAINS or first.cause.KEY in w.cause.EXPLAINS:
+    if explains(ctx, first, w):
         return False
     if _outside_only(first, w):
         return False
@@ -156,14 +158,14 @@ def _left(first: Weighed, w: Weighed) -> float:
     return max(0.0, (w.support.share or 0.0) - (first.support.share or 0.0))
 
 
-def _lost(w: Weighed, first: Weighed | None) -> Weighed:
+def _lost(ctx: Context, w: Weighed, first: Weighed | None) -> Weighed:
     """Why a runner-up is not the named cause, in one clause."""
     s = w.support
     if not s.alarm:
         why = "its checks did not fire"
     elif first is None:
         why = f"explains {_pct(s.share)} of the run's mass, under a fifth of its excess"
-    elif w.cause.KEY in first.cause.EXPLAINS:
+    elif w.cause.KEY in first.cause.EXPLAINS and explains(ctx, first, w):
         why = f"{first.cause.LABEL} sets off its checks too"
     elif _outside_only(first, w):
         why = (

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from mismatchctl.analysis.diagnose.causes import precision, routing, semantics, template, weigh
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
+from mismatchctl.analysis.diagnose.context import Context
 from tests.analysis.diagnose.stores import gpus, relative
 from tests.helpers import slow_param
 
@@ -64,6 +66,9 @@ def _weighed(cause: object, verdict: str, share: float) -> Weighed:
     return Weighed(cause, support, share)  # type: ignore[arg-type]
 
 
+NO_CONTEXT = cast(Context, None)  # no relation below is peeled: the run is not read
+
+
 def test_beside_a_part_the_precision_is_no_remainder() -> None:
     """moe-router-fp8 against h-moe-b: the flipped tokens explain 71% of the excess and the 29%
     they leave was the precision's share; a remainder is no measurement (the flips reach the
@@ -71,9 +76,9 @@ def test_beside_a_part_the_precision_is_no_remainder() -> None:
     outside it (the second pass). A cause of every token with a shape of its own, the
     semantics beside a template fault (combo-topp-template: 37%), is still named."""
     flips = _weighed(routing, "warn", 0.712)
-    assert not weigh._second(flips, _weighed(precision, "warn", 0.288), 0.25 * 0.74)
+    assert not weigh._second(NO_CONTEXT, flips, _weighed(precision, "warn", 0.288), 0.25 * 0.74)
     burst = _weighed(template, "fail", 0.635)
-    assert weigh._second(burst, _weighed(semantics, "fail", 0.365), 0.25)
-    assert not weigh._second(burst, _weighed(precision, "fail", 0.365), 0.25)
-    lost = weigh._lost(_weighed(precision, "warn", 0.288), flips).lost
+    assert weigh._second(NO_CONTEXT, burst, _weighed(semantics, "fail", 0.365), 0.25)
+    assert not weigh._second(NO_CONTEXT, burst, _weighed(precision, "fail", 0.365), 0.25)
+    lost = weigh._lost(NO_CONTEXT, _weighed(precision, "warn", 0.288), flips).lost
     assert lost.startswith("beside MoE routing flips it counts only outside that part"), lost

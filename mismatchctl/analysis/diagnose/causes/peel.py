@@ -1,0 +1,66 @@
+"""Peel the first cause, then look again: whether the named cause's fault sets off another's
+checks (a relation of ``EXPLAINS``) is decided on what is left once the first cause's effect is
+taken out, where the data let it be taken out, and stays the declared relation where not.
+
+A relation is lifted only when the second cause's evidence survives the peel, each on its own
+check's thresholds (none lowered):
+
+- **a code path explains a policy's lean** (a biased kernel leans the responses it hits) only
+  when no response leans outside the path's part: the second pass's outside (``outside.py``:
+  the other gpus or steps, the first turns beside a part of the later turns) with the
+  ``policy_signs`` thresholds. Responses that lean where the path does not reach are the
+  policy's own;
+- **a policy explains a part** only when the part is made of whole responses (some steps, gpus,
+  lengths, sources: a lag that differs from step to step, or one replica's weights), which is
+  where a policy's own variation shows: ``pol-stale-ckpt``, a checkpoint behind, has steps 1-2
+  at 2.0x the others. Other weights apply to every position of a response alike at the same
+  token probabilities, so a part within the responses (some turns, KV positions, positions in
+  the turn), hotter than the rest at the same probabilities, is no part of the policy: the
+  contrast of the part against the rest at the same token mix is the peel of a cause of every
+  token. The corpus' ten runs on other weights (stale, partial, reloaded at a step, a wrong
+  checkpoint, fp8 weights or lm_head), alone and against ``h-b``, alarm on no part within the
+  responses: only on steps (``pol-stale-ckpt``, ``pol-reload-jump``).
+
+What the data cannot peel keeps the declared relation (the cause modules say why: the semantics
+beside a policy or a precision loss, a routing flip beside a precision loss)."""
+
+from __future__ import annotations
+
+from mismatchctl.analysis.diagnose.causes.hypothesis import Weighed
+from mismatchctl.analysis.diagnose.causes.outside import lean, outside
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.engines import plan as K
+
+WITHIN_RESPONSES = K.SEGMENT_KEYS
+"""The keys that cut a response into parts (turns, positions, probability bins): a region
+holding one of them is a part within the responses, whatever whole-response dimensions (a
+length, a step) it is conjoined with."""
+
+POLICY, CODE_PATH = "policy", "code_path"
+
+
+def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
+    """Whether one of the two causes' faults sets off the other's checks: the declared relation
+    (``EXPLAINS``, either way), less what the peel separates."""
+    declared = w.cause.KEY in first.cause.EXPLAINS or first.cause.KEY in w.cause.EXPLAINS
+    if not declared:
+        return False
+    pair = {first.cause.KEY: first, w.cause.KEY: w}
+    if set(pair) == {POLICY, CODE_PATH}:
+        return not _both_stand(ctx, pair[POLICY], pair[CODE_PATH])
+    return True
+
+
+def _both_stand(ctx: Context, policy: Weighed, path: Weighed) -> bool:
+    """A policy and a code path stand side by side: the path's part lies within the responses
+    (no part of the policy) and the responses lean outside it (no lean of the path)."""
+    region = path.support.region
+    if not policy.support.alarm or not path.support.alarm or not region:
+        return False
+    if not any(d in region for d in WITHIN_RESPONSES):
+        return False
+    out = outside(ctx, path)
+    return out is not None and lean(ctx, out) is not None
+
+
+__all__ = ["WITHIN_RESPONSES", "explains"]
