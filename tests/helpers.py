@@ -28,6 +28,12 @@ def slow_param(*values: object, **kwargs: object) -> object:
     return pytest.param(*values, marks=pytest.mark.slow, **kwargs)  # type: ignore[arg-type]
 
 
+def examples(n: int) -> int:
+    """A property test's examples: ``n`` with the slow tests (CI), half of them in the README's
+    suite (its CPU budget), never fewer than 10."""
+    return n if SLOW else max(10, n // 2)
+
+
 @dataclass
 class Ran:
     code: int

@@ -29,6 +29,7 @@ from mismatchctl.curves.events import (
     rise_before_drop,
     spikes,
 )
+from tests.helpers import examples
 
 # --- independent references: plain Python sums -------------------------------------------------
 
@@ -449,7 +450,7 @@ def paired(data: st.DataObject) -> tuple[np.ndarray, np.ndarray]:
     return np.array(x, dtype=np.float64), np.array(y, dtype=np.float64)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.data(), st.floats(0.01, 100.0), st.floats(-100.0, 100.0))
 def test_pearson_properties(data: st.DataObject, scale: float, shift: float) -> None:
     x, y = paired(data)
@@ -462,7 +463,7 @@ def test_pearson_properties(data: st.DataObject, scale: float, shift: float) -> 
     assert pearson(x, -scale * y + shift) == pytest.approx(-r, abs=1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.data())
 def test_spearman_monotone_invariance(data: st.DataObject) -> None:
     x, y = paired(data)

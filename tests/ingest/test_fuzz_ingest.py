@@ -29,10 +29,10 @@ import mismatchctl
 from mismatchctl import schema as S
 from mismatchctl.errors import MismatchError
 from mismatchctl.stats.sentinels import PAD_RUN_MIN
-from tests.helpers import FIXTURES, tree_digest
+from tests.helpers import FIXTURES, examples, tree_digest
 
 SETTINGS = settings(
-    max_examples=50,
+    max_examples=examples(50),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -263,7 +263,7 @@ def test_fuzz_nemo_jsonl(dump: list[Sample], skip: bool, seeded_template: Path) 
         check(path, seeded_template, expected, skip)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck))
 @given(dump=samples(), skip=st.booleans(), tensors=st.booleans())
 def test_fuzz_slime_pt(dump: list[Sample], skip: bool, tensors: bool, seeded_template: Path):
     with tempfile.TemporaryDirectory() as tmp:

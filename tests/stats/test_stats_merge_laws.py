@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from stats_helpers import assert_metrics_close, flatten
 
 from mismatchctl.stats import Partial, chunk_partials, reference_metrics
+from tests.helpers import examples
 
 N_GROUPS = 2
 
@@ -54,7 +55,7 @@ def _close(a: Partial, b: Partial) -> None:
     assert np.array_equal(a.hist, b.hist)
 
 
-SETTINGS = settings(max_examples=60, deadline=None)
+SETTINGS = settings(max_examples=examples(60), deadline=None)
 
 
 @SETTINGS

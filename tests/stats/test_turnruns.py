@@ -12,7 +12,7 @@ from mismatchctl.stats import chunk_partials
 from mismatchctl.stats.bins import assign_bins
 from mismatchctl.stats.state import Col
 from mismatchctl.stats.turnruns import bin_cells, bin_partials, run_partials, turn_runs
-from tests.helpers import slow_param
+from tests.helpers import examples, slow_param
 
 SEGMENT_COLS = [c for c in Col if c >= Col.SEGMENTS]
 
@@ -94,7 +94,7 @@ def test_bin_cells_equal_chunk_partials(seed: int) -> None:
         assert merged[col] == pytest.approx(whole.state[col], rel=1e-12)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     lengths=st.lists(st.integers(1, 9), min_size=1, max_size=12),
     seed=st.integers(0, 2**16),

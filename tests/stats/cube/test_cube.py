@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from mismatchctl.stats.cube.cube import Cube, Field, merge_all
 from mismatchctl.stats.cube.spec import CubeSpec, Dim, codes_label
+from tests.helpers import examples
 from tests.stats.cube.cube_reference import random_tokens, reference_state, small_spec
 
 RTOL = 1e-9
@@ -66,7 +67,7 @@ def _pieces(seq: np.ndarray, cuts: list[int]) -> list[slice]:
     return [slice(a, b) for a, b in itertools.pairwise(bounds)]
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(seed=st.integers(0, 2**16), cuts=st.lists(st.integers(0, 40), max_size=6))
 def test_merge_of_random_partitions_equals_one_shot(seed: int, cuts: list[int]) -> None:
     """Partitions at sequence boundaries, empty pieces and pieces of one sequence included,
