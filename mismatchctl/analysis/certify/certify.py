@@ -131,7 +131,7 @@ class _Rows:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class Certification:
     """Whether a selection is (near-)bitwise equal on both sides, and where it first is not."""
 

@@ -57,7 +57,7 @@ class Threshold:
         return f"{self.metric} {'<=' if self.direction == MAX else '>='} {self.limit:g}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Case:
     """One threshold judged: the selection's value and the verdict (``fail`` also when the
     selection has no value for the metric: a gate fails closed)."""
@@ -76,7 +76,7 @@ class Case:
         }  # fmt: skip
 
 
-@dataclass
+@dataclass(frozen=True)
 class Gate:
     selector: str
     label: str

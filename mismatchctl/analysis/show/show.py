@@ -37,7 +37,7 @@ MASKED_COLUMNS = (S.SEQ, S.POSITION, S.TOKEN_ID)
 MAX_LISTED = 20
 
 
-@dataclass
+@dataclass(frozen=True)
 class Show:
     """One sequence: its sequence row, and every model token in position order."""
 
@@ -257,16 +257,23 @@ def build_show(
     rows = find_sequences(store, run, sample_id, step)
     k = choose(rows, run, sample_id, step, index)
     decoders = run_decoders(store, [run], tokenizer)
-    result = Show(run, sample_id, rows[k], k, len(rows), notes=decoders.notes)
-    result.tokenizer = decoders.names.get(run)
-    result.tokens = token_rows(read_tokens(store, run, int(rows[k][S.SEQ])))
+    tokens = token_rows(read_tokens(store, run, int(rows[k][S.SEQ])))
     decode = decoders.of(run)
-    texts = decode([t["token_id"] for t in result.tokens])
-    for t, text in zip(result.tokens, texts, strict=True):
+    texts = decode([t["token_id"] for t in tokens])
+    for t, text in zip(tokens, texts, strict=True):
         t["text"] = text
-    first = result.tokens[0]["position"] if result.tokens else None
-    result.masked = masked_rows(read_masked(store, run, int(rows[k][S.SEQ])), decode, first)
-    return result
+    first = tokens[0]["position"] if tokens else None
+    return Show(
+        run,
+        sample_id,
+        rows[k],
+        k,
+        len(rows),
+        tokens=tokens,
+        tokenizer=decoders.names.get(run),
+        notes=decoders.notes,
+        masked=masked_rows(read_masked(store, run, int(rows[k][S.SEQ])), decode, first),
+    )
 
 
 def masked_rows(table: pa.Table, decode: Decoder, first: int | None) -> list[dict[str, Any]]:

@@ -228,7 +228,7 @@ def _sequence_sums(
     }
 
 
-@dataclass
+@dataclass(frozen=True)
 class Tokens:
     """The worst tokens (or sequences, ``sequences`` True) of a selection's cell, best first."""
 
@@ -321,16 +321,25 @@ def build_tokens(
     with reading(sel):  # `runs rm` meanwhile is no damage, as in every view
         _, states = engine.runner()(sel.tasks, [], edges, sel.rows, workers, on_part, [extra])
     state: TopRows = states[0] if states[0] is not None else TopRows(top)
-    result = Tokens(selector, [str(c) for c in conditions], sort, top, sequences, context)
-    result.rows = [{**row, "score": s} for row, s in zip(state.rows, state.scores, strict=True)]
-    result.tokenizers, result.notes = decoders.names, decoders.notes
-    for row in result.rows if not sequences else ():
-        add_text(row, decoders)
-    result.cell_k3_sum, result.cell_tokens = state.total, state.tokens
-    result.cell_sequences = state.seen if sequences else 0
-    if not result.rows:
+    rows = [{**row, "score": s} for row, s in zip(state.rows, state.scores, strict=True)]
+    if not rows:
         raise _empty_cell(selector, conditions)
-    return result
+    for row in rows if not sequences else ():
+        add_text(row, decoders)
+    return Tokens(
+        selector,
+        [str(c) for c in conditions],
+        sort,
+        top,
+        sequences,
+        context,
+        rows=rows,
+        cell_tokens=state.tokens,
+        cell_sequences=state.seen if sequences else 0,
+        cell_k3_sum=state.total,
+        tokenizers=decoders.names,
+        notes=decoders.notes,
+    )
 
 
 def add_text(row: dict[str, Any], decoders: RunDecoders) -> None:
