@@ -110,7 +110,7 @@ class KeyedRow:
     """Both sides per value of a key (turn kind, gpu)."""
 
     key: str  # the key's name: the JSON names its value by it
-    value: str | int | float | None | list[str | int | float | None]
+    value: str | int | float | list[str | int | float | None] | None
     a_tokens: int
     b_tokens: int
     a_vllm_kl: float | None

@@ -26,8 +26,8 @@ from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.local import PartExtra, Read
 from mismatchctl.engines.plan import Selection, StepRange
-from mismatchctl.engines.routing import RoutingExtra, RoutingState
 from mismatchctl.engines.rollup import Groups, rollup, sort_key
+from mismatchctl.engines.routing import RoutingExtra, RoutingState
 from mismatchctl.engines.sequences import empty_sequences
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
@@ -404,9 +404,7 @@ def _plan(
     internal = [(K.RUN, K.GPU, K.STEP), (K.GPU, K.TURN_KIND)] if by_gpu else []
     passes = K.plan(wanted + internal)
     read = Read(selection.tasks, passes, edges, selection.rows, list(extras), binning)
-    return _Plan(
-        selection, read, wanted, internal, by_gpu, figure_extra, routing, routing_layers
-    )
+    return _Plan(selection, read, wanted, internal, by_gpu, figure_extra, routing, routing_layers)
 
 
 def _finish(plan: _Plan, finest: list[Any], extra_states: list[Any]) -> Report:
