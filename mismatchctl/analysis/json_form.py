@@ -19,6 +19,9 @@ from typing import Any
 _KEY, _OMIT, _FLAT, _FORM, _INTERNAL = "json_key", "json_omit", "json_flat", "json_form", "internal"
 NONE, EMPTY = "none", "empty"  # left out when None; when None or empty (no notes, no curves)
 
+Cell = str | int | float | bool | None  # a value of a row a listing writes as it is
+Row = dict[str, Cell | list[Cell]]  # a token, a sequence row: its columns by name
+
 
 def member(
     *,

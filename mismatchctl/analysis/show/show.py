@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.json_form import Row
 from mismatchctl.analysis.routing.kinds import first_flip_layer, paired_kind
 from mismatchctl.analysis.tokenizer import run_decoders
 from mismatchctl.analysis.tokens.text import Decoder
@@ -43,14 +44,14 @@ class Show:
 
     run: str
     sample_id: str
-    sequence: dict[str, Any]  # the sequence row (step, seq, model_tokens, turns, ...)
+    sequence: Row  # the sequence row (step, seq, model_tokens, turns, ...)
     index: int  # among the sequences with this sample id (and step)
     candidates: int
-    tokens: list[dict[str, Any]] = field(default_factory=list)
+    tokens: list[Row] = field(default_factory=list)
     tokenizer: str | None = None
     notes: list[str] = field(default_factory=list)
     # the tool responses' tokens (position, token_id, text), when ingest kept them
-    masked: list[dict[str, Any]] = field(default_factory=list)
+    masked: list[Row] = field(default_factory=list)
 
     def sections(self) -> list[Any]:
         from mismatchctl.analysis.show.view import show_sections

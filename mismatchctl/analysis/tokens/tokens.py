@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.json_form import Row
 from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.selection import reading, resolve_text
 from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
@@ -238,7 +239,7 @@ class Tokens:
     top: int
     sequences: bool
     context: int
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
     cell_tokens: int = 0  # tokens of the cell (the whole selection without --where)
     cell_sequences: int = 0  # sequences with a token in the cell (the sequence listing only)
     cell_k3_sum: float = 0.0
