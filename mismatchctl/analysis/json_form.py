@@ -13,12 +13,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import MISSING, field
-from typing import Any
+from typing import Any, ClassVar
 
 # What a field's metadata says of its JSON.
 _KEY, _OMIT, _FLAT, _FORM, _INTERNAL = "json_key", "json_omit", "json_flat", "json_form", "internal"
 NONE, EMPTY = "none", "empty"  # left out when None; when None or empty (no notes, no curves)
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 Cell = str | int | float | bool | None  # a value of a row a listing writes as it is
 Row = dict[str, Cell | list[Cell]]  # a token, a sequence row: its columns by name
 
@@ -54,10 +55,14 @@ def internal(*, default: object = MISSING, default_factory: Any = MISSING) -> An
 
 
 class JsonForm:
-    """A result whose JSON (``to_dict``) is its fields walked by :func:`fields_json`."""
+    """A result whose JSON (``to_dict``) is its fields walked by :func:`fields_json`, under the
+    one key ``JSON_ROOT`` when it names one (``{"show": {...}}``)."""
+
+    JSON_ROOT: ClassVar[str | None] = None
 
     def to_dict(self) -> dict[str, Any]:
-        return fields_json(self)
+        out = fields_json(self)
+        return out if self.JSON_ROOT is None else {self.JSON_ROOT: out}
 
 
 def fields_json(result: object) -> dict[str, Any]:
@@ -86,6 +91,8 @@ def fields_json(result: object) -> dict[str, Any]:
 def to_json(value: Any) -> Any:
     """A value as the JSON writes it: results and other dataclasses as objects of their fields,
     tuples and arrays as lists, dicts key by key; a value with its own ``to_dict`` by it."""
+    if type(value) in _PLAIN:  # most values (a listing's 10^4 rows): as they are, at once
+        return value
     to_dict = getattr(value, "to_dict", None)
     if to_dict is not None and not isinstance(value, type):
         return to_dict()

@@ -73,3 +73,17 @@ def test_numpy_values_become_python_and_the_text_is_plain_json() -> None:
     assert out == {"a": [2, [1, 2]]} and type(out["a"][0]) is int
     text = dumps(_step().to_dict())
     assert json.loads(text)["max"] == 4.0
+
+
+@dataclass(frozen=True)
+class Rooted(JsonForm):
+    JSON_ROOT = "show"
+
+    run: str
+    rows: list[dict[str, int]]
+
+
+def test_a_root_key_holds_the_fields() -> None:
+    out = Rooted("a", [{"position": np.int64(7)}]).to_dict()
+    assert out == {"show": {"run": "a", "rows": [{"position": 7}]}}
+    assert type(out["show"]["rows"][0]["position"]) is int

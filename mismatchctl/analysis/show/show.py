@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
-from mismatchctl.analysis.json_form import Row
+from mismatchctl.analysis.json_form import JsonForm, Row
 from mismatchctl.analysis.routing.kinds import first_flip_layer, paired_kind
 from mismatchctl.analysis.tokenizer import run_decoders
 from mismatchctl.analysis.tokens.text import Decoder
@@ -38,18 +38,21 @@ MASKED_COLUMNS = (S.SEQ, S.POSITION, S.TOKEN_ID)
 MAX_LISTED = 20
 
 
-@dataclass(frozen=True)
-class Show:
-    """One sequence: its sequence row, and every model token in position order."""
+@dataclass(frozen=True, kw_only=True)
+class Show(JsonForm):
+    """One sequence: its sequence row, and every model token in position order. Its JSON is
+    its fields in order, under ``show``."""
+
+    JSON_ROOT = "show"
 
     run: str
     sample_id: str
-    sequence: Row  # the sequence row (step, seq, model_tokens, turns, ...)
     index: int  # among the sequences with this sample id (and step)
     candidates: int
-    tokens: list[Row] = field(default_factory=list)
+    sequence: Row  # the sequence row (step, seq, model_tokens, turns, ...)
     tokenizer: str | None = None
     notes: list[str] = field(default_factory=list)
+    tokens: list[Row] = field(default_factory=list)
     # the tool responses' tokens (position, token_id, text), when ingest kept them
     masked: list[Row] = field(default_factory=list)
 
@@ -57,16 +60,6 @@ class Show:
         from mismatchctl.analysis.show.view import show_sections
 
         return show_sections(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "show": {
-                "run": self.run, "sample_id": self.sample_id, "index": self.index,
-                "candidates": self.candidates, "sequence": self.sequence,
-                "tokenizer": self.tokenizer, "notes": self.notes, "tokens": self.tokens,
-                "masked": self.masked,
-            }
-        }  # fmt: skip
 
     def to_polars(self) -> Any:
         """One row per model token, in position order."""
@@ -265,11 +258,11 @@ def build_show(
         t["text"] = text
     first = tokens[0]["position"] if tokens else None
     return Show(
-        run,
-        sample_id,
-        rows[k],
-        k,
-        len(rows),
+        run=run,
+        sample_id=sample_id,
+        index=k,
+        candidates=len(rows),
+        sequence=rows[k],
         tokens=tokens,
         tokenizer=decoders.names.get(run),
         notes=decoders.notes,

@@ -53,6 +53,7 @@ def worst_sequences(selection: Selection, state: TopRows | None) -> Worst | None
                S.TURNS: row["turns"]}  # fmt: skip
         first = tokens[0]["position"] if tokens else None
         masked = masked_rows(read_masked(store, row["run"], row["seq"]), decode, first)
-        views.append(Show(row["run"], row["sample_id"], seq, 0, 1, tokens,
-                          decoders.names.get(row["run"]), masked=masked))  # fmt: skip
+        views.append(Show(run=row["run"], sample_id=row["sample_id"], index=0, candidates=1,
+                          sequence=seq, tokenizer=decoders.names.get(row["run"]),
+                          tokens=tokens, masked=masked))  # fmt: skip
     return Worst(rows, state.total, views, decoders.notes)
