@@ -14,12 +14,10 @@ import pytest
 
 import mismatchctl.analysis as analysis
 
-# diagnose's results have their own contract (docs/diagnose.md); explain's and bisect's are
-# not yet built whole (``Explain``, ``Bisect`` are filled after they are made), nor watch's
-# line (its alerts are added to it).
+# diagnose's results have their own contract (docs/diagnose.md); explain's is not yet built
+# whole (``Explain`` is filled after it is made), nor watch's line (its alerts are added to it).
 NOT_YET = {
     "mismatchctl.analysis.explain.Explain",
-    "mismatchctl.analysis.bisect.judge.Bisect",
     "mismatchctl.analysis.live.Alert",
     "mismatchctl.analysis.live.StepLine",
 }
