@@ -34,8 +34,8 @@ def member(
     default_factory: Callable[[], object] | Any = MISSING,
 ) -> Any:
     """A field as the JSON writes it: under ``key`` (its name by default), left out when it is
-    None (``omit=NONE``) or None or empty (``omit=EMPTY``), its value through ``form`` first,
-    and with ``flat`` its own fields (or keys) in its place rather than under its name."""
+    None (``omit=NONE``) or None or empty (``omit=EMPTY``), its value through ``form`` first
+    (a value other than None), and with ``flat`` its own fields (or keys) in its place rather than under its name."""
     meta: dict[str, object] = {}
     if key is not None:
         meta[_KEY] = key
@@ -74,7 +74,7 @@ def fields_json(result: object) -> dict[str, Any]:
             continue
         value = getattr(result, f.name)
         form = meta.get(_FORM)
-        if form is not None:
+        if form is not None and value is not None:  # None is written (or left out) as it is
             value = form(value)
         omit = meta.get(_OMIT)
         if value is None and (omit is not None or meta.get(_FLAT)):

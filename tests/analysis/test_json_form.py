@@ -87,3 +87,14 @@ def test_a_root_key_holds_the_fields() -> None:
     out = Rooted("a", [{"position": np.int64(7)}]).to_dict()
     assert out == {"show": {"run": "a", "rows": [{"position": 7}]}}
     assert type(out["show"]["rows"][0]["position"]) is int
+
+
+@dataclass(frozen=True)
+class Formed(JsonForm):
+    edges: tuple[float, ...] | None = member(form=lambda e: [2 * x for x in e], omit=NONE)
+    kept: tuple[float, ...] | None = member(form=lambda e: list(e))
+
+
+def test_a_form_is_not_given_none() -> None:
+    assert Formed((1.0,), (2.0,)).to_dict() == {"edges": [2.0], "kept": [2.0]}
+    assert Formed(None, None).to_dict() == {"kept": None}
