@@ -1,6 +1,7 @@
 """Build a report: select, plan, run the engine, roll up, and derive shares, bands and the
-per-hardware summary. Everything a writer shows is computed here, in ``report/view.py`` (the
-sections) or in ``stats``; ``Report.to_dict`` is the JSON of METRICS.md ("JSON shape")."""
+per-hardware summary, all before the ``Report`` is made (it is frozen). Everything a writer
+shows is computed here, in ``report/view.py`` (the sections) or in ``stats``; the ``Report``'s
+fields, walked by ``analysis/json_form.py``, are the JSON of METRICS.md ("JSON shape")."""
 
 from __future__ import annotations
 
@@ -117,6 +118,8 @@ class RunEntry:
 
 
 def _flat_groups(groups: dict[K.Split, list[Group]]) -> list[Group]:
+    """Every group, split after split (the report's groups are keyed in the order of its
+    splits)."""
     return [g for split in groups.values() for g in split]
 
 
@@ -142,7 +145,7 @@ class Report(JsonForm):
     groups: dict[K.Split, list[Group]] = member(form=_flat_groups)  # in the order of splits
     selection: Selection = member(key="step_range", form=_step_range, omit=NONE)
     position_edges: list[int] | None = member(omit=NONE)  # with a position key in a split
-    order_block: int | None = member(omit=NONE)  # with dump_order in a split
+    order_block: int | None = member(omit=NONE)  # with `order` in a split
     hardware: list[HardwareRow] | None = member(omit=NONE)
     curves: dict[str, RunCurves] = member(omit=EMPTY)  # per run, training curves
     notes: list[str] = member(omit=EMPTY)
