@@ -379,8 +379,8 @@ def report(
         engine=eng,
         position_bins=position_bins,
         tails=tails,
+        routing_layers=any(b.strip() == ROUTING_LAYER for b in by),
     )
-    rep.routing_layers = any(b.strip() == ROUTING_LAYER for b in by)
     if diagnose:  # one diagnosis per run, of the same slice of it
         from mismatchctl.analysis.diagnose import build_diagnosis
         from mismatchctl.analysis.diagnosed_report import DiagnosedReport

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from mismatchctl.analysis.bisect.judge import Bisect, CellInfo, judge
+from mismatchctl.analysis.bisect.judge import Bisect, CellInfo, Setup, judge
 from mismatchctl.analysis.bisect.sample import Sampled, draw
 from mismatchctl.analysis.selectors import StepRange
 from mismatchctl.errors import ModelMismatchError, UsageError
@@ -71,11 +71,9 @@ def build_bisect(
                     f"{len(runnable)} settings: {len(drawn.ids) * len(runnable):,} passes, "
                     f"{_threads(threads)}")  # fmt: skip
         scored, runnable = _score_all(loaded, drawn, runnable, sampler.temperature, on_pass)
-    result = judge(run, model, device, drawn, runnable, scored, skipped, seed, infos, masks)
-    result.trainer_temperature = sampler.temperature if runnable[0].temperature else None
-    result.start = start
-    result.trainer_threshold = threshold(result.mismatch)
-    return result
+    temperature = sampler.temperature if runnable[0].temperature else None
+    setup = Setup(start, temperature, threshold)
+    return judge(run, model, device, drawn, runnable, scored, skipped, seed, infos, masks, setup)
 
 
 def _check(sample: int, chunk: int) -> None:

@@ -5,6 +5,7 @@ of the mismatch), and the single change that moves the trainer side furthest tow
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +19,7 @@ REPRODUCE_RESIDUAL = 0.1
 CONTROL = "control"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
     """One setting: its name, what it changes, how many changes from the start, its numbers
     overall, per turn kind (``first``, ``later``: when the sample has later turns) and per cell
@@ -32,7 +33,7 @@ class Outcome:
     by_cell: dict[str, Numbers] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CellInfo:
     """A hot cell (or the control sample): its label, where it comes from (``explain``,
     ``given``, ``control``), the run's sequences with a token in it, its stratum's sequences
@@ -46,7 +47,7 @@ class CellInfo:
     sentence: str = ""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Bisect:
     run: str
     model: str
@@ -95,6 +96,7 @@ class Bisect:
 def judge(
     run: str, model: str, device: str, drawn: Sampled, runnable: list, scored: dict,
     skipped: list[tuple[str, str]], seed: int, cells: list[CellInfo], masks: list[np.ndarray],
+    setup: Setup,
 ) -> Bisect:  # fmt: skip
     """Every setting's numbers and the verdict."""
     rollout, trainer = np.concatenate(drawn.rollout), np.concatenate(drawn.trainer)
@@ -105,55 +107,76 @@ def judge(
     rs = Resamples(len(lengths), seed, strata, drawn.weights())
     turns = np.concatenate(drawn.turns)
     kinds = {"first": turns == 0, "later": turns > 0} if (turns > 0).any() else {}
-    regions = _regions(cells, masks, strata[owner], drawn)
+    regions, cells = _regions(cells, masks, strata[owner], drawn)
     start = scored[runnable[0].name]
     outcomes = []
     for s in runnable:
         x = scored[s.name]
-        o = Outcome(s.name, s.what, s.changes, numbers(x, start, sides, rs))
-        o.by_turn = {k: numbers(x, start, sides, rs, keep) for k, keep in kinds.items()}
-        o.by_cell = {k: numbers(x, start, sides, rs, keep) for k, keep in regions.items()}
-        outcomes.append(o)
+        outcomes.append(
+            Outcome(
+                s.name, s.what, s.changes, numbers(x, start, sides, rs),
+                by_turn={k: numbers(x, start, sides, rs, keep) for k, keep in kinds.items()},
+                by_cell={k: numbers(x, start, sides, rs, keep) for k, keep in regions.items()},
+            )
+        )  # fmt: skip
     d = trainer - rollout
     w = rs.weight[owner]
     mismatch = float(np.average(k3(d), weights=w))
-    result = Bisect(run, model, device, len(lengths), len(rollout), drawn.candidates,
-                    drawn.without_prompt, mismatch, outcomes, skipped, seed)  # fmt: skip
-    result.cells, result.cells_note = cells, drawn.note
-    _verdict(result)
-    return result
+    return Bisect(run, model, device, len(lengths), len(rollout), drawn.candidates,
+                  drawn.without_prompt, mismatch, outcomes, skipped, seed,
+                  trainer_threshold=setup.threshold(mismatch),
+                  trainer_temperature=setup.trainer_temperature, start=setup.start,
+                  cells=cells, cells_note=drawn.note,
+                  **_verdict(outcomes, mismatch))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What the judge is told of the bisection beside the scores: the start setting, the
+    trainer's temperature (None: the trainer does not divide its logits) and the trainer
+    check's threshold for a sample's mismatch."""
+
+    start: str
+    trainer_temperature: float | None
+    threshold: Callable[[float], float]
 
 
 def _regions(
     cells: list[CellInfo], masks: list[np.ndarray], stratum: np.ndarray, drawn: Sampled
-) -> dict[str, np.ndarray]:
+) -> tuple[dict[str, np.ndarray], list[CellInfo]]:
     """Each hot cell's tokens in the sample and the control sample's (the tokens of the
-    sequences drawn from the control stratum); a region without a token is left out."""
+    sequences drawn from the control stratum); a region without a token is left out. With
+    them, the cells and the control after them when it has tokens."""
     if not cells:
-        return {}
+        return {}, []
     out = {c.label: m for c, m in zip(cells, masks, strict=True) if m.any()}
     control = stratum == len(cells)
     if control.any():
         out[CONTROL] = control
-        cells.append(CellInfo(CONTROL, CONTROL, 0, drawn.sizes[-1], drawn.drawn()[-1]))
-    return out
+        cells = [*cells, CellInfo(CONTROL, CONTROL, 0, drawn.sizes[-1], drawn.drawn()[-1])]
+    return out, cells
 
 
-def _verdict(b: Bisect) -> None:
-    others = b.outcomes[1:]
+def _verdict(outcomes: list[Outcome], mismatch: float) -> dict[str, Any]:
+    """The verdict's fields of ``Bisect``: the best setting overall, per turn kind and per
+    cell, the best single change, and whether the best reproduces the mismatch."""
+    others = outcomes[1:]
     if not others:
-        return
-    b.best = min(others, key=lambda o: o.overall.k3_rollout).name
+        return {}
+    best = min(others, key=lambda o: o.overall.k3_rollout)
     single = [o for o in others if o.changes == 1 and o.overall.share is not None]
-    if single:
-        b.best_change = max(single, key=lambda o: o.overall.share or 0.0).name
-    b.reproduces = b.mismatch > 0 and _reproduces(b.outcome(b.best).overall)
-    for kind in others[0].by_turn:
-        b.by_turn_best[kind] = min(others, key=lambda o: o.by_turn[kind].k3_rollout).name
-    for cell in others[0].by_cell:
-        best = min(others, key=lambda o: o.by_cell[cell].k3_rollout)
-        b.by_cell_best[cell] = best.name
-        b.by_cell_reproduces[cell] = _reproduces(best.by_cell[cell])
+    by_cell = {c: min(others, key=lambda o: o.by_cell[c].k3_rollout) for c in others[0].by_cell}
+    return {
+        "best": best.name,
+        "best_change": max(single, key=lambda o: o.overall.share or 0.0).name if single else None,
+        "reproduces": mismatch > 0 and _reproduces(best.overall),
+        "by_turn_best": {
+            kind: min(others, key=lambda o: o.by_turn[kind].k3_rollout).name
+            for kind in others[0].by_turn
+        },
+        "by_cell_best": {c: o.name for c, o in by_cell.items()},
+        "by_cell_reproduces": {c: _reproduces(o.by_cell[c]) for c, o in by_cell.items()},
+    }
 
 
 def _reproduces(n: Numbers) -> bool:

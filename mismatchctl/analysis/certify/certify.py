@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.json_form import JsonForm, Row, member
 from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.selection import empty_selection_error, reading, resolve_text
 from mismatchctl.columns import arrow_of
@@ -131,59 +132,83 @@ class _Rows:
         return out
 
 
-@dataclass
-class Certification:
-    """Whether a selection is (near-)bitwise equal on both sides, and where it first is not."""
+@dataclass(frozen=True)
+class DivergentBin(JsonForm):
+    """A bin of first divergent positions (``to`` None: the open last bin) and its sequences."""
+
+    lo: int = member(key="from")
+    to: int | None = member()
+    sequences: int = member()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Certification(JsonForm):
+    """Whether a selection is (near-)bitwise equal on both sides, and where it first is not.
+    Its JSON is its fields in order, under ``certify``."""
+
+    JSON_ROOT = "certify"
 
     selector: str
     tolerance: float
-    state: CertifyState
-
-    @property
-    def holds(self) -> bool:
-        return self.state.tokens > 0 and self.state.within == self.state.tokens
+    holds: bool  # some token, and every one within the tolerance
+    tokens: int
+    equal_tokens: int  # lr == lt exactly
+    equal_token_share: float | None
+    within_tolerance_tokens: int  # |r| <= tolerance
+    within_tolerance_share: float | None
+    sequences: int
+    equal_sequences: int  # every token within the tolerance
+    equal_sequence_share: float | None
+    first_divergent_position: list[DivergentBin]  # the bins holding a first divergence
+    first_divergence: Row | None  # the first in step order (step, seq, position)
+    earliest_divergences: list[Row]  # the sequences whose first divergence comes earliest
+    max_abs_log_ratio: float | None
+    max_abs_log_ratio_at: Row | None
 
     def sections(self) -> list[Any]:
         from mismatchctl.analysis.certify.view import certify_sections
 
         return certify_sections(self)
 
-    def to_dict(self) -> dict[str, Any]:
-        s = self.state
-        share = _share
-        return {
-            "certify": {
-                "selector": self.selector, "tolerance": self.tolerance, "holds": self.holds,
-                "tokens": s.tokens, "equal_tokens": s.equal, "equal_token_share": share(s.equal, s.tokens),
-                "within_tolerance_tokens": s.within,
-                "within_tolerance_share": share(s.within, s.tokens),
-                "sequences": s.sequences, "equal_sequences": s.equal_sequences,
-                "equal_sequence_share": share(s.equal_sequences, s.sequences),
-                "first_divergent_position": [
-                    {"from": lo, "to": hi, "sequences": int(n)} for lo, hi, n in self.histogram()
-                ],
-                "first_divergence": s.first_in_steps.rows[0] if s.first_in_steps.rows else None,
-                "earliest_divergences": s.earliest.rows,
-                "max_abs_log_ratio": s.max_abs_r.scores[0] if s.max_abs_r.scores else None,
-                "max_abs_log_ratio_at": s.max_abs_r.rows[0] if s.max_abs_r.rows else None,
-            }
-        }  # fmt: skip
-
-    def histogram(self) -> list[tuple[int, int | None, int]]:
-        """(first position, last position or None for the open bin, sequences) of every bin
-        holding a sequence's first divergence."""
-        out = []
-        for k, n in enumerate(self.state.first_positions.tolist()):
-            if n:
-                hi = EDGES[k + 1] - 1 if k + 1 < len(EDGES) else None
-                out.append((EDGES[k], hi, n))
-        return out
-
     def to_polars(self) -> Any:
         """The earliest divergences, one row per sequence (by first divergent position)."""
         import polars as pl
 
-        return pl.DataFrame(self.state.earliest.rows, infer_schema_length=None)
+        return pl.DataFrame(self.earliest_divergences, infer_schema_length=None)
+
+
+def certification(selector: str, tolerance: float, s: CertifyState) -> Certification:
+    """The certification of a selection from its merged counts."""
+    share = _share
+    return Certification(
+        selector=selector,
+        tolerance=tolerance,
+        holds=s.tokens > 0 and s.within == s.tokens,
+        tokens=s.tokens,
+        equal_tokens=s.equal,
+        equal_token_share=share(s.equal, s.tokens),
+        within_tolerance_tokens=s.within,
+        within_tolerance_share=share(s.within, s.tokens),
+        sequences=s.sequences,
+        equal_sequences=s.equal_sequences,
+        equal_sequence_share=share(s.equal_sequences, s.sequences),
+        first_divergent_position=_histogram(s.first_positions),
+        first_divergence=s.first_in_steps.rows[0] if s.first_in_steps.rows else None,
+        earliest_divergences=s.earliest.rows,
+        max_abs_log_ratio=s.max_abs_r.scores[0] if s.max_abs_r.scores else None,
+        max_abs_log_ratio_at=s.max_abs_r.rows[0] if s.max_abs_r.rows else None,
+    )
+
+
+def _histogram(first_positions: np.ndarray) -> list[DivergentBin]:
+    """Every bin holding a sequence's first divergence: its first and last position (None for
+    the open bin) and its sequences."""
+    out = []
+    for k, n in enumerate(first_positions.tolist()):
+        if n:
+            hi = EDGES[k + 1] - 1 if k + 1 < len(EDGES) else None
+            out.append(DivergentBin(EDGES[k], hi, int(n)))
+    return out
 
 
 def _share(n: int, d: int) -> float | None:
@@ -216,7 +241,7 @@ def build_certification(
     state = states[0] if states[0] is not None else CertifyState()
     if state.tokens == 0:
         raise empty_selection_error(sel)
-    return Certification(selector, tolerance, state)
+    return certification(selector, tolerance, state)
 
 
 __all__ = ["Certification", "build_certification"]

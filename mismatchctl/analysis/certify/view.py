@@ -3,16 +3,17 @@ and the largest |r|, the distribution of first divergent positions, the earliest
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mismatchctl.analysis import sections as sec
+from mismatchctl.analysis.json_form import Row
 from mismatchctl.analysis.tokens.view import TOKEN_PLACE
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.certify.certify import Certification
 
 
-def _where(row: dict[str, Any]) -> str:
+def _where(row: Row) -> str:
     kv = "" if row["kv_position"] is None else f", kv_position {row['kv_position']}"
     return (
         f"run {row['run']}, step {row['step']}, sample {row['sample_id']} (seq {row['seq']}), "
@@ -22,31 +23,31 @@ def _where(row: dict[str, Any]) -> str:
 
 
 def certify_sections(c: Certification) -> list[sec.Section]:
-    s, d = c.state, c.to_dict()["certify"]
     crit = "bitwise equal" if c.tolerance == 0 else f"|r| <= {c.tolerance:g}"
     verdict = (
-        f"HOLDS: every one of {s.tokens:,} tokens is {crit}"
+        f"HOLDS: every one of {c.tokens:,} tokens is {crit}"
         if c.holds
-        else f"FAILS: {s.tokens - s.within:,} of {s.tokens:,} tokens are not {crit}"
+        else f"FAILS: {c.tokens - c.within_tolerance_tokens:,} of {c.tokens:,} tokens are not "
+        f"{crit}"
     )
     facts = [
         sec.Fact("selection", c.selector, sec.Kind.LABEL),
         sec.Fact("criterion", crit, sec.Kind.TEXT),
-        sec.Fact("tokens", s.tokens, sec.Kind.COUNT),
-        sec.Fact("exactly equal tokens", d["equal_token_share"], sec.Kind.SHARE,
-               remark=f"{s.equal:,}"),
-        sec.Fact("tokens within the tolerance", d["within_tolerance_share"], sec.Kind.SHARE,
-               remark=f"{s.within:,}"),
-        sec.Fact("sequences", s.sequences, sec.Kind.COUNT),
-        sec.Fact("sequences equal throughout", d["equal_sequence_share"], sec.Kind.SHARE,
-               remark=f"{s.equal_sequences:,}"),
-        sec.Fact("max |r|", d["max_abs_log_ratio"]),
+        sec.Fact("tokens", c.tokens, sec.Kind.COUNT),
+        sec.Fact("exactly equal tokens", c.equal_token_share, sec.Kind.SHARE,
+               remark=f"{c.equal_tokens:,}"),
+        sec.Fact("tokens within the tolerance", c.within_tolerance_share, sec.Kind.SHARE,
+               remark=f"{c.within_tolerance_tokens:,}"),
+        sec.Fact("sequences", c.sequences, sec.Kind.COUNT),
+        sec.Fact("sequences equal throughout", c.equal_sequence_share, sec.Kind.SHARE,
+               remark=f"{c.equal_sequences:,}"),
+        sec.Fact("max |r|", c.max_abs_log_ratio),
     ]  # fmt: skip
     lines = [sec.Line(verdict, "bold" if c.holds else "warn")]
-    if d["first_divergence"]:
-        lines.append(sec.Line(f"first divergence (step order): {_where(d['first_divergence'])}"))
-    if d["max_abs_log_ratio_at"] and not c.holds:
-        lines.append(sec.Line(f"max |r| at: {_where(d['max_abs_log_ratio_at'])}"))
+    if c.first_divergence:
+        lines.append(sec.Line(f"first divergence (step order): {_where(c.first_divergence)}"))
+    if c.max_abs_log_ratio_at and not c.holds:
+        lines.append(sec.Line(f"max |r| at: {_where(c.max_abs_log_ratio_at)}"))
     out: list[sec.Section] = [
         sec.Facts("certify-summary", f"Certify: {c.selector}", facts),
         sec.Lines("certify-verdict", None, lines),
@@ -57,11 +58,11 @@ def certify_sections(c: Certification) -> list[sec.Section]:
 
 
 def histogram_table(c: Certification) -> sec.Table:
-    diverged = c.state.sequences - c.state.equal_sequences
+    diverged = c.sequences - c.equal_sequences
     rows = [
-        {"positions": f"{lo}" if hi == lo else f"{lo}-{'' if hi is None else hi}",
-         "sequences": n, "share": n / diverged}
-        for lo, hi, n in c.histogram()
+        {"positions": f"{b.lo}" if b.to == b.lo else f"{b.lo}-{'' if b.to is None else b.to}",
+         "sequences": b.sequences, "share": b.sequences / diverged}
+        for b in c.first_divergent_position
     ]  # fmt: skip
     columns = [
         sec.Column("positions", "first divergent position", sec.Kind.LABEL),
@@ -73,7 +74,7 @@ def histogram_table(c: Certification) -> sec.Table:
 
 
 def earliest_table(c: Certification) -> sec.Table:
-    rows = [{**r, "rank": n} for n, r in enumerate(c.state.earliest.rows, 1)]
+    rows = [{**r, "rank": n} for n, r in enumerate(c.earliest_divergences, 1)]
     columns = [
         *TOKEN_PLACE,
         sec.Column("token_id", "token", sec.Kind.ID),

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from mismatchctl.analysis.check.metrics import gated_metrics
 from mismatchctl.analysis.diagnose import Diagnosis, build_diagnosis
 from mismatchctl.analysis.diagnose.levels import HIGH_MAX, MEDIUM_MAX
+from mismatchctl.analysis.json_form import NONE, JsonForm, internal, member
 from mismatchctl.analysis.report.report import Report, report_on
 from mismatchctl.analysis.selection import reread, resolve
 from mismatchctl.analysis.selectors import parse_selector
@@ -57,55 +58,46 @@ class Threshold:
         return f"{self.metric} {'<=' if self.direction == MAX else '>='} {self.limit:g}"
 
 
-@dataclass
-class Case:
+@dataclass(frozen=True)
+class Case(JsonForm):
     """One threshold judged: the selection's value and the verdict (``fail`` also when the
-    selection has no value for the metric: a gate fails closed)."""
+    selection has no value for the metric: a gate fails closed). Its JSON is its fields, the
+    threshold's in its place."""
 
-    threshold: Threshold
-    value: float | None
-    verdict: str
-    message: str
-
-    def to_dict(self) -> dict[str, Any]:
-        t = self.threshold
-        return {
-            "name": t.name, "metric": t.metric, "direction": t.direction, "limit": t.limit,
-            "source": t.source, "value": self.value, "verdict": self.verdict,
-            "message": self.message,
-        }  # fmt: skip
+    name: str  # the threshold's (``vllm_kl <= 0.02``)
+    threshold: Threshold = member(flat=True)
+    value: float | None = member()
+    verdict: str = member()
+    message: str = member()
 
 
-@dataclass
-class Gate:
-    selector: str
-    label: str
-    cases: list[Case]
-    diagnosis: Diagnosis | None = None
-    notes: list[str] = field(default_factory=list)
+def _checks(diagnosis: Diagnosis) -> list[dict[str, object]]:
+    """diagnose's checks as ``check`` writes them: each check's fields."""
+    return [asdict(c) for c in diagnosis.checks]
+
+
+@dataclass(frozen=True)
+class Gate(JsonForm):
+    """The thresholds judged on a selection, with diagnose's checks when asked; ``passed``: no
+    case failed, nor the diagnosis. Its JSON is its fields, under ``check``."""
+
+    JSON_ROOT = "check"
+
+    selector: str = internal()
+    label: str = member(key="selection")
+    passed: bool = member()
+    cases: list[Case] = member(key="thresholds")
+    diagnosis: Diagnosis | None = member(key="diagnose", form=_checks, omit=NONE, default=None)
+    notes: list[str] = internal(default_factory=list)
 
     @property
     def failed_cases(self) -> list[Case]:
         return [c for c in self.cases if c.verdict == FAIL]
 
-    @property
-    def passed(self) -> bool:
-        return not self.failed_cases and not (self.diagnosis and self.diagnosis.failed)
-
     def sections(self) -> list[Any]:
         from mismatchctl.analysis.check.view import gate_sections
 
         return gate_sections(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "selection": self.label,
-            "passed": self.passed,
-            "thresholds": [c.to_dict() for c in self.cases],
-        }
-        if self.diagnosis is not None:
-            out["diagnose"] = [asdict(c) for c in self.diagnosis.checks]
-        return {"check": out}
 
     def to_polars(self) -> Any:
         """One row per threshold: name, metric, direction, limit, source, value, verdict."""
@@ -202,12 +194,12 @@ def selection_values(rep: Report) -> dict[str, Any]:
 def judge(t: Threshold, values: dict[str, Any]) -> Case:
     value = values.get(t.metric)
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return Case(t, None, FAIL, f"{t.metric} has no value for this selection")
+        return Case(t.name, t, None, FAIL, f"{t.metric} has no value for this selection")
     value = float(value)
     ok = value <= t.limit if t.direction == MAX else value >= t.limit
     word = "above the maximum" if t.direction == MAX else "below the minimum"
     message = f"{t.metric} = {number(value)}" + ("" if ok else f", {word} {t.limit:g}")
-    return Case(t, value, OK if ok else FAIL, message)
+    return Case(t.name, t, value, OK if ok else FAIL, message)
 
 
 def build_gate(
@@ -230,4 +222,6 @@ def build_gate(
         rep = reread(lambda: report_on(resolve(store, sel), workers=workers, engine=engine))
     values = selection_values(rep)
     label = rep.selection.label or ", ".join(rep.selection.names)
-    return Gate(selector, label, [judge(t, values) for t in thresholds], diagnosis)
+    cases = [judge(t, values) for t in thresholds]
+    failed = any(c.verdict == FAIL for c in cases) or bool(diagnosis and diagnosis.failed)
+    return Gate(selector, label, not failed, cases, diagnosis)

@@ -3,6 +3,7 @@ bootstrap intervals), and where (probability bins, turn kinds, gpus, steps)."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -57,7 +58,7 @@ HEADLINE = (
 CROSS: K.Split = (K.TURN_KIND, K.BIN)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ConfigRow:
     """A tag (or run, gpu, step range) whose values differ between the sides."""
 
@@ -66,7 +67,7 @@ class ConfigRow:
     b: str | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class HeadlineRow:
     """A headline metric of both sides; for vllm_kl, |r| mean and log-ppl Pearson also the 95%
     bootstrap interval of B/A (or B-A), whether it excludes no difference, and a sentence."""
@@ -90,7 +91,7 @@ class HeadlineRow:
         return out
 
 
-@dataclass
+@dataclass(frozen=True)
 class BinRow:
     bin: int
     a_tokens: int
@@ -104,12 +105,12 @@ class BinRow:
     vllm_kl_ratio: float | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class KeyedRow:
     """Both sides per value of a key (turn kind, gpu)."""
 
     key: str  # the key's name: the JSON names its value by it
-    value: Any
+    value: str | int | float | list[str | int | float | None] | None
     a_tokens: int
     b_tokens: int
     a_vllm_kl: float | None
@@ -124,7 +125,7 @@ class KeyedRow:
         return {self.key: self.value, **out}
 
 
-@dataclass
+@dataclass(frozen=True)
 class StepRow:
     step: int
     a_vllm_kl: float | None
@@ -132,7 +133,7 @@ class StepRow:
     vllm_kl_ratio: float | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class GapCell:
     """A (turn kind, bin) cell's part of vllm_kl(B) - vllm_kl(A)."""
 
@@ -142,7 +143,7 @@ class GapCell:
     share_of_gap: float | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Comparison:
     a: Report
     b: Report
@@ -220,17 +221,14 @@ def build_comparison(
             extras=extras,
             figures=figures,
             engine=engine,
+            routing_layers=True,  # the JSON's routing per MoE layer too
         )
         if same:  # the same parts and filter: one side read, for the numbers both hold
             return Identical(*sides, read([sides[0]])[0], SAME_PARTS)
         ra, rb, intervals, same_logprobs = _read_sides(sides, read, resamples, seed)
         if intervals is None:
             return Identical(*sides, ra, SAME_SEQUENCES)
-        ra.routing_layers = rb.routing_layers = True  # the JSON's routing per MoE layer too
-        comparison = _comparison(sides, ra, rb, intervals)
-        comparison.same_logprobs = same_logprobs  # and their routes differ
-        comparison.splits = {split: keyed_rows(ra, rb, split) for split in extra}
-        comparison.pairing = (
+        pairing = (
             not_paired(unpaired)
             if unpaired
             else pair_sides(
@@ -240,7 +238,9 @@ def build_comparison(
                 seed,
             )
         )
-        return comparison
+        splits = {split: keyed_rows(ra, rb, split) for split in extra}
+        # same_logprobs: and their routes differ
+        return _comparison(sides, ra, rb, intervals, splits, pairing, same_logprobs)
 
     return reread(build)
 
@@ -275,7 +275,13 @@ def _read_sides(
 
 
 def _comparison(
-    sides: tuple[Selection, Selection], ra: Report, rb: Report, intervals: dict[str, Interval]
+    sides: tuple[Selection, Selection],
+    ra: Report,
+    rb: Report,
+    intervals: dict[str, Interval],
+    splits: dict[K.Split, list[KeyedRow]],
+    pairing: Pairing,
+    same_logprobs: bool,
 ) -> Comparison:
     steps, notes = _steps(ra, rb)
     for sel, rep in zip(sides, (ra, rb), strict=True):
@@ -284,7 +290,7 @@ def _comparison(
                 f"training curves: `{sel.label}` holds {len(rep.curves)} runs; its curves are "
                 f"compared on its first run, {next(iter(rep.curves))}"
             )
-    comparison = Comparison(
+    return Comparison(
         ra,
         rb,
         config_diff(sides[0], sides[1]),
@@ -295,9 +301,11 @@ def _comparison(
         steps,
         gap_decomposition(ra, rb),
         notes,
+        splits,
+        compare_curves(ra, rb, sides[0].label, sides[1].label),
+        pairing,
+        same_logprobs,
     )
-    comparison.curves = compare_curves(ra, rb, sides[0].label, sides[1].label)
-    return comparison
 
 
 def config_diff(a: Selection, b: Selection) -> list[ConfigRow]:
@@ -348,10 +356,16 @@ def _headline(ra: Report, rb: Report, intervals: dict[str, Interval]) -> list[He
             iv = intervals[name]
             # a side beyond float64 (overflow) has no interval: its resamples are not numbers
             finite = x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
-            row.ci_of = iv.kind
-            row.ci_low, row.ci_high = (iv.low, iv.high) if finite else (None, None)
-            row.significant = _significant(iv) if finite else None
-            row.verdict = verdict(row, ra.selection.label, rb.selection.label)
+            row = dataclasses.replace(
+                row,
+                ci_of=iv.kind,
+                ci_low=iv.low if finite else None,
+                ci_high=iv.high if finite else None,
+                significant=_significant(iv) if finite else None,
+            )
+            row = dataclasses.replace(
+                row, verdict=verdict(row, ra.selection.label, rb.selection.label)
+            )
         rows.append(row)
     return rows
 

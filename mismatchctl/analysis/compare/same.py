@@ -27,7 +27,7 @@ SAME_SEQUENCES = (
 SHOWN = (M.TOKENS, M.SEQUENCES, M.VLLM_KL, M.ABS_LOG_RATIO_MEAN, M.PROB_PEARSON)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Identical:
     """Two sides that hold the same data: no difference, said once with what both hold."""
 

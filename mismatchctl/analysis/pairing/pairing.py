@@ -29,13 +29,14 @@ sequences that differ most. Otherwise the reason it cannot pair.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.json_form import JsonForm, Row
 from mismatchctl.columns import first_seen_codes, numpy_of, valid_of
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.plan import Selection
@@ -205,9 +206,10 @@ def _sample_ids(run: str, paths: list[str], seqs: np.ndarray) -> np.ndarray:
     return ids[at]
 
 
-@dataclass
-class Pairing:
-    """The paired comparison (``paired``) or why there is none (``reason``)."""
+@dataclass(frozen=True)
+class Pairing(JsonForm):
+    """The paired comparison (``paired``) or why there is none (``reason``); its JSON is its
+    fields."""
 
     paired: bool
     reason: str | None = None
@@ -229,13 +231,7 @@ class Pairing:
     resamples: int = 0
     seed: int = 0
     per_sequence: dict[str, float | None] = field(default_factory=dict)
-    top: list[dict[str, Any]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out["difference_ci"] = list(self.difference_ci)
-        out["ratio_ci"] = list(self.ratio_ci)
-        return out
+    top: list[Row] = field(default_factory=list)
 
 
 def not_paired(reason: str) -> Pairing:
@@ -244,26 +240,27 @@ def not_paired(reason: str) -> Pairing:
 
 def pair_sides(a: Side, b: Side, resamples: int, seed: int) -> Pairing:
     """Match the sides' sequences and, with enough identical responses, the paired numbers."""
-    out = Pairing(False, seed=seed)
-    out.sequences_a, out.sequences_b = len(a), len(b)
     ca, cb = a.cols["complete"], b.cols["complete"]
-    out.without_ids_a, out.without_ids_b = int((~ca).sum()), int((~cb).sum())
     ia, ib = np.flatnonzero(ca), np.flatnonzero(cb)
     sample = first_seen_codes(np.concatenate([a.sample_id[ia], b.sample_id[ib]]).astype(str))
     sa, sb = sample[: len(ia)], sample[len(ia) :]
-    out.comparable = _comparable(a.cols["step"][ia], sa, b.cols["step"][ib], sb)
-    ka = _content_keys(a.cols, ia, sa)
-    kb = _content_keys(b.cols, ib, sb)
-    pa_idx, pb_idx = _matches(ka, kb)
-    out.pairs = len(pa_idx)
-    if out.comparable:
-        out.identical_share = out.pairs / out.comparable
-    out.reason = _reason(out)
-    if out.reason is not None:
-        return out
-    ra, rb = ia[pa_idx], ib[pb_idx]
-    _paired_numbers(out, a, b, ra, rb, resamples, seed)
-    return out
+    comparable = _comparable(a.cols["step"][ia], sa, b.cols["step"][ib], sb)
+    pa_idx, pb_idx = _matches(_content_keys(a.cols, ia, sa), _content_keys(b.cols, ib, sb))
+    counted = Pairing(
+        False,
+        sequences_a=len(a),
+        sequences_b=len(b),
+        without_ids_a=int((~ca).sum()),
+        without_ids_b=int((~cb).sum()),
+        comparable=comparable,
+        pairs=len(pa_idx),
+        identical_share=len(pa_idx) / comparable if comparable else None,
+        seed=seed,
+    )
+    reason = _reason(counted)
+    if reason is not None:
+        return replace(counted, reason=reason)
+    return _paired_numbers(counted, a, b, ia[pa_idx], ib[pb_idx], resamples, seed)
 
 
 def _comparable(step_a: np.ndarray, sa: np.ndarray, step_b: np.ndarray, sb: np.ndarray) -> int:
@@ -335,29 +332,42 @@ def _reason(p: Pairing) -> str | None:
 
 
 def _paired_numbers(
-    out: Pairing, a: Side, b: Side, ra: np.ndarray, rb: np.ndarray, resamples: int, seed: int
-) -> None:
-    out.paired = True
-    out.same_rollout = int((a.cols["hr"][ra] == b.cols["hr"][rb]).sum())
+    counted: Pairing, a: Side, b: Side, ra: np.ndarray, rb: np.ndarray, resamples: int, seed: int
+) -> Pairing:
+    """The pairing with its paired numbers: both sides' vllm_kl over the pairs, their
+    difference and ratio with bootstrap intervals, the per-sequence differences, the top."""
     tokens = a.cols["tokens"][ra].astype(np.float64)
     k3a, k3b = a.cols["k3"][ra], b.cols["k3"][rb]
     total = float(tokens.sum())
-    out.vllm_kl_a, out.vllm_kl_b = float(k3a.sum()) / total, float(k3b.sum()) / total
-    finite = np.isfinite(out.vllm_kl_a) and np.isfinite(out.vllm_kl_b)
-    out.difference = out.vllm_kl_b - out.vllm_kl_a if finite else None
-    out.ratio = out.vllm_kl_b / out.vllm_kl_a if finite and out.vllm_kl_a > 0 else None
+    kl_a, kl_b = float(k3a.sum()) / total, float(k3b.sum()) / total
+    finite = bool(np.isfinite(kl_a) and np.isfinite(kl_b))
     # after both sides are read: the cores are free to draw the next chunk while one is summed
     draws = paired_draws(tokens, k3a, k3b, resamples, paired_generator(seed), ahead=True)
-    out.resamples = resamples
+    difference_ci: tuple[float | None, float | None] = (None, None)
+    ratio_ci: tuple[float | None, float | None] = (None, None)
+    significant = None
     if finite:
         low, high, _ = percentile_interval(draws.difference)
-        out.difference_ci = (low, high)
-        out.ratio_ci = percentile_interval(draws.ratio)[:2]
-        out.significant = None if low is None or high is None else not low <= 0.0 <= high
+        difference_ci = (low, high)
+        ratio_ci = percentile_interval(draws.ratio)[:2]
+        significant = None if low is None or high is None else not low <= 0.0 <= high
     with np.errstate(invalid="ignore", over="ignore"):
         d = k3b / tokens - k3a / tokens
-    out.per_sequence = _distribution(d)
-    out.top = _top(a, b, ra, rb, tokens, d)
+    return replace(
+        counted,
+        paired=True,
+        same_rollout=int((a.cols["hr"][ra] == b.cols["hr"][rb]).sum()),
+        vllm_kl_a=kl_a,
+        vllm_kl_b=kl_b,
+        difference=kl_b - kl_a if finite else None,
+        difference_ci=difference_ci,
+        ratio=kl_b / kl_a if finite and kl_a > 0 else None,
+        ratio_ci=ratio_ci,
+        significant=significant,
+        resamples=resamples,
+        per_sequence=_distribution(d),
+        top=_top(a, b, ra, rb, tokens, d),
+    )
 
 
 def _distribution(d: np.ndarray) -> dict[str, float | None]:
@@ -379,7 +389,7 @@ def _distribution(d: np.ndarray) -> dict[str, float | None]:
 
 def _top(
     a: Side, b: Side, ra: np.ndarray, rb: np.ndarray, tokens: np.ndarray, d: np.ndarray
-) -> list[dict[str, Any]]:
+) -> list[Row]:
     """The pairs whose vllm_kl differs most (|difference| descending, ties: A's order; a
     difference beyond float64 first)."""
     size = np.where(np.isnan(d), -1.0, np.abs(d))

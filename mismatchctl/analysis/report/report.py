@@ -1,19 +1,21 @@
 """Build a report: select, plan, run the engine, roll up, and derive shares, bands and the
-per-hardware summary. Everything a writer shows is computed here, in ``report/view.py`` (the
-sections) or in ``stats``; ``Report.to_dict`` is the JSON of METRICS.md ("JSON shape")."""
+per-hardware summary, all before the ``Report`` is made (it is frozen). Everything a writer
+shows is computed here, in ``report/view.py`` (the sections) or in ``stats``; the ``Report``'s
+fields, walked by ``analysis/json_form.py``, are the JSON of METRICS.md ("JSON shape")."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
+from mismatchctl.analysis.json_form import EMPTY, NONE, JsonForm, internal, member
 from mismatchctl.analysis.report.figure_data import FigureData, FigureExtra, figure_data
-from mismatchctl.analysis.routing.routing import routing_extra, routing_results
+from mismatchctl.analysis.routing.routing import RoutingResult, routing_extra, routing_results
 from mismatchctl.analysis.selection import (
     empty_selection_error,
     removed_while_reading,
@@ -26,6 +28,7 @@ from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
 from mismatchctl.engines.local import PartExtra, Read
 from mismatchctl.engines.plan import Selection, StepRange
 from mismatchctl.engines.rollup import Groups, rollup, sort_key
+from mismatchctl.engines.routing import RoutingExtra, RoutingState
 from mismatchctl.engines.sequences import empty_sequences
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
@@ -51,6 +54,9 @@ from mismatchctl.stats.tails import (
 from mismatchctl.store import Store
 from mismatchctl.version import __version__
 
+if TYPE_CHECKING:
+    from mismatchctl.analysis.worst.worst import Worst
+
 AGGREGATION = "token-mean"
 BIN_METRICS = (M.TOKENS, M.OVERFLOW_TOKENS, *TOKEN_METRICS, *QUANTILE_METRICS)
 # Beyond the per-run splits, the whole selection by bin and by turn kind: the terminal tables.
@@ -62,78 +68,95 @@ SELECTION_SPLITS: list[K.Split] = [(K.TURN_KIND,), (K.BIN,)]
 REPORT_SCHEMA_VERSION = 1
 
 
-@dataclass
-class Group:
+Key = str | int | float | None  # a group's key in a split: a run, a step, a bin, a tag...
+Metrics = dict[str, float | int | None]  # the registry's metrics of a group (None: undefined)
+# An extra's mergeable state (``PartExtra``): each its own type, which who asked for it knows.
+ExtraState = object
+
+
+@dataclass(frozen=True)
+class Group(JsonForm):
     """One group of a split: its keys (``by``), its mergeable state and its metrics (keyed by
-    the registry's metrics), and the severity band of its vllm_kl when it is a batch."""
+    the registry's metrics), the severity band of its vllm_kl when it is a batch, and the
+    metrics of its MoE routing in a ``--by`` split of a run with routes."""
 
-    by: dict[str, Any]
-    partial: Partial
-    metrics: dict[str, Any]
-    band: str | None = None
-    routing: dict[str, Any] | None = None  # a --by split's group with MoE routes: its metrics
-
-    def to_dict(self) -> dict[str, Any]:
-        item: dict[str, Any] = {"by": self.by, "metrics": self.metrics}
-        if self.band is not None:
-            item["band"] = self.band
-        if self.routing is not None:
-            item["routing"] = self.routing
-        return item
+    by: dict[str, Key]
+    partial: Partial = internal()
+    metrics: Metrics = member()
+    band: str | None = member(omit=NONE, default=None)
+    routing: Metrics | None = member(omit=NONE, default=None)
 
 
-@dataclass
-class HardwareRow:
+@dataclass(frozen=True)
+class HardwareRow(JsonForm):
     """Per gpu (``report --by-gpu``): its runs and batches, the per-batch vllm_kl summary, the
-    later/first ratio and the share of low-probability tokens."""
+    later/first ratio and the share of low-probability tokens. The fields are the registry's
+    keys, in the order of the JSON."""
 
     gpu: str | None
     runs: list[str]
     batches: int
     tokens: int
     vllm_kl: float | None
-    step_summary: dict[str, Any]  # registry keys: step median / p90 / max, band shares
-    later_first_vllm_kl_ratio: float | None
-    low_prob_token_share: float | None
+    step_summary: dict[str, float | None] = member(flat=True)  # step median / p90 / max, bands
+    later_first_vllm_kl_ratio: float | None = member()
+    low_prob_token_share: float | None = member()
 
     @property
     def band(self) -> str | None:
         return band(self.vllm_kl)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "gpu": self.gpu,
-            "runs": self.runs,
-            M.BATCHES: self.batches,
-            M.TOKENS: self.tokens,
-            M.VLLM_KL: self.vllm_kl,
-            **self.step_summary,
-            M.LATER_FIRST_VLLM_KL_RATIO: self.later_first_vllm_kl_ratio,
-            M.LOW_PROB_TOKEN_SHARE: self.low_prob_token_share,
-        }
+
+@dataclass(frozen=True)
+class RunEntry:
+    """A run of the selection as the JSON's ``runs`` lists it."""
+
+    tags: dict[str, str]
+    tokens: int
+    sequences: int
+    steps: list[int]
 
 
-@dataclass
-class Report:
-    selection: Selection
-    bin_edges: np.ndarray
-    splits: list[K.Split]
-    groups: dict[K.Split, list[Group]]
+def _flat_groups(groups: dict[K.Split, list[Group]]) -> list[Group]:
+    """Every group, split after split (the report's groups are keyed in the order of its
+    splits)."""
+    return [g for split in groups.values() for g in split]
+
+
+def _step_range(selection: Selection) -> str | None:
+    return None if selection.steps is None else str(selection.steps)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Report(JsonForm):
+    """The report of a selection, built whole by ``report_on``. Its JSON (METRICS.md "JSON
+    shape") is its fields in order (``analysis/json_form.py``); the ``internal()`` ones are
+    for the sections and for the callers that read the extras of the same pass."""
+
+    schema_version: int = member(default=REPORT_SCHEMA_VERSION)
+    tool: str = member(default=f"mismatchctl {__version__}")
+    aggregation: str = member(default=AGGREGATION)
+    bin_edges: np.ndarray = member(form=lambda e: [float(x) for x in e])
+    granularity: dict[str, str]  # what each metric is a mean over (``granularity``)
+    # the edges of the position keys, the order blocks; the JSON writes the tails' thresholds
+    binning: K.Binning = member(key="tails", form=lambda b: b.tails)
+    runs: dict[str, RunEntry]
     excluded: dict[str, int]
-    hardware: list[HardwareRow] | None = None
-    aggregation: str = AGGREGATION
-    notes: list[str] = field(default_factory=list)
-    extra_states: list[Any] = field(default_factory=list)
-    figures: dict[str, FigureData] | None = None  # per run: densities and samples of the HTML
-    curves: dict[str, RunCurves] = field(default_factory=dict)  # per run, training curves
-    empty_by_run: dict[str, int] = field(default_factory=dict)  # all-masked sequences per run
-    binning: K.Binning = K.DEFAULT_BINNING  # the edges of the position keys, the order blocks
-    worst: Any = (
-        None  # with figures: the worst sequences and their tokens (analysis/worst/worst.py)
-    )
-    routing: dict[str, Any] = field(default_factory=dict)  # per run with MoE routes: RoutingResult
-    routing_layers: bool = False  # `--by layer`: the routing per MoE layer too
-    routing_splits: list[K.Split] = field(default_factory=list)  # --by splits with routing
+    groups: dict[K.Split, list[Group]] = member(form=_flat_groups)  # in the order of splits
+    selection: Selection = member(key="step_range", form=_step_range, omit=NONE)
+    position_edges: list[int] | None = member(omit=NONE)  # with a position key in a split
+    order_block: int | None = member(omit=NONE)  # with `order` in a split
+    hardware: list[HardwareRow] | None = member(omit=NONE)
+    curves: dict[str, RunCurves] = member(omit=EMPTY)  # per run, training curves
+    notes: list[str] = member(omit=EMPTY)
+    routing: dict[str, RoutingResult] = member(omit=EMPTY)  # per run with MoE routes
+    splits: list[K.Split] = internal()
+    extra_states: list[ExtraState] = internal()  # the state of each extra asked for, in order
+    figures: dict[str, FigureData] | None = internal()  # per run: the HTML's densities, samples
+    empty_by_run: dict[str, int] = internal()  # all-masked sequences per run
+    worst: Worst | None = internal()  # with figures: the worst sequences and their tokens
+    routing_layers: bool = internal()  # `--by layer`: the routing per MoE layer too
+    routing_splits: list[K.Split] = internal()  # the --by splits with routing
 
     def split(self, *keys: str) -> list[Group]:
         return self.groups.get(K.canonical(list(keys)), [])
@@ -152,48 +175,6 @@ class Report:
         from mismatchctl.analysis.report.view import report_sections
 
         return report_sections(self, pool=pool)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON of METRICS.md ("JSON shape")."""
-        steps: dict[str, list[int]] = {}
-        for g in self.split(K.RUN, K.STEP):
-            steps.setdefault(g.by[K.RUN], []).append(g.by[K.STEP])
-        runs = {}
-        for r in self.selection.runs:
-            metrics = g.metrics if (g := self.run(r.name)) else {}
-            runs[r.name] = {
-                "tags": r.tags,
-                M.TOKENS: metrics.get(M.TOKENS, 0),
-                M.SEQUENCES: metrics.get(M.SEQUENCES, 0),
-                "steps": steps.get(r.name, []),
-            }
-        out: dict[str, Any] = {
-            "schema_version": REPORT_SCHEMA_VERSION,
-            "tool": f"mismatchctl {__version__}",
-            "aggregation": self.aggregation,
-            "bin_edges": [float(e) for e in self.bin_edges],
-            "granularity": granularity(self.splits, self.groups),
-            "tails": self.binning.tails.to_dict(),
-            "runs": runs,
-            "excluded": self.excluded,
-            "groups": [g.to_dict() for split in self.splits for g in self.groups[split]],
-        }
-        if self.selection.steps is not None:
-            out["step_range"] = str(self.selection.steps)
-        if any(k in K.POSITION_KEYS for split in self.splits for k in split):
-            out["position_edges"] = list(self.binning.positions)
-        if any(K.DUMP_ORDER in split for split in self.splits):
-            out["order_block"] = self.binning.order_block
-        if self.hardware is not None:
-            out["hardware"] = [row.to_dict() for row in self.hardware]
-        if self.curves:
-            out["curves"] = {run: c.to_dict() for run, c in self.curves.items()}
-        if self.notes:
-            out["notes"] = list(self.notes)
-        if self.routing:
-            layers = self.routing_layers
-            out["routing"] = {run: r.to_dict(layers) for run, r in self.routing.items()}
-        return out
 
     def to_polars(self) -> Any:
         """Every group as one row of a Polars frame: ``split`` (its keys joined by ``x``), one
@@ -244,10 +225,11 @@ def build_report(
     engine: Engine = LOCAL_ENGINE,
     position_bins: str = "log2",
     tails: Tails = DEFAULT_TAILS,
+    routing_layers: bool = False,
 ) -> Report:
     """The report of ``runs``: selectors (``v1``, ``v1@steps=0..200``, ``gpu=H20``) read as one
     slice (the runs they name, every run when none is, with the filters they share), and
-    ``steps``."""
+    ``steps``; ``routing_layers``: the JSON's routing per MoE layer too (``--by layer``)."""
     return reread(
         lambda: report_on(
             resolve_all(store, runs or [], steps),
@@ -259,6 +241,7 @@ def build_report(
             figures=figures,
             engine=engine,
             binning=parse_binning(position_bins, tails),
+            routing_layers=routing_layers,
         )
     )
 
@@ -318,11 +301,13 @@ def report_on(
     figures: bool = False,
     engine: Engine = LOCAL_ENGINE,
     binning: K.Binning = K.DEFAULT_BINNING,
+    routing_layers: bool = False,
 ) -> Report:
     """The report of an explicit selection (runs, or a slice of the store); ``extras`` are
     computed in the same read of every part and left in ``Report.extra_states``; ``figures``
     adds the densities and samples of the HTML page; ``engine`` says where parts are read;
-    ``binning``: the edges of the position keys (``kv_position``...) and the order blocks.
+    ``binning``: the edges of the position keys (``kv_position``...) and the order blocks;
+    ``routing_layers``: the JSON's routing per MoE layer too.
 
     A selection without model tokens is an error (the same for every command); so is a run of
     it removed while it is read (RunRemovedError, which ``reread`` retries when the run was not
@@ -330,6 +315,7 @@ def report_on(
     (report,) = reports_on(
         [selection], bins=bins, by=by, by_gpu=by_gpu, workers=workers, on_part=on_part,
         extras=extras, figures=figures, engine=engine, binning=binning,
+        routing_layers=routing_layers,
     )  # fmt: skip
     return report
 
@@ -347,6 +333,7 @@ def reports_on(
     engine: Engine = LOCAL_ENGINE,
     binning: K.Binning = K.DEFAULT_BINNING,
     on_read: Callable[[int, list[Any]], None] | None = None,
+    routing_layers: bool = False,
 ) -> list[Report]:
     """:func:`report_on` of each selection, all read in one pass of the engine (the workers go
     from one selection's last parts to the next one's first without waiting); ``on_read(i,
@@ -354,7 +341,10 @@ def reports_on(
     (``extra_states`` begins with ``extras``' own). Each selection has its own extras
     (``extras`` are shared objects: they hold no state of their own)."""
     edges = parse_edges(bins)
-    plans = [_plan(sel, edges, by, by_gpu, extras, figures, binning) for sel in selections]
+    plans = [
+        _plan(sel, edges, by, by_gpu, extras, figures, binning, routing_layers)
+        for sel in selections
+    ]
 
     def read_done(i: int, folded: tuple[list[Any], list[Any]]) -> None:
         if on_read is not None:
@@ -377,7 +367,7 @@ def reports_on(
     return reports
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Plan:
     """What one report reads (its engine ``Read``) and how its result is made of it."""
 
@@ -387,7 +377,8 @@ class _Plan:
     internal: list[K.Split]
     by_gpu: bool
     figure_extra: FigureExtra | None
-    routing: Any  # the routing extra, last of the read's extras, or None
+    routing: RoutingExtra | None  # the routing extra, last of the read's extras
+    routing_layers: bool
 
     def finish(self, folded: tuple[list[Any], list[Any]]) -> Report:
         return _finish(self, *folded)
@@ -401,6 +392,7 @@ def _plan(
     extras: Sequence[PartExtra],
     figures: bool,
     binning: K.Binning,
+    routing_layers: bool,
 ) -> _Plan:
     figure_extra = FigureExtra() if figures else None
     if figure_extra is not None:
@@ -415,11 +407,11 @@ def _plan(
     internal = [(K.RUN, K.GPU, K.STEP), (K.GPU, K.TURN_KIND)] if by_gpu else []
     passes = K.plan(wanted + internal)
     read = Read(selection.tasks, passes, edges, selection.rows, list(extras), binning)
-    return _Plan(selection, read, wanted, internal, by_gpu, figure_extra, routing)
+    return _Plan(selection, read, wanted, internal, by_gpu, figure_extra, routing, routing_layers)
 
 
 def _finish(plan: _Plan, finest: list[Any], extra_states: list[Any]) -> Report:
-    """The report of one selection from what the engine folded of its parts."""
+    """The report of one selection from what the engine folded of its parts, made whole."""
     selection, routing = plan.selection, plan.routing
     passes, edges, binning = plan.read.passes, plan.read.edges, plan.read.binning
     routing_state = None
@@ -429,30 +421,75 @@ def _finish(plan: _Plan, finest: list[Any], extra_states: list[Any]) -> Report:
     for split in plan.wanted + plan.internal:
         p = K.pass_for(split, passes)
         rolled[split] = rollup(split, p, finest[passes.index(p)])
-    groups = {s: _groups(s, rolled[s], binning.tails) for s in plan.wanted}
+    runs_routing = routing_results(selection, routing_state, edges, plan.routing_layers)
+    routed = _routed_groups(routing, routing_state) if runs_routing else {}
+    groups = {s: _groups(s, rolled[s], binning.tails, routed.get(s)) for s in plan.wanted}
     empty = empty_sequences(selection)
-    report = Report(selection, edges, plan.wanted, groups, _excluded(selection, empty))
-    report.binning = binning
-    report.notes += prompt_length_notes(selection, plan.wanted)
-    report.empty_by_run = empty
-    report.extra_states = extra_states
-    report.curves = selection_curves(selection, groups.get((K.RUN, K.STEP), []))
+    figures, worst = None, None
     if plan.figure_extra is not None:
         from mismatchctl.analysis.worst.worst import worst_sequences
 
-        report.figures = figure_data(extra_states[-1], plan.figure_extra)
-        report.worst = worst_sequences(selection, extra_states[-2])
-    if plan.by_gpu:
-        report.hardware = _hardware(rolled)
-    report.routing = routing_results(selection, routing_state, edges)
-    if routing is not None and routing_state is not None and report.routing:
-        report.routing_splits = routing.splits
-        for split, found in zip(routing.splits, routing_state.groups, strict=True):
-            for g in groups[split]:
-                sums = found.get(tuple(g.by[k] for k in split))
-                if sums is not None:
-                    g.routing = sums.metrics()
-    return report
+        figures = figure_data(extra_states[-1], plan.figure_extra)
+        worst = worst_sequences(selection, extra_states[-2])
+    splits = plan.wanted
+    return Report(
+        bin_edges=edges,
+        granularity=granularity(splits, groups),
+        binning=binning,
+        runs=_runs(selection, groups),
+        excluded=_excluded(selection, empty),
+        groups=groups,
+        selection=selection,
+        position_edges=(
+            list(binning.positions)
+            if any(k in K.POSITION_KEYS for split in splits for k in split)
+            else None
+        ),
+        order_block=binning.order_block if any(K.DUMP_ORDER in s for s in splits) else None,
+        hardware=_hardware(rolled) if plan.by_gpu else None,
+        curves=selection_curves(selection, groups.get((K.RUN, K.STEP), [])),
+        notes=prompt_length_notes(selection, splits),
+        routing=runs_routing,
+        splits=splits,
+        extra_states=extra_states,
+        figures=figures,
+        empty_by_run=empty,
+        worst=worst,
+        routing_layers=plan.routing_layers,
+        routing_splits=routing.splits if routing is not None and runs_routing else [],
+    )
+
+
+def _routed_groups(
+    routing: RoutingExtra | None, state: RoutingState | None
+) -> dict[K.Split, dict[tuple[Key, ...], Metrics]]:
+    """Per ``--by`` split with routing, the routing metrics of each of its groups."""
+    if routing is None or state is None:
+        return {}
+    return {
+        split: {key: sums.metrics() for key, sums in found.items()}
+        for split, found in zip(routing.splits, state.groups, strict=True)
+    }
+
+
+def _runs(selection: Selection, groups: dict[K.Split, list[Group]]) -> dict[str, RunEntry]:
+    """Each run of the selection: its tags, tokens, sequences and steps."""
+    steps: dict[Key, list[Key]] = {}
+    for g in groups.get(K.canonical([K.RUN, K.STEP]), []):
+        steps.setdefault(g.by[K.RUN], []).append(g.by[K.STEP])
+    whole: dict[Key, Metrics] = {}
+    for g in groups.get((K.RUN,), []):
+        whole.setdefault(g.by[K.RUN], g.metrics)
+    out = {}
+    for r in selection.runs:
+        metrics = whole.get(r.name, {})
+        out[r.name] = RunEntry(
+            tags=r.tags,
+            tokens=metrics.get(M.TOKENS, 0),  # type: ignore[arg-type]
+            sequences=metrics.get(M.SEQUENCES, 0),  # type: ignore[arg-type]
+            steps=steps.get(r.name, []),  # type: ignore[arg-type]
+        )
+    return out
 
 
 def check_attributes(selection: Selection, splits: list[K.Split]) -> None:
@@ -489,10 +526,15 @@ def prompt_length_notes(selection: Selection, splits: list[K.Split]) -> list[str
     return notes
 
 
-def _groups(split: K.Split, rolled: Groups, tails: Tails = DEFAULT_TAILS) -> list[Group]:
+def _groups(
+    split: K.Split,
+    rolled: Groups,
+    tails: Tails = DEFAULT_TAILS,
+    routed: dict[tuple[Key, ...], Metrics] | None = None,
+) -> list[Group]:
     """Finalized groups of one split; groups of token keys (probability bin, KV position, turn
     position) carry token metrics, shares and quantiles only (a sequence cut by tokens is not a
-    meaningful unit)."""
+    meaningful unit); ``routed``: the routing metrics of its groups, by key."""
     parents: Groups = {}
     token = K.token_keys(split)
     if token:
@@ -508,7 +550,8 @@ def _groups(split: K.Split, rolled: Groups, tails: Tails = DEFAULT_TAILS) -> lis
             parent = parents[tuple(v for k, v in by.items() if k not in token)]
             metrics.update(shares(partial, parent))
         group_band = band(metrics.get(M.VLLM_KL)) if K.STEP in split else None
-        out.append(Group(by, partial, metrics, group_band))
+        found = (routed or {}).get(tuple(by[k] for k in split))
+        out.append(Group(by, partial, metrics, group_band, found))
     return out
 
 

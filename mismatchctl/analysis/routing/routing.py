@@ -21,17 +21,19 @@ from mismatchctl.stats.routing_sums import RoutingPartial
 from mismatchctl.store.integrity import read_error
 
 
-@dataclass
+@dataclass(frozen=True)
 class RoutingResult:
-    """One run's routing: its sums, and whether it says routing replay is on."""
+    """One run's routing: its sums, and whether it says routing replay is on; ``by_layer``:
+    its JSON lists the metrics per MoE layer too (``report --by layer``)."""
 
     run: str
     replay: bool  # tag routing_replay=r3
     partial: RoutingPartial
     edges: np.ndarray  # the probability bins' edges
+    by_layer: bool = True
 
     @property
-    def metrics(self) -> dict[str, Any]:
+    def metrics(self) -> dict[str, float | int | None]:
         return self.partial.metrics(self.replay)
 
     def bins(self) -> list[dict[str, Any]]:
@@ -41,7 +43,8 @@ class RoutingResult:
         """Per layer, the compared positions whose lowest differing layer it is."""
         return [int(n) for n in self.partial.by_layer_first_flip]
 
-    def to_dict(self, by_layer: bool = True) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
+        """Its JSON: what its sums say, made of them here (the sums are not written)."""
         out = {
             "layers": self.partial.layers,
             "top_k": self.partial.top_k,
@@ -49,7 +52,7 @@ class RoutingResult:
             "metrics": self.metrics,
             "by_bin": self.bins(),
         }
-        if by_layer:
+        if self.by_layer:
             out["by_layer"] = self.partial.by_layer()
         return out
 
@@ -101,15 +104,15 @@ def routing_extra(
 
 
 def routing_results(
-    selection: Selection, state: RoutingState | None, edges: np.ndarray
+    selection: Selection, state: RoutingState | None, edges: np.ndarray, by_layer: bool = True
 ) -> dict[str, RoutingResult]:
     """Per run of the selection with routes on both sides, its routing, in the selection's
-    order (no entry otherwise)."""
+    order (no entry otherwise); ``by_layer``: as ``RoutingResult``'s."""
     if state is None:
         return {}
     tags = {r.name: r.tags for r in selection.runs}
     return {
-        run: RoutingResult(run, replay_on(tags[run]), state.runs[run], edges)
+        run: RoutingResult(run, replay_on(tags[run]), state.runs[run], edges, by_layer)
         for run in selection.names
         if run in state.runs
     }

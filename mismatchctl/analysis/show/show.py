@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.json_form import JsonForm, Row
 from mismatchctl.analysis.routing.kinds import first_flip_layer, paired_kind
 from mismatchctl.analysis.tokenizer import run_decoders
 from mismatchctl.analysis.tokens.text import Decoder
@@ -37,35 +38,28 @@ MASKED_COLUMNS = (S.SEQ, S.POSITION, S.TOKEN_ID)
 MAX_LISTED = 20
 
 
-@dataclass
-class Show:
-    """One sequence: its sequence row, and every model token in position order."""
+@dataclass(frozen=True, kw_only=True)
+class Show(JsonForm):
+    """One sequence: its sequence row, and every model token in position order. Its JSON is
+    its fields in order, under ``show``."""
+
+    JSON_ROOT = "show"
 
     run: str
     sample_id: str
-    sequence: dict[str, Any]  # the sequence row (step, seq, model_tokens, turns, ...)
     index: int  # among the sequences with this sample id (and step)
     candidates: int
-    tokens: list[dict[str, Any]] = field(default_factory=list)
+    sequence: Row  # the sequence row (step, seq, model_tokens, turns, ...)
     tokenizer: str | None = None
     notes: list[str] = field(default_factory=list)
+    tokens: list[Row] = field(default_factory=list)
     # the tool responses' tokens (position, token_id, text), when ingest kept them
-    masked: list[dict[str, Any]] = field(default_factory=list)
+    masked: list[Row] = field(default_factory=list)
 
     def sections(self) -> list[Any]:
         from mismatchctl.analysis.show.view import show_sections
 
         return show_sections(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "show": {
-                "run": self.run, "sample_id": self.sample_id, "index": self.index,
-                "candidates": self.candidates, "sequence": self.sequence,
-                "tokenizer": self.tokenizer, "notes": self.notes, "tokens": self.tokens,
-                "masked": self.masked,
-            }
-        }  # fmt: skip
 
     def to_polars(self) -> Any:
         """One row per model token, in position order."""
@@ -257,16 +251,23 @@ def build_show(
     rows = find_sequences(store, run, sample_id, step)
     k = choose(rows, run, sample_id, step, index)
     decoders = run_decoders(store, [run], tokenizer)
-    result = Show(run, sample_id, rows[k], k, len(rows), notes=decoders.notes)
-    result.tokenizer = decoders.names.get(run)
-    result.tokens = token_rows(read_tokens(store, run, int(rows[k][S.SEQ])))
+    tokens = token_rows(read_tokens(store, run, int(rows[k][S.SEQ])))
     decode = decoders.of(run)
-    texts = decode([t["token_id"] for t in result.tokens])
-    for t, text in zip(result.tokens, texts, strict=True):
+    texts = decode([t["token_id"] for t in tokens])
+    for t, text in zip(tokens, texts, strict=True):
         t["text"] = text
-    first = result.tokens[0]["position"] if result.tokens else None
-    result.masked = masked_rows(read_masked(store, run, int(rows[k][S.SEQ])), decode, first)
-    return result
+    first = tokens[0]["position"] if tokens else None
+    return Show(
+        run=run,
+        sample_id=sample_id,
+        index=k,
+        candidates=len(rows),
+        sequence=rows[k],
+        tokens=tokens,
+        tokenizer=decoders.names.get(run),
+        notes=decoders.notes,
+        masked=masked_rows(read_masked(store, run, int(rows[k][S.SEQ])), decode, first),
+    )
 
 
 def masked_rows(table: pa.Table, decode: Decoder, first: int | None) -> list[dict[str, Any]]:

@@ -9,13 +9,14 @@ best of the selection. Memory is k rows per part in flight, whatever the number 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.json_form import NONE, JsonForm, Row, member
 from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.selection import reading, resolve_text
 from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
@@ -37,6 +38,7 @@ TOKEN_SORTS = ("k3", "abs-r", "prob-diff")
 SEQUENCE_SORTS = ("k3", "chi2", "abs-sum-r")
 CHI2_CLAMP = 20.0  # chi2_seq clamps the summed log-ratio at +-20 (docs/metrics.md)
 MAX_TOP = 100_000
+TOKENS, SEQUENCES = "tokens", "sequences"  # the two listings, and the JSON keys of their rows
 MAX_CONTEXT = 256
 
 
@@ -228,40 +230,42 @@ def _sequence_sums(
     }
 
 
-@dataclass
-class Tokens:
-    """The worst tokens (or sequences, ``sequences`` True) of a selection's cell, best first."""
+@dataclass(frozen=True, kw_only=True)
+class Tokens(JsonForm):
+    """The worst tokens (or sequences, ``listing`` ``sequences``) of a selection's cell, best
+    first. Its JSON is its fields in order, under ``tokens``; the rows are written under the
+    listing's name."""
+
+    JSON_ROOT = "tokens"
 
     selector: str
     where: list[str]
     sort: str
     top: int
-    sequences: bool
+    listing: str  # TOKENS or SEQUENCES
     context: int
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    cell_tokens: int = 0  # tokens of the cell (the whole selection without --where)
-    cell_sequences: int = 0  # sequences with a token in the cell (the sequence listing only)
-    cell_k3_sum: float = 0.0
-    tokenizers: dict[str, str] = field(default_factory=dict)  # run -> the tokenizer decoding it
-    notes: list[str] = field(default_factory=list)
+    cell_tokens: int  # tokens of the cell (the whole selection without --where)
+    cell_k3_sum: float
+    tokenizers: dict[str, str]  # run -> the tokenizer decoding it
+    notes: list[str]
+    cell_sequences: int | None = member(omit=NONE)  # with a token in the cell (sequences only)
+    token_rows: list[Row] | None = member(key=TOKENS, omit=NONE)
+    sequence_rows: list[Row] | None = member(key=SEQUENCES, omit=NONE)
+
+    @property
+    def sequences(self) -> bool:
+        """The listing is of sequences (``tokens --sequences``)."""
+        return self.listing == SEQUENCES
+
+    @property
+    def rows(self) -> list[Row]:
+        """The listed tokens or sequences, best first."""
+        return (self.sequence_rows if self.sequences else self.token_rows) or []
 
     def sections(self) -> list[Any]:
         from mismatchctl.analysis.tokens.view import tokens_sections
 
         return tokens_sections(self)
-
-    def to_dict(self) -> dict[str, Any]:
-        key = "sequences" if self.sequences else "tokens"
-        return {
-            "tokens": {
-                "selector": self.selector, "where": self.where, "sort": self.sort,
-                "top": self.top, "listing": key, "context": self.context,
-                "cell_tokens": self.cell_tokens, "cell_k3_sum": self.cell_k3_sum,
-                "tokenizers": self.tokenizers, "notes": self.notes,
-                **({"cell_sequences": self.cell_sequences} if self.sequences else {}),
-                key: [dict(r) for r in self.rows],
-            }
-        }  # fmt: skip
 
     def to_polars(self) -> Any:
         """One row per listed token (or sequence), best first; a token's context as lists."""
@@ -321,16 +325,26 @@ def build_tokens(
     with reading(sel):  # `runs rm` meanwhile is no damage, as in every view
         _, states = engine.runner()(sel.tasks, [], edges, sel.rows, workers, on_part, [extra])
     state: TopRows = states[0] if states[0] is not None else TopRows(top)
-    result = Tokens(selector, [str(c) for c in conditions], sort, top, sequences, context)
-    result.rows = [{**row, "score": s} for row, s in zip(state.rows, state.scores, strict=True)]
-    result.tokenizers, result.notes = decoders.names, decoders.notes
-    for row in result.rows if not sequences else ():
-        add_text(row, decoders)
-    result.cell_k3_sum, result.cell_tokens = state.total, state.tokens
-    result.cell_sequences = state.seen if sequences else 0
-    if not result.rows:
+    rows = [{**row, "score": s} for row, s in zip(state.rows, state.scores, strict=True)]
+    if not rows:
         raise _empty_cell(selector, conditions)
-    return result
+    for row in rows if not sequences else ():
+        add_text(row, decoders)
+    return Tokens(
+        selector=selector,
+        where=[str(c) for c in conditions],
+        sort=sort,
+        top=top,
+        listing=SEQUENCES if sequences else TOKENS,
+        context=context,
+        cell_tokens=state.tokens,
+        cell_k3_sum=state.total,
+        tokenizers=decoders.names,
+        notes=decoders.notes,
+        cell_sequences=state.seen if sequences else None,
+        token_rows=None if sequences else rows,
+        sequence_rows=rows if sequences else None,
+    )
 
 
 def add_text(row: dict[str, Any], decoders: RunDecoders) -> None:

@@ -57,7 +57,7 @@ def preset_config(name: str, sets: list[str]) -> tuple[Preset, Config]:
     return preset, config
 
 
-@dataclass
+@dataclass(frozen=True)
 class PresetList:
     """Every preset: its name, the framework version and source file it follows, its keys
     (``whatif --list-presets``)."""
@@ -133,7 +133,7 @@ class PresetGroup:
     metrics: dict[str, Any]
 
 
-@dataclass
+@dataclass(frozen=True)
 class PresetWhatif:
     report: Report
     preset: Preset

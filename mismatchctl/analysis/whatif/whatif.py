@@ -117,7 +117,7 @@ class WhatifGroup:
     results: list[dict[str, Any]]  # one per method, in ``Whatif.methods`` order
 
 
-@dataclass
+@dataclass(frozen=True)
 class Whatif:
     report: Report
     methods: list[Method]

@@ -24,7 +24,7 @@ class WorstExtra(TopSequencesExtra):
         super().__init__(WORST, "k3", [])
 
 
-@dataclass
+@dataclass(frozen=True)
 class Worst:
     """The worst sequences (rows of ``tokens --sequences``), the selection's K3 sum, and each
     sequence as a :class:`Show` (its tokens, decoded with its run's tokenizer)."""
@@ -41,9 +41,9 @@ def worst_sequences(selection: Selection, state: TopRows | None) -> Worst | None
         return None
     store = selection.store
     decoders = run_decoders(store, selection.names, None)
-    out = Worst([{**r, "score": s} for r, s in zip(state.rows, state.scores, strict=True)],
-                state.total, notes=decoders.notes)  # fmt: skip
-    for row in out.rows:
+    rows = [{**r, "score": s} for r, s in zip(state.rows, state.scores, strict=True)]
+    views = []
+    for row in rows:
         tokens = token_rows(read_tokens(store, row["run"], row["seq"]))
         decode = decoders.of(row["run"])
         texts = decode([t["token_id"] for t in tokens])
@@ -51,9 +51,9 @@ def worst_sequences(selection: Selection, state: TopRows | None) -> Worst | None
             t["text"] = text
         seq = {S.STEP: row["step"], S.SEQ: row["seq"], S.MODEL_TOKENS: row["tokens"],
                S.TURNS: row["turns"]}  # fmt: skip
-        view = Show(row["run"], row["sample_id"], seq, 0, 1, tokens)
-        view.tokenizer = decoders.names.get(row["run"])
         first = tokens[0]["position"] if tokens else None
-        view.masked = masked_rows(read_masked(store, row["run"], row["seq"]), decode, first)
-        out.views.append(view)
-    return out
+        masked = masked_rows(read_masked(store, row["run"], row["seq"]), decode, first)
+        views.append(Show(run=row["run"], sample_id=row["sample_id"], index=0, candidates=1,
+                          sequence=seq, tokenizer=decoders.names.get(row["run"]),
+                          tokens=tokens, masked=masked))  # fmt: skip
+    return Worst(rows, state.total, views, decoders.notes)
