@@ -3,11 +3,9 @@
 :func:`cube_accumulate` touches every token once: it adds the token to its sequence's sparse
 buffer keyed by the combination of its token-dimension codes. At the end of the sequence, the
 buffer is projected once per subset of token dimensions a table uses, and each projected cell
-(the sequence's tokens ``x`` and K3 sum ``y`` in it) is added to its group's sums: the
-sequences with the same codes of every sequence dimension, taken one after the other. The
-group's sums are added to every table with that subset, at the group's codes of the table's
-sequence dimensions. So the per-token work is O(1) and the combinatorics cost O(cells the
-group visits) per group.
+(the sequence's tokens ``x`` and K3 sum ``y`` in it) is added to every table with that subset,
+at the sequence's codes of the table's sequence dimensions. So the per-token work is O(1) and
+the combinatorics cost O(cells the sequence visits) per sequence.
 
 :func:`region_accumulate` is the findings' bootstrap (``stats/cube_bootstrap.py``): per
 sequence, its tokens and K3 per (region, stratum), added to every replicate with a Poisson(1)
