@@ -209,10 +209,10 @@ def _add_row(
 @kernel(nogil=True, error_model="numpy", inline="always")
 def _same_codes(seqc: np.ndarray, a: int, b: int) -> bool:
     """Whether sequence rows ``a`` and ``b`` have the same codes of every sequence dimension."""
-    same = True
-    for q in range(seqc.shape[1]):  # a loop, not all(): numba compiles no generator into all()
-        same = same and seqc[a, q] == seqc[b, q]
-    return same
+    for q in range(seqc.shape[1]):
+        if seqc[a, q] != seqc[b, q]:
+            return False
+    return True
 
 
 @kernel(nogil=True, error_model="numpy", inline="always")

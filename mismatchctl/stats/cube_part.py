@@ -75,7 +75,7 @@ class PartCube:
                 first = cube_kernels.cube_accumulate(
                     self.rows, lr, lt, starts, rows, order, first, *rest, self.slot, self.cells,
                     self.counts,
-                )  # fmt: skip
+                )
                 if first == n:
                     return
                 self._grow()
