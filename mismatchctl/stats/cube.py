@@ -105,12 +105,9 @@ class Cube:
         """
         from mismatchctl.stats import cube_kernels  # numba: compiled on first use
 
-        def dense(lr: np.ndarray, lt: np.ndarray, starts: np.ndarray, rows: np.ndarray,
-                  order: np.ndarray, *rest: object) -> None:  # fmt: skip
+        def dense(*args: object) -> None:
             counts = np.zeros(2, np.int64)
-            cube_kernels.cube_accumulate(
-                self.state, lr, lt, starts, rows, order, 0, *rest, _NO_SLOTS, _NO_CELLS, counts
-            )
+            cube_kernels.cube_accumulate(self.state, *args, _NO_SLOTS, _NO_CELLS, counts)
 
         return add_tokens(
             self.spec, dense, lr, lt, seq, token_codes, seq_codes, seq_keys, keep, bit, k3
@@ -202,7 +199,6 @@ def add_tokens(
     if len(lr) == 0:
         return None if seq_keys is None else _no_cells(seqc)
     starts, rows = sequence_runs(seq)
-    order = group_order(seqc, rows)
     layout = kernel_layout(spec)
     longest = int(np.diff(starts).max())
     keep = seq_keys is not None
@@ -212,39 +208,16 @@ def add_tokens(
     cell_k3 = np.empty(len(combo), np.float64)
     with np.errstate(over="ignore", invalid="ignore"):
         accumulate(
-            lr, lt, starts, rows, order, tok, seqc, mask, bit, given, layout,
-            min(longest, layout[2]), ptr, combo, ntok, cell_k3,
+            lr, lt, starts, rows, tok, seqc, mask, bit, given, layout, min(longest, layout[2]),
+            ptr, combo, ntok, cell_k3,
         )  # fmt: skip
     if seq_keys is None:
         return None
-    ptr, take = _in_sequence_order(ptr, order)
+    used = int(ptr[-1])  # copies: the buffers had room for a cell per token
     return SequenceCells(
         np.asarray(seq_keys, np.uint64)[rows], seqc[rows].astype(np.int32), ptr,
-        combo[take], ntok[take], cell_k3[take],
+        combo[:used].copy(), ntok[:used].copy(), cell_k3[:used].copy(),
     )  # fmt: skip
-
-
-def group_order(seqc: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """The order in which the kernel adds the sequences (``rows``: each one's row of ``seqc``):
-    those with the same codes of every sequence dimension next to each other (a group, added
-    to the tables once), in their own order within a group."""
-    if seqc.shape[1] == 0 or len(rows) < 2:
-        return np.arange(len(rows), dtype=np.int64)
-    codes = seqc[rows]
-    return np.lexsort(codes.T[::-1]).astype(np.int64)
-
-
-def _in_sequence_order(ptr: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The kept cells' pointers per sequence (the kernel kept them in ``order``'s order) and
-    the index of each sequence's cells in the kernel's buffers, in sequence order."""
-    sizes = np.empty(len(order), np.int64)
-    sizes[order] = np.diff(ptr)
-    out = np.zeros(len(order) + 1, np.int64)
-    np.cumsum(sizes, out=out[1:])
-    first = np.empty(len(order), np.int64)
-    first[order] = ptr[:-1]
-    take = np.repeat(first - out[:-1], sizes) + np.arange(out[-1])
-    return out, take
 
 
 def merge_all(cubes: Iterable[Cube], spec: CubeSpec) -> Cube:

@@ -181,70 +181,6 @@ def _project(
     return pm
 
 
-@kernel(nogil=True, error_model="numpy", inline="always")
-def _add_row(
-    state: np.ndarray,
-    slot: np.ndarray,
-    cells: np.ndarray,
-    counts: np.ndarray,
-    cell: int,
-    sums: np.ndarray,
-    r: int,
-) -> None:
-    """A group's ten sums (``sums[r]``: :func:`_add_cell`'s fields, summed over its sequences)
-    into a cell: the row of ``state`` that :func:`_add_cell` would use. Indexed, not through a
-    row's view (a view counts a reference to the array: two atomic operations an addition)."""
-    k = cell
-    if slot.shape[0] > 0:
-        k = slot[cell]
-        if k < 0:
-            k = counts[0]
-            slot[cell] = k
-            cells[k] = cell
-            counts[0] = k + 1
-    for f in range(N_FIELDS):
-        state[k, f] += sums[r, f]
-
-
-@kernel(nogil=True, error_model="numpy", inline="always")
-def _same_codes(seqc: np.ndarray, a: int, b: int) -> bool:
-    """Whether sequence rows ``a`` and ``b`` have the same codes of every sequence dimension."""
-    for q in range(seqc.shape[1]):
-        if seqc[a, q] != seqc[b, q]:
-            return False
-    return True
-
-
-@kernel(nogil=True, error_model="numpy", inline="always")
-def _group_end(
-    i: int, order: np.ndarray, rows: np.ndarray, seqc: np.ndarray, starts: np.ndarray
-) -> tuple[int, int]:
-    """The end of the group starting at ``order[i]`` (the sequences after it with its codes)
-    and the group's tokens."""
-    first = rows[order[i]]
-    j = i
-    tokens = 0
-    while j < order.shape[0] and _same_codes(seqc, first, rows[order[j]]):
-        tokens += starts[order[j] + 1] - starts[order[j]]
-        j += 1
-    return j, tokens
-
-
-@kernel(nogil=True, error_model="numpy", inline="always")
-def _group_add(sums: np.ndarray, r: int, x: float, y: float, tx: float, ty: float) -> None:
-    """One sequence's fields of :func:`_add_cell` added to a group's sums (``sums[r]``)."""
-    sums[r, _N] += x
-    sums[r, _A] += y
-    sums[r, _YY] += y * y
-    sums[r, _XX] += x * x
-    sums[r, _XY] += x * y
-    sums[r, _G] += 1.0
-    sums[r, _CYY] += ty * y
-    sums[r, _CXY] += tx * y
-    sums[r, _CYX] += ty * x
-    sums[r, _CXX] += tx * x
-
-
 @kernel(nogil=True, error_model="numpy")
 def cube_accumulate(
     state: np.ndarray,
@@ -252,8 +188,6 @@ def cube_accumulate(
     lt: np.ndarray,
     starts: np.ndarray,
     rows: np.ndarray,
-    order: np.ndarray,
-    begin: int,
     tok: np.ndarray,
     seqc: np.ndarray,
     keep_tokens: np.ndarray,
@@ -272,38 +206,26 @@ def cube_accumulate(
     """Add whole sequences to ``state`` (cells x 10: tokens, K3 sum, the per-sequence moments
     y^2, x^2, x y, their count, and the cross moments with the sequence's totals X, Y:
     Y y, X y, Y x, X x). ``starts``: first token of each sequence plus the end;
-    ``rows``: each sequence's row of ``seqc``; ``order``: the sequences in the order they are
-    added, from its entry ``begin`` (:func:`mismatchctl.stats.cube.group_order`: those with the
-    same codes of the sequence dimensions next to each other); ``tok``: tokens x
-    token-dimension codes; ``layout``: :func:`mismatchctl.stats.cube.kernel_layout`;
-    ``max_touch``: the most token-code combinations one sequence can visit (its length, at most
-    ``combo_size``). ``keep_tokens`` (empty: every token): only the tokens whose entry has
-    ``bit`` set are added; a sequence with none is no cluster (as if its tokens were not given).
+    ``rows``: each sequence's row of ``seqc``; ``tok``: tokens x token-dimension codes;
+    ``layout``: :func:`mismatchctl.stats.cube.kernel_layout`; ``max_touch``: the most
+    token-code combinations one sequence can visit (its length, at most ``combo_size``).
+    ``keep_tokens`` (empty: every token): only the tokens whose entry has ``bit`` set are
+    added; a sequence with none is no cluster (as if its tokens were not given).
     ``k3_tokens`` (empty: computed here): each token's :func:`token_k3`.
-
-    A *group*, the sequences next to each other in ``order`` with the same codes of every
-    sequence dimension, adds to the same cell of each table: its sequences' fields are summed
-    per projected cell first (a buffer the size of the projections, in cache), and the sums
-    added to the tables once per group. Each table cell so receives one addition per group
-    instead of one per sequence (the cube's time was those additions, a random row of the state
-    each); the order of summation is the group's, so equal to the sequence-by-sequence sums
-    within rounding.
 
     With ``cell_ptr`` of one entry per sequence plus one (else empty), each sequence's buffer
     is also kept (``stats/cube_cells.py``): its combinations in the order first visited, in
-    ``cell_combo``/``cell_tokens``/``cell_k3`` (room for a cell per token), the ``i``-th of
-    ``order``'s from ``cell_ptr[i]`` to ``cell_ptr[i + 1]`` (``counts[1]``: the cells kept so
-    far).
+    ``cell_combo``/``cell_tokens``/``cell_k3`` (room for a cell per token), sequence ``si``'s
+    from ``cell_ptr[si]`` to ``cell_ptr[si + 1]`` (``counts[1]``: the cells kept so far).
 
     Sparse (``slot`` of one entry per cube cell, -1 where the cell has no row yet): ``state``
     holds only the cells the sequences touch, a row each in the order first touched, ``cells``
-    each row's cell, ``counts[0]`` the rows used. A group is added only when the rows left can
-    take every cell it may touch; returns the entry of ``order`` of the first sequence not
-    added (all: their count), so that the caller grows the rows and goes on from there."""
+    each row's cell, ``counts[0]`` the rows used. A sequence is added only when the rows left
+    can take every cell it may touch; returns the first sequence not added (all: their count),
+    so that the caller grows the rows and goes on from there."""
     (tmul, _, combo_size, vmap, pdims, pmaps, pmul, psize_max,
      ptab_ptr, ptab_idx, qonly, toff, tpstride, tqdims, tqmaps, tqstride, psizes) = layout  # fmt: skip
     n_dt = tok.shape[1]
-    n_proj = pdims.shape[0]
     cn = np.zeros(combo_size, np.float64)
     ca = np.zeros(combo_size, np.float64)
     ctouch = np.empty(max_touch, np.int64)
@@ -312,100 +234,80 @@ def cube_accumulate(
     pa = np.zeros(psize_max, np.float64)
     ptouch = np.empty(min(psize_max, max_touch), np.int64)
     pcv = np.zeros((min(psize_max, max_touch), 3), np.int64)
-    poff = np.zeros(n_proj + 1, np.int64)  # each projection's first row of the group's sums
-    for j in range(n_proj):
-        poff[j + 1] = poff[j] + psizes[j]
-    gsum = np.zeros((poff[n_proj], N_FIELDS), np.float64)
-    gcv = np.zeros((poff[n_proj], 3), np.int64)  # a projected cell's codes
-    gtouch = np.empty(poff[n_proj], np.int64)  # the cells the group touched, per projection
-    gpm = np.zeros(n_proj, np.int64)
-    qsum = np.zeros((1, N_FIELDS), np.float64)  # the tables of sequence dimensions only
     keep = cell_ptr.shape[0] > 0
     sparse = slot.shape[0] > 0
     kept = counts[1]
-    n = order.shape[0]
-    i = begin
-    while i < n:
-        stop, tokens = _group_end(i, order, rows, seqc, starts)
-        most = _most_cells(tokens, combo_size, qonly, ptab_ptr, psizes)
+    for si in range(starts.shape[0] - 1):
+        row = rows[si]
+        most = _most_cells(starts[si + 1] - starts[si], combo_size, qonly, ptab_ptr, psizes)
         if sparse and min(counts[0] + most, slot.shape[0]) > state.shape[0]:
             counts[1] = kept
-            return i
-        row = rows[order[i]]
-        added = False
-        for g in range(i, stop):
-            si = order[g]
-            m = _buffer_sequence(
-                lr, lt, tok, starts[si], starts[si + 1], tmul, cn, ca, ctouch, cvals,
-                keep_tokens, bit, k3_tokens,
-            )  # fmt: skip
-            if keep:
-                cell_ptr[g] = kept
-                for t in range(m):
-                    c = ctouch[t]
-                    cell_combo[kept] = c
-                    cell_tokens[kept] = int(cn[c])
-                    cell_k3[kept] = ca[c]
-                    kept += 1
-            if m == 0:  # every token masked out: no cluster
-                continue
-            added = True
-            tot_n = 0.0
-            tot_a = 0.0
+            return si
+        m = _buffer_sequence(
+            lr,
+            lt,
+            tok,
+            starts[si],
+            starts[si + 1],
+            tmul,
+            cn,
+            ca,
+            ctouch,
+            cvals,
+            keep_tokens,
+            bit,
+            k3_tokens,
+        )
+        if keep:
+            cell_ptr[si] = kept
             for t in range(m):
                 c = ctouch[t]
-                tot_n += cn[c]
-                tot_a += ca[c]
-            _group_add(qsum, 0, tot_n, tot_a, tot_n, tot_a)
-            for j in range(n_proj):
-                pm = _project(
-                    j, m, ctouch, cvals, cn, ca, vmap, pdims, pmaps, pmul, pn, pa, ptouch, pcv
-                )
+                cell_combo[kept] = c
+                cell_tokens[kept] = int(cn[c])
+                cell_k3[kept] = ca[c]
+                kept += 1
+        tot_n = 0.0
+        tot_a = 0.0
+        for t in range(m):
+            c = ctouch[t]
+            tot_n += cn[c]
+            tot_a += ca[c]
+        if m == 0:  # every token masked out: no cluster
+            continue
+        for qi in range(qonly.shape[0]):  # tables of sequence dimensions only
+            cell = _seq_base(qonly[qi], row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
+            _add_cell(state, slot, cells, counts, cell, tot_n, tot_a, tot_n, tot_a)
+        for j in range(pdims.shape[0]):
+            pm = _project(
+                j, m, ctouch, cvals, cn, ca, vmap, pdims, pmaps, pmul, pn, pa, ptouch, pcv
+            )
+            for ti in range(ptab_ptr[j], ptab_ptr[j + 1]):
+                tb = ptab_idx[ti]
+                base = _seq_base(tb, row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
+                s0, s1, s2 = tpstride[tb, 0], tpstride[tb, 1], tpstride[tb, 2]
                 for u in range(pm):
                     pc = ptouch[u]
-                    r = poff[j] + pc
-                    if gsum[r, _G] == 0.0:  # the group's first sequence in this cell
-                        gtouch[poff[j] + gpm[j]] = pc
-                        gpm[j] += 1
-                        for k in range(3):
-                            gcv[r, k] = pcv[u, k]
-                    _group_add(gsum, r, pn[pc], pa[pc], tot_n, tot_a)
-                    pn[pc] = 0.0
-                    pa[pc] = 0.0
-            for t in range(m):
-                cn[ctouch[t]] = 0.0
-                ca[ctouch[t]] = 0.0
-        if added:
-            for qi in range(qonly.shape[0]):
-                cell = _seq_base(qonly[qi], row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
-                _add_row(state, slot, cells, counts, cell, qsum, 0)
-            for j in range(n_proj):
-                for ti in range(ptab_ptr[j], ptab_ptr[j + 1]):
-                    tb = ptab_idx[ti]
-                    base = _seq_base(tb, row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
-                    s0, s1, s2 = tpstride[tb, 0], tpstride[tb, 1], tpstride[tb, 2]
-                    for u in range(gpm[j]):
-                        r = poff[j] + gtouch[poff[j] + u]
-                        cell = base + gcv[r, 0] * s0 + gcv[r, 1] * s1 + gcv[r, 2] * s2
-                        _add_row(state, slot, cells, counts, cell, gsum, r)
-                for u in range(gpm[j]):
-                    gsum[poff[j] + gtouch[poff[j] + u], :] = 0.0
-                gpm[j] = 0
-            qsum[:] = 0.0
-        i = stop
+                    cell = base + pcv[u, 0] * s0 + pcv[u, 1] * s1 + pcv[u, 2] * s2
+                    _add_cell(state, slot, cells, counts, cell, pn[pc], pa[pc], tot_n, tot_a)
+            for u in range(pm):
+                pn[ptouch[u]] = 0.0
+                pa[ptouch[u]] = 0.0
+        for t in range(m):
+            cn[ctouch[t]] = 0.0
+            ca[ctouch[t]] = 0.0
     if keep:
-        cell_ptr[n] = kept
+        cell_ptr[starts.shape[0] - 1] = kept
     counts[1] = kept
-    return n
+    return starts.shape[0] - 1
 
 
 @kernel(nogil=True, error_model="numpy", inline="always")
 def _most_cells(
     length: int, combo_size: int, qonly: np.ndarray, ptab_ptr: np.ndarray, psizes: np.ndarray
 ) -> int:
-    """The most cells a group of sequences (the same sequence codes) of ``length`` tokens in
-    all can add to: one in each table of sequence dimensions only, and in each table of a
-    projection at most as many as the projection has cells or the group visits combinations."""
+    """The most cells a sequence of ``length`` tokens can add to: one in each table of
+    sequence dimensions only, and in each table of a projection at most as many as the
+    projection has cells or the sequence visits combinations."""
     m = min(length, combo_size)
     out = qonly.shape[0]
     for j in range(psizes.shape[0]):

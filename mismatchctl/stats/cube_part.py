@@ -66,16 +66,18 @@ class PartCube:
         from mismatchctl.stats import cube_kernels  # numba: compiled on first use
 
         def sparse(
-            lr: np.ndarray, lt: np.ndarray, starts: np.ndarray, rows: np.ndarray,
-            order: np.ndarray, *rest: object,
-        ) -> None:  # fmt: skip
-            first, n = 0, len(order)
+            lr: np.ndarray, lt: np.ndarray, starts: np.ndarray, rows: np.ndarray, *rest: object
+        ) -> None:
+            tok, seqc, mask, bit, given, layout, touch, ptr, combo, ntok, cell_k3 = rest
+            first, n = 0, len(rows)
             self.counts[1] = 0
             while True:
-                first = cube_kernels.cube_accumulate(
-                    self.rows, lr, lt, starts, rows, order, first, *rest, self.slot, self.cells,
+                part = ptr[first:] if len(ptr) else ptr  # type: ignore[index,arg-type]
+                first += cube_kernels.cube_accumulate(
+                    self.rows, lr, lt, starts[first:], rows[first:], tok, seqc, mask, bit,
+                    given, layout, touch, part, combo, ntok, cell_k3, self.slot, self.cells,
                     self.counts,
-                )
+                )  # fmt: skip
                 if first == n:
                     return
                 self._grow()

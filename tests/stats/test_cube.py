@@ -238,28 +238,3 @@ def test_labels_of_code_sets() -> None:
     assert codes_label(gpu, [0, 2]) == "H20,A100"
     bins = Dim("bin", 3, ("[0, 0.1)", "[0.1, 0.5)", "[0.5, 1]"))
     assert codes_label(bins, [0, 1]) == "[0, 0.1)..[0.1, 0.5)"
-
-
-def test_sequences_of_the_same_codes_are_summed_as_a_group() -> None:
-    """Sequences with the same codes of every sequence dimension are summed together before
-    the tables (the kernel's groups, sorted together wherever they lie in the slice): the
-    state is the reference's within 1e-12 relative, and the same whichever order the
-    sequences come in."""
-    from mismatchctl.stats.cube import group_order
-
-    spec = small_spec(3)
-    lr, lt, seq, tok, seqc = random_tokens(spec, np.random.default_rng(21), 200)
-    seqc[:, 0] = np.where(np.arange(len(seqc)) % 3 == 0, 2, 5)  # two steps, two gpus: 4 groups
-    order = group_order(seqc, np.arange(len(seqc)))
-    codes = [tuple(r) for r in seqc[order]]
-    assert len({c for c, d in itertools.pairwise(codes) if c != d}) == 3  # groups contiguous
-    assert all(np.all(np.diff(order[np.all(seqc[order] == c, axis=1)]) > 0) for c in set(codes))
-    want = reference_state(spec, lr, lt, seq, tok, seqc)
-    cube = Cube.from_tokens(spec, lr, lt, seq, tok, seqc)
-    np.testing.assert_allclose(cube.state, want, rtol=1e-12, atol=1e-300)
-    assert cube.sequences == 200
-    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-    runs = np.split(np.arange(len(seq)), starts[1:])
-    moved = np.concatenate([runs[i] for i in np.random.default_rng(22).permutation(len(runs))])
-    again = Cube.from_tokens(spec, lr[moved], lt[moved], seq[moved], tok[moved], seqc)
-    np.testing.assert_allclose(again.state, cube.state, rtol=1e-12, atol=1e-300)
