@@ -390,7 +390,7 @@ def test_the_same_tokens_under_two_names_are_named_whatever_the_order_of_summati
     plan = Plan(cause="later", magnitude=5.0, seed=3, steps=2, seqs_per_step=128)
     cube, tokens = cube_of(plan)
     runs = np.split(np.arange(len(tokens.seq)), np.flatnonzero(np.diff(tokens.seq)) + 1)
-    shuffled = np.random.default_rng(1).permutation(len(runs))
+    shuffled = np.random.default_rng(0).permutation(len(runs))
     again = Cube(cube.spec)
     for part in np.array_split(shuffled, 3):  # whole sequences in each call
         rows = np.concatenate([runs[i] for i in part])
