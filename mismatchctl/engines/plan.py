@@ -35,8 +35,11 @@ ATTR_PREFIX = "attr:"
 # turn, the token's entropy and the trainer probability's bin
 TOKEN_KEYS = (BIN, KV_POSITION, TURN_POSITION, ENTROPY, TRAINER_PROB)
 SEGMENT_KEYS = (TURN_KIND, TURN, *TOKEN_KEYS)  # cut sequences
+# not a key to split by: what an extra asks for to have each sequence's weight lag among the
+# sequence rows it is given (diagnose's staleness sums)
+WEIGHT_LAG = "weight_lag"
 # keys read from the sequence rows of a token's source (beside attr:<name>)
-SEQUENCE_ROW_KEYS = (KV_POSITION, LENGTH, DUMP_ORDER, BATCH_SIZE)
+SEQUENCE_ROW_KEYS = (KV_POSITION, LENGTH, DUMP_ORDER, BATCH_SIZE, WEIGHT_LAG)
 POSITION_KEYS = (KV_POSITION, TURN_POSITION, LENGTH)  # binned by the position edges
 ORDER = (RUN, GPU, STEP, LENGTH, DUMP_ORDER, BATCH_SIZE, TURN_KIND, TURN, *TOKEN_KEYS)
 

@@ -25,6 +25,7 @@ from mismatchctl.store.parts import read_columns
 
 Label = str | int | None
 UNKNOWN = -1  # a prompt length the dump did not give
+NO_WEIGHT_LAG = np.iinfo(np.int64).min  # a weight lag the dump did not give (a lag may be -1)
 
 
 @dataclass
@@ -40,6 +41,7 @@ class SequenceRows:
     order: np.ndarray
     attributes: dict[str, tuple[np.ndarray, list[Label]]] = field(default_factory=dict)
     batch_size: np.ndarray | None = None  # UNKNOWN where neither the size nor the id is known
+    weight_lag: np.ndarray | None = None  # NO_WEIGHT_LAG where the dump gives none
 
     def rows(self, seq: np.ndarray) -> np.ndarray:
         """The row of every ``seq`` id (a StoreError when one is not among the rows)."""
@@ -84,6 +86,8 @@ def columns_for(keys: list[str] | tuple[str, ...], names: list[str]) -> list[str
         out.append(S.PROMPT_LENGTH)
     if K.BATCH_SIZE in keys:
         out += [c for c in (S.BATCH_ID, S.BATCH_SIZE) if c in names]
+    if K.WEIGHT_LAG in keys and S.WEIGHT_LAG in names:
+        out.append(S.WEIGHT_LAG)
     for key in keys:
         if key.startswith(K.ATTR_PREFIX):
             column = S.attribute_column(key[len(K.ATTR_PREFIX) :])
@@ -131,6 +135,11 @@ def _rows(run: str, table: pa.Table | None, keys: tuple[str, ...]) -> SequenceRo
                 rows.attributes[key[len(K.ATTR_PREFIX) :]] = _codes(table.column(column))
     if K.BATCH_SIZE in keys:
         rows.batch_size = batch_sizes(table, step)
+    if K.WEIGHT_LAG in keys:
+        rows.weight_lag = np.full(len(seq), NO_WEIGHT_LAG, dtype=np.int64)
+        if S.WEIGHT_LAG in table.column_names:
+            lags = numpy_of(table.column(S.WEIGHT_LAG), fill=NO_WEIGHT_LAG)
+            rows.weight_lag = lags.astype(np.int64)
     return rows
 
 

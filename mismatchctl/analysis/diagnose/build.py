@@ -63,7 +63,7 @@ def build_diagnosis(
             refuse_same(selection, base)
         spec = cube_spec([selection] if base is None else [selection, base], EDGES, with_run=False)
         extras = [
-            DiagnoseExtra(selection),
+            DiagnoseExtra(),
             WhatifExtra([SUGGESTED]),
             RunCubeExtra(spec),
             EdgeExtra(EDGES),

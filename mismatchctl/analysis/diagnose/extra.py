@@ -5,20 +5,16 @@ sequences that end in padding-like runs of 0.0 on both sides."""
 
 from __future__ import annotations
 
-import os
-import threading
 from dataclasses import dataclass, field, fields
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.columns import numpy_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import PartKeys
-from mismatchctl.engines.plan import Selection
+from mismatchctl.engines.seqrows import NO_WEIGHT_LAG
 from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pairs
 from mismatchctl.stats.hot_sequences import HotSequenceParts, hot_sequence_state
 from mismatchctl.stats.misalign import MisalignState, misalign_state
@@ -31,9 +27,6 @@ from mismatchctl.stats.sentinels import (
 )
 from mismatchctl.stats.seq_sums import UNKNOWN, SeqSums, seq_sums
 from mismatchctl.stats.token_shift import TokenShiftState, token_shift_state
-from mismatchctl.store.parts import read_columns
-
-NO_LAG = np.iinfo(np.int64).min  # stands for a sequence without a known weight lag
 
 
 @dataclass
@@ -88,15 +81,12 @@ class DiagnoseState:
 
 
 class DiagnoseExtra:
-    """Engine extra of `diagnose`; reads each run's (seq, weight_lag) once, on first use."""
+    """Engine extra of `diagnose`; each sequence's weight lag comes with the sequence rows the
+    engine reads for the part (the ``batch_size`` key's), not from a second read of the run's
+    sequence parts."""
 
     columns: tuple[str, ...] = (S.TOKEN_ID,)
-    keys: tuple[str, ...] = (K.BATCH_SIZE,)  # the sequence rows' batch sizes (seq_sums)
-
-    def __init__(self, selection: Selection) -> None:
-        self._paths = selection.sequence_paths
-        self._lags: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self._lock = threading.Lock()  # parts are computed on a thread pool
+    keys: tuple[str, ...] = (K.BATCH_SIZE, K.WEIGHT_LAG)  # read from the sequence rows
 
     def compute(self, table: pa.Table, keys: PartKeys) -> DiagnoseState:
         lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
@@ -108,7 +98,7 @@ class DiagnoseExtra:
             lag_states(pairs),
             offset_state(lr, lt, seq),
             sentinel_state(lr, lt, seq, turn, step, keys.run),
-            self._lag_sums(keys.run, k3, seq),
+            _lag_sums(keys, k3, seq),
             trailing_zero_state(lr, lt, seq, step, keys.run),
             lag_k3(pairs, k3),
             misalign_state(lr, lt, seq, turn, step, keys.run, k3=k3),
@@ -128,57 +118,39 @@ class DiagnoseExtra:
         codes = np.asarray(keys.get(K.BIN).codes, dtype=np.int64)
         return np.broadcast_to(codes, (keys.n,)) if codes.ndim == 0 else codes, len(keys.edges) - 1
 
-    def __getstate__(self) -> dict:
-        """Shipped to another process (a Ray task): the paths, absolute (the worker's directory
-        is not the driver's); not the lock, nor the cache (the worker reads what it needs)."""
-        paths = {run: [os.path.abspath(p) for p in ps] for run, ps in self._paths.items()}
-        return {"_paths": paths}
 
-    def __setstate__(self, state: dict) -> None:
-        self._paths = state["_paths"]
-        self._lags = {}
-        self._lock = threading.Lock()
+def _lag_sums(keys: PartKeys, k3: np.ndarray, seq: np.ndarray) -> LagSums:
+    """Per weight lag, the sums of :class:`LagSums`; ``k3``: each token's K3. A sequence's
+    lag is looked up once (its tokens share it), not per token."""
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
+    known = keys.sequence_rows().weight_lag
+    seq_lag = known[keys.rows()[starts]] if known is not None and len(starts) else seq[:0]
+    if not np.any(seq_lag != NO_WEIGHT_LAG):  # no lag known: only the counts (the checks
+        # read the known lags' sums alone)
+        return LagSums({None: float(len(k3))}, {None: float(len(starts))}, {})
+    values, lag_of = np.unique(seq_lag, return_inverse=True)
+    lengths = np.diff(np.r_[starts, len(k3)])
+    inverse = np.repeat(lag_of, lengths)
+    k3_sums = np.bincount(inverse, weights=k3, minlength=len(values))
+    tokens = np.bincount(inverse, minlength=len(values))
+    sequences = np.bincount(lag_of, minlength=len(values))
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = np.add.reduceat(k3, starts)
+    x = lengths.astype(np.float64)
+    label = [None if v == NO_WEIGHT_LAG else int(v) for v in values]
 
-    def _lag_sums(self, run: str, k3: np.ndarray, seq: np.ndarray) -> LagSums:
-        """Per weight lag, the sums of :class:`LagSums`; ``k3``: each token's K3. A sequence's
-        lag is looked up once (its tokens share it), not per token."""
-        seqs, lags = self._run_lags(run)
-        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
-        if len(seqs) == 0:
-            return LagSums({None: float(len(k3))}, {None: float(len(starts))}, {})
-        first = seq[starts]
-        pos = np.clip(np.searchsorted(seqs, first), 0, len(seqs) - 1)
-        seq_lag = np.where(seqs[pos] == first, lags[pos], NO_LAG)
-        values, lag_of = np.unique(seq_lag, return_inverse=True)
-        lengths = np.diff(np.r_[starts, len(k3)])
-        inverse = np.repeat(lag_of, lengths)
-        k3_sums = np.bincount(inverse, weights=k3, minlength=len(values))
-        tokens = np.bincount(inverse, minlength=len(values))
-        sequences = np.bincount(lag_of, minlength=len(values))
-        with np.errstate(over="ignore", invalid="ignore"):
-            y = np.add.reduceat(k3, starts) if len(k3) else k3[:0]
-        x = lengths.astype(np.float64)
-        label = [None if v == NO_LAG else int(v) for v in values]
+    def per_lag(w: np.ndarray, where: np.ndarray = inverse) -> dict[int | None, float]:
+        return dict(zip(label, np.bincount(where, w, len(values)).tolist(), strict=True))
 
-        def per_lag(w: np.ndarray, where: np.ndarray = inverse) -> dict[int | None, float]:
-            return dict(zip(label, np.bincount(where, w, len(values)).tolist(), strict=True))
-
-        with np.errstate(over="ignore", invalid="ignore"):
-            return LagSums(
-                per_lag(tokens.astype(float), np.arange(len(values))),
-                per_lag(sequences.astype(float), np.arange(len(values))),
-                dict(zip(label, k3_sums.tolist(), strict=True)),
-                per_lag(y * y, lag_of),
-                per_lag(x * x, lag_of),
-                per_lag(x * y, lag_of),
-            )
-
-    def _run_lags(self, run: str) -> tuple[np.ndarray, np.ndarray]:
-        """Sorted seq ids with a known weight lag, and their lags."""
-        with self._lock:
-            if run not in self._lags:
-                self._lags[run] = _read_lags(self._paths.get(run, []))
-            return self._lags[run]
+    with np.errstate(over="ignore", invalid="ignore"):
+        return LagSums(
+            per_lag(tokens.astype(float), np.arange(len(values))),
+            per_lag(sequences.astype(float), np.arange(len(values))),
+            dict(zip(label, k3_sums.tolist(), strict=True)),
+            per_lag(y * y, lag_of),
+            per_lag(x * x, lag_of),
+            per_lag(x * y, lag_of),
+        )
 
 
 def _gpu_labels(table: pa.Table, keys: PartKeys) -> np.ndarray | None:
@@ -202,19 +174,3 @@ def _token_ids(table: pa.Table, keys: PartKeys) -> np.ndarray:
         return np.full(keys.n, -1, dtype=np.int64)
     ids = numpy_of(table.column(S.TOKEN_ID), fill=-1).astype(np.int64)
     return ids if keys.taken is None else ids[keys.taken]
-
-
-def _read_lags(paths: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    seqs, lags = [], []
-    for path in paths:
-        if S.WEIGHT_LAG not in pq.read_schema(path).names:
-            continue
-        table = read_columns(path, [S.SEQ, S.WEIGHT_LAG])
-        table = table.filter(pc.is_valid(table.column(S.WEIGHT_LAG)))
-        seqs.append(numpy_of(table.column(S.SEQ)))
-        lags.append(numpy_of(table.column(S.WEIGHT_LAG)))
-    if not seqs:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    s, lag = np.concatenate(seqs).astype(np.int64), np.concatenate(lags).astype(np.int64)
-    order = np.argsort(s, kind="stable")
-    return s[order], lag[order]

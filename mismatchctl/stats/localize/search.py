@@ -48,6 +48,11 @@ from mismatchctl.stats.localize.reference import Reference
 from mismatchctl.stats.localize.tables import Dims, Masks, SideTables, overlap
 from mismatchctl.stats.localize.thresholds import LocalizeThresholds
 
+# Regions whose specific excess differs by less than this (relative) are equals: the same
+# tokens seen through two dimensions (turn 1+ and turn_kind later) have the same excess up to
+# the order their sums were added in, and the first in the order of the views wins either way.
+TIE = 1e-9
+
 
 @dataclass
 class Selected:
@@ -281,7 +286,7 @@ class Search:
         if not ok.any():
             return None
         lam = np.where(ok, specific_excess(a, s), 0.0)
-        k = int(np.argmax(lam))
+        k = int(np.argmax(lam >= lam.max() * (1.0 - TIE)))  # the first of equals (``TIE``)
         which = int(np.searchsorted(self._offsets, k, side="right")) - 1
         e = self.eligible[which]
         flat = int(e.idx[k - self._offsets[which]])

@@ -380,3 +380,23 @@ def test_a_region_seen_through_an_earlier_finding_is_folded_into_it() -> None:
     assert [f.where for f in kept] == [{"turn_kind": "later"}, {"gpu": "A100"}]
     assert kept[0].seen_as == [{"turn": "2+"}]
     assert "(also seen as turn 2+)" in kept[0].sentence
+
+
+def test_the_same_tokens_under_two_names_are_named_whatever_the_order_of_summation() -> None:
+    """A cause in every later turn is ``turn 1+`` and ``turn_kind later`` alike: two regions
+    whose specific excess is equal up to the order the cube's sums were added in. The same
+    tokens added in another order (the sequences shuffled, in three calls) give the finding the
+    same name and its numbers within rounding."""
+    plan = Plan(cause="later", magnitude=5.0, seed=3, steps=2, seqs_per_step=128)
+    cube, tokens = cube_of(plan)
+    runs = np.split(np.arange(len(tokens.seq)), np.flatnonzero(np.diff(tokens.seq)) + 1)
+    shuffled = np.random.default_rng(0).permutation(len(runs))
+    again = Cube(cube.spec)
+    for part in np.array_split(shuffled, 3):  # whole sequences in each call
+        rows = np.concatenate([runs[i] for i in part])
+        again.add(*(x[rows] for x in (tokens.lr, tokens.lt, tokens.seq, tokens.tok)), tokens.seqc)
+    assert not np.array_equal(again.state, cube.state)  # another order: other last bits
+    first, second = explain(cube).findings[0], explain(again).findings[0]
+    assert first.sentence == second.sentence
+    assert {*first.where} & {"turn", "turn_kind"}
+    assert second.rate_ratio == pytest.approx(first.rate_ratio, rel=1e-9)
