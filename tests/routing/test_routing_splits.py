@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from mismatchctl import api
-from mismatchctl.analysis.report.report import Report, parse_edges
+from mismatchctl.analysis.bins import parse_edges
+from mismatchctl.analysis.report.report import Report
 from tests.routing.moe_data import close, draw_logprobs, reference, sequences, token_records, write
 
 EDGES = parse_edges("log")  # the report's default probability bins

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.bins import parse_edges
 from mismatchctl.analysis.json_form import JsonForm, Row, member
-from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.selection import empty_selection_error, reading, resolve_text
 from mismatchctl.columns import arrow_of
 from mismatchctl.engines import plan as K

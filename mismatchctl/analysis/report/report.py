@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from mismatchctl.analysis.bins import parse_edges
 from mismatchctl.analysis.json_form import EMPTY, NONE, JsonForm, internal, member
 from mismatchctl.analysis.report.figure_data import FigureData, FigureExtra, figure_data
 from mismatchctl.analysis.routing.routing import RoutingResult, routing_extra, routing_results
@@ -37,7 +38,6 @@ from mismatchctl.stats import (
     TOKEN_METRICS,
     Partial,
     band,
-    parse_bins,
     shares,
     step_summary,
 )
@@ -244,15 +244,6 @@ def build_report(
             routing_layers=routing_layers,
         )
     )
-
-
-def parse_edges(bins: str) -> np.ndarray:
-    try:
-        return parse_bins(bins)
-    except ValueError as exc:
-        raise UsageError(
-            f"--bins: {exc}", "use log, linear:N or edges such as 0,1e-3,0.5,1."
-        ) from None
 
 
 def parse_binning(position_bins: str, tails: Tails = DEFAULT_TAILS) -> K.Binning:

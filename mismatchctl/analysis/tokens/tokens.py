@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.bins import parse_edges
 from mismatchctl.analysis.json_form import NONE, JsonForm, Row, member
-from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.selection import reading, resolve_text
 from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
 from mismatchctl.analysis.tokens.text import context_text
