@@ -439,11 +439,6 @@ class Explain:
     plots: list[RatePlot] = field(default_factory=list)  # per top finding (the HTML figures)
     length: list[SideScaling] = field(default_factory=list)  # the target's, the baseline's
 
-    def sections(self) -> list[Any]:
-        from mismatchctl.analysis.explain_view import explain_sections
-
-        return explain_sections(self)
-
     def to_dict(self) -> dict[str, Any]:
         out = self.explanation.to_dict()
         for f, iv in zip(out["findings"], self.intervals, strict=False):

@@ -165,11 +165,6 @@ class Certification(JsonForm):
     max_abs_log_ratio: float | None
     max_abs_log_ratio_at: Row | None
 
-    def sections(self) -> list[Any]:
-        from mismatchctl.analysis.certify.view import certify_sections
-
-        return certify_sections(self)
-
     def to_polars(self) -> Any:
         """The earliest divergences, one row per sequence (by first divergent position)."""
         import polars as pl

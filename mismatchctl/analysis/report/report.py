@@ -169,13 +169,6 @@ class Report(JsonForm):
         """The whole-run group of one run of the selection."""
         return next((g for g in self.split(K.RUN) if g.by[K.RUN] == name), None)
 
-    def sections(self, pool: bool = False) -> list[Any]:
-        """The report as sections (``analysis.sections``) for the terminal and HTML writers;
-        ``pool``: the distributions of every run together rather than per run."""
-        from mismatchctl.analysis.report.view import report_sections
-
-        return report_sections(self, pool=pool)
-
     def to_polars(self) -> Any:
         """Every group as one row of a Polars frame: ``split`` (its keys joined by ``x``), one
         column per key of any split (null where the group has no such key), one per metric."""

@@ -262,11 +262,6 @@ class Tokens(JsonForm):
         """The listed tokens or sequences, best first."""
         return (self.sequence_rows if self.sequences else self.token_rows) or []
 
-    def sections(self) -> list[Any]:
-        from mismatchctl.analysis.tokens.view import tokens_sections
-
-        return tokens_sections(self)
-
     def to_polars(self) -> Any:
         """One row per listed token (or sequence), best first; a token's context as lists."""
         import polars as pl
