@@ -1,7 +1,8 @@
 """``bisect``'s result and its judgement: every setting's numbers overall, per turn kind, per
 hot cell and in the control sample; the setting that reproduces the rollout side (it leaves at
 most REPRODUCE_RESIDUAL of the start's K3 against the rollout side: it accounts for at least 90%
-of the mismatch), and the single change that moves the trainer side furthest toward it."""
+of the mismatch), and the single change that moves the trainer side furthest toward it; the
+verdict's sentences (the JSON's ``verdict``, and the first lines its view shows) and the JSON."""
 
 from __future__ import annotations
 
