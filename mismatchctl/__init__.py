@@ -8,6 +8,7 @@ Python API::
     store.scan("v1-a100").collect()           # canonical token rows as a Polars frame
     mismatchctl.ingest(["dumps/"], run="v1-a100", tags={"gpu": "A100"})
     rep = mismatchctl.report(["v1-a100"], by_gpu=True)   # rep.whole().metrics["vllm_kl"]
+    mismatchctl.sections(rep)                 # what the terminal and the HTML page show
     cmp = mismatchctl.compare("v0-ref", "gpu=A100")      # cmp.headline, cmp.bins, cmp.gap ...
     dia = mismatchctl.diagnose("v1-a100")                # checks with verdicts, evidence, next steps
     wif = mismatchctl.whatif("v1-a100", methods=["seq-mis:2"])
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
         report,
         run_info,
         runs,
+        sections,
         whatif,
     )
     from mismatchctl.dump import DumpWriter
@@ -60,6 +62,7 @@ _LAZY = {
     "report": "mismatchctl.api",
     "run_info": "mismatchctl.api",
     "runs": "mismatchctl.api",
+    "sections": "mismatchctl.api",
     "whatif": "mismatchctl.api",
     "DumpWriter": "mismatchctl.dump",
     "Monitor": "mismatchctl.monitor",
@@ -121,5 +124,6 @@ __all__ = [
     "report",
     "run_info",
     "runs",
+    "sections",
     "whatif",
 ]

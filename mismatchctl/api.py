@@ -1,5 +1,5 @@
-"""The verbs the CLI calls. They return objects (results with ``sections()``, ``to_dict()`` and
-``to_polars()``); they never print and never exit."""
+"""The verbs the CLI calls. They return objects (results with ``to_dict()`` and ``to_polars()``,
+shown by ``sections(result)``); they never print and never exit."""
 
 from __future__ import annotations
 
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from mismatchctl.analysis.explain import Explain
     from mismatchctl.analysis.live import StepLine
     from mismatchctl.analysis.report.report import Report
+    from mismatchctl.analysis.sections import Section
     from mismatchctl.analysis.show.show import Show
     from mismatchctl.analysis.tokens.tokens import Tokens
     from mismatchctl.analysis.watch import FileNote, Started, Stopped, Watcher
@@ -111,6 +112,16 @@ def __dir__() -> list[str]:
 
 
 StorePath = str | os.PathLike[str] | None
+
+
+def sections(result: object, *, pool: bool = False, brief: bool = False) -> list[Section]:
+    """What the terminal and the HTML page show of a result (``report``, ``compare``,
+    ``diagnose``, ``whatif``, ``check``, ``certify``, ``tokens``, ``show``, ``explain``,
+    ``bisect``): its view's sections. ``pool``: a report's distributions of every run together
+    rather than per run; ``brief``: a diagnosis's verdict and what fails or warns only."""
+    from mismatchctl.analysis import result_sections
+
+    return result_sections.sections(result, pool=pool, brief=brief)
 
 
 def ingest(
@@ -878,6 +889,7 @@ __all__ = [
     "report",
     "run_info",
     "runs",
+    "sections",
     "show",
     "tokens",
     "views",

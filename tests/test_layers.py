@@ -185,3 +185,123 @@ def test_the_package_version_is_the_leaf_module() -> None:
 
     assert mismatchctl.__version__ == version.__version__
     assert version.__version__.count(".") >= 2
+
+
+def _dotted(path: Path, package: Path) -> str:
+    """The module a file of the package is: ``mismatchctl.analysis.diagnose`` for its
+    ``__init__.py``."""
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the modules of the package it imports: every import statement, those in a
+    function's body (lazy) and under ``if TYPE_CHECKING:`` included. ``from a.b import c`` is
+    an import of ``a.b.c`` when that is a module, else of ``a.b``."""
+    modules = {_dotted(p, package): p for p in sorted(package.rglob("*.py"))}
+    name = package.name
+
+    def known(dotted: str) -> str | None:
+        while dotted and dotted not in modules:  # a name imported from a module: the module
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        named: list[str] = []
+        for node in _import_nodes(path):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                named += [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                named += [a.name for a in node.names]
+        targets = {known(n) for n in named if n.split(".")[0] == name}
+        graph[module] = {t for t in targets if t is not None and t != module}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of the graph: its strongly connected components of more than one module
+    (Tarjan's algorithm, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            nxt = next((t for t in edges if t not in index or t in on_stack), None)
+            if nxt is not None and nxt not in index:
+                index[nxt] = low[nxt] = len(index)
+                stack.append(nxt)
+                on_stack.add(nxt)
+                work.append((nxt, iter(sorted(graph[nxt]))))
+            elif nxt is not None:  # back to a module of the path being walked
+                low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while (top := stack.pop()) != node:
+                        component.append(top)
+                        on_stack.discard(top)
+                    on_stack.discard(node)
+                    if component:
+                        found.append(sorted([node, *component]))
+    return found
+
+
+def test_no_circle_of_modules() -> None:
+    """No two modules of the package import each other, directly or through others, not even
+    lazily or for a type (docs/architecture.md "No circle of files"): a result does not import
+    its view (the view imports the result; ``analysis/result_sections.py`` above both hands a
+    result to its view), and what two modules share sits below both."""
+    circles = _circles(_import_graph(PACKAGE))
+    assert not circles, "modules that import each other:\n" + "\n".join(
+        " <-> ".join(c) for c in circles
+    )
+
+
+def _package(root: Path, result: str) -> Path:
+    """A package ``pkg`` of three modules: ``sub/result.py`` (its text ``result``), its view
+    ``sub/view.py`` importing the result's type, and ``floor.py`` below both."""
+    package = root / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "result.py").write_text(result)
+    (package / "sub" / "view.py").write_text(
+        "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from pkg.sub.result import R\n"
+    )
+    (package / "floor.py").write_text("x = 1\n")
+    return package
+
+
+def test_a_circle_through_lazy_and_type_imports_is_found(tmp_path: Path) -> None:
+    """The check above sees the imports a module makes in a function's body and for its types
+    only: a result importing its view lazily, the view importing the result's type, is a
+    circle; without the result's import of its view there is none."""
+    lazy = (
+        "from pkg.floor import x\n\nclass R:\n    def show(self):\n"
+        "        from pkg.sub.view import show\n\n        return show(self)\n"
+    )
+    graph = _import_graph(_package(tmp_path / "lazy", lazy))
+    assert graph["pkg.sub.result"] == {"pkg.floor", "pkg.sub.view"}
+    assert graph["pkg.sub.view"] == {"pkg.sub.result"}
+    assert _circles(graph) == [["pkg.sub.result", "pkg.sub.view"]]
+    assert _circles(_import_graph(_package(tmp_path / "plain", "from pkg.floor import x\n"))) == []
+
+
+def test_circles_are_found_through_several_modules() -> None:
+    """A circle of three modules is one circle; a module that only points into it is not in it."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert _circles(graph) == [["a", "b", "c"]]

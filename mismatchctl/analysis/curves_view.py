@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from mismatchctl.analysis import sections as sec
+from mismatchctl.analysis.compare.curves import pair_dict
 from mismatchctl.curves.analysis import Link, RunCurves
 from mismatchctl.curves.correlate import MIN_LAG_PAIRS
 from mismatchctl.curves.series import KL, value_at
@@ -290,23 +290,6 @@ def curves_block(c: RunCurves) -> sec.Block:
         sections.append(lags_section(c))
     sections.append(step_table(c))
     return sec.Block(sec.slug("curves", c.run), f"Training curves: {c.run}", sections)
-
-
-def pair_dict(p: Any) -> dict[str, Any]:
-    """A paired curve of a comparison as its JSON (``comparison.curves``)."""
-    return {
-        "metric": p.metric,
-        "a": None if p.a is None else p.a.series.name,
-        "b": None if p.b is None else p.b.series.name,
-        "common_steps": p.common_steps,
-        "only_a_steps": p.only_a_steps,
-        "only_b_steps": p.only_b_steps,
-        "mean_a": p.mean_a,
-        "mean_b": p.mean_b,
-        "ratio": p.ratio,
-        "pearson_with_vllm_kl_a": None if p.a is None else p.a.pearson,
-        "pearson_with_vllm_kl_b": None if p.b is None else p.b.pearson,
-    }
 
 
 def curve_pairs_table(pairs: list) -> sec.Table:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.diagnose import Diagnosis
 from mismatchctl.analysis.diagnose.view import diagnosis_block
 from mismatchctl.analysis.report.report import Report
@@ -31,10 +32,6 @@ class DiagnosedReport:
             for run, d in self.diagnoses.items()
         }
 
-    def sections(self, pool: bool = False) -> list[Any]:
-        """The report's sections (``pool``: as ``Report.sections``) with the diagnoses."""
-        return report_sections(self.report, pool=pool, verdicts=self.verdicts())
-
     def to_dict(self) -> dict[str, Any]:
         """The report's JSON plus ``diagnosis``: each run's, under its selection's label."""
         out = self.report.to_dict()
@@ -47,3 +44,8 @@ class DiagnosedReport:
     def to_polars(self) -> Any:
         """The report's groups (``Report.to_polars``); each diagnosis has its own frame."""
         return self.report.to_polars()
+
+
+def diagnosed_report_sections(d: DiagnosedReport, pool: bool = False) -> list[sec.Section]:
+    """The report's sections (``pool``: as the report's) with each run's diagnosis."""
+    return report_sections(d.report, pool=pool, verdicts=d.verdicts())

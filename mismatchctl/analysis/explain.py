@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.bins import parse_edges
 from mismatchctl.analysis.explain_length import (
     BASELINE,
     TARGET,
@@ -28,7 +29,6 @@ from mismatchctl.analysis.explain_length import (
     side_scaling,
 )
 from mismatchctl.analysis.report.figure_data import RatePlot
-from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.routing.kinds import FLIPPED, SAME, UNPAIRED
 from mismatchctl.analysis.routing.routing import route_layers
 from mismatchctl.analysis.selection import reading, resolve_text, same_selection
@@ -438,11 +438,6 @@ class Explain:
     intervals: list[FindingInterval] = field(default_factory=list)
     plots: list[RatePlot] = field(default_factory=list)  # per top finding (the HTML figures)
     length: list[SideScaling] = field(default_factory=list)  # the target's, the baseline's
-
-    def sections(self) -> list[Any]:
-        from mismatchctl.analysis.explain_view import explain_sections
-
-        return explain_sections(self)
 
     def to_dict(self) -> dict[str, Any]:
         out = self.explanation.to_dict()

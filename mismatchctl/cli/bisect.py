@@ -94,5 +94,5 @@ def bisect(
             prefill_chunk=prefill_chunk, cells=cell or (), seed=seed, store=store,
             on_plan=None if quiet else plan, on_pass=step,
         )  # fmt: skip
-        common.emit(result, result.sections(), f"mismatchctl bisect: {run}",
+        common.emit(result, api.sections(result), f"mismatchctl bisect: {run}",
                     "Which component makes the mismatch", phases)  # fmt: skip

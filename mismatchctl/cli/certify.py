@@ -36,6 +36,6 @@ def certify(
 ) -> None:
     with common.progress() as progress:
         result = api.certify(selection, tolerance=tolerance, **common.read(progress.advance))
-    common.emit(result, result.sections(), f"mismatchctl certify: {selection}", "Bitwise parity")
+    common.emit(result, api.sections(result), f"mismatchctl certify: {selection}", "Bitwise parity")
     if not result.holds:
         raise typer.Exit(EXIT_CHECK_FAILED)

@@ -74,7 +74,7 @@ def check(
             "no threshold to check (--no-defaults and none given)",
             "give --max METRIC=VALUE, --min METRIC=VALUE, --thresholds FILE or --diagnose.",
         )
-    common.emit(gate, gate.sections(), f"mismatchctl check: {gate.label}", "Thresholds.")
+    common.emit(gate, api.sections(gate), f"mismatchctl check: {gate.label}", "Thresholds.")
     if junit is not None:
         from mismatchctl.render.junit import junit_xml
 

@@ -64,4 +64,6 @@ def compare(
             position_bins=position_bins, figures=common.html_out is not None, **common.read(progress.advance),
             clamp=clamp, tau=tau, is_bounds=is_bounds,
         )  # fmt: skip
-    common.emit(result, result.sections(), f"mismatchctl compare: {a} vs {b}", f"A = {a}, B = {b}")
+    common.emit(
+        result, api.sections(result), f"mismatchctl compare: {a} vs {b}", f"A = {a}, B = {b}"
+    )

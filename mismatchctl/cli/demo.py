@@ -64,7 +64,7 @@ def demo(
             on_part=phases.advance,
             on_diagnosis=phases.steps("diagnosing {total} runs"),
         )
-        sections = rep.sections()
+        sections = api.sections(rep)
         phases.start("writing the HTML report")
         from mismatchctl.render.html import write
 
@@ -74,7 +74,7 @@ def demo(
     if isinstance(bisected, str):
         say(f"bisect: skipped, {bisected}")
     else:
-        show(bisected.sections())
+        show(api.sections(bisected))
     say("Sample runs:", "bold")
     for line in legend(runs):
         say(line)

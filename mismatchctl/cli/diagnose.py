@@ -74,7 +74,7 @@ def diagnose(
         )
     title = f"mismatchctl diagnosis: {result.label}"
     subtitle = "Every check of the training-inference mismatch, layer by layer, with its evidence."
-    common.emit(result, result.sections(brief=quiet), title, subtitle)
+    common.emit(result, api.sections(result, brief=quiet), title, subtitle)
     gate = ("fail",) if fail_on is FailOn.fail else ("fail", "warn")
     if any(c.verdict in gate for c in result.checks):
         raise typer.Exit(EXIT_CHECK_FAILED)

@@ -57,4 +57,4 @@ def explain(
             target, baseline, bins=bins, bootstrap=not no_bootstrap, **common.read(progress.advance)
         )
     title = f"mismatchctl explain: {target}" + (f" against {baseline}" if baseline else "")
-    common.emit(result, result.sections(), title, "Where the training-inference mismatch lives")
+    common.emit(result, api.sections(result), title, "Where the training-inference mismatch lives")

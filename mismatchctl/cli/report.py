@@ -109,7 +109,7 @@ def report(
             clamp=clamp, tau=tau, is_bounds=is_bounds, on_diagnosis=on_diagnosis,
         )  # fmt: skip
         title = f"mismatchctl report: {', '.join(rep.selection.names)}"
-        common.emit(rep, rep.sections(pool), title, SUBTITLE, phases)
+        common.emit(rep, api.sections(rep, pool=pool), title, SUBTITLE, phases)
 
 
 SUBTITLE = "Training–inference logprob mismatch: trainer logprobs recomputed by the trainer vs rollout logprobs of the inference engine"

@@ -42,4 +42,4 @@ def show(
     result = api.show(run, sample_id, step=step, index=index, tokenizer=tokenizer, store=store)
     common = Common(json_out=json_out, html_out=html_out, store=store)
     title = f"mismatchctl show: {run} {sample_id}"
-    common.emit(result, result.sections(), title, "One sequence, token by token")
+    common.emit(result, api.sections(result), title, "One sequence, token by token")

@@ -65,4 +65,6 @@ def tokens(
             context=context, tokenizer=tokenizer, bins=bins, **common.read(progress.advance),
         )  # fmt: skip
     what = "sequences" if sequences else "tokens"
-    common.emit(result, result.sections(), f"mismatchctl tokens: {selection}", f"The worst {what}")
+    common.emit(
+        result, api.sections(result), f"mismatchctl tokens: {selection}", f"The worst {what}"
+    )

@@ -70,7 +70,7 @@ def whatif(
 ) -> None:
     if list_presets:
         listed = api.whatif_presets()
-        common.emit(listed, listed.sections(), "mismatchctl what-if presets", "")
+        common.emit(listed, api.sections(listed), "mismatchctl what-if presets", "")
         return
     if selector is None:
         raise UsageError("whatif needs a SELECTOR", "name a run, e.g. mismatchctl whatif v1-a100.")
@@ -84,4 +84,4 @@ def whatif(
         "What importance-sampling and rejection corrections would do to the tokens and "
         "sequences of the selection (docs/metrics.md, Correction what-if)."
     )
-    common.emit(result, result.sections(), title, subtitle)
+    common.emit(result, api.sections(result), title, subtitle)

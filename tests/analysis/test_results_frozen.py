@@ -1,4 +1,4 @@
-"""Every result of analysis/ (a dataclass with ``to_dict`` or ``sections``) is built whole and
+"""Every result of analysis/ (a dataclass with ``to_dict``) is built whole and
 frozen, and no field of it is typed ``Any``: its writers read fields whose type says what they
 hold, and nobody edits a result once it is made."""
 
@@ -34,7 +34,7 @@ def _results() -> list[type]:
                 inspect.isclass(obj)
                 and obj.__module__ == mod.name
                 and dataclasses.is_dataclass(obj)
-                and (hasattr(obj, "to_dict") or hasattr(obj, "sections"))
+                and hasattr(obj, "to_dict")
             ):
                 found.append(obj)
     return found

@@ -154,7 +154,7 @@ def test_page_size_does_not_grow_with_tokens(store: Path, tmp_path: Path) -> Non
             multi_gpu_dump(tmp_path / f"{run}-{k}.parquet", seed=seed * 10 + k)
         mismatchctl.ingest(sorted(tmp_path.glob(f"{run}-*.parquet")), run=run, store=store)
         rep = mismatchctl.report([run], store=store, figures=True)
-        sizes.append(len(html.page("t", "s", rep.sections())))
+        sizes.append(len(html.page("t", "s", mismatchctl.sections(rep))))
     assert sizes[1] < 1.3 * sizes[0]
 
 
@@ -163,7 +163,7 @@ def test_log_ppl_axis_fits_the_data(store: Path, tmp_path: Path) -> None:
     multi_gpu_dump(tmp_path / "d.parquet")
     mismatchctl.ingest([tmp_path / "d.parquet"], run="m", store=store)
     rep = mismatchctl.report(["m"], store=store, figures=True)
-    (fig,) = [f for f in _figures(rep.sections()) if f.kind == "log_ppl"]
+    (fig,) = [f for f in _figures(mismatchctl.sections(rep)) if f.kind == "log_ppl"]
     from mismatchctl.render.figures import build
 
     lo, hi = build(fig).layout.xaxis.range

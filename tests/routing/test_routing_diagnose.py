@@ -129,11 +129,11 @@ def test_compare_shows_both_sides_routing(tmp_path: Path) -> None:
     assert a == api.report(["natural"], store=store).to_dict()["routing"]["natural"]["metrics"]
     assert b["routing_token_agreement"] == 1.0 and b["r3_violation_fraction"] == 0.0
     assert a["routing_token_agreement"] < 1.0
-    table = next(s for s in cmp.sections() if s.id == "routing")
+    table = next(s for s in api.sections(cmp) if s.id == "routing")
     assert [r["run"] for r in table.rows] == ["A: natural", "B: replayed"]
     # per MoE layer and per probability bin, side by side: each side's own rows
     sides = {"a": ("natural", doc["a"]["natural"]), "b": ("replayed", doc["b"]["replayed"])}
-    layers = next(s for s in cmp.sections() if s.id == "routing-layers-both")
+    layers = next(s for s in api.sections(cmp) if s.id == "routing-layers-both")
     held: set[str] = set()
     for side, (run, one) in sides.items():
         want = api.report([run], store=store, by=["layer"]).to_dict()["routing"][run]
@@ -142,7 +142,7 @@ def test_compare_shows_both_sides_routing(tmp_path: Path) -> None:
             assert row["layer"] == ref["layer"]
             assert row[f"{side}_routing_layer_agreement"] == ref["routing_layer_agreement"]
             assert row[f"{side}_first_flip_share"] == ref["first_flip_share"]
-        bins = next(s for s in cmp.sections() if s.id == "routing-bins-both")
+        bins = next(s for s in api.sections(cmp) if s.id == "routing-bins-both")
         by_label = {r["bin"]: r for r in bins.rows}
         for ref in want["by_bin"]:
             if ref["flipped_tokens"] or ref["same_tokens"]:
@@ -174,7 +174,7 @@ def test_compare_shows_both_sides_routing_per_split(tmp_path: Path) -> None:
             pq.write_table(table, path)
         api.ingest([tmp_path / f"{run}1.parquet", tmp_path / f"{run}2.parquet"], run, store=store)
     cmp = api.compare("a", "b", store=store, resamples=20, by=["step"])
-    table = next(s for s in cmp.sections() if s.id == "routing-by-step")
+    table = next(s for s in api.sections(cmp) if s.id == "routing-by-step")
     assert [r["step"] for r in table.rows] == ["1", "2"]
     for side, run in (("a", "a"), ("b", "b")):
         groups = api.report([run], store=store, by=["step"]).to_dict()["groups"]

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchctl import api
+from mismatchctl.analysis.bins import parse_edges
 from mismatchctl.analysis.explain import FIRST_FLIP_LAYER, ROUTING, cube_spec, read_cubes
-from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.selection import select
 from mismatchctl.engines.choice import LOCAL_ENGINE
 from mismatchctl.stats.cube.cube import Field

@@ -37,7 +37,7 @@ def test_the_histogram_is_the_first_flip_share(tmp_path: Path) -> None:
         counts = _first_layers(seqs)
         want[run] = (counts, counts / counts.sum())
     rep = api.report(["a", "b"], store=store)
-    (fig,) = [s for s in rep.sections() if s.id == "routing-first-flip"]
+    (fig,) = [s for s in api.sections(rep) if s.id == "routing-first-flip"]
     assert fig.kind == "routing_first_flip" and fig.data.runs == ["a", "b"]
     built = figures.build(fig)
     for trace, run in zip(built.data, ("a", "b"), strict=True):
@@ -49,7 +49,7 @@ def test_the_histogram_is_the_first_flip_share(tmp_path: Path) -> None:
     assert "by_layer" not in by_layer["routing"]["a"]
     layers = api.report(["a"], store=store, by=["layer"]).to_dict()["routing"]["a"]["by_layer"]
     assert [x["first_flip_share"] for x in layers] == pytest.approx(want["a"][1].tolist())
-    page = html.page("report", "moe", rep.sections())
+    page = html.page("report", "moe", api.sections(rep))
     assert 'id="routing-first-flip-plot"' in page
 
 
@@ -63,5 +63,5 @@ def test_no_histogram_without_a_flip_or_routes(tmp_path: Path) -> None:
     api.ingest([write(tmp_path / "none.parquet", seqs, routes=False)], "none", store=store)
     rep = api.report(["same"], store=store)
     assert rep.routing["same"].partial.by_layer_first_flip.sum() == 0
-    assert not [s for s in rep.sections() if s.id == "routing-first-flip"]
-    assert not [s for s in api.report(["none"], store=store).sections() if "routing" in s.id]
+    assert not [s for s in api.sections(rep) if s.id == "routing-first-flip"]
+    assert not [s for s in api.sections(api.report(["none"], store=store)) if "routing" in s.id]

@@ -214,14 +214,14 @@ def test_report_views_steps_and_ray(tmp_path: Path) -> None:
     only2 = api.report(["r"], store=store, steps="2").to_dict()["routing"]["r"]["metrics"]
     _close(only2, _reference(seqs_by_step[2]))
     local = api.report(["r"], store=store, by=["layer"])
-    assert [s.id for s in local.sections() if s.id.startswith("routing")] == [
+    assert [s.id for s in api.sections(local) if s.id.startswith("routing")] == [
         "routing",
         "routing-first-flip",
         "routing-layers-r",
         "routing-bins-r",
     ]
     plain = api.report(["r"], store=store)
-    assert [s.id for s in plain.sections() if s.id.startswith("routing")] == [
+    assert [s.id for s in api.sections(plain) if s.id.startswith("routing")] == [
         "routing",
         "routing-first-flip",
         "routing-bins-r",

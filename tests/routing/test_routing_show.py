@@ -90,7 +90,7 @@ def test_tokens_carry_their_producing_positions_routing(store: Path) -> None:
     s = api.show("moe", "moe1", store=store, tokenizer="bytes")
     assert [t["position"] for t in s.tokens] == [0, 1, 2, 3, 4, 5, 8, 9, 10, 11]
     assert [(t["routing"], t["first_flip_layer"]) for t in s.tokens] == EXPECTED
-    heat = s.sections()[1]
+    heat = api.sections(s)[1]
     assert heat.mark == FLIP_MARK
     marked = [i.text for i in heat.items if getattr(i, "mark", False)]
     assert marked == ["t", " ", ","]  # positions 3, 5 and 8
@@ -103,12 +103,12 @@ def test_golden_terminal_and_html(store: Path) -> None:
     s = api.show("moe", "moe1", store=store, tokenizer="bytes")
     out = io.StringIO()
     Console(file=out, force_terminal=True, color_system="truecolor", width=100).print(
-        terminal.render(s.sections())
+        terminal.render(api.sections(s))
     )
     text = out.getvalue()
     assert "\x1b[4m" + FLIP_MARK[:10] in text  # the legend entry, underlined
     _check("show_moe_terminal.ansi", text)
-    page = html.page("show", "one sequence", s.sections())
+    page = html.page("show", "one sequence", api.sections(s))
     heat = re.search(r'<p class="heat-legend">.*?</div>', page, re.S)
     assert heat is not None
     assert heat.group(0).count('heat-mark"') == 3 + 1  # three tokens and the legend entry
@@ -118,6 +118,6 @@ def test_golden_terminal_and_html(store: Path) -> None:
 
 def test_report_worst_sequences_mark_flips(store: Path) -> None:
     rep = api.report(["moe"], store=store, figures=True)
-    page = html.page("report", "moe", rep.sections())
+    page = html.page("report", "moe", api.sections(rep))
     view = re.search(r'<div class="heat">.*?</div>', page, re.S)
     assert view is not None and view.group(0).count("heat-mark") == 3

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from mismatchctl import api
-from mismatchctl.analysis.report.report import Report, parse_edges
+from mismatchctl.analysis.bins import parse_edges
+from mismatchctl.analysis.report.report import Report
 from tests.routing.moe_data import close, draw_logprobs, reference, sequences, token_records, write
 
 EDGES = parse_edges("log")  # the report's default probability bins
@@ -113,7 +114,7 @@ def test_runs_of_different_layers_share_a_step_split(tmp_path: Path) -> None:
             close(got[key], metrics, f"{split} {key}")
     assert _groups(rep, ("step",))[(1,)]["r3_violation_fraction"] is not None
     assert _groups(rep, ("run", "step"))[("a", 1)]["r3_violation_fraction"] is None
-    ids = [s.id for s in rep.sections() if s.id.startswith("routing-split")]
+    ids = [s.id for s in api.sections(rep) if s.id.startswith("routing-split")]
     assert ids == ["routing-split-step", "routing-split-run-step"]
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.bins import parse_edges
 from mismatchctl.analysis.explain import (
     _Coder,
     cube_keys,
@@ -21,7 +22,6 @@ from mismatchctl.analysis.explain import (
     explain_selections,
     twin_columns,
 )
-from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.selection import reading, resolve_text
 from mismatchctl.analysis.selectors import StepRange, selector_text
 from mismatchctl.analysis.where import Condition, cell_mask, parse_where, where_keys

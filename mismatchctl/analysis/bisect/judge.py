@@ -1,7 +1,8 @@
 """``bisect``'s result and its judgement: every setting's numbers overall, per turn kind, per
 hot cell and in the control sample; the setting that reproduces the rollout side (it leaves at
 most REPRODUCE_RESIDUAL of the start's K3 against the rollout side: it accounts for at least 90%
-of the mismatch), and the single change that moves the trainer side furthest toward it."""
+of the mismatch), and the single change that moves the trainer side furthest toward it; the
+verdict's sentences (the JSON's ``verdict``, and the first lines its view shows) and the JSON."""
 
 from __future__ import annotations
 
@@ -11,12 +12,24 @@ from typing import Any
 
 import numpy as np
 
-from mismatchctl.analysis.bisect.metrics import Numbers, Resamples, Sides, numbers
+from mismatchctl.analysis.bisect.metrics import (
+    Numbers,
+    Resamples,
+    Sides,
+    numbers,
+    share_text,
+    short,
+)
 from mismatchctl.analysis.bisect.sample import Sampled
 from mismatchctl.stats.per_token import k3
 
 REPRODUCE_RESIDUAL = 0.1
 CONTROL = "control"
+
+# a single change accounting for less of the mismatch than this does not explain any of it
+ALONE = 0.05
+LOOK_THERE = ("the engine has a path these settings do not have (an attention kernel, a fused "
+              "op, its sampler's processing): look there")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -75,14 +88,7 @@ class Bisect:
     def outcome(self, name: str) -> Outcome:
         return next(o for o in self.outcomes if o.name == name)
 
-    def sections(self) -> list:
-        from mismatchctl.analysis.bisect.view import bisect_sections
-
-        return bisect_sections(self)
-
     def to_dict(self) -> dict:
-        from mismatchctl.analysis.bisect.view import bisect_dict
-
         return bisect_dict(self)
 
     def to_polars(self) -> Any:
@@ -181,3 +187,99 @@ def _verdict(outcomes: list[Outcome], mismatch: float) -> dict[str, Any]:
 
 def _reproduces(n: Numbers) -> bool:
     return (n.share or 0.0) >= 1 - REPRODUCE_RESIDUAL
+
+
+def verdict(b: Bisect) -> list[str]:
+    """The answer, first sentence first."""
+    start = b.outcomes[0].overall
+    if b.mismatch == 0:
+        return [f"the sample's rollout and trainer logprobs are equal (K3 0 over {b.tokens:,} "
+                "tokens): there is no mismatch to bisect"]  # fmt: skip
+    if not b.best:
+        return ["only the start setting ran: nothing to compare (see the skipped settings)"]
+    best = b.outcome(b.best)
+    if b.reproduces:
+        out = [f"{best.name} ({best.what}) reproduces the rollout logprobs to K3 "
+               f"{short(best.overall.k3_rollout)} (the trainer's own setting: "
+               f"{short(start.k3_rollout)})"]  # fmt: skip
+    else:
+        out = [f"nothing here reproduces the rollout logprobs: the closest, {best.name}, leaves "
+               f"K3 {short(best.overall.k3_rollout)} of the trainer setting's "
+               f"{short(start.k3_rollout)} ({share_text(best.overall)} accounted for): "
+               f"{LOOK_THERE}"]  # fmt: skip
+    if b.best_change is not None:
+        out.append(_change(b))
+    out += [_cell_line(b, cell) for cell in b.by_cell_best]
+    for kind, name in b.by_turn_best.items():
+        o = b.outcome(name).by_turn[kind]
+        if o.tokens:
+            out.append(f"{kind} turns ({o.tokens:,} tokens): closest is {name}, K3 "
+                       f"{short(o.k3_rollout)}, {share_text(o)} of their mismatch")  # fmt: skip
+    return out
+
+
+def _change(b: Bisect) -> str:
+    assert b.best_change is not None
+    change = b.outcome(b.best_change)
+    if (change.overall.share or 0.0) < ALONE:
+        return (f"no single change accounts for the mismatch alone (the most, {change.name}: "
+                f"{share_text(change.overall)}): it takes the changes together")  # fmt: skip
+    cells = "; ".join(f"{_where(c)}: {share_text(n)}" for c, n in change.by_cell.items())
+    return (f"of the single changes, {change.name} ({change.what}) moves the trainer side "
+            f"furthest toward the rollout: it accounts for {share_text(change.overall)} of the "
+            f"mismatch" + (f" ({cells})" if cells else ""))  # fmt: skip
+
+
+def _where(cell: str) -> str:
+    return "in the control sample" if cell == CONTROL else f"in the hot cell ({cell})"
+
+
+def _cell_line(b: Bisect, cell: str) -> str:
+    """The sentence of one hot cell (or the control sample)."""
+    best = b.outcome(b.by_cell_best[cell])
+    n, start = best.by_cell[cell], b.outcomes[0].by_cell[cell]
+    head = f"{_where(cell)} ({n.tokens:,} tokens, K3 {short(start.k3_rollout)})"
+    if start.k3_rollout == 0:
+        return f"{head}: the two sides are equal there"
+    if b.by_cell_reproduces[cell]:
+        return (f"{head}: {best.name} reproduces the rollout side there (K3 "
+                f"{short(n.k3_rollout)}, {share_text(n)} of its mismatch)")  # fmt: skip
+    return (f"{head}: nothing here reproduces the rollout side: the closest, {best.name}, "
+            f"accounts for {share_text(n)} of its mismatch; {LOOK_THERE}")  # fmt: skip
+
+
+def _numbers(n: Numbers) -> dict[str, Any]:
+    return {
+        "tokens": n.tokens,
+        "k3_rollout": n.k3_rollout, "k3_rollout_ci": list(n.k3_rollout_ci),
+        "mean_d_rollout": n.mean_d_rollout,
+        "k3_trainer": n.k3_trainer, "k3_trainer_ci": list(n.k3_trainer_ci),
+        "mean_d_trainer": n.mean_d_trainer,
+        "share": n.share, "share_ci": None if n.share_ci is None else list(n.share_ci),
+    }  # fmt: skip
+
+
+def bisect_dict(b: Bisect) -> dict[str, Any]:
+    """The JSON of ``bisect``: the verdict's sentences, the sample, every setting's numbers."""
+    return {"bisect": {
+        "run": b.run, "model": b.model, "device": b.device, "seed": b.seed, "start": b.start,
+        "verdict": verdict(b),
+        "sequences": b.sequences, "tokens": b.tokens, "candidates": b.candidates,
+        "without_prompt": b.without_prompt, "mismatch_k3": b.mismatch,
+        "trainer_check": {"k3": b.outcomes[0].overall.k3_trainer,
+                          "threshold": b.trainer_threshold},
+        "trainer_temperature": b.trainer_temperature,
+        "best": b.best or None, "reproduces": b.reproduces, "best_change": b.best_change,
+        "by_turn_best": b.by_turn_best,
+        "cells": [{"cell": c.label, "source": c.source, "sequences_touching": c.touching,
+                   "stratum_sequences": c.stratum, "drawn": c.drawn, "explain": c.sentence,
+                   "best": b.by_cell_best.get(c.label),
+                   "reproduces": b.by_cell_reproduces.get(c.label)} for c in b.cells],
+        "uniform_because": b.cells_note,
+        "settings": [{"setting": o.name, "what": o.what, "changes": o.changes,
+                      **_numbers(o.overall),
+                      "by_turn": {k: _numbers(v) for k, v in o.by_turn.items()},
+                      "by_cell": {k: _numbers(v) for k, v in o.by_cell.items()}}
+                     for o in b.outcomes],
+        "skipped": [{"setting": n, "why": w} for n, w in b.skipped],
+    }}  # fmt: skip

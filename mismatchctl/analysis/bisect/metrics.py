@@ -106,3 +106,16 @@ def numbers(x: np.ndarray, start: np.ndarray, sides: Sides, rs: Resamples,
             with np.errstate(invalid="ignore", divide="ignore"):
                 out.share_ci = _ci(1 - reps_roll / reps_base)
     return out
+
+
+def short(x: float) -> str:
+    """A number as the verdict and the tables write it: two significant digits."""
+    return f"{x:.2g}"
+
+
+def share_text(n: Numbers) -> str:
+    """The share of the mismatch a setting accounts for, with its interval."""
+    if n.share is None:
+        return "-"
+    ci = "" if n.share_ci is None else f" [{n.share_ci[0]:.0%}, {n.share_ci[1]:.0%}]"
+    return f"{n.share:.0%}{ci}"

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.bins import parse_edges
 from mismatchctl.analysis.json_form import JsonForm, Row, member
-from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.selection import empty_selection_error, reading, resolve_text
 from mismatchctl.columns import arrow_of
 from mismatchctl.engines import plan as K
@@ -164,11 +164,6 @@ class Certification(JsonForm):
     earliest_divergences: list[Row]  # the sequences whose first divergence comes earliest
     max_abs_log_ratio: float | None
     max_abs_log_ratio_at: Row | None
-
-    def sections(self) -> list[Any]:
-        from mismatchctl.analysis.certify.view import certify_sections
-
-        return certify_sections(self)
 
     def to_polars(self) -> Any:
         """The earliest divergences, one row per sequence (by first divergent position)."""

@@ -94,11 +94,6 @@ class Gate(JsonForm):
     def failed_cases(self) -> list[Case]:
         return [c for c in self.cases if c.verdict == FAIL]
 
-    def sections(self) -> list[Any]:
-        from mismatchctl.analysis.check.view import gate_sections
-
-        return gate_sections(self)
-
     def to_polars(self) -> Any:
         """One row per threshold: name, metric, direction, limit, source, value, verdict."""
         import polars as pl

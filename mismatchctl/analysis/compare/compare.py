@@ -11,7 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from mismatchctl.analysis.compare.curves import CurvePair, compare_curves
+from mismatchctl.analysis.compare.curves import CurvePair, compare_curves, pair_dict
 from mismatchctl.analysis.compare.same import SAME_PARTS, SAME_SEQUENCES, Identical, same_routing
 from mismatchctl.analysis.pairing.pairing import (
     PairExtra,
@@ -162,16 +162,9 @@ class Comparison:
     # (same routes too: ``same.Identical`` instead)
     same_logprobs: bool = False
 
-    def sections(self) -> list[Any]:
-        from mismatchctl.analysis.compare.view import comparison_sections
-
-        return comparison_sections(self)
-
     def to_dict(self) -> dict[str, Any]:
         """The report shape with ``"side": "a"|"b"`` in every group's ``by``, and a
         ``comparison`` section."""
-        from mismatchctl.analysis.compare.view import comparison_dict
-
         return comparison_dict(self)
 
     def to_polars(self) -> Any:
@@ -486,3 +479,39 @@ def gap_decomposition(ra: Report, rb: Report, top: int = 5) -> list[GapCell]:
         cells.append(GapCell(key[0], key[1], contribution, contribution / gap if gap else None))
     cells.sort(key=lambda c: -abs(c.contribution))
     return cells[:top]
+
+
+def comparison_dict(c: Comparison) -> dict[str, Any]:
+    """Both reports' JSON merged (a side in every group) with the ``comparison`` section."""
+    sides = {"a": c.a.to_dict(), "b": c.b.to_dict()}
+    out = {k: sides["a"][k] for k in ("schema_version", "tool", "aggregation", "bin_edges")}
+    out["granularity"] = {**sides["a"]["granularity"], **sides["b"]["granularity"]}
+    out["tails"] = sides["a"]["tails"]  # both sides are read with the same thresholds
+    out["runs"] = {**sides["a"]["runs"], **sides["b"]["runs"]}
+    out["excluded"] = {side: doc["excluded"] for side, doc in sides.items()}
+    out["groups"] = [
+        {**g, "by": {"side": side, **g["by"]}} for side, doc in sides.items() for g in doc["groups"]
+    ]
+    out["comparison"] = {
+        "a": c.a.selection.label,
+        "b": c.b.selection.label,
+        "identical": False,  # `same.Identical` writes true
+        "same_logprobs": c.same_logprobs,
+        "config_diff": [asdict(r) for r in c.config],
+        "headline": [r.to_dict() for r in c.headline],
+        "gap": [asdict(g) for g in c.gap],
+        "bins": [asdict(r) for r in c.bins],
+        "turn_kind": [r.to_dict() for r in c.turn_kinds],
+        "gpu": [r.to_dict() for r in c.gpus],
+        "steps": [asdict(r) for r in c.steps],
+        "by": {" x ".join(split): [r.to_dict() for r in rows] for split, rows in c.splits.items()},
+        "hardware": {side: doc.get("hardware") for side, doc in sides.items()},
+        "notes": c.notes,
+        "curves": [pair_dict(p) for p in c.curves],
+    }
+    if c.pairing is not None:
+        out["comparison"]["paired"] = c.pairing.to_dict()
+    out["curves"] = {side: doc.get("curves", {}) for side, doc in sides.items()}
+    if any("routing" in doc for doc in sides.values()):
+        out["routing"] = {side: doc.get("routing", {}) for side, doc in sides.items()}
+    return out

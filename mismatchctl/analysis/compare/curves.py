@@ -9,6 +9,7 @@ and each side's correlation with its own per-step vllm_kl.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -43,6 +44,23 @@ class CurvePair:
         if self.mean_a in (None, 0) or self.mean_b is None:
             return None
         return self.mean_b / self.mean_a
+
+
+def pair_dict(p: CurvePair) -> dict[str, Any]:
+    """A paired curve of a comparison as its JSON (``comparison.curves``)."""
+    return {
+        "metric": p.metric,
+        "a": None if p.a is None else p.a.series.name,
+        "b": None if p.b is None else p.b.series.name,
+        "common_steps": p.common_steps,
+        "only_a_steps": p.only_a_steps,
+        "only_b_steps": p.only_b_steps,
+        "mean_a": p.mean_a,
+        "mean_b": p.mean_b,
+        "ratio": p.ratio,
+        "pearson_with_vllm_kl_a": None if p.a is None else p.a.pearson,
+        "pearson_with_vllm_kl_b": None if p.b is None else p.b.pearson,
+    }
 
 
 def side_curves(report: Report, label: str) -> list[tuple[str, RunCurves]]:

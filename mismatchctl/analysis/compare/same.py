@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.report.report import Report
 from mismatchctl.engines.plan import Selection
 from mismatchctl.stats import registry as M
@@ -40,19 +39,6 @@ class Identical:
     def metrics(self) -> dict[str, Any]:
         whole = self.report.whole()
         return {m: (whole.metrics.get(m) if whole else None) for m in SHOWN}
-
-    def sections(self) -> list[Any]:
-        a, b = self.a.label, self.b.label
-        facts = [sec.Fact(m.header, self.metrics[m], sec.Kind.of(m.fmt)) for m in SHOWN]
-        said = [
-            sec.Line(f"identical: no difference. `{a}` and `{b}` hold the same data", "bold"),
-            sec.Line(f"{self.basis}.", "dim"),
-        ]
-        return [
-            sec.Facts("compare", f"Compare  A: {a}   B: {b}", []),
-            sec.Lines("identical", None, said),
-            sec.Facts("identical-both", "Both sides", facts),
-        ]
 
     def to_dict(self) -> dict[str, Any]:
         """The report's envelope, the runs of both sides, and ``comparison.identical``."""

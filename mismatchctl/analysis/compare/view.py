@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from mismatchctl.analysis import sections as sec
 from mismatchctl.analysis.compare.curves import CurvePair
-from mismatchctl.analysis.curves_view import curve_pairs_table, has_logs, pair_dict
+from mismatchctl.analysis.compare.same import SHOWN, Identical
+from mismatchctl.analysis.curves_view import curve_pairs_table, has_logs
 from mismatchctl.analysis.pairing.view import paired_sections
 from mismatchctl.analysis.report import figure_data as FD
 from mismatchctl.analysis.report.view import POOLED, distribution_figures, key_label, routing_splits
@@ -76,6 +77,21 @@ def comparison_sections(c: Comparison) -> list[sec.Section]:
         else []
     )
     return out
+
+
+def identical_sections(same: Identical) -> list[sec.Section]:
+    """Two sides that hold the same data: said once, with what both hold."""
+    a, b = same.a.label, same.b.label
+    facts = [sec.Fact(m.header, same.metrics[m], sec.Kind.of(m.fmt)) for m in SHOWN]
+    said = [
+        sec.Line(f"identical: no difference. `{a}` and `{b}` hold the same data", "bold"),
+        sec.Line(f"{same.basis}.", "dim"),
+    ]
+    return [
+        sec.Facts("compare", f"Compare  A: {a}   B: {b}", []),
+        sec.Lines("identical", None, said),
+        sec.Facts("identical-both", "Both sides", facts),
+    ]
 
 
 def _side_run(rep: Any) -> str:
@@ -237,38 +253,3 @@ def _drawn(p: CurvePair) -> bool:
     if p.a is None or p.b is None:
         return False
     return p.metric == KL or not (p.a.series.from_dumps and p.b.series.from_dumps)
-
-
-def comparison_dict(c: Comparison) -> dict[str, Any]:
-    sides = {"a": c.a.to_dict(), "b": c.b.to_dict()}
-    out = {k: sides["a"][k] for k in ("schema_version", "tool", "aggregation", "bin_edges")}
-    out["granularity"] = {**sides["a"]["granularity"], **sides["b"]["granularity"]}
-    out["tails"] = sides["a"]["tails"]  # both sides are read with the same thresholds
-    out["runs"] = {**sides["a"]["runs"], **sides["b"]["runs"]}
-    out["excluded"] = {side: doc["excluded"] for side, doc in sides.items()}
-    out["groups"] = [
-        {**g, "by": {"side": side, **g["by"]}} for side, doc in sides.items() for g in doc["groups"]
-    ]
-    out["comparison"] = {
-        "a": c.a.selection.label,
-        "b": c.b.selection.label,
-        "identical": False,  # `same.Identical` writes true
-        "same_logprobs": c.same_logprobs,
-        "config_diff": [asdict(r) for r in c.config],
-        "headline": [r.to_dict() for r in c.headline],
-        "gap": [asdict(g) for g in c.gap],
-        "bins": [asdict(r) for r in c.bins],
-        "turn_kind": [r.to_dict() for r in c.turn_kinds],
-        "gpu": [r.to_dict() for r in c.gpus],
-        "steps": [asdict(r) for r in c.steps],
-        "by": {" x ".join(split): [r.to_dict() for r in rows] for split, rows in c.splits.items()},
-        "hardware": {side: doc.get("hardware") for side, doc in sides.items()},
-        "notes": c.notes,
-        "curves": [pair_dict(p) for p in c.curves],
-    }
-    if c.pairing is not None:
-        out["comparison"]["paired"] = c.pairing.to_dict()
-    out["curves"] = {side: doc.get("curves", {}) for side, doc in sides.items()}
-    if any("routing" in doc for doc in sides.values()):
-        out["routing"] = {side: doc.get("routing", {}) for side, doc in sides.items()}
-    return out

@@ -7,14 +7,7 @@ from __future__ import annotations
 import shlex
 
 from mismatchctl.analysis.diagnose.advice import HARDWARE_ADVICE
-from mismatchctl.analysis.diagnose.check import (
-    FAIL,
-    MAX_LISTED,
-    WARN,
-    Check,
-    CheckModule,
-    evidence_of,
-)
+from mismatchctl.analysis.diagnose.check import FAIL, MAX_LISTED, WARN, Check, evidence_of
 from mismatchctl.analysis.diagnose.checks import (
     baseline,
     hardware,
@@ -24,7 +17,7 @@ from mismatchctl.analysis.diagnose.checks import (
     spikes,
     tool_responses,
 )
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.parts import firsts_on_gpus
 from mismatchctl.analysis.diagnose.steps import REGIME_FACTOR, regimes_are_growth, steps_are_growth
 from mismatchctl.engines import plan as K

@@ -1,16 +1,12 @@
 """What every check of `diagnose` shares: the verdict scale, the layers, the ``Check`` result
-with its typed evidence (``CheckEvidence``), and what a check module declares
-(``CheckModule``)."""
+with its typed evidence (``CheckEvidence``), and ``Every`` check of a layer (what a check module
+declares, ``CheckModule``, is in ``context.py``, beside the ``Context`` it runs on)."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
-
-if TYPE_CHECKING:
-    from mismatchctl.analysis.diagnose.context import Context
+from typing import Any, TypeVar
 
 OK, WARN, FAIL, NA = "ok", "warn", "fail", "n/a"
 SEVERITY = {NA: 0, OK: 1, WARN: 2, FAIL: 3}
@@ -121,21 +117,6 @@ class Every:
     later included."""
 
     layer: str
-
-
-class CheckModule(Protocol):
-    """A module of ``checks/``: one check. ``ORDER``: where the diagnosis (and its JSON) lists
-    it, ascending, and which of two checks of a layer ready together runs first; ``READS``: the
-    check modules whose results it reads (``Context.result``), or ``Every`` check of an earlier
-    layer; ``run``: its result, or None when the check does not apply to the data at all (no MoE
-    routes: no routing check)."""
-
-    NAME: str
-    LAYER: str
-    TITLE: str
-    ORDER: int
-    READS: tuple[CheckModule | Every, ...]
-    run: Callable[[Context], Check | None]
 
 
 def fired(found: Check | None) -> bool:

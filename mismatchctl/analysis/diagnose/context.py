@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from mismatchctl.analysis.diagnose.check import Check, CheckModule
+from mismatchctl.analysis.diagnose.check import Check, Every
 from mismatchctl.analysis.diagnose.extra import DiagnoseState
 from mismatchctl.analysis.diagnose.levels import LEVEL
 from mismatchctl.analysis.report.report import Report
@@ -59,6 +60,21 @@ class BaselineView:
     explanation: Explanation
     gpus: list[str] = field(default_factory=list)
     cube: Cube | None = None  # the baseline's own cube (same spec): contrasts of a part
+
+
+class CheckModule(Protocol):
+    """A module of ``checks/``: one check. ``ORDER``: where the diagnosis (and its JSON) lists
+    it, ascending, and which of two checks of a layer ready together runs first; ``READS``: the
+    check modules whose results it reads (``Context.result``), or ``Every`` check of an earlier
+    layer; ``run``: its result, or None when the check does not apply to the data at all (no MoE
+    routes: no routing check)."""
+
+    NAME: str
+    LAYER: str
+    TITLE: str
+    ORDER: int
+    READS: tuple[CheckModule | Every, ...]
+    run: Callable[[Context], Check | None]
 
 
 class UndeclaredRead(LookupError):

@@ -47,12 +47,6 @@ class Diagnosis:
                     return f"{c.name}: {c.finding}"
         return "no check fails or warns"
 
-    def sections(self, brief: bool = False) -> list[Any]:
-        """The diagnosis as sections; ``brief``: the verdict and what fails or warns only."""
-        from mismatchctl.analysis.diagnose.view import diagnosis_sections
-
-        return diagnosis_sections(self, brief)
-
     def to_dict(self) -> dict[str, Any]:
         """The report's JSON plus a ``diagnosis`` section."""
         return {**self.report.to_dict(), "diagnosis": self.section_dict()}

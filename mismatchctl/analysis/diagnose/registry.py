@@ -9,8 +9,8 @@ import pkgutil
 from collections.abc import Sequence
 
 from mismatchctl.analysis.diagnose import checks
-from mismatchctl.analysis.diagnose.check import LAYERS, Check, CheckModule, Every
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.check import LAYERS, Check, Every
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 
 def discover() -> list[CheckModule]:

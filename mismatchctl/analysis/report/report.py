@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
+from mismatchctl.analysis.bins import parse_edges
 from mismatchctl.analysis.json_form import EMPTY, NONE, JsonForm, internal, member
 from mismatchctl.analysis.report.figure_data import FigureData, FigureExtra, figure_data
 from mismatchctl.analysis.routing.routing import RoutingResult, routing_extra, routing_results
@@ -37,7 +38,6 @@ from mismatchctl.stats import (
     TOKEN_METRICS,
     Partial,
     band,
-    parse_bins,
     shares,
     step_summary,
 )
@@ -169,13 +169,6 @@ class Report(JsonForm):
         """The whole-run group of one run of the selection."""
         return next((g for g in self.split(K.RUN) if g.by[K.RUN] == name), None)
 
-    def sections(self, pool: bool = False) -> list[Any]:
-        """The report as sections (``analysis.sections``) for the terminal and HTML writers;
-        ``pool``: the distributions of every run together rather than per run."""
-        from mismatchctl.analysis.report.view import report_sections
-
-        return report_sections(self, pool=pool)
-
     def to_polars(self) -> Any:
         """Every group as one row of a Polars frame: ``split`` (its keys joined by ``x``), one
         column per key of any split (null where the group has no such key), one per metric."""
@@ -244,15 +237,6 @@ def build_report(
             routing_layers=routing_layers,
         )
     )
-
-
-def parse_edges(bins: str) -> np.ndarray:
-    try:
-        return parse_bins(bins)
-    except ValueError as exc:
-        raise UsageError(
-            f"--bins: {exc}", "use log, linear:N or edges such as 0,1e-3,0.5,1."
-        ) from None
 
 
 def parse_binning(position_bins: str, tails: Tails = DEFAULT_TAILS) -> K.Binning:

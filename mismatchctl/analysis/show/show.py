@@ -56,11 +56,6 @@ class Show(JsonForm):
     # the tool responses' tokens (position, token_id, text), when ingest kept them
     masked: list[Row] = field(default_factory=list)
 
-    def sections(self) -> list[Any]:
-        from mismatchctl.analysis.show.view import show_sections
-
-        return show_sections(self)
-
     def to_polars(self) -> Any:
         """One row per model token, in position order."""
         import polars as pl

@@ -16,8 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.bins import parse_edges
 from mismatchctl.analysis.json_form import NONE, JsonForm, Row, member
-from mismatchctl.analysis.report.report import parse_edges
 from mismatchctl.analysis.selection import reading, resolve_text
 from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
 from mismatchctl.analysis.tokens.text import context_text
@@ -261,11 +261,6 @@ class Tokens(JsonForm):
     def rows(self) -> list[Row]:
         """The listed tokens or sequences, best first."""
         return (self.sequence_rows if self.sequences else self.token_rows) or []
-
-    def sections(self) -> list[Any]:
-        from mismatchctl.analysis.tokens.view import tokens_sections
-
-        return tokens_sections(self)
 
     def to_polars(self) -> Any:
         """One row per listed token (or sequence), best first; a token's context as lists."""

@@ -136,11 +136,6 @@ class Whatif:
         sel = self.report.selection
         return sel.label or ", ".join(sel.names)
 
-    def sections(self) -> list[Any]:
-        from mismatchctl.analysis.whatif.view import whatif_sections
-
-        return whatif_sections(self)
-
     def to_dict(self) -> dict[str, Any]:
         """The report's JSON plus a ``whatif`` section."""
         groups = []

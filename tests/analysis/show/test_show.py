@@ -83,7 +83,7 @@ def test_tokens_against_the_dump(store: Path) -> None:
         r = np.array(row["old_log_probs"])[model] - np.array(row["rollout_log_probs"])[model]
         np.testing.assert_allclose([t["k3"] for t in s.tokens], np.expm1(r) - r, rtol=1e-15)
         assert s.sequence["step"] == row["step"] and s.candidates == 1
-        gaps = [i.label for i in s.sections()[1].items if hasattr(i, "label")]
+        gaps = [i.label for i in api.sections(s)[1].items if hasattr(i, "label")]
         tool = (~mask[model[0] : model[-1] + 1]).sum()
         assert sum(int(g.split(": ")[1].split(" ")[0]) for g in gaps if "tool" in g) == tool
         # the tool responses' own token ids (kept at ingest), as the dump has them
@@ -98,10 +98,10 @@ def test_golden_terminal_with_colours_and_html(store: Path) -> None:
     s = api.show("g", "g1", store=store, tokenizer="bytes")
     out = io.StringIO()
     Console(file=out, force_terminal=True, color_system="truecolor", width=100).print(
-        terminal.render(s.sections())
+        terminal.render(api.sections(s))
     )
     _check("show_g1_terminal.ansi", out.getvalue())
-    page = html.page("show", "one sequence", s.sections())
+    page = html.page("show", "one sequence", api.sections(s))
     heat = re.search(r'<p class="heat-legend">.*?</div>', page, re.S)
     assert heat is not None
     _check("show_g1_heat.html", heat.group(0) + "\n")
@@ -115,12 +115,12 @@ def test_golden_tool_response_as_text(store: Path) -> None:
     ]
     out = io.StringIO()
     Console(file=out, force_terminal=True, color_system="truecolor", width=100).print(
-        terminal.render(s.sections())
+        terminal.render(api.sections(s))
     )
     text = out.getvalue()
     assert "\x1b[3;36m=42\x1b[0m" in text  # italic cyan, after its marker
     _check("show_g1_masked_terminal.ansi", text)
-    page = html.page("show", "one sequence", s.sections())
+    page = html.page("show", "one sequence", api.sections(s))
     heat = re.search(r'<p class="heat-legend">.*?</div>', page, re.S)
     assert heat is not None and 'class="heat-masked"' in heat.group(0)
     _check("show_g1_masked_heat.html", heat.group(0) + "\n")
@@ -130,7 +130,7 @@ def test_tool_response_without_its_ids_is_a_gap(store: Path) -> None:
     """Run `g` was ingested with keep_masked=False: the gap with its length, and why."""
     s = api.show("g", "g1", store=store, tokenizer="bytes")
     assert s.masked == [] and s.to_dict()["show"]["masked"] == []
-    heat = s.sections()[1]
+    heat = api.sections(s)[1]
     gaps = [i for i in heat.items if hasattr(i, "label")]
     assert [g.text for g in gaps] == [None, None]
     assert "their token ids were not kept at ingest" in heat.how
@@ -143,7 +143,7 @@ def test_tool_response_without_its_ids_is_a_gap(store: Path) -> None:
 def test_tool_response_ids_without_a_tokenizer(store: Path) -> None:
     """Run `a` has no tokenizer: a tool response's ids follow its marker, like the tokens'."""
     s = api.show("a", "s1-2-3", store=store)
-    gaps = [i for i in s.sections()[1].items if hasattr(i, "label")]
+    gaps = [i for i in api.sections(s)[1].items if hasattr(i, "label")]
     texts = [g.text for g in gaps if g.text is not None]
     assert texts and all(t.replace(" ", "").isdigit() for t in texts)
     assert texts[0] == " ".join(m["text"] for m in s.masked[: len(texts[0].split())])
@@ -151,7 +151,7 @@ def test_tool_response_ids_without_a_tokenizer(store: Path) -> None:
 
 def test_levels_gaps_and_tooltips(store: Path) -> None:
     s = api.show("g", "g1", store=store, tokenizer="bytes")
-    heat = s.sections()[1]
+    heat = api.sections(s)[1]
     tokens = [i for i in heat.items if hasattr(i, "level")]
     assert [t.level for t in tokens[:7]] == [0, 0, 1, 2, 3, 4, 5]
     assert "".join(t.text for t in tokens) == "Hello, tool! Done.\\n"

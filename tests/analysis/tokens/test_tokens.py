@@ -322,7 +322,7 @@ def test_usage_error_exit_code(store: Path) -> None:
 
 
 def _note(t: api.Tokens) -> str:
-    return next(s for s in t.sections() if s.id in ("tokens", "sequences")).note
+    return next(s for s in api.sections(t) if s.id in ("tokens", "sequences")).note
 
 
 def test_an_unknown_kv_position_is_said_once_under_the_table(store: Path) -> None:

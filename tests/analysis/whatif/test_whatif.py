@@ -124,7 +124,9 @@ def test_html(golden: None, tmp_path: Path) -> None:
     # sequences rejected: A (e^0.4) and B (e^0.2 = 1.221) at 1.2, A at 1.4, none at 2
     assert sweep["data"][1]["y"] == [1.0, 0.5, 0.0]
     assert steps["data"][0]["x"] == [0]
-    kinds = [s.kind for s in api.whatif("g", methods=["seq-mis"]).sections() if hasattr(s, "kind")]
+    kinds = [
+        s.kind for s in api.sections(api.whatif("g", methods=["seq-mis"])) if hasattr(s, "kind")
+    ]
     assert kinds == ["whatif_methods", "whatif_steps"]
 
 

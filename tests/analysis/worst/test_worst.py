@@ -45,7 +45,7 @@ def test_two_runs_and_the_page_links(store: Path, tmp_path: Path) -> None:
     b = api.tokens("b", store=store, sequences=True, top=10).rows
     merged = sorted(a + b, key=lambda r: (-r["score"], r["run"], r["step"], r["seq"]))[:10]
     assert both == [(r["run"], r["seq"]) for r in merged]
-    page = html.page("r", "s", rep.sections())
+    page = html.page("r", "s", api.sections(rep))
     links = set(re.findall(r'<a href="#(worst-\d[^"]+)">', page))
     assert len(links) == 10
     for anchor in links:
@@ -62,7 +62,7 @@ def test_a_tokenizer_that_cannot_be_read_is_noted(store: Path, tmp_path: Path) -
     rep = mismatchctl.report(["b"], store=store, figures=True)
     assert rep.worst is not None and "run b: its tokenizer cannot be read" in rep.worst.notes[0]
     assert rep.worst.views[0].tokens[0]["text"].isdigit()  # ids, as without a tokenizer
-    assert "its tokenizer cannot be read" in html.page("r", "s", rep.sections())
+    assert "its tokenizer cannot be read" in html.page("r", "s", api.sections(rep))
     set_run_setting(mismatchctl.open_store(store), "b", TOKENIZER, "bytes")
     rep = mismatchctl.report(["b"], store=store, figures=True)
     assert rep.worst.notes == [] and rep.worst.views[0].tokenizer == "bytes"

@@ -19,7 +19,8 @@ from mismatchctl.analysis.diagnose.causes import (
     tool_turns,
 )
 from mismatchctl.analysis.diagnose.causes.hypothesis import CauseModule
-from mismatchctl.analysis.diagnose.check import CheckModule, Every
+from mismatchctl.analysis.diagnose.check import Every
+from mismatchctl.analysis.diagnose.context import CheckModule
 
 CAUSES: tuple[CauseModule, ...] = (
     data,

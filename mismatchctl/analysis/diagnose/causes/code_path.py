@@ -21,7 +21,7 @@ from mismatchctl.analysis.diagnose.causes.parts import (
     steps_share,
     where_text,
 )
-from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of, fired
+from mismatchctl.analysis.diagnose.check import evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
     hardware,
     localized,
@@ -31,7 +31,7 @@ from mismatchctl.analysis.diagnose.checks import (
     tool_responses,
     trend,
 )
-from mismatchctl.analysis.diagnose.context import Context, RunView
+from mismatchctl.analysis.diagnose.context import CheckModule, Context, RunView
 from mismatchctl.analysis.diagnose.parts import first_turns
 from mismatchctl.analysis.diagnose.steps import rising, smooth_growth
 from mismatchctl.engines import plan as K

@@ -4,7 +4,7 @@ tokens, sequences written twice, token ids out of range)."""
 from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
-from mismatchctl.analysis.diagnose.check import DATA, FAIL, CheckModule, Every
+from mismatchctl.analysis.diagnose.check import DATA, FAIL, Every
 from mismatchctl.analysis.diagnose.checks import (
     route_capture,
     routing_replay,
@@ -12,7 +12,7 @@ from mismatchctl.analysis.diagnose.checks import (
     turn_edges,
     turn_ends,
 )
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 KEY = "data"
 CLASS = "data"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import shlex
 
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support
-from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.check import fired
 from mismatchctl.analysis.diagnose.checks import trend
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.steps import smooth_growth
 
 KEY = "growth"

@@ -10,9 +10,9 @@ from mismatchctl.analysis.diagnose.causes.parts import (
     path_on_one_gpu,
     where_text,
 )
-from mismatchctl.analysis.diagnose.check import Check, CheckModule, evidence_of, fired
+from mismatchctl.analysis.diagnose.check import Check, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline, hardware, localized
-from mismatchctl.analysis.diagnose.context import Context, baseline_on_other_gpus
+from mismatchctl.analysis.diagnose.context import CheckModule, Context, baseline_on_other_gpus
 from mismatchctl.engines import plan as K
 
 KEY = "hardware"

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, Check, CheckModule
+from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, Check
+from mismatchctl.analysis.diagnose.context import CheckModule
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.diagnose.context import Context

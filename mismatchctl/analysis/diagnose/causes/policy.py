@@ -6,9 +6,9 @@ from __future__ import annotations
 from mismatchctl.analysis.diagnose.advice import POLICY_SIGNS_ADVICE, STALE_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import steps_share
-from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of, fired
+from mismatchctl.analysis.diagnose.check import evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline, policy_signs, staleness
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 KEY = "policy"
 CLASS = "policy"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.advice import LOW_PROB_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support
-from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of, fired
+from mismatchctl.analysis.diagnose.check import evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
     baseline,
     low_probability,
@@ -14,7 +14,7 @@ from mismatchctl.analysis.diagnose.checks import (
     temperature,
     top_p,
 )
-from mismatchctl.analysis.diagnose.context import Context, baseline_on_other_gpus
+from mismatchctl.analysis.diagnose.context import CheckModule, Context, baseline_on_other_gpus
 
 KEY = "precision"
 CLASS = "precision"

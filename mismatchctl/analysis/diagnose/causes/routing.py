@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.advice import REPLAY_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
-from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of, fired
+from mismatchctl.analysis.diagnose.check import evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import routing_flips
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 KEY = "routing"
 CLASS = "MoE"

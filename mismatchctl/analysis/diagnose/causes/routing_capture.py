@@ -4,9 +4,9 @@ replay is said to be on and the trainer's routes differ from the engine's)."""
 from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
-from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.check import fired
 from mismatchctl.analysis.diagnose.checks import route_capture, routing_replay
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 KEY = "routing_capture"
 CLASS = "MoE"

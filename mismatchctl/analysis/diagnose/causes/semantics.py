@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.advice import PROCESSED_HINT
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
-from mismatchctl.analysis.diagnose.check import CheckModule, fired
+from mismatchctl.analysis.diagnose.check import fired
 from mismatchctl.analysis.diagnose.checks import offset, temperature, token_shift, top_p
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 KEY = "semantics"
 CLASS = "semantics"

@@ -4,9 +4,9 @@ that no column of the dump names (one inference replica, rollouts across a weigh
 from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
-from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of, fired
+from mismatchctl.analysis.diagnose.check import evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import hot_sequences
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 KEY = "sequences"
 CLASS = "code path"

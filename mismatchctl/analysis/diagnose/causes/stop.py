@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.advice import STOP_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
-from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of
+from mismatchctl.analysis.diagnose.check import evidence_of
 from mismatchctl.analysis.diagnose.checks import turn_ends
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 KEY = "stop"
 CLASS = "template"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from mismatchctl.analysis.diagnose.advice import TEMPLATE_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share, worst_of
 from mismatchctl.analysis.diagnose.causes.tool_turns import later_mass_share
-from mismatchctl.analysis.diagnose.check import Check, CheckModule, evidence_of, fired
+from mismatchctl.analysis.diagnose.check import Check, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import token_classes, tool_responses, turn_edges
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 KEY = "template"
 CLASS = "template"

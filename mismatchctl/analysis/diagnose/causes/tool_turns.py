@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.cause_evidence import later_by_position_advice
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
-from mismatchctl.analysis.diagnose.check import Check, CheckModule, evidence_of, fired
+from mismatchctl.analysis.diagnose.check import Check, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import localized, tool_responses, turn_edges, turn_ends
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 KEY = "tool_turns"
 CLASS = "code path"

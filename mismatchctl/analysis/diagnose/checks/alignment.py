@@ -12,13 +12,12 @@ from mismatchctl.analysis.diagnose.check import (
     NA,
     Check,
     CheckEvidence,
-    CheckModule,
     absent,
     grade,
     renamed,
 )
 from mismatchctl.analysis.diagnose.checks import sentinels
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.samples import Sample, samples_of
 from mismatchctl.analysis.diagnose.text import fmt, pct
 from mismatchctl.engines.plan import Selection

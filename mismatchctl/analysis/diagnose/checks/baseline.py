@@ -7,17 +7,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import (
-    NA,
-    OK,
-    PATH,
-    Check,
-    CheckEvidence,
-    CheckModule,
-    absent,
-    renamed,
-)
-from mismatchctl.analysis.diagnose.context import Context, baseline_on_other_gpus
+from mismatchctl.analysis.diagnose.check import NA, OK, PATH, Check, CheckEvidence, absent, renamed
+from mismatchctl.analysis.diagnose.context import CheckModule, Context, baseline_on_other_gpus
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
 from mismatchctl.analysis.diagnose.parts import FindingRow, finding_row
 from mismatchctl.analysis.diagnose.text import fmt

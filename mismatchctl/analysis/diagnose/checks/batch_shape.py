@@ -6,17 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import (
-    FAIL,
-    NA,
-    OK,
-    PATH,
-    WARN,
-    Check,
-    CheckEvidence,
-    CheckModule,
-)
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.check import FAIL, NA, OK, PATH, WARN, Check, CheckEvidence
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.stats.batch_shape import BatchShape, batch_shape
 

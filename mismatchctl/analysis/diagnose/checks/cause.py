@@ -20,13 +20,12 @@ from mismatchctl.analysis.diagnose.check import (
     OBJECTIVE,
     Check,
     CheckEvidence,
-    CheckModule,
     Every,
     absent,
     evidence_of,
     flat,
 )
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 NAME = "cause"
 LAYER = OBJECTIVE

@@ -11,11 +11,10 @@ from mismatchctl.analysis.diagnose.check import (
     TRAJECTORY,
     Check,
     CheckEvidence,
-    CheckModule,
     grade,
     renamed,
 )
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.levels import MEDIUM_MAX
 from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_curve_run
 from mismatchctl.curves.analysis import RunCurves

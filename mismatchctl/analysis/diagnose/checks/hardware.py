@@ -17,14 +17,13 @@ from mismatchctl.analysis.diagnose.check import (
     WARN,
     Check,
     CheckEvidence,
-    CheckModule,
     absent,
     advice_if,
     flat,
     renamed,
     worst,
 )
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
 from mismatchctl.analysis.diagnose.levels import LOCAL_CI_LOW, LOCAL_FACTOR
 from mismatchctl.analysis.diagnose.text import fmt

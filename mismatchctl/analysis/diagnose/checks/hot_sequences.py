@@ -13,13 +13,12 @@ from mismatchctl.analysis.diagnose.check import (
     PATH,
     Check,
     CheckEvidence,
-    CheckModule,
     advice_if,
     fired,
     grade,
 )
 from mismatchctl.analysis.diagnose.checks import localized
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.levels import LOCAL_FACTOR, LOCAL_FAIL
 from mismatchctl.analysis.diagnose.runs import WorstRun, worst_run
 from mismatchctl.analysis.diagnose.samples import samples_of

@@ -8,16 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mismatchctl.analysis.diagnose.check import (
-    NA,
-    OK,
-    TRAJECTORY,
-    WARN,
-    Check,
-    CheckEvidence,
-    CheckModule,
-)
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.check import NA, OK, TRAJECTORY, WARN, Check, CheckEvidence
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.stats.length_scaling import BIAS, NOISE, RISING, LengthScaling, length_scaling
 

@@ -12,18 +12,9 @@ from mismatchctl.analysis.diagnose.advice import (
     GROWTH_STEPS_ADVICE,
     attribute_advice,
 )
-from mismatchctl.analysis.diagnose.check import (
-    NA,
-    OK,
-    PATH,
-    Check,
-    CheckEvidence,
-    CheckModule,
-    advice_if,
-    worst,
-)
+from mismatchctl.analysis.diagnose.check import NA, OK, PATH, Check, CheckEvidence, advice_if, worst
 from mismatchctl.analysis.diagnose.checks import turn_edges, turn_ends
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.contrasts import later_turns
 from mismatchctl.analysis.diagnose.parts import (
     LocalRun,

@@ -11,12 +11,11 @@ from mismatchctl.analysis.diagnose.check import (
     PATH,
     Check,
     CheckEvidence,
-    CheckModule,
     advice_if,
     grade,
     renamed,
 )
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.levels import LOW_MAX, MEDIUM_MAX
 from mismatchctl.analysis.diagnose.text import fmt, pct
 from mismatchctl.analysis.report.report import Group

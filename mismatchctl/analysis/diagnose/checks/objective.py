@@ -18,14 +18,13 @@ from mismatchctl.analysis.diagnose.check import (
     WARN,
     Check,
     CheckEvidence,
-    CheckModule,
     Every,
     absent,
     evidence_of,
     renamed,
 )
 from mismatchctl.analysis.diagnose.checks import cause, severe_batches
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.levels import LOW_MAX, MEDIUM_MAX
 from mismatchctl.analysis.diagnose.text import fmt, pct
 from mismatchctl.stats import registry as M

@@ -11,13 +11,12 @@ from mismatchctl.analysis.diagnose.check import (
     SEMANTIC,
     Check,
     CheckEvidence,
-    CheckModule,
     advice_if,
     grade,
     renamed,
 )
 from mismatchctl.analysis.diagnose.checks import alignment, sentinels
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.levels import OFFSET_Z
 from mismatchctl.analysis.diagnose.text import fmt, pct
 from mismatchctl.stats import registry as M

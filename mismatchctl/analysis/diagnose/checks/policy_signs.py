@@ -12,7 +12,6 @@ from mismatchctl.analysis.diagnose.check import (
     TRAJECTORY,
     Check,
     CheckEvidence,
-    CheckModule,
     absent,
     advice_if,
     fired,
@@ -20,7 +19,7 @@ from mismatchctl.analysis.diagnose.check import (
     grade,
 )
 from mismatchctl.analysis.diagnose.checks import hardware, localized, regimes, spikes
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.runs import WorstRun, worst_run
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.stats.sign_coherence import SignCoherence, in_steps, sign_coherence

@@ -8,17 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mismatchctl.analysis.diagnose.check import (
-    DATA,
-    FAIL,
-    OK,
-    Check,
-    CheckEvidence,
-    CheckModule,
-    renamed,
-    worst,
-)
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.check import DATA, FAIL, OK, Check, CheckEvidence, renamed, worst
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.stats import routing_sums as R
 

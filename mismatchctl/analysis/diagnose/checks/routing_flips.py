@@ -17,14 +17,13 @@ from mismatchctl.analysis.diagnose.check import (
     WARN,
     Check,
     CheckEvidence,
-    CheckModule,
     absent,
     advice_if,
     renamed,
     worst,
 )
 from mismatchctl.analysis.diagnose.checks import route_capture
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.stats import routing_sums as R
 

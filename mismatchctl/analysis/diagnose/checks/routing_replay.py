@@ -14,12 +14,11 @@ from mismatchctl.analysis.diagnose.check import (
     WARN,
     Check,
     CheckEvidence,
-    CheckModule,
     advice_if,
     renamed,
     worst,
 )
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.stats import routing_sums as R
 
 NAME = "routing_replay"

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import (
-    MAX_LISTED,
-    TRAJECTORY,
-    Check,
-    CheckEvidence,
-    CheckModule,
-    grade,
-)
-from mismatchctl.analysis.diagnose.context import Context, RunSteps
+from mismatchctl.analysis.diagnose.check import MAX_LISTED, TRAJECTORY, Check, CheckEvidence, grade
+from mismatchctl.analysis.diagnose.context import CheckModule, Context, RunSteps
 from mismatchctl.analysis.diagnose.levels import HIGH_MAX
 from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_step_run
 from mismatchctl.analysis.diagnose.text import pct

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check, CheckModule
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.runs import PerRun, per_step_run
 from mismatchctl.analysis.diagnose.steps import MIN_STEPS, SPIKES, Steps, split_result
 

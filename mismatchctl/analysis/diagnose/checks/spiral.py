@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check, CheckEvidence, CheckModule, grade
-from mismatchctl.analysis.diagnose.context import Context, RunSteps, RunView
+from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check, CheckEvidence, grade
+from mismatchctl.analysis.diagnose.context import CheckModule, Context, RunSteps, RunView
 from mismatchctl.analysis.diagnose.levels import MEDIUM_MAX
 from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_step_run
 from mismatchctl.analysis.diagnose.steps import MIN_STEPS, rising

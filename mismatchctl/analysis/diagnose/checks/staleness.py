@@ -18,13 +18,12 @@ from mismatchctl.analysis.diagnose.check import (
     WARN,
     Check,
     CheckEvidence,
-    CheckModule,
     advice_if,
     flat,
     renamed,
     worst,
 )
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
 from mismatchctl.analysis.diagnose.extra import LagSums
 from mismatchctl.analysis.diagnose.levels import LEVEL, MEDIUM_MAX

@@ -5,16 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import (
-    DATA,
-    NA,
-    Check,
-    CheckEvidence,
-    CheckModule,
-    advice_if,
-    grade,
-)
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.check import DATA, NA, Check, CheckEvidence, advice_if, grade
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.token_classes import ClassFinding
 from mismatchctl.display import shown
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import DATA, NA, Check, CheckEvidence, CheckModule
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.check import DATA, NA, Check, CheckEvidence
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 NAME = "token_ids"
 LAYER = DATA

@@ -13,12 +13,11 @@ from mismatchctl.analysis.diagnose.check import (
     WARN,
     Check,
     CheckEvidence,
-    CheckModule,
     absent,
     advice_if,
 )
 from mismatchctl.analysis.diagnose.checks import turn_edges
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.contrasts import Ratio, ci_text, later_turns, relative
 from mismatchctl.analysis.diagnose.levels import TOOL_CI_LOW
 from mismatchctl.analysis.diagnose.parts import localized_run

@@ -5,17 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import (
-    NA,
-    SEMANTIC,
-    Check,
-    CheckEvidence,
-    CheckModule,
-    advice_if,
-    grade,
-)
+from mismatchctl.analysis.diagnose.check import NA, SEMANTIC, Check, CheckEvidence, advice_if, grade
 from mismatchctl.analysis.diagnose.checks import alignment, sentinels
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.levels import OFFSET_Z
 from mismatchctl.analysis.diagnose.text import fmt, pct
 from mismatchctl.stats.offset import offset_summary

@@ -9,12 +9,11 @@ from mismatchctl.analysis.diagnose.check import (
     DATA,
     Check,
     CheckEvidence,
-    CheckModule,
     advice_if,
     grade,
     renamed,
 )
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.samples import Sample, samples_of
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.stats import registry as M

@@ -5,15 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import (
-    OK,
-    TRAJECTORY,
-    Check,
-    CheckEvidence,
-    CheckModule,
-    absent,
-)
-from mismatchctl.analysis.diagnose.context import Context, RunSteps, RunView
+from mismatchctl.analysis.diagnose.check import OK, TRAJECTORY, Check, CheckEvidence, absent
+from mismatchctl.analysis.diagnose.context import CheckModule, Context, RunSteps, RunView
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
 from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_step_run
 from mismatchctl.analysis.diagnose.steps import MIN_STEPS, TREND_CI_LOW, TREND_RISE_WARN

@@ -10,17 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from mismatchctl.analysis.diagnose.advice import TEMPLATE_ADVICE
-from mismatchctl.analysis.diagnose.check import (
-    DATA,
-    NA,
-    OK,
-    Check,
-    CheckEvidence,
-    CheckModule,
-    advice_if,
-    fired,
-)
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.check import DATA, NA, OK, Check, CheckEvidence, advice_if, fired
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.contrasts import (
     Ratio,
     RatioRow,

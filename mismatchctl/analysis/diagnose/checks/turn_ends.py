@@ -15,12 +15,11 @@ from mismatchctl.analysis.diagnose.check import (
     SEVERITY,
     Check,
     CheckEvidence,
-    CheckModule,
     absent,
     advice_if,
     fired,
 )
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.contrasts import (
     Ratio,
     RatioRow,
