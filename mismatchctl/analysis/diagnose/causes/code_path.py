@@ -21,7 +21,6 @@ from mismatchctl.analysis.diagnose.causes.parts import (
     steps_share,
     where_text,
 )
-from mismatchctl.analysis.diagnose.causes.semantics import ids_explain
 from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
     hardware,
@@ -101,7 +100,7 @@ def support(ctx: Context) -> Support | None:
         held = path_on_one_gpu(ctx)
         against = (
             () if held is None else (f"its part lies on gpu {held[0]}'s tokens (the hardware)",)
-        ) + _by_ids(ctx)
+        )
         best = Support(
             against=against,
             verdict=worst_of([local, *deferred]), share=f.excess_share,
@@ -115,18 +114,6 @@ def support(ctx: Context) -> Support | None:
     if steps is not None and (best is None or (steps.share or 0) > (best.share or 0)):
         return steps
     return best or Support("ok", 0.0, "no part of the run is hotter than the rest", ())
-
-
-def _by_ids(ctx: Context) -> tuple[str, ...]:
-    """Against a part within the responses: it is where the ids of a logit processor crowd
-    (each id's own shift carries a share of r's variance no code path's tokens reach)."""
-    share = ids_explain(ctx)
-    if share is None:
-        return ()
-    return (
-        f"a shift of its own for each token id carries {100 * share:.0f}% of r's variance: a "
-        "logit processor heats the turns and positions that hold those ids",
-    )
 
 
 def _steps(ctx: Context) -> Support | None:

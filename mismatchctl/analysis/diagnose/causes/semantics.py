@@ -7,7 +7,6 @@ from mismatchctl.analysis.diagnose.advice import PROCESSED_HINT
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.check import CheckModule, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
-    localized,
     offset,
     policy_signs,
     temperature,
@@ -48,15 +47,16 @@ median r (the sign test with each probability bin's tokens counted above its med
 0) their responses lean as much as stale weights' do (``sem-topk-loud`` 3.2,
 ``sem-topp-subtle`` 1.6, ``pol-stale-iter`` 1.6): no residual tells a policy beside them.
 A logit processor too faint for the ``token_shift`` check's per-id threshold shows only as the
-lean of the responses that hold its ids, or as the part of the run they crowd: when a shift of
-its own for each id carries ``ID_MODEL_SHARE`` of ``r``'s variance, those are its echoes
-(``ids_explain``), and the semantics is named with them (``sem-bias-subtle``)."""
+lean of the responses that hold its ids: when a shift of its own for each id carries
+``ID_MODEL_SHARE`` of ``r``'s variance, the lean is its echo (``ids_explain``), and the
+semantics is named with it (``sem-bias-subtle``). A hot part is no such echo: a part at fixed
+positions (a turn's first tokens) holds fixed ids, whose shifts then follow the part's, and the
+per-id sums cannot tell the ids' shift inside the part from outside it."""
 CORRECTION = "no: importance sampling cannot fix two different distributions; make them one"
 READS: tuple[CheckModule, ...] = (offset, temperature, top_p, token_shift)
-ECHOES: tuple[CheckModule, ...] = (policy_signs, localized)
-"""The checks a logit processor on a few ids sets off when it is under ``token_shift``'s
-thresholds: the responses holding the ids lean, the turns or positions holding them are
-hotter."""
+ECHOES: tuple[CheckModule, ...] = (policy_signs,)
+"""The check a logit processor on a few ids sets off when it is under ``token_shift``'s
+thresholds: the responses holding the ids lean."""
 
 VARIANTS = {
     top_p.NAME: "truncation: top-p, top-k or min-p renormalised on one side",
@@ -88,16 +88,16 @@ def support(ctx: Context) -> Support | None:
 def ids_explain(ctx: Context) -> float | None:
     """The share of ``r``'s variance a shift of its own for each token id carries, when it is
     at least the ``token_shift`` check's ``ID_MODEL_SHARE`` (a logit processor on those ids: it
-    explains the lean and the hot part they make); None under it."""
+    explains the lean of the responses that hold them); None under it."""
     e = evidence_of(ctx.result(token_shift), token_shift.Evidence)
     share = None if e is None else e.id_share
     return share if share is not None and share >= token_shift.T.ID_MODEL_SHARE else None
 
 
 def _by_ids(ctx: Context) -> Support | None:
-    """No semantic check fires, yet the responses lean or a part is hotter, and each id's own
-    shift carries ``ID_MODEL_SHARE`` of ``r``'s variance: the echoes of a logit processor on
-    those ids (a logit bias, a penalty on given ids), not another policy or a code path."""
+    """No semantic check fires, yet the responses lean, and each id's own shift carries
+    ``ID_MODEL_SHARE`` of ``r``'s variance: the echo of a logit processor on those ids (a logit
+    bias, a penalty on given ids), not another policy."""
     share = ids_explain(ctx)
     echoes = [c for c in (ctx.result(m) for m in ECHOES) if fired(c) and c is not None]
     if share is None or not echoes:

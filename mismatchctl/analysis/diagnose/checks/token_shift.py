@@ -59,8 +59,8 @@ class Thresholds:
     ID_MODEL_SHARE: float = 0.15
     """A shift of its own for each token id (from ``ID_MIN_TOKENS`` of its tokens) carrying
     15% or more of ``r``'s variance (``stats/token_shift.id_shift_share``) is a logit processor
-    on those ids, whatever the size of each shift: it is what leans the responses and heats the
-    turns that hold them (``causes/semantics.py``), judged only where those alarm. The
+    on those ids, whatever the size of each shift: it is what leans the responses that hold
+    them (``causes/semantics.py``), judged only where the ``policy_signs`` check alarms. The
     calibration corpus' healthy and improved runs give 0.004 at most, its runs on other weights
     (stale, partial, reloaded, a wrong checkpoint) 0.004-0.027, weights rounded to fp8 0.058 and
     an fp8 lm_head 0.099 (each id's row of the head rounded: a per-id shift too, the largest
