@@ -13,6 +13,7 @@ import pytest
 
 from mismatchctl.analysis.diagnose.causes import (
     code_path,
+    hardware,
     peel,
     policy,
     precision,
@@ -68,6 +69,30 @@ def test_a_part_within_the_responses_stands_beside_a_lean_outside_it(
     assert peel.explains(NO_CONTEXT, _weighed(policy), path)
     monkeypatch.setattr(peel, "outside", lambda ctx, w: None)
     assert peel.explains(NO_CONTEXT, path, _weighed(policy))
+
+
+def test_a_path_one_gpu_holds_is_the_hardwares_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hardware named from a part in which one gpu is hotter than the others explains the
+    code path of that part, either way round; a part no gpu holds stands beside it."""
+    path = _weighed(code_path, {"turn": [2], "kv_position": [4]})
+    held = ("L20", {"where": {"turn": "2"}, "ratio": (6.2, (3.0, 9.0))})
+    monkeypatch.setattr(peel, "path_on_one_gpu", lambda ctx: held)
+    assert peel.explains(NO_CONTEXT, _weighed(hardware), path)
+    assert peel.explains(NO_CONTEXT, path, _weighed(hardware))
+    monkeypatch.setattr(peel, "path_on_one_gpu", lambda ctx: None)
+    assert not peel.explains(NO_CONTEXT, _weighed(hardware), path)
+
+
+def test_the_l20_path_over_its_baseline_is_one_cause(calibration_store: Path) -> None:
+    """The split-KV path only the L20 replica takes, over a healthy run on the same gpus: the
+    hardware is named from the part the code path finds, which is no second cause beside it."""
+    cause = calibration._cause(calibration_store, "hw-l20-splitkv-subtle", "h-gpus")["cause"]
+    assert cause["key"] == "hardware" and cause["also"] == []
+    path = next(r for r in cause["runner_ups"] if r["key"] == "code_path")
+    assert (
+        path["verdict"] == "warn"
+        and path["lost"] == "its part lies on gpu L20's tokens (the hardware)"
+    )
 
 
 @pytest.mark.parametrize("baseline", [slow_param(None), slow_param("h-b")])
