@@ -5,6 +5,7 @@ cases one by one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import cast
@@ -22,6 +23,7 @@ from mismatchctl.analysis.diagnose.causes import (
 )
 from mismatchctl.analysis.diagnose.causes.hypothesis import CauseModule, Support, Weighed
 from mismatchctl.analysis.diagnose.causes.outside import Outside
+from mismatchctl.analysis.diagnose.causes.parts import where_text
 from mismatchctl.analysis.diagnose.context import Context
 from tests.analysis.diagnose.stores import calibration
 from tests.helpers import slow_param
@@ -73,12 +75,21 @@ def test_a_part_within_the_responses_stands_beside_a_lean_outside_it(
 
 def test_a_path_one_gpu_holds_is_the_hardwares_finding(monkeypatch: pytest.MonkeyPatch) -> None:
     """The hardware named from a part in which one gpu is hotter than the others explains the
-    code path of that part, either way round; a part no gpu holds stands beside it."""
+    code path of that part, either way round; another part, a part hot on the other gpus too
+    (spikes on every gpu beside a gpu hot everywhere) or a part no gpu holds stands beside
+    it."""
+    where = {"turn": "2", "kv_position": "128-255"}
     path = _weighed(code_path, {"turn": [2], "kv_position": [4]})
-    held = ("L20", {"where": {"turn": "2"}, "ratio": (6.2, (3.0, 9.0))})
+    path = Weighed(path.cause, replace(path.support, where=where_text(where)), path.score)
+    held = ("L20", {"where": where, "ratio": (6.2, (3.0, 9.0))})
     monkeypatch.setattr(peel, "path_on_one_gpu", lambda ctx: held)
+    monkeypatch.setattr(peel, "hot_on_other_gpus", lambda found: False)
     assert peel.explains(NO_CONTEXT, _weighed(hardware), path)
     assert peel.explains(NO_CONTEXT, path, _weighed(hardware))
+    steps = _weighed(code_path, {"step": [3, 4]})  # another part than the one the gpu holds
+    assert not peel.explains(NO_CONTEXT, _weighed(hardware), steps)
+    monkeypatch.setattr(peel, "hot_on_other_gpus", lambda found: True)  # a gpu hot everywhere
+    assert not peel.explains(NO_CONTEXT, _weighed(hardware), path)
     monkeypatch.setattr(peel, "path_on_one_gpu", lambda ctx: None)
     assert not peel.explains(NO_CONTEXT, _weighed(hardware), path)
 
