@@ -153,3 +153,25 @@ def seen_shift(state: TokenShiftState) -> SeenShift | None:
     se = math.sqrt(float((w * w * (v1 / n1[both] + v0 / n0[both])).sum()))
     total = float(n0.sum() + n1.sum())
     return SeenShift(shift, shift / se if se > 0 else 0.0, float(n1.sum()) / total)
+
+
+def id_shift_share(state: TokenShiftState, min_tokens: int) -> float | None:
+    """The share of ``r``'s variance that a shift of its own for each token id carries: over
+    the ids with at least ``min_tokens`` tokens, each id's mean ``r`` about the run's, squared
+    and times its tokens, less its sampling variance (what the mean of that many independent
+    tokens scatters by), over the tokens' sum of squares about the run's mean. Near 0 when the
+    ids share one distribution (numeric noise, another policy's context-dependent shifts); a
+    logit processor on some ids shifts them alike in every context. None: no id has enough
+    tokens, or ``r`` does not vary."""
+    n, total = state.n, float(state.n.sum())
+    ok = n >= min_tokens
+    if not ok.any() or total <= 0:
+        return None
+    mean = float(state.r.sum()) / total
+    spread = float(state.rr.sum()) - total * mean * mean
+    if not spread > 0:
+        return None
+    m = state.r[ok] / n[ok]
+    var = np.maximum(state.rr[ok] / n[ok] - m * m, 0.0) * n[ok] / np.maximum(n[ok] - 1, 1)
+    fitted = float((n[ok] * (m - mean) ** 2 - var).sum())
+    return max(fitted, 0.0) / spread

@@ -8,6 +8,7 @@ import pytest
 
 from mismatchctl.stats.token_shift import (
     TokenShiftState,
+    id_shift_share,
     seen_before,
     seen_shift,
     shifted_ids,
@@ -108,3 +109,22 @@ def test_shifted_ids_name_the_biased_ids() -> None:
     assert all(s.mean == pytest.approx(-0.3, abs=0.02) and s.z < -8 for s in found)
     tokens = sum(s.tokens for s in found) / int((ids >= 0).sum())
     assert sum(s.mass_share for s in found) > 5 * tokens  # they carry the K3, not the others
+
+
+def test_id_shift_share_is_what_a_shift_per_id_carries() -> None:
+    """Ids sharing one distribution carry next to nothing of r's variance; a constant shift on
+    a fifth of the tokens' ids carries f (1 - f) s^2 of it, over the noise's variance."""
+    ids, lr, lt, seq, bins = _tokens(6, 20000)
+    quiet = id_shift_share(token_shift_state(ids, lr, lt, seq, bins, BINS), 30)
+    assert quiet is not None and abs(quiet) < 0.01
+    biased = ids < 8  # ids 0-7: a fifth of the tokens
+    shift = 0.05
+    found = id_shift_share(
+        token_shift_state(ids, np.where(biased, lr + shift, lr), lt, seq, bins, BINS), 30
+    )
+    f = biased[ids >= 0].mean()
+    between = f * (1 - f) * shift**2
+    assert found == pytest.approx(between / (0.05**2 + between), abs=0.02)
+    assert id_shift_share(TokenShiftState(), 30) is None
+    few = token_shift_state(ids[:50], lr[:50], lt[:50], seq[:50], bins[:50], BINS)
+    assert id_shift_share(few, 30) is None  # no id has 30 tokens

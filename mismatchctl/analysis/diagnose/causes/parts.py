@@ -97,8 +97,21 @@ def path_on_one_gpu(ctx: Context) -> tuple[str, dict[str, Any]] | None:
         for code in range(spec.levels(g)):
             found = contrast_within(view.cube, named, K.GPU, [code], K.BIN, LEVEL)
             if hotter(found):
-                return spec.level_label(g, [code]), {"where": f.where, "ratio": found}
+                held = {"where": f.where, "ratio": found, "region": named, "gpu": code}
+                return spec.level_label(g, [code]), {**held, "view": view}
     return None
+
+
+def hot_on_other_gpus(held: dict[str, Any]) -> bool:
+    """Whether the part ``path_on_one_gpu`` found is hotter than the rest on the other gpus too,
+    at the same token probabilities (the localized pattern): a fault of that part on every gpu
+    beside a gpu hot everywhere, which is hotter within any part."""
+    view, named, code = held["view"], held["region"], held["gpu"]
+    spec = view.cube.spec
+    others = [c for c in range(spec.levels(spec.index(K.GPU))) if c != code]
+    dim, codes = next(iter(named.items()))
+    within = {K.GPU: others, **{n: c for n, c in named.items() if n != dim}}
+    return hotter(contrast_within(view.cube, within, dim, codes, K.BIN, LEVEL))
 
 
 def _held_region(spec: Any, region: dict[int, Any], gpu: int) -> dict[str, list[int]] | None:

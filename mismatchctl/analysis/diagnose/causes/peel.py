@@ -21,13 +21,30 @@ check's thresholds (none lowered):
   checkpoint, fp8 weights or lm_head), alone and against ``h-b``, alarm on no part within the
   responses: only on steps (``pol-stale-ckpt``, ``pol-reload-jump``).
 
+A relation the modules do not declare, and that holds only where the data show it:
+
+- **the hardware explains a code path whose part lies on its gpu**: when, within the path's
+  part, one gpu is hotter than the others at the same token probabilities
+  (``parts.path_on_one_gpu``) and on the other gpus the part is no hotter than the rest, the
+  hardware is named from that very part (a kernel path only
+  that gpu generation takes, ``hardware.support``), and the code path is its finding without
+  the gpu: no second cause (``hw-l20-splitkv-subtle`` of the held-out corpus over its baseline,
+  the part 5.4x the rest and gpu L20 6.2x the others within it). A part hot on every gpu
+  (spikes beside a gpu hot everywhere) stands beside the hardware on its own share.
+
 What the data cannot peel keeps the declared relation (the cause modules say why: the semantics
 beside a policy or a precision loss, a routing flip beside a precision loss)."""
 
 from __future__ import annotations
 
+from mismatchctl.analysis.diagnose.causes import hardware
 from mismatchctl.analysis.diagnose.causes.hypothesis import Weighed
 from mismatchctl.analysis.diagnose.causes.outside import lean, outside
+from mismatchctl.analysis.diagnose.causes.parts import (
+    hot_on_other_gpus,
+    path_on_one_gpu,
+    where_text,
+)
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.engines import plan as K
 
@@ -41,14 +58,27 @@ POLICY, CODE_PATH = "policy", "code_path"
 
 def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
     """Whether one of the two causes' faults sets off the other's checks: the declared relation
-    (``EXPLAINS``, either way), less what the peel separates."""
+    (``EXPLAINS``, either way), less what the peel separates; a code path whose part one gpu
+    holds is the hardware's finding."""
+    pair = {first.cause.KEY: first, w.cause.KEY: w}
+    if set(pair) == {hardware.KEY, CODE_PATH}:
+        return _held(ctx, pair[CODE_PATH])
     declared = w.cause.KEY in first.cause.EXPLAINS or first.cause.KEY in w.cause.EXPLAINS
     if not declared:
         return False
-    pair = {first.cause.KEY: first, w.cause.KEY: w}
     if set(pair) == {POLICY, CODE_PATH}:
         return not _both_stand(ctx, pair[POLICY], pair[CODE_PATH])
     return True
+
+
+def _held(ctx: Context, path: Weighed) -> bool:
+    """The code path's part is the one a gpu holds (``parts.path_on_one_gpu``: the localized
+    finding in which one gpu is hotter than the others) and on the other gpus it is no hotter
+    than the rest; a part hot on every gpu (spikes beside a gpu hot everywhere) is not."""
+    held = path_on_one_gpu(ctx)
+    if held is None or path.support.where != where_text(held[1]["where"]):
+        return False
+    return not hot_on_other_gpus(held[1])
 
 
 def _both_stand(ctx: Context, policy: Weighed, path: Weighed) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from mismatchctl.analysis.diagnose.advice import POLICY_SIGNS_ADVICE, STALE_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import steps_share
+from mismatchctl.analysis.diagnose.causes.semantics import ids_explain
 from mismatchctl.analysis.diagnose.check import evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline, policy_signs, staleness
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
@@ -54,6 +55,7 @@ def support(ctx: Context) -> Support | None:
         share, steps = max((steps_share(v) for v in ctx.runs.values()), key=lambda x: x[0] or 0)
         where = f"steps {steps}"
     return Support(
+        against=_by_ids(ctx),
         verdict=worst_of([*hits, base if uniform else None]),
         share=share,
         because=lead.finding,
@@ -64,6 +66,18 @@ def support(ctx: Context) -> Support | None:
         else "weights that changed at a step"
         if jump
         else "responses leaning one way",
+    )
+
+
+def _by_ids(ctx: Context) -> tuple[str, ...]:
+    """Against: the lean is the echo of a logit processor on some token ids (each id's own
+    shift carries a share of r's variance that other weights' shifts do not reach)."""
+    share = ids_explain(ctx)
+    if share is None:
+        return ()
+    return (
+        f"a shift of its own for each token id carries {100 * share:.0f}% of r's variance: a "
+        "logit processor on those ids leans the responses that hold them",
     )
 
 

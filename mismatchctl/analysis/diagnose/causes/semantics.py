@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.advice import PROCESSED_HINT
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
-from mismatchctl.analysis.diagnose.check import fired
-from mismatchctl.analysis.diagnose.checks import offset, temperature, token_shift, top_p
+from mismatchctl.analysis.diagnose.check import evidence_of, fired
+from mismatchctl.analysis.diagnose.checks import (
+    offset,
+    policy_signs,
+    temperature,
+    token_shift,
+    top_p,
+)
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 KEY = "semantics"
@@ -39,9 +45,18 @@ responses that hold the ids it shifts (``policy_signs`` 1.6-4.4 on ``sem-bias-*`
 log-partition belong to the context, which a response's tokens share, so about each bin's
 median r (the sign test with each probability bin's tokens counted above its median instead of
 0) their responses lean as much as stale weights' do (``sem-topk-loud`` 3.2,
-``sem-topp-subtle`` 1.6, ``pol-stale-iter`` 1.6): no residual tells a policy beside them."""
+``sem-topp-subtle`` 1.6, ``pol-stale-iter`` 1.6): no residual tells a policy beside them.
+A logit processor too faint for the ``token_shift`` check's per-id threshold shows only as the
+lean of the responses that hold its ids: when a shift of its own for each id carries
+``ID_MODEL_SHARE`` of ``r``'s variance, the lean is its echo (``ids_explain``), and the
+semantics is named with it (``sem-bias-subtle``). A hot part is no such echo: a part at fixed
+positions (a turn's first tokens) holds fixed ids, whose shifts then follow the part's, and the
+per-id sums cannot tell the ids' shift inside the part from outside it."""
 CORRECTION = "no: importance sampling cannot fix two different distributions; make them one"
 READS: tuple[CheckModule, ...] = (offset, temperature, top_p, token_shift)
+ECHOES: tuple[CheckModule, ...] = (policy_signs,)
+"""The check a logit processor on a few ids sets off when it is under ``token_shift``'s
+thresholds: the responses holding the ids lean."""
 
 VARIANTS = {
     top_p.NAME: "truncation: top-p, top-k or min-p renormalised on one side",
@@ -55,7 +70,9 @@ def support(ctx: Context) -> Support | None:
     found = [ctx.result(c) for c in READS]
     hits = [c for c in found if fired(c)]
     if not hits:
-        return Support("ok", 0.0, "no semantic sign", tuple(c.name for c in found if c))
+        return _by_ids(ctx) or Support(
+            "ok", 0.0, "no semantic sign", tuple(c.name for c in found if c)
+        )
     # the most specific sign names the variant: a truncation's deficit, then the slope
     lead = next(c for name in VARIANTS for c in hits if c.name == name)
     return Support(
@@ -68,9 +85,43 @@ def support(ctx: Context) -> Support | None:
     )
 
 
+def ids_explain(ctx: Context) -> float | None:
+    """The share of ``r``'s variance a shift of its own for each token id carries, when it is
+    at least the ``token_shift`` check's ``ID_MODEL_SHARE`` (a logit processor on those ids: it
+    explains the lean of the responses that hold them); None under it."""
+    e = evidence_of(ctx.result(token_shift), token_shift.Evidence)
+    share = None if e is None else e.id_share
+    return share if share is not None and share >= token_shift.T.ID_MODEL_SHARE else None
+
+
+def _by_ids(ctx: Context) -> Support | None:
+    """No semantic check fires, yet the responses lean, and each id's own shift carries
+    ``ID_MODEL_SHARE`` of ``r``'s variance: the echo of a logit processor on those ids (a logit
+    bias, a penalty on given ids), not another policy."""
+    share = ids_explain(ctx)
+    echoes = [c for c in (ctx.result(m) for m in ECHOES) if fired(c) and c is not None]
+    if share is None or not echoes:
+        return None
+    return Support(
+        verdict=worst_of(echoes),
+        share=None,
+        because=(
+            f"a shift of its own for each token id carries {100 * share:.0f}% of r's variance "
+            f"({token_shift.T.ID_MODEL_SHARE:.0%} or more: a logit processor on those ids); "
+            f"what {' and '.join(c.name for c in echoes)} finds is its echo: "
+            + "; ".join(c.finding for c in echoes)
+        ),
+        checks=(token_shift.NAME, *(c.name for c in echoes)),
+        where="every token",
+        variant=VARIANTS[token_shift.NAME],
+    )
+
+
 def advice(ctx: Context, found: Support) -> str:
     lead = next((ctx.result(c) for c in (top_p, token_shift) if found.variant == VARIANTS[c.NAME]),
                 None)  # fmt: skip
     if lead is not None and lead.next:
         return lead.next
+    if found.variant == VARIANTS[token_shift.NAME]:  # named by its ids' shifts (``_by_ids``)
+        return token_shift.ADVICE
     return PROCESSED_HINT

@@ -10,7 +10,13 @@ from mismatchctl.analysis.diagnose.check import NA, SEMANTIC, Check, CheckEviden
 from mismatchctl.analysis.diagnose.checks import alignment, sentinels
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.text import fmt, pct
-from mismatchctl.stats.token_shift import IdShift, SeenShift, seen_shift, shifted_ids
+from mismatchctl.stats.token_shift import (
+    IdShift,
+    SeenShift,
+    id_shift_share,
+    seen_shift,
+    shifted_ids,
+)
 
 NAME = "token_shift"
 LAYER = SEMANTIC
@@ -42,19 +48,39 @@ class Thresholds:
     few ids, but other weights shift some ids too (the corpus' wrong checkpoint: 3 ids carrying
     23% of the K3), so the ids alone do not tell a processor from a policy."""
 
+    ID_MODEL_SHARE: float = 0.15
+    """A shift of its own for each token id (from ``ID_MIN_TOKENS`` of its tokens) carrying
+    15% or more of ``r``'s variance (``stats/token_shift.id_shift_share``) is a logit processor
+    on those ids, whatever the size of each shift: it is what leans the responses that hold
+    them (``causes/semantics.py``), judged only where the ``policy_signs`` check alarms. The
+    calibration corpus' healthy and improved runs give 0.004 at most, its runs on other weights
+    (stale, partial, reloaded, a wrong checkpoint) 0.004-0.027, weights rounded to fp8 0.058 and
+    an fp8 lm_head 0.099 (each id's row of the head rounded: a per-id shift too, the largest
+    that is no logit processor); a logit bias of +0.05 on four ids 0.21, of +1.5 0.42. A
+    bad-words mask is no per-id shift (0.024 and 0.048): it renormalises every kept token by the
+    banned mass of its context."""
+
 
 T = Thresholds()
+
+ADVICE = (
+    "one side applies a logit processor the other does not (a repetition, frequency or "
+    "presence penalty; a logit bias or a bad-words mask) in the engine's processed "
+    "logprobs: apply it in the trainer's logits too, or sample without it"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Evidence(CheckEvidence):
     """The token ids shifted most (the first 20: ``stats/token_shift.IdShift``), the share of
-    the K3 mass they carry, and the shift of the tokens seen before in their response against
-    the others (None: no such token)."""
+    the K3 mass they carry, the shift of the tokens seen before in their response against
+    the others (None: no such token), and the share of ``r``'s variance a shift of its own for
+    each id carries (``id_shift_share``; None: no id with enough tokens)."""
 
     shifted_ids: list[IdShift]
     shifted_mass_share: float
     seen_shift: SeenShift | None
+    id_share: float | None = None
 
 
 def run(ctx: Context) -> Check:
@@ -66,7 +92,10 @@ def run(ctx: Context) -> Check:
     ids = shifted_ids(st, T.ID_MIN_TOKENS, T.ID_SHIFT, T.ID_Z)
     mass = sum(s.mass_share for s in ids)
     seen = seen_shift(st)
-    evidence = Evidence(shifted_ids=ids[:20], shifted_mass_share=mass, seen_shift=seen)
+    share = id_shift_share(st, T.ID_MIN_TOKENS)
+    evidence = Evidence(
+        shifted_ids=ids[:20], shifted_mass_share=mass, seen_shift=seen, id_share=share
+    )
     by_seen = seen is not None and abs(seen.shift) >= T.SEEN_SHIFT and abs(seen.z) >= T.SEEN_Z
     fail = by_seen and seen is not None and abs(seen.shift) >= T.FAIL_SHIFT
     verdict = grade(fail, by_seen)
@@ -85,12 +114,9 @@ def run(ctx: Context) -> Check:
             else ""
         )
     )
+    if share is not None:
+        parts.append(f"each id's own shift carries {pct(share)} of r's variance")
     finding = "; ".join(parts)
     if by_seen:
         finding += ": a penalty on repeated tokens (or another logit processor) on one side"
-    advice = (
-        "one side applies a logit processor the other does not (a repetition, frequency or "
-        "presence penalty; a logit bias or a bad-words mask) in the engine's processed "
-        "logprobs: apply it in the trainer's logits too, or sample without it"
-    )
-    return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice_if(verdict, advice))
+    return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice_if(verdict, ADVICE))

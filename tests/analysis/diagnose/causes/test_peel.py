@@ -5,6 +5,7 @@ cases one by one."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import cast
@@ -13,6 +14,7 @@ import pytest
 
 from mismatchctl.analysis.diagnose.causes import (
     code_path,
+    hardware,
     peel,
     policy,
     precision,
@@ -21,6 +23,7 @@ from mismatchctl.analysis.diagnose.causes import (
 )
 from mismatchctl.analysis.diagnose.causes.hypothesis import CauseModule, Support, Weighed
 from mismatchctl.analysis.diagnose.causes.outside import Outside
+from mismatchctl.analysis.diagnose.causes.parts import where_text
 from mismatchctl.analysis.diagnose.context import Context
 from tests.analysis.diagnose.stores import calibration
 from tests.helpers import slow_param
@@ -68,6 +71,39 @@ def test_a_part_within_the_responses_stands_beside_a_lean_outside_it(
     assert peel.explains(NO_CONTEXT, _weighed(policy), path)
     monkeypatch.setattr(peel, "outside", lambda ctx, w: None)
     assert peel.explains(NO_CONTEXT, path, _weighed(policy))
+
+
+def test_a_path_one_gpu_holds_is_the_hardwares_finding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hardware named from a part in which one gpu is hotter than the others explains the
+    code path of that part, either way round; another part, a part hot on the other gpus too
+    (spikes on every gpu beside a gpu hot everywhere) or a part no gpu holds stands beside
+    it."""
+    where = {"turn": "2", "kv_position": "128-255"}
+    path = _weighed(code_path, {"turn": [2], "kv_position": [4]})
+    path = Weighed(path.cause, replace(path.support, where=where_text(where)), path.score)
+    held = ("L20", {"where": where, "ratio": (6.2, (3.0, 9.0))})
+    monkeypatch.setattr(peel, "path_on_one_gpu", lambda ctx: held)
+    monkeypatch.setattr(peel, "hot_on_other_gpus", lambda found: False)
+    assert peel.explains(NO_CONTEXT, _weighed(hardware), path)
+    assert peel.explains(NO_CONTEXT, path, _weighed(hardware))
+    steps = _weighed(code_path, {"step": [3, 4]})  # another part than the one the gpu holds
+    assert not peel.explains(NO_CONTEXT, _weighed(hardware), steps)
+    monkeypatch.setattr(peel, "hot_on_other_gpus", lambda found: True)  # a gpu hot everywhere
+    assert not peel.explains(NO_CONTEXT, _weighed(hardware), path)
+    monkeypatch.setattr(peel, "path_on_one_gpu", lambda ctx: None)
+    assert not peel.explains(NO_CONTEXT, _weighed(hardware), path)
+
+
+def test_the_l20_path_over_its_baseline_is_one_cause(calibration_store: Path) -> None:
+    """The split-KV path only the L20 replica takes, over a healthy run on the same gpus: the
+    hardware is named from the part the code path finds, which is no second cause beside it."""
+    cause = calibration._cause(calibration_store, "hw-l20-splitkv-subtle", "h-gpus")["cause"]
+    assert cause["key"] == "hardware" and cause["also"] == []
+    path = next(r for r in cause["runner_ups"] if r["key"] == "code_path")
+    assert (
+        path["verdict"] == "warn"
+        and path["lost"] == "its part lies on gpu L20's tokens (the hardware)"
+    )
 
 
 @pytest.mark.parametrize("baseline", [slow_param(None), slow_param("h-b")])
