@@ -111,6 +111,7 @@ def _with_sources(plan: Plan, path: Path, hot: str | None) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_a_data_source_is_a_dimension_of_explain_and_diagnose(tmp_path: Path) -> None:
     plan = Plan("clean", per_step=24, seed=5)
     store = tmp_path / "store"

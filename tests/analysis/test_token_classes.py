@@ -30,7 +30,7 @@ from mismatchctl.analysis.tokenizer import HFDecoder, byte_text
 from mismatchctl.dump import DumpWriter
 from mismatchctl.stats import parse_bins
 from mismatchctl.stats.bins import assign_bins
-from tests.helpers import cli
+from tests.helpers import cli, slow_param
 from tests.planted import diagnosis
 
 tokenizers = pytest.importorskip("tokenizers")
@@ -193,7 +193,9 @@ def _reference(store: Path, run: str, lut: np.ndarray) -> dict:
     return out
 
 
-@pytest.mark.parametrize("run", list(PLANTS))
+@pytest.mark.parametrize(
+    "run", [r if r in ("healthy", "ws-large", "numeric") else slow_param(r) for r in PLANTS]
+)
 def test_counts_against_numpy(store: Path, lut: np.ndarray, run: str) -> None:
     check = _check(store, run)
     want = _reference(store, run, lut)

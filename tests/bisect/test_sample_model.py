@@ -148,6 +148,7 @@ def test_the_demo_says_why_it_skips_bisect(tmp_path: Path, monkeypatch) -> None:
     assert isinstance(why, str) and why.startswith("torch not installed")
 
 
+@pytest.mark.slow
 def test_a_batch_through_the_engine_path_equals_each_sequence_alone(store: Path) -> None:
     """Left-padded prompts of other lengths, rows decoded past their end: each row's logprobs
     are its own (float32: the batch shape's rounding only)."""

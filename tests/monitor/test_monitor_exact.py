@@ -141,7 +141,7 @@ def test_every_report_number_of_each_step_is_the_ingested_dumps(tmp_path: Path, 
         assert g.metrics[M.LOG_RATIO_P50] is not None
 
 
-@pytest.mark.parametrize("kind", ["torch-cpu", "numpy"])
+@pytest.mark.parametrize("kind", ["torch-cpu", slow_param("numpy")])
 def test_the_store_it_writes_is_the_ingested_dumps(tmp_path: Path, kind: str) -> None:
     """report, explain and diagnose read the Monitor's store as they read the ingested dump."""
     _, _, mon, dump = run_both(tmp_path, kind)

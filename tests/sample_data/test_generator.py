@@ -413,6 +413,7 @@ def committed() -> dict[str, Tokens]:
     }
 
 
+@pytest.mark.slow
 def test_committed_files_are_well_formed() -> None:
     manifest_path = SAMPLE / "manifest.json"
     if not manifest_path.is_file():
@@ -430,6 +431,7 @@ def test_committed_files_are_well_formed() -> None:
     assert models and sum(p.stat().st_size for p in models) <= 15 * 1024 * 1024
 
 
+@pytest.mark.slow
 def test_later_turns_mismatch_more_than_first_turns(committed: dict[str, Tokens]) -> None:
     ref = committed["ref"]
     first, later = ref.r[ref.turn == 0], ref.r[ref.turn >= 1]
@@ -630,6 +632,7 @@ def moe() -> dict[str, list[MoESequence]]:
     }
 
 
+@pytest.mark.slow
 def test_committed_moe_runs_are_well_formed() -> None:
     manifest_path = SAMPLE / "manifest.json"
     if not manifest_path.is_file():

@@ -65,9 +65,10 @@ def test_a_finding_on_every_third_step_is_named_so_and_keeps_every_step() -> Non
     target, base = pair(
         Plan(cause="kv", magnitude=8.0, steps=24, seqs_per_step=64, fault_steps=steps, seed=4)
     )
-    top = explain(target, base).findings[0]
+    found = explain(target, base)
+    top = found.findings[0]
     assert top.where["step"] == ",".join(str(s) for s in steps)
     assert top.named["step"].endswith("every 3rd") and "every 3rd" in top.sentence
     assert top.where["step"] not in top.sentence
-    assert "named" in explain(target, base).to_dict()["findings"][0]
+    assert "named" in found.to_dict()["findings"][0]
     assert np.isfinite(top.rate_ratio)
