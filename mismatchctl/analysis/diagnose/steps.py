@@ -21,7 +21,7 @@ from mismatchctl.analysis.diagnose.check import (
 )
 from mismatchctl.analysis.diagnose.context import RunView
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
-from mismatchctl.analysis.diagnose.runs import RunResult
+from mismatchctl.analysis.diagnose.runs import PerRun, RunResult
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
@@ -123,6 +123,18 @@ class Steps(CheckEvidence):
     steps: list[StepRow]
     split: Split | None = flat(optional=True)
     smooth_rise: bool | None = absent()
+
+
+@dataclass(frozen=True)
+class SplitThresholds:
+    """The thresholds of the checks that judge a split of the steps (``spikes``, ``regimes``):
+    none of their own, the split's (``MIN_STEPS``, ``REGIME_*``, ``SPIKE_MAX_SHARE``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitEvidence(PerRun[Steps]):
+    """Each run's steps and their split (``runs``: ``Steps``): the evidence of ``spikes`` and of
+    ``regimes``, each of which derives its own ``Evidence`` from it."""
 
 
 def split_result(view: RunView, kinds: tuple[str, ...]) -> RunResult[Steps]:

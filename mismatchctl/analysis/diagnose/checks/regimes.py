@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from mismatchctl.analysis.diagnose.advice import GROWTH_STEPS_ADVICE
 from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
-from mismatchctl.analysis.diagnose.runs import PerRun, per_step_run
+from mismatchctl.analysis.diagnose.runs import per_step_run
 from mismatchctl.analysis.diagnose.steps import (
     MIN_STEPS,
     SPLIT_KINDS,
-    Steps,
+    SplitEvidence,
+    SplitThresholds,
     regimes_are_growth,
     split_result,
 )
@@ -24,18 +25,13 @@ ORDER = 220
 READS: tuple[CheckModule, ...] = ()
 
 
-@dataclass(frozen=True)
-class Thresholds:
-    """None of its own: the split's (``steps.py``: ``MIN_STEPS``, ``REGIME_*``,
-    ``SPIKE_MAX_SHARE``)."""
-
-
+Thresholds = SplitThresholds
 T = Thresholds()
 
 
 @dataclass(frozen=True, kw_only=True)
-class Evidence(PerRun[Steps]):
-    """Each run's steps and their split (``runs``: ``steps.Steps``)."""
+class Evidence(SplitEvidence):
+    """Each run's steps and their split into a healthy and an elevated regime."""
 
 
 ADVICE = (

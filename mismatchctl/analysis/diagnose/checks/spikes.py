@@ -7,8 +7,14 @@ from dataclasses import dataclass
 
 from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
-from mismatchctl.analysis.diagnose.runs import PerRun, per_step_run
-from mismatchctl.analysis.diagnose.steps import MIN_STEPS, SPIKES, Steps, split_result
+from mismatchctl.analysis.diagnose.runs import per_step_run
+from mismatchctl.analysis.diagnose.steps import (
+    MIN_STEPS,
+    SPIKES,
+    SplitEvidence,
+    SplitThresholds,
+    split_result,
+)
 
 NAME = "spikes"
 LAYER = TRAJECTORY
@@ -17,18 +23,13 @@ ORDER = 210
 READS: tuple[CheckModule, ...] = ()
 
 
-@dataclass(frozen=True)
-class Thresholds:
-    """None of its own: the split's (``steps.py``: ``MIN_STEPS``, ``REGIME_*``,
-    ``SPIKE_MAX_SHARE``)."""
-
-
+Thresholds = SplitThresholds
 T = Thresholds()
 
 
 @dataclass(frozen=True, kw_only=True)
-class Evidence(PerRun[Steps]):
-    """Each run's steps and their split (``runs``: ``steps.Steps``)."""
+class Evidence(SplitEvidence):
+    """Each run's steps and their split into a few spike steps and the others."""
 
 
 ADVICE = (
