@@ -8,14 +8,12 @@ from dataclasses import dataclass
 from mismatchctl.analysis.diagnose.advice import GROWTH_STEPS_ADVICE
 from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
-from mismatchctl.analysis.diagnose.runs import per_step_run
 from mismatchctl.analysis.diagnose.steps import (
-    MIN_STEPS,
     SPLIT_KINDS,
     SplitEvidence,
     SplitThresholds,
     regimes_are_growth,
-    split_result,
+    split_check,
 )
 
 NAME = "regimes"
@@ -42,9 +40,7 @@ ADVICE = (
 
 
 def run(ctx: Context) -> Check:
-    check = per_step_run(
-        ctx, NAME, TITLE, lambda v, _: split_result(v, SPLIT_KINDS), ADVICE, MIN_STEPS, Evidence
-    )
+    check = split_check(ctx, (NAME, TITLE), SPLIT_KINDS, ADVICE, Evidence)
     if check.next is not None and regimes_are_growth(ctx):
         check.next = GROWTH_STEPS_ADVICE
     return check

@@ -7,14 +7,7 @@ from dataclasses import dataclass
 
 from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
-from mismatchctl.analysis.diagnose.runs import per_step_run
-from mismatchctl.analysis.diagnose.steps import (
-    MIN_STEPS,
-    SPIKES,
-    SplitEvidence,
-    SplitThresholds,
-    split_result,
-)
+from mismatchctl.analysis.diagnose.steps import SPIKES, SplitEvidence, SplitThresholds, split_check
 
 NAME = "spikes"
 LAYER = TRAJECTORY
@@ -40,6 +33,4 @@ ADVICE = (
 
 
 def run(ctx: Context) -> Check:
-    return per_step_run(
-        ctx, NAME, TITLE, lambda v, _: split_result(v, (SPIKES,)), ADVICE, MIN_STEPS, Evidence
-    )
+    return split_check(ctx, (NAME, TITLE), (SPIKES,), ADVICE, Evidence)
