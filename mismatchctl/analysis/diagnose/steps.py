@@ -126,12 +126,6 @@ class Steps(CheckEvidence):
     smooth_rise: bool | None = absent()
 
 
-@dataclass(frozen=True)
-class SplitThresholds:
-    """The thresholds of the checks that judge a split of the steps (``spikes``, ``regimes``):
-    none of their own, the split's (``MIN_STEPS``, ``REGIME_*``, ``SPIKE_MAX_SHARE``)."""
-
-
 @dataclass(frozen=True, kw_only=True)
 class SplitEvidence(PerRun[Steps]):
     """Each run's steps and their split (``runs``: ``Steps``): the evidence of ``spikes`` and of

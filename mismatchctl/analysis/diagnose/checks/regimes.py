@@ -11,7 +11,6 @@ from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.steps import (
     SPLIT_KINDS,
     SplitEvidence,
-    SplitThresholds,
     regimes_are_growth,
     split_check,
 )
@@ -23,7 +22,12 @@ ORDER = 220
 READS: tuple[CheckModule, ...] = ()
 
 
-Thresholds = SplitThresholds
+@dataclass(frozen=True)
+class Thresholds:
+    """None of its own: the split's (``steps.py``: ``MIN_STEPS``, ``REGIME_*``,
+    ``SPIKE_MAX_SHARE``)."""
+
+
 T = Thresholds()
 
 

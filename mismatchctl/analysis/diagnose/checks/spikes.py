@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
-from mismatchctl.analysis.diagnose.steps import SPIKES, SplitEvidence, SplitThresholds, split_check
+from mismatchctl.analysis.diagnose.steps import SPIKES, SplitEvidence, split_check
 
 NAME = "spikes"
 LAYER = TRAJECTORY
@@ -16,7 +16,12 @@ ORDER = 210
 READS: tuple[CheckModule, ...] = ()
 
 
-Thresholds = SplitThresholds
+@dataclass(frozen=True)
+class Thresholds:
+    """None of its own: the split's (``steps.py``: ``MIN_STEPS``, ``REGIME_*``,
+    ``SPIKE_MAX_SHARE``)."""
+
+
 T = Thresholds()
 
 
