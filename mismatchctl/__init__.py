@@ -22,11 +22,11 @@ Python API::
 
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import TYPE_CHECKING, Any
 
+from mismatchctl import lazy
 from mismatchctl.errors import (
     EngineError,
     InputError,
@@ -78,12 +78,7 @@ def __getattr__(name: str) -> Any:
 
         globals()[name] = __version__
         return __version__
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mismatchctl' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    return lazy.load(__name__, globals(), _LAZY, name)
 
 
 def __dir__() -> list[str]:

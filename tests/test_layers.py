@@ -17,7 +17,7 @@ PACKAGE = ROOT / "mismatchctl"
 
 # Higher layers may import lower ones. Names are the first component under mismatchctl.
 LAYERS: list[set[str]] = [
-    {"schema", "errors", "display", "options", "version"},
+    {"schema", "errors", "display", "options", "version", "lazy"},
     {"allocator", "parallel", "columns"},
     {"stats"},
     {"store"},

@@ -10,11 +10,12 @@ every conjunction of up to three dimensions), the search runs on the cube's cell
 from __future__ import annotations
 
 import itertools
+from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -328,8 +329,12 @@ class _Coder:
         return keys.column(S.ROLLOUT), keys.column(S.TRAINER), rows, tok, seqc, seq[starts]
 
 
-class CubeExtra:
-    """The engine's ``PartExtra`` computing a K3 cube of every part (merged by addition)."""
+CubeState = TypeVar("CubeState")
+
+
+class _CubeReading(ABC, Generic[CubeState]):
+    """What the engine's cube extras share: the columns a cube reads (the token entropy when a
+    dimension is binned by it), the coder of a slice's tokens, and the parts' cube states."""
 
     columns: tuple[str, ...] = (S.GPU, S.POSITION)
 
@@ -340,8 +345,17 @@ class CubeExtra:
         self.routing_columns = twin_columns([d.name for d in spec.dims])
         self.states = PartStates(spec)
 
-    def compute(self, table: pa.Table, keys: PartKeys) -> Cube:
+    def compute(self, table: pa.Table, keys: PartKeys) -> CubeState:
         return self.compute_into(None, table, keys)
+
+    @abstractmethod
+    def compute_into(
+        self, state: CubeState | None, table: pa.Table, keys: PartKeys
+    ) -> CubeState: ...
+
+
+class CubeExtra(_CubeReading[Cube | PartCube]):
+    """The engine's ``PartExtra`` computing a K3 cube of every part (merged by addition)."""
 
     def compute_into(
         self, state: Cube | PartCube | None, table: pa.Table, keys: PartKeys
@@ -390,21 +404,9 @@ class CubeCellsExtra(CubeExtra):
         return CubeCells(fold(a.cube, b.cube), a.cells + b.cells)
 
 
-class RunCubeExtra:
+class RunCubeExtra(_CubeReading[dict[str, Cube | PartCube]]):
     """The engine's ``PartExtra`` computing one K3 cube per run (a spec without a run
     dimension): `diagnose` localizes each run on its own."""
-
-    columns: tuple[str, ...] = (S.GPU, S.POSITION)
-
-    def __init__(self, spec: CubeSpec) -> None:
-        self.spec, self.coder, self.keys = spec, _Coder(spec), cube_keys(spec)
-        if K.ENTROPY in (d.name for d in spec.token_dims):
-            self.columns = (*self.columns, S.TOKEN_ENTROPY)
-        self.routing_columns = twin_columns([d.name for d in spec.dims])
-        self.states = PartStates(spec)
-
-    def compute(self, table: pa.Table, keys: PartKeys) -> dict[str, Cube | PartCube]:
-        return self.compute_into(None, table, keys)
 
     def compute_into(
         self, state: dict[str, Cube | PartCube] | None, table: pa.Table, keys: PartKeys

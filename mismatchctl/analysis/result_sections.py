@@ -10,7 +10,7 @@ metrics) to tell them apart. Each view is imported when a result of its type is 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,109 +26,44 @@ class Shown:
     brief: bool = False
 
 
-View = Callable[[Any, Shown], list[sec.Section]]
+@dataclass(frozen=True)
+class View:
+    """A result's view: the function ``function`` of the module ``module``, imported when a
+    result of its type is shown; ``takes``: the one ``Shown`` field it is given by that name
+    (``pool`` or ``brief``), if any."""
+
+    module: str
+    function: str
+    takes: str | None = None
+
+    def sections(self, result: Any, shown: Shown) -> list[sec.Section]:
+        make = getattr(importlib.import_module(self.module), self.function)
+        if self.takes is None:
+            return make(result)
+        return make(result, **{self.takes: getattr(shown, self.takes)})
 
 
-def _report(result: Any, shown: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.report.view import report_sections
-
-    return report_sections(result, pool=shown.pool)
-
-
-def _diagnosed_report(result: Any, shown: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.diagnosed_report import diagnosed_report_sections
-
-    return diagnosed_report_sections(result, pool=shown.pool)
-
-
-def _diagnosis(result: Any, shown: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.diagnose.view import diagnosis_sections
-
-    return diagnosis_sections(result, shown.brief)
-
-
-def _comparison(result: Any, _: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.compare.view import comparison_sections
-
-    return comparison_sections(result)
-
-
-def _identical(result: Any, _: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.compare.view import identical_sections
-
-    return identical_sections(result)
-
-
-def _whatif(result: Any, _: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.whatif.view import whatif_sections
-
-    return whatif_sections(result)
-
-
-def _preset_whatif(result: Any, _: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.whatif.preset_view import preset_sections
-
-    return preset_sections(result)
-
-
-def _preset_list(result: Any, _: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.whatif.preset_view import preset_list_sections
-
-    return preset_list_sections(result)
-
-
-def _gate(result: Any, _: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.check.view import gate_sections
-
-    return gate_sections(result)
-
-
-def _certification(result: Any, _: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.certify.view import certify_sections
-
-    return certify_sections(result)
-
-
-def _tokens(result: Any, _: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.tokens.view import tokens_sections
-
-    return tokens_sections(result)
-
-
-def _show(result: Any, _: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.show.view import show_sections
-
-    return show_sections(result)
-
-
-def _explain(result: Any, _: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.explain_view import explain_sections
-
-    return explain_sections(result)
-
-
-def _bisect(result: Any, _: Shown) -> list[sec.Section]:
-    from mismatchctl.analysis.bisect.view import bisect_sections
-
-    return bisect_sections(result)
-
-
+_A = "mismatchctl.analysis."
 # Every result the command line shows: (its module, its class) -> its view.
 VIEWS: dict[tuple[str, str], View] = {
-    ("mismatchctl.analysis.report.report", "Report"): _report,
-    ("mismatchctl.analysis.diagnosed_report", "DiagnosedReport"): _diagnosed_report,
-    ("mismatchctl.analysis.diagnose.diagnosis", "Diagnosis"): _diagnosis,
-    ("mismatchctl.analysis.compare.compare", "Comparison"): _comparison,
-    ("mismatchctl.analysis.compare.same", "Identical"): _identical,
-    ("mismatchctl.analysis.whatif.whatif", "Whatif"): _whatif,
-    ("mismatchctl.analysis.whatif.preset", "PresetWhatif"): _preset_whatif,
-    ("mismatchctl.analysis.whatif.preset", "PresetList"): _preset_list,
-    ("mismatchctl.analysis.check.check", "Gate"): _gate,
-    ("mismatchctl.analysis.certify.certify", "Certification"): _certification,
-    ("mismatchctl.analysis.tokens.tokens", "Tokens"): _tokens,
-    ("mismatchctl.analysis.show.show", "Show"): _show,
-    ("mismatchctl.analysis.explain", "Explain"): _explain,
-    ("mismatchctl.analysis.bisect.judge", "Bisect"): _bisect,
+    (f"{_A}report.report", "Report"): View(f"{_A}report.view", "report_sections", "pool"),
+    (f"{_A}diagnosed_report", "DiagnosedReport"): View(
+        f"{_A}diagnosed_report", "diagnosed_report_sections", "pool"
+    ),
+    (f"{_A}diagnose.diagnosis", "Diagnosis"): View(
+        f"{_A}diagnose.view", "diagnosis_sections", "brief"
+    ),
+    (f"{_A}compare.compare", "Comparison"): View(f"{_A}compare.view", "comparison_sections"),
+    (f"{_A}compare.same", "Identical"): View(f"{_A}compare.view", "identical_sections"),
+    (f"{_A}whatif.whatif", "Whatif"): View(f"{_A}whatif.view", "whatif_sections"),
+    (f"{_A}whatif.preset", "PresetWhatif"): View(f"{_A}whatif.preset_view", "preset_sections"),
+    (f"{_A}whatif.preset", "PresetList"): View(f"{_A}whatif.preset_view", "preset_list_sections"),
+    (f"{_A}check.check", "Gate"): View(f"{_A}check.view", "gate_sections"),
+    (f"{_A}certify.certify", "Certification"): View(f"{_A}certify.view", "certify_sections"),
+    (f"{_A}tokens.tokens", "Tokens"): View(f"{_A}tokens.view", "tokens_sections"),
+    (f"{_A}show.show", "Show"): View(f"{_A}show.view", "show_sections"),
+    (f"{_A}explain", "Explain"): View(f"{_A}explain_view", "explain_sections"),
+    (f"{_A}bisect.judge", "Bisect"): View(f"{_A}bisect.view", "bisect_sections"),
 }
 
 
@@ -139,6 +74,6 @@ def sections(result: object, *, pool: bool = False, brief: bool = False) -> list
     for cls in type(result).__mro__:
         view = VIEWS.get((cls.__module__, cls.__qualname__))
         if view is not None:
-            return view(result, Shown(pool=pool, brief=brief))
+            return view.sections(result, Shown(pool=pool, brief=brief))
     known = ", ".join(sorted(name for _, name in VIEWS))
     raise TypeError(f"no view shows a {type(result).__name__}: the results with one are {known}")

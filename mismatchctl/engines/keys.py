@@ -31,6 +31,7 @@ from mismatchctl.stats import (
     TURN_INDEX_LABELS,
     TURN_KIND_LABELS,
     assign_bins,
+    per_token,
     turn_index,
     turn_kind,
 )
@@ -162,8 +163,8 @@ class PartKeys:
         compute them), once per slice for every extra that sums them."""
         if self._log_ratio is None:
             r = self.column(S.TRAINER) - self.column(S.ROLLOUT)
-            with np.errstate(over="ignore", invalid="ignore"):
-                self._log_ratio = (r, np.expm1(r) - r)
+            with np.errstate(invalid="ignore"):
+                self._log_ratio = (r, per_token.k3(r))
         return self._log_ratio
 
     def cube_k3(self) -> np.ndarray:

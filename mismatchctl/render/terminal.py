@@ -8,7 +8,8 @@ for the HTML page only.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from rich.console import Group as RGroup
 from rich.console import RenderableType
@@ -42,20 +43,9 @@ def render(sections: Iterable[sec.Section]) -> RenderableType:
 def section(s: sec.Section) -> RenderableType | None:
     if isinstance(s, sec.Figure):
         return None
-    if isinstance(s, sec.Block):
-        return block(s)
-    if isinstance(s, sec.Table):
-        return table(s)
-    if isinstance(s, sec.Facts):
-        return facts(s)
-    if isinstance(s, sec.Lines):
-        return lines(s)
-    if isinstance(s, sec.StepSeries):
-        return step_series(s)
-    if isinstance(s, sec.Checks):
-        return checks(s)
-    if isinstance(s, sec.Heat):
-        return heat(s)
+    for kind, write in WRITERS:
+        if isinstance(s, kind):
+            return write(s)
     raise TypeError(f"no terminal writer for {type(s).__name__}")
 
 
@@ -217,3 +207,15 @@ def checks(c: sec.Checks) -> RenderableType:
         )
         rt.add_row(verdict, Text(visible(x.title)), text)
     return rt
+
+
+# each kind of section and its writer, in the order ``section`` tries them
+WRITERS: tuple[tuple[type, Callable[[Any], RenderableType | None]], ...] = (
+    (sec.Block, block),
+    (sec.Table, table),
+    (sec.Facts, facts),
+    (sec.Lines, lines),
+    (sec.StepSeries, step_series),
+    (sec.Checks, checks),
+    (sec.Heat, heat),
+)

@@ -7,8 +7,9 @@ here load their module on first use, so ``registry`` and ``tails`` stay light to
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from mismatchctl import lazy
 
 if TYPE_CHECKING:
     from mismatchctl.stats.bands import BAND_NAMES, BANDS, band, step_summary
@@ -44,16 +45,11 @@ _LAZY = {
     "splits": ("TURN_INDEX_LABELS", "TURN_KIND_LABELS", "turn_index", "turn_kind"),
     "state": ("EXP_MAX", "LOW_PROB_THRESHOLD"),
 }  # fmt: skip
-_HOME = {name: module for module, names in _LAZY.items() for name in names}
+_HOME = {name: f"{__name__}.{module}" for module, names in _LAZY.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mismatchctl.stats' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"mismatchctl.stats.{module}"), name)
-    globals()[name] = value
-    return value
+    return lazy.load(__name__, globals(), _HOME, name)
 
 
 def __dir__() -> list[str]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mismatchctl.options import DEFAULT_RESAMPLES, DEFAULT_SEED
+from mismatchctl.stats import per_token
 from mismatchctl.stats import registry as M
 
 FIELDS = ("tokens", "k3", "abs_r", "lr", "lt")
@@ -46,12 +47,10 @@ class SeqStats:
             return cls.empty()
         starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
         r = lt - lr
-        with np.errstate(over="ignore"):
-            k3 = np.expm1(r) - r
         add = np.add.reduceat
         return cls(
             np.diff(np.r_[starts, len(seq)]).astype(np.float64),
-            add(k3, starts),
+            add(per_token.k3(r), starts),
             add(np.abs(r), starts),
             add(lr, starts),
             add(lt, starts),

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mismatchctl.stats import histogram
+from mismatchctl.stats import histogram, per_token
 from mismatchctl.stats.partial import Partial
 from mismatchctl.stats.reduce import MIN_MEAN_RUN, GroupReducer, run_starts
 from mismatchctl.stats.state import EXP_MAX, LOW_PROB_THRESHOLD, RATIO_CLAMP, Col, empty_state
@@ -168,7 +168,7 @@ def _tail_columns(
     """Per token: K3 of the clamped r, whether ``|r| > ln(tau)``, whether the ratio is outside
     the IS bounds (``stats.tails``)."""
     clamped = np.clip(r, -tails.clamp, tails.clamp)
-    k3_clamped = np.where(abs_r > tails.clamp, np.expm1(clamped) - clamped, k3)
+    k3_clamped = np.where(abs_r > tails.clamp, per_token.k3(clamped), k3)
     lo, hi = tails.log_bounds
     return {
         Col.K3_CLAMP_SUM: k3_clamped,

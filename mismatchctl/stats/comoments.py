@@ -18,6 +18,8 @@ from enum import IntEnum
 
 import numpy as np
 
+from mismatchctl.stats import per_token
+
 LAG_NAMES = ("lag0", "lag_plus1", "lag_minus1")
 
 
@@ -102,7 +104,7 @@ def lag_k3(pairs: Pairs, k3: np.ndarray | None = None) -> np.ndarray:
                 out[i] = (len(k3), float(np.sum(k3)))
                 continue
             r = y - x
-            out[i] = (len(r), float(np.sum(np.expm1(r) - r)))
+            out[i] = (len(r), float(np.sum(per_token.k3(r))))
     return out
 
 

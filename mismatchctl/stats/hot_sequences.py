@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mismatchctl.stats import per_token
+
 LR_FLOOR = 1e-6
 """|lr| below this is taken as this (p within 1e-6 of 1): x stays finite."""
 
@@ -123,7 +125,7 @@ def hot_sequence_state(
     r = lt - lr
     moved = r != 0
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        k3 = np.expm1(r) - r if k3 is None else k3
+        k3 = per_token.k3(r) if k3 is None else k3
         x = np.log(np.abs(r) / np.maximum(-lr, LR_FLOOR))
     x[~moved] = 0.0
     width = 2 * n_bins

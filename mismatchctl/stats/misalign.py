@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mismatchctl.stats import per_token
 from mismatchctl.stats.sentinels import MAX_EXAMPLES, merge_counts
 from mismatchctl.stats.state import RATIO_CLAMP
 
@@ -91,6 +92,5 @@ def misalign_state(
 def _k3(r: np.ndarray) -> np.ndarray:
     """K3 of ``r`` clamped to +-``RATIO_CLAMP`` (a sentinel value among the tokens weighs alike
     at every lag: the sentinels check's business, not a shift)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        c = np.clip(r, -RATIO_CLAMP, RATIO_CLAMP)
-        return np.expm1(c) - c
+    with np.errstate(invalid="ignore"):
+        return per_token.k3(np.clip(r, -RATIO_CLAMP, RATIO_CLAMP))

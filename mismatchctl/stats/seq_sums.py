@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mismatchctl.stats import per_token
+
 UNKNOWN = -1  # a batch size the dump does not give
 
 
@@ -63,7 +65,7 @@ def seq_sums(
     owner = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(seq)]))
     r = lt - lr
     with np.errstate(over="ignore", invalid="ignore"):
-        k3 = np.expm1(r) - r
+        k3 = per_token.k3(r)
     cell = owner * n_bins + bins
     size = len(starts) * n_bins
     counts = np.bincount(cell, minlength=size).reshape(len(starts), n_bins)

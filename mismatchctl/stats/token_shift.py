@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mismatchctl.stats import per_token
+
 
 @dataclass
 class TokenShiftState:
@@ -83,7 +85,7 @@ def token_shift_state(
     size = int(k.max()) + 1 if len(k) else 0
     with np.errstate(over="ignore", invalid="ignore"):
         if k3 is None:
-            k3 = np.expm1(r) - r
+            k3 = per_token.k3(r)
         elif not every:
             k3 = k3[known]
     seen = np.zeros((2, n_bins, 3))

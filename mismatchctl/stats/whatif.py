@@ -38,6 +38,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from mismatchctl.stats import per_token
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.reduce import GroupReducer, run_starts
 
@@ -214,8 +215,7 @@ def _layout(
         r, k3 = given
     else:
         r = lt - lr
-        with np.errstate(over="ignore"):  # K3 overflow is inf, as in vllm_kl
-            k3 = np.expm1(r) - r
+        k3 = per_token.k3(r)  # K3 overflow is inf, as in vllm_kl
     n = len(r)
     seq_starts = run_starts(seq)
     boundary = np.zeros(n, dtype=bool)

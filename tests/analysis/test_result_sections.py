@@ -26,6 +26,16 @@ def test_every_view_is_keyed_by_a_result_type(key: tuple[str, str]) -> None:
     assert not hasattr(cls, "sections")  # a result does not know its view
 
 
+@pytest.mark.parametrize("key", sorted(result_sections.VIEWS), ids=lambda k: k[1])
+def test_every_view_names_a_function_of_its_module(key: tuple[str, str]) -> None:
+    """A view is named by module and function (imported when shown): a view renamed or moved
+    fails here, and so does a ``takes`` that is no field of ``Shown``."""
+    view = result_sections.VIEWS[key]
+    assert callable(getattr(importlib.import_module(view.module), view.function))
+    fields = {f.name for f in dataclasses.fields(result_sections.Shown)}
+    assert view.takes is None or view.takes in fields
+
+
 def test_a_result_is_shown_by_its_view() -> None:
     listed = list_presets()
     shown = api.sections(listed)

@@ -15,8 +15,9 @@ What several checks share: ``check.py`` (verdicts, layers, the ``Check`` result)
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from mismatchctl import lazy
 
 if TYPE_CHECKING:
     from mismatchctl.analysis.diagnose.build import build_diagnosis
@@ -25,16 +26,11 @@ if TYPE_CHECKING:
 # Loaded on first use (PEP 562): the modules that only need a threshold of diagnose (``levels``,
 # ``corrections``: the gate, whatif's remedy sanity) do not load every check and the whatif
 # they read.
-_HOME = {"Diagnosis": "diagnosis", "build_diagnosis": "build"}
+_HOME = {"Diagnosis": f"{__name__}.diagnosis", "build_diagnosis": f"{__name__}.build"}
 
 
 def __getattr__(name: str) -> Any:
-    module = _HOME.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return lazy.load(__name__, globals(), _HOME, name)
 
 
 __all__ = ["Diagnosis", "build_diagnosis"]

@@ -19,7 +19,12 @@ from mismatchctl.analysis.diagnose.checks import (
 )
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.parts import firsts_on_gpus
-from mismatchctl.analysis.diagnose.steps import REGIME_FACTOR, regimes_are_growth, steps_are_growth
+from mismatchctl.analysis.diagnose.steps import (
+    REGIME_FACTOR,
+    SplitEvidence,
+    regimes_are_growth,
+    steps_are_growth,
+)
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
 
@@ -117,7 +122,7 @@ def steps_follow_gpu(ctx: Context, steps: list[Check]) -> bool:
         return False
     hot = max(factors, key=lambda g: factors[g] or 0.0)
     for check in steps:
-        found = evidence_of(check, regimes.Evidence) or evidence_of(check, spikes.Evidence)
+        found = evidence_of(check, SplitEvidence)  # the regimes' or the spikes' evidence
         run = next(iter((found.runs or {}).values()), None) if found is not None else None
         elevated = {str(s) for s in run.split.elevated_steps} if run and run.split else set()
         if not elevated or len(elevated) >= MAX_LISTED:  # none, or the list is cut short

@@ -14,6 +14,7 @@ import numpy as np
 from mismatchctl.analysis.diagnose.check import (
     MAX_LISTED,
     OK,
+    Check,
     CheckEvidence,
     absent,
     flat,
@@ -21,7 +22,7 @@ from mismatchctl.analysis.diagnose.check import (
 )
 from mismatchctl.analysis.diagnose.context import RunView
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
-from mismatchctl.analysis.diagnose.runs import RunResult
+from mismatchctl.analysis.diagnose.runs import PerRun, RunResult, per_step_run
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
@@ -123,6 +124,28 @@ class Steps(CheckEvidence):
     steps: list[StepRow]
     split: Split | None = flat(optional=True)
     smooth_rise: bool | None = absent()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitEvidence(PerRun[Steps]):
+    """Each run's steps and their split (``runs``: ``Steps``): the evidence of ``spikes`` and of
+    ``regimes``, each of which derives its own ``Evidence`` from it."""
+
+
+def split_check(
+    ctx: Context,
+    names: tuple[str, str],
+    kinds: tuple[str, ...],
+    advice: str,
+    kind: type[SplitEvidence],
+) -> Check:
+    """The check (``names``: its name and title) of the split of each run of ``MIN_STEPS``
+    steps or more, reporting the splits of ``kinds``; ``kind``: its ``Evidence``."""
+
+    def judge(view: RunView, _: object) -> RunResult[Steps]:
+        return split_result(view, kinds)
+
+    return per_step_run(ctx, *names, judge, advice, MIN_STEPS, kind)
 
 
 def split_result(view: RunView, kinds: tuple[str, ...]) -> RunResult[Steps]:

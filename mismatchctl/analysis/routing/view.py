@@ -28,16 +28,15 @@ SUMMARY = (
 )
 
 
-# the columns of a split's routing table (the split's keys first)
-SPLIT_SUMMARY = (
-    (R.ROUTING_TOKEN_AGREEMENT, "token agreement", K.SHARE),
-    (R.VLLM_KL_FLIPPED, "vllm_kl flipped", K.VALUE),
-    (R.VLLM_KL_SAME, "vllm_kl same", K.VALUE),
-    (R.ROUTING_K3_SHARE_FLIPPED, "K3 share flipped", K.SHARE),
-    (R.VLLM_KL_AFTER_FLIP, "vllm_kl after a flip", K.VALUE),
-    (R.VLLM_KL_BEFORE_FLIP, "vllm_kl before any flip", K.VALUE),
-    (R.ROUTING_UNPAIRED_TOKENS, "unpaired", K.COUNT),
+# the summary's columns a split's routing table leaves out
+SUMMARY_ONLY = (
+    R.ROUTING_LAYER_AGREEMENT,
+    R.ROUTING_OVERLAP_MEAN,
+    R.ROUTING_MISSING_TOKENS,
+    R.R3_VIOLATION_FRACTION,
 )
+# the columns of a split's routing table (the split's keys first)
+SPLIT_SUMMARY = tuple(column for column in SUMMARY if column[0] not in SUMMARY_ONLY)
 HOW_FIRST_FLIP = (
     "For each run, the compared positions whose routes differ on some layer, by the lowest "
     "layer on which they differ (x: the MoE layer, y: the share of those positions). Flips "

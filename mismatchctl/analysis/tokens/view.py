@@ -84,6 +84,9 @@ TOKEN_PLACE = (
 )
 """The columns that say where a listed token is (its rank, run, step, sample, turn and
 positions): the tables of ``tokens`` and ``certify`` lead with them."""
+SEQUENCE_PLACE = TOKEN_PLACE[:4]
+"""Where a listed sequence is (its rank, run, step and sample): the sequences' table leads with
+them."""
 
 
 def token_table(t: Tokens) -> sec.Table:
@@ -115,10 +118,7 @@ def sequence_table(t: Tokens) -> sec.Table:
     for n, r in enumerate(t.rows, 1):
         rows.append({**r, "rank": n, "k3_share": _share(r["k3_sum"], t.cell_k3_sum)})
     columns = [
-        sec.Column("rank", "#", sec.Kind.ID),
-        sec.Column("run", "run", sec.Kind.LABEL),
-        sec.Column("step", "step", sec.Kind.ID),
-        sec.Column("sample_id", "sample", sec.Kind.LABEL),
+        *SEQUENCE_PLACE,
         sec.Column("seq", "seq", sec.Kind.ID),
         sec.Column("tokens", "tokens", sec.Kind.COUNT),
         sec.Column("turns", "turns", sec.Kind.COUNT),

@@ -407,6 +407,43 @@ def _in_region(codes: np.ndarray, allowed: np.ndarray, offsets: np.ndarray) -> b
     return True
 
 
+@kernel(nogil=True, error_model="numpy", inline="always")
+def _touch(seen: np.ndarray, touched: np.ndarray, m: int, r: int, s: int) -> int:
+    """Cell ``(r, s)`` (region, stratum) of a sequence's buffer marked touched, the ``m``-th,
+    unless it is already; the count of touched cells after it."""
+    if seen[r, s]:
+        return m
+    seen[r, s] = True
+    touched[m, 0] = r
+    touched[m, 1] = s
+    return m + 1
+
+
+@kernel(nogil=True, error_model="numpy", inline="always")
+def _add_replicates(
+    acc: np.ndarray,
+    buf: np.ndarray,
+    seen: np.ndarray,
+    touched: np.ndarray,
+    m: int,
+    key: np.uint64,
+    cdf: np.ndarray,
+) -> None:
+    """One sequence's buffered sums (its ``m`` touched cells) added to every replicate weighted
+    by the sequence's Poisson weight (of its ``key``), then its cells cleared for the next."""
+    for b in range(acc.shape[0] if m else 0):
+        w = poisson_weight(key, b, cdf)
+        for t in range(m if w else 0):
+            r, s2 = touched[t, 0], touched[t, 1]
+            acc[b, r, s2, 0] += w * buf[r, s2, 0]
+            acc[b, r, s2, 1] += w * buf[r, s2, 1]
+    for t in range(m):
+        r, s2 = touched[t, 0], touched[t, 1]
+        buf[r, s2, 0] = 0.0
+        buf[r, s2, 1] = 0.0
+        seen[r, s2] = False
+
+
 @kernel(nogil=True, error_model="numpy")
 def region_accumulate(
     acc: np.ndarray,
@@ -426,7 +463,7 @@ def region_accumulate(
     K3). ``allowed[roff[r, d] + code]`` says whether code of dimension ``d`` (token dimensions
     first, then sequence dimensions) lies in region ``r``; ``roff[r, d] < 0``: unconstrained.
     ``stratum``: the stratum dimension in that order (-1: one stratum)."""
-    n_rep, n_reg, n_str = acc.shape[0], acc.shape[1], acc.shape[2]
+    n_reg, n_str = acc.shape[1], acc.shape[2]
     n_dt = tok.shape[1]
     buf = np.zeros((n_reg, n_str, 2), np.float64)
     seen = np.zeros((n_reg, n_str), np.bool_)
@@ -446,24 +483,10 @@ def region_accumulate(
             for r in range(n_reg):
                 if not seq_ok[r] or not _in_region(tok[i], allowed, roff[r, :n_dt]):
                     continue
-                if not seen[r, s]:
-                    seen[r, s] = True
-                    touched[m, 0] = r
-                    touched[m, 1] = s
-                    m += 1
+                m = _touch(seen, touched, m, r, s)
                 buf[r, s, 0] += 1.0
                 buf[r, s, 1] += k3
-        for b in range(n_rep if m else 0):
-            w = poisson_weight(keys[row], b, cdf)
-            for t in range(m if w else 0):
-                r, s2 = touched[t, 0], touched[t, 1]
-                acc[b, r, s2, 0] += w * buf[r, s2, 0]
-                acc[b, r, s2, 1] += w * buf[r, s2, 1]
-        for t in range(m):
-            r, s2 = touched[t, 0], touched[t, 1]
-            buf[r, s2, 0] = 0.0
-            buf[r, s2, 1] = 0.0
-            seen[r, s2] = False
+        _add_replicates(acc, buf, seen, touched, m, keys[row], cdf)
 
 
 @kernel(nogil=True, error_model="numpy")
@@ -487,7 +510,7 @@ def region_accumulate_cells(
     tcard[k]``; sequence ``si``'s cells are ``ptr[si]:ptr[si + 1]``, its key ``keys[si]`` and
     its codes ``seqc[si]``. The weights, regions and order of the sums per replicate are
     those of :func:`region_accumulate`; a sequence's K3 in a region is the sum of its cells'."""
-    n_rep, n_reg, n_str = acc.shape[0], acc.shape[1], acc.shape[2]
+    n_reg, n_str = acc.shape[1], acc.shape[2]
     n_dt = tmul.shape[0]
     buf = np.zeros((n_reg, n_str, 2), np.float64)
     seen = np.zeros((n_reg, n_str), np.bool_)
@@ -508,24 +531,10 @@ def region_accumulate_cells(
             for r in range(n_reg):
                 if not seq_ok[r] or not _in_region(codes, allowed, roff[r, :n_dt]):
                     continue
-                if not seen[r, s]:
-                    seen[r, s] = True
-                    touched[m, 0] = r
-                    touched[m, 1] = s
-                    m += 1
+                m = _touch(seen, touched, m, r, s)
                 buf[r, s, 0] += ntok[i]
                 buf[r, s, 1] += k3[i]
-        for b in range(n_rep if m else 0):
-            w = poisson_weight(keys[si], b, cdf)
-            for t in range(m if w else 0):
-                r, s2 = touched[t, 0], touched[t, 1]
-                acc[b, r, s2, 0] += w * buf[r, s2, 0]
-                acc[b, r, s2, 1] += w * buf[r, s2, 1]
-        for t in range(m):
-            r, s2 = touched[t, 0], touched[t, 1]
-            buf[r, s2, 0] = 0.0
-            buf[r, s2, 1] = 0.0
-            seen[r, s2] = False
+        _add_replicates(acc, buf, seen, touched, m, keys[si], cdf)
 
 
 # --- the cube's token codes -----------------------------------------------------------------

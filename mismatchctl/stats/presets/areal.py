@@ -26,29 +26,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mismatchctl.stats.presets.base import (
-    COUNTS,
-    WEIGHTS,
-    CellPreset,
-    Chunk,
-    Config,
-    MetricsPreset,
-    per_cell_extreme,
-    per_cell_sum,
-    put_common,
-    sequence_starts,
-)
+from mismatchctl.stats.presets.base import CellPreset, Cells, Config, MetricsPreset, state_fields
 
 LEVELS = ("token", "sequence")
 ACTIONS = ("mask", "clamp")
 METRICS = ("ratio", "kl_k1", "kl_k2", "kl_k3")
 AGGS = ("sum", "mean", "max")
-FIELDS = [
-    *COUNTS,
-    "filtered", "kept", "w_sum", "w_min", "w_max",
-    "kl_sum", "kl_min", "kl_max",
-    *WEIGHTS,
-]  # fmt: skip
+FIELDS = state_fields("filtered", "kept", "w_sum", "w_min", "w_max", "kl_sum", "kl_min", "kl_max")
 
 
 class ArealRejection(CellPreset, MetricsPreset):
@@ -90,33 +74,24 @@ class ArealRejection(CellPreset, MetricsPreset):
         if config["action"] == "clamp" and metric != "ratio":
             raise ValueError(f"action='clamp' only supports metric='ratio', got '{metric}'")
 
-    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
-        lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
-        starts = sequence_starts(seq)
+    def fill(self, cells: Cells, config: Config) -> tuple[np.ndarray, np.ndarray]:
+        chunk = cells.chunk
         with np.errstate(over="ignore", invalid="ignore"):
-            raw = lt - lr
+            raw = chunk.lt - chunk.lr
             r = np.where(np.isfinite(raw), raw, 0.0)
-            weight, keep, filtered = rejection(r, _metric(raw, config["metric"]), starts, config)
+            metric = _metric(raw, config["metric"])
+            weight, keep, filtered = rejection(r, metric, chunk.starts, config)
             applied = np.where(keep, weight, 0.0)
         behave = keep & (applied > 0)
-
-        def put(name: str, values: np.ndarray) -> None:
-            out[:, col[name]] = per_cell_sum(np.asarray(values, np.float64), code, n_cells)
-
-        def extremes(prefix: str, values: np.ndarray, where: np.ndarray) -> None:
-            low = np.where(where, values, np.inf)
-            out[:, col[f"{prefix}_min"]] = per_cell_extreme(low, code, n_cells, np.minimum)
-            high = np.where(where, values, -np.inf)
-            out[:, col[f"{prefix}_max"]] = per_cell_extreme(high, code, n_cells, np.maximum)
-
         with np.errstate(over="ignore", invalid="ignore"):
-            put("filtered", filtered)
-            put("kept", behave)
-            put("w_sum", np.where(behave, applied, 0.0))
-            put("kl_sum", np.where(behave, r, 0.0))
-        extremes("w", applied, behave)
-        extremes("kl", r, behave)
-        put_common(out, col, chunk, starts, ~keep, applied)
+            cells.tokens("filtered", filtered)
+            cells.tokens("kept", behave)
+            cells.tokens("w_sum", np.where(behave, applied, 0.0))
+            cells.tokens("kl_sum", np.where(behave, r, 0.0))
+        for prefix, values in (("w", applied), ("kl", r)):  # of the tokens kept (behave) only
+            cells.extreme(f"{prefix}_min", np.where(behave, values, np.inf), np.minimum)
+            cells.extreme(f"{prefix}_max", np.where(behave, values, -np.inf), np.maximum)
+        return ~keep, applied
 
     def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
         n, k = v["tokens"], v["kept"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -25,6 +26,11 @@ Config = dict[str, Any]
 # the columns every preset's state begins and ends with (``put_common``, ``common_metrics``)
 COUNTS = ["tokens", "seqs", "masked", "seq_masked"]
 WEIGHTS = ["app_sum", "app_sq", "app_min", "app_max"]
+
+
+def state_fields(*own: str) -> list[str]:
+    """A preset's state columns: the common counts, its framework's own, the common weights."""
+    return [*COUNTS, *own, *WEIGHTS]
 
 
 class Preset(Protocol):
@@ -78,13 +84,75 @@ class Layout:
 @dataclass(frozen=True)
 class Chunk:
     """One chunk of model tokens for a preset: both sides' logprobs, each token's sequence
-    (contiguous) and cell code, and the number of cells."""
+    (contiguous) and cell code, the number of cells and, for a preset that ``uses_turns``, each
+    token's turn; with its sequences' first rows, lengths and cells, worked out once."""
 
     lr: np.ndarray
     lt: np.ndarray
     seq: np.ndarray
     code: np.ndarray
     n_cells: int
+    turn: np.ndarray | None = None
+
+    @cached_property
+    def starts(self) -> np.ndarray:
+        return sequence_starts(self.seq)
+
+    @cached_property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.starts, append=len(self.seq))
+
+    @cached_property
+    def seq_code(self) -> np.ndarray:
+        return self.code[self.starts]
+
+    def seq_sum(self, values: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(np.asarray(values, np.float64), self.starts)
+
+    def seq_any(self, flags: np.ndarray) -> np.ndarray:
+        return np.maximum.reduceat(np.asarray(flags, np.float64), self.starts) > 0
+
+    def seq_mean(self, values: np.ndarray) -> np.ndarray:
+        return self.seq_sum(values) / self.lengths
+
+    def spread(self, per_seq: np.ndarray) -> np.ndarray:
+        """A value per sequence, repeated over its tokens."""
+        return np.repeat(per_seq, self.lengths)
+
+
+@dataclass(frozen=True)
+class Cells:
+    """The state rows (one a cell) of one chunk being written, a column by name: the per-cell
+    sums of a value per token or per sequence, and the extremes."""
+
+    out: np.ndarray
+    col: dict[str, int]
+    chunk: Chunk
+
+    def tokens(self, name: str, values: np.ndarray) -> None:
+        self._put(name, per_cell_sum(np.asarray(values, np.float64), self.chunk.code, self.cells))
+
+    def seqs(self, name: str, values: np.ndarray) -> None:
+        values = np.asarray(values, np.float64)
+        self._put(name, per_cell_sum(values, self.chunk.seq_code, self.cells))
+
+    def extreme(self, name: str, values: np.ndarray, op: Any, per_seq: bool = False) -> None:
+        """The values' minimum (``op``: ``np.minimum``) or maximum per cell (per token values,
+        or per sequence)."""
+        code = self.chunk.seq_code if per_seq else self.chunk.code
+        self._put(name, per_cell_extreme(values, code, self.cells, op))
+
+    def extremes(self, prefix: str, values: np.ndarray, per_seq: bool = False) -> None:
+        """``<prefix>_min`` and ``<prefix>_max`` of the values."""
+        self.extreme(f"{prefix}_min", values, np.minimum, per_seq)
+        self.extreme(f"{prefix}_max", values, np.maximum, per_seq)
+
+    @property
+    def cells(self) -> int:
+        return self.chunk.n_cells
+
+    def _put(self, name: str, per_cell: np.ndarray) -> None:
+        self.out[:, self.col[name]] = per_cell
 
 
 class StatePreset:
@@ -98,8 +166,8 @@ class StatePreset:
 
 class CellPreset(StatePreset, ABC):
     """The state half of a ``Preset``: ``compute`` lays out the cells' empty state (columns
-    ``fields(config)``) and, when the chunk has tokens, lets ``fill`` write each column (``col``:
-    a column's index by name; the columns every preset has: ``put_common``)."""
+    ``fields(config)``) and, when the chunk has tokens, lets ``fill`` write the framework's own
+    columns, then the columns every preset has (``put_common``) of what ``fill`` returns."""
 
     def compute(
         self,
@@ -109,16 +177,20 @@ class CellPreset(StatePreset, ABC):
         code: np.ndarray,
         n_cells: int,
         config: Config,
+        turn: np.ndarray | None = None,
     ) -> np.ndarray:
         lay = Layout(self.fields(config))
         out = lay.empty(n_cells)
         if len(lr):
-            self.fill(out, lay.index, Chunk(lr, lt, seq, code, n_cells), config)
+            chunk = Chunk(lr, lt, seq, code, n_cells, turn)
+            masked, applied = self.fill(Cells(out, lay.index, chunk), config)
+            put_common(out, lay.index, chunk, chunk.starts, masked, applied)
         return out
 
     @abstractmethod
-    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
-        """Write the chunk's columns of every cell into ``out`` (rows: cells)."""
+    def fill(self, cells: Cells, config: Config) -> tuple[np.ndarray, np.ndarray]:
+        """Write the chunk's own columns of every cell; return which tokens the correction
+        masks (per token, true or 1 when masked) and the weight it applies to each."""
 
 
 class MetricsPreset(StatePreset, ABC):
@@ -202,6 +274,14 @@ def merge(a: np.ndarray, b: np.ndarray, names: list[str]) -> np.ndarray:
         elif n.endswith("_max"):
             out[..., i] = np.maximum(a[..., i], b[..., i])
     return out
+
+
+def require_numbers(config: Config, keys: Any, nullable: bool = False) -> None:
+    """Raise ValueError unless each key's value is a number (or, when ``nullable``, null)."""
+    for key in keys:
+        value = config[key]
+        if not (isinstance(value, float) or (nullable and value is None)):
+            raise ValueError(f"{key} `{value}`: a number" + (" or null" if nullable else ""))
 
 
 def per_cell_sum(values: np.ndarray, code: np.ndarray, n_cells: int) -> np.ndarray:

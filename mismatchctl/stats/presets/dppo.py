@@ -22,25 +22,18 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mismatchctl.stats.presets.base import (
-    COUNTS,
-    WEIGHTS,
     CellPreset,
-    Chunk,
+    Cells,
     Config,
     MetricsPreset,
-    per_cell_sum,
-    put_common,
-    sequence_starts,
+    require_numbers,
+    state_fields,
 )
 
 TYPES = ("binary_tv", "binary_kl")
 SIGNS = ("positive", "negative")
 EPS = 1e-8
-FIELDS = [
-    *COUNTS,
-    "pos", "neg",
-    *WEIGHTS,
-]  # fmt: skip
+FIELDS = state_fields("pos", "neg")
 
 
 class Dppo(CellPreset, MetricsPreset):
@@ -65,21 +58,17 @@ class Dppo(CellPreset, MetricsPreset):
             raise ValueError(f"dppo_type `{config['dppo_type']}`: binary_tv or binary_kl")
         if config["advantage_sign"] not in SIGNS:
             raise ValueError(f"advantage_sign `{config['advantage_sign']}`: positive or negative")
-        for key in ("delta_low", "delta_high"):
-            if not isinstance(config[key], float):
-                raise ValueError(f"{key} `{config[key]}`: a number")
+        require_numbers(config, ("delta_low", "delta_high"))
 
-    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
-        lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
-        starts = sequence_starts(seq)
+    def fill(self, cells: Cells, config: Config) -> tuple[np.ndarray, np.ndarray]:
+        lr, lt = cells.chunk.lr, cells.chunk.lt
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             drop_pos, drop_neg = dppo_drops(lr, lt, config)
             drop = drop_pos if config["advantage_sign"] == "positive" else drop_neg
             weight = np.exp(np.clip(lt - lr, -20.0, 20.0)) * ~drop
-
-        out[:, col["pos"]] = per_cell_sum(drop_pos.astype(np.float64), code, n_cells)
-        out[:, col["neg"]] = per_cell_sum(drop_neg.astype(np.float64), code, n_cells)
-        put_common(out, col, chunk, starts, drop, weight)
+        cells.tokens("pos", drop_pos)
+        cells.tokens("neg", drop_neg)
+        return drop, weight
 
     def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
         n = v["tokens"]

@@ -33,23 +33,16 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mismatchctl.stats.presets.base import (
-    COUNTS,
-    WEIGHTS,
     CellPreset,
-    Chunk,
+    Cells,
     Config,
     MetricsPreset,
-    per_cell_sum,
-    put_common,
-    sequence_starts,
+    require_numbers,
+    state_fields,
 )
 
 SIGNS = ("negative", "positive")
-FIELDS = [
-    *COUNTS,
-    "over",
-    *WEIGHTS,
-]  # fmt: skip
+FIELDS = state_fields("over")
 
 
 class SlimeOpsm(CellPreset, MetricsPreset):
@@ -73,19 +66,15 @@ class SlimeOpsm(CellPreset, MetricsPreset):
     def check(self, config: Config) -> None:
         if config["advantage_sign"] not in SIGNS:
             raise ValueError(f"advantage_sign `{config['advantage_sign']}`: negative or positive")
-        if not isinstance(config["opsm_delta"], float):
-            raise ValueError(f"opsm_delta `{config['opsm_delta']}`: a number")
+        require_numbers(config, ("opsm_delta",))
 
-    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
-        lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
-        starts = sequence_starts(seq)
-        lengths = np.diff(starts, append=len(lr))
-        seq_code = code[starts]
-        over = opsm_over(lr, lt, starts, config["opsm_delta"])
+    def fill(self, cells: Cells, config: Config) -> tuple[np.ndarray, np.ndarray]:
+        chunk = cells.chunk
+        over = opsm_over(chunk.lr, chunk.lt, chunk.starts, config["opsm_delta"])
         seq_masked = over & (config["advantage_sign"] == "negative")
-        keep = np.repeat(~seq_masked, lengths).astype(np.float64)
-        out[:, col["over"]] = per_cell_sum(over.astype(np.float64), seq_code, n_cells)
-        put_common(out, col, chunk, starts, 1.0 - keep, keep)  # the weight: 1 kept, 0 masked
+        keep = chunk.spread(~seq_masked).astype(np.float64)
+        cells.seqs("over", over)
+        return 1.0 - keep, keep  # the weight: 1 kept, 0 masked
 
     def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
         m = v["seqs"]

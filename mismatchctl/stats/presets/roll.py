@@ -30,29 +30,26 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mismatchctl.stats.presets.base import (
-    COUNTS,
-    WEIGHTS,
+    CellPreset,
+    Cells,
     Chunk,
     Config,
-    Layout,
     MetricsPreset,
-    per_cell_sum,
-    put_common,
+    require_numbers,
+    state_fields,
 )
 
 EPS = 1e-8
 GRAINS = ("token", "geometric", "sequence", "segment")
 P = "actor/"
-FIELDS = [
-    *COUNTS,
+FIELDS = state_fields(
     "clip", "ratio_pass", "diff_pass",
     *(f"{kind}_{g}" for kind in ("ratio", "diff") for g in GRAINS),
-    *WEIGHTS,
-]  # fmt: skip
+)  # fmt: skip
 F = "filters.0."
 
 
-class RollTrainInfer(MetricsPreset):
+class RollTrainInfer(CellPreset, MetricsPreset):
     name = "roll-train-infer"
     framework = "ROLL (alibaba/ROLL commit 8eb27cc2dc34, 2026-08-19)"
     source = "roll/utils/train_infer_corrections.py"
@@ -86,54 +83,19 @@ class RollTrainInfer(MetricsPreset):
             if not isinstance(config[key], bool):
                 raise ValueError(f"{key} `{config[key]}`: true or false")
         numbers = [f"{F}{k}" for k in ("ratio_low", "ratio_high", "diff_low", "diff_high")]
-        for key in numbers:
-            if not isinstance(config[key], float):
-                raise ValueError(f"{key} `{config[key]}`: a number")
-        upper = config["is_weight.upper_bound"]
-        if upper is not None and not isinstance(upper, float):
-            raise ValueError(f"is_weight.upper_bound `{upper}`: a number or null")
+        require_numbers(config, numbers)
+        require_numbers(config, ("is_weight.upper_bound",), nullable=True)
 
-    def compute(
-        self,
-        lr: np.ndarray,
-        lt: np.ndarray,
-        seq: np.ndarray,
-        code: np.ndarray,
-        n_cells: int,
-        config: Config,
-        turn: np.ndarray | None = None,
-    ) -> np.ndarray:
-        lay = Layout(FIELDS)
-        out = lay.empty(n_cells)
-        if len(lr) == 0:
-            return out
-        col = lay.index
-        seq_new = np.ones(len(lr), dtype=bool)
-        seq_new[1:] = seq[1:] != seq[:-1]
-        seg_new = seq_new.copy()
-        if turn is not None:
-            seg_new[1:] |= turn[1:] != turn[:-1]
-        starts, seg_starts = np.flatnonzero(seq_new), np.flatnonzero(seg_new)
-        lengths = np.diff(starts, append=len(lr))
-        seq_code = code[starts]
-
-        def put(name: str, values: np.ndarray, codes: np.ndarray = code) -> None:
-            out[:, col[name]] = per_cell_sum(np.asarray(values, np.float64), codes, n_cells)
-
+    def fill(self, cells: Cells, config: Config) -> tuple[np.ndarray, np.ndarray]:
+        chunk = cells.chunk
         with np.errstate(over="ignore", invalid="ignore"):
-            ratio, diff = granularities(lr, lt, starts, seg_starts)
+            ratio, diff = granularities(chunk.lr, chunk.lt, chunk.starts, _segment_starts(chunk))
             for kind, values in (("ratio", ratio), ("diff", diff)):
                 for g in GRAINS:  # seq-mean-token-mean: the sequences' token means, summed
-                    put(
-                        f"{kind}_{g}",
-                        np.add.reduceat(values[g], starts) / lengths,
-                        seq_code,
-                    )
-            weight = _is_weight(ratio, config, put)
-            keep = _filter(ratio, diff, config, put)
-            applied = weight * keep
-        put_common(out, col, Chunk(lr, lt, seq, code, n_cells), starts, ~keep, applied)
-        return out
+                    cells.seqs(f"{kind}_{g}", chunk.seq_mean(values[g]))
+            weight = _is_weight(ratio, config, cells.tokens)
+            keep = _filter(ratio, diff, config, cells.tokens)
+            return ~keep, weight * keep
 
     def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
         n, m = v["tokens"], v["seqs"]
@@ -151,6 +113,16 @@ class RollTrainInfer(MetricsPreset):
                 out[f"{P}train_infer_{agg}_diff_mask_mean@sum"] = v["diff_pass"] / n
             out[f"{P}train_infer_final_mask_mean"] = (n - v["masked"]) / n
         return out
+
+
+def _segment_starts(chunk: Chunk) -> np.ndarray:
+    """The first row of each segment: a sequence's tokens of one turn (the whole sequence when
+    the chunk has no turns)."""
+    new = np.zeros(len(chunk.seq), dtype=bool)
+    new[chunk.starts] = True
+    if chunk.turn is not None:
+        new[1:] |= chunk.turn[1:] != chunk.turn[:-1]
+    return np.flatnonzero(new)
 
 
 def granularities(

@@ -27,28 +27,22 @@ from typing import Any, ClassVar
 import numpy as np
 
 from mismatchctl.stats.presets.base import (
-    COUNTS,
-    WEIGHTS,
     CellPreset,
-    Chunk,
+    Cells,
     Config,
     MetricsPreset,
-    per_cell_extreme,
-    per_cell_sum,
-    put_common,
-    sequence_starts,
+    require_numbers,
+    state_fields,
 )
 
 CLAMP = 20.0
 TIS_TYPES = (None, "token", "sequence")
 SEQ_METRICS = (None, "geometric", "product")
-FIELDS = [
-    *COUNTS,
+FIELDS = state_fields(
     "ratio_sum", "ratio_sq", "ratio_min", "ratio_max",
     "outlier_seqs", "over_seqs", "under_seqs", "tm_valid", "tm_masked", "tis_valid",
     "tis_capped", "tis_seq_capped", "sm_masked", "sm_over", "sm_under",
-    *WEIGHTS,
-]  # fmt: skip
+)  # fmt: skip
 NUMBERS = (
     "token_tis_ratio_clip_high", "sequence_tis_ratio_clip_high", "geo_mask_high", "geo_mask_low",
     "product_mask_high", "product_mask_low",
@@ -94,12 +88,8 @@ class SkyrlOffPolicy(CellPreset, MetricsPreset):
             raise ValueError(
                 f"sequence_mask_metric `{config['sequence_mask_metric']}`: null, geometric or product"
             )
-        for key in NUMBERS:
-            if not isinstance(config[key], float):
-                raise ValueError(f"{key} `{config[key]}`: a number")
-        for key in OPTIONAL:
-            if config[key] is not None and not isinstance(config[key], float):
-                raise ValueError(f"{key} `{config[key]}`: a number or null")
+        require_numbers(config, NUMBERS)
+        require_numbers(config, OPTIONAL, nullable=True)
         low, high = config["token_mask_is_threshold_low"], config["token_mask_is_threshold_high"]
         if (low is None) != (high is None):
             raise ValueError(
@@ -109,21 +99,19 @@ class SkyrlOffPolicy(CellPreset, MetricsPreset):
         if not _enabled(config):
             raise ValueError("no correction is set: SkyRL's defaults correct nothing")
 
-    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
-        lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
-        cut = _Cut(sequence_starts(seq), code, n_cells, col, out)
-        delta = lt - lr
+    def fill(self, cells: Cells, config: Config) -> tuple[np.ndarray, np.ndarray]:
+        delta = cells.chunk.lt - cells.chunk.lr
         with np.errstate(over="ignore", invalid="ignore"):
             ratio = np.exp(np.clip(delta, -CLAMP, CLAMP))
-            keep = _outlier(ratio, config, cut)
-            keep = _token_mask(ratio, keep, config, cut)
-            tis = _tis(ratio, delta, keep, config, cut)
-            keep = _sequence_mask(delta, keep, config, cut)
+            keep = _outlier(ratio, config, cells)
+            keep = _token_mask(ratio, keep, config, cells)
+            tis = _tis(ratio, delta, keep, config, cells)
+            keep = _sequence_mask(delta, keep, config, cells)
             weight = tis * keep
-            cut.tokens("ratio_sum", ratio)
-            cut.tokens("ratio_sq", ratio * ratio)
-        cut.extremes("ratio", ratio)
-        put_common(out, col, chunk, cut.starts, ~keep, weight)
+            cells.tokens("ratio_sum", ratio)
+            cells.tokens("ratio_sq", ratio * ratio)
+        cells.extremes("ratio", ratio)
+        return ~keep, weight
 
     def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
         n = v["tokens"]
@@ -163,40 +151,6 @@ def _framework_metrics(v: dict[str, float], config: Config) -> dict[str, Any]:
     return out
 
 
-class _Cut:
-    """Sequences of one chunk and the per-cell sums into the state ``out``."""
-
-    def __init__(
-        self, starts: np.ndarray, code: np.ndarray, n_cells: int, col: dict, out: np.ndarray
-    ) -> None:
-        self.starts, self.code, self.n_cells, self.col, self.out = starts, code, n_cells, col, out
-        self.lengths = np.diff(starts, append=len(code))
-        self.seq_code = code[starts]
-
-    def sum(self, values: np.ndarray) -> np.ndarray:
-        return np.add.reduceat(np.asarray(values, np.float64), self.starts)
-
-    def any(self, flags: np.ndarray) -> np.ndarray:
-        return np.maximum.reduceat(np.asarray(flags, np.float64), self.starts) > 0
-
-    def spread(self, per_seq: np.ndarray) -> np.ndarray:
-        return np.repeat(per_seq, self.lengths)
-
-    def tokens(self, name: str, values: np.ndarray) -> None:
-        values = np.asarray(values, np.float64)
-        self.out[:, self.col[name]] = per_cell_sum(values, self.code, self.n_cells)
-
-    def seqs(self, name: str, values: np.ndarray) -> None:
-        values = np.asarray(values, np.float64)
-        self.out[:, self.col[name]] = per_cell_sum(values, self.seq_code, self.n_cells)
-
-    def extremes(self, prefix: str, values: np.ndarray) -> None:
-        low = per_cell_extreme(values, self.code, self.n_cells, np.minimum)
-        self.out[:, self.col[f"{prefix}_min"]] = low
-        high = per_cell_extreme(values, self.code, self.n_cells, np.maximum)
-        self.out[:, self.col[f"{prefix}_max"]] = high
-
-
 def _enabled(config: Config) -> bool:  # off_policy_correction_enabled
     return (
         config["tis_ratio_type"] is not None
@@ -213,7 +167,7 @@ def _outlier_on(config: Config) -> bool:
     )
 
 
-def _outlier(ratio: np.ndarray, config: Config, cut: _Cut) -> np.ndarray:
+def _outlier(ratio: np.ndarray, config: Config, cells: Cells) -> np.ndarray:
     """compute_outlier_token_mask: the tokens kept (a sequence with one outlier is dropped)."""
     if not _outlier_on(config):
         return np.ones(len(ratio), dtype=bool)
@@ -221,57 +175,57 @@ def _outlier(ratio: np.ndarray, config: Config, cut: _Cut) -> np.ndarray:
     high = config["outlier_token_is_threshold_high"]
     over = ratio > high if high is not None else np.zeros(len(ratio), dtype=bool)
     under = ratio < low if low is not None else np.zeros(len(ratio), dtype=bool)
-    seq_over, seq_under = cut.any(over), cut.any(under)
+    seq_over, seq_under = cells.chunk.seq_any(over), cells.chunk.seq_any(under)
     bad = seq_over | seq_under
-    cut.seqs("outlier_seqs", bad)
-    cut.seqs("over_seqs", seq_over)
-    cut.seqs("under_seqs", seq_under)
-    return ~cut.spread(bad)
+    cells.seqs("outlier_seqs", bad)
+    cells.seqs("over_seqs", seq_over)
+    cells.seqs("under_seqs", seq_under)
+    return ~cells.chunk.spread(bad)
 
 
-def _token_mask(ratio: np.ndarray, keep: np.ndarray, config: Config, cut: _Cut) -> np.ndarray:
+def _token_mask(ratio: np.ndarray, keep: np.ndarray, config: Config, cells: Cells) -> np.ndarray:
     """compute_token_mask on the tokens the veto kept."""
     low, high = config["token_mask_is_threshold_low"], config["token_mask_is_threshold_high"]
     if low is None or high is None:
         return keep
     inside = (ratio >= low) & (ratio <= high)
-    cut.tokens("tm_valid", keep)
-    cut.tokens("tm_masked", keep & ~inside)
+    cells.tokens("tm_valid", keep)
+    cells.tokens("tm_masked", keep & ~inside)
     return keep & inside
 
 
 def _tis(
-    ratio: np.ndarray, delta: np.ndarray, keep: np.ndarray, config: Config, cut: _Cut
+    ratio: np.ndarray, delta: np.ndarray, keep: np.ndarray, config: Config, cells: Cells
 ) -> np.ndarray:
     """compute_tis_ratio: the TIS weight of each token (1 without TIS)."""
     kind = config["tis_ratio_type"]
     if kind == "token":
         cap = config["token_tis_ratio_clip_high"]
-        cut.tokens("tis_valid", keep)
-        cut.tokens("tis_capped", keep & (ratio > cap))
+        cells.tokens("tis_valid", keep)
+        cells.tokens("tis_capped", keep & (ratio > cap))
         return np.minimum(ratio, cap)
     if kind == "sequence":
         cap = config["sequence_tis_ratio_clip_high"]
-        seq_ratio = np.exp(np.clip(cut.sum(np.where(keep, delta, 0.0)), -CLAMP, CLAMP))
-        cut.seqs("tis_seq_capped", seq_ratio > cap)
-        return cut.spread(np.minimum(seq_ratio, cap))
+        seq_ratio = np.exp(np.clip(cells.chunk.seq_sum(np.where(keep, delta, 0.0)), -CLAMP, CLAMP))
+        cells.seqs("tis_seq_capped", seq_ratio > cap)
+        return cells.chunk.spread(np.minimum(seq_ratio, cap))
     return np.ones(len(ratio))
 
 
-def _sequence_mask(delta: np.ndarray, keep: np.ndarray, config: Config, cut: _Cut) -> np.ndarray:
+def _sequence_mask(delta: np.ndarray, keep: np.ndarray, config: Config, cells: Cells) -> np.ndarray:
     """compute_sequence_mask on the kept tokens: geometric mean or product of the ratios."""
     metric = config["sequence_mask_metric"]
     if metric is None:
         return keep
-    total = cut.sum(np.where(keep, delta, 0.0))
+    total = cells.chunk.seq_sum(np.where(keep, delta, 0.0))
     if metric == "geometric":
-        total = total / np.maximum(cut.sum(keep), 1.0)
+        total = total / np.maximum(cells.chunk.seq_sum(keep), 1.0)
         low, high = config["geo_mask_low"], config["geo_mask_high"]
     else:
         low, high = config["product_mask_low"], config["product_mask_high"]
     seq_ratio = np.exp(np.clip(total, -CLAMP, CLAMP))
     over, under = seq_ratio > high, seq_ratio < low
-    cut.seqs("sm_masked", over | under)
-    cut.seqs("sm_over", over)
-    cut.seqs("sm_under", under)
-    return keep & ~cut.spread(over | under)
+    cells.seqs("sm_masked", over | under)
+    cells.seqs("sm_over", over)
+    cells.seqs("sm_under", under)
+    return keep & ~cells.chunk.spread(over | under)

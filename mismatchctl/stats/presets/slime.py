@@ -16,26 +16,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mismatchctl.stats.presets.base import (
-    COUNTS,
-    WEIGHTS,
-    CellPreset,
-    Chunk,
-    Config,
-    MetricsPreset,
-    per_cell_sum,
-    put_common,
-    sequence_starts,
-)
+from mismatchctl.stats.presets.base import CellPreset, Cells, Config, MetricsPreset, state_fields
 
 VANILLA = "slime.backends.megatron_utils.loss.vanilla_tis_function"
 ICEPOP = "slime.backends.megatron_utils.loss.icepop_function"
-FIELDS = [
-    *COUNTS,
-    "tis_seq_sum", "clipfrac_seq_sum",
-    "abs_seq_sum",
-    *WEIGHTS,
-]  # fmt: skip
+FIELDS = state_fields("tis_seq_sum", "clipfrac_seq_sum", "abs_seq_sum")
 
 
 class SlimeTis(CellPreset, MetricsPreset):
@@ -62,13 +47,10 @@ class SlimeTis(CellPreset, MetricsPreset):
         if not (isinstance(lo, float) and isinstance(hi, float) and 0 <= lo <= hi):
             raise ValueError(f"tis_clip_low {lo} and tis_clip {hi}: numbers, 0 <= low <= high")
 
-    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
-        lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
-        starts = sequence_starts(seq)
-        lengths = np.diff(starts, append=len(lr)).astype(np.float64)
-        seq_code = code[starts]
+    def fill(self, cells: Cells, config: Config) -> tuple[np.ndarray, np.ndarray]:
+        chunk = cells.chunk
         with np.errstate(over="ignore", invalid="ignore"):  # an overflowing ratio stays inf
-            rho = np.exp(lt - lr)
+            rho = np.exp(chunk.lt - chunk.lr)
             lo, hi = config["tis_clip_low"], config["tis_clip"]
             if config["custom_tis_function_path"] == ICEPOP:
                 weight = np.where((rho >= lo) & (rho <= hi), rho, 0.0)
@@ -77,14 +59,10 @@ class SlimeTis(CellPreset, MetricsPreset):
                 weight = np.clip(rho, lo, hi)
                 masked = np.zeros(len(rho))
             clipped = (weight != rho).astype(np.float64)
-
-            def seq_mean(values: np.ndarray) -> np.ndarray:
-                return np.add.reduceat(values, starts) / lengths
-
-            out[:, col["tis_seq_sum"]] = per_cell_sum(seq_mean(rho), seq_code, n_cells)
-            out[:, col["clipfrac_seq_sum"]] = per_cell_sum(seq_mean(clipped), seq_code, n_cells)
-            out[:, col["abs_seq_sum"]] = per_cell_sum(seq_mean(np.abs(rho - 1)), seq_code, n_cells)
-        put_common(out, col, chunk, starts, masked, weight)
+            cells.seqs("tis_seq_sum", chunk.seq_mean(rho))
+            cells.seqs("clipfrac_seq_sum", chunk.seq_mean(clipped))
+            cells.seqs("abs_seq_sum", chunk.seq_mean(np.abs(rho - 1)))
+        return masked, weight
 
     def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
         m = v["seqs"]

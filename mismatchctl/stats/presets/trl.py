@@ -20,26 +20,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from mismatchctl.stats.presets.base import (
-    COUNTS,
-    WEIGHTS,
-    CellPreset,
-    Chunk,
-    Config,
-    MetricsPreset,
-    per_cell_extreme,
-    per_cell_sum,
-    put_common,
-    sequence_starts,
-)
+from mismatchctl.stats.presets.base import CellPreset, Cells, Config, MetricsPreset, state_fields
 
 MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-FIELDS = [
-    *COUNTS,
-    "delta_sum", "delta_max", "ratio_n", "ratio_sum",
-    "ratio_min", "ratio_max",
-    *WEIGHTS,
-]  # fmt: skip
+FIELDS = state_fields("delta_sum", "delta_max", "ratio_n", "ratio_sum",
+                      "ratio_min", "ratio_max")  # fmt: skip
 P = "sampling/"
 
 
@@ -75,28 +60,24 @@ class TrlVllmIs(CellPreset, MetricsPreset):
         if config["vllm_importance_sampling_correction"] is not True:
             raise ValueError("vllm_importance_sampling_correction is off: TRL corrects nothing")
 
-    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
-        lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
-        starts = sequence_starts(seq)
-        lengths = np.diff(starts, append=len(lr))
-        seq_code = code[starts]
+    def fill(self, cells: Cells, config: Config) -> tuple[np.ndarray, np.ndarray]:
+        chunk = cells.chunk
         mode = config["vllm_importance_sampling_mode"]
-        diff = lt - lr
+        diff = chunk.lt - chunk.lr
         sequence = mode.startswith("sequence")
         with np.errstate(over="ignore", invalid="ignore"):  # an overflowing ratio stays inf
-            ratio = np.exp(np.add.reduceat(diff, starts) if sequence else diff)
+            ratio = np.exp(chunk.seq_sum(diff) if sequence else diff)
             corrected, masked = _constrain(ratio, mode, config)
-        unit_code = seq_code if sequence else code
-        out[:, col["ratio_n"]] = per_cell_sum(np.ones(len(ratio)), unit_code, n_cells)
-        out[:, col["ratio_sum"]] = per_cell_sum(corrected, unit_code, n_cells)
-        out[:, col["ratio_min"]] = per_cell_extreme(corrected, unit_code, n_cells, np.minimum)
-        out[:, col["ratio_max"]] = per_cell_extreme(corrected, unit_code, n_cells, np.maximum)
-        weight = np.repeat(corrected, lengths) if sequence else corrected
-        token_masked = np.repeat(masked, lengths) if sequence else masked
+        unit = cells.seqs if sequence else cells.tokens
+        unit("ratio_n", np.ones(len(ratio)))
+        unit("ratio_sum", corrected)
+        cells.extremes("ratio", corrected, per_seq=sequence)
         delta = np.abs(diff)
-        out[:, col["delta_sum"]] = per_cell_sum(delta, code, n_cells)
-        out[:, col["delta_max"]] = per_cell_extreme(delta, code, n_cells, np.maximum)
-        put_common(out, col, chunk, starts, token_masked, weight)
+        cells.tokens("delta_sum", delta)
+        cells.extreme("delta_max", delta, np.maximum)
+        if sequence:  # a sequence's ratio is each of its tokens' weight
+            return chunk.spread(masked), chunk.spread(corrected)
+        return masked, corrected
 
     def metrics(self, v: dict[str, float], config: Config) -> dict[str, Any]:
         n, k = v["tokens"], v["ratio_n"]

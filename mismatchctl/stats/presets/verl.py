@@ -32,12 +32,11 @@ from mismatchctl.stats.presets.base import (
     COUNTS,
     WEIGHTS,
     CellPreset,
+    Cells,
     Chunk,
     Config,
     per_cell_extreme,
     per_cell_sum,
-    put_common,
-    sequence_starts,
 )
 
 SAFETY_BOUND = 20.0  # verl: ratios are exp(clamp(log ratio, -20, 20))
@@ -161,18 +160,17 @@ class VerlRolloutCorr(CellPreset):
         rs = [f"{o}_{k}" for o in options for k in ("masked", "seq_masked")]
         return [*COUNTS, *WEIGHTS, *OFF_FIELDS, *IS_FIELDS, *rs]
 
-    def fill(self, out: np.ndarray, col: dict[str, int], chunk: Chunk, config: Config) -> None:
-        """States ``(n_cells, fields)``; every sequence's tokens are contiguous and in one cell."""
-        lr, lt, seq, code, n_cells = chunk.lr, chunk.lt, chunk.seq, chunk.code, chunk.n_cells
-        t = _Tokens(lt - lr, seq, code)
+    def fill(self, cells: Cells, config: Config) -> tuple[np.ndarray, np.ndarray]:
+        out, col, chunk = cells.out, cells.col, cells.chunk
+        lr, lt, n_cells = chunk.lr, chunk.lt, chunk.n_cells
+        t = _Tokens(chunk)
         with np.errstate(over="ignore", invalid="ignore"):
             _offpolicy(out, col, t, lr, lt, n_cells)
         weight = np.ones(len(t.r))
         if config["rollout_is"] is not None:
             weight = _is_metrics(out, col, t, config, n_cells)
         keep = _rejection(out, col, t, config, n_cells)
-        applied = weight * keep  # before verl's batch normalization (a factor of the group)
-        put_common(out, col, chunk, t.starts, 1.0 - keep, applied)
+        return 1.0 - keep, weight * keep  # applied before verl's batch normalization
 
     def finalize(self, state: np.ndarray, config: Config) -> dict[str, Any]:
         v = dict(zip(self.fields(config), state.tolist(), strict=True))
@@ -210,12 +208,11 @@ class VerlRolloutCorr(CellPreset):
 class _Tokens:
     """A chunk's log ratios with its sequences' starts, lengths, sums and cells."""
 
-    def __init__(self, r: np.ndarray, seq: np.ndarray, code: np.ndarray) -> None:
-        self.r, self.code = r, code
-        self.starts = sequence_starts(seq)
-        self.lengths = np.diff(self.starts, append=len(r)).astype(np.float64)
-        self.seq_code = code[self.starts]
-        self.safe = np.clip(r, -SAFETY_BOUND, SAFETY_BOUND)
+    def __init__(self, chunk: Chunk) -> None:
+        self.r, self.code = chunk.lt - chunk.lr, chunk.code
+        self.starts, self.seq_code = chunk.starts, chunk.seq_code
+        self.lengths = chunk.lengths.astype(np.float64)
+        self.safe = np.clip(self.r, -SAFETY_BOUND, SAFETY_BOUND)
 
     def seq_sum(self, values: np.ndarray) -> np.ndarray:
         return np.add.reduceat(values, self.starts)

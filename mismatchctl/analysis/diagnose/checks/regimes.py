@@ -8,13 +8,11 @@ from dataclasses import dataclass
 from mismatchctl.analysis.diagnose.advice import GROWTH_STEPS_ADVICE
 from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
-from mismatchctl.analysis.diagnose.runs import PerRun, per_step_run
 from mismatchctl.analysis.diagnose.steps import (
-    MIN_STEPS,
     SPLIT_KINDS,
-    Steps,
+    SplitEvidence,
     regimes_are_growth,
-    split_result,
+    split_check,
 )
 
 NAME = "regimes"
@@ -34,8 +32,8 @@ T = Thresholds()
 
 
 @dataclass(frozen=True, kw_only=True)
-class Evidence(PerRun[Steps]):
-    """Each run's steps and their split (``runs``: ``steps.Steps``)."""
+class Evidence(SplitEvidence):
+    """Each run's steps and their split into a healthy and an elevated regime."""
 
 
 ADVICE = (
@@ -46,9 +44,7 @@ ADVICE = (
 
 
 def run(ctx: Context) -> Check:
-    check = per_step_run(
-        ctx, NAME, TITLE, lambda v, _: split_result(v, SPLIT_KINDS), ADVICE, MIN_STEPS, Evidence
-    )
+    check = split_check(ctx, (NAME, TITLE), SPLIT_KINDS, ADVICE, Evidence)
     if check.next is not None and regimes_are_growth(ctx):
         check.next = GROWTH_STEPS_ADVICE
     return check

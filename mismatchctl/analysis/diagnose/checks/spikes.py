@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from mismatchctl.analysis.diagnose.check import TRAJECTORY, Check
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
-from mismatchctl.analysis.diagnose.runs import PerRun, per_step_run
-from mismatchctl.analysis.diagnose.steps import MIN_STEPS, SPIKES, Steps, split_result
+from mismatchctl.analysis.diagnose.steps import SPIKES, SplitEvidence, split_check
 
 NAME = "spikes"
 LAYER = TRAJECTORY
@@ -27,8 +26,8 @@ T = Thresholds()
 
 
 @dataclass(frozen=True, kw_only=True)
-class Evidence(PerRun[Steps]):
-    """Each run's steps and their split (``runs``: ``steps.Steps``)."""
+class Evidence(SplitEvidence):
+    """Each run's steps and their split into a few spike steps and the others."""
 
 
 ADVICE = (
@@ -39,6 +38,4 @@ ADVICE = (
 
 
 def run(ctx: Context) -> Check:
-    return per_step_run(
-        ctx, NAME, TITLE, lambda v, _: split_result(v, (SPIKES,)), ADVICE, MIN_STEPS, Evidence
-    )
+    return split_check(ctx, (NAME, TITLE), (SPIKES,), ADVICE, Evidence)
