@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +72,9 @@ class Case(JsonForm):
 
 
 def _checks(diagnosis: Diagnosis) -> list[dict[str, object]]:
-    """diagnose's checks as ``check`` writes them: each check's fields."""
-    return [asdict(c) for c in diagnosis.checks]
+    """diagnose's checks as ``check`` writes them: each as ``diagnose --json`` writes it (its
+    evidence's keys renamed and flattened as there, not the dataclass's fields)."""
+    return [c.to_dict() for c in diagnosis.checks]
 
 
 @dataclass(frozen=True)

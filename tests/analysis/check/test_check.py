@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from mismatchctl import api
+from mismatchctl.render.json import to_jsonable
 from mismatchctl.stats import BANDS
 from mismatchctl.stats import registry as M
 from tests.helpers import cli
@@ -149,6 +150,9 @@ def test_junit_is_valid_and_has_a_case_per_threshold_and_check(run: str, tmp_pat
     failed = suites[0].findall("testcase/failure")
     assert len(failed) == 1 and "above the maximum 1e-06" in failed[0].get("message")
     assert int(root.get("tests")) == 2 + len(checks)
+    # the JSON's checks are diagnose's own JSON of each check, evidence keys included
+    ran = cli("check", run, "--max", "vllm_kl=1e-6", "--diagnose", "--json", "-", "-q")
+    assert json.loads(ran.out)["check"]["diagnose"] == to_jsonable([c.to_dict() for c in checks])
 
 
 def test_the_validator_rejects_what_the_schema_forbids() -> None:
