@@ -48,6 +48,7 @@ class Spiral(CheckEvidence):
     spearman: float | None
     vllm_kl_rising: bool
     trainer_ppl_positive_share: float
+    steps_left_out: int  # steps whose vllm_kl or trainer_ppl is infinite (a sentinel's overflow)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,8 +74,17 @@ def _positive_share(steps: np.ndarray, logs: np.ndarray) -> float:
     return 0.5 if ts["slope"] is None or share is None else share
 
 
+def usable_steps(s: RunSteps) -> tuple[np.ndarray, int]:
+    """The steps whose vllm_kl and trainer_ppl are finite (and the perplexity positive), and
+    how many known values were left out as infinite: a sentinel such as -9999 on the rollout
+    side overflows its step's vllm_kl, and inf - inf would make every slope NaN."""
+    known = ~np.isnan(s.vllm_kl) & ~np.isnan(s.trainer_ppl)
+    finite = np.isfinite(s.vllm_kl) & np.isfinite(s.trainer_ppl)
+    return finite & (s.trainer_ppl > 0), int(np.count_nonzero(known & ~finite))
+
+
 def _spiral(view: RunView, s: RunSteps) -> RunResult[Spiral]:
-    ok = ~np.isnan(s.vllm_kl) & ~np.isnan(s.trainer_ppl) & (s.trainer_ppl > 0)
+    ok, left_out = usable_steps(s)
     steps = s.steps[ok]
     logs = np.log10(np.maximum(s.vllm_kl[ok], T.VLLM_KL_FLOOR))
     ppl = np.log10(s.trainer_ppl[ok])
@@ -85,10 +95,21 @@ def _spiral(view: RunView, s: RunSteps) -> RunResult[Spiral]:
         rho is not None and rho >= T.SPIRAL_RHO and kl_up and ppl_up >= T.TREND_POSITIVE_SHARE
     )
     fail = together and view.trend is not None and view.trend.end > MEDIUM_MAX
+    ppl_text = (
+        f"trainer_ppl rising on {pct(ppl_up)} of step pairs"
+        if len(steps) >= 2
+        else "no two steps to read trainer_ppl's rise on"
+    )
     finding = (
         f"Spearman {fmt(rho)} between per-step vllm_kl and trainer_ppl; vllm_kl "
-        f"{'rising' if kl_up else 'not rising'} (trend check), trainer_ppl rising on "
-        f"{pct(ppl_up)} of step pairs"
+        f"{'rising' if kl_up else 'not rising'} (trend check), {ppl_text}"
     )
-    evidence = Spiral(spearman=rho, vllm_kl_rising=kl_up, trainer_ppl_positive_share=ppl_up)
+    if left_out:
+        finding += f" ({left_out} step(s) with an infinite value left out)"
+    evidence = Spiral(
+        spearman=rho,
+        vllm_kl_rising=kl_up,
+        trainer_ppl_positive_share=ppl_up,
+        steps_left_out=left_out,
+    )
     return grade(fail, together), finding, evidence
