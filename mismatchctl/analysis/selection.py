@@ -16,6 +16,7 @@ from mismatchctl.analysis.selectors import (
     combine,
     parse_selector,
     parse_steps,
+    quoted,
 )
 from mismatchctl.display import did_you_mean, shown
 from mismatchctl.engines.plan import PartTask, RowFilter, Selection, StepRange
@@ -242,9 +243,9 @@ def resolve_runs(store: Store, runs: list[str] | None, sel: Selector) -> Selecti
         gpus = sorted({g for r in infos for g in r.gpus})
         if sel.gpu not in gpus:
             raise StoreError(
-                f"selector `{shown(sel.text)}`: no rows with gpu={shown(sel.gpu, 80)} "
-                f"(gpus: {', '.join(gpus) or 'none'})",
-                did_you_mean(sel.gpu, gpus)
+                f"selector `{shown(sel.text)}`: no rows with gpu={shown(quoted(sel.gpu), 80)} "
+                f"(gpus: {', '.join(quoted(g) for g in gpus) or 'none'})",
+                did_you_mean(quoted(sel.gpu), [quoted(g) for g in gpus])
                 + "tag runs with --tag gpu=NAME at ingest, or pick one of the gpus listed.",
             )
     selection = select(store, runs, sel.steps, gpu=sel.gpu, tags=sel.tags, label=sel.text)
@@ -294,9 +295,11 @@ def _check_tags(sel: Selector, infos: list[RunInfo]) -> None:
             )
         if value not in values:
             raise StoreError(
-                f"selector `{shown(sel.text)}`: no data with {shown(key, 80)}={shown(value, 80)} "
-                f"(values: {', '.join(values)})",
-                did_you_mean(value, values) + "`mismatchctl runs` lists each run's tags.",
+                f"selector `{shown(sel.text)}`: no data with {shown(key, 80)}="
+                f"{shown(quoted(value), 80)} (values: {', '.join(quoted(v) for v in values)})",
+                did_you_mean(quoted(value), [quoted(v) for v in values])
+                + "`mismatchctl runs` lists each run's tags; a value holding @ , = or a quote "
+                'is written in double quotes (engine="vllm@0.8").',
             )
 
 

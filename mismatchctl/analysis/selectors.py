@@ -10,7 +10,9 @@ v1-final@steps=0..200        a run, steps 0 to 200 inclusive (``--steps`` syntax
                              ``150..``, ``..99``, ``42``; ``0-200`` still works for steps >= 0)
 
 Run names hold no ``@``, ``=`` or ``,`` (``store.check_run_name``), so a selector never reads
-as a run name, nor a run name as a selector.
+as a run name, nor a run name as a selector. A tag value or gpu that holds them is written in
+double quotes: ``engine="vllm@0.8,fp8"`` (``\"`` and ``\\`` inside the quotes for a quote and a
+backslash); ``selector_text`` quotes such a value itself.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ STEPS_SYNTAX = (
 )
 GRAMMAR = (
     "selectors: RUN[@steps=A..B] or KEY=VALUE[,KEY=VALUE...][@steps=A..B] (keys: run, gpu or "
-    "any tag), e.g. v1, 'v1@steps=0..200', gpu=H20, 'run=v1,engine=vllm@steps=100..'."
+    "any tag; a value holding @ , = or a quote in double quotes), e.g. v1, 'v1@steps=0..200', "
+    "gpu=H20, 'run=v1,engine=vllm@steps=100..', 'engine=\"vllm@0.8\"'."
 )
+SPECIAL = '@,="\\'  # what a value must be quoted for
 STEPS_KEY = "steps"
 RUN_KEY, GPU_KEY = "run", "gpu"
 
@@ -94,7 +98,7 @@ class Selector:
 def parse_selector(text: str) -> Selector:
     """A selector (the module's grammar); a UsageError naming the grammar and, for a near miss
     (``@step=``, ``@1..3``), the selector meant."""
-    base, at, mods = text.partition("@")
+    base, at, mods = _partition(text)
     steps = _modifiers(mods, text) if at else None
     if "=" not in base:
         if not base.strip():
@@ -108,9 +112,9 @@ def parse_selector(text: str) -> Selector:
             )
         return Selector(text, run=base.strip(), steps=steps)
     pairs: dict[str, str] = {}
-    for item in base.split(","):
+    for item in _split(base, text):
         key, eq, value = item.partition("=")
-        key, value = key.strip(), value.strip()
+        key, value = key.strip(), _unquoted(value.strip(), text)
         if not eq or not key or not value:
             raise UsageError(
                 f"selector `{shown(text)}`: `{shown(item)}` is not KEY=VALUE",
@@ -119,6 +123,69 @@ def parse_selector(text: str) -> Selector:
         pairs[key] = value
     run, gpu = pairs.pop(RUN_KEY, None), pairs.pop(GPU_KEY, None)
     return Selector(text, run=run, gpu=gpu, tags=pairs, steps=steps)
+
+
+def _scan(text: str, whole: str) -> list[tuple[int, str, bool]]:
+    """Each character with whether it stands outside double quotes (a backslash in quotes
+    escapes the next character); a UsageError for a quote left open."""
+    out, inside, escaped = [], False, False
+    for i, c in enumerate(text):
+        outside = not inside
+        if escaped:
+            escaped = False
+        elif inside and c == "\\":
+            escaped = True
+        elif c == '"':
+            inside = not inside
+        out.append((i, c, outside and c != '"'))
+    if inside:
+        raise UsageError(f"selector `{shown(whole)}` has a quote left open", GRAMMAR)
+    return out
+
+
+def _partition(text: str) -> tuple[str, str, str]:
+    """``text.partition("@")`` at the first ``@`` outside quotes."""
+    at = next((i for i, c, outside in _scan(text, text) if outside and c == "@"), None)
+    return (text, "", "") if at is None else (text[:at], "@", text[at + 1 :])
+
+
+def _split(base: str, whole: str) -> list[str]:
+    """``base.split(",")`` at the commas outside quotes."""
+    cuts = [i for i, c, outside in _scan(base, whole) if outside and c == ","]
+    return [base[a + 1 : b] for a, b in zip([-1, *cuts], [*cuts, len(base)], strict=True)]
+
+
+def _unquoted(value: str, whole: str) -> str:
+    """A value as written: bare, or in double quotes (``"a@b"``; a backslash there escapes the
+    next character); a UsageError for anything else (a quote inside a bare value, text after
+    the closing quote)."""
+    if '"' not in value:
+        return value
+    out, i = [], 1
+    while value.startswith('"') and i < len(value):
+        c = value[i]
+        if c == "\\" and i + 1 < len(value):
+            out.append(value[i + 1])
+            i += 2
+        elif c == '"':
+            if i == len(value) - 1:
+                return "".join(out)
+            break
+        else:
+            out.append(c)
+            i += 1
+    raise UsageError(
+        f"selector `{shown(whole)}`: `{shown(value, 80)}` is not one value in double quotes",
+        GRAMMAR,
+    )
+
+
+def quoted(value: str) -> str:
+    """A value as a selector writes it: in double quotes when it holds ``@ , = "`` or a
+    backslash, or has spaces at either end (``parse_selector`` reads it back)."""
+    if not any(c in value for c in SPECIAL) and value == value.strip():
+        return value
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _pair_hint(item: str, eq: str) -> str:
@@ -193,7 +260,8 @@ def selector_text(
 ) -> str:
     """The selector of one run's part of a slice (``parse_selector`` reads it back)."""
     pairs = {**({GPU_KEY: gpu} if gpu is not None else {}), **(tags or {})}
-    base = ",".join([f"{RUN_KEY}={run}", *(f"{k}={v}" for k, v in pairs.items())]) if pairs else run
+    written = (f"{k}={quoted(v)}" for k, v in pairs.items())
+    base = ",".join([f"{RUN_KEY}={run}", *written]) if pairs else run
     return base + (f"@{STEPS_KEY}={steps}" if steps is not None else "")
 
 

@@ -225,3 +225,26 @@ def test_the_grammar_round_trips() -> None:
     assert runs is None and filters.gpu == "H20"  # a selector without a run: every run
     with pytest.raises(UsageError, match="keep different steps, gpus or tags"):
         combine([parse_selector("a"), parse_selector("engine=x")])
+
+
+def test_a_value_holding_the_grammars_characters_is_selected_in_quotes(
+    store: Path, tmp_path: Path
+) -> None:
+    """A tag value with `@`, `,` or `=` (an engine version string) is written in double
+    quotes; the errors list values as they are written; selector_text quotes them itself."""
+    dump = step_dump(tmp_path / "v.parquet", list(range(3)), seed=5, per_step=8)
+    tag = "vllm@0.8.5,fp8=on"
+    assert cli("ingest", str(dump), "--run", "v", "--tag", f"engine={tag}").code == 0
+    whole = _reference("v", "0..2")
+    assert _report(_json("report", 'engine="vllm@0.8.5,fp8=on"@steps=0..2')) == whole
+    assert _report(_json("report", selector_text("v", tags={"engine": tag}))) == whole
+    ran = cli("report", 'engine="vllm@0.8.5"')
+    assert ran.code == 1
+    assert 'no data with engine="vllm@0.8.5" (values: "vllm@0.8.5,fp8=on")' in ran.err
+    ran = cli("report", 'engine="vllm@0.8.5')
+    assert ran.code == 1 and "has a quote left open" in ran.err
+    for text, value in (('k="a\\"b"', 'a"b'), ('k="a\\\\b"', "a\\b"), ('k=" x"', " x")):
+        assert parse_selector(text).tags == {"k": value}
+        assert parse_selector(selector_text("r", tags={"k": value})).tags == {"k": value}
+    with pytest.raises(UsageError, match="is not one value in double quotes"):
+        parse_selector('k="a"b')
