@@ -28,6 +28,7 @@ from mismatchctl.curves.events import (
     reward_drops,
     rise_before_drop,
     spikes,
+    usable,
 )
 from tests.helpers import examples
 
@@ -324,6 +325,15 @@ def test_fisher_interval() -> None:
 def flat_noise(n: int) -> np.ndarray:
     """Deterministic noise cycling through -0.1, -0.05, 0, 0.05, 0.1 (in a shuffled order)."""
     return 0.05 * (((np.arange(n) * 3) % 5) - 2)
+
+
+def test_usable_points_are_finite_and_positive_on_the_log_scale() -> None:
+    steps = np.arange(6)
+    values = np.array([0.5, np.nan, -1.0, 0.0, np.inf, 2.0])
+    s, v = usable(steps, values, log=True)
+    assert s.tolist() == [0, 5] and v.tolist() == [0.5, 2.0]
+    s, v = usable(steps, values, log=False)
+    assert s.tolist() == [0, 2, 3, 5] and v.tolist() == [0.5, -1.0, 0.0, 2.0]
 
 
 def test_spikes_linear_planted() -> None:
