@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class MismatchError(Exception):
     """Base class: a problem the user can fix. ``hint`` says how."""
@@ -49,3 +51,11 @@ class ModelMismatchError(MismatchError):
     setting: it is not the checkpoint the run used. Exit code 3, as a check that failed."""
 
     exit_code = 3
+
+
+def one_of(value: str, choices: Sequence[str], what: str, hint: str) -> str:
+    """``value`` when it is one of ``choices``; else a UsageError ``{what}: expected one of ...``
+    (``what`` names the value as the user gave it: ``--start fp16``)."""
+    if value not in choices:
+        raise UsageError(f"{what}: expected one of {', '.join(choices)}", hint)
+    return value

@@ -33,11 +33,17 @@ GPU = "gpu"
 # otherwise; parts written before version 3 lack the column: null too)
 TOKEN_ENTROPY = "entropy"
 
+# A sequence's key, the first columns of its token rows and of its sequence row: its step, its
+# dense id in the run, and the dump's sample id
+SEQUENCE_KEY = (
+    pa.field(STEP, pa.int64(), nullable=False),
+    pa.field(SEQ, pa.int64(), nullable=False),
+    pa.field(SAMPLE_ID, pa.string(), nullable=False),
+)
+
 TOKEN_SCHEMA = pa.schema(
     [
-        pa.field(STEP, pa.int64(), nullable=False),
-        pa.field(SEQ, pa.int64(), nullable=False),
-        pa.field(SAMPLE_ID, pa.string(), nullable=False),
+        *SEQUENCE_KEY,
         pa.field(TURN, pa.int32(), nullable=False),
         pa.field(POSITION, pa.int32(), nullable=False),
         pa.field(TOKEN_ID, pa.int64(), nullable=True),
@@ -89,9 +95,7 @@ ATTR_COLUMN_PREFIX = "attr."
 
 SEQUENCE_SCHEMA = pa.schema(
     [
-        pa.field(STEP, pa.int64(), nullable=False),
-        pa.field(SEQ, pa.int64(), nullable=False),
-        pa.field(SAMPLE_ID, pa.string(), nullable=False),
+        *SEQUENCE_KEY,
         pa.field(GPU, pa.string(), nullable=True),
         pa.field(MODEL_TOKENS, pa.int64(), nullable=False),
         pa.field(TURNS, pa.int32(), nullable=False),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from mismatchctl.errors import UsageError
+from mismatchctl.errors import UsageError, one_of
 
 START = "start"
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -159,9 +159,9 @@ def choose(all_settings: list[Setting], names: Sequence[str] | None) -> list[Set
 
 
 def check_start(start: str) -> str:
-    if start not in STARTS:
-        raise UsageError(
-            f"--start {start}: expected one of {', '.join(STARTS)}",
-            "pass --start bf16 for a trainer that scores in bfloat16 (the default: fp32).",
-        )
-    return start
+    return one_of(
+        start,
+        STARTS,
+        f"--start {start}",
+        "pass --start bf16 for a trainer that scores in bfloat16 (the default: fp32).",
+    )

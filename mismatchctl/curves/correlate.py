@@ -63,21 +63,6 @@ class Aligned:
         """Number of joined pairs."""
         return len(self.steps)
 
-    @property
-    def only_x(self) -> int:
-        """Steps in x's table but not in y's."""
-        return len(self.only_x_steps)
-
-    @property
-    def only_y(self) -> int:
-        """Steps in y's table but not in x's."""
-        return len(self.only_y_steps)
-
-    @property
-    def nonfinite(self) -> int:
-        """Steps in both tables with a non-finite value on either side."""
-        return len(self.nonfinite_steps)
-
 
 def align(steps_x: np.ndarray, x: np.ndarray, steps_y: np.ndarray, y: np.ndarray) -> Aligned:
     """Inner join of ``(steps_x, x)`` and ``(steps_y, y)`` on step, keeping finite pairs only."""

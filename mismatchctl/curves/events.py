@@ -33,6 +33,14 @@ RISE_HORIZON = 10  # a vllm_kl rise is looked for in this many steps before a re
 RISE_FACTOR = 2.0  # ...and is a value at least this many times the vllm_kl baseline
 
 
+def usable(steps: np.ndarray, values: np.ndarray, log: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(steps, values)`` of the usable points (module docstring): finite, and > 0 when ``log``
+    (vllm_kl is scored on the log scale: its usable points are the positive ones)."""
+    s, v = check_series(steps, values)
+    ok = np.isfinite(v) & (v > 0 if log else True)
+    return s[ok], v[ok]
+
+
 def rolling_z(
     steps: np.ndarray,
     values: np.ndarray,
@@ -43,9 +51,7 @@ def rolling_z(
     """``(steps, v, median, z)`` of the usable points (module docstring): ``v`` is the value
     (log10 of it with ``log``), ``median`` the trailing window's median and ``z`` the robust
     z-score, both NaN for points not assessed."""
-    s, raw = check_series(steps, values)
-    ok = np.isfinite(raw) & (raw > 0 if log else True)
-    s, v = s[ok], raw[ok]
+    s, v = usable(steps, values, log)
     if log:
         v = np.log10(v)
     med = np.full(len(v), np.nan)
@@ -188,7 +194,7 @@ def rise_before_drop(
     than ``min_window`` of them, or no usable kl in the look-back window, the drop is not assessed.
     vllm_kl rose when the look-back window's largest usable value is ``>= factor x baseline``.
     Only the drops where it rose are returned; :func:`reward_drops` lists all of them."""
-    s, k = _usable_kl(steps, kl)
+    s, k = usable(steps, kl, log=True)
     out = []
     for drop in reward_drops(steps, reward, drop_z, window, min_window):
         start = drop.step - horizon
@@ -215,12 +221,6 @@ def rise_before_drop(
     return out
 
 
-def _usable_kl(steps: np.ndarray, kl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    s, k = check_series(steps, kl)
-    ok = np.isfinite(k) & (k > 0)
-    return s[ok], k[ok]
-
-
 def rise_assessable(
     steps: np.ndarray,
     kl: np.ndarray,
@@ -230,6 +230,6 @@ def rise_assessable(
 ) -> bool:
     """Whether :func:`rise_before_drop` can judge a drop at ``drop_step``: at least
     ``min_window`` usable vllm_kl values before the look-back window, and one inside it."""
-    s, _ = _usable_kl(steps, kl)
+    s, _ = usable(steps, kl, log=True)
     start = drop_step - horizon
     return int((s < start).sum()) >= min_window and bool(((s >= start) & (s < drop_step)).any())

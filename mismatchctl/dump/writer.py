@@ -199,23 +199,28 @@ def rank_of(rank: int | None) -> int | None:
     if rank is None:
         env = os.environ.get(RANK_ENV, "").strip()
         return int(env) if env.isdigit() else None
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-        raise UsageError(
-            f"rank {rank!r} (expected a non-negative integer)",
-            "pass the data-parallel rank of this process, e.g. torch.distributed.get_rank().",
-        )
-    return rank
+    return _non_negative_int(
+        rank,
+        "rank",
+        "pass the data-parallel rank of this process, e.g. torch.distributed.get_rank().",
+    )
 
 
 def checked_step(step: Any) -> int:
     if isinstance(step, np.generic) or (ar.is_tensor(step) and step.numel() == 1):
         step = step.item()
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise UsageError(
-            f"step {step!r} (expected a non-negative integer)",
-            "pass the training step, e.g. verl's self.global_steps or TRL's state.global_step.",
-        )
-    return step
+    return _non_negative_int(
+        step,
+        "step",
+        "pass the training step, e.g. verl's self.global_steps or TRL's state.global_step.",
+    )
+
+
+def _non_negative_int(value: Any, name: str, hint: str) -> int:
+    """``value`` when it is a non-negative ``int`` (a bool is not one), else a UsageError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError(f"{name} {value!r} (expected a non-negative integer)", hint)
+    return value
 
 
 def _fsync(path: Path) -> None:

@@ -242,13 +242,10 @@ def _bad_values(batch: RaggedBatch, ctx: Context) -> dict[int, Problem]:
             )
         for i in np.flatnonzero(wrong):
             if int(i) not in bad:
-                value = float(values[i])
-                kind = "not finite" if not np.isfinite(value) else low
-                bad[int(i)] = (
-                    f"{S.ROLE_ENTROPY} {kind}",
-                    f"{S.ROLE_ENTROPY} {value!r} of the response (expected a finite value "
-                    f">= {S.ENTROPY_MIN:g})",
-                )
+                bad[int(i)] = _problem(
+                    S.ROLE_ENTROPY, float(values[i]), low, "of the response",
+                    f">= {S.ENTROPY_MIN:g}",
+                )  # fmt: skip
     return bad
 
 
@@ -268,13 +265,14 @@ def _flag_tokens(
     seqs = sequence_index(batch.offsets)[where]
     for pos, i in zip(where, seqs, strict=True):
         if int(i) not in bad:
-            value = float(values[pos])
-            kind = "not finite" if not np.isfinite(value) else beyond
-            bad[int(i)] = (
-                f"{name} {kind}",
-                f"{name} {value!r} at position {int(pos - batch.offsets[i])} of a "
-                f"model token (expected a finite value {expected})",
-            )
+            at = f"at position {int(pos - batch.offsets[i])} of a model token"
+            bad[int(i)] = _problem(name, float(values[pos]), beyond, at, expected)
+
+
+def _problem(name: str, value: float, beyond: str, where: str, expected: str) -> Problem:
+    """A bad value's (kind, message): ``beyond`` is the kind of a finite value out of range."""
+    kind = "not finite" if not np.isfinite(value) else beyond
+    return f"{name} {kind}", f"{name} {value!r} {where} (expected a finite value {expected})"
 
 
 def _entropies_given(batch: RaggedBatch) -> np.ndarray:

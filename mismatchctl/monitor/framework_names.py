@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from mismatchctl.errors import UsageError
+from mismatchctl.errors import one_of
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.partial import Partial, Value
 from mismatchctl.stats.state import EXP_MAX, Col
@@ -52,12 +52,12 @@ K3_MAX = "mismatch_kl/all/max"
 
 
 def check_style(style: str) -> str:
-    if style not in STYLES:
-        raise UsageError(
-            f"style `{style}` (expected one of {', '.join(STYLES)})",
-            "name the framework whose metric names the summary should use.",
-        )
-    return style
+    return one_of(
+        style,
+        STYLES,
+        f"style `{style}`",
+        "name the framework whose metric names the summary should use.",
+    )
 
 
 def summary(part: Partial, metrics: dict[str, Value], style: str, prefix: str) -> dict[str, float]:

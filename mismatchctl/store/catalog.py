@@ -60,18 +60,25 @@ CREATE TABLE IF NOT EXISTS metric_tables (
 );
 """
 
+# the fields a table stores as JSON text (None stays NULL: unknown)
 METRIC_JSON_FIELDS = ("options", "renamed", "notes", "excluded", "metrics")
-JSON_FIELDS = ("columns", "tags", "notes", "dropped", "dropped_ids", "steps", "gpus")
+JSON_FIELDS = ("columns", "tags", "notes", "dropped", "dropped_ids", "steps", "gpus", "attributes")
 
 
 @dataclass
-class SourceRecord:
-    """One ingested file: where it came from and what it contributed (the provenance)."""
+class IngestedFile:
+    """A file ingested into a run: where it came from, and the hash that tells it again."""
 
     path: str
     format: str
     size: int
     fingerprint: str
+
+
+@dataclass
+class SourceRecord(IngestedFile):
+    """One ingested file: where it came from and what it contributed (the provenance)."""
+
     ingested_at: str
     columns: dict[str, str]
     tags: dict[str, str]
@@ -100,13 +107,9 @@ class SourceRecord:
 
 
 @dataclass
-class MetricSource:
+class MetricSource(IngestedFile):
     """One ingested metrics file (or TensorBoard directory): where it came from, what it gave."""
 
-    path: str
-    format: str
-    size: int
-    fingerprint: str
     step_column: str
     options: dict[str, Any]
     renamed: dict[str, str]
@@ -224,14 +227,20 @@ def _upgrade(con: sqlite3.Connection) -> None:
 
 
 def insert_source(con: sqlite3.Connection, run: str, rec: SourceRecord) -> int:
+    return _insert(con, "sources", run, rec, JSON_FIELDS)
+
+
+def _insert(
+    con: sqlite3.Connection, table: str, run: str, rec: IngestedFile, json_fields: tuple[str, ...]
+) -> int:
+    """Insert a record as a row of ``table`` under ``run``; the row's id (the insert gives it)."""
     values = {k: v for k, v in rec.__dict__.items() if k not in ("id", "run")}
-    for key in JSON_FIELDS:
-        values[key] = json.dumps(values[key], sort_keys=True)
-    if values["attributes"] is not None:
-        values["attributes"] = json.dumps(values["attributes"], sort_keys=True)
-    cols = ", ".join(["run", *values])
+    for key in json_fields:
+        if values[key] is not None:
+            values[key] = json.dumps(values[key], sort_keys=True)
+    cols = ", ".join(f'"{k}"' for k in ["run", *values])  # quoted: `values` is an SQL keyword
     marks = ", ".join("?" * (len(values) + 1))
-    cur = con.execute(f"INSERT INTO sources ({cols}) VALUES ({marks})", [run, *values.values()])
+    cur = con.execute(f"INSERT INTO {table} ({cols}) VALUES ({marks})", [run, *values.values()])
     return int(cur.lastrowid or 0)
 
 
@@ -254,12 +263,16 @@ def insert_part(con: sqlite3.Connection, run: str, source_id: int, part: PartRec
 
 
 def source_from_row(row: sqlite3.Row) -> SourceRecord:
+    return SourceRecord(**_decoded(row, JSON_FIELDS))
+
+
+def _decoded(row: sqlite3.Row, json_fields: tuple[str, ...]) -> dict[str, Any]:
+    """A row's values by column, its JSON columns parsed (NULL stays None)."""
     data = dict(row)
-    for key in JSON_FIELDS:
-        data[key] = json.loads(data[key])
-    if data.get("attributes") is not None:
-        data["attributes"] = json.loads(data["attributes"])
-    return SourceRecord(**data)
+    for key in json_fields:
+        if data.get(key) is not None:
+            data[key] = json.loads(data[key])
+    return data
 
 
 def part_from_row(row: sqlite3.Row) -> PartRecord:
@@ -269,19 +282,8 @@ def part_from_row(row: sqlite3.Row) -> PartRecord:
 
 
 def insert_metric_source(con: sqlite3.Connection, run: str, src: MetricSource) -> int:
-    values = {k: v for k, v in src.__dict__.items() if k not in ("id", "run")}
-    for key in METRIC_JSON_FIELDS:
-        values[key] = json.dumps(values[key], sort_keys=True)
-    cols = ", ".join(f'"{k}"' for k in ["run", *values])
-    marks = ", ".join("?" * (len(values) + 1))
-    cur = con.execute(
-        f"INSERT INTO metric_sources ({cols}) VALUES ({marks})", [run, *values.values()]
-    )
-    return int(cur.lastrowid or 0)
+    return _insert(con, "metric_sources", run, src, METRIC_JSON_FIELDS)
 
 
 def metric_source_from_row(row: sqlite3.Row) -> MetricSource:
-    data = dict(row)
-    for key in METRIC_JSON_FIELDS:
-        data[key] = json.loads(data[key])
-    return MetricSource(**data)
+    return MetricSource(**_decoded(row, METRIC_JSON_FIELDS))

@@ -28,6 +28,7 @@ from mismatchctl.curves.events import (
     reward_drops,
     rise_before_drop,
     spikes,
+    usable,
 )
 from tests.helpers import examples
 
@@ -142,7 +143,7 @@ def test_align_missing_steps_and_nonfinite() -> None:
     assert a.x.tolist() == [1.0, 3.0, 6.0]
     assert a.y.tolist() == [10.0, 30.0, 60.0]
     assert a.steps.dtype == np.int64 and a.x.dtype == np.float64
-    assert (a.n, a.only_x, a.only_y, a.nonfinite) == (3, 2, 3, 2)
+    assert a.n == 3
     assert a.only_x_steps == [0, 8]
     assert a.only_y_steps == [4, 7, 9]
     assert a.nonfinite_steps == [2, 5]  # NaN on the x side at 2, inf on the y side at 5
@@ -324,6 +325,15 @@ def test_fisher_interval() -> None:
 def flat_noise(n: int) -> np.ndarray:
     """Deterministic noise cycling through -0.1, -0.05, 0, 0.05, 0.1 (in a shuffled order)."""
     return 0.05 * (((np.arange(n) * 3) % 5) - 2)
+
+
+def test_usable_points_are_finite_and_positive_on_the_log_scale() -> None:
+    steps = np.arange(6)
+    values = np.array([0.5, np.nan, -1.0, 0.0, np.inf, 2.0])
+    s, v = usable(steps, values, log=True)
+    assert s.tolist() == [0, 5] and v.tolist() == [0.5, 2.0]
+    s, v = usable(steps, values, log=False)
+    assert s.tolist() == [0, 2, 3, 5] and v.tolist() == [0.5, -1.0, 0.0, 2.0]
 
 
 def test_spikes_linear_planted() -> None:

@@ -50,7 +50,7 @@ def test_the_summary_speaks_each_frameworks_names(tmp_path: Path) -> None:
     k3 = torch.expm1(r) - r
     assert prime["mismatch_kl/all/mean"] == pytest.approx(float(k3.mean()), rel=1e-12)
     assert prime["mismatch_kl/all/max"] == pytest.approx(float(k3.max()), rel=1e-12)
-    with pytest.raises(UsageError, match="style `wandb`"):
+    with pytest.raises(UsageError, match=r"^style `wandb`: expected one of mismatchctl, verl, "):
         mon.step_summary(style="wandb")
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 import numpy as np
 import pyarrow as pa
@@ -273,20 +273,22 @@ def parse_tails(
     return Tails(clamp, tau, *bounds)
 
 
-def report_on(
-    selection: Selection,
-    *,
-    bins: str = "log",
-    by: list[K.Split] | None = None,
-    by_gpu: bool = False,
-    workers: int = DEFAULT_WORKERS,
-    on_part: Callable[[int], None] | None = None,
-    extras: Sequence[PartExtra] = (),
-    figures: bool = False,
-    engine: Engine = LOCAL_ENGINE,
-    binning: K.Binning = K.DEFAULT_BINNING,
-    routing_layers: bool = False,
-) -> Report:
+class ReportOptions(TypedDict, total=False):
+    """The keywords :func:`report_on` passes on to :func:`reports_on` (their defaults there)."""
+
+    bins: str
+    by: list[K.Split] | None
+    by_gpu: bool
+    workers: int
+    on_part: Callable[[int], None] | None
+    extras: Sequence[PartExtra]
+    figures: bool
+    engine: Engine
+    binning: K.Binning
+    routing_layers: bool
+
+
+def report_on(selection: Selection, **options: Unpack[ReportOptions]) -> Report:
     """The report of an explicit selection (runs, or a slice of the store); ``extras`` are
     computed in the same read of every part and left in ``Report.extra_states``; ``figures``
     adds the densities and samples of the HTML page; ``engine`` says where parts are read;
@@ -296,11 +298,7 @@ def report_on(
     A selection without model tokens is an error (the same for every command); so is a run of
     it removed while it is read (RunRemovedError, which ``reread`` retries when the run was not
     named)."""
-    (report,) = reports_on(
-        [selection], bins=bins, by=by, by_gpu=by_gpu, workers=workers, on_part=on_part,
-        extras=extras, figures=figures, engine=engine, binning=binning,
-        routing_layers=routing_layers,
-    )  # fmt: skip
+    (report,) = reports_on([selection], **options)
     return report
 
 
