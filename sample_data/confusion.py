@@ -215,7 +215,8 @@ def seconds(faults: list[Named]) -> str:
 
 
 def write_into(doc: Path, text: str) -> None:
-    body = doc.read_text()
+    """The matrix between the markers of ``doc``; a new file holds the block alone."""
+    body = doc.read_text() if doc.exists() else f"{BEGIN}\n{END}\n"
     if BEGIN not in body or END not in body:
         raise SystemExit(f"{doc} has no {BEGIN} ... {END} block to write the matrix into")
     head, rest = body.split(BEGIN, 1)

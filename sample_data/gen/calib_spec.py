@@ -116,7 +116,8 @@ def shapes(n: int, g: int, limits: TurnLimits) -> dict[str, RolloutShape]:
 def model_specs(warmup: int, per_step: int, steps: int, long_steps: int) -> dict[str, ModelSpec]:
     """The dense model (enough checkpoints for the long runs), the same model trained with
     another seed and a 6-layer model (both with a shorter warm-up: training is most of the
-    corpus's cost), and the MoE model."""
+    corpus's cost), the MoE model, and a wider, shallower model with another seed (3 layers of
+    width 256, 8 heads: the other model the faults are repeated on)."""
 
     def cfg(warm: int, n_steps: int, batch: int = 16) -> TrainConfig:
         return TrainConfig(warm, per_step, n_steps + 1, batch=batch)
@@ -133,6 +134,12 @@ def model_specs(warmup: int, per_step: int, steps: int, long_steps: int) -> dict
         ),
         "moe": ModelSpec(
             MoEConfig(max_len=CONTEXT), cfg(warmup // 2, steps, 8), 0, "tinymoe-8e-top2"
+        ),
+        "tinylm-wide": ModelSpec(
+            ModelConfig(d_model=256, n_layers=3, n_heads=8, d_ff=1024, max_len=CONTEXT),
+            cfg(warmup * 3 // 5, steps),
+            2,
+            "tinylm-3x256",
         ),
     }
 

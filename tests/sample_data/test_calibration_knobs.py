@@ -7,6 +7,7 @@ import copy
 import os
 import random
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -353,6 +354,20 @@ def test_the_catalogue_is_consistent() -> None:
         assert not run.render or run.render in RENDERS, run.name
         assert not run.edit or run.edit in EDITS, run.name
         assert run.weights in WEIGHTS and (not run.schedule or run.schedule in SCHEDULES)
+
+
+def test_the_wide_runs_repeat_their_faults_on_the_other_model_only() -> None:
+    """Each `*-wide` run is its original with only the model, the baseline and the sampling
+    stream changed (gen/catalog_wide.py): the same knob on a model of other width and depth."""
+    by_name = {r.name: r for r in CATALOG}
+    wide = [r for r in CATALOG if r.name.endswith("-wide") and r.kind != "healthy"]
+    assert len(wide) >= 10 and {r.kind for r in wide} == {"fault", "combo"}
+    for run in wide:
+        original = by_name[run.name.removesuffix("-wide")]
+        assert (run.model, run.baseline) == ("tinylm-wide", "h-wide-a")
+        assert original.model == "tinylm" and run.stream == ""
+        same = replace(run, name=original.name, model=original.model, baseline=original.baseline)
+        assert same == replace(original, stream=""), run.name
 
 
 def test_a_low_precision_router_flips_some_routes() -> None:
