@@ -4,6 +4,8 @@ than the rest at the same token probabilities."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mismatchctl.analysis.diagnose.advice import (
     CODE_PATH_ADVICE,
     FIRST_TURNS_LOCAL_ADVICE,
@@ -21,6 +23,7 @@ from mismatchctl.analysis.diagnose.causes.parts import (
     steps_share,
     where_text,
 )
+from mismatchctl.analysis.diagnose.causes.processor import mass_removed, sentence
 from mismatchctl.analysis.diagnose.check import evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
     hardware,
@@ -112,8 +115,19 @@ def support(ctx: Context) -> Support | None:
         )  # fmt: skip
     steps = _steps(ctx)
     if steps is not None and (best is None or (steps.share or 0) > (best.share or 0)):
-        return steps
-    return best or Support("ok", 0.0, "no part of the run is hotter than the rest", ())
+        best = steps
+    if best is None:
+        return Support("ok", 0.0, "no part of the run is hotter than the rest", ())
+    return _one_signed(ctx, best)
+
+
+def _one_signed(ctx: Context, best: Support) -> Support:
+    """Against the path: its part's excess is mass removed on one side (``processor.py``), a
+    logit processor's shift, which the semantics names."""
+    found = mass_removed(ctx, best)
+    if found is None:
+        return best
+    return replace(best, against=(*best.against, sentence(found)))
 
 
 def _steps(ctx: Context) -> Support | None:
