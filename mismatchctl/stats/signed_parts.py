@@ -198,3 +198,41 @@ def _clustered_z(
     if var <= 0:
         return 0.0 if diff == 0 else math.copysign(math.inf, diff)
     return diff / math.sqrt(var)
+
+
+@dataclass(frozen=True)
+class RateRatio:
+    """A part's K3 rate against a reference's at the same probability bins: ``ratio`` (observed
+    over what the reference's rates predict), its 95% interval (each sequence a cluster), the
+    part's tokens."""
+
+    ratio: float
+    ci: tuple[float, float]
+    tokens: int
+
+
+def rate_ratio(state: SignedRows, part: np.ndarray, reference: np.ndarray) -> RateRatio | None:
+    """The part's K3 over what the reference's rate in each probability bin predicts for its
+    tokens; None when no bin holds both (``MIN_REST`` of the reference's) or the reference
+    holds no K3. The interval is the delta method's on the log ratio, each sequence's
+    observed and predicted sums a cluster (the reference's own rates taken as known)."""
+    if len(state.seq) == 0:
+        return None
+    b = state.cells[:, -1]
+    nb = int(b.max()) + 1
+    n, k3 = state.sums[:, 0], state.sums[:, 3]
+    n_ref = np.bincount(b[reference], n[reference], nb)
+    rate = np.divide(np.bincount(b[reference], k3[reference], nb), n_ref, where=n_ref > 0,
+                     out=np.zeros(nb))  # fmt: skip
+    rows = part & (n_ref >= MIN_REST)[b]
+    observed, predicted = k3[rows], n[rows] * rate[b[rows]]
+    total_o, total_e = float(observed.sum()), float(predicted.sum())
+    if total_e <= 0 or total_o <= 0:
+        return None
+    ratio = total_o / total_e
+    cluster = np.unique(state.seq[rows], return_inverse=True)[1].reshape(-1)
+    resid = np.bincount(cluster, observed - ratio * predicted)
+    k = len(resid)
+    se = math.sqrt(k / (k - 1) * float(resid @ resid)) / total_o if k > 1 else math.inf
+    ci = (ratio * math.exp(-1.96 * se), ratio * math.exp(1.96 * se))
+    return RateRatio(ratio, ci, int(n[rows].sum()))

@@ -8,7 +8,13 @@ from __future__ import annotations
 import numpy as np
 
 from mismatchctl.stats import per_token
-from mismatchctl.stats.signed_parts import FIELDS, SignedParts, one_signed, signed_parts
+from mismatchctl.stats.signed_parts import (
+    FIELDS,
+    SignedParts,
+    one_signed,
+    rate_ratio,
+    signed_parts,
+)
 
 VOCAB = 40
 
@@ -117,3 +123,26 @@ def test_no_bin_with_rest_tokens_measures_nothing() -> None:
     rows = signed_parts("a", r, per_token.k3(r), seq, seq, cells).rows("a")
     assert one_signed(rows, np.ones(len(rows.seq), bool)) is None
     assert one_signed(SignedParts().rows("a"), np.zeros(0, bool)) is None
+
+
+def test_a_rate_ratio_at_the_same_bins_with_a_sequence_clustered_interval() -> None:
+    """A part at 3x the reference's K3 in every bin: the ratio is 3 whatever its bin mix, the
+    interval holds it and shrinks with more sequences; no reference tokens, no ratio."""
+    rng = np.random.default_rng(5)
+    found = []
+    for seqs in (40, 400):
+        seq = np.repeat(np.arange(seqs), 30)
+        part = np.tile(np.arange(30) < 8, seqs)
+        bins = rng.integers(0, 3, len(seq))
+        r = rng.normal(0, 0.02 * (1 + bins), len(seq)) * np.where(part, np.sqrt(3), 1)
+        cells = np.zeros((len(seq), len(FIELDS)), np.int64)
+        cells[:, 2], cells[:, -1] = np.where(part, 0, 1), bins
+        rows = signed_parts("a", r, per_token.k3(r), seq, seq, cells).rows("a")
+        found.append(rate_ratio(rows, rows.cells[:, 2] == 0, rows.cells[:, 2] == 1))
+    small, large = found
+    assert small is not None and large is not None
+    assert large.ci[0] < large.ratio < large.ci[1] and abs(large.ratio - 3) < 0.3
+    assert large.ci[1] - large.ci[0] < small.ci[1] - small.ci[0]
+    assert large.tokens == 400 * 8
+    rows = signed_parts("a", r, per_token.k3(r), seq, seq, cells).rows("a")
+    assert rate_ratio(rows, rows.cells[:, 2] == 0, np.zeros(len(rows.seq), bool)) is None

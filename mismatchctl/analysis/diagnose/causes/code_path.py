@@ -9,9 +9,11 @@ from dataclasses import replace
 from mismatchctl.analysis.diagnose.advice import (
     CODE_PATH_ADVICE,
     FIRST_TURNS_LOCAL_ADVICE,
+    PREFILL_ADVICE,
     attribute_advice,
 )
 from mismatchctl.analysis.diagnose.cause_evidence import steps_follow_gpu
+from mismatchctl.analysis.diagnose.causes import prefill, template
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import (
     finding_region,
@@ -113,12 +115,42 @@ def support(ctx: Context) -> Support | None:
             where=where_text(f.where), variant=_variant(f.where),
             region=finding_region(ctx, f.where),
         )  # fmt: skip
-    steps = _steps(ctx)
-    if steps is not None and (best is None or (steps.share or 0) > (best.share or 0)):
-        best = steps
+    for other in (_steps(ctx), _prefills(ctx)):
+        if other is not None and (best is None or (other.share or 0) > (best.share or 0)):
+            best = other
     if best is None:
         return Support("ok", 0.0, "no part of the run is hotter than the rest", ())
     return _one_signed(ctx, best)
+
+
+PREFILL_STARTS = "the start of every prefill (chunked prefill, a padded or merged prefill)"
+
+
+def _prefills(ctx: Context) -> Support | None:
+    """The burst at the first tokens after each tool response that a rendering fault would make,
+    when the first turns' longer prompts' starts are hot too (``prefill.py``): the start of
+    every prefill, a prefill path's. It explains what the template would (the burst, and the
+    later turns' excess that reads the prefill's keys and values)."""
+    burst = template.support(ctx)
+    starts = prefill.prefill_starts(ctx) if burst is not None and burst.alarm else None
+    if burst is None or starts is None or prefill.sentence(starts) not in burst.against:
+        return None
+    spec = ctx.cube.spec if ctx.cube is not None else None
+    kinds = spec.dims[spec.index(K.TURN_KIND)].labels if spec is not None else ()
+    region = (
+        {K.TURN_KIND: [kinds.index("later")], K.TURN_POSITION: [0]} if "later" in kinds else None
+    )
+    return Support(
+        verdict=burst.verdict, share=burst.share,
+        because=f"{prefill.sentence(starts)}; {_burst_only(burst.because)}", checks=burst.checks,
+        ratio=burst.ratio, ci=burst.ci, where=f"{burst.where} and the longer prompts' first 8",
+        variant=PREFILL_STARTS, region=region,
+    )  # fmt: skip
+
+
+def _burst_only(finding: str) -> str:
+    """The turn_edges finding's numbers, without its reading (a rendering fault's signature)."""
+    return finding.split(": the signature of", 1)[0]
 
 
 def _one_signed(ctx: Context, best: Support) -> Support:
@@ -180,6 +212,8 @@ def _variant(where: dict[str, str]) -> str:
 
 
 def advice(ctx: Context, found: Support) -> str:
+    if found.variant == PREFILL_STARTS:
+        return PREFILL_ADVICE
     if found.variant.startswith("the first turns"):
         return FIRST_TURNS_LOCAL_ADVICE
     if found.variant.startswith("the samples with "):

@@ -77,7 +77,7 @@ def measure(ctx: Context, region: dict[str, list[int]]) -> OneSigned | None:
     cube = ctx.cube
     if cube is None:
         return None
-    rows = _joined(ctx)
+    rows = joined_rows(ctx)
     part = np.ones(len(rows.seq), bool)
     for name, levels in region.items():
         d = cube.spec.index(name)
@@ -101,7 +101,7 @@ def sentence(found: OneSigned) -> str:
     )
 
 
-def _joined(ctx: Context) -> SignedRows:
+def joined_rows(ctx: Context) -> SignedRows:
     """Every run's rows, their sequences kept apart (each a cluster of its own)."""
     signed = ctx.state.signed
     found = [signed.rows(run) for run in sorted(signed.runs)]

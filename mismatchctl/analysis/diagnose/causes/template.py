@@ -4,6 +4,7 @@ the engine sampled from."""
 from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.advice import TEMPLATE_ADVICE
+from mismatchctl.analysis.diagnose.causes import prefill
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share, worst_of
 from mismatchctl.analysis.diagnose.causes.tool_turns import later_mass_share
 from mismatchctl.analysis.diagnose.check import Check, evidence_of, fired
@@ -47,7 +48,9 @@ def support(ctx: Context) -> Support | None:
         # the tell-tale, the later turns' whole excess the fault's
         later = part_share(later_mass_share(tool), tool_e.same_probs_ratio)
         share = max(share or 0.0, later or 0.0)
+    starts = prefill.prefill_starts(ctx) if e.template else None
     return Support(
+        against=(prefill.sentence(starts),) if starts is not None and prefill.hot(starts) else (),
         verdict=edges.verdict if e.template else verdict if fired(classes) else "ok",
         share=share,
         because=edges.finding,
