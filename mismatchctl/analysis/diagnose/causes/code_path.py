@@ -53,7 +53,8 @@ SIGNATURE = (
 TELLS_APART = (
     "the turns after tool responses all worse alike are the tool turns (no part of them is "
     "hotter than the rest of them); a part on one gpu is the hardware; steps that rise along a "
-    "line are a growth; a policy spreads over every part"
+    "line are a growth; a policy spreads over every part; a part whose mean ratio lacks mass "
+    "on one side is a logit processor's (the semantics: processor.py)"
 )
 EVERY_TOKEN = False
 EXPLAINS = ("sequences", "tool_turns", "policy", "growth", "stop", "template")
@@ -62,7 +63,9 @@ of the tool output, at long KV positions: a prefill path (chunked prefill, its a
 or a long-KV path makes them a burst as a rendering fault does (``cp-chunk-merge``: 5.5x the
 rest of those turns, the first turns' starts, whose prompt is shorter than a chunk, 1.3x), and
 a rendering fault's burst is a part the ``localized`` check finds. Neither is a second cause
-beside the other; the one that explains more is named. A template fault's changed context also
+beside the other; the one that explains more is named. Where the first turns' longer prompts'
+starts are hot too (``prefill.py``), the burst is the start of every prefill: the template has
+that against it, and the path claims the burst (``_prefills``). A template fault's changed context also
 raises every later token of the turns after it, so the tokens past its burst are no peel of it:
 beyond the first 16 of each turn, KV positions 128 and up are 3.3-4.5x the rest in the template
 runs alone (``tpl-*``) and 6.0x with a split-KV path beside (``combo-template-splitkv``).

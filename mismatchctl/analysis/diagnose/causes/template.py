@@ -21,7 +21,8 @@ SIGNATURE = (
 TELLS_APART = (
     "engine numerics (prefill then decode) touch every turn start alike and stay within the "
     "healthy range of a few x; a long-context code path grows with the KV position, not from "
-    "the turn start"
+    "the turn start; a prefill path makes the burst too, but at the start of every prefill, "
+    "the first turns' longer prompts' too, which no tool response reaches (prefill.py)"
 )
 EVERY_TOKEN = False
 EXPLAINS = ("tool_turns", "sequences")
