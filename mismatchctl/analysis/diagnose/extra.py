@@ -1,8 +1,8 @@
 """What `diagnose` computes in the report's read of every part, beyond the report itself: lag
 co-moments and the turns shifted by a position (alignment, temperature), offset sums (systematic offset, top-p), sentinel counts and
 the K3 mass per weight lag (staleness, joined from the store's sequence rows), and the
-sequences that end in padding-like runs of 0.0 on both sides, and the signed sums per sequence and
-cell that weigh a part of the run once it is named (``stats/signed_parts.py``)."""
+sequences that end in padding-like runs of 0.0 on both sides, and the signed sums per cell and group
+of sequences that weigh a part of the run once it is named (``stats/signed_parts.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
-from mismatchctl.analysis.explain import CUBE_KV_EDGES, CUBE_LENGTH_EDGES
+from mismatchctl.analysis.explain import CUBE_KV_EDGES
 from mismatchctl.columns import numpy_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import PartKeys, turn_positions
@@ -30,7 +30,7 @@ from mismatchctl.stats.sentinels import (
 )
 from mismatchctl.stats.seq_sums import UNKNOWN, SeqSums, seq_sums
 from mismatchctl.stats.signed_parts import TURN_POSITION_EDGES, SignedParts, signed_parts
-from mismatchctl.stats.splits import turn_index
+from mismatchctl.stats.splits import TURN_INDEX_LABELS, turn_index
 from mismatchctl.stats.token_shift import TokenShiftState, token_shift_state
 
 
@@ -115,7 +115,9 @@ class DiagnoseExtra:
             ),
             token_shift_state(_token_ids(table, keys), lr, lt, seq, *bins, k3=k3),
             seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *bins),
-            signed_parts(keys.run, lt - lr, k3, seq, step, _signed_cells(keys, bins[0])),
+            signed_parts(
+                keys.run, lt - lr, k3, seq, _signed_cells(keys, bins[0]), _signed_levels(bins[1])
+            ),
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:
@@ -162,20 +164,24 @@ def _lag_sums(keys: PartKeys, k3: np.ndarray, seq: np.ndarray) -> LagSums:
         )
 
 
-def _signed_cells(keys: PartKeys, bins: np.ndarray) -> np.ndarray:
+def _signed_cells(keys: PartKeys, bins: np.ndarray) -> tuple[np.ndarray, ...]:
     """Each token's cell of the signed sums (``signed_parts.FIELDS``): its turn, the cube's bins
-    of its KV position (from the response's start where the dump gave no prompt length) and of
-    its sequence's length, its position in the turn, its probability bin."""
+    of its KV position (from the response's start where the dump gave no prompt length), its
+    position in the turn, its probability bin."""
     seq, turn = keys.column(S.SEQ), keys.column(S.TURN)
     kv = keys.column(S.POSITION).astype(np.int64) + keys.prompt_lengths()
-    length = keys.sequence_rows().model_tokens[keys.rows()]
-    return np.column_stack([
+    inner = np.asarray(CUBE_KV_EDGES[1:], np.int64)  # one binary search, not a pass per edge
+    return (
         turn_index(turn),
-        assign_positions(kv, CUBE_KV_EDGES),
+        np.searchsorted(inner, kv, side="right"),
         assign_positions(turn_positions(seq, turn), TURN_POSITION_EDGES),
-        assign_positions(length, CUBE_LENGTH_EDGES),
         bins,
-    ])  # fmt: skip
+    )
+
+
+def _signed_levels(n_bins: int) -> tuple[int, ...]:
+    """The levels of each of the signed cells' dimensions."""
+    return (len(TURN_INDEX_LABELS), len(CUBE_KV_EDGES), len(TURN_POSITION_EDGES), n_bins)
 
 
 def _gpu_labels(table: pa.Table, keys: PartKeys) -> np.ndarray | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from mismatchctl.analysis.diagnose.causes.processor import joined_rows
 from mismatchctl.analysis.diagnose.check import OK
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
@@ -34,18 +33,18 @@ TURN, KV, POSITION = (FIELDS.index(name) for name in ("turn", "kv_position", "tu
 
 def prefill_starts(ctx: Context) -> RateRatio | None:
     """The longer prompts' starts in the first turns against the rest of the first turns."""
-    rows = joined_rows(ctx)
-    first = rows.cells[:, TURN] == 0
-    starts = first & (rows.cells[:, POSITION] == START)
-    if not starts.any():
+    sums = ctx.state.signed.total()
+    if sums is None:
         return None
-    kv = rows.cells[:, KV]
-    counts = np.bincount(kv[starts], rows.sums[starts, 0])
+    turn, kv, position = np.indices(sums.shape[1:-1])[[TURN, KV, POSITION]]
+    first = turn == 0
+    starts = first & (position == START)
+    counts = (sums[..., 0].sum(axis=0) * starts).sum(axis=(0, 2, 3))  # the starts per KV bin
+    if counts.sum() == 0:
+        return None
     median = int(np.searchsorted(np.cumsum(counts), counts.sum() / 2))
     longer = starts & (kv > median)
-    if not longer.any():
-        return None
-    return rate_ratio(rows, longer, first & ~starts)
+    return rate_ratio(sums, longer, first & ~starts) if longer.any() else None
 
 
 def hot(found: RateRatio | None) -> bool:

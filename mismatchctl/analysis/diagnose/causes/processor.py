@@ -10,16 +10,18 @@ ratio falls by ``b`` and the K3 rises by only ``b^2 / 2``, and most of the part'
 below zero. The test, against the rest of the run at the same probability bins:
 
 - the part's mean ratio lies below the rest's at ``DEFICIT_Z`` standard errors or more
-  (sequence-clustered), and more of its tokens lie below zero at ``BELOW_Z`` or more;
+  (groups of sequences the clusters), and more of its tokens lie below zero at ``BELOW_Z``;
 - the deficit is at least ``DEFICIT_PER_K3`` times the part's excess K3 per token.
 
 Over the corpus (seed 0) and the held-out one (seed 7), every part a code path or a template
 fault alarmed on, alone and against the baseline: ``sem-badwords-subtle``'s first 16 tokens of
 each turn lack 13x their excess K3 (mean ratio 0.0052 below the rest's, 64% of the tokens below
 zero against 54%); the code paths' parts at most 1.6x with a deficit within 1.3 standard
-errors (``cp-prefix-subtle``), and where the deficit is significant 0.7x (``stop-zero-turn-ends``,
-a side storing 0.0 at the turns' ends) and 0.2x (the held-out ``combo-stale-splitkv``'s split-KV
-steps, 146x the rest: loud noise whose sample misses the rare large positive ``r``)."""
+errors (``cp-prefix-subtle``). A part on steps, lengths, gpus or engine batches is not weighed
+(the cells do not hold them); measured on the tokens by hand, those with a significant deficit
+lack 0.7x (``stop-zero-turn-ends``, a side storing 0.0 at the turns' ends) and 0.2x (the
+held-out ``combo-stale-splitkv``'s split-KV steps, 146x the rest: loud noise whose sample
+misses the rare large positive ``r``)."""
 
 from __future__ import annotations
 
@@ -29,13 +31,7 @@ from mismatchctl.analysis.diagnose.causes.hypothesis import Support
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.explain import CUBE_TURN_POSITION_EDGES
 from mismatchctl.engines import plan as K
-from mismatchctl.stats.signed_parts import (
-    FIELDS,
-    TURN_POSITION_EDGES,
-    OneSigned,
-    SignedRows,
-    one_signed,
-)
+from mismatchctl.stats.signed_parts import FIELDS, TURN_POSITION_EDGES, OneSigned, one_signed
 from mismatchctl.stats.splits import TURN_INDEX_LABELS, TURN_KIND_LABELS
 
 DEFICIT_Z = 3.0
@@ -48,14 +44,11 @@ DEFICIT_PER_K3 = 4.0
 """The deficit of the part's mean ratio per unit of its excess K3 per token: 13x in
 ``sem-badwords-subtle``'s part, 1.6x at most in a code path's (the module's docstring)."""
 
-SAME_CODES = (K.BIN, K.KV_POSITION, K.LENGTH)
-"""Dimensions whose cube codes are the signed cells' (the same bins)."""
-
 
 def mass_removed(ctx: Context, found: Support) -> OneSigned | None:
     """The signed test of the part ``found`` names (its ``region``), when its excess is mass
     removed on one side: None when it is not, or when the part lies on a dimension the signed
-    sums do not hold (a gpu, the engine batches, an attribute)."""
+    sums do not hold (steps, a gpu, lengths, the engine batches, an attribute)."""
     if not found.alarm or not found.region:
         return None
     tested = measure(ctx, found.region)
@@ -74,19 +67,29 @@ def removed(found: OneSigned) -> bool:
 
 def measure(ctx: Context, region: dict[str, list[int]]) -> OneSigned | None:
     """The part (cube dimension -> search-level codes) against the rest of the selection."""
+    sums = ctx.state.signed.total()
+    part = None if sums is None else cells_in(ctx, region, sums.shape[1:-1])
+    return None if part is None or sums is None else one_signed(sums, part)
+
+
+def cells_in(
+    ctx: Context, region: dict[str, list[int]], shape: tuple[int, ...]
+) -> np.ndarray | None:
+    """The signed cells inside a part of the cube (a mask of ``shape``); None when the part
+    lies on a dimension the cells do not hold (steps, gpus, lengths, batches, attributes)."""
     cube = ctx.cube
     if cube is None:
         return None
-    rows = joined_rows(ctx)
-    part = np.ones(len(rows.seq), bool)
+    grids = np.indices(shape)
+    part = np.ones(shape, bool)
     for name, levels in region.items():
         d = cube.spec.index(name)
         codes = cube.spec.codes_of(d, levels)
-        mask = _mask(rows, name, codes, cube.spec.dims[d].labels)
+        mask = _mask(grids, name, codes, cube.spec.dims[d].labels)
         if mask is None:
             return None
         part &= mask
-    return one_signed(rows, part)
+    return part
 
 
 def sentence(found: OneSigned) -> str:
@@ -101,39 +104,22 @@ def sentence(found: OneSigned) -> str:
     )
 
 
-def joined_rows(ctx: Context) -> SignedRows:
-    """Every run's rows, their sequences kept apart (each a cluster of its own)."""
-    signed = ctx.state.signed
-    found = [signed.rows(run) for run in sorted(signed.runs)]
-    if not found:
-        return SignedRows()
-    seq = [r.seq + (i << 40) for i, r in enumerate(found)]
-    return SignedRows(
-        np.concatenate(seq),
-        np.concatenate([r.step for r in found]),
-        np.concatenate([r.cells for r in found]),
-        np.concatenate([r.sums for r in found]),
-    )
-
-
 def _mask(
-    rows: SignedRows, name: str, codes: np.ndarray, labels: tuple[str, ...]
+    grids: np.ndarray, name: str, codes: np.ndarray, labels: tuple[str, ...]
 ) -> np.ndarray | None:
-    """The rows inside the cube codes ``codes`` of dimension ``name`` (``labels``: its labels);
-    None for a dimension the cells do not hold."""
-    if name in SAME_CODES:
-        return np.isin(rows.cells[:, FIELDS.index(name)], codes)
-    if name == K.STEP:
-        steps = [int(labels[c]) for c in codes if labels[c].lstrip("-").isdigit()]
-        return np.isin(rows.step, steps)
-    turn = rows.cells[:, FIELDS.index(K.TURN)]
+    """The cells (``grids``: each cell's code on each of ``FIELDS``) inside the cube codes
+    ``codes`` of dimension ``name`` (``labels``: its labels); None for a dimension the cells do
+    not hold."""
+    turn = grids[FIELDS.index(K.TURN)]
+    if name in (K.BIN, K.KV_POSITION):  # the cube's codes are the cells' (the same bins)
+        return np.isin(grids[FIELDS.index(name)], codes)
     if name == K.TURN:
         return np.isin(turn, [TURN_INDEX_LABELS.index(labels[c]) for c in codes])
     if name == K.TURN_KIND:
-        kinds = {TURN_KIND_LABELS.index(labels[c]) for c in codes}
-        return np.isin((turn > 0).astype(np.int64), list(kinds))
+        kinds = [TURN_KIND_LABELS.index(labels[c]) for c in codes]
+        return np.isin((turn > 0).astype(np.int64), kinds)
     if name == K.TURN_POSITION:
-        return np.isin(rows.cells[:, FIELDS.index(name)], _finer(codes))
+        return np.isin(grids[FIELDS.index(name)], _finer(codes))
     return None
 
 
