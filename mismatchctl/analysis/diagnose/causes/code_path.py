@@ -65,8 +65,9 @@ rest of those turns, the first turns' starts, whose prompt is shorter than a chu
 a rendering fault's burst is a part the ``localized`` check finds. Neither is a second cause
 beside the other; the one that explains more is named. Where the first turns' longer prompts'
 starts are hot too (``prefill.py``), the burst is the start of every prefill: the template has
-that against it, and the path claims the burst (``_prefills``). A template fault's changed context also
-raises every later token of the turns after it, so the tokens past its burst are no peel of it:
+that against it, and the path claims the burst (``_prefills``). A template fault's changed
+context also raises every later token of the turns after it, so the tokens past its burst are
+no peel of it:
 beyond the first 16 of each turn, KV positions 128 and up are 3.3-4.5x the rest in the template
 runs alone (``tpl-*``) and 6.0x with a split-KV path beside (``combo-template-splitkv``).
 
