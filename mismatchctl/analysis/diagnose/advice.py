@@ -38,6 +38,14 @@ CODE_PATH_ADVICE = (
     "version; importance sampling would only reweight the damage"
 )
 
+# the cause "code path" of the starts of the prefills (causes/prefill.py)
+PREFILL_ADVICE = (
+    "the first tokens after every prefill are hot, the prompt's longer ones too: the engine's "
+    "prefill path (chunked prefill and how it merges the chunks' attention, padded or batched "
+    "prefills, prefix caching); diagnose a few steps with chunked prefill off or a larger chunk, "
+    "not the objective: importance sampling would only reweight the damage"
+)
+
 # the localized check, and the cause "code path" of the first turns
 FIRST_TURNS_LOCAL_ADVICE = (
     "the first turns (no tool response before them) are hotter than the turns after tool "

@@ -1,7 +1,8 @@
 """What `diagnose` computes in the report's read of every part, beyond the report itself: lag
 co-moments and the turns shifted by a position (alignment, temperature), offset sums (systematic offset, top-p), sentinel counts and
 the K3 mass per weight lag (staleness, joined from the store's sequence rows), and the
-sequences that end in padding-like runs of 0.0 on both sides."""
+sequences that end in padding-like runs of 0.0 on both sides, and the signed sums per cell and group
+of sequences that weigh a part of the run once it is named (``stats/signed_parts.py``)."""
 
 from __future__ import annotations
 
@@ -11,14 +12,16 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.analysis.explain import CUBE_KV_EDGES
 from mismatchctl.columns import numpy_of
 from mismatchctl.engines import plan as K
-from mismatchctl.engines.keys import PartKeys
+from mismatchctl.engines.keys import PartKeys, turn_positions
 from mismatchctl.engines.seqrows import NO_WEIGHT_LAG
 from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pairs
 from mismatchctl.stats.hot_sequences import HotSequenceParts, hot_sequence_state
 from mismatchctl.stats.misalign import MisalignState, misalign_state
 from mismatchctl.stats.offset import offset_state
+from mismatchctl.stats.positions import assign_positions
 from mismatchctl.stats.sentinels import (
     SentinelState,
     TrailingZeroState,
@@ -26,6 +29,8 @@ from mismatchctl.stats.sentinels import (
     trailing_zero_state,
 )
 from mismatchctl.stats.seq_sums import UNKNOWN, SeqSums, seq_sums
+from mismatchctl.stats.signed_parts import TURN_POSITION_EDGES, SignedParts, signed_parts
+from mismatchctl.stats.splits import TURN_INDEX_LABELS, turn_index
 from mismatchctl.stats.token_shift import TokenShiftState, token_shift_state
 
 
@@ -64,6 +69,7 @@ class DiagnoseState:
     hot_sequences: HotSequenceParts = field(default_factory=HotSequenceParts)
     token_shift: TokenShiftState = field(default_factory=TokenShiftState)  # stats.token_shift
     sequences: SeqSums = field(default_factory=SeqSums)  # stats.seq_sums: length, batch shape
+    signed: SignedParts = field(default_factory=SignedParts)  # stats.signed_parts
 
     def merge(self, other: DiagnoseState) -> DiagnoseState:
         return DiagnoseState(
@@ -77,6 +83,7 @@ class DiagnoseState:
             self.hot_sequences.merge(other.hot_sequences),
             self.token_shift.merge(other.token_shift),
             self.sequences.merge(other.sequences),
+            self.signed.merge(other.signed),
         )
 
 
@@ -85,8 +92,9 @@ class DiagnoseExtra:
     engine reads for the part (the ``batch_size`` key's), not from a second read of the run's
     sequence parts."""
 
-    columns: tuple[str, ...] = (S.TOKEN_ID,)
-    keys: tuple[str, ...] = (K.BATCH_SIZE, K.WEIGHT_LAG)  # read from the sequence rows
+    columns: tuple[str, ...] = (S.TOKEN_ID, S.POSITION)
+    # read from the sequence rows (the KV position's: the prompt length)
+    keys: tuple[str, ...] = (K.BATCH_SIZE, K.WEIGHT_LAG, K.KV_POSITION)
 
     def compute(self, table: pa.Table, keys: PartKeys) -> DiagnoseState:
         lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
@@ -107,6 +115,9 @@ class DiagnoseExtra:
             ),
             token_shift_state(_token_ids(table, keys), lr, lt, seq, *bins, k3=k3),
             seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *bins),
+            signed_parts(
+                keys.run, lt - lr, k3, seq, _signed_cells(keys, bins[0]), _signed_levels(bins[1])
+            ),
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:
@@ -151,6 +162,26 @@ def _lag_sums(keys: PartKeys, k3: np.ndarray, seq: np.ndarray) -> LagSums:
             per_lag(x * x, lag_of),
             per_lag(x * y, lag_of),
         )
+
+
+def _signed_cells(keys: PartKeys, bins: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Each token's cell of the signed sums (``signed_parts.FIELDS``): its turn, the cube's bins
+    of its KV position (from the response's start where the dump gave no prompt length), its
+    position in the turn, its probability bin."""
+    seq, turn = keys.column(S.SEQ), keys.column(S.TURN)
+    kv = keys.column(S.POSITION).astype(np.int64) + keys.prompt_lengths()
+    inner = np.asarray(CUBE_KV_EDGES[1:], np.int64)  # one binary search, not a pass per edge
+    return (
+        turn_index(turn),
+        np.searchsorted(inner, kv, side="right"),
+        assign_positions(turn_positions(seq, turn), TURN_POSITION_EDGES),
+        bins,
+    )
+
+
+def _signed_levels(n_bins: int) -> tuple[int, ...]:
+    """The levels of each of the signed cells' dimensions."""
+    return (len(TURN_INDEX_LABELS), len(CUBE_KV_EDGES), len(TURN_POSITION_EDGES), n_bins)
 
 
 def _gpu_labels(table: pa.Table, keys: PartKeys) -> np.ndarray | None:

@@ -4,12 +4,16 @@ than the rest at the same token probabilities."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mismatchctl.analysis.diagnose.advice import (
     CODE_PATH_ADVICE,
     FIRST_TURNS_LOCAL_ADVICE,
+    PREFILL_ADVICE,
     attribute_advice,
 )
 from mismatchctl.analysis.diagnose.cause_evidence import steps_follow_gpu
+from mismatchctl.analysis.diagnose.causes import prefill, template
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import (
     finding_region,
@@ -21,6 +25,7 @@ from mismatchctl.analysis.diagnose.causes.parts import (
     steps_share,
     where_text,
 )
+from mismatchctl.analysis.diagnose.causes.processor import mass_removed, sentence
 from mismatchctl.analysis.diagnose.check import evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
     hardware,
@@ -48,7 +53,8 @@ SIGNATURE = (
 TELLS_APART = (
     "the turns after tool responses all worse alike are the tool turns (no part of them is "
     "hotter than the rest of them); a part on one gpu is the hardware; steps that rise along a "
-    "line are a growth; a policy spreads over every part"
+    "line are a growth; a policy spreads over every part; a part whose mean ratio lacks mass "
+    "on one side is a logit processor's (the semantics: processor.py)"
 )
 EVERY_TOKEN = False
 EXPLAINS = ("sequences", "tool_turns", "policy", "growth", "stop", "template")
@@ -57,8 +63,11 @@ of the tool output, at long KV positions: a prefill path (chunked prefill, its a
 or a long-KV path makes them a burst as a rendering fault does (``cp-chunk-merge``: 5.5x the
 rest of those turns, the first turns' starts, whose prompt is shorter than a chunk, 1.3x), and
 a rendering fault's burst is a part the ``localized`` check finds. Neither is a second cause
-beside the other; the one that explains more is named. A template fault's changed context also
-raises every later token of the turns after it, so the tokens past its burst are no peel of it:
+beside the other; the one that explains more is named. Where the first turns' longer prompts'
+starts are hot too (``prefill.py``), the burst is the start of every prefill: the template has
+that against it, and the path claims the burst (``_prefills``). A template fault's changed
+context also raises every later token of the turns after it, so the tokens past its burst are
+no peel of it:
 beyond the first 16 of each turn, KV positions 128 and up are 3.3-4.5x the rest in the template
 runs alone (``tpl-*``) and 6.0x with a split-KV path beside (``combo-template-splitkv``).
 
@@ -110,10 +119,51 @@ def support(ctx: Context) -> Support | None:
             where=where_text(f.where), variant=_variant(f.where),
             region=finding_region(ctx, f.where),
         )  # fmt: skip
-    steps = _steps(ctx)
-    if steps is not None and (best is None or (steps.share or 0) > (best.share or 0)):
-        return steps
-    return best or Support("ok", 0.0, "no part of the run is hotter than the rest", ())
+    for other in (_steps(ctx), _prefills(ctx)):
+        if other is not None and (best is None or (other.share or 0) > (best.share or 0)):
+            best = other
+    if best is None:
+        return Support("ok", 0.0, "no part of the run is hotter than the rest", ())
+    return _one_signed(ctx, best)
+
+
+PREFILL_STARTS = "the start of every prefill (chunked prefill, a padded or merged prefill)"
+
+
+def _prefills(ctx: Context) -> Support | None:
+    """The burst at the first tokens after each tool response that a rendering fault would make,
+    when the first turns' longer prompts' starts are hot too (``prefill.py``): the start of
+    every prefill, a prefill path's. It explains what the template would (the burst, and the
+    later turns' excess that reads the prefill's keys and values)."""
+    burst = template.support(ctx)
+    starts = prefill.prefill_starts(ctx) if burst is not None and burst.alarm else None
+    if burst is None or starts is None or prefill.sentence(starts) not in burst.against:
+        return None
+    spec = ctx.cube.spec if ctx.cube is not None else None
+    kinds = spec.dims[spec.index(K.TURN_KIND)].labels if spec is not None else ()
+    region = (
+        {K.TURN_KIND: [kinds.index("later")], K.TURN_POSITION: [0]} if "later" in kinds else None
+    )
+    return Support(
+        verdict=burst.verdict, share=burst.share,
+        because=f"{prefill.sentence(starts)}; {_burst_only(burst.because)}", checks=burst.checks,
+        ratio=burst.ratio, ci=burst.ci, where=f"{burst.where} and the longer prompts' first 8",
+        variant=PREFILL_STARTS, region=region,
+    )  # fmt: skip
+
+
+def _burst_only(finding: str) -> str:
+    """The turn_edges finding's numbers, without its reading (a rendering fault's signature)."""
+    return finding.split(": the signature of", 1)[0]
+
+
+def _one_signed(ctx: Context, best: Support) -> Support:
+    """Against the path: its part's excess is mass removed on one side (``processor.py``), a
+    logit processor's shift, which the semantics names."""
+    found = mass_removed(ctx, best)
+    if found is None:
+        return best
+    return replace(best, against=(*best.against, sentence(found)))
 
 
 def _steps(ctx: Context) -> Support | None:
@@ -166,6 +216,8 @@ def _variant(where: dict[str, str]) -> str:
 
 
 def advice(ctx: Context, found: Support) -> str:
+    if found.variant == PREFILL_STARTS:
+        return PREFILL_ADVICE
     if found.variant.startswith("the first turns"):
         return FIRST_TURNS_LOCAL_ADVICE
     if found.variant.startswith("the samples with "):

@@ -30,14 +30,19 @@ A relation the modules do not declare, and that holds only where the data show i
   that gpu generation takes, ``hardware.support``), and the code path is its finding without
   the gpu: no second cause (``hw-l20-splitkv-subtle`` of the held-out corpus over its baseline,
   the part 5.4x the rest and gpu L20 6.2x the others within it). A part hot on every gpu
-  (spikes beside a gpu hot everywhere) stands beside the hardware on its own share.
+  (spikes beside a gpu hot everywhere) stands beside the hardware on its own share;
+- **the semantics named from a code path's part keeps the path's relations**: a part whose
+  excess is mass removed on one side (``processor.py``, ``semantics.by_part``) is the same
+  part whatever made it hot, so what it sets off (the burst at the turns' starts the template
+  reads, the turns' last tokens) it sets off for the semantics too (``sem-badwords-subtle``:
+  the first 8 tokens after a tool response 7.3x, inside its first 16 of each turn).
 
 What the data cannot peel keeps the declared relation (the cause modules say why: the semantics
 beside a policy or a precision loss, a routing flip beside a precision loss)."""
 
 from __future__ import annotations
 
-from mismatchctl.analysis.diagnose.causes import hardware
+from mismatchctl.analysis.diagnose.causes import code_path, hardware
 from mismatchctl.analysis.diagnose.causes.hypothesis import Weighed
 from mismatchctl.analysis.diagnose.causes.outside import lean, outside
 from mismatchctl.analysis.diagnose.causes.parts import (
@@ -53,7 +58,7 @@ WITHIN_RESPONSES = K.SEGMENT_KEYS
 holding one of them is a part within the responses, whatever whole-response dimensions (a
 length, a step) it is conjoined with."""
 
-POLICY, CODE_PATH = "policy", "code_path"
+POLICY, CODE_PATH, SEMANTICS = "policy", "code_path", "semantics"
 
 
 def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
@@ -64,11 +69,24 @@ def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
     if set(pair) == {hardware.KEY, CODE_PATH}:
         return _held(ctx, pair[CODE_PATH])
     declared = w.cause.KEY in first.cause.EXPLAINS or first.cause.KEY in w.cause.EXPLAINS
+    declared = declared or in_part(first, w)
     if not declared:
         return False
     if set(pair) == {POLICY, CODE_PATH}:
         return not _both_stand(ctx, pair[POLICY], pair[CODE_PATH])
     return True
+
+
+def in_part(first: Weighed, w: Weighed) -> bool:
+    """The semantics named from a code path's part (``semantics.by_part``: its region is that
+    part) keeps the path's relations: what the part's excess sets off (a burst at the turns'
+    starts, the turns' last tokens) it sets off whatever made the part hot."""
+    pair = {first.cause.KEY: first, w.cause.KEY: w}
+    sem = pair.get(SEMANTICS)
+    if sem is None or not sem.support.region or len(pair) < 2:
+        return False
+    other = next(key for key in pair if key != SEMANTICS)
+    return other in code_path.EXPLAINS
 
 
 def _held(ctx: Context, path: Weighed) -> bool:
@@ -93,4 +111,4 @@ def _both_stand(ctx: Context, policy: Weighed, path: Weighed) -> bool:
     return out is not None and lean(ctx, out) is not None
 
 
-__all__ = ["WITHIN_RESPONSES", "explains"]
+__all__ = ["WITHIN_RESPONSES", "explains", "in_part"]

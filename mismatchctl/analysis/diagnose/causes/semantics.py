@@ -4,7 +4,9 @@ logprobs, a temperature, a truncation or a logit processor on one side)."""
 from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.advice import PROCESSED_HINT
+from mismatchctl.analysis.diagnose.causes import code_path
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
+from mismatchctl.analysis.diagnose.causes.processor import mass_removed, sentence
 from mismatchctl.analysis.diagnose.check import evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
     offset,
@@ -70,8 +72,10 @@ def support(ctx: Context) -> Support | None:
     found = [ctx.result(c) for c in READS]
     hits = [c for c in found if fired(c)]
     if not hits:
-        return _by_ids(ctx) or Support(
-            "ok", 0.0, "no semantic sign", tuple(c.name for c in found if c)
+        return (
+            _by_ids(ctx)
+            or by_part(ctx)
+            or Support("ok", 0.0, "no semantic sign", tuple(c.name for c in found if c))
         )
     # the most specific sign names the variant: a truncation's deficit, then the slope
     lead = next(c for name in VARIANTS for c in hits if c.name == name)
@@ -114,6 +118,29 @@ def _by_ids(ctx: Context) -> Support | None:
         checks=(token_shift.NAME, *(c.name for c in echoes)),
         where="every token",
         variant=VARIANTS[token_shift.NAME],
+    )
+
+
+def by_part(ctx: Context) -> Support | None:
+    """No semantic check fires, yet the part a code path would be named for lacks mass on one
+    side (``processor.py``): a logit processor too faint for the run-wide checks, strongest
+    where the tokens it bans are likely. It explains that part's excess (its share), and what
+    the part sets off (the code path's relations: ``peel.py``)."""
+    part = code_path.support(ctx)
+    found = None if part is None else mass_removed(ctx, part)
+    if part is None or found is None:
+        return None
+    return Support(
+        verdict=part.verdict,
+        share=part.share,
+        because=f"{part.where}: {sentence(found)}; {part.because}",
+        checks=part.checks,
+        ratio=part.ratio,
+        ci=part.ci,
+        claim=part.claim,
+        where=part.where,
+        variant=VARIANTS[token_shift.NAME],
+        region=part.region,
     )
 
 

@@ -4,6 +4,7 @@ the engine sampled from."""
 from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.advice import TEMPLATE_ADVICE
+from mismatchctl.analysis.diagnose.causes import prefill
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share, worst_of
 from mismatchctl.analysis.diagnose.causes.tool_turns import later_mass_share
 from mismatchctl.analysis.diagnose.check import Check, evidence_of, fired
@@ -20,7 +21,8 @@ SIGNATURE = (
 TELLS_APART = (
     "engine numerics (prefill then decode) touch every turn start alike and stay within the "
     "healthy range of a few x; a long-context code path grows with the KV position, not from "
-    "the turn start"
+    "the turn start; a prefill path makes the burst too, but at the start of every prefill, "
+    "the first turns' longer prompts' too, which no tool response reaches (prefill.py)"
 )
 EVERY_TOKEN = False
 EXPLAINS = ("tool_turns", "sequences")
@@ -47,7 +49,9 @@ def support(ctx: Context) -> Support | None:
         # the tell-tale, the later turns' whole excess the fault's
         later = part_share(later_mass_share(tool), tool_e.same_probs_ratio)
         share = max(share or 0.0, later or 0.0)
+    starts = prefill.prefill_starts(ctx) if e.template else None
     return Support(
+        against=(prefill.sentence(starts),) if starts is not None and prefill.hot(starts) else (),
         verdict=edges.verdict if e.template else verdict if fired(classes) else "ok",
         share=share,
         because=edges.finding,

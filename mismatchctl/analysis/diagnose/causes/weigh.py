@@ -15,7 +15,7 @@ from mismatchctl.analysis.diagnose.causes.hypothesis import (
     Weighed,
 )
 from mismatchctl.analysis.diagnose.causes.outside import second_pass
-from mismatchctl.analysis.diagnose.causes.peel import explains
+from mismatchctl.analysis.diagnose.causes.peel import explains, in_part
 from mismatchctl.analysis.diagnose.causes.row import CauseRow
 from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline
@@ -165,7 +165,7 @@ def _lost(ctx: Context, w: Weighed, first: Weighed | None) -> Weighed:
         why = "its checks did not fire"
     elif first is None:
         why = f"explains {_pct(s.share)} of the run's mass, under a fifth of its excess"
-    elif w.cause.KEY in first.cause.EXPLAINS and explains(ctx, first, w):
+    elif (w.cause.KEY in first.cause.EXPLAINS or in_part(first, w)) and explains(ctx, first, w):
         why = f"{first.cause.LABEL} sets off its checks too"
     elif _outside_only(first, w):
         why = (
