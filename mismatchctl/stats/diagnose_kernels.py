@@ -181,3 +181,51 @@ def seen_before(ids: np.ndarray, starts: np.ndarray, last: np.ndarray, out: np.n
             t = ids[i]
             out[i] = last[t] == s + 1
             last[t] = s + 1
+
+
+@kernel(nogil=True)
+def signed_cell_sums(
+    seq: np.ndarray,
+    turn: np.ndarray,
+    kv: np.ndarray,
+    bins: np.ndarray,
+    r: np.ndarray,
+    q: np.ndarray,
+    k3: np.ndarray,
+    kv_inner: np.ndarray,
+    position_inner: np.ndarray,
+    levels: np.ndarray,
+    hash_mul: np.uint64,
+    group_shift: np.uint64,
+    sums: np.ndarray,
+) -> None:
+    """``stats/signed_parts``' sums (``sums``: groups x cells rows, 4 columns, zeroed): per
+    token its group (the top bits of ``seq * hash_mul``), its turn (capped at ``levels[0] -
+    1``), the bins of its KV position and of its index in its turn run (the edges after the
+    first that are <= it), its probability bin; then tokens, tokens with ``r < 0``, ``q`` and
+    ``k3`` added to that row in token order. A token whose ``r`` or ``k3`` is not finite adds
+    nothing but still counts in its turn run's positions."""
+    n = r.shape[0]
+    n_turns, n_kv, n_pos, n_bins = levels[0], levels[1], levels[2], levels[3]
+    at = 0
+    for i in range(n):
+        if i > 0 and seq[i] == seq[i - 1] and turn[i] == turn[i - 1]:
+            at += 1
+        else:
+            at = 0
+        if not (np.isfinite(r[i]) and np.isfinite(k3[i])):
+            continue
+        group = np.int64((np.uint64(seq[i]) * hash_mul) >> group_shift)
+        t = min(np.int64(turn[i]), n_turns - 1)
+        kb = 0
+        while kb < kv_inner.shape[0] and kv_inner[kb] <= kv[i]:
+            kb += 1
+        pb = 0
+        while pb < position_inner.shape[0] and position_inner[pb] <= at:
+            pb += 1
+        row = ((group * n_turns + t) * n_kv + kb) * n_pos + pb
+        row = row * n_bins + bins[i]
+        sums[row, 0] += 1.0
+        sums[row, 1] += 1.0 if r[i] < 0 else 0.0
+        sums[row, 2] += q[i]
+        sums[row, 3] += k3[i]

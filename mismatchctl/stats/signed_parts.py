@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mismatchctl.stats.diagnose_kernels import signed_cell_sums
+from mismatchctl.stats.splits import TURN_INDEX_LABELS
 from mismatchctl.stats.whatif import RATIO_LOG_CLAMP
 
 FIELDS = ("turn", "kv_position", "turn_position", "bin")
@@ -40,7 +42,8 @@ TURN_POSITION_EDGES = (0, 8, 16, 64, 256, 1024)
 """The bins of the position in the turn: the cube's (0, 16, 64, 256, 1024) with the first 8
 tokens apart (the turn edges' burst)."""
 
-GROUPS = 64  # the top 6 bits of the hash
+GROUP_BITS = 6
+GROUPS = 1 << GROUP_BITS  # the top 6 bits of the hash
 """Clusters of sequences for the standard errors: 63 degrees of freedom."""
 
 MIN_REST = 20
@@ -75,26 +78,39 @@ def signed_parts(
     r: np.ndarray,
     k3: np.ndarray,
     seq: np.ndarray,
-    codes: tuple[np.ndarray, ...],
-    levels: tuple[int, ...],
+    turn: np.ndarray,
+    kv: np.ndarray,
+    bins: np.ndarray,
+    kv_edges: tuple[int, ...],
+    n_bins: int,
 ) -> SignedParts:
-    """The sums of one chunk of tokens of run ``run``: ``codes`` holds each token's code on
-    each of ``FIELDS`` (each below its entry of ``levels``). Tokens whose ``r`` is not finite
-    are left out."""
-    ok = np.isfinite(r) & np.isfinite(k3)
-    flat = ((seq.astype(np.uint64) * np.uint64(HASH)) >> np.uint64(58)).astype(np.int64)
-    for code, size in zip(codes, levels, strict=True):  # the cell's index, row-major
-        flat = flat * size + code
-    if not ok.all():
-        r, k3, flat = r[ok], k3[ok], flat[ok]
+    """The sums of one chunk of tokens of run ``run`` (whole sequences, in order): each token's
+    cell on ``FIELDS`` is its turn index (0, 1, 2, 3+), the bin of its KV position ``kv`` among
+    ``kv_edges``, the bin of its index in its turn run among ``TURN_POSITION_EDGES``, its
+    probability bin (below ``n_bins``). Tokens whose ``r`` is not finite are left out. One
+    compiled walk (``stats/diagnose_kernels.signed_cell_sums``); the tests hold the numpy
+    computation it replaces."""
+    if len(turn) and int(turn.min()) < 0:
+        raise ValueError(f"turn indices must be >= 0 (found {int(turn.min())})")
+    levels = (len(TURN_INDEX_LABELS), len(kv_edges), len(TURN_POSITION_EDGES), n_bins)
     shape = (GROUPS, *levels)
-    size = math.prod(shape)
+    sums = np.zeros((math.prod(shape), N_SUMS))
     q = np.expm1(np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP))
-    sums = np.empty((size, N_SUMS))
-    sums[:, 0] = np.bincount(flat, minlength=size)
-    sums[:, 1] = np.bincount(flat, r < 0, minlength=size)
-    sums[:, 2] = np.bincount(flat, q, minlength=size)
-    sums[:, 3] = np.bincount(flat, k3, minlength=size)
+    signed_cell_sums(
+        np.asarray(seq, np.int64),
+        turn,
+        np.asarray(kv, np.int64),
+        bins,
+        r,
+        q,
+        k3,
+        np.asarray(kv_edges[1:], np.int64),
+        np.asarray(TURN_POSITION_EDGES[1:], np.int64),
+        np.asarray(levels, np.int64),
+        np.uint64(HASH),
+        np.uint64(64 - GROUP_BITS),
+        sums,
+    )
     return SignedParts({run: sums.reshape(*shape, N_SUMS)})
 
 

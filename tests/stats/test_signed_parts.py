@@ -6,64 +6,122 @@ it by the banned mass), and the rate ratio at the same bins with its clustered i
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from mismatchctl.engines.keys import turn_positions
 from mismatchctl.stats import per_token
+from mismatchctl.stats.positions import assign_positions
 from mismatchctl.stats.signed_parts import (
     GROUPS,
     HASH,
+    TURN_POSITION_EDGES,
     SignedParts,
     one_signed,
     rate_ratio,
     signed_parts,
 )
+from mismatchctl.stats.splits import turn_index
+from mismatchctl.stats.whatif import RATIO_LOG_CLAMP
 
 VOCAB = 40
-LEVELS = (4, 3, 3, 4)  # turn, KV, position in the turn, probability bin
+KV_EDGES = (0, 16, 32)  # KV positions 0-15, 16-31, 32+
+LEVELS = (4, len(KV_EDGES), len(TURN_POSITION_EDGES), 4)  # turn, KV, position in turn, bin
 
 
-def _codes(n: int, bins: np.ndarray) -> tuple[np.ndarray, ...]:
-    i = np.arange(n)
-    return np.minimum(i % 7 // 2, 3), i % 5 // 2, i % 3, bins
+def _sums(r: np.ndarray, seq: np.ndarray, turn: np.ndarray, kv: np.ndarray, bins: np.ndarray):
+    return signed_parts("a", r, per_token.k3(r), seq, turn, kv, bins, KV_EDGES, LEVELS[3])
+
+
+def _columns(rng: np.random.Generator, n_seqs: int, n: int) -> tuple[np.ndarray, ...]:
+    """Whole sequences in order, 1-3 turns each (turns 0, 2, 4: the turn index caps at 3+),
+    KV positions running from a prompt length, four probability bins."""
+    seq = np.sort(rng.integers(0, n_seqs, n))
+    turn = np.zeros(n, np.int8)
+    for s in np.unique(seq):
+        at = np.flatnonzero(seq == s)
+        turn[at] = 2 * np.minimum(np.arange(len(at)) // rng.integers(3, 30), 2)
+    kv = rng.integers(0, 12, n) + np.arange(n) % 40
+    return seq, turn, kv, rng.integers(0, 4, n)
 
 
 def _group(seq: np.ndarray) -> np.ndarray:
     return ((seq.astype(np.uint64) * np.uint64(HASH)) >> np.uint64(58)).astype(np.int64)
 
 
+def _reference(r, seq, turn, kv, bins) -> np.ndarray:
+    """The sums as numpy computes them: the cells from the splits' own functions, one
+    ``bincount`` (token order) per sum."""
+    k3 = per_token.k3(r)
+    codes = (
+        turn_index(turn),
+        np.searchsorted(np.asarray(KV_EDGES[1:]), kv, side="right"),
+        assign_positions(turn_positions(seq, turn), TURN_POSITION_EDGES),
+        bins,
+    )
+    flat = _group(seq)
+    for code, size in zip(codes, LEVELS, strict=True):
+        flat = flat * size + code
+    ok = np.isfinite(r)
+    flat, r, k3 = flat[ok], r[ok], k3[ok]
+    size = GROUPS * int(np.prod(LEVELS))
+    q = np.expm1(np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP))
+    out = [np.bincount(flat, w, minlength=size) for w in (None, r < 0, q, k3)]
+    return np.stack(out, axis=1).reshape(GROUPS, *LEVELS, 4)
+
+
+def test_the_compiled_walk_gives_numpys_sums_bit_for_bit() -> None:
+    rng = np.random.default_rng(7)
+    seq, turn, kv, bins = _columns(rng, 300, 4000)
+    r = rng.normal(0, 0.05, len(seq))
+    r[::50] = np.nan  # a token without a finite r is left out, and still counts in its turn
+    sums = _sums(r, seq, turn, kv, bins).runs["a"]
+    assert np.array_equal(sums, _reference(r, seq, turn, kv, bins))
+    with pytest.raises(ValueError, match="turn indices must be >= 0"):
+        _sums(r, seq, turn.astype(np.int64) - 1, kv, bins)
+
+
 def test_each_cell_and_group_holds_its_tokens_sums() -> None:
     rng = np.random.default_rng(1)
-    seq = np.sort(rng.integers(0, 300, 3000))
-    codes = _codes(len(seq), rng.integers(0, 4, len(seq)))
+    seq, turn, kv, bins = _columns(rng, 300, 3000)
     r = rng.normal(0, 0.05, len(seq))
-    r[::50] = np.nan  # a token without a finite r is left out
+    r[::50] = np.nan
     k3 = per_token.k3(r)
-    sums = signed_parts("a", r, k3, seq, codes, LEVELS).runs["a"]
+    sums = _sums(r, seq, turn, kv, bins).runs["a"]
     assert sums.shape == (GROUPS, *LEVELS, 4)
     ok = np.isfinite(r)
-    at = ok & (_group(seq) == _group(seq[:1])[0])
-    for cell in {tuple(int(c[i]) for c in codes) for i in np.flatnonzero(at)}:
-        mine = at & np.all([c == v for c, v in zip(codes, cell, strict=True)], axis=0)
+    first = _group(seq[:1])[0]
+    at = np.flatnonzero(ok & (_group(seq) == first))
+    for i in at[:40]:
+        mine = ok & (_group(seq) == first) & (turn.clip(0, 3) == min(turn[i], 3))
+        mine &= (kv >= 16) == (kv[i] >= 16)
+        mine &= (kv >= 32) == (kv[i] >= 32)
+        mine &= bins == bins[i]
+        runs = np.r_[True, (seq[1:] != seq[:-1]) | (turn[1:] != turn[:-1])]
+        start = np.maximum.accumulate(np.where(runs, np.arange(len(seq)), 0))
+        inner = np.arange(len(seq)) - start
+        edges = np.asarray(TURN_POSITION_EDGES[1:])
+        mine &= (inner[:, None] >= edges).sum(1) == (inner[i] >= edges).sum()
+        cell = (first, min(turn[i], 3), int(kv[i] >= 16) + int(kv[i] >= 32))
+        cell += (int((inner[i] >= edges).sum()), int(bins[i]))
         expect = [mine.sum(), (r[mine] < 0).sum(), np.expm1(r[mine]).sum(), k3[mine].sum()]
-        assert np.allclose(sums[(_group(seq[:1])[0], *cell)], expect)
+        assert np.allclose(sums[cell], expect)
     assert sums[..., 0].sum() == ok.sum()
     assert len(np.unique(_group(seq))) > GROUPS // 2  # the ids spread over the groups
 
 
 def test_parts_merged_equal_one_pass() -> None:
     rng = np.random.default_rng(2)
-    seq = np.sort(rng.integers(0, 40, 1200))
-    codes = _codes(len(seq), rng.integers(0, 4, len(seq)))
+    seq, turn, kv, bins = _columns(rng, 40, 1200)
     r = rng.normal(-0.01, 0.05, len(seq))
-    k3 = per_token.k3(r)
     cut = int(np.searchsorted(seq, 20))
     halves = [
-        signed_parts("a", r[s], k3[s], seq[s], tuple(c[s] for c in codes), LEVELS)
-        for s in (slice(0, cut), slice(cut, None))
+        _sums(r[s], seq[s], turn[s], kv[s], bins[s]) for s in (slice(0, cut), slice(cut, None))
     ]
     merged = SignedParts().merge(halves[1]).merge(halves[0])
-    whole = signed_parts("a", r, k3, seq, codes, LEVELS)
+    whole = _sums(r, seq, turn, kv, bins)
     assert np.allclose(merged.runs["a"], whole.runs["a"])
-    both = merged.merge(signed_parts("b", r, k3, seq, codes, LEVELS)).total()
+    other = signed_parts("b", r, per_token.k3(r), seq, turn, kv, bins, KV_EDGES, LEVELS[3])
+    both = merged.merge(other).total()
     assert both is not None and np.allclose(both, 2 * whole.runs["a"])
     assert SignedParts().total() is None
 
@@ -90,13 +148,12 @@ def _run(rng: np.random.Generator, noise_part: float, banned: bool) -> tuple:
     """Sequences of 40 tokens: the first 10 of each (position in the turn 0) are the part, with
     louder noise (a path) or a mask (a logit processor) there; the rest healthy noise."""
     seq = np.repeat(np.arange(120), 40)
-    part = np.tile(np.arange(40) < 10, 120)
+    part = np.tile(np.arange(40) < 8, 120)  # the first bin of the position in the turn
     r = _sampled(rng, len(seq), 0.05, False)
     r[part] = _sampled(rng, int(part.sum()), noise_part, banned)
     bins = np.digitize(np.exp(-np.abs(r)), [0.5, 0.9])  # a stand-in for the probability bins
     zero = np.zeros(len(seq), np.int64)
-    codes = (zero, zero, np.where(part, 0, 1), bins)
-    sums = signed_parts("a", r, per_token.k3(r), seq, codes, LEVELS).runs["a"]
+    sums = _sums(r, seq, zero, zero, bins).runs["a"]
     cells = np.indices(LEVELS)[2] == 0
     return sums, cells
 
@@ -116,7 +173,8 @@ def test_no_bin_with_rest_tokens_measures_nothing() -> None:
     rng = np.random.default_rng(4)
     seq = np.repeat(np.arange(4), 10)
     r = rng.normal(0, 0.05, len(seq))
-    sums = signed_parts("a", r, per_token.k3(r), seq, _codes(40, seq % 4), LEVELS).runs["a"]
+    zero = np.zeros(len(seq), np.int64)
+    sums = _sums(r, seq, zero, zero, seq % 4).runs["a"]
     assert one_signed(sums, np.ones(LEVELS, bool)) is None
 
 
@@ -127,17 +185,16 @@ def test_a_rate_ratio_at_the_same_bins_with_a_clustered_interval() -> None:
     found, sums = [], None
     for seqs in (40, 400):
         seq = np.repeat(np.arange(seqs), 30)
-        part = np.tile(np.arange(30) < 8, seqs)
+        part = np.tile(np.arange(30) < 8, seqs)  # the first bin of the position in the turn
         bins = rng.integers(0, 3, len(seq))
         r = rng.normal(0, 0.02 * (1 + bins), len(seq)) * np.where(part, np.sqrt(3), 1)
         zero = np.zeros(len(seq), np.int64)
-        codes = (zero, zero, np.where(part, 0, 1), bins)
-        sums = signed_parts("a", r, per_token.k3(r), seq, codes, LEVELS).runs["a"]
+        sums = _sums(r, seq, zero, zero, bins).runs["a"]
         position = np.indices(LEVELS)[2]
-        found.append(rate_ratio(sums, position == 0, position == 1))
+        found.append(rate_ratio(sums, position == 0, position >= 1))
     small, large = found
     assert small is not None and large is not None
     assert large.ci[0] < large.ratio < large.ci[1] and abs(large.ratio - 3) < 0.3
     assert large.ci[1] - large.ci[0] < small.ci[1] - small.ci[0]
     assert large.tokens == 400 * 8
-    assert sums is not None and rate_ratio(sums, position == 0, position == 2) is None
+    assert sums is not None and rate_ratio(sums, position == 0, position == 3) is None

@@ -15,13 +15,12 @@ from mismatchctl import schema as S
 from mismatchctl.analysis.explain import CUBE_KV_EDGES
 from mismatchctl.columns import numpy_of
 from mismatchctl.engines import plan as K
-from mismatchctl.engines.keys import PartKeys, turn_positions
+from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.seqrows import NO_WEIGHT_LAG
 from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pairs
 from mismatchctl.stats.hot_sequences import HotSequenceParts, hot_sequence_state
 from mismatchctl.stats.misalign import MisalignState, misalign_state
 from mismatchctl.stats.offset import offset_state
-from mismatchctl.stats.positions import assign_positions
 from mismatchctl.stats.sentinels import (
     SentinelState,
     TrailingZeroState,
@@ -29,8 +28,7 @@ from mismatchctl.stats.sentinels import (
     trailing_zero_state,
 )
 from mismatchctl.stats.seq_sums import UNKNOWN, SeqSums, seq_sums
-from mismatchctl.stats.signed_parts import TURN_POSITION_EDGES, SignedParts, signed_parts
-from mismatchctl.stats.splits import TURN_INDEX_LABELS, turn_index
+from mismatchctl.stats.signed_parts import SignedParts, signed_parts
 from mismatchctl.stats.token_shift import TokenShiftState, token_shift_state
 
 
@@ -116,7 +114,15 @@ class DiagnoseExtra:
             token_shift_state(_token_ids(table, keys), lr, lt, seq, *bins, k3=k3),
             seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *bins),
             signed_parts(
-                keys.run, lt - lr, k3, seq, _signed_cells(keys, bins[0]), _signed_levels(bins[1])
+                keys.run,
+                lt - lr,
+                k3,
+                seq,
+                keys.column(S.TURN),
+                _kv_positions(keys),
+                bins[0],
+                CUBE_KV_EDGES,
+                bins[1],
             ),
         )
 
@@ -164,24 +170,10 @@ def _lag_sums(keys: PartKeys, k3: np.ndarray, seq: np.ndarray) -> LagSums:
         )
 
 
-def _signed_cells(keys: PartKeys, bins: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Each token's cell of the signed sums (``signed_parts.FIELDS``): its turn, the cube's bins
-    of its KV position (from the response's start where the dump gave no prompt length), its
-    position in the turn, its probability bin."""
-    seq, turn = keys.column(S.SEQ), keys.column(S.TURN)
-    kv = keys.column(S.POSITION).astype(np.int64) + keys.prompt_lengths()
-    inner = np.asarray(CUBE_KV_EDGES[1:], np.int64)  # one binary search, not a pass per edge
-    return (
-        turn_index(turn),
-        np.searchsorted(inner, kv, side="right"),
-        assign_positions(turn_positions(seq, turn), TURN_POSITION_EDGES),
-        bins,
-    )
-
-
-def _signed_levels(n_bins: int) -> tuple[int, ...]:
-    """The levels of each of the signed cells' dimensions."""
-    return (len(TURN_INDEX_LABELS), len(CUBE_KV_EDGES), len(TURN_POSITION_EDGES), n_bins)
+def _kv_positions(keys: PartKeys) -> np.ndarray:
+    """Each token's KV position (from the response's start where the dump gave no prompt
+    length): the signed sums' KV dimension, binned as the cube's ``CUBE_KV_EDGES``."""
+    return keys.column(S.POSITION).astype(np.int64) + keys.prompt_lengths()
 
 
 def _gpu_labels(table: pa.Table, keys: PartKeys) -> np.ndarray | None:
