@@ -21,6 +21,17 @@ check's thresholds (none lowered):
   checkpoint, fp8 weights or lm_head), alone and against ``h-b``, alarm on no part within the
   responses: only on steps (``pol-stale-ckpt``, ``pol-reload-jump``).
 
+- **the semantics explains a lean** except where a truncation cannot reach: a truncation
+  renormalised on the rollout side (top-p, top-k, min-p), or a one-sided shift with the
+  rollout side higher (``semantics.lowers``), lowers ``r`` on every kept token and moves none
+  above the healthy noise, so the responses' lean counted on
+  the tokens with ``r`` above ``TAIL_RATIO`` of their ``|lr|`` (``policy.lean_above_truncation``,
+  at the ``policy_signs`` thresholds) is another policy's: ``combo-topp-stale`` (top-p beside a
+  checkpoint behind) 1.77 there, the corpus' truncations alone 0.80-1.31. The policy is then
+  named beside the semantics even where the sign test on the whole run does not alarm (the
+  truncation's shift below zero leaves it few signs: 1.37). A temperature or a logit processor
+  moves ``r`` both ways: the relation holds.
+
 A relation the modules do not declare, and that holds only where the data show it:
 
 - **the hardware explains a code path whose part lies on its gpu**: when, within the path's
@@ -37,7 +48,7 @@ beside a policy or a precision loss, a routing flip beside a precision loss)."""
 
 from __future__ import annotations
 
-from mismatchctl.analysis.diagnose.causes import hardware
+from mismatchctl.analysis.diagnose.causes import hardware, policy, semantics
 from mismatchctl.analysis.diagnose.causes.hypothesis import Weighed
 from mismatchctl.analysis.diagnose.causes.outside import lean, outside
 from mismatchctl.analysis.diagnose.causes.parts import (
@@ -53,7 +64,7 @@ WITHIN_RESPONSES = K.SEGMENT_KEYS
 holding one of them is a part within the responses, whatever whole-response dimensions (a
 length, a step) it is conjoined with."""
 
-POLICY, CODE_PATH = "policy", "code_path"
+POLICY, CODE_PATH, SEMANTICS = policy.KEY, "code_path", semantics.KEY
 
 
 def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
@@ -68,7 +79,29 @@ def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
         return False
     if set(pair) == {POLICY, CODE_PATH}:
         return not _both_stand(ctx, pair[POLICY], pair[CODE_PATH])
+    if set(pair) == {POLICY, SEMANTICS}:
+        return not _above_truncation(ctx, pair[SEMANTICS])
     return True
+
+
+def peeled(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[Weighed]:
+    """The causes the first cause's peel finds standing though their own checks on the whole
+    run do not alarm: the policy's lean above a truncation's reach (``_above_truncation``). An
+    alarmed policy is weighed as any second cause, with the relation lifted (``explains``)."""
+    found = next((w for w in weighed if w.cause.KEY == POLICY), None)
+    if first.cause.KEY != SEMANTICS or found is None or found.support.alarm:
+        return []
+    if not semantics.lowers(ctx, first.support):
+        return []
+    lean = policy.lean_above_truncation(ctx)
+    return [] if lean is None else [Weighed(found.cause, lean, 0.0)]
+
+
+def _above_truncation(ctx: Context, found: Weighed) -> bool:
+    """The semantics only lowers ``r`` and the responses lean above its reach."""
+    if not semantics.lowers(ctx, found.support):
+        return False
+    return policy.lean_above_truncation(ctx) is not None
 
 
 def _held(ctx: Context, path: Weighed) -> bool:
@@ -93,4 +126,4 @@ def _both_stand(ctx: Context, policy: Weighed, path: Weighed) -> bool:
     return out is not None and lean(ctx, out) is not None
 
 
-__all__ = ["WITHIN_RESPONSES", "explains"]
+__all__ = ["WITHIN_RESPONSES", "explains", "peeled"]

@@ -85,6 +85,19 @@ def support(ctx: Context) -> Support | None:
     )
 
 
+def lowers(ctx: Context, found: Support) -> bool:
+    """Whether the semantics found only lowers ``r`` (up to the noise): a truncation
+    renormalised on the rollout side (``top_p``'s signature leads), or a one-sided shift with
+    the rollout side higher (``offset`` leads, its mean ``r`` below zero: a renormalisation
+    whose mean ratio other weights' two-signed ``r`` hides from the ``top_p`` check, as in
+    ``combo-topp-stale``, 72% of the tokens below zero and a mean ratio of 0.984)."""
+    if found.variant != VARIANTS[offset.NAME]:
+        return found.variant == VARIANTS[top_p.NAME]
+    e = evidence_of(ctx.result(offset), offset.Evidence)
+    mean = e.log_ratio_mean if e is not None else None
+    return mean is not None and mean < 0
+
+
 def ids_explain(ctx: Context) -> float | None:
     """The share of ``r``'s variance a shift of its own for each token id carries, when it is
     at least the ``token_shift`` check's ``ID_MODEL_SHARE`` (a logit processor on those ids: it
