@@ -17,7 +17,10 @@ UNKNOWN = -1  # a batch size the dump does not give
 @dataclass
 class RunSeqSums:
     """One run's sequences: arrays of one value per sequence, ``bins`` one row per sequence of
-    token counts per probability bin, ``k3_bins`` the K3 sums alike."""
+    token counts per probability bin, ``k3_bins`` the K3 sums alike; ``line``: per sequence,
+    over its tokens with finite logprobs on both sides, their count and the sums of ``lr``,
+    ``lr^2``, ``r`` and ``lr r`` (the line of the trainer's logprobs on the rollout's:
+    ``stats/line_slope.py``)."""
 
     step: np.ndarray
     tokens: np.ndarray
@@ -26,12 +29,13 @@ class RunSeqSums:
     batch_size: np.ndarray
     bins: np.ndarray
     k3_bins: np.ndarray
+    line: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
 
     def merge(self, other: RunSeqSums) -> RunSeqSums:
         return RunSeqSums(*(np.concatenate([getattr(self, n), getattr(other, n)]) for n in _FIELDS))
 
 
-_FIELDS = ("step", "tokens", "r_sum", "k3", "batch_size", "bins", "k3_bins")
+_FIELDS = ("step", "tokens", "r_sum", "k3", "batch_size", "bins", "k3_bins", "line")
 
 
 @dataclass
@@ -78,5 +82,15 @@ def seq_sums(
         batch_size[starts].astype(np.int64),
         counts.astype(np.float64),
         k3_bins,
+        _line(lr, r, owner, len(starts)),
     )
     return SeqSums({run: sums})
+
+
+def _line(lr: np.ndarray, r: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
+    """Per sequence: its tokens with finite ``lr`` and ``r``, and the sums of ``lr``, ``lr^2``,
+    ``r`` and ``lr r`` over them."""
+    ok = np.isfinite(lr) & np.isfinite(r)
+    x, y, who = lr[ok], r[ok], owner[ok]
+    cols = (np.ones_like(x), x, x * x, y, x * y)
+    return np.stack([np.bincount(who, weights=c, minlength=n) for c in cols], axis=1)

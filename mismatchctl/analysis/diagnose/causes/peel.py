@@ -32,6 +32,14 @@ check's thresholds (none lowered):
   truncation's shift below zero leaves it few signs: 1.37). A temperature or a logit processor
   moves ``r`` both ways: the relation holds.
 
+- **the semantics explains the precision**, not the other way round: a precision loss moves
+  each token on its own, whatever its logprob, so beside it a temperature's line keeps its
+  slope and loses its share of ``r``'s variance (``combo-temp-fp8kv``, 0.91 against 0.9 beside
+  an fp8 KV cache: slope 0.9946 as ``sem-temp-subtle``'s 0.9937 alone, 2.5% of the variance
+  under the ``temperature`` check's 5%). With the precision named over a baseline (no response
+  leaning), a slope at least that check's 0.003 from 1 at ``semantics.LINE_T`` standard errors
+  over the responses is named beside it (``semantics.beside_noise``).
+
 A relation the modules do not declare, and that holds only where the data show it:
 
 - **the hardware explains a code path whose part lies on its gpu**: when, within the path's
@@ -64,7 +72,7 @@ WITHIN_RESPONSES = K.SEGMENT_KEYS
 holding one of them is a part within the responses, whatever whole-response dimensions (a
 length, a step) it is conjoined with."""
 
-POLICY, CODE_PATH, SEMANTICS = policy.KEY, "code_path", semantics.KEY
+POLICY, CODE_PATH, SEMANTICS, PRECISION = policy.KEY, "code_path", semantics.KEY, "precision"
 
 
 def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
@@ -86,8 +94,11 @@ def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
 
 def peeled(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[Weighed]:
     """The causes the first cause's peel finds standing though their own checks on the whole
-    run do not alarm: the policy's lean above a truncation's reach (``_above_truncation``). An
-    alarmed policy is weighed as any second cause, with the relation lifted (``explains``)."""
+    run do not alarm: the policy's lean above a truncation's reach (``_above_truncation``), a
+    temperature's line under a precision loss's noise (``_line``). An alarmed policy is
+    weighed as any second cause, with the relation lifted (``explains``)."""
+    if first.cause.KEY == PRECISION:
+        return _line(ctx, first, weighed)
     found = next((w for w in weighed if w.cause.KEY == POLICY), None)
     if first.cause.KEY != SEMANTICS or found is None or found.support.alarm:
         return []
@@ -95,6 +106,17 @@ def peeled(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[Weighed
         return []
     lean = policy.lean_above_truncation(ctx)
     return [] if lean is None else [Weighed(found.cause, lean, 0.0)]
+
+
+def _line(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[Weighed]:
+    """Beside a precision loss named over a baseline (no response leaning, no semantic sign on
+    the whole run), the temperature's line told by its slope's scatter between responses
+    (``semantics.beside_noise``)."""
+    found = next((w for w in weighed if w.cause.KEY == SEMANTICS), None)
+    if found is None or found.support.alarm or first.support.against or ctx.baseline is None:
+        return []
+    line = semantics.beside_noise(ctx)
+    return [] if line is None else [Weighed(found.cause, line, 0.0)]
 
 
 def _above_truncation(ctx: Context, found: Weighed) -> bool:

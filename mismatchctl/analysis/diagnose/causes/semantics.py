@@ -14,6 +14,7 @@ from mismatchctl.analysis.diagnose.checks import (
     top_p,
 )
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
+from mismatchctl.stats.line_slope import LineSlope, line_slope
 
 KEY = "semantics"
 CLASS = "semantics"
@@ -96,6 +97,45 @@ def lowers(ctx: Context, found: Support) -> bool:
     e = evidence_of(ctx.result(offset), offset.Evidence)
     mean = e.log_ratio_mean if e is not None else None
     return mean is not None and mean < 0
+
+
+LINE_T = 6.0
+"""Beside a precision loss, a temperature's line is told by its slope's distance to 1 over its
+scatter between responses (``stats/line_slope.py``, a bootstrap over sequences), not by its
+share of r's variance: the loss moves each token on its own, whatever its logprob, so it adds
+variance and no slope. The calibration corpus' healthy and improved runs give |t| up to 2.8, its
+precision losses up to 5.1 (an fp8 lm_head, 0.0017 from 1), a temperature 0.9 against 0.91
+beside an fp8 KV cache 11.8 (slope 0.9946, the line 2.5% of the variance)."""
+
+
+def beside_noise(ctx: Context) -> Support | None:
+    """The line of a temperature under a precision loss's noise: a slope at least the
+    ``temperature`` check's ``TEMP_SLOPE_WARN`` from 1 at ``LINE_T`` or more in some run; None
+    when no run's line is that far and that sure."""
+    found = [(run, s) for run, sums in sorted(ctx.state.sequences.runs.items())
+             if (s := line_slope(sums.line)) is not None and _far(s)]  # fmt: skip
+    if not found:
+        return None
+    run, s = max(found, key=lambda x: abs(x[1].t))
+    many = len(ctx.state.sequences.runs) > 1
+    return Support(
+        verdict="warn",
+        share=None,
+        because=(
+            f"{f'{run}: ' if many else ''}trainer ~ {s.slope:.4g} x rollout logprob + c, "
+            f"{abs(s.t):.1f} standard errors from 1 over the responses (a bootstrap of the "
+            f"sequences): a line the precision loss's noise, which moves each token on its own, "
+            "cannot draw; its share of r's variance is under the temperature check's as that "
+            "noise adds to r"
+        ),
+        checks=(temperature.NAME,),
+        where="every token",
+        variant=VARIANTS[temperature.NAME],
+    )
+
+
+def _far(s: LineSlope) -> bool:
+    return abs(s.slope - 1.0) >= temperature.T.TEMP_SLOPE_WARN and abs(s.t) >= LINE_T
 
 
 def ids_explain(ctx: Context) -> float | None:

@@ -172,3 +172,25 @@ def test_a_shift_lowers_r_when_the_rollout_side_is_higher(mean: float, lowers: b
     check = Check("semantic", offset.NAME, offset.TITLE, "fail", "planted", evidence)
     ctx = cast(Context, SimpleNamespace(result=lambda module: check))
     assert semantics.lowers(ctx, _semantics("offset").support) is lowers
+
+
+def test_a_line_beside_a_precision_loss_named_over_a_baseline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The precision named over a baseline with nothing against it: a temperature's line told
+    by its scatter between responses is named beside it; not without a baseline, not beside
+    a precision with evidence against it, and not when the semantics alarms on its own (then
+    it is weighed as any cause)."""
+    loss = Weighed(cast(CauseModule, precision), Support("fail", None, "uniform", ()), 1.0)
+    doubted = Weighed(loss.cause, Support("fail", None, "uniform", (), against=("lean",)), 0.5)
+    quiet = Weighed(cast(CauseModule, semantics), Support("ok", 0.0, "no sign", ()), 0.0)
+    line = Support("warn", None, "slope 0.9946, 10.7 standard errors from 1", ("temperature",))
+    monkeypatch.setattr(semantics, "beside_noise", lambda ctx: line)
+    based = cast(Context, SimpleNamespace(baseline=object()))
+    (found,) = peel.peeled(based, loss, [loss, quiet])
+    assert found.cause is semantics and found.support is line
+    assert peel.peeled(cast(Context, SimpleNamespace(baseline=None)), loss, [loss, quiet]) == []
+    assert peel.peeled(based, doubted, [doubted, quiet]) == []
+    assert peel.peeled(based, loss, [loss, _weighed(semantics)]) == []
+    monkeypatch.setattr(semantics, "beside_noise", lambda ctx: None)
+    assert peel.peeled(based, loss, [loss, quiet]) == []
