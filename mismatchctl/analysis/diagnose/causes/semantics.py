@@ -40,13 +40,16 @@ are 1.9-1273x its rate at the same token mix, "spread uniformly" (the ``baseline
 ``sem-temp-loud`` alone holds 27% of its K3 in the 0.7% of tokens under p = 0.001.
 The fitted transform cannot be peeled from ``r`` (``peel.py``): a temperature's line in the
 logprob explains 25-55% of ``r``'s variance, the rest being each context's log-partition, which
-the dumps do not hold. ``policy``: a logit bias, a bad-words mask or a penalty leans the
+the dumps do not hold. The other way round a precision loss adds no slope: beside one named over
+a baseline, a line told by its slope's scatter between responses is named (``beside_noise``). ``policy``: a logit bias, a bad-words mask or a penalty leans the
 responses that hold the ids it shifts (``policy_signs`` 1.6-4.4 on ``sem-bias-*``,
 ``sem-badwords-*``, ``sem-freq-subtle``); a truncation's kept mass and a temperature's
 log-partition belong to the context, which a response's tokens share, so about each bin's
 median r (the sign test with each probability bin's tokens counted above its median instead of
 0) their responses lean as much as stale weights' do (``sem-topk-loud`` 3.2,
-``sem-topp-subtle`` 1.6, ``pol-stale-iter`` 1.6): no residual tells a policy beside them.
+``sem-topp-subtle`` 1.6, ``pol-stale-iter`` 1.6). A semantics that only lowers r (``lowers``:
+a truncation) moves no token above the healthy noise: a lean there is another policy's
+(``policy.lean_above_truncation``, ``peel.py``).
 A logit processor too faint for the ``token_shift`` check's per-id threshold shows only as the
 lean of the responses that hold its ids: when a shift of its own for each id carries
 ``ID_MODEL_SHARE`` of ``r``'s variance, the lean is its echo (``ids_explain``), and the
