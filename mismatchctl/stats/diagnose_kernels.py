@@ -114,6 +114,25 @@ def hot_cell_sums(
             sums[c, 6] += 1.0 if r[i] > 0 and x[i] > tail else 0.0
 
 
+@kernel(nogil=True)
+def line_sums(starts: np.ndarray, lr: np.ndarray, r: np.ndarray, sums: np.ndarray) -> None:
+    """Per sequence (first tokens ``starts``, ascending; the last ends at the end), ``sums``
+    (sequences x 5, zeroed): over its tokens with finite ``lr`` and ``r``, their count and the
+    sums of ``lr``, ``lr^2``, ``r`` and ``lr r``; added in token order."""
+    n = r.shape[0]
+    for s in range(starts.shape[0]):
+        a = starts[s]
+        b = starts[s + 1] if s + 1 < starts.shape[0] else n
+        for i in range(a, b):
+            x, y = lr[i], r[i]
+            if np.isfinite(x) and np.isfinite(y):
+                sums[s, 0] += 1.0
+                sums[s, 1] += x
+                sums[s, 2] += x * x
+                sums[s, 3] += y
+                sums[s, 4] += x * y
+
+
 @kernel(nogil=True, error_model="numpy")
 def misaligned_turns(
     seq: np.ndarray,

@@ -82,15 +82,18 @@ def seq_sums(
         batch_size[starts].astype(np.int64),
         counts.astype(np.float64),
         k3_bins,
-        _line(lr, r, owner, len(starts)),
+        _line(lr, r, starts),
     )
     return SeqSums({run: sums})
 
 
-def _line(lr: np.ndarray, r: np.ndarray, owner: np.ndarray, n: int) -> np.ndarray:
+def _line(lr: np.ndarray, r: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Per sequence: its tokens with finite ``lr`` and ``r``, and the sums of ``lr``, ``lr^2``,
-    ``r`` and ``lr r`` over them."""
-    ok = np.isfinite(lr) & np.isfinite(r)
-    x, y, who = lr[ok], r[ok], owner[ok]
-    cols = (np.ones_like(x), x, x * x, y, x * y)
-    return np.stack([np.bincount(who, weights=c, minlength=n) for c in cols], axis=1)
+    ``r`` and ``lr r`` over them (``diagnose_kernels.line_sums``: one walk in token order)."""
+    from mismatchctl.stats import diagnose_kernels
+
+    out = np.zeros((len(starts), 5))
+    diagnose_kernels.line_sums(
+        starts, np.ascontiguousarray(lr, np.float64), np.ascontiguousarray(r, np.float64), out
+    )
+    return out
