@@ -27,7 +27,7 @@ check's thresholds (none lowered):
   above the healthy noise, so the responses' lean counted on
   the tokens with ``r`` above ``TAIL_RATIO`` of their ``|lr|`` (``policy.lean_above_truncation``,
   at the ``policy_signs`` thresholds) is another policy's: ``combo-topp-stale`` (top-p beside a
-  checkpoint behind) 1.77 there, the corpus' truncations alone 0.80-1.31. The policy is then
+  checkpoint behind) 1.77 there, the corpus' truncations alone 0.81-1.41. The policy is then
   named beside the semantics even where the sign test on the whole run does not alarm (the
   truncation's shift below zero leaves it few signs: 1.37). A temperature or a logit processor
   moves ``r`` both ways: the relation holds.

@@ -80,9 +80,9 @@ def lean_above_truncation(ctx: Context) -> Support | None:
     kept token: the sign test about zero reads few positive signs (``combo-topp-stale``, top-p
     beside a checkpoint behind: 72% of the tokens below zero, 1.37), and about each bin's median
     it leans with the kept mass. Above the healthy noise it moves no token up: the truncations
-    of the corpus lean 0.80-1.31 there, its healthy and improved runs 0.83-1.38, while
-    ``combo-topp-stale`` leans 1.77 (1.73 in the held-out corpus) and a checkpoint behind alone
-    2.97."""
+    of the corpus lean 0.81-1.41 there (p 1.4e-4 at best), its healthy and improved runs
+    0.84-1.37 (1.36 in the held-out corpus), while ``combo-topp-stale`` leans 1.77 (1.72 in the
+    held-out corpus) and a checkpoint behind alone 2.97."""
     t = policy_signs.T
     best: SignCoherence | None = None
     for state in ctx.state.hot_sequences.runs().values():
