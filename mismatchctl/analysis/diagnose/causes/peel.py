@@ -51,8 +51,11 @@ A relation the modules do not declare, and that holds only where the data show i
   the part 5.4x the rest and gpu L20 6.2x the others within it). A part hot on every gpu
   (spikes beside a gpu hot everywhere) stands beside the hardware on its own share.
 
-What the data cannot peel keeps the declared relation (the cause modules say why: the semantics
-beside a policy or a precision loss, a routing flip beside a precision loss)."""
+What the data cannot peel keeps the declared relation (the cause modules say why: a temperature
+or a logit processor beside a policy, which move ``r`` both ways; the semantics named first
+beside a precision loss, whose transform leaves tens of times a baseline's K3 about its line; a
+routing flip beside a precision loss without a baseline whose routes give the tokens before any
+flip: ``outside.py``)."""
 
 from __future__ import annotations
 
