@@ -38,12 +38,12 @@ and the part's own fault raises that level: its share in the first pass is only 
 leaves unexplained, a remainder, not an excess measured anywhere (``moe-router-fp8`` over
 ``h-moe-b``: the flipped tokens hold 74% of the K3 at 27x the others, and the 29% left was named
 precision; a flipped expert changes the position's hidden state, which every later token reads
-in its keys and values). A part with no outside the second pass can keep (the tokens after a
-flipped route, some engine batches) has no precision beside it: the tokens before any flip in
-their response, which no flipped route reaches, are 2.1-2.5x a healthy MoE's with the router in
-fp8 alone (it rounds every token's gate weights too), so they are no peel of the routing at
-the ``baseline`` check's warning: beside the routing flips, the precision is named from those
-tokens at its fail level (``beside_flips``)."""
+in its keys and values). A part with no outside the second pass can keep (some engine batches)
+has no precision beside it. The flips' outside is the tokens before any flip in their response,
+which no flipped route reaches: they are 2.1-2.5x a healthy MoE's with the router in fp8 alone
+(it rounds every token's gate weights too), so at the ``baseline`` check's warning they are no
+peel of the routing; beside the flips the precision is named from them at its fail level
+(``beside_flips``)."""
 
 FLIP_FREE_FACTOR = baseline.T.BASELINE_FAIL
 """Beside MoE routing flips, the tokens before any flip in their response (no flipped route
