@@ -160,7 +160,8 @@ DEMO_KERNELS = {
         "column_ranges", "cube_accumulate", "token_checks", "token_codes", "token_k3",
     ),
     "mismatchctl.stats.diagnose_kernels": (
-        "hot_cell_sums", "misaligned_turns", "seen_before", "sentinel_counts", "trailing_flagged",
+        "hot_cell_sums", "line_sums", "misaligned_turns", "seen_before", "sentinel_counts",
+        "trailing_flagged",
     ),
     "mismatchctl.stats.edge_kernels": ("edge_pass",),
     "mismatchctl.stats.routing_sums_kernels": ("routing_sums",),

@@ -91,11 +91,13 @@ def hot_cell_sums(
     r: np.ndarray,
     x: np.ndarray,
     k3: np.ndarray,
+    tail: float,
     sums: np.ndarray,
 ) -> None:
-    """Per (sequence, turn kind, bin) cell, ``sums`` (cells x 6, zeroed): tokens, tokens with
-    ``r != 0``, sum of ``x``, of ``x^2``, of ``k3``, tokens with ``r > 0``; the cell of a token
-    of sequence ``s`` is ``s * 2 * n_bins + later * n_bins + bin``; added in token order."""
+    """Per (sequence, turn kind, bin) cell, ``sums`` (cells x 7, zeroed): tokens, tokens with
+    ``r != 0``, sum of ``x``, of ``x^2``, of ``k3``, tokens with ``r > 0``, tokens with ``r > 0``
+    and ``x > tail``; the cell of a token of sequence ``s`` is ``s * 2 * n_bins + later * n_bins
+    + bin``; added in token order."""
     n = r.shape[0]
     width = 2 * n_bins
     for s in range(starts.shape[0]):
@@ -109,6 +111,26 @@ def hot_cell_sums(
             sums[c, 3] += x[i] * x[i]
             sums[c, 4] += k3[i]
             sums[c, 5] += 1.0 if r[i] > 0 else 0.0
+            sums[c, 6] += 1.0 if r[i] > 0 and x[i] > tail else 0.0
+
+
+@kernel(nogil=True)
+def line_sums(starts: np.ndarray, lr: np.ndarray, r: np.ndarray, sums: np.ndarray) -> None:
+    """Per sequence (first tokens ``starts``, ascending; the last ends at the end), ``sums``
+    (sequences x 5, zeroed): over its tokens with finite ``lr`` and ``r``, their count and the
+    sums of ``lr``, ``lr^2``, ``r`` and ``lr r``; added in token order."""
+    n = r.shape[0]
+    for s in range(starts.shape[0]):
+        a = starts[s]
+        b = starts[s + 1] if s + 1 < starts.shape[0] else n
+        for i in range(a, b):
+            x, y = lr[i], r[i]
+            if np.isfinite(x) and np.isfinite(y):
+                sums[s, 0] += 1.0
+                sums[s, 1] += x
+                sums[s, 2] += x * x
+                sums[s, 3] += y
+                sums[s, 4] += x * y
 
 
 @kernel(nogil=True, error_model="numpy")

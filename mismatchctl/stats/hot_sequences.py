@@ -31,6 +31,14 @@ CELLS = 1 << 16  # cell codes (turn kind x probability bin) stay below this
 MIN_TOKENS = 16
 """Tokens with r != 0 a sequence needs to be tested: fewer give a z driven by one token."""
 
+TAIL_RATIO = 0.05
+"""A token's ``r`` above this share of its ``|lr|`` (``x > log TAIL_RATIO``) is in the positive
+tail of the healthy noise: the calibration corpus' healthy and improved runs put 0-2.7% of their
+tokens there (10% at T = 0.6), and a truncation renormalised on the rollout side (top-p, top-k,
+min-p), which only lowers ``r``, puts none there that the noise does not (its runs 0-1.3%). The
+tokens with ``r`` above it per (sequence, cell) are the sign test's counts where a truncation
+cannot reach (``stats.sign_coherence.tail_coherence``)."""
+
 Z_TAIL = 3.0
 """A sequence is hot (cold) at z above (below) this: 0.13% of each tail under the null."""
 
@@ -49,8 +57,9 @@ class HotSequenceState:
     seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     cell: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    # n_all, n, x, x^2, K3, and the tokens with r > 0 (``stats.sign_coherence``)
-    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 6)))
+    # n_all, n, x, x^2, K3, the tokens with r > 0 and with r > TAIL_RATIO |lr|
+    # (``stats.sign_coherence``)
+    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 7)))
     gpu: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -129,10 +138,11 @@ def hot_sequence_state(
         x = np.log(np.abs(r) / np.maximum(-lr, LR_FLOOR))
     x[~moved] = 0.0
     width = 2 * n_bins
-    dense = np.zeros((len(starts) * width, 6))
+    dense = np.zeros((len(starts) * width, 7))
     diagnose_kernels.hot_cell_sums(
-        starts, turn, np.ascontiguousarray(bins, np.int64), n_bins, r, x, k3, dense
-    )
+        starts, turn, np.ascontiguousarray(bins, np.int64), n_bins, r, x, k3,
+        math.log(TAIL_RATIO), dense,
+    )  # fmt: skip
     keys = np.flatnonzero(dense[:, 0])
     sums = dense[keys]
     return HotSequenceParts(

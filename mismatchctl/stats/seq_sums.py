@@ -17,7 +17,10 @@ UNKNOWN = -1  # a batch size the dump does not give
 @dataclass
 class RunSeqSums:
     """One run's sequences: arrays of one value per sequence, ``bins`` one row per sequence of
-    token counts per probability bin, ``k3_bins`` the K3 sums alike."""
+    token counts per probability bin, ``k3_bins`` the K3 sums alike; ``line``: per sequence,
+    over its tokens with finite logprobs on both sides, their count and the sums of ``lr``,
+    ``lr^2``, ``r`` and ``lr r`` (the line of the trainer's logprobs on the rollout's:
+    ``stats/line_slope.py``)."""
 
     step: np.ndarray
     tokens: np.ndarray
@@ -26,12 +29,13 @@ class RunSeqSums:
     batch_size: np.ndarray
     bins: np.ndarray
     k3_bins: np.ndarray
+    line: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
 
     def merge(self, other: RunSeqSums) -> RunSeqSums:
         return RunSeqSums(*(np.concatenate([getattr(self, n), getattr(other, n)]) for n in _FIELDS))
 
 
-_FIELDS = ("step", "tokens", "r_sum", "k3", "batch_size", "bins", "k3_bins")
+_FIELDS = ("step", "tokens", "r_sum", "k3", "batch_size", "bins", "k3_bins", "line")
 
 
 @dataclass
@@ -78,5 +82,18 @@ def seq_sums(
         batch_size[starts].astype(np.int64),
         counts.astype(np.float64),
         k3_bins,
+        _line(lr, r, starts),
     )
     return SeqSums({run: sums})
+
+
+def _line(lr: np.ndarray, r: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Per sequence: its tokens with finite ``lr`` and ``r``, and the sums of ``lr``, ``lr^2``,
+    ``r`` and ``lr r`` over them (``diagnose_kernels.line_sums``: one walk in token order)."""
+    from mismatchctl.stats import diagnose_kernels
+
+    out = np.zeros((len(starts), 5))
+    diagnose_kernels.line_sums(
+        starts, np.ascontiguousarray(lr, np.float64), np.ascontiguousarray(r, np.float64), out
+    )
+    return out

@@ -10,6 +10,12 @@ semantic offset such as a temperature moves the sign with the probability, not w
 sequence), over the binomial variance; the mean square of those z is 1 for signs independent
 within sequences (``dispersion``) and its excess is tested as a chi-square with one degree of
 freedom per sequence. The state is ``stats.hot_sequences``'s (per sequence and cell).
+
+``tail_coherence`` is the same test on the tokens with ``r`` in the healthy noise's positive
+tail (``hot_sequences.TAIL_RATIO`` of ``|lr|``): a truncation renormalised on the rollout side
+lowers ``r`` on every token, so it leaves the sign test few positive signs to read and leans the
+responses about zero with its kept mass; above the noise it moves no token, and a lean there is
+another policy's.
 """
 
 from __future__ import annotations
@@ -63,11 +69,24 @@ def in_cells(state: HotSequenceState, cells: np.ndarray) -> HotSequenceState:
     )  # fmt: skip
 
 
+POSITIVE, TAIL = 5, 6  # the state's columns: the tokens with r > 0, with r > TAIL_RATIO |lr|
+
+
 def sign_coherence(state: HotSequenceState) -> SignCoherence:
     """The sign test of one run's sequences (``hot_sequences.by_run``)."""
+    return _coherence(state, POSITIVE)
+
+
+def tail_coherence(state: HotSequenceState) -> SignCoherence:
+    """The sign test on the counts of tokens with ``r`` above ``TAIL_RATIO`` of their ``|lr|``
+    (the positive tail of the healthy noise), at the same cells' rates."""
+    return _coherence(state, TAIL)
+
+
+def _coherence(state: HotSequenceState, column: int) -> SignCoherence:
     state = canonical(state)
     rows = len(state.step)
-    n, pos = state.sums[:, 1], state.sums[:, 5]
+    n, pos = state.sums[:, 1], state.sums[:, column]
     groups, g = np.unique(state.run[state.row] * CELLS + state.cell, return_inverse=True)
     gn = np.bincount(g, n, len(groups))
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -85,4 +104,6 @@ def sign_coherence(state: HotSequenceState) -> SignCoherence:
     return SignCoherence(k, q / k, float(chi2_sf(q, k)), float(np.mean(np.abs(z) > 3)))
 
 
-__all__ = ["SignCoherence", "in_cells", "in_steps", "off_gpus", "sign_coherence"]
+__all__ = [
+    "SignCoherence", "in_cells", "in_steps", "off_gpus", "sign_coherence", "tail_coherence",
+]  # fmt: skip

@@ -11,7 +11,7 @@ import pytest
 
 from mismatchctl.stats import assign_bins, parse_bins
 from mismatchctl.stats.hot_sequences import MIN_TOKENS, canonical, hot_sequence_state
-from mismatchctl.stats.sign_coherence import in_cells, off_gpus, sign_coherence
+from mismatchctl.stats.sign_coherence import in_cells, off_gpus, sign_coherence, tail_coherence
 
 EDGES = parse_bins("log")
 
@@ -122,3 +122,40 @@ def test_the_first_turns_cells_are_tested_alone() -> None:
     found, ref = sign_coherence(in_cells(state, cells)), sign_coherence(alone)
     assert (found.tested, found.dispersion) == (ref.tested, pytest.approx(ref.dispersion))
     assert all(g is None for g in in_cells(state, cells).gpu)  # no gpu given: none known
+
+
+def _truncated(seed: int, lean: float, n_seq: int = 400) -> tuple:
+    """A truncation renormalised on the rollout side over healthy noise: r = 0.025 |lr| (eps +
+    u), about 2% of the tokens above 0.05 |lr| as in the corpus' healthy runs, with one u ~
+    N(0, lean^2) per response (another policy); each response's contexts are cut with a share
+    of its own (the kept mass belongs to the context, which a response's tokens share), and a
+    cut token's r falls by its kept mass' log, far below the noise."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(16, 80, n_seq)
+    seq = np.repeat(np.arange(n_seq), lengths)
+    turn = np.concatenate([(np.arange(n) >= n // 2).astype(np.int32) for n in lengths])
+    u = np.repeat(rng.normal(0.0, lean, n_seq), lengths)
+    lr = -rng.exponential(rng.choice([0.05, 1.0, 4.0], len(seq)))
+    r = 0.025 * np.abs(lr) * (rng.standard_normal(len(seq)) + u)
+    cut = rng.random(len(seq)) < np.repeat(rng.uniform(0.2, 0.9, n_seq), lengths)
+    r = np.where(cut, r - 0.5 * np.abs(lr), r)
+    return lr, lr + r, seq, turn, np.zeros(len(seq), np.int64)
+
+
+def test_a_truncation_leans_the_signs_but_not_their_positive_tail() -> None:
+    """Cut tokens fall below zero, so each response's count of r > 0 follows its cut share:
+    the sign test leans (dispersion over 1.5) on a truncation alone. The tokens in the noise's
+    positive tail (r above TAIL_RATIO |lr|), which no cut token reaches, are rare, so the cut
+    share moves their counts by less than their binomial scatter: they lean as independent
+    tokens do, and another policy's lean shows there."""
+    found = {}
+    for lean in (0.0, 1.0):
+        lr, lt, seq, turn, step = _truncated(5, lean)
+        bins = assign_bins(np.exp(lr), EDGES)
+        state = hot_sequence_state(lr, lt, seq, turn, step, bins, len(EDGES) - 1).joined()
+        found[lean] = (sign_coherence(canonical(state)), tail_coherence(canonical(state)))
+    signs, tail = found[0.0]
+    assert signs.dispersion > 1.5 and signs.p_value < 1e-6
+    assert tail.tested > 350 and tail.dispersion < 1.3 and tail.p_value > 1e-6
+    _, leaning = found[1.0]
+    assert leaning.dispersion > 1.5 and leaning.p_value < 1e-6

@@ -17,8 +17,9 @@ from mismatchctl.analysis.diagnose.context import (
 from mismatchctl.analysis.diagnose.diagnosis import Diagnosis
 from mismatchctl.analysis.diagnose.extra import DiagnoseExtra
 from mismatchctl.analysis.diagnose.registry import run_checks
-from mismatchctl.analysis.explain import RunCubeExtra, cube_spec, read_run_cubes, refuse_same
+from mismatchctl.analysis.explain import RunCubeExtra, cube_spec, refuse_same
 from mismatchctl.analysis.report.report import Report, report_on
+from mismatchctl.analysis.routing.routing import routing_extra
 from mismatchctl.analysis.selection import reread, resolve_text
 from mismatchctl.analysis.token_classes import TokenClassExtra, class_tables, summarize, top_size
 from mismatchctl.analysis.tokenizer import RunDecoders, run_decoders
@@ -29,7 +30,8 @@ from mismatchctl.engines.plan import Selection
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import parse_bins
 from mismatchctl.stats import whatif as WI
-from mismatchctl.stats.cube.cube import Cube
+from mismatchctl.stats.cube.cube import Cube, merge_all
+from mismatchctl.stats.cube.part import as_cube
 from mismatchctl.stats.cube.spec import CubeSpec
 from mismatchctl.stats.localize.explain import explain as localize
 from mismatchctl.stats.step_regimes import split_steps, step_rates, trend
@@ -104,14 +106,37 @@ def _baseline_view(
     ctx: Context, base: Selection, spec: CubeSpec, workers: int, engine: Engine
 ) -> BaselineView:
     target = ctx.cube
-    (found,) = read_run_cubes([base], spec, EDGES, workers, engine)
+    found, routing = _baseline_read(base, spec, workers, engine)
     if target is None or found.tokens == 0:
         from mismatchctl.analysis.selection import empty_selection_error
 
         raise empty_selection_error(base)
     return BaselineView(
-        base.label or ", ".join(base.names), localize(target, found), cube_gpus(found), found
-    )
+        base.label or ", ".join(base.names), localize(target, found), cube_gpus(found), found,
+        routing,
+    )  # fmt: skip
+
+
+def _baseline_read(
+    base: Selection, spec: CubeSpec, workers: int, engine: Engine
+) -> tuple[Cube, dict[str, float | int | None] | None]:
+    """The baseline's cube and, when it has MoE routes, its routing metrics (its runs' sums
+    merged), from one read: the tokens no flipped route reaches are compared with the run's
+    (``causes/precision.py``, ``beside_flips``)."""
+    routing = routing_extra(base, [], EDGES)
+    extras = [RunCubeExtra(spec), *([routing] if routing is not None else [])]
+    _, states = engine.runner()(base.tasks, [], EDGES, base.rows, workers, None, extras)
+    cube = merge_all(map(as_cube, (states[0] or {}).values()), spec)
+    partials = list(states[1].runs.values()) if routing is not None and states[1] else []
+    if not partials:
+        return cube, None
+    merged = partials[0]
+    for p in partials[1:]:
+        try:
+            merged = merged.merge(p)
+        except ValueError:  # runs of other models (layers, top-k): no one set of routes
+            return cube, None
+    return cube, merged.metrics(False)
 
 
 def _whole(cells: dict | None) -> dict | None:

@@ -54,12 +54,14 @@ class RunView:
 @dataclass
 class BaselineView:
     """The selection against ``--baseline``: the explanation of its excess (``explain``), the
-    gpus the baseline ran on, and its cube."""
+    gpus the baseline ran on, its cube, and its routing metrics when it has MoE routes
+    (``stats/routing_sums.py``'s, its runs merged)."""
 
     label: str
     explanation: Explanation
     gpus: list[str] = field(default_factory=list)
     cube: Cube | None = None  # the baseline's own cube (same spec): contrasts of a part
+    routing: dict[str, float | int | None] | None = None
 
 
 class CheckModule(Protocol):

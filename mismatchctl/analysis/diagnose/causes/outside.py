@@ -5,7 +5,10 @@ with its own check's thresholds (none lowered): the policy's lean (``policy_sign
 sequences of the other gpus or steps, or on the other turns' tokens; the precision's excess over
 the baseline (``baseline``) on the tokens outside the part at the same token mix, where it does
 not grow with the KV position (``_grows``). A cause that stands there is named beside the first,
-whatever its share of the whole run's mass (the louder fault's part holds most of that)."""
+whatever its share of the whole run's mass (the louder fault's part holds most of that). The
+outside of MoE routing flips is the tokens before any flip in their response, which the cube
+does not cut: the precision there is ``precision.beside_flips``, against the baseline's same
+tokens."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from mismatchctl.analysis.diagnose.causes import precision
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.check import FAIL, OK
 from mismatchctl.analysis.diagnose.checks import baseline, policy_signs
@@ -29,6 +33,8 @@ from mismatchctl.stats.localize.regions import region_sums
 from mismatchctl.stats.localize.result import ratio_text
 from mismatchctl.stats.localize.tables import SideTables
 from mismatchctl.stats.sign_coherence import in_cells, in_steps, off_gpus, sign_coherence
+
+ROUTING = "routing"  # its part: the tokens after a flipped route
 
 TURN_PARTS = ("template", "tool_turns")
 """Causes whose part is the turns after tool responses (their outside: the first turns)."""
@@ -55,24 +61,35 @@ def second_pass(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[We
     """The causes of every token that stand on their own outside the first cause's part."""
     if first.cause.EVERY_TOKEN or not first.support.alarm:
         return []
+    if first.cause.KEY == ROUTING:
+        return _beside_flips(ctx, _cause(weighed, precision.KEY))
     out = outside(ctx, first)
     if out is None:
         return []
     found = []
     found_lean = lean(ctx, out)
-    policy, precision = _cause(weighed, "policy"), _cause(weighed, "precision")
+    policy, loss = _cause(weighed, "policy"), _cause(weighed, precision.KEY)
     if found_lean is not None and policy is not None:
         found.append(Weighed(policy.cause, _shared(ctx, out, found_lean), 0.0))
     excess = _excess(ctx, out, found_lean is not None)
-    if excess is not None and precision is not None and not _other_reasons(precision):
-        found.append(Weighed(precision.cause, _shared(ctx, out, excess), 0.0))
+    if excess is not None and loss is not None and not _other_reasons(loss):
+        found.append(Weighed(loss.cause, _shared(ctx, out, excess), 0.0))
     return [w for w in found if w.cause.CLASS != first.cause.CLASS]
 
 
-def _other_reasons(precision: Weighed) -> bool:
+def _beside_flips(ctx: Context, loss: Weighed | None) -> list[Weighed]:
+    """The precision on the tokens no flipped route reaches, where no evidence stands against
+    it (responses leaning, the sides computing different distributions, other gpus)."""
+    if loss is None or loss.support.against:
+        return []
+    found = precision.beside_flips(ctx)
+    return [] if found is None else [Weighed(loss.cause, found, 0.0)]
+
+
+def _other_reasons(loss: Weighed) -> bool:
     """Evidence against the precision that holds outside the part too: the sides compute
     different distributions, or the baseline ran on other gpus (the run's lean is the part's)."""
-    return any(not a.startswith("whole responses lean") for a in precision.support.against)
+    return any(not a.startswith("whole responses lean") for a in loss.support.against)
 
 
 def _shared(ctx: Context, out: Outside, found: Support) -> Support:

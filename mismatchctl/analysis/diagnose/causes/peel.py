@@ -21,6 +21,25 @@ check's thresholds (none lowered):
   checkpoint, fp8 weights or lm_head), alone and against ``h-b``, alarm on no part within the
   responses: only on steps (``pol-stale-ckpt``, ``pol-reload-jump``).
 
+- **the semantics explains a lean** except where a truncation cannot reach: a truncation
+  renormalised on the rollout side (top-p, top-k, min-p), or a one-sided shift with the
+  rollout side higher (``semantics.lowers``), lowers ``r`` on every kept token and moves none
+  above the healthy noise, so the responses' lean counted on
+  the tokens with ``r`` above ``TAIL_RATIO`` of their ``|lr|`` (``policy.lean_above_truncation``,
+  at the ``policy_signs`` thresholds) is another policy's: ``combo-topp-stale`` (top-p beside a
+  checkpoint behind) 1.77 there, the corpus' truncations alone 0.81-1.41. The policy is then
+  named beside the semantics even where the sign test on the whole run does not alarm (the
+  truncation's shift below zero leaves it few signs: 1.37). A temperature or a logit processor
+  moves ``r`` both ways: the relation holds.
+
+- **the semantics explains the precision**, not the other way round: a precision loss moves
+  each token on its own, whatever its logprob, so beside it a temperature's line keeps its
+  slope and loses its share of ``r``'s variance (``combo-temp-fp8kv``, 0.91 against 0.9 beside
+  an fp8 KV cache: slope 0.9946 as ``sem-temp-subtle``'s 0.9937 alone, 2.5% of the variance
+  under the ``temperature`` check's 5%). With the precision named over a baseline (no response
+  leaning), a slope at least that check's 0.003 from 1 at ``semantics.LINE_T`` standard errors
+  over the responses is named beside it (``semantics.beside_noise``).
+
 A relation the modules do not declare, and that holds only where the data show it:
 
 - **the hardware explains a code path whose part lies on its gpu**: when, within the path's
@@ -37,12 +56,15 @@ A relation the modules do not declare, and that holds only where the data show i
   reads, the turns' last tokens) it sets off for the semantics too (``sem-badwords-subtle``:
   the first 8 tokens after a tool response 7.3x, inside its first 16 of each turn).
 
-What the data cannot peel keeps the declared relation (the cause modules say why: the semantics
-beside a policy or a precision loss, a routing flip beside a precision loss)."""
+What the data cannot peel keeps the declared relation (the cause modules say why: a temperature
+or a logit processor beside a policy, which move ``r`` both ways; the semantics named first
+beside a precision loss, whose transform leaves tens of times a baseline's K3 about its line; a
+routing flip beside a precision loss without a baseline whose routes give the tokens before any
+flip: ``outside.py``)."""
 
 from __future__ import annotations
 
-from mismatchctl.analysis.diagnose.causes import code_path, hardware
+from mismatchctl.analysis.diagnose.causes import code_path, hardware, policy, semantics
 from mismatchctl.analysis.diagnose.causes.hypothesis import Weighed
 from mismatchctl.analysis.diagnose.causes.outside import lean, outside
 from mismatchctl.analysis.diagnose.causes.parts import (
@@ -58,7 +80,7 @@ WITHIN_RESPONSES = K.SEGMENT_KEYS
 holding one of them is a part within the responses, whatever whole-response dimensions (a
 length, a step) it is conjoined with."""
 
-POLICY, CODE_PATH, SEMANTICS = "policy", "code_path", "semantics"
+POLICY, CODE_PATH, SEMANTICS, PRECISION = policy.KEY, "code_path", semantics.KEY, "precision"
 
 
 def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
@@ -74,6 +96,8 @@ def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
         return False
     if set(pair) == {POLICY, CODE_PATH}:
         return not _both_stand(ctx, pair[POLICY], pair[CODE_PATH])
+    if set(pair) == {POLICY, SEMANTICS}:
+        return not _above_truncation(ctx, pair[SEMANTICS])
     return True
 
 
@@ -87,6 +111,40 @@ def in_part(first: Weighed, w: Weighed) -> bool:
         return False
     other = next(key for key in pair if key != SEMANTICS)
     return other in code_path.EXPLAINS
+
+
+def peeled(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[Weighed]:
+    """The causes the first cause's peel finds standing though their own checks on the whole
+    run do not alarm: the policy's lean above a truncation's reach (``_above_truncation``), a
+    temperature's line under a precision loss's noise (``_line``). An alarmed policy is
+    weighed as any second cause, with the relation lifted (``explains``)."""
+    if first.cause.KEY == PRECISION:
+        return _line(ctx, first, weighed)
+    found = next((w for w in weighed if w.cause.KEY == POLICY), None)
+    if first.cause.KEY != SEMANTICS or found is None or found.support.alarm:
+        return []
+    if not semantics.lowers(ctx, first.support):
+        return []
+    lean = policy.lean_above_truncation(ctx)
+    return [] if lean is None else [Weighed(found.cause, lean, 0.0)]
+
+
+def _line(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[Weighed]:
+    """Beside a precision loss named over a baseline (no response leaning, no semantic sign on
+    the whole run), the temperature's line told by its slope's scatter between responses
+    (``semantics.beside_noise``)."""
+    found = next((w for w in weighed if w.cause.KEY == SEMANTICS), None)
+    if found is None or found.support.alarm or first.support.against or ctx.baseline is None:
+        return []
+    line = semantics.beside_noise(ctx)
+    return [] if line is None else [Weighed(found.cause, line, 0.0)]
+
+
+def _above_truncation(ctx: Context, found: Weighed) -> bool:
+    """The semantics only lowers ``r`` and the responses lean above its reach."""
+    if not semantics.lowers(ctx, found.support):
+        return False
+    return policy.lean_above_truncation(ctx) is not None
 
 
 def _held(ctx: Context, path: Weighed) -> bool:
@@ -111,4 +169,4 @@ def _both_stand(ctx: Context, policy: Weighed, path: Weighed) -> bool:
     return out is not None and lean(ctx, out) is not None
 
 
-__all__ = ["WITHIN_RESPONSES", "explains", "in_part"]
+__all__ = ["WITHIN_RESPONSES", "explains", "in_part", "peeled"]

@@ -7,9 +7,12 @@ from mismatchctl.analysis.diagnose.advice import POLICY_SIGNS_ADVICE, STALE_ADVI
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import steps_share
 from mismatchctl.analysis.diagnose.causes.semantics import ids_explain
-from mismatchctl.analysis.diagnose.check import evidence_of, fired
+from mismatchctl.analysis.diagnose.check import FAIL, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline, policy_signs, staleness
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
+from mismatchctl.analysis.diagnose.text import pct
+from mismatchctl.stats.hot_sequences import TAIL_RATIO
+from mismatchctl.stats.sign_coherence import SignCoherence, tail_coherence
 
 KEY = "policy"
 CLASS = "policy"
@@ -66,6 +69,45 @@ def support(ctx: Context) -> Support | None:
         else "weights that changed at a step"
         if jump
         else "responses leaning one way",
+    )
+
+
+def lean_above_truncation(ctx: Context) -> Support | None:
+    """The responses' lean where a truncation cannot reach: the sign test on each sequence's
+    tokens with ``r`` above ``TAIL_RATIO`` of their ``|lr|`` (``stats.sign_coherence.
+    tail_coherence``), at the ``policy_signs`` check's thresholds; the worst run's Support, None
+    when none leans there. A truncation renormalised on the rollout side lowers ``r`` on every
+    kept token: the sign test about zero reads few positive signs (``combo-topp-stale``, top-p
+    beside a checkpoint behind: 72% of the tokens below zero, 1.37), and about each bin's median
+    it leans with the kept mass. Above the healthy noise it moves no token up: the truncations
+    of the corpus lean 0.81-1.41 there (p 1.4e-4 at best), its healthy and improved runs
+    0.84-1.37 (1.36 in the held-out corpus), while ``combo-topp-stale`` leans 1.77 (1.72 in the
+    held-out corpus) and a checkpoint behind alone 2.97."""
+    t = policy_signs.T
+    best: SignCoherence | None = None
+    for state in ctx.state.hot_sequences.runs().values():
+        found = tail_coherence(state)
+        if found.tested == 0 or not found.p_value < t.SIGN_ALPHA:
+            continue
+        if found.dispersion >= t.SIGN_DISPERSION_WARN and (
+            best is None or found.dispersion > best.dispersion
+        ):
+            best = found
+    if best is None:
+        return None
+    return Support(
+        verdict=FAIL if best.dispersion >= t.SIGN_DISPERSION_FAIL else WARN,
+        share=None,
+        because=(
+            f"above the healthy noise (r over {TAIL_RATIO:g} of |lr|), where a truncation moves "
+            f"no token: the count of those tokens in each of {best.tested} sequences spreads "
+            f"{best.dispersion:.2f}x as much as independent tokens give (chi-square p = "
+            f"{best.p_value:.2g}; {pct(best.extreme_share)} at |z| > 3): whole responses lean "
+            "one way beside the truncation"
+        ),
+        checks=(policy_signs.NAME,),
+        where="every token",
+        variant="responses leaning one way above the truncation's reach",
     )
 
 

@@ -15,6 +15,7 @@ from mismatchctl.analysis.diagnose.checks import (
     top_p,
 )
 from mismatchctl.analysis.diagnose.context import CheckModule, Context, baseline_on_other_gpus
+from mismatchctl.stats import routing_sums as R
 
 KEY = "precision"
 CLASS = "precision"
@@ -37,10 +38,20 @@ and the part's own fault raises that level: its share in the first pass is only 
 leaves unexplained, a remainder, not an excess measured anywhere (``moe-router-fp8`` over
 ``h-moe-b``: the flipped tokens hold 74% of the K3 at 27x the others, and the 29% left was named
 precision; a flipped expert changes the position's hidden state, which every later token reads
-in its keys and values). A part with no outside the second pass can keep (the tokens after a
-flipped route, some engine batches) has no precision beside it: the tokens before any flip in
-their response, which no flipped route reaches, are 2.1-2.5x a healthy MoE's with the router in
-fp8 alone (it rounds every token's gate weights too), so they are no peel of the routing."""
+in its keys and values). A part with no outside the second pass can keep (some engine batches)
+has no precision beside it. The flips' outside is the tokens before any flip in their response,
+which no flipped route reaches: they are 2.1-2.5x a healthy MoE's with the router in fp8 alone
+(it rounds every token's gate weights too), so at the ``baseline`` check's warning they are no
+peel of the routing; beside the flips the precision is named from them at its fail level
+(``beside_flips``)."""
+
+FLIP_FREE_FACTOR = baseline.T.BASELINE_FAIL
+"""Beside MoE routing flips, the tokens before any flip in their response (no flipped route
+reaches them) over the baseline's same tokens: a router rounded to fp8 raises them itself, its
+gate weights rounded on every token (``moe-router-fp8`` 2.1x and 2.2x in the two corpora,
+``moe-router-e5m2`` 2.5x over ``h-moe-b``; healthy MoE runs 0.89-1.14x), so a precision loss
+beside it is named from the ``baseline`` check's fail level, 5x (``combo-router-fp8kv``, an fp8
+router and an fp8 KV cache: 7.9x)."""
 CORRECTION = (
     "a token- or sequence-level importance correction can make an unavoidable precision loss "
     "tolerable; first try the more exact path (bf16 KV cache, an fp32 lm_head)"
@@ -88,6 +99,36 @@ def support(ctx: Context) -> Support | None:
         where="every token" if shape != "concentrated" else "the rare tokens",
         variant=SHAPES.get(shape or "", ""),
         against=against,
+    )
+
+
+def beside_flips(ctx: Context) -> Support | None:
+    """The precision beside MoE routing flips: the K3 rate of the tokens before any flip in
+    their response against the baseline's same tokens, at ``FLIP_FREE_FACTOR`` or more in the
+    worst run without replay; None without a baseline with routes or under it."""
+    theirs = ctx.baseline.routing if ctx.baseline is not None else None
+    base = theirs.get(R.VLLM_KL_BEFORE_FLIP) if theirs else None
+    if not base or baseline_on_other_gpus(ctx) is not None:
+        return None
+    rates = [x.metrics.get(R.VLLM_KL_BEFORE_FLIP) for x in ctx.report.routing.values()
+             if not x.replay]  # fmt: skip
+    found = max((float(r) for r in rates if r is not None), default=None)
+    if found is None or found / float(base) < FLIP_FREE_FACTOR:
+        return None
+    ratio = found / float(base)
+    return Support(
+        verdict="fail",
+        share=None,
+        because=(
+            f"the tokens before any routing flip in their response, which no flipped route "
+            f"reaches, are {ratio:.2g}x the baseline's same tokens ({found:.3g} against "
+            f"{float(base):.3g}; a router rounded to fp8 raises them itself, under "
+            f"{FLIP_FREE_FACTOR:g}x): a precision loss on every token beside the flips"
+        ),
+        checks=(baseline.NAME,),
+        ratio=ratio,
+        where="the tokens before any routing flip",
+        variant="an excess over the baseline where no flipped route reaches",
     )
 
 

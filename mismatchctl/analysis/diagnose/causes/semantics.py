@@ -16,6 +16,7 @@ from mismatchctl.analysis.diagnose.checks import (
     top_p,
 )
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
+from mismatchctl.stats.line_slope import LineSlope, line_slope
 
 KEY = "semantics"
 CLASS = "semantics"
@@ -41,13 +42,16 @@ are 1.9-1273x its rate at the same token mix, "spread uniformly" (the ``baseline
 ``sem-temp-loud`` alone holds 27% of its K3 in the 0.7% of tokens under p = 0.001.
 The fitted transform cannot be peeled from ``r`` (``peel.py``): a temperature's line in the
 logprob explains 25-55% of ``r``'s variance, the rest being each context's log-partition, which
-the dumps do not hold. ``policy``: a logit bias, a bad-words mask or a penalty leans the
+the dumps do not hold. The other way round a precision loss adds no slope: beside one named over
+a baseline, a line told by its slope's scatter between responses is named (``beside_noise``). ``policy``: a logit bias, a bad-words mask or a penalty leans the
 responses that hold the ids it shifts (``policy_signs`` 1.6-4.4 on ``sem-bias-*``,
 ``sem-badwords-*``, ``sem-freq-subtle``); a truncation's kept mass and a temperature's
 log-partition belong to the context, which a response's tokens share, so about each bin's
 median r (the sign test with each probability bin's tokens counted above its median instead of
 0) their responses lean as much as stale weights' do (``sem-topk-loud`` 3.2,
-``sem-topp-subtle`` 1.6, ``pol-stale-iter`` 1.6): no residual tells a policy beside them.
+``sem-topp-subtle`` 1.6, ``pol-stale-iter`` 1.6). A semantics that only lowers r (``lowers``:
+a truncation) moves no token above the healthy noise: a lean there is another policy's
+(``policy.lean_above_truncation``, ``peel.py``).
 A logit processor too faint for the ``token_shift`` check's per-id threshold shows only as the
 lean of the responses that hold its ids: when a shift of its own for each id carries
 ``ID_MODEL_SHARE`` of ``r``'s variance, the lean is its echo (``ids_explain``), and the
@@ -87,6 +91,59 @@ def support(ctx: Context) -> Support | None:
         where="every token",
         variant=VARIANTS[lead.name],
     )
+
+
+def lowers(ctx: Context, found: Support) -> bool:
+    """Whether the semantics found only lowers ``r`` (up to the noise): a truncation
+    renormalised on the rollout side (``top_p``'s signature leads), or a one-sided shift with
+    the rollout side higher (``offset`` leads, its mean ``r`` below zero: a renormalisation
+    whose mean ratio other weights' two-signed ``r`` hides from the ``top_p`` check, as in
+    ``combo-topp-stale``, 72% of the tokens below zero and a mean ratio of 0.984)."""
+    if found.variant != VARIANTS[offset.NAME]:
+        return found.variant == VARIANTS[top_p.NAME]
+    e = evidence_of(ctx.result(offset), offset.Evidence)
+    mean = e.log_ratio_mean if e is not None else None
+    return mean is not None and mean < 0
+
+
+LINE_T = 6.0
+"""Beside a precision loss, a temperature's line is told by its slope's distance to 1 over its
+scatter between responses (``stats/line_slope.py``, a bootstrap over sequences), not by its
+share of r's variance: the loss moves each token on its own, whatever its logprob, so it adds
+variance and no slope. The calibration corpus' healthy and improved runs give |t| up to 2.9 (2.6
+in the held-out corpus), its precision losses up to 5.2 (an fp8 lm_head, 0.0017 from 1), a
+temperature 0.9 against 0.91 beside an fp8 KV cache 10.7 (slope 0.9946, the line 2.5% of the
+variance)."""
+
+
+def beside_noise(ctx: Context) -> Support | None:
+    """The line of a temperature under a precision loss's noise: a slope at least the
+    ``temperature`` check's ``TEMP_SLOPE_WARN`` from 1 at ``LINE_T`` or more in some run; None
+    when no run's line is that far and that sure."""
+    found = [(run, s) for run, sums in sorted(ctx.state.sequences.runs.items())
+             if (s := line_slope(sums.line)) is not None and _far(s)]  # fmt: skip
+    if not found:
+        return None
+    run, s = max(found, key=lambda x: abs(x[1].t))
+    many = len(ctx.state.sequences.runs) > 1
+    return Support(
+        verdict="warn",
+        share=None,
+        because=(
+            f"{f'{run}: ' if many else ''}trainer ~ {s.slope:.4g} x rollout logprob + c, "
+            f"{abs(s.t):.1f} standard errors from 1 over the responses (a bootstrap of the "
+            f"sequences): a line the precision loss's noise, which moves each token on its own, "
+            "cannot draw; its share of r's variance is under the temperature check's as that "
+            "noise adds to r"
+        ),
+        checks=(temperature.NAME,),
+        where="every token",
+        variant=VARIANTS[temperature.NAME],
+    )
+
+
+def _far(s: LineSlope) -> bool:
+    return abs(s.slope - 1.0) >= temperature.T.TEMP_SLOPE_WARN and abs(s.t) >= LINE_T
 
 
 def ids_explain(ctx: Context) -> float | None:

@@ -15,7 +15,7 @@ from mismatchctl.analysis.diagnose.causes.hypothesis import (
     Weighed,
 )
 from mismatchctl.analysis.diagnose.causes.outside import second_pass
-from mismatchctl.analysis.diagnose.causes.peel import explains, in_part
+from mismatchctl.analysis.diagnose.causes.peel import explains, in_part, peeled
 from mismatchctl.analysis.diagnose.causes.row import CauseRow
 from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline
@@ -75,8 +75,9 @@ def weigh(ctx: Context) -> Weighing:
         return Weighing(None, [], [_lost(ctx, w, None) for w in others], unexplained=True)
     cut = ALSO_SHARE * _excess_fraction(ctx)
     also = [w for w in alarmed if first is not None and _second(ctx, first, w, cut)]
-    if first is not None:  # a fault hidden under a louder one's part (outside.py)
+    if first is not None:  # a fault hidden under a louder one's part (outside.py) or shift
         also += [w for w in second_pass(ctx, first, weighed) if w.cause not in _causes(also)]
+        also += [w for w in peeled(ctx, first, weighed) if w.cause not in _causes(also)]
     rest = [w for w in weighed if w is not first and w.cause not in _causes(also)]
     rest.sort(key=_rank, reverse=True)
     return Weighing(first, also, [_lost(ctx, w, first) for w in rest])

@@ -4,9 +4,13 @@ outside the louder named cause's part, on the calibration corpus's combinations 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from mismatchctl.analysis.diagnose.causes import outside, precision, routing
+from mismatchctl.analysis.diagnose.causes.hypothesis import CauseModule, Support, Weighed
+from mismatchctl.analysis.diagnose.context import Context
 from tests.analysis.diagnose.stores import calibration
 
 
@@ -51,3 +55,20 @@ def test_an_excess_that_grows_with_the_kv_position_is_the_parts_own_path(
     the L20's fault above is still named)."""
     cause = calibration._cause(calibration_store, "cp-decode-rope", "h-b")["cause"]
     assert cause["key"] == "tool_turns" and cause["also"] == []
+
+
+def test_beside_routing_flips_the_precision_is_read_before_any_flip(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Routing flips have no outside the cube cuts: the second pass reads the precision on the
+    tokens before any flip (``precision.beside_flips``), unless evidence stands against it."""
+    flips = Weighed(cast(CauseModule, routing), Support("warn", 0.6, "flips", ()), 0.6)
+    loss = Weighed(cast(CauseModule, precision), Support("fail", 0.4, "uniform", ()), 0.4)
+    found = Support("fail", None, "before any flip: 7.9x", ("baseline",))
+    monkeypatch.setattr(precision, "beside_flips", lambda ctx: found)
+    (also,) = outside.second_pass(cast(Context, None), flips, [flips, loss])
+    assert also.cause is precision and also.support is found
+    leaning = Weighed(loss.cause, Support("fail", 0.4, "uniform", (), against=("lean",)), 0.2)
+    assert outside.second_pass(cast(Context, None), flips, [flips, leaning]) == []
+    monkeypatch.setattr(precision, "beside_flips", lambda ctx: None)
+    assert outside.second_pass(cast(Context, None), flips, [flips, loss]) == []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import cast
 
 import pytest
@@ -24,6 +24,8 @@ from mismatchctl.analysis.diagnose.causes import (
 from mismatchctl.analysis.diagnose.causes.hypothesis import CauseModule, Support, Weighed
 from mismatchctl.analysis.diagnose.causes.outside import Outside
 from mismatchctl.analysis.diagnose.causes.parts import where_text
+from mismatchctl.analysis.diagnose.check import Check
+from mismatchctl.analysis.diagnose.checks import offset
 from mismatchctl.analysis.diagnose.context import Context
 from tests.analysis.diagnose.stores import calibration
 from tests.helpers import slow_param
@@ -130,3 +132,65 @@ def test_a_subtle_policy_beside_a_subtle_path_is_named_when_the_first_turns_lean
     assert also["key"] == "code_path" and "kv_position 128-255" in also["where"]
     low, _ = also["rate_ratio_ci"]
     assert low > 1.5
+
+
+def _semantics(variant: str) -> Weighed:
+    found = Support("fail", None, "planted", (), variant=semantics.VARIANTS[variant])
+    return Weighed(cast(CauseModule, semantics), found, 1.0)
+
+
+def test_a_lean_above_a_truncations_reach_is_another_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Beside a truncation the relation is lifted when the responses lean above the healthy
+    noise, either way round, and the policy is named from the peel even when its checks on the
+    whole run do not alarm; beside a temperature, which moves r both ways, it holds."""
+    cut, line = _semantics("top_p"), _semantics("temperature")
+    leaning = Support("warn", None, "the tail leans", ("policy_signs",))
+    quiet = Weighed(cast(CauseModule, policy), Support("ok", 0.0, "no lean", ()), 0.0)
+    monkeypatch.setattr(policy, "lean_above_truncation", lambda ctx: leaning)
+    assert not peel.explains(NO_CONTEXT, cut, _weighed(policy))
+    assert not peel.explains(NO_CONTEXT, _weighed(policy), cut)
+    assert peel.explains(NO_CONTEXT, line, _weighed(policy))
+    (found,) = peel.peeled(NO_CONTEXT, cut, [cut, quiet])
+    assert found.cause is policy and found.support is leaning
+    assert peel.peeled(NO_CONTEXT, line, [line, quiet]) == []
+    assert peel.peeled(NO_CONTEXT, cut, [cut, _weighed(policy)]) == []  # weighed as a second
+    monkeypatch.setattr(policy, "lean_above_truncation", lambda ctx: None)
+    assert peel.explains(NO_CONTEXT, cut, _weighed(policy))
+    assert peel.peeled(NO_CONTEXT, cut, [cut, quiet]) == []
+
+
+@pytest.mark.parametrize(("mean", "lowers"), [(-0.039, True), (0.063, False)])
+def test_a_shift_lowers_r_when_the_rollout_side_is_higher(mean: float, lowers: bool) -> None:
+    """A one-sided shift with the mean r below zero (top-p beside other weights, whose
+    two-signed r hides the mean ratio from the top-p check) only lowers r; above zero (raw
+    logprobs on the trainer side) it does not."""
+    evidence = offset.Evidence(
+        log_ratio_mean=mean, log_ratio_se=0.002, log_ratio_z=mean / 0.002, negative_share=0.72
+    )
+    check = Check("semantic", offset.NAME, offset.TITLE, "fail", "planted", evidence)
+    ctx = cast(Context, SimpleNamespace(result=lambda module: check))
+    assert semantics.lowers(ctx, _semantics("offset").support) is lowers
+
+
+def test_a_line_beside_a_precision_loss_named_over_a_baseline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The precision named over a baseline with nothing against it: a temperature's line told
+    by its scatter between responses is named beside it; not without a baseline, not beside
+    a precision with evidence against it, and not when the semantics alarms on its own (then
+    it is weighed as any cause)."""
+    loss = Weighed(cast(CauseModule, precision), Support("fail", None, "uniform", ()), 1.0)
+    doubted = Weighed(loss.cause, Support("fail", None, "uniform", (), against=("lean",)), 0.5)
+    quiet = Weighed(cast(CauseModule, semantics), Support("ok", 0.0, "no sign", ()), 0.0)
+    line = Support("warn", None, "slope 0.9946, 10.7 standard errors from 1", ("temperature",))
+    monkeypatch.setattr(semantics, "beside_noise", lambda ctx: line)
+    based = cast(Context, SimpleNamespace(baseline=object()))
+    (found,) = peel.peeled(based, loss, [loss, quiet])
+    assert found.cause is semantics and found.support is line
+    assert peel.peeled(cast(Context, SimpleNamespace(baseline=None)), loss, [loss, quiet]) == []
+    assert peel.peeled(based, doubted, [doubted, quiet]) == []
+    assert peel.peeled(based, loss, [loss, _weighed(semantics)]) == []
+    monkeypatch.setattr(semantics, "beside_noise", lambda ctx: None)
+    assert peel.peeled(based, loss, [loss, quiet]) == []

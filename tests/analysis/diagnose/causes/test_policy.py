@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
+import numpy as np
 import pytest
 
+from mismatchctl.analysis.diagnose.causes import policy
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.stats import assign_bins
+from mismatchctl.stats.hot_sequences import hot_sequence_state
 from tests.analysis.diagnose.stores import leaning, relative
 from tests.planted import checks as diagnosed
+from tests.stats.test_sign_coherence import EDGES, _truncated
 
 
 @pytest.mark.parametrize("baseline", [None, "ref-b"])
@@ -41,3 +49,20 @@ def test_a_policy_mismatch_without_baseline_is_not_blamed_on_a_code_path(
         assert cause in ("none", "unexplained"), (run, cause)
     loud = relative._checks(relative_store, "policy-loud")["cause"]
     assert loud.verdict == "warn" and "--baseline" in loud.next
+
+
+@pytest.mark.parametrize(("lean", "leans"), [(0.0, False), (1.0, True)])
+def test_a_lean_above_a_truncations_reach(lean: float, leans: bool) -> None:
+    """Responses cut by a truncation with shares of their own lean about zero; above the
+    healthy noise only another policy's lean shows, and it is the policy's, with the sign
+    test's thresholds."""
+    lr, lt, seq, turn, step = _truncated(5, lean)
+    parts = hot_sequence_state(
+        lr, lt, seq, turn, step, assign_bins(np.exp(lr), EDGES), len(EDGES) - 1
+    )
+    ctx = cast(Context, SimpleNamespace(state=SimpleNamespace(hot_sequences=parts)))
+    found = policy.lean_above_truncation(ctx)
+    assert (found is not None) is leans
+    if found is not None:
+        assert found.verdict in ("warn", "fail") and found.checks == ("policy_signs",)
+        assert "above the healthy noise" in found.because and "400 sequences" in found.because

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import cast
 
 import pytest
 
 from mismatchctl.analysis.diagnose.causes import precision, routing, semantics, template, weigh
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
-from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.context import BaselineView, Context
+from mismatchctl.stats import routing_sums as R
+from mismatchctl.stats.localize.result import Explanation
 from tests.analysis.diagnose.stores import gpus, relative
 from tests.helpers import slow_param
 
@@ -82,3 +85,35 @@ def test_beside_a_part_the_precision_is_no_remainder() -> None:
     assert not weigh._second(NO_CONTEXT, burst, _weighed(precision, "fail", 0.365), 0.25)
     lost = weigh._lost(NO_CONTEXT, _weighed(precision, "warn", 0.288), flips).lost
     assert lost.startswith("beside MoE routing flips it counts only outside that part"), lost
+
+
+def _flips_context(before: float, base_before: float | None, replay: bool = False) -> Context:
+    """A run's routing (the K3 rate of its tokens before any flip in their response) beside its
+    baseline's, both on the same gpus (no gpu dimension)."""
+    run = SimpleNamespace(metrics={R.VLLM_KL_BEFORE_FLIP: before}, replay=replay)
+    theirs = None if base_before is None else {R.VLLM_KL_BEFORE_FLIP: base_before}
+    view = BaselineView("h-moe-b", cast(Explanation, None), [], None, theirs)
+    report = SimpleNamespace(routing={"run": run})
+    return cast(Context, SimpleNamespace(report=report, baseline=view, cube=None))
+
+
+@pytest.mark.parametrize(
+    ("before", "named"),
+    [(5.78e-4, True), (1.86e-4, False), (1.56e-4, False), (6.5e-5, False)],
+)
+def test_the_precision_beside_routing_flips_is_read_where_no_flip_reaches(
+    before: float, named: bool
+) -> None:
+    """Over a healthy MoE's tokens before any flip (7.3e-5): an fp8 router with an fp8 KV cache
+    (7.9x) is a precision loss beside the flips; an fp8 router alone (2.1x, 2.5x in e5m2), which
+    rounds every token's gate weights, and a healthy run (0.89x) are not."""
+    found = precision.beside_flips(_flips_context(before, 7.305e-5))
+    assert (found is not None) is named
+    if found is not None:
+        assert found.verdict == "fail" and found.ratio == pytest.approx(before / 7.305e-5)
+        assert "before any routing flip" in found.because and found.checks == ("baseline",)
+
+
+def test_no_precision_beside_flips_without_a_routed_baseline_or_with_replay() -> None:
+    assert precision.beside_flips(_flips_context(5.78e-4, None)) is None
+    assert precision.beside_flips(_flips_context(5.78e-4, 7.305e-5, replay=True)) is None

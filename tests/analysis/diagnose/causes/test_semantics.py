@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
+import numpy as np
 import pytest
 
+from mismatchctl.analysis.diagnose.causes import semantics
 from mismatchctl.analysis.diagnose.checks import token_shift
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.stats.seq_sums import seq_sums
 from tests.analysis.diagnose.stores import calibration
+from tests.stats.test_line_slope import _run
 
 
 def test_a_penalty_in_the_engines_logprobs_is_named_a_logit_processor(
@@ -66,3 +73,19 @@ def test_other_weights_lean_without_a_shift_per_id(calibration_store: Path) -> N
     assert cause["key"] == "policy" and cause["against"] == []
     semantics = next(r for r in cause["runner_ups"] if r["key"] == "semantics")
     assert semantics["verdict"] == "ok"
+
+
+@pytest.mark.parametrize(("slope", "named"), [(0.9946, True), (1.0, False), (0.998, False)])
+def test_a_temperatures_line_under_a_precision_loss(slope: float, named: bool) -> None:
+    """Under independent noise that leaves the line a few percent of r's variance, a slope
+    0.0054 from 1 is the temperature's, many standard errors from 1 over the responses; no
+    slope, or one closer to 1 than the temperature check's 0.003, is not."""
+    lr, lt, seq = _run(slope, 0.07)
+    zeros = np.zeros(len(seq), np.int64)
+    sums = seq_sums("run", lr, lt, seq, zeros, zeros, zeros, 1)
+    ctx = cast(Context, SimpleNamespace(state=SimpleNamespace(sequences=sums)))
+    found = semantics.beside_noise(ctx)
+    assert (found is not None) is named
+    if found is not None:
+        assert found.variant == semantics.VARIANTS["temperature"]
+        assert found.checks == ("temperature",) and "standard errors from 1" in found.because

@@ -1,0 +1,32 @@
+"""diagnose's reads (``analysis/diagnose/build.py``): the baseline's cube and, when it has MoE
+routes, its routing metrics from the same read, as the report computes them for that run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mismatchctl.analysis.diagnose.build import EDGES, _baseline_read
+from mismatchctl.analysis.explain import cube_spec
+from mismatchctl.analysis.report.report import report_on
+from mismatchctl.analysis.selection import resolve_text
+from mismatchctl.engines.choice import LOCAL_ENGINE
+from mismatchctl.stats import routing_sums as R
+from mismatchctl.store import open_store
+
+
+def test_a_routed_baselines_routing_is_read_with_its_cube(calibration_store: Path) -> None:
+    """The tokens before any flip of a healthy MoE baseline (the precision beside routing flips
+    is read against them): the report's figure for the run; a dense baseline has none."""
+    store = open_store(calibration_store)
+    moe = resolve_text(store, "h-moe-a")
+    cube, routing = _baseline_read(moe, cube_spec([moe], EDGES, with_run=False), 1, LOCAL_ENGINE)
+    assert cube.tokens > 0 and routing is not None
+    expected = report_on(moe).routing["h-moe-a"].metrics[R.VLLM_KL_BEFORE_FLIP]
+    assert routing[R.VLLM_KL_BEFORE_FLIP] == pytest.approx(expected, rel=1e-12)
+    dense = resolve_text(store, "h-a")
+    cube, routing = _baseline_read(
+        dense, cube_spec([dense], EDGES, with_run=False), 1, LOCAL_ENGINE
+    )
+    assert cube.tokens > 0 and routing is None
