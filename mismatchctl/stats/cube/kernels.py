@@ -5,7 +5,10 @@ buffer keyed by the combination of its token-dimension codes. At the end of the 
 buffer is projected once per subset of token dimensions a table uses, and each projected cell
 (the sequence's tokens ``x`` and K3 sum ``y`` in it) is added to every table with that subset,
 at the sequence's codes of the table's sequence dimensions. So the per-token work is O(1) and
-the combinatorics cost O(cells the sequence visits) per sequence.
+the combinatorics cost O(cells the sequence visits) per sequence. The sequences with the same
+codes of every sequence dimension are taken one after the other and their projected cells
+summed first (they land on the same cells of every table): each table's row gets a group's
+sums once, where it got every sequence's.
 
 :func:`region_accumulate` is the findings' bootstrap (``stats/cube_bootstrap.py``): per
 sequence, its tokens and K3 per (region, stratum), added to every replicate with a Poisson(1)
