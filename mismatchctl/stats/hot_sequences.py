@@ -110,11 +110,13 @@ def hot_sequence_state(
     label: str = "",
     gpu: np.ndarray | None = None,
     k3: np.ndarray | None = None,
+    gpu_codes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> HotSequenceParts:
     """The per-sequence cell sums of one chunk of whole sequences (a sequence's tokens
     contiguous) of run ``label``; ``bins``: each token's probability bin (``0..n_bins-1``);
-    ``gpu``: each token's gpu label (None: not known); ``k3``: each token's ``expm1(r) - r``
-    when the caller has it. The sums in one compiled walk (``diagnose_kernels.hot_cell_sums``:
+    ``gpu``: each token's gpu label (None: not known); ``gpu_codes``: instead, each token's gpu
+    code and the codes' labels (an object array: only each sequence's label is looked up, not
+    a label per token); ``k3``: each token's ``expm1(r) - r`` when the caller has it. The sums in one compiled walk (``diagnose_kernels.hot_cell_sums``:
     ``bincount``'s additions, in its order)."""
     from mismatchctl.stats import diagnose_kernels
 
@@ -145,7 +147,7 @@ def hot_sequence_state(
                 keys // width,
                 keys % width,
                 sums,
-                None if gpu is None else np.asarray(gpu, object)[starts],
+                _sequence_gpus(gpu, gpu_codes, starts),
             )
         ]
     )
@@ -268,3 +270,13 @@ def summarize(state: HotSequenceState, examples: int = 5) -> HotSequences:
 
 
 __all__ = ["HotSequenceState", "HotSequences", "hot_sequence_state", "sequence_z", "summarize"]
+
+
+def _sequence_gpus(
+    gpu: np.ndarray | None, gpu_codes: tuple[np.ndarray, np.ndarray] | None, starts: np.ndarray
+) -> np.ndarray | None:
+    """Each sequence's gpu label (its first token's), None when not known."""
+    if gpu_codes is not None:
+        codes, labels = gpu_codes
+        return labels[np.asarray(codes)[starts]]
+    return None if gpu is None else np.asarray(gpu, object)[starts]
