@@ -18,7 +18,7 @@ selection is read (``HotSequenceParts``); the test runs then (``summarize``)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -177,6 +177,8 @@ def canonical(state: HotSequenceState) -> HotSequenceState:
     new_row[order] = np.arange(len(order))
     row = new_row[state.row]
     cells = np.lexsort((state.cell, row))
+    if _identity(order) and _identity(cells):  # in that order already: no copy of its rows
+        return state
     return HotSequenceState(
         list(state.runs),
         state.run[order],
@@ -187,6 +189,10 @@ def canonical(state: HotSequenceState) -> HotSequenceState:
         state.sums[cells],
         state.gpu[order],
     )
+
+
+def _identity(order: np.ndarray) -> bool:
+    return bool(np.all(order == np.arange(len(order))))
 
 
 def sequence_z(state: HotSequenceState) -> tuple[np.ndarray, np.ndarray]:
@@ -219,6 +225,9 @@ def by_run(state: HotSequenceState) -> dict[str, HotSequenceState]:
     out = {}
     for code, name in enumerate(state.runs):
         keep = state.run == code
+        if keep.all():  # one run: its rows as they are, not a copy of them
+            run = np.zeros(len(keep), np.int64)
+            return {name: replace(state, runs=[name], run=run)}
         if keep.any():
             out[name] = keep_sequences(state, keep, [name])
     return out

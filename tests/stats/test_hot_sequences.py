@@ -135,3 +135,17 @@ def test_gpu_codes_give_each_sequence_the_label_a_label_per_token_gives() -> Non
     want, got = per_token.joined(), coded.joined()
     assert list(got.gpu) == list(want.gpu) == list(labels[np.arange(len(starts)) % 3])
     np.testing.assert_array_equal(got.sums, want.sums)
+
+
+def test_one_run_is_judged_on_its_rows_without_copies() -> None:
+    """A selection of one run: its state by run is its rows as they are, and a state in
+    canonical order is its own canonical form (the checks read them without copying every
+    sequence's cells again)."""
+    from mismatchctl.stats.hot_sequences import by_run, canonical
+
+    joined = _parts(*_tokens(6)[:5]).joined()
+    (state,) = by_run(joined).values()
+    assert state.sums is joined.sums and state.gpu is joined.gpu
+    ordered = canonical(state)
+    assert canonical(ordered) is ordered
+    assert summarize(ordered) == summarize(state)
