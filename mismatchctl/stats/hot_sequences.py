@@ -172,13 +172,13 @@ class HotSequences:
 def canonical(state: HotSequenceState) -> HotSequenceState:
     """The state with its sequences in (run, seq) order and their cells in (sequence, cell)
     order: the sums that follow add in one order whatever order the parts were merged in."""
+    if _sorted_by(state.run, state.seq) and _sorted_by(state.row, state.cell):
+        return state  # in that order already: neither sorts' arrays nor a copy of its rows
     order = np.lexsort((state.seq, state.run))
     new_row = np.empty_like(order)
     new_row[order] = np.arange(len(order))
     row = new_row[state.row]
     cells = np.lexsort((state.cell, row))
-    if _identity(order) and _identity(cells):  # in that order already: no copy of its rows
-        return state
     return HotSequenceState(
         list(state.runs),
         state.run[order],
@@ -191,8 +191,13 @@ def canonical(state: HotSequenceState) -> HotSequenceState:
     )
 
 
-def _identity(order: np.ndarray) -> bool:
-    return bool(np.all(order == np.arange(len(order))))
+def _sorted_by(major: np.ndarray, minor: np.ndarray) -> bool:
+    """Whether the pairs ``(major, minor)`` are in ascending order (as a stable lexsort leaves
+    them)."""
+    if len(major) < 2:
+        return True
+    up, same = major[1:] > major[:-1], major[1:] == major[:-1]
+    return bool(np.all(up | (same & (minor[1:] >= minor[:-1]))))
 
 
 def sequence_z(state: HotSequenceState) -> tuple[np.ndarray, np.ndarray]:
