@@ -18,7 +18,7 @@ selection is read (``HotSequenceParts``); the test runs then (``summarize``)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -119,11 +119,13 @@ def hot_sequence_state(
     label: str = "",
     gpu: np.ndarray | None = None,
     k3: np.ndarray | None = None,
+    gpu_codes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> HotSequenceParts:
     """The per-sequence cell sums of one chunk of whole sequences (a sequence's tokens
     contiguous) of run ``label``; ``bins``: each token's probability bin (``0..n_bins-1``);
-    ``gpu``: each token's gpu label (None: not known); ``k3``: each token's ``expm1(r) - r``
-    when the caller has it. The sums in one compiled walk (``diagnose_kernels.hot_cell_sums``:
+    ``gpu``: each token's gpu label (None: not known); ``gpu_codes``: instead, each token's gpu
+    code and the codes' labels (an object array: only each sequence's label is looked up, not
+    a label per token); ``k3``: each token's ``expm1(r) - r`` when the caller has it. The sums in one compiled walk (``diagnose_kernels.hot_cell_sums``:
     ``bincount``'s additions, in its order)."""
     from mismatchctl.stats import diagnose_kernels
 
@@ -155,7 +157,7 @@ def hot_sequence_state(
                 keys // width,
                 keys % width,
                 sums,
-                None if gpu is None else np.asarray(gpu, object)[starts],
+                _sequence_gpus(gpu, gpu_codes, starts),
             )
         ]
     )
@@ -180,6 +182,8 @@ class HotSequences:
 def canonical(state: HotSequenceState) -> HotSequenceState:
     """The state with its sequences in (run, seq) order and their cells in (sequence, cell)
     order: the sums that follow add in one order whatever order the parts were merged in."""
+    if _sorted_by(state.run, state.seq) and _sorted_by(state.row, state.cell):
+        return state  # in that order already: neither sorts' arrays nor a copy of its rows
     order = np.lexsort((state.seq, state.run))
     new_row = np.empty_like(order)
     new_row[order] = np.arange(len(order))
@@ -195,6 +199,15 @@ def canonical(state: HotSequenceState) -> HotSequenceState:
         state.sums[cells],
         state.gpu[order],
     )
+
+
+def _sorted_by(major: np.ndarray, minor: np.ndarray) -> bool:
+    """Whether the pairs ``(major, minor)`` are in ascending order (as a stable lexsort leaves
+    them)."""
+    if len(major) < 2:
+        return True
+    up, same = major[1:] > major[:-1], major[1:] == major[:-1]
+    return bool(np.all(up | (same & (minor[1:] >= minor[:-1]))))
 
 
 def sequence_z(state: HotSequenceState) -> tuple[np.ndarray, np.ndarray]:
@@ -227,6 +240,9 @@ def by_run(state: HotSequenceState) -> dict[str, HotSequenceState]:
     out = {}
     for code, name in enumerate(state.runs):
         keep = state.run == code
+        if keep.all():  # one run: its rows as they are, not a copy of them
+            run = np.zeros(len(keep), np.int64)
+            return {name: replace(state, runs=[name], run=run)}
         if keep.any():
             out[name] = keep_sequences(state, keep, [name])
     return out
@@ -278,3 +294,13 @@ def summarize(state: HotSequenceState, examples: int = 5) -> HotSequences:
 
 
 __all__ = ["HotSequenceState", "HotSequences", "hot_sequence_state", "sequence_z", "summarize"]
+
+
+def _sequence_gpus(
+    gpu: np.ndarray | None, gpu_codes: tuple[np.ndarray, np.ndarray] | None, starts: np.ndarray
+) -> np.ndarray | None:
+    """Each sequence's gpu label (its first token's), None when not known."""
+    if gpu_codes is not None:
+        codes, labels = gpu_codes
+        return labels[np.asarray(codes)[starts]]
+    return None if gpu is None else np.asarray(gpu, object)[starts]

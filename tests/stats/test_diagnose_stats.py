@@ -131,6 +131,28 @@ def test_theil_sen_against_all_pairs() -> None:
     assert theil_sen(np.ones(3), np.arange(3.0))["slope"] is None
 
 
+@pytest.mark.parametrize("block", [1, 7, 1 << 16])
+def test_theil_sen_by_blocks_of_rows_gives_the_slopes_of_all_pairs(
+    monkeypatch: pytest.MonkeyPatch, block: int
+) -> None:
+    """The pairs taken a block of rows at a time (a bounded memory): the same slopes in the
+    same order as every pair at once, so the same median and share, to the bit; pairs of equal
+    x left out."""
+    from mismatchctl.stats import robust
+
+    monkeypatch.setattr(robust, "PAIR_BLOCK", block)
+    rng = np.random.default_rng(3)
+    x = np.round(rng.random(150) * 40)  # ties in x: pairs without a slope
+    y = 0.3 * x + rng.standard_normal(150)
+    i, j = np.triu_indices(150, k=1)
+    ok = x[j] != x[i]
+    slopes = (y[j] - y[i])[ok] / (x[j] - x[i])[ok]
+    np.testing.assert_array_equal(robust._pair_slopes(x, y), slopes)
+    got = theil_sen(x, y)
+    assert got["slope"] == float(np.median(slopes))
+    assert got["positive_share"] == float(np.mean(slopes[slopes != 0] > 0))
+
+
 def test_spearman_and_ranks() -> None:
     assert list(ranks(np.array([10.0, 20.0, 20.0, 5.0]))) == [2.0, 3.5, 3.5, 1.0]
     x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])

@@ -118,3 +118,34 @@ def test_sequences_alike_fill_both_tails_alike() -> None:
     found = summarize(_state(lr, lt, seq, turn, step))
     assert found.hot <= 3 and found.cold <= 3
     assert found.tested == len(_reference_z(lr, lt, seq, turn, step))
+
+
+def test_gpu_codes_give_each_sequence_the_label_a_label_per_token_gives() -> None:
+    """The engine's gpu codes and their labels: each sequence's label is its tokens' label,
+    as from a label per token (which the state no longer needs)."""
+    lr, lt, seq, turn, step, _ = _tokens(4)
+    bins = assign_bins(np.exp(lr), EDGES)
+    labels = np.array(["H100", "A100", None], object)
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    codes = np.repeat(np.arange(len(starts)) % 3, np.diff(np.r_[starts, len(seq)]))
+    per_token = hot_sequence_state(lr, lt, seq, turn, step, bins, N_BINS, "a", labels[codes])
+    coded = hot_sequence_state(
+        lr, lt, seq, turn, step, bins, N_BINS, "a", gpu_codes=(codes, labels)
+    )
+    want, got = per_token.joined(), coded.joined()
+    assert list(got.gpu) == list(want.gpu) == list(labels[np.arange(len(starts)) % 3])
+    np.testing.assert_array_equal(got.sums, want.sums)
+
+
+def test_one_run_is_judged_on_its_rows_without_copies() -> None:
+    """A selection of one run: its state by run is its rows as they are, and a state in
+    canonical order is its own canonical form (the checks read them without copying every
+    sequence's cells again)."""
+    from mismatchctl.stats.hot_sequences import by_run, canonical
+
+    joined = _parts(*_tokens(6)[:5]).joined()
+    (state,) = by_run(joined).values()
+    assert state.sums is joined.sums and state.gpu is joined.gpu
+    ordered = canonical(state)
+    assert canonical(ordered) is ordered
+    assert summarize(ordered) == summarize(state)

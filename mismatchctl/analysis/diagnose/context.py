@@ -139,6 +139,8 @@ class Context:
     def cube(self) -> Cube | None:
         """The K3 cube of the whole selection (the runs' cubes merged)."""
         cubes = [v.cube for v in self.runs.values()]
+        if len(cubes) == 1:  # one run: its own cube (read only here), not a copy of its state
+            return cubes[0]
         return merge_all(cubes, cubes[0].spec) if cubes else None
 
     def contrast(

@@ -109,7 +109,7 @@ class DiagnoseExtra:
             lag_k3(pairs, k3),
             misalign_state(lr, lt, seq, turn, step, keys.run, k3=k3),
             hot_sequence_state(
-                lr, lt, seq, turn, step, *bins, keys.run, _gpu_labels(table, keys), k3=k3
+                lr, lt, seq, turn, step, *bins, keys.run, k3=k3, gpu_codes=_gpus(table, keys)
             ),
             token_shift_state(_token_ids(table, keys), lr, lt, seq, *bins, k3=k3),
             seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *bins),
@@ -176,12 +176,14 @@ def _kv_positions(keys: PartKeys) -> np.ndarray:
     return keys.column(S.POSITION).astype(np.int64) + keys.prompt_lengths()
 
 
-def _gpu_labels(table: pa.Table, keys: PartKeys) -> np.ndarray | None:
-    """Each token's gpu label, None without a gpu column (the hot-sequence state's gpus)."""
+def _gpus(table: pa.Table, keys: PartKeys) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each token's gpu code and the codes' labels, None without a gpu column (the
+    hot-sequence state's gpus: a label per sequence, never an object per token)."""
     if S.GPU not in table.column_names:
         return None
     found = keys.get(K.GPU)
-    return np.asarray(found.labels, object)[found.codes]
+    codes = np.broadcast_to(np.asarray(found.codes), (keys.n,))
+    return codes, np.asarray(found.labels, object)
 
 
 def _batch_sizes(keys: PartKeys) -> np.ndarray:

@@ -106,8 +106,11 @@ class Cube:
         from mismatchctl.stats.cube import kernels as cube_kernels  # numba: compiled on first use
 
         def dense(*args: object) -> None:
-            counts = np.zeros(2, np.int64)
-            cube_kernels.cube_accumulate(self.state, *args, _NO_SLOTS, _NO_CELLS, counts)
+            counts = np.zeros(1, np.int64)
+            lr, lt, starts, rows, order, *rest = args
+            cube_kernels.cube_accumulate(
+                self.state, lr, lt, starts, rows, order, 0, *rest, _NO_SLOTS, _NO_CELLS, counts
+            )
 
         return add_tokens(
             self.spec, dense, lr, lt, seq, token_codes, seq_codes, seq_keys, keep, bit, k3
@@ -202,21 +205,25 @@ def add_tokens(
     layout = kernel_layout(spec)
     longest = int(np.diff(starts).max())
     keep = seq_keys is not None
-    ptr = np.zeros(len(rows) + 1 if keep else 0, np.int64)
+    count = np.zeros(len(rows) if keep else 0, np.int64)
     combo = np.empty(len(lr) if keep else 0, np.int32)
     ntok = np.empty(len(combo), np.int32)
     cell_k3 = np.empty(len(combo), np.float64)
+    order = group_order(rows, seqc)
     with np.errstate(over="ignore", invalid="ignore"):
         accumulate(
-            lr, lt, starts, rows, tok, seqc, mask, bit, given, layout, min(longest, layout[2]),
-            ptr, combo, ntok, cell_k3,
+            lr, lt, starts, rows, order, tok, seqc, mask, bit, given, layout,
+            min(longest, layout[2]), count, combo, ntok, cell_k3,
         )  # fmt: skip
     if seq_keys is None:
         return None
-    used = int(ptr[-1])  # copies: the buffers had room for a cell per token
+    ptr = np.zeros(len(rows) + 1, np.int64)
+    np.cumsum(count, out=ptr[1:])
+    # each sequence's cells were written from its first token: gathered in sequence order
+    at = np.repeat(starts[:-1] - ptr[:-1], count) + np.arange(int(ptr[-1]))
     return SequenceCells(
         np.asarray(seq_keys, np.uint64)[rows], seqc[rows].astype(np.int32), ptr,
-        combo[:used].copy(), ntok[:used].copy(), cell_k3[:used].copy(),
+        combo[at], ntok[at], cell_k3[at],
     )  # fmt: skip
 
 
@@ -251,6 +258,15 @@ def sequence_runs(seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             f"{int(counts[counts > 1][0])} separate runs)"
         )
     return np.r_[starts, len(seq)].astype(np.int64), rows.astype(np.int64)
+
+
+def group_order(rows: np.ndarray, seqc: np.ndarray) -> np.ndarray:
+    """The sequences (their ``rows`` of ``seqc``) ordered so that those with the same codes of
+    every sequence dimension come one after the other (in their own order within a group)."""
+    if len(rows) < 2 or seqc.shape[1] == 0:
+        return np.arange(len(rows), dtype=np.int64)
+    codes = seqc[rows]
+    return np.lexsort(codes.T[::-1]).astype(np.int64)
 
 
 def _checked(

@@ -5,7 +5,10 @@ buffer keyed by the combination of its token-dimension codes. At the end of the 
 buffer is projected once per subset of token dimensions a table uses, and each projected cell
 (the sequence's tokens ``x`` and K3 sum ``y`` in it) is added to every table with that subset,
 at the sequence's codes of the table's sequence dimensions. So the per-token work is O(1) and
-the combinatorics cost O(cells the sequence visits) per sequence.
+the combinatorics cost O(cells the sequence visits) per sequence. The sequences with the same
+codes of every sequence dimension are taken one after the other and their projected cells
+summed first (they land on the same cells of every table): each table's row gets a group's
+sums once, where it got every sequence's.
 
 :func:`region_accumulate` is the findings' bootstrap (``stats/cube_bootstrap.py``): per
 sequence, its tokens and K3 per (region, stratum), added to every replicate with a Poisson(1)
@@ -181,6 +184,109 @@ def _project(
     return pm
 
 
+@kernel(nogil=True, error_model="numpy", inline="always")
+def _add_sums(
+    state: np.ndarray,
+    slot: np.ndarray,
+    cells: np.ndarray,
+    counts: np.ndarray,
+    cell: int,
+    sums: np.ndarray,
+) -> None:
+    """A group of sequences' ten sums (``sums``, in ``Field`` order) added to a cell, dense or
+    sparse as :func:`_add_cell`."""
+    if slot.shape[0] == 0:
+        row = state[cell]
+    else:
+        k = slot[cell]
+        if k < 0:
+            k = counts[0]
+            slot[cell] = k
+            cells[k] = cell
+            counts[0] = k + 1
+        row = state[k]
+    for f in range(N_FIELDS):
+        row[f] += sums[f]
+
+
+@kernel(nogil=True, error_model="numpy", inline="always")
+def _add_moments(sums: np.ndarray, x: float, y: float, tx: float, ty: float) -> None:
+    """One sequence's tokens ``x`` and K3 ``y`` in a cell (its totals ``tx``/``ty``) added to a
+    group's sums of that cell: the terms :func:`_add_cell` adds to a state row."""
+    sums[_N] += x
+    sums[_A] += y
+    sums[_YY] += y * y
+    sums[_XX] += x * x
+    sums[_XY] += x * y
+    sums[_G] += 1.0
+    sums[_CYY] += ty * y
+    sums[_CXY] += tx * y
+    sums[_CYX] += ty * x
+    sums[_CXX] += tx * x
+
+
+@kernel(nogil=True, inline="always")
+def _same_codes(seqc: np.ndarray, a: int, b: int) -> bool:
+    """Whether rows ``a`` and ``b`` have the same codes of every sequence dimension."""
+    same = True
+    for q in range(seqc.shape[1]):
+        same &= seqc[a, q] == seqc[b, q]
+    return same
+
+
+@kernel(nogil=True, error_model="numpy", inline="always")
+def _flush_group(
+    state: np.ndarray,
+    slot: np.ndarray,
+    cells: np.ndarray,
+    counts: np.ndarray,
+    row: int,
+    seqc: np.ndarray,
+    layout: tuple,
+    gq: np.ndarray,
+    gsum: np.ndarray,
+    gcv: np.ndarray,
+    gtouch: np.ndarray,
+    gcount: np.ndarray,
+    poff: np.ndarray,
+) -> None:
+    """A group's sums (its sequences share ``row``'s codes of every sequence dimension, so every
+    table's cells of theirs are the same) added to the tables once, then cleared."""
+    (_, _, _, vmap, pdims, _, _, _,
+     ptab_ptr, ptab_idx, qonly, toff, tpstride, tqdims, tqmaps, tqstride, _) = layout  # fmt: skip
+    if gq[_G] == 0.0:
+        return
+    for qi in range(qonly.shape[0]):  # tables of sequence dimensions only
+        cell = _seq_base(qonly[qi], row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
+        _add_sums(state, slot, cells, counts, cell, gq)
+    for f in range(N_FIELDS):
+        gq[f] = 0.0
+    for j in range(pdims.shape[0]):
+        o, pm = poff[j], gcount[j]
+        for ti in range(ptab_ptr[j], ptab_ptr[j + 1]):
+            tb = ptab_idx[ti]
+            base = _seq_base(tb, row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
+            s0, s1, s2 = tpstride[tb, 0], tpstride[tb, 1], tpstride[tb, 2]
+            for u in range(pm):
+                g = gtouch[o + u]
+                cell = base + gcv[g, 0] * s0 + gcv[g, 1] * s1 + gcv[g, 2] * s2
+                _add_sums(state, slot, cells, counts, cell, gsum[g])
+        for u in range(pm):
+            g = gtouch[o + u]
+            for f in range(N_FIELDS):
+                gsum[g, f] = 0.0
+        gcount[j] = 0
+
+
+@kernel(nogil=True, error_model="numpy", inline="always")
+def _group_pending(gcount: np.ndarray, ptab_ptr: np.ndarray, qonly: np.ndarray) -> int:
+    """The most state rows a group's sums can still take (a row per table cell they hold)."""
+    out = qonly.shape[0]
+    for j in range(gcount.shape[0]):
+        out += (ptab_ptr[j + 1] - ptab_ptr[j]) * gcount[j]
+    return out
+
+
 @kernel(nogil=True, error_model="numpy")
 def cube_accumulate(
     state: np.ndarray,
@@ -188,6 +294,8 @@ def cube_accumulate(
     lt: np.ndarray,
     starts: np.ndarray,
     rows: np.ndarray,
+    order: np.ndarray,
+    first: int,
     tok: np.ndarray,
     seqc: np.ndarray,
     keep_tokens: np.ndarray,
@@ -195,7 +303,7 @@ def cube_accumulate(
     k3_tokens: np.ndarray,
     layout: tuple,
     max_touch: int,
-    cell_ptr: np.ndarray,
+    cell_count: np.ndarray,
     cell_combo: np.ndarray,
     cell_tokens: np.ndarray,
     cell_k3: np.ndarray,
@@ -206,25 +314,32 @@ def cube_accumulate(
     """Add whole sequences to ``state`` (cells x 10: tokens, K3 sum, the per-sequence moments
     y^2, x^2, x y, their count, and the cross moments with the sequence's totals X, Y:
     Y y, X y, Y x, X x). ``starts``: first token of each sequence plus the end;
-    ``rows``: each sequence's row of ``seqc``; ``tok``: tokens x token-dimension codes;
+    ``rows``: each sequence's row of ``seqc``; ``order``: the sequences in the order they are
+    taken, from its ``first`` position (``cube.group_order``: the sequences with the same codes
+    of every sequence dimension one after the other); ``tok``: tokens x token-dimension codes;
     ``layout``: :func:`mismatchctl.stats.cube.kernel_layout`; ``max_touch``: the most
     token-code combinations one sequence can visit (its length, at most ``combo_size``).
     ``keep_tokens`` (empty: every token): only the tokens whose entry has ``bit`` set are
     added; a sequence with none is no cluster (as if its tokens were not given).
     ``k3_tokens`` (empty: computed here): each token's :func:`token_k3`.
 
-    With ``cell_ptr`` of one entry per sequence plus one (else empty), each sequence's buffer
-    is also kept (``stats/cube_cells.py``): its combinations in the order first visited, in
-    ``cell_combo``/``cell_tokens``/``cell_k3`` (room for a cell per token), sequence ``si``'s
-    from ``cell_ptr[si]`` to ``cell_ptr[si + 1]`` (``counts[1]``: the cells kept so far).
+    The sequences of a group touch the same cells of every table: their projected cells are
+    summed into the group's own sums, which are added to the tables once, when the group
+    ends (a table row's ten additions per group instead of per sequence).
+
+    With ``cell_count`` of one entry per sequence (else empty), each sequence's buffer is also
+    kept (``stats/cube_cells.py``): its combinations in the order first visited, in
+    ``cell_combo``/``cell_tokens``/``cell_k3`` from the sequence's first token's index (room
+    for a cell per token), their count in ``cell_count``.
 
     Sparse (``slot`` of one entry per cube cell, -1 where the cell has no row yet): ``state``
     holds only the cells the sequences touch, a row each in the order first touched, ``cells``
     each row's cell, ``counts[0]`` the rows used. A sequence is added only when the rows left
-    can take every cell it may touch; returns the first sequence not added (all: their count),
-    so that the caller grows the rows and goes on from there."""
+    can take every cell its group's sums may touch; returns the position in ``order`` of the
+    first sequence of the first group not added (all: their count), so that the caller grows
+    the rows and goes on from there (a group is added whole, as into a dense state)."""
     (tmul, _, combo_size, vmap, pdims, pmaps, pmul, psize_max,
-     ptab_ptr, ptab_idx, qonly, toff, tpstride, tqdims, tqmaps, tqstride, psizes) = layout  # fmt: skip
+     ptab_ptr, _, qonly, _, _, _, _, _, psizes) = layout  # fmt: skip
     n_dt = tok.shape[1]
     cn = np.zeros(combo_size, np.float64)
     ca = np.zeros(combo_size, np.float64)
@@ -234,15 +349,33 @@ def cube_accumulate(
     pa = np.zeros(psize_max, np.float64)
     ptouch = np.empty(min(psize_max, max_touch), np.int64)
     pcv = np.zeros((min(psize_max, max_touch), 3), np.int64)
-    keep = cell_ptr.shape[0] > 0
+    n_proj = pdims.shape[0]
+    poff = np.zeros(n_proj + 1, np.int64)
+    for j in range(n_proj):
+        poff[j + 1] = poff[j] + psizes[j]
+    gsum = np.zeros((poff[n_proj], N_FIELDS), np.float64)  # the group's sums per projected cell
+    gcv = np.zeros((poff[n_proj], 3), np.int64)  # each projected cell's codes
+    gtouch = np.empty(poff[n_proj], np.int64)  # the cells touched, from poff[j] for projection j
+    gcount = np.zeros(n_proj, np.int64)
+    gq = np.zeros(N_FIELDS, np.float64)  # the group's sums of the sequence-only tables
+    keep = cell_count.shape[0] > 0
     sparse = slot.shape[0] > 0
-    kept = counts[1]
-    for si in range(starts.shape[0] - 1):
+    group = -1  # the row of seqc of the group's sequences (-1: none yet)
+    group_start = first  # the group's first position in ``order``
+    n_seq = starts.shape[0] - 1
+    for p in range(first, n_seq):
+        si = order[p]
         row = rows[si]
+        if group >= 0 and not _same_codes(seqc, row, group):
+            _flush_group(state, slot, cells, counts, group, seqc, layout, gq, gsum, gcv, gtouch,
+                         gcount, poff)  # fmt: skip
+            group_start = p
+        group = row
         most = _most_cells(starts[si + 1] - starts[si], combo_size, qonly, ptab_ptr, psizes)
-        if sparse and min(counts[0] + most, slot.shape[0]) > state.shape[0]:
-            counts[1] = kept
-            return si
+        if sparse:
+            pending = _group_pending(gcount, ptab_ptr, qonly)
+            if min(counts[0] + pending + most, slot.shape[0]) > state.shape[0]:
+                return group_start  # the group again, whole, into more rows: the same sums
         m = _buffer_sequence(
             lr,
             lt,
@@ -259,13 +392,13 @@ def cube_accumulate(
             k3_tokens,
         )
         if keep:
-            cell_ptr[si] = kept
+            cell_count[si] = m
+            at = starts[si]
             for t in range(m):
                 c = ctouch[t]
-                cell_combo[kept] = c
-                cell_tokens[kept] = int(cn[c])
-                cell_k3[kept] = ca[c]
-                kept += 1
+                cell_combo[at + t] = c
+                cell_tokens[at + t] = int(cn[c])
+                cell_k3[at + t] = ca[c]
         tot_n = 0.0
         tot_a = 0.0
         for t in range(m):
@@ -274,31 +407,29 @@ def cube_accumulate(
             tot_a += ca[c]
         if m == 0:  # every token masked out: no cluster
             continue
-        for qi in range(qonly.shape[0]):  # tables of sequence dimensions only
-            cell = _seq_base(qonly[qi], row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
-            _add_cell(state, slot, cells, counts, cell, tot_n, tot_a, tot_n, tot_a)
-        for j in range(pdims.shape[0]):
+        _add_moments(gq, tot_n, tot_a, tot_n, tot_a)
+        for j in range(n_proj):
             pm = _project(
                 j, m, ctouch, cvals, cn, ca, vmap, pdims, pmaps, pmul, pn, pa, ptouch, pcv
             )
-            for ti in range(ptab_ptr[j], ptab_ptr[j + 1]):
-                tb = ptab_idx[ti]
-                base = _seq_base(tb, row, seqc, vmap, toff, tqdims, tqmaps, tqstride)
-                s0, s1, s2 = tpstride[tb, 0], tpstride[tb, 1], tpstride[tb, 2]
-                for u in range(pm):
-                    pc = ptouch[u]
-                    cell = base + pcv[u, 0] * s0 + pcv[u, 1] * s1 + pcv[u, 2] * s2
-                    _add_cell(state, slot, cells, counts, cell, pn[pc], pa[pc], tot_n, tot_a)
+            o = poff[j]
             for u in range(pm):
-                pn[ptouch[u]] = 0.0
-                pa[ptouch[u]] = 0.0
+                pc = ptouch[u]
+                g = o + pc
+                if gsum[g, _G] == 0.0:
+                    gtouch[o + gcount[j]] = g
+                    gcount[j] += 1
+                    gcv[g, 0], gcv[g, 1], gcv[g, 2] = pcv[u, 0], pcv[u, 1], pcv[u, 2]
+                _add_moments(gsum[g], pn[pc], pa[pc], tot_n, tot_a)
+                pn[pc] = 0.0
+                pa[pc] = 0.0
         for t in range(m):
             cn[ctouch[t]] = 0.0
             ca[ctouch[t]] = 0.0
-    if keep:
-        cell_ptr[starts.shape[0] - 1] = kept
-    counts[1] = kept
-    return starts.shape[0] - 1
+    if group >= 0:
+        _flush_group(state, slot, cells, counts, group, seqc, layout, gq, gsum, gcv, gtouch,
+                     gcount, poff)  # fmt: skip
+    return n_seq
 
 
 @kernel(nogil=True, error_model="numpy", inline="always")

@@ -39,7 +39,7 @@ class PartCube:
         self.rows = np.zeros((first, N_FIELDS), np.float64)
         self.cells = np.zeros(first, np.int64)
         self.slot = np.full(spec.n_cells, -1, np.int32)
-        self.counts = np.zeros(2, np.int64)  # rows used; the kernel's count of kept cells
+        self.counts = np.zeros(1, np.int64)  # rows used
 
     @property
     def used(self) -> int:
@@ -66,16 +66,17 @@ class PartCube:
         from mismatchctl.stats.cube import kernels as cube_kernels  # numba: compiled on first use
 
         def sparse(
-            lr: np.ndarray, lt: np.ndarray, starts: np.ndarray, rows: np.ndarray, *rest: object
+            lr: np.ndarray,
+            lt: np.ndarray,
+            starts: np.ndarray,
+            rows: np.ndarray,
+            order: np.ndarray,
+            *rest: object,
         ) -> None:
-            tok, seqc, mask, bit, given, layout, touch, ptr, combo, ntok, cell_k3 = rest
             first, n = 0, len(rows)
-            self.counts[1] = 0
             while True:
-                part = ptr[first:] if len(ptr) else ptr  # type: ignore[index,arg-type]
-                first += cube_kernels.cube_accumulate(
-                    self.rows, lr, lt, starts[first:], rows[first:], tok, seqc, mask, bit,
-                    given, layout, touch, part, combo, ntok, cell_k3, self.slot, self.cells,
+                first = cube_kernels.cube_accumulate(
+                    self.rows, lr, lt, starts, rows, order, first, *rest, self.slot, self.cells,
                     self.counts,
                 )  # fmt: skip
                 if first == n:
@@ -119,7 +120,7 @@ def _restore(spec: CubeSpec, cells: np.ndarray, rows: np.ndarray) -> PartCube:
     part.spec, part.rows, part.cells = spec, rows, cells
     part.slot = np.full(spec.n_cells, -1, np.int32)
     part.slot[cells] = np.arange(len(cells), dtype=np.int32)
-    part.counts = np.array([len(cells), 0], np.int64)
+    part.counts = np.array([len(cells)], np.int64)
     return part
 
 

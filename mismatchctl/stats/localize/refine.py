@@ -30,6 +30,8 @@ Regions hold a set of values per dimension. Three moves, under the search's curr
   that joined so must still be supported on its own with the finding's final values.
 
 The reported region must pass the search's criteria itself; otherwise the candidate stands.
+*Up* and *down* take, of candidates equal within ``TIE``, the one on the fewest values
+(:func:`first_of_largest`): aliases of the same tokens score alike up to the last bits.
 
 Sums come from a region's own table (``localize.regions``): exact across values of sequence
 dimensions, interpolated across values of token dimensions. A part of a region is tested
@@ -63,6 +65,7 @@ from mismatchctl.stats.localize.regions import (
 )
 from mismatchctl.stats.localize.screen import MARGIN, Screen, screen
 from mismatchctl.stats.localize.search import (
+    TIE,
     Search,
     Selected,
     effective_sequences,
@@ -86,6 +89,19 @@ def _among(values: np.ndarray, offered: list[np.ndarray]) -> bool:
 
 def _same_region(a: Masks, b: Masks) -> bool:
     return set(a) == set(b) and all(np.array_equal(a[d], b[d]) for d in a)
+
+
+def first_of_largest(keys: list[float], values: list[int]) -> int:
+    """The index of the candidate a move takes: of those within ``TIE`` (relative) of the
+    largest key, the one on the fewest values (``values``: its dimensions' values), then the
+    first. The same tokens seen through two dimensions (``turn 1`` and ``turn_kind later``)
+    score alike up to the order their sums were added in; which name a move took must not
+    follow those last bits (the finding's later moves and the model it explains away differ
+    by dimension), and the coarser name is the simpler description."""
+    top = max(keys)
+    floor = top - abs(top) * TIE if math.isfinite(top) else top
+    tied = [i for i, k in enumerate(keys) if k >= floor]
+    return min(tied, key=lambda i: values[i])
 
 
 @dataclass
@@ -296,7 +312,7 @@ class Refiner:
 
     def _up(self, region: Masks) -> Masks | None:
         z_refine = norm_ppf(1.0 - self.th.refine_alpha)
-        best: tuple[float, Masks] | None = None
+        found: list[tuple[float, Masks]] = []  # (specific excess, coarser region) that qualify
         for d in region:
             parent = {e: m for e, m in region.items() if e != d}
             if self._trivial(parent) or not self.t.has(tuple(parent)):
@@ -306,11 +322,13 @@ class Refiner:
             if split is None:
                 continue
             purer = self.within(*split, with_baseline=True) >= z_refine
-            if (not purer or self._anomalous(split[1], parent, z_refine)) and (
-                best is None or lam > best[0]
-            ):
-                best = (lam, parent)
-        return None if best is None else best[1]
+            if not purer or self._anomalous(split[1], parent, z_refine):
+                found.append((lam, parent))
+        if not found:
+            return None
+        return found[
+            first_of_largest([lam for lam, _ in found], [self._size(r) for _, r in found])
+        ][1]
 
     def _down(self, region: Masks) -> Masks | None:
         """The finer region, from the single values and ranges of :func:`_subsets`; when none
@@ -394,7 +412,8 @@ class Refiner:
         if not purer:
             return None
         keep = self.th.refine_keep * max(lam for _, lam, _ in purer)
-        return max((p for p in purer if p[1] >= keep), key=lambda p: p[0])[2]
+        kept = [p for p in purer if p[1] >= keep]
+        return kept[first_of_largest([s for s, _, _ in kept], [self._size(r) for *_, r in kept])][2]
 
     def _anomalous(self, rest: Stat, parent: Masks, z_refine: float) -> bool:
         """Whether the rest of a region is itself hot: significantly hotter (by at least
@@ -540,6 +559,10 @@ class Refiner:
             found.append((filled(interval[0], within), interval[1]))
         period = None if self.t.spec.blocked(d) else best_period(values, mom, m, self.th)
         return found if period is None else [*found, period]
+
+    def _size(self, region: Masks) -> int:
+        """How many values the region's dimensions have (the coarser name of equal tokens)."""
+        return sum(self.t.spec.levels(d) for d in region)
 
     def _mask(self, d: int, values: np.ndarray) -> np.ndarray:
         mask = np.zeros(self.t.spec.levels(d), bool)

@@ -14,27 +14,33 @@ from mismatchctl.stats.cube.part import PartCube, PartStates, as_cube, fold
 from tests.stats.cube.cube_reference import random_tokens, small_spec
 
 
-def _parts(seed: int, n: int) -> list[tuple[np.ndarray, ...]]:
-    """``n`` slices of one step's sequences (as a part of one step file)."""
+def _parts(seed: int, n: int, groups: bool = False) -> list[tuple[np.ndarray, ...]]:
+    """``n`` slices of one step's sequences (as a part of one step file); ``groups``: their
+    codes of the sequence dimensions drawn from three rows, interleaved (the kernel sums the
+    sequences of each such group first)."""
     spec = small_spec(3)
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n):
         lr, lt, seq, tok, seqc = random_tokens(spec, rng, 12)
         seqc[:, 0] = seed % spec.dims[0].size
+        if groups:
+            seqc = seqc[rng.integers(0, 3, len(seqc))]
         out.append((lr, lt, seq, tok, seqc))
     return out
 
 
+@pytest.mark.parametrize("groups", [False, True])
 @pytest.mark.parametrize("first_rows", [1, 7, 1 << 14])
 def test_sparse_parts_fold_to_the_dense_fold_bit_for_bit(
-    monkeypatch: pytest.MonkeyPatch, first_rows: int
+    monkeypatch: pytest.MonkeyPatch, first_rows: int, groups: bool
 ) -> None:
     """Parts of two slices each: every part's state sparse (from one row, grown as sequences
-    need more) and folded in order gives the same bits as dense parts folded by addition."""
+    need more: a group of sequences is then summed again, whole) and folded in order gives the
+    same bits as dense parts folded by addition."""
     monkeypatch.setattr(cube_part, "FIRST_ROWS", first_rows)
     spec = small_spec(3)
-    parts = [_parts(seed, 2) for seed in range(5)]
+    parts = [_parts(seed, 2, groups) for seed in range(5)]
     dense_total = None
     sparse_total: Cube | PartCube | None = None
     for slices in parts:
