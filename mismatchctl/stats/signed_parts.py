@@ -95,7 +95,8 @@ def signed_parts(
     levels = (len(TURN_INDEX_LABELS), len(kv_edges), len(TURN_POSITION_EDGES), n_bins)
     shape = (GROUPS, *levels)
     sums = np.zeros((math.prod(shape), N_SUMS))
-    q = np.expm1(np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP))
+    q = np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP)
+    np.expm1(q, out=q)  # in place: a part's temporaries set diagnose's peak memory
     signed_cell_sums(
         np.asarray(seq, np.int64),
         turn,

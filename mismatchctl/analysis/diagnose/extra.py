@@ -173,7 +173,9 @@ def _lag_sums(keys: PartKeys, k3: np.ndarray, seq: np.ndarray) -> LagSums:
 def _kv_positions(keys: PartKeys) -> np.ndarray:
     """Each token's KV position (from the response's start where the dump gave no prompt
     length): the signed sums' KV dimension, binned as the cube's ``CUBE_KV_EDGES``."""
-    return keys.column(S.POSITION).astype(np.int64) + keys.prompt_lengths()
+    kv = keys.column(S.POSITION).astype(np.int64)
+    kv += keys.prompt_lengths()  # in place: one array of the part's length, not two
+    return kv
 
 
 def _gpus(table: pa.Table, keys: PartKeys) -> tuple[np.ndarray, np.ndarray] | None:
