@@ -33,6 +33,24 @@ _N, _A, _YY, _XX, _XY, _G, _CYY, _CXY, _CYX, _CXX = range(N_FIELDS)
 
 
 @kernel(nogil=True, error_model="numpy", inline="always")
+def _row(
+    state: np.ndarray, slot: np.ndarray, cells: np.ndarray, counts: np.ndarray, cell: int
+) -> np.ndarray:
+    """The row of ``state`` a cell adds to. Dense (``slot`` empty): the cell's own; sparse: the
+    row ``slot`` gives it, the next free one (``counts[0]``, recorded in ``cells``) the first
+    time."""
+    if slot.shape[0] == 0:
+        return state[cell]
+    k = slot[cell]
+    if k < 0:
+        k = counts[0]
+        slot[cell] = k
+        cells[k] = cell
+        counts[0] = k + 1
+    return state[k]
+
+
+@kernel(nogil=True, error_model="numpy", inline="always")
 def _add_cell(
     state: np.ndarray,
     slot: np.ndarray,
@@ -44,29 +62,9 @@ def _add_cell(
     tx: float,
     ty: float,
 ) -> None:
-    """One sequence's tokens ``x`` and K3 ``y`` in a cell; ``tx``/``ty``: its totals. Dense
-    (``slot`` empty): the cell's row of ``state``; sparse: the row ``slot`` gives it, the next
-    free one (``counts[0]``, recorded in ``cells``) the first time."""
-    if slot.shape[0] == 0:
-        row = state[cell]
-    else:
-        k = slot[cell]
-        if k < 0:
-            k = counts[0]
-            slot[cell] = k
-            cells[k] = cell
-            counts[0] = k + 1
-        row = state[k]
-    row[_N] += x
-    row[_A] += y
-    row[_YY] += y * y
-    row[_XX] += x * x
-    row[_XY] += x * y
-    row[_G] += 1.0
-    row[_CYY] += ty * y
-    row[_CXY] += tx * y
-    row[_CYX] += ty * x
-    row[_CXX] += tx * x
+    """One sequence's tokens ``x`` and K3 ``y`` in a cell (its row: :func:`_row`);
+    ``tx``/``ty``: its totals."""
+    _add_moments(_row(state, slot, cells, counts, cell), x, y, tx, ty)
 
 
 @kernel(nogil=True, error_model="numpy", inline="always")
@@ -193,26 +191,17 @@ def _add_sums(
     cell: int,
     sums: np.ndarray,
 ) -> None:
-    """A group of sequences' ten sums (``sums``, in ``Field`` order) added to a cell, dense or
-    sparse as :func:`_add_cell`."""
-    if slot.shape[0] == 0:
-        row = state[cell]
-    else:
-        k = slot[cell]
-        if k < 0:
-            k = counts[0]
-            slot[cell] = k
-            cells[k] = cell
-            counts[0] = k + 1
-        row = state[k]
+    """A group of sequences' ten sums (``sums``, in ``Field`` order) added to a cell (its row:
+    :func:`_row`)."""
+    row = _row(state, slot, cells, counts, cell)
     for f in range(N_FIELDS):
         row[f] += sums[f]
 
 
 @kernel(nogil=True, error_model="numpy", inline="always")
 def _add_moments(sums: np.ndarray, x: float, y: float, tx: float, ty: float) -> None:
-    """One sequence's tokens ``x`` and K3 ``y`` in a cell (its totals ``tx``/``ty``) added to a
-    group's sums of that cell: the terms :func:`_add_cell` adds to a state row."""
+    """One sequence's tokens ``x`` and K3 ``y`` in a cell (its totals ``tx``/``ty``) added to
+    ``sums``: a state row (:func:`_add_cell`) or a group's sums of that cell."""
     sums[_N] += x
     sums[_A] += y
     sums[_YY] += y * y
