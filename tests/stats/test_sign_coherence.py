@@ -16,15 +16,22 @@ from mismatchctl.stats.sign_coherence import in_cells, off_gpus, sign_coherence,
 EDGES = parse_bins("log")
 
 
-def _tokens(seed: int, lean: float, n_seq: int = 400) -> tuple:
-    """Sequences of 5-60 tokens, two turns; r = 0.05 |lr| (eps + u) with one u ~ N(0, lean^2)
-    per sequence, and a few tokens with r = 0 exactly."""
-    rng = np.random.default_rng(seed)
-    lengths = rng.integers(5, 60, n_seq)
+def _responses(rng: np.random.Generator, shortest: int, longest: int, n_seq: int, lean: float):
+    """Responses of ``shortest`` to ``longest`` tokens in two turns: their lengths, each token's
+    sequence and turn, its response's lean ``u ~ N(0, lean^2)``, and logprobs of three scales."""
+    lengths = rng.integers(shortest, longest, n_seq)
     seq = np.repeat(np.arange(n_seq), lengths)
     turn = np.concatenate([(np.arange(n) >= n // 2).astype(np.int32) for n in lengths])
     u = np.repeat(rng.normal(0.0, lean, n_seq), lengths)
     lr = -rng.exponential(rng.choice([0.05, 1.0, 4.0], len(seq)))
+    return lengths, seq, turn, u, lr
+
+
+def _tokens(seed: int, lean: float, n_seq: int = 400) -> tuple:
+    """Sequences of 5-60 tokens, two turns; r = 0.05 |lr| (eps + u) with one u ~ N(0, lean^2)
+    per sequence, and a few tokens with r = 0 exactly."""
+    rng = np.random.default_rng(seed)
+    _, seq, turn, u, lr = _responses(rng, 5, 60, n_seq, lean)
     r = 0.05 * np.abs(lr) * (rng.standard_normal(len(seq)) + u)
     r[rng.random(len(seq)) < 0.02] = 0.0
     return lr, lr + r, seq, turn, np.zeros(len(seq), np.int64)
@@ -131,11 +138,7 @@ def _truncated(seed: int, lean: float, n_seq: int = 400) -> tuple:
     of its own (the kept mass belongs to the context, which a response's tokens share), and a
     cut token's r falls by its kept mass' log, far below the noise."""
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(16, 80, n_seq)
-    seq = np.repeat(np.arange(n_seq), lengths)
-    turn = np.concatenate([(np.arange(n) >= n // 2).astype(np.int32) for n in lengths])
-    u = np.repeat(rng.normal(0.0, lean, n_seq), lengths)
-    lr = -rng.exponential(rng.choice([0.05, 1.0, 4.0], len(seq)))
+    lengths, seq, turn, u, lr = _responses(rng, 16, 80, n_seq, lean)
     r = 0.025 * np.abs(lr) * (rng.standard_normal(len(seq)) + u)
     cut = rng.random(len(seq)) < np.repeat(rng.uniform(0.2, 0.9, n_seq), lengths)
     r = np.where(cut, r - 0.5 * np.abs(lr), r)
