@@ -57,7 +57,14 @@ lean of the responses that hold its ids: when a shift of its own for each id car
 ``ID_MODEL_SHARE`` of ``r``'s variance, the lean is its echo (``ids_explain``), and the
 semantics is named with it (``sem-bias-subtle``). A hot part is no such echo: a part at fixed
 positions (a turn's first tokens) holds fixed ids, whose shifts then follow the part's, and the
-per-id sums cannot tell the ids' shift inside the part from outside it."""
+per-id sums cannot tell the ids' shift inside the part from outside it.
+``code_path``: beside a transform at every token a part's K3 holds the transform's shift as the
+rest's does, so a subtle path adds a few percent to it (``combo-temp-splitkv``: a split-KV path
+beside a temperature, about 2%). Peeling the line (each token's r less the fitted line in the
+logprob) leaves each context's log-partition, which no KV position or batch moves
+(``sem-temp-loud``: KV 128 and up 1.04x the rest), yet the path's KV 128 and up is only 1.15x
+there, within the healthy runs' own 0.59-1.19x: the relation holds (docs/diagnose.md, "What the
+matrix misses")."""
 CORRECTION = "no: importance sampling cannot fix two different distributions; make them one"
 READS: tuple[CheckModule, ...] = (offset, temperature, top_p, token_shift)
 ECHOES: tuple[CheckModule, ...] = (policy_signs,)
