@@ -132,3 +132,10 @@ def test_recompute_preemption_rebuilds_the_evicted_rows_by_a_prefill() -> None:
     evicted = generate(NumericPath(decode_rope="shift", preempt_at=5, preempt_every=2))
     assert evicted[0][1][:5] == shifted[0][1][:5] and evicted[0][1][5:] != shifted[0][1][5:]
     assert evicted[1] == shifted[1]  # the row kept its cache
+
+
+def test_a_window_wider_than_every_context_changes_nothing() -> None:
+    plain = generate(NumericPath())
+    assert generate(NumericPath(window=64)) == plain  # the contexts stay under 42 slots
+    narrow = generate(NumericPath(window=16))
+    assert [lps[:2] for _, lps in narrow] != [lps[:2] for _, lps in plain]
