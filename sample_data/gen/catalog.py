@@ -7,6 +7,7 @@ from gen.catalog_healthy import HEALTHY, IMPROVEMENTS
 from gen.catalog_other import COMBOS, GROWTH, HARDWARE, ROUTING, TEMPLATE_STOP_DATA
 from gen.catalog_paths import CODE_PATH, PRECISION
 from gen.catalog_semantics import POLICY, SEMANTICS
+from gen.catalog_unseen import UNSEEN
 from gen.catalog_wide import WIDE
 
 CATALOG: tuple[CalibRun, ...] = (
@@ -22,6 +23,7 @@ CATALOG: tuple[CalibRun, ...] = (
     *GROWTH,
     *COMBOS,
     *WIDE,
+    *UNSEEN,
 )
 BY_NAME: dict[str, CalibRun] = {run.name: run for run in CATALOG}
 

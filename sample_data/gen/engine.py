@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from gen.faults import FaultHooks, NumericPath, install_path
-from gen.model import AttentionKernel, ModelConfig, TinyLM
+from gen.model import AttentionKernel, KVCache, ModelConfig, TinyLM
 from gen.moe import NO_ROUTE, MoELM, make_model
 from gen.sampling import Processors, TokenHistory, apply_penalties, truncate
 
@@ -155,11 +155,39 @@ class InferenceEngine:
                 if history is not None:
                     history.select(rows)
             logits = self.model.decode(new, cache, self.cfg.kernel)
+            path = self.cfg.path
+            if path is not None and path.preempt_every and t + 1 == path.preempt_at:
+                assert not moe, "recompute preemption is simulated for dense models only"
+                logits = self.recompute(tokens, valid, out, active, cache, logits)
             if moe:  # the decode inputs' routes, row by row of the active batch
                 for row, routes in zip(active.tolist(), self.model.routes(), strict=True):
                     trace[row].append(routes)
         self.routes = [np.concatenate(rows) for rows in trace] if moe else None
         return out
+
+    def recompute(
+        self,
+        tokens: torch.Tensor,
+        valid: torch.Tensor,
+        out: list[tuple[list[int], list[float]]],
+        active: torch.Tensor,
+        cache: KVCache,
+        logits: torch.Tensor,
+    ) -> torch.Tensor:
+        """Preemption by recompute (vLLM's default): every `preempt_every`'th row of the decode
+        batch loses its KV blocks, and on resuming a prefill of its whole sequence (the prompt
+        and the tokens generated so far) rebuilds them and gives its next logits."""
+        assert self.cfg.path is not None
+        rows = torch.arange(len(active)) % self.cfg.path.preempt_every == 0
+        done = torch.tensor([out[int(r)][0] for r in active[rows]], dtype=torch.long)
+        seqs = torch.cat([tokens[active[rows]], done], dim=1)
+        seq_valid = torch.cat([valid[active[rows]], torch.ones_like(done, dtype=torch.bool)], 1)
+        fresh_logits, fresh = self.model.prefill(seqs, seq_valid, cache.keys[0].shape[2])
+        for old, new in zip(cache.keys + cache.values, fresh.keys + fresh.values, strict=True):
+            old[rows] = new
+        recomputed = torch.zeros_like(logits)
+        recomputed[rows] = fresh_logits.to(logits.dtype)
+        return torch.where(rows[:, None], recomputed, logits)
 
     def serve_stale_prefix(
         self, tokens: torch.Tensor, valid: torch.Tensor, lengths: list[int], cached: list[int]

@@ -4,7 +4,9 @@
 the KV cache's storage (fp8), chunked prefill, a stale prefix cache, the prefill's last position,
 the decode path's rotary positions (gen/model.py's `PathHooks`), and the kernels of the linear
 layers (split-K reductions, tensor-parallel all-reduce, fp8 weights), and an MoE router's
-precision. The defaults are the plain path.
+precision; the model's own arithmetic (rotary base, softmax scale, norms, MLP quantization, a
+sliding window: gen/model_faults.py) and preemption by recompute (gen/engine.py). The defaults
+are the plain path.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gen.model import PathHooks, TinyLM, dense_attention
+from gen.model_faults import install_model_faults, rope_inv_freq, window_keys, window_mask
 from gen.moe import MoEBlock
 
 FP8 = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
@@ -39,6 +42,17 @@ class NumericPath:
     lm_head: str = ""  # "fp8": W8A8 e4m3 lm_head; "bf16acc": split-K 16 summed in bf16
     weights_fp8: bool = False  # every linear layer's weights rounded to e4m3 (per channel)
     router: str = ""  # MoE: "e4m3" router logits rounded to fp8 before the softmax
+    # the model's own arithmetic (gen/model_faults.py)
+    rope_theta: float = 0.0  # the engine's rotary base (0: the trainer's)
+    attn_scale: float = 1.0  # the engine's softmax scale over the trainer's
+    norm_eps: float = 0.0  # the engine's LayerNorm epsilon (0: the trainer's)
+    norm_bf16: bool = False  # the engine's LayerNorms keep their statistics in bf16
+    mlp_bits: int = 0  # the MLPs' weights int8 / int4 weight-only (per output channel)
+    mlp_act_layer: int = 0  # the MLP layer whose fc2 input goes through e4m3 ...
+    mlp_act_amax: float = 0.0  # ... with this static range (0: none); beyond it saturates
+    window: int = 0  # sliding-window attention over this many slots (prefill and decode)
+    preempt_at: int = 0  # at this decode step some rows are evicted and recomputed by a
+    preempt_every: int = 0  # prefill: every this-many'th row of the decode batch (gen/engine.py)
 
     @property
     def hooked(self) -> bool:
@@ -48,6 +62,7 @@ class NumericPath:
             or self.prefix_cache
             or self.prefill_last
             or self.decode_rope
+            or self.window
         )
 
 
@@ -136,6 +151,8 @@ class FaultHooks(PathHooks):
         self.stale: tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor] | None = None
 
     def prefill_mask(self, allowed: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        if self.path.window:
+            allowed = window_mask(allowed, self.path.window)
         kind = self.path.prefill_last
         if not kind:
             return allowed
@@ -198,6 +215,9 @@ class FaultHooks(PathHooks):
         p = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
         return (p * before) @ vq + (p * same) @ v
 
+    def decode_keys(self, key_valid: torch.Tensor) -> torch.Tensor:
+        return window_keys(key_valid, self.path.window) if self.path.window else key_valid
+
     def decode_rope(
         self, model: TinyLM, positions: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -252,9 +272,8 @@ def merged_chunks(
 def install_path(model: TinyLM, path: NumericPath) -> None:
     """Put the path's faults into the engine's copy of the model (in place)."""
     if path.hooked:
-        half = model.cfg.head_dim // 2
-        inv_freq = 1.0 / (10000.0 ** (torch.arange(half, dtype=torch.float64) / half))
-        model.hooks = FaultHooks(path, inv_freq.float())
+        model.hooks = FaultHooks(path, rope_inv_freq(model.cfg.head_dim, path.rope_theta))
+    install_model_faults(model, path)
     for block in model.blocks:
         if path.weights_fp8:
             for lin in linears(block):

@@ -56,10 +56,13 @@ class AttentionKernel:
     merge_drops_rowsum: bool = False
 
 
-def rope_tables(cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
+ROPE_THETA = 10000.0  # the rotary base the model was trained with
+
+
+def rope_tables(cfg: ModelConfig, theta: float = ROPE_THETA) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin tables [max_len, head_dim/2] for rotary position embeddings (fp32)."""
     half = cfg.head_dim // 2
-    inv_freq = 1.0 / (10000.0 ** (torch.arange(half, dtype=torch.float64) / half))
+    inv_freq = 1.0 / (theta ** (torch.arange(half, dtype=torch.float64) / half))
     angles = torch.arange(cfg.max_len, dtype=torch.float64)[:, None] * inv_freq[None, :]
     return torch.cos(angles).float(), torch.sin(angles).float()
 
@@ -187,6 +190,10 @@ class PathHooks:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The rotary tables of the decode tokens at `positions` [B, 1]."""
         return model._rope(positions, dtype)
+
+    def decode_keys(self, key_valid: torch.Tensor) -> torch.Tensor:
+        """The keys [B, L] a decode token may attend to (the cache's valid slots, itself last)."""
+        return key_valid
 
 
 class Block(nn.Module):
@@ -337,6 +344,8 @@ class TinyLM(nn.Module):
         cache.key_valid[:, pos] = True
         split_rows = split_kv_rows(kernel, cache.positions + 1)
         key_valid = cache.key_valid[:, : pos + 1]
+        if hooks is not None:
+            key_valid = hooks.decode_keys(key_valid)
         x = self.tok_emb(token[:, None])
         for i, block in enumerate(self.blocks):
             q, k, v = block.qkv_heads(x, cos, sin)

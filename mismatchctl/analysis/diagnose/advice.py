@@ -73,10 +73,13 @@ POLICY_SIGNS_ADVICE = (
     "whole responses lean one way, as when the trainer's weights are not the sampler's (stale "
     "weights, a weight sync that did not land, another checkpoint or LoRA state), not as "
     "independent numeric noise does: compare the weight versions of both sides (keep a "
-    "weight_version column in the dumps, or tag the run --tag weight_lag=N); if they match, a "
-    "kernel biased along each response (a split-KV combine that drops its row sums leans the "
-    "responses it hits too) is the other candidate: diagnose with --baseline on a known-good "
-    "run of the same weights; importance sampling would not fix either"
+    "weight_version column in the dumps, or tag the run --tag weight_lag=N); if they match, "
+    "compare the model each side builds from them (the rotary base and scaling, the norms' "
+    "epsilon, the attention's softmax scale, a quantized copy of the weights: another function "
+    "at every token leans the responses too); then a kernel biased along each response (a "
+    "split-KV combine that drops its row sums leans the responses it hits too) is the other "
+    "candidate: diagnose with --baseline on a known-good run of the same weights; importance "
+    "sampling would not fix any of them"
 )
 
 # the routing_flips check, and the cause "routing"

@@ -97,6 +97,26 @@ def support(ctx: Context) -> Support | None:
         checks=tuple(c.name for c in hits),
         where="every token",
         variant=VARIANTS[lead.name],
+        against=_leaning(ctx) if lead.name == temperature.NAME else (),
+    )
+
+
+def _leaning(ctx: Context) -> tuple[str, ...]:
+    """Against a temperature's (or raw logprobs') line: whole responses leaning one way, at the
+    ``policy_signs`` check's own alarm, that no logit processor's ids explain. A temperature
+    moves each token by its own logit times one factor and its context's log-partition: at the
+    same token probabilities the signs of ``r`` within a response are no more alike than between
+    responses (``policy_signs`` 0.87-1.27 on ``sem-temp-*``, ``sem-raw-*`` and
+    ``combo-temp-*``, never alarmed). Another function at every token leans them and draws a
+    faint line too (``un-act-fp8-clip``, the engine's MLP activations saturating: a lean of
+    1.69, p 7e-9, and a line of 5.5% of ``r``'s variance): the policy's evidence, not the
+    temperature's (docs/diagnose.md "Faults never calibrated")."""
+    signs = ctx.result(policy_signs)
+    if not fired(signs) or ids_explain(ctx) is not None:
+        return ()
+    return (
+        "whole responses lean one way (policy_signs), which a temperature or raw logprobs do "
+        "not make: another function at every token draws such a line too",
     )
 
 

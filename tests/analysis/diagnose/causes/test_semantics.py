@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from mismatchctl.analysis.diagnose.causes import semantics
+from mismatchctl.analysis.diagnose.check import Check
 from mismatchctl.analysis.diagnose.checks import token_shift
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.stats.seq_sums import seq_sums
@@ -89,3 +90,39 @@ def test_a_temperatures_line_under_a_precision_loss(slope: float, named: bool) -
     if found is not None:
         assert found.variant == semantics.VARIANTS["temperature"]
         assert found.checks == ("temperature",) and "standard errors from 1" in found.because
+
+
+def _checks(verdicts: dict[str, str], id_share: float | None = None) -> Context:
+    """A context whose checks gave these verdicts (token_shift with this id share)."""
+    found = {
+        name: Check("semantic", name, name, verdict, f"{name}: a finding")
+        for name, verdict in verdicts.items()
+    }
+    shift = token_shift.Evidence(shifted_ids=[], shifted_mass_share=0.0, seen_shift=None,
+                                 id_share=id_share)  # fmt: skip
+    found["token_shift"] = Check("semantic", "token_shift", "", "ok", "", shift)
+    return cast(Context, SimpleNamespace(result=lambda m: found.get(m.NAME)))
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "id_share", "against"),
+    [
+        ({"temperature": "warn", "policy_signs": "warn"}, None, True),
+        ({"temperature": "fail", "policy_signs": "ok"}, None, False),
+        ({"temperature": "warn", "policy_signs": "warn"}, 0.5, False),  # the ids' echo
+        ({"temperature": "warn", "top_p": "fail", "policy_signs": "warn"}, None, False),
+    ],
+)
+def test_a_temperatures_line_beside_leaning_responses_is_evidence_against_it(
+    verdicts: dict[str, str], id_share: float | None, against: bool
+) -> None:
+    """A temperature or raw logprobs lean no response at the same token probabilities (the
+    calibrated ones: ``policy_signs`` 0.87-1.27, never alarmed); saturating MLP activations
+    in the engine lean them 1.69x and draw a faint line: the lean counts against the
+    temperature's variant only, and not when a processor's ids explain it."""
+    found = semantics.support(_checks(verdicts, id_share))
+    assert found is not None and found.alarm
+    assert bool(found.against) is against
+    if against:
+        assert found.variant == semantics.VARIANTS["temperature"]
+        assert "policy_signs" in found.against[0]
