@@ -30,7 +30,8 @@ COMBINED = (
 DEEP: tuple[CalibRun, ...] = (
     healthy("h-deep-a", "h-deep-b", "an 8-layer model of width 64 (seed 3)", model=MODEL),
     healthy("h-deep-b", "h-deep-a", "as h-deep-a, loader b", model=MODEL, loader="b"),
-    shaped("h-deep-t06", "t06", "h-deep-a", MODEL, loader="c"),
+    shaped("h-deep-t06", "t06", "h-deep-t06-b", MODEL, loader="c"),
+    shaped("h-deep-t06-b", "t06", "h-deep-t06", MODEL, loader="b"),
     shaped("h-deep-t10", "t10", "h-deep-b", MODEL, loader="d"),
     shaped("h-deep-one-turn", "one-turn", "h-deep-one-turn-b", MODEL),
     shaped("h-deep-one-turn-b", "one-turn", "h-deep-one-turn", MODEL, loader="b"),

@@ -27,7 +27,8 @@ REPEATED = (
 WIDE: tuple[CalibRun, ...] = (
     healthy("h-wide-a", "h-wide-b", "a 3-layer model of width 256 (seed 2)", model=MODEL),
     healthy("h-wide-b", "h-wide-a", "as h-wide-a, loader b", model=MODEL, loader="b"),
-    shaped("h-wide-t06", "t06", "h-wide-a", MODEL),
+    shaped("h-wide-t06", "t06", "h-wide-t06-b", MODEL),
+    shaped("h-wide-t06-b", "t06", "h-wide-t06", MODEL, loader="b"),
     shaped("h-wide-many-turns", "many-turns", "h-wide-many-turns-b", MODEL),
     shaped("h-wide-many-turns-b", "many-turns", "h-wide-many-turns", MODEL, loader="b"),
     shaped("h-wide-gpus", "gpus", "h-wide-a", MODEL),
