@@ -18,6 +18,7 @@ from gen.catalog_semantics import POLICY, SEMANTICS
 # by T, so the logit noise in r grows as 1/T and K3 as 1/T^2, every token alike; against a
 # baseline at 0.9 that is (0.9/0.6)^2 = 2.25x, what a precision loss looks like (docs/diagnose.md
 # "Another model"). 1.0 against 0.9 lowers it (0.81x), as 0.8 against 0.9 raises it 1.27x (h-t08).
+
 # the knobs of a healthy shape (catalog_healthy's h-t06, h-many-turns, h-gpus, ...) and its line
 SHAPES: dict[str, tuple[str, dict[str, Any]]] = {
     "t06": ("temperature 0.6 on both sides", {"engine": at(0.6)}),
