@@ -356,18 +356,47 @@ def test_the_catalogue_is_consistent() -> None:
         assert run.weights in WEIGHTS and (not run.schedule or run.schedule in SCHEDULES)
 
 
-def test_the_wide_runs_repeat_their_faults_on_the_other_model_only() -> None:
-    """Each `*-wide` run is its original with only the model, the baseline and the sampling
-    stream changed (gen/catalog_wide.py): the same knob on a model of other width and depth."""
+@pytest.mark.parametrize(
+    ("suffix", "model", "count"), [("wide", "tinylm-wide", 10), ("deep", "tinylm-deep", 17)]
+)
+def test_the_other_models_runs_repeat_their_faults_on_that_model_only(
+    suffix: str, model: str, count: int
+) -> None:
+    """Each `*-wide` / `*-deep` run is its original with only the model, the baseline and the
+    sampling stream changed (gen/catalog_wide.py, gen/catalog_deep.py): the same knob on a model
+    of other width and depth, against a healthy run of that model (four devices for four)."""
     by_name = {r.name: r for r in CATALOG}
-    wide = [r for r in CATALOG if r.name.endswith("-wide") and r.kind != "healthy"]
-    assert len(wide) >= 10 and {r.kind for r in wide} == {"fault", "combo"}
-    for run in wide:
-        original = by_name[run.name.removesuffix("-wide")]
-        assert (run.model, run.baseline) == ("tinylm-wide", "h-wide-a")
+    runs = [r for r in CATALOG if r.name.endswith(f"-{suffix}") and r.kind != "healthy"]
+    assert len(runs) == count and {r.kind for r in runs} == {"fault", "combo"}
+    for run in runs:
+        original = by_name[run.name.removesuffix(f"-{suffix}")]
+        base = by_name[run.baseline]
+        assert run.model == model == base.model and base.kind == "healthy"
+        assert bool(base.replicas) == (original.baseline == "h-gpus"), run.name
         assert original.model == "tinylm" and run.stream == ""
         same = replace(run, name=original.name, model=original.model, baseline=original.baseline)
         assert same == replace(original, stream=""), run.name
+
+
+@pytest.mark.parametrize(("prefix", "least"), [("h-wide-", 7), ("h-deep-", 10)])
+def test_the_other_models_healthy_runs_take_the_healthy_shapes(prefix: str, least: int) -> None:
+    """A healthy run of another model named after a healthy shape (h-deep-t06, h-wide-gpus) has
+    the knobs of the 4-layer model's run of that name (h-t06, h-gpus): only model, loader and
+    stream differ; every one names a healthy baseline of its own model."""
+    by_name = {r.name: r for r in CATALOG}
+    runs = [r for r in CATALOG if r.name.startswith(prefix)]
+    assert len(runs) >= least and all(r.kind == "healthy" for r in runs)
+    assert len({r.model for r in runs}) == 1
+    shaped = 0
+    for run in runs:
+        namesake = by_name.get("h-" + run.name.removeprefix(prefix).removesuffix("-b"))
+        assert by_name[run.baseline].model == run.model
+        if namesake is None or namesake.model != "tinylm":
+            continue
+        shaped += 1
+        kept = ("engine", "shape", "replicas", "waves", "max_batch", "weights", "long")
+        assert all(getattr(run, k) == getattr(namesake, k) for k in kept), run.name
+    assert shaped >= least - 3
 
 
 def test_a_low_precision_router_flips_some_routes() -> None:

@@ -10,6 +10,8 @@ import pytest
 
 from mismatchctl.analysis.diagnose.causes import precision, routing, semantics, template, weigh
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
+from mismatchctl.analysis.diagnose.check import Check
+from mismatchctl.analysis.diagnose.checks import baseline
 from mismatchctl.analysis.diagnose.context import BaselineView, Context
 from mismatchctl.stats import routing_sums as R
 from mismatchctl.stats.localize.result import Explanation
@@ -117,3 +119,37 @@ def test_the_precision_beside_routing_flips_is_read_where_no_flip_reaches(
 def test_no_precision_beside_flips_without_a_routed_baseline_or_with_replay() -> None:
     assert precision.beside_flips(_flips_context(5.78e-4, None)) is None
     assert precision.beside_flips(_flips_context(5.78e-4, 7.305e-5, replay=True)) is None
+
+
+def _over_a_baseline(bin_mix: float, gpus: bool = False) -> Context:
+    """A run 2.1x its baseline at the same token mix, uniform, whose token-probability mix alone
+    moves the baseline's level (8.44e-5) by ``bin_mix``: h-wide-t06 (temperature 0.6) over
+    h-wide-a (0.9) measured -4.89e-5 (-58%), pr-fp8kv over h-b +2%."""
+    level = 8.44e-5
+    rows = [
+        baseline.Decomposition(dim="step", mix=-3.4e-8, rate=-1.1e-5, interaction=3.7e-8),
+        baseline.Decomposition(dim="bin", mix=bin_mix * level, rate=9.2e-5, interaction=-5.5e-5),
+    ]
+    e = baseline.Evidence(
+        baseline="h-wide-a", vllm_kl=7.32e-5, baseline_vllm_kl=level, rate_ratio=2.06,
+        rate_ratio_ci=(1.66, 2.55), findings=[], uniform=["step", "turn"], decomposition=rows,
+        notes=[], excess_shape="uniform",
+    )  # fmt: skip
+    found = Check("inference path", "baseline", "Against the baseline", "warn", "", e, "")
+    return cast(Context, SimpleNamespace(result=lambda m: found if m is baseline else None,
+                                         cube=None, baseline=None))  # fmt: skip
+
+
+@pytest.mark.parametrize(("bin_mix", "said"), [(-0.58, True), (0.60, True), (0.02, False)])
+def test_a_baseline_sampled_from_another_distribution_is_said(bin_mix: float, said: bool) -> None:
+    """A uniform excess over a baseline whose token mix is another (a lower temperature: K3
+    grows as 1/T^2 on both sides alike) is told apart from a precision loss in the advice only:
+    the shape is the same, and no dump says the temperature."""
+    ctx = _over_a_baseline(bin_mix)
+    assert precision.mix_shift(ctx) == pytest.approx(bin_mix)
+    support = Support(verdict="warn", share=1.0, because="", checks=("baseline",),
+                      variant=precision.SHAPES["uniform"])  # fmt: skip
+    text = precision.advice(ctx, support)
+    assert ("sampling temperature" in text) is said
+    assert (f"{bin_mix:+.0%}" in text) is said
+    assert text.startswith("the run is less exact than the baseline on every token")
