@@ -34,7 +34,6 @@ from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
 from mismatchctl.ingest import routes_base64
 from mismatchctl.ingest.batch import offsets_from_lengths
-from mismatchctl.ingest.routing_kernels import narrow_range
 from mismatchctl.ingest.routing_threads import over_ranges
 
 START_LEN = "routed_experts_start_len"  # SGLang's request field, kept as a column
@@ -498,6 +497,8 @@ def _ints(values: pa.Array, what: str) -> np.ndarray:
     ids = values.to_numpy(zero_copy_only=True)
     if t.bit_width <= 16 or t == pa.int32() or not len(ids):
         return ids if len(ids) else ids.astype(np.int16)
+    from mismatchctl.ingest.routing_kernels import narrow_range  # numba: only when needed
+
     narrow = np.empty(len(ids), dtype=np.int16)
     bounds = over_ranges(narrow_range, len(ids), ids, narrow)
     lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)
