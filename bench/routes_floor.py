@@ -86,8 +86,9 @@ def generate(
     mask = (rng.random(n) > 0.05).astype(np.int8)
     ranked = np.concatenate(  # distinct experts per layer, a chunk of positions at a time
         [  # each chunk int16 at once: int64 ranks of 4M positions would take 7 GB
-            np.argsort(rng.random((min(CHUNK, n - a), layers, 64)), axis=2)[:, :, : top_k + 1]
-            .astype(np.int16)
+            np.argsort(rng.random((min(CHUNK, n - a), layers, 64)), axis=2)[
+                :, :, : top_k + 1
+            ].astype(np.int16)
             for a in range(0, n, CHUNK)
         ]
     )
