@@ -11,13 +11,14 @@ the ingest supports, in alternating rounds of one run,
 and the ratio ingest with routes / (ingest without routes + floor) against the target 1.3:
 
     python bench/routes_floor.py [--tokens 1] [--layers 24] [--top-k 8] [--repeats 3]
-        [--encodings fixed,lists,base64,bytes] [--before REV] [--write docs/benchmarks.md]
-        [--workdir DIR]
+        [--encodings fixed,lists,base64,bytes] [--readers pyarrow,polars,duckdb] [--before REV]
+        [--write docs/benchmarks.md] [--workdir DIR]
     python bench/routes_floor.py --workdir DIR --render [--write docs/benchmarks.md]
 
 The dumps (``--tokens`` millions of response positions in sequences of 256-2048 tokens, 5% tool
 tokens, a prompt of one token, the trainer's routes differing from the engine's on 2% of the
-positions), reused when the workdir holds them:
+positions), reused when the workdir holds them (only those of ``--encodings`` are written: the
+nested int64 lists of 4M positions take 12 GB to write):
 
     plain   no routes
     fixed   nested fixed-size lists of int16 (list<fixed_size_list<fixed_size_list<int16>>>)
@@ -63,8 +64,11 @@ LABELS = {
 }
 
 
-def generate(workdir: Path, tokens: int, layers: int, top_k: int, seed: int = 0) -> None:
-    """The five dumps of the same tokens (see the module's docstring)."""
+def generate(
+    workdir: Path, tokens: int, layers: int, top_k: int, encodings: list[str], seed: int = 0
+) -> None:
+    """The plain dump and those of ``encodings`` not in the workdir yet, of the same tokens
+    (see the module's docstring; the same seed: the same tokens whichever are written)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -81,11 +85,13 @@ def generate(workdir: Path, tokens: int, layers: int, top_k: int, seed: int = 0)
     train = np.minimum(roll + rng.normal(0, 0.02, n), 0)
     mask = (rng.random(n) > 0.05).astype(np.int8)
     ranked = np.concatenate(  # distinct experts per layer, a chunk of positions at a time
-        [
-            np.argsort(rng.random((min(CHUNK, n - a), layers, 64)), axis=2)[:, :, : top_k + 1]
+        [  # each chunk int16 at once: int64 ranks of 4M positions would take 7 GB
+            np.argsort(rng.random((min(CHUNK, n - a), layers, 64)), axis=2)[
+                :, :, : top_k + 1
+            ].astype(np.int16)
             for a in range(0, n, CHUNK)
         ]
-    ).astype(np.int16)
+    )
     engine = np.ascontiguousarray(ranked[:, :, :top_k])
     trainer = engine.copy()
     flip = rng.random(n) < 0.02
@@ -131,6 +137,8 @@ def generate(workdir: Path, tokens: int, layers: int, top_k: int, seed: int = 0)
     (workdir / "model-tokens").write_text(str(int(mask.sum())))
     pq.write_table(pa.table(base), workdir / "plain.parquet")
     for name, encode in (("fixed", fixed), ("lists", nested), ("base64", b64), ("bytes", blobs)):
+        if name not in encodings or (workdir / f"{name}.parquet").exists():
+            continue
         routes = dict(zip(COLUMNS, (encode(engine), encode(trainer)), strict=True))
         pq.write_table(pa.table({**base, **routes}), workdir / f"{name}.parquet")
 
@@ -228,7 +236,12 @@ def read(reader: str, path: Path, encoding: str, rows: int) -> None:
 
 
 def commands(
-    workdir: Path, encodings: list[str], top_k: int, tokens: int, before: Path | None
+    workdir: Path,
+    encodings: list[str],
+    top_k: int,
+    tokens: int,
+    before: Path | None,
+    readers: tuple[str, ...] = READERS,
 ) -> dict[str, list[str]]:
     """Every timed command; ``before``: a checkout whose ingest with routes is timed too. The
     readers read as many sequences at a time as the ingest does (its batches of about 1M
@@ -252,7 +265,7 @@ def commands(
                 before, "ingest", path, "--run", enc, "--store", f"{store}-before-{enc}", "-q",
                 "--routes-topk", str(top_k),
             )  # fmt: skip
-        for reader in READERS:
+        for reader in readers:
             read = ["--read", reader, path, enc, str(rows)]
             out[f"{reader} {enc}"] = [sys.executable, __file__, *read]
     return out
@@ -314,15 +327,17 @@ def section(result: dict[str, Any]) -> str:
     if before:
         rows[0] = rows[0].replace("| ratio", f"| ingest with routes at {before} | ratio")
         rows[1] += " ---: |"
+    readers = result.get("readers", READERS)
     for enc in result["encodings"]:
         reads = {
-            r: (_med(got[f"{r} {enc}"], "wall"), _med(got[f"{r} {enc}"], "cpu")) for r in READERS
+            r: (_med(got[f"{r} {enc}"], "wall"), _med(got[f"{r} {enc}"], "cpu")) for r in readers
         }
         best = min(reads, key=lambda r: reads[r][0])
         wall, cpu = _med(got[f"ingest {enc}"], "wall"), _med(got[f"ingest {enc}"], "cpu")
         ratio = wall / (plain + reads[best][0])
         ratio_cpu = cpu / (plain_cpu + min(c for _, c in reads.values()))
-        cells = " | ".join(f"{w:.2f} / {c:.2f}" for w, c in reads.values())
+        cells = " | ".join(f"{w:.2f} / {c:.2f}" if r in reads else "-" for r, (w, c) in
+                           ((r, reads.get(r, (0.0, 0.0))) for r in READERS))  # fmt: skip
         met = "met" if ratio <= TARGET else "not met"
         then = ""
         if before:
@@ -354,6 +369,7 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--encodings", default=",".join(ENCODINGS), help=f"of {', '.join(ENCODINGS)}")
+    ap.add_argument("--readers", default=",".join(READERS), help="the readers timed")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--write", type=Path, help="replace this Markdown file's section")
     ap.add_argument("--render", action="store_true", help="the section from the workdir's JSON")
@@ -370,12 +386,16 @@ def main() -> None:
     workdir = opts.workdir or Path(tempfile.mkdtemp(prefix="routes-floor-"))
     workdir.mkdir(parents=True, exist_ok=True)
     want = {"tokens": int(opts.tokens * 1e6), "layers": opts.layers, "top_k": opts.top_k}
+    encodings = [e for e in ENCODINGS if e in opts.encodings.split(",")]
+    readers = tuple(r for r in READERS if r in opts.readers.split(","))
     marker = workdir / "routes-floor-dumps.json"
     if not marker.exists() or json.loads(marker.read_text()) != want:
-        generate(workdir, want["tokens"], opts.layers, opts.top_k)
+        for old in workdir.glob("*.parquet"):  # dumps of other sizes
+            old.unlink()
+    if not all((workdir / f"{e}.parquet").exists() for e in ["plain", *encodings]):
+        generate(workdir, want["tokens"], opts.layers, opts.top_k, encodings)
         marker.write_text(json.dumps(want))
     load_before = " / ".join(f"{x:.1f}" for x in os.getloadavg())
-    encodings = [e for e in ENCODINGS if e in opts.encodings.split(",")]
     ids = 2 * want["tokens"] * opts.layers * opts.top_k
     before = None
     if opts.before:  # the revision's files, not a git worktree: nothing to clean up in git
@@ -390,14 +410,14 @@ def main() -> None:
                                      capture_output=True).stdout  # fmt: skip
             subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
     tree_before = workdir / f"tree-{before}" if before else None
-    runs = rounds(
-        commands(workdir, encodings, opts.top_k, want["tokens"], tree_before), opts.repeats, ids
-    )
+    cmds = commands(workdir, encodings, opts.top_k, want["tokens"], tree_before, readers)
+    runs = rounds(cmds, opts.repeats, ids)
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     result = {
-        **want, "repeats": opts.repeats, "encodings": encodings, "runs": runs, "commit": commit,
+        **want, "repeats": opts.repeats, "encodings": encodings, "readers": readers,
+        "runs": runs, "commit": commit,
         "before": before,
         "model_tokens": int((workdir / "model-tokens").read_text()),
         "load_before": load_before, "load_after": " / ".join(f"{x:.1f}" for x in os.getloadavg()),

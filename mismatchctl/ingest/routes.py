@@ -34,7 +34,6 @@ from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
 from mismatchctl.ingest import routes_base64
 from mismatchctl.ingest.batch import offsets_from_lengths
-from mismatchctl.ingest.routing_kernels import narrow_range
 from mismatchctl.ingest.routing_threads import over_ranges
 
 START_LEN = "routed_experts_start_len"  # SGLang's request field, kept as a column
@@ -132,8 +131,8 @@ def _nested(column: pa.Array, name: str, what: str, layout: Layout) -> SideRoute
 
     Decoded from the Arrow buffers: each level's offsets (checked regular below the rows: every
     row has the same layers, every layer the same top-k; a fixed-size list is regular by its
-    type) and the ids' buffer as one ``[rows, layers, top_k]`` array, without a copy when they
-    are integers of up to 32 bits."""
+    type) and the ids' buffer as one ``[rows, layers, top_k]`` array, without a copy unless
+    they are unsigned of 32 or 64 bits."""
     rows_col, rows = _level(column, what)
     if not av.is_list_type(rows_col.type):
         raise _not_3d(what, f"a list of {rows_col.type}")
@@ -485,10 +484,11 @@ def _b64_int32(text: str | None, what: str, at: str) -> np.ndarray:
 
 
 def _ints(values: pa.Array, what: str) -> np.ndarray:
-    """The ids in their own type up to 32 bits (no copy); wider ones (``ndarray.tolist()`` gives
-    int64) narrowed to int16 in one compiled pass on the routing threads that also finds their
-    range, or to int32 when int16 cannot hold them (an id beyond int32 is an error, not
-    wrapped)."""
+    """The ids in their own type when they are signed or of up to 16 bits (no copy: int64,
+    what ``ndarray.tolist()`` gives, too: the checks read them as they are, and an id beyond
+    int32 is theirs to refuse, naming the sequence); unsigned ones of 32 or 64 bits narrowed
+    to int16 in one compiled pass on the routing threads that also finds their range, or to
+    int32 when int16 cannot hold them (an id beyond int32 is an error, not wrapped)."""
     if values.null_count:
         raise InputError(
             f"{what}: {values.null_count} null expert id(s)",
@@ -496,8 +496,10 @@ def _ints(values: pa.Array, what: str) -> np.ndarray:
         )
     t = values.type
     ids = values.to_numpy(zero_copy_only=True)
-    if t.bit_width <= 16 or t == pa.int32() or not len(ids):
+    if t.bit_width <= 16 or t in (pa.int32(), pa.int64()) or not len(ids):
         return ids if len(ids) else ids.astype(np.int16)
+    from mismatchctl.ingest.routing_kernels import narrow_range  # numba: only when needed
+
     narrow = np.empty(len(ids), dtype=np.int16)
     bounds = over_ranges(narrow_range, len(ids), ids, narrow)
     lo, hi = min(b[0] for b in bounds), max(b[1] for b in bounds)

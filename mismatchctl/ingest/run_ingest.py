@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -237,17 +239,22 @@ def ingest_files(
         keys: list[np.ndarray] = []
         seen: dict[str, Path] = {}
         seq = txn.next_seq(opts.run)
-        # files are hashed a little ahead, on a thread (hashlib releases the GIL)
-        contents = prefetch(content_of(path) for path in files)
-        for index, (path, content) in enumerate(zip(files, contents, strict=True)):
+        sizes: set[int] = set()  # of the files before: a file of another size is not skipped
+        for index, (path, pending) in enumerate(zip(files, hashed_ahead(files), strict=True)):
             progress.file(path, index, len(files))
-            fp = content.fingerprint
-            skipped = _skip(txn, path, fp, opts.run, seen, replacing)
-            if skipped is not None:
-                result.files.append(skipped)
-                continue
-            done = ingest_source(txn, path, fp, opts, seq, progress, lanes, content=content)
-            seen[fp] = path
+            if not _may_repeat(txn, path, opts.run, sizes):
+                done = _read_beside_hash(txn, path, pending, opts, seq, progress, lanes)
+            else:
+                content = pending.result()
+                skipped = _skip(txn, path, content.fingerprint, opts.run, seen, replacing)
+                if skipped is not None:
+                    result.files.append(skipped)
+                    sizes.add(content.size)
+                    continue
+                fp = content.fingerprint
+                done = ingest_source(txn, path, fp, opts, seq, progress, lanes, content=content)
+            seen[done.record.fingerprint] = path
+            sizes.add(done.record.size)
             seq += done.record.sequences
             staged.append((done.record, done.parts))
             keys.append(done.keys)
@@ -267,6 +274,57 @@ def count_repeats(records: list[SourceRecord], keys: list[np.ndarray], tally: Ta
     for record, count in zip(records, repeats_in_order(keys), strict=True):
         record.duplicate_sequences = count
     tally.duplicate_sequences = sum(r.duplicate_sequences or 0 for r in records)
+
+
+def hashed_ahead(files: list[Path]) -> Iterator[Future[Content]]:
+    """Each file's :func:`content_of`, hashed on a thread (hashlib releases the GIL) a file
+    ahead: the next file's hash runs while this one is read."""
+    with ThreadPoolExecutor(1, thread_name_prefix="hash") as pool:
+        try:
+            ahead = [pool.submit(content_of, path) for path in files[:1]]
+            for i in range(len(files)):
+                if i + 1 < len(files):
+                    ahead.append(pool.submit(content_of, files[i + 1]))
+                yield ahead.pop(0)
+        finally:  # an error: the files not started are not hashed
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _may_repeat(txn: Transaction, path: Path, run: str, sizes: set[int]) -> bool:
+    """Whether ``path`` may hold the content of a source of the run or of a file before it in
+    this ingest (``sizes``), then skipped once hashed: same content, same size. A file that
+    cannot be read: True (its hash says why, as before the read)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError:
+        return True
+    return size in sizes or txn.has_size(run, size)
+
+
+def _read_beside_hash(
+    txn: Transaction,
+    path: Path,
+    pending: Future[Content],
+    opts: Options,
+    seq: int,
+    progress: Progress,
+    lanes: Lanes,
+) -> Ingested:
+    """A file no source can repeat (:func:`_may_repeat`) read while it is hashed: it is not
+    skipped whatever its hash. Its size and time before the read, before and after the hash
+    and after the read are the same, else it changed meanwhile and is refused."""
+    before = os.stat(path)
+    try:
+        done = ingest_source(txn, path, "", opts, seq, progress, lanes)
+    except Exception:
+        pending.result()  # a file that could not be hashed, or changed: said first, as before
+        raise
+    content = pending.result()
+    _unchanged(path, file_label(path), content)
+    if (before.st_size, before.st_mtime_ns) != (content.size, content.mtime_ns):
+        raise changed_while_read(file_label(path), before.st_size, content.size)
+    done.record = dataclasses.replace(done.record, fingerprint=content.fingerprint)
+    return done
 
 
 def _skip(

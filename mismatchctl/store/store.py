@@ -292,6 +292,20 @@ class Transaction:
         finally:
             con.close()
 
+    def has_size(self, run: str, size: int) -> bool:
+        """Whether a source of ``run`` has ``size`` bytes (one of another size cannot have the
+        same content)."""
+        if not self.store.exists():
+            return False
+        con = self.store._connect()
+        try:
+            row = con.execute(
+                "SELECT 1 FROM sources WHERE run = ? AND size = ? LIMIT 1", (run, size)
+            ).fetchone()
+            return row is not None
+        finally:
+            con.close()
+
     def next_seq(self, run: str) -> int:
         if not self.store.exists():
             return 0

@@ -90,17 +90,36 @@ def test_slices_and_the_ids_read_without_a_copy() -> None:
     assert np.array_equal(read_side(var, "c", "f", _layout(LENGTHS[2:]), None, 0).ids, ids[14:])
 
 
-def test_wide_ids_are_narrowed_to_what_holds_them() -> None:
+def test_wide_unsigned_ids_are_narrowed_to_what_holds_them() -> None:
     ids = _ids(sum(LENGTHS), seed=3)
     for offset, dtype in ((0, np.int16), (40_000, np.int32)):
-        wide = np.where(ids >= 0, ids + offset, -1)
-        col = _variable(wide, LENGTHS, pa.int64(), large=False)
+        wide = np.where(ids >= 0, ids + offset, 0)  # unsigned: no -1
+        col = _variable(wide, LENGTHS, pa.uint64(), large=False)
         side = read_side(col, "c", "f", _layout(LENGTHS), None, 0)
         assert side.ids.dtype == dtype
         assert np.array_equal(side.ids, wide)
 
 
-@pytest.mark.parametrize("arrow_type", [pa.int64(), pa.uint64()])
+def test_int64_ids_are_read_as_they_are() -> None:
+    """``ndarray.tolist()``'s int64 ids: a view of the Arrow buffer (no narrowing copy); an id
+    beyond int32 is left to the checks of the rows, which refuse it."""
+    ids = _ids(sum(LENGTHS), seed=3)
+    col = _variable(ids, LENGTHS, pa.int64(), large=False)
+    side = read_side(col, "c", "f", _layout(LENGTHS), None, 0)
+    assert side.ids.dtype == np.int64 and np.array_equal(side.ids, ids)
+    values = col.flatten().flatten().flatten()
+    address = values.buffers()[1].address + values.offset * 8
+    assert side.ids.__array_interface__["data"][0] == address
+    big = read_side(_variable(ids + (1 << 40), LENGTHS, pa.int64(), False), "c", "f",
+                    _layout(LENGTHS), None, 0).ids  # fmt: skip
+    flat = big.reshape(len(big), -1)
+    dead = np.zeros(len(flat), dtype=np.bool_)
+    high = np.iinfo(np.int32).max
+    code, row, _ = routing_kernels.scan_side(flat, big.shape[1], big.shape[2], high, dead)
+    assert (code, row) == (routing_kernels.BAD_ID, 0)
+
+
+@pytest.mark.parametrize("arrow_type", [pa.uint32(), pa.uint64()])
 def test_narrowing_cut_in_ranges_sees_an_id_in_any_range(arrow_type: pa.DataType) -> None:
     """The narrowing pass runs over ranges on threads: an id that int16 cannot hold is seen in
     whichever range it lies, and the ids come back whole in the type that holds them."""
@@ -145,7 +164,7 @@ def test_irregular_lists_and_nulls_keep_their_messages() -> None:
     with pytest.raises(InputError, match=r"1 null expert id\(s\)"):
         read_side(pa.array(rows), "c", "f", _layout(LENGTHS), None, 0)
     with pytest.raises(InputError, match=r"an expert id beyond int32"):
-        big = _variable(ids + (1 << 40), LENGTHS, pa.int64(), large=False)
+        big = _variable(np.maximum(ids, 0) + (1 << 40), LENGTHS, pa.uint64(), large=False)
         read_side(big, "c", "f", _layout(LENGTHS), None, 0)
 
 

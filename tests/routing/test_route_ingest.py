@@ -287,6 +287,10 @@ def test_errors_name_the_file_column_and_sample_and_leave_the_store(tmp_path: Pa
             lambda d: d["trainer_routed_experts"][0][0][0].__setitem__(0, 9),
             r"sample `s0`: column `trainer_routed_experts`, response index 0: expected ids in \[0, 8\), found 9",
         ),
+        "beyond int32": (  # int64 ids are checked as they are, not narrowed first
+            lambda d: d["trainer_routed_experts"][0][0][0].__setitem__(0, 1 << 40),
+            r"response index 0: expected ids in \[0, 8\), found 1099511627776",
+        ),
         "partial": (
             lambda d: d["rollout_routed_experts"][0][1][2].__setitem__(0, -1),
             r"response index 1: expected -1 on every slot or on none",
