@@ -94,6 +94,48 @@ def arrow_of(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     return pa.Array.from_buffers(kind, n, [nulls, pa.py_buffer(values)])
 
 
+def arrow_as(values: Any, kind: pa.DataType, missing: np.ndarray | None = None) -> pa.Array:
+    """``pa.array(values, kind, mask=missing)`` for a number or boolean ``kind``, by buffers:
+    the values converted to the type's numpy dtype, null where ``missing`` is True."""
+    dtype = np.dtype(bool) if pa.types.is_boolean(kind) else _numpy_type(kind)
+    if dtype is None:
+        raise TypeError(f"arrow_as makes numbers and booleans, not {kind}")
+    valid = None if missing is None else ~np.asarray(missing, dtype=bool)
+    return arrow_of(np.asarray(values).astype(dtype, copy=False), valid)
+
+
+def scalar_of(value: float | bool, kind: pa.DataType) -> pa.Scalar:
+    """An Arrow scalar of a number or boolean (``pa.scalar`` imports pandas)."""
+    return arrow_as(np.array([value]), kind)[0]
+
+
+def strings_of(values: list[str | None]) -> pa.Array:
+    """``pa.array(values, pa.string())`` by buffers: UTF-8 bytes and 32-bit offsets, null where
+    a value is None."""
+    if not all(v is None or isinstance(v, str) for v in values):  # pyarrow's errors for them
+        return pa.array(values, pa.string())
+    encoded = [b"" if v is None else v.encode("utf-8") for v in values]
+    sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    ends = np.cumsum(sizes)
+    if len(ends) and ends[-1] > np.iinfo(np.int32).max:  # past a string column's offsets
+        return pa.array(values, pa.string())
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    offsets[1:] = ends
+    missing = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+    nulls = _packed(~missing) if missing.any() else None
+    buffers = [nulls, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    return pa.Array.from_buffers(pa.string(), len(values), buffers)
+
+
+def list_lengths(column: pa.Array | pa.ChunkedArray, fill: int | None = None) -> np.ndarray:
+    """Each list's length (any list type: list, large list, fixed size, list view) as int64;
+    a null list's length ``fill`` (a ValueError when there are null lists and no ``fill``)."""
+    import pyarrow.compute as pc  # here: the views read no list column, nor load it (0.1 s)
+
+    lengths = numpy_of(pc.list_value_length(column), fill)
+    return lengths.astype(np.int64, copy=False)
+
+
 def _packed(flags: np.ndarray) -> pa.Buffer:
     return pa.py_buffer(np.packbits(flags, bitorder="little"))
 
