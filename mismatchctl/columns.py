@@ -2,9 +2,10 @@
 
 pyarrow's own conversions (``to_numpy``, ``pa.array`` of a numpy array, scalars made from Python
 values, ``fill_null`` with a Python value) import pandas when it is installed: 0.4-0.9 s and
-about 37 MB of every command that reads the store, for nothing it needs. These read and make the
-buffers directly for the fixed-width types the store holds (integers and floats, with or without
-nulls, dictionary-encoded or not) and fall back to pyarrow's conversion for anything else.
+about 37 MB of every command that reads the store or ingests, for nothing it needs. These read and
+make the buffers directly for the fixed-width types the store holds (integers and floats, with or
+without nulls, dictionary-encoded or not), booleans, strings and the lengths of list columns, and
+fall back to pyarrow's conversion for anything else.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def list_lengths(column: pa.Array | pa.ChunkedArray, fill: int | None = None) ->
     import pyarrow.compute as pc  # here: the views read no list column, nor load it (0.1 s)
 
     lengths = numpy_of(pc.list_value_length(column), fill)
-    return lengths.astype(np.int64, copy=False)
+    return lengths.astype(np.int64)  # a copy: writable, as pyarrow's conversion gave
 
 
 def _packed(flags: np.ndarray) -> pa.Buffer:
