@@ -102,7 +102,33 @@ def arrow_as(values: Any, kind: pa.DataType, missing: np.ndarray | None = None) 
     if dtype is None:
         raise TypeError(f"arrow_as makes numbers and booleans, not {kind}")
     valid = None if missing is None else ~np.asarray(missing, dtype=bool)
-    return arrow_of(np.asarray(values).astype(dtype, copy=False), valid)
+    values = np.asarray(values)
+    _refuse_what_does_not_fit(values, dtype, kind, valid)
+    return arrow_of(values.astype(dtype, copy=False), valid)
+
+
+def _refuse_what_does_not_fit(
+    values: np.ndarray, dtype: np.dtype, kind: pa.DataType, valid: np.ndarray | None
+) -> None:
+    """``pa.array``'s safe conversion: a value an integer type cannot hold (out of its range,
+    or a float with a fraction) is refused with pyarrow's own error, never wrapped or cut."""
+    if dtype.kind not in "iu" or np.can_cast(values.dtype, dtype, "safe") or not len(values):
+        return
+    kept = values if valid is None else values[valid]
+    if not len(kept):
+        return
+    info = np.iinfo(dtype)
+    if kept.dtype.kind == "f":
+        bad = ~np.isfinite(kept) | (kept != np.trunc(kept)) | (kept < info.min) | (kept > info.max)
+    elif info.min <= kept.min() and kept.max() <= info.max:  # two passes, no mask
+        return
+    else:
+        bad = (kept < info.min) | (kept > info.max)
+    if bad.any():
+        value = kept[np.flatnonzero(bad)[0]].item()
+        raise pa.ArrowInvalid(
+            f"Integer value {value} not in range for {kind}: {info.min} to {info.max}"
+        )
 
 
 def scalar_of(value: float | bool, kind: pa.DataType) -> pa.Scalar:

@@ -129,3 +129,25 @@ def test_list_lengths(kind: pa.DataType) -> None:
         list_lengths(arr)
     fixed = pa.array([[1, 2], [3, 4], [5, 6]], pa.list_(pa.int8(), 2))
     assert list_lengths(fixed.slice(1)).tolist() == [2, 2]
+
+
+@pytest.mark.parametrize(
+    ("values", "kind"),
+    [
+        (np.array([1, 2**40], np.int64), pa.int32()),
+        (np.array([3, -1], np.int64), pa.uint64()),
+        (np.array([0.0, 1.5]), pa.int64()),
+        (np.array([0.0, np.nan]), pa.int32()),
+    ],
+)
+def test_a_value_the_type_cannot_hold_is_refused_as_pyarrow_refuses_it(
+    values: np.ndarray, kind: pa.DataType
+) -> None:
+    """Never wrapped nor cut: pyarrow's own conversion refuses it, and so does ``arrow_as``; a
+    null slot's value is not looked at."""
+    with pytest.raises(pa.ArrowInvalid):
+        pa.array(values, kind)
+    with pytest.raises(pa.ArrowInvalid):
+        arrow_as(values, kind)
+    kept = arrow_as(values, kind, missing=np.array([False, True]))
+    assert kept.null_count == 1 and kept[0].as_py() == values[0]
