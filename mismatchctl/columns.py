@@ -2,9 +2,10 @@
 
 pyarrow's own conversions (``to_numpy``, ``pa.array`` of a numpy array, scalars made from Python
 values, ``fill_null`` with a Python value) import pandas when it is installed: 0.4-0.9 s and
-about 37 MB of every command that reads the store, for nothing it needs. These read and make the
-buffers directly for the fixed-width types the store holds (integers and floats, with or without
-nulls, dictionary-encoded or not) and fall back to pyarrow's conversion for anything else.
+about 37 MB of every command that reads the store or ingests, for nothing it needs. These read and
+make the buffers directly for the fixed-width types the store holds (integers and floats, with or
+without nulls, dictionary-encoded or not), booleans, strings and the lengths of list columns, and
+fall back to pyarrow's conversion for anything else.
 """
 
 from __future__ import annotations
@@ -92,6 +93,74 @@ def arrow_of(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
         return pa.Array.from_buffers(pa.bool_(), n, [nulls, _packed(values)])
     kind = pa.from_numpy_dtype(values.dtype)
     return pa.Array.from_buffers(kind, n, [nulls, pa.py_buffer(values)])
+
+
+def arrow_as(values: Any, kind: pa.DataType, missing: np.ndarray | None = None) -> pa.Array:
+    """``pa.array(values, kind, mask=missing)`` for a number or boolean ``kind``, by buffers:
+    the values converted to the type's numpy dtype, null where ``missing`` is True."""
+    dtype = np.dtype(bool) if pa.types.is_boolean(kind) else _numpy_type(kind)
+    if dtype is None:
+        raise TypeError(f"arrow_as makes numbers and booleans, not {kind}")
+    valid = None if missing is None else ~np.asarray(missing, dtype=bool)
+    values = np.asarray(values)
+    _refuse_what_does_not_fit(values, dtype, kind, valid)
+    return arrow_of(values.astype(dtype, copy=False), valid)
+
+
+def _refuse_what_does_not_fit(
+    values: np.ndarray, dtype: np.dtype, kind: pa.DataType, valid: np.ndarray | None
+) -> None:
+    """``pa.array``'s safe conversion: a value an integer type cannot hold (out of its range,
+    or a float with a fraction) is refused with pyarrow's own error, never wrapped or cut."""
+    if dtype.kind not in "iu" or np.can_cast(values.dtype, dtype, "safe") or not len(values):
+        return
+    kept = values if valid is None else values[valid]
+    if not len(kept):
+        return
+    info = np.iinfo(dtype)
+    if kept.dtype.kind == "f":
+        bad = ~np.isfinite(kept) | (kept != np.trunc(kept)) | (kept < info.min) | (kept > info.max)
+    elif info.min <= kept.min() and kept.max() <= info.max:  # two passes, no mask
+        return
+    else:
+        bad = (kept < info.min) | (kept > info.max)
+    if bad.any():
+        value = kept[np.flatnonzero(bad)[0]].item()
+        raise pa.ArrowInvalid(
+            f"Integer value {value} not in range for {kind}: {info.min} to {info.max}"
+        )
+
+
+def scalar_of(value: float | bool, kind: pa.DataType) -> pa.Scalar:
+    """An Arrow scalar of a number or boolean (``pa.scalar`` imports pandas)."""
+    return arrow_as(np.array([value]), kind)[0]
+
+
+def strings_of(values: list[str | None]) -> pa.Array:
+    """``pa.array(values, pa.string())`` by buffers: UTF-8 bytes and 32-bit offsets, null where
+    a value is None."""
+    if not all(v is None or isinstance(v, str) for v in values):  # pyarrow's errors for them
+        return pa.array(values, pa.string())
+    encoded = [b"" if v is None else v.encode("utf-8") for v in values]
+    sizes = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    ends = np.cumsum(sizes)
+    if len(ends) and ends[-1] > np.iinfo(np.int32).max:  # past a string column's offsets
+        return pa.array(values, pa.string())
+    offsets = np.zeros(len(values) + 1, dtype=np.int32)
+    offsets[1:] = ends
+    missing = np.fromiter((v is None for v in values), dtype=bool, count=len(values))
+    nulls = _packed(~missing) if missing.any() else None
+    buffers = [nulls, pa.py_buffer(offsets), pa.py_buffer(b"".join(encoded))]
+    return pa.Array.from_buffers(pa.string(), len(values), buffers)
+
+
+def list_lengths(column: pa.Array | pa.ChunkedArray, fill: int | None = None) -> np.ndarray:
+    """Each list's length (any list type: list, large list, fixed size, list view) as int64;
+    a null list's length ``fill`` (a ValueError when there are null lists and no ``fill``)."""
+    import pyarrow.compute as pc  # here: the views read no list column, nor load it (0.1 s)
+
+    lengths = numpy_of(pc.list_value_length(column), fill)
+    return lengths.astype(np.int64)  # a copy: writable, as pyarrow's conversion gave
 
 
 def _packed(flags: np.ndarray) -> pa.Buffer:

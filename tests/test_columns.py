@@ -1,6 +1,7 @@
 """Arrow <-> numpy by buffers (mismatchctl/columns.py) against pyarrow's own conversions: every
 fixed-width type the store holds, sliced arrays (offsets), several chunks, nulls with a fill,
-dictionary-encoded columns, booleans; and the first-seen codes of pyarrow's dictionary_encode."""
+dictionary-encoded columns, booleans, strings, every list type's lengths; and the first-seen codes
+of pyarrow's dictionary_encode."""
 
 from __future__ import annotations
 
@@ -8,7 +9,17 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from mismatchctl.columns import arrow_of, equal_to, first_seen_codes, numpy_of, valid_of
+from mismatchctl.columns import (
+    arrow_as,
+    arrow_of,
+    equal_to,
+    first_seen_codes,
+    list_lengths,
+    numpy_of,
+    scalar_of,
+    strings_of,
+    valid_of,
+)
 
 TYPES = [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint64(), pa.float32(),
          pa.float64()]  # fmt: skip
@@ -75,3 +86,68 @@ def test_first_seen_codes_are_dictionary_encode() -> None:
     want = pa.array(values.tolist()).dictionary_encode().indices.to_pylist()
     assert first_seen_codes(values).tolist() == want
     assert first_seen_codes(np.array([], dtype=str)).tolist() == []
+
+
+@pytest.mark.parametrize("kind", [*TYPES, pa.bool_()], ids=str)
+def test_arrow_as_is_pa_array(kind: pa.DataType) -> None:
+    values = np.array([0, 1, 5, 1, 0, 3, 7])
+    missing = values == 5
+    for mask in (None, missing, np.zeros(len(values), bool)):
+        got = arrow_as(values, kind, missing=mask)
+        want = pa.array(values.astype(np.dtype(bool) if kind == pa.bool_() else
+                                      kind.to_pandas_dtype()), kind, mask=mask)  # fmt: skip
+        assert got.type == kind and got.equals(want)
+    assert scalar_of(1, kind) == want[1]  # a 1 (True) of the type
+    with pytest.raises(TypeError, match="not string"):
+        arrow_as(values, pa.string())
+
+
+def test_strings_of_is_pa_array() -> None:
+    for values in (["a", None, "", "Grüße", "H20"], [], [None, None], ["x" * 300]):
+        got = strings_of(values)
+        assert got.type == pa.string() and got.equals(pa.array(values, pa.string()))
+        got.validate(full=True)
+    with pytest.raises(pa.ArrowTypeError):  # not text: pyarrow's own error
+        strings_of(["a", 3])
+
+
+LISTS = [pa.list_(pa.int32()), pa.large_list(pa.int32()), pa.list_view(pa.int32()),
+         pa.large_list_view(pa.int32())]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", LISTS, ids=str)
+def test_list_lengths(kind: pa.DataType) -> None:
+    rows = [[1, 2, 3], [], None, [4], [5, 6], None, [7, 8, 9, 10]]
+    arr = pa.array(rows, kind)
+    for col, part in ((arr, rows), (arr.slice(3, 3), rows[3:6]),
+                      (pa.chunked_array([arr.slice(0, 2), arr.slice(2)]), rows)):  # fmt: skip
+        got = list_lengths(col, fill=-1)
+        assert got.dtype == np.int64
+        assert got.tolist() == [-1 if r is None else len(r) for r in part]
+    assert list_lengths(arr.slice(0, 2)).tolist() == [3, 0]
+    with pytest.raises(ValueError, match="2 nulls"):
+        list_lengths(arr)
+    fixed = pa.array([[1, 2], [3, 4], [5, 6]], pa.list_(pa.int8(), 2))
+    assert list_lengths(fixed.slice(1)).tolist() == [2, 2]
+
+
+@pytest.mark.parametrize(
+    ("values", "kind"),
+    [
+        (np.array([1, 2**40], np.int64), pa.int32()),
+        (np.array([3, -1], np.int64), pa.uint64()),
+        (np.array([0.0, 1.5]), pa.int64()),
+        (np.array([0.0, np.nan]), pa.int32()),
+    ],
+)
+def test_a_value_the_type_cannot_hold_is_refused_as_pyarrow_refuses_it(
+    values: np.ndarray, kind: pa.DataType
+) -> None:
+    """Never wrapped nor cut: pyarrow's own conversion refuses it, and so does ``arrow_as``; a
+    null slot's value is not looked at."""
+    with pytest.raises(pa.ArrowInvalid):
+        pa.array(values, kind)
+    with pytest.raises(pa.ArrowInvalid):
+        arrow_as(values, kind)
+    kept = arrow_as(values, kind, missing=np.array([False, True]))
+    assert kept.null_count == 1 and kept[0].as_py() == values[0]

@@ -6,6 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mismatchctl.columns import list_lengths, numpy_of, scalar_of, valid_of
 from mismatchctl.errors import InputError
 
 
@@ -25,12 +26,12 @@ def list_values(col: pa.Array | pa.ChunkedArray, what: str) -> tuple[pa.Array, n
     if pa.types.is_list_view(col.type):
         col = col.cast(pa.list_(col.type.value_type))
     if col.null_count:
-        row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        row = int(np.flatnonzero(~valid_of(col))[0])
         raise InputError(
             f"{what}: row {row} is null (expected a list)",
             "drop rows without data before dumping, or repair the file.",
         )
-    lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = list_lengths(col)
     return col.flatten(), lengths
 
 
@@ -39,7 +40,7 @@ def floats(values: pa.Array, what: str) -> np.ndarray:
     t = values.type
     if not (pa.types.is_floating(t) or pa.types.is_integer(t) or pa.types.is_decimal(t)):
         raise InputError(f"{what}: expected numbers, found {t}", "map the right column.")
-    return values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    return numpy_of(values.cast(pa.float64()), fill=np.nan)
 
 
 def mask01(values: pa.Array, what: str) -> np.ndarray:
@@ -49,7 +50,7 @@ def mask01(values: pa.Array, what: str) -> np.ndarray:
         raise InputError(f"{what}: expected a 0/1 mask, found {t}", "map the right column.")
     if values.null_count:
         raise InputError(f"{what}: {values.null_count} null mask values", "fill the mask with 0/1.")
-    arr = values.to_numpy(zero_copy_only=False)
+    arr = numpy_of(values)
     if arr.dtype == bool:
         return arr
     wrong = (arr != 0) & (arr != 1)
@@ -69,14 +70,14 @@ def ints(values: pa.Array, what: str) -> np.ndarray:
     t = values.type
     if pa.types.is_integer(t):
         try:
-            return values.cast(pa.int64()).to_numpy(zero_copy_only=False)
+            return numpy_of(values.cast(pa.int64()))
         except pa.ArrowInvalid:  # uint64 beyond int64
             raise InputError(
                 f"{what}: expected integers in the int64 range, found {pc.max(values).as_py()}",
                 "map an integer column with values below 2**63.",
             ) from None
     if pa.types.is_floating(t):
-        arr = values.to_numpy(zero_copy_only=False)
+        arr = numpy_of(values)
         if np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
             return arr.astype(np.int64)
     raise InputError(f"{what}: expected integers, found {t}", "map an integer column.")
@@ -92,3 +93,15 @@ def strings(values: pa.Array) -> list[str]:
 def optional_floats(values: pa.Array, what: str) -> np.ndarray:
     """Per-row optional numbers (reward, weight version): NaN where null."""
     return floats(values, what)
+
+
+def filled(values: pa.Array | pa.ChunkedArray, value: int) -> pa.Array | pa.ChunkedArray:
+    """``values.fill_null(value)``, with the fill made by buffers for a column of numbers or
+    booleans (a Python value makes pyarrow import pandas); any other type keeps pyarrow's own
+    fill and its errors."""
+    t = values.type
+    if not values.null_count:
+        return values
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t):
+        return values.fill_null(scalar_of(value, t))
+    return values.fill_null(value)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from mismatchctl.columns import arrow_of
+
 
 @dataclass
 class RaggedBatch:
@@ -103,7 +105,7 @@ class RouteColumn:
         elif isinstance(self.values, list):
             values = [v for v, k in zip(self.values, keep, strict=True) if k]
         else:
-            values = self.values.filter(pa.array(keep))
+            values = self.values.filter(arrow_of(np.asarray(keep, dtype=bool)))
         return RouteColumn(
             values,
             self.name,

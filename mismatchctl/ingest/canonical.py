@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.columns import arrow_as, arrow_of, strings_of
 from mismatchctl.display import has_control, shown
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import batch_roles
@@ -343,7 +344,7 @@ def _batch_columns(batch: RaggedBatch, ctx: Context) -> dict[str, pa.Array]:
             out[name] = pa.nulls(batch.n, pa.int64())
             continue
         values = batch_roles.parse(batch.attrs[column], role)[0]
-        out[name] = pa.array(values, pa.int64(), mask=values < 0)
+        out[name] = arrow_as(values, pa.int64(), missing=values < 0)
     return out
 
 
@@ -463,31 +464,30 @@ def _token_table(batch, where, model_tokens, turn, seq_ids, gpus) -> pa.Table:
         position = batch.position[where]
     else:
         position = (where - np.repeat(batch.offsets[:-1], model_tokens)).astype(np.int32)
-    token_ids = None if batch.token_ids is None else pa.array(batch.token_ids[where], pa.int64())
-    owner_arr = pa.array(owner)
+    token_ids = None if batch.token_ids is None else arrow_as(batch.token_ids[where], pa.int64())
+    owner_arr = arrow_of(owner)
     gpu_names, gpu_of = np.unique([g or "" for g in gpus], return_inverse=True)
     no_gpu = np.array([g is None for g in gpus], dtype=bool)
     gpu_idx = np.repeat(gpu_of.astype(np.int32), model_tokens)
     cols = {
-        S.STEP: pa.array(np.repeat(batch.steps, model_tokens), pa.int64()),
-        S.SEQ: pa.array(np.repeat(seq_ids, model_tokens), pa.int64()),
-        S.SAMPLE_ID: pa.DictionaryArray.from_arrays(
-            owner_arr, pa.array(batch.sample_ids, pa.string())
-        ),
-        S.TURN: pa.array(turn[where], pa.int32()),
-        S.POSITION: pa.array(position, pa.int32()),
+        S.STEP: arrow_as(np.repeat(batch.steps, model_tokens), pa.int64()),
+        S.SEQ: arrow_as(np.repeat(seq_ids, model_tokens), pa.int64()),
+        S.SAMPLE_ID: pa.DictionaryArray.from_arrays(owner_arr, strings_of(batch.sample_ids)),
+        S.TURN: arrow_as(turn[where], pa.int32()),
+        S.POSITION: arrow_as(position, pa.int32()),
         S.TOKEN_ID: token_ids if token_ids is not None else pa.nulls(len(where), pa.int64()),
-        S.ROLLOUT: pa.array(batch.rollout[where], pa.float64()),
-        S.TRAINER: pa.array(batch.trainer[where], pa.float64()),
+        S.ROLLOUT: arrow_as(batch.rollout[where], pa.float64()),
+        S.TRAINER: arrow_as(batch.trainer[where], pa.float64()),
         S.GPU: pa.DictionaryArray.from_arrays(  # a small dictionary: the distinct gpus
-            gpu_idx,
-            pa.array(gpu_names.tolist(), pa.string()),
-            mask=np.repeat(no_gpu, model_tokens) if no_gpu.any() else None,
+            arrow_as(
+                gpu_idx, pa.int32(), np.repeat(no_gpu, model_tokens) if no_gpu.any() else None
+            ),
+            strings_of(gpu_names.tolist()),
         ),
         S.TOKEN_ENTROPY: (
             pa.nulls(len(where), pa.float64())
             if batch.entropy is None
-            else pa.array(batch.entropy[where], pa.float64())
+            else arrow_as(batch.entropy[where], pa.float64())
         ),
     }
     return pa.table(cols, schema=S.TOKEN_ROWS_SCHEMA)
@@ -517,10 +517,10 @@ def _masked_table(batch, model, counts, seq_ids) -> pa.Table | None:
         return None
     return pa.table(
         {
-            S.STEP: pa.array(batch.steps[who], pa.int64()),
-            S.SEQ: pa.array(seq_ids[who], pa.int64()),
-            S.POSITION: pa.array(position, pa.int32()),
-            S.TOKEN_ID: pa.array(ids, pa.int64()),
+            S.STEP: arrow_as(batch.steps[who], pa.int64()),
+            S.SEQ: arrow_as(seq_ids[who], pa.int64()),
+            S.POSITION: arrow_as(position, pa.int32()),
+            S.TOKEN_ID: arrow_as(ids, pa.int64()),
         },
         schema=S.MASKED_SCHEMA,
     )
@@ -554,15 +554,15 @@ def _sequence_table(batch, seq_ids, gpus, counts, turn, model, ctx: Context) -> 
     versions = batch.weight_versions
     lag = None if versions is None else batch.steps - versions
     cols = {
-        S.STEP: pa.array(batch.steps, pa.int64()),
-        S.SEQ: pa.array(seq_ids, pa.int64()),
-        S.SAMPLE_ID: pa.array(batch.sample_ids, pa.string()),
-        S.GPU: pa.array(gpus, pa.string()),
-        S.MODEL_TOKENS: pa.array(counts["model"], pa.int64()),
-        S.TURNS: pa.array(turns, pa.int32()),
-        S.PROMPT_TOKENS: pa.array(counts["prompt"], pa.int64()),
-        S.TOOL_TOKENS: pa.array(counts["tool"], pa.int64()),
-        S.PAD_TOKENS: pa.array(counts["pad"], pa.int64()),
+        S.STEP: arrow_as(batch.steps, pa.int64()),
+        S.SEQ: arrow_as(seq_ids, pa.int64()),
+        S.SAMPLE_ID: strings_of(batch.sample_ids),
+        S.GPU: strings_of(gpus),
+        S.MODEL_TOKENS: arrow_as(counts["model"], pa.int64()),
+        S.TURNS: arrow_as(turns, pa.int32()),
+        S.PROMPT_TOKENS: arrow_as(counts["prompt"], pa.int64()),
+        S.TOOL_TOKENS: arrow_as(counts["tool"], pa.int64()),
+        S.PAD_TOKENS: arrow_as(counts["pad"], pa.int64()),
         S.REWARD: _nullable_float(batch.rewards, n),
         S.ENTROPY: _nullable_float(_entropy_means(batch, counts["model"], model), n),
         S.WEIGHT_VERSION: _nullable_int(versions, n),
@@ -571,14 +571,14 @@ def _sequence_table(batch, seq_ids, gpus, counts, turn, model, ctx: Context) -> 
         **_batch_columns(batch, ctx),
     }
     for name in attributes:
-        cols[S.attribute_column(name)] = pa.array(batch.attrs.get(name, [None] * n), pa.string())
+        cols[S.attribute_column(name)] = strings_of(batch.attrs.get(name, [None] * n))
     return pa.table(cols, schema=S.sequence_schema(attributes))
 
 
 def _prompt_lengths(a: np.ndarray | None, n: int) -> pa.Array:
     if a is None:
         return pa.nulls(n, pa.int64())
-    return pa.array(np.maximum(a, 0), pa.int64(), mask=a < 0)
+    return arrow_as(np.maximum(a, 0), pa.int64(), missing=a < 0)
 
 
 def _entropy_means(batch, model_tokens, model) -> np.ndarray | None:
@@ -598,14 +598,14 @@ def _entropy_means(batch, model_tokens, model) -> np.ndarray | None:
 def _nullable_float(a: np.ndarray | None, n: int) -> pa.Array:
     if a is None:
         return pa.nulls(n, pa.float64())
-    return pa.array(a, pa.float64(), mask=np.isnan(a))
+    return arrow_as(a, pa.float64(), missing=np.isnan(a))
 
 
 def _nullable_int(a: np.ndarray | None, n: int) -> pa.Array:
     if a is None:
         return pa.nulls(n, pa.int64())
     missing = np.isnan(a)
-    return pa.array(np.where(missing, 0, a).astype(np.int64), pa.int64(), mask=missing)
+    return arrow_as(np.where(missing, 0, a).astype(np.int64), pa.int64(), missing=missing)
 
 
 def _tally(

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from mismatchctl.columns import arrow_of, list_lengths, valid_of
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
 from mismatchctl.ingest import attributes as attr
@@ -108,8 +109,8 @@ def prompt_lengths(
     if extras.prompt_length is not None:
         column = record.column(extras.prompt_length)
         what = f"{label}: column `{extras.prompt_length}`"
-        values = av.ints(column.fill_null(UNKNOWN), what)
-        bad = np.flatnonzero((values < 0) & column.is_valid().to_numpy(zero_copy_only=False))
+        values = av.ints(av.filled(column, UNKNOWN), what)
+        bad = np.flatnonzero((values < 0) & valid_of(column))
         if len(bad):
             raise InputError(
                 f"{what}: row {int(bad[0])} is {int(values[bad[0]])} (expected the number of "
@@ -121,8 +122,7 @@ def prompt_lengths(
         return attention
     if extras.prompt_list is not None:
         column = record.column(extras.prompt_list)
-        lengths = pc.list_value_length(column).fill_null(UNKNOWN)
-        return lengths.to_numpy(zero_copy_only=False).astype(np.int64)
+        return list_lengths(column, fill=UNKNOWN)
     return None
 
 
@@ -135,11 +135,11 @@ def prompt_ids(
     if extras.prompt_list is None or outside is None:
         return None
     column = record.column(extras.prompt_list)
-    lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False)
-    whole = lengths.astype(np.int64) == outside
+    lengths = list_lengths(column, fill=0)
+    whole = lengths == outside
     if not whole.any():
         return None
-    flat = pc.list_flatten(column.filter(pa.array(whole)))
+    flat = pc.list_flatten(column.filter(arrow_of(whole)))
     if flat.null_count or not pa.types.is_integer(flat.type):  # not token ids: none kept
         return None
     values = av.ints(flat, f"{label}: column `{extras.prompt_list}`")

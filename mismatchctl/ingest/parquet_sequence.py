@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
+from mismatchctl.columns import list_lengths, numpy_of, valid_of
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
 from mismatchctl.ingest import attributes as attr
@@ -176,11 +177,11 @@ def _routes(
     attention mask's length minus the response, else the known prompt length)."""
     starts = None
     if START_LEN in record.schema.names:
-        starts = pc.fill_null(record.column(START_LEN), 0).cast(pa.int64()).to_numpy()
+        starts = numpy_of(record.column(START_LEN).cast(pa.int64()), fill=0)
     lengths = batch.lengths()
     if attention:
-        full = pc.list_value_length(record.column(ATTENTION_MASK)).to_numpy(zero_copy_only=False)
-        widths = np.maximum(full.astype(np.int64) - lengths, 0)
+        full = list_lengths(record.column(ATTENTION_MASK), fill=0)  # a null mask: no prompt
+        widths = np.maximum(full - lengths, 0)
     elif batch.prompt_lengths is not None:
         widths = np.where(batch.prompt_lengths >= 0, batch.prompt_lengths, 0)
     else:
@@ -305,7 +306,7 @@ def _entropy(batch: RaggedBatch, column: pa.Array, what: str) -> None:
         batch.role_lengths[S.ROLE_ENTROPY] = lengths
     else:
         batch.entropies = av.optional_floats(column, what)
-        batch.entropies_given = column.is_valid().to_numpy(zero_copy_only=False)
+        batch.entropies_given = valid_of(column)
 
 
 def _per_sequence_extras(batch: RaggedBatch, col, what, found: Mapping[str, str]) -> None:
@@ -324,7 +325,7 @@ def _sample_ids(values: pa.Array, path: Path, row0: int) -> list[str]:
     ids (an empty id would merge unrelated samples in every per-sample listing)."""
     ids = av.strings(values)
     if values.null_count:
-        for i in np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False)).tolist():
+        for i in np.flatnonzero(~valid_of(values)).tolist():
             ids[i] = f"{path.stem}#{row0 + i}"
     return ids
 

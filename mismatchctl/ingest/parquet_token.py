@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
+from mismatchctl.columns import arrow_as, arrow_of, numpy_of, valid_of
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
 from mismatchctl.ingest import attributes as attr
@@ -116,18 +117,18 @@ def _sorted(table: pa.Table, found: Mapping[str, str], step: int, label: str) ->
     """Canonical column names, sample ids as text, rows in (step, sample, position) order."""
     cols = {role: table.column(name) for role, name in found.items()}
     if S.ROLE_STEP not in cols:
-        cols[S.ROLE_STEP] = pa.array(np.full(table.num_rows, step, dtype=np.int64))
+        cols[S.ROLE_STEP] = arrow_of(np.full(table.num_rows, step, dtype=np.int64))
     cols[S.ROLE_SAMPLE_ID] = pc.cast(cols[S.ROLE_SAMPLE_ID], pa.string())
     nulls = cols[S.ROLE_SAMPLE_ID].null_count
     if nulls:
-        first = int(np.flatnonzero(cols[S.ROLE_SAMPLE_ID].is_null().to_numpy())[0])
+        first = int(np.flatnonzero(~valid_of(cols[S.ROLE_SAMPLE_ID]))[0])
         raise InputError(
             f"{label}: column `{found[S.ROLE_SAMPLE_ID]}`: {nulls} row(s) have no sample id "
             f"(first: row "
             f"{first}); in the token layout the sample id says which tokens form a sequence",
             "fill the ids, or name another id column with --map sample_id=COLUMN.",
         )
-    cols["_row"] = pa.array(np.arange(table.num_rows, dtype=np.int64))
+    cols["_row"] = arrow_of(np.arange(table.num_rows, dtype=np.int64))
     out = pa.table(cols)
     order = [(S.ROLE_STEP, "ascending"), (S.ROLE_SAMPLE_ID, "ascending")]
     order.append((S.ROLE_POSITION if S.ROLE_POSITION in cols else "_row", "ascending"))
@@ -145,7 +146,7 @@ def _sequence_starts(table: pa.Table, step_what: str) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     step = av.ints(table.column(S.ROLE_STEP).combine_chunks(), step_what)
     sample = table.column(S.ROLE_SAMPLE_ID).combine_chunks()
-    codes = pc.dictionary_encode(sample).indices.to_numpy(zero_copy_only=False)
+    codes = numpy_of(pc.dictionary_encode(sample).indices, fill=-1)
     change = np.ones(len(step), dtype=bool)
     change[1:] = (step[1:] != step[:-1]) | (codes[1:] != codes[:-1])
     return np.flatnonzero(change)
@@ -163,7 +164,7 @@ def _to_batch(
     def what(role: str) -> str:
         return f"{label}: column `{found[role]}`"
 
-    sample_ids = col(S.ROLE_SAMPLE_ID).take(pa.array(heads)).to_pylist()
+    sample_ids = col(S.ROLE_SAMPLE_ID).take(arrow_of(heads)).to_pylist()
     batch = RaggedBatch(
         steps=av.ints(col(S.ROLE_STEP), _step_what(label, found))[heads],
         sample_ids=sample_ids,
@@ -184,13 +185,13 @@ def _to_batch(
     if S.ROLE_ENTROPY in found:
         batch.entropy = av.floats(col(S.ROLE_ENTROPY), what(S.ROLE_ENTROPY))
     if S.ROLE_GPU in found:
-        batch.gpus = [g or None for g in av.strings(col(S.ROLE_GPU).take(pa.array(heads)))]
+        batch.gpus = [g or None for g in av.strings(col(S.ROLE_GPU).take(arrow_of(heads)))]
     for role, member in ((S.ROLE_REWARD, "rewards"), (S.ROLE_WEIGHT_VERSION, "weight_versions")):
         if role in found:
-            setattr(batch, member, av.floats(col(role).take(pa.array(heads)), what(role)))
+            setattr(batch, member, av.floats(col(role).take(arrow_of(heads)), what(role)))
     for role in (S.ROLE_ROLLOUT_ROUTES, S.ROLE_TRAINER_ROUTES):
         if role in found:  # one [layers][top_k] list per row: a list of them per sequence
-            per_seq = pa.ListArray.from_arrays(pa.array(batch.offsets, pa.int32()), col(role))
+            per_seq = pa.ListArray.from_arrays(arrow_as(batch.offsets, pa.int32()), col(role))
             batch.routes[role] = RouteColumn(per_seq, found[role])
     return batch
 
@@ -205,20 +206,20 @@ def _per_sequence(
         values = t.column(key).combine_chunks()
         if pa.types.is_dictionary(values.type):
             values = values.cast(values.type.value_type)
-        first = values.take(pa.array(np.repeat(heads, np.diff(starts))))
-        differs = pc.fill_null(pc.not_equal(values, first), False)
+        first = values.take(arrow_of(np.repeat(heads, np.diff(starts))))
+        differs = av.filled(pc.not_equal(values, first), False)
         differs = pc.or_(differs, pc.xor(values.is_null(), first.is_null()))
         if pc.any(differs).as_py():
-            row = int(np.flatnonzero(differs.to_numpy(zero_copy_only=False))[0])
+            row = int(np.flatnonzero(numpy_of(differs))[0])
             i = int(np.searchsorted(starts, row, side="right")) - 1
             raise InputError(
                 f"{label}: column `{column}` changes within sample `{batch.sample_ids[i]}` "
                 "(expected one value per sequence, repeated on its rows)",
                 f"write one {column} per sequence, or leave it out.",
             )
-        head = values.take(pa.array(heads))
+        head = values.take(arrow_of(heads))
         if key == "prompt":
-            lengths = av.ints(head.fill_null(UNKNOWN), f"{label}: column `{column}`")
+            lengths = av.ints(av.filled(head, UNKNOWN), f"{label}: column `{column}`")
             batch.prompt_lengths = lengths
         else:
             name = key[len("attr:") :]

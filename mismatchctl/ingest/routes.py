@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from mismatchctl.columns import list_lengths, numpy_of, valid_of
 from mismatchctl.errors import InputError
 from mismatchctl.ingest import arrow_values as av
 from mismatchctl.ingest import routes_base64
@@ -164,7 +165,7 @@ def _level(col: pa.Array, what: str) -> tuple[pa.Array, np.ndarray | int]:
         if pa.types.is_fixed_size_list(t):
             return col.flatten(), t.list_size
         if pa.types.is_list(t) or pa.types.is_large_list(t):
-            return col.flatten(), np.diff(col.offsets.to_numpy(zero_copy_only=True))
+            return col.flatten(), np.diff(numpy_of(col.offsets))
     return av.list_values(col, what)
 
 
@@ -333,11 +334,11 @@ def _prime_shapes(data: pa.Array, shapes: pa.Array, dtype: np.dtype) -> tuple[np
     """(each row's ``[rows, layers, top_k]``, int64 ``[n, 3]``; the first row that is null, not of
     three dimensions or whose bytes do not fill its shape: ``n`` when none)."""
     n = len(shapes)
-    null = pc.or_(data.is_null(), shapes.is_null()).to_numpy(zero_copy_only=False)
-    dims = pc.fill_null(pc.list_value_length(shapes), 0).to_numpy(zero_copy_only=False)
+    null = ~(valid_of(data) & valid_of(shapes))
+    dims = list_lengths(shapes, fill=0)
     bad = null | (dims != 3)
     stop = int(np.flatnonzero(bad)[0]) if bad.any() else n  # rows before it have 3 dims
-    head = shapes.slice(0, stop).flatten().cast(pa.int64()).to_numpy(zero_copy_only=False)
+    head = numpy_of(shapes.slice(0, stop).flatten().cast(pa.int64()), fill=-1)  # null: no size
     shape = np.zeros((n, 3), dtype=np.int64)
     shape[:stop] = head.reshape(stop, 3)
     offsets, _ = _binary_buffers(data)
@@ -495,7 +496,7 @@ def _ints(values: pa.Array, what: str) -> np.ndarray:
             "write -1 where no route was recorded.",
         )
     t = values.type
-    ids = values.to_numpy(zero_copy_only=True)
+    ids = numpy_of(values)
     if t.bit_width <= 16 or t in (pa.int32(), pa.int64()) or not len(ids):
         return ids if len(ids) else ids.astype(np.int16)
     from mismatchctl.ingest.routing_kernels import narrow_range  # numba: only when needed

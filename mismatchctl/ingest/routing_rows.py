@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from mismatchctl import schema as S
+from mismatchctl.columns import arrow_as
 from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest.routes import MAX_LAYERS, SideRoutes
 from mismatchctl.ingest.routing_threads import over_ranges
@@ -140,7 +141,7 @@ def routing_table(
     if opts.keep_routes:
         for name, (side, of, dead) in zip((S.ROLLOUT_ROUTES, S.TRAINER_ROUTES), sides, strict=True):
             rows = _gather(side.ids, of, dead, own, layers, top_k)
-            flat = pa.array(rows.reshape(-1), pa.int32())
+            flat = arrow_as(rows.reshape(-1), pa.int32())
             cols[name] = pa.FixedSizeListArray.from_arrays(flat, layers * top_k)
     return cols, tally
 
@@ -160,13 +161,13 @@ def _columns(
     differs = compared & (equal != full_mask(layers))
     before = _differs_before(differs, frame)
     return {
-        S.ROUTE_EQUAL: pa.array(equal[own], pa.uint64(), mask=~compared[own]),
+        S.ROUTE_EQUAL: arrow_as(equal[own], pa.uint64(), missing=~compared[own]),
         S.ROUTE_OVERLAP: pa.FixedSizeBinaryArray.from_buffers(
             pa.binary(layers),
             len(own),
             [_validity(compared[own]), pa.py_buffer(np.ascontiguousarray(overlap[own]))],
         ),
-        S.ROUTE_PAIRED: pa.array(
+        S.ROUTE_PAIRED: arrow_as(
             np.where(
                 compared[producing],
                 np.where(
@@ -178,8 +179,8 @@ def _columns(
             ).astype(np.int8),
             pa.int8(),
         ),
-        S.ROUTE_FLIP_BEFORE: pa.array(before[own], pa.bool_()),
-        S.ROUTE_TOP_K: pa.array(np.full(len(own), top_k, np.uint8), pa.uint8()),
+        S.ROUTE_FLIP_BEFORE: arrow_as(before[own], pa.bool_()),
+        S.ROUTE_TOP_K: arrow_as(np.full(len(own), top_k, np.uint8), pa.uint8()),
     }
 
 

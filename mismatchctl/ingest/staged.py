@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.allocator import keep_freed_memory
+from mismatchctl.columns import scalar_of
 from mismatchctl.display import file_label
 from mismatchctl.errors import MismatchError, StoreError, UsageError
 from mismatchctl.ingest import expand_inputs
@@ -148,7 +149,7 @@ def _shift(staging: Path, run: str, part: PartRecord, offset: int) -> list[PartR
         schema = S.sequence_schema(S.attribute_names(table.column_names))
     table = table.select(schema.names).cast(schema)
     column = table.schema.get_field_index(S.SEQ)
-    shifted = pc.add(table.column(column), pa.scalar(offset, pa.int64()))
+    shifted = pc.add(table.column(column), scalar_of(offset, pa.int64()))
     table = table.set_column(column, schema.field(S.SEQ), shifted)
     writer = PartWriter(staging, part.kind, run, schema, 1 << 62)
     try:

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from mismatchctl.columns import numpy_of
+from mismatchctl.columns import arrow_of, numpy_of
 from mismatchctl.errors import StoreError
 from mismatchctl.store.catalog import (
     MetricSource,
@@ -156,7 +156,7 @@ def _merge(run: str, old: pa.Table, new: pa.Table, src: MetricSource, replace: b
             "pass --replace to replace the run's values of the metrics this file brings, or "
             "keep both under other names with --metric NEW=SOURCE.",
         )
-    return _Merged(old, new.filter(pa.array(~present)), int(present.sum()), 0)
+    return _Merged(old, new.filter(arrow_of(~present)), int(present.sum()), 0)
 
 
 def _same(a: float, b: float) -> bool:
@@ -173,7 +173,7 @@ def _swap(store: Store, run: str, merged: _Merged, src: MetricSource) -> Metrics
         src.ingested_at = now()
         source_id = insert_metric_source(con, run, src)
         src.id, src.run = source_id, run
-        ids = pa.array(np.full(merged.add.num_rows, source_id, dtype=np.int64))
+        ids = arrow_of(np.full(merged.add.num_rows, source_id, dtype=np.int64))
         added = merged.add.select([STEP, METRIC, VALUE]).append_column(SOURCE_ID, ids)
         table = pa.concat_tables([merged.keep, added.cast(METRIC_SCHEMA)])
         table = table.sort_by([(METRIC, "ascending"), (STEP, "ascending")])

@@ -1,6 +1,7 @@
 """Start-up: importing the package, the api or the command line, and `--help`, load none of the
 libraries that compute (numba, numpy, pyarrow, polars, plotly, ray, torch); `show` reads one
-sequence (and writes its page) without numba, pandas, polars, plotly, ray or torch. What is checked is the set of
+sequence (and writes its page) without numba, pandas, polars, plotly, ray or torch; neither the
+views nor an ingest of each text and Parquet format load pandas. What is checked is the set of
 modules a fresh process ends with, not a time."""
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ import pytest
 import mismatchctl
 from mismatchctl import api
 from tests.helpers import FIXTURES
+from tests.routing.moe_data import draw_logprobs
+from tests.routing.moe_data import sequences as moe_sequences
+from tests.routing.moe_data import write as write_moe
 
 ROOT = Path(__file__).parents[2]
 COMPUTING = {"numba", "numpy", "pyarrow", "pandas", "polars", "plotly", "ray", "torch",
@@ -173,3 +177,29 @@ def test_views_do_not_load_pandas(tmp_path: Path) -> None:
         view = view.replace("assert exc.code in (0, None)", "assert exc.code in (0, 3, None)")
         steps.append(view + f"assert 'pandas' not in sys.modules, 'pandas loaded by {args[0]}'\n")
     assert "pandas" not in _loaded("".join(steps))
+
+
+def test_ingest_does_not_load_pandas(tmp_path: Path) -> None:
+    """pyarrow's conversions import pandas (0.16-0.4 s of CPU a process); the readers and the
+    canonical tables read and make columns by their buffers. Each format's dump is ingested in
+    one fresh process, which is checked after each: the first ingest to load pandas is named.
+    The routes file is read, compared and kept (``--keep-routes``) by every route path."""
+    seqs = moe_sequences(0, 6, 3)
+    draw_logprobs(seqs, 0)
+    routes = write_moe(tmp_path / "moe.parquet", seqs)
+    dumps = {
+        "sequence": [FIXTURES / "sequence.parquet"],
+        "token": [FIXTURES / "token.parquet"],
+        "verl": [FIXTURES / "verl_tools_step_5.parquet"],  # attention mask, prompt lengths
+        "nemo": [FIXTURES / "train_data_step3.jsonl", FIXTURES / "train_data_step4.jsonl"],
+        "prime": [FIXTURES / "token_exports"],
+        "routes": [routes, "--keep-routes"],
+    }
+    steps = []
+    for run, args in dumps.items():
+        ingest = _cli("ingest", *map(str, args), "--run", run, "--store", str(tmp_path / "s"), "-q")
+        steps.append(ingest + f"assert 'pandas' not in sys.modules, 'pandas loaded by {run}'\n")
+    assert "pandas" not in _loaded("".join(steps))
+    runs = {p.name.removeprefix("run=") for p in (tmp_path / "s" / "tokens").iterdir()}
+    assert runs == set(dumps)
+    assert (tmp_path / "s" / "routing" / "run=routes").is_dir()
