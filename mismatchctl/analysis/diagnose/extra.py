@@ -76,7 +76,10 @@ class DiagnoseState:
     sequences: SeqSums = field(default_factory=SeqSums)  # stats.seq_sums: length, batch shape
     signed: SignedParts = field(default_factory=SignedParts)  # stats.signed_parts
 
-    def merge(self, other: DiagnoseState) -> DiagnoseState:
+    def merge(self, other: DiagnoseState, *, in_place: bool = False) -> DiagnoseState:
+        """The two states' sums; ``in_place``: this state is an engine's running total, whose
+        signed tables ``other``'s are added into (``SignedParts.merge_into``)."""
+        signed = self.signed.merge_into if in_place else self.signed.merge
         return DiagnoseState(
             merge_pairs(self.lags, other.lags),
             self.offset + other.offset,
@@ -88,7 +91,7 @@ class DiagnoseState:
             self.hot_sequences.merge(other.hot_sequences),
             self.token_shift.merge(other.token_shift),
             self.sequences.merge(other.sequences),
-            self.signed.merge(other.signed),
+            signed(other.signed),
         )
 
 
@@ -136,7 +139,9 @@ class DiagnoseExtra:
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:
-        return a.merge(b)
+        """``a``: the engine's running total (a part's slices, the fold's parts), added into
+        where it can be, as the cubes' fold does."""
+        return a.merge(b, in_place=True)
 
     @staticmethod
     def _bins(keys: PartKeys) -> tuple[np.ndarray, int]:
