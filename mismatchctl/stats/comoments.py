@@ -85,51 +85,23 @@ def _unit(x: float | None) -> float | None:
 Pairs = tuple[tuple[np.ndarray, np.ndarray], ...]
 
 
-def within_turn(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
-    """Whether each token and the next are of one turn of one sequence (one entry fewer)."""
-    return (seq[1:] == seq[:-1]) & (turn[1:] == turn[:-1])
-
-
-def lag_pairs(
-    lr: np.ndarray,
-    lt: np.ndarray,
-    seq: np.ndarray,
-    turn: np.ndarray,
-    adjacent: np.ndarray | None = None,
-) -> Pairs:
-    """The (rollout, trainer) pairs at lag 0, +1 and -1 within a turn (``LAG_NAMES`` order);
-    ``adjacent``: :func:`within_turn` of ``seq`` and ``turn`` when the caller has it."""
+def lag_pairs(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, turn: np.ndarray) -> Pairs:
+    """The (rollout, trainer) pairs at lag 0, +1 and -1 within a turn (``LAG_NAMES`` order)."""
     lr, lt = np.asarray(lr, np.float64), np.asarray(lt, np.float64)
-    adjacent = within_turn(seq, turn) if adjacent is None else adjacent
+    adjacent = (seq[1:] == seq[:-1]) & (turn[1:] == turn[:-1])
     return (lr, lt), (lr[:-1][adjacent], lt[1:][adjacent]), (lr[1:][adjacent], lt[:-1][adjacent])
 
 
-def shifted_k3(lr: np.ndarray, lt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """K3 of every neighbouring pair shifted by +1 (``lt[t+1] - lr[t]``) and by -1 (``lt[t] -
-    lr[t+1]``), whether or not the two tokens share a turn: one vector each for the lag sums
-    (:func:`lag_k3`, masked by :func:`within_turn`) and the misaligned turns' test."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        return per_token.k3(lt[1:] - lr[:-1]), per_token.k3(lt[:-1] - lr[1:])
-
-
-def lag_k3(
-    pairs: Pairs,
-    k3: np.ndarray | None = None,
-    shifted: tuple[np.ndarray, np.ndarray] | None = None,
-) -> np.ndarray:
+def lag_k3(pairs: Pairs, k3: np.ndarray | None = None) -> np.ndarray:
     """Pairs and K3 sums of shape ``(3, 2)`` in ``LAG_NAMES`` order: the mean K3 the two sides
     would have if the trainer side were shifted by 0, +1 or -1 positions within a turn
     (``exp(r) - 1 - r`` with ``r = y - x``; mergeable by addition). ``k3``: the lag-0 pairs'
-    K3 when the caller has it; ``shifted``: the +1 and -1 pairs' K3 (:func:`shifted_k3` taken
-    where :func:`within_turn`: the same values as the pairs' own, so the same sums)."""
+    K3 when the caller has it."""
     out = np.zeros((3, 2))
     with np.errstate(over="ignore", invalid="ignore"):
         for i, (x, y) in enumerate(pairs):
             if i == 0 and k3 is not None:
                 out[i] = (len(k3), float(np.sum(k3)))
-                continue
-            if i > 0 and shifted is not None:
-                out[i] = (len(shifted[i - 1]), float(np.sum(shifted[i - 1])))
                 continue
             r = y - x
             out[i] = (len(r), float(np.sum(per_token.k3(r))))

@@ -64,40 +64,29 @@ def misalign_state(
     step: np.ndarray,
     label: str = "",
     k3: np.ndarray | None = None,
-    shifted: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> MisalignState:
     """The misaligned turns of one chunk of whole sequences (a turn's tokens contiguous and in
     order); ``label`` (e.g. the run) goes into the examples; ``k3``: each token's
-    ``expm1(r) - r`` when the caller has it, ``shifted``: the K3 of the pairs shifted by +1
-    and -1 (``comoments.shifted_k3``) when it has them (both unclamped: used where no ``|r|``
-    is clamped)."""
+    ``expm1(r) - r`` when the caller has it (unclamped: used where no ``|r|`` is clamped)."""
     from mismatchctl.stats import diagnose_kernels
 
     if len(lr) < 2:
         return MisalignState()
     r = lt - lr
     # K3 of the pairs in numpy (vectorised), each turn's sums and tests in one compiled walk
-    k0 = _clamped(r, k3)
-    plus, minus = (None, None) if shifted is None else shifted
+    k0 = k3 if k3 is not None and np.abs(r).max() <= RATIO_CLAMP else _k3(r)
     counts = np.zeros(5, dtype=np.int64)
     first = np.zeros(MAX_EXAMPLES, dtype=np.int64)
     lag = np.zeros(MAX_EXAMPLES, dtype=np.int64)
-    k_plus, k_minus = _clamped(lt[1:] - lr[:-1], plus), _clamped(lt[:-1] - lr[1:], minus)
     kept = diagnose_kernels.misaligned_turns(
-        seq, turn, k0, k_plus, k_minus, MIN_PAIRS, MIN_K3, FACTOR, counts, first, lag
-    )
+        seq, turn, k0, _k3(lt[1:] - lr[:-1]), _k3(lt[:-1] - lr[1:]), MIN_PAIRS, MIN_K3, FACTOR,
+        counts, first, lag,
+    )  # fmt: skip
     state = MisalignState(*(int(c) for c in counts))
     for s, shift in zip(first[:kept], lag[:kept], strict=True):
         what = "one position later" if shift > 0 else "one position earlier"
         state.examples.append((label, int(step[s]), int(seq[s]), int(turn[s]), what))
     return state
-
-
-def _clamped(r: np.ndarray, k3: np.ndarray | None) -> np.ndarray:
-    """:func:`_k3` of ``r``: ``k3`` (the unclamped K3 of ``r``) as it is when no ``|r|`` is
-    past the clamp (the clamp then changes nothing: the same bits)."""
-    with np.errstate(invalid="ignore"):
-        return k3 if k3 is not None and np.abs(r).max() <= RATIO_CLAMP else _k3(r)
 
 
 def _k3(r: np.ndarray) -> np.ndarray:

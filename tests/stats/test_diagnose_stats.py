@@ -10,14 +10,11 @@ import pytest
 
 from mismatchctl.stats.comoments import (
     correlation,
-    lag_k3,
     lag_pairs,
     lag_states,
     merge_pairs,
     pair_state,
     regression,
-    shifted_k3,
-    within_turn,
 )
 from mismatchctl.stats.offset import N_FIELDS, offset_state, offset_summary
 from mismatchctl.stats.robust import ranks, robust_z, spearman, theil_sen
@@ -63,22 +60,6 @@ def test_lags_pair_within_turns_only() -> None:
     assert minus == pytest.approx(
         pair_state(np.array([2, 3, 20, 40.0]), np.array([10, 20, 100, 300.0]))
     )
-
-
-def test_lag_k3_from_the_shifted_vectors_is_the_pairs_own() -> None:
-    """The +1 and -1 pairs' K3 taken from ``shifted_k3`` where ``within_turn``: the same values
-    as the pairs' own K3, so the same sums to the bit; the pairs never cross a turn."""
-    rng = np.random.default_rng(2)
-    lr = -rng.exponential(1.0, 3000)
-    lt = lr + 0.3 * rng.standard_normal(3000)
-    seq = np.repeat(np.arange(60), 50)
-    turn = np.tile(np.repeat([0, 1], 25), 60)
-    adjacent = within_turn(seq, turn)
-    pairs = lag_pairs(lr, lt, seq, turn, adjacent)
-    plus, minus = shifted_k3(lr, lt)
-    given = lag_k3(pairs, shifted=(plus[adjacent], minus[adjacent]))
-    assert np.array_equal(given, lag_k3(pairs))
-    assert given[1, 0] == given[2, 0] == 3000 - 120  # one pair fewer per turn
 
 
 def test_shift_is_seen_at_lag_plus_one() -> None:

@@ -17,14 +17,7 @@ from mismatchctl.columns import numpy_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.seqrows import NO_WEIGHT_LAG
-from mismatchctl.stats.comoments import (
-    lag_k3,
-    lag_pairs,
-    lag_states,
-    merge_pairs,
-    shifted_k3,
-    within_turn,
-)
+from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pairs
 from mismatchctl.stats.hot_sequences import HotSequenceParts, hot_sequence_state
 from mismatchctl.stats.misalign import MisalignState, misalign_state
 from mismatchctl.stats.offset import offset_state
@@ -107,10 +100,8 @@ class DiagnoseExtra:
     def compute(self, table: pa.Table, keys: PartKeys) -> DiagnoseState:
         lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
         seq, turn, step = keys.column(S.SEQ), keys.column(S.TURN), keys.column(S.STEP)
-        adjacent = within_turn(seq, turn)
-        pairs = lag_pairs(lr, lt, seq, turn, adjacent)
+        pairs = lag_pairs(lr, lt, seq, turn)
         r, k3 = keys.log_ratio()  # once for every sum of K3 below (numpy's, as each had)
-        plus, minus = shifted_k3(lr, lt)  # the lag sums' and the misaligned turns' alike
         bins = self._bins(keys)
         return DiagnoseState(
             lag_states(pairs),
@@ -118,8 +109,8 @@ class DiagnoseExtra:
             sentinel_state(lr, lt, seq, turn, step, keys.run),
             _lag_sums(keys, k3, seq),
             trailing_zero_state(lr, lt, seq, step, keys.run),
-            lag_k3(pairs, k3, (plus[adjacent], minus[adjacent])),
-            misalign_state(lr, lt, seq, turn, step, keys.run, k3=k3, shifted=(plus, minus)),
+            lag_k3(pairs, k3),
+            misalign_state(lr, lt, seq, turn, step, keys.run, k3=k3),
             hot_sequence_state(
                 lr, lt, seq, turn, step, *bins, keys.run, k3=k3, gpu_codes=_gpus(table, keys)
             ),
