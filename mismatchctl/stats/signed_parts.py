@@ -168,7 +168,7 @@ def signed_parts(
         np.uint64(64 - GROUP_BITS),
         sums,
     )
-    rows = np.flatnonzero(sums[:, 0])  # a reached row has counted a token
+    rows = np.nonzero(sums[:, 0])[0]  # a reached row has counted a token (no strided copy)
     return SignedParts({run: SliceSums((*shape, N_SUMS), rows, sums[rows])})
 
 
