@@ -60,16 +60,20 @@ def seq_sums(
     batch_size: np.ndarray,
     bins: np.ndarray,
     n_bins: int,
+    log_ratio: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> SeqSums:
     """The sums of a slice of whole sequences (tokens in sequence order); ``batch_size`` and
-    ``bins`` per token (the batch size is constant along a sequence: its first token's)."""
+    ``bins`` per token (the batch size is constant along a sequence: its first token's);
+    ``log_ratio``: each token's ``r = lt - lr`` and its K3 when the caller has them
+    (``PartKeys.log_ratio``: the same numpy expressions as here)."""
     if len(seq) == 0:
         return SeqSums()
     starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
     owner = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(seq)]))
-    r = lt - lr
-    with np.errstate(over="ignore", invalid="ignore"):
-        k3 = per_token.k3(r)
+    if log_ratio is None:
+        with np.errstate(over="ignore", invalid="ignore"):
+            log_ratio = lt - lr, per_token.k3(lt - lr)
+    r, k3 = log_ratio
     cell = owner * n_bins + bins
     size = len(starts) * n_bins
     counts = np.bincount(cell, minlength=size).reshape(len(starts), n_bins)

@@ -54,23 +54,79 @@ N_SUMS = 4  # per cell: tokens, tokens with r < 0, sum of exp(r) - 1, sum of K3
 HASH = 0x9E3779B97F4A7C15  # Fibonacci hashing of the sequence ids into the groups
 
 
+@dataclass(frozen=True)
+class SliceSums:
+    """One slice's sums as computed: the rows of the ``(GROUPS x cells, N_SUMS)`` table its
+    tokens reach (a slice of a few hundred sequences reaches a few percent of them) and their
+    sums. Kept sparse until merged: a slice's dense table (8 MB at the log bins) in every
+    worker's slices and merges set much of diagnose's peak memory."""
+
+    shape: tuple[int, ...]  # (GROUPS, *cells, N_SUMS)
+    rows: np.ndarray  # int64, ascending
+    sums: np.ndarray  # (len(rows), N_SUMS)
+
+    def dense(self) -> np.ndarray:
+        """The whole table (its other rows zero)."""
+        out = np.zeros(self.shape)
+        out.reshape(-1, N_SUMS)[self.rows] = self.sums
+        return out
+
+    def added_to(self, table: np.ndarray) -> np.ndarray:
+        """``table`` plus these sums, a new array: each of its rows gets one addition, the one
+        the dense tables' ``+`` makes (the other rows add zero: the same values)."""
+        out = table.copy()
+        out.reshape(-1, N_SUMS)[self.rows] += self.sums
+        return out
+
+
 @dataclass
 class SignedParts:
     """Each run's sums, shape ``(GROUPS, *cells, N_SUMS)`` (``cells``: the levels of each of
-    ``FIELDS``); merged by addition."""
+    ``FIELDS``), or one slice's (:class:`SliceSums`) before any merge; merged by addition."""
 
-    runs: dict[str, np.ndarray] = field(default_factory=dict)
+    runs: dict[str, np.ndarray | SliceSums] = field(default_factory=dict)
 
     def merge(self, other: SignedParts) -> SignedParts:
         out = dict(self.runs)
         for run, sums in other.runs.items():
-            out[run] = out[run] + sums if run in out else sums
+            out[run] = _add(out[run], sums) if run in out else sums
         return SignedParts(out)
+
+    def merge_into(self, other: SignedParts) -> SignedParts:
+        """:meth:`merge`, adding ``other`` in place into this state's tables where they are
+        dense and writable (an engine's running total: no new table per slice; a state read
+        from Ray's object store is read-only and is copied). The same additions as ``merge``."""
+        out = dict(self.runs)
+        for run, sums in other.runs.items():
+            table = out.get(run)
+            if not isinstance(table, np.ndarray) or not table.flags.writeable:
+                out[run] = _add(table, sums) if run in out else sums
+            elif isinstance(sums, SliceSums):
+                table.reshape(-1, N_SUMS)[sums.rows] += sums.sums
+            else:
+                table += sums
+        return SignedParts(out)
+
+    def dense(self, run: str) -> np.ndarray:
+        """The run's whole table."""
+        sums = self.runs[run]
+        return sums.dense() if isinstance(sums, SliceSums) else sums
 
     def total(self) -> np.ndarray | None:
         """Every run's sums added (the runs' groups are clusters alike), None without any."""
-        found = list(self.runs.values())
+        found = [self.dense(run) for run in self.runs]
         return None if not found else sum(found[1:], found[0].copy())
+
+
+def _add(a: np.ndarray | SliceSums, b: np.ndarray | SliceSums) -> np.ndarray:
+    """``a + b`` as a table, as the dense tables' elementwise ``+`` adds them (to the bit)."""
+    if isinstance(a, SliceSums) and isinstance(b, SliceSums):
+        out = a.dense()  # a new table: ``b`` added in place
+        out.reshape(-1, N_SUMS)[b.rows] += b.sums
+        return out
+    if isinstance(b, SliceSums):
+        return b.added_to(a)
+    return a.added_to(b) if isinstance(a, SliceSums) else a + b
 
 
 def signed_parts(
@@ -112,7 +168,8 @@ def signed_parts(
         np.uint64(64 - GROUP_BITS),
         sums,
     )
-    return SignedParts({run: sums.reshape(*shape, N_SUMS)})
+    rows = np.nonzero(sums[:, 0])[0]  # a reached row has counted a token (no strided copy)
+    return SignedParts({run: SliceSums((*shape, N_SUMS), rows, sums[rows])})
 
 
 @dataclass(frozen=True)

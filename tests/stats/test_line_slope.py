@@ -62,3 +62,20 @@ def test_too_few_sequences_or_no_spread_give_no_slope() -> None:
         line_slope(_line(flat, flat + 0.01, np.repeat(np.arange(5), len(seq) // 5 + 1)[: len(seq)]))
         is None
     )
+
+
+def test_the_callers_log_ratio_gives_the_sums_of_the_tokens_own() -> None:
+    """``seq_sums`` with each token's r and K3 handed in (the engine's ``PartKeys.log_ratio``,
+    shared with the other sums of a slice) has every sum of its own computation, to the bit;
+    the vectors handed in are the ones summed."""
+    lr, lt, seq = _run(0.9946, 0.07)
+    zeros = np.zeros(len(seq), np.int64)
+    r = lt - lr
+    with np.errstate(invalid="ignore"):
+        k3 = np.expm1(r) - r
+    own = seq_sums("run", lr, lt, seq, zeros, zeros, zeros, 1).runs["run"]
+    given = seq_sums("run", lr, lt, seq, zeros, zeros, zeros, 1, (r, k3)).runs["run"]
+    for name in own.__dataclass_fields__:
+        assert np.array_equal(getattr(own, name), getattr(given, name), equal_nan=True), name
+    doubled = seq_sums("run", lr, lt, seq, zeros, zeros, zeros, 1, (r, 2 * k3)).runs["run"]
+    assert np.allclose(doubled.k3, 2 * own.k3, equal_nan=True)

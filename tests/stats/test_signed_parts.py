@@ -5,6 +5,8 @@ it by the banned mass), and the rate ratio at the same bins with its clustered i
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,7 @@ from mismatchctl.stats.signed_parts import (
     HASH,
     TURN_POSITION_EDGES,
     SignedParts,
+    SliceSums,
     one_signed,
     rate_ratio,
     signed_parts,
@@ -74,7 +77,7 @@ def test_the_compiled_walk_gives_numpys_sums_bit_for_bit() -> None:
     seq, turn, kv, bins = _columns(rng, 300, 4000)
     r = rng.normal(0, 0.05, len(seq))
     r[::50] = np.nan  # a token without a finite r is left out, and still counts in its turn
-    sums = _sums(r, seq, turn, kv, bins).runs["a"]
+    sums = _sums(r, seq, turn, kv, bins).dense("a")
     assert np.array_equal(sums, _reference(r, seq, turn, kv, bins))
     with pytest.raises(ValueError, match="turn indices must be >= 0"):
         _sums(r, seq, turn.astype(np.int64) - 1, kv, bins)
@@ -86,7 +89,7 @@ def test_each_cell_and_group_holds_its_tokens_sums() -> None:
     r = rng.normal(0, 0.05, len(seq))
     r[::50] = np.nan
     k3 = per_token.k3(r)
-    sums = _sums(r, seq, turn, kv, bins).runs["a"]
+    sums = _sums(r, seq, turn, kv, bins).dense("a")
     assert sums.shape == (GROUPS, *LEVELS, 4)
     ok = np.isfinite(r)
     first = _group(seq[:1])[0]
@@ -119,10 +122,10 @@ def test_parts_merged_equal_one_pass() -> None:
     ]
     merged = SignedParts().merge(halves[1]).merge(halves[0])
     whole = _sums(r, seq, turn, kv, bins)
-    assert np.allclose(merged.runs["a"], whole.runs["a"])
+    assert np.allclose(merged.dense("a"), whole.dense("a"))
     other = signed_parts("b", r, per_token.k3(r), seq, turn, kv, bins, KV_EDGES, LEVELS[3])
     both = merged.merge(other).total()
-    assert both is not None and np.allclose(both, 2 * whole.runs["a"])
+    assert both is not None and np.allclose(both, 2 * whole.dense("a"))
     assert SignedParts().total() is None
 
 
@@ -153,7 +156,7 @@ def _run(rng: np.random.Generator, noise_part: float, banned: bool) -> tuple:
     r[part] = _sampled(rng, int(part.sum()), noise_part, banned)
     bins = np.digitize(np.exp(-np.abs(r)), [0.5, 0.9])  # a stand-in for the probability bins
     zero = np.zeros(len(seq), np.int64)
-    sums = _sums(r, seq, zero, zero, bins).runs["a"]
+    sums = _sums(r, seq, zero, zero, bins).dense("a")
     cells = np.indices(LEVELS)[2] == 0
     return sums, cells
 
@@ -174,7 +177,7 @@ def test_no_bin_with_rest_tokens_measures_nothing() -> None:
     seq = np.repeat(np.arange(4), 10)
     r = rng.normal(0, 0.05, len(seq))
     zero = np.zeros(len(seq), np.int64)
-    sums = _sums(r, seq, zero, zero, seq % 4).runs["a"]
+    sums = _sums(r, seq, zero, zero, seq % 4).dense("a")
     assert one_signed(sums, np.ones(LEVELS, bool)) is None
 
 
@@ -189,7 +192,7 @@ def test_a_rate_ratio_at_the_same_bins_with_a_clustered_interval() -> None:
         bins = rng.integers(0, 3, len(seq))
         r = rng.normal(0, 0.02 * (1 + bins), len(seq)) * np.where(part, np.sqrt(3), 1)
         zero = np.zeros(len(seq), np.int64)
-        sums = _sums(r, seq, zero, zero, bins).runs["a"]
+        sums = _sums(r, seq, zero, zero, bins).dense("a")
         position = np.indices(LEVELS)[2]
         found.append(rate_ratio(sums, position == 0, position >= 1))
     small, large = found
@@ -198,3 +201,53 @@ def test_a_rate_ratio_at_the_same_bins_with_a_clustered_interval() -> None:
     assert large.ci[1] - large.ci[0] < small.ci[1] - small.ci[0]
     assert large.tokens == 400 * 8
     assert sums is not None and rate_ratio(sums, position == 0, position == 3) is None
+
+
+def test_a_slices_sparse_sums_merge_as_the_dense_tables_add() -> None:
+    """A slice's state holds only the rows its tokens reach; merged in any mix with dense
+    tables (a part's, the fold's) it gives the dense tables' ``+`` to the bit, and merging
+    leaves its inputs as they were."""
+    rng = np.random.default_rng(4)
+    seq, turn, kv, bins = _columns(rng, 60, 3000)
+    r = rng.normal(-0.01, 0.05, len(seq))
+    cuts = [0, *np.searchsorted(seq, [15, 30, 45]).tolist(), len(seq)]
+    slices = [
+        _sums(r[a:b], seq[a:b], turn[a:b], kv[a:b], bins[a:b]) for a, b in itertools.pairwise(cuts)
+    ]
+    first = slices[0].runs["a"]
+    assert isinstance(first, SliceSums) and 0 < len(first.rows) < first.dense()[..., 0].size // 10
+    dense = [s.dense("a") for s in slices]
+    want = ((dense[0] + dense[1]) + (dense[2] + dense[3])) + dense[0]
+    before = [s.dense("a").copy() for s in slices]
+    left = slices[0].merge(slices[1])  # sparse + sparse
+    right = SignedParts({"a": dense[2]}).merge(slices[3])  # dense + sparse
+    both = left.merge(right).merge(slices[0])
+    assert np.array_equal(both.dense("a"), want)
+    assert np.array_equal(
+        slices[3].merge(SignedParts({"a": dense[2]})).dense("a"), dense[2] + dense[3]
+    )
+    assert all(np.array_equal(s.dense("a"), b) for s, b in zip(slices, before, strict=True))
+
+
+def test_a_running_total_takes_the_slices_in_place_unless_read_only() -> None:
+    """``merge_into`` (the engine's fold) adds into the total's own table, with ``merge``'s
+    values; a read-only table (a state from Ray's object store) is copied, not written."""
+    rng = np.random.default_rng(5)
+    seq, turn, kv, bins = _columns(rng, 30, 1500)
+    r = rng.normal(-0.01, 0.05, len(seq))
+    cut = int(np.searchsorted(seq, 15))
+    a, b = (
+        _sums(r[:cut], seq[:cut], turn[:cut], kv[:cut], bins[:cut]),
+        _sums(r[cut:], seq[cut:], turn[cut:], kv[cut:], bins[cut:]),
+    )
+    want = a.merge(b).merge(b).dense("a")
+    total = a.merge_into(b)  # a slice's sums: a new table
+    table = total.runs["a"]
+    assert isinstance(table, np.ndarray)
+    again = total.merge_into(b)
+    assert again.runs["a"] is table and np.array_equal(table, want)
+    frozen = a.merge(b).dense("a")
+    frozen.flags.writeable = False
+    kept = frozen.copy()
+    out = SignedParts({"a": frozen}).merge_into(b)
+    assert np.array_equal(frozen, kept) and np.array_equal(out.dense("a"), want)

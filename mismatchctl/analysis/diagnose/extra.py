@@ -69,7 +69,10 @@ class DiagnoseState:
     sequences: SeqSums = field(default_factory=SeqSums)  # stats.seq_sums: length, batch shape
     signed: SignedParts = field(default_factory=SignedParts)  # stats.signed_parts
 
-    def merge(self, other: DiagnoseState) -> DiagnoseState:
+    def merge(self, other: DiagnoseState, *, in_place: bool = False) -> DiagnoseState:
+        """The two states' sums; ``in_place``: this state is an engine's running total, whose
+        signed tables ``other``'s are added into (``SignedParts.merge_into``)."""
+        signed = self.signed.merge_into if in_place else self.signed.merge
         return DiagnoseState(
             merge_pairs(self.lags, other.lags),
             self.offset + other.offset,
@@ -81,7 +84,7 @@ class DiagnoseState:
             self.hot_sequences.merge(other.hot_sequences),
             self.token_shift.merge(other.token_shift),
             self.sequences.merge(other.sequences),
-            self.signed.merge(other.signed),
+            signed(other.signed),
         )
 
 
@@ -98,7 +101,7 @@ class DiagnoseExtra:
         lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
         seq, turn, step = keys.column(S.SEQ), keys.column(S.TURN), keys.column(S.STEP)
         pairs = lag_pairs(lr, lt, seq, turn)
-        _, k3 = keys.log_ratio()  # once for every sum of K3 below (numpy's, as each had)
+        r, k3 = keys.log_ratio()  # once for every sum of K3 below (numpy's, as each had)
         bins = self._bins(keys)
         return DiagnoseState(
             lag_states(pairs),
@@ -112,10 +115,10 @@ class DiagnoseExtra:
                 lr, lt, seq, turn, step, *bins, keys.run, k3=k3, gpu_codes=_gpus(table, keys)
             ),
             token_shift_state(_token_ids(table, keys), lr, lt, seq, *bins, k3=k3),
-            seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *bins),
+            seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *bins, (r, k3)),
             signed_parts(
                 keys.run,
-                lt - lr,
+                r,
                 k3,
                 seq,
                 keys.column(S.TURN),
@@ -127,7 +130,9 @@ class DiagnoseExtra:
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:
-        return a.merge(b)
+        """``a``: the engine's running total (a part's slices, the fold's parts), added into
+        where it can be, as the cubes' fold does."""
+        return a.merge(b, in_place=True)
 
     @staticmethod
     def _bins(keys: PartKeys) -> tuple[np.ndarray, int]:
