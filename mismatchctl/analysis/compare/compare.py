@@ -263,7 +263,7 @@ def _read_sides(
         sums.append(states[0])
         if i == 1 and sums[0].same(sums[1]):
             return  # the same logprobs: drawn only if their routes differ (below)
-        # side B's: the parts are all read, so its next chunk is drawn on a free core
+        # side B's with each next chunk drawn ahead: the parts are all read, a core is free
         started.append(pool.submit(draws, states[0], resamples, (rng_a, rng_b)[i], i == 1))
 
     ra, rb = read(list(sides), on_read=side_read)
