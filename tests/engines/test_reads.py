@@ -93,3 +93,33 @@ def test_reports_of_two_selections_equal_their_own_reports(two_runs: Path) -> No
         alone = report_on(sel, by_gpu=True, by=[(K.TURN_KIND, K.BIN)], extras=[SequenceSums()])
         assert rep.to_dict() == alone.to_dict()
         assert rep.extra_states[0].same(alone.extra_states[0])
+
+
+def test_each_report_is_made_whole_before_the_next_selection_is_folded(
+    two_runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Side A's report is finished (rolled up, its sequence rows read) as soon as its parts are
+    folded, while the workers read side B's: only the last side's finishing is left after the
+    read."""
+    from mismatchctl.analysis.report import report as report_module
+
+    opened = mismatchctl.open_store(two_runs)
+    sides = [select(opened, ["a"]), select(opened, ["b"])]
+    events: list[tuple[str, Any]] = []
+    finish = report_module._finish
+
+    def recorded(plan: Any, *folded: Any) -> Any:
+        events.append(("finish", plan.selection.names))
+        return finish(plan, *folded)
+
+    monkeypatch.setattr(report_module, "_finish", recorded)
+    both = reports_on(
+        sides, by_gpu=True, on_part=lambda rows: events.append(("part", rows)),
+        on_read=lambda i, _: events.append(("read", i)),
+    )  # fmt: skip
+    n_a, n_b = (len(s.tasks) for s in sides)
+    assert [e[0] for e in events] == (
+        ["part"] * n_a + ["read", "finish"] + ["part"] * n_b + ["read", "finish"]
+    )
+    assert [e[1] for e in events if e[0] == "finish"] == [["a"], ["b"]]
+    assert [r.selection.names for r in both] == [["a"], ["b"]]

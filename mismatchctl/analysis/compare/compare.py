@@ -35,6 +35,7 @@ from mismatchctl.stats.bootstrap import (
     DEFAULT_SEED,
     Draws,
     Interval,
+    SeqStats,
     draws,
     side_generators,
 )
@@ -218,22 +219,25 @@ def build_comparison(
         )
         if same:  # the same parts and filter: one side read, for the numbers both hold
             return Identical(*sides, read([sides[0]])[0], SAME_PARTS)
-        ra, rb, intervals, same_logprobs = _read_sides(sides, read, resamples, seed)
-        if intervals is None:
-            return Identical(*sides, ra, SAME_SEQUENCES)
-        pairing = (
-            not_paired(unpaired)
-            if unpaired
-            else pair_sides(
-                Side.of(sides[0], ra.extra_states[1]),
-                Side.of(sides[1], rb.extra_states[1]),
-                resamples,
-                seed,
+        # the bootstrap's thread: each side's draws run while the engine reads on
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            ra, rb, intervals, same_logprobs = _read_sides(sides, read, resamples, seed, pool)
+            if intervals is None:
+                return Identical(*sides, ra, SAME_SEQUENCES)
+            # built while side B's draws finish: only the headline waits for its intervals
+            pairing = (
+                not_paired(unpaired)
+                if unpaired
+                else pair_sides(
+                    Side.of(sides[0], ra.extra_states[1]),
+                    Side.of(sides[1], rb.extra_states[1]),
+                    resamples,
+                    seed,
+                )
             )
-        )
-        splits = {split: keyed_rows(ra, rb, split) for split in extra}
-        # same_logprobs: and their routes differ
-        return _comparison(sides, ra, rb, intervals, splits, pairing, same_logprobs)
+            splits = {split: keyed_rows(ra, rb, split) for split in extra}
+            # same_logprobs: and their routes differ
+            return _comparison(sides, ra, rb, intervals, splits, pairing, same_logprobs)
 
     return reread(build)
 
@@ -243,39 +247,50 @@ def _read_sides(
     read: Callable[..., list[Report]],
     resamples: int,
     seed: int,
-) -> tuple[Report, Report, dict[str, Interval] | None, bool]:
+    pool: ThreadPoolExecutor,
+) -> tuple[Report, Report, Callable[[], dict[str, Interval]] | None, bool]:
     """Both sides read in one pass of the engine (``reports_on``), the bootstrap intervals of
-    their difference (None when they turn out to hold the same data: ``same.py``), and
-    whether they hold the same sequences' logprobs (compared once: a sort of both sides)."""
+    their difference (a call that waits for them; None when the sides turn out to hold the
+    same data: ``same.py``), and whether they hold the same sequences' logprobs (compared
+    once: a sort of both sides). Each side's draws run on ``pool`` from when its parts are
+    read: side A's while side B is read, side B's while side B's report is made whole and
+    the comparison's tables are built."""
     rng_a, rng_b = side_generators(seed)
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        started: list[Future[Draws]] = []
+    sums: list[SeqStats] = []
+    started: list[Future[Draws]] = []
 
-        def side_read(i: int, states: list[Any]) -> None:
-            if i == 0:  # side A's bootstrap runs while side B is read
-                started.append(pool.submit(draws, states[0], resamples, rng_a))
+    def side_read(i: int, states: list[Any]) -> None:
+        sums.append(states[0])
+        if i == 1 and sums[0].same(sums[1]):
+            return  # the same logprobs: drawn only if their routes differ (below)
+        # side B's with each next chunk drawn ahead: the parts are all read, a core is free
+        started.append(pool.submit(draws, states[0], resamples, (rng_a, rng_b)[i], i == 1))
 
-        ra, rb = read(list(sides), on_read=side_read)
-        draws_a = started[0]
-        same_logprobs = ra.extra_states[0].same(rb.extra_states[0])
-        if same_logprobs and same_routing(ra, rb):
-            draws_a.cancel()
-            return ra, rb, None, True
-        # the parts are all read: the next chunk is drawn on a free core while one is summed
-        draws_b = draws(rb.extra_states[0], resamples, rng_b, ahead=True)
-        intervals = bootstrap_intervals(draws_a.result(), draws_b)
-    return ra, rb, intervals, same_logprobs
+    ra, rb = read(list(sides), on_read=side_read)
+    same_logprobs = len(started) == 1
+    if same_logprobs and same_routing(ra, rb):
+        started[0].cancel()
+        return ra, rb, None, True
+    if same_logprobs:  # the same logprobs, other routes
+        started.append(pool.submit(draws, sums[1], resamples, rng_b, True))
+    return (
+        ra,
+        rb,
+        lambda: bootstrap_intervals(started[0].result(), started[1].result()),
+        same_logprobs,
+    )
 
 
 def _comparison(
     sides: tuple[Selection, Selection],
     ra: Report,
     rb: Report,
-    intervals: dict[str, Interval],
+    intervals: Callable[[], dict[str, Interval]],
     splits: dict[K.Split, list[KeyedRow]],
     pairing: Pairing,
     same_logprobs: bool,
 ) -> Comparison:
+    """The comparison's tables, the headline last: it waits for the bootstrap's intervals."""
     steps, notes = _steps(ra, rb)
     for sel, rep in zip(sides, (ra, rb), strict=True):
         if len(rep.curves) > 1:
@@ -283,21 +298,24 @@ def _comparison(
                 f"training curves: `{sel.label}` holds {len(rep.curves)} runs; its curves are "
                 f"compared on its first run, {next(iter(rep.curves))}"
             )
+    tables = {
+        "bins": _bins(ra, rb),
+        "turn_kinds": _keyed(ra, rb, K.TURN_KIND),
+        "gpus": _keyed(ra, rb, K.GPU),
+        "steps": steps,
+        "gap": gap_decomposition(ra, rb),
+        "curves": compare_curves(ra, rb, sides[0].label, sides[1].label),
+    }
     return Comparison(
         ra,
         rb,
         config_diff(sides[0], sides[1]),
-        _headline(ra, rb, intervals),
-        _bins(ra, rb),
-        _keyed(ra, rb, K.TURN_KIND),
-        _keyed(ra, rb, K.GPU),
-        steps,
-        gap_decomposition(ra, rb),
-        notes,
-        splits,
-        compare_curves(ra, rb, sides[0].label, sides[1].label),
-        pairing,
-        same_logprobs,
+        _headline(ra, rb, intervals()),
+        notes=notes,
+        splits=splits,
+        pairing=pairing,
+        same_logprobs=same_logprobs,
+        **tables,
     )
 
 

@@ -321,22 +321,23 @@ def reports_on(
     from one selection's last parts to the next one's first without waiting); ``on_read(i,
     extra_states)`` is called as soon as selection ``i`` is read, while the next ones are
     (``extra_states`` begins with ``extras``' own). Each selection has its own extras
-    (``extras`` are shared objects: they hold no state of their own)."""
+    (``extras`` are shared objects: they hold no state of their own). Each report is made
+    whole as soon as its selection is read, while the workers read the next one's parts."""
     edges = parse_edges(bins)
     plans = [
         _plan(sel, edges, by, by_gpu, extras, figures, binning, routing_layers)
         for sel in selections
     ]
+    finished: dict[int, Report] = {}
 
     def read_done(i: int, folded: tuple[list[Any], list[Any]]) -> None:
-        if on_read is not None:
+        if on_read is not None:  # first: what it starts runs beside the finishing below
             on_read(i, folded[1])
+        finished[i] = plans[i].finish(folded)
 
     try:
-        folded = engine.reads_runner()(
-            [p.read for p in plans], workers, on_part, read_done if on_read else None
-        )
-        reports = [p.finish(f) for p, f in zip(plans, folded, strict=True)]
+        engine.reads_runner()([p.read for p in plans], workers, on_part, read_done)
+        reports = [finished[i] for i in range(len(plans))]
     except (StoreError, OSError, pa.ArrowException):
         for sel in selections:
             removed = removed_while_reading(sel)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -267,3 +268,32 @@ def test_headline_numbers_are_written_as_report_writes_them(pair: dict, monkeypa
     fact = next(x.split() for x in report.splitlines() if x.startswith("prob_pearson "))
     assert fact == ["prob_pearson", number(pair["a"]["prob_pearson"], 6)]
     assert _cells(text, "tokens")[1] == f"{pair['a']['tokens']:,}"
+
+
+def test_side_b_is_drawn_while_its_report_is_made_whole(pair: dict, store: Path, monkeypatch):
+    """Side B's bootstrap starts as soon as its parts are read, on the bootstrap's thread,
+    while the main thread makes side B's report whole: the finishing of side B waits here
+    until side B's draws have begun (it would wait in vain if they began only after it)."""
+    from mismatchctl.analysis.compare import compare as compare_module
+    from mismatchctl.analysis.report import report as report_module
+
+    drawing_b, waited = threading.Event(), []
+    draws, finish = compare_module.draws, report_module._finish
+
+    def marked(sums, resamples, rng, ahead=False):
+        if ahead:  # side B's (side A's are drawn while side B is read)
+            drawing_b.set()
+        return draws(sums, resamples, rng, ahead)
+
+    def finishing(plan, *folded):
+        if plan.selection.names == ["b"]:
+            waited.append(drawing_b.wait(timeout=30))
+        return finish(plan, *folded)
+
+    monkeypatch.setattr(compare_module, "draws", marked)
+    monkeypatch.setattr(report_module, "_finish", finishing)
+    result = mismatchctl.compare("a", "b", store=store, resamples=200, seed=7)
+    assert waited == [True]
+    monkeypatch.undo()
+    alone = mismatchctl.compare("a", "b", store=store, resamples=200, seed=7)
+    assert result.to_dict() == alone.to_dict()
