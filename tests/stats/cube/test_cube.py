@@ -201,6 +201,17 @@ def test_tokens_checked_once_add_what_each_cubes_own_checks_add() -> None:
         Cube(spec).add_checked(tokens, codes, seqc[1:], bit=1)
 
 
+@pytest.mark.parametrize("dtype", [np.int16, np.int32])
+def test_column_ranges_are_numpys_minimum_and_maximum(dtype: type) -> None:
+    """The compiled per-column pass gives numpy's axis-0 minimum and maximum, one row too."""
+    from mismatchctl.stats.cube import kernels as cube_kernels
+
+    codes = np.random.default_rng(23).integers(-300, 900, (5000, 3)).astype(dtype)
+    for rows in (codes, codes[:1], np.ascontiguousarray(codes[::-1])):
+        lo, hi = cube_kernels.column_ranges(rows)
+        assert np.array_equal(lo, rows.min(axis=0)) and np.array_equal(hi, rows.max(axis=0))
+
+
 def test_k3_is_not_clamped() -> None:
     """A huge log ratio overflows to inf (reported as such), a tiny one keeps its precision."""
     spec = CubeSpec((), (Dim("s", 1),))
