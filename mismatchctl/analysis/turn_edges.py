@@ -25,7 +25,13 @@ import pyarrow as pa
 from mismatchctl import schema as S
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import PartKeys, turn_positions
-from mismatchctl.stats.cube.cube import Cube
+from mismatchctl.stats.cube.cube import (
+    CheckedCodes,
+    CheckedTokens,
+    Cube,
+    check_codes,
+    check_tokens,
+)
 from mismatchctl.stats.cube.spec import CubeSpec, Dim
 
 START = "turn_start"  # the token's distance from its turn's first model token, in classes
@@ -153,30 +159,25 @@ class EdgeExtra:
             EDGE_TOKENS, self.nbins, row, codes, ends_codes, keep, hist,
         )  # fmt: skip
         sequences = int(row[-1]) + 1 if n else 0
+        # the cubes' input checks once for the three (they read the same tokens and rows)
+        tokens = check_tokens(lr, lt, row, sequences, keep, EK.FIRST | EK.LATER | EK.FINITE)
+        starts, finals = check_codes(self.spec, codes), check_codes(self.final, ends_codes)
         k3 = keys.cube_k3()  # once for the three cubes (and the run's cube of the same read)
         cubes = (
-            self._cube(lr, lt, k3, row, sequences, codes, keep, EK.FIRST, self.spec),
-            self._cube(lr, lt, k3, row, sequences, codes, keep, EK.LATER, self.spec),
+            self._cube(tokens, starts, k3, EK.FIRST, self.spec),
+            self._cube(tokens, starts, k3, EK.LATER, self.spec),
         )
-        ends = self._cube(lr, lt, k3, row, sequences, ends_codes, keep, EK.FINITE, self.final)
+        ends = self._cube(tokens, finals, k3, EK.FINITE, self.final)
         hist = hist.reshape(2, 2, self.nbins, len(R_EDGES))
         return EdgeState(cubes, hist, {keys.run: ends})
 
     @staticmethod
     def _cube(
-        lr: np.ndarray,
-        lt: np.ndarray,
-        k3: np.ndarray,
-        row: np.ndarray,
-        sequences: int,
-        codes: np.ndarray,
-        keep: np.ndarray,
-        bit: int,
-        spec: CubeSpec,
+        tokens: CheckedTokens, codes: CheckedCodes, k3: np.ndarray, bit: int, spec: CubeSpec
     ) -> Cube:
         cube = Cube(spec)
-        none = np.zeros((sequences, 0), dtype=np.int32)
-        cube.add(lr, lt, row, codes, none, keep=keep, bit=bit, k3=k3)
+        none = np.zeros((tokens.sequences, 0), dtype=np.int32)
+        cube.add_checked(tokens, codes, none, bit=bit, k3=k3)
         return cube
 
     def merge(self, a: EdgeState, b: EdgeState) -> EdgeState:

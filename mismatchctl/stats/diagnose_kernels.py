@@ -220,16 +220,21 @@ def signed_cell_sums(
     hash_mul: np.uint64,
     group_shift: np.uint64,
     sums: np.ndarray,
-) -> None:
+    reached: np.ndarray,
+) -> int:
     """``stats/signed_parts``' sums (``sums``: groups x cells rows, 4 columns, zeroed): per
     token its group (the top bits of ``seq * hash_mul``), its turn (capped at ``levels[0] -
     1``), the bins of its KV position and of its index in its turn run (the edges after the
     first that are <= it), its probability bin; then tokens, tokens with ``r < 0``, ``q`` and
     ``k3`` added to that row in token order. A token whose ``r`` or ``k3`` is not finite adds
-    nothing but still counts in its turn run's positions."""
+    nothing but still counts in its turn run's positions. Each row is listed in ``reached``
+    (room for one entry per token or per row, whichever is fewer) the first time a token
+    reaches it; returns how many are listed (in the order reached). Its token count is the
+    flag: 0 until then (a pass over the table to find them cost ~1.5 ms a slice, measured)."""
     n = r.shape[0]
     n_turns, n_kv, n_pos, n_bins = levels[0], levels[1], levels[2], levels[3]
     at = 0
+    m = 0
     for i in range(n):
         if i > 0 and seq[i] == seq[i - 1] and turn[i] == turn[i - 1]:
             at += 1
@@ -247,7 +252,11 @@ def signed_cell_sums(
             pb += 1
         row = ((group * n_turns + t) * n_kv + kb) * n_pos + pb
         row = row * n_bins + bins[i]
+        if sums[row, 0] == 0.0:
+            reached[m] = row
+            m += 1
         sums[row, 0] += 1.0
         sums[row, 1] += 1.0 if r[i] < 0 else 0.0
         sums[row, 2] += q[i]
         sums[row, 3] += k3[i]
+    return m

@@ -151,9 +151,10 @@ def signed_parts(
     levels = (len(TURN_INDEX_LABELS), len(kv_edges), len(TURN_POSITION_EDGES), n_bins)
     shape = (GROUPS, *levels)
     sums = np.zeros((math.prod(shape), N_SUMS))
+    reached = np.empty(min(len(r), len(sums)), np.int64)
     q = np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP)
     np.expm1(q, out=q)  # in place: a part's temporaries set diagnose's peak memory
-    signed_cell_sums(
+    m = signed_cell_sums(
         np.asarray(seq, np.int64),
         turn,
         np.asarray(kv, np.int64),
@@ -167,8 +168,9 @@ def signed_parts(
         np.uint64(HASH),
         np.uint64(64 - GROUP_BITS),
         sums,
+        reached,
     )
-    rows = np.nonzero(sums[:, 0])[0]  # a reached row has counted a token (no strided copy)
+    rows = np.sort(reached[:m])  # listed as the walk reached them: no pass over the table
     return SignedParts({run: SliceSums((*shape, N_SUMS), rows, sums[rows])})
 
 

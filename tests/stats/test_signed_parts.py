@@ -83,6 +83,22 @@ def test_the_compiled_walk_gives_numpys_sums_bit_for_bit() -> None:
         _sums(r, seq, turn.astype(np.int64) - 1, kv, bins)
 
 
+def test_a_slice_lists_the_rows_its_finite_tokens_reach_ascending() -> None:
+    """The walk lists each row as it first reaches it: the rows whose token count is not 0,
+    ascending, once each; a row only a non-finite token falls in is not reached."""
+    rng = np.random.default_rng(11)
+    seq, turn, kv, bins = _columns(rng, 40, 600)
+    r = rng.normal(0, 0.05, len(seq))
+    r[-30:] = np.nan  # the last sequences' cells: no finite token
+    part = _sums(r, seq, turn, kv, bins).runs["a"]
+    assert isinstance(part, SliceSums)
+    counts = _reference(r, seq, turn, kv, bins)[..., 0].reshape(-1)
+    assert np.array_equal(part.rows, np.flatnonzero(counts))
+    assert np.array_equal(part.sums[:, 0], counts[part.rows])
+    empty = _sums(r[:0], seq[:0], turn[:0], kv[:0], bins[:0]).runs["a"]
+    assert isinstance(empty, SliceSums) and len(empty.rows) == 0
+
+
 def test_each_cell_and_group_holds_its_tokens_sums() -> None:
     rng = np.random.default_rng(1)
     seq, turn, kv, bins = _columns(rng, 300, 3000)

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
 
 from mismatchctl.stats.cube.cells import SequenceCells
-from mismatchctl.stats.cube.spec import CubeSpec, Table
+from mismatchctl.stats.cube.spec import CubeSpec, Dim, Table
 
 MAX_COMBOS = 1 << 24  # token-code combinations a sequence buffer may address (128 MB of buffer)
 
@@ -116,6 +117,49 @@ class Cube:
             self.spec, dense, lr, lt, seq, token_codes, seq_codes, seq_keys, keep, bit, k3
         )
 
+    def add_checked(
+        self,
+        tokens: CheckedTokens,
+        codes: CheckedCodes,
+        seq_codes: np.ndarray,
+        bit: int = 1,
+        k3: np.ndarray | None = None,
+    ) -> None:
+        """:meth:`add` of tokens and codes checked once for several cubes of one slice
+        (:func:`check_tokens`, :func:`check_codes`): the same sums, without a check pass over
+        the tokens per cube. ``bit`` must be among the bits the tokens were checked for."""
+        from mismatchctl.stats.cube import kernels as cube_kernels  # numba: compiled on first use
+
+        if codes.dims != self.spec.token_dims or len(codes.codes) != len(tokens.lr):
+            raise ValueError(
+                f"token codes checked for dimensions {[d.name for d in codes.dims]} and "
+                f"{len(codes.codes)} tokens; this cube's are "
+                f"{[d.name for d in self.spec.token_dims]} and {len(tokens.lr)} tokens"
+            )
+        if tokens.masked and bit & ~tokens.bits:
+            raise ValueError(f"bit {bit} is not among the bits checked ({tokens.bits})")
+        seqc = _codes(seq_codes, "seq_codes", len(self.spec.seq_dims))
+        if len(seqc) != tokens.sequences:
+            raise ValueError(
+                f"seq_codes must have the {tokens.sequences} rows the tokens were checked "
+                f"against (found {len(seqc)})"
+            )
+        _check_range(seqc, self.spec.seq_dims, "seq_codes")
+        given = _k3(k3, tokens.lr)
+
+        def dense(*args: object) -> None:
+            counts = np.zeros(1, np.int64)
+            lr, lt, starts, rows, order, *rest = args
+            cube_kernels.cube_accumulate(
+                self.state, lr, lt, starts, rows, order, 0, *rest, _NO_SLOTS, _NO_CELLS, counts
+            )
+
+        if len(tokens.lr):
+            _accumulate(
+                self.spec, dense, tokens.lr, tokens.lt, codes.codes, seqc, tokens.keep, bit,
+                given, tokens.starts, tokens.rows, None,
+            )  # fmt: skip
+
     def merge(self, other: Cube) -> Cube:
         """A new cube holding both (same spec)."""
         if other.spec != self.spec:
@@ -171,6 +215,7 @@ _NO_SLOTS = np.zeros(0, np.int32)  # a dense state: every cell is its own row
 _NO_CELLS = np.zeros(0, np.int64)
 _NO_KEEP = np.zeros(0, np.uint8)  # no mask: every token
 _NO_K3 = np.zeros(0, np.float64)  # the kernel computes each token's K3
+_NO_DIMS = CubeSpec((), ())  # the token checks without codes (check_tokens)
 
 
 def add_tokens(
@@ -190,9 +235,7 @@ def add_tokens(
     ``cube_kernels.cube_accumulate`` after the state, up to the sequences' cells): the checks,
     the sequences' runs, and the sequences' cells when ``seq_keys`` is given."""
     mask = _NO_KEEP if keep is None else np.ascontiguousarray(keep, dtype=np.uint8)
-    given = _NO_K3 if k3 is None else np.ascontiguousarray(k3, dtype=np.float64)
-    if len(given) and given.shape != np.shape(lr):
-        raise ValueError(f"k3 must have one entry per token (found {given.shape})")
+    given = _k3(k3, lr)
     lr, lt, seq, tok, seqc = _checked(spec, lr, lt, seq, token_codes, seq_codes, mask, bit)
     if seq_keys is not None and np.shape(seq_keys) != (len(seqc),):
         raise ValueError(
@@ -202,6 +245,35 @@ def add_tokens(
     if len(lr) == 0:
         return None if seq_keys is None else _no_cells(seqc)
     starts, rows = sequence_runs(seq)
+    return _accumulate(
+        spec, accumulate, lr, lt, tok, seqc, mask, bit, given, starts, rows, seq_keys
+    )
+
+
+def _k3(k3: np.ndarray | None, lr: np.ndarray) -> np.ndarray:
+    """The caller's K3 per token as the kernels take it (empty: they compute it)."""
+    given = _NO_K3 if k3 is None else np.ascontiguousarray(k3, dtype=np.float64)
+    if len(given) and given.shape != np.shape(lr):
+        raise ValueError(f"k3 must have one entry per token (found {given.shape})")
+    return given
+
+
+def _accumulate(
+    spec: CubeSpec,
+    accumulate: Callable[..., None],
+    lr: np.ndarray,
+    lt: np.ndarray,
+    tok: np.ndarray,
+    seqc: np.ndarray,
+    mask: np.ndarray,
+    bit: int,
+    given: np.ndarray,
+    starts: np.ndarray,
+    rows: np.ndarray,
+    seq_keys: np.ndarray | None,
+) -> SequenceCells | None:
+    """The checked tokens (at least one) of sequences ``rows`` starting at ``starts`` into the
+    state behind ``accumulate``; the sequences' cells when ``seq_keys`` is given."""
     layout = kernel_layout(spec)
     longest = int(np.diff(starts).max())
     keep = seq_keys is not None
@@ -225,6 +297,64 @@ def add_tokens(
         np.asarray(seq_keys, np.uint64)[rows], seqc[rows].astype(np.int32), ptr,
         combo[at], ntok[at], cell_k3[at],
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CheckedTokens:
+    """One slice's tokens checked once for the cubes that read it (:meth:`Cube.add_checked`):
+    both logprobs finite at every token (every one whose ``keep`` has one of ``bits``, when
+    ``masked``), ``seq`` indexing ``sequences`` rows, each sequence's tokens contiguous (their
+    runs: ``starts``, ``rows``, as :func:`sequence_runs` gives them)."""
+
+    lr: np.ndarray
+    lt: np.ndarray
+    keep: np.ndarray
+    bits: int
+    sequences: int
+    starts: np.ndarray
+    rows: np.ndarray
+
+    @property
+    def masked(self) -> bool:
+        return len(self.keep) > 0
+
+
+@dataclass(frozen=True)
+class CheckedCodes:
+    """Token codes checked once against cube dimensions ``dims``, for the cubes of those
+    token dimensions that read one slice."""
+
+    dims: tuple[Dim, ...]
+    codes: np.ndarray
+
+
+def check_tokens(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    sequences: int,
+    keep: np.ndarray | None = None,
+    bits: int = 0xFF,
+) -> CheckedTokens:
+    """:meth:`Cube.add`'s checks of the logprobs, ``seq`` and ``keep``, in one pass for every
+    cube of a slice (its cubes' ``bit`` among ``bits``); the same errors."""
+    mask = _NO_KEEP if keep is None else np.ascontiguousarray(keep, dtype=np.uint8)
+    no_codes = np.zeros((len(seq), 0), np.int32)
+    lr, lt, seq, _, _ = _checked(
+        _NO_DIMS, lr, lt, seq, no_codes, np.zeros((sequences, 0), np.int32), mask, bits
+    )
+    if not len(lr):
+        empty = np.zeros(0, np.int64)
+        return CheckedTokens(lr, lt, mask, bits, sequences, np.zeros(1, np.int64), empty)
+    return CheckedTokens(lr, lt, mask, bits, sequences, *sequence_runs(seq))
+
+
+def check_codes(spec: CubeSpec, token_codes: np.ndarray) -> CheckedCodes:
+    """:meth:`Cube.add`'s checks of ``token_codes`` against ``spec``'s token dimensions, once
+    for the cubes of that spec that read one slice; the same errors."""
+    codes = _codes(token_codes, "token_codes", len(spec.token_dims))
+    _check_range(codes, spec.token_dims, "token_codes")
+    return CheckedCodes(spec.token_dims, codes)
 
 
 def merge_all(cubes: Iterable[Cube], spec: CubeSpec) -> Cube:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mismatchctl.stats.cube.cube import Cube, Field, merge_all
+from mismatchctl.stats.cube.cube import Cube, Field, check_codes, check_tokens, merge_all
 from mismatchctl.stats.cube.spec import CubeSpec, Dim, codes_label
 from tests.helpers import examples
 from tests.stats.cube.cube_reference import random_tokens, reference_state, small_spec
@@ -166,6 +166,50 @@ def test_a_given_k3_adds_what_the_loop_computes() -> None:
     assert np.array_equal(given.state, Cube.from_tokens(spec, lr, lt, seq, tok, seqc).state)
     with pytest.raises(ValueError, match="k3 must have one entry per token"):
         Cube(spec).add(lr, lt, seq, tok, seqc, k3=k3[1:])
+
+
+def test_tokens_checked_once_add_what_each_cubes_own_checks_add() -> None:
+    """``add_checked``: tokens checked once (``check_tokens``) and codes once per spec
+    (``check_codes``) give each masked cube the state ``add`` gives, bit for bit; the checks
+    refuse what ``add`` refuses, and a cube of other codes, rows or an unchecked bit."""
+    spec = small_spec(3)
+    lr, lt, seq, tok, seqc = random_tokens(spec, np.random.default_rng(21), 40)
+    keep = np.random.default_rng(22).choice(np.array([0, 1, 2, 3], np.uint8), len(lr))
+    lt = np.where(keep == 0, np.nan, lt)  # a token no cube keeps need not be finite
+    tokens, codes = check_tokens(lr, lt, seq, len(seqc), keep, 3), check_codes(spec, tok)
+    for bit in (1, 2):
+        want, got = Cube(spec), Cube(spec)
+        want.add(lr, lt, seq, tok, seqc, keep=keep, bit=bit)
+        got.add_checked(tokens, codes, seqc, bit=bit)
+        assert np.array_equal(got.state, want.state) and got.tokens > 0
+    with pytest.raises(ValueError, match="finite"):
+        check_tokens(lr, lt, seq, len(seqc))  # no mask: every token
+    with pytest.raises(ValueError, match="seq must index the rows"):
+        check_tokens(lr, lt, seq, len(seqc) - 1, keep, 3)
+    with pytest.raises(ValueError, match="contiguous"):
+        moved = [np.roll(a, -1) for a in (lr, lt, seq, keep)]  # a first token moved to the end
+        check_tokens(*moved[:3], len(seqc), moved[3], 3)
+    bad = tok.copy()
+    bad[5, 0] = spec.token_dims[0].size
+    with pytest.raises(ValueError, match="token_codes: codes of dimension"):
+        check_codes(spec, bad)
+    with pytest.raises(ValueError, match="not among the bits checked"):
+        Cube(spec).add_checked(tokens, codes, seqc, bit=4)
+    with pytest.raises(ValueError, match="token codes checked for dimensions"):
+        Cube(CubeSpec(spec.token_dims[:1], ())).add_checked(tokens, codes, seqc[:, :0], bit=1)
+    with pytest.raises(ValueError, match="seq_codes must have the"):
+        Cube(spec).add_checked(tokens, codes, seqc[1:], bit=1)
+
+
+@pytest.mark.parametrize("dtype", [np.int16, np.int32])
+def test_column_ranges_are_numpys_minimum_and_maximum(dtype: type) -> None:
+    """The compiled per-column pass gives numpy's axis-0 minimum and maximum, one row too."""
+    from mismatchctl.stats.cube import kernels as cube_kernels
+
+    codes = np.random.default_rng(23).integers(-300, 900, (5000, 3)).astype(dtype)
+    for rows in (codes, codes[:1], np.ascontiguousarray(codes[::-1])):
+        lo, hi = cube_kernels.column_ranges(rows)
+        assert np.array_equal(lo, rows.min(axis=0)) and np.array_equal(hi, rows.max(axis=0))
 
 
 def test_k3_is_not_clamped() -> None:
