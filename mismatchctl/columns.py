@@ -104,6 +104,8 @@ def arrow_as(values: Any, kind: pa.DataType, missing: np.ndarray | None = None) 
     valid = None if missing is None else ~np.asarray(missing, dtype=bool)
     values = np.asarray(values)
     _refuse_what_does_not_fit(values, dtype, kind, valid)
+    if valid is not None and values.dtype.kind == "f" and dtype.kind in "iu":
+        values = np.where(valid, values, 0)  # a null slot's NaN is not cast
     return arrow_of(values.astype(dtype, copy=False), valid)
 
 
