@@ -281,28 +281,23 @@ class Transaction:
         self.store, self.staging = store, staging
 
     def known_fingerprint(self, run: str, fingerprint: str) -> SourceRecord | None:
-        if not self.store.exists():
-            return None
-        con = self.store._connect()
-        try:
-            row = con.execute(
-                "SELECT * FROM sources WHERE run = ? AND fingerprint = ?", (run, fingerprint)
-            ).fetchone()
-            return catalog.source_from_row(row) if row else None
-        finally:
-            con.close()
+        row = self._source_row("*", "fingerprint", run, fingerprint)
+        return catalog.source_from_row(row) if row else None
 
     def has_size(self, run: str, size: int) -> bool:
         """Whether a source of ``run`` has ``size`` bytes (one of another size cannot have the
         same content)."""
+        return self._source_row("1", "size", run, size) is not None
+
+    def _source_row(self, what: str, field: str, run: str, value: object) -> sqlite3.Row | None:
+        """The first source row of ``run`` whose ``field`` is ``value`` (``what`` of it), or None
+        (also when the store is not made yet)."""
         if not self.store.exists():
-            return False
+            return None
         con = self.store._connect()
         try:
-            row = con.execute(
-                "SELECT 1 FROM sources WHERE run = ? AND size = ? LIMIT 1", (run, size)
-            ).fetchone()
-            return row is not None
+            sql = f"SELECT {what} FROM sources WHERE run = ? AND {field} = ? LIMIT 1"
+            return con.execute(sql, (run, value)).fetchone()
         finally:
             con.close()
 
