@@ -7,8 +7,9 @@ from mismatchctl.analysis.diagnose.advice import POLICY_SIGNS_ADVICE, STALE_ADVI
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import steps_share
 from mismatchctl.analysis.diagnose.causes.semantics import ids_explain
+from mismatchctl.analysis.diagnose.causes.sequences import in_requests
 from mismatchctl.analysis.diagnose.check import FAIL, WARN, evidence_of, fired
-from mismatchctl.analysis.diagnose.checks import baseline, policy_signs, staleness
+from mismatchctl.analysis.diagnose.checks import baseline, hot_sequences, policy_signs, staleness
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.stats.hot_sequences import TAIL_RATIO
@@ -41,11 +42,11 @@ CORRECTION = (
     "only for a known lag (asynchronous RL by design: an off-policy correction such as "
     "decoupled PPO); never for a wrong or half-synced checkpoint"
 )
-READS: tuple[CheckModule, ...] = (policy_signs, staleness, baseline)
+READS: tuple[CheckModule, ...] = (policy_signs, staleness, baseline, hot_sequences)
 
 
 def support(ctx: Context) -> Support | None:
-    signs, stale, base = (ctx.result(c) for c in READS)
+    signs, stale, base = (ctx.result(c) for c in (policy_signs, staleness, baseline))
     hits = [c for c in (stale, signs) if fired(c)]
     if not hits:
         return Support("ok", 0.0, "no response leans, no weight lag", _names(signs, stale))
@@ -54,11 +55,14 @@ def support(ctx: Context) -> Support | None:
     uniform = fired(base) and base is not None and shape == "uniform"
     jump = lead is signs and signs is not None and lead.finding.startswith("in the elevated")
     share, where = None, "every token"
+    requests = _some_requests(ctx)
+    if requests:  # the lean is those requests': the sequences' cause claims them, not this
+        share = 0.0
     if jump:  # the whole run's responses do not lean, the elevated steps' do
         share, steps = max((steps_share(v) for v in ctx.runs.values()), key=lambda x: x[0] or 0)
         where = f"steps {steps}"
     return Support(
-        against=_by_ids(ctx),
+        against=_by_ids(ctx) + requests,
         verdict=worst_of([*hits, base if uniform else None]),
         share=share,
         because=lead.finding,
@@ -120,6 +124,26 @@ def _by_ids(ctx: Context) -> tuple[str, ...]:
     return (
         f"a shift of its own for each token id carries {100 * share:.0f}% of r's variance: a "
         "logit processor on those ids leans the responses that hold them",
+    )
+
+
+def _some_requests(ctx: Context) -> tuple[str, ...]:
+    """Against, and no share of its own (the ``sequences`` cause claims them): some requests hotter than the others of their step (the ``hot_sequences``
+    check) where no part of the run is named (no code path's check fires): the responses that
+    lean are those requests', as a setting or a path that only they take makes them. Other
+    weights lean every response and make none hotter than its step's others: the corpus's
+    policy runs (stale, partial, wrong or quantized weights) have 0-5 of 192 sequences hot, the
+    check quiet; a temperature, top-p or penalty on a third of the requests makes 170-192 of
+    672 hot (the check warns) and leans them as much."""
+    found = evidence_of(ctx.result(hot_sequences), hot_sequences.Evidence)
+    if found is None or not in_requests(ctx):  # a part's sequences are hot: the part is weighed
+        return ()
+    e = found.worst
+    return (
+        f"{e.hot} of {e.tested} sequences are hotter than the others of their step "
+        f"({pct(e.hot_mass_share)} of the K3 mass): the responses that lean are some requests', "
+        "as a setting or a path that only they take makes them, not every response's as other "
+        "weights make them",
     )
 
 

@@ -3,9 +3,9 @@ that no column of the dump names (one inference replica, rollouts across a weigh
 
 from __future__ import annotations
 
-from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share, worst_of
 from mismatchctl.analysis.diagnose.check import evidence_of, fired
-from mismatchctl.analysis.diagnose.checks import hot_sequences
+from mismatchctl.analysis.diagnose.checks import hot_sequences, policy_signs
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
 
 KEY = "sequences"
@@ -23,7 +23,7 @@ TELLS_APART = (
 EVERY_TOKEN = False
 EXPLAINS = ()
 CORRECTION = "a sequence-level correction (seq-mis) masks them; first find what they share"
-READS: tuple[CheckModule, ...] = (hot_sequences,)
+READS: tuple[CheckModule, ...] = (hot_sequences, policy_signs)
 
 
 def support(ctx: Context) -> Support | None:
@@ -33,16 +33,42 @@ def support(ctx: Context) -> Support | None:
         return None
     e = found.worst
     ratio = e.rate_ratio
+    signs = ctx.result(policy_signs) if leaning(ctx) else None
     return Support(
-        verdict=hot.verdict,
+        verdict=worst_of([hot, signs]),
         share=part_share(e.hot_mass_share, ratio) if fired(hot) else 0.0,
-        because=hot.finding,
-        checks=(hot_sequences.NAME,),
+        because=hot.finding + (f"; {signs.finding}" if signs is not None else ""),
+        checks=(hot_sequences.NAME, *((policy_signs.NAME,) if signs is not None else ())),
         ratio=ratio,
         where=f"{e.hot} of {e.tested} sequences",
     )
 
 
+def in_requests(ctx: Context) -> bool:
+    """Some requests are hotter than the others of their step (the hot_sequences check) and no
+    part of the run is named (no code path's check fires): what leans, leans in them."""
+    return fired(ctx.result(hot_sequences)) and not any(
+        fired(ctx.result(c)) for c in policy_signs.CODE_PATH_CHECKS
+    )
+
+
+def leaning(ctx: Context) -> bool:
+    """The hot requests' responses lean one way (the policy_signs check): they, not every
+    response, carry the lean (``policy._some_requests``)."""
+    return in_requests(ctx) and fired(ctx.result(policy_signs))
+
+
 def advice(ctx: Context, found: Support) -> str:
+    """The hot_sequences check's next step, after what their lean says where they lean (the
+    policy_signs check fires)."""
     hot = ctx.result(hot_sequences)
-    return (hot.next if hot is not None else None) or "list them: `mismatchctl tokens --sequences`"
+    found = (hot.next if hot is not None else None) or "list them: `mismatchctl tokens --sequences`"
+    if not leaning(ctx):
+        return found
+    return (
+        "their responses lean one way (the policy_signs check): those requests were sampled "
+        "with other weights (a replica behind, rollouts that straddled a weight update) or with "
+        "a sampling setting that only they carry (a temperature, top-p, top-k, min-p or a "
+        "penalty per request): compare their requests' sampling parameters and weight "
+        f"versions with the others'; {found}"
+    )
