@@ -78,6 +78,7 @@ sample_runs_store = _store("sample_runs", leaning.samples)
 leaning_store = _store("leaning", leaning.planted)
 relative_store = _store("relative", relative.store)
 sequences_store = _store("sequences", requests.store)
+pooled_store = _store("pooled", requests.pooled)
 turns_store = _store("turns", turns.store)
 calibration_store = _store("calibration", calibration.store)
 

@@ -74,3 +74,26 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _checks(store: Path, run: str, baseline: str | None = None) -> dict:
     return checks(store, run, baseline)  # diagnosed once: several tests read the same runs
+
+
+POOLED = {
+    "some-topp": ("sem-topp-subtle", "h-a", "h-b"),
+    "some-rep": ("sem-rep-subtle", "h-a", "h-b"),
+    "some-stale": ("pol-stale-iter", "h-a", "h-b"),
+    "some-template": ("tpl-escaped-quotes", "h-a", "h-b"),
+    "pooled-healthy": ("h-a", "h-b"),
+}
+"""Runs pooled from the committed calibration runs (``sample_data/pooled.py``): a third of the
+requests with a top-p truncation, a repetition penalty, weights one step behind or a re-rendered
+template, the others healthy; and the two healthy runs as one."""
+
+
+def pooled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from sample_data.pooled import pool
+    from tests.analysis.diagnose.stores.calibration import CORPUS
+
+    root = tmp_path_factory.mktemp("pooled")
+    for name, names in POOLED.items():
+        path = pool(CORPUS / "runs", names, root / "runs" / name)
+        mismatchctl.ingest([path], run=name, store=root / "store")
+    return root / "store"
