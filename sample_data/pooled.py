@@ -26,7 +26,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from mismatchctl import api
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this checkout's mismatchctl, as confusion.py
+
+from mismatchctl import api  # noqa: E402
 
 HEALTHY = ("h-c", "h-6x8")
 """The healthy runs pooled beside each fault (two of three requests healthy)."""
