@@ -1,9 +1,11 @@
 """MoE routes against their read floor (issue #46, decision 3): for each encoding of the routes
 the ingest supports, in alternating rounds of one run,
 
-- the floor: pyarrow, Polars and DuckDB each reading just the two routes columns of the dump
-  into numpy arrays (the ids as one flat array per side; SGLang's base64 decoded), in a fresh
-  process, timed from after the imports; the floor is the fastest of the three;
+- the floor: pyarrow (its whole column chunks read at once, and ``pyarrow-stream``: streamed
+  through a buffer of 8 MiB, as the ingest reads a file with routes), Polars and DuckDB each
+  reading just the two routes columns of the dump into numpy arrays (the ids as one flat array
+  per side; SGLang's base64 decoded), in a fresh process, timed from after the imports; the
+  floor is the fastest of them;
 - ``ingest`` of the same tokens without routes, and ``ingest`` of the dump with them (each a
   fresh process, wall and CPU from wait4), and with ``--before REV`` the latter with the code of
   REV too (its files extracted into the workdir);
@@ -11,7 +13,7 @@ the ingest supports, in alternating rounds of one run,
 and the ratio ingest with routes / (ingest without routes + floor) against the target 1.3:
 
     python bench/routes_floor.py [--tokens 1] [--layers 24] [--top-k 8] [--repeats 3]
-        [--encodings fixed,lists,base64,bytes] [--readers pyarrow,polars,duckdb] [--before REV]
+        [--encodings fixed,lists,base64,bytes] [--readers pyarrow,pyarrow-stream,polars,duckdb] [--before REV]
         [--write docs/benchmarks.md] [--workdir DIR]
     python bench/routes_floor.py --workdir DIR --render [--write docs/benchmarks.md]
 
@@ -52,7 +54,16 @@ from sections import replace_section  # noqa: E402
 
 SECTION = "## MoE routes against their read floor"
 ENCODINGS = ("fixed", "lists", "base64", "bytes")
-READERS = ("pyarrow", "polars", "duckdb")
+READERS = ("pyarrow", "pyarrow-stream", "polars", "duckdb")
+READER_LABELS = {
+    "pyarrow": "pyarrow",
+    "pyarrow-stream": "pyarrow, streamed",
+    "polars": "Polars",
+    "duckdb": "DuckDB",
+}
+# the ingest's read of a file with routes (mismatchctl/ingest/parquet_sequence.py,
+# ROUTES_READ_BUFFER): column chunks streamed through a buffer, not read whole
+STREAM_BUFFER = 8 << 20
 COLUMNS = ("rollout_routed_experts", "trainer_routed_experts")
 CHUNK = 20_000
 TARGET = 1.3
@@ -182,16 +193,24 @@ def _b64_rows(col: Any) -> Any:
     return np.frombuffer(b"".join(rows), "<i4")
 
 
-def read_pyarrow(path: Path, encoding: str, rows: int) -> Iterator[Any]:
+def read_pyarrow(path: Path, encoding: str, rows: int, buffer: int = 0) -> Iterator[Any]:
+    """``buffer``: bytes of a column chunk read at a time (0: each column chunk read whole)."""
     import pyarrow.parquet as pq
 
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=rows, columns=list(COLUMNS)):
+    pf = pq.ParquetFile(path, buffer_size=buffer, pre_buffer=False)
+    for batch in pf.iter_batches(batch_size=rows, columns=list(COLUMNS)):
         for c in COLUMNS:
             col = batch.column(c)
             if encoding == "base64":
                 yield _b64_rows(col)
             else:
                 yield _flat(col.field("data") if encoding == "bytes" else col)
+
+
+def read_pyarrow_stream(path: Path, encoding: str, rows: int) -> Iterator[Any]:
+    """pyarrow as the ingest reads a file with routes: its column chunks streamed through a
+    buffer (the whole chunks of a side's routes are hundreds of MB)."""
+    return read_pyarrow(path, encoding, rows, STREAM_BUFFER)
 
 
 def read_polars(path: Path, encoding: str, rows: int) -> Iterator[Any]:
@@ -227,10 +246,13 @@ def read(reader: str, path: Path, encoding: str, rows: int) -> None:
     timed from after its imports; prints its wall and CPU seconds and the ids it read (JSON)."""
     import numpy as np
 
-    {"pyarrow": lambda: __import__("pyarrow.parquet"), "polars": lambda: __import__("polars"),
-     "duckdb": lambda: __import__("duckdb")}[reader]()  # fmt: skip
+    modules = {"pyarrow": "pyarrow.parquet", "pyarrow-stream": "pyarrow.parquet"}
+    __import__(modules.get(reader, reader))
     start, cpu = time.perf_counter(), time.process_time()
-    ids = sum(int(np.asarray(a).size) for a in globals()[f"read_{reader}"](path, encoding, rows))
+    ids = sum(
+        int(np.asarray(a).size)
+        for a in globals()[f"read_{reader.replace('-', '_')}"](path, encoding, rows)
+    )
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     print(json.dumps({"wall": wall, "cpu": cpu, "ids": ids}))
 
@@ -318,16 +340,17 @@ def section(result: dict[str, Any]) -> str:
     )
     plain = _med(got["ingest plain"], "wall")
     plain_cpu = _med(got["ingest plain"], "cpu")
+    readers = result.get("readers", READERS)
+    names = " | ".join(READER_LABELS[r] for r in readers)
     rows = [
-        "| encoding | pyarrow | Polars | DuckDB | floor | ingest without routes | ingest with "
-        "routes | ratio to (without + floor): wall / CPU |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| encoding | {names} | floor | ingest without routes | ingest with routes | ratio to "
+        "(without + floor): wall / CPU |",
+        "| --- |" + " ---: |" * (len(readers) + 4),
     ]
     before = result.get("before")
     if before:
         rows[0] = rows[0].replace("| ratio", f"| ingest with routes at {before} | ratio")
         rows[1] += " ---: |"
-    readers = result.get("readers", READERS)
     for enc in result["encodings"]:
         reads = {
             r: (_med(got[f"{r} {enc}"], "wall"), _med(got[f"{r} {enc}"], "cpu")) for r in readers
@@ -336,8 +359,7 @@ def section(result: dict[str, Any]) -> str:
         wall, cpu = _med(got[f"ingest {enc}"], "wall"), _med(got[f"ingest {enc}"], "cpu")
         ratio = wall / (plain + reads[best][0])
         ratio_cpu = cpu / (plain_cpu + min(c for _, c in reads.values()))
-        cells = " | ".join(f"{w:.2f} / {c:.2f}" if r in reads else "-" for r, (w, c) in
-                           ((r, reads.get(r, (0.0, 0.0))) for r in READERS))  # fmt: skip
+        cells = " | ".join(f"{reads[r][0]:.2f} / {reads[r][1]:.2f}" for r in readers)
         met = "met" if ratio <= TARGET else "not met"
         then = ""
         if before:
@@ -350,7 +372,7 @@ def section(result: dict[str, Any]) -> str:
         )
     note = (
         "Seconds are wall / CPU (user + system). The CPU ratio divides by the least CPU of "
-        "the three readers."
+        "the readers."
     )
     return "\n\n".join([head, "\n".join(rows), note])
 
