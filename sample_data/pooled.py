@@ -4,8 +4,9 @@ the corpus's size, each diagnosed alone and against a pooled healthy baseline.
 A run is its requests: pooling the sequences of runs made with the same model and stack gives a
 run whose requests differ only as those runs did. ``FAULT+H1+H2`` holds the fault run's requests
 beside the healthy runs' (a setting, weights or a path that only some requests had: a per-request
-temperature or top-p, a replica behind), a third of them (``some-*``), or a fifth of them for the
-loud faults (``few-*``); ``H1+H2+...`` is a healthy run of their combined size.
+temperature or top-p, a replica behind): a third of them (``some-*``, and ``some-*-deep``,
+``some-*-wide`` on the other models, diagnosed alone), or a fifth for the loud faults
+(``few-*``). ``H1+H2+...`` is a healthy run of their combined size.
 Each step's rows are shuffled (a fixed seed per step), so that no dump order names the pooled
 requests, and every sample id takes its run's name as a prefix (the same id in two runs is two
 requests). The result is a Markdown table (docs/diagnose.md, "Faults on some requests").
@@ -62,6 +63,13 @@ FEW = ("sem-temp-loud", "sem-topp-loud", "pol-stale-ckpt", "cp-splitkv-loud", "t
 
 FEW_HEALTHY = ("h-c", "h-6x8", "h-12x4", "h-wave4")
 
+OTHER_MODELS = {"-deep": ("h-deep-a", "h-deep-b"), "-wide": ("h-wide-a", "h-wide-b")}
+"""The other models' faults (``FAULT-deep``, ``FAULT-wide``) pooled with two healthy runs of their
+model, diagnosed alone (their pooled baselines hold those runs' requests)."""
+
+OTHER_FAULTS = ("sem-topp-subtle", "sem-rep-subtle", "pol-stale-iter", "cp-splitkv-subtle",
+                "tpl-crlf")  # fmt: skip
+
 
 def pool(runs: Path, names: tuple[str, ...], out: Path) -> Path:
     """The runs' step files pooled step by step into ``out`` (rows shuffled, ids prefixed)."""
@@ -111,6 +119,13 @@ def build(corpus: Path, out: Path) -> list[tuple[str, str, str | None]]:
         if set(names) <= have and set(BASELINE) <= have:
             _ingest(pool(runs, names, out / "runs" / name), name, store)
             rows += [(name, "+".join(names), None), (name, "+".join(names), "big-b")]
+    for suffix, healthy in OTHER_MODELS.items():
+        for fault in OTHER_FAULTS:
+            names = (f"{fault}{suffix}", *healthy)
+            if set(names) <= have:
+                name = f"some-{names[0]}"
+                _ingest(pool(runs, names, out / "runs" / name), name, store)
+                rows.append((name, "+".join(names), None))
     return rows
 
 

@@ -28,9 +28,11 @@ import numpy as np
 from mismatchctl.stats.hot_sequences import (
     CELLS,
     MIN_TOKENS,
+    Z_TAIL,
     HotSequenceState,
     canonical,
     keep_sequences,
+    sequence_z,
 )
 from mismatchctl.stats.localize.math import chi2_sf
 
@@ -69,6 +71,16 @@ def in_cells(state: HotSequenceState, cells: np.ndarray) -> HotSequenceState:
     )  # fmt: skip
 
 
+def off_hot(state: HotSequenceState) -> HotSequenceState:
+    """One run's sequences that are not hot (``hot_sequences.summarize``'s: tested and at z
+    above ``Z_TAIL`` against the others of their step), in :func:`canonical` order: whether the
+    others lean too (a lean of every response) or only the hot ones (a lean of some
+    requests)."""
+    state = canonical(state)
+    z, tested = sequence_z(state)
+    return keep_sequences(state, ~(tested & (z > Z_TAIL)), list(state.runs))
+
+
 POSITIVE, TAIL = 5, 6  # the state's columns: the tokens with r > 0, with r > TAIL_RATIO |lr|
 
 
@@ -105,5 +117,6 @@ def _coherence(state: HotSequenceState, column: int) -> SignCoherence:
 
 
 __all__ = [
-    "SignCoherence", "in_cells", "in_steps", "off_gpus", "sign_coherence", "tail_coherence",
+    "SignCoherence", "in_cells", "in_steps", "off_gpus", "off_hot", "sign_coherence",
+    "tail_coherence",
 ]  # fmt: skip

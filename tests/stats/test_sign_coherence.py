@@ -162,3 +162,28 @@ def test_a_truncation_leans_the_signs_but_not_their_positive_tail() -> None:
     assert tail.tested > 350 and tail.dispersion < 1.3 and tail.p_value > 1e-6
     _, leaning = found[1.0]
     assert leaning.dispersion > 1.5 and leaning.p_value < 1e-6
+
+
+def test_off_hot_keeps_the_sequences_that_are_not_hot() -> None:
+    """A third of the sequences with r ten times larger and leaning: ``off_hot`` keeps the
+    others (the hot ones are ``summarize``'s), and they do not lean; every sequence leaning,
+    the others lean too."""
+    from mismatchctl.stats.hot_sequences import summarize
+    from mismatchctl.stats.sign_coherence import off_hot
+
+    for some, lean_rest in ((True, False), (False, True)):
+        rng = np.random.default_rng(3)
+        _, seq, turn, u, lr = _responses(rng, 20, 60, 300, 0.3)
+        hot = (seq % 3 == 0) if some else np.zeros(len(seq), bool)
+        eps = rng.standard_normal(len(seq))
+        r = 0.05 * np.abs(lr) * (eps + np.where(hot | lean_rest, u, 0.0)) * np.where(hot, 10, 1)
+        bins = assign_bins(np.exp(lr), EDGES)
+        state = hot_sequence_state(
+            lr, lr + r, seq, turn, np.zeros(len(seq), np.int64), bins, len(EDGES) - 1, "a"
+        ).joined()
+        rest = off_hot(state)
+        assert len(rest.step) == len(state.step) - summarize(state).hot
+        if some:
+            assert summarize(state).hot >= 50 and not set(rest.seq) & set(np.unique(seq[hot]))
+        leans = sign_coherence(rest)
+        assert (leans.dispersion > 2 and leans.p_value < 1e-10) == lean_rest, leans
