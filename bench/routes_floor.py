@@ -399,6 +399,9 @@ def main() -> None:
     ap.add_argument("--read", nargs=4, help="READER PATH ENCODING ROWS: one read (internal)")
     ap.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
     opts = ap.parse_args()
+    # as installed: bytecode cached (the warm-up round writes it for both checkouts; without
+    # it every ingest compiles its modules again, the checkout of --before all of them)
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     if opts.read:
         read(opts.read[0], Path(opts.read[1]), opts.read[2], int(opts.read[3]))
         return

@@ -122,10 +122,10 @@ def routing_table(
     frame = offsets_frame(lengths)
     tail = _padded_tail(lengths, model, frame)
     a_of = _frame_index(rollout, lengths, frame, ctx_what, sample_ids)
-    a_dead = _scan(rollout, a_of, ctx_what, sample_ids, opts.num_experts, tally)
+    a_dead, _ = _scan(rollout, a_of, ctx_what, sample_ids, opts.num_experts, tally)
     b_of = _frame_index(trainer, lengths, frame, ctx_what, sample_ids)
     twin = (rollout, _twins(a_of, b_of, len(trainer.ids)), a_dead)
-    b_dead = _scan(trainer, b_of, ctx_what, sample_ids, opts.num_experts, tally, twin)
+    b_dead, b_same = _scan(trainer, b_of, ctx_what, sample_ids, opts.num_experts, tally, twin)
     sides = [(rollout, a_of, a_dead), (trainer, b_of, b_dead)]
     for side, of, dead in sides:  # after both scans: a twin's verdict is its fill or not
         if side.ids.size:
@@ -134,7 +134,7 @@ def routing_table(
             )
     if not tally.bugs[BUG_REPEAT]:
         del tally.bugs[BUG_REPEAT]
-    equal, overlap, compared = _compare(sides, len(tail), layers)
+    equal, overlap, compared = _compare(sides, len(tail), layers, b_same)
     own = where + np.repeat(np.arange(len(lengths)) + 1, np.diff(_model_offsets(model, lengths)))
     tally.missing_rows = int((~compared[own]).sum())
     cols = _columns(equal, overlap, compared, own, frame, opts.aligned, (layers, top_k))
@@ -155,32 +155,24 @@ def _columns(
     aligned: str,
     shape: tuple[int, int],
 ) -> dict[str, pa.Array]:
-    """The compact routing columns of the model tokens whose own frame rows are ``own``."""
+    """The compact routing columns of the model tokens whose own frame rows are ``own``: one
+    compiled walk (``routing_kernels.token_columns``)."""
     layers, top_k = shape
-    producing = own - 1 if aligned == ALIGNED_INPUT else own
-    differs = compared & (equal != full_mask(layers))
-    before = _differs_before(differs, frame)
+    n = len(own)
+    eq, valid, before = np.empty(n, np.uint64), np.empty(n, np.bool_), np.empty(n, np.bool_)
+    ov, paired = np.empty((n, layers), np.uint8), np.empty(n, np.int8)
+    shift = 1 if aligned == ALIGNED_INPUT else 0  # the row that produced the token's logprob
+    _kernels().token_columns(
+        equal, overlap, compared, frame, own, shift, layers, eq, ov, valid, paired, before
+    )
     return {
-        S.ROUTE_EQUAL: arrow_as(equal[own], pa.uint64(), missing=~compared[own]),
+        S.ROUTE_EQUAL: arrow_as(eq, pa.uint64(), missing=~valid),
         S.ROUTE_OVERLAP: pa.FixedSizeBinaryArray.from_buffers(
-            pa.binary(layers),
-            len(own),
-            [_validity(compared[own]), pa.py_buffer(np.ascontiguousarray(overlap[own]))],
+            pa.binary(layers), n, [_validity(valid), pa.py_buffer(ov)]
         ),
-        S.ROUTE_PAIRED: arrow_as(
-            np.where(
-                compared[producing],
-                np.where(
-                    differs[producing],
-                    PAIRED_FLIPPED + first_differing_layer(equal[producing], layers),
-                    PAIRED_SAME,
-                ),
-                PAIRED_UNPAIRED,
-            ).astype(np.int8),
-            pa.int8(),
-        ),
-        S.ROUTE_FLIP_BEFORE: arrow_as(before[own], pa.bool_()),
-        S.ROUTE_TOP_K: arrow_as(np.full(len(own), top_k, np.uint8), pa.uint8()),
+        S.ROUTE_PAIRED: arrow_as(paired, pa.int8()),
+        S.ROUTE_FLIP_BEFORE: arrow_as(before, pa.bool_()),
+        S.ROUTE_TOP_K: arrow_as(np.full(n, top_k, np.uint8), pa.uint8()),
     }
 
 
@@ -192,17 +184,19 @@ def _shape(a: SideRoutes, b: SideRoutes) -> tuple[int, int]:
 
 
 def _compare(
-    sides: list[tuple[SideRoutes, np.ndarray, np.ndarray]], n: int, layers: int
+    sides: list[tuple[SideRoutes, np.ndarray, np.ndarray]], n: int, layers: int, b_same: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per frame row: equal-layers bitmask, per-layer overlap (uint8), compared on both sides."""
+    """Per frame row: equal-layers bitmask, per-layer overlap (uint8), compared on both sides;
+    ``b_same``: the second side's rows its scan found equal to their twins (not read again)."""
     equal = np.zeros(n, dtype=np.uint64)
     overlap = np.zeros((n, layers), dtype=np.uint8)
     compared = np.zeros(n, dtype=np.bool_)
     (a, a_of, a_dead), (b, b_of, b_dead) = sides
     if a.ids.size and b.ids.size and layers:
         a_ids, b_ids = _flat_rows(a.ids), _flat_rows(b.ids)
-        args = (a_ids, a_of, a_dead, b_ids, b_of, b_dead, layers, a.top_k, equal, overlap)
-        over_ranges(_kernels().compare_range, n, *args, compared)
+        words = _kernels().compare_words(a_ids, b_ids)
+        args = (a_ids, a_of, a_dead, b_ids, b_of, b_dead, b_same, *words, layers, a.top_k)
+        over_ranges(_kernels().compare_range, n, *args, equal, overlap, compared)
     return equal, overlap, compared
 
 
@@ -219,23 +213,10 @@ def _gather(
     return out
 
 
-def first_differing_layer(equal: np.ndarray, layers: int) -> np.ndarray:
-    """Per bitmask of equal layers, the lowest layer whose bit is clear (``layers`` where none
-    is): the exponent of the lowest set bit of the differing layers' mask, exact in float64."""
-    diff = ~equal.astype(np.uint64) & full_mask(layers)
-    low = diff & (~diff + np.uint64(1))  # the lowest set bit alone (0 when none is set)
-    _, exponent = np.frexp(low.astype(np.float64))
-    return np.where(diff == 0, layers, exponent.astype(np.int64) - 1)
-
-
 def _flat_rows(ids: np.ndarray) -> np.ndarray:
     """``[rows, layers, top_k]`` ids as the kernels take them: C-contiguous ``[rows, layers *
     top_k]`` (a view when they are contiguous already, as every decoder leaves them)."""
     return np.ascontiguousarray(ids).reshape(len(ids), -1)
-
-
-def full_mask(layers: int) -> np.uint64:
-    return np.uint64((1 << layers) - 1) if layers < 64 else np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
 def offsets_frame(lengths: np.ndarray) -> np.ndarray:
@@ -283,12 +264,8 @@ def _frame_index(
             "dump one route row per token, aligned with the logprobs.",
         )
     of = np.full(int(frame[-1]), -1, dtype=np.int64)
-    if len(side.ids):
-        seq = np.repeat(np.arange(len(rows)), rows)
-        index = np.arange(len(side.ids), dtype=np.int64) - side.offsets[seq]
-        response = side.first[seq] + index
-        keep = response >= -1
-        of[frame[:-1][seq[keep]] + 1 + response[keep]] = np.flatnonzero(keep)
+    if len(side.ids):  # within the frame: no sequence's rows run past its logprobs (above)
+        _kernels().place_rows(side.offsets, side.first, frame, of)
     return of
 
 
@@ -308,21 +285,20 @@ def _scan(
     num_experts: int | None,
     tally: RouteTally,
     twin: tuple[SideRoutes, np.ndarray, np.ndarray] | None = None,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """Validate a side's rows; the rows filled with one id (a capture bug) counted where they
     are placed (``of``: per frame row, the side's row; the prompt's earlier rows are never
     used), except verl's rows of zeros, its mark of a row not recorded. ``twin``: the side
     validated before it, each row's twin there and that side's fills (a row equal to its twin
-    has its verdict: only the rows that differ are checked)."""
+    has its verdict: only the rows that differ are checked). Returns the rows' fills and,
+    with a twin of the same type, the rows equal to their twin (else empty)."""
     dead = np.zeros(len(side.ids), dtype=np.bool_)
     if not len(side.ids) or side.ids.size == 0:
-        return dead
+        return dead, np.zeros(0, dtype=np.bool_)
     high = num_experts if num_experts is not None else np.iinfo(np.int32).max
     ids = _flat_rows(side.ids)
-    rows, other, other_dead = np.empty(0, np.int64), ids, dead
-    if twin is not None and len(twin[0].ids) and twin[0].ids.dtype == side.ids.dtype:
-        rows, other, other_dead = twin[1], _flat_rows(twin[0].ids), twin[2]
-    args = (ids, rows, other, other_dead, side.layers, side.top_k, high, dead)
+    paired, same = _pairing(ids, side, twin, dead)
+    args = (ids, *paired, side.layers, side.top_k, high, dead, same)
     found = over_ranges(_kernels().scan_rows, len(ids), *args)
     code, r = next(((c, r) for c, r, _ in found if c != _kernels().OK), (_kernels().OK, -1))
     top = max(t for _, _, t in found)
@@ -337,7 +313,23 @@ def _scan(
         filled = filled[~zero]
     if len(filled):
         tally.bugs[BUG_FILL] += len(filled)
-    return dead
+    return dead, same
+
+
+def _pairing(
+    ids: np.ndarray,
+    side: SideRoutes,
+    twin: tuple[SideRoutes, np.ndarray, np.ndarray] | None,
+    dead: np.ndarray,
+) -> tuple[tuple[np.ndarray, ...], np.ndarray]:
+    """``scan_rows``' (twins, words, twin words, twin fills) and its ``same`` (empty: no twin,
+    or one of another type, whose rows are not compared byte for byte)."""
+    kern = _kernels()
+    if twin is None or not len(twin[0].ids) or twin[0].ids.dtype != side.ids.dtype:
+        none = (np.empty(0, np.int64), kern.NO_WORDS, kern.NO_WORDS, dead)
+        return none, np.zeros(0, dtype=np.bool_)
+    words = (kern.row_words(ids), kern.row_words(_flat_rows(twin[0].ids)))
+    return (twin[1], *words, twin[2]), np.zeros(len(ids), dtype=np.bool_)
 
 
 def _bad_row(
@@ -382,13 +374,6 @@ def _padded_tail(lengths: np.ndarray, model: np.ndarray, frame: np.ndarray) -> n
         if last + 1 < lengths[i]:
             out[frame[i] + 2 + last : frame[i] + 1 + lengths[i]] = True
     return out
-
-
-def _differs_before(differs: np.ndarray, frame: np.ndarray) -> np.ndarray:
-    """Per frame row: whether a row before it in its sequence differs."""
-    c = np.concatenate([[0], np.cumsum(differs, dtype=np.int64)])
-    seq_start = np.repeat(frame[:-1], np.diff(frame))
-    return c[np.arange(len(differs))] - c[seq_start] > 0
 
 
 def _validity(valid: np.ndarray) -> pa.Buffer | None:

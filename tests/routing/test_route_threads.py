@@ -71,7 +71,9 @@ def _scan(a: np.ndarray, b: np.ndarray, high: int) -> list[tuple[int, int, int, 
     none = np.empty(0, np.int64)
     for ids, rows, other, other_dead in ((a, none, a, dead_a), (b, twin, a, dead_a)):
         flat, dead = ids.reshape(len(ids), -1), dead_a if ids is a else np.zeros(len(ids), bool)
-        args = (flat, rows, other.reshape(len(other), -1), other_dead, 4, 3, high, dead)
+        words = routing_kernels.row_words(flat), routing_kernels.row_words(other.reshape(300, -1))
+        same = np.zeros(len(rows), np.bool_)
+        args = (flat, rows, *words, other_dead, 4, 3, high, dead, same)
         found = routing_threads.over_ranges(routing_kernels.scan_rows, len(ids), *args)
         code, row = next(
             ((c, r) for c, r, _ in found if c != routing_kernels.OK), (routing_kernels.OK, -1)
@@ -123,7 +125,9 @@ def test_compare_in_ranges_equals_one_pass() -> None:
         )
         args = (flat_a, a_of, a_dead, flat_b, b_of, b_dead, 4, 3, equal, overlap, compared)
         if ranged:
-            routing_threads.over_ranges(routing_kernels.compare_range, n, *args)
+            words = routing_kernels.compare_words(flat_a, flat_b)
+            ranged_args = (*args[:6], np.zeros(0, np.bool_), *words, *args[6:])
+            routing_threads.over_ranges(routing_kernels.compare_range, n, *ranged_args)
         else:
             routing_kernels.compare_frames(*args)
         results.append((equal, overlap, compared))
