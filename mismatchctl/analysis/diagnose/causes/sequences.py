@@ -14,12 +14,14 @@ CLASS = "code path"
 LABEL = "some requests"
 SIGNATURE = (
     "a set of sequences hotter than the others of their step at the same turn kind and token "
-    "probability, many more than are colder, no column naming them"
+    "probability, many more than are colder, no column naming them (a replica, rollouts across "
+    "an update, a sampling setting of some requests: their responses may lean, the others' do "
+    "not)"
 )
 TELLS_APART = (
     "sequences that merely differ (by context or length) fill both tails alike; a fault of a "
     "named part (a gpu, long contexts) makes the sequences it hits hot too: that part is the "
-    "cause"
+    "cause; other weights for every request lean every response, not only the hot ones"
 )
 EVERY_TOKEN = False
 EXPLAINS = ()
