@@ -53,6 +53,7 @@ from mismatchctl.stats.localize.regimes import (
     best_interval,
     best_period,
     filled,
+    filled_all,
     is_regime,
     next_to,
     run_ends,
@@ -502,7 +503,7 @@ class Refiner:
             out += [allowed[j:] for j in range(1, len(allowed) - 1)]
         if is_regime(self.t, d, self.th):  # a regime's range spans the steps without tokens here
             within = region[d] if d in region else np.ones(self.t.spec.levels(d), bool)
-            out = [filled(v, within) for v in out]
+            out = filled_all(out, within)
         return out
 
     def _hot_values(self, region: Masks, d: int, col: dict) -> list[tuple[np.ndarray, int, int]]:
