@@ -277,9 +277,8 @@ class Search:
         if not self.eligible:
             return None
         m = np.concatenate([self._model_of(e) for e in self.eligible])
-        totals = np.concatenate(
-            [np.full(len(e.idx), float(self.model[e.dims].sum())) for e in self.eligible]
-        )
+        table_total = {d: float(self.model[d].sum()) for d in {e.dims for e in self.eligible}}
+        totals = np.repeat([table_total[e.dims] for e in self.eligible], np.diff(self._offsets))
         a, var = self._a, self._var
         s = specificity(a, m, self.t.total_a, totals)
         ok = self.significant(a, s, var)
@@ -305,7 +304,7 @@ class Search:
         its overlap with the finding; ``1 / S`` undoes it (the growth is multiplicative on the
         finding's cells)."""
         f = sel.specificity if factor is None else factor
-        memo: dict[Dims, np.ndarray] = {}  # the model changes only after every table is known
+        memo: dict[tuple, np.ndarray] = {}  # the model changes only after every table is known
         grow = {d: overlap(self.t, self.model, sel.region, d, memo) for d in self.t.tables}
         for d, extra in grow.items():
             self.model[d] = self.model[d] + (f - 1.0) * extra
