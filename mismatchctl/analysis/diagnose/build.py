@@ -96,13 +96,13 @@ def build_diagnosis(
 
 def run_view(report: Report, run: str, cube: Cube) -> RunView:
     """A run's cube, its steps' rates, split and trend, and its internal localization (the
-    cube's search tables made once for the four)."""
+    cube's search tables made once for the four, and kept for the checks)."""
     t = SideTables(cube)
     rates = step_rates(cube, tables=t)
     tags = next((r.tags for r in report.selection.runs if r.name == run), {})
     return RunView(
         run, dict(tags), cube, rates, split_steps(cube, rates, tables=t),
-        trend(cube, rates, tables=t), localize(cube, tables=t),
+        trend(cube, rates, tables=t), localize(cube, tables=t), t,
     )  # fmt: skip
 
 
@@ -116,7 +116,8 @@ def _baseline_view(
 
         raise empty_selection_error(base)
     return BaselineView(
-        base.label or ", ".join(base.names), localize(target, found), cube_gpus(found), found,
+        base.label or ", ".join(base.names), localize(target, found, tables=ctx.tables),
+        cube_gpus(found), found,
         routing,
     )  # fmt: skip
 

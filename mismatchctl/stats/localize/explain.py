@@ -315,13 +315,18 @@ def _share(t: SideTables, d: int, v: int) -> CellShare:
 
 
 def contrast(
-    cube: Cube, region: dict[str, list[int]], stratum: str | None = "bin", level: float = 0.95
+    cube: Cube,
+    region: dict[str, list[int]],
+    stratum: str | None = "bin",
+    level: float = 0.95,
+    tables: SideTables | None = None,
 ) -> tuple[float, tuple[float, float]] | None:
     """A region (dimension name -> its search-level codes) against the rest of the selection:
     its rate ratio at the same token mix over ``stratum`` (None: the plain ratio of mean K3) and
     the delta-method interval at ``level`` (sequence-clustered, covariance included for regions
-    on sequence dimensions). None when either side has no mass."""
-    t = SideTables(cube)
+    on sequence dimensions). None when either side has no mass. ``tables``: the cube's, when
+    the caller has them."""
+    t = SideTables(cube) if tables is None else tables
     spec = cube.spec
     masks = {}
     for name, codes in region.items():
