@@ -273,3 +273,24 @@ def test_one_cells_sandwich_variance_is_the_tables_bit_for_bit(seed: int) -> Non
                      [4, 2.0, -1.0, 4, 2.0, 3]], np.float64)  # fmt: skip
     for row, want in zip(edge, own_var(edge), strict=True):
         assert np.float64(own_var(row)).tobytes() == np.float64(want).tobytes()
+
+
+def test_overlaps_with_a_shared_memo_are_each_tables_own() -> None:
+    """Explaining a finding away reads its overlap with every table, the exact overlaps and the
+    shares' logs kept across tables (``memo``): each table's overlap is the one computed alone,
+    bit for bit, on the tables the cube holds with the region and on those it models."""
+    from mismatchctl.stats.localize.tables import overlap
+
+    _, cube, *_ = _data(3)
+    t = SideTables(cube)
+    arr = expected_mass(t, stratum_rates(t, 0), 0)
+    pair = next(dims for dims in t.tables if len(dims) == 2)
+    region = {d: np.arange(t.spec.levels(d)) % 2 == 0 for d in pair}
+    memo: dict[tuple, np.ndarray] = {}
+    modelled = 0
+    for dims in t.tables:
+        shared = overlap(t, arr, region, dims, memo)
+        alone = overlap(t, arr, region, dims)
+        assert shared.tobytes() == alone.tobytes(), dims
+        modelled += not t.has(tuple(sorted({*dims, *pair})))
+    assert modelled and any(key[0] == "log" for key in memo if key and isinstance(key[0], str))
