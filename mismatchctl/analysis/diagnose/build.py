@@ -117,8 +117,7 @@ def _baseline_view(
         raise empty_selection_error(base)
     return BaselineView(
         base.label or ", ".join(base.names), localize(target, found, tables=ctx.tables),
-        cube_gpus(found), found,
-        routing,
+        cube_gpus(found), found, routing,
     )  # fmt: skip
 
 

@@ -25,7 +25,7 @@ def div(a: np.ndarray | float, b: np.ndarray | float, fill: float = 0.0) -> np.n
     two numbers: those are divided as Python floats (the same IEEE quotient, returned as
     numpy's float64 as an array's would be), the rest by numpy. No compiled ufunc: loading one
     cost a process 0.3-0.5 s (numba prepares its compiler for it), and calling one through
-    numba's Python wrapper 4-7 us, where two numbers now take under 1."""
+    numba's Python wrapper 4-7 us, where two numbers now take about 1."""
     if type(a) in _SCALARS and type(b) in _SCALARS:
         if b == 0.0:
             return np.float64(fill)
@@ -63,7 +63,7 @@ def own_var(mom: np.ndarray) -> np.ndarray:
 def _sandwich_one(n: float, a: float, yy: float, xx: float, xy: float, g: float) -> np.float64:
     """:func:`sandwich_var` of one cell in Python floats: the same operations in the same
     order (the same bits; ``np.maximum(r, 0.0)`` is 0.0 at either zero and NaN at NaN), a
-    tenth of the time of numpy's on 0-d arrays."""
+    quarter of the time of numpy's on 0-d arrays."""
     if not g >= 2:
         return np.float64(yy if g == 1 else 0.0)
     k = float(div(a, n))

@@ -69,7 +69,7 @@ class View(NamedTuple):
 
     ``mom``: the cube fields summed over the region's cells; ``f``: its mass predicted at the
     baseline's rates (None without a baseline: only the excess over the baseline reads it; the
-    model mass changes every round, :meth:`Search.evaluate` sums it then); ``bvar``/``qvar``:
+    model mass changes every round: the rounds sum it along the ranges); ``bvar``/``qvar``:
     the baseline's shares of the variances of log S and of the log rate ratio; ``bok``: the
     baseline's region has ``min_sequences``."""
 
