@@ -148,8 +148,7 @@ def remember_tokenizers(store: Store, runs: list[DemoRun]) -> None:
 
 
 # The compiled kernels a first demo compiles (numba, cached on disk: stats/numba_load.py): the
-# MoE runs' route checks at ingest, the report's per-token loop, the diagnoses' cubes, by module
-# (the localization's small ufunc, made on first use, is left out: naming it would compile it).
+# MoE runs' route checks at ingest, the report's per-token loop, the diagnoses' cubes, by module.
 DEMO_KERNELS = {
     "mismatchctl.ingest.routing_kernels": ("compare_range", "scan_rows", "tail_repeats"),
     "mismatchctl.stats.kernels": (

@@ -18,6 +18,7 @@ import numpy as np
 from mismatchctl.curves import correlate, events
 from mismatchctl.curves.correlate import MIN_LAG_PAIRS
 from mismatchctl.curves.series import ENTROPY_MEAN, KL, REWARD_MEAN, Series, selection_table
+from mismatchctl.engines.sequences import RunSequences
 from mismatchctl.stats import registry as M
 
 # Roles of training-log metrics, found by name (the last path component, then the whole name);
@@ -223,14 +224,17 @@ def _spike_match(kl: Series, other: Series, role: str, curves: RunCurves) -> Spi
     return SpikeMatch(role, other.name, len(curves.kl_spikes), matches)
 
 
-def selection_curves(selection, step_groups: list) -> dict[str, RunCurves]:
+def selection_curves(
+    selection, step_groups: list, sequences: dict[str, RunSequences]
+) -> dict[str, RunCurves]:
     """Per run of the selection: its dump-derived curves (from the report's per-(run, step)
-    groups) joined to its training-log curves."""
+    groups and ``sequences``, what its sequence rows hold) joined to its training-log curves."""
     from mismatchctl.curves.series import dump_series, log_series
 
     out = {}
     for run in selection.names:
-        series = dump_series(run, step_groups, selection)
+        found = sequences.get(run)
+        series = dump_series(run, step_groups, found.means if found is not None else {})
         if not len(series[KL].steps):
             continue
         if selection.store is not None:

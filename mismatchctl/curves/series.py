@@ -14,8 +14,8 @@ import pyarrow as pa
 
 from mismatchctl.columns import arrow_of, numpy_of
 from mismatchctl.engines import plan as K
-from mismatchctl.engines.plan import RowFilter, Selection, row_mask
-from mismatchctl.engines.sequences import ENTROPY_MEAN, REWARD_MEAN, step_means
+from mismatchctl.engines.plan import RowFilter, row_mask
+from mismatchctl.engines.sequences import ENTROPY_MEAN, REWARD_MEAN, StepMeans
 from mismatchctl.stats import registry as M
 from mismatchctl.store import Store
 from mismatchctl.store.log_metrics import METRIC, STEP, VALUE, read_metrics_table
@@ -48,16 +48,17 @@ def value_at(s: Series, step: int) -> float | None:
     return None
 
 
-def dump_series(run: str, step_groups: list, selection: Selection) -> dict[str, Series]:
+def dump_series(run: str, step_groups: list, means: StepMeans) -> dict[str, Series]:
     """The dump-derived curves of ``run``: the report's per-step groups (a list of groups with
-    ``by[run]``, ``by[step]`` and ``metrics``) plus reward and entropy means of its sequences."""
+    ``by[run]``, ``by[step]`` and ``metrics``) plus reward and entropy means of its sequences
+    (``means``: ``engines.sequences.read_sequences``'s, read with the report's other uses of
+    the sequence rows)."""
     mine = sorted((g for g in step_groups if g.by[K.RUN] == run), key=lambda g: g.by[K.STEP])
     steps = np.array([g.by[K.STEP] for g in mine], dtype=np.int64)
     out = {
         name: Series(name, DUMPS, steps, _floats(g.metrics.get(name) for g in mine))
         for name in REPORT_METRICS
     }
-    means = step_means(selection.sequence_paths.get(run, []), selection.rows)
     out.update({name: Series(name, DUMPS, s, v) for name, (s, v) in means.items()})
     return out
 

@@ -1,53 +1,63 @@
 """Reads of the sequence rows (one row per response) of a selection: what the reports need
-beside the token rows (empty sequences, per-step reward and entropy means)."""
+beside the token rows (empty sequences, per-step reward and entropy means), from one read of
+each sequence file (a run of 1,000 steps has 1,000 of them: opening each is most of the cost)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.columns import numpy_of
-from mismatchctl.engines.plan import RowFilter, Selection, row_mask
+from mismatchctl.engines.plan import Selection, row_mask
 from mismatchctl.stats import registry as M
 from mismatchctl.store.parts import read_columns
 
 REWARD_MEAN = M.REWARD_MEAN
 ENTROPY_MEAN = M.ENTROPY_MEAN
+COLUMNS = (S.STEP, S.GPU, S.MODEL_TOKENS, S.REWARD)  # and the entropy, where a file has it
+
+StepMeans = dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (steps, means)
 
 
-def empty_sequences(selection: Selection) -> dict[str, int]:
-    """Per run: sequences of the selection without a model token (all masked)."""
-    out: dict[str, int] = {}
+@dataclass
+class RunSequences:
+    """What a report takes from one run's sequence rows in the selection: its sequences without
+    a model token (all masked) and, per step, ``REWARD_MEAN`` and ``ENTROPY_MEAN``
+    (:func:`step_means`)."""
+
+    empty: int = 0
+    means: StepMeans = field(default_factory=dict)
+
+
+def read_sequences(selection: Selection) -> dict[str, RunSequences]:
+    """Per run of the selection's sequence files: :class:`RunSequences`, each file read once."""
+    out: dict[str, RunSequences] = {}
     for run, paths in selection.sequence_paths.items():
-        empty = 0
+        tables = []
         for path in paths:
-            table = read_columns(path, [S.STEP, S.MODEL_TOKENS, S.GPU])
-            mask = numpy_of(table.column(S.MODEL_TOKENS)) == 0
+            table = read_columns(path, COLUMNS, (S.ENTROPY,))
             if selection.rows.active:
-                mask &= numpy_of(row_mask(table, selection.rows))
-            empty += int(mask.sum())
-        out[run] = empty
+                table = table.filter(row_mask(table, selection.rows))
+            tables.append(table)
+        empty = sum(int((numpy_of(t.column(S.MODEL_TOKENS)) == 0).sum()) for t in tables)
+        out[run] = RunSequences(empty, step_means(tables))
     return out
 
 
-def step_means(paths: list[str], rows: RowFilter) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per step, ``REWARD_MEAN`` and ``ENTROPY_MEAN`` as (steps, means): the mean reward over the
-    sequences that have one (empty sequences included: a reward belongs to the sample), and the
-    entropy averaged over model tokens (sequence means weighted by their model tokens)."""
+def step_means(tables: list[pa.Table]) -> StepMeans:
+    """Per step, ``REWARD_MEAN`` and ``ENTROPY_MEAN`` as (steps, means) of sequence rows (one
+    table per file): the mean reward over the sequences that have one (empty sequences
+    included: a reward belongs to the sample), and the entropy averaged over model tokens
+    (sequence means weighted by their model tokens)."""
     sums: dict[str, dict[int, list[float]]] = {REWARD_MEAN: {}, ENTROPY_MEAN: {}}
-    for path in paths:
-        names = pq.read_schema(path).names
-        cols = [S.STEP, S.GPU, S.MODEL_TOKENS, S.REWARD]
-        has_entropy = S.ENTROPY in names
-        table = read_columns(path, cols + ([S.ENTROPY] if has_entropy else []))
-        if rows.active:
-            table = table.filter(row_mask(table, rows))
+    for table in tables:
         step = numpy_of(table.column(S.STEP))
         reward = _floats(table.column(S.REWARD))
         _accumulate(sums[REWARD_MEAN], step, reward, np.ones(len(step)))
-        if has_entropy:
+        if S.ENTROPY in table.column_names:
             entropy = _floats(table.column(S.ENTROPY))
             weight = numpy_of(table.column(S.MODEL_TOKENS)).astype(np.float64)
             _accumulate(sums[ENTROPY_MEAN], step, entropy, weight)

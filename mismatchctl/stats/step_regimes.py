@@ -94,9 +94,12 @@ class StepTrend:
         return self.q_line <= self.q_change
 
 
-def step_rates(cube: Cube, dim: str = "step", stratum: str | None = "bin") -> StepRates:
-    """Every step with tokens: its rate ratio and the variance of the log (module docstring)."""
-    t = SideTables(cube)
+def step_rates(
+    cube: Cube, dim: str = "step", stratum: str | None = "bin", tables: SideTables | None = None
+) -> StepRates:
+    """Every step with tokens: its rate ratio and the variance of the log (module docstring).
+    ``tables``: the cube's, when the caller has them (a run's view reads them four times)."""
+    t = SideTables(cube) if tables is None else tables
     d = cube.spec.index(dim)
     n1, a1 = t.n[(d,)], t.a[(d,)]
     if stratum is None:
@@ -155,13 +158,15 @@ def _usable(rates: StepRates) -> np.ndarray:
     )
 
 
-def split_steps(cube: Cube, rates: StepRates, dim: str = "step") -> StepSplit | None:
+def split_steps(
+    cube: Cube, rates: StepRates, dim: str = "step", tables: SideTables | None = None
+) -> StepSplit | None:
     """The best cut of the steps sorted by rate ratio (module docstring); None with fewer than
-    two usable steps."""
+    two usable steps. ``tables``: the cube's (:func:`step_rates`)."""
     ok = np.flatnonzero(_usable(rates))
     if len(ok) < 2:
         return None
-    t = SideTables(cube)
+    t = SideTables(cube) if tables is None else tables
     s = cube.spec.index("bin") if "bin" in {x.name for x in cube.spec.dims} else None
     sides = Sides(t, None, s, frozenset(), None, LocalizeThresholds())
     d = cube.spec.index(dim)
@@ -204,9 +209,9 @@ def _level(t: SideTables, d: int, rates: StepRates, which: list[int]) -> float:
     return float(div(t.a[(d,)][codes].sum(), t.n[(d,)][codes].sum(), math.nan))
 
 
-def trend(cube: Cube, rates: StepRates) -> StepTrend | None:
+def trend(cube: Cube, rates: StepRates, tables: SideTables | None = None) -> StepTrend | None:
     """The random-effects line of log ratio on step number; None with fewer than three usable
-    steps (or steps without numbers)."""
+    steps (or steps without numbers). ``tables``: the cube's (:func:`step_rates`)."""
     ok = _usable(rates) & np.isfinite(rates.numbers)
     x, y, v = rates.numbers[ok], np.log(rates.ratio[ok]), rates.log_var[ok]
     if len(x) < 3 or np.ptp(x) == 0:
@@ -219,7 +224,8 @@ def trend(cube: Cube, rates: StepRates) -> StepTrend | None:
     span = float(x.max() - x.min())
     rise, se = float(beta[1]) * span, math.sqrt(float(cov[1, 1])) * span
     half = norm_ppf(1 - (1 - LEVEL) / 2) * se
-    base = float(div(SideTables(cube).total_a, SideTables(cube).total_n, math.nan))
+    t = SideTables(cube) if tables is None else tables
+    base = float(div(t.total_a, t.total_n, math.nan))
     q_line, q_change = _shapes(x, y, v)
     return StepTrend(
         rise=math.exp(rise),

@@ -51,11 +51,15 @@ def twin_path(token_path: str) -> str:
     return head + ROUTING_DIR + tail if sep else token_path
 
 
-def read_columns(path: str | Path, columns: list[str] | tuple[str, ...]) -> pa.Table:
-    """These columns of one Parquet file (``pq.read_table`` goes through pyarrow's datasets,
-    which import pandas: 0.4 s and 37 MB of a command for nothing it uses)."""
+def read_columns(
+    path: str | Path, columns: list[str] | tuple[str, ...], optional: tuple[str, ...] = ()
+) -> pa.Table:
+    """These columns of one Parquet file, and those of ``optional`` it has (``pq.read_table``
+    goes through pyarrow's datasets, which import pandas: 0.4 s and 37 MB of a command for
+    nothing it uses)."""
     with pq.ParquetFile(path) as pf:
-        return pf.read(columns=list(columns))
+        names = set(pf.schema_arrow.names) if optional else set()
+        return pf.read(columns=[*columns, *(c for c in optional if c in names)])
 
 
 def part_dir(kind: str, run: str) -> str:

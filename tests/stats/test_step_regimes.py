@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mismatchctl.stats.cube.cube import Cube
-from mismatchctl.stats.localize.explain import contrast
+from mismatchctl.stats.localize.explain import contrast, explain
 from mismatchctl.stats.step_regimes import homogeneity, split_steps, step_rates, trend
 from tests.stats.cube.cube_reference import random_tokens, small_spec
 
@@ -136,3 +136,32 @@ def test_one_regime_is_not_split() -> None:
     rates = step_rates(cube)
     _, p, _ = homogeneity(rates)
     assert p > 0.01  # healthy steps: homogeneity holds, the checks report no split
+
+
+def test_a_run_s_view_makes_its_cube_s_tables_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """diagnose's view of a run (its steps' rates, split, trend and localization) reads the
+    cube's search tables made once, with the same results as each step making its own."""
+    from types import SimpleNamespace
+
+    from mismatchctl.analysis.diagnose.build import run_view
+    from mismatchctl.stats.localize import tables
+
+    cube, *_ = _data(5, hot=(1, 4, 5), factor=4.0)
+    made = []
+    init = tables.SideTables.__init__
+
+    def counted(self: tables.SideTables, c: Cube) -> None:
+        made.append(c)
+        init(self, c)
+
+    monkeypatch.setattr(tables.SideTables, "__init__", counted)
+    report = SimpleNamespace(selection=SimpleNamespace(runs=[]))
+    view = run_view(report, "r", cube)  # type: ignore[arg-type]
+    assert len(made) == 1
+    rates = step_rates(cube)
+    split, fit = split_steps(cube, rates), trend(cube, rates)
+    assert len(made) == 4  # each its own when not given them
+    assert split is not None and fit is not None
+    assert np.array_equal(view.rates.ratio, rates.ratio)
+    assert view.split == split and view.trend == fit
+    assert view.local.to_dict() == explain(cube).to_dict()

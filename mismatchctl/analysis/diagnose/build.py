@@ -34,6 +34,7 @@ from mismatchctl.stats.cube.cube import Cube, merge_all
 from mismatchctl.stats.cube.part import as_cube
 from mismatchctl.stats.cube.spec import CubeSpec
 from mismatchctl.stats.localize.explain import explain as localize
+from mismatchctl.stats.localize.tables import SideTables
 from mismatchctl.stats.step_regimes import split_steps, step_rates, trend
 from mismatchctl.store import Store
 
@@ -94,12 +95,15 @@ def build_diagnosis(
 
 
 def run_view(report: Report, run: str, cube: Cube) -> RunView:
-    """A run's cube, its steps' rates, split and trend, and its internal localization."""
-    rates = step_rates(cube)
+    """A run's cube, its steps' rates, split and trend, and its internal localization (the
+    cube's search tables made once for the four, and kept for the checks)."""
+    t = SideTables(cube)
+    rates = step_rates(cube, tables=t)
     tags = next((r.tags for r in report.selection.runs if r.name == run), {})
     return RunView(
-        run, dict(tags), cube, rates, split_steps(cube, rates), trend(cube, rates), localize(cube)
-    )
+        run, dict(tags), cube, rates, split_steps(cube, rates, tables=t),
+        trend(cube, rates, tables=t), localize(cube, tables=t), t,
+    )  # fmt: skip
 
 
 def _baseline_view(
@@ -112,8 +116,8 @@ def _baseline_view(
 
         raise empty_selection_error(base)
     return BaselineView(
-        base.label or ", ".join(base.names), localize(target, found), cube_gpus(found), found,
-        routing,
+        base.label or ", ".join(base.names), localize(target, found, tables=ctx.tables),
+        cube_gpus(found), found, routing,
     )  # fmt: skip
 
 

@@ -40,7 +40,8 @@ class RunSteps:
 class RunView:
     """One run of the selection as the relative checks see it: its K3 cube, its steps' rates,
     their split into two groups and their trend (``stats/step_regimes.py``), and where its
-    mismatch concentrates (``explain`` without a baseline)."""
+    mismatch concentrates (``explain`` without a baseline); ``tables``: the cube's search
+    tables, made once for all of them and the checks' contrasts."""
 
     name: str
     tags: dict[str, str]
@@ -49,6 +50,7 @@ class RunView:
     split: StepSplit | None
     trend: StepTrend | None
     local: Explanation
+    tables: SideTables = field(repr=False, compare=False)
 
 
 @dataclass
@@ -143,6 +145,14 @@ class Context:
             return cubes[0]
         return merge_all(cubes, cubes[0].spec) if cubes else None
 
+    @functools.cached_property
+    def tables(self) -> SideTables | None:
+        """The search tables of :attr:`cube` (one run's: its view's), made once for every
+        check's contrast (each made its own: 35 ms each on a cube of 1,000 steps)."""
+        if len(self.runs) == 1:
+            return next(iter(self.runs.values())).tables
+        return None if self.cube is None else SideTables(self.cube)
+
     def contrast(
         self, region: dict[str, list[int]], stratum: str | None = K.BIN
     ) -> tuple[float, tuple[float, float]] | None:
@@ -150,7 +160,7 @@ class Context:
         the same token mix over ``stratum`` and its interval (``stats.localize.contrast``)."""
         if self.cube is None or self.cube.tokens == 0:
             return None
-        return contrast(self.cube, region, stratum, LEVEL)
+        return contrast(self.cube, region, stratum, LEVEL, tables=self.tables)
 
     def gpu_code(self, gpu: str) -> int:
         """The cube's code of a gpu label."""
@@ -164,19 +174,20 @@ def baseline_on_other_gpus(ctx: Context) -> tuple[list[str], list[str]] | None:
     """The selection's gpus and the baseline's, when they share none: a uniform excess between
     gpu generations is their numerics as much as a policy (BACKGROUND.md: the same code ran at
     vllm_kl 5e-4..1e-3 on H20 and 1e-2..1 on A100)."""
-    mine = cube_gpus(ctx.cube)
+    mine = cube_gpus(ctx.cube, ctx.tables)
     theirs = ctx.baseline.gpus if ctx.baseline is not None else []
     if not mine or not theirs or set(mine) & set(theirs):
         return None
     return mine, theirs
 
 
-def cube_gpus(cube: Cube | None) -> list[str]:
-    """The gpu labels holding tokens in a cube (none without a gpu dimension)."""
+def cube_gpus(cube: Cube | None, tables: SideTables | None = None) -> list[str]:
+    """The gpu labels holding tokens in a cube (none without a gpu dimension); ``tables``: the
+    cube's, when the caller has them."""
     if cube is None or K.GPU not in {d.name for d in cube.spec.dims}:
         return []
     d = cube.spec.index(K.GPU)
-    tokens = SideTables(cube).n[(d,)]
+    tokens = (SideTables(cube) if tables is None else tables).n[(d,)]
     return [cube.spec.level_label(d, [int(c)]) for c in np.flatnonzero(tokens > 0)]
 
 

@@ -30,7 +30,7 @@ from mismatchctl.engines.local import PartExtra, Read
 from mismatchctl.engines.plan import Selection, StepRange
 from mismatchctl.engines.rollup import Groups, rollup, sort_key
 from mismatchctl.engines.routing import RoutingExtra, RoutingState
-from mismatchctl.engines.sequences import empty_sequences
+from mismatchctl.engines.sequences import read_sequences
 from mismatchctl.errors import StoreError, UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
 from mismatchctl.stats import (
@@ -407,7 +407,8 @@ def _finish(plan: _Plan, finest: list[Any], extra_states: list[Any]) -> Report:
     runs_routing = routing_results(selection, routing_state, edges, plan.routing_layers)
     routed = _routed_groups(routing, routing_state) if runs_routing else {}
     groups = {s: _groups(s, rolled[s], binning.tails, routed.get(s)) for s in plan.wanted}
-    empty = empty_sequences(selection)
+    sequences = read_sequences(selection)  # each sequence file once: counts and step means
+    empty = {run: found.empty for run, found in sequences.items()}
     figures, worst = None, None
     if plan.figure_extra is not None:
         from mismatchctl.analysis.worst.worst import worst_sequences
@@ -430,7 +431,7 @@ def _finish(plan: _Plan, finest: list[Any], extra_states: list[Any]) -> Report:
         ),
         order_block=binning.order_block if any(K.DUMP_ORDER in s for s in splits) else None,
         hardware=_hardware(rolled) if plan.by_gpu else None,
-        curves=selection_curves(selection, groups.get((K.RUN, K.STEP), [])),
+        curves=selection_curves(selection, groups.get((K.RUN, K.STEP), []), sequences),
         notes=prompt_length_notes(selection, splits),
         routing=runs_routing,
         splits=splits,

@@ -48,6 +48,7 @@ def explain(
     stratum: str | None = "bin",
     thresholds: LocalizeThresholds | None = None,
     leads: bool = False,
+    tables: SideTables | None = None,
 ) -> Explanation:
     """Localize the target's K3 excess over the baseline (or its concentration, without one).
 
@@ -55,12 +56,12 @@ def explain(
     probability bin; None: none). ``leads``: when no cell is a finding and the excess over the
     baseline is significant, the cells that carry it all the same, held by fewer sequences than
     a finding needs (``Explanation.leads``: the search again with ``lead_effective_sequences``
-    as its floor)."""
+    as its floor). ``tables``: the target's search tables, when the caller has them."""
     th = thresholds or LocalizeThresholds()
     if baseline is not None and baseline.spec != target.spec:
         raise ValueError("target and baseline cubes must have the same dimensions")
     s = None if stratum is None else target.spec.index(stratum)
-    t = SideTables(target)
+    t = SideTables(target) if tables is None else tables
     if t.total_n == 0:
         raise ValueError("the target selection has no tokens")
     e_t = expected_mass(t, stratum_rates(t, s), s)
@@ -314,13 +315,18 @@ def _share(t: SideTables, d: int, v: int) -> CellShare:
 
 
 def contrast(
-    cube: Cube, region: dict[str, list[int]], stratum: str | None = "bin", level: float = 0.95
+    cube: Cube,
+    region: dict[str, list[int]],
+    stratum: str | None = "bin",
+    level: float = 0.95,
+    tables: SideTables | None = None,
 ) -> tuple[float, tuple[float, float]] | None:
     """A region (dimension name -> its search-level codes) against the rest of the selection:
     its rate ratio at the same token mix over ``stratum`` (None: the plain ratio of mean K3) and
     the delta-method interval at ``level`` (sequence-clustered, covariance included for regions
-    on sequence dimensions). None when either side has no mass."""
-    t = SideTables(cube)
+    on sequence dimensions). None when either side has no mass. ``tables``: the cube's, when
+    the caller has them."""
+    t = SideTables(cube) if tables is None else tables
     spec = cube.spec
     masks = {}
     for name, codes in region.items():

@@ -53,6 +53,7 @@ from mismatchctl.stats.localize.regimes import (
     best_interval,
     best_period,
     filled,
+    filled_all,
     is_regime,
     next_to,
     run_ends,
@@ -141,6 +142,7 @@ class Refiner:
         self.th = search.th
         self._along: dict[tuple, dict] = {}  # ``along``'s sums under the model's version
         self._along_version = search.version
+        self._complements: dict[tuple, float] = {}  # ``_complement_var``'s, by region
 
     # --- sums ---------------------------------------------------------------------------
 
@@ -157,6 +159,16 @@ class Refiner:
         if col is None:
             col = self._along[key] = self._column(region, d)
         return {**col, "region": region}
+
+    def _complement_var(self, region: Masks) -> float:
+        """``complement_var`` of a region, once per region: it reads only the cube's tables (no
+        model), and every finer region a move tests against the rest of the selection asks for
+        its parent's."""
+        key = tuple((e, region[e].tobytes()) for e in sorted(region))
+        found = self._complements.get(key)
+        if found is None:
+            found = self._complements[key] = complement_var(self.t, region)
+        return found
 
     def _column(self, region: Masks, d: int) -> dict:
         t, ref, s, spec = self.t, self.s.ref, self.s, self.t.spec
@@ -432,7 +444,7 @@ class Refiner:
         p0 = self.combine(col, d, np.flatnonzero(allowed))
         out_a, out_m = self.t.total_a - p0.a, float(self.s.model[table].sum()) - p0.m
         s = float(div(div(rest.a, rest.m, np.nan), div(out_a, out_m, np.nan), np.nan))
-        var = float(relvar(rest.own(), rest.a) + relvar(complement_var(self.t, parent), out_a))
+        var = float(relvar(rest.own(), rest.a) + relvar(self._complement_var(parent), out_a))
         z = float(log_z(np.array(s), np.array(var)))
         return s >= th.min_specificity and z >= z_refine
 
@@ -483,7 +495,7 @@ class Refiner:
         out_a = self.t.total_a - outer.a
         out_m = float(self.s.model[table].sum()) - outer.m
         s = float(div(div(part.a, part.m, np.nan), div(out_a, out_m, np.nan), np.nan))
-        var = float(relvar(part.own(), part.a) + relvar(complement_var(self.t, region), out_a))
+        var = float(relvar(part.own(), part.a) + relvar(self._complement_var(region), out_a))
         var += self.baseline_parts(part)[0]
         return float(log_z(np.array(s), np.array(var)))
 
@@ -502,7 +514,7 @@ class Refiner:
             out += [allowed[j:] for j in range(1, len(allowed) - 1)]
         if is_regime(self.t, d, self.th):  # a regime's range spans the steps without tokens here
             within = region[d] if d in region else np.ones(self.t.spec.levels(d), bool)
-            out = [filled(v, within) for v in out]
+            out = filled_all(out, within)
         return out
 
     def _hot_values(self, region: Masks, d: int, col: dict) -> list[tuple[np.ndarray, int, int]]:

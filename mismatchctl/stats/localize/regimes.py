@@ -62,6 +62,18 @@ def filled(values: np.ndarray, within: np.ndarray) -> np.ndarray:
     return np.flatnonzero(within & (levels >= values[0]) & (levels <= values[-1]))
 
 
+def filled_all(subsets: list[np.ndarray], within: np.ndarray) -> list[np.ndarray]:
+    """:func:`filled` of every set of values (each sorted) at once: the levels ``within``
+    allows, from the first of each set to its last, found by two searches of all the sets'
+    ends (the refiner asks for hundreds of a long run's ranges in every move)."""
+    if not subsets:
+        return []
+    allowed = np.flatnonzero(within)
+    lo = np.searchsorted(allowed, [v[0] for v in subsets], side="left")
+    hi = np.searchsorted(allowed, [v[-1] for v in subsets], side="right")
+    return [allowed[a:b].copy() for a, b in zip(lo.tolist(), hi.tolist(), strict=True)]
+
+
 def best_interval(
     values: np.ndarray, mom: np.ndarray, m: np.ndarray, th: LocalizeThresholds
 ) -> tuple[np.ndarray, int] | None:

@@ -67,16 +67,17 @@ class View(NamedTuple):
     """Sums of the candidate regions of one table: its cells, or for an ordered dimension its
     ranges from either end (``axis``: that dimension's axis; ``kind``: "le" or "ge").
 
-    ``mom``: the cube fields summed over the region's cells; ``m``/``f``: its model and
-    predicted masses; ``bvar``/``qvar``: the baseline's shares of the variances of log S and of
-    the log rate ratio; ``bok``: the baseline's region has ``min_sequences``."""
+    ``mom``: the cube fields summed over the region's cells; ``f``: its mass predicted at the
+    baseline's rates (None without a baseline: only the excess over the baseline reads it; the
+    model mass changes every round: the rounds sum it along the ranges); ``bvar``/``qvar``:
+    the baseline's shares of the variances of log S and of the log rate ratio; ``bok``: the
+    baseline's region has ``min_sequences``."""
 
     dims: Dims
     axis: int | None
     kind: str | None
     mom: np.ndarray
-    m: np.ndarray
-    f: np.ndarray
+    f: np.ndarray | None
     bvar: np.ndarray
     qvar: np.ndarray
     bok: np.ndarray
@@ -142,7 +143,7 @@ class Search:
         ok = self._supported(view)
         self.tested += int(ok.sum())
         a = view.a
-        if self.e_tb is not None and ok.any():
+        if view.f is not None and ok.any():  # with a baseline
             qvar = relvar(self._own(view), a) + view.qvar
             ok &= excess_lower_bound(a, view.f, qvar, self.z_ci)
         idx = np.flatnonzero(ok)
@@ -182,11 +183,10 @@ class Search:
 
     def _base(self, dims: Dims) -> View:
         t, ref, shape = self.t, self.ref, self.t.shape(dims)
-        m = np.broadcast_to(self.model[dims], shape)
-        f = m if self.e_tb is None else np.broadcast_to(self.e_tb[dims] * ref.q[dims], shape)
+        f = None if self.e_tb is None else np.broadcast_to(self.e_tb[dims] * ref.q[dims], shape)
         bok = np.broadcast_to(ref.supported[dims], shape)
         return View(
-            dims, None, None, t.mom[dims], m, f, np.broadcast_to(ref.beta_var[dims], shape),
+            dims, None, None, t.mom[dims], f, np.broadcast_to(ref.beta_var[dims], shape),
             np.broadcast_to(ref.q_var[dims], shape), bok, np.ones(shape, bool),
         )  # fmt: skip
 
@@ -207,7 +207,8 @@ class Search:
             mom[..., Field.SEQS] = accumulate(
                 np.broadcast_to(base.g, shape), k, kind, np.maximum.accumulate
             )
-        return View(base.dims, k, kind, mom, acc(base.m), acc(base.f), bvar, qvar, bok, valid)
+        f = None if base.f is None else acc(base.f)
+        return View(base.dims, k, kind, mom, f, bvar, qvar, bok, valid)
 
     def _baseline_vars(
         self, dims: Dims, k: int, kind: str
@@ -277,9 +278,8 @@ class Search:
         if not self.eligible:
             return None
         m = np.concatenate([self._model_of(e) for e in self.eligible])
-        totals = np.concatenate(
-            [np.full(len(e.idx), float(self.model[e.dims].sum())) for e in self.eligible]
-        )
+        table_total = {d: float(self.model[d].sum()) for d in {e.dims for e in self.eligible}}
+        totals = np.repeat([table_total[e.dims] for e in self.eligible], np.diff(self._offsets))
         a, var = self._a, self._var
         s = specificity(a, m, self.t.total_a, totals)
         ok = self.significant(a, s, var)
@@ -305,7 +305,7 @@ class Search:
         its overlap with the finding; ``1 / S`` undoes it (the growth is multiplicative on the
         finding's cells)."""
         f = sel.specificity if factor is None else factor
-        memo: dict[Dims, np.ndarray] = {}  # the model changes only after every table is known
+        memo: dict[tuple, np.ndarray] = {}  # the model changes only after every table is known
         grow = {d: overlap(self.t, self.model, sel.region, d, memo) for d in self.t.tables}
         for d, extra in grow.items():
             self.model[d] = self.model[d] + (f - 1.0) * extra

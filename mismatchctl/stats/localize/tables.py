@@ -180,7 +180,7 @@ def overlap(
     arr: dict[Dims, np.ndarray],
     region: Masks,
     dims: Dims,
-    memo: dict[Dims, np.ndarray] | None = None,
+    memo: dict[tuple, np.ndarray] | None = None,
 ) -> np.ndarray:
     """For every cell ``c`` of table ``dims``: the quantity (an additive one such as an expected
     mass) in ``c`` and the region. Exact from the table of both conjunctions when the cube has
@@ -188,8 +188,8 @@ def overlap(
     the share given the dimensions ``c`` and the region share, times, for each other dimension
     of ``c`` whose table with the region the cube holds, how much its value moves that share
     (a long-KV finding covers later turns more than first turns). ``memo``: the exact overlaps
-    already computed for this ``arr`` and region (shared by calls over many tables; valid while
-    neither changes)."""
+    and the logs of the shares already computed for this ``arr`` and region (shared by calls
+    over many tables; valid while neither changes)."""
     memo = {} if memo is None else memo
 
     def exact(sub: Dims) -> np.ndarray:
@@ -197,20 +197,28 @@ def overlap(
             memo[sub] = _exact_overlap(side, arr, region, sub)
         return memo[sub]
 
+    def log_share_of(sub: Dims) -> np.ndarray:
+        """The log of the region's share of each cell of ``sub``: one per table of the
+        conjunctions ``sub`` is part of (every table asks for a few of them)."""
+        key = ("log", sub)
+        if key not in memo:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                memo[key] = np.log(div(exact(sub), arr[sub], np.nan))
+        return memo[key]
+
     rdims = tuple(sorted(region))
     union = tuple(sorted(set(dims) | set(rdims)))
     if side.has(union):
         return exact(dims)
     shared = tuple(d for d in dims if d in region)
-    base = div(exact(shared), arr[shared], np.nan)
+    log_base = side.lift(log_share_of(shared), shared, dims)
     with np.errstate(divide="ignore", invalid="ignore"):
-        log_share = np.log(side.lift(base, shared, dims)) * np.ones(side.shape(dims))
+        log_share = log_base * np.ones(side.shape(dims))
         for d in dims:
             sub = tuple(sorted((*shared, d)))
             if d in shared or not side.has(tuple(sorted({*sub, *rdims}))):
                 continue
-            share = div(exact(sub), arr[sub], np.nan)
-            moved = np.log(side.lift(share, sub, dims)) - np.log(side.lift(base, shared, dims))
+            moved = side.lift(log_share_of(sub), sub, dims) - log_base
             log_share = log_share + np.where(np.isfinite(moved), moved, 0.0)
         share = np.clip(np.nan_to_num(np.exp(log_share), nan=0.0), 0.0, 1.0)
     return arr[dims] * share

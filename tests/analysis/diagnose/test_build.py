@@ -30,3 +30,33 @@ def test_a_routed_baselines_routing_is_read_with_its_cube(calibration_store: Pat
         dense, cube_spec([dense], EDGES, with_run=False), 1, LOCAL_ENGINE
     )
     assert cube.tokens > 0 and routing is None
+
+
+def test_the_runs_cube_tables_are_made_once_for_every_check(
+    one_gpu_each_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's view (steps, localization), the checks' contrasts, the gpus compared with the
+    baseline's and the localization against the baseline read one set of the run's cube's
+    search tables; the diagnosis is the one of tables made for each."""
+    from mismatchctl import api
+    from mismatchctl.stats.localize import tables
+
+    def checks() -> list[dict]:
+        found = api.diagnose("a100-3x", store=one_gpu_each_store, baseline="base-h20")
+        return [c.to_dict() for c in found.checks]
+
+    made: list[int] = []
+    init = tables.SideTables.__init__
+
+    def counted(self: tables.SideTables, cube: object) -> None:
+        made.append(id(cube))
+        init(self, cube)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tables.SideTables, "__init__", counted)
+    shared = checks()
+    run_cube = made[0]  # the run's view makes the first
+    assert made.count(run_cube) == 1 and len(made) >= 2  # and the baseline's cube its own
+    monkeypatch.setattr(
+        "mismatchctl.analysis.diagnose.context.Context.tables", property(lambda self: None)
+    )
+    assert checks() == shared  # each contrast making its own tables: the same diagnosis

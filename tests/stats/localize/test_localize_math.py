@@ -17,6 +17,7 @@ from mismatchctl.stats.localize.math import (
     chi2_sf,
     cochran,
     contrast_var,
+    div,
     dl_tau2,
     own_var,
     shrunk_ratio,
@@ -217,3 +218,79 @@ def test_numbers_in_sentences() -> None:
         "6.1",
     ]
     assert [_pct(x) for x in (0.71, 0.06, 0.004, None)] == ["71%", "6.0%", "0.4%", "n/a"]
+
+
+def _div_reference(a: np.ndarray, b: np.ndarray, fill: float) -> np.ndarray:
+    """``a / b`` element by element in Python floats, ``fill`` at a zero ``b`` or a quotient
+    that is not finite."""
+    out = []
+    for x, y in zip(np.ravel(a).tolist(), np.ravel(b).tolist(), strict=True):
+        q = x / y if y != 0 else math.inf
+        out.append(q if math.isfinite(q) else fill)
+    return np.array(out, np.float64).reshape(np.shape(a))
+
+
+EDGES = [0.0, -0.0, 1.0, -3.0, 1e-300, 1e300, 7.0 / 3.0, math.inf, -math.inf, math.nan, 5e-324]
+
+
+@pytest.mark.parametrize("fill", [0.0, math.nan, math.inf])
+def test_div_is_the_quotient_or_the_fill_for_numbers_and_arrays(fill: float) -> None:
+    """Every pair of edge values (zeros of either sign, overflow, underflow, infinities, NaN),
+    as two numbers (Python's and numpy's floats), as arrays and broadcast: the same bits as the
+    reference, float64 throughout (a float32 array is divided in float64)."""
+    a, b = np.meshgrid(np.array(EDGES), np.array(EDGES))
+    want = _div_reference(a, b, fill)
+    got = div(a, b, fill)
+    assert got.dtype == np.float64 and got.shape == a.shape
+    assert np.array_equal(got, want, equal_nan=True)
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+    for x, y, w in zip(a.ravel().tolist(), b.ravel().tolist(), want.ravel().tolist(), strict=True):
+        for one in (
+            div(x, y, fill),
+            div(np.float64(x), np.float64(y), fill),
+            div(x, np.array(y), fill),
+        ):
+            assert type(one) is np.float64
+            assert one.tobytes() == np.float64(w).tobytes(), (x, y)
+    column = div(np.array(EDGES)[:, None], np.array([2.0, 0.0, 3.0]), fill)
+    assert column.shape == (len(EDGES), 3) and np.isnan(column[:, 1]).all() == math.isnan(fill)
+    small = div(np.array([1.0, 2.0], np.float32), np.array([3.0, 0.0], np.float32), fill)
+    assert small.dtype == np.float64 and small[0] == 1.0 / 3.0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_one_cells_sandwich_variance_is_the_tables_bit_for_bit(seed: int) -> None:
+    """``own_var`` of one cell's sums (Python floats) and of the table it is a row of (numpy):
+    the same bits in every cell, empty, one-sequence and zero-residual cells included."""
+    _, cube, *_ = _data(seed)
+    t = SideTables(cube)
+    for dims in t.tables:
+        mom = t.mom[dims].reshape(-1, t.mom[dims].shape[-1])
+        table = own_var(mom)
+        for i in range(len(mom)):
+            assert np.float64(own_var(mom[i])).tobytes() == table[i].tobytes(), (dims, i)
+    edge = np.array([[0, 0, 0, 0, 0, 0], [5, 2.0, 4.0, 5, 3.0, 1], [4, 2.0, 1.0, 4, 2.0, 2],
+                     [4, 2.0, -1.0, 4, 2.0, 3]], np.float64)  # fmt: skip
+    for row, want in zip(edge, own_var(edge), strict=True):
+        assert np.float64(own_var(row)).tobytes() == np.float64(want).tobytes()
+
+
+def test_overlaps_with_a_shared_memo_are_each_tables_own() -> None:
+    """Explaining a finding away reads its overlap with every table, the exact overlaps and the
+    shares' logs kept across tables (``memo``): each table's overlap is the one computed alone,
+    bit for bit, on the tables the cube holds with the region and on those it models."""
+    from mismatchctl.stats.localize.tables import overlap
+
+    _, cube, *_ = _data(3)
+    t = SideTables(cube)
+    arr = expected_mass(t, stratum_rates(t, 0), 0)
+    pair = next(dims for dims in t.tables if len(dims) == 2)
+    region = {d: np.arange(t.spec.levels(d)) % 2 == 0 for d in pair}
+    memo: dict[tuple, np.ndarray] = {}
+    modelled = 0
+    for dims in t.tables:
+        shared = overlap(t, arr, region, dims, memo)
+        alone = overlap(t, arr, region, dims)
+        assert shared.tobytes() == alone.tobytes(), dims
+        modelled += not t.has(tuple(sorted({*dims, *pair})))
+    assert modelled and any(key[0] == "log" for key in memo if key and isinstance(key[0], str))

@@ -17,7 +17,13 @@ from mismatchctl.stats.localize.explain import explain
 from mismatchctl.stats.localize.math import own_var
 from mismatchctl.stats.localize.reference import no_reference
 from mismatchctl.stats.localize.refine import Refiner
-from mismatchctl.stats.localize.regimes import best_interval, best_period, is_regime
+from mismatchctl.stats.localize.regimes import (
+    best_interval,
+    best_period,
+    filled,
+    filled_all,
+    is_regime,
+)
 from mismatchctl.stats.localize.screen import screen
 from mismatchctl.stats.localize.search import Search
 from mismatchctl.stats.localize.tables import SideTables, expected_mass, stratum_rates
@@ -196,3 +202,22 @@ def test_the_scanned_intervals_touch_neither_end() -> None:
     found = best_interval(np.arange(8), mom, m, TH)
     assert found is None or (found[0][0] > 0 and found[0][-1] < 7)
     assert found is None or found[1] == len(list(itertools.combinations(range(1, 7), 2)))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_every_range_filled_at_once_is_each_filled_alone(seed: int) -> None:
+    """The refiner's ranges of a regime dimension, filled over the steps the region allows
+    (with and without tokens) all at once, are each one's own: the same levels, in order."""
+    rng = np.random.default_rng(seed)
+    within = rng.random(40) < 0.7
+    allowed = np.flatnonzero(within & (rng.random(40) < 0.8))  # the values with tokens
+    subsets = [np.array([v]) for v in allowed]
+    subsets += [allowed[: j + 1] for j in range(1, len(allowed) - 1)]
+    subsets += [allowed[j:] for j in range(1, len(allowed) - 1)]
+    subsets.append(np.array([int(np.flatnonzero(~within)[0])]))  # a value the region left out
+    found = filled_all(subsets, within)
+    assert len(found) == len(subsets)
+    for values, got in zip(subsets, found, strict=True):
+        want = filled(values, within)
+        assert got.dtype == want.dtype and got.tolist() == want.tolist()
+    assert found[-1].tolist() == []
