@@ -96,7 +96,7 @@ def _flips_context(before: float, base_before: float | None, replay: bool = Fals
     theirs = None if base_before is None else {R.VLLM_KL_BEFORE_FLIP: base_before}
     view = BaselineView("h-moe-b", cast(Explanation, None), [], None, theirs)
     report = SimpleNamespace(routing={"run": run})
-    return cast(Context, SimpleNamespace(report=report, baseline=view, cube=None))
+    return cast(Context, SimpleNamespace(report=report, baseline=view, cube=None, tables=None))
 
 
 @pytest.mark.parametrize(
@@ -137,7 +137,7 @@ def _over_a_baseline(bin_mix: float, gpus: bool = False) -> Context:
     )  # fmt: skip
     found = Check("inference path", "baseline", "Against the baseline", "warn", "", e, "")
     return cast(Context, SimpleNamespace(result=lambda m: found if m is baseline else None,
-                                         cube=None, baseline=None))  # fmt: skip
+                                         cube=None, tables=None, baseline=None))  # fmt: skip
 
 
 @pytest.mark.parametrize(("bin_mix", "said"), [(-0.58, True), (0.60, True), (0.02, False)])
