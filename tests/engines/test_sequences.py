@@ -40,9 +40,8 @@ def two_files(tmp_path: Path) -> list[str]:
     ]  # fmt: skip
 
 
-def test_counts_and_step_means_from_one_read_of_each_file(
-    two_files: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The paths ``read_columns`` opens from now on, in order."""
     opened: list[str] = []
     read = sequences.read_columns
 
@@ -51,6 +50,13 @@ def test_counts_and_step_means_from_one_read_of_each_file(
         return read(path, *args, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(sequences, "read_columns", counted)
+    return opened
+
+
+def test_counts_and_step_means_from_one_read_of_each_file(
+    two_files: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened = _count_reads(monkeypatch)
     found = sequences.read_sequences(Selection([], sequence_paths={"r": two_files}))["r"]
     assert sorted(opened) == sorted(two_files)
     assert found.empty == 2
@@ -79,14 +85,7 @@ def test_a_report_reads_each_sequence_file_once(
         step_dump(tmp_path / f"step_{s}.parquet", [s], seed=s)
     mismatchctl.ingest([str(tmp_path / f"step_{s}.parquet") for s in range(3)], run="r",
                        store=store)  # fmt: skip
-    opened: list[str] = []
-    read = sequences.read_columns
-
-    def counted(path: str, *args: object, **kw: object) -> pa.Table:
-        opened.append(path)
-        return read(path, *args, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(sequences, "read_columns", counted)
+    opened = _count_reads(monkeypatch)
     doc = mismatchctl.report("r", store=store).to_dict()
     files = [str(p) for p in (store / "sequences").rglob("*.parquet")]
     assert len(files) == 3 and sorted(opened) == sorted(files)
