@@ -45,6 +45,7 @@ def open_sequence(
     """``label``: the file as messages name it; ``attrs``: columns to keep as attributes (beside
     those found automatically, ``ingest.attributes``); ``pf``: the file already opened (an
     in-memory buffer: ``path`` then only names it, as the default sample ids do)."""
+    on_disk = pf is None  # a file a route read can stream again from its path
     pf = pq.ParquetFile(path) if pf is None else pf
     names = pf.schema_arrow.names
     unique_names(names, label)
@@ -71,7 +72,7 @@ def open_sequence(
     extras = extra.find_extras(pf, used, attrs, label, source.notes)
     source.attributes = list(extras.attributes)
     _prompt_notes(pf, extras, attention, source.notes)
-    source.batches = _batches(pf, path, label, found, step, attention, extras)
+    source.batches = _batches(pf, path, label, found, step, attention, extras, on_disk)
     return source
 
 
@@ -137,9 +138,12 @@ def _batches(
     step: int,
     attention: bool,
     extras: extra.Extras,
+    on_disk: bool = True,
 ) -> Iterator[RaggedBatch]:
     """``attention``: the file has an attention_mask list column, read for the prompt lengths
-    (and as the mask when it is the mask's column)."""
+    (and as the mask when it is the mask's column); ``on_disk``: ``pf`` was opened from
+    ``path`` (a file with routes is then streamed from it again; an in-memory buffer is read
+    as it is)."""
     rows_done = 0
     prompts = [c for c in (extras.prompt_length, extras.prompt_list) if c is not None]
     starts = [START_LEN] if START_LEN in pf.schema_arrow.names else []
@@ -151,7 +155,8 @@ def _batches(
         rows_per_batch = max(1, rows_per_batch // ingest_source.ROUTES_BATCH_DIVISOR)
         # the column chunks streamed through a buffer, not read (pre-buffered) whole: a row
         # group's routes are hundreds of MB
-        pf = pq.ParquetFile(path, buffer_size=ROUTES_READ_BUFFER, pre_buffer=False)
+        if on_disk:
+            pf = pq.ParquetFile(path, buffer_size=ROUTES_READ_BUFFER, pre_buffer=False)
     for record in pf.iter_batches(batch_size=rows_per_batch, columns=columns):
         batch = _to_batch(record, path, label, found, step, rows_done)
         prompt = batch.prompt_lengths  # the attention mask's prompt parts, when it has them

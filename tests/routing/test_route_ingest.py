@@ -411,3 +411,29 @@ def test_many_batches_and_parts_stay_twins(tmp_path: Path, monkeypatch: pytest.M
         assert a.equals(b)
     rows = pa.concat_tables(pq.read_table(st.part_path(p)) for p in routing)
     _check(rows.sort_by([(S.SEQ, "ascending"), (S.POSITION, "ascending")]), seqs)
+
+
+def test_a_table_in_memory_with_routes_is_read_from_its_buffer(tmp_path: Path) -> None:
+    """``ingest_table`` (the Monitor's path) with route columns reads them from the table's
+    buffer (it reopened the source's name as a path: "was removed while it was being read"),
+    and stores the routing rows a file of the same table gives."""
+    from mismatchctl.ingest.in_memory import ingest_table
+    from mismatchctl.ingest.run_ingest import Options
+
+    seqs = _sequences()
+    data = _base(seqs)
+    data["rollout_routed_experts"] = [_response_rows(s, "eng").tolist() for s in seqs]
+    data["trainer_routed_experts"] = [_response_rows(s, "tr").tolist() for s in seqs]
+    table = pa.table(data)
+    (tmp_path / "file").mkdir()
+    from_file = _ingest(tmp_path / "file", table)
+    store = api.open_store(tmp_path / "memory")
+    opts = Options(run="r", tags={}, fmt=None, mapping={}, skip_bad=False,
+                   routes=RouteOptions(keep_routes=True))  # fmt: skip
+    result = ingest_table(store, table, "step_00000001.parquet", opts)
+    assert [f.status for f in result.files] == ["ingested"]
+    parts = store.parts("r", "routing")
+    rows = pa.concat_tables(pq.read_table(store.part_path(p)) for p in parts).sort_by(
+        [(S.SEQ, "ascending"), (S.POSITION, "ascending")]
+    )
+    assert rows.equals(from_file)
