@@ -157,6 +157,40 @@ def _held(ctx: Context, path: Weighed) -> bool:
     return not hot_on_other_gpus(held[1])
 
 
+def path_over_lean(ctx: Context, first: Weighed, alarmed: list[Weighed]) -> Weighed | None:
+    """The code path that explains the lean a policy was named for: the path's part lies within
+    the responses and no response leans outside it (``outside.lean`` on the ``policy_signs``
+    thresholds), so the responses that lean are the part's, as a biased kernel leans those it
+    hits; the path is then the named cause (``combo-window-fp8kv``, a sliding window at long KV
+    beside an fp8 KV cache: the later turns at KV 128-255 hold 43% of the excess, the first
+    turns do not lean). Other weights lean the responses outside any part too: the corpus's ten
+    policy runs alarm on no part within the responses, and a part beside them keeps its own
+    share (``_both_stand``). None when the first is no policy or no such path alarms."""
+    if first.cause.KEY != POLICY:
+        return None
+    path = next((w for w in alarmed if w.cause.KEY == CODE_PATH), None)
+    if path is None or not path.support.region:
+        return None
+    if not any(d in path.support.region for d in WITHIN_RESPONSES):
+        return None
+    out = outside(ctx, path)
+    return path if out is not None and lean(ctx, out) is None else None
+
+
+def beside_lean(ctx: Context, first: Weighed, w: Weighed) -> bool:
+    """A code path beside the policy named first, both standing on their own checks
+    (``_both_stand``: the path's part within the responses alarms, and the responses lean
+    outside it): a second cause whatever its share, as the second pass names a policy outside
+    a part (``outside.py``). ``combo-stale-splitkv-subtle``, a split-KV path beside weights one
+    step behind: the part at KV 128-255 of the later turns is 2.6x the rest and holds 24% of the
+    excess, under ``ALSO_SHARE``; the corpus's policy runs alarm on no part within the
+    responses."""
+    pair = {first.cause.KEY: first, w.cause.KEY: w}
+    if first.cause.KEY != POLICY or set(pair) != {POLICY, CODE_PATH}:
+        return False
+    return _both_stand(ctx, first, w)
+
+
 def _both_stand(ctx: Context, policy: Weighed, path: Weighed) -> bool:
     """A policy and a code path stand side by side: the path's part lies within the responses
     (no part of the policy) and the responses lean outside it (no lean of the path)."""
@@ -169,4 +203,4 @@ def _both_stand(ctx: Context, policy: Weighed, path: Weighed) -> bool:
     return out is not None and lean(ctx, out) is not None
 
 
-__all__ = ["WITHIN_RESPONSES", "explains", "in_part", "peeled"]
+__all__ = ["WITHIN_RESPONSES", "beside_lean", "explains", "in_part", "path_over_lean", "peeled"]

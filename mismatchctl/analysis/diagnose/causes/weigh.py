@@ -15,7 +15,13 @@ from mismatchctl.analysis.diagnose.causes.hypothesis import (
     Weighed,
 )
 from mismatchctl.analysis.diagnose.causes.outside import second_pass
-from mismatchctl.analysis.diagnose.causes.peel import explains, in_part, peeled
+from mismatchctl.analysis.diagnose.causes.peel import (
+    beside_lean,
+    explains,
+    in_part,
+    path_over_lean,
+    peeled,
+)
 from mismatchctl.analysis.diagnose.causes.row import CauseRow
 from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline
@@ -67,6 +73,7 @@ def weigh(ctx: Context) -> Weighing:
     first = next((w for w in alarmed if _precondition(w) and w.support.verdict == FAIL), None)
     if first is None and alarmed:
         first = max(alarmed, key=_rank)
+        first = path_over_lean(ctx, first, alarmed) or first  # a biased kernel's lean
     if first is not None and not _precondition(first) and _too_little(ctx, first):
         others = sorted(weighed, key=_rank, reverse=True)
         return Weighing(None, [], [_lost(ctx, w, None) for w in others], unexplained=True)
@@ -137,8 +144,10 @@ def _second(ctx: Context, first: Weighed, w: Weighed, cut: float) -> bool:
     set off by the first's fault once the first is peeled (``peel.explains``), not a remainder
     beside a part (``OUTSIDE_ONLY``: the second pass tests it there), and, when its part holds
     the first's (``WITHIN``), standing on what is left of it without the first's tokens."""
-    if w is first or w.score < cut or w.cause.CLASS == first.cause.CLASS:
+    if w is first or w.cause.CLASS == first.cause.CLASS:
         return False
+    if w.score < cut:
+        return w.support.alarm and beside_lean(ctx, first, w)
     if explains(ctx, first, w):
         return False
     if _outside_only(first, w):
