@@ -43,7 +43,9 @@ only a level (the precision: ``OUTSIDE_ONLY``) is not named beside a part on the
 part leaves; a part that holds the first's tokens (the first's ``WITHIN``) counts only what is
 left of it without them. When the first cause is a part of the run, the causes of every token
 are also tested outside that part (``outside.py``): one that stands there on its own check's
-thresholds is a second cause whatever its share."""
+thresholds is a second cause whatever its share; so is a code path beside a policy named first
+when both stand (``peel.beside_lean``: its part within the responses, the responses leaning
+outside it)."""
 
 
 @dataclass

@@ -75,6 +75,32 @@ def test_a_part_within_the_responses_stands_beside_a_lean_outside_it(
     assert peel.explains(NO_CONTEXT, path, _weighed(policy))
 
 
+def test_a_path_whose_part_holds_the_lean_is_named_over_the_policy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A policy named first for its lean, beside a code path of KV positions in turn 2: when
+    the first turns do not lean, the lean is the path's (a biased kernel) and the path is named;
+    when they lean, or the part is whole responses (some steps) or has no outside to test, the
+    policy stays first."""
+    path = _weighed(code_path, {"turn": [2], "kv_position": [4]})
+    first = _weighed(policy)
+    out = Outside({"turn_kind": [0]}, lambda st: st, "the first turns")
+    leaning = Support("warn", None, "the first turns lean", ("policy_signs",))
+    monkeypatch.setattr(peel, "outside", lambda ctx, w: out if w is path else None)
+    monkeypatch.setattr(peel, "lean", lambda ctx, found: None)
+    assert peel.path_over_lean(NO_CONTEXT, first, [first, path]) is path
+    assert peel.path_over_lean(NO_CONTEXT, path, [first, path]) is None  # no policy first
+    steps = _weighed(code_path, {"step": [0, 1]})
+    assert peel.path_over_lean(NO_CONTEXT, first, [first, steps]) is None
+    assert not peel.beside_lean(NO_CONTEXT, first, path)  # the path explains the lean
+    monkeypatch.setattr(peel, "lean", lambda ctx, found: leaning if found is out else None)
+    assert peel.path_over_lean(NO_CONTEXT, first, [first, path]) is None
+    assert peel.beside_lean(NO_CONTEXT, first, path)  # both stand: named whatever its share
+    assert not peel.beside_lean(NO_CONTEXT, path, first)  # only beside a policy named first
+    monkeypatch.setattr(peel, "outside", lambda ctx, w: None)
+    assert peel.path_over_lean(NO_CONTEXT, first, [first, path]) is None
+
+
 def test_a_path_one_gpu_holds_is_the_hardwares_finding(monkeypatch: pytest.MonkeyPatch) -> None:
     """The hardware named from a part in which one gpu is hotter than the others explains the
     code path of that part, either way round; another part, a part hot on the other gpus too
@@ -117,17 +143,11 @@ def test_a_subtle_policy_beside_a_subtle_path_is_named_when_the_first_turns_lean
     token probabilities. The part lies within the responses, where other weights raise nothing,
     and the first turns, which the path does not reach, lean on their own (1.8x): neither
     explains the other (the part's outside is found from its turn and KV position, a
-    conjunction whose length alone spans both turn kinds). Over the baseline the part is above
-    a quarter of the excess: both are named; alone, its 24% of the run stays under the
-    quarter, a runner-up that says so."""
+    conjunction whose length alone spans both turn kinds). Both are named, alone too, where
+    the part's 24% of the run is under a quarter of the excess: both stand on their own checks
+    (it was a runner-up, "explains 24%, against 76%")."""
     cause = calibration._cause(calibration_store, "combo-stale-splitkv-subtle", baseline)["cause"]
     assert cause["key"] == "policy"
-    ups = {r["key"]: r for r in cause["runner_ups"]}
-    if baseline is None:
-        assert cause["also"] == []
-        assert ups["code_path"]["verdict"] == "warn"
-        assert ups["code_path"]["lost"] == "explains 24%, against 76%"
-        return
     (also,) = cause["also"]
     assert also["key"] == "code_path" and "kv_position 128-255" in also["where"]
     low, _ = also["rate_ratio_ci"]
@@ -194,3 +214,20 @@ def test_a_line_beside_a_precision_loss_named_over_a_baseline(
     assert peel.peeled(based, loss, [loss, _weighed(semantics)]) == []
     monkeypatch.setattr(semantics, "beside_noise", lambda ctx: None)
     assert peel.peeled(based, loss, [loss, quiet]) == []
+
+
+@pytest.mark.parametrize("baseline", [slow_param(None), slow_param("h-b")])
+def test_a_sliding_window_that_leans_its_part_is_the_code_path(
+    calibration_store: Path, baseline: str | None
+) -> None:
+    """A sliding window of 96 slots beside an fp8 KV cache: the later turns at KV 128-255 hold
+    43% of the excess and the responses lean, but not in the first turns, which the window does
+    not reach. It was named another policy (57%, the complement of the part); the path is named
+    and the policy is its runner-up, set off by it. Over the baseline the fp8 cache's excess
+    in the first turns is named beside it."""
+    cause = calibration._cause(calibration_store, "combo-window-fp8kv", baseline)["cause"]
+    assert cause["key"] == "code_path" and "kv_position 128-255" in cause["where"]
+    policy_up = next(r for r in cause["runner_ups"] if r["key"] == "policy")
+    assert policy_up["verdict"] in ("warn", "fail") and "sets off its checks" in policy_up["lost"]
+    also = [a["key"] for a in cause["also"]]
+    assert also == ([] if baseline is None else ["precision"])
