@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from mismatchctl.analysis.diagnose.causes import precision
+from mismatchctl.analysis.diagnose.causes import precision, sequences
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.check import FAIL, OK
 from mismatchctl.analysis.diagnose.checks import baseline, policy_signs
@@ -69,12 +69,24 @@ def second_pass(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[We
     found = []
     found_lean = lean(ctx, out)
     policy, loss = _cause(weighed, "policy"), _cause(weighed, precision.KEY)
-    if found_lean is not None and policy is not None:
+    requests = _cause(weighed, sequences.KEY)
+    some = None if found_lean is None else sequences.requests_outside(ctx, out.restrict, out.text)
+    if some is not None and requests is not None:  # the lean is some requests' (a setting)
+        found.append(Weighed(requests.cause, _shared(ctx, out, some), 0.0))
+    elif found_lean is not None and policy is not None:
         found.append(Weighed(policy.cause, _shared(ctx, out, found_lean), 0.0))
     excess = _excess(ctx, out, found_lean is not None)
     if excess is not None and loss is not None and not _other_reasons(loss):
         found.append(Weighed(loss.cause, _shared(ctx, out, excess), 0.0))
-    return [w for w in found if w.cause.CLASS != first.cause.CLASS]
+    return [w for w in found if _apart(first, w)]
+
+
+def _apart(first: Weighed, w: Weighed) -> bool:
+    """A second cause of another class than the first; some requests (of the code path class)
+    stand beside any other cause's part, for their lean is no part's."""
+    if w.cause.KEY == sequences.KEY:
+        return first.cause.KEY != sequences.KEY
+    return w.cause.CLASS != first.cause.CLASS
 
 
 def _beside_flips(ctx: Context, loss: Weighed | None) -> list[Weighed]:
@@ -109,6 +121,29 @@ def _shared(ctx: Context, out: Outside, found: Support) -> Support:
 
 def _cause(weighed: list[Weighed], key: str) -> Weighed | None:
     return next((w for w in weighed if key == w.cause.KEY), None)
+
+
+def requests_beside_part(ctx: Context, weighed: list[Weighed]) -> list[Weighed]:
+    """The policy claims no share when, outside the best supported part of the run, the lean is
+    some requests' (``sequences.requests_outside``): a setting or weights of some requests beside
+    a fault of a part, which the second pass names (``second_pass``). Without a named part the
+    same relation is ``policy._some_requests``."""
+    found = _cause(weighed, "policy")
+    parts = [w for w in weighed if w.support.alarm and not w.cause.EVERY_TOKEN
+             and w.cause.KEY != sequences.KEY]  # fmt: skip
+    if found is None or not found.support.alarm or not parts:
+        return weighed
+    out = outside(ctx, max(parts, key=lambda w: w.score))
+    some = None if out is None else sequences.requests_outside(ctx, out.restrict, out.text)
+    if out is None or some is None:
+        return weighed
+    against = (
+        f"outside the named part, the responses that lean are some requests' ({some.where}): "
+        "a setting or weights that only they carry, not other weights for every response",
+    )
+    support = Support(**{**found.support.__dict__, "share": 0.0,
+                         "against": found.support.against + against})  # fmt: skip
+    return [Weighed(w.cause, support, 0.0) if w is found else w for w in weighed]
 
 
 def lean(ctx: Context, out: Outside) -> Support | None:

@@ -3,11 +3,15 @@ that no column of the dump names (one inference replica, rollouts across a weigh
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share, worst_of
-from mismatchctl.analysis.diagnose.check import evidence_of, fired
+from mismatchctl.analysis.diagnose.check import FAIL, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import hot_sequences, localized, policy_signs
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
-from mismatchctl.stats.sign_coherence import off_hot, sign_coherence
+from mismatchctl.analysis.diagnose.text import pct
+from mismatchctl.stats.hot_sequences import HotSequenceState, summarize
+from mismatchctl.stats.sign_coherence import SignCoherence, off_hot, sign_coherence
 
 KEY = "sequences"
 CLASS = "code path"
@@ -79,16 +83,72 @@ def others_lean(ctx: Context) -> bool:
     A setting or weights of a third of the requests leave the others at 0.90-1.26 (their hot
     ones lean at their step's rates, the others do not); a rotary base far off, whose long
     requests are hot, 1.31; the policy runs of the corpus, with none or a few hot, 1.66-2.14."""
-    t = policy_signs.T
+    return any(_leans(sign_coherence(off_hot(s))) for s in ctx.state.hot_sequences.runs().values())
+
+
+def requests_outside(
+    ctx: Context, restrict: Callable[[HotSequenceState], HotSequenceState], text: str
+) -> Support | None:
+    """Outside a named part (``restrict``: its outside's tokens, ``outside.Outside``), the lean
+    of some requests: the responses lean there at the ``policy_signs`` check's thresholds, some
+    requests are hotter than the others of their step there as the ``hot_sequences`` check
+    counts them (``SEQ_HOT_MIN``, ``SEQ_HOT_SHARE``, ``SEQ_ASYMMETRY`` times the cold ones; not
+    its rate, which the part's own hot sequences blur), and the others do not lean
+    (``off_hot``): the lean is between those requests and the rest, as a setting or weights of
+    some requests make it, not of every response. A top-p truncation on a third of the requests
+    beside a split-KV path on another third: in the first turns, outside the path's part, 171 of
+    536 sequences hot and none cold, the responses leaning 6.15 and the others 0.98. The
+    corpus's policy runs beside a path (``combo-stale-splitkv*``, ``combo-window-fp8kv``) have
+    0-6 hot: every response leans. None when no run's outside shows it."""
+    t, h = policy_signs.T, hot_sequences.T
+    best: tuple[SignCoherence, int, int] | None = None
     for state in ctx.state.hot_sequences.runs().values():
-        found = sign_coherence(off_hot(state))
-        if (
-            found.tested
-            and found.p_value < t.SIGN_ALPHA
-            and found.dispersion >= t.SIGN_DISPERSION_WARN
+        kept = restrict(state)
+        found = sign_coherence(kept)
+        if not (found.tested and found.p_value < t.SIGN_ALPHA):
+            continue
+        if found.dispersion < t.SIGN_DISPERSION_WARN:
+            continue
+        hot = summarize(kept, examples=0)
+        if not (
+            hot.hot >= h.SEQ_HOT_MIN
+            and hot.hot >= h.SEQ_HOT_SHARE * hot.tested
+            and hot.hot >= h.SEQ_ASYMMETRY * max(hot.cold, 1)
         ):
-            return True
-    return False
+            continue
+        if _leans(sign_coherence(off_hot(kept))):
+            continue
+        if best is None or found.dispersion > best[0].dispersion:
+            best = (found, hot.hot, hot.tested)
+    if best is None:
+        return None
+    found, hot_count, tested = best
+    return Support(
+        verdict=FAIL if found.dispersion >= t.SIGN_DISPERSION_FAIL else WARN,
+        share=None,
+        because=(
+            f"outside the named part, in {text}: {hot_count} of {tested} sequences are hotter "
+            "than the others of their step, and the count of tokens with r > 0 in each "
+            f"sequence spreads {found.dispersion:.2f}x as much as independent signs give "
+            f"(chi-square p = {found.p_value:.2g}; {pct(found.extreme_share)} at |z| > 3) "
+            "while the other sequences do not lean: those requests lean, not every response"
+        ),
+        checks=(hot_sequences.NAME, policy_signs.NAME),
+        where=f"{hot_count} of {tested} sequences, in {text}",
+        variant=LEANING,
+    )
+
+
+LEANING = "some requests leaning one way"
+
+
+def _leans(found: SignCoherence) -> bool:
+    t = policy_signs.T
+    return (
+        bool(found.tested)
+        and found.p_value < t.SIGN_ALPHA
+        and (found.dispersion >= t.SIGN_DISPERSION_WARN)
+    )
 
 
 def leaning(ctx: Context) -> bool:
@@ -99,15 +159,15 @@ def leaning(ctx: Context) -> bool:
 
 def advice(ctx: Context, found: Support) -> str:
     """The hot_sequences check's next step, after what their lean says where they lean (the
-    policy_signs check fires)."""
+    policy_signs check fires, or the lean outside a named part: ``requests_outside``)."""
     hot = ctx.result(hot_sequences)
-    found = (hot.next if hot is not None else None) or "list them: `mismatchctl tokens --sequences`"
-    if not leaning(ctx):
-        return found
+    step = (hot.next if hot is not None else None) or "list them: `mismatchctl tokens --sequences`"
+    if not leaning(ctx) and found.variant != LEANING:
+        return step
     return (
         "their responses lean one way (the policy_signs check): those requests were sampled "
         "with other weights (a replica behind, rollouts that straddled a weight update) or with "
         "a sampling setting that only they carry (a temperature, top-p, top-k, min-p or a "
         "penalty per request): compare their requests' sampling parameters and weight "
-        f"versions with the others'; {found}"
+        f"versions with the others'; {step}"
     )

@@ -14,7 +14,7 @@ from mismatchctl.analysis.diagnose.causes.hypothesis import (
     Support,
     Weighed,
 )
-from mismatchctl.analysis.diagnose.causes.outside import second_pass
+from mismatchctl.analysis.diagnose.causes.outside import requests_beside_part, second_pass
 from mismatchctl.analysis.diagnose.causes.peel import (
     beside_lean,
     explains,
@@ -70,7 +70,7 @@ def weigh(ctx: Context) -> Weighing:
     """Every cause's support on the run, scored and ranked."""
     found = [(c, s) for c in CAUSES if (s := c.support(ctx)) is not None]
     parts = max((s.share or 0.0 for c, s in found if s.alarm and not c.EVERY_TOKEN), default=0.0)
-    weighed = [_score(c, s, parts) for c, s in found]
+    weighed = requests_beside_part(ctx, [_score(c, s, parts) for c, s in found])
     alarmed = [w for w in weighed if w.support.alarm]
     first = next((w for w in alarmed if _precondition(w) and w.support.verdict == FAIL), None)
     if first is None and alarmed:
