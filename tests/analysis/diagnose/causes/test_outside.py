@@ -72,3 +72,19 @@ def test_beside_routing_flips_the_precision_is_read_before_any_flip(
     assert outside.second_pass(cast(Context, None), flips, [flips, leaning]) == []
     monkeypatch.setattr(precision, "beside_flips", lambda ctx: None)
     assert outside.second_pass(cast(Context, None), flips, [flips, loss]) == []
+
+
+@pytest.mark.slow  # two MoE diagnoses with routes
+def test_an_fp8_cache_beside_fp8_router_flips_is_named_over_its_baseline(
+    calibration_store: Path,
+) -> None:
+    """The router's logits in fp8 and an fp8 KV cache: alone, the routing flips (the cache is a
+    level without a baseline); over a healthy run of the same model and routes, the tokens
+    before any flip in their response are hotter than the baseline's same tokens: the
+    precision beside the routing."""
+    alone = calibration._cause(calibration_store, "combo-router-fp8kv")["cause"]
+    assert alone["key"] == "routing" and alone["also"] == []
+    cause = calibration._cause(calibration_store, "combo-router-fp8kv", "h-moe-b")["cause"]
+    assert cause["key"] == "routing"
+    (also,) = cause["also"]
+    assert also["key"] == "precision" and "before" in also["where"]

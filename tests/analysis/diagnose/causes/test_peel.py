@@ -231,3 +231,17 @@ def test_a_sliding_window_that_leans_its_part_is_the_code_path(
     assert policy_up["verdict"] in ("warn", "fail") and "sets off its checks" in policy_up["lost"]
     also = [a["key"] for a in cause["also"]]
     assert also == ([] if baseline is None else ["precision"])
+
+
+@pytest.mark.parametrize("baseline", [slow_param(None), slow_param("h-b")])
+def test_a_checkpoint_behind_beside_top_p_is_named_from_the_lean_above_the_noise(
+    calibration_store: Path, baseline: str | None
+) -> None:
+    """Top-p 0.98 beside weights one checkpoint behind: the truncation leads, and the
+    responses lean among the tokens above the healthy noise, where a truncation moves none
+    (``policy.lean_above_truncation``): another policy beside it, alone and over the
+    baseline."""
+    cause = calibration._cause(calibration_store, "combo-topp-stale", baseline)["cause"]
+    assert cause["key"] == "semantics"
+    (also,) = cause["also"]
+    assert also["key"] == "policy" and "above the healthy noise" in also["because"]

@@ -67,6 +67,27 @@ def test_a_part_the_localized_check_names_outranks_the_requests(pooled_store: Pa
     assert "localized check names a part" in lost.against[0]
 
 
+@pytest.mark.parametrize(
+    ("run", "part"),
+    [("some-topp-splitkv", "code_path"), slow_param("some-rep-template", "template")],
+)
+def test_a_setting_of_some_requests_beside_a_parts_fault_is_named_beside_it(
+    pooled_store: Path, run: str, part: str
+) -> None:
+    """Top-p (or a repetition penalty) on a third of the requests, a split-KV path (or a
+    re-rendered template) on another third: the part is named, and outside it, in the first
+    turns, the requests the setting hits are hot and lean while the others do not: "some
+    requests" beside it, not another policy of every response (it was named first, 57%)."""
+    cause = requests._checks(pooled_store, run)["cause"].evidence
+    assert cause.cause == part
+    (also,) = [a for a in cause.also if a.key == "sequences"]
+    assert "in the first turns" in also.where and also.checks == ["hot_sequences", "policy_signs"]
+    hot = int(also.where.split(" of ")[0])
+    assert 120 <= hot <= 200  # a third of the 530-540 sequences with first turns, at most
+    policy = next(r for r in cause.runner_ups if r.key == "policy")
+    assert policy.score == 0.0 and "some requests'" in policy.against[-1]
+
+
 def test_healthy_runs_pooled_raise_no_alarm(pooled_store: Path) -> None:
     """Two healthy runs as one (twice the requests): quiet, as each is."""
     checks = requests._checks(pooled_store, "pooled-healthy")

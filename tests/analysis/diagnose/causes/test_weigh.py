@@ -58,7 +58,7 @@ def test_an_alarm_always_comes_with_a_cause(turns_store: Path, run: str) -> None
         assert checks["cause"].evidence.cause != "none", alarms
 
 
-@pytest.mark.parametrize("run", ["h-a", "h-moe-a", slow_param("h-moe-r3-a")])
+@pytest.mark.parametrize("run", ["h-a", "h-moe-a", slow_param("h-moe-b"), slow_param("h-moe-r3-a")])
 def test_healthy_runs_raise_no_alarm(calibration_store: Path, run: str) -> None:
     """A healthy dense run, a healthy MoE whose routes flip as bf16 numerics make them flip
     (the flips carry most of its K3: normal, not a fault) and a MoE with replay, no tag."""

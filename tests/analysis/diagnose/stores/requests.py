@@ -82,10 +82,13 @@ POOLED = {
     "some-stale": ("pol-stale-iter", "h-a", "h-b"),
     "some-template": ("tpl-escaped-quotes", "h-a", "h-b"),
     "pooled-healthy": ("h-a", "h-b"),
+    "some-topp-splitkv": ("sem-topp-subtle", "cp-splitkv-subtle", "h-a"),
+    "some-rep-template": ("sem-rep-subtle", "tpl-escaped-quotes", "h-a"),
 }
 """Runs pooled from the committed calibration runs (``sample_data/pooled.py``): a third of the
 requests with a top-p truncation, a repetition penalty, weights one step behind or a re-rendered
-template, the others healthy; and the two healthy runs as one."""
+template, the others healthy; the two healthy runs as one; and a third with top-p or a penalty
+beside a third with a split-KV path or a re-rendered template, the last third healthy."""
 
 
 def pooled(tmp_path_factory: pytest.TempPathFactory) -> Path:
