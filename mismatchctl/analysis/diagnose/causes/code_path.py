@@ -40,6 +40,7 @@ from mismatchctl.analysis.diagnose.context import CheckModule, Context, RunView
 from mismatchctl.analysis.diagnose.parts import first_turns
 from mismatchctl.analysis.diagnose.steps import rising, smooth_growth
 from mismatchctl.engines import plan as K
+from mismatchctl.stats.cube.spec import CubeSpec
 
 KEY = "code_path"
 CLASS = "code path"
@@ -110,6 +111,7 @@ def support(ctx: Context) -> Support | None:
         against = (
             () if held is None else (f"its part lies on gpu {held[0]}'s tokens (the hardware)",)
         )
+        against += _past_a_burst(ctx, finding_region(ctx, f.where))
         best = Support(
             against=against,
             verdict=worst_of([local, *deferred]), share=f.excess_share,
@@ -128,6 +130,43 @@ def support(ctx: Context) -> Support | None:
 
 
 PREFILL_STARTS = "the start of every prefill (chunked prefill, a padded or merged prefill)"
+
+
+def _past_a_burst(ctx: Context, region: dict[str, list[int]] | None) -> tuple[str, ...]:
+    """Against the path: its part lies in the turns after tool responses, past their starts,
+    and those turns burst at their first tokens as a rendering fault makes them (the template
+    alarms, no prefill start beside it: ``template.support``'s evidence stands unopposed). A
+    re-rendered context raises every later position of the turns after it (beyond each turn's
+    first 16 tokens, KV 128 and up 3.3-4.5x the rest in the ``tpl-*`` runs alone), which is
+    the part; the burst is what no long-KV path makes. A template fault on a third of the
+    3-layer model's requests: the later turns at KV 64-255 and the burst each explained 95% of
+    the excess, and the path led by 1e-5. Empty when the part holds the turns' starts (the
+    burst itself, a prefill's) or reaches the first turns."""
+    spec = ctx.cube.spec if ctx.cube is not None else None
+    if spec is None or not region or K.TURN_POSITION in region:
+        return ()
+    if not _later_turns_only(spec, region):
+        return ()
+    burst = template.support(ctx)
+    if burst is None or not burst.alarm or burst.against:
+        return ()
+    return (
+        "the turns after tool responses burst at their first tokens (the template's "
+        "signature, no prefill start beside it): a re-rendered context raises the later "
+        "positions of those turns too, which this part is",
+    )
+
+
+def _later_turns_only(spec: CubeSpec, region: dict[str, list[int]]) -> bool:
+    """The region lies in the turns after tool responses (the turn kind ``later``, or turns
+    other than the first)."""
+    for name, label in ((K.TURN_KIND, "first"), (K.TURN, "0")):
+        if name not in region:
+            continue
+        labels = list(spec.dims[spec.index(name)].labels)
+        if label in labels and labels.index(label) not in region[name]:
+            return True
+    return False
 
 
 def _prefills(ctx: Context) -> Support | None:

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import pytest
 
+from mismatchctl.analysis.diagnose.causes import code_path
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.engines import plan as K
 from tests.analysis.diagnose.stores import calibration, gpus, growth, leaning, requests, turns
 from tests.helpers import slow_param
 from tests.planted import checks as diagnosed
@@ -116,3 +122,29 @@ def test_a_prefill_path_and_a_rendering_burst_are_not_named_together(
     burst = next(r for r in cause["runner_ups"] if r["key"] == "template")
     assert burst["verdict"] in ("warn", "fail") and burst["share"] > 0.25  # it alarms
     assert burst["lost"] == f"{cause['label']} sets off its checks too"
+
+
+def test_a_part_past_a_clean_burst_is_the_templates_context(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A part of the later turns past their starts, beside a burst at their first tokens that
+    nothing opposes (no prefill start), has the template against it: a re-rendered context
+    raises those positions too. A part that reaches the first turns, that holds the turns'
+    starts, or a burst the prefill starts explain, keeps the path as it was."""
+    names = [K.TURN_KIND, K.TURN, K.KV_POSITION, K.TURN_POSITION]
+    labels = {K.TURN_KIND: ["first", "later"], K.TURN: ["0", "1", "2"]}
+    spec = SimpleNamespace(
+        index=names.index,
+        dims=[SimpleNamespace(labels=labels.get(n, ["a", "b"])) for n in names],
+    )
+    ctx = cast(Context, SimpleNamespace(cube=SimpleNamespace(spec=spec)))
+    clean = Support("fail", 0.95, "the first 8 tokens after a tool response: 12x", ())
+    monkeypatch.setattr(code_path.template, "support", lambda c: clean)
+    later = {K.TURN_KIND: [1], K.KV_POSITION: [3]}
+    assert code_path._past_a_burst(ctx, later) and code_path._past_a_burst(ctx, {K.TURN: [2]})
+    assert not code_path._past_a_burst(ctx, {K.KV_POSITION: [3]})  # the first turns too
+    assert not code_path._past_a_burst(ctx, {K.TURN: [0, 2]})
+    assert not code_path._past_a_burst(ctx, {**later, K.TURN_POSITION: [0]})  # the burst itself
+    opposed = Support("fail", 0.95, "burst", (), against=("the start of every prefill is hot",))
+    monkeypatch.setattr(code_path.template, "support", lambda c: opposed)
+    assert not code_path._past_a_burst(ctx, later)
