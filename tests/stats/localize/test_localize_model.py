@@ -72,9 +72,30 @@ def test_every_table_holds_the_eager_bits_whatever_the_order_it_is_read_in(order
     assert lazy.version == len(_findings(t))
     for d in tables:
         assert lazy[d].tobytes() == eager[-1][d].tobytes(), d
-    for k in range(len(eager)):  # older versions, read afterwards, too
+    for k in range(len(eager)):  # older versions, read afterwards, too (made again)
         for d in tables[::5]:
             assert lazy.at(d, k).tobytes() == eager[k][d].tobytes(), (k, d)
+    for d in tables:  # held: the checkpoints and the latest
+        kept = lazy.kept(d)
+        assert all(v % model_module.KEEP_EVERY == 0 for v in kept[:-1]), (d, kept)
+
+
+def test_many_updates_keep_a_table_s_checkpoints_only() -> None:
+    """Eight updates (the backfit's: a finding undone, then again): a table read after each holds
+    every ``KEEP_EVERY``-th version and its latest, and its earlier versions are still the eager
+    ones' bits."""
+    t, start = _tables()
+    findings = _findings(t) * 2
+    lazy = LazyModel(t, start)
+    d = (t.spec.index("kv_position"),)
+    seen = [lazy[d]]
+    for region, f in findings:
+        lazy.explain_away(region, f)
+        seen.append(lazy[d])
+    assert lazy.kept(d) == [0, 4, 8]
+    for k in (1, 3, 6, 7):
+        assert lazy.at(d, k).tobytes() == seen[k].tobytes()
+    assert lazy.kept(d) == [0, 4, 8]
 
 
 def test_a_table_not_read_is_not_computed(monkeypatch: pytest.MonkeyPatch) -> None:
