@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from mismatchctl import schema as S
 from mismatchctl.columns import numpy_of
@@ -79,19 +78,24 @@ class SequenceRows:
         return np.zeros(len(self.seq), dtype=np.int64), [None]
 
 
-def columns_for(keys: list[str] | tuple[str, ...], names: list[str]) -> list[str]:
-    """The columns of a sequence part (``names``: the part's columns) that the keys need."""
+def columns_for(keys: list[str] | tuple[str, ...], names: list[str] | None = None) -> list[str]:
+    """The columns of a sequence part (``names``: the part's columns; None: every column a key
+    may ask for, which a part may lack) that the keys need."""
     out = [S.SEQ, S.STEP, S.MODEL_TOKENS]
-    if K.KV_POSITION in keys and S.PROMPT_LENGTH in names:
+
+    def has(column: str) -> bool:
+        return names is None or column in names
+
+    if K.KV_POSITION in keys and has(S.PROMPT_LENGTH):
         out.append(S.PROMPT_LENGTH)
     if K.BATCH_SIZE in keys:
-        out += [c for c in (S.BATCH_ID, S.BATCH_SIZE) if c in names]
-    if K.WEIGHT_LAG in keys and S.WEIGHT_LAG in names:
+        out += [c for c in (S.BATCH_ID, S.BATCH_SIZE) if has(c)]
+    if K.WEIGHT_LAG in keys and has(S.WEIGHT_LAG):
         out.append(S.WEIGHT_LAG)
     for key in keys:
         if key.startswith(K.ATTR_PREFIX):
             column = S.attribute_column(key[len(K.ATTR_PREFIX) :])
-            if column in names and column not in out:
+            if has(column) and column not in out:
                 out.append(column)
     return out
 
@@ -104,10 +108,11 @@ def load(run: str, paths: tuple[str, ...], keys: tuple[str, ...]) -> SequenceRow
 @functools.lru_cache(maxsize=16)
 def _load(run: str, paths: tuple[str, ...], keys: tuple[str, ...]) -> SequenceRows:
     tables = []
+    wanted = columns_for(keys)
+    required, optional = wanted[:3], tuple(wanted[3:])  # the part's own; those it may lack
     for path in paths:
-        try:
-            names = pq.read_schema(path).names
-            tables.append(read_columns(path, columns_for(keys, names)))
+        try:  # one open of the file (its schema, then the columns it has): a run of 1,000 steps
+            tables.append(read_columns(path, required, optional))  # has 1,000 of them
         except (OSError, pa.ArrowException) as exc:
             raise read_error(run, path, exc) from None
     table = pa.concat_tables(tables, promote_options="default") if tables else None

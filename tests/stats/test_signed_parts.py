@@ -10,6 +10,7 @@ import itertools
 import numpy as np
 import pytest
 
+import mismatchctl.stats.signed_parts as signed_parts_module
 from mismatchctl.engines.keys import turn_positions
 from mismatchctl.stats import per_token
 from mismatchctl.stats.positions import assign_positions
@@ -81,6 +82,29 @@ def test_the_compiled_walk_gives_numpys_sums_bit_for_bit() -> None:
     assert np.array_equal(sums, _reference(r, seq, turn, kv, bins))
     with pytest.raises(ValueError, match="turn indices must be >= 0"):
         _sums(r, seq, turn.astype(np.int64) - 1, kv, bins)
+
+
+def test_a_thread_s_slices_in_turn_each_hold_only_their_own_sums(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The walk's table is the thread's own, kept zeroed between slices: each slice of a series
+    (and a slice again after one whose walk failed) gives numpy's sums of its tokens alone."""
+    rng = np.random.default_rng(5)
+    for n_seqs in (120, 7, 60):
+        seq, turn, kv, bins = _columns(rng, n_seqs, 40 * n_seqs)
+        r = rng.normal(0, 0.05, len(seq))
+        got = _sums(r, seq, turn, kv, bins).dense("a")
+        assert np.array_equal(got, _reference(r, seq, turn, kv, bins))
+    with monkeypatch.context() as m:
+
+        def half_way(*args: np.ndarray) -> int:  # adds to the table, then fails
+            args[-2][:5] += 1.0
+            raise KeyboardInterrupt
+
+        m.setattr(signed_parts_module, "signed_cell_sums", half_way)
+        with pytest.raises(KeyboardInterrupt):
+            _sums(r, seq, turn, kv, bins)
+    assert np.array_equal(_sums(r, seq, turn, kv, bins).dense("a"), got)
 
 
 def test_a_slice_lists_the_rows_its_finite_tokens_reach_ascending() -> None:

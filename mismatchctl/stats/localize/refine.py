@@ -171,31 +171,33 @@ class Refiner:
         return found
 
     def _column(self, region: Masks, d: int) -> dict:
+        """``along``'s sums: each array of the region's table with ``d`` taken at the values the
+        region's other masks keep (the cells outside add nothing), summed over all but ``d``."""
         t, ref, s, spec = self.t, self.s.ref, self.s, self.t.spec
         dims = tuple(sorted({*region, d}))
-        shape = t.shape(dims)
-        w = np.ones(shape, bool)
-        for e, mask in region.items():
-            if e != d:
-                w = w & t.lift(mask, (e,), dims)
-        m = np.broadcast_to(s.model[dims], shape)
-        f = m if s.e_tb is None else np.broadcast_to(s.e_tb[dims] * ref.q[dims], shape)
+        kept = [(i, np.flatnonzero(region[e])) for i, e in enumerate(dims) if e != d]
+
+        def inside(x: np.ndarray) -> np.ndarray:
+            for i, values in kept:
+                if len(values) < x.shape[i]:
+                    x = x.take(values, axis=i)
+            return x
+
         k = dims.index(d)
         other = tuple(i for i in range(len(dims)) if i != k)
         tok = tuple(i for i in other if spec.is_token_dim(dims[i]))
         multi = [dims[i] for i in tok if np.count_nonzero(region[dims[i]]) > 1]
-
-        def total(x: np.ndarray) -> np.ndarray:
-            x = np.where(w.reshape(w.shape + (1,) * (np.ndim(x) - w.ndim)), x, 0.0)
-            return x.sum(axis=other)
-
-        g = np.where(w, t.g[dims], 0.0)
-        g = g.max(axis=tok, keepdims=True) if tok else g
-        v = t.v[dims]
+        m = inside(np.broadcast_to(s.model[dims], t.shape(dims)))
+        f = m
+        if s.e_tb is not None:  # the mass predicted at the baseline's rates
+            f = inside(np.broadcast_to(s.e_tb[dims] * ref.q[dims], t.shape(dims)))
+        g = inside(t.g[dims])
+        g = g.max(axis=tok, keepdims=True, initial=0.0) if tok else g  # (the cells outside: 0)
+        v = inside(t.v[dims])
         return {
-            "region": region, "mom": total(t.mom[dims]), "m": total(m), "f": total(f),
-            "vsum": total(v), "sdsum": total(np.sqrt(v)), "g": g.sum(axis=other),
-            "cbar": max((t.cbar[e] for e in multi), default=None),
+            "region": region, "mom": inside(t.mom[dims]).sum(axis=other), "m": m.sum(axis=other),
+            "f": f.sum(axis=other), "vsum": v.sum(axis=other), "sdsum": np.sqrt(v).sum(axis=other),
+            "g": g.sum(axis=other), "cbar": max((t.cbar[e] for e in multi), default=None),
         }  # fmt: skip
 
     def combine(self, col: dict, d: int, values: np.ndarray) -> Stat:

@@ -43,9 +43,10 @@ from mismatchctl.stats.localize.math import (
     relvar,
     weighted,
 )
+from mismatchctl.stats.localize.model import LazyModel
 from mismatchctl.stats.localize.pieces import accumulate, token_range_vars
 from mismatchctl.stats.localize.reference import Reference
-from mismatchctl.stats.localize.tables import Dims, Masks, SideTables, overlap
+from mismatchctl.stats.localize.tables import Dims, Masks, SideTables
 from mismatchctl.stats.localize.thresholds import LocalizeThresholds
 
 # Regions whose specific excess differs by less than this (relative) are equals: the same
@@ -123,8 +124,8 @@ class Search:
         baseline's; ``baseline``: its tables (both None without a baseline)."""
         self.t, self.ref, self.stratum, self.th, self.e_tb = t, ref, stratum, th, e_tb
         self.baseline = baseline
-        self.model = {d: _scaled(e_t[d] * ref.beta[d], float(e_t[()])) for d in t.tables}
-        self.version = 0  # of the model: sums read under it may be reused until it changes
+        start = {d: _scaled(e_t[d] * ref.beta[d], float(e_t[()])) for d in t.tables}
+        self.model = LazyModel(t, start)
         self.candidates = candidates
         self.z_ci = norm_ppf(0.5 + th.rate_ci_level / 2)
         self.tested = 0
@@ -135,6 +136,11 @@ class Search:
         self._var = np.concatenate([e.var for e in self.eligible]) if self.eligible else self._a
         self._offsets = np.r_[0, np.cumsum([len(e.idx) for e in self.eligible])].astype(int)
         self.z_family = norm_ppf(1.0 - th.family_alpha / max(self.tested, 1))
+
+    @property
+    def version(self) -> int:
+        """Of the model: sums read under it may be reused until it changes."""
+        return self.model.version
 
     def _eligible(self, view: View) -> Eligible | None:
         """The supported regions of a view whose excess over the baseline is significant, with
@@ -303,13 +309,8 @@ class Search:
     def explain_away(self, sel: Selected, factor: float | None = None) -> None:
         """Every table's model mass grows by ``factor - 1`` (default: the finding's S) times
         its overlap with the finding; ``1 / S`` undoes it (the growth is multiplicative on the
-        finding's cells)."""
-        f = sel.specificity if factor is None else factor
-        memo: dict[tuple, np.ndarray] = {}  # the model changes only after every table is known
-        grow = {d: overlap(self.t, self.model, sel.region, d, memo) for d in self.t.tables}
-        for d, extra in grow.items():
-            self.model[d] = self.model[d] + (f - 1.0) * extra
-        self.version += 1
+        finding's cells). Each table grows when it is next read (``localize.model``)."""
+        self.model.explain_away(sel.region, sel.specificity if factor is None else factor)
 
 
 class Eligible(NamedTuple):

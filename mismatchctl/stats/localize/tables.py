@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from typing import Protocol
 
 import numpy as np
 
@@ -26,6 +27,12 @@ from mismatchctl.stats.cube.spec import CubeSpec
 from mismatchctl.stats.localize.math import div, own_var
 
 Dims = tuple[int, ...]
+
+
+class ByTable(Protocol):
+    """Arrays by table, read one at a time (a dict, or the search's lazily updated model)."""
+
+    def __getitem__(self, dims: Dims) -> np.ndarray: ...
 
 
 class SideTables:
@@ -177,7 +184,7 @@ def _mask_product(side: SideTables, region: Masks, dims: Dims) -> np.ndarray:
 
 def overlap(
     side: SideTables,
-    arr: dict[Dims, np.ndarray],
+    arr: ByTable,
     region: Masks,
     dims: Dims,
     memo: dict[tuple, np.ndarray] | None = None,
@@ -252,9 +259,7 @@ def on_parents(side: SideTables, region: Masks) -> Masks:
     return out
 
 
-def _exact_overlap(
-    side: SideTables, arr: dict[Dims, np.ndarray], region: Masks, dims: Dims
-) -> np.ndarray:
+def _exact_overlap(side: SideTables, arr: ByTable, region: Masks, dims: Dims) -> np.ndarray:
     """The quantity in each cell of ``dims`` and the region, from their joint table."""
     union = tuple(sorted(set(dims) | set(region)))
     inside = arr[union] * _mask_product(side, region, union)
