@@ -55,6 +55,10 @@ class LazyModel:
     def __contains__(self, dims: object) -> bool:
         return dims in self._arrays
 
+    def items(self) -> list[tuple[Dims, np.ndarray]]:
+        """Every table at the latest version (each brought up to date: a read of them all)."""
+        return [(dims, self[dims]) for dims in self._arrays]
+
     def explain_away(self, region: Masks, factor: float) -> None:
         """Record that every table grows by ``factor - 1`` times its overlap with ``region``."""
         self._updates.append(_Update(region, factor))
