@@ -100,23 +100,15 @@ def requests_outside(
     536 sequences hot and none cold, the responses leaning 6.15 and the others 0.98. The
     corpus's policy runs beside a path (``combo-stale-splitkv*``, ``combo-window-fp8kv``) have
     0-6 hot: every response leans. None when no run's outside shows it."""
-    t, h = policy_signs.T, hot_sequences.T
+    t = policy_signs.T
     best: tuple[SignCoherence, int, int] | None = None
     for state in ctx.state.hot_sequences.runs().values():
         kept = restrict(state)
         found = sign_coherence(kept)
-        if not (found.tested and found.p_value < t.SIGN_ALPHA):
-            continue
-        if found.dispersion < t.SIGN_DISPERSION_WARN:
+        if not _leans(found):
             continue
         hot = summarize(kept, examples=0)
-        if not (
-            hot.hot >= h.SEQ_HOT_MIN
-            and hot.hot >= h.SEQ_HOT_SHARE * hot.tested
-            and hot.hot >= h.SEQ_ASYMMETRY * max(hot.cold, 1)
-        ):
-            continue
-        if _leans(sign_coherence(off_hot(kept))):
+        if not hot_sequences.many_hot(hot) or _leans(sign_coherence(off_hot(kept))):
             continue
         if best is None or found.dispersion > best[0].dispersion:
             best = (found, hot.hot, hot.tested)

@@ -117,13 +117,18 @@ def _judge(found: HotSequences) -> tuple[str, str, Sequences]:
             f"; the hot ones carry {pct(found.hot_mass_share)} of the K3 mass at "
             f"{ratio_text(found.rate_ratio)}x the others' rate"
         )
-    pattern = (
+    pattern = many_hot(found) and found.rate_ratio >= LOCAL_FACTOR
+    return grade(pattern and found.rate_ratio >= LOCAL_FAIL, pattern), finding, evidence
+
+
+def many_hot(found: HotSequences) -> bool:
+    """At least ``SEQ_HOT_MIN`` sequences and ``SEQ_HOT_SHARE`` of those tested are hot,
+    ``SEQ_ASYMMETRY`` times as many as are cold (the counts of the pattern, without its rate)."""
+    return (
         found.hot >= T.SEQ_HOT_MIN
         and found.hot >= T.SEQ_HOT_SHARE * found.tested
         and found.hot >= T.SEQ_ASYMMETRY * max(found.cold, 1)
-        and found.rate_ratio >= LOCAL_FACTOR
     )
-    return grade(pattern and found.rate_ratio >= LOCAL_FAIL, pattern), finding, evidence
 
 
 def run(ctx: Context) -> Check:
