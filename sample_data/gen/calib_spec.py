@@ -116,9 +116,10 @@ def shapes(n: int, g: int, limits: TurnLimits) -> dict[str, RolloutShape]:
 def model_specs(warmup: int, per_step: int, steps: int, long_steps: int) -> dict[str, ModelSpec]:
     """The dense model (enough checkpoints for the long runs), the same model trained with
     another seed and a 6-layer model (both with a shorter warm-up: training is most of the
-    corpus's cost), the MoE model, and two models of other shapes and seeds the faults are
-    repeated on: a wider, shallower one (3 layers of width 256, 8 heads, seed 2) and a deeper,
-    narrower one (8 layers of width 64, 4 heads of 16, seed 3)."""
+    corpus's cost), the MoE model, and three models of other shapes and seeds the faults are
+    repeated on: a wider, shallower one (3 layers of width 256, 8 heads, seed 2), a deeper,
+    narrower one (8 layers of width 64, 4 heads of 16, seed 3) and, made after the others were
+    calibrated, one between them (5 layers of width 96, 3 heads of 32, seed 5)."""
 
     def cfg(warm: int, n_steps: int, batch: int = 16) -> TrainConfig:
         return TrainConfig(warm, per_step, n_steps + 1, batch=batch)
@@ -141,6 +142,12 @@ def model_specs(warmup: int, per_step: int, steps: int, long_steps: int) -> dict
             cfg(warmup * 3 // 5, steps),
             2,
             "tinylm-3x256",
+        ),
+        "tinylm-mid": ModelSpec(
+            ModelConfig(d_model=96, n_layers=5, n_heads=3, d_ff=384, max_len=CONTEXT),
+            cfg(warmup * 3 // 5, steps),
+            5,
+            "tinylm-5x96",
         ),
         "tinylm-deep": ModelSpec(
             ModelConfig(d_model=64, n_layers=8, n_heads=4, d_ff=256, max_len=CONTEXT),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gen.calib_spec import KINDS, SIZES, CalibRun
 from gen.catalog_deep import DEEP
 from gen.catalog_healthy import HEALTHY, IMPROVEMENTS
+from gen.catalog_mid import MID
 from gen.catalog_other import COMBOS, GROWTH, HARDWARE, ROUTING, TEMPLATE_STOP_DATA
 from gen.catalog_paths import CODE_PATH, PRECISION
 from gen.catalog_semantics import POLICY, SEMANTICS
@@ -26,6 +27,7 @@ CATALOG: tuple[CalibRun, ...] = (
     *WIDE,
     *DEEP,
     *UNSEEN,
+    *MID,
 )
 BY_NAME: dict[str, CalibRun] = {run.name: run for run in CATALOG}
 

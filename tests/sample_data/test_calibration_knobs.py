@@ -357,14 +357,15 @@ def test_the_catalogue_is_consistent() -> None:
 
 
 @pytest.mark.parametrize(
-    ("suffix", "model", "count"), [("wide", "tinylm-wide", 10), ("deep", "tinylm-deep", 17)]
+    ("suffix", "model", "count"),
+    [("wide", "tinylm-wide", 10), ("deep", "tinylm-deep", 17), ("mid", "tinylm-mid", 22)],
 )
 def test_the_other_models_runs_repeat_their_faults_on_that_model_only(
     suffix: str, model: str, count: int
 ) -> None:
-    """Each `*-wide` / `*-deep` run is its original with only the model, the baseline and the
-    sampling stream changed (gen/catalog_wide.py, gen/catalog_deep.py): the same knob on a model
-    of other width and depth, against a healthy run of that model (four devices for four)."""
+    """Each `*-wide` / `*-deep` / `*-mid` run is its original with only the model, the baseline
+    and the sampling stream changed (gen/catalog_wide.py, gen/catalog_deep.py,
+    gen/catalog_mid.py): the same knob on a model of other width and depth, against a healthy run of that model (four devices for four)."""
     by_name = {r.name: r for r in CATALOG}
     runs = [r for r in CATALOG if r.name.endswith(f"-{suffix}") and r.kind != "healthy"]
     assert len(runs) == count and {r.kind for r in runs} == {"fault", "combo"}
@@ -378,7 +379,7 @@ def test_the_other_models_runs_repeat_their_faults_on_that_model_only(
         assert same == replace(original, stream=""), run.name
 
 
-@pytest.mark.parametrize(("prefix", "least"), [("h-wide-", 7), ("h-deep-", 10)])
+@pytest.mark.parametrize(("prefix", "least"), [("h-wide-", 7), ("h-deep-", 10), ("h-mid-", 10)])
 def test_the_other_models_healthy_runs_take_the_healthy_shapes(prefix: str, least: int) -> None:
     """A healthy run of another model named after a healthy shape (h-deep-t06, h-wide-gpus) has
     the knobs of the 4-layer model's run of that name (h-t06, h-gpus): only model, loader and

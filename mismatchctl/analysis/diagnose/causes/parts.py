@@ -56,6 +56,15 @@ def steps_share(view: RunView) -> tuple[float | None, str]:
     return part_share(mass, sp.ratio), steps
 
 
+def steps_claim(view: RunView) -> float | None:
+    """The share of the run's tokens its elevated steps hold; None without a split."""
+    sp, rates = view.split, view.rates
+    if sp is None or not sp.elevated or len(rates) == 0:
+        return None
+    total = float(rates.tokens.sum())
+    return float(rates.tokens[sp.elevated].sum()) / total if total > 0 else None
+
+
 def finding_region(ctx: Context, where: dict[str, str]) -> dict[str, list[int]] | None:
     """The cube codes (dimension -> search-level codes) of the localized finding at ``where``
     (a row of ``first_findings``), None when no run's search holds it."""

@@ -148,3 +148,19 @@ def test_a_part_past_a_clean_burst_is_the_templates_context(
     opposed = Support("fail", 0.95, "burst", (), against=("the start of every prefill is hot",))
     monkeypatch.setattr(code_path.template, "support", lambda c: opposed)
     assert not code_path._past_a_burst(ctx, later)
+
+
+def test_a_narrower_part_that_explains_as_much_is_the_paths() -> None:
+    """The elevated steps explain more than a localized part: they are the path's part, unless
+    the localized part holds at most half their tokens and explains as much within
+    ``SAME_SHARE`` (the steps' extra share is then another cause's spread over them)."""
+    steps = Support("fail", 0.958, "regimes", (), claim=0.83, where="steps 1, 3-6")
+    narrow = Support("fail", 0.944, "localized", (), claim=0.07, where="turn 2")
+    assert not code_path._better(steps, narrow)
+    wide = Support("fail", 0.944, "localized", (), claim=0.5, where="turn 2")
+    assert code_path._better(steps, wide)  # not narrower: the larger share wins
+    less = Support("fail", 0.958 - code_path.SAME_SHARE - 0.01, "localized", (), claim=0.07)
+    assert code_path._better(steps, less)  # explains less beyond the margin
+    unknown = Support("fail", 0.944, "localized", (), where="turn 2")
+    assert code_path._better(steps, unknown)  # no claim to compare: the share decides
+    assert not code_path._better(narrow, steps)  # never the smaller share
