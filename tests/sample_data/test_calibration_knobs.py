@@ -365,7 +365,8 @@ def test_the_other_models_runs_repeat_their_faults_on_that_model_only(
 ) -> None:
     """Each `*-wide` / `*-deep` / `*-mid` run is its original with only the model, the baseline
     and the sampling stream changed (gen/catalog_wide.py, gen/catalog_deep.py,
-    gen/catalog_mid.py): the same knob on a model of other width and depth, against a healthy run of that model (four devices for four)."""
+    gen/catalog_mid.py): the same knob on a model of other width and depth, against a healthy
+    run of that model (four devices for four)."""
     by_name = {r.name: r for r in CATALOG}
     runs = [r for r in CATALOG if r.name.endswith(f"-{suffix}") and r.kind != "healthy"]
     assert len(runs) == count and {r.kind for r in runs} == {"fault", "combo"}
