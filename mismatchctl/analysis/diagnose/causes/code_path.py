@@ -134,13 +134,13 @@ SAME_SHARE = 0.02
 """A localized part that explains the excess within this share of what another part explains
 (the elevated steps), on at most half its tokens, is the path's part: a path that runs in most
 steps is told by where it runs within them. ``combo-stale-splitkv-mid`` (a split-KV path beside
-stale weights, on a model of width 96 never calibrated): turn 2's positions 16-63, 7% of the
-tokens, explain 94.4%; its steps 1 and 3-6, 83% of the tokens, 95.8%, the policy's excess over
-those steps included. Read as steps, the outside was step 2's 32 responses, too few to show
-the lean; read as the later turns' part, the first turns lean 1.74x (p 2e-9) and the policy is
-named beside. In the three corpora (252 runs), the steps out-explain a narrower localized part
-by 0.049 (``gr-rate``), 0.16 (held-out ``cp-batchvar-subtle``) and more elsewhere: those keep
-their steps."""
+stale weights, on the model of width 96 made after calibration): turn 2's positions 16-63, 7%
+of the tokens, explain 94.4%; its steps 1 and 3-6, 83% of the tokens, 95.8%, the policy's
+excess over those steps included. Read as steps, the outside was step 2's 32 responses, too few
+to show the lean; read as the later turns' part, the first turns lean 1.74x (p 2e-9) and the
+policy is named beside. In the corpus and the held-out one (252 runs), the steps out-explain a
+narrower localized part by 0.049 (``gr-rate``), 0.16 (held-out ``cp-batchvar-subtle``) and
+more elsewhere: those keep their steps."""
 
 
 def _better(other: Support, best: Support) -> bool:

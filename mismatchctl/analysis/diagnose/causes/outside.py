@@ -75,7 +75,7 @@ def second_pass(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[We
         found.append(Weighed(requests.cause, _shared(ctx, out, some), 0.0))
     elif found_lean is not None and policy is not None:
         found.append(Weighed(policy.cause, _shared(ctx, out, found_lean), 0.0))
-    excess = _excess(ctx, out, found_lean is not None)
+    excess = _excess(ctx, out, found_lean is not None or _leans_faintly(ctx, out))
     if excess is not None and loss is not None and not _other_reasons(loss):
         found.append(Weighed(loss.cause, _shared(ctx, out, excess), 0.0))
     return [w for w in found if _apart(first, w)]
@@ -175,6 +175,28 @@ def lean(ctx: Context, out: Outside) -> Support | None:
         checks=(policy_signs.NAME,),
         where=out.text,
         variant="responses leaning one way outside the first cause's part",
+    )
+
+
+NO_LEAN_ALPHA = 1e-4
+"""The precision outside a part needs its responses not to lean. Outside a part the sign test
+at the ``policy_signs`` dispersion (1.5) with p under ``NO_LEAN_ALPHA`` is a lean too faint to
+name the policy (its ``SIGN_ALPHA``, 1e-6) and too strong to call none: neither cause is named
+there. The whole-run test of the healthy and improved runs reaches p 3e-4 (at 1.38); outside
+the part of the runs of no planted policy (the corpus and the held-out one: 252 runs), the dispersion is at
+most 1.46 (``combo-fp8kv-gpu-deep``, p 2.8e-4). ``combo-stale-gpu-mid``'s other gpus lean 1.60
+(p 6.9e-6, 144 responses): read as no lean, a precision loss was named there beside the hardware
+over its baseline, and the stale weights it holds were not."""
+
+
+def _leans_faintly(ctx: Context, out: Outside) -> bool:
+    """Whether any run's responses outside the part lean at ``NO_LEAN_ALPHA`` (and the
+    ``policy_signs`` dispersion)."""
+    t = policy_signs.T
+    found = [sign_coherence(out.restrict(s)) for s in ctx.state.hot_sequences.runs().values()]
+    return any(
+        f.tested and f.p_value < NO_LEAN_ALPHA and f.dispersion >= t.SIGN_DISPERSION_WARN
+        for f in found
     )
 
 

@@ -164,3 +164,17 @@ def test_a_narrower_part_that_explains_as_much_is_the_paths() -> None:
     unknown = Support("fail", 0.944, "localized", (), where="turn 2")
     assert code_path._better(steps, unknown)  # no claim to compare: the share decides
     assert not code_path._better(narrow, steps)  # never the smaller share
+
+
+@pytest.mark.parametrize("baseline", [slow_param(None), slow_param("h-mid-a")])
+def test_a_path_in_most_steps_is_told_by_where_it_runs_within_them(
+    calibration_store: Path, baseline: str | None
+) -> None:
+    """A split-KV path beside stale weights on the model made after calibration: the path runs
+    in five of six steps, whose share (95.8%) is the policy's spread over them too; turn 2's
+    positions 16-63 explain 94.4% on 7% of the tokens and are the path's part. Outside it the
+    first turns lean, and the policy is named beside (read as steps, the outside was one
+    step's 32 responses, too few to lean)."""
+    cause = calibration._cause(calibration_store, "combo-stale-splitkv-mid", baseline)["cause"]
+    assert cause["key"] == "code_path" and cause["where"].startswith("turn 2")
+    assert [(a["key"], a["where"]) for a in cause["also"]] == [("policy", "the first turns")]
