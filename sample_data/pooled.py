@@ -5,7 +5,7 @@ A run is its requests: pooling the sequences of runs made with the same model an
 run whose requests differ only as those runs did. ``FAULT+H1+H2`` holds the fault run's requests
 beside the healthy runs' (a setting, weights or a path that only some requests had: a per-request
 temperature or top-p, a replica behind): a third of them (``some-*``, and ``some-*-deep``,
-``some-*-wide`` on the other models, diagnosed alone), or a fifth for the loud faults
+``some-*-wide``, ``some-*-mid`` on the other models, diagnosed alone), or a fifth for the loud faults
 (``few-*``). ``H1+H2+...`` is a healthy run of their combined size.
 Each step's rows are shuffled (a fixed seed per step), so that no dump order names the pooled
 requests, and every sample id takes its run's name as a prefix (the same id in two runs is two
@@ -45,10 +45,17 @@ POOLS: dict[str, tuple[str, ...]] = {
     "big-deep-b": ("h-deep-b", "h-deep-one-turn-b", "h-deep-many-turns-b"),
     "big-wide-a": ("h-wide-a", "h-wide-many-turns"),
     "big-wide-b": ("h-wide-b", "h-wide-many-turns-b"),
+    "big-mid-a": ("h-mid-a", "h-mid-one-turn", "h-mid-many-turns"),
+    "big-mid-b": ("h-mid-b", "h-mid-one-turn-b", "h-mid-many-turns-b"),
 }
 """Healthy runs of several times a corpus run's size, and what each pools."""
 
-PAIRS = (("big-a", "big-b"), ("big-deep-a", "big-deep-b"), ("big-wide-a", "big-wide-b"))
+PAIRS = (
+    ("big-a", "big-b"),
+    ("big-deep-a", "big-deep-b"),
+    ("big-wide-a", "big-wide-b"),
+    ("big-mid-a", "big-mid-b"),
+)
 
 FAULTS = (
     "sem-temp-subtle", "sem-topp-subtle", "sem-topk-subtle", "sem-minp-subtle", "sem-rep-subtle",
@@ -63,7 +70,11 @@ FEW = ("sem-temp-loud", "sem-topp-loud", "pol-stale-ckpt", "cp-splitkv-loud", "t
 
 FEW_HEALTHY = ("h-c", "h-6x8", "h-12x4", "h-wave4")
 
-OTHER_MODELS = {"-deep": ("h-deep-a", "h-deep-b"), "-wide": ("h-wide-a", "h-wide-b")}
+OTHER_MODELS = {
+    "-deep": ("h-deep-a", "h-deep-b"),
+    "-wide": ("h-wide-a", "h-wide-b"),
+    "-mid": ("h-mid-a", "h-mid-b"),
+}
 """The other models' faults (``FAULT-deep``, ``FAULT-wide``) pooled with two healthy runs of their
 model, diagnosed alone (their pooled baselines hold those runs' requests)."""
 
