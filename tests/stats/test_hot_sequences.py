@@ -149,3 +149,18 @@ def test_one_run_is_judged_on_its_rows_without_copies() -> None:
     ordered = canonical(state)
     assert canonical(ordered) is ordered
     assert summarize(ordered) == summarize(state)
+
+
+def test_the_callers_log_ratio_gives_the_same_sums() -> None:
+    """The engine hands in the slice's ``r`` and K3 (``PartKeys.log_ratio``): the same sums,
+    bit for bit, as the state's own ``lt - lr``."""
+    lr, lt, seq, turn, step, _ = _tokens(5)
+    bins = assign_bins(np.exp(lr), EDGES)
+    r = lt - lr
+    k3 = np.expm1(r) - r
+    own = hot_sequence_state(lr, lt, seq, turn, step, bins, N_BINS, "a").joined()
+    given = hot_sequence_state(lr, lt, seq, turn, step, bins, N_BINS, "a", k3=k3, r=r).joined()
+    np.testing.assert_array_equal(given.sums, own.sums)
+    np.testing.assert_array_equal(given.cell, own.cell)
+    doubled = hot_sequence_state(lr, lt, seq, turn, step, bins, N_BINS, "a", r=2 * r).joined()
+    assert not np.array_equal(doubled.sums[:, 2], own.sums[:, 2])  # r is the one handed in

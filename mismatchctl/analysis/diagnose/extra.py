@@ -17,7 +17,13 @@ from mismatchctl.columns import numpy_of
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import PartKeys
 from mismatchctl.engines.seqrows import NO_WEIGHT_LAG
-from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pairs
+from mismatchctl.stats.comoments import (
+    lag_k3,
+    lag_pairs,
+    lag_states,
+    merge_pairs,
+    shifted_pairs,
+)
 from mismatchctl.stats.hot_sequences import HotSequenceParts, hot_sequence_state
 from mismatchctl.stats.misalign import MisalignState, misalign_state
 from mismatchctl.stats.offset import offset_state
@@ -71,8 +77,10 @@ class DiagnoseState:
 
     def merge(self, other: DiagnoseState, *, in_place: bool = False) -> DiagnoseState:
         """The two states' sums; ``in_place``: this state is an engine's running total, whose
-        signed tables ``other``'s are added into (``SignedParts.merge_into``)."""
+        signed tables ``other``'s are added into (``SignedParts.merge_into``) and whose
+        per-sequence rows ``other``'s are listed after (``SeqSums.merge_into``)."""
         signed = self.signed.merge_into if in_place else self.signed.merge
+        sequences = self.sequences.merge_into if in_place else self.sequences.merge
         return DiagnoseState(
             merge_pairs(self.lags, other.lags),
             self.offset + other.offset,
@@ -83,7 +91,7 @@ class DiagnoseState:
             self.misaligned.merge(other.misaligned),
             self.hot_sequences.merge(other.hot_sequences),
             self.token_shift.merge(other.token_shift),
-            self.sequences.merge(other.sequences),
+            sequences(other.sequences),
             signed(other.signed),
         )
 
@@ -100,7 +108,8 @@ class DiagnoseExtra:
     def compute(self, table: pa.Table, keys: PartKeys) -> DiagnoseState:
         lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
         seq, turn, step = keys.column(S.SEQ), keys.column(S.TURN), keys.column(S.STEP)
-        pairs = lag_pairs(lr, lt, seq, turn)
+        shifted = shifted_pairs(lr, lt, seq, turn)  # once for the lag sums and misaligned turns
+        pairs = lag_pairs(lr, lt, seq, turn, shifted.adjacent)
         r, k3 = keys.log_ratio()  # once for every sum of K3 below (numpy's, as each had)
         bins = self._bins(keys)
         return DiagnoseState(
@@ -109,10 +118,19 @@ class DiagnoseExtra:
             sentinel_state(lr, lt, seq, turn, step, keys.run),
             _lag_sums(keys, k3, seq),
             trailing_zero_state(lr, lt, seq, step, keys.run),
-            lag_k3(pairs, k3),
-            misalign_state(lr, lt, seq, turn, step, keys.run, k3=k3),
+            lag_k3(pairs, k3, shifted),
+            misalign_state(lr, lt, seq, turn, step, keys.run, k3=k3, r=r, shifted=shifted),
             hot_sequence_state(
-                lr, lt, seq, turn, step, *bins, keys.run, k3=k3, gpu_codes=_gpus(table, keys)
+                lr,
+                lt,
+                seq,
+                turn,
+                step,
+                *bins,
+                keys.run,
+                k3=k3,
+                gpu_codes=_gpus(table, keys),
+                r=r,
             ),
             token_shift_state(_token_ids(table, keys), lr, lt, seq, *bins, k3=k3),
             seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *bins, (r, k3)),
