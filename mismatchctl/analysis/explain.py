@@ -306,7 +306,7 @@ class _Coder:
         turn = keys.column(S.TURN)
         bad = cube_kernels.token_codes(
             turn, keys.column(S.POSITION), starts.astype(np.int64), prompt,
-            np.exp(keys.column(S.ROLLOUT)),  # as the bin key: numpy's exp, then the edges
+            keys.probability(S.ROLLOUT),  # the bin key's: numpy's exp, then the edges
             np.asarray(keys.edges, dtype=np.float64)[1:-1],
             np.asarray(CUBE_KV_EDGES[1:], dtype=np.int64),
             np.asarray(CUBE_TURN_POSITION_EDGES[1:], dtype=np.int64),

@@ -90,6 +90,7 @@ class PartKeys:
         self._rows: np.ndarray | None = None
         self._cube_k3: np.ndarray | None = None
         self._log_ratio: tuple[np.ndarray, np.ndarray] | None = None
+        self._probability: dict[str, np.ndarray] = {}
         self.runs: TurnRuns | None = None  # the slice's turn runs, once the engine made them
         self.by_run: RunKeys | None = None  # the keys of their first rows (the engine's)
 
@@ -128,7 +129,7 @@ class PartKeys:
             labels: list[Label] = [int(x) if x.isdigit() else x for x in TURN_INDEX_LABELS]
             return KeyCodes(turn_index(self.column(S.TURN)), labels)
         if key in (K.BIN, K.TRAINER_PROB):  # the same bins of either side's probability
-            p = np.exp(self.column(S.ROLLOUT if key == K.BIN else S.TRAINER))
+            p = self.probability(S.ROLLOUT if key == K.BIN else S.TRAINER)
             return KeyCodes(
                 assign_bins(p, self.edges).astype(np.int64), list(range(len(self.edges) - 1))
             )
@@ -166,6 +167,13 @@ class PartKeys:
             with np.errstate(invalid="ignore"):
                 self._log_ratio = (r, per_token.k3(r))
         return self._log_ratio
+
+    def probability(self, column: str) -> np.ndarray:
+        """numpy's ``exp`` of a logprob column, once per slice: the bin key's and the cube's
+        token codes (``explain._Coder``) both bin the rollout's."""
+        if column not in self._probability:
+            self._probability[column] = np.exp(self.column(column))
+        return self._probability[column]
 
     def cube_k3(self) -> np.ndarray:
         """Each row's K3 as the K3 cubes' compiled loop computes it (``cube_kernels.token_k3``),

@@ -97,7 +97,8 @@ def hot_cell_sums(
     """Per (sequence, turn kind, bin) cell, ``sums`` (cells x 7, zeroed): tokens, tokens with
     ``r != 0``, sum of ``x``, of ``x^2``, of ``k3``, tokens with ``r > 0``, tokens with ``r > 0``
     and ``x > tail``; the cell of a token of sequence ``s`` is ``s * 2 * n_bins + later * n_bins
-    + bin``; added in token order."""
+    + bin``; added in token order. ``x`` of a token with ``r == 0`` is not read (it adds 0.0:
+    the caller need not zero it)."""
     n = r.shape[0]
     width = 2 * n_bins
     for s in range(starts.shape[0]):
@@ -105,13 +106,15 @@ def hot_cell_sums(
         b = starts[s + 1] if s + 1 < starts.shape[0] else n
         for i in range(a, b):
             c = s * width + (n_bins if later[i] > 0 else 0) + bins[i]
+            moved = r[i] != 0
+            xi = x[i] if moved else 0.0
             sums[c, 0] += 1.0
-            sums[c, 1] += 1.0 if r[i] != 0 else 0.0
-            sums[c, 2] += x[i]
-            sums[c, 3] += x[i] * x[i]
+            sums[c, 1] += 1.0 if moved else 0.0
+            sums[c, 2] += xi
+            sums[c, 3] += xi * xi
             sums[c, 4] += k3[i]
             sums[c, 5] += 1.0 if r[i] > 0 else 0.0
-            sums[c, 6] += 1.0 if r[i] > 0 and x[i] > tail else 0.0
+            sums[c, 6] += 1.0 if r[i] > 0 and xi > tail else 0.0
 
 
 @kernel(nogil=True)

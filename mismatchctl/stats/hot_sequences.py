@@ -136,11 +136,9 @@ def hot_sequence_state(
         return HotSequenceParts()
     starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
     r = lt - lr if r is None else r
-    moved = r != 0
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         k3 = per_token.k3(r) if k3 is None else k3
-        x = np.log(np.abs(r) / np.maximum(-lr, LR_FLOOR))
-    x[~moved] = 0.0
+        x = _relative(r, lr)  # -inf where r == 0: the walk reads no x there
     width = 2 * n_bins
     dense = np.zeros((len(starts) * width, 7))
     diagnose_kernels.hot_cell_sums(
@@ -163,6 +161,16 @@ def hot_sequence_state(
             )
         ]
     )
+
+
+def _relative(r: np.ndarray, lr: np.ndarray) -> np.ndarray:
+    """Each token's ``x = log(|r| / max(-lr, LR_FLOOR))``, in two buffers: numpy's operations
+    of the expression, each into a buffer of the slice's length, not a new one each."""
+    x = np.abs(r)
+    floor = np.negative(lr)
+    np.maximum(floor, LR_FLOOR, out=floor)
+    np.divide(x, floor, out=x)
+    return np.log(x, out=x)
 
 
 @dataclass

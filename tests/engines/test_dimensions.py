@@ -414,3 +414,23 @@ def test_step_codes_of_one_step_and_of_several_are_uniques() -> None:
         cube_kernels.token_k3(lr, lr * 1.1, want)
         assert keys.cube_k3() is keys.cube_k3()
         assert np.array_equal(keys.cube_k3(), want)
+
+
+def test_each_sides_probability_once_per_slice_and_the_bins_of_it() -> None:
+    """``PartKeys.probability``: numpy's ``exp`` of the column, computed once per slice (the
+    bin key's and the cube's token codes share it); the bins of either side are of its own."""
+    from mismatchctl.engines.keys import PartKeys
+    from mismatchctl.stats import assign_bins, parse_bins
+
+    rng = np.random.default_rng(5)
+    lr = -rng.exponential(1.0, 50)
+    lt = lr - rng.exponential(0.5, 50)
+    edges = parse_bins("log")
+    table = pa.table({S.ROLLOUT: lr, S.TRAINER: lt})
+    keys = PartKeys(table, "r", {}, edges)
+    assert keys.probability(S.ROLLOUT) is keys.probability(S.ROLLOUT)
+    np.testing.assert_array_equal(keys.probability(S.TRAINER), np.exp(lt))
+    assert keys.get(K.BIN).codes.tolist() == assign_bins(np.exp(lr), edges).tolist()
+    trainer = keys.get(K.TRAINER_PROB).codes
+    assert trainer.tolist() == assign_bins(np.exp(lt), edges).tolist()
+    assert trainer.tolist() != keys.get(K.BIN).codes.tolist()
