@@ -434,3 +434,48 @@ def test_each_sides_probability_once_per_slice_and_the_bins_of_it() -> None:
     trainer = keys.get(K.TRAINER_PROB).codes
     assert trainer.tolist() == assign_bins(np.exp(lt), edges).tolist()
     assert trainer.tolist() != keys.get(K.BIN).codes.tolist()
+
+
+def test_keys_along_turn_runs_coded_per_run_are_the_tokens_codes() -> None:
+    """``token_group_codes`` with the engine's turn runs (``PartKeys.by_run``): the codes, sizes
+    and labels of ``group_codes`` over every token, for the what-if's cells (step x gpu, step
+    x turn kind) and the gpus alone; the what-if's states the same bits either way."""
+    from mismatchctl.analysis.diagnose.build import SUGGESTED
+    from mismatchctl.analysis.whatif.whatif import WhatifExtra
+    from mismatchctl.engines.keys import PartKeys, RunKeys, group_codes, token_group_codes
+    from mismatchctl.stats import parse_bins
+    from mismatchctl.stats.turnruns import run_starts
+
+    rng = np.random.default_rng(6)
+    seq = np.repeat(np.arange(40), rng.integers(1, 30, 40))
+    n = len(seq)
+    turn = ((rng.random(n) < 0.2).cumsum() + seq) % 3  # runs of one turn within a sequence
+    gpus = np.array(["H20", "A100", None, "B200"], object)[seq % 4]
+    lr = -rng.exponential(1.0, n)
+    table = pa.table(
+        {
+            S.STEP: 10 + seq // 7,
+            S.SEQ: seq,
+            S.TURN: turn.astype(np.int32),
+            S.ROLLOUT: lr,
+            S.TRAINER: lr + 0.01 * rng.standard_normal(n),
+            S.GPU: pa.array(gpus.tolist()).dictionary_encode(),
+        }
+    )
+
+    def keys(with_runs: bool) -> PartKeys:
+        out = PartKeys(table, "r", {}, parse_bins("log"))
+        if with_runs:
+            starts = run_starts(seq, turn)
+            out.by_run = RunKeys(out.at(starts), np.diff(np.r_[starts, n]))
+        return out
+
+    runs, tokens = keys(True), keys(False)
+    for split in ((K.STEP, K.GPU), (K.STEP, K.TURN_KIND), (K.GPU,)):
+        got, want = token_group_codes(runs, split), group_codes(tokens, split)
+        assert got[0].tolist() == want[0].tolist() and got[1:] == want[1:]
+    extra = WhatifExtra([SUGGESTED])
+    got, want = extra.compute(table, keys(True)), extra.compute(table, tokens)
+    assert list(got) == list(want) and len(got) > 10
+    for key, state in want.items():
+        np.testing.assert_array_equal(got[key], state)

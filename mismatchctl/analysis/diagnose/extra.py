@@ -15,7 +15,7 @@ from mismatchctl import schema as S
 from mismatchctl.analysis.explain import CUBE_KV_EDGES
 from mismatchctl.columns import numpy_of
 from mismatchctl.engines import plan as K
-from mismatchctl.engines.keys import PartKeys
+from mismatchctl.engines.keys import PartKeys, token_group_codes
 from mismatchctl.engines.seqrows import NO_WEIGHT_LAG
 from mismatchctl.stats.comoments import (
     lag_k3,
@@ -206,9 +206,8 @@ def _gpus(table: pa.Table, keys: PartKeys) -> tuple[np.ndarray, np.ndarray] | No
     hot-sequence state's gpus: a label per sequence, never an object per token)."""
     if S.GPU not in table.column_names:
         return None
-    found = keys.get(K.GPU)
-    codes = np.broadcast_to(np.asarray(found.codes), (keys.n,))
-    return codes, np.asarray(found.labels, object)
+    codes, _, labels = token_group_codes(keys, (K.GPU,))  # per turn run, repeated
+    return codes, np.asarray(labels[0], object)
 
 
 def _batch_sizes(keys: PartKeys) -> np.ndarray:
