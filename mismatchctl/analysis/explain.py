@@ -320,7 +320,7 @@ class _Coder:
         """lr, lt, each token's sequence row, token codes, sequence codes (computed on each
         sequence's first row: they are constant along it)."""
         seq = keys.column(S.SEQ)
-        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
+        starts = keys.sequence_starts()
         rows = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(seq)]))
         tok = self.token_codes(keys, seq, starts)
         if self.routing:  # MoE runs: the routing of each token's producing position

@@ -91,6 +91,7 @@ class PartKeys:
         self._cube_k3: np.ndarray | None = None
         self._log_ratio: tuple[np.ndarray, np.ndarray] | None = None
         self._probability: dict[str, np.ndarray] = {}
+        self._starts: np.ndarray | None = None
         self.runs: TurnRuns | None = None  # the slice's turn runs, once the engine made them
         self.by_run: RunKeys | None = None  # the keys of their first rows (the engine's)
 
@@ -202,11 +203,23 @@ class PartKeys:
             raise ValueError("a key read from the sequence rows needs the source's SequenceRows")
         return self.sequences
 
+    def sequence_starts(self) -> np.ndarray:
+        """The first row of each run of equal ``seq`` (a slice's sequences: each contiguous),
+        once per slice for every extra that sums per sequence."""
+        if self._starts is None:
+            seq = self.column(S.SEQ)
+            self._starts = (
+                np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+                if len(seq)
+                else np.zeros(0, np.int64)
+            )
+        return self._starts
+
     def rows(self) -> np.ndarray:
         """Each row's row in the sequence rows (by ``seq``)."""
         if self._rows is None:  # looked up once per run of equal ids, then repeated
             seq = self.column(S.SEQ)
-            starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
+            starts = self.sequence_starts()
             found = self.sequence_rows().rows(seq[starts])
             self._rows = np.repeat(found, np.diff(np.r_[starts, len(seq)]))
         return self._rows

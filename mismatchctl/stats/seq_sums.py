@@ -78,14 +78,17 @@ def seq_sums(
     bins: np.ndarray,
     n_bins: int,
     log_ratio: tuple[np.ndarray, np.ndarray] | None = None,
+    starts: np.ndarray | None = None,
 ) -> SeqSums:
     """The sums of a slice of whole sequences (tokens in sequence order); ``batch_size`` and
     ``bins`` per token (the batch size is constant along a sequence: its first token's);
     ``log_ratio``: each token's ``r = lt - lr`` and its K3 when the caller has them
-    (``PartKeys.log_ratio``: the same numpy expressions as here)."""
+    (``PartKeys.log_ratio``: the same numpy expressions as here); ``starts``: each sequence's
+    first row (``PartKeys.sequence_starts``)."""
     if len(seq) == 0:
         return SeqSums()
-    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    if starts is None:
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
     owner = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(seq)]))
     if log_ratio is None:
         with np.errstate(over="ignore", invalid="ignore"):

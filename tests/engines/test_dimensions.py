@@ -479,3 +479,48 @@ def test_keys_along_turn_runs_coded_per_run_are_the_tokens_codes() -> None:
     assert list(got) == list(want) and len(got) > 10
     for key, state in want.items():
         np.testing.assert_array_equal(got[key], state)
+
+
+def test_batch_sizes_per_turn_run_repeated_are_each_tokens() -> None:
+    """diagnose's batch size of every token (``extra._batch_sizes``): looked up per turn run
+    and repeated, each token's own sequence's size (``UNKNOWN`` where none is known), as
+    without the engine's turn runs."""
+    from mismatchctl.analysis.diagnose.extra import _batch_sizes
+    from mismatchctl.engines.keys import PartKeys, RunKeys
+    from mismatchctl.engines.seqrows import SequenceRows
+    from mismatchctl.stats import parse_bins
+    from mismatchctl.stats.seq_sums import UNKNOWN
+    from mismatchctl.stats.turnruns import run_starts
+
+    rng = np.random.default_rng(7)
+    ids = np.arange(100, 140)
+    sizes = np.where(rng.random(40) < 0.2, UNKNOWN, rng.choice([8, 16, 64], 40))
+    rows = SequenceRows("r", ids, np.ones(40, np.int64), np.zeros(40, np.int64), ids * 0)
+    rows.batch_size = sizes
+    seq = np.repeat(ids[::2], rng.integers(1, 20, 20))  # every other sequence has tokens
+    turn = ((rng.random(len(seq)) < 0.3).cumsum() + seq) % 2
+    lr = -rng.exponential(1.0, len(seq))
+    table = pa.table({S.SEQ: seq, S.TURN: turn.astype(np.int32), S.ROLLOUT: lr, S.TRAINER: lr})
+    plain = PartKeys(table, "r", {}, parse_bins("log"), sequences=rows)
+    keys = PartKeys(table, "r", {}, parse_bins("log"), sequences=rows)
+    starts = run_starts(seq, turn)
+    keys.by_run = RunKeys(keys.at(starts), np.diff(np.r_[starts, len(seq)]))
+    want = sizes[np.searchsorted(ids, seq)]
+    assert _batch_sizes(keys).tolist() == _batch_sizes(plain).tolist() == want.tolist()
+    assert (want == UNKNOWN).any() and len(set(want.tolist())) > 2
+
+
+def test_sequence_starts_once_per_slice_and_of_the_rows_taken() -> None:
+    """``PartKeys.sequence_starts``: the first row of each run of equal ``seq``, computed once
+    per slice; of the rows taken (``at``) their own; none of an empty slice."""
+    from mismatchctl.engines.keys import PartKeys
+    from mismatchctl.stats import parse_bins
+
+    seq = np.array([4, 4, 4, 9, 9, 11, 4, 4])  # a sequence id met again later is a new run
+    table = pa.table({S.SEQ: seq})
+    keys = PartKeys(table, "r", {}, parse_bins("log"))
+    assert keys.sequence_starts().tolist() == [0, 3, 5, 6]
+    assert keys.sequence_starts() is keys.sequence_starts()
+    assert keys.at(np.array([0, 1, 3, 6])).sequence_starts().tolist() == [0, 2, 3]
+    empty = PartKeys(table.slice(0, 0), "r", {}, parse_bins("log"))
+    assert empty.sequence_starts().tolist() == [] and empty.sequence_starts().dtype == np.int64

@@ -20,7 +20,7 @@ from mismatchctl.stats.comoments import (
 )
 from mismatchctl.stats.offset import N_FIELDS, offset_state, offset_summary
 from mismatchctl.stats.robust import ranks, robust_z, spearman, theil_sen
-from mismatchctl.stats.sentinels import sentinel_state
+from mismatchctl.stats.sentinels import PAD_RUN_MIN, sentinel_state, trailing_zero_state
 
 
 def test_pair_merge_with_empty_and_single_parts() -> None:
@@ -116,6 +116,24 @@ def test_lag_k3_with_the_shared_pairs_keeps_nan_and_inf() -> None:
     np.testing.assert_array_equal(
         lag_states(lag_pairs(lr, lt, seq, turn, shifted.adjacent)), lag_states(pairs)
     )
+
+
+def test_offset_and_trailing_zeros_with_the_callers_r_and_starts() -> None:
+    """The engine hands in the slice's ``r`` and sequence starts (``PartKeys``): the same sums,
+    bit for bit, as each state's own."""
+    lr, lt, seq, _ = _sides_with_sentinels(4)
+    lt[7] = lt[6]
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    ends = np.r_[starts[1:], len(seq)]
+    for b in [b for a, b in zip(starts, ends, strict=True) if b - a > PAD_RUN_MIN][:5]:
+        lr[b - PAD_RUN_MIN : b] = lt[b - PAD_RUN_MIN : b] = 0.0  # padding stored as tokens
+    step = seq // 3
+    np.testing.assert_array_equal(
+        offset_state(lr, lt, seq, lt - lr, starts), offset_state(lr, lt, seq)
+    )
+    own = trailing_zero_state(lr, lt, seq, step, "a")
+    assert trailing_zero_state(lr, lt, seq, step, "a", starts) == own
+    assert own.sequences == len(starts) and own.padded > 0
 
 
 def _clustered(r_by_seq: list[np.ndarray]) -> tuple[float, float]:

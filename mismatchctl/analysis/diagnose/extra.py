@@ -111,13 +111,14 @@ class DiagnoseExtra:
         shifted = shifted_pairs(lr, lt, seq, turn)  # once for the lag sums and misaligned turns
         pairs = lag_pairs(lr, lt, seq, turn, shifted.adjacent)
         r, k3 = keys.log_ratio()  # once for every sum of K3 below (numpy's, as each had)
+        starts = keys.sequence_starts()  # and each sequence's first row
         bins = self._bins(keys)
         return DiagnoseState(
             lag_states(pairs),
-            offset_state(lr, lt, seq),
+            offset_state(lr, lt, seq, r, starts),
             sentinel_state(lr, lt, seq, turn, step, keys.run),
             _lag_sums(keys, k3, seq),
-            trailing_zero_state(lr, lt, seq, step, keys.run),
+            trailing_zero_state(lr, lt, seq, step, keys.run, starts),
             lag_k3(pairs, k3, shifted),
             misalign_state(lr, lt, seq, turn, step, keys.run, k3=k3, r=r, shifted=shifted),
             hot_sequence_state(
@@ -131,9 +132,12 @@ class DiagnoseExtra:
                 k3=k3,
                 gpu_codes=_gpus(table, keys),
                 r=r,
+                starts=starts,
             ),
-            token_shift_state(_token_ids(table, keys), lr, lt, seq, *bins, k3=k3),
-            seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *bins, (r, k3)),
+            token_shift_state(
+                _token_ids(table, keys), lr, lt, seq, *bins, k3=k3, r=r, starts=starts
+            ),
+            seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *bins, (r, k3), starts),
             signed_parts(
                 keys.run,
                 r,
@@ -162,7 +166,7 @@ class DiagnoseExtra:
 def _lag_sums(keys: PartKeys, k3: np.ndarray, seq: np.ndarray) -> LagSums:
     """Per weight lag, the sums of :class:`LagSums`; ``k3``: each token's K3. A sequence's
     lag is looked up once (its tokens share it), not per token."""
-    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
+    starts = keys.sequence_starts()
     known = keys.sequence_rows().weight_lag
     seq_lag = known[keys.rows()[starts]] if known is not None and len(starts) else seq[:0]
     if not np.any(seq_lag != NO_WEIGHT_LAG):  # no lag known: only the counts (the checks
@@ -211,10 +215,12 @@ def _gpus(table: pa.Table, keys: PartKeys) -> tuple[np.ndarray, np.ndarray] | No
 
 
 def _batch_sizes(keys: PartKeys) -> np.ndarray:
-    """Each row's batch size, ``UNKNOWN`` where its source does not say."""
-    kc = keys.get(K.BATCH_SIZE)
+    """Each row's batch size, ``UNKNOWN`` where its source does not say: looked up per turn
+    run (the engine's ``by_run``) and repeated: a sequence's batch size is constant along it."""
+    runs = keys.by_run
+    kc = keys.get(K.BATCH_SIZE) if runs is None else runs.keys.get(K.BATCH_SIZE)
     lut = np.array([UNKNOWN if v is None else int(v) for v in kc.labels], dtype=np.int64)
-    return lut[kc.codes]
+    return lut[kc.codes] if runs is None else np.repeat(lut[kc.codes], runs.lengths)
 
 
 def _token_ids(table: pa.Table, keys: PartKeys) -> np.ndarray:
