@@ -34,7 +34,7 @@ from mismatchctl.stats.sentinels import (
     trailing_zero_state,
 )
 from mismatchctl.stats.seq_sums import UNKNOWN, SeqSums, seq_sums
-from mismatchctl.stats.signed_parts import SignedParts, signed_parts
+from mismatchctl.stats.signed_parts import SignedParts, clamped_ratio, signed_parts
 from mismatchctl.stats.token_shift import TokenShiftState, token_shift_state
 
 
@@ -112,10 +112,11 @@ class DiagnoseExtra:
         pairs = lag_pairs(lr, lt, seq, turn, shifted.adjacent)
         r, k3 = keys.log_ratio()  # once for every sum of K3 below (numpy's, as each had)
         starts = keys.sequence_starts()  # and each sequence's first row
+        ratio = clamped_ratio(r)  # rho - 1 of the clamped r: the offset's and signed parts'
         bins = self._bins(keys)
         return DiagnoseState(
             lag_states(pairs),
-            offset_state(lr, lt, seq, r, starts),
+            offset_state(lr, lt, seq, r, starts, ratio),
             sentinel_state(lr, lt, seq, turn, step, keys.run),
             _lag_sums(keys, k3, seq),
             trailing_zero_state(lr, lt, seq, step, keys.run, starts),
@@ -148,6 +149,7 @@ class DiagnoseExtra:
                 bins[0],
                 CUBE_KV_EDGES,
                 bins[1],
+                ratio,
             ),
         )
 
