@@ -89,35 +89,39 @@ def seq_sums(
         return SeqSums()
     if starts is None:
         starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-    owner = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(seq)]))
     if log_ratio is None:
         with np.errstate(over="ignore", invalid="ignore"):
             log_ratio = lt - lr, per_token.k3(lt - lr)
     r, k3 = log_ratio
-    cell = owner * n_bins + bins
-    size = len(starts) * n_bins
-    counts = np.bincount(cell, minlength=size).reshape(len(starts), n_bins)
-    k3_bins = np.bincount(cell, weights=k3, minlength=size).reshape(len(starts), n_bins)
+    counts, k3_bins, line = _walk(starts, bins, n_bins, k3, lr, r)
     sums = RunSeqSums(
         step[starts].astype(np.int64),
         np.diff(np.r_[starts, len(seq)]).astype(np.float64),
         np.add.reduceat(r, starts),
         k3_bins.sum(axis=1),
         batch_size[starts].astype(np.int64),
-        counts.astype(np.float64),
+        counts,
         k3_bins,
-        _line(lr, r, starts),
+        line,
     )
     return SeqSums({run: sums})
 
 
-def _line(lr: np.ndarray, r: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Per sequence: its tokens with finite ``lr`` and ``r``, and the sums of ``lr``, ``lr^2``,
-    ``r`` and ``lr r`` over them (``diagnose_kernels.line_sums``: one walk in token order)."""
+def _walk(
+    starts: np.ndarray, bins: np.ndarray, n_bins: int, k3: np.ndarray, lr: np.ndarray, r: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per sequence: its tokens and K3 per bin, and over its tokens with finite ``lr`` and ``r``
+    their count and the sums of ``lr``, ``lr^2``, ``r`` and ``lr r``: one compiled walk in token
+    order (``diagnose_kernels.sequence_sums``; the bins' sums are ``bincount``'s, bit for bit)."""
     from mismatchctl.stats import diagnose_kernels
 
-    out = np.zeros((len(starts), 5))
-    diagnose_kernels.line_sums(
-        starts, np.ascontiguousarray(lr, np.float64), np.ascontiguousarray(r, np.float64), out
-    )
-    return out
+    counts, k3_bins = np.zeros((len(starts), n_bins)), np.zeros((len(starts), n_bins))
+    line = np.zeros((len(starts), 5))
+    bad = diagnose_kernels.sequence_sums(
+        np.asarray(starts, np.int64), np.ascontiguousarray(bins, np.int64),
+        np.ascontiguousarray(k3, np.float64), np.ascontiguousarray(lr, np.float64),
+        np.ascontiguousarray(r, np.float64), counts, k3_bins, line,
+    )  # fmt: skip
+    if bad >= 0:
+        raise ValueError(f"probability bins must lie in 0..{n_bins - 1} (found {bins[bad]})")
+    return counts, k3_bins, line

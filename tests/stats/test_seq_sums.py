@@ -4,6 +4,7 @@ those of one state of the whole, in the same order; a merge leaves its operands 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mismatchctl.stats.seq_sums import SeqSums, seq_sums
 
@@ -57,3 +58,33 @@ def test_a_merge_leaves_its_operands_and_keeps_runs_apart() -> None:
     assert len(both.runs["a"].step) == rows + len(_sums(*_slice(3, 900)).runs["a"].step)
     assert both.runs["a"] is both.runs["a"]  # joined once, then kept
     assert SeqSums().runs == {}
+
+
+def test_the_compiled_walk_gives_bincounts_sums_bit_for_bit() -> None:
+    """Each sequence's tokens and K3 per bin (``diagnose_kernels.sequence_sums``) against the
+    ``bincount`` over (sequence, bin) cells it replaced, and its line sums against a loop over
+    the tokens with finite sides; a bin beyond the bins' count is refused."""
+    lr, lt, seq, step, size, bins = _slice(5, 0)
+    lt[[3, 40]] = [np.inf, np.nan]  # left out of the line sums, counted in their bin
+    r = lt - lr
+    with np.errstate(over="ignore", invalid="ignore"):
+        k3 = np.expm1(r) - r
+    got = seq_sums("a", lr, lt, seq, step, size, bins, N_BINS).runs["a"]
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    owner = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(seq)]))
+    cell = owner * N_BINS + bins
+    want = np.bincount(cell, weights=k3, minlength=len(starts) * N_BINS)
+    np.testing.assert_array_equal(got.k3_bins, want.reshape(-1, N_BINS))
+    counts = np.bincount(cell, minlength=len(starts) * N_BINS).reshape(-1, N_BINS)
+    np.testing.assert_array_equal(got.bins, counts.astype(np.float64))
+    for s, (a, b) in enumerate(zip(starts, np.r_[starts[1:], len(seq)], strict=True)):
+        line = np.zeros(5)
+        for x, y in zip(lr[a:b], r[a:b], strict=True):
+            if np.isfinite(x) and np.isfinite(y):
+                line += (1.0, x, x * x, y, x * y)
+        np.testing.assert_allclose(got.line[s], line, rtol=1e-12)
+    assert got.line[0, 0] == np.isfinite(r[starts[0] : starts[1]]).sum()
+    bad = bins.copy()
+    bad[7] = N_BINS
+    with pytest.raises(ValueError, match=f"bins must lie in 0..{N_BINS - 1}"):
+        seq_sums("a", lr, lt, seq, step, size, bad, N_BINS)
