@@ -86,7 +86,7 @@ def token_shift_state(
     every = bool(known.all())  # the usual case: no copies
     r = lt - lr if r is None else r
     r = r if every else r[known]
-    k = ids.astype(np.int64) if every else ids[known].astype(np.int64)
+    k = ids.astype(np.int64, copy=False) if every else ids[known].astype(np.int64)
     size = int(k.max()) + 1 if len(k) else 0
     with np.errstate(over="ignore", invalid="ignore"):
         if k3 is None:
