@@ -159,7 +159,7 @@ DEMO_KERNELS = {
         "column_ranges", "cube_accumulate", "token_checks", "token_codes", "token_k3",
     ),
     "mismatchctl.stats.diagnose_kernels": (
-        "hot_cell_sums", "line_sums", "misaligned_turns", "seen_before", "sentinel_counts",
+        "hot_cell_sums", "misaligned_turns", "seen_before", "sentinel_counts", "sequence_sums",
         "trailing_flagged",
     ),
     "mismatchctl.stats.edge_kernels": ("edge_pass",),

@@ -306,7 +306,7 @@ class _Coder:
         turn = keys.column(S.TURN)
         bad = cube_kernels.token_codes(
             turn, keys.column(S.POSITION), starts.astype(np.int64), prompt,
-            np.exp(keys.column(S.ROLLOUT)),  # as the bin key: numpy's exp, then the edges
+            keys.probability(S.ROLLOUT),  # the bin key's: numpy's exp, then the edges
             np.asarray(keys.edges, dtype=np.float64)[1:-1],
             np.asarray(CUBE_KV_EDGES[1:], dtype=np.int64),
             np.asarray(CUBE_TURN_POSITION_EDGES[1:], dtype=np.int64),
@@ -320,7 +320,7 @@ class _Coder:
         """lr, lt, each token's sequence row, token codes, sequence codes (computed on each
         sequence's first row: they are constant along it)."""
         seq = keys.column(S.SEQ)
-        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
+        starts = keys.sequence_starts()
         rows = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(seq)]))
         tok = self.token_codes(keys, seq, starts)
         if self.routing:  # MoE runs: the routing of each token's producing position

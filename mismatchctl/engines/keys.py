@@ -90,6 +90,8 @@ class PartKeys:
         self._rows: np.ndarray | None = None
         self._cube_k3: np.ndarray | None = None
         self._log_ratio: tuple[np.ndarray, np.ndarray] | None = None
+        self._probability: dict[str, np.ndarray] = {}
+        self._starts: np.ndarray | None = None
         self.runs: TurnRuns | None = None  # the slice's turn runs, once the engine made them
         self.by_run: RunKeys | None = None  # the keys of their first rows (the engine's)
 
@@ -128,7 +130,7 @@ class PartKeys:
             labels: list[Label] = [int(x) if x.isdigit() else x for x in TURN_INDEX_LABELS]
             return KeyCodes(turn_index(self.column(S.TURN)), labels)
         if key in (K.BIN, K.TRAINER_PROB):  # the same bins of either side's probability
-            p = np.exp(self.column(S.ROLLOUT if key == K.BIN else S.TRAINER))
+            p = self.probability(S.ROLLOUT if key == K.BIN else S.TRAINER)
             return KeyCodes(
                 assign_bins(p, self.edges).astype(np.int64), list(range(len(self.edges) - 1))
             )
@@ -167,6 +169,13 @@ class PartKeys:
                 self._log_ratio = (r, per_token.k3(r))
         return self._log_ratio
 
+    def probability(self, column: str) -> np.ndarray:
+        """numpy's ``exp`` of a logprob column, once per slice: the bin key's and the cube's
+        token codes (``explain._Coder``) both bin the rollout's."""
+        if column not in self._probability:
+            self._probability[column] = np.exp(self.column(column))
+        return self._probability[column]
+
     def cube_k3(self) -> np.ndarray:
         """Each row's K3 as the K3 cubes' compiled loop computes it (``cube_kernels.token_k3``),
         once per slice for every cube the extras add it to."""
@@ -194,11 +203,23 @@ class PartKeys:
             raise ValueError("a key read from the sequence rows needs the source's SequenceRows")
         return self.sequences
 
+    def sequence_starts(self) -> np.ndarray:
+        """The first row of each run of equal ``seq`` (a slice's sequences: each contiguous),
+        once per slice for every extra that sums per sequence."""
+        if self._starts is None:
+            seq = self.column(S.SEQ)
+            self._starts = (
+                np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+                if len(seq)
+                else np.zeros(0, np.int64)
+            )
+        return self._starts
+
     def rows(self) -> np.ndarray:
         """Each row's row in the sequence rows (by ``seq``)."""
         if self._rows is None:  # looked up once per run of equal ids, then repeated
             seq = self.column(S.SEQ)
-            starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
+            starts = self.sequence_starts()
             found = self.sequence_rows().rows(seq[starts])
             self._rows = np.repeat(found, np.diff(np.r_[starts, len(seq)]))
         return self._rows

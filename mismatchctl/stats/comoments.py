@@ -14,6 +14,7 @@ when the trainer's value of token t sits one position later) and ``(lr_{t+1}, lt
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
@@ -85,23 +86,64 @@ def _unit(x: float | None) -> float | None:
 Pairs = tuple[tuple[np.ndarray, np.ndarray], ...]
 
 
-def lag_pairs(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, turn: np.ndarray) -> Pairs:
-    """The (rollout, trainer) pairs at lag 0, +1 and -1 within a turn (``LAG_NAMES`` order)."""
+@dataclass(frozen=True)
+class Shifted:
+    """Every neighbouring pair of a slice shifted by a position, unclamped: ``r_plus`` is
+    ``lt_{t+1} - lr_t`` and ``r_minus`` is ``lt_t - lr_{t+1}`` (``n - 1`` of each), ``k3_plus``
+    and ``k3_minus`` their K3 (``expm1(r) - r``, numpy's), and ``adjacent`` the pairs within a
+    turn. Taken once per slice for the lag sums (``lag_k3``: the pairs within a turn) and the
+    misaligned turns (``stats/misalign.py``: every pair, clamped where ``|r|`` passes the
+    clamp), which each took their own before."""
+
+    r_plus: np.ndarray
+    k3_plus: np.ndarray
+    r_minus: np.ndarray
+    k3_minus: np.ndarray
+    adjacent: np.ndarray
+
+
+def shifted_pairs(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, turn: np.ndarray) -> Shifted:
+    """The neighbouring pairs of a slice (tokens in order): see :class:`Shifted`."""
     lr, lt = np.asarray(lr, np.float64), np.asarray(lt, np.float64)
+    r_plus, r_minus = lt[1:] - lr[:-1], lt[:-1] - lr[1:]
+    with np.errstate(invalid="ignore"):  # inf - inf where a side overflowed
+        k3_plus, k3_minus = per_token.k3(r_plus), per_token.k3(r_minus)
     adjacent = (seq[1:] == seq[:-1]) & (turn[1:] == turn[:-1])
+    return Shifted(r_plus, k3_plus, r_minus, k3_minus, adjacent)
+
+
+def lag_pairs(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    turn: np.ndarray,
+    adjacent: np.ndarray | None = None,
+) -> Pairs:
+    """The (rollout, trainer) pairs at lag 0, +1 and -1 within a turn (``LAG_NAMES`` order);
+    ``adjacent``: which neighbouring pairs are within a turn, when the caller has it."""
+    lr, lt = np.asarray(lr, np.float64), np.asarray(lt, np.float64)
+    if adjacent is None:
+        adjacent = (seq[1:] == seq[:-1]) & (turn[1:] == turn[:-1])
     return (lr, lt), (lr[:-1][adjacent], lt[1:][adjacent]), (lr[1:][adjacent], lt[:-1][adjacent])
 
 
-def lag_k3(pairs: Pairs, k3: np.ndarray | None = None) -> np.ndarray:
+def lag_k3(
+    pairs: Pairs, k3: np.ndarray | None = None, shifted: Shifted | None = None
+) -> np.ndarray:
     """Pairs and K3 sums of shape ``(3, 2)`` in ``LAG_NAMES`` order: the mean K3 the two sides
     would have if the trainer side were shifted by 0, +1 or -1 positions within a turn
     (``exp(r) - 1 - r`` with ``r = y - x``; mergeable by addition). ``k3``: the lag-0 pairs'
-    K3 when the caller has it."""
+    K3 when the caller has it; ``shifted``: the slice's shifted pairs (``shifted_pairs``), whose
+    K3 within a turn are the shifted lags' (the same values, in the same order)."""
     out = np.zeros((3, 2))
     with np.errstate(over="ignore", invalid="ignore"):
         for i, (x, y) in enumerate(pairs):
             if i == 0 and k3 is not None:
                 out[i] = (len(k3), float(np.sum(k3)))
+                continue
+            if i > 0 and shifted is not None:
+                k = (shifted.k3_plus if i == 1 else shifted.k3_minus)[shifted.adjacent]
+                out[i] = (len(k), float(np.sum(k)))
                 continue
             r = y - x
             out[i] = (len(r), float(np.sum(per_token.k3(r))))

@@ -97,7 +97,8 @@ def hot_cell_sums(
     """Per (sequence, turn kind, bin) cell, ``sums`` (cells x 7, zeroed): tokens, tokens with
     ``r != 0``, sum of ``x``, of ``x^2``, of ``k3``, tokens with ``r > 0``, tokens with ``r > 0``
     and ``x > tail``; the cell of a token of sequence ``s`` is ``s * 2 * n_bins + later * n_bins
-    + bin``; added in token order."""
+    + bin``; added in token order. ``x`` of a token with ``r == 0`` is not read (it adds 0.0:
+    the caller need not zero it)."""
     n = r.shape[0]
     width = 2 * n_bins
     for s in range(starts.shape[0]):
@@ -105,25 +106,44 @@ def hot_cell_sums(
         b = starts[s + 1] if s + 1 < starts.shape[0] else n
         for i in range(a, b):
             c = s * width + (n_bins if later[i] > 0 else 0) + bins[i]
+            moved = r[i] != 0
+            xi = x[i] if moved else 0.0
             sums[c, 0] += 1.0
-            sums[c, 1] += 1.0 if r[i] != 0 else 0.0
-            sums[c, 2] += x[i]
-            sums[c, 3] += x[i] * x[i]
+            sums[c, 1] += 1.0 if moved else 0.0
+            sums[c, 2] += xi
+            sums[c, 3] += xi * xi
             sums[c, 4] += k3[i]
             sums[c, 5] += 1.0 if r[i] > 0 else 0.0
-            sums[c, 6] += 1.0 if r[i] > 0 and x[i] > tail else 0.0
+            sums[c, 6] += 1.0 if r[i] > 0 and xi > tail else 0.0
 
 
 @kernel(nogil=True)
-def line_sums(starts: np.ndarray, lr: np.ndarray, r: np.ndarray, sums: np.ndarray) -> None:
-    """Per sequence (first tokens ``starts``, ascending; the last ends at the end), ``sums``
+def sequence_sums(
+    starts: np.ndarray,
+    bins: np.ndarray,
+    k3: np.ndarray,
+    lr: np.ndarray,
+    r: np.ndarray,
+    counts: np.ndarray,
+    k3_bins: np.ndarray,
+    sums: np.ndarray,
+) -> int:
+    """Per sequence (first tokens ``starts``, ascending; the last ends at the end): its tokens
+    and their K3 per probability bin (``counts``, ``k3_bins``: sequences x bins, zeroed; the
+    sums ``bincount`` gave over each token's (sequence, bin) cell, in its order), and ``sums``
     (sequences x 5, zeroed): over its tokens with finite ``lr`` and ``r``, their count and the
-    sums of ``lr``, ``lr^2``, ``r`` and ``lr r``; added in token order."""
+    sums of ``lr``, ``lr^2``, ``r`` and ``lr r``; added in token order. Returns the first token
+    whose bin is not below the bins' count (or negative), whose sums stop there; -1 when none."""
     n = r.shape[0]
+    n_bins = counts.shape[1]
     for s in range(starts.shape[0]):
         a = starts[s]
         b = starts[s + 1] if s + 1 < starts.shape[0] else n
         for i in range(a, b):
+            if bins[i] < 0 or bins[i] >= n_bins:
+                return i
+            counts[s, bins[i]] += 1.0
+            k3_bins[s, bins[i]] += k3[i]
             x, y = lr[i], r[i]
             if np.isfinite(x) and np.isfinite(y):
                 sums[s, 0] += 1.0
@@ -131,6 +151,7 @@ def line_sums(starts: np.ndarray, lr: np.ndarray, r: np.ndarray, sums: np.ndarra
                 sums[s, 2] += x * x
                 sums[s, 3] += y
                 sums[s, 4] += x * y
+    return -1
 
 
 @kernel(nogil=True, error_model="numpy")

@@ -120,25 +120,27 @@ def hot_sequence_state(
     gpu: np.ndarray | None = None,
     k3: np.ndarray | None = None,
     gpu_codes: tuple[np.ndarray, np.ndarray] | None = None,
+    r: np.ndarray | None = None,
+    starts: np.ndarray | None = None,
 ) -> HotSequenceParts:
     """The per-sequence cell sums of one chunk of whole sequences (a sequence's tokens
     contiguous) of run ``label``; ``bins``: each token's probability bin (``0..n_bins-1``);
     ``gpu``: each token's gpu label (None: not known); ``gpu_codes``: instead, each token's gpu
     code and the codes' labels (an object array: only each sequence's label is looked up, not
-    a label per token); ``k3``: each token's ``expm1(r) - r`` when the caller has it. The sums in one compiled walk (``diagnose_kernels.hot_cell_sums``:
+    a label per token); ``k3`` and ``r``: each token's ``expm1(r) - r`` and ``r = lt - lr`` when
+    the caller has them, and ``starts`` (each sequence's first row). The sums in one compiled walk (``diagnose_kernels.hot_cell_sums``:
     ``bincount``'s additions, in its order)."""
     from mismatchctl.stats import diagnose_kernels
 
     n = len(lr)
     if n == 0:
         return HotSequenceParts()
-    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-    r = lt - lr
-    moved = r != 0
+    if starts is None:
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    r = lt - lr if r is None else r
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         k3 = per_token.k3(r) if k3 is None else k3
-        x = np.log(np.abs(r) / np.maximum(-lr, LR_FLOOR))
-    x[~moved] = 0.0
+        x = _relative(r, lr)  # -inf where r == 0: the walk reads no x there
     width = 2 * n_bins
     dense = np.zeros((len(starts) * width, 7))
     diagnose_kernels.hot_cell_sums(
@@ -161,6 +163,16 @@ def hot_sequence_state(
             )
         ]
     )
+
+
+def _relative(r: np.ndarray, lr: np.ndarray) -> np.ndarray:
+    """Each token's ``x = log(|r| / max(-lr, LR_FLOOR))``, in two buffers: numpy's operations
+    of the expression, each into a buffer of the slice's length, not a new one each."""
+    x = np.abs(r)
+    floor = np.negative(lr)
+    np.maximum(floor, LR_FLOOR, out=floor)
+    np.divide(x, floor, out=x)
+    return np.log(x, out=x)
 
 
 @dataclass

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mismatchctl.stats import per_token
+from mismatchctl.stats.comoments import Shifted, shifted_pairs
 from mismatchctl.stats.sentinels import MAX_EXAMPLES, merge_counts
 from mismatchctl.stats.state import RATIO_CLAMP
 
@@ -64,22 +65,29 @@ def misalign_state(
     step: np.ndarray,
     label: str = "",
     k3: np.ndarray | None = None,
+    r: np.ndarray | None = None,
+    shifted: Shifted | None = None,
 ) -> MisalignState:
     """The misaligned turns of one chunk of whole sequences (a turn's tokens contiguous and in
-    order); ``label`` (e.g. the run) goes into the examples; ``k3``: each token's
-    ``expm1(r) - r`` when the caller has it (unclamped: used where no ``|r|`` is clamped)."""
+    order); ``label`` (e.g. the run) goes into the examples; ``k3`` and ``r``: each token's
+    ``expm1(r) - r`` and ``r = lt - lr`` when the caller has them, ``shifted``: its shifted
+    pairs (``comoments.shifted_pairs``); each unclamped, clamped here where ``|r|`` passes the
+    clamp."""
     from mismatchctl.stats import diagnose_kernels
 
     if len(lr) < 2:
         return MisalignState()
-    r = lt - lr
+    r = lt - lr if r is None else r
+    if shifted is None:
+        shifted = shifted_pairs(lr, lt, seq, turn)
     # K3 of the pairs in numpy (vectorised), each turn's sums and tests in one compiled walk
-    k0 = k3 if k3 is not None and np.abs(r).max() <= RATIO_CLAMP else _k3(r)
+    k0 = _k3(r) if k3 is None else clamped_k3(r, k3)
     counts = np.zeros(5, dtype=np.int64)
     first = np.zeros(MAX_EXAMPLES, dtype=np.int64)
     lag = np.zeros(MAX_EXAMPLES, dtype=np.int64)
     kept = diagnose_kernels.misaligned_turns(
-        seq, turn, k0, _k3(lt[1:] - lr[:-1]), _k3(lt[:-1] - lr[1:]), MIN_PAIRS, MIN_K3, FACTOR,
+        seq, turn, k0, clamped_k3(shifted.r_plus, shifted.k3_plus),
+        clamped_k3(shifted.r_minus, shifted.k3_minus), MIN_PAIRS, MIN_K3, FACTOR,
         counts, first, lag,
     )  # fmt: skip
     state = MisalignState(*(int(c) for c in counts))
@@ -87,6 +95,18 @@ def misalign_state(
         what = "one position later" if shift > 0 else "one position earlier"
         state.examples.append((label, int(step[s]), int(seq[s]), int(turn[s]), what))
     return state
+
+
+def clamped_k3(r: np.ndarray, k3: np.ndarray) -> np.ndarray:
+    """``_k3(r)`` from ``r``'s unclamped K3 ``k3``: its values where ``|r|`` is within the clamp
+    (the clamp leaves ``r`` as it is there: the same bits), made again only where it is not (a
+    sentinel, a shifted pair of different tokens: a few per slice), not over the whole slice."""
+    over = np.flatnonzero(np.abs(r) > RATIO_CLAMP)
+    if len(over) == 0:
+        return k3
+    out = k3.copy()
+    out[over] = _k3(r[over])
+    return out
 
 
 def _k3(r: np.ndarray) -> np.ndarray:

@@ -39,14 +39,24 @@ class OC(IntEnum):
 N_FIELDS = len(OC)
 
 
-def offset_state(lr: np.ndarray, lt: np.ndarray, seq: np.ndarray) -> np.ndarray:
-    """Sums of one chunk of whole sequences (each a contiguous run of ``seq``); merge by adding."""
+def offset_state(
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    r: np.ndarray | None = None,
+    starts: np.ndarray | None = None,
+    ratio: np.ndarray | None = None,
+) -> np.ndarray:
+    """Sums of one chunk of whole sequences (each a contiguous run of ``seq``); merge by adding.
+    ``r`` (``lt - lr``), ``starts`` (each sequence's first row) and ``ratio`` (each token's
+    ``rho - 1`` of the clamped ``r``: ``signed_parts.clamped_ratio``): when the caller has them."""
     out = np.zeros(N_FIELDS)
     if len(lr) == 0:
         return out
-    r = np.asarray(lt, np.float64) - np.asarray(lr, np.float64)
-    q = np.expm1(np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP))
-    starts = run_starts(np.asarray(seq))
+    if r is None:
+        r = np.asarray(lt, np.float64) - np.asarray(lr, np.float64)
+    q = np.expm1(np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP)) if ratio is None else ratio
+    starts = run_starts(np.asarray(seq)) if starts is None else starts
     t = np.diff(starts, append=len(r)).astype(np.float64)
     s_r, s_q = np.add.reduceat(r, starts), np.add.reduceat(q, starts)
     out[OC.TOKENS], out[OC.SEQS] = len(r), len(starts)

@@ -183,15 +183,22 @@ def merge_counts(a: C, b: C) -> C:
 
 
 def trailing_zero_state(
-    lr: np.ndarray, lt: np.ndarray, seq: np.ndarray, step: np.ndarray, label: str = ""
+    lr: np.ndarray,
+    lt: np.ndarray,
+    seq: np.ndarray,
+    step: np.ndarray,
+    label: str = "",
+    starts: np.ndarray | None = None,
 ) -> TrailingZeroState:
-    """Counts over one chunk of whole sequences (each sequence's tokens contiguous, in order)."""
+    """Counts over one chunk of whole sequences (each sequence's tokens contiguous, in order);
+    ``starts``: each sequence's first row, when the caller has them."""
     n = len(lr)
     if n == 0:
         return TrailingZeroState()
     from mismatchctl.stats import diagnose_kernels
 
-    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    if starts is None:
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
     runs = np.zeros(len(starts), dtype=np.int64)  # trailing_runs of the exact zeros, compiled
     diagnose_kernels.trailing_flagged(
         np.ascontiguousarray(lr, np.float64), np.ascontiguousarray(lt, np.float64), starts, runs

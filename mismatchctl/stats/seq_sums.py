@@ -31,24 +31,41 @@ class RunSeqSums:
     k3_bins: np.ndarray
     line: np.ndarray = field(default_factory=lambda: np.zeros((0, 5)))
 
-    def merge(self, other: RunSeqSums) -> RunSeqSums:
-        return RunSeqSums(*(np.concatenate([getattr(self, n), getattr(other, n)]) for n in _FIELDS))
-
 
 _FIELDS = ("step", "tokens", "r_sum", "k3", "batch_size", "bins", "k3_bins", "line")
 
 
-@dataclass
 class SeqSums:
-    """Per run, its ``RunSeqSums``."""
+    """Per run, its ``RunSeqSums`` (``runs``). A merge lists the parts' rows and ``runs`` joins
+    them once when read: merging each part into a total that was concatenated anew every time
+    copied every row read before (quadratic over a run of 1,000 parts). The rows are the same
+    and in the same order either way."""
 
-    runs: dict[str, RunSeqSums] = field(default_factory=dict)
+    def __init__(self, runs: dict[str, RunSeqSums] | None = None) -> None:
+        self._pieces: dict[str, list[RunSeqSums]] = {r: [s] for r, s in (runs or {}).items()}
+
+    @property
+    def runs(self) -> dict[str, RunSeqSums]:
+        joined = {run: _join(pieces) for run, pieces in self._pieces.items()}
+        self._pieces = {run: [sums] for run, sums in joined.items()}  # joined once
+        return joined
 
     def merge(self, other: SeqSums) -> SeqSums:
-        out = dict(self.runs)
-        for run, sums in other.runs.items():
-            out[run] = out[run].merge(sums) if run in out else sums
-        return SeqSums(out)
+        out = SeqSums()
+        out._pieces = {run: list(pieces) for run, pieces in self._pieces.items()}
+        return out.merge_into(other)
+
+    def merge_into(self, other: SeqSums) -> SeqSums:
+        """``other``'s rows added to this state's (in place: an engine's running total)."""
+        for run, pieces in other._pieces.items():
+            self._pieces.setdefault(run, []).extend(pieces)
+        return self
+
+
+def _join(pieces: list[RunSeqSums]) -> RunSeqSums:
+    if len(pieces) == 1:
+        return pieces[0]
+    return RunSeqSums(*(np.concatenate([getattr(p, n) for p in pieces]) for n in _FIELDS))
 
 
 def seq_sums(
@@ -61,43 +78,50 @@ def seq_sums(
     bins: np.ndarray,
     n_bins: int,
     log_ratio: tuple[np.ndarray, np.ndarray] | None = None,
+    starts: np.ndarray | None = None,
 ) -> SeqSums:
     """The sums of a slice of whole sequences (tokens in sequence order); ``batch_size`` and
     ``bins`` per token (the batch size is constant along a sequence: its first token's);
     ``log_ratio``: each token's ``r = lt - lr`` and its K3 when the caller has them
-    (``PartKeys.log_ratio``: the same numpy expressions as here)."""
+    (``PartKeys.log_ratio``: the same numpy expressions as here); ``starts``: each sequence's
+    first row (``PartKeys.sequence_starts``)."""
     if len(seq) == 0:
         return SeqSums()
-    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
-    owner = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(seq)]))
+    if starts is None:
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
     if log_ratio is None:
         with np.errstate(over="ignore", invalid="ignore"):
             log_ratio = lt - lr, per_token.k3(lt - lr)
     r, k3 = log_ratio
-    cell = owner * n_bins + bins
-    size = len(starts) * n_bins
-    counts = np.bincount(cell, minlength=size).reshape(len(starts), n_bins)
-    k3_bins = np.bincount(cell, weights=k3, minlength=size).reshape(len(starts), n_bins)
+    counts, k3_bins, line = _walk(starts, bins, n_bins, k3, lr, r)
     sums = RunSeqSums(
         step[starts].astype(np.int64),
         np.diff(np.r_[starts, len(seq)]).astype(np.float64),
         np.add.reduceat(r, starts),
         k3_bins.sum(axis=1),
         batch_size[starts].astype(np.int64),
-        counts.astype(np.float64),
+        counts,
         k3_bins,
-        _line(lr, r, starts),
+        line,
     )
     return SeqSums({run: sums})
 
 
-def _line(lr: np.ndarray, r: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Per sequence: its tokens with finite ``lr`` and ``r``, and the sums of ``lr``, ``lr^2``,
-    ``r`` and ``lr r`` over them (``diagnose_kernels.line_sums``: one walk in token order)."""
+def _walk(
+    starts: np.ndarray, bins: np.ndarray, n_bins: int, k3: np.ndarray, lr: np.ndarray, r: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per sequence: its tokens and K3 per bin, and over its tokens with finite ``lr`` and ``r``
+    their count and the sums of ``lr``, ``lr^2``, ``r`` and ``lr r``: one compiled walk in token
+    order (``diagnose_kernels.sequence_sums``; the bins' sums are ``bincount``'s, bit for bit)."""
     from mismatchctl.stats import diagnose_kernels
 
-    out = np.zeros((len(starts), 5))
-    diagnose_kernels.line_sums(
-        starts, np.ascontiguousarray(lr, np.float64), np.ascontiguousarray(r, np.float64), out
-    )
-    return out
+    counts, k3_bins = np.zeros((len(starts), n_bins)), np.zeros((len(starts), n_bins))
+    line = np.zeros((len(starts), 5))
+    bad = diagnose_kernels.sequence_sums(
+        np.asarray(starts, np.int64), np.ascontiguousarray(bins, np.int64),
+        np.ascontiguousarray(k3, np.float64), np.ascontiguousarray(lr, np.float64),
+        np.ascontiguousarray(r, np.float64), counts, k3_bins, line,
+    )  # fmt: skip
+    if bad >= 0:
+        raise ValueError(f"probability bins must lie in 0..{n_bins - 1} (found {bins[bad]})")
+    return counts, k3_bins, line

@@ -140,11 +140,13 @@ def signed_parts(
     bins: np.ndarray,
     kv_edges: tuple[int, ...],
     n_bins: int,
+    ratio: np.ndarray | None = None,
 ) -> SignedParts:
     """The sums of one chunk of tokens of run ``run`` (whole sequences, in order): each token's
     cell on ``FIELDS`` is its turn index (0, 1, 2, 3+), the bin of its KV position ``kv`` among
     ``kv_edges``, the bin of its index in its turn run among ``TURN_POSITION_EDGES``, its
-    probability bin (below ``n_bins``). Tokens whose ``r`` is not finite are left out. One
+    probability bin (below ``n_bins``). Tokens whose ``r`` is not finite are left out.
+    ``ratio``: each token's ``expm1(clip(r))`` (``clamped_ratio``) when the caller has it. One
     compiled walk (``stats/diagnose_kernels.signed_cell_sums``); the tests hold the numpy
     computation it replaces."""
     if len(turn) and int(turn.min()) < 0:
@@ -153,8 +155,7 @@ def signed_parts(
     shape = (GROUPS, *levels)
     sums = _zeroed(math.prod(shape))
     reached = np.empty(min(len(r), len(sums)), np.int64)
-    q = np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP)
-    np.expm1(q, out=q)  # in place: a part's temporaries set diagnose's peak memory
+    q = clamped_ratio(r) if ratio is None else ratio
     try:
         m = signed_cell_sums(
             np.asarray(seq, np.int64),
@@ -179,6 +180,14 @@ def signed_parts(
     found = sums[rows]
     sums[rows] = 0.0  # the table zeroed again for the thread's next slice
     return SignedParts({run: SliceSums((*shape, N_SUMS), rows, found)})
+
+
+def clamped_ratio(r: np.ndarray) -> np.ndarray:
+    """Each token's ``rho - 1`` from ``r`` clamped to +-``RATIO_LOG_CLAMP``: ``expm1`` in place
+    of the clamped copy (a part's temporaries set diagnose's peak memory). The signed parts'
+    and the offset's (``stats/offset.py``) ``q``: the same numpy operations."""
+    q = np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP)
+    return np.expm1(q, out=q)
 
 
 _TABLE = threading.local()  # each thread's zeroed table of the walk's sums

@@ -51,7 +51,7 @@ class TokenShiftState:
         )  # fmt: skip
 
 
-def seen_before(ids: np.ndarray, seq: np.ndarray) -> np.ndarray:
+def seen_before(ids: np.ndarray, seq: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
     """Whether each token's id (>= 0) occurred earlier in its sequence (rows in sequence order,
     a sequence's rows contiguous): one compiled walk (``diagnose_kernels.seen_before``), no
     sort."""
@@ -61,7 +61,8 @@ def seen_before(ids: np.ndarray, seq: np.ndarray) -> np.ndarray:
     if len(ids) == 0:
         return out
     ids = np.ascontiguousarray(ids, np.int64)
-    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    if starts is None:
+        starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
     last = np.zeros(int(ids.max()) + 1, np.int64)
     diagnose_kernels.seen_before(ids, starts, last, out)
     return out
@@ -75,13 +76,17 @@ def token_shift_state(
     bins: np.ndarray,
     n_bins: int,
     k3: np.ndarray | None = None,
+    r: np.ndarray | None = None,
+    starts: np.ndarray | None = None,
 ) -> TokenShiftState:
-    """One part's state; ``ids`` -1 where the token has no id; ``k3``: each token's
-    ``expm1(r) - r`` when the caller has it."""
+    """One part's state; ``ids`` -1 where the token has no id; ``k3`` and ``r``: each token's
+    ``expm1(r) - r`` and ``lt - lr`` when the caller has them, ``starts``: each sequence's first
+    row (used when every token has an id)."""
     known = ids >= 0
     every = bool(known.all())  # the usual case: no copies
-    r = lt - lr if every else (lt - lr)[known]
-    k = ids.astype(np.int64) if every else ids[known].astype(np.int64)
+    r = lt - lr if r is None else r
+    r = r if every else r[known]
+    k = ids.astype(np.int64, copy=False) if every else ids[known].astype(np.int64)
     size = int(k.max()) + 1 if len(k) else 0
     with np.errstate(over="ignore", invalid="ignore"):
         if k3 is None:
@@ -89,13 +94,14 @@ def token_shift_state(
         elif not every:
             k3 = k3[known]
     seen = np.zeros((2, n_bins, 3))
-    flag = seen_before(k, seq if every else seq[known]).astype(np.int64)
+    flag = seen_before(k, *((seq, starts) if every else (seq[known],))).astype(np.int64)
     cell = flag * n_bins + (bins if every else bins[known])
-    for j, w in enumerate((np.ones_like(r), r, r * r)):
+    r2 = r * r  # once for both sums
+    for j, w in enumerate((np.ones_like(r), r, r2)):
         seen[..., j] = np.bincount(cell, w, 2 * n_bins).reshape(2, n_bins)
     return TokenShiftState(
         np.bincount(k, minlength=size).astype(np.float64),
-        np.bincount(k, r, size), np.bincount(k, r * r, size), np.bincount(k, k3, size),
+        np.bincount(k, r, size), np.bincount(k, r2, size), np.bincount(k, k3, size),
         seen, int((~known).sum()),
     )  # fmt: skip
 

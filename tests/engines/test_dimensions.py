@@ -414,3 +414,113 @@ def test_step_codes_of_one_step_and_of_several_are_uniques() -> None:
         cube_kernels.token_k3(lr, lr * 1.1, want)
         assert keys.cube_k3() is keys.cube_k3()
         assert np.array_equal(keys.cube_k3(), want)
+
+
+def test_each_sides_probability_once_per_slice_and_the_bins_of_it() -> None:
+    """``PartKeys.probability``: numpy's ``exp`` of the column, computed once per slice (the
+    bin key's and the cube's token codes share it); the bins of either side are of its own."""
+    from mismatchctl.engines.keys import PartKeys
+    from mismatchctl.stats import assign_bins, parse_bins
+
+    rng = np.random.default_rng(5)
+    lr = -rng.exponential(1.0, 50)
+    lt = lr - rng.exponential(0.5, 50)
+    edges = parse_bins("log")
+    table = pa.table({S.ROLLOUT: lr, S.TRAINER: lt})
+    keys = PartKeys(table, "r", {}, edges)
+    assert keys.probability(S.ROLLOUT) is keys.probability(S.ROLLOUT)
+    np.testing.assert_array_equal(keys.probability(S.TRAINER), np.exp(lt))
+    assert keys.get(K.BIN).codes.tolist() == assign_bins(np.exp(lr), edges).tolist()
+    trainer = keys.get(K.TRAINER_PROB).codes
+    assert trainer.tolist() == assign_bins(np.exp(lt), edges).tolist()
+    assert trainer.tolist() != keys.get(K.BIN).codes.tolist()
+
+
+def test_keys_along_turn_runs_coded_per_run_are_the_tokens_codes() -> None:
+    """``token_group_codes`` with the engine's turn runs (``PartKeys.by_run``): the codes, sizes
+    and labels of ``group_codes`` over every token, for the what-if's cells (step x gpu, step
+    x turn kind) and the gpus alone; the what-if's states the same bits either way."""
+    from mismatchctl.analysis.diagnose.build import SUGGESTED
+    from mismatchctl.analysis.whatif.whatif import WhatifExtra
+    from mismatchctl.engines.keys import PartKeys, RunKeys, group_codes, token_group_codes
+    from mismatchctl.stats import parse_bins
+    from mismatchctl.stats.turnruns import run_starts
+
+    rng = np.random.default_rng(6)
+    seq = np.repeat(np.arange(40), rng.integers(1, 30, 40))
+    n = len(seq)
+    turn = ((rng.random(n) < 0.2).cumsum() + seq) % 3  # runs of one turn within a sequence
+    gpus = np.array(["H20", "A100", None, "B200"], object)[seq % 4]
+    lr = -rng.exponential(1.0, n)
+    table = pa.table(
+        {
+            S.STEP: 10 + seq // 7,
+            S.SEQ: seq,
+            S.TURN: turn.astype(np.int32),
+            S.ROLLOUT: lr,
+            S.TRAINER: lr + 0.01 * rng.standard_normal(n),
+            S.GPU: pa.array(gpus.tolist()).dictionary_encode(),
+        }
+    )
+
+    def keys(with_runs: bool) -> PartKeys:
+        out = PartKeys(table, "r", {}, parse_bins("log"))
+        if with_runs:
+            starts = run_starts(seq, turn)
+            out.by_run = RunKeys(out.at(starts), np.diff(np.r_[starts, n]))
+        return out
+
+    runs, tokens = keys(True), keys(False)
+    for split in ((K.STEP, K.GPU), (K.STEP, K.TURN_KIND), (K.GPU,)):
+        got, want = token_group_codes(runs, split), group_codes(tokens, split)
+        assert got[0].tolist() == want[0].tolist() and got[1:] == want[1:]
+    extra = WhatifExtra([SUGGESTED])
+    got, want = extra.compute(table, keys(True)), extra.compute(table, tokens)
+    assert list(got) == list(want) and len(got) > 10
+    for key, state in want.items():
+        np.testing.assert_array_equal(got[key], state)
+
+
+def test_batch_sizes_per_turn_run_repeated_are_each_tokens() -> None:
+    """diagnose's batch size of every token (``extra._batch_sizes``): looked up per turn run
+    and repeated, each token's own sequence's size (``UNKNOWN`` where none is known), as
+    without the engine's turn runs."""
+    from mismatchctl.analysis.diagnose.extra import _batch_sizes
+    from mismatchctl.engines.keys import PartKeys, RunKeys
+    from mismatchctl.engines.seqrows import SequenceRows
+    from mismatchctl.stats import parse_bins
+    from mismatchctl.stats.seq_sums import UNKNOWN
+    from mismatchctl.stats.turnruns import run_starts
+
+    rng = np.random.default_rng(7)
+    ids = np.arange(100, 140)
+    sizes = np.where(rng.random(40) < 0.2, UNKNOWN, rng.choice([8, 16, 64], 40))
+    rows = SequenceRows("r", ids, np.ones(40, np.int64), np.zeros(40, np.int64), ids * 0)
+    rows.batch_size = sizes
+    seq = np.repeat(ids[::2], rng.integers(1, 20, 20))  # every other sequence has tokens
+    turn = ((rng.random(len(seq)) < 0.3).cumsum() + seq) % 2
+    lr = -rng.exponential(1.0, len(seq))
+    table = pa.table({S.SEQ: seq, S.TURN: turn.astype(np.int32), S.ROLLOUT: lr, S.TRAINER: lr})
+    plain = PartKeys(table, "r", {}, parse_bins("log"), sequences=rows)
+    keys = PartKeys(table, "r", {}, parse_bins("log"), sequences=rows)
+    starts = run_starts(seq, turn)
+    keys.by_run = RunKeys(keys.at(starts), np.diff(np.r_[starts, len(seq)]))
+    want = sizes[np.searchsorted(ids, seq)]
+    assert _batch_sizes(keys).tolist() == _batch_sizes(plain).tolist() == want.tolist()
+    assert (want == UNKNOWN).any() and len(set(want.tolist())) > 2
+
+
+def test_sequence_starts_once_per_slice_and_of_the_rows_taken() -> None:
+    """``PartKeys.sequence_starts``: the first row of each run of equal ``seq``, computed once
+    per slice; of the rows taken (``at``) their own; none of an empty slice."""
+    from mismatchctl.engines.keys import PartKeys
+    from mismatchctl.stats import parse_bins
+
+    seq = np.array([4, 4, 4, 9, 9, 11, 4, 4])  # a sequence id met again later is a new run
+    table = pa.table({S.SEQ: seq})
+    keys = PartKeys(table, "r", {}, parse_bins("log"))
+    assert keys.sequence_starts().tolist() == [0, 3, 5, 6]
+    assert keys.sequence_starts() is keys.sequence_starts()
+    assert keys.at(np.array([0, 1, 3, 6])).sequence_starts().tolist() == [0, 2, 3]
+    empty = PartKeys(table.slice(0, 0), "r", {}, parse_bins("log"))
+    assert empty.sequence_starts().tolist() == [] and empty.sequence_starts().dtype == np.int64

@@ -10,15 +10,17 @@ import pytest
 
 from mismatchctl.stats.comoments import (
     correlation,
+    lag_k3,
     lag_pairs,
     lag_states,
     merge_pairs,
     pair_state,
     regression,
+    shifted_pairs,
 )
 from mismatchctl.stats.offset import N_FIELDS, offset_state, offset_summary
 from mismatchctl.stats.robust import ranks, robust_z, spearman, theil_sen
-from mismatchctl.stats.sentinels import sentinel_state
+from mismatchctl.stats.sentinels import PAD_RUN_MIN, sentinel_state, trailing_zero_state
 
 
 def test_pair_merge_with_empty_and_single_parts() -> None:
@@ -69,6 +71,69 @@ def test_shift_is_seen_at_lag_plus_one() -> None:
     lt = np.r_[0.0, lr[:-1]]  # the trainer's value of token t sits at t + 1
     states = lag_states(lag_pairs(lr, lt, seq, np.zeros(2000, np.int64)))
     assert correlation(states[1]) > 0.99 > 0.1 > abs(correlation(states[0]))
+
+
+def _sides_with_sentinels(seed: int) -> tuple[np.ndarray, ...]:
+    """Sequences of one or two turns whose trainer side holds a few sentinel values (-9999,
+    0.0 fills, a NaN): shifted pairs whose ``|r|`` passes the clamp."""
+    rng = np.random.default_rng(seed)
+    seq = np.repeat(np.arange(30), rng.integers(1, 40, 30))
+    turn = (rng.random(len(seq)) < 0.3).cumsum() % 2
+    lr = -rng.exponential(1.0, len(seq))
+    lt = lr + 0.01 * rng.standard_normal(len(seq))
+    lt[rng.choice(len(seq), 6, replace=False)] = -9999.0
+    lt[rng.choice(len(seq), 6, replace=False)] = 0.0
+    lt[7] = np.nan
+    return lr, lt, seq, turn
+
+
+def test_lag_k3_against_the_pairs_within_turns() -> None:
+    """Each lag's pairs and K3 sum against a plain loop over the pairs within a turn, and the
+    slice's shared shifted pairs give the same bits as the lag's own vectors."""
+    lr, lt, seq, turn = _sides_with_sentinels(2)
+    lt[7] = lt[6]  # the reference below sums finite values only
+    pairs = lag_pairs(lr, lt, seq, turn)
+    own = lag_k3(pairs)
+    same = [i for i in range(len(seq) - 1) if seq[i] == seq[i + 1] and turn[i] == turn[i + 1]]
+    for lag, (a, b) in ((1, (1, 0)), (2, (0, 1))):
+        k = [math.expm1(lt[i + a] - lr[i + b]) - (lt[i + a] - lr[i + b]) for i in same]
+        assert own[lag, 0] == len(same)
+        assert own[lag, 1] == pytest.approx(math.fsum(k), rel=1e-12)
+    assert own[0, 1] == pytest.approx(math.fsum(np.expm1(lt - lr) - (lt - lr)), rel=1e-12)
+    shifted = shifted_pairs(lr, lt, seq, turn)
+    np.testing.assert_array_equal(lag_k3(pairs, None, shifted), own)
+    np.testing.assert_array_equal(shifted.adjacent, np.isin(np.arange(len(seq) - 1), same))
+
+
+def test_lag_k3_with_the_shared_pairs_keeps_nan_and_inf() -> None:
+    lr, lt, seq, turn = _sides_with_sentinels(3)
+    lt[20] = 800.0  # expm1 overflows: +inf
+    pairs = lag_pairs(lr, lt, seq, turn)
+    shifted = shifted_pairs(lr, lt, seq, turn)
+    np.testing.assert_array_equal(
+        lag_k3(pairs, None, shifted), lag_k3(pairs)
+    )  # NaN where a NaN or inf - inf entered, as before
+    np.testing.assert_array_equal(
+        lag_states(lag_pairs(lr, lt, seq, turn, shifted.adjacent)), lag_states(pairs)
+    )
+
+
+def test_offset_and_trailing_zeros_with_the_callers_r_and_starts() -> None:
+    """The engine hands in the slice's ``r`` and sequence starts (``PartKeys``): the same sums,
+    bit for bit, as each state's own."""
+    lr, lt, seq, _ = _sides_with_sentinels(4)
+    lt[7] = lt[6]
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    ends = np.r_[starts[1:], len(seq)]
+    for b in [b for a, b in zip(starts, ends, strict=True) if b - a > PAD_RUN_MIN][:5]:
+        lr[b - PAD_RUN_MIN : b] = lt[b - PAD_RUN_MIN : b] = 0.0  # padding stored as tokens
+    step = seq // 3
+    np.testing.assert_array_equal(
+        offset_state(lr, lt, seq, lt - lr, starts), offset_state(lr, lt, seq)
+    )
+    own = trailing_zero_state(lr, lt, seq, step, "a")
+    assert trailing_zero_state(lr, lt, seq, step, "a", starts) == own
+    assert own.sequences == len(starts) and own.padded > 0
 
 
 def _clustered(r_by_seq: list[np.ndarray]) -> tuple[float, float]:

@@ -149,3 +149,44 @@ def test_one_run_is_judged_on_its_rows_without_copies() -> None:
     ordered = canonical(state)
     assert canonical(ordered) is ordered
     assert summarize(ordered) == summarize(state)
+
+
+def test_the_callers_log_ratio_gives_the_same_sums() -> None:
+    """The engine hands in the slice's ``r`` and K3 (``PartKeys.log_ratio``): the same sums,
+    bit for bit, as the state's own ``lt - lr``."""
+    lr, lt, seq, turn, step, _ = _tokens(5)
+    bins = assign_bins(np.exp(lr), EDGES)
+    r = lt - lr
+    k3 = np.expm1(r) - r
+    own = hot_sequence_state(lr, lt, seq, turn, step, bins, N_BINS, "a").joined()
+    given = hot_sequence_state(lr, lt, seq, turn, step, bins, N_BINS, "a", k3=k3, r=r).joined()
+    np.testing.assert_array_equal(given.sums, own.sums)
+    np.testing.assert_array_equal(given.cell, own.cell)
+    doubled = hot_sequence_state(lr, lt, seq, turn, step, bins, N_BINS, "a", r=2 * r).joined()
+    assert not np.array_equal(doubled.sums[:, 2], own.sums[:, 2])  # r is the one handed in
+
+
+def test_the_cell_walk_against_bincount_reads_no_x_where_r_is_zero() -> None:
+    """``diagnose_kernels.hot_cell_sums`` against numpy's ``bincount`` of each column, with
+    ``x`` NaN wherever ``r == 0`` (the state hands it ``log 0``: it must not be read)."""
+    from mismatchctl.stats import diagnose_kernels
+
+    rng = np.random.default_rng(11)
+    n, n_bins = 500, 3
+    seq = np.sort(rng.integers(0, 40, n))
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    later = rng.integers(0, 3, n)
+    bins = rng.integers(0, n_bins, n)
+    r = np.where(rng.random(n) < 0.3, 0.0, rng.normal(0.0, 0.1, n))
+    x = np.where(r == 0, np.nan, rng.normal(-3.0, 1.0, n))
+    k3 = np.expm1(r) - r
+    owner = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
+    cell = owner * 2 * n_bins + (later > 0) * n_bins + bins
+    got = np.zeros((len(starts) * 2 * n_bins, 7))
+    diagnose_kernels.hot_cell_sums(starts, later, bins, n_bins, r, x, k3, -3.0, got)
+    x0 = np.where(r == 0, 0.0, x)
+    columns = [np.ones(n), r != 0, x0, x0 * x0, k3, r > 0, (r > 0) & (x0 > -3.0)]
+    for j, w in enumerate(columns):
+        want = np.bincount(cell, np.asarray(w, np.float64), len(got))
+        np.testing.assert_allclose(got[:, j], want, rtol=1e-12, atol=1e-12)
+    assert not np.isnan(got).any() and got[:, 1].sum() < n

@@ -8,7 +8,16 @@ import math
 import numpy as np
 import pytest
 
-from mismatchctl.stats.misalign import FACTOR, MIN_K3, MIN_PAIRS, MisalignState, misalign_state
+from mismatchctl.stats import per_token
+from mismatchctl.stats.comoments import shifted_pairs
+from mismatchctl.stats.misalign import (
+    FACTOR,
+    MIN_K3,
+    MIN_PAIRS,
+    MisalignState,
+    clamped_k3,
+    misalign_state,
+)
 
 
 def _k3(r: float) -> float:
@@ -123,3 +132,38 @@ def test_short_turns_and_near_certain_tokens_are_not_tested() -> None:
     lt = np.r_[0.0, lr[:-1]] * 1.01
     seq = np.zeros(20, np.int64)
     assert misalign_state(lr, lt, seq, seq, seq).misaligned == 0
+
+
+def test_clamped_k3_from_the_unclamped_one_is_the_clamped_k3_bit_for_bit() -> None:
+    """Within the clamp the unclamped K3 is taken as it is; beyond it (sentinels, overflow,
+    inf) made again from the clamped ``r``; a NaN stays NaN."""
+    rng = np.random.default_rng(6)
+    r = rng.normal(0.0, 0.3, 1000)
+    r[[3, 50, 400]] = [25.0, -9998.5, np.inf]
+    r[9] = np.nan
+    with np.errstate(over="ignore", invalid="ignore"):
+        k3 = per_token.k3(r)
+        want = per_token.k3(np.clip(r, -20.0, 20.0))
+    got = clamped_k3(r, k3)
+    np.testing.assert_array_equal(got, want)
+    assert got[3] < k3[3] and np.isnan(k3[400]) and np.isfinite(got[400])  # clamped
+    inside = k3[10:40]  # no |r| beyond the clamp: the vector as it is, not a copy
+    assert clamped_k3(r[10:40], inside) is inside
+
+
+@pytest.mark.parametrize("seed", [7, 8])
+def test_the_shared_pairs_and_log_ratio_give_the_same_turns(seed: int) -> None:
+    """The engine hands in the slice's r, K3 and shifted pairs (unclamped, shared with the
+    lag sums): the same state as the test's own clamped vectors, sentinels among the tokens."""
+    lr, lt, seq, turn = _data(seed, 0.2)
+    lt[np.random.default_rng(seed).choice(len(lt), 20, replace=False)] = -9999.0
+    step = seq // 50
+    own = misalign_state(lr, lt, seq, turn, step, "run")
+    r = lt - lr
+    with np.errstate(over="ignore"):
+        k3 = per_token.k3(r)
+    given = misalign_state(
+        lr, lt, seq, turn, step, "run", k3=k3, r=r, shifted=shifted_pairs(lr, lt, seq, turn)
+    )
+    assert given == own
+    assert own.misaligned > 0

@@ -291,3 +291,26 @@ def test_a_running_total_takes_the_slices_in_place_unless_read_only() -> None:
     kept = frozen.copy()
     out = SignedParts({"a": frozen}).merge_into(b)
     assert np.array_equal(frozen, kept) and np.array_equal(out.dense("a"), want)
+
+
+def test_the_callers_clamped_ratio_gives_the_same_sums_and_the_offsets_q() -> None:
+    """diagnose hands the signed parts and the offset one ``clamped_ratio`` of the slice: its
+    values are each one's own ``expm1(clip(r))``, and the sums the same bits as without it."""
+    from mismatchctl.stats.offset import offset_state
+    from mismatchctl.stats.signed_parts import clamped_ratio
+
+    rng = np.random.default_rng(9)
+    seq, turn, kv, bins = _columns(rng, 200, 3000)
+    r = rng.normal(0, 0.05, len(seq))
+    r[::97] = 40.0  # beyond the clamp
+    ratio = clamped_ratio(r)
+    np.testing.assert_array_equal(ratio, np.expm1(np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP)))
+    k3 = per_token.k3(r)
+    given = signed_parts("a", r, k3, seq, turn, kv, bins, KV_EDGES, LEVELS[3], ratio)
+    assert np.array_equal(given.dense("a"), _sums(r, seq, turn, kv, bins).dense("a"))
+    lr = -rng.exponential(1.0, len(seq))
+    lt = lr + r
+    own = offset_state(lr, lt, seq)
+    np.testing.assert_array_equal(
+        offset_state(lr, lt, seq, lt - lr, None, clamped_ratio(lt - lr)), own
+    )

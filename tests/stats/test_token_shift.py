@@ -128,3 +128,23 @@ def test_id_shift_share_is_what_a_shift_per_id_carries() -> None:
     assert id_shift_share(TokenShiftState(), 30) is None
     few = token_shift_state(ids[:50], lr[:50], lt[:50], seq[:50], bins[:50], BINS)
     assert id_shift_share(few, 30) is None  # no id has 30 tokens
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_the_callers_r_and_sequence_starts_give_the_same_state(missing: bool) -> None:
+    """The engine hands in the slice's ``r``, K3 and sequence starts: the same sums, bit for
+    bit, as the state's own (every token with an id, or some without)."""
+    ids, lr, lt, seq, bins = _tokens(8)
+    if not missing:
+        ids = np.abs(ids)
+    r = lt - lr
+    k3 = np.expm1(r) - r
+    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
+    own = token_shift_state(ids, lr, lt, seq, bins, BINS)
+    given = token_shift_state(ids, lr, lt, seq, bins, BINS, k3=k3, r=r, starts=starts)
+    for a, b in zip(vars(own).values(), vars(given).values(), strict=True):
+        np.testing.assert_array_equal(a, b)
+    known = np.abs(ids)  # ids >= 0, as the state hands them
+    assert seen_before(known, seq, starts).tolist() == _loop_seen(known, seq).tolist()
+    doubled = token_shift_state(ids, lr, lt, seq, bins, BINS, r=2 * r)
+    assert not np.array_equal(doubled.seen[..., 1], own.seen[..., 1])  # r is the one given

@@ -15,9 +15,15 @@ from mismatchctl import schema as S
 from mismatchctl.analysis.explain import CUBE_KV_EDGES
 from mismatchctl.columns import numpy_of
 from mismatchctl.engines import plan as K
-from mismatchctl.engines.keys import PartKeys
+from mismatchctl.engines.keys import PartKeys, token_group_codes
 from mismatchctl.engines.seqrows import NO_WEIGHT_LAG
-from mismatchctl.stats.comoments import lag_k3, lag_pairs, lag_states, merge_pairs
+from mismatchctl.stats.comoments import (
+    lag_k3,
+    lag_pairs,
+    lag_states,
+    merge_pairs,
+    shifted_pairs,
+)
 from mismatchctl.stats.hot_sequences import HotSequenceParts, hot_sequence_state
 from mismatchctl.stats.misalign import MisalignState, misalign_state
 from mismatchctl.stats.offset import offset_state
@@ -28,7 +34,7 @@ from mismatchctl.stats.sentinels import (
     trailing_zero_state,
 )
 from mismatchctl.stats.seq_sums import UNKNOWN, SeqSums, seq_sums
-from mismatchctl.stats.signed_parts import SignedParts, signed_parts
+from mismatchctl.stats.signed_parts import SignedParts, clamped_ratio, signed_parts
 from mismatchctl.stats.token_shift import TokenShiftState, token_shift_state
 
 
@@ -71,8 +77,10 @@ class DiagnoseState:
 
     def merge(self, other: DiagnoseState, *, in_place: bool = False) -> DiagnoseState:
         """The two states' sums; ``in_place``: this state is an engine's running total, whose
-        signed tables ``other``'s are added into (``SignedParts.merge_into``)."""
+        signed tables ``other``'s are added into (``SignedParts.merge_into``) and whose
+        per-sequence rows ``other``'s are listed after (``SeqSums.merge_into``)."""
         signed = self.signed.merge_into if in_place else self.signed.merge
+        sequences = self.sequences.merge_into if in_place else self.sequences.merge
         return DiagnoseState(
             merge_pairs(self.lags, other.lags),
             self.offset + other.offset,
@@ -83,7 +91,7 @@ class DiagnoseState:
             self.misaligned.merge(other.misaligned),
             self.hot_sequences.merge(other.hot_sequences),
             self.token_shift.merge(other.token_shift),
-            self.sequences.merge(other.sequences),
+            sequences(other.sequences),
             signed(other.signed),
         )
 
@@ -100,22 +108,37 @@ class DiagnoseExtra:
     def compute(self, table: pa.Table, keys: PartKeys) -> DiagnoseState:
         lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
         seq, turn, step = keys.column(S.SEQ), keys.column(S.TURN), keys.column(S.STEP)
-        pairs = lag_pairs(lr, lt, seq, turn)
+        shifted = shifted_pairs(lr, lt, seq, turn)  # once for the lag sums and misaligned turns
+        pairs = lag_pairs(lr, lt, seq, turn, shifted.adjacent)
         r, k3 = keys.log_ratio()  # once for every sum of K3 below (numpy's, as each had)
+        starts = keys.sequence_starts()  # and each sequence's first row
+        ratio = clamped_ratio(r)  # rho - 1 of the clamped r: the offset's and signed parts'
         bins = self._bins(keys)
         return DiagnoseState(
             lag_states(pairs),
-            offset_state(lr, lt, seq),
+            offset_state(lr, lt, seq, r, starts, ratio),
             sentinel_state(lr, lt, seq, turn, step, keys.run),
             _lag_sums(keys, k3, seq),
-            trailing_zero_state(lr, lt, seq, step, keys.run),
-            lag_k3(pairs, k3),
-            misalign_state(lr, lt, seq, turn, step, keys.run, k3=k3),
+            trailing_zero_state(lr, lt, seq, step, keys.run, starts),
+            lag_k3(pairs, k3, shifted),
+            misalign_state(lr, lt, seq, turn, step, keys.run, k3=k3, r=r, shifted=shifted),
             hot_sequence_state(
-                lr, lt, seq, turn, step, *bins, keys.run, k3=k3, gpu_codes=_gpus(table, keys)
+                lr,
+                lt,
+                seq,
+                turn,
+                step,
+                *bins,
+                keys.run,
+                k3=k3,
+                gpu_codes=_gpus(table, keys),
+                r=r,
+                starts=starts,
             ),
-            token_shift_state(_token_ids(table, keys), lr, lt, seq, *bins, k3=k3),
-            seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *bins, (r, k3)),
+            token_shift_state(
+                _token_ids(table, keys), lr, lt, seq, *bins, k3=k3, r=r, starts=starts
+            ),
+            seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *bins, (r, k3), starts),
             signed_parts(
                 keys.run,
                 r,
@@ -126,6 +149,7 @@ class DiagnoseExtra:
                 bins[0],
                 CUBE_KV_EDGES,
                 bins[1],
+                ratio,
             ),
         )
 
@@ -144,7 +168,7 @@ class DiagnoseExtra:
 def _lag_sums(keys: PartKeys, k3: np.ndarray, seq: np.ndarray) -> LagSums:
     """Per weight lag, the sums of :class:`LagSums`; ``k3``: each token's K3. A sequence's
     lag is looked up once (its tokens share it), not per token."""
-    starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]]) if len(seq) else seq[:0]
+    starts = keys.sequence_starts()
     known = keys.sequence_rows().weight_lag
     seq_lag = known[keys.rows()[starts]] if known is not None and len(starts) else seq[:0]
     if not np.any(seq_lag != NO_WEIGHT_LAG):  # no lag known: only the counts (the checks
@@ -188,16 +212,17 @@ def _gpus(table: pa.Table, keys: PartKeys) -> tuple[np.ndarray, np.ndarray] | No
     hot-sequence state's gpus: a label per sequence, never an object per token)."""
     if S.GPU not in table.column_names:
         return None
-    found = keys.get(K.GPU)
-    codes = np.broadcast_to(np.asarray(found.codes), (keys.n,))
-    return codes, np.asarray(found.labels, object)
+    codes, _, labels = token_group_codes(keys, (K.GPU,))  # per turn run, repeated
+    return codes, np.asarray(labels[0], object)
 
 
 def _batch_sizes(keys: PartKeys) -> np.ndarray:
-    """Each row's batch size, ``UNKNOWN`` where its source does not say."""
-    kc = keys.get(K.BATCH_SIZE)
+    """Each row's batch size, ``UNKNOWN`` where its source does not say: looked up per turn
+    run (the engine's ``by_run``) and repeated: a sequence's batch size is constant along it."""
+    runs = keys.by_run
+    kc = keys.get(K.BATCH_SIZE) if runs is None else runs.keys.get(K.BATCH_SIZE)
     lut = np.array([UNKNOWN if v is None else int(v) for v in kc.labels], dtype=np.int64)
-    return lut[kc.codes]
+    return lut[kc.codes] if runs is None else np.repeat(lut[kc.codes], runs.lengths)
 
 
 def _token_ids(table: pa.Table, keys: PartKeys) -> np.ndarray:

@@ -18,7 +18,7 @@ from mismatchctl.analysis.selection import reread, resolve_text
 from mismatchctl.analysis.whatif.remedy import discards_signal, remedy_dict
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.choice import LOCAL_ENGINE, Engine
-from mismatchctl.engines.keys import PartKeys, decode, group_codes
+from mismatchctl.engines.keys import PartKeys, decode, token_group_codes
 from mismatchctl.engines.rollup import sort_key
 from mismatchctl.errors import UsageError
 from mismatchctl.parallel import DEFAULT_WORKERS
@@ -98,7 +98,8 @@ class WhatifExtra:
         lr, lt, seq = keys.column(S.ROLLOUT), keys.column(S.TRAINER), keys.column(S.SEQ)
         out: Cells = {}
         for kind, split in ((SEQ_CELLS, (K.STEP, K.GPU)), (SEG_CELLS, (K.STEP, K.TURN_KIND))):
-            code, size, labels = group_codes(keys, split)
+            # coded per turn run and repeated (step, gpu and turn kind are constant along one)
+            code, size, labels = token_group_codes(keys, split)
             states = WI.cell_states(lr, lt, seq, code, size, self.methods, keys.log_ratio())
             for i in np.flatnonzero(states[:, 0, WI.W.TOKENS] > 0):
                 out[(kind, keys.run, *decode(int(i), labels))] = states[i]
