@@ -12,9 +12,10 @@ from mismatchctl.analysis.diagnose.advice import (
     GROWTH_STEPS_ADVICE,
     attribute_advice,
 )
+from mismatchctl.analysis.diagnose.as_baseline import as_hot_in_baseline, as_hot_text, region_of
 from mismatchctl.analysis.diagnose.check import NA, OK, PATH, Check, CheckEvidence, advice_if, worst
 from mismatchctl.analysis.diagnose.checks import turn_edges, turn_ends
-from mismatchctl.analysis.diagnose.context import CheckModule, Context
+from mismatchctl.analysis.diagnose.context import CheckModule, Context, RunView
 from mismatchctl.analysis.diagnose.contrasts import later_turns
 from mismatchctl.analysis.diagnose.parts import (
     LocalRun,
@@ -57,7 +58,10 @@ def run(ctx: Context) -> Check:
     if not ctx.runs:
         return Check(LAYER, NAME, TITLE, NA, "no run to localize")
     later = later_turns(ctx)
-    results = {name: localized_run(view.local, later, view.cube) for name, view in ctx.runs.items()}
+    results = {
+        name: _against_baseline(ctx, view, localized_run(view.local, later, view.cube))
+        for name, view in ctx.runs.items()
+    }
     verdict = worst([v for v, _, _ in results.values()])
     shown = [run for run, (v, _, _) in results.items() if v == verdict]
     many = len(results) > 1
@@ -84,6 +88,23 @@ def run(ctx: Context) -> Check:
     if turn_edges.template_fault(ctx):
         advice = TEMPLATE_LOCAL_ADVICE
     return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice_if(verdict, advice))
+
+
+def _against_baseline(
+    ctx: Context, view: RunView, found: tuple[str, str, LocalRun]
+) -> tuple[str, str, LocalRun]:
+    """With ``--baseline``, a run whose every part found is as hot in the baseline's same
+    tokens (``as_baseline.as_hot_in_baseline``) raises no alarm: the stack's own growth with
+    the KV position or the turns, which the run's own rest cannot tell from a path."""
+    verdict, finding, evidence = found
+    if verdict == OK or ctx.baseline is None or not evidence.code_path_findings:
+        return found
+    regions = [region_of(view, row.where) for row in evidence.code_path_findings]
+    same = [as_hot_in_baseline(ctx, r) for r in regions if r is not None]
+    if len(same) < len(evidence.code_path_findings) or any(s is None for s in same):
+        return found
+    ratio, ci = max((s for s in same if s is not None), key=lambda s: s[0])
+    return OK, finding + as_hot_text(ratio, ci), evidence
 
 
 ENDS_LOCAL_ADVICE = (

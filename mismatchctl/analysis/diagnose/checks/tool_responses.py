@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mismatchctl.analysis.diagnose.as_baseline import as_hot_in_baseline, as_hot_text
 from mismatchctl.analysis.diagnose.check import (
     FAIL,
     NA,
@@ -56,6 +57,7 @@ class Thresholds:
 
 
 T = Thresholds()
+LATER = TURN_KIND_LABELS.index("later")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +90,7 @@ def run(ctx: Context) -> Check:
     if not later or not later.get(M.TOKENS) or not first:
         return Check(LAYER, NAME, TITLE, NA, "no model tokens after a tool response")
     a, b = first.get(M.VLLM_KL), later.get(M.VLLM_KL)
-    found = ctx.contrast({K.TURN_KIND: [TURN_KIND_LABELS.index("later")]}, stratum=None)
+    found = ctx.contrast({K.TURN_KIND: [LATER]}, stratum=None)
     ratio, ci = found if found is not None else (b / a if a and b is not None else None, None)
     pa, pb = first.get(M.LOG_PPL_PEARSON), later.get(M.LOG_PPL_PEARSON)
     drop = pa - pb if pa is not None and pb is not None else None
@@ -113,6 +115,10 @@ def run(ctx: Context) -> Check:
         finding += (
             f"; {ratio_text(same_ratio)}x at the same token probabilities ({ci_text(same_ci)})"
         )
+    # with --baseline, later turns as hot as the baseline's are the stack's own
+    as_base = None if verdict == OK else as_hot_in_baseline(ctx, {K.TURN_KIND: [LATER]})
+    if as_base is not None:
+        verdict, finding = OK, finding + as_hot_text(*as_base)
     own = same_ci is not None and same_ci[0] >= TOOL_CI_LOW
     advice = (
         (
