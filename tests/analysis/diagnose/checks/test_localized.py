@@ -91,3 +91,27 @@ def test_a_healthy_run_has_no_turn_fault(turns_store: Path, baseline: str | None
     assert checks["localized"].verdict == "ok"
     assert checks["cause"].evidence.cause == "none"
     assert all(c.verdict not in turns.ALARM for c in checks.values())
+
+
+LONG_CONTEXTS = Path(__file__).parents[3] / "data" / "long_contexts"
+
+
+@pytest.mark.slow  # two runs ingested and three diagnoses
+def test_a_part_as_hot_in_the_baseline_is_the_stacks_own(tmp_path: Path) -> None:
+    """Two healthy runs of two or three long turns (contexts to about 1,000 positions, past the
+    sample model's trained 320; docs/diagnose.md, a known false alarm): alone, the long KV
+    positions of the later turns are hotter than the rest (the stack's own growth, which the
+    run's own rest cannot tell from a path); against a healthy run of the same shape the part
+    and the later turns are as hot in the baseline's same tokens, and no check alarms."""
+    store = tmp_path / "store"
+    for name in ("h-longctx-a", "h-longctx-b"):
+        api.ingest([LONG_CONTEXTS / name], name, store=store)
+    alone = api.diagnose("h-longctx-a", store=store).section_dict()
+    assert {c["name"]: c["verdict"] for c in alone["checks"]}["localized"] == "warn"
+    for run, base in (("h-longctx-a", "h-longctx-b"), ("h-longctx-b", "h-longctx-a")):
+        found = api.diagnose(run, baseline=base, store=store).section_dict()
+        checks = {c["name"]: c for c in found["checks"]}
+        assert found["verdict"] == "ok" and found["cause"]["key"] == "none"
+        for name in ("localized", "tool_responses"):
+            assert checks[name]["verdict"] == "ok"
+            assert "as hot in the baseline's same tokens" in checks[name]["finding"]
