@@ -49,7 +49,7 @@ def region_of(view: RunView, where: dict[str, str]) -> dict[str, list[int]] | No
     spec = view.cube.spec
     for f in view.local.findings:
         if f.where == where:
-            return {
+            return {  # the finding's exact codes as the search tables' (blocks)
                 spec.dims[d].name: sorted({int(b) for b in spec.block_of(d)[list(codes)]})
                 for d, codes in f.region.items()
             }

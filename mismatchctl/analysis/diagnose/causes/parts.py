@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from mismatchctl.analysis.diagnose.as_baseline import region_of
 from mismatchctl.analysis.diagnose.causes.hypothesis import part_share
 from mismatchctl.analysis.diagnose.check import Check, evidence_of
 from mismatchctl.analysis.diagnose.checks import localized
@@ -69,13 +70,8 @@ def finding_region(ctx: Context, where: dict[str, str]) -> dict[str, list[int]] 
     """The cube codes (dimension -> search-level codes) of the localized finding at ``where``
     (a row of ``first_findings``), None when no run's search holds it."""
     for view in ctx.runs.values():
-        spec = view.cube.spec
-        for f in view.local.findings:
-            if f.where == where:
-                return {  # the finding's exact codes as the search tables' (blocks)
-                    spec.dims[d].name: sorted({int(b) for b in spec.block_of(d)[list(codes)]})
-                    for d, codes in f.region.items()
-                }
+        if (region := region_of(view, where)) is not None:
+            return region
     return None
 
 
