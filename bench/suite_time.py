@@ -32,6 +32,11 @@ def run(args: list[str], slow: bool) -> dict[str, float]:
         env["MISMATCHCTL_SLOW_TESTS"] = "1"
     else:
         env.pop("MISMATCHCTL_SLOW_TESTS", None)
+    # the README's figures are with warm caches, Python's bytecode among them: where
+    # PYTHONDONTWRITEBYTECODE is set, every worker and every subprocess of a test compiles each
+    # module again on every run (pytest's rewritten test modules too: about 10 s a worker)
+    if env.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
+        print("PYTHONDONTWRITEBYTECODE unset for the suite: bytecode is cached", file=sys.stderr)
     cmd = [sys.executable, "-m", "pytest", "--durations=25", *args]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = last = time.monotonic()

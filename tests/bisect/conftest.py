@@ -1,12 +1,15 @@
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+if importlib.util.find_spec("transformers") is None:  # found, not imported: a model's classes
+    # take seconds to import, and only the tests that run a model import them (tests/bisect/data.py)
+    pytest.skip("could not import 'transformers'", allow_module_level=True)
 
 from mismatchctl.bisect import settings as G  # noqa: E402
 from tests.bisect import data  # noqa: E402

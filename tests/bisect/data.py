@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from mismatchctl import api
 from mismatchctl.analysis.bisect.build import engine_batches
@@ -17,11 +17,17 @@ from mismatchctl.bisect.model import load as load_model
 from mismatchctl.bisect.settings import Setting
 from mismatchctl.dump import DumpWriter
 
+if TYPE_CHECKING:  # transformers' model classes take seconds to import: only the tests that run
+    # a model import them, not the collection of every test module
+    from transformers import LlamaForCausalLM
+
 VOCAB = 256
 
 
 def tiny_model(path: Path, seed: int = 0) -> Path:
     """A 2-layer Llama (hidden 64, vocab 256) with random weights, saved to ``path``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -32,6 +38,8 @@ def tiny_model(path: Path, seed: int = 0) -> Path:
 
 
 def load(path: Path) -> LlamaForCausalLM:
+    from transformers import LlamaForCausalLM
+
     return LlamaForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
 
 
@@ -107,6 +115,8 @@ class Logits(torch.nn.Module):
 def factory() -> torch.nn.Module:
     """The tiny model of seed 0 (the same weights ``tiny_model`` saves) through the factory
     path: ``tests.bisect.data:factory``."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=VOCAB, hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import DynamicCache
 
 from mismatchctl import api
 from mismatchctl.bisect import kvcache as KV
@@ -28,6 +27,8 @@ def _seqs() -> list[rescore.Sequence]:
 
 def _chunked(model: torch.nn.Module, seq: rescore.Sequence, chunk: int) -> np.ndarray:
     """The sequence alone through transformers' cache: the prompt in chunks, then decoded."""
+    from transformers import DynamicCache  # imported by the tests that run, not at collection
+
     ids, cache, rows = torch.as_tensor(seq.ids[None]), DynamicCache(config=model.config), []
     with torch.inference_mode():
         for lo in range(0, seq.prompt, chunk):

@@ -12,7 +12,7 @@ from rich.cells import cell_len
 
 from mismatchctl.cli.main import app
 from tests.cli.test_cli import _commands
-from tests.helpers import cli
+from tests.helpers import cli, slow_param
 
 PATHS = [[], *_commands()]
 # Every command's help at 80 columns: at most two screens of a 50-line terminal. Before the
@@ -48,11 +48,12 @@ def _whole(name: str, text: str) -> bool:
     return re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", text) is not None
 
 
-@pytest.mark.parametrize("width", [80, 60, 40])
+@pytest.mark.parametrize("width", [slow_param(80), 60, 40])  # 60: the narrowest of the columns
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: " ".join(p) or "mismatchctl")
 def test_no_option_name_or_choice_is_cut(path: list[str], width: int, monkeypatch) -> None:
     """At 80 and 60 columns the options sit in columns (name, type, help); at 40 each help goes
-    under its name. Either way every name and choice shows whole, and nothing is elided."""
+    under its name (80, the roomier columns, runs with the slow tests). Either way every name
+    and choice shows whole, and nothing is elided."""
     monkeypatch.setenv("COLUMNS", str(width))
     ran = cli(*path, "--help")
     assert ran.code == 0, ran.err

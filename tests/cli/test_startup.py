@@ -67,24 +67,35 @@ def _cli(*args: str) -> str:
     )
 
 
-@pytest.mark.parametrize(
-    "code",
-    [
-        "import mismatchctl",
-        "import mismatchctl.api",
-        "import mismatchctl.cli.main",
-        _cli("--help"),
-        _cli("report", "--help"),
-        _cli("check", "--help"),  # its help lists the metrics a gate can judge
-        _cli("ingest", "--help"),  # ... and the dump formats
-        _cli("bisect", "--help"),  # torch and transformers only when it runs
-        _cli("--version"),
-    ],
-    ids=["package", "api", "cli", "--help", "report --help", "check --help", "ingest --help",
-         "bisect --help", "--version"],
-)  # fmt: skip
-def test_start_up_loads_no_computing_library(code: str) -> None:
-    assert _loaded(code) & COMPUTING == set()
+START_UPS = {
+    "package": "import mismatchctl",
+    "api": "import mismatchctl.api",
+    "cli": "import mismatchctl.cli.main",
+    "--help": _cli("--help"),
+    "report --help": _cli("report", "--help"),
+    "check --help": _cli("check", "--help"),  # its help lists the metrics a gate can judge
+    "ingest --help": _cli("ingest", "--help"),  # ... and the dump formats
+    "bisect --help": _cli("bisect", "--help"),  # torch and transformers only when it runs
+    "--version": _cli("--version"),
+}
+
+
+def _none_loaded(names: set[str], label: str) -> str:
+    """Code asserting that no top-level package of ``names`` is loaded yet, naming ``label``."""
+    return (
+        f"found = {{m.split('.')[0] for m in sys.modules}} & {names!r}\n"
+        f"assert not found, ({label!r}, sorted(found))\n"
+    )
+
+
+def test_start_up_loads_no_computing_library() -> None:
+    """Each start-up runs in turn in one fresh process, which is checked after each: no module
+    is unloaded, so the first start-up to load a computing library is named (one interpreter
+    instead of one each)."""
+    steps = [
+        f"{code}\nimport sys\n{_none_loaded(COMPUTING, label)}" for label, code in START_UPS.items()
+    ]
+    assert _loaded("".join(steps)) & COMPUTING == set()
 
 
 def test_show_loads_no_kernel_nor_plotting_library(tmp_path: Path) -> None:
@@ -100,26 +111,27 @@ def test_show_loads_no_kernel_nor_plotting_library(tmp_path: Path) -> None:
     assert loaded & NOT_FOR_SHOW_MODULES == set()
 
 
-@pytest.mark.parametrize(
-    "view", [("report", "a", "--by-gpu"), ("compare", "a", "b")], ids=["report", "compare"]
-)
-def test_a_small_view_loads_neither_numba_nor_arrow_compute(
-    tmp_path: Path, view: tuple[str, ...]
-) -> None:
+def test_a_small_view_loads_neither_numba_nor_arrow_compute(tmp_path: Path) -> None:
     """A report (by gpu: every key of a plain one and the gpu's) or a comparison of a few
     thousand tokens runs the numpy twins of the compiled kernels (``stats/kernel_choice.py``):
     numba's load (0.6-1.1 s) is more than the whole view. Neither uses Arrow's compute
     functions (0.1 s to load): the keys of the turn runs and the gpu codes come from numpy
     views, the pairing's sample ids are sorted in numpy. The two runs hold the same samples on
     two gpus, their sides swapped: the comparison matches their sequences by sample id (the
-    pairing reads the ids)."""
+    pairing reads the ids). Both views run in turn in one fresh process, checked after each."""
     store = tmp_path / "store"
     dump = FIXTURES / "sequence.parquet"
     api.ingest([dump], "a", tags={"gpu": "H20"}, store=store)
     swapped = {"rollout": "old_log_probs", "trainer": "rollout_log_probs"}
     api.ingest([dump], "b", tags={"gpu": "L20"}, mapping=swapped, store=store)
-    code = _cli(*view, "--store", str(store), "--json", os.devnull, "-q")
-    loaded = _loaded(code, whole=True)
+    steps = []
+    for view in (("report", "a", "--by-gpu"), ("compare", "a", "b")):
+        code = _cli(*view, "--store", str(store), "--json", os.devnull, "-q")
+        steps.append(
+            f"{code}{_none_loaded({'numba'}, view[0])}"
+            f"assert 'pyarrow.compute' not in sys.modules, {view[0]!r}\n"
+        )
+    loaded = _loaded("".join(steps), whole=True)
     assert "numba" not in {m.split(".")[0] for m in loaded}
     assert "pyarrow.compute" not in loaded
 

@@ -36,7 +36,7 @@ from mismatchctl.analysis.live import (
 )
 from mismatchctl.engines.plan import StepRange
 from tests.helpers import FIXTURES, cli, tree_digest
-from tests.watch_writer import ROWS, step_arrays, write_step
+from tests.watch_writer import ROWS, act, step_arrays, write_step
 
 ROOT = Path(__file__).parents[2]
 HANG = 120  # seconds: only a guard against a hung subprocess, never an assertion
@@ -54,6 +54,15 @@ def writer(directory: Path, *actions: str) -> None:
         cwd=ROOT, env=_env(directory), capture_output=True, text=True, timeout=HANG,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def written(directory: Path, *actions: str) -> None:
+    """The writer's ``actions`` performed in this process: for the files a scripted watch
+    (``--once``) reads only once they are all written, where no second process is watched
+    (a new interpreter with numpy and pyarrow costs more than the writes)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for action in actions:
+        act(directory, action)
 
 
 def reference_kl(step: int, noise: float) -> float:
@@ -173,7 +182,7 @@ def test_a_signal_mid_ingest_leaves_the_store_whole(
     there. The store holds the first file only (runs check passes); the next watch ingests the
     second and third files, and no step is stored twice."""
     dumps = tmp_path / "dumps"
-    writer(dumps, "step:1:0.02", "step:2:0.02", "step:3:0.02")
+    written(dumps, "step:1:0.02", "step:2:0.02", "step:3:0.02")
     marker = tmp_path / "held"
     watch = subprocess.Popen(
         [sys.executable, "-m", "tests.watch_driver", str(marker), "2", "watch", str(dumps),
@@ -205,7 +214,7 @@ def test_a_file_changed_after_ingest_is_reported_not_ingested_twice(
     store: Path, tmp_path: Path
 ) -> None:
     dumps = tmp_path / "dumps"
-    writer(dumps, "step:1:0.02")
+    written(dumps, "step:1:0.02")
     assert cli("watch", str(dumps), "--run", "w", "--once").code == 0
     first = dumps / "step_00000001.parquet"
     shutil.copy(first, tmp_path / "original.parquet")
@@ -217,7 +226,7 @@ def test_a_file_changed_after_ingest_is_reported_not_ingested_twice(
     assert stored_steps(store, "w") == [1] * ROWS
     # the content ingested first, under another name, is a copy: not new data
     shutil.copy(tmp_path / "original.parquet", dumps / "copy.parquet")
-    writer(dumps, "step:2:0.02")
+    written(dumps, "step:2:0.02")
     ran = cli("watch", str(dumps), "--run", "w", "--once")
     assert f"Skipped: {dumps / 'copy.parquet'}: its content is already in run `w`" in ran.err
     assert "1 files ingested" in ran.err
@@ -230,7 +239,7 @@ def test_step_lines_and_alerts_against_numpy(store: Path, tmp_path: Path) -> Non
     step above 2e-2 and --exit-on warn on the first alert."""
     dumps = tmp_path / "dumps"
     noises = {1: 0.02, 2: 0.025, 3: 0.02, 4: 0.03, 5: 0.3}
-    writer(dumps, *(f"step:{s}:{n}" for s, n in noises.items()))
+    written(dumps, *(f"step:{s}:{n}" for s, n in noises.items()))
     alerts = tmp_path / "alerts.jsonl"
     ran = cli("watch", str(dumps), "--run", "w", "--once", "--json", "--alerts", str(alerts))
     assert ran.code == 0, ran.err
@@ -252,7 +261,7 @@ def test_step_lines_and_alerts_against_numpy(store: Path, tmp_path: Path) -> Non
     assert {(a["step"], a["check"]) for a in recorded} >= {(5, "spike"), (5, "band")}
 
     dumps2 = tmp_path / "dumps2"
-    writer(dumps2, *(f"step:{s}:{n}" for s, n in noises.items()))
+    written(dumps2, *(f"step:{s}:{n}" for s, n in noises.items()))
     stopped = cli("watch", str(dumps2), "--run", "w2", "--once", "--exit-on", "fail", "-q")
     assert stopped.code == 3 and "--exit-on" in stopped.err
     assert "step 5" in stopped.out and "ALERT fail spike" in stopped.out
@@ -264,7 +273,7 @@ def test_an_alert_names_the_cell_explain_localizes(store: Path, tmp_path: Path) 
     is that of a numpy reference (the mean K3 of the cell over the baseline's at the same
     positions, token probabilities aside, within the finding's 95% interval)."""
     dumps = tmp_path / "dumps"
-    writer(dumps, *(f"step:{s}:0.02" for s in (1, 2, 3, 4)), "step:5:0.02:0.4")
+    written(dumps, *(f"step:{s}:0.02" for s in (1, 2, 3, 4)), "step:5:0.02:0.4")
     ran = cli("watch", str(dumps), "--run", "w", "--once", "--json")
     assert ran.code == 0, ran.err
     alerts = lines(ran.out)[-1]["alerts"]
@@ -401,7 +410,7 @@ def test_ranks_of_one_step_update_its_line_and_alert_once(store: Path, tmp_path:
     """Two files of step 5 (ranks): the second prints the step again as an update with the
     numbers of both files (a numpy reference), and the alerts of the first are not repeated."""
     dumps = tmp_path / "dumps"
-    writer(dumps, *(f"step:{s}:0.02" for s in (1, 2, 3, 4)), "step:5:0.3")
+    written(dumps, *(f"step:{s}:0.02" for s in (1, 2, 3, 4)), "step:5:0.3")
     write_step(dumps, 5, 0.3, rank=1)
     ran = cli("watch", str(dumps), "--run", "w", "--once", "--json", "--no-explain")
     assert ran.code == 0, ran.err

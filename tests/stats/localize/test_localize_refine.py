@@ -16,6 +16,7 @@ from mismatchctl.stats.localize.refine import Refiner
 from mismatchctl.stats.localize.search import Baseline, Search
 from mismatchctl.stats.localize.tables import Dims, Masks, SideTables, expected_mass, stratum_rates
 from mismatchctl.stats.localize.thresholds import LocalizeThresholds
+from tests.helpers import slow_param
 from tests.stats.localize.localize_data import Plan, pair
 
 TH = LocalizeThresholds()
@@ -84,8 +85,25 @@ REGIONS = [
 ]
 
 
-@pytest.mark.parametrize("with_baseline", [False, True])
-@pytest.mark.parametrize("fixed", REGIONS)
+@pytest.mark.parametrize(
+    ("fixed", "with_baseline"),
+    [
+        (REGIONS[0], False),
+        slow_param(REGIONS[0], True),
+        slow_param(REGIONS[1], False),
+        slow_param(REGIONS[1], True),
+        slow_param(REGIONS[2], False),
+        (REGIONS[2], True),  # the quick pair: one dimension alone, two with a baseline
+    ],
+    ids=[
+        "fixed0-False",
+        "fixed0-True",
+        "fixed1-False",
+        "fixed1-True",
+        "fixed2-False",
+        "fixed2-True",
+    ],
+)
 def test_the_sums_along_a_dimension_are_the_masked_table_s(
     with_baseline: bool, fixed: dict[str, slice | list[int]]
 ) -> None:
