@@ -11,8 +11,7 @@ corpus names in full (the MoE one aside: this model is dense)."""
 from __future__ import annotations
 
 from gen.calib_spec import CalibRun
-from gen.catalog_healthy import healthy
-from gen.catalog_models import repeated, shaped
+from gen.catalog_models import healthy_shapes, repeated
 from gen.catalog_wide import REPEATED
 
 MODEL = "tinylm-deep"
@@ -28,16 +27,6 @@ COMBINED = (
 
 
 DEEP: tuple[CalibRun, ...] = (
-    healthy("h-deep-a", "h-deep-b", "an 8-layer model of width 64 (seed 3)", model=MODEL),
-    healthy("h-deep-b", "h-deep-a", "as h-deep-a, loader b", model=MODEL, loader="b"),
-    shaped("h-deep-t06", "t06", "h-deep-t06-b", MODEL, loader="c"),
-    shaped("h-deep-t06-b", "t06", "h-deep-t06", MODEL, loader="b"),
-    shaped("h-deep-t10", "t10", "h-deep-b", MODEL, loader="d"),
-    shaped("h-deep-one-turn", "one-turn", "h-deep-one-turn-b", MODEL),
-    shaped("h-deep-one-turn-b", "one-turn", "h-deep-one-turn", MODEL, loader="b"),
-    shaped("h-deep-many-turns", "many-turns", "h-deep-many-turns-b", MODEL),
-    shaped("h-deep-many-turns-b", "many-turns", "h-deep-many-turns", MODEL, loader="b"),
-    shaped("h-deep-gpus", "gpus", "h-deep-a", MODEL, loader="e"),
-    shaped("h-deep-waves", "waves", "h-deep-b", MODEL, loader="f"),
+    *healthy_shapes(MODEL, "h-deep", "an 8-layer model of width 64 (seed 3)"),
     *(repeated(name, "deep", MODEL, "h-deep-a", "h-deep-gpus") for name in (*REPEATED, *COMBINED)),
 )

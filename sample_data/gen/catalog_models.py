@@ -50,3 +50,23 @@ def shaped(name: str, shape: str, baseline: str, model: str, loader: str = "a") 
     """The healthy shape `shape` (SHAPES) on `model`, with prompts of `loader`."""
     what, knobs = SHAPES[shape]
     return healthy(name, baseline, f"{what}, loader {loader}", model=model, loader=loader, **knobs)
+
+
+def healthy_shapes(model: str, prefix: str, what: str) -> tuple[CalibRun, ...]:
+    """A model's eleven healthy runs: a pair (two loaders), temperatures 0.6 (a pair) and 1.0,
+    one turn and many turns (pairs), four devices and decode waves; ``prefix`` names them
+    (``h-deep``: ``h-deep-a``, ``h-deep-t06``...), ``what`` says the model."""
+    a, b = f"{prefix}-a", f"{prefix}-b"
+    return (
+        healthy(a, b, what, model=model),
+        healthy(b, a, f"as {a}, loader b", model=model, loader="b"),
+        shaped(f"{prefix}-t06", "t06", f"{prefix}-t06-b", model, loader="c"),
+        shaped(f"{prefix}-t06-b", "t06", f"{prefix}-t06", model, loader="b"),
+        shaped(f"{prefix}-t10", "t10", b, model, loader="d"),
+        shaped(f"{prefix}-one-turn", "one-turn", f"{prefix}-one-turn-b", model),
+        shaped(f"{prefix}-one-turn-b", "one-turn", f"{prefix}-one-turn", model, loader="b"),
+        shaped(f"{prefix}-many-turns", "many-turns", f"{prefix}-many-turns-b", model),
+        shaped(f"{prefix}-many-turns-b", "many-turns", f"{prefix}-many-turns", model, loader="b"),
+        shaped(f"{prefix}-gpus", "gpus", a, model, loader="e"),
+        shaped(f"{prefix}-waves", "waves", b, model, loader="f"),
+    )
