@@ -72,7 +72,7 @@ def cap_bytes() -> int:
         mb = -1
     if mb < 0:
         raise UsageError(
-            f"${MB_ENV} `{raw}`: expected a whole number of megabytes, found something else",
+            f"${MB_ENV} is `{raw}`: expected a whole number of megabytes (0 or more)",
             f"set it to the part cache's size in MB (0 turns the cache off), or unset it for "
             f"{DEFAULT_MB}.",
         )
