@@ -128,9 +128,12 @@ def run_reads(
         part_cache.save(name, out)  # before the fold merges into the first part's states
         return out
 
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        done = _in_order(pool, one, items, max(1, workers) + 1)  # one part queued per pool
-        return fold_reads(reads, done, on_part, on_read)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            done = _in_order(pool, one, items, max(1, workers) + 1)  # one part queued per pool
+            return fold_reads(reads, done, on_part, on_read)
+    finally:
+        part_cache.evict_if_written()
 
 
 def read_spec(read: Read) -> bytes | None:

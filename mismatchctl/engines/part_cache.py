@@ -5,8 +5,9 @@ the states instead of the tokens.
 An entry's key is a sha256 over the part's identity (its task; for a local file its size and
 modification time, and those of its sequence files and routing twin), what is computed from it
 (the passes, the bin edges, the row filter, the extras, the binning: an explicit description,
-the same in every process) and a digest of the package's own source, so that neither another
-part, another question nor another version of the code ever finds it. Parts are immutable
+the same in every process) and a digest of the package's own source (with the versions of
+Python, numpy, pyarrow and numba), so that neither another part, another question nor another
+version of the code ever finds it. Parts are immutable
 (uuid-named files: a rewritten run gets new part files), so an entry stays true as long as its
 part exists. A value that cannot be described stably (a function, a lock, an object without
 fields) leaves its read uncached: correctness first.
@@ -16,13 +17,13 @@ possibly hostile) and a pickle is only ever read from this user's own directory,
 user's processes wrote it (an entry owned by another user is never unpickled). Where:
 ``$MISMATCHCTL_CACHE_DIR``, else ``$XDG_CACHE_HOME/mismatchctl/parts``, else
 ``~/.cache/mismatchctl/parts``; ``$MISMATCHCTL_CACHE_MB`` caps it (default 2048; ``0`` turns it
-off), the oldest entries (by last use) evicted once per process, at its exit. A directory that
-cannot be created or written turns the cache off for the process; the numbers never change.
+off), the least recently used entries evicted after each read that wrote entries (one scan of
+the directory, not one per entry). A directory that cannot be created or written turns the
+cache off for the process; the numbers never change.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import enum
@@ -31,9 +32,11 @@ import hashlib
 import os
 import pickle
 import struct
+import sys
 import threading
 import time
 import types
+from importlib import metadata
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -53,7 +56,7 @@ STALE_TEMP_SECONDS = 3600.0  # a temporary file this old was left by a process t
 _MAX_DEPTH = 64  # a description nested deeper is treated as a cycle: not described
 
 _off: set[str] = set()  # directories found unwritable by this process
-_state = {"evict_registered": False}
+_written = [0]  # entries this process wrote since it last evicted
 _lock = threading.Lock()
 
 
@@ -119,28 +122,48 @@ def key(task: Any, read_spec: bytes | None) -> str | None:
 
 
 def identity(task: Any) -> str:
-    """The part's task and, for each of its local files, its absolute path, size and
-    modification time (a part in a bucket: the task alone, its uuid name is its identity)."""
+    """The part's task (a ``PartTask``) with its local files named by absolute path, and each
+    one's size and modification time (a part in a bucket: its name alone, uuid-named)."""
+
+    def absolute(name: str) -> str:
+        return name if "://" in name else os.path.abspath(name)
+
     files = [task.path, *task.sequences, *([task.routing] if task.routing else [])]
     stats = []
     for name in files:
-        if "://" in name:
-            continue
-        st = os.stat(name)
-        stats.append((os.path.abspath(name), st.st_size, st.st_mtime_ns))
-    return describe((task, stats))
+        if "://" not in name:
+            st = os.stat(name)
+            stats.append((absolute(name), st.st_size, st.st_mtime_ns))
+    named = dataclasses.replace(
+        task,
+        path=absolute(task.path),
+        sequences=tuple(map(absolute, task.sequences)),
+        routing=absolute(task.routing) if task.routing else "",
+    )
+    return describe((named, stats))
 
 
 @functools.cache
 def source_digest() -> bytes:
-    """sha256 of every module of the package (path and bytes, in path order): computed once,
-    on the first read, so that a change of the code never reads states it did not make."""
+    """sha256 of every module of the package (path and bytes, in path order) and of the
+    versions of Python and of the libraries that compute: computed once, on the first read, so
+    that another version of the code never reads states it did not make."""
     root = Path(__file__).resolve().parents[1]
-    h = hashlib.sha256()
+    h = hashlib.sha256(describe(_versions()).encode())
     for path in sorted(root.rglob("*.py")):
         h.update(path.relative_to(root).as_posix().encode() + b"\0")
         h.update(path.read_bytes() + b"\0")
     return h.digest()
+
+
+def _versions() -> tuple[str, ...]:
+    """Python's and the computing libraries' versions (numba's from its metadata: importing
+    it costs more than a small read)."""
+    try:
+        numba = metadata.version("numba")
+    except metadata.PackageNotFoundError:
+        numba = ""
+    return (sys.version, np.__version__, pa.__version__, numba)
 
 
 def describe(value: Any, depth: int = 0) -> str:
@@ -252,7 +275,8 @@ def save(name: str | None, value: Any) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         return
-    _evict_at_exit()
+    with _lock:
+        _written[0] += 1
 
 
 def discard(name: str) -> None:
@@ -281,12 +305,13 @@ def _decode(name: str, data: bytes) -> Any:
     return pickle.loads(raw)
 
 
-def _evict_at_exit() -> None:
-    """Evict once, when the process ends, not after every write."""
+def evict_if_written() -> None:
+    """After a read: evict to the cap when this process wrote entries since it last did (one
+    scan of the directory per read that wrote, not one per entry)."""
     with _lock:
-        if not _state["evict_registered"]:
-            _state["evict_registered"] = True
-            atexit.register(evict)
+        written, _written[0] = _written[0], 0
+    if written:
+        evict()
 
 
 def evict(cap: int | None = None) -> None:

@@ -87,7 +87,10 @@ def run_reads_ray(
     missing = [(r, task) for r in reads for task in r.tasks]
     missing = [item for item, f in zip(missing, found, strict=True) if f is None]
     computed = _submitted(missing, workers, address, on_part) if missing else iter(())
-    return fold_reads(reads, _with_cached(found, names, computed), on_read=on_read)
+    try:
+        return fold_reads(reads, _with_cached(found, names, computed), on_read=on_read)
+    finally:
+        part_cache.evict_if_written()
 
 
 def _submitted(

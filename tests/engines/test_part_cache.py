@@ -5,6 +5,7 @@ directory that cannot be written leaving the numbers as they are."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -244,6 +245,21 @@ def test_the_cap_evicts_the_least_recently_used_first(
     assert not stale.exists()
 
 
+def test_a_read_that_wrote_evicts_to_the_cap(
+    base: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command's read evicts once it has written: an old, large entry goes, the entries it
+    wrote (used last) stay."""
+    cache.mkdir()
+    old = cache / f"{'0' * 64}{part_cache.SUFFIX}"
+    old.write_bytes(np.random.default_rng(1).bytes(3 << 19))  # 1.5 MB
+    os.utime(old, (0, 0))
+    monkeypatch.setenv(part_cache.MB_ENV, "1")
+    _json(base / "store", "report", "a")
+    assert not old.exists()
+    assert len(_entries(cache)) == _parts(base / "store", "a")
+
+
 def test_a_bad_cap_is_a_usage_error(base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(part_cache.MB_ENV, "lots")
     ran = cli("report", "a", "--store", str(base / "store"), "-q")
@@ -328,6 +344,20 @@ def test_a_value_without_a_stable_description_is_not_cached() -> None:
             self.fn = len
 
     assert part_cache.spec([], LOG_EDGES, None, [Opaque()], K.DEFAULT_BINNING) is None
+
+
+def test_a_part_is_known_by_its_absolute_path(
+    base: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store named relative to the working directory or absolutely: the same key."""
+    task = select(mismatchctl.open_store(base / "store"), ["a"]).tasks[0]
+    spec = part_cache.spec([], LOG_EDGES, None, [], K.DEFAULT_BINNING)
+    monkeypatch.chdir(base)
+    relative = dataclasses.replace(task, path=os.path.relpath(task.path))
+    assert not Path(relative.path).is_absolute()
+    assert part_cache.key(relative, spec) == part_cache.key(task, spec) is not None
+    moved = dataclasses.replace(task, run="other")
+    assert part_cache.key(moved, spec) != part_cache.key(task, spec)
 
 
 def test_commands_that_read_no_part_load_no_cache(base: Path) -> None:
