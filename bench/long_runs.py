@@ -229,14 +229,16 @@ def section(result: dict[str, Any]) -> str:
 
 def cache_section(result: dict[str, Any]) -> str:
     head = (
-        f'The stores of "Long runs" above (`python bench/long_runs.py`, the same run): each '
-        "command of this tree with the part cache (`engines/part_cache.py`) in the bench's "
-        "workdir, emptied before each *cold* run (which reads the tokens and fills the cache), "
-        "then *warm*, the same command in a fresh process, reading every part's states from "
-        "the cache; *off* is the command with the cache off (the table above). `warm x report "
-        "CPU` is against the report with the cache off; `cache MB` the cache's size on disk "
-        f"after the cold run. {result['repeats']} round(s), medians; {os.cpu_count()} cores "
-        f"shared with other jobs (load average when it ran: {result['load']})."
+        f"`python bench/long_runs.py --size {result['size']:g} --steps "
+        f"{','.join(str(s['steps']) for s in result['stores'])} --growth {result['growth']:g} "
+        f'--repeats {result["repeats"]}`, on the stores of its "Long runs" section: each '
+        "command with the part cache (`engines/part_cache.py`) in the bench's workdir, emptied "
+        "before each *cold* run (which reads the tokens and fills the cache), then *warm*: the "
+        "same command in a fresh process, every part's states read from the cache. *off* is "
+        "the command with the cache off, in the same run. `warm x report CPU` is against the "
+        "report with the cache off; `cache MB` is the cache's size on disk after the cold "
+        f"run. {result['repeats']} round(s), medians; {os.cpu_count()} cores shared with other "
+        f"jobs (load average when it ran: {result['load']})."
     )
     parts = [head]
     for s in result["stores"]:
