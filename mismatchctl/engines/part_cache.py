@@ -36,6 +36,8 @@ import sys
 import threading
 import time
 import types
+import zlib
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path, PurePath
 from typing import Any
@@ -43,15 +45,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from mismatchctl.engines.plan import Binning, PartTask, Pass, RowFilter
 from mismatchctl.errors import UsageError
 
 DIR_ENV = "MISMATCHCTL_CACHE_DIR"
 MB_ENV = "MISMATCHCTL_CACHE_MB"
 DEFAULT_MB = 2048
 SUFFIX = ".part"
-# what an entry starts with: the format's name and version, then the key and the pickle's size
+# what an entry starts with: the format's name and version, then its key, then the pickle's
+# size and the CRC-32 of the compressed bytes after it (a damaged entry is told, not unpickled)
 MAGIC = b"mismatchctl part cache 1\n"
-_SIZE = struct.Struct("<Q")
+_HEAD = struct.Struct("<QI")
 STALE_TEMP_SECONDS = 3600.0  # a temporary file this old was left by a process that died
 _MAX_DEPTH = 64  # a description nested deeper is treated as a cycle: not described
 
@@ -93,11 +97,20 @@ def directory() -> Path | None:
     elif xdg and os.path.isabs(xdg):  # a relative $XDG_CACHE_HOME is to be ignored (the spec)
         path = Path(xdg) / "mismatchctl" / "parts"
     else:
-        path = Path.home() / ".cache" / "mismatchctl" / "parts"
+        try:
+            path = Path.home() / ".cache" / "mismatchctl" / "parts"
+        except RuntimeError:  # no home directory to be found: no cache
+            return None
     return None if str(path) in _off else path
 
 
-def spec(passes: Any, edges: np.ndarray, rows: Any, extras: Any, binning: Any) -> bytes | None:
+def spec(
+    passes: Sequence[Pass],
+    edges: np.ndarray,
+    rows: RowFilter | None,
+    extras: Sequence[object],
+    binning: Binning,
+) -> bytes | None:
     """The digest of what a read computes from each part, with the package's source digest;
     None when the cache is off or a part of it cannot be described stably (not cached)."""
     if directory() is None:
@@ -109,8 +122,8 @@ def spec(passes: Any, edges: np.ndarray, rows: Any, extras: Any, binning: Any) -
     return hashlib.sha256(source_digest() + text.encode()).digest()
 
 
-def key(task: Any, read_spec: bytes | None) -> str | None:
-    """The entry's name of one part (a ``PartTask``) under ``read_spec``; None: not cached (a
+def key(task: PartTask, read_spec: bytes | None) -> str | None:
+    """The entry's name of one part under ``read_spec``; None: not cached (a
     file of the part missing: the read reports it)."""
     if read_spec is None:
         return None
@@ -121,8 +134,8 @@ def key(task: Any, read_spec: bytes | None) -> str | None:
     return hashlib.sha256(read_spec + ident.encode()).hexdigest()
 
 
-def identity(task: Any) -> str:
-    """The part's task (a ``PartTask``) with its local files named by absolute path, and each
+def identity(task: PartTask) -> str:
+    """The part's task with its local files named by absolute path, and each
     one's size and modification time (a part in a bucket: its name alone, uuid-named)."""
 
     def absolute(name: str) -> str:
@@ -290,18 +303,20 @@ def discard(name: str) -> None:
 def _encode(name: str, value: Any) -> bytes:
     raw = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
     packed = pa.Codec("zstd").compress(raw, asbytes=True)
-    return MAGIC + name.encode() + b"\n" + _SIZE.pack(len(raw)) + packed
+    return MAGIC + name.encode() + b"\n" + _HEAD.pack(len(raw), zlib.crc32(packed)) + packed
 
 
 def _decode(name: str, data: bytes) -> Any:
     head = MAGIC + name.encode() + b"\n"
-    if not data.startswith(head) or len(data) < len(head) + _SIZE.size:
+    if not data.startswith(head) or len(data) < len(head) + _HEAD.size:
         raise ValueError("not an entry of this key")
-    (size,) = _SIZE.unpack_from(data, len(head))
-    body = data[len(head) + _SIZE.size :]
+    size, crc = _HEAD.unpack_from(data, len(head))
+    body = memoryview(data)[len(head) + _HEAD.size :]
+    if zlib.crc32(body) != crc:
+        raise ValueError("damaged or truncated")
     raw = pa.Codec("zstd").decompress(body, decompressed_size=size, asbytes=True)
     if len(raw) != size:
-        raise ValueError("truncated")
+        raise ValueError("not the size written")
     return pickle.loads(raw)
 
 
