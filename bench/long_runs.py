@@ -19,8 +19,14 @@ the report and explain on the store: the page cache), ``--repeats`` alternating 
     explain at REV, diagnose at REV   with ``--before REV``: the code of REV (``git archive``
                            into the workdir) on the same store (the store's format is the same)
 
-Writes the section "## Long runs: explain and diagnose over 1,000 steps" of --write (the rest
-of the file kept) and the raw numbers to the workdir's long_runs.json. A workdir of an earlier
+The commands above run with the part cache off (``engines/part_cache.py``). Then each command
+of this tree twice more, with the cache in the workdir (``part-cache``, emptied first): *cold*,
+filling it, and *warm*, the same command in a fresh process reading the states the first kept;
+with the cache's size on disk after the cold run.
+
+Writes the sections "## Long runs: explain and diagnose over 1,000 steps" and "## The part
+cache" of --write (the rest of the file kept) and the raw numbers to the workdir's
+long_runs.json. A workdir of an earlier
 run is reused as it is: its dumps (told by their marker) and stores are not made again, so
 ``--workdir`` points the bench at existing stores (``store_<size>M_<steps>``, the run named
 ``bench``, beside ``dumps_<size>M_<steps>``).
@@ -43,11 +49,12 @@ from typing import Any
 
 from run import BenchError, log, measure, run_quiet
 from sections import replace_section
-from views import exit_0_or_3, mctl, rounds
+from views import exit_0_or_3, mctl, rounds, slug
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 SECTION = "## Long runs: explain and diagnose over 1,000 steps"
+CACHE_SECTION = "## The part cache"
 RUN = "bench"
 
 
@@ -129,6 +136,55 @@ def warm_up(workdir: Path, trees: list[Path], timeout: float) -> None:
             measure(exit_0_or_3(cmd), f"warm-{tree.name}-{verb}", workdir / "logs", timeout)
 
 
+def cold_and_warm(
+    cmds: dict[str, list[str]], repeats: int, workdir: Path, timeout: float
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Each command with the part cache on: cold (the cache emptied first, then filled by the
+    command; its size on disk after) and warm (the command again), ``repeats`` rounds."""
+    cache = workdir / "part-cache"
+    env = {**os.environ, "MISMATCHCTL_CACHE_DIR": str(cache)}
+    env.pop("MISMATCHCTL_CACHE_MB", None)
+    got: dict[str, dict[str, list[dict[str, Any]]]] = {n: {"cold": [], "warm": []} for n in cmds}
+    for r in range(repeats):
+        for name, cmd in cmds.items():
+            shutil.rmtree(cache, ignore_errors=True)
+            for phase in ("cold", "warm"):
+                m = measure(
+                    cmd, f"cache-{phase}-{slug(name)}-{r}", workdir / "logs", timeout, env=env
+                )
+                if phase == "cold":
+                    m["cache_mb"] = sum(p.stat().st_size for p in cache.glob("*")) / 2**20
+                got[name][phase].append(m)
+                log(f"part cache, round {r + 1}: {name} {phase}: {m['cpu']:.1f} s CPU")
+    shutil.rmtree(cache, ignore_errors=True)
+    return got
+
+
+def cache_table(off: dict[str, list[dict[str, Any]]], cached: dict[str, dict]) -> list[str]:
+    """CPU and peak RSS with the cache off, cold and warm (medians), against the report's CPU
+    with the cache off; the cache's size once the command filled it."""
+    base = statistics.median(m["cpu"] for m in off["report"])
+    rows = [
+        "| command | CPU s: off / cold / warm | warm x report CPU | wall s: cold / warm | "
+        "peak RSS MB: cold / warm | cache MB |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, phases in cached.items():
+        cold, warm = phases["cold"], phases["warm"]
+        rows.append(
+            f"| `{name}` | {_med(off[name], 'cpu'):.1f} / {_med(cold, 'cpu'):.1f} / "
+            f"{_med(warm, 'cpu'):.1f} | {_med(warm, 'cpu') / base:.2f} | "
+            f"{_med(cold, 'wall'):.2f} / {_med(warm, 'wall'):.2f} | "
+            f"{max(m['rss_mb'] for m in cold):.0f} / {max(m['rss_mb'] for m in warm):.0f} | "
+            f"{_med(cold, 'cache_mb'):.1f} |"
+        )
+    return rows
+
+
+def _med(ms: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(m[key] for m in ms)
+
+
 def table(runs: dict[str, list[dict[str, Any]]], before: str | None) -> list[str]:
     """Wall and CPU time (medians; CPU is steadier than wall on cores shared with other jobs)
     against the report's, and the peak RSS."""
@@ -171,6 +227,39 @@ def section(result: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def cache_section(result: dict[str, Any]) -> str:
+    head = (
+        f"`python bench/long_runs.py --size {result['size']:g} --steps "
+        f"{','.join(str(s['steps']) for s in result['stores'])} --growth {result['growth']:g} "
+        f'--repeats {result["repeats"]}`, on the stores of its "Long runs" section: each '
+        "command with the part cache (`engines/part_cache.py`) in the bench's workdir, emptied "
+        "before each *cold* run (which reads the tokens and fills the cache), then *warm*: the "
+        "same command in a fresh process, every part's states read from the cache. *off* is "
+        "the command with the cache off, in the same run. `warm x report CPU` is against the "
+        "report with the cache off; `cache MB` is the cache's size on disk after the cold "
+        f"run. {result['repeats']} round(s), medians; {os.cpu_count()} cores shared with other "
+        f"jobs (load average when it ran: {result['load']})."
+    )
+    parts = [head]
+    for s in result["stores"]:
+        if "cache" not in s:
+            continue
+        parts.append(
+            f"### {s['model_tokens'] / 1e6:.1f}M model tokens over {s['steps']:,} steps\n\n"
+            + "\n".join(cache_table(s["runs"], s["cache"]))
+        )
+    return "\n\n".join(parts)
+
+
+def write(result: dict[str, Any], path: Path | None) -> None:
+    """Print both sections; replace them in ``path`` when given."""
+    text, cache = section(result), cache_section(result)
+    print(text + "\n\n" + cache)
+    if path:
+        replace_section(path, SECTION, text)
+        replace_section(path, CACHE_SECTION, cache)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=float, default=100, help="millions of response positions")
@@ -187,10 +276,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.render is not None:
-        text = section(json.loads(args.render.read_text()))
-        print(text)
-        if args.write:
-            replace_section(args.write, SECTION, text)
+        write(json.loads(args.render.read_text()), args.write)
         return
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # as installed: bytecode cached
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="mismatchctl-long-"))
@@ -218,17 +304,16 @@ def main() -> None:
             args.timeout,
             tuple(n for n in ("report", "explain") if n in cmds),
         )
+        mine = {n: c for n, c in cmds.items() if not n.endswith("@before")}
+        cached = cold_and_warm(mine, args.repeats, workdir, args.timeout)
         result["stores"].append({
             "steps": steps, "positions": marker["written"], "ingest": ingested,
-            "model_tokens": ingested["model_tokens"], "runs": runs,
+            "model_tokens": ingested["model_tokens"], "runs": runs, "cache": cached,
             "seconds": time.time() - started,
         })  # fmt: skip
     result["load"] = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     (workdir / "long_runs.json").write_text(json.dumps(result, indent=1) + "\n")
-    text = section(result)
-    print(text)
-    if args.write:
-        replace_section(args.write, SECTION, text)
+    write(result, args.write)
 
 
 if __name__ == "__main__":

@@ -110,17 +110,32 @@ def log(message: str) -> None:
 # Measuring one command
 
 
+def without_part_cache() -> dict[str, str]:
+    """The environment with the part cache off (``engines/part_cache.py``): a benchmark times
+    the read of the tokens, not states an earlier round kept, unless it asks for the cache."""
+    return {**os.environ, "MISMATCHCTL_CACHE_MB": "0"}
+
+
 def measure(
-    cmd: list[str], name: str, logs: Path, timeout: float, stdout: bool = False
+    cmd: list[str],
+    name: str,
+    logs: Path,
+    timeout: float,
+    stdout: bool = False,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Run ``cmd`` in a fresh process: {"wall": s, "cpu": user + system s, "rss_mb": peak RSS
     in MB (ru_maxrss / 1024), "stdout": text when asked}. Raises BenchError if it fails or
-    outlives ``timeout`` seconds."""
+    outlives ``timeout`` seconds. ``env``: the process's environment (default: this one's with
+    the part cache off)."""
     logs.mkdir(parents=True, exist_ok=True)
     out_path, err_path = logs / f"{name}.out", logs / f"{name}.err"
+    env = without_part_cache() if env is None else env
     with open(err_path, "wb") as err, open(out_path if stdout else os.devnull, "wb") as out:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=ROOT)
+        proc = subprocess.Popen(
+            cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=ROOT, env=env
+        )
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
         try:

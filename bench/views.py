@@ -141,18 +141,18 @@ def rounds(
     every command; numba's cache, the page cache)."""
     names = list(cmds)
     for name in names if warm is None else warm:
-        measure(cmds[name], f"warm-{_slug(name)}", logs, timeout)
+        measure(cmds[name], f"warm-{slug(name)}", logs, timeout)
     got: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     for r in range(repeats):
         order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
-            m = measure(cmds[name], f"{_slug(name)}-{r}", logs, timeout)
+            m = measure(cmds[name], f"{slug(name)}-{r}", logs, timeout)
             log(f"round {r + 1}: {name}: {m['wall']:.2f} s, {m['rss_mb']:.0f} MB")
             got[name].append(m)
     return got
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name)
 
 

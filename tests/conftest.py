@@ -8,11 +8,14 @@ skip and its reason appear in pytest's summary.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 SLOW_ENV = "MISMATCHCTL_SLOW_TESTS"
+PART_CACHE_DIR = "MISMATCHCTL_CACHE_DIR"  # engines/part_cache.py's
+PART_CACHE_MB = "MISMATCHCTL_CACHE_MB"
 # torch's OpenMP threads spin between parallel regions unless told otherwise: beside the other
 # test workers on the same cores that spinning cost twenty times the work of the tiny models
 # (tests/sample_data/); set before any test module imports torch
@@ -27,6 +30,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _part_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The engines' part cache (``engines/part_cache.py``) of the whole session in a temporary
+    directory, so that no test writes under the user's home; set in ``os.environ`` so that the
+    processes the tests start inherit it. Tests that read cold use a directory of their own."""
+    path = tmp_path_factory.mktemp("part-cache")
+    before = os.environ.get(PART_CACHE_DIR)
+    os.environ[PART_CACHE_DIR] = str(path)
+    yield path
+    if before is None:
+        os.environ.pop(PART_CACHE_DIR, None)
+    else:
+        os.environ[PART_CACHE_DIR] = before
+
+
+@pytest.fixture
+def no_part_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The part cache off: for a test that reads the same parts twice with the engine's code
+    patched (a second read must compute again, not find the first's states)."""
+    monkeypatch.setenv(PART_CACHE_MB, "0")
 
 
 @pytest.fixture(autouse=True)

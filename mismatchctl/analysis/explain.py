@@ -345,6 +345,11 @@ class _CubeReading(ABC, Generic[CubeState]):
         self.routing_columns = twin_columns([d.name for d in spec.dims])
         self.states = PartStates(spec)
 
+    def cache_key(self) -> tuple[object, ...]:
+        """What the part cache knows this extra by (``engines/part_cache.py``): its spec and
+        what it reads, not its part states' bookkeeping (which parts were given a state)."""
+        return (self.spec, self.columns, self.routing_columns, self.keys)
+
     def compute(self, table: pa.Table, keys: PartKeys) -> CubeState:
         return self.compute_into(None, table, keys)
 

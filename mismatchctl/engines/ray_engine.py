@@ -12,13 +12,23 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from mismatchctl.allocator import keep_freed_memory
-from mismatchctl.engines.local import Folded, Groups, PartExtra, Read, fold_reads, part_groups
+from mismatchctl.engines import part_cache
+from mismatchctl.engines.local import (
+    Folded,
+    Groups,
+    PartExtra,
+    Read,
+    cached,
+    fold_reads,
+    part_groups,
+    read_spec,
+)
 from mismatchctl.engines.plan import DEFAULT_BINNING, Binning, PartTask, Pass, RowFilter
 from mismatchctl.errors import MismatchError
 from mismatchctl.parallel import DEFAULT_WORKERS, Failure, connect, ordered, remote
@@ -64,23 +74,60 @@ def run_reads_ray(
     address: str | None = None,
 ) -> list[Folded]:
     """``run_reads`` of the local engine: the tasks of every read submitted at once, each read
-    folded on its own in task order."""
+    folded on its own in task order. The driver looks each part up in the part cache first
+    (only the parts it lacks are submitted) and keeps what the workers return."""
+    names, found = [], []
+    for r in reads:
+        spec = read_spec(r)
+        for task in r.tasks:
+            names.append(part_cache.key(task, spec))
+            found.append(cached(names[-1], r))
+            if found[-1] is not None and on_part:
+                on_part(task.rows)
+    missing = [(r, task) for r in reads for task in r.tasks]
+    missing = [item for item, f in zip(missing, found, strict=True) if f is None]
+    computed = _submitted(missing, workers, address, on_part) if missing else iter(())
+    try:
+        return fold_reads(reads, _with_cached(found, names, computed), on_read=on_read)
+    finally:
+        part_cache.evict_if_written()
+
+
+def _submitted(
+    items: list[tuple[Read, PartTask]],
+    workers: int,
+    address: str | None,
+    on_part: Callable[[int], None] | None,
+) -> Iterator[Folded]:
+    """The results of one Ray task per part, in the order given; ``on_part`` as each ends."""
     ray = connect(address, workers)
     fold_task = remote(fold_part)
+    shared: dict[int, Any] = {}
     refs = []
-    for r in reads:
-        if not r.tasks:
-            continue
-        # stored once per read, read by every task of it
-        shared = ray.put((list(r.passes), r.edges, r.rows, list(r.extras), r.binning))
-        refs += [fold_task.remote(_absolute(task), shared) for task in r.tasks]
-    rows = [task.rows for r in reads for task in r.tasks]
+    for r, task in items:
+        if id(r) not in shared:  # stored once per read, read by every task of it
+            shared[id(r)] = ray.put((list(r.passes), r.edges, r.rows, list(r.extras), r.binning))
+        refs.append(fold_task.remote(_absolute(task), shared[id(r)]))
 
     def done(i: int, _: Any) -> None:
         if on_part:
-            on_part(rows[i])
+            on_part(items[i][1].rows)
 
-    return fold_reads(reads, ordered(ray, refs, done), on_read=on_read)
+    return ordered(ray, refs, done)
+
+
+def _with_cached(
+    found: list[Folded | None], names: list[str | None], computed: Iterator[Folded]
+) -> Iterator[Folded]:
+    """Every part's result in task order: the cached ones as found, the others as the workers
+    return them, each kept in the cache before the fold merges into it."""
+    for state, name in zip(found, names, strict=True):
+        if state is not None:
+            yield state
+            continue
+        out = next(computed)
+        part_cache.save(name, out)
+        yield out
 
 
 def _absolute(task: PartTask) -> PartTask:

@@ -31,6 +31,8 @@ from tests.s3_server import BUCKET, HAS_MOTO, s3_server, upload
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="the ray extra is not installed")
+# each engine computes its own numbers: neither finds the other's in the part cache
+pytestmark = pytest.mark.usefixtures("no_part_cache")
 REL = 1e-12
 
 

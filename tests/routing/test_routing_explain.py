@@ -131,7 +131,7 @@ def test_runs_without_routes_keep_their_cube(store: Path) -> None:
 
 
 @pytest.mark.slow
-def test_ray_finds_the_same(store: Path) -> None:
+def test_ray_finds_the_same(store: Path, no_part_cache: None) -> None:
     local = api.explain("flips", store=store, bootstrap=False).to_dict()
     ray = api.explain("flips", store=store, bootstrap=False, engine="ray", workers=2).to_dict()
     assert ray == local

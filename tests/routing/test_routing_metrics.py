@@ -199,7 +199,7 @@ def test_a_run_without_routes(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_report_views_steps_and_ray(tmp_path: Path) -> None:
+def test_report_views_steps_and_ray(tmp_path: Path, no_part_cache: None) -> None:
     """The Routing sections in the terminal and HTML, a step range applied to the routes, and
     the same routing numbers with the Ray engine."""
     store = tmp_path / "s"

@@ -128,7 +128,9 @@ def test_runs_without_routes_have_no_routing_groups(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_ray_gives_the_same_groups(two_sources: tuple[Path, list[dict]]) -> None:
+def test_ray_gives_the_same_groups(
+    two_sources: tuple[Path, list[dict]], no_part_cache: None
+) -> None:
     store, _ = two_sources
     local = api.report(["r"], store=store, by=SPLITS).to_dict()
     ray = api.report(["r"], store=store, by=SPLITS, engine="ray", workers=2).to_dict()

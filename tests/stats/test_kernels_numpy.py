@@ -249,7 +249,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     ],
 )  # fmt: skip
 def test_a_view_gives_the_same_json_with_either_kernels(
-    two_runs: Path, args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
+    two_runs: Path, args: tuple[str, ...], monkeypatch: pytest.MonkeyPatch, no_part_cache: None
 ) -> None:
     out = {}
     for name, budget in (("twins", 1 << 40), ("compiled", 0)):

@@ -140,7 +140,7 @@ def test_bin_groups_equal_the_reference(store: Path, random_run: list[dict], by:
 
 
 def test_streamed_equals_one_shot(
-    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_part_cache: None
 ) -> None:
     """Tiny parts (many partials merged, 1 or 2 workers) give the numbers of one big part."""
     _random_dump(tmp_path / "dump.parquet")

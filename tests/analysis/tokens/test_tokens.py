@@ -237,7 +237,7 @@ def _small_slices(
 
 @pytest.mark.parametrize("sequences", [False, True])
 def test_streamed_and_merged_equal_one_read(
-    store: Path, sequences: bool, monkeypatch: pytest.MonkeyPatch
+    store: Path, sequences: bool, monkeypatch: pytest.MonkeyPatch, no_part_cache: None
 ) -> None:
     """Many slices per part and four workers give the same listing as whole parts read one by
     one (the state after a merge is a function of the rows, not of their order)."""
