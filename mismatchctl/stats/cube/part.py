@@ -112,10 +112,11 @@ class PartCube:
     def __reduce__(self) -> tuple:
         """Only the used rows travel (a Ray task's result)."""
         used = self.used
-        return _restore, (self.spec, self.cells[:used].copy(), self.rows[:used].copy())
+        return restore, (self.spec, self.cells[:used].copy(), self.rows[:used].copy())
 
 
-def _restore(spec: CubeSpec, cells: np.ndarray, rows: np.ndarray) -> PartCube:
+def restore(spec: CubeSpec, cells: np.ndarray, rows: np.ndarray) -> PartCube:
+    """A part of ``spec`` holding ``rows`` in ``cells`` (distinct cells)."""
     part = PartCube.__new__(PartCube)
     part.spec, part.rows, part.cells = spec, rows, cells
     part.slot = np.full(spec.n_cells, -1, np.int32)
