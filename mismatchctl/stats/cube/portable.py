@@ -92,6 +92,8 @@ def _move(
     inside = np.flatnonzero(
         (kept.cells >= source.offset) & (kept.cells < source.offset + source.cells)
     )
+    if not table.dims:  # the empty conjunction: one cell
+        return np.full(len(inside), table.offset, dtype=np.int64), inside
     coords = np.unravel_index(kept.cells[inside] - source.offset, source.shape)
     moved = []
     for axis, d in enumerate(table.dims):
