@@ -414,3 +414,81 @@ def test_ray_is_the_same_bytes_cold_and_warm(
     submitted.clear()
     assert _json(store, *VIEWS[view], "--engine", "ray") == cold
     assert submitted == []
+
+
+# -- pieces: one entry per part and piece ---------------------------------------------------
+
+
+@pytest.fixture
+def pieces(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, list[str]]]:
+    """Each part the local engine reads: its path, its passes and the extras it computes."""
+    seen: list[tuple[str, int, list[str]]] = []
+    real = local_engine.part_groups
+
+    def counted(
+        task: K.PartTask, passes: list, edges: Any, rows: Any, extras: Any = (), *rest: Any
+    ) -> Any:
+        seen.append((task.path, len(passes), [type(e).__name__ for e in extras]))
+        return real(task, passes, edges, rows, extras, *rest)
+
+    monkeypatch.setattr(local_engine, "part_groups", counted)
+    return seen
+
+
+def _shifted(source: Path, to: Path, by: int, seed: int) -> Path:
+    """A dump like ``multi_gpu_dump``'s with its steps moved by ``by``."""
+    import pyarrow.parquet as pq
+
+    multi_gpu_dump(to, seed=seed)
+    table = pq.read_table(to)
+    steps = table.column("step").to_numpy() + by
+    pq.write_table(table.set_column(0, "step", [steps]), to)
+    return to
+
+
+def _small_parts(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(store_parts, "PART_TOKENS", 4000)
+    mp.setattr(ingest_source, "BATCH_TOKENS", 4000)
+
+
+def test_a_baseline_reads_only_its_own_parts(
+    base: Path, tmp_path: Path, cache: Path, pieces: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``diagnose a`` then ``diagnose a --baseline c`` (c's steps widen the cube's spec): a's
+    parts are read no more (their cubes moved to the wider spec), c's are; the JSON is the
+    cold read's."""
+    store = tmp_path / "store"
+    _small_parts(monkeypatch)
+    mismatchctl.ingest([base / "a.parquet"], run="a", store=store)
+    mismatchctl.ingest([_shifted(base, tmp_path / "c.parquet", 20, 3)], run="c", store=store)
+    _json(store, "diagnose", "a")
+    a_parts = {p.path for p in select(mismatchctl.open_store(store), ["a"]).tasks}
+    assert {p for p, *_ in pieces} == a_parts
+    pieces.clear()
+    warm = _json(store, "diagnose", "a", "--baseline", "c")
+    assert pieces and not {p for p, *_ in pieces} & a_parts
+    monkeypatch.setenv(part_cache.MB_ENV, "0")
+    assert _json(store, "diagnose", "a", "--baseline", "c") == warm
+
+
+def test_a_missing_extra_is_computed_alone(
+    base: Path, cache: Path, pieces: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read with one more extra: each part read once, for that extra only (a cube reads no
+    turn runs: no passes either); the states are the cold read's."""
+    from mismatchctl.analysis.explain import RunCubeExtra, cube_spec
+
+    sel = select(mismatchctl.open_store(base / "store"), ["a"])
+    spec = cube_spec([sel], LOG_EDGES, with_run=False)
+    passes = K.plan([(K.RUN,), (K.GPU, K.BIN)])
+    first = Read(sel.tasks, passes, LOG_EDGES, sel.rows, [SequenceSums()])
+    run_reads([first])
+    pieces.clear()
+    more = first._replace(extras=[SequenceSums(), RunCubeExtra(spec)])
+    warm = run_reads([more])[0]
+    assert sorted(pieces) == sorted((t.path, 0, ["RunCubeExtra"]) for t in sel.tasks)
+    monkeypatch.setenv(part_cache.MB_ENV, "0")
+    cold = run_reads([more])[0]
+    _same((warm[0], warm[1][:1]), (cold[0], cold[1][:1]))
+    assert warm[1][1].keys() == cold[1][1].keys() == {"a"}
+    assert np.array_equal(warm[1][1]["a"].state, cold[1][1]["a"].state)
