@@ -492,3 +492,28 @@ def test_a_missing_extra_is_computed_alone(
     _same((warm[0], warm[1][:1]), (cold[0], cold[1][:1]))
     assert warm[1][1].keys() == cold[1][1].keys() == {"a"}
     assert np.array_equal(warm[1][1]["a"].state, cold[1][1]["a"].state)
+
+
+@pytest.mark.parametrize("view", ["report", "diagnose", "explain"])
+def test_a_run_ingested_in_two_halves_reads_only_the_new_parts(
+    base: Path,
+    tmp_path: Path,
+    cache: Path,
+    pieces: list,
+    monkeypatch: pytest.MonkeyPatch,
+    view: str,
+) -> None:
+    """A second ingest adds steps (the cubes' spec widens): the view reads the new parts
+    only, and its JSON is the same bytes as a cold read's."""
+    store = tmp_path / "store"
+    _small_parts(monkeypatch)
+    mismatchctl.ingest([base / "a.parquet"], run="g", store=store)
+    _json(store, view, "g")
+    old = {p.path for p in select(mismatchctl.open_store(store), ["g"]).tasks}
+    mismatchctl.ingest([_shifted(base, tmp_path / "more.parquet", 12, 4)], run="g", store=store)
+    pieces.clear()
+    warm = _json(store, view, "g")
+    new = {p.path for p in select(mismatchctl.open_store(store), ["g"]).tasks} - old
+    assert new and {p for p, *_ in pieces} == new
+    monkeypatch.setenv(part_cache.MB_ENV, "0")
+    assert _json(store, view, "g") == warm
