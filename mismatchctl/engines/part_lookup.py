@@ -8,14 +8,17 @@ same states in the same order.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from mismatchctl.engines import part_cache
 from mismatchctl.engines.plan import PartTask, Pass
 from mismatchctl.stats import Partial
 
-if TYPE_CHECKING:
-    from mismatchctl.engines.local import Folded, PartExtra, Read
+# ``engines/local.py``'s types, which imports this module: a read (its ``passes``, ``extras``),
+# an extra, and a part's ``Folded`` (every pass's groups, every extra's state)
+Read = Any
+PartExtra = Any
+Folded = tuple[list[Any], list[Any]]
 
 MISSING = object()  # a piece the cache does not hold (an extra's state may be None)
 
