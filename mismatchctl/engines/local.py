@@ -63,7 +63,11 @@ class PartExtra(Protocol):
     source's sequence rows), and ``routing_columns`` (columns of the part's MoE routing twin,
     joined to the slices of parts that have one: ``engines/routing.py``). An extra whose state
     is large may also define ``compute_into(state, table, keys)``: the part's state so far
-    (None for its first slice) with the slice added, in place where it can."""
+    (None for its first slice) with the slice added, in place where it can. For the part
+    cache (``part_cache.py``): ``uses_runs`` False when its state never reads the engine's turn
+    runs (it is then kept apart from the passes read with it), and ``cache_state(state)`` /
+    ``from_cache(kept)`` when its state is kept in another form (``from_cache``: None when the
+    kept state does not fit this extra: the part is read again)."""
 
     columns: tuple[str, ...]
 

@@ -517,3 +517,34 @@ def test_a_run_ingested_in_two_halves_reads_only_the_new_parts(
     assert new and {p for p, *_ in pieces} == new
     monkeypatch.setenv(part_cache.MB_ENV, "0")
     assert _json(store, view, "g") == warm
+
+
+@pytest.mark.skipif(not HAS_RAY, reason="the ray extra is not installed")
+@pytest.mark.slow
+def test_ray_submits_only_the_missing_pieces(
+    ray_local: None, base: Path, tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Ray, ``diagnose a --baseline c`` after ``diagnose a``: no task for a's parts, the
+    JSON the same bytes as the local engine's without the cache."""
+    from mismatchctl.engines import ray_engine
+
+    submitted: list[str] = []
+    real: Callable[..., Any] = ray_engine._submitted
+
+    def counted(items: list, *args: Any) -> Any:
+        submitted.extend(os.path.abspath(found.task.path) for _, found in items)
+        return real(items, *args)
+
+    monkeypatch.setattr(ray_engine, "_submitted", counted)
+    store = tmp_path / "store"
+    _small_parts(monkeypatch)
+    mismatchctl.ingest([base / "a.parquet"], run="a", store=store)
+    mismatchctl.ingest([_shifted(base, tmp_path / "c.parquet", 20, 3)], run="c", store=store)
+    _json(store, "diagnose", "a", "--engine", "ray")
+    a_parts = {t.path for t in select(mismatchctl.open_store(store), ["a"]).tasks}
+    assert {os.path.abspath(p) for p in a_parts} <= set(submitted)
+    submitted.clear()
+    warm = _json(store, "diagnose", "a", "--baseline", "c", "--engine", "ray")
+    assert submitted and not {os.path.abspath(p) for p in a_parts} & set(submitted)
+    monkeypatch.setenv(part_cache.MB_ENV, "0")
+    assert _json(store, "diagnose", "a", "--baseline", "c") == warm
