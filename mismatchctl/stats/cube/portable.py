@@ -16,6 +16,8 @@ those rows into a total adds the same numbers to the same cells (``PartCube.fold
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Collection
 from dataclasses import dataclass
 
@@ -49,17 +51,26 @@ def from_portable(kept: PortableCube, spec: CubeSpec, labelled: Collection[str])
     """The kept state laid out in ``spec``; None when it cannot be, exactly."""
     if kept.spec == spec:
         return restore(spec, kept.cells, kept.rows)
+    kept = dataclasses.replace(kept, spec=_interned(kept.spec))
     maps = code_maps(kept.spec, spec, labelled)
     if maps is None:
         return None
+    mover = _Mover(kept, spec, maps, {i for i, d in enumerate(spec.dims) if d.name in labelled})
     cells, rows = [], []
     for table in spec.tables:
-        moved = _move(kept, spec, table, maps)
+        moved = mover.move(table)
         if moved is None:
             return None
         cells.append(moved[0])
         rows.append(kept.rows[moved[1]])
     return restore(spec, np.concatenate(cells), np.concatenate(rows))
+
+
+@functools.lru_cache(maxsize=16)
+def _interned(spec: CubeSpec) -> CubeSpec:
+    """One instance per stored spec: its tables are laid out once, not once per part (each
+    entry unpickles its own copy)."""
+    return spec
 
 
 def code_maps(old: CubeSpec, new: CubeSpec, labelled: Collection[str]) -> list[np.ndarray] | None:
@@ -82,71 +93,70 @@ def code_maps(old: CubeSpec, new: CubeSpec, labelled: Collection[str]) -> list[n
     return out
 
 
-def _move(
-    kept: PortableCube, spec: CubeSpec, table: Table, maps: list[np.ndarray]
-) -> tuple[np.ndarray, np.ndarray] | None:
-    """The current ``table``'s cells of the kept state (from the stored table of the same
-    dimensions, the exact one of a single blocked dimension) and the rows they come from."""
-    old = kept.spec
-    source = old.tables[old.table_index(table.dims, exact=len(table.dims) == 1)]  # type: ignore[index]
-    inside = np.flatnonzero(
-        (kept.cells >= source.offset) & (kept.cells < source.offset + source.cells)
-    )
-    if not table.dims:  # the empty conjunction: one cell
-        return np.full(len(inside), table.offset, dtype=np.int64), inside
-    coords = np.unravel_index(kept.cells[inside] - source.offset, source.shape)
-    moved = []
-    for axis, d in enumerate(table.dims):
-        lut = _coordinates(kept, d, source.blocked[axis], table.blocked[axis], maps[d], spec)
-        if lut is None:
+class _Mover:
+    """Moves the kept cells table by table: the cells sorted once (a table's are a slice of
+    them), each labelled dimension's coordinate map made once per kind of coordinate."""
+
+    def __init__(
+        self, kept: PortableCube, spec: CubeSpec, maps: list[np.ndarray], labelled: set[int]
+    ) -> None:
+        self.old, self.spec, self.maps, self.labelled = kept.spec, spec, maps, labelled
+        self.order = np.argsort(kept.cells, kind="stable")
+        self.cells = kept.cells[self.order]
+        self._luts: dict[tuple[int, bool, bool], np.ndarray | None] = {}
+
+    def within(self, table: Table) -> tuple[np.ndarray, np.ndarray]:
+        """The kept cells of a stored ``table`` (local indices) and their rows."""
+        lo, hi = np.searchsorted(self.cells, (table.offset, table.offset + table.cells))
+        return self.cells[lo:hi] - table.offset, self.order[lo:hi]
+
+    def move(self, table: Table) -> tuple[np.ndarray, np.ndarray] | None:
+        """The current ``table``'s cells of the kept state (from the stored table of the same
+        dimensions, the exact one of a single blocked dimension) and the rows they come
+        from; None when two would land in one (another order of additions) or one nowhere."""
+        source = self.old.tables[self.old.table_index(table.dims, exact=len(table.dims) == 1)]  # type: ignore[index]
+        local, rows = self.within(source)
+        if not table.dims:  # the empty conjunction: one cell
+            return np.full(len(rows), table.offset, dtype=np.int64), rows
+        coords = np.unravel_index(local, source.shape)
+        moved = []
+        for axis, d in enumerate(table.dims):
+            if d not in self.labelled:  # the same codes, the same blocks
+                moved.append(coords[axis])
+                continue
+            lut = self.lut(d, source.blocked[axis], table.blocked[axis])
+            to = None if lut is None else lut[coords[axis]]
+            if to is None or (len(to) and to.min() < 0):
+                return None
+            moved.append(to)
+        new = np.ravel_multi_index(tuple(moved), table.shape)
+        if len(np.unique(new)) != len(new):
             return None
-        to = lut[coords[axis]]
-        if len(to) and to.min() < 0:
+        return table.offset + np.asarray(new, dtype=np.int64), rows
+
+    def lut(self, d: int, was_blocked: bool, is_blocked: bool) -> np.ndarray | None:
+        key = (d, was_blocked, is_blocked)
+        if key not in self._luts:
+            self._luts[key] = self._coordinates(d, was_blocked, is_blocked)
+        return self._luts[key]
+
+    def _coordinates(self, d: int, was_blocked: bool, is_blocked: bool) -> np.ndarray | None:
+        """Each stored coordinate of dimension ``d`` (a code or a block) mapped to the current
+        table's (a code or a block), -1 where the part has none; None when a stored block
+        holds part values that land in two places, or the values' order changes."""
+        codes = self.maps[d]
+        new_coord = self.spec.block_of(d)[np.maximum(codes, 0)] if is_blocked else codes
+        new_coord = np.where(codes < 0, -1, new_coord)
+        exact = self.old.tables[self.old.table_index((d,), exact=True)]  # type: ignore[index]
+        present = np.sort(self.within(exact)[0])  # the codes the part has tokens in
+        if np.any(codes[present] < 0) or np.any(np.diff(codes[present]) <= 0):
             return None
-        moved.append(to)
-    local = (
-        np.ravel_multi_index(tuple(moved), table.shape)
-        if moved
-        else np.zeros(len(inside), np.int64)
-    )
-    if len(np.unique(local)) != len(local):  # two cells in one: another order of additions
-        return None
-    return table.offset + np.asarray(local, dtype=np.int64), inside
-
-
-def _coordinates(
-    kept: PortableCube,
-    d: int,
-    was_blocked: bool,
-    is_blocked: bool,
-    codes: np.ndarray,
-    spec: CubeSpec,
-) -> np.ndarray | None:
-    """Each stored coordinate of dimension ``d`` (a code or a block) mapped to the current
-    table's (a code or a block), -1 where the part has none; None when a stored block holds
-    part values that land in two places, or the values' order changes."""
-    old = kept.spec
-    new_coord = spec.block_of(d)[np.maximum(codes, 0)] if is_blocked else codes
-    new_coord = np.where(codes < 0, -1, new_coord)
-    present = touched_codes(kept, d)
-    if np.any(codes[present] < 0) or np.any(np.diff(codes[present]) <= 0):
-        return None
-    if not was_blocked:
-        return new_coord
-    lut = np.full(old.block_cap, -1, dtype=np.int64)
-    blocks = old.block_of(d)[present]
-    for block, value in zip(blocks, new_coord[present], strict=True):
-        if lut[block] not in (-1, value):
-            return None
-        lut[block] = value
-    return lut
-
-
-def touched_codes(kept: PortableCube, d: int) -> np.ndarray:
-    """The codes of dimension ``d`` the part has tokens in (its exact 1-d table's cells)."""
-    t = kept.spec.tables[kept.spec.table_index((d,), exact=True)]  # type: ignore[index]
-    inside = kept.cells[(kept.cells >= t.offset) & (kept.cells < t.offset + t.cells)]
-    return np.sort(inside - t.offset)
+        if not was_blocked:
+            return new_coord
+        lut = np.full(self.old.block_cap, -1, dtype=np.int64)
+        blocks, values = self.old.block_of(d)[present], new_coord[present]
+        lut[blocks] = values
+        return lut if np.array_equal(lut[blocks], values) else None  # one place per block
 
 
 def sequence_codes(
