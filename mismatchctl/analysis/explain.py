@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -370,11 +370,16 @@ class _CubeReading(ABC, Generic[CubeState]):
     def portable(self, state: Cube | PartCube) -> PortableCube:
         return to_portable(state)
 
-    def restored(self, kept: object) -> PartCube | None:
-        """A kept cube laid out in this extra's spec (None: not exactly: a miss)."""
+    def restored(self, kept: object, key: Hashable = None) -> Cube | PartCube | None:
+        """A kept cube laid out in this extra's spec (None: not exactly: a miss); dense when
+        it is the first state of ``key`` (a run), as ``PartStates`` gives them: a selection of
+        one part leaves a cube (dense: zeros plus its rows, the same bits)."""
         if not isinstance(kept, PortableCube):
             return None
-        return from_portable(kept, self.spec, LABELLED)
+        part = from_portable(kept, self.spec, LABELLED)
+        if part is None:
+            return None
+        return part.dense() if self.states.first(key) else part
 
     def compute(self, table: pa.Table, keys: PartKeys) -> CubeState:
         return self.compute_into(None, table, keys)
@@ -448,12 +453,12 @@ class CubeCellsExtra(CubeExtra):
     def from_cache(self, kept: object) -> CubeCells | None:  # type: ignore[override]
         if not (isinstance(kept, tuple) and len(kept) == 2 and isinstance(kept[0], PortableCube)):
             return None
-        cube, cells = self.restored(kept[0]), kept[1]
         maps = code_maps(kept[0].spec, self.spec, LABELLED)
-        if cube is None or maps is None:
+        if maps is None:
             return None
-        moved = [sequence_codes(c, maps, self.spec.n_seq_dims) for c in cells]
-        return None if any(c is None for c in moved) else CubeCells(cube, moved)  # type: ignore[arg-type]
+        moved = [sequence_codes(c, maps, self.spec.n_seq_dims) for c in kept[1]]
+        cube = None if any(c is None for c in moved) else self.restored(kept[0])
+        return None if cube is None else CubeCells(cube, moved)  # type: ignore[arg-type]
 
 
 class RunCubeExtra(_CubeReading[dict[str, Cube | PartCube]]):
@@ -487,7 +492,7 @@ class RunCubeExtra(_CubeReading[dict[str, Cube | PartCube]]):
     def from_cache(self, kept: object) -> dict[str, Cube | PartCube] | None:
         if not isinstance(kept, dict):
             return None
-        out = {run: self.restored(cube) for run, cube in kept.items()}
+        out = {run: self.restored(cube, run) for run, cube in kept.items()}
         return None if any(c is None for c in out.values()) else out  # type: ignore[return-value]
 
 

@@ -548,3 +548,17 @@ def test_ray_submits_only_the_missing_pieces(
     assert submitted and not {os.path.abspath(p) for p in a_parts} & set(submitted)
     monkeypatch.setenv(part_cache.MB_ENV, "0")
     assert _json(store, "diagnose", "a", "--baseline", "c") == warm
+
+
+@pytest.mark.parametrize("view", ["diagnose", "explain"])
+def test_a_run_of_one_part_is_the_same_warm(
+    base: Path, tmp_path: Path, cache: Path, pieces: list, view: str
+) -> None:
+    """A selection of one part folds its one state alone: read from the cache it is a cube
+    as when read (dense), and the JSON is the same bytes."""
+    store = tmp_path / "store"
+    mismatchctl.ingest([base / "a.parquet"], run="a", store=store)
+    assert _parts(store, "a") == 1
+    cold = _json(store, view, "a")
+    pieces.clear()
+    assert _json(store, view, "a") == cold and pieces == []

@@ -136,10 +136,14 @@ class PartStates:
         self._lock = threading.Lock()  # worker threads start parts concurrently
 
     def new(self, key: Hashable = None) -> Cube | PartCube:
+        return Cube(self.spec) if self.first(key) else PartCube(self.spec)
+
+    def first(self, key: Hashable = None) -> bool:
+        """Whether no state was given for ``key`` yet (it is now): the first is dense."""
         with self._lock:
             first = key not in self._given
             self._given.add(key)
-        return Cube(self.spec) if first else PartCube(self.spec)
+        return first
 
     def __getstate__(self) -> dict:
         """Sent to a Ray task without the lock (each task's copy starts afresh: its parts'
