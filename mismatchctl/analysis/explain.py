@@ -347,9 +347,8 @@ class _CubeReading(ABC, Generic[CubeState]):
     dimension is binned by it), the coder of a slice's tokens, and the parts' cube states."""
 
     columns: tuple[str, ...] = (S.GPU, S.POSITION)
-    uses_runs = (
-        False  # a cube codes the slice's tokens itself: its state is the same with any passes
-    )
+    # a cube codes the slice's tokens itself: its state is the same whatever passes are read
+    uses_runs = False
 
     def __init__(self, spec: CubeSpec) -> None:
         self.spec, self.coder, self.keys = spec, _Coder(spec), cube_keys(spec)
@@ -456,7 +455,8 @@ class CubeCellsExtra(CubeExtra):
         maps = code_maps(kept[0].spec, self.spec, LABELLED)
         if maps is None:
             return None
-        moved = [sequence_codes(c, maps, self.spec.n_seq_dims) for c in kept[1]]
+        same = kept[0].spec == self.spec
+        moved = [c if same else sequence_codes(c, maps, self.spec.n_seq_dims) for c in kept[1]]
         cube = None if any(c is None for c in moved) else self.restored(kept[0])
         return None if cube is None else CubeCells(cube, moved)  # type: ignore[arg-type]
 
