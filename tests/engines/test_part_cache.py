@@ -435,7 +435,7 @@ def pieces(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, list[str]]]:
     return seen
 
 
-def _shifted(source: Path, to: Path, by: int, seed: int) -> Path:
+def _shifted(to: Path, by: int, seed: int) -> Path:
     """A dump like ``multi_gpu_dump``'s with its steps moved by ``by``."""
     import pyarrow.parquet as pq
 
@@ -460,7 +460,7 @@ def test_a_baseline_reads_only_its_own_parts(
     store = tmp_path / "store"
     _small_parts(monkeypatch)
     mismatchctl.ingest([base / "a.parquet"], run="a", store=store)
-    mismatchctl.ingest([_shifted(base, tmp_path / "c.parquet", 20, 3)], run="c", store=store)
+    mismatchctl.ingest([_shifted(tmp_path / "c.parquet", 20, 3)], run="c", store=store)
     _json(store, "diagnose", "a")
     a_parts = {p.path for p in select(mismatchctl.open_store(store), ["a"]).tasks}
     assert {p for p, *_ in pieces} == a_parts
@@ -510,7 +510,7 @@ def test_a_run_ingested_in_two_halves_reads_only_the_new_parts(
     mismatchctl.ingest([base / "a.parquet"], run="g", store=store)
     _json(store, view, "g")
     old = {p.path for p in select(mismatchctl.open_store(store), ["g"]).tasks}
-    mismatchctl.ingest([_shifted(base, tmp_path / "more.parquet", 12, 4)], run="g", store=store)
+    mismatchctl.ingest([_shifted(tmp_path / "more.parquet", 12, 4)], run="g", store=store)
     pieces.clear()
     warm = _json(store, view, "g")
     new = {p.path for p in select(mismatchctl.open_store(store), ["g"]).tasks} - old
@@ -539,7 +539,7 @@ def test_ray_submits_only_the_missing_pieces(
     store = tmp_path / "store"
     _small_parts(monkeypatch)
     mismatchctl.ingest([base / "a.parquet"], run="a", store=store)
-    mismatchctl.ingest([_shifted(base, tmp_path / "c.parquet", 20, 3)], run="c", store=store)
+    mismatchctl.ingest([_shifted(tmp_path / "c.parquet", 20, 3)], run="c", store=store)
     _json(store, "diagnose", "a", "--engine", "ray")
     a_parts = {t.path for t in select(mismatchctl.open_store(store), ["a"]).tasks}
     assert {os.path.abspath(p) for p in a_parts} <= set(submitted)
