@@ -22,7 +22,9 @@ the report and explain on the store: the page cache), ``--repeats`` alternating 
 The commands above run with the part cache off (``engines/part_cache.py``). Then each command
 of this tree twice more, with the cache in the workdir (``part-cache``, emptied first): *cold*,
 filling it, and *warm*, the same command in a fresh process reading the states the first kept;
-with the cache's size on disk after the cold run.
+with the cache's size on disk after the cold run. And ``diagnose late vs early`` (the last tenth
+of the steps against the first) cold, and warm after ``diagnose late`` alone filled the cache:
+a view sharing part of its work with an earlier one.
 
 Writes the sections "## Long runs: explain and diagnose over 1,000 steps" and "## The part
 cache" of --write (the rest of the file kept) and the raw numbers to the workdir's
@@ -136,19 +138,44 @@ def warm_up(workdir: Path, trees: list[Path], timeout: float) -> None:
             measure(exit_0_or_3(cmd), f"warm-{tree.name}-{verb}", workdir / "logs", timeout)
 
 
+def after_commands(store: Path, steps: int) -> dict[str, tuple[list[str], list[str]]]:
+    """Commands timed warm after another filled the cache: a view that shares part of its
+    work with the first (``diagnose late vs early`` after ``diagnose late``: the late steps'
+    states kept, their cubes moved to the spec that the early steps widen)."""
+    s = ["--store", str(store), "--json", os.devnull, "-q"]
+    tenth = max(1, steps // 10)
+    late = f"{RUN}@steps={steps - tenth}..{steps - 1}"
+    early = f"{RUN}@steps=0..{tenth - 1}"
+    first = exit_0_or_3(mctl(ROOT, "diagnose", late, *s))
+    then = exit_0_or_3(mctl(ROOT, "diagnose", late, "--baseline", early, *s))
+    return {"diagnose late vs early, after diagnose late": (first, then)}
+
+
 def cold_and_warm(
-    cmds: dict[str, list[str]], repeats: int, workdir: Path, timeout: float
+    cmds: dict[str, list[str]],
+    repeats: int,
+    workdir: Path,
+    timeout: float,
+    after: dict[str, tuple[list[str], list[str]]] | None = None,
 ) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """Each command with the part cache on: cold (the cache emptied first, then filled by the
-    command; its size on disk after) and warm (the command again), ``repeats`` rounds."""
+    command; its size on disk after) and warm (the command again), ``repeats`` rounds; each
+    of ``after``'s second commands cold, and warm after its first (untimed) filled the cache."""
     cache = workdir / "part-cache"
     env = {**os.environ, "MISMATCHCTL_CACHE_DIR": str(cache)}
     env.pop("MISMATCHCTL_CACHE_MB", None)
-    got: dict[str, dict[str, list[dict[str, Any]]]] = {n: {"cold": [], "warm": []} for n in cmds}
+    after = after or {}
+    names = [*cmds, *after]
+    got: dict[str, dict[str, list[dict[str, Any]]]] = {n: {"cold": [], "warm": []} for n in names}
     for r in range(repeats):
-        for name, cmd in cmds.items():
+        for name in names:
             shutil.rmtree(cache, ignore_errors=True)
             for phase in ("cold", "warm"):
+                cmd = cmds[name] if name in cmds else after[name][1]
+                if phase == "warm" and name in after:  # the cache filled by the first only
+                    shutil.rmtree(cache, ignore_errors=True)
+                    measure(after[name][0], f"cache-fill-{slug(name)}-{r}", workdir / "logs",
+                            timeout, env=env)  # fmt: skip
                 m = measure(
                     cmd, f"cache-{phase}-{slug(name)}-{r}", workdir / "logs", timeout, env=env
                 )
@@ -171,8 +198,9 @@ def cache_table(off: dict[str, list[dict[str, Any]]], cached: dict[str, dict]) -
     ]
     for name, phases in cached.items():
         cold, warm = phases["cold"], phases["warm"]
+        was = f"{_med(off[name], 'cpu'):.1f}" if name in off else "-"
         rows.append(
-            f"| `{name}` | {_med(off[name], 'cpu'):.1f} / {_med(cold, 'cpu'):.1f} / "
+            f"| `{name}` | {was} / {_med(cold, 'cpu'):.1f} / "
             f"{_med(warm, 'cpu'):.1f} | {_med(warm, 'cpu') / base:.2f} | "
             f"{_med(cold, 'wall'):.2f} / {_med(warm, 'wall'):.2f} | "
             f"{max(m['rss_mb'] for m in cold):.0f} / {max(m['rss_mb'] for m in warm):.0f} | "
@@ -237,7 +265,10 @@ def cache_section(result: dict[str, Any]) -> str:
         "same command in a fresh process, every part's states read from the cache. *off* is "
         "the command with the cache off, in the same run. `warm x report CPU` is against the "
         "report with the cache off; `cache MB` is the cache's size on disk after the cold "
-        f"run. {result['repeats']} round(s), medians; {os.cpu_count()} cores shared with other "
+        "run. `diagnose late vs early, after diagnose late` is warm after the cache was "
+        "emptied and filled by `diagnose` of the late steps alone (the last tenth of the steps; "
+        "the early ones the first tenth): what a baseline costs once its target was diagnosed. "
+        f"{result['repeats']} round(s), medians; {os.cpu_count()} cores shared with other "
         f"jobs (load average when it ran: {result['load']})."
     )
     parts = [head]
@@ -305,7 +336,8 @@ def main() -> None:
             tuple(n for n in ("report", "explain") if n in cmds),
         )
         mine = {n: c for n, c in cmds.items() if not n.endswith("@before")}
-        cached = cold_and_warm(mine, args.repeats, workdir, args.timeout)
+        after = after_commands(store, steps)
+        cached = cold_and_warm(mine, args.repeats, workdir, args.timeout, after)
         result["stores"].append({
             "steps": steps, "positions": marker["written"], "ingest": ingested,
             "model_tokens": ingested["model_tokens"], "runs": runs, "cache": cached,

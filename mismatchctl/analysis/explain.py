@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -50,6 +50,13 @@ from mismatchctl.stats.cube.bootstrap import (
 from mismatchctl.stats.cube.cells import SequenceCells
 from mismatchctl.stats.cube.cube import Cube, Field, merge_all
 from mismatchctl.stats.cube.part import PartCube, PartStates, as_cube, fold
+from mismatchctl.stats.cube.portable import (
+    PortableCube,
+    code_maps,
+    from_portable,
+    sequence_codes,
+    to_portable,
+)
 from mismatchctl.stats.cube.spec import CubeSpec, Dim, run_label
 from mismatchctl.stats.entropy_bins import entropy_label, entropy_labels
 from mismatchctl.stats.localize.explain import explain as localize
@@ -69,6 +76,9 @@ TOKEN_DIMS = (K.TURN, K.TURN_KIND, K.BIN, K.KV_POSITION, K.TURN_POSITION)
 # the turn kind of each turn code (0, 1, 2, 3+): a turn-kind region is a turn region
 KIND_OF_TURN = tuple(int(k) for k in turn_kind(np.arange(len(TURN_INDEX_LABELS))))
 SEQ_DIMS = (K.RUN, K.STEP, K.GPU, K.LENGTH, K.DUMP_ORDER)
+# the dimensions whose labels follow the selections (cube_spec): the part cache keeps a part's
+# cube by these labels, so that its state outlives a new step, gpu or baseline run
+LABELLED = (K.RUN, K.STEP, K.GPU)
 # The cube's own bins of the position dimensions (coarser than the report's --position-bins, so
 # that every conjunction of three stays small; docs/explain.md "The K3 cube"):
 CUBE_KV_EDGES = (0, *(1 << k for k in range(4, 18)))  # 0-15, 16-31, ..., 131072+
@@ -337,6 +347,8 @@ class _CubeReading(ABC, Generic[CubeState]):
     dimension is binned by it), the coder of a slice's tokens, and the parts' cube states."""
 
     columns: tuple[str, ...] = (S.GPU, S.POSITION)
+    # a cube codes the slice's tokens itself: its state is the same whatever passes are read
+    uses_runs = False
 
     def __init__(self, spec: CubeSpec) -> None:
         self.spec, self.coder, self.keys = spec, _Coder(spec), cube_keys(spec)
@@ -346,9 +358,27 @@ class _CubeReading(ABC, Generic[CubeState]):
         self.states = PartStates(spec)
 
     def cache_key(self) -> tuple[object, ...]:
-        """What the part cache knows this extra by (``engines/part_cache.py``): its spec and
-        what it reads, not its part states' bookkeeping (which parts were given a state)."""
-        return (self.spec, self.columns, self.routing_columns, self.keys)
+        """What the part cache knows this extra by (``engines/part_cache.py``): its spec
+        without the run, step and gpu labels (a state is kept by label, ``cache_state``: a
+        run that gains a step keeps its parts' states) and what it reads, not its part
+        states' bookkeeping (which parts were given a state)."""
+        seq = tuple((d.name, d.ordered) if d.name in LABELLED else d for d in self.spec.seq_dims)
+        shape = (self.spec.token_dims, seq, self.spec.block_cap, self.spec.max_order)
+        return (shape, self.columns, self.routing_columns, self.keys)
+
+    def portable(self, state: Cube | PartCube) -> PortableCube:
+        return to_portable(state)
+
+    def restored(self, kept: object, key: Hashable = None) -> Cube | PartCube | None:
+        """A kept cube laid out in this extra's spec (None: not exactly: a miss); dense when
+        it is the first state of ``key`` (a run), as ``PartStates`` gives them: a selection of
+        one part leaves a cube (dense: zeros plus its rows, the same bits)."""
+        if not isinstance(kept, PortableCube):
+            return None
+        part = from_portable(kept, self.spec, LABELLED)
+        if part is None:
+            return None
+        return part.dense() if self.states.first(key) else part
 
     def compute(self, table: pa.Table, keys: PartKeys) -> CubeState:
         return self.compute_into(None, table, keys)
@@ -374,6 +404,13 @@ class CubeExtra(_CubeReading[Cube | PartCube]):
 
     def merge(self, a: Cube | PartCube, b: Cube | PartCube) -> Cube:
         return fold(a, b)
+
+    def cache_state(self, state: Cube | PartCube) -> PortableCube:
+        """The part's cube by label (``stats/cube/portable.py``), for the part cache."""
+        return self.portable(state)
+
+    def from_cache(self, kept: object) -> Cube | PartCube | None:
+        return self.restored(kept)
 
 
 @dataclass
@@ -408,6 +445,21 @@ class CubeCellsExtra(CubeExtra):
     def merge(self, a: CubeCells, b: CubeCells) -> CubeCells:  # type: ignore[override]
         return CubeCells(fold(a.cube, b.cube), a.cells + b.cells)
 
+    def cache_state(self, state: CubeCells) -> tuple[PortableCube, list[SequenceCells]]:  # type: ignore[override]
+        """The part's cube by label and its sequences' cells (their codes by ``spec``)."""
+        return self.portable(state.cube), state.cells
+
+    def from_cache(self, kept: object) -> CubeCells | None:  # type: ignore[override]
+        if not (isinstance(kept, tuple) and len(kept) == 2 and isinstance(kept[0], PortableCube)):
+            return None
+        maps = code_maps(kept[0].spec, self.spec, LABELLED)
+        if maps is None:
+            return None
+        same = kept[0].spec == self.spec
+        moved = [c if same else sequence_codes(c, maps, self.spec.n_seq_dims) for c in kept[1]]
+        cube = None if any(c is None for c in moved) else self.restored(kept[0])
+        return None if cube is None else CubeCells(cube, moved)  # type: ignore[arg-type]
+
 
 class RunCubeExtra(_CubeReading[dict[str, Cube | PartCube]]):
     """The engine's ``PartExtra`` computing one K3 cube per run (a spec without a run
@@ -432,6 +484,16 @@ class RunCubeExtra(_CubeReading[dict[str, Cube | PartCube]]):
         for run, cube in b.items():
             out[run] = fold(out[run], cube) if run in out else cube
         return out
+
+    def cache_state(self, state: dict[str, Cube | PartCube]) -> dict[str, PortableCube]:
+        """Each run's cube by label (``stats/cube/portable.py``), for the part cache."""
+        return {run: self.portable(cube) for run, cube in state.items()}
+
+    def from_cache(self, kept: object) -> dict[str, Cube | PartCube] | None:
+        if not isinstance(kept, dict):
+            return None
+        out = {run: self.restored(cube, run) for run, cube in kept.items()}
+        return None if any(c is None for c in out.values()) else out  # type: ignore[return-value]
 
 
 @dataclass

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from mismatchctl import schema as S
 from mismatchctl.allocator import keep_freed_memory
 from mismatchctl.columns import numpy_of
-from mismatchctl.engines import part_cache, seqrows
+from mismatchctl.engines import part_cache, part_lookup, seqrows
 from mismatchctl.engines import plan as K
 from mismatchctl.engines.keys import (
     Label,
@@ -63,7 +63,11 @@ class PartExtra(Protocol):
     source's sequence rows), and ``routing_columns`` (columns of the part's MoE routing twin,
     joined to the slices of parts that have one: ``engines/routing.py``). An extra whose state
     is large may also define ``compute_into(state, table, keys)``: the part's state so far
-    (None for its first slice) with the slice added, in place where it can."""
+    (None for its first slice) with the slice added, in place where it can. For the part
+    cache (``part_cache.py``): ``uses_runs`` False when its state never reads the engine's turn
+    runs (it is then kept apart from the passes read with it), and ``cache_state(state)`` /
+    ``from_cache(kept)`` when its state is kept in another form (``from_cache``: None when the
+    kept state does not fit this extra: the part is read again)."""
 
     columns: tuple[str, ...]
 
@@ -115,18 +119,17 @@ def run_reads(
     this thread as soon as read ``i`` is folded, while the parts of the next are read (it
     should return quickly: the parts in flight wait for this thread)."""
     keep_freed_memory()
-    specs = [read_spec(read) for read in reads]
-    items = [(r, spec, task) for r, spec in zip(reads, specs, strict=True) for task in r.tasks]
+    digests = [read_pieces(read) for read in reads]
+    items = [(r, d, task) for r, d in zip(reads, digests, strict=True) for task in r.tasks]
 
-    def one(item: tuple[Read, bytes | None, PartTask]) -> Folded:
-        r, spec, task = item
-        name = part_cache.key(task, spec)
-        found = cached(name, r)
-        if found is not None:
-            return found
-        out = part_groups(task, r.passes, r.edges, r.rows, r.extras, r.binning)
-        part_cache.save(name, out)  # before the fold merges into the first part's states
-        return out
+    def one(item: tuple[Read, list[bytes | None], PartTask]) -> Folded:
+        r, d, task = item
+        found = part_lookup.look_up(r, d, task)
+        if found.complete:
+            return part_lookup.assemble(r, found, None)
+        work = part_lookup.missing(r, found)  # the part read once, for what is missing only
+        out = part_groups(task, work.passes, r.edges, r.rows, work.extras, r.binning)
+        return part_lookup.assemble(r, found, out)
 
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -136,36 +139,9 @@ def run_reads(
         part_cache.evict_if_written()
 
 
-def read_spec(read: Read) -> bytes | None:
-    """What the part cache keys a read's parts by besides the part (None: not cached)."""
-    return part_cache.spec(read.passes, read.edges, read.rows, read.extras, read.binning)
-
-
-def cached(name: str | None, read: Read) -> Folded | None:
-    """A part's states kept by the part cache under ``name``, when they have the read's shape
-    (an entry of another shape is removed and the part read again)."""
-    found = part_cache.load(name)
-    if found is None or name is None:
-        return None
-    if _fits(found, read):
-        return found
-    part_cache.discard(name)
-    return None
-
-
-def _fits(found: Any, read: Read) -> bool:
-    """Whether ``found`` is a ``Folded`` of the read's passes and extras."""
-    if not (isinstance(found, tuple) and len(found) == 2):
-        return False
-    groups, states = found
-    return (
-        isinstance(groups, list)
-        and len(groups) == len(read.passes)
-        and all(isinstance(g, dict) for g in groups)
-        and all(isinstance(p, Partial) for g in groups for p in g.values())
-        and isinstance(states, list)
-        and len(states) == len(read.extras)
-    )
+def read_pieces(read: Read) -> list[bytes | None]:
+    """What the part cache keys a read's pieces by besides the part (None: not cached)."""
+    return part_cache.pieces(read.passes, read.edges, read.rows, read.extras, read.binning)
 
 
 def fold_reads(

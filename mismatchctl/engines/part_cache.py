@@ -2,15 +2,20 @@
 extra's state), kept on disk between commands, so that a second view of the same parts reads
 the states instead of the tokens.
 
-An entry's key is a sha256 over the part's identity (its task; for a local file its size and
-modification time, and those of its sequence files and routing twin), what is computed from it
-(the passes, the bin edges, the row filter, the extras, the binning: an explicit description,
-the same in every process) and a digest of the package's own source (with the versions of
-Python, numpy, pyarrow and numba), so that neither another part, another question nor another
-version of the code ever finds it. Parts are immutable
-(uuid-named files: a rewritten run gets new part files), so an entry stays true as long as its
-part exists. A value that cannot be described stably (a function, a lock, an object without
-fields) leaves its read uncached: correctness first.
+A part has one entry per piece of what is computed from it: the passes' groups, and each
+extra's state on its own, so that two views that share a part of their work share its entries
+(``diagnose A`` then ``diagnose A --baseline B``: only the pieces that differ are computed). An
+entry's key is a sha256 over the part's identity (its task; for a local file its size and
+modification time, and those of its sequence files and routing twin), the piece (the passes,
+or one extra, with the bin edges, the row filter and the binning: an explicit description, the
+same in every process) and a digest of the package's own source (with the versions of Python,
+numpy, pyarrow and numba), so that neither another part, another question nor another version
+of the code ever finds it. An extra may keep its state in a form that outlives its read's
+labels (``cache_state``/``from_cache``: the cubes' steps and gpus by label, so that a run that
+gains a step keeps its old parts' states). Parts are immutable (uuid-named files: a rewritten
+run gets new part files), so an entry stays true as long as its part exists. A value that
+cannot be described stably (a function, a lock, an object without fields) leaves its piece
+uncached: correctness first.
 
 The cache lives outside the store on purpose: a store is input (shared, read-only, a bucket,
 possibly hostile) and a pickle is only ever read from this user's own directory, where this
@@ -104,34 +109,58 @@ def directory() -> Path | None:
     return None if str(path) in _off else path
 
 
-def spec(
+def pieces(
     passes: Sequence[Pass],
     edges: np.ndarray,
     rows: RowFilter | None,
     extras: Sequence[object],
     binning: Binning,
-) -> bytes | None:
-    """The digest of what a read computes from each part, with the package's source digest;
-    None when the cache is off or a part of it cannot be described stably (not cached)."""
+) -> list[bytes | None]:
+    """The digests of what a read computes from each part, one per entry: the passes' groups
+    first (None without passes: nothing to keep), then each extra's state (keyed by the extra's
+    own description, the edges, the row filter and the binning, and by the passes when it may
+    reuse the engine's turn runs, ``uses_runs``: its sums are then the runs'), each with the
+    package's source digest; a piece is None when the cache is off or it cannot be described
+    stably (not cached: computed on every read)."""
     if directory() is None:
-        return None
+        return [None] * (1 + len(extras))
+    common = (edges, rows, binning)
+    out = [_digest(("passes", list(passes), *common)) if passes else None]
+    for extra in extras:
+        runs = list(passes) if passes and uses_runs(extra) else []
+        out.append(_digest(("extra", extra, runs, *common)))
+    return out
+
+
+def uses_runs(extra: object) -> bool:
+    """Whether an extra may read the engine's turn runs (``PartKeys.runs``, ``by_run``), so
+    that its state follows the passes read with it (an extra says False when it does not)."""
+    return bool(getattr(extra, "uses_runs", True))
+
+
+def _digest(value: Any) -> bytes | None:
     try:
-        text = describe((list(passes), edges, rows, list(extras), binning))
+        text = describe(value)
     except Unstable:
         return None
     return hashlib.sha256(source_digest() + text.encode()).digest()
 
 
-def key(task: PartTask, read_spec: bytes | None) -> str | None:
-    """The entry's name of one part under ``read_spec``; None: not cached (a
+def key(task: PartTask, piece: bytes | None) -> str | None:
+    """The entry's name of one part's ``piece`` (a digest of ``pieces``); None: not cached (a
     file of the part missing: the read reports it)."""
-    if read_spec is None:
-        return None
+    return keys(task, [piece])[0]
+
+
+def keys(task: PartTask, digests: Sequence[bytes | None]) -> list[str | None]:
+    """The entries' names of one part's pieces (its identity described once)."""
+    if all(d is None for d in digests):
+        return [None] * len(digests)
     try:
-        ident = identity(task)
+        ident = identity(task).encode()
     except (OSError, Unstable):
-        return None
-    return hashlib.sha256(read_spec + ident.encode()).hexdigest()
+        return [None] * len(digests)
+    return [None if d is None else hashlib.sha256(d + ident).hexdigest() for d in digests]
 
 
 def identity(task: PartTask) -> str:

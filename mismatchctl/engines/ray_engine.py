@@ -18,16 +18,15 @@ from typing import Any
 import numpy as np
 
 from mismatchctl.allocator import keep_freed_memory
-from mismatchctl.engines import part_cache
+from mismatchctl.engines import part_cache, part_lookup
 from mismatchctl.engines.local import (
     Folded,
     Groups,
     PartExtra,
     Read,
-    cached,
     fold_reads,
     part_groups,
-    read_spec,
+    read_pieces,
 )
 from mismatchctl.engines.plan import DEFAULT_BINNING, Binning, PartTask, Pass, RowFilter
 from mismatchctl.errors import MismatchError
@@ -74,60 +73,58 @@ def run_reads_ray(
     address: str | None = None,
 ) -> list[Folded]:
     """``run_reads`` of the local engine: the tasks of every read submitted at once, each read
-    folded on its own in task order. The driver looks each part up in the part cache first
-    (only the parts it lacks are submitted) and keeps what the workers return."""
-    names, found = [], []
+    folded on its own in task order. The driver looks each part's pieces up in the part cache
+    first (a task is submitted for the parts it lacks pieces of, computing only those) and
+    keeps what the workers return."""
+    looked: list[tuple[Read, part_lookup.Lookup]] = []
     for r in reads:
-        spec = read_spec(r)
+        digests = read_pieces(r)
         for task in r.tasks:
-            names.append(part_cache.key(task, spec))
-            found.append(cached(names[-1], r))
-            if found[-1] is not None and on_part:
+            looked.append((r, part_lookup.look_up(r, digests, task)))
+            if looked[-1][1].complete and on_part:
                 on_part(task.rows)
-    missing = [(r, task) for r in reads for task in r.tasks]
-    missing = [item for item, f in zip(missing, found, strict=True) if f is None]
+    missing = [(r, found) for r, found in looked if not found.complete]
     computed = _submitted(missing, workers, address, on_part) if missing else iter(())
     try:
-        return fold_reads(reads, _with_cached(found, names, computed), on_read=on_read)
+        return fold_reads(reads, _with_cached(looked, computed), on_read=on_read)
     finally:
         part_cache.evict_if_written()
 
 
 def _submitted(
-    items: list[tuple[Read, PartTask]],
+    items: list[tuple[Read, part_lookup.Lookup]],
     workers: int,
     address: str | None,
     on_part: Callable[[int], None] | None,
 ) -> Iterator[Folded]:
-    """The results of one Ray task per part, in the order given; ``on_part`` as each ends."""
+    """The results of one Ray task per part (its missing pieces), in the order given;
+    ``on_part`` as each ends."""
     ray = connect(address, workers)
     fold_task = remote(fold_part)
-    shared: dict[int, Any] = {}
+    shared: dict[tuple[int, int, tuple[int, ...]], Any] = {}
     refs = []
-    for r, task in items:
-        if id(r) not in shared:  # stored once per read, read by every task of it
-            shared[id(r)] = ray.put((list(r.passes), r.edges, r.rows, list(r.extras), r.binning))
-        refs.append(fold_task.remote(_absolute(task), shared[id(r)]))
+    for r, found in items:
+        work = part_lookup.missing(r, found)
+        # stored once per read and set of missing pieces, read by every task of it
+        which = (id(r), len(work.passes), tuple(id(e) for e in work.extras))
+        if which not in shared:
+            shared[which] = ray.put((work.passes, r.edges, r.rows, work.extras, r.binning))
+        refs.append(fold_task.remote(_absolute(found.task), shared[which]))
 
     def done(i: int, _: Any) -> None:
         if on_part:
-            on_part(items[i][1].rows)
+            on_part(items[i][1].task.rows)
 
     return ordered(ray, refs, done)
 
 
 def _with_cached(
-    found: list[Folded | None], names: list[str | None], computed: Iterator[Folded]
+    looked: list[tuple[Read, part_lookup.Lookup]], computed: Iterator[Folded]
 ) -> Iterator[Folded]:
-    """Every part's result in task order: the cached ones as found, the others as the workers
-    return them, each kept in the cache before the fold merges into it."""
-    for state, name in zip(found, names, strict=True):
-        if state is not None:
-            yield state
-            continue
-        out = next(computed)
-        part_cache.save(name, out)
-        yield out
+    """Every part's result in task order: the cached pieces as found, the others as the
+    workers return them, each kept in the cache before the fold merges into it."""
+    for r, found in looked:
+        yield part_lookup.assemble(r, found, None if found.complete else next(computed))
 
 
 def _absolute(task: PartTask) -> PartTask:

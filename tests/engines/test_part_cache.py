@@ -207,12 +207,13 @@ def test_an_entry_of_another_shape_is_discarded(base: Path, cache: Path, calls: 
     cold = _json(store, "report", "a")
     entry = _entries(cache)[0]
     name = entry.name.removesuffix(part_cache.SUFFIX)
-    part_cache.save(name, ([{}], ["not", "the", "extras"]))
+    assert isinstance(part_cache.load(name), list)  # a report's entries: its passes' groups
+    part_cache.save(name, ([{}], ["not", "the", "groups"]))
     calls.clear()
     assert _json(store, "report", "a") == cold
     assert len(calls) == 1
     loaded = part_cache.load(name)
-    assert isinstance(loaded, tuple) and loaded[1] != ["not", "the", "extras"]
+    assert isinstance(loaded, list) and all(isinstance(g, dict) for g in loaded)
 
 
 def test_a_cap_of_zero_writes_nothing(
@@ -308,8 +309,8 @@ replay = frozenset(f"run-{i}" for i in range(40))  # a set: its pickle's order f
 extras = [RoutingExtra([("run", "step")], LOG_EDGES, replay), DiagnoseExtra(), FigureExtra(),
           CubeExtra(spec), RunCubeExtra(spec)]
 passes = K.plan([("run",), ("run", "bin"), ("gpu", "step")])
-read = part_cache.spec(passes, LOG_EDGES, sel.rows, extras, K.DEFAULT_BINNING)
-print(" ".join(str(part_cache.key(task, read)) for task in sel.tasks))
+pieces = part_cache.pieces(passes, LOG_EDGES, sel.rows, extras, K.DEFAULT_BINNING)
+print(" ".join(str(name) for task in sel.tasks for name in part_cache.keys(task, pieces)))
 """
 
 
@@ -326,7 +327,7 @@ def test_keys_are_the_same_in_every_process(base: Path) -> None:
         assert done.returncode == 0, done.stderr
         keys.append(done.stdout.split())
     assert keys[0] and "None" not in keys[0]
-    assert len(set(keys[0])) == len(keys[0]) >= 3  # one key per part
+    assert len(set(keys[0])) == len(keys[0]) >= 3 * 6  # one key per part and piece
     assert keys[0] == keys[1] == keys[2]
 
 
@@ -346,7 +347,10 @@ def test_a_value_without_a_stable_description_is_not_cached() -> None:
         def __init__(self) -> None:
             self.fn = len
 
-    assert part_cache.spec([], LOG_EDGES, None, [Opaque()], K.DEFAULT_BINNING) is None
+    found = part_cache.pieces(
+        K.plan([("run",)]), LOG_EDGES, None, [Opaque(), SequenceSums()], K.DEFAULT_BINNING
+    )
+    assert found[1] is None and None not in (found[0], found[2])  # only that extra uncached
 
 
 def test_a_part_is_known_by_its_absolute_path(
@@ -354,7 +358,7 @@ def test_a_part_is_known_by_its_absolute_path(
 ) -> None:
     """The store named relative to the working directory or absolutely: the same key."""
     task = select(mismatchctl.open_store(base / "store"), ["a"]).tasks[0]
-    spec = part_cache.spec([], LOG_EDGES, None, [], K.DEFAULT_BINNING)
+    spec = part_cache.pieces(K.plan([("run",)]), LOG_EDGES, None, [], K.DEFAULT_BINNING)[0]
     monkeypatch.chdir(base)
     relative = dataclasses.replace(task, path=os.path.relpath(task.path))
     assert not Path(relative.path).is_absolute()
@@ -410,3 +414,151 @@ def test_ray_is_the_same_bytes_cold_and_warm(
     submitted.clear()
     assert _json(store, *VIEWS[view], "--engine", "ray") == cold
     assert submitted == []
+
+
+# -- pieces: one entry per part and piece ---------------------------------------------------
+
+
+@pytest.fixture
+def pieces(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, list[str]]]:
+    """Each part the local engine reads: its path, its passes and the extras it computes."""
+    seen: list[tuple[str, int, list[str]]] = []
+    real = local_engine.part_groups
+
+    def counted(
+        task: K.PartTask, passes: list, edges: Any, rows: Any, extras: Any = (), *rest: Any
+    ) -> Any:
+        seen.append((task.path, len(passes), [type(e).__name__ for e in extras]))
+        return real(task, passes, edges, rows, extras, *rest)
+
+    monkeypatch.setattr(local_engine, "part_groups", counted)
+    return seen
+
+
+def _shifted(to: Path, by: int, seed: int) -> Path:
+    """A dump like ``multi_gpu_dump``'s with its steps moved by ``by``."""
+    import pyarrow.parquet as pq
+
+    multi_gpu_dump(to, seed=seed)
+    table = pq.read_table(to)
+    steps = table.column("step").to_numpy() + by
+    pq.write_table(table.set_column(0, "step", [steps]), to)
+    return to
+
+
+def _small_parts(mp: pytest.MonkeyPatch) -> None:
+    mp.setattr(store_parts, "PART_TOKENS", 4000)
+    mp.setattr(ingest_source, "BATCH_TOKENS", 4000)
+
+
+def test_a_baseline_reads_only_its_own_parts(
+    base: Path, tmp_path: Path, cache: Path, pieces: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``diagnose a`` then ``diagnose a --baseline c`` (c's steps widen the cube's spec): a's
+    parts are read no more (their cubes moved to the wider spec), c's are; the JSON is the
+    cold read's."""
+    store = tmp_path / "store"
+    _small_parts(monkeypatch)
+    mismatchctl.ingest([base / "a.parquet"], run="a", store=store)
+    mismatchctl.ingest([_shifted(tmp_path / "c.parquet", 20, 3)], run="c", store=store)
+    _json(store, "diagnose", "a")
+    a_parts = {p.path for p in select(mismatchctl.open_store(store), ["a"]).tasks}
+    assert {p for p, *_ in pieces} == a_parts
+    pieces.clear()
+    warm = _json(store, "diagnose", "a", "--baseline", "c")
+    assert pieces and not {p for p, *_ in pieces} & a_parts
+    monkeypatch.setenv(part_cache.MB_ENV, "0")
+    assert _json(store, "diagnose", "a", "--baseline", "c") == warm
+
+
+def test_a_missing_extra_is_computed_alone(
+    base: Path, cache: Path, pieces: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read with one more extra: each part read once, for that extra only (a cube reads no
+    turn runs: no passes either); the states are the cold read's."""
+    from mismatchctl.analysis.explain import RunCubeExtra, cube_spec
+
+    sel = select(mismatchctl.open_store(base / "store"), ["a"])
+    spec = cube_spec([sel], LOG_EDGES, with_run=False)
+    passes = K.plan([(K.RUN,), (K.GPU, K.BIN)])
+    first = Read(sel.tasks, passes, LOG_EDGES, sel.rows, [SequenceSums()])
+    run_reads([first])
+    pieces.clear()
+    more = first._replace(extras=[SequenceSums(), RunCubeExtra(spec)])
+    warm = run_reads([more])[0]
+    assert sorted(pieces) == sorted((t.path, 0, ["RunCubeExtra"]) for t in sel.tasks)
+    monkeypatch.setenv(part_cache.MB_ENV, "0")
+    cold = run_reads([more])[0]
+    _same((warm[0], warm[1][:1]), (cold[0], cold[1][:1]))
+    assert warm[1][1].keys() == cold[1][1].keys() == {"a"}
+    assert np.array_equal(warm[1][1]["a"].state, cold[1][1]["a"].state)
+
+
+@pytest.mark.parametrize("view", ["report", "diagnose", "explain"])
+def test_a_run_ingested_in_two_halves_reads_only_the_new_parts(
+    base: Path,
+    tmp_path: Path,
+    cache: Path,
+    pieces: list,
+    monkeypatch: pytest.MonkeyPatch,
+    view: str,
+) -> None:
+    """A second ingest adds steps (the cubes' spec widens): the view reads the new parts
+    only, and its JSON is the same bytes as a cold read's."""
+    store = tmp_path / "store"
+    _small_parts(monkeypatch)
+    mismatchctl.ingest([base / "a.parquet"], run="g", store=store)
+    _json(store, view, "g")
+    old = {p.path for p in select(mismatchctl.open_store(store), ["g"]).tasks}
+    mismatchctl.ingest([_shifted(tmp_path / "more.parquet", 12, 4)], run="g", store=store)
+    pieces.clear()
+    warm = _json(store, view, "g")
+    new = {p.path for p in select(mismatchctl.open_store(store), ["g"]).tasks} - old
+    assert new and {p for p, *_ in pieces} == new
+    monkeypatch.setenv(part_cache.MB_ENV, "0")
+    assert _json(store, view, "g") == warm
+
+
+@pytest.mark.skipif(not HAS_RAY, reason="the ray extra is not installed")
+@pytest.mark.slow
+def test_ray_submits_only_the_missing_pieces(
+    ray_local: None, base: Path, tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Ray, ``diagnose a --baseline c`` after ``diagnose a``: no task for a's parts, the
+    JSON the same bytes as the local engine's without the cache."""
+    from mismatchctl.engines import ray_engine
+
+    submitted: list[str] = []
+    real: Callable[..., Any] = ray_engine._submitted
+
+    def counted(items: list, *args: Any) -> Any:
+        submitted.extend(os.path.abspath(found.task.path) for _, found in items)
+        return real(items, *args)
+
+    monkeypatch.setattr(ray_engine, "_submitted", counted)
+    store = tmp_path / "store"
+    _small_parts(monkeypatch)
+    mismatchctl.ingest([base / "a.parquet"], run="a", store=store)
+    mismatchctl.ingest([_shifted(tmp_path / "c.parquet", 20, 3)], run="c", store=store)
+    _json(store, "diagnose", "a", "--engine", "ray")
+    a_parts = {t.path for t in select(mismatchctl.open_store(store), ["a"]).tasks}
+    assert {os.path.abspath(p) for p in a_parts} <= set(submitted)
+    submitted.clear()
+    warm = _json(store, "diagnose", "a", "--baseline", "c", "--engine", "ray")
+    assert submitted and not {os.path.abspath(p) for p in a_parts} & set(submitted)
+    monkeypatch.setenv(part_cache.MB_ENV, "0")
+    assert _json(store, "diagnose", "a", "--baseline", "c") == warm
+
+
+@pytest.mark.parametrize("view", ["diagnose", "explain"])
+def test_a_run_of_one_part_is_the_same_warm(
+    base: Path, tmp_path: Path, cache: Path, pieces: list, view: str
+) -> None:
+    """A selection of one part folds its one state alone: read from the cache it is a cube
+    as when read (dense), and the JSON is the same bytes."""
+    store = tmp_path / "store"
+    mismatchctl.ingest([base / "a.parquet"], run="a", store=store)
+    assert _parts(store, "a") == 1
+    cold = _json(store, view, "a")
+    pieces.clear()
+    assert _json(store, view, "a") == cold and pieces == []

@@ -112,10 +112,11 @@ class PartCube:
     def __reduce__(self) -> tuple:
         """Only the used rows travel (a Ray task's result)."""
         used = self.used
-        return _restore, (self.spec, self.cells[:used].copy(), self.rows[:used].copy())
+        return restore, (self.spec, self.cells[:used].copy(), self.rows[:used].copy())
 
 
-def _restore(spec: CubeSpec, cells: np.ndarray, rows: np.ndarray) -> PartCube:
+def restore(spec: CubeSpec, cells: np.ndarray, rows: np.ndarray) -> PartCube:
+    """A part of ``spec`` holding ``rows`` in ``cells`` (distinct cells)."""
     part = PartCube.__new__(PartCube)
     part.spec, part.rows, part.cells = spec, rows, cells
     part.slot = np.full(spec.n_cells, -1, np.int32)
@@ -135,10 +136,14 @@ class PartStates:
         self._lock = threading.Lock()  # worker threads start parts concurrently
 
     def new(self, key: Hashable = None) -> Cube | PartCube:
+        return Cube(self.spec) if self.first(key) else PartCube(self.spec)
+
+    def first(self, key: Hashable = None) -> bool:
+        """Whether no state was given for ``key`` yet (it is now): the first is dense."""
         with self._lock:
             first = key not in self._given
             self._given.add(key)
-        return Cube(self.spec) if first else PartCube(self.spec)
+        return first
 
     def __getstate__(self) -> dict:
         """Sent to a Ray task without the lock (each task's copy starts afresh: its parts'
