@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from mismatchctl.analysis.sections import Section
     from mismatchctl.analysis.show.show import Show
     from mismatchctl.analysis.tokens.tokens import Tokens
+    from mismatchctl.analysis.warm import Warmed
     from mismatchctl.analysis.watch import FileNote, Started, Stopped, Watcher
     from mismatchctl.analysis.whatif.preset import PresetList, PresetWhatif
     from mismatchctl.analysis.whatif.whatif import Whatif
@@ -632,6 +633,26 @@ def diagnose(
         open_store(store), selector, baseline=baseline, workers=workers, on_part=on_part,
         engine=eng, tokenizer=tokenizer,
     )  # fmt: skip
+
+
+def warm(
+    run: str,
+    *,
+    workers: int = DEFAULT_WORKERS,
+    store: StorePath = None,
+    on_part: Callable[[int], None] | None = None,
+    engine: str = "local",
+    ray_address: str | None = None,
+) -> Warmed:
+    """Read ``run`` once for ``report``, ``explain`` and ``diagnose`` as each reads it by
+    default, so that the part cache holds their states and those views then read states
+    instead of tokens (``ingest --warm``); nothing when the cache is off."""
+    from mismatchctl.analysis.warm import warm as warm_run
+    from mismatchctl.engines.choice import choose_engine
+    from mismatchctl.store import open_store
+
+    eng = choose_engine(engine, ray_address)
+    return warm_run(open_store(store), run, workers=workers, on_part=on_part, engine=eng)
 
 
 def check(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -41,7 +41,15 @@ Every rule (masks, padding, prompt lengths, attributes, validation, pickles, MoE
   mismatchctl ingest /shared/dumps/ --run v2 --engine ray
 
   mismatchctl ingest 's3://bucket/rl/dumps/step_*.parquet' --run v3
+
+  mismatchctl ingest dumps/ --run v1 --warm    # then report, explain, diagnose read no tokens
 """
+
+WARM_HELP = (
+    "After the ingest, read the run once for report, explain and diagnose (as each reads it by "
+    "default) and keep their states in the part cache: those views then read states instead "
+    "of tokens. Parts already kept are not read again."
+)
 
 
 @handle_errors
@@ -65,6 +73,7 @@ def ingest(
         ),
     ] = DEFAULT_WORKERS,
     store: StoreOpt = None,
+    warm: Annotated[bool, typer.Option("--warm", help=WARM_HELP)] = False,
     json: JsonFlag = False,
     quiet: QuietFlag = False,
 ) -> None:
@@ -81,12 +90,40 @@ def ingest(
             ray_address=ray_address,
             workers=workers,
         )
+    warmed = _warm(run, store, engine, ray_address, workers, quiet) if warm else None
     if json:
-        emit_json(api.views.ingest_dict(result), "-")
+        payload = api.views.ingest_dict(result)
+        if warmed is not None:
+            payload["warm"] = warmed.to_dict()
+        emit_json(payload, "-")
         for warning in result.warnings:  # the summary says them; with --json, stderr does
             say(f"Warning: {warning}", "yellow")
     else:
         show(api.views.ingest_sections(result), stderr=True)
+    if warmed is not None and warmed.directory is not None and not quiet:
+        took = sum(warmed.seconds.values())
+        say(f"Part cache warmed for report, explain and diagnose of {run} in {took:.1f} s")
+
+
+def _warm(
+    run: str, store: str | None, engine: str, ray_address: str | None, workers: int, quiet: bool
+) -> Any:
+    """``--warm``: the run read for the three views, with a reading bar; a warning when the
+    part cache is off (nothing is read then)."""
+    from mismatchctl.cli.progress import TokenProgress
+
+    with TokenProgress(None, enabled=not quiet) as progress:
+        warmed = api.warm(
+            run, store=store, on_part=progress.advance, engine=engine,
+            ray_address=ray_address, workers=workers,
+        )  # fmt: skip
+    if warmed.directory is None:
+        say(
+            "Warning: --warm: the part cache is off ($MISMATCHCTL_CACHE_MB is 0, or no cache "
+            "directory could be used): nothing was read",
+            "yellow",
+        )
+    return warmed
 
 
 ingest.__doc__ = HELP

@@ -64,22 +64,8 @@ def build_diagnosis(
         base = None if baseline is None else resolve_text(store, baseline)
         if base is not None:
             refuse_same(selection, base)
-        spec = cube_spec([selection] if base is None else [selection, base], EDGES, with_run=False)
-        extras = [
-            DiagnoseExtra(),
-            WhatifExtra([SUGGESTED]),
-            RunCubeExtra(spec),
-            EdgeExtra(EDGES),
-        ]
-        decoders = run_decoders(store, selection.names, tokenizer)
-        tables = class_tables(decoders)  # runs with a tokenizer: the token_classes check
-        if tables:
-            c = token_classes.T  # how many of the worst tokens to classify
-            k = top_size(selection_tokens(selection), c.CLASS_TOP_SHARE, c.CLASS_TOP_LEAST,
-                         c.CLASS_TOP_MOST)  # fmt: skip
-            extras.append(TokenClassExtra(tables, EDGES, k))
-        report = report_on(
-            selection, by_gpu=True, workers=workers, on_part=on_part, extras=extras, engine=engine
+        report, spec, decoders = read_for_diagnosis(
+            store, selection, base, tokenizer, workers=workers, on_part=on_part, engine=engine
         )
         return report, report.extra_states, base, spec
 
@@ -92,6 +78,39 @@ def build_diagnosis(
     if base is not None:
         ctx.baseline = _baseline_view(ctx, base, spec, workers, engine)
     return Diagnosis(report, run_checks(ctx), baseline)
+
+
+def read_for_diagnosis(
+    store: Store,
+    selection: Selection,
+    base: Selection | None,
+    tokenizer: str | None,
+    *,
+    workers: int = DEFAULT_WORKERS,
+    on_part: Callable[[int], None] | None = None,
+    engine: Engine = LOCAL_ENGINE,
+) -> tuple[Report, CubeSpec, RunDecoders]:
+    """The selection's report with the extras every check reads, from one read of its parts
+    (``Report.extra_states``: the diagnose sums, the what-if, the runs' cubes, the turn edges,
+    and the token classes of runs with a tokenizer); the cubes' spec, shared with ``base``."""
+    spec = cube_spec([selection] if base is None else [selection, base], EDGES, with_run=False)
+    extras = [
+        DiagnoseExtra(),
+        WhatifExtra([SUGGESTED]),
+        RunCubeExtra(spec),
+        EdgeExtra(EDGES),
+    ]
+    decoders = run_decoders(store, selection.names, tokenizer)
+    tables = class_tables(decoders)  # runs with a tokenizer: the token_classes check
+    if tables:
+        c = token_classes.T  # how many of the worst tokens to classify
+        k = top_size(selection_tokens(selection), c.CLASS_TOP_SHARE, c.CLASS_TOP_LEAST,
+                     c.CLASS_TOP_MOST)  # fmt: skip
+        extras.append(TokenClassExtra(tables, EDGES, k))
+    report = report_on(
+        selection, by_gpu=True, workers=workers, on_part=on_part, extras=extras, engine=engine
+    )
+    return report, spec, decoders
 
 
 def run_view(report: Report, run: str, cube: Cube) -> RunView:
