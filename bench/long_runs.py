@@ -24,7 +24,10 @@ of this tree twice more, with the cache in the workdir (``part-cache``, emptied 
 filling it, and *warm*, the same command in a fresh process reading the states the first kept;
 with the cache's size on disk after the cold run. And ``diagnose late vs early`` (the last tenth
 of the steps against the first) cold, and warm after ``diagnose late`` alone filled the cache:
-a view sharing part of its work with an earlier one.
+a view sharing part of its work with an earlier one. Last, the first views after an ingest:
+``ingest`` of the dumps into a scratch store with the cache off, and ``ingest --warm`` into
+another with the cache emptied, then ``report``, ``explain`` and ``diagnose`` on that one (each
+the first view after the ingest, reading the states ``--warm`` kept).
 
 Writes the sections "## Long runs: explain and diagnose over 1,000 steps" and "## The part
 cache" of --write (the rest of the file kept) and the raw numbers to the workdir's
@@ -187,6 +190,61 @@ def cold_and_warm(
     return got
 
 
+def warm_ingest(dumps: Path, workdir: Path, timeout: float) -> dict[str, dict[str, Any]]:
+    """``ingest`` (the cache off) and ``ingest --warm`` (the cache emptied) of the dumps into
+    scratch stores, then each view's first run on the warm one: what ``--warm`` costs at ingest
+    and what the first views cost after it."""
+    cache = workdir / "part-cache"
+    env = {**os.environ, "MISMATCHCTL_CACHE_DIR": str(cache)}
+    env.pop("MISMATCHCTL_CACHE_MB", None)
+    off = {**os.environ, "MISMATCHCTL_CACHE_MB": "0"}
+    plain, warm = workdir / "store_scratch_plain", workdir / "store_scratch_warm"
+    got: dict[str, dict[str, Any]] = {}
+    try:
+        for store in (plain, warm):
+            shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+        ing = mctl(ROOT, "ingest", str(dumps), "--run", RUN, "-q", "--store")
+        got["ingest"] = measure([*ing, str(plain)], "ingest-plain", workdir / "logs", timeout,
+                                env=off)  # fmt: skip
+        got["ingest --warm"] = measure(
+            [*ing, str(warm), "--warm"], "ingest-warm", workdir / "logs", timeout, env=env
+        )
+        got["ingest --warm"]["cache_mb"] = sum(p.stat().st_size for p in cache.glob("*")) / 2**20
+        s = ["--store", str(warm), "--json", os.devnull, "-q"]
+        views = {
+            "report": mctl(ROOT, "report", RUN, *s),
+            "explain": mctl(ROOT, "explain", RUN, *s),
+            "diagnose": exit_0_or_3(mctl(ROOT, "diagnose", RUN, *s)),
+        }
+        for name, cmd in views.items():
+            got[f"{name} after ingest --warm"] = measure(
+                cmd, f"after-warm-{slug(name)}", workdir / "logs", timeout, env=env
+            )
+            log(f"{name} after ingest --warm: {got[f'{name} after ingest --warm']['cpu']:.1f} s")
+    finally:
+        for store in (plain, warm):
+            shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
+    return got
+
+
+def warm_table(off: dict[str, list[dict[str, Any]]], got: dict[str, dict[str, Any]]) -> list[str]:
+    """``ingest`` and ``ingest --warm``, and the first views after it, against the report's
+    CPU with the cache off."""
+    base = statistics.median(m["cpu"] for m in off["report"])
+    rows = [
+        "| command | CPU s | x report CPU | wall s | peak RSS MB |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for name, m in got.items():
+        rows.append(
+            f"| `{name}` | {m['cpu']:.1f} | {m['cpu'] / base:.2f} | {m['wall']:.2f} | "
+            f"{m['rss_mb']:.0f} |"
+        )
+    return rows
+
+
 def cache_table(off: dict[str, list[dict[str, Any]]], cached: dict[str, dict]) -> list[str]:
     """CPU and peak RSS with the cache off, cold and warm (medians), against the report's CPU
     with the cache off; the cache's size once the command filled it."""
@@ -279,6 +337,13 @@ def cache_section(result: dict[str, Any]) -> str:
             f"### {s['model_tokens'] / 1e6:.1f}M model tokens over {s['steps']:,} steps\n\n"
             + "\n".join(cache_table(s["runs"], s["cache"]))
         )
+        if "warm_ingest" in s:
+            parts.append(
+                f"After `ingest --warm`, {s['model_tokens'] / 1e6:.1f}M model tokens over "
+                f"{s['steps']:,} steps (the cache's size after the ingest: "
+                f"{s['warm_ingest']['ingest --warm']['cache_mb']:.1f} MB):\n\n"
+                + "\n".join(warm_table(s["runs"], s["warm_ingest"]))
+            )
     return "\n\n".join(parts)
 
 
@@ -338,10 +403,11 @@ def main() -> None:
         mine = {n: c for n, c in cmds.items() if not n.endswith("@before")}
         after = after_commands(store, steps)
         cached = cold_and_warm(mine, args.repeats, workdir, args.timeout, after)
+        warmed = warm_ingest(dumps, workdir, args.timeout)
         result["stores"].append({
             "steps": steps, "positions": marker["written"], "ingest": ingested,
             "model_tokens": ingested["model_tokens"], "runs": runs, "cache": cached,
-            "seconds": time.time() - started,
+            "warm_ingest": warmed, "seconds": time.time() - started,
         })  # fmt: skip
     result["load"] = " / ".join(f"{x:.1f}" for x in os.getloadavg())
     (workdir / "long_runs.json").write_text(json.dumps(result, indent=1) + "\n")
