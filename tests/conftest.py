@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,6 +53,31 @@ def no_part_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     """The part cache off: for a test that reads the same parts twice with the engine's code
     patched (a second read must compute again, not find the first's states)."""
     monkeypatch.setenv(PART_CACHE_MB, "0")
+
+
+@pytest.fixture
+def fresh_part_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh, empty part cache directory of this test's own, the cache on."""
+    path = tmp_path / "part-cache"
+    monkeypatch.setenv(PART_CACHE_DIR, str(path))
+    monkeypatch.delenv(PART_CACHE_MB, raising=False)
+    return path
+
+
+@pytest.fixture
+def part_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The part paths the local engine reads (``part_groups``: the tokens) from now on."""
+    from mismatchctl.engines import local as local_engine
+
+    seen: list[str] = []
+    real = local_engine.part_groups
+
+    def counted(task: Any, *args: Any) -> Any:
+        seen.append(task.path)
+        return real(task, *args)
+
+    monkeypatch.setattr(local_engine, "part_groups", counted)
+    return seen
 
 
 @pytest.fixture(autouse=True)

@@ -6,40 +6,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from mismatchctl.engines import local as local_engine
 from mismatchctl.engines import part_cache
-from mismatchctl.engines import plan as K
 from mismatchctl.ingest import source as ingest_source
 from mismatchctl.store import parts as store_parts
 from tests.helpers import cli, multi_gpu_dump
 
 VIEWS = (("report", "a"), ("explain", "a"), ("diagnose", "a"))
-
-
-@pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "cache"
-    monkeypatch.setenv(part_cache.DIR_ENV, str(path))
-    monkeypatch.delenv(part_cache.MB_ENV, raising=False)
-    return path
-
-
-@pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The part paths the local engine reads from now on."""
-    seen: list[str] = []
-    real = local_engine.part_groups
-
-    def counted(task: K.PartTask, *args: Any) -> Any:
-        seen.append(task.path)
-        return real(task, *args)
-
-    monkeypatch.setattr(local_engine, "part_groups", counted)
-    return seen
 
 
 @pytest.fixture
@@ -59,45 +34,49 @@ def _view(store: Path, *args: str) -> str:
 
 
 def test_after_a_warm_ingest_the_views_read_no_part_and_say_the_same(
-    tmp_path: Path, dump: Path, cache: Path, calls: list[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    dump: Path,
+    fresh_part_cache: Path,
+    part_reads: list[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     store = tmp_path / "store"
     ran = cli("ingest", str(dump), "--run", "a", "--store", str(store), "--warm", "--json", "-q")
     assert ran.code == 0, ran.err
     warmed = json.loads(ran.out)["warm"]
-    assert warmed["run"] == "a" and warmed["cache"] == str(cache)
+    assert warmed["run"] == "a" and warmed["cache"] == str(fresh_part_cache)
     assert sorted(warmed["seconds"]) == ["diagnose", "explain", "report"]
-    parts = len(set(calls))
-    assert parts >= 3 and len(calls) == 3 * parts  # each part read once per view, no more
-    calls.clear()
+    parts = len(set(part_reads))
+    assert parts >= 3 and len(part_reads) == 3 * parts  # each part read once per view, no more
+    part_reads.clear()
     warm = {view: _view(store, view, run) for view, run in VIEWS}
-    assert calls == []  # every view found every part's states
+    assert part_reads == []  # every view found every part's states
     monkeypatch.setenv(part_cache.MB_ENV, "0")
     for view, run in VIEWS:
         assert _view(store, view, run) == warm[view], view
-    assert len(calls) == 3 * parts  # the cold reads did read the tokens
+    assert len(part_reads) == 3 * parts  # the cold reads did read the tokens
 
 
 def test_warming_a_kept_run_again_reads_nothing(
-    tmp_path: Path, dump: Path, cache: Path, calls: list[str]
+    tmp_path: Path, dump: Path, fresh_part_cache: Path, part_reads: list[str]
 ) -> None:
     store = tmp_path / "store"
     assert cli("ingest", str(dump), "--run", "a", "--store", str(store), "--warm", "-q").code == 0
-    calls.clear()
+    part_reads.clear()
     # the same content again: a no-op ingest, and the warm finds every state kept
     ran = cli("ingest", str(dump), "--run", "a", "--store", str(store), "--warm")
     assert ran.code == 0, ran.err
-    assert calls == []
+    assert part_reads == []
     assert "Part cache warmed for report, explain and diagnose of a" in ran.err
 
 
 def test_with_the_cache_off_warm_reads_nothing_and_says_so(
-    tmp_path: Path, dump: Path, calls: list[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, dump: Path, part_reads: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv(part_cache.MB_ENV, "0")
     store = tmp_path / "store"
     ran = cli("ingest", str(dump), "--run", "a", "--store", str(store), "--warm", "--json")
     assert ran.code == 0, ran.err
-    assert calls == []
+    assert part_reads == []
     assert json.loads(ran.out)["warm"] == {"run": "a", "cache": None, "seconds": {}}
     assert "Warning: --warm: the part cache is off" in ran.err

@@ -56,26 +56,15 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def cache(fresh_part_cache: Path) -> Path:
     """A fresh, empty cache directory of this test's own."""
-    path = tmp_path / "cache"
-    monkeypatch.setenv(part_cache.DIR_ENV, str(path))
-    monkeypatch.delenv(part_cache.MB_ENV, raising=False)
-    return path
+    return fresh_part_cache
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def calls(part_reads: list[str]) -> list[str]:
     """The part paths the local engine reads (``part_groups``) from now on."""
-    seen: list[str] = []
-    real = local_engine.part_groups
-
-    def counted(task: K.PartTask, *args: Any) -> Any:
-        seen.append(task.path)
-        return real(task, *args)
-
-    monkeypatch.setattr(local_engine, "part_groups", counted)
-    return seen
+    return part_reads
 
 
 def _json(store: Path, *args: str) -> str:
