@@ -20,6 +20,8 @@ The verdict comes first: the cause that explains the largest share of the excess
 
 Parts of a run (steps, gpus, turns, positions) are judged against the rest of it at the same token probabilities, with intervals, however small the absolute level; with --baseline REF (a known-good run, a slice, or the same run's early steps) the whole selection is also judged against it, and an improvement is reported as one.
 
+What it computes from each part of the store is kept in the part cache, so a second view of the same parts reads those states instead of the tokens (`ingest --warm` fills it ahead; README, Speed: where it lives, `$MISMATCHCTL_CACHE_MB=0` turns it off).
+
 Exit code 0 when no check fails, 3 when one does (--fail-on warn: also when one warns), so it can gate the CI of a training stack. With -q (as in every command: no progress bar) only the verdict line and the checks that fail or warn are printed, one line each.
 
 [bold]Examples[/]

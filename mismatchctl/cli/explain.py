@@ -19,6 +19,8 @@ A run of more than 32 steps has its steps searched as ranges and regimes (a chan
 
 Either way, and for the baseline too: length scaling, whether a response's sum of r grows like sqrt(T) (independent per-token noise: numerics) or like T (a per-token bias: semantics or another policy), the slope of log RMS(sum r) on log T with its bootstrap interval and the sums by length (diagnose's length_scaling).
 
+What it computes from each part of the store is kept in the part cache, so a second view of the same parts reads those states instead of the tokens (`ingest --warm` fills it ahead; README, Speed: where it lives, `$MISMATCHCTL_CACHE_MB=0` turns it off).
+
 Algorithm and constants: docs/explain.md.
 
 [bold]Examples[/]
