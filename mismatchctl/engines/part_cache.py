@@ -272,6 +272,18 @@ _CODE = (
 )
 
 
+def kept(name: str | None) -> bool:
+    """Whether an entry of ``name`` is there, written by this user (a stat, nothing read: it
+    may still turn out damaged or not fit, and is then computed after all)."""
+    where = directory()
+    if name is None or where is None:
+        return False
+    try:
+        return (where / f"{name}{SUFFIX}").stat().st_uid == os.getuid()
+    except OSError:
+        return False
+
+
 def load(name: str | None) -> Any | None:
     """The value kept under ``name``, or None (no entry, the cache off, or an entry that does
     not read back whole: removed, to be computed again). A hit marks the entry as used."""

@@ -51,6 +51,14 @@ def look_up(read: Read, digests: Sequence[bytes | None], task: PartTask) -> Look
     return Lookup(task, names, found)
 
 
+def all_kept(read: Read, digests: Sequence[bytes | None], task: PartTask) -> bool:
+    """Whether every piece of ``read`` has an entry for the part (stats only, nothing loaded:
+    the Ray driver decides which parts to submit without holding every kept state at once)."""
+    names = part_cache.keys(task, digests)
+    needed = names[1:] if not read.passes else names
+    return all(part_cache.kept(name) for name in needed)
+
+
 def missing(read: Read, lookup: Lookup) -> Work:
     """The passes and extras to compute: the missing extras, and the passes when theirs are
     missing or a missing extra may reuse their turn runs (its sums are then the runs')."""

@@ -73,20 +73,21 @@ def run_reads_ray(
     address: str | None = None,
 ) -> list[Folded]:
     """``run_reads`` of the local engine: the tasks of every read submitted at once, each read
-    folded on its own in task order. The driver looks each part's pieces up in the part cache
-    first (a task is submitted for the parts it lacks pieces of, computing only those) and
-    keeps what the workers return."""
-    looked: list[tuple[Read, part_lookup.Lookup]] = []
+    folded on its own in task order. The driver finds which parts the part cache holds every
+    piece of (by their entries' presence: no state is loaded before its turn in the fold, so
+    memory follows the parts in flight), submits a task for each of the others (computing only
+    the pieces they lack), and keeps what the workers return."""
+    plan: list[tuple[Read, list[bytes | None], PartTask, bool]] = []
     for r in reads:
         digests = read_pieces(r)
         for task in r.tasks:
-            looked.append((r, part_lookup.look_up(r, digests, task)))
-            if looked[-1][1].complete and on_part:
+            plan.append((r, digests, task, part_lookup.all_kept(r, digests, task)))
+            if plan[-1][3] and on_part:
                 on_part(task.rows)
-    missing = [(r, found) for r, found in looked if not found.complete]
+    missing = [(r, part_lookup.look_up(r, d, task)) for r, d, task, kept in plan if not kept]
     computed = _submitted(missing, workers, address, on_part) if missing else iter(())
     try:
-        return fold_reads(reads, _with_cached(looked, computed), on_read=on_read)
+        return fold_reads(reads, _with_cached(plan, missing, computed), on_read=on_read)
     finally:
         part_cache.evict_if_written()
 
@@ -119,12 +120,26 @@ def _submitted(
 
 
 def _with_cached(
-    looked: list[tuple[Read, part_lookup.Lookup]], computed: Iterator[Folded]
+    plan: list[tuple[Read, list[bytes | None], PartTask, bool]],
+    missing: list[tuple[Read, part_lookup.Lookup]],
+    computed: Iterator[Folded],
 ) -> Iterator[Folded]:
-    """Every part's result in task order: the cached pieces as found, the others as the
-    workers return them, each kept in the cache before the fold merges into it."""
-    for r, found in looked:
-        yield part_lookup.assemble(r, found, None if found.complete else next(computed))
+    """Every part's result in task order: a kept part's pieces loaded as its turn comes (one
+    that no longer reads back whole, or no longer fits, is computed here after all), the
+    others as the workers return them, each kept in the cache before the fold merges into it."""
+    submitted = iter(missing)
+    for r, digests, task, kept in plan:
+        if not kept:
+            _, found = next(submitted)
+            yield part_lookup.assemble(r, found, next(computed))
+            continue
+        found = part_lookup.look_up(r, digests, task)
+        if found.complete:
+            yield part_lookup.assemble(r, found, None)
+            continue
+        work = part_lookup.missing(r, found)
+        out = part_groups(task, work.passes, r.edges, r.rows, work.extras, r.binning)
+        yield part_lookup.assemble(r, found, out)
 
 
 def _absolute(task: PartTask) -> PartTask:

@@ -551,3 +551,42 @@ def test_a_run_of_one_part_is_the_same_warm(
     cold = _json(store, view, "a")
     pieces.clear()
     assert _json(store, view, "a") == cold and pieces == []
+
+
+def test_the_ray_driver_plans_by_presence_and_computes_a_part_that_no_longer_reads_back(
+    base: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Ray driver tells the kept parts by their entries' presence, loading none of them
+    (memory follows the parts in flight, not the run); a kept part whose entry turns out
+    damaged when its turn comes is computed in the driver, and the fold is the cold one."""
+    from mismatchctl.engines import part_lookup, ray_engine
+
+    opened = mismatchctl.open_store(base / "store")
+    sel = select(opened, ["a"])
+    passes = K.plan([(K.RUN,), (K.GPU, K.BIN)])
+    read = Read(sel.tasks, passes, LOG_EDGES, sel.rows, [SequenceSums()])
+    cold = run_reads([read], workers=1)
+    digests = local_engine.read_pieces(read)
+    loads: list[str | None] = []
+    real_load = part_cache.load
+    monkeypatch.setattr(part_cache, "load", lambda name: loads.append(name) or real_load(name))
+    assert all(part_lookup.all_kept(read, digests, task) for task in read.tasks)
+    assert loads == []  # presence only: nothing read
+    first = read.tasks[0]
+    damaged = part_cache.keys(first, digests)[1]
+    assert damaged is not None
+    (cache / f"{damaged}{part_cache.SUFFIX}").write_bytes(b"not an entry")
+    assert part_lookup.all_kept(read, digests, first)  # still present: found out at its turn
+    plan = [(read, digests, task, True) for task in read.tasks]
+    driver: list[str] = []
+    real_groups = ray_engine.part_groups
+    monkeypatch.setattr(
+        ray_engine,
+        "part_groups",
+        lambda task, *a: driver.append(task.path) or real_groups(task, *a),
+    )
+    folded = ray_engine.fold_reads([read], ray_engine._with_cached(plan, [], iter(())))
+    assert driver == [first.path]  # only the damaged part was read again, in the driver
+    _same(cold[0], folded[0])
+    monkeypatch.setenv(part_cache.MB_ENV, "0")
+    assert not part_lookup.all_kept(read, digests, first)
