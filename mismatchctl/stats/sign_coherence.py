@@ -40,12 +40,15 @@ from mismatchctl.stats.localize.math import chi2_sf
 @dataclass
 class SignCoherence:
     """Sequences tested, the dispersion of their sign counts (1 under independent signs), its
-    chi-square p-value, and the share of sequences at |z| > 3."""
+    chi-square p-value, the share of sequences at |z| > 3, and the tested sequences' mean
+    number of tokens (a lean that lasts along a response grows the dispersion's excess over 1
+    with the response's length)."""
 
     tested: int
     dispersion: float
     p_value: float
     extreme_share: float
+    mean_tokens: float = math.nan
 
 
 def in_steps(state: HotSequenceState, steps: set[int]) -> HotSequenceState:
@@ -113,7 +116,9 @@ def _coherence(state: HotSequenceState, column: int) -> SignCoherence:
         return SignCoherence(0, math.nan, math.nan, math.nan)
     z = (observed[tested] - expected[tested]) / np.sqrt(var[tested])
     q = float(np.sum(z * z))
-    return SignCoherence(k, q / k, float(chi2_sf(q, k)), float(np.mean(np.abs(z) > 3)))
+    return SignCoherence(
+        k, q / k, float(chi2_sf(q, k)), float(np.mean(np.abs(z) > 3)), float(tokens[tested].mean())
+    )
 
 
 __all__ = [

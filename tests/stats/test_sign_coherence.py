@@ -46,12 +46,12 @@ def _chi2_sf_even(q: float, k: int) -> float:
     return math.exp(-h + math.log(total))
 
 
-def _reference(lr, lt, seq, turn) -> tuple[int, float, float]:
+def _reference(lr, lt, seq, turn) -> tuple[int, float, float, float]:
     r = lt - lr
     cell = (turn > 0) * 100 + assign_bins(np.exp(lr), EDGES)
     moved = r != 0
     p = {c: (r[moved & (cell == c)] > 0).mean() for c in np.unique(cell[moved])}
-    zs = []
+    zs, lengths = [], []
     for s in np.unique(seq):
         m = (seq == s) & moved
         if m.sum() < MIN_TOKENS:
@@ -60,8 +60,9 @@ def _reference(lr, lt, seq, turn) -> tuple[int, float, float]:
         var = float(np.sum(e * (1 - e)))
         if var > 0:
             zs.append((float((r[m] > 0).sum()) - float(e.sum())) / math.sqrt(var))
+            lengths.append(int(m.sum()))
     z = np.array(zs)
-    return len(z), float(np.mean(z * z)), float(np.sum(z * z))
+    return len(z), float(np.mean(z * z)), float(np.sum(z * z)), float(np.mean(lengths))
 
 
 @pytest.mark.parametrize("lean", [0.0, 0.3])
@@ -70,9 +71,10 @@ def test_dispersion_is_the_loops(lean: float) -> None:
     bins = assign_bins(np.exp(lr), EDGES)
     state = hot_sequence_state(lr, lt, seq, turn, step, bins, len(EDGES) - 1, "a").joined()
     found = sign_coherence(state)
-    k, d, q = _reference(lr, lt, seq, turn)
+    k, d, q, mean_tokens = _reference(lr, lt, seq, turn)
     assert found.tested == k
     assert found.dispersion == pytest.approx(d, rel=1e-9)
+    assert found.mean_tokens == pytest.approx(mean_tokens, rel=1e-12)
     assert k % 2 == 0  # these seeds: the closed form below applies
     assert found.p_value == pytest.approx(_chi2_sf_even(q, k), rel=1e-6, abs=1e-300)
     if lean:

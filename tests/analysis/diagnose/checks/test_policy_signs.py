@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mismatchctl.analysis.diagnose.checks.policy_signs import T, length_gate
 from tests.helpers import slow_param
 from tests.planted import checks as diagnosed
 
@@ -23,3 +24,33 @@ def test_numeric_mismatch_does_not_lean(sample_runs_store: Path, run: str) -> No
 def test_independent_noise_is_not_a_policy(leaning_store: Path, run: str) -> None:
     signs = diagnosed(leaning_store, run)["policy_signs"]
     assert signs.verdict == "ok" and signs.evidence.worst.signs.dispersion < 1.2
+
+
+@pytest.mark.parametrize(
+    ("baseline", "verdict"), [(None, "ok"), ("even", "ok"), ("quieter", "warn")]
+)
+def test_a_faint_lean_warns_only_over_a_baseline_it_exceeds(
+    leaning_store: Path, baseline: str | None, verdict: str
+) -> None:
+    """A lean between the two gates is within a healthy run's noise alone (held-out healthy
+    runs reach 1.57), and the policy's evidence over a baseline the run exceeds."""
+    checks = diagnosed(leaning_store, "lean-faint", baseline)
+    signs = checks["policy_signs"]
+    dispersion = signs.evidence.worst.signs.dispersion
+    assert T.SIGN_DISPERSION_WARN < dispersion < T.SIGN_DISPERSION_ALONE
+    assert signs.evidence.worst.signs.p_value < T.SIGN_ALPHA
+    assert checks["baseline"].verdict == ("warn" if baseline == "quieter" else
+                                          "n/a" if baseline is None else "ok")  # fmt: skip
+    assert signs.verdict == verdict
+    assert (checks["cause"].evidence.cause == "policy") is (verdict == "warn")
+
+
+def test_the_gates_grow_with_long_responses() -> None:
+    """Up to ``LENGTH_SCALE`` tokens a response the gates are the calibrated ones; beyond, their
+    excess over 1 grows with the length, as a lean that lasts along a response grows it."""
+    for gate in (T.SIGN_DISPERSION_WARN, T.SIGN_DISPERSION_ALONE, T.SIGN_DISPERSION_FAIL):
+        assert length_gate(gate, 44.0) == gate == length_gate(gate, T.LENGTH_SCALE)
+        assert length_gate(gate, float("nan")) == gate
+        assert length_gate(gate, 2 * T.LENGTH_SCALE) == pytest.approx(2 * gate - 1)
+    # a healthy run of the sample model at 223 tokens a response leans 1.23-1.32
+    assert length_gate(T.SIGN_DISPERSION_ALONE, 223.0) > 2.5

@@ -6,7 +6,9 @@ behind with no version column and a `weight_lag=0` tag, was named only against a
 the policy on its own. The healthy pair, the improvement and the kernel faults stay quiet.
 Planted: a per-response shift of the trainer's logprobs (``u_i |lr|``, u_i ~ N(0, a^2)) on top
 of tests/planted.py's independent noise is named the policy; the independent noise alone, or
-ten times larger, is not."""
+ten times larger, is not. ``lean-faint`` leans 1.65x, between the gate over a baseline the run
+exceeds and the gate alone (``policy_signs.Thresholds``); ``quieter`` is the independent noise
+at 0.7 sigma, a baseline it exceeds 2.1x."""
 
 from __future__ import annotations
 
@@ -55,7 +57,8 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("leaning")
     for name, seed, lean, cause in (
         ("lean-1", 1, 0.02, "clean"), ("lean-2", 2, 0.02, "clean"), ("even", 3, 0.0, "clean"),
-        ("lean-spikes", 5, 0.02, "spike"),
+        ("lean-spikes", 5, 0.02, "spike"), ("lean-faint", 11, 0.003, "clean"),
+        ("quieter", 5, 0.0, "improved"),
     ):  # fmt: skip
         path = _leaning(root / f"{name}.parquet", seed, lean, cause)
         mismatchctl.ingest([path], run=name, store=root / "store")
