@@ -29,7 +29,8 @@ CONTROL = "control"
 # a single change accounting for less of the mismatch than this does not explain any of it
 ALONE = 0.05
 LOOK_THERE = ("the engine has a path these settings do not have (an attention kernel, a fused "
-              "op, its sampler's processing): look there")  # fmt: skip
+              "op, its sampler's processing), or ran on hardware whose kernels round otherwise "
+              "(a replay reproduces the engine's bits only on its kind of device): look there")  # fmt: skip
 
 
 @dataclass(frozen=True)
