@@ -295,8 +295,8 @@ def diagnosis(store: Path, run: str, baseline: str | None = None) -> Diagnosis:
     """``api.diagnose`` of a run of a store that does not change, computed once: several tests
     read the same diagnosis (the suite's time is mostly diagnose's); once for every test
     worker when the store is ``SHARED``. Kept without its report's ``extra_states`` (the
-    read's mergeable states, which no test of a kept diagnosis reads: 15 MB of a 15 MB pickle
-    for the larger runs, written, read back and deleted by every session)."""
+    read's mergeable states, which no test of a kept diagnosis reads: 14.5 MB of a larger
+    run's 15 MB pickle, about 1 GB a session written, read back and deleted; 0.5 MB without)."""
     from mismatchctl import api
 
     kept = SHARED.get(Path(store))
