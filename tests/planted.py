@@ -40,6 +40,7 @@ scales by its square root); the defaults are the loud values the first tests wer
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import functools
 import pickle
@@ -293,18 +294,24 @@ directory their diagnoses are kept in."""
 def diagnosis(store: Path, run: str, baseline: str | None = None) -> Diagnosis:
     """``api.diagnose`` of a run of a store that does not change, computed once: several tests
     read the same diagnosis (the suite's time is mostly diagnose's); once for every test
-    worker when the store is ``SHARED``."""
+    worker when the store is ``SHARED``. Kept without its report's ``extra_states`` (the
+    read's mergeable states, which no test of a kept diagnosis reads: 14.5 MB of a larger
+    run's 15 MB pickle, about 1 GB a session written, read back and deleted; 0.5 MB without)."""
     from mismatchctl import api
 
     kept = SHARED.get(Path(store))
     if kept is None:
-        return api.diagnose(run, store=store, baseline=baseline)
+        return _without_states(api.diagnose(run, store=store, baseline=baseline))
     name = f"{run}@{baseline}".replace("/", "_")
     path = kept / f"{name}.pickle"
     with (kept / f"{name}.lock").open("w") as lock:  # one worker diagnoses, the others wait
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not path.exists():
-            found = api.diagnose(run, store=store, baseline=baseline)
+            found = _without_states(api.diagnose(run, store=store, baseline=baseline))
             path.write_bytes(pickle.dumps(found))
             return found
     return pickle.loads(path.read_bytes())
+
+
+def _without_states(found: Diagnosis) -> Diagnosis:
+    return dataclasses.replace(found, report=dataclasses.replace(found.report, extra_states=[]))

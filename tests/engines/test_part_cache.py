@@ -305,7 +305,7 @@ print(" ".join(str(name) for task in sel.tasks for name in part_cache.keys(task,
 
 def test_keys_are_the_same_in_every_process(base: Path) -> None:
     keys = []
-    for seed in ("1", "2", "3"):
+    for seed in ("1", "2"):  # two hash seeds: the set's 40 names iterate in another order
         done = subprocess.run(
             [sys.executable, "-c", KEY_SCRIPT, str(base / "store")],
             capture_output=True,
@@ -317,7 +317,7 @@ def test_keys_are_the_same_in_every_process(base: Path) -> None:
         keys.append(done.stdout.split())
     assert keys[0] and "None" not in keys[0]
     assert len(set(keys[0])) == len(keys[0]) >= 3 * 6  # one key per part and piece
-    assert keys[0] == keys[1] == keys[2]
+    assert keys[0] == keys[1]
 
 
 def test_a_value_without_a_stable_description_is_not_cached() -> None:
