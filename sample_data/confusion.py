@@ -4,6 +4,8 @@
     python sample_data/confusion.py --corpus DIR        # diagnose every run, alone and against
                                                         # its healthy baseline; print the matrix
     python sample_data/confusion.py --corpus DIR --write docs/diagnose.md   # and keep it there
+    python sample_data/confusion.py --corpus COPY --write docs/diagnose.md --block committed
+                                    # COPY: a copy of tests/data/calibration (the committed runs)
 
 Each run of ``DIR/corpus.json`` is ingested into ``DIR/store`` (once) with no tag, as a user whose
 dumps say nothing of their stack would, and diagnosed twice: alone, and with ``--baseline`` its
@@ -35,7 +37,6 @@ sys.path.insert(0, str(ROOT))
 from mismatchctl import api  # noqa: E402
 from mismatchctl.errors import MismatchError  # noqa: E402
 
-BEGIN, END = "<!-- confusion:begin -->", "<!-- confusion:end -->"
 QUIET = ("healthy", "improvement")
 
 
@@ -214,14 +215,21 @@ def seconds(faults: list[Named]) -> str:
     )
 
 
-def write_into(doc: Path, text: str) -> None:
-    """The matrix between the markers of ``doc``; a new file holds the block alone."""
-    body = doc.read_text() if doc.exists() else f"{BEGIN}\n{END}\n"
-    if BEGIN not in body or END not in body:
-        raise SystemExit(f"{doc} has no {BEGIN} ... {END} block to write the matrix into")
-    head, rest = body.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    doc.write_text(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+def markers(block: str) -> tuple[str, str]:
+    """The comments that hold a block of a Markdown file (``confusion``: the matrix)."""
+    return f"<!-- {block}:begin -->", f"<!-- {block}:end -->"
+
+
+def write_into(doc: Path, text: str, block: str = "confusion") -> None:
+    """The matrix between the markers of ``block`` in ``doc``; a new file holds the block
+    alone."""
+    begin, end = markers(block)
+    body = doc.read_text() if doc.exists() else f"{begin}\n{end}\n"
+    if begin not in body or end not in body:
+        raise SystemExit(f"{doc} has no {begin} ... {end} block to write the matrix into")
+    head, rest = body.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(f"{head}{begin}\n{text}\n{end}{tail}")
 
 
 def main() -> int:
@@ -230,6 +238,12 @@ def main() -> int:
     parser.add_argument("--only", default="", help="comma-separated run names")
     parser.add_argument("--fresh", action="store_true", help="diagnose again, ignore saved JSON")
     parser.add_argument("--write", type=Path, help="a Markdown file to keep the matrix in")
+    parser.add_argument(
+        "--block",
+        default="confusion",
+        help="the block of --write to keep it in (<!-- BLOCK:begin --> ... <!-- BLOCK:end -->); "
+        "`committed` is the committed runs' (tests/data/calibration)",
+    )
     opts = parser.parse_args()
     corpus: Path = opts.corpus
     runs = load_corpus(corpus)
@@ -258,7 +272,7 @@ def main() -> int:
     text = "\n\n".join([summary(rows), matrix(rows), details(rows)])
     print(text)
     if opts.write:
-        write_into(opts.write, text)
+        write_into(opts.write, text, opts.block)
     return 0
 
 

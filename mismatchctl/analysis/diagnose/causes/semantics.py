@@ -7,7 +7,7 @@ from mismatchctl.analysis.diagnose.advice import PROCESSED_HINT
 from mismatchctl.analysis.diagnose.causes import code_path
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.processor import mass_removed, sentence
-from mismatchctl.analysis.diagnose.check import evidence_of, fired
+from mismatchctl.analysis.diagnose.check import WARN, Check, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
     offset,
     policy_signs,
@@ -187,11 +187,11 @@ def _by_ids(ctx: Context) -> Support | None:
     ``ID_MODEL_SHARE`` of ``r``'s variance: the echo of a logit processor on those ids (a logit
     bias, a penalty on given ids), not another policy."""
     share = ids_explain(ctx)
-    echoes = [c for c in (ctx.result(m) for m in ECHOES) if fired(c) and c is not None]
+    echoes = [c for c in (ctx.result(m) for m in ECHOES) if c is not None and _leans(c)]
     if share is None or not echoes:
         return None
     return Support(
-        verdict=worst_of(echoes),
+        verdict=worst_of(echoes) if any(fired(c) for c in echoes) else WARN,
         share=None,
         because=(
             f"a shift of its own for each token id carries {100 * share:.0f}% of r's variance "
@@ -203,6 +203,21 @@ def _by_ids(ctx: Context) -> Support | None:
         where="every token",
         variant=VARIANTS[token_shift.NAME],
     )
+
+
+def _leans(signs: Check) -> bool:
+    """The responses lean: the ``policy_signs`` check alarms, or its worst run's lean passes
+    the gate of a lean beside other evidence (``SIGN_DISPERSION_WARN`` with ``SIGN_ALPHA``)
+    where alone it stays under the check's own (``SIGN_DISPERSION_ALONE``). The ids' own shift
+    is that evidence: 15% or more of r's variance (``ID_MODEL_SHARE``), where healthy runs
+    reach 0.4% (``sem-bias-subtle``'s responses lean 1.63, under the gate alone)."""
+    if fired(signs):
+        return True
+    e = evidence_of(signs, policy_signs.Evidence)
+    if e is None:
+        return False
+    t, lean = policy_signs.T, e.worst.signs
+    return lean.dispersion >= t.SIGN_DISPERSION_WARN and lean.p_value < t.SIGN_ALPHA
 
 
 def by_part(ctx: Context) -> Support | None:

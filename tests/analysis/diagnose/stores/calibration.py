@@ -2,7 +2,7 @@
 `sample_data/calibrate.py --size small`: a real tiny model's bf16 engine against its fp32 trainer,
 each fault simulated where it happens), ingested without tags. The healthy runs raise no alarm,
 each fault is named by its cause; the slow tier diagnoses every committed run alone and against
-its baseline and checks docs/diagnose.md's table says the same."""
+its baseline and checks docs/diagnose.md's table of the committed runs says the same."""
 
 from __future__ import annotations
 
@@ -45,9 +45,11 @@ def _cause(store: Path, run: str, baseline: str | None = None) -> dict:
 
 
 def _documented() -> dict[str, tuple[str, str]]:
-    """docs/diagnose.md's table: per run, what it is named alone and with its baseline."""
+    """docs/diagnose.md's table of the committed runs (its ``committed`` block): per run, what it
+    is named alone and with its baseline."""
     rows = {}
-    for line in DOC.read_text().splitlines():
+    block = DOC.read_text().split("<!-- committed:begin -->", 1)[1]
+    for line in block.split("<!-- committed:end -->", 1)[0].splitlines():
         cells = [c.strip().strip("*") for c in line.strip().strip("|").split("|")]
         if len(cells) == 6 and cells[0] in _runs():
             rows[cells[0]] = (cells[4], cells[5])
