@@ -58,7 +58,10 @@ class Thresholds:
     the first gate was 1.5; a held-out corpus of two other models trained anew (seed 13, the
     `*-deep` and `*-mid` runs: docs/diagnose.md "Held-out check, seed 13") gave 22 healthy runs
     0.84-1.57, the highest a healthy run at temperature 0.6 (1.57, p 8e-7: a false alarm at
-    1.5), while its runs a checkpoint behind and a step behind gave 1.90 and 1.59-2.90. Alone,
+    1.5), while its runs a checkpoint behind and a step behind gave 1.90 and 1.59-2.90; the
+    calibration corpus regenerated on a second machine gave its healthy runs up to 1.37 and its
+    stale, partial and wrong weights 1.08-4.3 (a step behind: 1.42 on the mid model, 1.67 on
+    the first, 2.23 and 4.3 on the deep and wide ones). Alone,
     a lean of 1.5-1.8 is within healthy noise at that size: the gate alone is 1.8, a quarter
     (1.5 standard errors) above the healthy extreme, and a step behind at 1.59-1.66 is then not
     seen alone (it is against its baseline: 5.6-7.9x, the lean on top of an excess the baseline
