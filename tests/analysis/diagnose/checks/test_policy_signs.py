@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from mismatchctl import api
 from mismatchctl.analysis.diagnose.checks.policy_signs import T, length_gate
 from tests.helpers import slow_param
 from tests.planted import checks as diagnosed
@@ -54,3 +55,24 @@ def test_the_gates_grow_with_long_responses() -> None:
         assert length_gate(gate, 2 * T.LENGTH_SCALE) == pytest.approx(2 * gate - 1)
     # a healthy run of the sample model at 223 tokens a response leans 1.23-1.32
     assert length_gate(T.SIGN_DISPERSION_ALONE, 223.0) > 2.5
+
+
+HELD_OUT = Path(__file__).parents[3] / "data" / "held_out"
+
+
+def test_a_healthy_run_that_leans_as_a_step_behind_raises_no_alarm(tmp_path: Path) -> None:
+    """Two healthy runs of the deep model trained anew (seed 13, temperature 0.6, loaders b
+    and c: docs/diagnose.md "Held-out check, seed 13"): `h-deep-t06-b`'s responses lean 1.57
+    (p 8e-7), where a step behind leans 1.59-1.66; it warned `policy` at the first gate (1.5).
+    Alone, and against the other (which it does not exceed), nothing alarms."""
+    store = tmp_path / "store"
+    for name in ("h-deep-t06-b", "h-deep-t06"):
+        api.ingest([HELD_OUT / name], name, store=store)
+    for baseline in (None, "h-deep-t06"):
+        found = api.diagnose("h-deep-t06-b", baseline=baseline, store=store).section_dict()
+        signs = next(c for c in found["checks"] if c["name"] == "policy_signs")
+        lean = signs["evidence"]  # one run: its own sign coherence, flat
+        assert T.SIGN_DISPERSION_WARN < lean["dispersion"] < T.SIGN_DISPERSION_ALONE
+        assert lean["p_value"] < T.SIGN_ALPHA
+        assert signs["verdict"] == "ok"
+        assert found["verdict"] == "ok" and found["cause"]["key"] == "none", baseline
