@@ -216,8 +216,8 @@ def _leans(signs: Check) -> bool:
     e = evidence_of(signs, policy_signs.Evidence)
     if e is None:
         return False
-    t, lean = policy_signs.T, e.worst.signs
-    return lean.dispersion >= t.SIGN_DISPERSION_WARN and lean.p_value < t.SIGN_ALPHA
+    lean = e.worst.signs
+    return policy_signs.leans(lean.dispersion, lean.p_value, policy_signs.T.SIGN_DISPERSION_WARN)
 
 
 def by_part(ctx: Context) -> Support | None:

@@ -168,6 +168,12 @@ def length_gate(gate: float, mean_tokens: float) -> float:
     return 1.0 + (gate - 1.0) * mean_tokens / T.LENGTH_SCALE
 
 
+def leans(dispersion: float, p_value: float, gate: float) -> bool:
+    """The responses lean at ``gate``: a dispersion from it, with the chi-square test below
+    ``SIGN_ALPHA``."""
+    return dispersion >= gate and p_value < T.SIGN_ALPHA
+
+
 def _judge(found: SignCoherence, gate: float) -> tuple[str, str, Signs]:
     """The verdict on one run's (or its elevated steps') sign coherence, warning from
     ``gate``: ``SIGN_DISPERSION_ALONE``, or ``SIGN_DISPERSION_WARN`` over a baseline the run
@@ -188,7 +194,7 @@ def _judge(found: SignCoherence, gate: float) -> tuple[str, str, Signs]:
         f"{pct(found.extreme_share)} of the sequences at |z| > 3)"
     )
     warn = length_gate(gate, found.mean_tokens)
-    pattern = found.dispersion >= warn and found.p_value < T.SIGN_ALPHA
+    pattern = leans(found.dispersion, found.p_value, warn)
     fail = length_gate(T.SIGN_DISPERSION_FAIL, found.mean_tokens)
     verdict = grade(pattern and found.dispersion >= fail, pattern)
     if warn != gate:
