@@ -158,6 +158,7 @@ def sequence_sums(
 def misaligned_turns(
     seq: np.ndarray,
     turn: np.ndarray,
+    ids: np.ndarray,
     k0: np.ndarray,
     plus: np.ndarray,
     minus: np.ndarray,
@@ -171,7 +172,9 @@ def misaligned_turns(
     """The turn runs (consecutive tokens of one sequence and turn) whose pairs shifted by one
     position match far better than their own (``stats/misalign.py``), from each token's K3
     ``k0`` and those of the pairs (``lr_t``, ``lt_t+1``) in ``plus[t]`` and (``lr_t+1``,
-    ``lt_t``) in ``minus[t]``: ``counts`` gets the turns tested, misaligned, their tokens,
+    ``lt_t``) in ``minus[t]``, over the adjacent pairs of two different tokens (``ids``: each
+    token's id, -1 where unknown; a token repeated matches itself at every lag and tells no
+    shift): ``counts`` gets the turns tested, misaligned, their tokens,
     those matching one position later and earlier; the first ``len(first)`` misaligned turns'
     first tokens in ``first`` and their lag (1 later, -1 earlier) in ``lag``; returns how many
     were recorded."""
@@ -182,20 +185,22 @@ def misaligned_turns(
         j = i + 1
         while j < n and seq[j] == seq[i] and turn[j] == turn[i]:
             j += 1
-        pairs = max(j - i - 1, 1)
+        informative = 0
         base_plus, base_minus, sum_plus, sum_minus = 0.0, 0.0, 0.0, 0.0
-        for k in range(i, j):
-            if k < j - 1:  # the turn's last token pairs with no next one
-                base_plus += k0[k]
-                sum_plus += plus[k]
-            if k > i:  # nor its first with a previous one
-                base_minus += k0[k]
-                sum_minus += minus[k - 1]
+        for k in range(i, j - 1):  # the pair (k, k + 1): the turn's last has no next one
+            if ids[k] >= 0 and ids[k] == ids[k + 1]:
+                continue  # the same token twice: every lag pairs it with itself
+            informative += 1
+            base_plus += k0[k]
+            sum_plus += plus[k]
+            base_minus += k0[k + 1]  # the first token has no previous one
+            sum_minus += minus[k]
+        pairs = max(informative, 1)
         base_plus /= pairs
         base_minus /= pairs
         sum_plus /= pairs
         sum_minus /= pairs
-        if j - i - 1 >= min_pairs:
+        if informative >= min_pairs:
             counts[0] += 1
             later = base_plus >= min_k3 and sum_plus * factor <= base_plus
             earlier = not later and base_minus >= min_k3 and sum_minus * factor <= base_minus

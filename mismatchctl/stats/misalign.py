@@ -9,8 +9,12 @@ turn (consecutive model tokens of one sequence) the mean K3 of the pairs ``(lr_t
 last, or first, left out: one monster token must not weigh on one side only). Neighbouring
 tokens are different
 tokens: paired with the wrong position their logprobs differ by about one nat, a K3 of tenths,
-while the right pairing differs by the numeric mismatch. A turn is *misaligned* when it has at
-least ``MIN_PAIRS`` adjacent pairs and, for one shifted lag, a lag-0 mean K3 of at least
+while the right pairing differs by the numeric mismatch. A pair of the same token twice (a run
+of ``#``, of spaces) is left out: a repeated token is paired with itself at every lag and tells
+no shift (the corpus' ``tpl-strip-newline``, a later turn of 32 ``#`` at a K3 of 0.24 from the
+template's fault, matched one position later at 0.0066 and was taken for a writer's shift). A
+turn is *misaligned* when it has at least ``MIN_PAIRS`` adjacent pairs of two different tokens
+and, for one shifted lag, a lag-0 mean K3 of at least
 ``MIN_K3`` (a wrong pairing's level; near-certain tokens give near-zero K3 at every lag) that is
 ``FACTOR`` times the shifted one. A fill value on one side (0.0 on a turn's last tokens) costs
 the same at every lag and is no shift (the sentinels check's business).
@@ -67,12 +71,13 @@ def misalign_state(
     k3: np.ndarray | None = None,
     r: np.ndarray | None = None,
     shifted: Shifted | None = None,
+    ids: np.ndarray | None = None,
 ) -> MisalignState:
     """The misaligned turns of one chunk of whole sequences (a turn's tokens contiguous and in
     order); ``label`` (e.g. the run) goes into the examples; ``k3`` and ``r``: each token's
     ``expm1(r) - r`` and ``r = lt - lr`` when the caller has them, ``shifted``: its shifted
     pairs (``comoments.shifted_pairs``); each unclamped, clamped here where ``|r|`` passes the
-    clamp."""
+    clamp; ``ids``: each token's id (-1 where unknown), None when the dumps hold none."""
     from mismatchctl.stats import diagnose_kernels
 
     if len(lr) < 2:
@@ -85,8 +90,10 @@ def misalign_state(
     counts = np.zeros(5, dtype=np.int64)
     first = np.zeros(MAX_EXAMPLES, dtype=np.int64)
     lag = np.zeros(MAX_EXAMPLES, dtype=np.int64)
+    if ids is None:
+        ids = np.full(len(lr), -1, dtype=np.int64)
     kept = diagnose_kernels.misaligned_turns(
-        seq, turn, k0, clamped_k3(shifted.r_plus, shifted.k3_plus),
+        seq, turn, np.ascontiguousarray(ids, np.int64), k0, clamped_k3(shifted.r_plus, shifted.k3_plus),
         clamped_k3(shifted.r_minus, shifted.k3_minus), MIN_PAIRS, MIN_K3, FACTOR,
         counts, first, lag,
     )  # fmt: skip

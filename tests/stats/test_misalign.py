@@ -25,22 +25,25 @@ def _k3(r: float) -> float:
     return math.expm1(c) - c
 
 
-def _reference(lr, lt, seq, turn) -> tuple[int, int, int, int]:
-    """(tested, misaligned, their tokens, later) by a loop over the turns."""
+def _reference(lr, lt, seq, turn, ids=None) -> tuple[int, int, int, int]:
+    """(tested, misaligned, their tokens, later) by a loop over the turns, over the adjacent
+    pairs of two different tokens (all of them without ``ids``)."""
     runs: dict[tuple[int, int], list[int]] = {}
     for i, key in enumerate(zip(seq.tolist(), turn.tolist(), strict=True)):
         runs.setdefault(key, []).append(i)
     tested = bad = tokens = later = 0
     for idx in runs.values():
         n = len(idx)
-        if n - 1 < MIN_PAIRS:
+        a, t = [lr[i] for i in idx], [lt[i] for i in idx]
+        pairs = [j for j in range(n - 1) if ids is None or ids[idx[j]] != ids[idx[j + 1]]]
+        m = len(pairs)
+        if m < MIN_PAIRS:
             continue
         tested += 1
-        a, t = [lr[i] for i in idx], [lt[i] for i in idx]
-        base_p = sum(_k3(t[j] - a[j]) for j in range(n - 1)) / (n - 1)
-        plus = sum(_k3(t[j + 1] - a[j]) for j in range(n - 1)) / (n - 1)
-        base_m = sum(_k3(t[j] - a[j]) for j in range(1, n)) / (n - 1)
-        minus = sum(_k3(t[j - 1] - a[j]) for j in range(1, n)) / (n - 1)
+        base_p = sum(_k3(t[j] - a[j]) for j in pairs) / m
+        plus = sum(_k3(t[j + 1] - a[j]) for j in pairs) / m
+        base_m = sum(_k3(t[j + 1] - a[j + 1]) for j in pairs) / m
+        minus = sum(_k3(t[j] - a[j + 1]) for j in pairs) / m
         is_later = base_p >= MIN_K3 and plus * FACTOR <= base_p
         is_earlier = base_m >= MIN_K3 and minus * FACTOR <= base_m
         if is_later or is_earlier:
@@ -88,6 +91,40 @@ def test_misaligned_turns_agree_with_a_loop_over_the_turns(shifted: float) -> No
         assert bad > 0 and later > 0 and state.earlier > 0
     else:
         assert bad == 0
+
+
+@pytest.mark.parametrize("shifted", [0.0, 0.5])
+def test_pairs_of_one_token_repeated_are_left_out_as_the_loop_leaves_them(shifted: float) -> None:
+    """With token ids, the pairs of the same token twice tell no shift: the state is the
+    loop's over the pairs of two different tokens."""
+    lr, lt, seq, turn = _data(9, shifted)
+    ids = np.random.default_rng(9).integers(0, 3, len(lr))  # many neighbours repeat
+    state = misalign_state(lr, lt, seq, turn, np.zeros_like(seq), "run", ids=ids)
+    tested, bad, tokens, later = _reference(lr, lt, seq, turn, ids)
+    assert (state.turns, state.misaligned, state.tokens, state.later) == (
+        tested,
+        bad,
+        tokens,
+        later,
+    )
+    assert tested < _reference(lr, lt, seq, turn)[0]  # fewer turns keep MIN_PAIRS pairs
+
+
+def test_a_hot_turn_of_one_repeated_token_is_no_shift() -> None:
+    """A turn of one token repeated (``###...``, as a template fault's later turn in the
+    calibration corpus) whose logprob climbs along the run, with the trainer's climb one token
+    behind (its context one ``#`` short), matches one position off: without ids, or with ids
+    of different tokens, it is a shift; with the one id repeated it is not tested."""
+    n = 32
+    lr = -16.0 + 0.5 * np.arange(n)  # each # likelier than the one before
+    lt = np.r_[lr[0] - 0.5, lr[:-1]]  # lag 0 a K3 of 0.11 a token, one position off 0
+    seq = np.zeros(n, np.int64)
+    assert misalign_state(lr, lt, seq, seq, seq).misaligned == 1
+    assert misalign_state(lr, lt, seq, seq, seq, ids=np.arange(n)).misaligned == 1
+    state = misalign_state(lr, lt, seq, seq, seq, ids=np.full(n, 35))
+    assert (state.turns, state.misaligned) == (0, 0)
+    few = np.where(np.arange(n) < n - MIN_PAIRS, 35, np.arange(n))  # MIN_PAIRS pairs differ
+    assert misalign_state(lr, lt, seq, seq, seq, ids=few).turns == 1
 
 
 def test_chunks_merge_to_the_whole() -> None:

@@ -114,6 +114,7 @@ class DiagnoseExtra:
         starts = keys.sequence_starts()  # and each sequence's first row
         ratio = clamped_ratio(r)  # rho - 1 of the clamped r: the offset's and signed parts'
         bins = self._bins(keys)
+        ids = _token_ids(table, keys)  # the token-shift sums' and the misaligned turns' pairs
         return DiagnoseState(
             lag_states(pairs),
             offset_state(lr, lt, seq, r, starts, ratio),
@@ -121,7 +122,7 @@ class DiagnoseExtra:
             _lag_sums(keys, k3, seq),
             trailing_zero_state(lr, lt, seq, step, keys.run, starts),
             lag_k3(pairs, k3, shifted),
-            misalign_state(lr, lt, seq, turn, step, keys.run, k3=k3, r=r, shifted=shifted),
+            misalign_state(lr, lt, seq, turn, step, keys.run, k3=k3, r=r, shifted=shifted, ids=ids),
             hot_sequence_state(
                 lr,
                 lt,
@@ -135,9 +136,7 @@ class DiagnoseExtra:
                 r=r,
                 starts=starts,
             ),
-            token_shift_state(
-                _token_ids(table, keys), lr, lt, seq, *bins, k3=k3, r=r, starts=starts
-            ),
+            token_shift_state(ids, lr, lt, seq, *bins, k3=k3, r=r, starts=starts),
             seq_sums(keys.run, lr, lt, seq, step, _batch_sizes(keys), *bins, (r, k3), starts),
             signed_parts(
                 keys.run,

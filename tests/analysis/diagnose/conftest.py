@@ -19,6 +19,7 @@ from tests.analysis.diagnose.stores import (
     calibration,
     gpus,
     growth,
+    held_out,
     leaning,
     planted_causes,
     relative,
@@ -81,6 +82,7 @@ sequences_store = _store("sequences", requests.store)
 pooled_store = _store("pooled", requests.pooled)
 turns_store = _store("turns", turns.store)
 calibration_store = _store("calibration", calibration.store)
+held_out_store = _store("held_out", held_out.store)
 
 
 @pytest.fixture(scope="session")

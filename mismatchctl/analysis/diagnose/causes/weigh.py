@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from mismatchctl.analysis.diagnose.causes import stop
 from mismatchctl.analysis.diagnose.causes.catalogue import CAUSES
 from mismatchctl.analysis.diagnose.causes.hypothesis import (
     AGAINST,
@@ -76,6 +77,7 @@ def weigh(ctx: Context) -> Weighing:
     if first is None and alarmed:
         first = max(alarmed, key=_rank)
         first = path_over_lean(ctx, first, alarmed) or first  # a biased kernel's lean
+        first = stop.over_part(first, alarmed) or first  # a part holding the turns' ends
     if first is not None and not _precondition(first) and _too_little(ctx, first):
         others = sorted(weighed, key=_rank, reverse=True)
         return Weighing(None, [], [_lost(ctx, w, None) for w in others], unexplained=True)
@@ -179,6 +181,8 @@ def _lost(ctx: Context, w: Weighed, first: Weighed | None) -> Weighed:
         why = f"explains {_pct(s.share)} of the run's mass, under a fifth of its excess"
     elif (w.cause.KEY in first.cause.EXPLAINS or in_part(first, w)) and explains(ctx, first, w):
         why = f"{first.cause.LABEL} sets off its checks too"
+    elif first.cause.KEY in w.cause.EXPLAINS and explains(ctx, first, w):
+        why = f"the same finding as {first.cause.LABEL}, named first (one sets off the other's checks)"
     elif _outside_only(first, w):
         why = (
             f"beside {first.cause.LABEL} it counts only outside that part (the second pass), "

@@ -43,16 +43,24 @@ READS: tuple[CheckModule, ...] = ()
 
 @dataclass(frozen=True)
 class Thresholds:
-    """None of its own: the turns' last token is judged as a localized part (``levels``:
-    ``LOCAL_FACTOR``, ``LOCAL_CI_LOW`` and ``LOCAL_FAIL``) on its contrast with every other
-    token at the same token probabilities, and the same pattern on its contrast with the seven
-    tokens before it in the same turns (a stop fault hits the last token alone; a mismatch
-    growing with the KV position or in the small decode batches at the end of generation, as
-    the sample ``faulty-attn``'s, makes the ends 6x the rest but 1.8x the tokens before them,
-    interval 0.78-4.1). The responses' last token alone is judged the same way (the turns
-    ending before a tool response dilute an end-of-sequence fault: planted at 2x, 1.3x over
-    every turn's end, 1.9-2.2x alone). Planted: the last token at 3x named 4/4, at 2x 1 of
-    2."""
+    """The turns' last token is judged as a localized part (``levels``: ``LOCAL_FACTOR``,
+    ``LOCAL_CI_LOW`` and ``LOCAL_FAIL``) on its contrast with every other token at the same
+    token probabilities, and the same pattern on its contrast with the seven tokens before it
+    in the same turns, at ``STOP_SHARP`` or more. The responses' last token alone is judged the
+    same way (the turns ending before a tool response dilute an end-of-sequence fault)."""
+
+    STOP_SHARP: float = 10.0
+    """The last token's rate over the seven before it that a stop fault makes: a stop handled
+    differently replaces the logprob of one token (a 0.0 fill, a token the engine never sampled,
+    another processing of the end-of-sequence or stop-string token), not the numerics of its
+    neighbours. The calibration corpora's nine physical stop faults (both draws: ``stop-*``)
+    put it at 100-3178x (the interval's low end 82 or more); the code paths whose ends are hot
+    (the small decode batches at the end of generation, a mismatch growing with the KV
+    position) at 1.8-5.1x: ``cp-batchvar-subtle`` 5.1x (interval 1.4-18; the ends 6.7x the
+    rest), ``combo-stale-splitkv-mid`` 3.1x, ``cp-splitkv-loud`` 2.7x, the sample
+    ``faulty-attn`` 1.8x. A stop fault doubling a run's K3 makes its ends tens of times the
+    rest (they are one token in 20-70) and as much their neighbours; scaled plants of 2-3x at
+    the last token (a K3 of 4-9x) sit under it and have no physical counterpart."""
 
 
 T = Thresholds()
@@ -153,8 +161,9 @@ def _judge(ends: Cube) -> tuple[str, str, Ends] | None:
         finding += f": {where}, the stop handled differently on the two sides"
     elif any(found.hot for _, found in scopes):
         finding += (
-            ": the ends are hot, but not clearly more than the tokens just before them (a "
-            "mismatch growing with the position is not the stop)"
+            f": the ends are hot, but under {T.STOP_SHARP:g}x the tokens just before them (a "
+            "mismatch growing with the position or in the small batches at the end of "
+            "generation is not the stop)"
         )
     return verdict, finding, evidence
 
@@ -180,7 +189,7 @@ def _scope(ends: Cube, scope: dict[str, list[int]]) -> Scope:
     rows = t[0] if not scope else t[0, scope[SCOPE]]
     n, a = float(rows[..., Field.TOKENS].sum()), float(rows[..., Field.K3].sum())
     hot = last is not None and _pattern(last, a / n if n else None) != OK
-    sharp = near is not None and _pattern(near, None) != OK
+    sharp = near is not None and near[0] >= T.STOP_SHARP and _pattern(near, None) != OK
     verdict = _pattern(last, a / n if n else None) if hot and sharp else OK
     return Scope(last, near, int(n), a, verdict, hot)
 

@@ -110,3 +110,16 @@ def test_a_loud_fault_on_one_gpu_is_no_alignment_warning(tmp_path: Path) -> None
 
 def test_fires_on_its_planted_cause_only(verdicts: dict) -> None:
     planted_causes.fires_on_its_cause_only("alignment", verdicts)
+
+
+def test_a_hot_turn_of_one_repeated_token_is_no_writer_shift(held_out_store: Path) -> None:
+    """``tpl-strip-newline`` (the trainer's tool responses lack their final newline; the
+    corpus regenerated on a second machine): one later turn of 32 ``#``, hot from the
+    template's fault, matched one position off as a repeated token does at every lag; it was
+    taken for a writer's shift (0.2% of the tokens, over the fail share) and named the data.
+    Its pairs of the same token twice tell no shift: no turn is misaligned."""
+    found = diagnosis(held_out_store, "tpl-strip-newline").section_dict()
+    check = next(c for c in found["checks"] if c["name"] == "alignment")
+    assert check["verdict"] == "ok"
+    assert check["evidence"]["misaligned_turns"]["misaligned"] == 0
+    assert found["cause"]["key"] != "data" and found["verdict"] == "fail"

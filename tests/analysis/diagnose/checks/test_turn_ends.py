@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from mismatchctl.analysis.diagnose.checks import turn_ends
 from tests.planted import checks as diagnosed
 
 
@@ -16,6 +19,21 @@ def test_a_mismatch_growing_toward_the_end_is_not_the_stop(ends_store: Path) -> 
     assert checks["cause"].evidence.cause == "code_path"
 
 
+@pytest.mark.parametrize("run", ["stop-2x", "stop-3x"])
+def test_ends_hot_under_the_stop_sharpness_are_not_the_stop(ends_store: Path, run: str) -> None:
+    """Scaled plants of 2-3x at the responses' last token: hot against the rest and against the
+    tokens before them, but under ``STOP_SHARP`` their neighbours, where every physical stop
+    fault of the calibration corpora stands (100x or more): not named."""
+    checks = diagnosed(ends_store, run)
+    ends = checks["turn_ends"]
+    assert ends.verdict == "ok"
+    final = ends.evidence.worst.response_end
+    assert final.last_vs_before.rate_ratio_ci[0] >= 1.5  # the localized pattern...
+    assert final.last_vs_before.rate_ratio < turn_ends.T.STOP_SHARP  # ...not a stop's
+    assert f"under {turn_ends.T.STOP_SHARP:g}x the tokens just before them" in ends.finding
+    assert checks["cause"].evidence.cause != "stop"
+
+
 def test_a_healthy_run_has_no_stop_fault(ends_store: Path) -> None:
     checks = diagnosed(ends_store, "healthy")
     assert checks["turn_ends"].verdict == "ok"
@@ -26,8 +44,8 @@ def test_a_selection_of_runs_is_judged_run_by_run(ends_store: Path) -> None:
     """The faulty run and a healthy one selected by a tag: the check names the faulty run, with
     the numbers it has alone."""
     ends = diagnosed(ends_store, "fleet=b")["turn_ends"]
-    assert ends.verdict == "warn" and ends.evidence.run == "stop-3x"
-    assert set(ends.evidence.runs) == {"stop-3x", "healthy"}
-    alone = diagnosed(ends_store, "stop-3x")["turn_ends"].evidence
-    assert ends.evidence.runs["stop-3x"] == alone.worst
+    assert ends.verdict == "fail" and ends.evidence.run == "stop-100x"
+    assert set(ends.evidence.runs) == {"stop-100x", "healthy"}
+    alone = diagnosed(ends_store, "stop-100x")["turn_ends"].evidence
+    assert ends.evidence.runs["stop-100x"] == alone.worst
     assert ends.evidence.runs["healthy"].last.rate_ratio_ci[0] < 1.5

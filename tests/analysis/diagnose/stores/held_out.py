@@ -1,0 +1,22 @@
+"""diagnose on runs of calibration corpora generated anew (tests/data/held_out), which no
+threshold was set from when they were found: ``h-deep-t06`` and ``h-deep-t06-b`` (the deep
+model trained with seed 13), ``stop-unsampled``, ``cp-batchvar-subtle`` and
+``tpl-strip-newline`` (the corpus regenerated on a second machine, seed 0: docs/diagnose.md
+"The corpus is a draw of its machine"). Ingested without tags, as they were diagnosed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mismatchctl import api
+
+HELD_OUT = Path(__file__).parents[3] / "data" / "held_out"
+
+
+def store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("held_out") / "store"
+    for run in sorted(p for p in HELD_OUT.iterdir() if p.is_dir()):
+        api.ingest([run], run.name, store=root)
+    return root
