@@ -25,6 +25,7 @@ from mismatchctl.analysis.turn_edges import (
     EDGE_TOKENS,
     END,
     START,
+    START_EDGES,
     EdgeState,
     TopShare,
     start_labels,
@@ -70,14 +71,23 @@ class Thresholds:
     least 1.25 times as many as chance would at the same token probabilities, ``TOP_Z`` standard
     errors above it (a count, robust to the few heavy sequences that can make a K3 ratio of a
     small cell look hot, such as a spike step's, which put no more of them at the starts than
-    elsewhere), and the turn starts' first half (distances 0-3) at least as hot as their second
-    (4-7): the mismatch decays with the distance from the tool response. A fault tripling the
+    elsewhere), and the turn starts (distances 0-7) at least as hot as the eight tokens after
+    them (8-15): the mismatch decays with the distance from the tool response (``NEXT_CLASSES``).
+    Within the first eight it need not fall: which of a turn's opening tokens a changed context
+    moves most depends on the text. ``tpl-strip-newline`` (the corpus regenerated on a second
+    machine) has distances 0-1 at 4-6x, 2-3 at 0.4x, 4-7 at 3.0x and 8-15 at 0.4x;
+    ``combo-topp-template-mid`` (a loud top-p beside the \\r\\n fault) 1.7, 1.6, 1.0, 1.5,
+    then 1.0, in both draws: the first half against the second within the eight misread both.
+    A few heavy sequences are as hot at 8-15 as before. A fault tripling the
     first token's K3 and fading over a few tokens (1.6x over the first 8, as ``EDGE_FACTOR``
     asks) puts about 1.3x as many there: at 1.5x such faults were passed (the factors' rule of
     ``levels``: below the signature of the smallest fault, ``TOP_Z`` keeping chance out)."""
 
 
 T = Thresholds()
+
+NEXT_CLASSES = [k for k, lo in enumerate(START_EDGES) if EDGE_TOKENS <= lo < 2 * EDGE_TOKENS]
+"""The distance classes of the eight tokens after the turn starts (8-15): the decay's control."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,7 +150,7 @@ def run(ctx: Context) -> Check:
     level = _level(later, EDGE_CLASSES)
     v_start = _grade(later_start, level)
     first_hot = _hot(first_start, later_start)
-    decays = _standardized(later, EDGE_CLASSES[:-1]) >= _standardized(later, EDGE_CLASSES[-1:])
+    decays = _standardized(later, EDGE_CLASSES) >= _standardized(later, NEXT_CLASSES)
     crowded = _crowded(tops["later"])
     template = v_start != OK and not first_hot and crowded and decays
     evidence = Evidence(

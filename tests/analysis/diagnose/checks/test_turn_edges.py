@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.analysis.diagnose.stores import planted_causes, relative
+from tests.planted import diagnosis
 
 
 @pytest.mark.parametrize(
@@ -36,3 +37,21 @@ def test_a_rendering_fault_at_turn_starts_is_named_a_template_fault(
 
 def test_fires_on_its_planted_cause_only(verdicts: dict) -> None:
     planted_causes.fires_on_its_cause_only("turn_edges", verdicts)
+
+
+def test_a_burst_that_is_not_monotonic_within_the_first_eight_still_decays(
+    held_out_store: Path,
+) -> None:
+    """``tpl-strip-newline`` (the trainer's tool responses lack their final newline; the corpus
+    regenerated on a second machine): the first tokens after a tool response 13x the rest of
+    those turns, their largest-|r| tokens crowded there, distances 0-1 hot, 2-3 cold, 4-7 hot
+    again, 8-15 cold. The first eight against the next eight decay; the first half of the
+    eight against the second did not, and the template went unnamed."""
+    found = diagnosis(held_out_store, "tpl-strip-newline").section_dict()
+    edges = next(c for c in found["checks"] if c["name"] == "turn_edges")
+    e = edges["evidence"]
+    rows = {p["distance"]: p["rate_ratio"] for p in e["profile_later"]}
+    assert rows["2-3"] < rows["4-7"] and rows["8-15"] < min(rows["0"], rows["4-7"])
+    assert e["decays"] and e["top_crowded"] and e["template"]
+    assert edges["verdict"] == "fail"
+    assert found["cause"]["key"] == "template"
