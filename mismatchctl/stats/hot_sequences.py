@@ -39,8 +39,6 @@ min-p), which only lowers ``r``, puts none there that the noise does not (its ru
 tokens with ``r`` above it per (sequence, cell) are the sign test's counts where a truncation
 cannot reach (``stats.sign_coherence.tail_coherence``)."""
 
-COLUMNS = 8  # the state's sums per (sequence, cell): see ``HotSequenceState``
-
 Z_TAIL = 3.0
 """A sequence is hot (cold) at z above (below) this: 0.13% of each tail under the null."""
 
@@ -49,10 +47,9 @@ Z_TAIL = 3.0
 class HotSequenceState:
     """Per sequence: its run (index into ``runs``), step and id; per (sequence, cell) with
     tokens: the sequence's row, the cell, the tokens (``n_all``), those with r != 0 (``n``), the
-    sums of x and x^2 over them, the sum of K3 over all, the tokens with r > 0, and those in the
-    healthy noise's positive and negative tails (``|r|`` above ``TAIL_RATIO`` of ``|lr|``).
-    ``gpu``: each sequence's gpu label (None where the dumps name none): the tests on the
-    sequences outside one gpu's (``analysis/diagnose/causes/outside.py``)."""
+    sums of x and x^2 over them, the sum of K3 over all, and the tokens with r > 0. ``gpu``: each
+    sequence's gpu label (None where the dumps name none): the tests on the sequences outside
+    one gpu's (``analysis/diagnose/causes/outside.py``)."""
 
     runs: list[str] = field(default_factory=list)
     run: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -60,9 +57,9 @@ class HotSequenceState:
     seq: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     cell: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    # n_all, n, x, x^2, K3, the tokens with r > 0, with r > TAIL_RATIO |lr| and with
-    # r < -TAIL_RATIO |lr| (``stats.sign_coherence``)
-    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, COLUMNS)))
+    # n_all, n, x, x^2, K3, the tokens with r > 0 and with r > TAIL_RATIO |lr|
+    # (``stats.sign_coherence``)
+    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 7)))
     gpu: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -145,7 +142,7 @@ def hot_sequence_state(
         k3 = per_token.k3(r) if k3 is None else k3
         x = _relative(r, lr)  # -inf where r == 0: the walk reads no x there
     width = 2 * n_bins
-    dense = np.zeros((len(starts) * width, COLUMNS))
+    dense = np.zeros((len(starts) * width, 7))
     diagnose_kernels.hot_cell_sums(
         starts, turn, np.ascontiguousarray(bins, np.int64), n_bins, r, x, k3,
         math.log(TAIL_RATIO), dense,

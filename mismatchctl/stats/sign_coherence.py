@@ -16,12 +16,6 @@ tail (``hot_sequences.TAIL_RATIO`` of ``|lr|``): a truncation renormalised on th
 lowers ``r`` on every token, so it leaves the sign test few positive signs to read and leans the
 responses about zero with its kept mass; above the noise it moves no token, and a lean there is
 another policy's.
-
-``two_tail_coherence`` counts, of each sequence's tokens beyond the healthy noise on either side
-(``|r|`` above ``TAIL_RATIO`` of ``|lr|``), those above zero, against its cells' share: a part
-or a sequence hotter than the rest puts more of its tokens in both tails, and the share above
-zero stays its cells'; another policy moves whole responses one way, most visibly where ``r``
-is beyond the noise. A sequence needs ``MIN_TAIL_TOKENS`` such tokens to be tested.
 """
 
 from __future__ import annotations
@@ -90,15 +84,7 @@ def off_hot(state: HotSequenceState) -> HotSequenceState:
     return keep_sequences(state, ~(tested & (z > Z_TAIL)), list(state.runs))
 
 
-POSITIVE, TAIL, NEGATIVE_TAIL = 5, 6, 7
-"""The state's columns: the tokens with r > 0, with r > TAIL_RATIO |lr|, with r < -TAIL_RATIO
-|lr|."""
-N_MOVED = 1  # the tokens with r != 0: the sign tests' trials
-
-MIN_TAIL_TOKENS = 4
-"""Tokens beyond the healthy noise a sequence needs for the two-tailed test: healthy runs put
-0-2.7% of their tokens in each tail, so most of their responses (70 tokens) are not tested and
-the test reads the responses where ``r`` leaves the noise."""
+POSITIVE, TAIL = 5, 6  # the state's columns: the tokens with r > 0, with r > TAIL_RATIO |lr|
 
 
 def sign_coherence(state: HotSequenceState) -> SignCoherence:
@@ -112,25 +98,10 @@ def tail_coherence(state: HotSequenceState) -> SignCoherence:
     return _coherence(state, TAIL)
 
 
-def two_tail_coherence(state: HotSequenceState) -> SignCoherence:
-    """The sign test on each sequence's tokens beyond the healthy noise (either tail): the count
-    above zero against its cells' share of them."""
-    return _coherence(state, TAIL, (TAIL, NEGATIVE_TAIL), MIN_TAIL_TOKENS)
-
-
-def _coherence(
-    state: HotSequenceState,
-    column: int,
-    trials: tuple[int, ...] = (N_MOVED,),
-    least: int = MIN_TOKENS,
-) -> SignCoherence:
-    """The test of the counts in ``column`` among each (sequence, cell)'s trials (the sum of
-    the ``trials`` columns: the tokens with ``r != 0`` by default), over the sequences with
-    ``least`` trials or more."""
+def _coherence(state: HotSequenceState, column: int) -> SignCoherence:
     state = canonical(state)
     rows = len(state.step)
-    n = state.sums[:, trials[0]] if len(trials) == 1 else state.sums[:, list(trials)].sum(axis=1)
-    pos = state.sums[:, column]
+    n, pos = state.sums[:, 1], state.sums[:, column]
     groups, g = np.unique(state.run[state.row] * CELLS + state.cell, return_inverse=True)
     gn = np.bincount(g, n, len(groups))
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -139,7 +110,7 @@ def _coherence(
     expected = np.bincount(state.row, n * p[g], rows)
     var = np.bincount(state.row, n * p[g] * (1 - p[g]), rows)
     tokens = np.bincount(state.row, n, rows)
-    tested = (tokens >= least) & (var > 0)
+    tested = (tokens >= MIN_TOKENS) & (var > 0)
     k = int(tested.sum())
     if k == 0:
         return SignCoherence(0, math.nan, math.nan, math.nan)
@@ -152,5 +123,5 @@ def _coherence(
 
 __all__ = [
     "SignCoherence", "in_cells", "in_steps", "off_gpus", "off_hot", "sign_coherence",
-    "tail_coherence", "two_tail_coherence",
+    "tail_coherence",
 ]  # fmt: skip

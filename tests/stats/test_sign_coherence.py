@@ -10,21 +10,8 @@ import numpy as np
 import pytest
 
 from mismatchctl.stats import assign_bins, parse_bins
-from mismatchctl.stats.hot_sequences import (
-    LR_FLOOR,
-    MIN_TOKENS,
-    TAIL_RATIO,
-    canonical,
-    hot_sequence_state,
-)
-from mismatchctl.stats.sign_coherence import (
-    MIN_TAIL_TOKENS,
-    in_cells,
-    off_gpus,
-    sign_coherence,
-    tail_coherence,
-    two_tail_coherence,
-)
+from mismatchctl.stats.hot_sequences import MIN_TOKENS, canonical, hot_sequence_state
+from mismatchctl.stats.sign_coherence import in_cells, off_gpus, sign_coherence, tail_coherence
 
 EDGES = parse_bins("log")
 
@@ -202,54 +189,3 @@ def test_off_hot_keeps_the_sequences_that_are_not_hot() -> None:
             assert summarize(state).hot >= 50 and not set(rest.seq) & set(np.unique(seq[hot]))
         leans = sign_coherence(rest)
         assert (leans.dispersion > 2 and leans.p_value < 1e-10) == lean_rest, leans
-
-
-def _two_tail_reference(lr, lt, seq, turn) -> tuple[int, float]:
-    """(tested, dispersion) of the two-tailed test by a loop: the tokens with |r| above
-    TAIL_RATIO |lr| (|lr| floored), each sequence's count above zero against its cells' share
-    of them, the sequences with MIN_TAIL_TOKENS such tokens or more."""
-    r = lt - lr
-    beyond = np.abs(r) > TAIL_RATIO * np.maximum(-lr, LR_FLOOR)
-    cell = (turn > 0) * 100 + assign_bins(np.exp(lr), EDGES)
-    p = {c: (r[beyond & (cell == c)] > 0).mean() for c in np.unique(cell[beyond])}
-    zs = []
-    for s in np.unique(seq):
-        m = (seq == s) & beyond
-        if m.sum() < MIN_TAIL_TOKENS:
-            continue
-        e = np.array([p[c] for c in cell[m]])
-        var = float(np.sum(e * (1 - e)))
-        if var > 0:
-            zs.append((float((r[m] > 0).sum()) - float(e.sum())) / math.sqrt(var))
-    z = np.array(zs)
-    return len(z), float(np.mean(z * z))
-
-
-@pytest.mark.parametrize("lean", [0.0, 1.0])
-def test_the_two_tailed_test_is_the_loops_and_reads_the_lean(lean: float) -> None:
-    lr, lt, seq, turn, step = _tokens(6, lean)
-    bins = assign_bins(np.exp(lr), EDGES)
-    state = hot_sequence_state(lr, lt, seq, turn, step, bins, len(EDGES) - 1, "a").joined()
-    found = two_tail_coherence(state)
-    k, d = _two_tail_reference(lr, lt, seq, turn)
-    assert (found.tested, found.dispersion) == (k, pytest.approx(d, rel=1e-9))
-    if lean:
-        assert found.dispersion > 2 and found.p_value < 1e-10
-    else:
-        assert 0.7 < found.dispersion < 1.3 and found.p_value > 1e-3
-
-
-def test_hot_sequences_do_not_lean_the_two_tailed_test() -> None:
-    """A third of the sequences with r five times larger and no lean: many more of their tokens
-    leave the noise on both sides, so the count of tokens in the positive tail spreads far
-    beyond independent tokens, while the share above zero of those beyond the noise stays its
-    cells'."""
-    rng = np.random.default_rng(7)
-    lr, _, seq, turn, step = _tokens(7, 0.0)
-    hot = np.isin(seq, rng.choice(seq.max() + 1, (seq.max() + 1) // 3, replace=False))
-    lt = lr + 0.05 * np.abs(lr) * rng.standard_normal(len(seq)) * np.where(hot, 5.0, 1.0)
-    bins = assign_bins(np.exp(lr), EDGES)
-    state = hot_sequence_state(lr, lt, seq, turn, step, bins, len(EDGES) - 1, "a").joined()
-    assert tail_coherence(state).dispersion > 3
-    two = two_tail_coherence(state)
-    assert 0.7 < two.dispersion < 1.3 and two.p_value > 1e-3

@@ -2,8 +2,7 @@
 path, some steps, the turns after tool responses), a louder fault there can hide a second one
 everywhere. The causes of every token are tested again on the tokens *outside* that part, each
 with its own check's thresholds (none lowered): the policy's lean (``policy_signs``) on the
-sequences of the other gpus (also among their tokens beyond the noise) or steps, or on the other
-turns' tokens; the precision's excess over
+sequences of the other gpus or steps, or on the other turns' tokens; the precision's excess over
 the baseline (``baseline``) on the tokens outside the part at the same token mix, where it does
 not grow with the KV position (``_grows``). A cause that stands there is named beside the first,
 whatever its share of the whole run's mass (the louder fault's part holds most of that). The
@@ -33,14 +32,7 @@ from mismatchctl.stats.localize.explain import contrast_baseline
 from mismatchctl.stats.localize.regions import region_sums
 from mismatchctl.stats.localize.result import ratio_text
 from mismatchctl.stats.localize.tables import SideTables
-from mismatchctl.stats.sign_coherence import (
-    SignCoherence,
-    in_cells,
-    in_steps,
-    off_gpus,
-    sign_coherence,
-    two_tail_coherence,
-)
+from mismatchctl.stats.sign_coherence import in_cells, in_steps, off_gpus, sign_coherence
 
 ROUTING = "routing"  # its part: the tokens after a flipped route
 
@@ -63,9 +55,6 @@ class Outside:
     region: dict[str, list[int]]
     restrict: Restrict
     text: str
-    beyond_noise: bool = False
-    """Whether the responses' lean is also read among their tokens beyond the healthy noise
-    (``BEYOND_NOISE``): outside a gpu, whose sequences are whole."""
 
 
 def second_pass(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[Weighed]:
@@ -157,50 +146,31 @@ def requests_beside_part(ctx: Context, weighed: list[Weighed]) -> list[Weighed]:
     return [Weighed(w.cause, support, 0.0) if w is found else w for w in weighed]
 
 
-BEYOND_NOISE = "among those beyond the healthy noise"
-"""Outside a gpu, the lean is read on every token with ``r != 0`` (``sign_coherence``) and on
-the tokens beyond the healthy noise on either side (``two_tail_coherence``: ``|r|`` above
-``TAIL_RATIO`` of ``|lr|``), at the same thresholds: where another policy's shift is small
-against the noise, the tokens it leaves the noise with carry its sign, and a hot part or
-sequence puts tokens in both tails alike. Measured on the sequences of the gpus other than L20
-(A100 for ``hw-a100-fp8kv``) in the calibration corpora (both draws of every model, the
-held-out seed-13 corpora): the weights a step behind on every gpu beside L20's split-KV fault
-(``combo-stale-gpu*``) lean 1.90-3.10 there (p 8e-14 or less but the second draw's mid model,
-1.90 at p 5e-10), where the sign test on every token read 1.42-2.85 (that run 1.42, p 6e-4,
-and the first draw's 1.60, p 7e-6: both unnamed); the healthy multi-gpu runs, the gpus' faults
-alone and beside an fp8 KV cache 0.74-1.69 with p 8e-4 or more (``h-gpus`` of the first draw
-1.69 over 58 sequences; ``h-wide-gpus`` 1.61 over 43 at p 0.007). Few sequences reach the
-tails in a healthy run, so their dispersion scatters wide: the p-value keeps the two apart, and
-only beside a gpu's fault is the test read at all."""
-
-
 def lean(ctx: Context, out: Outside) -> Support | None:
     """The policy's sign test on the sequences (or turns) outside the part, each run's at the
-    ``policy_signs`` check's thresholds (outside a gpu, also among the tokens beyond the noise:
-    ``BEYOND_NOISE``); the worst run's Support, None when none leans."""
+    ``policy_signs`` check's thresholds; the worst run's Support, None when none leans."""
     t = policy_signs.T
-    best: tuple[str, Any, str] | None = None
+    best: tuple[str, Any] | None = None
     for state in ctx.state.hot_sequences.runs().values():
-        for found, among in _tests(out, out.restrict(state)):
-            if found.tested == 0 or not found.p_value < t.SIGN_ALPHA:
-                continue
-            if found.dispersion >= t.SIGN_DISPERSION_WARN and (
-                best is None or found.dispersion > best[1].dispersion
-            ):
-                verdict = FAIL if found.dispersion >= t.SIGN_DISPERSION_FAIL else "warn"
-                best = (verdict, found, among)
+        found = sign_coherence(out.restrict(state))
+        if found.tested == 0 or not found.p_value < t.SIGN_ALPHA:
+            continue
+        if found.dispersion >= t.SIGN_DISPERSION_WARN and (
+            best is None or found.dispersion > best[1].dispersion
+        ):
+            verdict = FAIL if found.dispersion >= t.SIGN_DISPERSION_FAIL else "warn"
+            best = (verdict, found)
     if best is None:
         return None
-    verdict, found, among = best
+    verdict, found = best
     return Support(
         verdict=verdict,
         share=None,
         because=(
-            f"outside the named part, in {out.text}: the count of tokens with r > 0{among} in "
-            f"each of {found.tested} sequences spreads {found.dispersion:.2f}x as much as "
-            f"independent signs give (chi-square p = {found.p_value:.2g}; "
-            f"{pct(found.extreme_share)} at |z| > 3): whole responses lean one way where the "
-            "first cause does not reach"
+            f"outside the named part, in {out.text}: the count of tokens with r > 0 in each of "
+            f"{found.tested} sequences spreads {found.dispersion:.2f}x as much as independent "
+            f"signs give (chi-square p = {found.p_value:.2g}; {pct(found.extreme_share)} at "
+            "|z| > 3): whole responses lean one way where the first cause does not reach"
         ),
         checks=(policy_signs.NAME,),
         where=out.text,
@@ -216,25 +186,14 @@ there. The whole-run test of the healthy and improved runs reaches p 3e-4 (at 1.
 the part of the runs of no planted policy (the corpus and the held-out one: 252 runs), the dispersion is at
 most 1.46 (``combo-fp8kv-gpu-deep``, p 2.8e-4). ``combo-stale-gpu-mid``'s other gpus lean 1.60
 (p 6.9e-6, 144 responses): read as no lean, a precision loss was named there beside the hardware
-over its baseline, and the stale weights it holds were not (they are now, from the lean beyond
-the noise: ``BEYOND_NOISE``)."""
-
-
-def _tests(out: Outside, state: HotSequenceState) -> list[tuple[SignCoherence, str]]:
-    """The lean's tests outside the part, each with the words naming its tokens."""
-    found = [(sign_coherence(state), "")]
-    if out.beyond_noise:
-        found.append((two_tail_coherence(state), f" {BEYOND_NOISE}"))
-    return found
+over its baseline, and the stale weights it holds were not."""
 
 
 def _leans_faintly(ctx: Context, out: Outside) -> bool:
     """Whether any run's responses outside the part lean at ``NO_LEAN_ALPHA`` (and the
     ``policy_signs`` dispersion)."""
     t = policy_signs.T
-    found = [
-        f for s in ctx.state.hot_sequences.runs().values() for f, _ in _tests(out, out.restrict(s))
-    ]
+    found = [sign_coherence(out.restrict(s)) for s in ctx.state.hot_sequences.runs().values()]
     return any(
         f.tested and f.p_value < NO_LEAN_ALPHA and f.dispersion >= t.SIGN_DISPERSION_WARN
         for f in found
@@ -341,7 +300,6 @@ def _gpus(spec: Any, codes: list[int]) -> Outside:
         {K.GPU: rest},
         lambda st: off_gpus(st, names),
         f"the sequences of the gpus other than {', '.join(sorted(names))}",
-        beyond_noise=True,
     )
 
 
