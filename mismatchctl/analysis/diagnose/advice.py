@@ -38,6 +38,16 @@ CODE_PATH_ADVICE = (
     "version; importance sampling would only reweight the damage"
 )
 
+# the cause "code path" of some steps (causes/code_path.py): what changed at a step
+STEPS_ADVICE = (
+    "find what changed at those steps: the weights the engine served (a weight sync or reload "
+    "that went wrong, CUDA graphs keeping stale pointers after a sleep/wake, an off-policy lag "
+    "whose size differs from step to step: compare the engine's weights with the trainer's "
+    "there), the engine's settings or version after a restart, a replica or node that joined "
+    "(`mismatchctl report RUN --steps A..B --by-gpu`); not the objective: importance sampling "
+    "would only reweight the damage"
+)
+
 # the cause "code path" of the starts of the prefills (causes/prefill.py)
 PREFILL_ADVICE = (
     "the first tokens after every prefill are hot, the prompt's longer ones too: the engine's "

@@ -10,6 +10,7 @@ from mismatchctl.analysis.diagnose.advice import (
     CODE_PATH_ADVICE,
     FIRST_TURNS_LOCAL_ADVICE,
     PREFILL_ADVICE,
+    STEPS_ADVICE,
     attribute_advice,
 )
 from mismatchctl.analysis.diagnose.cause_evidence import steps_follow_gpu
@@ -84,7 +85,7 @@ READS: tuple[CheckModule, ...] = (
 PLACES = {
     K.KV_POSITION: "long KV positions (split-KV, flash-decoding or cascade attention)",
     K.TURN_POSITION: "positions within the turns (prefill against decode, long turns)",
-    K.STEP: "some steps (a replica, or a path switched at a step)",
+    K.STEP: "some steps (a replica, or a path or the weights switched at a step)",
     K.ORDER: "some engine batches (batch shape, batch-variant kernels)",
     K.LENGTH: "sequences of some lengths",
 }
@@ -286,4 +287,6 @@ def advice(ctx: Context, found: Support) -> str:
     if found.variant.startswith("the samples with "):
         name, _, value = found.variant[len("the samples with ") :].partition(" ")
         return attribute_advice(ctx.label, name, value)
+    if found.variant == PLACES[K.STEP]:  # a part of whole steps: what changed there
+        return f"{found.where}: {STEPS_ADVICE}"
     return f"{found.where}: {CODE_PATH_ADVICE}"

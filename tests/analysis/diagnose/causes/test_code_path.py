@@ -8,6 +8,7 @@ from typing import cast
 
 import pytest
 
+from mismatchctl.analysis.diagnose.advice import STEPS_ADVICE
 from mismatchctl.analysis.diagnose.causes import code_path
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support
 from mismatchctl.analysis.diagnose.context import Context
@@ -46,6 +47,10 @@ def test_a_fault_from_one_step_on_stays_a_code_path(
     assert [int(s) for s in evidence.split.elevated_steps] == list(range(16, growth.STEPS))
     assert checks["cause"].evidence.cause == "code_path"
     assert "a code path only some steps take" in regimes.next
+    named = checks["cause"].evidence.named
+    assert named.variant == code_path.PLACES[K.STEP] and named.where.startswith("steps 16")
+    # what changes at a step: the weights served, a restart, a replica; not a kernel to disable
+    assert named.next.endswith(STEPS_ADVICE) and "weight sync or reload" in named.next
 
 
 def test_a_switch_the_trend_sees_rising_says_why_it_is_no_growth(growth_store: Path) -> None:
