@@ -40,12 +40,12 @@ CODE_PATH_ADVICE = (
 
 # the cause "code path" of some steps (causes/code_path.py): what changed at a step
 STEPS_ADVICE = (
-    "find what changed at those steps: the weights the engine served (a weight sync or reload "
-    "that went wrong, CUDA graphs keeping stale pointers after a sleep/wake, an off-policy lag "
-    "whose size differs from step to step: compare the engine's weights with the trainer's "
-    "there), the engine's settings or version after a restart, a replica or node that joined "
-    "(`mismatchctl report RUN --steps A..B --by-gpu`); not the objective: importance sampling "
-    "would only reweight the damage"
+    "find what changed at those steps: the engine that served them (a replica or node, its "
+    "settings, kernels or version after a restart: `mismatchctl report RUN --steps A..B "
+    "--by-gpu`) or the weights it served (a weight sync or reload that went wrong, CUDA graphs "
+    "keeping stale pointers after a sleep/wake, an off-policy lag whose size differs from step "
+    "to step: compare the engine's weights with the trainer's there); not the objective: "
+    "importance sampling would only reweight the damage"
 )
 
 # the cause "code path" of the starts of the prefills (causes/prefill.py)
