@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -81,3 +82,22 @@ def test_the_ends_of_small_decode_batches_are_not_the_stop(held_out_store: Path)
     assert end["last_vs_before"]["rate_ratio"] < turn_ends.T.STOP_SHARP  # ...not a stop's
     assert found["verdict"] == "warn"
     assert by_key(found["cause"]["key"]).CLASS == "code path"
+
+
+def test_the_stop_goes_first_only_over_a_part_its_ends_hold() -> None:
+    """``over_part``: the stop alarmed and holding ``ECHO`` of a part's excess or more goes
+    before the part; a part that keeps more than the stop's tokens hold, a first cause of every
+    token, or a stop that did not alarm, keep the order."""
+    from mismatchctl.analysis.diagnose.causes import code_path, policy
+    from mismatchctl.analysis.diagnose.causes.hypothesis import CauseModule, Support, Weighed
+
+    def weighed(cause: object, verdict: str, share: float) -> Weighed:
+        return Weighed(cast(CauseModule, cause), Support(verdict, share, "", ()), share)
+
+    part, ends = weighed(code_path, "fail", 0.998), weighed(stop, "fail", 0.997)
+    assert stop.over_part(part, [part, ends]) is ends
+    wide = weighed(code_path, "fail", 0.9)
+    assert stop.over_part(wide, [wide, weighed(stop, "warn", 0.5)]) is None  # the path keeps more
+    lean = weighed(policy, "fail", 0.998)
+    assert stop.over_part(lean, [lean, ends]) is None  # every token: no part to hold
+    assert stop.over_part(part, [part]) is None  # the stop did not alarm (not weighed as alarmed)
