@@ -60,7 +60,7 @@ TELLS_APART = (
     "on one side is a logit processor's (the semantics: processor.py)"
 )
 EVERY_TOKEN = False
-EXPLAINS = ("sequences", "tool_turns", "policy", "growth", "stop", "template")
+EXPLAINS = ("sequences", "tool_turns", "policy", "growth", "template")
 """``template``: the first tokens after a tool response are the first decoded after the prefill
 of the tool output, at long KV positions: a prefill path (chunked prefill, its attention merge)
 or a long-KV path makes them a burst as a rendering fault does (``cp-chunk-merge``: 5.5x the
@@ -76,7 +76,13 @@ runs alone (``tpl-*``) and 6.0x with a split-KV path beside (``combo-template-sp
 
 ``policy``: a biased kernel leans the responses it hits; the peel (``peel.py``) keeps this only
 while no response leans outside the path's part, and a part within the responses (turns, KV
-positions) is no part of a policy: the two are named side by side when both stand."""
+positions) is no part of a policy: the two are named side by side when both stand.
+
+Not ``stop``: a path that grows toward the end of generation (long KV, the small decode batches
+at the end) makes the turns' ends hot with the tokens before them, which the stop's sharpness
+leaves out (``turn_ends.STOP_SHARP``: 1.8-5.1x their neighbours there, every physical stop fault
+100x or more). A stop that stands is its own fault beside a path; a path whose part holds the
+ends counts what is left without them (``stop.WITHIN``)."""
 CORRECTION = "no: fix or disable the path; importance sampling would only reweight the damage"
 READS: tuple[CheckModule, ...] = (
     localized, regimes, spikes, trend, tool_responses, hardware, policy_signs,

@@ -21,13 +21,16 @@ TELLS_APART = (
 )
 EVERY_TOKEN = False
 EXPLAINS = ("sequences",)
-WITHIN = ("tool_turns",)
+WITHIN = ("tool_turns", "code_path")
 """The parts that hold the stop's tokens: the responses' last token ends their last turn, which
 follows a tool response in a multi-turn run, so a stop fault makes the later turns hot as a
 whole. Beside the stop they are a second cause only for the excess left once the stop's is
 taken out (their share less the stop's): ``stop-zero-last`` 99.2% against the stop's 98.9%,
 ``stop-zero-stop`` 97.8% against 96.9%, nothing left. A fault of the tool turns at every
-position beside a stop keeps its own excess there and is still named."""
+position beside a stop keeps its own excess there and is still named. So does a code path's
+part that holds the ends (``stop-unsampled``: turn positions 16-63, 99.8% against the stop's
+99.7%); a path's part elsewhere is counted less the stop's share too, which can leave out a
+path named after a louder stop."""
 CORRECTION = "no: a correction would only reweight it"
 READS: tuple[CheckModule, ...] = (turn_ends,)
 
@@ -63,7 +66,8 @@ cut at the length limit puts every hot end at turn positions 16-63, a part holdi
 the excess at 2496x, the ends alone 99.7% at 7684x and 3178x the seven tokens before them).
 A path's part makes no end sharp (``turn_ends.STOP_SHARP``), so the part and the stop are one
 finding, the narrower the better told; a path beside a stop keeps more excess than the stop's
-tokens hold and stays first, the stop a second cause beside it."""
+tokens hold and stays first, the stop a second cause beside it when it explains a quarter of
+the excess (``weigh.ALSO_SHARE``)."""
 
 PARTS = ("code_path", "tool_turns", "sequences")
 """The causes of a part of the run that a stop's tokens can lie in."""

@@ -56,7 +56,8 @@ def test_a_stop_holding_a_parts_excess_is_named_before_the_part(held_out_store: 
     length limit; the corpus regenerated on a second machine): every hot end lies at turn
     positions 16-63, a part holding the excess as the ends do; the part ranked first by a
     thousandth. The ends alone hold ``ECHO`` of its excess or more at thousands of times
-    their neighbours: the stop is named, the part is its finding seen from elsewhere."""
+    their neighbours: the stop is named, the part is its finding seen from elsewhere, with
+    nothing left of its excess without the ends' tokens (``stop.WITHIN``)."""
     found = diagnosis(held_out_store, "stop-unsampled").section_dict()
     cause = found["cause"]
     assert cause["key"] == "stop" and cause["also"] == []
@@ -65,7 +66,7 @@ def test_a_stop_holding_a_parts_excess_is_named_before_the_part(held_out_store: 
     part = next(r for r in cause["runner_ups"] if r["key"] == "code_path")
     assert part["verdict"] == "fail" and part["share"] >= cause["share"]  # ranked first alone
     assert cause["share"] >= stop.ECHO * part["share"]
-    assert part["lost"].startswith("the same finding as stop handling"), part["lost"]
+    assert part["lost"].startswith("without the tokens of stop handling"), part["lost"]
 
 
 def test_the_ends_of_small_decode_batches_are_not_the_stop(held_out_store: Path) -> None:
