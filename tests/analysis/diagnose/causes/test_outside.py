@@ -8,7 +8,7 @@ from typing import cast
 
 import pytest
 
-from mismatchctl.analysis.diagnose.causes import outside, precision, routing
+from mismatchctl.analysis.diagnose.causes import code_path, outside, precision, routing
 from mismatchctl.analysis.diagnose.causes.hypothesis import CauseModule, Support, Weighed
 from mismatchctl.analysis.diagnose.context import Context
 from tests.analysis.diagnose.stores import calibration
@@ -99,3 +99,22 @@ def test_an_fp8_cache_beside_fp8_router_flips_is_named_over_its_baseline(
     assert cause["key"] == "routing"
     (also,) = cause["also"]
     assert also["key"] == "precision" and "before" in also["where"]
+
+
+def test_outside_some_steps_no_precision_loss_is_weighed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A part of some steps: the excess left in the other steps is its cause's, weaker there
+    (a lag whose size differs from step to step), so no precision loss is weighed outside it;
+    outside a gpu it is. The baseline contrast itself is the ``_excess`` test's."""
+    path = Weighed(cast(CauseModule, code_path), Support("fail", 0.9, "steps", ()), 0.9)
+    loss = Weighed(cast(CauseModule, precision), Support("fail", 0.4, "uniform", ()), 0.4)
+    found = Support("warn", None, "outside: 5.2x the baseline", ("baseline",))
+    monkeypatch.setattr(outside, "lean", lambda ctx, out: None)
+    monkeypatch.setattr(outside, "_leans_faintly", lambda ctx, out: False)
+    monkeypatch.setattr(outside, "_excess", lambda ctx, out, leans: found)
+    monkeypatch.setattr(outside, "_other_reasons", lambda w: False)
+    for kept, expected in ((False, []), (True, [precision])):
+        out = outside.Outside({}, lambda st: st, "the steps other than 1-5", precision=kept)
+        monkeypatch.setattr(outside, "outside", lambda ctx, first, o=out: o)
+        monkeypatch.setattr(outside, "_shared", lambda ctx, o, s: s)
+        got = outside.second_pass(cast(Context, None), path, [path, loss])
+        assert [w.cause for w in got] == expected
