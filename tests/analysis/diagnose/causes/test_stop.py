@@ -77,7 +77,8 @@ def test_the_ends_of_small_decode_batches_are_not_the_stop(held_out_store: Path)
     path (the later turns, where the long responses end) is named."""
     found = diagnosis(held_out_store, "cp-batchvar-subtle").section_dict()
     ends = next(c for c in found["checks"] if c["name"] == "turn_ends")
-    assert ends["verdict"] == "ok" and "under 10x the tokens just before them" in ends["finding"]
+    under = f"under {turn_ends.T.STOP_SHARP:g}x the tokens just before them"
+    assert ends["verdict"] == "ok" and under in ends["finding"]
     end = ends["evidence"]["response_end"]
     assert end["last_vs_before"]["rate_ratio_ci"][0] >= 1.5  # hot against its neighbours...
     assert end["last_vs_before"]["rate_ratio"] < turn_ends.T.STOP_SHARP  # ...not a stop's

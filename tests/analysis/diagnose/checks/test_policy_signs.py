@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from mismatchctl import api
 from mismatchctl.analysis.diagnose.checks.policy_signs import T, length_gate
 from tests.helpers import slow_param
 from tests.planted import checks as diagnosed
+from tests.planted import diagnosis
 
 
 @pytest.mark.parametrize(
@@ -57,19 +57,13 @@ def test_the_gates_grow_with_long_responses() -> None:
     assert length_gate(T.SIGN_DISPERSION_ALONE, 223.0) > 2.5
 
 
-HELD_OUT = Path(__file__).parents[3] / "data" / "held_out"
-
-
-def test_a_healthy_run_that_leans_as_a_step_behind_raises_no_alarm(tmp_path: Path) -> None:
+def test_a_healthy_run_that_leans_as_a_step_behind_raises_no_alarm(held_out_store: Path) -> None:
     """Two healthy runs of the deep model trained anew (seed 13, temperature 0.6, loaders b
     and c: docs/diagnose.md "Held-out check, seed 13"): `h-deep-t06-b`'s responses lean 1.57
     (p 8e-7), where a step behind leans 1.59-1.66; it warned `policy` at the first gate (1.5).
     Alone, and against the other (which it does not exceed), nothing alarms."""
-    store = tmp_path / "store"
-    for name in ("h-deep-t06-b", "h-deep-t06"):
-        api.ingest([HELD_OUT / name], name, store=store)
     for baseline in (None, "h-deep-t06"):
-        found = api.diagnose("h-deep-t06-b", baseline=baseline, store=store).section_dict()
+        found = diagnosis(held_out_store, "h-deep-t06-b", baseline).section_dict()
         signs = next(c for c in found["checks"] if c["name"] == "policy_signs")
         lean = signs["evidence"]  # one run: its own sign coherence, flat
         assert T.SIGN_DISPERSION_WARN < lean["dispersion"] < T.SIGN_DISPERSION_ALONE
