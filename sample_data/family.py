@@ -1,0 +1,134 @@
+"""Generate the second family's corpus: a Llama-architecture model over a BPE vocabulary, its
+own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusion.py`.
+
+    python sample_data/family.py --out DIR [--only NAME,NAME] [--seed N] [--force] [--list]
+    python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
+
+No threshold of `diagnose` was set on this family: it is a held-out check of other weights, another
+architecture, another vocabulary and another engine's decoding. Runs go to DIR/runs/NAME/, the
+trained model to DIR/cache/ (reused), DIR/corpus.json lists each run as calibrate.py does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gen.calib_measure import ratio, run_vllm_kl
+from gen.corpus import prompt_line_sources, prompt_lines
+from gen.family_model import FamilyModel, FamilyTraining, train_family
+from gen.family_runs import FAMILY, MODEL, FamilyRun, check_family, write_run
+
+THREADS = 2  # fixed: CPU reductions depend on the thread count
+
+
+def load_model(cache: Path, seed: int) -> FamilyModel:
+    """The trained family model of this seed, from DIR/cache/ when it is there."""
+    from tokenizers import Tokenizer
+
+    path = cache / f"family-seed{seed}.pt"
+    if path.is_file():
+        found = torch.load(path, weights_only=False)
+        model = found["model"]
+        model.tokenizer = Tokenizer.from_str(found["tokenizer"])
+        return model
+    model = train_family(FamilyTraining(seed=11 + seed))
+    cache.mkdir(parents=True, exist_ok=True)
+    tokenizer, model.tokenizer = model.tokenizer, None  # type: ignore[assignment]
+    torch.save({"model": model, "tokenizer": tokenizer.to_str()}, path)
+    model.tokenizer = tokenizer
+    return model
+
+
+def entry(run: FamilyRun, out: Path, seconds: float) -> dict[str, object]:
+    value = run_vllm_kl(out / "runs" / run.name)
+    base_dir = out / "runs" / run.baseline
+    base = run_vllm_kl(base_dir) if base_dir.is_dir() else None
+    return {
+        "name": run.name,
+        "kind": run.kind,
+        "cause": run.cause,
+        "fault": run.fault,
+        "size": run.size,
+        "baseline": run.baseline,
+        "model": MODEL,
+        "steps": 6,
+        "vllm_kl": value,
+        "ratio_to_baseline": ratio(value, base),
+        "seconds": round(seconds, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="the corpus directory")
+    parser.add_argument("--only", default=None, help="comma-separated run names")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="regenerate runs already present")
+    parser.add_argument("--list", action="store_true", help="list the runs and exit")
+    args = parser.parse_args(argv)
+    check_family()
+    runs = list(FAMILY)
+    if args.only:
+        names = set(args.only.split(","))
+        unknown = names - {r.name for r in runs}
+        if unknown:
+            raise SystemExit(
+                f"Error: --only: unknown run(s) {', '.join(sorted(unknown))}\n"
+                "Hint: --list shows the runs"
+            )
+        runs = [r for r in runs if r.name in names]
+    if args.list:
+        for r in runs:
+            print(f"{r.name:24} {r.kind:11} {r.cause or '-':18} {r.size or '-':6} {r.fault}")
+        return 0
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(THREADS)
+    model = load_model(args.out / "cache", args.seed)
+    prompts, sources = prompt_lines(), prompt_line_sources()
+    listing = args.out / "corpus.json"
+    found = json.loads(listing.read_text())["runs"] if listing.is_file() else []
+    items = {r["name"]: r for r in found}
+    for run in runs:
+        final = args.out / "runs" / run.name
+        if final.is_dir() and not args.force and run.name in items:
+            continue
+        t0 = time.perf_counter()
+        scratch = args.out / "runs" / f".{run.name}.partial"
+        shutil.rmtree(scratch, ignore_errors=True)
+        scratch.mkdir(parents=True)
+        write_run(run, model, prompts, sources, scratch, args.seed)
+        shutil.rmtree(final, ignore_errors=True)
+        scratch.rename(final)
+        items[run.name] = entry(run, args.out, time.perf_counter() - t0)
+        print(
+            f"{run.name}: vllm_kl {items[run.name]['vllm_kl']}, "
+            f"{items[run.name]['ratio_to_baseline']}x {run.baseline}",
+            flush=True,
+        )
+    for name, item in items.items():  # baselines generated after their runs
+        run = next(r for r in FAMILY if r.name == name)
+        item.update(entry(run, args.out, float(item["seconds"])) | {"seconds": item["seconds"]})
+    order = [r.name for r in FAMILY if r.name in items]
+    listing.write_text(
+        json.dumps(
+            {"size": "family", "seed": args.seed, "runs": [items[n] for n in order]}, indent=1
+        )
+        + "\n"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

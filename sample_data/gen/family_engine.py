@@ -1,0 +1,250 @@
+"""The second family's two numeric paths: a bf16 engine that decodes through transformers' own
+KV cache (left-padded batches, one token at a time) and an fp32 trainer that scores each whole
+sequence in one forward; and the faults, each where it happens in a real stack.
+
+- the sampler: temperature, top-p, a repetition penalty, raw logprobs (`Sampler`);
+- the attention kernel of the engine (`EngineKernel`, registered with transformers' attention
+  interface): an fp8 KV cache (keys and values rounded to float8_e4m3fn, unscaled, as a cache
+  with the default scale of 1), a split-KV decode whose partial results are merged with their
+  log-sum-exp rounded (bf16 or fp8) once the KV length passes a threshold;
+- one device's kernels: RMSNorm statistics in bf16 (`bf16_norm_stats`);
+- the engine's lm_head in fp32 (an improvement).
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from transformers import AttentionInterface, LlamaForCausalLM
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+KERNEL_NAME = "family_engine"
+FP8 = torch.float8_e4m3fn
+
+
+@dataclass(frozen=True)
+class EngineKernel:
+    fp8_kv: bool = False
+    split_at: int = 0  # 0: no split; else decode steps with more keys merge two partials
+    lse_dtype: torch.dtype = torch.bfloat16  # the rounding of each partial's log-sum-exp
+    drop_key: bool = False  # off by one: the second partial starts a key late
+
+
+@dataclass(frozen=True)
+class Sampler:
+    temperature: float = 0.9
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0  # vLLM's: logits of tokens seen in prompt or output
+    logprobs: str = "processed"  # "raw": log_softmax of the logits before any processing
+
+
+def _split_merge(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    scaling: float,
+    split: int,
+    lse_dtype: torch.dtype,
+    drop_key: bool,
+) -> torch.Tensor:
+    """Decode attention over keys [0, split) and [split, n) separately, merged by their
+    log-sum-exps rounded to `lse_dtype` (the fault: the merge weights are off by the rounding);
+    `drop_key`: the second partial starts one key late, so key `split` is never attended."""
+    rep = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(rep, dim=1).float()
+    v = v.repeat_interleave(rep, dim=1).float()
+    scores = (q.float() @ k.transpose(-1, -2)) * scaling
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        else:
+            scores = scores + mask.float()
+    outs, lses = [], []
+    for lo, hi in ((0, split), (split + int(drop_key), scores.shape[-1])):
+        s = scores[..., lo:hi]
+        lse = torch.logsumexp(s, dim=-1, keepdim=True)
+        p = torch.exp(s - lse).nan_to_num(0.0)
+        outs.append(p @ v[..., lo:hi, :])
+        lses.append(lse.to(lse_dtype).float())
+    both = torch.stack(lses)
+    weights = torch.softmax(both.nan_to_num(float("-inf"), neginf=float("-inf")), dim=0)
+    weights = weights.nan_to_num(0.0)
+    out = weights[0] * outs[0] + weights[1] * outs[1]
+    return out.to(q.dtype).transpose(1, 2).contiguous()
+
+
+def engine_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: object,
+) -> tuple[torch.Tensor, None]:
+    kernel: EngineKernel = getattr(module.config, "engine_kernel", EngineKernel())
+    if kernel.fp8_kv:
+        key = key.to(FP8).to(query.dtype)
+        value = value.to(FP8).to(query.dtype)
+    scale = scaling if scaling is not None else query.shape[-1] ** -0.5
+    if kernel.split_at and query.shape[-2] == 1 and key.shape[-2] > kernel.split_at:
+        return _split_merge(
+            query,
+            key,
+            value,
+            attention_mask,
+            scale,
+            kernel.split_at,
+            kernel.lse_dtype,
+            kernel.drop_key,
+        ), None
+    return sdpa_attention_forward(
+        module, query, key, value, attention_mask, dropout=dropout, scaling=scale, **kwargs
+    )
+
+
+AttentionInterface.register(KERNEL_NAME, engine_attention)
+AttentionMaskInterface.register(KERNEL_NAME, sdpa_mask)
+
+
+def bf16_norm_stats(model: LlamaForCausalLM) -> None:
+    """Every RMSNorm computes its mean square in bf16 (a device whose fused norm kernel keeps
+    the statistics in the activations' dtype)."""
+
+    def forward(self: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+        h = hidden.to(torch.bfloat16)
+        variance = h.pow(2).mean(-1, keepdim=True)
+        return self.weight * (h * torch.rsqrt(variance + self.variance_epsilon))
+
+    for module in model.modules():
+        if type(module).__name__ == "LlamaRMSNorm":
+            module.forward = types.MethodType(forward, module)
+
+
+class Fp32Head(torch.nn.Module):
+    def __init__(self, weight: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight.float(), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float() @ self.weight.t()
+
+
+def prepare_engine(
+    model: LlamaForCausalLM, kernel: EngineKernel, fp32_head: bool, norm_bf16: bool
+) -> LlamaForCausalLM:
+    model.config.engine_kernel = kernel
+    model.config._attn_implementation = KERNEL_NAME
+    for layer in model.model.layers:
+        layer.self_attn.config = model.config
+    if fp32_head:
+        model.lm_head = Fp32Head(model.lm_head.weight.data)
+    if norm_bf16:
+        bf16_norm_stats(model)
+    return model
+
+
+def process(logits: torch.Tensor, s: Sampler, history: list[list[int]]) -> torch.Tensor:
+    """The sampler's logits (fp32): the penalty on seen tokens, the temperature, top-p."""
+    out = logits.float().clone()
+    if s.repetition_penalty != 1.0:
+        for row, seen in enumerate(history):
+            ids = torch.tensor(sorted(set(seen)), dtype=torch.long)
+            vals = out[row, ids]
+            out[row, ids] = torch.where(
+                vals > 0, vals / s.repetition_penalty, vals * s.repetition_penalty
+            )
+    out = out / s.temperature
+    if s.top_p < 1.0:
+        probs, order = torch.sort(torch.softmax(out, -1), dim=-1, descending=True)
+        before = torch.cumsum(probs, -1) - probs
+        drop = torch.zeros_like(out, dtype=torch.bool).scatter(-1, order, before >= s.top_p)
+        out = out.masked_fill(drop, float("-inf"))
+    return out
+
+
+def decode_turn(
+    model: LlamaForCausalLM,
+    contexts: list[list[int]],
+    sampler: Sampler,
+    stops: set[int],
+    max_new: int,
+    min_new: int,
+    gen: torch.Generator,
+) -> list[tuple[list[int], list[float]]]:
+    """One model turn for every context: prefill the left-padded batch, then decode one token
+    at a time through the model's KV cache until each row samples a stop token (after
+    `min_new` tokens) or reaches `max_new`."""
+    n = len(contexts)
+    width = max(map(len, contexts))
+    ids = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for i, c in enumerate(contexts):
+        ids[i, width - len(c) :] = torch.tensor(c)
+        mask[i, width - len(c) :] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    history = [list(c) for c in contexts]
+    outs: list[tuple[list[int], list[float]]] = [([], []) for _ in contexts]
+    done = [False] * n
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        cache = out.past_key_values
+        logits = out.logits[:, -1]
+        last = positions[:, -1]
+        for _ in range(max_new):
+            processed = process(logits, sampler, history)
+            probs = torch.softmax(processed, -1)
+            token = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+            chosen = processed if sampler.logprobs == "processed" else logits.float()
+            lp = torch.log_softmax(chosen, -1).gather(1, token[:, None]).squeeze(1)
+            for i in range(n):
+                if done[i]:
+                    continue
+                t = int(token[i])
+                outs[i][0].append(t)
+                outs[i][1].append(float(lp[i]))
+                history[i].append(t)
+                if (t in stops and len(outs[i][0]) >= min_new) or len(outs[i][0]) >= max_new:
+                    done[i] = True
+            if all(done):
+                break
+            mask = torch.cat([mask, torch.ones((n, 1), dtype=torch.long)], dim=1)
+            last = last + 1
+            out = model(
+                input_ids=token[:, None],
+                attention_mask=mask,
+                position_ids=last[:, None],
+                cache=cache,
+                use_cache=True,
+            )
+            cache = out.past_key_values
+            logits = out.logits[:, -1]
+    return outs
+
+
+def score(
+    model: LlamaForCausalLM, sequences: list[list[int]], temperature: float, batch: int = 16
+) -> list[list[float]]:
+    """The trainer: fp32, one forward of each right-padded sequence; entry j of a row is the
+    logprob of token j given tokens before it (entry 0 is 0.0)."""
+    result: list[list[float]] = []
+    with torch.no_grad():
+        for lo in range(0, len(sequences), batch):
+            chunk = sequences[lo : lo + batch]
+            width = max(map(len, chunk))
+            ids = torch.zeros((len(chunk), width), dtype=torch.long)
+            mask = torch.zeros((len(chunk), width), dtype=torch.long)
+            for i, s in enumerate(chunk):
+                ids[i, : len(s)] = torch.tensor(s)
+                mask[i, : len(s)] = 1
+            logits = model(input_ids=ids, attention_mask=mask).logits.float() / temperature
+            lps = F.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+            for i, s in enumerate(chunk):
+                result.append([0.0, *lps[i, : len(s) - 1].tolist()])
+    return result

@@ -1,0 +1,129 @@
+"""A second model family for the held-out check of `diagnose`: a Llama-architecture model from
+`transformers` (RMSNorm, SwiGLU, grouped-query attention, rotary positions) over a BPE
+vocabulary trained with `tokenizers`, both made offline from the standard library's source.
+
+Nothing of it is shared with the sample model (gen/model.py: LayerNorm, GELU, multi-head
+attention, a byte vocabulary) but the training text, so its healthy noise, its token
+probabilities and its faults' sizes are its own."""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from gen.corpus import TRAIN_MODULES, read_modules
+
+VOCAB = 1024
+
+
+@dataclass(frozen=True)
+class FamilyTraining:
+    warmup_iters: int = 900  # iterations before the first RL step's checkpoint
+    iters_per_step: int = 20  # iterations between consecutive RL steps' checkpoints
+    n_steps: int = 7  # checkpoints of RL steps 0..n-1
+    early_iter: int = 600  # a checkpoint from pre-training: the loud "wrong checkpoint"
+    batch: int = 16
+    context: int = 320  # every rollout stays within it (gen/family_runs.py)
+    lr: float = 3e-3
+    step_lr: float = 5e-4
+    seed: int = 11
+
+
+def train_tokenizer() -> Tokenizer:
+    """A byte-level BPE of VOCAB tokens over the training modules (deterministic)."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    texts = [m.decode("utf-8", "replace") for m in read_modules(TRAIN_MODULES)]
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def llama_config() -> LlamaConfig:
+    return LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=128,
+        intermediate_size=352,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        attn_implementation="sdpa",
+    )
+
+
+@dataclass
+class FamilyModel:
+    tokenizer: Tokenizer
+    config: LlamaConfig
+    checkpoints: list[dict[str, torch.Tensor]]  # index = RL step
+    lagging: list[dict[str, torch.Tensor]]  # index = RL step: one optimizer step before it
+    early: dict[str, torch.Tensor]  # a pre-training checkpoint
+    losses: list[float]
+
+
+def build(
+    config: LlamaConfig, state: dict[str, torch.Tensor], dtype: torch.dtype
+) -> LlamaForCausalLM:
+    model = LlamaForCausalLM(copy.deepcopy(config))
+    model.load_state_dict(state)
+    model.eval()
+    return model.to(dtype)
+
+
+def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> FamilyModel:
+    tok = train_tokenizer()
+    text = "\n\n".join(m.decode("utf-8", "replace") for m in read_modules(TRAIN_MODULES))
+    data = torch.tensor(tok.encode(text).ids, dtype=torch.long)
+    torch.manual_seed(cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    config = llama_config()
+    model = LlamaForCausalLM(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+    total = cfg.warmup_iters + cfg.iters_per_step * (cfg.n_steps - 1)
+    checkpoints: list[dict[str, torch.Tensor]] = []
+    lagging: list[dict[str, torch.Tensor]] = []
+    early: dict[str, torch.Tensor] = {}
+    losses: list[float] = []
+    start = time.perf_counter()
+    for it in range(total + 1):
+        if it == cfg.early_iter:
+            early = copy.deepcopy(model.state_dict())
+        if it + 1 >= cfg.warmup_iters and (it + 1 - cfg.warmup_iters) % cfg.iters_per_step == 0:
+            lagging.append(copy.deepcopy(model.state_dict()))
+        if it >= cfg.warmup_iters and (it - cfg.warmup_iters) % cfg.iters_per_step == 0:
+            checkpoints.append(copy.deepcopy(model.state_dict()))
+        if it == total:
+            break
+        lr = cfg.step_lr if it >= cfg.warmup_iters else cfg.lr * min(1.0, (it + 1) / 50)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        offsets = torch.randint(0, data.numel() - cfg.context - 1, (cfg.batch,), generator=gen)
+        window = torch.stack([data[o : o + cfg.context + 1] for o in offsets.tolist()])
+        logits = model(window[:, :-1]).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), window[:, 1:].reshape(-1)
+        )
+        losses.append(loss.item())
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if log and (it % 100 == 0 or it == total - 1):
+            rate = (it + 1) / (time.perf_counter() - start)
+            print(
+                f"  train iter {it:5d}/{total} loss {losses[-1]:.3f} ({rate:.1f} it/s)", flush=True
+            )
+    return FamilyModel(tok, config, checkpoints, lagging, early, losses)

@@ -1,0 +1,410 @@
+"""The second family's runs: healthy runs of several shapes and settings, an improvement, faults
+of every class at the sizes this model gives them, and combinations of two. Each run is rolled
+out by the bf16 engine (gen/family_engine.py) and scored by the fp32 trainer, six RL steps of
+multi-turn rollouts with tool responses, written as verl-style Parquet dumps."""
+
+from __future__ import annotations
+
+import copy
+import random
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import torch
+
+from gen.corpus import pick_prompt
+from gen.edits import RENDERS
+from gen.family_engine import EngineKernel, Sampler, decode_turn, prepare_engine, score
+from gen.family_model import FamilyModel, FamilyTraining, build
+from gen.rollout import Sample, stable_seed
+from gen.tools import tool_response
+from gen.writers import prompt_columns, write_parquet_step
+
+MODEL = "llama-4x128-bpe1024"
+STEPS = 6
+MAX_NEW, MIN_NEW = 48, 16  # a turn's tokens at most; a newline token ends it after MIN_NEW
+CONTEXT = FamilyTraining().context  # the trained context: no rollout goes past it
+
+
+@dataclass(frozen=True)
+class FamilyRun:
+    name: str
+    kind: str  # healthy, improvement, fault, combo
+    cause: str | None
+    fault: str
+    size: str | None
+    baseline: str
+    sampler: Sampler = field(default_factory=Sampler)
+    trainer_temperature: float | None = None  # None: the sampler's
+    kernel: EngineKernel = field(default_factory=EngineKernel)
+    weights: str = "current"  # "lag": one optimizer step behind; "stale": one RL step behind;
+    # "early": a pre-training checkpoint
+    gpus: int = 1  # requests spread over this many devices by uid hash
+    faulty_gpu: int = -1  # that device's engine departs: `gpu_kernel`, else bf16 norm statistics
+    gpu_kernel: EngineKernel | None = None
+    fp32_head: bool = False
+    render: str = ""  # a key of gen/edits.RENDERS: the trainer's copy of each tool response
+    stop_zero: bool = False  # the engine reports 0.0 for the stop token ending a turn
+    loader: str = "a"
+    prompts: int = 8
+    group: int = 4
+    turns: tuple[int, int] = (2, 3)
+
+
+def _healthy(name: str, what: str, baseline: str = "f-h-b", **kw: object) -> FamilyRun:
+    return FamilyRun(name, "healthy", None, what, None, baseline, **kw)  # type: ignore[arg-type]
+
+
+def _fault(name: str, cause: str, size: str, what: str, **kw: object) -> FamilyRun:
+    kind = "combo" if "+" in cause else "fault"
+    return FamilyRun(name, kind, cause, what, size, "f-h-a", **kw)  # type: ignore[arg-type]
+
+
+SPLIT_SUBTLE = EngineKernel(split_at=128, lse_dtype=torch.float8_e4m3fn)
+SPLIT_LOUD = EngineKernel(split_at=96, drop_key=True)
+FP8KV = EngineKernel(fp8_kv=True)
+
+FAMILY: tuple[FamilyRun, ...] = (
+    _healthy("f-h-a", "bf16 engine through transformers' KV cache vs fp32 trainer, loader a"),
+    _healthy("f-h-b", "as f-h-a, loader b", baseline="f-h-a", loader="b"),
+    _healthy("f-h-c", "as f-h-a, loader c", loader="c"),
+    _healthy(
+        "f-h-t06", "temperature 0.6 on both sides", sampler=Sampler(temperature=0.6), loader="d"
+    ),
+    _healthy(
+        "f-h-t10", "temperature 1.0 on both sides", sampler=Sampler(temperature=1.0), loader="e"
+    ),
+    _healthy("f-h-one-turn", "one turn, no tool response", turns=(1, 1), loader="f"),
+    _healthy(
+        "f-h-many-turns",
+        "four or five turns (within the trained context)",
+        turns=(4, 5),
+        loader="g",
+    ),
+    _healthy("f-h-gpus", "four devices, one engine", gpus=4, loader="h"),
+    _healthy("f-h-big", "16 prompts x 4 per step", prompts=16, loader="i"),
+    FamilyRun(
+        "f-imp-fp32-head",
+        "improvement",
+        None,
+        "the engine's lm_head in fp32",
+        None,
+        "f-h-a",
+        fp32_head=True,
+        loader="j",
+    ),
+    _fault(
+        "f-sem-temp-subtle",
+        "semantics",
+        "subtle",
+        "engine samples at 0.97, the trainer scores at 1.0",
+        sampler=Sampler(temperature=0.97),
+        trainer_temperature=1.0,
+    ),
+    _fault(
+        "f-sem-temp-loud",
+        "semantics",
+        "loud",
+        "engine samples at 0.7, trainer at 1.0",
+        sampler=Sampler(temperature=0.7),
+        trainer_temperature=1.0,
+    ),
+    _fault(
+        "f-sem-topp-subtle",
+        "semantics",
+        "subtle",
+        "top-p 0.98, processed logprobs",
+        sampler=Sampler(top_p=0.98),
+    ),
+    _fault(
+        "f-sem-topp-loud",
+        "semantics",
+        "loud",
+        "top-p 0.9, processed logprobs",
+        sampler=Sampler(top_p=0.9),
+    ),
+    _fault(
+        "f-sem-raw",
+        "semantics",
+        "loud",
+        "raw logprobs at temperature 0.9",
+        sampler=Sampler(logprobs="raw"),
+    ),
+    _fault(
+        "f-sem-rep-subtle",
+        "semantics",
+        "subtle",
+        "a repetition penalty of 1.02 in the engine only",
+        sampler=Sampler(repetition_penalty=1.02),
+    ),
+    _fault(
+        "f-sem-rep-loud",
+        "semantics",
+        "loud",
+        "a repetition penalty of 1.1, engine only",
+        sampler=Sampler(repetition_penalty=1.1),
+    ),
+    _fault("f-pol-lag", "policy", "subtle", "weights one optimizer step behind", weights="lag"),
+    _fault(
+        "f-pol-stale",
+        "policy",
+        "loud",
+        "weights one RL step (20 optimizer steps) behind",
+        weights="stale",
+    ),
+    _fault("f-pol-early", "policy", "loud", "a pre-training checkpoint served", weights="early"),
+    _fault(
+        "f-cp-splitkv-subtle",
+        "code_path",
+        "subtle",
+        "split-KV decode past 128 keys, partials merged by fp8 log-sum-exps",
+        kernel=SPLIT_SUBTLE,
+    ),
+    _fault(
+        "f-cp-splitkv-loud",
+        "code_path",
+        "loud",
+        "split-KV decode past 96 keys, the second partial a key late",
+        kernel=SPLIT_LOUD,
+    ),
+    _fault("f-pr-fp8kv", "precision", "loud", "an fp8 KV cache (scale 1)", kernel=FP8KV),
+    _fault(
+        "f-hw-norm",
+        "hardware",
+        "subtle",
+        "one device of four: RMSNorm statistics in bf16",
+        gpus=4,
+        faulty_gpu=2,
+    ),
+    _fault(
+        "f-hw-fp8kv",
+        "hardware",
+        "loud",
+        "one device of four with an fp8 KV cache",
+        gpus=4,
+        faulty_gpu=2,
+        gpu_kernel=FP8KV,
+    ),
+    _fault(
+        "f-tpl-tag",
+        "template",
+        "loud",
+        "the trainer renders the tool's opening tag otherwise",
+        render="opening-tag",
+    ),
+    _fault(
+        "f-stop-zero",
+        "stop",
+        "loud",
+        "the engine reports 0.0 for each turn's stop token",
+        stop_zero=True,
+    ),
+    _fault(
+        "f-combo-stale-topp",
+        "semantics+policy",
+        "loud",
+        "top-p 0.9 with stale weights",
+        sampler=Sampler(top_p=0.9),
+        weights="stale",
+    ),
+    _fault(
+        "f-combo-lag-topp",
+        "semantics+policy",
+        "subtle",
+        "top-p 0.98 with weights an optimizer step behind",
+        sampler=Sampler(top_p=0.98),
+        weights="lag",
+    ),
+    _fault(
+        "f-combo-lag-splitkv",
+        "policy+code_path",
+        "loud",
+        "weights an optimizer step behind beside the off-by-one split-KV merge",
+        weights="lag",
+        kernel=SPLIT_LOUD,
+    ),
+    _fault(
+        "f-combo-fp8kv-tpl",
+        "template+precision",
+        "loud",
+        "an fp8 KV cache beside the re-rendered tag",
+        kernel=FP8KV,
+        render="opening-tag",
+    ),
+    _fault(
+        "f-combo-temp-gpu",
+        "semantics+hardware",
+        "loud",
+        "temperature 0.97 vs 1.0 beside one device's fp8 KV cache",
+        sampler=Sampler(temperature=0.97),
+        trainer_temperature=1.0,
+        gpus=4,
+        faulty_gpu=2,
+        gpu_kernel=FP8KV,
+    ),
+    _fault(
+        "f-combo-tpl-splitkv",
+        "template+code_path",
+        "loud",
+        "the re-rendered tag beside the off-by-one split-KV merge",
+        render="opening-tag",
+        kernel=SPLIT_LOUD,
+    ),
+)
+
+
+def newline_ids(model: FamilyModel) -> set[int]:
+    tok = model.tokenizer
+    return {i for i in range(tok.get_vocab_size()) if "\n" in tok.decode([i])}
+
+
+def make_samples(
+    run: FamilyRun,
+    model: FamilyModel,
+    prompts: list[bytes],
+    sources: list[str],
+    step: int,
+    seed: int,
+) -> list[Sample]:
+    rng = random.Random(stable_seed(seed, "family", run.loader, step))
+    samples = []
+    for p in range(run.prompts):
+        snippet, start = pick_prompt(prompts, rng, 80, 200)
+        ids = model.tokenizer.encode(snippet.decode("utf-8", "replace")).ids
+        for j in range(run.group):
+            samples.append(
+                Sample(
+                    uid=f"step{step}-p{p:02d}-r{j}",
+                    prompt=ids,
+                    n_turns=rng.randint(*run.turns),
+                    tool_rng=random.Random(stable_seed(seed, "tool", run.loader, step, p, j)),
+                    data_source=sources[start],
+                )
+            )
+    return samples
+
+
+def gpu_of(sample: Sample, n: int) -> int:
+    return zlib.crc32(sample.uid.encode()) % n
+
+
+def engine_for(run: FamilyRun, model: FamilyModel, step: int, faulty: bool) -> torch.nn.Module:
+    state = {
+        "current": model.checkpoints[step],
+        "lag": model.lagging[step],
+        "stale": model.checkpoints[step - 1],
+        "early": model.early,
+    }[run.weights]
+    kernel = run.gpu_kernel if faulty and run.gpu_kernel is not None else run.kernel
+    return prepare_engine(
+        build(model.config, state, torch.bfloat16),
+        kernel,
+        run.fp32_head,
+        norm_bf16=faulty and run.gpu_kernel is None,
+    )
+
+
+def roll(run: FamilyRun, model: FamilyModel, samples: list[Sample], step: int, seed: int) -> None:
+    tok = model.tokenizer
+    stops = newline_ids(model)
+    gen = torch.Generator().manual_seed(stable_seed(seed, "sample", run.name, step))
+    groups: dict[int, list[Sample]] = {}
+    for s in samples:
+        g = gpu_of(s, run.gpus)
+        s.gpu = f"gpu{g}" if run.gpus > 1 else ""
+        groups.setdefault(g, []).append(s)
+    for g, members in sorted(groups.items()):
+        engine = engine_for(run, model, step, g == run.faulty_gpu)
+        for turn in range(max(s.n_turns for s in members)):
+            batch = [s for s in members if s.n_turns > turn]
+            if not batch:
+                break
+            outs = decode_turn(
+                engine, [s.sequence for s in batch], run.sampler, stops, MAX_NEW, MIN_NEW, gen
+            )
+            for s, (tokens, lps) in zip(batch, outs, strict=True):
+                stopped = tokens[-1] in stops
+                if stopped and run.stop_zero:
+                    lps = [*lps[:-1], 0.0]
+                s.response += tokens
+                s.mask += [1] * len(tokens)
+                s.rollout_lp += lps
+                s.stopped.append(stopped)
+                if s.n_turns > turn + 1:
+                    text = tool_response(s.tool_rng).decode()
+                    if not tok.decode([tokens[-1]]).endswith("\n"):
+                        text = "\n" + text
+                    ids = tok.encode(text).ids
+                    if len(s.sequence) + len(ids) + MAX_NEW > CONTEXT:
+                        s.n_turns = turn + 1  # the next turn would leave the trained context
+                        continue
+                    s.response += ids
+                    s.mask += [0] * len(ids)
+                    s.rollout_lp += [0.0] * len(ids)
+
+
+def trainer_copy(s: Sample, model: FamilyModel, render: str) -> tuple[list[int], list[int]]:
+    """The trainer's sequence (each tool response re-rendered and re-tokenized) and, for each
+    response position, its index there (-1 for tool positions)."""
+    seq, where = list(s.prompt), []
+    i = 0
+    while i < len(s.mask):
+        j = i
+        while j < len(s.mask) and s.mask[j] == s.mask[i]:
+            j += 1
+        if s.mask[i]:
+            where += range(len(seq), len(seq) + j - i)
+            seq += s.response[i:j]
+        else:
+            where += [-1] * (j - i)
+            text = model.tokenizer.decode(s.response[i:j]).encode()
+            seq += model.tokenizer.encode(RENDERS[render](text).decode()).ids
+        i = j
+    return seq, where
+
+
+def scored(run: FamilyRun, model: FamilyModel, samples: list[Sample], step: int) -> None:
+    trainer = build(model.config, model.checkpoints[step], torch.float32)
+    pairs = [
+        trainer_copy(s, model, run.render)
+        if run.render
+        else (s.sequence, list(range(len(s.prompt), len(s.sequence))))
+        for s in samples
+    ]
+    lps = score(trainer, [p[0] for p in pairs], run.trainer_temperature or run.sampler.temperature)
+    for s, (_, where), row in zip(samples, pairs, lps, strict=True):
+        s.trainer_lp = [row[w] if m else 0.0 for w, m in zip(where, s.mask, strict=True)]
+
+
+def write_run(
+    run: FamilyRun,
+    model: FamilyModel,
+    prompts: list[bytes],
+    sources: list[str],
+    out: Path,
+    seed: int,
+) -> None:
+    for step in range(1, STEPS + 1):
+        samples = make_samples(run, model, prompts, sources, step, seed)
+        roll(run, model, samples, step, seed)
+        scored(run, model, samples, step)
+        extra = prompt_columns(samples)
+        if run.gpus > 1:
+            extra["gpu"] = pa.array([s.gpu for s in samples], pa.string())
+        write_parquet_step(
+            out / f"step_{step:04d}.parquet",
+            step,
+            copy.deepcopy(samples),
+            {"source": "family"},
+            extra,
+        )
+
+
+def check_family() -> None:
+    names = [r.name for r in FAMILY]
+    assert len(set(names)) == len(names), "duplicate run names"
+    for r in FAMILY:
+        assert r.baseline in names and r.baseline != r.name, r.name
+        assert r.render in ("", *RENDERS), r.name
