@@ -88,6 +88,18 @@ READS: tuple[CheckModule, ...] = (
     localized, regimes, spikes, trend, tool_responses, hardware, policy_signs,
 )  # fmt: skip
 
+PAST_CONTEXT = (
+    "if those positions lie past the context the model was trained on (or its rope scaling's), "
+    "the model amplifies every rounding there itself and no kernel is at fault: compare with "
+    "the model's trained context before changing kernels"
+)
+"""Long KV positions are hot for a second reason than a kernel: a model run past the context it
+was trained on. The Llama family's healthy run of four or five turns, trained on 192 tokens,
+was 1.8x the run at positions 192-255, 4.3x at 256-319, 8.9x past 320 (K3 flat at 2.1e-4 before
+192) and was named this path at 3.5x: its two sides compute the same function, which is
+unstable there (docs/diagnose.md "Another family"). The data cannot tell it from a split-KV
+path; the advice says both."""
+
 PLACES = {
     K.KV_POSITION: "long KV positions (split-KV, flash-decoding or cascade attention)",
     K.TURN_POSITION: "positions within the turns (prefill against decode, long turns)",
@@ -295,4 +307,6 @@ def advice(ctx: Context, found: Support) -> str:
         return attribute_advice(ctx.label, name, value)
     if found.variant == PLACES[K.STEP]:  # a part of whole steps: what changed there
         return f"{found.where}: {STEPS_ADVICE}"
+    if found.variant == PLACES[K.KV_POSITION]:
+        return f"{found.where}: {CODE_PATH_ADVICE}; {PAST_CONTEXT}"
     return f"{found.where}: {CODE_PATH_ADVICE}"

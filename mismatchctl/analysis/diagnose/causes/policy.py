@@ -6,10 +6,19 @@ from __future__ import annotations
 from mismatchctl.analysis.diagnose.advice import POLICY_SIGNS_ADVICE, STALE_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import steps_share
-from mismatchctl.analysis.diagnose.causes.semantics import ids_explain
+from mismatchctl.analysis.diagnose.causes.semantics import ids_explain, kl_only
 from mismatchctl.analysis.diagnose.causes.sequences import in_requests
 from mismatchctl.analysis.diagnose.check import FAIL, WARN, evidence_of, fired
-from mismatchctl.analysis.diagnose.checks import baseline, hot_sequences, policy_signs, staleness
+from mismatchctl.analysis.diagnose.checks import (
+    baseline,
+    hot_sequences,
+    offset,
+    policy_signs,
+    staleness,
+    temperature,
+    token_shift,
+    top_p,
+)
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.stats.hot_sequences import TAIL_RATIO
@@ -42,14 +51,18 @@ CORRECTION = (
     "only for a known lag (asynchronous RL by design: an off-policy correction such as "
     "decoupled PPO); never for a wrong or half-synced checkpoint"
 )
-READS: tuple[CheckModule, ...] = (policy_signs, staleness, baseline, hot_sequences)
+READS: tuple[CheckModule, ...] = (
+    policy_signs, staleness, baseline, hot_sequences, offset, temperature, top_p, token_shift,
+)  # fmt: skip
 
 
 def support(ctx: Context) -> Support | None:
     signs, stale, base = (ctx.result(c) for c in (policy_signs, staleness, baseline))
     hits = [c for c in (stale, signs) if fired(c)]
     if not hits:
-        return Support("ok", 0.0, "no response leans, no weight lag", _names(signs, stale))
+        return far_apart(ctx) or Support(
+            "ok", 0.0, "no response leans, no weight lag", _names(signs, stale)
+        )
     lead = hits[0]
     shape = e.excess_shape if (e := evidence_of(base, baseline.Evidence)) is not None else None
     uniform = fired(base) and base is not None and shape == "uniform"
@@ -144,6 +157,36 @@ def _some_requests(ctx: Context) -> tuple[str, ...]:
         f"({pct(e.hot_mass_share)} of the K3 mass): the responses that lean are some requests', "
         "as a setting or a path that only they take makes them, not every response's as other "
         "weights make them",
+    )
+
+
+def far_apart(ctx: Context) -> Support | None:
+    """Two full distributions far apart at every token with no transform's shape: the
+    ``offset`` check alarms, its mean ``r`` is their KL divergence (``semantics.kl_only``: the
+    mean ratio is 1), and no line, truncation or shifted id shows. Other weights do that whether
+    or not the responses lean: on the Llama family (a 1024-token vocabulary) a pre-training
+    checkpoint's responses spread 1.06x, p 0.26 (``f-pol-early``, mean ``r`` -0.883). None
+    otherwise."""
+    o = ctx.result(offset)
+    semantic = [ctx.result(c) for c in (temperature, top_p, token_shift)]
+    if not fired(o) or o is None or any(fired(c) for c in semantic) or not kl_only(ctx):
+        return None
+    e = evidence_of(o, offset.Evidence)
+    t = evidence_of(ctx.result(top_p), top_p.Evidence)
+    if e is None or e.log_ratio_mean is None or t is None or t.ratio_mean is None:
+        return None
+    return Support(
+        verdict=o.verdict,
+        share=None,
+        because=(
+            f"mean r {e.log_ratio_mean:.3g} with a mean ratio E[exp r] of {t.ratio_mean:.4g}: "
+            f"the two sides' KL divergence at every token ({-e.log_ratio_mean:.3g} nats), not a "
+            "shift, with no transform's shape (no line in the logprob, no truncation, no id "
+            "shifted): two full distributions far apart, as other weights make"
+        ),
+        checks=(offset.NAME,),
+        where="every token",
+        variant="another function at every token",
     )
 
 

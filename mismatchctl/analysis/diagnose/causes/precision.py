@@ -15,7 +15,6 @@ from mismatchctl.analysis.diagnose.checks import (
     top_p,
 )
 from mismatchctl.analysis.diagnose.context import CheckModule, Context, baseline_on_other_gpus
-from mismatchctl.engines import plan as K
 from mismatchctl.stats import routing_sums as R
 
 KEY = "precision"
@@ -53,16 +52,10 @@ gate weights rounded on every token (``moe-router-fp8`` 2.1x and 2.2x in the two
 ``moe-router-e5m2`` 2.5x over ``h-moe-b``; healthy MoE runs 0.89-1.14x), so a precision loss
 beside it is named from the ``baseline`` check's fail level, 5x (``combo-router-fp8kv``, an fp8
 router and an fp8 KV cache: 7.9x)."""
-MIX_SHIFT = 0.25
-"""Over a baseline, the token-probability mix's own term of the difference (``explain
---baseline``'s decomposition along the bin), as a fraction of the baseline's level, beyond which
-the two runs sample other distributions. A precision loss computes the same distribution less
-exactly and moves the mix little (the runs named precision in both corpora: -1% to 7%, 14%
-beside one gpu's off-by-one merge, which samples its own tokens); a run sampled at temperature
-0.6 over a baseline at 0.9 moves it by -58% on the 3-layer model, -48% on the 8-layer one. Both
-sides divide the logits by T, so the logit noise in ``r`` grows as 1/T and K3 as 1/T^2 on every
-token alike: 2.1x at the same mix on both models, the shape of a precision loss. No dump says
-the temperature, so the verdict stands and the advice says so."""
+MIX_SHIFT = baseline.T.MIX_SHIFT
+"""The advice says the two runs sample other distributions past the ``baseline`` check's
+``MIX_SHIFT``: a uniform excess under its ``TEMPERATURE_K3`` there is no alarm at all; above
+it the verdict stands and the advice says a lower temperature alone would not make so much."""
 CORRECTION = (
     "a token- or sequence-level importance correction can make an unavoidable precision loss "
     "tolerable; first try the more exact path (bf16 KV cache, an fp32 lm_head)"
@@ -162,9 +155,10 @@ def advice(ctx: Context, found: Support) -> str:
     if shift is not None and abs(shift) > MIX_SHIFT:
         text += (
             f"; the run's token probabilities are not the baseline's (their mix alone moves its "
-            f"level {shift:+.0%}): it samples another distribution, and at a lower sampling "
+            f"level {shift:+.0%}): it samples another distribution; at a lower sampling "
             "temperature than the baseline's every token's K3 grows as 1/T^2 (both sides divide "
-            "the logits by T): compare with a baseline sampled at the run's temperature"
+            f"the logits by T), up to {baseline.T.TEMPERATURE_K3:g}x between 0.6 and 1.0, so "
+            "compare with a baseline sampled at the run's temperature"
         )
     if other is not None:
         text += (
@@ -175,11 +169,7 @@ def advice(ctx: Context, found: Support) -> str:
 
 
 def mix_shift(ctx: Context) -> float | None:
-    """The token-probability mix's term of the difference over the baseline, as a fraction of
-    the baseline's level (``MIX_SHIFT``); None without a baseline or its decomposition."""
+    """The ``baseline`` check's mix term (``MIX_SHIFT``); None without a baseline or its
+    decomposition."""
     e = evidence_of(ctx.result(baseline), baseline.Evidence)
-    level = e.baseline_vllm_kl if e is not None else None
-    row = next((d for d in e.decomposition if d.dim == K.BIN), None) if e is not None else None
-    if row is None or not level:
-        return None
-    return row.mix / level
+    return baseline.mix_shift(e) if e is not None else None

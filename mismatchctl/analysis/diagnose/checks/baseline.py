@@ -12,6 +12,7 @@ from mismatchctl.analysis.diagnose.context import CheckModule, Context, baseline
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
 from mismatchctl.analysis.diagnose.parts import FindingRow, finding_row
 from mismatchctl.analysis.diagnose.text import fmt
+from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.localize.result import (
     Explanation,
@@ -50,6 +51,27 @@ class Thresholds:
     """With a baseline, an excess is *localized* when one finding carries at least half of it;
     otherwise it is spread (the signature of a policy mismatch when the dimensions are
     uniform)."""
+
+    MIX_SHIFT: float = 0.25
+    """The token-probability mix's own term of the difference over the baseline (``explain
+    --baseline``'s decomposition along the bin), as a fraction of the baseline's level, beyond
+    which the two runs sample other distributions. A precision loss computes the same
+    distribution less exactly and moves the mix little (the runs named precision in every
+    corpus: -1% to 7%, 14% beside one gpu's off-by-one merge, which samples its own tokens); a
+    run sampled at temperature 0.6 over a baseline at 0.9 moves it by -58% on the 3-layer model,
+    -48% on the 8-layer one, -30% on the Llama-architecture family (docs/diagnose.md "Another
+    family")."""
+
+    TEMPERATURE_K3: float = 2.8
+    """A uniform excess up to this many times the baseline, in a run that samples more likely
+    tokens than the baseline (its mix term below ``-MIX_SHIFT``), is what a lower sampling
+    temperature makes of healthy numerics: both sides divide the logits by T, so the logit noise
+    in ``r`` grows as 1/T and K3 as 1/T^2 on every token alike, (1/0.6)^2 = 2.8 between the
+    common temperatures 0.6 and 1.0. Measured: healthy runs at 0.6 over healthy runs at 0.9
+    2.1x (3- and 8-layer models) and 2.2x (the Llama family, mix -30%). No dump says the
+    temperature, so the check says the runs are not like for like instead of warning. Of every
+    fault of every corpus over its baseline, none sits there: those whose mix moves by more than
+    a quarter are 30x their baseline or more (the semantics, a wrong checkpoint)."""
 
     UNIFORM_DIMS_MIN: int = 2
     """A spread excess is called uniform when at least this many dimensions explain nothing
@@ -90,6 +112,7 @@ class Evidence(CheckEvidence):
     decomposition: list[Decomposition]
     notes: list[str]
     improved: bool | None = absent()
+    mix_shift: float | None = absent()
     excess_shape: str | None = absent()
     concentrated_in: str | None = absent()
 
@@ -132,7 +155,24 @@ def run(ctx: Context) -> Check:
     if verdict == OK:
         return Check(LAYER, NAME, TITLE, OK, head + ": no excess to speak of", evidence)
     shape = excess_shape(e)
-    evidence = dataclasses.replace(evidence, excess_shape=shape)
+    shift = mix_shift(e)
+    evidence = dataclasses.replace(evidence, excess_shape=shape, mix_shift=shift)
+    if (
+        shape == "uniform"
+        and shift is not None
+        and shift < -T.MIX_SHIFT
+        and (ratio <= T.TEMPERATURE_K3)
+    ):
+        return Check(
+            LAYER, NAME, TITLE, OK,
+            f"{head}, spread uniformly; but the run samples more likely tokens than the "
+            f"baseline (their mix alone moves its level {shift:+.0%}), as a lower sampling "
+            "temperature does, under which every token's K3 grows as 1/T^2 (both sides divide "
+            f"the logits by T; up to {T.TEMPERATURE_K3:g}x between 0.6 and 1.0): no excess "
+            "beyond another temperature's",
+            evidence,
+            "compare with a baseline sampled at the run's temperature",
+        )  # fmt: skip
     explain = f"`mismatchctl explain {ctx.label} --baseline {view.label}`"
     advice = {
         "localized": f"the excess is localized: see the localized finding and {explain}",
@@ -161,6 +201,15 @@ def run(ctx: Context) -> Check:
         evidence = dataclasses.replace(evidence, concentrated_in=u.dim)
         where = f"; not a uniform excess: {uniform_sentence(u, e.mode)}"
     return Check(LAYER, NAME, TITLE, verdict, head + where, evidence, advice)
+
+
+def mix_shift(e: Explanation | Evidence) -> float | None:
+    """The token-probability mix's term of the difference over the baseline, as a fraction of
+    the baseline's level (``MIX_SHIFT``); None without the decomposition along the bin."""
+    row = next((d for d in e.decomposition if d.dim == K.BIN), None)
+    if row is None or not e.baseline_vllm_kl:
+        return None
+    return row.mix / e.baseline_vllm_kl
 
 
 def excess_shape(e: Explanation) -> str:
