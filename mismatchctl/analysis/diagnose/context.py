@@ -14,6 +14,7 @@ import numpy as np
 from mismatchctl.analysis.diagnose.check import Check, Every
 from mismatchctl.analysis.diagnose.extra import DiagnoseState
 from mismatchctl.analysis.diagnose.levels import LEVEL
+from mismatchctl.analysis.explain import NONE_LABEL
 from mismatchctl.analysis.report.report import Report
 from mismatchctl.analysis.token_classes import ClassSummary
 from mismatchctl.analysis.turn_edges import EdgeState
@@ -183,12 +184,16 @@ def baseline_on_other_gpus(ctx: Context) -> tuple[list[str], list[str]] | None:
 
 def cube_gpus(cube: Cube | None, tables: SideTables | None = None) -> list[str]:
     """The gpu labels holding tokens in a cube (none without a gpu dimension); ``tables``: the
-    cube's, when the caller has them."""
+    cube's, when the caller has them. Tokens without a gpu label name no gpu: a baseline whose
+    dumps have no gpu column ran on gpus unknown, not on other gpus than the run's (the
+    Llama family's four-device run over a one-device baseline was named "another gpu
+    generation" before)."""
     if cube is None or K.GPU not in {d.name for d in cube.spec.dims}:
         return []
     d = cube.spec.index(K.GPU)
     tokens = (SideTables(cube) if tables is None else tables).n[(d,)]
-    return [cube.spec.level_label(d, [int(c)]) for c in np.flatnonzero(tokens > 0)]
+    labels = [cube.spec.level_label(d, [int(c)]) for c in np.flatnonzero(tokens > 0)]
+    return [g for g in labels if g != NONE_LABEL]
 
 
 def step_series(report: Report) -> dict[str, RunSteps]:

@@ -47,6 +47,17 @@ def test_a_uniform_excess_over_a_baseline_on_other_gpus_names_the_gpus(
     assert "while the baseline ran on H20" in checks["baseline"].next
 
 
+def test_a_baseline_that_names_no_gpu_ran_on_gpus_unknown(one_gpu_each_store: Path) -> None:
+    """Tokens without a gpu label name no gpu: the run on A100 over a baseline whose dumps have
+    no gpu column is not "another gpu generation than the baseline's" (the Llama family's
+    four-device run over its one-device baseline was named so, the baseline's gpus "(none)")."""
+    checks = gpus._against(one_gpu_each_store, "a100-3x", "base-none")
+    assert checks["baseline"].verdict in ("warn", "fail")
+    cause = checks["cause"]
+    assert cause.evidence.cause != "hardware"
+    assert "(none)" not in cause.next and "the baseline ran on" not in checks["baseline"].next
+
+
 @pytest.mark.parametrize("baseline", [None, slow_param("base")])
 def test_a_faint_gpu_fault_is_the_hardware_not_a_code_path(
     relative_store: Path, baseline: str | None

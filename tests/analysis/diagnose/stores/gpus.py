@@ -98,13 +98,15 @@ def four(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def one_gpu_each(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Runs all on one gpu: a baseline on H20, targets on A100 at 3x and at the same level."""
+    """Runs all on one gpu: a baseline on H20, targets on A100 at 3x and at the same level; and a
+    baseline whose dumps name no gpu (``base-none``)."""
     root = tmp_path_factory.mktemp("one-gpu-each")
     for name, seed, gpu, factor in (
         ("base-h20", 43, "H20", 1.0),
         ("a100-3x", 44, "A100", 3.0),
         ("a100-same", 45, "A100", 1.0),
         ("h20-3x", 46, "H20", 3.0),
+        ("base-none", 47, None, 1.0),
     ):
         path = write_scaled(
             Plan("clean", per_step=PER_STEP, seed=seed),
