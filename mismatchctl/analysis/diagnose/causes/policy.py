@@ -30,7 +30,9 @@ LABEL = "another policy (stale, wrong or differently quantized weights)"
 SIGNATURE = (
     "r of both signs at every position, turn and probability, whole responses leaning one way "
     "(the update between the two policies raised or lowered each response: the count of r > 0 "
-    "per sequence spreads beyond independent signs); against a baseline, a uniform excess"
+    "per sequence spreads beyond independent signs), or two full distributions far apart with "
+    "no transform's shape (a mean r that is their KL divergence, the mean ratio 1); against a "
+    "baseline, a uniform excess"
 )
 TELLS_APART = (
     "precision noise is as uniform but moves each token independently (no lean); a biased "

@@ -66,3 +66,48 @@ def test_a_lean_above_a_truncations_reach(lean: float, leans: bool) -> None:
     if found is not None:
         assert found.verdict in ("warn", "fail") and found.checks == ("policy_signs",)
         assert "above the healthy noise" in found.because and "400 sequences" in found.because
+
+
+def _far(mean: float, rho: float, line: bool = False) -> Context:
+    """The ``offset`` check alarmed at mean ``r`` = ``mean`` and the ``top_p`` check measured the
+    mean ratio ``rho``; ``line``: the ``temperature`` check alarmed too."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from mismatchctl.analysis.diagnose.check import Check
+    from mismatchctl.analysis.diagnose.checks import offset, temperature, token_shift, top_p
+
+    o = offset.Evidence(log_ratio_mean=mean, log_ratio_se=0.01, log_ratio_z=mean / 0.01,
+                        negative_share=0.67)  # fmt: skip
+    t = top_p.Evidence(ratio_mean=rho, ratio_se=0.01, ratio_z=0.4, negative_share=0.67)
+    found = {
+        offset: Check("semantic", "offset", "", "fail", "", o, ""),
+        top_p: Check("semantic", "top_p", "", "ok", "", t, ""),
+        temperature: Check("semantic", "temperature", "", "warn" if line else "ok", "", None, ""),
+        token_shift: Check("semantic", "token_shift", "", "ok", "", None, ""),
+    }
+    return cast(Context, SimpleNamespace(result=lambda m: found.get(m)))
+
+
+@pytest.mark.parametrize(
+    ("mean", "rho", "line", "far"),
+    [(-0.883, 1.004, False, True), (-0.0416, 0.9847, False, False),
+     (-0.0794, 0.949, False, False), (-0.883, 1.004, True, False)],
+)  # fmt: skip
+def test_a_mean_that_is_the_kl_of_two_distributions_is_another_function(
+    mean: float, rho: float, line: bool, far: bool
+) -> None:
+    """``f-pol-early`` (a pre-training checkpoint on the Llama family: mean r -0.883, mean ratio
+    1.004) is another function at every token; ``combo-topp-stale`` (0.9847: a truncation's
+    deficit) and ``sem-badwords-loud`` (0.949) keep their shift, and a line in the logprob is a
+    temperature's."""
+    from mismatchctl.analysis.diagnose.causes import semantics
+
+    ctx = _far(mean, rho, line)
+    assert semantics.kl_only(ctx) is (abs(rho - 1) < semantics.SHIFT_BEYOND_KL * abs(mean))
+    found = policy.far_apart(ctx)
+    assert (found is not None) is far
+    if found is not None:
+        assert found.verdict == "fail" and found.checks == ("offset",)
+        assert found.variant == "another function at every token"
+        assert "KL divergence" in found.because
