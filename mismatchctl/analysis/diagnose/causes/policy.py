@@ -6,7 +6,7 @@ from __future__ import annotations
 from mismatchctl.analysis.diagnose.advice import POLICY_SIGNS_ADVICE, STALE_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import steps_share
-from mismatchctl.analysis.diagnose.causes.semantics import ids_explain, kl_only
+from mismatchctl.analysis.diagnose.causes.semantics import ids_explain
 from mismatchctl.analysis.diagnose.causes.sequences import in_requests
 from mismatchctl.analysis.diagnose.check import FAIL, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
@@ -164,24 +164,22 @@ def _some_requests(ctx: Context) -> tuple[str, ...]:
 
 def far_apart(ctx: Context) -> Support | None:
     """Two full distributions far apart at every token with no transform's shape: the
-    ``offset`` check alarms, its mean ``r`` is their KL divergence (``semantics.kl_only``: the
-    mean ratio is 1), and no line, truncation or shifted id shows. Other weights do that whether
-    or not the responses lean: on the Llama family (a 1024-token vocabulary) a pre-training
+    ``offset`` check alarms, its mean ``r`` is their KL divergence (``offset.kl_only``: the mean
+    ratio is 1), and no line, truncation or shifted id shows. Other weights do that whether or
+    not the responses lean: on the Llama family (a 1024-token vocabulary) a pre-training
     checkpoint's responses spread 1.06x, p 0.26 (``f-pol-early``, mean ``r`` -0.883). None
     otherwise."""
     o = ctx.result(offset)
-    semantic = [ctx.result(c) for c in (temperature, top_p, token_shift)]
-    if not fired(o) or o is None or any(fired(c) for c in semantic) or not kl_only(ctx):
-        return None
     e = evidence_of(o, offset.Evidence)
-    t = evidence_of(ctx.result(top_p), top_p.Evidence)
-    if e is None or e.log_ratio_mean is None or t is None or t.ratio_mean is None:
+    semantic = [ctx.result(c) for c in (temperature, top_p, token_shift)]
+    if not fired(o) or o is None or any(fired(c) for c in semantic) or not offset.kl_only(e):
         return None
+    assert e is not None and e.log_ratio_mean is not None and e.ratio_mean is not None
     return Support(
         verdict=o.verdict,
         share=None,
         because=(
-            f"mean r {e.log_ratio_mean:.3g} with a mean ratio E[exp r] of {t.ratio_mean:.4g}: "
+            f"mean r {e.log_ratio_mean:.3g} with a mean ratio E[exp r] of {e.ratio_mean:.4g}: "
             f"the two sides' KL divergence at every token ({-e.log_ratio_mean:.3g} nats), not a "
             "shift, with no transform's shape (no line in the logprob, no truncation, no id "
             "shifted): two full distributions far apart, as other weights make"

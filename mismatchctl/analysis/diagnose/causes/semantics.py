@@ -79,30 +79,10 @@ VARIANTS = {
 }
 
 
-SHIFT_BEYOND_KL = 0.2
-"""The ``offset`` check's mean ``r`` is a one-sided shift only when the mean ratio
-``E[exp r]`` (the ``top_p`` check's) departs from 1 by at least this share of it. Two full
-distributions, however far apart, give ``E[exp r] = 1`` under the engine's sampling, so their
-mean ``r`` is minus their KL divergence (``mean r = (rho - 1) - mean K3``): a mean of that size is
-the distance of another function, not a shift. A shift ``c`` of the logprobs gives ``rho - 1 =
-e^c - 1``, about ``c``, and a truncation gives its dropped mass, about the whole mean: the
-semantic faults whose only sign is the offset keep 0.33-0.98 of their mean in ``rho - 1``
-(``combo-topp-stale*`` 0.33-0.41, ``sem-badwords-loud`` 0.64-0.67, ``f-combo-stale-topp``
-0.58, ``f-sem-topp-subtle`` 0.98); a pre-training checkpoint served on the Llama family
-(``f-pol-early``, mean ``r`` -0.883, ``rho`` 1.004) keeps 0.005 and was named a shift before
-(docs/diagnose.md "Another family")."""
-
-
 def kl_only(ctx: Context) -> bool:
     """Whether the ``offset`` check's mean ``r`` is the two sides' KL divergence, not a shift
-    (``SHIFT_BEYOND_KL``)."""
-    o = evidence_of(ctx.result(offset), offset.Evidence)
-    t = evidence_of(ctx.result(top_p), top_p.Evidence)
-    mean = o.log_ratio_mean if o is not None else None
-    rho = t.ratio_mean if t is not None else None
-    if mean is None or rho is None or mean == 0:
-        return False
-    return abs(rho - 1.0) < SHIFT_BEYOND_KL * abs(mean)
+    (its ``SHIFT_BEYOND_KL``)."""
+    return offset.kl_only(evidence_of(ctx.result(offset), offset.Evidence))
 
 
 def support(ctx: Context) -> Support | None:

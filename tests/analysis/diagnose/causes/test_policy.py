@@ -78,7 +78,7 @@ def _far(mean: float, rho: float, line: bool = False) -> Context:
     from mismatchctl.analysis.diagnose.checks import offset, temperature, token_shift, top_p
 
     o = offset.Evidence(log_ratio_mean=mean, log_ratio_se=0.01, log_ratio_z=mean / 0.01,
-                        negative_share=0.67)  # fmt: skip
+                        negative_share=0.67, ratio_mean=rho)  # fmt: skip
     t = top_p.Evidence(ratio_mean=rho, ratio_se=0.01, ratio_z=0.4, negative_share=0.67)
     found = {
         offset: Check("semantic", "offset", "", "fail", "", o, ""),
@@ -102,9 +102,10 @@ def test_a_mean_that_is_the_kl_of_two_distributions_is_another_function(
     deficit) and ``sem-badwords-loud`` (0.949) keep their shift, and a line in the logprob is a
     temperature's."""
     from mismatchctl.analysis.diagnose.causes import semantics
+    from mismatchctl.analysis.diagnose.checks import offset
 
     ctx = _far(mean, rho, line)
-    assert semantics.kl_only(ctx) is (abs(rho - 1) < semantics.SHIFT_BEYOND_KL * abs(mean))
+    assert semantics.kl_only(ctx) is (abs(rho - 1) < offset.T.SHIFT_BEYOND_KL * abs(mean))
     found = policy.far_apart(ctx)
     assert (found is not None) is far
     if found is not None:
