@@ -1,7 +1,7 @@
 """Generate the second family's corpus: a Llama-architecture model over a BPE vocabulary, its
 own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusion.py`.
 
-    python sample_data/family.py --out DIR [--only NAME,NAME] [--seed N] [--force] [--list]
+    python sample_data/family.py --out DIR [--only NAME,NAME] [--seed N] [--vocab V] [--force]
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
 
 No threshold of `diagnose` was set on this family: it is a held-out check of other weights, another
@@ -27,23 +27,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gen.calib_measure import ratio, run_vllm_kl
 from gen.corpus import prompt_line_sources, prompt_lines
-from gen.family_model import FamilyModel, FamilyTraining, train_family
+from gen.family_model import VOCAB, FamilyModel, FamilyTraining, train_family
 from gen.family_runs import FAMILY, MODEL, FamilyRun, check_family, write_run
 
 THREADS = 2  # fixed: CPU reductions depend on the thread count
 
 
-def load_model(cache: Path, seed: int) -> FamilyModel:
-    """The trained family model of this seed, from DIR/cache/ when it is there."""
+def load_model(cache: Path, seed: int, vocab: int) -> FamilyModel:
+    """The trained family model of this seed and vocabulary, from DIR/cache/ when it is there."""
     from tokenizers import Tokenizer
 
-    path = cache / f"family-seed{seed}.pt"
+    path = cache / (f"family-seed{seed}.pt" if vocab == VOCAB else f"family-seed{seed}-v{vocab}.pt")
     if path.is_file():
         found = torch.load(path, weights_only=False)
         model = found["model"]
         model.tokenizer = Tokenizer.from_str(found["tokenizer"])
         return model
-    model = train_family(FamilyTraining(seed=11 + seed))
+    model = train_family(FamilyTraining(seed=11 + seed, vocab=vocab))
     cache.mkdir(parents=True, exist_ok=True)
     tokenizer, model.tokenizer = model.tokenizer, None  # type: ignore[assignment]
     torch.save({"model": model, "tokenizer": tokenizer.to_str()}, path)
@@ -51,7 +51,7 @@ def load_model(cache: Path, seed: int) -> FamilyModel:
     return model
 
 
-def entry(run: FamilyRun, out: Path, seconds: float) -> dict[str, object]:
+def entry(run: FamilyRun, out: Path, seconds: float, label: str = MODEL) -> dict[str, object]:
     value = run_vllm_kl(out / "runs" / run.name)
     base_dir = out / "runs" / run.baseline
     base = run_vllm_kl(base_dir) if base_dir.is_dir() else None
@@ -75,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="the corpus directory")
     parser.add_argument("--only", default=None, help="comma-separated run names")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--vocab", type=int, default=VOCAB, help=f"the BPE vocabulary's size (default {VOCAB})"
+    )
     parser.add_argument("--force", action="store_true", help="regenerate runs already present")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
     args = parser.parse_args(argv)
@@ -95,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     torch.manual_seed(args.seed)
     torch.set_num_threads(THREADS)
-    model = load_model(args.out / "cache", args.seed)
+    model = load_model(args.out / "cache", args.seed, args.vocab)
+    label = MODEL.replace(f"bpe{VOCAB}", f"bpe{args.vocab}")
     prompts, sources = prompt_lines(), prompt_line_sources()
     listing = args.out / "corpus.json"
     found = json.loads(listing.read_text())["runs"] if listing.is_file() else []
@@ -111,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         write_run(run, model, prompts, sources, scratch, args.seed)
         shutil.rmtree(final, ignore_errors=True)
         scratch.rename(final)
-        items[run.name] = entry(run, args.out, time.perf_counter() - t0)
+        items[run.name] = entry(run, args.out, time.perf_counter() - t0, label)
         print(
             f"{run.name}: vllm_kl {items[run.name]['vllm_kl']}, "
             f"{items[run.name]['ratio_to_baseline']}x {run.baseline}",
@@ -119,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     for name, item in items.items():  # baselines generated after their runs
         run = next(r for r in FAMILY if r.name == name)
-        item.update(entry(run, args.out, float(item["seconds"])) | {"seconds": item["seconds"]})
+        item.update(entry(run, args.out, float(item["seconds"]), item["model"]))
     order = [r.name for r in FAMILY if r.name in items]
     listing.write_text(
         json.dumps(

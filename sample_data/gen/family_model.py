@@ -18,7 +18,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from gen.corpus import TRAIN_MODULES, read_modules
 
-VOCAB = 1024
+VOCAB = 1024  # the default; family.py --vocab trains another
 
 
 @dataclass(frozen=True)
@@ -32,15 +32,16 @@ class FamilyTraining:
     lr: float = 3e-3
     step_lr: float = 5e-4
     seed: int = 11
+    vocab: int = VOCAB
 
 
-def train_tokenizer() -> Tokenizer:
-    """A byte-level BPE of VOCAB tokens over the training modules (deterministic)."""
+def train_tokenizer(vocab: int = VOCAB) -> Tokenizer:
+    """A byte-level BPE of ``vocab`` tokens over the training modules (deterministic)."""
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB,
+        vocab_size=vocab,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
@@ -49,9 +50,9 @@ def train_tokenizer() -> Tokenizer:
     return tok
 
 
-def llama_config() -> LlamaConfig:
+def llama_config(vocab: int = VOCAB) -> LlamaConfig:
     return LlamaConfig(
-        vocab_size=VOCAB,
+        vocab_size=vocab,
         hidden_size=128,
         intermediate_size=352,
         num_hidden_layers=4,
@@ -84,12 +85,12 @@ def build(
 
 
 def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> FamilyModel:
-    tok = train_tokenizer()
+    tok = train_tokenizer(cfg.vocab)
     text = "\n\n".join(m.decode("utf-8", "replace") for m in read_modules(TRAIN_MODULES))
     data = torch.tensor(tok.encode(text).ids, dtype=torch.long)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    config = llama_config()
+    config = llama_config(cfg.vocab)
     model = LlamaForCausalLM(config)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     total = cfg.warmup_iters + cfg.iters_per_step * (cfg.n_steps - 1)
