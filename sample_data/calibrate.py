@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gen.calib_build import Builder
-from gen.calib_measure import ratio, run_vllm_kl
+from gen.calib_measure import corpus_entry
 from gen.calib_spec import CALIB_SIZES, CalibRun, CalibSize
 from gen.calib_weights import GROWTH_KINDS
 from gen.catalog import CATALOG, check_catalog
@@ -70,22 +70,20 @@ def print_list(runs: list[CalibRun]) -> None:
 def entry(run: CalibRun, size: CalibSize, out: Path, seconds: float | None) -> dict[str, object]:
     """The run's corpus.json entry, measured on its files."""
     spec = size.models[run.model]
-    value = run_vllm_kl(out / "runs" / run.name)
-    base_dir = out / "runs" / run.baseline
-    base = run_vllm_kl(base_dir) if base_dir.is_dir() else None
-    item: dict[str, object] = {
-        "name": run.name,
-        "kind": run.kind,
-        "cause": run.cause,
-        "fault": run.fault,
-        "size": run.size,
-        "baseline": run.baseline,
-        "model": spec.label,
-        "steps": size.long_steps if run.long else size.steps,
-        "vllm_kl": value,
-        "ratio_to_baseline": ratio(value, base),
-        "seconds": seconds,
-    }
+    item = corpus_entry(
+        out,
+        {
+            "name": run.name,
+            "kind": run.kind,
+            "cause": run.cause,
+            "fault": run.fault,
+            "size": run.size,
+            "baseline": run.baseline,
+            "model": spec.label,
+            "steps": size.long_steps if run.long else size.steps,
+        },
+        seconds,
+    )
     if run.schedule in GROWTH_KINDS:
         item["growth"] = GROWTH_KINDS[run.schedule]
     if isinstance(spec.cfg, MoEConfig):

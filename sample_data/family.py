@@ -25,10 +25,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen.calib_measure import ratio, run_vllm_kl
+from gen.calib_measure import corpus_entry
 from gen.corpus import prompt_line_sources, prompt_lines
 from gen.family_model import VOCAB, FamilyModel, FamilyTraining, train_family
-from gen.family_runs import FAMILY, MODEL, FamilyRun, check_family, write_run
+from gen.family_runs import FAMILY, MODEL, STEPS, FamilyRun, check_family, write_run
 
 THREADS = 2  # fixed: CPU reductions depend on the thread count
 
@@ -52,22 +52,17 @@ def load_model(cache: Path, seed: int, vocab: int) -> FamilyModel:
 
 
 def entry(run: FamilyRun, out: Path, seconds: float, label: str = MODEL) -> dict[str, object]:
-    value = run_vllm_kl(out / "runs" / run.name)
-    base_dir = out / "runs" / run.baseline
-    base = run_vllm_kl(base_dir) if base_dir.is_dir() else None
-    return {
+    fields: dict[str, object] = {
         "name": run.name,
         "kind": run.kind,
         "cause": run.cause,
         "fault": run.fault,
         "size": run.size,
         "baseline": run.baseline,
-        "model": MODEL,
-        "steps": 6,
-        "vllm_kl": value,
-        "ratio_to_baseline": ratio(value, base),
-        "seconds": round(seconds, 1),
+        "model": label,
+        "steps": STEPS,
     }
+    return corpus_entry(out, fields, round(seconds, 1))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,11 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(final, ignore_errors=True)
         scratch.rename(final)
         items[run.name] = entry(run, args.out, time.perf_counter() - t0, label)
-        print(
-            f"{run.name}: vllm_kl {items[run.name]['vllm_kl']}, "
-            f"{items[run.name]['ratio_to_baseline']}x {run.baseline}",
-            flush=True,
-        )
+        item = items[run.name]
+        against = item["ratio_to_baseline"]
+        said = f"{against}x {run.baseline}" if against is not None else "baseline not yet made"
+        print(f"{run.name}: vllm_kl {item['vllm_kl']}, {said}", flush=True)
     for name, item in items.items():  # baselines generated after their runs
         run = next(r for r in FAMILY if r.name == name)
         item.update(entry(run, args.out, float(item["seconds"]), item["model"]))

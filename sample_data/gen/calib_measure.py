@@ -32,3 +32,12 @@ def ratio(value: float | None, base: float | None) -> float | None:
     if value is None or base is None or base <= 0:
         return None
     return float(f"{value / base:.3g}")
+
+
+def corpus_entry(out: Path, fields: dict[str, object], seconds: float | None) -> dict[str, object]:
+    """A run's corpus.json entry: its ``fields`` (``name`` and ``baseline`` among them), then its
+    vllm_kl and its ratio to its baseline's as read back from the files, then ``seconds``."""
+    value = run_vllm_kl(out / "runs" / str(fields["name"]))
+    base_dir = out / "runs" / str(fields["baseline"])
+    base = run_vllm_kl(base_dir) if base_dir.is_dir() else None
+    return {**fields, "vllm_kl": value, "ratio_to_baseline": ratio(value, base), "seconds": seconds}
