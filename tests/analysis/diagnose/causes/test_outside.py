@@ -118,3 +118,21 @@ def test_outside_some_steps_no_precision_loss_is_weighed(monkeypatch: pytest.Mon
         monkeypatch.setattr(outside, "_shared", lambda ctx, o, s: s)
         got = outside.second_pass(cast(Context, None), path, [path, loss])
         assert [w.cause for w in got] == expected
+
+
+def test_a_long_kv_parts_outside_keeps_the_positions_before_it() -> None:
+    """A path of long KV positions takes every position past its KV length: outside the part
+    "KV 32-127" only KV 0-31 is left (the Llama family's off-by-one merge past 96 keys left its
+    later turns, all past 96, outside its part, and a precision loss was named there); a part
+    without a KV position keeps its outside."""
+    from types import SimpleNamespace
+
+    from mismatchctl.engines import plan as K
+
+    labels = ["0-31", "32-63", "64-127", "128-255"]
+    spec = SimpleNamespace(index=lambda name: 3, level_label=lambda d, codes: labels[codes[0]])
+    turns = outside.Outside({K.TURN_KIND: [1]}, lambda st: st, "the later turns")
+    got = outside._below(spec, {K.KV_POSITION: [1, 2], K.TURN: [0]}, turns)
+    assert got.region == {K.TURN_KIND: [1], K.KV_POSITION: [0]}
+    assert got.text == "the later turns before KV 32" and got.restrict is turns.restrict
+    assert outside._below(spec, {K.TURN: [2]}, turns) is turns
