@@ -17,12 +17,22 @@ SIGNATURE = (
     "probabilities, alike at every position within them (not only their first tokens)"
 )
 TELLS_APART = (
-    "a rendering fault sits in the first tokens after the tool response and decays; a "
-    "long-context path makes the far positions of the later turns hotter than their near ones"
+    "a rendering fault sits in the first tokens after the tool response and decays, unless the "
+    "trainer's copy is re-tokenized so that every later token sees another context alike (then "
+    "the two look the same: compare the tool output's token ids); a long-context path makes the "
+    "far positions of the later turns hotter than their near ones"
 )
 EVERY_TOKEN = False
 EXPLAINS = ("sequences",)
-CORRECTION = "a sequence-level correction (seq-mis) at most, after looking at the tool turns"
+CORRECTION = (
+    "no: fix how the two sides take in the tool output (another rendering of it, or a path of "
+    "the engine); importance sampling would only reweight the damage"
+)
+"""The later turns hotter at the same token probabilities are a rate, not the low-probability
+mix the tool responses bring (which a sequence-level correction tempers, BACKGROUND.md): a
+rendering the trainer re-tokenized gives every later token another context (the Llama family's
+``f-tpl-tag``, named here, docs/diagnose.md "Another family"), and a path of the engine computes
+them otherwise; no correction makes either right."""
 READS: tuple[CheckModule, ...] = (tool_responses, localized, turn_edges, turn_ends)
 
 

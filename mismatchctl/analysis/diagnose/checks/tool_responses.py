@@ -126,8 +126,8 @@ def run(ctx: Context) -> Check:
             "at the same token probabilities, not only more often unlikely: look at how the two "
             "sides take in the tool output (its token ids on both sides, the engine's prefill "
             "and prefix caching of it) in the worst later turns (`mismatchctl tokens "
-            f"{ctx.label} --where turn_kind=later`); meanwhile a sequence-level correction "
-            "(token-level ones still collapsed in multi-turn runs)"
+            f"{ctx.label} --where turn_kind=later`): a rate at the same probabilities is another "
+            "rendering or path, which no correction fixes"
         )
         if own
         else "turns after tool responses sample more low-probability tokens: use a "
