@@ -6,7 +6,7 @@ from __future__ import annotations
 from mismatchctl.analysis.diagnose.advice import POLICY_SIGNS_ADVICE, STALE_ADVICE
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import steps_share
-from mismatchctl.analysis.diagnose.causes.semantics import ids_explain
+from mismatchctl.analysis.diagnose.causes.semantics import far_line, ids_explain
 from mismatchctl.analysis.diagnose.causes.sequences import in_requests
 from mismatchctl.analysis.diagnose.check import FAIL, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
@@ -162,17 +162,24 @@ def _some_requests(ctx: Context) -> tuple[str, ...]:
     )
 
 
+FAR_APART = "another function at every token"
+
+
 def far_apart(ctx: Context) -> Support | None:
     """Two full distributions far apart at every token with no transform's shape: the
     ``offset`` check alarms, its mean ``r`` is their KL divergence (``offset.kl_only``: the mean
-    ratio is 1), and no line, truncation or shifted id shows. Other weights do that whether or
-    not the responses lean: on the Llama family (a 1024-token vocabulary) a pre-training
+    ratio is 1), and no truncation, shifted id or temperature's line shows (a faint line is the
+    far-apart distributions' own: ``semantics.far_line``). Other weights do that whether or not
+    the responses lean: on the Llama family (a 1024-token vocabulary) a pre-training
     checkpoint's responses spread 1.06x, p 0.26 (``f-pol-early``, mean ``r`` -0.883). None
     otherwise."""
     o = ctx.result(offset)
     e = evidence_of(o, offset.Evidence)
-    semantic = [ctx.result(c) for c in (temperature, top_p, token_shift)]
-    if not fired(o) or o is None or any(fired(c) for c in semantic) or not offset.kl_only(e):
+    semantic = [ctx.result(c) for c in (top_p, token_shift)]
+    line = fired(ctx.result(temperature)) and not far_line(ctx)
+    if not fired(o) or o is None or line or any(fired(c) for c in semantic):
+        return None
+    if not offset.kl_only(e):
         return None
     assert e is not None and e.log_ratio_mean is not None and e.ratio_mean is not None
     return Support(
@@ -181,12 +188,12 @@ def far_apart(ctx: Context) -> Support | None:
         because=(
             f"mean r {e.log_ratio_mean:.3g} with a mean ratio E[exp r] of {e.ratio_mean:.4g}: "
             f"the two sides' KL divergence at every token ({-e.log_ratio_mean:.3g} nats), not a "
-            "shift, with no transform's shape (no line in the logprob, no truncation, no id "
-            "shifted): two full distributions far apart, as other weights make"
+            "shift, with no transform's shape (no truncation, no id shifted, no line in the "
+            "logprob beyond a faint one): two full distributions far apart, as other weights make"
         ),
         checks=(offset.NAME,),
         where="every token",
-        variant="another function at every token",
+        variant=FAR_APART,
     )
 
 
@@ -201,5 +208,14 @@ def advice(ctx: Context, found: Support) -> str:
             "the engine served changed there (a reload or weight sync that went wrong, CUDA "
             "graphs keeping stale pointers, a sleep/wake cycle): compare the engine's weights "
             f"with the trainer's at those steps; {POLICY_SIGNS_ADVICE}"
+        )
+    if found.variant == FAR_APART:
+        return (
+            "the two sides compute two different full distributions at every token, far apart "
+            "(the mean r is their KL divergence), as when the trainer's weights are not the "
+            "sampler's: compare the weight versions of both sides (another checkpoint, a weight "
+            "sync that did not land, a reload), then the model each side builds from them (the "
+            "rotary base and scaling, the norms' epsilon, a quantized copy of the weights); "
+            "importance sampling would not fix either"
         )
     return STALE_ADVICE if found.variant == "stale weights" else POLICY_SIGNS_ADVICE

@@ -68,22 +68,23 @@ def test_a_lean_above_a_truncations_reach(lean: float, leans: bool) -> None:
         assert "above the healthy noise" in found.because and "400 sequences" in found.because
 
 
-def _far(mean: float, rho: float, line: bool = False) -> Context:
+def _far(mean: float, rho: float, line: float | None = None) -> Context:
     """The ``offset`` check alarmed at mean ``r`` = ``mean`` and the ``top_p`` check measured the
-    mean ratio ``rho``; ``line``: the ``temperature`` check alarmed too."""
-    from types import SimpleNamespace
-    from typing import cast
-
+    mean ratio ``rho``; ``line``: the ``temperature`` check alarmed too, its line explaining
+    that share of r's variance."""
     from mismatchctl.analysis.diagnose.check import Check
     from mismatchctl.analysis.diagnose.checks import offset, temperature, token_shift, top_p
 
     o = offset.Evidence(log_ratio_mean=mean, log_ratio_se=0.01, log_ratio_z=mean / 0.01,
                         negative_share=0.67, ratio_mean=rho)  # fmt: skip
     t = top_p.Evidence(ratio_mean=rho, ratio_se=0.01, ratio_z=0.4, negative_share=0.67)
+    slope = temperature.Evidence(slope=1.2, intercept=0.0, diff_r2=line or 0.0,
+                                 implied_temperature=1.2)  # fmt: skip
+    lined = "ok" if line is None else "warn"
     found = {
         offset: Check("semantic", "offset", "", "fail", "", o, ""),
         top_p: Check("semantic", "top_p", "", "ok", "", t, ""),
-        temperature: Check("semantic", "temperature", "", "warn" if line else "ok", "", None, ""),
+        temperature: Check("semantic", "temperature", "", lined, "", slope, ""),
         token_shift: Check("semantic", "token_shift", "", "ok", "", None, ""),
     }
     return cast(Context, SimpleNamespace(result=lambda m: found.get(m)))
@@ -91,16 +92,17 @@ def _far(mean: float, rho: float, line: bool = False) -> Context:
 
 @pytest.mark.parametrize(
     ("mean", "rho", "line", "far"),
-    [(-0.883, 1.004, False, True), (-0.0416, 0.9847, False, False),
-     (-0.0794, 0.949, False, False), (-0.883, 1.004, True, False)],
+    [(-0.883, 1.004, None, True), (-0.0416, 0.9847, None, False),
+     (-0.0794, 0.949, None, False), (-1.28, 0.977, 0.076, True), (-0.125, 1.004, 0.54, False)],
 )  # fmt: skip
 def test_a_mean_that_is_the_kl_of_two_distributions_is_another_function(
-    mean: float, rho: float, line: bool, far: bool
+    mean: float, rho: float, line: float | None, far: bool
 ) -> None:
     """``f-pol-early`` (a pre-training checkpoint on the Llama family: mean r -0.883, mean ratio
-    1.004) is another function at every token; ``combo-topp-stale`` (0.9847: a truncation's
-    deficit) and ``sem-badwords-loud`` (0.949) keep their shift, and a line in the logprob is a
-    temperature's."""
+    1.004; with 8192 tokens -1.28, 0.977 and a faint line of 7.6% of r's variance) is another
+    function at every token; ``combo-topp-stale`` (0.9847: a truncation's deficit) and
+    ``sem-badwords-loud`` (0.949) keep their shift, and a line of 54% of r's variance is a
+    temperature's (``f-sem-temp-loud``)."""
     from mismatchctl.analysis.diagnose.causes import semantics
     from mismatchctl.analysis.diagnose.checks import offset
 
@@ -108,6 +110,7 @@ def test_a_mean_that_is_the_kl_of_two_distributions_is_another_function(
     assert semantics.kl_only(ctx) is (abs(rho - 1) < offset.T.SHIFT_BEYOND_KL * abs(mean))
     found = policy.far_apart(ctx)
     assert (found is not None) is far
+    assert semantics.far_line(ctx) is (far and line is not None)
     if found is not None:
         assert found.verdict == "fail" and found.checks == ("offset",)
         assert found.variant == "another function at every token"
