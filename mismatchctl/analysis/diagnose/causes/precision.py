@@ -12,6 +12,7 @@ from mismatchctl.analysis.diagnose.checks import (
     offset,
     policy_signs,
     temperature,
+    token_shift,
     top_p,
 )
 from mismatchctl.analysis.diagnose.context import CheckModule, Context, baseline_on_other_gpus
@@ -60,9 +61,13 @@ CORRECTION = (
     "a token- or sequence-level importance correction can make an unavoidable precision loss "
     "tolerable; first try the more exact path (bf16 KV cache, an fp32 lm_head)"
 )
-READS: tuple[CheckModule, ...] = (
-    baseline, policy_signs, low_probability, offset, temperature, top_p,
-)  # fmt: skip
+SEMANTIC: tuple[CheckModule, ...] = (offset, temperature, top_p, token_shift)
+"""The checks whose alarm says the two sides compute different distributions: a deterministic
+transform, evidence against noise. A logit processor on one side is one (``token_shift``): a
+repetition penalty of 1.02 on the 8192-token family was 8.6x its baseline, uniform, and named
+precision over it by the tie-break (the interval), semantics alone (docs/diagnose.md "Another
+family"); ``sem-bias-subtle`` over ``h-b`` of the seed-29 catalogue the same."""
+READS: tuple[CheckModule, ...] = (baseline, policy_signs, low_probability, *SEMANTIC)
 
 SHAPES = {
     "uniform": "spread over every part of the run",
@@ -84,8 +89,7 @@ def support(ctx: Context) -> Support | None:
     against: tuple[str, ...] = ()
     if fired(signs):
         against += ("whole responses lean one way (policy_signs): another policy, not noise",)
-    semantic = [c.name for c in (ctx.result(offset), ctx.result(temperature), ctx.result(top_p))
-                if fired(c) and c is not None]  # fmt: skip
+    semantic = [c.name for c in (ctx.result(m) for m in SEMANTIC) if fired(c) and c is not None]
     if baseline_on_other_gpus(ctx) is not None:
         against += ("the baseline ran on other gpus: their kernels differ (the hardware)",)
     if semantic:

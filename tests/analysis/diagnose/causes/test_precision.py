@@ -153,3 +153,20 @@ def test_a_baseline_sampled_from_another_distribution_is_said(bin_mix: float, sa
     assert ("sampling temperature" in text) is said
     assert (f"{bin_mix:+.0%}" in text) is said
     assert text.startswith("the run is less exact than the baseline on every token")
+
+
+@pytest.mark.parametrize("processor", [True, False])
+def test_a_logit_processor_is_evidence_against_a_precision_loss(processor: bool) -> None:
+    """A uniform excess over a baseline beside a logit processor on one side (the
+    ``token_shift`` check alarmed: a repetition penalty of 1.02 on the 8192-token family, 8.6x
+    its baseline) is the processor's: the precision is weighed against, as beside a temperature
+    or a truncation."""
+    over = _over_a_baseline(0.02)
+    shift = Check("semantic", "token_shift", "", "fail" if processor else "ok", "", None, "")
+    ctx = cast(Context, SimpleNamespace(
+        result=lambda m: shift if m is precision.token_shift else over.result(m),
+        cube=None, tables=None, baseline=None,
+    ))  # fmt: skip
+    found = precision.support(ctx)
+    assert found is not None and found.verdict == "warn"
+    assert any("token_shift" in a for a in found.against) is processor
