@@ -15,6 +15,7 @@ from mismatchctl.stats import assign_bins
 from mismatchctl.stats.hot_sequences import hot_sequence_state
 from tests.analysis.diagnose.stores import leaning, relative
 from tests.planted import checks as diagnosed
+from tests.planted import diagnosis
 from tests.stats.test_sign_coherence import EDGES, _truncated
 
 
@@ -115,3 +116,19 @@ def test_a_mean_that_is_the_kl_of_two_distributions_is_another_function(
         assert found.verdict == "fail" and found.checks == ("offset",)
         assert found.variant == "another function at every token"
         assert "KL divergence" in found.because
+
+
+def test_a_pretraining_checkpoint_on_another_family_is_another_function(
+    held_out_store: Path,
+) -> None:
+    """``f-pol-early`` (the Llama family over a 1024-token BPE, a pre-training checkpoint served,
+    3130x its healthy run): its responses do not lean, and its mean r is the two sides' KL
+    (the mean ratio 1): the offset check says so, and the policy is named, not a shift."""
+    found = diagnosis(held_out_store, "f-pol-early").section_dict()
+    cause = found["cause"]
+    assert cause["key"] == "policy" and cause["variant"] == policy.FAR_APART
+    signs = next(c for c in found["checks"] if c["name"] == "policy_signs")
+    assert signs["verdict"] == "ok"
+    off = next(c for c in found["checks"] if c["name"] == "offset")
+    assert off["verdict"] == "fail" and "KL divergence, not a shift" in off["finding"]
+    assert "semantics" not in {r["key"] for r in cause["runner_ups"] if r["verdict"] != "ok"}

@@ -93,3 +93,16 @@ def test_a_lower_temperature_than_the_baseline_is_no_excess(
     assert found.verdict == verdict
     assert found.evidence.mix_shift == pytest.approx(bin_mix)
     assert ("as a lower sampling temperature does" in found.finding) is (verdict == "ok")
+
+
+def test_a_healthy_run_at_a_lower_temperature_raises_no_alarm(held_out_store: Path) -> None:
+    """``f-h-t06`` over ``f-h-b`` (the Llama family, healthy at temperature 0.6 over healthy at
+    0.9): above the baseline at the same token mix, uniform, as a lower temperature makes it;
+    no alarm, and the check says why."""
+    from tests.planted import diagnosis
+
+    found = diagnosis(held_out_store, "f-h-t06", "f-h-b").section_dict()
+    assert found["verdict"] == "ok" and found["cause"]["key"] == "none"
+    base = next(c for c in found["checks"] if c["name"] == "baseline")
+    assert base["verdict"] == "ok" and "as a lower sampling temperature does" in base["finding"]
+    assert base["evidence"]["mix_shift"] < -0.25 and base["evidence"]["rate_ratio"] > 1.5

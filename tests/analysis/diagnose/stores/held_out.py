@@ -2,7 +2,9 @@
 threshold was set from when they were found: ``h-deep-t06`` and ``h-deep-t06-b`` (the deep
 model trained with seed 13), ``stop-unsampled``, ``cp-batchvar-subtle`` and
 ``tpl-strip-newline`` (the corpus regenerated on a second machine, seed 0: docs/diagnose.md
-"The corpus is a draw of its machine"). Ingested without tags, as they were diagnosed."""
+"The corpus is a draw of its machine"); ``f-pol-early``, ``f-h-t06`` and ``f-h-b``, their first
+three steps (the Llama family of ``sample_data/family.py``, seed 0: docs/diagnose.md "Another
+family"). Ingested without tags, as they were diagnosed."""
 
 from __future__ import annotations
 
