@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -56,6 +56,9 @@ class Outside:
     restrict: Restrict
     text: str
     precision: bool = True
+    part: dict[str, list[int]] = field(default_factory=dict)
+    """The named part of the later or the first turns, whose KV positions the precision's
+    outside stops before (``_below``); empty for a gpu's or some steps' outside."""
     """Whether a precision loss is weighed there; not outside a part of some steps. A cause
     that varies from step to step leaves the other steps above the baseline too: the corpora's
     parts of steps are stale weights whose lag differs in size from step to step
@@ -88,10 +91,11 @@ def second_pass(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[We
     elif found_lean is not None and policy is not None:
         found.append(Weighed(policy.cause, _shared(ctx, out, found_lean), 0.0))
     excess = None
+    near = _below(ctx.cube.spec, out.part, out) if out.part and ctx.cube is not None else out
     if out.precision:
-        excess = _excess(ctx, out, found_lean is not None or _leans_faintly(ctx, out))
+        excess = _excess(ctx, near, found_lean is not None or _leans_faintly(ctx, out))
     if excess is not None and loss is not None and not _other_reasons(loss):
-        found.append(Weighed(loss.cause, _shared(ctx, out, excess), 0.0))
+        found.append(Weighed(loss.cause, _shared(ctx, near, excess), 0.0))
     return [w for w in found if _apart(first, w)]
 
 
@@ -301,20 +305,21 @@ def outside(ctx: Context, first: Weighed) -> Outside | None:
     if first_share is None:
         return None
     if first_share < FIRST_TURN_MASS:
-        return _below(spec, region, _turns(spec, later=True))
+        return _turns(spec, later=True, part=region)
     if first_share > 1 - FIRST_TURN_MASS:
-        return _below(spec, region, _turns(spec, later=False))
+        return _turns(spec, later=False, part=region)
     return None
 
 
 def _below(spec: Any, region: dict[str, list[int]], out: Outside) -> Outside:
     """A part of long KV positions reaches every position past it: the path takes the tokens
-    past a KV length (a split-KV merge, a sliding window), so its outside keeps the KV positions
-    before the part only. The Llama family's off-by-one merge past 96 keys was named at "KV
-    32-127" (the first turns) and left the later turns, all past 96 and as hot, outside it: a
-    precision loss 3.0x the baseline was named there, where none was planted (docs/diagnose.md
-    "Another family"). No precision loss is weighed past the part (the cheaper error: one there
-    is missed)."""
+    past a KV length (a split-KV merge, a sliding window), so the precision's outside keeps the
+    KV positions before the part only. The Llama family's off-by-one merge past 96 keys was
+    named at "KV 32-127" (the first turns) and left the later turns, all past 96 and as hot,
+    outside it: a precision loss 3.0x the baseline was named there, where none was planted
+    (docs/diagnose.md "Another family"). No precision loss is weighed past the part (the
+    cheaper error: one there is missed). The policy's lean is read on the whole outside's
+    responses: other weights lean a response whatever its positions."""
     if K.KV_POSITION not in region:
         return out
     d = spec.index(K.KV_POSITION)
@@ -358,8 +363,9 @@ def _steps(ctx: Context, codes: list[int]) -> Outside | None:
     )
 
 
-def _turns(spec: Any, later: bool) -> Outside:
-    """The first turns (outside a part of the later turns), or the later turns."""
+def _turns(spec: Any, later: bool, part: dict[str, list[int]] | None = None) -> Outside:
+    """The first turns (outside a part of the later turns), or the later turns; ``part``: the
+    named part, whose KV positions the precision's outside stops before (``_below``)."""
     d, bins = spec.index(K.TURN_KIND), spec.dims[spec.index(K.BIN)].size
     labels = list(spec.dims[d].labels)
     keep = "first" if later else "later"
@@ -372,7 +378,7 @@ def _turns(spec: Any, later: bool) -> Outside:
         wide[: len(cells)] = cells
         return in_cells(st, wide)
 
-    return Outside({K.TURN_KIND: [code]}, restrict, f"the {keep} turns")
+    return Outside({K.TURN_KIND: [code]}, restrict, f"the {keep} turns", part=part or {})
 
 
 def _first_turn_share(ctx: Context, region: dict[str, list[int]]) -> float | None:
