@@ -32,7 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gen.calib_build import Builder
-from gen.calib_measure import corpus_entry
+from gen.calib_measure import corpus_entry, run_fields
 from gen.calib_spec import CALIB_SIZES, CalibRun, CalibSize
 from gen.calib_weights import GROWTH_KINDS
 from gen.catalog import CATALOG, check_catalog
@@ -73,12 +73,7 @@ def entry(run: CalibRun, size: CalibSize, out: Path, seconds: float | None) -> d
     item = corpus_entry(
         out,
         {
-            "name": run.name,
-            "kind": run.kind,
-            "cause": run.cause,
-            "fault": run.fault,
-            "size": run.size,
-            "baseline": run.baseline,
+            **run_fields(run),
             "model": spec.label,
             "steps": size.long_steps if run.long else size.steps,
         },

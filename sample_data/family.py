@@ -25,7 +25,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gen.calib_measure import corpus_entry
+from gen.calib_measure import corpus_entry, run_fields
 from gen.corpus import prompt_line_sources, prompt_lines
 from gen.family_model import VOCAB, FamilyModel, FamilyTraining, train_family
 from gen.family_runs import FAMILY, MODEL, STEPS, FamilyRun, check_family, write_run
@@ -52,16 +52,7 @@ def load_model(cache: Path, seed: int, vocab: int) -> FamilyModel:
 
 
 def entry(run: FamilyRun, out: Path, seconds: float, label: str = MODEL) -> dict[str, object]:
-    fields: dict[str, object] = {
-        "name": run.name,
-        "kind": run.kind,
-        "cause": run.cause,
-        "fault": run.fault,
-        "size": run.size,
-        "baseline": run.baseline,
-        "model": label,
-        "steps": STEPS,
-    }
+    fields = {**run_fields(run), "model": label, "steps": STEPS}
     return corpus_entry(out, fields, round(seconds, 1))
 
 

@@ -34,6 +34,14 @@ def ratio(value: float | None, base: float | None) -> float | None:
     return float(f"{value / base:.3g}")
 
 
+RUN_FIELDS = ("name", "kind", "cause", "fault", "size", "baseline")
+"""What corpus.json says of every run, as its spec (a ``CalibRun`` or a ``FamilyRun``) says it."""
+
+
+def run_fields(run: object) -> dict[str, object]:
+    return {key: getattr(run, key) for key in RUN_FIELDS}
+
+
 def corpus_entry(out: Path, fields: dict[str, object], seconds: float | None) -> dict[str, object]:
     """A run's corpus.json entry: its ``fields`` (``name`` and ``baseline`` among them), then its
     vllm_kl and its ratio to its baseline's as read back from the files, then ``seconds``."""
