@@ -85,28 +85,12 @@ def kl_only(ctx: Context) -> bool:
     return offset.kl_only(evidence_of(ctx.result(offset), offset.Evidence))
 
 
-FAR_LINE_SHARE = 0.15
-"""Beside an ``offset`` that is the KL of two distributions far apart (``kl_only``), a line in
-the logprob explaining less than this share of ``r``'s variance is that other function's, not a
-temperature's. A temperature (or raw logprobs) moves ``r`` along its line up to each context's
-log-partition: its line explains 25-55% of ``r``'s variance (``sem-temp-loud`` of the Llama
-family 0.52-0.54 with a mean ``r`` that is the KL; ``sem-rep-loud`` 0.23). A checkpoint from
-pre-training, flatter than the trained one, draws a faint line too: 7.6% on the family with an
-8192-token vocabulary (``f-pol-early``, slope 1.22, mean ``r`` -1.28, mean ratio 0.977), named
-a temperature before (docs/diagnose.md "Another family"). Of every corpus's runs with both
-signs, no other has a line under 0.25."""
-
-
 def far_line(ctx: Context) -> bool:
-    """Whether the ``temperature`` check's line is the faint line of two far-apart distributions
-    (``FAR_LINE_SHARE``), not a temperature's."""
+    """Whether the ``temperature`` check's alarm is the faint line of two far-apart
+    distributions (its ``FAR_LINE_SHARE``), not a temperature's."""
     t = ctx.result(temperature)
     e = evidence_of(t, temperature.Evidence)
-    r2 = e.diff_r2 if e is not None else None
-    return (
-        fired(t) and fired(ctx.result(offset)) and kl_only(ctx)
-        and r2 is not None and r2 < FAR_LINE_SHARE
-    )  # fmt: skip
+    return fired(t) and temperature.far_line(ctx, e.diff_r2 if e is not None else None)
 
 
 def support(ctx: Context) -> Support | None:
