@@ -17,6 +17,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from gen.corpus import TRAIN_MODULES, read_modules
+from gen.train import log_iter, lr_at, next_token_loss, optimizer_step, windows
 
 VOCAB = 1024  # the default; family.py --vocab trains another
 
@@ -108,23 +109,12 @@ def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> Fa
             checkpoints.append(copy.deepcopy(model.state_dict()))
         if it == total:
             break
-        lr = cfg.step_lr if it >= cfg.warmup_iters else cfg.lr * min(1.0, (it + 1) / 50)
         for group in opt.param_groups:
-            group["lr"] = lr
-        offsets = torch.randint(0, data.numel() - cfg.context - 1, (cfg.batch,), generator=gen)
-        window = torch.stack([data[o : o + cfg.context + 1] for o in offsets.tolist()])
-        logits = model(window[:, :-1]).logits
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), window[:, 1:].reshape(-1)
-        )
+            group["lr"] = lr_at(it, cfg)
+        window = windows(data, cfg.context, cfg.batch, gen)
+        loss = next_token_loss(model(window[:, :-1]).logits, window)
         losses.append(loss.item())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        optimizer_step(opt, model, loss)
         if log and (it % 100 == 0 or it == total - 1):
-            rate = (it + 1) / (time.perf_counter() - start)
-            print(
-                f"  train iter {it:5d}/{total} loss {losses[-1]:.3f} ({rate:.1f} it/s)", flush=True
-            )
+            log_iter(it, total, losses[-1], start)
     return FamilyModel(tok, config, checkpoints, lagging, early, losses)

@@ -6,6 +6,7 @@ import copy
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -33,7 +34,16 @@ class Trained:
     states: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
 
 
-def lr_at(it: int, cfg: TrainConfig) -> float:
+class Schedule(Protocol):
+    """What the learning rate schedule reads of a training config (``TrainConfig`` here,
+    ``FamilyTraining`` in gen/family_model.py)."""
+
+    warmup_iters: int
+    lr: float
+    step_lr: float
+
+
+def lr_at(it: int, cfg: Schedule) -> float:
     # linear warm-up, constant pre-training rate, then a smaller constant rate between checkpoints:
     # the policy keeps moving a little per step (stale weights are visible) without drifting away
     if it >= cfg.warmup_iters:
@@ -69,22 +79,37 @@ def train(
             break
         for group in opt.param_groups:
             group["lr"] = lr_at(it, cfg)
-        offsets = torch.randint(0, data.numel() - cfg.context - 1, (cfg.batch,), generator=gen)
-        window = torch.stack([data[o : o + cfg.context + 1] for o in offsets.tolist()])
-        logits = model(window[:, :-1])
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), window[:, 1:].reshape(-1)
-        )
+        window = windows(data, cfg.context, cfg.batch, gen)
+        loss = next_token_loss(model(window[:, :-1]), window)
         losses.append(loss.item())  # the language-modelling loss, without the MoE's balancing term
         if isinstance(model, MoELM):
             loss = loss + model.aux_loss()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        optimizer_step(opt, model, loss)
         if log and (it % 50 == 0 or it == total - 1):
-            rate = (it + 1) / (time.perf_counter() - start)
-            print(
-                f"  train iter {it:5d}/{total} loss {losses[-1]:.3f} ({rate:.1f} it/s)", flush=True
-            )
+            log_iter(it, total, losses[-1], start)
     return result
+
+
+def windows(data: torch.Tensor, context: int, batch: int, gen: torch.Generator) -> torch.Tensor:
+    """``batch`` random windows of ``context + 1`` tokens of the training stream."""
+    offsets = torch.randint(0, data.numel() - context - 1, (batch,), generator=gen)
+    return torch.stack([data[o : o + context + 1] for o in offsets.tolist()])
+
+
+def next_token_loss(logits: torch.Tensor, window: torch.Tensor) -> torch.Tensor:
+    """The language-modelling loss of the logits of ``window[:, :-1]`` on its next tokens."""
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), window[:, 1:].reshape(-1)
+    )
+
+
+def optimizer_step(opt: torch.optim.Optimizer, model: torch.nn.Module, loss: torch.Tensor) -> None:
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
+def log_iter(it: int, total: int, loss: float, start: float) -> None:
+    rate = (it + 1) / (time.perf_counter() - start)
+    print(f"  train iter {it:5d}/{total} loss {loss:.3f} ({rate:.1f} it/s)", flush=True)
