@@ -2,11 +2,14 @@
 own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusion.py`.
 
     python sample_data/family.py --out DIR [--only NAME,NAME] [--seed N] [--vocab V] [--force]
+    python sample_data/family.py --out DIR --moe    # the mixture-of-experts member's runs
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
 
 No threshold of `diagnose` was set on this family: it is a held-out check of other weights, another
-architecture, another vocabulary and another engine's decoding. Runs go to DIR/runs/NAME/, the
-trained model to DIR/cache/ (reused), DIR/corpus.json lists each run as calibrate.py does.
+architecture, another vocabulary and another engine's decoding; with ``--moe``, of another
+mixture of experts (Qwen2-MoE: 16 experts, top-4, a shared expert) and its routes. Runs go to
+DIR/runs/NAME/, the trained model to DIR/cache/ (reused), DIR/corpus.json lists each run as
+calibrate.py does.
 """
 
 from __future__ import annotations
@@ -28,22 +31,26 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen.calib_measure import corpus_entry, run_fields
 from gen.corpus import prompt_line_sources, prompt_lines
 from gen.family_model import VOCAB, FamilyModel, FamilyTraining, train_family
-from gen.family_runs import FAMILY, MODEL, STEPS, FamilyRun, check_family, write_run
+from gen.family_moe import EXPERTS, TOP_K
+from gen.family_moe_runs import FAMILY_MOE
+from gen.family_runs import FAMILY, MODEL, MOE_MODEL, STEPS, FamilyRun, check_family, write_run
 
 THREADS = 2  # fixed: CPU reductions depend on the thread count
 
 
-def load_model(cache: Path, seed: int, vocab: int) -> FamilyModel:
-    """The trained family model of this seed and vocabulary, from DIR/cache/ when it is there."""
+def load_model(cache: Path, seed: int, vocab: int, moe: bool = False) -> FamilyModel:
+    """The trained family model of this seed and vocabulary (the MoE member's with ``moe``),
+    from DIR/cache/ when it is there."""
     from tokenizers import Tokenizer
 
-    path = cache / (f"family-seed{seed}.pt" if vocab == VOCAB else f"family-seed{seed}-v{vocab}.pt")
+    name = f"family{'-moe' if moe else ''}-seed{seed}"
+    path = cache / (f"{name}.pt" if vocab == VOCAB else f"{name}-v{vocab}.pt")
     if path.is_file():
         found = torch.load(path, weights_only=False)
         model = found["model"]
         model.tokenizer = Tokenizer.from_str(found["tokenizer"])
         return model
-    model = train_family(FamilyTraining(seed=11 + seed, vocab=vocab))
+    model = train_family(FamilyTraining(seed=11 + seed, vocab=vocab, moe=moe))
     cache.mkdir(parents=True, exist_ok=True)
     tokenizer, model.tokenizer = model.tokenizer, None  # type: ignore[assignment]
     torch.save({"model": model, "tokenizer": tokenizer.to_str()}, path)
@@ -53,6 +60,8 @@ def load_model(cache: Path, seed: int, vocab: int) -> FamilyModel:
 
 def entry(run: FamilyRun, out: Path, seconds: float, label: str = MODEL) -> dict[str, object]:
     fields = {**run_fields(run), "model": label, "steps": STEPS}
+    if label.startswith("qwen2moe"):  # what `mismatchctl ingest` needs to read the routes
+        fields["ingest"] = {"routes_topk": TOP_K, "num_experts": EXPERTS}
     return corpus_entry(out, fields, round(seconds, 1))
 
 
@@ -64,11 +73,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--vocab", type=int, default=VOCAB, help=f"the BPE vocabulary's size (default {VOCAB})"
     )
+    parser.add_argument(
+        "--moe", action="store_true", help="the mixture-of-experts member's model and runs"
+    )
     parser.add_argument("--force", action="store_true", help="regenerate runs already present")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
     args = parser.parse_args(argv)
-    check_family()
-    runs = list(FAMILY)
+    catalogue = FAMILY_MOE if args.moe else FAMILY
+    check_family(catalogue)
+    runs = list(catalogue)
     if args.only:
         names = set(args.only.split(","))
         unknown = names - {r.name for r in runs}
@@ -84,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     torch.manual_seed(args.seed)
     torch.set_num_threads(THREADS)
-    model = load_model(args.out / "cache", args.seed, args.vocab)
-    label = MODEL.replace(f"bpe{VOCAB}", f"bpe{args.vocab}")
+    model = load_model(args.out / "cache", args.seed, args.vocab, args.moe)
+    label = (MOE_MODEL if args.moe else MODEL).replace(f"bpe{VOCAB}", f"bpe{args.vocab}")
     prompts, sources = prompt_lines(), prompt_line_sources()
     listing = args.out / "corpus.json"
     found = json.loads(listing.read_text())["runs"] if listing.is_file() else []
@@ -107,9 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         said = f"{against}x {run.baseline}" if against is not None else "baseline not yet made"
         print(f"{run.name}: vllm_kl {item['vllm_kl']}, {said}", flush=True)
     for name, item in items.items():  # baselines generated after their runs
-        run = next(r for r in FAMILY if r.name == name)
+        run = next(r for r in catalogue if r.name == name)
         item.update(entry(run, args.out, float(item["seconds"]), item["model"]))
-    order = [r.name for r in FAMILY if r.name in items]
+    order = [r.name for r in catalogue if r.name in items]
     listing.write_text(
         json.dumps(
             {"size": "family", "seed": args.seed, "runs": [items[n] for n in order]}, indent=1

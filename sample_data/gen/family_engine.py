@@ -8,7 +8,9 @@ sequence in one forward; and the faults, each where it happens in a real stack.
   with the default scale of 1), a split-KV decode whose partial results are merged with their
   log-sum-exp rounded (bf16 or fp8) once the KV length passes a threshold;
 - one device's kernels: RMSNorm statistics in bf16 (`bf16_norm_stats`);
-- the engine's lm_head in fp32 (an improvement).
+- the engine's lm_head in fp32 (an improvement);
+- the MoE member's routers (gen/family_moe.py): each side's experts recorded per input position,
+  the trainer replaying the engine's (R3), the engine's router logits rounded to fp8.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from __future__ import annotations
 import types
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import AttentionInterface, LlamaForCausalLM
+from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from gen.family_moe import force, forced_rows, is_moe, last_routes, routers
 
 KERNEL_NAME = "family_engine"
 FP8 = torch.float8_e4m3fn
@@ -113,7 +118,7 @@ AttentionInterface.register(KERNEL_NAME, engine_attention)
 AttentionMaskInterface.register(KERNEL_NAME, sdpa_mask)
 
 
-def bf16_norm_stats(model: LlamaForCausalLM) -> None:
+def bf16_norm_stats(model: PreTrainedModel) -> None:
     """Every RMSNorm computes its mean square in bf16 (a device whose fused norm kernel keeps
     the statistics in the activations' dtype)."""
 
@@ -123,7 +128,7 @@ def bf16_norm_stats(model: LlamaForCausalLM) -> None:
         return self.weight * (h * torch.rsqrt(variance + self.variance_epsilon))
 
     for module in model.modules():
-        if type(module).__name__ == "LlamaRMSNorm":
+        if type(module).__name__.endswith("RMSNorm"):
             module.forward = types.MethodType(forward, module)
 
 
@@ -137,8 +142,12 @@ class Fp32Head(torch.nn.Module):
 
 
 def prepare_engine(
-    model: LlamaForCausalLM, kernel: EngineKernel, fp32_head: bool, norm_bf16: bool
-) -> LlamaForCausalLM:
+    model: PreTrainedModel,
+    kernel: EngineKernel,
+    fp32_head: bool,
+    norm_bf16: bool,
+    router_rounding: torch.dtype | None = None,
+) -> PreTrainedModel:
     model.config.engine_kernel = kernel
     model.config._attn_implementation = KERNEL_NAME
     for layer in model.model.layers:
@@ -147,6 +156,8 @@ def prepare_engine(
         model.lm_head = Fp32Head(model.lm_head.weight.data)
     if norm_bf16:
         bf16_norm_stats(model)
+    for router in routers(model):
+        router.rounding = router_rounding
     return model
 
 
@@ -170,7 +181,7 @@ def process(logits: torch.Tensor, s: Sampler, history: list[list[int]]) -> torch
 
 
 def decode_turn(
-    model: LlamaForCausalLM,
+    model: PreTrainedModel,
     contexts: list[list[int]],
     sampler: Sampler,
     stops: set[int],
@@ -180,7 +191,11 @@ def decode_turn(
 ) -> list[tuple[list[int], list[float]]]:
     """One model turn for every context: prefill the left-padded batch, then decode one token
     at a time through the model's KV cache until each row samples a stop token (after
-    `min_new` tokens) or reaches `max_new`."""
+    `min_new` tokens) or reaches `max_new`.
+
+    An MoE model's routes of the turn are left in ``model.turn_routes``: per context, int16
+    ``[len(context) + generated - 1, layers, top_k]``, each input position's experts (the last
+    sampled token is never an input)."""
     n = len(contexts)
     width = max(map(len, contexts))
     ids = torch.zeros((n, width), dtype=torch.long)
@@ -197,6 +212,11 @@ def decode_turn(
         cache = out.past_key_values
         logits = out.logits[:, -1]
         last = positions[:, -1]
+        moe = is_moe(model)
+        trace: list[list[np.ndarray]] = []
+        if moe:
+            full = last_routes(model, n, width)
+            trace = [[full[i, mask[i].bool().numpy()]] for i in range(n)]
         for _ in range(max_new):
             processed = process(logits, sampler, history)
             probs = torch.softmax(processed, -1)
@@ -225,15 +245,31 @@ def decode_turn(
             )
             cache = out.past_key_values
             logits = out.logits[:, -1]
+            if moe:
+                step = last_routes(model, n, 1)
+                for i in range(n):
+                    if not done[i]:
+                        trace[i].append(step[i])
+    model.turn_routes = [np.concatenate(rows) for rows in trace] if moe else None
     return outs
 
 
 def score(
-    model: LlamaForCausalLM, sequences: list[list[int]], temperature: float, batch: int = 16
+    model: PreTrainedModel,
+    sequences: list[list[int]],
+    temperature: float,
+    batch: int = 16,
+    replay: list[np.ndarray] | None = None,
 ) -> list[list[float]]:
     """The trainer: fp32, one forward of each right-padded sequence; entry j of a row is the
-    logprob of token j given tokens before it (entry 0 is 0.0)."""
+    logprob of token j given tokens before it (entry 0 is 0.0).
+
+    An MoE model's routes are left in ``model.scored_routes`` (per sequence, int16
+    ``[len, layers, top_k]``); ``replay``: per sequence, the rows its first positions use
+    instead of the trainer's own choice (rollout routing replay)."""
     result: list[list[float]] = []
+    moe = is_moe(model)
+    routes: list[np.ndarray] = []
     with torch.no_grad():
         for lo in range(0, len(sequences), batch):
             chunk = sequences[lo : lo + batch]
@@ -243,8 +279,22 @@ def score(
             for i, s in enumerate(chunk):
                 ids[i, : len(s)] = torch.tensor(s)
                 mask[i, : len(s)] = 1
+            if replay is not None:
+                found = last_routes_shape(model)
+                force(model, forced_rows(replay[lo : lo + batch], width, *found))
             logits = model(input_ids=ids, attention_mask=mask).logits.float() / temperature
+            force(model, None)
             lps = F.log_softmax(logits[:, :-1], -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+            if moe:
+                chosen = last_routes(model, len(chunk), width)
+                routes.extend(chosen[i, : len(s)] for i, s in enumerate(chunk))
             for i, s in enumerate(chunk):
                 result.append([0.0, *lps[i, : len(s) - 1].tolist()])
+    model.scored_routes = routes if moe else None
     return result
+
+
+def last_routes_shape(model: PreTrainedModel) -> tuple[int, int]:
+    """(layers, top_k) of an MoE model's routers."""
+    found = routers(model)
+    return len(found), found[0].top_k

@@ -14,9 +14,17 @@ from dataclasses import dataclass
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PretrainedConfig,
+    PreTrainedModel,
+    Qwen2MoeConfig,
+    Qwen2MoeForCausalLM,
+)
 
 from gen.corpus import TRAIN_MODULES, read_modules
+from gen.family_moe import moe_config, tap_routers
 from gen.train import log_iter, lr_at, next_token_loss, optimizer_step, windows
 
 VOCAB = 1024  # the default; family.py --vocab trains another
@@ -34,6 +42,7 @@ class FamilyTraining:
     step_lr: float = 5e-4
     seed: int = 11
     vocab: int = VOCAB
+    moe: bool = False  # the mixture-of-experts member (gen/family_moe.py)
 
 
 def train_tokenizer(vocab: int = VOCAB) -> Tokenizer:
@@ -69,20 +78,29 @@ def llama_config(vocab: int = VOCAB) -> LlamaConfig:
 @dataclass
 class FamilyModel:
     tokenizer: Tokenizer
-    config: LlamaConfig
+    config: PretrainedConfig  # a LlamaConfig, or the MoE member's Qwen2MoeConfig
     checkpoints: list[dict[str, torch.Tensor]]  # index = RL step
     lagging: list[dict[str, torch.Tensor]]  # index = RL step: one optimizer step before it
     early: dict[str, torch.Tensor]  # a pre-training checkpoint
     losses: list[float]
 
 
+def new_model(config: PretrainedConfig) -> PreTrainedModel:
+    if isinstance(config, Qwen2MoeConfig):
+        return Qwen2MoeForCausalLM(config)
+    return LlamaForCausalLM(config)
+
+
 def build(
-    config: LlamaConfig, state: dict[str, torch.Tensor], dtype: torch.dtype
-) -> LlamaForCausalLM:
-    model = LlamaForCausalLM(copy.deepcopy(config))
+    config: PretrainedConfig, state: dict[str, torch.Tensor], dtype: torch.dtype
+) -> PreTrainedModel:
+    """The model of ``state`` in ``dtype``, its routers tapped if it has experts."""
+    model = new_model(copy.deepcopy(config))
     model.load_state_dict(state)
     model.eval()
-    return model.to(dtype)
+    model = model.to(dtype)
+    tap_routers(model)
+    return model
 
 
 def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> FamilyModel:
@@ -91,8 +109,8 @@ def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> Fa
     data = torch.tensor(tok.encode(text).ids, dtype=torch.long)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    config = llama_config(cfg.vocab)
-    model = LlamaForCausalLM(config)
+    config = moe_config(cfg.vocab) if cfg.moe else llama_config(cfg.vocab)
+    model = new_model(config)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     total = cfg.warmup_iters + cfg.iters_per_step * (cfg.n_steps - 1)
     checkpoints: list[dict[str, torch.Tensor]] = []
@@ -112,7 +130,10 @@ def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> Fa
         for group in opt.param_groups:
             group["lr"] = lr_at(it, cfg)
         window = windows(data, cfg.context, cfg.batch, gen)
-        loss = next_token_loss(model(window[:, :-1]).logits, window)
+        out = model(window[:, :-1], **({"output_router_logits": True} if cfg.moe else {}))
+        loss = next_token_loss(out.logits, window)
+        if cfg.moe:  # the load-balancing loss keeps every expert in use
+            loss = loss + config.router_aux_loss_coef * out.aux_loss
         losses.append(loss.item())
         optimizer_step(opt, model, loss)
         if log and (it % 100 == 0 or it == total - 1):

@@ -18,11 +18,13 @@ from gen.corpus import pick_prompt
 from gen.edits import RENDERS
 from gen.family_engine import EngineKernel, Sampler, decode_turn, prepare_engine, score
 from gen.family_model import FamilyModel, FamilyTraining, build
-from gen.rollout import Sample, stable_seed
+from gen.rollout import Sample, keep_first_routes, stable_seed
+from gen.routes import CAPTURE_BUGS, ENCODINGS, route_columns, shifted
 from gen.tools import tool_response
 from gen.writers import prompt_columns, write_parquet_step
 
 MODEL = "llama-4x128-bpe1024"
+MOE_MODEL = "qwen2moe-4x128-16e-top4-bpe1024"
 STEPS = 6
 MAX_NEW, MIN_NEW = 48, 16  # a turn's tokens at most; a newline token ends it after MIN_NEW
 CONTEXT = FamilyTraining().context  # the trained context: no rollout goes past it
@@ -51,6 +53,13 @@ class FamilyRun:
     prompts: int = 8
     group: int = 4
     turns: tuple[int, int] = (2, 3)
+    # the MoE member (gen/family_moe.py) only:
+    routing: str = "natural"  # "replay": the trainer uses the engine's routes (R3);
+    # "replay-late": it replays each position's routes at the next position (a capture bug
+    # that the replay itself carries into the logprobs)
+    router_rounding: torch.dtype | None = None  # the engine's router logits in this fp8 format
+    capture_bug: str = ""  # gen/routes.py: how the trainer's dumped routes are misaligned
+    encoding: str = "lists"  # gen/routes.py: how the routes are written
 
 
 def _healthy(name: str, what: str, baseline: str = "f-h-b", **kw: object) -> FamilyRun:
@@ -303,6 +312,7 @@ def engine_for(run: FamilyRun, model: FamilyModel, step: int, faulty: bool) -> t
         kernel,
         run.fp32_head,
         norm_bf16=faulty and run.gpu_kernel is None,
+        router_rounding=run.router_rounding,
     )
 
 
@@ -324,6 +334,8 @@ def roll(run: FamilyRun, model: FamilyModel, samples: list[Sample], step: int, s
             outs = decode_turn(
                 engine, [s.sequence for s in batch], run.sampler, stops, MAX_NEW, MIN_NEW, gen
             )
+            if engine.turn_routes is not None:
+                keep_first_routes(batch, engine.turn_routes)
             for s, (tokens, lps) in zip(batch, outs, strict=True):
                 stopped = tokens[-1] in stops
                 if stopped and run.stop_zero:
@@ -373,9 +385,18 @@ def scored(run: FamilyRun, model: FamilyModel, samples: list[Sample], step: int)
         else (s.sequence, list(range(len(s.prompt), len(s.sequence))))
         for s in samples
     ]
-    lps = score(trainer, [p[0] for p in pairs], run.trainer_temperature or run.sampler.temperature)
-    for s, (_, where), row in zip(samples, pairs, lps, strict=True):
+    replay = None
+    if run.routing != "natural":
+        assert not run.render, "replay needs the engine's token sequence"
+        replay = [s.rollout_routes for s in samples]
+        if run.routing == "replay-late":
+            replay = [shifted(r) for r in replay]
+    temperature = run.trainer_temperature or run.sampler.temperature
+    lps = score(trainer, [p[0] for p in pairs], temperature, replay=replay)
+    for i, (s, (_, where), row) in enumerate(zip(samples, pairs, lps, strict=True)):
         s.trainer_lp = [row[w] if m else 0.0 for w, m in zip(where, s.mask, strict=True)]
+        if trainer.scored_routes is not None:
+            s.trainer_routes = trainer.scored_routes[i]
 
 
 def write_run(
@@ -393,6 +414,9 @@ def write_run(
         extra = prompt_columns(samples)
         if run.gpus > 1:
             extra["gpu"] = pa.array([s.gpu for s in samples], pa.string())
+        if samples[0].rollout_routes is not None:
+            width = max(len(s.response) for s in samples)
+            extra |= route_columns(samples, width, run.encoding, run.capture_bug)
         write_parquet_step(
             out / f"step_{step:04d}.parquet",
             step,
@@ -402,9 +426,12 @@ def write_run(
         )
 
 
-def check_family() -> None:
-    names = [r.name for r in FAMILY]
+def check_family(runs: tuple[FamilyRun, ...] = FAMILY) -> None:
+    names = [r.name for r in runs]
     assert len(set(names)) == len(names), "duplicate run names"
-    for r in FAMILY:
+    for r in runs:
         assert r.baseline in names and r.baseline != r.name, r.name
         assert r.render in ("", *RENDERS), r.name
+        assert r.routing in ("natural", "replay", "replay-late"), r.name
+        assert r.capture_bug in CAPTURE_BUGS and r.encoding in ENCODINGS, r.name
+        assert r.routing != "natural" or not r.capture_bug, f"{r.name}: no replay, no capture"

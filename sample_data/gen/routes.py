@@ -13,7 +13,9 @@ the padding.
   the rows from position 0 (prompt + response - 1 rows; the trainer's: one per position).
 
 The capture bug ``shift`` writes the trainer's rows one position late (a leading -1 row):
-its dump is aligned per output position while the engine's is per input position.
+its dump is aligned per output position while the engine's is per input position. The capture
+bug ``layers`` writes each of the trainer's layers in the next layer's slot (the last in the
+first): a capture buffer indexed from 1.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ import pyarrow as pa
 from gen.rollout import Sample
 
 ENCODINGS = ("lists", "sglang", "prime")
-CAPTURE_BUGS = ("", "shift")
+CAPTURE_BUGS = ("", "shift", "layers")
 ROLLOUT, TRAINER = "rollout_routed_experts", "trainer_routed_experts"
 START_LEN = "routed_experts_start_len"
 
@@ -57,7 +59,11 @@ def route_columns(
         length = len(s.prompt) + width
         sides[ROLLOUT].append(padded_rows(s.rollout_routes, length))
         trainer = padded_rows(s.trainer_routes, length)
-        sides[TRAINER].append(shifted(trainer) if capture_bug == "shift" else trainer)
+        if capture_bug == "shift":
+            trainer = shifted(trainer)
+        elif capture_bug == "layers":
+            trainer = np.roll(trainer, 1, axis=1)
+        sides[TRAINER].append(trainer)
     columns: dict[str, pa.Array] = {}
     if encoding == "sglang":
         starts = [len(s.prompt) - 1 for s in samples]
