@@ -22,6 +22,7 @@ def _dump(
     flip_noise: float,
     every: int = 10,
     extra_flips: float = 0.0,
+    layers: int = LAYERS,
 ) -> None:
     """Sequences whose trainer logprobs move by ``flip_noise`` after a position whose routes
     differ and by 0.01 elsewhere; ``replayed``: the trainer's routes are the engine's except on a
@@ -40,14 +41,14 @@ def _dump(
     }
     for i in range(60):
         t = int(rng.integers(20, 40))
-        eng, tr = routes(t, LAYERS, 8, TOP_K, seed=seed * 1000 + i)
+        eng, tr = routes(t, layers, 8, TOP_K, seed=seed * 1000 + i)
         if extra_flips:
-            moved = rng.random((t, LAYERS)) < extra_flips
+            moved = rng.random((t, layers)) < extra_flips
             eng = np.where(moved[..., None], (eng + 1) % 8, eng)
         if replayed:
             tr = eng.copy()
             if every and i % every == 0:
-                tr[5:8] = routes(t, LAYERS, 8, TOP_K, seed=7 + i)[1][5:8]
+                tr[5:8] = routes(t, layers, 8, TOP_K, seed=7 + i)[1][5:8]
         differs = (np.sort(eng, 2) != np.sort(tr, 2)).any(axis=(1, 2))
         produced_by_flip = np.r_[False, differs[:-1]]
         roll = -rng.random(t) * 0.7 - 0.05
@@ -60,8 +61,8 @@ def _dump(
     pq.write_table(pa.table(rows), path)
 
 
-def _checks(store: Path, run: str) -> dict:
-    return {c.name: c for c in api.diagnose(run, store=store).checks}
+def _checks(store: Path, run: str, baseline: str | None = None) -> dict:
+    return {c.name: c for c in api.diagnose(run, baseline=baseline, store=store).checks}
 
 
 def test_flips_carrying_the_mismatch_and_replay_violations(tmp_path: Path) -> None:
@@ -74,12 +75,24 @@ def test_flips_carrying_the_mismatch_and_replay_violations(tmp_path: Path) -> No
     assert natural["routing_flips"].verdict == "ok"
     assert "the normal state of an MoE without replay" in natural["routing_flips"].finding
     assert natural["cause"].evidence.cause == "none"
-    # a router in lower precision: 5% of the layer routes flip more
+    # another healthy run of the same model against it: as many flips, no alarm
+    _dump(tmp_path / "n2.parquet", 5, replayed=False, flip_noise=0.5)
+    api.ingest([tmp_path / "n2.parquet"], "natural-2", store=store)
+    again = _checks(store, "natural-2", baseline="natural")
+    assert again["routing_flips"].verdict == "ok"
+    assert "no more flips than the baseline's" in again["routing_flips"].finding
+    assert again["cause"].evidence.cause == "none"
+    # a router in lower precision: 5% of the layer routes flip more. Alone, the rate is the
+    # model's own as far as the run can tell: a note, no alarm
     _dump(tmp_path / "a.parquet", 1, replayed=False, flip_noise=0.5, extra_flips=0.05)
     api.ingest([tmp_path / "a.parquet"], "loud", store=store)
-    checks = _checks(store, "loud")
+    alone = _checks(store, "loud")["routing_flips"]
+    assert alone.verdict == "ok" and "give --baseline a healthy run" in alone.finding
+    # against the natural run of the same model: many times its flips
+    checks = _checks(store, "loud", baseline="natural")
     flips = checks["routing_flips"]
     assert flips.verdict in ("warn", "fail"), flips
+    assert flips.evidence.runs["loud"].flip_excess > 2
     assert "routing flips carry" in flips.finding and flips.next and "replay" in flips.next
     assert "routing_replay" not in checks
     cause = checks["cause"]  # named as the cause, with replay as the remedy
@@ -104,6 +117,53 @@ def test_flips_carrying_the_mismatch_and_replay_violations(tmp_path: Path) -> No
     _dump(tmp_path / "d.parquet", 4, replayed=True, flip_noise=0.01, every=60)
     api.ingest([tmp_path / "d.parquet"], "r3-few", store=store, tags=["routing_replay=r3"])
     assert _checks(store, "r3-few")["routing_replay"].verdict == "warn"
+
+
+def test_a_deep_healthy_moe_is_no_capture_bug(tmp_path: Path) -> None:
+    """48 layers, each flipping 3% of its routes: most tokens differ on some layer (the R3
+    paper's 48-layer model: 94%), and with all of them flipped the few that are not are hardly
+    colder; yet their layer routes mostly agree. Neither a capture bug nor, without a baseline,
+    an alarm."""
+    store = tmp_path / "s"
+    _dump(
+        tmp_path / "deep.parquet", 6, replayed=False, flip_noise=0.02, extra_flips=0.03, layers=48
+    )
+    api.ingest([tmp_path / "deep.parquet"], "deep", store=store)
+    checks = _checks(store, "deep")
+    capture = checks["route_capture"]
+    row = capture.evidence.runs["deep"]
+    assert row.routing_token_agreement < 0.5 and row.flipped_same_ratio < 5  # the old rule's
+    assert row.routing_layer_agreement > 0.9
+    assert capture.verdict == "ok" and not row.capture
+    assert checks["routing_flips"].verdict == "ok"
+    assert checks["cause"].evidence.cause == "none"
+
+
+def test_unrelated_routes_are_a_capture_bug_whatever_the_logprobs(tmp_path: Path) -> None:
+    """The trainer's routes dumped a position late: its layer routes are another position's.
+    Whether the logprobs follow them (a trainer replaying them) or not, never advise replay."""
+    store = tmp_path / "s"
+    for name, noise in (("dumped-late", 0.01), ("replayed-late", 0.5)):
+        path = tmp_path / f"{name}.parquet"
+        _dump(path, 7, replayed=False, flip_noise=noise)
+        table = pq.read_table(path)
+        late = [
+            [[[-1] * TOP_K] * LAYERS, *r[:-1]] for r in table["trainer_routed_experts"].to_pylist()
+        ]
+        table = table.set_column(
+            table.schema.get_field_index("trainer_routed_experts"),
+            "trainer_routed_experts",
+            pa.array(late),
+        )
+        pq.write_table(table, path)
+        api.ingest([path], name, store=store)
+        checks = _checks(store, name)
+        capture = checks["route_capture"]
+        assert capture.verdict == "fail" and capture.evidence.runs[name].capture, name
+        assert capture.evidence.runs[name].routing_layer_agreement < 0.5
+        assert checks["cause"].evidence.cause == "routing_capture"
+        assert "do not enable or trust routing replay" in checks["cause"].next
+        assert checks["routing_flips"].verdict in ("ok", "n/a")  # no token agrees: no ratio
 
 
 def test_no_routing_check_without_routes(tmp_path: Path) -> None:

@@ -26,22 +26,32 @@ CORRECTION = "rollout routing replay (R3) roughly halves it"
 READS: tuple[CheckModule, ...] = (routing_flips,)
 
 
+def excess_share(e: routing_flips.Flips) -> float:
+    """The share of the run's K3 the flips explain beyond the model's own: the flipped tokens'
+    part (``part_share``) times the share of the flips the baseline's rate does not account
+    for, ``1 - 1/flip_excess`` (a run flipping 2.3x its baseline's routes owes 1/2.3 of its
+    flipped tokens' K3 to the model's own flips). Any perturbation upstream of the routers
+    flips routes too (the family's off-by-one split-KV merge 2.3x, its fp8 KV cache 3.4x):
+    weighed so, the flips its part sets off do not outweigh the part (split-KV: 0.52 of the
+    excess against the long-KV part's 0.88), while a router's own fault keeps its flips (the
+    router in fp8: 0.55-0.65)."""
+    share = part_share(e.routing_k3_share_flipped, e.flipped_same_ratio) or 0.0
+    if e.flip_excess is None or e.flip_excess <= 1.0:
+        return share if e.flip_excess is None else 0.0
+    return share * (1.0 - 1.0 / e.flip_excess)
+
+
 def support(ctx: Context) -> Support | None:
     flips = ctx.result(routing_flips)
     if flips is None or flips.verdict == "n/a":
         return None
     e = evidence_of(flips, routing_flips.Evidence)
     runs = e.runs if e is not None else {}
-    best = max(
-        runs.values(),
-        key=lambda e: part_share(e.routing_k3_share_flipped, e.flipped_same_ratio) or 0.0,
-        default=None,
-    )
+    best = max(runs.values(), key=excess_share, default=None)
     ratio = best.flipped_same_ratio if best is not None else None
-    flipped = best.routing_k3_share_flipped if best is not None else None
     return Support(
         verdict=flips.verdict,
-        share=part_share(flipped, ratio) if fired(flips) else 0.0,
+        share=excess_share(best) if fired(flips) and best is not None else 0.0,
         because=flips.finding,
         checks=(routing_flips.NAME,),
         ratio=ratio,

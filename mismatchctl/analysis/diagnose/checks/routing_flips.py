@@ -1,6 +1,11 @@
 """MoE routing flips carrying the mismatch: the K3 of tokens produced by a position whose routes
-differ on the two sides against the rest, in runs without replay. No check at all for a
-selection without routes."""
+differ on the two sides against the rest, in runs without replay, and the flips against a
+baseline's. No check at all for a selection without routes.
+
+Every MoE without replay flips some routes, and its flipped tokens carry most of its K3: that is
+its normal state, and how many routes flip depends on the model (its experts, top-k, depth and
+router), so a run alone raises no alarm, only a note; the rate is judged against a baseline run
+of the same model without replay."""
 
 from __future__ import annotations
 
@@ -50,16 +55,21 @@ class Thresholds:
     """Flipped tokens carrying 30% of the K3 at the ratio above: routing is a main source of the
     mismatch, rollout routing replay is the fix (with ``FLIP_RATE_FAIL``)."""
 
-    FLIP_RATE_WARN: float = 0.015
-    """...and more routes flip than numeric noise flips: the share of (token, layer) routes that
-    differ at 1.5% or more. Every MoE without replay has flips carrying most of its K3 (the
-    calibration corpus' healthy MoE runs: 68-70% of the K3 at 83-96x the other tokens' rate),
-    so that alone is the normal state of an MoE, not a fault (R3 would still roughly halve it:
-    said as a note). Its healthy runs flip 0.6% of their layer routes (bf16 engine against an
-    fp32 trainer); a router in fp8 flips 2.5% (e4m3) to 4.5% (e5m2)."""
+    FLIP_EXCESS_WARN: float = 2.0
+    """...and the run flips at least twice the share of (token, layer) routes its baseline
+    flips (a baseline with routes and without replay). Every MoE without replay has flips
+    carrying most of its K3 (healthy runs: 68-78% at 40-96x the other tokens' rate), so that
+    alone is not a fault; and the rate of a healthy run is the model's own: the sample MoE (8
+    experts, top-2) flips 0.8% of its layer routes, the Qwen2-MoE family (16 experts, top-4)
+    1.9%, a 48-layer MoE about 10% (the R3 paper's Qwen3-30B-A3B). A fixed rate warned on every
+    healthy run of the family (0 of 14 alarms now). Against their baselines, healthy runs flip
+    0.92-1.13x; a router in fp8 3.8-4.0x (e4m3) and 7.4x (e5m2); an fp8 KV cache 3.4x and the
+    off-by-one split-KV merge 2.3x flip routes too (their perturbed activations reach the
+    routers: the flips are then a symptom, their own causes compete by the excess they explain);
+    weights an RL step behind 10x."""
 
-    FLIP_RATE_FAIL: float = 0.04
-    """Layer routes flipping at 4% or more with ``ROUTING_SHARE_FAIL``: fail."""
+    FLIP_EXCESS_FAIL: float = 3.0
+    """Routes flipping at 3x the baseline's or more with ``ROUTING_SHARE_FAIL``: fail."""
 
 
 T = Thresholds()
@@ -79,6 +89,8 @@ class Flips(CheckEvidence):
     routing_unpaired_tokens: int | None = renamed(R.ROUTING_UNPAIRED_TOKENS)
     flipped_same_ratio: float | None = absent()
     layer_flip_rate: float | None = absent()
+    baseline_flip_rate: float | None = absent()
+    flip_excess: float | None = absent()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,11 +101,13 @@ class Evidence(CheckEvidence):
 
 
 def run(ctx: Context) -> Check | None:
-    """Runs without replay: the K3 of tokens produced by flipped positions against the rest."""
+    """Runs without replay: the K3 of tokens produced by flipped positions against the rest, and
+    their flip rate against the baseline's (no alarm without one)."""
     runs = {r: x for r, x in ctx.report.routing.items() if not x.replay}
     if not runs:
         return None
-    results = {run: _flips(x.metrics) for run, x in runs.items()}
+    base = baseline_flip_rate(ctx)
+    results = {run: _flips(x.metrics, base) for run, x in runs.items()}
     verdict = worst([v for v, _, _ in results.values()])
     shown = [run for run, (v, _, _) in results.items() if v == verdict]
     many = len(results) > 1
@@ -102,7 +116,17 @@ def run(ctx: Context) -> Check | None:
     return Check(LAYER, NAME, TITLE, verdict, finding, evidence, advice_if(verdict, REPLAY_ADVICE))
 
 
-def _flips(m: dict[str, Any]) -> tuple[str, str, Flips]:
+def baseline_flip_rate(ctx: Context) -> float | None:
+    """The share of the baseline's (token, layer) routes that flip; None without a baseline with
+    routes, or with one that replays them (it flips none)."""
+    theirs = ctx.baseline.routing if ctx.baseline is not None else None
+    agree = theirs.get(R.ROUTING_LAYER_AGREEMENT) if theirs else None
+    if agree is None or agree >= 1.0:
+        return None
+    return 1.0 - float(agree)
+
+
+def _flips(m: dict[str, Any], base: float | None) -> tuple[str, str, Flips]:
     share, flipped, same = (
         m[R.ROUTING_K3_SHARE_FLIPPED],
         m[R.VLLM_KL_FLIPPED],
@@ -121,21 +145,34 @@ def _flips(m: dict[str, Any]) -> tuple[str, str, Flips]:
     ratio = flipped / same
     layers = m[R.ROUTING_LAYER_AGREEMENT]
     rate = 1.0 - layers if layers is not None else 0.0
-    evidence = dataclasses.replace(evidence, flipped_same_ratio=ratio, layer_flip_rate=rate)
+    excess = rate / base if base else None
+    evidence = dataclasses.replace(
+        evidence,
+        flipped_same_ratio=ratio,
+        layer_flip_rate=rate,
+        baseline_flip_rate=base,
+        flip_excess=excess,
+    )
     text = (
         f"routing flips carry {pct(share)} of the mismatch (K3 of tokens after a flipped "
         f"position {ratio:.2g}x that of the others; token agreement "
-        f"{pct(m[R.ROUTING_TOKEN_AGREEMENT])}, {pct(rate)} of the layer routes flipped)"
+        f"{pct(m[R.ROUTING_TOKEN_AGREEMENT])}, {pct(rate)} of the layer routes flipped"
+        + (f", {excess:.2g}x the baseline's {pct(base)})" if excess is not None else ")")
     )
-    if route_capture.capture_signature(m, ratio):
-        return OK, text + ": too many flips for the little they carry, see route_capture", evidence
+    if route_capture.capture_signature(m):
+        return OK, text + ": the routes are unrelated, see route_capture", evidence
     if ratio < T.ROUTING_RATIO_WARN or share < T.ROUTING_SHARE_WARN:
         return OK, text, evidence
-    if rate < T.FLIP_RATE_WARN:
+    if excess is None:
         return OK, text + (
-            f": no more flips than bf16 numerics make (under {pct(T.FLIP_RATE_WARN)} of the "
-            "layer routes), the normal state of an MoE without replay; rollout routing replay "
-            "(R3) would roughly halve the mismatch"
+            ": the normal state of an MoE without replay (rollout routing replay, R3, would "
+            "roughly halve the mismatch); how many routes flip is the model's own: give "
+            "--baseline a healthy run of the same model without replay to judge the rate"
         ), evidence  # fmt: skip
-    fail = share >= T.ROUTING_SHARE_FAIL and rate >= T.FLIP_RATE_FAIL
+    if excess < T.FLIP_EXCESS_WARN:
+        return OK, text + (
+            ": no more flips than the baseline's numerics make, the normal state of an MoE "
+            "without replay; rollout routing replay (R3) would roughly halve the mismatch"
+        ), evidence  # fmt: skip
+    fail = share >= T.ROUTING_SHARE_FAIL and excess >= T.FLIP_EXCESS_FAIL
     return (FAIL if fail else WARN), text, evidence
