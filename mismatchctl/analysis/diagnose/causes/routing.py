@@ -13,12 +13,15 @@ KEY = "routing"
 CLASS = "MoE"
 LABEL = "MoE routing flips"
 SIGNATURE = (
-    "the tokens produced at a position whose routes differ carry most of the K3, at a rate well "
-    "above the tokens whose routes agree"
+    "against a baseline of the same model without replay, twice its share of (token, layer) "
+    "routes flipped or more, the tokens produced at a flipped position carrying the K3 at a "
+    "rate well above the tokens whose routes agree"
 )
 TELLS_APART = (
-    "routes captured or aligned wrongly disagree almost everywhere while the flipped tokens are "
-    "no hotter than the others (the routes, not the logprobs, are wrong: replay would hurt)"
+    "alone, every MoE's flips carry most of its K3 and their rate is the model's own (no "
+    "alarm); routes unrelated on most layers are a capture bug (replay would hurt); a "
+    "perturbation upstream of the routers (a kernel's part, an fp8 cache) flips routes too, "
+    "and its own cause explains more than the flips beyond the baseline's rate"
 )
 EVERY_TOKEN = False
 EXPLAINS = ("sequences", "policy", "code_path", "tool_turns")

@@ -12,12 +12,12 @@ KEY = "routing_capture"
 CLASS = "MoE"
 LABEL = "MoE routes captured or aligned wrongly"
 SIGNATURE = (
-    "the routes of the two sides disagree on most tokens (a few % agree) while the tokens "
-    "after a flipped route are hardly more mismatched than the others"
+    "the two sides' top-k sets agree on fewer than half the (token, layer) routes: routes "
+    "dumped misaligned (a position late, a layer off), or replayed misaligned"
 )
 TELLS_APART = (
-    "numeric routing flips leave most routes equal and carry tens of times the others' "
-    "mismatch; replay already on agrees on every route"
+    "numeric routing flips, a router in fp8, even weights an RL step behind leave most layer "
+    "routes equal, however deep the model; replay already on agrees on every route"
 )
 EVERY_TOKEN = False
 EXPLAINS = ("routing", "sequences")
