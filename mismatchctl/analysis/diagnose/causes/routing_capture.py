@@ -19,12 +19,27 @@ TELLS_APART = (
     "numeric routing flips, a router in fp8, even weights an RL step behind leave most layer "
     "routes equal, however deep the model; replay already on agrees on every route"
 )
-EVERY_TOKEN = False
-EXPLAINS = ("routing", "sequences")
+EVERY_TOKEN = True
+"""Wrong routes are a fault of the dumps, not of a part of the tokens: a cause of the logprobs
+beside them (an fp8 KV cache's excess over the baseline) is weighed on the whole run."""
+EXPLAINS = ("routing", "sequences", "policy", "semantics")
+"""A trainer that replays the routes misaligned computes another function at every token: the
+far-apart distributions of the policy, a transform's shape of the semantics."""
 CORRECTION = "no, and never replay these routes: fix the capture first"
 READS: tuple[CheckModule, ...] = (route_capture, routing_replay)
 PRECONDITION = True
 """Wrong routes make every routing number wrong: named first, as a data fault."""
+ANOTHER_FUNCTION = ("policy", "semantics")
+
+
+def beside(alarmed: set[str]) -> bool:
+    """Whether a cause of the logprobs may be named beside the wrong routes, given the keys of
+    the causes that alarm: not where another function alarms (``ANOTHER_FUNCTION``), which a
+    trainer replaying misaligned routes makes of every token, and every check of the logprobs
+    with it (the family's trainer replaying each position's routes at the next: 5130-5310x its
+    baseline, named policy or semantics and precision beside the routes before this rule; the
+    routes dumped late beside an fp8 KV cache: 11-13x, the precision alone)."""
+    return not alarmed & set(ANOTHER_FUNCTION)
 
 
 def support(ctx: Context) -> Support | None:
