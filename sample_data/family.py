@@ -31,26 +31,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen.calib_measure import corpus_entry, run_fields
 from gen.corpus import prompt_line_sources, prompt_lines
 from gen.family_model import VOCAB, FamilyModel, FamilyTraining, train_family
-from gen.family_moe import EXPERTS, TOP_K
+from gen.family_moe import DEFAULT, MoEShape
 from gen.family_moe_runs import FAMILY_MOE
-from gen.family_runs import FAMILY, MODEL, MOE_MODEL, STEPS, FamilyRun, check_family, write_run
+from gen.family_runs import FAMILY, MODEL, STEPS, FamilyRun, check_family, write_run
 
 THREADS = 2  # fixed: CPU reductions depend on the thread count
 
 
-def load_model(cache: Path, seed: int, vocab: int, moe: bool = False) -> FamilyModel:
-    """The trained family model of this seed and vocabulary (the MoE member's with ``moe``),
+def load_model(cache: Path, seed: int, vocab: int, moe: MoEShape | None = None) -> FamilyModel:
+    """The trained family model of this seed and vocabulary (the MoE member of shape ``moe``),
     from DIR/cache/ when it is there."""
     from tokenizers import Tokenizer
 
-    name = f"family{'-moe' if moe else ''}-seed{seed}"
+    kind = (
+        ""
+        if moe is None
+        else "-moe"
+        if moe == DEFAULT
+        else f"-moe{moe.layers}x{moe.experts}x{moe.top_k}"
+    )
+    name = f"family{kind}-seed{seed}"
     path = cache / (f"{name}.pt" if vocab == VOCAB else f"{name}-v{vocab}.pt")
     if path.is_file():
         found = torch.load(path, weights_only=False)
         model = found["model"]
         model.tokenizer = Tokenizer.from_str(found["tokenizer"])
         return model
-    model = train_family(FamilyTraining(seed=11 + seed, vocab=vocab, moe=moe))
+    shape = {"moe": True, "moe_shape": moe} if moe is not None else {}
+    model = train_family(FamilyTraining(seed=11 + seed, vocab=vocab, **shape))
     cache.mkdir(parents=True, exist_ok=True)
     tokenizer, model.tokenizer = model.tokenizer, None  # type: ignore[assignment]
     torch.save({"model": model, "tokenizer": tokenizer.to_str()}, path)
@@ -58,10 +66,12 @@ def load_model(cache: Path, seed: int, vocab: int, moe: bool = False) -> FamilyM
     return model
 
 
-def entry(run: FamilyRun, out: Path, seconds: float, label: str = MODEL) -> dict[str, object]:
+def entry(
+    run: FamilyRun, out: Path, seconds: float, label: str = MODEL, moe: MoEShape | None = None
+) -> dict[str, object]:
     fields = {**run_fields(run), "model": label, "steps": STEPS}
-    if label.startswith("qwen2moe"):  # what `mismatchctl ingest` needs to read the routes
-        fields["ingest"] = {"routes_topk": TOP_K, "num_experts": EXPERTS}
+    if moe is not None:  # what `mismatchctl ingest` needs to read the routes
+        fields["ingest"] = {"routes_topk": moe.top_k, "num_experts": moe.experts}
     return corpus_entry(out, fields, round(seconds, 1))
 
 
@@ -75,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--moe", action="store_true", help="the mixture-of-experts member's model and runs"
+    )
+    parser.add_argument(
+        "--moe-shape",
+        type=MoEShape.parse,
+        default=DEFAULT,
+        help="with --moe: LAYERSxEXPERTSxTOPK (default 4x16x4)",
     )
     parser.add_argument("--force", action="store_true", help="regenerate runs already present")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
@@ -97,8 +113,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     torch.manual_seed(args.seed)
     torch.set_num_threads(THREADS)
-    model = load_model(args.out / "cache", args.seed, args.vocab, args.moe)
-    label = (MOE_MODEL if args.moe else MODEL).replace(f"bpe{VOCAB}", f"bpe{args.vocab}")
+    moe = args.moe_shape if args.moe else None
+    model = load_model(args.out / "cache", args.seed, args.vocab, moe)
+    label = (
+        f"{moe.label}-bpe{args.vocab}" if moe else MODEL.replace(f"bpe{VOCAB}", f"bpe{args.vocab}")
+    )
     prompts, sources = prompt_lines(), prompt_line_sources()
     listing = args.out / "corpus.json"
     found = json.loads(listing.read_text())["runs"] if listing.is_file() else []
@@ -114,14 +133,14 @@ def main(argv: list[str] | None = None) -> int:
         write_run(run, model, prompts, sources, scratch, args.seed)
         shutil.rmtree(final, ignore_errors=True)
         scratch.rename(final)
-        items[run.name] = entry(run, args.out, time.perf_counter() - t0, label)
+        items[run.name] = entry(run, args.out, time.perf_counter() - t0, label, moe)
         item = items[run.name]
         against = item["ratio_to_baseline"]
         said = f"{against}x {run.baseline}" if against is not None else "baseline not yet made"
         print(f"{run.name}: vllm_kl {item['vllm_kl']}, {said}", flush=True)
     for name, item in items.items():  # baselines generated after their runs
         run = next(r for r in catalogue if r.name == name)
-        item.update(entry(run, args.out, float(item["seconds"]), item["model"]))
+        item.update(entry(run, args.out, float(item["seconds"]), item["model"], moe))
     order = [r.name for r in catalogue if r.name in items]
     listing.write_text(
         json.dumps(

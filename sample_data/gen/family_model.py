@@ -24,7 +24,7 @@ from transformers import (
 )
 
 from gen.corpus import TRAIN_MODULES, read_modules
-from gen.family_moe import moe_config, tap_routers
+from gen.family_moe import DEFAULT, MoEShape, moe_config, tap_routers
 from gen.train import log_iter, lr_at, next_token_loss, optimizer_step, windows
 
 VOCAB = 1024  # the default; family.py --vocab trains another
@@ -43,6 +43,7 @@ class FamilyTraining:
     seed: int = 11
     vocab: int = VOCAB
     moe: bool = False  # the mixture-of-experts member (gen/family_moe.py)
+    moe_shape: MoEShape = DEFAULT
 
 
 def train_tokenizer(vocab: int = VOCAB) -> Tokenizer:
@@ -109,7 +110,7 @@ def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> Fa
     data = torch.tensor(tok.encode(text).ids, dtype=torch.long)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    config = moe_config(cfg.vocab) if cfg.moe else llama_config(cfg.vocab)
+    config = moe_config(cfg.vocab, cfg.moe_shape) if cfg.moe else llama_config(cfg.vocab)
     model = new_model(config)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     total = cfg.warmup_iters + cfg.iters_per_step * (cfg.n_steps - 1)

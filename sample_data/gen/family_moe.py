@@ -18,6 +18,7 @@ rollout routing replay are:
 from __future__ import annotations
 
 import types
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -25,23 +26,47 @@ import torch.nn.functional as F
 from transformers import Qwen2MoeConfig
 
 NO_ROUTE = -1
-EXPERTS, TOP_K = 16, 4
 ROUTER = "Qwen2MoeTopKRouter"
 
 
-def moe_config(vocab: int) -> Qwen2MoeConfig:
+@dataclass(frozen=True)
+class MoEShape:
+    """Layers, routed experts and top-k of the member (``family.py --moe-shape LxExK``)."""
+
+    layers: int = 4
+    experts: int = 16
+    top_k: int = 4
+
+    @classmethod
+    def parse(cls, text: str) -> MoEShape:
+        layers, experts, top_k = (int(x) for x in text.lower().split("x"))
+        if not 0 < top_k <= experts or layers <= 0:
+            raise ValueError(f"--moe-shape {text}: expected LAYERSxEXPERTSxTOPK, top-k <= experts")
+        return cls(layers, experts, top_k)
+
+    @property
+    def label(self) -> str:
+        return f"qwen2moe-{self.layers}x128-{self.experts}e-top{self.top_k}"
+
+
+DEFAULT = MoEShape()
+
+
+def moe_config(vocab: int, shape: MoEShape = DEFAULT) -> Qwen2MoeConfig:
+    """The member's config; wider experts' hidden widths shrink so that the routed experts a
+    token uses keep the default's width (top-k x width = 256)."""
     return Qwen2MoeConfig(
         vocab_size=vocab,
         hidden_size=128,
         intermediate_size=352,
-        num_hidden_layers=4,
+        num_hidden_layers=shape.layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=1024,
         rms_norm_eps=1e-6,
-        num_experts=EXPERTS,
-        num_experts_per_tok=TOP_K,
-        moe_intermediate_size=64,
+        num_experts=shape.experts,
+        num_experts_per_tok=shape.top_k,
+        moe_intermediate_size=256 // shape.top_k,
         shared_expert_intermediate_size=128,
         norm_topk_prob=False,
         router_aux_loss_coef=0.01,

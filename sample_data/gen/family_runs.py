@@ -24,7 +24,6 @@ from gen.tools import tool_response
 from gen.writers import prompt_columns, write_parquet_step
 
 MODEL = "llama-4x128-bpe1024"
-MOE_MODEL = "qwen2moe-4x128-16e-top4-bpe1024"
 STEPS = 6
 MAX_NEW, MIN_NEW = 48, 16  # a turn's tokens at most; a newline token ends it after MIN_NEW
 CONTEXT = FamilyTraining().context  # the trained context: no rollout goes past it

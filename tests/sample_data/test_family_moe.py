@@ -21,7 +21,7 @@ SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
 sys.path.insert(0, str(SAMPLE))
 
 from gen.family_engine import EngineKernel, Sampler, decode_turn, prepare_engine, score  # noqa: E402
-from gen.family_moe import tap_routers  # noqa: E402
+from gen.family_moe import MoEShape, moe_config, tap_routers  # noqa: E402
 from gen.family_moe_runs import FAMILY_MOE  # noqa: E402
 from gen.family_runs import check_family  # noqa: E402
 from gen.rollout import Sample  # noqa: E402
@@ -107,3 +107,14 @@ def test_the_moe_catalogue_covers_the_routing_classes() -> None:
     assert {"routing", "routing_capture", "policy", "precision", "code_path"} <= causes
     assert sum(r.kind == "healthy" for r in FAMILY_MOE) >= 5
     assert any(r.kind == "improvement" and r.routing == "replay" for r in FAMILY_MOE)
+
+
+def test_another_shape_keeps_the_routed_width_a_token_uses() -> None:
+    shape = MoEShape.parse("6x32x8")
+    assert shape == MoEShape(6, 32, 8) and shape.label == "qwen2moe-6x128-32e-top8"
+    cfg = moe_config(1024, shape)
+    assert (cfg.num_hidden_layers, cfg.num_experts, cfg.num_experts_per_tok) == (6, 32, 8)
+    default = moe_config(1024)
+    assert cfg.moe_intermediate_size * 8 == default.moe_intermediate_size * 4 == 256
+    with pytest.raises(ValueError, match="top-k <= experts"):
+        MoEShape.parse("4x4x8")
