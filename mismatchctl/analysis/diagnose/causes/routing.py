@@ -25,7 +25,7 @@ TELLS_APART = (
 )
 EVERY_TOKEN = False
 EXPLAINS = ("sequences", "policy", "code_path", "tool_turns")
-CORRECTION = "rollout routing replay (R3) roughly halves it"
+CORRECTION = "rollout routing replay (R3) removes most of the flipped tokens' share"
 READS: tuple[CheckModule, ...] = (routing_flips,)
 
 

@@ -166,13 +166,15 @@ def _flips(m: dict[str, Any], base: float | None) -> tuple[str, str, Flips]:
     if excess is None:
         return OK, text + (
             ": the normal state of an MoE without replay (rollout routing replay, R3, would "
-            "roughly halve the mismatch); how many routes flip is the model's own: give "
-            "--baseline a healthy run of the same model without replay to judge the rate"
+            "remove most of the flipped tokens' share of the mismatch); how many routes flip is "
+            "the model's own: give --baseline a healthy run of the same model without replay "
+            "to judge the rate"
         ), evidence  # fmt: skip
     if excess < T.FLIP_EXCESS_WARN:
         return OK, text + (
             ": no more flips than the baseline's numerics make, the normal state of an MoE "
-            "without replay; rollout routing replay (R3) would roughly halve the mismatch"
+            "without replay; rollout routing replay (R3) would remove most of the flipped "
+            "tokens' share of the mismatch"
         ), evidence  # fmt: skip
     fail = share >= T.ROUTING_SHARE_FAIL and excess >= T.FLIP_EXCESS_FAIL
     return (FAIL if fail else WARN), text, evidence
