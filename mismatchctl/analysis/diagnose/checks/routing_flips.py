@@ -61,8 +61,9 @@ class Thresholds:
     carrying most of its K3 (healthy runs: 68-78% at 40-96x the other tokens' rate), so that
     alone is not a fault; and the rate of a healthy run is the model's own: the sample MoE (8
     experts, top-2) flips 0.8% of its layer routes, the Qwen2-MoE family (16 experts, top-4)
-    1.9%, a 48-layer MoE about 10% (the R3 paper's Qwen3-30B-A3B). A fixed rate warned on every
-    healthy run of the family (0 of 14 alarms now). Against their baselines, healthy runs flip
+    1.9%, its 6-layer shape with 32 experts and top-8 4.1%, a 48-layer MoE about 10% (the R3
+    paper's Qwen3-30B-A3B). A fixed rate warned on every
+    healthy run of the family's three draws (0 of 14 alarms in each now). Against their baselines, healthy runs flip
     0.92-1.13x; a router in fp8 3.8-4.0x (e4m3) and 7.4x (e5m2); an fp8 KV cache 3.4x and the
     off-by-one split-KV merge 2.3x flip routes too (their perturbed activations reach the
     routers: the flips are then a symptom, their own causes compete by the excess they explain);
