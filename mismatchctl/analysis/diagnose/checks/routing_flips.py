@@ -53,7 +53,7 @@ class Thresholds:
 
     ROUTING_SHARE_FAIL: float = 0.30
     """Flipped tokens carrying 30% of the K3 at the ratio above: routing is a main source of the
-    mismatch, rollout routing replay is the fix (with ``FLIP_RATE_FAIL``)."""
+    mismatch, rollout routing replay is the fix (with ``FLIP_EXCESS_FAIL``)."""
 
     FLIP_EXCESS_WARN: float = 2.0
     """...and the run flips at least twice the share of (token, layer) routes its baseline
@@ -62,12 +62,12 @@ class Thresholds:
     alone is not a fault; and the rate of a healthy run is the model's own: the sample MoE (8
     experts, top-2) flips 0.8% of its layer routes, the Qwen2-MoE family (16 experts, top-4)
     1.9%, its 6-layer shape with 32 experts and top-8 4.1%, a 48-layer MoE about 10% (the R3
-    paper's Qwen3-30B-A3B). A fixed rate warned on every
-    healthy run of the family's three draws (0 of 14 alarms in each now). Against their baselines, healthy runs flip
-    0.92-1.13x; a router in fp8 3.8-4.0x (e4m3) and 7.4x (e5m2); an fp8 KV cache 3.4x and the
-    off-by-one split-KV merge 2.3x flip routes too (their perturbed activations reach the
-    routers: the flips are then a symptom, their own causes compete by the excess they explain);
-    weights an RL step behind 10x."""
+    paper's Qwen3-30B-A3B). A fixed rate (1.5%) warned on 10 of the 14 healthy or improved
+    diagnoses of each of the family's three draws (none now). Against their baselines, healthy
+    runs flip 0.92-1.13x; a router in fp8 3.8-4.0x (e4m3) and 7.4x (e5m2); an fp8 KV cache
+    3.4x and the off-by-one split-KV merge 2.3x flip routes too (their perturbed activations
+    reach the routers: the flips are then a symptom, their own causes compete by the excess
+    they explain); weights an RL step behind 10x."""
 
     FLIP_EXCESS_FAIL: float = 3.0
     """Routes flipping at 3x the baseline's or more with ``ROUTING_SHARE_FAIL``: fail."""
