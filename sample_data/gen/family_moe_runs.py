@@ -95,6 +95,7 @@ FAMILY_MOE: tuple[FamilyRun, ...] = (
         routing="replay-late",
     ),
     _fault("m-pol-stale", "policy", "loud", "weights one RL step behind", weights="stale"),
+    _fault("m-pol-early", "policy", "loud", "a pre-training checkpoint served", weights="early"),
     _fault("m-pr-fp8kv", "precision", "loud", "an fp8 KV cache (scale 1)", kernel=FP8KV),
     _fault(
         "m-cp-splitkv",
