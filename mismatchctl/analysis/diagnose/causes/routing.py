@@ -39,9 +39,9 @@ def excess_share(e: routing_flips.Flips) -> float:
     excess against the long-KV part's 0.88), while a router's own fault keeps its flips (the
     router in fp8: 0.55-0.65)."""
     share = part_share(e.routing_k3_share_flipped, e.flipped_same_ratio) or 0.0
-    if e.flip_excess is None or e.flip_excess <= 1.0:
-        return share if e.flip_excess is None else 0.0
-    return share * (1.0 - 1.0 / e.flip_excess)
+    if e.flip_excess is None:  # no baseline's rate, or a baseline that replays (flips none)
+        return share
+    return share * max(0.0, 1.0 - 1.0 / e.flip_excess)
 
 
 def support(ctx: Context) -> Support | None:

@@ -91,7 +91,7 @@ class Flips(CheckEvidence):
     flipped_same_ratio: float | None = absent()
     layer_flip_rate: float | None = absent()
     baseline_flip_rate: float | None = absent()
-    flip_excess: float | None = absent()
+    flip_excess: float | None = absent()  # None too when the baseline flips none (it replays)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,13 +118,11 @@ def run(ctx: Context) -> Check | None:
 
 
 def baseline_flip_rate(ctx: Context) -> float | None:
-    """The share of the baseline's (token, layer) routes that flip; None without a baseline with
-    routes, or with one that replays them (it flips none)."""
+    """The share of the baseline's (token, layer) routes that flip (0 when it replays them);
+    None without a baseline with routes."""
     theirs = ctx.baseline.routing if ctx.baseline is not None else None
     agree = theirs.get(R.ROUTING_LAYER_AGREEMENT) if theirs else None
-    if agree is None or agree >= 1.0:
-        return None
-    return 1.0 - float(agree)
+    return None if agree is None else max(0.0, 1.0 - float(agree))
 
 
 def _flips(m: dict[str, Any], base: float | None) -> tuple[str, str, Flips]:
@@ -147,6 +145,7 @@ def _flips(m: dict[str, Any], base: float | None) -> tuple[str, str, Flips]:
     layers = m[R.ROUTING_LAYER_AGREEMENT]
     rate = 1.0 - layers if layers is not None else 0.0
     excess = rate / base if base else None
+    replayed = base == 0.0  # the baseline replays its routes: every flip is the run's own
     evidence = dataclasses.replace(
         evidence,
         flipped_same_ratio=ratio,
@@ -158,12 +157,16 @@ def _flips(m: dict[str, Any], base: float | None) -> tuple[str, str, Flips]:
         f"routing flips carry {pct(share)} of the mismatch (K3 of tokens after a flipped "
         f"position {ratio:.2g}x that of the others; token agreement "
         f"{pct(m[R.ROUTING_TOKEN_AGREEMENT])}, {pct(rate)} of the layer routes flipped"
-        + (f", {excess:.2g}x the baseline's {pct(base)})" if excess is not None else ")")
+        + (f", {excess:.2g}x the baseline's {pct(base)})" if excess is not None else "")
+        + (", none in the baseline, which replays its routes)" if replayed else "")
+        + (")" if excess is None and not replayed else "")
     )
     if route_capture.capture_signature(m):
         return OK, text + ": the routes are unrelated, see route_capture", evidence
     if ratio < T.ROUTING_RATIO_WARN or share < T.ROUTING_SHARE_WARN:
         return OK, text, evidence
+    if replayed:  # what replay removes: the baseline's own remedy
+        return (FAIL if share >= T.ROUTING_SHARE_FAIL else WARN), text, evidence
     if excess is None:
         return OK, text + (
             ": the normal state of an MoE without replay (rollout routing replay, R3, would "

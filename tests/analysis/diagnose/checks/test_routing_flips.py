@@ -40,3 +40,15 @@ def test_a_router_in_fp8_is_judged_against_its_baseline(held_out_store: Path) ->
     assert flips["verdict"] == "fail" and "rollout routing replay" in flips["next"]
     named = [found["cause"]["key"], *(a["key"] for a in found["cause"]["also"])]
     assert "routing" in named
+
+
+def test_over_a_baseline_that_replays_its_routes_the_flips_are_the_excess(
+    held_out_store: Path,
+) -> None:
+    """A healthy run without replay over a run of the same model with replay (6x its mismatch):
+    every flip is the run's own, and replay is what the baseline does that the run does not."""
+    found, flips = _flips(held_out_store, "m-h-a", "m-r3-b")
+    assert flips["evidence"]["runs"]["m-h-a"]["baseline_flip_rate"] == 0.0
+    assert "none in the baseline, which replays its routes" in flips["finding"]
+    assert flips["verdict"] == "fail" and found["cause"]["key"] == "routing"
+    assert "rollout routing replay" in found["cause"]["next"]
