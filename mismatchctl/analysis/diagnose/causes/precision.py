@@ -148,6 +148,11 @@ def advice(ctx: Context, found: Support) -> str:
         "model, fp16 activations, a bf16 lm_head, tensor parallelism across hosts) and "
         "diagnose a few steps with it switched back"
     )
+    if ctx.report.routing:
+        text += (
+            "; in an MoE, the routers' logits in lower precision too (rounding them moves every "
+            "token's gate weights and flips routes)"
+        )
     if found.variant == SHAPES["concentrated"]:
         text += f"; {LOW_PROB_ADVICE}"
     else:

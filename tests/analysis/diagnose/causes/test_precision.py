@@ -137,7 +137,8 @@ def _over_a_baseline(bin_mix: float, gpus: bool = False) -> Context:
     )  # fmt: skip
     found = Check("inference path", "baseline", "Against the baseline", "warn", "", e, "")
     return cast(Context, SimpleNamespace(result=lambda m: found if m is baseline else None,
-                                         cube=None, tables=None, baseline=None))  # fmt: skip
+                                         cube=None, tables=None, baseline=None,
+                                         report=SimpleNamespace(routing={})))  # fmt: skip
 
 
 @pytest.mark.parametrize(("bin_mix", "said"), [(-0.58, True), (0.60, True), (0.02, False)])
@@ -170,3 +171,15 @@ def test_a_logit_processor_is_evidence_against_a_precision_loss(processor: bool)
     found = precision.support(ctx)
     assert found is not None and found.verdict == "warn"
     assert any("token_shift" in a for a in found.against) is processor
+
+
+def test_in_an_moe_the_advice_names_the_routers_precision() -> None:
+    """A router whose logits are rounded is a lower-precision path of its own (the family's fp8
+    router over its baseline is named precision first, its flips beside)."""
+    dense = _over_a_baseline(0.02)
+    support = Support("warn", None, "", ("baseline",))
+    assert "routers' logits" not in precision.advice(dense, support)
+    moe = cast(
+        Context, SimpleNamespace(**{**vars(dense), "report": SimpleNamespace(routing={"r": 1})})
+    )
+    assert "routers' logits in lower precision" in precision.advice(moe, support)
