@@ -5,23 +5,15 @@ and combinations of two. Rolled out, scored and written as the family's runs are
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
-from gen.family_engine import EngineKernel, Sampler
-from gen.family_runs import SPLIT_LOUD, FamilyRun
+from gen.family_engine import Sampler
+from gen.family_runs import FP8KV, SPLIT_LOUD, FamilyRun, fault, healthy
 
-FP8KV = EngineKernel(fp8_kv=True)
-
-
-def _healthy(name: str, what: str, baseline: str = "m-h-b", **kw: object) -> FamilyRun:
-    return FamilyRun(name, "healthy", None, what, None, baseline, **kw)  # type: ignore[arg-type]
-
-
-def _fault(
-    name: str, cause: str, size: str, what: str, baseline: str = "m-h-a", **kw: object
-) -> FamilyRun:
-    kind = "combo" if "+" in cause else "fault"
-    return FamilyRun(name, kind, cause, what, size, baseline, **kw)  # type: ignore[arg-type]
+_healthy = partial(healthy, baseline="m-h-b")
+_fault = partial(fault, baseline="m-h-a")
 
 
 FAMILY_MOE: tuple[FamilyRun, ...] = (

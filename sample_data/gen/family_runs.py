@@ -61,13 +61,17 @@ class FamilyRun:
     encoding: str = "lists"  # gen/routes.py: how the routes are written
 
 
-def _healthy(name: str, what: str, baseline: str = "f-h-b", **kw: object) -> FamilyRun:
+def healthy(name: str, what: str, baseline: str = "f-h-b", **kw: object) -> FamilyRun:
+    """A healthy run (the MoE member's catalogue passes its own ``baseline``)."""
     return FamilyRun(name, "healthy", None, what, None, baseline, **kw)  # type: ignore[arg-type]
 
 
-def _fault(name: str, cause: str, size: str, what: str, **kw: object) -> FamilyRun:
+def fault(
+    name: str, cause: str, size: str, what: str, baseline: str = "f-h-a", **kw: object
+) -> FamilyRun:
+    """A fault, or a combination when ``cause`` joins two with ``+``."""
     kind = "combo" if "+" in cause else "fault"
-    return FamilyRun(name, kind, cause, what, size, "f-h-a", **kw)  # type: ignore[arg-type]
+    return FamilyRun(name, kind, cause, what, size, baseline, **kw)  # type: ignore[arg-type]
 
 
 SPLIT_SUBTLE = EngineKernel(split_at=128, lse_dtype=torch.float8_e4m3fn)
@@ -75,24 +79,24 @@ SPLIT_LOUD = EngineKernel(split_at=96, drop_key=True)
 FP8KV = EngineKernel(fp8_kv=True)
 
 FAMILY: tuple[FamilyRun, ...] = (
-    _healthy("f-h-a", "bf16 engine through transformers' KV cache vs fp32 trainer, loader a"),
-    _healthy("f-h-b", "as f-h-a, loader b", baseline="f-h-a", loader="b"),
-    _healthy("f-h-c", "as f-h-a, loader c", loader="c"),
-    _healthy(
+    healthy("f-h-a", "bf16 engine through transformers' KV cache vs fp32 trainer, loader a"),
+    healthy("f-h-b", "as f-h-a, loader b", baseline="f-h-a", loader="b"),
+    healthy("f-h-c", "as f-h-a, loader c", loader="c"),
+    healthy(
         "f-h-t06", "temperature 0.6 on both sides", sampler=Sampler(temperature=0.6), loader="d"
     ),
-    _healthy(
+    healthy(
         "f-h-t10", "temperature 1.0 on both sides", sampler=Sampler(temperature=1.0), loader="e"
     ),
-    _healthy("f-h-one-turn", "one turn, no tool response", turns=(1, 1), loader="f"),
-    _healthy(
+    healthy("f-h-one-turn", "one turn, no tool response", turns=(1, 1), loader="f"),
+    healthy(
         "f-h-many-turns",
         "four or five turns (within the trained context)",
         turns=(4, 5),
         loader="g",
     ),
-    _healthy("f-h-gpus", "four devices, one engine", gpus=4, loader="h"),
-    _healthy("f-h-big", "16 prompts x 4 per step", prompts=16, loader="i"),
+    healthy("f-h-gpus", "four devices, one engine", gpus=4, loader="h"),
+    healthy("f-h-big", "16 prompts x 4 per step", prompts=16, loader="i"),
     FamilyRun(
         "f-imp-fp32-head",
         "improvement",
@@ -103,7 +107,7 @@ FAMILY: tuple[FamilyRun, ...] = (
         fp32_head=True,
         loader="j",
     ),
-    _fault(
+    fault(
         "f-sem-temp-subtle",
         "semantics",
         "subtle",
@@ -111,7 +115,7 @@ FAMILY: tuple[FamilyRun, ...] = (
         sampler=Sampler(temperature=0.97),
         trainer_temperature=1.0,
     ),
-    _fault(
+    fault(
         "f-sem-temp-loud",
         "semantics",
         "loud",
@@ -119,66 +123,66 @@ FAMILY: tuple[FamilyRun, ...] = (
         sampler=Sampler(temperature=0.7),
         trainer_temperature=1.0,
     ),
-    _fault(
+    fault(
         "f-sem-topp-subtle",
         "semantics",
         "subtle",
         "top-p 0.98, processed logprobs",
         sampler=Sampler(top_p=0.98),
     ),
-    _fault(
+    fault(
         "f-sem-topp-loud",
         "semantics",
         "loud",
         "top-p 0.9, processed logprobs",
         sampler=Sampler(top_p=0.9),
     ),
-    _fault(
+    fault(
         "f-sem-raw",
         "semantics",
         "loud",
         "raw logprobs at temperature 0.9",
         sampler=Sampler(logprobs="raw"),
     ),
-    _fault(
+    fault(
         "f-sem-rep-subtle",
         "semantics",
         "subtle",
         "a repetition penalty of 1.02 in the engine only",
         sampler=Sampler(repetition_penalty=1.02),
     ),
-    _fault(
+    fault(
         "f-sem-rep-loud",
         "semantics",
         "loud",
         "a repetition penalty of 1.1, engine only",
         sampler=Sampler(repetition_penalty=1.1),
     ),
-    _fault("f-pol-lag", "policy", "subtle", "weights one optimizer step behind", weights="lag"),
-    _fault(
+    fault("f-pol-lag", "policy", "subtle", "weights one optimizer step behind", weights="lag"),
+    fault(
         "f-pol-stale",
         "policy",
         "loud",
         "weights one RL step (20 optimizer steps) behind",
         weights="stale",
     ),
-    _fault("f-pol-early", "policy", "loud", "a pre-training checkpoint served", weights="early"),
-    _fault(
+    fault("f-pol-early", "policy", "loud", "a pre-training checkpoint served", weights="early"),
+    fault(
         "f-cp-splitkv-subtle",
         "code_path",
         "subtle",
         "split-KV decode past 128 keys, partials merged by fp8 log-sum-exps",
         kernel=SPLIT_SUBTLE,
     ),
-    _fault(
+    fault(
         "f-cp-splitkv-loud",
         "code_path",
         "loud",
         "split-KV decode past 96 keys, the second partial a key late",
         kernel=SPLIT_LOUD,
     ),
-    _fault("f-pr-fp8kv", "precision", "loud", "an fp8 KV cache (scale 1)", kernel=FP8KV),
-    _fault(
+    fault("f-pr-fp8kv", "precision", "loud", "an fp8 KV cache (scale 1)", kernel=FP8KV),
+    fault(
         "f-hw-norm",
         "hardware",
         "subtle",
@@ -186,7 +190,7 @@ FAMILY: tuple[FamilyRun, ...] = (
         gpus=4,
         faulty_gpu=2,
     ),
-    _fault(
+    fault(
         "f-hw-fp8kv",
         "hardware",
         "loud",
@@ -195,21 +199,21 @@ FAMILY: tuple[FamilyRun, ...] = (
         faulty_gpu=2,
         gpu_kernel=FP8KV,
     ),
-    _fault(
+    fault(
         "f-tpl-tag",
         "template",
         "loud",
         "the trainer renders the tool's opening tag otherwise",
         render="opening-tag",
     ),
-    _fault(
+    fault(
         "f-stop-zero",
         "stop",
         "loud",
         "the engine reports 0.0 for each turn's stop token",
         stop_zero=True,
     ),
-    _fault(
+    fault(
         "f-combo-stale-topp",
         "semantics+policy",
         "loud",
@@ -217,7 +221,7 @@ FAMILY: tuple[FamilyRun, ...] = (
         sampler=Sampler(top_p=0.9),
         weights="stale",
     ),
-    _fault(
+    fault(
         "f-combo-lag-topp",
         "semantics+policy",
         "subtle",
@@ -225,7 +229,7 @@ FAMILY: tuple[FamilyRun, ...] = (
         sampler=Sampler(top_p=0.98),
         weights="lag",
     ),
-    _fault(
+    fault(
         "f-combo-lag-splitkv",
         "policy+code_path",
         "loud",
@@ -233,7 +237,7 @@ FAMILY: tuple[FamilyRun, ...] = (
         weights="lag",
         kernel=SPLIT_LOUD,
     ),
-    _fault(
+    fault(
         "f-combo-fp8kv-tpl",
         "template+precision",
         "loud",
@@ -241,7 +245,7 @@ FAMILY: tuple[FamilyRun, ...] = (
         kernel=FP8KV,
         render="opening-tag",
     ),
-    _fault(
+    fault(
         "f-combo-temp-gpu",
         "semantics+hardware",
         "loud",
@@ -252,7 +256,7 @@ FAMILY: tuple[FamilyRun, ...] = (
         faulty_gpu=2,
         gpu_kernel=FP8KV,
     ),
-    _fault(
+    fault(
         "f-combo-tpl-splitkv",
         "template+code_path",
         "loud",
