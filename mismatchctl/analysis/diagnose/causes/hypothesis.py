@@ -68,7 +68,9 @@ class CauseModule(Protocol):
     checks ``support`` reads; ``advice``: the next step. Optional: ``OUTSIDE_ONLY`` (a cause
     whose evidence is a level: beside a part it is tested only outside it) and ``WITHIN`` (the
     causes whose part holds this one's tokens: beside it they count what is left without them)
-    (``weigh.py``)."""
+    and ``beside`` (given the keys of the causes that alarm, whether any second cause may be
+    named beside this one: ``routing_capture``'s misaligned replay sets off every alarm of the
+    logprobs) (``weigh.py``)."""
 
     KEY: str
     CLASS: str

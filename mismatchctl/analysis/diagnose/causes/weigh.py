@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from mismatchctl.analysis.diagnose.causes import routing_capture, stop
+from mismatchctl.analysis.diagnose.causes import stop
 from mismatchctl.analysis.diagnose.causes.catalogue import CAUSES
 from mismatchctl.analysis.diagnose.causes.hypothesis import (
     AGAINST,
@@ -86,8 +86,9 @@ def weigh(ctx: Context) -> Weighing:
         return Weighing(None, [], [_lost(ctx, w, None) for w in others], unexplained=True)
     cut = ALSO_SHARE * _excess_fraction(ctx)
     also = [w for w in alarmed if first is not None and _second(ctx, first, w, cut)]
-    if first is not None and first.cause is routing_capture:
-        also = also if routing_capture.beside({w.cause.KEY for w in alarmed}) else []
+    beside = getattr(first.cause, "beside", None) if first is not None else None
+    if beside is not None and not beside({w.cause.KEY for w in alarmed}):
+        also = []  # the first cause's fault sets off every other alarm (its ``beside``)
     if first is not None:  # a fault hidden under a louder one's part (outside.py) or shift
         also += [w for w in second_pass(ctx, first, weighed) if w.cause not in _causes(also)]
         also += [w for w in peeled(ctx, first, weighed) if w.cause not in _causes(also)]
