@@ -3,13 +3,16 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
 
     python sample_data/family.py --out DIR [--only NAME,NAME] [--seed N] [--vocab V] [--force]
     python sample_data/family.py --out DIR --moe    # the mixture-of-experts member's runs
+    python sample_data/family.py --out DIR --arch gemma2    # the Gemma2 member's runs
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
 
 No threshold of `diagnose` was set on this family: it is a held-out check of other weights, another
 architecture, another vocabulary and another engine's decoding; with ``--moe``, of another
-mixture of experts (Qwen2-MoE: 16 experts, top-4, a shared expert) and its routes. Runs go to
-DIR/runs/NAME/, the trained model to DIR/cache/ (reused), DIR/corpus.json lists each run as
-calibrate.py does.
+mixture of experts (Qwen2-MoE: 16 experts, top-4, a shared expert) and its routes; with
+``--arch gemma2``, of a dense model of other numerics (Gemma2: final-logit soft-capping, scaled
+embeddings, GeGLU, (1 + w) pre- and post-norms, tied embeddings, sliding-window layers), the
+same runs as the Llama's. Runs go to DIR/runs/NAME/, the trained model to DIR/cache/ (reused),
+DIR/corpus.json lists each run as calibrate.py does.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gen.calib_measure import corpus_entry, run_fields
 from gen.corpus import prompt_line_sources, prompt_lines
-from gen.family_model import VOCAB, FamilyModel, FamilyTraining, train_family
+from gen.family_gemma2 import LABEL as GEMMA2
+from gen.family_model import ARCHS, VOCAB, FamilyModel, FamilyTraining, train_family
 from gen.family_moe import DEFAULT, MoEShape
 from gen.family_moe_runs import FAMILY_MOE
 from gen.family_runs import FAMILY, MODEL, STEPS, FamilyRun, check_family, write_run
@@ -38,13 +42,15 @@ from gen.family_runs import FAMILY, MODEL, STEPS, FamilyRun, check_family, write
 THREADS = 2  # fixed: CPU reductions depend on the thread count
 
 
-def load_model(cache: Path, seed: int, vocab: int, moe: MoEShape | None = None) -> FamilyModel:
-    """The trained family model of this seed and vocabulary (the MoE member of shape ``moe``),
-    from DIR/cache/ when it is there."""
+def load_model(
+    cache: Path, seed: int, vocab: int, moe: MoEShape | None = None, arch: str = "llama"
+) -> FamilyModel:
+    """The trained family model of this seed and vocabulary (the MoE member of shape ``moe``,
+    else the dense member ``arch``), from DIR/cache/ when it is there."""
     from tokenizers import Tokenizer
 
     kind = (
-        ""
+        ("" if arch == "llama" else f"-{arch}")
         if moe is None
         else "-moe"
         if moe == DEFAULT
@@ -57,8 +63,10 @@ def load_model(cache: Path, seed: int, vocab: int, moe: MoEShape | None = None) 
         model = found["model"]
         model.tokenizer = Tokenizer.from_str(found["tokenizer"])
         return model
-    shape = {"moe": True, "moe_shape": moe} if moe is not None else {}
-    model = train_family(FamilyTraining(seed=11 + seed, vocab=vocab, **shape))
+    training = FamilyTraining(
+        seed=11 + seed, vocab=vocab, moe=moe is not None, moe_shape=moe or DEFAULT, arch=arch
+    )
+    model = train_family(training)
     cache.mkdir(parents=True, exist_ok=True)
     tokenizer, model.tokenizer = model.tokenizer, None  # type: ignore[assignment]
     torch.save({"model": model, "tokenizer": tokenizer.to_str()}, path)
@@ -92,9 +100,20 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT,
         help="with --moe: LAYERSxEXPERTSxTOPK (default 4x16x4)",
     )
+    parser.add_argument(
+        "--arch",
+        choices=ARCHS,
+        default="llama",
+        help="the dense member: llama (default) or gemma2 (Gemma2ForCausalLM, same size and runs)",
+    )
     parser.add_argument("--force", action="store_true", help="regenerate runs already present")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
     args = parser.parse_args(argv)
+    if args.moe and args.arch != "llama":
+        raise SystemExit(
+            f"Error: --moe with --arch {args.arch}: the mixture-of-experts member is a Qwen2-MoE "
+            "of its own\nHint: use --moe or --arch, not both"
+        )
     catalogue = FAMILY_MOE if args.moe else FAMILY
     check_family(catalogue)
     runs = list(catalogue)
@@ -114,9 +133,13 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     torch.set_num_threads(THREADS)
     moe = args.moe_shape if args.moe else None
-    model = load_model(args.out / "cache", args.seed, args.vocab, moe)
+    model = load_model(args.out / "cache", args.seed, args.vocab, moe, args.arch)
     label = (
-        f"{moe.label}-bpe{args.vocab}" if moe else MODEL.replace(f"bpe{VOCAB}", f"bpe{args.vocab}")
+        f"{moe.label}-bpe{args.vocab}"
+        if moe
+        else f"{GEMMA2}-bpe{args.vocab}"
+        if args.arch == "gemma2"
+        else MODEL.replace(f"bpe{VOCAB}", f"bpe{args.vocab}")
     )
     prompts, sources = prompt_lines(), prompt_line_sources()
     listing = args.out / "corpus.json"

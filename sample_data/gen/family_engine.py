@@ -8,7 +8,8 @@ sequence in one forward; and the faults, each where it happens in a real stack.
   with the default scale of 1), a split-KV decode whose partial results are merged with their
   log-sum-exp rounded (bf16 or fp8) once the KV length passes a threshold;
 - one device's kernels: RMSNorm statistics in bf16 (`bf16_norm_stats`);
-- the engine's lm_head in fp32 (an improvement);
+- the engine's lm_head in fp32 (an improvement; with tied embeddings, a copy of them in fp32,
+  Gemma2's final soft-capping still applied after it);
 - the MoE member's routers (gen/family_moe.py): each side's experts recorded per input position,
   the trainer replaying the engine's (R3), the engine's router logits rounded to fp8.
 """
@@ -25,6 +26,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from gen.family_gemma2 import gemma2_norm_bf16, is_gemma2_norm
 from gen.family_moe import force, forced_rows, is_moe, last_routes, routers
 
 KERNEL_NAME = "family_engine"
@@ -118,18 +120,21 @@ AttentionInterface.register(KERNEL_NAME, engine_attention)
 AttentionMaskInterface.register(KERNEL_NAME, sdpa_mask)
 
 
+def _llama_norm_bf16(self: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    h = hidden.to(torch.bfloat16)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    return self.weight * (h * torch.rsqrt(variance + self.variance_epsilon))
+
+
 def bf16_norm_stats(model: PreTrainedModel) -> None:
     """Every RMSNorm computes its mean square in bf16 (a device whose fused norm kernel keeps
-    the statistics in the activations' dtype)."""
-
-    def forward(self: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
-        h = hidden.to(torch.bfloat16)
-        variance = h.pow(2).mean(-1, keepdim=True)
-        return self.weight * (h * torch.rsqrt(variance + self.variance_epsilon))
-
+    the statistics in the activations' dtype), each in its own form: Llama's and Qwen2-MoE's
+    ``w * x * rsqrt(...)``, Gemma2's ``x * rsqrt(...) * (1 + w)`` (gen/family_gemma2.py)."""
     for module in model.modules():
-        if type(module).__name__.endswith("RMSNorm"):
-            module.forward = types.MethodType(forward, module)
+        if is_gemma2_norm(module):
+            module.forward = types.MethodType(gemma2_norm_bf16, module)
+        elif type(module).__name__.endswith("RMSNorm"):
+            module.forward = types.MethodType(_llama_norm_bf16, module)
 
 
 class Fp32Head(torch.nn.Module):

@@ -1,6 +1,7 @@
 """A second model family for the held-out check of `diagnose`: a Llama-architecture model from
 `transformers` (RMSNorm, SwiGLU, grouped-query attention, rotary positions) over a BPE
-vocabulary trained with `tokenizers`, both made offline from the standard library's source.
+vocabulary trained with `tokenizers`, both made offline from the standard library's source;
+or, with ``arch="gemma2"``, a Gemma2 of the same size (gen/family_gemma2.py).
 
 Nothing of it is shared with the sample model (gen/model.py: LayerNorm, GELU, multi-head
 attention, a byte vocabulary) but the training text, so its healthy noise, its token
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
+    Gemma2Config,
     LlamaConfig,
     LlamaForCausalLM,
     PretrainedConfig,
@@ -24,10 +26,12 @@ from transformers import (
 )
 
 from gen.corpus import TRAIN_MODULES, read_modules
+from gen.family_gemma2 import gemma2_config, new_gemma2
 from gen.family_moe import DEFAULT, MoEShape, moe_config, tap_routers
 from gen.train import log_iter, lr_at, next_token_loss, optimizer_step, windows
 
 VOCAB = 1024  # the default; family.py --vocab trains another
+ARCHS = ("llama", "gemma2")  # the dense members (family.py --arch)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ class FamilyTraining:
     vocab: int = VOCAB
     moe: bool = False  # the mixture-of-experts member (gen/family_moe.py)
     moe_shape: MoEShape = DEFAULT
+    arch: str = "llama"  # the dense member: one of ARCHS (gen/family_gemma2.py)
 
 
 def train_tokenizer(vocab: int = VOCAB) -> Tokenizer:
@@ -79,7 +84,7 @@ def llama_config(vocab: int = VOCAB) -> LlamaConfig:
 @dataclass
 class FamilyModel:
     tokenizer: Tokenizer
-    config: PretrainedConfig  # a LlamaConfig, or the MoE member's Qwen2MoeConfig
+    config: PretrainedConfig  # a LlamaConfig, Gemma2Config or the MoE member's Qwen2MoeConfig
     checkpoints: list[dict[str, torch.Tensor]]  # index = RL step
     lagging: list[dict[str, torch.Tensor]]  # index = RL step: one optimizer step before it
     early: dict[str, torch.Tensor]  # a pre-training checkpoint
@@ -89,6 +94,8 @@ class FamilyModel:
 def new_model(config: PretrainedConfig) -> PreTrainedModel:
     if isinstance(config, Qwen2MoeConfig):
         return Qwen2MoeForCausalLM(config)
+    if isinstance(config, Gemma2Config):
+        return new_gemma2(config)
     return LlamaForCausalLM(config)
 
 
@@ -110,7 +117,9 @@ def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> Fa
     data = torch.tensor(tok.encode(text).ids, dtype=torch.long)
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
-    config = moe_config(cfg.vocab, cfg.moe_shape) if cfg.moe else llama_config(cfg.vocab)
+    assert cfg.arch in ARCHS and not (cfg.moe and cfg.arch != "llama"), cfg
+    dense = gemma2_config if cfg.arch == "gemma2" else llama_config
+    config = moe_config(cfg.vocab, cfg.moe_shape) if cfg.moe else dense(cfg.vocab)
     model = new_model(config)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     total = cfg.warmup_iters + cfg.iters_per_step * (cfg.n_steps - 1)
