@@ -140,6 +140,10 @@ ROUTE_OVERLAP = "route_overlap"
 ROUTE_PAIRED = "route_paired"
 ROUTE_FLIP_BEFORE = "route_flip_before"
 ROUTE_TOP_K = "route_top_k"  # the routes' top-k (one value per source; the overlaps' scale)
+# the layers agreeing when the trainer's own row is set against the rollout's a position before,
+# a position after, a layer below and a layer above (four bytes; 255: not compared): the test
+# of the routes' alignment (docs/metrics.md, "Routing"; absent from parts written before it)
+ROUTE_SHIFTED = "route_shifted"
 ROLLOUT_ROUTES = "rollout_routes"
 TRAINER_ROUTES = "trainer_routes"
 
@@ -155,6 +159,7 @@ def routing_schema(layers: int, top_k: int, keep_routes: bool) -> pa.Schema:
         pa.field(ROUTE_PAIRED, pa.int8(), nullable=False),
         pa.field(ROUTE_FLIP_BEFORE, pa.bool_(), nullable=False),
         pa.field(ROUTE_TOP_K, pa.uint8(), nullable=False),
+        pa.field(ROUTE_SHIFTED, pa.binary(4), nullable=False),
     ]
     if keep_routes:
         width = layers * top_k

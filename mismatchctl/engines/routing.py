@@ -32,16 +32,19 @@ from mismatchctl.store.parts import read_columns
 
 # the routing columns the metrics read (RoutingExtra); explain and show read ROUTE_PAIRED only
 METRIC_COLUMNS = (S.ROUTE_EQUAL, S.ROUTE_OVERLAP, S.ROUTE_PAIRED, S.ROUTE_FLIP_BEFORE,
-                  S.ROUTE_TOP_K)  # fmt: skip
+                  S.ROUTE_TOP_K, S.ROUTE_SHIFTED)  # fmt: skip
 
 
 def read_twin(task: PartTask, columns: Sequence[str]) -> pa.Table | None:
     """The routing columns of a part's twin (None when its source has no routes), with ``seq``
-    to check each slice against."""
+    to check each slice against; ``route_shifted`` only where the part has it (parts written
+    before the alignment test lack it)."""
     if not task.routing:
         return None
+    wanted = [c for c in dict.fromkeys([S.SEQ, *columns]) if c != S.ROUTE_SHIFTED]
+    optional = (S.ROUTE_SHIFTED,) if S.ROUTE_SHIFTED in columns else ()
     try:
-        table = read_columns(task.routing, list(dict.fromkeys([S.SEQ, *columns])))
+        table = read_columns(task.routing, wanted, optional)
     except (OSError, pa.ArrowException) as exc:
         raise read_error(task.run, task.routing, exc) from None
     if table.num_rows != task.rows:
@@ -115,6 +118,8 @@ class RoutingExtra:
             (keys.get(K.BIN).codes, len(self.edges) - 1),
             codes,
         )
+        if S.ROUTE_SHIFTED in table.column_names:
+            partial.add_shifted(_fixed_bytes(table.column(S.ROUTE_SHIFTED).combine_chunks(), 4))
         replay = keys.run in self.replay
         state = RoutingState({keys.run: partial}, [])
         start = 0
@@ -167,7 +172,12 @@ class RoutingExtra:
 
 def _overlap(col: pa.Array, layers: int) -> np.ndarray:
     """uint8 [rows, layers] (rows without a comparison read as zeros: never summed)."""
+    return _fixed_bytes(col, layers)
+
+
+def _fixed_bytes(col: pa.Array, width: int) -> np.ndarray:
+    """A fixed-size binary column of ``width`` bytes as uint8 [rows, width] (a view)."""
     if len(col) == 0:
-        return np.zeros((0, layers), np.uint8)
+        return np.zeros((0, width), np.uint8)
     raw = np.frombuffer(col.buffers()[1], dtype=np.uint8)
-    return raw[col.offset * layers : (col.offset + len(col)) * layers].reshape(-1, layers)
+    return raw[col.offset * width : (col.offset + len(col)) * width].reshape(-1, width)

@@ -315,3 +315,74 @@ def token_columns(
             while (equal[p] >> np.uint64(low)) & np.uint64(1):
                 low += 1
             paired[i] = 1 + low
+
+
+NOT_SHIFTED = 255  # a shifted comparison that could not be made (a row or a layer missing)
+
+
+@kernel(nogil=True, inline="always")
+def _same_set(a, lo_a, b, lo_b, k):  # pragma: no cover - compiled
+    """Whether ``a[lo_a:lo_a + k]`` and ``b[lo_b:lo_b + k]`` hold the same ids (distinct within
+    a layer, ``scan_side``); unrelated sets usually part at the first id, looked for without a
+    branch (the compiler vectorizes it)."""
+    x = a[lo_a]
+    hit = False
+    for j in range(lo_b, lo_b + k):
+        hit |= b[j] == x
+    if not hit:
+        return False
+    for i in range(lo_a + 1, lo_a + k):
+        x = a[i]
+        found = False
+        for j in range(lo_b, lo_b + k):
+            if b[j] == x:
+                found = True
+                break
+        if not found:
+            return False
+    return True
+
+
+@kernel(nogil=True)
+def shifted_agreement(
+    a, a_of, a_dead, b, b_of, b_dead, frame, layers, k, every, out
+):  # pragma: no cover - compiled
+    """Per frame row of every ``every``-th (the first of each sequence's frame, then each
+    ``every``-th after it), how many layers' top-k sets agree when the second side's row (the
+    trainer's) is set against the first side's (the rollout's) misaligned: ``out[f, 0]``
+    against the first side's row one position before in the sequence, ``out[f, 1]`` one after,
+    ``out[f, 2]`` each layer ``l >= 1`` against the first side's layer ``l - 1`` of the same
+    row, ``out[f, 3]`` each layer ``l < layers - 1`` against its layer ``l + 1``; left as they
+    are (``out`` comes filled with ``NOT_SHIFTED``) where the rows or layers are
+    not there, and on the rows between. Routes a position or a layer off agree at one of these
+    as the aligned rows of the same weights do; the aligned rows of far-apart weights agree far
+    more than these (``checks/route_capture.py``)."""
+    for s in range(len(frame) - 1):
+        for f in range(frame[s], frame[s + 1], every):
+            rb = b_of[f]
+            if rb < 0 or b_dead[rb] or b[rb, 0] < 0:
+                continue
+            row_b = b[rb]
+            for c in range(2):
+                g = f - 1 if c == 0 else f + 1
+                if g < frame[s] or g >= frame[s + 1]:
+                    continue
+                ra = a_of[g]
+                if ra < 0 or a_dead[ra] or a[ra, 0] < 0:
+                    continue
+                row_a = a[ra]
+                same = 0
+                for layer in range(layers):
+                    same += _same_set(row_a, layer * k, row_b, layer * k, k)
+                out[f, c] = same
+            ra = a_of[f]
+            if layers < 2 or ra < 0 or a_dead[ra] or a[ra, 0] < 0:
+                continue
+            row_a = a[ra]
+            below = 0
+            above = 0
+            for layer in range(1, layers):
+                below += _same_set(row_a, (layer - 1) * k, row_b, layer * k, k)
+                above += _same_set(row_a, layer * k, row_b, (layer - 1) * k, k)
+            out[f, 2] = below
+            out[f, 3] = above

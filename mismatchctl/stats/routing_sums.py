@@ -24,6 +24,8 @@ ROUTING_UNPAIRED_TOKENS = "routing_unpaired_tokens"
 VLLM_KL_AFTER_FLIP = "vllm_kl_after_flip"
 VLLM_KL_BEFORE_FLIP = "vllm_kl_before_flip"
 R3_VIOLATION_FRACTION = "r3_violation_fraction"
+SHIFTS = ("position_before", "position_after", "layer_below", "layer_above")
+"""The misalignments the routes' alignment test sets the trainer's routes at (``alignment``)."""
 
 
 @dataclass
@@ -51,6 +53,9 @@ class RoutingPartial:
     bins: int = 0
     bin_n: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
     bin_k3: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.float64))
+    # the alignment test (``SHIFTS``): per shift, the layers agreeing and the rows compared
+    shifted_equal: np.ndarray = field(default_factory=lambda: np.zeros(4, np.int64))
+    shifted_rows: np.ndarray = field(default_factory=lambda: np.zeros(4, np.int64))
 
     def __post_init__(self) -> None:
         for name in ("by_layer_equal", "by_layer_overlap", "by_layer_first_flip"):
@@ -74,8 +79,29 @@ class RoutingPartial:
             "by_layer_first_flip",
             "bin_n",
             "bin_k3",
+            "shifted_equal",
+            "shifted_rows",
         ):
             setattr(out, name, getattr(self, name) + getattr(other, name))
+        return out
+
+    def add_shifted(self, shifted: np.ndarray) -> None:
+        """Add a slice's ``route_shifted`` bytes (uint8 [tokens, 4]; 255: not compared)."""
+        for c in range(len(SHIFTS)):
+            col = shifted[:, c]
+            valid = col != 255
+            self.shifted_equal[c] += int(col[valid].sum(dtype=np.int64))
+            self.shifted_rows[c] += int(valid.sum())
+
+    def alignment(self) -> dict[str, float | None]:
+        """Per misalignment of ``SHIFTS``, the share of the (token, layer) routes whose top-k sets
+        agree once the trainer's row is set a position before or after the rollout's, or each
+        of its layers against the rollout's layer below or above (None: none compared, or
+        parts written before the test). The aligned share is ``routing_layer_agreement``."""
+        out: dict[str, float | None] = {}
+        for c, name in enumerate(SHIFTS):
+            slots = int(self.shifted_rows[c]) * (self.layers if c < 2 else self.layers - 1)
+            out[name] = float(self.shifted_equal[c] / slots) if slots > 0 else None
         return out
 
     def sums(self, replay: bool) -> RoutingSums:

@@ -14,7 +14,7 @@ import pytest
 from mismatchctl import api
 from mismatchctl import schema as S
 from mismatchctl.errors import InputError
-from mismatchctl.ingest.routing_rows import RouteOptions
+from mismatchctl.ingest.routing_rows import ALIGNMENT_EVERY, RouteOptions
 from tests.helpers import tree_digest
 from tests.routing.routes_fixture import routes
 
@@ -84,12 +84,40 @@ def _paired(eng: np.ndarray, tr: np.ndarray, j: int) -> int:
     return 1 + differ.index(True) if any(differ) else 0
 
 
+def _same_layers(a: np.ndarray, b: np.ndarray, pairs: list[tuple[int, int]]) -> int:
+    """How many (rollout layer, trainer layer) pairs hold the same sets."""
+    return sum(set(a[i]) == set(b[k]) for i, k in pairs)
+
+
+def _shifted(eng: np.ndarray, tr: np.ndarray, p: int, t: int, j: int) -> bytes:
+    """The alignment test of model token ``j`` (response index): the trainer's row against the
+    rollout's a position before and after (within the frame, response index -1 to ``t - 1``),
+    its layers against the rollout's layer below and above; 255 where a row is not recorded,
+    and off the sample (every ``ALIGNMENT_EVERY``-th row of the frame)."""
+    b = tr[p + j]
+    if (j + 1) % ALIGNMENT_EVERY or (b < 0).any():  # sampled rows: response index -1, 7, 15...
+        return bytes([255] * 4)
+    same = [(i, i) for i in range(LAYERS)]
+    out = []
+    for g in (p + j - 1, p + j + 1):
+        inside = p - 1 <= g <= p + t - 1
+        out.append(_same_layers(eng[g], b, same) if inside and not (eng[g] < 0).any() else 255)
+    a = eng[p + j]
+    if (a < 0).any():
+        return bytes([*out, 255, 255])
+    below = _same_layers(a, b, [(i - 1, i) for i in range(1, LAYERS)])
+    above = _same_layers(a, b, [(i + 1, i) for i in range(LAYERS - 1)])
+    return bytes([*out, below, above])
+
+
 def _expected(seqs: list[dict], aligned: str = "input") -> dict[str, list]:
     """The routing columns by a plain per-token loop over sets (the reference)."""
-    out: dict[str, list] = {k: [] for k in ("equal", "overlap", "paired", "before", "eng")}
+    keys = ("equal", "overlap", "paired", "before", "eng", "shifted")
+    out: dict[str, list] = {k: [] for k in keys}
     for s in seqs:
         p, eng, tr = s["prompt"], s["eng"], s["tr"]
         for j in np.flatnonzero(s["mask"]):
+            out["shifted"].append(_shifted(eng, tr, p, len(s["mask"]), j))
             r = _compared(eng, tr, p + j)
             if r is None:
                 out["equal"].append(None)
@@ -124,6 +152,7 @@ def _check(rows: pa.Table, seqs: list[dict], aligned: str = "input") -> None:
     assert rows.column(S.ROUTE_PAIRED).to_pylist() == exp["paired"]
     assert rows.column(S.ROUTE_FLIP_BEFORE).to_pylist() == exp["before"]
     assert rows.column(S.ROLLOUT_ROUTES).to_pylist() == exp["eng"]
+    assert rows.column(S.ROUTE_SHIFTED).to_pylist() == exp["shifted"]
 
 
 def test_response_aligned_lists(tmp_path: Path) -> None:

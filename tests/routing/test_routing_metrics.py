@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from mismatchctl import api
-from mismatchctl.ingest.routing_rows import RouteOptions
+from mismatchctl import schema as S
+from mismatchctl.ingest.routing_rows import ALIGNMENT_EVERY, RouteOptions
 from mismatchctl.stats import routing_sums as R
 from tests.routing.routes_fixture import routes
 
@@ -127,6 +128,30 @@ def _reference_layers(seqs: list[dict]) -> list[dict]:
     ]
 
 
+def _reference_alignment(seqs: list[dict]) -> dict[str, float]:
+    """The alignment test by its definition: per model token of the sample (every
+    ``ALIGNMENT_EVERY``-th row of its sequence from response index -1) whose trainer row is
+    recorded, the layers whose sets agree with the rollout's row a position before and after (rows of the
+    response: the first token has none before), and each trainer layer against the rollout's
+    layer below and above in the same row; over the rows compared times the layers paired."""
+    eq, rows = np.zeros(4), np.zeros(4)
+    for s in seqs:
+        eng, tr = s["eng"], s["tr"]
+        for t in np.flatnonzero(s["mask"]):
+            if (t + 1) % ALIGNMENT_EVERY or (tr[t] < 0).any():  # the frame starts at index -1
+                continue
+            for c, g in enumerate((t - 1, t + 1)):
+                if 0 <= g < len(eng) and not (eng[g] < 0).any():
+                    rows[c] += 1
+                    eq[c] += sum(set(eng[g, x]) == set(tr[t, x]) for x in range(LAYERS))
+            if not (eng[t] < 0).any():
+                rows[2:] += 1
+                eq[2] += sum(set(eng[t, x - 1]) == set(tr[t, x]) for x in range(1, LAYERS))
+                eq[3] += sum(set(eng[t, x + 1]) == set(tr[t, x]) for x in range(LAYERS - 1))
+    slots = rows * np.array([LAYERS, LAYERS, LAYERS - 1, LAYERS - 1])
+    return dict(zip(R.SHIFTS, (float(e / n) for e, n in zip(eq, slots, strict=True)), strict=True))
+
+
 def _close(got: dict, want: dict) -> None:
     assert got.keys() == want.keys()
     for k, v in want.items():
@@ -186,6 +211,46 @@ def test_metrics_match_the_reference_and_merge(tmp_path: Path) -> None:
     assert sum(x["first_flip_share"] for x in layers) == pytest.approx(1.0)
     for got, want_layer in zip(layers, _reference_layers(all_seqs), strict=True):
         _close(got, want_layer)
+    aligned = _reference_alignment(all_seqs)
+    _close(merged["alignment"], aligned)
+    _close(once["alignment"], aligned)
+    assert 0 < max(aligned.values()) < want[R.ROUTING_LAYER_AGREEMENT]
+
+
+def test_parts_written_before_the_alignment_test(tmp_path: Path) -> None:
+    """Routing parts without the ``route_shifted`` column (ingested before the test): the other
+    metrics as before, the alignment null, no alignment table."""
+    data, seqs = _dump(5)
+    pq.write_table(pa.table(data), tmp_path / "d.parquet")
+    store = tmp_path / "s"
+    api.ingest([tmp_path / "d.parquet"], "r", store=store)
+    st = api.open_store(store)
+    for part in st.parts("r", "routing"):
+        path = st.part_path(part)
+        table = pq.read_table(path)
+        pq.write_table(table.drop_columns([S.ROUTE_SHIFTED]), path)
+    found = api.report(["r"], store=store)
+    routing = found.to_dict()["routing"]["r"]
+    _close(routing["metrics"], _reference(seqs))
+    assert set(routing["alignment"].values()) == {None}
+    assert "routing-alignment" not in [s.id for s in api.sections(found)]
+
+
+def test_routes_dumped_a_position_late_align_one_position_before(tmp_path: Path) -> None:
+    """The trainer's rows hold the rollout's of the position before (a dump one position late):
+    the alignment test finds every layer equal there, and aligned agreement falls to chance."""
+    data, seqs = _dump(4)
+    for s in seqs:
+        late = np.full_like(s["eng"], -1)
+        late[1:] = s["eng"][:-1]
+        s["tr"] = late
+    data["trainer_routed_experts"] = [s["tr"].tolist() for s in seqs]
+    pq.write_table(pa.table(data), tmp_path / "late.parquet")
+    api.ingest([tmp_path / "late.parquet"], "late", store=tmp_path / "s")
+    found = api.report(["late"], store=tmp_path / "s").to_dict()["routing"]["late"]
+    _close(found["alignment"], _reference_alignment(seqs))
+    assert found["alignment"]["position_before"] == 1.0
+    assert found["metrics"][R.ROUTING_LAYER_AGREEMENT] < 0.5
 
 
 def test_a_run_without_routes(tmp_path: Path) -> None:
@@ -216,6 +281,7 @@ def test_report_views_steps_and_ray(tmp_path: Path, no_part_cache: None) -> None
     local = api.report(["r"], store=store, by=["layer"])
     assert [s.id for s in api.sections(local) if s.id.startswith("routing")] == [
         "routing",
+        "routing-alignment",
         "routing-first-flip",
         "routing-layers-r",
         "routing-bins-r",
@@ -223,6 +289,7 @@ def test_report_views_steps_and_ray(tmp_path: Path, no_part_cache: None) -> None
     plain = api.report(["r"], store=store)
     assert [s.id for s in api.sections(plain) if s.id.startswith("routing")] == [
         "routing",
+        "routing-alignment",
         "routing-first-flip",
         "routing-bins-r",
     ]

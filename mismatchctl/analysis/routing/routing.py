@@ -50,6 +50,7 @@ class RoutingResult:
             "top_k": self.partial.top_k,
             "routing_replay": self.replay,
             "metrics": self.metrics,
+            "alignment": self.partial.alignment(),
             "by_bin": self.bins(),
         }
         if self.by_layer:

@@ -56,6 +56,8 @@ def routing_sections(
     if not routing:
         return []
     out: list[sec.Section] = [summary_table(routing)]
+    aligned = alignment_table(routing)
+    out += [aligned] if aligned is not None else []
     plot = first_flip_plot(dict(routing))
     if plot is not None:
         out.append(
@@ -210,6 +212,35 @@ def summary_table(routing: Mapping[str, RoutingResult], title: str = "Routing (M
         "tagged routing_replay=r3 (docs/metrics.md, Routing)"
     )
     return sec.Table("routing", title, columns, rows, note=note)
+
+
+ALIGNMENT = (
+    ("position_before", "a position before"),
+    ("position_after", "a position after"),
+    ("layer_below", "a layer below"),
+    ("layer_above", "a layer above"),
+)
+
+
+def alignment_table(routing: Mapping[str, RoutingResult]) -> sec.Table | None:
+    """The routes' alignment test per run (None when no run's parts carry it): the layer
+    routes' agreement as aligned and with the trainer's routes set a position or a layer off."""
+    rows = []
+    for run, r in routing.items():
+        shifted = r.partial.alignment()
+        if any(v is not None for v in shifted.values()):
+            rows.append({"run": run, "aligned": r.metrics[R.ROUTING_LAYER_AGREEMENT], **shifted})
+    if not rows:
+        return None
+    columns = [sec.Column("run", "run", K.LABEL), sec.Column("aligned", "aligned", K.SHARE)]
+    columns += [sec.Column(key, header, K.SHARE) for key, header in ALIGNMENT]
+    note = (
+        "the share of (token, layer) routes whose expert sets agree, aligned and with the "
+        "trainer's routes set against the rollout's a position before or after, or each layer "
+        "against the rollout's layer below or above: routes misaligned by a shift agree there; "
+        "aligned routes agree far more than shifted ones (docs/metrics.md, Routing)"
+    )
+    return sec.Table("routing-alignment", "Routing alignment", columns, rows, note=note)
 
 
 def layers_table(run: str, result: RoutingResult) -> sec.Table:

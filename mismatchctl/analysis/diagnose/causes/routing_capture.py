@@ -12,12 +12,15 @@ KEY = "routing_capture"
 CLASS = "MoE"
 LABEL = "MoE routes captured or aligned wrongly"
 SIGNATURE = (
-    "the two sides' top-k sets agree on fewer than half the (token, layer) routes: routes "
-    "dumped misaligned (a position late, a layer off), or replayed misaligned"
+    "the routes are not their positions': set a position or a layer off, the trainer's routes "
+    "agree with the rollout's (dumped or replayed a position late, a layer off), or fewer than "
+    "half the (token, layer) routes agree and no more than a neighbour's do"
 )
 TELLS_APART = (
     "numeric routing flips, a router in fp8, even weights an RL step behind leave most layer "
-    "routes equal, however deep the model; replay already on agrees on every route"
+    "routes equal, however deep the model; far-apart weights leave fewer, but many times more "
+    "than a position or a layer off (their positions' routes: the policy); replay already on "
+    "agrees on every route"
 )
 EVERY_TOKEN = True
 """Wrong routes are a fault of the dumps, not of a part of the tokens: a cause of the logprobs

@@ -108,7 +108,7 @@ def run(ctx: Context) -> Check | None:
     if not runs:
         return None
     base = baseline_flip_rate(ctx)
-    results = {run: _flips(x.metrics, base) for run, x in runs.items()}
+    results = {run: _flips(x.metrics, base, x.partial.alignment()) for run, x in runs.items()}
     verdict = worst([v for v, _, _ in results.values()])
     shown = [run for run, (v, _, _) in results.items() if v == verdict]
     many = len(results) > 1
@@ -125,7 +125,9 @@ def baseline_flip_rate(ctx: Context) -> float | None:
     return None if agree is None else max(0.0, 1.0 - float(agree))
 
 
-def _flips(m: dict[str, Any], base: float | None) -> tuple[str, str, Flips]:
+def _flips(
+    m: dict[str, Any], base: float | None, shifted: dict[str, float | None]
+) -> tuple[str, str, Flips]:
     share, flipped, same = (
         m[R.ROUTING_K3_SHARE_FLIPPED],
         m[R.VLLM_KL_FLIPPED],
@@ -161,7 +163,7 @@ def _flips(m: dict[str, Any], base: float | None) -> tuple[str, str, Flips]:
         + (", none in the baseline, which replays its routes)" if replayed else "")
         + (")" if excess is None and not replayed else "")
     )
-    if route_capture.capture_signature(m):
+    if route_capture.capture_signature(m, shifted):
         return OK, text + ": the routes are unrelated, see route_capture", evidence
     if ratio < T.ROUTING_RATIO_WARN or share < T.ROUTING_SHARE_WARN:
         return OK, text, evidence

@@ -5,9 +5,9 @@ model trained with seed 13), ``stop-unsampled``, ``cp-batchvar-subtle`` and
 "The corpus is a draw of its machine"); ``f-pol-early``, ``f-h-t06`` and ``f-h-b``, their first
 three steps (the Llama family of ``sample_data/family.py``, seed 0: docs/diagnose.md "Another
 family"); ``m-h-a``, ``m-h-b``, ``m-r3-b``, ``m-router-fp8``, ``m-capture-layers``,
-``m-combo-capture-fp8kv`` and ``m-replay-late``, their first two steps (the family's Qwen2-MoE,
-``family.py --moe``, seed 0: "Another mixture of experts"; routes as verl lists, read without
-options). Ingested without tags, as they were diagnosed."""
+``m-combo-capture-fp8kv``, ``m-replay-late`` and ``m-pol-early``, their first two steps (the
+family's Qwen2-MoE, ``family.py --moe``, seed 0: "Another mixture of experts"; routes as verl
+lists, read without options). Ingested without tags, as they were diagnosed."""
 
 from __future__ import annotations
 
