@@ -201,3 +201,18 @@ def test_explain_and_diagnose_from_a_bucket_store(
         key = "explain" if args[0] == "explain" else "diagnosis"
         assert got[key], args
         assert json.dumps(got[key], sort_keys=True) == json.dumps(want[key], sort_keys=True), args
+
+
+def test_moe_routes_from_a_bucket_store(uri: str, tmp_path: Path) -> None:
+    """Routing parts in a bucket: the routing metrics and the alignment test as a local store's,
+    and diagnose names the shift that aligns misaligned routes from either."""
+    dump = Path(__file__).parents[1] / "data" / "held_out" / "m-capture-layers"
+    local = str(tmp_path / "local")
+    for store in (uri, local):
+        cli("ingest", str(dump), "--run", "m", "-q", "--store", store)
+    got, want = _report(uri, "m"), _report(local, "m")
+    assert got["routing"] == want["routing"]
+    assert got["routing"]["m"]["alignment"]["layer_below"] > 0.95
+    found = json.loads(cli("diagnose", "m", "--json", "-", "-q", "--store", uri).out)
+    check = next(c for c in found["diagnosis"]["checks"] if c["name"] == "route_capture")
+    assert check["evidence"]["runs"]["m"]["misaligned"] == "layer_below"
