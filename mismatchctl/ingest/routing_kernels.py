@@ -347,7 +347,7 @@ def _same_set(a, lo_a, b, lo_b, k):  # pragma: no cover - compiled
 def shifted_agreement(
     a, a_of, a_dead, b, b_of, b_dead, frame, layers, k, every, out
 ):  # pragma: no cover - compiled
-    """Per frame row of every ``every``-th (the first of each sequence's frame, then each
+    """Per frame row of every ``every``-th (each sequence's response index 0, then each
     ``every``-th after it), how many layers' top-k sets agree when the second side's row (the
     trainer's) is set against the first side's (the rollout's) misaligned: ``out[f, 0]``
     against the first side's row one position before in the sequence, ``out[f, 1]`` one after,
@@ -358,7 +358,7 @@ def shifted_agreement(
     as the aligned rows of the same weights do; the aligned rows of far-apart weights agree far
     more than these (``checks/route_capture.py``)."""
     for s in range(len(frame) - 1):
-        for f in range(frame[s], frame[s + 1], every):
+        for f in range(frame[s] + 1, frame[s + 1], every):
             rb = b_of[f]
             if rb < 0 or b_dead[rb] or b[rb, 0] < 0:
                 continue

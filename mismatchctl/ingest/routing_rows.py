@@ -46,13 +46,14 @@ ALIGNED_OUTPUT = ROUTES_OUTPUT
 ALIGNMENTS = (ALIGNED_INPUT, ALIGNED_OUTPUT)
 # route_paired: -1 unpaired, 0 same, PAIRED_FLIPPED + l: differs, l its lowest differing layer
 PAIRED_UNPAIRED, PAIRED_SAME, PAIRED_FLIPPED = -1, 0, 1
-ALIGNMENT_EVERY = 8
-"""The alignment test compares every 8th row of each sequence (from response index -1 on): a
-comparison set a position or a layer off walks each layer's ids (unrelated sets part at their
-first id, still 4 x layers x top-k reads a row), 0.53 us a token at 24 layers x top-8 (128
-experts, 400k tokens, one core) against 0.03-0.06 us for the aligned comparison. A row in 8:
-0.10 us a token, a few percent of an ingest with routes (1.5-5 us a token of CPU,
-docs/benchmarks.md), and still thousands of rows in a two-step run."""
+ALIGNMENT_EVERY = 32
+"""The alignment test compares every 32nd row of each sequence (response index 0, 32, 64...):
+a comparison set a position or a layer off walks each layer's ids (unrelated sets part at
+their first id, still 4 x layers x top-k reads a row), 0.53 us a row at 24 layers x top-8 on
+one core against 0.03-0.06 us for the aligned comparison. Every 8th row took 0.27-0.44 us a
+model token within an ingest, 10-30% of its CPU; every 32nd takes 0.06-0.09 us, 3-7%
+(``bench/routes_alignment.py``), with one row of each sequence however short and thousands in
+a two-step run."""
 BUG_REPEAT = "padded rows repeating the last real row"
 BUG_FILL = "rows filled with one expert id (a 0 fill where -1 was meant)"
 

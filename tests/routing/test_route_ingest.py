@@ -95,7 +95,7 @@ def _shifted(eng: np.ndarray, tr: np.ndarray, p: int, t: int, j: int) -> bytes:
     its layers against the rollout's layer below and above; 255 where a row is not recorded,
     and off the sample (every ``ALIGNMENT_EVERY``-th row of the frame)."""
     b = tr[p + j]
-    if (j + 1) % ALIGNMENT_EVERY or (b < 0).any():  # sampled rows: response index -1, 7, 15...
+    if j % ALIGNMENT_EVERY or (b < 0).any():  # sampled rows: response index 0, 32, 64...
         return bytes([255] * 4)
     same = [(i, i) for i in range(LAYERS)]
     out = []

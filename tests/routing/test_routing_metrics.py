@@ -18,14 +18,14 @@ from tests.routing.routes_fixture import routes
 LAYERS, TOP_K = 3, 2
 
 
-def _dump(seed: int, n: int = 8) -> tuple[dict, list[dict]]:
+def _dump(seed: int, n: int = 8, lengths: tuple[int, int] = (5, 15)) -> tuple[dict, list[dict]]:
     """Response-aligned routes plus the last prompt row in front (verl's trimmed form is not
     used here: each sequence's rows are given for the response only, and the first token is
     unpaired)."""
     rng = np.random.default_rng(seed)
     seqs = []
     for i in range(n):
-        t = int(rng.integers(5, 15))
+        t = int(rng.integers(*lengths))
         eng, tr = routes(t, LAYERS, 8, TOP_K, seed=seed * 100 + i)
         tr[1] = eng[1][:, ::-1]  # reordered ids: equal sets
         tr[2, 0] = [
@@ -128,9 +128,9 @@ def _reference_layers(seqs: list[dict]) -> list[dict]:
     ]
 
 
-def _reference_alignment(seqs: list[dict]) -> dict[str, float]:
+def _reference_alignment(seqs: list[dict]) -> dict[str, float | None]:
     """The alignment test by its definition: per model token of the sample (every
-    ``ALIGNMENT_EVERY``-th row of its sequence from response index -1) whose trainer row is
+    ``ALIGNMENT_EVERY``-th row of its sequence from response index 0) whose trainer row is
     recorded, the layers whose sets agree with the rollout's row a position before and after (rows of the
     response: the first token has none before), and each trainer layer against the rollout's
     layer below and above in the same row; over the rows compared times the layers paired."""
@@ -138,7 +138,7 @@ def _reference_alignment(seqs: list[dict]) -> dict[str, float]:
     for s in seqs:
         eng, tr = s["eng"], s["tr"]
         for t in np.flatnonzero(s["mask"]):
-            if (t + 1) % ALIGNMENT_EVERY or (tr[t] < 0).any():  # the frame starts at index -1
+            if t % ALIGNMENT_EVERY or (tr[t] < 0).any():  # sampled: response index 0, 32...
                 continue
             for c, g in enumerate((t - 1, t + 1)):
                 if 0 <= g < len(eng) and not (eng[g] < 0).any():
@@ -149,7 +149,8 @@ def _reference_alignment(seqs: list[dict]) -> dict[str, float]:
                 eq[2] += sum(set(eng[t, x - 1]) == set(tr[t, x]) for x in range(1, LAYERS))
                 eq[3] += sum(set(eng[t, x + 1]) == set(tr[t, x]) for x in range(LAYERS - 1))
     slots = rows * np.array([LAYERS, LAYERS, LAYERS - 1, LAYERS - 1])
-    return dict(zip(R.SHIFTS, (float(e / n) for e, n in zip(eq, slots, strict=True)), strict=True))
+    shares = (float(e / n) if n else None for e, n in zip(eq, slots, strict=True))
+    return dict(zip(R.SHIFTS, shares, strict=True))
 
 
 def _close(got: dict, want: dict) -> None:
@@ -214,7 +215,8 @@ def test_metrics_match_the_reference_and_merge(tmp_path: Path) -> None:
     aligned = _reference_alignment(all_seqs)
     _close(merged["alignment"], aligned)
     _close(once["alignment"], aligned)
-    assert 0 < max(aligned.values()) < want[R.ROUTING_LAYER_AGREEMENT]
+    assert aligned["position_before"] is None  # the response's first row has none before it
+    assert 0 < max(v for v in aligned.values() if v is not None) < want[R.ROUTING_LAYER_AGREEMENT]
 
 
 def test_parts_written_before_the_alignment_test(tmp_path: Path) -> None:
@@ -239,7 +241,7 @@ def test_parts_written_before_the_alignment_test(tmp_path: Path) -> None:
 def test_routes_dumped_a_position_late_align_one_position_before(tmp_path: Path) -> None:
     """The trainer's rows hold the rollout's of the position before (a dump one position late):
     the alignment test finds every layer equal there, and aligned agreement falls to chance."""
-    data, seqs = _dump(4)
+    data, seqs = _dump(4, lengths=(40, 100))  # sampled rows past response index 0
     for s in seqs:
         late = np.full_like(s["eng"], -1)
         late[1:] = s["eng"][:-1]

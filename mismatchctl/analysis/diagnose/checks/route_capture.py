@@ -49,17 +49,17 @@ class Thresholds:
     """The alignment test (``stats/routing_sums.RoutingPartial.alignment``): set a position
     before or after, or a layer below or above, the trainer's routes agree with the rollout's on
     half the (token, layer) routes or more, and more than aligned: the routes are misaligned by
-    that much. The family's capture faults: 98.5-100% at their shift (a position late, a layer
-    off, a replay a position late), in both shapes; aligned, 0.04-5%."""
+    that much. The family's capture faults: 98.2-100% at their shift (a position late, a layer
+    off, a replay a position late), in the three draws of both shapes; aligned, 0-4.9%."""
 
     ALIGNED_OVER_SHIFTED: float = 2.0
     """Under half the routes agree and no shift aligns them: the routes are still their positions'
     when the aligned share is at least twice the best misaligned one (a neighbour's routes share
-    some experts by the context they share: 3-5% of the layer routes at top-4 of 16, 0.1-1.6% at
-    top-8 of 32). Far-apart weights: 7.6x (26-29% against 3.5-3.7%) and 35x (4.9% against
-    0.14%). Routes of other tokens (another sample's, garbage) agree aligned no more than
-    misaligned: a capture bug. Parts written before the test: under half is a capture bug, as
-    before it."""
+    some experts by the context they share: 1.7-5.6% of the layer routes at top-4 of 16,
+    0.2-0.7% at top-8 of 32). Far-apart weights: 7.4x and 12x (27-29% against 2.3-3.9%) and 23x
+    (5.4% against 0.24%) in the three draws; healthy runs 20-131x, stale weights 14-96x. Routes
+    of other tokens (another sample's, garbage) agree aligned no more than misaligned: a capture
+    bug. Parts written before the test: under half is a capture bug, as before it."""
 
 
 T = Thresholds()

@@ -44,7 +44,7 @@ def test_numeric_flips_are_no_capture_bug(held_out_store: Path) -> None:
 
 def test_far_apart_weights_route_their_own_positions(held_out_store: Path) -> None:
     """A pre-training checkpoint served (``m-pol-early``): under half the layer routes agree (28%),
-    as in a capture bug, but 7.6x more than set a position or a layer off: the routes are their
+    as in a capture bug, but 8x more than set a position or a layer off: the routes are their
     positions', no capture bug; the policy is named, never the routes' capture."""
     found, check = _capture(held_out_store, "m-pol-early")
     row = check["evidence"]["runs"]["m-pol-early"]
