@@ -67,4 +67,20 @@ def route_notes(ctx: Context) -> list[str]:
         )
     for kind, rows in sorted(t.bugs.items()):
         notes.append(f"routes: capture bug: {rows:,} {kind}, not taken as routes")
+    off = t.misaligned()
+    if off is not None:
+        shift, aligned, best = off
+        notes.append(
+            f"routes: misaligned? the trainer's routes agree with the rollout's on {best:.1%} of "
+            f"the layer routes set {SHIFT_NAMES[shift]}, on {aligned:.1%} aligned (`mismatchctl "
+            "diagnose` judges them: route_capture); check how each side's routes are dumped"
+        )
     return notes
+
+
+SHIFT_NAMES = {
+    "position_before": "a position later (row t against the rollout's row t - 1)",
+    "position_after": "a position earlier (row t against the rollout's row t + 1)",
+    "layer_below": "a layer up (each layer against the rollout's layer below)",
+    "layer_above": "a layer down (each layer against the rollout's layer above)",
+}

@@ -28,6 +28,7 @@ from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest.routes import MAX_LAYERS, SideRoutes
 from mismatchctl.ingest.routing_threads import over_ranges
 from mismatchctl.options import ROUTES_INPUT, ROUTES_OUTPUT
+from mismatchctl.stats.routing_sums import SHIFTS
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -68,6 +69,9 @@ class RouteTally:
     bugs: Counter[str] = field(default_factory=Counter)  # kind -> rows (both sides)
     missing_rows: int = 0  # -1 rows at model-token positions (either side)
     zero_rows: int = 0  # verl's rows of zeros (not recorded) from response index -1 on
+    # the model tokens' layer routes agreeing as aligned and at each shift of the alignment
+    # test (``SHIFTS``): equal layers and layers compared, one row each
+    agreement: np.ndarray = field(default_factory=lambda: np.zeros((5, 2), np.int64))
 
     def add(self, other: RouteTally, what: str) -> None:
         if (
@@ -90,6 +94,19 @@ class RouteTally:
         self.bugs.update(other.bugs)
         self.missing_rows += other.missing_rows
         self.zero_rows += other.zero_rows
+        self.agreement = self.agreement + other.agreement
+
+    def misaligned(self) -> tuple[str, float, float] | None:
+        """The shift at which the trainer's routes agree with the rollout's more than aligned,
+        with both shares of the layer routes (None: aligned agrees most, or nothing compared):
+        routes that are not their positions', which ``diagnose`` judges (``route_capture``)."""
+        shares = [e / n if n else None for e, n in self.agreement.tolist()]
+        aligned, shifted = shares[0], shares[1:]
+        found = [(s, name) for s, name in zip(shifted, SHIFTS, strict=True) if s is not None]
+        if aligned is None or not found:
+            return None
+        best, name = max(found)
+        return (name, aligned, best) if best > aligned else None
 
 
 @dataclass
@@ -147,6 +164,7 @@ def routing_table(
     tally.missing_rows = int((~compared[own]).sum())
     cols = _columns(equal, overlap, compared, own, frame, opts.aligned, (layers, top_k))
     cols[S.ROUTE_SHIFTED] = _shifted(sides, frame, own, layers, top_k)
+    tally.agreement = _agreement(equal[own], compared[own], cols[S.ROUTE_SHIFTED], layers)
     if opts.keep_routes:
         for name, (side, of, dead) in zip((S.ROLLOUT_ROUTES, S.TRAINER_ROUTES), sides, strict=True):
             rows = _gather(side.ids, of, dead, own, layers, top_k)
@@ -205,6 +223,23 @@ def _shifted(
         )
     mine = np.ascontiguousarray(out[own])
     return pa.FixedSizeBinaryArray.from_buffers(pa.binary(4), len(own), [None, pa.py_buffer(mine)])
+
+
+def _agreement(
+    equal: np.ndarray, compared: np.ndarray, shifted: pa.Array, layers: int
+) -> np.ndarray:
+    """The batch's rows of ``RouteTally.agreement``: the model tokens' equal layers and layers
+    compared, aligned (``equal``'s bits over the compared rows) and at each shift of the test
+    (``shifted``'s bytes over the rows it compared)."""
+    out = np.zeros((5, 2), np.int64)
+    bits = np.ascontiguousarray(equal[compared]).view(np.uint8)
+    out[0] = int(np.unpackbits(bits).sum()), int(compared.sum()) * layers
+    raw = np.frombuffer(shifted.buffers()[1], np.uint8).reshape(-1, 4)
+    for c in range(4):
+        col = raw[:, c]
+        rows = col != _kernels().NOT_SHIFTED
+        out[1 + c] = int(col[rows].sum()), int(rows.sum()) * (layers if c < 2 else layers - 1)
+    return out
 
 
 def _shape(a: SideRoutes, b: SideRoutes) -> tuple[int, int]:

@@ -290,6 +290,31 @@ def test_padded_tail_repeating_the_last_row_is_a_capture_bug(tmp_path: Path) -> 
     assert any("capture bug: 24 padded rows repeating the last real row" in n for n in notes), notes
 
 
+def test_routes_a_position_late_get_a_note(tmp_path: Path) -> None:
+    """Trainer routes dumped a position late agree with the rollout's more there than aligned:
+    the source's notes say so (and give both shares); routes as they are get no such note."""
+    n, length = 6, 70  # the test reads response rows 0, 32, 64
+    pairs = [routes(length, LAYERS, EXPERTS, TOP_K, seed=200 + i) for i in range(n)]
+    eng, tr = [p[0] for p in pairs], [p[1] for p in pairs]
+    data = {
+        "sample_id": [f"s{i}" for i in range(n)],
+        "rollout_log_probs": [[-0.5] * length] * n,
+        "old_log_probs": [[-0.51] * length] * n,
+        "response_mask": [[1] * length] * n,
+        "rollout_routed_experts": [e.tolist() for e in eng],
+    }
+    late = [np.concatenate([e[:1], e[:-1]]).tolist() for e in eng]  # row t holds row t - 1
+    for name, trainer in (("late", late), ("as-is", [t.tolist() for t in tr])):
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(pa.table({**data, "trainer_routed_experts": trainer}), path)
+        notes = api.ingest([path], name, store=tmp_path / "s").files[0].record.notes
+        said = [x for x in notes if "misaligned?" in x]
+        if name == "as-is":
+            assert not said, notes
+        else:
+            assert len(said) == 1 and "100.0% of the layer routes set a position later" in said[0]
+
+
 def _valid(tmp_path: Path) -> tuple[list[dict], dict]:
     seqs = _sequences()
     data = _base(seqs)
