@@ -4,6 +4,7 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
     python sample_data/family.py --out DIR [--only NAME,NAME] [--seed N] [--vocab V] [--force]
     python sample_data/family.py --out DIR --moe    # the mixture-of-experts member's runs
     python sample_data/family.py --out DIR --arch gemma2    # the Gemma2 member's runs
+    python sample_data/family.py --out DIR --context 1024 --long-responses   # long responses
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
 
 No threshold of `diagnose` was set on this family: it is a held-out check of other weights, another
@@ -13,6 +14,20 @@ mixture of experts (Qwen2-MoE: 16 experts, top-4, a shared expert) and its route
 embeddings, GeGLU, (1 + w) pre- and post-norms, tied embeddings, sliding-window layers), the
 same runs as the Llama's. Runs go to DIR/runs/NAME/, the trained model to DIR/cache/ (reused),
 DIR/corpus.json lists each run as calibrate.py does.
+
+``--context N`` trains the model on windows of N tokens instead of 320 (at most 1024, every
+member's position limit) and keeps the runs' rollouts within N instead of 320: the cache file
+and the corpus label get a ``-cN`` suffix (``family-seed0-c1024.pt``,
+``llama-4x128-bpe1024-c1024``); the iteration counts are the same, the batch is 12 windows
+above 320 tokens (16 at 320: 16 windows of 1024 tokens take ~1.5 s an iteration on 2 cores,
+~26 minutes in all; 12 take ~0.9 s, ~16 minutes (24 beside another job), and still see 2.4x
+the tokens of 16 x 320).
+``--long-responses`` (needs ``--context 1024`` or more) generates the long-response catalogue
+instead (gen/family_runs.py ``LONG_RESPONSES``): healthy runs ``f-L-h-a``, ``f-L-h-b``,
+``f-L-h-c`` (temperature 0.6) of 8-12 turns of 64-96 tokens and ``f-L-h-one-turn`` (one turn of
+600-700 tokens), ~600-1000 response tokens each where the default runs stay under ~300, with
+stale weights (``f-L-pol-stale``) and an fp8 KV cache (``f-L-pr-fp8kv``) for contrast: a
+false-alarm check of the checks of `diagnose` whose statistics scale with response length.
 """
 
 from __future__ import annotations
@@ -34,19 +49,49 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen.calib_measure import corpus_entry, run_fields
 from gen.corpus import prompt_line_sources, prompt_lines
 from gen.family_gemma2 import LABEL as GEMMA2
-from gen.family_model import ARCHS, VOCAB, FamilyModel, FamilyTraining, train_family
+from gen.family_model import (
+    ARCHS,
+    CONTEXT,
+    MAX_CONTEXT,
+    VOCAB,
+    FamilyModel,
+    FamilyTraining,
+    train_family,
+)
 from gen.family_moe import DEFAULT, MoEShape
 from gen.family_moe_runs import FAMILY_MOE
-from gen.family_runs import FAMILY, MODEL, STEPS, FamilyRun, check_family, write_run
+from gen.family_runs import (
+    FAMILY,
+    LONG_CONTEXT,
+    LONG_RESPONSES,
+    MODEL,
+    STEPS,
+    FamilyRun,
+    check_family,
+    write_run,
+)
 
 THREADS = 2  # fixed: CPU reductions depend on the thread count
+MIN_CONTEXT = 256  # prompts run to 200 tokens
+LONG_BATCH = 12  # the training batch above the default context (16 windows at 320)
+
+
+def context_suffix(context: int) -> str:
+    """What a cache file's and a corpus label's name add for a training context: nothing for
+    the default's."""
+    return "" if context == CONTEXT else f"-c{context}"
 
 
 def load_model(
-    cache: Path, seed: int, vocab: int, moe: MoEShape | None = None, arch: str = "llama"
+    cache: Path,
+    seed: int,
+    vocab: int,
+    moe: MoEShape | None = None,
+    arch: str = "llama",
+    context: int = CONTEXT,
 ) -> FamilyModel:
-    """The trained family model of this seed and vocabulary (the MoE member of shape ``moe``,
-    else the dense member ``arch``), from DIR/cache/ when it is there."""
+    """The trained family model of this seed, vocabulary and training context (the MoE member
+    of shape ``moe``, else the dense member ``arch``), from DIR/cache/ when it is there."""
     from tokenizers import Tokenizer
 
     kind = (
@@ -57,14 +102,22 @@ def load_model(
         else f"-moe{moe.layers}x{moe.experts}x{moe.top_k}"
     )
     name = f"family{kind}-seed{seed}"
-    path = cache / (f"{name}.pt" if vocab == VOCAB else f"{name}-v{vocab}.pt")
+    if vocab != VOCAB:
+        name += f"-v{vocab}"
+    path = cache / f"{name}{context_suffix(context)}.pt"
     if path.is_file():
         found = torch.load(path, weights_only=False)
         model = found["model"]
         model.tokenizer = Tokenizer.from_str(found["tokenizer"])
+        model.context = context  # a model saved before FamilyModel had it: the default's
         return model
     training = FamilyTraining(
-        seed=11 + seed, vocab=vocab, moe=moe is not None, moe_shape=moe or DEFAULT, arch=arch
+        seed=11 + seed,
+        vocab=vocab,
+        moe=moe is not None,
+        moe_shape=moe or DEFAULT,
+        arch=arch,
+        **({} if context == CONTEXT else {"context": context, "batch": LONG_BATCH}),
     )
     model = train_family(training)
     cache.mkdir(parents=True, exist_ok=True)
@@ -72,6 +125,18 @@ def load_model(
     torch.save({"model": model, "tokenizer": tokenizer.to_str()}, path)
     model.tokenizer = tokenizer
     return model
+
+
+def label_of(vocab: int, moe: MoEShape | None, arch: str, context: int = CONTEXT) -> str:
+    """The corpus label of the model: its member, its vocabulary, its training context."""
+    member = (
+        f"{moe.label}-bpe{vocab}"
+        if moe
+        else f"{GEMMA2}-bpe{vocab}"
+        if arch == "gemma2"
+        else MODEL.replace(f"bpe{VOCAB}", f"bpe{vocab}")
+    )
+    return member + context_suffix(context)
 
 
 def entry(
@@ -106,6 +171,19 @@ def main(argv: list[str] | None = None) -> int:
         default="llama",
         help="the dense member: llama (default) or gemma2 (Gemma2ForCausalLM, same size and runs)",
     )
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=CONTEXT,
+        help=f"the training context in tokens, also the runs' rollout limit (default {CONTEXT}, "
+        f"at most {MAX_CONTEXT}); another trains its own model (cache and label: -cN)",
+    )
+    parser.add_argument(
+        "--long-responses",
+        action="store_true",
+        help=f"the long-response runs (f-L-*: responses of ~600-1000 tokens; needs --context "
+        f"{LONG_CONTEXT} or more) instead of the family's",
+    )
     parser.add_argument("--force", action="store_true", help="regenerate runs already present")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
     args = parser.parse_args(argv)
@@ -114,7 +192,17 @@ def main(argv: list[str] | None = None) -> int:
             f"Error: --moe with --arch {args.arch}: the mixture-of-experts member is a Qwen2-MoE "
             "of its own\nHint: use --moe or --arch, not both"
         )
-    catalogue = FAMILY_MOE if args.moe else FAMILY
+    if not MIN_CONTEXT <= args.context <= MAX_CONTEXT:
+        raise SystemExit(
+            f"Error: --context {args.context}: out of range\nHint: {MIN_CONTEXT} (a prompt of "
+            f"200 tokens and a turn) to {MAX_CONTEXT} tokens (every member's position limit)"
+        )
+    if args.long_responses and (args.moe or args.context < LONG_CONTEXT):
+        raise SystemExit(
+            "Error: --long-responses: its runs need a dense model trained at --context "
+            f"{LONG_CONTEXT} or more\nHint: --context {LONG_CONTEXT} --long-responses, without --moe"
+        )
+    catalogue = FAMILY_MOE if args.moe else LONG_RESPONSES if args.long_responses else FAMILY
     check_family(catalogue)
     runs = list(catalogue)
     if args.only:
@@ -133,14 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     torch.set_num_threads(THREADS)
     moe = args.moe_shape if args.moe else None
-    model = load_model(args.out / "cache", args.seed, args.vocab, moe, args.arch)
-    label = (
-        f"{moe.label}-bpe{args.vocab}"
-        if moe
-        else f"{GEMMA2}-bpe{args.vocab}"
-        if args.arch == "gemma2"
-        else MODEL.replace(f"bpe{VOCAB}", f"bpe{args.vocab}")
-    )
+    model = load_model(args.out / "cache", args.seed, args.vocab, moe, args.arch, args.context)
+    label = label_of(args.vocab, moe, args.arch, args.context)
     prompts, sources = prompt_lines(), prompt_line_sources()
     listing = args.out / "corpus.json"
     found = json.loads(listing.read_text())["runs"] if listing.is_file() else []

@@ -31,6 +31,8 @@ from gen.family_moe import DEFAULT, MoEShape, moe_config, tap_routers
 from gen.train import log_iter, lr_at, next_token_loss, optimizer_step, windows
 
 VOCAB = 1024  # the default; family.py --vocab trains another
+CONTEXT = 320  # the default training context; family.py --context trains another
+MAX_CONTEXT = 1024  # every member's max_position_embeddings
 ARCHS = ("llama", "gemma2")  # the dense members (family.py --arch)
 
 
@@ -41,7 +43,7 @@ class FamilyTraining:
     n_steps: int = 7  # checkpoints of RL steps 0..n-1
     early_iter: int = 600  # a checkpoint from pre-training: the loud "wrong checkpoint"
     batch: int = 16
-    context: int = 320  # every rollout stays within it (gen/family_runs.py)
+    context: int = CONTEXT  # every rollout stays within it (gen/family_runs.py)
     lr: float = 3e-3
     step_lr: float = 5e-4
     seed: int = 11
@@ -89,6 +91,7 @@ class FamilyModel:
     lagging: list[dict[str, torch.Tensor]]  # index = RL step: one optimizer step before it
     early: dict[str, torch.Tensor]  # a pre-training checkpoint
     losses: list[float]
+    context: int = CONTEXT  # the trained context: no rollout goes past it (gen/family_runs.py)
 
 
 def new_model(config: PretrainedConfig) -> PreTrainedModel:
@@ -118,6 +121,7 @@ def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> Fa
     torch.manual_seed(cfg.seed)
     gen = torch.Generator().manual_seed(cfg.seed)
     assert cfg.arch in ARCHS and not (cfg.moe and cfg.arch != "llama"), cfg
+    assert 0 < cfg.context <= MAX_CONTEXT, cfg
     dense = gemma2_config if cfg.arch == "gemma2" else llama_config
     config = moe_config(cfg.vocab, cfg.moe_shape) if cfg.moe else dense(cfg.vocab)
     model = new_model(config)
@@ -148,4 +152,4 @@ def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> Fa
         optimizer_step(opt, model, loss)
         if log and (it % 100 == 0 or it == total - 1):
             log_iter(it, total, losses[-1], start)
-    return FamilyModel(tok, config, checkpoints, lagging, early, losses)
+    return FamilyModel(tok, config, checkpoints, lagging, early, losses, cfg.context)

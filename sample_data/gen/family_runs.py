@@ -1,7 +1,11 @@
 """The second family's runs: healthy runs of several shapes and settings, an improvement, faults
 of every class at the sizes this model gives them, and combinations of two. Each run is rolled
 out by the bf16 engine (gen/family_engine.py) and scored by the fp32 trainer, six RL steps of
-multi-turn rollouts with tool responses, written as verl-style Parquet dumps."""
+multi-turn rollouts with tool responses, written as verl-style Parquet dumps.
+
+``LONG_RESPONSES`` (family.py --long-responses, a model trained at --context 1024): healthy runs
+whose responses run to 600-1000 tokens (8-12 turns of 64-96 tokens, or one of 600-700) and two
+faults beside them, for the checks of `diagnose` whose statistics scale with response length."""
 
 from __future__ import annotations
 
@@ -26,7 +30,8 @@ from gen.writers import prompt_columns, write_parquet_step
 MODEL = "llama-4x128-bpe1024"
 STEPS = 6
 MAX_NEW, MIN_NEW = 48, 16  # a turn's tokens at most; a newline token ends it after MIN_NEW
-CONTEXT = FamilyTraining().context  # the trained context: no rollout goes past it
+CONTEXT = FamilyTraining().context  # the default trained context (a model's: FamilyModel.context)
+LONG_CONTEXT = 1024  # the trained context LONG_RESPONSES needs
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,8 @@ class FamilyRun:
     prompts: int = 8
     group: int = 4
     turns: tuple[int, int] = (2, 3)
+    max_new: int = MAX_NEW  # a turn's tokens at most (fewer where the context ends first)
+    min_new: int = MIN_NEW  # a newline token ends a turn after this many
     # the MoE member (gen/family_moe.py) only:
     routing: str = "natural"  # "replay": the trainer uses the engine's routes (R3);
     # "replay-late": it replays each position's routes at the next position (a capture bug
@@ -266,6 +273,48 @@ FAMILY: tuple[FamilyRun, ...] = (
     ),
 )
 
+LONG_TURNS = {"turns": (8, 12), "max_new": 96, "min_new": 64}  # ~600-950 tokens a response
+
+LONG_RESPONSES: tuple[FamilyRun, ...] = (
+    healthy("f-L-h-a", "8-12 turns of 64-96 tokens, loader a", "f-L-h-b", **LONG_TURNS),
+    healthy("f-L-h-b", "as f-L-h-a, loader b", "f-L-h-a", loader="b", **LONG_TURNS),
+    healthy(
+        "f-L-h-c",
+        "as f-L-h-a at temperature 0.6 on both sides, loader c",
+        "f-L-h-a",
+        sampler=Sampler(temperature=0.6),
+        loader="c",
+        **LONG_TURNS,
+    ),
+    healthy(
+        "f-L-h-one-turn",
+        "one turn of 600-700 tokens, no tool response",
+        "f-L-h-a",
+        turns=(1, 1),
+        max_new=700,
+        min_new=600,
+        loader="f",
+    ),
+    fault(
+        "f-L-pol-stale",
+        "policy",
+        "loud",
+        "as f-L-h-a, weights one RL step (20 optimizer steps) behind",
+        "f-L-h-a",
+        weights="stale",
+        **LONG_TURNS,
+    ),
+    fault(
+        "f-L-pr-fp8kv",
+        "precision",
+        "loud",
+        "as f-L-h-a, an fp8 KV cache (scale 1)",
+        "f-L-h-a",
+        kernel=FP8KV,
+        **LONG_TURNS,
+    ),
+)
+
 
 def newline_ids(model: FamilyModel) -> set[int]:
     tok = model.tokenizer
@@ -320,7 +369,10 @@ def engine_for(run: FamilyRun, model: FamilyModel, step: int, faulty: bool) -> t
 
 
 def roll(run: FamilyRun, model: FamilyModel, samples: list[Sample], step: int, seed: int) -> None:
+    """Each sample's turns, none past the model's trained context: a turn decodes at most
+    ``run.max_new`` tokens and none past the context; a turn that could leave it is not begun."""
     tok = model.tokenizer
+    context = model.context
     stops = newline_ids(model)
     gen = torch.Generator().manual_seed(stable_seed(seed, "sample", run.name, step))
     groups: dict[int, list[Sample]] = {}
@@ -334,8 +386,11 @@ def roll(run: FamilyRun, model: FamilyModel, samples: list[Sample], step: int, s
             batch = [s for s in members if s.n_turns > turn]
             if not batch:
                 break
+            room = context - max(len(s.sequence) for s in batch)
+            assert room > 0, f"{run.name}: a prompt fills the trained context ({context})"
+            budget = min(run.max_new, room)  # only a first turn's prompt can bind it
             outs = decode_turn(
-                engine, [s.sequence for s in batch], run.sampler, stops, MAX_NEW, MIN_NEW, gen
+                engine, [s.sequence for s in batch], run.sampler, stops, budget, run.min_new, gen
             )
             if engine.turn_routes is not None:
                 keep_first_routes(batch, engine.turn_routes)
@@ -352,7 +407,7 @@ def roll(run: FamilyRun, model: FamilyModel, samples: list[Sample], step: int, s
                     if not tok.decode([tokens[-1]]).endswith("\n"):
                         text = "\n" + text
                     ids = tok.encode(text).ids
-                    if len(s.sequence) + len(ids) + MAX_NEW > CONTEXT:
+                    if len(s.sequence) + len(ids) + run.max_new > context:
                         s.n_turns = turn + 1  # the next turn would leave the trained context
                         continue
                     s.response += ids
@@ -438,3 +493,4 @@ def check_family(runs: tuple[FamilyRun, ...] = FAMILY) -> None:
         assert r.routing in ("natural", "replay", "replay-late"), r.name
         assert r.capture_bug in CAPTURE_BUGS and r.encoding in ENCODINGS, r.name
         assert r.routing != "natural" or not r.capture_bug, f"{r.name}: no replay, no capture"
+        assert 0 < r.min_new <= r.max_new, r.name
