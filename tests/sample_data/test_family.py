@@ -3,20 +3,13 @@ engine knob does what it claims, and left at its default leaves the plain path a
 
 from __future__ import annotations
 
-import os
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its thread pool
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("tokenizers")
+from tests.sample_data.family_deps import family_deps
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
-sys.path.insert(0, str(SAMPLE))
+torch = family_deps()
 
 from gen.family_engine import (  # noqa: E402
     EngineKernel,

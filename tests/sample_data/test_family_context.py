@@ -5,19 +5,13 @@ trained context, and the long-response catalogue is well-formed; on a tiny rando
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its thread pool
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("tokenizers")
+from tests.sample_data.family_deps import family_deps
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
-sys.path.insert(0, str(SAMPLE))
+torch = family_deps()
 
 import family  # noqa: E402
 from gen.corpus import prompt_line_sources, prompt_lines  # noqa: E402

@@ -4,19 +4,13 @@ knob that has a Gemma2 form uses it, and the sliding window is kept through the 
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its thread pool
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("tokenizers")
+from tests.sample_data.family_deps import family_deps
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
-sys.path.insert(0, str(SAMPLE))
+torch = family_deps()
 
 import gen.family_engine as engine_module  # noqa: E402
 from gen.family_engine import (  # noqa: E402

@@ -5,19 +5,11 @@ random Llama."""
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
 from pathlib import Path
 
-import pytest
+from tests.sample_data.family_deps import family_deps
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its thread pool
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("tokenizers")
-
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
-sys.path.insert(0, str(SAMPLE))
+torch = family_deps()
 
 import pyarrow.parquet as pq  # noqa: E402
 from family_long import LONG, cycled, write_long  # noqa: E402

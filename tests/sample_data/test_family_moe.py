@@ -4,21 +4,14 @@ choose them, the trainer replays given experts, and each fault does what it clai
 
 from __future__ import annotations
 
-import os
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch starts its thread pool
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("tokenizers")
+from tests.sample_data.family_deps import family_deps
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample_data"
-sys.path.insert(0, str(SAMPLE))
+torch = family_deps()
 
 from gen.family_engine import EngineKernel, Sampler, decode_turn, prepare_engine, score  # noqa: E402
 from gen.family_moe import MoEShape, moe_config, tap_routers  # noqa: E402
