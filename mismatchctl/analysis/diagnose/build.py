@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mismatchctl.analysis.diagnose.baseline_signs import BaselineSignsExtra, baseline_signs
 from mismatchctl.analysis.diagnose.checks import token_classes
 from mismatchctl.analysis.diagnose.context import (
     BaselineView,
@@ -35,6 +36,7 @@ from mismatchctl.stats.cube.part import as_cube
 from mismatchctl.stats.cube.spec import CubeSpec
 from mismatchctl.stats.localize.explain import explain as localize
 from mismatchctl.stats.localize.tables import SideTables
+from mismatchctl.stats.sign_coherence import SignCoherence
 from mismatchctl.stats.step_regimes import split_steps, step_rates, trend
 from mismatchctl.store import Store
 
@@ -129,37 +131,38 @@ def _baseline_view(
     ctx: Context, base: Selection, spec: CubeSpec, workers: int, engine: Engine
 ) -> BaselineView:
     target = ctx.cube
-    found, routing = _baseline_read(base, spec, workers, engine)
+    found, signs, routing = _baseline_read(base, spec, workers, engine)
     if target is None or found.tokens == 0:
         from mismatchctl.analysis.selection import empty_selection_error
 
         raise empty_selection_error(base)
     return BaselineView(
         base.label or ", ".join(base.names), localize(target, found, tables=ctx.tables),
-        cube_gpus(found), found, routing,
+        cube_gpus(found), found, routing, signs,
     )  # fmt: skip
 
 
 def _baseline_read(
     base: Selection, spec: CubeSpec, workers: int, engine: Engine
-) -> tuple[Cube, dict[str, float | int | None] | None]:
-    """The baseline's cube and, when it has MoE routes, its routing metrics (its runs' sums
-    merged), from one read: the tokens no flipped route reaches are compared with the run's
-    (``causes/precision.py``, ``beside_flips``)."""
+) -> tuple[Cube, SignCoherence | None, dict[str, float | int | None] | None]:
+    """The baseline's cube, its sign coherence (``baseline_signs.py``) and, when it has MoE
+    routes, its routing metrics (its runs' sums merged), from one read: the tokens no flipped
+    route reaches are compared with the run's (``causes/precision.py``, ``beside_flips``)."""
     routing = routing_extra(base, [], EDGES)
-    extras = [RunCubeExtra(spec), *([routing] if routing is not None else [])]
+    extras = [RunCubeExtra(spec), BaselineSignsExtra(), *([routing] if routing is not None else [])]
     _, states = engine.runner()(base.tasks, [], EDGES, base.rows, workers, None, extras)
     cube = merge_all(map(as_cube, (states[0] or {}).values()), spec)
-    partials = list(states[1].runs.values()) if routing is not None and states[1] else []
+    signs = baseline_signs(states[1])
+    partials = list(states[2].runs.values()) if routing is not None and states[2] else []
     if not partials:
-        return cube, None
+        return cube, signs, None
     merged = partials[0]
     for p in partials[1:]:
         try:
             merged = merged.merge(p)
         except ValueError:  # runs of other models (layers, top-k): no one set of routes
-            return cube, None
-    return cube, merged.metrics(False)
+            return cube, signs, None
+    return cube, signs, merged.metrics(False)
 
 
 def _whole(cells: dict | None) -> dict | None:

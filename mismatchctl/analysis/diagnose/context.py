@@ -24,6 +24,7 @@ from mismatchctl.stats.cube.cube import Cube, merge_all
 from mismatchctl.stats.localize.explain import contrast
 from mismatchctl.stats.localize.result import Explanation
 from mismatchctl.stats.localize.tables import SideTables
+from mismatchctl.stats.sign_coherence import SignCoherence
 from mismatchctl.stats.step_regimes import StepRates, StepSplit, StepTrend
 
 
@@ -65,6 +66,7 @@ class BaselineView:
     gpus: list[str] = field(default_factory=list)
     cube: Cube | None = None  # the baseline's own cube (same spec): contrasts of a part
     routing: dict[str, float | int | None] | None = None
+    signs: SignCoherence | None = None  # its responses' own lean (``baseline_signs.py``)
 
 
 class CheckModule(Protocol):

@@ -14,6 +14,7 @@ from mismatchctl.analysis.selection import resolve_text
 from mismatchctl.engines.choice import LOCAL_ENGINE
 from mismatchctl.stats import routing_sums as R
 from mismatchctl.store import open_store
+from tests.planted import diagnosis
 
 
 def test_a_routed_baselines_routing_is_read_with_its_cube(calibration_store: Path) -> None:
@@ -21,15 +22,28 @@ def test_a_routed_baselines_routing_is_read_with_its_cube(calibration_store: Pat
     is read against them): the report's figure for the run; a dense baseline has none."""
     store = open_store(calibration_store)
     moe = resolve_text(store, "h-moe-a")
-    cube, routing = _baseline_read(moe, cube_spec([moe], EDGES, with_run=False), 1, LOCAL_ENGINE)
+    cube, _, routing = _baseline_read(moe, cube_spec([moe], EDGES, with_run=False), 1, LOCAL_ENGINE)
     assert cube.tokens > 0 and routing is not None
     expected = report_on(moe).routing["h-moe-a"].metrics[R.VLLM_KL_BEFORE_FLIP]
     assert routing[R.VLLM_KL_BEFORE_FLIP] == pytest.approx(expected, rel=1e-12)
     dense = resolve_text(store, "h-a")
-    cube, routing = _baseline_read(
+    cube, _, routing = _baseline_read(
         dense, cube_spec([dense], EDGES, with_run=False), 1, LOCAL_ENGINE
     )
     assert cube.tokens > 0 and routing is None
+
+
+def test_a_baselines_signs_are_read_with_its_cube(calibration_store: Path) -> None:
+    """The baseline's own sign coherence (``baseline_signs.py``), read with its cube, is the one
+    the ``policy_signs`` check measures of the same run diagnosed."""
+    store = open_store(calibration_store)
+    base = resolve_text(store, "h-a")
+    _, signs, _ = _baseline_read(base, cube_spec([base], EDGES, with_run=False), 1, LOCAL_ENGINE)
+    found = diagnosis(calibration_store, "h-a").section_dict()
+    own = next(c for c in found["checks"] if c["name"] == "policy_signs")["evidence"]
+    assert signs is not None and signs.tested == own["tested"] > 0
+    assert signs.dispersion == pytest.approx(own["dispersion"], rel=1e-12)
+    assert signs.p_value == pytest.approx(own["p_value"], rel=1e-9)
 
 
 def test_the_runs_cube_tables_are_made_once_for_every_check(

@@ -82,6 +82,17 @@ class Thresholds:
     were not simulated (the sample model's context is 320): the scaling is the lean's
     arithmetic, not a calibration there."""
 
+    BASE_MARGIN: float = 0.5
+    BASE_LENGTH_SHARE: float = 0.5
+    """Over a baseline, the baseline's own responses say how much their length leans by the
+    numerics alone: the family's Llama trained on a 1,024-token context, its healthy runs of
+    680 model tokens a response lean 1.00-1.06, not the 4.4 the length scaling asks for, and
+    its weights an RL step behind 1.60 (p 2e-7, unseen under the scaled gate). Beyond
+    ``LENGTH_SCALE`` tokens, when the baseline's responses are at least half as long
+    (``BASE_LENGTH_SHARE``), the gate over it is the baseline's own dispersion plus
+    ``BASE_MARGIN`` (0.5: three standard errors of the difference of two runs' dispersions
+    over 192 sequences), never below ``SIGN_DISPERSION_WARN`` nor above the scaled gate."""
+
 
 T = Thresholds()
 
@@ -125,13 +136,15 @@ def run(ctx: Context) -> Check:
     for a run whose steps split into two regimes, also the elevated steps' own (weights that
     changed at a step lean those steps' responses only: evidence ``elevated_steps``)."""
     runs: dict[str, tuple[str, str, RunSigns]] = {}
-    gate = T.SIGN_DISPERSION_WARN if fired(ctx.result(baseline)) else T.SIGN_DISPERSION_ALONE
+    over = fired(ctx.result(baseline))
+    gate = T.SIGN_DISPERSION_WARN if over else T.SIGN_DISPERSION_ALONE
+    base = ctx.baseline.signs if over and ctx.baseline is not None else None
     for run, state in ctx.state.hot_sequences.runs().items():
-        verdict, finding, signs = _judge(sign_coherence(state), gate)
+        verdict, finding, signs = _judge(sign_coherence(state), gate, base)
         own = RunSigns(signs=signs)
         steps = _elevated(ctx, run)
         if steps and verdict == OK:
-            part = _judge(sign_coherence(in_steps(state, steps)), gate)
+            part = _judge(sign_coherence(in_steps(state, steps)), gate, base)
             own = RunSigns(
                 signs=signs, elevated_steps=ElevatedSigns(steps=sorted(steps), signs=part[2])
             )
@@ -174,11 +187,26 @@ def leans(dispersion: float, p_value: float, gate: float) -> bool:
     return dispersion >= gate and p_value < T.SIGN_ALPHA
 
 
-def _judge(found: SignCoherence, gate: float) -> tuple[str, str, Signs]:
+def base_gate(gate: float, found: SignCoherence, base: SignCoherence | None) -> float | None:
+    """The gate over a baseline of long responses: its own dispersion plus ``BASE_MARGIN``,
+    within ``SIGN_DISPERSION_WARN`` and the scaled gate (None: responses within
+    ``LENGTH_SCALE``, no baseline's signs, or a baseline of much shorter responses)."""
+    if base is None or not found.mean_tokens > T.LENGTH_SCALE:
+        return None
+    if not base.mean_tokens >= T.BASE_LENGTH_SHARE * found.mean_tokens:
+        return None
+    own = max(T.SIGN_DISPERSION_WARN, base.dispersion + T.BASE_MARGIN)
+    return min(own, length_gate(gate, found.mean_tokens))
+
+
+def _judge(
+    found: SignCoherence, gate: float, base: SignCoherence | None = None
+) -> tuple[str, str, Signs]:
     """The verdict on one run's (or its elevated steps') sign coherence, warning from
     ``gate``: ``SIGN_DISPERSION_ALONE``, or ``SIGN_DISPERSION_WARN`` over a baseline the run
-    exceeds, each scaled to long responses (``length_gate``); failing from
-    ``SIGN_DISPERSION_FAIL``, scaled alike."""
+    exceeds, each scaled to long responses (``length_gate``), or over a baseline of long
+    responses from its own lean (``base_gate``); failing from ``SIGN_DISPERSION_FAIL``,
+    scaled alike."""
     evidence = Signs(
         tested=found.tested,
         dispersion=found.dispersion,
@@ -193,11 +221,18 @@ def _judge(found: SignCoherence, gate: float) -> tuple[str, str, Signs]:
         f"probabilities (1 for numeric noise; chi-square p = {found.p_value:.2g}; "
         f"{pct(found.extreme_share)} of the sequences at |z| > 3)"
     )
-    warn = length_gate(gate, found.mean_tokens)
+    own = base_gate(gate, found, base)
+    warn = own if own is not None else length_gate(gate, found.mean_tokens)
     pattern = leans(found.dispersion, found.p_value, warn)
     fail = length_gate(T.SIGN_DISPERSION_FAIL, found.mean_tokens)
     verdict = grade(pattern and found.dispersion >= fail, pattern)
-    if warn != gate:
+    if own is not None and base is not None:
+        finding += (
+            f"; the responses hold {found.mean_tokens:.0f} tokens on average, and the "
+            f"baseline's ({base.mean_tokens:.0f}) lean {base.dispersion:.2f}x by their numerics "
+            f"alone, so a lean warns from {warn:.2g}x"
+        )
+    elif warn != gate:
         finding += (
             f"; the responses hold {found.mean_tokens:.0f} tokens on average, so a lean warns "
             f"from {warn:.2g}x ({gate:g}x up to {T.LENGTH_SCALE:.0f} tokens: a lean that lasts "

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mismatchctl.analysis.diagnose.checks.policy_signs import T, length_gate
+from mismatchctl.analysis.diagnose.checks.policy_signs import T, _judge, base_gate, length_gate
+from mismatchctl.stats.sign_coherence import SignCoherence
 from tests.helpers import slow_param
 from tests.planted import checks as diagnosed
 from tests.planted import diagnosis
@@ -55,6 +56,31 @@ def test_the_gates_grow_with_long_responses() -> None:
         assert length_gate(gate, 2 * T.LENGTH_SCALE) == pytest.approx(2 * gate - 1)
     # a healthy run of the sample model at 223 tokens a response leans 1.23-1.32
     assert length_gate(T.SIGN_DISPERSION_ALONE, 223.0) > 2.5
+
+
+def _signs(dispersion: float, mean_tokens: float) -> SignCoherence:
+    return SignCoherence(192, dispersion, 1e-9, 0.01, mean_tokens)
+
+
+def test_over_a_baseline_of_long_responses_its_own_lean_sets_the_gate() -> None:
+    """Beyond ``LENGTH_SCALE`` tokens, over a baseline of responses at least half as long, a
+    lean warns from the baseline's own plus ``BASE_MARGIN`` (the family's Llama at 680 tokens:
+    healthy 1.00-1.06, a step behind 1.60, where the scaled gate asks 4.4), within the
+    calibrated gate and the scaled one; short responses, a missing or a much shorter baseline
+    keep the scaled gate."""
+    warn = T.SIGN_DISPERSION_WARN
+    long_run, healthy = _signs(1.60, 680.0), _signs(0.95, 689.0)
+    assert base_gate(warn, long_run, healthy) == pytest.approx(warn)  # 1.45: the floor 1.5
+    assert base_gate(warn, long_run, _signs(1.02, 689.0)) == pytest.approx(1.52)
+    assert base_gate(warn, long_run, _signs(1.4, 689.0)) == pytest.approx(1.4 + T.BASE_MARGIN)
+    assert base_gate(warn, long_run, _signs(9.0, 689.0)) == length_gate(warn, 680.0)  # capped
+    assert base_gate(warn, _signs(1.6, 90.0), healthy) is None  # within LENGTH_SCALE
+    assert base_gate(warn, long_run, None) is None
+    short = _signs(1.0, T.BASE_LENGTH_SHARE * 680.0 - 1)
+    assert base_gate(warn, long_run, short) is None
+    verdict, finding, _ = _judge(long_run, warn, healthy)
+    assert verdict == "warn" and "lean 0.95x by their numerics alone" in finding
+    assert _judge(long_run, warn, None)[0] == "ok"  # the scaled gate: 4.4 at 680 tokens
 
 
 def test_a_healthy_run_that_leans_as_a_step_behind_raises_no_alarm(held_out_store: Path) -> None:
