@@ -317,9 +317,6 @@ def token_columns(
             paired[i] = 1 + low
 
 
-NOT_SHIFTED = 255  # a shifted comparison that could not be made (a row or a layer missing)
-
-
 @kernel(nogil=True, inline="always")
 def _same_set(a, lo_a, b, lo_b, k):  # pragma: no cover - compiled
     """Whether ``a[lo_a:lo_a + k]`` and ``b[lo_b:lo_b + k]`` hold the same ids (distinct within
@@ -353,7 +350,7 @@ def shifted_agreement(
     against the first side's row one position before in the sequence, ``out[f, 1]`` one after,
     ``out[f, 2]`` each layer ``l >= 1`` against the first side's layer ``l - 1`` of the same
     row, ``out[f, 3]`` each layer ``l < layers - 1`` against its layer ``l + 1``; left as they
-    are (``out`` comes filled with ``NOT_SHIFTED``) where the rows or layers are
+    are (``out`` comes filled with ``stats/routing_sums.NOT_SHIFTED``) where the rows or layers are
     not there, and on the rows between. Routes a position or a layer off agree at one of these
     as the aligned rows of the same weights do; the aligned rows of far-apart weights agree far
     more than these (``checks/route_capture.py``)."""

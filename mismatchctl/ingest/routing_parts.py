@@ -7,6 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from mismatchctl.ingest.canonical import Context
+from mismatchctl.stats.routing_sums import SHIFT_TEXT
 from mismatchctl.store.catalog import PartRecord
 from mismatchctl.store.parts import ROUTING, Lanes, PartWriter
 
@@ -72,15 +73,7 @@ def route_notes(ctx: Context) -> list[str]:
         shift, aligned, best = off
         notes.append(
             f"routes: misaligned? the trainer's routes agree with the rollout's on {best:.1%} of "
-            f"the layer routes set {SHIFT_NAMES[shift]}, on {aligned:.1%} aligned (`mismatchctl "
+            f"the layer routes set {SHIFT_TEXT[shift]}, on {aligned:.1%} aligned (`mismatchctl "
             "diagnose` judges them: route_capture); check how each side's routes are dumped"
         )
     return notes
-
-
-SHIFT_NAMES = {
-    "position_before": "a position later (row t against the rollout's row t - 1)",
-    "position_after": "a position earlier (row t against the rollout's row t + 1)",
-    "layer_below": "a layer up (each layer against the rollout's layer below)",
-    "layer_above": "a layer down (each layer against the rollout's layer above)",
-}

@@ -28,7 +28,7 @@ from mismatchctl.errors import InputError, UsageError
 from mismatchctl.ingest.routes import MAX_LAYERS, SideRoutes
 from mismatchctl.ingest.routing_threads import over_ranges
 from mismatchctl.options import ROUTES_INPUT, ROUTES_OUTPUT
-from mismatchctl.stats.routing_sums import SHIFTS
+from mismatchctl.stats.routing_sums import NOT_SHIFTED, SHIFTS, shifted_sums
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -215,7 +215,7 @@ def _shifted(
     ``routing_kernels.shifted_agreement``; ``NOT_SHIFTED`` where not compared, and on the rows
     outside the ``ALIGNMENT_EVERY`` sample)."""
     (a, a_of, a_dead), (b, b_of, b_dead) = sides
-    out = np.full((int(frame[-1]), 4), _kernels().NOT_SHIFTED, dtype=np.uint8)
+    out = np.full((int(frame[-1]), 4), NOT_SHIFTED, dtype=np.uint8)
     if a.ids.size and b.ids.size and layers:
         a_ids, b_ids = _flat_rows(a.ids), _flat_rows(b.ids)
         _kernels().shifted_agreement(
@@ -235,10 +235,7 @@ def _agreement(
     bits = np.ascontiguousarray(equal[compared]).view(np.uint8)
     out[0] = int(np.unpackbits(bits).sum()), int(compared.sum()) * layers
     raw = np.frombuffer(shifted.buffers()[1], np.uint8).reshape(-1, 4)
-    for c in range(4):
-        col = raw[:, c]
-        rows = col != _kernels().NOT_SHIFTED
-        out[1 + c] = int(col[rows].sum()), int(rows.sum()) * (layers if c < 2 else layers - 1)
+    out[1:, 0], out[1:, 1] = shifted_sums(raw, layers)
     return out
 
 

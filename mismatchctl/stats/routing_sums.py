@@ -26,6 +26,28 @@ VLLM_KL_BEFORE_FLIP = "vllm_kl_before_flip"
 R3_VIOLATION_FRACTION = "r3_violation_fraction"
 SHIFTS = ("position_before", "position_after", "layer_below", "layer_above")
 """The misalignments the routes' alignment test sets the trainer's routes at (``alignment``)."""
+SHIFT_TEXT = {
+    "position_before": "a position later (row t against the rollout's row t - 1)",
+    "position_after": "a position earlier (row t against the rollout's row t + 1)",
+    "layer_below": "a layer up (each layer against the rollout's layer below)",
+    "layer_above": "a layer down (each layer against the rollout's layer above)",
+}
+"""How each shift sets the trainer's routes against the rollout's, for findings and notes."""
+NOT_SHIFTED = 255
+"""A ``route_shifted`` byte of a comparison not made (a row or a layer missing, or a row off the
+test's sample)."""
+
+
+def shifted_sums(shifted: np.ndarray, layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per shift of ``SHIFTS``, the layers agreeing and the layer pairs compared, over the
+    ``route_shifted`` bytes of some tokens (uint8 [tokens, 4])."""
+    equal, slots = np.zeros(len(SHIFTS), np.int64), np.zeros(len(SHIFTS), np.int64)
+    for c in range(len(SHIFTS)):
+        col = shifted[:, c]
+        valid = col != NOT_SHIFTED
+        equal[c] = int(col[valid].sum(dtype=np.int64))
+        slots[c] = int(valid.sum()) * (layers if c < 2 else layers - 1)
+    return equal, slots
 
 
 @dataclass
@@ -53,9 +75,9 @@ class RoutingPartial:
     bins: int = 0
     bin_n: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.int64))
     bin_k3: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), np.float64))
-    # the alignment test (``SHIFTS``): per shift, the layers agreeing and the rows compared
+    # the alignment test (``SHIFTS``): per shift, the layers agreeing and the layer pairs compared
     shifted_equal: np.ndarray = field(default_factory=lambda: np.zeros(4, np.int64))
-    shifted_rows: np.ndarray = field(default_factory=lambda: np.zeros(4, np.int64))
+    shifted_slots: np.ndarray = field(default_factory=lambda: np.zeros(4, np.int64))
 
     def __post_init__(self) -> None:
         for name in ("by_layer_equal", "by_layer_overlap", "by_layer_first_flip"):
@@ -80,29 +102,26 @@ class RoutingPartial:
             "bin_n",
             "bin_k3",
             "shifted_equal",
-            "shifted_rows",
+            "shifted_slots",
         ):
             setattr(out, name, getattr(self, name) + getattr(other, name))
         return out
 
     def add_shifted(self, shifted: np.ndarray) -> None:
-        """Add a slice's ``route_shifted`` bytes (uint8 [tokens, 4]; 255: not compared)."""
-        for c in range(len(SHIFTS)):
-            col = shifted[:, c]
-            valid = col != 255
-            self.shifted_equal[c] += int(col[valid].sum(dtype=np.int64))
-            self.shifted_rows[c] += int(valid.sum())
+        """Add a slice's ``route_shifted`` bytes (uint8 [tokens, 4]; ``shifted_sums``)."""
+        equal, slots = shifted_sums(shifted, self.layers)
+        self.shifted_equal += equal
+        self.shifted_slots += slots
 
     def alignment(self) -> dict[str, float | None]:
         """Per misalignment of ``SHIFTS``, the share of the (token, layer) routes whose top-k sets
         agree once the trainer's row is set a position before or after the rollout's, or each
         of its layers against the rollout's layer below or above (None: none compared, or
         parts written before the test). The aligned share is ``routing_layer_agreement``."""
-        out: dict[str, float | None] = {}
-        for c, name in enumerate(SHIFTS):
-            slots = int(self.shifted_rows[c]) * (self.layers if c < 2 else self.layers - 1)
-            out[name] = float(self.shifted_equal[c] / slots) if slots > 0 else None
-        return out
+        return {
+            name: float(e / n) if n > 0 else None
+            for name, e, n in zip(SHIFTS, self.shifted_equal, self.shifted_slots, strict=True)
+        }
 
     def sums(self, replay: bool) -> RoutingSums:
         """The sums the eleven metrics need (``replay``: the run says routing replay is on)."""

@@ -134,16 +134,13 @@ def capture_signature(m: dict[str, Any], shifted: dict[str, float | None] | None
     return alignment(m, shifted).capture
 
 
-SHIFTED = {
-    "position_before": "set a position later than the rollout's (row t against the rollout's "
-    "row t - 1): dumped or replayed a position late",
-    "position_after": "set a position earlier than the rollout's (row t against the rollout's "
-    "row t + 1): dumped or replayed a position early",
-    "layer_below": "each layer set against the rollout's layer below it: every layer written "
-    "in the next layer's slot",
-    "layer_above": "each layer set against the rollout's layer above it: every layer written "
-    "in the slot before its own",
+MEANS = {
+    "position_before": "dumped or replayed a position late",
+    "position_after": "dumped or replayed a position early",
+    "layer_below": "every layer written in the next layer's slot",
+    "layer_above": "every layer written in the slot before its own",
 }
+"""What routes misaligned by each shift of ``R.SHIFTS`` were (``R.SHIFT_TEXT``: how it sets them)."""
 
 
 def run(ctx: Context) -> Check | None:
@@ -181,8 +178,9 @@ def run(ctx: Context) -> Check | None:
     )
     if t.misaligned is not None:
         finding = (
-            f"{agree}, and on {pct(t.agreement)} with the trainer's routes "
-            f"{SHIFTED[t.misaligned]}: the routes are misaligned"
+            f"{agree}, and on {pct(t.agreement)} with the trainer's routes set "
+            f"{R.SHIFT_TEXT[t.misaligned]}: the routes are misaligned, "
+            f"{MEANS[t.misaligned]}"
         )
     else:
         finding = (
