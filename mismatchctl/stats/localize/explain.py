@@ -73,6 +73,8 @@ def explain(
     if b is not None and sides.b is None:  # the overall ratio and the split stay the baseline's
         out.rate_ratio, out.rate_ratio_ci, out.excess = _overall(replace(sides, b=b))
         out.baseline_tokens, out.baseline_vllm_kl = int(b.total_n), float(div(b.total_a, b.total_n))
+        if b.total_a == 0:  # a bit-exact baseline: no ratio to it, every token is excess
+            out.rate_ratio, out.rate_ratio_ci = None, None
     if leads and not findings and out.significant_excess:
         loose = replace(th, min_effective_sequences=th.lead_effective_sequences)
         lead_sides, _, found = _localized(t, b, e_t, s, loose)
@@ -117,7 +119,13 @@ def _notes(t: SideTables, b: SideTables | None, th: LocalizeThresholds) -> list[
             "findings cannot be held by fewer than "
             f"{th.min_effective_sequences:g}"
         )
-    if b is not None:
+    if b is not None and b.total_a == 0:
+        out.append(
+            "the baseline's two sides agree on every token (its vllm_kl is exactly 0: a "
+            "bit-exact stack), so every token of the target that differs is excess over it and "
+            "no rate ratio exists; the target was localized against itself"
+        )
+    elif b is not None:
         n_b = float(effective_sequences(b.total))
         if n_b < th.min_baseline_sequences:
             out.append(

@@ -278,6 +278,12 @@ def unlocated_sentence(x: Explanation, target: str) -> str:
             f"the selection is {whole}, but no cell holds the excess significantly and not every "
             f"dimension spreads it evenly (Dimensions, below){sequences}"
         )
+    if x.baseline_vllm_kl == 0 and x.vllm_kl > 0:
+        return (
+            "no cell of the selection is significantly hotter than the rest of it; the baseline "
+            "has no mismatch at all (vllm_kl exactly 0), so all of the selection's is excess "
+            "over it"
+        )
     if x.rate_ratio is not None:
         return (
             "no cell of the selection is significantly hotter than its reference, nor is the "

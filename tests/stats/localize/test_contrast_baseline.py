@@ -61,3 +61,22 @@ def test_the_other_gpus_against_the_baselines(factor: float) -> None:
 def test_an_empty_region_gives_none() -> None:
     cube, *_ = _side(3, 1.0)
     assert contrast_baseline(cube, Cube(SPEC, None), {"gpu": [0]}) is None
+
+
+def test_a_bit_exact_baseline_has_no_ratio_and_says_why() -> None:
+    """A baseline whose two sides agree on every token (K3 exactly 0: a bit-exact stack): no
+    rate ratio to it exists (not n/a dressed as "no excess"), every token of the selection is
+    excess over it, and the note and the sentence say so."""
+    from mismatchctl.stats.localize.explain import explain
+    from mismatchctl.stats.localize.result import unlocated_sentence
+
+    cube, k3, *_ = _side(1, 1.0)
+    rng = np.random.default_rng(3)
+    lr, _, seq, tok, seqc = random_tokens(SPEC, rng, 500)
+    exact = Cube.from_tokens(SPEC, lr, lr.copy(), seq, tok, seqc)
+    found = explain(cube, exact)
+    assert found.baseline_vllm_kl == 0 and found.vllm_kl == pytest.approx(k3.mean(), rel=REL)
+    assert found.rate_ratio is None and found.rate_ratio_ci is None
+    assert any("agree on every token" in n for n in found.notes)
+    if not found.findings:
+        assert "no mismatch at all" in unlocated_sentence(found, "the selection")
