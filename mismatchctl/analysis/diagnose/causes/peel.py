@@ -65,13 +65,14 @@ flip: ``outside.py``)."""
 from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.causes import code_path, hardware, policy, semantics
-from mismatchctl.analysis.diagnose.causes.hypothesis import Weighed
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.causes.outside import lean, outside
 from mismatchctl.analysis.diagnose.causes.parts import (
     hot_on_other_gpus,
     path_on_one_gpu,
     where_text,
 )
+from mismatchctl.analysis.diagnose.check import FAIL, WARN
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.engines import plan as K
 
@@ -177,6 +178,41 @@ def path_over_lean(ctx: Context, first: Weighed, alarmed: list[Weighed]) -> Weig
     return path if out is not None and lean(ctx, out) is None else None
 
 
+def level_leans(
+    ctx: Context, first: Weighed, also: list[Weighed], weighed: list[Weighed]
+) -> Weighed | None:
+    """The policy for the precision named first over a baseline when a code path stands beside
+    it and the responses lean outside the path's part (the path's part within the responses,
+    ``outside.lean`` at the ``policy_signs`` thresholds): the precision's signature is a level
+    with no response leaning, and where no part reaches they do, so the level is other
+    weights'. The whole run's sign test misses such a lean when the path's part, hot and not
+    leaning, dilutes it (``combo-stale-splitkv-subtle-mid``, weights one step behind beside a
+    split-KV path: over ``h-mid-a`` the part holds 26% of the excess, the first turns lean
+    1.68, p 4.9e-8). None otherwise."""
+    if first.cause.KEY != PRECISION:
+        return None
+    path = next((w for w in also if w.cause.KEY == CODE_PATH), None)
+    found = next((w for w in weighed if w.cause.KEY == POLICY), None)
+    if path is None or found is None or not path.support.region:
+        return None
+    if not any(d in path.support.region for d in WITHIN_RESPONSES):
+        return None
+    out = outside(ctx, path)
+    leans = lean(ctx, out) if out is not None else None
+    if leans is None:
+        return None
+    verdict = max(leans.verdict, first.support.verdict, key=(WARN, FAIL).index)
+    support = Support(
+        **{
+            **leans.__dict__,
+            "share": first.support.share,
+            "where": "every token",
+            "verdict": verdict,
+        }
+    )
+    return Weighed(found.cause, support, first.score)
+
+
 def beside_lean(ctx: Context, first: Weighed, w: Weighed) -> bool:
     """A code path beside the policy named first, both standing on their own checks
     (``_both_stand``: the path's part within the responses alarms, and the responses lean
@@ -203,4 +239,12 @@ def _both_stand(ctx: Context, policy: Weighed, path: Weighed) -> bool:
     return out is not None and lean(ctx, out) is not None
 
 
-__all__ = ["WITHIN_RESPONSES", "beside_lean", "explains", "in_part", "path_over_lean", "peeled"]
+__all__ = [
+    "WITHIN_RESPONSES",
+    "beside_lean",
+    "explains",
+    "in_part",
+    "level_leans",
+    "path_over_lean",
+    "peeled",
+]

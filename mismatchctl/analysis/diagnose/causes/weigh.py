@@ -15,11 +15,16 @@ from mismatchctl.analysis.diagnose.causes.hypothesis import (
     Support,
     Weighed,
 )
-from mismatchctl.analysis.diagnose.causes.outside import requests_beside_part, second_pass
+from mismatchctl.analysis.diagnose.causes.outside import (
+    level_over_part,
+    requests_beside_part,
+    second_pass,
+)
 from mismatchctl.analysis.diagnose.causes.peel import (
     beside_lean,
     explains,
     in_part,
+    level_leans,
     path_over_lean,
     peeled,
 )
@@ -91,8 +96,11 @@ def weigh(ctx: Context) -> Weighing:
         also = []  # the first cause's fault sets off every other alarm (its ``beside``)
     if first is not None:  # a fault hidden under a louder one's part (outside.py) or shift
         also += [w for w in second_pass(ctx, first, weighed) if w.cause not in _causes(also)]
+        first, also = level_over_part(ctx, first, also, cut)  # a level holding most of it
         also += [w for w in peeled(ctx, first, weighed) if w.cause not in _causes(also)]
-    rest = [w for w in weighed if w is not first and w.cause not in _causes(also)]
+        first = level_leans(ctx, first, also, weighed) or first  # the level leans outside a path
+    named = [] if first is None else [first.cause]  # the first may be a peel's new Weighed
+    rest = [w for w in weighed if w.cause not in named + _causes(also)]
     rest.sort(key=_rank, reverse=True)
     return Weighing(first, also, [_lost(ctx, w, first) for w in rest])
 

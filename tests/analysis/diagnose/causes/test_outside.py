@@ -138,3 +138,21 @@ def test_a_long_kv_parts_outside_keeps_the_positions_before_it() -> None:
     assert got.region == {K.TURN_KIND: [1], K.KV_POSITION: [0]}
     assert got.text == "the later turns before KV 32" and got.restrict is turns.restrict
     assert outside._below(spec, {K.TURN: [2]}, turns) is turns
+
+
+def test_a_level_outside_the_later_turns_holding_most_of_the_excess_is_named_first(
+    held_out_store: Path,
+) -> None:
+    """``f-L-pr-fp8kv`` over ``f-L-h-b`` (an fp8 KV cache on responses of 680 tokens, 16 of them
+    over 16 healthy ones): the later turns 1.8x the first, which are themselves 14x the
+    baseline in a run 22x it, so at the first turns' level every token holds 63% of the
+    excess (``outside.level_over_part``): the precision is named, and the later turns, a
+    finding of its own (its ``EXPLAINS``), are its runner-up."""
+    from tests.planted import diagnosis
+
+    found = diagnosis(held_out_store, "f-L-pr-fp8kv", "f-L-h-b").section_dict()
+    cause = found["cause"]
+    assert (cause["key"], cause["also"]) == ("precision", [])
+    assert cause["where"] == "every token" and "at that level every token holds" in cause["because"]
+    later = next(r for r in cause["runner_ups"] if r["key"] == "tool_turns")
+    assert "sets off its checks" in later["lost"]

@@ -223,18 +223,23 @@ def test_a_sliding_window_that_leans_its_part_is_the_code_path(
     """A sliding window of 96 slots beside an fp8 KV cache: the later turns at KV 128-255 hold
     43% of the excess and the responses lean, but not in the first turns, which the window does
     not reach. It was named another policy (57%, the complement of the part); the path is named
-    and the policy is its runner-up, set off by it. Over the baseline the fp8 cache's excess
-    in the first turns is named beside it."""
+    and the policy is its runner-up, set off by it. Over the baseline the fp8 cache's excess in
+    the first turns, 16x the baseline in a run 30x it, holds half of the excess at every token
+    (``outside.level_over_part``): the precision is named first, the path beside it."""
     cause = calibration._cause(calibration_store, "combo-window-fp8kv", baseline)["cause"]
-    assert cause["key"] == "code_path" and "kv_position 128-255" in cause["where"]
+    named = [cause, *cause["also"]]
+    path = next(c for c in named if c["key"] == "code_path")
+    assert "kv_position 128-255" in path["where"]
     policy_up = next(r for r in cause["runner_ups"] if r["key"] == "policy")
     if baseline is None:  # alone the lean is under the policy_signs gate (1.8)
         assert policy_up["verdict"] == "ok"
+        assert cause["key"] == "code_path" and cause["also"] == []
     else:
         assert policy_up["verdict"] in ("warn", "fail")
-        assert "sets off its checks" in policy_up["lost"]
-    also = [a["key"] for a in cause["also"]]
-    assert also == ([] if baseline is None else ["precision"])
+        assert "sets off its checks" in policy_up["lost"] or "same finding" in policy_up["lost"]
+        assert [c["key"] for c in named] == ["precision", "code_path"]
+        assert "at that level every token holds" in cause["because"]
+        assert [r["key"] for r in cause["runner_ups"]].count("precision") == 0
 
 
 @pytest.mark.parametrize("baseline", [slow_param(None), slow_param("h-b")])
@@ -249,3 +254,33 @@ def test_a_checkpoint_behind_beside_top_p_is_named_from_the_lean_above_the_noise
     assert cause["key"] == "semantics"
     (also,) = cause["also"]
     assert also["key"] == "policy" and "above the healthy noise" in also["because"]
+
+
+def test_the_level_is_the_policys_where_responses_lean_outside_a_path(
+    held_out_store: Path,
+) -> None:
+    """``combo-stale-splitkv-subtle-mid`` over ``h-mid-a`` (the second machine's corpus, its first
+    five steps): outside the split-KV path's part the run is many times the baseline, so that
+    part is no place of the excess and the level is named; the first turns, which the path does
+    not reach, lean, so the level is other weights', not a precision loss's
+    (``peel.level_leans``)."""
+    from tests.planted import diagnosis
+
+    found = diagnosis(held_out_store, "combo-stale-splitkv-subtle-mid", "h-mid-a").section_dict()
+    cause = found["cause"]
+    assert (cause["key"], [a["key"] for a in cause["also"]]) == ("policy", ["code_path"])
+    assert "outside the named part, in the first turns" in cause["because"]
+    base = next(c for c in found["checks"] if c["name"] == "baseline")
+    assert base["evidence"]["excess_shape"] != "localized"
+    assert "precision" in {r["key"] for r in cause["runner_ups"]}
+
+
+@pytest.mark.parametrize("first", [policy, code_path])
+def test_the_level_is_relabelled_only_from_a_precision_beside_a_path(first: ModuleType) -> None:
+    """Only the precision named first, with a code path of a part within the responses beside
+    it, is read again outside that part."""
+    path = _weighed(code_path, {"turn": [2], "kv_position": [4]})
+    assert peel.level_leans(NO_CONTEXT, _weighed(first), [path], [_weighed(policy)]) is None
+    assert peel.level_leans(NO_CONTEXT, _weighed(precision), [], [_weighed(policy)]) is None
+    steps = _weighed(code_path, {"step": [3]})  # whole responses: no part within them
+    assert peel.level_leans(NO_CONTEXT, _weighed(precision), [steps], [_weighed(policy)]) is None

@@ -106,3 +106,98 @@ def test_a_healthy_run_at_a_lower_temperature_raises_no_alarm(held_out_store: Pa
     base = next(c for c in found["checks"] if c["name"] == "baseline")
     assert base["verdict"] == "ok" and "as a lower sampling temperature does" in base["finding"]
     assert base["evidence"]["mix_shift"] < -0.25 and base["evidence"]["rate_ratio"] > 1.5
+
+
+def _shape(ratio: float, tokens: float, share: float) -> str:
+    """The excess shape of a run ``ratio`` x its baseline whose one finding holds ``tokens`` of
+    its tokens and ``share`` of its excess, the other dimensions explaining nothing."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from mismatchctl.analysis.diagnose.checks import baseline
+    from mismatchctl.stats.localize.result import Explanation, UniformDim
+
+    flat = [UniformDim(dim=d, uniform=True, cells=4, coverage=1.0, rate_ratio=ratio,
+                       rate_ratio_ci=(ratio * 0.9, ratio * 1.1), spread=1.0, q=2.0, p_value=0.5)
+            for d in ("step", "turn", "bin")]  # fmt: skip
+    finding = SimpleNamespace(excess_share=share, token_share=tokens)
+    e = SimpleNamespace(rate_ratio=ratio, findings=[finding], uniform=flat)
+    return baseline.excess_shape(cast(Explanation, e))
+
+
+@pytest.mark.parametrize(
+    ("ratio", "tokens", "share", "shape"),
+    [
+        (21.1, 0.893, 0.941, "uniform"),  # an fp8 KV cache on long responses: the rest 12x
+        (17.2, 0.59, 0.74, "uniform"),  # a softmax scale off: the rest 11x
+        (2.34, 0.56, 0.65, "localized"),  # a rotary base 2x off: the rest 2.1x, no level
+        (5.0, 0.30, 0.90, "localized"),  # a split-KV path: the rest 1.6x
+        (30.6, 0.59, 0.87, "localized"),  # a window beside an fp8 cache: 68% beyond the rest
+    ],
+)
+def test_a_part_is_a_place_only_beyond_the_level_of_the_rest(
+    ratio: float, tokens: float, share: float, shape: str
+) -> None:
+    """A finding localizes the excess when it holds half of it beyond what its tokens carry at
+    the rest of the run's level, once that rest fails the baseline by itself (5x)."""
+    assert _shape(ratio, tokens, share) == shape
+
+
+def test_own_share_against_a_reference() -> None:
+    """The part's excess beyond the rest's per-token excess, from token counts: 1,000 tokens at
+    a baseline rate 1, 900 of them at 22, 100 at 12."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from mismatchctl.analysis.diagnose.checks.baseline import own_share
+    from mismatchctl.stats.localize.result import Finding
+
+    part, rest = 900 * (22 - 1), 100 * (12 - 1)
+    ratio = (900 * 22 + 100 * 12) / 1000
+    f = cast(Finding, SimpleNamespace(excess_share=part / (part + rest), token_share=0.9))
+    assert own_share(f, ratio) == pytest.approx(900 * (22 - 12) / (part + rest), rel=1e-12)
+    near = cast(Finding, SimpleNamespace(excess_share=0.9, token_share=0.3))
+    assert own_share(near, 1.2) == 0.9  # the rest under 5x: the whole share
+    assert own_share(cast(Finding, SimpleNamespace(excess_share=None, token_share=0.3)), 3) == 0
+
+
+def test_an_fp8_cache_hotter_in_some_steps_is_a_level_not_a_place(held_out_store: Path) -> None:
+    """``pr-fp8kv-wide`` over ``h-wide-a`` (an fp8 KV cache on the wider model, their first three
+    steps): steps 2-3 hold most of the excess, but step 1 alone fails the baseline, so the steps
+    are no place of it (``own_share``): the precision is named (it was unexplained)."""
+    from tests.planted import diagnosis
+
+    found = diagnosis(held_out_store, "pr-fp8kv-wide", "h-wide-a").section_dict()
+    assert found["verdict"] == "fail" and found["cause"]["key"] == "precision"
+    base = next(c for c in found["checks"] if c["name"] == "baseline")
+    assert base["evidence"]["excess_shape"] == "uniform"
+    top = max(base["evidence"]["findings"], key=lambda f: f["excess_share"])
+    assert top["excess_share"] >= 0.5  # a place by its whole share: the rule it was named by
+
+
+def test_a_bit_exact_baseline_makes_every_difference_excess(tmp_path: Path) -> None:
+    """``f-h-b`` over a copy of itself whose trainer side is its rollout side (a bit-exact
+    stack, vllm_kl exactly 0): the check fails with no ratio and says why (it read "n/ax ...: no
+    excess to speak of"), and the precision is named; over ``f-h-b`` the exact copy is quiet."""
+    import pyarrow.parquet as pq
+
+    from mismatchctl import api
+    from tests.analysis.diagnose.stores.held_out import HELD_OUT
+
+    source, exact = HELD_OUT / "f-h-b", tmp_path / "exact"
+    exact.mkdir()
+    for part in sorted(source.glob("*.parquet")):
+        table = pq.read_table(part)
+        column = table.schema.get_field_index("old_log_probs")
+        rollout = table.column("rollout_log_probs")
+        pq.write_table(table.set_column(column, "old_log_probs", rollout), exact / part.name)
+    store = tmp_path / "store"
+    api.ingest([source], "run", store=store)
+    api.ingest([exact], "exact", store=store)
+    found = api.diagnose("run", baseline="exact", store=store).section_dict()
+    base = next(c for c in found["checks"] if c["name"] == "baseline")
+    assert base["verdict"] == "fail" and "vs exactly 0 on exact" in base["finding"]
+    assert base["evidence"]["rate_ratio"] is None
+    assert found["cause"]["key"] == "precision"
+    quiet = api.diagnose("exact", baseline="run", store=store).section_dict()
+    assert quiet["verdict"] == "ok"

@@ -2,7 +2,12 @@
 threshold was set from when they were found: ``h-deep-t06`` and ``h-deep-t06-b`` (the deep
 model trained with seed 13), ``stop-unsampled``, ``cp-batchvar-subtle`` and
 ``tpl-strip-newline`` (the corpus regenerated on a second machine, seed 0: docs/diagnose.md
-"The corpus is a draw of its machine"); ``f-pol-early``, ``f-h-t06`` and ``f-h-b``, their first
+"The corpus is a draw of its machine"), and of that corpus ``combo-stale-splitkv-subtle-mid``
+over ``h-mid-a`` (their first five steps) and ``pr-fp8kv-wide`` over ``h-wide-a`` (their first
+three: "A part is a place only beyond the level of the rest"); ``f-L-pr-fp8kv`` over
+``f-L-h-b``, the first eight responses of their first two steps (the family's Llama on
+responses of 680 tokens, ``family.py --context 1024 --long-responses --seed 1``: "Long
+responses"); ``f-pol-early``, ``f-h-t06`` and ``f-h-b``, their first
 three steps (the Llama family of ``sample_data/family.py``, seed 0: docs/diagnose.md "Another
 family"); ``m-h-a``, ``m-h-b``, ``m-r3-b``, ``m-router-fp8``, ``m-capture-layers``,
 ``m-combo-capture-fp8kv``, ``m-replay-late`` and ``m-pol-early``, their first two steps (the
