@@ -4,6 +4,7 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
     python sample_data/family.py --out DIR [--only NAME,NAME] [--seed N] [--vocab V] [--force]
     python sample_data/family.py --out DIR --moe    # the mixture-of-experts member's runs
     python sample_data/family.py --out DIR --arch gemma2    # the Gemma2 member's runs
+    python sample_data/family.py --out DIR --arch qwen3     # the Qwen3 member's runs
     python sample_data/family.py --out DIR --context 1024 --long-responses   # long responses
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
 
@@ -11,9 +12,10 @@ No threshold of `diagnose` was set on this family: it is a held-out check of oth
 architecture, another vocabulary and another engine's decoding; with ``--moe``, of another
 mixture of experts (Qwen2-MoE: 16 experts, top-4, a shared expert) and its routes; with
 ``--arch gemma2``, of a dense model of other numerics (Gemma2: final-logit soft-capping, scaled
-embeddings, GeGLU, (1 + w) pre- and post-norms, tied embeddings, sliding-window layers), the
-same runs as the Llama's. Runs go to DIR/runs/NAME/, the trained model to DIR/cache/ (reused),
-DIR/corpus.json lists each run as calibrate.py does.
+embeddings, GeGLU, (1 + w) pre- and post-norms, tied embeddings, sliding-window layers); with
+``--arch qwen3``, of one more (Qwen3: RMSNorms on each query and key head, rotary base 1e6, tied
+embeddings, no q/k/v biases); the same runs as the Llama's. Runs go to DIR/runs/NAME/, the
+trained model to DIR/cache/ (reused), DIR/corpus.json lists each run as calibrate.py does.
 
 ``--context N`` trains the model on windows of N tokens instead of 320 (at most 1024, every
 member's position limit) and keeps the runs' rollouts within N instead of 320: the cache file
@@ -60,6 +62,7 @@ from gen.family_model import (
 )
 from gen.family_moe import DEFAULT, MoEShape
 from gen.family_moe_runs import FAMILY_MOE
+from gen.family_qwen3 import LABEL as QWEN3
 from gen.family_runs import (
     FAMILY,
     LONG_CONTEXT,
@@ -129,11 +132,12 @@ def load_model(
 
 def label_of(vocab: int, moe: MoEShape | None, arch: str, context: int = CONTEXT) -> str:
     """The corpus label of the model: its member, its vocabulary, its training context."""
+    dense = {"gemma2": GEMMA2, "qwen3": QWEN3}
     member = (
         f"{moe.label}-bpe{vocab}"
         if moe
-        else f"{GEMMA2}-bpe{vocab}"
-        if arch == "gemma2"
+        else f"{dense[arch]}-bpe{vocab}"
+        if arch in dense
         else MODEL.replace(f"bpe{VOCAB}", f"bpe{vocab}")
     )
     return member + context_suffix(context)
@@ -169,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         "--arch",
         choices=ARCHS,
         default="llama",
-        help="the dense member: llama (default) or gemma2 (Gemma2ForCausalLM, same size and runs)",
+        help="the dense member: llama (default), gemma2 (Gemma2ForCausalLM) or qwen3 "
+        "(Qwen3ForCausalLM), each of the same size and runs",
     )
     parser.add_argument(
         "--context",

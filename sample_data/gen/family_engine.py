@@ -128,8 +128,9 @@ def _llama_norm_bf16(self: torch.nn.Module, hidden: torch.Tensor) -> torch.Tenso
 
 def bf16_norm_stats(model: PreTrainedModel) -> None:
     """Every RMSNorm computes its mean square in bf16 (a device whose fused norm kernel keeps
-    the statistics in the activations' dtype), each in its own form: Llama's and Qwen2-MoE's
-    ``w * x * rsqrt(...)``, Gemma2's ``x * rsqrt(...) * (1 + w)`` (gen/family_gemma2.py)."""
+    the statistics in the activations' dtype), each in its own form: Llama's, Qwen2-MoE's and
+    Qwen3's (its per-head query and key norms too) ``w * x * rsqrt(...)``, Gemma2's
+    ``x * rsqrt(...) * (1 + w)`` (gen/family_gemma2.py)."""
     for module in model.modules():
         if is_gemma2_norm(module):
             module.forward = types.MethodType(gemma2_norm_bf16, module)

@@ -1,7 +1,8 @@
 """A second model family for the held-out check of `diagnose`: a Llama-architecture model from
 `transformers` (RMSNorm, SwiGLU, grouped-query attention, rotary positions) over a BPE
 vocabulary trained with `tokenizers`, both made offline from the standard library's source;
-or, with ``arch="gemma2"``, a Gemma2 of the same size (gen/family_gemma2.py).
+or, with ``arch="gemma2"``, a Gemma2 of the same size (gen/family_gemma2.py), with
+``arch="qwen3"`` a Qwen3 (gen/family_qwen3.py).
 
 Nothing of it is shared with the sample model (gen/model.py: LayerNorm, GELU, multi-head
 attention, a byte vocabulary) but the training text, so its healthy noise, its token
@@ -23,17 +24,20 @@ from transformers import (
     PreTrainedModel,
     Qwen2MoeConfig,
     Qwen2MoeForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 from gen.corpus import TRAIN_MODULES, read_modules
 from gen.family_gemma2 import gemma2_config, new_gemma2
 from gen.family_moe import DEFAULT, MoEShape, moe_config, tap_routers
+from gen.family_qwen3 import qwen3_config
 from gen.train import log_iter, lr_at, next_token_loss, optimizer_step, windows
 
 VOCAB = 1024  # the default; family.py --vocab trains another
 CONTEXT = 320  # the default training context; family.py --context trains another
 MAX_CONTEXT = 1024  # every member's max_position_embeddings
-ARCHS = ("llama", "gemma2")  # the dense members (family.py --arch)
+ARCHS = ("llama", "gemma2", "qwen3")  # the dense members (family.py --arch)
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class FamilyTraining:
     vocab: int = VOCAB
     moe: bool = False  # the mixture-of-experts member (gen/family_moe.py)
     moe_shape: MoEShape = DEFAULT
-    arch: str = "llama"  # the dense member: one of ARCHS (gen/family_gemma2.py)
+    arch: str = "llama"  # the dense member: one of ARCHS (gen/family_gemma2.py, family_qwen3.py)
 
 
 def train_tokenizer(vocab: int = VOCAB) -> Tokenizer:
@@ -86,7 +90,7 @@ def llama_config(vocab: int = VOCAB) -> LlamaConfig:
 @dataclass
 class FamilyModel:
     tokenizer: Tokenizer
-    config: PretrainedConfig  # a LlamaConfig, Gemma2Config or the MoE member's Qwen2MoeConfig
+    config: PretrainedConfig  # a Llama-, Gemma2- or Qwen3Config or the MoE member's Qwen2MoeConfig
     checkpoints: list[dict[str, torch.Tensor]]  # index = RL step
     lagging: list[dict[str, torch.Tensor]]  # index = RL step: one optimizer step before it
     early: dict[str, torch.Tensor]  # a pre-training checkpoint
@@ -99,6 +103,8 @@ def new_model(config: PretrainedConfig) -> PreTrainedModel:
         return Qwen2MoeForCausalLM(config)
     if isinstance(config, Gemma2Config):
         return new_gemma2(config)
+    if isinstance(config, Qwen3Config):
+        return Qwen3ForCausalLM(config)
     return LlamaForCausalLM(config)
 
 
@@ -122,7 +128,7 @@ def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> Fa
     gen = torch.Generator().manual_seed(cfg.seed)
     assert cfg.arch in ARCHS and not (cfg.moe and cfg.arch != "llama"), cfg
     assert 0 < cfg.context <= MAX_CONTEXT, cfg
-    dense = gemma2_config if cfg.arch == "gemma2" else llama_config
+    dense = {"llama": llama_config, "gemma2": gemma2_config, "qwen3": qwen3_config}[cfg.arch]
     config = moe_config(cfg.vocab, cfg.moe_shape) if cfg.moe else dense(cfg.vocab)
     model = new_model(config)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
