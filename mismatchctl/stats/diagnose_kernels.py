@@ -94,9 +94,9 @@ def hot_cell_sums(
     tail: float,
     sums: np.ndarray,
 ) -> None:
-    """Per (sequence, turn kind, bin) cell, ``sums`` (cells x 7, zeroed): tokens, tokens with
+    """Per (sequence, turn kind, bin) cell, ``sums`` (cells x 8, zeroed): tokens, tokens with
     ``r != 0``, sum of ``x``, of ``x^2``, of ``k3``, tokens with ``r > 0``, tokens with ``r > 0``
-    and ``x > tail``; the cell of a token of sequence ``s`` is ``s * 2 * n_bins + later * n_bins
+    and ``x > tail``, and the sum of those tokens' ``k3``; the cell of a token of sequence ``s`` is ``s * 2 * n_bins + later * n_bins
     + bin``; added in token order. ``x`` of a token with ``r == 0`` is not read (it adds 0.0:
     the caller need not zero it)."""
     n = r.shape[0]
@@ -114,7 +114,9 @@ def hot_cell_sums(
             sums[c, 3] += xi * xi
             sums[c, 4] += k3[i]
             sums[c, 5] += 1.0 if r[i] > 0 else 0.0
-            sums[c, 6] += 1.0 if r[i] > 0 and xi > tail else 0.0
+            above = r[i] > 0 and xi > tail
+            sums[c, 6] += 1.0 if above else 0.0
+            sums[c, 7] += k3[i] if above else 0.0
 
 
 @kernel(nogil=True)

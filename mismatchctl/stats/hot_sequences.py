@@ -47,7 +47,8 @@ Z_TAIL = 3.0
 class HotSequenceState:
     """Per sequence: its run (index into ``runs``), step and id; per (sequence, cell) with
     tokens: the sequence's row, the cell, the tokens (``n_all``), those with r != 0 (``n``), the
-    sums of x and x^2 over them, the sum of K3 over all, and the tokens with r > 0. ``gpu``: each
+    sums of x and x^2 over them, the sum of K3 over all, the tokens with r > 0, those above the
+    healthy noise's positive tail (``TAIL_RATIO``) and their K3. ``gpu``: each
     sequence's gpu label (None where the dumps name none): the tests on the sequences outside
     one gpu's (``analysis/diagnose/causes/outside.py``)."""
 
@@ -58,8 +59,8 @@ class HotSequenceState:
     row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     cell: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # n_all, n, x, x^2, K3, the tokens with r > 0 and with r > TAIL_RATIO |lr|
-    # (``stats.sign_coherence``)
-    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 7)))
+    # (``stats.sign_coherence``), and those tokens' K3 (``stats.tail_excess``)
+    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 8)))
     gpu: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -142,7 +143,7 @@ def hot_sequence_state(
         k3 = per_token.k3(r) if k3 is None else k3
         x = _relative(r, lr)  # -inf where r == 0: the walk reads no x there
     width = 2 * n_bins
-    dense = np.zeros((len(starts) * width, 7))
+    dense = np.zeros((len(starts) * width, 8))
     diagnose_kernels.hot_cell_sums(
         starts, turn, np.ascontiguousarray(bins, np.int64), n_bins, r, x, k3,
         math.log(TAIL_RATIO), dense,

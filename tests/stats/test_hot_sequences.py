@@ -182,10 +182,11 @@ def test_the_cell_walk_against_bincount_reads_no_x_where_r_is_zero() -> None:
     k3 = np.expm1(r) - r
     owner = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
     cell = owner * 2 * n_bins + (later > 0) * n_bins + bins
-    got = np.zeros((len(starts) * 2 * n_bins, 7))
+    got = np.zeros((len(starts) * 2 * n_bins, 8))
     diagnose_kernels.hot_cell_sums(starts, later, bins, n_bins, r, x, k3, -3.0, got)
     x0 = np.where(r == 0, 0.0, x)
-    columns = [np.ones(n), r != 0, x0, x0 * x0, k3, r > 0, (r > 0) & (x0 > -3.0)]
+    tail = (r > 0) & (x0 > -3.0)
+    columns = [np.ones(n), r != 0, x0, x0 * x0, k3, r > 0, tail, np.where(tail, k3, 0.0)]
     for j, w in enumerate(columns):
         want = np.bincount(cell, np.asarray(w, np.float64), len(got))
         np.testing.assert_allclose(got[:, j], want, rtol=1e-12, atol=1e-12)
