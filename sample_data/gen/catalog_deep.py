@@ -20,6 +20,7 @@ COMBINED = (
     "combo-topp-template",
     "combo-stale-gpu",
     "combo-topp-stale",
+    "combo-topp-fp8kv",
     "combo-fp8kv-gpu",
     "combo-template-fp8kv",
     "combo-temp-fp8kv",

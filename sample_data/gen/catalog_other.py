@@ -289,6 +289,12 @@ COMBOS: tuple[CalibRun, ...] = (
         weights="iter-lag",
     ),
     combo(
+        "combo-topp-fp8kv",
+        "semantics+precision",
+        "top-p 0.98 renormalised in the engine and an fp8 (e4m3) KV cache in the engine",
+        engine=EngineConfig(temperature=0.9, top_p=0.98, path=NumericPath(kv_cache="e4m3")),
+    ),
+    combo(
         "combo-temp-fp8kv",
         "semantics+precision",
         "the trainer at temperature 0.91 against the engine's 0.9 and an fp8 (e4m3) KV cache in "

@@ -34,6 +34,7 @@ from mismatchctl.stats import whatif as WI
 from mismatchctl.stats.cube.cube import Cube, merge_all
 from mismatchctl.stats.cube.part import as_cube
 from mismatchctl.stats.cube.spec import CubeSpec
+from mismatchctl.stats.hot_sequences import HotSequenceState
 from mismatchctl.stats.localize.explain import explain as localize
 from mismatchctl.stats.localize.tables import SideTables
 from mismatchctl.stats.sign_coherence import SignCoherence
@@ -131,38 +132,42 @@ def _baseline_view(
     ctx: Context, base: Selection, spec: CubeSpec, workers: int, engine: Engine
 ) -> BaselineView:
     target = ctx.cube
-    found, signs, routing = _baseline_read(base, spec, workers, engine)
+    found, signs, routing, sequences = _baseline_read(base, spec, workers, engine)
     if target is None or found.tokens == 0:
         from mismatchctl.analysis.selection import empty_selection_error
 
         raise empty_selection_error(base)
     return BaselineView(
         base.label or ", ".join(base.names), localize(target, found, tables=ctx.tables),
-        cube_gpus(found), found, routing, signs,
+        cube_gpus(found), found, routing, signs, sequences,
     )  # fmt: skip
 
 
 def _baseline_read(
     base: Selection, spec: CubeSpec, workers: int, engine: Engine
-) -> tuple[Cube, SignCoherence | None, dict[str, float | int | None] | None]:
-    """The baseline's cube, its sign coherence (``baseline_signs.py``) and, when it has MoE
-    routes, its routing metrics (its runs' sums merged), from one read: the tokens no flipped
-    route reaches are compared with the run's (``causes/precision.py``, ``beside_flips``)."""
+) -> tuple[
+    Cube, SignCoherence | None, dict[str, float | int | None] | None, HotSequenceState | None
+]:
+    """The baseline's cube, its sign coherence (``baseline_signs.py``), when it has MoE routes
+    its routing metrics (its runs' sums merged), from one read: the tokens no flipped route
+    reaches are compared with the run's (``causes/precision.py``, ``beside_flips``); and its
+    per-sequence sums, its runs joined (``stats/tail_excess.py``)."""
     routing = routing_extra(base, [], EDGES)
     extras = [RunCubeExtra(spec), BaselineSignsExtra(), *([routing] if routing is not None else [])]
     _, states = engine.runner()(base.tasks, [], EDGES, base.rows, workers, None, extras)
     cube = merge_all(map(as_cube, (states[0] or {}).values()), spec)
     signs = baseline_signs(states[1])
+    sequences = states[1].joined() if states[1] is not None else None
     partials = list(states[2].runs.values()) if routing is not None and states[2] else []
     if not partials:
-        return cube, signs, None
+        return cube, signs, None, sequences
     merged = partials[0]
     for p in partials[1:]:
         try:
             merged = merged.merge(p)
         except ValueError:  # runs of other models (layers, top-k): no one set of routes
-            return cube, signs, None
-    return cube, signs, merged.metrics(False)
+            return cube, signs, None, sequences
+    return cube, signs, merged.metrics(False), sequences
 
 
 def _whole(cells: dict | None) -> dict | None:

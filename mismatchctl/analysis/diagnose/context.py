@@ -21,6 +21,7 @@ from mismatchctl.analysis.turn_edges import EdgeState
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.cube.cube import Cube, merge_all
+from mismatchctl.stats.hot_sequences import HotSequenceState
 from mismatchctl.stats.localize.explain import contrast
 from mismatchctl.stats.localize.result import Explanation
 from mismatchctl.stats.localize.tables import SideTables
@@ -67,6 +68,7 @@ class BaselineView:
     cube: Cube | None = None  # the baseline's own cube (same spec): contrasts of a part
     routing: dict[str, float | int | None] | None = None
     signs: SignCoherence | None = None  # its responses' own lean (``baseline_signs.py``)
+    sequences: HotSequenceState | None = None  # its per-sequence sums, its runs joined
 
 
 class CheckModule(Protocol):

@@ -13,6 +13,7 @@ from mismatchctl.analysis.report.report import report_on
 from mismatchctl.analysis.selection import resolve_text
 from mismatchctl.engines.choice import LOCAL_ENGINE
 from mismatchctl.stats import routing_sums as R
+from mismatchctl.stats.tail_excess import tail_excess
 from mismatchctl.store import open_store
 from tests.planted import diagnosis
 
@@ -22,12 +23,14 @@ def test_a_routed_baselines_routing_is_read_with_its_cube(calibration_store: Pat
     is read against them): the report's figure for the run; a dense baseline has none."""
     store = open_store(calibration_store)
     moe = resolve_text(store, "h-moe-a")
-    cube, _, routing = _baseline_read(moe, cube_spec([moe], EDGES, with_run=False), 1, LOCAL_ENGINE)
+    cube, _, routing, _ = _baseline_read(
+        moe, cube_spec([moe], EDGES, with_run=False), 1, LOCAL_ENGINE
+    )
     assert cube.tokens > 0 and routing is not None
     expected = report_on(moe).routing["h-moe-a"].metrics[R.VLLM_KL_BEFORE_FLIP]
     assert routing[R.VLLM_KL_BEFORE_FLIP] == pytest.approx(expected, rel=1e-12)
     dense = resolve_text(store, "h-a")
-    cube, _, routing = _baseline_read(
+    cube, _, routing, _ = _baseline_read(
         dense, cube_spec([dense], EDGES, with_run=False), 1, LOCAL_ENGINE
     )
     assert cube.tokens > 0 and routing is None
@@ -38,12 +41,17 @@ def test_a_baselines_signs_are_read_with_its_cube(calibration_store: Path) -> No
     the ``policy_signs`` check measures of the same run diagnosed."""
     store = open_store(calibration_store)
     base = resolve_text(store, "h-a")
-    _, signs, _ = _baseline_read(base, cube_spec([base], EDGES, with_run=False), 1, LOCAL_ENGINE)
+    spec = cube_spec([base], EDGES, with_run=False)
+    cube, signs, _, sequences = _baseline_read(base, spec, 1, LOCAL_ENGINE)
     found = diagnosis(calibration_store, "h-a").section_dict()
     own = next(c for c in found["checks"] if c["name"] == "policy_signs")["evidence"]
     assert signs is not None and signs.tested == own["tested"] > 0
     assert signs.dispersion == pytest.approx(own["dispersion"], rel=1e-12)
     assert signs.p_value == pytest.approx(own["p_value"], rel=1e-9)
+    # its per-sequence sums, kept for the tail beside a truncation: every token, once
+    assert sequences is not None and sequences.sums[:, 0].sum() == cube.tokens
+    itself = tail_excess(sequences, sequences)
+    assert itself is not None and itself.ratio == pytest.approx(1.0, rel=1e-12)
 
 
 def test_the_runs_cube_tables_are_made_once_for_every_check(

@@ -65,6 +65,7 @@ flip: ``outside.py``)."""
 from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.causes import code_path, hardware, policy, semantics
+from mismatchctl.analysis.diagnose.causes.beside_truncation import lean_beside_truncation, tail_text
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.causes.outside import lean, outside
 from mismatchctl.analysis.diagnose.causes.parts import (
@@ -126,8 +127,17 @@ def peeled(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[Weighed
         return []
     if not semantics.lowers(ctx, first.support):
         return []
-    lean = policy.lean_above_truncation(ctx)
+    lean = policy.lean_above_truncation(ctx) or lean_beside_truncation(ctx)
     return [] if lean is None else [Weighed(found.cause, lean, 0.0)]
+
+
+def truncation_tail(ctx: Context, first: Weighed | None) -> str | None:
+    """Why the policy or the precision is not named beside a truncation whose tail is filled
+    (``beside_truncation.tail_text``); None when the first is no truncation or its tail holds
+    nothing of another cause."""
+    if first is None or first.cause.KEY != SEMANTICS or not semantics.lowers(ctx, first.support):
+        return None
+    return tail_text(ctx)
 
 
 def _line(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[Weighed]:
@@ -247,4 +257,5 @@ __all__ = [
     "level_leans",
     "path_over_lean",
     "peeled",
+    "truncation_tail",
 ]

@@ -27,6 +27,7 @@ from mismatchctl.analysis.diagnose.causes.peel import (
     level_leans,
     path_over_lean,
     peeled,
+    truncation_tail,
 )
 from mismatchctl.analysis.diagnose.causes.row import CauseRow
 from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, evidence_of, fired
@@ -102,7 +103,8 @@ def weigh(ctx: Context) -> Weighing:
     named = [] if first is None else [first.cause]  # the first may be a peel's new Weighed
     rest = [w for w in weighed if w.cause not in named + _causes(also)]
     rest.sort(key=_rank, reverse=True)
-    return Weighing(first, also, [_lost(ctx, w, first) for w in rest])
+    tail = None if "policy" in {w.cause.KEY for w in also} else truncation_tail(ctx, first)
+    return Weighing(first, also, [_lost(ctx, w, first, tail) for w in rest])
 
 
 def _too_little(ctx: Context, first: Weighed) -> bool:
@@ -183,10 +185,14 @@ def _left(first: Weighed, w: Weighed) -> float:
     return max(0.0, (w.support.share or 0.0) - (first.support.share or 0.0))
 
 
-def _lost(ctx: Context, w: Weighed, first: Weighed | None) -> Weighed:
-    """Why a runner-up is not the named cause, in one clause."""
+def _lost(ctx: Context, w: Weighed, first: Weighed | None, tail: str | None = None) -> Weighed:
+    """Why a runner-up is not the named cause, in one clause; ``tail``: what the tail of a
+    truncation named first holds when nothing is named beside it (``peel.truncation_tail``),
+    said of the policy and the precision."""
     s = w.support
-    if not s.alarm:
+    if tail is not None and w.cause.KEY in ("policy", "precision"):
+        why = tail
+    elif not s.alarm:
         why = "its checks did not fire"
     elif first is None:
         why = f"explains {_pct(s.share)} of the run's mass, under a fifth of its excess"

@@ -177,6 +177,11 @@ def test_a_lean_above_a_truncations_reach_is_another_policy(
     assert peel.peeled(NO_CONTEXT, line, [line, quiet]) == []
     assert peel.peeled(NO_CONTEXT, cut, [cut, _weighed(policy)]) == []  # weighed as a second
     monkeypatch.setattr(policy, "lean_above_truncation", lambda ctx: None)
+    beside = Support("warn", None, "the filled tail leans", ("policy_signs", "baseline"))
+    monkeypatch.setattr(peel, "lean_beside_truncation", lambda ctx: beside)
+    (found,) = peel.peeled(NO_CONTEXT, cut, [cut, quiet])  # the tail filled over a baseline
+    assert found.cause is policy and found.support is beside
+    monkeypatch.setattr(peel, "lean_beside_truncation", lambda ctx: None)
     assert peel.explains(NO_CONTEXT, cut, _weighed(policy))
     assert peel.peeled(NO_CONTEXT, cut, [cut, quiet]) == []
 

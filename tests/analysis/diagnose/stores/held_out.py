@@ -3,7 +3,8 @@ threshold was set from when they were found: ``h-deep-t06`` and ``h-deep-t06-b``
 model trained with seed 13), ``stop-unsampled``, ``cp-batchvar-subtle`` and
 ``tpl-strip-newline`` (the corpus regenerated on a second machine, seed 0: docs/diagnose.md
 "The corpus is a draw of its machine"), and of that corpus ``combo-stale-splitkv-subtle-mid``
-over ``h-mid-a`` (their first five steps) and ``pr-fp8kv-wide`` over ``h-wide-a`` (their first
+over ``h-mid-a`` (their first five steps; with ``combo-topp-stale-mid`` and
+``combo-topp-fp8kv-mid``, a truncation beside other weights and beside an fp8 KV cache) and ``pr-fp8kv-wide`` over ``h-wide-a`` (their first
 three: "A part is a place only beyond the level of the rest"); ``f-L-pr-fp8kv`` over
 ``f-L-h-b``, the first eight responses of their first two steps (the family's Llama on
 responses of 680 tokens, ``family.py --context 1024 --long-responses --seed 1``: "Long
