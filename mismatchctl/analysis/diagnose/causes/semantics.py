@@ -130,9 +130,17 @@ def _leaning(ctx: Context) -> tuple[str, ...]:
     ``combo-temp-*``, never alarmed). Another function at every token leans them and draws a
     faint line too (``un-act-fp8-clip``, the engine's MLP activations saturating: a lean of
     1.69, p 7e-9, and a line of 5.5% of ``r``'s variance): the policy's evidence, not the
-    temperature's (docs/diagnose.md "Faults never calibrated")."""
+    temperature's (docs/diagnose.md "Faults never calibrated"). A line of
+    ``temperature.T.FAR_LINE_SHARE`` of ``r``'s variance or more is the transform's own (25-59%
+    for every temperature and raw-logprob fault of every corpus; other functions' faint lines
+    5.2-7.6%), and a lean beside it is that transform's: each context's log-partition term,
+    which a response's like contexts share (the Qwen3 member of the family: a temperature of
+    0.7 against 1.0 leans its responses 1.67, p 1.8e-8, its line 54%)."""
     signs = ctx.result(policy_signs)
     if not fired(signs) or ids_explain(ctx) is not None:
+        return ()
+    line = evidence_of(ctx.result(temperature), temperature.Evidence)
+    if line is not None and (line.diff_r2 or 0.0) >= temperature.T.FAR_LINE_SHARE:
         return ()
     return (
         "whole responses lean one way (policy_signs), which a temperature or raw logprobs do "

@@ -133,3 +133,20 @@ def test_a_temperatures_line_beside_leaning_responses_is_evidence_against_it(
     if against:
         assert found.variant == semantics.VARIANTS["temperature"]
         assert "policy_signs" in found.against[0]
+
+
+def test_a_strong_line_keeps_a_lean_beside_it_as_its_own(held_out_store: Path) -> None:
+    """``qw3-sem-temp-loud`` over ``qw3-h-a`` (the Qwen3 member: the engine at temperature 0.7,
+    the trainer at 1.0): its responses lean (1.67, p 1.8e-8: each context's log-partition, which
+    a response's like contexts share), but its line explains 54% of ``r``'s variance, a
+    transform's own (other functions' faint lines 5.2-7.6%): the semantics is named, not
+    another policy (it was, the lean counting against the temperature)."""
+    from tests.planted import diagnosis
+
+    found = diagnosis(held_out_store, "qw3-sem-temp-loud", "qw3-h-a").section_dict()
+    signs = next(c for c in found["checks"] if c["name"] == "policy_signs")
+    line = next(c for c in found["checks"] if c["name"] == "temperature")
+    assert signs["verdict"] in ("warn", "fail") and line["evidence"]["diff_r2"] > 0.5
+    cause = found["cause"]
+    assert cause["key"] == "semantics" and cause["variant"] == semantics.VARIANTS["temperature"]
+    assert cause["against"] == []

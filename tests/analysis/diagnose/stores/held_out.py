@@ -8,7 +8,8 @@ over ``h-mid-a`` (their first five steps; with ``combo-topp-stale-mid`` and
 three: "A part is a place only beyond the level of the rest"); ``f-L-pr-fp8kv`` over
 ``f-L-h-b``, the first eight responses of their first two steps (the family's Llama on
 responses of 680 tokens, ``family.py --context 1024 --long-responses --seed 1``: "Long
-responses"); ``f-pol-early``, ``f-h-t06`` and ``f-h-b``, their first
+responses"); ``qw3-sem-temp-loud`` over ``qw3-h-a``, the Qwen3 member's temperature of 0.7 against
+1.0 and a healthy run (``family.py --arch qwen3``: "Another family"); ``f-pol-early``, ``f-h-t06`` and ``f-h-b``, their first
 three steps (the Llama family of ``sample_data/family.py``, seed 0: docs/diagnose.md "Another
 family"); ``m-h-a``, ``m-h-b``, ``m-r3-b``, ``m-router-fp8``, ``m-capture-layers``,
 ``m-combo-capture-fp8kv``, ``m-replay-late`` and ``m-pol-early``, their first two steps (the
