@@ -12,19 +12,16 @@ import torch
 from transformers import Gemma2Config, Gemma2ForCausalLM
 from transformers.models.gemma2.modeling_gemma2 import Gemma2RMSNorm
 
+from gen.family_size import SIZE
+
 LABEL = "gemma2-4x128"  # corpus.json's model: LABEL-bpe<V>
 
 
 def gemma2_config(vocab: int) -> Gemma2Config:
     return Gemma2Config(
         vocab_size=vocab,
-        hidden_size=128,
-        intermediate_size=352,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **SIZE,
         head_dim=32,
-        max_position_embeddings=1024,
         sliding_window=128,  # layer_types: sliding, full, sliding, full
         final_logit_softcapping=30.0,
         attn_logit_softcapping=None,

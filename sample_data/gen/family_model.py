@@ -32,11 +32,11 @@ from gen.corpus import TRAIN_MODULES, read_modules
 from gen.family_gemma2 import gemma2_config, new_gemma2
 from gen.family_moe import DEFAULT, MoEShape, moe_config, tap_routers
 from gen.family_qwen3 import qwen3_config
+from gen.family_size import MAX_CONTEXT, SIZE
 from gen.train import log_iter, lr_at, next_token_loss, optimizer_step, windows
 
 VOCAB = 1024  # the default; family.py --vocab trains another
 CONTEXT = 320  # the default training context; family.py --context trains another
-MAX_CONTEXT = 1024  # every member's max_position_embeddings
 ARCHS = ("llama", "gemma2", "qwen3")  # the dense members (family.py --arch)
 
 
@@ -75,12 +75,7 @@ def train_tokenizer(vocab: int = VOCAB) -> Tokenizer:
 def llama_config(vocab: int = VOCAB) -> LlamaConfig:
     return LlamaConfig(
         vocab_size=vocab,
-        hidden_size=128,
-        intermediate_size=352,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
+        **SIZE,
         rms_norm_eps=1e-6,
         tie_word_embeddings=False,
         attn_implementation="sdpa",

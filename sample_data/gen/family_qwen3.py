@@ -12,19 +12,16 @@ from __future__ import annotations
 
 from transformers import Qwen3Config
 
+from gen.family_size import SIZE
+
 LABEL = "qwen3-4x128"  # corpus.json's model: LABEL-bpe<V>
 
 
 def qwen3_config(vocab: int) -> Qwen3Config:
     return Qwen3Config(
         vocab_size=vocab,
-        hidden_size=128,
-        intermediate_size=352,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        **SIZE,
         head_dim=32,  # Qwen3's default is 128
-        max_position_embeddings=1024,
         rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
         attention_bias=False,
         use_sliding_window=False,  # every layer global

@@ -15,7 +15,6 @@ torch = family_deps()
 import gen.family_engine as engine_module  # noqa: E402
 from gen.family_engine import (  # noqa: E402
     EngineKernel,
-    Fp32Head,
     Sampler,
     bf16_norm_stats,
     decode_turn,
@@ -27,6 +26,14 @@ from gen.family_model import build, new_model  # noqa: E402
 from transformers import Gemma2Config, Gemma2ForCausalLM  # noqa: E402
 from transformers.models.gemma2.modeling_gemma2 import Gemma2RMSNorm  # noqa: E402
 
+from tests.sample_data.family_tiny import (  # noqa: E402
+    bf16_departure,
+    fp32_head_logits,
+    ids,
+    kl,
+    tiny_state,
+)
+
 WINDOW = 8
 
 
@@ -37,31 +44,6 @@ def tiny_config(window: int = WINDOW, softcap: float = 30.0) -> Gemma2Config:
                         final_logit_softcapping=softcap, attn_logit_softcapping=None,
                         query_pre_attn_scalar=8, tie_word_embeddings=True, rms_norm_eps=1e-6,
                         attn_implementation="sdpa")  # fmt: skip
-
-
-def tiny_state(config: Gemma2Config) -> dict[str, torch.Tensor]:
-    """Random weights, sharper than the initial ones (logits of a few units), the norms' weights away from zero (so that ``1 + w`` and ``w`` differ)."""
-    torch.manual_seed(0)
-    model = new_model(config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(torch.randn_like(p) * 0.2)
-            elif "embed" in name:
-                p.normal_(0.0, 0.25)
-            else:
-                p.mul_(2.0)
-    return model.state_dict()
-
-
-def ids(n: int, length: int, seed: int = 2) -> torch.Tensor:
-    return torch.randint(0, 64, (n, length), generator=torch.Generator().manual_seed(seed))
-
-
-def kl(reference: torch.Tensor, logits: torch.Tensor) -> float:
-    ref = torch.log_softmax(reference.float(), -1)
-    lp = torch.log_softmax(logits.float(), -1)
-    return float((ref.exp() * (ref - lp)).sum(-1).mean())
 
 
 def test_the_gemma2_member_is_a_tied_sdpa_gemma2_with_alternating_windows() -> None:
@@ -76,15 +58,9 @@ def test_the_gemma2_member_is_a_tied_sdpa_gemma2_with_alternating_windows() -> N
 
 
 def test_the_bf16_engine_departs_a_little_from_the_fp32_trainer() -> None:
-    config = tiny_config()
-    state = tiny_state(config)
-    trainer = build(config, state, torch.float32)
-    engine = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), False, False)
-    x = ids(2, 40)
-    with torch.no_grad():
-        want, got = trainer(x).logits, engine(x).logits
-    assert 1e-7 < kl(want, got) < 1e-2
-    assert want.abs().max() > 5.0  # the distributions are not flat: the check has teeth
+    departure, largest = bf16_departure(tiny_config())
+    assert 1e-7 < departure < 1e-2
+    assert largest > 5.0  # the distributions are not flat: the check has teeth
 
 
 def test_the_bf16_norm_statistics_take_gemma2s_form() -> None:
@@ -112,21 +88,10 @@ def test_the_bf16_norm_statistics_take_gemma2s_form() -> None:
 
 
 def test_the_fp32_head_replaces_the_tied_head_and_the_soft_cap_still_applies() -> None:
-    config = tiny_config(softcap=2.0)  # a cap the raw logits pass
-    state = tiny_state(config)
-    engine = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), True, False)
-    assert isinstance(engine.lm_head, Fp32Head) and engine.lm_head.weight.dtype == torch.float32
-    embed = engine.model.embed_tokens.weight
-    assert embed.dtype == torch.bfloat16 and torch.equal(engine.lm_head.weight, embed.float())
-    plain = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), False, False)
-    x = ids(2, 20)
-    with torch.no_grad():
-        hidden = engine.model(x).last_hidden_state
-        raw = hidden.float() @ engine.lm_head.weight.t()
-        logits = engine(x).logits
-        assert logits.dtype == torch.float32 and raw.abs().max() > 4.0
-        assert torch.allclose(logits, 2.0 * torch.tanh(raw / 2.0), atol=1e-5)
-        assert not torch.equal(logits, plain(x).logits.float())
+    raw, logits, plain = fp32_head_logits(tiny_config(softcap=2.0))  # a cap the raw logits pass
+    assert logits.dtype == torch.float32 and raw.abs().max() > 4.0
+    assert torch.allclose(logits, 2.0 * torch.tanh(raw / 2.0), atol=1e-5)
+    assert not torch.equal(logits, plain.float())
 
 
 def test_sliding_window_decode_through_the_cache_matches_the_trainer(

@@ -17,7 +17,6 @@ torch = family_deps()
 import gen.family_engine as engine_module  # noqa: E402
 from gen.family_engine import (  # noqa: E402
     EngineKernel,
-    Fp32Head,
     Sampler,
     decode_turn,
     prepare_engine,
@@ -27,6 +26,14 @@ from gen.family_model import VOCAB, build, new_model  # noqa: E402
 from gen.family_qwen3 import qwen3_config  # noqa: E402
 from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm  # noqa: E402
+
+from tests.sample_data.family_tiny import (  # noqa: E402
+    bf16_departure,
+    fp32_head_logits,
+    ids,
+    kl,
+    tiny_state,
+)
 
 HEAD = 8
 KEY_NORM = 3.0  # every k_norm weight: each cached key's RMS over its head
@@ -39,34 +46,6 @@ def tiny_config() -> Qwen3Config:
                        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
                        tie_word_embeddings=True, rms_norm_eps=1e-6,
                        attn_implementation="sdpa")  # fmt: skip
-
-
-def tiny_state(config: Qwen3Config, key_norm: float | None = None) -> dict[str, torch.Tensor]:
-    """Random weights, sharper than the initial ones (logits of a few units), the norms' weights
-    away from one; ``key_norm``: every k_norm weight set to it."""
-    torch.manual_seed(0)
-    model = new_model(config)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.add_(torch.randn_like(p) * 0.2)
-                if key_norm is not None and "k_norm" in name:
-                    p.fill_(key_norm)
-            elif "embed" in name:
-                p.normal_(0.0, 0.25)
-            else:
-                p.mul_(2.0)
-    return model.state_dict()
-
-
-def ids(n: int, length: int, seed: int = 2) -> torch.Tensor:
-    return torch.randint(0, 64, (n, length), generator=torch.Generator().manual_seed(seed))
-
-
-def kl(reference: torch.Tensor, logits: torch.Tensor) -> float:
-    ref = torch.log_softmax(reference.float(), -1)
-    lp = torch.log_softmax(logits.float(), -1)
-    return float((ref.exp() * (ref - lp)).sum(-1).mean())
 
 
 def decode(
@@ -106,15 +85,9 @@ def test_the_qwen3_label_and_refusals(tmp_path: Path) -> None:
 
 
 def test_the_bf16_engine_departs_a_little_from_the_fp32_trainer() -> None:
-    config = tiny_config()
-    state = tiny_state(config)
-    trainer = build(config, state, torch.float32)
-    engine = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), False, False)
-    x = ids(2, 40)
-    with torch.no_grad():
-        want, got = trainer(x).logits, engine(x).logits
-    assert 1e-7 < kl(want, got) < 1e-2
-    assert want.abs().max() > 5.0  # the distributions are not flat: the check has teeth
+    departure, largest = bf16_departure(tiny_config())
+    assert 1e-7 < departure < 1e-2
+    assert largest > 5.0  # the distributions are not flat: the check has teeth
 
 
 def test_the_kernel_sees_every_layers_normed_keys_and_the_fp8_cache_rounds_them(
@@ -202,17 +175,7 @@ def test_the_bf16_norm_statistics_reach_the_per_head_norms() -> None:
 
 
 def test_the_fp32_head_replaces_the_tied_head() -> None:
-    config = tiny_config()
-    state = tiny_state(config)
-    engine = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), True, False)
-    assert isinstance(engine.lm_head, Fp32Head) and engine.lm_head.weight.dtype == torch.float32
-    embed = engine.model.embed_tokens.weight
-    assert embed.dtype == torch.bfloat16 and torch.equal(engine.lm_head.weight, embed.float())
-    plain = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), False, False)
-    x = ids(2, 20)
-    with torch.no_grad():
-        hidden = engine.model(x).last_hidden_state
-        logits = engine(x).logits
-        assert logits.dtype == torch.float32
-        assert torch.allclose(logits, hidden.float() @ engine.lm_head.weight.t(), atol=1e-5)
-        assert not torch.equal(logits, plain(x).logits.float())
+    raw, logits, plain = fp32_head_logits(tiny_config())
+    assert logits.dtype == torch.float32
+    assert torch.allclose(logits, raw, atol=1e-5)
+    assert not torch.equal(logits, plain.float())

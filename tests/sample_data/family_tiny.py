@@ -1,0 +1,75 @@
+"""Tiny random members of the family for its tests (tests/sample_data/test_family_*.py): their
+weights made sharper than the initial ones, token ids, and the KL of two sets of logits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.sample_data.family_deps import family_deps
+
+torch = family_deps()
+
+from gen.family_model import new_model  # noqa: E402
+
+
+def tiny_state(config: Any, key_norm: float | None = None) -> dict[str, Any]:
+    """Random weights, sharper than the initial ones (logits of a few units), the norms' weights
+    away from their initial values (so that ``1 + w`` and ``w`` differ); ``key_norm``: every
+    ``k_norm`` weight set to it (a member that norms its keys)."""
+    torch.manual_seed(0)
+    model = new_model(config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.add_(torch.randn_like(p) * 0.2)
+                if key_norm is not None and "k_norm" in name:
+                    p.fill_(key_norm)
+            elif "embed" in name:
+                p.normal_(0.0, 0.25)
+            else:
+                p.mul_(2.0)
+    return model.state_dict()
+
+
+def ids(n: int, length: int, seed: int = 2) -> Any:
+    return torch.randint(0, 64, (n, length), generator=torch.Generator().manual_seed(seed))
+
+
+def kl(reference: Any, logits: Any) -> float:
+    ref = torch.log_softmax(reference.float(), -1)
+    lp = torch.log_softmax(logits.float(), -1)
+    return float((ref.exp() * (ref - lp)).sum(-1).mean())
+
+
+def bf16_departure(config: Any) -> tuple[float, float]:
+    """A tiny member's bf16 engine against its fp32 trainer on two 40-token contexts: the KL of
+    their logits and the largest logit (the distributions are not flat)."""
+    from gen.family_engine import EngineKernel, prepare_engine
+    from gen.family_model import build
+
+    state = tiny_state(config)
+    trainer = build(config, state, torch.float32)
+    engine = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), False, False)
+    x = ids(2, 40)
+    with torch.no_grad():
+        want, got = trainer(x).logits, engine(x).logits
+    return kl(want, got), float(want.abs().max())
+
+
+def fp32_head_logits(config: Any) -> tuple[Any, Any, Any]:
+    """A tiny tied member's engine with the fp32 head on two 20-token contexts, checked to hold
+    an fp32 copy of the bf16 embeddings: its last hidden states, its logits (fp32), and the
+    plain bf16 engine's logits."""
+    from gen.family_engine import EngineKernel, Fp32Head, prepare_engine
+    from gen.family_model import build
+
+    state = tiny_state(config)
+    engine = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), True, False)
+    assert isinstance(engine.lm_head, Fp32Head) and engine.lm_head.weight.dtype == torch.float32
+    embed = engine.model.embed_tokens.weight
+    assert embed.dtype == torch.bfloat16 and torch.equal(engine.lm_head.weight, embed.float())
+    plain = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), False, False)
+    x = ids(2, 20)
+    with torch.no_grad():
+        hidden = engine.model(x).last_hidden_state.float()
+        return hidden @ engine.lm_head.weight.t(), engine(x).logits, plain(x).logits
