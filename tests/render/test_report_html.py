@@ -65,7 +65,9 @@ window.addEventListener('load', function () {
     });
     var last = plots[plots.length - 1];
     if (last) { last.scrollIntoView(); }
-    until(function () { return !last || drawn(last); }, 200, function () {
+    // up to 25 s of virtual time: under a loaded CPU the headless renderer's frames, where
+    // the observer reports what came into view, lag behind its virtual clock
+    until(function () { return !last || drawn(last); }, 500, function () {
       out.last_drawn_in_view = !!last && drawn(last);
       window.dispatchEvent(new Event('beforeprint'));  // which draws every figure
       until(function () { return plots.every(drawn); }, 200, function () {
