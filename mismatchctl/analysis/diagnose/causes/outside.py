@@ -108,7 +108,7 @@ part beside it where it stands on its own beyond it (``level_over_part``), as th
 check counts a part beyond the rest's level (``own_share``). Over the corpora's baselines the
 parts named first beside such a level hold it at 0.08-0.49 of the excess (a template, a gpu, a
 window's long KV: ``combo-window-fp8kv`` 0.43-0.51); 16 of an fp8 KV cache's responses of 680
-tokens over 8 healthy ones put the first turns at 14x the baseline in a run 22x it (0.62), the
+tokens over 16 healthy ones put the first turns at 14x the baseline in a run 22x it (0.62), the
 later turns 1.8x the first."""
 
 

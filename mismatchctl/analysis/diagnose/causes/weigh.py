@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from mismatchctl.analysis.diagnose.causes import stop
+from mismatchctl.analysis.diagnose.causes import policy, precision, stop
 from mismatchctl.analysis.diagnose.causes.catalogue import CAUSES
 from mismatchctl.analysis.diagnose.causes.hypothesis import (
     AGAINST,
@@ -103,7 +103,7 @@ def weigh(ctx: Context) -> Weighing:
     named = [] if first is None else [first.cause]  # the first may be a peel's new Weighed
     rest = [w for w in weighed if w.cause not in named + _causes(also)]
     rest.sort(key=_rank, reverse=True)
-    tail = None if "policy" in {w.cause.KEY for w in also} else truncation_tail(ctx, first)
+    tail = None if policy in _causes(also) else truncation_tail(ctx, first)
     return Weighing(first, also, [_lost(ctx, w, first, tail) for w in rest])
 
 
@@ -190,7 +190,7 @@ def _lost(ctx: Context, w: Weighed, first: Weighed | None, tail: str | None = No
     truncation named first holds when nothing is named beside it (``peel.truncation_tail``),
     said of the policy and the precision."""
     s = w.support
-    if tail is not None and w.cause.KEY in ("policy", "precision"):
+    if tail is not None and w.cause in (policy, precision):
         why = tail
     elif not s.alarm:
         why = "its checks did not fire"
