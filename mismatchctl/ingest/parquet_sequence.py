@@ -151,12 +151,14 @@ def _batches(
     columns = list(dict.fromkeys(columns))
     avg = max(1, pf.metadata.num_rows and _avg_len(pf, found[S.ROLE_ROLLOUT], label))
     rows_per_batch = max(1, min(65536, ingest_source.BATCH_TOKENS // avg))
-    if any(role in found for role in ROUTE_ROLES):  # routes: hundreds of ids a token
+    routes = any(role in found for role in ROUTE_ROLES)
+    if routes:  # routes: hundreds of ids a token
         rows_per_batch = max(1, rows_per_batch // ingest_source.ROUTES_BATCH_DIVISOR)
+    if on_disk and (routes or _buffered_bytes(pf, columns) > PRE_BUFFER_BYTES):
         # the column chunks streamed through a buffer, not read (pre-buffered) whole: a row
-        # group's routes are hundreds of MB
-        if on_disk:
-            pf = pq.ParquetFile(path, buffer_size=ROUTES_READ_BUFFER, pre_buffer=False)
+        # group's routes are hundreds of MB, and a reader pre-buffers the chunks of every row
+        # group it is asked for before the first batch (the whole file's columns)
+        pf = pq.ParquetFile(path, buffer_size=ROUTES_READ_BUFFER, pre_buffer=False)
     for record in pf.iter_batches(batch_size=rows_per_batch, columns=columns):
         batch = _to_batch(record, path, label, found, step, rows_done)
         prompt = batch.prompt_lengths  # the attention mask's prompt parts, when it has them
@@ -172,6 +174,27 @@ def _batches(
         _routes(batch, record, found, attention)
         yield batch
         rows_done += record.num_rows
+
+
+PRE_BUFFER_BYTES = 64 << 20
+"""A file whose columns read hold more compressed bytes than this is streamed through a buffer
+(``ROUTES_READ_BUFFER``) instead of pre-buffered: pyarrow pre-buffers the column chunks of every
+row group of the read before its first batch, so a 40M-position file held 290 MB more than the
+same rows in 20 files (docs/benchmarks.md "Report memory"); smaller files keep the faster
+pre-buffered read."""
+
+
+def _buffered_bytes(pf: pq.ParquetFile, columns: list[str]) -> int:
+    """The compressed bytes of ``columns`` over every row group (the footer's sizes)."""
+    meta, names = pf.metadata, set(columns)
+    total = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        for c in range(group.num_columns):
+            chunk = group.column(c)
+            if chunk.path_in_schema.split(".", 1)[0] in names:
+                total += chunk.total_compressed_size
+    return total
 
 
 def _routes(

@@ -269,6 +269,48 @@ def test_long_sequence_layout_is_streamed_in_batches(store: Path, tmp_path: Path
     np.testing.assert_array_equal(rows[S.ROLLOUT].to_numpy(), lp[mask == 1].astype(np.float64))
 
 
+def test_a_large_file_is_streamed_not_pre_buffered_with_the_same_rows(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose read columns hold more compressed bytes than ``PRE_BUFFER_BYTES`` is read
+    through a buffer (pyarrow pre-buffers every row group's chunks before the first batch: the
+    whole file's columns in memory, docs/benchmarks.md "Report memory"), with the same rows as
+    the pre-buffered read; the bytes are the footer's."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from mismatchctl.ingest import parquet_sequence
+
+    rng = np.random.default_rng(1)
+    lp = (-rng.exponential(0.5, (120, 50))).astype(np.float32)
+    table = pa.table({"step": np.repeat(np.arange(2), 60), "rollout_log_probs": list(lp),
+                      "old_log_probs": list(lp * np.float32(1.02)),
+                      "response_mask": list(np.ones((120, 50), np.int8))})  # fmt: skip
+    path = tmp_path / "groups.parquet"
+    pq.write_table(table, path, row_group_size=16)
+    pf = pq.ParquetFile(path)
+    columns = ["rollout_log_probs", "old_log_probs"]
+    want = sum(pf.metadata.row_group(g).column(c).total_compressed_size
+               for g in range(pf.metadata.num_row_groups) for c in (1, 2))  # fmt: skip
+    assert parquet_sequence._buffered_bytes(pf, columns) == want > 0
+    opened: list[bool] = []
+    real = pq.ParquetFile
+
+    def spy(*args: object, **kwargs: object) -> pq.ParquetFile:
+        opened.append(kwargs.get("pre_buffer", True) is False)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(parquet_sequence.pq, "ParquetFile", spy)
+    mismatchctl.ingest([path], run="buffered", store=store)
+    assert opened == [False]  # small: pre-buffered as ever
+    monkeypatch.setattr(parquet_sequence, "PRE_BUFFER_BYTES", want - 1)
+    mismatchctl.ingest([path], run="streamed", store=store)
+    assert opened == [False, False, True]  # large: opened again, streamed
+    got = {r: mismatchctl.open_store(store).scan(r).collect() for r in ("buffered", "streamed")}
+    for column in (S.SEQ, S.STEP, S.ROLLOUT, S.TRAINER):
+        assert got["buffered"][column].to_list() == got["streamed"][column].to_list()
+
+
 def test_an_ingest_without_model_tokens_warns(store: Path, tmp_path: Path) -> None:
     """An all-masked file is ingested (its sequences are counted) with a warning, per file and
     for the whole call, on stderr and in the JSON summary."""
