@@ -174,7 +174,7 @@ def floor(path: Path) -> None:
     import pyarrow.parquet as pq
 
     sys.path.insert(0, str(ROOT))
-    from mismatchctl.ingest import parquet_sequence as ps
+    from mismatchctl.ingest import parquet_sequence
     from mismatchctl.ingest import source as ingest_source
 
     if path.is_dir():
@@ -183,9 +183,9 @@ def floor(path: Path) -> None:
         for file in sorted(path.glob("*.pkl")):
             load_dataproto(file)
         return
-    pf = pq.ParquetFile(path, buffer_size=ps.ROUTES_READ_BUFFER, pre_buffer=False)
+    pf = pq.ParquetFile(path, buffer_size=parquet_sequence.ROUTES_READ_BUFFER, pre_buffer=False)
     columns = ["rollout_routed_experts", "trainer_routed_experts"]
-    avg = pf.metadata.num_rows and ps._avg_len(pf, "rollout_log_probs", str(path))
+    avg = pf.metadata.num_rows and parquet_sequence._avg_len(pf, "rollout_log_probs", str(path))
     rows = max(
         1,
         min(65536, ingest_source.BATCH_TOKENS // max(1, avg)) // ingest_source.ROUTES_BATCH_DIVISOR,
