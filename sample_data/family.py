@@ -5,6 +5,7 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
     python sample_data/family.py --out DIR --moe    # the mixture-of-experts member's runs
     python sample_data/family.py --out DIR --arch gemma2    # the Gemma2 member's runs
     python sample_data/family.py --out DIR --arch qwen3     # the Qwen3 member's runs
+    python sample_data/family.py --out DIR --arch gptneox   # the GPT-NeoX member's runs
     python sample_data/family.py --out DIR --context 1024 --long-responses   # long responses
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
 
@@ -14,7 +15,9 @@ mixture of experts (Qwen2-MoE: 16 experts, top-4, a shared expert) and its route
 ``--arch gemma2``, of a dense model of other numerics (Gemma2: final-logit soft-capping, scaled
 embeddings, GeGLU, (1 + w) pre- and post-norms, tied embeddings, sliding-window layers); with
 ``--arch qwen3``, of one more (Qwen3: RMSNorms on each query and key head, rotary base 1e6, tied
-embeddings, no q/k/v biases); the same runs as the Llama's. Runs go to DIR/runs/NAME/, the
+embeddings, no q/k/v biases); with ``--arch gptneox``, of a Pythia-style GPT-NeoX (LayerNorms
+with biases, a parallel residual, rotary positions on a quarter of each head, GELU, untied
+embeddings); the same runs as the Llama's. Runs go to DIR/runs/NAME/, the
 trained model to DIR/cache/ (reused), DIR/corpus.json lists each run as calibrate.py does.
 
 ``--context N`` trains the model on windows of N tokens instead of 320 (at most 1024, every
@@ -51,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen.calib_measure import corpus_entry, run_fields
 from gen.corpus import prompt_line_sources, prompt_lines
 from gen.family_gemma2 import LABEL as GEMMA2
+from gen.family_gptneox import LABEL as GPTNEOX
 from gen.family_model import (
     ARCHS,
     CONTEXT,
@@ -132,7 +136,7 @@ def load_model(
 
 def label_of(vocab: int, moe: MoEShape | None, arch: str, context: int = CONTEXT) -> str:
     """The corpus label of the model: its member, its vocabulary, its training context."""
-    dense = {"gemma2": GEMMA2, "qwen3": QWEN3}
+    dense = {"gemma2": GEMMA2, "qwen3": QWEN3, "gptneox": GPTNEOX}
     member = (
         f"{moe.label}-bpe{vocab}"
         if moe
@@ -173,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         "--arch",
         choices=ARCHS,
         default="llama",
-        help="the dense member: llama (default), gemma2 (Gemma2ForCausalLM) or qwen3 "
-        "(Qwen3ForCausalLM), each of the same size and runs",
+        help="the dense member: llama (default), gemma2 (Gemma2ForCausalLM), qwen3 "
+        "(Qwen3ForCausalLM) or gptneox (GPTNeoXForCausalLM), each of the same size and runs",
     )
     parser.add_argument(
         "--context",

@@ -7,9 +7,11 @@ sequence in one forward; and the faults, each where it happens in a real stack.
   interface): an fp8 KV cache (keys and values rounded to float8_e4m3fn, unscaled, as a cache
   with the default scale of 1), a split-KV decode whose partial results are merged with their
   log-sum-exp rounded (bf16 or fp8) once the KV length passes a threshold;
-- one device's kernels: RMSNorm statistics in bf16 (`bf16_norm_stats`);
+- one device's kernels: RMSNorm (or GPT-NeoX's LayerNorm) statistics in bf16
+  (`bf16_norm_stats`);
 - the engine's lm_head in fp32 (an improvement; with tied embeddings, a copy of them in fp32,
-  Gemma2's final soft-capping still applied after it);
+  Gemma2's final soft-capping still applied after it; GPT-NeoX's untied head is ``lm_head`` in
+  transformers 5, Pythia checkpoints' ``embed_out``);
 - the MoE member's routers (gen/family_moe.py): each side's experts recorded per input position,
   the trainer replaying the engine's (R3), the engine's router logits rounded to fp8.
 """
@@ -27,6 +29,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from gen.family_gemma2 import gemma2_norm_bf16, is_gemma2_norm
+from gen.family_gptneox import is_layernorm, layernorm_bf16
 from gen.family_moe import force, forced_rows, is_moe, last_routes, routers
 
 KERNEL_NAME = "family_engine"
@@ -127,13 +130,16 @@ def _llama_norm_bf16(self: torch.nn.Module, hidden: torch.Tensor) -> torch.Tenso
 
 
 def bf16_norm_stats(model: PreTrainedModel) -> None:
-    """Every RMSNorm computes its mean square in bf16 (a device whose fused norm kernel keeps
-    the statistics in the activations' dtype), each in its own form: Llama's, Qwen2-MoE's and
-    Qwen3's (its per-head query and key norms too) ``w * x * rsqrt(...)``, Gemma2's
-    ``x * rsqrt(...) * (1 + w)`` (gen/family_gemma2.py)."""
+    """Every norm computes its statistics in bf16 (a device whose fused norm kernel keeps them
+    in the activations' dtype), each in its own form: Llama's, Qwen2-MoE's and Qwen3's (its
+    per-head query and key norms too) ``w * x * rsqrt(...)``, Gemma2's ``x * rsqrt(...) *
+    (1 + w)`` (gen/family_gemma2.py), GPT-NeoX's LayerNorm its mean and variance, then weight
+    and bias (gen/family_gptneox.py)."""
     for module in model.modules():
         if is_gemma2_norm(module):
             module.forward = types.MethodType(gemma2_norm_bf16, module)
+        elif is_layernorm(module):
+            module.forward = types.MethodType(layernorm_bf16, module)
         elif type(module).__name__.endswith("RMSNorm"):
             module.forward = types.MethodType(_llama_norm_bf16, module)
 
@@ -147,6 +153,13 @@ class Fp32Head(torch.nn.Module):
         return x.float() @ self.weight.t()
 
 
+def attention_modules(model: PreTrainedModel) -> list[torch.nn.Module]:
+    """Each layer's attention: ``self_attn`` (Llama, Gemma2, Qwen3, Qwen2-MoE) or GPT-NeoX's
+    ``attention``, under the base model (``model.model`` or ``model.gpt_neox``)."""
+    layers: torch.nn.ModuleList = model.base_model.layers
+    return [getattr(layer, "self_attn", None) or layer.attention for layer in layers]
+
+
 def prepare_engine(
     model: PreTrainedModel,
     kernel: EngineKernel,
@@ -156,8 +169,8 @@ def prepare_engine(
 ) -> PreTrainedModel:
     model.config.engine_kernel = kernel
     model.config._attn_implementation = KERNEL_NAME
-    for layer in model.model.layers:
-        layer.self_attn.config = model.config
+    for attention in attention_modules(model):
+        attention.config = model.config
     if fp32_head:
         model.lm_head = Fp32Head(model.lm_head.weight.data)
     if norm_bf16:

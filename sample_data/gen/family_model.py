@@ -2,7 +2,8 @@
 `transformers` (RMSNorm, SwiGLU, grouped-query attention, rotary positions) over a BPE
 vocabulary trained with `tokenizers`, both made offline from the standard library's source;
 or, with ``arch="gemma2"``, a Gemma2 of the same size (gen/family_gemma2.py), with
-``arch="qwen3"`` a Qwen3 (gen/family_qwen3.py).
+``arch="qwen3"`` a Qwen3 (gen/family_qwen3.py), with ``arch="gptneox"`` a GPT-NeoX
+(gen/family_gptneox.py).
 
 Nothing of it is shared with the sample model (gen/model.py: LayerNorm, GELU, multi-head
 attention, a byte vocabulary) but the training text, so its healthy noise, its token
@@ -18,6 +19,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
     Gemma2Config,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     PretrainedConfig,
@@ -30,6 +33,7 @@ from transformers import (
 
 from gen.corpus import TRAIN_MODULES, read_modules
 from gen.family_gemma2 import gemma2_config, new_gemma2
+from gen.family_gptneox import gptneox_config
 from gen.family_moe import DEFAULT, MoEShape, moe_config, tap_routers
 from gen.family_qwen3 import qwen3_config
 from gen.family_size import MAX_CONTEXT, SIZE
@@ -37,7 +41,7 @@ from gen.train import log_iter, lr_at, next_token_loss, optimizer_step, windows
 
 VOCAB = 1024  # the default; family.py --vocab trains another
 CONTEXT = 320  # the default training context; family.py --context trains another
-ARCHS = ("llama", "gemma2", "qwen3")  # the dense members (family.py --arch)
+ARCHS = ("llama", "gemma2", "qwen3", "gptneox")  # the dense members (family.py --arch)
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,8 @@ class FamilyTraining:
     vocab: int = VOCAB
     moe: bool = False  # the mixture-of-experts member (gen/family_moe.py)
     moe_shape: MoEShape = DEFAULT
-    arch: str = "llama"  # the dense member: one of ARCHS (gen/family_gemma2.py, family_qwen3.py)
+    arch: str = "llama"  # the dense member: one of ARCHS (gen/family_gemma2.py, family_qwen3.py,
+    # family_gptneox.py)
 
 
 def train_tokenizer(vocab: int = VOCAB) -> Tokenizer:
@@ -85,7 +90,8 @@ def llama_config(vocab: int = VOCAB) -> LlamaConfig:
 @dataclass
 class FamilyModel:
     tokenizer: Tokenizer
-    config: PretrainedConfig  # a Llama-, Gemma2- or Qwen3Config or the MoE member's Qwen2MoeConfig
+    config: PretrainedConfig  # a Llama-, Gemma2-, Qwen3- or GPTNeoXConfig or the MoE member's
+    # Qwen2MoeConfig
     checkpoints: list[dict[str, torch.Tensor]]  # index = RL step
     lagging: list[dict[str, torch.Tensor]]  # index = RL step: one optimizer step before it
     early: dict[str, torch.Tensor]  # a pre-training checkpoint
@@ -100,6 +106,8 @@ def new_model(config: PretrainedConfig) -> PreTrainedModel:
         return new_gemma2(config)
     if isinstance(config, Qwen3Config):
         return Qwen3ForCausalLM(config)
+    if isinstance(config, GPTNeoXConfig):
+        return GPTNeoXForCausalLM(config)
     return LlamaForCausalLM(config)
 
 
@@ -123,7 +131,12 @@ def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> Fa
     gen = torch.Generator().manual_seed(cfg.seed)
     assert cfg.arch in ARCHS and not (cfg.moe and cfg.arch != "llama"), cfg
     assert 0 < cfg.context <= MAX_CONTEXT, cfg
-    dense = {"llama": llama_config, "gemma2": gemma2_config, "qwen3": qwen3_config}[cfg.arch]
+    dense = {
+        "llama": llama_config,
+        "gemma2": gemma2_config,
+        "qwen3": qwen3_config,
+        "gptneox": gptneox_config,
+    }[cfg.arch]
     config = moe_config(cfg.vocab, cfg.moe_shape) if cfg.moe else dense(cfg.vocab)
     model = new_model(config)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)

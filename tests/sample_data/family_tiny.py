@@ -24,7 +24,7 @@ def tiny_state(config: Any, key_norm: float | None = None) -> dict[str, Any]:
                 p.add_(torch.randn_like(p) * 0.2)
                 if key_norm is not None and "k_norm" in name:
                     p.fill_(key_norm)
-            elif "embed" in name:
+            elif "embed" in name or "lm_head" in name:  # an untied head too
                 p.normal_(0.0, 0.25)
             else:
                 p.mul_(2.0)
