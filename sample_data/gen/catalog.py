@@ -7,6 +7,7 @@ from gen.catalog_deep import DEEP
 from gen.catalog_healthy import HEALTHY, IMPROVEMENTS
 from gen.catalog_mid import MID
 from gen.catalog_other import COMBOS, GROWTH, HARDWARE, ROUTING, TEMPLATE_STOP_DATA
+from gen.catalog_pairs import PAIRS
 from gen.catalog_paths import CODE_PATH, PRECISION
 from gen.catalog_semantics import POLICY, SEMANTICS
 from gen.catalog_unseen import UNSEEN
@@ -28,6 +29,7 @@ CATALOG: tuple[CalibRun, ...] = (
     *DEEP,
     *UNSEEN,
     *MID,
+    *PAIRS,
 )
 BY_NAME: dict[str, CalibRun] = {run.name: run for run in CATALOG}
 
