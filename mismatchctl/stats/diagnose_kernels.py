@@ -88,17 +88,20 @@ def hot_cell_sums(
     later: np.ndarray,
     bins: np.ndarray,
     n_bins: int,
+    lr: np.ndarray,
     r: np.ndarray,
     x: np.ndarray,
     k3: np.ndarray,
     tail: float,
     sums: np.ndarray,
 ) -> None:
-    """Per (sequence, turn kind, bin) cell, ``sums`` (cells x 8, zeroed): tokens, tokens with
+    """Per (sequence, turn kind, bin) cell, ``sums`` (cells x 14, zeroed): tokens, tokens with
     ``r != 0``, sum of ``x``, of ``x^2``, of ``k3``, tokens with ``r > 0``, tokens with ``r > 0``
-    and ``x > tail``, and the sum of those tokens' ``k3``; the cell of a token of sequence ``s`` is ``s * 2 * n_bins + later * n_bins
-    + bin``; added in token order. ``x`` of a token with ``r == 0`` is not read (it adds 0.0:
-    the caller need not zero it)."""
+    and ``x > tail``, the sum of those tokens' ``k3``; then over the tokens with finite ``lr``
+    and ``r``, their count and the sums of ``lr``, ``lr^2``, ``r``, ``r^2`` and ``lr r`` (the
+    line of the trainer's logprobs on the rollout's in any set of cells). The cell of a token of
+    sequence ``s`` is ``s * 2 * n_bins + later * n_bins + bin``; added in token order. ``x`` of
+    a token with ``r == 0`` is not read (it adds 0.0: the caller need not zero it)."""
     n = r.shape[0]
     width = 2 * n_bins
     for s in range(starts.shape[0]):
@@ -117,6 +120,14 @@ def hot_cell_sums(
             above = r[i] > 0 and xi > tail
             sums[c, 6] += 1.0 if above else 0.0
             sums[c, 7] += k3[i] if above else 0.0
+            u, v = lr[i], r[i]
+            if np.isfinite(u) and np.isfinite(v):
+                sums[c, 8] += 1.0
+                sums[c, 9] += u
+                sums[c, 10] += u * u
+                sums[c, 11] += v
+                sums[c, 12] += v * v
+                sums[c, 13] += u * v
 
 
 @kernel(nogil=True)

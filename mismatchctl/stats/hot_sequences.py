@@ -39,6 +39,12 @@ min-p), which only lowers ``r``, puts none there that the noise does not (its ru
 tokens with ``r`` above it per (sequence, cell) are the sign test's counts where a truncation
 cannot reach (``stats.sign_coherence.tail_coherence``)."""
 
+COLUMNS = 14
+"""The columns of ``HotSequenceState.sums``."""
+
+LINE = slice(8, 14)
+"""Its columns of the line: count, sums of lr, lr^2, r, r^2 and lr r."""
+
 Z_TAIL = 3.0
 """A sequence is hot (cold) at z above (below) this: 0.13% of each tail under the null."""
 
@@ -48,7 +54,8 @@ class HotSequenceState:
     """Per sequence: its run (index into ``runs``), step and id; per (sequence, cell) with
     tokens: the sequence's row, the cell, the tokens (``n_all``), those with r != 0 (``n``), the
     sums of x and x^2 over them, the sum of K3 over all, the tokens with r > 0, those above the
-    healthy noise's positive tail (``TAIL_RATIO``) and their K3. ``gpu``: each
+    healthy noise's positive tail (``TAIL_RATIO``) and their K3, and the sums of the line of the
+    trainer's logprobs on the rollout's over the tokens with finite logprobs (``LINE``). ``gpu``: each
     sequence's gpu label (None where the dumps name none): the tests on the sequences outside
     one gpu's (``analysis/diagnose/causes/outside.py``)."""
 
@@ -59,8 +66,9 @@ class HotSequenceState:
     row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     cell: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # n_all, n, x, x^2, K3, the tokens with r > 0 and with r > TAIL_RATIO |lr|
-    # (``stats.sign_coherence``), and those tokens' K3 (``stats.tail_excess``)
-    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, 8)))
+    # (``stats.sign_coherence``), and those tokens' K3 (``stats.tail_excess``); the line's
+    # count and sums of lr, lr^2, r, r^2, lr r (``LINE``: ``stats.line_slope.cell_line``)
+    sums: np.ndarray = field(default_factory=lambda: np.zeros((0, COLUMNS)))
     gpu: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -143,9 +151,9 @@ def hot_sequence_state(
         k3 = per_token.k3(r) if k3 is None else k3
         x = _relative(r, lr)  # -inf where r == 0: the walk reads no x there
     width = 2 * n_bins
-    dense = np.zeros((len(starts) * width, 8))
+    dense = np.zeros((len(starts) * width, COLUMNS))
     diagnose_kernels.hot_cell_sums(
-        starts, turn, np.ascontiguousarray(bins, np.int64), n_bins, r, x, k3,
+        starts, turn, np.ascontiguousarray(bins, np.int64), n_bins, lr, r, x, k3,
         math.log(TAIL_RATIO), dense,
     )  # fmt: skip
     keys = np.flatnonzero(dense[:, 0])
@@ -273,6 +281,16 @@ def keep_sequences(
         list(state.runs) if runs is None else runs, run, state.step[keep], state.seq[keep],
         new_row[state.row[cells]], state.cell[cells], state.sums[cells], state.gpu[keep],
     )  # fmt: skip
+
+
+def line_rows(state: HotSequenceState) -> np.ndarray:
+    """Per sequence (its row), the line's sums over its cells (``LINE``: count, lr, lr^2, r,
+    r^2, lr r), for the line of any set of sequences and cells (``stats.line_slope``); in
+    :func:`canonical` order for sums that do not depend on the merge order."""
+    state = canonical(state)
+    rows = len(state.step)
+    cols = state.sums[:, LINE]
+    return np.stack([np.bincount(state.row, cols[:, c], rows) for c in range(cols.shape[1])], 1)
 
 
 def summarize(state: HotSequenceState, examples: int = 5) -> HotSequences:

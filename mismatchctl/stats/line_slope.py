@@ -46,6 +46,20 @@ def line_slope(line: np.ndarray) -> LineSlope | None:
     return LineSlope(slope, se, t)
 
 
+def line_share(total: np.ndarray) -> float | None:
+    """The share of ``r``'s variance a line in ``lr`` explains, ``cov(lr, r)^2 / (var(lr)
+    var(r))``, from the sums ``total`` (count, lr, lr^2, r, r^2, lr r: ``hot_sequences.LINE``
+    summed over sequences); None under two tokens or without spread on either side."""
+    n, sx, sxx, sy, syy, sxy = (float(v) for v in total)
+    if n < 2:
+        return None
+    var_x, var_y = sxx - sx * sx / n, syy - sy * sy / n
+    if not (var_x > 0 and var_y > 0):
+        return None
+    cov = sxy - sx * sy / n
+    return min(1.0, cov * cov / (var_x * var_y))
+
+
 def _slope(total: np.ndarray) -> float | None:
     n, sx, sxx, sy, sxy = (float(v) for v in total)
     if n < 2:
@@ -56,4 +70,4 @@ def _slope(total: np.ndarray) -> float | None:
     return 1.0 + (sxy - sx * sy / n) / var
 
 
-__all__ = ["LineSlope", "line_slope"]
+__all__ = ["LineSlope", "line_share", "line_slope"]

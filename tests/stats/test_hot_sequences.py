@@ -11,6 +11,7 @@ import pytest
 
 from mismatchctl.stats import assign_bins, parse_bins
 from mismatchctl.stats.hot_sequences import (
+    CELLS,
     LR_FLOOR,
     MIN_TOKENS,
     Z_TAIL,
@@ -182,12 +183,54 @@ def test_the_cell_walk_against_bincount_reads_no_x_where_r_is_zero() -> None:
     k3 = np.expm1(r) - r
     owner = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
     cell = owner * 2 * n_bins + (later > 0) * n_bins + bins
-    got = np.zeros((len(starts) * 2 * n_bins, 8))
-    diagnose_kernels.hot_cell_sums(starts, later, bins, n_bins, r, x, k3, -3.0, got)
+    lr = -rng.exponential(1.0, n)
+    lr[7] = -np.inf  # a token the line leaves out (and nothing else reads lr)
+    got = np.zeros((len(starts) * 2 * n_bins, 14))
+    diagnose_kernels.hot_cell_sums(starts, later, bins, n_bins, lr, r, x, k3, -3.0, got)
     x0 = np.where(r == 0, 0.0, x)
     tail = (r > 0) & (x0 > -3.0)
-    columns = [np.ones(n), r != 0, x0, x0 * x0, k3, r > 0, tail, np.where(tail, k3, 0.0)]
+    fin = np.isfinite(lr)
+    u = np.where(fin, lr, 0.0)
+    v = np.where(fin, r, 0.0)
+    columns = [np.ones(n), r != 0, x0, x0 * x0, k3, r > 0, tail, np.where(tail, k3, 0.0),
+               fin, u, u * u, v, v * v, u * v]  # fmt: skip
     for j, w in enumerate(columns):
         want = np.bincount(cell, np.asarray(w, np.float64), len(got))
         np.testing.assert_allclose(got[:, j], want, rtol=1e-12, atol=1e-12)
     assert not np.isnan(got).any() and got[:, 1].sum() < n
+
+
+def test_each_sequences_line_from_its_cells_against_the_tokens() -> None:
+    """``line_rows``: per sequence, the count and sums of lr, lr^2, r, r^2, lr r over its cells,
+    equal to the sums over its tokens, in (run, seq) order whatever the parts' order; kept to
+    some cells (``sign_coherence.in_cells``) they are those cells' tokens' only."""
+    from mismatchctl.stats.hot_sequences import line_rows
+    from mismatchctl.stats.sign_coherence import in_cells
+
+    rng = np.random.default_rng(17)
+    n = 900
+    seq = np.sort(rng.integers(0, 30, n))
+    step = seq // 10
+    turn = rng.integers(0, 3, n)
+    bins = rng.integers(0, N_BINS, n)
+    lr = -rng.exponential(1.0, n)
+    lt = lr + rng.normal(0.0, 0.05, n)
+    half = seq < 15
+    parts = [
+        hot_sequence_state(lr[m], lt[m], seq[m], turn[m], step[m], bins[m], N_BINS, "a")
+        for m in (~half, half)  # the later sequences' part first
+    ]
+    state = HotSequenceParts([*parts[0].parts, *parts[1].parts]).joined()
+    rows = line_rows(state)
+    r = lt - lr
+    ids = np.unique(seq)
+    want = np.stack([np.bincount(np.searchsorted(ids, seq), w, len(ids))
+                     for w in (np.ones(n), lr, lr * lr, r, r * r, lr * r)], 1)  # fmt: skip
+    np.testing.assert_allclose(rows, want, rtol=1e-12)
+    first = np.zeros(CELLS, bool)
+    first[:N_BINS] = True  # the first turns' bins
+    kept = line_rows(in_cells(state, first))
+    m = turn == 0
+    have = np.unique(seq[m])
+    want_first = np.bincount(np.searchsorted(have, seq[m]), lr[m] * r[m], len(have))
+    np.testing.assert_allclose(kept[:, 5], want_first, rtol=1e-12)

@@ -79,3 +79,18 @@ def test_the_callers_log_ratio_gives_the_sums_of_the_tokens_own() -> None:
         assert np.array_equal(getattr(own, name), getattr(given, name), equal_nan=True), name
     doubled = seq_sums("run", lr, lt, seq, zeros, zeros, zeros, 1, (r, 2 * k3)).runs["run"]
     assert np.allclose(doubled.k3, 2 * own.k3, equal_nan=True)
+
+
+def test_the_line_share_from_sums_against_numpy() -> None:
+    """``line_share``: the squared correlation of ``lr`` and ``r`` from the six sums, as numpy's
+    ``corrcoef`` gives it on the tokens; None without spread."""
+    from mismatchctl.stats.line_slope import line_share
+
+    rng = np.random.default_rng(5)
+    lr = rng.normal(-1.0, 1.0, 400)
+    r = 0.1 * lr + rng.normal(0.0, 0.2, 400)
+    sums = np.array([len(lr), lr.sum(), (lr * lr).sum(), r.sum(), (r * r).sum(), (lr * r).sum()])
+    want = np.corrcoef(lr, r)[0, 1] ** 2
+    assert line_share(sums) == pytest.approx(want, rel=1e-9)
+    flat = np.array([3.0, -3.0, 3.0, 0.3, 0.05, -0.3])  # lr constant at -1
+    assert line_share(flat) is None

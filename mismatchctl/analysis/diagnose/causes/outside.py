@@ -1,7 +1,9 @@
 """The second pass: when the named cause is a part of the run (one gpu, the tokens of a code
 path, some steps, the turns after tool responses), a louder fault there can hide a second one
 everywhere. The causes of every token are tested again on the tokens *outside* that part, each
-with its own check's thresholds (none lowered): the policy's lean (``policy_signs``) on the
+with its own check's thresholds (none lowered): a temperature's line (``temperature``:
+``semantics.line_outside``), whose lean and level there are its own, so it is weighed first;
+the policy's lean (``policy_signs``) on the
 sequences of the other gpus or steps, or on the other turns' tokens; the precision's excess over
 the baseline (``baseline``) on the tokens outside the part at the same token mix, where it does
 not grow with the KV position (``_grows``). A cause that stands there is named beside the first,
@@ -19,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from mismatchctl.analysis.diagnose.causes import precision, sequences
+from mismatchctl.analysis.diagnose.causes import precision, semantics, sequences
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.check import FAIL, OK, evidence_of
 from mismatchctl.analysis.diagnose.checks import baseline, policy_signs
@@ -82,6 +84,11 @@ def second_pass(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[We
     if out is None:
         return []
     found = []
+    transform = _cause(weighed, semantics.KEY)
+    line = None if transform is None else semantics.line_outside(ctx, out.restrict, out.text)
+    if line is not None:  # a temperature's: the lean and the level there are its own
+        return [w for w in [Weighed(transform.cause, _shared(ctx, out, line), 0.0)]
+                if _apart(first, w)]  # fmt: skip
     found_lean = lean(ctx, out)
     policy, loss = _cause(weighed, "policy"), _cause(weighed, precision.KEY)
     requests = _cause(weighed, sequences.KEY)

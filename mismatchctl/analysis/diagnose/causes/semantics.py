@@ -3,11 +3,13 @@ logprobs, a temperature, a truncation or a logit processor on one side)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from mismatchctl.analysis.diagnose.advice import PROCESSED_HINT
 from mismatchctl.analysis.diagnose.causes import code_path
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.processor import mass_removed, sentence
-from mismatchctl.analysis.diagnose.check import WARN, Check, evidence_of, fired
+from mismatchctl.analysis.diagnose.check import FAIL, WARN, Check, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
     offset,
     policy_signs,
@@ -16,7 +18,9 @@ from mismatchctl.analysis.diagnose.checks import (
     top_p,
 )
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
-from mismatchctl.stats.line_slope import LineSlope, line_slope
+from mismatchctl.analysis.diagnose.text import pct
+from mismatchctl.stats.hot_sequences import HotSequenceState, line_rows
+from mismatchctl.stats.line_slope import LineSlope, line_share, line_slope
 
 KEY = "semantics"
 CLASS = "semantics"
@@ -193,6 +197,50 @@ def beside_noise(ctx: Context) -> Support | None:
         ),
         checks=(temperature.NAME,),
         where="every token",
+        variant=VARIANTS[temperature.NAME],
+    )
+
+
+def line_outside(
+    ctx: Context, restrict: Callable[[HotSequenceState], HotSequenceState], text: str
+) -> Support | None:
+    """The ``temperature`` check on the tokens outside a part named first (``outside.py``:
+    ``restrict`` keeps them, ``text`` says where they are), at its own thresholds, none
+    lowered: a slope ``TEMP_SLOPE_WARN`` from 1 (``LINE_T`` standard errors over the responses)
+    and a line holding ``TEMP_R2_WARN`` of ``r``'s variance there. On the whole run a loud part's
+    noise dilutes a temperature's line under the check's share (the trainer without the
+    engine's 0.9 on every gpu beside one gpu's split-KV merge 206x the others,
+    ``pair-temp-gpu``: 0.2% of the variance on the whole run, 54% on the other gpus, slope
+    0.944); outside the part it is the temperature's own. Healthy runs' lines stay 6x under
+    the slope's gate and 30x under the share's (the check's thresholds). The worst run's
+    Support, None where no run's line stands there."""
+    t = temperature.T
+    best: tuple[str, LineSlope, float] | None = None
+    for run, state in sorted(ctx.state.hot_sequences.runs().items()):
+        rows = line_rows(restrict(state))
+        if len(rows) == 0:
+            continue
+        s, share = line_slope(rows[:, [0, 1, 2, 3, 5]]), line_share(rows.sum(axis=0))
+        if s is None or share is None or not _far(s) or share < t.TEMP_R2_WARN:
+            continue
+        if best is None or abs(s.t) > abs(best[1].t):
+            best = (run, s, share)
+    if best is None:
+        return None
+    run, s, share = best
+    loud = abs(s.slope - 1.0) >= t.TEMP_SLOPE_FAIL and share >= t.TEMP_R2_FAIL
+    many = len(ctx.state.hot_sequences.runs()) > 1
+    return Support(
+        verdict=FAIL if loud else WARN,
+        share=None,
+        because=(
+            f"outside the named part, in {text}: {f'{run}: ' if many else ''}trainer ~ "
+            f"{s.slope:.4g} x rollout logprob + c, {abs(s.t):.1f} standard errors from 1 over "
+            f"the responses, the line {pct(share)} of r's variance there: a temperature (or raw "
+            "logprobs) on one side, on the tokens the first cause does not reach"
+        ),
+        checks=(temperature.NAME,),
+        where=text,
         variant=VARIANTS[temperature.NAME],
     )
 
