@@ -14,7 +14,9 @@ three steps (the Llama family of ``sample_data/family.py``, seed 0: docs/diagnos
 family"); ``m-h-a``, ``m-h-b``, ``m-r3-b``, ``m-router-fp8``, ``m-capture-layers``,
 ``m-combo-capture-fp8kv``, ``m-replay-late`` and ``m-pol-early``, their first two steps (the
 family's Qwen2-MoE, ``family.py --moe``, seed 0: "Another mixture of experts"; routes as verl
-lists, read without options). Ingested without tags, as they were diagnosed."""
+lists, read without options); ``pair-temp-gpu`` and ``h-gpus`` whole, ``pair-batchvar-temp``
+and ``h-b`` their first three steps (pairs made after every rule, second machine's draw:
+"Pairs never calibrated"). Ingested without tags, as they were diagnosed."""
 
 from __future__ import annotations
 
