@@ -73,6 +73,7 @@ _LAZY = {
     "Started": ("mismatchctl.analysis.watch", "Started"),
     "Stopped": ("mismatchctl.analysis.watch", "Stopped"),
     "Watcher": ("mismatchctl.analysis.watch", "Watcher"),
+    "Warmed": ("mismatchctl.analysis.warm", "Warmed"),
     "Whatif": ("mismatchctl.analysis.whatif.whatif", "Whatif"),
     "PresetList": ("mismatchctl.analysis.whatif.preset", "PresetList"),
     "PresetWhatif": ("mismatchctl.analysis.whatif.preset", "PresetWhatif"),
@@ -203,6 +204,7 @@ def watch(
     max_files: int | None = None,
     idle_exit: float | None = None,
     explain: bool = True,
+    warm: bool = False,
     **reading: Any,
 ) -> Watcher:
     """A watcher of ``directory``: ``Watcher.events()`` ingests each dump file into ``run`` once
@@ -212,7 +214,9 @@ def watch(
     unreadable, a copy, changed after ingest, removed while read, grown after ingest and so
     ingested again whole) and ``Stopped``. ``poll``: scan every ``poll`` seconds instead of
     waiting for file events; ``once``: one scan; ``max_files`` / ``idle_exit``: stop after that
-    many files or idle seconds."""
+    many files or idle seconds; ``warm``: after a scan that ingested files, the run read for
+    ``report``, ``explain`` and ``diagnose`` into the part cache, as ``ingest --warm`` does (a
+    ``Warmed`` event)."""
     from mismatchctl.analysis.watch import Watcher, WatchOptions
     from mismatchctl.ingest.run_ingest import options_of
     from mismatchctl.store import open_store
@@ -222,7 +226,7 @@ def watch(
     check_run_name(run)
     wopts = WatchOptions(
         str(directory), options_of(run, given), poll=poll, settle=settle, once=once,
-        max_files=max_files, idle_exit=idle_exit, explain=explain,
+        max_files=max_files, idle_exit=idle_exit, explain=explain, warm=warm,
     )  # fmt: skip
     return Watcher(open_store(store), wopts)
 
@@ -887,6 +891,7 @@ __all__ = [
     "Stopped",
     "Store",
     "Tokens",
+    "Warmed",
     "Watcher",
     "Whatif",
     "certify",

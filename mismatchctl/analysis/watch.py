@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mismatchctl.analysis.live import Alert, StepHistory, StepLine, localize, step_values
+from mismatchctl.analysis.warm import Warmed, warm
 from mismatchctl.display import file_label
 from mismatchctl.errors import EngineError, InputError, MismatchError, StoreError
 from mismatchctl.ingest.detect import RemovedWhileRead
@@ -44,6 +45,7 @@ SAFETY_WAKE = 5.0  # with file events, a scan at least this often (an event can 
 PENDING_WAKE = 1.0  # ... and this often while a file waits to be complete or settled
 FALLBACK_POLL = 2.0  # when file events cannot be had, poll this often
 READS = ("opened", "closed_no_write")  # events a reader makes (the watch's own): no wake
+WARM_SPACING = 10.0  # --warm: the next warm starts this many times the last one's duration later
 
 
 @dataclass
@@ -51,7 +53,10 @@ class WatchOptions:
     """``settle``: seconds a JSON lines file (which has no end marker) must be left unchanged
     before it is read. ``once``: one scan, then stop. ``max_files``: stop once this many files
     were ingested or reported bad. ``idle_exit``: stop after this many seconds without a new
-    file. ``explain``: localize the steps that raise an alert."""
+    file. ``explain``: localize the steps that raise an alert. ``warm``: after a scan that
+    ingested files, once no file waits to be complete, read the run for ``report``, ``explain``
+    and ``diagnose`` as ``ingest --warm`` does (``analysis/warm.py``), so that the views a user
+    opens while the job runs read the part cache's states, not tokens."""
 
     directory: str
     ingest: Options
@@ -61,6 +66,7 @@ class WatchOptions:
     max_files: int | None = None
     idle_exit: float | None = None
     explain: bool = True
+    warm: bool = False
 
 
 @dataclass
@@ -97,7 +103,7 @@ class Stopped:
     pending: dict[str, str] = field(default_factory=dict)  # file -> why it is not complete
 
 
-Event = Started | StepLine | FileNote | Stopped
+Event = Started | StepLine | FileNote | Warmed | Stopped
 
 
 class Waker:
@@ -175,6 +181,8 @@ class Watcher:
         self.counts = {"ingested": 0, "bad": 0, "skipped": 0}
         self.steps: set[int] = set()
         self.history = StepHistory(self.run)
+        self.warmed_at = 0  # the files ingested when the run was last warmed
+        self.next_warm = 0.0  # the monotonic time before which no warm starts (but the stop's)
 
     def events(self) -> Iterator[Event]:
         known = self._known_sources()
@@ -191,6 +199,7 @@ class Watcher:
                     last = time.monotonic()
                     yield event
                 reason = self._stop_reason(last)
+                yield from self._warm(stopping=reason is not None or waker is None)
                 if reason is not None or waker is None:
                     yield self.summary(reason or "once")
                     return
@@ -198,6 +207,21 @@ class Watcher:
         finally:
             if waker is not None:
                 waker.close()
+
+    def _warm(self, stopping: bool = False) -> Iterator[Warmed]:
+        """The run read for the views (``WatchOptions.warm``) once files were ingested since
+        the last warm and none waits to be complete, at most once per ``WARM_SPACING`` times
+        the last warm's duration; at the stop whatever the spacing. The parts read before are
+        found in the cache, but their states are loaded again: a warm's cost grows with the
+        run (about 2 s for 500 steps kept), which the spacing keeps to a tenth of the watch."""
+        if not self.opts.warm or self.counts["ingested"] == self.warmed_at:
+            return
+        if not stopping and (self.pending or time.monotonic() < self.next_warm):
+            return
+        self.warmed_at = self.counts["ingested"]
+        start = time.monotonic()
+        yield warm(self.store, self.run)
+        self.next_warm = time.monotonic() + WARM_SPACING * (time.monotonic() - start)
 
     def summary(self, reason: str) -> Stopped:
         pending = {file_label(p): why for p, why in sorted(self.pending.items())}

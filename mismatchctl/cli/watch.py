@@ -122,6 +122,14 @@ def watch(
             rich_help_panel=SCANNING,
         ),
     ] = None,
+    warm: Annotated[
+        bool,
+        typer.Option(
+            "--warm",
+            help="Fill the part cache for report, explain, diagnose as steps come.",
+            rich_help_panel=SCANNING,
+        ),
+    ] = False,
     reading: IngestOptions,
     store: StoreOpt = None,
     json: JsonFlag = False,
@@ -137,12 +145,16 @@ def watch(
 ) -> None:
     watcher = api.watch(
         directory, run, options=reading, store=store, poll=poll, settle=settle, once=once,
-        max_files=max_files, idle_exit=idle_exit, explain=explain,
+        max_files=max_files, idle_exit=idle_exit, explain=explain, warm=warm,
     )  # fmt: skip
     gate = {ExitOn.warn: ("warn", "fail"), ExitOn.fail: ("fail",), None: ()}[exit_on]
     with _alert_file(alerts) as sink, _sigterm_interrupts(), closing(watcher.events()) as events:
+        said_off = False
         try:
             for event in events:
+                if isinstance(event, api.Warmed):
+                    said_off = _warmed(event, quiet, said_off)
+                    continue
                 fired = _show(event, json, quiet, sink, run)
                 if any(level in gate for level in fired):
                     say(f"Stopped: an alert of level {exit_on} fired (--exit-on).", "red")
@@ -215,6 +227,23 @@ def _ratio(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+def _warmed(event: api.Warmed, quiet: bool, said_off: bool) -> bool:
+    """Say what a warm did (``quiet``: nothing), and, the first time (``said_off`` False), that
+    the part cache is off and nothing is read; whether that was said."""
+    if event.directory is None:
+        if not said_off:
+            say(
+                "Warning: --warm: the part cache is off ($MISMATCHCTL_CACHE_MB is 0, or no cache "
+                "directory could be used): nothing is read",
+                "yellow",
+            )
+        return True
+    if not quiet:
+        took = sum(event.seconds.values())
+        say(f"Part cache warmed for report, explain and diagnose of {event.run} in {took:.1f} s")
+    return said_off
 
 
 def _status_text(event: Any) -> str:

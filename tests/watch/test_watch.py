@@ -601,3 +601,73 @@ def test_a_spike_too_early_to_alert_on_is_still_left_out_of_later_medians() -> N
             assert not any(a.check == "spike" for a in line.alerts)
     assert history.spikes == {3, 4}
     assert history.recent(6) == (1.08e-4, 3, 2)
+
+
+def test_a_warm_watch_leaves_the_views_nothing_to_read(
+    store: Path,
+    tmp_path: Path,
+    fresh_part_cache: Path,
+    part_reads: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``watch --warm``: after the scans that ingested files, the run is read for report,
+    explain and diagnose (``analysis/warm.py``), each scan reading only the parts the cache
+    does not hold (each new step's part is read once more for its line); the views then read
+    no token part and say what a cold read says. With the cache off it says so once."""
+    from mismatchctl.engines import part_cache
+
+    dumps = tmp_path / "dumps"
+    written(dumps, "step:1:0.02", "step:2:0.03")
+    ran = cli("watch", str(dumps), "--run", "w", "--once", "--warm")
+    assert ran.code == 0, ran.err
+    assert "Part cache warmed for report, explain and diagnose of w" in ran.err
+    first = set(part_reads)  # each read for its step's line, then once per view
+    assert len(first) == 2 and len(part_reads) == 4 * len(first)
+    written(dumps, "step:3:0.02")
+    part_reads.clear()
+    assert cli("watch", str(dumps), "--run", "w", "--once", "--warm", "-q").code == 0
+    (new,) = set(part_reads)  # the cached parts are not read again
+    assert new not in first and len(part_reads) == 4
+    part_reads.clear()
+    views = [("report", "w"), ("explain", "w"), ("diagnose", "w")]
+
+    def view(*args: str) -> str:
+        done = cli(*args, "--json", "-", "-q")
+        assert done.code in (0, 3), done.err
+        return done.out
+
+    warm = {v: view(*v) for v in views}
+    assert part_reads == []  # every view found every part's states
+    monkeypatch.setenv(part_cache.MB_ENV, "0")
+    for v in views:
+        assert view(*v) == warm[v], v
+    assert part_reads  # the cold reads did read the tokens
+    written(dumps, "step:4:0.02")
+    off = cli("watch", str(dumps), "--run", "w", "--once", "--warm")
+    assert off.code == 0 and off.err.count("the part cache is off") == 1
+
+
+def test_warms_are_spaced_by_their_own_cost_but_the_stop_warms_whatever(
+    store: Path, tmp_path: Path, fresh_part_cache: Path
+) -> None:
+    """A warm waits ``WARM_SPACING`` times the last warm's duration after it, and for the files
+    that wait to be complete; the stop warms what was ingested since, whatever the spacing;
+    nothing is warmed twice for the same files."""
+    from mismatchctl.analysis import watch as watch_module
+
+    dumps = tmp_path / "dumps"
+    written(dumps, "step:1:0.02")
+    watcher = api.watch(dumps, "w", store=store, once=True, warm=True)
+    events = list(watcher.events())
+    assert sum(isinstance(e, api.Warmed) for e in events) == 1  # the stop's
+    assert isinstance(events[-1], api.Stopped) and isinstance(events[-2], api.Warmed)
+    assert watcher.next_warm > time.monotonic()  # spaced after the warm it made
+    assert list(watcher._warm()) == []  # nothing ingested since
+    watcher.counts["ingested"] += 1
+    assert list(watcher._warm()) == []  # too soon
+    watcher.next_warm = 0.0
+    watcher.pending[dumps / "step_2.parquet"] = "being written"
+    assert list(watcher._warm()) == []  # a file waits
+    (warmed,) = list(watcher._warm(stopping=True))
+    assert warmed.run == "w" and sorted(warmed.seconds) == ["diagnose", "explain", "report"]
+    assert watch_module.WARM_SPACING == 10.0
