@@ -26,6 +26,8 @@ from mismatchctl.stats.sign_coherence import SignCoherence, tail_coherence
 
 KEY = "policy"
 CLASS = "policy"
+VARYING = "other weights: a level over the baseline that varies from step to step"
+"""The variant ``varying_level.py`` names (it lives here, with the advice it selects)."""
 LABEL = "another policy (stale, wrong or differently quantized weights)"
 SIGNATURE = (
     "r of both signs at every position, turn and probability, whole responses leaning one way "
@@ -217,5 +219,16 @@ def advice(ctx: Context, found: Support) -> str:
             "sync that did not land, a reload), then the model each side builds from them (the "
             "rotary base and scaling, the norms' epsilon, a quantized copy of the weights); "
             "importance sampling would not fix either"
+        )
+    if found.variant == VARYING:
+        return (
+            "every step is over the baseline by an amount that changes from step to step, as "
+            "the gap between the trainer's weights and the sampler's does (stale weights, a "
+            "weight sync that did not land, another checkpoint), where a precision loss (an "
+            "fp8 KV cache, fp8 weights) would raise every step alike; no response leans, so the "
+            "numbers cannot rule the precision out: compare the weight versions of both sides "
+            "first (a weight_version column in the dumps, or --tag weight_lag=N), then the "
+            "engine's precision settings against the baseline's; importance sampling would not "
+            "fix either"
         )
     return STALE_ADVICE if found.variant == "stale weights" else POLICY_SIGNS_ADVICE

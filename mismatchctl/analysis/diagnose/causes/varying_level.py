@@ -1,0 +1,102 @@
+"""A level over the baseline that varies from step to step is other weights, not a precision
+loss.
+
+A precision loss is a property of the engine's arithmetic (its KV cache's format, its kernels'
+accumulators, its norms): it raises every step alike. Over their baselines the precision faults
+of every corpus (fp8 KV caches and weights, bf16 accumulators, the norms' epsilon, the softmax
+scale, int8 and int4 MLPs, saturating activations; the TinyLM models and the Llama, Gemma2,
+Qwen3, GPT-NeoX and MoE families) keep their steps within 1.0-1.2x of each other: the ``spikes``
+check is quiet on every one. The gap between two sets of weights follows the updates between
+them, larger where training moves fast: the stale weights of every family put step 1 at 2.1-2.7x
+the others over a level 94-225x their baselines, with no response leaning on the BPE models, so
+the level was named a precision loss (its signature: uniform, no lean) or, where step 1 stood
+out from the level, a code path of that step.
+
+So over a baseline, when the level named first (the precision, uniform) or a part of some
+steps named first whose other steps hold half the excess at their level (``LEVEL_SHARE``, as
+``outside.level_over_part`` weighs a level) has its steps split by the ``spikes`` check, the
+policy is named: other weights whose gap varies with the training. Not when another part of the
+run alarms beside the steps (a template's or a path's excess in the other steps is no level:
+``f-combo-tpl-splitkv`` holds 23-41% there), nor when the responses lean (the policy is then
+named by its own check)."""
+
+from __future__ import annotations
+
+from mismatchctl.analysis.diagnose.causes import policy, precision
+from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
+from mismatchctl.analysis.diagnose.causes.outside import LEVEL_SHARE
+from mismatchctl.analysis.diagnose.check import evidence_of, fired
+from mismatchctl.analysis.diagnose.checks import baseline, spikes
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.contrasts import ci_text
+from mismatchctl.analysis.diagnose.text import pct
+from mismatchctl.engines import plan as K
+from mismatchctl.stats.localize.explain import contrast_baseline
+from mismatchctl.stats.localize.result import ratio_text
+
+CODE_PATH = "code_path"
+
+
+def varying_level(ctx: Context, first: Weighed | None, alarmed: list[Weighed]) -> Weighed | None:
+    """The policy for the level named first over a baseline when the ``spikes`` check splits
+    its steps (the module's docstring); None otherwise."""
+    split = ctx.result(spikes)
+    if first is None or ctx.baseline is None or not fired(split) or split is None:
+        return None
+    found = next((w for w in alarmed if w.cause.KEY == policy.KEY), None)
+    if found is not None and found.support.alarm:
+        return None  # the responses lean: the policy is weighed on its own check
+    level = _level(ctx, first, alarmed)
+    if level is None:
+        return None
+    share, text = level
+    support = Support(
+        verdict=first.support.verdict,
+        share=share,
+        because=(
+            f"{text}; {split.finding}: a precision loss raises every step alike, the gap "
+            "between two sets of weights follows the updates between them"
+        ),
+        checks=(baseline.NAME, spikes.NAME),
+        where="every token",
+        variant=policy.VARYING,
+    )
+    return Weighed(policy, support, first.score)
+
+
+def _level(ctx: Context, first: Weighed, alarmed: list[Weighed]) -> tuple[float | None, str] | None:
+    """The level's share of the run's mass and its sentence: the precision named first, or the
+    other steps beside a part of some steps named first, at ``LEVEL_SHARE`` of the excess."""
+    e = evidence_of(ctx.result(baseline), baseline.Evidence)
+    rho = e.rate_ratio if e is not None else None
+    if rho is None or not rho > 1:
+        return None
+    if first.cause.KEY == precision.KEY:
+        if first.support.variant != precision.SHAPES["uniform"]:
+            return None
+        return first.support.share, f"every step over the baseline ({first.support.because})"
+    region = first.support.region or {}
+    if first.cause.KEY != CODE_PATH or set(region) != {K.STEP}:
+        return None
+    if any(w is not first and not w.cause.EVERY_TOKEN for w in alarmed):
+        return None  # another part alarms: the other steps' excess may be its own
+    view = ctx.baseline
+    if view is None or view.cube is None or ctx.cube is None:
+        return None
+    spec = ctx.cube.spec
+    rest = [c for c in range(spec.levels(spec.index(K.STEP))) if c not in region[K.STEP]]
+    found = contrast_baseline(ctx.cube, view.cube, {K.STEP: rest}, K.BIN) if rest else None
+    if found is None:
+        return None
+    out, ci = found
+    held = (out - 1) / (rho - 1)
+    if not out > 1 or held < LEVEL_SHARE:
+        return None
+    return (out - 1) / rho, (
+        f"the steps other than {first.support.where.removeprefix('steps ')}: "
+        f"{ratio_text(out)}x the baseline's rate at the same token mix ({ci_text(ci)}), at "
+        f"which level every token holds {pct(held)} of the excess over the baseline"
+    )
+
+
+__all__ = ["varying_level"]

@@ -1,0 +1,40 @@
+"""``causes/varying_level.py``: over a baseline, a level that varies from step to step is other
+weights, not a precision loss (a property of the engine's arithmetic, the same at every step)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mismatchctl.analysis.diagnose.causes import policy
+from tests.planted import diagnosis
+
+
+def test_stale_weights_whose_first_step_stands_out_are_named_the_policy(
+    held_out_store: Path,
+) -> None:
+    """``f-pol-stale`` over ``f-h-a`` (the Llama family, seed 0: weights a checkpoint behind):
+    225x the baseline, spread over every part, no response leaning, which a precision loss's
+    signature reads too, but step 1 is 2.4x the others (the ``spikes`` check): the policy is
+    named, the precision is its runner-up, and the advice says the numbers cannot rule the
+    precision out. Alone, without the level, it stays a part of its first step."""
+    cause = diagnosis(held_out_store, "f-pol-stale", "f-h-a").section_dict()["cause"]
+    assert (cause["key"], cause["variant"]) == ("policy", policy.VARYING)
+    assert cause["checks"] == ["baseline", "spikes"] and "step 1 at 2." in cause["because"]
+    assert "a precision loss raises every step alike" in cause["because"]
+    loss = next(r for r in cause["runner_ups"] if r["key"] == "precision")
+    assert loss["verdict"] == "fail" and "sets off its checks" in loss["lost"]
+    assert "cannot rule the precision out" in cause["next"]
+    alone = diagnosis(held_out_store, "f-pol-stale").section_dict()["cause"]
+    assert alone["key"] == "code_path" and alone["where"] in ("step 1", "steps 1")
+
+
+def test_a_precision_loss_the_same_at_every_step_stays_a_precision_loss(
+    held_out_store: Path,
+) -> None:
+    """``pr-fp8kv-wide`` over ``h-wide-a``: an fp8 KV cache, no step split from the others:
+    the precision, as before; a healthy run over the stale one is no alarm."""
+    found = diagnosis(held_out_store, "pr-fp8kv-wide", "h-wide-a").section_dict()
+    assert found["cause"]["key"] == "precision"
+    spikes = next(c for c in found["checks"] if c["name"] == "spikes")
+    assert spikes["verdict"] in ("ok", "n/a")  # its first three steps
+    assert diagnosis(held_out_store, "f-h-a", "f-pol-stale").section_dict()["verdict"] == "ok"
