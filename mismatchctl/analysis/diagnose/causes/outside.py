@@ -331,13 +331,13 @@ def _grows(ctx: Context, out: Outside) -> bool:
     if near is None or far is None:
         return False
     growth = far[0] / near[0]
-    sd = math.hypot(_log_sd(near[1]), _log_sd(far[1]))  # independent halves of the tokens
+    sd = math.hypot(log_sd(near[1]), log_sd(far[1]))  # independent halves of the tokens
     ci = (growth * math.exp(-1.96 * sd), growth * math.exp(1.96 * sd))
     t = baseline.T
     return relative(growth, ci, t.BASELINE_FACTOR, t.BASELINE_CI_LOW, t.BASELINE_FAIL) != OK
 
 
-def _log_sd(ci: tuple[float, float]) -> float:
+def log_sd(ci: tuple[float, float]) -> float:
     """The standard deviation of a log ratio from its 95% interval."""
     return math.log(ci[1] / ci[0]) / (2 * 1.96)
 

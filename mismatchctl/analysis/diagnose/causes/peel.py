@@ -54,7 +54,11 @@ A relation the modules do not declare, and that holds only where the data show i
   excess is mass removed on one side (``processor.py``, ``semantics.by_part``) is the same
   part whatever made it hot, so what it sets off (the burst at the turns' starts the template
   reads, the turns' last tokens) it sets off for the semantics too (``sem-badwords-subtle``:
-  the first 8 tokens after a tool response 7.3x, inside its first 16 of each turn).
+  the first 8 tokens after a tool response 7.3x, inside its first 16 of each turn);
+- **the precision named over a baseline explains a code path whose part stands at its level**
+  (``level_shape``): over the baseline, the part no hotter than the rest at the ``baseline``
+  check's thresholds (``beyond_level``). A loss growing with the context makes long-KV parts
+  hot on the run's own noise model, not over the baseline's.
 
 What the data cannot peel keeps the declared relation (the cause modules say why: a temperature
 or a logit processor beside a policy, which move ``r`` both ways; the semantics named first
@@ -64,18 +68,23 @@ flip: ``outside.py``)."""
 
 from __future__ import annotations
 
+import math
+
 from mismatchctl.analysis.diagnose.causes import code_path, hardware, policy, semantics
 from mismatchctl.analysis.diagnose.causes.beside_truncation import lean_beside_truncation, tail_text
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
-from mismatchctl.analysis.diagnose.causes.outside import lean, outside
+from mismatchctl.analysis.diagnose.causes.outside import lean, log_sd, outside
 from mismatchctl.analysis.diagnose.causes.parts import (
     hot_on_other_gpus,
     path_on_one_gpu,
     where_text,
 )
-from mismatchctl.analysis.diagnose.check import FAIL, WARN
+from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN
+from mismatchctl.analysis.diagnose.checks import baseline
 from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.contrasts import relative
 from mismatchctl.engines import plan as K
+from mismatchctl.stats.localize.explain import contrast_baseline
 
 WITHIN_RESPONSES = K.SEGMENT_KEYS
 """The keys that cut a response into parts (turns, positions, probability bins): a region
@@ -92,6 +101,8 @@ def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
     pair = {first.cause.KEY: first, w.cause.KEY: w}
     if set(pair) == {hardware.KEY, CODE_PATH}:
         return _held(ctx, pair[CODE_PATH])
+    if level_shape(ctx, first, w):
+        return True
     declared = w.cause.KEY in first.cause.EXPLAINS or first.cause.KEY in w.cause.EXPLAINS
     declared = declared or in_part(first, w)
     if not declared:
@@ -101,6 +112,41 @@ def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
     if set(pair) == {POLICY, SEMANTICS}:
         return not _above_truncation(ctx, pair[SEMANTICS])
     return True
+
+
+def level_shape(ctx: Context, first: Weighed, w: Weighed) -> bool:
+    """A code path beside the precision named over a baseline whose part is no hotter than the
+    level of the rest there (not ``beyond_level``): the level's own shape. A loss that grows
+    with the context (an fp8 KV cache: every key read adds its rounding) makes long-KV
+    positions hotter than the rest on the run's own noise model (the GPT-NeoX member's: KV
+    32-127 at 2.0x the rest, 80% of the K3 on 67% of the tokens), but over the baseline that
+    part is 36.9x and the rest 27.8x (1.33x). A window's part stands beyond it
+    (``combo-window-fp8kv``, named by ``outside.level_over_part``)."""
+    pair = {first.cause.KEY: first, w.cause.KEY: w}
+    if set(pair) != {PRECISION, CODE_PATH} or first.cause.KEY != PRECISION:
+        return False
+    return not beyond_level(ctx, pair[CODE_PATH])
+
+
+def beyond_level(ctx: Context, path: Weighed) -> bool:
+    """A code path's part over the baseline stands beyond the level of the rest: the part's
+    rate over the baseline's at the same token mix the ``baseline`` check's 1.5x the rest's
+    (the interval above 1.2, the two halves' errors independent); without a baseline, or a
+    part the cube cannot cut in one dimension, the path stands (as before the relation)."""
+    view, cube, region = ctx.baseline, ctx.cube, path.support.region or {}
+    if view is None or view.cube is None or cube is None or len(region) != 1:
+        return True
+    (dim, codes), spec = next(iter(region.items())), cube.spec
+    rest = [c for c in range(spec.levels(spec.index(dim))) if c not in codes]
+    part = contrast_baseline(cube, view.cube, region, K.BIN)
+    other = contrast_baseline(cube, view.cube, {dim: rest}, K.BIN) if rest else None
+    if part is None or other is None:
+        return True
+    ratio = part[0] / other[0]
+    sd = math.hypot(log_sd(part[1]), log_sd(other[1]))
+    ci = (ratio * math.exp(-1.96 * sd), ratio * math.exp(1.96 * sd))
+    t = baseline.T
+    return relative(ratio, ci, t.BASELINE_FACTOR, t.BASELINE_CI_LOW, t.BASELINE_FAIL) != OK
 
 
 def in_part(first: Weighed, w: Weighed) -> bool:
@@ -255,6 +301,7 @@ __all__ = [
     "explains",
     "in_part",
     "level_leans",
+    "level_shape",
     "path_over_lean",
     "peeled",
     "truncation_tail",

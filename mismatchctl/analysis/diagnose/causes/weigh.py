@@ -25,6 +25,7 @@ from mismatchctl.analysis.diagnose.causes.peel import (
     explains,
     in_part,
     level_leans,
+    level_shape,
     path_over_lean,
     peeled,
     truncation_tail,
@@ -198,6 +199,11 @@ def _lost(ctx: Context, w: Weighed, first: Weighed | None, tail: str | None = No
         why = "its checks did not fire"
     elif first is None:
         why = f"explains {_pct(s.share)} of the run's mass, under a fifth of its excess"
+    elif level_shape(ctx, first, w):
+        why = (
+            f"over the baseline its part is no hotter than the rest's level: the shape of "
+            f"{first.cause.LABEL} (a loss growing with the context)"
+        )
     elif (w.cause.KEY in first.cause.EXPLAINS or in_part(first, w)) and explains(ctx, first, w):
         why = f"{first.cause.LABEL} sets off its checks too"
     elif first.cause.KEY in w.cause.EXPLAINS and explains(ctx, first, w):

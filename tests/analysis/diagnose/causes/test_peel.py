@@ -289,3 +289,22 @@ def test_the_level_is_relabelled_only_from_a_precision_beside_a_path(first: Modu
     assert peel.level_leans(NO_CONTEXT, _weighed(precision), [], [_weighed(policy)]) is None
     steps = _weighed(code_path, {"step": [3]})  # whole responses: no part within them
     assert peel.level_leans(NO_CONTEXT, _weighed(precision), [steps], [_weighed(policy)]) is None
+
+
+def test_a_part_no_hotter_than_the_precisions_level_over_the_baseline_is_its_shape(
+    held_out_store: Path,
+) -> None:
+    """``nx-pr-fp8kv`` over ``nx-h-a`` (the GPT-NeoX member's fp8 KV cache, its first three
+    steps): on the run's own noise model KV 32-127 is twice the rest, a code path; over the
+    baseline the part and the rest stand at about the same level (the loss grows a little with
+    the context): the precision alone, the path its runner-up saying why
+    (``peel.level_shape``). Alone, without the level, the part is what shows."""
+    from tests.planted import diagnosis
+
+    cause = diagnosis(held_out_store, "nx-pr-fp8kv", "nx-h-a").section_dict()["cause"]
+    assert (cause["key"], cause["also"]) == ("precision", [])
+    path = next(r for r in cause["runner_ups"] if r["key"] == "code_path")
+    assert path["verdict"] in ("warn", "fail")
+    assert path["lost"].startswith("over the baseline its part is no hotter than the rest's level")
+    alone = diagnosis(held_out_store, "nx-pr-fp8kv").section_dict()["cause"]
+    assert alone["key"] == "code_path"

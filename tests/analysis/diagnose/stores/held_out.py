@@ -16,7 +16,10 @@ family"); ``m-h-a``, ``m-h-b``, ``m-r3-b``, ``m-router-fp8``, ``m-capture-layers
 family's Qwen2-MoE, ``family.py --moe``, seed 0: "Another mixture of experts"; routes as verl
 lists, read without options); ``pair-temp-gpu`` and ``h-gpus`` whole, ``pair-batchvar-temp``
 and ``h-b`` their first three steps (pairs made after every rule, second machine's draw:
-"Pairs never calibrated"). Ingested without tags, as they were diagnosed."""
+"Pairs never calibrated"); ``f-pol-stale`` and ``f-h-a`` whole (the Llama family, seed 0: "A
+level that varies from step to step"); ``nx-pr-fp8kv`` and ``nx-h-a``, the first three steps of
+the GPT-NeoX member's ``f-pr-fp8kv`` and ``f-h-a`` (``family.py --arch gptneox``). Ingested
+without tags, as they were diagnosed."""
 
 from __future__ import annotations
 
