@@ -64,6 +64,31 @@ def varying_level(ctx: Context, first: Weighed | None, alarmed: list[Weighed]) -
     return Weighed(policy, support, first.score)
 
 
+def varying_second(ctx: Context, w: Weighed, alarmed: list[Weighed]) -> Weighed:
+    """A precision named beside a part (outside it, or before any routing flip) whose run's
+    steps the ``spikes`` check splits is the policy, as a level named first is (the MoE
+    family's stale weights beside their routing flips, step 1 2.1-2.4x the others: named
+    ``routing`` + ``precision``); the precision beside a gpu's fault or a template, the same at
+    every step in every corpus, stays. ``w`` itself otherwise."""
+    split = ctx.result(spikes)
+    if w.cause.KEY != precision.KEY or ctx.baseline is None or not fired(split) or split is None:
+        return w
+    if any(x.cause.KEY == policy.KEY and x.support.alarm for x in alarmed):
+        return w
+    support = Support(
+        **{
+            **w.support.__dict__,
+            "because": (
+                f"{w.support.because}; {split.finding}: a precision loss raises every step "
+                "alike, the gap between two sets of weights follows the updates between them"
+            ),
+            "checks": (*w.support.checks, spikes.NAME),
+            "variant": policy.VARYING,
+        }
+    )
+    return Weighed(policy, support, w.score)
+
+
 def _level(ctx: Context, first: Weighed, alarmed: list[Weighed]) -> tuple[float | None, str] | None:
     """The level's share of the run's mass and its sentence: the precision named first, or the
     other steps beside a part of some steps named first, at ``LEVEL_SHARE`` of the excess."""
@@ -99,4 +124,4 @@ def _level(ctx: Context, first: Weighed, alarmed: list[Weighed]) -> tuple[float 
     )
 
 
-__all__ = ["varying_level"]
+__all__ = ["varying_level", "varying_second"]

@@ -38,3 +38,19 @@ def test_a_precision_loss_the_same_at_every_step_stays_a_precision_loss(
     spikes = next(c for c in found["checks"] if c["name"] == "spikes")
     assert spikes["verdict"] in ("ok", "n/a")  # its first three steps
     assert diagnosis(held_out_store, "f-h-a", "f-pol-stale").section_dict()["verdict"] == "ok"
+
+
+def test_a_precision_beside_routing_flips_that_varies_by_step_is_the_policy(
+    held_out_store: Path,
+) -> None:
+    """``m-pol-stale`` over ``m-h-a6`` (the family's MoE, seed 0, whole runs: weights a
+    checkpoint behind): the flips are named first, and the level before any flip, which was
+    named a precision loss beside them, varies from step to step (step 1 2.1x the others):
+    the policy beside the routing (``varying_second``)."""
+    cause = diagnosis(held_out_store, "m-pol-stale", "m-h-a6").section_dict()["cause"]
+    assert cause["key"] == "routing"
+    (also,) = cause["also"]
+    assert (also["key"], also["variant"]) == ("policy", policy.VARYING)
+    assert (
+        also["checks"][-1] == "spikes" and "a precision loss raises every step" in also["because"]
+    )
