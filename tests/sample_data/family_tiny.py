@@ -9,7 +9,9 @@ from tests.sample_data.family_deps import family_deps
 
 torch = family_deps()
 
-from gen.family_model import new_model  # noqa: E402
+import gen.family_engine as engine_module  # noqa: E402
+from gen.family_engine import EngineKernel, Sampler, decode_turn, prepare_engine  # noqa: E402
+from gen.family_model import build, new_model  # noqa: E402
 
 
 def tiny_state(config: Any, key_norm: float | None = None) -> dict[str, Any]:
@@ -73,3 +75,37 @@ def fp32_head_logits(config: Any) -> tuple[Any, Any, Any]:
     with torch.no_grad():
         hidden = engine.model(x).last_hidden_state.float()
         return hidden @ engine.lm_head.weight.t(), engine(x).logits, plain(x).logits
+
+
+def decode(
+    config: Any, state: dict[str, Any], kernel: EngineKernel, dtype: Any
+) -> tuple[list[list[int]], list[tuple[list[int], list[float]]]]:
+    """Two contexts (5 and 12 tokens) and 30 tokens decoded for each through the cache."""
+    engine = prepare_engine(build(config, state, dtype), kernel, False, False)
+    contexts = [ids(1, 5, 5)[0].tolist(), ids(1, 12, 6)[0].tolist()]
+    sampler = Sampler(temperature=1.5)
+    gen = torch.Generator().manual_seed(7)
+    return contexts, decode_turn(engine, contexts, sampler, set(), 30, 30, gen)
+
+
+def assert_split_kv_merges_act_past_the_split(config: Any) -> None:
+    """A split-KV decode merged in fp32 is the plain kernel's attention; merged with fp8
+    log-sum-exps, or a key late, it departs once the keys pass the split and not before."""
+    state = tiny_state(config)
+    split = 16  # the batch is 12 keys wide (left-padded): decode step 5 has 17 keys
+    fp32 = torch.float32
+    _, plain = decode(config, state, EngineKernel(), fp32)
+    _, exact = decode(config, state, EngineKernel(split_at=split, lse_dtype=fp32), fp32)
+    for (tokens, lps), (other, olps) in zip(plain, exact, strict=True):
+        assert tokens == other and max(abs(a - b) for a, b in zip(lps, olps, strict=True)) < 1e-4
+    faults = [
+        EngineKernel(split_at=split, lse_dtype=engine_module.FP8),
+        EngineKernel(split_at=split, lse_dtype=fp32, drop_key=True),
+    ]
+    before = split - 12 + 1  # the prefill's token and the decode steps within the split
+    for kernel in faults:
+        _, faulty = decode(config, state, kernel, fp32)
+        for (_, lps), (_, flps) in zip(plain, faulty, strict=True):
+            assert max(abs(a - b) for a, b in zip(lps[:before], flps[:before], strict=True)) < 1e-5
+            moved = [abs(a - b) for a, b in zip(lps[before:], flps[before:], strict=True)]
+            assert max(moved) > 1e-3

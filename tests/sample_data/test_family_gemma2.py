@@ -4,8 +4,6 @@ knob that has a Gemma2 form uses it, and the sliding window is kept through the 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.sample_data.family_deps import family_deps
@@ -131,11 +129,3 @@ def test_sliding_window_decode_through_the_cache_matches_the_trainer(
     last = [(w, m) for w, n, m in masks[-2:]]
     assert last[0][0] == WINDOW and last[0][1] is not None
     assert last[0][1].shape[-1] == WINDOW  # the cache's sliding layer: WINDOW - 1 keys + 1
-
-
-def test_the_moe_member_is_refused_with_gemma2(tmp_path: Path) -> None:
-    import family
-
-    with pytest.raises(SystemExit, match="--moe with --arch gemma2"):
-        family.main(["--out", str(tmp_path), "--arch", "gemma2", "--moe"])
-    assert not any(tmp_path.iterdir())

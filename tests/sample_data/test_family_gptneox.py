@@ -6,8 +6,6 @@ replaces the untied one."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.sample_data.family_deps import family_deps
@@ -18,8 +16,6 @@ import gen.family_engine as engine_module  # noqa: E402
 from gen.family_engine import (  # noqa: E402
     EngineKernel,
     Fp32Head,
-    Sampler,
-    decode_turn,
     prepare_engine,
     score,
 )
@@ -27,7 +23,14 @@ from gen.family_gptneox import gptneox_config, layernorm_bf16  # noqa: E402
 from gen.family_model import VOCAB, build, new_model  # noqa: E402
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM  # noqa: E402
 
-from tests.sample_data.family_tiny import bf16_departure, ids, kl, tiny_state  # noqa: E402
+from tests.sample_data.family_tiny import (  # noqa: E402
+    assert_split_kv_merges_act_past_the_split,
+    bf16_departure,
+    decode,
+    ids,
+    kl,
+    tiny_state,
+)
 
 HEAD = 16
 ROTARY = 4  # a quarter of each head
@@ -40,20 +43,6 @@ def tiny_config() -> GPTNeoXConfig:
                                           "partial_rotary_factor": 0.25},
                          use_parallel_residual=True, tie_word_embeddings=False,
                          layer_norm_eps=1e-5, attn_implementation="sdpa")  # fmt: skip
-
-
-def decode(
-    config: GPTNeoXConfig,
-    state: dict[str, torch.Tensor],
-    kernel: EngineKernel,
-    dtype: torch.dtype,
-) -> tuple[list[list[int]], list[tuple[list[int], list[float]]]]:
-    """Two contexts (5 and 12 tokens) and 30 tokens decoded for each through the cache."""
-    engine = prepare_engine(build(config, state, dtype), kernel, False, False)
-    contexts = [ids(1, 5, 5)[0].tolist(), ids(1, 12, 6)[0].tolist()]
-    sampler = Sampler(temperature=1.5)
-    gen = torch.Generator().manual_seed(7)
-    return contexts, decode_turn(engine, contexts, sampler, set(), 30, 30, gen)
 
 
 def test_the_gptneox_member_is_an_untied_sdpa_pythia_of_the_family_size() -> None:
@@ -74,16 +63,6 @@ def test_the_gptneox_member_is_an_untied_sdpa_pythia_of_the_family_size() -> Non
     assert attn.query_key_value.out_features == 3 * 128 and attn.query_key_value.bias is not None
     assert layer.mlp.dense_h_to_4h.out_features == 352 and len(model.gpt_neox.layers) == 4
     assert sum(p.numel() for p in model.parameters()) < 1_000_000
-
-
-def test_the_gptneox_label_and_refusals(tmp_path: Path) -> None:
-    import family
-
-    assert family.label_of(VOCAB, None, "gptneox") == "gptneox-4x128-bpe1024"
-    assert family.label_of(2048, None, "gptneox", 1024) == "gptneox-4x128-bpe2048-c1024"
-    with pytest.raises(SystemExit, match="--moe with --arch gptneox"):
-        family.main(["--out", str(tmp_path), "--arch", "gptneox", "--moe"])
-    assert not any(tmp_path.iterdir())
 
 
 def test_the_bf16_engine_departs_a_little_from_the_fp32_trainer() -> None:
@@ -148,27 +127,7 @@ def test_the_kernel_sees_every_layers_partly_rotated_keys_and_the_fp8_cache_roun
 
 
 def test_the_split_kv_merges_act_past_the_split_only() -> None:
-    """A split-KV decode merged in fp32 is the plain kernel's attention; merged with fp8
-    log-sum-exps, or a key late, it departs once the keys pass the split and not before."""
-    config = tiny_config()
-    state = tiny_state(config)
-    split = 16  # the batch is 12 keys wide (left-padded): decode step 5 has 17 keys
-    fp32 = torch.float32
-    _, plain = decode(config, state, EngineKernel(), fp32)
-    _, exact = decode(config, state, EngineKernel(split_at=split, lse_dtype=fp32), fp32)
-    for (tokens, lps), (other, olps) in zip(plain, exact, strict=True):
-        assert tokens == other and olps == pytest.approx(lps, abs=1e-4)
-    faults = [
-        EngineKernel(split_at=split, lse_dtype=engine_module.FP8),
-        EngineKernel(split_at=split, lse_dtype=fp32, drop_key=True),
-    ]
-    before = split - 12 + 1  # the prefill's token and the decode steps within the split
-    for kernel in faults:
-        _, faulty = decode(config, state, kernel, fp32)
-        for (_, lps), (_, flps) in zip(plain, faulty, strict=True):
-            assert flps[:before] == pytest.approx(lps[:before], abs=1e-5)
-            moved = [abs(a - b) for a, b in zip(lps[before:], flps[before:], strict=True)]
-            assert max(moved) > 1e-3
+    assert_split_kv_merges_act_past_the_split(tiny_config())
 
 
 def test_the_bf16_layernorm_statistics_reach_every_norm() -> None:

@@ -6,8 +6,6 @@ one."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from tests.sample_data.family_deps import family_deps
@@ -17,8 +15,6 @@ torch = family_deps()
 import gen.family_engine as engine_module  # noqa: E402
 from gen.family_engine import (  # noqa: E402
     EngineKernel,
-    Sampler,
-    decode_turn,
     prepare_engine,
     score,
 )
@@ -28,7 +24,9 @@ from transformers import Qwen3Config, Qwen3ForCausalLM  # noqa: E402
 from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm  # noqa: E402
 
 from tests.sample_data.family_tiny import (  # noqa: E402
+    assert_split_kv_merges_act_past_the_split,
     bf16_departure,
+    decode,
     fp32_head_logits,
     ids,
     kl,
@@ -48,17 +46,6 @@ def tiny_config() -> Qwen3Config:
                        attn_implementation="sdpa")  # fmt: skip
 
 
-def decode(
-    config: Qwen3Config, state: dict[str, torch.Tensor], kernel: EngineKernel, dtype: torch.dtype
-) -> tuple[list[list[int]], list[tuple[list[int], list[float]]]]:
-    """Two contexts (5 and 12 tokens) and 30 tokens decoded for each through the cache."""
-    engine = prepare_engine(build(config, state, dtype), kernel, False, False)
-    contexts = [ids(1, 5, 5)[0].tolist(), ids(1, 12, 6)[0].tolist()]
-    sampler = Sampler(temperature=1.5)
-    gen = torch.Generator().manual_seed(7)
-    return contexts, decode_turn(engine, contexts, sampler, set(), 30, 30, gen)
-
-
 def test_the_qwen3_member_is_a_tied_sdpa_qwen3_with_qk_norms() -> None:
     config = qwen3_config(VOCAB)
     assert config.layer_types == ["full_attention"] * 4 and config.sliding_window is None
@@ -72,16 +59,6 @@ def test_the_qwen3_member_is_a_tied_sdpa_qwen3_with_qk_norms() -> None:
     assert attn.q_proj.bias is None and attn.k_proj.bias is None and attn.v_proj.bias is None
     assert (attn.q_proj.out_features, attn.k_proj.out_features) == (128, 64)
     assert sum(p.numel() for p in model.parameters()) < 1_000_000
-
-
-def test_the_qwen3_label_and_refusals(tmp_path: Path) -> None:
-    import family
-
-    assert family.label_of(VOCAB, None, "qwen3") == "qwen3-4x128-bpe1024"
-    assert family.label_of(2048, None, "qwen3", 1024) == "qwen3-4x128-bpe2048-c1024"
-    with pytest.raises(SystemExit, match="--moe with --arch qwen3"):
-        family.main(["--out", str(tmp_path), "--arch", "qwen3", "--moe"])
-    assert not any(tmp_path.iterdir())
 
 
 def test_the_bf16_engine_departs_a_little_from_the_fp32_trainer() -> None:
@@ -130,28 +107,7 @@ def test_the_kernel_sees_every_layers_normed_keys_and_the_fp8_cache_rounds_them(
 
 
 def test_the_split_kv_merges_act_past_the_split_only() -> None:
-    """A split-KV decode merged in fp32 is the plain kernel's attention (grouped heads
-    repeated right); merged with fp8 log-sum-exps, or a key late, it departs once the keys pass
-    the split and not before."""
-    config = tiny_config()
-    state = tiny_state(config)
-    split = 16  # the batch is 12 keys wide (left-padded): decode step 5 has 17 keys
-    fp32 = torch.float32
-    _, plain = decode(config, state, EngineKernel(), fp32)
-    _, exact = decode(config, state, EngineKernel(split_at=split, lse_dtype=fp32), fp32)
-    for (tokens, lps), (other, olps) in zip(plain, exact, strict=True):
-        assert tokens == other and olps == pytest.approx(lps, abs=1e-4)
-    faults = [
-        EngineKernel(split_at=split, lse_dtype=engine_module.FP8),
-        EngineKernel(split_at=split, lse_dtype=fp32, drop_key=True),
-    ]
-    before = split - 12 + 1  # the prefill's token and the decode steps within the split
-    for kernel in faults:
-        _, faulty = decode(config, state, kernel, fp32)
-        for (_, lps), (_, flps) in zip(plain, faulty, strict=True):
-            assert flps[:before] == pytest.approx(lps[:before], abs=1e-5)
-            moved = [abs(a - b) for a, b in zip(lps[before:], flps[before:], strict=True)]
-            assert max(moved) > 1e-3
+    assert_split_kv_merges_act_past_the_split(tiny_config())
 
 
 def test_the_bf16_norm_statistics_reach_the_per_head_norms() -> None:
