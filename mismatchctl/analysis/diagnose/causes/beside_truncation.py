@@ -12,14 +12,17 @@ fp8 KV cache 47-118x (``combo-topp-fp8kv``), weights an optimizer step behind 12
 
 Which cause it is, the tail alone cannot say (other weights and a precision loss both fill it).
 The responses' lean tells other weights, at a lower gate than on a run alone now that another
-cause is shown to be there (``TAIL_LEAN_ALPHA``, ``TAIL_LEAN_DISPERSION``); without it nothing
-is named beside the truncation, and the runner-ups say what the tail holds (``tail_text``)."""
+cause is shown to be there (``TAIL_LEAN_ALPHA``, ``TAIL_LEAN_DISPERSION``); so do steps that
+differ (``steps_beside_truncation``: a precision loss raises every step alike). Without either
+nothing is named beside the truncation, and the runner-ups say what the tail holds
+(``tail_text``)."""
 
 from __future__ import annotations
 
+from mismatchctl.analysis.diagnose.causes import policy
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support
-from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN
-from mismatchctl.analysis.diagnose.checks import baseline, policy_signs
+from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, fired
+from mismatchctl.analysis.diagnose.checks import baseline, policy_signs, spikes
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
 from mismatchctl.stats.localize.result import ratio_text
@@ -96,6 +99,35 @@ def lean_beside_truncation(ctx: Context) -> Support | None:
     )
 
 
+def steps_beside_truncation(ctx: Context) -> Support | None:
+    """Other weights beside a truncation whose responses do not lean: its tail filled over the
+    baseline (``tail_beside``) and the run's steps split by the ``spikes`` check. Another cause
+    fills the tail, other weights or a precision loss; a precision loss raises every step alike
+    (the fp8 caches beside top-p: the steps within 1.0-1.2x of each other, as every precision
+    fault of the corpora), the gap between two sets of weights follows the updates (weights a
+    checkpoint behind beside top-p, in every family and draw: step 1 2.3-3.0x the others, where
+    the BPE models' responses lean 1.07-1.30 above the truncation, under the gate). None
+    otherwise."""
+    split = ctx.result(spikes)
+    tail = tail_beside(ctx) if fired(split) and split is not None else None
+    if tail is None or split is None:
+        return None
+    return Support(
+        verdict=split.verdict,
+        share=None,
+        because=(
+            f"{_tail_sentence(tail)}, another cause beside the truncation; {split.finding}: "
+            "a precision loss raises every step alike, the gap between two sets of weights "
+            "follows the updates between them"
+        ),
+        checks=(baseline.NAME, spikes.NAME),
+        ratio=tail.ratio,
+        ci=tail.ci,
+        where="every token",
+        variant=policy.VARYING,
+    )
+
+
 def tail_text(ctx: Context) -> str | None:
     """What the runner-ups of a truncation say when its tail is filled and nothing is named
     beside it; None when the tail is not filled."""
@@ -120,6 +152,7 @@ __all__ = [
     "TAIL_LEAN_ALPHA",
     "TAIL_LEAN_DISPERSION",
     "lean_beside_truncation",
+    "steps_beside_truncation",
     "tail_beside",
     "tail_text",
 ]

@@ -71,7 +71,11 @@ from __future__ import annotations
 import math
 
 from mismatchctl.analysis.diagnose.causes import code_path, hardware, policy, semantics
-from mismatchctl.analysis.diagnose.causes.beside_truncation import lean_beside_truncation, tail_text
+from mismatchctl.analysis.diagnose.causes.beside_truncation import (
+    lean_beside_truncation,
+    steps_beside_truncation,
+    tail_text,
+)
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.causes.outside import lean, log_sd, outside
 from mismatchctl.analysis.diagnose.causes.parts import (
@@ -173,7 +177,11 @@ def peeled(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[Weighed
         return []
     if not semantics.lowers(ctx, first.support):
         return []
-    lean = policy.lean_above_truncation(ctx) or lean_beside_truncation(ctx)
+    lean = (
+        policy.lean_above_truncation(ctx)
+        or lean_beside_truncation(ctx)
+        or steps_beside_truncation(ctx)
+    )
     return [] if lean is None else [Weighed(found.cause, lean, 0.0)]
 
 

@@ -61,3 +61,21 @@ def test_the_lean_gate_sits_between_the_fp8_caches_and_the_policy_signs_gate() -
 
     assert 1.17 < beside_truncation.TAIL_LEAN_DISPERSION < policy_signs.T.SIGN_DISPERSION_WARN
     assert policy_signs.T.SIGN_ALPHA < beside_truncation.TAIL_LEAN_ALPHA < 0.05
+
+
+def test_weights_behind_beside_top_p_that_do_not_lean_are_told_by_their_steps(
+    held_out_store: Path,
+) -> None:
+    """``f-combo-stale-topp`` over ``f-h-a`` (the Llama family, seed 0: top-p 0.9 beside weights
+    a checkpoint behind): the tail above the healthy noise is filled over the baseline, but the
+    responses lean under the gate there, so the tail alone could not say which cause fills it;
+    step 1 stands 2.3x out of the others (the ``spikes`` check), which a precision loss does
+    not do: the policy is named beside the truncation (``steps_beside_truncation``)."""
+    from mismatchctl.analysis.diagnose.causes import policy
+    from tests.planted import diagnosis
+
+    cause = diagnosis(held_out_store, "f-combo-stale-topp", "f-h-a").section_dict()["cause"]
+    assert cause["key"] == "semantics"
+    (also,) = cause["also"]
+    assert (also["key"], also["variant"]) == ("policy", policy.VARYING)
+    assert also["checks"] == ["baseline", "spikes"] and "beside the truncation" in also["because"]
