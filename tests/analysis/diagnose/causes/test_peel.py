@@ -182,6 +182,11 @@ def test_a_lean_above_a_truncations_reach_is_another_policy(
     (found,) = peel.peeled(NO_CONTEXT, cut, [cut, quiet])  # the tail filled over a baseline
     assert found.cause is policy and found.support is beside
     monkeypatch.setattr(peel, "lean_beside_truncation", lambda ctx: None)
+    steps = Support("fail", None, "the filled tail's steps differ", ("baseline", "spikes"))
+    monkeypatch.setattr(peel, "steps_beside_truncation", lambda ctx: steps)
+    (found,) = peel.peeled(NO_CONTEXT, cut, [cut, quiet])  # no lean, the steps differ
+    assert found.cause is policy and found.support is steps
+    monkeypatch.setattr(peel, "steps_beside_truncation", lambda ctx: None)
     assert peel.explains(NO_CONTEXT, cut, _weighed(policy))
     assert peel.peeled(NO_CONTEXT, cut, [cut, quiet]) == []
 
