@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.causes import policy
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support
-from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, fired
-from mismatchctl.analysis.diagnose.checks import baseline, policy_signs, spikes
+from mismatchctl.analysis.diagnose.causes.varying_level import steps_split
+from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN
+from mismatchctl.analysis.diagnose.checks import baseline, policy_signs
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
 from mismatchctl.stats.localize.result import ratio_text
@@ -101,15 +102,16 @@ def lean_beside_truncation(ctx: Context) -> Support | None:
 
 def steps_beside_truncation(ctx: Context) -> Support | None:
     """Other weights beside a truncation whose responses do not lean: its tail filled over the
-    baseline (``tail_beside``) and the run's steps split by the ``spikes`` check. Another cause
+    baseline (``tail_beside``) and the run's steps split (``varying_level.steps_split``: the
+    ``spikes`` or the ``regimes`` check). Another cause
     fills the tail, other weights or a precision loss; a precision loss raises every step alike
     (the fp8 caches beside top-p: the steps within 1.0-1.2x of each other, as every precision
     fault of the corpora), the gap between two sets of weights follows the updates (weights a
     checkpoint behind beside top-p, in every family and draw: step 1 2.3-3.0x the others, where
     the BPE models' responses lean 1.07-1.30 above the truncation, under the gate). None
     otherwise."""
-    split = ctx.result(spikes)
-    tail = tail_beside(ctx) if fired(split) and split is not None else None
+    split = steps_split(ctx)
+    tail = tail_beside(ctx) if split is not None else None
     if tail is None or split is None:
         return None
     return Support(
@@ -120,7 +122,7 @@ def steps_beside_truncation(ctx: Context) -> Support | None:
             "a precision loss raises every step alike, the gap between two sets of weights "
             "follows the updates between them"
         ),
-        checks=(baseline.NAME, spikes.NAME),
+        checks=(baseline.NAME, split.name),
         ratio=tail.ratio,
         ci=tail.ci,
         where="every token",

@@ -14,8 +14,9 @@ out from the level, a code path of that step.
 
 So over a baseline, when the level named first (the precision, uniform) or a part of some
 steps named first whose other steps hold half the excess at their level (``LEVEL_SHARE``, as
-``outside.level_over_part`` weighs a level) has its steps split by the ``spikes`` check, the
-policy is named: other weights whose gap varies with the training. Not when another part of the
+``outside.level_over_part`` weighs a level) has its steps split by the ``spikes`` or the
+``regimes`` check (``steps_split``: the second Gemma2 draw's stale weights beside top-p split
+in two regimes, steps 1 and 2 at 2.1x), the policy is named, the split its own finding: other weights whose gap varies with the training. Not when another part of the
 run alarms beside the steps (a template's or a path's excess in the other steps is no level:
 ``f-combo-tpl-splitkv`` holds 23-41% there), nor when the responses lean (the policy is then
 named by its own check)."""
@@ -25,8 +26,8 @@ from __future__ import annotations
 from mismatchctl.analysis.diagnose.causes import policy, precision
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.causes.outside import LEVEL_SHARE
-from mismatchctl.analysis.diagnose.check import evidence_of, fired
-from mismatchctl.analysis.diagnose.checks import baseline, spikes
+from mismatchctl.analysis.diagnose.check import Check, evidence_of, fired
+from mismatchctl.analysis.diagnose.checks import baseline, regimes, spikes
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.contrasts import ci_text
 from mismatchctl.analysis.diagnose.text import pct
@@ -37,11 +38,25 @@ from mismatchctl.stats.localize.result import ratio_text
 CODE_PATH = "code_path"
 
 
+def steps_split(ctx: Context) -> Check | None:
+    """The check that splits the run's steps into a few isolated ones and the others
+    (``spikes``) or into two regimes or a step change (``regimes``), whichever fired first;
+    None when the steps are one regime (every precision fault of the corpora: within
+    1.0-1.2x)."""
+    return next((c for c in (ctx.result(spikes), ctx.result(regimes)) if fired(c)), None)
+
+
+def steps_part(w: Weighed) -> bool:
+    """A code path of some steps: the split itself, which the policy's gap varying from step
+    to step explains (no second cause beside it)."""
+    return w.cause.KEY == CODE_PATH and set(w.support.region or {}) == {K.STEP}
+
+
 def varying_level(ctx: Context, first: Weighed | None, alarmed: list[Weighed]) -> Weighed | None:
-    """The policy for the level named first over a baseline when the ``spikes`` check splits
-    its steps (the module's docstring); None otherwise."""
-    split = ctx.result(spikes)
-    if first is None or ctx.baseline is None or not fired(split) or split is None:
+    """The policy for the level named first over a baseline when the ``spikes`` or ``regimes``
+    check splits its steps (the module's docstring); None otherwise."""
+    split = steps_split(ctx)
+    if first is None or ctx.baseline is None or split is None:
         return None
     found = next((w for w in alarmed if w.cause.KEY == policy.KEY), None)
     if found is not None and found.support.alarm:
@@ -57,7 +72,7 @@ def varying_level(ctx: Context, first: Weighed | None, alarmed: list[Weighed]) -
             f"{text}; {split.finding}: a precision loss raises every step alike, the gap "
             "between two sets of weights follows the updates between them"
         ),
-        checks=(baseline.NAME, spikes.NAME),
+        checks=(baseline.NAME, split.name),
         where="every token",
         variant=policy.VARYING,
     )
@@ -69,8 +84,11 @@ def varying_second(ctx: Context, w: Weighed, alarmed: list[Weighed]) -> Weighed:
     steps the ``spikes`` check splits is the policy, as a level named first is (the MoE
     family's stale weights beside their routing flips, step 1 2.1-2.4x the others: named
     ``routing`` + ``precision``); the precision beside a gpu's fault or a template, the same at
-    every step in every corpus, stays. ``w`` itself otherwise."""
-    split = ctx.result(spikes)
+    every step in every corpus, stays. Only the ``spikes`` check's split counts here: the
+    regimes of a part named first follow its own batches (a split-KV path in the MoE with
+    replay: five of six steps at 45x, the precision beside it as spurious as a policy would
+    be). ``w`` itself otherwise."""
+    split = ctx.result(spikes)  # a few isolated steps: regimes follow a path's batches too
     if w.cause.KEY != precision.KEY or ctx.baseline is None or not fired(split) or split is None:
         return w
     if any(x.cause.KEY == policy.KEY and x.support.alarm for x in alarmed):
@@ -82,7 +100,7 @@ def varying_second(ctx: Context, w: Weighed, alarmed: list[Weighed]) -> Weighed:
                 f"{w.support.because}; {split.finding}: a precision loss raises every step "
                 "alike, the gap between two sets of weights follows the updates between them"
             ),
-            "checks": (*w.support.checks, spikes.NAME),
+            "checks": (*w.support.checks, split.name),
             "variant": policy.VARYING,
         }
     )
@@ -124,4 +142,4 @@ def _level(ctx: Context, first: Weighed, alarmed: list[Weighed]) -> tuple[float 
     )
 
 
-__all__ = ["varying_level", "varying_second"]
+__all__ = ["steps_part", "steps_split", "varying_level", "varying_second"]

@@ -31,7 +31,11 @@ from mismatchctl.analysis.diagnose.causes.peel import (
     truncation_tail,
 )
 from mismatchctl.analysis.diagnose.causes.row import CauseRow
-from mismatchctl.analysis.diagnose.causes.varying_level import varying_level, varying_second
+from mismatchctl.analysis.diagnose.causes.varying_level import (
+    steps_part,
+    varying_level,
+    varying_second,
+)
 from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline
 from mismatchctl.analysis.diagnose.context import Context
@@ -102,7 +106,9 @@ def weigh(ctx: Context) -> Weighing:
         first, also = level_over_part(ctx, first, also, cut)  # a level holding most of it
         also += [w for w in peeled(ctx, first, weighed) if w.cause not in _causes(also)]
         first = level_leans(ctx, first, also, weighed) or first  # the level leans outside a path
-        first = varying_level(ctx, first, alarmed) or first  # a level that varies by step
+        varying = varying_level(ctx, first, alarmed)  # a level that varies by step
+        if varying is not None:  # the split of its steps is its own finding
+            first, also = varying, [w for w in also if not steps_part(w)]
         also = [varying_second(ctx, w, alarmed) for w in also]
     named = [] if first is None else [first.cause]  # the first may be a peel's new Weighed
     rest = [w for w in weighed if w.cause not in named + _causes(also)]

@@ -79,3 +79,20 @@ def test_weights_behind_beside_top_p_that_do_not_lean_are_told_by_their_steps(
     (also,) = cause["also"]
     assert (also["key"], also["variant"]) == ("policy", policy.VARYING)
     assert also["checks"] == ["baseline", "spikes"] and "beside the truncation" in also["because"]
+
+
+def test_a_truncation_alone_that_leans_above_its_reach_is_no_policy_over_its_baseline(
+    held_out_store: Path,
+) -> None:
+    """``g1-sem-topp-loud`` (the second Gemma2 draw's top-p 0.9 alone, made after the lean
+    above a truncation's reach was calibrated): its responses lean 1.69 there (p 7e-9), over
+    the corpora's 0.81-1.41, and alone the policy is named beside the truncation (a spurious
+    second cause: without a baseline nothing tells it). Over its baseline the tail above the
+    healthy noise is not filled, so no other cause is there: the semantics alone
+    (``peel.lean_above``)."""
+    from tests.planted import diagnosis
+
+    cause = diagnosis(held_out_store, "g1-sem-topp-loud", "g1-h-a").section_dict()["cause"]
+    assert (cause["key"], cause["also"]) == ("semantics", [])
+    alone = diagnosis(held_out_store, "g1-sem-topp-loud").section_dict()["cause"]
+    assert [a["key"] for a in alone["also"]] == ["policy"]

@@ -168,7 +168,7 @@ def test_a_lean_above_a_truncations_reach_is_another_policy(
     cut, line = _semantics("top_p"), _semantics("temperature")
     leaning = Support("warn", None, "the tail leans", ("policy_signs",))
     quiet = Weighed(cast(CauseModule, policy), Support("ok", 0.0, "no lean", ()), 0.0)
-    monkeypatch.setattr(policy, "lean_above_truncation", lambda ctx: leaning)
+    monkeypatch.setattr(peel, "lean_above", lambda ctx: leaning)
     assert not peel.explains(NO_CONTEXT, cut, _weighed(policy))
     assert not peel.explains(NO_CONTEXT, _weighed(policy), cut)
     assert peel.explains(NO_CONTEXT, line, _weighed(policy))
@@ -176,7 +176,7 @@ def test_a_lean_above_a_truncations_reach_is_another_policy(
     assert found.cause is policy and found.support is leaning
     assert peel.peeled(NO_CONTEXT, line, [line, quiet]) == []
     assert peel.peeled(NO_CONTEXT, cut, [cut, _weighed(policy)]) == []  # weighed as a second
-    monkeypatch.setattr(policy, "lean_above_truncation", lambda ctx: None)
+    monkeypatch.setattr(peel, "lean_above", lambda ctx: None)
     beside = Support("warn", None, "the filled tail leans", ("policy_signs", "baseline"))
     monkeypatch.setattr(peel, "lean_beside_truncation", lambda ctx: beside)
     (found,) = peel.peeled(NO_CONTEXT, cut, [cut, quiet])  # the tail filled over a baseline

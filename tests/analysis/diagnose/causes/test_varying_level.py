@@ -54,3 +54,25 @@ def test_a_precision_beside_routing_flips_that_varies_by_step_is_the_policy(
     assert (
         also["checks"][-1] == "spikes" and "a precision loss raises every step" in also["because"]
     )
+
+
+def test_the_split_of_the_steps_is_the_varying_levels_own_finding(held_out_store: Path) -> None:
+    """``g1-pol-stale`` over ``g1-h-a`` (the second Gemma2 draw's weights a checkpoint behind):
+    the precision was named first, its step 1 a code path beside it (25% of the excess); the
+    steps' variation names the policy, and the step that stands out is its own finding, no
+    second cause (``steps_part``)."""
+    cause = diagnosis(held_out_store, "g1-pol-stale", "g1-h-a").section_dict()["cause"]
+    assert (cause["key"], cause["variant"], cause["also"]) == ("policy", policy.VARYING, [])
+    path = next(r for r in cause["runner_ups"] if r["key"] == "code_path")
+    assert path["where"] in ("step 1", "steps 1")
+
+
+def test_steps_in_two_regimes_split_them_too(held_out_store: Path) -> None:
+    """``g1-combo-stale-topp`` over ``g1-h-a``: top-p beside weights a checkpoint behind, the
+    tail filled, no lean; its steps 1 and 2 stand 2.1x out as a regime, not a spike: the
+    ``regimes`` check's split names the policy beside the truncation as the ``spikes``
+    check's does (``steps_split``)."""
+    cause = diagnosis(held_out_store, "g1-combo-stale-topp", "g1-h-a").section_dict()["cause"]
+    assert cause["key"] == "semantics"
+    (also,) = cause["also"]
+    assert also["key"] == "policy" and also["checks"] == ["baseline", "regimes"]

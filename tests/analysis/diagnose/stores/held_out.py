@@ -19,7 +19,9 @@ and ``h-b`` their first three steps (pairs made after every rule, second machine
 "Pairs never calibrated"); ``f-pol-stale`` and ``f-h-a`` whole (the Llama family, seed 0: "A
 level that varies from step to step"), and the MoE's ``m-pol-stale`` and ``m-h-a6`` (its
 ``m-h-a``) whole; ``nx-pr-fp8kv`` and ``nx-h-a``, the first three steps of
-the GPT-NeoX member's ``f-pr-fp8kv`` and ``f-h-a`` (``family.py --arch gptneox``). Ingested
+the GPT-NeoX member's ``f-pr-fp8kv`` and ``f-h-a`` (``family.py --arch gptneox``);
+``g1-sem-topp-loud``, ``g1-pol-stale``, ``g1-combo-stale-topp`` and ``g1-h-a`` whole, the
+second Gemma2 draw's (``family.py --arch gemma2 --seed 1``). Ingested
 without tags, as they were diagnosed."""
 
 from __future__ import annotations
