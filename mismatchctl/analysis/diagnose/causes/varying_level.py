@@ -16,8 +16,9 @@ So over a baseline, when the level named first (the precision, uniform) or a par
 steps named first whose other steps hold half the excess at their level (``LEVEL_SHARE``, as
 ``outside.level_over_part`` weighs a level) has its steps split by the ``spikes`` or the
 ``regimes`` check (``steps_split``: the second Gemma2 draw's stale weights beside top-p split
-in two regimes, steps 1 and 2 at 2.1x), the policy is named, the split its own finding: other weights whose gap varies with the training. Not when another part of the
-run alarms beside the steps (a template's or a path's excess in the other steps is no level:
+in two regimes, steps 1 and 2 at 2.1x), the policy is named, the split its own finding:
+other weights whose gap varies with the training. Not when another part of the run alarms
+beside the steps (a template's or a path's excess in the other steps is no level:
 ``f-combo-tpl-splitkv`` holds 23-41% there), nor when the responses lean (the policy is then
 named by its own check)."""
 
