@@ -55,9 +55,9 @@ class HotSequenceState:
     tokens: the sequence's row, the cell, the tokens (``n_all``), those with r != 0 (``n``), the
     sums of x and x^2 over them, the sum of K3 over all, the tokens with r > 0, those above the
     healthy noise's positive tail (``TAIL_RATIO``) and their K3, and the sums of the line of the
-    trainer's logprobs on the rollout's over the tokens with finite logprobs (``LINE``). ``gpu``: each
-    sequence's gpu label (None where the dumps name none): the tests on the sequences outside
-    one gpu's (``analysis/diagnose/causes/outside.py``)."""
+    trainer's logprobs on the rollout's over the tokens with finite logprobs (``LINE``).
+    ``gpu``: each sequence's gpu label (None where the dumps name none): the tests on the
+    sequences outside one gpu's (``analysis/diagnose/causes/outside.py``)."""
 
     runs: list[str] = field(default_factory=list)
     run: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
