@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.causes import policy
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support
-from mismatchctl.analysis.diagnose.causes.varying_level import steps_split
+from mismatchctl.analysis.diagnose.causes.varying_level import steps_split, steps_text
 from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN
 from mismatchctl.analysis.diagnose.checks import baseline, policy_signs
 from mismatchctl.analysis.diagnose.context import Context
@@ -118,9 +118,7 @@ def steps_beside_truncation(ctx: Context) -> Support | None:
         verdict=split.verdict,
         share=None,
         because=(
-            f"{_tail_sentence(tail)}, another cause beside the truncation; {split.finding}: "
-            "a precision loss raises every step alike, the gap between two sets of weights "
-            "follows the updates between them"
+            f"{_tail_sentence(tail)}, another cause beside the truncation; {steps_text(split)}"
         ),
         checks=(baseline.NAME, split.name),
         ratio=tail.ratio,

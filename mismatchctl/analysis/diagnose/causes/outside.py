@@ -330,14 +330,24 @@ def _grows(ctx: Context, out: Outside) -> bool:
     far = contrast_baseline(ctx.cube, view.cube, {**out.region, K.KV_POSITION: codes[half:]})
     if near is None or far is None:
         return False
-    growth = far[0] / near[0]
-    sd = math.hypot(log_sd(near[1]), log_sd(far[1]))  # independent halves of the tokens
-    ci = (growth * math.exp(-1.96 * sd), growth * math.exp(1.96 * sd))
+    return hotter(far, near)
+
+
+Contrast = tuple[float, tuple[float, float]]  # a rate ratio over the baseline, its 95% interval
+
+
+def hotter(a: Contrast, b: Contrast) -> bool:
+    """Tokens ``a`` over the baseline stand above tokens ``b`` over it at the ``baseline``
+    check's thresholds (their ratio 1.5x, its interval above 1.2; the two sets of tokens
+    disjoint, so their log errors add in quadrature)."""
+    ratio = a[0] / b[0]
+    sd = math.hypot(_log_sd(a[1]), _log_sd(b[1]))
+    ci = (ratio * math.exp(-1.96 * sd), ratio * math.exp(1.96 * sd))
     t = baseline.T
-    return relative(growth, ci, t.BASELINE_FACTOR, t.BASELINE_CI_LOW, t.BASELINE_FAIL) != OK
+    return relative(ratio, ci, t.BASELINE_FACTOR, t.BASELINE_CI_LOW, t.BASELINE_FAIL) != OK
 
 
-def log_sd(ci: tuple[float, float]) -> float:
+def _log_sd(ci: tuple[float, float]) -> float:
     """The standard deviation of a log ratio from its 95% interval."""
     return math.log(ci[1] / ci[0]) / (2 * 1.96)
 

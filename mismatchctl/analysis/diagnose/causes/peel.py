@@ -68,8 +68,6 @@ flip: ``outside.py``)."""
 
 from __future__ import annotations
 
-import math
-
 from mismatchctl.analysis.diagnose.causes import code_path, hardware, policy, semantics
 from mismatchctl.analysis.diagnose.causes.beside_truncation import (
     lean_beside_truncation,
@@ -78,16 +76,14 @@ from mismatchctl.analysis.diagnose.causes.beside_truncation import (
     tail_text,
 )
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
-from mismatchctl.analysis.diagnose.causes.outside import lean, log_sd, outside
+from mismatchctl.analysis.diagnose.causes.outside import hotter, lean, outside
 from mismatchctl.analysis.diagnose.causes.parts import (
     hot_on_other_gpus,
     path_on_one_gpu,
     where_text,
 )
-from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN
-from mismatchctl.analysis.diagnose.checks import baseline
+from mismatchctl.analysis.diagnose.check import FAIL, WARN
 from mismatchctl.analysis.diagnose.context import Context
-from mismatchctl.analysis.diagnose.contrasts import relative
 from mismatchctl.engines import plan as K
 from mismatchctl.stats.localize.explain import contrast_baseline
 
@@ -147,11 +143,7 @@ def beyond_level(ctx: Context, path: Weighed) -> bool:
     other = contrast_baseline(cube, view.cube, {dim: rest}, K.BIN) if rest else None
     if part is None or other is None:
         return True
-    ratio = part[0] / other[0]
-    sd = math.hypot(log_sd(part[1]), log_sd(other[1]))
-    ci = (ratio * math.exp(-1.96 * sd), ratio * math.exp(1.96 * sd))
-    t = baseline.T
-    return relative(ratio, ci, t.BASELINE_FACTOR, t.BASELINE_CI_LOW, t.BASELINE_FAIL) != OK
+    return hotter(part, other)
 
 
 def in_part(first: Weighed, w: Weighed) -> bool:

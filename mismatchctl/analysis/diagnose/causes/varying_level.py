@@ -47,6 +47,14 @@ def steps_split(ctx: Context) -> Check | None:
     return next((c for c in (ctx.result(spikes), ctx.result(regimes)) if fired(c)), None)
 
 
+def steps_text(split: Check) -> str:
+    """What the steps' split says: its finding, and why it is other weights'."""
+    return (
+        f"{split.finding}: a precision loss raises every step alike, the gap between two sets "
+        "of weights follows the updates between them"
+    )
+
+
 def steps_part(w: Weighed) -> bool:
     """A code path of some steps: the split itself, which the policy's gap varying from step
     to step explains (no second cause beside it)."""
@@ -69,10 +77,7 @@ def varying_level(ctx: Context, first: Weighed | None, alarmed: list[Weighed]) -
     support = Support(
         verdict=first.support.verdict,
         share=share,
-        because=(
-            f"{text}; {split.finding}: a precision loss raises every step alike, the gap "
-            "between two sets of weights follows the updates between them"
-        ),
+        because=(f"{text}; {steps_text(split)}"),
         checks=(baseline.NAME, split.name),
         where="every token",
         variant=policy.VARYING,
@@ -97,10 +102,7 @@ def varying_second(ctx: Context, w: Weighed, alarmed: list[Weighed]) -> Weighed:
     support = Support(
         **{
             **w.support.__dict__,
-            "because": (
-                f"{w.support.because}; {split.finding}: a precision loss raises every step "
-                "alike, the gap between two sets of weights follows the updates between them"
-            ),
+            "because": (f"{w.support.because}; {steps_text(split)}"),
             "checks": (*w.support.checks, split.name),
             "variant": policy.VARYING,
         }
@@ -143,4 +145,4 @@ def _level(ctx: Context, first: Weighed, alarmed: list[Weighed]) -> tuple[float 
     )
 
 
-__all__ = ["steps_part", "steps_split", "varying_level", "varying_second"]
+__all__ = ["steps_part", "steps_split", "steps_text", "varying_level", "varying_second"]
