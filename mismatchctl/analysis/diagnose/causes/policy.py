@@ -28,6 +28,8 @@ KEY = "policy"
 CLASS = "policy"
 VARYING = "other weights: a level over the baseline that varies from step to step"
 """The variant ``varying_level.py`` names (it lives here, with the advice it selects)."""
+AT_STEPS = "other weights at some steps: their responses hot throughout"
+"""The variant ``whole_steps.py`` names."""
 LABEL = "another policy (stale, wrong or differently quantized weights)"
 SIGNATURE = (
     "r of both signs at every position, turn and probability, whole responses leaning one way "
@@ -219,6 +221,18 @@ def advice(ctx: Context, found: Support) -> str:
             "sync that did not land, a reload), then the model each side builds from them (the "
             "rotary base and scaling, the norms' epsilon, a quantized copy of the weights); "
             "importance sampling would not fix either"
+        )
+    if found.variant == AT_STEPS:
+        return (
+            f"the responses of {found.where} are hotter than the other steps' at every position, "
+            "as the gap between the trainer's weights and the sampler's makes them "
+            "(stale weights after a large update, a weight sync or reload that went wrong at "
+            "those steps, CUDA graphs keeping stale pointers after a sleep/wake); a code path "
+            "those steps take (a replica, a kernel chosen by batch shape) would hit some "
+            "positions more than others: compare the weight versions of both sides there first "
+            "(a weight_version column in the dumps, or --tag weight_lag=N), then the engine "
+            "that served them (`mismatchctl report RUN --steps A..B --by-gpu`); importance "
+            "sampling would not fix either"
         )
     if found.variant == VARYING:
         return (

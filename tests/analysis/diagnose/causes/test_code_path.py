@@ -8,8 +8,7 @@ from typing import cast
 
 import pytest
 
-from mismatchctl.analysis.diagnose.advice import STEPS_ADVICE
-from mismatchctl.analysis.diagnose.causes import code_path
+from mismatchctl.analysis.diagnose.causes import code_path, policy
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.engines import plan as K
@@ -36,22 +35,27 @@ def test_spikes_on_every_gpu_stay_a_code_path_beside_a_hot_gpu(gpu_store: Path) 
 
 @pytest.mark.parametrize("run", ["switch-3x", slow_param("switch-10x")])
 @pytest.mark.parametrize("baseline", [None, slow_param("base")])
-def test_a_fault_from_one_step_on_stays_a_code_path(
+def test_a_fault_from_one_step_on_is_named_by_its_steps(
     growth_store: Path, run: str, baseline: str | None
 ) -> None:
+    """Every token from step 16 on at 3x (10x): a change at a step, no growth. The plant scales
+    every token of those steps alike, so no part within them is hotter than the rest: hot
+    throughout, as other weights at those steps make them (``whole_steps.py``), named the
+    policy of those steps, whose advice asks for the weights first and the engine next."""
     checks = diagnosed(growth_store, run, baseline)
     regimes = checks["regimes"]
     assert regimes.verdict in growth.ALARM
     (evidence,) = regimes.evidence.runs.values()
     assert evidence.split.kind == "step change" and evidence.smooth_rise is None
     assert [int(s) for s in evidence.split.elevated_steps] == list(range(16, growth.STEPS))
-    assert checks["cause"].evidence.cause == "code_path"
+    assert checks["cause"].evidence.cause == "policy"
     assert "a code path only some steps take" in regimes.next
     named = checks["cause"].evidence.named
-    assert named.variant == code_path.PLACES[K.STEP] and named.where.startswith("step")
+    assert named.variant == policy.AT_STEPS and named.where.startswith("step")
     assert "16" in named.where  # from step 16 on: the regimes' part or the localized one
+    assert "hot throughout" in named.because
     # what changes at a step: the weights served, a restart, a replica; not a kernel to disable
-    assert named.next.endswith(STEPS_ADVICE) and "weight sync or reload" in named.next
+    assert "weight sync or reload" in named.next and "the engine that served them" in named.next
 
 
 def test_a_switch_the_trend_sees_rising_says_why_it_is_no_growth(growth_store: Path) -> None:
@@ -60,7 +64,7 @@ def test_a_switch_the_trend_sees_rising_says_why_it_is_no_growth(growth_store: P
     checks = diagnosed(growth_store, "switch-3x", None)
     assert checks["trend"].verdict in growth.ALARM
     cause = checks["cause"]
-    assert cause.evidence.cause == "code_path"
+    assert cause.evidence.cause == "policy"
     assert "two levels fit them better than a line" in cause.finding
     assert "a change at a step, not a growth" in cause.finding
 

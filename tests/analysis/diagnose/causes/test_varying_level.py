@@ -13,10 +13,11 @@ def test_stale_weights_whose_first_step_stands_out_are_named_the_policy(
     held_out_store: Path,
 ) -> None:
     """``f-pol-stale`` over ``f-h-a`` (the Llama family, seed 0: weights a checkpoint behind):
-    225x the baseline, spread over every part, no response leaning, which a precision loss's
-    signature reads too, but step 1 is 2.4x the others (the ``spikes`` check): the policy is
-    named, the precision is its runner-up, and the advice says the numbers cannot rule the
-    precision out. Alone, without the level, it stays a part of its first step."""
+        225x the baseline, spread over every part, no response leaning, which a precision loss's
+        signature reads too, but step 1 is 2.4x the others (the ``spikes`` check): the policy is
+        named, the precision is its runner-up, and the advice says the numbers cannot rule the
+        precision out. Alone, without the level, its first step is hot throughout its responses:
+    the policy too (``whole_steps.py``)."""
     cause = diagnosis(held_out_store, "f-pol-stale", "f-h-a").section_dict()["cause"]
     assert (cause["key"], cause["variant"]) == ("policy", policy.VARYING)
     assert cause["checks"] == ["baseline", "spikes"] and "step 1 at 2." in cause["because"]
@@ -25,7 +26,7 @@ def test_stale_weights_whose_first_step_stands_out_are_named_the_policy(
     assert loss["verdict"] == "fail" and "sets off its checks" in loss["lost"]
     assert "cannot rule the precision out" in cause["next"]
     alone = diagnosis(held_out_store, "f-pol-stale").section_dict()["cause"]
-    assert alone["key"] == "code_path" and alone["where"] in ("step 1", "steps 1")
+    assert (alone["key"], alone["variant"]) == ("policy", policy.AT_STEPS)
 
 
 def test_a_precision_loss_the_same_at_every_step_stays_a_precision_loss(

@@ -17,7 +17,8 @@ family's Qwen2-MoE, ``family.py --moe``, seed 0: "Another mixture of experts"; r
 lists, read without options); ``pair-temp-gpu`` and ``h-gpus`` whole, ``pair-batchvar-temp``
 and ``h-b`` their first three steps (pairs made after every rule, second machine's draw:
 "Pairs never calibrated"); ``f-pol-stale`` and ``f-h-a`` whole (the Llama family, seed 0: "A
-level that varies from step to step"), and the MoE's ``m-pol-stale`` and ``m-h-a6`` (its
+level that varies from step to step"), and its ``f-cp-splitkv-loud`` whole ("Some steps hot
+throughout their responses"), and the MoE's ``m-pol-stale`` and ``m-h-a6`` (its
 ``m-h-a``) whole; ``nx-pr-fp8kv`` and ``nx-h-a``, the first three steps of
 the GPT-NeoX member's ``f-pr-fp8kv`` and ``f-h-a`` (``family.py --arch gptneox``);
 ``g1-sem-topp-loud``, ``g1-pol-stale``, ``g1-combo-stale-topp`` and ``g1-h-a`` whole, the
