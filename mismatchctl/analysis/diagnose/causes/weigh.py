@@ -36,6 +36,7 @@ from mismatchctl.analysis.diagnose.causes.varying_level import (
     varying_level,
     varying_second,
 )
+from mismatchctl.analysis.diagnose.causes.whole_steps import beside as steps_beside
 from mismatchctl.analysis.diagnose.causes.whole_steps import whole_steps
 from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline
@@ -111,9 +112,9 @@ def weigh(ctx: Context) -> Weighing:
         if varying is not None:  # the split of its steps is its own finding
             first, also = varying, [w for w in also if not steps_part(w)]
         also = [varying_second(ctx, w, alarmed) for w in also]
-        whole = whole_steps(ctx, first, also)  # some steps hot throughout their responses
-        if whole is not None:
-            first = whole
+        first = whole_steps(ctx, first, also) or first  # steps hot throughout: other weights
+        also = [whole_steps(ctx, w, [first, *also]) or w for w in also]
+        also += [w for w in [steps_beside(ctx, first, also)] if w is not None]
     named = [] if first is None else [first.cause]  # the first may be a peel's new Weighed
     rest = [w for w in weighed if w.cause not in named + _causes(also)]
     rest.sort(key=_rank, reverse=True)

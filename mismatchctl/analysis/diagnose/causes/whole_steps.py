@@ -22,13 +22,28 @@ hotter than the rest of them, nor responses of some lengths, engine batches or g
 the same token probabilities, at the ``localized`` check's pattern, ``hotter``), is
 named ``policy`` (``policy.AT_STEPS``), its part and share the steps'. Not when the policy is
 already named beside it (the steps are then the path's, the responses leaning outside them the
-policy's: ``combo-stale-splitkv-subtle-mid``)."""
+policy's: ``combo-stale-splitkv-subtle-mid``).
+
+**Beside another cause** (``beside``): when the ``spikes`` or the ``regimes`` check splits the
+run's steps (``varying_level.steps_split``) and the elevated steps are hot throughout, the
+policy is named beside whatever was named first. Of every diagnosis of the corpora with the
+steps split and neither the policy nor a part of those steps named, the elevated steps are hot
+throughout in exactly the fifteen where weights a checkpoint behind sit beside top-p, without a
+baseline (the TinyLM's deep and mid models in three draws, the Llama's three, Gemma2's two,
+Qwen3's two, GPT-NeoX's two: step 1 2.3-3.0x the others, the responses leaning too little to
+name the policy above the truncation); over a baseline the filled tail names it
+(``beside_truncation.py``). In the 68 others (split-KV merges, batch-variant kernels, a padded
+prefill, growths, a stop token's 0.0, a template beside a path) a part within the steps is
+hotter. A cause named first that itself differs from step to step, hot throughout the steps it
+hits (a sampling setting changed at a step), would be taken for other weights beside itself:
+no corpus has one."""
 
 from __future__ import annotations
 
 from mismatchctl.analysis.diagnose.causes import policy
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
-from mismatchctl.analysis.diagnose.causes.varying_level import steps_part
+from mismatchctl.analysis.diagnose.causes.parts import steps_region, steps_share
+from mismatchctl.analysis.diagnose.causes.varying_level import steps_part, steps_split
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.contrasts import hotter
 from mismatchctl.analysis.diagnose.levels import LEVEL
@@ -50,12 +65,13 @@ responses) or a step's responses into parts a path or a replica could serve (len
 batches, gpus), and what the user reads of each."""
 
 
-def whole_steps(ctx: Context, first: Weighed | None, also: list[Weighed]) -> Weighed | None:
-    """The policy for a code path of some steps named first whose steps are hot throughout
-    their responses (the module's docstring); None otherwise."""
+def whole_steps(ctx: Context, first: Weighed | None, named: list[Weighed]) -> Weighed | None:
+    """The policy for a code path of some steps named (``first``, or one of the causes named
+    beside it) whose steps are hot throughout their responses (the module's docstring), unless
+    the policy is among the other causes ``named``; None otherwise."""
     if first is None or not steps_part(first) or ctx.cube is None:
         return None
-    if any(w.cause.KEY == policy.KEY for w in also):
+    if any(w.cause.KEY == policy.KEY for w in named if w is not first):
         return None
     region = first.support.region or {}
     found = placed(ctx, region)
@@ -81,6 +97,39 @@ def whole_steps(ctx: Context, first: Weighed | None, also: list[Weighed]) -> Wei
     return Weighed(policy, support, first.score)
 
 
+def beside(ctx: Context, first: Weighed | None, also: list[Weighed]) -> Weighed | None:
+    """The policy beside the cause named first when the run's steps split and the elevated
+    steps are hot throughout their responses (the module's docstring); None otherwise."""
+    split = steps_split(ctx)
+    if first is None or split is None or ctx.cube is None:
+        return None
+    if any(steps_part(w) for w in (first, *also)):
+        return None  # the steps are named as a part (``whole_steps`` weighed it)
+    if policy.KEY in {first.cause.KEY, *(w.cause.KEY for w in also)}:
+        return None
+    for view in ctx.runs.values():
+        region = steps_region(view)
+        found = None if region is None else placed(ctx, region)
+        if found is None:
+            continue
+        share, steps = steps_share(view)
+        support = Support(
+            verdict=split.verdict,
+            share=share,
+            because=(
+                f"{split.finding}; within those steps no part is hotter than the rest at the "
+                f"same token probabilities (of {found}): their responses are hot throughout, as "
+                f"other weights make them, beside {first.cause.LABEL}"
+            ),
+            checks=(split.name,),
+            where=f"steps {steps}",
+            variant=policy.AT_STEPS,
+            region=region,
+        )
+        return Weighed(policy, support, share or 0.0)
+    return None
+
+
 def placed(ctx: Context, region: dict[str, list[int]]) -> str | None:
     """None when, within ``region`` (the steps), a value of one of the ``WITHIN`` dimensions is
     hotter than the others there at the same token probabilities; else what was tested ("2 turn
@@ -104,4 +153,4 @@ def placed(ctx: Context, region: dict[str, list[int]]) -> str | None:
     return ", ".join(tested) or None
 
 
-__all__ = ["placed", "whole_steps"]
+__all__ = ["beside", "placed", "whole_steps"]

@@ -43,3 +43,17 @@ def test_a_healthy_run_stays_quiet(held_out_store: Path) -> None:
     for base in (None, "f-pol-stale"):
         found = diagnosis(held_out_store, "f-h-a", base).section_dict()
         assert (found["verdict"], found["cause"]["key"]) == ("ok", "none")
+
+
+def test_weights_behind_beside_top_p_alone_are_told_by_their_steps(held_out_store: Path) -> None:
+    """``f-combo-stale-topp`` alone (top-p 0.9 beside weights a checkpoint behind, the Llama
+    family): the truncation is named, the responses lean too little above its reach to name
+    the policy, and without a baseline no tail is filled; but step 1 stands 2.3x out of the
+    others and is hot throughout its responses: the policy beside the truncation
+    (``beside``)."""
+    cause = diagnosis(held_out_store, "f-combo-stale-topp").section_dict()["cause"]
+    assert cause["key"] == "semantics"
+    (also,) = cause["also"]
+    assert (also["key"], also["variant"], also["checks"]) == ("policy", policy.AT_STEPS, ["spikes"])
+    assert also["where"] in ("step 1", "steps 1") and "beside logprob semantics" in also["because"]
+    assert not any(r["key"] == "policy" for r in cause["runner_ups"])
