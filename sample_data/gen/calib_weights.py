@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from gen.engine import EngineConfig
+from gen.faults import NumericPath
 from gen.model import AttentionKernel
 from gen.rollout import RolloutShape
 from gen.train import TrainConfig, Trained
@@ -123,10 +124,38 @@ def turns_rising(engine: EngineConfig, shape: RolloutShape, step: int, n: int) -
     return engine, replace(shape, min_turns=turns, max_turns=turns, tool_echo=True)
 
 
+def restarted(**change: object) -> Callable[[EngineConfig, RolloutShape, int, int], Setting]:
+    """An engine restarted at the middle step (``jump_step``) with another setting: ``change``
+    applied to its config from that step on (a path's fields go to its ``NumericPath``), the
+    plain engine before."""
+
+    def schedule(engine: EngineConfig, shape: RolloutShape, step: int, n: int) -> Setting:
+        if step < jump_step(n):
+            return engine, shape
+        path_change = {k: v for k, v in change.items() if k in NumericPath.__dataclass_fields__}
+        rest = {k: v for k, v in change.items() if k not in path_change}
+        if path_change:
+            rest["path"] = replace(engine.path or NumericPath(), **path_change)
+        return replace(engine, **rest), shape
+
+    return schedule
+
+
 SCHEDULES: dict[str, Callable[[EngineConfig, RolloutShape, int, int], Setting]] = {
     "splitkv-falling": splitkv_falling,
     "splitkv-spreading": splitkv_spreading,
     "turns-rising": turns_rising,
+    "fp8kv-restart": restarted(kv_cache="e4m3"),
+    "weights-fp8-restart": restarted(weights_fp8=True),
+    "topp-restart": restarted(top_p=0.9),
+    "splitkv-restart": restarted(
+        kernel=AttentionKernel(
+            split_kv=True, min_active_for_single_pass=10**6, merge_drops_rowsum=True
+        )
+    ),
+    "batchvar-restart": restarted(batch_splits=32, batch_below=10**6, batch_drop_tail=True),
+    "head-bf16acc-restart": restarted(lm_head="bf16acc"),
+    "fp8kv-e5m2-restart": restarted(kv_cache="e5m2"),
 }
 # what a growth schedule makes rise: the rate (the numerics worsen) or the mix (the policy
 # samples more of the tokens that were always mismatched)

@@ -9,6 +9,7 @@ from gen.catalog_mid import MID
 from gen.catalog_other import COMBOS, GROWTH, HARDWARE, ROUTING, TEMPLATE_STOP_DATA
 from gen.catalog_pairs import PAIRS
 from gen.catalog_paths import CODE_PATH, PRECISION
+from gen.catalog_restart import RESTART
 from gen.catalog_semantics import POLICY, SEMANTICS
 from gen.catalog_unseen import UNSEEN
 from gen.catalog_wide import WIDE
@@ -30,6 +31,7 @@ CATALOG: tuple[CalibRun, ...] = (
     *UNSEEN,
     *MID,
     *PAIRS,
+    *RESTART,
 )
 BY_NAME: dict[str, CalibRun] = {run.name: run for run in CATALOG}
 

@@ -283,6 +283,18 @@ def test_growth_schedules_rise_with_the_step() -> None:
     assert all(engine == EngineConfig() for engine, _ in mix)  # healthy numerics
 
 
+def test_a_restart_changes_one_setting_from_the_middle_step_on() -> None:
+    """``restarted``: the plain engine before the middle step (4 of 6), the changed setting
+    from it on: a path's field in the engine's ``NumericPath``, another field on the engine."""
+    fp8 = [SCHEDULES["fp8kv-restart"](EngineConfig(), SHAPE, k, 6) for k in (3, 4, 6)]
+    assert fp8[0] == (EngineConfig(), SHAPE)
+    assert [e.path.kv_cache if e.path else "" for e, _ in fp8] == ["", "e4m3", "e4m3"]
+    topp = [SCHEDULES["topp-restart"](EngineConfig(), SHAPE, k, 6)[0] for k in (3, 4)]
+    assert [e.top_p for e in topp] == [1.0, 0.9] and topp[1].path is None
+    kernel = SCHEDULES["splitkv-restart"](EngineConfig(), SHAPE, 5, 6)[0].kernel
+    assert kernel.split_kv and kernel.merge_drops_rowsum
+
+
 def sample(mask: list[int], stopped: bool = True) -> Sample:
     n = len(mask)
     return Sample(

@@ -75,6 +75,8 @@ ECHOES: tuple[CheckModule, ...] = (policy_signs,)
 """The check a logit processor on a few ids sets off when it is under ``token_shift``'s
 thresholds: the responses holding the ids lean."""
 
+AT_STEPS = "a sampling setting changed at some steps: mass removed there on the rollout side"
+"""The variant ``step_change.py`` names."""
 VARIANTS = {
     top_p.NAME: "truncation: top-p, top-k or min-p renormalised on one side",
     token_shift.NAME: "a logit processor on one side (a penalty, a logit bias, a bad-words mask)",
@@ -320,6 +322,14 @@ def by_part(ctx: Context) -> Support | None:
 
 
 def advice(ctx: Context, found: Support) -> str:
+    if found.variant == AT_STEPS:
+        return (
+            f"{found.where}: the engine's sampling changed there (top-p, top-k or min-p, or a "
+            "logit processor, turned on at a restart or a configuration reload) and the "
+            "logprobs it returns are the processed ones: sample those steps with the others' "
+            "settings, or have the engine return the logprobs the trainer computes; "
+            "importance sampling would not fix it"
+        )
     lead = next((ctx.result(c) for c in (top_p, token_shift) if found.variant == VARIANTS[c.NAME]),
                 None)  # fmt: skip
     if lead is not None and lead.next:

@@ -37,6 +37,7 @@ from mismatchctl.analysis.diagnose.causes.varying_level import (
     varying_second,
 )
 from mismatchctl.analysis.diagnose.causes.whole_steps import beside as steps_beside
+from mismatchctl.analysis.diagnose.causes.whole_steps import runner_up as steps_runner_up
 from mismatchctl.analysis.diagnose.causes.whole_steps import whole_steps
 from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline
@@ -205,7 +206,10 @@ def _lost(ctx: Context, w: Weighed, first: Weighed | None, tail: str | None = No
     truncation named first holds when nothing is named beside it (``peel.truncation_tail``),
     said of the policy and the precision."""
     s = w.support
-    if tail is not None and w.cause in (policy, precision):
+    path = steps_runner_up(first, w)
+    if path is not None:
+        why = path
+    elif tail is not None and w.cause in (policy, precision):
         why = tail
     elif not s.alarm:
         why = "its checks did not fire"

@@ -1,5 +1,5 @@
-"""Some steps hot at every position of their responses are other weights at those steps, not a
-code path that those steps take.
+"""Some steps hot at every position of their responses: other weights, another sampling or
+another arithmetic at those steps, not a code path that some of their tokens take.
 
 A code path that only some steps take (a kernel chosen by the batch's shape or the KV length, a
 merge of split attention, a prefill path) runs on some tokens of those steps: within the steps
@@ -19,30 +19,33 @@ part of its own: a code path of that step, whose advice looked first at the engi
 So a code path of some steps named first, whose steps hold no part within their responses
 hotter than the rest of them, nor responses of some lengths, engine batches or gpus
 (``placed``: each value of each dimension of ``WITHIN`` against the others of those steps at
-the same token probabilities, at the ``localized`` check's pattern, ``hotter``), is
-named ``policy`` (``policy.AT_STEPS``), its part and share the steps'. Not when the policy is
-already named beside it (the steps are then the path's, the responses leaning outside them the
-policy's: ``combo-stale-splitkv-subtle-mid``).
+the same token probabilities, at the ``localized`` check's pattern, ``hotter``), is named by
+what changed there (``step_change.py``): the sampling when mass is removed there (``semantics``,
+"a sampling setting changed at some steps"), the weights when token ids moved on their own
+(``policy``, "other weights at some steps"), else the engine's arithmetic (a kernel every token
+takes, a restart with another precision: the code path of those steps stays, its evidence
+saying so). Its part and share are the steps'. Not when that cause is already named beside it
+(``combo-stale-splitkv-subtle-mid``: the steps the path's, the responses leaning outside them
+the policy's).
 
 **Beside another cause** (``beside``): when the ``spikes`` or the ``regimes`` check splits the
-run's steps (``varying_level.steps_split``) and the elevated steps are hot throughout, the
-policy is named beside whatever was named first. Of every diagnosis of the corpora with the
-steps split and neither the policy nor a part of those steps named, the elevated steps are hot
-throughout in exactly the fifteen where weights a checkpoint behind sit beside top-p, without a
-baseline (the TinyLM's deep and mid models in three draws, the Llama's three, Gemma2's two,
-Qwen3's two, GPT-NeoX's two: step 1 2.3-3.0x the others, the responses leaning too little to
-name the policy above the truncation); over a baseline the filled tail names it
-(``beside_truncation.py``). In the 68 others (split-KV merges, batch-variant kernels, a padded
-prefill, growths, a stop token's 0.0, a template beside a path) a part within the steps is
-hotter. A cause named first that itself differs from step to step, hot throughout the steps it
-hits (a sampling setting changed at a step), would be taken for other weights beside itself:
-no corpus has one."""
+run's steps (``varying_level.steps_split``) and the elevated steps are hot throughout with ids
+moved on their own, the policy is named beside whatever was named first. Of every diagnosis of
+the corpora with the steps split and neither the policy nor a part of those steps named, the
+elevated steps are hot throughout in exactly the fifteen where weights a checkpoint behind sit
+beside top-p, without a baseline (the TinyLM's deep and mid models in three draws, the Llama's
+three, Gemma2's two, Qwen3's two, GPT-NeoX's two: step 1 2.3-3.0x the others, the responses
+leaning too little to name the policy above the truncation); over a baseline the filled tail
+names it (``beside_truncation.py``). In the 68 others (split-KV merges, batch-variant kernels,
+a padded prefill, growths, a stop token's 0.0, a template beside a path) a part within the
+steps is hotter."""
 
 from __future__ import annotations
 
-from mismatchctl.analysis.diagnose.causes import policy
+from mismatchctl.analysis.diagnose.causes import policy, semantics
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.causes.parts import steps_region, steps_share
+from mismatchctl.analysis.diagnose.causes.step_change import step_change
 from mismatchctl.analysis.diagnose.causes.varying_level import steps_part, steps_split
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.contrasts import hotter
@@ -66,16 +69,18 @@ batches, gpus), and what the user reads of each."""
 
 
 def whole_steps(ctx: Context, first: Weighed | None, named: list[Weighed]) -> Weighed | None:
-    """The policy for a code path of some steps named (``first``, or one of the causes named
-    beside it) whose steps are hot throughout their responses (the module's docstring), unless
-    the policy is among the other causes ``named``; None otherwise."""
+    """What changed at the steps of a code path of some steps named (``first``, or one of the
+    causes named beside it) whose steps are hot throughout their responses (the module's
+    docstring; ``step_change.py``: the weights, the sampling or the arithmetic), unless that
+    cause is among the other causes ``named``; None otherwise."""
     if first is None or not steps_part(first) or ctx.cube is None:
-        return None
-    if any(w.cause.KEY == policy.KEY for w in named if w is not first):
         return None
     region = first.support.region or {}
     found = placed(ctx, region)
     if found is None:
+        return None
+    change = step_change(ctx, region)
+    if any(w.cause.KEY == change.cause.KEY for w in named if w is not first):
         return None
     s = first.support
     support = Support(
@@ -83,18 +88,32 @@ def whole_steps(ctx: Context, first: Weighed | None, named: list[Weighed]) -> We
         share=s.share,
         because=(
             f"{s.because}; within those steps no part is hotter than the rest at the same token "
-            f"probabilities (of {found}): their responses are hot throughout, as other weights "
-            "make them, where a code path runs on some tokens"
+            f"probabilities (of {found}): their responses are hot throughout; {change.because}"
         ),
         checks=s.checks,
         ratio=s.ratio,
         ci=s.ci,
         claim=s.claim,
         where=s.where,
-        variant=policy.AT_STEPS,
+        variant=change.variant,
         region=s.region,
+        against=s.against if change.cause.KEY == first.cause.KEY else (),
     )
-    return Weighed(policy, support, first.score)
+    return Weighed(change.cause, support, first.score)
+
+
+AT_STEPS = (policy.AT_STEPS, semantics.AT_STEPS)
+
+
+def runner_up(first: Weighed | None, w: Weighed) -> str | None:
+    """Why the code path of the steps lost to what changed there (None: ``w`` is no such
+    path)."""
+    if first is None or first.support.variant not in AT_STEPS or not steps_part(w):
+        return None
+    return (
+        "the same steps, hot throughout their responses: no part within them that a code path "
+        f"would take, so named by what changed there ({first.cause.LABEL})"
+    )
 
 
 def beside(ctx: Context, first: Weighed | None, also: list[Weighed]) -> Weighed | None:
@@ -110,16 +129,19 @@ def beside(ctx: Context, first: Weighed | None, also: list[Weighed]) -> Weighed 
     for view in ctx.runs.values():
         region = steps_region(view)
         found = None if region is None else placed(ctx, region)
-        if found is None:
+        if found is None or region is None:
             continue
+        change = step_change(ctx, region)
+        if change.cause is not policy:
+            return None  # only other weights are named beside: see the module's docstring
         share, steps = steps_share(view)
         support = Support(
             verdict=split.verdict,
             share=share,
             because=(
                 f"{split.finding}; within those steps no part is hotter than the rest at the "
-                f"same token probabilities (of {found}): their responses are hot throughout, as "
-                f"other weights make them, beside {first.cause.LABEL}"
+                f"same token probabilities (of {found}): their responses are hot throughout, "
+                f"beside {first.cause.LABEL}; {change.because}"
             ),
             checks=(split.name,),
             where=f"steps {steps}",
@@ -153,4 +175,4 @@ def placed(ctx: Context, region: dict[str, list[int]]) -> str | None:
     return ", ".join(tested) or None
 
 
-__all__ = ["beside", "placed", "whole_steps"]
+__all__ = ["AT_STEPS", "beside", "placed", "runner_up", "whole_steps"]

@@ -8,7 +8,8 @@ from typing import cast
 
 import pytest
 
-from mismatchctl.analysis.diagnose.causes import code_path, policy
+from mismatchctl.analysis.diagnose.advice import STEPS_ADVICE
+from mismatchctl.analysis.diagnose.causes import code_path
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.engines import plan as K
@@ -39,23 +40,23 @@ def test_a_fault_from_one_step_on_is_named_by_its_steps(
     growth_store: Path, run: str, baseline: str | None
 ) -> None:
     """Every token from step 16 on at 3x (10x): a change at a step, no growth. The plant scales
-    every token of those steps alike, so no part within them is hotter than the rest: hot
-    throughout, as other weights at those steps make them (``whole_steps.py``), named the
-    policy of those steps, whose advice asks for the weights first and the engine next."""
+    every token of those steps alike: hot throughout their responses (``whole_steps.py``), with
+    no token id moved on its own and no mass removed (``step_change.py``): the engine's
+    arithmetic changed there, the code path of those steps, whose advice asks what changed."""
     checks = diagnosed(growth_store, run, baseline)
     regimes = checks["regimes"]
     assert regimes.verdict in growth.ALARM
     (evidence,) = regimes.evidence.runs.values()
     assert evidence.split.kind == "step change" and evidence.smooth_rise is None
     assert [int(s) for s in evidence.split.elevated_steps] == list(range(16, growth.STEPS))
-    assert checks["cause"].evidence.cause == "policy"
+    assert checks["cause"].evidence.cause == "code_path"
     assert "a code path only some steps take" in regimes.next
     named = checks["cause"].evidence.named
-    assert named.variant == policy.AT_STEPS and named.where.startswith("step")
+    assert named.variant == code_path.PLACES[K.STEP] and named.where.startswith("step")
     assert "16" in named.where  # from step 16 on: the regimes' part or the localized one
-    assert "hot throughout" in named.because
+    assert "hot throughout" in named.because and "no id moved on its own" in named.because
     # what changes at a step: the weights served, a restart, a replica; not a kernel to disable
-    assert "weight sync or reload" in named.next and "the engine that served them" in named.next
+    assert named.next.endswith(STEPS_ADVICE) and "weight sync or reload" in named.next
 
 
 def test_a_switch_the_trend_sees_rising_says_why_it_is_no_growth(growth_store: Path) -> None:
@@ -64,7 +65,7 @@ def test_a_switch_the_trend_sees_rising_says_why_it_is_no_growth(growth_store: P
     checks = diagnosed(growth_store, "switch-3x", None)
     assert checks["trend"].verdict in growth.ALARM
     cause = checks["cause"]
-    assert cause.evidence.cause == "policy"
+    assert cause.evidence.cause == "code_path"
     assert "two levels fit them better than a line" in cause.finding
     assert "a change at a step, not a growth" in cause.finding
 

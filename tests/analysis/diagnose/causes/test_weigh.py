@@ -35,7 +35,7 @@ def test_larger_healthy_runs_raise_no_alarm(
     ("run", "cause", "check"),
     [
         ("gpu-2x", "hardware", "localized"),
-        slow_param("spike-2x", "policy", "spikes"),  # scaled alike: hot throughout
+        slow_param("spike-2x", "code_path", "spikes"),
         slow_param("tool-2x", "tool_turns", "tool_responses"),
     ],
 )

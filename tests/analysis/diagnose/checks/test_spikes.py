@@ -17,8 +17,9 @@ def test_spikes_are_found_in_a_six_step_run(relative_store: Path, run: str) -> N
     assert spikes.verdict == ("warn" if run == "spike-small" else "fail")
     (evidence,) = spikes.evidence.runs.values()
     assert [int(s) for s in evidence.split.elevated_steps] == list(spike_steps(6))
-    # every token of the spike steps scaled alike: hot throughout, the policy of those steps
-    assert checks["cause"].evidence.cause == "policy"  # (causes/whole_steps.py)
+    # every token of the spike steps scaled alike: hot throughout, no id moved on its own: the
+    # engine's arithmetic at those steps, the code path of those steps (causes/step_change.py)
+    assert checks["cause"].evidence.cause == "code_path"
 
 
 def test_fires_on_its_planted_cause_only(verdicts: dict) -> None:

@@ -1,0 +1,130 @@
+"""What changed at some steps whose responses are hot throughout (``whole_steps.py``): the
+weights the engine served, its sampling, or its arithmetic. Each leaves its own mark on the
+tokens of those steps, whatever its size.
+
+- **The sampling** (a truncation or a logit processor turned on at a step, its processed
+  logprobs returned): mass removed on the rollout side there, the steps' mean ratio
+  ``E_q[p/q]`` under 1 (``stats/mean_ratio.py``) by ``DEFICIT_Z`` standard errors and
+  ``DEFICIT_PER_K3`` times their K3 per token (``processor.py``'s thresholds), where the other
+  steps keep it at 1. Top-p 0.9 from the middle step on (``un-topp-restart``, both TinyLM
+  draws): 0.944, 50 standard errors, 23x the K3; the corpora's other weights and precision
+  losses at some steps 0.17-0.31x, within 0.7 standard errors; top-p at every step beside
+  weights a checkpoint behind lowers the other steps' too (``combo-topp-stale-mid``: the
+  steps' split is the weights').
+- **The weights** (stale or reloaded weights, a partial sync): other weights move some token
+  ids' logits on their own, so each id's own shift carries a share of ``r``'s variance
+  (``token_shift``'s ``id_share``, over the run) of ``ID_WEIGHTS`` or more. The corpora's
+  policies named by their steps carry 0.0071-0.036 (stale weights in every family and draw
+  0.0071-0.021, a reload at mid-run 0.0086-0.011, a partial sync of the lm_head 0.036; fp8
+  weights loaded at a restart 0.026: other weights too, as ``pr-weights-fp8`` is named).
+- **The engine's arithmetic** (a faulty kernel every token of those steps takes, a restart
+  with an fp8 KV cache or another accumulator): noise on every token, no id moved on its own:
+  a split-KV combine without the row sums at every batch size and KV length from the middle
+  step on (``un-splitkv-restart``) 0.0017 and 0.0048 in the two draws, the sample data's
+  ``spiky-6`` (that kernel at steps 3 and 5) 0.0052, fp8 KV caches (e4m3, e5m2) and a bf16
+  lm_head accumulator from the middle step on 0-0.002, the fp8 caches of every corpus
+  0-0.003. Those stay the code path of the steps ("some steps: a replica, or a path or the
+  weights switched at a step"): a kernel every token takes and a precision lost at a restart
+  are one picture, the engine changed at those steps, and its advice asks what changed there.
+
+A scaled plant (every token of some steps multiplied alike) carries a healthy run's share (0 to
+0.0076 over the corpora's healthy runs, most under 0.005): mostly the engine's arithmetic. The
+band between the arithmetic's 0.0052 and the weights' 0.0071 is narrow; ``ID_WEIGHTS`` sits in
+it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mismatchctl.analysis.diagnose.causes import code_path, policy, semantics
+from mismatchctl.analysis.diagnose.causes.hypothesis import CauseModule
+from mismatchctl.analysis.diagnose.causes.processor import DEFICIT_PER_K3, DEFICIT_Z
+from mismatchctl.analysis.diagnose.check import evidence_of
+from mismatchctl.analysis.diagnose.checks import token_shift
+from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.text import pct
+from mismatchctl.engines import plan as K
+from mismatchctl.stats.mean_ratio import MeanRatio, mean_ratio
+from mismatchctl.stats.sign_coherence import in_steps
+
+ID_WEIGHTS = 0.006
+"""Each token id's own shift carrying this share of ``r``'s variance or more: other weights
+(the module's docstring)."""
+
+
+@dataclass(frozen=True)
+class StepChange:
+    """The cause of the change at the steps, its variant and the sentence that says why."""
+
+    cause: CauseModule
+    variant: str
+    because: str
+
+
+def step_change(ctx: Context, region: dict[str, list[int]]) -> StepChange:
+    """What changed at the steps of ``region`` (cube codes of the step dimension)."""
+    steps = step_labels(ctx, region)
+    removed = _removed(ctx, steps) if steps else None
+    if removed is not None:
+        inside, rest = removed
+        return StepChange(
+            semantics,
+            semantics.AT_STEPS,
+            f"their mean ratio exp(r) is {1 - inside.deficit:.4g}, {inside.z:.0f} standard "
+            f"errors under 1 and {inside.per_k3:.2g}x their K3 per token, where the other "
+            f"steps' is {1 - rest.deficit:.4g} (z {rest.z:.1f}): mass removed on the rollout "
+            "side from those steps on, as a truncation or a logit processor turned on there "
+            "removes it",
+        )
+    e = evidence_of(ctx.result(token_shift), token_shift.Evidence)
+    share = None if e is None else e.id_share
+    if share is not None and share >= ID_WEIGHTS:
+        return StepChange(
+            policy,
+            policy.AT_STEPS,
+            f"each token id's own shift carries {pct(share)} of r's variance ({ID_WEIGHTS:.1%} "
+            "or more): other weights move some ids' logits on their own, noise moves none",
+        )
+    shown = "n/a" if share is None else pct(share)
+    return StepChange(
+        code_path,
+        code_path.PLACES[K.STEP],
+        f"each token id's own shift carries {shown} of r's variance (under {ID_WEIGHTS:.1%}) "
+        "and no mass is removed: every token noisier alike, no id moved on its own, as the "
+        "engine's arithmetic changed at a step makes it (a kernel every token takes, a restart "
+        "with another precision)",
+    )
+
+
+def step_labels(ctx: Context, region: dict[str, list[int]]) -> set[int]:
+    """The step numbers of a region's step codes (empty when the labels are no numbers)."""
+    cube = ctx.cube
+    if cube is None or K.STEP not in region:
+        return set()
+    spec = cube.spec
+    d = spec.index(K.STEP)
+    labels = spec.dims[d].labels
+    try:
+        return {int(labels[int(c)]) for c in spec.codes_of(d, region[K.STEP])}
+    except ValueError:
+        return set()
+
+
+def _removed(ctx: Context, steps: set[int]) -> tuple[MeanRatio, MeanRatio] | None:
+    """The steps' mean ratio and the other steps', when the steps' lacks mass at the
+    thresholds and the others' does not (a run's, the first that shows it)."""
+    for state in ctx.state.hot_sequences.runs().values():
+        others = {int(s) for s in set(state.step.tolist())} - steps
+        inside, rest = mean_ratio(in_steps(state, steps)), mean_ratio(in_steps(state, others))
+        if inside is None or rest is None:
+            continue
+        if _lacks(inside) and not _lacks(rest):
+            return inside, rest
+    return None
+
+
+def _lacks(found: MeanRatio) -> bool:
+    return found.z >= DEFICIT_Z and found.per_k3 >= DEFICIT_PER_K3
+
+
+__all__ = ["ID_WEIGHTS", "StepChange", "step_change", "step_labels"]
