@@ -392,6 +392,7 @@ def contrast_within(
     codes: list[int],
     stratum: str = "bin",
     level: float = 0.95,
+    tables: SideTables | None = None,
 ) -> tuple[float, tuple[float, float]] | None:
     """A part of a region against the rest of that region: the tokens of ``within`` (dimension
     name -> search-level codes) at ``codes`` of ``dim`` against its tokens at the other values
@@ -399,7 +400,8 @@ def contrast_within(
     interval at ``level``: the two parts' own variances taken as independent (conservative: a
     sequence's parts co-vary positively, as ``localize.regions.log_contrast_var``). None when a
     part has no mass, ``dim`` is blocked (its search-level codes are not its values) or the
-    cube holds no table of these dimensions with the stratum."""
+    cube holds no table of these dimensions with the stratum. ``tables``: the cube's search
+    tables when the caller contrasts many parts of one cube (built here otherwise)."""
     spec = cube.spec
     d, s = spec.index(dim), spec.index(stratum)
     if spec.blocked(d) or spec.table_index(sorted({d, s, *map(spec.index, within)})) is None:
@@ -411,7 +413,7 @@ def contrast_within(
     part = np.isin(np.arange(spec.levels(d)), codes)
     keep = masks.get(d, np.ones(spec.levels(d), bool))
     inside, rest = {**masks, d: part & keep}, {**masks, d: ~part & keep}
-    t = SideTables(cube)
+    t = SideTables(cube) if tables is None else tables
     m_in, m_rest = region_moments(t, inside), region_moments(t, rest)
     a_in, a_rest = float(m_in.mom[Field.K3]), float(m_rest.mom[Field.K3])
     if not (a_in > 0 and a_rest > 0):

@@ -52,6 +52,7 @@ from mismatchctl.analysis.diagnose.contrasts import hotter
 from mismatchctl.analysis.diagnose.levels import LEVEL
 from mismatchctl.engines import plan as K
 from mismatchctl.stats.localize.explain import contrast_within
+from mismatchctl.stats.localize.tables import SideTables
 
 WITHIN = {
     K.TURN_KIND: "turn kinds",
@@ -160,13 +161,15 @@ def placed(ctx: Context, region: dict[str, list[int]]) -> str | None:
     assert cube is not None
     spec = cube.spec
     names = {d.name for d in spec.dims}
+    tables = SideTables(cube)  # one build for every contrast below
     tested = []
     for dim in WITHIN:
         if dim not in names:
             continue
         d = spec.index(dim)
         found = [
-            contrast_within(cube, region, dim, [c], K.BIN, LEVEL) for c in range(spec.levels(d))
+            contrast_within(cube, region, dim, [c], K.BIN, LEVEL, tables)
+            for c in range(spec.levels(d))
         ]
         if any(hotter(f) for f in found):
             return None
