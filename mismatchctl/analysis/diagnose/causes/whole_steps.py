@@ -38,7 +38,10 @@ three, Gemma2's two, Qwen3's two, GPT-NeoX's two: step 1 2.3-3.0x the others, th
 leaning too little to name the policy above the truncation); over a baseline the filled tail
 names it (``beside_truncation.py``). In the 68 others (split-KV merges, batch-variant kernels,
 a padded prefill, growths, a stop token's 0.0, a template beside a path) a part within the
-steps is hotter."""
+steps is hotter. Beside a logit transform the ids' own shifts are the transform's too (top-p
+0.9 alone carries 19% of ``r``'s variance), so there a split hot throughout names the weights
+whatever the share: an engine whose arithmetic changed at a step beside a truncation would be
+taken for them (no corpus has one)."""
 
 from __future__ import annotations
 
