@@ -37,8 +37,8 @@ from mismatchctl.analysis.diagnose.causes.varying_level import (
     varying_second,
 )
 from mismatchctl.analysis.diagnose.causes.whole_steps import beside as steps_beside
+from mismatchctl.analysis.diagnose.causes.whole_steps import by_change as steps_by_change
 from mismatchctl.analysis.diagnose.causes.whole_steps import runner_up as steps_runner_up
-from mismatchctl.analysis.diagnose.causes.whole_steps import whole_steps
 from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline
 from mismatchctl.analysis.diagnose.context import Context
@@ -113,8 +113,7 @@ def weigh(ctx: Context) -> Weighing:
         if varying is not None:  # the split of its steps is its own finding
             first, also = varying, [w for w in also if not steps_part(w)]
         also = [varying_second(ctx, w, alarmed) for w in also]
-        first = whole_steps(ctx, first, also) or first  # steps hot throughout: other weights
-        also = [whole_steps(ctx, w, [first, *also]) or w for w in also]
+        first, also = steps_by_change(ctx, first, also)  # steps hot throughout: what changed
         also += [w for w in [steps_beside(ctx, first, also)] if w is not None]
     named = [] if first is None else [first.cause]  # the first may be a peel's new Weighed
     rest = [w for w in weighed if w.cause not in named + _causes(also)]

@@ -24,9 +24,10 @@ what changed there (``step_change.py``): the sampling when mass is removed there
 "a sampling setting changed at some steps"), the weights when token ids moved on their own
 (``policy``, "other weights at some steps"), else the engine's arithmetic (a kernel every token
 takes, a restart with another precision: the code path of those steps stays, its evidence
-saying so). Its part and share are the steps'. Not when that cause is already named beside it
-(``combo-stale-splitkv-subtle-mid``: the steps the path's, the responses leaning outside them
-the policy's).
+saying so). Its part and share are the steps'. A cause already named beside it is the same
+cause, named once with both findings (``by_change``: the second Gemma2 draw's stale weights,
+step 1 hot throughout and the other steps leaning, were a code path of step 1 with the policy
+beside).
 
 **Beside another cause** (``beside``): when the ``spikes`` or the ``regimes`` check splits the
 run's steps (``varying_level.steps_split``) and the elevated steps are hot throughout with ids
@@ -50,6 +51,7 @@ from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.causes.parts import steps_region, steps_share
 from mismatchctl.analysis.diagnose.causes.step_change import step_change
 from mismatchctl.analysis.diagnose.causes.varying_level import steps_part, steps_split
+from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.contrasts import hotter
 from mismatchctl.analysis.diagnose.levels import LEVEL
@@ -72,21 +74,21 @@ responses) or a step's responses into parts a path or a replica could serve (len
 batches, gpus), and what the user reads of each."""
 
 
-def whole_steps(ctx: Context, first: Weighed | None, named: list[Weighed]) -> Weighed | None:
-    """What changed at the steps of a code path of some steps named (``first``, or one of the
-    causes named beside it) whose steps are hot throughout their responses (the module's
-    docstring; ``step_change.py``: the weights, the sampling or the arithmetic), unless that
-    cause is among the other causes ``named``; None otherwise."""
-    if first is None or not steps_part(first) or ctx.cube is None:
+SEVERITY = {OK: 0, WARN: 1, FAIL: 2}
+
+
+def whole_steps(ctx: Context, path: Weighed | None) -> Weighed | None:
+    """What changed at the steps of a code path of some steps (``path``) whose steps are hot
+    throughout their responses (the module's docstring; ``step_change.py``: the weights, the
+    sampling or the arithmetic); None otherwise."""
+    if path is None or not steps_part(path) or ctx.cube is None:
         return None
-    region = first.support.region or {}
+    region = path.support.region or {}
     found = placed(ctx, region)
     if found is None:
         return None
     change = step_change(ctx, region)
-    if any(w.cause.KEY == change.cause.KEY for w in named if w is not first):
-        return None
-    s = first.support
+    s = path.support
     support = Support(
         verdict=s.verdict,
         share=s.share,
@@ -101,9 +103,48 @@ def whole_steps(ctx: Context, first: Weighed | None, named: list[Weighed]) -> We
         where=s.where,
         variant=change.variant,
         region=s.region,
-        against=s.against if change.cause.KEY == first.cause.KEY else (),
+        against=s.against if change.cause.KEY == path.cause.KEY else (),
     )
-    return Weighed(change.cause, support, first.score)
+    return Weighed(change.cause, support, path.score)
+
+
+def by_change(
+    ctx: Context, first: Weighed | None, also: list[Weighed]
+) -> tuple[Weighed | None, list[Weighed]]:
+    """The causes named, each code path of some steps hot throughout named by what changed
+    there (``whole_steps``). A cause already named beside it is the same cause: one, its
+    evidence both findings (the policy found outside the steps, leaning there, and the steps
+    that stand out: stale weights whose step 1 stands out of a lean elsewhere); a path beside a
+    first cause that its steps turn out to be is that cause's own finding, no second cause."""
+    moved = whole_steps(ctx, first)
+    if first is not None and moved is not None:
+        same = next((w for w in also if w.cause.KEY == moved.cause.KEY), None)
+        first = moved if same is None else _merged(moved, same)
+        also = [w for w in also if w.cause.KEY != moved.cause.KEY]
+    kept = []
+    for w in also:
+        m = whole_steps(ctx, w)
+        if m is not None and first is not None and m.cause.KEY == first.cause.KEY:
+            continue  # the first cause's own steps
+        kept.append(w if m is None or any(x.cause.KEY == m.cause.KEY for x in also) else m)
+    return first, kept
+
+
+def _merged(steps: Weighed, same: Weighed) -> Weighed:
+    """One cause from its steps' finding and the same cause's finding elsewhere: both
+    sentences, the shares added (each the excess of its own tokens)."""
+    s = steps.support
+    share = min(1.0, (s.share or 0.0) + (same.support.share or 0.0))
+    support = Support(
+        **{
+            **s.__dict__,
+            "share": share,
+            "because": f"{s.because}; {same.support.because}",
+            "checks": tuple(dict.fromkeys((*s.checks, *same.support.checks))),
+            "verdict": max(s.verdict, same.support.verdict, key=SEVERITY.get),
+        }
+    )
+    return Weighed(steps.cause, support, max(steps.score, same.score))
 
 
 AT_STEPS = (policy.AT_STEPS, semantics.AT_STEPS)
@@ -181,4 +222,4 @@ def placed(ctx: Context, region: dict[str, list[int]]) -> str | None:
     return ", ".join(tested) or None
 
 
-__all__ = ["AT_STEPS", "beside", "placed", "runner_up", "whole_steps"]
+__all__ = ["AT_STEPS", "beside", "by_change", "placed", "runner_up", "whole_steps"]

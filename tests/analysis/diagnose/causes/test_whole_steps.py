@@ -57,3 +57,14 @@ def test_weights_behind_beside_top_p_alone_are_told_by_their_steps(held_out_stor
     assert (also["key"], also["variant"], also["checks"]) == ("policy", policy.AT_STEPS, ["spikes"])
     assert also["where"] in ("step 1", "steps 1") and "beside logprob semantics" in also["because"]
     assert not any(r["key"] == "policy" for r in cause["runner_ups"])
+
+
+def test_the_steps_of_a_policy_found_outside_them_are_its_own(held_out_store: Path) -> None:
+    """``g1-pol-stale`` alone (the second Gemma2 draw's weights a checkpoint behind): step 1
+    stands out, and the responses of the other steps lean (the second pass). Step 1 is hot
+    throughout, its ids moved on their own: the same policy, named once with both findings,
+    where it was a code path of step 1 with the policy beside."""
+    cause = diagnosis(held_out_store, "g1-pol-stale").section_dict()["cause"]
+    assert (cause["key"], cause["variant"], cause["also"]) == ("policy", policy.AT_STEPS, [])
+    assert "hot throughout" in cause["because"] and "lean one way" in cause["because"]
+    assert cause["checks"] == ["localized", "policy_signs"]  # the step's part, the lean
