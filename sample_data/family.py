@@ -6,6 +6,7 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
     python sample_data/family.py --out DIR --arch gemma2    # the Gemma2 member's runs
     python sample_data/family.py --out DIR --arch qwen3     # the Qwen3 member's runs
     python sample_data/family.py --out DIR --arch gptneox   # the GPT-NeoX member's runs
+    python sample_data/family.py --out DIR --arch gpt2      # the GPT-2 member's runs
     python sample_data/family.py --out DIR --context 1024 --long-responses   # long responses
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
 
@@ -17,8 +18,10 @@ embeddings, GeGLU, (1 + w) pre- and post-norms, tied embeddings, sliding-window 
 ``--arch qwen3``, of one more (Qwen3: RMSNorms on each query and key head, rotary base 1e6, tied
 embeddings, no q/k/v biases); with ``--arch gptneox``, of a Pythia-style GPT-NeoX (LayerNorms
 with biases, a parallel residual, rotary positions on a quarter of each head, GELU, untied
-embeddings); the same runs as the Llama's. Runs go to DIR/runs/NAME/, the
-trained model to DIR/cache/ (reused), DIR/corpus.json lists each run as calibrate.py does.
+embeddings); with ``--arch gpt2``, of a GPT-2 (learned absolute positions, no rotary, pre-norm
+LayerNorms with biases, GELU, Conv1D projections, tied embeddings); the same runs as the
+Llama's. Runs go to DIR/runs/NAME/, the trained model to DIR/cache/ (reused), DIR/corpus.json
+lists each run as calibrate.py does.
 
 ``--context N`` trains the model on windows of N tokens instead of 320 (at most 1024, every
 member's position limit) and keeps the runs' rollouts within N instead of 320: the cache file
@@ -54,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen.calib_measure import corpus_entry, run_fields
 from gen.corpus import prompt_line_sources, prompt_lines
 from gen.family_gemma2 import LABEL as GEMMA2
+from gen.family_gpt2 import LABEL as GPT2
 from gen.family_gptneox import LABEL as GPTNEOX
 from gen.family_model import (
     ARCHS,
@@ -136,7 +140,7 @@ def load_model(
 
 def label_of(vocab: int, moe: MoEShape | None, arch: str, context: int = CONTEXT) -> str:
     """The corpus label of the model: its member, its vocabulary, its training context."""
-    dense = {"gemma2": GEMMA2, "qwen3": QWEN3, "gptneox": GPTNEOX}
+    dense = {"gemma2": GEMMA2, "qwen3": QWEN3, "gptneox": GPTNEOX, "gpt2": GPT2}
     member = (
         f"{moe.label}-bpe{vocab}"
         if moe
@@ -178,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=ARCHS,
         default="llama",
         help="the dense member: llama (default), gemma2 (Gemma2ForCausalLM), qwen3 "
-        "(Qwen3ForCausalLM) or gptneox (GPTNeoXForCausalLM), each of the same size and runs",
+        "(Qwen3ForCausalLM), gptneox (GPTNeoXForCausalLM) or gpt2 (GPT2LMHeadModel), each of "
+        "the same size and runs",
     )
     parser.add_argument(
         "--context",

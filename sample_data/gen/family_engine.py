@@ -7,11 +7,11 @@ sequence in one forward; and the faults, each where it happens in a real stack.
   interface): an fp8 KV cache (keys and values rounded to float8_e4m3fn, unscaled, as a cache
   with the default scale of 1), a split-KV decode whose partial results are merged with their
   log-sum-exp rounded (bf16 or fp8) once the KV length passes a threshold;
-- one device's kernels: RMSNorm (or GPT-NeoX's LayerNorm) statistics in bf16
+- one device's kernels: RMSNorm (or GPT-NeoX's and GPT-2's LayerNorm) statistics in bf16
   (`bf16_norm_stats`);
 - the engine's lm_head in fp32 (an improvement; with tied embeddings, a copy of them in fp32,
   Gemma2's final soft-capping still applied after it; GPT-NeoX's untied head is ``lm_head`` in
-  transformers 5, Pythia checkpoints' ``embed_out``);
+  transformers 5, Pythia checkpoints' ``embed_out``; GPT-2's is tied to ``transformer.wte``);
 - the MoE member's routers (gen/family_moe.py): each side's experts recorded per input position,
   the trainer replaying the engine's (R3), the engine's router logits rounded to fp8.
 """
@@ -133,8 +133,8 @@ def bf16_norm_stats(model: PreTrainedModel) -> None:
     """Every norm computes its statistics in bf16 (a device whose fused norm kernel keeps them
     in the activations' dtype), each in its own form: Llama's, Qwen2-MoE's and Qwen3's (its
     per-head query and key norms too) ``w * x * rsqrt(...)``, Gemma2's ``x * rsqrt(...) *
-    (1 + w)`` (gen/family_gemma2.py), GPT-NeoX's LayerNorm its mean and variance, then weight
-    and bias (gen/family_gptneox.py)."""
+    (1 + w)`` (gen/family_gemma2.py), GPT-NeoX's and GPT-2's LayerNorms their mean and
+    variance, then weight and bias (gen/family_gptneox.py)."""
     for module in model.modules():
         if is_gemma2_norm(module):
             module.forward = types.MethodType(gemma2_norm_bf16, module)
@@ -154,10 +154,15 @@ class Fp32Head(torch.nn.Module):
 
 
 def attention_modules(model: PreTrainedModel) -> list[torch.nn.Module]:
-    """Each layer's attention: ``self_attn`` (Llama, Gemma2, Qwen3, Qwen2-MoE) or GPT-NeoX's
-    ``attention``, under the base model (``model.model`` or ``model.gpt_neox``)."""
-    layers: torch.nn.ModuleList = model.base_model.layers
-    return [getattr(layer, "self_attn", None) or layer.attention for layer in layers]
+    """Each layer's attention: ``self_attn`` (Llama, Gemma2, Qwen3, Qwen2-MoE), GPT-NeoX's
+    ``attention`` or GPT-2's ``attn``, under the base model's layers (``model.model.layers``,
+    ``model.gpt_neox.layers`` or GPT-2's ``model.transformer.h``)."""
+    base = model.base_model
+    layers: torch.nn.ModuleList = base.layers if hasattr(base, "layers") else base.h
+    return [
+        getattr(layer, "self_attn", None) or getattr(layer, "attention", None) or layer.attn
+        for layer in layers
+    ]
 
 
 def prepare_engine(

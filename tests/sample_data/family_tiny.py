@@ -17,16 +17,17 @@ from gen.family_model import build, new_model  # noqa: E402
 def tiny_state(config: Any, key_norm: float | None = None) -> dict[str, Any]:
     """Random weights, sharper than the initial ones (logits of a few units), the norms' weights
     away from their initial values (so that ``1 + w`` and ``w`` differ); ``key_norm``: every
-    ``k_norm`` weight set to it (a member that norms its keys)."""
+    ``k_norm`` weight set to it (a member that norms its keys). GPT-2's names too: its norms
+    ``ln_*``, its token and position embeddings ``wte`` and ``wpe``."""
     torch.manual_seed(0)
     model = new_model(config)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if "norm" in name:
+            if "norm" in name or ".ln_" in name:
                 p.add_(torch.randn_like(p) * 0.2)
                 if key_norm is not None and "k_norm" in name:
                     p.fill_(key_norm)
-            elif "embed" in name or "lm_head" in name:  # an untied head too
+            elif any(k in name for k in ("embed", "lm_head", ".wte.", ".wpe.")):  # untied heads too
                 p.normal_(0.0, 0.25)
             else:
                 p.mul_(2.0)
@@ -68,12 +69,12 @@ def fp32_head_logits(config: Any) -> tuple[Any, Any, Any]:
     state = tiny_state(config)
     engine = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), True, False)
     assert isinstance(engine.lm_head, Fp32Head) and engine.lm_head.weight.dtype == torch.float32
-    embed = engine.model.embed_tokens.weight
+    embed = engine.get_input_embeddings().weight
     assert embed.dtype == torch.bfloat16 and torch.equal(engine.lm_head.weight, embed.float())
     plain = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), False, False)
     x = ids(2, 20)
     with torch.no_grad():
-        hidden = engine.model(x).last_hidden_state.float()
+        hidden = engine.base_model(x).last_hidden_state.float()
         return hidden @ engine.lm_head.weight.t(), engine(x).logits, plain(x).logits
 
 
@@ -88,10 +89,13 @@ def decode(
     return contexts, decode_turn(engine, contexts, sampler, set(), 30, 30, gen)
 
 
-def assert_split_kv_merges_act_past_the_split(config: Any) -> None:
+def assert_split_kv_merges_act_past_the_split(
+    config: Any, state: dict[str, Any] | None = None
+) -> None:
     """A split-KV decode merged in fp32 is the plain kernel's attention; merged with fp8
-    log-sum-exps, or a key late, it departs once the keys pass the split and not before."""
-    state = tiny_state(config)
+    log-sum-exps, or a key late, it departs once the keys pass the split and not before;
+    ``state``: the member's weights (else `tiny_state`'s)."""
+    state = tiny_state(config) if state is None else state
     split = 16  # the batch is 12 keys wide (left-padded): decode step 5 has 17 keys
     fp32 = torch.float32
     _, plain = decode(config, state, EngineKernel(), fp32)
