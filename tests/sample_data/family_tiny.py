@@ -5,12 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from tests.sample_data.family_deps import family_deps
 
 torch = family_deps()
 
 import gen.family_engine as engine_module  # noqa: E402
-from gen.family_engine import EngineKernel, Sampler, decode_turn, prepare_engine  # noqa: E402
+from gen.family_engine import (  # noqa: E402
+    EngineKernel,
+    Sampler,
+    decode_turn,
+    prepare_engine,
+    score,
+)
 from gen.family_model import build, new_model  # noqa: E402
 
 
@@ -113,3 +121,57 @@ def assert_split_kv_merges_act_past_the_split(
             assert max(abs(a - b) for a, b in zip(lps[:before], flps[:before], strict=True)) < 1e-5
             moved = [abs(a - b) for a, b in zip(lps[before:], flps[before:], strict=True)]
             assert max(moved) > 1e-3
+
+
+def assert_decode_is_the_trainers_and_fp8_rounds_keys(
+    config: Any, state: dict[str, Any], engine: Any, seen: list[tuple[int, int, Any]]
+) -> None:
+    """With the kernel recording each call's ``(layer, query length, keys)`` in ``seen`` (an
+    fp32 ``engine`` already prepared): decoding through the cache calls it at every decode step
+    of both layers and gives the trainer's logprobs; the keys it held were not on the fp8 grid,
+    and an fp8 cache's engine holds them rounded to e4m3 and moves the logits a little."""
+    seen.clear()
+    contexts, plain = decode(config, state, EngineKernel(), torch.float32)
+    assert {layer for layer, _, _ in seen} == {0, 1}
+    assert len([n for _, n, _ in seen if n == 1]) == 2 * 29  # every decode step, every layer
+    seqs = [c + tokens for c, (tokens, _) in zip(contexts, plain, strict=True)]
+    rows = score(build(config, state, torch.float32), seqs, 1.5)
+    for c, (_, lps), row in zip(contexts, plain, rows, strict=True):
+        assert lps == pytest.approx(row[len(c) :], abs=1e-4)
+    assert not all(torch.equal(k, k.to(engine_module.FP8).float()) for _, _, k in seen)
+    seen.clear()
+    fp8 = prepare_engine(
+        build(config, state, torch.float32), EngineKernel(fp8_kv=True), False, False
+    )
+    y = ids(2, 30)
+    with torch.no_grad():
+        want, got = engine(y).logits, fp8(y).logits
+    rounded = [k for _, _, k in seen[2:]]  # the fp8 engine's two layers
+    assert len(rounded) == 2 and all(
+        torch.equal(k, k.to(engine_module.FP8).float()) for k in rounded
+    )
+    assert 1e-7 < kl(want, got) < 1e-2
+
+
+def recorded_prefill(
+    monkeypatch: pytest.MonkeyPatch, config: Any, state: dict[str, Any], qkv: Any
+) -> tuple[Any, list[tuple[int, int, Any]], Any]:
+    """An fp32 engine whose kernel records each call's ``(layer, query length, keys)``, and a
+    12-token prefill through it: the engine, the records, and the output of its first layer's
+    projection of the keys (``qkv(engine)``: the module, GPT-NeoX's fused query_key_value or
+    GPT-2's c_attn)."""
+    seen: list[tuple[int, int, Any]] = []
+    sdpa = engine_module.sdpa_attention_forward
+
+    def record(module: Any, q: Any, k: Any, *rest: object, **kw: object) -> object:
+        seen.append((module.layer_idx, q.shape[-2], k.detach().clone()))
+        return sdpa(module, q, k, *rest, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine_module, "sdpa_attention_forward", record)
+    engine = prepare_engine(build(config, state, torch.float32), EngineKernel(), False, False)
+    projected: list[Any] = []
+    hook = qkv(engine).register_forward_hook(lambda _m, _i, out: projected.append(out.detach()))
+    with torch.no_grad():
+        engine(ids(1, 12, 6))
+    hook.remove()
+    return engine, seen, projected[0]

@@ -12,23 +12,22 @@ from tests.sample_data.family_deps import family_deps
 
 torch = family_deps()
 
-import gen.family_engine as engine_module  # noqa: E402
 from gen.family_engine import (  # noqa: E402
     EngineKernel,
     Fp32Head,
     prepare_engine,
-    score,
 )
 from gen.family_gptneox import gptneox_config, layernorm_bf16  # noqa: E402
 from gen.family_model import VOCAB, build, new_model  # noqa: E402
 from transformers import GPTNeoXConfig, GPTNeoXForCausalLM  # noqa: E402
 
 from tests.sample_data.family_tiny import (  # noqa: E402
+    assert_decode_is_the_trainers_and_fp8_rounds_keys,
     assert_split_kv_merges_act_past_the_split,
     bf16_departure,
-    decode,
     ids,
     kl,
+    recorded_prefill,
     tiny_state,
 )
 
@@ -80,50 +79,15 @@ def test_the_kernel_sees_every_layers_partly_rotated_keys_and_the_fp8_cache_roun
     logits, a little."""
     config = tiny_config()
     state = tiny_state(config)
-    seen: list[tuple[int, int, torch.Tensor]] = []
-    sdpa = engine_module.sdpa_attention_forward
-
-    def record(
-        module: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, *rest: object, **kw: object
-    ) -> object:
-        seen.append((module.layer_idx, q.shape[-2], k.detach().clone()))
-        return sdpa(module, q, k, *rest, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(engine_module, "sdpa_attention_forward", record)
-    engine = prepare_engine(build(config, state, torch.float32), EngineKernel(), False, False)
-    projected: list[torch.Tensor] = []
-    qkv = engine.gpt_neox.layers[0].attention.query_key_value
-    hook = qkv.register_forward_hook(lambda _m, _i, out: projected.append(out.detach()))
-    x = ids(1, 12, 6)
-    with torch.no_grad():
-        engine(x)
-    hook.remove()
-    keys = projected[0].view(1, 12, 2, 3 * HEAD).transpose(1, 2).chunk(3, dim=-1)[1]
+    engine, seen, out = recorded_prefill(
+        monkeypatch, config, state, lambda e: e.gpt_neox.layers[0].attention.query_key_value
+    )
+    keys = out.view(1, 12, 2, 3 * HEAD).transpose(1, 2).chunk(3, dim=-1)[1]
     kernel_keys = seen[0][2]
     assert torch.equal(kernel_keys[..., ROTARY:], keys[..., ROTARY:])  # not rotated
     assert torch.equal(kernel_keys[:, :, 0], keys[:, :, 0])  # position 0: no rotation
     assert (kernel_keys[:, :, 1:, :ROTARY] - keys[:, :, 1:, :ROTARY]).abs().max() > 1e-2
-    seen.clear()
-    contexts, plain = decode(config, state, EngineKernel(), torch.float32)
-    assert {layer for layer, _, _ in seen} == {0, 1}
-    assert len([n for _, n, _ in seen if n == 1]) == 2 * 29  # every decode step, every layer
-    seqs = [c + tokens for c, (tokens, _) in zip(contexts, plain, strict=True)]
-    rows = score(build(config, state, torch.float32), seqs, 1.5)
-    for c, (_, lps), row in zip(contexts, plain, rows, strict=True):
-        assert lps == pytest.approx(row[len(c) :], abs=1e-4)
-    assert not all(torch.equal(k, k.to(engine_module.FP8).float()) for _, _, k in seen)
-    seen.clear()
-    fp8 = prepare_engine(
-        build(config, state, torch.float32), EngineKernel(fp8_kv=True), False, False
-    )
-    y = ids(2, 30)
-    with torch.no_grad():
-        want, got = engine(y).logits, fp8(y).logits
-    rounded = [k for _, _, k in seen[2:]]  # the fp8 engine's two layers
-    assert len(rounded) == 2 and all(
-        torch.equal(k, k.to(engine_module.FP8).float()) for k in rounded
-    )
-    assert 1e-7 < kl(want, got) < 1e-2
+    assert_decode_is_the_trainers_and_fp8_rounds_keys(config, state, engine, seen)
 
 
 def test_the_split_kv_merges_act_past_the_split_only() -> None:
