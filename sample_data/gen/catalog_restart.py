@@ -6,7 +6,9 @@ that changes its arithmetic or its sampling at a step could be hot throughout th
 The class each is planted as is the fault's own: an fp8 KV cache, fp8 weights or a bf16
 lm_head accumulator from a step on are **precision**, a faulty kernel that every token of those
 steps takes is a **code path** (a replica's kernel: the engine computes another function there),
-top-p from a step on is **semantics**. What a user should be told is that
+top-p from a step on is **semantics**; ``un-fp8kv-splitkv-restart`` puts the faulty kernel
+beside an fp8 KV cache at every step (a precision loss whose level varies from step to step
+only through a path: what ``varying_level.py`` risks). What a user should be told is that
 the engine changed at that step; docs/diagnose.md "Faults at some steps" says what the data
 tell of each.
 """
@@ -14,7 +16,8 @@ tell of each.
 from __future__ import annotations
 
 from gen.calib_spec import CalibRun
-from gen.catalog_common import fault
+from gen.catalog_common import FP8_KV, fault
+from gen.catalog_other import combo
 
 S, L = "subtle", "loud"
 
@@ -74,5 +77,13 @@ RESTART: tuple[CalibRun, ...] = (
         "from the middle step on the engine samples with top-p 0.9 and returns the renormalised "
         "logprobs; no truncation before",
         schedule="topp-restart",
+    ),
+    combo(
+        "un-fp8kv-splitkv-restart",
+        "precision+code_path",
+        "an fp8 (e4m3) KV cache at every step, and from the middle step on the faulty split-KV "
+        "combine at every batch size and KV length (a replica's kernel beside a precision loss)",
+        engine=FP8_KV,
+        schedule="splitkv-restart",
     ),
 )

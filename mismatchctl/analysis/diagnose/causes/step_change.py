@@ -42,10 +42,29 @@ from mismatchctl.analysis.diagnose.causes.processor import DEFICIT_PER_K3, DEFIC
 from mismatchctl.analysis.diagnose.check import evidence_of
 from mismatchctl.analysis.diagnose.checks import token_shift
 from mismatchctl.analysis.diagnose.context import Context
+from mismatchctl.analysis.diagnose.contrasts import hotter
+from mismatchctl.analysis.diagnose.levels import LEVEL
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.engines import plan as K
+from mismatchctl.stats.localize.explain import contrast_within
+from mismatchctl.stats.localize.tables import SideTables
 from mismatchctl.stats.mean_ratio import MeanRatio, mean_ratio
 from mismatchctl.stats.sign_coherence import in_steps
+
+WITHIN = {
+    K.TURN_KIND: "turn kinds",
+    K.TURN: "turns",
+    K.KV_POSITION: "KV ranges",
+    K.TURN_POSITION: "ranges of positions in the turn",
+    K.LENGTH: "response lengths",
+    K.DUMP_ORDER: "engine batches",
+    K.BATCH_SIZE: "batch sizes",
+    K.GPU: "gpus",
+}
+"""The dimensions that cut a step's tokens into parts a code path could take (within the
+responses) or a step's responses into parts a path or a replica could serve (lengths, engine
+batches, gpus), and what the user reads of each."""
+
 
 ID_WEIGHTS = 0.006
 """Each token id's own shift carrying this share of ``r``'s variance or more: other weights
@@ -96,6 +115,38 @@ def step_change(ctx: Context, region: dict[str, list[int]]) -> StepChange:
     )
 
 
+def placed(ctx: Context, region: dict[str, list[int]]) -> str | None:
+    """None when, within ``region`` (the steps), a value of one of the ``WITHIN`` dimensions is
+    hotter than the others there at the same token probabilities; else what was tested ("2 turn
+    kinds, 3 turns, 4 KV ranges, ..."). None too when nothing could be tested."""
+    cube = ctx.cube
+    assert cube is not None
+    spec = cube.spec
+    names = {d.name for d in spec.dims}
+    tables = SideTables(cube)  # one build for every contrast below
+    tested = []
+    for dim in WITHIN:
+        if dim not in names:
+            continue
+        d = spec.index(dim)
+        found = [
+            contrast_within(cube, region, dim, [c], K.BIN, LEVEL, tables)
+            for c in range(spec.levels(d))
+        ]
+        if any(hotter(f) for f in found):
+            return None
+        if n := sum(f is not None for f in found):
+            tested.append(f"{n} {WITHIN[dim]}")
+    return ", ".join(tested) or None
+
+
+def weights_at(ctx: Context, region: dict[str, list[int]]) -> bool:
+    """Whether the steps of ``region`` changed by their weights: hot throughout (``placed``)
+    with token ids moved on their own (``step_change``); not when a part within them is hotter
+    (a path) or nothing but noise moved there (the arithmetic)."""
+    return placed(ctx, region) is not None and step_change(ctx, region).cause is policy
+
+
 def step_labels(ctx: Context, region: dict[str, list[int]]) -> set[int]:
     """The step numbers of a region's step codes (empty when the labels are no numbers)."""
     cube = ctx.cube
@@ -127,4 +178,12 @@ def _lacks(found: MeanRatio) -> bool:
     return found.z >= DEFICIT_Z and found.per_k3 >= DEFICIT_PER_K3
 
 
-__all__ = ["ID_WEIGHTS", "StepChange", "step_change", "step_labels"]
+__all__ = [
+    "ID_WEIGHTS",
+    "WITHIN",
+    "StepChange",
+    "placed",
+    "step_change",
+    "step_labels",
+    "weights_at",
+]

@@ -17,8 +17,10 @@ steps named first whose other steps hold half the excess at their level (``LEVEL
 ``outside.level_over_part`` weighs a level) has its steps split by the ``spikes`` or the
 ``regimes`` check (``steps_split``: the second Gemma2 draw's stale weights beside top-p split
 in two regimes, steps 1 and 2 at 2.1x), the policy is named, the split its own finding:
-other weights whose gap varies with the training. Not when another part of the run alarms
-beside the steps (a template's or a path's excess in the other steps is no level:
+other weights whose gap varies with the training, when the steps that stand out changed by
+their weights (``step_change.weights_at``: hot throughout, token ids moved on their own; an fp8
+cache beside a kernel from a step on varies too, its steps moving none). Not when another part
+of the run alarms beside the steps (a template's or a path's excess in the other steps is no level:
 ``f-combo-tpl-splitkv`` holds 23-41% there), nor when the responses lean (the policy is then
 named by its own check)."""
 
@@ -27,6 +29,8 @@ from __future__ import annotations
 from mismatchctl.analysis.diagnose.causes import policy, precision
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.causes.outside import LEVEL_SHARE
+from mismatchctl.analysis.diagnose.causes.parts import steps_region
+from mismatchctl.analysis.diagnose.causes.step_change import weights_at
 from mismatchctl.analysis.diagnose.check import Check, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline, regimes, spikes
 from mismatchctl.analysis.diagnose.context import Context
@@ -70,6 +74,8 @@ def varying_level(ctx: Context, first: Weighed | None, alarmed: list[Weighed]) -
     found = next((w for w in alarmed if w.cause.KEY == policy.KEY), None)
     if found is not None and found.support.alarm:
         return None  # the responses lean: the policy is weighed on its own check
+    if not _split_by_weights(ctx):
+        return None  # the steps that stand out are a path's or the arithmetic's
     level = _level(ctx, first, alarmed)
     if level is None:
         return None
@@ -99,6 +105,8 @@ def varying_second(ctx: Context, w: Weighed, alarmed: list[Weighed]) -> Weighed:
         return w
     if any(x.cause.KEY == policy.KEY and x.support.alarm for x in alarmed):
         return w
+    if not _split_by_weights(ctx):
+        return w
     support = Support(
         **{
             **w.support.__dict__,
@@ -108,6 +116,17 @@ def varying_second(ctx: Context, w: Weighed, alarmed: list[Weighed]) -> Weighed:
         }
     )
     return Weighed(policy, support, w.score)
+
+
+def _split_by_weights(ctx: Context) -> bool:
+    """Whether the steps the split elevates changed by their weights (``step_change.weights_at``:
+    hot throughout, token ids moved on their own): not a path some of their tokens take, nor
+    the engine's arithmetic changed at a step beside a precision loss everywhere
+    (``un-fp8kv-splitkv-restart``: an fp8 KV cache at every step, a faulty kernel on every token
+    from step 4 on, whose ids move on their own 0.1%). The stale weights the rule names carry
+    0.71-2.1%."""
+    regions = [r for r in (steps_region(v) for v in ctx.runs.values()) if r is not None]
+    return any(weights_at(ctx, r) for r in regions)
 
 
 def _level(ctx: Context, first: Weighed, alarmed: list[Weighed]) -> tuple[float | None, str] | None:

@@ -18,7 +18,7 @@ part of its own: a code path of that step, whose advice looked first at the engi
 
 So a code path of some steps named first, whose steps hold no part within their responses
 hotter than the rest of them, nor responses of some lengths, engine batches or gpus
-(``placed``: each value of each dimension of ``WITHIN`` against the others of those steps at
+(``step_change.placed``: each value of each dimension of its ``WITHIN`` against the others of those steps at
 the same token probabilities, at the ``localized`` check's pattern, ``hotter``), is named by
 what changed there (``step_change.py``): the sampling when mass is removed there (``semantics``,
 "a sampling setting changed at some steps"), the weights when token ids moved on their own
@@ -49,30 +49,10 @@ from __future__ import annotations
 from mismatchctl.analysis.diagnose.causes import policy, semantics
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.causes.parts import steps_region, steps_share
-from mismatchctl.analysis.diagnose.causes.step_change import step_change
+from mismatchctl.analysis.diagnose.causes.step_change import placed, step_change
 from mismatchctl.analysis.diagnose.causes.varying_level import steps_part, steps_split
 from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN
 from mismatchctl.analysis.diagnose.context import Context
-from mismatchctl.analysis.diagnose.contrasts import hotter
-from mismatchctl.analysis.diagnose.levels import LEVEL
-from mismatchctl.engines import plan as K
-from mismatchctl.stats.localize.explain import contrast_within
-from mismatchctl.stats.localize.tables import SideTables
-
-WITHIN = {
-    K.TURN_KIND: "turn kinds",
-    K.TURN: "turns",
-    K.KV_POSITION: "KV ranges",
-    K.TURN_POSITION: "ranges of positions in the turn",
-    K.LENGTH: "response lengths",
-    K.DUMP_ORDER: "engine batches",
-    K.BATCH_SIZE: "batch sizes",
-    K.GPU: "gpus",
-}
-"""The dimensions that cut a step's tokens into parts a code path could take (within the
-responses) or a step's responses into parts a path or a replica could serve (lengths, engine
-batches, gpus), and what the user reads of each."""
-
 
 SEVERITY = {OK: 0, WARN: 1, FAIL: 2}
 
@@ -197,29 +177,4 @@ def beside(ctx: Context, first: Weighed | None, also: list[Weighed]) -> Weighed 
     return None
 
 
-def placed(ctx: Context, region: dict[str, list[int]]) -> str | None:
-    """None when, within ``region`` (the steps), a value of one of the ``WITHIN`` dimensions is
-    hotter than the others there at the same token probabilities; else what was tested ("2 turn
-    kinds, 3 turns, 4 KV ranges, ..."). None too when nothing could be tested."""
-    cube = ctx.cube
-    assert cube is not None
-    spec = cube.spec
-    names = {d.name for d in spec.dims}
-    tables = SideTables(cube)  # one build for every contrast below
-    tested = []
-    for dim in WITHIN:
-        if dim not in names:
-            continue
-        d = spec.index(dim)
-        found = [
-            contrast_within(cube, region, dim, [c], K.BIN, LEVEL, tables)
-            for c in range(spec.levels(d))
-        ]
-        if any(hotter(f) for f in found):
-            return None
-        if n := sum(f is not None for f in found):
-            tested.append(f"{n} {WITHIN[dim]}")
-    return ", ".join(tested) or None
-
-
-__all__ = ["AT_STEPS", "beside", "by_change", "placed", "runner_up", "whole_steps"]
+__all__ = ["AT_STEPS", "beside", "by_change", "runner_up", "whole_steps"]

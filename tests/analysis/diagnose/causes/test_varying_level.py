@@ -77,3 +77,17 @@ def test_steps_in_two_regimes_split_them_too(held_out_store: Path) -> None:
     assert cause["key"] == "semantics"
     (also,) = cause["also"]
     assert also["key"] == "policy" and also["checks"] == ["baseline", "regimes"]
+
+
+def test_a_precision_loss_beside_a_kernel_from_a_step_on_is_no_policy(
+    held_out_store: Path,
+) -> None:
+    """``un-fp8kv-splitkv-restart`` over ``h-b``: an fp8 KV cache at every step, and a faulty
+    split-KV combine on every token from step 4 on. The level over the baseline varies from
+    step to step (steps 4-6 at 2.7x the others), but those steps moved no token id on their own
+    (0.1% of r's variance): the engine's arithmetic, not other weights. The precision is named,
+    the code path of the steps beside it."""
+    cause = diagnosis(held_out_store, "un-fp8kv-splitkv-restart", "h-b").section_dict()["cause"]
+    assert cause["key"] == "precision" and cause["variant"] != policy.VARYING
+    (also,) = cause["also"]
+    assert also["key"] == "code_path" and also["where"] == "steps 4, 5, 6"

@@ -18,9 +18,9 @@ lists, read without options); ``pair-temp-gpu`` and ``h-gpus`` whole, ``pair-bat
 and ``h-b`` their first three steps (pairs made after every rule, second machine's draw:
 "Pairs never calibrated"); ``f-pol-stale`` and ``f-h-a`` whole (the Llama family, seed 0: "A
 level that varies from step to step"), and its ``f-cp-splitkv-loud`` whole ("Some steps hot
-throughout their responses"), the second machine's ``un-topp-restart`` and
-``un-fp8kv-restart`` whole (top-p and an fp8 KV cache from the middle step on: "Faults at some
-steps"), and the MoE's ``m-pol-stale`` and ``m-h-a6`` (its
+throughout their responses"), the second machine's ``un-topp-restart``,
+``un-fp8kv-restart`` and ``un-fp8kv-splitkv-restart`` whole (top-p, an fp8 KV cache, and a
+faulty kernel beside an fp8 cache, from the middle step on: "Faults at some steps"), and the MoE's ``m-pol-stale`` and ``m-h-a6`` (its
 ``m-h-a``) whole; ``nx-pr-fp8kv`` and ``nx-h-a``, the first three steps of
 the GPT-NeoX member's ``f-pr-fp8kv`` and ``f-h-a`` (``family.py --arch gptneox``);
 ``g1-sem-topp-loud``, ``g1-pol-stale``, ``g1-combo-stale-topp`` and ``g1-h-a`` whole, the
