@@ -8,7 +8,9 @@ lm_head accumulator from a step on are **precision**, a faulty kernel that every
 steps takes is a **code path** (a replica's kernel: the engine computes another function there),
 top-p from a step on is **semantics**; ``un-fp8kv-splitkv-restart`` puts the faulty kernel
 beside an fp8 KV cache at every step (a precision loss whose level varies from step to step
-only through a path: what ``varying_level.py`` risks). What a user should be told is that
+only through a path: what ``varying_level.py`` risks); ``un-topp-reload`` and
+``un-fp8kv-reload`` put a reload gone wrong at mid-run beside top-p and beside an fp8 cache
+(other weights at some steps beside a cause of every token). What a user should be told is that
 the engine changed at that step; docs/diagnose.md "Faults at some steps" says what the data
 tell of each.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 from gen.calib_spec import CalibRun
 from gen.catalog_common import FP8_KV, fault
 from gen.catalog_other import combo
+from gen.engine import EngineConfig
 
 S, L = "subtle", "loud"
 
@@ -85,5 +88,21 @@ RESTART: tuple[CalibRun, ...] = (
         "combine at every batch size and KV length (a replica's kernel beside a precision loss)",
         engine=FP8_KV,
         schedule="splitkv-restart",
+    ),
+    combo(
+        "un-topp-reload",
+        "semantics+policy",
+        "top-p 0.98 renormalised in the engine at every step, and from the middle step on layer 2 "
+        "keeps the weights of the step before (a broken reload)",
+        engine=EngineConfig(temperature=0.9, top_p=0.98),
+        weights="reload-jump",
+    ),
+    combo(
+        "un-fp8kv-reload",
+        "precision+policy",
+        "an fp8 (e4m3) KV cache at every step, and from the middle step on layer 2 keeps the "
+        "weights of the step before (a broken reload)",
+        engine=FP8_KV,
+        weights="reload-jump",
     ),
 )
