@@ -51,10 +51,8 @@ from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.causes.parts import steps_region, steps_share
 from mismatchctl.analysis.diagnose.causes.step_change import placed, step_change
 from mismatchctl.analysis.diagnose.causes.varying_level import steps_part, steps_split
-from mismatchctl.analysis.diagnose.check import FAIL, OK, WARN
+from mismatchctl.analysis.diagnose.check import worst
 from mismatchctl.analysis.diagnose.context import Context
-
-SEVERITY = {OK: 0, WARN: 1, FAIL: 2}
 
 
 def whole_steps(ctx: Context, path: Weighed | None) -> Weighed | None:
@@ -121,7 +119,7 @@ def _merged(steps: Weighed, same: Weighed) -> Weighed:
             "share": share,
             "because": f"{s.because}; {same.support.because}",
             "checks": tuple(dict.fromkeys((*s.checks, *same.support.checks))),
-            "verdict": max(s.verdict, same.support.verdict, key=SEVERITY.get),
+            "verdict": worst([s.verdict, same.support.verdict]),
         }
     )
     return Weighed(steps.cause, support, max(steps.score, same.score))
