@@ -8,6 +8,7 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
     python sample_data/family.py --out DIR --arch gptneox   # the GPT-NeoX member's runs
     python sample_data/family.py --out DIR --arch gpt2      # the GPT-2 member's runs
     python sample_data/family.py --out DIR --context 1024 --long-responses   # long responses
+    python sample_data/family.py --out DIR --arch qwen3 --trainer bf16   # a bf16 trainer
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
 
 No threshold of `diagnose` was set on this family: it is a held-out check of other weights, another
@@ -46,6 +47,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -56,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gen.calib_measure import corpus_entry, run_fields
 from gen.corpus import prompt_line_sources, prompt_lines
+from gen.engine import TRAINER_DTYPES
 from gen.family_gemma2 import LABEL as GEMMA2
 from gen.family_gpt2 import LABEL as GPT2
 from gen.family_gptneox import LABEL as GPTNEOX
@@ -198,6 +201,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"the long-response runs (f-L-*: responses of ~600-1000 tokens; needs --context "
         f"{LONG_CONTEXT} or more) instead of the family's",
     )
+    parser.add_argument(
+        "--trainer",
+        choices=sorted(TRAINER_DTYPES),
+        default="fp32",
+        help="the trainer's forward: fp32 (default) or bf16 (mixed precision, the logits upcast); "
+        "bf16 labels the corpus -bt",
+    )
     parser.add_argument("--force", action="store_true", help="regenerate runs already present")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
     args = parser.parse_args(argv)
@@ -218,6 +228,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     catalogue = FAMILY_MOE if args.moe else LONG_RESPONSES if args.long_responses else FAMILY
     check_family(catalogue)
+    if args.trainer != "fp32":
+        catalogue = tuple(
+            replace(
+                r, trainer_dtype=args.trainer, fault=f"{r.fault}; the trainer in {args.trainer}"
+            )
+            for r in catalogue
+        )
     runs = list(catalogue)
     if args.only:
         names = set(args.only.split(","))
@@ -237,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     moe = args.moe_shape if args.moe else None
     model = load_model(args.out / "cache", args.seed, args.vocab, moe, args.arch, args.context)
     label = label_of(args.vocab, moe, args.arch, args.context)
+    label += "" if args.trainer == "fp32" else "-bt"
     prompts, sources = prompt_lines(), prompt_line_sources()
     listing = args.out / "corpus.json"
     found = json.loads(listing.read_text())["runs"] if listing.is_file() else []

@@ -22,7 +22,7 @@ from gen.calib_spec import CalibRun, CalibSize, ModelSpec, Replica
 from gen.calib_weights import SCHEDULES, WEIGHTS, Setting, Weights, kept_iterations
 from gen.corpus import training_tokens
 from gen.edits import RENDERS, append_stop, apply_edit
-from gen.engine import EngineConfig, InferenceEngine, TrainerScorer, WaveEngine
+from gen.engine import TRAINER_DTYPES, EngineConfig, InferenceEngine, TrainerScorer, WaveEngine
 from gen.moe import MoEConfig
 from gen.rollout import Sample, make_samples, roll_out, score, stable_seed
 from gen.routes import route_columns
@@ -165,7 +165,8 @@ class Builder:
             append_stop(samples)
         temperature = run.trainer_temperature or self.setting(run, step)[0].temperature
         spec = self.size.models[run.model]
-        scorer = TrainerScorer(spec.cfg, self.model(run.model).checkpoints[step], temperature)
+        state = self.model(run.model).checkpoints[step]
+        scorer = TrainerScorer(spec.cfg, state, temperature, TRAINER_DTYPES[run.trainer_dtype])
         score(scorer, samples, RENDERS[run.render] if run.render else None, run.replay)
         return apply_edit(run.edit, samples) if run.edit else samples
 

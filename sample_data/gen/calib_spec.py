@@ -39,6 +39,7 @@ class CalibRun:
     model: str = "tinylm"  # a key of the size's models
     engine: EngineConfig = field(default_factory=lambda: EngineConfig(temperature=TEMPERATURE))
     trainer_temperature: float | None = None  # None: the engine's temperature
+    trainer_dtype: str = "fp32"  # "bf16": the trainer's forward in bf16, its logits upcast
     shape: str = "default"  # a key of the size's shapes
     long: bool = False  # the size's long step count (growth runs and their baselines)
     loader: str = "a"  # the seeded prompt loader: prompts, turn counts, tool calls

@@ -11,6 +11,7 @@ from gen.catalog_pairs import PAIRS
 from gen.catalog_paths import CODE_PATH, PRECISION
 from gen.catalog_restart import RESTART
 from gen.catalog_semantics import POLICY, SEMANTICS
+from gen.catalog_trainer import TRAINER_BF16
 from gen.catalog_unseen import UNSEEN
 from gen.catalog_wide import WIDE
 
@@ -32,6 +33,7 @@ CATALOG: tuple[CalibRun, ...] = (
     *MID,
     *PAIRS,
     *RESTART,
+    *TRAINER_BF16,
 )
 BY_NAME: dict[str, CalibRun] = {run.name: run for run in CATALOG}
 
@@ -45,5 +47,6 @@ def check_catalog(runs: tuple[CalibRun, ...] = CATALOG) -> None:
         assert run.kind in KINDS and (run.size is None or run.size in SIZES), run.name
         assert base is not None and base.kind == "healthy", (run.name, run.baseline)
         assert base.model == run.model and base.long == run.long, (run.name, run.baseline)
+        assert base.trainer_dtype == run.trainer_dtype, (run.name, run.baseline)
         assert base.rollout_key() != run.rollout_key(), f"{run.name}: same rollouts as baseline"
         assert (run.cause is None) == (run.kind in ("healthy", "improvement")), run.name

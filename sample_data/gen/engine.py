@@ -236,13 +236,23 @@ class WaveEngine(InferenceEngine):
         return out
 
 
+TRAINER_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+"""The trainer's forward: fp32 (the corpora's), or bf16 as FSDP's mixed precision computes it
+(its logits upcast to fp32 before the log-softmax, as verl and the others do)."""
+
+
 class TrainerScorer:
-    """fp32 teacher-forced scoring of full sequences under the sampling temperature."""
+    """Teacher-forced scoring of full sequences under the sampling temperature, in fp32 (or the
+    ``dtype`` given: bf16, its logits upcast)."""
 
     def __init__(
-        self, model_cfg: ModelConfig, state: dict[str, torch.Tensor], temperature: float
+        self,
+        model_cfg: ModelConfig,
+        state: dict[str, torch.Tensor],
+        temperature: float,
+        dtype: torch.dtype = torch.float32,
     ) -> None:
-        self.model = build_model(model_cfg, state, torch.float32)
+        self.model = build_model(model_cfg, state, dtype)
         self.temperature = temperature
         # an MoE model's routes of the last score(), per sequence: int16 [len, layers, top_k]
         self.routes: list[np.ndarray] | None = None

@@ -285,8 +285,9 @@ def score(
     batch: int = 16,
     replay: list[np.ndarray] | None = None,
 ) -> list[list[float]]:
-    """The trainer: fp32, one forward of each right-padded sequence; entry j of a row is the
-    logprob of token j given tokens before it (entry 0 is 0.0).
+    """The trainer: one forward of each right-padded sequence in the model's dtype (fp32, or bf16
+    as mixed precision runs it), the logits upcast to fp32; entry j of a row is the logprob of
+    token j given tokens before it (entry 0 is 0.0).
 
     An MoE model's routes are left in ``model.scored_routes`` (per sequence, int16
     ``[len, layers, top_k]``); ``replay``: per sequence, the rows its first positions use

@@ -20,6 +20,7 @@ import torch
 
 from gen.corpus import pick_prompt
 from gen.edits import RENDERS
+from gen.engine import TRAINER_DTYPES
 from gen.family_engine import EngineKernel, Sampler, decode_turn, prepare_engine, score
 from gen.family_model import FamilyModel, FamilyTraining, build
 from gen.rollout import Sample, keep_first_routes, stable_seed
@@ -44,6 +45,7 @@ class FamilyRun:
     baseline: str
     sampler: Sampler = field(default_factory=Sampler)
     trainer_temperature: float | None = None  # None: the sampler's
+    trainer_dtype: str = "fp32"  # "bf16": the trainer's forward in bf16, its logits upcast
     kernel: EngineKernel = field(default_factory=EngineKernel)
     weights: str = "current"  # "lag": one optimizer step behind; "stale": one RL step behind;
     # "early": a pre-training checkpoint
@@ -436,7 +438,7 @@ def trainer_copy(s: Sample, model: FamilyModel, render: str) -> tuple[list[int],
 
 
 def scored(run: FamilyRun, model: FamilyModel, samples: list[Sample], step: int) -> None:
-    trainer = build(model.config, model.checkpoints[step], torch.float32)
+    trainer = build(model.config, model.checkpoints[step], TRAINER_DTYPES[run.trainer_dtype])
     pairs = [
         trainer_copy(s, model, run.render)
         if run.render

@@ -29,9 +29,11 @@ from gen.calib_weights import (  # noqa: E402
     reload_jump,
 )
 from gen.catalog import CATALOG, check_catalog  # noqa: E402
+from gen.catalog_trainer import TRAINER_BF16  # noqa: E402
 from gen.edits import EDITS, RENDERS, append_stop, apply_edit  # noqa: E402
 from gen.engine import (  # noqa: E402
     NEWLINE,
+    TRAINER_DTYPES,
     EngineConfig,
     InferenceEngine,
     TrainerScorer,
@@ -357,6 +359,38 @@ def test_trainer_temperature_on_one_side_shifts_the_logprobs() -> None:
     score(TrainerScorer(TINY, state, 1.0), samples)
     other = [lp for s in samples for lp, m in zip(s.trainer_lp, s.mask, strict=True) if m]
     assert not np.allclose(other, roll, atol=1e-3)
+
+
+def test_a_bf16_trainer_rounds_every_token_a_little() -> None:
+    """``TrainerScorer(dtype=bf16)``: mixed precision's forward, its logits upcast: every token
+    moves from the fp32 trainer's logprob, by far less than a temperature's change does."""
+    samples = rollouts(EngineConfig(dtype=torch.float32))
+    state = tiny_state()
+    score(TrainerScorer(TINY, state, 0.9), samples)
+    fp32 = np.array([lp for s in samples for lp, m in zip(s.trainer_lp, s.mask, strict=True) if m])
+    score(TrainerScorer(TINY, state, 0.9, TRAINER_DTYPES["bf16"]), samples)
+    bf16 = np.array([lp for s in samples for lp, m in zip(s.trainer_lp, s.mask, strict=True) if m])
+    moved = np.abs(bf16 - fp32)
+    assert np.mean(moved > 1e-6) > 0.9 and 0 < moved.max() < 0.1
+
+
+def test_the_bf16_trainer_runs_repeat_their_originals() -> None:
+    """Each run of gen/catalog_trainer.py is a run of the 4-layer model's catalogue (or a
+    healthy shape) with only the trainer's dtype, the name, the baseline and the stream
+    changed; every baseline is a healthy run with a bf16 trainer too."""
+    by_name = {r.name: r for r in CATALOG}
+    runs = [r for r in CATALOG if r.trainer_dtype == "bf16"]
+    assert len(runs) == len(TRAINER_BF16) >= 30
+    assert sum(r.kind == "healthy" for r in runs) >= 10
+    for run in runs:
+        assert by_name[run.baseline].trainer_dtype == "bf16", run.name
+        if run.kind == "healthy":
+            continue
+        original = by_name[run.name.removesuffix("-bt")]
+        assert original.trainer_dtype == "fp32" and run.fault.startswith(original.fault)
+        same = replace(run, name=original.name, baseline=original.baseline,
+                       trainer_dtype="fp32", fault=original.fault)  # fmt: skip
+        assert same == replace(original, stream=""), run.name
 
 
 def test_the_catalogue_is_consistent() -> None:

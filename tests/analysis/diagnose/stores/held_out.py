@@ -24,7 +24,9 @@ faulty kernel beside an fp8 cache, from the middle step on: "Faults at some step
 ``m-h-a``) whole; ``nx-pr-fp8kv`` and ``nx-h-a``, the first three steps of
 the GPT-NeoX member's ``f-pr-fp8kv`` and ``f-h-a`` (``family.py --arch gptneox``);
 ``g1-sem-topp-loud``, ``g1-pol-stale``, ``g1-combo-stale-topp`` and ``g1-h-a`` whole, the
-second Gemma2 draw's (``family.py --arch gemma2 --seed 1``). Ingested
+second Gemma2 draw's (``family.py --arch gemma2 --seed 1``); ``bt-h-a``, ``bt-h-b`` and
+``bt-pr-fp8kv``, the first three steps of ``h-bt-a``, ``h-bt-b`` and ``pr-fp8kv-bt`` (the
+4-layer model scored by a bf16 trainer, gen/catalog_trainer.py: "A trainer in bf16"). Ingested
 without tags, as they were diagnosed."""
 
 from __future__ import annotations
