@@ -16,7 +16,7 @@ from mismatchctl.engines import plan as K
 from tests.analysis.diagnose.stores import calibration, gpus, growth, leaning, requests, turns
 from tests.helpers import slow_param
 from tests.planted import checks as diagnosed
-from tests.planted import spike_steps
+from tests.planted import diagnosis, spike_steps
 
 
 def test_spikes_on_every_gpu_stay_a_code_path_beside_a_hot_gpu(gpu_store: Path) -> None:
@@ -189,3 +189,15 @@ def test_a_path_in_most_steps_is_told_by_where_it_runs_within_them(
     cause = calibration._cause(calibration_store, "combo-stale-splitkv-mid", baseline)["cause"]
     assert cause["key"] == "code_path" and cause["where"].startswith("turn 2")
     assert [(a["key"], a["where"]) for a in cause["also"]] == [("policy", "the first turns")]
+
+
+def test_a_mild_part_without_a_baseline_says_the_precision_too(held_out_store: Path) -> None:
+    """``nx-pr-fp8kv`` (the GPT-NeoX member's fp8 KV cache, its first three steps) alone: a
+    warning of KV 32-127 at 2.1x the rest, which the split-KV kernels' advice alone would send
+    to the wrong place: the advice says the precision too (``PRECISION_TWIN``). Over its
+    baseline it is the precision, and the advice does not say it."""
+    alone = diagnosis(held_out_store, "nx-pr-fp8kv").section_dict()["cause"]
+    assert (alone["key"], alone["verdict"]) == ("code_path", "warn")
+    assert alone["next"].endswith(code_path.PRECISION_TWIN)
+    over = diagnosis(held_out_store, "nx-pr-fp8kv", "nx-h-a").section_dict()["cause"]
+    assert over["key"] == "precision" and code_path.PRECISION_TWIN not in over["next"]
