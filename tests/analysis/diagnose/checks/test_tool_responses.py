@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mismatchctl.analysis.diagnose.checks.tool_responses import T
+from mismatchctl.analysis.diagnose.levels import TOOL_CI_LOW
 from tests.analysis.diagnose.stores import planted_causes, relative
+from tests.planted import diagnosis
 
 
 def test_tool_turns_sampling_more_unlikely_tokens_is_told_from_worse_tokens(
@@ -31,3 +34,18 @@ def test_tool_turns_sampling_more_unlikely_tokens_is_told_from_worse_tokens(
 
 def test_fires_on_its_planted_cause_only(verdicts: dict) -> None:
     planted_causes.fires_on_its_cause_only("tool_responses", verdicts)
+
+
+def test_a_few_heavy_responses_are_not_the_turns(held_out_store: Path) -> None:
+    """``mb-h-b``: a healthy mixture of experts scored by a bf16 trainer (``family.py --moe
+    --trainer bf16``, its routes left out). Its later turns are 2.0x the first (95% CI
+    1.3-2.9), which warned; without its four heaviest responses (2% of 192, a third of the
+    later turns' K3) they are 1.3x: no warning, the finding says why."""
+    found = diagnosis(held_out_store, "mb-h-b").section_dict()
+    tool = next(c for c in found["checks"] if c["name"] == "tool_responses")
+    e = tool["evidence"]
+    assert e["later_first_ratio"] >= T.TOOL_RATIO_WARN
+    assert e["later_first_ratio_ci"][0] >= TOOL_CI_LOW  # the interval alone would warn
+    assert e["without_heaviest"] < T.TOOL_RATIO_WARN and tool["verdict"] == "ok"
+    assert "without the 4 heaviest responses" in tool["finding"]
+    assert found["verdict"] == "ok" and found["cause"]["key"] == "none"

@@ -26,7 +26,9 @@ the GPT-NeoX member's ``f-pr-fp8kv`` and ``f-h-a`` (``family.py --arch gptneox``
 ``g1-sem-topp-loud``, ``g1-pol-stale``, ``g1-combo-stale-topp`` and ``g1-h-a`` whole, the
 second Gemma2 draw's (``family.py --arch gemma2 --seed 1``); ``bt-h-a``, ``bt-h-b`` and
 ``bt-pr-fp8kv``, the first three steps of ``h-bt-a``, ``h-bt-b`` and ``pr-fp8kv-bt`` (the
-4-layer model scored by a bf16 trainer, gen/catalog_trainer.py: "A trainer in bf16"). Ingested
+4-layer model scored by a bf16 trainer, gen/catalog_trainer.py: "A trainer in bf16"), and
+``mb-h-b``, the MoE's ``m-h-b`` scored by a bf16 trainer (``family.py --moe --trainer bf16``)
+whole, its routes left out. Ingested
 without tags, as they were diagnosed."""
 
 from __future__ import annotations
