@@ -28,6 +28,7 @@ FAMILY_MOE: tuple[FamilyRun, ...] = (
         "m-h-t06", "temperature 0.6 on both sides", sampler=Sampler(temperature=0.6), loader="d"
     ),
     _healthy("m-h-many-turns", "four or five turns", turns=(4, 5), loader="g"),
+    _healthy("m-h-gpus", "four devices, one engine", gpus=4, loader="h"),
     FamilyRun(
         "m-r3-a",
         "improvement",

@@ -201,3 +201,49 @@ def test_a_bit_exact_baseline_makes_every_difference_excess(tmp_path: Path) -> N
     assert found["cause"]["key"] == "precision"
     quiet = api.diagnose("exact", baseline="run", store=store).section_dict()
     assert quiet["verdict"] == "ok"
+
+
+def _flat(elsewhere: str) -> list:
+    """Three uniform dimensions but ``elsewhere``, whose tested values hold too little excess."""
+    from mismatchctl.stats.localize.result import UniformDim
+
+    return [UniformDim(dim=d, uniform=d != elsewhere, cells=4, coverage=1.0, rate_ratio=2.0,
+                       rate_ratio_ci=(1.8, 2.2), spread=1.0, q=2.0, p_value=0.5,
+                       excess_share=0.3 if d == elsewhere else 0.9,
+                       excess_elsewhere=d == elsewhere)
+            for d in ("step", "turn", "bin", "kv_position")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("elsewhere", "shape"), [("bin", "concentrated"), ("step", "uniform")])
+def test_only_the_rare_tokens_bins_concentrate_an_excess(elsewhere: str, shape: str) -> None:
+    """The excess in values too imprecise to test is a place when they are probability bins
+    (the rare tokens); a step (or a gpu, a length) is imprecise by a few heavy responses."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from mismatchctl.analysis.diagnose.checks import baseline
+    from mismatchctl.stats.localize.result import Explanation
+
+    e = SimpleNamespace(rate_ratio=2.0, findings=[], uniform=_flat(elsewhere))
+    assert baseline.excess_shape(cast(Explanation, e)) == shape
+
+
+def test_a_step_of_heavy_responses_is_no_place_of_a_temperatures_excess(
+    held_out_store: Path,
+) -> None:
+    """``mb1-h-t06`` over ``mb1-h-b``: a healthy mixture of experts at temperature 0.6 over one
+    at 0.9, both scored by a bf16 trainer (``family.py --moe --seed 1 --trainer bf16``, routes
+    left out). One of its steps is too imprecise to test by its heavy responses and holds half
+    of the excess; that step is no place: the excess is uniform, a lower temperature's, and no
+    alarm (it warned ``precision``, "in the rare tokens")."""
+    from mismatchctl import api
+    from tests.planted import diagnosis
+
+    explained = api.explain("mb1-h-t06", baseline="mb1-h-b", store=held_out_store)
+    step = next(u for u in explained.explanation.uniform if u.dim == "step")
+    assert step.excess_elsewhere  # the step that held the excess, untested
+    found = diagnosis(held_out_store, "mb1-h-t06", "mb1-h-b").section_dict()
+    base = next(c for c in found["checks"] if c["name"] == "baseline")
+    assert base["evidence"]["excess_shape"] == "uniform"
+    assert base["verdict"] == "ok" and "as a lower sampling temperature does" in base["finding"]
+    assert found["verdict"] == "ok" and found["cause"]["key"] == "none"

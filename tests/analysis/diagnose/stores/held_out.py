@@ -28,7 +28,8 @@ second Gemma2 draw's (``family.py --arch gemma2 --seed 1``); ``bt-h-a``, ``bt-h-
 ``bt-pr-fp8kv``, the first three steps of ``h-bt-a``, ``h-bt-b`` and ``pr-fp8kv-bt`` (the
 4-layer model scored by a bf16 trainer, gen/catalog_trainer.py: "A trainer in bf16"), and
 ``mb-h-b``, the MoE's ``m-h-b`` scored by a bf16 trainer (``family.py --moe --trainer bf16``)
-whole, its routes left out. Ingested
+whole, its routes left out; ``mb1-h-t06`` and ``mb1-h-b``, the second MoE draw's (``--seed
+1``) with a bf16 trainer, whole, routes left out. Ingested
 without tags, as they were diagnosed."""
 
 from __future__ import annotations
