@@ -80,15 +80,16 @@ def _over(ratio: float, bin_mix: float) -> object:
 
 @pytest.mark.parametrize(
     ("ratio", "bin_mix", "verdict"),
-    [(2.20, -0.30, "ok"), (2.06, -0.58, "ok"), (2.20, -0.10, "warn"), (3.5, -0.30, "warn"),
-     (2.20, 0.30, "warn")],
+    [(2.20, -0.30, "ok"), (2.06, -0.58, "ok"), (2.34, -0.243, "ok"), (2.20, -0.10, "warn"),
+     (2.16, -0.113, "warn"), (3.5, -0.30, "warn"), (2.20, 0.30, "warn")],
 )  # fmt: skip
 def test_a_lower_temperature_than_the_baseline_is_no_excess(
     ratio: float, bin_mix: float, verdict: str
 ) -> None:
     """A uniform excess within (1/0.6)^2 of a baseline, in a run that samples more likely tokens
-    than it (a lower temperature: K3 grows as 1/T^2 on both sides), is said, not warned; the
-    same excess at the baseline's own mix, or past what a temperature makes, still warns."""
+    than it (a lower temperature: K3 grows as 1/T^2 on both sides), is said, not warned (the
+    GPT-2 member with a bf16 trainer: 2.34x and -24.3%); the same excess at the baseline's own
+    mix or at a subtle top-p's (-11.3%), or past what a temperature makes, still warns."""
     found = _over(ratio, bin_mix)
     assert found.verdict == verdict
     assert found.evidence.mix_shift == pytest.approx(bin_mix)
