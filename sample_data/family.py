@@ -47,7 +47,6 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -82,6 +81,7 @@ from gen.family_runs import (
     STEPS,
     FamilyRun,
     check_family,
+    with_trainer,
     write_run,
 )
 
@@ -229,12 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     catalogue = FAMILY_MOE if args.moe else LONG_RESPONSES if args.long_responses else FAMILY
     check_family(catalogue)
     if args.trainer != "fp32":
-        catalogue = tuple(
-            replace(
-                r, trainer_dtype=args.trainer, fault=f"{r.fault}; the trainer in {args.trainer}"
-            )
-            for r in catalogue
-        )
+        catalogue = tuple(with_trainer(r, args.trainer) for r in catalogue)
     runs = list(catalogue)
     if args.only:
         names = set(args.only.split(","))

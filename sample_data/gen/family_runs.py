@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import random
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -68,6 +68,22 @@ class FamilyRun:
     router_rounding: torch.dtype | None = None  # the engine's router logits in this fp8 format
     capture_bug: str = ""  # gen/routes.py: how the trainer's dumped routes are misaligned
     encoding: str = "lists"  # gen/routes.py: how the routes are written
+
+
+def with_trainer(run: FamilyRun, dtype: str) -> FamilyRun:
+    """``run`` scored by a trainer in ``dtype`` (``TRAINER_DTYPES``). Beside a bf16 trainer an
+    engine lm_head in fp32 is no improvement: the two sides' heads round differently, one more
+    exactly, so that run becomes a precision fault of no set size (the Gemma2 member's is 1.6x
+    its baseline, the Llama's, Qwen3's and GPT-2's 0.7-0.8x: docs/diagnose.md "A trainer in
+    bf16")."""
+    if dtype == run.trainer_dtype:
+        return run
+    fault = f"{run.fault}; the trainer in {dtype}"
+    if run.kind == "improvement" and run.fp32_head and dtype != "fp32":
+        fault += " (its head in bf16: the sides' heads round differently)"
+        return replace(run, kind="fault", cause="precision", size=None, trainer_dtype=dtype,
+                       fault=fault)  # fmt: skip
+    return replace(run, trainer_dtype=dtype, fault=fault)
 
 
 def healthy(name: str, what: str, baseline: str = "f-h-b", **kw: object) -> FamilyRun:

@@ -21,7 +21,7 @@ from gen.family_engine import (  # noqa: E402
     score,
 )
 from gen.family_model import FamilyModel, llama_config, train_tokenizer  # noqa: E402
-from gen.family_runs import FAMILY, check_family, trainer_copy  # noqa: E402
+from gen.family_runs import FAMILY, check_family, trainer_copy, with_trainer  # noqa: E402
 from gen.rollout import Sample  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
@@ -126,3 +126,17 @@ def test_the_catalogue_covers_every_class_healthy_first() -> None:
             "stop"} <= classes  # fmt: skip
     assert sum(r.kind == "healthy" for r in FAMILY) >= 9
     assert all(r.size in ("subtle", "loud") for r in FAMILY if r.cause)
+
+
+def test_a_bf16_trainer_turns_the_fp32_head_into_a_precision_fault() -> None:
+    """``family.py --trainer bf16``: every run scored by a bf16 trainer, its fault line saying
+    so; the engine's fp32 lm_head beside it is no improvement (the sides' heads round
+    differently): a precision fault of no set size. The rest keep their kind and cause."""
+    runs = {r.name: with_trainer(r, "bf16") for r in FAMILY}
+    assert all(r.trainer_dtype == "bf16" and "the trainer in bf16" in r.fault
+               for r in runs.values())  # fmt: skip
+    head = runs["f-imp-fp32-head"]
+    assert (head.kind, head.cause, head.size) == ("fault", "precision", None)
+    kept = [r for r in FAMILY if r.name != "f-imp-fp32-head"]
+    assert all((runs[r.name].kind, runs[r.name].cause) == (r.kind, r.cause) for r in kept)
+    assert with_trainer(FAMILY[0], "fp32") is FAMILY[0]
