@@ -9,13 +9,14 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from mismatchctl.analysis.diagnose.check import OK, CheckEvidence, absent, renamed, worst
+from mismatchctl.analysis.diagnose.check import FAIL, OK, CheckEvidence, absent, renamed, worst
 from mismatchctl.analysis.diagnose.contrasts import Ratio, ci_text, hotter, relative
 from mismatchctl.analysis.diagnose.levels import (
     LEVEL,
     LOCAL_CI_LOW,
     LOCAL_FACTOR,
     LOCAL_FAIL,
+    LOCAL_MIN_SHARE,
     TOOL_CI_LOW,
 )
 from mismatchctl.analysis.diagnose.text import share
@@ -190,6 +191,11 @@ def firsts_on_first_turns(runs: Iterable[LocalRun]) -> bool:
     return bool(firing) and all(run.first_turns for run in firing)
 
 
+def holds(f: Finding) -> bool:
+    """A part holds ``LOCAL_MIN_SHARE`` of the run's K3 mass beyond the rest's rate."""
+    return (f.excess_share or 0.0) >= LOCAL_MIN_SHARE
+
+
 def localized_run(
     expl: Explanation,
     later: Ratio = None,
@@ -210,14 +216,23 @@ def localized_run(
         )
         for f in paths
     ]  # fmt: skip
-    hits = [(v, f) for v, f in graded if v != OK]
+    hits = [(v, f) for v, f in graded if v == FAIL or (v != OK and holds(f))]
     evidence = LocalRun(
         findings=[finding_row(expl, f) for f in expl.findings],
         code_path_findings=[finding_row(expl, f) for _, f in hits],
     )
+    small = [f for v, f in graded if v != OK and not holds(f)]
     if not hits:
         finding = "no part of the run is hotter than the rest at the same token probabilities"
-        if paths:
+        if small:
+            f = small[0]
+            finding = (
+                f"the hottest part, {finding_label(f)}, is {ratio_text(f.rate_ratio)}x the "
+                f"rest ({ci_text(f.rate_ratio_ci)}) but holds {share(f.excess_share)} of the "
+                f"run's K3 mass beyond the rest's rate: under the {share(LOCAL_MIN_SHARE)} "
+                "that makes a part the run's fault"
+            )
+        elif paths:
             f = paths[0]
             finding = (
                 f"the hottest part, {finding_label(f)}, is {ratio_text(f.rate_ratio)}x the "

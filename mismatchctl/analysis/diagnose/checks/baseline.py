@@ -180,12 +180,7 @@ def run(ctx: Context) -> Check:
     shape = excess_shape(e)
     shift = mix_shift(e)
     evidence = dataclasses.replace(evidence, excess_shape=shape, mix_shift=shift)
-    if (
-        shape == "uniform"
-        and shift is not None
-        and shift < -T.TEMPERATURE_MIX
-        and (ratio <= T.TEMPERATURE_K3)
-    ):
+    if another_temperature(shape, shift, ratio):
         return Check(
             LAYER, NAME, TITLE, OK,
             f"{head}, spread uniformly; but the run samples more likely tokens than the "
@@ -241,6 +236,18 @@ def _over_exact(label: str, e: Explanation, evidence: Evidence) -> Check:
         "computes otherwise than the baseline's (kernels, precision or batch-variant "
         "reductions); to judge this stack's own level, give a baseline of the same stack",
     )  # fmt: skip
+
+
+def another_temperature(shape: str | None, shift: float | None, ratio: float | None) -> bool:
+    """A uniform excess up to ``TEMPERATURE_K3`` in a run whose token mix moves the level below
+    ``-TEMPERATURE_MIX``: what a lower sampling temperature than the baseline's makes."""
+    return (
+        shape == "uniform"
+        and shift is not None
+        and shift < -T.TEMPERATURE_MIX
+        and ratio is not None
+        and ratio <= T.TEMPERATURE_K3
+    )
 
 
 def mix_shift(e: Explanation | Evidence) -> float | None:

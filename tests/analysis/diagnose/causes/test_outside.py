@@ -202,3 +202,31 @@ def test_the_line_outside_a_part_keeps_the_temperature_checks_thresholds(
 
     for run, baseline in [("h-gpus", None), ("h-b", None), ("h-gpus", "h-b")]:
         assert diagnosis(held_out_store, run, baseline).section_dict()["verdict"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("shape", "shift", "run", "outside_ratio", "temperature"),
+    [("uniform", -0.33, 2.35, 2.3, True), ("uniform", -0.33, 2.35, 4.0, False),
+     ("uniform", -0.05, 2.35, 2.3, False), ("localized", -0.33, 2.35, 2.3, False)],
+)  # fmt: skip
+def test_the_level_outside_a_part_at_a_lower_temperature_is_no_precision(
+    shape: str, shift: float, run: float, outside_ratio: float, temperature: bool
+) -> None:
+    """When the ``baseline`` check read the run's uniform excess as a lower temperature's
+    (``baseline.another_temperature``), the level outside a part named first is that
+    temperature's up to ``TEMPERATURE_K3`` (the 8192-token Llama at 0.6 over 0.9 with a bf16
+    trainer: 2.3x outside a spot of 2% of its tokens, named a precision loss); a level beyond
+    it, a run of the baseline's own mix or an excess in a part is not."""
+    from types import SimpleNamespace
+
+    from mismatchctl.analysis.diagnose.check import Check
+    from mismatchctl.analysis.diagnose.checks import baseline
+
+    e = baseline.Evidence(
+        baseline="b", vllm_kl=run * 1e-4, baseline_vllm_kl=1e-4, rate_ratio=run,
+        rate_ratio_ci=(run * 0.9, run * 1.1), findings=[], uniform=["step", "bin"],
+        decomposition=[], notes=[], mix_shift=shift, excess_shape=shape,
+    )  # fmt: skip
+    check = Check(baseline.LAYER, baseline.NAME, baseline.TITLE, "ok", "", e)
+    ctx = SimpleNamespace(result=lambda c: check)
+    assert outside._temperature(cast(Context, ctx), outside_ratio) is temperature

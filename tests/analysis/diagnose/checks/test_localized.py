@@ -115,3 +115,25 @@ def test_a_part_as_hot_in_the_baseline_is_the_stacks_own(tmp_path: Path) -> None
         for name in ("localized", "tool_responses"):
             assert checks[name]["verdict"] == "ok"
             assert "as hot in the baseline's same tokens" in checks[name]["finding"]
+
+
+@pytest.mark.parametrize("baseline", [None, "v8-h-b"])
+def test_a_hot_spot_of_two_percent_of_the_mass_is_no_fault(
+    held_out_store: Path, baseline: str | None
+) -> None:
+    """``v8-h-t06``: the 8192-token Llama's healthy run at temperature 0.6, scored by a bf16
+    trainer (``family.py --seed 2 --vocab 8192 --trainer bf16``). Its search finds turn 1,
+    positions 16-63, step 3 at 2.0x the rest (95% CI 1.5-2.7), which passes the factor and the
+    interval, but it holds 1.9% of the run's K3 mass beyond the rest's rate, under
+    ``LOCAL_MIN_SHARE``: no warning, the finding says why. Over its baseline (``v8-h-b``, at
+    0.9) it was a precision loss beside that part (2.3x outside it, the lower temperature's
+    level: ``test_outside.py``); no part is named now, and no cause."""
+    from mismatchctl.analysis.diagnose.levels import LOCAL_FACTOR, LOCAL_MIN_SHARE
+    from tests.planted import diagnosis
+
+    found = diagnosis(held_out_store, "v8-h-t06", baseline).section_dict()
+    local = next(c for c in found["checks"] if c["name"] == "localized")
+    top = local["evidence"]["runs"]["v8-h-t06"]["findings"][0]
+    assert top["rate_ratio"] >= LOCAL_FACTOR and top["excess_share"] < LOCAL_MIN_SHARE
+    assert local["verdict"] == "ok" and "under the 5% that makes a part" in local["finding"]
+    assert found["verdict"] == "ok" and found["cause"]["key"] == "none"

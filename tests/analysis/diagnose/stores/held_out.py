@@ -29,7 +29,9 @@ second Gemma2 draw's (``family.py --arch gemma2 --seed 1``); ``bt-h-a``, ``bt-h-
 4-layer model scored by a bf16 trainer, gen/catalog_trainer.py: "A trainer in bf16"), and
 ``mb-h-b``, the MoE's ``m-h-b`` scored by a bf16 trainer (``family.py --moe --trainer bf16``)
 whole, its routes left out; ``mb1-h-t06`` and ``mb1-h-b``, the second MoE draw's (``--seed
-1``) with a bf16 trainer, whole, routes left out. Ingested
+1``) with a bf16 trainer, whole, routes left out; ``v8-h-t06`` and ``v8-h-b``, the
+8192-token Llama's (``family.py --seed 2 --vocab 8192 --trainer bf16``) ``f-h-t06`` and
+``f-h-b``, whole. Ingested
 without tags, as they were diagnosed."""
 
 from __future__ import annotations
