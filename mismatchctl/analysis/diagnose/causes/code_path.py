@@ -111,7 +111,8 @@ says the precision too. A precision loss alone is a level the run's own noise mo
 but its rounding is not the same everywhere: an fp8 KV cache alone was named this path in three
 of thirteen family draws, never over its baseline (the GPT-NeoX member's KV 32-127 at 2.0x the
 rest on 67% of the tokens, the GPT-2's first turn at 1.8x on 41% and its earliest positions at
-2.5x on 2%: docs/diagnose.md "Another family"). The planted paths' warnings are as mild (a
+2.5x on 2%, since under ``levels.LOCAL_MIN_SHARE``: docs/diagnose.md "Another family"). The
+planted paths' warnings are as mild (a
 split-KV merge 3.4-5.3x); the verdict stands and the advice says both."""
 
 PLACES = {
