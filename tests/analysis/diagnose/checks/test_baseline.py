@@ -134,13 +134,16 @@ def _shape(ratio: float, tokens: float, share: float) -> str:
         (2.34, 0.56, 0.65, "localized"),  # a rotary base 2x off: the rest 2.1x, no level
         (5.0, 0.30, 0.90, "localized"),  # a split-KV path: the rest 1.6x
         (30.6, 0.59, 0.87, "localized"),  # a window beside an fp8 cache: 68% beyond the rest
+        (2.24, 0.576, 0.584, "uniform"),  # a lower temperature's later turns: 1.03x the rest
+        (4.0, 1.0, 1.0, "uniform"),  # a finding of the whole run is no place
     ],
 )
 def test_a_part_is_a_place_only_beyond_the_level_of_the_rest(
     ratio: float, tokens: float, share: float, shape: str
 ) -> None:
     """A finding localizes the excess when it holds half of it beyond what its tokens carry at
-    the rest of the run's level, once that rest fails the baseline by itself (5x)."""
+    the rest of the run's level, once that rest fails the baseline by itself (5x), and carries
+    1.25x the rest's excess per token (``PLACE_DENSITY``; the whole run is no place)."""
     assert _shape(ratio, tokens, share) == shape
 
 
@@ -247,4 +250,19 @@ def test_a_step_of_heavy_responses_is_no_place_of_a_temperatures_excess(
     base = next(c for c in found["checks"] if c["name"] == "baseline")
     assert base["evidence"]["excess_shape"] == "uniform"
     assert base["verdict"] == "ok" and "as a lower sampling temperature does" in base["finding"]
+    assert found["verdict"] == "ok" and found["cause"]["key"] == "none"
+
+
+def test_later_turns_as_hot_per_token_as_the_rest_are_no_place(held_out_store: Path) -> None:
+    """``nxb-h-t06`` over ``nxb-h-b``: the GPT-NeoX member's healthy runs at temperature 0.6
+    and 0.9, scored by a bf16 trainer. The search finds the later turns at 2.4x the baseline,
+    58% of the tokens carrying 58% of the excess: no place (``PLACE_DENSITY``), the uniform
+    excess of a lower temperature, no alarm (it was localized, and unexplained)."""
+    from tests.planted import diagnosis
+
+    found = diagnosis(held_out_store, "nxb-h-t06", "nxb-h-b").section_dict()
+    base = next(c for c in found["checks"] if c["name"] == "baseline")
+    later = next(f for f in base["evidence"]["findings"] if f["where"] == {"turn_kind": "later"})
+    assert later["excess_share"] > 0.5 and later["excess_share"] < 1.1 * later["token_share"]
+    assert base["evidence"]["excess_shape"] == "uniform" and base["verdict"] == "ok"
     assert found["verdict"] == "ok" and found["cause"]["key"] == "none"

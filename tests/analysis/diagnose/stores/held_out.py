@@ -31,7 +31,8 @@ second Gemma2 draw's (``family.py --arch gemma2 --seed 1``); ``bt-h-a``, ``bt-h-
 whole, its routes left out; ``mb1-h-t06`` and ``mb1-h-b``, the second MoE draw's (``--seed
 1``) with a bf16 trainer, whole, routes left out; ``v8-h-t06`` and ``v8-h-b``, the
 8192-token Llama's (``family.py --seed 2 --vocab 8192 --trainer bf16``) ``f-h-t06`` and
-``f-h-b``, whole. Ingested
+``f-h-b``, whole; ``nxb-h-t06`` and ``nxb-h-b``, the GPT-NeoX member's with a bf16 trainer,
+whole. Ingested
 without tags, as they were diagnosed."""
 
 from __future__ import annotations
