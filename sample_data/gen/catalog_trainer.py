@@ -34,8 +34,15 @@ def _repeated(name: str) -> CalibRun:
     return bf16_trainer(run, f"{name}-bt", base)
 
 
+OTHER_MODELS = (("tinylm-deep", "h-deep-bt", "the 8-layer model"),
+                ("tinylm-mid", "h-mid-bt", "the 5-layer model"))  # fmt: skip
+"""The deep and mid models' healthy shapes scored by a bf16 trainer (the false-alarm budget of
+two more models' noise beside a trainer's own rounding)."""
+
 TRAINER_BF16: tuple[CalibRun, ...] = (
     *(bf16_trainer(r, r.name, r.baseline) for r in healthy_shapes(
         "tinylm", PREFIX, "bf16 KV-cache engine, the 4-layer model")),
     *(_repeated(name) for name in (*REPEATED, *MORE, *COMBINED)),
+    *(bf16_trainer(r, r.name, r.baseline) for model, prefix, what in OTHER_MODELS
+      for r in healthy_shapes(model, prefix, f"bf16 KV-cache engine, {what}")),
 )  # fmt: skip
