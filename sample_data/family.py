@@ -7,6 +7,8 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
     python sample_data/family.py --out DIR --arch qwen3     # the Qwen3 member's runs
     python sample_data/family.py --out DIR --arch gptneox   # the GPT-NeoX member's runs
     python sample_data/family.py --out DIR --arch gpt2      # the GPT-2 member's runs
+    python sample_data/family.py --out DIR --arch olmo2     # the OLMo 2 member's runs
+    python sample_data/family.py --out DIR --arch cohere    # the Cohere member's runs
     python sample_data/family.py --out DIR --context 1024 --long-responses   # long responses
     python sample_data/family.py --out DIR --arch qwen3 --trainer bf16   # a bf16 trainer
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
@@ -20,8 +22,11 @@ embeddings, GeGLU, (1 + w) pre- and post-norms, tied embeddings, sliding-window 
 embeddings, no q/k/v biases); with ``--arch gptneox``, of a Pythia-style GPT-NeoX (LayerNorms
 with biases, a parallel residual, rotary positions on a quarter of each head, GELU, untied
 embeddings); with ``--arch gpt2``, of a GPT-2 (learned absolute positions, no rotary, pre-norm
-LayerNorms with biases, GELU, Conv1D projections, tied embeddings); the same runs as the
-Llama's. Runs go to DIR/runs/NAME/, the trained model to DIR/cache/ (reused), DIR/corpus.json
+LayerNorms with biases, GELU, Conv1D projections, tied embeddings); with ``--arch olmo2``, of
+an OLMo 2 (RMSNorms after attention and MLP instead of before, one RMSNorm over the whole query
+and key projections, rotary base 5e5, untied embeddings); with ``--arch cohere``, of a Cohere
+(Command-R: a bias-free LayerNorm before a parallel block, interleaved rotary pairs in fp32, tied
+embeddings, the logits scaled by 1/16); the same runs as the Llama's. Runs go to DIR/runs/NAME/, the trained model to DIR/cache/ (reused), DIR/corpus.json
 lists each run as calibrate.py does.
 
 ``--context N`` trains the model on windows of N tokens instead of 320 (at most 1024, every
@@ -58,6 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen.calib_measure import corpus_entry, run_fields
 from gen.corpus import prompt_line_sources, prompt_lines
 from gen.engine import TRAINER_DTYPES
+from gen.family_cohere import LABEL as COHERE
 from gen.family_gemma2 import LABEL as GEMMA2
 from gen.family_gpt2 import LABEL as GPT2
 from gen.family_gptneox import LABEL as GPTNEOX
@@ -72,6 +78,7 @@ from gen.family_model import (
 )
 from gen.family_moe import DEFAULT, MoEShape
 from gen.family_moe_runs import FAMILY_MOE
+from gen.family_olmo2 import LABEL as OLMO2
 from gen.family_qwen3 import LABEL as QWEN3
 from gen.family_runs import (
     FAMILY,
@@ -143,7 +150,14 @@ def load_model(
 
 def label_of(vocab: int, moe: MoEShape | None, arch: str, context: int = CONTEXT) -> str:
     """The corpus label of the model: its member, its vocabulary, its training context."""
-    dense = {"gemma2": GEMMA2, "qwen3": QWEN3, "gptneox": GPTNEOX, "gpt2": GPT2}
+    dense = {
+        "gemma2": GEMMA2,
+        "qwen3": QWEN3,
+        "gptneox": GPTNEOX,
+        "gpt2": GPT2,
+        "olmo2": OLMO2,
+        "cohere": COHERE,
+    }
     member = (
         f"{moe.label}-bpe{vocab}"
         if moe
@@ -185,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         choices=ARCHS,
         default="llama",
         help="the dense member: llama (default), gemma2 (Gemma2ForCausalLM), qwen3 "
-        "(Qwen3ForCausalLM), gptneox (GPTNeoXForCausalLM) or gpt2 (GPT2LMHeadModel), each of "
-        "the same size and runs",
+        "(Qwen3ForCausalLM), gptneox (GPTNeoXForCausalLM), gpt2 (GPT2LMHeadModel), olmo2 "
+        "(Olmo2ForCausalLM) or cohere (CohereForCausalLM), each of the same size and runs",
     )
     parser.add_argument(
         "--context",

@@ -7,11 +7,12 @@ sequence in one forward; and the faults, each where it happens in a real stack.
   interface): an fp8 KV cache (keys and values rounded to float8_e4m3fn, unscaled, as a cache
   with the default scale of 1), a split-KV decode whose partial results are merged with their
   log-sum-exp rounded (bf16 or fp8) once the KV length passes a threshold;
-- one device's kernels: RMSNorm (or GPT-NeoX's and GPT-2's LayerNorm) statistics in bf16
-  (`bf16_norm_stats`);
+- one device's kernels: RMSNorm (or GPT-NeoX's, GPT-2's and Cohere's LayerNorm) statistics in
+  bf16 (`bf16_norm_stats`);
 - the engine's lm_head in fp32 (an improvement; with tied embeddings, a copy of them in fp32,
-  Gemma2's final soft-capping still applied after it; GPT-NeoX's untied head is ``lm_head`` in
-  transformers 5, Pythia checkpoints' ``embed_out``; GPT-2's is tied to ``transformer.wte``);
+  Gemma2's final soft-capping and Cohere's logit scale still applied after it; GPT-NeoX's
+  untied head is ``lm_head`` in transformers 5, Pythia checkpoints' ``embed_out``; GPT-2's is
+  tied to ``transformer.wte``);
 - the MoE member's routers (gen/family_moe.py): each side's experts recorded per input position,
   the trainer replaying the engine's (R3), the engine's router logits rounded to fp8.
 """
@@ -28,6 +29,7 @@ from transformers import AttentionInterface, PreTrainedModel
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from gen.family_cohere import cohere_norm_bf16, is_cohere_norm
 from gen.family_gemma2 import gemma2_norm_bf16, is_gemma2_norm
 from gen.family_gptneox import is_layernorm, layernorm_bf16
 from gen.family_moe import force, forced_rows, is_moe, last_routes, routers
@@ -131,15 +133,19 @@ def _llama_norm_bf16(self: torch.nn.Module, hidden: torch.Tensor) -> torch.Tenso
 
 def bf16_norm_stats(model: PreTrainedModel) -> None:
     """Every norm computes its statistics in bf16 (a device whose fused norm kernel keeps them
-    in the activations' dtype), each in its own form: Llama's, Qwen2-MoE's and Qwen3's (its
-    per-head query and key norms too) ``w * x * rsqrt(...)``, Gemma2's ``x * rsqrt(...) *
-    (1 + w)`` (gen/family_gemma2.py), GPT-NeoX's and GPT-2's LayerNorms their mean and
-    variance, then weight and bias (gen/family_gptneox.py)."""
+    in the activations' dtype), each in its own form: Llama's, Qwen2-MoE's, Qwen3's (its
+    per-head query and key norms too) and OLMo 2's (its post-norms and its norms over the whole
+    query and key projections; OLMo 2 multiplies the weight in fp32, here in bf16)
+    ``w * x * rsqrt(...)``, Gemma2's ``x * rsqrt(...) * (1 + w)`` (gen/family_gemma2.py), GPT-NeoX's and GPT-2's LayerNorms their mean and
+    variance, then weight and bias (gen/family_gptneox.py), Cohere's bias-free LayerNorm its
+    mean and variance, then weight (gen/family_cohere.py)."""
     for module in model.modules():
         if is_gemma2_norm(module):
             module.forward = types.MethodType(gemma2_norm_bf16, module)
         elif is_layernorm(module):
             module.forward = types.MethodType(layernorm_bf16, module)
+        elif is_cohere_norm(module):
+            module.forward = types.MethodType(cohere_norm_bf16, module)
         elif type(module).__name__.endswith("RMSNorm"):
             module.forward = types.MethodType(_llama_norm_bf16, module)
 
@@ -154,9 +160,9 @@ class Fp32Head(torch.nn.Module):
 
 
 def attention_modules(model: PreTrainedModel) -> list[torch.nn.Module]:
-    """Each layer's attention: ``self_attn`` (Llama, Gemma2, Qwen3, Qwen2-MoE), GPT-NeoX's
-    ``attention`` or GPT-2's ``attn``, under the base model's layers (``model.model.layers``,
-    ``model.gpt_neox.layers`` or GPT-2's ``model.transformer.h``)."""
+    """Each layer's attention: ``self_attn`` (Llama, Gemma2, Qwen3, OLMo 2, Cohere, Qwen2-MoE),
+    GPT-NeoX's ``attention`` or GPT-2's ``attn``, under the base model's layers
+    (``model.model.layers``, ``model.gpt_neox.layers`` or GPT-2's ``model.transformer.h``)."""
     base = model.base_model
     layers: torch.nn.ModuleList = base.layers if hasattr(base, "layers") else base.h
     return [

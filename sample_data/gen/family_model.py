@@ -3,7 +3,9 @@
 vocabulary trained with `tokenizers`, both made offline from the standard library's source;
 or, with ``arch="gemma2"``, a Gemma2 of the same size (gen/family_gemma2.py), with
 ``arch="qwen3"`` a Qwen3 (gen/family_qwen3.py), with ``arch="gptneox"`` a GPT-NeoX
-(gen/family_gptneox.py), with ``arch="gpt2"`` a GPT-2 (gen/family_gpt2.py).
+(gen/family_gptneox.py), with ``arch="gpt2"`` a GPT-2 (gen/family_gpt2.py), with
+``arch="olmo2"`` an OLMo 2 (gen/family_olmo2.py), with ``arch="cohere"`` a Cohere
+(gen/family_cohere.py).
 
 Nothing of it is shared with the sample model (gen/model.py: LayerNorm, GELU, multi-head
 attention, a byte vocabulary) but the training text, so its healthy noise, its token
@@ -18,6 +20,8 @@ from dataclasses import dataclass
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
+    CohereConfig,
+    CohereForCausalLM,
     Gemma2Config,
     GPT2Config,
     GPT2LMHeadModel,
@@ -25,6 +29,8 @@ from transformers import (
     GPTNeoXForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
+    Olmo2Config,
+    Olmo2ForCausalLM,
     PretrainedConfig,
     PreTrainedModel,
     Qwen2MoeConfig,
@@ -34,17 +40,19 @@ from transformers import (
 )
 
 from gen.corpus import TRAIN_MODULES, read_modules
+from gen.family_cohere import cohere_config
 from gen.family_gemma2 import gemma2_config, new_gemma2
 from gen.family_gpt2 import gpt2_config
 from gen.family_gptneox import gptneox_config
 from gen.family_moe import DEFAULT, MoEShape, moe_config, tap_routers
+from gen.family_olmo2 import olmo2_config
 from gen.family_qwen3 import qwen3_config
 from gen.family_size import MAX_CONTEXT, SIZE
 from gen.train import log_iter, lr_at, next_token_loss, optimizer_step, windows
 
 VOCAB = 1024  # the default; family.py --vocab trains another
 CONTEXT = 320  # the default training context; family.py --context trains another
-ARCHS = ("llama", "gemma2", "qwen3", "gptneox", "gpt2")  # the dense members (family.py --arch)
+ARCHS = ("llama", "gemma2", "qwen3", "gptneox", "gpt2", "olmo2", "cohere")  # dense: --arch
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ class FamilyTraining:
     moe: bool = False  # the mixture-of-experts member (gen/family_moe.py)
     moe_shape: MoEShape = DEFAULT
     arch: str = "llama"  # the dense member: one of ARCHS (gen/family_gemma2.py, family_qwen3.py,
-    # family_gptneox.py, family_gpt2.py)
+    # family_gptneox.py, family_gpt2.py, family_olmo2.py, family_cohere.py)
 
 
 def train_tokenizer(vocab: int = VOCAB) -> Tokenizer:
@@ -93,8 +101,8 @@ def llama_config(vocab: int = VOCAB) -> LlamaConfig:
 @dataclass
 class FamilyModel:
     tokenizer: Tokenizer
-    config: PretrainedConfig  # a Llama-, Gemma2-, Qwen3-, GPTNeoX- or GPT2Config or the MoE
-    # member's Qwen2MoeConfig
+    config: PretrainedConfig  # a Llama-, Gemma2-, Qwen3-, GPTNeoX-, GPT2-, Olmo2- or CohereConfig
+    # or the MoE member's Qwen2MoeConfig
     checkpoints: list[dict[str, torch.Tensor]]  # index = RL step
     lagging: list[dict[str, torch.Tensor]]  # index = RL step: one optimizer step before it
     early: dict[str, torch.Tensor]  # a pre-training checkpoint
@@ -113,6 +121,10 @@ def new_model(config: PretrainedConfig) -> PreTrainedModel:
         return GPTNeoXForCausalLM(config)
     if isinstance(config, GPT2Config):
         return GPT2LMHeadModel(config)
+    if isinstance(config, Olmo2Config):
+        return Olmo2ForCausalLM(config)
+    if isinstance(config, CohereConfig):
+        return CohereForCausalLM(config)
     return LlamaForCausalLM(config)
 
 
@@ -142,6 +154,8 @@ def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> Fa
         "qwen3": qwen3_config,
         "gptneox": gptneox_config,
         "gpt2": gpt2_config,
+        "olmo2": olmo2_config,
+        "cohere": cohere_config,
     }[cfg.arch]
     config = moe_config(cfg.vocab, cfg.moe_shape) if cfg.moe else dense(cfg.vocab)
     model = new_model(config)

@@ -1,5 +1,5 @@
 """What every dense member of the family shares beside the Llama (family.py --arch gemma2,
-qwen3, gptneox, gpt2): its label in corpus.json, with the vocabulary and the training context
+qwen3, gptneox, gpt2, olmo2, cohere): its label in corpus.json, with the vocabulary and the training context
 when they are not the defaults, and the refusal of --moe with it (the mixture of experts is a
 Qwen2-MoE of its own), before anything is written; the engine finding each layer's attention
 under the member's own names."""
@@ -14,6 +14,7 @@ from tests.sample_data.family_deps import family_deps
 
 torch = family_deps()
 
+from gen.family_cohere import cohere_config  # noqa: E402
 from gen.family_engine import (  # noqa: E402
     EngineKernel,
     attention_modules,
@@ -23,15 +24,18 @@ from gen.family_gemma2 import gemma2_config  # noqa: E402
 from gen.family_gpt2 import gpt2_config  # noqa: E402
 from gen.family_gptneox import gptneox_config  # noqa: E402
 from gen.family_model import VOCAB, llama_config, new_model  # noqa: E402
+from gen.family_olmo2 import olmo2_config  # noqa: E402
 from gen.family_qwen3 import qwen3_config  # noqa: E402
 
-ARCHS = ("gemma2", "qwen3", "gptneox", "gpt2")
+ARCHS = ("gemma2", "qwen3", "gptneox", "gpt2", "olmo2", "cohere")
 CONFIGS = {
     "llama": llama_config,
     "gemma2": gemma2_config,
     "qwen3": qwen3_config,
     "gptneox": gptneox_config,
     "gpt2": gpt2_config,
+    "olmo2": olmo2_config,
+    "cohere": cohere_config,
 }
 
 
