@@ -11,6 +11,7 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
     python sample_data/family.py --out DIR --arch cohere    # the Cohere member's runs
     python sample_data/family.py --out DIR --context 1024 --long-responses   # long responses
     python sample_data/family.py --out DIR --arch qwen3 --trainer bf16   # a bf16 trainer
+    python sample_data/family.py --out DIR --arch gemma2 --unseen   # faults never calibrated
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
 
 No threshold of `diagnose` was set on this family: it is a held-out check of other weights, another
@@ -42,6 +43,12 @@ instead (gen/family_runs.py ``LONG_RESPONSES``): healthy runs ``f-L-h-a``, ``f-L
 600-700 tokens), ~600-1000 response tokens each where the default runs stay under ~300, with
 stale weights (``f-L-pol-stale``) and an fp8 KV cache (``f-L-pr-fp8kv``) for contrast: a
 false-alarm check of the checks of `diagnose` whose statistics scale with response length.
+
+``--unseen`` generates, for the dense member ``--arch``, the two healthy baselines ``f-h-a`` and
+``f-h-b`` and the member's faults of kinds never calibrated (gen/family_unseen.py ``UNSEEN``,
+``f-u-*``): the engine builds another model than the trainer from the same weights, a config
+setting read otherwise on its side (a sliding window ignored, a soft-cap skipped, a rotary
+scaling, a norm's epsilon, an activation's approximation, a logit scale; gen/family_config_edits.py).
 """
 
 from __future__ import annotations
@@ -91,6 +98,7 @@ from gen.family_runs import (
     with_trainer,
     write_run,
 )
+from gen.family_unseen import UNSEEN, unseen_catalogue
 
 THREADS = 2  # fixed: CPU reductions depend on the thread count
 MIN_CONTEXT = 256  # prompts run to 200 tokens
@@ -222,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the trainer's forward: fp32 (default) or bf16 (mixed precision, the logits upcast); "
         "bf16 labels the corpus -bt",
     )
+    parser.add_argument(
+        "--unseen",
+        action="store_true",
+        help="the member's faults of kinds never calibrated (f-u-*) and two healthy baselines "
+        "instead of the family's runs",
+    )
     parser.add_argument("--force", action="store_true", help="regenerate runs already present")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
     args = parser.parse_args(argv)
@@ -240,7 +254,21 @@ def main(argv: list[str] | None = None) -> int:
             "Error: --long-responses: its runs need a dense model trained at --context "
             f"{LONG_CONTEXT} or more\nHint: --context {LONG_CONTEXT} --long-responses, without --moe"
         )
-    catalogue = FAMILY_MOE if args.moe else LONG_RESPONSES if args.long_responses else FAMILY
+    if args.unseen and (args.moe or args.long_responses or not UNSEEN[args.arch]):
+        raise SystemExit(
+            f"Error: --unseen: no such runs for {'--moe' if args.moe else args.arch}"
+            f"{' with --long-responses' if args.long_responses else ''}\nHint: --unseen with "
+            f"--arch {' or '.join(a for a, runs in UNSEEN.items() if runs)}"
+        )
+    catalogue = (
+        FAMILY_MOE
+        if args.moe
+        else LONG_RESPONSES
+        if args.long_responses
+        else unseen_catalogue(args.arch)
+        if args.unseen
+        else FAMILY
+    )
     check_family(catalogue)
     if args.trainer != "fp32":
         catalogue = tuple(with_trainer(r, args.trainer) for r in catalogue)

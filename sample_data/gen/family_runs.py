@@ -21,6 +21,7 @@ import torch
 from gen.corpus import pick_prompt
 from gen.edits import RENDERS
 from gen.engine import TRAINER_DTYPES
+from gen.family_config_edits import EDITS, engine_config
 from gen.family_engine import EngineKernel, Sampler, decode_turn, prepare_engine, score
 from gen.family_model import FamilyModel, FamilyTraining, build
 from gen.rollout import Sample, keep_first_routes, stable_seed
@@ -54,6 +55,8 @@ class FamilyRun:
     gpu_kernel: EngineKernel | None = None
     fp32_head: bool = False
     render: str = ""  # a key of gen/edits.RENDERS: the trainer's copy of each tool response
+    engine_config: str = ""  # a key of gen/family_config_edits.EDITS: the engine builds the model
+    # from a config read otherwise (gen/family_unseen.py)
     stop_zero: bool = False  # the engine reports 0.0 for the stop token ending a turn
     loader: str = "a"
     prompts: int = 8
@@ -378,7 +381,7 @@ def engine_for(run: FamilyRun, model: FamilyModel, step: int, faulty: bool) -> t
     }[run.weights]
     kernel = run.gpu_kernel if faulty and run.gpu_kernel is not None else run.kernel
     return prepare_engine(
-        build(model.config, state, torch.bfloat16),
+        build(engine_config(model.config, run.engine_config), state, torch.bfloat16),
         kernel,
         run.fp32_head,
         norm_bf16=faulty and run.gpu_kernel is None,
@@ -508,6 +511,7 @@ def check_family(runs: tuple[FamilyRun, ...] = FAMILY) -> None:
     for r in runs:
         assert r.baseline in names and r.baseline != r.name, r.name
         assert r.render in ("", *RENDERS), r.name
+        assert r.engine_config in ("", *EDITS), r.name
         assert r.routing in ("natural", "replay", "replay-late"), r.name
         assert r.capture_bug in CAPTURE_BUGS and r.encoding in ENCODINGS, r.name
         assert r.routing != "natural" or not r.capture_bug, f"{r.name}: no replay, no capture"
