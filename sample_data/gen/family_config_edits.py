@@ -19,6 +19,9 @@ trainer from the original. These are faults of kinds no threshold of `diagnose` 
   it is 1e-6, Cohere's LayerNorm 1e-4 where it is 1e-5);
 - ``rotary-full``: GPT-NeoX's rotary positions on the whole head where the checkpoint rotates a
   quarter of it (``rotary_pct`` dropped);
+- ``rope-bf16``: the engine keeps its rotary frequencies in bf16, as a model cast whole to bf16
+  holds them (``build`` keeps them in fp32, as engines compute their angles): every angle's
+  error grows with the distance between query and key;
 - ``logit-scale-off``: Cohere's logit scale (1/16) not applied by the engine: its logits are 16
   times the trainer's, a temperature of 1/16 that only the engine's sampler sees."""
 
@@ -61,6 +64,10 @@ def _rotary_full(c: PretrainedConfig) -> None:
     c.rope_parameters = {**c.rope_parameters, "partial_rotary_factor": 1.0}
 
 
+def _rope_bf16(c: PretrainedConfig) -> None:
+    c.rotary_in_dtype = True
+
+
 def _logit_scale_off(c: PretrainedConfig) -> None:
     c.logit_scale = 1.0
 
@@ -72,6 +79,7 @@ EDITS: dict[str, Callable[[PretrainedConfig], None]] = {
     "rope-dynamic": _rope_dynamic,
     "norm-eps": _norm_eps,
     "rotary-full": _rotary_full,
+    "rope-bf16": _rope_bf16,
     "logit-scale-off": _logit_scale_off,
 }
 

@@ -131,13 +131,43 @@ def new_model(config: PretrainedConfig) -> PreTrainedModel:
 def build(
     config: PretrainedConfig, state: dict[str, torch.Tensor], dtype: torch.dtype
 ) -> PreTrainedModel:
-    """The model of ``state`` in ``dtype``, its routers tapped if it has experts."""
+    """The model of ``state`` in ``dtype``, its routers tapped if it has experts, its rotary
+    frequencies kept in fp32 (``keep_rotary_fp32``) unless the config says
+    ``rotary_in_dtype`` (gen/family_config_edits.py ``rope-bf16``)."""
     model = new_model(copy.deepcopy(config))
     model.load_state_dict(state)
     model.eval()
+    tables = rotary_tables(model)
     model = model.to(dtype)
+    if not getattr(config, "rotary_in_dtype", False):
+        keep_rotary_fp32(model, tables)
     tap_routers(model)
     return model
+
+
+ROTARY_BUFFERS = ("inv_freq", "original_inv_freq")
+
+
+def rotary_tables(model: PreTrainedModel) -> dict[str, dict[str, torch.Tensor]]:
+    """Each rotary embedding's frequency buffers as built (fp32), by module name."""
+    return {
+        name: {b: getattr(m, b).clone() for b in ROTARY_BUFFERS if hasattr(m, b)}
+        for name, m in model.named_modules()
+        if hasattr(m, "inv_freq")
+    }
+
+
+def keep_rotary_fp32(model: PreTrainedModel, tables: dict[str, dict[str, torch.Tensor]]) -> None:
+    """Put back the fp32 rotary frequencies that ``model.to(bf16)`` rounded: an engine computes
+    its rotary angles in fp32 (vLLM's cos/sin cache, SGLang's; only the cos and sin are stored
+    in the model's dtype), where a frequency rounded to bf16 puts an error into every angle
+    that grows with the distance between query and key (on the Cohere member the mismatch of
+    such an engine rose 2x per doubling of the KV position: docs/diagnose.md "Faults never
+    calibrated, on other models")."""
+    modules = dict(model.named_modules())
+    for name, buffers in tables.items():
+        for b, table in buffers.items():
+            getattr(modules[name], b).data = table
 
 
 def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> FamilyModel:

@@ -6,8 +6,9 @@ combinations of one with a calibrated fault. Each run's planted class is the fix
 told to make:
 
 - a function that differs only where the context is long (keys past a sliding window, positions
-  past a rotary scaling's start) or that grows with the position (rotary dimensions the
-  checkpoint leaves unrotated): the engine's configuration, a ``code_path``;
+  past a rotary scaling's start) or whose error grows with the position (rotary dimensions the
+  checkpoint leaves unrotated, rotary frequencies rounded to bf16): the engine's configuration
+  or arithmetic, a ``code_path``;
 - every token's logits moved a little (an activation's approximation, a norm's epsilon): a
   ``precision`` loss;
 - the engine's logits transformed before its logprobs (a soft-cap skipped, a logit scale not
@@ -37,6 +38,13 @@ _NORM_EPS = fault(
     "the engine's norm epsilon ten times the checkpoint's",
     engine_config="norm-eps",
 )
+_ROPE_BF16 = fault(
+    "f-u-rope-bf16",
+    "code_path",
+    "natural",
+    "the engine's rotary frequencies in bf16 (the model cast whole), the trainer's in fp32",
+    engine_config="rope-bf16",
+)
 _COMBO_ROPE_STALE = fault(
     "f-u-combo-rope-stale",
     "code_path+policy",
@@ -47,9 +55,9 @@ _COMBO_ROPE_STALE = fault(
 )
 
 UNSEEN: dict[str, tuple[FamilyRun, ...]] = {
-    "llama": (_ROPE_DYNAMIC, _NORM_EPS, _COMBO_ROPE_STALE),
-    "qwen3": (_ROPE_DYNAMIC, _NORM_EPS),
-    "olmo2": (_ROPE_DYNAMIC, _NORM_EPS),
+    "llama": (_ROPE_DYNAMIC, _NORM_EPS, _ROPE_BF16, _COMBO_ROPE_STALE),
+    "qwen3": (_ROPE_DYNAMIC, _NORM_EPS, _ROPE_BF16),
+    "olmo2": (_ROPE_DYNAMIC, _NORM_EPS, _ROPE_BF16),
     "gemma2": (
         fault(
             "f-u-window-off",
@@ -80,6 +88,7 @@ UNSEEN: dict[str, tuple[FamilyRun, ...]] = {
             engine_config="window-off",
             kernel=FP8KV,
         ),
+        _ROPE_BF16,
     ),
     "gptneox": (
         fault(
@@ -97,6 +106,7 @@ UNSEEN: dict[str, tuple[FamilyRun, ...]] = {
             engine_config="rotary-full",
             sampler=Sampler(top_p=0.9),
         ),
+        _ROPE_BF16,
     ),
     "cohere": (
         fault(
@@ -108,6 +118,7 @@ UNSEEN: dict[str, tuple[FamilyRun, ...]] = {
         ),
         _ROPE_DYNAMIC,
         _NORM_EPS,
+        _ROPE_BF16,
     ),
     "gpt2": (),
 }

@@ -115,3 +115,24 @@ def test_the_catalogue_holds_its_baselines_and_planted_classes(tmp_path: Path) -
     with pytest.raises(SystemExit, match="--unseen: no such runs for gpt2"):
         family.main(["--out", str(tmp_path), "--arch", "gpt2", "--unseen"])
     assert not any(tmp_path.iterdir())
+
+
+def test_a_built_model_keeps_its_rotary_frequencies_in_fp32_unless_the_edit_says_bf16() -> None:
+    """``build`` puts back the fp32 frequencies that the cast to bf16 rounded (engines compute
+    their angles in fp32); ``rope-bf16`` keeps them rounded: both bf16 engines agree at
+    position 0 (no angle) and part from there on."""
+    config = llama_config(VOCAB)
+    state = tiny_state(config)
+    kept = build(config, state, torch.bfloat16)
+    rounded = build(engine_config(config, "rope-bf16"), state, torch.bfloat16)
+    table = build(config, state, torch.float32).model.rotary_emb.inv_freq
+    for name in ("inv_freq", "original_inv_freq"):
+        assert torch.equal(getattr(kept.model.rotary_emb, name), table)
+        got = getattr(rounded.model.rotary_emb, name)
+        assert got.dtype == torch.bfloat16 and torch.equal(got, table.to(torch.bfloat16))
+    assert next(kept.parameters()).dtype == torch.bfloat16
+    x = ids(1, 64)
+    with torch.no_grad():
+        a, b = kept(x).logits[0].float(), rounded(x).logits[0].float()
+    assert torch.equal(a[0], b[0])
+    assert not torch.equal(a[1:], b[1:])
