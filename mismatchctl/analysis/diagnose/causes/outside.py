@@ -307,13 +307,15 @@ def _excess(ctx: Context, out: Outside, leans: bool) -> Support | None:
 
 def _temperature(ctx: Context, ratio: float) -> bool:
     """The ``baseline`` check read the run's excess as a lower sampling temperature's
-    (``baseline.another_temperature``: uniform, the mix moved toward likelier tokens) and the
+    (``baseline.another_temperature``: uniform, the run sampling likelier tokens) and the
     outside stands within what a temperature makes (``TEMPERATURE_K3``): its level there is that
     temperature's, no precision loss. The 8192-token Llama's healthy run at 0.6 over one at 0.9,
     with a bf16 trainer, put 2.3x the baseline outside a spot of 2% of its tokens and was named
     a precision loss there."""
     e = evidence_of(ctx.result(baseline), baseline.Evidence)
-    if e is None or not baseline.another_temperature(e.excess_shape, e.mix_shift, e.rate_ratio):
+    if e is None or not baseline.another_temperature(
+        e.excess_shape, e.mix_shift, e.rate_ratio, e.nll_shift
+    ):
         return False
     return ratio <= baseline.T.TEMPERATURE_K3
 

@@ -24,6 +24,7 @@ from mismatchctl.analysis.diagnose.parts import FindingRow, finding_row
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
+from mismatchctl.stats.hot_sequences import LINE, sampled_nll
 from mismatchctl.stats.localize.result import (
     Explanation,
     Finding,
@@ -91,6 +92,18 @@ class Thresholds:
     precision or a policy below -0.10. It sat at ``MIX_SHIFT`` (0.25) until the GPT-2's -0.243
     warned; ``MIX_SHIFT`` stays the advice's measure of two distributions apart, both ways."""
 
+    TEMPERATURE_NLL: float = 0.25
+    """...or when its sampled tokens' mean negative logprob (the rollout side's, over the tokens
+    with finite logprobs: ``stats.hot_sequences.sampled_nll``) is this fraction below the
+    baseline's: a lower temperature samples likelier tokens, whatever the model's probabilities
+    look like. Healthy runs at 0.6 over runs at 0.9, 31 diagnoses of every family draw, its MoEs
+    and long responses, fp32 and bf16 trainers: -33% to -46%; -33% is the Cohere member, whose
+    flat distributions (a mean probability of 0.11 at 0.9) move its probability-bin mix by only
+    -9%, so that the mix alone left it warning a precision loss at 1.8x. A policy or precision
+    fault moves it within 3%; of the uniform excesses under ``TEMPERATURE_K3`` of every corpus,
+    the lowest are truncations (a subtle top-p -16%, a min-p -15%), which their own checks
+    name."""
+
     TEMPERATURE_K3: float = 2.8
     """A uniform excess up to this many times the baseline, in a run that samples more likely
     tokens than the baseline (its mix term below ``-TEMPERATURE_MIX``), is what a lower sampling
@@ -127,7 +140,9 @@ class Evidence(CheckEvidence):
     """The selection against the baseline (``explain --baseline``): both levels, the rate ratio
     at the selection's token mix with its interval, the findings, the dimensions that explain
     nothing (``uniform``), the decomposition, the notes; written in some cases only:
-    ``improved`` (the interval below 1), ``excess_shape`` (``excess_shape``: localized,
+    ``improved`` (the interval below 1), ``mix_shift`` and ``nll_shift`` (the run's sampled
+    tokens' mean -logprob over the baseline's, less 1: ``TEMPERATURE_NLL``), ``excess_shape``
+    (``excess_shape``: localized,
     concentrated, uniform or mixed) and ``concentrated_in`` (the dimension whose small values
     hold the excess)."""
 
@@ -142,6 +157,7 @@ class Evidence(CheckEvidence):
     notes: list[str]
     improved: bool | None = absent()
     mix_shift: float | None = absent()
+    nll_shift: float | None = absent()
     excess_shape: str | None = absent()
     concentrated_in: str | None = absent()
 
@@ -187,12 +203,13 @@ def run(ctx: Context) -> Check:
         return Check(LAYER, NAME, TITLE, OK, head + ": no excess to speak of", evidence)
     shape = excess_shape(e)
     shift = mix_shift(e)
-    evidence = dataclasses.replace(evidence, excess_shape=shape, mix_shift=shift)
-    if another_temperature(shape, shift, ratio):
+    nll = nll_shift(ctx)
+    evidence = dataclasses.replace(evidence, excess_shape=shape, mix_shift=shift, nll_shift=nll)
+    if another_temperature(shape, shift, ratio, nll):
         return Check(
             LAYER, NAME, TITLE, OK,
             f"{head}, spread uniformly; but the run samples more likely tokens than the "
-            f"baseline (their mix alone moves its level {shift:+.0%}), as a lower sampling "
+            f"baseline ({_likelier(shift, nll)}), as a lower sampling "
             "temperature does, under which every token's K3 grows as 1/T^2 (both sides divide "
             f"the logits by T; up to {T.TEMPERATURE_K3:g}x between 0.6 and 1.0): no excess "
             "beyond another temperature's",
@@ -246,16 +263,40 @@ def _over_exact(label: str, e: Explanation, evidence: Evidence) -> Check:
     )  # fmt: skip
 
 
-def another_temperature(shape: str | None, shift: float | None, ratio: float | None) -> bool:
+def another_temperature(
+    shape: str | None, shift: float | None, ratio: float | None, nll: float | None = None
+) -> bool:
     """A uniform excess up to ``TEMPERATURE_K3`` in a run whose token mix moves the level below
-    ``-TEMPERATURE_MIX``: what a lower sampling temperature than the baseline's makes."""
-    return (
-        shape == "uniform"
-        and shift is not None
-        and shift < -T.TEMPERATURE_MIX
-        and ratio is not None
-        and ratio <= T.TEMPERATURE_K3
+    ``-TEMPERATURE_MIX``, or whose sampled tokens' mean -logprob is ``TEMPERATURE_NLL`` below
+    the baseline's: what a lower sampling temperature than the baseline's makes."""
+    likelier = (shift is not None and shift < -T.TEMPERATURE_MIX) or (
+        nll is not None and nll < -T.TEMPERATURE_NLL
     )
+    return shape == "uniform" and likelier and ratio is not None and ratio <= T.TEMPERATURE_K3
+
+
+def _likelier(shift: float | None, nll: float | None) -> str:
+    said = []
+    if shift is not None and shift < -T.TEMPERATURE_MIX:
+        said.append(f"their mix alone moves its level {shift:+.0%}")
+    if nll is not None and nll < -T.TEMPERATURE_NLL:
+        said.append(f"its sampled tokens' mean -logprob {nll:+.0%} the baseline's")
+    return "; ".join(said)
+
+
+def nll_shift(ctx: Context) -> float | None:
+    """The run's sampled tokens' mean -logprob over the baseline's, less 1
+    (``TEMPERATURE_NLL``); None without the baseline's per-sequence sums."""
+    view = ctx.baseline
+    if view is None or view.sequences is None:
+        return None
+    states = list(ctx.state.hot_sequences.runs().values())
+    n = math.fsum(math.fsum(st.sums[:, LINE.start]) for st in states)
+    lr = math.fsum(math.fsum(st.sums[:, LINE.start + 1]) for st in states)
+    base = sampled_nll(view.sequences)
+    if not (n > 0 and base):
+        return None
+    return (-lr / n) / base - 1
 
 
 def mix_shift(e: Explanation | Evidence) -> float | None:

@@ -49,11 +49,26 @@ def test_baseline_cli_and_json(relative_store: Path) -> None:
     assert bad.code == 1 and "`nope`" in bad.err and "Hint:" in bad.err
 
 
-def _over(ratio: float, bin_mix: float) -> object:
+def _sampled(nll: float) -> object:
+    """A run's per-sequence sums whose sampled tokens' mean -logprob is ``nll`` (two
+    sequences of 100 tokens; ``LINE``'s count and sum of the rollout logprobs)."""
+    import numpy as np
+
+    from mismatchctl.stats.hot_sequences import COLUMNS, LINE, HotSequenceState
+
+    sums = np.zeros((2, COLUMNS))
+    sums[:, LINE.start] = 100.0
+    sums[:, LINE.start + 1] = [-100.0 * nll * 0.8, -100.0 * nll * 1.2]
+    ints = np.array([0, 1])
+    return HotSequenceState(["r"], np.zeros(2, np.int64), ints, ints, ints, ints, sums)
+
+
+def _over(ratio: float, bin_mix: float, nll: float | None = None) -> object:
     """The check over a baseline of level 2.07e-4 whose token mix alone moves it by
     ``bin_mix``, the run ``ratio`` x its rate at the same mix, spread uniformly: the Llama
     family's healthy run at temperature 0.6 over its healthy run at 0.9 measured 2.20x
-    (2.06-2.35) and -30%."""
+    (2.06-2.35) and -30%; ``nll``: the run's sampled tokens' mean -logprob over the
+    baseline's, less 1 (None: no per-sequence sums)."""
     from types import SimpleNamespace
     from typing import cast
 
@@ -71,9 +86,12 @@ def _over(ratio: float, bin_mix: float) -> object:
         decomposition=[Decomposition(dim="bin", total=1e-4, mix=bin_mix * level, rate=1e-4,
                                      interaction=0.0)],
     )  # fmt: skip
+    runs = {"f-h-t06": _sampled(2.0 * (1 + nll))} if nll is not None else {}
     ctx = SimpleNamespace(
-        baseline=SimpleNamespace(explanation=e, label="f-h-b", gpus=[]), label="f-h-t06",
-        cube=None, tables=None,
+        baseline=SimpleNamespace(explanation=e, label="f-h-b", gpus=[],
+                                 sequences=_sampled(2.0) if nll is not None else None),
+        label="f-h-t06", cube=None, tables=None,
+        state=SimpleNamespace(hot_sequences=SimpleNamespace(runs=lambda: runs)),
     )  # fmt: skip
     return baseline.run(cast(Context, ctx))
 
@@ -96,6 +114,24 @@ def test_a_lower_temperature_than_the_baseline_is_no_excess(
     assert ("as a lower sampling temperature does" in found.finding) is (verdict == "ok")
 
 
+@pytest.mark.parametrize(
+    ("ratio", "nll", "verdict"),
+    [(1.78, -0.33, "ok"), (2.3, -0.46, "ok"), (1.78, -0.16, "warn"), (2.16, 0.02, "warn"),
+     (3.5, -0.40, "warn")],
+)  # fmt: skip
+def test_likelier_sampled_tokens_say_a_lower_temperature_where_the_mix_does_not(
+    ratio: float, nll: float, verdict: str
+) -> None:
+    """At a mix shift of -9% (the Cohere member's flat distributions), the run's sampled tokens'
+    mean -logprob a third below the baseline's says the lower temperature (healthy pairs -33%
+    to -46%); a subtle truncation's -16%, a policy's or precision's few percent, or an excess
+    past what a temperature makes still warn."""
+    found = _over(ratio, -0.09, nll)
+    assert found.verdict == verdict
+    assert found.evidence.nll_shift == pytest.approx(nll)
+    assert ("sampled tokens' mean -logprob" in found.finding) is (verdict == "ok")
+
+
 def test_a_healthy_run_at_a_lower_temperature_raises_no_alarm(held_out_store: Path) -> None:
     """``f-h-t06`` over ``f-h-b`` (the Llama family, healthy at temperature 0.6 over healthy at
     0.9): above the baseline at the same token mix, uniform, as a lower temperature makes it;
@@ -107,6 +143,50 @@ def test_a_healthy_run_at_a_lower_temperature_raises_no_alarm(held_out_store: Pa
     base = next(c for c in found["checks"] if c["name"] == "baseline")
     assert base["verdict"] == "ok" and "as a lower sampling temperature does" in base["finding"]
     assert base["evidence"]["mix_shift"] < -0.25 and base["evidence"]["rate_ratio"] > 1.5
+
+
+def test_a_flat_models_lower_temperature_is_told_by_its_likelier_tokens(
+    held_out_store: Path,
+) -> None:
+    """``co-h-t06`` over ``co-h-b`` (the Cohere member, healthy at temperature 0.6 over 0.9):
+    1.8x the baseline, uniform, but its distributions are so flat (a mean probability of 0.11
+    at 0.9) that the probability bins' mix moves its level by only -9%; its sampled tokens'
+    mean -logprob is a third below the baseline's, as a lower temperature makes it. It warned
+    a precision loss on the mix alone."""
+    from tests.planted import diagnosis
+
+    found = diagnosis(held_out_store, "co-h-t06", "co-h-b").section_dict()
+    assert found["verdict"] == "ok" and found["cause"]["key"] == "none"
+    base = next(c for c in found["checks"] if c["name"] == "baseline")
+    evidence = base["evidence"]
+    assert base["verdict"] == "ok" and "sampled tokens' mean -logprob" in base["finding"]
+    assert evidence["mix_shift"] > -0.17 and evidence["nll_shift"] < -0.25
+    assert evidence["rate_ratio"] > 1.5
+
+
+def test_the_sampled_nll_shift_is_the_tokens_own(held_out_store: Path) -> None:
+    """The ``nll_shift`` the check writes is the two runs' mean -logprob over their sampled
+    tokens (rollout side, finite logprobs), computed here from the dumps."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from tests.analysis.diagnose.stores.held_out import HELD_OUT
+    from tests.planted import diagnosis
+
+    def nll(run: str) -> float:
+        total, n = 0.0, 0
+        for f in sorted((HELD_OUT / run).glob("*.parquet")):
+            t = pq.read_table(f, columns=["response_mask", "rollout_log_probs"]).to_pydict()
+            for mask, lps in zip(t["response_mask"], t["rollout_log_probs"], strict=True):
+                a = np.asarray(lps, float)[np.asarray(mask, bool)]
+                a = a[np.isfinite(a)]
+                total, n = total + float(a.sum()), n + len(a)
+        return -total / n
+
+    found = diagnosis(held_out_store, "co-h-t06", "co-h-b").section_dict()
+    base = next(c for c in found["checks"] if c["name"] == "baseline")
+    want = nll("co-h-t06") / nll("co-h-b") - 1
+    assert base["evidence"]["nll_shift"] == pytest.approx(want, rel=1e-9)
 
 
 def _shape(ratio: float, tokens: float, share: float) -> str:
