@@ -100,6 +100,18 @@ was 1.8x the run at positions 192-255, 4.3x at 256-319, 8.9x past 320 (K3 flat a
 unstable there (docs/diagnose.md "Another family"). The data cannot tell it from a split-KV
 path; the advice says both."""
 
+POSITION_CONFIG = (
+    "the positions' own arithmetic may differ too, not a kernel: compare the rotary embedding "
+    "each side builds (its frequencies computed in fp32 on both, the same base and rope "
+    "scaling) and the sliding window each side applies"
+)
+"""Long KV positions are hot when the engine builds the positions otherwise than the trainer
+from the same weights, with no kernel at fault: the faults never calibrated on the family's
+members (gen/family_unseen.py) put every such one here, named this path: a dynamic NTK rotary
+scaling from position 128 (90-354x a healthy run), the rotary frequencies rounded to bf16 as a
+model cast whole holds them (the Cohere member 2.9x, its error growing with the distance), a
+sliding window ignored (docs/diagnose.md "Faults never calibrated, on other models")."""
+
 PRECISION_TWIN = (
     "without a baseline, a precision loss on every token makes such a mild part too (an fp8 KV "
     "cache: its rounding grows with the keys each token reads): check the engine's KV-cache and "
@@ -331,5 +343,5 @@ def _advice(ctx: Context, found: Support) -> str:
     if found.variant == PLACES[K.STEP]:  # a part of whole steps: what changed there
         return f"{found.where}: {STEPS_ADVICE}"
     if found.variant == PLACES[K.KV_POSITION]:
-        return f"{found.where}: {CODE_PATH_ADVICE}; {PAST_CONTEXT}"
+        return f"{found.where}: {CODE_PATH_ADVICE}; {POSITION_CONFIG}; {PAST_CONTEXT}"
     return f"{found.where}: {CODE_PATH_ADVICE}"

@@ -201,3 +201,18 @@ def test_a_mild_part_without_a_baseline_says_the_precision_too(held_out_store: P
     assert alone["next"].endswith(code_path.PRECISION_TWIN)
     over = diagnosis(held_out_store, "nx-pr-fp8kv", "nx-h-a").section_dict()["cause"]
     assert over["key"] == "precision" and code_path.PRECISION_TWIN not in over["next"]
+
+
+def test_hot_long_positions_point_at_the_positions_own_arithmetic_too(
+    held_out_store: Path,
+) -> None:
+    """``co-u-rope-bf16`` (the Cohere member's engine with its rotary frequencies rounded to
+    bf16, as a model cast whole holds them: an angle error growing with the distance; 2.9x a
+    healthy run, a fault never calibrated) alone: long KV positions, whose advice says the
+    rotary embedding and sliding window each side builds (``POSITION_CONFIG``) beside the
+    kernels; over a healthy run of its stack, the same path."""
+    alone = diagnosis(held_out_store, "co-u-rope-bf16").section_dict()["cause"]
+    assert alone["key"] == "code_path" and alone["where"].startswith("kv_position")
+    assert code_path.POSITION_CONFIG in alone["next"]
+    over = diagnosis(held_out_store, "co-u-rope-bf16", "co-h-b").section_dict()["cause"]
+    assert over["key"] == "code_path" and code_path.POSITION_CONFIG in over["next"]
