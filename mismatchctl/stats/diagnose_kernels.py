@@ -27,14 +27,18 @@ def sentinel_counts(
     other_max: float,
     bad: np.ndarray,
     counts: np.ndarray,
+    diff: np.ndarray,
 ) -> None:
     """``counts``: tokens at or below ``low_max`` on the rollout side, on the trainer side,
-    one-sided exact zeros on each side, and the tokens of one-sided zero runs of one turn (at
-    least ``run_min`` long, the other side at or below ``other_max`` somewhere in the run);
-    ``bad`` marks the tokens of the first and the last counts. The counts in one branch-free
+    one-sided exact zeros on each side, the tokens of one-sided zero runs of one turn (at
+    least ``run_min`` long, the other side at or below ``other_max`` somewhere in the run),
+    those of them whose zeros are the rollout side's, and the tokens where neither side is 0.0
+    nor at or below ``low_max``; ``diff[0]``: the sum of ``lr - lt`` over those last tokens.
+    ``bad`` marks the tokens of the first and the fifth counts. The counts in one branch-free
     pass; the runs, rare, walked from each one-sided zero met."""
     n = lr.shape[0]
-    low_r, low_t, zero_r, zero_t = 0, 0, 0, 0
+    low_r, low_t, zero_r, zero_t, both = 0, 0, 0, 0, 0
+    total = 0.0
     for i in range(n):
         a, b = lr[i] <= low_max, lt[i] <= low_max
         low_r += a
@@ -42,17 +46,23 @@ def sentinel_counts(
         zero_r += (lr[i] == 0.0) & (lt[i] != 0.0)
         zero_t += (lt[i] == 0.0) & (lr[i] != 0.0)
         bad[i] = a | b
+        if lr[i] != 0.0 and lt[i] != 0.0 and not (a | b):
+            both += 1
+            total += lr[i] - lt[i]
     counts[0] += low_r
     counts[1] += low_t
     counts[2] += zero_r
     counts[3] += zero_t
+    counts[6] += both
+    diff[0] += total
     i = 0
     while i < n:
         if (lr[i] == 0.0) == (lt[i] == 0.0):  # zero on neither side, or on both
             i += 1
             continue
         # a run of one side's zeros (the other side not zero) within one turn, from i
-        a, b = (lr, lt) if lr[i] == 0.0 else (lt, lr)
+        rollout = lr[i] == 0.0
+        a, b = (lr, lt) if rollout else (lt, lr)
         j = i + 1
         while j < n and a[j] == 0.0 and b[j] != 0.0 and seq[j] == seq[i] and turn[j] == turn[i]:
             j += 1
@@ -63,6 +73,8 @@ def sentinel_counts(
                     lowest = b[k]
             if lowest <= other_max:
                 counts[4] += j - i
+                if rollout:
+                    counts[5] += j - i
                 for k in range(i, j):
                     bad[k] = True
         i = j

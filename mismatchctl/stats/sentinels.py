@@ -46,6 +46,24 @@ class SentinelState:
     zero_run_tokens: int = 0  # tokens of one-sided zero runs that look like fills
     steps: dict[int, int] = field(default_factory=dict)  # step -> offending tokens
     examples: list[tuple[str, int, int, str]] = field(default_factory=list)
+    zero_run_rollout: int = 0  # of ``zero_run_tokens``, those of runs on the rollout side
+    both_tokens: int = 0  # tokens where neither side is 0.0 nor a sentinel
+    both_diff: float = 0.0  # the sum of rollout minus trainer logprob over them
+
+    @property
+    def sharper(self) -> float | None:
+        """How much higher the side of the zero runs sits than the other on the tokens where
+        neither is 0.0 (mean logprob per token; ``SHARPER_SIDE``): a side that fills 0.0
+        where the other has a value agrees with it elsewhere, a side whose distribution is
+        far sharper (a temperature, a logit scale it applies alone) rounds its near-certain
+        tokens to p = 1 and sits above the other everywhere. None without runs, or with runs
+        on both sides."""
+        if not self.zero_run_tokens or not self.both_tokens:
+            return None
+        mean = self.both_diff / self.both_tokens
+        if self.zero_run_rollout == self.zero_run_tokens:
+            return mean
+        return -mean if self.zero_run_rollout == 0 else None
 
     @property
     def offending(self) -> int:
@@ -65,6 +83,9 @@ class SentinelState:
             self.zero_run_tokens + other.zero_run_tokens,
             steps,
             examples,
+            self.zero_run_rollout + other.zero_run_rollout,
+            self.both_tokens + other.both_tokens,
+            self.both_diff + other.both_diff,
         )
 
 
@@ -82,12 +103,16 @@ def sentinel_state(
     from mismatchctl.stats import diagnose_kernels
 
     bad = np.zeros(len(lr), dtype=np.bool_)
-    counts = np.zeros(5, dtype=np.int64)
+    counts = np.zeros(7, dtype=np.int64)
+    diff = np.zeros(1)
     diagnose_kernels.sentinel_counts(
         np.ascontiguousarray(lr, np.float64), np.ascontiguousarray(lt, np.float64), seq, turn,
-        SENTINEL_MAX, ZERO_RUN_MIN, FILL_OTHER_MAX, bad, counts,
+        SENTINEL_MAX, ZERO_RUN_MIN, FILL_OTHER_MAX, bad, counts, diff,
     )  # fmt: skip
-    state = SentinelState(len(lr), *(int(c) for c in counts))
+    state = SentinelState(
+        len(lr), *(int(c) for c in counts[:5]), zero_run_rollout=int(counts[5]),
+        both_tokens=int(counts[6]), both_diff=float(diff[0]),
+    )  # fmt: skip
     if bad.any():
         steps, counts = np.unique(step[bad], return_counts=True)
         state.steps = {int(s): int(c) for s, c in zip(steps, counts, strict=True)}

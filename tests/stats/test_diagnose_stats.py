@@ -246,3 +246,27 @@ def test_sentinels() -> None:
     merged = s.merge(s)
     assert merged.zero_run_tokens == 8 and merged.steps == {3: 8, 4: 2}
     assert merged.examples == s.examples
+
+
+def test_sentinel_sides_against_a_plain_reference() -> None:
+    """The tokens where neither side is 0.0 nor a sentinel and the sum of their rollout less
+    trainer logprob, against numpy; the runs' side; ``sharper``: the runs' side over the other
+    there, signed by the side, None with runs on both sides; merged states add up."""
+    lr, lt, seq, turn = _sides_with_sentinels(5)
+    lt[7] = lt[6]
+    lt[40:46] = 0.0  # a trainer-side run (its rollout side reaches p <= 0.5 there or not)
+    lr[40:46] = np.minimum(lr[40:46], -1.0)
+    turn[40:46] = turn[40]
+    seq[40:46] = seq[40]
+    s = sentinel_state(lr, lt, seq, turn, np.zeros(len(seq), np.int64))
+    both = (lr != 0.0) & (lt != 0.0) & (lr > -1000.0) & (lt > -1000.0)
+    assert s.both_tokens == int(both.sum())
+    assert s.both_diff == pytest.approx(math.fsum(lr[both] - lt[both]), rel=1e-12)
+    assert s.zero_run_tokens >= 6 and s.zero_run_rollout == 0
+    assert s.sharper == pytest.approx(-s.both_diff / s.both_tokens)
+    flipped = sentinel_state(lt, lr, seq, turn, np.zeros(len(seq), np.int64))
+    assert flipped.zero_run_rollout == flipped.zero_run_tokens == s.zero_run_tokens
+    assert flipped.sharper == pytest.approx(s.sharper)
+    merged = s.merge(flipped)
+    assert merged.sharper is None and merged.both_tokens == 2 * s.both_tokens
+    assert sentinel_state(lr[:5], lr[:5] - 0.1, seq[:5], turn[:5], seq[:5]).sharper is None
