@@ -175,3 +175,25 @@ def recorded_prefill(
         engine(ids(1, 12, 6))
     hook.remove()
     return engine, seen, projected[0]
+
+
+def assert_fp32_head_replaces_the_untied_head(config: Any) -> None:
+    """A tiny untied member's engine with the fp32 head: an fp32 copy of the bf16 head (not of
+    the embeddings), giving fp32 logits equal to the last hidden states times it, unlike the
+    plain bf16 engine's."""
+    from gen.family_engine import EngineKernel, Fp32Head, prepare_engine
+    from gen.family_model import build
+
+    state = tiny_state(config)
+    engine = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), True, False)
+    plain = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), False, False)
+    assert isinstance(engine.lm_head, Fp32Head) and engine.lm_head.weight.dtype == torch.float32
+    assert torch.equal(engine.lm_head.weight, plain.lm_head.weight.float())
+    assert not torch.equal(engine.lm_head.weight, engine.get_input_embeddings().weight.float())
+    x = ids(2, 20)
+    with torch.no_grad():
+        hidden = engine.base_model(x).last_hidden_state.float()
+        logits = engine(x).logits
+        assert logits.dtype == torch.float32
+        assert torch.allclose(logits, hidden @ engine.lm_head.weight.t(), atol=1e-5)
+        assert not torch.equal(logits, plain(x).logits.float())

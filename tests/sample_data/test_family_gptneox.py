@@ -14,7 +14,6 @@ torch = family_deps()
 
 from gen.family_engine import (  # noqa: E402
     EngineKernel,
-    Fp32Head,
     prepare_engine,
 )
 from gen.family_gptneox import gptneox_config, layernorm_bf16  # noqa: E402
@@ -23,6 +22,7 @@ from transformers import GPTNeoXConfig, GPTNeoXForCausalLM  # noqa: E402
 
 from tests.sample_data.family_tiny import (  # noqa: E402
     assert_decode_is_the_trainers_and_fp8_rounds_keys,
+    assert_fp32_head_replaces_the_untied_head,
     assert_split_kv_merges_act_past_the_split,
     bf16_departure,
     ids,
@@ -124,17 +124,4 @@ def test_the_bf16_layernorm_statistics_reach_every_norm() -> None:
 
 
 def test_the_fp32_head_replaces_the_untied_head() -> None:
-    config = tiny_config()
-    state = tiny_state(config)
-    engine = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), True, False)
-    plain = prepare_engine(build(config, state, torch.bfloat16), EngineKernel(), False, False)
-    assert isinstance(engine.lm_head, Fp32Head) and engine.lm_head.weight.dtype == torch.float32
-    assert torch.equal(engine.lm_head.weight, plain.lm_head.weight.float())
-    assert not torch.equal(engine.lm_head.weight, engine.gpt_neox.embed_in.weight.float())
-    x = ids(2, 20)
-    with torch.no_grad():
-        hidden = engine.gpt_neox(x).last_hidden_state.float()
-        logits = engine(x).logits
-        assert logits.dtype == torch.float32
-        assert torch.allclose(logits, hidden @ engine.lm_head.weight.t(), atol=1e-5)
-        assert not torch.equal(logits, plain(x).logits.float())
+    assert_fp32_head_replaces_the_untied_head(tiny_config())
