@@ -32,8 +32,11 @@ def sentinel_counts(
     """``counts``: tokens at or below ``low_max`` on the rollout side, on the trainer side,
     one-sided exact zeros on each side, the tokens of one-sided zero runs of one turn (at
     least ``run_min`` long, the other side at or below ``other_max`` somewhere in the run),
-    those of them whose zeros are the rollout side's, and the tokens where neither side is 0.0
-    nor at or below ``low_max``; ``diff[0]``: the sum of ``lr - lt`` over those last tokens.
+    those of them whose zeros are the rollout side's, the tokens where neither side is 0.0
+    nor at or below ``low_max``, the turns (a turn's last token: the next token is another
+    sequence's or turn's), the turns whose last token is a one-sided exact zero with the other
+    side at or below ``other_max``, and the other tokens that are; ``diff[0]``: the sum of
+    ``lr - lt`` over the tokens where neither side is 0.0 nor a sentinel.
     ``bad`` marks the tokens of the first and the fifth counts. The counts in one branch-free
     pass; the runs, rare, walked from each one-sided zero met."""
     n = lr.shape[0]
@@ -49,6 +52,14 @@ def sentinel_counts(
         if lr[i] != 0.0 and lt[i] != 0.0 and not (a | b):
             both += 1
             total += lr[i] - lt[i]
+        filled = (lr[i] == 0.0 and lt[i] != 0.0 and lt[i] <= other_max) or (
+            lt[i] == 0.0 and lr[i] != 0.0 and lr[i] <= other_max
+        )
+        if i == n - 1 or seq[i + 1] != seq[i] or turn[i + 1] != turn[i]:
+            counts[7] += 1
+            counts[8] += filled
+        else:
+            counts[9] += filled
     counts[0] += low_r
     counts[1] += low_t
     counts[2] += zero_r

@@ -49,6 +49,9 @@ class SentinelState:
     zero_run_rollout: int = 0  # of ``zero_run_tokens``, those of runs on the rollout side
     both_tokens: int = 0  # tokens where neither side is 0.0 nor a sentinel
     both_diff: float = 0.0  # the sum of rollout minus trainer logprob over them
+    turn_ends: int = 0  # turns (their last token)
+    end_zeros: int = 0  # turns whose last token is one side's exact 0.0, the other's p <= 0.5
+    other_zeros: int = 0  # the other tokens that are
 
     @property
     def sharper(self) -> float | None:
@@ -86,6 +89,9 @@ class SentinelState:
             self.zero_run_rollout + other.zero_run_rollout,
             self.both_tokens + other.both_tokens,
             self.both_diff + other.both_diff,
+            self.turn_ends + other.turn_ends,
+            self.end_zeros + other.end_zeros,
+            self.other_zeros + other.other_zeros,
         )
 
 
@@ -103,7 +109,7 @@ def sentinel_state(
     from mismatchctl.stats import diagnose_kernels
 
     bad = np.zeros(len(lr), dtype=np.bool_)
-    counts = np.zeros(7, dtype=np.int64)
+    counts = np.zeros(10, dtype=np.int64)
     diff = np.zeros(1)
     diagnose_kernels.sentinel_counts(
         np.ascontiguousarray(lr, np.float64), np.ascontiguousarray(lt, np.float64), seq, turn,
@@ -111,7 +117,8 @@ def sentinel_state(
     )  # fmt: skip
     state = SentinelState(
         len(lr), *(int(c) for c in counts[:5]), zero_run_rollout=int(counts[5]),
-        both_tokens=int(counts[6]), both_diff=float(diff[0]),
+        both_tokens=int(counts[6]), both_diff=float(diff[0]), turn_ends=int(counts[7]),
+        end_zeros=int(counts[8]), other_zeros=int(counts[9]),
     )  # fmt: skip
     if bad.any():
         steps, counts = np.unique(step[bad], return_counts=True)

@@ -270,3 +270,13 @@ def test_sentinel_sides_against_a_plain_reference() -> None:
     merged = s.merge(flipped)
     assert merged.sharper is None and merged.both_tokens == 2 * s.both_tokens
     assert sentinel_state(lr[:5], lr[:5] - 0.1, seq[:5], turn[:5], seq[:5]).sharper is None
+    last = np.r_[(seq[1:] != seq[:-1]) | (turn[1:] != turn[:-1]), True]
+    zero = ((lr == 0.0) & (lt != 0.0) & (lt <= math.log(0.5))) | (
+        (lt == 0.0) & (lr != 0.0) & (lr <= math.log(0.5))
+    )
+    assert (s.turn_ends, s.end_zeros, s.other_zeros) == (
+        int(last.sum()),
+        int((zero & last).sum()),
+        int((zero & ~last).sum()),
+    )
+    assert merged.turn_ends == 2 * s.turn_ends and merged.other_zeros == 2 * s.other_zeros

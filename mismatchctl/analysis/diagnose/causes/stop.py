@@ -48,9 +48,16 @@ def support(ctx: Context) -> Support | None:
         found, mass = (end.last, end.mass_share) if end is not None else (None, None)
     ratio = found.rate_ratio if found is not None else None
     ci = found.rate_ratio_ci if found is not None else None
+    share = part_share(mass, ratio)
+    filled = found_e.filled
+    if filled is not None and filled.filled and not (share and share > 0.5):
+        # the ends compared with themselves in the top probability bin: their K3 mass is the
+        # filled stops' own (a 0.0 where the other side gives p <= 0.5)
+        share, ratio, ci = e.last_mass_share, None, None
+        response = False
     return Support(
         verdict=ends.verdict,
-        share=part_share(mass, ratio),
+        share=share,
         because=ends.finding,
         checks=(turn_ends.NAME,),
         ratio=ratio,

@@ -49,3 +49,32 @@ def test_a_selection_of_runs_is_judged_run_by_run(ends_store: Path) -> None:
     alone = diagnosed(ends_store, "stop-100x")["turn_ends"].evidence
     assert ends.evidence.runs["stop-100x"] == alone.worst
     assert ends.evidence.runs["healthy"].last.rate_ratio_ci[0] < 1.5
+
+
+def test_a_stop_filled_on_a_flat_model_is_the_stop(held_out_store: Path) -> None:
+    """``co-stop-zero`` (the Cohere member's engine reporting 0.0 for the stop token, seed 1):
+    its distributions are so flat that the filled stops (p = 1) make up most of the top
+    probability bin and are compared with themselves there (about 1x); 70% of its turns end in
+    a rollout-side 0.0 where the trainer gives p <= 0.5, no other token does: the check fails on
+    that, and the stop is named (it was `unexplained`, and a precision loss over a baseline)."""
+    from tests.planted import diagnosis
+
+    for baseline in (None, "co-h-b"):
+        found = diagnosis(held_out_store, "co-stop-zero", baseline).section_dict()
+        check = next(c for c in found["checks"] if c["name"] == "turn_ends")
+        filled = check["evidence"]["filled"]
+        assert check["verdict"] == "fail" and "the stop's logprob filled in" in check["finding"]
+        assert filled["filled"] and filled["share"] > 0.5 and filled["other_share"] == 0.0
+        assert found["cause"]["key"] == "stop"
+
+
+def test_zeros_everywhere_are_no_filled_stop(held_out_store: Path) -> None:
+    """``co-u-logit-scale-off`` (an engine far sharper everywhere): 16% of its turns end in such
+    a 0.0, and 15% of its other tokens are: not the stop's."""
+    from tests.planted import diagnosis
+
+    found = diagnosis(held_out_store, "co-u-logit-scale-off").section_dict()
+    check = next(c for c in found["checks"] if c["name"] == "turn_ends")
+    filled = check["evidence"]["filled"]
+    assert not filled["filled"] and filled["share"] < 2 * filled["other_share"]
+    assert check["verdict"] == "ok"

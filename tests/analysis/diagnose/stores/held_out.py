@@ -34,7 +34,8 @@ whole, its routes left out; ``mb1-h-t06`` and ``mb1-h-b``, the second MoE draw's
 ``f-h-b``, whole; ``nxb-h-t06`` and ``nxb-h-b``, the GPT-NeoX member's with a bf16 trainer,
 whole; ``co-h-t06`` and ``co-h-b``, the Cohere member's ``f-h-t06`` and ``f-h-b``
 (``family.py --arch cohere``), and its ``f-u-rope-bf16`` and ``f-u-logit-scale-off`` as
-``co-u-rope-bf16`` and ``co-u-logit-scale-off`` (``--unseen``), whole. Ingested
+``co-u-rope-bf16`` and ``co-u-logit-scale-off`` (``--unseen``), whole; ``co-stop-zero``,
+the second Cohere draw's (``--seed 1``) ``f-stop-zero``, whole. Ingested
 without tags, as they were diagnosed."""
 
 from __future__ import annotations
