@@ -293,12 +293,13 @@ def line_rows(state: HotSequenceState) -> np.ndarray:
     return np.stack([np.bincount(state.row, cols[:, c], rows) for c in range(cols.shape[1])], 1)
 
 
-def sampled_nll(state: HotSequenceState) -> float | None:
-    """The sampled tokens' mean negative rollout logprob, over the tokens with finite logprobs
-    (``LINE``'s count and sum of lr; exact sums: the same whatever the merge order), or None
-    without any."""
-    n = math.fsum(state.sums[:, LINE.start])
-    return -math.fsum(state.sums[:, LINE.start + 1]) / n if n > 0 else None
+def sampled_nll(*states: HotSequenceState) -> float | None:
+    """The sampled tokens' mean negative rollout logprob over these states' tokens with finite
+    logprobs (``LINE``'s count and sum of lr; exact sums: the same whatever the merge order),
+    or None without any."""
+    n = math.fsum(math.fsum(st.sums[:, LINE.start]) for st in states)
+    lr = math.fsum(math.fsum(st.sums[:, LINE.start + 1]) for st in states)
+    return -lr / n if n > 0 else None
 
 
 def summarize(state: HotSequenceState, examples: int = 5) -> HotSequences:

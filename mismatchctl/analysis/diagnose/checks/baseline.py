@@ -24,7 +24,7 @@ from mismatchctl.analysis.diagnose.parts import FindingRow, finding_row
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.hot_sequences import LINE, sampled_nll
+from mismatchctl.stats.hot_sequences import sampled_nll
 from mismatchctl.stats.localize.result import (
     Explanation,
     Finding,
@@ -290,13 +290,9 @@ def nll_shift(ctx: Context) -> float | None:
     view = ctx.baseline
     if view is None or view.sequences is None:
         return None
-    states = list(ctx.state.hot_sequences.runs().values())
-    n = math.fsum(math.fsum(st.sums[:, LINE.start]) for st in states)
-    lr = math.fsum(math.fsum(st.sums[:, LINE.start + 1]) for st in states)
+    run = sampled_nll(*ctx.state.hot_sequences.runs().values())
     base = sampled_nll(view.sequences)
-    if not (n > 0 and base):
-        return None
-    return (-lr / n) / base - 1
+    return run / base - 1 if run is not None and base else None
 
 
 def mix_shift(e: Explanation | Evidence) -> float | None:
