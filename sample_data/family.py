@@ -12,6 +12,7 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
     python sample_data/family.py --out DIR --context 1024 --long-responses   # long responses
     python sample_data/family.py --out DIR --arch qwen3 --trainer bf16   # a bf16 trainer
     python sample_data/family.py --out DIR --arch gemma2 --unseen   # faults never calibrated
+    python sample_data/family.py --out DIR --pretrain 90   # a barely trained, flatter model
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
 
 No threshold of `diagnose` was set on this family: it is a held-out check of other weights, another
@@ -37,6 +38,11 @@ and the corpus label get a ``-cN`` suffix (``family-seed0-c1024.pt``,
 above 320 tokens (16 at 320: 16 windows of 1024 tokens take ~1.5 s an iteration on 2 cores,
 ~26 minutes in all; 12 take ~0.9 s, ~16 minutes (24 beside another job), and still see 2.4x
 the tokens of 16 x 320).
+``--pretrain N`` pre-trains the model N iterations before RL step 0 instead of 900 (its RL
+steps' checkpoints N/30 iterations apart, at least 2, its early checkpoint at N/3): a barely
+trained model, far flatter than any real one that is served (the Llama's loss 1.8 at 900, 4.4
+at 90, 6.4 at 3 against ln 1024 = 6.9 for uniform), for a held-out check of `diagnose` on
+distributions where the context hardly moves the logits; cache and label get ``-wN``.
 ``--long-responses`` (needs ``--context 1024`` or more) generates the long-response catalogue
 instead (gen/family_runs.py ``LONG_RESPONSES``): healthy runs ``f-L-h-a``, ``f-L-h-b``,
 ``f-L-h-c`` (temperature 0.6) of 8-12 turns of 64-96 tokens and ``f-L-h-one-turn`` (one turn of
@@ -111,6 +117,29 @@ def context_suffix(context: int) -> str:
     return "" if context == CONTEXT else f"-c{context}"
 
 
+PRETRAIN = FamilyTraining().warmup_iters  # the pre-training iterations before RL step 0
+
+
+def pretrain_suffix(pretrain: int) -> str:
+    """What a cache file's and a corpus label's name add for a shorter pre-training: nothing
+    for the default's."""
+    return "" if pretrain == PRETRAIN else f"-w{pretrain}"
+
+
+def pretraining(pretrain: int) -> dict[str, int]:
+    """The schedule of a model pre-trained ``pretrain`` iterations (the default's: nothing to
+    change): its RL steps' checkpoints ``pretrain / 30`` iterations apart (at least 2), its
+    early checkpoint at a third of it, so that a barely trained model's stale weights and early
+    checkpoint stand as far from its served weights as its training has moved them."""
+    if pretrain == PRETRAIN:
+        return {}
+    return {
+        "warmup_iters": pretrain,
+        "iters_per_step": max(2, pretrain // 30),
+        "early_iter": max(1, pretrain // 3),
+    }
+
+
 def load_model(
     cache: Path,
     seed: int,
@@ -118,9 +147,11 @@ def load_model(
     moe: MoEShape | None = None,
     arch: str = "llama",
     context: int = CONTEXT,
+    pretrain: int = PRETRAIN,
 ) -> FamilyModel:
-    """The trained family model of this seed, vocabulary and training context (the MoE member
-    of shape ``moe``, else the dense member ``arch``), from DIR/cache/ when it is there."""
+    """The trained family model of this seed, vocabulary, training context and pre-training
+    (the MoE member of shape ``moe``, else the dense member ``arch``), from DIR/cache/ when it
+    is there."""
     from tokenizers import Tokenizer
 
     kind = (
@@ -133,7 +164,7 @@ def load_model(
     name = f"family{kind}-seed{seed}"
     if vocab != VOCAB:
         name += f"-v{vocab}"
-    path = cache / f"{name}{context_suffix(context)}.pt"
+    path = cache / f"{name}{context_suffix(context)}{pretrain_suffix(pretrain)}.pt"
     if path.is_file():
         found = torch.load(path, weights_only=False)
         model = found["model"]
@@ -147,6 +178,7 @@ def load_model(
         moe_shape=moe or DEFAULT,
         arch=arch,
         **({} if context == CONTEXT else {"context": context, "batch": LONG_BATCH}),
+        **pretraining(pretrain),
     )
     model = train_family(training)
     cache.mkdir(parents=True, exist_ok=True)
@@ -156,8 +188,15 @@ def load_model(
     return model
 
 
-def label_of(vocab: int, moe: MoEShape | None, arch: str, context: int = CONTEXT) -> str:
-    """The corpus label of the model: its member, its vocabulary, its training context."""
+def label_of(
+    vocab: int,
+    moe: MoEShape | None,
+    arch: str,
+    context: int = CONTEXT,
+    pretrain: int = PRETRAIN,
+) -> str:
+    """The corpus label of the model: its member, its vocabulary, its training context, its
+    pre-training."""
     dense = {
         "gemma2": GEMMA2,
         "qwen3": QWEN3,
@@ -173,7 +212,7 @@ def label_of(vocab: int, moe: MoEShape | None, arch: str, context: int = CONTEXT
         if arch in dense
         else MODEL.replace(f"bpe{VOCAB}", f"bpe{vocab}")
     )
-    return member + context_suffix(context)
+    return member + context_suffix(context) + pretrain_suffix(pretrain)
 
 
 def entry(
@@ -218,6 +257,13 @@ def main(argv: list[str] | None = None) -> int:
         f"at most {MAX_CONTEXT}); another trains its own model (cache and label: -cN)",
     )
     parser.add_argument(
+        "--pretrain",
+        type=int,
+        default=PRETRAIN,
+        help=f"the pre-training iterations before RL step 0 (default {PRETRAIN}); fewer give a "
+        "barely trained, flatter model (cache and label: -wN)",
+    )
+    parser.add_argument(
         "--long-responses",
         action="store_true",
         help=f"the long-response runs (f-L-*: responses of ~600-1000 tokens; needs --context "
@@ -248,6 +294,11 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(
             f"Error: --context {args.context}: out of range\nHint: {MIN_CONTEXT} (a prompt of "
             f"200 tokens and a turn) to {MAX_CONTEXT} tokens (every member's position limit)"
+        )
+    if not 1 <= args.pretrain <= PRETRAIN:
+        raise SystemExit(
+            f"Error: --pretrain {args.pretrain}: out of range\nHint: 1 (a model next to its "
+            f"random weights) to {PRETRAIN} iterations (the default)"
         )
     if args.long_responses and (args.moe or args.context < LONG_CONTEXT):
         raise SystemExit(
@@ -289,8 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(args.seed)
     torch.set_num_threads(THREADS)
     moe = args.moe_shape if args.moe else None
-    model = load_model(args.out / "cache", args.seed, args.vocab, moe, args.arch, args.context)
-    label = label_of(args.vocab, moe, args.arch, args.context)
+    model = load_model(
+        args.out / "cache", args.seed, args.vocab, moe, args.arch, args.context, args.pretrain
+    )
+    label = label_of(args.vocab, moe, args.arch, args.context, args.pretrain)
     label += "" if args.trainer == "fp32" else "-bt"
     prompts, sources = prompt_lines(), prompt_line_sources()
     listing = args.out / "corpus.json"

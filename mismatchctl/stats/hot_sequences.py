@@ -302,6 +302,18 @@ def sampled_nll(*states: HotSequenceState) -> float | None:
     return -lr / n if n > 0 else None
 
 
+def sampled_spread(*states: HotSequenceState) -> float | None:
+    """The standard deviation of the sampled tokens' rollout logprobs over these states' tokens
+    with finite logprobs (``LINE``'s count and sums of lr and lr^2; exact sums), or None with
+    fewer than two such tokens."""
+    n = math.fsum(math.fsum(st.sums[:, LINE.start]) for st in states)
+    lr = math.fsum(math.fsum(st.sums[:, LINE.start + 1]) for st in states)
+    lr2 = math.fsum(math.fsum(st.sums[:, LINE.start + 2]) for st in states)
+    if n < 2:
+        return None
+    return math.sqrt(max(lr2 - lr * lr / n, 0.0) / (n - 1))
+
+
 def summarize(state: HotSequenceState, examples: int = 5) -> HotSequences:
     state = canonical(state)
     z, tested = sequence_z(state)

@@ -9,7 +9,8 @@ carry a share ``m`` of the mass explains ``m (1 - 1/rho)``: a cause that claims 
 little hotter explains little. A cause of every token (the policy, the logprob semantics, the
 precision) has no rest to compare with: it is recognised by the shape of ``r`` (whole responses
 leaning one way, a slope against the logprob, a deficit of the mean ratio) and explains what the
-parts of the run do not.
+parts of the run do not, or the share its own measure gives it where that is more
+(``Support.least``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ class Support:
     ``against``: evidence that contradicts it, each sentence lowering its score; ``variant``:
     which form of the cause (``top-p``, ``stale weights``...); ``region``: the part of the run
     it names as the cube's codes (dimension -> search-level codes), where it is one: the second
-    pass tests the causes of every token outside it (``outside.py``)."""
+    pass tests the causes of every token outside it (``outside.py``); ``least``: for a cause of
+    every token, the share its own measure says it explains at the least, whatever the parts of
+    the run claim (a temperature's line: the share of ``r``'s variance it explains)."""
 
     verdict: str
     share: float | None
@@ -51,6 +54,7 @@ class Support:
     variant: str = ""
     against: tuple[str, ...] = ()
     region: dict[str, list[int]] | None = None
+    least: float | None = None
 
     @property
     def alarm(self) -> bool:

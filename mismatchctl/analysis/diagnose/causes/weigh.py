@@ -152,9 +152,11 @@ def _unexplained_alarm(ctx: Context) -> bool:
 
 
 def _score(cause: CauseModule, support: Support, parts: float) -> Weighed:
-    """A cause of every token explains what the parts of the run do not."""
+    """A cause of every token explains what the parts of the run do not, or what its own
+    measure says it explains where that is more (``Support.least``: a temperature's line holding
+    98% of ``r``'s variance explains the steps where its excess grows too)."""
     if cause.EVERY_TOKEN and support.share is None:
-        share = max(0.0, 1.0 - parts) if support.alarm else 0.0
+        share = max(0.0, 1.0 - parts, support.least or 0.0) if support.alarm else 0.0
         support = Support(**{**support.__dict__, "share": share})
     share = support.share or 0.0
     return Weighed(cause, support, share * AGAINST ** len(support.against))

@@ -24,7 +24,7 @@ from mismatchctl.analysis.diagnose.parts import FindingRow, finding_row
 from mismatchctl.analysis.diagnose.text import fmt
 from mismatchctl.engines import plan as K
 from mismatchctl.stats import registry as M
-from mismatchctl.stats.hot_sequences import sampled_nll
+from mismatchctl.stats.hot_sequences import sampled_nll, sampled_spread
 from mismatchctl.stats.localize.result import (
     Explanation,
     Finding,
@@ -104,6 +104,26 @@ class Thresholds:
     the lowest are truncations (a subtle top-p -16%, a min-p -15%), which their own checks
     name."""
 
+    TEMPERATURE_SPREAD: float = 0.2
+    """...or when its sampled tokens' rollout logprobs spread this fraction wider than the
+    baseline's (their standard deviation: ``stats.hot_sequences.sampled_spread``) and the excess
+    is within the square of that widening (``SPREAD_SLACK``). A model whose context hardly
+    moves its logits (a barely trained one) samples near-uniformly at any temperature, so its
+    mean -logprob barely moves, but a lower T divides every logit difference by T: the
+    logprobs spread as 1/T and the logit noise's K3 grows as 1/T^2 alike (``family.py
+    --pretrain 3``, loss 6.4 of ln 1024 = 6.9: a healthy run at 0.6 over one at 0.9 spread
+    1.68x, its mean -logprob -1.8%, 2.5x uniform, which warned a precision loss). A trained
+    model at a lower temperature samples its likelier tokens and its spread narrows (-1% to
+    -30% over the healthy pairs at 0.6 over 0.9 of every trained draw, 39 diagnoses): the mean
+    -logprob tells it there. Of the uniform excesses under ``TEMPERATURE_K3`` over a baseline
+    in every corpus (90 diagnoses), the widest spread 5.1% wider (a subtle raw-logprobs fault,
+    which its own checks name), no precision or policy 2.4% (docs/diagnose.md "A barely
+    trained model")."""
+
+    SPREAD_SLACK: float = 1.25
+    """The excess a widening ``w`` of the logprobs' spread accounts for: up to ``w^2`` times
+    this (the rounding of the logits is not exactly the same at both temperatures)."""
+
     TEMPERATURE_K3: float = 2.8
     """A uniform excess up to this many times the baseline, in a run that samples more likely
     tokens than the baseline (its mix term below ``-TEMPERATURE_MIX``), is what a lower sampling
@@ -140,8 +160,10 @@ class Evidence(CheckEvidence):
     """The selection against the baseline (``explain --baseline``): both levels, the rate ratio
     at the selection's token mix with its interval, the findings, the dimensions that explain
     nothing (``uniform``), the decomposition, the notes; written in some cases only:
-    ``improved`` (the interval below 1), ``mix_shift`` and ``nll_shift`` (the run's sampled
-    tokens' mean -logprob over the baseline's, less 1: ``TEMPERATURE_NLL``), ``excess_shape``
+    ``improved`` (the interval below 1), ``mix_shift``, ``nll_shift`` (the run's sampled
+    tokens' mean -logprob over the baseline's, less 1: ``TEMPERATURE_NLL``) and
+    ``spread_shift`` (their logprobs' standard deviation over the baseline's, less 1:
+    ``TEMPERATURE_SPREAD``), ``excess_shape``
     (``excess_shape``: localized,
     concentrated, uniform or mixed) and ``concentrated_in`` (the dimension whose small values
     hold the excess)."""
@@ -158,6 +180,7 @@ class Evidence(CheckEvidence):
     improved: bool | None = absent()
     mix_shift: float | None = absent()
     nll_shift: float | None = absent()
+    spread_shift: float | None = absent()
     excess_shape: str | None = absent()
     concentrated_in: str | None = absent()
 
@@ -203,13 +226,15 @@ def run(ctx: Context) -> Check:
         return Check(LAYER, NAME, TITLE, OK, head + ": no excess to speak of", evidence)
     shape = excess_shape(e)
     shift = mix_shift(e)
-    nll = nll_shift(ctx)
-    evidence = dataclasses.replace(evidence, excess_shape=shape, mix_shift=shift, nll_shift=nll)
-    if another_temperature(shape, shift, ratio, nll):
+    nll, spread = nll_shift(ctx), spread_shift(ctx)
+    evidence = dataclasses.replace(
+        evidence, excess_shape=shape, mix_shift=shift, nll_shift=nll, spread_shift=spread
+    )
+    if another_temperature(shape, shift, ratio, nll, spread):
         return Check(
             LAYER, NAME, TITLE, OK,
-            f"{head}, spread uniformly; but the run samples more likely tokens than the "
-            f"baseline ({_likelier(shift, nll)}), as a lower sampling "
+            f"{head}, spread uniformly; but the run samples at a sharper distribution than the "
+            f"baseline ({_likelier(shift, nll, spread, ratio)}), as a lower sampling "
             "temperature does, under which every token's K3 grows as 1/T^2 (both sides divide "
             f"the logits by T; up to {T.TEMPERATURE_K3:g}x between 0.6 and 1.0): no excess "
             "beyond another temperature's",
@@ -264,23 +289,53 @@ def _over_exact(label: str, e: Explanation, evidence: Evidence) -> Check:
 
 
 def another_temperature(
-    shape: str | None, shift: float | None, ratio: float | None, nll: float | None = None
+    shape: str | None,
+    shift: float | None,
+    ratio: float | None,
+    nll: float | None = None,
+    spread: float | None = None,
 ) -> bool:
     """A uniform excess up to ``TEMPERATURE_K3`` in a run whose token mix moves the level below
     ``-TEMPERATURE_MIX``, or whose sampled tokens' mean -logprob is ``TEMPERATURE_NLL`` below
-    the baseline's: what a lower sampling temperature than the baseline's makes."""
-    likelier = (shift is not None and shift < -T.TEMPERATURE_MIX) or (
-        nll is not None and nll < -T.TEMPERATURE_NLL
+    the baseline's, or whose logprobs spread ``TEMPERATURE_SPREAD`` wider than the baseline's
+    with the excess within the square of that widening: what a lower sampling temperature than
+    the baseline's makes."""
+    if shape != "uniform" or ratio is None or ratio > T.TEMPERATURE_K3:
+        return False
+    return _by_mix(shift) or _by_nll(nll) or _by_spread(spread, ratio)
+
+
+def _by_mix(shift: float | None) -> bool:
+    return shift is not None and shift < -T.TEMPERATURE_MIX
+
+
+def _by_nll(nll: float | None) -> bool:
+    return nll is not None and nll < -T.TEMPERATURE_NLL
+
+
+def _by_spread(spread: float | None, ratio: float | None) -> bool:
+    return (
+        spread is not None
+        and ratio is not None
+        and spread > T.TEMPERATURE_SPREAD
+        and ratio <= (1 + spread) ** 2 * T.SPREAD_SLACK
     )
-    return shape == "uniform" and likelier and ratio is not None and ratio <= T.TEMPERATURE_K3
 
 
-def _likelier(shift: float | None, nll: float | None) -> str:
+def _likelier(
+    shift: float | None, nll: float | None, spread: float | None, ratio: float | None
+) -> str:
     said = []
-    if shift is not None and shift < -T.TEMPERATURE_MIX:
+    if _by_mix(shift):
         said.append(f"their mix alone moves its level {shift:+.0%}")
-    if nll is not None and nll < -T.TEMPERATURE_NLL:
+    if _by_nll(nll):
         said.append(f"its sampled tokens' mean -logprob {nll:+.0%} the baseline's")
+    if spread is not None and _by_spread(spread, ratio):
+        said.append(
+            f"its sampled tokens' logprobs spread {1 + spread:.2f}x as wide as the baseline's, "
+            f"as every logit divided by a T {1 + spread:.2f}x lower spreads them, its K3 "
+            f"{(1 + spread) ** 2:.2f}x"
+        )
     return "; ".join(said)
 
 
@@ -292,6 +347,18 @@ def nll_shift(ctx: Context) -> float | None:
         return None
     run = sampled_nll(*ctx.state.hot_sequences.runs().values())
     base = sampled_nll(view.sequences)
+    return run / base - 1 if run is not None and base else None
+
+
+def spread_shift(ctx: Context) -> float | None:
+    """The standard deviation of the run's sampled tokens' rollout logprobs over the
+    baseline's, less 1 (``TEMPERATURE_SPREAD``); None without the baseline's per-sequence
+    sums."""
+    view = ctx.baseline
+    if view is None or view.sequences is None:
+        return None
+    run = sampled_spread(*ctx.state.hot_sequences.runs().values())
+    base = sampled_spread(view.sequences)
     return run / base - 1 if run is not None and base else None
 
 

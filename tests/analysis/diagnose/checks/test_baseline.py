@@ -49,26 +49,33 @@ def test_baseline_cli_and_json(relative_store: Path) -> None:
     assert bad.code == 1 and "`nope`" in bad.err and "Hint:" in bad.err
 
 
-def _sampled(nll: float) -> object:
-    """A run's per-sequence sums whose sampled tokens' mean -logprob is ``nll`` (two
-    sequences of 100 tokens; ``LINE``'s count and sum of the rollout logprobs)."""
+def _sampled(nll: float, sd: float = 2.0) -> object:
+    """A run's per-sequence sums whose sampled tokens' mean -logprob is ``nll`` and whose
+    logprobs' standard deviation is ``sd`` (two sequences of 100 tokens, each of spread ``sd``
+    about its own mean; ``LINE``'s count and sums of the rollout logprobs and their squares)."""
     import numpy as np
 
     from mismatchctl.stats.hot_sequences import COLUMNS, LINE, HotSequenceState
 
+    means = np.array([-nll * 0.8, -nll * 1.2])
+    within = sd**2 * 199 / 200 - (means**2).mean() + (means.mean()) ** 2  # per-token variance
     sums = np.zeros((2, COLUMNS))
     sums[:, LINE.start] = 100.0
-    sums[:, LINE.start + 1] = [-100.0 * nll * 0.8, -100.0 * nll * 1.2]
+    sums[:, LINE.start + 1] = 100.0 * means
+    sums[:, LINE.start + 2] = 100.0 * (means**2 + within)
     ints = np.array([0, 1])
     return HotSequenceState(["r"], np.zeros(2, np.int64), ints, ints, ints, ints, sums)
 
 
-def _over(ratio: float, bin_mix: float, nll: float | None = None) -> object:
+def _over(
+    ratio: float, bin_mix: float, nll: float | None = None, spread: float | None = None
+) -> object:
     """The check over a baseline of level 2.07e-4 whose token mix alone moves it by
     ``bin_mix``, the run ``ratio`` x its rate at the same mix, spread uniformly: the Llama
     family's healthy run at temperature 0.6 over its healthy run at 0.9 measured 2.20x
     (2.06-2.35) and -30%; ``nll``: the run's sampled tokens' mean -logprob over the
-    baseline's, less 1 (None: no per-sequence sums)."""
+    baseline's, less 1 (None: no per-sequence sums); ``spread``: their logprobs' standard
+    deviation over the baseline's, less 1 (None: the same)."""
     from types import SimpleNamespace
     from typing import cast
 
@@ -86,10 +93,12 @@ def _over(ratio: float, bin_mix: float, nll: float | None = None) -> object:
         decomposition=[Decomposition(dim="bin", total=1e-4, mix=bin_mix * level, rate=1e-4,
                                      interaction=0.0)],
     )  # fmt: skip
-    runs = {"f-h-t06": _sampled(2.0 * (1 + nll))} if nll is not None else {}
+    sums = nll is not None or spread is not None
+    nll, spread = nll or 0.0, spread or 0.0
+    runs = {"f-h-t06": _sampled(2.0 * (1 + nll), 2.0 * (1 + spread))} if sums else {}
     ctx = SimpleNamespace(
         baseline=SimpleNamespace(explanation=e, label="f-h-b", gpus=[],
-                                 sequences=_sampled(2.0) if nll is not None else None),
+                                 sequences=_sampled(2.0) if sums else None),
         label="f-h-t06", cube=None, tables=None,
         state=SimpleNamespace(hot_sequences=SimpleNamespace(runs=lambda: runs)),
     )  # fmt: skip
@@ -132,6 +141,25 @@ def test_likelier_sampled_tokens_say_a_lower_temperature_where_the_mix_does_not(
     assert ("sampled tokens' mean -logprob" in found.finding) is (verdict == "ok")
 
 
+@pytest.mark.parametrize(
+    ("ratio", "spread", "verdict"),
+    [(2.5, 0.67, "ok"), (1.8, 0.25, "ok"), (2.5, 0.25, "warn"), (2.5, 0.15, "warn"),
+     (2.5, -0.2, "warn"), (3.0, 0.8, "warn")],
+)  # fmt: skip
+def test_logprobs_spread_wider_say_a_lower_temperature_where_the_mean_does_not(
+    ratio: float, spread: float, verdict: str
+) -> None:
+    """At a mix shift of -9% and a mean -logprob 2% under the baseline's (a model next to
+    uniform, whose context hardly moves its logits), the run's sampled logprobs spread 1.67x
+    wider say a temperature 1.67x lower, whose K3 is up to 2.8x; an excess past the square of
+    the widening (x 1.25), a widening under 20%, a narrowing or an excess past 2.8x still
+    warn."""
+    found = _over(ratio, -0.09, -0.02, spread)
+    assert found.verdict == verdict
+    assert found.evidence.spread_shift == pytest.approx(spread)
+    assert ("logprobs spread" in found.finding) is (verdict == "ok")
+
+
 def test_a_healthy_run_at_a_lower_temperature_raises_no_alarm(held_out_store: Path) -> None:
     """``f-h-t06`` over ``f-h-b`` (the Llama family, healthy at temperature 0.6 over healthy at
     0.9): above the baseline at the same token mix, uniform, as a lower temperature makes it;
@@ -164,29 +192,50 @@ def test_a_flat_models_lower_temperature_is_told_by_its_likelier_tokens(
     assert evidence["rate_ratio"] > 1.5
 
 
+def test_a_near_uniform_models_lower_temperature_is_told_by_its_spread(
+    held_out_store: Path,
+) -> None:
+    """``ut-h-t06`` over ``ut-h-b`` (a Llama pre-trained three iterations, loss 6.4 of ln 1024 =
+    6.9: ``family.py --pretrain 3``; healthy at temperature 0.6 over 0.9): 2.5x the baseline,
+    uniform; its sampled tokens are near-uniform at either temperature (the mean -logprob -2%,
+    the mix +16%), but their logprobs spread 1.7x wider, as dividing every logit by a T 1.5x
+    lower spreads them. It warned a precision loss."""
+    from tests.planted import diagnosis
+
+    found = diagnosis(held_out_store, "ut-h-t06", "ut-h-b").section_dict()
+    assert found["verdict"] == "ok" and found["cause"]["key"] == "none"
+    base = next(c for c in found["checks"] if c["name"] == "baseline")
+    evidence = base["evidence"]
+    assert base["verdict"] == "ok" and "logprobs spread" in base["finding"]
+    assert evidence["mix_shift"] > 0 and -0.05 < evidence["nll_shift"] < 0
+    assert evidence["spread_shift"] > 0.5 and evidence["rate_ratio"] > 2
+
+
 def test_the_sampled_nll_shift_is_the_tokens_own(held_out_store: Path) -> None:
-    """The ``nll_shift`` the check writes is the two runs' mean -logprob over their sampled
-    tokens (rollout side, finite logprobs), computed here from the dumps."""
+    """The ``nll_shift`` and ``spread_shift`` the check writes are the two runs' mean -logprob
+    and their logprobs' standard deviation over their sampled tokens (rollout side, finite
+    logprobs), computed here from the dumps."""
     import numpy as np
     import pyarrow.parquet as pq
 
     from tests.analysis.diagnose.stores.held_out import HELD_OUT
     from tests.planted import diagnosis
 
-    def nll(run: str) -> float:
-        total, n = 0.0, 0
+    def sampled(run: str) -> np.ndarray:
+        found = []
         for f in sorted((HELD_OUT / run).glob("*.parquet")):
             t = pq.read_table(f, columns=["response_mask", "rollout_log_probs"]).to_pydict()
             for mask, lps in zip(t["response_mask"], t["rollout_log_probs"], strict=True):
                 a = np.asarray(lps, float)[np.asarray(mask, bool)]
-                a = a[np.isfinite(a)]
-                total, n = total + float(a.sum()), n + len(a)
-        return -total / n
+                found.append(a[np.isfinite(a)])
+        return np.concatenate(found)
 
-    found = diagnosis(held_out_store, "co-h-t06", "co-h-b").section_dict()
-    base = next(c for c in found["checks"] if c["name"] == "baseline")
-    want = nll("co-h-t06") / nll("co-h-b") - 1
-    assert base["evidence"]["nll_shift"] == pytest.approx(want, rel=1e-9)
+    for run, against in (("co-h-t06", "co-h-b"), ("ut-h-t06", "ut-h-b")):
+        found = diagnosis(held_out_store, run, against).section_dict()
+        e = next(c for c in found["checks"] if c["name"] == "baseline")["evidence"]
+        a, b = sampled(run), sampled(against)
+        assert e["nll_shift"] == pytest.approx(a.mean() / b.mean() - 1, rel=1e-9)
+        assert e["spread_shift"] == pytest.approx(a.std(ddof=1) / b.std(ddof=1) - 1, rel=1e-9)
 
 
 def _shape(ratio: float, tokens: float, share: float) -> str:

@@ -35,7 +35,9 @@ whole, its routes left out; ``mb1-h-t06`` and ``mb1-h-b``, the second MoE draw's
 whole; ``co-h-t06`` and ``co-h-b``, the Cohere member's ``f-h-t06`` and ``f-h-b``
 (``family.py --arch cohere``), and its ``f-u-rope-bf16`` and ``f-u-logit-scale-off`` as
 ``co-u-rope-bf16`` and ``co-u-logit-scale-off`` (``--unseen``), whole; ``co-stop-zero``,
-the second Cohere draw's (``--seed 1``) ``f-stop-zero``, whole. Ingested
+the second Cohere draw's (``--seed 1``) ``f-stop-zero``, whole; ``ut-h-t06``, ``ut-h-b`` and
+``ut-sem-temp-subtle``, the ``f-h-t06``, ``f-h-b`` and ``f-sem-temp-subtle`` of a Llama
+pre-trained three iterations (``family.py --pretrain 3``: "A barely trained model"), whole. Ingested
 without tags, as they were diagnosed."""
 
 from __future__ import annotations
