@@ -112,7 +112,9 @@ def _unexplained_advice(ctx: Context) -> str:
     if base is not None:
         return (
             f"`mismatchctl explain {label} --baseline {shlex.quote(base.label)}` shows where "
-            "the excess over the baseline lives; the causes' runner-ups say what each explains"
+            "the excess over the baseline lives; the causes' runner-ups say what each explains; "
+            f"`mismatchctl tokens {label}` lists the tokens that carry most of it (an excess in "
+            "a handful of tokens is no part of the run)"
         )
     return (
         "give a known-good run with --baseline: a policy mismatch and a uniformly less exact "

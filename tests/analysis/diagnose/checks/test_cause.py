@@ -27,3 +27,20 @@ def test_no_cause_writes_its_key_and_verdict(planted_store: Path) -> None:
     found = d.cause
     assert list(found) == ["key", "verdict", "also", "runner_ups", "finding"]
     assert found["key"] == "none" and found["verdict"] == "ok" and found["also"] == []
+
+
+def test_an_unexplained_excess_says_where_to_look() -> None:
+    """Over a baseline: where the excess lives (explain) and which tokens carry it (tokens),
+    each command runnable as written (a label with a space is quoted); alone: a baseline."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from mismatchctl.analysis.diagnose.checks.cause import _unexplained_advice
+    from mismatchctl.analysis.diagnose.context import Context
+
+    over = SimpleNamespace(label="run a", baseline=SimpleNamespace(label="base"))
+    said = _unexplained_advice(cast(Context, over))
+    assert "`mismatchctl explain 'run a' --baseline base`" in said
+    assert "`mismatchctl tokens 'run a'`" in said
+    alone = _unexplained_advice(cast(Context, SimpleNamespace(label="r", baseline=None)))
+    assert "--baseline" in alone and "tokens" not in alone
