@@ -13,6 +13,7 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
     python sample_data/family.py --out DIR --arch qwen3 --trainer bf16   # a bf16 trainer
     python sample_data/family.py --out DIR --arch gemma2 --unseen   # faults never calibrated
     python sample_data/family.py --out DIR --pretrain 90   # a barely trained, flatter model
+    python sample_data/family.py --out DIR --batch 64x8 --only f-h-a,f-h-b   # bigger steps
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
 
 No threshold of `diagnose` was set on this family: it is a held-out check of other weights, another
@@ -43,6 +44,11 @@ steps' checkpoints N/30 iterations apart, at least 2, its early checkpoint at N/
 trained model, far flatter than any real one that is served (the Llama's loss 1.8 at 900, 4.4
 at 90, 6.4 at 3 against ln 1024 = 6.9 for uniform), for a held-out check of `diagnose` on
 distributions where the context hardly moves the logits; cache and label get ``-wN``.
+``--batch PxG`` gives every run P prompts of G responses a step instead of the catalogue's
+(8x4; ``f-h-big`` 16x4): ``64x8`` makes each run 16 times the default's tokens (~3.5 min a
+run on 2 cores), for false alarms where the intervals are narrow (a healthy run's own
+structure, a prefill's first tokens or the later turns, measured with the power of a real
+run's steps); the corpus label is the model's.
 ``--long-responses`` (needs ``--context 1024`` or more) generates the long-response catalogue
 instead (gen/family_runs.py ``LONG_RESPONSES``): healthy runs ``f-L-h-a``, ``f-L-h-b``,
 ``f-L-h-c`` (temperature 0.6) of 8-12 turns of 64-96 tokens and ``f-L-h-one-turn`` (one turn of
@@ -65,6 +71,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -188,6 +195,17 @@ def load_model(
     return model
 
 
+def batch_shape(text: str) -> tuple[int, int]:
+    """``--batch PxG``: P prompts of G responses each, both positive."""
+    try:
+        prompts, group = (int(x) for x in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text}: expected PROMPTSxGROUP, e.g. 64x8") from None
+    if prompts <= 0 or group <= 0:
+        raise argparse.ArgumentTypeError(f"{text}: prompts and group must be positive")
+    return prompts, group
+
+
 def label_of(
     vocab: int,
     moe: MoEShape | None,
@@ -264,6 +282,14 @@ def main(argv: list[str] | None = None) -> int:
         "barely trained, flatter model (cache and label: -wN)",
     )
     parser.add_argument(
+        "--batch",
+        type=batch_shape,
+        default=None,
+        metavar="PxG",
+        help="every run's prompts x responses a step instead of the catalogue's (8x4): 64x8 "
+        "gives 16x the tokens",
+    )
+    parser.add_argument(
         "--long-responses",
         action="store_true",
         help=f"the long-response runs (f-L-*: responses of ~600-1000 tokens; needs --context "
@@ -321,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         else FAMILY
     )
     check_family(catalogue)
+    if args.batch is not None:
+        prompts, group = args.batch
+        catalogue = tuple(replace(r, prompts=prompts, group=group) for r in catalogue)
     if args.trainer != "fp32":
         catalogue = tuple(with_trainer(r, args.trainer) for r in catalogue)
     runs = list(catalogue)
