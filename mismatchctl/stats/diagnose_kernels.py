@@ -201,12 +201,14 @@ def misaligned_turns(
     min_pairs: int,
     min_k3: float,
     factor: float,
+    max_match: float,
     counts: np.ndarray,
     first: np.ndarray,
     lag: np.ndarray,
 ) -> int:
     """The turn runs (consecutive tokens of one sequence and turn) whose pairs shifted by one
-    position match far better than their own (``stats/misalign.py``), from each token's K3
+    position match far better than their own, and match (a mean K3 of ``max_match`` at most:
+    ``stats/misalign.py``), from each token's K3
     ``k0`` and those of the pairs (``lr_t``, ``lt_t+1``) in ``plus[t]`` and (``lr_t+1``,
     ``lt_t``) in ``minus[t]``, over the adjacent pairs of two different tokens (``ids``: each
     token's id, -1 where unknown; a token repeated matches itself at every lag and tells no
@@ -238,8 +240,15 @@ def misaligned_turns(
         sum_minus /= pairs
         if informative >= min_pairs:
             counts[0] += 1
-            later = base_plus >= min_k3 and sum_plus * factor <= base_plus
-            earlier = not later and base_minus >= min_k3 and sum_minus * factor <= base_minus
+            later = (
+                base_plus >= min_k3 and sum_plus * factor <= base_plus and sum_plus <= max_match
+            )
+            earlier = (
+                not later
+                and base_minus >= min_k3
+                and sum_minus * factor <= base_minus
+                and sum_minus <= max_match
+            )
             if later or earlier:
                 counts[1] += 1
                 counts[2] += j - i

@@ -14,10 +14,10 @@ of ``#``, of spaces) is left out: a repeated token is paired with itself at ever
 no shift (the corpus' ``tpl-strip-newline``, a later turn of 32 ``#`` at a K3 of 0.24 from the
 template's fault, matched one position later at 0.0066 and was taken for a writer's shift). A
 turn is *misaligned* when it has at least ``MIN_PAIRS`` adjacent pairs of two different tokens
-and, for one shifted lag, a lag-0 mean K3 of at least
-``MIN_K3`` (a wrong pairing's level; near-certain tokens give near-zero K3 at every lag) that is
-``FACTOR`` times the shifted one. A fill value on one side (0.0 on a turn's last tokens) costs
-the same at every lag and is no shift (the sentinels check's business).
+and, for one shifted lag, a lag-0 mean K3 of at least ``MIN_K3`` (a wrong pairing's level;
+near-certain tokens give near-zero K3 at every lag) that is ``FACTOR`` times the shifted one,
+the shifted one a match (``MAX_MATCH`` at most). A fill value on one side (0.0 on a turn's last
+tokens) costs the same at every lag and is no shift (the sentinels check's business).
 """
 
 from __future__ import annotations
@@ -42,6 +42,16 @@ FACTOR = 10.0
 """How much smaller a shifted lag's mean K3 must be than lag 0's: a shifted turn's right pairing
 is tens to thousands of times closer than its stored one; an aligned turn's shifted pairings are
 far worse than its own."""
+
+MAX_MATCH = 0.5
+"""The most a shifted pairing's mean K3 may be to match: a turn's right pairing differs by the
+numeric mismatch (under 0.1 a token for every fault of the corpora but a wrong checkpoint), a
+wrong one by about a nat (the corpora's runs paired one position off: 0.11 a token on a model
+next to uniform, 1 and more on trained ones). Where a run's every pairing is far off, one short
+turn can pair ten times less badly one position off without matching: a router replayed a
+position late (1.7 a token), stale weights beside a gpu's faulty merge (0.42), a gpu's loud
+split-KV merge (0.60) each had one such turn, shifted at 2.1-5.7 against 23-166 stored, and
+a writer's shift was named first (``data``) on a run without one."""
 
 # examples kept: MAX_EXAMPLES misaligned turns, (label, step, seq, turn, lag)
 
@@ -94,7 +104,7 @@ def misalign_state(
         ids = np.full(len(lr), -1, dtype=np.int64)
     kept = diagnose_kernels.misaligned_turns(
         seq, turn, np.ascontiguousarray(ids, np.int64), k0, clamped_k3(shifted.r_plus, shifted.k3_plus),
-        clamped_k3(shifted.r_minus, shifted.k3_minus), MIN_PAIRS, MIN_K3, FACTOR,
+        clamped_k3(shifted.r_minus, shifted.k3_minus), MIN_PAIRS, MIN_K3, FACTOR, MAX_MATCH,
         counts, first, lag,
     )  # fmt: skip
     state = MisalignState(*(int(c) for c in counts))

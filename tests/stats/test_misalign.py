@@ -12,6 +12,7 @@ from mismatchctl.stats import per_token
 from mismatchctl.stats.comoments import shifted_pairs
 from mismatchctl.stats.misalign import (
     FACTOR,
+    MAX_MATCH,
     MIN_K3,
     MIN_PAIRS,
     MisalignState,
@@ -44,8 +45,8 @@ def _reference(lr, lt, seq, turn, ids=None) -> tuple[int, int, int, int]:
         plus = sum(_k3(t[j + 1] - a[j]) for j in pairs) / m
         base_m = sum(_k3(t[j + 1] - a[j + 1]) for j in pairs) / m
         minus = sum(_k3(t[j] - a[j + 1]) for j in pairs) / m
-        is_later = base_p >= MIN_K3 and plus * FACTOR <= base_p
-        is_earlier = base_m >= MIN_K3 and minus * FACTOR <= base_m
+        is_later = base_p >= MIN_K3 and plus * FACTOR <= base_p and plus <= MAX_MATCH
+        is_earlier = base_m >= MIN_K3 and minus * FACTOR <= base_m and minus <= MAX_MATCH
         if is_later or is_earlier:
             bad += 1
             tokens += n
@@ -125,6 +126,23 @@ def test_a_hot_turn_of_one_repeated_token_is_no_shift() -> None:
     assert (state.turns, state.misaligned) == (0, 0)
     few = np.where(np.arange(n) < n - MIN_PAIRS, 35, np.arange(n))  # MIN_PAIRS pairs differ
     assert misalign_state(lr, lt, seq, seq, seq, ids=few).turns == 1
+
+
+@pytest.mark.parametrize(("off", "shifted"), [(0.02, True), (0.4, True), (2.0, False)])
+def test_a_shifted_pairing_must_match_not_only_be_less_wrong(off: float, shifted: bool) -> None:
+    """A turn whose every pairing is far off (the trainer's values unrelated to the rollout's,
+    as wrong routes replayed make them) can pair ten times less badly one position off by
+    chance: that is no writer's shift unless the shifted pairing matches (``MAX_MATCH``). A
+    trainer side one position later, off by ``off`` nats a token from the rollout's: a shift up
+    to a large numeric mismatch, none beyond."""
+    n = 16
+    rng = np.random.default_rng(5)
+    lr = -rng.uniform(0.5, 6.0, n)
+    lt = np.r_[-20.0, lr[:-1] + off * np.where(np.arange(n - 1) % 2 == 0, 1.0, -1.0)]
+    seq = np.zeros(n, np.int64)
+    found = misalign_state(lr, lt, seq, seq, seq)
+    assert found.turns == 1 and (found.misaligned == 1) is shifted
+    assert _reference(lr, lt, seq, seq)[1] == found.misaligned
 
 
 def test_chunks_merge_to_the_whole() -> None:
