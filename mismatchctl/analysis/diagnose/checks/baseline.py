@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mismatchctl.analysis.diagnose.check import (
@@ -342,23 +343,24 @@ def _likelier(
 def nll_shift(ctx: Context) -> float | None:
     """The run's sampled tokens' mean -logprob over the baseline's, less 1
     (``TEMPERATURE_NLL``); None without the baseline's per-sequence sums."""
-    view = ctx.baseline
-    if view is None or view.sequences is None:
-        return None
-    run = sampled_nll(*ctx.state.hot_sequences.runs().values())
-    base = sampled_nll(view.sequences)
-    return run / base - 1 if run is not None and base else None
+    return _over_baseline(ctx, sampled_nll)
 
 
 def spread_shift(ctx: Context) -> float | None:
     """The standard deviation of the run's sampled tokens' rollout logprobs over the
     baseline's, less 1 (``TEMPERATURE_SPREAD``); None without the baseline's per-sequence
     sums."""
+    return _over_baseline(ctx, sampled_spread)
+
+
+def _over_baseline(ctx: Context, measure: Callable[..., float | None]) -> float | None:
+    """``measure`` of the run's per-sequence sums over the baseline's, less 1; None without the
+    baseline's sums or either measure."""
     view = ctx.baseline
     if view is None or view.sequences is None:
         return None
-    run = sampled_spread(*ctx.state.hot_sequences.runs().values())
-    base = sampled_spread(view.sequences)
+    run = measure(*ctx.state.hot_sequences.runs().values())
+    base = measure(view.sequences)
     return run / base - 1 if run is not None and base else None
 
 
