@@ -9,6 +9,7 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
     python sample_data/family.py --out DIR --arch gpt2      # the GPT-2 member's runs
     python sample_data/family.py --out DIR --arch olmo2     # the OLMo 2 member's runs
     python sample_data/family.py --out DIR --arch cohere    # the Cohere member's runs
+    python sample_data/family.py --out DIR --arch qwen2     # the Qwen2 member's runs
     python sample_data/family.py --out DIR --context 1024 --long-responses   # long responses
     python sample_data/family.py --out DIR --arch qwen3 --trainer bf16   # a bf16 trainer
     python sample_data/family.py --out DIR --arch gemma2 --unseen   # faults never calibrated
@@ -29,7 +30,9 @@ LayerNorms with biases, GELU, Conv1D projections, tied embeddings); with ``--arc
 an OLMo 2 (RMSNorms after attention and MLP instead of before, one RMSNorm over the whole query
 and key projections, rotary base 5e5, untied embeddings); with ``--arch cohere``, of a Cohere
 (Command-R: a bias-free LayerNorm before a parallel block, interleaved rotary pairs in fp32, tied
-embeddings, the logits scaled by 1/16); the same runs as the Llama's. Runs go to DIR/runs/NAME/, the trained model to DIR/cache/ (reused), DIR/corpus.json
+embeddings, the logits scaled by 1/16); with ``--arch qwen2``, of a Qwen2 (Qwen2.5's layout:
+biases on the query, key and value projections, rotary base 1e6, tied embeddings); the same
+runs as the Llama's. Runs go to DIR/runs/NAME/, the trained model to DIR/cache/ (reused), DIR/corpus.json
 lists each run as calibrate.py does.
 
 ``--context N`` trains the model on windows of N tokens instead of 320 (at most 1024, every
@@ -99,6 +102,7 @@ from gen.family_model import (
 from gen.family_moe import DEFAULT, MoEShape
 from gen.family_moe_runs import FAMILY_MOE
 from gen.family_olmo2 import LABEL as OLMO2
+from gen.family_qwen2 import LABEL as QWEN2
 from gen.family_qwen3 import LABEL as QWEN3
 from gen.family_runs import (
     FAMILY,
@@ -221,6 +225,7 @@ def label_of(
         "gptneox": GPTNEOX,
         "gpt2": GPT2,
         "olmo2": OLMO2,
+        "qwen2": QWEN2,
         "cohere": COHERE,
     }
     member = (
@@ -265,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
         default="llama",
         help="the dense member: llama (default), gemma2 (Gemma2ForCausalLM), qwen3 "
         "(Qwen3ForCausalLM), gptneox (GPTNeoXForCausalLM), gpt2 (GPT2LMHeadModel), olmo2 "
-        "(Olmo2ForCausalLM) or cohere (CohereForCausalLM), each of the same size and runs",
+        "(Olmo2ForCausalLM), cohere (CohereForCausalLM) or qwen2 (Qwen2ForCausalLM), each of the "
+        "same size and runs",
     )
     parser.add_argument(
         "--context",

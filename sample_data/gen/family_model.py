@@ -5,7 +5,7 @@ or, with ``arch="gemma2"``, a Gemma2 of the same size (gen/family_gemma2.py), wi
 ``arch="qwen3"`` a Qwen3 (gen/family_qwen3.py), with ``arch="gptneox"`` a GPT-NeoX
 (gen/family_gptneox.py), with ``arch="gpt2"`` a GPT-2 (gen/family_gpt2.py), with
 ``arch="olmo2"`` an OLMo 2 (gen/family_olmo2.py), with ``arch="cohere"`` a Cohere
-(gen/family_cohere.py).
+(gen/family_cohere.py), with ``arch="qwen2"`` a Qwen2 (gen/family_qwen2.py).
 
 Nothing of it is shared with the sample model (gen/model.py: LayerNorm, GELU, multi-head
 attention, a byte vocabulary) but the training text, so its healthy noise, its token
@@ -33,6 +33,8 @@ from transformers import (
     Olmo2ForCausalLM,
     PretrainedConfig,
     PreTrainedModel,
+    Qwen2Config,
+    Qwen2ForCausalLM,
     Qwen2MoeConfig,
     Qwen2MoeForCausalLM,
     Qwen3Config,
@@ -46,13 +48,14 @@ from gen.family_gpt2 import gpt2_config
 from gen.family_gptneox import gptneox_config
 from gen.family_moe import DEFAULT, MoEShape, moe_config, tap_routers
 from gen.family_olmo2 import olmo2_config
+from gen.family_qwen2 import qwen2_config
 from gen.family_qwen3 import qwen3_config
 from gen.family_size import MAX_CONTEXT, SIZE
 from gen.train import log_iter, lr_at, next_token_loss, optimizer_step, windows
 
 VOCAB = 1024  # the default; family.py --vocab trains another
 CONTEXT = 320  # the default training context; family.py --context trains another
-ARCHS = ("llama", "gemma2", "qwen3", "gptneox", "gpt2", "olmo2", "cohere")  # dense: --arch
+ARCHS = ("llama", "gemma2", "qwen3", "gptneox", "gpt2", "olmo2", "cohere", "qwen2")  # dense: --arch
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class FamilyTraining:
     moe: bool = False  # the mixture-of-experts member (gen/family_moe.py)
     moe_shape: MoEShape = DEFAULT
     arch: str = "llama"  # the dense member: one of ARCHS (gen/family_gemma2.py, family_qwen3.py,
-    # family_gptneox.py, family_gpt2.py, family_olmo2.py, family_cohere.py)
+    # family_gptneox.py, family_gpt2.py, family_olmo2.py, family_cohere.py, family_qwen2.py)
 
 
 def train_tokenizer(vocab: int = VOCAB) -> Tokenizer:
@@ -117,6 +120,8 @@ def new_model(config: PretrainedConfig) -> PreTrainedModel:
         return new_gemma2(config)
     if isinstance(config, Qwen3Config):
         return Qwen3ForCausalLM(config)
+    if isinstance(config, Qwen2Config):
+        return Qwen2ForCausalLM(config)
     if isinstance(config, GPTNeoXConfig):
         return GPTNeoXForCausalLM(config)
     if isinstance(config, GPT2Config):
@@ -186,6 +191,7 @@ def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> Fa
         "gpt2": gpt2_config,
         "olmo2": olmo2_config,
         "cohere": cohere_config,
+        "qwen2": qwen2_config,
     }[cfg.arch]
     config = moe_config(cfg.vocab, cfg.moe_shape) if cfg.moe else dense(cfg.vocab)
     model = new_model(config)

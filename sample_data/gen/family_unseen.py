@@ -57,6 +57,7 @@ _COMBO_ROPE_STALE = fault(
 UNSEEN: dict[str, tuple[FamilyRun, ...]] = {
     "llama": (_ROPE_DYNAMIC, _NORM_EPS, _ROPE_BF16, _COMBO_ROPE_STALE),
     "qwen3": (_ROPE_DYNAMIC, _NORM_EPS, _ROPE_BF16),
+    "qwen2": (_ROPE_DYNAMIC, _NORM_EPS, _ROPE_BF16),
     "olmo2": (_ROPE_DYNAMIC, _NORM_EPS, _ROPE_BF16),
     "gemma2": (
         fault(

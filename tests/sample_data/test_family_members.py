@@ -1,5 +1,5 @@
 """What every dense member of the family shares beside the Llama (family.py --arch gemma2,
-qwen3, gptneox, gpt2, olmo2, cohere): its label in corpus.json, with the vocabulary and the training context
+qwen3, gptneox, gpt2, olmo2, cohere, qwen2): its label in corpus.json, with the vocabulary and the training context
 when they are not the defaults, and the refusal of --moe with it (the mixture of experts is a
 Qwen2-MoE of its own), before anything is written; the engine finding each layer's attention
 under the member's own names."""
@@ -25,9 +25,10 @@ from gen.family_gpt2 import gpt2_config  # noqa: E402
 from gen.family_gptneox import gptneox_config  # noqa: E402
 from gen.family_model import VOCAB, llama_config, new_model  # noqa: E402
 from gen.family_olmo2 import olmo2_config  # noqa: E402
+from gen.family_qwen2 import qwen2_config  # noqa: E402
 from gen.family_qwen3 import qwen3_config  # noqa: E402
 
-ARCHS = ("gemma2", "qwen3", "gptneox", "gpt2", "olmo2", "cohere")
+ARCHS = ("gemma2", "qwen3", "gptneox", "gpt2", "olmo2", "cohere", "qwen2")
 CONFIGS = {
     "llama": llama_config,
     "gemma2": gemma2_config,
@@ -36,6 +37,7 @@ CONFIGS = {
     "gpt2": gpt2_config,
     "olmo2": olmo2_config,
     "cohere": cohere_config,
+    "qwen2": qwen2_config,
 }
 
 
