@@ -37,7 +37,9 @@ whole; ``co-h-t06`` and ``co-h-b``, the Cohere member's ``f-h-t06`` and ``f-h-b`
 ``co-u-rope-bf16`` and ``co-u-logit-scale-off`` (``--unseen``), whole; ``co-stop-zero``,
 the second Cohere draw's (``--seed 1``) ``f-stop-zero``, whole; ``ut-h-t06``, ``ut-h-b`` and
 ``ut-sem-temp-subtle``, the ``f-h-t06``, ``f-h-b`` and ``f-sem-temp-subtle`` of a Llama
-pre-trained three iterations (``family.py --pretrain 3``: "A barely trained model"), whole. Ingested
+pre-trained three iterations (``family.py --pretrain 3``: "A barely trained model"), whole;
+``mg-h-gpus-s6``, the last step of the MoE's ``m-h-gpus`` made again on the corrected engine
+(``family.py --moe``), routes left in. Ingested
 without tags, as they were diagnosed."""
 
 from __future__ import annotations
