@@ -240,9 +240,7 @@ def misaligned_turns(
         sum_minus /= pairs
         if informative >= min_pairs:
             counts[0] += 1
-            later = (
-                base_plus >= min_k3 and sum_plus * factor <= base_plus and sum_plus <= max_match
-            )
+            later = base_plus >= min_k3 and sum_plus * factor <= base_plus and sum_plus <= max_match
             earlier = (
                 not later
                 and base_minus >= min_k3
