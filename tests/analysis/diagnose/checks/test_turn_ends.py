@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mismatchctl.analysis.diagnose.checks import turn_ends
@@ -78,3 +79,47 @@ def test_zeros_everywhere_are_no_filled_stop(held_out_store: Path) -> None:
     filled = check["evidence"]["filled"]
     assert not filled["filled"] and filled["share"] < 2 * filled["other_share"]
     assert check["verdict"] == "ok"
+
+
+def test_ends_hot_by_a_few_heavy_tokens_are_not_the_stop(held_out_store: Path) -> None:
+    """``co-h-one-turn-s1`` (one step of the Cohere member's healthy single-turn run, 32
+    responses): two of its largest |r| sit on turn ends, 35x the other tokens and 43x the seven
+    before, but carried by about two responses (``END_CARRIERS``); no alarm, and the check
+    says why."""
+    from tests.planted import diagnosis
+
+    found = diagnosis(held_out_store, "co-h-one-turn-s1").section_dict()
+    ends = next(c for c in found["checks"] if c["name"] == "turn_ends")
+    assert ends["verdict"] == "ok" and found["cause"]["key"] == "none"
+    assert ends["evidence"]["last"]["rate_ratio"] > 10
+    assert "carried by about 2.1 responses" in ends["finding"]
+
+
+def test_one_step_of_a_stop_fault_is_carried_by_many(held_out_store: Path) -> None:
+    """One step of a stop filled with 0.0 (``co-stop-zero``, 32 responses) is still the stop:
+    its filled ends are many responses' (every filled stop alike)."""
+    from tests.planted import diagnosis
+
+    found = diagnosis(held_out_store, "co-stop-zero@steps=1..1").section_dict()
+    assert found["cause"]["key"] == "stop"
+
+
+def test_the_carriers_are_the_responses_k3_at_their_ends(held_out_store: Path) -> None:
+    """``last_carriers`` is ``(sum y)^2 / sum y^2`` over each response's K3 at its turn's last
+    token, computed here from the dump (one turn a response)."""
+    import pyarrow.parquet as pq
+
+    from tests.analysis.diagnose.stores.held_out import HELD_OUT
+    from tests.planted import diagnosis
+
+    y = []
+    for f in sorted((HELD_OUT / "co-h-one-turn-s1").glob("*.parquet")):
+        t = pq.read_table(f, columns=["response_mask", "rollout_log_probs", "old_log_probs"])
+        for mask, lr, lt in zip(*t.to_pydict().values(), strict=True):
+            keep = np.asarray(mask, bool)
+            r = float(np.asarray(lt)[keep][-1]) - float(np.asarray(lr)[keep][-1])
+            y.append(np.expm1(r) - r)
+    want = float(np.sum(y)) ** 2 / float(np.sum(np.square(y)))
+    found = diagnosis(held_out_store, "co-h-one-turn-s1").section_dict()
+    ends = next(c for c in found["checks"] if c["name"] == "turn_ends")
+    assert ends["evidence"]["last_carriers"] == pytest.approx(want, rel=1e-9)

@@ -39,7 +39,8 @@ the second Cohere draw's (``--seed 1``) ``f-stop-zero``, whole; ``ut-h-t06``, ``
 ``ut-sem-temp-subtle``, the ``f-h-t06``, ``f-h-b`` and ``f-sem-temp-subtle`` of a Llama
 pre-trained three iterations (``family.py --pretrain 3``: "A barely trained model"), whole;
 ``mg-h-gpus-s6``, the last step of the MoE's ``m-h-gpus`` made again on the corrected engine
-(``family.py --moe``), routes left in. Ingested
+(``family.py --moe``), routes left in; ``co-h-one-turn-s1``, the first step of the Cohere
+member's ``f-h-one-turn``. Ingested
 without tags, as they were diagnosed."""
 
 from __future__ import annotations
