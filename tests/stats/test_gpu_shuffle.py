@@ -92,3 +92,27 @@ def test_fewer_than_two_gpus_is_no_split() -> None:
     assert gpu_split(_states((lr, lt, seq, step, one))) is None
     none = np.full(len(seq), None, object)
     assert gpu_split(_states((lr, lt, seq, step, none))) is None
+
+
+def test_a_large_selection_is_dealt_fewer_times_never_under_the_floor() -> None:
+    """``DRAW_BUDGET`` responses dealt in all: 999 deals of a small selection, fewer of a
+    large one, never under ``MIN_DRAWS``; a gpu hot by 1.5x on every response stands."""
+    from mismatchctl.stats.gpu_shuffle import DRAW_BUDGET, MIN_DRAWS
+    from mismatchctl.stats.hot_sequences import COLUMNS, HotSequenceState
+
+    def state(n: int) -> HotSequenceState:
+        rng = np.random.default_rng(7)
+        sums = np.zeros((n, COLUMNS))
+        sums[:, 0] = rng.integers(50, 500, n)
+        gpu = np.array([f"gpu{i % 4}" for i in range(n)], object)
+        sums[:, 4] = rng.exponential(1e-3, n) * sums[:, 0] * np.where(gpu == "gpu0", 1.5, 1.0)
+        ar = np.arange(n)
+        step = np.sort(rng.integers(0, 10, n))
+        return HotSequenceState(["r"], np.zeros(n, np.int64), step, ar, ar, np.zeros(n, np.int64),
+                                sums, gpu)  # fmt: skip
+
+    assert gpu_split([state(5_000)]).draws == DRAWS
+    large = gpu_split([state(40_000)])
+    assert large is not None and large.draws == DRAW_BUDGET // 40_000 < DRAWS
+    assert large.hot == ("gpu0",) and large.p_value == 1 / (large.draws + 1)
+    assert gpu_split([state(400_000)]).draws == MIN_DRAWS

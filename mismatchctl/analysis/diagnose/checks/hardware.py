@@ -59,13 +59,14 @@ class Thresholds:
     SPLIT_ALPHA: float = 0.01
     """A gpu (or a group) warns by its factor only when the responses dealt to the gpus at
     random (within each run and step, each gpu keeping its count) split as far in under this
-    share of 999 draws (``stats/gpu_shuffle.py``): the clustered interval assumes enough
-    responses a gpu to average a heavy tail, and picking the most extreme of several gpus is a
-    selection of its own. On one step of the MoE's healthy four-gpu run (``m-h-gpus@steps=6..6``,
-    8 responses a gpu, the five heaviest holding 57% of the K3) three gpus stood 3.5x the
-    fourth (95% CI 1.7-5.8): dealt at random, 12% of the draws split as far. Every planted gpu
-    fault of the corpora: 0.001, the least 999 draws can say. The severe batches'
-    concentration is judged on its own."""
+    share of the draws (999, fewer on a large selection: ``stats/gpu_shuffle.py``): the
+    clustered interval assumes enough responses a gpu to average a heavy tail, and picking the
+    most extreme of several gpus is a selection of its own. On one step of the MoE's healthy
+    four-gpu run (``m-h-gpus@steps=6..6``, 8 responses a gpu, the five heaviest holding 57% of
+    the K3) three gpus stood 3.5x the fourth (95% CI 1.7-5.8): dealt at random, about a tenth
+    of the draws split as far. The planted gpu faults looked at: 0.001, the least 999 draws can
+    say; the 232 stored diagnoses where the check fired keep their verdicts. The severe
+    batches' concentration is judged on its own."""
 
     SEVERE_GPU_SHARE: float = 0.8
     """Severe batches are concentrated on a gpu when it holds this share of them while holding
