@@ -314,7 +314,7 @@ def _temperature(ctx: Context, ratio: float) -> bool:
     a precision loss there."""
     e = evidence_of(ctx.result(baseline), baseline.Evidence)
     if e is None or not baseline.another_temperature(
-        e.excess_shape, e.mix_shift, e.rate_ratio, e.nll_shift, e.spread_shift
+        e.excess_shape, e.mix_shift, e.rate_ratio, e.nll_shift, e.spread_shift, e.rate_ratio_ci
     ):
         return False
     return ratio <= baseline.T.TEMPERATURE_K3

@@ -68,7 +68,11 @@ def _sampled(nll: float, sd: float = 2.0) -> object:
 
 
 def _over(
-    ratio: float, bin_mix: float, nll: float | None = None, spread: float | None = None
+    ratio: float,
+    bin_mix: float,
+    nll: float | None = None,
+    spread: float | None = None,
+    ci: tuple[float, float] | None = None,
 ) -> object:
     """The check over a baseline of level 2.07e-4 whose token mix alone moves it by
     ``bin_mix``, the run ``ratio`` x its rate at the same mix, spread uniformly: the Llama
@@ -88,7 +92,7 @@ def _over(
                        rate_ratio_ci=(ratio * 0.9, ratio * 1.1), spread=1.0, q=2.0, p_value=0.5)
             for d in ("step", "turn", "bin")]  # fmt: skip
     e = SimpleNamespace(
-        rate_ratio=ratio, rate_ratio_ci=(ratio * 0.94, ratio * 1.07), vllm_kl=ratio * level,
+        rate_ratio=ratio, rate_ratio_ci=ci or (ratio * 0.94, ratio * 1.07), vllm_kl=ratio * level,
         baseline_vllm_kl=level, findings=[], uniform=flat, notes=[], mode="baseline",
         decomposition=[Decomposition(dim="bin", total=1e-4, mix=bin_mix * level, rate=1e-4,
                                      interaction=0.0)],
@@ -158,6 +162,20 @@ def test_logprobs_spread_wider_say_a_lower_temperature_where_the_mean_does_not(
     assert found.verdict == verdict
     assert found.evidence.spread_shift == pytest.approx(spread)
     assert ("logprobs spread" in found.finding) is (verdict == "ok")
+
+
+@pytest.mark.parametrize(
+    ("ratio", "ci", "verdict"),
+    [(2.84, (2.4, 3.4), "ok"), (2.84, (2.81, 2.9), "warn"), (3.6, (3.1, 4.2), "warn")],
+)  # fmt: skip
+def test_the_temperatures_bound_holds_the_intervals_low_end(
+    ratio: float, ci: tuple[float, float], verdict: str
+) -> None:
+    """One step of a healthy run at 0.6 over one at 0.9 (32 responses a side; the Qwen2
+    member with a bf16 trainer) stood 2.84x (95% CI 2.4-3.4) with a mix of -30%: within what a
+    temperature makes by its interval, not by its point; an interval wholly past 2.8 warns."""
+    found = _over(ratio, -0.30, ci=ci)
+    assert found.verdict == verdict
 
 
 def test_a_healthy_run_at_a_lower_temperature_raises_no_alarm(held_out_store: Path) -> None:
