@@ -73,26 +73,18 @@ class SentinelState:
         return self.low_rollout + self.low_trainer + self.zero_run_tokens
 
     def merge(self, other: SentinelState) -> SentinelState:
+        """The counts and sums added, the steps' counts added, the first ``MAX_EXAMPLES``
+        examples of both (sorted: the same whatever the order of the parts)."""
         steps = dict(self.steps)
         for step, count in other.steps.items():
             steps[step] = steps.get(step, 0) + count
+        counts = {
+            f.name: getattr(self, f.name) + getattr(other, f.name)
+            for f in fields(self)
+            if f.name not in ("steps", "examples")
+        }
         examples = sorted({*self.examples, *other.examples})[:MAX_EXAMPLES]
-        return SentinelState(
-            self.tokens + other.tokens,
-            self.low_rollout + other.low_rollout,
-            self.low_trainer + other.low_trainer,
-            self.zero_rollout + other.zero_rollout,
-            self.zero_trainer + other.zero_trainer,
-            self.zero_run_tokens + other.zero_run_tokens,
-            steps,
-            examples,
-            self.zero_run_rollout + other.zero_run_rollout,
-            self.both_tokens + other.both_tokens,
-            self.both_diff + other.both_diff,
-            self.turn_ends + other.turn_ends,
-            self.end_zeros + other.end_zeros,
-            self.other_zeros + other.other_zeros,
-        )
+        return SentinelState(**counts, steps=steps, examples=examples)
 
 
 def sentinel_state(
