@@ -14,6 +14,7 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
     python sample_data/family.py --out DIR --arch qwen3 --trainer bf16   # a bf16 trainer
     python sample_data/family.py --out DIR --arch gemma2 --unseen   # faults never calibrated
     python sample_data/family.py --out DIR --pretrain 90   # a barely trained, flatter model
+    python sample_data/family.py --out DIR --sweep   # one knob a class through its range
     python sample_data/family.py --out DIR --batch 64x8 --only f-h-a,f-h-b   # bigger steps
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
 
@@ -64,6 +65,11 @@ false-alarm check of the checks of `diagnose` whose statistics scale with respon
 ``f-u-*``): the engine builds another model than the trainer from the same weights, a config
 setting read otherwise on its side (a sliding window ignored, a soft-cap skipped, a rotary
 scaling, a norm's epsilon, an activation's approximation, a logit scale; gen/family_config_edits.py).
+
+``--sweep`` generates, for the dense member ``--arch``, the two healthy baselines and one knob of
+each class turned through its range (gen/family_sweep.py ``SWEEP``, ``s-*``): temperatures, top-p
+values, repetition penalties, weights a fraction of an RL step behind, split-KV paths from
+several KV lengths, one device's kernel, and pairs of two at sizes the catalogue's pairs lack.
 """
 
 from __future__ import annotations
@@ -115,6 +121,7 @@ from gen.family_runs import (
     with_trainer,
     write_run,
 )
+from gen.family_sweep import SWEEP
 from gen.family_unseen import UNSEEN, unseen_catalogue
 
 THREADS = 2  # fixed: CPU reductions depend on the thread count
@@ -314,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
         help="the member's faults of kinds never calibrated (f-u-*) and two healthy baselines "
         "instead of the family's runs",
     )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="one knob of each fault class through its range (s-*) and two healthy baselines "
+        "instead of the family's runs",
+    )
     parser.add_argument("--force", action="store_true", help="regenerate runs already present")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
     args = parser.parse_args(argv)
@@ -343,8 +356,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{' with --long-responses' if args.long_responses else ''}\nHint: --unseen with "
             f"--arch {' or '.join(a for a, runs in UNSEEN.items() if runs)}"
         )
+    if args.sweep and (args.moe or args.long_responses or args.unseen):
+        raise SystemExit(
+            "Error: --sweep: its runs are a dense member's at the default response lengths\n"
+            "Hint: --sweep with --arch, without --moe, --long-responses or --unseen"
+        )
     catalogue = (
-        FAMILY_MOE
+        SWEEP
+        if args.sweep
+        else FAMILY_MOE
         if args.moe
         else LONG_RESPONSES
         if args.long_responses

@@ -49,7 +49,8 @@ class FamilyRun:
     trainer_dtype: str = "fp32"  # "bf16": the trainer's forward in bf16, its logits upcast
     kernel: EngineKernel = field(default_factory=EngineKernel)
     weights: str = "current"  # "lag": one optimizer step behind; "stale": one RL step behind;
-    # "early": a pre-training checkpoint
+    # "early": a pre-training checkpoint; "behind:F": a fraction F (0 < F < 1) of the way from
+    # the step's checkpoint back to the previous step's (gen/family_sweep.py)
     gpus: int = 1  # requests spread over this many devices by uid hash
     faulty_gpu: int = -1  # that device's engine departs: `gpu_kernel`, else bf16 norm statistics
     gpu_kernel: EngineKernel | None = None
@@ -372,13 +373,26 @@ def gpu_of(sample: Sample, n: int) -> int:
     return zlib.crc32(sample.uid.encode()) % n
 
 
+def behind(model: FamilyModel, step: int, fraction: float) -> dict[str, torch.Tensor]:
+    """Weights a ``fraction`` of an RL step behind: the step's checkpoint moved that far along
+    the straight line back to the previous step's (20 optimizer steps apart, so 0.05 is about
+    one optimizer step behind, as ``lag`` is)."""
+    now, before = model.checkpoints[step], model.checkpoints[step - 1]
+    return {
+        k: v + fraction * (before[k] - v) if v.is_floating_point() else v for k, v in now.items()
+    }
+
+
 def engine_for(run: FamilyRun, model: FamilyModel, step: int, faulty: bool) -> torch.nn.Module:
-    state = {
-        "current": model.checkpoints[step],
-        "lag": model.lagging[step],
-        "stale": model.checkpoints[step - 1],
-        "early": model.early,
-    }[run.weights]
+    if run.weights.startswith("behind:"):
+        state = behind(model, step, float(run.weights.removeprefix("behind:")))
+    else:
+        state = {
+            "current": model.checkpoints[step],
+            "lag": model.lagging[step],
+            "stale": model.checkpoints[step - 1],
+            "early": model.early,
+        }[run.weights]
     kernel = run.gpu_kernel if faulty and run.gpu_kernel is not None else run.kernel
     return prepare_engine(
         build(engine_config(model.config, run.engine_config), state, torch.bfloat16),
@@ -511,6 +525,9 @@ def check_family(runs: tuple[FamilyRun, ...] = FAMILY) -> None:
     for r in runs:
         assert r.baseline in names and r.baseline != r.name, r.name
         assert r.render in ("", *RENDERS), r.name
+        assert r.weights in ("current", "lag", "stale", "early") or (
+            r.weights.startswith("behind:") and 0 < float(r.weights[7:]) < 1
+        ), r.name
         assert r.engine_config in ("", *EDITS), r.name
         assert r.routing in ("natural", "replay", "replay-late"), r.name
         assert r.capture_bug in CAPTURE_BUGS and r.encoding in ENCODINGS, r.name
