@@ -9,8 +9,10 @@ have (none is a healthy run's mismatch scaled): the engine's temperature against
 applies; weights a fraction of an RL step behind (the step's checkpoint moved that far back
 toward the previous one: ``behind:F``); a split-KV decode whose partials merge by fp8
 log-sum-exps, or whose second partial starts a key late, from a KV length that sets how many
-tokens take the path; one device of four with such a kernel; and pairs of two knobs at sizes
-the catalogue's pairs do not have. The planted class of each is the fix a user should be told
+tokens take the path; one device of four with such a kernel; the trainer's copy of each tool
+response rendered otherwise, each of the renderings the family's catalogue does not use (its
+template fault is the opening tag's); and pairs of two knobs at sizes the catalogue's pairs do
+not have. The planted class of each is the fix a user should be told
 to make; the ``size`` column is ``subtle`` under about 5x the baseline's vllm_kl by the knob's
 expected reach and ``loud`` above it (the corpus records the measured ratio).
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from gen.edits import RENDERS
 from gen.family_engine import EngineKernel, Sampler
 from gen.family_runs import FAMILY, FP8KV, FamilyRun, fault
 
@@ -103,6 +106,20 @@ TOP_PS = ((0.995, "subtle"), (0.99, "subtle"), (0.95, "loud"), (0.8, "loud"), (0
 PENALTIES = ((1.005, "subtle"), (1.01, "subtle"), (1.05, "loud"), (1.2, "loud"), (1.5, "loud"))
 FRACTIONS = ((0.02, "subtle"), (0.1, "subtle"), (0.25, "loud"), (0.5, "loud"))
 
+TEMPLATES = {  # gen/edits.RENDERS: the trainer's copy of each tool response
+    "crlf": "its final newline written as CRLF",
+    "strip-newline": "its final newline dropped",
+    "wrapper": "wrapped in other tags than the engine's",
+    "escaped-quotes": "its quotes escaped as HTML",
+}
+
+
+def _template(render: str) -> FamilyRun:
+    assert render in RENDERS, render
+    what = f"the trainer's copy of each tool response {TEMPLATES[render]}"
+    return fault(f"s-tpl-{render}", "template", "loud", what, render=render)
+
+
 SWEEP: tuple[FamilyRun, ...] = (
     *BASELINES,
     *(_temp(t, s) for t, s in TEMPERATURES),
@@ -116,6 +133,7 @@ SWEEP: tuple[FamilyRun, ...] = (
     _split(224, "subtle", drop=True),
     _gpu(128, "subtle", drop=False),
     _gpu(96, "loud", drop=True),
+    *(_template(r) for r in TEMPLATES),
     fault(
         "s-pair-behind-temp",
         "semantics+policy",
