@@ -30,9 +30,9 @@ from mismatchctl.analysis.diagnose.causes import policy, precision
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.causes.outside import LEVEL_SHARE
 from mismatchctl.analysis.diagnose.causes.parts import steps_region
-from mismatchctl.analysis.diagnose.causes.step_change import weights_at
+from mismatchctl.analysis.diagnose.causes.step_change import ID_WEIGHTS, weights_at
 from mismatchctl.analysis.diagnose.check import Check, evidence_of, fired
-from mismatchctl.analysis.diagnose.checks import baseline, regimes, spikes
+from mismatchctl.analysis.diagnose.checks import baseline, regimes, spikes, token_shift
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.analysis.diagnose.contrasts import ci_text
 from mismatchctl.analysis.diagnose.text import pct
@@ -118,6 +118,30 @@ def varying_second(ctx: Context, w: Weighed, alarmed: list[Weighed]) -> Weighed:
     return Weighed(policy, support, w.score)
 
 
+def split_unread(ctx: Context, first: Weighed | None) -> str | None:
+    """Why the policy lost where its twin was named (a precision loss, uniform, or a code path of
+    some steps): the steps split as other weights' gap following the training splits them, but
+    no token id moved on its own beyond what the engine's arithmetic moves (``weights_at``), so
+    the split is not read as the weights'. The Cohere member's weights 0.1-0.5 of an RL step
+    behind (docs/diagnose.md "A fault's size, swept"): step 1 at 2.2x the others, the ids'
+    own shifts 0.35-0.46% of ``r``'s variance. None when there is no split, the split was read
+    as the weights', or the first cause is not the twin."""
+    if first is None or not (first.cause is precision or steps_part(first)):
+        return None
+    split = steps_split(ctx)
+    if split is None or _split_by_weights(ctx):
+        return None
+    e = evidence_of(ctx.result(token_shift), token_shift.Evidence)
+    share = "n/a" if e is None or e.id_share is None else pct(e.id_share)
+    return (
+        f"the steps split ({split.finding}) as the gap between two sets of weights follows the "
+        f"updates, but each token id's own shift carries {share} of r's variance (under "
+        f"{ID_WEIGHTS:.1%}), no more than the engine's arithmetic moves them: the data cannot "
+        "tell other weights from the arithmetic changed at those steps (compare the checkpoint "
+        "versions the two sides ran)"
+    )
+
+
 def _split_by_weights(ctx: Context) -> bool:
     """Whether the steps the split elevates changed by their weights (``step_change.weights_at``:
     hot throughout, token ids moved on their own): not a path some of their tokens take, nor
@@ -164,4 +188,11 @@ def _level(ctx: Context, first: Weighed, alarmed: list[Weighed]) -> tuple[float 
     )
 
 
-__all__ = ["steps_part", "steps_split", "steps_text", "varying_level", "varying_second"]
+__all__ = [
+    "split_unread",
+    "steps_part",
+    "steps_split",
+    "steps_text",
+    "varying_level",
+    "varying_second",
+]

@@ -32,6 +32,7 @@ from mismatchctl.analysis.diagnose.causes.peel import (
 )
 from mismatchctl.analysis.diagnose.causes.row import CauseRow
 from mismatchctl.analysis.diagnose.causes.varying_level import (
+    split_unread,
     steps_part,
     varying_level,
     varying_second,
@@ -212,6 +213,8 @@ def _lost(ctx: Context, w: Weighed, first: Weighed | None, tail: str | None = No
         why = path
     elif tail is not None and w.cause in (policy, precision):
         why = tail
+    elif not s.alarm and w.cause is policy and (unread := split_unread(ctx, first)):
+        why = f"its checks did not fire; {unread}"
     elif not s.alarm:
         why = "its checks did not fire"
     elif first is None:

@@ -91,3 +91,19 @@ def test_a_precision_loss_beside_a_kernel_from_a_step_on_is_no_policy(
     assert cause["key"] == "precision" and cause["variant"] != policy.VARYING
     (also,) = cause["also"]
     assert also["key"] == "code_path" and also["where"] == "steps 4, 5, 6"
+
+
+def test_a_split_not_read_as_the_weights_says_why_the_policy_lost(
+    held_out_store: Path,
+) -> None:
+    """Where the precision is named though the steps split (``un-fp8kv-splitkv-restart`` over
+    ``h-b``: no token id moved on its own), the policy's runner-up says what the split showed
+    and why it was not read as the weights' (``split_unread``); where nothing splits the
+    steps (``pr-fp8kv-wide``) its checks simply did not fire."""
+    cause = diagnosis(held_out_store, "un-fp8kv-splitkv-restart", "h-b").section_dict()["cause"]
+    lost = next(r for r in cause["runner_ups"] if r["key"] == "policy")["lost"]
+    assert lost.startswith("its checks did not fire; the steps split (")
+    assert "under 0.6%" in lost and "cannot tell other weights from the arithmetic" in lost
+    flat = diagnosis(held_out_store, "pr-fp8kv-wide", "h-wide-a").section_dict()["cause"]
+    lost = next(r for r in flat["runner_ups"] if r["key"] == "policy")["lost"]
+    assert lost == "its checks did not fire"
