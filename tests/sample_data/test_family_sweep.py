@@ -18,7 +18,7 @@ from gen.family_model import FamilyModel, llama_config, new_model  # noqa: E402
 from gen.family_runs import FamilyRun, behind, check_family  # noqa: E402
 from gen.family_sweep import SWEEP  # noqa: E402
 
-CAUSES = {"semantics", "policy", "code_path", "hardware", "precision"}
+CAUSES = {"semantics", "policy", "code_path", "hardware", "precision", "template"}
 
 
 def two_checkpoints() -> FamilyModel:
