@@ -49,7 +49,12 @@ A relation the modules do not declare, and that holds only where the data show i
   that gpu generation takes, ``hardware.support``), and the code path is its finding without
   the gpu: no second cause (``hw-l20-splitkv-subtle`` of the held-out corpus over its baseline,
   the part 5.4x the rest and gpu L20 6.2x the others within it). A part hot on every gpu
-  (spikes beside a gpu hot everywhere) stands beside the hardware on its own share;
+  (spikes beside a gpu hot everywhere) stands beside the hardware on its own share. Some
+  steps that stand out (the ``regimes`` or ``spikes`` check) beside a gpu named are that
+  gpu's when on the other gpus those steps are no hotter than the others (``steps_of_gpu``):
+  a kernel fault that hits only some batch shapes varies with the batches its gpu served
+  (one device's split-KV merge a key late, "A fault's size, swept": steps 1-5 at 5.1-16x
+  step 6, every one of them on that gpu);
 - **the semantics named from a code path's part keeps the path's relations**: a part whose
   excess is mass removed on one side (``processor.py``, ``semantics.by_part``) is the same
   part whatever made it hot, so what it sets off (the burst at the turns' starts the template
@@ -68,6 +73,7 @@ flip: ``outside.py``)."""
 
 from __future__ import annotations
 
+from mismatchctl.analysis.diagnose.cause_evidence import steps_follow_gpu
 from mismatchctl.analysis.diagnose.causes import code_path, hardware, policy, semantics
 from mismatchctl.analysis.diagnose.causes.beside_truncation import (
     lean_beside_truncation,
@@ -82,7 +88,8 @@ from mismatchctl.analysis.diagnose.causes.parts import (
     path_on_one_gpu,
     where_text,
 )
-from mismatchctl.analysis.diagnose.check import FAIL, WARN
+from mismatchctl.analysis.diagnose.check import FAIL, WARN, fired
+from mismatchctl.analysis.diagnose.checks import regimes, spikes
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.engines import plan as K
 from mismatchctl.stats.localize.explain import contrast_baseline
@@ -101,7 +108,7 @@ def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
     holds is the hardware's finding."""
     pair = {first.cause.KEY: first, w.cause.KEY: w}
     if set(pair) == {hardware.KEY, CODE_PATH}:
-        return _held(ctx, pair[CODE_PATH])
+        return _held(ctx, pair[CODE_PATH]) or steps_of_gpu(ctx, pair[CODE_PATH])
     if level_shape(ctx, first, w):
         return True
     declared = w.cause.KEY in first.cause.EXPLAINS or first.cause.KEY in w.cause.EXPLAINS
@@ -224,6 +231,17 @@ def _held(ctx: Context, path: Weighed) -> bool:
     if held is None or path.support.where != where_text(held[1]["where"]):
         return False
     return not hot_on_other_gpus(held[1])
+
+
+def steps_of_gpu(ctx: Context, path: Weighed) -> bool:
+    """A code path of some steps (the ``spikes`` or ``regimes`` check) beside the hardware
+    named, whose steps are the hot gpu's: on the other gpus together they are no hotter than
+    the others (``cause_evidence.steps_follow_gpu``, which the path's own support says
+    against it)."""
+    if set(path.support.region or {}) != {K.STEP}:
+        return False
+    hits = [c for c in (ctx.result(spikes), ctx.result(regimes)) if fired(c) and c is not None]
+    return bool(hits) and steps_follow_gpu(ctx, hits)
 
 
 def path_over_lean(ctx: Context, first: Weighed, alarmed: list[Weighed]) -> Weighed | None:

@@ -29,6 +29,7 @@ from mismatchctl.analysis.diagnose.checks import offset
 from mismatchctl.analysis.diagnose.context import Context
 from tests.analysis.diagnose.stores import calibration
 from tests.helpers import slow_param
+from tests.planted import diagnosis
 
 
 def _weighed(cause: ModuleType, region: dict[str, list[int]] | None = None) -> Weighed:
@@ -115,11 +116,27 @@ def test_a_path_one_gpu_holds_is_the_hardwares_finding(monkeypatch: pytest.Monke
     assert peel.explains(NO_CONTEXT, _weighed(hardware), path)
     assert peel.explains(NO_CONTEXT, path, _weighed(hardware))
     steps = _weighed(code_path, {"step": [3, 4]})  # another part than the one the gpu holds
+    monkeypatch.setattr(peel, "steps_of_gpu", lambda ctx, path: False)
     assert not peel.explains(NO_CONTEXT, _weighed(hardware), steps)
+    monkeypatch.setattr(peel, "steps_of_gpu", lambda ctx, path: True)  # steps the gpu's own
+    assert peel.explains(NO_CONTEXT, _weighed(hardware), steps)
+    monkeypatch.setattr(peel, "steps_of_gpu", lambda ctx, path: False)
     monkeypatch.setattr(peel, "hot_on_other_gpus", lambda found: True)  # a gpu hot everywhere
     assert not peel.explains(NO_CONTEXT, _weighed(hardware), path)
     monkeypatch.setattr(peel, "path_on_one_gpu", lambda ctx: None)
     assert not peel.explains(NO_CONTEXT, _weighed(hardware), path)
+
+
+def test_steps_that_are_the_hot_gpus_are_its_finding(held_out_store: Path) -> None:
+    """One device of four splitting KV past 96 keys a key late (``sw-gpu-splitdrop-96``, the
+    Llama's ``s-gpu-splitdrop-96`` of ``family.py --sweep``): the fault hits only the batches
+    whose padding puts a real key there, so steps 1-5 stand 16x step 6 (the ``regimes``
+    check), every one of them on that gpu. The hardware is named alone; the steps' code path
+    is its runner-up, the gpu's finding (``steps_of_gpu``)."""
+    found = diagnosis(held_out_store, "sw-gpu-splitdrop-96").section_dict()["cause"]
+    assert (found["key"], found["where"], found["also"]) == ("hardware", "gpu gpu1", [])
+    path = next(r for r in found["runner_ups"] if r["key"] == "code_path")
+    assert path["where"].startswith("steps ") and "the hot gpu's" in path["lost"]
 
 
 def test_the_l20_path_over_its_baseline_is_one_cause(calibration_store: Path) -> None:
