@@ -29,56 +29,31 @@ from gen.family_runs import FAMILY, FP8KV, FamilyRun, fault
 BASELINES: tuple[FamilyRun, ...] = tuple(r for r in FAMILY if r.name in ("f-h-a", "f-h-b"))
 
 
-def _temp(t: float, size: str) -> FamilyRun:
-    return fault(
-        f"s-temp-{t:g}",
-        "semantics",
-        size,
-        f"the engine samples at {t:g}, the trainer scores at 1.0",
-        sampler=Sampler(temperature=t),
-        trainer_temperature=1.0,
-    )
-
-
-def _topp(p: float, size: str) -> FamilyRun:
-    return fault(
-        f"s-topp-{p:g}",
-        "semantics",
-        size,
-        f"top-p {p:g}, processed logprobs",
-        sampler=Sampler(top_p=p),
-    )
-
-
-def _rep(r: float, size: str) -> FamilyRun:
-    return fault(
-        f"s-rep-{r:g}",
-        "semantics",
-        size,
-        f"a repetition penalty of {r:g} in the engine only",
-        sampler=Sampler(repetition_penalty=r),
-    )
-
-
-def _behind(f: float, size: str) -> FamilyRun:
-    return fault(
-        f"s-behind-{f:g}",
-        "policy",
-        size,
-        f"the engine's weights {f:g} of an RL step behind the trainer's",
-        weights=f"behind:{f:g}",
-    )
-
-
-def _split(at: int, size: str, drop: bool) -> FamilyRun:
-    kind = "the second partial a key late" if drop else "partials merged by fp8 log-sum-exps"
-    return fault(
-        f"s-split{'drop' if drop else 'fp8'}-{at}",
-        "code_path",
-        size,
-        f"split-KV decode past {at} keys, {kind}",
-        kernel=_kernel(at, drop),
-    )
+def _knob(key: str, value: float, size: str) -> FamilyRun:
+    """One knob of the sampler or the weights at one value: ``s-KEY-VALUE``."""
+    cause, what, settings = {
+        "temp": (
+            "semantics",
+            f"the engine samples at {value:g}, the trainer scores at 1.0",
+            {"sampler": Sampler(temperature=value), "trainer_temperature": 1.0},
+        ),
+        "topp": (
+            "semantics",
+            f"top-p {value:g}, processed logprobs",
+            {"sampler": Sampler(top_p=value)},
+        ),
+        "rep": (
+            "semantics",
+            f"a repetition penalty of {value:g} in the engine only",
+            {"sampler": Sampler(repetition_penalty=value)},
+        ),
+        "behind": (
+            "policy",
+            f"the engine's weights {value:g} of an RL step behind the trainer's",
+            {"weights": f"behind:{value:g}"},
+        ),
+    }[key]
+    return fault(f"s-{key}-{value:g}", cause, size, what, **settings)
 
 
 def _kernel(at: int, drop: bool) -> EngineKernel:
@@ -87,17 +62,15 @@ def _kernel(at: int, drop: bool) -> EngineKernel:
     return EngineKernel(split_at=at, lse_dtype=torch.float8_e4m3fn)
 
 
-def _gpu(at: int, size: str, drop: bool) -> FamilyRun:
-    kind = "a key late" if drop else "fp8 log-sum-exps"
-    return fault(
-        f"s-gpu-split{'drop' if drop else 'fp8'}-{at}",
-        "hardware",
-        size,
-        f"one device of four: split-KV decode past {at} keys, {kind}",
-        gpus=4,
-        faulty_gpu=1,
-        gpu_kernel=_kernel(at, drop),
-    )
+def _split(at: int, size: str, drop: bool, gpu: bool = False) -> FamilyRun:
+    """A split-KV decode past ``at`` keys on every device, or (``gpu``) on one device of four."""
+    kind = "the second partial a key late" if drop else "partials merged by fp8 log-sum-exps"
+    name = f"s-{'gpu-' if gpu else ''}split{'drop' if drop else 'fp8'}-{at}"
+    what = f"{'one device of four: ' if gpu else ''}split-KV decode past {at} keys, {kind}"
+    if gpu:
+        kernels = {"gpus": 4, "faulty_gpu": 1, "gpu_kernel": _kernel(at, drop)}
+        return fault(name, "hardware", size, what, **kernels)  # type: ignore[arg-type]
+    return fault(name, "code_path", size, what, kernel=_kernel(at, drop))
 
 
 TEMPERATURES = ((0.995, "subtle"), (0.99, "subtle"), (0.95, "loud"), (0.9, "loud"), (0.8, "loud"),
@@ -122,17 +95,17 @@ def _template(render: str) -> FamilyRun:
 
 SWEEP: tuple[FamilyRun, ...] = (
     *BASELINES,
-    *(_temp(t, s) for t, s in TEMPERATURES),
-    *(_topp(p, s) for p, s in TOP_PS),
-    *(_rep(r, s) for r, s in PENALTIES),
-    *(_behind(f, s) for f, s in FRACTIONS),
+    *(_knob("temp", t, s) for t, s in TEMPERATURES),
+    *(_knob("topp", p, s) for p, s in TOP_PS),
+    *(_knob("rep", r, s) for r, s in PENALTIES),
+    *(_knob("behind", f, s) for f, s in FRACTIONS),
     _split(64, "loud", drop=False),
     _split(224, "subtle", drop=False),
     _split(64, "loud", drop=True),
     _split(160, "subtle", drop=True),
     _split(224, "subtle", drop=True),
-    _gpu(128, "subtle", drop=False),
-    _gpu(96, "loud", drop=True),
+    _split(128, "subtle", drop=False, gpu=True),
+    _split(96, "loud", drop=True, gpu=True),
     *(_template(r) for r in TEMPLATES),
     fault(
         "s-pair-behind-temp",
