@@ -59,7 +59,16 @@ class Thresholds:
 
     HEAVY_SHARE: float = 0.02
     HEAVY_LEAST: int = 2
-    """The later turns' ratio warns only when it holds (``TOOL_RATIO_WARN``) without the
+    """A ratio under ``TOOL_RATIO_FAIL`` warns only when the later turns are hotter at the same
+    token probabilities too (``same_probs_excess``): a ratio of the mix alone (the later turns
+    sample more unlikely tokens, each no worse) is said in the finding and raises no alarm. One
+    step of a healthy run varies its mix from step to step: on a third machine's draw of the
+    calibration corpus five healthy runs' single steps warned at 1.9-2.7x (95% CI from 1.3),
+    1.0-1.6x at the same probabilities (their intervals from 0.62-1.2), the whole runs under
+    1.75x. Every fault named the turns after tool responses in any corpus holds a rate (the
+    same tokens' interval from 1.34x).
+
+    The later turns' ratio warns only when it holds (``TOOL_RATIO_WARN``) without the
     heaviest ``HEAVY_SHARE`` of the responses (at least ``HEAVY_LEAST``; by their K3 over both
     turn kinds, ``stats/heavy_turns.py``): a ratio of many responses, not of a few heavy ones.
     A mixture of experts' K3 is heavy-tailed by response (a flipped route moves every later
@@ -122,6 +131,10 @@ def run(ctx: Context) -> Check:
     same = later_turns(ctx)
     same_ratio, same_ci = same if same is not None else (None, None)
     verdict = relative(ratio, ci, T.TOOL_RATIO_WARN, TOOL_CI_LOW, T.TOOL_RATIO_FAIL, b)
+    own = same_ci is not None and same_ci[0] >= TOOL_CI_LOW
+    mix = verdict == WARN and same_ci is not None and not own  # the mix alone: no warning
+    if mix:
+        verdict = OK
     heavy = _heavy(ctx) if verdict != OK else None
     if heavy is not None:
         verdict = OK
@@ -140,6 +153,11 @@ def run(ctx: Context) -> Check:
         finding += (
             f"; {ratio_text(same_ratio)}x at the same token probabilities ({ci_text(same_ci)})"
         )
+    if mix:
+        finding += (
+            ": the later turns' excess is their mix of token probabilities, not a rate (the "
+            "same tokens' interval reaches under 1.25x)"
+        )
     if heavy is not None:
         finding += (
             f"; {ratio_text(heavy.ratio)} without the {heavy.left_out} heaviest responses "
@@ -150,7 +168,6 @@ def run(ctx: Context) -> Check:
     as_base = None if verdict == OK else as_hot_in_baseline(ctx, {K.TURN_KIND: [LATER]})
     if as_base is not None:
         verdict, finding = OK, finding + as_hot_text(*as_base)
-    own = same_ci is not None and same_ci[0] >= TOOL_CI_LOW
     advice = (
         (
             f"the later turns' tokens are {ratio_text(same_ratio)}x worse than the first turns' "

@@ -41,7 +41,8 @@ pre-trained three iterations (``family.py --pretrain 3``: "A barely trained mode
 ``mg-h-gpus-s6``, the last step of the MoE's ``m-h-gpus`` made again on the corrected engine
 (``family.py --moe``), routes left in; ``co-h-one-turn-s1``, the first step of the Cohere
 member's ``f-h-one-turn``; ``sw-gpu-splitdrop-96``, the Llama's ``s-gpu-splitdrop-96`` of
-``family.py --sweep`` (one device of four splitting KV a key late past 96 keys), whole.
+``family.py --sweep`` (one device of four splitting KV a key late past 96 keys), whole;
+``c3-h-b-s1``, the first step of ``h-b`` of the calibration corpus drawn on a third machine.
 Ingested
 without tags, as they were diagnosed."""
 
