@@ -7,6 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mismatchctl.analysis import sections as sec
+from mismatchctl.analysis.diagnose.causes.hypothesis import QUIET
+from mismatchctl.analysis.diagnose.causes.row import CauseRow
 from mismatchctl.analysis.diagnose.check import FAIL, WARN, Check
 from mismatchctl.analysis.diagnose.diagnosis import Diagnosis, layers
 
@@ -43,15 +45,24 @@ def cause_facts(weighing: cause.Evidence | None, finding: str) -> list[sec.Fact]
     out.append(sec.Fact("evidence", head.because, sec.Kind.TEXT))
     for also in weighing.also:
         out.append(sec.Fact("also", f"{also.label}: {also.because}", sec.Kind.TEXT))
-    contenders = [r for r in weighing.runner_ups if r.verdict in (WARN, FAIL)]
-    if contenders:
-        r = contenders[0]
+    r = runner_up(weighing.runner_ups)
+    if r is not None:
         out.append(sec.Fact("runner-up", f"{r.label}: {r.lost or ''}", sec.Kind.TEXT))
     if head.next:
         out.append(sec.Fact("next", head.next, sec.Kind.TEXT))
     if head.correction:
         out.append(sec.Fact("correction", head.correction, sec.Kind.TEXT))
     return out
+
+
+def runner_up(rows: list[CauseRow]) -> CauseRow | None:
+    """The runner-up the verdict shows: the first whose checks fired, else the first quiet one
+    with more to say than that (the twin the data cannot tell from the named cause, what a
+    truncation's tail holds); None when every other cause is simply quiet."""
+    alarmed = [r for r in rows if r.verdict in (WARN, FAIL)]
+    if alarmed:
+        return alarmed[0]
+    return next((r for r in rows if r.lost and r.lost != QUIET), None)
 
 
 def _row(c: Check, label: str) -> sec.CheckRow:

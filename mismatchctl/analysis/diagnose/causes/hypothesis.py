@@ -101,6 +101,9 @@ class Weighed:
     notes: list[str] = field(default_factory=list)
 
 
+QUIET = "its checks did not fire"
+"""Why a runner-up lost when nothing more is to be said of it (the view leaves such a one out)."""
+
 AGAINST = 0.5
 """Each piece of evidence that contradicts a cause halves its score (a 1.6x edge effect cannot
 outrank a policy signal that explains the whole excess; a routing flip that carries no more

@@ -11,6 +11,7 @@ from mismatchctl.analysis.diagnose.causes import policy, precision, stop
 from mismatchctl.analysis.diagnose.causes.catalogue import CAUSES
 from mismatchctl.analysis.diagnose.causes.hypothesis import (
     AGAINST,
+    QUIET,
     CauseModule,
     Support,
     Weighed,
@@ -214,9 +215,9 @@ def _lost(ctx: Context, w: Weighed, first: Weighed | None, tail: str | None = No
     elif tail is not None and w.cause in (policy, precision):
         why = tail
     elif not s.alarm and w.cause is policy and (unread := split_unread(ctx, first)):
-        why = f"its checks did not fire; {unread}"
+        why = f"{QUIET}; {unread}"
     elif not s.alarm:
-        why = "its checks did not fire"
+        why = QUIET
     elif first is None:
         why = f"explains {_pct(s.share)} of the run's mass, under a fifth of its excess"
     elif level_shape(ctx, first, w):
