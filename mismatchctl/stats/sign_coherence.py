@@ -84,7 +84,8 @@ def off_hot(state: HotSequenceState) -> HotSequenceState:
     return keep_sequences(state, ~(tested & (z > Z_TAIL)), list(state.runs))
 
 
-POSITIVE, TAIL = 5, 6  # the state's columns: the tokens with r > 0, with r > TAIL_RATIO |lr|
+NONZERO, POSITIVE, TAIL = 1, 5, 6  # the state's columns: the tokens with r != 0, > 0,
+# and > TAIL_RATIO |lr|
 
 
 def sign_coherence(state: HotSequenceState) -> SignCoherence:

@@ -86,6 +86,8 @@ def second_pass(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[We
     found = []
     transform = _cause(weighed, semantics.KEY)
     line = None if transform is None else semantics.line_outside(ctx, out.restrict, out.text)
+    if line is None and transform is not None:  # a truncation's signs are its own there
+        line = semantics.truncation_outside(ctx, out.restrict, out.text)
     if line is not None:  # a temperature's: the lean and the level there are its own
         return [w for w in [Weighed(transform.cause, _shared(ctx, out, line), 0.0)]
                 if _apart(first, w)]  # fmt: skip

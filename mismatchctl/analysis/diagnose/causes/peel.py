@@ -89,6 +89,7 @@ from mismatchctl.analysis.diagnose.causes.parts import (
     where_text,
 )
 from mismatchctl.analysis.diagnose.check import FAIL, WARN, fired
+from mismatchctl.analysis.diagnose.checks import hardware as hardware_check
 from mismatchctl.analysis.diagnose.checks import regimes, spikes
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.engines import plan as K
@@ -313,6 +314,21 @@ def beside_lean(ctx: Context, first: Weighed, w: Weighed) -> bool:
     return _both_stand(ctx, first, w)
 
 
+def gpu_beside_level(ctx: Context, first: Weighed, w: Weighed) -> bool:
+    """One gpu (or node) beside a cause of every token named first, the ``hardware`` check
+    alarming on its own test (the same responses dealt to the gpus at random within each run
+    and step split as far in under 1% of its draws, at the same token probabilities): a second
+    cause whatever its share, as a path beside a policy (:func:`beside_lean`). A cause of every
+    token raises every gpu alike; the test holds the responses' own spread. The Cohere member's
+    ``f-combo-temp-gpu`` (a temperature of 0.97 against 1.0 beside one device of four with an
+    fp8 KV cache): gpu2 1.9x the others (95% CI 1.7-2.1), 17% of the excess, under
+    ``ALSO_SHARE``; of the 954 diagnoses of six corpora it is the only one where the hardware
+    alarmed and was not named."""
+    if not first.cause.EVERY_TOKEN or w.cause.KEY != hardware.KEY or not w.support.alarm:
+        return False
+    return fired(ctx.result(hardware_check))
+
+
 def _both_stand(ctx: Context, policy: Weighed, path: Weighed) -> bool:
     """A policy and a code path stand side by side: the path's part lies within the responses
     (no part of the policy) and the responses lean outside it (no lean of the path)."""
@@ -329,6 +345,7 @@ __all__ = [
     "WITHIN_RESPONSES",
     "beside_lean",
     "explains",
+    "gpu_beside_level",
     "in_part",
     "lean_above",
     "level_leans",

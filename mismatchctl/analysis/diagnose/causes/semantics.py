@@ -21,6 +21,7 @@ from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.stats.hot_sequences import HotSequenceState, line_rows
 from mismatchctl.stats.line_slope import LineSlope, line_share, line_slope
+from mismatchctl.stats.sign_coherence import NONZERO, POSITIVE
 
 KEY = "semantics"
 CLASS = "semantics"
@@ -259,6 +260,53 @@ def line_outside(
         checks=(temperature.NAME,),
         where=text,
         variant=VARIANTS[temperature.NAME],
+    )
+
+
+OUTSIDE_TOKENS = 200
+"""Tokens with ``r != 0`` the outside of a part needs before its sign share is read: at 200 a
+share of 90% lies 11 standard errors above the 50% of two-signed noise."""
+
+
+def truncation_outside(
+    ctx: Context, restrict: Callable[[HotSequenceState], HotSequenceState], text: str
+) -> Support | None:
+    """The ``top_p`` check's sign on the tokens outside a part named first (``outside.py``):
+    the rollout side higher on ``TOPP_NEGATIVE_SHARE`` of the tokens with ``r != 0`` there, at
+    the check's own threshold. A truncation renormalised on the rollout side divides every kept
+    token's probability by the kept mass, wherever it lies; the noise a part adds on its tokens
+    has both signs and dilutes the run's share and its K3 share: top-p 0.95 (4.9x a healthy
+    run alone) beside one device of four whose split-KV merge takes a key late (12x) holds 20%
+    of the excess, under ``weigh.ALSO_SHARE``, while the other devices' tokens lie 96% below
+    zero (the OLMo 2 member's ``s-pair-topp-gpu``, ``family.py --sweep``). Healthy noise puts
+    about half of the tokens there; weights, a precision loss, a template or a kernel move
+    ``r`` both ways. The worst run's Support; None where no run's outside holds
+    ``OUTSIDE_TOKENS`` or lies that far."""
+    best: tuple[str, float] | None = None
+    for run, state in sorted(ctx.state.hot_sequences.runs().items()):
+        sums = restrict(state).sums
+        n = float(sums[:, NONZERO].sum())
+        if n < OUTSIDE_TOKENS:
+            continue
+        share = 1.0 - float(sums[:, POSITIVE].sum()) / n
+        if share >= top_p.T.TOPP_NEGATIVE_SHARE and (best is None or share > best[1]):
+            best = (run, share)
+    if best is None:
+        return None
+    run, share = best
+    many = len(ctx.state.hot_sequences.runs()) > 1
+    return Support(
+        verdict=WARN,
+        share=None,
+        because=(
+            f"outside the named part, in {text}: {f'{run}: ' if many else ''}the rollout side "
+            f"higher on {pct(share)} of the tokens (the top_p check's "
+            f"{pct(top_p.T.TOPP_NEGATIVE_SHARE)}; noise puts half there): a truncation "
+            "renormalised on one side, on the tokens the first cause does not reach"
+        ),
+        checks=(top_p.NAME,),
+        where=text,
+        variant=VARIANTS[top_p.NAME],
     )
 
 

@@ -24,6 +24,7 @@ from mismatchctl.analysis.diagnose.causes.outside import (
 from mismatchctl.analysis.diagnose.causes.peel import (
     beside_lean,
     explains,
+    gpu_beside_level,
     in_part,
     level_leans,
     level_shape,
@@ -63,7 +64,8 @@ left of it without them. When the first cause is a part of the run, the causes o
 are also tested outside that part (``outside.py``): one that stands there on its own check's
 thresholds is a second cause whatever its share; so is a code path beside a policy named first
 when both stand (``peel.beside_lean``: its part within the responses, the responses leaning
-outside it)."""
+outside it), and a gpu whose own test alarms beside a cause of every token
+(``peel.gpu_beside_level``)."""
 
 
 @dataclass
@@ -183,6 +185,8 @@ def _second(ctx: Context, first: Weighed, w: Weighed, cut: float) -> bool:
     if w is first or w.cause.CLASS == first.cause.CLASS:
         return False
     if w.score < cut:
+        if gpu_beside_level(ctx, first, w):
+            return not explains(ctx, first, w)
         return w.support.alarm and beside_lean(ctx, first, w)
     if explains(ctx, first, w):
         return False

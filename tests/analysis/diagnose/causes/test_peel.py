@@ -330,3 +330,16 @@ def test_a_part_no_hotter_than_the_precisions_level_over_the_baseline_is_its_sha
     assert path["lost"].startswith("over the baseline its part is no hotter than the rest's level")
     alone = diagnosis(held_out_store, "nx-pr-fp8kv").section_dict()["cause"]
     assert alone["key"] == "code_path"
+
+
+def test_a_gpu_standing_on_its_own_test_beside_a_transform_is_named(held_out_store: Path) -> None:
+    """A temperature of 0.97 against 1.0 beside one device of four with an fp8 KV cache
+    (``co-combo-temp-gpu``, the Cohere member's ``f-combo-temp-gpu`` of a fresh draw, alone):
+    the temperature is named first; gpu2 is 1.9x the other gpus on the ``hardware`` check's
+    own test and holds 17% of the excess, under the second cause's quarter: named beside it
+    (``gpu_beside_level``), where it was a runner-up."""
+    cause = diagnosis(held_out_store, "co-combo-temp-gpu").section_dict()["cause"]
+    assert cause["key"] == "semantics"
+    (also,) = cause["also"]
+    assert (also["key"], also["where"]) == ("hardware", "gpu gpu2")
+    assert also["share"] < 0.25

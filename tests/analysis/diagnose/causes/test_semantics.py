@@ -15,6 +15,7 @@ from mismatchctl.analysis.diagnose.checks import token_shift
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.stats.seq_sums import seq_sums
 from tests.analysis.diagnose.stores import calibration
+from tests.planted import diagnosis
 from tests.stats.test_line_slope import _run
 
 
@@ -183,3 +184,22 @@ def test_a_causes_own_least_share_stands_against_the_parts() -> None:
     assert _score(semantics, quiet, 0.66).score == 0.0
     part = Support("warn", 0.66, "later steps", ("trend",))
     assert _score(growth, part, 0.66).score == pytest.approx(0.66)
+
+
+def test_a_truncation_beside_a_gpus_part_is_named_by_its_signs_outside(
+    held_out_store: Path,
+) -> None:
+    """Top-p 0.95 beside one device of four splitting KV past 96 keys a key late
+    (``ol-pair-topp-gpu``, the OLMo 2 member's ``s-pair-topp-gpu`` of ``family.py --sweep
+    --seed 2``): the gpu holds 80% of the excess, the truncation's share is under the second
+    cause's cut, but on the other gpus the rollout side is higher on nearly every token: the
+    semantics stands there on the ``top_p`` check's own threshold (``truncation_outside``). The
+    gpu fault alone leaves its outside two-signed (``sw-gpu-splitdrop-96``: hardware alone)."""
+    cause = diagnosis(held_out_store, "ol-pair-topp-gpu").section_dict()["cause"]
+    assert (cause["key"], cause["where"]) == ("hardware", "gpu gpu1")
+    (also,) = cause["also"]
+    assert also["key"] == "semantics" and also["variant"] == semantics.VARIANTS["top_p"]
+    assert also["where"].startswith("the other gpus") or "gpu" in also["where"]
+    assert "the rollout side higher on 9" in also["because"]
+    alone = diagnosis(held_out_store, "sw-gpu-splitdrop-96").section_dict()["cause"]
+    assert alone["also"] == []

@@ -42,7 +42,11 @@ pre-trained three iterations (``family.py --pretrain 3``: "A barely trained mode
 (``family.py --moe``), routes left in; ``co-h-one-turn-s1``, the first step of the Cohere
 member's ``f-h-one-turn``; ``sw-gpu-splitdrop-96``, the Llama's ``s-gpu-splitdrop-96`` of
 ``family.py --sweep`` (one device of four splitting KV a key late past 96 keys), whole;
-``c3-h-b-s1``, the first step of ``h-b`` of the calibration corpus drawn on a third machine.
+``c3-h-b-s1``, the first step of ``h-b`` of the calibration corpus drawn on a third machine;
+``ol-pair-topp-gpu``, the OLMo 2 member's ``s-pair-topp-gpu`` (``family.py --arch olmo2
+--sweep --seed 2``: top-p 0.95 beside one device of four splitting KV a key late), whole;
+``co-combo-temp-gpu``, a fresh Cohere draw's ``f-combo-temp-gpu`` (a temperature of 0.97
+against 1.0 beside one device of four with an fp8 KV cache), whole.
 Ingested
 without tags, as they were diagnosed."""
 
