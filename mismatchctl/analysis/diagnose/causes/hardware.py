@@ -31,6 +31,13 @@ CORRECTION = "no: move the run, or switch the kernel path those gpus take"
 READS: tuple[CheckModule, ...] = (hardware, localized, baseline)
 
 
+def own_test(ctx: Context) -> bool:
+    """Whether the ``hardware`` check alarms on its own test (the same responses dealt to the
+    gpus at random within each run and step), which a cause of every token cannot set off
+    (``peel.gpu_beside_level``)."""
+    return fired(ctx.result(hardware))
+
+
 def support(ctx: Context) -> Support | None:
     gpu, local = ctx.result(hardware), ctx.result(localized)
     other = _other_generation(ctx)

@@ -89,7 +89,6 @@ from mismatchctl.analysis.diagnose.causes.parts import (
     where_text,
 )
 from mismatchctl.analysis.diagnose.check import FAIL, WARN, fired
-from mismatchctl.analysis.diagnose.checks import hardware as hardware_check
 from mismatchctl.analysis.diagnose.checks import regimes, spikes
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.engines import plan as K
@@ -326,7 +325,7 @@ def gpu_beside_level(ctx: Context, first: Weighed, w: Weighed) -> bool:
     alarmed and was not named."""
     if not first.cause.EVERY_TOKEN or w.cause.KEY != hardware.KEY or not w.support.alarm:
         return False
-    return fired(ctx.result(hardware_check))
+    return hardware.own_test(ctx)
 
 
 def _both_stand(ctx: Context, policy: Weighed, path: Weighed) -> bool:
