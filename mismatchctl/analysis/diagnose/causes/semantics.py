@@ -247,20 +247,12 @@ def line_outside(
         return None
     run, s, share = best
     loud = abs(s.slope - 1.0) >= t.TEMP_SLOPE_FAIL and share >= t.TEMP_R2_FAIL
-    many = len(ctx.state.hot_sequences.runs()) > 1
-    return Support(
-        verdict=FAIL if loud else WARN,
-        share=None,
-        because=(
-            f"outside the named part, in {text}: {f'{run}: ' if many else ''}trainer ~ "
-            f"{s.slope:.4g} x rollout logprob + c, {abs(s.t):.1f} standard errors from 1 over "
-            f"the responses, the line {pct(share)} of r's variance there: a temperature (or raw "
-            "logprobs) on one side, on the tokens the first cause does not reach"
-        ),
-        checks=(temperature.NAME,),
-        where=text,
-        variant=VARIANTS[temperature.NAME],
+    finding = (
+        f"trainer ~ {s.slope:.4g} x rollout logprob + c, {abs(s.t):.1f} standard errors from 1 "
+        f"over the responses, the line {pct(share)} of r's variance there: a temperature (or "
+        "raw logprobs) on one side"
     )
+    return _outside(ctx, FAIL if loud else WARN, temperature, run, text, finding)
 
 
 OUTSIDE_TOKENS = 200
@@ -294,19 +286,29 @@ def truncation_outside(
     if best is None:
         return None
     run, share = best
+    finding = (
+        f"the rollout side higher on {pct(share)} of the tokens (the top_p check's "
+        f"{pct(top_p.T.TOPP_NEGATIVE_SHARE)}; noise puts half there): a truncation renormalised "
+        "on one side"
+    )
+    return _outside(ctx, WARN, top_p, run, text, finding)
+
+
+def _outside(
+    ctx: Context, verdict: str, check: CheckModule, run: str, text: str, finding: str
+) -> Support:
+    """A semantic sign found outside a part named first, by ``check``, in ``run``."""
     many = len(ctx.state.hot_sequences.runs()) > 1
     return Support(
-        verdict=WARN,
+        verdict=verdict,
         share=None,
         because=(
-            f"outside the named part, in {text}: {f'{run}: ' if many else ''}the rollout side "
-            f"higher on {pct(share)} of the tokens (the top_p check's "
-            f"{pct(top_p.T.TOPP_NEGATIVE_SHARE)}; noise puts half there): a truncation "
-            "renormalised on one side, on the tokens the first cause does not reach"
+            f"outside the named part, in {text}: {f'{run}: ' if many else ''}{finding}, on the "
+            "tokens the first cause does not reach"
         ),
-        checks=(top_p.NAME,),
+        checks=(check.NAME,),
         where=text,
-        variant=VARIANTS[top_p.NAME],
+        variant=VARIANTS[check.NAME],
     )
 
 
