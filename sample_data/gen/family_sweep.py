@@ -143,6 +143,17 @@ SWEEP: tuple[FamilyRun, ...] = (
         gpu_kernel=_kernel(96, drop=True),
     ),
     fault(
+        "s-pair-tpl-gpu",
+        "template+hardware",
+        "loud",
+        "the trainer's copy of each tool response its final newline written as CRLF beside one "
+        "device of four splitting KV past 96 keys a key late",
+        render="crlf",
+        gpus=4,
+        faulty_gpu=1,
+        gpu_kernel=_kernel(96, drop=True),
+    ),
+    fault(
         "s-pair-behind-gpu",
         "policy+hardware",
         "loud",

@@ -73,6 +73,8 @@ flip: ``outside.py``)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from mismatchctl.analysis.diagnose.cause_evidence import steps_follow_gpu
 from mismatchctl.analysis.diagnose.causes import code_path, hardware, policy, semantics
 from mismatchctl.analysis.diagnose.causes.beside_truncation import (
@@ -100,6 +102,14 @@ holding one of them is a part within the responses, whatever whole-response dime
 length, a step) it is conjoined with."""
 
 POLICY, CODE_PATH, SEMANTICS, PRECISION = policy.KEY, "code_path", semantics.KEY, "precision"
+TEMPLATE = "template"
+
+LATER_OVER_FIRST = 1.75
+"""The later turns of the gpus outside a gpu named first, over their first turns at the same
+token probabilities (the ``tool_responses`` check's ``TOOL_RATIO_WARN``), under which a burst
+after the tool responses is that gpu's. A re-rendered template raises the later turns of every
+gpu: every template fault of seven corpora (30 runs, alone) puts them at 14-2,267x the first
+turns there (intervals from 11), every healthy run and improvement (107) at 0.77-1.2x."""
 
 
 def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
@@ -109,6 +119,8 @@ def explains(ctx: Context, first: Weighed, w: Weighed) -> bool:
     pair = {first.cause.KEY: first, w.cause.KEY: w}
     if set(pair) == {hardware.KEY, CODE_PATH}:
         return _held(ctx, pair[CODE_PATH]) or steps_of_gpu(ctx, pair[CODE_PATH])
+    if set(pair) == {hardware.KEY, TEMPLATE}:  # the burst of a gpu named first
+        return first.cause.KEY == hardware.KEY and burst_of_gpu(ctx, first)
     if level_shape(ctx, first, w):
         return True
     declared = w.cause.KEY in first.cause.EXPLAINS or first.cause.KEY in w.cause.EXPLAINS
@@ -233,6 +245,36 @@ def _held(ctx: Context, path: Weighed) -> bool:
     return not hot_on_other_gpus(held[1])
 
 
+def burst_of_gpu(ctx: Context, gpu: Weighed) -> bool:
+    """The burst after the tool responses (``template``) beside a gpu named first is the gpu's:
+    outside it the later turns are under ``LATER_OVER_FIRST`` times the first turns at the
+    same token probabilities (``hot_sequences``' cells: turn kind x probability bin). One device
+    of four splitting KV a key late past 96 keys (the Gemma2 member's ``s-gpu-splitdrop-96``,
+    ``family.py --sweep --seed 3``): the first 8 tokens after a tool response 4.1x the rest of
+    those turns (95% CI 1.7-10), a decode step right after a tool response's prefill attending
+    most to the keys just written, where a merge a key late errs most; a template was named
+    beside the hardware. False without an outside of gpus or without first-turn tokens."""
+    out = outside(ctx, gpu)
+    spec = ctx.cube.spec if ctx.cube is not None else None
+    if out is None or spec is None or not (gpu.support.region or {}).get(K.GPU):
+        return False
+    bins = spec.dims[spec.index(K.BIN)].size
+    n, k3 = np.zeros(2 * bins), np.zeros(2 * bins)
+    for state in ctx.state.hot_sequences.runs().values():
+        st = out.restrict(state)
+        keep = st.cell < 2 * bins
+        n += np.bincount(st.cell[keep], st.sums[keep, 0], 2 * bins)
+        k3 += np.bincount(st.cell[keep], st.sums[keep, 4], 2 * bins)
+    first_n, first_k3, later_n, later_k3 = n[:bins], k3[:bins], n[bins:], k3[bins:]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rate = np.where(first_n > 0, first_k3 / first_n, np.nan)
+    use = np.isfinite(rate) & (later_n > 0)
+    expected = float(np.sum(later_n[use] * rate[use]))
+    if not use.any() or expected <= 0:
+        return False
+    return float(np.sum(later_k3[use])) / expected < LATER_OVER_FIRST
+
+
 def steps_of_gpu(ctx: Context, path: Weighed) -> bool:
     """A code path of some steps (the ``spikes`` or ``regimes`` check) beside the hardware
     named, whose steps are the hot gpu's: on the other gpus together they are no hotter than
@@ -343,6 +385,7 @@ def _both_stand(ctx: Context, policy: Weighed, path: Weighed) -> bool:
 __all__ = [
     "WITHIN_RESPONSES",
     "beside_lean",
+    "burst_of_gpu",
     "explains",
     "gpu_beside_level",
     "in_part",

@@ -343,3 +343,15 @@ def test_a_gpu_standing_on_its_own_test_beside_a_transform_is_named(held_out_sto
     (also,) = cause["also"]
     assert (also["key"], also["where"]) == ("hardware", "gpu gpu2")
     assert also["share"] < 0.25
+
+
+def test_a_burst_after_the_tool_responses_on_one_gpu_is_its_finding(held_out_store: Path) -> None:
+    """One device of four splitting KV a key late past 96 keys (``g3-gpu-splitdrop-96``, the
+    Gemma2 member's ``s-gpu-splitdrop-96`` of ``family.py --sweep --seed 3``): the first
+    tokens after a tool response are 4.1x the rest of those turns, the template's signature,
+    but on the other gpus the later turns are no hotter than the first at the same token
+    probabilities: the burst is the gpu's (``burst_of_gpu``), no template beside it."""
+    cause = diagnosis(held_out_store, "g3-gpu-splitdrop-96").section_dict()["cause"]
+    assert (cause["key"], cause["also"]) == ("hardware", [])
+    template = next(r for r in cause["runner_ups"] if r["key"] == "template")
+    assert template["verdict"] == "warn"  # the burst is there: its check still warns

@@ -46,7 +46,9 @@ member's ``f-h-one-turn``; ``sw-gpu-splitdrop-96``, the Llama's ``s-gpu-splitdro
 ``ol-pair-topp-gpu``, the OLMo 2 member's ``s-pair-topp-gpu`` (``family.py --arch olmo2
 --sweep --seed 2``: top-p 0.95 beside one device of four splitting KV a key late), whole;
 ``co-combo-temp-gpu``, a fresh Cohere draw's ``f-combo-temp-gpu`` (a temperature of 0.97
-against 1.0 beside one device of four with an fp8 KV cache), whole.
+against 1.0 beside one device of four with an fp8 KV cache), whole; ``g3-gpu-splitdrop-96``,
+the Gemma2 member's ``s-gpu-splitdrop-96`` (``family.py --arch gemma2 --sweep --seed 3``: one
+device of four splitting KV a key late past 96 keys), whole.
 Ingested
 without tags, as they were diagnosed."""
 
