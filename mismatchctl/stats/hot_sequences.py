@@ -42,6 +42,10 @@ cannot reach (``stats.sign_coherence.tail_coherence``)."""
 COLUMNS = 14
 """The columns of ``HotSequenceState.sums``."""
 
+N_ALL, NONZERO, K3_SUM, POSITIVE, TAIL = 0, 1, 4, 5, 6
+"""Its columns of the tokens, those with ``r != 0``, their K3, those with ``r > 0`` and those
+above ``TAIL_RATIO`` (the sign tests' counts, ``stats.sign_coherence``)."""
+
 LINE = slice(8, 14)
 """Its columns of the line: count, sums of lr, lr^2, r, r^2 and lr r."""
 
@@ -235,7 +239,7 @@ def sequence_z(state: HotSequenceState) -> tuple[np.ndarray, np.ndarray]:
     """Each sequence's centered z and whether it was tested (``MIN_TOKENS``); ``state`` in
     :func:`canonical` order for sums that do not depend on the merge order."""
     rows = len(state.step)
-    n, sx, sxx = state.sums[:, 1], state.sums[:, 2], state.sums[:, 3]
+    n, sx, sxx = state.sums[:, NONZERO], state.sums[:, 2], state.sums[:, 3]
     group = state.run[state.row] * CELLS + state.cell  # (run, cell)
     groups, g = np.unique(group, return_inverse=True)
     gn = np.bincount(g, n, len(groups))
@@ -318,7 +322,7 @@ def summarize(state: HotSequenceState, examples: int = 5) -> HotSequences:
     state = canonical(state)
     z, tested = sequence_z(state)
     hot, cold = tested & (z > Z_TAIL), tested & (z < -Z_TAIL)
-    n_all, k3 = state.sums[:, 0], state.sums[:, 4]
+    n_all, k3 = state.sums[:, N_ALL], state.sums[:, K3_SUM]
     is_hot = hot[state.row]
     group = state.run[state.row] * CELLS + state.cell
     groups, g = np.unique(group, return_inverse=True)

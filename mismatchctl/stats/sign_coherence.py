@@ -28,6 +28,9 @@ import numpy as np
 from mismatchctl.stats.hot_sequences import (
     CELLS,
     MIN_TOKENS,
+    NONZERO,
+    POSITIVE,
+    TAIL,
     Z_TAIL,
     HotSequenceState,
     canonical,
@@ -84,10 +87,6 @@ def off_hot(state: HotSequenceState) -> HotSequenceState:
     return keep_sequences(state, ~(tested & (z > Z_TAIL)), list(state.runs))
 
 
-NONZERO, POSITIVE, TAIL = 1, 5, 6  # the state's columns: the tokens with r != 0, > 0,
-# and > TAIL_RATIO |lr|
-
-
 def sign_coherence(state: HotSequenceState) -> SignCoherence:
     """The sign test of one run's sequences (``hot_sequences.by_run``)."""
     return _coherence(state, POSITIVE)
@@ -102,7 +101,7 @@ def tail_coherence(state: HotSequenceState) -> SignCoherence:
 def _coherence(state: HotSequenceState, column: int) -> SignCoherence:
     state = canonical(state)
     rows = len(state.step)
-    n, pos = state.sums[:, 1], state.sums[:, column]
+    n, pos = state.sums[:, NONZERO], state.sums[:, column]
     groups, g = np.unique(state.run[state.row] * CELLS + state.cell, return_inverse=True)
     gn = np.bincount(g, n, len(groups))
     with np.errstate(invalid="ignore", divide="ignore"):

@@ -94,6 +94,7 @@ from mismatchctl.analysis.diagnose.check import FAIL, WARN, fired
 from mismatchctl.analysis.diagnose.checks import regimes, spikes
 from mismatchctl.analysis.diagnose.context import Context
 from mismatchctl.engines import plan as K
+from mismatchctl.stats.hot_sequences import K3_SUM, N_ALL
 from mismatchctl.stats.localize.explain import contrast_baseline
 
 WITHIN_RESPONSES = K.SEGMENT_KEYS
@@ -263,8 +264,8 @@ def burst_of_gpu(ctx: Context, gpu: Weighed) -> bool:
     for state in ctx.state.hot_sequences.runs().values():
         st = out.restrict(state)
         keep = st.cell < 2 * bins
-        n += np.bincount(st.cell[keep], st.sums[keep, 0], 2 * bins)
-        k3 += np.bincount(st.cell[keep], st.sums[keep, 4], 2 * bins)
+        n += np.bincount(st.cell[keep], st.sums[keep, N_ALL], 2 * bins)
+        k3 += np.bincount(st.cell[keep], st.sums[keep, K3_SUM], 2 * bins)
     first_n, first_k3, later_n, later_k3 = n[:bins], k3[:bins], n[bins:], k3[bins:]
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(first_n > 0, first_k3 / first_n, np.nan)

@@ -19,9 +19,8 @@ from mismatchctl.analysis.diagnose.checks import (
 )
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.text import pct
-from mismatchctl.stats.hot_sequences import HotSequenceState, line_rows
+from mismatchctl.stats.hot_sequences import NONZERO, POSITIVE, HotSequenceState, line_rows
 from mismatchctl.stats.line_slope import LineSlope, line_share, line_slope
-from mismatchctl.stats.sign_coherence import NONZERO, POSITIVE
 
 KEY = "semantics"
 CLASS = "semantics"
