@@ -10,6 +10,8 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
     python sample_data/family.py --out DIR --arch olmo2     # the OLMo 2 member's runs
     python sample_data/family.py --out DIR --arch cohere    # the Cohere member's runs
     python sample_data/family.py --out DIR --arch qwen2     # the Qwen2 member's runs
+    python sample_data/family.py --out DIR --arch granite   # the Granite member's runs
+    python sample_data/family.py --out DIR --arch phi       # the Phi member's runs
     python sample_data/family.py --out DIR --context 1024 --long-responses   # long responses
     python sample_data/family.py --out DIR --arch qwen3 --trainer bf16   # a bf16 trainer
     python sample_data/family.py --out DIR --arch gemma2 --unseen   # faults never calibrated
@@ -32,8 +34,11 @@ an OLMo 2 (RMSNorms after attention and MLP instead of before, one RMSNorm over 
 and key projections, rotary base 5e5, untied embeddings); with ``--arch cohere``, of a Cohere
 (Command-R: a bias-free LayerNorm before a parallel block, interleaved rotary pairs in fp32, tied
 embeddings, the logits scaled by 1/16); with ``--arch qwen2``, of a Qwen2 (Qwen2.5's layout:
-biases on the query, key and value projections, rotary base 1e6, tied embeddings); the same
-runs as the Llama's. Runs go to DIR/runs/NAME/, the trained model to DIR/cache/ (reused), DIR/corpus.json
+biases on the query, key and value projections, rotary base 1e6, tied embeddings); with
+``--arch granite``, of a Granite (Granite 3's multipliers: embeddings x12, each block's output
+x0.22, attention scores x1/32, logits /8; tied embeddings); with ``--arch phi``, of a Phi
+(Phi-2's layout: one LayerNorm before a parallel block, rotary positions on 40% of each head,
+biases everywhere, the lm_head's too; untied embeddings); the same runs as the Llama's. Runs go to DIR/runs/NAME/, the trained model to DIR/cache/ (reused), DIR/corpus.json
 lists each run as calibrate.py does.
 
 ``--context N`` trains the model on windows of N tokens instead of 320 (at most 1024, every
@@ -96,6 +101,7 @@ from gen.family_cohere import LABEL as COHERE
 from gen.family_gemma2 import LABEL as GEMMA2
 from gen.family_gpt2 import LABEL as GPT2
 from gen.family_gptneox import LABEL as GPTNEOX
+from gen.family_granite import LABEL as GRANITE
 from gen.family_model import (
     ARCHS,
     CONTEXT,
@@ -108,6 +114,7 @@ from gen.family_model import (
 from gen.family_moe import DEFAULT, MoEShape
 from gen.family_moe_runs import FAMILY_MOE
 from gen.family_olmo2 import LABEL as OLMO2
+from gen.family_phi import LABEL as PHI
 from gen.family_qwen2 import LABEL as QWEN2
 from gen.family_qwen3 import LABEL as QWEN3
 from gen.family_runs import (
@@ -234,6 +241,8 @@ def label_of(
         "olmo2": OLMO2,
         "qwen2": QWEN2,
         "cohere": COHERE,
+        "granite": GRANITE,
+        "phi": PHI,
     }
     member = (
         f"{moe.label}-bpe{vocab}"
@@ -277,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         default="llama",
         help="the dense member: llama (default), gemma2 (Gemma2ForCausalLM), qwen3 "
         "(Qwen3ForCausalLM), gptneox (GPTNeoXForCausalLM), gpt2 (GPT2LMHeadModel), olmo2 "
-        "(Olmo2ForCausalLM), cohere (CohereForCausalLM) or qwen2 (Qwen2ForCausalLM), each of the "
+        "(Olmo2ForCausalLM), cohere (CohereForCausalLM), qwen2 (Qwen2ForCausalLM), granite "
+        "(GraniteForCausalLM) or phi (PhiForCausalLM), each of the "
         "same size and runs",
     )
     parser.add_argument(

@@ -23,7 +23,9 @@ trainer from the original. These are faults of kinds no threshold of `diagnose` 
   holds them (``build`` keeps them in fp32, as engines compute their angles): every angle's
   error grows with the distance between query and key;
 - ``logit-scale-off``: Cohere's logit scale (1/16) not applied by the engine: its logits are 16
-  times the trainer's, a temperature of 1/16 that only the engine's sampler sees."""
+  times the trainer's, a temperature of 1/16 that only the engine's sampler sees;
+- ``logits-scaling-off``: Granite's logits scaling (a division by 8) not applied by the engine
+  (a port of the Llama it resembles): its logits 8 times the trainer's."""
 
 from __future__ import annotations
 
@@ -72,6 +74,10 @@ def _logit_scale_off(c: PretrainedConfig) -> None:
     c.logit_scale = 1.0
 
 
+def _logits_scaling_off(c: PretrainedConfig) -> None:
+    c.logits_scaling = 1.0
+
+
 EDITS: dict[str, Callable[[PretrainedConfig], None]] = {
     "window-off": _window_off,
     "final-softcap-off": _final_softcap_off,
@@ -81,6 +87,7 @@ EDITS: dict[str, Callable[[PretrainedConfig], None]] = {
     "rotary-full": _rotary_full,
     "rope-bf16": _rope_bf16,
     "logit-scale-off": _logit_scale_off,
+    "logits-scaling-off": _logits_scaling_off,
 }
 
 

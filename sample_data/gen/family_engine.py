@@ -10,7 +10,7 @@ sequence in one forward; and the faults, each where it happens in a real stack.
 - one device's kernels: RMSNorm (or GPT-NeoX's, GPT-2's and Cohere's LayerNorm) statistics in
   bf16 (`bf16_norm_stats`);
 - the engine's lm_head in fp32 (an improvement; with tied embeddings, a copy of them in fp32,
-  Gemma2's final soft-capping and Cohere's logit scale still applied after it; GPT-NeoX's
+  Gemma2's final soft-capping and Cohere's logit scale still applied after it, Phi's bias kept; GPT-NeoX's
   untied head is ``lm_head`` in transformers 5, Pythia checkpoints' ``embed_out``; GPT-2's is
   tied to ``transformer.wte``);
 - the MoE member's routers (gen/family_moe.py): each side's experts recorded per input position,
@@ -151,12 +151,17 @@ def bf16_norm_stats(model: PreTrainedModel) -> None:
 
 
 class Fp32Head(torch.nn.Module):
-    def __init__(self, weight: torch.Tensor) -> None:
+    """The engine's lm_head in fp32: a copy of the head's weight (and of its bias, Phi's) made
+    fp32, applied to the hidden states made fp32."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(weight.float(), requires_grad=False)
+        self.bias = None if bias is None else torch.nn.Parameter(bias.float(), requires_grad=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.float() @ self.weight.t()
+        out = x.float() @ self.weight.t()
+        return out if self.bias is None else out + self.bias
 
 
 def attention_modules(model: PreTrainedModel) -> list[torch.nn.Module]:
@@ -183,7 +188,8 @@ def prepare_engine(
     for attention in attention_modules(model):
         attention.config = model.config
     if fp32_head:
-        model.lm_head = Fp32Head(model.lm_head.weight.data)
+        head = model.lm_head
+        model.lm_head = Fp32Head(head.weight.data, None if head.bias is None else head.bias.data)
     if norm_bf16:
         bf16_norm_stats(model)
     for router in routers(model):

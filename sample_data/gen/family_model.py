@@ -5,7 +5,9 @@ or, with ``arch="gemma2"``, a Gemma2 of the same size (gen/family_gemma2.py), wi
 ``arch="qwen3"`` a Qwen3 (gen/family_qwen3.py), with ``arch="gptneox"`` a GPT-NeoX
 (gen/family_gptneox.py), with ``arch="gpt2"`` a GPT-2 (gen/family_gpt2.py), with
 ``arch="olmo2"`` an OLMo 2 (gen/family_olmo2.py), with ``arch="cohere"`` a Cohere
-(gen/family_cohere.py), with ``arch="qwen2"`` a Qwen2 (gen/family_qwen2.py).
+(gen/family_cohere.py), with ``arch="qwen2"`` a Qwen2 (gen/family_qwen2.py), with
+``arch="granite"`` a Granite (gen/family_granite.py), with ``arch="phi"`` a Phi
+(gen/family_phi.py).
 
 Nothing of it is shared with the sample model (gen/model.py: LayerNorm, GELU, multi-head
 attention, a byte vocabulary) but the training text, so its healthy noise, its token
@@ -27,10 +29,14 @@ from transformers import (
     GPT2LMHeadModel,
     GPTNeoXConfig,
     GPTNeoXForCausalLM,
+    GraniteConfig,
+    GraniteForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
+    PhiConfig,
+    PhiForCausalLM,
     PretrainedConfig,
     PreTrainedModel,
     Qwen2Config,
@@ -46,8 +52,10 @@ from gen.family_cohere import cohere_config
 from gen.family_gemma2 import gemma2_config, new_gemma2
 from gen.family_gpt2 import gpt2_config
 from gen.family_gptneox import gptneox_config
+from gen.family_granite import granite_config
 from gen.family_moe import DEFAULT, MoEShape, moe_config, tap_routers
 from gen.family_olmo2 import olmo2_config
+from gen.family_phi import phi_config
 from gen.family_qwen2 import qwen2_config
 from gen.family_qwen3 import qwen3_config
 from gen.family_size import MAX_CONTEXT, SIZE
@@ -55,7 +63,19 @@ from gen.train import log_iter, lr_at, next_token_loss, optimizer_step, windows
 
 VOCAB = 1024  # the default; family.py --vocab trains another
 CONTEXT = 320  # the default training context; family.py --context trains another
-ARCHS = ("llama", "gemma2", "qwen3", "gptneox", "gpt2", "olmo2", "cohere", "qwen2")  # dense: --arch
+ARCHS = (
+    "llama",
+    "gemma2",
+    "qwen3",
+    "gptneox",
+    "gpt2",
+    "olmo2",
+    "cohere",
+    "qwen2",
+    "granite",
+    "phi",
+)
+# the dense members: --arch
 
 
 @dataclass(frozen=True)
@@ -73,7 +93,8 @@ class FamilyTraining:
     moe: bool = False  # the mixture-of-experts member (gen/family_moe.py)
     moe_shape: MoEShape = DEFAULT
     arch: str = "llama"  # the dense member: one of ARCHS (gen/family_gemma2.py, family_qwen3.py,
-    # family_gptneox.py, family_gpt2.py, family_olmo2.py, family_cohere.py, family_qwen2.py)
+    # family_gptneox.py, family_gpt2.py, family_olmo2.py, family_cohere.py, family_qwen2.py,
+    # family_granite.py, family_phi.py)
 
 
 def train_tokenizer(vocab: int = VOCAB) -> Tokenizer:
@@ -104,7 +125,7 @@ def llama_config(vocab: int = VOCAB) -> LlamaConfig:
 @dataclass
 class FamilyModel:
     tokenizer: Tokenizer
-    config: PretrainedConfig  # a Llama-, Gemma2-, Qwen3-, GPTNeoX-, GPT2-, Olmo2- or CohereConfig
+    config: PretrainedConfig  # a Llama-, Gemma2-, Qwen3-, GPTNeoX-, GPT2-, Olmo2-, Cohere-, Qwen2-, Granite- or PhiConfig
     # or the MoE member's Qwen2MoeConfig
     checkpoints: list[dict[str, torch.Tensor]]  # index = RL step
     lagging: list[dict[str, torch.Tensor]]  # index = RL step: one optimizer step before it
@@ -130,6 +151,10 @@ def new_model(config: PretrainedConfig) -> PreTrainedModel:
         return Olmo2ForCausalLM(config)
     if isinstance(config, CohereConfig):
         return CohereForCausalLM(config)
+    if isinstance(config, GraniteConfig):
+        return GraniteForCausalLM(config)
+    if isinstance(config, PhiConfig):
+        return PhiForCausalLM(config)
     return LlamaForCausalLM(config)
 
 
@@ -192,6 +217,8 @@ def train_family(cfg: FamilyTraining = FamilyTraining(), log: bool = True) -> Fa
         "olmo2": olmo2_config,
         "cohere": cohere_config,
         "qwen2": qwen2_config,
+        "granite": granite_config,
+        "phi": phi_config,
     }[cfg.arch]
     config = moe_config(cfg.vocab, cfg.moe_shape) if cfg.moe else dense(cfg.vocab)
     model = new_model(config)

@@ -122,6 +122,20 @@ UNSEEN: dict[str, tuple[FamilyRun, ...]] = {
         _ROPE_BF16,
     ),
     "gpt2": (),
+    "phi": (_NORM_EPS, _ROPE_BF16),
+    "granite": (
+        fault(
+            "f-u-logits-scaling-off",
+            "semantics",
+            "natural",
+            "the engine does not divide the logits by the logits scaling (8): its logits 8 times "
+            "the trainer's",
+            engine_config="logits-scaling-off",
+        ),
+        _ROPE_DYNAMIC,
+        _NORM_EPS,
+        _ROPE_BF16,
+    ),
 }
 
 

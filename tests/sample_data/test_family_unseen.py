@@ -19,6 +19,7 @@ from gen.family_cohere import LOGIT_SCALE, cohere_config  # noqa: E402
 from gen.family_config_edits import DYNAMIC_FROM, EDITS, engine_config  # noqa: E402
 from gen.family_gemma2 import gemma2_config  # noqa: E402
 from gen.family_gptneox import gptneox_config  # noqa: E402
+from gen.family_granite import granite_config  # noqa: E402
 from gen.family_model import ARCHS, build, llama_config  # noqa: E402
 from gen.family_olmo2 import olmo2_config  # noqa: E402
 from gen.family_qwen3 import qwen3_config  # noqa: E402
@@ -85,6 +86,13 @@ def test_the_whole_head_rotated_moves_every_position_but_the_first() -> None:
 def test_a_logit_scale_not_applied_is_the_trainers_logits_over_the_scale() -> None:
     want, got = logits(cohere_config(VOCAB), "logit-scale-off", 20)
     assert torch.allclose(got * LOGIT_SCALE, want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_logits_scaling_not_applied_is_the_trainers_logits_times_the_scaling() -> None:
+    config = granite_config(VOCAB)
+    want, got = logits(config, "logits-scaling-off", 20)
+    assert config.logits_scaling == 8.0
+    assert torch.allclose(got, want * config.logits_scaling, rtol=1e-5, atol=1e-6)
 
 
 def test_a_soft_cap_skipped_leaves_the_capped_logits_the_trainers() -> None:
