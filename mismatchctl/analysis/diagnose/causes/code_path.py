@@ -211,20 +211,39 @@ def _past_a_burst(ctx: Context, region: dict[str, list[int]] | None) -> tuple[st
     the part; the burst is what no long-KV path makes. A template fault on a third of the
     3-layer model's requests: the later turns at KV 64-255 and the burst each explained 95% of
     the excess, and the path led by 1e-5. Empty when the part holds the turns' starts (the
-    burst itself, a prefill's) or reaches the first turns."""
+    burst itself, a prefill's).
+
+    A part of KV positions that reaches the first turns too has the burst against it when the
+    template explains most of the excess on its own (``BURST_MOST``): the later turns' long
+    positions are the template's, the first turns' share of the part another fault's, which
+    the peel weighs once the template is named. A re-rendered tool response beside one device
+    of four splitting KV a key late past 96 keys (the Granite member's sweep,
+    ``s-pair-tpl-gpu``, 125x): KV 64-255 explained 97% (the later turns', and the first turns'
+    long positions on the faulty device), the template 81%, and the path was named; no long-KV
+    path of any corpus sets off the template unopposed where its part reaches the first turns
+    (docs/diagnose.md "A fault's size, swept")."""
     spec = ctx.cube.spec if ctx.cube is not None else None
     if spec is None or not region or K.TURN_POSITION in region:
         return ()
-    if not _later_turns_only(spec, region):
+    later = _later_turns_only(spec, region)
+    if not later and K.KV_POSITION not in region:
         return ()
     burst = template.support(ctx)
     if burst is None or not burst.alarm or burst.against:
         return ()
+    if not later and (burst.share or 0.0) < BURST_MOST:
+        return ()
     return (
         "the turns after tool responses burst at their first tokens (the template's "
         "signature, no prefill start beside it): a re-rendered context raises the later "
-        "positions of those turns too, which this part is",
+        "positions of those turns too, which this part "
+        + ("is" if later else "holds with the first turns' long positions"),
     )
+
+
+BURST_MOST = 0.5
+"""The template's share of the excess from which a KV part that reaches the first turns has
+its burst against it (``_past_a_burst``): most of the excess is the re-rendered turns'."""
 
 
 def _later_turns_only(spec: CubeSpec, region: dict[str, list[int]]) -> bool:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 from mismatchctl.analysis.diagnose.cause_evidence import other_gpus_advice
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import (
@@ -10,10 +13,17 @@ from mismatchctl.analysis.diagnose.causes.parts import (
     path_on_one_gpu,
     where_text,
 )
-from mismatchctl.analysis.diagnose.check import Check, evidence_of, fired
+from mismatchctl.analysis.diagnose.check import FAIL, OK, Check, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import baseline, hardware, localized
 from mismatchctl.analysis.diagnose.context import CheckModule, Context, baseline_on_other_gpus
+from mismatchctl.analysis.diagnose.contrasts import ci_text, relative
+from mismatchctl.analysis.diagnose.levels import LEVEL, LOCAL_CI_LOW
+from mismatchctl.analysis.diagnose.text import pct
 from mismatchctl.engines import plan as K
+from mismatchctl.stats.gpu_shuffle import gpu_split
+from mismatchctl.stats.hot_sequences import HotSequenceState
+from mismatchctl.stats.localize.explain import contrast_within
+from mismatchctl.stats.localize.result import ratio_text
 
 KEY = "hardware"
 CLASS = "hardware"
@@ -36,6 +46,60 @@ def own_test(ctx: Context) -> bool:
     gpus at random within each run and step), which a cause of every token cannot set off
     (``peel.gpu_beside_level``)."""
     return fired(ctx.result(hardware))
+
+
+def outside_part(
+    ctx: Context,
+    region: dict[str, list[int]],
+    restrict: Callable[[HotSequenceState], HotSequenceState],
+    text: str,
+) -> Support | None:
+    """The ``hardware`` check's own tests on the tokens outside a part named first (the second
+    pass, ``outside.second_pass``): the responses' tokens there split by gpu beyond what the
+    same responses dealt to the gpus at random give (``SPLIT_ALPHA``), the hottest gpu (or
+    group) ``GPU_FACTOR_WARN`` times the others' K3 per token there, and its interval against
+    them at the same token probabilities above ``LOCAL_CI_LOW`` (a decade: fail). None when
+    they do not all hold, or the cube holds no table of the gpus beside the part's dimensions.
+
+    A louder fault of a part hides a device's kernel everywhere else: a re-rendered tool
+    response (115x alone) beside one device of four splitting KV a key late past 96 keys (the
+    Granite member's sweep, ``s-pair-tpl-gpu``): over the whole run that device is 1.2x the
+    others (95% CI 0.92-1.6), the template's later turns on every device; in the first turns
+    it is the device's alone (docs/diagnose.md "A fault's size, swept")."""
+    t = hardware.T
+    states = [restrict(st) for st in ctx.state.hot_sequences.runs().values()]
+    split = gpu_split(states) if states else None
+    if ctx.cube is None or split is None or not split.p_value < t.SPLIT_ALPHA:
+        return None
+    try:
+        codes = [ctx.gpu_code(g) for g in split.hot]
+    except ValueError:
+        return None
+    found = contrast_within(ctx.cube, region, K.GPU, codes, K.BIN, LEVEL)
+    if found is None:
+        return None
+    ratio, ci = found
+    verdict = relative(split.ratio, ci, t.GPU_FACTOR_WARN, LOCAL_CI_LOW, math.inf)
+    if verdict == OK:
+        return None
+    if ci[0] >= t.GPU_FACTOR_FAIL:
+        verdict = FAIL
+    gpus = ", ".join(split.hot)
+    return Support(
+        verdict=verdict,
+        share=None,
+        because=(
+            f"outside the named part, in {text}: gpu {gpus} {ratio_text(split.ratio)}x the "
+            f"other gpus' K3 per token, {ratio_text(ratio)}x at the same token probabilities "
+            f"({ci_text(ci)}); the same {split.responses} responses dealt to the gpus at "
+            f"random split as far in {pct(split.p_value)} of {split.draws} draws"
+        ),
+        checks=(hardware.NAME,),
+        ratio=ratio,
+        ci=ci,
+        where=f"gpu {gpus} in {text}",
+        region=_gpu_region(ctx, list(split.hot)),
+    )
 
 
 def support(ctx: Context) -> Support | None:

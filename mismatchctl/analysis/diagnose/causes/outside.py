@@ -6,7 +6,9 @@ with its own check's thresholds (none lowered): a temperature's line (``temperat
 the policy's lean (``policy_signs``) on the
 sequences of the other gpus or steps, or on the other turns' tokens; the precision's excess over
 the baseline (``baseline``) on the tokens outside the part at the same token mix, where it does
-not grow with the KV position (``_grows``). A cause that stands there is named beside the first,
+not grow with the KV position (``_grows``); a gpu, when the ``hardware`` check is quiet on the
+whole run, on that check's own tests there (``hardware.outside_part``: a louder part raises
+every gpu). A cause that stands there is named beside the first,
 whatever its share of the whole run's mass (the louder fault's part holds most of that). The
 outside of MoE routing flips is the tokens before any flip in their response, which the cube
 does not cut: the precision there is ``precision.beside_flips``, against the baseline's same
@@ -21,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mismatchctl.analysis.diagnose.causes import precision, semantics, sequences
+from mismatchctl.analysis.diagnose.causes import hardware, precision, semantics, sequences
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, Weighed
 from mismatchctl.analysis.diagnose.check import FAIL, OK, evidence_of
 from mismatchctl.analysis.diagnose.checks import baseline, policy_signs
@@ -105,6 +107,11 @@ def second_pass(ctx: Context, first: Weighed, weighed: list[Weighed]) -> list[We
         excess = _excess(ctx, near, found_lean is not None or _leans_faintly(ctx, out))
     if excess is not None and loss is not None and not _other_reasons(loss):
         found.append(Weighed(loss.cause, _shared(ctx, near, excess), 0.0))
+    gpu = _cause(weighed, hardware.KEY)
+    if gpu is not None and not gpu.support.alarm and K.GPU not in out.region:
+        device = hardware.outside_part(ctx, out.region, out.restrict, out.text)
+        if device is not None:
+            found.append(Weighed(gpu.cause, _shared(ctx, out, device), 0.0))
     return [w for w in found if _apart(first, w)]
 
 

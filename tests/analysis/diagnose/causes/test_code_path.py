@@ -140,8 +140,11 @@ def test_a_part_past_a_clean_burst_is_the_templates_context(
 ) -> None:
     """A part of the later turns past their starts, beside a burst at their first tokens that
     nothing opposes (no prefill start), has the template against it: a re-rendered context
-    raises those positions too. A part that reaches the first turns, that holds the turns'
-    starts, or a burst the prefill starts explain, keeps the path as it was."""
+    raises those positions too. A part of KV positions that reaches the first turns has it
+    against it only when the template explains most of the excess (``BURST_MOST``): its long
+    positions in the first turns are another fault's. A part of turns that reaches the first,
+    one that holds the turns' starts, or a burst the prefill starts explain, keeps the path as
+    it was."""
     names = [K.TURN_KIND, K.TURN, K.KV_POSITION, K.TURN_POSITION]
     labels = {K.TURN_KIND: ["first", "later"], K.TURN: ["0", "1", "2"]}
     spec = SimpleNamespace(
@@ -153,8 +156,14 @@ def test_a_part_past_a_clean_burst_is_the_templates_context(
     monkeypatch.setattr(code_path.template, "support", lambda c: clean)
     later = {K.TURN_KIND: [1], K.KV_POSITION: [3]}
     assert code_path._past_a_burst(ctx, later) and code_path._past_a_burst(ctx, {K.TURN: [2]})
-    assert not code_path._past_a_burst(ctx, {K.KV_POSITION: [3]})  # the first turns too
+    assert code_path._past_a_burst(ctx, {K.KV_POSITION: [3]})  # the first turns' too
     assert not code_path._past_a_burst(ctx, {K.TURN: [0, 2]})
+    assert not code_path._past_a_burst(ctx, {K.TURN_KIND: [0, 1], K.STEP: [2]})
+    faint = Support("fail", code_path.BURST_MOST - 0.01, "the first 8 tokens: 12x", ())
+    monkeypatch.setattr(code_path.template, "support", lambda c: faint)
+    assert not code_path._past_a_burst(ctx, {K.KV_POSITION: [3]})  # most is the path's
+    assert code_path._past_a_burst(ctx, later)  # within the later turns, whatever its share
+    monkeypatch.setattr(code_path.template, "support", lambda c: clean)
     assert not code_path._past_a_burst(ctx, {**later, K.TURN_POSITION: [0]})  # the burst itself
     opposed = Support("fail", 0.95, "burst", (), against=("the start of every prefill is hot",))
     monkeypatch.setattr(code_path.template, "support", lambda c: opposed)

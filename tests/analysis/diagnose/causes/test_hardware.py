@@ -82,3 +82,28 @@ def test_a_split_kv_path_of_one_gpu_is_that_hardware(calibration_store: Path) ->
     assert cause["key"] == "hardware" and "L20" in cause["where"]
     runner = {r["key"]: r for r in cause["runner_ups"]}
     assert "gpu L20" in " ".join(runner["code_path"]["against"])
+
+
+def test_a_device_hidden_under_a_template_is_named_in_the_first_turns(
+    held_out_store: Path,
+) -> None:
+    """A re-rendered tool response (CRLF endings, 115x alone) beside one device of four
+    splitting KV a key late past 96 keys (``gr-pair-tpl-gpu``, the Granite member's
+    ``s-pair-tpl-gpu`` of ``family.py --arch granite --sweep --seed 4``). Over the whole run
+    the device is 1.2x the others (the template's later turns are every device's): the
+    ``hardware`` check is quiet. The long KV positions of both turn kinds explained 97% and
+    were named a code path; the template's burst, unopposed, is against that part
+    (``code_path._past_a_burst``), and in the first turns, outside the template's part, the
+    device stands on the check's own tests (``outside_part``): the two planted causes."""
+    from tests.planted import diagnosis
+
+    found = diagnosis(held_out_store, "gr-pair-tpl-gpu").section_dict()
+    cause = found["cause"]
+    assert cause["key"] == "template"
+    (also,) = cause["also"]
+    assert (also["key"], also["where"]) == ("hardware", "gpu gpu1 in the first turns")
+    assert also["rate_ratio_ci"][0] > 1.75 and "dealt to the gpus at random" in also["because"]
+    gpu = next(r for r in cause["runner_ups"] if r["key"] == "code_path")
+    assert "the template's signature" in " ".join(gpu["against"])
+    checks = {c["name"]: c for c in found["checks"]}
+    assert checks["hardware"]["verdict"] == "ok"

@@ -48,7 +48,9 @@ member's ``f-h-one-turn``; ``sw-gpu-splitdrop-96``, the Llama's ``s-gpu-splitdro
 ``co-combo-temp-gpu``, a fresh Cohere draw's ``f-combo-temp-gpu`` (a temperature of 0.97
 against 1.0 beside one device of four with an fp8 KV cache), whole; ``g3-gpu-splitdrop-96``,
 the Gemma2 member's ``s-gpu-splitdrop-96`` (``family.py --arch gemma2 --sweep --seed 3``: one
-device of four splitting KV a key late past 96 keys), whole.
+device of four splitting KV a key late past 96 keys), whole; ``gr-pair-tpl-gpu``, the Granite
+member's ``s-pair-tpl-gpu`` (``family.py --arch granite --sweep --seed 4``: a re-rendered tool
+response beside one device of four splitting KV a key late), whole.
 Ingested
 without tags, as they were diagnosed."""
 
