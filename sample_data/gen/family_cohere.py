@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from transformers import CohereConfig
 
-from gen.family_size import SIZE
+from gen.family_size import NO_SPECIAL_IDS, SIZE
 
 LABEL = "cohere-4x128"  # corpus.json's model: LABEL-bpe<V>
 LOGIT_SCALE = 0.0625  # Command-R's
@@ -35,10 +35,7 @@ def cohere_config(vocab: int) -> CohereConfig:
         logit_scale=LOGIT_SCALE,
         tie_word_embeddings=True,
         layer_norm_eps=1e-5,
-        pad_token_id=None,
-        bos_token_id=None,
-        eos_token_id=None,
-        attn_implementation="sdpa",
+        **NO_SPECIAL_IDS,
     )
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from transformers import GraniteConfig
 
-from gen.family_size import SIZE
+from gen.family_size import NO_SPECIAL_IDS, SIZE
 
 LABEL = "granite-4x128"  # corpus.json's model: LABEL-bpe<V>
 
@@ -32,8 +32,5 @@ def granite_config(vocab: int) -> GraniteConfig:
         logits_scaling=8.0,
         tie_word_embeddings=True,
         rms_norm_eps=1e-6,
-        pad_token_id=None,
-        bos_token_id=None,
-        eos_token_id=None,
-        attn_implementation="sdpa",
+        **NO_SPECIAL_IDS,
     )

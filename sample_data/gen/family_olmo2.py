@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from transformers import Olmo2Config
 
-from gen.family_size import SIZE
+from gen.family_size import NO_SPECIAL_IDS, SIZE
 
 LABEL = "olmo2-4x128"  # corpus.json's model: LABEL-bpe<V>
 
@@ -32,8 +32,5 @@ def olmo2_config(vocab: int) -> Olmo2Config:
         attention_bias=False,
         tie_word_embeddings=False,
         rms_norm_eps=1e-6,
-        pad_token_id=None,
-        bos_token_id=None,
-        eos_token_id=None,
-        attn_implementation="sdpa",
+        **NO_SPECIAL_IDS,
     )

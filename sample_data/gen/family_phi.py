@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from transformers import PhiConfig
 
-from gen.family_size import SIZE
+from gen.family_size import NO_SPECIAL_IDS, SIZE
 
 LABEL = "phi-4x128"  # corpus.json's model: LABEL-bpe<V>
 
@@ -36,8 +36,5 @@ def phi_config(vocab: int) -> PhiConfig:
         qk_layernorm=False,
         tie_word_embeddings=False,
         layer_norm_eps=1e-5,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-        attn_implementation="sdpa",
+        **NO_SPECIAL_IDS,
     )

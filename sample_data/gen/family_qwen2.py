@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from transformers import Qwen2Config
 
-from gen.family_size import SIZE
+from gen.family_size import NO_SPECIAL_IDS, SIZE
 
 LABEL = "qwen2-4x128"  # corpus.json's model: LABEL-bpe<V>
 
@@ -27,8 +27,5 @@ def qwen2_config(vocab: int) -> Qwen2Config:
         use_sliding_window=False,  # every layer global, as Qwen2.5's configs ship
         tie_word_embeddings=True,
         rms_norm_eps=1e-6,
-        pad_token_id=None,
-        bos_token_id=None,
-        eos_token_id=None,
-        attn_implementation="sdpa",
+        **NO_SPECIAL_IDS,
     )

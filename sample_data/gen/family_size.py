@@ -15,3 +15,14 @@ SIZE: dict[str, int] = {
     "max_position_embeddings": MAX_CONTEXT,
 }
 """Width 128, 4 layers, 4 query heads over 2 key-value heads of 32, SwiGLU or GeGLU of 352."""
+
+
+NO_SPECIAL_IDS: dict[str, object] = {
+    "pad_token_id": None,
+    "bos_token_id": None,
+    "eos_token_id": None,
+    "attn_implementation": "sdpa",
+}
+"""The config settings the later members share: no pad, bos or eos ids (their defaults are the
+BPE's ids or past the vocabulary; the runs' stop tokens are the family's own) and transformers'
+sdpa attention, which the engine's kernel replaces (gen/family_engine.py)."""
