@@ -7,7 +7,7 @@ from mismatchctl.analysis.diagnose.advice import POLICY_SIGNS_ADVICE, STALE_ADVI
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.parts import steps_share
 from mismatchctl.analysis.diagnose.causes.semantics import far_line, ids_explain
-from mismatchctl.analysis.diagnose.causes.sequences import in_requests
+from mismatchctl.analysis.diagnose.causes.sequences import hot_requests
 from mismatchctl.analysis.diagnose.check import FAIL, WARN, evidence_of, fired
 from mismatchctl.analysis.diagnose.checks import (
     baseline,
@@ -154,10 +154,9 @@ def _some_requests(ctx: Context) -> tuple[str, ...]:
     policy runs (stale, partial, wrong or quantized weights) have 0-5 of 192 sequences hot, the
     check quiet; a temperature, top-p or penalty on a third of the requests makes 170-192 of
     672 hot (the check warns) and leans them as much."""
-    found = evidence_of(ctx.result(hot_sequences), hot_sequences.Evidence)
-    if found is None or not in_requests(ctx):  # a part's sequences are hot: the part is weighed
+    e = hot_requests(ctx)
+    if e is None:  # none hot, or a part's sequences are hot: the part is weighed
         return ()
-    e = found.worst
     return (
         f"{e.hot} of {e.tested} sequences are hotter than the others of their step "
         f"({pct(e.hot_mass_share)} of the K3 mass): the responses that lean are some requests', "

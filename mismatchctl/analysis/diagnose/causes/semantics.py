@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mismatchctl.analysis.diagnose.advice import PROCESSED_HINT
-from mismatchctl.analysis.diagnose.causes import code_path
+from mismatchctl.analysis.diagnose.causes import code_path, sequences
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, worst_of
 from mismatchctl.analysis.diagnose.causes.processor import mass_removed, sentence
 from mismatchctl.analysis.diagnose.check import FAIL, WARN, Check, evidence_of, fired
@@ -114,18 +114,37 @@ def support(ctx: Context) -> Support | None:
             or by_part(ctx)
             or Support("ok", 0.0, "no semantic sign", tuple(c.name for c in found if c))
         )
+    faint = _faint_only(hits)
+    if faint:  # mass removed, no more: a part's mask, some requests' setting, or a truncation
+        other = _by_ids(ctx) or by_part(ctx)
+        if other is not None and other.alarm:
+            return other
     # the most specific sign names the variant: a truncation's deficit, then the slope
     lead = next(c for name in VARIANTS for c in hits if c.name == name)
+    some = sequences.some_requests(ctx) if faint else ()
     return Support(
         verdict=worst_of(hits),
-        share=None,
+        share=0.0 if some else None,
         because=lead.finding,
         checks=tuple(c.name for c in hits),
         where="every token",
         variant=VARIANTS[lead.name],
-        against=_leaning(ctx) if lead.name == temperature.NAME else (),
+        against=_leaning(ctx) if lead.name == temperature.NAME else some,
         least=line_least(next((c for c in hits if c.name == temperature.NAME), None)),
     )
+
+
+def _faint_only(hits: list[Check]) -> bool:
+    """The only semantic sign is the ``top_p`` check's mass removed beyond the noise (its
+    ``faint`` form): a mask or a truncation too faint for the kept-mass signature. Where a part
+    lacks the mass (``by_part``: a bad-words mask strongest where its tokens are likely) or ids
+    shift on their own (``_by_ids``), that names the variant; where some requests are hotter
+    than the others of their step, the setting is theirs (``sequences``: top-p on a third of the
+    requests lacks 33x its K3 run-wide)."""
+    if [c.name for c in hits] != [top_p.NAME]:
+        return False
+    e = evidence_of(hits[0], top_p.Evidence)
+    return e is not None and e.faint
 
 
 def line_least(line: Check | None) -> float | None:

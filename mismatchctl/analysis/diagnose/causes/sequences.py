@@ -4,6 +4,7 @@ that no column of the dump names (one inference replica, rollouts across a weigh
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share, worst_of
 from mismatchctl.analysis.diagnose.check import FAIL, WARN, evidence_of, fired
@@ -75,6 +76,33 @@ def in_requests(ctx: Context) -> bool:
     if any(fired(ctx.result(c)) for c in policy_signs.CODE_PATH_CHECKS):
         return False
     return not others_lean(ctx)
+
+
+def hot_requests(ctx: Context) -> Any | None:
+    """The ``hot_sequences`` check's worst run's evidence when some requests are hotter than
+    the others of their step and what stands out is theirs (:func:`in_requests`), else None."""
+    found = evidence_of(ctx.result(hot_sequences), hot_sequences.Evidence)
+    return None if found is None or not in_requests(ctx) else found.worst
+
+
+def some_requests(ctx: Context) -> tuple[str, ...]:
+    """Against a faint truncation's whole-run claim (``semantics._faint_only``): some requests
+    are hotter than the others of their step, counted as ``requests_outside`` counts them
+    (``hot_sequences.many_hot``: the counts of its pattern, not its rate), so the mass may be
+    removed in them alone, a setting that only they carry, or they are another cause's part;
+    either way not every token's. The ``sequences`` cause, a part and the second pass weigh
+    them. Top-p on a third of the requests beside a split-KV path on another third: 192 of 576
+    sequences hot, 1 cold, at 1.3x the others' rate (under the check's alarm)."""
+    found = [summarize(st, examples=0) for st in ctx.state.hot_sequences.runs().values()]
+    many = [h for h in found if hot_sequences.many_hot(h)]
+    if not many:
+        return ()
+    e = max(many, key=lambda h: h.hot / max(h.tested, 1))
+    return (
+        f"{e.hot} of {e.tested} sequences are hotter than the others of their step, {e.cold} "
+        "colder: the mass may be removed in some requests only, a setting that they alone "
+        "carry, not at every token",
+    )
 
 
 def others_lean(ctx: Context) -> bool:

@@ -50,7 +50,9 @@ against 1.0 beside one device of four with an fp8 KV cache), whole; ``g3-gpu-spl
 the Gemma2 member's ``s-gpu-splitdrop-96`` (``family.py --arch gemma2 --sweep --seed 3``: one
 device of four splitting KV a key late past 96 keys), whole; ``gr-pair-tpl-gpu``, the Granite
 member's ``s-pair-tpl-gpu`` (``family.py --arch granite --sweep --seed 4``: a re-rendered tool
-response beside one device of four splitting KV a key late), whole.
+response beside one device of four splitting KV a key late), whole; ``ph-topp-0.995``, the Phi
+member's ``s-topp-0.995`` (``family.py --arch phi --sweep --seed 5``: top-p 0.995, 1.03x a
+healthy run), whole.
 Ingested
 without tags, as they were diagnosed."""
 
