@@ -78,9 +78,13 @@ def _mean_se(total: float, s2: float, st: float, s: np.ndarray) -> tuple[float, 
 
 def offset_summary(s: np.ndarray) -> dict[str, float | int | None]:
     """``log_ratio_mean`` and ``ratio_mean`` with their standard errors and z-scores (z of the
-    ratio against 1), and ``negative_share``: the share of tokens with r < 0 among those with
-    r != 0 (0.5 for symmetric noise)."""
-    keys = (M.LOG_RATIO_MEAN, "log_ratio_se", "log_ratio_z", "ratio_mean", "ratio_se", "ratio_z")
+    ratio against 1), ``k3_mean``: the mean K3 per token, ``(rho - 1) - mean r`` (each token's
+    ``K3 = expm1(r) - r``), and ``negative_share``: the share of tokens with r < 0 among those
+    with r != 0 (0.5 for symmetric noise)."""
+    keys = (
+        M.LOG_RATIO_MEAN, "log_ratio_se", "log_ratio_z", "ratio_mean", "ratio_se", "ratio_z",
+        "k3_mean",
+    )  # fmt: skip
     out: dict[str, float | int | None] = dict.fromkeys(keys)
     out[M.TOKENS], out[M.SEQUENCES] = int(s[OC.TOKENS]), int(s[OC.SEQS])
     signed = s[OC.NEG] + s[OC.POS]
@@ -96,6 +100,7 @@ def offset_summary(s: np.ndarray) -> dict[str, float | int | None]:
         ratio_mean=1.0 + q,
         ratio_se=qse,
         ratio_z=_z(q, qse),
+        k3_mean=q - m,
     )
     return out
 

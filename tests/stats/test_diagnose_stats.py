@@ -164,6 +164,7 @@ def test_offset_matches_clustered_reference_and_merges() -> None:
     assert got["ratio_mean"] == pytest.approx(1 + q, rel=1e-12)
     assert got["ratio_z"] == pytest.approx(q / qse, rel=1e-9)
     r = flat_lt - flat_lr
+    assert got["k3_mean"] == pytest.approx(float(np.mean(np.expm1(r) - r)), rel=1e-9)
     assert got["negative_share"] == pytest.approx((r < 0).sum() / (r != 0).sum())
 
 

@@ -4,7 +4,6 @@ that no column of the dump names (one inference replica, rollouts across a weigh
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from mismatchctl.analysis.diagnose.causes.hypothesis import Support, part_share, worst_of
 from mismatchctl.analysis.diagnose.check import FAIL, WARN, evidence_of, fired
@@ -78,7 +77,7 @@ def in_requests(ctx: Context) -> bool:
     return not others_lean(ctx)
 
 
-def hot_requests(ctx: Context) -> Any | None:
+def hot_requests(ctx: Context) -> hot_sequences.Sequences | None:
     """The ``hot_sequences`` check's worst run's evidence when some requests are hotter than
     the others of their step and what stands out is theirs (:func:`in_requests`), else None."""
     found = evidence_of(ctx.result(hot_sequences), hot_sequences.Evidence)

@@ -3,14 +3,13 @@ mass), with the rollout side higher on nearly every token."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from mismatchctl.analysis.diagnose.check import NA, SEMANTIC, Check, CheckEvidence, advice_if, grade
 from mismatchctl.analysis.diagnose.checks import alignment, sentinels
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.levels import OFFSET_Z
 from mismatchctl.analysis.diagnose.text import fmt, pct
-from mismatchctl.stats import registry as M
 from mismatchctl.stats.offset import offset_summary
 
 NAME = "top_p"
@@ -90,12 +89,11 @@ def _kept_mass(o: dict[str, float | int | None], deficit: float) -> bool:
 
 def removed(o: dict[str, float | int | None]) -> bool:
     """Mass removed beyond the noise (``MASS_PER_K3``): the deficit ``1 - rho`` at least that
-    many times the mean K3 per token (``(rho - 1) - mean r``), its z at ``-OFFSET_Z``."""
-    q, z, m = o["ratio_mean"], o["ratio_z"], o[M.LOG_RATIO_MEAN]
-    if q is None or z is None or m is None:
+    many times the mean K3 per token (``stats.offset``'s ``k3_mean``), its z at ``-OFFSET_Z``."""
+    q, z, k3 = o["ratio_mean"], o["ratio_z"], o["k3_mean"]
+    if q is None or z is None or k3 is None:
         return False
-    k3 = float(q) - 1.0 - float(m)
-    return z <= -OFFSET_Z and k3 > 0 and 1.0 - float(q) >= T.MASS_PER_K3 * k3
+    return z <= -OFFSET_Z and k3 > 0 and 1.0 - q >= T.MASS_PER_K3 * k3
 
 
 def run(ctx: Context) -> Check:
@@ -103,23 +101,23 @@ def run(ctx: Context) -> Check:
         return skipped
     q, warn, fail = signature(ctx)
     o = offset_summary(ctx.state.offset)
+    verdict = grade(fail, warn)
+    faint = q is not None and verdict != "ok" and not _kept_mass(o, T.TOPP_DEFICIT_WARN)
     evidence = Evidence(
         ratio_mean=q,
         ratio_se=o["ratio_se"],
         ratio_z=o["ratio_z"],
         negative_share=o["negative_share"],
+        faint=faint,
     )
     if q is None:
         return Check(LAYER, NAME, TITLE, NA, "too few sequences for a standard error", evidence)
-    verdict = grade(fail, warn)
-    faint = verdict != "ok" and not _kept_mass(o, T.TOPP_DEFICIT_WARN)
-    evidence = replace(evidence, faint=faint)
     finding = (
         f"mean ratio rho = {fmt(q, 4)} (1 expected), rollout higher on "
         f"{pct(o['negative_share'])} of tokens"
     )
     if faint:
-        k3 = q - 1.0 - (o[M.LOG_RATIO_MEAN] or 0.0)
+        k3 = o["k3_mean"] or 0.0
         finding += (
             f": {fmt((1.0 - q) / k3)}x the mean K3 per token ({fmt(k3)}) missing from the "
             f"mean ratio (z = {fmt(o['ratio_z'])}), mass removed on the rollout side beyond "
