@@ -31,8 +31,12 @@ def test_explains_hot_cell_is_sampled_and_judged_apart(runs: Path, ckpt: Path) -
     assert (hot.stratum, control.stratum) == (30, 10)  # 6 and 2 sequences of 8, five steps
     assert (hot.drawn, control.drawn) == (15, 5)  # a quarter to the control
     assert not b.by_cell_reproduces[hot.label] and not b.reproduces
-    # the short sequences' bf16 logprobs are the same decoded or not: bf16 alone reproduces them
-    assert b.by_cell_best["control"] in ENGINE_PATH and b.by_cell_reproduces["control"]
+    # the short sequences' bf16 logprobs are about the same decoded or not: bf16 alone accounts
+    # for most of their rollout side (93-100% where the CPU has AVX-512, 89% with AVX2 only: its
+    # bf16 matrix products round by the shapes of the batch), and the verdict says so at 90%
+    best = b.outcome(b.by_cell_best["control"]).by_cell["control"].share
+    assert b.by_cell_best["control"] in ENGINE_PATH and best > 0.85
+    assert b.by_cell_reproduces["control"] == (best >= 0.9)
     engine = b.outcome("bf16+incremental")
     assert engine.by_cell["control"].share > 0.5 > abs(engine.by_cell[hot.label].share)
     lines = b.to_dict()["bisect"]["verdict"]

@@ -59,8 +59,9 @@ def test_top_k_renormalises_over_the_k_most_probable(ckpt: Path) -> None:
 
 def test_a_chunked_prefill_equals_the_model_called_so(ckpt: Path) -> None:
     """The harness gives what the model gives called chunk by chunk (1e-6 in float32, where it
-    is the full forward too, 1e-5; 1e-3 in bfloat16, where the harness's attention mask makes
-    sdpa take a masked kernel that rounds otherwise than the unmasked call's)."""
+    is the full forward too, 1e-5; 5e-3 in bfloat16, where the harness's attention mask makes
+    sdpa take a masked kernel that rounds otherwise than the unmasked call's: 1e-3 apart where
+    the CPU has AVX-512, 2e-3 with AVX2 only)."""
     loaded, seq = load_model(str(ckpt)), _seqs()[2]  # a prompt of 8: chunks of 3, 3, 2
     fp32 = rescore.logprobs(rescore.Variant(loaded, SETTINGS["start"]), seq)
     chunked = rescore.logprobs(rescore.Variant(loaded, SETTINGS["prefill-chunk=3"]), seq)
@@ -69,7 +70,7 @@ def test_a_chunked_prefill_equals_the_model_called_so(ckpt: Path) -> None:
     bf16 = G.Setting("c", "", dtype="bfloat16", incremental=True, chunk=3)
     got = rescore.logprobs(rescore.Variant(loaded, bf16), seq)
     direct = _chunked(data.load(ckpt).to(torch.bfloat16), seq, 3)
-    np.testing.assert_allclose(got, direct, rtol=0, atol=1e-3)
+    np.testing.assert_allclose(got, direct, rtol=0, atol=5e-3)
 
 
 def test_the_engine_batch_equals_each_sequence_alone(ckpt: Path) -> None:
