@@ -36,6 +36,7 @@ from mismatchctl.stats import (
     turn_kind,
 )
 from mismatchctl.stats.entropy_bins import entropy_codes, entropy_labels
+from mismatchctl.stats.kernel_choice import kernels_for
 from mismatchctl.stats.positions import (
     assign_positions,
     order_blocks,
@@ -170,10 +171,13 @@ class PartKeys:
         return self._log_ratio
 
     def probability(self, column: str) -> np.ndarray:
-        """numpy's ``exp`` of a logprob column, once per slice: the bin key's and the cube's
-        token codes (``explain._Coder``) both bin the rollout's."""
+        """``exp`` of a logprob column, once per slice: the bin key's and the cube's token codes
+        (``explain._Coder``) both bin the rollout's. The turn runs' cells' ``exp``
+        (``kernels.exps``, ``stats/exp_poly.py``), so that a token on a bin edge lands in the
+        same bin in every view."""
         if column not in self._probability:
-            self._probability[column] = np.exp(self.column(column))
+            values = np.ascontiguousarray(self.column(column), dtype=np.float64)
+            self._probability[column] = kernels_for(self.n).exps(values)
         return self._probability[column]
 
     def cube_k3(self) -> np.ndarray:

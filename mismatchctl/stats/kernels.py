@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from mismatchctl.stats import exp_poly
 from mismatchctl.stats.bins import FEW_EDGES
 from mismatchctl.stats.histogram import N_BINS, ZERO_BIN
 from mismatchctl.stats.numba_load import kernel
@@ -139,6 +140,86 @@ def _hist_bin(x: float, bounds: np.ndarray, table: np.ndarray, first: int, shift
     return ZERO_BIN + (k - 2 * k * np.int64(s < 0))
 
 
+_LOG2E, _SHIFTER, _SHIFTER_BITS = exp_poly.LOG2E, exp_poly.SHIFTER, exp_poly.SHIFTER_BITS
+_LN2_HI, _LN2_LO = exp_poly.LN2_HI, exp_poly.LN2_LO
+_FAST_LO, _FAST_HI = exp_poly.FAST_LO, exp_poly.FAST_HI
+_H0, _H1, _H2, _H3, _H4, _H5, _H6, _H7, _H8, _H9, _H10, _H11, _H12 = exp_poly.H
+
+
+@kernel(nogil=True, error_model="numpy", inline="always")
+def _exp_parts(x: float) -> tuple[float, float]:
+    """``expm1(r)`` and ``2**n`` of ``x = n ln2 + r`` (``stats/exp_poly.py``: the method, and
+    its numpy twin, operation for operation); straight-line, so that loops of it vectorise."""
+    xc = min(max(x, _FAST_LO), _FAST_HI)
+    t = xc * _LOG2E + _SHIFTER
+    n = t - _SHIFTER
+    r = (xc - n * _LN2_HI) - n * _LN2_LO
+    r2 = r * r  # Estrin's scheme: a dependency chain of 8 operations, not Horner's 26
+    r4 = r2 * r2
+    h = ((_H0 + _H1 * r) + (_H2 + _H3 * r) * r2) + ((_H4 + _H5 * r) + (_H6 + _H7 * r) * r2) * r4
+    h += (((_H8 + _H9 * r) + (_H10 + _H11 * r) * r2) + _H12 * r4) * (r4 * r4)
+    bits = (np.int64(np.float64(t).view(np.int64)) - _SHIFTER_BITS + 1023) << 52
+    return r + r2 * h, np.int64(bits).view(np.float64)
+
+
+@kernel(nogil=True, error_model="numpy", inline="always")
+def _far(x: float) -> int:
+    """1 where the C library's function is used (outside the fast range, NaN), else 0."""
+    return np.int64(x < _FAST_LO) | np.int64(x > _FAST_HI) | np.int64(x != x)
+
+
+@kernel(nogil=True, error_model="numpy")
+def token_exps(lr: np.ndarray, lt: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``exp(lr)``, ``exp(lt)`` and ``expm1(lt - lr)`` of a slice's tokens in one vectorised
+    pass (``stats/exp_poly.py``; its twin ``kernels_numpy.token_exps``), the C library's
+    functions where a value is outside the fast range."""
+    n = lr.shape[0]
+    pr = np.empty(n, np.float64)
+    pt = np.empty(n, np.float64)
+    rm1 = np.empty(n, np.float64)
+    far = 0
+    for i in range(n):
+        a = lr[i]
+        b = lt[i]
+        d = b - a
+        em, s = _exp_parts(a)
+        pr[i] = s * (1.0 + em)
+        em, s = _exp_parts(b)
+        pt[i] = s * (1.0 + em)
+        em, s = _exp_parts(d)
+        rm1[i] = s * em + (s - 1.0)
+        far += _far(a) | _far(b) | _far(d)
+    if far:
+        for i in range(n):
+            a = lr[i]
+            b = lt[i]
+            d = b - a
+            if _far(a):
+                pr[i] = math.exp(a)
+            if _far(b):
+                pt[i] = math.exp(b)
+            if _far(d):
+                rm1[i] = math.expm1(d)
+    return pr, pt, rm1
+
+
+@kernel(nogil=True, error_model="numpy")
+def exps(x: np.ndarray) -> np.ndarray:
+    """``exp`` of every value (``token_exps``' method), e.g. the probabilities a bin key bins."""
+    n = x.shape[0]
+    out = np.empty(n, np.float64)
+    far = 0
+    for i in range(n):
+        em, s = _exp_parts(x[i])
+        out[i] = s * (1.0 + em)
+        far += _far(x[i])
+    if far:
+        for i in range(n):
+            if _far(x[i]):
+                out[i] = math.exp(x[i])
+    return out
+
+
 @kernel(nogil=True, error_model="numpy")
 def cell_sums(
     lr: np.ndarray,
@@ -162,10 +243,11 @@ def cell_sums(
 ) -> tuple[np.ndarray, ...]:
     """Cells of (turn run, token code) of one slice.
 
-    ``lr``/``lt``: float64 logprobs (finite); ``pr_in``: ``np.exp(lr)`` (numpy's, so that
-    tokens on a bin edge land where ``assign_bins`` puts them); ``pt_in``, ``rm1_in``:
-    ``np.exp(lt)`` and ``np.expm1(lt - lr)`` (numpy's vectorised functions over the slice: the C
-    library's, called per token, were half the loop's cycles); ``starts``: the runs;
+    ``lr``/``lt``: float64 logprobs (finite); ``pr_in``, ``pt_in``, ``rm1_in``: ``exp(lr)``,
+    ``exp(lt)`` and ``expm1(lt - lr)`` from :func:`token_exps` (one vectorised pass over the
+    slice: the C library's, called per token, were half the loop's cycles; the bin keys take
+    ``exp(lr)`` from the same polynomial, so that a token on a bin edge lands where
+    ``assign_bins`` puts it in every view); ``starts``: the runs;
     ``inner``: the interior bin edges of the inference probability, ascending. A token's code
     combines its probability bin ``b`` with, when their edges are given (non-empty), its KV
     position bin ``kv`` (``kv_base[run] + position[token]``, binned by ``kv_inner``: the edges

@@ -7,10 +7,11 @@ the same order, so the choice between them (``stats/kernel_choice.py``) never sh
 
 - sums are sequential, token after token, as the compiled loops add: ``np.bincount`` with
   weights and ``np.add.at`` add in index order (numpy's pairwise ``sum`` would not);
-- every token's ``exp`` of the logprobs and ``expm1`` of their difference are numpy's, computed
-  over the slice by the caller and given to both; the rare ones of the clamped ratios are the C
-  library's, called through ``math`` as the compiled code calls them (numpy's vectorised
-  versions may differ in the last bit); a result beyond float64 is ``inf``, as there;
+- every token's ``exp`` of the logprobs and ``expm1`` of their difference come from
+  :func:`token_exps`, the compiled one's polynomial (``stats/exp_poly.py``) in numpy, operation
+  for operation; the rare ones of the clamped ratios are the C library's, called through
+  ``math`` as the compiled code calls them (numpy's vectorised versions may differ in the last
+  bit); a result beyond float64 is ``inf``, as there;
 - an extreme keeps the earlier value on a tie, as ``min``/``max`` do in the compiled loops
   (only the sign of a zero can tell: :func:`_extreme_at`);
 - bins are ``np.searchsorted`` (the count of interior edges ``<= x``, the compiled ``_bin``) and
@@ -27,6 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from mismatchctl.stats import exp_poly
 from mismatchctl.stats.histogram import N_BINS, ZERO_BIN
 from mismatchctl.stats.sample import mix64
 from mismatchctl.stats.state import (
@@ -94,6 +96,16 @@ def _extreme_at(out: np.ndarray, idx: np.ndarray, vals: np.ndarray, smaller: boo
     groups, first = np.unique(idx[hit], return_index=True)
     out[groups] = vals[hit][first]
     out[keep] = before[keep]
+
+
+def token_exps(lr: np.ndarray, lt: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The compiled ``token_exps``: ``exp(lr)``, ``exp(lt)``, ``expm1(lt - lr)``."""
+    return exp_poly.exp(lr), exp_poly.exp(lt), exp_poly.expm1(lt - lr)
+
+
+def exps(x: np.ndarray) -> np.ndarray:
+    """The compiled ``exps``: ``exp`` of every value."""
+    return exp_poly.exp(x)
 
 
 def run_starts(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:

@@ -245,12 +245,10 @@ def bin_cells(
     n_extra = token_bins.n_entropy * token_bins.n_trainer
     tables = hist_lookup.index_tables() if with_hist else None
     lookup = tables if tables is not None else NO_LOOKUP
-    pr = np.exp(lr)
-    with np.errstate(over="ignore"):  # beyond float64: inf, as the metrics expect
-        # numpy's vectorised exp and expm1 over the slice: a fifth of the kernel's time less
-        # than the C library's per token; they may differ from it in the last bit (#46), and
-        # the tests hold every metric to the float64 reference
-        pt, rm1 = np.exp(lt), np.expm1(lt - lr)
+    # exp of both logprobs, expm1 of their difference: one vectorised pass (stats/exp_poly.py),
+    # a third of numpy's time; they may differ from the C library's in the last bit (#46), and
+    # the tests hold every metric to the float64 reference
+    pr, pt, rm1 = kernels.token_exps(lr, lt)
     out = kernels.cell_sums(
         lr,
         lt,

@@ -417,10 +417,11 @@ def test_step_codes_of_one_step_and_of_several_are_uniques() -> None:
 
 
 def test_each_sides_probability_once_per_slice_and_the_bins_of_it() -> None:
-    """``PartKeys.probability``: numpy's ``exp`` of the column, computed once per slice (the
-    bin key's and the cube's token codes share it); the bins of either side are of its own."""
+    """``PartKeys.probability``: the ``exp`` of the column the turn runs' cells take
+    (``kernels.exps``), computed once per slice (the bin key's and the cube's token codes share
+    it); the bins of either side are of its own."""
     from mismatchctl.engines.keys import PartKeys
-    from mismatchctl.stats import assign_bins, parse_bins
+    from mismatchctl.stats import assign_bins, kernels, parse_bins
 
     rng = np.random.default_rng(5)
     lr = -rng.exponential(1.0, 50)
@@ -429,10 +430,11 @@ def test_each_sides_probability_once_per_slice_and_the_bins_of_it() -> None:
     table = pa.table({S.ROLLOUT: lr, S.TRAINER: lt})
     keys = PartKeys(table, "r", {}, edges)
     assert keys.probability(S.ROLLOUT) is keys.probability(S.ROLLOUT)
-    np.testing.assert_array_equal(keys.probability(S.TRAINER), np.exp(lt))
-    assert keys.get(K.BIN).codes.tolist() == assign_bins(np.exp(lr), edges).tolist()
+    np.testing.assert_array_equal(keys.probability(S.TRAINER), kernels.exps(lt))
+    np.testing.assert_allclose(keys.probability(S.TRAINER), np.exp(lt), rtol=3e-16)
+    assert keys.get(K.BIN).codes.tolist() == assign_bins(kernels.exps(lr), edges).tolist()
     trainer = keys.get(K.TRAINER_PROB).codes
-    assert trainer.tolist() == assign_bins(np.exp(lt), edges).tolist()
+    assert trainer.tolist() == assign_bins(kernels.exps(lt), edges).tolist()
     assert trainer.tolist() != keys.get(K.BIN).codes.tolist()
 
 
