@@ -27,11 +27,9 @@ from mismatchctl.engines.keys import (
     Label,
     PartKeys,
     RunKeys,
-    decode,
-    group_codes,
-    key_labels,
     token_columns,
 )
+from mismatchctl.engines.part_fold import PartFold
 from mismatchctl.engines.plan import DEFAULT_BINNING, Binning, PartTask, Pass, RowFilter, row_mask
 from mismatchctl.engines.routing import join_twin, read_twin
 from mismatchctl.engines.seqrows import SequenceRows
@@ -44,9 +42,7 @@ from mismatchctl.stats.turnruns import (
     Positions,
     TokenBins,
     bin_cells,
-    run_partials,
     run_starts,
-    token_partials,
 )
 from mismatchctl.store.integrity import read_error
 
@@ -215,7 +211,7 @@ def part_groups(
     columns += [c for e in extras for c in e.columns if c not in columns]
     if rows is not None and rows.gpu is not None and S.GPU not in columns:
         columns.append(S.GPU)
-    out: list[Groups] = [{} for _ in passes]
+    fold = PartFold(passes, edges, binning)
     states: list[Any] = [None for _ in extras]
     wanted = tuple(dict.fromkeys(c for e in extras for c in getattr(e, "routing_columns", ())))
     try:
@@ -234,12 +230,10 @@ def part_groups(
             if piece.num_rows == 0:
                 continue
             ctx = _Slice(task, edges, binning, sequences)
-            groups, states = _slice_groups(piece, ctx, passes, extras, states)
-            for total, part in zip(out, groups, strict=True):
-                merge_into(total, part)
+            states = _slice_groups(piece, ctx, passes, extras, states, fold)
     except (OSError, pa.ArrowException) as exc:  # damaged or removed since it was checked
         raise read_error(task.run, task.path, exc) from None
-    return out, states
+    return fold.groups(), states
 
 
 def wanted_keys(passes: list[Pass], extras: Sequence[PartExtra] = ()) -> tuple[str, ...]:
@@ -333,14 +327,15 @@ def _slice_groups(
     passes: list[Pass],
     extras: Sequence[PartExtra],
     states: list[Any],
-) -> tuple[list[Groups], list[Any]]:
-    """Every pass's groups of one slice: per-token columns computed once, the tokens reduced
-    once to cells of (turn run x token code) for the token keys any pass asks for (probability
-    bin, KV position, turn position), groupings that follow turn runs merged from the runs,
-    those by token keys from the cells; and the extras' part states with the slice added."""
+    fold: PartFold,
+) -> list[Any]:
+    """One slice: per-token columns computed once, the tokens reduced once to cells of (turn run
+    x token code) for the token keys any pass asks for (probability bin, KV position, turn
+    position), kept in ``fold`` with each run's group in every pass (the passes' groups are
+    computed once a part: ``part_fold.py``); and the extras' part states with the slice added."""
     keys = ctx.keys(table)
     if not passes:  # only the extras (explain's cube): no turn runs to reduce
-        return [], _add_slice(extras, states, table, keys)
+        return _add_slice(extras, states, table, keys)
     lr, lt = keys.column(S.ROLLOUT), keys.column(S.TRAINER)
     seq, turn = keys.column(S.SEQ), keys.column(S.TURN)
     uses = tuple(any(p.uses[i] for p in passes) for i in range(len(K.TOKEN_KEYS)))
@@ -360,20 +355,10 @@ def _slice_groups(
         tails=ctx.binning.tails,
         token_bins=_token_bins(keys, uses),
     )
-    runs = cells.runs
-    out = []
-    for p in passes:
-        if p.token:
-            code, size, labels = group_codes(run_keys, p.keys[: -len(p.token)])
-            partials = token_partials(cells, code, size, p.uses, p.with_hist)
-            labels = [*labels, *(key_labels(k, ctx.edges, ctx.binning) for k in p.token)]
-        else:
-            code, size, labels = group_codes(run_keys, p.keys)
-            partials = run_partials(runs, code, size)
-        out.append({decode(i, labels): part for i, part in enumerate(partials) if part.tokens > 0})
-    keys.runs = runs  # extras may reuse the turn runs' sums instead of re-reading the tokens
+    fold.add(cells, run_keys)
+    keys.runs = cells.runs  # extras may reuse the turn runs' sums instead of re-reading the tokens
     keys.by_run = RunKeys(run_keys, np.diff(np.r_[starts, table.num_rows]))  # and their keys
-    return out, _add_slice(extras, states, table, keys)
+    return _add_slice(extras, states, table, keys)
 
 
 def _add_slice(
