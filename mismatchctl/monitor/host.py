@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from mismatchctl.monitor.device import BatchState
+from mismatchctl.stats import exp_poly
 from mismatchctl.stats.bins import assign_bins
 from mismatchctl.stats.chunk import chunk_partials
 from mismatchctl.stats.state import Col, empty_state
@@ -26,7 +27,7 @@ def reduce_numpy(
     before[:, 1:] = keep[:, :-1]
     turn = np.cumsum((keep & ~before)[keep])  # a new value at every turn's first token
     whole = chunk_partials(lr, lt, rows, np.zeros(len(lr), np.int64), 1, turn=turn, tails=tails)
-    codes = assign_bins(np.exp(lr), edges)
+    codes = assign_bins(exp_poly.exp(lr), edges)  # the report's exp (numpy: no numba here)
     bins = chunk_partials(lr, lt, rows, codes, n_bins, with_hist=True, turn=turn, tails=tails)
     hists = np.stack([b.hist for b in bins if b.hist is not None])
     states = np.stack([b.state for b in bins])

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from mismatchctl.stats import histogram, per_token
+from mismatchctl.stats import exp_poly, histogram
 from mismatchctl.stats.partial import Partial
 from mismatchctl.stats.reduce import MIN_MEAN_RUN, GroupReducer, run_starts
 from mismatchctl.stats.state import EXP_MAX, LOW_PROB_THRESHOLD, RATIO_CLAMP, Col, empty_state
@@ -123,10 +123,12 @@ def token_columns(
     ``exp(lr)`` when the caller has it already; ``tails``: the tail-robust thresholds)."""
     with np.errstate(over="ignore", invalid="ignore"):  # overflow is reported as inf, by design
         r = lt - lr
-        rho_m1 = np.expm1(r)  # expm1, not exp - 1: keeps K3 accurate when |r| is tiny
+        # expm1, not exp - 1: keeps K3 accurate when |r| is tiny; exp_poly's (numpy) for K3
+        # and the probabilities, as the report's compiled loop takes them (the same bits)
+        rho_m1 = exp_poly.expm1(r)
         k3 = rho_m1 - r
-        pr = np.exp(lr) if pr is None else pr
-        pt = np.exp(lt)
+        pr = exp_poly.exp(lr) if pr is None else pr
+        pt = exp_poly.exp(lt)
         dp = np.subtract(pt, pr)
         np.abs(dp, out=dp)
         abs_r = np.abs(r)
@@ -168,7 +170,7 @@ def _tail_columns(
     """Per token: K3 of the clamped r, whether ``|r| > ln(tau)``, whether the ratio is outside
     the IS bounds (``stats.tails``)."""
     clamped = np.clip(r, -tails.clamp, tails.clamp)
-    k3_clamped = np.where(abs_r > tails.clamp, per_token.k3(clamped), k3)
+    k3_clamped = np.where(abs_r > tails.clamp, exp_poly.expm1(clamped) - clamped, k3)  # its K3
     lo, hi = tails.log_bounds
     return {
         Col.K3_CLAMP_SUM: k3_clamped,

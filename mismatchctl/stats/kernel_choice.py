@@ -22,6 +22,7 @@ NUMPY_CALL = 1 << 16  # tokens: a call over this goes to the compiled kernels
 NUMPY_BUDGET = 1 << 18  # tokens: what the twins may have in all (~0.25 s)
 PICK_COST = 1 / 64  # resample_sums, a picked row's column: 10-20 ns of the twin
 HASH_COST = 1 / 16  # sequence_hashes, a token: 70 ns of the twin
+EXP_COST = 1 / 32  # exps / expm1s, a value: the twin's polynomial, 30-40 ns
 
 _lock = threading.Lock()
 _spent = 0.0

@@ -204,6 +204,23 @@ def token_exps(lr: np.ndarray, lt: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
 
 
 @kernel(nogil=True, error_model="numpy")
+def expm1s(x: np.ndarray) -> np.ndarray:
+    """``expm1`` of every value (``token_exps``' method), e.g. each token's ``rho - 1``."""
+    n = x.shape[0]
+    out = np.empty(n, np.float64)
+    far = 0
+    for i in range(n):
+        em, s = _exp_parts(x[i])
+        out[i] = s * em + (s - 1.0)
+        far += _far(x[i])
+    if far:
+        for i in range(n):
+            if _far(x[i]):
+                out[i] = math.expm1(x[i])
+    return out
+
+
+@kernel(nogil=True, error_model="numpy")
 def exps(x: np.ndarray) -> np.ndarray:
     """``exp`` of every value (``token_exps``' method), e.g. the probabilities a bin key bins."""
     n = x.shape[0]

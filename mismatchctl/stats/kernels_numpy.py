@@ -108,6 +108,11 @@ def exps(x: np.ndarray) -> np.ndarray:
     return exp_poly.exp(x)
 
 
+def expm1s(x: np.ndarray) -> np.ndarray:
+    """The compiled ``expm1s``: ``expm1`` of every value."""
+    return exp_poly.expm1(x)
+
+
 def run_starts(seq: np.ndarray, turn: np.ndarray) -> np.ndarray:
     """Where each turn run (equal sequence and turn) starts."""
     if len(seq) == 0:

@@ -17,6 +17,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from mismatchctl.stats import per_token
 from mismatchctl.stats import registry as M
 from mismatchctl.stats.reduce import run_starts
 from mismatchctl.stats.whatif import RATIO_LOG_CLAMP
@@ -55,7 +56,7 @@ def offset_state(
         return out
     if r is None:
         r = np.asarray(lt, np.float64) - np.asarray(lr, np.float64)
-    q = np.expm1(np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP)) if ratio is None else ratio
+    q = per_token.expm1(np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP)) if ratio is None else ratio
     starts = run_starts(np.asarray(seq)) if starts is None else starts
     t = np.diff(starts, append=len(r)).astype(np.float64)
     s_r, s_q = np.add.reduceat(r, starts), np.add.reduceat(q, starts)

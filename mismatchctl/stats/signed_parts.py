@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from mismatchctl.stats import per_token
 from mismatchctl.stats.diagnose_kernels import signed_cell_sums
 from mismatchctl.stats.splits import TURN_INDEX_LABELS
 from mismatchctl.stats.whatif import RATIO_LOG_CLAMP
@@ -183,11 +184,9 @@ def signed_parts(
 
 
 def clamped_ratio(r: np.ndarray) -> np.ndarray:
-    """Each token's ``rho - 1`` from ``r`` clamped to +-``RATIO_LOG_CLAMP``: ``expm1`` in place
-    of the clamped copy (a part's temporaries set diagnose's peak memory). The signed parts'
-    and the offset's (``stats/offset.py``) ``q``: the same numpy operations."""
-    q = np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP)
-    return np.expm1(q, out=q)
+    """Each token's ``rho - 1`` from ``r`` clamped to +-``RATIO_LOG_CLAMP`` (``per_token.expm1``:
+    the K3's own ``expm1``). The signed parts' and the offset's (``stats/offset.py``) ``q``."""
+    return per_token.expm1(np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP))
 
 
 _TABLE = threading.local()  # each thread's zeroed table of the walk's sums

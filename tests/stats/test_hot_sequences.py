@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from mismatchctl.stats import assign_bins, parse_bins
+from mismatchctl.stats import assign_bins, parse_bins, per_token
 from mismatchctl.stats.hot_sequences import (
     CELLS,
     LR_FLOOR,
@@ -107,7 +107,7 @@ def test_planted_hot_sequences_are_found_with_their_rate() -> None:
     ids = {int(s) for s, v, t in zip(np.unique(seq), z, tested, strict=True) if t and v > Z_TAIL}
     is_hot = np.isin(seq, list(ids))
     r = lt - lr
-    k3 = np.expm1(r) - r
+    k3 = per_token.k3(r)
     cell = (turn > 0) * N_BINS + assign_bins(np.exp(lr), EDGES)
     rate = {c: k3[~is_hot & (cell == c)].mean() for c in np.unique(cell)}
     expected = sum(rate[c] for c in cell[is_hot])
@@ -129,11 +129,11 @@ def test_gpu_codes_give_each_sequence_the_label_a_label_per_token_gives() -> Non
     labels = np.array(["H100", "A100", None], object)
     starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
     codes = np.repeat(np.arange(len(starts)) % 3, np.diff(np.r_[starts, len(seq)]))
-    per_token = hot_sequence_state(lr, lt, seq, turn, step, bins, N_BINS, "a", labels[codes])
+    by_token = hot_sequence_state(lr, lt, seq, turn, step, bins, N_BINS, "a", labels[codes])
     coded = hot_sequence_state(
         lr, lt, seq, turn, step, bins, N_BINS, "a", gpu_codes=(codes, labels)
     )
-    want, got = per_token.joined(), coded.joined()
+    want, got = by_token.joined(), coded.joined()
     assert list(got.gpu) == list(want.gpu) == list(labels[np.arange(len(starts)) % 3])
     np.testing.assert_array_equal(got.sums, want.sums)
 
@@ -158,7 +158,7 @@ def test_the_callers_log_ratio_gives_the_same_sums() -> None:
     lr, lt, seq, turn, step, _ = _tokens(5)
     bins = assign_bins(np.exp(lr), EDGES)
     r = lt - lr
-    k3 = np.expm1(r) - r
+    k3 = per_token.k3(r)
     own = hot_sequence_state(lr, lt, seq, turn, step, bins, N_BINS, "a").joined()
     given = hot_sequence_state(lr, lt, seq, turn, step, bins, N_BINS, "a", k3=k3, r=r).joined()
     np.testing.assert_array_equal(given.sums, own.sums)
@@ -180,7 +180,7 @@ def test_the_cell_walk_against_bincount_reads_no_x_where_r_is_zero() -> None:
     bins = rng.integers(0, n_bins, n)
     r = np.where(rng.random(n) < 0.3, 0.0, rng.normal(0.0, 0.1, n))
     x = np.where(r == 0, np.nan, rng.normal(-3.0, 1.0, n))
-    k3 = np.expm1(r) - r
+    k3 = per_token.k3(r)
     owner = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, n]))
     cell = owner * 2 * n_bins + (later > 0) * n_bins + bins
     lr = -rng.exponential(1.0, n)

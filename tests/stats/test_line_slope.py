@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mismatchctl.stats import per_token
 from mismatchctl.stats.line_slope import line_slope
 from mismatchctl.stats.seq_sums import seq_sums
 
@@ -72,7 +73,7 @@ def test_the_callers_log_ratio_gives_the_sums_of_the_tokens_own() -> None:
     zeros = np.zeros(len(seq), np.int64)
     r = lt - lr
     with np.errstate(invalid="ignore"):
-        k3 = np.expm1(r) - r
+        k3 = per_token.k3(r)
     own = seq_sums("run", lr, lt, seq, zeros, zeros, zeros, 1).runs["run"]
     given = seq_sums("run", lr, lt, seq, zeros, zeros, zeros, 1, (r, k3)).runs["run"]
     for name in own.__dataclass_fields__:

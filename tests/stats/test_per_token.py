@@ -10,13 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mismatchctl.stats import per_token
+from mismatchctl.stats import exp_poly, kernel_choice, kernels, kernels_numpy, per_token
 from mismatchctl.stats.per_token import k3
 
 
 def test_k3_is_rho_minus_one_minus_r() -> None:
     r = np.array([-3.0, -0.5, 0.0, 1e-12, 0.25, 2.0])
-    assert k3(r).tolist() == (np.expm1(r) - r).tolist()
+    assert k3(r).tolist() == (exp_poly.expm1(r) - r).tolist()
     assert k3(r) == pytest.approx(np.exp(r) - 1.0 - r, rel=1e-9, abs=1e-15)
     # expm1 keeps a tiny r's K3 (r^2 / 2); exp(r) - 1 - r loses it to cancellation
     assert k3(np.array([1e-9]))[0] == pytest.approx(5e-19, rel=1e-6)
@@ -28,6 +28,27 @@ def test_k3_overflows_to_inf_quietly_and_keeps_the_dtype() -> None:
         out = k3(np.array([800.0, -800.0]))
     assert out[0] == np.inf and out[1] == pytest.approx(799.0)
     assert k3(np.array([0.5], np.float32)).dtype == np.float32
+
+
+def test_expm1_takes_the_reports_polynomial_whichever_loop_runs_it() -> None:
+    rng = np.random.default_rng(5)
+    r = np.concatenate([rng.normal(0.0, 0.05, 3000), [0.0, -0.0, 1e-300, 709.5, 800.0, -800.0]])
+    bits = exp_poly.expm1(r).view(np.int64)
+    # the compiled loop and its numpy twin: the same bits as the report's per-token pass
+    assert np.array_equal(kernels.expm1s(r).view(np.int64), bits)
+    assert np.array_equal(kernels_numpy.expm1s(r).view(np.int64), bits)
+    assert np.array_equal(kernels.token_exps(np.zeros_like(r), r)[2].view(np.int64), bits)
+    # a large array goes to the compiled loop; either way, any shape, the same values
+    big = np.resize(r, (4, int(kernel_choice.NUMPY_CALL / kernel_choice.EXP_COST) // 4 + 1))
+    assert np.array_equal(per_token.expm1(big), exp_poly.expm1(big.reshape(-1)).reshape(big.shape))
+    assert np.array_equal(per_token.expm1(r.reshape(2, -1)), exp_poly.expm1(r).reshape(2, -1))
+
+
+def test_expm1_keeps_float32_and_an_empty_array() -> None:
+    x = np.array([0.5, -0.25], np.float32)
+    assert per_token.expm1(x).dtype == np.float32
+    assert per_token.expm1(x).tolist() == np.expm1(x).tolist()
+    assert per_token.expm1(np.zeros(0)).shape == (0,)
 
 
 # the numpy K3 written out: ``np.expm1(x) - x`` of one name (a compiled loop's ``math.expm1`` and

@@ -68,7 +68,7 @@ def _reference(r, seq, turn, kv, bins) -> np.ndarray:
     ok = np.isfinite(r)
     flat, r, k3 = flat[ok], r[ok], k3[ok]
     size = GROUPS * int(np.prod(LEVELS))
-    q = np.expm1(np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP))
+    q = per_token.expm1(np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP))
     out = [np.bincount(flat, w, minlength=size) for w in (None, r < 0, q, k3)]
     return np.stack(out, axis=1).reshape(GROUPS, *LEVELS, 4)
 
@@ -304,7 +304,9 @@ def test_the_callers_clamped_ratio_gives_the_same_sums_and_the_offsets_q() -> No
     r = rng.normal(0, 0.05, len(seq))
     r[::97] = 40.0  # beyond the clamp
     ratio = clamped_ratio(r)
-    np.testing.assert_array_equal(ratio, np.expm1(np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP)))
+    np.testing.assert_array_equal(
+        ratio, per_token.expm1(np.clip(r, -RATIO_LOG_CLAMP, RATIO_LOG_CLAMP))
+    )
     k3 = per_token.k3(r)
     given = signed_parts("a", r, k3, seq, turn, kv, bins, KV_EDGES, LEVELS[3], ratio)
     assert np.array_equal(given.dense("a"), _sums(r, seq, turn, kv, bins).dense("a"))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mismatchctl.stats import per_token
 from mismatchctl.stats.token_shift import (
     TokenShiftState,
     id_shift_share,
@@ -138,7 +139,7 @@ def test_the_callers_r_and_sequence_starts_give_the_same_state(missing: bool) ->
     if not missing:
         ids = np.abs(ids)
     r = lt - lr
-    k3 = np.expm1(r) - r
+    k3 = per_token.k3(r)
     starts = np.flatnonzero(np.r_[True, seq[1:] != seq[:-1]])
     own = token_shift_state(ids, lr, lt, seq, bins, BINS)
     given = token_shift_state(ids, lr, lt, seq, bins, BINS, k3=k3, r=r, starts=starts)
