@@ -329,3 +329,28 @@ def signed_cell_sums(
         sums[row, 2] += q[i]
         sums[row, 3] += k3[i]
     return m
+
+
+@kernel(nogil=True)
+def step_id_sums(
+    ids: np.ndarray, r: np.ndarray, starts: np.ndarray, code: np.ndarray, out: np.ndarray
+) -> None:
+    """Per (step code, id bucket): the tokens with an id (>= 0), their sum of ``r`` and of
+    ``r^2`` into ``out`` ([codes, 3, buckets], zeroed; ``buckets`` a power of two, an id's
+    bucket its low bits), in token order (``np.bincount``'s); ``code`` is each sequence's step
+    code (sequences from ``starts``)."""
+    n = ids.shape[0]
+    low = out.shape[2] - 1
+    for s in range(starts.shape[0]):
+        a = starts[s]
+        b = starts[s + 1] if s + 1 < starts.shape[0] else n
+        c = code[s]
+        for i in range(a, b):
+            t = ids[i]
+            if t < 0:
+                continue
+            k = t & low
+            x = r[i]
+            out[c, 0, k] += 1.0
+            out[c, 1, k] += x
+            out[c, 2, k] += x * x

@@ -35,6 +35,7 @@ from mismatchctl.stats.sentinels import (
 )
 from mismatchctl.stats.seq_sums import UNKNOWN, SeqSums, seq_sums
 from mismatchctl.stats.signed_parts import SignedParts, clamped_ratio, signed_parts
+from mismatchctl.stats.step_ids import StepIdState, step_id_state
 from mismatchctl.stats.token_shift import TokenShiftState, token_shift_state
 
 
@@ -74,6 +75,7 @@ class DiagnoseState:
     token_shift: TokenShiftState = field(default_factory=TokenShiftState)  # stats.token_shift
     sequences: SeqSums = field(default_factory=SeqSums)  # stats.seq_sums: length, batch shape
     signed: SignedParts = field(default_factory=SignedParts)  # stats.signed_parts
+    step_ids: StepIdState = field(default_factory=StepIdState)  # stats.step_ids
 
     def merge(self, other: DiagnoseState, *, in_place: bool = False) -> DiagnoseState:
         """The two states' sums; ``in_place``: this state is an engine's running total, whose
@@ -93,6 +95,7 @@ class DiagnoseState:
             self.token_shift.merge(other.token_shift),
             sequences(other.sequences),
             signed(other.signed),
+            self.step_ids.merge(other.step_ids),
         )
 
 
@@ -150,6 +153,7 @@ class DiagnoseExtra:
                 bins[1],
                 ratio,
             ),
+            step_id_state(ids, r, step, starts),
         )
 
     def merge(self, a: DiagnoseState, b: DiagnoseState) -> DiagnoseState:

@@ -10,7 +10,7 @@ import pytest
 
 from mismatchctl import api
 from mismatchctl.analysis.diagnose.advice import STEPS_ADVICE
-from mismatchctl.analysis.diagnose.causes import code_path, semantics
+from mismatchctl.analysis.diagnose.causes import code_path, policy, semantics
 from mismatchctl.analysis.diagnose.causes.step_change import ID_WEIGHTS
 from mismatchctl.engines import plan as K
 from tests.planted import diagnosis
@@ -64,3 +64,29 @@ def test_a_replicas_kernel_on_every_token_of_two_steps_stays_a_code_path(
     cause = api.diagnose("spiky-6", store=sample_store).section_dict()["cause"]
     assert cause["key"] == "code_path" and cause["where"] == "steps 3, 5"
     assert "hot throughout" in cause["because"] and "no id moved on its own" in cause["because"]
+
+
+def test_ids_moved_alike_at_every_step_are_not_what_changed_at_some(
+    held_out_store: Path,
+) -> None:
+    """``w90-combo-tpl-splitkv`` (a re-rendered tool tag at every step beside a split-KV merge
+    that makes five steps of six hot): the ids' own shifts carry more of ``r``'s variance than
+    the weights' sign asks (the tag's ids), but the hot steps move them exactly as the other
+    step does (nothing beyond it, the shifts correlated 0.92): not other weights at those steps
+    (it was named ``policy``) but the engine's arithmetic there, the code path of the steps."""
+    found = diagnosis(held_out_store, "w90-combo-tpl-splitkv").section_dict()
+    cause = found["cause"]
+    assert (cause["key"], cause["variant"]) == ("code_path", code_path.PLACES[K.STEP])
+    assert "as at the other steps; beyond the same ids' shift" in cause["because"]
+    shift = next(c for c in found["checks"] if c["name"] == "token_shift")
+    assert shift["evidence"]["id_share"] >= ID_WEIGHTS
+    assert "policy" not in {a["key"] for a in cause.get("also", [])}
+
+
+def test_stale_weights_at_their_hot_step_keep_the_policy(held_out_store: Path) -> None:
+    """The Llama's ``f-pol-stale`` (weights an RL step behind, step 1 hot throughout): its
+    ids move there beyond how they move at the other steps (2.0% of the step's variance, 0.07% at the others), so
+    the steps' change stays other weights."""
+    cause = diagnosis(held_out_store, "f-pol-stale").section_dict()["cause"]
+    assert (cause["key"], cause["variant"]) == ("policy", policy.AT_STEPS)
+    assert "beyond the same ids' shift at the other steps" in cause["because"]

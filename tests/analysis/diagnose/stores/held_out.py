@@ -52,7 +52,9 @@ device of four splitting KV a key late past 96 keys), whole; ``gr-pair-tpl-gpu``
 member's ``s-pair-tpl-gpu`` (``family.py --arch granite --sweep --seed 4``: a re-rendered tool
 response beside one device of four splitting KV a key late), whole; ``ph-topp-0.995``, the Phi
 member's ``s-topp-0.995`` (``family.py --arch phi --sweep --seed 5``: top-p 0.995, 1.03x a
-healthy run), whole.
+healthy run), whole; ``w90-combo-tpl-splitkv``, the ``f-combo-tpl-splitkv`` of a Llama
+pre-trained 90 iterations (``family.py --pretrain 90``: a re-rendered tool tag beside a split-KV
+merge a key late, "Leaving the template's tokens out of the ids' test"), whole.
 Ingested
 without tags, as they were diagnosed."""
 
