@@ -119,4 +119,24 @@ def shift_beyond(state: StepIdState, steps: set[int]) -> ShiftBeyond | None:
     )
 
 
-__all__ = ["BUCKETS", "MIN_TOKENS", "ShiftBeyond", "StepIdState", "shift_beyond", "step_id_state"]
+def drift(state: StepIdState) -> ShiftBeyond | None:
+    """The ids' shifts of the first half of the steps (in step order) beyond the second half's
+    (``shift_beyond``): near 0 when a fixed difference (a checkpoint every step shares, a
+    configuration, a template) moves the same ids alike throughout, the drift of the shifts
+    when they follow the training (weights a step behind: each step's update is another).
+    None with fewer than two steps."""
+    steps = sorted(state.steps)
+    if len(steps) < 2:
+        return None
+    return shift_beyond(state, set(steps[: len(steps) // 2]))
+
+
+__all__ = [
+    "BUCKETS",
+    "MIN_TOKENS",
+    "ShiftBeyond",
+    "StepIdState",
+    "drift",
+    "shift_beyond",
+    "step_id_state",
+]

@@ -7,7 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mismatchctl.stats.step_ids import BUCKETS, StepIdState, shift_beyond, step_id_state
+from mismatchctl.stats.step_ids import (
+    BUCKETS,
+    StepIdState,
+    drift,
+    shift_beyond,
+    step_id_state,
+)
 
 
 def _tokens(
@@ -98,3 +104,26 @@ def test_nothing_to_compare() -> None:
     assert shift_beyond(StepIdState(), {1}) is None
     flat = step_id_state(ids, np.zeros_like(r), step, starts)
     assert shift_beyond(flat, {5}) is None  # r does not vary
+
+
+def test_drift_compares_the_first_half_of_the_steps_with_the_second() -> None:
+    """A shift the same at every step (a fixed function) does not drift; one whose ids change
+    half way (each step's update another) drifts by its own share; one step: nothing to
+    compare."""
+    ids, r, step, starts = _tokens(5)
+    fixed = r + np.where(ids < 5, 0.03 * (ids + 1) / 5, 0.0)
+    still = drift(step_id_state(ids, fixed, step, starts))
+    assert still is not None and still.beyond < 0.01 and still.correlation > 0.9
+    assert still.beyond == pytest.approx(_reference(ids, fixed, step, {1, 2, 3}), abs=1e-12)
+
+    moving = (
+        r
+        + np.where((ids < 5) & (step <= 3), 0.03, 0.0)
+        - np.where((ids >= 5) & (ids < 10) & (step > 3), 0.03, 0.0)
+    )
+    found = drift(step_id_state(ids, moving, step, starts))
+    assert found is not None and found.beyond > 0.1 and found.correlation < 0.5
+    assert found.beyond == pytest.approx(_reference(ids, moving, step, {1, 2, 3}), rel=1e-9)
+
+    one = step == 1
+    assert drift(step_id_state(ids[one], r[one], step[one], starts[starts < one.sum()])) is None

@@ -30,6 +30,8 @@ VARYING = "other weights: a level over the baseline that varies from step to ste
 """The variant ``varying_level.py`` names (it lives here, with the advice it selects)."""
 AT_STEPS = "other weights at some steps: their responses hot throughout"
 """The variant ``whole_steps.py`` names."""
+DRIFTING = "other weights: token ids moved on their own, drifting with the training"
+"""The variant ``drift.py`` names."""
 LABEL = "another policy (stale, wrong or differently quantized weights)"
 SIGNATURE = (
     "r of both signs at every position, turn and probability, whole responses leaning one way "
@@ -232,6 +234,17 @@ def advice(ctx: Context, found: Support) -> str:
             "(a weight_version column in the dumps, or --tag weight_lag=N), then the engine "
             "that served them (`mismatchctl report RUN --steps A..B --by-gpu`); importance "
             "sampling would not fix either"
+        )
+    if found.variant == DRIFTING:
+        return (
+            "every token is over the baseline with no response leaning, as a precision loss "
+            "would make it, but token ids move on their own and their shifts drift as the "
+            "training goes, as the gap between the trainer's weights and weights a step or a "
+            "sync behind does (a fixed loss of precision, a configuration or a template moves "
+            "the same ids alike throughout): compare the weight versions of both sides first "
+            "(a weight_version column in the dumps, or --tag weight_lag=N), then the engine's "
+            "precision settings against the baseline's; for a lag by design, an off-policy "
+            "correction (decoupled PPO) applies, never for a sync that did not land"
         )
     if found.variant == VARYING:
         return (

@@ -79,9 +79,9 @@ responses) or a step's responses into parts a path or a replica could serve (len
 batches, gpus), and what the user reads of each."""
 
 
-ID_WEIGHTS = 0.006
-"""Each token id's own shift carrying this share of ``r``'s variance or more: other weights
-(the module's docstring)."""
+ID_WEIGHTS = token_shift.T.ID_WEIGHTS
+"""Each token id's own shift carrying this share of ``r``'s variance or more (0.6%): other
+weights (the module's docstring)."""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from mismatchctl.analysis.diagnose.causes import policy, precision, stop
 from mismatchctl.analysis.diagnose.causes.catalogue import CAUSES
+from mismatchctl.analysis.diagnose.causes.drift import drifting_level
+from mismatchctl.analysis.diagnose.causes.drift import runner_up as drift_runner_up
 from mismatchctl.analysis.diagnose.causes.hypothesis import (
     AGAINST,
     QUIET,
@@ -65,7 +67,8 @@ are also tested outside that part (``outside.py``): one that stands there on its
 thresholds is a second cause whatever its share; so is a code path beside a policy named first
 when both stand (``peel.beside_lean``: its part within the responses, the responses leaning
 outside it), and a gpu whose own test alarms beside a cause of every token
-(``peel.gpu_beside_level``)."""
+(``peel.gpu_beside_level``). A precision still named first whose token ids move on their own
+and drift with the training is the policy (``drift.drifting_level``)."""
 
 
 @dataclass
@@ -116,6 +119,7 @@ def weigh(ctx: Context) -> Weighing:
         varying = varying_level(ctx, first, alarmed)  # a level that varies by step
         if varying is not None:  # the split of its steps is its own finding
             first, also = varying, [w for w in also if not steps_part(w)]
+        first = drifting_level(ctx, first, also) or first  # ids that drift: weights, not a level
         also = [varying_second(ctx, w, alarmed) for w in also]
         first, also = steps_by_change(ctx, first, also)  # steps hot throughout: what changed
         also += [w for w in [steps_beside(ctx, first, also)] if w is not None]
@@ -213,7 +217,7 @@ def _lost(ctx: Context, w: Weighed, first: Weighed | None, tail: str | None = No
     truncation named first holds when nothing is named beside it (``peel.truncation_tail``),
     said of the policy and the precision."""
     s = w.support
-    path = steps_runner_up(first, w)
+    path = steps_runner_up(first, w) or drift_runner_up(first, w)
     if path is not None:
         why = path
     elif tail is not None and w.cause in (policy, precision):

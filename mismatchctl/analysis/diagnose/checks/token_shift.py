@@ -10,6 +10,7 @@ from mismatchctl.analysis.diagnose.check import NA, SEMANTIC, Check, CheckEviden
 from mismatchctl.analysis.diagnose.checks import alignment, sentinels
 from mismatchctl.analysis.diagnose.context import CheckModule, Context
 from mismatchctl.analysis.diagnose.text import fmt, pct
+from mismatchctl.stats.step_ids import drift
 from mismatchctl.stats.token_shift import (
     IdShift,
     SeenShift,
@@ -48,6 +49,12 @@ class Thresholds:
     few ids, but other weights shift some ids too (the corpus' wrong checkpoint: 3 ids carrying
     23% of the K3), so the ids alone do not tell a processor from a policy."""
 
+    ID_WEIGHTS: float = 0.006
+    """Each id's own shift carrying this share of ``r``'s variance or more: other weights (or
+    another fixed function) move some ids' logits on their own, noise moves none. Read by the
+    causes, not judged here: ``causes/step_change.py`` says how it was set, ``causes/drift.py``
+    reads it with the shifts' drift."""
+
     ID_MODEL_SHARE: float = 0.15
     """A shift of its own for each token id (from ``ID_MIN_TOKENS`` of its tokens) carrying
     15% or more of ``r``'s variance (``stats/token_shift.id_shift_share``) is a logit processor
@@ -74,13 +81,18 @@ ADVICE = (
 class Evidence(CheckEvidence):
     """The token ids shifted most (the first 20: ``stats/token_shift.IdShift``), the share of
     the K3 mass they carry, the shift of the tokens seen before in their response against
-    the others (None: no such token), and the share of ``r``'s variance a shift of its own for
-    each id carries (``id_shift_share``; None: no id with enough tokens)."""
+    the others (None: no such token), the share of ``r``'s variance a shift of its own for
+    each id carries (``id_shift_share``; None: no id with enough tokens), and how far those
+    shifts drift over the run: the first half of the steps' beyond the second half's, as a
+    share of the first half's variance, and the two halves' correlation
+    (``stats/step_ids.drift``; None: one step, or no id with enough tokens in both)."""
 
     shifted_ids: list[IdShift]
     shifted_mass_share: float
     seen_shift: SeenShift | None
     id_share: float | None = None
+    id_drift: float | None = None
+    id_drift_correlation: float | None = None
 
 
 def run(ctx: Context) -> Check:
@@ -93,8 +105,14 @@ def run(ctx: Context) -> Check:
     mass = sum(s.mass_share for s in ids)
     seen = seen_shift(st)
     share = id_shift_share(st, T.ID_MIN_TOKENS)
+    moved = drift(ctx.state.step_ids)
     evidence = Evidence(
-        shifted_ids=ids[:20], shifted_mass_share=mass, seen_shift=seen, id_share=share
+        shifted_ids=ids[:20],
+        shifted_mass_share=mass,
+        seen_shift=seen,
+        id_share=share,
+        id_drift=None if moved is None else moved.beyond,
+        id_drift_correlation=None if moved is None else moved.correlation,
     )
     by_seen = seen is not None and abs(seen.shift) >= T.SEEN_SHIFT and abs(seen.z) >= T.SEEN_Z
     fail = by_seen and seen is not None and abs(seen.shift) >= T.FAIL_SHIFT
@@ -115,7 +133,15 @@ def run(ctx: Context) -> Check:
         )
     )
     if share is not None:
-        parts.append(f"each id's own shift carries {pct(share)} of r's variance")
+        parts.append(
+            f"each id's own shift carries {pct(share)} of r's variance"
+            + (
+                ""
+                if moved is None
+                else f" (drifting {pct(moved.beyond)} from the first half of the steps to the "
+                f"second, correlated {moved.correlation:.2f})"
+            )
+        )
     finding = "; ".join(parts)
     if by_seen:
         finding += ": a penalty on repeated tokens (or another logit processor) on one side"

@@ -54,7 +54,10 @@ response beside one device of four splitting KV a key late), whole; ``ph-topp-0.
 member's ``s-topp-0.995`` (``family.py --arch phi --sweep --seed 5``: top-p 0.995, 1.03x a
 healthy run), whole; ``w90-combo-tpl-splitkv``, the ``f-combo-tpl-splitkv`` of a Llama
 pre-trained 90 iterations (``family.py --pretrain 90``: a re-rendered tool tag beside a split-KV
-merge a key late, "Leaving the template's tokens out of the ids' test"), whole.
+merge a key late, "Leaving the template's tokens out of the ids' test"), and its ``f-pol-lag``
+and ``f-h-b`` as ``w90-pol-lag`` and ``w90-h-b``, whole; ``s29-attn-scale-loud`` and ``s29-h-b``,
+the calibration corpus' ``un-attn-scale-loud`` and ``h-b`` drawn again (seed 29: "Token ids
+that drift"), whole.
 Ingested
 without tags, as they were diagnosed."""
 
