@@ -69,7 +69,10 @@ def test_a_store_reads_each_source_once_and_sees_every_change(store: Path) -> No
     assert only.path == str(GOOD) and only.id == first.sources[0].id
 
 
-def test_runs_table_show_and_rm(store: Path) -> None:
+def test_runs_table_show_and_rm(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no demo store here: its hint would join the error below
     cli("ingest", str(GOOD), "--run", "a", "--tag", "gpu=H20", "-q")
     cli("ingest", *map(str, NEMO), "--run", "b", "-q")
     table = cli("runs").out
