@@ -65,6 +65,20 @@ def reload_jump(w: Weights, step: int, n_steps: int) -> State:
     return mixed(w.at(step), w.at(k - 1), ("blocks.2.",))
 
 
+def lag_restart(w: Weights, step: int, n_steps: int) -> State:
+    """From `jump_step` on, the engine serves weights one optimizer step behind (an asynchronous
+    rollout turned on at a restart: each step's update arrives a step late); current before."""
+    return w.at(step) if step < jump_step(n_steps) else w.before(step)
+
+
+def head_lag_restart(w: Weights, step: int, n_steps: int) -> State:
+    """From `jump_step` on, the lm_head is one checkpoint behind (a restart whose sync skips the
+    head's parameters); every parameter current before."""
+    if step < jump_step(n_steps):
+        return w.at(step)
+    return mixed(w.at(step), w.at(step - 1), ("lm_head.",))
+
+
 def wrong_checkpoint(w: Weights, step: int, n_steps: int) -> State:
     assert w.other is not None, "a wrong checkpoint needs another run's checkpoints"
     return w.other.checkpoints[step]
@@ -82,6 +96,8 @@ WEIGHTS: dict[str, Callable[[Weights, int, int], State]] = {
     "layer1-iter-lag": lambda w, k, n: mixed(w.at(k), w.before(k), ("blocks.1.",)),
     "wrong-checkpoint": wrong_checkpoint,
     "reload-jump": reload_jump,
+    "lag-restart": lag_restart,
+    "head-lag-restart": head_lag_restart,
 }
 
 

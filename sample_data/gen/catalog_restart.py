@@ -10,7 +10,11 @@ top-p from a step on is **semantics**; ``un-fp8kv-splitkv-restart`` puts the fau
 beside an fp8 KV cache at every step (a precision loss whose level varies from step to step
 only through a path: what ``varying_level.py`` risks); ``un-topp-reload`` and
 ``un-fp8kv-reload`` put a reload gone wrong at mid-run beside top-p and beside an fp8 cache
-(other weights at some steps beside a cause of every token). What a user should be told is that
+(other weights at some steps beside a cause of every token). ``un-lag-restart`` (the whole
+model an optimizer step behind from the middle step on) and ``un-head-lag-restart`` (the lm_head
+a checkpoint behind from there) are **policy** at some steps, made after ``step_change``'s run
+share, to measure the drift within the hot steps that tells the weights from the arithmetic
+(``step_change.WITHIN_DRIFT``). What a user should be told is that
 the engine changed at that step; docs/diagnose.md "Faults at some steps" says what the data
 tell of each.
 """
@@ -80,6 +84,22 @@ RESTART: tuple[CalibRun, ...] = (
         "from the middle step on the engine samples with top-p 0.9 and returns the renormalised "
         "logprobs; no truncation before",
         schedule="topp-restart",
+    ),
+    fault(
+        "policy",
+        S,
+        "un-lag-restart",
+        "from the middle step on the engine serves weights one optimizer step behind (an "
+        "asynchronous rollout turned on at a restart); current weights before",
+        weights="lag-restart",
+    ),
+    fault(
+        "policy",
+        S,
+        "un-head-lag-restart",
+        "from the middle step on the lm_head is one checkpoint behind (a restart whose weight "
+        "sync skips the head); every parameter current before",
+        weights="head-lag-restart",
     ),
     combo(
         "un-fp8kv-splitkv-restart",

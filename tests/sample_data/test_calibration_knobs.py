@@ -274,6 +274,14 @@ def test_weights_served_per_step() -> None:
     w2 = Weights(train, Trained(layer, [], states))
     assert [s["w"].item() for s in jumped] == [1.0, 2.0, 3.0, 4.0]
     assert [reload_jump(w2, k, 4)["blocks.2.x"].item() for k in range(1, 5)] == [1, 2, 2, 2]
+    # from step 3 on: the whole model an optimizer step behind, or the lm_head a checkpoint
+    lagged = [WEIGHTS["lag-restart"](w, k, 4)["w"].item() for k in range(1, 5)]
+    assert lagged == [1.0, 2.0, 115.0, 117.0]  # iterations 16 - 1 and 18 - 1
+    head = [{"lm_head.x": s["w"], "w": s["w"]} for s in ckpts]
+    w3 = Weights(train, Trained(head, [], states))
+    served = [WEIGHTS["head-lag-restart"](w3, k, 4) for k in range(1, 5)]
+    assert [s["lm_head.x"].item() for s in served] == [1.0, 2.0, 2.0, 3.0]
+    assert [s["w"].item() for s in served] == [1.0, 2.0, 3.0, 4.0]
 
 
 def test_growth_schedules_rise_with_the_step() -> None:
