@@ -131,12 +131,19 @@ def drift(state: StepIdState) -> ShiftBeyond | None:
     return shift_beyond(state, set(steps[: len(steps) // 2]))
 
 
+def drift_within(state: StepIdState, steps: set[int]) -> ShiftBeyond | None:
+    """``drift`` taken among ``steps`` alone: the first half of them (in step order) beyond the
+    second half. None with fewer than two of them held."""
+    return drift(StepIdState({s: a for s, a in state.steps.items() if s in steps}))
+
+
 __all__ = [
     "BUCKETS",
     "MIN_TOKENS",
     "ShiftBeyond",
     "StepIdState",
     "drift",
+    "drift_within",
     "shift_beyond",
     "step_id_state",
 ]

@@ -11,6 +11,7 @@ from mismatchctl.stats.step_ids import (
     BUCKETS,
     StepIdState,
     drift,
+    drift_within,
     shift_beyond,
     step_id_state,
 )
@@ -127,3 +128,24 @@ def test_drift_compares_the_first_half_of_the_steps_with_the_second() -> None:
 
     one = step == 1
     assert drift(step_id_state(ids[one], r[one], step[one], starts[starts < one.sum()])) is None
+
+
+def test_drift_within_some_steps_leaves_the_others_out() -> None:
+    """Among steps 3-6 alone: ids moved at steps 3-4 and others at 5-6 drift (the first half of
+    those steps beyond the second, as the reference over those steps' tokens alone says); steps
+    1-2, shifted alike at every id, are not read. Fewer than two steps: None."""
+    ids, r, step, starts = _tokens(7)
+    moving = (
+        r
+        + np.where((ids < 5) & np.isin(step, [3, 4]), 0.03, 0.0)
+        - np.where((ids >= 5) & (ids < 10) & (step >= 5), 0.03, 0.0)
+        + np.where((ids < 10) & (step <= 2), 0.05 * (ids + 1) / 10, 0.0)
+    )
+    state = step_id_state(ids, moving, step, starts)
+    found = drift_within(state, {3, 4, 5, 6})
+    later = step >= 3
+    expected = _reference(ids[later], moving[later], step[later], {3, 4})
+    assert found is not None and found.beyond == pytest.approx(expected, rel=1e-9)
+    assert found.beyond > 0.1
+    assert drift_within(state, {3, 4, 5, 6}) != drift(state)
+    assert drift_within(state, {4}) is None and drift_within(state, {9, 10}) is None

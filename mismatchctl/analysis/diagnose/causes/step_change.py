@@ -42,7 +42,23 @@ tokens of those steps, whatever its size.
 A scaled plant (every token of some steps multiplied alike) carries a healthy run's share (0 to
 0.0076 over the corpora's healthy runs, most under 0.005): mostly the engine's arithmetic. The
 band between the arithmetic's 0.0052 and the weights' 0.0071 is narrow; ``ID_WEIGHTS`` sits in
-it."""
+it.
+
+**Within those steps** the two kinds part again: the engine's arithmetic is one fixed function at
+every step it runs, other weights a new difference at each step (each step's update, or the
+lag since a reload growing). So the ids' shifts of the first half of the hot steps (in step
+order) beyond the second half's (``stats/step_ids.drift_within``: ``token_shift``'s drift,
+taken inside the steps) carrying ``WITHIN_DRIFT`` of the first half's variance or more name the
+weights too, whatever the run's share. Measured on three TinyLM draws of the faults from the
+middle step (seeds 29, 41, 53) and the sample data: the arithmetic 0.00-1.24% (faulty split-KV
+kernels 0.00-0.88%, ``spiky-6`` 0.88%, fp8 KV caches 0.00-0.70%, a bf16 lm_head accumulator
+0.18-0.21%, batch-variant split-K 0.00-0.28%, that kernel beside an fp8 cache 0.00-1.24%), the
+weights 3.2-29% (a reload at mid-run 4.0-7.7%, beside top-p 6.1-6.7%, a lag from a restart
+10-15%, the lm_head a checkpoint behind from a restart 26-29%, fp8 weights loaded at a restart
+3.2-4.8%). A reload beside an fp8 KV cache at every step drifts 1.3% (the cache's noise dilutes
+it, as it dilutes the run's share): it stays the arithmetic. Seed 29's reload at mid-run
+carries 0.57% over the run (under ``ID_WEIGHTS``) and drifts 7.7% within its steps: named the
+weights by this sign alone."""
 
 from __future__ import annotations
 
@@ -62,7 +78,7 @@ from mismatchctl.stats.localize.explain import contrast_within
 from mismatchctl.stats.localize.tables import SideTables
 from mismatchctl.stats.mean_ratio import MeanRatio, mean_ratio
 from mismatchctl.stats.sign_coherence import in_steps
-from mismatchctl.stats.step_ids import ShiftBeyond, shift_beyond
+from mismatchctl.stats.step_ids import ShiftBeyond, drift_within, shift_beyond
 
 WITHIN = {
     K.TURN_KIND: "turn kinds",
@@ -82,6 +98,11 @@ batches, gpus), and what the user reads of each."""
 ID_WEIGHTS = token_shift.T.ID_WEIGHTS
 """Each token id's own shift carrying this share of ``r``'s variance or more (0.6%): other
 weights (the module's docstring)."""
+
+WITHIN_DRIFT = 0.025
+"""The ids' shifts of the first half of the hot steps beyond the second half's carrying this
+share of the first half's variance or more: other weights, whose difference changes from step to
+step (the module's docstring: the arithmetic 1.24% at most, the weights 3.2% and more)."""
 
 
 @dataclass(frozen=True)
@@ -111,30 +132,45 @@ def step_change(ctx: Context, region: dict[str, list[int]]) -> StepChange:
     e = evidence_of(ctx.result(token_shift), token_shift.Evidence)
     share = None if e is None else e.id_share
     beyond = shift_beyond(ctx.state.step_ids, steps) if steps else None
-    if share is not None and share >= ID_WEIGHTS:
-        if beyond is None or beyond.beyond >= ID_WEIGHTS:
-            return StepChange(
-                policy,
-                policy.AT_STEPS,
-                f"each token id's own shift carries {pct(share)} of r's variance "
-                f"({ID_WEIGHTS:.1%} or more){_beyond_text(beyond)}: other weights move some "
-                "ids' logits on their own, noise moves none",
-            )
+    within = drift_within(ctx.state.step_ids, steps) if len(steps) >= 2 else None
+    moved = share is not None and share >= ID_WEIGHTS
+    shown = "n/a" if share is None else f"{100 * share:.2f}%"
+    if moved and (beyond is None or beyond.beyond >= ID_WEIGHTS):
+        return StepChange(
+            policy,
+            policy.AT_STEPS,
+            f"each token id's own shift carries {shown} of r's variance "
+            f"({ID_WEIGHTS:.1%} or more){_beyond_text(beyond)}{_within_text(within)}: "
+            "other weights move some ids' logits on their own, noise moves none",
+        )
+    if within is not None and within.beyond >= WITHIN_DRIFT:
+        return StepChange(
+            policy,
+            policy.AT_STEPS,
+            f"each token id's own shift carries {shown} of r's variance{_beyond_text(beyond)}, "
+            f"and the shifts drift within those steps: the first half of them beyond the second "
+            f"half, {pct(within.beyond)} of its variance ({WITHIN_DRIFT:.1%} or more; the "
+            f"halves' shifts correlated {within.correlation:.2f}): the engine's arithmetic "
+            "moves the same ids alike at every step it runs, other weights move them anew as "
+            "the training goes",
+        )
+    if moved:
         return StepChange(
             code_path,
             code_path.PLACES[K.STEP],
-            f"each token id's own shift carries {pct(share)} of r's variance, but the ids move "
-            f"there as at the other steps{_beyond_text(beyond)}, under {ID_WEIGHTS:.1%}: what "
+            f"each token id's own shift carries {shown} of r's variance, but the ids move "
+            f"there as at the other steps{_beyond_text(beyond)}, under {ID_WEIGHTS:.1%}"
+            f"{_within_text(within)}: what "
             "moves them is at every step (a template, a logit processor, a checkpoint every "
             "step shares), not what changed at these; every token of the steps noisier alike, "
             "as the engine's arithmetic changed at a step makes it",
         )
-    shown = "n/a" if share is None else pct(share)
     return StepChange(
         code_path,
         code_path.PLACES[K.STEP],
-        f"each token id's own shift carries {shown} of r's variance (under {ID_WEIGHTS:.1%}) "
-        "and no mass is removed: every token noisier alike, no id moved on its own, as the "
+        f"each token id's own shift carries {shown} of r's variance (under {ID_WEIGHTS:.1%})"
+        f"{_within_text(within)} and no mass is removed: every token noisier alike, no id "
+        "moved on its own, as the "
         "engine's arithmetic changed at a step makes it (a kernel every token takes, a restart "
         "with another precision)",
     )
@@ -146,6 +182,15 @@ def _beyond_text(beyond: ShiftBeyond | None) -> str:
     return (
         f"; beyond the same ids' shift at the other steps, {pct(beyond.beyond)} of the steps' "
         f"variance (their shifts' correlation {beyond.correlation:.2f}, {beyond.ids} ids)"
+    )
+
+
+def _within_text(within: ShiftBeyond | None) -> str:
+    if within is None:
+        return ""
+    return (
+        f"; drifting within the steps {pct(within.beyond)} of the first half's variance "
+        f"(other weights {WITHIN_DRIFT:.1%} or more)"
     )
 
 
@@ -215,6 +260,7 @@ def _lacks(found: MeanRatio) -> bool:
 __all__ = [
     "ID_WEIGHTS",
     "WITHIN",
+    "WITHIN_DRIFT",
     "StepChange",
     "placed",
     "step_change",

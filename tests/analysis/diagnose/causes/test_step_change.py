@@ -11,7 +11,7 @@ import pytest
 from mismatchctl import api
 from mismatchctl.analysis.diagnose.advice import STEPS_ADVICE
 from mismatchctl.analysis.diagnose.causes import code_path, policy, semantics
-from mismatchctl.analysis.diagnose.causes.step_change import ID_WEIGHTS
+from mismatchctl.analysis.diagnose.causes.step_change import ID_WEIGHTS, WITHIN_DRIFT
 from mismatchctl.engines import plan as K
 from tests.planted import diagnosis
 
@@ -81,6 +81,32 @@ def test_ids_moved_alike_at_every_step_are_not_what_changed_at_some(
     shift = next(c for c in found["checks"] if c["name"] == "token_shift")
     assert shift["evidence"]["id_share"] >= ID_WEIGHTS
     assert "policy" not in {a["key"] for a in cause.get("also", [])}
+
+
+def test_ids_drifting_within_the_hot_steps_are_the_weights(held_out_store: Path) -> None:
+    """``s29-reload-jump`` (layer 2 kept at step 3's weights from step 4 on): its ids carry
+    0.57% of r's variance over the run, under what the run's share asks, but within steps 4-6
+    their shifts drift (7.7% of the first half's variance: each step's gap to the kept layer is
+    another), where the engine's arithmetic moves the same ids alike at every step it runs:
+    the policy of those steps, alone and over its baseline (it was their code path)."""
+    for baseline in (None, "s29-h-b"):
+        found = diagnosis(held_out_store, "s29-reload-jump", baseline=baseline).section_dict()
+        cause = found["cause"]
+        assert (cause["key"], cause["variant"]) == ("policy", policy.AT_STEPS), baseline
+        assert cause["where"] == "steps 4, 5, 6"
+        assert "the shifts drift within those steps" in cause["because"]
+        shift = next(c for c in found["checks"] if c["name"] == "token_shift")
+        assert shift["evidence"]["id_share"] < ID_WEIGHTS
+
+
+def test_a_faulty_kernel_from_a_step_drifts_less_than_the_weights(held_out_store: Path) -> None:
+    """``un-fp8kv-splitkv-restart`` (the faulty kernel from step 4 beside an fp8 cache at every
+    step): steps 4-6 hot throughout, their ids' shifts as alike in the first half of them as in
+    the second (0.00%, under ``WITHIN_DRIFT``): the code path of the steps, the drift said."""
+    cause = diagnosis(held_out_store, "un-fp8kv-splitkv-restart").section_dict()["cause"]
+    assert (cause["key"], cause["variant"]) == ("code_path", code_path.PLACES[K.STEP])
+    assert "drifting within the steps 0.0% of the first half's variance" in cause["because"]
+    assert f"(other weights {WITHIN_DRIFT:.1%} or more)" in cause["because"]
 
 
 def test_stale_weights_at_their_hot_step_keep_the_policy(held_out_store: Path) -> None:

@@ -57,7 +57,8 @@ pre-trained 90 iterations (``family.py --pretrain 90``: a re-rendered tool tag b
 merge a key late, "Leaving the template's tokens out of the ids' test"), and its ``f-pol-lag``
 and ``f-h-b`` as ``w90-pol-lag`` and ``w90-h-b``, whole; ``s29-attn-scale-loud`` and ``s29-h-b``,
 the calibration corpus' ``un-attn-scale-loud`` and ``h-b`` drawn again (seed 29: "Token ids
-that drift"), whole.
+that drift"), whole; ``s29-reload-jump``, that draw's ``pol-reload-jump`` (layer 2 left behind
+by a reload from step 4: "Token ids that drift within the hot steps"), whole.
 Ingested
 without tags, as they were diagnosed."""
 
