@@ -17,6 +17,7 @@ own engine and trainer (gen/family_*.py), healthy runs and faults, for `confusio
     python sample_data/family.py --out DIR --arch gemma2 --unseen   # faults never calibrated
     python sample_data/family.py --out DIR --pretrain 90   # a barely trained, flatter model
     python sample_data/family.py --out DIR --sweep   # one knob a class through its range
+    python sample_data/family.py --out DIR --restart   # faults from the middle step on
     python sample_data/family.py --out DIR --batch 64x8 --only f-h-a,f-h-b   # bigger steps
     python sample_data/confusion.py --corpus DIR --fresh --write docs/diagnose.md --block family
 
@@ -75,6 +76,11 @@ scaling, a norm's epsilon, an activation's approximation, a logit scale; gen/fam
 each class turned through its range (gen/family_sweep.py ``SWEEP``, ``s-*``): temperatures, top-p
 values, repetition penalties, weights a fraction of an RL step behind, split-KV paths from
 several KV lengths, one device's kernel, and pairs of two at sizes the catalogue's pairs lack.
+
+``--restart`` generates, for the dense member ``--arch``, the two healthy baselines and faults
+from the middle step on (gen/family_restart.py ``RESTART``, ``f-r-*``): an fp8 KV cache, a
+faulty split-KV kernel on nearly every token, weights an optimizer step, an RL step or part of
+one behind (docs/diagnose.md "Token ids that drift within the hot steps").
 """
 
 from __future__ import annotations
@@ -117,6 +123,7 @@ from gen.family_olmo2 import LABEL as OLMO2
 from gen.family_phi import LABEL as PHI
 from gen.family_qwen2 import LABEL as QWEN2
 from gen.family_qwen3 import LABEL as QWEN3
+from gen.family_restart import RESTART
 from gen.family_runs import (
     FAMILY,
     LONG_CONTEXT,
@@ -337,6 +344,12 @@ def main(argv: list[str] | None = None) -> int:
         help="one knob of each fault class through its range (s-*) and two healthy baselines "
         "instead of the family's runs",
     )
+    parser.add_argument(
+        "--restart",
+        action="store_true",
+        help="faults from the middle step on (f-r-*: a kernel, an fp8 KV cache, weights behind) "
+        "and two healthy baselines instead of the family's runs",
+    )
     parser.add_argument("--force", action="store_true", help="regenerate runs already present")
     parser.add_argument("--list", action="store_true", help="list the runs and exit")
     args = parser.parse_args(argv)
@@ -371,8 +384,16 @@ def main(argv: list[str] | None = None) -> int:
             "Error: --sweep: its runs are a dense member's at the default response lengths\n"
             "Hint: --sweep with --arch, without --moe, --long-responses or --unseen"
         )
+    if args.restart and (args.moe or args.long_responses or args.unseen or args.sweep):
+        raise SystemExit(
+            "Error: --restart: its runs are a dense member's at the default response lengths\n"
+            "Hint: --restart with --arch or --pretrain, without --moe, --long-responses, "
+            "--unseen or --sweep"
+        )
     catalogue = (
-        SWEEP
+        RESTART
+        if args.restart
+        else SWEEP
         if args.sweep
         else FAMILY_MOE
         if args.moe

@@ -72,6 +72,8 @@ class FamilyRun:
     router_rounding: torch.dtype | None = None  # the engine's router logits in this fp8 format
     capture_bug: str = ""  # gen/routes.py: how the trainer's dumped routes are misaligned
     encoding: str = "lists"  # gen/routes.py: how the routes are written
+    from_step: int = 0  # the engine's kernel and weights from this step on, the plain engine
+    # serving the current weights before (gen/family_restart.py); 0: at every step
 
 
 def with_trainer(run: FamilyRun, dtype: str) -> FamilyRun:
@@ -384,6 +386,8 @@ def behind(model: FamilyModel, step: int, fraction: float) -> dict[str, torch.Te
 
 
 def engine_for(run: FamilyRun, model: FamilyModel, step: int, faulty: bool) -> torch.nn.Module:
+    if step < run.from_step:
+        run = replace(run, weights="current", kernel=EngineKernel())
     if run.weights.startswith("behind:"):
         state = behind(model, step, float(run.weights.removeprefix("behind:")))
     else:
@@ -533,3 +537,4 @@ def check_family(runs: tuple[FamilyRun, ...] = FAMILY) -> None:
         assert r.capture_bug in CAPTURE_BUGS and r.encoding in ENCODINGS, r.name
         assert r.routing != "natural" or not r.capture_bug, f"{r.name}: no replay, no capture"
         assert 0 < r.min_new <= r.max_new, r.name
+        assert 0 <= r.from_step <= STEPS, r.name
