@@ -195,9 +195,11 @@ def _beyond_text(beyond: ShiftBeyond | None) -> str:
 def _within_text(within: ShiftBeyond | None) -> str:
     if within is None:
         return ""
+    if within.beyond >= WITHIN_DRIFT:
+        return f"; drifting within the steps too, {pct(within.beyond)} of the first half's variance"
     return (
-        f"; drifting within the steps {pct(within.beyond)} of the first half's variance "
-        f"(other weights {WITHIN_DRIFT:.1%} or more)"
+        f"; drifting within the steps {pct(within.beyond)} of the first half's variance (under "
+        f"the {WITHIN_DRIFT:.1%} that names other weights by itself)"
     )
 
 
