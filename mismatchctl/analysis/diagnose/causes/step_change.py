@@ -50,16 +50,17 @@ lag since a reload growing). So the ids' shifts of the first half of the hot ste
 order) beyond the second half's (``stats/step_ids.drift_within``: ``token_shift``'s drift,
 taken inside the steps) carrying ``WITHIN_DRIFT`` of the first half's variance or more name the
 weights too, whatever the run's share. Measured on the faults from the middle step of three
-TinyLM draws (seeds 29, 41, 53), of the Llama pre-trained 90 iterations and of the fully
-trained Llama (``family.py --restart``), and the sample data: the arithmetic 0.00-3.77%
+TinyLM draws (seeds 29, 41, 53), of the Llama pre-trained 90 iterations, of the fully trained
+Llama and of the GPT-NeoX member (``family.py --restart``), and the sample data: the arithmetic
+0.00-3.77%
 (faulty split-KV kernels 0.00-0.88%, ``spiky-6`` 0.88%, fp8 KV caches 0.00-0.86% on the TinyLM
-and the trained Llama but 3.77% on the barely trained one, whose weights change much from step
+and the trained members but 3.77% on the barely trained Llama, whose weights change much from step
 to step and the cache's rounding of each id with them; a bf16 lm_head accumulator 0.18-0.21%,
 batch-variant split-K 0.00-0.28%, that kernel beside an fp8 cache 0.00-1.24%); the weights
-0.79-29%: on the TinyLM 3.2-29% (a reload at mid-run 4.0-7.7%, beside top-p 6.1-6.7%, a lag
+0.78-29%: on the TinyLM 3.2-29% (a reload at mid-run 4.0-7.7%, beside top-p 6.1-6.7%, a lag
 from a restart 10-15%, the lm_head a checkpoint behind from a restart 26-29%, fp8 weights loaded
-at a restart 3.2-4.8%), on the Llama-90 15-21%, on the trained Llama 0.79-2.46% (its updates
-from step to step alike: stale weights' halves correlated 0.60). The two overlap across models,
+at a restart 3.2-4.8%), on the Llama-90 15-21%, on the trained Llama and GPT-NeoX 0.78-2.78%
+(their updates from step to step alike: the Llama's stale weights' halves correlated 0.60). The two overlap across models,
 so the sign is set above every arithmetic measured (5%, 1.3x the barely trained Llama's fp8
 cache): it names the weights where their difference changes fast (seed 29's reload at mid-run,
 0.57% over the run, under ``ID_WEIGHTS``, drifts 7.7% within its steps), and leaves the run's
@@ -108,7 +109,7 @@ weights (the module's docstring)."""
 WITHIN_DRIFT = 0.05
 """The ids' shifts of the first half of the hot steps beyond the second half's carrying this
 share of the first half's variance or more: other weights, whose difference changes from step to
-step (the module's docstring: the arithmetic 3.77% at most on three models, the weights 0.79% to
+step (the module's docstring: the arithmetic 3.77% at most on four models, the weights 0.78% to
 29%, so only above every arithmetic measured)."""
 
 
